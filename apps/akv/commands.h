@@ -1,0 +1,17 @@
+#pragma once
+// Subcommand registration. Each cmd_*.cpp parses its flags into an options struct, calls one
+// library function and prints; no algorithms live in apps/.
+#include <CLI/CLI.hpp>
+
+namespace akv::cli {
+
+// Options shared by every subcommand (accepted before or after the subcommand name).
+struct GlobalOptions {
+  bool quiet = false;  // no progress bar
+  int threads = 0;     // 0 = all hardware threads
+};
+
+void register_info(CLI::App& app, const GlobalOptions& global);
+void register_synth(CLI::App& app, const GlobalOptions& global);
+
+}  // namespace akv::cli

@@ -1,0 +1,61 @@
+// akv: one binary, subcommands registered here. Library errors are typed; they are caught once,
+// printed as "akv: error: <what> (<file>: <field> = <value>)" and mapped to the exit code:
+// 0 success, 1 usage error, 2 invalid or corrupt input, 3 I/O failure.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <new>
+
+#include "akv/core/atomic_file.h"
+#include "akv/core/errors.h"
+#include "akv/core/version.h"
+#include "commands.h"
+
+namespace {
+
+int fail(const std::string& message, akv::ExitCode code) {
+  std::fprintf(stderr, "akv: error: %s\n", message.c_str());
+  return static_cast<int>(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  akv::install_interrupt_cleanup();
+  CLI::App app{"akv: KV-cache compression toolkit for transformer LLMs.\n"
+               "Exit codes: 0 success, 1 usage error, 2 invalid or corrupt input, 3 I/O failure.",
+               "akv"};
+  app.set_version_flag("--version", "akv " + akv::version() + " (commit " + akv::git_commit() + ")");
+  app.require_subcommand(1);
+  app.fallthrough();
+
+  akv::cli::GlobalOptions global;
+  app.add_flag("-q,--quiet", global.quiet, "Do not draw progress bars on stderr");
+  app.add_option("-t,--threads", global.threads, "Worker threads (0 = all hardware threads)")
+      ->check(CLI::Range(0, 4096));
+
+  akv::cli::register_info(app, global);
+  akv::cli::register_synth(app, global);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::fputs(app.help("", CLI::AppFormatMode::All).c_str(), stdout);
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    std::printf("%s\n", app.version().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return fail(std::string(e.what()) + " (run 'akv --help')", akv::ExitCode::usage);
+  } catch (const akv::Error& e) {
+    return fail(e.what(), e.exit_code());
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory", akv::ExitCode::io);
+  } catch (const std::exception& e) {
+    return fail(std::string("internal error: ") + e.what(), akv::ExitCode::io);
+  }
+  return 0;
+}

@@ -1,0 +1,131 @@
+#pragma once
+// akv dump format v1 (HDF5): K/V/query tensors of one model run. Documented in docs/formats.md.
+//
+//   root attributes: format = "akv-dump", version = 1, model, n_layers, n_heads, n_kv_heads,
+//                    head_dim, rope_theta, rope_layout ("interleaved" | "rotate-half"), n_tokens
+//   /layers/<L>/key           [n_kv_heads, n_tokens, head_dim]  f16|bf16|f32|f64, after RoPE
+//   /layers/<L>/value         [n_kv_heads, n_tokens, head_dim]
+//   /layers/<L>/query         [n_heads, n_query, head_dim]   queries of the last n_query
+//                                                              positions, after RoPE
+//   /layers/<L>/key_pre_rope  [n_kv_heads, n_tokens, head_dim] (optional)
+//   /layers/<L>/head_kind     [n_kv_heads] strings (optional; synth writes local|retrieval|diffuse)
+//   /tokens                   [n_tokens] integer token ids (optional)
+//   /needles                  [n_needles] integer token positions (optional)
+//
+// The reader validates the whole structure when it opens a file (metadata only) and reads
+// tensor data a layer or a head at a time, checking every value is finite.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "akv/core/progress.h"
+#include "akv/io/hdf5.h"
+#include "akv/tensor/dtype.h"
+#include "akv/tensor/rope.h"
+#include "akv/tensor/tensor.h"
+
+namespace akv {
+
+inline constexpr const char* kDumpFormat = "akv-dump";
+inline constexpr std::int64_t kDumpVersion = 1;
+
+struct DumpMeta {
+  std::string model;
+  std::size_t n_layers = 0;
+  std::size_t n_heads = 0;     // query heads
+  std::size_t n_kv_heads = 0;  // key/value heads (n_heads % n_kv_heads == 0)
+  std::size_t head_dim = 0;
+  double rope_theta = 10000.0;
+  RopeLayout rope_layout = RopeLayout::rotate_half;
+  std::size_t n_tokens = 0;
+  std::size_t n_query = 0;  // observation window: queries of the last n_query positions
+
+  std::size_t group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
+  std::size_t first_query_pos() const { return n_tokens - n_query; }
+};
+
+enum class DumpField { key, value, query, key_pre_rope };
+std::string dump_field_name(DumpField f);  // "key", "value", "query", "key_pre_rope"
+
+struct DumpDatasetInfo {
+  bool present = false;
+  h5::DiskFloat dtype = h5::DiskFloat::f32;
+  std::uint64_t storage_bytes = 0;
+};
+
+struct DumpLayerInfo {
+  DumpDatasetInfo key, value, query, key_pre_rope;
+  std::vector<std::string> head_kinds;  // [n_kv_heads] or empty
+  const DumpDatasetInfo& field(DumpField f) const;
+};
+
+// Path of a dataset inside a dump, e.g. "/layers/3/key".
+std::string dump_dataset_path(std::size_t layer, DumpField f);
+
+class DumpReader {
+ public:
+  // Opens and validates `path`; throws IoError / CorruptData / InvalidInput naming the field.
+  explicit DumpReader(std::string path);
+
+  const std::string& path() const { return path_; }
+  const DumpMeta& meta() const { return meta_; }
+  const DumpLayerInfo& layer(std::size_t l) const { return layers_.at(l); }
+  bool has_key_pre_rope() const;  // present in every layer
+  const std::optional<std::vector<std::int32_t>>& tokens() const { return tokens_; }
+  const std::optional<std::vector<std::int32_t>>& needles() const { return needles_; }
+  std::uint64_t file_bytes() const { return file_bytes_; }
+
+  // Reads heads [head_begin, head_begin + head_count) of one dataset as f32:
+  // key/value/key_pre_rope -> [head_count, n_tokens, head_dim],
+  // query -> [head_count, n_query, head_dim]. head_count 0 = to the last head.
+  // Throws InvalidInput naming layer, head and token of the first NaN or Inf.
+  Tensor3 read(std::size_t layer, DumpField f, std::size_t head_begin = 0,
+               std::size_t head_count = 0) const;
+
+ private:
+  void read_meta();
+  void read_layer_info(std::size_t l);
+  void read_optional_vectors();
+
+  std::string path_;
+  h5::File file_;
+  DumpMeta meta_;
+  std::vector<DumpLayerInfo> layers_;
+  std::optional<std::vector<std::int32_t>> tokens_;
+  std::optional<std::vector<std::int32_t>> needles_;
+  std::uint64_t file_bytes_ = 0;
+};
+
+struct DumpWriteOptions {
+  DType dtype = DType::f16;    // storage type of key/value/query/key_pre_rope
+  int gzip = 0;                // 0 = none, 1..9 = deflate level (with byte shuffle)
+  bool key_pre_rope = false;   // create /layers/L/key_pre_rope
+  bool head_kinds = false;     // create /layers/L/head_kind
+};
+
+// Writes a dump to a temporary file next to `path`; the file appears at `path` only when
+// commit() succeeds after every head of every dataset has been written.
+class DumpWriter {
+ public:
+  DumpWriter(std::string path, DumpMeta meta, DumpWriteOptions options);
+  ~DumpWriter();
+  DumpWriter(const DumpWriter&) = delete;
+  DumpWriter& operator=(const DumpWriter&) = delete;
+
+  // Writes block [heads, rows, head_dim] into heads [head_begin, head_begin + heads).
+  void write(std::size_t layer, DumpField f, std::size_t head_begin, const Tensor3& block);
+  void write_head_kinds(std::size_t layer, const std::vector<std::string>& kinds);
+  void write_tokens(const std::vector<std::int32_t>& tokens);
+  void write_needles(const std::vector<std::int32_t>& positions);
+  void write_root_attr(const std::string& name, const std::string& value);
+  void write_root_attr(const std::string& name, std::int64_t value);
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace akv

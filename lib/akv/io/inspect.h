@@ -1,0 +1,18 @@
+#pragma once
+// `akv info`: identifies an akv file by its root `format` attribute and describes it.
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace akv {
+
+// Structured description (schema in docs/formats.md, "akv info --json"). Throws like the
+// format's reader: IoError, CorruptData, InvalidInput.
+// With `stats`, also reads every tensor (a head at a time) and adds per-layer statistics:
+// min, max, mean, std, absmax of each dataset, and for keys the outlier-channel ratio
+// (largest channel absmax / median channel absmax, worst head).
+nlohmann::json inspect_file(const std::string& path, bool stats = false);
+
+// Human-readable rendering of inspect_file()'s result: summary lines and a per-layer table.
+std::string render_info(const nlohmann::json& info);
+
+}  // namespace akv

@@ -1,0 +1,24 @@
+#pragma once
+// IEEE binary16 (f16) and bfloat16 conversions, round to nearest even.
+// Scalar reference (`*_ref`) and fast array paths (F16C when compiled for x86-64-v3) that must
+// agree bit for bit on every input, NaN payloads included (tested exhaustively for f16 -> f32).
+#include <cstddef>
+#include <cstdint>
+
+namespace akv {
+
+std::uint16_t f32_to_f16_ref(float x);
+float f16_to_f32_ref(std::uint16_t h);
+std::uint16_t f32_to_bf16_ref(float x);
+float bf16_to_f32_ref(std::uint16_t h);
+
+// Array conversions: dst[i] = convert(src[i]) for i < n.
+void f32_to_f16(const float* src, std::uint16_t* dst, std::size_t n);
+void f16_to_f32(const std::uint16_t* src, float* dst, std::size_t n);
+void f32_to_bf16(const float* src, std::uint16_t* dst, std::size_t n);
+void bf16_to_f32(const std::uint16_t* src, float* dst, std::size_t n);
+
+// Rounds every element through f16 and back (what storing as f16 does to a value).
+void round_through_f16(float* x, std::size_t n);
+
+}  // namespace akv

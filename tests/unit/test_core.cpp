@@ -1,0 +1,98 @@
+#include <catch2/catch.hpp>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "akv/core/atomic_file.h"
+#include "akv/core/errors.h"
+#include "akv/core/parallel.h"
+#include "akv/core/version.h"
+#include "test_util.h"
+
+using namespace akv;
+
+TEST_CASE("error messages name file, field and value", "[core][errors]") {
+  CHECK(format_error("bad", {}) == "bad");
+  CHECK(format_error("bad", {"f.h5"}) == "bad (f.h5)");
+  CHECK(format_error("bad", {"f.h5", "version"}) == "bad (f.h5: version)");
+  CHECK(format_error("bad", {"f.h5", "version", "2"}) == "bad (f.h5: version = 2)");
+  CHECK(format_error("bad", {"", "--bits", "5"}) == "bad (--bits = 5)");
+  InvalidInput e("wrong shape", {"d.h5", "/layers/3/key.shape", "[7, 10, 64]"});
+  CHECK(std::string(e.what()) == "wrong shape (d.h5: /layers/3/key.shape = [7, 10, 64])");
+}
+
+TEST_CASE("error types map to exit codes", "[core][errors]") {
+  CHECK(UsageError("x").exit_code() == ExitCode::usage);
+  CHECK(InvalidInput("x").exit_code() == ExitCode::invalid_input);
+  CHECK(CorruptData("x").exit_code() == ExitCode::invalid_input);
+  CHECK(IoError("x").exit_code() == ExitCode::io);
+  CHECK(static_cast<int>(ExitCode::usage) == 1);
+  CHECK(static_cast<int>(ExitCode::invalid_input) == 2);
+  CHECK(static_cast<int>(ExitCode::io) == 3);
+}
+
+TEST_CASE("AtomicOutput shows the file only after commit", "[core][atomic]") {
+  test::TempDir dir;
+  const std::string target = dir.file("out.bin");
+  {
+    AtomicOutput out(target);
+    std::ofstream(out.temp_path()) << "partial";
+    CHECK(std::filesystem::exists(out.temp_path()));
+    CHECK_FALSE(std::filesystem::exists(target));
+    CHECK(std::filesystem::path(out.temp_path()).parent_path() ==
+          std::filesystem::path(target).parent_path());
+  }
+  CHECK(dir.entries() == 0);  // uncommitted: temporary removed, target never appeared
+  {
+    AtomicOutput out(target);
+    std::ofstream(out.temp_path()) << "complete";
+    out.commit();
+  }
+  CHECK(dir.entries() == 1);
+  std::ifstream in(target);
+  std::string s;
+  in >> s;
+  CHECK(s == "complete");
+}
+
+TEST_CASE("AtomicOutput refuses a missing directory", "[core][atomic]") {
+  test::TempDir dir;
+  CHECK_THROWS_AS(AtomicOutput(dir.file("no/such/dir/x")), IoError);
+  CHECK_THROWS_AS(AtomicOutput(dir.path().string()), IoError);
+}
+
+TEST_CASE("write_text_file is atomic and complete", "[core][atomic]") {
+  test::TempDir dir;
+  write_text_file(dir.file("a.json"), "{\"x\": 1}\n");
+  std::ifstream in(dir.file("a.json"));
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(s == "{\"x\": 1}\n");
+  CHECK(dir.entries() == 1);
+}
+
+TEST_CASE("parallel_for visits every index once for any thread count", "[core][parallel]") {
+  for (int threads : {1, 2, 3, 8}) {
+    for (std::size_t n : {0u, 1u, 5u, 100u}) {
+      std::vector<std::atomic<int>> hits(n);
+      parallel_for(n, threads, [&](std::size_t i) { hits[i]++; });
+      for (std::size_t i = 0; i < n; ++i) CHECK(hits[i].load() == 1);
+    }
+  }
+}
+
+TEST_CASE("parallel_for rethrows the first error", "[core][parallel]") {
+  auto run = [] {
+    parallel_for(50, 4, [](std::size_t i) {
+      if (i == 17) throw InvalidInput("item 17");
+    });
+  };
+  CHECK_THROWS_AS(run(), InvalidInput);
+  CHECK(resolve_threads(3) == 3);
+  CHECK(resolve_threads(0) >= 1);
+}
+
+TEST_CASE("version is recorded", "[core][version]") {
+  CHECK_FALSE(version().empty());
+  CHECK_FALSE(git_commit().empty());
+}

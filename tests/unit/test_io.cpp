@@ -1,0 +1,297 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "akv/core/errors.h"
+#include "akv/io/dump.h"
+#include "akv/io/inspect.h"
+#include "akv/tensor/half.h"
+#include "test_util.h"
+
+using namespace akv;
+
+namespace {
+
+DumpMeta small_meta() {
+  DumpMeta m;
+  m.model = "unit";
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.head_dim = 8;
+  m.n_tokens = 40;
+  m.n_query = 5;
+  m.rope_theta = 10000.0;
+  m.rope_layout = RopeLayout::interleaved;
+  return m;
+}
+
+float pattern(std::size_t layer, int field, std::size_t i) {
+  return std::sin(0.37f * static_cast<float>(i) + static_cast<float>(layer) +
+                  0.5f * static_cast<float>(field)) * 3.0f;
+}
+
+Tensor3 filled(std::size_t h, std::size_t r, std::size_t d, std::size_t layer, int field) {
+  Tensor3 t(h, r, d);
+  for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = pattern(layer, field, i);
+  return t;
+}
+
+// Writes a complete small dump; returns its meta.
+DumpMeta write_small(const std::string& path, DType dtype, bool pre_rope = false) {
+  DumpMeta m = small_meta();
+  DumpWriteOptions o;
+  o.dtype = dtype;
+  o.key_pre_rope = pre_rope;
+  DumpWriter w(path, m, o);
+  for (std::size_t l = 0; l < m.n_layers; ++l) {
+    w.write(l, DumpField::key, 0, filled(m.n_kv_heads, m.n_tokens, m.head_dim, l, 0));
+    w.write(l, DumpField::value, 0, filled(m.n_kv_heads, m.n_tokens, m.head_dim, l, 1));
+    w.write(l, DumpField::query, 0, filled(m.n_heads, m.n_query, m.head_dim, l, 2));
+    if (pre_rope) {
+      w.write(l, DumpField::key_pre_rope, 0, filled(m.n_kv_heads, m.n_tokens, m.head_dim, l, 3));
+    }
+  }
+  w.write_tokens(std::vector<std::int32_t>(m.n_tokens, 7));
+  w.write_needles({3, 17});
+  w.commit();
+  return m;
+}
+
+// Opens a committed dump read-write to damage it.
+struct Editor {
+  explicit Editor(const std::string& path) : file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)) {
+    REQUIRE(file.valid());
+  }
+  void replace(const std::string& ds, std::vector<hsize_t> shape, hid_t type) {
+    H5Ldelete(file.get(), ds.c_str(), H5P_DEFAULT);
+    h5::Space s(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr));
+    h5::Dataset d(H5Dcreate2(file.get(), ds.c_str(), type, s.get(), H5P_DEFAULT, H5P_DEFAULT,
+                             H5P_DEFAULT));
+    REQUIRE(d.valid());
+  }
+  h5::File file;
+};
+
+template <typename E>
+std::string error_of(const std::string& path) {
+  try {
+    DumpReader r(path);
+    for (std::size_t l = 0; l < r.meta().n_layers; ++l) {
+      for (auto f : {DumpField::key, DumpField::value, DumpField::query}) r.read(l, f);
+    }
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("expected an error from " << path);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("dump round trip for every storage type", "[io][dump]") {
+  test::TempDir dir;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    const std::string path = dir.file("d-" + dtype_name(dt) + ".h5");
+    DumpMeta m = write_small(path, dt, true);
+    DumpReader r(path);
+    CHECK(r.meta().n_layers == m.n_layers);
+    CHECK(r.meta().n_heads == m.n_heads);
+    CHECK(r.meta().n_kv_heads == m.n_kv_heads);
+    CHECK(r.meta().head_dim == m.head_dim);
+    CHECK(r.meta().n_tokens == m.n_tokens);
+    CHECK(r.meta().n_query == m.n_query);
+    CHECK(r.meta().rope_layout == RopeLayout::interleaved);
+    CHECK(r.meta().model == "unit");
+    CHECK(r.has_key_pre_rope());
+    REQUIRE(r.tokens());
+    CHECK(r.tokens()->size() == m.n_tokens);
+    REQUIRE(r.needles());
+    CHECK(*r.needles() == std::vector<std::int32_t>{3, 17});
+    // Tolerance: exact for f32, half an ulp of the storage type otherwise.
+    const double rel = dt == DType::f32 ? 0.0 : dt == DType::f16 ? 1.0 / 2048 : 1.0 / 256;
+    for (std::size_t l = 0; l < m.n_layers; ++l) {
+      Tensor3 k = r.read(l, DumpField::key);
+      Tensor3 q = r.read(l, DumpField::query);
+      REQUIRE(k.dim0() == m.n_kv_heads);
+      REQUIRE(q.dim0() == m.n_heads);
+      REQUIRE(q.dim1() == m.n_query);
+      for (std::size_t i = 0; i < k.size(); ++i) {
+        REQUIRE(std::fabs(k.data()[i] - pattern(l, 0, i)) <=
+                rel * std::fabs(pattern(l, 0, i)) + 1e-7);
+      }
+      for (std::size_t i = 0; i < q.size(); ++i) {
+        REQUIRE(std::fabs(q.data()[i] - pattern(l, 2, i)) <=
+                rel * std::fabs(pattern(l, 2, i)) + 1e-7);
+      }
+      // One head on its own equals the same head read with the others.
+      Tensor3 v1 = r.read(l, DumpField::value, 1, 1);
+      Tensor3 v = r.read(l, DumpField::value);
+      for (std::size_t i = 0; i < v1.size(); ++i) {
+        REQUIRE(v1.data()[i] == v.data()[m.n_tokens * m.head_dim + i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("f16 dumps store exactly the f16 rounding", "[io][dump]") {
+  test::TempDir dir;
+  const std::string path = dir.file("d.h5");
+  write_small(path, DType::f16);
+  DumpReader r(path);
+  Tensor3 k = r.read(1, DumpField::key);
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    REQUIRE(k.data()[i] == f16_to_f32_ref(f32_to_f16_ref(pattern(1, 0, i))));
+  }
+}
+
+TEST_CASE("an incomplete writer leaves no file", "[io][dump]") {
+  test::TempDir dir;
+  const std::string path = dir.file("d.h5");
+  {
+    DumpWriter w(path, small_meta(), {});
+    w.write(0, DumpField::key, 0, filled(2, 40, 8, 0, 0));
+    CHECK_THROWS_AS(w.commit(), InvalidInput);
+  }
+  CHECK(dir.entries() == 0);
+  {
+    DumpWriter w(path, small_meta(), {});
+    CHECK_THROWS_AS(w.write(0, DumpField::key, 1, filled(2, 40, 8, 0, 0)), InvalidInput);
+  }
+  CHECK(dir.entries() == 0);
+}
+
+TEST_CASE("dump reader validation names what is wrong", "[io][dump][bad]") {
+  test::TempDir dir;
+  const std::string path = dir.file("d.h5");
+
+  SECTION("missing file is an I/O error") {
+    CHECK_THROWS_AS(DumpReader(dir.file("nope.h5")), IoError);
+  }
+  SECTION("not HDF5") {
+    std::ofstream(path) << "this is not an HDF5 file, just text\n";
+    CHECK_THAT(error_of<CorruptData>(path), Catch::Contains("not an HDF5 file"));
+  }
+  SECTION("truncated") {
+    write_small(path, DType::f32);
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+    CHECK_THAT(error_of<CorruptData>(path), Catch::Contains("truncated"));
+  }
+  SECTION("wrong format and version") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      h5::write_attr_int(e.file.get(), "version", 2);
+    }
+    CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("version = 2"));
+    {
+      Editor e(path);
+      h5::write_attr_string(e.file.get(), "format", "akv-cache");
+    }
+    CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("format = akv-cache"));
+  }
+  SECTION("missing attribute") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      H5Adelete(e.file.get(), "rope_theta");
+    }
+    CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("missing attribute") &&
+                                                 Catch::Contains("rope_theta"));
+  }
+  SECTION("n_heads not a multiple of n_kv_heads") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      h5::write_attr_int(e.file.get(), "n_heads", 5);
+    }
+    CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("n_heads = 5"));
+  }
+  SECTION("wrong shape names layer, dataset and shape") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      e.replace("/layers/1/key", {3, 40, 8}, H5T_IEEE_F32LE);
+    }
+    CHECK_THAT(error_of<InvalidInput>(path),
+               Catch::Contains("layer 1 key has 3 kv heads, meta says 2") &&
+                   Catch::Contains("/layers/1/key.shape = [3, 40, 8]"));
+  }
+  SECTION("wrong rank") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      e.replace("/layers/0/value", {2, 320}, H5T_IEEE_F32LE);
+    }
+    CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("rank 3"));
+  }
+  SECTION("query positions differ between layers") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      e.replace("/layers/1/query", {4, 6, 8}, H5T_IEEE_F32LE);
+    }
+    CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("layer 1 query"));
+  }
+  SECTION("missing dataset") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      H5Ldelete(e.file.get(), "/layers/1/value", H5P_DEFAULT);
+    }
+    CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("missing dataset") &&
+                                                 Catch::Contains("/layers/1/value"));
+  }
+  SECTION("unsupported dtype") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      e.replace("/layers/0/key", {2, 40, 8}, H5T_STD_I32LE);
+    }
+    CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("unsupported dtype"));
+  }
+  SECTION("needle out of range") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      H5Ldelete(e.file.get(), "/needles", H5P_DEFAULT);
+      h5::write_int32_vector(e.file.get(), "/needles", {5, 40});
+    }
+    CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("/needles[1] = 40"));
+  }
+  SECTION("NaN and Inf are located") {
+    write_small(path, DType::f32);
+    {
+      Editor e(path);
+      h5::Dataset d(H5Dopen2(e.file.get(), "/layers/1/value", H5P_DEFAULT));
+      h5::Space fs(H5Dget_space(d.get()));
+      hsize_t start[3] = {1, 17, 3}, count[3] = {1, 1, 1};
+      H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+      h5::Space ms(H5Screate_simple(3, count, nullptr));
+      float nan = NAN;
+      H5Dwrite(d.get(), H5T_NATIVE_FLOAT, ms.get(), fs.get(), H5P_DEFAULT, &nan);
+    }
+    CHECK_THAT(error_of<InvalidInput>(path),
+               Catch::Contains("layer 1 head 1 token 17") &&
+                   Catch::Contains("/layers/1/value[1, 17, 3] = nan"));
+  }
+}
+
+TEST_CASE("inspect_file describes a dump", "[io][inspect]") {
+  test::TempDir dir;
+  const std::string path = dir.file("d.h5");
+  write_small(path, DType::f16, true);
+  nlohmann::json j = inspect_file(path);
+  CHECK(j["kind"] == "dump");
+  CHECK(j["version"] == 1);
+  CHECK(j["n_layers"] == 2);
+  CHECK(j["layers"][1]["key"]["dtype"] == "f16");
+  CHECK(j["layers"][1]["key"]["shape"] == nlohmann::json({2, 40, 8}));
+  CHECK(j["layers"][0]["key"]["bytes"] == 2 * 40 * 8 * 2);
+  CHECK(j["optional"]["key_pre_rope"] == true);
+  CHECK(j["optional"]["tokens"] == true);
+  CHECK(j["kv_bytes_f16"] == 2 * 2 * 2 * 2 * 40 * 8);
+  std::string text = render_info(j);
+  CHECK_THAT(text, Catch::Contains("akv-dump v1") && Catch::Contains("f16 [2x40x8]"));
+}

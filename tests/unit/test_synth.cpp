@@ -1,0 +1,224 @@
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "akv/core/errors.h"
+#include "akv/synth/rng.h"
+#include "akv/synth/synth.h"
+#include "test_util.h"
+
+using namespace akv;
+
+namespace {
+
+SynthOptions small_options() {
+  SynthOptions o;
+  o.n_layers = 2;
+  o.n_heads = 8;
+  o.n_kv_heads = 4;
+  o.head_dim = 64;
+  o.n_tokens = 2048;
+  o.window = 16;
+  o.seed = 11;
+  return o;
+}
+
+// Causal softmax attention of query j of `q_head` over keys [0, position(j)], in double.
+std::vector<double> attention(const SynthOptions& o, const SynthHead& h, std::size_t q_head,
+                              std::size_t j) {
+  const std::size_t pos = o.n_tokens - o.window + j;
+  std::vector<double> logits(pos + 1);
+  for (std::size_t t = 0; t <= pos; ++t) {
+    double s = 0;
+    for (std::size_t c = 0; c < o.head_dim; ++c) {
+      s += static_cast<double>(h.query.at(q_head, j, c)) * h.key.at(0, t, c);
+    }
+    logits[t] = s / std::sqrt(static_cast<double>(o.head_dim));
+  }
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (double& l : logits) z += (l = std::exp(l - mx));
+  for (double& l : logits) l /= z;
+  return logits;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("rng streams are fixed for a seed", "[synth][rng]") {
+  Rng a(stream_seed(5, {1, 2})), b(stream_seed(5, {1, 2})), c(stream_seed(5, {2, 1}));
+  for (int i = 0; i < 100; ++i) {
+    auto x = a.next();
+    CHECK(x == b.next());
+    CHECK(x != c.next());
+  }
+  // Moments of the normal transform (200k samples: mean +- 0.01, variance +- 0.02).
+  Rng r(1);
+  double s = 0, s2 = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    double v = r.normal();
+    s += v;
+    s2 += v * v;
+  }
+  CHECK(std::fabs(s / n) < 0.01);
+  CHECK(std::fabs(s2 / n - 1.0) < 0.02);
+}
+
+TEST_CASE("mixed profile puts every kind in every layer", "[synth][plan]") {
+  SynthOptions o = small_options();
+  o.n_kv_heads = 8;
+  o.n_heads = 32;
+  o.n_layers = 6;
+  SynthPlan p = make_synth_plan(o);
+  REQUIRE(p.kinds.size() == 6);
+  bool layers_differ = false;
+  for (const auto& kinds : p.kinds) {
+    std::map<HeadKind, int> n;
+    for (HeadKind k : kinds) n[k]++;
+    CHECK(n[HeadKind::retrieval] == 2);
+    CHECK(n[HeadKind::diffuse] == 2);
+    CHECK(n[HeadKind::local] == 4);
+    if (kinds != p.kinds[0]) layers_differ = true;
+  }
+  CHECK(layers_differ);
+  CHECK(p.needles.size() == 8);
+  CHECK(std::is_sorted(p.needles.begin(), p.needles.end()));
+  for (auto n : p.needles) {
+    CHECK(n >= static_cast<std::int32_t>(o.sinks));
+    CHECK(n < static_cast<std::int32_t>(o.n_tokens - o.window - 64));
+  }
+  o.profile = SynthProfile::gaussian;
+  p = make_synth_plan(o);
+  CHECK(p.needles.empty());
+  CHECK(p.kinds[3][5] == HeadKind::gaussian);
+}
+
+TEST_CASE("head kinds show in the attention of the stored queries and keys", "[synth][pattern]") {
+  SynthOptions o = small_options();
+  const SynthPlan plan = make_synth_plan(o);
+  const RopeTable rope(o.head_dim, o.rope_theta, 0, o.n_tokens);
+  const std::size_t group = o.n_heads / o.n_kv_heads;
+  std::map<HeadKind, int> seen;
+  for (std::size_t l = 0; l < o.n_layers; ++l) {
+    for (std::size_t g = 0; g < o.n_kv_heads; ++g) {
+      const HeadKind kind = plan.kinds[l][g];
+      SynthHead h = synth_kv_head(o, plan, l, g, rope);
+      REQUIRE(h.query.dim0() == group);
+      seen[kind]++;
+      for (std::size_t r = 0; r < group; ++r) {
+        double recent = 0, sinks = 0, needles = 0, entropy = 0;
+        for (std::size_t j = 0; j < o.window; ++j) {
+          auto p = attention(o, h, r, j);
+          const std::size_t pos = p.size() - 1;
+          for (std::size_t t = pos - 127; t <= pos; ++t) recent += p[t] / o.window;
+          for (std::size_t t = 0; t < o.sinks; ++t) sinks += p[t] / o.window;
+          for (auto n : plan.needles) needles += p[static_cast<std::size_t>(n)] / o.window;
+          for (double x : p) entropy -= x > 0 ? x * std::log(x) / o.window : 0;
+        }
+        const double max_entropy = std::log(static_cast<double>(o.n_tokens));
+        INFO("layer " << l << " kv head " << g << " query head " << r << " kind "
+                      << head_kind_name(kind) << " recent " << recent << " sinks " << sinks
+                      << " needles " << needles << " entropy " << entropy);
+        switch (kind) {
+          case HeadKind::local:
+            CHECK(recent + sinks > 0.8);
+            CHECK(recent > 0.5);
+            break;
+          case HeadKind::retrieval:
+            CHECK(needles > 0.6);
+            break;
+          case HeadKind::diffuse:
+            CHECK(entropy > 0.8 * max_entropy);
+            break;
+          case HeadKind::gaussian: break;
+        }
+      }
+    }
+  }
+  CHECK(seen[HeadKind::local] > 0);
+  CHECK(seen[HeadKind::retrieval] > 0);
+  CHECK(seen[HeadKind::diffuse] > 0);
+}
+
+TEST_CASE("keys have outlier channels, values do not", "[synth][outliers]") {
+  SynthOptions o = small_options();
+  const SynthPlan plan = make_synth_plan(o);
+  const RopeTable rope(o.head_dim, o.rope_theta, 0, o.n_tokens);
+  auto channel_ratio = [&](const Tensor3& t) {
+    std::vector<double> absmax(o.head_dim, 0.0);
+    for (std::size_t row = 0; row < t.dim1(); ++row) {
+      for (std::size_t c = 0; c < o.head_dim; ++c) {
+        absmax[c] = std::max(absmax[c], std::fabs(static_cast<double>(t.at(0, row, c))));
+      }
+    }
+    std::vector<double> s = absmax;
+    std::sort(s.begin(), s.end());
+    return s.back() / s[s.size() / 2];
+  };
+  for (std::size_t g = 0; g < o.n_kv_heads; ++g) {
+    SynthHead h = synth_kv_head(o, plan, 0, g, rope);
+    CHECK(channel_ratio(h.key_pre_rope) > 3.0);
+    CHECK(channel_ratio(h.value) < 2.0);
+    // keys are the pre-RoPE keys rotated
+    Tensor3 k = h.key_pre_rope;
+    apply_rope(k.data(), o.n_tokens, 0, o.rope_layout, rope);
+    CHECK(std::equal(k.data(), k.data() + k.size(), h.key.data()));
+  }
+}
+
+TEST_CASE("synth dumps are byte-identical for any thread count", "[synth][determinism]") {
+  test::TempDir dir;
+  SynthOptions o = small_options();
+  o.n_tokens = 300;
+  o.write.key_pre_rope = true;
+  o.threads = 1;
+  write_synth_dump(dir.file("a.h5"), o);
+  o.threads = 3;
+  write_synth_dump(dir.file("b.h5"), o);
+  o.seed = 12;
+  write_synth_dump(dir.file("c.h5"), o);
+  const std::string a = slurp(dir.file("a.h5"));
+  CHECK(a.size() > 10000);
+  CHECK(a == slurp(dir.file("b.h5")));
+  CHECK(a != slurp(dir.file("c.h5")));
+  DumpReader r(dir.file("a.h5"));
+  CHECK(r.has_key_pre_rope());
+  CHECK(r.layer(1).head_kinds.size() == o.n_kv_heads);
+}
+
+TEST_CASE("synth options are validated", "[synth][bad]") {
+  SynthOptions o = small_options();
+  auto fails = [](SynthOptions x, const std::string& flag) {
+    try {
+      x.validate();
+    } catch (const UsageError& e) {
+      CHECK_THAT(std::string(e.what()), Catch::Contains(flag));
+      return;
+    }
+    FAIL("no error for " << flag);
+  };
+  auto x = o;
+  x.n_heads = 6;
+  fails(x, "--heads = 6");
+  x = o;
+  x.head_dim = 63;
+  fails(x, "--head-dim = 63");
+  x = o;
+  x.window = o.n_tokens + 1;
+  fails(x, "--window");
+  x = o;
+  x.outlier_channels = 40;
+  fails(x, "--outlier-channels");
+  x = o;
+  x.write.gzip = 11;
+  fails(x, "--gzip");
+  CHECK_THROWS_AS(parse_synth_profile("spiky"), UsageError);
+}

@@ -1,0 +1,192 @@
+#include <catch2/catch.hpp>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "akv/core/errors.h"
+#include "akv/tensor/dtype.h"
+#include "akv/tensor/half.h"
+#include "akv/tensor/rope.h"
+#include "akv/tensor/tensor.h"
+
+using namespace akv;
+
+namespace {
+std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
+float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
+}  // namespace
+
+TEST_CASE("f16 reference conversion: hand-computed values", "[tensor][half]") {
+  CHECK(f32_to_f16_ref(1.0f) == 0x3c00);
+  CHECK(f32_to_f16_ref(-2.0f) == 0xc000);
+  CHECK(f32_to_f16_ref(0.0f) == 0x0000);
+  CHECK(f32_to_f16_ref(-0.0f) == 0x8000);
+  CHECK(f32_to_f16_ref(65504.0f) == 0x7bff);                 // largest finite
+  CHECK(f32_to_f16_ref(65519.99f) == 0x7bff);                // rounds down
+  CHECK(f32_to_f16_ref(65520.0f) == 0x7c00);                 // tie rounds to even -> Inf
+  CHECK(f32_to_f16_ref(std::ldexp(1.0f, -24)) == 0x0001);    // smallest subnormal
+  CHECK(f32_to_f16_ref(std::ldexp(1.0f, -25)) == 0x0000);    // tie -> even (zero)
+  CHECK(f32_to_f16_ref(std::ldexp(1.5f, -25)) == 0x0001);    // above the tie
+  CHECK(f32_to_f16_ref(std::ldexp(3.0f, -25)) == 0x0002);    // 1.5 ulp tie -> even (2)
+  CHECK(f32_to_f16_ref(std::ldexp(1.0f, -14)) == 0x0400);    // smallest normal
+  CHECK(f32_to_f16_ref(0.1f) == 0x2e66);
+  CHECK(f32_to_f16_ref(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // tie -> even
+  CHECK(f32_to_f16_ref(1.0f + std::ldexp(3.0f, -11)) == 0x3c02);  // tie -> even (up)
+  CHECK(f32_to_f16_ref(INFINITY) == 0x7c00);
+  CHECK((f32_to_f16_ref(NAN) & 0x7c00) == 0x7c00);
+  CHECK((f32_to_f16_ref(NAN) & 0x03ff) != 0);
+  CHECK(f16_to_f32_ref(0x3c00) == 1.0f);
+  CHECK(f16_to_f32_ref(0x7bff) == 65504.0f);
+  CHECK(f16_to_f32_ref(0x0001) == std::ldexp(1.0f, -24));
+  CHECK(f16_to_f32_ref(0x03ff) == std::ldexp(1023.0f, -24));
+  CHECK(std::isinf(f16_to_f32_ref(0xfc00)));
+  CHECK(std::isnan(f16_to_f32_ref(0x7e00)));
+}
+
+TEST_CASE("f16 fast path equals the reference on all 65536 halves", "[tensor][half]") {
+  std::vector<std::uint16_t> h(65536);
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<std::uint16_t>(i);
+  std::vector<float> fast(h.size());
+  f16_to_f32(h.data(), fast.data(), h.size());
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    if (bits(fast[i]) != bits(f16_to_f32_ref(h[i]))) ++mismatches;
+    // Every non-NaN half survives a round trip exactly.
+    if (!std::isnan(fast[i]) && f32_to_f16_ref(fast[i]) != h[i]) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("f32 -> f16 fast path equals the reference bit for bit", "[tensor][half]") {
+  // Random bit patterns cover every class: normals, subnormals, overflow, Inf, NaN payloads.
+  std::uint64_t s = 12345;
+  std::vector<float> x(1 << 20);
+  for (auto& v : x) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    v = from_bits(static_cast<std::uint32_t>(s >> 32));
+  }
+  // Plus values near f16 rounding boundaries (ties at every exponent).
+  for (int e = -26; e < 17; ++e) {
+    for (std::uint32_t m : {0x1000u, 0x0fffu, 0x1001u, 0x3000u}) {
+      x.push_back(from_bits(bits(std::ldexp(1.0f, e)) | m));
+    }
+  }
+  std::vector<std::uint16_t> fast(x.size());
+  f32_to_f16(x.data(), fast.data(), x.size());
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (fast[i] != f32_to_f16_ref(x[i])) ++mismatches;
+  }
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("bf16 conversion rounds to nearest even", "[tensor][half]") {
+  CHECK(f32_to_bf16_ref(1.0f) == 0x3f80);
+  CHECK(f32_to_bf16_ref(from_bits(0x3f808000u)) == 0x3f80);  // tie, even stays
+  CHECK(f32_to_bf16_ref(from_bits(0x3f818000u)) == 0x3f82);  // tie, odd rounds up
+  CHECK(f32_to_bf16_ref(from_bits(0x3f808001u)) == 0x3f81);
+  CHECK(std::isnan(bf16_to_f32_ref(f32_to_bf16_ref(NAN))));
+  CHECK(bf16_to_f32_ref(0x4049) == from_bits(0x40490000u));
+  std::vector<float> x = {1.5f, -3.25f, 1e-20f, 3e38f};
+  std::vector<std::uint16_t> h(x.size());
+  std::vector<float> y(x.size());
+  f32_to_bf16(x.data(), h.data(), x.size());
+  bf16_to_f32(h.data(), y.data(), y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(std::fabs(y[i] - x[i]) <= std::fabs(x[i]) / 128);
+}
+
+TEST_CASE("round_through_f16 matches one conversion each way", "[tensor][half]") {
+  std::vector<float> x(1000);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i)) * 300.0f;
+  std::vector<float> y = x;
+  round_through_f16(y.data(), y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(y[i] == f16_to_f32_ref(f32_to_f16_ref(x[i])));
+}
+
+TEST_CASE("dtype names round trip", "[tensor][dtype]") {
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) CHECK(parse_dtype(dtype_name(t)) == t);
+  CHECK(dtype_size(DType::f32) == 4);
+  CHECK(dtype_size(DType::f16) == 2);
+  CHECK_THROWS_AS(parse_dtype("int8"), UsageError);
+}
+
+TEST_CASE("Tensor3 indexing and Eigen slices", "[tensor]") {
+  Tensor3 t(2, 3, 4);
+  for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<float>(i);
+  CHECK(t.at(1, 2, 3) == 23.0f);
+  CHECK(t.row(1, 0)[0] == 12.0f);
+  auto s = t.slice(1);
+  CHECK(s.rows() == 3);
+  CHECK(s.cols() == 4);
+  CHECK(s(2, 1) == 21.0f);
+}
+
+TEST_CASE("RoPE matches a hand computation", "[tensor][rope]") {
+  // head_dim 4, theta 100: pair 0 turns by pos rad, pair 1 by pos * 100^(-1/2) = 0.1 * pos rad.
+  RopeTable table(4, 100.0, 0, 8);
+  const double p = 3.0;
+  for (RopeLayout layout : {RopeLayout::interleaved, RopeLayout::rotate_half}) {
+    float x[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    float y[4];
+    std::copy(x, x + 4, y);
+    apply_rope(y, 1, 3, layout, table);
+    for (std::size_t i = 0; i < 2; ++i) {
+      std::size_t a, b;
+      rope_pair_dims(layout, 4, i, a, b);
+      const double ang = p * (i == 0 ? 1.0 : 0.1);
+      CHECK(y[a] == Approx(x[a] * std::cos(ang) - x[b] * std::sin(ang)).margin(1e-6));
+      CHECK(y[b] == Approx(x[a] * std::sin(ang) + x[b] * std::cos(ang)).margin(1e-6));
+    }
+  }
+}
+
+TEST_CASE("RoPE inverse undoes it and dot products depend on relative position",
+          "[tensor][rope]") {
+  const std::size_t d = 64;
+  RopeTable table(d, 10000.0, 0, 600);
+  std::vector<float> q(d), k(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    q[i] = std::cos(0.7f * static_cast<float>(i));
+    k[i] = std::sin(1.3f * static_cast<float>(i) + 0.2f);
+  }
+  for (RopeLayout layout : {RopeLayout::interleaved, RopeLayout::rotate_half}) {
+    auto dot_at = [&](std::size_t pq, std::size_t pk) {
+      std::vector<float> a = q, b = k;
+      apply_rope(a.data(), 1, pq, layout, table);
+      apply_rope(b.data(), 1, pk, layout, table);
+      double s = 0;
+      for (std::size_t i = 0; i < d; ++i) s += static_cast<double>(a[i]) * b[i];
+      return s;
+    };
+    CHECK(dot_at(500, 480) == Approx(dot_at(30, 10)).margin(1e-3));
+    std::vector<float> a = q;
+    apply_rope(a.data(), 1, 123, layout, table);
+    apply_rope(a.data(), 1, 123, layout, table, true);
+    for (std::size_t i = 0; i < d; ++i) CHECK(a[i] == Approx(q[i]).margin(1e-5));
+  }
+}
+
+TEST_CASE("RoPE layouts are the same rotation up to a permutation", "[tensor][rope]") {
+  const std::size_t d = 8;
+  RopeTable table(d, 10000.0, 0, 64);
+  float x[d] = {0.5f, -1.0f, 2.0f, 0.25f, 1.5f, -0.75f, 3.0f, -2.0f};
+  // Interleaved pair i = (2i, 2i+1); rotate-half pair i = (i, i + d/2).
+  float inter[d], half[d];
+  for (std::size_t i = 0; i < d / 2; ++i) {
+    inter[2 * i] = x[i];
+    inter[2 * i + 1] = x[i + d / 2];
+    half[i] = x[i];
+    half[i + d / 2] = x[i + d / 2];
+  }
+  apply_rope(inter, 1, 41, RopeLayout::interleaved, table);
+  apply_rope(half, 1, 41, RopeLayout::rotate_half, table);
+  for (std::size_t i = 0; i < d / 2; ++i) {
+    CHECK(inter[2 * i] == half[i]);
+    CHECK(inter[2 * i + 1] == half[i + d / 2]);
+  }
+  CHECK(parse_rope_layout("interleaved") == RopeLayout::interleaved);
+  CHECK(parse_rope_layout("rotate-half") == RopeLayout::rotate_half);
+  CHECK_THROWS_AS(parse_rope_layout("neox"), InvalidInput);
+  CHECK_THROWS_AS(RopeTable(7, 10000.0, 0, 1), InvalidInput);
+}
