@@ -18,19 +18,21 @@ enum Stream : std::uint64_t { kKinds = 1, kNeedles = 2, kHead = 3 };
 constexpr double kSinkKeyNorm = 16.0;     // size of the sink direction in sink keys
 constexpr double kQueryNoise = 0.3;       // per-channel std of the unstructured query part
 constexpr double kOutlierQueryStd = 0.05; // queries barely read the outlier channels
+constexpr double kNeedleKeyBoost = 2.5;   // extra std of needle keys in retrieval heads
 
 struct ChannelPlan {
   std::vector<double> mean;          // [head_dim] pre-RoPE mean (non-zero on outlier channels)
   std::vector<double> scale;         // [head_dim] pre-RoPE std
   std::vector<bool> outlier_dim;     // [head_dim] dims of pairs that hold an outlier channel
-  std::vector<double> sink_dir;      // [head_dim] unit vector, lowest-frequency free pairs
+  std::vector<double> sink_dir;      // [head_dim] unit vector on the two lowest-frequency pairs
+  std::vector<bool> reserved;        // [head_dim] outlier or sink dims: content lives elsewhere
 };
 
 ChannelPlan plan_channels(const SynthOptions& o, Rng& rng) {
   const std::size_t d = o.head_dim, half = d / 2;
   const std::size_t n_out = o.outlier_channels ? o.outlier_channels : std::max<std::size_t>(1, d / 32);
   ChannelPlan p{std::vector<double>(d, 0.0), std::vector<double>(d), std::vector<bool>(d, false),
-                std::vector<double>(d, 0.0)};
+                std::vector<double>(d, 0.0), std::vector<bool>(d, false)};
   for (std::size_t c = 0; c < d; ++c) p.scale[c] = std::exp(0.25 * rng.normal());
   // Outliers live in low-frequency pairs (the last quarter of pairs, or more if needed), where
   // RoPE turns slowly, so they stay large-magnitude channels after RoPE as in real keys.
@@ -58,6 +60,7 @@ ChannelPlan plan_channels(const SynthOptions& o, Rng& rng) {
     norm2 += p.sink_dir[a] * p.sink_dir[a] + p.sink_dir[b] * p.sink_dir[b];
   }
   for (double& v : p.sink_dir) v /= std::sqrt(norm2);
+  for (std::size_t c = 0; c < d; ++c) p.reserved[c] = p.outlier_dim[c] || p.sink_dir[c] != 0.0;
   return p;
 }
 
@@ -213,14 +216,19 @@ SynthHead synth_kv_head(const SynthOptions& o, const SynthPlan& plan, std::size_
   double shared_norm2 = 0.0;
   if (kind == HeadKind::local) {
     for (std::size_t c = 0; c < d; ++c) {
-      if (ch.outlier_dim[c] || ch.sink_dir[c] != 0.0) continue;
+      if (ch.reserved[c]) continue;
       shared[c] = rng.normal();
       shared_norm2 += shared[c] * shared[c];
     }
   }
 
-  // Keys (pre-RoPE) and values.
+  // Keys (pre-RoPE) and values. In retrieval heads the needle keys are salient (larger norm
+  // outside the outlier and sink dims), so a query can single them out at any head_dim.
   const std::size_t n_sinks = std::min(o.sinks, t_len);
+  std::vector<bool> is_needle(t_len, false);
+  if (kind == HeadKind::retrieval) {
+    for (auto n : plan.needles) is_needle[static_cast<std::size_t>(n)] = true;
+  }
   for (std::size_t t = 0; t < t_len; ++t) {
     float* k = h.key_pre_rope.row(0, t);
     for (std::size_t c = 0; c < d; ++c) {
@@ -229,6 +237,11 @@ SynthHead synth_kv_head(const SynthOptions& o, const SynthPlan& plan, std::size_
     const double v_scale = std::exp(0.25 * rng.normal()) * (t < n_sinks ? 0.2 : 1.0);
     float* v = h.value.row(0, t);
     for (std::size_t c = 0; c < d; ++c) v[c] = static_cast<float>(v_scale * rng.normal());
+    if (is_needle[t]) {
+      for (std::size_t c = 0; c < d; ++c) {
+        if (!ch.reserved[c]) k[c] += static_cast<float>(kNeedleKeyBoost * rng.normal());
+      }
+    }
     if (t < n_sinks) {  // sink keys carry a large component along the sink direction
       const double beta = kSinkKeyNorm / (1.0 + 0.5 * static_cast<double>(t));
       for (std::size_t c = 0; c < d; ++c) k[c] += static_cast<float>(beta * ch.sink_dir[c]);
@@ -250,7 +263,7 @@ SynthHead synth_kv_head(const SynthOptions& o, const SynthPlan& plan, std::size_
       }
       case HeadKind::retrieval: {
         const double level = rng.uniform(12.0, 15.0) + 0.5 * log_t;
-        sink_level = level + rng.uniform(-4.0, -1.0);
+        sink_level = level + rng.uniform(-6.0, -3.0);
         if (!plan.needles.empty()) {
           const std::size_t n = std::min<std::size_t>(1 + rng.below(3), plan.needles.size());
           std::vector<std::size_t> idx(plan.needles.size());
@@ -282,7 +295,7 @@ SynthHead synth_kv_head(const SynthOptions& o, const SynthPlan& plan, std::size_
       const double s = sink_level * std::sqrt(static_cast<double>(d)) / kSinkKeyNorm;
       for (std::size_t c = 0; c < d; ++c) q[c] += static_cast<float>(s * ch.sink_dir[c]);
       for (const auto& [pos, level] : targets) {
-        target_key(q, h.key.row(0, pos), ch.outlier_dim, level);
+        target_key(q, h.key.row(0, pos), ch.reserved, level);
       }
     }
   }
