@@ -6,7 +6,7 @@
 #include <map>
 
 #include "akv/core/errors.h"
-#include "akv/synth/rng.h"
+#include "akv/core/rng.h"
 #include "akv/synth/synth.h"
 #include "test_util.h"
 

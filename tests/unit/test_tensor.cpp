@@ -190,3 +190,28 @@ TEST_CASE("RoPE layouts are the same rotation up to a permutation", "[tensor][ro
   CHECK_THROWS_AS(parse_rope_layout("neox"), InvalidInput);
   CHECK_THROWS_AS(RopeTable(7, 10000.0, 0, 1), InvalidInput);
 }
+
+TEST_CASE("directed f16 rounding brackets the value", "[tensor][half]") {
+  CHECK(f16_round_down(1.0f) == 1.0f);
+  CHECK(f16_round_up(1.0f) == 1.0f);
+  CHECK(f16_round_down(0.1f) == f16_to_f32_ref(0x2e66));  // 0.0999755859375 <= 0.1
+  CHECK(f16_round_up(0.1f) == f16_to_f32_ref(0x2e67));
+  CHECK(f16_round_down(-0.1f) == f16_to_f32_ref(0xae67));
+  CHECK(f16_round_up(-0.1f) == f16_to_f32_ref(0xae66));
+  CHECK(f16_round_up(1e-9f) == f16_to_f32_ref(0x0001));
+  CHECK(f16_round_down(1e-9f) == 0.0f);
+  CHECK(f16_round_down(-1e-9f) == f16_to_f32_ref(0x8001));
+  CHECK(std::isinf(f16_round_up(70000.0f)));
+  CHECK(f16_round_down(70000.0f) == 65504.0f);
+  std::uint64_t s = 99;
+  for (int i = 0; i < 100000; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const float x = static_cast<float>(static_cast<std::int64_t>(s >> 20) % 2000000) / 997.0f;
+    const float lo = f16_round_down(x), hi = f16_round_up(x);
+    REQUIRE(lo <= x);
+    REQUIRE(hi >= x);
+    // adjacent f16 values (or equal)
+    REQUIRE((lo == hi || f32_to_f16_ref(hi) - f32_to_f16_ref(lo) == 1 ||
+             f32_to_f16_ref(lo) - f32_to_f16_ref(hi) == 1));
+  }
+}

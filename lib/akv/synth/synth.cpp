@@ -7,7 +7,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
-#include "akv/synth/rng.h"
+#include "akv/core/rng.h"
 
 namespace akv {
 namespace {

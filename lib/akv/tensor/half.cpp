@@ -102,6 +102,28 @@ void bf16_to_f32(const std::uint16_t* src, float* dst, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32_ref(src[i]);
 }
 
+namespace {
+// The next f16 bit pattern toward +Inf (dir > 0) or -Inf (dir < 0) from a finite h.
+std::uint16_t f16_step(std::uint16_t h, int dir) {
+  const bool negative = (h & 0x8000u) != 0;
+  if ((h & 0x7fffu) == 0) return dir > 0 ? 0x0001 : 0x8001;  // from +-0
+  const bool away_from_zero = (dir > 0) != negative;
+  return static_cast<std::uint16_t>(away_from_zero ? h + 1 : h - 1);
+}
+}  // namespace
+
+float f16_round_down(float x) {
+  std::uint16_t h = f32_to_f16_ref(x);
+  if (f16_to_f32_ref(h) > x) h = f16_step(h, -1);
+  return f16_to_f32_ref(h);
+}
+
+float f16_round_up(float x) {
+  std::uint16_t h = f32_to_f16_ref(x);
+  if (f16_to_f32_ref(h) < x) h = f16_step(h, +1);
+  return f16_to_f32_ref(h);
+}
+
 void round_through_f16(float* x, std::size_t n) {
   constexpr std::size_t kBlock = 256;
   std::uint16_t tmp[kBlock];

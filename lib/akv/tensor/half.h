@@ -18,6 +18,11 @@ void f16_to_f32(const std::uint16_t* src, float* dst, std::size_t n);
 void f32_to_bf16(const float* src, std::uint16_t* dst, std::size_t n);
 void bf16_to_f32(const std::uint16_t* src, float* dst, std::size_t n);
 
+// Directed f16 rounding of finite x: the largest f16 <= x / the smallest f16 >= x (as f32).
+// Values beyond the f16 range give -Inf / +Inf.
+float f16_round_down(float x);
+float f16_round_up(float x);
+
 // Rounds every element through f16 and back (what storing as f16 does to a value).
 void round_through_f16(float* x, std::size_t n);
 

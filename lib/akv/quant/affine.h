@@ -1,0 +1,60 @@
+#pragma once
+// Asymmetric min/max affine group quantization (KIVI family), round to nearest.
+//
+// Per group of G values: zero = the largest f16 <= min, scale = the smallest f16 >=
+// (max - zero) / (2^b - 1); code = clamp(round_half_even((x - zero) * (1 / scale)), 0, 2^b - 1);
+// x^ = zero + code * scale. Both parameters are stored as f16 and chosen by directed rounding so
+// that every input lies inside [zero, zero + (2^b - 1) scale]: |x - x^| <= scale / 2 (plus f32
+// arithmetic rounding). A constant group whose value is an f16 has scale 0 and is exact.
+//
+// Axes of a [rows = tokens, cols = channels] block:
+//   channel: each channel is quantized in groups of G consecutive tokens (KIVI keys);
+//   token:   each token is quantized in groups of G consecutive channels (KIVI values).
+// The last group along the axis may be shorter than G.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace akv {
+
+enum class QuantAxis { channel, token };
+std::string quant_axis_name(QuantAxis a);             // "channel" | "token"
+QuantAxis parse_quant_axis(const std::string& name);  // throws UsageError naming the value
+
+struct GroupParams {
+  float scale = 0.0f;  // an f16 value
+  float zero = 0.0f;   // an f16 value
+};
+// Throws InvalidInput when min or max lies beyond the f16 range.
+GroupParams group_params(float min, float max, int bits);
+
+// One quantized block of `rows` tokens x `cols` channels.
+struct QuantizedBlock {
+  int bits = 4;
+  QuantAxis axis = QuantAxis::channel;
+  std::size_t rows = 0, cols = 0, group = 32;
+  // Packed codes, group after group: channel axis -> for each token group, for each channel,
+  // its rows in order; token axis -> for each row, its channels in order (row-major).
+  std::vector<std::uint8_t> codes;
+  std::vector<std::uint16_t> scale;  // [n_groups] f16 bits, in group order
+  std::vector<std::uint16_t> zero;   // [n_groups] f16 bits
+
+  // Number of groups: channel axis ceil(rows/G) * cols, token axis rows * ceil(cols/G).
+  std::size_t n_groups() const;
+  // Bytes stored: packed codes + f16 scales and zeros.
+  std::size_t bytes() const { return codes.size() + 2 * (scale.size() + zero.size()); }
+};
+
+// x: [rows, cols] row-major. bits in {2,3,4,8}, group >= 1 (InvalidInput otherwise).
+QuantizedBlock quantize_block_ref(const float* x, std::size_t rows, std::size_t cols,
+                                  QuantAxis axis, int bits, std::size_t group);
+void dequantize_block_ref(const QuantizedBlock& q, float* out);  // out: [rows, cols]
+
+// Fast paths (contiguous inner loops over channels, specialised packing): bit-identical codes,
+// scales and zeros, and identical dequantized values.
+QuantizedBlock quantize_block(const float* x, std::size_t rows, std::size_t cols, QuantAxis axis,
+                              int bits, std::size_t group);
+void dequantize_block(const QuantizedBlock& q, float* out);
+
+}  // namespace akv

@@ -1,0 +1,182 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "akv/core/errors.h"
+#include "akv/quant/affine.h"
+#include "akv/quant/pack.h"
+#include "akv/core/rng.h"
+#include "akv/tensor/half.h"
+
+using namespace akv;
+
+namespace {
+std::vector<std::uint8_t> random_codes(std::size_t n, int bits, std::uint64_t seed) {
+  Rng r(seed);
+  std::vector<std::uint8_t> c(n);
+  for (auto& v : c) v = static_cast<std::uint8_t>(r.below(1u << bits));
+  return c;
+}
+
+std::vector<float> random_block(std::size_t n, std::uint64_t seed, bool outlier_channel = false,
+                                std::size_t cols = 1) {
+  Rng r(seed);
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(r.normal());
+    if (outlier_channel && i % cols == 3) x[i] = 10.0f + 3.0f * x[i];
+  }
+  return x;
+}
+}  // namespace
+
+TEST_CASE("bit packing: hand-computed streams", "[quant][pack]") {
+  std::uint8_t out[8];
+  const std::uint8_t c3[8] = {1, 2, 3, 4, 5, 6, 7, 0};
+  pack_codes_ref(c3, 8, 3, out);  // 0x1F58D1 little-endian
+  CHECK(out[0] == 0xD1);
+  CHECK(out[1] == 0x58);
+  CHECK(out[2] == 0x1F);
+  const std::uint8_t c4[3] = {1, 2, 15};
+  pack_codes_ref(c4, 3, 4, out);
+  CHECK(out[0] == 0x21);
+  CHECK(out[1] == 0x0F);
+  const std::uint8_t c2[5] = {1, 2, 3, 0, 3};
+  pack_codes_ref(c2, 5, 2, out);
+  CHECK(out[0] == 0x39);
+  CHECK(out[1] == 0x03);
+  CHECK(packed_size(10, 3) == 4);
+  CHECK(packed_size(8, 3) == 3);
+  CHECK(packed_size(5, 2) == 2);
+  CHECK(packed_size(0, 4) == 0);
+}
+
+TEST_CASE("bit packing: fast path equals reference, round trips", "[quant][pack]") {
+  for (int bits : {2, 3, 4, 8}) {
+    for (std::size_t n : {0u, 1u, 2u, 3u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 100u, 1001u}) {
+      auto codes = random_codes(n, bits, 1000 * static_cast<std::uint64_t>(bits) + n);
+      std::vector<std::uint8_t> ref(packed_size(n, bits) + 1, 0xAA), fast = ref;
+      pack_codes_ref(codes.data(), n, bits, ref.data());
+      pack_codes(codes.data(), n, bits, fast.data());
+      INFO("bits " << bits << " n " << n);
+      CHECK(ref == fast);
+      CHECK(ref.back() == 0xAA);  // nothing written past packed_size
+      std::vector<std::uint8_t> back_ref(n), back_fast(n);
+      unpack_codes_ref(ref.data(), n, bits, back_ref.data());
+      unpack_codes(ref.data(), n, bits, back_fast.data());
+      CHECK(back_ref == codes);
+      CHECK(back_fast == codes);
+    }
+  }
+  CHECK_THROWS_AS(check_bits(5, "--bits-key"), InvalidInput);
+  CHECK_THROWS_WITH(check_bits(5, "--bits-key"), Catch::Contains("--bits-key = 5"));
+}
+
+TEST_CASE("group parameters bracket the range in f16", "[quant][affine]") {
+  GroupParams p = group_params(0.0f, 15.0f, 4);
+  CHECK(p.zero == 0.0f);
+  CHECK(p.scale == 1.0f);
+  p = group_params(2.5f, 2.5f, 3);  // constant group, f16-exact value
+  CHECK(p.zero == 2.5f);
+  CHECK(p.scale == 0.0f);
+  p = group_params(-0.1f, 0.3f, 2);
+  CHECK(p.zero <= -0.1f);
+  CHECK(p.zero + 3 * p.scale >= 0.3f);
+  CHECK(f16_to_f32_ref(f32_to_f16_ref(p.scale)) == p.scale);
+  CHECK(f16_to_f32_ref(f32_to_f16_ref(p.zero)) == p.zero);
+  CHECK_THROWS_AS(group_params(-1.0f, 1e6f, 4), InvalidInput);
+}
+
+TEST_CASE("quantize_block: fast path equals reference bit for bit", "[quant][affine]") {
+  for (int bits : {2, 3, 4, 8}) {
+    for (QuantAxis axis : {QuantAxis::channel, QuantAxis::token}) {
+      for (std::size_t rows : {1u, 31u, 32u, 33u, 100u}) {
+        for (std::size_t cols : {8u, 64u, 67u}) {
+          for (std::size_t group : {5u, 32u}) {
+            auto x = random_block(rows * cols, rows * 131 + cols * 7 + group, true, cols);
+            QuantizedBlock r = quantize_block_ref(x.data(), rows, cols, axis, bits, group);
+            QuantizedBlock f = quantize_block(x.data(), rows, cols, axis, bits, group);
+            INFO("bits " << bits << " axis " << quant_axis_name(axis) << " rows " << rows
+                         << " cols " << cols << " group " << group);
+            REQUIRE(r.n_groups() == r.scale.size());
+            CHECK(r.codes == f.codes);
+            CHECK(r.scale == f.scale);
+            CHECK(r.zero == f.zero);
+            std::vector<float> dr(rows * cols), df(rows * cols);
+            dequantize_block_ref(r, dr.data());
+            dequantize_block(r, df.data());
+            CHECK(dr == df);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("quantize_block: every element within scale/2 of its input", "[quant][affine]") {
+  const std::size_t rows = 77, cols = 40;  // neither a multiple of the group size
+  auto x = random_block(rows * cols, 5, true, cols);
+  for (int bits : {2, 3, 4, 8}) {
+    for (QuantAxis axis : {QuantAxis::channel, QuantAxis::token}) {
+      const std::size_t group = 16;
+      QuantizedBlock q = quantize_block(x.data(), rows, cols, axis, bits, group);
+      std::vector<float> y(rows * cols);
+      dequantize_block(q, y.data());
+      std::size_t bad = 0;
+      for (std::size_t t = 0; t < rows; ++t) {
+        for (std::size_t c = 0; c < cols; ++c) {
+          const std::size_t g = axis == QuantAxis::channel
+                                    ? (t / group) * cols + c
+                                    : t * ((cols + group - 1) / group) + c / group;
+          const float scale = f16_to_f32_ref(q.scale[g]);
+          const float zero = f16_to_f32_ref(q.zero[g]);
+          const float x0 = x[t * cols + c];
+          // scale/2 from rounding, plus f32 arithmetic: a few ulps of the group's magnitude.
+          const float mag = std::fabs(zero) + static_cast<float>((1 << bits) - 1) * scale;
+          const float bound = 0.5f * scale + 4 * std::numeric_limits<float>::epsilon() * mag;
+          if (std::fabs(y[t * cols + c] - x0) > bound) ++bad;
+        }
+      }
+      INFO("bits " << bits << " axis " << quant_axis_name(axis));
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("quantize_block: constant f16 groups are exact; error falls with bits", "[quant][affine]") {
+  std::vector<float> c(64 * 8, 1.25f);
+  for (int bits : {2, 3, 4, 8}) {
+    QuantizedBlock q = quantize_block(c.data(), 64, 8, QuantAxis::channel, bits, 32);
+    std::vector<float> y(c.size());
+    dequantize_block(q, y.data());
+    CHECK(y == c);
+  }
+  auto x = random_block(256 * 64, 9);
+  double prev = INFINITY;
+  for (int bits : {2, 3, 4, 8}) {
+    QuantizedBlock q = quantize_block(x.data(), 256, 64, QuantAxis::token, bits, 32);
+    std::vector<float> y(x.size());
+    dequantize_block(q, y.data());
+    double err = 0, ref = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      err += (y[i] - x[i]) * (y[i] - x[i]);
+      ref += x[i] * x[i];
+    }
+    INFO("bits " << bits << " relative MSE " << err / ref);
+    CHECK(err / ref < prev);
+    prev = err / ref;
+    CHECK(q.bytes() == packed_size(256 * 64, bits) + 2 * 2 * 256 * 2);
+  }
+  CHECK(prev < 1e-4);  // 8 bits
+}
+
+TEST_CASE("quantize_block: bad arguments", "[quant][affine][bad]") {
+  std::vector<float> x(64, 1.0f);
+  CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::channel, 5, 32), InvalidInput);
+  CHECK_THROWS_AS(quantize_block_ref(x.data(), 8, 8, QuantAxis::channel, 1, 32), InvalidInput);
+  CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::token, 4, 0), InvalidInput);
+  CHECK_THROWS_AS(parse_quant_axis("row"), UsageError);
+  x[9] = 1e9f;
+  CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::token, 4, 8), InvalidInput);
+}
