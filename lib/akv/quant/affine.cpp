@@ -223,13 +223,14 @@ void dequantize_block(const QuantizedBlock& q, float* out) {
       g += q.cols;
     }
   } else {
-    const std::size_t per_row = (q.cols + q.group - 1) / q.group;
+    std::size_t g = 0;
     for (std::size_t t = 0; t < q.rows; ++t) {
       const std::uint8_t* code = codes.data() + t * q.cols;
       float* r = out + t * q.cols;
-      for (std::size_t c = 0; c < q.cols; ++c) {
-        const std::size_t g = t * per_row + c / q.group;
-        r[c] = decode(code[c], scale[g], zero[g]);
+      for (std::size_t c0 = 0; c0 < q.cols; c0 += q.group, ++g) {
+        const std::size_t c1 = std::min(q.cols, c0 + q.group);
+        const float s = scale[g], z = zero[g];
+        for (std::size_t c = c0; c < c1; ++c) r[c] = decode(code[c], s, z);
       }
     }
   }
