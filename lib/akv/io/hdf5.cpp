@@ -258,6 +258,23 @@ Type make_half_type(std::size_t epos, std::size_t esize, std::size_t msize, std:
   H5Tset_ebias(t.get(), ebias);
   return t;
 }
+
+// Opens a 1-D dataset whose elements are of class `cls`; returns its type and length.
+Dataset open_vector(hid_t loc, const std::string& path, const std::string& file, H5T_class_t cls,
+                    const char* what, Type& type, std::size_t& n) {
+  Dataset d = open_dataset(loc, path, file);
+  type = Type(H5Dget_type(d.get()));
+  if (H5Tget_class(type.get()) != cls) {
+    throw InvalidInput(std::string("dataset must hold ") + what,
+                       {file, path, class_name(H5Tget_class(type.get()))});
+  }
+  auto shape = dataset_shape(d.get());
+  if (shape.size() != 1) {
+    throw InvalidInput("dataset must be 1-D", {file, path + ".shape", shape_string(shape)});
+  }
+  n = shape[0];
+  return d;
+}
 }  // namespace
 
 Type make_f16_type() { return make_half_type(10, 5, 10, 15); }
@@ -265,16 +282,10 @@ Type make_bf16_type() { return make_half_type(7, 8, 7, 127); }
 
 std::vector<std::int64_t> read_int_vector(hid_t loc, const std::string& path,
                                           const std::string& file) {
-  Dataset d = open_dataset(loc, path, file);
-  Type t(H5Dget_type(d.get()));
-  if (H5Tget_class(t.get()) != H5T_INTEGER) {
-    throw InvalidInput("dataset must hold integers", {file, path,
-                                                      class_name(H5Tget_class(t.get()))});
-  }
-  auto shape = dataset_shape(d.get());
-  if (shape.size() != 1) throw InvalidInput("dataset must be 1-D", {file, path + ".shape",
-                                                                     shape_string(shape)});
-  std::vector<std::int64_t> v(shape[0]);
+  Type t;
+  std::size_t n = 0;
+  Dataset d = open_vector(loc, path, file, H5T_INTEGER, "integers", t, n);
+  std::vector<std::int64_t> v(n);
   if (!v.empty() && H5Dread(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                             v.data()) < 0) {
     throw CorruptData("cannot read dataset", {file, path, ""});
@@ -284,16 +295,9 @@ std::vector<std::int64_t> read_int_vector(hid_t loc, const std::string& path,
 
 std::vector<std::string> read_string_vector(hid_t loc, const std::string& path,
                                             const std::string& file) {
-  Dataset d = open_dataset(loc, path, file);
-  Type t(H5Dget_type(d.get()));
-  if (H5Tget_class(t.get()) != H5T_STRING) {
-    throw InvalidInput("dataset must hold strings", {file, path,
-                                                     class_name(H5Tget_class(t.get()))});
-  }
-  auto shape = dataset_shape(d.get());
-  if (shape.size() != 1) throw InvalidInput("dataset must be 1-D", {file, path + ".shape",
-                                                                     shape_string(shape)});
-  std::size_t n = shape[0];
+  Type t;
+  std::size_t n = 0;
+  Dataset d = open_vector(loc, path, file, H5T_STRING, "strings", t, n);
   std::vector<std::string> out(n);
   if (n == 0) return out;
   if (H5Tis_variable_str(t.get()) > 0) {
