@@ -21,6 +21,7 @@ std::size_t packed_size(std::size_t n_codes, int bits) {
 }
 
 void pack_codes_ref(const std::uint8_t* codes, std::size_t n, int bits, std::uint8_t* out) {
+  if (n == 0) return;  // empty buffers may be null
   std::memset(out, 0, packed_size(n, bits));
   for (std::size_t i = 0; i < n; ++i) {
     for (int b = 0; b < bits; ++b) {
@@ -46,6 +47,7 @@ void unpack_codes_ref(const std::uint8_t* in, std::size_t n, int bits, std::uint
 // Whole units (codes that fill whole bytes) run the specialised loops; the tail starts on a
 // byte boundary, so the reference on the rest gives the same stream.
 void pack_codes(const std::uint8_t* c, std::size_t n, int bits, std::uint8_t* out) {
+  if (n == 0) return;  // empty buffers may be null
   std::size_t i = 0, o = 0;
   switch (bits) {
     case 8:
@@ -76,6 +78,7 @@ void pack_codes(const std::uint8_t* c, std::size_t n, int bits, std::uint8_t* ou
 }
 
 void unpack_codes(const std::uint8_t* in, std::size_t n, int bits, std::uint8_t* c) {
+  if (n == 0) return;  // empty buffers may be null
   std::size_t i = 0, o = 0;
   switch (bits) {
     case 8:
