@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "akv/core/errors.h"
+#include "akv/quant/kernels.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
 
@@ -82,10 +83,9 @@ QuantizedBlock quantize_block_ref(const float* x, std::size_t rows, std::size_t 
                                   QuantAxis axis, int bits, std::size_t group) {
   check_args(bits, group);
   QuantizedBlock q = empty_block(rows, cols, axis, bits, group);
-  std::vector<std::uint8_t> codes;
-  codes.reserve(rows * cols);
+  std::vector<std::uint8_t> codes(rows * cols);  // row-major, like x
   const float max_code = static_cast<float>((1 << bits) - 1);
-  // Visit groups in their storage order; each group is a list of element offsets.
+  // Visit groups in their parameter order; each group is a list of element offsets.
   std::vector<std::size_t> idx;
   std::size_t g = 0;
   auto quantize_group = [&]() {
@@ -96,7 +96,7 @@ QuantizedBlock quantize_block_ref(const float* x, std::size_t rows, std::size_t 
     }
     const GroupParams p = group_params(lo, hi, bits);
     const float inv = inverse(p.scale);
-    for (std::size_t i : idx) codes.push_back(encode(x[i], p.zero, inv, max_code));
+    for (std::size_t i : idx) codes[i] = encode(x[i], p.zero, inv, max_code);
     q.scale[g] = f32_to_f16_ref(p.scale);
     q.zero[g] = f32_to_f16_ref(p.zero);
     ++g;
@@ -126,24 +126,21 @@ QuantizedBlock quantize_block_ref(const float* x, std::size_t rows, std::size_t 
 void dequantize_block_ref(const QuantizedBlock& q, float* out) {
   std::vector<std::uint8_t> codes(q.rows * q.cols);
   unpack_codes_ref(q.codes.data(), codes.size(), q.bits, codes.data());
-  std::size_t k = 0, g = 0;
-  auto put = [&](std::size_t i) {
-    out[i] = decode(codes[k++], f16_to_f32_ref(q.scale[g]), f16_to_f32_ref(q.zero[g]));
-  };
-  if (q.axis == QuantAxis::channel) {
-    for (std::size_t t0 = 0; t0 < q.rows; t0 += q.group) {
-      for (std::size_t c = 0; c < q.cols; ++c, ++g) {
-        for (std::size_t t = t0; t < std::min(q.rows, t0 + q.group); ++t) put(t * q.cols + c);
-      }
-    }
-  } else {
-    for (std::size_t t = 0; t < q.rows; ++t) {
-      for (std::size_t c0 = 0; c0 < q.cols; c0 += q.group, ++g) {
-        for (std::size_t c = c0; c < std::min(q.cols, c0 + q.group); ++c) put(t * q.cols + c);
-      }
+  const std::size_t groups_per_row = ceil_div(q.cols, q.group);
+  for (std::size_t t = 0; t < q.rows; ++t) {
+    for (std::size_t c = 0; c < q.cols; ++c) {
+      const std::size_t g = q.axis == QuantAxis::channel ? (t / q.group) * q.cols + c
+                                                         : t * groups_per_row + c / q.group;
+      const std::size_t i = t * q.cols + c;
+      out[i] = decode(codes[i], f16_to_f32_ref(q.scale[g]), f16_to_f32_ref(q.zero[g]));
     }
   }
 }
+
+namespace {
+// Rows of a token-axis block processed per parameter batch (keeps the batch in L1).
+constexpr std::size_t kTokenRowsPerBatch = 64;
+}  // namespace
 
 QuantizedBlock quantize_block(const float* x, std::size_t rows, std::size_t cols, QuantAxis axis,
                               int bits, std::size_t group) {
@@ -152,48 +149,43 @@ QuantizedBlock quantize_block(const float* x, std::size_t rows, std::size_t cols
   std::vector<std::uint8_t> codes(rows * cols);
   const float max_code = static_cast<float>((1 << bits) - 1);
   if (axis == QuantAxis::channel) {
-    // Per token group: column min/max with contiguous row sweeps, then codes row by row into a
-    // [cols, n] staging tile that is already in storage order.
+    // Per token group: column ranges, one parameter batch over the columns, then each row is
+    // encoded against per-column parameters.
     std::vector<float> lo(cols), hi(cols), zero(cols), inv(cols);
-    std::size_t g = 0, k = 0;
-    for (std::size_t t0 = 0; t0 < rows; t0 += group) {
+    for (std::size_t t0 = 0, g = 0; t0 < rows; t0 += group, g += cols) {
       const std::size_t n = std::min(group, rows - t0);
-      std::copy_n(x + t0 * cols, cols, lo.data());
-      std::copy_n(x + t0 * cols, cols, hi.data());
-      for (std::size_t t = t0 + 1; t < t0 + n; ++t) {
-        const float* r = x + t * cols;
-        for (std::size_t c = 0; c < cols; ++c) {
-          lo[c] = std::min(lo[c], r[c]);
-          hi[c] = std::max(hi[c], r[c]);
-        }
+      kernels::minmax_columns(x + t0 * cols, n, cols, lo.data(), hi.data());
+      kernels::group_params_many(lo.data(), hi.data(), cols, bits, zero.data(), inv.data(),
+                                 q.scale.data() + g, q.zero.data() + g);
+      for (std::size_t t = t0; t < t0 + n; ++t) {
+        kernels::encode_per_element(x + t * cols, zero.data(), inv.data(), cols, max_code,
+                                    codes.data() + t * cols);
       }
-      for (std::size_t c = 0; c < cols; ++c, ++g) {
-        const GroupParams p = group_params(lo[c], hi[c], bits);
-        zero[c] = p.zero;
-        inv[c] = inverse(p.scale);
-        q.scale[g] = f32_to_f16_ref(p.scale);
-        q.zero[g] = f32_to_f16_ref(p.zero);
-      }
-      std::uint8_t* tile = codes.data() + k;  // [cols, n]
-      for (std::size_t i = 0; i < n; ++i) {
-        const float* r = x + (t0 + i) * cols;
-        for (std::size_t c = 0; c < cols; ++c) tile[c * n + i] = encode(r[c], zero[c], inv[c], max_code);
-      }
-      k += n * cols;
     }
   } else {
-    std::size_t g = 0;
-    for (std::size_t t = 0; t < rows; ++t) {
-      const float* r = x + t * cols;
-      std::uint8_t* out = codes.data() + t * cols;
-      for (std::size_t c0 = 0; c0 < cols; c0 += group, ++g) {
-        const std::size_t c1 = std::min(cols, c0 + group);
-        const auto [mn, mx] = std::minmax_element(r + c0, r + c1);
-        const GroupParams p = group_params(*mn, *mx, bits);
-        const float inv = inverse(p.scale);
-        for (std::size_t c = c0; c < c1; ++c) out[c] = encode(r[c], p.zero, inv, max_code);
-        q.scale[g] = f32_to_f16_ref(p.scale);
-        q.zero[g] = f32_to_f16_ref(p.zero);
+    const std::size_t per_row = ceil_div(cols, group);
+    const std::size_t batch = kTokenRowsPerBatch * per_row;
+    std::vector<float> lo(batch), hi(batch), zero(batch), inv(batch);
+    for (std::size_t t0 = 0; t0 < rows; t0 += kTokenRowsPerBatch) {
+      const std::size_t n = std::min(kTokenRowsPerBatch, rows - t0);
+      for (std::size_t t = 0; t < n; ++t) {
+        const float* r = x + (t0 + t) * cols;
+        for (std::size_t j = 0; j < per_row; ++j) {
+          const std::size_t c0 = j * group;
+          kernels::minmax_range(r + c0, std::min(group, cols - c0), &lo[t * per_row + j],
+                                &hi[t * per_row + j]);
+        }
+      }
+      const std::size_t g0 = t0 * per_row;
+      kernels::group_params_many(lo.data(), hi.data(), n * per_row, bits, zero.data(), inv.data(),
+                                 q.scale.data() + g0, q.zero.data() + g0);
+      for (std::size_t t = 0; t < n; ++t) {
+        const std::size_t off = (t0 + t) * cols;
+        for (std::size_t j = 0; j < per_row; ++j) {
+          const std::size_t c0 = j * group;
+          kernels::encode_broadcast(x + off + c0, zero[t * per_row + j], inv[t * per_row + j],
+                                    std::min(group, cols - c0), max_code, codes.data() + off + c0);
+        }
       }
     }
   }
@@ -209,28 +201,17 @@ void dequantize_block(const QuantizedBlock& q, float* out) {
   f16_to_f32(q.scale.data(), scale.data(), scale.size());
   f16_to_f32(q.zero.data(), zero.data(), zero.size());
   if (q.axis == QuantAxis::channel) {
-    std::size_t k = 0, g = 0;
-    for (std::size_t t0 = 0; t0 < q.rows; t0 += q.group) {
-      const std::size_t n = std::min(q.group, q.rows - t0);
-      const std::uint8_t* tile = codes.data() + k;  // [cols, n]
-      const float* s = scale.data() + g;
-      const float* z = zero.data() + g;
-      for (std::size_t i = 0; i < n; ++i) {
-        float* r = out + (t0 + i) * q.cols;
-        for (std::size_t c = 0; c < q.cols; ++c) r[c] = decode(tile[c * n + i], s[c], z[c]);
-      }
-      k += n * q.cols;
-      g += q.cols;
+    for (std::size_t t = 0; t < q.rows; ++t) {
+      const std::size_t g = (t / q.group) * q.cols;
+      kernels::decode_per_element(codes.data() + t * q.cols, scale.data() + g, zero.data() + g,
+                                  q.cols, out + t * q.cols);
     }
   } else {
-    std::size_t g = 0;
-    for (std::size_t t = 0; t < q.rows; ++t) {
-      const std::uint8_t* code = codes.data() + t * q.cols;
-      float* r = out + t * q.cols;
+    for (std::size_t t = 0, g = 0; t < q.rows; ++t) {
       for (std::size_t c0 = 0; c0 < q.cols; c0 += q.group, ++g) {
-        const std::size_t c1 = std::min(q.cols, c0 + q.group);
-        const float s = scale[g], z = zero[g];
-        for (std::size_t c = c0; c < c1; ++c) r[c] = decode(code[c], s, z);
+        const std::size_t off = t * q.cols + c0;
+        kernels::decode_broadcast(codes.data() + off, scale[g], zero[g],
+                                  std::min(q.group, q.cols - c0), out + off);
       }
     }
   }

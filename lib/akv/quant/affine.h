@@ -34,8 +34,9 @@ struct QuantizedBlock {
   int bits = 4;
   QuantAxis axis = QuantAxis::channel;
   std::size_t rows = 0, cols = 0, group = 32;
-  // Packed codes, group after group: channel axis -> for each token group, for each channel,
-  // its rows in order; token axis -> for each row, its channels in order (row-major).
+  // Packed codes in row-major element order (token after token, channels in order), for both
+  // axes. Groups (and their scale/zero entries) are ordered: channel axis -> for each token
+  // group, for each channel; token axis -> for each token, for each channel group.
   std::vector<std::uint8_t> codes;
   std::vector<std::uint16_t> scale;  // [n_groups] f16 bits, in group order
   std::vector<std::uint16_t> zero;   // [n_groups] f16 bits

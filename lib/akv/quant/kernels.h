@@ -1,0 +1,34 @@
+#pragma once
+// Internal row kernels of the affine quantizer's fast path: AVX2 + F16C + FMA when compiled for
+// x86-64-v3, portable scalar loops otherwise. Each kernel computes exactly what the scalar
+// reference computes (same operations in the same order per element), so results are bitwise
+// identical; tests/unit/test_quant.cpp compares them.
+#include <cstddef>
+#include <cstdint>
+
+namespace akv::kernels {
+
+// lo[c] = min over rows of x[r*cols + c], hi likewise (rows >= 1).
+void minmax_columns(const float* x, std::size_t rows, std::size_t cols, float* lo, float* hi);
+// Min and max of x[0..n) (n >= 1).
+void minmax_range(const float* x, std::size_t n, float* lo, float* hi);
+
+// Group parameters for n groups from their ranges (see group_params): zero and 1/scale as f32
+// (inverse 0 for scale 0) and the f16 bits of scale and zero. Throws like group_params.
+void group_params_many(const float* lo, const float* hi, std::size_t n, int bits, float* zero,
+                       float* inv, std::uint16_t* scale_bits, std::uint16_t* zero_bits);
+
+// codes[i] = clamp(round_half_even((x[i] - zero[i]) * inv[i]), 0, max_code).
+void encode_per_element(const float* x, const float* zero, const float* inv, std::size_t n,
+                        float max_code, std::uint8_t* codes);
+// Same with one zero / inverse for the whole range.
+void encode_broadcast(const float* x, float zero, float inv, std::size_t n, float max_code,
+                      std::uint8_t* codes);
+
+// out[i] = fma(code[i], scale[i], zero[i]) / with one scale and zero.
+void decode_per_element(const std::uint8_t* codes, const float* scale, const float* zero,
+                        std::size_t n, float* out);
+void decode_broadcast(const std::uint8_t* codes, float scale, float zero, std::size_t n,
+                      float* out);
+
+}  // namespace akv::kernels
