@@ -46,6 +46,12 @@ struct DumpMeta {
   std::size_t first_query_pos() const { return n_tokens - n_query; }
 };
 
+// Root attributes describing the model and sequence shape (model, n_layers, n_heads,
+// n_kv_heads, head_dim, rope_theta, rope_layout, n_tokens), shared by dumps and caches.
+// The reader validates them and throws InvalidInput naming the attribute.
+void read_shape_attrs(hid_t root, const std::string& file, DumpMeta& meta);
+void write_shape_attrs(hid_t root, const DumpMeta& meta);
+
 enum class DumpField { key, value, query, key_pre_rope };
 std::string dump_field_name(DumpField f);  // "key", "value", "query", "key_pre_rope"
 

@@ -16,13 +16,6 @@ std::string num(double v) {
   return buf;
 }
 
-// A positive integer attribute of the root group.
-std::size_t positive_attr(hid_t root, const std::string& name, const std::string& file) {
-  std::int64_t v = h5::read_attr_int(root, name, file, name);
-  if (v <= 0) throw InvalidInput("attribute must be positive", {file, name, std::to_string(v)});
-  return static_cast<std::size_t>(v);
-}
-
 }  // namespace
 
 DumpReader::DumpReader(std::string path) : path_(std::move(path)) {
@@ -48,33 +41,7 @@ void DumpReader::read_meta() {
     throw InvalidInput("unsupported akv-dump version (this akv reads version 1)",
                        {f, "version", std::to_string(version)});
   }
-  meta_.model = h5::read_attr_string(root, "model", f, "model");
-  meta_.n_layers = positive_attr(root, "n_layers", f);
-  meta_.n_heads = positive_attr(root, "n_heads", f);
-  meta_.n_kv_heads = positive_attr(root, "n_kv_heads", f);
-  meta_.head_dim = positive_attr(root, "head_dim", f);
-  meta_.n_tokens = positive_attr(root, "n_tokens", f);
-  meta_.rope_theta = h5::read_attr_double(root, "rope_theta", f, "rope_theta");
-  std::string layout = h5::read_attr_string(root, "rope_layout", f, "rope_layout");
-  try {
-    meta_.rope_layout = parse_rope_layout(layout);
-  } catch (const InvalidInput&) {
-    throw InvalidInput("unknown RoPE layout (expected interleaved or rotate-half)",
-                       {f, "rope_layout", layout});
-  }
-  if (meta_.n_heads % meta_.n_kv_heads != 0) {
-    throw InvalidInput("n_heads must be a multiple of n_kv_heads (" +
-                           std::to_string(meta_.n_kv_heads) + ")",
-                       {f, "n_heads", std::to_string(meta_.n_heads)});
-  }
-  if (meta_.head_dim % 2 != 0) {
-    throw InvalidInput("head_dim must be even (RoPE rotates pairs)",
-                       {f, "head_dim", std::to_string(meta_.head_dim)});
-  }
-  if (!std::isfinite(meta_.rope_theta) || meta_.rope_theta <= 1.0) {
-    throw InvalidInput("rope_theta must be finite and > 1", {f, "rope_theta",
-                                                             num(meta_.rope_theta)});
-  }
+  read_shape_attrs(root, f, meta_);
 }
 
 void DumpReader::read_layer_info(std::size_t l) {

@@ -74,14 +74,7 @@ DumpWriter::DumpWriter(std::string path, DumpMeta meta, DumpWriteOptions options
   hid_t root = m.file.get();
   h5::write_attr_string(root, "format", kDumpFormat);
   h5::write_attr_int(root, "version", kDumpVersion);
-  h5::write_attr_string(root, "model", dm.model);
-  h5::write_attr_int(root, "n_layers", static_cast<std::int64_t>(dm.n_layers));
-  h5::write_attr_int(root, "n_heads", static_cast<std::int64_t>(dm.n_heads));
-  h5::write_attr_int(root, "n_kv_heads", static_cast<std::int64_t>(dm.n_kv_heads));
-  h5::write_attr_int(root, "head_dim", static_cast<std::int64_t>(dm.head_dim));
-  h5::write_attr_double(root, "rope_theta", dm.rope_theta);
-  h5::write_attr_string(root, "rope_layout", rope_layout_name(dm.rope_layout));
-  h5::write_attr_int(root, "n_tokens", static_cast<std::int64_t>(dm.n_tokens));
+  write_shape_attrs(root, dm);
   m.written.assign(dm.n_layers, std::vector<std::size_t>(4, 0));
   for (std::size_t l = 0; l < dm.n_layers; ++l) {
     h5::create_group(root, "/layers/" + std::to_string(l));

@@ -346,6 +346,35 @@ void write_string_vector(hid_t loc, const std::string& path,
   }
 }
 
+void write_dataset(hid_t loc, const std::string& path, hid_t file_type, hid_t mem_type,
+                   const std::vector<hsize_t>& dims, const void* data) {
+  Space s(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  PropList dcpl = dataset_create_props();
+  Dataset d(H5Dcreate2(loc, path.c_str(), file_type, s.get(), H5P_DEFAULT, dcpl.get(),
+                       H5P_DEFAULT));
+  std::size_t n = 1;
+  for (hsize_t v : dims) n *= v;
+  if (!d.valid() ||
+      (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)) {
+    throw IoError("cannot write dataset", {"", path, ""});
+  }
+}
+
+void read_dataset(hid_t loc, const std::string& path, hid_t mem_type,
+                  const std::vector<hsize_t>& dims, void* data, const std::string& file) {
+  Dataset d = open_dataset(loc, path, file);
+  const std::vector<hsize_t> shape = dataset_shape(d.get());
+  if (shape != dims) {
+    throw CorruptData("dataset has the wrong shape (expected " + shape_string(dims) + ")",
+                      {file, path, shape_string(shape)});
+  }
+  std::size_t n = 1;
+  for (hsize_t v : dims) n *= v;
+  if (n > 0 && H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+    throw CorruptData("cannot read dataset", {file, path, ""});
+  }
+}
+
 void write_int32_vector(hid_t loc, const std::string& path, const std::vector<std::int32_t>& v) {
   hsize_t n = v.size();
   Space s(H5Screate_simple(1, &n, nullptr));

@@ -102,6 +102,13 @@ std::vector<std::string> read_string_vector(hid_t loc, const std::string& path,
 // Writes a 1-D dataset of variable-length UTF-8 strings (h5py's default for str).
 void write_string_vector(hid_t loc, const std::string& path,
                          const std::vector<std::string>& values);
+// Writes an n-D dataset (contiguous, no timestamps) of `file_type` from memory of `mem_type`.
+void write_dataset(hid_t loc, const std::string& path, hid_t file_type, hid_t mem_type,
+                   const std::vector<hsize_t>& dims, const void* data);
+// Reads a whole dataset whose shape must equal `dims` into memory of `mem_type`; a different
+// shape throws CorruptData naming the dataset, the expected and the stored shape.
+void read_dataset(hid_t loc, const std::string& path, hid_t mem_type,
+                  const std::vector<hsize_t>& dims, void* data, const std::string& file);
 // Writes a 1-D int32 dataset.
 void write_int32_vector(hid_t loc, const std::string& path, const std::vector<std::int32_t>& v);
 

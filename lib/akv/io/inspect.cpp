@@ -202,17 +202,19 @@ std::string render_dump(const nlohmann::json& j) {
 
 }  // namespace
 
-nlohmann::json inspect_file(const std::string& path, bool stats) {
-  std::string format;
-  {
-    h5::File f = h5::open_read(path);
-    if (!h5::attr_exists(f.get(), "format")) {
-      throw InvalidInput("not an akv file (no format attribute)", {path, "format"});
-    }
-    format = h5::read_attr_string(f.get(), "format", path, "format");
+std::string read_file_format(const std::string& path) {
+  h5::File f = h5::open_read(path);
+  if (!h5::attr_exists(f.get(), "format")) {
+    throw InvalidInput("not an akv file (no format attribute)", {path, "format"});
   }
+  return h5::read_attr_string(f.get(), "format", path, "format");
+}
+
+nlohmann::json inspect_file(const std::string& path, bool stats) {
+  const std::string format = read_file_format(path);
   if (format == kDumpFormat) return inspect_dump(path, stats);
-  throw InvalidInput("unknown akv file format (this akv knows akv-dump)", {path, "format", format});
+  throw InvalidInput("unknown akv file format (this akv knows akv-dump and akv-cache)",
+                     {path, "format", format});
 }
 
 std::string render_info(const nlohmann::json& info) {

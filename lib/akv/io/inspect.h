@@ -5,7 +5,10 @@
 
 namespace akv {
 
-// Structured description (schema in docs/formats.md, "akv info --json"). Throws like the
+// The root `format` attribute of an HDF5 file ("akv-dump", "akv-cache"); InvalidInput if absent.
+std::string read_file_format(const std::string& path);
+
+// Structured description of a dump (schema in docs/formats.md, "akv info --json"). Throws like the
 // format's reader: IoError, CorruptData, InvalidInput.
 // With `stats`, also reads every tensor (a head at a time) and adds per-layer statistics:
 // min, max, mean, std, absmax of each dataset, and for keys the outlier-channel ratio
