@@ -1,0 +1,287 @@
+#include "akv/cache/cache_file.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "akv/core/atomic_file.h"
+#include "akv/core/errors.h"
+#include "akv/quant/pack.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+constexpr const char* kParts[] = {"key", "value"};
+
+std::int64_t i64(std::size_t v) { return static_cast<std::int64_t>(v); }
+
+// A non-negative integer attribute of a cache object.
+std::size_t count_attr(hid_t obj, const std::string& name, const std::string& file,
+                       const std::string& where) {
+  const std::int64_t v = h5::read_attr_int(obj, name, file, where + "." + name);
+  if (v < 0) throw CorruptData("attribute must be >= 0", {file, where + "." + name, std::to_string(v)});
+  return static_cast<std::size_t>(v);
+}
+
+void write_part(hid_t group, const TensorPart& p, std::size_t d, hid_t f16) {
+  h5::write_attr_int(group, "n_quant", i64(p.n_quant));
+  h5::write_attr_int(group, "n_residual", i64(p.n_residual));
+  h5::write_attr_int(group, "n_outlier", i64(p.outlier_channels.size()));
+  h5::write_attr_int(group, "pre_rope", p.pre_rope ? 1 : 0);
+  if (p.n_quant > 0) {
+    const QuantizedBlock& b = p.block;
+    h5::write_attr_int(group, "bits", b.bits);
+    h5::write_attr_string(group, "axis", quant_axis_name(b.axis));
+    h5::write_attr_int(group, "group", i64(b.group));
+    h5::write_dataset(group, "codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, {b.codes.size()}, b.codes.data());
+    h5::write_dataset(group, "scale", f16, f16, {b.scale.size()}, b.scale.data());
+    h5::write_dataset(group, "zero", f16, f16, {b.zero.size()}, b.zero.data());
+  }
+  const std::size_t n_out = p.outlier_channels.size();
+  if (n_out > 0) {
+    h5::write_dataset(group, "outlier_channels", H5T_STD_U16LE, H5T_NATIVE_UINT16, {n_out},
+                      p.outlier_channels.data());
+    h5::write_dataset(group, "outlier_values", f16, f16, {p.n_quant, n_out},
+                      p.outlier_values.data());
+  }
+  if (p.n_residual > 0) {
+    h5::write_dataset(group, "residual", f16, f16, {p.n_residual, d}, p.residual.data());
+  }
+}
+
+}  // namespace
+
+std::string cache_head_path(std::size_t layer, std::size_t head) {
+  return "/layers/" + std::to_string(layer) + "/heads/" + std::to_string(head);
+}
+
+bool has_format(const std::string& path, const std::string& format) {
+  h5::File f = h5::open_read(path);
+  if (!h5::attr_exists(f.get(), "format")) return false;
+  return h5::read_attr_string(f.get(), "format", path, "format") == format;
+}
+
+// ---------------------------------------------------------------------------------------------
+struct CacheWriter::Impl {
+  CacheHeader header;
+  AtomicOutput out;
+  h5::File file;
+  h5::Type f16;
+  std::vector<std::vector<bool>> written;  // [layer][head]
+  Impl(std::string path, CacheHeader h) : header(std::move(h)), out(std::move(path)) {}
+};
+
+CacheWriter::CacheWriter(std::string path, CacheHeader header)
+    : impl_(std::make_unique<Impl>(std::move(path), std::move(header))) {
+  Impl& m = *impl_;
+  m.file = h5::create(m.out.temp_path());
+  m.f16 = h5::make_f16_type();
+  hid_t root = m.file.get();
+  const CacheHeader& h = m.header;
+  h5::write_attr_string(root, "format", kCacheFormat);
+  h5::write_attr_int(root, "version", kCacheVersion);
+  h5::write_attr_string(root, "params", h.params.to_json().dump());
+  h5::write_attr_string(root, "source_path", h.source_path);
+  h5::write_attr_string(root, "source_hash", h.source_hash);
+  h5::write_attr_int(root, "source_bytes", static_cast<std::int64_t>(h.source_bytes));
+  write_shape_attrs(root, h.meta);
+  h5::write_attr_int(root, "n_query", i64(h.meta.n_query));
+  m.written.assign(h.meta.n_layers, std::vector<bool>(h.meta.n_kv_heads, false));
+}
+
+CacheWriter::~CacheWriter() = default;
+
+void CacheWriter::write_head(std::size_t layer, std::size_t head, const HeadCache& h) {
+  Impl& m = *impl_;
+  const std::string path = cache_head_path(layer, head);
+  if (layer >= m.header.meta.n_layers || head >= m.header.meta.n_kv_heads) {
+    throw InvalidInput("head out of range", {m.out.path(), path});
+  }
+  h5::Group g = h5::create_group(m.file.get(), path);
+  h5::write_attr_int(g.get(), "n_tokens", i64(h.n_tokens));
+  h5::write_attr_int(g.get(), "n_kept", i64(h.n_kept()));
+  if (!h.kept.empty()) {
+    h5::write_dataset(g.get(), "kept", H5T_STD_I32LE, H5T_NATIVE_INT32, {h.kept.size()},
+                      h.kept.data());
+  }
+  const TensorPart* parts[] = {&h.key, &h.value};
+  for (int i = 0; i < 2; ++i) {
+    h5::Group pg = h5::create_group(g.get(), kParts[i]);
+    write_part(pg.get(), *parts[i], h.head_dim, m.f16.get());
+  }
+  m.written[layer][head] = true;
+}
+
+void CacheWriter::commit() {
+  Impl& m = *impl_;
+  for (std::size_t l = 0; l < m.written.size(); ++l) {
+    for (std::size_t h = 0; h < m.written[l].size(); ++h) {
+      if (!m.written[l][h]) {
+        throw InvalidInput("cache incomplete: head not written", {m.out.path(), cache_head_path(l, h)});
+      }
+    }
+  }
+  if (H5Fflush(m.file.get(), H5F_SCOPE_GLOBAL) < 0) throw IoError("cannot flush", {m.out.path()});
+  m.file.reset();
+  m.out.commit();
+}
+
+// ---------------------------------------------------------------------------------------------
+CacheReader::CacheReader(std::string path) : path_(std::move(path)) {
+  file_ = h5::open_read(path_);
+  std::error_code ec;
+  file_bytes_ = std::filesystem::file_size(path_, ec);
+  hid_t root = file_.get();
+  const std::string& f = path_;
+  const std::string format = h5::read_attr_string(root, "format", f, "format");
+  if (format != kCacheFormat) {
+    throw InvalidInput(std::string("not an akv cache (expected format \"") + kCacheFormat + "\")",
+                       {f, "format", format});
+  }
+  const std::int64_t version = h5::read_attr_int(root, "version", f, "version");
+  if (version != kCacheVersion) {
+    throw InvalidInput("unsupported akv-cache version (this akv reads version 1)",
+                       {f, "version", std::to_string(version)});
+  }
+  const std::string params = h5::read_attr_string(root, "params", f, "params");
+  nlohmann::json j = nlohmann::json::parse(params, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CorruptData("params is not a JSON object", {f, "params"});
+  header_.params = CompressParams::from_json(j, f);
+  header_.source_path = h5::read_attr_string(root, "source_path", f, "source_path");
+  header_.source_hash = h5::read_attr_string(root, "source_hash", f, "source_hash");
+  header_.source_bytes = count_attr(root, "source_bytes", f, "");
+  read_shape_attrs(root, f, header_.meta);
+  header_.meta.n_query = count_attr(root, "n_query", f, "");
+  for (std::size_t l = 0; l < header_.meta.n_layers; ++l) {
+    for (std::size_t h = 0; h < header_.meta.n_kv_heads; ++h) {
+      const std::string p = cache_head_path(l, h);
+      if (!h5::link_exists(root, p)) throw CorruptData("missing head group", {f, p});
+    }
+  }
+}
+
+CacheReader::~CacheReader() = default;
+
+HeadCache CacheReader::read_head(std::size_t layer, std::size_t head) const {
+  const std::string& f = path_;
+  const std::string path = cache_head_path(layer, head);
+  if (layer >= meta().n_layers || head >= meta().n_kv_heads) {
+    throw InvalidInput("head out of range", {f, path});
+  }
+  h5::Group g(H5Gopen2(file_.get(), path.c_str(), H5P_DEFAULT));
+  if (!g.valid()) throw CorruptData("cannot open head group", {f, path});
+  HeadCache h;
+  h.head_dim = meta().head_dim;
+  h.n_tokens = count_attr(g.get(), "n_tokens", f, path);
+  if (h.n_tokens != meta().n_tokens) {
+    throw CorruptData("head n_tokens differs from the file's n_tokens " +
+                          std::to_string(meta().n_tokens),
+                      {f, path + ".n_tokens", std::to_string(h.n_tokens)});
+  }
+  const std::size_t n_kept = count_attr(g.get(), "n_kept", f, path);
+  if (h5::link_exists(g.get(), "kept")) {
+    h.kept.resize(n_kept);
+    h5::read_dataset(file_.get(), path + "/kept", H5T_NATIVE_INT32, {n_kept}, h.kept.data(), f);
+    for (std::size_t i = 0; i < n_kept; ++i) {
+      const std::int32_t v = h.kept[i];
+      if (v < 0 || static_cast<std::size_t>(v) >= h.n_tokens || (i > 0 && v <= h.kept[i - 1])) {
+        throw CorruptData("kept positions must be ascending and inside [0, n_tokens)",
+                          {f, path + "/kept[" + std::to_string(i) + "]", std::to_string(v)});
+      }
+    }
+  } else if (n_kept != h.n_tokens) {
+    throw CorruptData("n_kept differs from n_tokens but no kept dataset",
+                      {f, path + ".n_kept", std::to_string(n_kept)});
+  }
+  const std::size_t d = h.head_dim;
+  TensorPart* parts[] = {&h.key, &h.value};
+  for (int i = 0; i < 2; ++i) {
+    const std::string pp = path + "/" + kParts[i];
+    h5::Group pg(H5Gopen2(file_.get(), pp.c_str(), H5P_DEFAULT));
+    if (!pg.valid()) throw CorruptData("missing group", {f, pp});
+    TensorPart& p = *parts[i];
+    p.n_quant = count_attr(pg.get(), "n_quant", f, pp);
+    p.n_residual = count_attr(pg.get(), "n_residual", f, pp);
+    const std::size_t n_out = count_attr(pg.get(), "n_outlier", f, pp);
+    p.pre_rope = count_attr(pg.get(), "pre_rope", f, pp) != 0;
+    if (p.n_quant + p.n_residual != n_kept) {
+      throw CorruptData("n_quant + n_residual must equal n_kept " + std::to_string(n_kept),
+                        {f, pp + ".n_quant", std::to_string(p.n_quant)});
+    }
+    if (n_out >= d || (n_out > 0 && p.n_quant == 0)) {
+      throw CorruptData("bad outlier channel count", {f, pp + ".n_outlier", std::to_string(n_out)});
+    }
+    if (p.n_quant > 0) {
+      QuantizedBlock& b = p.block;
+      b.bits = static_cast<int>(count_attr(pg.get(), "bits", f, pp));
+      if (!is_supported_bits(b.bits)) {
+        throw CorruptData("unsupported bit width", {f, pp + ".bits", std::to_string(b.bits)});
+      }
+      const std::string axis = h5::read_attr_string(pg.get(), "axis", f, pp + ".axis");
+      if (axis != "channel" && axis != "token") throw CorruptData("unknown axis", {f, pp + ".axis", axis});
+      b.axis = parse_quant_axis(axis);
+      b.group = count_attr(pg.get(), "group", f, pp);
+      if (b.group == 0) throw CorruptData("group size must be >= 1", {f, pp + ".group", "0"});
+      b.rows = p.n_quant;
+      b.cols = d - n_out;
+      b.codes.resize(packed_size(b.rows * b.cols, b.bits));
+      h5::read_dataset(file_.get(), pp + "/codes", H5T_NATIVE_UINT8, {b.codes.size()}, b.codes.data(), f);
+      h5::Type f16 = h5::make_f16_type();
+      b.scale.resize(b.n_groups());
+      b.zero.resize(b.n_groups());
+      h5::read_dataset(file_.get(), pp + "/scale", f16.get(), {b.scale.size()}, b.scale.data(), f);
+      h5::read_dataset(file_.get(), pp + "/zero", f16.get(), {b.zero.size()}, b.zero.data(), f);
+      for (std::size_t k = 0; k < b.scale.size(); ++k) {
+        const float s = f16_to_f32_ref(b.scale[k]), z = f16_to_f32_ref(b.zero[k]);
+        if (!std::isfinite(s) || s < 0.0f || !std::isfinite(z)) {
+          throw CorruptData("scale or zero not finite (or negative scale)",
+                            {f, pp + "/scale[" + std::to_string(k) + "]", std::to_string(s)});
+        }
+      }
+    }
+    if (n_out > 0) {
+      p.outlier_channels.resize(n_out);
+      h5::read_dataset(file_.get(), pp + "/outlier_channels", H5T_NATIVE_UINT16, {n_out},
+                       p.outlier_channels.data(), f);
+      for (std::size_t k = 0; k < n_out; ++k) {
+        const std::uint16_t c = p.outlier_channels[k];
+        if (c >= d || (k > 0 && c <= p.outlier_channels[k - 1])) {
+          throw CorruptData("outlier channels must be ascending and < head_dim",
+                            {f, pp + "/outlier_channels[" + std::to_string(k) + "]", std::to_string(c)});
+        }
+      }
+      h5::Type f16 = h5::make_f16_type();
+      p.outlier_values.resize(p.n_quant * n_out);
+      h5::read_dataset(file_.get(), pp + "/outlier_values", f16.get(), {p.n_quant, n_out},
+                       p.outlier_values.data(), f);
+    }
+    if (p.n_residual > 0) {
+      h5::Type f16 = h5::make_f16_type();
+      p.residual.resize(p.n_residual * d);
+      h5::read_dataset(file_.get(), pp + "/residual", f16.get(), {p.n_residual, d}, p.residual.data(), f);
+    }
+  }
+  return h;
+}
+
+CacheBytes CacheReader::stored_bytes(std::size_t layer, std::size_t head) const {
+  const std::string path = cache_head_path(layer, head);
+  auto size = [&](const std::string& p) -> std::uint64_t {
+    if (!h5::link_exists(file_.get(), p)) return 0;
+    h5::Dataset d = h5::open_dataset(file_.get(), p, path_);
+    return h5::storage_bytes(d.get());
+  };
+  CacheBytes b;
+  b.indices = size(path + "/kept");
+  for (const char* part : kParts) {
+    const std::string pp = path + "/" + part + "/";
+    b.codes += size(pp + "codes");
+    b.scales += size(pp + "scale");
+    b.zeros += size(pp + "zero");
+    b.residual += size(pp + "residual");
+    b.outliers += size(pp + "outlier_channels") + size(pp + "outlier_values");
+  }
+  return b;
+}
+
+}  // namespace akv

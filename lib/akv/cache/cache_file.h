@@ -1,0 +1,83 @@
+#pragma once
+// akv compressed-cache format v1 (HDF5), documented in docs/formats.md.
+//
+//   root attributes: format = "akv-cache", version = 1, params (JSON text: method and every
+//     parameter), source_path, source_hash ("xxh3-64:<hex>"), source_bytes, and the source dump's
+//     shape: model, n_layers, n_heads, n_kv_heads, head_dim, rope_theta, rope_layout, n_tokens,
+//     n_query
+//   /layers/<L>/heads/<H>             attributes n_tokens, n_kept
+//   /layers/<L>/heads/<H>/kept        int32 [n_kept] kept positions (only after eviction)
+//   /layers/<L>/heads/<H>/{key,value} attributes bits, axis, group, n_quant, n_residual,
+//                                     n_outlier, pre_rope; datasets (present when non-empty):
+//     codes            uint8 [packed bytes]       packed codes of [n_quant, head_dim - n_outlier]
+//     scale, zero      f16 [n_groups]
+//     residual         f16 [n_residual, head_dim]
+//     outlier_channels uint16 [n_outlier]
+//     outlier_values   f16 [n_quant, n_outlier]
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/cache/head.h"
+#include "akv/cache/params.h"
+#include "akv/io/dump.h"
+
+namespace akv {
+
+inline constexpr const char* kCacheFormat = "akv-cache";
+inline constexpr std::int64_t kCacheVersion = 1;
+
+struct CacheHeader {
+  DumpMeta meta;  // shape of the source dump
+  CompressParams params;
+  std::string source_path;
+  std::string source_hash;
+  std::uint64_t source_bytes = 0;
+};
+
+class CacheWriter {
+ public:
+  // Writes to a temporary file next to `path`; the cache appears only on commit().
+  CacheWriter(std::string path, CacheHeader header);
+  ~CacheWriter();
+  CacheWriter(const CacheWriter&) = delete;
+  CacheWriter& operator=(const CacheWriter&) = delete;
+  void write_head(std::size_t layer, std::size_t head, const HeadCache& h);
+  void commit();  // throws if a head is missing
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class CacheReader {
+ public:
+  // Opens and validates the header; throws IoError / CorruptData / InvalidInput.
+  explicit CacheReader(std::string path);
+  ~CacheReader();
+  const std::string& path() const { return path_; }
+  const CacheHeader& header() const { return header_; }
+  const DumpMeta& meta() const { return header_.meta; }
+  // Reads and validates one head (sizes, ranges, packed lengths). Throws CorruptData naming the
+  // dataset when anything is inconsistent.
+  HeadCache read_head(std::size_t layer, std::size_t head) const;
+  // Bytes actually stored per component for one head, from the stored dataset sizes.
+  CacheBytes stored_bytes(std::size_t layer, std::size_t head) const;
+  std::uint64_t file_bytes() const { return file_bytes_; }
+
+ private:
+  std::string path_;
+  h5::File file_;
+  CacheHeader header_;
+  std::uint64_t file_bytes_ = 0;
+};
+
+// Path of a head's group, e.g. "/layers/3/heads/1".
+std::string cache_head_path(std::size_t layer, std::size_t head);
+
+// True when the file at `path` is an HDF5 file whose format attribute is `format`.
+bool has_format(const std::string& path, const std::string& format);
+
+}  // namespace akv

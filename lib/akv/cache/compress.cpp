@@ -1,0 +1,175 @@
+#include "akv/cache/compress.h"
+
+#include <memory>
+
+#include "akv/core/errors.h"
+#include "akv/core/parallel.h"
+#include "akv/io/file_hash.h"
+
+namespace akv {
+namespace {
+
+HeadInput head_input(const Tensor3& key, const Tensor3* key_pre, const Tensor3& value,
+                     std::size_t h, const DumpMeta& m) {
+  HeadInput in;
+  in.key = key.row(h, 0);
+  in.key_pre_rope = key_pre ? key_pre->row(h, 0) : nullptr;
+  in.value = value.row(h, 0);
+  in.n = m.n_tokens;
+  in.head_dim = m.head_dim;
+  in.n_tokens = m.n_tokens;
+  return in;
+}
+
+}  // namespace
+
+double MemoryReport::bits_per_element() const {
+  return elements ? 8.0 * static_cast<double>(total.total()) / static_cast<double>(elements) : 0.0;
+}
+
+double MemoryReport::ratio() const {
+  return total.total() ? static_cast<double>(f16_bytes()) / static_cast<double>(total.total()) : 0.0;
+}
+
+nlohmann::json bytes_json(const CacheBytes& b) {
+  return {{"codes", b.codes},       {"scales", b.scales},     {"zeros", b.zeros},
+          {"residual", b.residual}, {"outliers", b.outliers}, {"indices", b.indices},
+          {"total", b.total()}};
+}
+
+nlohmann::json MemoryReport::to_json() const {
+  nlohmann::json j;
+  j["params"] = header.params.to_json();
+  j["source"] = {{"path", header.source_path}, {"hash", header.source_hash},
+                 {"bytes", header.source_bytes}};
+  j["bytes"] = bytes_json(total);
+  j["f16_bytes"] = f16_bytes();
+  j["elements"] = elements;
+  j["bits_per_element"] = bits_per_element();
+  j["compression_ratio"] = ratio();
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t l = 0; l < this->layers.size(); ++l) {
+    nlohmann::json row = bytes_json(this->layers[l]);
+    row["layer"] = l;
+    layers.push_back(row);
+  }
+  j["layers"] = layers;
+  return j;
+}
+
+MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
+                           const CompressParams& params, int threads, const ProgressFn& progress) {
+  validate_params(params, "");
+  DumpReader dump(dump_path);
+  const DumpMeta& m = dump.meta();
+  if (params.pre_rope && !dump.has_key_pre_rope()) {
+    throw InvalidInput("--pre-rope needs key_pre_rope in every layer of the dump",
+                       {dump_path, "/layers/*/key_pre_rope", "missing"});
+  }
+  if (params.quantized() && outlier_count(params.outlier_fraction, m.head_dim) >= m.head_dim) {
+    throw InvalidInput("outlier fraction leaves no key channel to quantize",
+                       {"", "--outlier-fraction", std::to_string(params.outlier_fraction)});
+  }
+  MemoryReport report;
+  report.header.meta = m;
+  report.header.params = params;
+  report.header.source_path = dump_path;
+  report.header.source_hash = file_hash(dump_path);
+  report.header.source_bytes = dump.file_bytes();
+  report.elements = 2ull * m.n_layers * m.n_kv_heads * m.n_tokens * m.head_dim;
+  report.layers.resize(m.n_layers);
+  CacheWriter writer(out_path, report.header);
+  for (std::size_t l = 0; l < m.n_layers; ++l) {
+    const Tensor3 key = dump.read(l, DumpField::key);
+    const Tensor3 value = dump.read(l, DumpField::value);
+    std::unique_ptr<Tensor3> pre;
+    if (params.pre_rope) pre = std::make_unique<Tensor3>(dump.read(l, DumpField::key_pre_rope));
+    std::vector<HeadCache> heads(m.n_kv_heads);
+    parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
+      heads[h] = compress_head(head_input(key, pre.get(), value, h, m), params);
+    });
+    for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
+      writer.write_head(l, h, heads[h]);
+      report.layers[l] += heads[h].bytes();
+    }
+    report.total += report.layers[l];
+    if (progress) progress(l + 1, m.n_layers);
+  }
+  writer.commit();
+  return report;
+}
+
+MemoryReport cache_memory(const CacheReader& cache) {
+  const DumpMeta& m = cache.meta();
+  MemoryReport report;
+  report.header = cache.header();
+  report.elements = 2ull * m.n_layers * m.n_kv_heads * m.n_tokens * m.head_dim;
+  report.layers.resize(m.n_layers);
+  for (std::size_t l = 0; l < m.n_layers; ++l) {
+    for (std::size_t h = 0; h < m.n_kv_heads; ++h) report.layers[l] += cache.stored_bytes(l, h);
+    report.total += report.layers[l];
+  }
+  return report;
+}
+
+void check_cache_matches_dump(const CacheReader& cache, const DumpReader& dump) {
+  const DumpMeta& a = cache.meta();
+  const DumpMeta& b = dump.meta();
+  if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads || a.n_heads != b.n_heads ||
+      a.head_dim != b.head_dim || a.n_tokens != b.n_tokens) {
+    throw InvalidInput("cache was made from a dump of another shape",
+                       {cache.path(), "source_path", cache.header().source_path + " (given " +
+                                                         dump.path() + ")"});
+  }
+  const std::string hash = file_hash(dump.path());
+  if (hash != cache.header().source_hash) {
+    throw InvalidInput("cache was made from another dump (content hash " +
+                           cache.header().source_hash + ", " + dump.path() + " has " + hash + ")",
+                       {cache.path(), "source_hash", cache.header().source_hash});
+  }
+}
+
+void decompress_cache(const std::string& cache_path, const std::string& out_path,
+                      const std::string& source_path, DType dtype, int threads,
+                      const ProgressFn& progress) {
+  CacheReader cache(cache_path);
+  const std::string src = source_path.empty() ? cache.header().source_path : source_path;
+  DumpReader dump(src);
+  check_cache_matches_dump(cache, dump);
+  const DumpMeta& m = dump.meta();
+  DumpWriteOptions wo;
+  wo.dtype = dtype;
+  wo.head_kinds = !dump.layer(0).head_kinds.empty();
+  DumpWriter writer(out_path, m, wo);
+  std::unique_ptr<RopeTable> table;
+  if (cache.header().params.pre_rope) {
+    table = std::make_unique<RopeTable>(m.head_dim, m.rope_theta, 0, m.n_tokens);
+  }
+  const RopeContext rope{m.rope_layout, table.get()};
+  for (std::size_t l = 0; l < m.n_layers; ++l) {
+    Tensor3 key(m.n_kv_heads, m.n_tokens, m.head_dim), value = key;
+    std::vector<HeadCache> heads(m.n_kv_heads);  // HDF5 reads stay on this thread
+    for (std::size_t h = 0; h < m.n_kv_heads; ++h) heads[h] = cache.read_head(l, h);
+    parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
+      const HeadCache& hc = heads[h];
+      const std::size_t n = hc.n_kept(), d = m.head_dim;
+      std::vector<float> k(n * d), v(n * d);
+      reconstruct_head(hc, rope, k.data(), v.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        std::copy_n(k.data() + i * d, d, key.row(h, hc.position(i)));
+        std::copy_n(v.data() + i * d, d, value.row(h, hc.position(i)));
+      }
+    });
+    writer.write(l, DumpField::key, 0, key);
+    writer.write(l, DumpField::value, 0, value);
+    writer.write(l, DumpField::query, 0, dump.read(l, DumpField::query));
+    if (wo.head_kinds) writer.write_head_kinds(l, dump.layer(l).head_kinds);
+    if (progress) progress(l + 1, m.n_layers);
+  }
+  if (dump.tokens()) writer.write_tokens(*dump.tokens());
+  if (dump.needles()) writer.write_needles(*dump.needles());
+  writer.write_root_attr("decompressed_from", cache_path);
+  writer.commit();
+}
+
+}  // namespace akv

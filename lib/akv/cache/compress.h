@@ -1,0 +1,47 @@
+#pragma once
+// Dump -> compressed cache -> dense dump, streamed a layer at a time.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/cache/cache_file.h"
+#include "akv/core/progress.h"
+#include "akv/tensor/dtype.h"
+
+namespace akv {
+
+// Honest memory accounting of a cache: bytes stored per component, per layer and in total,
+// next to the f16 size of the same K/V.
+struct MemoryReport {
+  CacheHeader header;
+  std::vector<CacheBytes> layers;  // [n_layers]
+  CacheBytes total;
+  std::uint64_t elements = 0;      // K and V elements of the source: 2 * L * Hkv * T * D
+  std::uint64_t f16_bytes() const { return 2 * elements; }
+  double bits_per_element() const;  // 8 * total / elements
+  double ratio() const;             // f16_bytes / total
+  nlohmann::json to_json() const;
+};
+nlohmann::json bytes_json(const CacheBytes& b);
+
+// Compresses every layer and head of `dump_path` into a cache at `out_path` (atomic), threads
+// over heads. Output is bitwise identical for any thread count.
+MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
+                           const CompressParams& params, int threads, const ProgressFn& progress);
+
+// Memory report of an existing cache from its stored dataset sizes.
+MemoryReport cache_memory(const CacheReader& cache);
+
+// Rebuilds a dense dump from a cache. Queries, tokens, needles and head kinds come from the
+// source dump `source_path` (empty: the path recorded in the cache), which must match the
+// cache's source hash. Evicted positions (if any) are written as zeros.
+void decompress_cache(const std::string& cache_path, const std::string& out_path,
+                      const std::string& source_path, DType dtype, int threads,
+                      const ProgressFn& progress);
+
+// Checks that `dump` is the dump `cache` was made from (shape and content hash); throws
+// InvalidInput naming both files otherwise.
+void check_cache_matches_dump(const CacheReader& cache, const DumpReader& dump);
+
+}  // namespace akv

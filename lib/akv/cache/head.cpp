@@ -1,0 +1,179 @@
+#include "akv/cache/head.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "akv/core/errors.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+std::size_t quant_rows(std::size_t n, const TensorQuant& t, const CompressParams& p) {
+  if (!p.quantized()) return 0;
+  const std::size_t rest = n - std::min(n, p.residual);
+  return t.axis == QuantAxis::channel ? rest / t.group * t.group : rest;
+}
+
+std::vector<std::uint16_t> to_f16(const float* x, std::size_t n, bool ref) {
+  std::vector<std::uint16_t> h(n);
+  if (ref) {
+    for (std::size_t i = 0; i < n; ++i) h[i] = f32_to_f16_ref(x[i]);
+  } else {
+    f32_to_f16(x, h.data(), n);
+  }
+  return h;
+}
+
+// The k channels of x [rows, d] with the largest variance (ties: lower index), ascending.
+std::vector<std::uint16_t> select_outliers(const float* x, std::size_t rows, std::size_t d,
+                                           std::size_t k) {
+  std::vector<double> mean(d, 0.0), var(d, 0.0);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < d; ++c) mean[c] += x[r * d + c];
+  }
+  for (double& m : mean) m /= static_cast<double>(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < d; ++c) {
+      const double e = x[r * d + c] - mean[c];
+      var[c] += e * e;
+    }
+  }
+  std::vector<std::uint16_t> order(d);
+  std::iota(order.begin(), order.end(), std::uint16_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::uint16_t a, std::uint16_t b) { return var[a] > var[b]; });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+TensorPart compress_part(const float* src, const float* post, std::size_t n, std::size_t d,
+                         const TensorQuant& t, const CompressParams& p, std::size_t n_outlier,
+                         bool pre_rope, bool ref) {
+  TensorPart part;
+  part.n_quant = quant_rows(n, t, p);
+  part.n_residual = n - part.n_quant;
+  part.pre_rope = pre_rope && part.n_quant > 0;
+  const auto quantize = ref ? quantize_block_ref : quantize_block;
+  if (part.n_quant > 0) {
+    if (n_outlier == 0) {
+      part.block = quantize(src, part.n_quant, d, t.axis, t.bits, t.group);
+    } else {
+      part.outlier_channels = select_outliers(src, part.n_quant, d, n_outlier);
+      std::vector<bool> is_outlier(d, false);
+      for (std::uint16_t c : part.outlier_channels) is_outlier[c] = true;
+      const std::size_t cols = d - n_outlier;
+      std::vector<float> inliers(part.n_quant * cols), outliers(part.n_quant * n_outlier);
+      for (std::size_t r = 0; r < part.n_quant; ++r) {
+        std::size_t a = 0, b = 0;
+        for (std::size_t c = 0; c < d; ++c) {
+          const float v = src[r * d + c];
+          if (is_outlier[c]) {
+            outliers[r * n_outlier + b++] = v;
+          } else {
+            inliers[r * cols + a++] = v;
+          }
+        }
+      }
+      part.block = quantize(inliers.data(), part.n_quant, cols, t.axis, t.bits, t.group);
+      part.outlier_values = to_f16(outliers.data(), outliers.size(), ref);
+    }
+  }
+  part.residual = to_f16(post + part.n_quant * d, part.n_residual * d, ref);
+  return part;
+}
+
+HeadCache compress(const HeadInput& in, const CompressParams& p, bool ref) {
+  if (p.pre_rope && !in.key_pre_rope) {
+    throw InvalidInput("--pre-rope needs key_pre_rope in the dump", {"", "key_pre_rope", "missing"});
+  }
+  const std::size_t n_out = p.quantized() ? outlier_count(p.outlier_fraction, in.head_dim) : 0;
+  if (n_out >= in.head_dim && n_out > 0) {
+    throw InvalidInput("outlier fraction leaves no channel to quantize",
+                       {"", "--outlier-fraction", std::to_string(p.outlier_fraction)});
+  }
+  HeadCache h;
+  h.n_tokens = in.n_tokens;
+  h.head_dim = in.head_dim;
+  h.kept = in.kept;
+  const float* key_src = p.pre_rope ? in.key_pre_rope : in.key;
+  h.key = compress_part(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope, ref);
+  h.value = compress_part(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false, ref);
+  return h;
+}
+
+void rebuild_part(const TensorPart& part, std::size_t d, float* out) {
+  if (part.n_quant > 0) {
+    const std::size_t n_out = part.outlier_channels.size();
+    if (n_out == 0) {
+      dequantize_block(part.block, out);
+    } else {
+      const std::size_t cols = d - n_out;
+      std::vector<float> inliers(part.n_quant * cols), outliers(part.n_quant * n_out);
+      dequantize_block(part.block, inliers.data());
+      f16_to_f32(part.outlier_values.data(), outliers.data(), outliers.size());
+      std::vector<bool> is_outlier(d, false);
+      for (std::uint16_t c : part.outlier_channels) is_outlier[c] = true;
+      for (std::size_t r = 0; r < part.n_quant; ++r) {
+        std::size_t a = 0, b = 0;
+        for (std::size_t c = 0; c < d; ++c) {
+          out[r * d + c] = is_outlier[c] ? outliers[r * n_out + b++] : inliers[r * cols + a++];
+        }
+      }
+    }
+  }
+  f16_to_f32(part.residual.data(), out + part.n_quant * d, part.residual.size());
+}
+
+}  // namespace
+
+CacheBytes& CacheBytes::operator+=(const CacheBytes& o) {
+  codes += o.codes;
+  scales += o.scales;
+  zeros += o.zeros;
+  residual += o.residual;
+  outliers += o.outliers;
+  indices += o.indices;
+  return *this;
+}
+
+CacheBytes TensorPart::bytes() const {
+  CacheBytes b;
+  b.codes = block.codes.size();
+  b.scales = 2 * block.scale.size();
+  b.zeros = 2 * block.zero.size();
+  b.residual = 2 * residual.size();
+  b.outliers = 2 * (outlier_channels.size() + outlier_values.size());
+  return b;
+}
+
+CacheBytes HeadCache::bytes() const {
+  CacheBytes b = key.bytes();
+  b += value.bytes();
+  b.indices = 4 * kept.size();
+  return b;
+}
+
+std::size_t outlier_count(double fraction, std::size_t head_dim) {
+  if (fraction <= 0.0) return 0;
+  return static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(head_dim) - 1e-9));
+}
+
+HeadCache compress_head(const HeadInput& in, const CompressParams& p) { return compress(in, p, false); }
+HeadCache compress_head_ref(const HeadInput& in, const CompressParams& p) { return compress(in, p, true); }
+
+void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, float* value) {
+  const std::size_t d = h.head_dim;
+  rebuild_part(h.key, d, key);
+  rebuild_part(h.value, d, value);
+  if (h.key.pre_rope) {
+    if (!rope.table) throw InvalidInput("pre-RoPE keys need a RoPE table", {"", "rope", ""});
+    for (std::size_t i = 0; i < h.key.n_quant; ++i) {
+      apply_rope(key + i * d, 1, h.position(i), rope.layout, *rope.table);
+    }
+  }
+}
+
+}  // namespace akv

@@ -1,0 +1,78 @@
+#pragma once
+// One compressed KV head: how a [n_tokens, head_dim] key and value tensor become quantized
+// codes, f16 residual tokens and f16 outlier channels, and how they are rebuilt.
+//
+// Of the n kept tokens (all tokens, or the positions in `kept` after eviction), the first
+// n_quant are quantized and the remaining n_residual = n - n_quant stay in f16 (KIVI's residual
+// window). With a channel-axis (per-channel) quantizer n_quant is a whole number of groups:
+// n_quant = floor((n - min(n, R)) / G) * G; with a token-axis quantizer n_quant = n - min(n, R).
+// Outlier key channels (largest variance over the quantized tokens) are cut out of the quantized
+// block and stored in f16. Pre-RoPE keys are quantized before RoPE and rotated back after
+// dequantization; the residual always holds the post-RoPE keys.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "akv/cache/params.h"
+#include "akv/quant/affine.h"
+#include "akv/tensor/rope.h"
+
+namespace akv {
+
+// Bytes stored per component; the sum is the honest size of a cache.
+struct CacheBytes {
+  std::uint64_t codes = 0, scales = 0, zeros = 0, residual = 0, outliers = 0, indices = 0;
+  std::uint64_t total() const { return codes + scales + zeros + residual + outliers + indices; }
+  CacheBytes& operator+=(const CacheBytes& o);
+};
+
+// Key or value part of one head.
+struct TensorPart {
+  std::size_t n_quant = 0;     // leading kept tokens that are quantized
+  std::size_t n_residual = 0;  // trailing kept tokens stored in f16
+  QuantizedBlock block;        // [n_quant, head_dim - n_outlier]; empty when n_quant == 0
+  std::vector<std::uint16_t> outlier_channels;  // ascending channel indices
+  std::vector<std::uint16_t> outlier_values;    // f16 bits, [n_quant, n_outlier]
+  std::vector<std::uint16_t> residual;          // f16 bits, [n_residual, head_dim]
+  bool pre_rope = false;                        // block + outliers hold pre-RoPE keys
+
+  CacheBytes bytes() const;
+};
+
+struct HeadCache {
+  std::size_t n_tokens = 0;     // tokens of the source sequence
+  std::size_t head_dim = 0;
+  std::vector<std::int32_t> kept;  // kept positions, ascending; empty = all tokens
+  TensorPart key, value;
+
+  std::size_t n_kept() const { return kept.empty() ? n_tokens : kept.size(); }
+  std::size_t position(std::size_t i) const { return kept.empty() ? i : static_cast<std::size_t>(kept[i]); }
+  CacheBytes bytes() const;  // key + value + 4 bytes per kept index
+};
+
+// What compress_head reads: rows are the kept tokens in order.
+struct HeadInput {
+  const float* key = nullptr;           // [n, head_dim] after RoPE
+  const float* key_pre_rope = nullptr;  // [n, head_dim], needed when params.pre_rope
+  const float* value = nullptr;         // [n, head_dim]
+  std::size_t n = 0, head_dim = 0, n_tokens = 0;
+  std::vector<std::int32_t> kept;       // empty = rows are positions 0..n-1 (n == n_tokens)
+};
+
+// Fast path (vectorized kernels). compress_head_ref uses the scalar reference quantizer; both
+// give identical caches.
+HeadCache compress_head(const HeadInput& in, const CompressParams& p);
+HeadCache compress_head_ref(const HeadInput& in, const CompressParams& p);
+
+// Rebuilds the kept rows: key (after RoPE) and value, each [n_kept, head_dim] f32.
+// `rope` must cover the kept positions when the key was quantized before RoPE.
+struct RopeContext {
+  RopeLayout layout = RopeLayout::rotate_half;
+  const RopeTable* table = nullptr;
+};
+void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, float* value);
+
+// Number of outlier key channels for a head dimension: ceil(f * head_dim).
+std::size_t outlier_count(double fraction, std::size_t head_dim);
+
+}  // namespace akv

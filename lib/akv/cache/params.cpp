@@ -1,0 +1,181 @@
+#include "akv/cache/params.h"
+
+#include <cmath>
+
+#include "akv/core/errors.h"
+#include "akv/quant/pack.h"
+
+namespace akv {
+namespace {
+
+struct Preset {
+  const char* name;
+  int bits_key;
+  int bits_value;
+};
+constexpr Preset kPresets[] = {{"kivi-2", 2, 2}, {"kivi-4", 4, 4}, {"k4v2", 4, 2}, {"k4v3", 4, 3}};
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+void check_tensor(const TensorQuant& t, const char* which, const std::string& file) {
+  check_bits(t.bits, which == std::string("key") ? "--bits-key" : "--bits-value");
+  if (t.group == 0) throw InvalidInput("group size must be >= 1", {file, "--group", "0"});
+}
+
+}  // namespace
+
+std::string method_name(Method m) {
+  switch (m) {
+    case Method::none: return "none";
+    case Method::uniform: return "uniform";
+    case Method::kivi: return "kivi";
+  }
+  return "?";
+}
+
+std::vector<std::string> method_names() {
+  std::vector<std::string> v = {"none", "uniform", "kivi"};
+  for (const Preset& p : kPresets) v.push_back(p.name);
+  return v;
+}
+
+void validate_params(const CompressParams& p, const std::string& file) {
+  if (!p.quantized()) return;
+  check_tensor(p.key, "key", file);
+  check_tensor(p.value, "value", file);
+  for (const TensorQuant* t : {&p.key, &p.value}) {
+    if (p.residual % t->group != 0) {
+      throw InvalidInput("residual window must be a multiple of the group size " +
+                             std::to_string(t->group),
+                         {file, "--residual", std::to_string(p.residual)});
+    }
+  }
+  if (!(p.outlier_fraction >= 0.0 && p.outlier_fraction < 1.0)) {
+    throw InvalidInput("outlier fraction must be in [0, 1)",
+                       {file, "--outlier-fraction", num(p.outlier_fraction)});
+  }
+}
+
+CompressParams resolve_params(const CompressRequest& r) {
+  CompressParams p;
+  const Preset* preset = nullptr;
+  for (const Preset& q : kPresets) {
+    if (r.method == q.name) preset = &q;
+  }
+  if (r.method == "none") {
+    p.method = Method::none;
+  } else if (r.method == "uniform") {
+    p.method = Method::uniform;
+    p.key = {4, QuantAxis::token, 32};
+    p.value = {4, QuantAxis::token, 32};
+    p.residual = 0;
+  } else if (r.method == "kivi" || preset) {
+    p.method = Method::kivi;
+  } else {
+    throw UsageError("unknown method (expected none, uniform, kivi, kivi-2, kivi-4, k4v2, k4v3)",
+                     {"", "--method", r.method});
+  }
+  auto refuse = [&](bool given, const char* flag) {
+    if (given) throw UsageError("flag has no effect with this method", {"", flag, r.method});
+  };
+  if (p.method == Method::none) {
+    refuse(r.bits || r.bits_key || r.bits_value, "--bits");
+    refuse(r.key_axis || r.value_axis, "--key-axis/--value-axis");
+    refuse(r.group.has_value(), "--group");
+    refuse(r.residual.has_value(), "--residual");
+    refuse(r.outlier_fraction.has_value(), "--outlier-fraction");
+    refuse(r.pre_rope, "--pre-rope");
+    p.residual = 0;
+    return p;
+  }
+  if (preset) {
+    refuse(r.bits || r.bits_key || r.bits_value, "--bits");
+    p.preset = preset->name;
+    p.key.bits = preset->bits_key;
+    p.value.bits = preset->bits_value;
+  }
+  if (p.method == Method::uniform) {
+    refuse(r.bits_key || r.bits_value, "--bits-key/--bits-value (uniform takes --bits)");
+    refuse(r.residual.has_value(), "--residual");
+  }
+  if (r.bits) p.key.bits = p.value.bits = *r.bits;
+  if (r.bits_key) p.key.bits = *r.bits_key;
+  if (r.bits_value) p.value.bits = *r.bits_value;
+  if (r.key_axis) p.key.axis = parse_quant_axis(*r.key_axis);
+  if (r.value_axis) p.value.axis = parse_quant_axis(*r.value_axis);
+  if (r.group) {
+    if (*r.group <= 0) {
+      throw InvalidInput("group size must be >= 1", {"", "--group", std::to_string(*r.group)});
+    }
+    p.key.group = p.value.group = static_cast<std::size_t>(*r.group);
+  }
+  if (r.residual) {
+    if (*r.residual < 0) {
+      throw InvalidInput("residual window must be >= 0",
+                         {"", "--residual", std::to_string(*r.residual)});
+    }
+    p.residual = static_cast<std::size_t>(*r.residual);
+  }
+  if (r.outlier_fraction) p.outlier_fraction = *r.outlier_fraction;
+  p.pre_rope = r.pre_rope;
+  validate_params(p, "");
+  return p;
+}
+
+nlohmann::json CompressParams::to_json() const {
+  nlohmann::json j;
+  j["method"] = method_name(method);
+  j["preset"] = preset;
+  auto tensor = [](const TensorQuant& t) {
+    return nlohmann::json{{"bits", t.bits}, {"axis", quant_axis_name(t.axis)}, {"group", t.group}};
+  };
+  if (quantized()) {
+    j["key"] = tensor(key);
+    j["value"] = tensor(value);
+    j["outlier_fraction"] = outlier_fraction;
+    j["pre_rope"] = pre_rope;
+  }
+  j["residual"] = residual;
+  j["scale_dtype"] = "f16";
+  return j;
+}
+
+CompressParams CompressParams::from_json(const nlohmann::json& j, const std::string& file) {
+  CompressParams p;
+  try {
+    const std::string m = j.at("method").get<std::string>();
+    if (m == "none") {
+      p.method = Method::none;
+    } else if (m == "uniform") {
+      p.method = Method::uniform;
+    } else if (m == "kivi") {
+      p.method = Method::kivi;
+    } else {
+      throw InvalidInput("unknown method", {file, "params.method", m});
+    }
+    p.preset = j.value("preset", "");
+    p.residual = j.at("residual").get<std::size_t>();
+    if (p.quantized()) {
+      auto tensor = [&](const nlohmann::json& t) {
+        return TensorQuant{t.at("bits").get<int>(), parse_quant_axis(t.at("axis").get<std::string>()),
+                           t.at("group").get<std::size_t>()};
+      };
+      p.key = tensor(j.at("key"));
+      p.value = tensor(j.at("value"));
+      p.outlier_fraction = j.at("outlier_fraction").get<double>();
+      p.pre_rope = j.at("pre_rope").get<bool>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad compression parameters: ") + e.what(), {file, "params"});
+  } catch (const UsageError& e) {
+    throw CorruptData(e.what(), {file, "params"});
+  }
+  validate_params(p, file);
+  return p;
+}
+
+}  // namespace akv

@@ -1,0 +1,67 @@
+#pragma once
+// Compression methods and their parameters (what `akv compress` is told, and what a cache file
+// records). See docs/compress.md.
+//
+//   none     f16 copy of K and V: the baseline every ratio is measured against.
+//   uniform  one bit width for K and V, groups along the token axis, no residual window.
+//   kivi     KIVI: keys per channel, values per token, the most recent R tokens in f16.
+// Presets: kivi-2, kivi-4 (kivi with 2/2 or 4/4 bits), k4v2, k4v3 (kivi, 4-bit keys, 2/3-bit values).
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/quant/affine.h"
+
+namespace akv {
+
+enum class Method { none, uniform, kivi };
+std::string method_name(Method m);
+
+// Quantization of one tensor (keys or values).
+struct TensorQuant {
+  int bits = 4;
+  QuantAxis axis = QuantAxis::token;
+  std::size_t group = 32;
+};
+
+struct CompressParams {
+  Method method = Method::kivi;
+  std::string preset;      // preset name when one was used, else empty
+  TensorQuant key{2, QuantAxis::channel, 32};
+  TensorQuant value{2, QuantAxis::token, 32};
+  std::size_t residual = 128;    // most recent tokens kept in f16
+  double outlier_fraction = 0;   // key channels per head kept in f16: ceil(f * head_dim)
+  bool pre_rope = false;         // quantize keys before RoPE (needs key_pre_rope in the dump)
+
+  bool quantized() const { return method != Method::none; }
+  nlohmann::json to_json() const;
+  static CompressParams from_json(const nlohmann::json& j, const std::string& file);
+};
+
+// What the user asked for on the command line; unset fields take the method's defaults.
+struct CompressRequest {
+  std::string method = "kivi";  // a method or preset name
+  std::optional<int> bits, bits_key, bits_value;
+  std::optional<std::string> key_axis, value_axis;
+  std::optional<long long> group, residual;
+  std::optional<double> outlier_fraction;
+  bool pre_rope = false;
+};
+
+// Names accepted by --method: methods, then presets.
+std::vector<std::string> method_names();
+
+// Resolves a request into parameters: method defaults (kivi: 2/2 bits, K channel / V token,
+// G 32, R 128; uniform: 4 bits, token/token, G 32, R 0), then presets, then explicit flags.
+// Throws UsageError for a flag the method cannot use (e.g. --residual with uniform, bits with
+// none, --bits-key with a preset that fixes it) and InvalidInput (exit 2) for out-of-range
+// values: bits not in {2,3,4,8}, G = 0, R not a multiple of G, outlier fraction outside [0, 1).
+CompressParams resolve_params(const CompressRequest& r);
+
+// Checks parameters read from a file or built by a library caller (same rules as above).
+void validate_params(const CompressParams& p, const std::string& file);
+
+}  // namespace akv

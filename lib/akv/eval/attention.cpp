@@ -1,0 +1,171 @@
+#include "akv/eval/attention.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "akv/core/errors.h"
+
+namespace akv {
+namespace {
+
+using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Index in `original` positions of every compressed key (positions must be a subset).
+std::vector<std::size_t> map_positions(const AttentionInput& o, const AttentionInput& c) {
+  std::vector<std::size_t> idx(c.nk);
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < c.nk; ++i) {
+    while (j < o.nk && o.kpos[j] < c.kpos[i]) ++j;
+    if (j == o.nk || o.kpos[j] != c.kpos[i]) {
+      throw InvalidInput("compressed key position not among the original positions",
+                         {"", "position", std::to_string(c.kpos[i])});
+    }
+    idx[i] = j;
+  }
+  return idx;
+}
+
+// Keys visible to a query at position p: the prefix with kpos <= p.
+std::size_t visible(const AttentionInput& a, std::size_t p) {
+  return static_cast<std::size_t>(std::upper_bound(a.kpos, a.kpos + a.nk, p) - a.kpos);
+}
+
+// Indices of the k largest scores among s[0..n) (ties: lower index first).
+std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k) {
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  k = std::min(k, n);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](std::size_t a, std::size_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
+  order.resize(k);
+  return order;
+}
+
+// Log-probabilities of one query row: logp[j] = s[j] - logsumexp(s[0..n)).
+void log_softmax(const double* s, std::size_t n, double* logp) {
+  double m = -INFINITY;
+  for (std::size_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+  double sum = 0;
+  for (std::size_t j = 0; j < n; ++j) sum += std::exp(s[j] - m);
+  const double lse = m + std::log(sum);
+  for (std::size_t j = 0; j < n; ++j) logp[j] = s[j] - lse;
+}
+
+// Per-query metrics from logits and outputs of both sides.
+void compare_row(const double* s, std::size_t n, const double* sc, std::size_t nc,
+                 const std::vector<std::size_t>& idx, AttentionFidelity& f) {
+  std::vector<double> logp(n), logq(nc);
+  log_softmax(s, n, logp.data());
+  log_softmax(sc, nc, logq.data());
+  double kept = 0;
+  for (std::size_t j = 0; j < nc; ++j) kept += std::exp(logp[idx[j]]);
+  const double log_kept = std::log(kept);
+  double kl = 0;
+  for (std::size_t j = 0; j < nc; ++j) {
+    const double lp = logp[idx[j]] - log_kept;
+    kl += std::exp(lp) * (lp - logq[j]);
+  }
+  f.kl += std::max(kl, 0.0);
+  f.evicted_mass += std::max(0.0, 1.0 - kept);
+  std::vector<double> mapped(n, -INFINITY);
+  for (std::size_t j = 0; j < nc; ++j) mapped[idx[j]] = sc[j];
+  // Top-k lists are prefixes of one sorted top-32 list (same order for every k).
+  const std::size_t kmax = kRecallK[2];
+  const auto a = top_k(s, n, kmax);
+  const auto b = top_k(mapped.data(), n, std::min(kmax, nc));
+  for (int r = 0; r < 3; ++r) {
+    const std::size_t k = std::min(kRecallK[r], n);
+    std::vector<std::size_t> bk(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(std::min(k, b.size())));
+    std::sort(bk.begin(), bk.end());
+    std::size_t hit = 0;
+    for (std::size_t t = 0; t < k; ++t) hit += std::binary_search(bk.begin(), bk.end(), a[t]) ? 1 : 0;
+    f.recall[r] += static_cast<double>(hit) / static_cast<double>(k);
+  }
+  f.queries += 1;
+}
+
+void check(const AttentionInput& o, const AttentionInput& c) {
+  if (o.nq != c.nq || o.d != c.d) throw InvalidInput("attention inputs differ in shape", {"", "nq/d"});
+  for (std::size_t i = 0; i < o.nq; ++i) {
+    if (o.qpos[i] != c.qpos[i]) throw InvalidInput("query positions differ", {"", "qpos"});
+  }
+}
+
+}  // namespace
+
+AttentionFidelity attention_fidelity(const AttentionInput& o, const AttentionInput& c) {
+  check(o, c);
+  const std::vector<std::size_t> idx = map_positions(o, c);
+  const auto d = static_cast<Eigen::Index>(o.d);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(o.d));
+  auto logits = [&](const AttentionInput& a) {
+    Eigen::Map<const MatF> q(a.q, static_cast<Eigen::Index>(a.nq), d);
+    Eigen::Map<const MatF> k(a.k, static_cast<Eigen::Index>(a.nk), d);
+    MatF s = (q * k.transpose()) * scale;
+    return s;
+  };
+  const MatF s = logits(o), sc = logits(c);
+  MatF p = MatF::Zero(s.rows(), s.cols()), pc = MatF::Zero(sc.rows(), sc.cols());
+  AttentionFidelity f;
+  std::vector<double> row, rowc, lp;
+  for (std::size_t i = 0; i < o.nq; ++i) {
+    const std::size_t n = visible(o, o.qpos[i]), nc = visible(c, c.qpos[i]);
+    const auto r = static_cast<Eigen::Index>(i);
+    row.assign(s.row(r).data(), s.row(r).data() + n);
+    rowc.assign(sc.row(r).data(), sc.row(r).data() + nc);
+    if (n == 0 || nc == 0) continue;
+    compare_row(row.data(), n, rowc.data(), nc, idx, f);
+    lp.resize(std::max(n, nc));
+    log_softmax(row.data(), n, lp.data());
+    for (std::size_t j = 0; j < n; ++j) p(r, static_cast<Eigen::Index>(j)) = static_cast<float>(std::exp(lp[j]));
+    log_softmax(rowc.data(), nc, lp.data());
+    for (std::size_t j = 0; j < nc; ++j) pc(r, static_cast<Eigen::Index>(j)) = static_cast<float>(std::exp(lp[j]));
+  }
+  Eigen::Map<const MatF> v(o.v, static_cast<Eigen::Index>(o.nk), d);
+  Eigen::Map<const MatF> vc(c.v, static_cast<Eigen::Index>(c.nk), d);
+  const MatF out = p * v, outc = pc * vc;
+  f.out_err2 = (out - outc).cast<double>().squaredNorm();
+  f.out_norm2 = out.cast<double>().squaredNorm();
+  return f;
+}
+
+AttentionFidelity attention_fidelity_ref(const AttentionInput& o, const AttentionInput& c) {
+  check(o, c);
+  const std::vector<std::size_t> idx = map_positions(o, c);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(o.d));
+  AttentionFidelity f;
+  auto scores = [&](const AttentionInput& a, std::size_t i, std::size_t n) {
+    std::vector<double> s(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      double dot = 0;
+      for (std::size_t t = 0; t < a.d; ++t) dot += static_cast<double>(a.q[i * a.d + t]) * a.k[j * a.d + t];
+      s[j] = dot * scale;
+    }
+    return s;
+  };
+  auto output = [&](const AttentionInput& a, const std::vector<double>& s) {
+    std::vector<double> lp(s.size()), out(a.d, 0.0);
+    log_softmax(s.data(), s.size(), lp.data());
+    for (std::size_t j = 0; j < s.size(); ++j) {
+      for (std::size_t t = 0; t < a.d; ++t) out[t] += std::exp(lp[j]) * a.v[j * a.d + t];
+    }
+    return out;
+  };
+  for (std::size_t i = 0; i < o.nq; ++i) {
+    const std::size_t n = visible(o, o.qpos[i]), nc = visible(c, c.qpos[i]);
+    if (n == 0 || nc == 0) continue;
+    const auto s = scores(o, i, n), sc = scores(c, i, nc);
+    compare_row(s.data(), n, sc.data(), nc, idx, f);
+    const auto out = output(o, s), outc = output(c, sc);
+    for (std::size_t t = 0; t < o.d; ++t) {
+      f.out_err2 += (out[t] - outc[t]) * (out[t] - outc[t]);
+      f.out_norm2 += out[t] * out[t];
+    }
+  }
+  return f;
+}
+
+}  // namespace akv

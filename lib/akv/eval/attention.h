@@ -1,0 +1,43 @@
+#pragma once
+// Causal softmax attention of a block of queries, and the fidelity metrics that compare the
+// attention of a compressed cache with the original.
+//
+// Queries i = 0..nq-1 sit at positions qpos[i]; keys/values at positions kpos[j] (ascending).
+// Query i attends to the keys with kpos[j] <= qpos[i]: p = softmax(q K^T / sqrt(d)), o = p V.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace akv {
+
+struct AttentionInput {
+  const float* q = nullptr;  // [nq, d]
+  const float* k = nullptr;  // [nk, d]
+  const float* v = nullptr;  // [nk, d]
+  std::size_t nq = 0, nk = 0, d = 0;
+  const std::size_t* qpos = nullptr;  // [nq]
+  const std::size_t* kpos = nullptr;  // [nk] ascending
+};
+
+// Metrics of one query head: original attention (over all tokens) vs compressed attention
+// (over the kept tokens). Sums over queries, so heads aggregate by adding.
+struct AttentionFidelity {
+  double out_err2 = 0;   // sum_i ||o_i - o^_i||^2
+  double out_norm2 = 0;  // sum_i ||o_i||^2
+  double kl = 0;         // sum_i KL(p_i || p^_i), natural log; tokens not kept count as p^ = 0
+                         // only through the renormalisation (their p mass is reported below)
+  double evicted_mass = 0;  // sum_i of the original attention mass on tokens not kept
+  double recall[3] = {0, 0, 0};  // sum_i of top-k recall, k = 1, 8, 32
+  std::size_t queries = 0;
+};
+inline constexpr std::size_t kRecallK[3] = {1, 8, 32};
+
+// Fast path (Eigen GEMM, f32 logits, f64 softmax sums) and plain reference (f64 loops).
+// `kept` maps compressed key j to its original index (kpos of the original = 0..n_tokens-1
+// restricted as usual); empty = the compressed keys are the original keys' positions.
+AttentionFidelity attention_fidelity(const AttentionInput& original,
+                                     const AttentionInput& compressed);
+AttentionFidelity attention_fidelity_ref(const AttentionInput& original,
+                                         const AttentionInput& compressed);
+
+}  // namespace akv

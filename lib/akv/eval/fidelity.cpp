@@ -1,0 +1,220 @@
+#include "akv/eval/fidelity.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <numeric>
+
+#include "akv/core/errors.h"
+#include "akv/core/parallel.h"
+
+namespace akv {
+namespace {
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+FidelitySums evaluate_head(const HeadCache& hc, const Tensor3& key, const Tensor3& value,
+                           const Tensor3& query, std::size_t h, const DumpMeta& m,
+                           const RopeContext& rope) {
+  const std::size_t d = m.head_dim, n = hc.n_kept(), T = m.n_tokens;
+  std::vector<float> k(n * d), v(n * d);
+  reconstruct_head(hc, rope, k.data(), v.data());
+  FidelitySums s;
+  s.heads = 1;
+  // K/V error over all tokens: kept tokens against their reconstruction, others against 0.
+  std::vector<bool> kept(T, hc.kept.empty());
+  for (std::size_t i = 0; i < n; ++i) kept[hc.position(i)] = true;
+  for (std::size_t t = 0; t < T; ++t) {
+    const float* kr = key.row(h, t);
+    const float* vr = value.row(h, t);
+    for (std::size_t c = 0; c < d; ++c) {
+      s.key_norm2 += static_cast<double>(kr[c]) * kr[c];
+      s.value_norm2 += static_cast<double>(vr[c]) * vr[c];
+      if (!kept[t]) {
+        s.key_err2 += static_cast<double>(kr[c]) * kr[c];
+        s.value_err2 += static_cast<double>(vr[c]) * vr[c];
+      }
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* kr = key.row(h, hc.position(i));
+    const float* vr = value.row(h, hc.position(i));
+    for (std::size_t c = 0; c < d; ++c) {
+      const double ek = static_cast<double>(kr[c]) - k[i * d + c];
+      const double ev = static_cast<double>(vr[c]) - v[i * d + c];
+      s.key_err2 += ek * ek;
+      s.value_err2 += ev * ev;
+    }
+  }
+  std::vector<std::size_t> all(T), pos(n), qpos(m.n_query);
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  for (std::size_t i = 0; i < n; ++i) pos[i] = hc.position(i);
+  std::iota(qpos.begin(), qpos.end(), m.first_query_pos());
+  const std::size_t g = m.group_size();
+  for (std::size_t qh = h * g; qh < (h + 1) * g; ++qh) {
+    AttentionInput o{query.row(qh, 0), key.row(h, 0), value.row(h, 0), m.n_query, T, d,
+                     qpos.data(), all.data()};
+    AttentionInput c{query.row(qh, 0), k.data(), v.data(), m.n_query, n, d, qpos.data(), pos.data()};
+    const AttentionFidelity f = attention_fidelity(o, c);
+    s.attn.out_err2 += f.out_err2;
+    s.attn.out_norm2 += f.out_norm2;
+    s.attn.kl += f.kl;
+    s.attn.evicted_mass += f.evicted_mass;
+    for (int r = 0; r < 3; ++r) s.attn.recall[r] += f.recall[r];
+    s.attn.queries += f.queries;
+  }
+  return s;
+}
+
+std::string sci(double v) { return fmt::format("{:.3e}", v); }
+
+}  // namespace
+
+FidelitySums& FidelitySums::operator+=(const FidelitySums& o) {
+  key_err2 += o.key_err2;
+  key_norm2 += o.key_norm2;
+  value_err2 += o.value_err2;
+  value_norm2 += o.value_norm2;
+  attn.out_err2 += o.attn.out_err2;
+  attn.out_norm2 += o.attn.out_norm2;
+  attn.kl += o.attn.kl;
+  attn.evicted_mass += o.attn.evicted_mass;
+  for (int r = 0; r < 3; ++r) attn.recall[r] += o.attn.recall[r];
+  attn.queries += o.attn.queries;
+  heads += o.heads;
+  return *this;
+}
+
+FidelityMetrics metrics(const FidelitySums& s) {
+  FidelityMetrics m;
+  m.key_rel_mse = ratio(s.key_err2, s.key_norm2);
+  m.value_rel_mse = ratio(s.value_err2, s.value_norm2);
+  m.attn_rel_err = std::sqrt(ratio(s.attn.out_err2, s.attn.out_norm2));
+  const double q = static_cast<double>(s.attn.queries);
+  m.kl = ratio(s.attn.kl, q);
+  m.evicted_mass = ratio(s.attn.evicted_mass, q);
+  for (int r = 0; r < 3; ++r) m.recall[r] = ratio(s.attn.recall[r], q);
+  return m;
+}
+
+nlohmann::json metrics_json(const FidelityMetrics& m) {
+  return {{"key_rel_mse", m.key_rel_mse},     {"value_rel_mse", m.value_rel_mse},
+          {"attn_rel_err", m.attn_rel_err},   {"kl", m.kl},
+          {"evicted_mass", m.evicted_mass},   {"recall_at_1", m.recall[0]},
+          {"recall_at_8", m.recall[1]},       {"recall_at_32", m.recall[2]}};
+}
+
+FidelitySums FidelityReport::layer_sums(std::size_t l) const {
+  FidelitySums s;
+  for (const auto& h : heads[l]) s += h;
+  return s;
+}
+
+FidelitySums FidelityReport::total() const {
+  FidelitySums s;
+  for (std::size_t l = 0; l < heads.size(); ++l) s += layer_sums(l);
+  return s;
+}
+
+nlohmann::json FidelityReport::to_json() const {
+  nlohmann::json j;
+  j["dump"] = dump_path;
+  j["cache"] = cache_path;
+  j["memory"] = memory.to_json();
+  j["memory"].erase("layers");
+  j["overall"] = metrics_json(metrics(total()));
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t l = 0; l < heads.size(); ++l) {
+    nlohmann::json row = metrics_json(metrics(layer_sums(l)));
+    row["layer"] = l;
+    nlohmann::json hs = nlohmann::json::array();
+    for (std::size_t h = 0; h < heads[l].size(); ++h) {
+      nlohmann::json hj = metrics_json(metrics(heads[l][h]));
+      hj["kv_head"] = h;
+      hs.push_back(hj);
+    }
+    row["heads"] = hs;
+    layers.push_back(row);
+  }
+  j["layers"] = layers;
+  return j;
+}
+
+std::string FidelityReport::to_csv() const {
+  std::string out =
+      "layer,kv_head,key_rel_mse,value_rel_mse,attn_rel_err,kl,evicted_mass,recall_at_1,"
+      "recall_at_8,recall_at_32\n";
+  for (std::size_t l = 0; l < heads.size(); ++l) {
+    for (std::size_t h = 0; h < heads[l].size(); ++h) {
+      const FidelityMetrics m = metrics(heads[l][h]);
+      out += fmt::format("{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g}\n", l, h,
+                         m.key_rel_mse, m.value_rel_mse, m.attn_rel_err, m.kl, m.evicted_mass,
+                         m.recall[0], m.recall[1], m.recall[2]);
+    }
+  }
+  return out;
+}
+
+std::string FidelityReport::to_table(bool per_head) const {
+  const auto& p = memory.header.params;
+  std::string out = fmt::format(
+      "cache {} ({}): {} bytes, {:.3f} bits/element, {:.2f}x smaller than f16\n", cache_path,
+      p.preset.empty() ? method_name(p.method) : p.preset, memory.total.total(),
+      memory.bits_per_element(), memory.ratio());
+  out += fmt::format("{:>6} {:>5} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>7}\n", "layer", "head",
+                     "key_mse", "value_mse", "attn_err", "kl", "top1", "top8", "top32");
+  auto line = [&](const std::string& l, const std::string& h, const FidelityMetrics& m) {
+    out += fmt::format("{:>6} {:>5} {:>10} {:>10} {:>10} {:>10} {:>7.4f} {:>7.4f} {:>7.4f}\n", l, h,
+                       sci(m.key_rel_mse), sci(m.value_rel_mse), sci(m.attn_rel_err), sci(m.kl),
+                       m.recall[0], m.recall[1], m.recall[2]);
+  };
+  for (std::size_t l = 0; l < heads.size(); ++l) {
+    if (per_head) {
+      for (std::size_t h = 0; h < heads[l].size(); ++h) {
+        line(std::to_string(l), std::to_string(h), metrics(heads[l][h]));
+      }
+    }
+    line(std::to_string(l), "all", metrics(layer_sums(l)));
+  }
+  line("all", "all", metrics(total()));
+  return out;
+}
+
+FidelityReport evaluate_cache(const std::string& dump_path, const std::string& cache_path,
+                              int threads, bool verify_hash, const ProgressFn& progress) {
+  DumpReader dump(dump_path);
+  CacheReader cache(cache_path);
+  const DumpMeta& m = dump.meta();
+  if (verify_hash) {
+    check_cache_matches_dump(cache, dump);
+  } else if (cache.meta().n_layers != m.n_layers || cache.meta().n_kv_heads != m.n_kv_heads ||
+             cache.meta().head_dim != m.head_dim || cache.meta().n_tokens != m.n_tokens) {
+    throw InvalidInput("cache was made from a dump of another shape",
+                       {cache_path, "source_path", cache.header().source_path});
+  }
+  FidelityReport r;
+  r.dump_path = dump_path;
+  r.cache_path = cache_path;
+  r.memory = cache_memory(cache);
+  r.heads.assign(m.n_layers, std::vector<FidelitySums>(m.n_kv_heads));
+  std::unique_ptr<RopeTable> table;
+  if (cache.header().params.pre_rope) {
+    table = std::make_unique<RopeTable>(m.head_dim, m.rope_theta, 0, m.n_tokens);
+  }
+  const RopeContext rope{m.rope_layout, table.get()};
+  for (std::size_t l = 0; l < m.n_layers; ++l) {
+    const Tensor3 key = dump.read(l, DumpField::key);
+    const Tensor3 value = dump.read(l, DumpField::value);
+    const Tensor3 query = dump.read(l, DumpField::query);
+    std::vector<HeadCache> heads(m.n_kv_heads);  // HDF5 reads stay on this thread
+    for (std::size_t h = 0; h < m.n_kv_heads; ++h) heads[h] = cache.read_head(l, h);
+    parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
+      r.heads[l][h] = evaluate_head(heads[h], key, value, query, h, m, rope);
+    });
+    if (progress) progress(l + 1, m.n_layers);
+  }
+  return r;
+}
+
+}  // namespace akv

@@ -1,0 +1,49 @@
+#pragma once
+// `akv evaluate`: fidelity of a compressed cache against its source dump, per layer and KV head,
+// using the dump's queries (GQA: each query head reads its KV head). Streams a layer at a time.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/cache/compress.h"
+#include "akv/eval/attention.h"
+
+namespace akv {
+
+// Sums for one KV head (its query heads added together); ratios are derived.
+struct FidelitySums {
+  double key_err2 = 0, key_norm2 = 0, value_err2 = 0, value_norm2 = 0;
+  AttentionFidelity attn;
+  std::size_t heads = 0;  // KV heads summed
+  FidelitySums& operator+=(const FidelitySums& o);
+};
+
+// Ratios reported for a head, a layer or the whole cache.
+struct FidelityMetrics {
+  double key_rel_mse = 0;    // ||K - K^||^2 / ||K||^2 (tokens not kept count as K^ = 0)
+  double value_rel_mse = 0;
+  double attn_rel_err = 0;   // sqrt(sum ||o - o^||^2 / sum ||o||^2) over queries
+  double kl = 0;             // mean over queries of KL(p || p^), p restricted to kept tokens
+  double evicted_mass = 0;   // mean over queries of the original attention on evicted tokens
+  double recall[3] = {0, 0, 0};  // mean top-k recall, k = 1, 8, 32
+};
+FidelityMetrics metrics(const FidelitySums& s);
+nlohmann::json metrics_json(const FidelityMetrics& m);
+
+struct FidelityReport {
+  std::string dump_path, cache_path;
+  MemoryReport memory;
+  std::vector<std::vector<FidelitySums>> heads;  // [layer][kv head]
+  FidelitySums layer_sums(std::size_t l) const;
+  FidelitySums total() const;
+  nlohmann::json to_json() const;
+  std::string to_csv() const;    // one row per layer/head
+  std::string to_table(bool per_head) const;
+};
+
+// Checks the cache belongs to the dump (shape and content hash) unless `verify_hash` is false.
+FidelityReport evaluate_cache(const std::string& dump_path, const std::string& cache_path,
+                              int threads, bool verify_hash, const ProgressFn& progress);
+
+}  // namespace akv

@@ -1,0 +1,354 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+#include "akv/cache/compress.h"
+#include "akv/core/errors.h"
+#include "akv/core/rng.h"
+#include "akv/quant/pack.h"
+#include "akv/synth/synth.h"
+#include "akv/tensor/half.h"
+#include "test_util.h"
+
+using namespace akv;
+
+namespace {
+
+// Keys with two outlier channels (large offset and spread), values Gaussian.
+struct HeadData {
+  std::size_t n, d;
+  std::vector<float> key, pre, value;
+};
+
+HeadData make_head(std::size_t n, std::size_t d, std::uint64_t seed, bool rope = false) {
+  HeadData h{n, d, std::vector<float>(n * d), {}, std::vector<float>(n * d)};
+  Rng r(seed);
+  for (std::size_t i = 0; i < n * d; ++i) {
+    const float z = static_cast<float>(r.normal());
+    h.key[i] = (i % d == 3 || i % d == 10) ? 20.0f + 8.0f * z : z;
+    h.value[i] = static_cast<float>(r.normal());
+  }
+  if (rope) {
+    h.pre = h.key;
+    RopeTable t(d, 10000.0, 0, n);
+    apply_rope(h.key.data(), n, 0, RopeLayout::rotate_half, t);
+  }
+  return h;
+}
+
+HeadInput input(const HeadData& h) {
+  HeadInput in;
+  in.key = h.key.data();
+  in.key_pre_rope = h.pre.empty() ? nullptr : h.pre.data();
+  in.value = h.value.data();
+  in.n = in.n_tokens = h.n;
+  in.head_dim = h.d;
+  return in;
+}
+
+CompressParams kivi(int bk, int bv) {
+  CompressRequest r;
+  r.method = "kivi";
+  r.bits_key = bk;
+  r.bits_value = bv;
+  return resolve_params(r);
+}
+
+double rel_mse(const std::vector<float>& x, const std::vector<float>& y) {
+  double e = 0, n = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    e += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    n += static_cast<double>(x[i]) * x[i];
+  }
+  return e / n;
+}
+
+void require_same(const TensorPart& a, const TensorPart& b) {
+  CHECK(a.n_quant == b.n_quant);
+  CHECK(a.n_residual == b.n_residual);
+  CHECK(a.block.codes == b.block.codes);
+  CHECK(a.block.scale == b.block.scale);
+  CHECK(a.block.zero == b.block.zero);
+  CHECK(a.outlier_channels == b.outlier_channels);
+  CHECK(a.outlier_values == b.outlier_values);
+  CHECK(a.residual == b.residual);
+  CHECK(a.pre_rope == b.pre_rope);
+}
+
+}  // namespace
+
+TEST_CASE("resolve_params: method defaults, presets and flag checks", "[cache][params]") {
+  CompressRequest r;
+  CompressParams p = resolve_params(r);
+  CHECK(p.method == Method::kivi);
+  CHECK(p.key.bits == 2);
+  CHECK(p.value.bits == 2);
+  CHECK(p.key.axis == QuantAxis::channel);
+  CHECK(p.value.axis == QuantAxis::token);
+  CHECK(p.key.group == 32);
+  CHECK(p.residual == 128);
+  r.method = "k4v3";
+  p = resolve_params(r);
+  CHECK(p.preset == "k4v3");
+  CHECK(p.key.bits == 4);
+  CHECK(p.value.bits == 3);
+  r.method = "uniform";
+  p = resolve_params(r);
+  CHECK(p.key.bits == 4);
+  CHECK(p.key.axis == QuantAxis::token);
+  CHECK(p.residual == 0);
+  r.bits = 3;
+  CHECK(resolve_params(r).value.bits == 3);
+  // JSON round trip.
+  const CompressParams q = CompressParams::from_json(p.to_json(), "x");
+  CHECK(q.to_json() == p.to_json());
+
+  CompressRequest bad;
+  bad.bits_key = 5;
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
+  bad = {};
+  bad.group = 0;
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
+  bad = {};
+  bad.residual = 100;  // not a multiple of 32
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
+  bad = {};
+  bad.outlier_fraction = 1.0;
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
+  bad = {};
+  bad.method = "uniform";
+  bad.residual = 32;
+  CHECK_THROWS_AS(resolve_params(bad), UsageError);
+  bad = {};
+  bad.method = "kivi-2";
+  bad.bits_key = 4;
+  CHECK_THROWS_AS(resolve_params(bad), UsageError);
+  bad = {};
+  bad.method = "none";
+  bad.pre_rope = true;
+  CHECK_THROWS_AS(resolve_params(bad), UsageError);
+  bad = {};
+  bad.method = "gptq";
+  CHECK_THROWS_AS(resolve_params(bad), UsageError);
+}
+
+TEST_CASE("compress_head: fast path equals reference; split into quantized and residual",
+          "[cache][head]") {
+  const std::size_t n = 1000, d = 64;  // 1000 - 128 = 872 = 27 groups of 32 + 8
+  const HeadData h = make_head(n, d, 7, true);
+  for (int bits : {2, 3, 4, 8}) {
+    for (double outliers : {0.0, 0.05}) {
+      for (bool pre : {false, true}) {
+        CompressParams p = kivi(bits, bits);
+        p.outlier_fraction = outliers;
+        p.pre_rope = pre;
+        const HeadCache a = compress_head(input(h), p);
+        const HeadCache b = compress_head_ref(input(h), p);
+        INFO("bits " << bits << " outliers " << outliers << " pre_rope " << pre);
+        require_same(a.key, b.key);
+        require_same(a.value, b.value);
+        CHECK(a.key.n_quant == 864);  // whole groups of 32 (channel axis)
+        CHECK(a.key.n_residual == 136);
+        CHECK(a.value.n_quant == 872);  // token axis: everything before the window
+        CHECK(a.value.n_residual == 128);
+        CHECK(a.key.outlier_channels.size() == (outliers > 0 ? 4u : 0u));  // ceil(0.05 * 64)
+      }
+    }
+  }
+  // Short sequences: everything stays in the residual window.
+  const HeadData s = make_head(100, d, 8);
+  const HeadCache c = compress_head(input(s), kivi(2, 2));
+  CHECK(c.key.n_quant == 0);
+  CHECK(c.value.n_quant == 0);
+  CHECK(c.key.residual.size() == 100 * d);
+}
+
+TEST_CASE("compress_head: residual window exact, error falls with bits, outliers help",
+          "[cache][head]") {
+  const std::size_t n = 1024, d = 64;
+  const HeadData h = make_head(n, d, 11);
+  std::vector<float> k(n * d), v(n * d);
+  double prev_k = INFINITY, prev_v = INFINITY;
+  for (int bits : {2, 3, 4, 8}) {
+    const HeadCache c = compress_head(input(h), kivi(bits, bits));
+    reconstruct_head(c, {}, k.data(), v.data());
+    // The most recent tokens are stored in f16: exact up to f16 rounding.
+    for (std::size_t t = c.key.n_quant; t < n; ++t) {
+      for (std::size_t j = 0; j < d; ++j) {
+        REQUIRE(k[t * d + j] == f16_to_f32_ref(f32_to_f16_ref(h.key[t * d + j])));
+      }
+    }
+    for (std::size_t t = c.value.n_quant; t < n; ++t) {
+      for (std::size_t j = 0; j < d; ++j) {
+        REQUIRE(v[t * d + j] == f16_to_f32_ref(f32_to_f16_ref(h.value[t * d + j])));
+      }
+    }
+    const double ek = rel_mse(h.key, k), ev = rel_mse(h.value, v);
+    INFO("bits " << bits << " key " << ek << " value " << ev);
+    CHECK(ek < prev_k);
+    CHECK(ev < prev_v);
+    prev_k = ek;
+    prev_v = ev;
+  }
+  // Outlier channels in f16: key error on the quantized, non-outlier part drops.
+  CompressParams p = kivi(2, 2);
+  p.key.axis = QuantAxis::token;  // per-token groups are where outlier channels hurt most
+  const HeadCache plain = compress_head(input(h), p);
+  p.outlier_fraction = 2.0 / 64;
+  const HeadCache prot = compress_head(input(h), p);
+  CHECK(prot.key.outlier_channels == std::vector<std::uint16_t>{3, 10});
+  std::vector<float> k2(n * d);
+  reconstruct_head(plain, {}, k.data(), v.data());
+  reconstruct_head(prot, {}, k2.data(), v.data());
+  std::vector<float> x, a, b;
+  for (std::size_t i = 0; i < n * d; ++i) {
+    if (i % d != 3 && i % d != 10) {
+      x.push_back(h.key[i]);
+      a.push_back(k[i]);
+      b.push_back(k2[i]);
+    }
+  }
+  INFO("plain " << rel_mse(x, a) << " protected " << rel_mse(x, b));
+  CHECK(rel_mse(x, b) < 0.5 * rel_mse(x, a));
+  CHECK(rel_mse(h.key, k2) < rel_mse(h.key, k));
+}
+
+TEST_CASE("compress_head: pre-RoPE keys are rotated after dequantization", "[cache][head]") {
+  const std::size_t n = 512, d = 64;
+  const HeadData h = make_head(n, d, 5, true);
+  CompressParams p = kivi(8, 8);
+  p.pre_rope = true;
+  const HeadCache c = compress_head(input(h), p);
+  CHECK(c.key.pre_rope);
+  RopeTable t(d, 10000.0, 0, n);
+  std::vector<float> k(n * d), v(n * d);
+  CHECK_THROWS_AS(reconstruct_head(c, {}, k.data(), v.data()), InvalidInput);
+  reconstruct_head(c, {RopeLayout::rotate_half, &t}, k.data(), v.data());
+  CHECK(rel_mse(h.key, k) < 1e-4);
+  p.pre_rope = false;
+  HeadInput in = input(h);
+  in.key_pre_rope = nullptr;
+  p.pre_rope = true;
+  CHECK_THROWS_AS(compress_head(in, p), InvalidInput);
+}
+
+TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[cache][file]") {
+  test::TempDir dir;
+  SynthOptions so;
+  so.n_layers = 2;
+  so.n_heads = 4;
+  so.n_kv_heads = 2;
+  so.head_dim = 32;
+  so.n_tokens = 300;
+  so.window = 16;
+  so.write.key_pre_rope = true;
+  so.threads = 1;
+  const std::string dump = dir.file("d.h5");
+  write_synth_dump(dump, so, {});
+  CompressParams p = kivi(3, 2);
+  p.outlier_fraction = 0.1;
+  p.pre_rope = true;
+  const std::string cache = dir.file("c.h5");
+  const MemoryReport rep = compress_dump(dump, cache, p, 1, {});
+  auto reader = std::make_unique<CacheReader>(cache);
+  const CacheReader& r = *reader;
+  CHECK(r.header().params.to_json() == p.to_json());
+  CHECK(r.header().source_hash.rfind("xxh3-64:", 0) == 0);
+  CHECK(r.meta().n_query == 16);
+  // Closed form: per head and tensor, codes ceil(nq * cols * b / 8), 2 bytes per scale and zero,
+  // 2 bytes per residual and outlier value, 2 per outlier channel index.
+  const std::size_t n = 300, d = 32, n_out = 4;         // ceil(0.1 * 32)
+  const std::size_t kq = (n - 128) / 32 * 32, vq = n - 128;  // 160, 172
+  const std::uint64_t key_bytes = packed_size(kq * (d - n_out), 3) + 2 * 2 * (kq / 32) * (d - n_out) +
+                                  2 * (n - kq) * d + 2 * n_out + 2 * kq * n_out;
+  const std::uint64_t value_bytes = packed_size(vq * d, 2) + 2 * 2 * vq * 1 + 2 * (n - vq) * d;
+  CHECK(rep.total.total() == 4 * (key_bytes + value_bytes));
+  const MemoryReport stored = cache_memory(r);
+  CHECK(stored.total.codes == rep.total.codes);
+  CHECK(stored.total.scales == rep.total.scales);
+  CHECK(stored.total.zeros == rep.total.zeros);
+  CHECK(stored.total.residual == rep.total.residual);
+  CHECK(stored.total.outliers == rep.total.outliers);
+  CHECK(stored.total.indices == 0);
+  CHECK(stored.elements == 2 * 2 * 2 * n * d);
+  // A head read back equals the one compressed in memory.
+  DumpReader dr(dump);
+  const Tensor3 key = dr.read(1, DumpField::key), value = dr.read(1, DumpField::value),
+                pre = dr.read(1, DumpField::key_pre_rope);
+  HeadInput in;
+  in.key = key.row(1, 0);
+  in.key_pre_rope = pre.row(1, 0);
+  in.value = value.row(1, 0);
+  in.n = in.n_tokens = n;
+  in.head_dim = d;
+  const HeadCache mem = compress_head(in, p), disk = r.read_head(1, 1);
+  require_same(mem.key, disk.key);
+  require_same(mem.value, disk.value);
+  // Corrupt packed data: a codes dataset one byte short.
+  reader.reset();
+  {
+    h5::File f(H5Fopen(cache.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    const std::string path = cache_head_path(0, 1) + "/value/codes";
+    REQUIRE(H5Ldelete(f.get(), path.c_str(), H5P_DEFAULT) >= 0);
+    std::vector<std::uint8_t> codes(packed_size(vq * d, 2) - 1, 0);
+    h5::write_dataset(f.get(), path, H5T_STD_U8LE, H5T_NATIVE_UINT8, {codes.size()}, codes.data());
+  }
+  CacheReader broken(cache);
+  CHECK_NOTHROW(broken.read_head(0, 0));
+  try {
+    broken.read_head(0, 1);
+    FAIL("expected CorruptData");
+  } catch (const CorruptData& e) {
+    CHECK(std::string(e.what()).find("/layers/0/heads/1/value/codes") != std::string::npos);
+  }
+}
+
+TEST_CASE("compress_dump: same bytes for any thread count; refuses another dump",
+          "[cache][file]") {
+  test::TempDir dir;
+  SynthOptions so;
+  so.n_layers = 2;
+  so.n_heads = 4;
+  so.n_kv_heads = 4;
+  so.head_dim = 32;
+  so.n_tokens = 200;
+  so.window = 8;
+  so.threads = 1;
+  write_synth_dump(dir.file("a.h5"), so, {});
+  so.seed = 1;
+  write_synth_dump(dir.file("b.h5"), so, {});
+  const CompressParams p = kivi(4, 2);
+  compress_dump(dir.file("a.h5"), dir.file("c1.h5"), p, 1, {});
+  compress_dump(dir.file("a.h5"), dir.file("c3.h5"), p, 3, {});
+  auto bytes = [](const std::string& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(bytes(dir.file("c1.h5")) == bytes(dir.file("c3.h5")));
+  CacheReader c(dir.file("c1.h5"));
+  CHECK_NOTHROW(check_cache_matches_dump(c, DumpReader(dir.file("a.h5"))));
+  CHECK_THROWS_AS(check_cache_matches_dump(c, DumpReader(dir.file("b.h5"))), InvalidInput);
+  // Decompress -> dense dump whose K/V equal the reconstruction.
+  decompress_cache(dir.file("c1.h5"), dir.file("r.h5"), "", DType::f32, 2, {});
+  DumpReader a(dir.file("a.h5")), rd(dir.file("r.h5"));
+  const HeadCache h = c.read_head(1, 2);
+  std::vector<float> k(200 * 32), v(200 * 32);
+  reconstruct_head(h, {}, k.data(), v.data());
+  const Tensor3 rk = rd.read(1, DumpField::key, 2, 1), rv = rd.read(1, DumpField::value, 2, 1);
+  CHECK(std::vector<float>(rk.data(), rk.data() + rk.size()) == k);
+  CHECK(std::vector<float>(rv.data(), rv.data() + rv.size()) == v);
+  const Tensor3 q0 = a.read(0, DumpField::query), q1 = rd.read(0, DumpField::query);
+  CHECK(std::vector<float>(q0.data(), q0.data() + q0.size()) ==
+        std::vector<float>(q1.data(), q1.data() + q1.size()));
+  // method none: an exact f16 copy.
+  CompressRequest none;
+  none.method = "none";
+  compress_dump(dir.file("a.h5"), dir.file("n.h5"), resolve_params(none), 2, {});
+  CacheReader nc(dir.file("n.h5"));
+  reconstruct_head(nc.read_head(0, 0), {}, k.data(), v.data());
+  const Tensor3 ak = a.read(0, DumpField::key, 0, 1);
+  CHECK(std::vector<float>(ak.data(), ak.data() + ak.size()) == k);  // the dump is f16
+  CHECK(cache_memory(nc).bits_per_element() == 16.0);
+}

@@ -1,0 +1,146 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <numeric>
+
+#include "akv/core/errors.h"
+#include "akv/core/rng.h"
+#include "akv/eval/fidelity.h"
+#include "akv/synth/synth.h"
+#include "test_util.h"
+
+using namespace akv;
+
+namespace {
+
+struct Case {
+  std::size_t nq, nk, d;
+  std::vector<float> q, k, v, k2, v2;
+  std::vector<std::size_t> qpos, kpos;
+};
+
+Case random_case(std::size_t nq, std::size_t nk, std::size_t d, double noise, std::uint64_t seed) {
+  Case c{nq, nk, d, std::vector<float>(nq * d), std::vector<float>(nk * d),
+         std::vector<float>(nk * d), {}, {}, std::vector<std::size_t>(nq), std::vector<std::size_t>(nk)};
+  Rng r(seed);
+  for (auto& x : c.q) x = static_cast<float>(2.0 * r.normal());
+  for (auto& x : c.k) x = static_cast<float>(r.normal());
+  for (auto& x : c.v) x = static_cast<float>(r.normal());
+  c.k2 = c.k;
+  c.v2 = c.v;
+  for (auto& x : c.k2) x += static_cast<float>(noise * r.normal());
+  for (auto& x : c.v2) x += static_cast<float>(noise * r.normal());
+  std::iota(c.kpos.begin(), c.kpos.end(), std::size_t{0});
+  for (std::size_t i = 0; i < nq; ++i) c.qpos[i] = nk - nq + i;
+  return c;
+}
+
+AttentionInput orig(const Case& c) {
+  return {c.q.data(), c.k.data(), c.v.data(), c.nq, c.nk, c.d, c.qpos.data(), c.kpos.data()};
+}
+AttentionInput comp(const Case& c) {
+  return {c.q.data(), c.k2.data(), c.v2.data(), c.nq, c.nk, c.d, c.qpos.data(), c.kpos.data()};
+}
+
+}  // namespace
+
+TEST_CASE("attention fidelity: hand-computed two-token case", "[eval]") {
+  // d = 1, q = 1: original logits [0, 0] -> p = [1/2, 1/2]; compressed logits [ln 3, 0] ->
+  // p^ = [3/4, 1/4]. v = [1, 3]: o = 2, o^ = 1.5.
+  const float q[1] = {1.0f}, k[2] = {0.0f, 0.0f}, k2[2] = {std::log(3.0f), 0.0f},
+              v[2] = {1.0f, 3.0f};
+  const std::size_t qpos[1] = {1}, kpos[2] = {0, 1};
+  const AttentionInput o{q, k, v, 1, 2, 1, qpos, kpos};
+  const AttentionInput c{q, k2, v, 1, 2, 1, qpos, kpos};
+  for (const AttentionFidelity& f : {attention_fidelity(o, c), attention_fidelity_ref(o, c)}) {
+    CHECK(f.queries == 1);
+    CHECK(f.out_err2 == Approx(0.25).epsilon(1e-6));
+    CHECK(f.out_norm2 == Approx(4.0).epsilon(1e-6));
+    CHECK(f.kl == Approx(0.5 * std::log(4.0 / 3.0)).epsilon(1e-6));
+    CHECK(f.recall[0] == 1.0);  // tie in the original: the lower index wins
+    CHECK(f.recall[1] == 1.0);  // k = 8 > 2 tokens: both
+    CHECK(f.evicted_mass == Approx(0.0).margin(1e-12));
+  }
+  // Evict token 0: the kept distribution is [1] on both sides (KL 0); half the mass is gone.
+  const float k3[1] = {0.0f}, v3[1] = {3.0f};
+  const std::size_t kpos3[1] = {1};
+  const AttentionInput e{q, k3, v3, 1, 1, 1, qpos, kpos3};
+  for (const AttentionFidelity& f : {attention_fidelity(o, e), attention_fidelity_ref(o, e)}) {
+    CHECK(f.kl == Approx(0.0).margin(1e-12));
+    CHECK(f.evicted_mass == Approx(0.5).epsilon(1e-9));
+    CHECK(f.recall[0] == 0.0);  // original top-1 is token 0
+    CHECK(f.out_err2 == Approx(1.0).epsilon(1e-6));
+  }
+  // Causality: a query at position 0 sees only token 0.
+  const std::size_t qpos0[1] = {0};
+  const AttentionInput o0{q, k, v, 1, 2, 1, qpos0, kpos};
+  const AttentionInput c0{q, k2, v, 1, 2, 1, qpos0, kpos};
+  const AttentionFidelity f0 = attention_fidelity(o0, c0);
+  CHECK(f0.out_err2 == 0.0);
+  CHECK(f0.kl == Approx(0.0).margin(1e-12));
+}
+
+TEST_CASE("attention fidelity: fast path matches the f64 reference", "[eval]") {
+  for (double noise : {0.0, 0.01, 0.3}) {
+    const Case c = random_case(16, 300, 32, noise, 3 + static_cast<std::uint64_t>(noise * 100));
+    const AttentionFidelity a = attention_fidelity(orig(c), comp(c));
+    const AttentionFidelity b = attention_fidelity_ref(orig(c), comp(c));
+    INFO("noise " << noise);
+    CHECK(a.queries == b.queries);
+    CHECK(a.out_norm2 == Approx(b.out_norm2).epsilon(1e-5));
+    // Error terms: relative 1e-3 of the error or 1e-9 of the norm (f32 logits vs f64).
+    CHECK(a.out_err2 == Approx(b.out_err2).epsilon(1e-3).margin(1e-9 * b.out_norm2));
+    CHECK(a.kl == Approx(b.kl).epsilon(1e-3).margin(1e-9));
+    // Recall may differ only where f32 logits reorder near-ties: at most one query per k.
+    for (int r = 0; r < 3; ++r) CHECK(std::fabs(a.recall[r] - b.recall[r]) <= 1.0);
+    if (noise == 0.0) {
+      CHECK(a.out_err2 == 0.0);
+      for (int r = 0; r < 3; ++r) CHECK(a.recall[r] == 16.0);
+    }
+  }
+}
+
+TEST_CASE("evaluate_cache on a synth dump: bits order the errors; 8 bits is near exact",
+          "[eval]") {
+  test::TempDir dir;
+  SynthOptions so;
+  so.n_layers = 2;
+  so.n_heads = 8;
+  so.n_kv_heads = 2;
+  so.head_dim = 64;
+  so.n_tokens = 1024;
+  so.window = 32;
+  so.threads = 2;
+  const std::string dump = dir.file("d.h5");
+  write_synth_dump(dump, so, {});
+  FidelityMetrics prev;
+  prev.key_rel_mse = prev.value_rel_mse = prev.attn_rel_err = INFINITY;
+  for (int bits : {2, 3, 4, 8}) {
+    CompressRequest req;
+    req.method = "uniform";
+    req.bits = bits;
+    const std::string cache = dir.file("c" + std::to_string(bits) + ".h5");
+    compress_dump(dump, cache, resolve_params(req), 2, {});
+    const FidelityReport r = evaluate_cache(dump, cache, 2, true, {});
+    const FidelityMetrics m = metrics(r.total());
+    INFO("bits " << bits << " key " << m.key_rel_mse << " value " << m.value_rel_mse << " attn "
+                 << m.attn_rel_err << " kl " << m.kl);
+    CHECK(m.key_rel_mse < prev.key_rel_mse);
+    CHECK(m.value_rel_mse < prev.value_rel_mse);
+    CHECK(m.attn_rel_err < prev.attn_rel_err);
+    if (bits == 8) {
+      CHECK(m.attn_rel_err < 1e-2);
+      CHECK(m.recall[0] > 0.95);
+    }
+    CHECK(r.heads.size() == 2);
+    CHECK(r.total().attn.queries == 2 * 8 * 32);
+    prev = m;
+  }
+  // A cache of another dump is refused.
+  so.seed = 99;
+  write_synth_dump(dir.file("other.h5"), so, {});
+  CHECK_THROWS_AS(evaluate_cache(dir.file("other.h5"), dir.file("c4.h5"), 1, true, {}), InvalidInput);
+  // Thread count does not change the report.
+  const auto a = evaluate_cache(dump, dir.file("c2.h5"), 1, true, {}).to_json();
+  const auto b = evaluate_cache(dump, dir.file("c2.h5"), 3, true, {}).to_json();
+  CHECK(a == b);
+}
