@@ -1,6 +1,8 @@
-// akv info FILE [--json]: what an akv file is, its version, shapes, dtypes and sizes.
+// akv info FILE [--json] [--stats]: what an akv file (dump or cache) holds.
 #include <cstdio>
 
+#include "akv/cache/inspect_cache.h"
+#include "akv/core/errors.h"
 #include "akv/io/inspect.h"
 #include "commands.h"
 
@@ -14,16 +16,26 @@ void register_info(CLI::App& app, const GlobalOptions&) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
-      "info", "Describe an akv file (dump): format version, model meta, per-layer shapes and "
-              "dtypes, bytes on disk, optional datasets");
+      "info", "Describe an akv file. Dump: format version, model meta, per-layer shapes and "
+              "dtypes, bytes on disk, optional datasets. Cache: method and parameters, source "
+              "dump and its hash, bytes stored per component (codes, scales, zeros, residual, "
+              "outliers, indices) per layer and in total, bits per element, ratio to f16");
   sub->add_option("file", opt->file, "akv file (HDF5)")->required();
   sub->add_flag("--json", opt->json, "Print JSON (schema in docs/formats.md)");
   sub->add_flag("--stats", opt->stats,
-                "Read every tensor (a head at a time; NaN/Inf are errors) and add per-layer "
-                "min/max/mean/std/absmax and the key outlier-channel ratio");
+                "Dumps only: read every tensor (a head at a time; NaN/Inf are errors) and add "
+                "per-layer min/max/mean/std/absmax and the key outlier-channel ratio");
   sub->callback([opt] {
-    nlohmann::json info = inspect_file(opt->file, opt->stats);
-    std::string text = opt->json ? info.dump(2) + "\n" : render_info(info);
+    nlohmann::json info;
+    std::string text;
+    if (read_file_format(opt->file) == "akv-cache") {
+      if (opt->stats) throw UsageError("--stats applies to dumps", {opt->file, "--stats"});
+      info = inspect_cache(opt->file);
+      text = opt->json ? info.dump(2) + "\n" : render_cache_info(info);
+    } else {
+      info = inspect_file(opt->file, opt->stats);
+      text = opt->json ? info.dump(2) + "\n" : render_info(info);
+    }
     std::fputs(text.c_str(), stdout);
   });
 }

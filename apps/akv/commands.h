@@ -13,5 +13,9 @@ struct GlobalOptions {
 
 void register_info(CLI::App& app, const GlobalOptions& global);
 void register_synth(CLI::App& app, const GlobalOptions& global);
+void register_compress(CLI::App& app, const GlobalOptions& global);
+void register_decompress(CLI::App& app, const GlobalOptions& global);
+void register_evaluate(CLI::App& app, const GlobalOptions& global);
+void register_bench(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace akv::cli
