@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# compress / info / evaluate / decompress pipeline, byte accounting against h5py, bad input.
+source "$(dirname "$0")/lib.sh"
+need_python_h5py
+TOOL="$(dirname "$0")/cache_tool.py"
+d="$TMP/d.h5"
+"$AKV" synth -q -o "$d" --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --tokens 700 --window 16 \
+  --pre-rope >/dev/null || { echo "synth failed"; exit 1; }
+
+for m in none uniform kivi kivi-2 kivi-4 k4v2 k4v3; do
+  expect "compress --method $m" 0 "wrote .*bits/element" "$AKV" compress -q "$d" -o "$TMP/c_$m.h5" -m "$m"
+done
+expect "compress --pre-rope --outlier-fraction" 0 "outliers [1-9]" \
+  "$AKV" compress -q "$d" -o "$TMP/c_x.h5" -m k4v2 --pre-rope --outlier-fraction 0.05
+expect "compress --key-axis token --group 64 --residual 64" 0 "wrote" \
+  "$AKV" compress -q "$d" -o "$TMP/c_y.h5" -m kivi --bits-key 3 --bits-value 8 --key-axis token --group 64 --residual 64
+
+# Byte accounting: info's per-component bytes equal the stored dataset sizes read by h5py.
+for m in none uniform kivi-2 k4v3 x y; do
+  "$AKV" info --json "$TMP/c_$m.h5" >"$TMP/info.json"
+  want=$("$PY" "$TOOL" bytes "$TMP/c_$m.h5")
+  got=$("$PY" -c "import json,sys; b=json.load(open('$TMP/info.json'))['bytes']; print(json.dumps(b, sort_keys=True))")
+  if [[ "$want" == "$got" ]]; then pass "bytes of c_$m equal h5py storage sizes"; else fail "bytes c_$m: akv $got, h5py $want"; fi
+done
+expect "compress --json reports f16 bytes" 0 '"f16_bytes": 716800' \
+  "$AKV" compress -q "$d" -o "$TMP/c_j.h5" -m kivi-4 --json
+expect "info on a cache" 0 "bits/element" "$AKV" info "$TMP/c_kivi-2.h5"
+expect "residual rows are the dump's f16 keys" 0 "residual ok 544" "$PY" "$TOOL" decoded "$TMP/c_kivi-2.h5" "$d" 1 1
+
+# evaluate: table, JSON, CSV; none is exact.
+expect "evaluate table" 0 "top32" "$AKV" evaluate -q --dump "$d" --cache "$TMP/c_kivi-2.h5"
+expect "evaluate none is exact" 0 '"attn_rel_err": 0\.0,' "$AKV" evaluate -q --json --dump "$d" --cache "$TMP/c_none.h5"
+run "$AKV" evaluate -q --csv --dump "$d" --cache "$TMP/c_k4v3.h5"
+rows=$(wc -l <"$TMP/out")
+if [[ $rc -eq 0 && $rows -eq 5 ]] && head -1 "$TMP/out" | grep -q '^layer,kv_head,key_rel_mse'; then
+  pass "evaluate --csv: header + one row per layer/head"
+else
+  fail "evaluate --csv: rc $rc, $rows lines"
+fi
+"$AKV" evaluate -q --json --dump "$d" --cache "$TMP/c_x.h5" -o "$TMP/eval.json"
+expect "evaluate -o writes the report" 0 "overall" cat "$TMP/eval.json"
+
+# decompress: a dump again, whose K/V evaluate like the cache.
+expect "decompress" 0 "wrote" "$AKV" decompress -q "$TMP/c_k4v2.h5" -o "$TMP/r.h5" --dtype f32
+expect "decompressed file is a dump" 0 "akv-dump" "$AKV" info "$TMP/r.h5"
+
+# Determinism: same bytes on 1 and 2 threads.
+"$AKV" compress -q -t 1 "$d" -o "$TMP/t1.h5" -m k4v3 --outlier-fraction 0.03 >/dev/null
+"$AKV" compress -q -t 2 "$d" -o "$TMP/t2.h5" -m k4v3 --outlier-fraction 0.03 >/dev/null
+if cmp -s "$TMP/t1.h5" "$TMP/t2.h5"; then pass "compress: identical bytes on 1 and 2 threads"; else fail "compress differs across threads"; fi
+
+# Bad input: exit 2, one line naming the field, no output file.
+o="$TMP/out_dir"
+mkdir -p "$o"
+expect_error "bits 5" 2 "--bits-key = 5" "$AKV" compress -q "$d" -o "$o/c.h5" -m kivi --bits-key 5
+expect_error "group 0" 2 "--group = 0" "$AKV" compress -q "$d" -o "$o/c.h5" --group 0
+expect_error "residual not a multiple of G" 2 "--residual = 100" "$AKV" compress -q "$d" -o "$o/c.h5" --residual 100
+expect_error "outlier fraction 1" 2 "--outlier-fraction = 1" "$AKV" compress -q "$d" -o "$o/c.h5" --outlier-fraction 1
+expect_error "unknown method" 1 "--method = gptq" "$AKV" compress -q "$d" -o "$o/c.h5" -m gptq
+expect_error "residual with uniform" 1 "--residual" "$AKV" compress -q "$d" -o "$o/c.h5" -m uniform --residual 32
+"$AKV" synth -q -o "$TMP/plain.h5" --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --tokens 700 --window 16 >/dev/null
+expect_error "pre-rope without key_pre_rope" 2 "key_pre_rope" "$AKV" compress -q "$TMP/plain.h5" -o "$o/c.h5" --pre-rope
+expect_error "cache of another dump" 2 "another dump" \
+  "$AKV" evaluate -q --dump "$TMP/plain.h5" --cache "$TMP/c_kivi-2.h5" -o "$o/e.json"
+expect_error "decompress with another dump" 2 "another dump" \
+  "$AKV" decompress -q "$TMP/c_kivi-2.h5" --dump "$TMP/plain.h5" -o "$o/r.h5"
+cp "$TMP/c_kivi-2.h5" "$TMP/bad.h5"
+"$PY" "$TOOL" shorten "$TMP/bad.h5" layers/1/heads/0/value/codes
+expect_error "corrupt packed codes" 2 "/layers/1/heads/0/value/codes" \
+  "$AKV" evaluate -q --dump "$d" --cache "$TMP/bad.h5" -o "$o/e.json"
+expect_error "evaluate a dump as cache" 2 "not an akv cache" "$AKV" evaluate -q --dump "$d" --cache "$d"
+expect_empty_dir "no output after errors" "$o"
+finish
