@@ -1,0 +1,215 @@
+#include "akv/alloc/alloc.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+#include <tuple>
+
+#include "akv/core/errors.h"
+
+namespace akv {
+namespace {
+
+std::size_t total_available(const SortedScores& s) {
+  std::size_t n = 0;
+  for (const auto& v : s) n += v.size();
+  return n;
+}
+
+std::vector<std::size_t> all_of(const SortedScores& s) {
+  std::vector<std::size_t> c(s.size());
+  for (std::size_t h = 0; h < s.size(); ++h) c[h] = s[h].size();
+  return c;
+}
+
+// Gives `remaining` more tokens, one at a time, to the head with room whose next score is the
+// highest (ties: lower head).
+void fill_by_next_score(const SortedScores& s, std::vector<std::size_t>& c, std::size_t remaining) {
+  using Item = std::tuple<double, std::size_t>;  // (next score, head)
+  auto cmp = [](const Item& a, const Item& b) {
+    return std::get<0>(a) < std::get<0>(b) ||
+           (std::get<0>(a) == std::get<0>(b) && std::get<1>(a) > std::get<1>(b));
+  };
+  std::priority_queue<Item, std::vector<Item>, decltype(cmp)> q(cmp);
+  for (std::size_t h = 0; h < s.size(); ++h) {
+    if (c[h] < s[h].size()) q.emplace(s[h][c[h]], h);
+  }
+  while (remaining > 0 && !q.empty()) {
+    const std::size_t h = std::get<1>(q.top());
+    q.pop();
+    ++c[h];
+    --remaining;
+    if (c[h] < s[h].size()) q.emplace(s[h][c[h]], h);
+  }
+}
+
+// Clamps every head to what it has and hands the excess to heads with room.
+void clamp_and_refill(const SortedScores& s, std::vector<std::size_t>& c) {
+  std::size_t excess = 0;
+  for (std::size_t h = 0; h < s.size(); ++h) {
+    if (c[h] > s[h].size()) {
+      excess += c[h] - s[h].size();
+      c[h] = s[h].size();
+    }
+  }
+  fill_by_next_score(s, c, excess);
+}
+
+std::vector<std::size_t> adakv_from_counts(const SortedScores& s, const std::vector<std::size_t>& count,
+                                           std::size_t base, double alpha) {
+  const std::size_t total = s.size() * base;
+  std::vector<double> real(s.size());
+  for (std::size_t h = 0; h < s.size(); ++h) {
+    real[h] = alpha * static_cast<double>(base) + (1.0 - alpha) * static_cast<double>(count[h]);
+  }
+  std::vector<std::size_t> c = largest_remainder(real, total);
+  clamp_and_refill(s, c);
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::size_t> largest_remainder(const std::vector<double>& real, std::size_t total) {
+  std::vector<std::size_t> c(real.size());
+  std::size_t sum = 0;
+  for (std::size_t i = 0; i < real.size(); ++i) {
+    c[i] = static_cast<std::size_t>(std::floor(std::max(0.0, real[i]) + 1e-9));
+    sum += c[i];
+  }
+  std::vector<std::size_t> order(real.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  auto frac = [&](std::size_t i) { return std::max(0.0, real[i]) - static_cast<double>(c[i]); };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return frac(a) > frac(b); });
+  for (std::size_t k = 0; sum < total && !order.empty(); k = (k + 1) % order.size()) {
+    ++c[order[k]];
+    ++sum;
+  }
+  while (sum > total) {  // only from rounding noise: take from the smallest remainders
+    for (auto it = order.rbegin(); it != order.rend() && sum > total; ++it) {
+      if (c[*it] > 0) {
+        --c[*it];
+        --sum;
+      }
+    }
+  }
+  return c;
+}
+
+std::vector<std::size_t> allocate_uniform(const SortedScores& s, std::size_t base) {
+  if (s.size() * base >= total_available(s)) return all_of(s);
+  std::vector<std::size_t> c(s.size(), base);
+  clamp_and_refill(s, c);
+  return c;
+}
+
+std::vector<std::size_t> allocate_adakv(const SortedScores& s, std::size_t base, double alpha) {
+  const std::size_t total = s.size() * base;
+  if (total >= total_available(s)) return all_of(s);
+  // The top `total` of the flattened scores, in a total order (score desc, head asc, rank asc).
+  // Each list is sorted, so the winners of head h are a prefix; find them with a threshold.
+  struct Entry {
+    double score;
+    std::size_t head, rank;
+  };
+  std::vector<Entry> flat;
+  flat.reserve(total_available(s));
+  for (std::size_t h = 0; h < s.size(); ++h) {
+    for (std::size_t r = 0; r < s[h].size(); ++r) flat.push_back({s[h][r], h, r});
+  }
+  auto before = [](const Entry& a, const Entry& b) {
+    if (a.score != b.score) return a.score > b.score;
+    if (a.head != b.head) return a.head < b.head;
+    return a.rank < b.rank;
+  };
+  std::nth_element(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(total - 1), flat.end(), before);
+  std::vector<std::size_t> count(s.size(), 0);
+  for (std::size_t i = 0; i < total; ++i) ++count[flat[i].head];
+  return adakv_from_counts(s, count, base, alpha);
+}
+
+std::vector<std::size_t> allocate_adakv_ref(const SortedScores& s, std::size_t base, double alpha) {
+  const std::size_t total = s.size() * base;
+  if (total >= total_available(s)) return all_of(s);
+  std::vector<std::pair<double, std::size_t>> flat;  // (score, head)
+  for (std::size_t h = 0; h < s.size(); ++h) {
+    for (double v : s[h]) flat.emplace_back(v, h);
+  }
+  std::stable_sort(flat.begin(), flat.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::size_t> count(s.size(), 0);
+  for (std::size_t i = 0; i < total; ++i) ++count[flat[i].second];
+  return adakv_from_counts(s, count, base, alpha);
+}
+
+std::vector<std::size_t> allocate_waterfill(const SortedScores& s, std::size_t total,
+                                            std::size_t min_tokens, std::size_t step) {
+  if (step == 0) throw InvalidInput("water-filling step must be >= 1", {"", "--step", "0"});
+  if (total >= total_available(s)) return all_of(s);
+  std::vector<std::size_t> c(s.size());
+  std::size_t used = 0;
+  for (std::size_t h = 0; h < s.size(); ++h) {
+    c[h] = std::min(min_tokens, s[h].size());
+    used += c[h];
+  }
+  if (used > total) {
+    throw InvalidInput("budget below the water-filling minimum of every head",
+                       {"", "--min-tokens", std::to_string(min_tokens)});
+  }
+  while (used < total) {
+    std::size_t best = s.size();
+    double best_gain = -INFINITY;
+    std::size_t best_n = 0;
+    for (std::size_t h = 0; h < s.size(); ++h) {
+      const std::size_t n = std::min({step, s[h].size() - c[h], total - used});
+      if (n == 0) continue;
+      double gain = 0;
+      for (std::size_t r = c[h]; r < c[h] + n; ++r) gain += s[h][r];
+      if (gain > best_gain) {
+        best_gain = gain;
+        best = h;
+        best_n = n;
+      }
+    }
+    if (best == s.size()) break;
+    c[best] += best_n;
+    used += best_n;
+  }
+  return c;
+}
+
+std::vector<std::size_t> pyramid_layer_budgets(std::size_t n_layers, std::size_t base, double beta,
+                                               std::size_t cap) {
+  if (!(beta >= 1.0)) throw InvalidInput("pyramid beta must be >= 1", {"", "--beta", std::to_string(beta)});
+  std::vector<double> real(n_layers, static_cast<double>(base));
+  if (n_layers > 1) {
+    const double lo = static_cast<double>(base) / beta, hi = 2.0 * static_cast<double>(base) - lo;
+    for (std::size_t l = 0; l < n_layers; ++l) {
+      real[l] = hi - static_cast<double>(l) * (hi - lo) / static_cast<double>(n_layers - 1);
+    }
+  }
+  std::vector<std::size_t> b = largest_remainder(real, n_layers * base);
+  std::size_t excess = 0;
+  for (auto& v : b) {
+    if (v > cap) {
+      excess += v - cap;
+      v = cap;
+    }
+  }
+  for (auto& v : b) {
+    const std::size_t add = std::min(excess, cap - v);
+    v += add;
+    excess -= add;
+  }
+  return b;
+}
+
+double retained_utility(const SortedScores& s, const std::vector<std::size_t>& c) {
+  double u = 0;
+  for (std::size_t h = 0; h < s.size(); ++h) {
+    for (std::size_t r = 0; r < c[h] && r < s[h].size(); ++r) u += s[h][r];
+  }
+  return u;
+}
+
+}  // namespace akv

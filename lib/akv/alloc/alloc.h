@@ -1,0 +1,52 @@
+#pragma once
+// Token-budget allocators across KV heads (and layers). They work on the selectable tokens of
+// each head - all tokens except the forced ones (observation window and sinks), whose count is
+// the same for every head and is added by the caller - and return how many selectable tokens
+// each head keeps ("extra" capacity). Every allocator returns integers that sum exactly to the
+// requested total, with 0 <= c_h <= available_h; ties are broken by the lower head index, so
+// results are deterministic.
+//
+// `sorted[h]` holds head h's selection scores of its selectable tokens, sorted in descending
+// order (its length is available_h).
+#include <cstddef>
+#include <vector>
+
+namespace akv {
+
+using SortedScores = std::vector<std::vector<double>>;
+
+// Same extra capacity for every head (clamped to what it has; the rest goes to heads with room,
+// by their next best score).
+std::vector<std::size_t> allocate_uniform(const SortedScores& sorted, std::size_t base);
+
+// Ada-KV (official algorithm): base per head; the top H*base scores of all heads flattened
+// decide count_h; capacity_h = alpha*base + (1 - alpha)*count_h, made integer by largest
+// remainder so the total is exactly H*base; every head keeps >= floor(alpha*base) (or all it
+// has). Applied to the heads of one layer (adakv) or of all layers (adakv-global).
+std::vector<std::size_t> allocate_adakv(const SortedScores& sorted, std::size_t base, double alpha);
+// Plain reference: full sort of the flattened scores, same integerisation.
+std::vector<std::size_t> allocate_adakv_ref(const SortedScores& sorted, std::size_t base,
+                                            double alpha);
+
+// Greedy marginal-utility water-filling (Ada-KV article): every head starts at min_tokens;
+// then `step` tokens at a time go to the head whose next step adds the most score (utility of
+// head h at c tokens = sum of its c best scores). The last award may be smaller than `step`.
+// Total extra = `total`. On sorted (concave) utilities this is optimal for step 1.
+std::vector<std::size_t> allocate_waterfill(const SortedScores& sorted, std::size_t total,
+                                            std::size_t min_tokens, std::size_t step);
+
+// PyramidKV per-layer budgets: layer l of L gets max - l*(max - min)/(L - 1) extra tokens per
+// head, min = base/beta, max = 2*base - min (so the mean is base), made integer by largest
+// remainder so the sum over layers is exactly L*base; each value clamped to `cap` with the
+// excess moved to the layers with room, lowest layer first.
+std::vector<std::size_t> pyramid_layer_budgets(std::size_t n_layers, std::size_t base,
+                                               double beta, std::size_t cap);
+
+// Sum of the c best scores of each head: the utility a capacity vector retains.
+double retained_utility(const SortedScores& sorted, const std::vector<std::size_t>& capacity);
+
+// Integer parts of non-negative reals whose sum is exactly `total` (largest remainder; ties to
+// the lower index). The reals must sum to `total` up to rounding.
+std::vector<std::size_t> largest_remainder(const std::vector<double>& real, std::size_t total);
+
+}  // namespace akv

@@ -1,0 +1,408 @@
+#include "akv/policy/eviction.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include "akv/alloc/alloc.h"
+#include "akv/core/errors.h"
+#include "akv/core/parallel.h"
+
+namespace akv {
+namespace {
+
+struct Method {
+  const char* name;
+  ScoreMethod score;
+  AllocMethod alloc;
+  std::size_t sinks;
+};
+constexpr Method kMethods[] = {
+    {"snapkv", ScoreMethod::snapkv, AllocMethod::uniform, 0},
+    {"h2o", ScoreMethod::h2o, AllocMethod::uniform, 0},
+    {"streamingllm", ScoreMethod::streamingllm, AllocMethod::uniform, 4},
+    {"adakv", ScoreMethod::snapkv, AllocMethod::adakv, 0},
+    {"waterfill", ScoreMethod::snapkv, AllocMethod::waterfill, 0},
+    {"pyramid", ScoreMethod::snapkv, AllocMethod::pyramid, 0},
+    {"adakv-pyramid", ScoreMethod::snapkv, AllocMethod::adakv_pyramid, 0},
+    {"adakv-global", ScoreMethod::snapkv, AllocMethod::adakv_global, 0},
+};
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// Forced positions: the first `sinks` and the last `window`.
+bool is_forced(std::size_t t, std::size_t T, std::size_t sinks, std::size_t window) {
+  return t < sinks || t + window >= T;
+}
+
+std::size_t forced_count(std::size_t T, std::size_t sinks, std::size_t window) {
+  return std::min(T, sinks + window);
+}
+
+}  // namespace
+
+std::string alloc_method_name(AllocMethod a) {
+  switch (a) {
+    case AllocMethod::uniform: return "uniform";
+    case AllocMethod::adakv: return "adakv";
+    case AllocMethod::waterfill: return "waterfill";
+    case AllocMethod::pyramid: return "pyramid";
+    case AllocMethod::adakv_pyramid: return "adakv-pyramid";
+    case AllocMethod::adakv_global: return "adakv-global";
+    case AllocMethod::file: return "file";
+  }
+  return "?";
+}
+
+AllocMethod parse_alloc_method(const std::string& s) {
+  for (AllocMethod a : {AllocMethod::uniform, AllocMethod::adakv, AllocMethod::waterfill,
+                        AllocMethod::pyramid, AllocMethod::adakv_pyramid, AllocMethod::adakv_global}) {
+    if (alloc_method_name(a) == s) return a;
+  }
+  throw UsageError(
+      "unknown allocation method (expected uniform, adakv, waterfill, pyramid, adakv-pyramid or "
+      "adakv-global)",
+      {"", "--method", s});
+}
+
+std::vector<std::string> eviction_method_names() {
+  std::vector<std::string> v;
+  for (const Method& m : kMethods) v.push_back(m.name);
+  return v;
+}
+
+bool is_eviction_method(const std::string& name) {
+  for (const Method& m : kMethods) {
+    if (name == m.name) return true;
+  }
+  return false;
+}
+
+EvictionParams eviction_method(const std::string& name) {
+  for (const Method& m : kMethods) {
+    if (name == m.name) {
+      EvictionParams p;
+      p.score.method = m.score;
+      p.alloc = m.alloc;
+      p.sinks = m.sinks;
+      return p;
+    }
+  }
+  throw UsageError("unknown eviction method", {"", "--method", name});
+}
+
+nlohmann::json EvictionParams::to_json() const {
+  nlohmann::json j;
+  j["score"] = score_method_name(score.method);
+  j["window"] = score.window;
+  j["pool"] = pool_name(score.pool);
+  j["kernel"] = score.kernel;
+  j["gqa_reduce"] = gqa_reduce_name(score.gqa_reduce);
+  j["alloc"] = alloc_method_name(alloc);
+  j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
+  j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
+  j["sinks"] = sinks;
+  j["alpha"] = alpha;
+  j["beta"] = beta;
+  j["min_tokens"] = min_tokens;
+  j["step"] = step;
+  if (!budgets_file.empty()) j["budgets_file"] = budgets_file;
+  return j;
+}
+
+EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::string& file) {
+  EvictionParams p;
+  try {
+    p.score.method = parse_score_method(j.at("score").get<std::string>());
+    p.score.window = j.at("window").get<std::size_t>();
+    p.score.pool = parse_pool(j.at("pool").get<std::string>());
+    p.score.kernel = j.at("kernel").get<std::size_t>();
+    p.score.gqa_reduce = parse_gqa_reduce(j.at("gqa_reduce").get<std::string>());
+    const std::string a = j.at("alloc").get<std::string>();
+    p.alloc = a == "file" ? AllocMethod::file : parse_alloc_method(a);
+    if (!j.at("budget_fraction").is_null()) p.budget_fraction = j["budget_fraction"].get<double>();
+    if (!j.at("budget_tokens").is_null()) p.budget_tokens = j["budget_tokens"].get<std::size_t>();
+    p.sinks = j.at("sinks").get<std::size_t>();
+    p.alpha = j.at("alpha").get<double>();
+    p.beta = j.at("beta").get<double>();
+    p.min_tokens = j.at("min_tokens").get<std::size_t>();
+    p.step = j.at("step").get<std::size_t>();
+    p.budgets_file = j.value("budgets_file", "");
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad eviction parameters: ") + e.what(), {file, "eviction"});
+  } catch (const UsageError& e) {
+    throw CorruptData(e.what(), {file, "eviction"});
+  }
+  return p;
+}
+
+std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m) {
+  const std::size_t T = m.n_tokens;
+  std::size_t b = 0;
+  if (p.budget_fraction) {
+    const double f = *p.budget_fraction;
+    if (!(f > 0.0 && f <= 1.0)) {
+      throw InvalidInput("budget fraction must be in (0, 1]", {"", "--budget", num(f)});
+    }
+    b = static_cast<std::size_t>(std::llround(f * static_cast<double>(T)));
+  } else if (p.budget_tokens) {
+    b = *p.budget_tokens;
+  } else {
+    throw UsageError("an eviction method needs --budget, --budget-tokens or --budgets", {"", "--budget"});
+  }
+  const std::size_t forced = forced_count(T, p.sinks, p.score.window);
+  if (b <= forced && b < T) {
+    throw InvalidInput("budget must exceed the always-kept tokens (window " +
+                           std::to_string(p.score.window) + " + sinks " + std::to_string(p.sinks) +
+                           " = " + std::to_string(forced) + " per head)",
+                       {"", p.budget_fraction ? "--budget" : "--budget-tokens",
+                        p.budget_fraction ? num(*p.budget_fraction) + " (" + std::to_string(b) + " tokens)"
+                                          : std::to_string(b)});
+  }
+  return std::min(b, T);
+}
+
+std::size_t EvictionPlan::total_tokens() const {
+  std::size_t n = 0;
+  for (const auto& l : heads) {
+    for (const auto& h : l) n += h.tokens;
+  }
+  return n;
+}
+
+double EvictionPlan::fraction() const {
+  std::size_t slots = 0;
+  for (const auto& l : heads) slots += l.size() * n_tokens;
+  return slots ? static_cast<double>(total_tokens()) / static_cast<double>(slots) : 0.0;
+}
+
+double EvictionPlan::retained_min() const {
+  double v = INFINITY;
+  for (const auto& l : heads) {
+    for (const auto& h : l) v = std::min(v, h.retained_mass);
+  }
+  return std::isfinite(v) ? v : 0.0;
+}
+
+double EvictionPlan::retained_mean() const {
+  double s = 0;
+  std::size_t n = 0;
+  for (const auto& l : heads) {
+    for (const auto& h : l) {
+      s += h.retained_mass;
+      ++n;
+    }
+  }
+  return n ? s / static_cast<double>(n) : 0.0;
+}
+
+nlohmann::json EvictionPlan::summary_json() const {
+  return {{"params", params.to_json()},
+          {"budget_tokens_per_head", budget_per_head},
+          {"forced_tokens_per_head", forced},
+          {"total_tokens", total_tokens()},
+          {"fraction", fraction()},
+          {"retained_mass_min", retained_min()},
+          {"retained_mass_mean", retained_mean()}};
+}
+
+EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& requested, int threads,
+                           const ProgressFn& progress) {
+  const DumpMeta& m = dump.meta();
+  EvictionParams p = requested;
+  std::vector<std::vector<std::size_t>> file_budgets;
+  if (p.alloc == AllocMethod::file) {
+    // Score options and sinks come from the file, so selection matches its allocation.
+    EvictionParams fp;
+    file_budgets = read_budgets(p.budgets_file, m, fp);
+    fp.alloc = AllocMethod::file;
+    fp.budgets_file = p.budgets_file;
+    p = fp;
+  }
+  validate_score_options(p.score, m);
+  const std::size_t T = m.n_tokens, L = m.n_layers, H = m.n_kv_heads, W = p.score.window;
+  EvictionPlan plan;
+  plan.params = p;
+  plan.n_tokens = T;
+  plan.forced = forced_count(T, p.sinks, W);
+  if (p.alloc == AllocMethod::file) {
+    plan.budget_per_head = 0;
+    for (const auto& l : file_budgets) plan.budget_per_head = std::accumulate(l.begin(), l.end(), plan.budget_per_head);
+    plan.budget_per_head /= (L * H);
+  } else {
+    plan.budget_per_head = budget_per_head(p, m);
+  }
+  // Scores of every head, then each head's selectable positions sorted by score.
+  std::vector<std::vector<HeadScores>> scores(L, std::vector<HeadScores>(H));
+  std::vector<std::vector<std::vector<std::size_t>>> order(L, std::vector<std::vector<std::size_t>>(H));
+  std::vector<SortedScores> sorted(L, SortedScores(H));
+  for (std::size_t l = 0; l < L; ++l) {
+    const Tensor3 key = dump.read(l, DumpField::key);
+    const Tensor3 query = dump.read(l, DumpField::query);
+    parallel_for(H, threads, [&](std::size_t h) {
+      scores[l][h] = score_head(query, key, h, m, p.score);
+      const std::vector<double>& s = scores[l][h].score;
+      std::vector<std::size_t>& o = order[l][h];
+      for (std::size_t t = 0; t < T; ++t) {
+        if (!is_forced(t, T, p.sinks, W)) o.push_back(t);
+      }
+      std::stable_sort(o.begin(), o.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
+      sorted[l][h].resize(o.size());
+      for (std::size_t i = 0; i < o.size(); ++i) sorted[l][h][i] = s[o[i]];
+    });
+    if (progress) progress(l + 1, L);
+  }
+  // Extra (selectable) tokens per head.
+  const std::size_t base = plan.budget_per_head - std::min(plan.budget_per_head, plan.forced);
+  std::vector<std::vector<std::size_t>> extra(L);
+  switch (p.alloc) {
+    case AllocMethod::uniform:
+      for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_uniform(sorted[l], base);
+      break;
+    case AllocMethod::adakv:
+      for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_adakv(sorted[l], base, p.alpha);
+      break;
+    case AllocMethod::waterfill:
+      for (std::size_t l = 0; l < L; ++l) {
+        extra[l] = allocate_waterfill(sorted[l], H * base, p.min_tokens, p.step);
+      }
+      break;
+    case AllocMethod::pyramid:
+    case AllocMethod::adakv_pyramid: {
+      const auto layer = pyramid_layer_budgets(L, base, p.beta, T - plan.forced);
+      for (std::size_t l = 0; l < L; ++l) {
+        extra[l] = p.alloc == AllocMethod::pyramid ? allocate_uniform(sorted[l], layer[l])
+                                                   : allocate_adakv(sorted[l], layer[l], p.alpha);
+      }
+      break;
+    }
+    case AllocMethod::adakv_global: {
+      SortedScores all;
+      for (auto& l : sorted) {
+        for (auto& h : l) all.push_back(std::move(h));
+      }
+      const auto c = allocate_adakv(all, base, p.alpha);
+      for (std::size_t l = 0; l < L; ++l) extra[l].assign(c.begin() + static_cast<std::ptrdiff_t>(l * H),
+                                                          c.begin() + static_cast<std::ptrdiff_t>((l + 1) * H));
+      break;
+    }
+    case AllocMethod::file:
+      for (std::size_t l = 0; l < L; ++l) {
+        extra[l].resize(H);
+        for (std::size_t h = 0; h < H; ++h) extra[l][h] = file_budgets[l][h] - plan.forced;
+      }
+      break;
+  }
+  plan.heads.assign(L, std::vector<HeadPlan>(H));
+  for (std::size_t l = 0; l < L; ++l) {
+    for (std::size_t h = 0; h < H; ++h) {
+      HeadPlan& hp = plan.heads[l][h];
+      for (std::size_t t = 0; t < T; ++t) {
+        if (is_forced(t, T, p.sinks, W)) hp.kept.push_back(static_cast<std::int32_t>(t));
+      }
+      for (std::size_t i = 0; i < extra[l][h]; ++i) hp.kept.push_back(static_cast<std::int32_t>(order[l][h][i]));
+      std::sort(hp.kept.begin(), hp.kept.end());
+      hp.tokens = hp.kept.size();
+      for (std::int32_t t : hp.kept) hp.retained_mass += scores[l][h].mass[static_cast<std::size_t>(t)];
+    }
+  }
+  return plan;
+}
+
+nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
+                            const std::string& dump_hash) {
+  const DumpMeta& m = dump.meta();
+  nlohmann::json j;
+  j["format"] = "akv-budgets";
+  j["version"] = 1;
+  j["dump"] = {{"path", dump.path()},       {"hash", dump_hash},       {"n_layers", m.n_layers},
+               {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}, {"head_dim", m.head_dim}};
+  j["summary"] = plan.summary_json();
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t l = 0; l < plan.heads.size(); ++l) {
+    nlohmann::json heads = nlohmann::json::array();
+    std::size_t tokens = 0;
+    double lo = INFINITY, sum = 0;
+    for (std::size_t h = 0; h < plan.heads[l].size(); ++h) {
+      const HeadPlan& hp = plan.heads[l][h];
+      nlohmann::json hj = {{"head", h}, {"tokens", hp.tokens}, {"retained_mass", hp.retained_mass}};
+      const auto& kinds = dump.layer(l).head_kinds;
+      if (!kinds.empty()) hj["kind"] = kinds[h];
+      heads.push_back(hj);
+      tokens += hp.tokens;
+      lo = std::min(lo, hp.retained_mass);
+      sum += hp.retained_mass;
+    }
+    layers.push_back({{"layer", l},
+                      {"tokens", tokens},
+                      {"retained_mass_min", lo},
+                      {"retained_mass_mean", sum / static_cast<double>(plan.heads[l].size())},
+                      {"heads", heads}});
+  }
+  j["layers"] = layers;
+  return j;
+}
+
+std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
+                                                   EvictionParams& params) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot open budgets file", {path});
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CorruptData("budgets file is not JSON", {path});
+  if (j.value("format", "") != "akv-budgets") {
+    throw InvalidInput("not an akv budgets file (expected format \"akv-budgets\")",
+                       {path, "format", j.value("format", "")});
+  }
+  if (j.value("version", 0) != 1) {
+    throw InvalidInput("unsupported akv-budgets version (this akv reads 1)",
+                       {path, "version", std::to_string(j.value("version", 0))});
+  }
+  std::vector<std::vector<std::size_t>> b;
+  try {
+    const auto& d = j.at("dump");
+    const std::pair<const char*, std::size_t> shape[] = {
+        {"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}};
+    for (const auto& [name, want] : shape) {
+      const std::size_t got = d.at(name).get<std::size_t>();
+      if (got != want) {
+        throw InvalidInput("budgets were made for a dump of another shape (this dump has " +
+                               std::to_string(want) + ")",
+                           {path, std::string("dump.") + name, std::to_string(got)});
+      }
+    }
+    params = EvictionParams::from_json(j.at("summary").at("params"), path);
+    const std::size_t forced = forced_count(m.n_tokens, params.sinks, params.score.window);
+    const auto& layers = j.at("layers");
+    if (layers.size() != m.n_layers) {
+      throw InvalidInput("wrong number of layers", {path, "layers", std::to_string(layers.size())});
+    }
+    for (std::size_t l = 0; l < m.n_layers; ++l) {
+      const auto& heads = layers[l].at("heads");
+      if (heads.size() != m.n_kv_heads) {
+        throw InvalidInput("wrong number of heads",
+                           {path, "layers[" + std::to_string(l) + "].heads", std::to_string(heads.size())});
+      }
+      b.emplace_back();
+      for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
+        const std::size_t t = heads[h].at("tokens").get<std::size_t>();
+        if (t < forced || t > m.n_tokens) {
+          throw InvalidInput("head budget outside [forced tokens " + std::to_string(forced) +
+                                 ", n_tokens]",
+                             {path, "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "].tokens",
+                              std::to_string(t)});
+        }
+        b.back().push_back(t);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
+  }
+  return b;
+}
+
+}  // namespace akv

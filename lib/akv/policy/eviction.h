@@ -1,0 +1,82 @@
+#pragma once
+// Token eviction: which tokens each KV head keeps, from importance scores and a budget
+// allocator. See docs/eviction.md.
+//
+// Per head, the forced tokens - the first `sinks` positions and the observation window (the
+// last W positions) - are always kept and counted in the budget. The allocator decides how many
+// other ("selectable") tokens each head keeps; each head keeps its best-scored selectable tokens
+// (ties: earlier position) and stores all kept tokens in chronological order.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/core/progress.h"
+#include "akv/io/dump.h"
+#include "akv/score/score.h"
+
+namespace akv {
+
+enum class AllocMethod { uniform, adakv, waterfill, pyramid, adakv_pyramid, adakv_global, file };
+std::string alloc_method_name(AllocMethod a);
+AllocMethod parse_alloc_method(const std::string& s);  // UsageError naming the value
+
+struct EvictionParams {
+  ScoreOptions score;
+  AllocMethod alloc = AllocMethod::uniform;
+  std::optional<double> budget_fraction;      // of n_tokens, in (0, 1]
+  std::optional<std::size_t> budget_tokens;   // per KV head on average, forced tokens included
+  std::size_t sinks = 0;
+  double alpha = 0.2;        // adakv floor fraction
+  double beta = 20.0;        // pyramid
+  std::size_t min_tokens = 0, step = 1;  // waterfill (selectable tokens)
+  std::string budgets_file;  // alloc == file: per-head budgets from `akv allocate`
+
+  nlohmann::json to_json() const;
+  static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
+};
+
+// Eviction methods of `akv compress --method`: score + allocator (+ default sinks).
+//   snapkv = snapkv + uniform, h2o = h2o + uniform, streamingllm = sinks 4 + recent,
+//   adakv = snapkv + adakv, waterfill = snapkv + waterfill, pyramid = snapkv + pyramid,
+//   adakv-pyramid, adakv-global = snapkv + adakv over all heads of all layers.
+std::vector<std::string> eviction_method_names();
+bool is_eviction_method(const std::string& name);
+EvictionParams eviction_method(const std::string& name);
+
+struct HeadPlan {
+  std::size_t tokens = 0;          // kept, forced included
+  std::vector<std::int32_t> kept;  // ascending positions
+  double retained_mass = 0;        // window attention mass on kept tokens (of 1)
+};
+
+struct EvictionPlan {
+  EvictionParams params;
+  std::size_t n_tokens = 0, forced = 0, budget_per_head = 0;
+  std::vector<std::vector<HeadPlan>> heads;  // [layer][kv head]
+  std::size_t total_tokens() const;
+  double fraction() const;                   // kept / (layers * kv heads * n_tokens)
+  double retained_min() const;
+  double retained_mean() const;
+  nlohmann::json summary_json() const;
+};
+
+// Budget per head in tokens from the params; throws InvalidInput when it is not above the
+// forced tokens (window + sinks) or a fraction lies outside (0, 1].
+std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m);
+
+// Scores every layer (reading keys and queries a layer at a time), allocates and selects.
+EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int threads,
+                           const ProgressFn& progress);
+
+// Budgets file (`akv allocate -o`): format "akv-budgets", version 1 (docs/formats.md).
+nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
+                            const std::string& dump_hash);
+// Per-head token budgets [layer][head] from a budgets file, checked against the dump's shape.
+// Also returns the file's eviction params (score, window, sinks) through `params`.
+std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
+                                                   EvictionParams& params);
+
+}  // namespace akv

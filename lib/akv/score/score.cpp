@@ -1,0 +1,189 @@
+#include "akv/score/score.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+
+#include "akv/core/errors.h"
+
+namespace akv {
+namespace {
+
+using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Adds softmax(s[0..n)) to acc[0..n) (f64 sums).
+void add_softmax(const float* s, std::size_t n, double* acc, std::vector<double>& tmp) {
+  float m = -INFINITY;
+  for (std::size_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+  tmp.resize(n);
+  double sum = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    tmp[j] = std::exp(static_cast<double>(s[j]) - m);
+    sum += tmp[j];
+  }
+  for (std::size_t j = 0; j < n; ++j) acc[j] += tmp[j] / sum;
+}
+
+void add_softmax_ref(const std::vector<double>& s, double* acc) {
+  double m = -INFINITY;
+  for (double v : s) m = std::max(m, v);
+  double sum = 0;
+  for (double v : s) sum += std::exp(v - m);
+  for (std::size_t j = 0; j < s.size(); ++j) acc[j] += std::exp(s[j] - m) / sum;
+}
+
+// Turns per-query-head accumulations into the KV head's scores.
+// window_acc / all_acc: [g][T] sums over the window queries / over all queries.
+HeadScores finish(const std::vector<std::vector<double>>& window_acc,
+                  const std::vector<std::vector<double>>& all_acc, const DumpMeta& m,
+                  const ScoreOptions& o) {
+  const std::size_t T = m.n_tokens, g = window_acc.size(), W = o.window;
+  HeadScores hs;
+  hs.mass.assign(T, 0.0);
+  hs.score.assign(T, 0.0);
+  for (std::size_t q = 0; q < g; ++q) {
+    for (std::size_t t = 0; t < T; ++t) hs.mass[t] += window_acc[q][t] / static_cast<double>(W * g);
+  }
+  if (o.method == ScoreMethod::streamingllm) {
+    for (std::size_t t = 0; t < T; ++t) hs.score[t] = static_cast<double>(t);
+    return hs;
+  }
+  for (std::size_t q = 0; q < g; ++q) {
+    std::vector<double> s(T);
+    if (o.method == ScoreMethod::snapkv) {
+      for (std::size_t t = 0; t < T; ++t) s[t] = window_acc[q][t] / static_cast<double>(W);
+      const std::size_t prefix = T - W;
+      std::vector<double> pooled = pool1d(s, prefix, o.kernel, o.pool);
+      std::copy(pooled.begin(), pooled.end(), s.begin());
+    } else {
+      s = all_acc[q];
+    }
+    for (std::size_t t = 0; t < T; ++t) {
+      if (o.gqa_reduce == GqaReduce::mean) {
+        hs.score[t] += s[t] / static_cast<double>(g);
+      } else {
+        hs.score[t] = q == 0 ? s[t] : std::max(hs.score[t], s[t]);
+      }
+    }
+  }
+  return hs;
+}
+
+}  // namespace
+
+std::string score_method_name(ScoreMethod m) {
+  switch (m) {
+    case ScoreMethod::snapkv: return "snapkv";
+    case ScoreMethod::h2o: return "h2o";
+    case ScoreMethod::streamingllm: return "streamingllm";
+  }
+  return "?";
+}
+std::string pool_name(PoolKind p) { return p == PoolKind::max ? "max" : "avg"; }
+std::string gqa_reduce_name(GqaReduce r) { return r == GqaReduce::mean ? "mean" : "max"; }
+
+ScoreMethod parse_score_method(const std::string& s) {
+  if (s == "snapkv") return ScoreMethod::snapkv;
+  if (s == "h2o") return ScoreMethod::h2o;
+  if (s == "streamingllm") return ScoreMethod::streamingllm;
+  throw UsageError("unknown score method (expected snapkv, h2o or streamingllm)", {"", "--score", s});
+}
+PoolKind parse_pool(const std::string& s) {
+  if (s == "max") return PoolKind::max;
+  if (s == "avg") return PoolKind::avg;
+  throw UsageError("unknown pooling (expected max or avg)", {"", "--pool", s});
+}
+GqaReduce parse_gqa_reduce(const std::string& s) {
+  if (s == "mean") return GqaReduce::mean;
+  if (s == "max") return GqaReduce::max;
+  throw UsageError("unknown GQA reduction (expected mean or max)", {"", "--gqa-reduce", s});
+}
+
+void validate_score_options(const ScoreOptions& o, const DumpMeta& m) {
+  if (o.window == 0 || o.window > m.n_query) {
+    throw InvalidInput("observation window must be in [1, n_query = " + std::to_string(m.n_query) +
+                           "] (the dump stores the queries of the last n_query positions)",
+                       {"", "--window", std::to_string(o.window)});
+  }
+  if (o.kernel == 0 || o.kernel % 2 == 0) {
+    throw InvalidInput("pooling kernel must be odd", {"", "--kernel", std::to_string(o.kernel)});
+  }
+}
+
+std::vector<double> pool1d(const std::vector<double>& x, std::size_t n, std::size_t k, PoolKind p) {
+  std::vector<double> out(n);
+  const std::ptrdiff_t half = static_cast<std::ptrdiff_t>(k / 2);
+  for (std::size_t t = 0; t < n; ++t) {
+    const std::ptrdiff_t lo = std::max<std::ptrdiff_t>(0, static_cast<std::ptrdiff_t>(t) - half);
+    const std::ptrdiff_t hi =
+        std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(n) - 1, static_cast<std::ptrdiff_t>(t) + half);
+    double acc = p == PoolKind::max ? -INFINITY : 0.0;
+    for (std::ptrdiff_t j = lo; j <= hi; ++j) {
+      acc = p == PoolKind::max ? std::max(acc, x[static_cast<std::size_t>(j)]) : acc + x[static_cast<std::size_t>(j)];
+    }
+    out[t] = p == PoolKind::max ? acc : acc / static_cast<double>(k);
+  }
+  return out;
+}
+
+HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, const DumpMeta& m,
+                      const ScoreOptions& o) {
+  validate_score_options(o, m);
+  const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
+  const std::size_t rows = o.method == ScoreMethod::h2o ? nq : o.window;  // last `rows` queries
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<double> tmp;
+  Eigen::Map<const MatF> k(key.row(h, 0), static_cast<Eigen::Index>(T), static_cast<Eigen::Index>(d));
+  std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)), all;
+  if (o.method == ScoreMethod::h2o) all.assign(g, std::vector<double>(T, 0.0));
+  for (std::size_t q = 0; q < g; ++q) {
+    const std::size_t qh = h * g + q;
+    Eigen::Map<const MatF> qm(query.row(qh, nq - rows), static_cast<Eigen::Index>(rows),
+                              static_cast<Eigen::Index>(d));
+    const MatF s = (qm * k.transpose()) * scale;  // [rows, T]
+    for (std::size_t i = 0; i < rows; ++i) {
+      const std::size_t pos = T - rows + i;
+      const float* row = s.data() + i * T;
+      if (i >= rows - o.window) add_softmax(row, pos + 1, win[q].data(), tmp);
+      if (o.method == ScoreMethod::h2o) add_softmax(row, pos + 1, all[q].data(), tmp);
+    }
+  }
+  return finish(win, all, m, o);
+}
+
+std::vector<HeadScores> score_layer(const Tensor3& query, const Tensor3& key, const DumpMeta& m,
+                                    const ScoreOptions& o) {
+  std::vector<HeadScores> out(m.n_kv_heads);
+  for (std::size_t h = 0; h < m.n_kv_heads; ++h) out[h] = score_head(query, key, h, m, o);
+  return out;
+}
+
+std::vector<HeadScores> score_layer_ref(const Tensor3& query, const Tensor3& key,
+                                        const DumpMeta& m, const ScoreOptions& o) {
+  validate_score_options(o, m);
+  const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
+  std::vector<HeadScores> out(m.n_kv_heads);
+  for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
+    std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)),
+        all(g, std::vector<double>(T, 0.0));
+    for (std::size_t q = 0; q < g; ++q) {
+      for (std::size_t i = 0; i < nq; ++i) {
+        const std::size_t pos = T - nq + i;
+        std::vector<double> s(pos + 1);
+        for (std::size_t t = 0; t <= pos; ++t) {
+          double dot = 0;
+          for (std::size_t c = 0; c < d; ++c) {
+            dot += static_cast<double>(query.at(h * g + q, i, c)) * key.at(h, t, c);
+          }
+          s[t] = dot / std::sqrt(static_cast<double>(d));
+        }
+        if (i >= nq - o.window) add_softmax_ref(s, win[q].data());
+        add_softmax_ref(s, all[q].data());
+      }
+    }
+    out[h] = finish(win, all, m, o);
+  }
+  return out;
+}
+
+}  // namespace akv

@@ -1,0 +1,121 @@
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+
+#include "akv/alloc/alloc.h"
+#include "akv/core/rng.h"
+
+using namespace akv;
+
+namespace {
+
+SortedScores random_sorted(std::size_t heads, std::size_t max_len, std::uint64_t seed,
+                           bool ties = false) {
+  Rng r(seed);
+  SortedScores s(heads);
+  for (auto& v : s) {
+    v.resize(1 + r.below(max_len));
+    // Heads differ in concentration: some have a few large scores, others many small ones.
+    const double k = 0.2 + 3.0 * r.uniform();
+    for (auto& x : v) x = ties ? static_cast<double>(r.below(4)) : std::pow(r.uniform(), k);
+    std::sort(v.begin(), v.end(), std::greater<>());
+  }
+  return s;
+}
+
+std::size_t sum(const std::vector<std::size_t>& c) { return std::accumulate(c.begin(), c.end(), std::size_t{0}); }
+
+// Best total utility over all allocations with c_h in [min, len_h] (multiples of `step` above the
+// minimum, or the full length), summing to `total`: exhaustive search.
+double brute_force(const SortedScores& s, std::size_t total, std::size_t min_tokens) {
+  double best = -1;
+  std::vector<std::size_t> c(s.size());
+  std::function<void(std::size_t, std::size_t)> rec = [&](std::size_t h, std::size_t left) {
+    if (h == s.size()) {
+      if (left == 0) best = std::max(best, retained_utility(s, c));
+      return;
+    }
+    for (std::size_t n = std::min(min_tokens, s[h].size()); n <= s[h].size() && n <= left; ++n) {
+      c[h] = n;
+      rec(h + 1, left - n);
+    }
+  };
+  rec(0, total);
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("largest remainder: exact integer totals", "[alloc]") {
+  CHECK(largest_remainder({1.5, 1.5, 1.0}, 4) == std::vector<std::size_t>{2, 1, 1});
+  CHECK(largest_remainder({0.2, 0.3, 0.5}, 1) == std::vector<std::size_t>{0, 0, 1});
+  CHECK(largest_remainder({2.0, 2.0}, 4) == std::vector<std::size_t>{2, 2});
+}
+
+TEST_CASE("adakv: fast selection equals the plain reference; sums and floors", "[alloc]") {
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    const auto s = random_sorted(2 + seed % 7, 60, seed, seed % 3 == 0);
+    std::size_t avail = 0;
+    for (const auto& v : s) avail += v.size();
+    const std::size_t base = 1 + seed % 20;
+    const double alpha = (seed % 5) * 0.2;
+    const auto a = allocate_adakv(s, base, alpha);
+    const auto b = allocate_adakv_ref(s, base, alpha);
+    INFO("seed " << seed);
+    CHECK(a == b);
+    CHECK(sum(a) == std::min(avail, s.size() * base));
+    for (std::size_t h = 0; h < s.size(); ++h) {
+      CHECK(a[h] <= s[h].size());
+      // floor(alpha * base) unless the head has fewer tokens
+      CHECK(a[h] >= std::min(s[h].size(), static_cast<std::size_t>(std::floor(alpha * base))));
+    }
+  }
+  // Hand case: 2 heads, base 2, alpha 0: the top 4 of {9, 8, 7, 1} and {3, 2} are 9, 8, 7, 3.
+  const SortedScores s = {{9, 8, 7, 1}, {3, 2}};
+  CHECK(allocate_adakv(s, 2, 0.0) == std::vector<std::size_t>{3, 1});
+  // alpha 0.5: 0.5*2 + 0.5*{3, 1} = {2.5, 1.5} -> largest remainder, tie to head 0: {3, 1}.
+  CHECK(allocate_adakv(s, 2, 0.5) == std::vector<std::size_t>{3, 1});
+  // alpha 1: uniform.
+  CHECK(allocate_adakv(s, 2, 1.0) == std::vector<std::size_t>{2, 2});
+}
+
+TEST_CASE("waterfill: greedy equals brute force on concave utilities", "[alloc]") {
+  for (std::uint64_t seed = 0; seed < 150; ++seed) {
+    const auto s = random_sorted(2 + seed % 3, 7, 1000 + seed);
+    std::size_t avail = 0;
+    for (const auto& v : s) avail += v.size();
+    const std::size_t min_tokens = seed % 2;
+    std::size_t floor_total = 0;
+    for (const auto& v : s) floor_total += std::min(min_tokens, v.size());
+    const std::size_t total = floor_total + seed % (avail - floor_total + 1);
+    const auto c = allocate_waterfill(s, total, min_tokens, 1);
+    INFO("seed " << seed << " total " << total);
+    CHECK(sum(c) == total);
+    CHECK(retained_utility(s, c) == Approx(brute_force(s, total, min_tokens)).epsilon(1e-12));
+  }
+  // Step > 1 still sums exactly (last award may be partial).
+  const SortedScores s = {{5, 4, 3, 2, 1}, {6, 0.5, 0.4}};
+  const auto c = allocate_waterfill(s, 5, 0, 2);
+  CHECK(sum(c) == 5);
+}
+
+TEST_CASE("uniform and pyramid budgets", "[alloc]") {
+  const SortedScores s = {{3, 2, 1}, {9, 8, 7, 6, 5, 4}, {1}};
+  // base 3: head 2 has only 1 token; its 2 spare tokens go to the best next scores (head 1).
+  const auto u = allocate_uniform(s, 3);
+  CHECK(u == std::vector<std::size_t>{3, 5, 1});
+  CHECK(sum(allocate_uniform(s, 100)) == 10);
+  for (std::size_t layers : {1u, 2u, 5u, 32u}) {
+    for (std::size_t base : {1u, 10u, 77u}) {
+      const auto b = pyramid_layer_budgets(layers, base, 20.0, 1000);
+      CHECK(sum(b) == layers * base);
+      CHECK(std::is_sorted(b.rbegin(), b.rend()));  // decreasing over depth
+    }
+  }
+  // Clamped at the cap, the excess moves to other layers.
+  const auto b = pyramid_layer_budgets(4, 10, 20.0, 12);
+  CHECK(sum(b) == 40);
+  for (auto v : b) CHECK(v <= 12);
+}
