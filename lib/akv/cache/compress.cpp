@@ -1,6 +1,7 @@
 #include "akv/cache/compress.h"
 
 #include <memory>
+#include <optional>
 
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
@@ -9,16 +10,36 @@
 namespace akv {
 namespace {
 
-HeadInput head_input(const Tensor3& key, const Tensor3* key_pre, const Tensor3& value,
-                     std::size_t h, const DumpMeta& m) {
+// Compresses KV head h of one layer, keeping the rows at `kept` (all rows when empty or
+// complete).
+HeadCache compress_kv_head(const Tensor3& key, const Tensor3* key_pre, const Tensor3& value,
+                           std::size_t h, const DumpMeta& m, const std::vector<std::int32_t>& kept,
+                           const CompressParams& params) {
+  const std::size_t d = m.head_dim;
   HeadInput in;
-  in.key = key.row(h, 0);
-  in.key_pre_rope = key_pre ? key_pre->row(h, 0) : nullptr;
-  in.value = value.row(h, 0);
-  in.n = m.n_tokens;
-  in.head_dim = m.head_dim;
+  in.head_dim = d;
   in.n_tokens = m.n_tokens;
-  return in;
+  if (kept.empty() || kept.size() == m.n_tokens) {
+    in.key = key.row(h, 0);
+    in.key_pre_rope = key_pre ? key_pre->row(h, 0) : nullptr;
+    in.value = value.row(h, 0);
+    in.n = m.n_tokens;
+    return compress_head(in, params);
+  }
+  const std::size_t n = kept.size();
+  std::vector<float> k(n * d), v(n * d), pre(key_pre ? n * d : 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto t = static_cast<std::size_t>(kept[i]);
+    std::copy_n(key.row(h, t), d, k.data() + i * d);
+    std::copy_n(value.row(h, t), d, v.data() + i * d);
+    if (key_pre) std::copy_n(key_pre->row(h, t), d, pre.data() + i * d);
+  }
+  in.key = k.data();
+  in.key_pre_rope = key_pre ? pre.data() : nullptr;
+  in.value = v.data();
+  in.n = n;
+  in.kept = kept;
+  return compress_head(in, params);
 }
 
 }  // namespace
@@ -47,6 +68,7 @@ nlohmann::json MemoryReport::to_json() const {
   j["elements"] = elements;
   j["bits_per_element"] = bits_per_element();
   j["compression_ratio"] = ratio();
+  j["eviction"] = eviction;
   nlohmann::json layers = nlohmann::json::array();
   for (std::size_t l = 0; l < this->layers.size(); ++l) {
     nlohmann::json row = bytes_json(this->layers[l]);
@@ -78,7 +100,18 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   report.header.source_bytes = dump.file_bytes();
   report.elements = 2ull * m.n_layers * m.n_kv_heads * m.n_tokens * m.head_dim;
   report.layers.resize(m.n_layers);
+  // Eviction first (a scoring pass over keys and queries), then one pass over K/V.
+  const std::size_t phases = params.eviction ? 2 : 1;
+  std::optional<EvictionPlan> plan;
+  if (params.eviction) {
+    plan = plan_eviction(dump, *params.eviction, threads, [&](std::size_t done, std::size_t total) {
+      if (progress) progress(done, phases * total);
+    });
+    report.eviction = plan->summary_json();
+    report.header.params.eviction = plan->params;
+  }
   CacheWriter writer(out_path, report.header);
+  const std::vector<std::int32_t> all;
   for (std::size_t l = 0; l < m.n_layers; ++l) {
     const Tensor3 key = dump.read(l, DumpField::key);
     const Tensor3 value = dump.read(l, DumpField::value);
@@ -86,14 +119,15 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
     if (params.pre_rope) pre = std::make_unique<Tensor3>(dump.read(l, DumpField::key_pre_rope));
     std::vector<HeadCache> heads(m.n_kv_heads);
     parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
-      heads[h] = compress_head(head_input(key, pre.get(), value, h, m), params);
+      heads[h] = compress_kv_head(key, pre.get(), value, h, m,
+                                  plan ? plan->heads[l][h].kept : all, params);
     });
     for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
       writer.write_head(l, h, heads[h]);
       report.layers[l] += heads[h].bytes();
     }
     report.total += report.layers[l];
-    if (progress) progress(l + 1, m.n_layers);
+    if (progress) progress((phases - 1) * m.n_layers + l + 1, phases * m.n_layers);
   }
   writer.commit();
   return report;

@@ -18,6 +18,7 @@ struct MemoryReport {
   std::vector<CacheBytes> layers;  // [n_layers]
   CacheBytes total;
   std::uint64_t elements = 0;      // K and V elements of the source: 2 * L * Hkv * T * D
+  nlohmann::json eviction;         // eviction summary (EvictionPlan::summary_json) or null
   std::uint64_t f16_bytes() const { return 2 * elements; }
   double bits_per_element() const;  // 8 * total / elements
   double ratio() const;             // f16_bytes / total

@@ -40,7 +40,77 @@ std::string method_name(Method m) {
 std::vector<std::string> method_names() {
   std::vector<std::string> v = {"none", "uniform", "kivi"};
   for (const Preset& p : kPresets) v.push_back(p.name);
+  for (const auto& e : eviction_method_names()) v.push_back(e);
   return v;
+}
+
+namespace {
+
+std::size_t non_negative(long long v, const char* flag) {
+  if (v < 0) throw InvalidInput("value must be >= 0", {"", flag, std::to_string(v)});
+  return static_cast<std::size_t>(v);
+}
+
+void apply_eviction_flags(EvictionParams& e, const std::string& method, const EvictionRequest& r) {
+  const int budgets = (r.budget ? 1 : 0) + (r.budget_tokens ? 1 : 0) + (r.budgets_file ? 1 : 0);
+  if (budgets != 1) {
+    throw UsageError("an eviction method needs exactly one of --budget, --budget-tokens, --budgets",
+                     {"", "--budget", method});
+  }
+  if (r.budget) {
+    if (!(*r.budget > 0.0 && *r.budget <= 1.0)) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", *r.budget);
+      throw InvalidInput("budget fraction must be in (0, 1]", {"", "--budget", buf});
+    }
+    e.budget_fraction = *r.budget;
+  }
+  if (r.budget_tokens) e.budget_tokens = non_negative(*r.budget_tokens, "--budget-tokens");
+  if (r.budgets_file) {
+    e.alloc = AllocMethod::file;
+    e.budgets_file = *r.budgets_file;
+  }
+  if (r.window) e.score.window = non_negative(*r.window, "--window");
+  if (r.sinks) e.sinks = non_negative(*r.sinks, "--sinks");
+  if (r.kernel) e.score.kernel = non_negative(*r.kernel, "--kernel");
+  if (r.pool) e.score.pool = parse_pool(*r.pool);
+  if (r.gqa_reduce) e.score.gqa_reduce = parse_gqa_reduce(*r.gqa_reduce);
+  if (r.alpha) {
+    if (!(*r.alpha >= 0.0 && *r.alpha <= 1.0)) {
+      throw InvalidInput("alpha must be in [0, 1]", {"", "--alpha", std::to_string(*r.alpha)});
+    }
+    e.alpha = *r.alpha;
+  }
+  if (r.beta) e.beta = *r.beta;
+  if (r.min_tokens) e.min_tokens = non_negative(*r.min_tokens, "--min-tokens");
+  if (r.step) e.step = non_negative(*r.step, "--step");
+  if (e.step == 0) throw InvalidInput("water-filling step must be >= 1", {"", "--step", "0"});
+}
+
+EvictionParams resolve_eviction(const std::string& method, const EvictionRequest& r) {
+  EvictionParams e = eviction_method(method);
+  apply_eviction_flags(e, method, r);
+  return e;
+}
+
+CompressParams resolve_quant(const CompressRequest& r);
+
+}  // namespace
+
+EvictionParams resolve_allocation(const std::string& alloc, const std::string& score,
+                                  const EvictionRequest& r) {
+  EvictionParams e;
+  e.alloc = parse_alloc_method(alloc);
+  e.score.method = parse_score_method(score);
+  e.sinks = e.score.method == ScoreMethod::streamingllm ? 4 : 0;
+  if (r.budgets_file) throw UsageError("allocate computes budgets; --budgets is for compress", {"", "--budgets"});
+  apply_eviction_flags(e, alloc, r);
+  return e;
+}
+
+bool EvictionRequest::any() const {
+  return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
+         gqa_reduce || alpha || beta || min_tokens || step;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {
@@ -61,6 +131,29 @@ void validate_params(const CompressParams& p, const std::string& file) {
 }
 
 CompressParams resolve_params(const CompressRequest& r) {
+  if (is_eviction_method(r.method)) {
+    const std::string quant = r.quant.value_or("none");
+    if (is_eviction_method(quant)) {
+      throw UsageError("--quant takes a quantization method or preset", {"", "--quant", quant});
+    }
+    CompressRequest q = r;
+    q.method = quant;
+    CompressParams p = resolve_quant(q);
+    p.eviction = resolve_eviction(r.method, r.eviction);
+    return p;
+  }
+  if (r.quant || r.eviction.any()) {
+    throw UsageError("eviction flags (--budget, --quant, --window...) need an eviction method "
+                     "(snapkv, h2o, streamingllm, adakv, waterfill, pyramid, adakv-pyramid, "
+                     "adakv-global)",
+                     {"", "--method", r.method});
+  }
+  return resolve_quant(r);
+}
+
+namespace {
+
+CompressParams resolve_quant(const CompressRequest& r) {
   CompressParams p;
   const Preset* preset = nullptr;
   for (const Preset& q : kPresets) {
@@ -76,7 +169,9 @@ CompressParams resolve_params(const CompressRequest& r) {
   } else if (r.method == "kivi" || preset) {
     p.method = Method::kivi;
   } else {
-    throw UsageError("unknown method (expected none, uniform, kivi, kivi-2, kivi-4, k4v2, k4v3)",
+    throw UsageError("unknown method (expected none, uniform, kivi, kivi-2, kivi-4, k4v2, k4v3, or "
+                     "an eviction method: snapkv, h2o, streamingllm, adakv, waterfill, pyramid, "
+                     "adakv-pyramid, adakv-global)",
                      {"", "--method", r.method});
   }
   auto refuse = [&](bool given, const char* flag) {
@@ -126,6 +221,8 @@ CompressParams resolve_params(const CompressRequest& r) {
   return p;
 }
 
+}  // namespace
+
 nlohmann::json CompressParams::to_json() const {
   nlohmann::json j;
   j["method"] = method_name(method);
@@ -141,6 +238,7 @@ nlohmann::json CompressParams::to_json() const {
   }
   j["residual"] = residual;
   j["scale_dtype"] = "f16";
+  j["eviction"] = eviction ? eviction->to_json() : nlohmann::json(nullptr);
   return j;
 }
 
@@ -168,6 +266,9 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
       p.value = tensor(j.at("value"));
       p.outlier_fraction = j.at("outlier_fraction").get<double>();
       p.pre_rope = j.at("pre_rope").get<bool>();
+    }
+    if (j.contains("eviction") && !j["eviction"].is_null()) {
+      p.eviction = EvictionParams::from_json(j["eviction"], file);
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad compression parameters: ") + e.what(), {file, "params"});

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/policy/eviction.h"
 #include "akv/quant/affine.h"
 
 namespace akv {
@@ -35,15 +36,29 @@ struct CompressParams {
   std::size_t residual = 128;    // most recent tokens kept in f16
   double outlier_fraction = 0;   // key channels per head kept in f16: ceil(f * head_dim)
   bool pre_rope = false;         // quantize keys before RoPE (needs key_pre_rope in the dump)
+  std::optional<EvictionParams> eviction;  // evict first, then quantize what is kept
 
   bool quantized() const { return method != Method::none; }
   nlohmann::json to_json() const;
   static CompressParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
+// Eviction flags (see policy/eviction.h); only with an eviction method.
+struct EvictionRequest {
+  std::optional<double> budget;
+  std::optional<long long> budget_tokens;
+  std::optional<std::string> budgets_file;
+  std::optional<long long> window, sinks, kernel, min_tokens, step;
+  std::optional<std::string> pool, gqa_reduce;
+  std::optional<double> alpha, beta;
+  bool any() const;
+};
+
 // What the user asked for on the command line; unset fields take the method's defaults.
 struct CompressRequest {
-  std::string method = "kivi";  // a method or preset name
+  std::string method = "kivi";  // a quantization method, preset, or eviction method
+  std::optional<std::string> quant;  // with an eviction method: quantization method or preset
+  EvictionRequest eviction;
   std::optional<int> bits, bits_key, bits_value;
   std::optional<std::string> key_axis, value_axis;
   std::optional<long long> group, residual;
@@ -51,7 +66,7 @@ struct CompressRequest {
   bool pre_rope = false;
 };
 
-// Names accepted by --method: methods, then presets.
+// Names accepted by --method: quantization methods, presets, then eviction methods.
 std::vector<std::string> method_names();
 
 // Resolves a request into parameters: method defaults (kivi: 2/2 bits, K channel / V token,
@@ -60,6 +75,10 @@ std::vector<std::string> method_names();
 // none, --bits-key with a preset that fixes it) and InvalidInput (exit 2) for out-of-range
 // values: bits not in {2,3,4,8}, G = 0, R not a multiple of G, outlier fraction outside [0, 1).
 CompressParams resolve_params(const CompressRequest& r);
+
+// Eviction parameters for `akv allocate`: allocator and score method by name, then flags.
+EvictionParams resolve_allocation(const std::string& alloc, const std::string& score,
+                                  const EvictionRequest& r);
 
 // Checks parameters read from a file or built by a library caller (same rules as above).
 void validate_params(const CompressParams& p, const std::string& file);

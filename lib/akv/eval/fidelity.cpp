@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -94,6 +95,7 @@ FidelityMetrics metrics(const FidelitySums& s) {
   const double q = static_cast<double>(s.attn.queries);
   m.kl = ratio(s.attn.kl, q);
   m.evicted_mass = ratio(s.attn.evicted_mass, q);
+  m.retained_mass = 1.0 - m.evicted_mass;
   for (int r = 0; r < 3; ++r) m.recall[r] = ratio(s.attn.recall[r], q);
   return m;
 }
@@ -101,8 +103,17 @@ FidelityMetrics metrics(const FidelitySums& s) {
 nlohmann::json metrics_json(const FidelityMetrics& m) {
   return {{"key_rel_mse", m.key_rel_mse},     {"value_rel_mse", m.value_rel_mse},
           {"attn_rel_err", m.attn_rel_err},   {"kl", m.kl},
-          {"evicted_mass", m.evicted_mass},   {"recall_at_1", m.recall[0]},
+          {"evicted_mass", m.evicted_mass},   {"retained_mass", m.retained_mass},
+          {"recall_at_1", m.recall[0]},
           {"recall_at_8", m.recall[1]},       {"recall_at_32", m.recall[2]}};
+}
+
+double FidelityReport::needle_survival() const {
+  if (needles.empty() || heads.empty()) return 0.0;
+  const double pairs = static_cast<double>(heads.size() * heads[0].size());
+  double s = 0;
+  for (std::size_t k : needle_kept) s += static_cast<double>(k) / pairs;
+  return s / static_cast<double>(needles.size());
 }
 
 FidelitySums FidelityReport::layer_sums(std::size_t l) const {
@@ -138,6 +149,15 @@ nlohmann::json FidelityReport::to_json() const {
     layers.push_back(row);
   }
   j["layers"] = layers;
+  if (!needles.empty()) {
+    nlohmann::json nj = nlohmann::json::array();
+    const double pairs = static_cast<double>(heads.size() * (heads.empty() ? 0 : heads[0].size()));
+    for (std::size_t i = 0; i < needles.size(); ++i) {
+      nj.push_back({{"position", needles[i]}, {"kept_fraction", static_cast<double>(needle_kept[i]) / pairs}});
+    }
+    j["needles"] = nj;
+    j["overall"]["needle_survival"] = needle_survival();
+  }
   return j;
 }
 
@@ -178,6 +198,12 @@ std::string FidelityReport::to_table(bool per_head) const {
     line(std::to_string(l), "all", metrics(layer_sums(l)));
   }
   line("all", "all", metrics(total()));
+  const FidelityMetrics all = metrics(total());
+  if (all.evicted_mass > 0) out += fmt::format("retained attention mass: {:.4f}\n", all.retained_mass);
+  if (!needles.empty()) {
+    out += fmt::format("needles kept (mean over needles of layer/head pairs keeping them): {:.4f}\n",
+                       needle_survival());
+  }
   return out;
 }
 
@@ -198,6 +224,10 @@ FidelityReport evaluate_cache(const std::string& dump_path, const std::string& c
   r.cache_path = cache_path;
   r.memory = cache_memory(cache);
   r.heads.assign(m.n_layers, std::vector<FidelitySums>(m.n_kv_heads));
+  if (dump.needles()) {
+    r.needles = *dump.needles();
+    r.needle_kept.assign(r.needles.size(), 0);
+  }
   std::unique_ptr<RopeTable> table;
   if (cache.header().params.pre_rope) {
     table = std::make_unique<RopeTable>(m.head_dim, m.rope_theta, 0, m.n_tokens);
@@ -212,6 +242,13 @@ FidelityReport evaluate_cache(const std::string& dump_path, const std::string& c
     parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
       r.heads[l][h] = evaluate_head(heads[h], key, value, query, h, m, rope);
     });
+    for (std::size_t i = 0; i < r.needles.size(); ++i) {
+      for (const HeadCache& hc : heads) {
+        const bool kept = hc.kept.empty() ||
+                          std::binary_search(hc.kept.begin(), hc.kept.end(), r.needles[i]);
+        r.needle_kept[i] += kept ? 1 : 0;
+      }
+    }
     if (progress) progress(l + 1, m.n_layers);
   }
   return r;

@@ -26,6 +26,7 @@ struct FidelityMetrics {
   double attn_rel_err = 0;   // sqrt(sum ||o - o^||^2 / sum ||o||^2) over queries
   double kl = 0;             // mean over queries of KL(p || p^), p restricted to kept tokens
   double evicted_mass = 0;   // mean over queries of the original attention on evicted tokens
+  double retained_mass = 1;  // 1 - evicted_mass
   double recall[3] = {0, 0, 0};  // mean top-k recall, k = 1, 8, 32
 };
 FidelityMetrics metrics(const FidelitySums& s);
@@ -35,6 +36,11 @@ struct FidelityReport {
   std::string dump_path, cache_path;
   MemoryReport memory;
   std::vector<std::vector<FidelitySums>> heads;  // [layer][kv head]
+  // Needle survival, when the dump has /needles: per needle, the (layer, KV head) pairs that
+  // keep its position.
+  std::vector<std::int32_t> needles;
+  std::vector<std::size_t> needle_kept;  // [n_needles]
+  double needle_survival() const;       // mean over needles of kept pairs / all pairs
   FidelitySums layer_sums(std::size_t l) const;
   FidelitySums total() const;
   nlohmann::json to_json() const;

@@ -1,0 +1,173 @@
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "akv/cache/compress.h"
+#include "akv/core/errors.h"
+#include "akv/eval/fidelity.h"
+#include "akv/io/file_hash.h"
+#include "akv/policy/eviction.h"
+#include "akv/synth/synth.h"
+#include "test_util.h"
+
+using namespace akv;
+
+namespace {
+
+SynthOptions mixed() {
+  SynthOptions so;
+  so.n_layers = 3;
+  so.n_heads = 16;
+  so.n_kv_heads = 8;
+  so.head_dim = 64;
+  so.n_tokens = 1024;
+  so.window = 32;
+  so.seed = 5;
+  so.threads = 2;
+  return so;
+}
+
+CompressParams evict(const std::string& method, double budget, const std::string& quant = "none") {
+  CompressRequest r;
+  r.method = method;
+  r.quant = quant;
+  r.eviction.budget = budget;
+  return resolve_params(r);
+}
+
+}  // namespace
+
+TEST_CASE("plan_eviction: exact totals, forced tokens kept, full budget keeps all", "[policy]") {
+  test::TempDir dir;
+  SynthOptions so = mixed();
+  write_synth_dump(dir.file("d.h5"), so, {});
+  DumpReader dump(dir.file("d.h5"));
+  for (const std::string& name : eviction_method_names()) {
+    EvictionParams p = eviction_method(name);
+    p.budget_tokens = 150;
+    p.score.window = 16;
+    const EvictionPlan plan = plan_eviction(dump, p, 2, {});
+    INFO(name);
+    CHECK(plan.total_tokens() == 3 * 8 * 150);
+    const std::size_t floor = static_cast<std::size_t>(0.2 * (150 - plan.forced));
+    for (const auto& layer : plan.heads) {
+      for (const HeadPlan& h : layer) {
+        CHECK(h.tokens == h.kept.size());
+        CHECK(std::is_sorted(h.kept.begin(), h.kept.end()));
+        CHECK(std::adjacent_find(h.kept.begin(), h.kept.end()) == h.kept.end());
+        // the window (last 16) and the sinks are always kept
+        for (std::int32_t t = 1024 - 16; t < 1024; ++t) {
+          CHECK(std::binary_search(h.kept.begin(), h.kept.end(), t));
+        }
+        for (std::int32_t t = 0; t < static_cast<std::int32_t>(p.sinks); ++t) {
+          CHECK(std::binary_search(h.kept.begin(), h.kept.end(), t));
+        }
+        if (name == "adakv" || name == "adakv-global") CHECK(h.tokens >= plan.forced + floor);
+        CHECK(h.retained_mass > 0.0);
+        CHECK(h.retained_mass <= 1.0 + 1e-9);
+      }
+    }
+  }
+  // StreamingLLM: sinks plus the most recent tokens, nothing else.
+  EvictionParams s = eviction_method("streamingllm");
+  s.budget_tokens = 100;
+  const EvictionPlan sp = plan_eviction(dump, s, 1, {});
+  CHECK(sp.heads[1][3].kept.front() == 0);
+  CHECK(sp.heads[1][3].kept[4] == 1024 - 96);
+  // Bad budgets.
+  EvictionParams b = eviction_method("snapkv");
+  b.budget_tokens = 32;  // == window
+  CHECK_THROWS_AS(plan_eviction(dump, b, 1, {}), InvalidInput);
+  b.budget_tokens.reset();
+  b.budget_fraction = 1.5;
+  CHECK_THROWS_AS(plan_eviction(dump, b, 1, {}), InvalidInput);
+  b.budget_fraction = 0.5;
+  b.score.window = 33;  // > n_query
+  CHECK_THROWS_AS(plan_eviction(dump, b, 1, {}), InvalidInput);
+}
+
+TEST_CASE("eviction with a budget >= n_tokens equals method none bit for bit", "[policy]") {
+  test::TempDir dir;
+  SynthOptions so = mixed();
+  so.n_layers = 1;
+  write_synth_dump(dir.file("d.h5"), so, {});
+  CompressRequest none;
+  none.method = "none";
+  const MemoryReport a = compress_dump(dir.file("d.h5"), dir.file("n.h5"), resolve_params(none), 2, {});
+  const MemoryReport b = compress_dump(dir.file("d.h5"), dir.file("e.h5"), evict("adakv", 1.0), 2, {});
+  CHECK(a.total.total() == b.total.total());
+  CHECK(b.total.indices == 0);
+  CacheReader ca(dir.file("n.h5")), cb(dir.file("e.h5"));
+  for (std::size_t h = 0; h < 8; ++h) {
+    const HeadCache x = ca.read_head(0, h), y = cb.read_head(0, h);
+    CHECK(y.kept.empty());
+    CHECK(x.key.residual == y.key.residual);
+    CHECK(x.value.residual == y.value.residual);
+  }
+}
+
+TEST_CASE("adakv beats uniform SnapKV on mixed heads at 10%, 20%, 50%", "[policy]") {
+  test::TempDir dir;
+  const SynthOptions so = mixed();
+  write_synth_dump(dir.file("d.h5"), so, {});
+  DumpReader dump(dir.file("d.h5"));
+  for (double budget : {0.1, 0.2, 0.5}) {
+    const EvictionPlan snap = plan_eviction(dump, *evict("snapkv", budget).eviction, 2, {});
+    const EvictionPlan ada = plan_eviction(dump, *evict("adakv", budget).eviction, 2, {});
+    CHECK(snap.total_tokens() == ada.total_tokens());
+    for (std::size_t l = 0; l < so.n_layers; ++l) {
+      double ms = 0, ma = 0;
+      for (std::size_t h = 0; h < so.n_kv_heads; ++h) {
+        ms += snap.heads[l][h].retained_mass;
+        ma += ada.heads[l][h].retained_mass;
+      }
+      INFO("budget " << budget << " layer " << l << " snapkv " << ms / 8 << " adakv " << ma / 8);
+      CHECK(ma > ms);
+    }
+    compress_dump(dir.file("d.h5"), dir.file("s.h5"), evict("snapkv", budget), 2, {});
+    compress_dump(dir.file("d.h5"), dir.file("a.h5"), evict("adakv", budget), 2, {});
+    const FidelityMetrics fs = metrics(evaluate_cache(dir.file("d.h5"), dir.file("s.h5"), 2, true, {}).total());
+    const FidelityMetrics fa = metrics(evaluate_cache(dir.file("d.h5"), dir.file("a.h5"), 2, true, {}).total());
+    INFO("budget " << budget << " attn error snapkv " << fs.attn_rel_err << " adakv " << fa.attn_rel_err);
+    CHECK(fa.attn_rel_err < fs.attn_rel_err);
+    CHECK(fa.retained_mass > fs.retained_mass);
+  }
+}
+
+TEST_CASE("budgets file: round trip through compress, shape check; eviction + quantization",
+          "[policy]") {
+  test::TempDir dir;
+  SynthOptions so = mixed();
+  so.n_layers = 2;
+  write_synth_dump(dir.file("d.h5"), so, {});
+  DumpReader dump(dir.file("d.h5"));
+  const EvictionParams p = *evict("adakv", 0.25).eviction;
+  const EvictionPlan plan = plan_eviction(dump, p, 2, {});
+  {
+    std::ofstream out(dir.file("b.json"));
+    out << budgets_json(plan, dump, file_hash(dir.file("d.h5"))).dump(2);
+  }
+  CompressRequest r;
+  r.method = "snapkv";  // the file decides the budgets and the scoring
+  r.eviction.budgets_file = dir.file("b.json");
+  r.quant = "k4v2";
+  const MemoryReport rep = compress_dump(dir.file("d.h5"), dir.file("c.h5"), resolve_params(r), 2, {});
+  CacheReader c(dir.file("c.h5"));
+  std::uint64_t kept = 0;
+  for (std::size_t l = 0; l < 2; ++l) {
+    for (std::size_t h = 0; h < 8; ++h) {
+      const HeadCache hc = c.read_head(l, h);
+      CHECK(hc.kept == plan.heads[l][h].kept);
+      if (hc.key.n_quant > 0) CHECK(hc.key.block.bits == 4);
+      if (hc.value.n_quant > 0) CHECK(hc.value.block.bits == 2);
+      CHECK(hc.value.n_quant == hc.kept.size() - std::min<std::size_t>(hc.kept.size(), 128));
+      kept += hc.kept.size();
+    }
+  }
+  CHECK(rep.total.indices == 4 * kept);
+  CHECK(rep.eviction["total_tokens"].get<std::uint64_t>() == kept);
+  // A budgets file for another shape is refused.
+  so.n_layers = 3;
+  write_synth_dump(dir.file("other.h5"), so, {});
+  CHECK_THROWS_AS(compress_dump(dir.file("other.h5"), dir.file("x.h5"), resolve_params(r), 1, {}),
+                  InvalidInput);
+}
