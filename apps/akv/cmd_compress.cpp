@@ -5,16 +5,28 @@
 
 #include "akv/cache/compress.h"
 #include "commands.h"
+#include "eviction_flags.h"
 
 namespace akv::cli {
 namespace {
 
 std::string memory_line(const MemoryReport& r, const std::string& out) {
   const auto& p = r.header.params;
-  return fmt::format(
+  std::string evict;
+  if (!r.eviction.is_null()) {
+    evict = fmt::format("kept {:.4f} of the tokens ({} of {} head-token slots), retained window "
+                        "attention mass mean {:.4f} / min {:.4f}; ",
+                        r.eviction["fraction"].get<double>(), r.eviction["total_tokens"].get<std::size_t>(),
+                        r.elements / 2 / r.header.meta.head_dim,
+                        r.eviction["retained_mass_mean"].get<double>(),
+                        r.eviction["retained_mass_min"].get<double>());
+  }
+  return evict + fmt::format(
       "wrote {} ({}): {} bytes stored (codes {}, scales {}, zeros {}, residual {}, outliers {}, "
       "indices {}) = {:.3f} bits/element, {:.2f}x smaller than f16 ({} bytes)\n",
-      out, p.preset.empty() ? method_name(p.method) : p.preset, r.total.total(), r.total.codes,
+      out, (p.eviction ? alloc_method_name(p.eviction->alloc) + "/" + score_method_name(p.eviction->score.method) + " + " : std::string()) +
+               (p.preset.empty() ? method_name(p.method) : p.preset),
+      r.total.total(), r.total.codes,
       r.total.scales, r.total.zeros, r.total.residual, r.total.outliers, r.total.indices,
       r.bits_per_element(), r.ratio(), r.f16_bytes());
 }
@@ -38,12 +50,20 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
       "Methods: none (f16 copy, the baseline), uniform (one bit width for K and V, per-token "
       "groups, no residual), kivi (keys per channel, values per token, the last R tokens in "
       "f16). Presets: kivi-2, kivi-4 (2/2, 4/4 bits), k4v2, k4v3 (4-bit keys, 2/3-bit values). "
-      "Scales and zeros are f16. See docs/compress.md.");
+      "Scales and zeros are f16. Eviction methods (snapkv, h2o, streamingllm, adakv, waterfill, "
+      "pyramid, adakv-pyramid, adakv-global) keep per KV head its best tokens under --budget, "
+      "then quantize what is kept with --quant. See docs/compress.md and docs/eviction.md.");
   sub->add_option("dump", opt->dump, "Input dump (akv-dump)")->required();
   sub->add_option("-o,--output", opt->output, "Output cache (HDF5)")->required();
   sub->add_option("-m,--method", opt->req.method,
-                  "none | uniform | kivi | kivi-2 | kivi-4 | k4v2 | k4v3")
+                  "none | uniform | kivi | kivi-2 | kivi-4 | k4v2 | k4v3, or an eviction method: "
+                  "snapkv | h2o | streamingllm | adakv | waterfill | pyramid | adakv-pyramid | "
+                  "adakv-global")
       ->capture_default_str();
+  add_optional(sub, "--quant", opt->req.quant,
+               "With an eviction method: quantize the kept tokens with this method or preset "
+               "(default none = f16); the bits/axis/group/residual flags apply to it");
+  add_eviction_flags(sub, opt->req.eviction, true);
   auto* bits = sub->add_option("--bits", opt->bits,
                                "Bits for keys and values: 2, 3, 4 or 8 (uniform default 4, "
                                "kivi default 2)");

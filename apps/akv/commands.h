@@ -17,5 +17,6 @@ void register_compress(CLI::App& app, const GlobalOptions& global);
 void register_decompress(CLI::App& app, const GlobalOptions& global);
 void register_evaluate(CLI::App& app, const GlobalOptions& global);
 void register_bench(CLI::App& app, const GlobalOptions& global);
+void register_allocate(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace akv::cli
