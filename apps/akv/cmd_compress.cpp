@@ -24,9 +24,7 @@ std::string memory_line(const MemoryReport& r, const std::string& out) {
   return evict + fmt::format(
       "wrote {} ({}): {} bytes stored (codes {}, scales {}, zeros {}, residual {}, outliers {}, "
       "indices {}) = {:.3f} bits/element, {:.2f}x smaller than f16 ({} bytes)\n",
-      out, (p.eviction ? alloc_method_name(p.eviction->alloc) + "/" + score_method_name(p.eviction->score.method) + " + " : std::string()) +
-               (p.preset.empty() ? method_name(p.method) : p.preset),
-      r.total.total(), r.total.codes,
+      out, describe(p), r.total.total(), r.total.codes,
       r.total.scales, r.total.zeros, r.total.residual, r.total.outliers, r.total.indices,
       r.bits_per_element(), r.ratio(), r.f16_bytes());
 }

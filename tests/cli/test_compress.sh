@@ -56,7 +56,7 @@ expect_error "bits 5" 2 "--bits-key = 5" "$AKV" compress -q "$d" -o "$o/c.h5" -m
 expect_error "group 0" 2 "--group = 0" "$AKV" compress -q "$d" -o "$o/c.h5" --group 0
 expect_error "residual not a multiple of G" 2 "--residual = 100" "$AKV" compress -q "$d" -o "$o/c.h5" --residual 100
 expect_error "outlier fraction 1" 2 "--outlier-fraction = 1" "$AKV" compress -q "$d" -o "$o/c.h5" --outlier-fraction 1
-expect_error "unknown method" 1 "--method = gptq" "$AKV" compress -q "$d" -o "$o/c.h5" -m gptq
+expect_error "unknown method" 2 "--method = gptq" "$AKV" compress -q "$d" -o "$o/c.h5" -m gptq
 expect_error "residual with uniform" 1 "--residual" "$AKV" compress -q "$d" -o "$o/c.h5" -m uniform --residual 32
 "$AKV" synth -q -o "$TMP/plain.h5" --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --tokens 700 --window 16 >/dev/null
 expect_error "pre-rope without key_pre_rope" 2 "key_pre_rope" "$AKV" compress -q "$TMP/plain.h5" -o "$o/c.h5" --pre-rope

@@ -131,7 +131,7 @@ TEST_CASE("resolve_params: method defaults, presets and flag checks", "[cache][p
   CHECK_THROWS_AS(resolve_params(bad), UsageError);
   bad = {};
   bad.method = "gptq";
-  CHECK_THROWS_AS(resolve_params(bad), UsageError);
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
 }
 
 TEST_CASE("compress_head: fast path equals reference; split into quantized and residual",

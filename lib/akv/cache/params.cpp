@@ -37,6 +37,30 @@ std::string method_name(Method m) {
   return "?";
 }
 
+std::string describe(const CompressParams& p) {
+  std::string out;
+  if (p.eviction) {
+    const EvictionParams& e = *p.eviction;
+    out = alloc_method_name(e.alloc) + "/" + score_method_name(e.score.method);
+    char buf[64];
+    if (e.budget_fraction) {
+      std::snprintf(buf, sizeof buf, " %g", *e.budget_fraction);
+      out += buf;
+    } else if (e.budget_tokens) {
+      out += " " + std::to_string(*e.budget_tokens) + " tokens";
+    }
+    out += " + ";
+  }
+  out += p.preset.empty() ? method_name(p.method) : p.preset;
+  if (p.quantized()) {
+    out += " K" + std::to_string(p.key.bits) + "/V" + std::to_string(p.value.bits);
+    if (p.residual) out += " R" + std::to_string(p.residual);
+    if (p.outlier_fraction > 0) out += " outliers";
+    if (p.pre_rope) out += " pre-RoPE";
+  }
+  return out;
+}
+
 std::vector<std::string> method_names() {
   std::vector<std::string> v = {"none", "uniform", "kivi"};
   for (const Preset& p : kPresets) v.push_back(p.name);
@@ -169,7 +193,7 @@ CompressParams resolve_quant(const CompressRequest& r) {
   } else if (r.method == "kivi" || preset) {
     p.method = Method::kivi;
   } else {
-    throw UsageError("unknown method (expected none, uniform, kivi, kivi-2, kivi-4, k4v2, k4v3, or "
+    throw InvalidInput("unknown method (expected none, uniform, kivi, kivi-2, kivi-4, k4v2, k4v3, or "
                      "an eviction method: snapkv, h2o, streamingllm, adakv, waterfill, pyramid, "
                      "adakv-pyramid, adakv-global)",
                      {"", "--method", r.method});
@@ -272,7 +296,9 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad compression parameters: ") + e.what(), {file, "params"});
-  } catch (const UsageError& e) {
+  } catch (const CorruptData&) {
+    throw;
+  } catch (const Error& e) {
     throw CorruptData(e.what(), {file, "params"});
   }
   validate_params(p, file);

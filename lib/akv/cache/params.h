@@ -66,6 +66,9 @@ struct CompressRequest {
   bool pre_rope = false;
 };
 
+// Short description for tables, e.g. "adakv/snapkv 0.2 + kivi K4/V2 R128".
+std::string describe(const CompressParams& p);
+
 // Names accepted by --method: quantization methods, presets, then eviction methods.
 std::vector<std::string> method_names();
 

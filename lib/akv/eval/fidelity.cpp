@@ -180,7 +180,7 @@ std::string FidelityReport::to_table(bool per_head) const {
   const auto& p = memory.header.params;
   std::string out = fmt::format(
       "cache {} ({}): {} bytes, {:.3f} bits/element, {:.2f}x smaller than f16\n", cache_path,
-      p.preset.empty() ? method_name(p.method) : p.preset, memory.total.total(),
+      describe(p), memory.total.total(),
       memory.bits_per_element(), memory.ratio());
   out += fmt::format("{:>6} {:>5} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>7}\n", "layer", "head",
                      "key_mse", "value_mse", "attn_err", "kl", "top1", "top8", "top32");

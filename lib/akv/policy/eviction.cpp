@@ -64,7 +64,7 @@ AllocMethod parse_alloc_method(const std::string& s) {
                         AllocMethod::pyramid, AllocMethod::adakv_pyramid, AllocMethod::adakv_global}) {
     if (alloc_method_name(a) == s) return a;
   }
-  throw UsageError(
+  throw InvalidInput(
       "unknown allocation method (expected uniform, adakv, waterfill, pyramid, adakv-pyramid or "
       "adakv-global)",
       {"", "--method", s});
@@ -93,7 +93,7 @@ EvictionParams eviction_method(const std::string& name) {
       return p;
     }
   }
-  throw UsageError("unknown eviction method", {"", "--method", name});
+  throw InvalidInput("unknown eviction method", {"", "--method", name});
 }
 
 nlohmann::json EvictionParams::to_json() const {
@@ -135,7 +135,9 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     p.budgets_file = j.value("budgets_file", "");
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad eviction parameters: ") + e.what(), {file, "eviction"});
-  } catch (const UsageError& e) {
+  } catch (const CorruptData&) {
+    throw;
+  } catch (const Error& e) {
     throw CorruptData(e.what(), {file, "eviction"});
   }
   return p;

@@ -86,7 +86,7 @@ ScoreMethod parse_score_method(const std::string& s) {
   if (s == "snapkv") return ScoreMethod::snapkv;
   if (s == "h2o") return ScoreMethod::h2o;
   if (s == "streamingllm") return ScoreMethod::streamingllm;
-  throw UsageError("unknown score method (expected snapkv, h2o or streamingllm)", {"", "--score", s});
+  throw InvalidInput("unknown score method (expected snapkv, h2o or streamingllm)", {"", "--score", s});
 }
 PoolKind parse_pool(const std::string& s) {
   if (s == "max") return PoolKind::max;

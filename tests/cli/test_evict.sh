@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# allocate / compress with eviction / evaluate: budgets file, composition with quantization,
+# byte accounting with kept indices, bad input.
+source "$(dirname "$0")/lib.sh"
+need_python_h5py
+TOOL="$(dirname "$0")/cache_tool.py"
+d="$TMP/d.h5"
+"$AKV" synth -q -o "$d" --layers 2 --heads 8 --kv-heads 4 --head-dim 64 --tokens 800 --window 16 \
+  >/dev/null || { echo "synth failed"; exit 1; }
+
+expect "allocate adakv table" 0 "adakv allocation .* 160 tokens per KV head" \
+  "$AKV" allocate -q "$d" --method adakv --budget 0.2 --window 16 -o "$TMP/b.json"
+expect "budgets file format" 0 '"format": "akv-budgets"' cat "$TMP/b.json"
+for m in uniform waterfill pyramid adakv-pyramid adakv-global; do
+  expect "allocate $m" 0 "$m allocation" "$AKV" allocate -q "$d" --method "$m" --budget-tokens 100 --window 16
+done
+expect "allocate --score h2o --json" 0 '"score": "h2o"' "$AKV" allocate -q "$d" --score h2o --budget 0.3 --window 16 --json
+
+for m in snapkv h2o streamingllm adakv waterfill pyramid adakv-pyramid adakv-global; do
+  expect "compress --method $m" 0 "kept 0\.2" "$AKV" compress -q "$d" -o "$TMP/e_$m.h5" -m "$m" --budget 0.2 --window 16
+done
+expect "eviction + kivi" 0 "adakv/snapkv 0.2 \+ kivi K4/V2 R128" \
+  "$AKV" compress -q "$d" -o "$TMP/ek.h5" -m adakv --budget 0.2 --window 16 --quant kivi --bits-key 4 --bits-value 2
+expect "compress --budgets from allocate" 0 "kept 0\.2" \
+  "$AKV" compress -q "$d" -o "$TMP/eb.h5" -m adakv --budgets "$TMP/b.json" --quant k4v3
+for c in e_adakv ek eb; do
+  "$AKV" info --json "$TMP/$c.h5" >"$TMP/info.json"
+  want=$("$PY" "$TOOL" bytes "$TMP/$c.h5")
+  got=$("$PY" -c "import json; b=json.load(open('$TMP/info.json'))['bytes']; print(json.dumps(b, sort_keys=True))")
+  if [[ "$want" == "$got" ]]; then pass "bytes of $c equal h5py storage sizes"; else fail "bytes $c: akv $got, h5py $want"; fi
+done
+expect "evaluate evicted: retained mass, needles" 0 "needles kept" \
+  "$AKV" evaluate -q --dump "$d" --cache "$TMP/ek.h5"
+expect "evaluate --json has needle survival" 0 '"needle_survival"' \
+  "$AKV" evaluate -q --json --dump "$d" --cache "$TMP/e_snapkv.h5"
+expect "decompress an evicted cache" 0 "wrote" "$AKV" decompress -q "$TMP/ek.h5" -o "$TMP/r.h5"
+
+"$AKV" compress -q -t 1 "$d" -o "$TMP/t1.h5" -m adakv-global --budget 0.15 --window 16 --quant kivi-2 >/dev/null
+"$AKV" compress -q -t 2 "$d" -o "$TMP/t2.h5" -m adakv-global --budget 0.15 --window 16 --quant kivi-2 >/dev/null
+if cmp -s "$TMP/t1.h5" "$TMP/t2.h5"; then pass "eviction: identical bytes on 1 and 2 threads"; else fail "eviction differs across threads"; fi
+
+o="$TMP/out_dir"
+mkdir -p "$o"
+expect_error "budget <= window" 2 "--budget-tokens = 16" "$AKV" compress -q "$d" -o "$o/c.h5" -m snapkv --budget-tokens 16 --window 16
+expect_error "budget fraction > 1" 2 "--budget = 1.5" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --budget 1.5
+expect_error "window > n_query" 2 "--window = 32" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --budget 0.2
+expect_error "unknown allocation method" 2 "--method = magic" "$AKV" allocate -q "$d" --method magic --budget 0.2 --window 16 -o "$o/b.json"
+expect_error "unknown score" 2 "--score = lru" "$AKV" allocate -q "$d" --score lru --budget 0.2 --window 16 -o "$o/b.json"
+expect_error "no budget" 1 "--budget" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --window 16
+expect_error "budget without eviction method" 1 "eviction method" "$AKV" compress -q "$d" -o "$o/c.h5" -m kivi --budget 0.2
+"$AKV" synth -q -o "$TMP/other.h5" --layers 3 --heads 8 --kv-heads 4 --head-dim 64 --tokens 800 --window 16 >/dev/null
+expect_error "budgets for another dump shape" 2 "dump.n_layers = 2" \
+  "$AKV" compress -q "$TMP/other.h5" -o "$o/c.h5" -m adakv --budgets "$TMP/b.json"
+echo '{"format": "akv-budgets", "version": 1' >"$TMP/broken.json"
+expect_error "corrupt budgets file" 2 "not JSON" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --budgets "$TMP/broken.json"
+expect_empty_dir "no output after errors" "$o"
+finish
