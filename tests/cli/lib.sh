@@ -56,6 +56,20 @@ expect_empty_dir() {
   if [[ -z $(ls -A "$2") ]]; then pass "$1"; else fail "$1: left $(ls -A "$2" | tr '\n' ' ')"; fi
 }
 
+# expect_cache_bytes CACHE: `akv info --json` byte counts per component equal the stored dataset
+# sizes that h5py reads (tests/cli/cache_tool.py).
+expect_cache_bytes() {
+  local cache=$1 want got
+  "$AKV" info --json "$cache" >"$TMP/info.json"
+  want=$("$PY" "$SRC/tests/cli/cache_tool.py" bytes "$cache")
+  got=$("$PY" -c "import json; b=json.load(open('$TMP/info.json'))['bytes']; print(json.dumps(b, sort_keys=True))")
+  if [[ "$want" == "$got" ]]; then
+    pass "bytes of $(basename "$cache") equal h5py storage sizes"
+  else
+    fail "bytes of $(basename "$cache"): akv $got, h5py $want"
+  fi
+}
+
 need_python_h5py() {
   if ! "$PY" -c "import h5py, numpy" 2>/dev/null; then
     echo "SKIP: $PY cannot import h5py and numpy (scripts/setup installs python3-h5py)"

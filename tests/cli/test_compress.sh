@@ -16,12 +16,7 @@ expect "compress --key-axis token --group 64 --residual 64" 0 "wrote" \
   "$AKV" compress -q "$d" -o "$TMP/c_y.h5" -m kivi --bits-key 3 --bits-value 8 --key-axis token --group 64 --residual 64
 
 # Byte accounting: info's per-component bytes equal the stored dataset sizes read by h5py.
-for m in none uniform kivi-2 k4v3 x y; do
-  "$AKV" info --json "$TMP/c_$m.h5" >"$TMP/info.json"
-  want=$("$PY" "$TOOL" bytes "$TMP/c_$m.h5")
-  got=$("$PY" -c "import json,sys; b=json.load(open('$TMP/info.json'))['bytes']; print(json.dumps(b, sort_keys=True))")
-  if [[ "$want" == "$got" ]]; then pass "bytes of c_$m equal h5py storage sizes"; else fail "bytes c_$m: akv $got, h5py $want"; fi
-done
+for m in none uniform kivi-2 k4v3 x y; do expect_cache_bytes "$TMP/c_$m.h5"; done
 expect "compress --json reports f16 bytes" 0 '"f16_bytes": 716800' \
   "$AKV" compress -q "$d" -o "$TMP/c_j.h5" -m kivi-4 --json
 expect "info on a cache" 0 "bits/element" "$AKV" info "$TMP/c_kivi-2.h5"

@@ -15,12 +15,6 @@ struct Preset {
 };
 constexpr Preset kPresets[] = {{"kivi-2", 2, 2}, {"kivi-4", 4, 4}, {"k4v2", 4, 2}, {"k4v3", 4, 3}};
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 void check_tensor(const TensorQuant& t, const char* which, const std::string& file) {
   check_bits(t.bits, which == std::string("key") ? "--bits-key" : "--bits-value");
   if (t.group == 0) throw InvalidInput("group size must be >= 1", {file, "--group", "0"});
@@ -150,7 +144,7 @@ void validate_params(const CompressParams& p, const std::string& file) {
   }
   if (!(p.outlier_fraction >= 0.0 && p.outlier_fraction < 1.0)) {
     throw InvalidInput("outlier fraction must be in [0, 1)",
-                       {file, "--outlier-fraction", num(p.outlier_fraction)});
+                       {file, "--outlier-fraction", format_number(p.outlier_fraction)});
   }
 }
 

@@ -1,6 +1,17 @@
 #include "akv/core/errors.h"
 
+#include <cmath>
+#include <cstdio>
+
 namespace akv {
+
+std::string format_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
 
 std::string format_error(const std::string& what, const Where& where) {
   std::string location;

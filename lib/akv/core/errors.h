@@ -59,6 +59,9 @@ class IoError : public Error {
       : Error(ExitCode::io, what, where) {}
 };
 
+// A number for an error message: "%.9g" (shortest round-trip for f32), "nan", "inf", "-inf".
+std::string format_number(double v);
+
 // Formats "<what> (<file>: <field> = <value>)", leaving out the parts that are empty.
 std::string format_error(const std::string& what, const Where& where);
 

@@ -8,14 +8,6 @@
 namespace akv {
 namespace {
 
-std::string num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
 // A positive integer attribute of the root group.
 std::size_t positive_attr(hid_t root, const std::string& name, const std::string& file) {
   std::int64_t v = h5::read_attr_int(root, name, file, name);
@@ -51,7 +43,7 @@ void read_shape_attrs(hid_t root, const std::string& f, DumpMeta& m) {
   }
   if (!std::isfinite(m.rope_theta) || m.rope_theta <= 1.0) {
     throw InvalidInput("rope_theta must be finite and > 1", {f, "rope_theta",
-                                                             num(m.rope_theta)});
+                                                             format_number(m.rope_theta)});
   }
 }
 

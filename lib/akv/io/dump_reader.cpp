@@ -6,18 +6,6 @@
 #include "akv/tensor/half.h"
 
 namespace akv {
-namespace {
-
-std::string num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-}  // namespace
-
 DumpReader::DumpReader(std::string path) : path_(std::move(path)) {
   file_ = h5::open_read(path_);
   std::error_code ec;
@@ -212,7 +200,7 @@ Tensor3 DumpReader::read(std::size_t layer, DumpField f, std::size_t head_begin,
                              std::to_string(head_begin + h) + " " + row_name,
                          {path_, path + "[" + std::to_string(head_begin + h) + ", " +
                                      std::to_string(r) + ", " + std::to_string(c) + "]",
-                          num(p[i])});
+                          format_number(p[i])});
     }
   }
   return out;

@@ -29,12 +29,6 @@ constexpr Method kMethods[] = {
     {"adakv-global", ScoreMethod::snapkv, AllocMethod::adakv_global, 0},
 };
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 // Forced positions: the first `sinks` and the last `window`.
 bool is_forced(std::size_t t, std::size_t T, std::size_t sinks, std::size_t window) {
   return t < sinks || t + window >= T;
@@ -149,7 +143,7 @@ std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m) {
   if (p.budget_fraction) {
     const double f = *p.budget_fraction;
     if (!(f > 0.0 && f <= 1.0)) {
-      throw InvalidInput("budget fraction must be in (0, 1]", {"", "--budget", num(f)});
+      throw InvalidInput("budget fraction must be in (0, 1]", {"", "--budget", format_number(f)});
     }
     b = static_cast<std::size_t>(std::llround(f * static_cast<double>(T)));
   } else if (p.budget_tokens) {
@@ -163,7 +157,7 @@ std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m) {
                            std::to_string(p.score.window) + " + sinks " + std::to_string(p.sinks) +
                            " = " + std::to_string(forced) + " per head)",
                        {"", p.budget_fraction ? "--budget" : "--budget-tokens",
-                        p.budget_fraction ? num(*p.budget_fraction) + " (" + std::to_string(b) + " tokens)"
+                        p.budget_fraction ? format_number(*p.budget_fraction) + " (" + std::to_string(b) + " tokens)"
                                           : std::to_string(b)});
   }
   return std::min(b, T);

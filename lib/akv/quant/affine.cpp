@@ -11,12 +11,6 @@
 namespace akv {
 namespace {
 
-std::string num(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
-  return buf;
-}
-
 void check_args(int bits, std::size_t group) {
   check_bits(bits, "bits");
   if (group == 0) throw InvalidInput("group size must be >= 1", {"", "group_size", "0"});
@@ -63,13 +57,13 @@ GroupParams group_params(float min, float max, int bits) {
   const float zero = f16_round_down(min);
   if (!std::isfinite(zero) || !std::isfinite(f16_round_up(max))) {
     throw InvalidInput("value beyond the f16 range of quantization parameters",
-                       {"", "group min/max", num(min) + " / " + num(max)});
+                       {"", "group min/max", format_number(min) + " / " + format_number(max)});
   }
   const float levels = static_cast<float>((1 << bits) - 1);
   const float scale = f16_round_up((max - zero) / levels);
   if (!std::isfinite(scale)) {
     throw InvalidInput("group range beyond the f16 range of quantization parameters",
-                       {"", "group min/max", num(min) + " / " + num(max)});
+                       {"", "group min/max", format_number(min) + " / " + format_number(max)});
   }
   return {scale, zero};
 }
