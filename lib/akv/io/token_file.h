@@ -1,0 +1,14 @@
+#pragma once
+// Token sequences for the model commands: a text file with one sequence of integer ids per
+// line (separated by spaces or commas; empty lines skipped), or an HDF5 file (e.g. a dump)
+// whose 1-D integer dataset /tokens is one sequence.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace akv {
+
+// Throws IoError (cannot read) or InvalidInput naming the file, line and the bad field.
+std::vector<std::vector<std::int32_t>> read_token_file(const std::string& path);
+
+}  // namespace akv

@@ -1,0 +1,183 @@
+#include "akv/model/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "akv/core/errors.h"
+
+namespace akv {
+namespace {
+
+using Vec = Eigen::VectorXf;
+
+// llama2.c rmsnorm: out = w * x / sqrt(mean(x^2) + eps), in f32.
+void rmsnorm(const float* x, const std::vector<float>& w, float eps, std::size_t n, float* out) {
+  float ss = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) ss += x[j] * x[j];
+  ss /= static_cast<float>(n);
+  ss += eps;
+  ss = 1.0f / std::sqrt(ss);
+  for (std::size_t j = 0; j < n; ++j) out[j] = w[j] * (ss * x[j]);
+}
+
+RowMatrix rmsnorm_rows(const RowMatrix& x, const std::vector<float>& w, float eps) {
+  RowMatrix out(x.rows(), x.cols());
+  for (Eigen::Index r = 0; r < x.rows(); ++r) {
+    rmsnorm(x.row(r).data(), w, eps, static_cast<std::size_t>(x.cols()), out.row(r).data());
+  }
+  return out;
+}
+
+// llama2.c softmax in place, f32.
+void softmax(float* x, std::size_t n) {
+  float m = x[0];
+  for (std::size_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  for (std::size_t i = 0; i < n; ++i) x[i] /= sum;
+}
+
+void add_bias(RowMatrix& m, const std::vector<float>& b) {
+  if (b.empty()) return;
+  for (Eigen::Index r = 0; r < m.rows(); ++r) {
+    for (Eigen::Index c = 0; c < m.cols(); ++c) m(r, c) += b[static_cast<std::size_t>(c)];
+  }
+}
+
+// [n, heads*hd] row-major -> [heads, n, hd].
+Tensor3 split_heads(const RowMatrix& m, std::size_t heads, std::size_t hd) {
+  const auto n = static_cast<std::size_t>(m.rows());
+  Tensor3 t(heads, n, hd);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t h = 0; h < heads; ++h) std::copy_n(m.row(static_cast<Eigen::Index>(i)).data() + h * hd, hd, t.row(h, i));
+  }
+  return t;
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+Model::Model(ModelConfig config, ModelWeights weights)
+    : config_(std::move(config)), w_(std::move(weights)),
+      rope_(config_.head_dim, config_.rope_theta, 0, std::max<std::size_t>(config_.seq_len, 1)) {}
+
+const RowMatrix& Model::classifier() const {
+  return w_.classifier.size() ? w_.classifier : w_.embedding;
+}
+
+void Model::check_token(std::int32_t t) const {
+  if (t < 0 || static_cast<std::size_t>(t) >= config_.vocab_size) {
+    throw InvalidInput("token id outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")",
+                       {"", "token", std::to_string(t)});
+  }
+}
+
+PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits) const {
+  const ModelConfig& c = config_;
+  const std::size_t n = tokens.size(), hd = c.head_dim, g = c.group_size();
+  if (n == 0) throw InvalidInput("empty token sequence", {"", "tokens", "0"});
+  if (n > c.seq_len) {
+    throw InvalidInput("sequence longer than the model's context (seq_len " + std::to_string(c.seq_len) + ")",
+                       {"", "tokens", std::to_string(n)});
+  }
+  RowMatrix x(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.dim));
+  for (std::size_t i = 0; i < n; ++i) {
+    check_token(tokens[i]);
+    x.row(static_cast<Eigen::Index>(i)) = w_.embedding.row(tokens[i]);
+  }
+  PrefillResult res;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (const LayerWeights& lw : w_.layers) {
+    const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
+    RowMatrix q = xb * lw.wq.transpose(), k = xb * lw.wk.transpose(), v = xb * lw.wv.transpose();
+    add_bias(q, lw.bq);
+    add_bias(k, lw.bk);
+    add_bias(v, lw.bv);
+    Tensor3 qh = split_heads(q, c.n_heads, hd), kh = split_heads(k, c.n_kv_heads, hd);
+    res.key_pre_rope.push_back(kh);
+    for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(qh.row(h, 0), n, 0, c.rope_layout, rope_);
+    for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(kh.row(h, 0), n, 0, c.rope_layout, rope_);
+    Tensor3 vh = split_heads(v, c.n_kv_heads, hd);
+    RowMatrix att(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.n_heads * hd));
+    for (std::size_t h = 0; h < c.n_heads; ++h) {
+      const std::size_t kv = h / g;
+      RowMatrix s = (qh.slice(h) * kh.slice(kv).transpose()) * scale;  // [n, n]
+      for (std::size_t i = 0; i < n; ++i) {
+        float* row = s.row(static_cast<Eigen::Index>(i)).data();
+        softmax(row, i + 1);
+        std::fill(row + i + 1, row + n, 0.0f);
+      }
+      att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = s * vh.slice(kv);
+    }
+    x += att * lw.wo.transpose();
+    const RowMatrix xf = rmsnorm_rows(x, lw.ffn_norm, c.norm_eps);
+    RowMatrix h1 = xf * lw.w1.transpose();
+    const RowMatrix h3 = xf * lw.w3.transpose();
+    for (Eigen::Index r = 0; r < h1.rows(); ++r) {
+      for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
+    }
+    x += h1 * lw.w2.transpose();
+    res.query.push_back(std::move(qh));
+    res.key.push_back(std::move(kh));
+    res.value.push_back(std::move(vh));
+  }
+  const RowMatrix xn = rmsnorm_rows(all_logits ? x : RowMatrix(x.bottomRows(1)), w_.final_norm, c.norm_eps);
+  res.logits = xn * classifier().transpose();
+  return res;
+}
+
+std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const {
+  const ModelConfig& c = config_;
+  const std::size_t hd = c.head_dim, g = c.group_size();
+  check_token(token);
+  if (pos >= c.seq_len) {
+    throw InvalidInput("position beyond the model's context (seq_len " + std::to_string(c.seq_len) + ")",
+                       {"", "pos", std::to_string(pos)});
+  }
+  Vec x = w_.embedding.row(token).transpose();
+  Vec xb(static_cast<Eigen::Index>(c.dim)), att(static_cast<Eigen::Index>(c.n_heads * hd));
+  std::vector<float> probs;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (std::size_t l = 0; l < w_.layers.size(); ++l) {
+    const LayerWeights& lw = w_.layers[l];
+    rmsnorm(x.data(), lw.attn_norm, c.norm_eps, c.dim, xb.data());
+    Vec q = lw.wq * xb, k = lw.wk * xb, v = lw.wv * xb;
+    for (std::size_t j = 0; j < lw.bq.size(); ++j) q[static_cast<Eigen::Index>(j)] += lw.bq[j];
+    for (std::size_t j = 0; j < lw.bk.size(); ++j) k[static_cast<Eigen::Index>(j)] += lw.bk[j];
+    for (std::size_t j = 0; j < lw.bv.size(); ++j) v[static_cast<Eigen::Index>(j)] += lw.bv[j];
+    const Vec k_pre = k;
+    for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.data() + h * hd, 1, pos, c.rope_layout, rope_);
+    for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.data() + h * hd, 1, pos, c.rope_layout, rope_);
+    cache.append(l, k.data(), k_pre.data(), v.data(), pos);
+    for (std::size_t h = 0; h < c.n_heads; ++h) {
+      const std::size_t kv = h / g;
+      const KvView view = cache.view(l, kv);
+      const auto rows = static_cast<Eigen::Index>(view.n);
+      Eigen::Map<const RowMatrix> K(view.key, rows, static_cast<Eigen::Index>(hd));
+      Eigen::Map<const RowMatrix> V(view.value, rows, static_cast<Eigen::Index>(hd));
+      Eigen::Map<const Vec> qv(q.data() + h * hd, static_cast<Eigen::Index>(hd));
+      probs.resize(view.n);
+      Eigen::Map<Vec> p(probs.data(), rows);
+      p = (K * qv) * scale;
+      softmax(probs.data(), view.n);
+      cache.observe(l, kv, probs.data());
+      att.segment(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = V.transpose() * p;
+    }
+    x += lw.wo * att;
+    rmsnorm(x.data(), lw.ffn_norm, c.norm_eps, c.dim, xb.data());
+    Vec h1 = lw.w1 * xb;
+    const Vec h3 = lw.w3 * xb;
+    for (Eigen::Index j = 0; j < h1.size(); ++j) h1[j] = silu(h1[j]) * h3[j];
+    x += lw.w2 * h1;
+  }
+  cache.end_step();
+  rmsnorm(x.data(), w_.final_norm, c.norm_eps, c.dim, xb.data());
+  const Vec logits = classifier() * xb;
+  return std::vector<float>(logits.data(), logits.data() + logits.size());
+}
+
+}  // namespace akv

@@ -1,0 +1,67 @@
+#pragma once
+// A Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP) in f32 with Eigen.
+// The prompt runs as one batched causal prefill at full precision; decode steps run one token
+// at a time and read their K/V through a KvPolicy (policy/kv_policy.h), so every cache method
+// runs inside the model.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "akv/policy/kv_policy.h"
+#include "akv/tensor/rope.h"
+#include "akv/tensor/tensor.h"
+
+namespace akv {
+
+struct ModelConfig {
+  std::string name;
+  std::size_t dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0;
+  std::size_t vocab_size = 0, seq_len = 0, head_dim = 0;
+  double rope_theta = 10000.0;
+  float norm_eps = 1e-5f;
+  RopeLayout rope_layout = RopeLayout::interleaved;
+  bool qkv_bias = false;
+  std::size_t group_size() const { return n_heads / n_kv_heads; }
+};
+
+// Weight matrices are [out, in] row-major (y = W x).
+struct LayerWeights {
+  std::vector<float> attn_norm;   // [dim]
+  RowMatrix wq, wk, wv, wo;       // [n_heads*hd, dim], [n_kv*hd, dim] x2, [dim, n_heads*hd]
+  std::vector<float> bq, bk, bv;  // biases (qwen2) or empty
+  std::vector<float> ffn_norm;    // [dim]
+  RowMatrix w1, w2, w3;           // [hidden, dim], [dim, hidden], [hidden, dim]
+};
+
+struct ModelWeights {
+  RowMatrix embedding;  // [vocab, dim]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;  // [dim]
+  RowMatrix classifier;           // [vocab, dim]; empty when tied to the embedding
+};
+
+// Everything a prefill produced, per layer (what `akv dump` writes and policies ingest).
+struct PrefillResult {
+  RowMatrix logits;                          // [n, vocab] (only the last row when !all_logits)
+  std::vector<Tensor3> query, key, key_pre_rope, value;  // [heads, n, hd] per layer
+};
+
+class Model {
+ public:
+  Model(ModelConfig config, ModelWeights weights);
+  const ModelConfig& config() const { return config_; }
+
+  // Causal full-precision forward of tokens at positions 0..n-1.
+  PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits) const;
+  // One token at `pos`: appends its K/V to `cache`, attends through it, returns the logits.
+  std::vector<float> decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const;
+
+ private:
+  void check_token(std::int32_t t) const;
+  const RowMatrix& classifier() const;
+  ModelConfig config_;
+  ModelWeights w_;
+  RopeTable rope_;
+};
+
+}  // namespace akv

@@ -1,0 +1,152 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "akv/core/errors.h"
+#include "akv/io/token_file.h"
+#include "akv/model/llama2c.h"
+#include "test_util.h"
+
+using namespace akv;
+
+namespace {
+
+std::string shared_dir() {
+  const char* env = std::getenv("AKV_SHARED_DIR");
+  return env ? env : AKV_DEFAULT_SHARED_DIR;
+}
+
+bool have_shared() {
+  return std::filesystem::exists(shared_dir() + "/models/stories260K.bin");
+}
+
+std::vector<std::vector<float>> read_rows(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<float>> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream s(line);
+    std::vector<float> r;
+    float v;
+    while (s >> v) r.push_back(v);
+    if (!r.empty()) rows.push_back(r);
+  }
+  return rows;
+}
+
+// A full-precision cache: stores every row as given.
+class FullCache : public KvPolicy {
+ public:
+  FullCache(std::size_t layers, std::size_t kv_heads, std::size_t hd)
+      : hd_(hd), kv_(kv_heads), k_(layers * kv_heads), v_(layers * kv_heads), pos_(layers * kv_heads) {}
+  void ingest_prompt(const PromptKv&) override {}
+  void append(std::size_t l, const float* k, const float*, const float* v, std::size_t pos) override {
+    for (std::size_t h = 0; h < kv_; ++h) {
+      auto i = l * kv_ + h;
+      k_[i].insert(k_[i].end(), k + h * hd_, k + (h + 1) * hd_);
+      v_[i].insert(v_[i].end(), v + h * hd_, v + (h + 1) * hd_);
+      pos_[i].push_back(static_cast<std::int32_t>(pos));
+    }
+  }
+  KvView view(std::size_t l, std::size_t h) const override {
+    auto i = l * kv_ + h;
+    return {k_[i].data(), v_[i].data(), pos_[i].data(), pos_[i].size()};
+  }
+  std::uint64_t bytes() const override { return 0; }
+
+ private:
+  std::size_t hd_, kv_;
+  std::vector<std::vector<float>> k_, v_;
+  std::vector<std::vector<std::int32_t>> pos_;
+};
+
+}  // namespace
+
+TEST_CASE("stories260K: prefill and decode logits match llama2.c", "[model]") {
+  if (!have_shared()) {
+    WARN("skipped: " << shared_dir() << "/models/stories260K.bin not found (set AKV_SHARED_DIR)");
+    return;
+  }
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  CHECK(m.config().dim == 64);
+  CHECK(m.config().n_kv_heads == 4);
+  const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  REQUIRE(lines.size() == 64);
+  const auto ref = read_rows(shared_dir() + "/data/stories260K-logits-seq0-64.txt");
+  REQUIRE(ref.size() == 64);
+  std::vector<std::int32_t> seq(lines[0].begin(), lines[0].begin() + 64);
+  const PrefillResult pre = m.prefill(seq, true);
+  FullCache cache(5, 4, 8);
+  double max_prefill = 0, max_decode = 0;
+  for (std::size_t p = 0; p < 64; ++p) {
+    const std::vector<float> dec = m.decode(seq[p], p, cache);
+    for (std::size_t j = 0; j < 512; ++j) {
+      max_prefill = std::max(max_prefill, std::fabs(static_cast<double>(pre.logits(static_cast<Eigen::Index>(p), static_cast<Eigen::Index>(j))) - ref[p][j]));
+      max_decode = std::max(max_decode, std::fabs(static_cast<double>(dec[j]) - ref[p][j]));
+    }
+  }
+  INFO("max abs diff prefill " << max_prefill << " decode " << max_decode);
+  CHECK(max_prefill <= 1e-4);
+  CHECK(max_decode <= 1e-4);
+}
+
+TEST_CASE("stories260K: full-cache perplexity over the 64 samples is 15.8769", "[model]") {
+  if (!have_shared()) {
+    WARN("skipped: shared data not found");
+    return;
+  }
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  double nll = 0;
+  std::size_t count = 0;
+  for (const auto& seq : lines) {
+    const PrefillResult r = m.prefill(seq, true);
+    for (std::size_t p = 0; p + 1 < seq.size(); ++p) {
+      const auto row = r.logits.row(static_cast<Eigen::Index>(p)).cast<double>();
+      const double mx = row.maxCoeff();
+      const double lse = mx + std::log((row.array() - mx).exp().sum());
+      nll += lse - row(seq[p + 1]);
+      ++count;
+    }
+  }
+  CHECK(count == 32704);
+  CHECK(nll / count == Approx(2.764864).epsilon(1e-5));
+  CHECK(std::exp(nll / count) == Approx(15.8769).epsilon(1e-4));
+}
+
+TEST_CASE("llama2.c loader and token files: bad input", "[model][bad]") {
+  test::TempDir dir;
+  CHECK_THROWS_AS(load_llama2c(dir.file("missing.bin")), IoError);
+  {
+    std::ofstream f(dir.file("short.bin"), std::ios::binary);
+    f << "abc";
+  }
+  CHECK_THROWS_AS(load_llama2c(dir.file("short.bin")), CorruptData);
+  {
+    std::ofstream f(dir.file("hdr.bin"), std::ios::binary);
+    const std::int32_t h[7] = {64, 172, 5, 8, 4, 512, 512};
+    f.write(reinterpret_cast<const char*>(h), sizeof h);
+  }
+  CHECK_THROWS_AS(load_llama2c(dir.file("hdr.bin")), CorruptData);  // truncated weights
+  {
+    std::ofstream f(dir.file("bad.bin"), std::ios::binary);
+    const std::int32_t h[7] = {64, 172, 5, 7, 4, 512, 512};  // 7 heads do not divide dim 64
+    f.write(reinterpret_cast<const char*>(h), sizeof h);
+  }
+  CHECK_THROWS_AS(load_llama2c(dir.file("bad.bin")), InvalidInput);
+  {
+    std::ofstream f(dir.file("t.txt"));
+    f << "1 2 3\n\n4,5\n";
+  }
+  const auto t = read_token_file(dir.file("t.txt"));
+  REQUIRE(t.size() == 2);
+  CHECK(t[1] == std::vector<std::int32_t>{4, 5});
+  {
+    std::ofstream f(dir.file("bad.txt"));
+    f << "1 2 x3\n";
+  }
+  CHECK_THROWS_AS(read_token_file(dir.file("bad.txt")), InvalidInput);
+}
