@@ -1,6 +1,7 @@
 #include "akv/cache/params.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "akv/core/errors.h"
 #include "akv/quant/pack.h"
@@ -29,6 +30,65 @@ std::string method_name(Method m) {
     case Method::kivi: return "kivi";
   }
   return "?";
+}
+
+CompressRequest parse_method_spec(const std::string& spec) {
+  CompressRequest r;
+  std::size_t start = 0;
+  std::vector<std::string> parts;
+  for (;;) {
+    const std::size_t end = spec.find(':', start);
+    parts.push_back(spec.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  r.method = parts[0];
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::string& kv = parts[i];
+    const std::size_t eq = kv.find('=');
+    const std::string key = kv.substr(0, eq), value = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    auto need = [&]() -> const std::string& {
+      if (value.empty()) throw UsageError("method flag needs a value (flag=value)", {"", spec, key});
+      return value;
+    };
+    auto integer = [&]() {
+      const std::string& v = need();
+      char* end = nullptr;
+      const long long x = std::strtoll(v.c_str(), &end, 10);
+      if (*end) throw UsageError("not an integer", {"", spec + ": " + key, v});
+      return x;
+    };
+    auto real = [&]() {
+      const std::string& v = need();
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (*end) throw UsageError("not a number", {"", spec + ": " + key, v});
+      return x;
+    };
+    if (key == "bits") r.bits = static_cast<int>(integer());
+    else if (key == "bits-key") r.bits_key = static_cast<int>(integer());
+    else if (key == "bits-value") r.bits_value = static_cast<int>(integer());
+    else if (key == "key-axis") r.key_axis = need();
+    else if (key == "value-axis") r.value_axis = need();
+    else if (key == "group") r.group = integer();
+    else if (key == "residual") r.residual = integer();
+    else if (key == "outlier-fraction") r.outlier_fraction = real();
+    else if (key == "pre-rope") r.pre_rope = true;
+    else if (key == "quant") r.quant = need();
+    else if (key == "budget") r.eviction.budget = real();
+    else if (key == "budget-tokens") r.eviction.budget_tokens = integer();
+    else if (key == "window") r.eviction.window = integer();
+    else if (key == "sinks") r.eviction.sinks = integer();
+    else if (key == "kernel") r.eviction.kernel = integer();
+    else if (key == "pool") r.eviction.pool = need();
+    else if (key == "gqa-reduce") r.eviction.gqa_reduce = need();
+    else if (key == "alpha") r.eviction.alpha = real();
+    else if (key == "beta") r.eviction.beta = real();
+    else if (key == "min-tokens") r.eviction.min_tokens = integer();
+    else if (key == "step") r.eviction.step = integer();
+    else throw UsageError("unknown method flag", {"", spec, key});
+  }
+  return r;
 }
 
 std::string describe(const CompressParams& p) {

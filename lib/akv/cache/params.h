@@ -66,6 +66,12 @@ struct CompressRequest {
   bool pre_rope = false;
 };
 
+// A method with its flags in one string, as `akv evaluate --methods` takes it:
+// "name[:flag=value...]" with the flags of `akv compress` without dashes, e.g.
+// "kivi:bits-key=4:bits-value=2", "adakv:budget=0.2:quant=k4v2", "kivi-2:pre-rope".
+// Throws UsageError naming an unknown flag.
+CompressRequest parse_method_spec(const std::string& spec);
+
 // Short description for tables, e.g. "adakv/snapkv 0.2 + kivi K4/V2 R128".
 std::string describe(const CompressParams& p);
 

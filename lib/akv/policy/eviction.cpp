@@ -207,9 +207,20 @@ nlohmann::json EvictionPlan::summary_json() const {
           {"retained_mass_mean", retained_mean()}};
 }
 
-EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& requested, int threads,
+EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int threads,
                            const ProgressFn& progress) {
-  const DumpMeta& m = dump.meta();
+  return plan_eviction(
+      dump.meta(),
+      [&](std::size_t l, Tensor3& query, Tensor3& key) {
+        key = dump.read(l, DumpField::key);
+        query = dump.read(l, DumpField::query);
+      },
+      p, threads, progress);
+}
+
+EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
+                           const EvictionParams& requested, int threads,
+                           const ProgressFn& progress) {
   EvictionParams p = requested;
   std::vector<std::vector<std::size_t>> file_budgets;
   if (p.alloc == AllocMethod::file) {
@@ -238,8 +249,8 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& request
   std::vector<std::vector<std::vector<std::size_t>>> order(L, std::vector<std::vector<std::size_t>>(H));
   std::vector<SortedScores> sorted(L, SortedScores(H));
   for (std::size_t l = 0; l < L; ++l) {
-    const Tensor3 key = dump.read(l, DumpField::key);
-    const Tensor3 query = dump.read(l, DumpField::query);
+    Tensor3 key, query;
+    source(l, query, key);
     parallel_for(H, threads, [&](std::size_t h) {
       scores[l][h] = score_head(query, key, h, m, p.score);
       const std::vector<double>& s = scores[l][h].score;

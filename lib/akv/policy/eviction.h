@@ -7,6 +7,7 @@
 // other ("selectable") tokens each head keeps; each head keeps its best-scored selectable tokens
 // (ties: earlier position) and stores all kept tokens in chronological order.
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,6 +71,11 @@ std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m);
 // Scores every layer (reading keys and queries a layer at a time), allocates and selects.
 EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int threads,
                            const ProgressFn& progress);
+// The same from any source of per-layer tensors: `source(l, query, key)` fills query
+// [n_heads, m.n_query, hd] (the last n_query positions) and key [n_kv_heads, m.n_tokens, hd].
+using LayerSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key)>;
+EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source, const EvictionParams& p,
+                           int threads, const ProgressFn& progress);
 
 // Budgets file (`akv allocate -o`): format "akv-budgets", version 1 (docs/formats.md).
 nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,

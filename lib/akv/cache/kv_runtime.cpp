@@ -1,0 +1,280 @@
+#include "akv/cache/kv_runtime.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "akv/core/errors.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+float f16_round(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
+
+// One tensor (keys or values) of one head, growing row by row.
+class StreamTensor {
+ public:
+  StreamTensor(std::size_t d, bool exact, const CompressParams* p, const TensorQuant* t,
+               std::size_t n_outlier, bool pre_rope, const RopeContext* rope)
+      : d_(d), exact_(exact), p_(p), t_(t), n_out_(n_outlier), pre_rope_(pre_rope), rope_(rope) {}
+
+  // Appends rows: `src` is what gets quantized (pre-RoPE keys with pre_rope), `post` what
+  // attention reads before quantization; positions for RoPE after dequantization.
+  void append(const float* src, const float* post, const std::int32_t* pos, std::size_t n) {
+    for (std::size_t i = 0; i < n * d_; ++i) mirror_.push_back(exact_ ? post[i] : f16_round(post[i]));
+    if (p_ && p_->quantized()) {
+      pending_.insert(pending_.end(), src, src + n * d_);
+      positions_.insert(positions_.end(), pos, pos + n);
+      quantize_ready();
+    }
+  }
+  // Removes row i (streaming eviction; only without quantization).
+  void erase(std::size_t i) {
+    mirror_.erase(mirror_.begin() + static_cast<std::ptrdiff_t>(i * d_),
+                  mirror_.begin() + static_cast<std::ptrdiff_t>((i + 1) * d_));
+  }
+  std::size_t rows() const { return mirror_.size() / d_; }
+  const float* data() const { return mirror_.data(); }
+  std::uint64_t bytes() const {
+    if (exact_) return 4ull * mirror_.size();
+    return stored_ + 2ull * (rows() - n_quant_) * d_;
+  }
+
+ private:
+  void quantize_ready() {
+    const std::size_t n = rows();
+    const std::size_t rest = n - std::min(n, p_->residual);
+    const std::size_t target = t_->axis == QuantAxis::channel ? rest / t_->group * t_->group : rest;
+    if (target <= n_quant_) return;
+    const std::size_t m = target - n_quant_, cols = d_ - n_out_;
+    if (n_out_ > 0 && outliers_.empty()) {
+      // Channels with the largest variance over the first rows quantized, kept from then on.
+      std::vector<double> mean(d_, 0.0), var(d_, 0.0);
+      for (std::size_t r = 0; r < m; ++r) {
+        for (std::size_t c = 0; c < d_; ++c) mean[c] += pending_[r * d_ + c];
+      }
+      for (double& v : mean) v /= static_cast<double>(m);
+      for (std::size_t r = 0; r < m; ++r) {
+        for (std::size_t c = 0; c < d_; ++c) {
+          const double e = pending_[r * d_ + c] - mean[c];
+          var[c] += e * e;
+        }
+      }
+      std::vector<std::size_t> order(d_);
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return var[a] > var[b]; });
+      order.resize(n_out_);
+      std::sort(order.begin(), order.end());
+      outliers_ = order;
+      is_outlier_.assign(d_, false);
+      for (std::size_t c : outliers_) is_outlier_[c] = true;
+      stored_ += 2 * n_out_;  // channel indices
+    }
+    std::vector<float> in(m * cols);
+    for (std::size_t r = 0; r < m; ++r) {
+      for (std::size_t c = 0, a = 0; c < d_; ++c) {
+        if (n_out_ == 0 || !is_outlier_[c]) in[r * cols + a++] = pending_[r * d_ + c];
+      }
+    }
+    const QuantizedBlock b = quantize_block(in.data(), m, cols, t_->axis, t_->bits, t_->group);
+    stored_ += b.bytes() + 2 * m * n_out_;
+    std::vector<float> deq(m * cols);
+    dequantize_block(b, deq.data());
+    for (std::size_t r = 0; r < m; ++r) {
+      float* row = mirror_.data() + (n_quant_ + r) * d_;
+      for (std::size_t c = 0, a = 0; c < d_; ++c) {
+        row[c] = (n_out_ > 0 && is_outlier_[c]) ? f16_round(pending_[r * d_ + c]) : deq[r * cols + a++];
+      }
+      if (pre_rope_) apply_rope(row, 1, static_cast<std::size_t>(positions_[r]), rope_->layout, *rope_->table);
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(m * d_));
+    positions_.erase(positions_.begin(), positions_.begin() + static_cast<std::ptrdiff_t>(m));
+    n_quant_ = target;
+  }
+
+  std::size_t d_;
+  bool exact_;
+  const CompressParams* p_;
+  const TensorQuant* t_;
+  std::size_t n_out_;
+  bool pre_rope_;
+  const RopeContext* rope_;
+  std::vector<float> mirror_;   // [rows, d] what attention reads
+  std::vector<float> pending_;  // [rows - n_quant, d] quantization source of unquantized rows
+  std::vector<std::int32_t> positions_;  // positions of the pending rows
+  std::vector<std::size_t> outliers_;
+  std::vector<bool> is_outlier_;
+  std::size_t n_quant_ = 0;
+  std::uint64_t stored_ = 0;  // bytes of quantized blocks and outliers
+};
+
+struct HeadState {
+  StreamTensor key, value;
+  std::vector<std::int32_t> position;
+  std::vector<double> score;  // streaming eviction: accumulated attention (h2o)
+  std::size_t budget = 0;     // streaming eviction: rows to keep
+};
+
+class RuntimePolicy : public KvPolicy {
+ public:
+  RuntimePolicy(std::optional<CompressParams> params, const KvGeometry& g, int threads)
+      : params_(std::move(params)), g_(g), threads_(threads),
+        table_(g.head_dim, g.rope_theta, 0, std::max<std::size_t>(g.max_positions, 1)),
+        rope_{g.rope_layout, &table_} {
+    const bool exact = !params_;
+    const CompressParams* p = params_ ? &*params_ : nullptr;
+    const std::size_t n_out = p && p->quantized() ? outlier_count(p->outlier_fraction, g.head_dim) : 0;
+    if (p && p->eviction) {
+      const ScoreMethod s = p->eviction->score.method;
+      streaming_ = s == ScoreMethod::h2o || s == ScoreMethod::streamingllm;
+      if (streaming_ && p->quantized()) {
+        throw UsageError("streaming eviction (h2o, streamingllm) does not combine with --quant in the "
+                         "model; use a one-shot method (snapkv, adakv...)", {"", "--quant", method_name(p->method)});
+      }
+      if (p->eviction->alloc == AllocMethod::file) {
+        throw UsageError("--budgets files describe a dump, not a model run; use --budget", {"", "--budgets"});
+      }
+    }
+    for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) {
+      heads_.push_back(HeadState{
+          StreamTensor(g.head_dim, exact, p, p ? &p->key : nullptr, n_out, p && p->pre_rope, &rope_),
+          StreamTensor(g.head_dim, exact, p, p ? &p->value : nullptr, 0, false, &rope_), {}, {}, 0});
+    }
+  }
+
+  void ingest_prompt(const PromptKv& prompt) override {
+    const std::size_t n = prompt.n_tokens, d = g_.head_dim;
+    std::vector<std::vector<std::int32_t>> kept(heads_.size());
+    if (params_ && params_->eviction) {
+      DumpMeta m;
+      m.n_layers = g_.n_layers;
+      m.n_heads = g_.n_heads;
+      m.n_kv_heads = g_.n_kv_heads;
+      m.head_dim = g_.head_dim;
+      m.n_tokens = n;
+      m.n_query = n;
+      const EvictionPlan plan = plan_eviction(
+          m, [&](std::size_t l, Tensor3& q, Tensor3& k) {
+            q = (*prompt.query)[l];
+            k = (*prompt.key)[l];
+          },
+          *params_->eviction, threads_, {});
+      for (std::size_t l = 0; l < g_.n_layers; ++l) {
+        for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+          HeadState& s = heads_[l * g_.n_kv_heads + h];
+          kept[l * g_.n_kv_heads + h] = plan.heads[l][h].kept;
+          s.budget = plan.heads[l][h].tokens;
+          if (streaming_) {
+            // Accumulated attention of the prompt queries, as the H2O score would hold it.
+            ScoreOptions so = params_->eviction->score;
+            so.method = ScoreMethod::h2o;
+            so.window = std::min(so.window, n);
+            const HeadScores hs = score_head((*prompt.query)[l], (*prompt.key)[l], h, m, so);
+            for (std::int32_t t : plan.heads[l][h].kept) s.score.push_back(hs.score[static_cast<std::size_t>(t)]);
+          }
+        }
+      }
+    }
+    for (std::size_t l = 0; l < g_.n_layers; ++l) {
+      const bool pre = params_ && params_->pre_rope;
+      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+        HeadState& s = heads_[l * g_.n_kv_heads + h];
+        std::vector<std::int32_t>& keep = kept[l * g_.n_kv_heads + h];
+        if (keep.empty()) {
+          keep.resize(n);
+          std::iota(keep.begin(), keep.end(), 0);
+        }
+        const std::size_t m = keep.size();
+        std::vector<float> k(m * d), kp(m * d), v(m * d);
+        for (std::size_t i = 0; i < m; ++i) {
+          const auto t = static_cast<std::size_t>(keep[i]);
+          std::copy_n((*prompt.key)[l].row(h, t), d, k.data() + i * d);
+          std::copy_n((*prompt.key_pre_rope)[l].row(h, t), d, kp.data() + i * d);
+          std::copy_n((*prompt.value)[l].row(h, t), d, v.data() + i * d);
+        }
+        s.key.append(pre ? kp.data() : k.data(), k.data(), keep.data(), m);
+        s.value.append(v.data(), v.data(), keep.data(), m);
+        s.position = keep;
+      }
+    }
+  }
+
+  void append(std::size_t layer, const float* key, const float* key_pre, const float* value,
+              std::size_t pos) override {
+    const std::size_t d = g_.head_dim;
+    const auto p = static_cast<std::int32_t>(pos);
+    const bool pre = params_ && params_->pre_rope;
+    for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+      HeadState& s = heads_[layer * g_.n_kv_heads + h];
+      s.key.append(pre ? key_pre + h * d : key + h * d, key + h * d, &p, 1);
+      s.value.append(value + h * d, value + h * d, &p, 1);
+      s.position.push_back(p);
+      if (streaming_) s.score.push_back(0.0);
+    }
+  }
+
+  KvView view(std::size_t layer, std::size_t kv_head) const override {
+    const HeadState& s = heads_[layer * g_.n_kv_heads + kv_head];
+    return {s.key.data(), s.value.data(), s.position.data(), s.position.size()};
+  }
+
+  void observe(std::size_t layer, std::size_t kv_head, const float* probs) override {
+    if (!streaming_) return;
+    HeadState& s = heads_[layer * g_.n_kv_heads + kv_head];
+    // Mean over the KV group's query heads, like the prompt's scores (gqa_reduce mean).
+    const double w = static_cast<double>(g_.n_kv_heads) / static_cast<double>(g_.n_heads);
+    for (std::size_t i = 0; i < s.score.size(); ++i) s.score[i] += w * probs[i];
+  }
+
+  void end_step() override {
+    if (!streaming_) return;
+    const EvictionParams& e = *params_->eviction;
+    for (HeadState& s : heads_) {
+      while (s.position.size() > s.budget) {
+        // Forced: the first `sinks` positions and the last W rows.
+        const std::size_t n = s.position.size();
+        const std::size_t last = n - std::min(n, e.score.window);
+        std::size_t victim = n;
+        for (std::size_t i = 0; i < last; ++i) {
+          if (static_cast<std::size_t>(s.position[i]) < e.sinks) continue;
+          if (e.score.method == ScoreMethod::streamingllm) {
+            victim = i;  // the oldest non-sink
+            break;
+          }
+          if (victim == n || s.score[i] < s.score[victim]) victim = i;
+        }
+        if (victim == n) break;
+        s.key.erase(victim);
+        s.value.erase(victim);
+        s.position.erase(s.position.begin() + static_cast<std::ptrdiff_t>(victim));
+        s.score.erase(s.score.begin() + static_cast<std::ptrdiff_t>(victim));
+      }
+    }
+  }
+
+  std::uint64_t bytes() const override {
+    std::uint64_t b = 0;
+    const bool evicting = params_ && params_->eviction;
+    for (const HeadState& s : heads_) b += s.key.bytes() + s.value.bytes() + (evicting ? 4ull * s.position.size() : 0);
+    return b;
+  }
+
+ private:
+  std::optional<CompressParams> params_;
+  KvGeometry g_;
+  int threads_;
+  RopeTable table_;
+  RopeContext rope_;
+  bool streaming_ = false;
+  std::vector<HeadState> heads_;  // [layer * n_kv_heads + head]
+};
+
+}  // namespace
+
+std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
+                                         const KvGeometry& g, int threads) {
+  return std::make_unique<RuntimePolicy>(params, g, threads);
+}
+
+}  // namespace akv

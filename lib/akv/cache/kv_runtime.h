@@ -1,0 +1,37 @@
+#pragma once
+// KV-cache methods inside the model's decode loop (implementations of KvPolicy).
+//
+//   full:    f32 rows, exactly what the model computed (the reference of KL and perplexity).
+//   none / uniform / kivi (+ presets): the rows of akv-cache v1, kept as the decode goes: new
+//            tokens enter the f16 residual window and are quantized as soon as they leave it
+//            (per-channel keys in whole groups of G tokens, per-token rows one by one). After
+//            the prompt, the cache equals what `akv compress` stores for the same tokens.
+//   eviction methods: one-shot at the end of the prompt with the last W prompt queries
+//            (snapkv, adakv, waterfill, pyramid, adakv-pyramid, adakv-global: the cache then
+//            grows by the decoded tokens), or streaming (h2o, streamingllm: each head keeps its
+//            budget during decode, evicting its lowest accumulated-attention / oldest
+//            non-forced token after every step). Streaming eviction stores rows in f16 and does
+//            not combine with quantization.
+// Attention reads f32 rows that are exactly the dequantized stored values (a mirror updated
+// when rows are quantized); bytes() counts only what the cache format stores.
+#include <memory>
+#include <optional>
+
+#include "akv/cache/head.h"
+#include "akv/cache/params.h"
+#include "akv/policy/kv_policy.h"
+#include "akv/tensor/rope.h"
+
+namespace akv {
+
+struct KvGeometry {
+  std::size_t n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, max_positions = 0;
+  RopeLayout rope_layout = RopeLayout::rotate_half;
+  double rope_theta = 10000.0;
+};
+
+// nullopt = full (f32). Throws UsageError for combinations the runtime cannot run.
+std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
+                                         const KvGeometry& g, int threads = 1);
+
+}  // namespace akv

@@ -1,0 +1,174 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "akv/cache/kv_runtime.h"
+#include "akv/core/errors.h"
+#include "akv/eval/perplexity.h"
+#include "akv/io/token_file.h"
+#include "akv/model/llama2c.h"
+#include "akv/tensor/half.h"
+
+using namespace akv;
+
+namespace {
+
+std::string shared_dir() {
+  const char* env = std::getenv("AKV_SHARED_DIR");
+  return env ? env : AKV_DEFAULT_SHARED_DIR;
+}
+
+bool have_shared() { return std::filesystem::exists(shared_dir() + "/models/stories260K.bin"); }
+
+// Reference StreamingLLM: f16 rows, keeps the first `sinks` rows and the newest `keep - sinks`.
+class SlidingReference : public KvPolicy {
+ public:
+  SlidingReference(std::size_t layers, std::size_t heads, std::size_t d, std::size_t sinks, std::size_t keep)
+      : heads_(heads), d_(d), sinks_(sinks), keep_(keep), k_(layers * heads), v_(layers * heads), p_(layers * heads) {}
+  void ingest_prompt(const PromptKv& pr) override {
+    for (std::size_t i = 0; i < k_.size(); ++i) {
+      const std::size_t l = i / heads_, h = i % heads_;
+      for (std::size_t t = 0; t < pr.n_tokens; ++t) add(i, (*pr.key)[l].row(h, t), (*pr.value)[l].row(h, t), t);
+    }
+  }
+  void append(std::size_t l, const float* k, const float*, const float* v, std::size_t pos) override {
+    for (std::size_t h = 0; h < heads_; ++h) add(l * heads_ + h, k + h * d_, v + h * d_, pos);
+  }
+  void end_step() override {
+    for (std::size_t i = 0; i < k_.size(); ++i) {
+      while (p_[i].size() > keep_) {
+        k_[i].erase(k_[i].begin() + static_cast<std::ptrdiff_t>(sinks_ * d_), k_[i].begin() + static_cast<std::ptrdiff_t>((sinks_ + 1) * d_));
+        v_[i].erase(v_[i].begin() + static_cast<std::ptrdiff_t>(sinks_ * d_), v_[i].begin() + static_cast<std::ptrdiff_t>((sinks_ + 1) * d_));
+        p_[i].erase(p_[i].begin() + static_cast<std::ptrdiff_t>(sinks_));
+      }
+    }
+  }
+  KvView view(std::size_t l, std::size_t h) const override {
+    const std::size_t i = l * heads_ + h;
+    return {k_[i].data(), v_[i].data(), p_[i].data(), p_[i].size()};
+  }
+  std::uint64_t bytes() const override { return 0; }
+
+ private:
+  void add(std::size_t i, const float* k, const float* v, std::size_t pos) {
+    for (std::size_t j = 0; j < d_; ++j) {
+      k_[i].push_back(f16_to_f32_ref(f32_to_f16_ref(k[j])));
+      v_[i].push_back(f16_to_f32_ref(f32_to_f16_ref(v[j])));
+    }
+    p_[i].push_back(static_cast<std::int32_t>(pos));
+  }
+  std::size_t heads_, d_, sinks_, keep_;
+  std::vector<std::vector<float>> k_, v_;
+  std::vector<std::vector<std::int32_t>> p_;
+};
+
+CompressParams params(const std::string& spec) { return resolve_params(parse_method_spec(spec)); }
+
+}  // namespace
+
+TEST_CASE("runtime cache after the prompt equals akv compress of the same tokens", "[runtime]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto seqs = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  const std::vector<std::int32_t> prompt(seqs[2].begin(), seqs[2].begin() + 200);
+  const PrefillResult pre = m.prefill(prompt, false);
+  const ModelConfig& c = m.config();
+  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  const RopeTable table(c.head_dim, c.rope_theta, 0, c.seq_len);
+  for (const std::string spec : {"kivi-2", "k4v3:outlier-fraction=0.25:pre-rope", "uniform:bits=3",
+                                 "adakv:budget=0.4:window=16:quant=kivi-4"}) {
+    const CompressParams p = params(spec);
+    auto cache = make_kv_policy(p, g);
+    cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, 200});
+    std::uint64_t bytes = 0;
+    for (std::size_t l = 0; l < c.n_layers; ++l) {
+      for (std::size_t h = 0; h < c.n_kv_heads; ++h) {
+        const KvView v = cache->view(l, h);
+        HeadInput in;
+        std::vector<std::int32_t> kept(v.position, v.position + v.n);
+        std::vector<float> k, kp, val;
+        for (std::int32_t t : kept) {
+          k.insert(k.end(), pre.key[l].row(h, static_cast<std::size_t>(t)), pre.key[l].row(h, static_cast<std::size_t>(t)) + c.head_dim);
+          kp.insert(kp.end(), pre.key_pre_rope[l].row(h, static_cast<std::size_t>(t)), pre.key_pre_rope[l].row(h, static_cast<std::size_t>(t)) + c.head_dim);
+          val.insert(val.end(), pre.value[l].row(h, static_cast<std::size_t>(t)), pre.value[l].row(h, static_cast<std::size_t>(t)) + c.head_dim);
+        }
+        in.key = k.data();
+        in.key_pre_rope = kp.data();
+        in.value = val.data();
+        in.n = kept.size();
+        in.n_tokens = 200;
+        in.head_dim = c.head_dim;
+        if (kept.size() < 200) in.kept = kept;
+        const HeadCache hc = compress_head(in, p);
+        std::vector<float> rk(kept.size() * c.head_dim), rv(rk.size());
+        reconstruct_head(hc, {c.rope_layout, &table}, rk.data(), rv.data());
+        INFO(spec << " layer " << l << " head " << h);
+        CHECK(std::vector<float>(v.key, v.key + rk.size()) == rk);
+        CHECK(std::vector<float>(v.value, v.value + rv.size()) == rv);
+        bytes += hc.bytes().total();
+      }
+    }
+    CHECK(cache->bytes() == bytes);
+  }
+}
+
+TEST_CASE("runtime streamingllm equals a plain sliding-window reference", "[runtime]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto seqs = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  const auto& seq = seqs[5];
+  const std::size_t P = 100;
+  const PrefillResult pre = m.prefill(std::vector<std::int32_t>(seq.begin(), seq.begin() + P), false);
+  const ModelConfig& c = m.config();
+  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  auto cache = make_kv_policy(params("streamingllm:budget-tokens=60:window=16"), g);
+  SlidingReference ref(c.n_layers, c.n_kv_heads, c.head_dim, 4, 60);
+  const PromptKv pk{&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, P};
+  cache->ingest_prompt(pk);
+  ref.ingest_prompt(pk);
+  ref.end_step();  // the prompt is cut to the budget too
+  for (std::size_t pos = P; pos < P + 100; ++pos) {
+    const auto a = m.decode(seq[pos], pos, *cache);
+    const auto b = m.decode(seq[pos], pos, ref);
+    REQUIRE(a == b);
+    REQUIRE(cache->view(3, 1).n == 60);
+  }
+}
+
+TEST_CASE("perplexity through compressed caches on stories260K", "[runtime]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto seqs = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  PplOptions o;
+  for (const std::string spec : {"none", "kivi:bits=8", "kivi-4", "kivi-2", "snapkv:budget=1:window=16"}) {
+    o.methods.push_back({spec, params(spec)});
+  }
+  o.max_sequences = 16;
+  o.threads = 2;
+  const PplReport r = evaluate_perplexity(m, seqs, o, {});
+  const double full = r.total(0).ppl();
+  auto ppl = [&](std::size_t i) { return r.total(i).ppl(); };
+  INFO("full " << full << " none " << ppl(1) << " kivi8 " << ppl(2) << " kivi4 " << ppl(3) << " kivi2 " << ppl(4));
+  CHECK(std::fabs(ppl(1) / full - 1) < 1e-3);  // f16 storage
+  CHECK(std::fabs(ppl(2) / full - 1) < 5e-3);  // 8-bit KIVI within 0.5%
+  CHECK(ppl(4) > ppl(3));                      // 2-bit worse than 4-bit
+  CHECK(ppl(3) > ppl(2));
+  CHECK(ppl(5) == Approx(ppl(1)).epsilon(1e-12));  // a full budget keeps everything
+  CHECK(r.total(1).bytes < r.total(0).bytes);
+  // Same report on one thread.
+  o.threads = 1;
+  CHECK(evaluate_perplexity(m, seqs, o, {}).to_json() == r.to_json());
+  // Streaming eviction does not combine with quantization in the model.
+  const KvGeometry g{5, 8, 4, 8, 512, RopeLayout::interleaved, 10000.0};
+  CHECK_THROWS_AS(make_kv_policy(params("h2o:budget=0.5:quant=kivi-2"), g), UsageError);
+}
