@@ -4,6 +4,9 @@
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/eval/fidelity.h"
+#include "akv/eval/perplexity.h"
+#include "akv/io/token_file.h"
+#include "akv/model/llama2c.h"
 #include "commands.h"
 
 namespace akv::cli {
@@ -12,6 +15,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   struct Options {
     std::string dump, cache, output = "-";
     bool json = false, csv = false, per_head = false, no_verify = false;
+    std::string model, tokens;
+    std::vector<std::string> methods;
+    std::size_t prefill = 0, sequences = 0;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -20,9 +26,28 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       "dump's window queries (each query head reads its KV head; causal): key and value "
       "relative MSE, attention output relative error ||o - o^|| / ||o||, KL(p || p^) of the "
       "attention distributions, top-k recall (k = 1, 8, 32) of the original attention's top "
-      "tokens. Definitions in docs/evaluate.md.");
-  sub->add_option("--dump", opt->dump, "Source dump (akv-dump)")->required();
-  sub->add_option("--cache", opt->cache, "Compressed cache (akv-cache)")->required();
+      "tokens. Definitions in docs/evaluate.md.\n"
+      "With --model: perplexity, KL(full || method) and top-1 agreement of cache methods inside "
+      "the model's decode loop, over the continuation of each token sequence after a "
+      "full-precision prompt (docs/evaluate.md, 'Model mode').");
+  auto* dump = sub->add_option("--dump", opt->dump, "Source dump (akv-dump)");
+  auto* cache = sub->add_option("--cache", opt->cache, "Compressed cache (akv-cache)");
+  auto* model = sub->add_option("--model", opt->model, "Model: a llama2.c checkpoint (.bin)");
+  sub->add_option("--tokens", opt->tokens,
+                  "With --model: token sequences (one per line, ids separated by spaces; or an "
+                  "HDF5 file with /tokens)");
+  sub->add_option("--methods", opt->methods,
+                  "With --model: methods to compare, comma-separated; each a compress method or "
+                  "preset with optional flags as name:flag=value:... (e.g. kivi-2, "
+                  "kivi:bits-key=4:bits-value=2, adakv:budget=0.2:quant=k4v2). The f32 full cache "
+                  "is always evaluated first as the reference")
+      ->delimiter(',');
+  sub->add_option("--prefill", opt->prefill,
+                  "With --model: prompt tokens per sequence (default half of each sequence)");
+  sub->add_option("--sequences", opt->sequences, "With --model: evaluate the first N sequences (0 = all)")
+      ->capture_default_str();
+  dump->excludes(model);
+  cache->excludes(model);
   auto* json = sub->add_flag("--json", opt->json, "Print JSON: overall, per layer, per head");
   sub->add_flag("--csv", opt->csv, "Print CSV, one row per layer and KV head")->excludes(json);
   sub->add_flag("--per-head", opt->per_head, "Table: also one row per KV head");
@@ -33,6 +58,25 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                 "still checked)");
   sub->callback([opt, &global] {
     ProgressBar bar("evaluate", !global.quiet);
+    if (!opt->model.empty()) {
+      if (opt->tokens.empty()) throw UsageError("--model needs --tokens", {"", "--tokens"});
+      PplOptions po;
+      for (const std::string& spec : opt->methods) {
+        if (spec == "full") continue;
+        po.methods.push_back({spec, resolve_params(parse_method_spec(spec))});
+      }
+      if (opt->prefill) po.prefill = opt->prefill;
+      po.max_sequences = opt->sequences;
+      po.threads = global.threads;
+      const Model m = load_llama2c(opt->model);
+      const auto seqs = read_token_file(opt->tokens);
+      const PplReport r = evaluate_perplexity(m, seqs, po, bar.callback());
+      write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());
+      return;
+    }
+    if (opt->dump.empty() || opt->cache.empty()) {
+      throw UsageError("evaluate needs --dump and --cache (or --model and --tokens)", {"", "--dump"});
+    }
     const FidelityReport r =
         evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback());
     std::string text;

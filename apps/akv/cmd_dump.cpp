@@ -1,0 +1,50 @@
+// akv dump --model M --tokens FILE [--line K] -o DUMP [--window W]: a dump from a model run.
+#include <cstdio>
+
+#include "akv/core/errors.h"
+#include "akv/io/token_file.h"
+#include "akv/model/dump_model.h"
+#include "akv/model/llama2c.h"
+#include "commands.h"
+
+namespace akv::cli {
+
+void register_dump(CLI::App& app, const GlobalOptions&) {
+  struct Options {
+    std::string model, tokens, output, dtype = "f32";
+    std::size_t line = 1;
+    std::size_t window = 32;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand(
+      "dump",
+      "Run a model over one token sequence (full precision, causal) and write a dump (format "
+      "akv-dump v1): keys after and before RoPE, values, the queries of the last --window "
+      "positions, and the tokens; for allocate / compress / evaluate on real model tensors");
+  sub->add_option("--model", opt->model, "Model: a llama2.c checkpoint (.bin)")->required();
+  sub->add_option("--tokens", opt->tokens, "Token sequences (one per line, or HDF5 /tokens)")->required();
+  sub->add_option("--line", opt->line, "Which sequence (1-based line among the non-empty ones)")
+      ->capture_default_str();
+  sub->add_option("-o,--output", opt->output, "Output dump (HDF5)")->required();
+  sub->add_option("--window", opt->window, "Queries of the last W positions are stored")
+      ->capture_default_str();
+  sub->add_option("--dtype", opt->dtype, "Storage type: f32, f16 or bf16")->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  sub->callback([opt] {
+    const Model m = load_llama2c(opt->model);
+    const auto seqs = read_token_file(opt->tokens);
+    if (opt->line < 1 || opt->line > seqs.size()) {
+      throw InvalidInput("no such sequence (the file has " + std::to_string(seqs.size()) + ")",
+                         {opt->tokens, "--line", std::to_string(opt->line)});
+    }
+    ModelDumpOptions o;
+    o.window = opt->window;
+    o.dtype = parse_dtype(opt->dtype);
+    const DumpMeta meta = dump_model_run(m, seqs[opt->line - 1], opt->output, o);
+    std::printf("wrote %s (%s: %zu layers, %zu heads / %zu kv heads, head_dim %zu, %zu tokens, %zu window queries)\n",
+                opt->output.c_str(), meta.model.c_str(), meta.n_layers, meta.n_heads, meta.n_kv_heads,
+                meta.head_dim, meta.n_tokens, meta.n_query);
+  });
+}
+
+}  // namespace akv::cli

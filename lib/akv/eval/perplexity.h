@@ -1,0 +1,55 @@
+#pragma once
+// `akv evaluate --model`: perplexity, KL and top-1 agreement of cache methods inside the
+// model's decode loop. For each sequence the first P tokens are the prompt (one full-precision
+// prefill, which every method then ingests: stores, compresses, evicts); the remaining tokens
+// are teacher-forced one at a time through the method's cache. The reference ("full") keeps
+// f32 K/V. Metrics are over the continuation tokens (positions P..n-1).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/cache/params.h"
+#include "akv/core/progress.h"
+#include "akv/model/model.h"
+
+namespace akv {
+
+struct PplMethod {
+  std::string spec;                       // as given ("full", "kivi-2", "adakv:budget=0.2")
+  std::optional<CompressParams> params;   // nullopt = full
+};
+
+struct PplOptions {
+  std::vector<PplMethod> methods;  // "full" first is added by evaluate_perplexity if missing
+  std::optional<std::size_t> prefill;  // prompt tokens; default half of each sequence
+  std::size_t max_sequences = 0;       // 0 = all
+  int threads = 1;
+};
+
+struct PplSums {
+  double nll = 0, kl = 0;
+  std::size_t top1 = 0, tokens = 0;
+  std::uint64_t bytes = 0;      // cache bytes at the end of the sequence
+  std::uint64_t f16_bytes = 0;  // f16 size of K/V of the whole sequence
+  PplSums& operator+=(const PplSums& o);
+  double ppl() const;
+};
+
+struct PplReport {
+  std::vector<std::string> specs;              // [methods], specs[0] == "full"
+  std::vector<std::string> descriptions;
+  std::vector<std::vector<PplSums>> sequences;  // [sequence][method]
+  std::vector<std::size_t> prompt_tokens;       // [sequence]
+  PplSums total(std::size_t method) const;
+  nlohmann::json to_json() const;
+  std::string to_csv() const;    // one row per sequence and method
+  std::string to_table() const;
+};
+
+PplReport evaluate_perplexity(const Model& model,
+                              const std::vector<std::vector<std::int32_t>>& sequences,
+                              const PplOptions& o, const ProgressFn& progress);
+
+}  // namespace akv

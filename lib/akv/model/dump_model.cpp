@@ -1,0 +1,45 @@
+#include "akv/model/dump_model.h"
+
+#include "akv/core/errors.h"
+
+namespace akv {
+
+DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tokens,
+                        const std::string& out_path, const ModelDumpOptions& o) {
+  const ModelConfig& c = model.config();
+  const std::size_t n = tokens.size();
+  if (o.window == 0 || o.window > n) {
+    throw InvalidInput("window must be in [1, sequence length " + std::to_string(n) + "]",
+                       {"", "--window", std::to_string(o.window)});
+  }
+  const PrefillResult r = model.prefill(tokens, false);
+  DumpMeta m;
+  m.model = c.name;
+  m.n_layers = c.n_layers;
+  m.n_heads = c.n_heads;
+  m.n_kv_heads = c.n_kv_heads;
+  m.head_dim = c.head_dim;
+  m.rope_theta = c.rope_theta;
+  m.rope_layout = c.rope_layout;
+  m.n_tokens = n;
+  m.n_query = o.window;
+  DumpWriteOptions wo;
+  wo.dtype = o.dtype;
+  wo.key_pre_rope = true;
+  DumpWriter w(out_path, m, wo);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    w.write(l, DumpField::key, 0, r.key[l]);
+    w.write(l, DumpField::key_pre_rope, 0, r.key_pre_rope[l]);
+    w.write(l, DumpField::value, 0, r.value[l]);
+    Tensor3 q(c.n_heads, o.window, c.head_dim);
+    for (std::size_t h = 0; h < c.n_heads; ++h) {
+      std::copy_n(r.query[l].row(h, n - o.window), o.window * c.head_dim, q.row(h, 0));
+    }
+    w.write(l, DumpField::query, 0, q);
+  }
+  w.write_tokens(tokens);
+  w.commit();
+  return m;
+}
+
+}  // namespace akv
