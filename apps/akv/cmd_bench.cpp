@@ -2,7 +2,10 @@
 // the same run (figures are ratios; the machine may be shared and noisy).
 #include <cstdio>
 
+#include "akv/bench/decode_bench.h"
 #include "akv/bench/quant_bench.h"
+#include "akv/io/token_file.h"
+#include "akv/model/llama2c.h"
 #include "commands.h"
 
 namespace akv::cli {
@@ -50,6 +53,40 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     const QuantBenchResult r = bench_quant(o);
     const std::string text = opt->json ? r.to_json().dump(2) + "\n" : r.to_table();
     std::fputs(text.c_str(), stdout);
+  });
+
+  struct DecodeOptions {
+    std::string model, tokens;
+    std::vector<std::string> methods = {"none", "kivi-4", "kivi-2", "adakv:budget=0.5:window=16"};
+    std::size_t prefill = 256, sequences = 4;
+    int repeats = 3;
+    bool json = false;
+  };
+  auto dopt = std::make_shared<DecodeOptions>();
+  CLI::App* dec = bench->add_subcommand(
+      "decode",
+      "Model prefill and decode throughput with each cache method, next to the full f32 cache "
+      "in the same run (time per decoded token as a ratio), methods interleaved, best of "
+      "--repeats");
+  dec->add_option("--model", dopt->model, "Model: a llama2.c checkpoint (.bin)")->required();
+  dec->add_option("--tokens", dopt->tokens, "Token sequences (one per line)")->required();
+  dec->add_option("--methods", dopt->methods, "Methods (as in evaluate --methods)")
+      ->delimiter(',')->capture_default_str();
+  dec->add_option("--prefill", dopt->prefill, "Prompt tokens")->capture_default_str();
+  dec->add_option("--sequences", dopt->sequences, "Sequences to decode")->capture_default_str();
+  dec->add_option("--repeats", dopt->repeats, "Repetitions (best is reported)")->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  dec->add_flag("--json", dopt->json, "Print JSON");
+  dec->callback([dopt] {
+    std::vector<PplMethod> methods;
+    for (const auto& spec : dopt->methods) {
+      if (spec != "full") methods.push_back({spec, resolve_params(parse_method_spec(spec))});
+    }
+    const Model m = load_llama2c(dopt->model);
+    auto seqs = read_token_file(dopt->tokens);
+    if (dopt->sequences && seqs.size() > dopt->sequences) seqs.resize(dopt->sequences);
+    const DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats);
+    std::fputs((dopt->json ? r.to_json().dump(2) + "\n" : r.to_table()).c_str(), stdout);
   });
 }
 

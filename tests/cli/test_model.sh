@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Model commands on the shared stories260K checkpoint: dump, evaluate --model, bench decode,
+# and bad input. Skipped when ../shared is absent.
+source "$(dirname "$0")/lib.sh"
+SHARED=${AKV_SHARED_DIR:-$SRC/../shared}
+M="$SHARED/models/stories260K.bin"
+T="$SHARED/data/stories260K-samples.txt"
+if [[ ! -f $M || ! -f $T ]]; then
+  echo "SKIP: $M or $T not found (set AKV_SHARED_DIR)"
+  exit 77
+fi
+
+expect "dump from the model" 0 "5 layers, 8 heads / 4 kv heads, head_dim 8, 512 tokens" \
+  "$AKV" dump --model "$M" --tokens "$T" --line 3 -o "$TMP/s.h5" --window 32
+expect "dump is a valid dump" 0 "stories260K" "$AKV" info --stats "$TMP/s.h5"
+expect "allocate on a real dump" 0 "adakv allocation" "$AKV" allocate -q "$TMP/s.h5" --budget 0.3
+expect "compress a real dump" 0 "wrote" "$AKV" compress -q "$TMP/s.h5" -o "$TMP/c.h5" -m k4v2 --pre-rope
+expect "evaluate a real dump" 0 "top32" "$AKV" evaluate -q --dump "$TMP/s.h5" --cache "$TMP/c.h5"
+
+expect "evaluate --model table" 0 "kivi-2 +[0-9]+ +[0-9.]+ +[0-9.]+" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 2 --methods kivi-2,adakv:budget=0.5:window=16
+run "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 2 --prefill 400 --methods none --csv
+if [[ $rc -eq 0 && $(wc -l <"$TMP/out") -eq 5 ]] && grep -q "^1,400,none,112," "$TMP/out"; then
+  pass "evaluate --model --csv: one row per sequence and method"
+else
+  fail "evaluate --model --csv: rc $rc: $(head -3 "$TMP/out")"
+fi
+expect "evaluate --model --json" 0 '"ppl_delta"' \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods kivi:bits=8 --json
+expect "bench decode" 0 "x full time" \
+  "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2
+
+o="$TMP/out_dir"
+mkdir -p "$o"
+head -c 1000 "$M" >"$TMP/short.bin"
+expect_error "truncated checkpoint" 2 "file size does not match the llama2.c header" \
+  "$AKV" dump --model "$TMP/short.bin" --tokens "$T" -o "$o/d.h5"
+expect_error "missing checkpoint" 3 "model file not found" "$AKV" dump --model "$o/none.bin" --tokens "$T" -o "$o/d.h5"
+printf '1 2 3\n4 five 6\n' >"$TMP/bad.txt"
+expect_error "bad token file" 2 "line 2 = five" "$AKV" dump --model "$M" --tokens "$TMP/bad.txt" -o "$o/d.h5"
+printf '1 2 3 999\n' >"$TMP/oov.txt"
+expect_error "token outside the vocabulary" 2 "token = 999" "$AKV" dump --model "$M" --tokens "$TMP/oov.txt" --window 2 -o "$o/d.h5"
+expect_error "no such line" 2 "--line = 99" "$AKV" dump --model "$M" --tokens "$T" --line 99 -o "$o/d.h5"
+expect_error "unknown method flag" 1 "bogus" "$AKV" evaluate -q --model "$M" --tokens "$T" --methods kivi:bogus=1 -o "$o/e.txt"
+expect_error "prefill too long" 2 "--prefill = 600" "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 600 --methods none -o "$o/e.txt"
+expect_error "streaming eviction with quantization" 1 "--quant" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods h2o:budget=0.5:quant=kivi-2 -o "$o/e.txt"
+expect_empty_dir "no output after errors" "$o"
+finish
