@@ -4,6 +4,7 @@
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/eval/fidelity.h"
+#include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
 #include "akv/model/llama2c.h"
@@ -18,6 +19,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     std::string model, tokens;
     std::vector<std::string> methods;
     std::size_t prefill = 0, sequences = 0;
+    std::string task = "ppl", filler;
+    PasskeyOptions passkey;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -46,6 +49,23 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "With --model: prompt tokens per sequence (default half of each sequence)");
   sub->add_option("--sequences", opt->sequences, "With --model: evaluate the first N sequences (0 = all)")
       ->capture_default_str();
+  sub->add_option("--task", opt->task,
+                  "With --model: ppl (perplexity, KL, top-1 over continuations) or passkey "
+                  "(token-mode passkey retrieval: marker + key at a depth inside filler, marker "
+                  "again at the end; success = the greedy continuation reproduces the key)")
+      ->capture_default_str()->check(CLI::IsMember({"ppl", "passkey"}));
+  sub->add_option("--lengths", opt->passkey.lengths, "Passkey: prompt lengths in tokens")
+      ->delimiter(',')->capture_default_str();
+  sub->add_option("--depths", opt->passkey.depths, "Passkey: needle depths in [0, 1]")
+      ->delimiter(',')->capture_default_str();
+  sub->add_option("--trials", opt->passkey.trials, "Passkey: trials per (depth, length)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  sub->add_option("--key-tokens", opt->passkey.key_tokens, "Passkey: key length in tokens")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  sub->add_option("--seed", opt->passkey.seed, "Passkey: random seed (markers, keys, filler spans)")
+      ->capture_default_str();
+  sub->add_option("--filler", opt->filler,
+                  "Passkey: filler token sequences (one per line; default: --tokens)");
   dump->excludes(model);
   cache->excludes(model);
   auto* json = sub->add_flag("--json", opt->json, "Print JSON: overall, per layer, per head");
@@ -59,7 +79,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->callback([opt, &global] {
     ProgressBar bar("evaluate", !global.quiet);
     if (!opt->model.empty()) {
-      if (opt->tokens.empty()) throw UsageError("--model needs --tokens", {"", "--tokens"});
+      if (opt->tokens.empty() && opt->filler.empty()) {
+        throw UsageError("--model needs --tokens (or --filler for passkey)", {"", "--tokens"});
+      }
       PplOptions po;
       for (const std::string& spec : opt->methods) {
         if (spec == "full") continue;
@@ -69,7 +91,14 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
       const Model m = load_llama2c(opt->model);
-      const auto seqs = read_token_file(opt->tokens);
+      const auto seqs = read_token_file(opt->filler.empty() ? opt->tokens : opt->filler);
+      if (opt->task == "passkey") {
+        PasskeyOptions pk = opt->passkey;
+        pk.threads = global.threads;
+        const PasskeyReport r = evaluate_passkey(m, seqs, po.methods, pk, bar.callback());
+        write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
+        return;
+      }
       const PplReport r = evaluate_perplexity(m, seqs, po, bar.callback());
       write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());
       return;

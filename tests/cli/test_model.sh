@@ -27,6 +27,10 @@ else
 fi
 expect "evaluate --model --json" 0 '"ppl_delta"' \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods kivi:bits=8 --json
+expect "passkey grid" 0 "depth +64 +128" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 64,128 --depths 0,0.5,1 --trials 2 --methods kivi-4
+expect "passkey --json" 0 '"mean_accuracy"' \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 64 --depths 0.5 --trials 1 --json
 expect "bench decode" 0 "x full time" \
   "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2
 
@@ -45,5 +49,9 @@ expect_error "unknown method flag" 1 "bogus" "$AKV" evaluate -q --model "$M" --t
 expect_error "prefill too long" 2 "--prefill = 600" "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 600 --methods none -o "$o/e.txt"
 expect_error "streaming eviction with quantization" 1 "--quant" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods h2o:budget=0.5:quant=kivi-2 -o "$o/e.txt"
+expect_error "passkey length too short" 2 "--lengths = 10" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 10 -o "$o/e.txt"
+expect_error "passkey beyond the context" 2 "--lengths = 510" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 510 -o "$o/e.txt"
 expect_empty_dir "no output after errors" "$o"
 finish

@@ -5,6 +5,7 @@
 
 #include "akv/cache/kv_runtime.h"
 #include "akv/core/errors.h"
+#include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
 #include "akv/model/llama2c.h"
@@ -171,4 +172,54 @@ TEST_CASE("perplexity through compressed caches on stories260K", "[runtime]") {
   // Streaming eviction does not combine with quantization in the model.
   const KvGeometry g{5, 8, 4, 8, 512, RopeLayout::interleaved, 10000.0};
   CHECK_THROWS_AS(make_kv_policy(params("h2o:budget=0.5:quant=kivi-2"), g), UsageError);
+}
+
+TEST_CASE("passkey prompts: length, depth, marker, key; greedy continuation", "[runtime][passkey]") {
+  std::vector<std::int32_t> filler(1000);
+  for (std::size_t i = 0; i < filler.size(); ++i) filler[i] = static_cast<std::int32_t>(100 + i % 50);
+  PasskeyOptions o;
+  for (std::size_t len : {20u, 64u, 300u}) {
+    for (double depth : {0.0, 0.5, 1.0}) {
+      const PasskeyPrompt p = make_passkey_prompt(filler, 512, len, depth, 3, o);
+      REQUIRE(p.tokens.size() == len);
+      CHECK(p.tokens[0] == 1);
+      const std::size_t n_fill = len - 1 - 8 - 4;
+      CHECK(p.needle_pos == 1 + static_cast<std::size_t>(std::llround(depth * static_cast<double>(n_fill))));
+      // marker at the needle and at the end, key right after the first marker
+      for (std::size_t i = 0; i < 4; ++i) CHECK(p.tokens[p.needle_pos + i] == p.tokens[len - 4 + i]);
+      for (std::size_t i = 0; i < 4; ++i) CHECK(p.tokens[p.needle_pos + 4 + i] == p.key[i]);
+      for (std::int32_t t : p.key) CHECK((t >= 3 && t < 512));
+      // the same inputs give the same prompt; another trial another one
+      CHECK(make_passkey_prompt(filler, 512, len, depth, 3, o).tokens == p.tokens);
+      CHECK(make_passkey_prompt(filler, 512, len, depth, 4, o).tokens != p.tokens);
+    }
+  }
+  CHECK_THROWS_AS(make_passkey_prompt(filler, 512, 12, 0.5, 0, o), InvalidInput);
+  CHECK_THROWS_AS(make_passkey_prompt(filler, 512, 64, 1.5, 0, o), InvalidInput);
+  if (!have_shared()) return;
+  // The full-cache greedy continuation equals the argmax of a prefill over the extended text.
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const PasskeyPrompt p = make_passkey_prompt(filler, 512, 120, 0.3, 0, o);
+  const auto cont = greedy_continuation(m, p.tokens, 6, std::nullopt);
+  std::vector<std::int32_t> ext = p.tokens;
+  ext.insert(ext.end(), cont.begin(), cont.end() - 1);
+  const PrefillResult r = m.prefill(ext, true);
+  for (std::size_t i = 0; i < cont.size(); ++i) {
+    Eigen::Index best;
+    r.logits.row(static_cast<Eigen::Index>(p.tokens.size() - 1 + i)).maxCoeff(&best);
+    CHECK(best == cont[i]);
+  }
+  // evaluate_passkey: deterministic grid of the requested shape.
+  PasskeyOptions po;
+  po.lengths = {64, 128};
+  po.depths = {0.0, 1.0};
+  po.trials = 2;
+  po.threads = 2;
+  const std::vector<PplMethod> methods = {{"kivi-4", params("kivi-4")}};
+  const PasskeyReport a = evaluate_passkey(m, {filler}, methods, po, {});
+  po.threads = 1;
+  CHECK(evaluate_passkey(m, {filler}, methods, po, {}).to_json() == a.to_json());
+  CHECK(a.successes.size() == 2);
+  CHECK(a.successes[1].size() == 2);
+  CHECK(a.successes[1][0].size() == 2);
 }

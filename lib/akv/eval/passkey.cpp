@@ -1,0 +1,179 @@
+#include "akv/eval/passkey.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "akv/cache/kv_runtime.h"
+#include "akv/core/errors.h"
+#include "akv/core/parallel.h"
+#include "akv/core/rng.h"
+
+namespace akv {
+
+PasskeyPrompt make_passkey_prompt(const std::vector<std::int32_t>& filler, std::size_t vocab,
+                                  std::size_t length, double depth, std::size_t trial,
+                                  const PasskeyOptions& o) {
+  const std::size_t bos = o.bos >= 0 ? 1 : 0;
+  const std::size_t needle = o.marker_tokens + o.key_tokens;
+  if (length < bos + needle + o.marker_tokens + 1) {
+    throw InvalidInput("passkey length too short for the needle (needs " +
+                           std::to_string(bos + needle + o.marker_tokens + 1) + " tokens)",
+                       {"", "--lengths", std::to_string(length)});
+  }
+  if (!(depth >= 0.0 && depth <= 1.0)) {
+    throw InvalidInput("depth must be in [0, 1]", {"", "--depths", format_number(depth)});
+  }
+  if (o.min_token < 0 || static_cast<std::size_t>(o.min_token) >= vocab) {
+    throw InvalidInput("no token range for markers and keys", {"", "min_token", std::to_string(o.min_token)});
+  }
+  const std::size_t n_fill = length - bos - needle - o.marker_tokens;
+  if (filler.size() < n_fill) {
+    throw InvalidInput("filler has fewer tokens than a prompt needs (" + std::to_string(n_fill) + ")",
+                       {"", "--filler", std::to_string(filler.size())});
+  }
+  Rng rng(stream_seed(o.seed, {length, static_cast<std::uint64_t>(std::llround(depth * 1e6)), trial}));
+  const std::size_t span = vocab - static_cast<std::size_t>(o.min_token);
+  std::vector<std::int32_t> marker(o.marker_tokens), key(o.key_tokens);
+  for (auto& t : marker) t = o.min_token + static_cast<std::int32_t>(rng.below(span));
+  for (auto& t : key) t = o.min_token + static_cast<std::int32_t>(rng.below(span));
+  const std::size_t start = rng.below(filler.size() - n_fill + 1);
+  const std::size_t before = static_cast<std::size_t>(std::llround(depth * static_cast<double>(n_fill)));
+  PasskeyPrompt p;
+  if (bos) p.tokens.push_back(o.bos);
+  p.tokens.insert(p.tokens.end(), filler.begin() + static_cast<std::ptrdiff_t>(start),
+                  filler.begin() + static_cast<std::ptrdiff_t>(start + before));
+  p.needle_pos = p.tokens.size();
+  p.tokens.insert(p.tokens.end(), marker.begin(), marker.end());
+  p.tokens.insert(p.tokens.end(), key.begin(), key.end());
+  p.tokens.insert(p.tokens.end(), filler.begin() + static_cast<std::ptrdiff_t>(start + before),
+                  filler.begin() + static_cast<std::ptrdiff_t>(start + n_fill));
+  p.tokens.insert(p.tokens.end(), marker.begin(), marker.end());
+  p.key = key;
+  return p;
+}
+
+namespace {
+
+std::vector<std::int32_t> continue_greedy(const Model& model, const PrefillResult& pre, std::size_t len,
+                                         std::size_t n, const std::optional<CompressParams>& method) {
+  const ModelConfig& c = model.config();
+  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  auto cache = make_kv_policy(method, g, 1);
+  cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, len});
+  const float* first = pre.logits.row(0).data();
+  std::vector<std::int32_t> out = {static_cast<std::int32_t>(std::max_element(first, first + c.vocab_size) - first)};
+  while (out.size() < n) {
+    const auto logits = model.decode(out.back(), len + out.size() - 1, *cache);
+    out.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vector<std::int32_t>& prompt,
+                                              std::size_t n, const std::optional<CompressParams>& method) {
+  return continue_greedy(model, model.prefill(prompt, false), prompt.size(), n, method);
+}
+
+PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector<std::int32_t>>& filler_seqs,
+                               const std::vector<PplMethod>& given, const PasskeyOptions& o,
+                               const ProgressFn& progress) {
+  const ModelConfig& c = model.config();
+  std::vector<PplMethod> methods = given;
+  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{"full", std::nullopt});
+  std::vector<std::int32_t> filler;
+  for (const auto& s : filler_seqs) {
+    // Drop a leading BOS so that filler reads as running text.
+    filler.insert(filler.end(), s.begin() + (!s.empty() && s[0] == o.bos ? 1 : 0), s.end());
+  }
+  PasskeyReport r;
+  for (const auto& m : methods) {
+    r.specs.push_back(m.spec);
+    r.descriptions.push_back(m.params ? describe(*m.params) : "f32 K/V (reference)");
+  }
+  r.lengths = o.lengths;
+  r.depths = o.depths;
+  r.trials = o.trials;
+  r.successes.assign(methods.size(), std::vector<std::vector<std::size_t>>(
+                                         o.depths.size(), std::vector<std::size_t>(o.lengths.size(), 0)));
+  for (std::size_t len : o.lengths) {
+    if (len + o.key_tokens > c.seq_len) {
+      throw InvalidInput("prompt plus key longer than the model's context (seq_len " + std::to_string(c.seq_len) + ")",
+                         {"", "--lengths", std::to_string(len)});
+    }
+  }
+  // Build every prompt first (validates everything before any work).
+  struct Job {
+    std::size_t d, l, t;
+    PasskeyPrompt prompt;
+  };
+  std::vector<Job> jobs;
+  for (std::size_t d = 0; d < o.depths.size(); ++d) {
+    for (std::size_t l = 0; l < o.lengths.size(); ++l) {
+      for (std::size_t t = 0; t < o.trials; ++t) {
+        jobs.push_back({d, l, t, make_passkey_prompt(filler, c.vocab_size, o.lengths[l], o.depths[d], t, o)});
+      }
+    }
+  }
+  std::vector<std::vector<char>> ok(jobs.size(), std::vector<char>(methods.size(), 0));
+  std::mutex mu;
+  std::size_t done = 0;
+  parallel_for(jobs.size(), o.threads, [&](std::size_t j) {
+    const PasskeyPrompt& p = jobs[j].prompt;
+    const PrefillResult pre = model.prefill(p.tokens, false);
+    for (std::size_t mi = 0; mi < methods.size(); ++mi) {
+      ok[j][mi] = continue_greedy(model, pre, p.tokens.size(), p.key.size(), methods[mi].params) == p.key ? 1 : 0;
+    }
+    if (progress) {
+      std::lock_guard<std::mutex> lock(mu);
+      progress(++done, jobs.size());
+    }
+  });
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    for (std::size_t mi = 0; mi < methods.size(); ++mi) r.successes[mi][jobs[j].d][jobs[j].l] += ok[j][mi];
+  }
+  return r;
+}
+
+nlohmann::json PasskeyReport::to_json() const {
+  nlohmann::json j = {{"lengths", lengths}, {"depths", depths}, {"trials", trials}};
+  nlohmann::json ms = nlohmann::json::array();
+  for (std::size_t m = 0; m < specs.size(); ++m) {
+    nlohmann::json grid = nlohmann::json::array();
+    std::size_t total = 0;
+    for (std::size_t d = 0; d < depths.size(); ++d) {
+      nlohmann::json row = nlohmann::json::array();
+      for (std::size_t l = 0; l < lengths.size(); ++l) {
+        row.push_back(static_cast<double>(successes[m][d][l]) / static_cast<double>(trials));
+        total += successes[m][d][l];
+      }
+      grid.push_back(row);
+    }
+    ms.push_back({{"method", specs[m]}, {"description", descriptions[m]}, {"accuracy", grid},
+                  {"mean_accuracy", static_cast<double>(total) / static_cast<double>(trials * depths.size() * lengths.size())}});
+  }
+  j["methods"] = ms;
+  return j;
+}
+
+std::string PasskeyReport::to_table() const {
+  std::string out = fmt::format("passkey (token mode), {} trials per cell; accuracy by depth (rows) x prompt length (columns)\n", trials);
+  for (std::size_t m = 0; m < specs.size(); ++m) {
+    out += fmt::format("\n{} ({})\n{:>7}", specs[m], descriptions[m], "depth");
+    for (std::size_t l : lengths) out += fmt::format(" {:>6}", l);
+    out += "\n";
+    for (std::size_t d = 0; d < depths.size(); ++d) {
+      out += fmt::format("{:>7.2f}", depths[d]);
+      for (std::size_t l = 0; l < lengths.size(); ++l) {
+        out += fmt::format(" {:>6.2f}", static_cast<double>(successes[m][d][l]) / static_cast<double>(trials));
+      }
+      out += "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace akv

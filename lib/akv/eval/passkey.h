@@ -1,0 +1,61 @@
+#pragma once
+// Passkey retrieval, token mode (models without a tokenizer): a random marker sequence followed
+// by a random key sequence is placed at a relative depth inside filler tokens, and the prompt
+// ends with the marker again; success = the greedy continuation reproduces the key exactly.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/core/progress.h"
+#include "akv/eval/perplexity.h"
+
+namespace akv {
+
+struct PasskeyOptions {
+  std::vector<std::size_t> lengths = {128, 256, 448};  // prompt tokens
+  std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
+  std::size_t trials = 5;
+  std::size_t marker_tokens = 4, key_tokens = 4;
+  std::int32_t bos = 1;           // first token of every prompt (< 0: none)
+  std::int32_t min_token = 3;     // marker/key tokens are drawn from [min_token, vocab)
+  std::uint64_t seed = 1;
+  int threads = 1;
+};
+
+struct PasskeyPrompt {
+  std::vector<std::int32_t> tokens;  // the prompt, exactly `length` tokens
+  std::vector<std::int32_t> key;     // what the continuation must reproduce
+  std::size_t needle_pos = 0;        // position of the first marker token
+};
+
+// Prompt for one (length, depth, trial): filler drawn as a contiguous run of `filler` (a
+// concatenation of the filler sequences, chosen by the rng), marker + key inserted so that the
+// needle starts at round(depth * (length - 1 - needle - marker)) after the BOS, then the marker.
+// Throws InvalidInput when the length cannot hold BOS + needle + marker + 1 filler token.
+PasskeyPrompt make_passkey_prompt(const std::vector<std::int32_t>& filler, std::size_t vocab,
+                                  std::size_t length, double depth, std::size_t trial,
+                                  const PasskeyOptions& o);
+
+// The greedy continuation of `prompt` (n tokens) through a cache method (nullopt = full):
+// one prefill, the method ingests it, then each argmax token is decoded through the cache.
+std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vector<std::int32_t>& prompt,
+                                              std::size_t n, const std::optional<CompressParams>& method);
+
+struct PasskeyReport {
+  std::vector<std::string> specs, descriptions;
+  std::vector<std::size_t> lengths;
+  std::vector<double> depths;
+  std::size_t trials = 0;
+  // successes[method][depth][length]
+  std::vector<std::vector<std::vector<std::size_t>>> successes;
+  nlohmann::json to_json() const;
+  std::string to_table() const;
+};
+
+PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector<std::int32_t>>& filler,
+                               const std::vector<PplMethod>& methods, const PasskeyOptions& o,
+                               const ProgressFn& progress);
+
+}  // namespace akv
