@@ -5,7 +5,7 @@
 #include "akv/bench/decode_bench.h"
 #include "akv/bench/quant_bench.h"
 #include "akv/io/token_file.h"
-#include "akv/model/llama2c.h"
+#include "akv/model/hf.h"
 #include "commands.h"
 
 namespace akv::cli {
@@ -68,7 +68,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
       "Model prefill and decode throughput with each cache method, next to the full f32 cache "
       "in the same run (time per decoded token as a ratio), methods interleaved, best of "
       "--repeats");
-  dec->add_option("--model", dopt->model, "Model: a llama2.c checkpoint (.bin)")->required();
+  dec->add_option("--model", dopt->model, "Model: a llama2.c checkpoint (.bin) or a Hugging Face directory (config.json + safetensors)")->required();
   dec->add_option("--tokens", dopt->tokens, "Token sequences (one per line)")->required();
   dec->add_option("--methods", dopt->methods, "Methods (as in evaluate --methods)")
       ->delimiter(',')->capture_default_str();
@@ -82,7 +82,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     for (const auto& spec : dopt->methods) {
       if (spec != "full") methods.push_back({spec, resolve_params(parse_method_spec(spec))});
     }
-    const Model m = load_llama2c(dopt->model);
+    const Model m = load_model(dopt->model);
     auto seqs = read_token_file(dopt->tokens);
     if (dopt->sequences && seqs.size() > dopt->sequences) seqs.resize(dopt->sequences);
     const DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats);

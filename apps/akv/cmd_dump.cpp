@@ -4,7 +4,7 @@
 #include "akv/core/errors.h"
 #include "akv/io/token_file.h"
 #include "akv/model/dump_model.h"
-#include "akv/model/llama2c.h"
+#include "akv/model/hf.h"
 #include "commands.h"
 
 namespace akv::cli {
@@ -21,7 +21,7 @@ void register_dump(CLI::App& app, const GlobalOptions&) {
       "Run a model over one token sequence (full precision, causal) and write a dump (format "
       "akv-dump v1): keys after and before RoPE, values, the queries of the last --window "
       "positions, and the tokens; for allocate / compress / evaluate on real model tensors");
-  sub->add_option("--model", opt->model, "Model: a llama2.c checkpoint (.bin)")->required();
+  sub->add_option("--model", opt->model, "Model: a llama2.c checkpoint (.bin) or a Hugging Face directory (config.json + safetensors)")->required();
   sub->add_option("--tokens", opt->tokens, "Token sequences (one per line, or HDF5 /tokens)")->required();
   sub->add_option("--line", opt->line, "Which sequence (1-based line among the non-empty ones)")
       ->capture_default_str();
@@ -31,7 +31,7 @@ void register_dump(CLI::App& app, const GlobalOptions&) {
   sub->add_option("--dtype", opt->dtype, "Storage type: f32, f16 or bf16")->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->callback([opt] {
-    const Model m = load_llama2c(opt->model);
+    const Model m = load_model(opt->model);
     const auto seqs = read_token_file(opt->tokens);
     if (opt->line < 1 || opt->line > seqs.size()) {
       throw InvalidInput("no such sequence (the file has " + std::to_string(seqs.size()) + ")",

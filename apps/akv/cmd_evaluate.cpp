@@ -7,7 +7,7 @@
 #include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
-#include "akv/model/llama2c.h"
+#include "akv/model/hf.h"
 #include "commands.h"
 
 namespace akv::cli {
@@ -35,7 +35,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       "full-precision prompt (docs/evaluate.md, 'Model mode').");
   auto* dump = sub->add_option("--dump", opt->dump, "Source dump (akv-dump)");
   auto* cache = sub->add_option("--cache", opt->cache, "Compressed cache (akv-cache)");
-  auto* model = sub->add_option("--model", opt->model, "Model: a llama2.c checkpoint (.bin)");
+  auto* model = sub->add_option("--model", opt->model, "Model: a llama2.c checkpoint (.bin) or a Hugging Face directory (config.json + safetensors)");
   sub->add_option("--tokens", opt->tokens,
                   "With --model: token sequences (one per line, ids separated by spaces; or an "
                   "HDF5 file with /tokens)");
@@ -90,7 +90,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       if (opt->prefill) po.prefill = opt->prefill;
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
-      const Model m = load_llama2c(opt->model);
+      const Model m = load_model(opt->model);
       const auto seqs = read_token_file(opt->filler.empty() ? opt->tokens : opt->filler);
       if (opt->task == "passkey") {
         PasskeyOptions pk = opt->passkey;

@@ -50,6 +50,7 @@ class Model {
  public:
   Model(ModelConfig config, ModelWeights weights);
   const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return w_; }
 
   // Causal full-precision forward of tokens at positions 0..n-1.
   PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits) const;

@@ -1,0 +1,239 @@
+#include "akv/model/hf.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/core/errors.h"
+#include "akv/model/llama2c.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct TensorInfo {
+  std::string file, dtype;
+  std::vector<std::size_t> shape;
+  std::uint64_t begin = 0, end = 0;  // absolute byte offsets in the file
+};
+
+std::size_t dtype_bytes(const std::string& d) {
+  if (d == "F32") return 4;
+  if (d == "F16" || d == "BF16") return 2;
+  return 0;
+}
+
+// Parses and validates one safetensors header; adds its tensors to `out`.
+void read_header(const std::string& path, std::map<std::string, TensorInfo>& out) {
+  std::error_code ec;
+  const std::uint64_t size = fs::file_size(path, ec);
+  if (ec) throw IoError("cannot read safetensors file", {path});
+  std::ifstream in(path, std::ios::binary);
+  unsigned char lenb[8];
+  if (size < 8 || !in.read(reinterpret_cast<char*>(lenb), 8)) {
+    throw CorruptData("file shorter than a safetensors header", {path, "header", std::to_string(size)});
+  }
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | lenb[i];
+  if (n > size - 8 || n > (100u << 20)) {
+    throw CorruptData("safetensors header length beyond the file", {path, "header length", std::to_string(n)});
+  }
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  const json h = json::parse(text, nullptr, false);
+  if (h.is_discarded() || !h.is_object()) throw CorruptData("safetensors header is not a JSON object", {path, "header"});
+  const std::uint64_t data0 = 8 + n, data_size = size - data0;
+  for (const auto& [name, v] : h.items()) {
+    if (name == "__metadata__") continue;
+    TensorInfo t;
+    t.file = path;
+    try {
+      t.dtype = v.at("dtype").get<std::string>();
+      t.shape = v.at("shape").get<std::vector<std::size_t>>();
+      const auto off = v.at("data_offsets").get<std::vector<std::uint64_t>>();
+      if (off.size() != 2) throw CorruptData("data_offsets must hold 2 numbers", {path, name + ".data_offsets"});
+      t.begin = off[0];
+      t.end = off[1];
+    } catch (const json::exception& e) {
+      throw CorruptData(std::string("bad tensor entry: ") + e.what(), {path, name});
+    }
+    const std::size_t eb = dtype_bytes(t.dtype);
+    if (eb == 0) throw InvalidInput("unsupported tensor dtype (akv reads F32, F16, BF16)", {path, name + ".dtype", t.dtype});
+    std::uint64_t numel = 1;
+    for (std::size_t d : t.shape) numel *= d;
+    if (t.begin > t.end || t.end > data_size) {
+      throw CorruptData("tensor data offsets beyond the file (data section holds " + std::to_string(data_size) + " bytes)",
+                        {path, name + ".data_offsets", std::to_string(t.begin) + ".." + std::to_string(t.end)});
+    }
+    if (t.end - t.begin != numel * eb) {
+      throw CorruptData("tensor byte size does not match its shape and dtype",
+                        {path, name + ".data_offsets", std::to_string(t.end - t.begin)});
+    }
+    t.begin += data0;
+    t.end += data0;
+    out[name] = t;
+  }
+}
+
+class Tensors {
+ public:
+  explicit Tensors(const std::string& dir) : dir_(dir) {
+    const fs::path single = fs::path(dir) / "model.safetensors";
+    const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+    if (fs::exists(single)) {
+      read_header(single.string(), map_);
+    } else if (fs::exists(index)) {
+      std::ifstream in(index);
+      const json j = json::parse(in, nullptr, false);
+      if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+        throw CorruptData("index has no weight_map object", {index.string(), "weight_map"});
+      }
+      std::map<std::string, bool> files;
+      for (const auto& [name, f] : j["weight_map"].items()) files[f.get<std::string>()] = true;
+      for (const auto& [f, unused] : files) {
+        (void)unused;
+        read_header((fs::path(dir) / f).string(), map_);
+      }
+    } else {
+      throw IoError("no model.safetensors or model.safetensors.index.json", {dir});
+    }
+  }
+  bool has(const std::string& name) const { return map_.count(name) > 0; }
+  // Reads a tensor as f32 after checking its shape.
+  std::vector<float> read(const std::string& name, const std::vector<std::size_t>& shape) const {
+    const auto it = map_.find(name);
+    if (it == map_.end()) throw InvalidInput("missing tensor", {dir_, name});
+    const TensorInfo& t = it->second;
+    if (t.shape != shape) {
+      auto str = [](const std::vector<std::size_t>& s) {
+        std::string o = "[";
+        for (std::size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+        return o + "]";
+      };
+      throw InvalidInput("tensor shape does not match config.json (expected " + str(shape) + ")",
+                         {t.file, name + ".shape", str(t.shape)});
+    }
+    std::ifstream in(t.file, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(t.begin));
+    std::vector<char> raw(t.end - t.begin);
+    if (!in.read(raw.data(), static_cast<std::streamsize>(raw.size()))) throw IoError("cannot read tensor", {t.file, name});
+    const std::size_t n = raw.size() / dtype_bytes(t.dtype);
+    std::vector<float> out(n);
+    if (t.dtype == "F32") {
+      std::memcpy(out.data(), raw.data(), raw.size());
+    } else {
+      std::vector<std::uint16_t> h(n);
+      std::memcpy(h.data(), raw.data(), raw.size());
+      if (t.dtype == "F16") f16_to_f32(h.data(), out.data(), n);
+      else bf16_to_f32(h.data(), out.data(), n);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(out[i])) throw CorruptData("non-finite weight", {t.file, name, format_number(out[i])});
+    }
+    return out;
+  }
+  RowMatrix matrix(const std::string& name, std::size_t rows, std::size_t cols) const {
+    const std::vector<float> v = read(name, {rows, cols});
+    RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+    std::memcpy(m.data(), v.data(), v.size() * sizeof(float));
+    return m;
+  }
+
+ private:
+  std::string dir_;
+  std::map<std::string, TensorInfo> map_;
+};
+
+std::size_t positive(const json& c, const char* key, const std::string& file) {
+  if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<long long>() <= 0) {
+    throw InvalidInput("config needs a positive integer", {file, key, c.contains(key) ? c[key].dump() : "missing"});
+  }
+  return c[key].get<std::size_t>();
+}
+
+}  // namespace
+
+Model load_hf(const std::string& dir) {
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  std::ifstream in(cfg_path);
+  if (!in) throw IoError("cannot open config.json", {cfg_path});
+  const json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CorruptData("config.json is not a JSON object", {cfg_path});
+  const std::string type = j.value("model_type", "");
+  if (type != "llama" && type != "mistral" && type != "qwen2") {
+    throw InvalidInput("unsupported model_type (akv runs llama, mistral, qwen2)", {cfg_path, "model_type", type});
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    throw InvalidInput("rope_scaling is not implemented", {cfg_path, "rope_scaling", j["rope_scaling"].dump()});
+  }
+  if (j.value("hidden_act", "silu") != "silu") {
+    throw InvalidInput("only silu MLPs are implemented", {cfg_path, "hidden_act", j.value("hidden_act", "")});
+  }
+  ModelConfig c;
+  c.name = fs::path(dir).filename().string();
+  if (c.name.empty()) c.name = fs::path(dir).parent_path().filename().string();
+  c.dim = positive(j, "hidden_size", cfg_path);
+  c.hidden_dim = positive(j, "intermediate_size", cfg_path);
+  c.n_layers = positive(j, "num_hidden_layers", cfg_path);
+  c.n_heads = positive(j, "num_attention_heads", cfg_path);
+  c.n_kv_heads = j.contains("num_key_value_heads") ? positive(j, "num_key_value_heads", cfg_path) : c.n_heads;
+  c.vocab_size = positive(j, "vocab_size", cfg_path);
+  c.seq_len = positive(j, "max_position_embeddings", cfg_path);
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? positive(j, "head_dim", cfg_path) : c.dim / c.n_heads;
+  c.rope_theta = j.value("rope_theta", 10000.0);
+  c.norm_eps = static_cast<float>(j.value("rms_norm_eps", 1e-6));
+  c.rope_layout = RopeLayout::rotate_half;
+  c.qkv_bias = type == "qwen2" || j.value("attention_bias", false);
+  const bool sliding = type == "qwen2" ? j.value("use_sliding_window", false) : true;
+  if (sliding && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    // Attention within a window equals full attention up to the window: cap the context there.
+    const std::size_t w = positive(j, "sliding_window", cfg_path);
+    c.seq_len = std::min(c.seq_len, w);
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    throw InvalidInput("num_attention_heads must be a multiple of num_key_value_heads",
+                       {cfg_path, "num_key_value_heads", std::to_string(c.n_kv_heads)});
+  }
+  if (c.head_dim % 2 != 0) throw InvalidInput("head_dim must be even", {cfg_path, "head_dim", std::to_string(c.head_dim)});
+  const Tensors t(dir);
+  const bool tied = j.value("tie_word_embeddings", false) || !t.has("lm_head.weight");
+  const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  ModelWeights w;
+  w.embedding = t.matrix("model.embed_tokens.weight", c.vocab_size, c.dim);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights lw;
+    lw.attn_norm = t.read(p + "input_layernorm.weight", {c.dim});
+    lw.wq = t.matrix(p + "self_attn.q_proj.weight", q_dim, c.dim);
+    lw.wk = t.matrix(p + "self_attn.k_proj.weight", kv_dim, c.dim);
+    lw.wv = t.matrix(p + "self_attn.v_proj.weight", kv_dim, c.dim);
+    lw.wo = t.matrix(p + "self_attn.o_proj.weight", c.dim, q_dim);
+    if (c.qkv_bias) {
+      lw.bq = t.read(p + "self_attn.q_proj.bias", {q_dim});
+      lw.bk = t.read(p + "self_attn.k_proj.bias", {kv_dim});
+      lw.bv = t.read(p + "self_attn.v_proj.bias", {kv_dim});
+    }
+    lw.ffn_norm = t.read(p + "post_attention_layernorm.weight", {c.dim});
+    lw.w1 = t.matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim);
+    lw.w2 = t.matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim);
+    lw.w3 = t.matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim);
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm = t.read("model.norm.weight", {c.dim});
+  if (!tied) w.classifier = t.matrix("lm_head.weight", c.vocab_size, c.dim);
+  return Model(std::move(c), std::move(w));
+}
+
+Model load_model(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return load_hf(path);
+  return load_llama2c(path);
+}
+
+}  // namespace akv

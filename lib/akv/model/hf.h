@@ -1,0 +1,22 @@
+#pragma once
+// Hugging Face checkpoints: a directory with config.json and model.safetensors (or a sharded
+// model.safetensors.index.json). model_type llama, mistral or qwen2 (q/k/v biases); GQA; tied or
+// untied embeddings; rope_theta, rms_norm_eps and head_dim from the config; tensors in F32, F16
+// or BF16 (converted to f32 on load); RoPE in the rotate-half layout.
+//
+// Every safetensors header is validated against the file size (offsets inside the data
+// section, sizes equal to shape x dtype) before any tensor is read, and every tensor's shape
+// against the config. Unsupported fields (rope_scaling, activations other than silu, sliding
+// windows shorter than the context) are errors naming the field.
+#include <string>
+
+#include "akv/model/model.h"
+
+namespace akv {
+
+Model load_hf(const std::string& dir);
+
+// A llama2.c file or a Hugging Face directory, by what `path` is.
+Model load_model(const std::string& path);
+
+}  // namespace akv

@@ -1,0 +1,205 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/core/errors.h"
+#include "akv/io/token_file.h"
+#include "akv/model/hf.h"
+#include "akv/model/llama2c.h"
+#include "akv/tensor/half.h"
+#include "test_util.h"
+
+using namespace akv;
+
+namespace {
+
+std::string shared_dir() {
+  const char* env = std::getenv("AKV_SHARED_DIR");
+  return env ? env : AKV_DEFAULT_SHARED_DIR;
+}
+
+struct Entry {
+  std::string name;
+  std::vector<std::size_t> shape;
+  std::vector<float> data;
+};
+
+// Writes a safetensors file: 8-byte header length, JSON header, tensors back to back.
+void write_safetensors(const std::string& path, const std::vector<Entry>& entries, const std::string& dtype) {
+  nlohmann::json h = nlohmann::json::object();
+  std::string blob;
+  for (const Entry& e : entries) {
+    const std::size_t begin = blob.size();
+    if (dtype == "F32") {
+      blob.append(reinterpret_cast<const char*>(e.data.data()), e.data.size() * 4);
+    } else {
+      std::vector<std::uint16_t> b(e.data.size());
+      if (dtype == "BF16") f32_to_bf16(e.data.data(), b.data(), b.size());
+      else f32_to_f16(e.data.data(), b.data(), b.size());
+      blob.append(reinterpret_cast<const char*>(b.data()), b.size() * 2);
+    }
+    h[e.name] = {{"dtype", dtype}, {"shape", e.shape}, {"data_offsets", {begin, blob.size()}}};
+  }
+  const std::string text = h.dump();
+  std::ofstream out(path, std::ios::binary);
+  std::uint64_t n = text.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out << text << blob;
+}
+
+std::vector<float> flat(const RowMatrix& m) { return {m.data(), m.data() + m.size()}; }
+
+// llama2.c (interleaved RoPE pairs) -> HF rotate-half: row 2i + j of each head moves to j*half + i.
+std::vector<float> permute_rows(const RowMatrix& w, std::size_t heads, std::size_t hd) {
+  RowMatrix out(w.rows(), w.cols());
+  const std::size_t half = hd / 2;
+  for (std::size_t h = 0; h < heads; ++h) {
+    for (std::size_t i = 0; i < half; ++i) {
+      for (std::size_t j = 0; j < 2; ++j) {
+        out.row(static_cast<Eigen::Index>(h * hd + j * half + i)) = w.row(static_cast<Eigen::Index>(h * hd + 2 * i + j));
+      }
+    }
+  }
+  return flat(out);
+}
+
+void convert(const Model& m, const std::string& dir, const std::string& dtype, bool sharded) {
+  std::filesystem::create_directories(dir);
+  const ModelConfig& c = m.config();
+  const ModelWeights& w = m.weights();
+  nlohmann::json cfg = {{"model_type", "llama"}, {"hidden_size", c.dim}, {"intermediate_size", c.hidden_dim},
+                        {"num_hidden_layers", c.n_layers}, {"num_attention_heads", c.n_heads},
+                        {"num_key_value_heads", c.n_kv_heads}, {"vocab_size", c.vocab_size},
+                        {"max_position_embeddings", c.seq_len}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
+                        {"tie_word_embeddings", true}, {"hidden_act", "silu"}};
+  std::ofstream(dir + "/config.json") << cfg.dump(2);
+  std::vector<Entry> e = {{"model.embed_tokens.weight", {c.vocab_size, c.dim}, flat(w.embedding)},
+                          {"model.norm.weight", {c.dim}, w.final_norm}};
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    e.push_back({p + "input_layernorm.weight", {c.dim}, lw.attn_norm});
+    e.push_back({p + "self_attn.q_proj.weight", {c.dim, c.dim}, permute_rows(lw.wq, c.n_heads, c.head_dim)});
+    e.push_back({p + "self_attn.k_proj.weight", {c.n_kv_heads * c.head_dim, c.dim}, permute_rows(lw.wk, c.n_kv_heads, c.head_dim)});
+    e.push_back({p + "self_attn.v_proj.weight", {c.n_kv_heads * c.head_dim, c.dim}, flat(lw.wv)});
+    e.push_back({p + "self_attn.o_proj.weight", {c.dim, c.dim}, flat(lw.wo)});
+    e.push_back({p + "post_attention_layernorm.weight", {c.dim}, lw.ffn_norm});
+    e.push_back({p + "mlp.gate_proj.weight", {c.hidden_dim, c.dim}, flat(lw.w1)});
+    e.push_back({p + "mlp.down_proj.weight", {c.dim, c.hidden_dim}, flat(lw.w2)});
+    e.push_back({p + "mlp.up_proj.weight", {c.hidden_dim, c.dim}, flat(lw.w3)});
+  }
+  if (!sharded) {
+    write_safetensors(dir + "/model.safetensors", e, dtype);
+    return;
+  }
+  const std::size_t half = e.size() / 2;
+  write_safetensors(dir + "/a.safetensors", {e.begin(), e.begin() + static_cast<std::ptrdiff_t>(half)}, dtype);
+  write_safetensors(dir + "/b.safetensors", {e.begin() + static_cast<std::ptrdiff_t>(half), e.end()}, dtype);
+  nlohmann::json map = nlohmann::json::object();
+  for (std::size_t i = 0; i < e.size(); ++i) map[e[i].name] = i < half ? "a.safetensors" : "b.safetensors";
+  std::ofstream(dir + "/model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+}
+
+double max_diff(const RowMatrix& a, const RowMatrix& b) { return (a - b).cwiseAbs().maxCoeff(); }
+
+}  // namespace
+
+TEST_CASE("HF layout of stories260K (rotate-half, q/k permuted) gives llama2.c's logits", "[model][hf]") {
+  if (!std::filesystem::exists(shared_dir() + "/models/stories260K.bin")) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  test::TempDir dir;
+  const Model ref = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  const std::vector<std::int32_t> seq(lines[0].begin(), lines[0].begin() + 64);
+  const RowMatrix want = ref.prefill(seq, true).logits;
+  convert(ref, dir.file("f32"), "F32", false);
+  const Model hf = load_model(dir.file("f32"));
+  CHECK(hf.config().rope_layout == RopeLayout::rotate_half);
+  CHECK(max_diff(hf.prefill(seq, true).logits, want) <= 1e-4);
+  convert(ref, dir.file("sharded"), "F32", true);
+  CHECK(max_diff(load_model(dir.file("sharded")).prefill(seq, true).logits, want) <= 1e-4);
+  // bf16 / f16 weights are converted exactly on load: the logits equal those of the llama2.c
+  // model with every weight rounded the same way.
+  for (const char* dt : {"BF16", "F16"}) {
+    convert(ref, dir.file(dt), dt, false);
+    const bool bf = std::string(dt) == "BF16";
+    auto round = [&](float* x, std::size_t n) {
+      for (std::size_t i = 0; i < n; ++i) {
+        x[i] = bf ? bf16_to_f32_ref(f32_to_bf16_ref(x[i])) : f16_to_f32_ref(f32_to_f16_ref(x[i]));
+      }
+    };
+    ModelWeights w = ref.weights();
+    auto rm = [&](RowMatrix& m) { round(m.data(), static_cast<std::size_t>(m.size())); };
+    auto rv = [&](std::vector<float>& v) { round(v.data(), v.size()); };
+    rm(w.embedding);
+    rv(w.final_norm);
+    for (LayerWeights& l : w.layers) {
+      rv(l.attn_norm);
+      rv(l.ffn_norm);
+      for (RowMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) rm(*m);
+    }
+    const Model rounded(ref.config(), w);
+    const double d = max_diff(load_model(dir.file(dt)).prefill(seq, true).logits, rounded.prefill(seq, true).logits);
+    INFO(dt << " max abs logit diff " << d);
+    CHECK(d <= 1e-4);
+  }
+}
+
+TEST_CASE("HF loader: bad checkpoints are clean errors", "[model][hf][bad]") {
+  test::TempDir dir;
+  const std::string d = dir.file("m");
+  std::filesystem::create_directories(d);
+  nlohmann::json cfg = {{"model_type", "llama"}, {"hidden_size", 8}, {"intermediate_size", 16},
+                        {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                        {"vocab_size", 10}, {"max_position_embeddings", 32}};
+  std::ofstream(d + "/config.json") << cfg.dump();
+  CHECK_THROWS_AS(load_hf(d), IoError);  // no safetensors
+  // A header that claims more data than the file has.
+  write_safetensors(d + "/model.safetensors", {{"model.embed_tokens.weight", {10, 8}, std::vector<float>(80, 0.5f)}}, "F32");
+  {
+    std::filesystem::resize_file(d + "/model.safetensors", std::filesystem::file_size(d + "/model.safetensors") - 4);
+  }
+  CHECK_THROWS_AS(load_hf(d), CorruptData);
+  // Wrong shape against the config.
+  write_safetensors(d + "/model.safetensors", {{"model.embed_tokens.weight", {10, 7}, std::vector<float>(70, 0.5f)}}, "F32");
+  try {
+    load_hf(d);
+    FAIL("expected InvalidInput");
+  } catch (const InvalidInput& e) {
+    CHECK(std::string(e.what()).find("model.embed_tokens.weight.shape = [10, 7]") != std::string::npos);
+  }
+  // Unknown dtype.
+  {
+    std::string text = R"({"x": {"dtype": "I8", "shape": [2], "data_offsets": [0, 2]}})";
+    std::ofstream out(d + "/model.safetensors", std::ios::binary);
+    std::uint64_t n = text.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << text << "ab";
+  }
+  CHECK_THROWS_AS(load_hf(d), InvalidInput);
+  // Header length past the end.
+  {
+    std::ofstream out(d + "/model.safetensors", std::ios::binary);
+    std::uint64_t n = 1000;
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << "{}";
+  }
+  CHECK_THROWS_AS(load_hf(d), CorruptData);
+  // Unsupported config fields.
+  cfg["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  std::ofstream(d + "/config.json") << cfg.dump();
+  CHECK_THROWS_AS(load_hf(d), InvalidInput);
+  cfg.erase("rope_scaling");
+  cfg["model_type"] = "gpt2";
+  std::ofstream(d + "/config.json") << cfg.dump();
+  CHECK_THROWS_AS(load_hf(d), InvalidInput);
+}
