@@ -1,5 +1,7 @@
 // akv evaluate --dump DUMP --cache CACHE [--json | --csv]: fidelity of a compressed cache.
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
@@ -19,7 +21,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     std::string model, tokens;
     std::vector<std::string> methods;
     std::size_t prefill = 0, sequences = 0;
-    std::string task = "ppl", filler;
+    std::string task = "ppl", filler, tokenizer;
     PasskeyOptions passkey;
   };
   auto opt = std::make_shared<Options>();
@@ -64,6 +66,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str()->check(CLI::Range(1, 64));
   sub->add_option("--seed", opt->passkey.seed, "Passkey: random seed (markers, keys, filler spans)")
       ->capture_default_str();
+  sub->add_option("--tokenizer", opt->tokenizer,
+                  "Passkey: a SentencePiece tokenizer.model for text mode (default: tokenizer.model "
+                  "in a Hugging Face model directory; without one, token mode)");
   sub->add_option("--filler", opt->filler,
                   "Passkey: filler token sequences (one per line; default: --tokens)");
   dump->excludes(model);
@@ -79,8 +84,13 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->callback([opt, &global] {
     ProgressBar bar("evaluate", !global.quiet);
     if (!opt->model.empty()) {
-      if (opt->tokens.empty() && opt->filler.empty()) {
-        throw UsageError("--model needs --tokens (or --filler for passkey)", {"", "--tokens"});
+      std::string tok_path = opt->tokenizer;
+      if (tok_path.empty() && opt->task == "passkey" &&
+          std::filesystem::is_regular_file(std::filesystem::path(opt->model) / "tokenizer.model")) {
+        tok_path = (std::filesystem::path(opt->model) / "tokenizer.model").string();
+      }
+      if (opt->tokens.empty() && opt->filler.empty() && tok_path.empty()) {
+        throw UsageError("--model needs --tokens (or, for passkey, --filler or a tokenizer)", {"", "--tokens"});
       }
       PplOptions po;
       for (const std::string& spec : opt->methods) {
@@ -91,14 +101,21 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
       const Model m = load_model(opt->model);
-      const auto seqs = read_token_file(opt->filler.empty() ? opt->tokens : opt->filler);
       if (opt->task == "passkey") {
         PasskeyOptions pk = opt->passkey;
         pk.threads = global.threads;
-        const PasskeyReport r = evaluate_passkey(m, seqs, po.methods, pk, bar.callback());
+        std::unique_ptr<Tokenizer> tok;
+        std::vector<std::vector<std::int32_t>> filler;
+        if (!tok_path.empty()) {
+          tok = std::make_unique<Tokenizer>(tok_path);
+        } else {
+          filler = read_token_file(opt->filler.empty() ? opt->tokens : opt->filler);
+        }
+        const PasskeyReport r = evaluate_passkey(m, filler, po.methods, pk, bar.callback(), tok.get());
         write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
         return;
       }
+      const auto seqs = read_token_file(opt->tokens);
       const PplReport r = evaluate_perplexity(m, seqs, po, bar.callback());
       write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());
       return;

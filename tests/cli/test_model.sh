@@ -58,5 +58,11 @@ expect_error "passkey length too short" 2 "--lengths = 10" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 10 -o "$o/e.txt"
 expect_error "passkey beyond the context" 2 "--lengths = 510" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 510 -o "$o/e.txt"
+if [[ -f $SHARED/models/llama2-tokenizer.model ]]; then
+  expect_error "tokenizer larger than the model vocabulary" 2 "vocab_size = 32000" \
+    "$AKV" evaluate -q --model "$M" --task passkey --tokenizer "$SHARED/models/llama2-tokenizer.model" -o "$o/e.txt"
+fi
+expect_error "tokenizer file not SentencePiece" 2 "not a SentencePiece model" \
+  "$AKV" evaluate -q --model "$M" --task passkey --tokenizer "$T" -o "$o/e.txt"
 expect_empty_dir "no output after errors" "$o"
 finish

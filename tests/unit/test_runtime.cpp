@@ -9,6 +9,8 @@
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
 #include "akv/model/llama2c.h"
+#include "akv/core/rng.h"
+#include "akv/model/tokenizer.h"
 #include "akv/tensor/half.h"
 
 using namespace akv;
@@ -222,4 +224,75 @@ TEST_CASE("passkey prompts: length, depth, marker, key; greedy continuation", "[
   CHECK(a.successes.size() == 2);
   CHECK(a.successes[1].size() == 2);
   CHECK(a.successes[1][0].size() == 2);
+}
+
+TEST_CASE("passkey text mode: SentencePiece plumbing, prompt layout, end to end", "[runtime][passkey]") {
+  const std::string tok_path = shared_dir() + "/models/llama2-tokenizer.model";
+  if (!std::filesystem::exists(tok_path)) {
+    WARN("skipped: " << tok_path << " not found");
+    return;
+  }
+  const Tokenizer tok(tok_path);
+  CHECK(tok.vocab_size() == 32000);
+  CHECK(tok.bos() == 1);
+  const std::string text = "The pass key is 12345. Remember it.";
+  CHECK(tok.decode(tok.encode(text)) == text);
+  PasskeyOptions o;
+  for (std::size_t len : {120u, 300u}) {
+    for (double depth : {0.0, 0.5, 1.0}) {
+      const PasskeyPrompt p = make_text_passkey_prompt(tok, len, depth, 2, o);
+      REQUIRE(p.tokens.size() == len);
+      CHECK(p.key_text.size() == 5);
+      const std::string whole = tok.decode(p.tokens);
+      CHECK(whole.find("The pass key is " + p.key_text + ". Remember it. " + p.key_text + " is the pass key.") !=
+            std::string::npos);
+      CHECK(whole.rfind("What is the pass key? The pass key is") == whole.size() - 37);
+      // the needle starts where the depth puts it
+      const std::string from_needle = tok.decode({p.tokens.begin() + static_cast<std::ptrdiff_t>(p.needle_pos), p.tokens.end()});
+      CHECK(from_needle.find("The pass key is " + p.key_text) <= 1);  // after an optional space
+      if (depth == 0.0) CHECK(whole.find("The pass key is") < whole.find("The grass is green"));
+      if (depth == 1.0) CHECK(whole.find("The pass key is") > whole.rfind("The grass is green"));
+    }
+  }
+  CHECK_THROWS_AS(make_text_passkey_prompt(tok, 40, 0.5, 0, o), InvalidInput);
+  // End to end on a tiny random model with the tokenizer's vocabulary.
+  ModelConfig c;
+  c.dim = 16;
+  c.hidden_dim = 32;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 8;
+  c.vocab_size = 32000;
+  c.seq_len = 512;
+  c.rope_layout = RopeLayout::rotate_half;
+  ModelWeights w;
+  Rng r(3);
+  auto mat = [&](std::size_t rows, std::size_t cols) {
+    RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(0.3 * r.normal());
+    return m;
+  };
+  w.embedding = mat(32000, 16);
+  LayerWeights l;
+  l.attn_norm.assign(16, 1.0f);
+  l.ffn_norm.assign(16, 1.0f);
+  l.wq = mat(16, 16);
+  l.wk = mat(8, 16);
+  l.wv = mat(8, 16);
+  l.wo = mat(16, 16);
+  l.w1 = mat(32, 16);
+  l.w2 = mat(16, 32);
+  l.w3 = mat(32, 16);
+  w.layers.push_back(l);
+  w.final_norm.assign(16, 1.0f);
+  const Model m(c, w);
+  PasskeyOptions po;
+  po.lengths = {150};
+  po.depths = {0.5};
+  po.trials = 2;
+  const PasskeyReport rep = evaluate_passkey(m, {}, {{"kivi-4", params("kivi-4")}}, po, {}, &tok);
+  CHECK(rep.mode == "text");
+  CHECK(rep.successes.size() == 2);
+  CHECK(rep.to_json()["methods"][0]["accuracy"][0].size() == 1);
 }

@@ -51,6 +51,44 @@ PasskeyPrompt make_passkey_prompt(const std::vector<std::int32_t>& filler, std::
                   filler.begin() + static_cast<std::ptrdiff_t>(start + n_fill));
   p.tokens.insert(p.tokens.end(), marker.begin(), marker.end());
   p.key = key;
+  p.answer_tokens = key.size();
+  return p;
+}
+
+PasskeyPrompt make_text_passkey_prompt(const Tokenizer& tok, std::size_t length, double depth,
+                                       std::size_t trial, const PasskeyOptions& o) {
+  if (!(depth >= 0.0 && depth <= 1.0)) {
+    throw InvalidInput("depth must be in [0, 1]", {"", "--depths", format_number(depth)});
+  }
+  Rng rng(stream_seed(o.seed, {length, static_cast<std::uint64_t>(std::llround(depth * 1e6)), trial, 7}));
+  const std::string key = std::to_string(10000 + rng.below(90000));
+  const auto task = tok.encode(
+      "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
+      "it. I will quiz you about the important information there.");
+  const auto needle = tok.encode(" The pass key is " + key + ". Remember it. " + key + " is the pass key.");
+  const auto question = tok.encode(" What is the pass key? The pass key is");
+  const auto filler_block = tok.encode(
+      " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.");
+  const std::size_t fixed = 1 + task.size() + needle.size() + question.size();
+  if (length <= fixed) {
+    throw InvalidInput("passkey length too short for the text prompt (needs more than " + std::to_string(fixed) + " tokens)",
+                       {"", "--lengths", std::to_string(length)});
+  }
+  const std::size_t n_fill = length - fixed;
+  std::vector<std::int32_t> filler;
+  while (filler.size() < n_fill) filler.insert(filler.end(), filler_block.begin(), filler_block.end());
+  filler.resize(n_fill);
+  const std::size_t before = static_cast<std::size_t>(std::llround(depth * static_cast<double>(n_fill)));
+  PasskeyPrompt p;
+  p.tokens.push_back(tok.bos());
+  p.tokens.insert(p.tokens.end(), task.begin(), task.end());
+  p.tokens.insert(p.tokens.end(), filler.begin(), filler.begin() + static_cast<std::ptrdiff_t>(before));
+  p.needle_pos = p.tokens.size();
+  p.tokens.insert(p.tokens.end(), needle.begin(), needle.end());
+  p.tokens.insert(p.tokens.end(), filler.begin() + static_cast<std::ptrdiff_t>(before), filler.end());
+  p.tokens.insert(p.tokens.end(), question.begin(), question.end());
+  p.key_text = key;
+  p.answer_tokens = o.answer_tokens;
   return p;
 }
 
@@ -80,7 +118,7 @@ std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vec
 
 PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector<std::int32_t>>& filler_seqs,
                                const std::vector<PplMethod>& given, const PasskeyOptions& o,
-                               const ProgressFn& progress) {
+                               const ProgressFn& progress, const Tokenizer* tokenizer) {
   const ModelConfig& c = model.config();
   std::vector<PplMethod> methods = given;
   if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{"full", std::nullopt});
@@ -97,10 +135,16 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   r.lengths = o.lengths;
   r.depths = o.depths;
   r.trials = o.trials;
+  r.mode = tokenizer ? "text" : "token";
+  if (tokenizer && tokenizer->vocab_size() > c.vocab_size) {
+    throw InvalidInput("tokenizer has more pieces (" + std::to_string(tokenizer->vocab_size()) +
+                           ") than the model's vocabulary (" + std::to_string(c.vocab_size) + ")",
+                       {tokenizer->path(), "vocab_size", std::to_string(tokenizer->vocab_size())});
+  }
   r.successes.assign(methods.size(), std::vector<std::vector<std::size_t>>(
                                          o.depths.size(), std::vector<std::size_t>(o.lengths.size(), 0)));
   for (std::size_t len : o.lengths) {
-    if (len + o.key_tokens > c.seq_len) {
+    if (len + (tokenizer ? o.answer_tokens : o.key_tokens) > c.seq_len) {
       throw InvalidInput("prompt plus key longer than the model's context (seq_len " + std::to_string(c.seq_len) + ")",
                          {"", "--lengths", std::to_string(len)});
     }
@@ -114,7 +158,9 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   for (std::size_t d = 0; d < o.depths.size(); ++d) {
     for (std::size_t l = 0; l < o.lengths.size(); ++l) {
       for (std::size_t t = 0; t < o.trials; ++t) {
-        jobs.push_back({d, l, t, make_passkey_prompt(filler, c.vocab_size, o.lengths[l], o.depths[d], t, o)});
+        jobs.push_back({d, l, t,
+                        tokenizer ? make_text_passkey_prompt(*tokenizer, o.lengths[l], o.depths[d], t, o)
+                                  : make_passkey_prompt(filler, c.vocab_size, o.lengths[l], o.depths[d], t, o)});
       }
     }
   }
@@ -125,7 +171,9 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
     const PasskeyPrompt& p = jobs[j].prompt;
     const PrefillResult pre = model.prefill(p.tokens, false);
     for (std::size_t mi = 0; mi < methods.size(); ++mi) {
-      ok[j][mi] = continue_greedy(model, pre, p.tokens.size(), p.key.size(), methods[mi].params) == p.key ? 1 : 0;
+      const auto out = continue_greedy(model, pre, p.tokens.size(), p.answer_tokens, methods[mi].params);
+      ok[j][mi] = tokenizer ? (tokenizer->decode(out).find(p.key_text) != std::string::npos ? 1 : 0)
+                            : (out == p.key ? 1 : 0);
     }
     if (progress) {
       std::lock_guard<std::mutex> lock(mu);
@@ -139,7 +187,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
 }
 
 nlohmann::json PasskeyReport::to_json() const {
-  nlohmann::json j = {{"lengths", lengths}, {"depths", depths}, {"trials", trials}};
+  nlohmann::json j = {{"mode", mode}, {"lengths", lengths}, {"depths", depths}, {"trials", trials}};
   nlohmann::json ms = nlohmann::json::array();
   for (std::size_t m = 0; m < specs.size(); ++m) {
     nlohmann::json grid = nlohmann::json::array();
@@ -160,7 +208,7 @@ nlohmann::json PasskeyReport::to_json() const {
 }
 
 std::string PasskeyReport::to_table() const {
-  std::string out = fmt::format("passkey (token mode), {} trials per cell; accuracy by depth (rows) x prompt length (columns)\n", trials);
+  std::string out = fmt::format("passkey ({} mode), {} trials per cell; accuracy by depth (rows) x prompt length (columns)\n", mode, trials);
   for (std::size_t m = 0; m < specs.size(); ++m) {
     out += fmt::format("\n{} ({})\n{:>7}", specs[m], descriptions[m], "depth");
     for (std::size_t l : lengths) out += fmt::format(" {:>6}", l);

@@ -10,6 +10,7 @@
 
 #include "akv/core/progress.h"
 #include "akv/eval/perplexity.h"
+#include "akv/model/tokenizer.h"
 
 namespace akv {
 
@@ -21,13 +22,16 @@ struct PasskeyOptions {
   std::int32_t bos = 1;           // first token of every prompt (< 0: none)
   std::int32_t min_token = 3;     // marker/key tokens are drawn from [min_token, vocab)
   std::uint64_t seed = 1;
+  std::size_t answer_tokens = 10;  // text mode: greedy tokens decoded and searched for the key
   int threads = 1;
 };
 
 struct PasskeyPrompt {
   std::vector<std::int32_t> tokens;  // the prompt, exactly `length` tokens
-  std::vector<std::int32_t> key;     // what the continuation must reproduce
-  std::size_t needle_pos = 0;        // position of the first marker token
+  std::vector<std::int32_t> key;     // token mode: what the continuation must reproduce
+  std::string key_text;              // text mode: what the decoded continuation must contain
+  std::size_t needle_pos = 0;        // position of the needle's first token
+  std::size_t answer_tokens = 0;     // greedy tokens to generate
 };
 
 // Prompt for one (length, depth, trial): filler drawn as a contiguous run of `filler` (a
@@ -43,19 +47,29 @@ PasskeyPrompt make_passkey_prompt(const std::vector<std::int32_t>& filler, std::
 std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vector<std::int32_t>& prompt,
                                               std::size_t n, const std::optional<CompressParams>& method);
 
+// Text mode (a SentencePiece tokenizer): BOS, the task line, filler sentences, the needle
+// "The pass key is NNNNN. Remember it. NNNNN is the pass key." after round(depth * n_filler)
+// filler tokens, more filler, then "What is the pass key? The pass key is"; exactly `length`
+// tokens. NNNNN is a random 5-digit number; success = the decoded greedy continuation
+// (o.answer_tokens tokens) contains it.
+PasskeyPrompt make_text_passkey_prompt(const Tokenizer& tok, std::size_t length, double depth,
+                                       std::size_t trial, const PasskeyOptions& o);
+
 struct PasskeyReport {
   std::vector<std::string> specs, descriptions;
   std::vector<std::size_t> lengths;
   std::vector<double> depths;
   std::size_t trials = 0;
+  std::string mode;  // "token" or "text"
   // successes[method][depth][length]
   std::vector<std::vector<std::vector<std::size_t>>> successes;
   nlohmann::json to_json() const;
   std::string to_table() const;
 };
 
+// Token mode from filler sequences, or text mode when `tokenizer` is given (filler unused).
 PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector<std::int32_t>>& filler,
                                const std::vector<PplMethod>& methods, const PasskeyOptions& o,
-                               const ProgressFn& progress);
+                               const ProgressFn& progress, const Tokenizer* tokenizer = nullptr);
 
 }  // namespace akv
