@@ -79,6 +79,9 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   auto* of = sub->add_option("--outlier-fraction", opt->outlier_fraction,
                              "Keep ceil(f * head_dim) key channels per head (largest variance) in "
                              "f16, in [0, 1) (default 0)");
+  add_optional(sub, "--calibration", opt->req.calibration,
+               "Per-head key/value bits from `akv calibrate -o calib.json` (kivi layout; "
+               "replaces --bits)");
   sub->add_flag("--pre-rope", opt->req.pre_rope,
                 "Quantize keys before RoPE (KVQuant; needs key_pre_rope in the dump); RoPE is "
                 "applied after dequantization");

@@ -19,5 +19,6 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global);
 void register_bench(CLI::App& app, const GlobalOptions& global);
 void register_allocate(CLI::App& app, const GlobalOptions& global);
 void register_dump(CLI::App& app, const GlobalOptions& global);
+void register_calibrate(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace akv::cli

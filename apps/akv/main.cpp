@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   akv::cli::register_info(app, global);
   akv::cli::register_synth(app, global);
   akv::cli::register_dump(app, global);
+  akv::cli::register_calibrate(app, global);
   akv::cli::register_allocate(app, global);
   akv::cli::register_compress(app, global);
   akv::cli::register_decompress(app, global);

@@ -4,7 +4,9 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
+#include <fstream>
 #include "akv/synth/synth.h"
 #include "test_util.h"
 
@@ -143,4 +145,64 @@ TEST_CASE("evaluate_cache on a synth dump: bits order the errors; 8 bits is near
   const auto a = evaluate_cache(dump, dir.file("c2.h5"), 1, true, {}).to_json();
   const auto b = evaluate_cache(dump, dir.file("c2.h5"), 3, true, {}).to_json();
   CHECK(a == b);
+}
+
+TEST_CASE("spearman: hand cases", "[eval][calibrate]") {
+  CHECK(spearman({1, 2, 3, 4}, {10, 20, 30, 40}) == Approx(1.0));
+  CHECK(spearman({1, 2, 3, 4}, {4, 3, 2, 1}) == Approx(-1.0));
+  CHECK(spearman({1, 2, 3}, {5, 5, 5}) == 0.0);
+  // ranks with a tie: a = (1, 2.5, 2.5, 4), b = (1, 2, 3, 4): r = 0.9486833
+  CHECK(spearman({1, 2, 2, 3}, {1, 2, 3, 4}) == Approx(0.9486833).epsilon(1e-6));
+}
+
+TEST_CASE("calibrate: measured allocation meets the target and beats uniform", "[eval][calibrate]") {
+  test::TempDir dir;
+  SynthOptions so;
+  so.n_layers = 2;
+  so.n_heads = 8;
+  so.n_kv_heads = 4;
+  so.head_dim = 64;
+  so.n_tokens = 512;
+  so.window = 16;
+  so.threads = 2;
+  write_synth_dump(dir.file("a.h5"), so, {});
+  so.seed = 7;
+  write_synth_dump(dir.file("b.h5"), so, {});
+  CalibrateOptions o;
+  o.target_bits = 3.0;
+  o.threads = 2;
+  const auto j = calibrate({dir.file("a.h5"), dir.file("b.h5")}, o, {});
+  CHECK(j["summary"]["achieved_bits"].get<double>() == Approx(3.0));
+  CHECK(j["summary"]["predicted_error"].get<double>() <= j["summary"]["uniform_predicted_error"]["3"].get<double>());
+  // per-head bits land in the cache
+  std::ofstream(dir.file("c.json")) << j.dump();
+  CompressRequest r;
+  r.method = "kivi";
+  r.calibration = dir.file("c.json");
+  compress_dump(dir.file("a.h5"), dir.file("c.h5"), resolve_params(r), 2, {});
+  CacheReader c(dir.file("c.h5"));
+  const auto& h = j["layers"][1]["heads"][2];
+  const HeadCache hc = c.read_head(1, 2);
+  CHECK(hc.key.block.bits == h["bits_key"].get<int>());
+  CHECK(hc.value.block.bits == h["bits_value"].get<int>());
+  // Bad input.
+  o.target_bits = 5.0;
+  CHECK_THROWS_AS(calibrate({dir.file("a.h5")}, o, {}), InvalidInput);
+  o.target_bits = 3.0;
+  o.candidates.clear();
+  CHECK_THROWS_AS(calibrate({dir.file("a.h5")}, o, {}), InvalidInput);
+  o.candidates = {2, 3, 4};
+  o.allocator = "adakv-proxy";
+  o.lo = 4;
+  o.hi = 2;
+  CHECK_THROWS_AS(calibrate({dir.file("a.h5")}, o, {}), InvalidInput);
+  so.n_layers = 3;
+  write_synth_dump(dir.file("other.h5"), so, {});
+  CHECK_THROWS_AS(compress_dump(dir.file("other.h5"), dir.file("x.h5"), resolve_params(r), 1, {}), InvalidInput);
+  // The streaming proxy honours the update interval.
+  o.lo = 2;
+  o.hi = 4;
+  o.update_interval = 128;
+  const auto p = calibrate({dir.file("a.h5")}, o, {});
+  CHECK(p["summary"]["bits_history"].size() == 4);
 }

@@ -95,6 +95,10 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   MemoryReport report;
   report.header.meta = m;
   report.header.params = params;
+  if (!params.calibration_file.empty() && params.head_bits.empty()) {
+    report.header.params.head_bits = read_calibration(params.calibration_file, m);
+  }
+  const CompressParams& cp = report.header.params;
   report.header.source_path = dump_path;
   report.header.source_hash = file_hash(dump_path);
   report.header.source_bytes = dump.file_bytes();
@@ -120,7 +124,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
     std::vector<HeadCache> heads(m.n_kv_heads);
     parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
       heads[h] = compress_kv_head(key, pre.get(), value, h, m,
-                                  plan ? plan->heads[l][h].kept : all, params);
+                                  plan ? plan->heads[l][h].kept : all, cp.for_head(l, h, m.n_kv_heads));
     });
     for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
       writer.write_head(l, h, heads[h]);

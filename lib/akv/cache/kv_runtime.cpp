@@ -123,6 +123,13 @@ class RuntimePolicy : public KvPolicy {
         table_(g.head_dim, g.rope_theta, 0, std::max<std::size_t>(g.max_positions, 1)),
         rope_{g.rope_layout, &table_} {
     const bool exact = !params_;
+    if (params_ && !params_->calibration_file.empty() && params_->head_bits.empty()) {
+      DumpMeta m;
+      m.n_layers = g.n_layers;
+      m.n_kv_heads = g.n_kv_heads;
+      m.head_dim = g.head_dim;
+      params_->head_bits = read_calibration(params_->calibration_file, m);
+    }
     const CompressParams* p = params_ ? &*params_ : nullptr;
     const std::size_t n_out = p && p->quantized() ? outlier_count(p->outlier_fraction, g.head_dim) : 0;
     if (p && p->eviction) {
@@ -136,10 +143,14 @@ class RuntimePolicy : public KvPolicy {
         throw UsageError("--budgets files describe a dump, not a model run; use --budget", {"", "--budgets"});
       }
     }
+    // Per-head parameters (calibrated bits); reserved so the pointers below stay valid.
+    per_head_.reserve(g.n_layers * g.n_kv_heads);
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) {
+      if (p) per_head_.push_back(p->for_head(i / g.n_kv_heads, i % g.n_kv_heads, g.n_kv_heads));
+      const CompressParams* hp = p ? &per_head_.back() : nullptr;
       heads_.push_back(HeadState{
-          StreamTensor(g.head_dim, exact, p, p ? &p->key : nullptr, n_out, p && p->pre_rope, &rope_),
-          StreamTensor(g.head_dim, exact, p, p ? &p->value : nullptr, 0, false, &rope_), {}, {}, 0});
+          StreamTensor(g.head_dim, exact, hp, hp ? &hp->key : nullptr, n_out, hp && hp->pre_rope, &rope_),
+          StreamTensor(g.head_dim, exact, hp, hp ? &hp->value : nullptr, 0, false, &rope_), {}, {}, 0});
     }
   }
 
@@ -267,7 +278,8 @@ class RuntimePolicy : public KvPolicy {
   RopeTable table_;
   RopeContext rope_;
   bool streaming_ = false;
-  std::vector<HeadState> heads_;  // [layer * n_kv_heads + head]
+  std::vector<CompressParams> per_head_;  // [layer * n_kv_heads + head]
+  std::vector<HeadState> heads_;         // [layer * n_kv_heads + head]
 };
 
 }  // namespace

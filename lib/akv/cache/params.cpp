@@ -1,6 +1,7 @@
 #include "akv/cache/params.h"
 
 #include <cmath>
+#include <fstream>
 #include <cstdlib>
 
 #include "akv/core/errors.h"
@@ -75,6 +76,7 @@ CompressRequest parse_method_spec(const std::string& spec) {
     else if (key == "outlier-fraction") r.outlier_fraction = real();
     else if (key == "pre-rope") r.pre_rope = true;
     else if (key == "quant") r.quant = need();
+    else if (key == "calibration") r.calibration = need();
     else if (key == "budget") r.eviction.budget = real();
     else if (key == "budget-tokens") r.eviction.budget_tokens = integer();
     else if (key == "window") r.eviction.window = integer();
@@ -107,7 +109,9 @@ std::string describe(const CompressParams& p) {
   }
   out += p.preset.empty() ? method_name(p.method) : p.preset;
   if (p.quantized()) {
-    out += " K" + std::to_string(p.key.bits) + "/V" + std::to_string(p.value.bits);
+    out += p.head_bits.empty() && p.calibration_file.empty()
+               ? " K" + std::to_string(p.key.bits) + "/V" + std::to_string(p.value.bits)
+               : " calibrated per-head bits";
     if (p.residual) out += " R" + std::to_string(p.residual);
     if (p.outlier_fraction > 0) out += " outliers";
     if (p.pre_rope) out += " pre-RoPE";
@@ -295,11 +299,29 @@ CompressParams resolve_quant(const CompressRequest& r) {
   }
   if (r.outlier_fraction) p.outlier_fraction = *r.outlier_fraction;
   p.pre_rope = r.pre_rope;
+  if (r.calibration) {
+    if (p.method != Method::kivi) {
+      throw UsageError("--calibration applies per-head bits to the kivi layout", {"", "--method", r.method});
+    }
+    refuse(r.bits || r.bits_key || r.bits_value, "--bits (the calibration sets them)");
+    p.calibration_file = *r.calibration;  // read against the dump's shape by compress_dump
+  }
   validate_params(p, "");
   return p;
 }
 
 }  // namespace
+
+CompressParams CompressParams::for_head(std::size_t layer, std::size_t head, std::size_t n_kv_heads) const {
+  CompressParams p = *this;
+  p.head_bits.clear();
+  if (!head_bits.empty()) {
+    const auto& b = head_bits.at(layer * n_kv_heads + head);
+    p.key.bits = b.first;
+    p.value.bits = b.second;
+  }
+  return p;
+}
 
 nlohmann::json CompressParams::to_json() const {
   nlohmann::json j;
@@ -317,6 +339,10 @@ nlohmann::json CompressParams::to_json() const {
   j["residual"] = residual;
   j["scale_dtype"] = "f16";
   j["eviction"] = eviction ? eviction->to_json() : nlohmann::json(nullptr);
+  if (!head_bits.empty()) {
+    j["head_bits"] = head_bits;
+    j["calibration"] = calibration_file;
+  }
   return j;
 }
 
@@ -345,6 +371,14 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
       p.outlier_fraction = j.at("outlier_fraction").get<double>();
       p.pre_rope = j.at("pre_rope").get<bool>();
     }
+    if (j.contains("head_bits")) {
+      p.head_bits = j["head_bits"].get<std::vector<std::pair<int, int>>>();
+      p.calibration_file = j.value("calibration", "");
+      for (const auto& [bk, bv] : p.head_bits) {
+        check_bits(bk, "head_bits");
+        check_bits(bv, "head_bits");
+      }
+    }
     if (j.contains("eviction") && !j["eviction"].is_null()) {
       p.eviction = EvictionParams::from_json(j["eviction"], file);
     }
@@ -357,6 +391,45 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
   }
   validate_params(p, file);
   return p;
+}
+
+std::vector<std::pair<int, int>> read_calibration(const std::string& path, const DumpMeta& m) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot open calibration file", {path});
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CorruptData("calibration file is not JSON", {path});
+  if (j.value("format", "") != "akv-calibration") {
+    throw InvalidInput("not an akv calibration file (expected format \"akv-calibration\")", {path, "format", j.value("format", "")});
+  }
+  if (j.value("version", 0) != 1) {
+    throw InvalidInput("unsupported akv-calibration version", {path, "version", std::to_string(j.value("version", 0))});
+  }
+  std::vector<std::pair<int, int>> bits;
+  try {
+    const auto& s = j.at("shape");
+    const std::pair<const char*, std::size_t> want[] = {{"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads},
+                                                        {"head_dim", m.head_dim}};
+    for (const auto& [name, v] : want) {
+      if (s.at(name).get<std::size_t>() != v) {
+        throw InvalidInput("calibration made for another model shape (this dump has " + std::to_string(v) + ")",
+                           {path, std::string("shape.") + name, std::to_string(s.at(name).get<std::size_t>())});
+      }
+    }
+    for (const auto& l : j.at("layers")) {
+      for (const auto& h : l.at("heads")) {
+        const int k = h.at("bits_key").get<int>(), v = h.at("bits_value").get<int>();
+        check_bits(k, "bits_key");
+        check_bits(v, "bits_value");
+        bits.emplace_back(k, v);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
+  }
+  if (bits.size() != m.n_layers * m.n_kv_heads) {
+    throw CorruptData("calibration has the wrong number of heads", {path, "layers", std::to_string(bits.size())});
+  }
+  return bits;
 }
 
 }  // namespace akv

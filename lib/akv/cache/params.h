@@ -37,6 +37,13 @@ struct CompressParams {
   double outlier_fraction = 0;   // key channels per head kept in f16: ceil(f * head_dim)
   bool pre_rope = false;         // quantize keys before RoPE (needs key_pre_rope in the dump)
   std::optional<EvictionParams> eviction;  // evict first, then quantize what is kept
+  // Per-head bits from a calibration ([layer * n_kv_heads + head] = {key bits, value bits});
+  // empty = key.bits / value.bits for every head.
+  std::vector<std::pair<int, int>> head_bits;
+  std::string calibration_file;
+
+  // The parameters of one head (its calibrated bits when there are any).
+  CompressParams for_head(std::size_t layer, std::size_t head, std::size_t n_kv_heads) const;
 
   bool quantized() const { return method != Method::none; }
   nlohmann::json to_json() const;
@@ -64,6 +71,7 @@ struct CompressRequest {
   std::optional<long long> group, residual;
   std::optional<double> outlier_fraction;
   bool pre_rope = false;
+  std::optional<std::string> calibration;  // calib.json from `akv calibrate`
 };
 
 // A method with its flags in one string, as `akv evaluate --methods` takes it:
@@ -71,6 +79,10 @@ struct CompressRequest {
 // "kivi:bits-key=4:bits-value=2", "adakv:budget=0.2:quant=k4v2", "kivi-2:pre-rope".
 // Throws UsageError naming an unknown flag.
 CompressRequest parse_method_spec(const std::string& spec);
+
+// Per-head {key bits, value bits} [layer * n_kv_heads + head] from calib.json (`akv
+// calibrate`), checked against the dump's shape (InvalidInput naming the field otherwise).
+std::vector<std::pair<int, int>> read_calibration(const std::string& path, const DumpMeta& m);
 
 // Short description for tables, e.g. "adakv/snapkv 0.2 + kivi K4/V2 R128".
 std::string describe(const CompressParams& p);

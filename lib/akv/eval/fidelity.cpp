@@ -199,8 +199,8 @@ std::string FidelityReport::to_table(bool per_head) const {
   }
   line("all", "all", metrics(total()));
   const FidelityMetrics all = metrics(total());
-  if (all.evicted_mass > 0) out += fmt::format("retained attention mass: {:.4f}\n", all.retained_mass);
-  if (!needles.empty()) {
+  if (all.evicted_mass > 1e-9) out += fmt::format("retained attention mass: {:.4f}\n", all.retained_mass);
+  if (!needles.empty() && all.evicted_mass > 1e-9) {
     out += fmt::format("needles kept (mean over needles of layer/head pairs keeping them): {:.4f}\n",
                        needle_survival());
   }

@@ -1,0 +1,61 @@
+// akv calibrate DUMP [DUMP ...] -o calib.json [--target-bits 3] [--bits 2,3,4] ...
+#include <cstdio>
+
+#include "akv/core/atomic_file.h"
+#include "akv/eval/calibrate.h"
+#include "commands.h"
+
+namespace akv::cli {
+
+void register_calibrate(CLI::App& app, const GlobalOptions& global) {
+  struct Options {
+    std::vector<std::string> dumps;
+    std::string output;
+    CalibrateOptions calib;
+    bool json = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CalibrateOptions& c = opt->calib;
+  CLI::App* sub = app.add_subcommand(
+      "calibrate",
+      "Measure, for every layer and KV head, the attention-output error when that head's keys "
+      "(and separately its values) are quantized at each candidate bit width (kivi layout, "
+      "everything else exact), with the dumps' queries; record key-norm variance, attention "
+      "entropy and key outlier ratio, and their Spearman correlation with the measured error; "
+      "assign bits per head (keys and values) for a target average. Allocators: measured "
+      "(exact multiple-choice knapsack minimising the summed measured error), adakv-proxy (the "
+      "seed's rule on key-norm variance: normalise, scale to H*target, clamp to [lo, hi], snap "
+      "to {lo, mid, hi}, greedy correction; note that a target equal to --lo-bit, e.g. the "
+      "default 2.0 with lo 2, necessarily gives every head lo bits), entropy (the same rule on "
+      "attention entropy). Writes calib.json (format akv-calibration v1) for `akv compress "
+      "--calibration`. See docs/calibrate.md.");
+  sub->add_option("dumps", opt->dumps, "Dumps (akv-dump) of the same model")->required();
+  sub->add_option("-o,--output", opt->output, "Write calib.json here");
+  sub->add_option("--target-bits", c.target_bits, "Average bits per head (keys and values)")
+      ->capture_default_str();
+  sub->add_option("--bits", c.candidates, "Candidate bit widths (2, 3, 4, 8)")->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("--group-size", c.group, "Quantization group size G")->capture_default_str();
+  sub->add_option("--residual", c.residual, "Residual window R (f16 recent tokens)")->capture_default_str();
+  sub->add_option("--aggregate", c.aggregate, "Combine several dumps: mean or max (robust)")
+      ->capture_default_str();
+  sub->add_option("--allocator", c.allocator, "measured | adakv-proxy | entropy")->capture_default_str();
+  sub->add_option("--lo-bit", c.lo, "Proxy allocators: lowest level")->capture_default_str();
+  sub->add_option("--mid-bit", c.mid, "Proxy allocators: middle level")->capture_default_str();
+  sub->add_option("--hi-bit", c.hi, "Proxy allocators: highest level")->capture_default_str();
+  sub->add_option("--update-interval", c.update_interval,
+                  "adakv-proxy: re-allocate every N tokens of a simulated stream (running norm "
+                  "accumulators; 0 = once at the end); the history goes to summary.bits_history")
+      ->capture_default_str();
+  sub->add_flag("--json", opt->json, "Print calib.json on stdout instead of the table");
+  sub->callback([opt, &global] {
+    CalibrateOptions o = opt->calib;
+    o.threads = global.threads;
+    ProgressBar bar("calibrate", !global.quiet);
+    const nlohmann::json j = calibrate(opt->dumps, o, bar.callback());
+    if (!opt->output.empty()) write_text_file(opt->output, j.dump(2) + "\n");
+    std::fputs((opt->json ? j.dump(2) + "\n" : render_calibration(j)).c_str(), stdout);
+  });
+}
+
+}  // namespace akv::cli

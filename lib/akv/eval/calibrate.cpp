@@ -1,0 +1,356 @@
+#include "akv/eval/calibrate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include "akv/alloc/bits.h"
+#include "akv/cache/head.h"
+#include "akv/core/errors.h"
+#include "akv/core/parallel.h"
+#include "akv/eval/attention.h"
+#include "akv/io/file_hash.h"
+#include "akv/quant/pack.h"
+
+namespace akv {
+namespace {
+
+struct HeadMeasure {
+  std::vector<double> key_err, value_err;  // [candidates]
+  double norm_variance = 0, entropy = 0, outlier_ratio = 0;
+  std::vector<double> norms;  // ||k_t|| in token order (for the streaming proxy)
+};
+
+// Attention-output relative error of KV head h's query group when its keys (or values) are
+// replaced by `k2` / `v2`.
+double attn_error(const Tensor3& q, const float* k, const float* v, const float* k2, const float* v2,
+                  std::size_t h, const DumpMeta& m) {
+  std::vector<std::size_t> kpos(m.n_tokens), qpos(m.n_query);
+  std::iota(kpos.begin(), kpos.end(), std::size_t{0});
+  std::iota(qpos.begin(), qpos.end(), m.first_query_pos());
+  double e = 0, n = 0;
+  for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
+    const AttentionInput a{q.row(qh, 0), k, v, m.n_query, m.n_tokens, m.head_dim, qpos.data(), kpos.data()};
+    const AttentionInput b{q.row(qh, 0), k2, v2, m.n_query, m.n_tokens, m.head_dim, qpos.data(), kpos.data()};
+    const AttentionFidelity f = attention_fidelity(a, b);
+    e += f.out_err2;
+    n += f.out_norm2;
+  }
+  return n > 0 ? std::sqrt(e / n) : 0.0;
+}
+
+HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3& query, std::size_t h,
+                         const DumpMeta& m, const CalibrateOptions& o) {
+  const std::size_t T = m.n_tokens, d = m.head_dim;
+  HeadMeasure r;
+  const float* k = key.row(h, 0);
+  const float* v = value.row(h, 0);
+  HeadInput in;
+  in.key = k;
+  in.value = v;
+  in.n = in.n_tokens = T;
+  in.head_dim = d;
+  std::vector<float> kq(T * d), vq(T * d);
+  for (int b : o.candidates) {
+    CompressParams p;
+    p.method = Method::kivi;
+    p.key = {b, QuantAxis::channel, o.group};
+    p.value = {b, QuantAxis::token, o.group};
+    p.residual = o.residual;
+    reconstruct_head(compress_head(in, p), {}, kq.data(), vq.data());
+    r.key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
+    r.value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
+  }
+  RunningMoments mom;
+  std::vector<double> absmax(d, 0.0);
+  for (std::size_t t = 0; t < T; ++t) {
+    double s = 0;
+    for (std::size_t c = 0; c < d; ++c) {
+      const double x = k[t * d + c];
+      s += x * x;
+      absmax[c] = std::max(absmax[c], std::fabs(x));
+    }
+    r.norms.push_back(std::sqrt(s));
+    mom.add(std::sqrt(s));
+  }
+  r.norm_variance = mom.variance();
+  std::vector<double> sorted = absmax;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(d / 2), sorted.end());
+  r.outlier_ratio = sorted[d / 2] > 0 ? *std::max_element(absmax.begin(), absmax.end()) / sorted[d / 2] : 0.0;
+  // Attention entropy of the window queries, mean over queries and the group's heads.
+  double ent = 0;
+  std::size_t cnt = 0;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
+    for (std::size_t i = 0; i < m.n_query; ++i) {
+      const std::size_t pos = m.first_query_pos() + i;
+      std::vector<double> s(pos + 1);
+      double mx = -INFINITY;
+      for (std::size_t t = 0; t <= pos; ++t) {
+        double dot = 0;
+        for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(query.at(qh, i, c)) * k[t * d + c];
+        s[t] = dot * scale;
+        mx = std::max(mx, s[t]);
+      }
+      double z = 0;
+      for (double& x : s) z += std::exp(x - mx);
+      double e = 0;
+      for (double x : s) {
+        const double p = std::exp(x - mx) / z;
+        if (p > 0) e -= p * std::log(p);
+      }
+      ent += e;
+      ++cnt;
+    }
+  }
+  r.entropy = cnt ? ent / static_cast<double>(cnt) : 0.0;
+  return r;
+}
+
+std::vector<double> ranks(const std::vector<double>& x) {
+  std::vector<std::size_t> order(x.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return x[a] < x[b]; });
+  std::vector<double> r(x.size());
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i;
+    while (j + 1 < order.size() && x[order[j + 1]] == x[order[i]]) ++j;
+    const double avg = 0.5 * static_cast<double>(i + j) + 1.0;
+    for (std::size_t k = i; k <= j; ++k) r[order[k]] = avg;
+    i = j + 1;
+  }
+  return r;
+}
+
+}  // namespace
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  const auto ra = ranks(a), rb = ranks(b);
+  const double n = static_cast<double>(a.size());
+  if (n < 2) return 0.0;
+  const double ma = std::accumulate(ra.begin(), ra.end(), 0.0) / n, mb = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    sab += (ra[i] - ma) * (rb[i] - mb);
+    saa += (ra[i] - ma) * (ra[i] - ma);
+    sbb += (rb[i] - mb) * (rb[i] - mb);
+  }
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0.0;
+}
+
+nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateOptions& o,
+                         const ProgressFn& progress) {
+  if (dumps.empty()) throw UsageError("calibrate needs at least one dump", {"", "DUMP"});
+  if (o.candidates.empty()) throw InvalidInput("empty candidate set", {"", "--bits", ""});
+  for (int b : o.candidates) check_bits(b, "--bits");
+  std::vector<int> cand = o.candidates;
+  std::sort(cand.begin(), cand.end());
+  cand.erase(std::unique(cand.begin(), cand.end()), cand.end());
+  if (!(o.target_bits >= cand.front() && o.target_bits <= cand.back())) {
+    throw InvalidInput("target bits outside the candidate range [" + std::to_string(cand.front()) + ", " +
+                           std::to_string(cand.back()) + "]",
+                       {"", "--target-bits", format_number(o.target_bits)});
+  }
+  if (o.group == 0) throw InvalidInput("group size must be >= 1", {"", "--group-size", "0"});
+  if (o.residual % o.group != 0) {
+    throw InvalidInput("residual window must be a multiple of the group size", {"", "--residual", std::to_string(o.residual)});
+  }
+  if (o.aggregate != "mean" && o.aggregate != "max") throw InvalidInput("aggregate must be mean or max", {"", "--aggregate", o.aggregate});
+  if (o.allocator != "measured" && o.allocator != "adakv-proxy" && o.allocator != "entropy") {
+    throw InvalidInput("allocator must be measured, adakv-proxy or entropy", {"", "--allocator", o.allocator});
+  }
+  CalibrateOptions opt = o;
+  opt.candidates = cand;
+  std::vector<DumpMeta> metas;
+  for (const auto& path : dumps) {
+    DumpReader r(path);
+    const DumpMeta& m = r.meta();
+    if (!metas.empty() && (m.n_layers != metas[0].n_layers || m.n_kv_heads != metas[0].n_kv_heads ||
+                           m.n_heads != metas[0].n_heads || m.head_dim != metas[0].head_dim)) {
+      throw InvalidInput("dumps of different model shapes", {path, "n_layers/n_heads/n_kv_heads/head_dim"});
+    }
+    metas.push_back(m);
+  }
+  const DumpMeta& m0 = metas[0];
+  const std::size_t L = m0.n_layers, H = m0.n_kv_heads, C = cand.size();
+  std::vector<std::vector<HeadMeasure>> agg(L, std::vector<HeadMeasure>(H));
+  std::size_t step = 0;
+  for (std::size_t di = 0; di < dumps.size(); ++di) {
+    DumpReader r(dumps[di]);
+    const DumpMeta& m = r.meta();
+    for (std::size_t l = 0; l < L; ++l) {
+      const Tensor3 key = r.read(l, DumpField::key), value = r.read(l, DumpField::value),
+                    query = r.read(l, DumpField::query);
+      std::vector<HeadMeasure> hm(H);
+      parallel_for(H, opt.threads, [&](std::size_t h) { hm[h] = measure_head(key, value, query, h, m, opt); });
+      for (std::size_t h = 0; h < H; ++h) {
+        HeadMeasure& a = agg[l][h];
+        if (di == 0) {
+          a = hm[h];
+          continue;
+        }
+        for (std::size_t c = 0; c < C; ++c) {
+          if (opt.aggregate == "max") {
+            a.key_err[c] = std::max(a.key_err[c], hm[h].key_err[c]);
+            a.value_err[c] = std::max(a.value_err[c], hm[h].value_err[c]);
+          } else {
+            a.key_err[c] += hm[h].key_err[c];
+            a.value_err[c] += hm[h].value_err[c];
+          }
+        }
+        a.norm_variance += hm[h].norm_variance;
+        a.entropy += hm[h].entropy;
+        a.outlier_ratio += hm[h].outlier_ratio;
+      }
+      if (progress) progress(++step, dumps.size() * L);
+    }
+  }
+  const double nd = static_cast<double>(dumps.size());
+  for (auto& l : agg) {
+    for (auto& a : l) {
+      if (opt.aggregate == "mean") {
+        for (double& e : a.key_err) e /= nd;
+        for (double& e : a.value_err) e /= nd;
+      }
+      a.norm_variance /= nd;
+      a.entropy /= nd;
+      a.outlier_ratio /= nd;
+    }
+  }
+  // Assignment.
+  std::vector<int> bk(L * H), bv(L * H);
+  nlohmann::json history = nlohmann::json::array();
+  if (opt.allocator == "measured") {
+    std::vector<std::vector<double>> err;
+    for (std::size_t i = 0; i < L * H; ++i) err.push_back(agg[i / H][i % H].key_err);
+    for (std::size_t i = 0; i < L * H; ++i) err.push_back(agg[i / H][i % H].value_err);
+    const long long budget = static_cast<long long>(std::floor(opt.target_bits * static_cast<double>(2 * L * H) + 1e-9));
+    const auto pick = knapsack_min_error(err, cand, budget);
+    for (std::size_t i = 0; i < L * H; ++i) {
+      bk[i] = cand[pick[i]];
+      bv[i] = cand[pick[L * H + i]];
+    }
+  } else {
+    auto importance = [&](std::size_t upto) {
+      std::vector<double> imp(L * H);
+      for (std::size_t i = 0; i < L * H; ++i) {
+        const HeadMeasure& a = agg[i / H][i % H];
+        if (opt.allocator == "entropy") {
+          imp[i] = a.entropy;
+        } else {
+          RunningMoments mom;  // first dump's norms, as a stream
+          for (std::size_t t = 0; t < std::min(upto, a.norms.size()); ++t) mom.add(a.norms[t]);
+          imp[i] = upto >= a.norms.size() ? a.norm_variance : mom.variance();
+        }
+      }
+      return imp;
+    };
+    std::vector<int> bits;
+    if (opt.allocator == "adakv-proxy" && opt.update_interval > 0) {
+      for (std::size_t t = opt.update_interval; t <= m0.n_tokens; t += opt.update_interval) {
+        bits = adakv_proxy_bits(importance(t), opt.target_bits, opt.lo, opt.mid, opt.hi);
+        history.push_back({{"tokens", t}, {"bits", bits}});
+      }
+    }
+    if (bits.empty()) bits = adakv_proxy_bits(importance(m0.n_tokens), opt.target_bits, opt.lo, opt.mid, opt.hi);
+    bk = bits;
+    bv = bits;
+  }
+  auto index_of = [&](int b) {
+    const auto it = std::find(cand.begin(), cand.end(), b);
+    return it == cand.end() ? std::size_t{0} : static_cast<std::size_t>(it - cand.begin());
+  };
+  nlohmann::json layers = nlohmann::json::array();
+  double predicted = 0, bits_sum = 0;
+  std::vector<double> uniform(C, 0.0);
+  std::vector<double> nv, en, orat, ke, ve;
+  for (std::size_t l = 0; l < L; ++l) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (std::size_t h = 0; h < H; ++h) {
+      const HeadMeasure& a = agg[l][h];
+      const std::size_t i = l * H + h;
+      const bool in_set = std::find(cand.begin(), cand.end(), bk[i]) != cand.end() &&
+                          std::find(cand.begin(), cand.end(), bv[i]) != cand.end();
+      const double pe = in_set ? a.key_err[index_of(bk[i])] + a.value_err[index_of(bv[i])] : NAN;
+      nlohmann::json ke_j = nlohmann::json::object(), ve_j = nlohmann::json::object();
+      for (std::size_t c = 0; c < C; ++c) {
+        ke_j[std::to_string(cand[c])] = a.key_err[c];
+        ve_j[std::to_string(cand[c])] = a.value_err[c];
+        uniform[c] += a.key_err[c] + a.value_err[c];
+      }
+      heads.push_back({{"head", h}, {"key_error", ke_j}, {"value_error", ve_j},
+                       {"norm_variance", a.norm_variance}, {"entropy", a.entropy},
+                       {"outlier_ratio", a.outlier_ratio}, {"bits_key", bk[i]}, {"bits_value", bv[i]},
+                       {"predicted_error", std::isfinite(pe) ? nlohmann::json(pe) : nlohmann::json(nullptr)}});
+      if (std::isfinite(pe)) predicted += pe;
+      bits_sum += bk[i] + bv[i];
+      nv.push_back(a.norm_variance);
+      en.push_back(a.entropy);
+      orat.push_back(a.outlier_ratio);
+      ke.push_back(a.key_err[0]);
+      ve.push_back(a.value_err[0]);
+    }
+    layers.push_back({{"layer", l}, {"heads", heads}});
+  }
+  nlohmann::json src = nlohmann::json::array();
+  for (const auto& d : dumps) src.push_back({{"path", d}, {"hash", file_hash(d)}});
+  nlohmann::json uni = nlohmann::json::object();
+  for (std::size_t c = 0; c < C; ++c) uni[std::to_string(cand[c])] = uniform[c];
+  auto corr = [&](const std::vector<double>& p) {
+    return nlohmann::json{{"key", spearman(p, ke)}, {"value", spearman(p, ve)}};
+  };
+  nlohmann::json j;
+  j["format"] = "akv-calibration";
+  j["version"] = 1;
+  j["dumps"] = src;
+  j["shape"] = {{"n_layers", L}, {"n_heads", m0.n_heads}, {"n_kv_heads", H}, {"head_dim", m0.head_dim}};
+  j["params"] = {{"candidates", cand}, {"group", opt.group}, {"residual", opt.residual},
+                 {"target_bits", opt.target_bits}, {"aggregate", opt.aggregate}, {"allocator", opt.allocator},
+                 {"lo_bit", opt.lo}, {"mid_bit", opt.mid}, {"hi_bit", opt.hi}, {"update_interval", opt.update_interval},
+                 {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
+                           "with the kivi layout, everything else exact"}};
+  j["layers"] = layers;
+  j["summary"] = {{"achieved_bits", bits_sum / static_cast<double>(2 * L * H)},
+                  {"predicted_error", predicted},
+                  {"uniform_predicted_error", uni},
+                  {"spearman_vs_error_at_lowest_bits",
+                   {{"norm_variance", corr(nv)}, {"entropy", corr(en)}, {"outlier_ratio", corr(orat)}}}};
+  if (!history.empty()) j["summary"]["bits_history"] = history;
+  return j;
+}
+
+std::string render_calibration(const nlohmann::json& j) {
+  const auto& s = j["summary"];
+  const auto& p = j["params"];
+  std::string out = fmt::format("{} allocation, target {} bits -> achieved {:.3f}; predicted summed error {:.4g}",
+                                p["allocator"].get<std::string>(), p["target_bits"].get<double>(),
+                                s["achieved_bits"].get<double>(), s["predicted_error"].get<double>());
+  out += " (uniform:";
+  for (const auto& [b, e] : s["uniform_predicted_error"].items()) out += fmt::format(" {} bits {:.4g}", b, e.get<double>());
+  out += ")\n";
+  const auto& sp = s["spearman_vs_error_at_lowest_bits"];
+  out += fmt::format("Spearman rank correlation with the measured error at the lowest bits (key / value): "
+                     "norm variance {:+.2f} / {:+.2f}, entropy {:+.2f} / {:+.2f}, outlier ratio {:+.2f} / {:+.2f}\n",
+                     sp["norm_variance"]["key"].get<double>(), sp["norm_variance"]["value"].get<double>(),
+                     sp["entropy"]["key"].get<double>(), sp["entropy"]["value"].get<double>(),
+                     sp["outlier_ratio"]["key"].get<double>(), sp["outlier_ratio"]["value"].get<double>());
+  const int lowest = p["candidates"][0].get<int>();
+  out += fmt::format("{:>5} {:>4} {:>6} {:>6} {:>11} {:>11} {:>10} {:>8} {:>8}\n", "layer", "head", "K bits",
+                     "V bits", fmt::format("K err@{}", lowest), fmt::format("V err@{}", lowest), "norm var",
+                     "entropy", "outliers");
+  for (const auto& l : j["layers"]) {
+    for (const auto& h : l["heads"]) {
+      out += fmt::format("{:>5} {:>4} {:>6} {:>6} {:>11.4g} {:>11.4g} {:>10.4g} {:>8.3f} {:>8.2f}\n",
+                         l["layer"].get<int>(), h["head"].get<int>(), h["bits_key"].get<int>(),
+                         h["bits_value"].get<int>(), h["key_error"][std::to_string(lowest)].get<double>(),
+                         h["value_error"][std::to_string(lowest)].get<double>(), h["norm_variance"].get<double>(),
+                         h["entropy"].get<double>(), h["outlier_ratio"].get<double>());
+    }
+  }
+  return out;
+}
+
+}  // namespace akv

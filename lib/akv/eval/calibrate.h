@@ -1,0 +1,36 @@
+#pragma once
+// `akv calibrate`: measured per-head sensitivity to key and value quantization, head proxies
+// (key-norm variance, attention entropy, outlier channels), and per-head bit assignment under a
+// target average (exact knapsack on the measured errors, or the AdaKV-proxy rule on a proxy).
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/core/progress.h"
+#include "akv/io/dump.h"
+
+namespace akv {
+
+struct CalibrateOptions {
+  std::vector<int> candidates = {2, 3, 4};
+  std::size_t group = 32, residual = 128;
+  double target_bits = 3.0;
+  std::string aggregate = "mean";     // over dumps: mean | max
+  std::string allocator = "measured"; // measured | adakv-proxy | entropy
+  int lo = 2, mid = 3, hi = 4;        // proxy levels
+  std::size_t update_interval = 0;    // adakv-proxy: re-allocate every N tokens (0 = once)
+  int threads = 1;
+};
+
+// Per-head measurements and assignment, as written to calib.json (format akv-calibration v1,
+// docs/formats.md). Throws InvalidInput for bad options or dumps of different shapes.
+nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateOptions& o,
+                         const ProgressFn& progress);
+
+std::string render_calibration(const nlohmann::json& j);
+
+// Spearman rank correlation (average ranks for ties); 0 when a side is constant.
+double spearman(const std::vector<double>& a, const std::vector<double>& b);
+
+}  // namespace akv

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# calibrate -> compress --calibration -> evaluate; proxies; bad input.
+source "$(dirname "$0")/lib.sh"
+need_python_h5py
+d="$TMP/d.h5"
+"$AKV" synth -q -o "$d" --layers 2 --heads 8 --kv-heads 4 --head-dim 64 --tokens 600 --window 16 >/dev/null \
+  || { echo "synth failed"; exit 1; }
+"$AKV" synth -q -o "$TMP/d2.h5" --layers 2 --heads 8 --kv-heads 4 --head-dim 64 --tokens 600 --window 16 --seed 3 >/dev/null
+
+expect "calibrate measured" 0 "measured allocation, target 3 bits -> achieved 3.000" \
+  "$AKV" calibrate -q "$d" "$TMP/d2.h5" --target-bits 3 -o "$TMP/calib.json"
+expect "calib.json format" 0 '"format": "akv-calibration"' cat "$TMP/calib.json"
+expect "calibrate --aggregate max" 0 "achieved" "$AKV" calibrate -q "$d" "$TMP/d2.h5" --aggregate max --bits 2,4,8 --target-bits 4
+expect "calibrate adakv-proxy" 0 "adakv-proxy allocation" "$AKV" calibrate -q "$d" --allocator adakv-proxy --target-bits 3 --update-interval 200
+expect "calibrate entropy --json" 0 '"allocator": "entropy"' "$AKV" calibrate -q "$d" --allocator entropy --target-bits 2.5 --json
+expect "compress --calibration" 0 "calibrated per-head bits" "$AKV" compress -q "$d" -o "$TMP/c.h5" --calibration "$TMP/calib.json"
+expect "evaluate a calibrated cache" 0 "calibrated" "$AKV" evaluate -q --dump "$d" --cache "$TMP/c.h5"
+expect_cache_bytes "$TMP/c.h5"
+
+o="$TMP/out_dir"
+mkdir -p "$o"
+expect_error "target outside the candidates" 2 "--target-bits = 5" "$AKV" calibrate -q "$d" --target-bits 5 -o "$o/c.json"
+expect_error "unsupported candidate" 2 "--bits = 5" "$AKV" calibrate -q "$d" --bits 2,5 -o "$o/c.json"
+expect_error "lo > hi" 2 "--lo-bit/--mid-bit/--hi-bit = 4/3/2" "$AKV" calibrate -q "$d" --allocator adakv-proxy --lo-bit 4 --hi-bit 2 --target-bits 3 -o "$o/c.json"
+"$AKV" synth -q -o "$TMP/other.h5" --layers 3 --heads 8 --kv-heads 4 --head-dim 64 --tokens 600 --window 16 >/dev/null
+expect_error "calibration of another shape" 2 "shape.n_layers = 2" \
+  "$AKV" compress -q "$TMP/other.h5" -o "$o/c.h5" --calibration "$TMP/calib.json"
+expect_error "dumps of different shapes" 2 "different model shapes" "$AKV" calibrate -q "$d" "$TMP/other.h5" -o "$o/c.json"
+expect_error "calibration with --bits" 1 "--bits" "$AKV" compress -q "$d" -o "$o/c.h5" --calibration "$TMP/calib.json" --bits 4
+expect_empty_dir "no output after errors" "$o"
+finish
