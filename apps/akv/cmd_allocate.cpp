@@ -5,6 +5,8 @@
 
 #include "akv/cache/params.h"
 #include "akv/core/atomic_file.h"
+#include "akv/core/errors.h"
+#include "akv/eval/joint.h"
 #include "akv/io/file_hash.h"
 #include "akv/policy/eviction.h"
 #include "commands.h"
@@ -37,6 +39,28 @@ std::string render(const nlohmann::json& j) {
   return out;
 }
 
+std::string render_joint(const nlohmann::json& j) {
+  const auto& jt = j["joint"];
+  std::string out = fmt::format(
+      "joint allocation: budget {:.0f} bytes ({:.3f} of f16), predicted {} bytes, predicted "
+      "attention output error {:.4g}; {} tokens kept ({:.3f} of the cache)\n",
+      jt["bytes_budget"].get<double>(), jt["bytes_fraction"].get<double>(), jt["predicted_bytes"].get<std::uint64_t>(),
+      jt["predicted_error"].get<double>(), j["summary"]["total_tokens"].get<std::size_t>(),
+      j["summary"]["fraction"].get<double>());
+  out += fmt::format("{:>5} {:>4} {:>7} {:>5} {:>5} {:>10} {:>10}  {}\n", "layer", "head", "tokens", "K", "V",
+                     "bytes", "error", "kind");
+  for (const auto& l : j["layers"]) {
+    for (const auto& h : l["heads"]) {
+      auto bits = [](int b) { return b == 16 ? std::string("f16") : std::to_string(b); };
+      out += fmt::format("{:>5} {:>4} {:>7} {:>5} {:>5} {:>10} {:>10.4g}  {}\n", l["layer"].get<int>(),
+                         h["head"].get<int>(), h["tokens"].get<std::size_t>(), bits(h["key_bits"].get<int>()),
+                         bits(h["value_bits"].get<int>()), h["bytes"].get<std::uint64_t>(),
+                         h["predicted_error"].get<double>(), h.value("kind", "-"));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_allocate(CLI::App& app, const GlobalOptions& global) {
@@ -44,25 +68,53 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
     std::string dump, output, method = "adakv", score = "snapkv";
     EvictionRequest req;
     bool json = false;
+    JointOptions joint;
+    bool no_f16 = false;
+    bool bytes_given = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "allocate",
       "Per-KV-head token budgets from importance scores (the dump's window queries): uniform, "
       "adakv (Ada-KV, per layer), waterfill (greedy marginal utility), pyramid (PyramidKV), "
-      "adakv-pyramid, adakv-global (Ada-KV across all heads of all layers). Prints a per-layer "
+      "adakv-pyramid, adakv-global (Ada-KV across all heads of all layers), joint (tokens and "
+      "key/value bits per head together under one byte budget, from measured errors). Prints a per-layer "
       "table; -o writes the budgets file (format akv-budgets v1) for `akv compress --budgets`. "
       "See docs/eviction.md.");
   sub->add_option("dump", opt->dump, "Input dump (akv-dump)")->required();
   sub->add_option("-m,--method", opt->method,
-                  "uniform | adakv | waterfill | pyramid | adakv-pyramid | adakv-global")
+                  "uniform | adakv | waterfill | pyramid | adakv-pyramid | adakv-global | joint")
       ->capture_default_str();
   sub->add_option("--score", opt->score, "Token scores: snapkv | h2o | streamingllm")
       ->capture_default_str();
   add_eviction_flags(sub, opt->req, false);
+  sub->add_option_function<double>(
+      "--bytes", [opt](double v) { opt->joint.bytes_fraction = v; opt->bytes_given = true; },
+      "joint: byte budget as a fraction of the f16 size of K and V (all stored bytes counted)");
+  sub->add_option("--bits", opt->joint.bits, "joint: candidate key/value bit widths")->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("--keep", opt->joint.keep, "joint: candidate fractions of tokens kept per head")
+      ->delimiter(',')->capture_default_str();
+  sub->add_flag("--no-f16", opt->no_f16, "joint: do not offer unquantized (f16) kept tokens");
+  sub->add_option("--group-size", opt->joint.group, "joint: quantization group size")->capture_default_str();
+  sub->add_option("--residual", opt->joint.residual, "joint: f16 residual window of recent tokens")
+      ->capture_default_str();
   sub->add_option("-o,--output", opt->output, "Write the budgets file (JSON) here");
   sub->add_flag("--json", opt->json, "Print the budgets JSON on stdout instead of the table");
   sub->callback([opt, &global] {
+    if (opt->method == "joint") {
+      if (!opt->bytes_given) throw UsageError("joint needs --bytes", {"", "--bytes"});
+      JointOptions jo = opt->joint;
+      jo.f16_option = !opt->no_f16;
+      jo.threads = global.threads;
+      if (opt->req.window) jo.window = static_cast<std::size_t>(*opt->req.window);
+      ProgressBar bar("allocate", !global.quiet);
+      const nlohmann::json j = allocate_joint(opt->dump, jo, bar.callback());
+      if (!opt->output.empty()) write_text_file(opt->output, j.dump(2) + "\n");
+      std::fputs((opt->json ? j.dump(2) + "\n" : render_joint(j)).c_str(), stdout);
+      return;
+    }
+    if (opt->bytes_given) throw UsageError("--bytes is for --method joint", {"", "--bytes"});
     const EvictionParams p = resolve_allocation(opt->method, opt->score, opt->req);
     DumpReader dump(opt->dump);
     ProgressBar bar("allocate", !global.quiet);

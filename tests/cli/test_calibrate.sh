@@ -17,6 +17,13 @@ expect "compress --calibration" 0 "calibrated per-head bits" "$AKV" compress -q 
 expect "evaluate a calibrated cache" 0 "calibrated" "$AKV" evaluate -q --dump "$d" --cache "$TMP/c.h5"
 expect_cache_bytes "$TMP/c.h5"
 
+expect "allocate --method joint" 0 "joint allocation: budget" \
+  "$AKV" allocate -q "$d" --method joint --bytes 0.15 --window 16 -o "$TMP/joint.json"
+expect "compress with joint budgets" 0 "kept" \
+  "$AKV" compress -q "$d" -o "$TMP/j.h5" -m snapkv --budgets "$TMP/joint.json" --quant kivi
+expect "evaluate the joint cache" 0 "all +all" "$AKV" evaluate -q --dump "$d" --cache "$TMP/j.h5"
+expect_cache_bytes "$TMP/j.h5"
+
 o="$TMP/out_dir"
 mkdir -p "$o"
 expect_error "target outside the candidates" 2 "--target-bits = 5" "$AKV" calibrate -q "$d" --target-bits 5 -o "$o/c.json"
@@ -27,5 +34,11 @@ expect_error "calibration of another shape" 2 "shape.n_layers = 2" \
   "$AKV" compress -q "$TMP/other.h5" -o "$o/c.h5" --calibration "$TMP/calib.json"
 expect_error "dumps of different shapes" 2 "different model shapes" "$AKV" calibrate -q "$d" "$TMP/other.h5" -o "$o/c.json"
 expect_error "calibration with --bits" 1 "--bits" "$AKV" compress -q "$d" -o "$o/c.h5" --calibration "$TMP/calib.json" --bits 4
+expect_error "joint budget too small" 2 "cheapest choice of every head needs [0-9]+ bytes" \
+  "$AKV" allocate -q "$d" --method joint --bytes 0.001 --window 16 -o "$o/j.json"
+expect_error "joint without --bytes" 1 "--bytes" "$AKV" allocate -q "$d" --method joint -o "$o/j.json"
+expect_error "--bytes with another allocator" 1 "--bytes" "$AKV" allocate -q "$d" --method adakv --budget 0.2 --bytes 0.1 --window 16 -o "$o/j.json"
+expect_error "joint budgets need --quant kivi" 1 "--quant" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m snapkv --budgets "$TMP/joint.json"
 expect_empty_dir "no output after errors" "$o"
 finish

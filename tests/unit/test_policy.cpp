@@ -4,6 +4,10 @@
 #include "akv/cache/compress.h"
 #include "akv/core/errors.h"
 #include "akv/eval/fidelity.h"
+#include "akv/eval/joint.h"
+#include "akv/core/rng.h"
+#include <cmath>
+#include <functional>
 #include "akv/io/file_hash.h"
 #include "akv/policy/eviction.h"
 #include "akv/synth/synth.h"
@@ -170,4 +174,80 @@ TEST_CASE("budgets file: round trip through compress, shape check; eviction + qu
   write_synth_dump(dir.file("other.h5"), so, {});
   CHECK_THROWS_AS(compress_dump(dir.file("other.h5"), dir.file("x.h5"), resolve_params(r), 1, {}),
                   InvalidInput);
+}
+
+TEST_CASE("joint knapsack with real costs equals brute force on integer costs", "[policy][joint]") {
+  Rng r(21);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::size_t n = 1 + r.below(4), k = 1 + r.below(4);
+    std::vector<std::vector<double>> err(n, std::vector<double>(k)), cost(n, std::vector<double>(k));
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t j = 0; j < k; ++j) {
+        err[i][j] = r.uniform();
+        cost[i][j] = static_cast<double>(1 + r.below(10));
+      }
+    }
+    const double budget = static_cast<double>(n * 3 + r.below(20));
+    double best = INFINITY;
+    std::function<void(std::size_t, double, double)> rec = [&](std::size_t i, double c, double e) {
+      if (c > budget) return;
+      if (i == n) {
+        best = std::min(best, e);
+        return;
+      }
+      for (std::size_t j = 0; j < k; ++j) rec(i + 1, c + cost[i][j], e + err[i][j]);
+    };
+    rec(0, 0, 0);
+    if (!std::isfinite(best)) {
+      CHECK_THROWS_AS(knapsack_real(err, cost, budget, static_cast<std::size_t>(budget)), InvalidInput);
+      continue;
+    }
+    const auto pick = knapsack_real(err, cost, budget, static_cast<std::size_t>(budget));
+    double e = 0, c = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      e += err[i][pick[i]];
+      c += cost[i][pick[i]];
+    }
+    INFO("trial " << trial);
+    CHECK(c <= budget);
+    CHECK(e == Approx(best).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("joint allocation: bytes within budget, prediction confirmed, beats uniform SnapKV", "[policy][joint]") {
+  test::TempDir dir;
+  SynthOptions so = mixed();
+  so.n_layers = 2;
+  write_synth_dump(dir.file("d.h5"), so, {});
+  // Uniform SnapKV at 20% in f16: one of the joint candidates for every head.
+  const MemoryReport snap = compress_dump(dir.file("d.h5"), dir.file("s.h5"), evict("snapkv", 0.2), 2, {});
+  JointOptions o;
+  o.bytes_fraction = 1.01 * static_cast<double>(snap.total.total()) / static_cast<double>(snap.f16_bytes());
+  o.threads = 2;
+  const nlohmann::json j = allocate_joint(dir.file("d.h5"), o, {});
+  {
+    std::ofstream out(dir.file("j.json"));
+    out << j.dump(2);
+  }
+  CompressRequest r;
+  r.method = "snapkv";
+  r.quant = "kivi";
+  r.eviction.budgets_file = dir.file("j.json");
+  const MemoryReport rep = compress_dump(dir.file("d.h5"), dir.file("j.h5"), resolve_params(r), 2, {});
+  CHECK(rep.total.total() == j["joint"]["predicted_bytes"].get<std::uint64_t>());
+  CHECK(static_cast<double>(rep.total.total()) <= j["joint"]["bytes_budget"].get<double>());
+  const FidelityMetrics fj = metrics(evaluate_cache(dir.file("d.h5"), dir.file("j.h5"), 2, true, {}).total());
+  const FidelityMetrics fs = metrics(evaluate_cache(dir.file("d.h5"), dir.file("s.h5"), 2, true, {}).total());
+  INFO("joint " << fj.attn_rel_err << " predicted " << j["joint"]["predicted_error"].get<double>() << " snapkv "
+                << fs.attn_rel_err);
+  CHECK(fj.attn_rel_err == Approx(j["joint"]["predicted_error"].get<double>()).epsilon(1e-4));
+  CHECK(fj.attn_rel_err <= fs.attn_rel_err);
+  // Too small a budget names the minimum.
+  o.bytes_fraction = 0.001;
+  try {
+    allocate_joint(dir.file("d.h5"), o, {});
+    FAIL("expected InvalidInput");
+  } catch (const InvalidInput& e) {
+    CHECK(std::string(e.what()).find("cheapest choice of every head needs") != std::string::npos);
+  }
 }

@@ -317,6 +317,11 @@ CompressParams CompressParams::for_head(std::size_t layer, std::size_t head, std
   p.head_bits.clear();
   if (!head_bits.empty()) {
     const auto& b = head_bits.at(layer * n_kv_heads + head);
+    if (b.first == 16) {  // joint allocation chose f16 for this head
+      p.method = Method::none;
+      p.residual = 0;
+      return p;
+    }
     p.key.bits = b.first;
     p.value.bits = b.second;
   }
@@ -375,8 +380,8 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
       p.head_bits = j["head_bits"].get<std::vector<std::pair<int, int>>>();
       p.calibration_file = j.value("calibration", "");
       for (const auto& [bk, bv] : p.head_bits) {
-        check_bits(bk, "head_bits");
-        check_bits(bv, "head_bits");
+        if (bk != 16) check_bits(bk, "head_bits");
+        if (bv != 16) check_bits(bv, "head_bits");
       }
     }
     if (j.contains("eviction") && !j["eviction"].is_null()) {

@@ -49,6 +49,7 @@ std::string alloc_method_name(AllocMethod a) {
     case AllocMethod::adakv_pyramid: return "adakv-pyramid";
     case AllocMethod::adakv_global: return "adakv-global";
     case AllocMethod::file: return "file";
+    case AllocMethod::joint: return "joint";
   }
   return "?";
 }
@@ -118,7 +119,7 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     p.score.kernel = j.at("kernel").get<std::size_t>();
     p.score.gqa_reduce = parse_gqa_reduce(j.at("gqa_reduce").get<std::string>());
     const std::string a = j.at("alloc").get<std::string>();
-    p.alloc = a == "file" ? AllocMethod::file : parse_alloc_method(a);
+    p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);
     if (!j.at("budget_fraction").is_null()) p.budget_fraction = j["budget_fraction"].get<double>();
     if (!j.at("budget_tokens").is_null()) p.budget_tokens = j["budget_tokens"].get<std::size_t>();
     p.sinks = j.at("sinks").get<std::size_t>();
@@ -298,6 +299,9 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
                                                           c.begin() + static_cast<std::ptrdiff_t>((l + 1) * H));
       break;
     }
+    case AllocMethod::joint:
+      throw UsageError("joint allocations come from `akv allocate --method joint`; pass them with --budgets",
+                       {"", "--method", "joint"});
     case AllocMethod::file:
       for (std::size_t l = 0; l < L; ++l) {
         extra[l].resize(H);
@@ -356,7 +360,8 @@ nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
 }
 
 std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
-                                                   EvictionParams& params) {
+                                                   EvictionParams& params,
+                                                   std::vector<std::pair<int, int>>* bits) {
   std::ifstream in(path);
   if (!in) throw IoError("cannot open budgets file", {path});
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
@@ -404,6 +409,16 @@ std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, cons
                               std::to_string(t)});
         }
         b.back().push_back(t);
+        if (bits && heads[h].contains("key_bits")) {
+          const int kb = heads[h].at("key_bits").get<int>(), vb = heads[h].at("value_bits").get<int>();
+          for (int x : {kb, vb}) {
+            if (x != 16 && x != 2 && x != 3 && x != 4 && x != 8) {
+              throw InvalidInput("unsupported bits in budgets file",
+                                 {path, "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "]", std::to_string(x)});
+            }
+          }
+          bits->emplace_back(kb, vb);
+        }
       }
     }
   } catch (const nlohmann::json::exception& e) {

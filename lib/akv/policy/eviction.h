@@ -20,7 +20,7 @@
 
 namespace akv {
 
-enum class AllocMethod { uniform, adakv, waterfill, pyramid, adakv_pyramid, adakv_global, file };
+enum class AllocMethod { uniform, adakv, waterfill, pyramid, adakv_pyramid, adakv_global, file, joint };
 std::string alloc_method_name(AllocMethod a);
 AllocMethod parse_alloc_method(const std::string& s);  // UsageError naming the value
 
@@ -82,7 +82,10 @@ nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
                             const std::string& dump_hash);
 // Per-head token budgets [layer][head] from a budgets file, checked against the dump's shape.
 // Also returns the file's eviction params (score, window, sinks) through `params`.
+// Joint budgets (`akv allocate --method joint`) also carry per-head bits: `bits` receives
+// [layer * n_kv_heads + head] = {key bits, value bits} (16 = f16) when non-null and present.
 std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
-                                                   EvictionParams& params);
+                                                   EvictionParams& params,
+                                                   std::vector<std::pair<int, int>>* bits = nullptr);
 
 }  // namespace akv

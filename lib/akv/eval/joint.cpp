@@ -1,0 +1,241 @@
+#include "akv/eval/joint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "akv/cache/head.h"
+#include "akv/core/errors.h"
+#include "akv/core/parallel.h"
+#include "akv/io/dump.h"
+#include "akv/io/file_hash.h"
+#include "akv/policy/eviction.h"
+#include "akv/quant/pack.h"
+
+namespace akv {
+namespace {
+
+using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Causal attention outputs [nq, d] of queries at positions qpos over rows at positions kpos.
+MatF attend(const float* q, std::size_t nq, const float* k, const float* v, const std::size_t* kpos,
+            std::size_t nk, std::size_t d, std::size_t first_qpos) {
+  Eigen::Map<const MatF> Q(q, static_cast<Eigen::Index>(nq), static_cast<Eigen::Index>(d));
+  Eigen::Map<const MatF> K(k, static_cast<Eigen::Index>(nk), static_cast<Eigen::Index>(d));
+  Eigen::Map<const MatF> V(v, static_cast<Eigen::Index>(nk), static_cast<Eigen::Index>(d));
+  MatF s = (Q * K.transpose()) * (1.0f / std::sqrt(static_cast<float>(d)));
+  for (std::size_t i = 0; i < nq; ++i) {
+    float* row = s.row(static_cast<Eigen::Index>(i)).data();
+    const std::size_t n = static_cast<std::size_t>(std::upper_bound(kpos, kpos + nk, first_qpos + i) - kpos);
+    double m = -INFINITY, z = 0;
+    for (std::size_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(row[j]));
+    for (std::size_t j = 0; j < n; ++j) z += std::exp(row[j] - m);
+    for (std::size_t j = 0; j < nk; ++j) row[j] = j < n ? static_cast<float>(std::exp(row[j] - m) / z) : 0.0f;
+  }
+  return s * V;
+}
+
+}  // namespace
+
+std::vector<std::size_t> knapsack_real(const std::vector<std::vector<double>>& err,
+                                       const std::vector<std::vector<double>>& cost, double budget,
+                                       std::size_t resolution) {
+  const std::size_t n = err.size();
+  double min_total = 0;
+  for (const auto& c : cost) {
+    if (c.empty()) throw InvalidInput("empty candidate set", {"", "candidates"});
+    min_total += *std::min_element(c.begin(), c.end());
+  }
+  if (min_total > budget) {
+    throw InvalidInput("byte budget too small: the cheapest choice of every head needs " +
+                           std::to_string(static_cast<long long>(std::ceil(min_total))) + " bytes",
+                       {"", "--bytes", std::to_string(static_cast<long long>(budget)) + " bytes"});
+  }
+  const double unit = budget / static_cast<double>(resolution);
+  const std::size_t B = resolution;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(n + 1, std::vector<double>(B + 1, inf));
+  std::vector<std::vector<int>> choice(n + 1, std::vector<int>(B + 1, -1));
+  best[0][0] = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<std::size_t> units(cost[i].size());
+    for (std::size_t j = 0; j < cost[i].size(); ++j) {
+      units[j] = static_cast<std::size_t>(std::ceil(cost[i][j] / unit - 1e-9));
+    }
+    for (std::size_t b = 0; b <= B; ++b) {
+      if (best[i][b] == inf) continue;
+      for (std::size_t j = 0; j < units.size(); ++j) {
+        const std::size_t nb = b + units[j];
+        if (nb > B) continue;
+        const double v = best[i][b] + err[i][j];
+        if (v < best[i + 1][nb]) {
+          best[i + 1][nb] = v;
+          choice[i + 1][nb] = static_cast<int>(j);
+        }
+      }
+    }
+  }
+  std::size_t end = B + 1;
+  for (std::size_t b = 0; b <= B; ++b) {
+    if (best[n][b] < inf && (end > B || best[n][b] < best[n][end])) end = b;
+  }
+  if (end > B) {
+    throw InvalidInput("byte budget too small after rounding to " + std::to_string(resolution) + " units",
+                       {"", "--bytes", std::to_string(static_cast<long long>(budget))});
+  }
+  std::vector<std::size_t> pick(n);
+  for (std::size_t i = n; i > 0; --i) {
+    const int j = choice[i][end];
+    pick[i - 1] = static_cast<std::size_t>(j);
+    end -= static_cast<std::size_t>(std::ceil(cost[i - 1][static_cast<std::size_t>(j)] / unit - 1e-9));
+  }
+  return pick;
+}
+
+nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& o,
+                              const ProgressFn& progress) {
+  DumpReader dump(dump_path);
+  const DumpMeta& m = dump.meta();
+  if (!(o.bytes_fraction > 0 && o.bytes_fraction <= 1)) {
+    throw InvalidInput("byte budget must be a fraction in (0, 1] of the f16 size", {"", "--bytes", format_number(o.bytes_fraction)});
+  }
+  if (o.bits.empty()) throw InvalidInput("empty candidate set", {"", "--bits", ""});
+  for (int b : o.bits) check_bits(b, "--bits");
+  if (o.keep.empty()) throw InvalidInput("empty candidate set", {"", "--keep", ""});
+  for (double k : o.keep) {
+    if (!(k > 0 && k <= 1)) throw InvalidInput("keep fractions must be in (0, 1]", {"", "--keep", format_number(k)});
+  }
+  if (o.group == 0 || o.residual % o.group != 0) {
+    throw InvalidInput("residual must be a multiple of the group size", {"", "--residual", std::to_string(o.residual)});
+  }
+  ScoreOptions so;
+  so.window = o.window;
+  validate_score_options(so, m);
+  const std::size_t L = m.n_layers, H = m.n_kv_heads, T = m.n_tokens, d = m.head_dim, W = o.window;
+  const double f16_total = 4.0 * static_cast<double>(L * H * T * d);
+  const double budget = o.bytes_fraction * f16_total;
+  // Options: (bits pairs) x keep, plus f16 x keep.
+  std::vector<std::pair<int, int>> pairs;
+  for (int bk : o.bits) {
+    for (int bv : o.bits) pairs.emplace_back(bk, bv);
+  }
+  if (o.f16_option) pairs.emplace_back(16, 16);
+  std::vector<std::vector<JointCandidate>> cand(L * H);
+  std::vector<double> norms(L * H, 0.0);
+  for (std::size_t l = 0; l < L; ++l) {
+    const Tensor3 key = dump.read(l, DumpField::key), value = dump.read(l, DumpField::value),
+                  query = dump.read(l, DumpField::query);
+    parallel_for(H, o.threads, [&](std::size_t h) {
+      const HeadScores sc = score_head(query, key, h, m, so);
+      std::vector<std::size_t> order;
+      for (std::size_t t = 0; t + W < T; ++t) order.push_back(t);
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sc.score[a] > sc.score[b]; });
+      // Full-cache outputs of the group's query heads, computed once.
+      std::vector<std::size_t> all(T);
+      std::iota(all.begin(), all.end(), std::size_t{0});
+      std::vector<MatF> full;
+      double norm2 = 0;
+      for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
+        full.push_back(attend(query.row(qh, 0), m.n_query, key.row(h, 0), value.row(h, 0), all.data(), T, d, m.first_query_pos()));
+        norm2 += full.back().cast<double>().squaredNorm();
+      }
+      norms[l * H + h] = norm2;
+      for (double f : o.keep) {
+        const std::size_t n = std::min(T, std::max(W, static_cast<std::size_t>(std::llround(f * static_cast<double>(T)))));
+        std::vector<std::size_t> kept(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n - std::min(n, W)));
+        for (std::size_t t = T - std::min(T, W); t < T; ++t) kept.push_back(t);
+        std::sort(kept.begin(), kept.end());
+        std::vector<float> k(n * d), v(n * d);
+        std::vector<std::int32_t> kept32;
+        for (std::size_t i = 0; i < n; ++i) {
+          std::copy_n(key.row(h, kept[i]), d, k.data() + i * d);
+          std::copy_n(value.row(h, kept[i]), d, v.data() + i * d);
+          kept32.push_back(static_cast<std::int32_t>(kept[i]));
+        }
+        HeadInput in;
+        in.key = k.data();
+        in.value = v.data();
+        in.n = n;
+        in.n_tokens = T;
+        in.head_dim = d;
+        if (n < T) in.kept = kept32;
+        for (const auto& [bk, bv] : pairs) {
+          CompressParams p;
+          if (bk == 16) {
+            p.method = Method::none;
+            p.residual = 0;
+          } else {
+            p.method = Method::kivi;
+            p.key = {bk, QuantAxis::channel, o.group};
+            p.value = {bv, QuantAxis::token, o.group};
+            p.residual = o.residual;
+          }
+          const HeadCache hc = compress_head(in, p);
+          std::vector<float> rk(n * d), rv(n * d);
+          reconstruct_head(hc, {}, rk.data(), rv.data());
+          double err2 = 0;
+          for (std::size_t g = 0; g < full.size(); ++g) {
+            const MatF out = attend(query.row(h * m.group_size() + g, 0), m.n_query, rk.data(), rv.data(), kept.data(), n, d,
+                                    m.first_query_pos());
+            err2 += (out - full[g]).cast<double>().squaredNorm();
+          }
+          cand[l * H + h].push_back({f, bk, bv, hc.bytes().total(), norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0, err2});
+        }
+      }
+    });
+    if (progress) progress(l + 1, L);
+  }
+  std::vector<std::vector<double>> err(L * H), cost(L * H);
+  for (std::size_t i = 0; i < L * H; ++i) {
+    for (const auto& c : cand[i]) {
+      err[i].push_back(c.err2);
+      cost[i].push_back(static_cast<double>(c.bytes));
+    }
+  }
+  const auto pick = knapsack_real(err, cost, budget);
+  EvictionParams ep;
+  ep.score = so;
+  ep.alloc = AllocMethod::joint;
+  nlohmann::json layers = nlohmann::json::array();
+  std::uint64_t bytes = 0, tokens = 0;
+  double predicted = 0, norm_total = 0;
+  for (std::size_t l = 0; l < L; ++l) {
+    nlohmann::json heads = nlohmann::json::array();
+    std::uint64_t lt = 0;
+    for (std::size_t h = 0; h < H; ++h) {
+      const JointCandidate& c = cand[l * H + h][pick[l * H + h]];
+      const std::size_t n = std::min(T, std::max(W, static_cast<std::size_t>(std::llround(c.keep * static_cast<double>(T)))));
+      nlohmann::json hj = {{"head", h}, {"tokens", n}, {"key_bits", c.key_bits}, {"value_bits", c.value_bits},
+                           {"bytes", c.bytes}, {"predicted_error", c.error}};
+      const auto& kinds = dump.layer(l).head_kinds;
+      if (!kinds.empty()) hj["kind"] = kinds[h];
+      heads.push_back(hj);
+      bytes += c.bytes;
+      tokens += n;
+      lt += n;
+      predicted += c.err2;
+      norm_total += norms[l * H + h];
+    }
+    layers.push_back({{"layer", l}, {"tokens", lt}, {"heads", heads}});
+  }
+  nlohmann::json j;
+  j["format"] = "akv-budgets";
+  j["version"] = 1;
+  j["dump"] = {{"path", dump_path}, {"hash", file_hash(dump_path)}, {"n_layers", L}, {"n_kv_heads", H},
+               {"n_tokens", T}, {"head_dim", d}};
+  j["summary"] = {{"params", ep.to_json()},
+                  {"budget_tokens_per_head", tokens / (L * H)},
+                  {"forced_tokens_per_head", W},
+                  {"total_tokens", tokens},
+                  {"fraction", static_cast<double>(tokens) / static_cast<double>(L * H * T)}};
+  j["joint"] = {{"bytes_fraction", o.bytes_fraction}, {"bytes_budget", budget}, {"f16_bytes", f16_total},
+                {"predicted_bytes", bytes},
+                {"predicted_error", norm_total > 0 ? std::sqrt(predicted / norm_total) : 0.0}, {"bits", o.bits}, {"keep", o.keep},
+                {"f16_option", o.f16_option}, {"group", o.group}, {"residual", o.residual},
+                {"quant", "kivi (keys per channel, values per token)"}};
+  j["layers"] = layers;
+  return j;
+}
+
+}  // namespace akv

@@ -1,0 +1,52 @@
+#pragma once
+// `akv allocate --method joint`: per KV head, choose how many tokens to keep and how many bits
+// for its keys and values together, under one byte budget, from measured errors.
+//
+// For every head and every candidate (keep fraction, key bits, value bits) - plus keeping the
+// kept tokens in f16 - the head is evicted (SnapKV scores, window always kept) and quantized
+// (kivi layout) exactly as `akv compress` would, its stored bytes are counted (codes, scales,
+// zeros, f16 residual, kept indices) and the attention-output error of its query group against
+// the full cache is measured. A multiple-choice knapsack then picks one candidate per head
+// minimising the summed squared output error sum ||o - o^||^2 (so the reported aggregate error
+// sqrt(sum ||o - o^||^2 / sum ||o||^2) is minimised) with the summed bytes <= budget.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/core/progress.h"
+
+namespace akv {
+
+struct JointOptions {
+  double bytes_fraction = 0.15;  // budget: fraction of the f16 size of K and V
+  std::vector<int> bits = {2, 3, 4};
+  std::vector<double> keep = {0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0};
+  bool f16_option = true;        // also offer the kept tokens unquantized
+  std::size_t window = 32, group = 32, residual = 128;
+  int threads = 1;
+};
+
+// One candidate of one head.
+struct JointCandidate {
+  double keep = 1;          // fraction of the tokens
+  int key_bits = 16, value_bits = 16;  // 16 = f16 (no quantization)
+  std::uint64_t bytes = 0;  // stored bytes
+  double error = 0;         // attention-output relative error of the head
+  double err2 = 0;          // sum ||o - o^||^2 over the head's queries (what is minimised)
+};
+
+// Multiple-choice knapsack with real costs: minimise sum err[i][pick] s.t. sum cost <= budget.
+// Costs are rounded up to units of budget / resolution (so the result always fits); exact when
+// costs are multiples of the unit. Throws InvalidInput naming the minimum when even the
+// cheapest choice of every item exceeds the budget.
+std::vector<std::size_t> knapsack_real(const std::vector<std::vector<double>>& err,
+                                       const std::vector<std::vector<double>>& cost, double budget,
+                                       std::size_t resolution = 20000);
+
+// Measures the candidates, optimises, and returns a budgets file (akv-budgets v1 with per-head
+// key_bits / value_bits and predicted error, docs/formats.md).
+nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& o,
+                              const ProgressFn& progress);
+
+}  // namespace akv
