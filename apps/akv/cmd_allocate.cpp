@@ -6,7 +6,7 @@
 #include "akv/cache/params.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
-#include "akv/eval/joint.h"
+#include "akv/cache/joint.h"
 #include "akv/io/file_hash.h"
 #include "akv/policy/eviction.h"
 #include "commands.h"

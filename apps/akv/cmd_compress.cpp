@@ -56,7 +56,8 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("-m,--method", opt->req.method,
                   "none | uniform | kivi | kivi-2 | kivi-4 | k4v2 | k4v3, or an eviction method: "
                   "snapkv | h2o | streamingllm | adakv | waterfill | pyramid | adakv-pyramid | "
-                  "adakv-global")
+                  "adakv-global | joint (tokens and bits per head under --budget as a byte "
+                  "fraction of f16; needs --quant kivi)")
       ->capture_default_str();
   add_optional(sub, "--quant", opt->req.quant,
                "With an eviction method: quantize the kept tokens with this method or preset "

@@ -21,6 +21,14 @@ expect "allocate --method joint" 0 "joint allocation: budget" \
   "$AKV" allocate -q "$d" --method joint --bytes 0.15 --window 16 -o "$TMP/joint.json"
 expect "compress with joint budgets" 0 "kept" \
   "$AKV" compress -q "$d" -o "$TMP/j.h5" -m snapkv --budgets "$TMP/joint.json" --quant kivi
+expect "compress -m joint in one step" 0 "joint/snapkv 0.15 \+ kivi joint per-head bits" \
+  "$AKV" compress -q "$d" -o "$TMP/j1.h5" -m joint --budget 0.15 --window 16 --quant kivi
+if cmp -s <("$PY" "$(dirname "$0")/cache_tool.py" bytes "$TMP/j1.h5") <("$PY" "$(dirname "$0")/cache_tool.py" bytes "$TMP/j.h5"); then
+  pass "one-step joint stores what allocate + compress --budgets stores"
+else
+  fail "one-step joint differs from allocate + compress --budgets"
+fi
+expect_error "joint without quantization" 1 "--quant" "$AKV" compress -q "$d" -o "$TMP/out_j.h5" -m joint --budget 0.15 --window 16
 expect "evaluate the joint cache" 0 "all +all" "$AKV" evaluate -q --dump "$d" --cache "$TMP/j.h5"
 expect_cache_bytes "$TMP/j.h5"
 

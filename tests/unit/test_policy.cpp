@@ -4,7 +4,7 @@
 #include "akv/cache/compress.h"
 #include "akv/core/errors.h"
 #include "akv/eval/fidelity.h"
-#include "akv/eval/joint.h"
+#include "akv/cache/joint.h"
 #include "akv/core/rng.h"
 #include <cmath>
 #include <functional>

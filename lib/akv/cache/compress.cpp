@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "akv/core/errors.h"
+#include "akv/cache/joint.h"
 #include "akv/core/parallel.h"
 #include "akv/io/file_hash.h"
 
@@ -80,6 +81,42 @@ nlohmann::json MemoryReport::to_json() const {
   return j;
 }
 
+EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const CompressParams& params,
+                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits) {
+  const EvictionParams& e = *params.eviction;
+  if (params.method != Method::kivi) {
+    throw UsageError("joint chooses per-head bits: add --quant kivi (or a kivi preset)",
+                     {"", "--quant", method_name(params.method)});
+  }
+  if (!e.budget_fraction) {
+    throw UsageError("joint takes its byte budget as --budget F (fraction of the f16 size)", {"", "--budget"});
+  }
+  JointOptions jo;
+  jo.bytes_fraction = *e.budget_fraction;
+  jo.window = e.score.window;
+  jo.group = params.key.group;
+  jo.residual = params.residual;
+  jo.threads = threads;
+  const std::vector<JointChoice> choice = plan_joint(m, source, jo, progress);
+  EvictionPlan plan;
+  plan.params = e;
+  plan.n_tokens = m.n_tokens;
+  plan.forced = std::min(m.n_tokens, e.score.window);
+  plan.heads.assign(m.n_layers, std::vector<HeadPlan>(m.n_kv_heads));
+  head_bits.clear();
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < choice.size(); ++i) {
+    HeadPlan& hp = plan.heads[i / m.n_kv_heads][i % m.n_kv_heads];
+    hp.kept = choice[i].kept;
+    hp.tokens = hp.kept.size();
+    hp.retained_mass = choice[i].retained_mass;
+    head_bits.emplace_back(choice[i].key_bits, choice[i].value_bits);
+    total += hp.tokens;
+  }
+  plan.budget_per_head = total / choice.size();
+  return plan;
+}
+
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress) {
   validate_params(params, "");
@@ -108,7 +145,19 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   // Eviction first (a scoring pass over keys and queries), then one pass over K/V.
   const std::size_t phases = params.eviction ? 2 : 1;
   std::optional<EvictionPlan> plan;
-  if (params.eviction) {
+  if (params.eviction && params.eviction->alloc == AllocMethod::joint) {
+    plan = joint_plan(m,
+                      [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) {
+                        q = dump.read(l, DumpField::query);
+                        k = dump.read(l, DumpField::key);
+                        v = dump.read(l, DumpField::value);
+                      },
+                      params, threads, [&](std::size_t done, std::size_t total) {
+                        if (progress) progress(done, phases * total);
+                      },
+                      report.header.params.head_bits);
+    report.eviction = plan->summary_json();
+  } else if (params.eviction) {
     plan = plan_eviction(dump, *params.eviction, threads, [&](std::size_t done, std::size_t total) {
       if (progress) progress(done, phases * total);
     });

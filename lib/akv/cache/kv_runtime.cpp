@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "akv/cache/compress.h"
 #include "akv/core/errors.h"
 #include "akv/tensor/half.h"
 
@@ -157,7 +158,39 @@ class RuntimePolicy : public KvPolicy {
   void ingest_prompt(const PromptKv& prompt) override {
     const std::size_t n = prompt.n_tokens, d = g_.head_dim;
     std::vector<std::vector<std::int32_t>> kept(heads_.size());
-    if (params_ && params_->eviction) {
+    if (params_ && params_->eviction && params_->eviction->alloc == AllocMethod::joint) {
+      DumpMeta m;
+      m.n_layers = g_.n_layers;
+      m.n_heads = g_.n_heads;
+      m.n_kv_heads = g_.n_kv_heads;
+      m.head_dim = g_.head_dim;
+      m.n_tokens = n;
+      m.n_query = std::min(n, params_->eviction->score.window);
+      std::vector<std::pair<int, int>> bits;
+      const EvictionPlan plan = joint_plan(
+          m,
+          [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) {
+            const Tensor3& all = (*prompt.query)[l];
+            q = Tensor3(all.dim0(), m.n_query, all.dim2());
+            for (std::size_t h = 0; h < all.dim0(); ++h) {
+              std::copy_n(all.row(h, n - m.n_query), m.n_query * all.dim2(), q.row(h, 0));
+            }
+            k = (*prompt.key)[l];
+            v = (*prompt.value)[l];
+          },
+          *params_, threads_, {}, bits);
+      for (std::size_t i = 0; i < heads_.size(); ++i) {
+        kept[i] = plan.heads[i / g_.n_kv_heads][i % g_.n_kv_heads].kept;
+        CompressParams& hp = per_head_[i];
+        if (bits[i].first == 16) {
+          hp.method = Method::none;
+          hp.residual = 0;
+        } else {
+          hp.key.bits = bits[i].first;
+          hp.value.bits = bits[i].second;
+        }
+      }
+    } else if (params_ && params_->eviction) {
       DumpMeta m;
       m.n_layers = g_.n_layers;
       m.n_heads = g_.n_heads;

@@ -109,9 +109,12 @@ std::string describe(const CompressParams& p) {
   }
   out += p.preset.empty() ? method_name(p.method) : p.preset;
   if (p.quantized()) {
-    out += p.head_bits.empty() && p.calibration_file.empty()
+    const bool per_head = !p.head_bits.empty() || !p.calibration_file.empty() ||
+                          (p.eviction && p.eviction->alloc == AllocMethod::joint);
+    out += !per_head
                ? " K" + std::to_string(p.key.bits) + "/V" + std::to_string(p.value.bits)
-               : " calibrated per-head bits";
+               : (p.eviction && p.eviction->alloc == AllocMethod::joint ? " joint per-head bits"
+                                                                       : " calibrated per-head bits");
     if (p.residual) out += " R" + std::to_string(p.residual);
     if (p.outlier_fraction > 0) out += " outliers";
     if (p.pre_rope) out += " pre-RoPE";

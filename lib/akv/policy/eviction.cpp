@@ -27,6 +27,7 @@ constexpr Method kMethods[] = {
     {"pyramid", ScoreMethod::snapkv, AllocMethod::pyramid, 0},
     {"adakv-pyramid", ScoreMethod::snapkv, AllocMethod::adakv_pyramid, 0},
     {"adakv-global", ScoreMethod::snapkv, AllocMethod::adakv_global, 0},
+    {"joint", ScoreMethod::snapkv, AllocMethod::joint, 0},
 };
 
 // Forced positions: the first `sinks` and the last `window`.
@@ -300,7 +301,7 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
       break;
     }
     case AllocMethod::joint:
-      throw UsageError("joint allocations come from `akv allocate --method joint`; pass them with --budgets",
+      throw UsageError("joint plans are made by plan_joint (cache/joint.h), not by plan_eviction",
                        {"", "--method", "joint"});
     case AllocMethod::file:
       for (std::size_t l = 0; l < L; ++l) {

@@ -1,4 +1,4 @@
-#include "akv/eval/joint.h"
+#include "akv/cache/joint.h"
 
 #include <algorithm>
 #include <cmath>
@@ -93,10 +93,8 @@ std::vector<std::size_t> knapsack_real(const std::vector<std::vector<double>>& e
   return pick;
 }
 
-nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& o,
-                              const ProgressFn& progress) {
-  DumpReader dump(dump_path);
-  const DumpMeta& m = dump.meta();
+std::vector<JointChoice> plan_joint(const DumpMeta& m, const JointSource& source, const JointOptions& o,
+                                    const ProgressFn& progress) {
   if (!(o.bytes_fraction > 0 && o.bytes_fraction <= 1)) {
     throw InvalidInput("byte budget must be a fraction in (0, 1] of the f16 size", {"", "--bytes", format_number(o.bytes_fraction)});
   }
@@ -115,23 +113,20 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
   const std::size_t L = m.n_layers, H = m.n_kv_heads, T = m.n_tokens, d = m.head_dim, W = o.window;
   const double f16_total = 4.0 * static_cast<double>(L * H * T * d);
   const double budget = o.bytes_fraction * f16_total;
-  // Options: (bits pairs) x keep, plus f16 x keep.
   std::vector<std::pair<int, int>> pairs;
   for (int bk : o.bits) {
     for (int bv : o.bits) pairs.emplace_back(bk, bv);
   }
   if (o.f16_option) pairs.emplace_back(16, 16);
-  std::vector<std::vector<JointCandidate>> cand(L * H);
-  std::vector<double> norms(L * H, 0.0);
+  std::vector<std::vector<JointChoice>> cand(L * H);
   for (std::size_t l = 0; l < L; ++l) {
-    const Tensor3 key = dump.read(l, DumpField::key), value = dump.read(l, DumpField::value),
-                  query = dump.read(l, DumpField::query);
+    Tensor3 query, key, value;
+    source(l, query, key, value);
     parallel_for(H, o.threads, [&](std::size_t h) {
       const HeadScores sc = score_head(query, key, h, m, so);
       std::vector<std::size_t> order;
       for (std::size_t t = 0; t + W < T; ++t) order.push_back(t);
       std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sc.score[a] > sc.score[b]; });
-      // Full-cache outputs of the group's query heads, computed once.
       std::vector<std::size_t> all(T);
       std::iota(all.begin(), all.end(), std::size_t{0});
       std::vector<MatF> full;
@@ -140,7 +135,6 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
         full.push_back(attend(query.row(qh, 0), m.n_query, key.row(h, 0), value.row(h, 0), all.data(), T, d, m.first_query_pos()));
         norm2 += full.back().cast<double>().squaredNorm();
       }
-      norms[l * H + h] = norm2;
       for (double f : o.keep) {
         const std::size_t n = std::min(T, std::max(W, static_cast<std::size_t>(std::llround(f * static_cast<double>(T)))));
         std::vector<std::size_t> kept(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n - std::min(n, W)));
@@ -180,7 +174,10 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
                                     m.first_query_pos());
             err2 += (out - full[g]).cast<double>().squaredNorm();
           }
-          cand[l * H + h].push_back({f, bk, bv, hc.bytes().total(), norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0, err2});
+          double mass = 0;
+          for (std::size_t t : kept) mass += sc.mass[t];
+          cand[l * H + h].push_back({kept32, bk, bv, hc.bytes().total(),
+                                     norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0, err2, norm2, mass});
         }
       }
     });
@@ -194,28 +191,48 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
     }
   }
   const auto pick = knapsack_real(err, cost, budget);
+  std::vector<JointChoice> out;
+  for (std::size_t i = 0; i < L * H; ++i) out.push_back(std::move(cand[i][pick[i]]));
+  return out;
+}
+
+nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& o,
+                              const ProgressFn& progress) {
+  DumpReader dump(dump_path);
+  const DumpMeta& m = dump.meta();
+  const std::size_t L = m.n_layers, H = m.n_kv_heads, T = m.n_tokens, d = m.head_dim, W = o.window;
+  const std::vector<JointChoice> choice = plan_joint(
+      m,
+      [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) {
+        q = dump.read(l, DumpField::query);
+        k = dump.read(l, DumpField::key);
+        v = dump.read(l, DumpField::value);
+      },
+      o, progress);
+  const double f16_total = 4.0 * static_cast<double>(L * H * T * d);
+  ScoreOptions so;
+  so.window = W;
   EvictionParams ep;
   ep.score = so;
   ep.alloc = AllocMethod::joint;
   nlohmann::json layers = nlohmann::json::array();
   std::uint64_t bytes = 0, tokens = 0;
-  double predicted = 0, norm_total = 0;
+  double err2 = 0, norm2 = 0;
   for (std::size_t l = 0; l < L; ++l) {
     nlohmann::json heads = nlohmann::json::array();
     std::uint64_t lt = 0;
     for (std::size_t h = 0; h < H; ++h) {
-      const JointCandidate& c = cand[l * H + h][pick[l * H + h]];
-      const std::size_t n = std::min(T, std::max(W, static_cast<std::size_t>(std::llround(c.keep * static_cast<double>(T)))));
-      nlohmann::json hj = {{"head", h}, {"tokens", n}, {"key_bits", c.key_bits}, {"value_bits", c.value_bits},
-                           {"bytes", c.bytes}, {"predicted_error", c.error}};
+      const JointChoice& c = choice[l * H + h];
+      nlohmann::json hj = {{"head", h}, {"tokens", c.kept.size()}, {"key_bits", c.key_bits},
+                           {"value_bits", c.value_bits}, {"bytes", c.bytes}, {"predicted_error", c.error}};
       const auto& kinds = dump.layer(l).head_kinds;
       if (!kinds.empty()) hj["kind"] = kinds[h];
       heads.push_back(hj);
       bytes += c.bytes;
-      tokens += n;
-      lt += n;
-      predicted += c.err2;
-      norm_total += norms[l * H + h];
+      tokens += c.kept.size();
+      lt += c.kept.size();
+      err2 += c.err2;
+      norm2 += c.norm2;
     }
     layers.push_back({{"layer", l}, {"tokens", lt}, {"heads", heads}});
   }
@@ -229,9 +246,9 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
                   {"forced_tokens_per_head", W},
                   {"total_tokens", tokens},
                   {"fraction", static_cast<double>(tokens) / static_cast<double>(L * H * T)}};
-  j["joint"] = {{"bytes_fraction", o.bytes_fraction}, {"bytes_budget", budget}, {"f16_bytes", f16_total},
-                {"predicted_bytes", bytes},
-                {"predicted_error", norm_total > 0 ? std::sqrt(predicted / norm_total) : 0.0}, {"bits", o.bits}, {"keep", o.keep},
+  j["joint"] = {{"bytes_fraction", o.bytes_fraction}, {"bytes_budget", o.bytes_fraction * f16_total},
+                {"f16_bytes", f16_total}, {"predicted_bytes", bytes},
+                {"predicted_error", norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0}, {"bits", o.bits}, {"keep", o.keep},
                 {"f16_option", o.f16_option}, {"group", o.group}, {"residual", o.residual},
                 {"quant", "kivi (keys per channel, values per token)"}};
   j["layers"] = layers;

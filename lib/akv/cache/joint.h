@@ -9,12 +9,14 @@
 // the full cache is measured. A multiple-choice knapsack then picks one candidate per head
 // minimising the summed squared output error sum ||o - o^||^2 (so the reported aggregate error
 // sqrt(sum ||o - o^||^2 / sum ||o||^2) is minimised) with the summed bytes <= budget.
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "akv/core/progress.h"
+#include "akv/io/dump.h"
 
 namespace akv {
 
@@ -43,6 +45,23 @@ struct JointCandidate {
 std::vector<std::size_t> knapsack_real(const std::vector<std::vector<double>>& err,
                                        const std::vector<std::vector<double>>& cost, double budget,
                                        std::size_t resolution = 20000);
+
+// The choice for one head: kept positions (ascending) and bits (16 = f16).
+struct JointChoice {
+  std::vector<std::int32_t> kept;
+  int key_bits = 16, value_bits = 16;
+  std::uint64_t bytes = 0;
+  double error = 0, err2 = 0, norm2 = 0;
+  double retained_mass = 0;  // window attention mass on the kept tokens
+};
+
+// Source of one layer's tensors: query [n_heads, m.n_query, hd] (the last n_query positions),
+// key and value [n_kv_heads, m.n_tokens, hd].
+using JointSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key, Tensor3& value)>;
+
+// Measures every candidate of every head and solves the knapsack: [layer * n_kv_heads + head].
+std::vector<JointChoice> plan_joint(const DumpMeta& m, const JointSource& source, const JointOptions& o,
+                                    const ProgressFn& progress);
 
 // Measures the candidates, optimises, and returns a budgets file (akv-budgets v1 with per-head
 // key_bits / value_bits and predicted error, docs/formats.md).
