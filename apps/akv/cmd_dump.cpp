@@ -9,7 +9,7 @@
 
 namespace akv::cli {
 
-void register_dump(CLI::App& app, const GlobalOptions&) {
+void register_dump(CLI::App& app, const GlobalOptions& global) {
   struct Options {
     std::string model, tokens, output, dtype = "f32";
     std::size_t line = 1;
@@ -30,7 +30,7 @@ void register_dump(CLI::App& app, const GlobalOptions&) {
       ->capture_default_str();
   sub->add_option("--dtype", opt->dtype, "Storage type: f32, f16 or bf16")->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  sub->callback([opt] {
+  sub->callback([opt, &global] {
     const Model m = load_model(opt->model);
     const auto seqs = read_token_file(opt->tokens);
     if (opt->line < 1 || opt->line > seqs.size()) {
@@ -40,6 +40,7 @@ void register_dump(CLI::App& app, const GlobalOptions&) {
     ModelDumpOptions o;
     o.window = opt->window;
     o.dtype = parse_dtype(opt->dtype);
+    o.threads = global.threads;
     const DumpMeta meta = dump_model_run(m, seqs[opt->line - 1], opt->output, o);
     std::printf("wrote %s (%s: %zu layers, %zu heads / %zu kv heads, head_dim %zu, %zu tokens, %zu window queries)\n",
                 opt->output.c_str(), meta.model.c_str(), meta.n_layers, meta.n_heads, meta.n_kv_heads,

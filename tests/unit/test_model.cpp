@@ -79,6 +79,7 @@ TEST_CASE("stories260K: prefill and decode logits match llama2.c", "[model]") {
   REQUIRE(ref.size() == 64);
   std::vector<std::int32_t> seq(lines[0].begin(), lines[0].begin() + 64);
   const PrefillResult pre = m.prefill(seq, true);
+  CHECK(m.prefill(seq, true, 3).logits == pre.logits);  // threads over heads: same bits
   FullCache cache(5, 4, 8);
   double max_prefill = 0, max_decode = 0;
   for (std::size_t p = 0; p < 64; ++p) {

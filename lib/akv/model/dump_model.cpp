@@ -12,7 +12,7 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
     throw InvalidInput("window must be in [1, sequence length " + std::to_string(n) + "]",
                        {"", "--window", std::to_string(o.window)});
   }
-  const PrefillResult r = model.prefill(tokens, false);
+  const PrefillResult r = model.prefill(tokens, false, o.threads);
   DumpMeta m;
   m.model = c.name;
   m.n_layers = c.n_layers;

@@ -12,6 +12,7 @@ namespace akv {
 struct ModelDumpOptions {
   std::size_t window = 32;  // queries of the last `window` positions
   DType dtype = DType::f32;
+  int threads = 1;
 };
 
 // Returns the dump's metadata. Throws InvalidInput when window is 0 or exceeds the sequence.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "akv/core/errors.h"
+#include "akv/core/parallel.h"
 
 namespace akv {
 namespace {
@@ -76,7 +77,7 @@ void Model::check_token(std::int32_t t) const {
   }
 }
 
-PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits) const {
+PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads) const {
   const ModelConfig& c = config_;
   const std::size_t n = tokens.size(), hd = c.head_dim, g = c.group_size();
   if (n == 0) throw InvalidInput("empty token sequence", {"", "tokens", "0"});
@@ -103,7 +104,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(kh.row(h, 0), n, 0, c.rope_layout, rope_);
     Tensor3 vh = split_heads(v, c.n_kv_heads, hd);
     RowMatrix att(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.n_heads * hd));
-    for (std::size_t h = 0; h < c.n_heads; ++h) {
+    parallel_for(c.n_heads, threads, [&](std::size_t h) {  // heads write disjoint columns
       const std::size_t kv = h / g;
       RowMatrix s = (qh.slice(h) * kh.slice(kv).transpose()) * scale;  // [n, n]
       for (std::size_t i = 0; i < n; ++i) {
@@ -112,7 +113,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
         std::fill(row + i + 1, row + n, 0.0f);
       }
       att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = s * vh.slice(kv);
-    }
+    });
     x += att * lw.wo.transpose();
     const RowMatrix xf = rmsnorm_rows(x, lw.ffn_norm, c.norm_eps);
     RowMatrix h1 = xf * lw.w1.transpose();
