@@ -68,7 +68,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   sub->add_option("--tokenizer", opt->tokenizer,
                   "Passkey: a SentencePiece tokenizer.model for text mode (default: tokenizer.model "
-                  "in a Hugging Face model directory; without one, token mode)");
+                  "in a Hugging Face model directory, or the byte tokenizer when its config.json "
+                  "says \"akv_tokenizer\": \"bytes\"; without one, token mode)");
   sub->add_option("--filler", opt->filler,
                   "Passkey: filler token sequences (one per line; default: --tokens)");
   dump->excludes(model);
@@ -89,7 +90,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
           std::filesystem::is_regular_file(std::filesystem::path(opt->model) / "tokenizer.model")) {
         tok_path = (std::filesystem::path(opt->model) / "tokenizer.model").string();
       }
-      if (opt->tokens.empty() && opt->filler.empty() && tok_path.empty()) {
+      if (opt->tokens.empty() && opt->filler.empty() && tok_path.empty() && opt->task == "ppl") {
         throw UsageError("--model needs --tokens (or, for passkey, --filler or a tokenizer)", {"", "--tokens"});
       }
       PplOptions po;
@@ -108,6 +109,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         std::vector<std::vector<std::int32_t>> filler;
         if (!tok_path.empty()) {
           tok = std::make_unique<Tokenizer>(tok_path);
+        } else if (m.config().tokenizer == "bytes") {
+          tok = std::make_unique<Tokenizer>(Tokenizer::bytes());
         } else {
           filler = read_token_file(opt->filler.empty() ? opt->tokens : opt->filler);
         }

@@ -226,6 +226,22 @@ TEST_CASE("passkey prompts: length, depth, marker, key; greedy continuation", "[
   CHECK(a.successes[1][0].size() == 2);
 }
 
+TEST_CASE("byte tokenizer", "[runtime][passkey]") {
+  const Tokenizer b = Tokenizer::bytes();
+  CHECK(b.bos() == 256);
+  CHECK(b.vocab_size() == 258);
+  const std::string text = "The pass key is 12345. \xc3\xa9";
+  const auto ids = b.encode(text);
+  CHECK(ids.size() == text.size());
+  CHECK(ids[0] == 'T');
+  CHECK(b.decode(ids) == text);
+  CHECK(b.decode({256, 'a', 257, 'b'}) == "ab");  // BOS/EOS are not text
+  PasskeyOptions o;
+  const PasskeyPrompt p = make_text_passkey_prompt(b, 400, 0.5, 1, o);
+  CHECK(p.tokens.size() == 400);
+  CHECK(p.tokens[0] == 256);
+}
+
 TEST_CASE("passkey text mode: SentencePiece plumbing, prompt layout, end to end", "[runtime][passkey]") {
   const std::string tok_path = shared_dir() + "/models/llama2-tokenizer.model";
   if (!std::filesystem::exists(tok_path)) {

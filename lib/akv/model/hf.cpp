@@ -190,6 +190,10 @@ Model load_hf(const std::string& dir) {
   c.norm_eps = static_cast<float>(j.value("rms_norm_eps", 1e-6));
   c.rope_layout = RopeLayout::rotate_half;
   c.qkv_bias = type == "qwen2" || j.value("attention_bias", false);
+  c.tokenizer = j.value("akv_tokenizer", "");
+  if (!c.tokenizer.empty() && c.tokenizer != "bytes") {
+    throw InvalidInput("unknown akv_tokenizer (akv knows bytes)", {cfg_path, "akv_tokenizer", c.tokenizer});
+  }
   const bool sliding = type == "qwen2" ? j.value("use_sliding_window", false) : true;
   if (sliding && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
     // Attention within a window equals full attention up to the window: cap the context there.

@@ -21,6 +21,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   RopeLayout rope_layout = RopeLayout::interleaved;
   bool qkv_bias = false;
+  std::string tokenizer;  // "bytes" when config.json says "akv_tokenizer": "bytes"
   std::size_t group_size() const { return n_heads / n_kv_heads; }
 };
 

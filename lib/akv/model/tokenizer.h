@@ -1,5 +1,7 @@
 #pragma once
-// SentencePiece tokenizer (libsentencepiece), for text prompts such as passkey retrieval.
+// Tokenizers for text prompts such as passkey retrieval: SentencePiece (libsentencepiece), or
+// bytes (ids 0-255 are UTF-8 bytes, 256 = BOS, 257 = EOS; the project's own trained model,
+// config.json "akv_tokenizer": "bytes").
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,6 +13,8 @@ class Tokenizer {
  public:
   // Loads a SentencePiece model file; IoError / CorruptData naming the file.
   explicit Tokenizer(const std::string& path);
+  // The byte-level tokenizer.
+  static Tokenizer bytes();
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
   std::vector<std::int32_t> encode(const std::string& text) const;  // no BOS/EOS
@@ -21,7 +25,8 @@ class Tokenizer {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  Tokenizer() = default;
+  std::unique_ptr<Impl> impl_;  // null for the byte tokenizer
   std::string path_;
 };
 
