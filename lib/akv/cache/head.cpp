@@ -26,29 +26,6 @@ std::vector<std::uint16_t> to_f16(const float* x, std::size_t n, bool ref) {
   return h;
 }
 
-// The k channels of x [rows, d] with the largest variance (ties: lower index), ascending.
-std::vector<std::uint16_t> select_outliers(const float* x, std::size_t rows, std::size_t d,
-                                           std::size_t k) {
-  std::vector<double> mean(d, 0.0), var(d, 0.0);
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t c = 0; c < d; ++c) mean[c] += x[r * d + c];
-  }
-  for (double& m : mean) m /= static_cast<double>(rows);
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t c = 0; c < d; ++c) {
-      const double e = x[r * d + c] - mean[c];
-      var[c] += e * e;
-    }
-  }
-  std::vector<std::uint16_t> order(d);
-  std::iota(order.begin(), order.end(), std::uint16_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::uint16_t a, std::uint16_t b) { return var[a] > var[b]; });
-  order.resize(k);
-  std::sort(order.begin(), order.end());
-  return order;
-}
-
 TensorPart compress_part(const float* src, const float* post, std::size_t n, std::size_t d,
                          const TensorQuant& t, const CompressParams& p, std::size_t n_outlier,
                          bool pre_rope, bool ref) {
@@ -61,7 +38,7 @@ TensorPart compress_part(const float* src, const float* post, std::size_t n, std
     if (n_outlier == 0) {
       part.block = quantize(src, part.n_quant, d, t.axis, t.bits, t.group);
     } else {
-      part.outlier_channels = select_outliers(src, part.n_quant, d, n_outlier);
+      part.outlier_channels = select_outlier_channels(src, part.n_quant, d, n_outlier);
       std::vector<bool> is_outlier(d, false);
       for (std::uint16_t c : part.outlier_channels) is_outlier[c] = true;
       const std::size_t cols = d - n_outlier;
@@ -154,6 +131,29 @@ CacheBytes HeadCache::bytes() const {
   b += value.bytes();
   b.indices = 4 * kept.size();
   return b;
+}
+
+// The k channels of x [rows, d] with the largest variance (ties: lower index), ascending.
+std::vector<std::uint16_t> select_outlier_channels(const float* x, std::size_t rows, std::size_t d,
+                                                   std::size_t k) {
+  std::vector<double> mean(d, 0.0), var(d, 0.0);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < d; ++c) mean[c] += x[r * d + c];
+  }
+  for (double& m : mean) m /= static_cast<double>(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < d; ++c) {
+      const double e = x[r * d + c] - mean[c];
+      var[c] += e * e;
+    }
+  }
+  std::vector<std::uint16_t> order(d);
+  std::iota(order.begin(), order.end(), std::uint16_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::uint16_t a, std::uint16_t b) { return var[a] > var[b]; });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
 }
 
 std::size_t outlier_count(double fraction, std::size_t head_dim) {

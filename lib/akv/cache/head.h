@@ -72,6 +72,10 @@ struct RopeContext {
 };
 void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, float* value);
 
+// The k channels of x [rows, d] with the largest variance (ties: lower index), ascending.
+std::vector<std::uint16_t> select_outlier_channels(const float* x, std::size_t rows, std::size_t d,
+                                                   std::size_t k);
+
 // Number of outlier key channels for a head dimension: ceil(f * head_dim).
 std::size_t outlier_count(double fraction, std::size_t head_dim);
 

@@ -51,22 +51,8 @@ class StreamTensor {
     const std::size_t m = target - n_quant_, cols = d_ - n_out_;
     if (n_out_ > 0 && outliers_.empty()) {
       // Channels with the largest variance over the first rows quantized, kept from then on.
-      std::vector<double> mean(d_, 0.0), var(d_, 0.0);
-      for (std::size_t r = 0; r < m; ++r) {
-        for (std::size_t c = 0; c < d_; ++c) mean[c] += pending_[r * d_ + c];
-      }
-      for (double& v : mean) v /= static_cast<double>(m);
-      for (std::size_t r = 0; r < m; ++r) {
-        for (std::size_t c = 0; c < d_; ++c) {
-          const double e = pending_[r * d_ + c] - mean[c];
-          var[c] += e * e;
-        }
-      }
-      std::vector<std::size_t> order(d_);
-      std::iota(order.begin(), order.end(), std::size_t{0});
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return var[a] > var[b]; });
-      order.resize(n_out_);
-      std::sort(order.begin(), order.end());
+      const auto chosen = select_outlier_channels(pending_.data(), m, d_, n_out_);
+      const std::vector<std::size_t> order(chosen.begin(), chosen.end());
       outliers_ = order;
       is_outlier_.assign(d_, false);
       for (std::size_t c : outliers_) is_outlier_[c] = true;
