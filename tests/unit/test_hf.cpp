@@ -15,13 +15,10 @@
 #include "test_util.h"
 
 using namespace akv;
+using test::have_shared;
+using test::shared_dir;
 
 namespace {
-
-std::string shared_dir() {
-  const char* env = std::getenv("AKV_SHARED_DIR");
-  return env ? env : AKV_DEFAULT_SHARED_DIR;
-}
 
 struct Entry {
   std::string name;

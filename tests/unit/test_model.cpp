@@ -11,17 +11,10 @@
 #include "test_util.h"
 
 using namespace akv;
+using test::have_shared;
+using test::shared_dir;
 
 namespace {
-
-std::string shared_dir() {
-  const char* env = std::getenv("AKV_SHARED_DIR");
-  return env ? env : AKV_DEFAULT_SHARED_DIR;
-}
-
-bool have_shared() {
-  return std::filesystem::exists(shared_dir() + "/models/stories260K.bin");
-}
 
 std::vector<std::vector<float>> read_rows(const std::string& path) {
   std::ifstream in(path);

@@ -5,6 +5,7 @@
 
 #include "akv/cache/kv_runtime.h"
 #include "akv/core/errors.h"
+#include "test_util.h"
 #include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
@@ -14,15 +15,10 @@
 #include "akv/tensor/half.h"
 
 using namespace akv;
+using test::have_shared;
+using test::shared_dir;
 
 namespace {
-
-std::string shared_dir() {
-  const char* env = std::getenv("AKV_SHARED_DIR");
-  return env ? env : AKV_DEFAULT_SHARED_DIR;
-}
-
-bool have_shared() { return std::filesystem::exists(shared_dir() + "/models/stories260K.bin"); }
 
 // Reference StreamingLLM: f16 rows, keeps the first `sinks` rows and the newest `keep - sinks`.
 class SlidingReference : public KvPolicy {

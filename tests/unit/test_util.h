@@ -2,6 +2,7 @@
 // Helpers shared by the unit tests.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -30,5 +31,14 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// ../shared (the real model and reference data), or $AKV_SHARED_DIR.
+inline std::string shared_dir() {
+  const char* env = std::getenv("AKV_SHARED_DIR");
+  return env ? env : AKV_DEFAULT_SHARED_DIR;
+}
+inline bool have_shared() {
+  return std::filesystem::exists(shared_dir() + "/models/stories260K.bin");
+}
 
 }  // namespace akv::test
