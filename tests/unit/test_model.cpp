@@ -46,7 +46,7 @@ class FullCache : public KvPolicy {
   }
   KvView view(std::size_t l, std::size_t h) const override {
     auto i = l * kv_ + h;
-    return {k_[i].data(), v_[i].data(), pos_[i].data(), pos_[i].size()};
+    return dense_kv_view(k_[i].data(), v_[i].data(), pos_[i].data(), pos_[i].size());
   }
   std::uint64_t bytes() const override { return 0; }
 

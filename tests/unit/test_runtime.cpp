@@ -45,7 +45,7 @@ class SlidingReference : public KvPolicy {
   }
   KvView view(std::size_t l, std::size_t h) const override {
     const std::size_t i = l * heads_ + h;
-    return {k_[i].data(), v_[i].data(), p_[i].data(), p_[i].size()};
+    return dense_kv_view(k_[i].data(), v_[i].data(), p_[i].data(), p_[i].size());
   }
   std::uint64_t bytes() const override { return 0; }
 
@@ -106,8 +106,11 @@ TEST_CASE("runtime cache after the prompt equals akv compress of the same tokens
         std::vector<float> rk(kept.size() * c.head_dim), rv(rk.size());
         reconstruct_head(hc, {c.rope_layout, &table}, rk.data(), rv.data());
         INFO(spec << " layer " << l << " head " << h);
-        CHECK(std::vector<float>(v.key, v.key + rk.size()) == rk);
-        CHECK(std::vector<float>(v.value, v.value + rv.size()) == rv);
+        std::vector<float> vk(rk.size()), vv(rv.size());
+        dequantize_rows(v.rows.key, c.head_dim, 0, v.n, vk.data());
+        dequantize_rows(v.rows.value, c.head_dim, 0, v.n, vv.data());
+        CHECK(vk == rk);
+        CHECK(vv == rv);
         bytes += hc.bytes().total();
       }
     }

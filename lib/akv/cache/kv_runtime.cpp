@@ -13,17 +13,23 @@ namespace {
 
 float f16_round(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
 
-// One tensor (keys or values) of one head, growing row by row.
+// One tensor (keys or values) of one head, growing row by row: packed rows, then dense rows
+// (f16, or f32 for the exact cache). Pre-RoPE keys also keep the post-RoPE f32 rows attention
+// reads (RoPE cannot be applied inside the fused kernel); they are not counted as stored.
 class StreamTensor {
  public:
   StreamTensor(std::size_t d, bool exact, const CompressParams* p, const TensorQuant* t,
                std::size_t n_outlier, bool pre_rope, const RopeContext* rope)
-      : d_(d), exact_(exact), p_(p), t_(t), n_out_(n_outlier), pre_rope_(pre_rope), rope_(rope) {}
+      : d_(d), p_(p), t_(t), n_out_(n_outlier), pre_rope_(pre_rope), rope_(rope),
+        store_(d, exact ? DenseType::f32 : DenseType::f16) {}
 
   // Appends rows: `src` is what gets quantized (pre-RoPE keys with pre_rope), `post` what
   // attention reads before quantization; positions for RoPE after dequantization.
   void append(const float* src, const float* post, const std::int32_t* pos, std::size_t n) {
-    for (std::size_t i = 0; i < n * d_; ++i) mirror_.push_back(exact_ ? post[i] : f16_round(post[i]));
+    store_.append_dense(post, n);
+    if (pre_rope_) {
+      for (std::size_t i = 0; i < n * d_; ++i) mirror_.push_back(f16_round(post[i]));
+    }
     if (p_ && p_->quantized()) {
       pending_.insert(pending_.end(), src, src + n * d_);
       positions_.insert(positions_.end(), pos, pos + n);
@@ -32,68 +38,73 @@ class StreamTensor {
   }
   // Removes row i (streaming eviction; only without quantization).
   void erase(std::size_t i) {
-    mirror_.erase(mirror_.begin() + static_cast<std::ptrdiff_t>(i * d_),
-                  mirror_.begin() + static_cast<std::ptrdiff_t>((i + 1) * d_));
+    store_.erase_dense(i);
+    if (pre_rope_) {
+      mirror_.erase(mirror_.begin() + static_cast<std::ptrdiff_t>(i * d_),
+                    mirror_.begin() + static_cast<std::ptrdiff_t>((i + 1) * d_));
+    }
   }
-  std::size_t rows() const { return mirror_.size() / d_; }
-  const float* data() const { return mirror_.data(); }
-  std::uint64_t bytes() const {
-    if (exact_) return 4ull * mirror_.size();
-    return stored_ + 2ull * (rows() - n_quant_) * d_;
+  std::size_t rows() const { return store_.rows(); }
+  TensorView view() const {
+    if (!pre_rope_) return store_.view();
+    TensorView v;
+    v.dense = {DenseType::f32, mirror_.data(), rows()};
+    return v;
   }
+  std::uint64_t bytes() const { return store_.bytes(); }
 
  private:
   void quantize_ready() {
-    const std::size_t n = rows();
+    const std::size_t n = rows(), n_quant = store_.packed_rows();
     const std::size_t rest = n - std::min(n, p_->residual);
     const std::size_t target = t_->axis == QuantAxis::channel ? rest / t_->group * t_->group : rest;
-    if (target <= n_quant_) return;
-    const std::size_t m = target - n_quant_, cols = d_ - n_out_;
+    if (target <= n_quant) return;
+    const std::size_t m = target - n_quant, cols = d_ - n_out_;
     if (n_out_ > 0 && outliers_.empty()) {
       // Channels with the largest variance over the first rows quantized, kept from then on.
-      const auto chosen = select_outlier_channels(pending_.data(), m, d_, n_out_);
-      const std::vector<std::size_t> order(chosen.begin(), chosen.end());
-      outliers_ = order;
+      outliers_ = select_outlier_channels(pending_.data(), m, d_, n_out_);
       is_outlier_.assign(d_, false);
       for (std::size_t c : outliers_) is_outlier_[c] = true;
-      stored_ += 2 * n_out_;  // channel indices
     }
     std::vector<float> in(m * cols);
+    std::vector<std::uint16_t> out(m * n_out_);
     for (std::size_t r = 0; r < m; ++r) {
-      for (std::size_t c = 0, a = 0; c < d_; ++c) {
-        if (n_out_ == 0 || !is_outlier_[c]) in[r * cols + a++] = pending_[r * d_ + c];
+      for (std::size_t c = 0, a = 0, o = 0; c < d_; ++c) {
+        if (n_out_ > 0 && is_outlier_[c]) {
+          out[r * n_out_ + o++] = f32_to_f16_ref(pending_[r * d_ + c]);
+        } else {
+          in[r * cols + a++] = pending_[r * d_ + c];
+        }
       }
     }
-    const QuantizedBlock b = quantize_block(in.data(), m, cols, t_->axis, t_->bits, t_->group);
-    stored_ += b.bytes() + 2 * m * n_out_;
-    std::vector<float> deq(m * cols);
-    dequantize_block(b, deq.data());
-    for (std::size_t r = 0; r < m; ++r) {
-      float* row = mirror_.data() + (n_quant_ + r) * d_;
-      for (std::size_t c = 0, a = 0; c < d_; ++c) {
-        row[c] = (n_out_ > 0 && is_outlier_[c]) ? f16_round(pending_[r * d_ + c]) : deq[r * cols + a++];
+    store_.append_packed(quantize_block(in.data(), m, cols, t_->axis, t_->bits, t_->group), outliers_,
+                         out.data());
+    store_.drop_dense_front(m);
+    if (pre_rope_) {
+      std::vector<float> deq(m * d_);
+      dequantize_rows(store_.view(), d_, n_quant, target, deq.data());
+      for (std::size_t r = 0; r < m; ++r) {
+        float* row = mirror_.data() + (n_quant + r) * d_;
+        std::copy_n(deq.data() + r * d_, d_, row);
+        apply_rope(row, 1, static_cast<std::size_t>(positions_[r]), rope_->layout, *rope_->table);
       }
-      if (pre_rope_) apply_rope(row, 1, static_cast<std::size_t>(positions_[r]), rope_->layout, *rope_->table);
     }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(m * d_));
     positions_.erase(positions_.begin(), positions_.begin() + static_cast<std::ptrdiff_t>(m));
-    n_quant_ = target;
   }
 
   std::size_t d_;
-  bool exact_;
   const CompressParams* p_;
   const TensorQuant* t_;
   std::size_t n_out_;
   bool pre_rope_;
   const RopeContext* rope_;
-  std::vector<float> mirror_;   // [rows, d] what attention reads
-  std::vector<float> pending_;  // [rows - n_quant, d] quantization source of unquantized rows
+  PackedTensor store_;
+  std::vector<float> mirror_;   // pre-RoPE keys: [rows, d] post-RoPE rows attention reads
+  std::vector<float> pending_;  // [rows - packed, d] quantization source of unquantized rows
   std::vector<std::int32_t> positions_;  // positions of the pending rows
-  std::vector<std::size_t> outliers_;
+  std::vector<std::uint16_t> outliers_;
   std::vector<bool> is_outlier_;
-  std::size_t n_quant_ = 0;
-  std::uint64_t stored_ = 0;  // bytes of quantized blocks and outliers
 };
 
 struct HeadState {
@@ -246,8 +257,10 @@ class RuntimePolicy : public KvPolicy {
 
   KvView view(std::size_t layer, std::size_t kv_head) const override {
     const HeadState& s = heads_[layer * g_.n_kv_heads + kv_head];
-    return {s.key.data(), s.value.data(), s.position.data(), s.position.size()};
+    return {{s.key.view(), s.value.view()}, s.position.data(), s.position.size()};
   }
+
+  bool wants_probs() const override { return streaming_; }
 
   void observe(std::size_t layer, std::size_t kv_head, const float* probs) override {
     if (!streaming_) return;

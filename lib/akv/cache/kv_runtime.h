@@ -12,8 +12,10 @@
 //            budget during decode, evicting its lowest accumulated-attention / oldest
 //            non-forced token after every step). Streaming eviction stores rows in f16 and does
 //            not combine with quantization.
-// Attention reads f32 rows that are exactly the dequantized stored values (a mirror updated
-// when rows are quantized); bytes() counts only what the cache format stores.
+// Attention (attention/decode_attention.h) reads the stored packed codes and f16 rows directly;
+// only pre-RoPE keys keep a post-RoPE f32 copy for attention. The f32 rows of the residual
+// window wait there as the quantization source (so that the cache equals `akv compress`).
+// bytes() counts only what the cache format stores.
 #include <memory>
 #include <optional>
 

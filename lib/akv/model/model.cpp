@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "akv/attention/decode_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 
@@ -141,7 +142,10 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
   }
   Vec x = w_.embedding.row(token).transpose();
   Vec xb(static_cast<Eigen::Index>(c.dim)), att(static_cast<Eigen::Index>(c.n_heads * hd));
-  std::vector<float> probs;
+  const bool want_probs = cache.wants_probs();
+  std::vector<std::vector<float>> probs(want_probs ? c.n_heads : 0);
+  std::vector<float*> prob_ptr(probs.size());
+  std::vector<HeadView> heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (std::size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
@@ -154,19 +158,19 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
     for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.data() + h * hd, 1, pos, c.rope_layout, rope_);
     for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.data() + h * hd, 1, pos, c.rope_layout, rope_);
     cache.append(l, k.data(), k_pre.data(), v.data(), pos);
-    for (std::size_t h = 0; h < c.n_heads; ++h) {
-      const std::size_t kv = h / g;
-      const KvView view = cache.view(l, kv);
-      const auto rows = static_cast<Eigen::Index>(view.n);
-      Eigen::Map<const RowMatrix> K(view.key, rows, static_cast<Eigen::Index>(hd));
-      Eigen::Map<const RowMatrix> V(view.value, rows, static_cast<Eigen::Index>(hd));
-      Eigen::Map<const Vec> qv(q.data() + h * hd, static_cast<Eigen::Index>(hd));
-      probs.resize(view.n);
-      Eigen::Map<Vec> p(probs.data(), rows);
-      p = (K * qv) * scale;
-      softmax(probs.data(), view.n);
-      cache.observe(l, kv, probs.data());
-      att.segment(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = V.transpose() * p;
+    // Fused decode attention over the cache's packed/dense rows, all heads at once.
+    heads.clear();
+    for (std::size_t kv = 0; kv < c.n_kv_heads; ++kv) heads.push_back(cache.view(l, kv).rows);
+    if (want_probs) {
+      for (std::size_t h = 0; h < c.n_heads; ++h) {
+        probs[h].resize(heads[h / g].rows());
+        prob_ptr[h] = probs[h].data();
+      }
+    }
+    decode_attention({q.data(), c.n_heads, hd, heads.data(), c.n_kv_heads, scale, att.data(),
+                      want_probs ? prob_ptr.data() : nullptr});
+    if (want_probs) {
+      for (std::size_t h = 0; h < c.n_heads; ++h) cache.observe(l, h / g, probs[h].data());
     }
     x += lw.wo * att;
     rmsnorm(x.data(), lw.ffn_norm, c.norm_eps, c.dim, xb.data());

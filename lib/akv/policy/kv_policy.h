@@ -1,11 +1,13 @@
 #pragma once
 // The narrow interface between the model's attention and a KV-cache method (full, quantized,
 // evicted...). One method ingests the prompt, one appends a decoded token; attention reads rows
-// through view(). Implementations: cache/kv_runtime.h.
+// through view(), as the packed/dense segments the fused decode attention reads
+// (attention/decode_attention.h). Implementations: cache/kv_runtime.h.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "akv/attention/kv_view.h"
 #include "akv/tensor/tensor.h"
 
 namespace akv {
@@ -20,13 +22,24 @@ struct PromptKv {
   std::size_t n_tokens = 0;
 };
 
-// What attention reads for one (layer, KV head): n rows in chronological order, f32.
+// What attention reads for one (layer, KV head): n rows in chronological order (keys after
+// RoPE), and their token positions.
 struct KvView {
-  const float* key = nullptr;            // [n, head_dim], after RoPE
-  const float* value = nullptr;          // [n, head_dim]
-  const std::int32_t* position = nullptr;  // [n] token positions
+  HeadView rows;
+  const std::int32_t* position = nullptr;  // [n]
   std::size_t n = 0;
 };
+
+// A view of n dense f32 rows (keys [n, hd] after RoPE, values [n, hd]).
+inline KvView dense_kv_view(const float* key, const float* value, const std::int32_t* position,
+                            std::size_t n) {
+  KvView v;
+  v.rows.key.dense = {DenseType::f32, key, n};
+  v.rows.value.dense = {DenseType::f32, value, n};
+  v.position = position;
+  v.n = n;
+  return v;
+}
 
 class KvPolicy {
  public:
@@ -38,6 +51,8 @@ class KvPolicy {
                       const float* value, std::size_t pos) = 0;
   // The rows attention reads now.
   virtual KvView view(std::size_t layer, std::size_t kv_head) const = 0;
+  // Whether observe() uses the attention probabilities (the model computes them only then).
+  virtual bool wants_probs() const { return false; }
   // The attention probabilities of one query head over view(layer, kv_head) rows (n of them),
   // reported after each decode step's attention; streaming eviction (H2O) scores with them.
   virtual void observe(std::size_t layer, std::size_t kv_head, const float* probs) {

@@ -1,0 +1,369 @@
+#include "akv/attention/decode_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "akv/attention/kernels.h"
+#include "akv/core/errors.h"
+#include "akv/core/parallel.h"
+#include "akv/quant/pack.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+using attn::Rows;
+using attn::RowFormat;
+
+void check_tensor(const TensorView& t, std::size_t d, const char* name) {
+  const PackedView& p = t.packed;
+  if (p.rows > 0) {
+    check_bits(p.bits, name);
+    if (p.group == 0 || p.cols + p.n_outliers != d || !p.codes || !p.scale || !p.zero) {
+      throw InvalidInput("packed rows inconsistent with head_dim (cols + outliers) or missing "
+                         "codes/scales/zeros", {"", name, std::to_string(p.cols)});
+    }
+  }
+  if (t.dense.rows > 0 && !t.dense.data) throw InvalidInput("dense rows without data", {"", name});
+}
+
+void check_args(const DecodeAttentionArgs& a) {
+  if (!a.query || !a.out || !a.heads || a.n_kv_heads == 0 || a.head_dim == 0 ||
+      a.n_heads % a.n_kv_heads != 0 || a.n_heads == 0) {
+    throw InvalidInput("decode attention: n_heads must be a positive multiple of n_kv_heads, "
+                       "with query, heads and out given",
+                       {"", "n_heads/n_kv_heads", std::to_string(a.n_heads) + "/" + std::to_string(a.n_kv_heads)});
+  }
+  for (std::size_t h = 0; h < a.n_kv_heads; ++h) {
+    check_tensor(a.heads[h].key, a.head_dim, "key");
+    check_tensor(a.heads[h].value, a.head_dim, "value");
+    if (a.heads[h].key.rows() != a.heads[h].value.rows()) {
+      throw InvalidInput("keys and values of a head have different row counts",
+                         {"", "rows", std::to_string(a.heads[h].key.rows()) + " vs " +
+                                          std::to_string(a.heads[h].value.rows())});
+    }
+  }
+}
+
+std::size_t elem_bytes(DenseType t) { return t == DenseType::f32 ? 4 : 2; }
+RowFormat dense_format(DenseType t) { return t == DenseType::f32 ? RowFormat::f32 : RowFormat::f16; }
+
+bool fast_packed_keys(const PackedView& p) { return p.axis == QuantAxis::channel && p.cols % 8 == 0; }
+bool fast_packed_values(const PackedView& p) {
+  return p.axis == QuantAxis::token && p.cols % 8 == 0 && p.group % 8 == 0 && p.n_outliers == 0;
+}
+
+// Per KV head: its query heads, and for per-channel packed keys the query split into the
+// quantized channels and the outlier channels.
+struct HeadPrep {
+  const HeadView* view = nullptr;
+  const float* q = nullptr;  // [nq, d]
+  std::vector<float> q_in, q_out;
+};
+
+struct Partial {
+  std::vector<float> m, l, acc;  // [nq], [nq], [nq * d]
+};
+
+class PartitionRunner {
+ public:
+  PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, float scale, std::size_t tile)
+      : hp_(hp), nq_(nq), d_(d), scale_(scale), tile_(tile), s_(nq * tile), p_(nq * tile) {}
+
+  void run(std::size_t a, std::size_t b, Partial& out, float* const* raw) {
+    out.m.assign(nq_, -std::numeric_limits<float>::infinity());
+    out.l.assign(nq_, 0.0f);
+    out.acc.assign(nq_ * d_, 0.0f);
+    for (std::size_t t0 = a; t0 < b; t0 += tile_) {
+      const std::size_t t1 = std::min(b, t0 + tile_), n = t1 - t0;
+      keys(t0, t1);
+      for (std::size_t h = 0; h < nq_; ++h) {
+        float* s = s_.data() + h * tile_;
+        for (std::size_t i = 0; i < n; ++i) s[i] *= scale_;
+        if (raw && raw[h]) std::copy(s, s + n, raw[h] + t0);
+        const float mt = *std::max_element(s, s + n);
+        const float m_new = std::max(out.m[h], mt);
+        const float sum = attn::exp_shifted(s, m_new, n, p_.data() + h * tile_);
+        const float corr = std::isinf(out.m[h]) ? 0.0f : std::exp(out.m[h] - m_new);
+        out.l[h] = out.l[h] * corr + sum;
+        if (corr != 1.0f) {
+          for (std::size_t c = 0; c < d_; ++c) out.acc[h * d_ + c] *= corr;
+        }
+        out.m[h] = m_new;
+      }
+      values(t0, t1, out.acc.data());
+    }
+  }
+
+ private:
+  void keys(std::size_t t0, std::size_t t1) {
+    const TensorView& k = hp_.view->key;
+    const PackedView& p = k.packed;
+    const std::size_t e = std::min(t1, p.rows);
+    if (t0 < e) {
+      if (fast_packed_keys(p)) {
+        packed_keys(t0, e, t0);
+      } else {
+        generic_scores(k, t0, e, t0);
+      }
+    }
+    const std::size_t r0 = std::max(t0, p.rows);
+    if (r0 < t1) {
+      if (d_ % 8 == 0) {
+        const std::size_t eb = elem_bytes(k.dense.type), stride = d_ * eb;
+        const Rows rows{dense_format(k.dense.type),
+                        static_cast<const std::uint8_t*>(k.dense.data) + (r0 - p.rows) * stride, stride,
+                        t1 - r0, d_ / 8};
+        attn::score_rows(rows, nq_, hp_.q, d_, nullptr, s_.data() + (r0 - t0), tile_);
+      } else {
+        generic_scores(k, r0, t1, t0);
+      }
+    }
+  }
+
+  // Per-channel packed keys, token group by token group: w = q * scale, bias = q . zero.
+  void packed_keys(std::size_t r, std::size_t e, std::size_t t0) {
+    const PackedView& p = hp_.view->key.packed;
+    const std::size_t stride = p.cols * static_cast<std::size_t>(p.bits) / 8;
+    while (r < e) {
+      const std::size_t g = r / p.group, ge = std::min(e, (g + 1) * p.group);
+      if (g != group_) load_key_group(g);
+      const Rows rows{attn::code_format(p.bits), p.codes + r * stride, stride, ge - r, p.cols / 8};
+      float* s = s_.data() + (r - t0);
+      attn::score_rows(rows, nq_, w_.data(), p.cols, bias_.data(), s, tile_);
+      if (p.n_outliers > 0) {
+        for (std::size_t i = r; i < ge; ++i) {
+          const std::uint16_t* o = p.outlier_value + i * p.n_outliers;
+          for (std::size_t h = 0; h < nq_; ++h) {
+            float add = 0.0f;
+            for (std::size_t j = 0; j < p.n_outliers; ++j) add += hp_.q_out[h * p.n_outliers + j] * f16_to_f32_ref(o[j]);
+            s[h * tile_ + (i - r)] += add;
+          }
+        }
+      }
+      r = ge;
+    }
+  }
+
+  void load_key_group(std::size_t g) {
+    const PackedView& p = hp_.view->key.packed;
+    scale_f_.resize(p.cols);
+    zero_f_.resize(p.cols);
+    f16_to_f32(p.scale + g * p.cols, scale_f_.data(), p.cols);
+    f16_to_f32(p.zero + g * p.cols, zero_f_.data(), p.cols);
+    w_.resize(nq_ * p.cols);
+    bias_.resize(nq_);
+    for (std::size_t h = 0; h < nq_; ++h) {
+      const float* q = hp_.q_in.data() + h * p.cols;
+      double b = 0.0;
+      for (std::size_t c = 0; c < p.cols; ++c) {
+        w_[h * p.cols + c] = q[c] * scale_f_[c];
+        b += static_cast<double>(q[c]) * zero_f_[c];
+      }
+      bias_[h] = static_cast<float>(b);
+    }
+    group_ = g;
+  }
+
+  // Scores of rows [r0, r1) (tile starting at t0) from a dequantized copy of those rows.
+  void generic_scores(const TensorView& k, std::size_t r0, std::size_t r1, std::size_t t0) {
+    buf_.resize((r1 - r0) * d_);
+    dequantize_rows(k, d_, r0, r1, buf_.data());
+    for (std::size_t r = r0; r < r1; ++r) {
+      const float* x = buf_.data() + (r - r0) * d_;
+      for (std::size_t h = 0; h < nq_; ++h) {
+        float acc = 0.0f;
+        for (std::size_t c = 0; c < d_; ++c) acc += hp_.q[h * d_ + c] * x[c];
+        s_[h * tile_ + (r - t0)] = acc;
+      }
+    }
+  }
+
+  void values(std::size_t t0, std::size_t t1, float* acc) {
+    const TensorView& v = hp_.view->value;
+    const PackedView& p = v.packed;
+    const std::size_t e = std::min(t1, p.rows);
+    if (t0 < e) {
+      if (fast_packed_values(p)) {
+        packed_values(t0, e, t0, acc);
+      } else {
+        generic_values(v, t0, e, t0, acc);
+      }
+    }
+    const std::size_t r0 = std::max(t0, p.rows);
+    if (r0 < t1) {
+      if (d_ % 8 == 0) {
+        const std::size_t n = t1 - r0;
+        coef_.resize(n * nq_);
+        for (std::size_t i = 0; i < n; ++i) {
+          for (std::size_t h = 0; h < nq_; ++h) coef_[i * nq_ + h] = p_[h * tile_ + (r0 - t0) + i];
+        }
+        const std::size_t eb = elem_bytes(v.dense.type), stride = d_ * eb;
+        const Rows rows{dense_format(v.dense.type),
+                        static_cast<const std::uint8_t*>(v.dense.data) + (r0 - p.rows) * stride, stride,
+                        n, d_ / 8};
+        attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+      } else {
+        generic_values(v, r0, t1, t0, acc);
+      }
+    }
+  }
+
+  // Per-token packed values: coef = p * scale per (row, group); p * zero summed per group.
+  void packed_values(std::size_t r0, std::size_t r1, std::size_t t0, float* acc) {
+    const PackedView& p = hp_.view->value.packed;
+    const std::size_t n = r1 - r0, ng = p.cols / p.group + (p.cols % p.group ? 1 : 0);
+    scale_f_.resize(n * ng);
+    zero_f_.resize(n * ng);
+    f16_to_f32(p.scale + r0 * ng, scale_f_.data(), n * ng);
+    f16_to_f32(p.zero + r0 * ng, zero_f_.data(), n * ng);
+    coef_.resize(n * nq_ * ng);
+    zsum_.assign(nq_ * ng, 0.0f);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t h = 0; h < nq_; ++h) {
+        const float pr = p_[h * tile_ + (r0 - t0) + i];
+        for (std::size_t g = 0; g < ng; ++g) {
+          coef_[(i * nq_ + h) * ng + g] = pr * scale_f_[i * ng + g];
+          zsum_[h * ng + g] += pr * zero_f_[i * ng + g];
+        }
+      }
+    }
+    const std::size_t stride = p.cols * static_cast<std::size_t>(p.bits) / 8;
+    const Rows rows{attn::code_format(p.bits), p.codes + r0 * stride, stride, n, p.cols / 8};
+    attn::accumulate_rows(rows, nq_, coef_.data(), ng, p.group / 8, acc, d_);
+    for (std::size_t h = 0; h < nq_; ++h) {
+      for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += zsum_[h * ng + c / p.group];
+    }
+  }
+
+  void generic_values(const TensorView& v, std::size_t r0, std::size_t r1, std::size_t t0, float* acc) {
+    buf_.resize((r1 - r0) * d_);
+    dequantize_rows(v, d_, r0, r1, buf_.data());
+    for (std::size_t r = r0; r < r1; ++r) {
+      const float* x = buf_.data() + (r - r0) * d_;
+      for (std::size_t h = 0; h < nq_; ++h) {
+        const float pr = p_[h * tile_ + (r - t0)];
+        for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += pr * x[c];
+      }
+    }
+  }
+
+  const HeadPrep& hp_;
+  std::size_t nq_, d_;
+  float scale_;
+  std::size_t tile_;
+  std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
+  std::vector<float> w_, bias_, scale_f_, zero_f_, coef_, zsum_, buf_;
+  std::size_t group_ = static_cast<std::size_t>(-1);  // key group whose w_/bias_ are loaded
+};
+
+HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv) {
+  const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+  HeadPrep hp;
+  hp.view = &a.heads[kv];
+  hp.q = a.query + kv * nq * d;
+  const PackedView& p = hp.view->key.packed;
+  if (p.rows > 0 && fast_packed_keys(p)) {
+    hp.q_in.resize(nq * p.cols);
+    hp.q_out.resize(nq * p.n_outliers);
+    for (std::size_t h = 0; h < nq; ++h) {
+      for (std::size_t c = 0, i = 0, o = 0; c < d; ++c) {
+        if (o < p.n_outliers && p.outlier_channel[o] == c) {
+          hp.q_out[h * p.n_outliers + o++] = hp.q[h * d + c];
+        } else {
+          hp.q_in[h * p.cols + i++] = hp.q[h * d + c];
+        }
+      }
+    }
+  }
+  return hp;
+}
+
+}  // namespace
+
+void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions& o) {
+  check_args(a);
+  if (o.tile == 0 || o.partition == 0 || o.partition % o.tile != 0) {
+    throw InvalidInput("partition must be a positive multiple of tile",
+                       {"", "partition/tile", std::to_string(o.partition) + "/" + std::to_string(o.tile)});
+  }
+  const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+  std::vector<HeadPrep> prep;
+  prep.reserve(a.n_kv_heads);
+  for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) prep.push_back(prepare(a, kv));
+  // Work items: (KV head, partition), fixed by the row counts alone.
+  std::vector<std::size_t> first(a.n_kv_heads + 1, 0);
+  for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
+    const std::size_t n = a.heads[kv].rows();
+    first[kv + 1] = first[kv] + std::max<std::size_t>(1, (n + o.partition - 1) / o.partition);
+  }
+  std::vector<Partial> parts(first.back());
+  parallel_for(parts.size(), o.threads, [&](std::size_t item) {
+    const std::size_t kv = static_cast<std::size_t>(
+        std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
+    const std::size_t n = a.heads[kv].rows(), part = item - first[kv];
+    const std::size_t t0 = part * o.partition, t1 = std::min(n, t0 + o.partition);
+    PartitionRunner runner(prep[kv], nq, d, a.scale, o.tile);
+    runner.run(t0, t1, parts[item], a.probs ? a.probs + kv * nq : nullptr);
+  });
+  parallel_for(a.n_kv_heads, o.threads, [&](std::size_t kv) {
+    const std::size_t n = a.heads[kv].rows();
+    for (std::size_t h = 0; h < nq; ++h) {
+      float* out = a.out + (kv * nq + h) * d;
+      float m = -std::numeric_limits<float>::infinity();
+      for (std::size_t i = first[kv]; i < first[kv + 1]; ++i) m = std::max(m, parts[i].m[h]);
+      std::fill(out, out + d, 0.0f);
+      if (n == 0) continue;
+      float l = 0.0f;
+      for (std::size_t i = first[kv]; i < first[kv + 1]; ++i) {
+        const float w = std::exp(parts[i].m[h] - m);
+        l += parts[i].l[h] * w;
+        for (std::size_t c = 0; c < d; ++c) out[c] += parts[i].acc[h * d + c] * w;
+      }
+      const float inv = 1.0f / l;
+      for (std::size_t c = 0; c < d; ++c) out[c] *= inv;
+      float* pr = a.probs ? a.probs[kv * nq + h] : nullptr;
+      if (pr) {
+        attn::exp_shifted(pr, m, n, pr);
+        for (std::size_t t = 0; t < n; ++t) pr[t] *= inv;
+      }
+    }
+  });
+}
+
+void decode_attention_ref(const DecodeAttentionArgs& a) {
+  check_args(a);
+  const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+  for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
+    const HeadView& hv = a.heads[kv];
+    const std::size_t n = hv.rows();
+    std::vector<float> k(n * d), v(n * d);
+    dequantize_rows(hv.key, d, 0, n, k.data());
+    dequantize_rows(hv.value, d, 0, n, v.data());
+    for (std::size_t h = kv * nq; h < (kv + 1) * nq; ++h) {
+      std::vector<double> s(n);
+      double m = -std::numeric_limits<double>::infinity();
+      for (std::size_t t = 0; t < n; ++t) {
+        double dot = 0.0;
+        for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(a.query[h * d + c]) * k[t * d + c];
+        s[t] = dot * a.scale;
+        m = std::max(m, s[t]);
+      }
+      double sum = 0.0;
+      for (double& x : s) sum += (x = std::exp(x - m));
+      std::vector<double> out(d, 0.0);
+      for (std::size_t t = 0; t < n; ++t) {
+        s[t] /= sum;
+        for (std::size_t c = 0; c < d; ++c) out[c] += s[t] * v[t * d + c];
+      }
+      for (std::size_t c = 0; c < d; ++c) a.out[h * d + c] = static_cast<float>(out[c]);
+      if (a.probs && a.probs[h]) {
+        for (std::size_t t = 0; t < n; ++t) a.probs[h][t] = static_cast<float>(s[t]);
+      }
+    }
+  }
+}
+
+}  // namespace akv

@@ -1,0 +1,50 @@
+#pragma once
+// Decode attention: one new query token per query head over the KV cache of its head group,
+// reading packed quantized rows directly (fused dequantization, no dequantized copy of K or V).
+//
+// out[h] = sum_t softmax_t(scale * q[h] . k_t) v_t over the rows of KV head h / group_size.
+//
+// Fast path: tiles of `tile` tokens, one pass with online softmax (running max and sum per
+// query head); the query heads of a KV group share each read of a key or value row. Packed
+// keys quantized per channel use score_t = q.zero + (q * scale) . code_t (query folded into
+// the group's parameters once per group), packed values per token accumulate
+// (p_t * scale) * code_t and p_t * zero separately. AVX2/FMA vector loops when compiled for
+// x86-64-v3, with generic fallbacks (a dequantized tile) for layouts the vector loops do not
+// cover (head_dim or quantized channels not a multiple of 8, outlier channels on values,
+// per-token keys, per-channel values, groups of values not a multiple of 8 channels).
+//
+// Long rows are cut into partitions of `partition` tokens (fixed, independent of the thread
+// count), computed independently on threads and merged in order: results are bitwise
+// identical for any thread count.
+#include <cstddef>
+
+#include "akv/attention/kv_view.h"
+
+namespace akv {
+
+struct DecodeAttentionOptions {
+  int threads = 1;
+  std::size_t tile = 64;          // tokens per online-softmax step
+  std::size_t partition = 4096;   // tokens per work item (multiple of tile)
+};
+
+struct DecodeAttentionArgs {
+  const float* query = nullptr;  // [n_heads, head_dim]
+  std::size_t n_heads = 0, head_dim = 0;
+  const HeadView* heads = nullptr;  // [n_kv_heads]; n_heads is a multiple of n_kv_heads
+  std::size_t n_kv_heads = 0;
+  float scale = 0.0f;  // usually 1 / sqrt(head_dim)
+  float* out = nullptr;  // [n_heads, head_dim]
+  // Optional: [n_heads] pointers, each to rows() floats of its KV head, receiving the
+  // attention probabilities (softmax) of that query head (null entries are skipped).
+  float* const* probs = nullptr;
+};
+
+// Throws InvalidInput on inconsistent shapes (names the field). A head with no rows outputs 0.
+void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions& o = {});
+
+// Reference: dequantizes every row (dequantize_rows), scores and softmax in double, plain
+// loops. The fast path equals it within 1e-5 relative error (tests/unit/test_attention.cpp).
+void decode_attention_ref(const DecodeAttentionArgs& a);
+
+}  // namespace akv

@@ -1,0 +1,323 @@
+#include "akv/attention/kernels.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "akv/core/errors.h"
+#include "akv/tensor/half.h"
+
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#define AKV_ATTN_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace akv::attn {
+
+RowFormat code_format(int bits) {
+  switch (bits) {
+    case 2: return RowFormat::code2;
+    case 3: return RowFormat::code3;
+    case 4: return RowFormat::code4;
+    case 8: return RowFormat::code8;
+    default: throw InvalidInput("unsupported bit width", {"", "bits", std::to_string(bits)});
+  }
+}
+
+namespace {
+
+int format_bits(RowFormat f) {
+  switch (f) {
+    case RowFormat::code2: return 2;
+    case RowFormat::code3: return 3;
+    case RowFormat::code4: return 4;
+    default: return 8;
+  }
+}
+
+// Value c (< 8 * chunks) of a row, scalar (fallback loops and tails).
+float value_at(RowFormat f, const std::uint8_t* row, std::size_t c) {
+  switch (f) {
+    case RowFormat::f32: {
+      float v;
+      std::memcpy(&v, row + 4 * c, 4);
+      return v;
+    }
+    case RowFormat::f16: {
+      std::uint16_t h;
+      std::memcpy(&h, row + 2 * c, 2);
+      return f16_to_f32_ref(h);
+    }
+    default: {
+      const int b = format_bits(f);
+      const std::size_t bit = c * static_cast<std::size_t>(b);
+      const unsigned w = row[bit / 8] | (static_cast<unsigned>(row[bit / 8 + 1]) << 8);
+      return static_cast<float>((w >> (bit % 8)) & ((1u << b) - 1u));
+    }
+  }
+}
+
+[[maybe_unused]] void score_rows_scalar(const Rows& rows, std::size_t nq, const float* w,
+                                        std::size_t ws, const float* bias, float* s,
+                                        std::size_t ss) {
+  const std::size_t d = rows.chunks * 8;
+  for (std::size_t r = 0; r < rows.n; ++r) {
+    const std::uint8_t* row = rows.base + r * rows.stride;
+    for (std::size_t h = 0; h < nq; ++h) {
+      float acc = 0.0f;
+      for (std::size_t c = 0; c < d; ++c) acc += w[h * ws + c] * value_at(rows.format, row, c);
+      s[h * ss + r] = acc + (bias ? bias[h] : 0.0f);
+    }
+  }
+}
+
+[[maybe_unused]] void accumulate_rows_scalar(const Rows& rows, std::size_t nq, const float* coef,
+                                             std::size_t ng, std::size_t cpg, float* acc,
+                                             std::size_t as) {
+  const std::size_t d = rows.chunks * 8;
+  for (std::size_t r = 0; r < rows.n; ++r) {
+    const std::uint8_t* row = rows.base + r * rows.stride;
+    for (std::size_t h = 0; h < nq; ++h) {
+      for (std::size_t c = 0; c < d; ++c) {
+        acc[h * as + c] += coef[(r * nq + h) * ng + c / (8 * cpg)] * value_at(rows.format, row, c);
+      }
+    }
+  }
+}
+
+#ifdef AKV_ATTN_AVX2
+
+template <RowFormat F>
+inline __m256 load8(const std::uint8_t* row, std::size_t k) {
+  if constexpr (F == RowFormat::f32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * k);
+  } else if constexpr (F == RowFormat::f16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * k)));
+  } else if constexpr (F == RowFormat::code8) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * k))));
+  } else {
+    constexpr int b = F == RowFormat::code2 ? 2 : F == RowFormat::code3 ? 3 : 4;
+    std::uint32_t w;
+    std::memcpy(&w, row + static_cast<std::size_t>(b) * k, 4);
+    const __m256i shifts = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
+    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts);
+    return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32((1 << b) - 1)));
+  }
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// Lane i of the result = horizontal sum of v[i].
+inline __m256 hsum8(const __m256* v) {
+  const __m256 a = _mm256_hadd_ps(v[0], v[1]), b = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 c = _mm256_hadd_ps(v[4], v[5]), d = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+  return _mm256_add_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31));
+}
+
+// RB rows x NQ heads of dot products; accumulators acc[r * NQ + h].
+template <RowFormat F, int NQ, int RB>
+inline void score_block(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
+                        const float* bias, float* s, std::size_t ss) {
+  __m256 acc[RB * NQ];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  const std::uint8_t* row[RB];
+  for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+  for (std::size_t k = 0; k < rows.chunks; ++k) {
+    for (int r = 0; r < RB; ++r) {
+      const __m256 x = load8<F>(row[r], k);
+      for (int h = 0; h < NQ; ++h) {
+        acc[r * NQ + h] = _mm256_fmadd_ps(_mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k), x,
+                                          acc[r * NQ + h]);
+      }
+    }
+  }
+  if constexpr (RB * NQ == 8) {
+    alignas(32) float out[8];
+    _mm256_store_ps(out, hsum8(acc));
+    for (int r = 0; r < RB; ++r) {
+      for (int h = 0; h < NQ; ++h) {
+        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] =
+            out[r * NQ + h] + (bias ? bias[h] : 0.0f);
+      }
+    }
+  } else {
+    for (int r = 0; r < RB; ++r) {
+      for (int h = 0; h < NQ; ++h) {
+        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] =
+            hsum(acc[r * NQ + h]) + (bias ? bias[h] : 0.0f);
+      }
+    }
+  }
+}
+
+template <RowFormat F, int NQ>
+void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* bias, float* s,
+                 std::size_t ss) {
+  constexpr int RB = 8 / NQ;
+  std::size_t r = 0;
+  for (; r + RB <= rows.n; r += RB) score_block<F, NQ, RB>(rows, r, w, ws, bias, s, ss);
+  for (; r < rows.n; ++r) score_block<F, NQ, 1>(rows, r, w, ws, bias, s, ss);
+}
+
+template <RowFormat F>
+void score_format(const Rows& rows, std::size_t nq, const float* w, std::size_t ws,
+                  const float* bias, float* s, std::size_t ss) {
+  for (std::size_t h = 0; h < nq;) {
+    const std::size_t left = nq - h;
+    const float* b = bias ? bias + h : nullptr;
+    if (left >= 8) {
+      score_heads<F, 8>(rows, w + h * ws, ws, b, s + h * ss, ss);
+      h += 8;
+    } else if (left >= 4) {
+      score_heads<F, 4>(rows, w + h * ws, ws, b, s + h * ss, ss);
+      h += 4;
+    } else if (left >= 2) {
+      score_heads<F, 2>(rows, w + h * ws, ws, b, s + h * ss, ss);
+      h += 2;
+    } else {
+      score_heads<F, 1>(rows, w + h * ws, ws, b, s + h * ss, ss);
+      h += 1;
+    }
+  }
+}
+
+// NQ heads (h0..h0+NQ of nq) x CB chunks starting at chunk k0, over all rows.
+template <RowFormat F, int NQ, int CB>
+inline void accumulate_block(const Rows& rows, std::size_t k0, std::size_t nq, std::size_t h0,
+                             const float* coef, std::size_t ng, std::size_t cpg, float* acc,
+                             std::size_t as) {
+  __m256 a[NQ * CB];
+  for (auto& v : a) v = _mm256_setzero_ps();
+  std::size_t g[CB];
+  for (int j = 0; j < CB; ++j) g[j] = (k0 + static_cast<std::size_t>(j)) / cpg;
+  for (std::size_t r = 0; r < rows.n; ++r) {
+    const std::uint8_t* row = rows.base + r * rows.stride;
+    const float* cr = coef + (r * nq + h0) * ng;
+    for (int j = 0; j < CB; ++j) {
+      const __m256 x = load8<F>(row, k0 + static_cast<std::size_t>(j));
+      for (int h = 0; h < NQ; ++h) {
+        a[h * CB + j] = _mm256_fmadd_ps(_mm256_set1_ps(cr[static_cast<std::size_t>(h) * ng + g[j]]), x,
+                                        a[h * CB + j]);
+      }
+    }
+  }
+  for (int h = 0; h < NQ; ++h) {
+    for (int j = 0; j < CB; ++j) {
+      float* p = acc + (h0 + static_cast<std::size_t>(h)) * as + 8 * (k0 + static_cast<std::size_t>(j));
+      _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), a[h * CB + j]));
+    }
+  }
+}
+
+template <RowFormat F, int NQ>
+void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const float* coef,
+                      std::size_t ng, std::size_t cpg, float* acc, std::size_t as) {
+  constexpr int CB = 8 / NQ;
+  std::size_t k = 0;
+  for (; k + CB <= rows.chunks; k += CB) accumulate_block<F, NQ, CB>(rows, k, nq, h0, coef, ng, cpg, acc, as);
+  for (; k < rows.chunks; ++k) accumulate_block<F, NQ, 1>(rows, k, nq, h0, coef, ng, cpg, acc, as);
+}
+
+template <RowFormat F>
+void accumulate_format(const Rows& rows, std::size_t nq, const float* coef, std::size_t ng,
+                       std::size_t cpg, float* acc, std::size_t as) {
+  for (std::size_t h = 0; h < nq;) {
+    const std::size_t left = nq - h;
+    if (left >= 8) {
+      accumulate_heads<F, 8>(rows, nq, h, coef, ng, cpg, acc, as);
+      h += 8;
+    } else if (left >= 4) {
+      accumulate_heads<F, 4>(rows, nq, h, coef, ng, cpg, acc, as);
+      h += 4;
+    } else if (left >= 2) {
+      accumulate_heads<F, 2>(rows, nq, h, coef, ng, cpg, acc, as);
+      h += 2;
+    } else {
+      accumulate_heads<F, 1>(rows, nq, h, coef, ng, cpg, acc, as);
+      h += 1;
+    }
+  }
+}
+
+// exp(x) for x in [-87, 0]: Cephes expf (range reduction by ln 2 in two parts, degree-5
+// polynomial), 2^n by exponent arithmetic.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+#endif  // AKV_ATTN_AVX2
+
+}  // namespace
+
+void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t ws, const float* bias,
+                float* s, std::size_t ss) {
+#ifdef AKV_ATTN_AVX2
+  switch (rows.format) {
+    case RowFormat::f32: return score_format<RowFormat::f32>(rows, nq, w, ws, bias, s, ss);
+    case RowFormat::f16: return score_format<RowFormat::f16>(rows, nq, w, ws, bias, s, ss);
+    case RowFormat::code2: return score_format<RowFormat::code2>(rows, nq, w, ws, bias, s, ss);
+    case RowFormat::code3: return score_format<RowFormat::code3>(rows, nq, w, ws, bias, s, ss);
+    case RowFormat::code4: return score_format<RowFormat::code4>(rows, nq, w, ws, bias, s, ss);
+    case RowFormat::code8: return score_format<RowFormat::code8>(rows, nq, w, ws, bias, s, ss);
+  }
+#else
+  score_rows_scalar(rows, nq, w, ws, bias, s, ss);
+#endif
+}
+
+void accumulate_rows(const Rows& rows, std::size_t nq, const float* coef, std::size_t ng,
+                     std::size_t cpg, float* acc, std::size_t as) {
+#ifdef AKV_ATTN_AVX2
+  switch (rows.format) {
+    case RowFormat::f32: return accumulate_format<RowFormat::f32>(rows, nq, coef, ng, cpg, acc, as);
+    case RowFormat::f16: return accumulate_format<RowFormat::f16>(rows, nq, coef, ng, cpg, acc, as);
+    case RowFormat::code2: return accumulate_format<RowFormat::code2>(rows, nq, coef, ng, cpg, acc, as);
+    case RowFormat::code3: return accumulate_format<RowFormat::code3>(rows, nq, coef, ng, cpg, acc, as);
+    case RowFormat::code4: return accumulate_format<RowFormat::code4>(rows, nq, coef, ng, cpg, acc, as);
+    case RowFormat::code8: return accumulate_format<RowFormat::code8>(rows, nq, coef, ng, cpg, acc, as);
+  }
+#else
+  accumulate_rows_scalar(rows, nq, coef, ng, cpg, acc, as);
+#endif
+}
+
+float exp_shifted(const float* x, float shift, std::size_t n, float* out) {
+  std::size_t i = 0;
+  float sum = 0.0f;
+#ifdef AKV_ATTN_AVX2
+  const __m256 m = _mm256_set1_ps(shift);
+  __m256 vs = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    _mm256_storeu_ps(out + i, e);
+    vs = _mm256_add_ps(vs, e);
+  }
+  sum = hsum(vs);
+#endif
+  for (; i < n; ++i) {
+    out[i] = std::exp(x[i] - shift);
+    sum += out[i];
+  }
+  return sum;
+}
+
+}  // namespace akv::attn

@@ -1,0 +1,36 @@
+#pragma once
+// Inner loops of decode attention (internal to the attention module). Rows are read 8 values
+// (one chunk) at a time straight from their storage: f32, f16, or b-bit codes (as floats
+// 0..2^b-1); AVX2/F16C/FMA when compiled for x86-64-v3, plain loops otherwise.
+#include <cstddef>
+#include <cstdint>
+
+namespace akv::attn {
+
+enum class RowFormat { f32, f16, code2, code3, code4, code8 };
+
+RowFormat code_format(int bits);  // 2, 3, 4, 8
+
+// n rows of `chunks` * 8 values each; row r starts at base + r * stride bytes (code rows:
+// stride = chunks * bits bytes; the stream must be readable 8 bytes past its end).
+struct Rows {
+  RowFormat format = RowFormat::f32;
+  const std::uint8_t* base = nullptr;
+  std::size_t stride = 0, n = 0, chunks = 0;
+};
+
+// For h < nq, r < rows.n: s[h * s_stride + r] = bias[h] + sum_c w[h * w_stride + c] * row_r[c]
+// (f32 products and sums; bias may be null = 0).
+void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t w_stride,
+                const float* bias, float* s, std::size_t s_stride);
+
+// For h < nq, c < chunks * 8: acc[h * a_stride + c] += sum_r coef[(r * nq + h) * n_groups + g(c)]
+// * row_r[c], with g(c) = c / (8 * chunks_per_group).
+void accumulate_rows(const Rows& rows, std::size_t nq, const float* coef, std::size_t n_groups,
+                     std::size_t chunks_per_group, float* acc, std::size_t a_stride);
+
+// out[i] = exp(x[i] - shift) for i < n (x[i] - shift <= 0); returns the sum of out in the
+// loop's fixed order. Relative error of each value <= 2e-7 (tested against std::exp).
+float exp_shifted(const float* x, float shift, std::size_t n, float* out);
+
+}  // namespace akv::attn

@@ -1,0 +1,158 @@
+#include "akv/attention/kv_view.h"
+
+#include <cmath>
+
+#include "akv/core/errors.h"
+#include "akv/quant/pack.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+
+// Code i of a little-endian b-bit stream.
+unsigned code_at(const std::uint8_t* stream, std::size_t i, int bits) {
+  const std::size_t bit = i * static_cast<std::size_t>(bits);
+  const unsigned w = stream[bit / 8] | (static_cast<unsigned>(stream[bit / 8 + 1]) << 8);
+  return (w >> (bit % 8)) & ((1u << bits) - 1u);
+}
+
+}  // namespace
+
+void dequantize_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
+                     float* out) {
+  const PackedView& p = t.packed;
+  const std::size_t per_row = p.cols ? ceil_div(p.cols, p.group) : 0;
+  for (std::size_t r = r0; r < r1; ++r, out += head_dim) {
+    if (r < p.rows) {
+      for (std::size_t c = 0, a = 0, o = 0; c < head_dim; ++c) {
+        if (o < p.n_outliers && p.outlier_channel[o] == c) {
+          out[c] = f16_to_f32_ref(p.outlier_value[r * p.n_outliers + o]);
+          ++o;
+          continue;
+        }
+        const std::size_t g = p.axis == QuantAxis::channel ? (r / p.group) * p.cols + a
+                                                           : r * per_row + a / p.group;
+        const float code = static_cast<float>(code_at(p.codes, r * p.cols + a, p.bits));
+        out[c] = std::fma(code, f16_to_f32_ref(p.scale[g]), f16_to_f32_ref(p.zero[g]));
+        ++a;
+      }
+    } else {
+      const std::size_t i = (r - p.rows) * head_dim;
+      if (t.dense.type == DenseType::f32) {
+        const float* src = static_cast<const float*>(t.dense.data) + i;
+        std::copy(src, src + head_dim, out);
+      } else {
+        const std::uint16_t* src = static_cast<const std::uint16_t*>(t.dense.data) + i;
+        for (std::size_t c = 0; c < head_dim; ++c) out[c] = f16_to_f32_ref(src[c]);
+      }
+    }
+  }
+}
+
+PackedTensor::PackedTensor(std::size_t head_dim, DenseType dense) : d_(head_dim), type_(dense) {
+  codes_.assign(kCodePadding, 0);
+}
+
+void PackedTensor::append_dense(const float* rows, std::size_t n) {
+  if (type_ == DenseType::f32) {
+    dense32_.insert(dense32_.end(), rows, rows + n * d_);
+  } else {
+    const std::size_t old = dense16_.size();
+    dense16_.resize(old + n * d_);
+    f32_to_f16(rows, dense16_.data() + old, n * d_);
+  }
+  dense_rows_ += n;
+}
+
+void PackedTensor::append_packed(const QuantizedBlock& b,
+                                 const std::vector<std::uint16_t>& outlier_channels,
+                                 const std::uint16_t* outliers) {
+  if (b.rows == 0) return;
+  if (view_.rows == 0) {
+    view_.bits = b.bits;
+    view_.axis = b.axis;
+    view_.group = b.group;
+    view_.cols = b.cols;
+    view_.n_outliers = outlier_channels.size();
+    outlier_channel_ = outlier_channels;
+  } else if (b.bits != view_.bits || b.axis != view_.axis || b.group != view_.group ||
+             b.cols != view_.cols || outlier_channels != outlier_channel_ ||
+             (b.axis == QuantAxis::channel && view_.rows % view_.group != 0)) {
+    throw InvalidInput("packed block does not continue the stored rows (bits, axis, group, "
+                       "channels or a partial group)", {"", "block"});
+  }
+  if (b.cols + outlier_channels.size() != d_) {
+    throw InvalidInput("packed block channels + outliers differ from head_dim",
+                       {"", "cols", std::to_string(b.cols)});
+  }
+  const std::size_t n_bits = b.rows * b.cols * static_cast<std::size_t>(b.bits);
+  codes_.resize(ceil_div(code_bits_, 8));
+  if (code_bits_ % 8 == 0) {
+    codes_.insert(codes_.end(), b.codes.begin(), b.codes.end());
+  } else {
+    codes_.resize(ceil_div(code_bits_ + n_bits, 8), 0);
+    for (std::size_t i = 0; i < n_bits; ++i) {
+      if ((b.codes[i / 8] >> (i % 8)) & 1u) {
+        const std::size_t o = code_bits_ + i;
+        codes_[o / 8] = static_cast<std::uint8_t>(codes_[o / 8] | (1u << (o % 8)));
+      }
+    }
+  }
+  code_bits_ += n_bits;
+  codes_.resize(ceil_div(code_bits_, 8) + kCodePadding, 0);
+  scale_.insert(scale_.end(), b.scale.begin(), b.scale.end());
+  zero_.insert(zero_.end(), b.zero.begin(), b.zero.end());
+  if (!outlier_channels.empty()) {
+    outlier_value_.insert(outlier_value_.end(), outliers, outliers + b.rows * outlier_channels.size());
+  }
+  view_.rows += b.rows;
+}
+
+void PackedTensor::drop_dense_front(std::size_t n) {
+  if (n > dense_rows_) throw InvalidInput("dropping more dense rows than stored", {"", "rows", std::to_string(n)});
+  if (type_ == DenseType::f32) {
+    dense32_.erase(dense32_.begin(), dense32_.begin() + static_cast<std::ptrdiff_t>(n * d_));
+  } else {
+    dense16_.erase(dense16_.begin(), dense16_.begin() + static_cast<std::ptrdiff_t>(n * d_));
+  }
+  dense_rows_ -= n;
+}
+
+void PackedTensor::erase_dense(std::size_t i) {
+  const auto a = static_cast<std::ptrdiff_t>(i * d_), e = static_cast<std::ptrdiff_t>((i + 1) * d_);
+  if (type_ == DenseType::f32) {
+    dense32_.erase(dense32_.begin() + a, dense32_.begin() + e);
+  } else {
+    dense16_.erase(dense16_.begin() + a, dense16_.begin() + e);
+  }
+  --dense_rows_;
+}
+
+const float* PackedTensor::dense_f32(std::size_t row) const { return dense32_.data() + row * d_; }
+const std::uint16_t* PackedTensor::dense_f16(std::size_t row) const { return dense16_.data() + row * d_; }
+
+std::uint64_t PackedTensor::bytes() const {
+  std::uint64_t b = ceil_div(code_bits_, 8) + 2 * (scale_.size() + zero_.size()) + 2 * outlier_value_.size();
+  if (view_.rows > 0) b += 2 * outlier_channel_.size();
+  b += (type_ == DenseType::f32 ? 4 : 2) * dense_rows_ * d_;
+  return b;
+}
+
+TensorView PackedTensor::view() const {
+  TensorView t;
+  t.packed = view_;
+  t.packed.codes = codes_.data();
+  t.packed.scale = scale_.data();
+  t.packed.zero = zero_.data();
+  t.packed.outlier_channel = outlier_channel_.data();
+  t.packed.outlier_value = outlier_value_.data();
+  t.dense.type = type_;
+  t.dense.data = type_ == DenseType::f32 ? static_cast<const void*>(dense32_.data())
+                                         : static_cast<const void*>(dense16_.data());
+  t.dense.rows = dense_rows_;
+  return t;
+}
+
+}  // namespace akv

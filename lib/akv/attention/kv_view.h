@@ -1,0 +1,104 @@
+#pragma once
+// What decode attention reads for one KV head: keys and values, each a packed quantized part
+// (the oldest rows) followed by a dense part (f16 or f32 rows: the residual window, the hot
+// tier, or the whole cache). Rows are in chronological order; keys are post-RoPE.
+//
+// The packed part uses the quantizer's layout (quant/affine.h): codes in row-major element
+// order as one little-endian bit stream (row r starts at bit r * cols * bits), scale/zero f16
+// per group in group order (channel axis: [row / G][col]; token axis: [row][col / G]). Optional
+// f16 outlier channels sit beside the codes: the codes then cover the other `cols` channels in
+// ascending order. PackedTensor (below) owns such storage and grows it row by row.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "akv/quant/affine.h"
+
+namespace akv {
+
+struct PackedView {
+  int bits = 4;
+  QuantAxis axis = QuantAxis::channel;
+  std::size_t group = 32;
+  std::size_t rows = 0, cols = 0;               // cols: quantized channels
+  const std::uint8_t* codes = nullptr;          // readable kCodePadding bytes past the stream
+  const std::uint16_t* scale = nullptr;         // f16 bits, group order
+  const std::uint16_t* zero = nullptr;          // f16 bits
+  std::size_t n_outliers = 0;                   // head_dim = cols + n_outliers
+  const std::uint16_t* outlier_channel = nullptr;  // [n_outliers] ascending channel indices
+  const std::uint16_t* outlier_value = nullptr;    // [rows, n_outliers] f16 bits
+};
+
+enum class DenseType { f32, f16 };
+
+struct DenseView {
+  DenseType type = DenseType::f32;
+  const void* data = nullptr;  // [rows, head_dim] f32 or f16 bits
+  std::size_t rows = 0;
+};
+
+struct TensorView {
+  PackedView packed;  // rows [0, packed.rows)
+  DenseView dense;    // rows [packed.rows, packed.rows + dense.rows)
+  std::size_t rows() const { return packed.rows + dense.rows; }
+};
+
+// One KV head as attention reads it. key.rows() == value.rows(); the split points may differ
+// (keys quantize in whole groups of tokens, values token by token).
+struct HeadView {
+  TensorView key, value;
+  std::size_t rows() const { return key.rows(); }
+};
+
+// Bytes that must be readable past the end of a packed code stream (vector loads).
+constexpr std::size_t kCodePadding = 8;
+
+// Dequantizes rows [r0, r1) of a tensor view into out [r1 - r0, head_dim] with the quantizer's
+// decode (x^ = fma(code, scale, zero); f16 rows widened exactly).
+void dequantize_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
+                     float* out);
+
+// Growable storage of one tensor (keys or values) of one head: packed rows, then dense rows.
+// Dense rows move into the packed part when quantized (quantize_front).
+class PackedTensor {
+ public:
+  PackedTensor() = default;
+  // head_dim channels; dense rows stored as `dense` (f16 rounds to nearest even).
+  PackedTensor(std::size_t head_dim, DenseType dense);
+
+  // Appends n dense rows [n, head_dim].
+  void append_dense(const float* rows, std::size_t n);
+  // Appends a quantized block of whole groups (channel axis: block.rows a multiple of the
+  // group, unless no further rows will follow) covering the channels that are not outliers;
+  // outliers: f16 values [block.rows, n_outliers] of the outlier channels. The first block
+  // fixes bits, axis, group and outlier channels; later blocks must match.
+  void append_packed(const QuantizedBlock& block, const std::vector<std::uint16_t>& outlier_channels,
+                     const std::uint16_t* outliers);
+  // Removes the first n dense rows (after the caller quantized them into the packed part).
+  void drop_dense_front(std::size_t n);
+  // Removes dense row i (eviction from an unquantized cache).
+  void erase_dense(std::size_t i);
+
+  std::size_t packed_rows() const { return view_.rows; }
+  std::size_t dense_rows() const { return dense_rows_; }
+  std::size_t rows() const { return view_.rows + dense_rows_; }
+  const float* dense_f32(std::size_t row) const;  // f32 storage only
+  const std::uint16_t* dense_f16(std::size_t row) const;  // f16 storage only
+  // Bytes the cache format stores: packed codes, scales, zeros, outlier values and channel
+  // indices, and dense rows (f16: 2 bytes, f32: 4 bytes per value).
+  std::uint64_t bytes() const;
+  TensorView view() const;
+
+ private:
+  std::size_t d_ = 0;
+  DenseType type_ = DenseType::f32;
+  PackedView view_;  // parameters; pointers refreshed by view()
+  std::size_t code_bits_ = 0;  // bits used in codes_
+  std::vector<std::uint8_t> codes_;
+  std::vector<std::uint16_t> scale_, zero_, outlier_channel_, outlier_value_;
+  std::vector<float> dense32_;
+  std::vector<std::uint16_t> dense16_;
+  std::size_t dense_rows_ = 0;
+};
+
+}  // namespace akv

@@ -1,0 +1,240 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <memory>
+
+#include "akv/attention/decode_attention.h"
+#include "akv/attention/kernels.h"
+#include "akv/core/errors.h"
+#include "akv/core/rng.h"
+#include "akv/quant/pack.h"
+#include "akv/tensor/half.h"
+
+using namespace akv;
+
+namespace {
+
+struct Layout {
+  std::size_t d = 128, n = 300, quant_k = 256, quant_v = 290;
+  int bits_k = 4, bits_v = 4;
+  std::size_t group = 32, outliers = 0;
+  QuantAxis axis_k = QuantAxis::channel, axis_v = QuantAxis::token;
+  DenseType dense = DenseType::f16;
+};
+
+// One KV head's keys and values: the first quant_k / quant_v rows packed, the rest dense.
+struct TestHead {
+  PackedTensor key, value;
+  HeadView view() const { return {key.view(), value.view()}; }
+};
+
+std::vector<float> normal(std::size_t n, std::uint64_t seed, double mean = 0.0, double sd = 1.0) {
+  Rng rng(seed);
+  std::vector<float> x(n);
+  for (auto& v : x) v = static_cast<float>(mean + sd * rng.normal());
+  return x;
+}
+
+void fill(PackedTensor& t, const std::vector<float>& x, std::size_t n_quant, int bits,
+          QuantAxis axis, std::size_t group, std::size_t d, std::size_t n_out) {
+  std::vector<std::uint16_t> chans;
+  for (std::size_t j = 0; j < n_out; ++j) chans.push_back(static_cast<std::uint16_t>(3 + 5 * j));
+  const std::size_t cols = d - n_out;
+  std::vector<float> in(n_quant * cols);
+  std::vector<std::uint16_t> out(n_quant * n_out);
+  for (std::size_t r = 0; r < n_quant; ++r) {
+    for (std::size_t c = 0, a = 0, o = 0; c < d; ++c) {
+      if (o < n_out && chans[o] == c) {
+        out[r * n_out + o++] = f32_to_f16_ref(x[r * d + c]);
+      } else {
+        in[r * cols + a++] = x[r * d + c];
+      }
+    }
+  }
+  // Two blocks when possible, to exercise appending (the first of whole groups).
+  const std::size_t split = axis == QuantAxis::channel ? (n_quant / 2) / group * group : n_quant / 2;
+  for (auto [r0, r1] : {std::pair{std::size_t{0}, split}, std::pair{split, n_quant}}) {
+    if (r1 == r0) continue;
+    const QuantizedBlock b = quantize_block(in.data() + r0 * cols, r1 - r0, cols, axis, bits, group);
+    t.append_packed(b, chans, out.data() + r0 * n_out);
+  }
+  t.append_dense(x.data() + n_quant * d, x.size() / d - n_quant);
+}
+
+std::unique_ptr<TestHead> make_head(const Layout& l, std::uint64_t seed) {
+  auto h = std::make_unique<TestHead>();
+  h->key = PackedTensor(l.d, l.dense);
+  h->value = PackedTensor(l.d, l.dense);
+  std::vector<float> k = normal(l.n * l.d, seed), v = normal(l.n * l.d, seed + 1);
+  for (std::size_t t = 0; t < l.n; ++t) k[t * l.d + 3] += 6.0f;  // an outlier-like channel
+  fill(h->key, k, l.quant_k, l.bits_k, l.axis_k, l.group, l.d, l.outliers);
+  fill(h->value, v, l.quant_v, l.bits_v, l.axis_v, l.group, l.d, 0);
+  return h;
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Runs fast and reference attention for n_kv heads of layout l, GQA ratio nq; checks the
+// outputs (and probabilities) agree within 1e-5 relative error per query head.
+void check_against_ref(const Layout& l, std::size_t n_kv, std::size_t nq, DecodeAttentionOptions o = {}) {
+  std::vector<std::unique_ptr<TestHead>> heads;
+  std::vector<HeadView> views;
+  for (std::size_t i = 0; i < n_kv; ++i) {
+    heads.push_back(make_head(l, 100 + 7 * i));
+    views.push_back(heads.back()->view());
+  }
+  const std::size_t n_heads = n_kv * nq;
+  const std::vector<float> q = normal(n_heads * l.d, 9);
+  std::vector<float> out(n_heads * l.d), ref(out.size());
+  std::vector<std::vector<float>> pf(n_heads, std::vector<float>(l.n)), pr = pf;
+  std::vector<float*> pfp, prp;
+  for (std::size_t h = 0; h < n_heads; ++h) {
+    pfp.push_back(pf[h].data());
+    prp.push_back(pr[h].data());
+  }
+  DecodeAttentionArgs a{q.data(), n_heads, l.d, views.data(), n_kv, 1.0f / std::sqrt(static_cast<float>(l.d)),
+                        out.data(), pfp.data()};
+  decode_attention(a, o);
+  a.out = ref.data();
+  a.probs = prp.data();
+  decode_attention_ref(a);
+  for (std::size_t h = 0; h < n_heads; ++h) {
+    const std::vector<float> x(out.begin() + static_cast<std::ptrdiff_t>(h * l.d), out.begin() + static_cast<std::ptrdiff_t>((h + 1) * l.d));
+    const std::vector<float> y(ref.begin() + static_cast<std::ptrdiff_t>(h * l.d), ref.begin() + static_cast<std::ptrdiff_t>((h + 1) * l.d));
+    INFO("head " << h << " bits " << l.bits_k << "/" << l.bits_v << " n " << l.n << " quant " << l.quant_k << "/" << l.quant_v << " d " << l.d);
+    CHECK(rel_err(x, y) <= 1e-5);
+    if (l.n > 0) CHECK(rel_err(pf[h], pr[h]) <= 1e-5);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("dequantize_rows equals dequantize_block_ref on a packed tensor", "[attention]") {
+  for (int bits : {2, 3, 4, 8}) {
+    for (QuantAxis axis : {QuantAxis::channel, QuantAxis::token}) {
+      const std::size_t d = 36, n = 70;  // 36 * 3 bits: rows do not start on bytes
+      const std::vector<float> x = normal(n * d, 3);
+      PackedTensor t(d, DenseType::f16);
+      const QuantizedBlock b1 = quantize_block_ref(x.data(), 32, d, axis, bits, 16);
+      const QuantizedBlock b2 = quantize_block_ref(x.data() + 32 * d, 33, d, axis, bits, 16);
+      t.append_packed(b1, {}, nullptr);
+      t.append_packed(b2, {}, nullptr);
+      t.append_dense(x.data() + 65 * d, 5);
+      std::vector<float> got(n * d), want(n * d);
+      dequantize_rows(t.view(), d, 0, n, got.data());
+      dequantize_block_ref(b1, want.data());
+      dequantize_block_ref(b2, want.data() + 32 * d);
+      for (std::size_t i = 65 * d; i < n * d; ++i) want[i] = f16_to_f32_ref(f32_to_f16_ref(x[i]));
+      INFO("bits " << bits << " axis " << quant_axis_name(axis));
+      CHECK(got == want);
+      CHECK(t.bytes() == packed_size(65 * d, bits) + b1.bytes() - b1.codes.size() + b2.bytes() - b2.codes.size() + 2 * 5 * d);
+    }
+  }
+}
+
+TEST_CASE("exp_shifted is within 3e-7 of std::exp", "[attention]") {
+  std::vector<float> x(1003), y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = -80.0f * static_cast<float>(i) / 1000.0f;
+  const float sum = attn::exp_shifted(x.data(), 0.5f, x.size(), y.data());
+  double s = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double e = std::exp(static_cast<double>(x[i] - 0.5f));  // the float difference, as the kernel
+    CHECK(std::abs(y[i] - e) <= 3e-7 * e);
+    s += e;
+  }
+  CHECK(std::abs(sum - s) <= 1e-6 * s);
+}
+
+TEST_CASE("fused decode attention equals the reference over the dequantized cache", "[attention]") {
+  SECTION("every bit width, GQA 1/4/8, KIVI layout") {
+    for (int bits : {2, 3, 4, 8}) {
+      for (std::size_t nq : {1, 4, 8}) {
+        Layout l;
+        l.bits_k = l.bits_v = bits;
+        check_against_ref(l, 2, nq);
+      }
+    }
+  }
+  SECTION("mixed bits, lengths not multiples of the tile, partial key group") {
+    Layout l;
+    l.bits_k = 4;
+    l.bits_v = 2;
+    l.n = 1001;
+    l.quant_k = 970;  // a partial last group
+    l.quant_v = 999;
+    check_against_ref(l, 3, 4, {1, 64, 256});
+  }
+  SECTION("empty quantized part / empty dense part / empty head") {
+    Layout l;
+    l.quant_k = l.quant_v = 0;
+    check_against_ref(l, 2, 4);
+    l.quant_k = l.quant_v = l.n = 320;
+    check_against_ref(l, 2, 4);
+    l.n = l.quant_k = l.quant_v = 0;
+    check_against_ref(l, 1, 2);
+  }
+  SECTION("head_dim 64, f32 dense rows, GQA 2 and 3") {
+    Layout l;
+    l.d = 64;
+    l.dense = DenseType::f32;
+    check_against_ref(l, 2, 2);
+    check_against_ref(l, 2, 3);
+  }
+  SECTION("outlier key channels, per-token keys, per-channel values, head_dim 36 (fallbacks)") {
+    Layout l;
+    l.outliers = 8;
+    check_against_ref(l, 2, 4);
+    l.outliers = 3;  // 125 quantized channels: not a multiple of 8
+    check_against_ref(l, 2, 4);
+    l.outliers = 0;
+    l.axis_k = QuantAxis::token;
+    l.axis_v = QuantAxis::channel;
+    check_against_ref(l, 2, 4);
+    l = Layout{};
+    l.d = 36;
+    l.group = 12;
+    l.quant_k = 264;
+    check_against_ref(l, 2, 2);
+  }
+}
+
+TEST_CASE("fused decode attention is bitwise identical for any thread count", "[attention]") {
+  Layout l;
+  l.n = 5000;
+  l.quant_k = 4864;
+  l.quant_v = 4872;
+  std::vector<std::unique_ptr<TestHead>> heads;
+  std::vector<HeadView> views;
+  for (std::size_t i = 0; i < 2; ++i) {
+    heads.push_back(make_head(l, 40 + i));
+    views.push_back(heads.back()->view());
+  }
+  const std::vector<float> q = normal(8 * l.d, 2);
+  std::vector<std::vector<float>> outs;
+  for (int threads : {1, 2, 3}) {
+    std::vector<float> out(8 * l.d);
+    decode_attention({q.data(), 8, l.d, views.data(), 2, 0.1f, out.data(), nullptr}, {threads, 64, 1024});
+    outs.push_back(out);
+  }
+  CHECK(outs[0] == outs[1]);
+  CHECK(outs[0] == outs[2]);
+}
+
+TEST_CASE("decode attention refuses inconsistent shapes", "[attention]") {
+  Layout l;
+  auto h = make_head(l, 1);
+  HeadView v = h->view();
+  v.value.dense.rows -= 1;
+  const std::vector<float> q(4 * l.d, 0.0f);
+  std::vector<float> out(4 * l.d);
+  CHECK_THROWS_AS(decode_attention({q.data(), 4, l.d, &v, 1, 1.0f, out.data(), nullptr}), InvalidInput);
+  v = h->view();
+  CHECK_THROWS_AS(decode_attention({q.data(), 3, l.d, &v, 2, 1.0f, out.data(), nullptr}), InvalidInput);
+  CHECK_THROWS_AS(decode_attention({q.data(), 4, l.d, &v, 1, 1.0f, out.data(), nullptr}, {1, 64, 100}), InvalidInput);
+}
