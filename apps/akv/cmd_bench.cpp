@@ -2,8 +2,10 @@
 // the same run (figures are ratios; the machine may be shared and noisy).
 #include <cstdio>
 
+#include "akv/bench/attention_bench.h"
 #include "akv/bench/decode_bench.h"
 #include "akv/bench/quant_bench.h"
+#include "akv/core/atomic_file.h"
 #include "akv/io/token_file.h"
 #include "akv/model/hf.h"
 #include "commands.h"
@@ -16,19 +18,41 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
                "the same run. See docs/benchmarks.md.");
   bench->require_subcommand(1);
 
+  // Options every synthetic suite shares: timing and output format.
+  struct Common {
+    int warmup = 1, repeat = 5;
+    bool json = false, csv = false;
+    std::string output = "-";
+  };
+  auto add_common = [](CLI::App* sub, Common& c) {
+    sub->add_option("--warmup", c.warmup, "Untimed runs before timing")->capture_default_str()
+        ->check(CLI::Range(0, 1000));
+    sub->add_option("--repeat,--repeats", c.repeat, "Timed runs (mean, stdev, min and raw samples reported)")
+        ->capture_default_str()->check(CLI::Range(1, 1000));
+    auto* j = sub->add_flag("--json", c.json, "Print JSON (every row: parameters, commit, CPU, threads, samples)");
+    sub->add_flag("--csv", c.csv, "Print CSV (every field of every row)")->excludes(j);
+    sub->add_option("-o,--output", c.output, "Write to this file (atomically) instead of stdout")
+        ->capture_default_str();
+  };
+  auto emit = [](const BenchReport& r, const std::vector<BenchColumn>& cols, const Common& c) {
+    write_text_file(c.output, c.json  ? r.to_json().dump(2) + "\n"
+                              : c.csv ? r.to_csv()
+                                      : r.to_table(cols));
+  };
+
   struct QuantOptions {
     QuantBenchOptions bench;
+    Common common;
     std::vector<int> bits = {2, 3, 4, 8};
     std::vector<std::string> axes = {"channel", "token"};
-    bool json = false;
   };
   auto opt = std::make_shared<QuantOptions>();
   QuantBenchOptions& b = opt->bench;
   CLI::App* sub = bench->add_subcommand(
       "quant",
-      "Quantize+pack and unpack+dequantize throughput (GB/s of f32 processed, best of --repeats) "
-      "on a [heads, tokens, head_dim] f32 tensor, threads over heads, next to a memcpy of the "
-      "same buffer with the same threads");
+      "Quantize+pack and unpack+dequantize throughput (GB/s of f32 processed) on a [heads, "
+      "tokens, head_dim] f32 tensor, threads over heads, next to a memcpy of the same buffer "
+      "with the same threads; kernels checked against the reference first");
   sub->add_option("--heads", b.heads, "Heads")->capture_default_str()->check(CLI::Range(1, 4096));
   sub->add_option("--tokens", b.tokens, "Tokens per head")->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
@@ -40,19 +64,53 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::IsMember({2, 3, 4, 8}));
   sub->add_option("--axis", opt->axes, "Axes to measure: channel, token")->capture_default_str()
       ->check(CLI::IsMember({"channel", "token"}));
-  sub->add_option("--repeats", b.repeats, "Repetitions (best is reported)")->capture_default_str()
-      ->check(CLI::Range(1, 1000));
   sub->add_option("--seed", b.seed, "Random seed of the tensor")->capture_default_str();
-  sub->add_flag("--json", opt->json, "Print JSON");
-  sub->callback([opt, &global] {
+  add_common(sub, opt->common);
+  sub->callback([opt, &global, emit] {
     QuantBenchOptions o = opt->bench;
     o.bits = opt->bits;
     o.axes.clear();
     for (const auto& a : opt->axes) o.axes.push_back(parse_quant_axis(a));
     o.threads = global.threads;
-    const QuantBenchResult r = bench_quant(o);
-    const std::string text = opt->json ? r.to_json().dump(2) + "\n" : r.to_table();
-    std::fputs(text.c_str(), stdout);
+    o.warmup = opt->common.warmup;
+    o.repeat = opt->common.repeat;
+    emit(bench_quant(o), quant_columns(), opt->common);
+  });
+
+  struct AttentionOptions {
+    AttentionBenchOptions bench;
+    Common common;
+  };
+  auto aopt = std::make_shared<AttentionOptions>();
+  AttentionBenchOptions& ab = aopt->bench;
+  CLI::App* att = bench->add_subcommand(
+      "attention",
+      "Decode attention time per token over synthetic caches (dense f32, dense f16, packed "
+      "KIVI layouts with an f16 residual), effective GB/s of cache bytes read, speedup vs dense "
+      "f16, next to a stream-read bandwidth measured in the same run; kernels checked against "
+      "the reference first. See docs/attention.md");
+  att->add_option("--contexts", ab.contexts, "Context lengths (tokens)")->delimiter(',')
+      ->capture_default_str()->check(CLI::Range(1, 1 << 22));
+  att->add_option("--head-dims", ab.head_dims, "Head dimensions")->delimiter(',')->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  att->add_option("--gqa", ab.gqa, "Query heads per KV head")->delimiter(',')->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  att->add_option("--kv-heads", ab.kv_heads, "KV heads")->capture_default_str()->check(CLI::Range(1, 256));
+  att->add_option("--variants", ab.variants, "Caches: f32, f16, q<b> (K and V at b bits), k<b>v<b>; b in 2,3,4,8")
+      ->delimiter(',')->capture_default_str();
+  att->add_option("--residual", ab.residual, "f16 residual tokens of packed caches")->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  att->add_option("--group", ab.group, "Quantization group G")->capture_default_str()->check(CLI::Range(1, 4096));
+  att->add_option("--min-sample", ab.min_sample_s, "Seconds per sample (short calls repeat within a sample)")
+      ->capture_default_str()->check(CLI::Range(0.0, 10.0));
+  att->add_option("--seed", ab.seed, "Random seed")->capture_default_str();
+  add_common(att, aopt->common);
+  att->callback([aopt, &global, emit] {
+    AttentionBenchOptions o = aopt->bench;
+    o.threads = global.threads;
+    o.warmup = aopt->common.warmup;
+    o.repeat = aopt->common.repeat;
+    emit(bench_attention(o), attention_columns(), aopt->common);
   });
 
   struct DecodeOptions {

@@ -83,7 +83,7 @@ class PartitionRunner {
         float* s = s_.data() + h * tile_;
         for (std::size_t i = 0; i < n; ++i) s[i] *= scale_;
         if (raw && raw[h]) std::copy(s, s + n, raw[h] + t0);
-        const float mt = *std::max_element(s, s + n);
+        const float mt = attn::max_value(s, n);
         const float m_new = std::max(out.m[h], mt);
         const float sum = attn::exp_shifted(s, m_new, n, p_.data() + h * tile_);
         const float corr = std::isinf(out.m[h]) ? 0.0f : std::exp(out.m[h] - m_new);
@@ -157,13 +157,13 @@ class PartitionRunner {
     bias_.resize(nq_);
     for (std::size_t h = 0; h < nq_; ++h) {
       const float* q = hp_.q_in.data() + h * p.cols;
-      double b = 0.0;
-      for (std::size_t c = 0; c < p.cols; ++c) {
-        w_[h * p.cols + c] = q[c] * scale_f_[c];
-        b += static_cast<double>(q[c]) * zero_f_[c];
-      }
-      bias_[h] = static_cast<float>(b);
+      float* w = w_.data() + h * p.cols;
+      for (std::size_t c = 0; c < p.cols; ++c) w[c] = q[c] * scale_f_[c];
     }
+    // bias[h] = q_in[h] . zero, with the same vector dot product as the scores.
+    const Rows zero_row{RowFormat::f32, reinterpret_cast<const std::uint8_t*>(zero_f_.data()),
+                        p.cols * sizeof(float), 1, p.cols / 8};
+    attn::score_rows(zero_row, nq_, hp_.q_in.data(), p.cols, nullptr, bias_.data(), 1);
     group_ = g;
   }
 
@@ -234,7 +234,11 @@ class PartitionRunner {
     const Rows rows{attn::code_format(p.bits), p.codes + r0 * stride, stride, n, p.cols / 8};
     attn::accumulate_rows(rows, nq_, coef_.data(), ng, p.group / 8, acc, d_);
     for (std::size_t h = 0; h < nq_; ++h) {
-      for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += zsum_[h * ng + c / p.group];
+      for (std::size_t g = 0; g < ng; ++g) {
+        const float z = zsum_[h * ng + g];
+        float* a = acc + h * d_ + g * p.group;
+        for (std::size_t c = 0; c < std::min(p.group, d_ - g * p.group); ++c) a[c] += z;
+      }
     }
   }
 

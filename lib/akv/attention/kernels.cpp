@@ -1,5 +1,6 @@
 #include "akv/attention/kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -298,6 +299,22 @@ void accumulate_rows(const Rows& rows, std::size_t nq, const float* coef, std::s
 #else
   accumulate_rows_scalar(rows, nq, coef, ng, cpg, acc, as);
 #endif
+}
+
+float max_value(const float* x, std::size_t n) {
+  float m = x[0];
+  std::size_t i = 0;
+#ifdef AKV_ATTN_AVX2
+  if (n >= 8) {
+    __m256 v = _mm256_loadu_ps(x);
+    for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+    alignas(32) float b[8];
+    _mm256_store_ps(b, v);
+    for (float y : b) m = std::max(m, y);
+  }
+#endif
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
 }
 
 float exp_shifted(const float* x, float shift, std::size_t n, float* out) {

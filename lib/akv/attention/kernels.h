@@ -29,6 +29,9 @@ void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t w_
 void accumulate_rows(const Rows& rows, std::size_t nq, const float* coef, std::size_t n_groups,
                      std::size_t chunks_per_group, float* acc, std::size_t a_stride);
 
+// The largest of x[0..n), n >= 1 (NaN-free input).
+float max_value(const float* x, std::size_t n);
+
 // out[i] = exp(x[i] - shift) for i < n (x[i] - shift <= 0); returns the sum of out in the
 // loop's fixed order. Relative error of each value <= 2e-7 (tested against std::exp).
 float exp_shifted(const float* x, float shift, std::size_t n, float* out);

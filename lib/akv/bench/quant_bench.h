@@ -3,11 +3,9 @@
 // [heads, tokens, head_dim], next to a memcpy of the same buffer measured in the same run with
 // the same threads (heads split over threads the same way). Figures are GB/s of f32 processed.
 #include <cstdint>
-#include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "akv/bench/report.h"
 #include "akv/quant/affine.h"
 
 namespace akv {
@@ -16,28 +14,14 @@ struct QuantBenchOptions {
   std::size_t heads = 8, tokens = 32768, head_dim = 128, group = 32;
   std::vector<int> bits = {2, 3, 4, 8};
   std::vector<QuantAxis> axes = {QuantAxis::channel, QuantAxis::token};
-  int repeats = 5;  // best of N
-  int threads = 0;
+  int warmup = 1, repeat = 5, threads = 0;
   std::uint64_t seed = 1;
 };
 
-struct QuantBenchRow {
-  int bits = 4;
-  QuantAxis axis = QuantAxis::channel;
-  double quantize_gbs = 0, dequantize_gbs = 0;
-  double quantize_ratio = 0, dequantize_ratio = 0;  // vs memcpy
-  std::uint64_t bytes_stored = 0;
-};
-
-struct QuantBenchResult {
-  QuantBenchOptions options;
-  int threads = 1;
-  double memcpy_gbs = 0;
-  std::vector<QuantBenchRow> rows;
-  nlohmann::json to_json() const;
-  std::string to_table() const;
-};
-
-QuantBenchResult bench_quant(const QuantBenchOptions& o);
+// Checks the fast kernels against the reference (bitwise) on a small case, then times. Rows:
+// memcpy, then quantize and dequantize per (axis, bits); gbs from the mean, vs_memcpy = ratio
+// of mean throughputs.
+BenchReport bench_quant(const QuantBenchOptions& o);
+std::vector<BenchColumn> quant_columns();
 
 }  // namespace akv

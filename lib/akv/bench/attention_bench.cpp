@@ -1,0 +1,269 @@
+#include "akv/bench/attention_bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "akv/attention/decode_attention.h"
+#include "akv/core/errors.h"
+#include "akv/core/parallel.h"
+#include "akv/core/rng.h"
+#include "akv/quant/pack.h"
+
+namespace akv {
+namespace {
+
+struct Variant {
+  std::string name;
+  bool dense = true;
+  DenseType type = DenseType::f16;
+  int bits_key = 16, bits_value = 16;
+};
+
+Variant parse_variant(const std::string& s) {
+  Variant v;
+  v.name = s;
+  auto bits = [&](const std::string& b) {
+    int x = 0;
+    try {
+      x = std::stoi(b);
+    } catch (const std::exception&) {
+      x = -1;
+    }
+    if (!is_supported_bits(x)) throw UsageError("unknown variant (f32, f16, q<b>, k<b>v<b>; b in 2, 3, 4, 8)", {"", "--variants", s});
+    return x;
+  };
+  if (s == "f32") {
+    v.type = DenseType::f32;
+    v.bits_key = v.bits_value = 32;
+  } else if (s == "f16") {
+  } else if (s.size() >= 2 && s[0] == 'q') {
+    v.dense = false;
+    v.bits_key = v.bits_value = bits(s.substr(1));
+  } else if (s.size() >= 4 && s[0] == 'k' && s.find('v') != std::string::npos) {
+    v.dense = false;
+    v.bits_key = bits(s.substr(1, s.find('v') - 1));
+    v.bits_value = bits(s.substr(s.find('v') + 1));
+  } else {
+    bits("");
+  }
+  return v;
+}
+
+// Synthetic keys and values [kv_heads][n][d]: normal rows, keys with a few large-offset
+// channels (the outlier structure of real keys).
+struct Source {
+  std::size_t kv = 0, n = 0, d = 0;
+  std::vector<float> key, value;
+  const float* k(std::size_t h) const { return key.data() + h * n * d; }
+  const float* v(std::size_t h) const { return value.data() + h * n * d; }
+};
+
+Source make_source(std::size_t kv, std::size_t n, std::size_t d, std::uint64_t seed, int threads) {
+  Source s{kv, n, d, std::vector<float>(kv * n * d), std::vector<float>(kv * n * d)};
+  parallel_for(2 * kv, threads, [&](std::size_t i) {
+    const std::size_t h = i / 2;
+    const bool is_key = i % 2 == 0;
+    Rng rng(stream_seed(seed, {d, h, is_key ? 0u : 1u}));
+    float* p = (is_key ? s.key.data() : s.value.data()) + h * n * d;
+    for (std::size_t j = 0; j < n * d; ++j) {
+      const double x = rng.normal();
+      p[j] = static_cast<float>(is_key && j % d < 4 ? 4.0 + 2.0 * x : x);
+    }
+  });
+  return s;
+}
+
+struct Cache {
+  std::vector<PackedTensor> key, value;
+  std::vector<HeadView> views;
+  std::uint64_t bytes = 0;
+};
+
+// The first n rows of each head as variant v stores them.
+std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
+                             const AttentionBenchOptions& o, int threads) {
+  auto c = std::make_unique<Cache>();
+  c->key.resize(s.kv);
+  c->value.resize(s.kv);
+  parallel_for(s.kv, threads, [&](std::size_t h) {
+    PackedTensor k(s.d, v.type), val(s.d, v.type);
+    std::size_t nk = 0, nv = 0;
+    if (!v.dense) {
+      nv = n - std::min(n, o.residual);
+      nk = nv / o.group * o.group;
+      k.append_packed(quantize_block(s.k(h), nk, s.d, QuantAxis::channel, v.bits_key, o.group), {}, nullptr);
+      val.append_packed(quantize_block(s.v(h), nv, s.d, QuantAxis::token, v.bits_value, o.group), {}, nullptr);
+    }
+    k.append_dense(s.k(h) + nk * s.d, n - nk);
+    val.append_dense(s.v(h) + nv * s.d, n - nv);
+    c->key[h] = std::move(k);
+    c->value[h] = std::move(val);
+  });
+  for (std::size_t h = 0; h < s.kv; ++h) {
+    c->views.push_back({c->key[h].view(), c->value[h].view()});
+    c->bytes += c->key[h].bytes() + c->value[h].bytes();
+  }
+  return c;
+}
+
+std::vector<float> queries(std::size_t n_heads, std::size_t d, std::uint64_t seed) {
+  Rng rng(stream_seed(seed, {n_heads, d, 7}));
+  std::vector<float> q(n_heads * d);
+  for (auto& x : q) x = static_cast<float>(rng.normal());
+  return q;
+}
+
+// Least-squares slope of log(t) against log(n).
+double fitted_exponent(const std::vector<std::pair<double, double>>& pts) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [n, t] : pts) {
+    sx += std::log(n);
+    sy += std::log(t);
+    sxx += std::log(n) * std::log(n);
+    sxy += std::log(n) * std::log(t);
+  }
+  const double m = static_cast<double>(pts.size());
+  return (m * sxy - sx * sy) / (m * sxx - sx * sx);
+}
+
+void check_args(const AttentionBenchOptions& o) {
+  auto positive = [](const std::vector<std::size_t>& v, const char* f) {
+    if (v.empty() || *std::min_element(v.begin(), v.end()) == 0) throw UsageError("values must be >= 1", {"", f});
+  };
+  positive(o.contexts, "--contexts");
+  positive(o.head_dims, "--head-dims");
+  positive(o.gqa, "--gqa");
+  if (o.kv_heads == 0 || o.group == 0 || o.repeat < 1 || o.warmup < 0) {
+    throw UsageError("--kv-heads, --group, --repeat must be >= 1", {"", "--kv-heads/--group/--repeat"});
+  }
+  if (o.variants.empty()) throw UsageError("no variants", {"", "--variants"});
+}
+
+}  // namespace
+
+std::vector<BenchColumn> attention_columns() {
+  return {{"head_dim", "D"},          {"context", "context"},     {"gqa", "gqa"},
+          {"variant", "cache"},       {"cache_mb", "cache MB", 1}, {"ms_mean", "ms/token", 3},
+          {"ms_stdev", "stdev", 3},   {"ms_min", "min", 3},       {"gbs", "GB/s", 1},
+          {"of_stream", "x stream", 2}, {"speedup_vs_f16", "x f16", 2}};
+}
+
+BenchReport bench_attention(const AttentionBenchOptions& o) {
+  check_args(o);
+  const int threads = resolve_threads(o.threads);
+  std::vector<Variant> variants;
+  for (const auto& s : o.variants) variants.push_back(parse_variant(s));
+  BenchReport rep("attention", bench_env(threads));
+
+  // Kernel check on a small case: fast path vs reference for every variant and shape.
+  for (std::size_t d : o.head_dims) {
+    const std::size_t n = std::min<std::size_t>(517, *std::max_element(o.contexts.begin(), o.contexts.end()));
+    const Source s = make_source(2, n, d, o.seed + 1, threads);
+    for (const Variant& v : variants) {
+      const auto c = build(s, n, v, o, threads);
+      for (std::size_t g : o.gqa) {
+        const std::vector<float> q = queries(2 * g, d, o.seed);
+        std::vector<float> fast(q.size()), ref(q.size());
+        DecodeAttentionArgs a{q.data(), 2 * g, d, c->views.data(), 2, 1.0f / std::sqrt(static_cast<float>(d)), fast.data(), nullptr};
+        decode_attention(a, {threads});
+        a.out = ref.data();
+        decode_attention_ref(a);
+        check_close(fast, ref, 1e-5, fmt::format("attention {} d={} gqa={}", v.name, d, g));
+      }
+    }
+  }
+
+  const Samples stream = stream_read(o.stream_bytes, threads, 1, std::max(3, o.repeat));
+  const double stream_gbs = stream.mean();
+  rep.note(fmt::format("stream read ({} MB f32 sum, {} threads): {:.1f} GB/s mean, {:.1f} max", o.stream_bytes >> 20,
+                       threads, stream_gbs, *std::max_element(stream.seconds.begin(), stream.seconds.end())));
+  rep.note(fmt::format("{} KV heads, residual {} f16 tokens, G = {}; ms/token = one decode step of one layer "
+                       "(all query heads); GB/s and ratios from the min sample",
+                       o.kv_heads, o.residual, o.group));
+  rep.set_extra("stream_read_gbs", stream_gbs);
+  rep.set_extra("stream_read_samples_gbs", stream.seconds);
+
+  std::map<std::tuple<std::size_t, std::size_t, std::string>, std::vector<std::pair<double, double>>> curves;
+  for (std::size_t d : o.head_dims) {
+    std::vector<std::size_t> contexts = o.contexts;
+    std::sort(contexts.begin(), contexts.end());
+    const Source s = make_source(o.kv_heads, contexts.back(), d, o.seed, threads);
+    for (std::size_t n : contexts) {
+      std::vector<std::unique_ptr<Cache>> caches;
+      for (const Variant& v : variants) caches.push_back(build(s, n, v, o, threads));
+      for (std::size_t g : o.gqa) {
+        const std::size_t n_heads = o.kv_heads * g;
+        const std::vector<float> q = queries(n_heads, d, o.seed);
+        std::vector<float> out(q.size());
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        auto call = [&](const Cache& c) {
+          decode_attention({q.data(), n_heads, d, c.views.data(), o.kv_heads, scale, out.data(), nullptr}, {threads});
+        };
+        // Calls per sample so that a sample lasts min_sample_s; variants interleaved.
+        std::vector<int> inner(caches.size(), 1);
+        std::vector<Samples> samples(caches.size());
+        for (std::size_t i = 0; i < caches.size(); ++i) {
+          for (int w = 0; w < o.warmup; ++w) call(*caches[i]);
+          const double t = time_once([&] { call(*caches[i]); });
+          inner[i] = static_cast<int>(std::clamp(std::ceil(o.min_sample_s / std::max(t, 1e-9)), 1.0, 10000.0));
+        }
+        for (int r = 0; r < o.repeat; ++r) {
+          for (std::size_t i = 0; i < caches.size(); ++i) {
+            const double t = time_once([&] {
+              for (int k = 0; k < inner[i]; ++k) call(*caches[i]);
+            });
+            samples[i].seconds.push_back(t / inner[i]);
+          }
+        }
+        double f16_min = 0.0;
+        for (std::size_t i = 0; i < caches.size(); ++i) {
+          if (variants[i].name == "f16") f16_min = samples[i].min();
+        }
+        for (std::size_t i = 0; i < caches.size(); ++i) {
+          const Variant& v = variants[i];
+          const double tmin = samples[i].min();
+          const double gbs = static_cast<double>(caches[i]->bytes) / 1e9 / tmin;
+          nlohmann::ordered_json row = {{"head_dim", d},
+                                        {"context", n},
+                                        {"gqa", g},
+                                        {"kv_heads", o.kv_heads},
+                                        {"variant", v.name},
+                                        {"bits_key", v.bits_key},
+                                        {"bits_value", v.bits_value},
+                                        {"residual", v.dense ? 0 : o.residual},
+                                        {"group", o.group},
+                                        {"calls_per_sample", inner[i]},
+                                        {"cache_bytes", caches[i]->bytes},
+                                        {"cache_mb", static_cast<double>(caches[i]->bytes) / 1e6},
+                                        {"ms_mean", samples[i].mean() * 1e3},
+                                        {"ms_stdev", samples[i].stdev() * 1e3},
+                                        {"ms_min", tmin * 1e3},
+                                        {"gbs", gbs},
+                                        {"stream_read_gbs", stream_gbs},
+                                        {"of_stream", gbs / stream_gbs}};
+          row["speedup_vs_f16"] = f16_min > 0 ? nlohmann::ordered_json(f16_min / tmin) : nlohmann::ordered_json();
+          rep.add(std::move(row), samples[i]);
+          if (n >= 4096) curves[{d, g, v.name}].push_back({static_cast<double>(n), tmin});
+        }
+      }
+    }
+  }
+  nlohmann::ordered_json scaling = nlohmann::ordered_json::array();
+  std::string fits;
+  for (const auto& [key, pts] : curves) {
+    if (pts.size() < 2) continue;
+    const double e = fitted_exponent(pts);
+    scaling.push_back({{"head_dim", std::get<0>(key)}, {"gqa", std::get<1>(key)}, {"variant", std::get<2>(key)},
+                       {"contexts", pts.size()}, {"exponent", e}});
+    fits += fmt::format(" D{}/gqa{}/{} {:.2f};", std::get<0>(key), std::get<1>(key), std::get<2>(key), e);
+  }
+  if (!fits.empty()) rep.note("time ~ context^k over contexts >= 4096, fitted k:" + fits);
+  rep.set_extra("scaling", scaling);
+  return rep;
+}
+
+}  // namespace akv

@@ -1,0 +1,32 @@
+#pragma once
+// `akv bench attention`: decode attention time per token (one new query per query head over
+// one layer's KV heads) on synthetic caches: dense f32, dense f16, and packed KIVI layouts
+// (per-channel keys in groups of G tokens, per-token values, an f16 residual window), next to a
+// stream-read bandwidth measured in the same run.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "akv/bench/report.h"
+
+namespace akv {
+
+struct AttentionBenchOptions {
+  std::vector<std::size_t> contexts = {1024, 4096, 16384, 65536, 131072};
+  std::vector<std::size_t> head_dims = {64, 128};
+  std::vector<std::size_t> gqa = {1, 4};  // query heads per KV head
+  std::size_t kv_heads = 8, residual = 128, group = 32;
+  // f32, f16, q<b> (keys and values at b bits) or k<b>v<b>; b in 2, 3, 4, 8.
+  std::vector<std::string> variants = {"f32", "f16", "q8", "q4", "q3", "q2"};
+  int warmup = 1, repeat = 5, threads = 0;
+  double min_sample_s = 0.002;  // each sample repeats the call until it lasts this long
+  std::uint64_t seed = 1;
+  std::size_t stream_bytes = std::size_t{512} << 20;
+};
+
+// Rows: one per (head_dim, context, gqa, variant). Extra JSON: "stream_read_gbs" and
+// "scaling" (fitted exponent of time vs context over contexts >= 4096).
+BenchReport bench_attention(const AttentionBenchOptions& o);
+std::vector<BenchColumn> attention_columns();
+
+}  // namespace akv
