@@ -4,6 +4,7 @@
 
 #include "akv/bench/attention_bench.h"
 #include "akv/bench/decode_bench.h"
+#include "akv/bench/policy_bench.h"
 #include "akv/bench/quant_bench.h"
 #include "akv/core/atomic_file.h"
 #include "akv/io/token_file.h"
@@ -80,6 +81,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   struct AttentionOptions {
     AttentionBenchOptions bench;
     Common common;
+    std::size_t stream_mb = 512;
   };
   auto aopt = std::make_shared<AttentionOptions>();
   AttentionBenchOptions& ab = aopt->bench;
@@ -104,13 +106,47 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   att->add_option("--min-sample", ab.min_sample_s, "Seconds per sample (short calls repeat within a sample)")
       ->capture_default_str()->check(CLI::Range(0.0, 10.0));
   att->add_option("--seed", ab.seed, "Random seed")->capture_default_str();
+  att->add_option("--stream-mb", aopt->stream_mb, "Buffer of the stream-read probe (MB; well above the last-level cache)")
+      ->capture_default_str()->check(CLI::Range(1, 65536));
   add_common(att, aopt->common);
   att->callback([aopt, &global, emit] {
     AttentionBenchOptions o = aopt->bench;
     o.threads = global.threads;
     o.warmup = aopt->common.warmup;
     o.repeat = aopt->common.repeat;
+    o.stream_bytes = aopt->stream_mb << 20;
     emit(bench_attention(o), attention_columns(), aopt->common);
+  });
+
+  struct PolicyOptions {
+    PolicyBenchOptions bench;
+    Common common;
+  };
+  auto popt = std::make_shared<PolicyOptions>();
+  popt->common.warmup = popt->bench.warmup;
+  popt->common.repeat = popt->bench.repeat;
+  PolicyBenchOptions& pb = popt->bench;
+  CLI::App* pol = bench->add_subcommand(
+      "policy",
+      "Per-token decode cost of each cache policy after a synthetic prompt: the policy's work "
+      "(append, quantization, scoring, eviction, migration) and the fused attention over what it "
+      "stores, vs the first method in the same run; --warmup/--repeat count decode steps");
+  pol->add_option("--methods", pb.methods, "Methods (as in evaluate --methods; 'full' = f32)")
+      ->delimiter(',')->capture_default_str();
+  pol->add_option("--contexts", pb.contexts, "Prompt lengths")->delimiter(',')->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  pol->add_option("--layers", pb.layers, "Layers")->capture_default_str()->check(CLI::Range(1, 256));
+  pol->add_option("--heads", pb.heads, "Query heads")->capture_default_str()->check(CLI::Range(1, 1024));
+  pol->add_option("--kv-heads", pb.kv_heads, "KV heads")->capture_default_str()->check(CLI::Range(1, 1024));
+  pol->add_option("--head-dim", pb.head_dim, "Head dimension")->capture_default_str()->check(CLI::Range(1, 1024));
+  pol->add_option("--seed", pb.seed, "Random seed")->capture_default_str();
+  add_common(pol, popt->common);
+  pol->callback([popt, &global, emit] {
+    PolicyBenchOptions o = popt->bench;
+    o.threads = global.threads;
+    o.warmup = popt->common.warmup;
+    o.repeat = popt->common.repeat;
+    emit(bench_policy(o), policy_columns(), popt->common);
   });
 
   struct DecodeOptions {

@@ -206,13 +206,14 @@ class RuntimePolicy : public KvPolicy {
           HeadState& s = heads_[l * g_.n_kv_heads + h];
           kept[l * g_.n_kv_heads + h] = plan.heads[l][h].kept;
           s.budget = plan.heads[l][h].tokens;
-          if (streaming_) {
+          if (streaming_ && params_->eviction->score.method == ScoreMethod::h2o) {
             // Accumulated attention of the prompt queries, as the H2O score would hold it.
             ScoreOptions so = params_->eviction->score;
-            so.method = ScoreMethod::h2o;
             so.window = std::min(so.window, n);
             const HeadScores hs = score_head((*prompt.query)[l], (*prompt.key)[l], h, m, so);
             for (std::int32_t t : plan.heads[l][h].kept) s.score.push_back(hs.score[static_cast<std::size_t>(t)]);
+          } else if (streaming_) {
+            s.score.assign(plan.heads[l][h].kept.size(), 0.0);  // StreamingLLM: unused
           }
         }
       }
