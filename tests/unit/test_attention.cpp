@@ -238,3 +238,40 @@ TEST_CASE("decode attention refuses inconsistent shapes", "[attention]") {
   CHECK_THROWS_AS(decode_attention({q.data(), 3, l.d, &v, 2, 1.0f, out.data(), nullptr}), InvalidInput);
   CHECK_THROWS_AS(decode_attention({q.data(), 4, l.d, &v, 1, 1.0f, out.data(), nullptr}, {1, 64, 100}), InvalidInput);
 }
+
+TEST_CASE("decode attention over several segments per KV head (tiers)", "[attention]") {
+  // Per KV head: a 4-bit packed segment, a 2-bit packed one, an empty one, a dense f16 one.
+  Layout warm, cold, hot;
+  warm.n = warm.quant_k = warm.quant_v = 160;
+  cold.n = cold.quant_k = cold.quant_v = 96;
+  cold.bits_k = cold.bits_v = 2;
+  hot.n = 75;
+  hot.quant_k = hot.quant_v = 0;
+  Layout none = hot;
+  none.n = 0;
+  const std::size_t n_kv = 2, nq = 4, d = 128, segs = 4;
+  std::vector<std::unique_ptr<TestHead>> store;
+  std::vector<HeadView> views;
+  for (std::size_t kv = 0; kv < n_kv; ++kv) {
+    for (const Layout* l : {&warm, &cold, &none, &hot}) {
+      store.push_back(make_head(*l, 10 * kv + store.size()));
+      views.push_back(store.back()->view());
+    }
+  }
+  const std::vector<float> q = normal(n_kv * nq * d, 4);
+  std::vector<float> out(q.size()), ref(q.size());
+  const std::size_t n = warm.n + cold.n + hot.n;
+  std::vector<std::vector<float>> pf(n_kv * nq, std::vector<float>(n)), pr = pf;
+  std::vector<float*> pfp, prp;
+  for (std::size_t h = 0; h < n_kv * nq; ++h) {
+    pfp.push_back(pf[h].data());
+    prp.push_back(pr[h].data());
+  }
+  DecodeAttentionArgs a{q.data(), n_kv * nq, d, views.data(), n_kv, 0.09f, out.data(), pfp.data(), segs};
+  decode_attention(a, {2, 64, 64});
+  a.out = ref.data();
+  a.probs = prp.data();
+  decode_attention_ref(a);
+  CHECK(rel_err(out, ref) <= 1e-5);
+  for (std::size_t h = 0; h < n_kv * nq; ++h) CHECK(rel_err(pf[h], pr[h]) <= 1e-5);
+}

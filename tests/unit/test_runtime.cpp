@@ -107,8 +107,8 @@ TEST_CASE("runtime cache after the prompt equals akv compress of the same tokens
         reconstruct_head(hc, {c.rope_layout, &table}, rk.data(), rv.data());
         INFO(spec << " layer " << l << " head " << h);
         std::vector<float> vk(rk.size()), vv(rv.size());
-        dequantize_rows(v.rows.key, c.head_dim, 0, v.n, vk.data());
-        dequantize_rows(v.rows.value, c.head_dim, 0, v.n, vv.data());
+        dequantize_rows(v.segments[0].key, c.head_dim, 0, v.n, vk.data());
+        dequantize_rows(v.segments[0].value, c.head_dim, 0, v.n, vv.data());
         CHECK(vk == rk);
         CHECK(vv == rv);
         bytes += hc.bytes().total();

@@ -31,12 +31,12 @@ void check_tensor(const TensorView& t, std::size_t d, const char* name) {
 
 void check_args(const DecodeAttentionArgs& a) {
   if (!a.query || !a.out || !a.heads || a.n_kv_heads == 0 || a.head_dim == 0 ||
-      a.n_heads % a.n_kv_heads != 0 || a.n_heads == 0) {
+      a.n_heads % a.n_kv_heads != 0 || a.n_heads == 0 || a.segments == 0) {
     throw InvalidInput("decode attention: n_heads must be a positive multiple of n_kv_heads, "
                        "with query, heads and out given",
                        {"", "n_heads/n_kv_heads", std::to_string(a.n_heads) + "/" + std::to_string(a.n_kv_heads)});
   }
-  for (std::size_t h = 0; h < a.n_kv_heads; ++h) {
+  for (std::size_t h = 0; h < a.n_kv_heads * a.segments; ++h) {
     check_tensor(a.heads[h].key, a.head_dim, "key");
     check_tensor(a.heads[h].value, a.head_dim, "value");
     if (a.heads[h].key.rows() != a.heads[h].value.rows()) {
@@ -263,10 +263,10 @@ class PartitionRunner {
   std::size_t group_ = static_cast<std::size_t>(-1);  // key group whose w_/bias_ are loaded
 };
 
-HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv) {
+HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) {
   const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
   HeadPrep hp;
-  hp.view = &a.heads[kv];
+  hp.view = &a.heads[kv * a.segments + seg];
   hp.q = a.query + kv * nq * d;
   const PackedView& p = hp.view->key.packed;
   if (p.rows > 0 && fast_packed_keys(p)) {
@@ -293,33 +293,46 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
     throw InvalidInput("partition must be a positive multiple of tile",
                        {"", "partition/tile", std::to_string(o.partition) + "/" + std::to_string(o.tile)});
   }
-  const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+  const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim, ns = a.segments;
   std::vector<HeadPrep> prep;
-  prep.reserve(a.n_kv_heads);
-  for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) prep.push_back(prepare(a, kv));
-  // Work items: (KV head, partition), fixed by the row counts alone.
-  std::vector<std::size_t> first(a.n_kv_heads + 1, 0);
+  prep.reserve(a.n_kv_heads * ns);
   for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
-    const std::size_t n = a.heads[kv].rows();
-    first[kv + 1] = first[kv] + std::max<std::size_t>(1, (n + o.partition - 1) / o.partition);
+    for (std::size_t s = 0; s < ns; ++s) prep.push_back(prepare(a, kv, s));
   }
-  std::vector<Partial> parts(first.back());
-  parallel_for(parts.size(), o.threads, [&](std::size_t item) {
-    const std::size_t kv = static_cast<std::size_t>(
-        std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
-    const std::size_t n = a.heads[kv].rows(), part = item - first[kv];
-    const std::size_t t0 = part * o.partition, t1 = std::min(n, t0 + o.partition);
-    PartitionRunner runner(prep[kv], nq, d, a.scale, o.tile);
-    runner.run(t0, t1, parts[item], a.probs ? a.probs + kv * nq : nullptr);
+  // Work items: (KV head, segment, partition), fixed by the row counts alone; a KV head's items
+  // are consecutive, from first[kv] to first[kv + 1].
+  struct Item {
+    std::size_t view, t0, t1, offset;  // offset: rows of the head's earlier segments
+  };
+  std::vector<Item> items;
+  std::vector<std::size_t> first(a.n_kv_heads + 1, 0), rows(a.n_kv_heads, 0);
+  for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
+    for (std::size_t s = 0; s < ns; ++s) {
+      const std::size_t v = kv * ns + s, n = a.heads[v].rows();
+      for (std::size_t t0 = 0; t0 < n; t0 += o.partition) items.push_back({v, t0, std::min(n, t0 + o.partition), rows[kv]});
+      rows[kv] += n;
+    }
+    first[kv + 1] = items.size();
+  }
+  std::vector<Partial> parts(items.size());
+  parallel_for(parts.size(), o.threads, [&](std::size_t i) {
+    const Item& it = items[i];
+    const std::size_t kv = it.view / ns;
+    std::vector<float*> raw;
+    if (a.probs) {
+      for (std::size_t h = 0; h < nq; ++h) raw.push_back(a.probs[kv * nq + h] ? a.probs[kv * nq + h] + it.offset : nullptr);
+    }
+    PartitionRunner runner(prep[it.view], nq, d, a.scale, o.tile);
+    runner.run(it.t0, it.t1, parts[i], a.probs ? raw.data() : nullptr);
   });
   parallel_for(a.n_kv_heads, o.threads, [&](std::size_t kv) {
-    const std::size_t n = a.heads[kv].rows();
+    const std::size_t n = rows[kv];
     for (std::size_t h = 0; h < nq; ++h) {
       float* out = a.out + (kv * nq + h) * d;
-      float m = -std::numeric_limits<float>::infinity();
-      for (std::size_t i = first[kv]; i < first[kv + 1]; ++i) m = std::max(m, parts[i].m[h]);
       std::fill(out, out + d, 0.0f);
       if (n == 0) continue;
+      float m = -std::numeric_limits<float>::infinity();
+      for (std::size_t i = first[kv]; i < first[kv + 1]; ++i) m = std::max(m, parts[i].m[h]);
       float l = 0.0f;
       for (std::size_t i = first[kv]; i < first[kv + 1]; ++i) {
         const float w = std::exp(parts[i].m[h] - m);
@@ -341,11 +354,16 @@ void decode_attention_ref(const DecodeAttentionArgs& a) {
   check_args(a);
   const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
   for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
-    const HeadView& hv = a.heads[kv];
-    const std::size_t n = hv.rows();
-    std::vector<float> k(n * d), v(n * d);
-    dequantize_rows(hv.key, d, 0, n, k.data());
-    dequantize_rows(hv.value, d, 0, n, v.data());
+    std::vector<float> k, v;
+    for (std::size_t s = 0; s < a.segments; ++s) {
+      const HeadView& hv = a.heads[kv * a.segments + s];
+      const std::size_t m = hv.rows(), old = k.size();
+      k.resize(old + m * d);
+      v.resize(old + m * d);
+      dequantize_rows(hv.key, d, 0, m, k.data() + old);
+      dequantize_rows(hv.value, d, 0, m, v.data() + old);
+    }
+    const std::size_t n = k.size() / d;
     for (std::size_t h = kv * nq; h < (kv + 1) * nq; ++h) {
       std::vector<double> s(n);
       double m = -std::numeric_limits<double>::infinity();

@@ -31,13 +31,17 @@ struct DecodeAttentionOptions {
 struct DecodeAttentionArgs {
   const float* query = nullptr;  // [n_heads, head_dim]
   std::size_t n_heads = 0, head_dim = 0;
-  const HeadView* heads = nullptr;  // [n_kv_heads]; n_heads is a multiple of n_kv_heads
+  // [n_kv_heads * segments]: each KV head's rows as `segments` consecutive views (tiers: one
+  // view per tier; empty views allowed). n_heads is a multiple of n_kv_heads.
+  const HeadView* heads = nullptr;
   std::size_t n_kv_heads = 0;
   float scale = 0.0f;  // usually 1 / sqrt(head_dim)
   float* out = nullptr;  // [n_heads, head_dim]
-  // Optional: [n_heads] pointers, each to rows() floats of its KV head, receiving the
-  // attention probabilities (softmax) of that query head (null entries are skipped).
+  // Optional: [n_heads] pointers, each to the KV head's row count (all segments, in segment
+  // order) of floats, receiving the attention probabilities of that query head (null entries
+  // are skipped).
   float* const* probs = nullptr;
+  std::size_t segments = 1;
 };
 
 // Throws InvalidInput on inconsistent shapes (names the field). A head with no rows outputs 0.

@@ -51,17 +51,23 @@ Prompt make_prompt(const PolicyBenchOptions& o, std::size_t n, int threads) {
 void attend(KvPolicy& cache, const PolicyBenchOptions& o, std::size_t l, const float* q, float* out,
             int threads, bool reference = false) {
   std::vector<HeadView> views;
-  for (std::size_t h = 0; h < o.kv_heads; ++h) views.push_back(cache.view(l, h).rows);
+  std::vector<std::size_t> rows;
+  for (std::size_t h = 0; h < o.kv_heads; ++h) {
+    const KvView v = cache.view(l, h);
+    views.insert(views.end(), v.segments.begin(), v.segments.end());
+    rows.push_back(v.n);
+  }
   const bool want = cache.wants_probs();
   std::vector<std::vector<float>> probs(want ? o.heads : 0);
   std::vector<float*> ptr(probs.size());
   const std::size_t g = o.heads / o.kv_heads;
   for (std::size_t h = 0; h < probs.size(); ++h) {
-    probs[h].resize(views[h / g].rows());
+    probs[h].resize(rows[h / g]);
     ptr[h] = probs[h].data();
   }
   const DecodeAttentionArgs a{q, o.heads, o.head_dim, views.data(), o.kv_heads,
-                              1.0f / std::sqrt(static_cast<float>(o.head_dim)), out, want ? ptr.data() : nullptr};
+                              1.0f / std::sqrt(static_cast<float>(o.head_dim)), out, want ? ptr.data() : nullptr,
+                              kKvSegments};
   if (reference) {
     decode_attention_ref(a);
     return;

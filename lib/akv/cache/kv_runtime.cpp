@@ -258,7 +258,11 @@ class RuntimePolicy : public KvPolicy {
 
   KvView view(std::size_t layer, std::size_t kv_head) const override {
     const HeadState& s = heads_[layer * g_.n_kv_heads + kv_head];
-    return {{s.key.view(), s.value.view()}, s.position.data(), s.position.size()};
+    KvView v;
+    v.segments[0] = {s.key.view(), s.value.view()};
+    v.position = s.position.data();
+    v.n = s.position.size();
+    return v;
   }
 
   bool wants_probs() const override { return streaming_; }

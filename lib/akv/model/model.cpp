@@ -146,6 +146,7 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
   std::vector<std::vector<float>> probs(want_probs ? c.n_heads : 0);
   std::vector<float*> prob_ptr(probs.size());
   std::vector<HeadView> heads;
+  std::vector<std::size_t> rows;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (std::size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
@@ -160,15 +161,20 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
     cache.append(l, k.data(), k_pre.data(), v.data(), pos);
     // Fused decode attention over the cache's packed/dense rows, all heads at once.
     heads.clear();
-    for (std::size_t kv = 0; kv < c.n_kv_heads; ++kv) heads.push_back(cache.view(l, kv).rows);
+    rows.clear();
+    for (std::size_t kv = 0; kv < c.n_kv_heads; ++kv) {
+      const KvView v = cache.view(l, kv);
+      heads.insert(heads.end(), v.segments.begin(), v.segments.end());
+      rows.push_back(v.n);
+    }
     if (want_probs) {
       for (std::size_t h = 0; h < c.n_heads; ++h) {
-        probs[h].resize(heads[h / g].rows());
+        probs[h].resize(rows[h / g]);
         prob_ptr[h] = probs[h].data();
       }
     }
     decode_attention({q.data(), c.n_heads, hd, heads.data(), c.n_kv_heads, scale, att.data(),
-                      want_probs ? prob_ptr.data() : nullptr});
+                      want_probs ? prob_ptr.data() : nullptr, kKvSegments});
     if (want_probs) {
       for (std::size_t h = 0; h < c.n_heads; ++h) cache.observe(l, h / g, probs[h].data());
     }

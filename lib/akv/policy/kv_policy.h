@@ -3,6 +3,7 @@
 // evicted...). One method ingests the prompt, one appends a decoded token; attention reads rows
 // through view(), as the packed/dense segments the fused decode attention reads
 // (attention/decode_attention.h). Implementations: cache/kv_runtime.h.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -22,10 +23,12 @@ struct PromptKv {
   std::size_t n_tokens = 0;
 };
 
-// What attention reads for one (layer, KV head): n rows in chronological order (keys after
-// RoPE), and their token positions.
+// What attention reads for one (layer, KV head): n rows (keys after RoPE) as up to
+// kKvSegments consecutive views (one per storage tier; unused ones empty), and the token
+// position of each row in that order. Within a segment rows are chronological.
+constexpr std::size_t kKvSegments = 3;
 struct KvView {
-  HeadView rows;
+  std::array<HeadView, kKvSegments> segments{};
   const std::int32_t* position = nullptr;  // [n]
   std::size_t n = 0;
 };
@@ -34,8 +37,8 @@ struct KvView {
 inline KvView dense_kv_view(const float* key, const float* value, const std::int32_t* position,
                             std::size_t n) {
   KvView v;
-  v.rows.key.dense = {DenseType::f32, key, n};
-  v.rows.value.dense = {DenseType::f32, value, n};
+  v.segments[0].key.dense = {DenseType::f32, key, n};
+  v.segments[0].value.dense = {DenseType::f32, value, n};
   v.position = position;
   v.n = n;
   return v;
