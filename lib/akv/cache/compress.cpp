@@ -119,6 +119,10 @@ EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const Comp
 
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress) {
+  if (params.tiered) {
+    throw UsageError("the tiered cache runs in the model's decode loop (evaluate --model, bench "
+                     "policy); it has no cache-file form", {"", "--method", "tiered"});
+  }
   validate_params(params, "");
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();

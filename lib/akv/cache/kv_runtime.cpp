@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "akv/cache/compress.h"
+#include "akv/cache/tiered.h"
 #include "akv/core/errors.h"
 #include "akv/tensor/half.h"
 
@@ -323,6 +324,7 @@ class RuntimePolicy : public KvPolicy {
 
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads) {
+  if (params && params->tiered) return make_tiered_policy(*params, g);
   return std::make_unique<RuntimePolicy>(params, g, threads);
 }
 

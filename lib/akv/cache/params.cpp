@@ -88,12 +88,34 @@ CompressRequest parse_method_spec(const std::string& spec) {
     else if (key == "beta") r.eviction.beta = real();
     else if (key == "min-tokens") r.eviction.min_tokens = integer();
     else if (key == "step") r.eviction.step = integer();
+    else if (key == "preset") r.tiered.preset = need();
+    else if (key == "hot") r.tiered.hot = integer();
+    else if (key == "warm") r.tiered.warm = integer();
+    else if (key == "warm-bits-key") r.tiered.warm_bits_key = integer();
+    else if (key == "warm-bits-value") r.tiered.warm_bits_value = integer();
+    else if (key == "cold-bits") r.tiered.cold_bits = integer();
+    else if (key == "protect-first") r.tiered.protect_first = integer();
+    else if (key == "protect-last") r.tiered.protect_last = integer();
+    else if (key == "anchors") r.tiered.anchors = integer();
+    else if (key == "decay") r.tiered.decay = real();
+    else if (key == "w-attn") r.tiered.w_attn = real();
+    else if (key == "w-recency") r.tiered.w_recency = real();
+    else if (key == "demotion") r.tiered.demotion = need();
     else throw UsageError("unknown method flag", {"", spec, key});
   }
   return r;
 }
 
 std::string describe(const CompressParams& p) {
+  if (p.tiered) {
+    const TieredParams& t = *p.tiered;
+    return "tiered" + (t.preset.empty() ? std::string() : " " + t.preset) + " hot " + std::to_string(t.hot) +
+           " warm K" + std::to_string(t.warm_bits_key) + "/V" + std::to_string(t.warm_bits_value) +
+           (t.warm ? " " + std::to_string(*t.warm) : std::string(" unlimited")) + " cold " +
+           (t.cold_bits == 16 ? std::string("f16 host") : "int" + std::to_string(t.cold_bits)) + " " +
+           (t.demotion == Demotion::fifo ? "fifo" : "importance") +
+           (t.anchors ? " anchors " + std::to_string(t.anchors) : std::string());
+  }
   std::string out;
   if (p.eviction) {
     const EvictionParams& e = *p.eviction;
@@ -126,6 +148,7 @@ std::vector<std::string> method_names() {
   std::vector<std::string> v = {"none", "uniform", "kivi"};
   for (const Preset& p : kPresets) v.push_back(p.name);
   for (const auto& e : eviction_method_names()) v.push_back(e);
+  for (const char* t : {"tiered", "quality", "balanced", "compact"}) v.push_back(t);
   return v;
 }
 
@@ -215,7 +238,111 @@ void validate_params(const CompressParams& p, const std::string& file) {
   }
 }
 
+bool TieredRequest::any() const {
+  return preset || demotion || hot || warm || warm_bits_key || warm_bits_value || cold_bits ||
+         protect_first || protect_last || anchors || decay || w_attn || w_recency;
+}
+
+nlohmann::json TieredParams::to_json() const {
+  nlohmann::json j = {{"preset", preset}, {"hot", hot}, {"warm_bits_key", warm_bits_key},
+                      {"warm_bits_value", warm_bits_value}, {"cold_bits", cold_bits},
+                      {"protect_first", protect_first}, {"protect_last", protect_last},
+                      {"anchors", anchors}, {"decay", decay}, {"w_attn", w_attn},
+                      {"w_recency", w_recency}, {"block", block},
+                      {"demotion", demotion == Demotion::fifo ? "fifo" : "importance"}};
+  j["warm"] = warm ? nlohmann::json(*warm) : nlohmann::json();
+  return j;
+}
+
+namespace {
+
+bool is_tiered_method(const std::string& m) {
+  return m == "tiered" || m == "quality" || m == "balanced" || m == "compact";
+}
+
+// The tiered presets of the AKV seed: warm bits and hot budget.
+CompressParams resolve_tiered(const CompressRequest& r) {
+  TieredParams t;
+  const std::string preset = r.method == "tiered" ? r.tiered.preset.value_or("balanced") : r.method;
+  if (r.method != "tiered" && r.tiered.preset) {
+    throw UsageError("preset given twice", {"", "preset", *r.tiered.preset});
+  }
+  struct P {
+    const char* name;
+    int k, v;
+    std::size_t hot;
+  };
+  static constexpr P kTiers[] = {{"quality", 4, 4, 256}, {"balanced", 3, 3, 128}, {"compact", 2, 2, 64},
+                                 {"k4v2", 4, 2, 128},    {"k4v3", 4, 3, 128}};
+  const P* found = nullptr;
+  for (const P& x : kTiers) {
+    if (preset == x.name) found = &x;
+  }
+  if (!found) {
+    throw InvalidInput("unknown tiered preset (expected quality, balanced, compact, k4v2, k4v3)",
+                       {"", "preset", preset});
+  }
+  t.preset = found->name;
+  t.warm_bits_key = found->k;
+  t.warm_bits_value = found->v;
+  t.hot = found->hot;
+  t.protect_last = t.hot >= 128 ? 32 : 0;  // compact's 64 hot tokens hold the sink and open blocks only
+  const TieredRequest& q = r.tiered;
+  auto count = [](long long v, const char* f) {
+    if (v < 0) throw InvalidInput("value must be >= 0", {"", f, std::to_string(v)});
+    return static_cast<std::size_t>(v);
+  };
+  auto bits = [](long long v, const char* f, bool allow16) {
+    if (!(v == 2 || v == 3 || v == 4 || v == 8 || (allow16 && v == 16))) {
+      throw InvalidInput(allow16 ? "bits must be 2, 3, 4, 8 or 16" : "bits must be 2, 3, 4 or 8", {"", f, std::to_string(v)});
+    }
+    return static_cast<int>(v);
+  };
+  if (q.hot) t.hot = count(*q.hot, "hot");
+  if (q.warm) t.warm = count(*q.warm, "warm");
+  if (q.warm_bits_key) t.warm_bits_key = bits(*q.warm_bits_key, "warm-bits-key", false);
+  if (q.warm_bits_value) t.warm_bits_value = bits(*q.warm_bits_value, "warm-bits-value", false);
+  if (q.cold_bits) t.cold_bits = bits(*q.cold_bits, "cold-bits", true);
+  if (q.protect_first) t.protect_first = count(*q.protect_first, "protect-first");
+  if (q.protect_last) t.protect_last = count(*q.protect_last, "protect-last");
+  if (q.anchors) t.anchors = count(*q.anchors, "anchors");
+  if (q.decay) {
+    if (!(*q.decay >= 0.0 && *q.decay <= 1.0)) throw InvalidInput("decay must be in [0, 1]", {"", "decay", format_number(*q.decay)});
+    t.decay = *q.decay;
+  }
+  if (q.w_attn) t.w_attn = *q.w_attn;
+  if (q.w_recency) t.w_recency = *q.w_recency;
+  if (!std::isfinite(t.w_attn) || !std::isfinite(t.w_recency)) {
+    throw InvalidInput("weights must be finite", {"", "w-attn/w-recency"});
+  }
+  if (q.demotion) {
+    if (*q.demotion == "fifo") t.demotion = Demotion::fifo;
+    else if (*q.demotion == "importance") t.demotion = Demotion::importance;
+    else throw InvalidInput("demotion must be fifo or importance", {"", "demotion", *q.demotion});
+  }
+  if (r.bits || r.bits_key || r.bits_value || r.key_axis || r.value_axis || r.group || r.residual ||
+      r.outlier_fraction || r.pre_rope || r.calibration || r.quant || r.eviction.any()) {
+    throw UsageError("tiered takes hot, warm, warm-bits-key, warm-bits-value, cold-bits, protect-first, "
+                     "protect-last, anchors, decay, w-attn, w-recency, demotion, preset",
+                     {"", "--method", r.method});
+  }
+  CompressParams p;
+  p.method = Method::kivi;
+  p.key = {t.warm_bits_key, QuantAxis::channel, t.block};
+  p.value = {t.warm_bits_value, QuantAxis::token, 32};
+  p.residual = 0;
+  p.tiered = t;
+  return p;
+}
+
+}  // namespace
+
 CompressParams resolve_params(const CompressRequest& r) {
+  if (is_tiered_method(r.method)) return resolve_tiered(r);
+  if (r.tiered.any()) {
+    throw UsageError("tiered flags (hot, warm, cold-bits...) need --method tiered or a tiered preset "
+                     "(quality, balanced, compact)", {"", "--method", r.method});
+  }
   if (is_eviction_method(r.method)) {
     const std::string quant = r.quant.value_or("none");
     if (is_eviction_method(quant)) {
@@ -347,6 +474,10 @@ nlohmann::json CompressParams::to_json() const {
   j["residual"] = residual;
   j["scale_dtype"] = "f16";
   j["eviction"] = eviction ? eviction->to_json() : nlohmann::json(nullptr);
+  if (tiered) {
+    j["method"] = "tiered";
+    j["tiered"] = tiered->to_json();
+  }
   if (!head_bits.empty()) {
     j["head_bits"] = head_bits;
     j["calibration"] = calibration_file;

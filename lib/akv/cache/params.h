@@ -6,6 +6,9 @@
 //   uniform  one bit width for K and V, groups along the token axis, no residual window.
 //   kivi     KIVI: keys per channel, values per token, the most recent R tokens in f16.
 // Presets: kivi-2, kivi-4 (kivi with 2/2 or 4/4 bits), k4v2, k4v3 (kivi, 4-bit keys, 2/3-bit values).
+//   tiered   hot f16 / warm quantized / cold int2 tiers with importance-scored migration, in the
+//            model's decode loop (cache/tiered.h); presets quality, balanced, compact
+//            (tiered:preset=k4v2 / k4v3 for the KIVI-width warm tiers).
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -20,6 +23,24 @@ namespace akv {
 
 enum class Method { none, uniform, kivi };
 std::string method_name(Method m);
+
+enum class Demotion { fifo, importance };
+
+// The three-tier cache (cache/tiered.h). Tokens move in blocks of `block` tokens (the key
+// quantization group).
+struct TieredParams {
+  std::string preset;            // quality | balanced | compact | k4v2 | k4v3 | "" (custom)
+  std::size_t hot = 128;         // hot (f16) budget, tokens, protected tokens included
+  std::optional<std::size_t> warm;  // warm budget, tokens; unset = unlimited (no cold tier)
+  int warm_bits_key = 3, warm_bits_value = 3;
+  int cold_bits = 2;             // 2, 3, 4, 8; 16 = exact f16 copies in host memory
+  std::size_t protect_first = 4, protect_last = 32, anchors = 0;  // compact: protect_last 0
+  double decay = 0.95, w_attn = 1.0, w_recency = 0.0;
+  Demotion demotion = Demotion::importance;
+  std::size_t block = 32;
+
+  nlohmann::json to_json() const;
+};
 
 // Quantization of one tensor (keys or values).
 struct TensorQuant {
@@ -41,6 +62,7 @@ struct CompressParams {
   // empty = key.bits / value.bits for every head.
   std::vector<std::pair<int, int>> head_bits;
   std::string calibration_file;
+  std::optional<TieredParams> tiered;  // set: the tiered cache (model decode loop only)
 
   // The parameters of one head (its calibrated bits when there are any).
   CompressParams for_head(std::size_t layer, std::size_t head, std::size_t n_kv_heads) const;
@@ -61,8 +83,17 @@ struct EvictionRequest {
   bool any() const;
 };
 
+struct TieredRequest {
+  std::optional<std::string> preset, demotion;
+  std::optional<long long> hot, warm, warm_bits_key, warm_bits_value, cold_bits, protect_first,
+      protect_last, anchors;
+  std::optional<double> decay, w_attn, w_recency;
+  bool any() const;
+};
+
 // What the user asked for on the command line; unset fields take the method's defaults.
 struct CompressRequest {
+  TieredRequest tiered;
   std::string method = "kivi";  // a quantization method, preset, or eviction method
   std::optional<std::string> quant;  // with an eviction method: quantization method or preset
   EvictionRequest eviction;

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "akv/attention/kv_view.h"
@@ -44,6 +45,12 @@ inline KvView dense_kv_view(const float* key, const float* value, const std::int
   return v;
 }
 
+// Bytes per storage tier (tiered caches): device = hot + warm, host = cold.
+struct TierBytes {
+  std::uint64_t hot = 0, warm = 0, cold = 0;
+  std::size_t hot_tokens = 0, warm_tokens = 0, cold_tokens = 0;
+};
+
 class KvPolicy {
  public:
   virtual ~KvPolicy() = default;
@@ -65,6 +72,8 @@ class KvPolicy {
   virtual void end_step() {}
   // Bytes the cache stores now (codes, scales, zeros, f16 rows, outliers, indices).
   virtual std::uint64_t bytes() const = 0;
+  // Per-tier bytes and tokens summed over layers and heads (tiered caches only).
+  virtual std::optional<TierBytes> tier_bytes() const { return std::nullopt; }
 };
 
 }  // namespace akv

@@ -1,0 +1,470 @@
+#include "akv/cache/tiered.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "akv/core/errors.h"
+#include "akv/score/score.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+enum class Tier : std::uint8_t { hot, warm, cold };
+
+constexpr std::size_t kValueGroup = 32;  // channels per value group (per-token quantization)
+
+std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+
+// f16 rows of one head's keys and values, in order; rows inserted and erased anywhere.
+class DenseRows {
+ public:
+  explicit DenseRows(std::size_t d = 0) : d_(d) {}
+  std::size_t rows() const { return k_.size() / std::max<std::size_t>(d_, 1); }
+  void insert(std::size_t at, const std::uint16_t* k, const std::uint16_t* v, std::size_t n) {
+    k_.insert(k_.begin() + static_cast<std::ptrdiff_t>(at * d_), k, k + n * d_);
+    v_.insert(v_.begin() + static_cast<std::ptrdiff_t>(at * d_), v, v + n * d_);
+  }
+  void erase(std::size_t at, std::size_t n) {
+    k_.erase(k_.begin() + static_cast<std::ptrdiff_t>(at * d_), k_.begin() + static_cast<std::ptrdiff_t>((at + n) * d_));
+    v_.erase(v_.begin() + static_cast<std::ptrdiff_t>(at * d_), v_.begin() + static_cast<std::ptrdiff_t>((at + n) * d_));
+  }
+  const std::uint16_t* key(std::size_t row) const { return k_.data() + row * d_; }
+  const std::uint16_t* value(std::size_t row) const { return v_.data() + row * d_; }
+  std::uint64_t bytes() const { return 2ull * (k_.size() + v_.size()); }
+  HeadView view() const {
+    HeadView h;
+    h.key.dense = {DenseType::f16, k_.data(), rows()};
+    h.value.dense = {DenseType::f16, v_.data(), rows()};
+    return h;
+  }
+
+ private:
+  std::size_t d_;
+  std::vector<std::uint16_t> k_, v_;
+};
+
+// Quantized blocks of B rows in order: keys per channel over the block, values per token.
+class PackedBlocks {
+ public:
+  PackedBlocks() = default;
+  PackedBlocks(std::size_t d, std::size_t block, int bits_k, int bits_v)
+      : d_(d), b_(block), bk_(bits_k), bv_(bits_v), kc_(block * d * static_cast<std::size_t>(bits_k) / 8),
+        ks_(d), vc_(block * d * static_cast<std::size_t>(bits_v) / 8), vs_(block * ceil_div(d, kValueGroup)) {
+    kcodes_.assign(kCodePadding, 0);
+    vcodes_.assign(kCodePadding, 0);
+  }
+  std::size_t blocks() const { return n_; }
+
+  // Quantizes B rows (f32 [B, d] keys and values) into block slot `at`.
+  void insert(std::size_t at, const float* k, const float* v) {
+    const QuantizedBlock qk = quantize_block(k, b_, d_, QuantAxis::channel, bk_, b_);
+    const QuantizedBlock qv = quantize_block(v, b_, d_, QuantAxis::token, bv_, kValueGroup);
+    put(kcodes_, qk.codes, at * kc_);
+    put(kscale_, qk.scale, at * ks_);
+    put(kzero_, qk.zero, at * ks_);
+    put(vcodes_, qv.codes, at * vc_);
+    put(vscale_, qv.scale, at * vs_);
+    put(vzero_, qv.zero, at * vs_);
+    ++n_;
+  }
+  void erase(std::size_t at) {
+    cut(kcodes_, at * kc_, kc_);
+    cut(kscale_, at * ks_, ks_);
+    cut(kzero_, at * ks_, ks_);
+    cut(vcodes_, at * vc_, vc_);
+    cut(vscale_, at * vs_, vs_);
+    cut(vzero_, at * vs_, vs_);
+    --n_;
+  }
+  // Dequantized rows of block `at`: k, v [B, d].
+  void dequantize(std::size_t at, float* k, float* v) const {
+    const HeadView h = view();
+    dequantize_rows(h.key, d_, at * b_, (at + 1) * b_, k);
+    dequantize_rows(h.value, d_, at * b_, (at + 1) * b_, v);
+  }
+  std::uint64_t bytes() const {
+    return n_ * (kc_ + vc_) + 2ull * (kscale_.size() + kzero_.size() + vscale_.size() + vzero_.size());
+  }
+  HeadView view() const {
+    HeadView h;
+    h.key.packed = {bk_, QuantAxis::channel, b_, n_ * b_, d_, kcodes_.data(), kscale_.data(), kzero_.data()};
+    h.value.packed = {bv_, QuantAxis::token, kValueGroup, n_ * b_, d_, vcodes_.data(), vscale_.data(), vzero_.data()};
+    return h;
+  }
+
+ private:
+  template <typename T>
+  static void put(std::vector<T>& dst, const std::vector<T>& src, std::size_t at) {
+    dst.insert(dst.begin() + static_cast<std::ptrdiff_t>(at), src.begin(), src.end());
+  }
+  template <typename T>
+  static void cut(std::vector<T>& dst, std::size_t at, std::size_t n) {
+    dst.erase(dst.begin() + static_cast<std::ptrdiff_t>(at), dst.begin() + static_cast<std::ptrdiff_t>(at + n));
+  }
+  std::size_t d_ = 0, b_ = 0;
+  int bk_ = 4, bv_ = 4;
+  std::size_t kc_ = 0, ks_ = 0, vc_ = 0, vs_ = 0, n_ = 0;
+  std::vector<std::uint8_t> kcodes_, vcodes_;  // kCodePadding trailing bytes
+  std::vector<std::uint16_t> kscale_, kzero_, vscale_, vzero_;
+};
+
+struct Block {
+  std::size_t first = 0, rows = 0;  // positions [first, first + rows)
+  Tier tier = Tier::hot;
+};
+
+class TieredHead {
+ public:
+  TieredHead(const TieredParams& t, std::size_t d)
+      : t_(t), d_(d), hot_(d), warm_(d, t.block, t.warm_bits_key, t.warm_bits_value),
+        cold_packed_(d, t.block, t.cold_bits == 16 ? 2 : t.cold_bits, t.cold_bits == 16 ? 2 : t.cold_bits),
+        cold_dense_(d) {}
+
+  // Appends rows (f32 post-RoPE keys, values [n, d]) at positions n_tokens().. to the hot tier.
+  void append(const float* k, const float* v, std::size_t n) {
+    std::vector<std::uint16_t> hk(n * d_), hv(n * d_);
+    f32_to_f16(k, hk.data(), n * d_);
+    f32_to_f16(v, hv.data(), n * d_);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (blocks_.empty() || blocks_.back().rows == t_.block) blocks_.push_back({tokens(), 0, Tier::hot});
+      ++blocks_.back().rows;
+      hot_.insert(hot_.rows(), hk.data() + i * d_, hv.data() + i * d_, 1);
+      score_.push_back(0.0);
+      attn_.push_back(0.0);
+    }
+    rebuild_positions();
+  }
+  std::size_t tokens() const { return score_.size(); }
+  std::vector<double>& scores() { return score_; }
+
+  void observe(const float* probs, double weight) {
+    for (std::size_t r = 0; r < position_.size(); ++r) attn_[static_cast<std::size_t>(position_[r])] += weight * probs[r];
+  }
+
+  // Score update of one decode step (the newest position is tokens() - 1).
+  void update_scores() {
+    const std::size_t now = tokens() - 1;
+    for (std::size_t i = 0; i < score_.size(); ++i) {
+      score_[i] = t_.decay * score_[i] + t_.w_attn * attn_[i] + t_.w_recency / (1.0 + static_cast<double>(now - i));
+      attn_[i] = 0.0;
+    }
+  }
+
+  // Demotions while a tier is over budget, then promotions (importance); see tiered.h.
+  void enforce() {
+    const bool importance = t_.demotion == Demotion::importance;
+    std::vector<bool> anchor(blocks_.size(), false);
+    if (t_.anchors > 0) {
+      std::vector<std::size_t> cand;
+      for (std::size_t b = 0; b < blocks_.size(); ++b) {
+        if (blocks_[b].tier == Tier::hot && !is_protected(b)) cand.push_back(b);
+      }
+      const std::size_t k = std::min(cand.size(), ceil_div(t_.anchors, t_.block));
+      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end(),
+                        [&](std::size_t a, std::size_t b) { return better(a, b); });
+      for (std::size_t i = 0; i < k; ++i) anchor[cand[i]] = true;
+    }
+    auto pick = [&](Tier tier, bool lowest) {
+      std::size_t best = blocks_.size();
+      for (std::size_t b = 0; b < blocks_.size(); ++b) {
+        if (blocks_[b].tier != tier || (tier == Tier::hot && (is_protected(b) || anchor[b]))) continue;
+        if (best == blocks_.size()) {
+          best = b;
+        } else if (lowest) {
+          if (importance ? better(best, b) : false) best = b;  // fifo: the oldest (first found)
+        } else if (better(b, best)) {
+          best = b;
+        }
+      }
+      return best;
+    };
+    while (tier_tokens(Tier::hot) > t_.hot) {
+      const std::size_t b = pick(Tier::hot, true);
+      if (b == blocks_.size()) break;
+      move(b, Tier::warm);
+    }
+    while (t_.warm && tier_tokens(Tier::warm) > *t_.warm) {
+      const std::size_t b = pick(Tier::warm, true);
+      if (b == blocks_.size()) break;
+      move(b, Tier::cold);
+    }
+    if (!importance) return;
+    // Promotion: the best colder block against the weakest block above it.
+    const std::size_t best_cold = pick(Tier::cold, false), weak_warm = pick(Tier::warm, true);
+    if (best_cold != blocks_.size() && weak_warm != blocks_.size() && block_score(best_cold) > block_score(weak_warm)) {
+      move(weak_warm, Tier::cold);
+      move(best_cold, Tier::warm);
+    }
+    const std::size_t best_warm = pick(Tier::warm, false);
+    if (best_warm == blocks_.size()) return;
+    if (tier_tokens(Tier::hot) + t_.block <= t_.hot) {
+      move(best_warm, Tier::hot);
+      return;
+    }
+    const std::size_t weak_hot = pick(Tier::hot, true);
+    if (weak_hot != blocks_.size() && block_score(best_warm) > block_score(weak_hot)) {
+      move(weak_hot, Tier::warm);
+      move(best_warm, Tier::hot);
+    }
+  }
+
+  KvView view() const {
+    KvView v;
+    v.segments[0] = warm_.view();
+    v.segments[1] = t_.cold_bits == 16 ? cold_dense_.view() : cold_packed_.view();
+    v.segments[2] = hot_.view();
+    v.position = position_.data();
+    v.n = position_.size();
+    return v;
+  }
+
+  TierBytes tier_bytes() const {
+    TierBytes b;
+    b.hot = hot_.bytes();
+    b.warm = warm_.bytes();
+    b.cold = cold_packed_.bytes() + cold_dense_.bytes();
+    for (const auto& [id, rows] : shadow_) b.cold += 2ull * (rows.first.size() + rows.second.size());
+    b.hot_tokens = tier_tokens(Tier::hot);
+    b.warm_tokens = tier_tokens(Tier::warm);
+    b.cold_tokens = tier_tokens(Tier::cold);
+    return b;
+  }
+
+  // Tier of each block in order (tests, reports).
+  std::vector<Tier> tiers() const {
+    std::vector<Tier> t;
+    for (const Block& b : blocks_) t.push_back(b.tier);
+    return t;
+  }
+
+ private:
+  double block_score(std::size_t b) const {
+    double s = 0.0;
+    for (std::size_t i = blocks_[b].first; i < blocks_[b].first + blocks_[b].rows; ++i) s += score_[i];
+    return s;
+  }
+  // a ranks above b: higher score, ties to the newer block.
+  bool better(std::size_t a, std::size_t b) const {
+    const double sa = block_score(a), sb = block_score(b);
+    return sa != sb ? sa > sb : a > b;
+  }
+  bool is_protected(std::size_t b) const {
+    const Block& k = blocks_[b];
+    const std::size_t n = tokens();
+    return k.rows < t_.block || k.first < t_.protect_first || k.first + k.rows + t_.protect_last > n;
+  }
+  std::size_t tier_tokens(Tier t) const {
+    std::size_t n = 0;
+    for (const Block& b : blocks_) n += b.tier == t ? b.rows : 0;
+    return n;
+  }
+  // Index of block b among the blocks of its tier (chronological slot), and row offset.
+  std::size_t slot(std::size_t b, Tier t) const {
+    std::size_t s = 0;
+    for (std::size_t i = 0; i < b; ++i) s += blocks_[i].tier == t ? 1 : 0;
+    return s;
+  }
+  std::size_t hot_row(std::size_t b) const {
+    std::size_t r = 0;
+    for (std::size_t i = 0; i < b; ++i) r += blocks_[i].tier == Tier::hot ? blocks_[i].rows : 0;
+    return r;
+  }
+
+  // Current values of block b as f32 [B, d] (exact f16 rows where the tier or host has them).
+  void read(std::size_t b, std::vector<float>& k, std::vector<float>& v) const {
+    const std::size_t n = t_.block * d_;
+    k.resize(n);
+    v.resize(n);
+    const Block& blk = blocks_[b];
+    auto widen = [&](const std::uint16_t* hk, const std::uint16_t* hv) {
+      f16_to_f32(hk, k.data(), n);
+      f16_to_f32(hv, v.data(), n);
+    };
+    if (blk.tier == Tier::hot) {
+      const std::size_t r = hot_row(b);
+      widen(hot_.key(r), hot_.value(r));
+    } else if (auto it = shadow_.find(blk.first); it != shadow_.end()) {
+      widen(it->second.first.data(), it->second.second.data());
+    } else if (blk.tier == Tier::warm) {
+      warm_.dequantize(slot(b, Tier::warm), k.data(), v.data());
+    } else if (t_.cold_bits == 16) {
+      const std::size_t r = slot(b, Tier::cold) * t_.block;
+      widen(cold_dense_.key(r), cold_dense_.value(r));
+    } else {
+      cold_packed_.dequantize(slot(b, Tier::cold), k.data(), v.data());
+    }
+  }
+
+  void move(std::size_t b, Tier to) {
+    std::vector<float> k, v;
+    read(b, k, v);
+    Block& blk = blocks_[b];
+    const std::size_t n = t_.block * d_;
+    // Leave the old tier.
+    if (blk.tier == Tier::hot) {
+      const std::size_t r = hot_row(b);
+      if (t_.cold_bits == 16) {  // the host keeps the exact rows from now on
+        shadow_[blk.first] = {std::vector<std::uint16_t>(hot_.key(r), hot_.key(r) + n),
+                              std::vector<std::uint16_t>(hot_.value(r), hot_.value(r) + n)};
+      }
+      hot_.erase(r, t_.block);
+    } else if (blk.tier == Tier::warm) {
+      warm_.erase(slot(b, Tier::warm));
+    } else if (t_.cold_bits == 16) {
+      cold_dense_.erase(slot(b, Tier::cold) * t_.block, t_.block);
+    } else {
+      cold_packed_.erase(slot(b, Tier::cold));
+    }
+    const Tier from = blk.tier;
+    blk.tier = to;
+    // Enter the new one, at its chronological slot.
+    if (to == Tier::hot) {
+      std::vector<std::uint16_t> hk(n), hv(n);
+      f32_to_f16(k.data(), hk.data(), n);
+      f32_to_f16(v.data(), hv.data(), n);
+      hot_.insert(hot_row(b), hk.data(), hv.data(), t_.block);
+      shadow_.erase(blk.first);
+    } else if (to == Tier::warm) {
+      warm_.insert(slot(b, Tier::warm), k.data(), v.data());
+    } else if (t_.cold_bits == 16) {
+      const auto& s = shadow_.at(blk.first);
+      cold_dense_.insert(slot(b, Tier::cold) * t_.block, s.first.data(), s.second.data(), t_.block);
+      shadow_.erase(blk.first);
+    } else {
+      cold_packed_.insert(slot(b, Tier::cold), k.data(), v.data());
+    }
+    if (from == Tier::cold && to == Tier::warm && t_.cold_bits == 16) {
+      std::vector<std::uint16_t> hk(n), hv(n);
+      f32_to_f16(k.data(), hk.data(), n);
+      f32_to_f16(v.data(), hv.data(), n);
+      shadow_[blk.first] = {std::move(hk), std::move(hv)};
+    }
+    rebuild_positions();
+  }
+
+  void rebuild_positions() {
+    position_.clear();
+    for (Tier t : {Tier::warm, Tier::cold, Tier::hot}) {
+      for (const Block& b : blocks_) {
+        if (b.tier != t) continue;
+        for (std::size_t i = 0; i < b.rows; ++i) position_.push_back(static_cast<std::int32_t>(b.first + i));
+      }
+    }
+  }
+
+  TieredParams t_;
+  std::size_t d_;
+  std::vector<Block> blocks_;
+  DenseRows hot_;
+  PackedBlocks warm_, cold_packed_;
+  DenseRows cold_dense_;  // cold_bits 16
+  // cold_bits 16: exact f16 rows (keys, values) of warm blocks, by first position (host).
+  std::map<std::size_t, std::pair<std::vector<std::uint16_t>, std::vector<std::uint16_t>>> shadow_;
+  std::vector<double> score_, attn_;  // per position
+  std::vector<std::int32_t> position_;  // view order: warm, cold, hot
+};
+
+class TieredPolicy : public KvPolicy {
+ public:
+  TieredPolicy(const CompressParams& p, const KvGeometry& g) : t_(*p.tiered), g_(g) {
+    const std::size_t b = t_.block;
+    // At most: the sink blocks, the blocks covering the last protect_last positions (with the
+    // open block: protect_last + b - 1 tokens), the anchor blocks.
+    const std::size_t need = b * ceil_div(t_.protect_first, b) + t_.protect_last + b - 1 + b * ceil_div(t_.anchors, b);
+    if (t_.hot < need) {
+      throw InvalidInput("hot budget cannot hold the protected tokens (sinks, recent window, open block, "
+                         "anchors) of " + std::to_string(need) + " tokens in blocks of " + std::to_string(b),
+                         {"", "hot", std::to_string(t_.hot)});
+    }
+    if (t_.warm && *t_.warm % b != 0) {
+      throw InvalidInput("warm budget must be a multiple of the block size " + std::to_string(b),
+                         {"", "warm", std::to_string(*t_.warm)});
+    }
+    if (g.head_dim % 8 != 0) {
+      throw InvalidInput("the tiered cache needs head_dim a multiple of 8", {"", "head_dim", std::to_string(g.head_dim)});
+    }
+    for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.emplace_back(t_, g.head_dim);
+  }
+
+  void ingest_prompt(const PromptKv& prompt) override {
+    const std::size_t n = prompt.n_tokens, d = g_.head_dim;
+    DumpMeta m;
+    m.n_layers = g_.n_layers;
+    m.n_heads = g_.n_heads;
+    m.n_kv_heads = g_.n_kv_heads;
+    m.head_dim = d;
+    m.n_tokens = n;
+    m.n_query = n;
+    ScoreOptions so;
+    so.method = ScoreMethod::snapkv;
+    so.window = std::min<std::size_t>(32, n);
+    for (std::size_t l = 0; l < g_.n_layers; ++l) {
+      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+        TieredHead& th = heads_[l * g_.n_kv_heads + h];
+        // Block by block so that demotion keeps the hot tier small while the prompt streams in.
+        const HeadScores hs = score_head((*prompt.query)[l], (*prompt.key)[l], h, m, so);
+        for (std::size_t t0 = 0; t0 < n; t0 += t_.block) {
+          const std::size_t c = std::min(t_.block, n - t0);
+          th.append((*prompt.key)[l].row(h, t0), (*prompt.value)[l].row(h, t0), c);
+          for (std::size_t i = t0; i < t0 + c; ++i) th.scores()[i] = t_.w_attn * hs.mass[i];
+          th.enforce();
+        }
+      }
+    }
+  }
+
+  void append(std::size_t layer, const float* key, const float*, const float* value, std::size_t) override {
+    // Budgets hold before this step's attention too (a block leaves hot as soon as it may, as
+    // in KIVI); scores move at the end of the step.
+    for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+      TieredHead& th = heads_[layer * g_.n_kv_heads + h];
+      th.append(key + h * g_.head_dim, value + h * g_.head_dim, 1);
+      th.enforce();
+    }
+  }
+  KvView view(std::size_t layer, std::size_t kv_head) const override {
+    return heads_[layer * g_.n_kv_heads + kv_head].view();
+  }
+  bool wants_probs() const override { return t_.w_attn != 0.0; }
+  void observe(std::size_t layer, std::size_t kv_head, const float* probs) override {
+    heads_[layer * g_.n_kv_heads + kv_head].observe(probs, static_cast<double>(g_.n_kv_heads) / static_cast<double>(g_.n_heads));
+  }
+  void end_step() override {
+    for (TieredHead& h : heads_) {
+      h.update_scores();
+      h.enforce();
+    }
+  }
+  std::uint64_t bytes() const override {
+    const TierBytes b = *tier_bytes();
+    return b.hot + b.warm + b.cold;
+  }
+  std::optional<TierBytes> tier_bytes() const override {
+    TierBytes s;
+    for (const TieredHead& h : heads_) {
+      const TierBytes b = h.tier_bytes();
+      s.hot += b.hot;
+      s.warm += b.warm;
+      s.cold += b.cold;
+      s.hot_tokens += b.hot_tokens;
+      s.warm_tokens += b.warm_tokens;
+      s.cold_tokens += b.cold_tokens;
+    }
+    return s;
+  }
+
+ private:
+  TieredParams t_;
+  KvGeometry g_;
+  std::vector<TieredHead> heads_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvPolicy> make_tiered_policy(const CompressParams& params, const KvGeometry& g) {
+  return std::make_unique<TieredPolicy>(params, g);
+}
+
+}  // namespace akv

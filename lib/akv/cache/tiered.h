@@ -1,0 +1,35 @@
+#pragma once
+// The three-tier KV cache of the AKV seed, inside the model's decode loop (a KvPolicy).
+//
+// Every KV head keeps all of its tokens, in blocks of B tokens (B = the key quantization group):
+//   hot   f16 rows (budget `hot` tokens, protected tokens included),
+//   warm  quantized: keys per channel over the block, values per token (groups of 32 channels),
+//         at warm_bits_key / warm_bits_value (budget `warm` tokens, unlimited when unset),
+//   cold  int2 by default (cold_bits), or cold_bits 16: the host keeps an exact f16 copy of
+//         every block that left the hot tier.
+// Device bytes = hot + warm, host bytes = cold (and the f16 copies). Nothing is evicted.
+//
+// Importance per token: score = decay * score + w_attn * a + w_recency / (1 + age) after every
+// decode step, a = the attention the token received (mean over the KV group's query heads),
+// age = decode position - token position; the prompt's tokens start from the mean attention of
+// the last 32 prompt queries. A block's score is the sum of its tokens'.
+//
+// Protected blocks stay hot: those holding one of the first `protect_first` positions (sinks),
+// those holding one of the last `protect_last` positions, and the still-open last block. With
+// `anchors` N, the ceil(N / B) highest-scoring unprotected hot blocks are never demoted.
+// After the prompt and after every step: while hot holds more than `hot` tokens, the
+// lowest-scoring (importance) or oldest (fifo) demotable hot block moves to warm; likewise warm
+// to cold. Then (importance only) at most one promotion per tier boundary: a colder block whose
+// score exceeds the weakest block above it trades places with it. Promotion from warm or int
+// cold keeps the dequantized (lossy) values; with cold_bits 16 it restores the exact f16 rows.
+// Rows stay in chronological order inside each tier; attention reads warm, cold, hot as three
+// segments of the fused kernel.
+#include <memory>
+
+#include "akv/cache/kv_runtime.h"
+
+namespace akv {
+
+std::unique_ptr<KvPolicy> make_tiered_policy(const CompressParams& params, const KvGeometry& g);
+
+}  // namespace akv
