@@ -100,6 +100,7 @@ CompressRequest parse_method_spec(const std::string& spec) {
     else if (key == "decay") r.tiered.decay = real();
     else if (key == "w-attn") r.tiered.w_attn = real();
     else if (key == "w-recency") r.tiered.w_recency = real();
+    else if (key == "margin") r.tiered.margin = real();
     else if (key == "demotion") r.tiered.demotion = need();
     else throw UsageError("unknown method flag", {"", spec, key});
   }
@@ -240,7 +241,7 @@ void validate_params(const CompressParams& p, const std::string& file) {
 
 bool TieredRequest::any() const {
   return preset || demotion || hot || warm || warm_bits_key || warm_bits_value || cold_bits ||
-         protect_first || protect_last || anchors || decay || w_attn || w_recency;
+         protect_first || protect_last || anchors || decay || w_attn || w_recency || margin;
 }
 
 nlohmann::json TieredParams::to_json() const {
@@ -248,7 +249,7 @@ nlohmann::json TieredParams::to_json() const {
                       {"warm_bits_value", warm_bits_value}, {"cold_bits", cold_bits},
                       {"protect_first", protect_first}, {"protect_last", protect_last},
                       {"anchors", anchors}, {"decay", decay}, {"w_attn", w_attn},
-                      {"w_recency", w_recency}, {"block", block},
+                      {"w_recency", w_recency}, {"margin", margin}, {"block", block},
                       {"demotion", demotion == Demotion::fifo ? "fifo" : "importance"}};
   j["warm"] = warm ? nlohmann::json(*warm) : nlohmann::json();
   return j;
@@ -312,6 +313,10 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   }
   if (q.w_attn) t.w_attn = *q.w_attn;
   if (q.w_recency) t.w_recency = *q.w_recency;
+  if (q.margin) {
+    if (!(*q.margin >= 0.0 && std::isfinite(*q.margin))) throw InvalidInput("margin must be >= 0", {"", "margin", format_number(*q.margin)});
+    t.margin = *q.margin;
+  }
   if (!std::isfinite(t.w_attn) || !std::isfinite(t.w_recency)) {
     throw InvalidInput("weights must be finite", {"", "w-attn/w-recency"});
   }
@@ -323,7 +328,7 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   if (r.bits || r.bits_key || r.bits_value || r.key_axis || r.value_axis || r.group || r.residual ||
       r.outlier_fraction || r.pre_rope || r.calibration || r.quant || r.eviction.any()) {
     throw UsageError("tiered takes hot, warm, warm-bits-key, warm-bits-value, cold-bits, protect-first, "
-                     "protect-last, anchors, decay, w-attn, w-recency, demotion, preset",
+                     "protect-last, anchors, decay, w-attn, w-recency, margin, demotion, preset",
                      {"", "--method", r.method});
   }
   CompressParams p;

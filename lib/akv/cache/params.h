@@ -36,6 +36,7 @@ struct TieredParams {
   int cold_bits = 2;             // 2, 3, 4, 8; 16 = exact f16 copies in host memory
   std::size_t protect_first = 4, protect_last = 32, anchors = 0;  // compact: protect_last 0
   double decay = 0.95, w_attn = 1.0, w_recency = 0.0;
+  double margin = 0.25;          // promotion hysteresis (relative score margin)
   Demotion demotion = Demotion::importance;
   std::size_t block = 32;
 
@@ -87,7 +88,7 @@ struct TieredRequest {
   std::optional<std::string> preset, demotion;
   std::optional<long long> hot, warm, warm_bits_key, warm_bits_value, cold_bits, protect_first,
       protect_last, anchors;
-  std::optional<double> decay, w_attn, w_recency;
+  std::optional<double> decay, w_attn, w_recency, margin;
   bool any() const;
 };
 

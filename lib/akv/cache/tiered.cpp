@@ -130,6 +130,7 @@ class TieredHead {
     for (std::size_t i = 0; i < n; ++i) {
       if (blocks_.empty() || blocks_.back().rows == t_.block) blocks_.push_back({tokens(), 0, Tier::hot});
       ++blocks_.back().rows;
+      ++count_[0];
       hot_.insert(hot_.rows(), hk.data() + i * d_, hv.data() + i * d_, 1);
       score_.push_back(0.0);
       attn_.push_back(0.0);
@@ -152,9 +153,15 @@ class TieredHead {
     }
   }
 
-  // Demotions while a tier is over budget, then promotions (importance); see tiered.h.
-  void enforce() {
+  // Demotions while a tier is over budget, then (importance, `promote`) promotions; see tiered.h.
+  void enforce(bool promote) {
+    const bool over = count_[0] > t_.hot || (t_.warm && count_[1] > *t_.warm);
+    if (!over && !(promote && t_.demotion == Demotion::importance && count_[1] + count_[2] > 0)) return;
     const bool importance = t_.demotion == Demotion::importance;
+    bscore_.assign(blocks_.size(), 0.0);
+    for (std::size_t b = 0; b < blocks_.size(); ++b) {
+      for (std::size_t i = blocks_[b].first; i < blocks_[b].first + blocks_[b].rows; ++i) bscore_[b] += score_[i];
+    }
     std::vector<bool> anchor(blocks_.size(), false);
     if (t_.anchors > 0) {
       std::vector<std::size_t> cand;
@@ -173,40 +180,49 @@ class TieredHead {
         if (best == blocks_.size()) {
           best = b;
         } else if (lowest) {
-          if (importance ? better(best, b) : false) best = b;  // fifo: the oldest (first found)
+          if (importance && better(best, b)) best = b;  // fifo: the oldest (first found)
         } else if (better(b, best)) {
           best = b;
         }
       }
       return best;
     };
-    while (tier_tokens(Tier::hot) > t_.hot) {
+    while (count_[0] > t_.hot) {
       const std::size_t b = pick(Tier::hot, true);
       if (b == blocks_.size()) break;
       move(b, Tier::warm);
     }
-    while (t_.warm && tier_tokens(Tier::warm) > *t_.warm) {
+    while (t_.warm && count_[1] > *t_.warm) {
       const std::size_t b = pick(Tier::warm, true);
       if (b == blocks_.size()) break;
       move(b, Tier::cold);
     }
-    if (!importance) return;
-    // Promotion: the best colder block against the weakest block above it.
-    const std::size_t best_cold = pick(Tier::cold, false), weak_warm = pick(Tier::warm, true);
-    if (best_cold != blocks_.size() && weak_warm != blocks_.size() && block_score(best_cold) > block_score(weak_warm)) {
-      move(weak_warm, Tier::cold);
-      move(best_cold, Tier::warm);
+    if (!importance || !promote) return;
+    // Promotion: the best colder block against the weakest block above it, at most once per
+    // `block` steps per tier boundary.
+    const double up = 1.0 + t_.margin;
+    const std::size_t now = tokens();
+    if (now >= next_promotion_[1]) {
+      const std::size_t best_cold = pick(Tier::cold, false), weak_warm = pick(Tier::warm, true);
+      if (best_cold != blocks_.size() && weak_warm != blocks_.size() && bscore_[best_cold] > up * bscore_[weak_warm]) {
+        move(weak_warm, Tier::cold);
+        move(best_cold, Tier::warm);
+        next_promotion_[1] = now + t_.block;
+      }
     }
+    if (now < next_promotion_[0]) return;
     const std::size_t best_warm = pick(Tier::warm, false);
     if (best_warm == blocks_.size()) return;
-    if (tier_tokens(Tier::hot) + t_.block <= t_.hot) {
+    if (count_[0] + t_.block <= t_.hot) {
       move(best_warm, Tier::hot);
+      next_promotion_[0] = now + t_.block;
       return;
     }
     const std::size_t weak_hot = pick(Tier::hot, true);
-    if (weak_hot != blocks_.size() && block_score(best_warm) > block_score(weak_hot)) {
+    if (weak_hot != blocks_.size() && bscore_[best_warm] > up * bscore_[weak_hot]) {
       move(weak_hot, Tier::warm);
       move(best_warm, Tier::hot);
+      next_promotion_[0] = now + t_.block;
     }
   }
 
@@ -240,26 +256,16 @@ class TieredHead {
   }
 
  private:
-  double block_score(std::size_t b) const {
-    double s = 0.0;
-    for (std::size_t i = blocks_[b].first; i < blocks_[b].first + blocks_[b].rows; ++i) s += score_[i];
-    return s;
-  }
-  // a ranks above b: higher score, ties to the newer block.
+  // a ranks above b: higher block score (bscore_, computed by enforce), ties to the newer block.
   bool better(std::size_t a, std::size_t b) const {
-    const double sa = block_score(a), sb = block_score(b);
-    return sa != sb ? sa > sb : a > b;
+    return bscore_[a] != bscore_[b] ? bscore_[a] > bscore_[b] : a > b;
   }
   bool is_protected(std::size_t b) const {
     const Block& k = blocks_[b];
     const std::size_t n = tokens();
     return k.rows < t_.block || k.first < t_.protect_first || k.first + k.rows + t_.protect_last > n;
   }
-  std::size_t tier_tokens(Tier t) const {
-    std::size_t n = 0;
-    for (const Block& b : blocks_) n += b.tier == t ? b.rows : 0;
-    return n;
-  }
+  std::size_t tier_tokens(Tier t) const { return count_[static_cast<int>(t)]; }
   // Index of block b among the blocks of its tier (chronological slot), and row offset.
   std::size_t slot(std::size_t b, Tier t) const {
     std::size_t s = 0;
@@ -318,6 +324,8 @@ class TieredHead {
       cold_packed_.erase(slot(b, Tier::cold));
     }
     const Tier from = blk.tier;
+    count_[static_cast<int>(from)] -= blk.rows;
+    count_[static_cast<int>(to)] += blk.rows;
     blk.tier = to;
     // Enter the new one, at its chronological slot.
     if (to == Tier::hot) {
@@ -363,6 +371,9 @@ class TieredHead {
   // cold_bits 16: exact f16 rows (keys, values) of warm blocks, by first position (host).
   std::map<std::size_t, std::pair<std::vector<std::uint16_t>, std::vector<std::uint16_t>>> shadow_;
   std::vector<double> score_, attn_;  // per position
+  std::vector<double> bscore_;        // per block, during enforce
+  std::size_t count_[3] = {0, 0, 0};  // tokens per tier (hot, warm, cold)
+  std::size_t next_promotion_[2] = {0, 0};  // token count from which warm->hot / cold->warm may promote
   std::vector<std::int32_t> position_;  // view order: warm, cold, hot
 };
 
@@ -409,7 +420,7 @@ class TieredPolicy : public KvPolicy {
           const std::size_t c = std::min(t_.block, n - t0);
           th.append((*prompt.key)[l].row(h, t0), (*prompt.value)[l].row(h, t0), c);
           for (std::size_t i = t0; i < t0 + c; ++i) th.scores()[i] = t_.w_attn * hs.mass[i];
-          th.enforce();
+          th.enforce(false);
         }
       }
     }
@@ -421,7 +432,7 @@ class TieredPolicy : public KvPolicy {
     for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
       TieredHead& th = heads_[layer * g_.n_kv_heads + h];
       th.append(key + h * g_.head_dim, value + h * g_.head_dim, 1);
-      th.enforce();
+      th.enforce(false);
     }
   }
   KvView view(std::size_t layer, std::size_t kv_head) const override {
@@ -434,7 +445,7 @@ class TieredPolicy : public KvPolicy {
   void end_step() override {
     for (TieredHead& h : heads_) {
       h.update_scores();
-      h.enforce();
+      h.enforce(true);
     }
   }
   std::uint64_t bytes() const override {
