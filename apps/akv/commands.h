@@ -20,5 +20,6 @@ void register_bench(CLI::App& app, const GlobalOptions& global);
 void register_allocate(CLI::App& app, const GlobalOptions& global);
 void register_dump(CLI::App& app, const GlobalOptions& global);
 void register_calibrate(CLI::App& app, const GlobalOptions& global);
+void register_plan(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace akv::cli

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   akv::cli::register_decompress(app, global);
   akv::cli::register_evaluate(app, global);
   akv::cli::register_bench(app, global);
+  akv::cli::register_plan(app, global);
 
   try {
     app.parse(argc, argv);

@@ -50,6 +50,7 @@ mkdir -p "$o"
 expect_error "bits 5" 2 "--bits-key = 5" "$AKV" compress -q "$d" -o "$o/c.h5" -m kivi --bits-key 5
 expect_error "group 0" 2 "--group = 0" "$AKV" compress -q "$d" -o "$o/c.h5" --group 0
 expect_error "residual not a multiple of G" 2 "--residual = 100" "$AKV" compress -q "$d" -o "$o/c.h5" --residual 100
+expect_error "tiered has no cache-file form" 1 "tiered cache runs in the model" "$AKV" compress -q "$d" -o "$o/c.h5" -m balanced
 expect_error "outlier fraction 1" 2 "--outlier-fraction = 1" "$AKV" compress -q "$d" -o "$o/c.h5" --outlier-fraction 1
 expect_error "unknown method" 2 "--method = gptq" "$AKV" compress -q "$d" -o "$o/c.h5" -m gptq
 expect_error "residual with uniform" 1 "--residual" "$AKV" compress -q "$d" -o "$o/c.h5" -m uniform --residual 32

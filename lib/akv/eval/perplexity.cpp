@@ -36,6 +36,7 @@ PplSums& PplSums::operator+=(const PplSums& o) {
   top1 += o.top1;
   tokens += o.tokens;
   bytes += o.bytes;
+  host_bytes += o.host_bytes;
   f16_bytes += o.f16_bytes;
   return *this;
 }
@@ -105,6 +106,7 @@ PplReport evaluate_perplexity(const Model& model,
         s.top1 += argmax(lp) == argmax(ref[k]) ? 1 : 0;
       }
       s.bytes = cache->bytes();
+      if (const auto tb = cache->tier_bytes()) s.host_bytes = tb->cold;
       s.f16_bytes = 2ull * 2 * c.n_layers * c.n_kv_heads * c.head_dim * (n - 1);
     }
     if (progress) {
@@ -132,6 +134,8 @@ nlohmann::json PplReport::to_json() const {
                   {"kl", s.kl / tokens},
                   {"top1_agreement", static_cast<double>(s.top1) / tokens},
                   {"cache_bytes", s.bytes},
+                  {"device_bytes", s.bytes - s.host_bytes},
+                  {"host_bytes", s.host_bytes},
                   {"f16_bytes", s.f16_bytes},
                   {"bits_per_element", 16.0 * static_cast<double>(s.bytes) / static_cast<double>(s.f16_bytes)}});
   }
@@ -140,14 +144,14 @@ nlohmann::json PplReport::to_json() const {
 }
 
 std::string PplReport::to_csv() const {
-  std::string out = "sequence,prompt_tokens,method,tokens,ppl,mean_nll,kl,top1_agreement,cache_bytes,f16_bytes\n";
+  std::string out = "sequence,prompt_tokens,method,tokens,ppl,mean_nll,kl,top1_agreement,cache_bytes,host_bytes,f16_bytes\n";
   for (std::size_t si = 0; si < sequences.size(); ++si) {
     for (std::size_t m = 0; m < specs.size(); ++m) {
       const PplSums& s = sequences[si][m];
       const double t = static_cast<double>(s.tokens);
-      out += fmt::format("{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{},{}\n", si, prompt_tokens[si], specs[m],
+      out += fmt::format("{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{},{},{}\n", si, prompt_tokens[si], specs[m],
                          s.tokens, s.ppl(), s.nll / t, s.kl / t, static_cast<double>(s.top1) / t, s.bytes,
-                         s.f16_bytes);
+                         s.host_bytes, s.f16_bytes);
     }
   }
   return out;
@@ -157,13 +161,13 @@ std::string PplReport::to_table() const {
   const PplSums full = total(0);
   std::string out = fmt::format("{} sequences, {} predicted tokens per method (continuation after the prompt)\n",
                                 sequences.size(), full.tokens);
-  out += fmt::format("{:<28} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}  {}\n", "method", "bytes", "bits/el",
-                     "ppl", "ppl delta", "kl", "top1", "description");
+  out += fmt::format("{:<28} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}  {}\n", "method", "bytes",
+                     "host", "bits/el", "ppl", "ppl delta", "kl", "top1", "description");
   for (std::size_t m = 0; m < specs.size(); ++m) {
     const PplSums s = total(m);
     const double t = static_cast<double>(s.tokens);
-    out += fmt::format("{:<28} {:>10} {:>8.3f} {:>10.4f} {:>+10.4f} {:>10.3e} {:>8.4f}  {}\n", specs[m],
-                       s.bytes / sequences.size(),
+    out += fmt::format("{:<28} {:>10} {:>10} {:>8.3f} {:>10.4f} {:>+10.4f} {:>10.3e} {:>8.4f}  {}\n", specs[m],
+                       s.bytes / sequences.size(), s.host_bytes / sequences.size(),
                        16.0 * static_cast<double>(s.bytes) / static_cast<double>(s.f16_bytes), s.ppl(),
                        s.ppl() - full.ppl(), s.kl / t, static_cast<double>(s.top1) / t, descriptions[m]);
   }

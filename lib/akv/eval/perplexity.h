@@ -32,6 +32,7 @@ struct PplSums {
   double nll = 0, kl = 0;
   std::size_t top1 = 0, tokens = 0;
   std::uint64_t bytes = 0;      // cache bytes at the end of the sequence
+  std::uint64_t host_bytes = 0;  // of which in host memory (the cold tier of tiered caches)
   std::uint64_t f16_bytes = 0;  // f16 size of K/V of the whole sequence
   PplSums& operator+=(const PplSums& o);
   double ppl() const;

@@ -1,0 +1,230 @@
+#include "akv/cache/plan.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "akv/cache/head.h"
+#include "akv/core/errors.h"
+
+namespace akv {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+
+std::size_t config_size(const nlohmann::json& j, const char* key, const std::string& file) {
+  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<long long>() <= 0) {
+    throw InvalidInput("missing or non-positive integer", {file, key, j.contains(key) ? j[key].dump() : "missing"});
+  }
+  return j[key].get<std::size_t>();
+}
+
+// One quantized tensor of one head after n tokens (as PackedTensor stores it).
+double tensor_bytes(const TensorQuant& t, std::size_t residual, std::size_t d, std::size_t n_out, std::size_t n) {
+  const std::size_t rest = n > residual ? n - residual : 0;
+  const std::size_t q = t.axis == QuantAxis::channel ? rest / t.group * t.group : rest;
+  const std::size_t cols = d - n_out;
+  const std::size_t groups = t.axis == QuantAxis::channel ? ceil_div(q, t.group) * cols : q * ceil_div(cols, t.group);
+  double b = static_cast<double>(ceil_div(q * cols * static_cast<std::size_t>(t.bits), 8)) + 4.0 * static_cast<double>(groups);
+  if (q > 0 && n_out > 0) b += 2.0 * static_cast<double>(q * n_out + n_out);
+  return b + 2.0 * static_cast<double>((n - q) * d);
+}
+
+// Keys and values of one head holding n tokens, quantized (or f16) per p, without eviction.
+double head_bytes(const CompressParams& p, std::size_t d, std::size_t n) {
+  if (!p.quantized()) return 4.0 * static_cast<double>(d * n);
+  const std::size_t n_out = outlier_count(p.outlier_fraction, d);
+  return tensor_bytes(p.key, p.residual, d, n_out, n) + tensor_bytes(p.value, p.residual, d, 0, n);
+}
+
+PlanBytes tiered_bytes(const TieredParams& t, std::size_t d, std::size_t n) {
+  const double hot = static_cast<double>(std::min(n, t.hot));
+  const double rest = static_cast<double>(n) - hot;
+  const double warm = t.warm ? std::min(rest, static_cast<double>(*t.warm)) : rest;
+  const double cold = rest - warm;
+  auto per_token = [&](int bk, int bv) {
+    return static_cast<double>(d * static_cast<std::size_t>(bk + bv)) / 8.0 + 4.0 * static_cast<double>(d) / static_cast<double>(t.block) +
+           4.0 * static_cast<double>(ceil_div(d, 32));
+  };
+  const double f16 = 4.0 * static_cast<double>(d);
+  PlanBytes b;
+  b.device = hot * f16 + warm * per_token(t.warm_bits_key, t.warm_bits_value);
+  b.host = t.cold_bits == 16 ? (cold + warm) * f16 : cold * per_token(t.cold_bits, t.cold_bits);
+  return b;
+}
+
+}  // namespace
+
+PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes) {
+  const std::string file = fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
+  std::ifstream in(file);
+  if (!in) throw IoError("cannot open model config", {file});
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CorruptData("config is not a JSON object", {file});
+  PlanShape s;
+  s.name = j.value("_name_or_path", fs::path(file).parent_path().filename().string());
+  s.layers = config_size(j, "num_hidden_layers", file);
+  s.heads = config_size(j, "num_attention_heads", file);
+  s.kv_heads = j.contains("num_key_value_heads") ? config_size(j, "num_key_value_heads", file) : s.heads;
+  const std::size_t dim = config_size(j, "hidden_size", file);
+  s.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? config_size(j, "head_dim", file) : dim / s.heads;
+  if (s.heads % s.kv_heads != 0) {
+    throw InvalidInput("num_attention_heads must be a multiple of num_key_value_heads",
+                       {file, "num_key_value_heads", std::to_string(s.kv_heads)});
+  }
+  const std::size_t ffn = config_size(j, "intermediate_size", file), vocab = config_size(j, "vocab_size", file);
+  const bool tied = j.value("tie_word_embeddings", false);
+  const std::size_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const double per_layer = static_cast<double>(dim * q + 2 * dim * kv + q * dim + 3 * dim * ffn + 2 * dim);
+  const double params = static_cast<double>(s.layers) * per_layer + static_cast<double>(vocab * dim) * (tied ? 1 : 2) +
+                        static_cast<double>(dim);
+  int bytes = weight_dtype_bytes;
+  if (bytes <= 0) {
+    const std::string dt = j.value("torch_dtype", "float16");
+    bytes = dt == "float32" ? 4 : 2;
+  }
+  s.weight_bytes = static_cast<std::uint64_t>(params) * static_cast<std::uint64_t>(bytes);
+  return s;
+}
+
+std::uint64_t parse_bytes(const std::string& text, const std::string& flag) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? std::string(end) : "";
+  double mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "TB") mult = 1e12;
+  else if (unit == "KiB") mult = 1024.0;
+  else if (unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB") mult = 1024.0 * 1024 * 1024 * 1024;
+  if (end == text.c_str() || mult == 0 || !(v > 0) || !std::isfinite(v * mult) || v * mult > 1.8e19) {
+    throw InvalidInput("not a byte size (e.g. 16GiB, 80GB, 512MiB, 1e9)", {"", flag, text});
+  }
+  return static_cast<std::uint64_t>(v * mult);
+}
+
+PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
+  PlanBytes total;
+  for (std::size_t l = 0; l < s.layers; ++l) {
+    for (std::size_t h = 0; h < s.kv_heads; ++h) {
+      if (!m.params) {
+        total.device += 8.0 * static_cast<double>(s.head_dim * n);
+        continue;
+      }
+      const CompressParams p = m.params->for_head(l, h, s.kv_heads);
+      if (p.tiered) {
+        const PlanBytes b = tiered_bytes(*p.tiered, s.head_dim, n);
+        total.device += b.device;
+        total.host += b.host;
+        continue;
+      }
+      std::size_t kept = n;
+      double index = 0;
+      if (p.eviction) {
+        const EvictionParams& e = *p.eviction;
+        kept = e.budget_tokens ? std::min(n, *e.budget_tokens)
+                               : static_cast<std::size_t>(std::ceil(e.budget_fraction.value_or(1.0) * static_cast<double>(n)));
+        kept = std::min(kept, n);
+        index = 4.0 * static_cast<double>(kept);  // token positions
+      }
+      total.device += head_bytes(p, s.head_dim, kept) + index;
+    }
+  }
+  return total;
+}
+
+PlanReport plan(const PlanShape& s, const std::vector<PlanMethod>& methods, std::uint64_t memory,
+                std::uint64_t context, std::optional<std::uint64_t> host_memory) {
+  if (s.weight_bytes >= memory) {
+    throw InvalidInput("the weights alone (" + format_number(static_cast<double>(s.weight_bytes) / 1e9) +
+                           " GB) do not fit in the memory budget",
+                       {"", "--memory", std::to_string(memory)});
+  }
+  if (context == 0) throw InvalidInput("context must be >= 1", {"", "--context", "0"});
+  PlanReport r;
+  r.shape = s;
+  r.memory = memory;
+  r.context = context;
+  r.host_memory = host_memory;
+  const double free = static_cast<double>(memory - s.weight_bytes);
+  for (const PlanMethod& m : methods) {
+    PlanRow row;
+    row.spec = m.spec;
+    row.description = m.params ? describe(*m.params) : "f32 K/V";
+    auto fits = [&](std::uint64_t n, std::uint64_t batch) {
+      const PlanBytes b = plan_bytes(s, m, n);
+      return static_cast<double>(batch) * b.device <= free &&
+             (!host_memory || static_cast<double>(batch) * b.host <= static_cast<double>(*host_memory));
+    };
+    const PlanBytes at = plan_bytes(s, m, context);
+    row.device_per_token = at.device / static_cast<double>(context);
+    row.host_per_token = at.host / static_cast<double>(context);
+    constexpr std::uint64_t kLimit = std::uint64_t{1} << 40;
+    if (fits(kLimit, 1)) {
+      row.max_context = std::nullopt;
+    } else {
+      std::uint64_t lo = 0, hi = kLimit;  // fits(lo), !fits(hi)
+      while (hi - lo > 1) {
+        const std::uint64_t mid = lo + (hi - lo) / 2;
+        (fits(mid, 1) ? lo : hi) = mid;
+      }
+      row.max_context = lo;
+    }
+    std::uint64_t batch = at.device > 0 ? static_cast<std::uint64_t>(free / at.device) : 0;
+    if (host_memory && at.host > 0) batch = std::min(batch, static_cast<std::uint64_t>(static_cast<double>(*host_memory) / at.host));
+    row.max_batch = batch;
+    r.rows.push_back(row);
+  }
+  return r;
+}
+
+nlohmann::json PlanReport::to_json() const {
+  nlohmann::json j = {{"model", shape.name},
+                      {"layers", shape.layers},
+                      {"heads", shape.heads},
+                      {"kv_heads", shape.kv_heads},
+                      {"head_dim", shape.head_dim},
+                      {"weight_bytes", shape.weight_bytes},
+                      {"memory_bytes", memory},
+                      {"context", context}};
+  j["host_memory_bytes"] = host_memory ? nlohmann::json(*host_memory) : nlohmann::json();
+  nlohmann::json rows_j = nlohmann::json::array();
+  for (const PlanRow& r : rows) {
+    rows_j.push_back({{"method", r.spec},
+                      {"description", r.description},
+                      {"device_bytes_per_token", r.device_per_token},
+                      {"host_bytes_per_token", r.host_per_token},
+                      {"max_context", r.max_context ? nlohmann::json(*r.max_context) : nlohmann::json()},
+                      {"max_batch_at_context", r.max_batch}});
+  }
+  j["methods"] = rows_j;
+  return j;
+}
+
+std::string PlanReport::to_table() const {
+  std::string out = fmt::format(
+      "{}: {} layers, {} q / {} KV heads, head_dim {}; weights {:.2f} GB; memory {:.2f} GB ({:.2f} GB for "
+      "the KV cache){}\n",
+      shape.name.empty() ? "model" : shape.name, shape.layers, shape.heads, shape.kv_heads, shape.head_dim,
+      static_cast<double>(shape.weight_bytes) / 1e9, static_cast<double>(memory) / 1e9,
+      static_cast<double>(memory - shape.weight_bytes) / 1e9,
+      host_memory ? fmt::format("; host {:.2f} GB", static_cast<double>(*host_memory) / 1e9) : std::string());
+  out += fmt::format("{:<36} {:>12} {:>12} {:>14} {:>12}  {}\n", "method", "device B/tok", "host B/tok",
+                     "max context", fmt::format("batch@{}", context), "description");
+  for (const PlanRow& r : rows) {
+    out += fmt::format("{:<36} {:>12.0f} {:>12.0f} {:>14} {:>12}  {}\n", r.spec, r.device_per_token,
+                       r.host_per_token, r.max_context ? std::to_string(*r.max_context) : "unbounded",
+                       r.max_batch, r.description);
+  }
+  return out;
+}
+
+}  // namespace akv

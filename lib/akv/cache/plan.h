@@ -1,0 +1,62 @@
+#pragma once
+// `akv plan`: for a model shape and a memory budget, the KV bytes per token of each method and
+// the longest context / largest batch that fit. Byte counts follow what each runtime cache
+// stores (cache/kv_runtime.h, cache/tiered.h), in closed form.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/cache/params.h"
+
+namespace akv {
+
+struct PlanShape {
+  std::string name;
+  std::size_t layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  std::uint64_t weight_bytes = 0;  // parameters x bytes per parameter; 0 when unknown
+};
+
+// Reads num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size, head_dim,
+// intermediate_size, vocab_size, tie_word_embeddings and torch_dtype from a Hugging Face
+// config.json (or the directory holding it); weights = Llama-architecture parameter count x
+// the dtype's bytes (`weight_dtype_bytes` > 0 overrides torch_dtype).
+PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes = 0);
+
+// "16GiB", "16GB", "512MiB", "1.5e10", "16000000000" -> bytes. Throws InvalidInput naming flag.
+std::uint64_t parse_bytes(const std::string& text, const std::string& flag);
+
+struct PlanMethod {
+  std::string spec;                       // as given; "f32" = the full f32 cache
+  std::optional<CompressParams> params;   // nullopt = f32
+};
+
+// Device and host bytes of the whole cache (all layers and KV heads) after n tokens.
+struct PlanBytes {
+  double device = 0, host = 0;
+};
+PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n);
+
+struct PlanRow {
+  std::string spec, description;
+  double device_per_token = 0, host_per_token = 0;  // at `context`, averaged per token
+  std::optional<std::uint64_t> max_context;  // batch 1; nullopt: device use stops growing
+  std::uint64_t max_batch = 0;               // at `context`
+};
+
+struct PlanReport {
+  PlanShape shape;
+  std::uint64_t memory = 0, context = 0;
+  std::optional<std::uint64_t> host_memory;
+  std::vector<PlanRow> rows;
+  nlohmann::json to_json() const;
+  std::string to_table() const;
+};
+
+// Throws InvalidInput when the weights alone exceed the memory.
+PlanReport plan(const PlanShape& s, const std::vector<PlanMethod>& methods, std::uint64_t memory,
+                std::uint64_t context, std::optional<std::uint64_t> host_memory);
+
+}  // namespace akv

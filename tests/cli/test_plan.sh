@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# akv plan on the example configs and on a bare shape; bad sizes and budgets fail with one line.
+source "$(dirname "$0")/lib.sh"
+
+C="$SRC/docs/configs"
+expect "plan llama-2-7b 16GiB" 0 "none +524288 +0 +7062 " \
+  "$AKV" plan --config "$C/llama-2-7b.json" --memory 16GiB
+expect "plan tinyllama lists the tiered presets" 0 "compact .* tiered compact hot 64" \
+  "$AKV" plan --config "$C/tinyllama-1.1b.json" --memory 16GiB
+expect "plan --json" 0 '"max_batch_at_context"' \
+  "$AKV" plan --layers 32 --kv-heads 8 --head-dim 128 --memory 80GB --methods none,kivi-2,balanced:warm=4096 --json
+expect "plan without weights: unbounded device use with a warm budget" 0 "balanced:warm=4096 .* unbounded" \
+  "$AKV" plan --layers 32 --kv-heads 8 --head-dim 128 --memory 80GB --methods none,balanced:warm=4096
+expect "plan --host-memory bounds the cold tier" 0 "host 68.72 GB" \
+  "$AKV" plan --layers 32 --kv-heads 8 --head-dim 128 --memory 80GB --host-memory 64GiB --methods balanced:warm=4096
+expect_error "plan: bad memory size" 2 "not a byte size.*--memory = 16 potatoes" \
+  "$AKV" plan --layers 2 --kv-heads 2 --head-dim 64 --memory "16 potatoes"
+expect_error "plan: weights do not fit" 2 "weights alone" \
+  "$AKV" plan --config "$C/llama-2-7b.json" --memory 8GiB
+expect_error "plan: shape or config" 1 "give --config, or --layers" "$AKV" plan --memory 1GB
+expect_error "plan: missing config" 3 "cannot open model config" "$AKV" plan --config "$TMP/nope.json"
+echo '{"num_hidden_layers": 2}' >"$TMP/bad.json"
+expect_error "plan: config without hidden_size" 2 "num_attention_heads" "$AKV" plan --config "$TMP/bad.json"
+expect_error "plan: unknown tiered preset" 2 "unknown tiered preset" \
+  "$AKV" plan --layers 2 --kv-heads 2 --head-dim 64 --methods tiered:preset=huge
+finish

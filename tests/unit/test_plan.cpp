@@ -1,0 +1,94 @@
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "akv/cache/kv_runtime.h"
+#include "akv/cache/plan.h"
+#include "akv/core/errors.h"
+#include "akv/core/rng.h"
+#include "test_util.h"
+
+using namespace akv;
+
+namespace {
+
+std::vector<Tensor3> random_layers(std::size_t layers, std::size_t heads, std::size_t n, std::size_t d, std::uint64_t seed) {
+  std::vector<Tensor3> out;
+  for (std::size_t l = 0; l < layers; ++l) {
+    Tensor3 t(heads, n, d);
+    Rng rng(stream_seed(seed, {l}));
+    for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<float>(rng.normal());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+PlanMethod method(const std::string& spec) {
+  if (spec == "f32") return {spec, std::nullopt};
+  return {spec, resolve_params(parse_method_spec(spec))};
+}
+
+}  // namespace
+
+TEST_CASE("plan's closed-form bytes equal what the runtime caches store", "[plan]") {
+  const std::size_t L = 2, H = 4, KV = 2, D = 64;
+  const PlanShape shape{"t", L, H, KV, D, 0};
+  const KvGeometry g{L, H, KV, D, 4096, RopeLayout::rotate_half, 10000.0};
+  for (std::size_t n : {100, 300, 777}) {
+    const auto q = random_layers(L, H, n, D, 1), k = random_layers(L, KV, n, D, 2), v = random_layers(L, KV, n, D, 3);
+    for (const std::string spec : {"f32", "none", "kivi-2", "kivi-4", "k4v3:outlier-fraction=0.1", "uniform:bits=3",
+                                   "kivi:bits=8:residual=64:group=64", "snapkv:budget-tokens=90:quant=kivi-4",
+                                   "streamingllm:budget-tokens=64"}) {
+      INFO(spec << " n " << n);
+      const PlanMethod m = method(spec);
+      auto cache = make_kv_policy(m.params, g);
+      cache->ingest_prompt({&q, &k, &k, &v, n});
+      const PlanBytes b = plan_bytes(shape, m, n);
+      CHECK(b.device == static_cast<double>(cache->bytes()));
+      CHECK(b.host == 0.0);
+    }
+    // Tiered: the plan assumes a full hot tier (an upper bound within one block per head).
+    for (const std::string spec : {"balanced", "compact:warm=64", "quality:warm=96:cold-bits=16"}) {
+      INFO(spec << " n " << n);
+      const PlanMethod m = method(spec);
+      auto cache = make_kv_policy(m.params, g);
+      cache->ingest_prompt({&q, &k, &k, &v, n});
+      const TierBytes t = *cache->tier_bytes();
+      const PlanBytes b = plan_bytes(shape, m, n);
+      const double block = 32.0 * 4 * D * L * KV;  // one block of f16 K/V per head
+      CHECK(static_cast<double>(t.hot + t.warm) <= b.device + 1e-9);
+      CHECK(static_cast<double>(t.hot + t.warm) >= b.device - block);
+      CHECK(std::abs(static_cast<double>(t.cold) - b.host) <= block);
+    }
+  }
+}
+
+TEST_CASE("plan: model configs, byte sizes, maximum context and batch", "[plan]") {
+  test::TempDir dir;
+  {
+    std::ofstream f(dir.file("config.json"));
+    f << R"({"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
+             "torch_dtype": "float16"})";
+  }
+  const PlanShape s = read_plan_config(dir.path().string());
+  CHECK(s.weight_bytes == 2ull * 6738415616ull);  // Llama-2-7B's published parameter count
+  CHECK(s.head_dim == 128);
+  CHECK(parse_bytes("16GiB", "--memory") == 17179869184ull);
+  CHECK(parse_bytes("80GB", "--memory") == 80000000000ull);
+  CHECK(parse_bytes("1e9", "--memory") == 1000000000ull);
+  CHECK_THROWS_AS(parse_bytes("16 potatoes", "--memory"), InvalidInput);
+  CHECK_THROWS_AS(parse_bytes("-1GB", "--memory"), InvalidInput);
+  const std::uint64_t mem = 16ull << 30;
+  const PlanReport r = plan(s, {method("none"), method("kivi-2"), method("compact:warm=1024")}, mem, 4096, std::nullopt);
+  // f16: 2 (K, V) x 2 bytes x 32 layers x 32 heads x 128 = 512 KiB per token.
+  CHECK(r.rows[0].device_per_token == 524288.0);
+  const std::uint64_t free = mem - s.weight_bytes;
+  CHECK(*r.rows[0].max_context == free / 524288);
+  CHECK(r.rows[0].max_batch == free / (524288ull * 4096));
+  CHECK(*r.rows[1].max_context > 5 * *r.rows[0].max_context);
+  CHECK_FALSE(r.rows[2].max_context.has_value());  // device use stops growing: the rest is host
+  const PlanReport h = plan(s, {method("compact:warm=1024")}, mem, 4096, std::uint64_t{64} << 30);
+  REQUIRE(h.rows[0].max_context.has_value());
+  CHECK(plan_bytes(s, method("compact:warm=1024"), *h.rows[0].max_context).host <= static_cast<double>(64ull << 30));
+  CHECK_THROWS_AS(plan(s, {method("none")}, 8ull << 30, 4096, std::nullopt), InvalidInput);  // weights do not fit
+}
