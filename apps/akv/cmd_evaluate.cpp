@@ -44,8 +44,11 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--methods", opt->methods,
                   "With --model: methods to compare, comma-separated; each a compress method or "
                   "preset with optional flags as name:flag=value:... (e.g. kivi-2, "
-                  "kivi:bits-key=4:bits-value=2, adakv:budget=0.2:quant=k4v2). The f32 full cache "
-                  "is always evaluated first as the reference")
+                  "kivi:bits-key=4:bits-value=2, adakv:budget=0.2:quant=k4v2), or a tiered cache: "
+                  "quality, balanced, compact, tiered:preset=k4v2|k4v3, with hot=, warm=, "
+                  "warm-bits-key=, warm-bits-value=, cold-bits=, protect-first=, protect-last=, "
+                  "anchors=, decay=, w-attn=, w-recency=, margin=, demotion=fifo|importance "
+                  "(docs/tiered.md). The f32 full cache is always evaluated first as the reference")
       ->delimiter(',');
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
