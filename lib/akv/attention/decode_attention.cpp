@@ -55,6 +55,16 @@ bool fast_packed_values(const PackedView& p) {
   return p.axis == QuantAxis::token && p.cols % 8 == 0 && p.group % 8 == 0 && p.n_outliers == 0;
 }
 
+// coef[(i * nq + h) * NG + g] = p[i] * scale[i * NG + g] for the rows of query head h.
+template <std::size_t NG>
+void scale_coefficients(const float* p, const float* scale, std::size_t n, std::size_t nq, std::size_t h,
+                        float* coef) {
+  for (std::size_t i = 0; i < n; ++i) {
+    float* c = coef + (i * nq + h) * NG;
+    for (std::size_t g = 0; g < NG; ++g) c[g] = p[i] * scale[i * NG + g];
+  }
+}
+
 // Per KV head: its query heads, and for per-channel packed keys the query split into the
 // quantized channels and the outlier channels.
 struct HeadPrep {
@@ -220,14 +230,30 @@ class PartitionRunner {
     f16_to_f32(p.scale + r0 * ng, scale_f_.data(), n * ng);
     f16_to_f32(p.zero + r0 * ng, zero_f_.data(), n * ng);
     coef_.resize(n * nq_ * ng);
-    zsum_.assign(nq_ * ng, 0.0f);
-    for (std::size_t i = 0; i < n; ++i) {
-      for (std::size_t h = 0; h < nq_; ++h) {
-        const float pr = p_[h * tile_ + (r0 - t0) + i];
-        for (std::size_t g = 0; g < ng; ++g) {
-          coef_[(i * nq_ + h) * ng + g] = pr * scale_f_[i * ng + g];
-          zsum_[h * ng + g] += pr * zero_f_[i * ng + g];
+    zsum_.resize(nq_ * ng);
+    for (std::size_t h = 0; h < nq_; ++h) {
+      const float* pr = p_.data() + h * tile_ + (r0 - t0);
+      switch (ng) {  // fixed group counts unroll (the generic loop is overhead-bound)
+        case 1: scale_coefficients<1>(pr, scale_f_.data(), n, nq_, h, coef_.data()); break;
+        case 2: scale_coefficients<2>(pr, scale_f_.data(), n, nq_, h, coef_.data()); break;
+        case 4: scale_coefficients<4>(pr, scale_f_.data(), n, nq_, h, coef_.data()); break;
+        case 8: scale_coefficients<8>(pr, scale_f_.data(), n, nq_, h, coef_.data()); break;
+        default:
+          for (std::size_t i = 0; i < n; ++i) {
+            float* c = coef_.data() + (i * nq_ + h) * ng;
+            const float* sc = scale_f_.data() + i * ng;
+            for (std::size_t g = 0; g < ng; ++g) c[g] = pr[i] * sc[g];
+          }
+      }
+      // sum_i p_i * zero_ig with 8 independent chains (a single running sum is latency-bound).
+      for (std::size_t g = 0; g < ng; ++g) {
+        float a[8] = {};
+        std::size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+          for (std::size_t k = 0; k < 8; ++k) a[k] += pr[i + k] * zero_f_[(i + k) * ng + g];
         }
+        for (; i < n; ++i) a[0] += pr[i] * zero_f_[i * ng + g];
+        zsum_[h * ng + g] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
       }
     }
     const std::size_t stride = p.cols * static_cast<std::size_t>(p.bits) / 8;

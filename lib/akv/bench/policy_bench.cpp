@@ -91,7 +91,8 @@ KvGeometry geometry(const PolicyBenchOptions& o, std::size_t n) {
 std::vector<BenchColumn> policy_columns() {
   return {{"context", "context"},         {"method", "method"},         {"policy_us", "policy us", 1},
           {"attention_us", "attention us", 1}, {"total_us", "total us", 1}, {"stdev_us", "stdev", 1},
-          {"vs_baseline", "x base", 2},   {"cache_mb", "cache MB", 1},  {"rows", "rows/head", 0}};
+          {"vs_baseline", "x base", 2},   {"cache_mb", "cache MB", 1},  {"host_mb", "of which host", 1},
+          {"rows", "rows/head", 0}};
 }
 
 BenchReport bench_policy(const PolicyBenchOptions& o) {
@@ -152,12 +153,15 @@ BenchReport bench_policy(const PolicyBenchOptions& o) {
         }
       }
       if (i == 0) base_us = total.mean() * 1e6;
+      const std::optional<TierBytes> tiers = cache->tier_bytes();
+      const std::uint64_t host = tiers ? tiers->cold : 0;
       rep.add({{"context", n}, {"method", o.methods[i]}, {"layers", o.layers}, {"heads", o.heads},
                {"kv_heads", o.kv_heads}, {"head_dim", hd}, {"steps", o.repeat},
                {"policy_us", pol.mean() * 1e6}, {"attention_us", att.mean() * 1e6},
                {"total_us", total.mean() * 1e6}, {"stdev_us", total.stdev() * 1e6},
                {"vs_baseline", total.mean() * 1e6 / base_us}, {"cache_bytes", cache->bytes()},
-               {"cache_mb", static_cast<double>(cache->bytes()) / 1e6}, {"rows", cache->view(0, 0).n},
+               {"cache_mb", static_cast<double>(cache->bytes()) / 1e6}, {"host_bytes", host},
+               {"host_mb", static_cast<double>(host) / 1e6}, {"rows", cache->view(0, 0).n},
                {"policy_samples_s", pol.seconds}},
               total);
     }
