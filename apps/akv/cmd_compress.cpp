@@ -57,12 +57,29 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
                   "none | uniform | kivi | kivi-2 | kivi-4 | k4v2 | k4v3, or an eviction method: "
                   "snapkv | h2o | streamingllm | adakv | waterfill | pyramid | adakv-pyramid | "
                   "adakv-global | joint (tokens and bits per head under --budget as a byte "
-                  "fraction of f16; needs --quant kivi)")
+                  "fraction of f16; needs --quant kivi), or the tiered cache: tiered | quality | "
+                  "balanced | compact (docs/tiered.md; simulated over the dump's tokens, the "
+                  "dump's window queries driving the importance scores; format version 2)")
       ->capture_default_str();
   add_optional(sub, "--quant", opt->req.quant,
                "With an eviction method: quantize the kept tokens with this method or preset "
                "(default none = f16); the bits/axis/group/residual flags apply to it");
   add_eviction_flags(sub, opt->req.eviction, true);
+  TieredRequest& tr = opt->req.tiered;
+  add_optional(sub, "--preset", tr.preset, "tiered: quality | balanced | compact | k4v2 | k4v3 (with -m tiered)");
+  add_optional(sub, "--hot", tr.hot, "tiered: hot (f16) budget in tokens");
+  add_optional(sub, "--warm", tr.warm, "tiered: warm budget in tokens (multiple of 32; default unlimited)");
+  add_optional(sub, "--warm-bits-key", tr.warm_bits_key, "tiered: warm key bits (2, 3, 4, 8)");
+  add_optional(sub, "--warm-bits-value", tr.warm_bits_value, "tiered: warm value bits (2, 3, 4, 8)");
+  add_optional(sub, "--cold-bits", tr.cold_bits, "tiered: cold bits (2, 3, 4, 8; 16 = exact f16 copies on the host)");
+  add_optional(sub, "--protect-first", tr.protect_first, "tiered: first positions kept hot (default 4)");
+  add_optional(sub, "--protect-last", tr.protect_last, "tiered: last positions kept hot (default 32; compact 0)");
+  add_optional(sub, "--anchors", tr.anchors, "tiered: most important older tokens kept hot (whole blocks)");
+  add_optional(sub, "--decay", tr.decay, "tiered: importance decay per step in [0, 1] (default 0.95)");
+  add_optional(sub, "--w-attn", tr.w_attn, "tiered: weight of the attention received (default 1)");
+  add_optional(sub, "--w-recency", tr.w_recency, "tiered: weight of the recency bonus 1/(1+age) (default 0)");
+  add_optional(sub, "--margin", tr.margin, "tiered: relative score margin a promotion needs (default 0.25)");
+  add_optional(sub, "--demotion", tr.demotion, "tiered: importance (default) or fifo");
   auto* bits = sub->add_option("--bits", opt->bits,
                                "Bits for keys and values: 2, 3, 4 or 8 (uniform default 4, "
                                "kivi default 2)");

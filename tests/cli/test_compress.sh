@@ -50,7 +50,9 @@ mkdir -p "$o"
 expect_error "bits 5" 2 "--bits-key = 5" "$AKV" compress -q "$d" -o "$o/c.h5" -m kivi --bits-key 5
 expect_error "group 0" 2 "--group = 0" "$AKV" compress -q "$d" -o "$o/c.h5" --group 0
 expect_error "residual not a multiple of G" 2 "--residual = 100" "$AKV" compress -q "$d" -o "$o/c.h5" --residual 100
-expect_error "tiered has no cache-file form" 1 "tiered cache runs in the model" "$AKV" compress -q "$d" -o "$o/c.h5" -m balanced
+expect_error "tiered flags need a tiered method" 1 "tiered flags" "$AKV" compress -q "$d" -o "$o/c.h5" -m kivi-2 --hot 64
+expect_error "tiered hot budget too small" 2 "hot = 40" "$AKV" compress -q "$d" -o "$o/c.h5" -m balanced --hot 40
+expect_error "tiered warm budget not whole blocks" 2 "warm = 100" "$AKV" compress -q "$d" -o "$o/c.h5" -m compact --warm 100
 expect_error "outlier fraction 1" 2 "--outlier-fraction = 1" "$AKV" compress -q "$d" -o "$o/c.h5" --outlier-fraction 1
 expect_error "unknown method" 2 "--method = gptq" "$AKV" compress -q "$d" -o "$o/c.h5" -m gptq
 expect_error "residual with uniform" 1 "--residual" "$AKV" compress -q "$d" -o "$o/c.h5" -m uniform --residual 32
@@ -66,4 +68,10 @@ expect_error "corrupt packed codes" 2 "/layers/1/heads/0/value/codes" \
   "$AKV" evaluate -q --dump "$d" --cache "$TMP/bad.h5" -o "$o/e.json"
 expect_error "evaluate a dump as cache" 2 "not an akv cache" "$AKV" evaluate -q --dump "$d" --cache "$d"
 expect_empty_dir "no output after errors" "$o"
+expect "compress tiered (simulated over the dump)" 0 "tiered balanced hot 128 warm K3/V3 64 cold int2" \
+  "$AKV" compress -q "$d" -o "$TMP/t.h5" -m balanced --warm 64
+expect "info on a tiered cache: format v2" 0 "akv-cache v2" "$AKV" info "$TMP/t.h5"
+expect_cache_bytes "$TMP/t.h5"
+expect "evaluate a tiered cache" 0 "all +all" "$AKV" evaluate -q --dump "$d" --cache "$TMP/t.h5"
+expect "decompress a tiered cache" 0 "wrote" "$AKV" decompress -q "$TMP/t.h5" -o "$TMP/t_dense.h5"
 finish

@@ -14,4 +14,12 @@ done
 "$AKV" synth -o "$TMP/z1.h5" --seed 7 --gzip 6 -t 1 "${common[@]}" >/dev/null
 "$AKV" synth -o "$TMP/z2.h5" --seed 7 --gzip 6 -t 2 "${common[@]}" >/dev/null
 cmp -s "$TMP/z1.h5" "$TMP/z2.h5" && pass "gzip: byte-identical" || fail "gzip: differ"
+for m in "kivi-2" "adakv --budget 0.3 --quant k4v2" "balanced --warm 256 --anchors 32"; do
+  # shellcheck disable=SC2086
+  "$AKV" compress -q "$TMP/a.h5" -o "$TMP/c1.h5" -m $m -t 1 >/dev/null
+  # shellcheck disable=SC2086
+  "$AKV" compress -q "$TMP/a.h5" -o "$TMP/c3.h5" -m $m -t 3 >/dev/null
+  cmp -s "$TMP/c1.h5" "$TMP/c3.h5" && pass "compress $m: 1 vs 3 threads byte-identical" \
+    || fail "compress $m: 1 vs 3 threads differ"
+done
 finish

@@ -2,10 +2,13 @@
 #include <algorithm>
 #include <numeric>
 
+#include "akv/cache/cache_file.h"
+#include "akv/cache/compress.h"
 #include "akv/cache/kv_runtime.h"
 #include "akv/core/errors.h"
 #include "akv/io/token_file.h"
 #include "akv/model/llama2c.h"
+#include "akv/synth/synth.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"
 
@@ -276,4 +279,54 @@ TEST_CASE("tiered parameters: presets, flags and budgets that cannot be met", "[
   CHECK_THROWS_AS(make_kv_policy(params("compact:protect-last=32"), g), InvalidInput);
   CHECK_THROWS_AS(make_kv_policy(params("balanced:warm=40"), g), InvalidInput);
   CHECK_NOTHROW(make_kv_policy(params("balanced:warm=64"), g));
+}
+
+TEST_CASE("tiered compress of a dump: segments, file round trip, fifo equals block KIVI", "[tiered]") {
+  test::TempDir dir;
+  SynthOptions so;
+  so.n_layers = 2;
+  so.n_heads = 4;
+  so.n_kv_heads = 2;
+  so.head_dim = 64;
+  so.n_tokens = 300;
+  write_synth_dump(dir.file("d.h5"), so);
+  const std::size_t n = 300, d = 64, R = 64;
+  const CompressParams p = params("tiered:preset=k4v2:demotion=fifo:hot=95:protect-last=64:protect-first=0");
+  const MemoryReport rep = compress_dump(dir.file("d.h5"), dir.file("c.h5"), p, 2, {});
+  const CacheReader cache(dir.file("c.h5"));
+  CHECK(cache.version() == 2);
+  REQUIRE(cache.header().params.tiered);
+  CHECK(cache.header().params.tiered->demotion == Demotion::fifo);
+  const DumpReader dump(dir.file("d.h5"));
+  const std::size_t quantized = (n - R) / 32 * 32;  // whole blocks older than the last R tokens
+  std::uint64_t total = 0;
+  auto f16 = [](float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); };
+  for (std::size_t l = 0; l < 2; ++l) {
+    const Tensor3 key = dump.read(l, DumpField::key), value = dump.read(l, DumpField::value);
+    for (std::size_t h = 0; h < 2; ++h) {
+      const HeadCache hc = cache.read_head(l, h);
+      REQUIRE(hc.segments.size() == 2);  // warm and hot (no cold tier without a warm budget)
+      CHECK(hc.segments[0].n_kept() == quantized);
+      CHECK(cache.stored_bytes(l, h).total() == hc.bytes().total());
+      total += hc.bytes().total();
+      std::vector<float> k(n * d), v(n * d);
+      reconstruct_head(hc, {}, k.data(), v.data());
+      // Reference: the f16 rows, each old block quantized whole (keys per channel, values per token).
+      std::vector<float> kr(n * d), vr(n * d);
+      for (std::size_t t = 0; t < n; ++t) {
+        for (std::size_t c = 0; c < d; ++c) {
+          kr[t * d + c] = f16(key.row(h, t)[c]);
+          vr[t * d + c] = f16(value.row(h, t)[c]);
+        }
+      }
+      for (std::size_t b = 0; b < quantized; b += 32) {
+        dequantize_block_ref(quantize_block_ref(kr.data() + b * d, 32, d, QuantAxis::channel, 4, 32), kr.data() + b * d);
+        dequantize_block_ref(quantize_block_ref(vr.data() + b * d, 32, d, QuantAxis::token, 2, 32), vr.data() + b * d);
+      }
+      INFO("layer " << l << " head " << h);
+      CHECK(k == kr);
+      CHECK(v == vr);
+    }
+  }
+  CHECK(rep.total.total() == total);
 }

@@ -1,5 +1,6 @@
 #include "akv/cache/cache_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -79,7 +80,7 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header)
   hid_t root = m.file.get();
   const CacheHeader& h = m.header;
   h5::write_attr_string(root, "format", kCacheFormat);
-  h5::write_attr_int(root, "version", kCacheVersion);
+  h5::write_attr_int(root, "version", h.params.tiered ? kCacheVersionSegments : kCacheVersion);
   h5::write_attr_string(root, "params", h.params.to_json().dump());
   h5::write_attr_string(root, "source_path", h.source_path);
   h5::write_attr_string(root, "source_hash", h.source_hash);
@@ -91,24 +92,42 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header)
 
 CacheWriter::~CacheWriter() = default;
 
+namespace {
+
+void write_head_group(hid_t g, const HeadCache& h, hid_t f16) {
+  h5::write_attr_int(g, "n_tokens", i64(h.n_tokens));
+  h5::write_attr_int(g, "n_kept", i64(h.n_kept()));
+  if (!h.segments.empty()) {
+    h5::write_attr_int(g, "n_segments", i64(h.segments.size()));
+    for (std::size_t s = 0; s < h.segments.size(); ++s) {
+      h5::Group sg = h5::create_group(g, "segments/" + std::to_string(s));
+      write_head_group(sg.get(), h.segments[s], f16);
+    }
+    return;
+  }
+  if (!h.kept.empty()) {
+    h5::write_dataset(g, "kept", H5T_STD_I32LE, H5T_NATIVE_INT32, {h.kept.size()}, h.kept.data());
+  }
+  const TensorPart* parts[] = {&h.key, &h.value};
+  for (int i = 0; i < 2; ++i) {
+    h5::Group pg = h5::create_group(g, kParts[i]);
+    write_part(pg.get(), *parts[i], h.head_dim, f16);
+  }
+}
+
+}  // namespace
+
 void CacheWriter::write_head(std::size_t layer, std::size_t head, const HeadCache& h) {
   Impl& m = *impl_;
   const std::string path = cache_head_path(layer, head);
   if (layer >= m.header.meta.n_layers || head >= m.header.meta.n_kv_heads) {
     throw InvalidInput("head out of range", {m.out.path(), path});
   }
+  if (!h.segments.empty() && !m.header.params.tiered) {
+    throw InvalidInput("segmented heads need a tiered cache", {m.out.path(), path});
+  }
   h5::Group g = h5::create_group(m.file.get(), path);
-  h5::write_attr_int(g.get(), "n_tokens", i64(h.n_tokens));
-  h5::write_attr_int(g.get(), "n_kept", i64(h.n_kept()));
-  if (!h.kept.empty()) {
-    h5::write_dataset(g.get(), "kept", H5T_STD_I32LE, H5T_NATIVE_INT32, {h.kept.size()},
-                      h.kept.data());
-  }
-  const TensorPart* parts[] = {&h.key, &h.value};
-  for (int i = 0; i < 2; ++i) {
-    h5::Group pg = h5::create_group(g.get(), kParts[i]);
-    write_part(pg.get(), *parts[i], h.head_dim, m.f16.get());
-  }
+  write_head_group(g.get(), h, m.f16.get());
   m.written[layer][head] = true;
 }
 
@@ -139,10 +158,11 @@ CacheReader::CacheReader(std::string path) : path_(std::move(path)) {
                        {f, "format", format});
   }
   const std::int64_t version = h5::read_attr_int(root, "version", f, "version");
-  if (version != kCacheVersion) {
-    throw InvalidInput("unsupported akv-cache version (this akv reads version 1)",
+  if (version != kCacheVersion && version != kCacheVersionSegments) {
+    throw InvalidInput("unsupported akv-cache version (this akv reads versions 1 and 2)",
                        {f, "version", std::to_string(version)});
   }
+  version_ = version;
   const std::string params = h5::read_attr_string(root, "params", f, "params");
   nlohmann::json j = nlohmann::json::parse(params, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw CorruptData("params is not a JSON object", {f, "params"});
@@ -163,11 +183,15 @@ CacheReader::CacheReader(std::string path) : path_(std::move(path)) {
 CacheReader::~CacheReader() = default;
 
 HeadCache CacheReader::read_head(std::size_t layer, std::size_t head) const {
-  const std::string& f = path_;
   const std::string path = cache_head_path(layer, head);
   if (layer >= meta().n_layers || head >= meta().n_kv_heads) {
-    throw InvalidInput("head out of range", {f, path});
+    throw InvalidInput("head out of range", {path_, path});
   }
+  return read_head_group(path, true);
+}
+
+HeadCache CacheReader::read_head_group(const std::string& path, bool top) const {
+  const std::string& f = path_;
   h5::Group g(H5Gopen2(file_.get(), path.c_str(), H5P_DEFAULT));
   if (!g.valid()) throw CorruptData("cannot open head group", {f, path});
   HeadCache h;
@@ -179,6 +203,29 @@ HeadCache CacheReader::read_head(std::size_t layer, std::size_t head) const {
                       {f, path + ".n_tokens", std::to_string(h.n_tokens)});
   }
   const std::size_t n_kept = count_attr(g.get(), "n_kept", f, path);
+  if (h5::attr_exists(g.get(), "n_segments")) {
+    const std::size_t n_seg = count_attr(g.get(), "n_segments", f, path);
+    if (!top || version_ < kCacheVersionSegments || n_seg == 0 || n_seg > 16 || n_kept != h.n_tokens) {
+      throw CorruptData("segments only in version-2 head groups (1..16 of them, covering every token)",
+                        {f, path + ".n_segments", std::to_string(n_seg)});
+    }
+    std::vector<bool> seen(h.n_tokens, false);
+    for (std::size_t s = 0; s < n_seg; ++s) {
+      const std::string sp = path + "/segments/" + std::to_string(s);
+      if (!h5::link_exists(file_.get(), sp)) throw CorruptData("missing segment", {f, sp});
+      h.segments.push_back(read_head_group(sp, false));
+      const HeadCache& seg = h.segments.back();
+      for (std::size_t i = 0; i < seg.n_kept(); ++i) {
+        const std::size_t p = seg.position(i);
+        if (seen[p]) throw CorruptData("a position sits in two segments", {f, sp + "/kept", std::to_string(p)});
+        seen[p] = true;
+      }
+    }
+    if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
+      throw CorruptData("segments do not cover every token", {f, path + "/segments"});
+    }
+    return h;
+  }
   if (h5::link_exists(g.get(), "kept")) {
     h.kept.resize(n_kept);
     h5::read_dataset(file_.get(), path + "/kept", H5T_NATIVE_INT32, {n_kept}, h.kept.data(), f);
@@ -265,14 +312,20 @@ HeadCache CacheReader::read_head(std::size_t layer, std::size_t head) const {
 }
 
 CacheBytes CacheReader::stored_bytes(std::size_t layer, std::size_t head) const {
-  const std::string path = cache_head_path(layer, head);
+  return stored_group_bytes(cache_head_path(layer, head));
+}
+
+CacheBytes CacheReader::stored_group_bytes(const std::string& path) const {
   auto size = [&](const std::string& p) -> std::uint64_t {
     if (!h5::link_exists(file_.get(), p)) return 0;
     h5::Dataset d = h5::open_dataset(file_.get(), p, path_);
     return h5::storage_bytes(d.get());
   };
   CacheBytes b;
-  b.indices = size(path + "/kept");
+  for (std::size_t s = 0; h5::link_exists(file_.get(), path + "/segments/" + std::to_string(s)); ++s) {
+    b += stored_group_bytes(path + "/segments/" + std::to_string(s));
+  }
+  b.indices += size(path + "/kept");
   for (const char* part : kParts) {
     const std::string pp = path + "/" + part + "/";
     b.codes += size(pp + "codes");

@@ -14,6 +14,10 @@
 //     residual         f16 [n_residual, head_dim]
 //     outlier_channels uint16 [n_outlier]
 //     outlier_values   f16 [n_quant, n_outlier]
+// Version 2 (tiered caches) adds segmented heads: a head group with attribute n_segments >= 1
+// holds /segments/<S>, each laid out like a version-1 head group (n_tokens, n_kept, kept, key,
+// value); the segments' kept positions partition [0, n_tokens). Files without segmented heads
+// are written as version 1; the reader accepts both.
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +32,7 @@ namespace akv {
 
 inline constexpr const char* kCacheFormat = "akv-cache";
 inline constexpr std::int64_t kCacheVersion = 1;
+inline constexpr std::int64_t kCacheVersionSegments = 2;
 
 struct CacheHeader {
   DumpMeta meta;  // shape of the source dump
@@ -66,9 +71,13 @@ class CacheReader {
   // Bytes actually stored per component for one head, from the stored dataset sizes.
   CacheBytes stored_bytes(std::size_t layer, std::size_t head) const;
   std::uint64_t file_bytes() const { return file_bytes_; }
+  std::int64_t version() const { return version_; }
 
  private:
+  HeadCache read_head_group(const std::string& path, bool top) const;
+  CacheBytes stored_group_bytes(const std::string& path) const;
   std::string path_;
+  std::int64_t version_ = kCacheVersion;
   h5::File file_;
   CacheHeader header_;
   std::uint64_t file_bytes_ = 0;

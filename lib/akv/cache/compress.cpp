@@ -1,11 +1,14 @@
 #include "akv/cache/compress.h"
 
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <optional>
 
-#include "akv/core/errors.h"
+#include "akv/attention/decode_attention.h"
 #include "akv/cache/joint.h"
+#include "akv/cache/tiered.h"
+#include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/io/file_hash.h"
 
@@ -117,12 +120,71 @@ EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const Comp
   return plan;
 }
 
+namespace {
+
+// The tiered cache over a dump: each KV head streams its tokens through a TieredStream; at the
+// positions that have queries (the dump's window) the group's query heads attend over the
+// cache and their attention drives the importance scores. Before the window, scores only move
+// with w_recency (each step then costs O(tokens)).
+MemoryReport compress_tiered(const std::string& dump_path, const std::string& out_path,
+                             const CompressParams& params, int threads, const ProgressFn& progress) {
+  DumpReader dump(dump_path);
+  const DumpMeta& m = dump.meta();
+  const TieredParams& t = *params.tiered;
+  validate_tiered(t, m.head_dim);
+  MemoryReport report;
+  report.header.meta = m;
+  report.header.params = params;
+  report.header.source_path = dump_path;
+  report.header.source_hash = file_hash(dump_path);
+  report.header.source_bytes = dump.file_bytes();
+  report.elements = 2ull * m.n_layers * m.n_kv_heads * m.n_tokens * m.head_dim;
+  report.layers.resize(m.n_layers);
+  CacheWriter writer(out_path, report.header);
+  const std::size_t d = m.head_dim, g = m.group_size(), first_q = m.first_query_pos();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (std::size_t l = 0; l < m.n_layers; ++l) {
+    const Tensor3 key = dump.read(l, DumpField::key);
+    const Tensor3 value = dump.read(l, DumpField::value);
+    const Tensor3 query = m.n_query > 0 ? dump.read(l, DumpField::query) : Tensor3();
+    std::vector<HeadCache> heads(m.n_kv_heads);
+    parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
+      TieredStream s(t, d);
+      std::vector<float> q(g * d), out(g * d);
+      std::vector<std::vector<float>> probs(g);
+      std::vector<float*> ptr(g);
+      for (std::size_t pos = 0; pos < m.n_tokens; ++pos) {
+        s.append(key.row(h, pos), value.row(h, pos));
+        if (pos >= first_q && t.w_attn != 0.0) {
+          const KvView v = s.view();
+          for (std::size_t j = 0; j < g; ++j) {
+            std::copy_n(query.row(h * g + j, pos - first_q), d, q.data() + j * d);
+            probs[j].resize(v.n);
+            ptr[j] = probs[j].data();
+          }
+          decode_attention({q.data(), g, d, v.segments.data(), 1, scale, out.data(), ptr.data(), kKvSegments});
+          for (std::size_t j = 0; j < g; ++j) s.observe(probs[j].data(), 1.0 / static_cast<double>(g));
+        }
+        if (pos >= first_q || t.w_recency != 0.0) s.end_step();
+      }
+      heads[h] = s.to_head_cache();
+    });
+    for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
+      writer.write_head(l, h, heads[h]);
+      report.layers[l] += heads[h].bytes();
+    }
+    report.total += report.layers[l];
+    if (progress) progress(l + 1, m.n_layers);
+  }
+  writer.commit();
+  return report;
+}
+
+}  // namespace
+
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress) {
-  if (params.tiered) {
-    throw UsageError("the tiered cache runs in the model's decode loop (evaluate --model, bench "
-                     "policy); it has no cache-file form", {"", "--method", "tiered"});
-  }
+  if (params.tiered) return compress_tiered(dump_path, out_path, params, threads, progress);
   validate_params(params, "");
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();

@@ -130,6 +130,7 @@ CacheBytes HeadCache::bytes() const {
   CacheBytes b = key.bytes();
   b += value.bytes();
   b.indices = 4 * kept.size();
+  for (const HeadCache& s : segments) b += s.bytes();
   return b;
 }
 
@@ -166,6 +167,17 @@ HeadCache compress_head_ref(const HeadInput& in, const CompressParams& p) { retu
 
 void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, float* value) {
   const std::size_t d = h.head_dim;
+  if (!h.segments.empty()) {
+    for (const HeadCache& s : h.segments) {
+      std::vector<float> k(s.n_kept() * d), v(k.size());
+      reconstruct_head(s, rope, k.data(), v.data());
+      for (std::size_t i = 0; i < s.n_kept(); ++i) {
+        std::copy_n(k.data() + i * d, d, key + s.position(i) * d);
+        std::copy_n(v.data() + i * d, d, value + s.position(i) * d);
+      }
+    }
+    return;
+  }
   rebuild_part(h.key, d, key);
   rebuild_part(h.value, d, value);
   if (h.key.pre_rope) {

@@ -44,6 +44,9 @@ struct HeadCache {
   std::size_t head_dim = 0;
   std::vector<std::int32_t> kept;  // kept positions, ascending; empty = all tokens
   TensorPart key, value;
+  // Tiered heads: every token sits in exactly one segment (warm, cold, hot), each a head of its
+  // own (kept positions, quantizer); key/value above are then empty and kept is all tokens.
+  std::vector<HeadCache> segments;
 
   std::size_t n_kept() const { return kept.empty() ? n_tokens : kept.size(); }
   std::size_t position(std::size_t i) const { return kept.empty() ? i : static_cast<std::size_t>(kept[i]); }
@@ -64,7 +67,8 @@ struct HeadInput {
 HeadCache compress_head(const HeadInput& in, const CompressParams& p);
 HeadCache compress_head_ref(const HeadInput& in, const CompressParams& p);
 
-// Rebuilds the kept rows: key (after RoPE) and value, each [n_kept, head_dim] f32.
+// Rebuilds the kept rows: key (after RoPE) and value, each [n_kept, head_dim] f32 (segmented
+// heads: every segment's rows land at their positions).
 // `rope` must cover the kept positions when the key was quantized before RoPE.
 struct RopeContext {
   RopeLayout layout = RopeLayout::rotate_half;

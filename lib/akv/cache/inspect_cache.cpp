@@ -14,7 +14,7 @@ nlohmann::json inspect_cache(const std::string& path) {
   j["file"] = path;
   j["kind"] = "cache";
   j["format"] = kCacheFormat;
-  j["version"] = kCacheVersion;
+  j["version"] = cache.version();
   j["bytes_on_disk"] = cache.file_bytes();
   j["model"] = m.model;
   j["n_layers"] = m.n_layers;

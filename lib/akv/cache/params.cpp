@@ -255,6 +255,32 @@ nlohmann::json TieredParams::to_json() const {
   return j;
 }
 
+TieredParams TieredParams::from_json(const nlohmann::json& j, const std::string& file) {
+  TieredParams t;
+  t.preset = j.at("preset").get<std::string>();
+  t.hot = j.at("hot").get<std::size_t>();
+  if (!j.at("warm").is_null()) t.warm = j.at("warm").get<std::size_t>();
+  t.warm_bits_key = j.at("warm_bits_key").get<int>();
+  t.warm_bits_value = j.at("warm_bits_value").get<int>();
+  t.cold_bits = j.at("cold_bits").get<int>();
+  t.protect_first = j.at("protect_first").get<std::size_t>();
+  t.protect_last = j.at("protect_last").get<std::size_t>();
+  t.anchors = j.at("anchors").get<std::size_t>();
+  t.decay = j.at("decay").get<double>();
+  t.w_attn = j.at("w_attn").get<double>();
+  t.w_recency = j.at("w_recency").get<double>();
+  t.margin = j.at("margin").get<double>();
+  t.block = j.at("block").get<std::size_t>();
+  const std::string d = j.at("demotion").get<std::string>();
+  if (d != "fifo" && d != "importance") throw CorruptData("unknown demotion", {file, "params.tiered.demotion", d});
+  t.demotion = d == "fifo" ? Demotion::fifo : Demotion::importance;
+  check_bits(t.warm_bits_key, "params.tiered.warm_bits_key");
+  check_bits(t.warm_bits_value, "params.tiered.warm_bits_value");
+  if (t.cold_bits != 16) check_bits(t.cold_bits, "params.tiered.cold_bits");
+  if (t.block == 0) throw CorruptData("block must be >= 1", {file, "params.tiered.block", "0"});
+  return t;
+}
+
 namespace {
 
 bool is_tiered_method(const std::string& m) {
@@ -500,6 +526,9 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
       p.method = Method::uniform;
     } else if (m == "kivi") {
       p.method = Method::kivi;
+    } else if (m == "tiered") {
+      p.method = Method::kivi;
+      p.tiered = TieredParams::from_json(j.at("tiered"), file);
     } else {
       throw InvalidInput("unknown method", {file, "params.method", m});
     }

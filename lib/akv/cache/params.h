@@ -41,6 +41,7 @@ struct TieredParams {
   std::size_t block = 32;
 
   nlohmann::json to_json() const;
+  static TieredParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
 // Quantization of one tensor (keys or values).

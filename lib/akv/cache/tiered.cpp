@@ -30,6 +30,8 @@ class DenseRows {
     k_.erase(k_.begin() + static_cast<std::ptrdiff_t>(at * d_), k_.begin() + static_cast<std::ptrdiff_t>((at + n) * d_));
     v_.erase(v_.begin() + static_cast<std::ptrdiff_t>(at * d_), v_.begin() + static_cast<std::ptrdiff_t>((at + n) * d_));
   }
+  const std::vector<std::uint16_t>& keys() const { return k_; }
+  const std::vector<std::uint16_t>& values() const { return v_; }
   const std::uint16_t* key(std::size_t row) const { return k_.data() + row * d_; }
   const std::uint16_t* value(std::size_t row) const { return v_.data() + row * d_; }
   std::uint64_t bytes() const { return 2ull * (k_.size() + v_.size()); }
@@ -86,6 +88,20 @@ class PackedBlocks {
   }
   std::uint64_t bytes() const {
     return n_ * (kc_ + vc_) + 2ull * (kscale_.size() + kzero_.size() + vscale_.size() + vzero_.size());
+  }
+  // The stored blocks as one quantized block per tensor (quant/affine.h layout).
+  QuantizedBlock block(bool key) const {
+    QuantizedBlock q;
+    q.bits = key ? bk_ : bv_;
+    q.axis = key ? QuantAxis::channel : QuantAxis::token;
+    q.group = key ? b_ : kValueGroup;
+    q.rows = n_ * b_;
+    q.cols = d_;
+    const auto& codes = key ? kcodes_ : vcodes_;
+    q.codes.assign(codes.begin(), codes.end() - static_cast<std::ptrdiff_t>(kCodePadding));
+    q.scale = key ? kscale_ : vscale_;
+    q.zero = key ? kzero_ : vzero_;
+    return q;
   }
   HeadView view() const {
     HeadView h;
@@ -248,11 +264,38 @@ class TieredHead {
     return b;
   }
 
-  // Tier of each block in order (tests, reports).
-  std::vector<Tier> tiers() const {
-    std::vector<Tier> t;
-    for (const Block& b : blocks_) t.push_back(b.tier);
-    return t;
+  // The head as cache-file segments (warm, cold, hot; empty ones left out).
+  HeadCache to_head_cache() const {
+    HeadCache h;
+    h.n_tokens = tokens();
+    h.head_dim = d_;
+    auto segment = [&](Tier t) {
+      HeadCache s;
+      s.n_tokens = tokens();
+      s.head_dim = d_;
+      for (const Block& b : blocks_) {
+        for (std::size_t i = 0; b.tier == t && i < b.rows; ++i) s.kept.push_back(static_cast<std::int32_t>(b.first + i));
+      }
+      const std::size_t n = s.kept.size();
+      if (s.kept.size() == tokens()) s.kept.clear();  // all tokens: no index needed
+      const bool packed = t == Tier::warm || (t == Tier::cold && t_.cold_bits != 16);
+      if (packed) {
+        const PackedBlocks& pb = t == Tier::warm ? warm_ : cold_packed_;
+        s.key.n_quant = s.value.n_quant = n;
+        s.key.block = pb.block(true);
+        s.value.block = pb.block(false);
+      } else {
+        const DenseRows& dr = t == Tier::hot ? hot_ : cold_dense_;
+        s.key.n_residual = s.value.n_residual = n;
+        s.key.residual = dr.keys();
+        s.value.residual = dr.values();
+      }
+      if (n > 0) h.segments.push_back(std::move(s));
+    };
+    segment(Tier::warm);
+    segment(Tier::cold);
+    segment(Tier::hot);
+    return h;
   }
 
  private:
@@ -380,22 +423,7 @@ class TieredHead {
 class TieredPolicy : public KvPolicy {
  public:
   TieredPolicy(const CompressParams& p, const KvGeometry& g) : t_(*p.tiered), g_(g) {
-    const std::size_t b = t_.block;
-    // At most: the sink blocks, the blocks covering the last protect_last positions (with the
-    // open block: protect_last + b - 1 tokens), the anchor blocks.
-    const std::size_t need = b * ceil_div(t_.protect_first, b) + t_.protect_last + b - 1 + b * ceil_div(t_.anchors, b);
-    if (t_.hot < need) {
-      throw InvalidInput("hot budget cannot hold the protected tokens (sinks, recent window, open block, "
-                         "anchors) of " + std::to_string(need) + " tokens in blocks of " + std::to_string(b),
-                         {"", "hot", std::to_string(t_.hot)});
-    }
-    if (t_.warm && *t_.warm % b != 0) {
-      throw InvalidInput("warm budget must be a multiple of the block size " + std::to_string(b),
-                         {"", "warm", std::to_string(*t_.warm)});
-    }
-    if (g.head_dim % 8 != 0) {
-      throw InvalidInput("the tiered cache needs head_dim a multiple of 8", {"", "head_dim", std::to_string(g.head_dim)});
-    }
+    validate_tiered(t_, g.head_dim);
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.emplace_back(t_, g.head_dim);
   }
 
@@ -473,6 +501,47 @@ class TieredPolicy : public KvPolicy {
 };
 
 }  // namespace
+
+void validate_tiered(const TieredParams& t, std::size_t head_dim) {
+  const std::size_t b = t.block;
+  // At most: the sink blocks, the blocks covering the last protect_last positions (with the
+  // open block: protect_last + b - 1 tokens), the anchor blocks.
+  const std::size_t need = b * ceil_div(t.protect_first, b) + t.protect_last + b - 1 + b * ceil_div(t.anchors, b);
+  if (t.hot < need) {
+    throw InvalidInput("hot budget cannot hold the protected tokens (sinks, recent window, open block, "
+                       "anchors) of " + std::to_string(need) + " tokens in blocks of " + std::to_string(b),
+                       {"", "hot", std::to_string(t.hot)});
+  }
+  if (t.warm && *t.warm % b != 0) {
+    throw InvalidInput("warm budget must be a multiple of the block size " + std::to_string(b),
+                       {"", "warm", std::to_string(*t.warm)});
+  }
+  if (head_dim % 8 != 0) {
+    throw InvalidInput("the tiered cache needs head_dim a multiple of 8", {"", "head_dim", std::to_string(head_dim)});
+  }
+}
+
+struct TieredStream::Impl {
+  TieredHead head;
+};
+
+TieredStream::TieredStream(const TieredParams& t, std::size_t head_dim) {
+  validate_tiered(t, head_dim);
+  impl_ = std::make_unique<Impl>(Impl{TieredHead(t, head_dim)});
+}
+TieredStream::~TieredStream() = default;
+void TieredStream::append(const float* key, const float* value) {
+  impl_->head.append(key, value, 1);
+  impl_->head.enforce(false);
+}
+KvView TieredStream::view() const { return impl_->head.view(); }
+void TieredStream::observe(const float* probs, double weight) { impl_->head.observe(probs, weight); }
+void TieredStream::end_step() {
+  impl_->head.update_scores();
+  impl_->head.enforce(true);
+}
+HeadCache TieredStream::to_head_cache() const { return impl_->head.to_head_cache(); }
+TierBytes TieredStream::bytes() const { return impl_->head.tier_bytes(); }
 
 std::unique_ptr<KvPolicy> make_tiered_policy(const CompressParams& params, const KvGeometry& g) {
   return std::make_unique<TieredPolicy>(params, g);

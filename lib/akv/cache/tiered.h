@@ -29,9 +29,33 @@
 // segments of the fused kernel.
 #include <memory>
 
+#include "akv/cache/head.h"
 #include "akv/cache/kv_runtime.h"
 
 namespace akv {
+
+// Throws InvalidInput for budgets the cache cannot keep (hot below what protection pins, warm
+// not a multiple of the block) or a head_dim that is not a multiple of 8.
+void validate_tiered(const TieredParams& t, std::size_t head_dim);
+
+// One KV head's tiered cache driven token by token (the dump simulation of `akv compress
+// --method tiered`): append a token, optionally observe its query heads' attention over view(),
+// then end_step(); to_head_cache() gives the cache-file segments.
+class TieredStream {
+ public:
+  TieredStream(const TieredParams& t, std::size_t head_dim);
+  ~TieredStream();
+  void append(const float* key, const float* value);  // post-RoPE rows [head_dim]
+  KvView view() const;
+  void observe(const float* probs, double weight);  // probabilities over view() rows
+  void end_step();
+  HeadCache to_head_cache() const;
+  TierBytes bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 std::unique_ptr<KvPolicy> make_tiered_policy(const CompressParams& params, const KvGeometry& g);
 
