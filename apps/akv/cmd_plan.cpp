@@ -41,7 +41,7 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
       ->check(CLI::IsMember({1, 2, 4}));
   sub->add_option("--context", opt->context, "Context length for bytes per token and the batch column")
       ->capture_default_str()->check(CLI::Range(1ull, 1ull << 40));
-  sub->add_option("--methods", opt->methods, "Methods (as in evaluate --methods; f32 = full cache)")
+  sub->add_option("--methods,--method", opt->methods, "Methods (as in evaluate --methods; f32 = full cache)")
       ->delimiter(',')->capture_default_str();
   sub->add_option("--calibration", opt->calibration, "Also plan kivi with the per-head bits of this calib.json");
   sub->add_flag("--json", opt->json, "Print JSON");

@@ -14,8 +14,8 @@ namespace akv {
 struct PolicyBenchOptions {
   // h2o is not in the default list: its prompt scoring reads every prompt query (quadratic in
   // the context; minutes at 32K on 2 cores).
-  std::vector<std::string> methods = {"none", "full", "kivi-4", "kivi-2", "snapkv:budget=0.25",
-                                      "streamingllm:budget=0.25"};
+  std::vector<std::string> methods = {"none",     "full",     "kivi-4", "kivi-2", "snapkv:budget=0.25",
+                                      "streamingllm:budget=0.25", "balanced", "balanced:warm=1024"};
   std::vector<std::size_t> contexts = {4096, 32768};
   std::size_t layers = 1, heads = 32, kv_heads = 8, head_dim = 128;
   int warmup = 4, repeat = 32, threads = 0;  // untimed / timed decode steps
