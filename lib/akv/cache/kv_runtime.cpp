@@ -123,11 +123,7 @@ class RuntimePolicy : public KvPolicy {
         rope_{g.rope_layout, &table_} {
     const bool exact = !params_;
     if (params_ && !params_->calibration_file.empty() && params_->head_bits.empty()) {
-      DumpMeta m;
-      m.n_layers = g.n_layers;
-      m.n_kv_heads = g.n_kv_heads;
-      m.head_dim = g.head_dim;
-      params_->head_bits = read_calibration(params_->calibration_file, m);
+      params_->head_bits = read_calibration(params_->calibration_file, g.meta());
     }
     const CompressParams* p = params_ ? &*params_ : nullptr;
     const std::size_t n_out = p && p->quantized() ? outlier_count(p->outlier_fraction, g.head_dim) : 0;
@@ -157,13 +153,7 @@ class RuntimePolicy : public KvPolicy {
     const std::size_t n = prompt.n_tokens, d = g_.head_dim;
     std::vector<std::vector<std::int32_t>> kept(heads_.size());
     if (params_ && params_->eviction && params_->eviction->alloc == AllocMethod::joint) {
-      DumpMeta m;
-      m.n_layers = g_.n_layers;
-      m.n_heads = g_.n_heads;
-      m.n_kv_heads = g_.n_kv_heads;
-      m.head_dim = g_.head_dim;
-      m.n_tokens = n;
-      m.n_query = std::min(n, params_->eviction->score.window);
+      const DumpMeta m = g_.meta(n, std::min(n, params_->eviction->score.window));
       std::vector<std::pair<int, int>> bits;
       const EvictionPlan plan = joint_plan(
           m,
@@ -189,13 +179,7 @@ class RuntimePolicy : public KvPolicy {
         }
       }
     } else if (params_ && params_->eviction) {
-      DumpMeta m;
-      m.n_layers = g_.n_layers;
-      m.n_heads = g_.n_heads;
-      m.n_kv_heads = g_.n_kv_heads;
-      m.head_dim = g_.head_dim;
-      m.n_tokens = n;
-      m.n_query = n;
+      const DumpMeta m = g_.meta(n, n);
       const EvictionPlan plan = plan_eviction(
           m, [&](std::size_t l, Tensor3& q, Tensor3& k) {
             q = (*prompt.query)[l];

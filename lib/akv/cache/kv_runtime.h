@@ -21,6 +21,7 @@
 
 #include "akv/cache/head.h"
 #include "akv/cache/params.h"
+#include "akv/io/dump.h"
 #include "akv/policy/kv_policy.h"
 #include "akv/tensor/rope.h"
 
@@ -30,6 +31,19 @@ struct KvGeometry {
   std::size_t n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, max_positions = 0;
   RopeLayout rope_layout = RopeLayout::rotate_half;
   double rope_theta = 10000.0;
+
+  // The dump shape of a prompt of n_tokens with queries at its last n_query positions (what
+  // the scorers and allocators read).
+  DumpMeta meta(std::size_t n_tokens = 0, std::size_t n_query = 0) const {
+    DumpMeta m;
+    m.n_layers = n_layers;
+    m.n_heads = n_heads;
+    m.n_kv_heads = n_kv_heads;
+    m.head_dim = head_dim;
+    m.n_tokens = n_tokens;
+    m.n_query = n_query;
+    return m;
+  }
 };
 
 // nullopt = full (f32). Throws UsageError for combinations the runtime cannot run.

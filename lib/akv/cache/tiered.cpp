@@ -428,14 +428,8 @@ class TieredPolicy : public KvPolicy {
   }
 
   void ingest_prompt(const PromptKv& prompt) override {
-    const std::size_t n = prompt.n_tokens, d = g_.head_dim;
-    DumpMeta m;
-    m.n_layers = g_.n_layers;
-    m.n_heads = g_.n_heads;
-    m.n_kv_heads = g_.n_kv_heads;
-    m.head_dim = d;
-    m.n_tokens = n;
-    m.n_query = n;
+    const std::size_t n = prompt.n_tokens;
+    const DumpMeta m = g_.meta(n, n);
     ScoreOptions so;
     so.method = ScoreMethod::snapkv;
     so.window = std::min<std::size_t>(32, n);
