@@ -139,19 +139,21 @@ class TieredHead {
         cold_dense_(d) {}
 
   // Appends rows (f32 post-RoPE keys, values [n, d]) at positions n_tokens().. to the hot tier.
+  // The open block is always hot and the hot tier is the last view segment, so the rows and
+  // their positions go at the end (no rebuild).
   void append(const float* k, const float* v, std::size_t n) {
     std::vector<std::uint16_t> hk(n * d_), hv(n * d_);
     f32_to_f16(k, hk.data(), n * d_);
     f32_to_f16(v, hv.data(), n * d_);
+    hot_.insert(hot_.rows(), hk.data(), hv.data(), n);
     for (std::size_t i = 0; i < n; ++i) {
       if (blocks_.empty() || blocks_.back().rows == t_.block) blocks_.push_back({tokens(), 0, Tier::hot});
       ++blocks_.back().rows;
       ++count_[0];
-      hot_.insert(hot_.rows(), hk.data() + i * d_, hv.data() + i * d_, 1);
+      position_.push_back(static_cast<std::int32_t>(tokens()));
       score_.push_back(0.0);
       attn_.push_back(0.0);
     }
-    rebuild_positions();
   }
   std::size_t tokens() const { return score_.size(); }
   std::vector<double>& scores() { return score_; }
