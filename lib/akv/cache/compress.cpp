@@ -122,6 +122,20 @@ EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const Comp
 
 namespace {
 
+// The header (source identity, shape, parameters) and zero byte counts of a cache of `dump`.
+MemoryReport empty_report(const std::string& dump_path, const DumpReader& dump, const CompressParams& params) {
+  const DumpMeta& m = dump.meta();
+  MemoryReport report;
+  report.header.meta = m;
+  report.header.params = params;
+  report.header.source_path = dump_path;
+  report.header.source_hash = file_hash(dump_path);
+  report.header.source_bytes = dump.file_bytes();
+  report.elements = 2ull * m.n_layers * m.n_kv_heads * m.n_tokens * m.head_dim;
+  report.layers.resize(m.n_layers);
+  return report;
+}
+
 // The tiered cache over a dump: each KV head streams its tokens through a TieredStream; at the
 // positions that have queries (the dump's window) the group's query heads attend over the
 // cache and their attention drives the importance scores. Before the window, scores only move
@@ -132,14 +146,7 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
   const DumpMeta& m = dump.meta();
   const TieredParams& t = *params.tiered;
   validate_tiered(t, m.head_dim);
-  MemoryReport report;
-  report.header.meta = m;
-  report.header.params = params;
-  report.header.source_path = dump_path;
-  report.header.source_hash = file_hash(dump_path);
-  report.header.source_bytes = dump.file_bytes();
-  report.elements = 2ull * m.n_layers * m.n_kv_heads * m.n_tokens * m.head_dim;
-  report.layers.resize(m.n_layers);
+  MemoryReport report = empty_report(dump_path, dump, params);
   CacheWriter writer(out_path, report.header);
   const std::size_t d = m.head_dim, g = m.group_size(), first_q = m.first_query_pos();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -196,18 +203,11 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
     throw InvalidInput("outlier fraction leaves no key channel to quantize",
                        {"", "--outlier-fraction", std::to_string(params.outlier_fraction)});
   }
-  MemoryReport report;
-  report.header.meta = m;
-  report.header.params = params;
+  MemoryReport report = empty_report(dump_path, dump, params);
   if (!params.calibration_file.empty() && params.head_bits.empty()) {
     report.header.params.head_bits = read_calibration(params.calibration_file, m);
   }
   const CompressParams& cp = report.header.params;
-  report.header.source_path = dump_path;
-  report.header.source_hash = file_hash(dump_path);
-  report.header.source_bytes = dump.file_bytes();
-  report.elements = 2ull * m.n_layers * m.n_kv_heads * m.n_tokens * m.head_dim;
-  report.layers.resize(m.n_layers);
   // Eviction first (a scoring pass over keys and queries), then one pass over K/V.
   const std::size_t phases = params.eviction ? 2 : 1;
   std::optional<EvictionPlan> plan;
