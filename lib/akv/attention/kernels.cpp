@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "akv/core/errors.h"
 #include "akv/tensor/half.h"
@@ -269,17 +270,27 @@ inline __m256 exp8(__m256 x) {
 
 }  // namespace
 
+#ifdef AKV_ATTN_AVX2
+namespace {
+// Calls fn(std::integral_constant<RowFormat, F>{}) for the runtime format.
+template <typename Fn>
+void with_format(RowFormat f, Fn&& fn) {
+  switch (f) {
+    case RowFormat::f32: return fn(std::integral_constant<RowFormat, RowFormat::f32>{});
+    case RowFormat::f16: return fn(std::integral_constant<RowFormat, RowFormat::f16>{});
+    case RowFormat::code2: return fn(std::integral_constant<RowFormat, RowFormat::code2>{});
+    case RowFormat::code3: return fn(std::integral_constant<RowFormat, RowFormat::code3>{});
+    case RowFormat::code4: return fn(std::integral_constant<RowFormat, RowFormat::code4>{});
+    case RowFormat::code8: return fn(std::integral_constant<RowFormat, RowFormat::code8>{});
+  }
+}
+}  // namespace
+#endif
+
 void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t ws, const float* bias,
                 float* s, std::size_t ss) {
 #ifdef AKV_ATTN_AVX2
-  switch (rows.format) {
-    case RowFormat::f32: return score_format<RowFormat::f32>(rows, nq, w, ws, bias, s, ss);
-    case RowFormat::f16: return score_format<RowFormat::f16>(rows, nq, w, ws, bias, s, ss);
-    case RowFormat::code2: return score_format<RowFormat::code2>(rows, nq, w, ws, bias, s, ss);
-    case RowFormat::code3: return score_format<RowFormat::code3>(rows, nq, w, ws, bias, s, ss);
-    case RowFormat::code4: return score_format<RowFormat::code4>(rows, nq, w, ws, bias, s, ss);
-    case RowFormat::code8: return score_format<RowFormat::code8>(rows, nq, w, ws, bias, s, ss);
-  }
+  with_format(rows.format, [&](auto f) { score_format<decltype(f)::value>(rows, nq, w, ws, bias, s, ss); });
 #else
   score_rows_scalar(rows, nq, w, ws, bias, s, ss);
 #endif
@@ -288,14 +299,7 @@ void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t ws
 void accumulate_rows(const Rows& rows, std::size_t nq, const float* coef, std::size_t ng,
                      std::size_t cpg, float* acc, std::size_t as) {
 #ifdef AKV_ATTN_AVX2
-  switch (rows.format) {
-    case RowFormat::f32: return accumulate_format<RowFormat::f32>(rows, nq, coef, ng, cpg, acc, as);
-    case RowFormat::f16: return accumulate_format<RowFormat::f16>(rows, nq, coef, ng, cpg, acc, as);
-    case RowFormat::code2: return accumulate_format<RowFormat::code2>(rows, nq, coef, ng, cpg, acc, as);
-    case RowFormat::code3: return accumulate_format<RowFormat::code3>(rows, nq, coef, ng, cpg, acc, as);
-    case RowFormat::code4: return accumulate_format<RowFormat::code4>(rows, nq, coef, ng, cpg, acc, as);
-    case RowFormat::code8: return accumulate_format<RowFormat::code8>(rows, nq, coef, ng, cpg, acc, as);
-  }
+  with_format(rows.format, [&](auto f) { accumulate_format<decltype(f)::value>(rows, nq, coef, ng, cpg, acc, as); });
 #else
   accumulate_rows_scalar(rows, nq, coef, ng, cpg, acc, as);
 #endif
