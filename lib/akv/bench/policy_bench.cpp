@@ -52,11 +52,7 @@ void attend(KvPolicy& cache, const PolicyBenchOptions& o, std::size_t l, const f
             int threads, bool reference = false) {
   std::vector<HeadView> views;
   std::vector<std::size_t> rows;
-  for (std::size_t h = 0; h < o.kv_heads; ++h) {
-    const KvView v = cache.view(l, h);
-    views.insert(views.end(), v.segments.begin(), v.segments.end());
-    rows.push_back(v.n);
-  }
+  layer_views(cache, l, o.kv_heads, views, rows);
   const bool want = cache.wants_probs();
   std::vector<std::vector<float>> probs(want ? o.heads : 0);
   std::vector<float*> ptr(probs.size());

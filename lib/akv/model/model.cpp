@@ -160,13 +160,7 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
     for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.data() + h * hd, 1, pos, c.rope_layout, rope_);
     cache.append(l, k.data(), k_pre.data(), v.data(), pos);
     // Fused decode attention over the cache's packed/dense rows, all heads at once.
-    heads.clear();
-    rows.clear();
-    for (std::size_t kv = 0; kv < c.n_kv_heads; ++kv) {
-      const KvView v = cache.view(l, kv);
-      heads.insert(heads.end(), v.segments.begin(), v.segments.end());
-      rows.push_back(v.n);
-    }
+    layer_views(cache, l, c.n_kv_heads, heads, rows);
     if (want_probs) {
       for (std::size_t h = 0; h < c.n_heads; ++h) {
         probs[h].resize(rows[h / g]);

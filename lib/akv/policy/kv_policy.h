@@ -76,4 +76,17 @@ class KvPolicy {
   virtual std::optional<TierBytes> tier_bytes() const { return std::nullopt; }
 };
 
+// The attention input of one layer: every KV head's kKvSegments views, in head order (the
+// `heads` argument of decode_attention with segments = kKvSegments), and each head's row count.
+inline void layer_views(const KvPolicy& cache, std::size_t layer, std::size_t n_kv_heads,
+                        std::vector<HeadView>& views, std::vector<std::size_t>& rows) {
+  views.clear();
+  rows.clear();
+  for (std::size_t h = 0; h < n_kv_heads; ++h) {
+    const KvView v = cache.view(layer, h);
+    views.insert(views.end(), v.segments.begin(), v.segments.end());
+    rows.push_back(v.n);
+  }
+}
+
 }  // namespace akv
