@@ -2,6 +2,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "akv/core/atomic_file.h"
@@ -90,6 +92,36 @@ TEST_CASE("parallel_for rethrows the first error", "[core][parallel]") {
   CHECK_THROWS_AS(run(), InvalidInput);
   CHECK(resolve_threads(3) == 3);
   CHECK(resolve_threads(0) >= 1);
+}
+
+TEST_CASE("parallel_for nests, runs from several threads at once, and reuses its pool", "[core][parallel]") {
+  // Nested: inner calls run inside pool threads (they start their own threads).
+  std::vector<std::atomic<int>> hits(12 * 7);
+  parallel_for(12, 3, [&](std::size_t i) {
+    parallel_for(7, 2, [&](std::size_t j) { hits[i * 7 + j]++; });
+  });
+  for (auto& h : hits) CHECK(h.load() == 1);
+  // Concurrent callers: one holds the pool, the others start their own threads.
+  std::vector<std::atomic<long>> sums(4);
+  std::vector<std::thread> callers;
+  for (std::size_t c = 0; c < sums.size(); ++c) {
+    callers.emplace_back([&, c] {
+      for (int rep = 0; rep < 50; ++rep) parallel_for(64, 3, [&](std::size_t i) { sums[c] += static_cast<long>(i); });
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (auto& s : sums) CHECK(s.load() == 50L * (63 * 64 / 2));
+  // Many short calls, an error in between: the pool keeps working.
+  long total = 0;
+  std::mutex m;
+  for (int rep = 0; rep < 500; ++rep) {
+    if (rep == 250) CHECK_THROWS_AS(parallel_for(8, 2, [](std::size_t) { throw InvalidInput("x"); }), InvalidInput);
+    parallel_for(4, 2, [&](std::size_t i) {
+      std::lock_guard<std::mutex> lock(m);
+      total += static_cast<long>(i);
+    });
+  }
+  CHECK(total == 500L * 6);
 }
 
 TEST_CASE("version is recorded", "[core][version]") {
