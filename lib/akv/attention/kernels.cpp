@@ -103,7 +103,14 @@ inline __m256 load8(const std::uint8_t* row, std::size_t k) {
     std::memcpy(&w, row + static_cast<std::size_t>(b) * k, 4);
     const __m256i shifts = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
     const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts);
-    return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32((1 << b) - 1)));
+    if constexpr (b <= 3) {
+      // vpermps reads the low 3 bits of each lane: a table of the code values (repeated for
+      // 2 bits) turns the shifted word into floats without masking or converting.
+      const __m256 table = b == 2 ? _mm256_setr_ps(0, 1, 2, 3, 0, 1, 2, 3) : _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+      return _mm256_permutevar8x32_ps(table, v);
+    } else {
+      return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32((1 << b) - 1)));
+    }
   }
 }
 
