@@ -64,6 +64,25 @@ TEST_CASE("score_layer: fast path equals the f64 reference; mass sums to 1", "[s
   }
 }
 
+TEST_CASE("score_layer: query blocks (300 queries, window 260) equal the f64 reference", "[score]") {
+  const DumpMeta m = meta(400, 300);
+  Tensor3 q(4, 300, 16), k(2, 400, 16);
+  fill(q, 3, 1.5);
+  fill(k, 4, 1.0);
+  for (ScoreMethod method : {ScoreMethod::snapkv, ScoreMethod::h2o}) {
+    ScoreOptions o;
+    o.method = method;
+    o.window = 260;
+    const auto a = score_layer(q, k, m, o), b = score_layer_ref(q, k, m, o);
+    for (std::size_t h = 0; h < 2; ++h) {
+      for (std::size_t t = 0; t < 400; ++t) {
+        CHECK(a[h].score[t] == Approx(b[h].score[t]).epsilon(1e-4).margin(1e-9));
+        CHECK(a[h].mass[t] == Approx(b[h].mass[t]).epsilon(1e-4).margin(1e-9));
+      }
+    }
+  }
+}
+
 TEST_CASE("score: a key aligned with the queries scores highest", "[score]") {
   const DumpMeta m = meta(100, 8);
   Tensor3 q(4, 8, 16), k(2, 100, 16);

@@ -136,16 +136,22 @@ HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, c
   Eigen::Map<const MatF> k(key.row(h, 0), static_cast<Eigen::Index>(T), static_cast<Eigen::Index>(d));
   std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)), all;
   if (o.method == ScoreMethod::h2o) all.assign(g, std::vector<double>(T, 0.0));
+  // Query rows in blocks, each against the keys its causal rows can see: memory O(block * T)
+  // (H2O scores every prompt query: one [T, T] product would need 4 GB per head at 32K).
+  constexpr std::size_t kBlock = 128;
   for (std::size_t q = 0; q < g; ++q) {
     const std::size_t qh = h * g + q;
-    Eigen::Map<const MatF> qm(query.row(qh, nq - rows), static_cast<Eigen::Index>(rows),
-                              static_cast<Eigen::Index>(d));
-    const MatF s = (qm * k.transpose()) * scale;  // [rows, T]
-    for (std::size_t i = 0; i < rows; ++i) {
-      const std::size_t pos = T - rows + i;
-      const float* row = s.data() + i * T;
-      if (i >= rows - o.window) add_softmax(row, pos + 1, win[q].data(), tmp);
-      if (o.method == ScoreMethod::h2o) add_softmax(row, pos + 1, all[q].data(), tmp);
+    for (std::size_t i0 = 0; i0 < rows; i0 += kBlock) {
+      const std::size_t i1 = std::min(rows, i0 + kBlock), ncols = T - rows + i1;  // keys [0, ncols)
+      Eigen::Map<const MatF> qm(query.row(qh, nq - rows + i0), static_cast<Eigen::Index>(i1 - i0),
+                                static_cast<Eigen::Index>(d));
+      const MatF s = (qm * k.topRows(static_cast<Eigen::Index>(ncols)).transpose()) * scale;  // [i1 - i0, ncols]
+      for (std::size_t i = i0; i < i1; ++i) {
+        const std::size_t pos = T - rows + i;
+        const float* row = s.data() + (i - i0) * ncols;
+        if (i >= rows - o.window) add_softmax(row, pos + 1, win[q].data(), tmp);
+        if (o.method == ScoreMethod::h2o) add_softmax(row, pos + 1, all[q].data(), tmp);
+      }
     }
   }
   return finish(win, all, m, o);
