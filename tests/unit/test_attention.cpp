@@ -138,6 +138,67 @@ TEST_CASE("dequantize_rows equals dequantize_block_ref on a packed tensor", "[at
   }
 }
 
+// Runs fn once per instruction set this build and CPU have, then restores the best.
+template <typename Fn>
+void for_each_isa(Fn&& fn) {
+  for (attn::Isa isa : {attn::Isa::generic, attn::Isa::avx2, attn::Isa::avx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(attn::best_isa())) continue;
+    attn::set_isa(isa);
+    INFO("isa " << attn::isa_name(isa));
+    fn(isa);
+  }
+  attn::set_isa(attn::best_isa());
+}
+
+TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1e-6 of the scalar loops", "[attention]") {
+  using attn::RowFormat;
+  const std::size_t n = 37, chunks = 16, nq = 4, ng = 4, cpg = 4;
+  std::vector<std::uint8_t> bytes(n * chunks * 32 + 64);
+  Rng rng(5);
+  for (auto& b : bytes) b = static_cast<std::uint8_t>(rng.uniform() * 256.0);
+  std::vector<std::uint16_t> half(n * chunks * 8);  // f16 rows: finite values
+  for (auto& h : half) h = f32_to_f16_ref(static_cast<float>(rng.normal()));
+  std::vector<float> f32(n * chunks * 8);
+  for (auto& x : f32) x = static_cast<float>(rng.normal());
+  const std::vector<float> w = normal(nq * chunks * 8, 6), bias = normal(nq, 7), coef = normal(n * nq * ng, 8);
+  for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code2, RowFormat::code3, RowFormat::code4, RowFormat::code8}) {
+    const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16 : f == RowFormat::code2 ? 2 : f == RowFormat::code3 ? 3 : f == RowFormat::code4 ? 4 : 8;
+    const std::uint8_t* base = f == RowFormat::f32 ? reinterpret_cast<const std::uint8_t*>(f32.data())
+                               : f == RowFormat::f16 ? reinterpret_cast<const std::uint8_t*>(half.data())
+                                                     : bytes.data();
+    const attn::Rows rows{f, base, chunks * bits, n, chunks};
+    std::vector<std::vector<float>> s(3), acc(3);
+    for_each_isa([&](attn::Isa isa) {
+      auto& si = s[static_cast<std::size_t>(isa)];
+      auto& ai = acc[static_cast<std::size_t>(isa)];
+      si.assign(nq * n, 0.0f);
+      ai.assign(nq * chunks * 8, 0.5f);
+      attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), si.data(), n);
+      attn::accumulate_rows(rows, nq, coef.data(), ng, cpg, ai.data(), chunks * 8);
+    });
+    INFO("format bits " << bits);
+    for (std::size_t i = 1; i < 3; ++i) {
+      if (s[i].empty()) continue;
+      CHECK(rel_err(s[i], s[0]) <= 1e-6);
+      CHECK(rel_err(acc[i], acc[0]) <= 1e-6);
+    }
+    if (!s[2].empty()) {
+      CHECK(s[2] == s[1]);
+      CHECK(acc[2] == acc[1]);
+    }
+  }
+}
+
+TEST_CASE("fused decode attention equals the reference with every instruction set", "[attention]") {
+  for_each_isa([&](attn::Isa) {
+    for (int bits : {2, 4}) {
+      Layout l;
+      l.bits_k = l.bits_v = bits;
+      check_against_ref(l, 2, 4);
+    }
+  });
+}
+
 TEST_CASE("exp_shifted is within 3e-7 of std::exp", "[attention]") {
   std::vector<float> x(1003), y(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = -80.0f * static_cast<float>(i) / 1000.0f;

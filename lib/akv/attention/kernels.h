@@ -9,6 +9,15 @@ namespace akv::attn {
 
 enum class RowFormat { f32, f16, code2, code3, code4, code8 };
 
+// Instruction sets of the vector loops. avx2: x86-64-v3 (the build's baseline); avx512: the same
+// loops compiled with AVX-512 F/VL/BW/DQ (4-bit codes become floats by a table lookup), chosen
+// at run time when the CPU has it. Results are bitwise identical in every set.
+enum class Isa { generic, avx2, avx512 };
+Isa best_isa();    // what this build and CPU support
+Isa active_isa();  // in use: best_isa() unless set_isa chose a lower one
+void set_isa(Isa isa);  // clamps to best_isa(); process-wide (benchmarks and tests)
+const char* isa_name(Isa isa);
+
 RowFormat code_format(int bits);  // 2, 3, 4, 8
 
 // n rows of `chunks` * 8 values each; row r starts at base + r * stride bytes (code rows:
