@@ -100,6 +100,10 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   att->add_option("--kv-heads", ab.kv_heads, "KV heads")->capture_default_str()->check(CLI::Range(1, 256));
   att->add_option("--variants", ab.variants, "Caches: f32, f16, q<b> (K and V at b bits), k<b>v<b>; b in 2,3,4,8")
       ->delimiter(',')->capture_default_str();
+  att->add_option("--isa", ab.isas,
+                  "Instruction sets to time every variant with: best, avx512, avx2, generic (scalar "
+                  "loops); results are identical, speed is not")
+      ->delimiter(',')->capture_default_str();
   att->add_option("--residual", ab.residual, "f16 residual tokens of packed caches")->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   att->add_option("--group", ab.group, "Quantization group G")->capture_default_str()->check(CLI::Range(1, 4096));

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "akv/attention/decode_attention.h"
+#include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
@@ -18,6 +19,7 @@ namespace {
 
 struct Variant {
   std::string name;
+  attn::Isa isa = attn::Isa::generic;
   bool dense = true;
   DenseType type = DenseType::f16;
   int bits_key = 16, bits_value = 16;
@@ -130,6 +132,33 @@ double fitted_exponent(const std::vector<std::pair<double, double>>& pts) {
   return (m * sxy - sx * sy) / (m * sxx - sx * sx);
 }
 
+attn::Isa parse_isa(const std::string& s) {
+  attn::Isa isa = attn::best_isa();
+  if (s == "avx512") {
+    isa = attn::Isa::avx512;
+  } else if (s == "avx2") {
+    isa = attn::Isa::avx2;
+  } else if (s == "generic") {
+    isa = attn::Isa::generic;
+  } else if (s != "best") {
+    throw UsageError("unknown instruction set (best, avx512, avx2, generic)", {"", "--isa", s});
+  }
+  if (static_cast<int>(isa) > static_cast<int>(attn::best_isa())) {
+    throw UsageError(fmt::format("not available on this CPU or build (best: {})", attn::isa_name(attn::best_isa())),
+                     {"", "--isa", s});
+  }
+  return isa;
+}
+
+// Sets the kernels' instruction set for the scope (restores the previous one).
+struct IsaScope {
+  attn::Isa saved = attn::active_isa();
+  explicit IsaScope(attn::Isa isa) { attn::set_isa(isa); }
+  ~IsaScope() { attn::set_isa(saved); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+};
+
 void check_args(const AttentionBenchOptions& o) {
   auto positive = [](const std::vector<std::size_t>& v, const char* f) {
     if (v.empty() || *std::min_element(v.begin(), v.end()) == 0) throw UsageError("values must be >= 1", {"", f});
@@ -141,13 +170,14 @@ void check_args(const AttentionBenchOptions& o) {
     throw UsageError("--kv-heads, --group, --repeat must be >= 1", {"", "--kv-heads/--group/--repeat"});
   }
   if (o.variants.empty()) throw UsageError("no variants", {"", "--variants"});
+  if (o.isas.empty()) throw UsageError("no instruction sets", {"", "--isa"});
 }
 
 }  // namespace
 
 std::vector<BenchColumn> attention_columns() {
   return {{"head_dim", "D"},          {"context", "context"},     {"gqa", "gqa"},
-          {"variant", "cache"},       {"cache_mb", "cache MB", 1}, {"ms_mean", "ms/token", 3},
+          {"variant", "cache"},       {"isa", "isa"},             {"cache_mb", "cache MB", 1}, {"ms_mean", "ms/token", 3},
           {"ms_stdev", "stdev", 3},   {"ms_min", "min", 3},       {"gbs", "GB/s", 1},
           {"of_stream", "x stream", 2}, {"speedup_vs_f16", "x f16", 2}};
 }
@@ -155,8 +185,16 @@ std::vector<BenchColumn> attention_columns() {
 BenchReport bench_attention(const AttentionBenchOptions& o) {
   check_args(o);
   const int threads = resolve_threads(o.threads);
-  std::vector<Variant> variants;
-  for (const auto& s : o.variants) variants.push_back(parse_variant(s));
+  std::vector<Variant> variants;  // each variant once per instruction set
+  std::vector<attn::Isa> isas;
+  for (const auto& s : o.isas) isas.push_back(parse_isa(s));
+  for (const auto& s : o.variants) {
+    Variant v = parse_variant(s);
+    for (attn::Isa isa : isas) {
+      v.isa = isa;
+      variants.push_back(v);
+    }
+  }
   BenchReport rep("attention", bench_env(threads));
 
   // Kernel check on a small case: fast path vs reference for every variant and shape.
@@ -169,10 +207,13 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
         const std::vector<float> q = queries(2 * g, d, o.seed);
         std::vector<float> fast(q.size()), ref(q.size());
         DecodeAttentionArgs a{q.data(), 2 * g, d, c->views.data(), 2, 1.0f / std::sqrt(static_cast<float>(d)), fast.data(), nullptr};
-        decode_attention(a, {threads});
+        {
+          const IsaScope scope(v.isa);
+          decode_attention(a, {threads});
+        }
         a.out = ref.data();
         decode_attention_ref(a);
-        check_close(fast, ref, 1e-5, fmt::format("attention {} d={} gqa={}", v.name, d, g));
+        check_close(fast, ref, 1e-5, fmt::format("attention {} ({}) d={} gqa={}", v.name, attn::isa_name(v.isa), d, g));
       }
     }
   }
@@ -200,28 +241,29 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
         const std::vector<float> q = queries(n_heads, d, o.seed);
         std::vector<float> out(q.size());
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-        auto call = [&](const Cache& c) {
-          decode_attention({q.data(), n_heads, d, c.views.data(), o.kv_heads, scale, out.data(), nullptr}, {threads});
+        auto call = [&](std::size_t i) {
+          const IsaScope scope(variants[i].isa);
+          decode_attention({q.data(), n_heads, d, caches[i]->views.data(), o.kv_heads, scale, out.data(), nullptr}, {threads});
         };
         // Calls per sample so that a sample lasts min_sample_s; variants interleaved.
         std::vector<int> inner(caches.size(), 1);
         std::vector<Samples> samples(caches.size());
         for (std::size_t i = 0; i < caches.size(); ++i) {
-          for (int w = 0; w < o.warmup; ++w) call(*caches[i]);
-          const double t = time_once([&] { call(*caches[i]); });
+          for (int w = 0; w < o.warmup; ++w) call(i);
+          const double t = time_once([&] { call(i); });
           inner[i] = static_cast<int>(std::clamp(std::ceil(o.min_sample_s / std::max(t, 1e-9)), 1.0, 10000.0));
         }
         for (int r = 0; r < o.repeat; ++r) {
           for (std::size_t i = 0; i < caches.size(); ++i) {
             const double t = time_once([&] {
-              for (int k = 0; k < inner[i]; ++k) call(*caches[i]);
+              for (int k = 0; k < inner[i]; ++k) call(i);
             });
             samples[i].seconds.push_back(t / inner[i]);
           }
         }
-        double f16_min = 0.0;
+        std::map<attn::Isa, double> f16_min;  // the baseline of each instruction set
         for (std::size_t i = 0; i < caches.size(); ++i) {
-          if (variants[i].name == "f16") f16_min = samples[i].min();
+          if (variants[i].name == "f16") f16_min[variants[i].isa] = samples[i].min();
         }
         for (std::size_t i = 0; i < caches.size(); ++i) {
           const Variant& v = variants[i];
@@ -232,6 +274,7 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
                                         {"gqa", g},
                                         {"kv_heads", o.kv_heads},
                                         {"variant", v.name},
+                                        {"isa", attn::isa_name(v.isa)},
                                         {"bits_key", v.bits_key},
                                         {"bits_value", v.bits_value},
                                         {"residual", v.dense ? 0 : o.residual},
@@ -245,9 +288,10 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
                                         {"gbs", gbs},
                                         {"stream_read_gbs", stream_gbs},
                                         {"of_stream", gbs / stream_gbs}};
-          row["speedup_vs_f16"] = f16_min > 0 ? nlohmann::ordered_json(f16_min / tmin) : nlohmann::ordered_json();
+          const auto base = f16_min.find(v.isa);
+          row["speedup_vs_f16"] = base != f16_min.end() ? nlohmann::ordered_json(base->second / tmin) : nlohmann::ordered_json();
           rep.add(std::move(row), samples[i]);
-          if (n >= 4096) curves[{d, g, v.name}].push_back({static_cast<double>(n), tmin});
+          if (n >= 4096) curves[{d, g, v.name + "@" + attn::isa_name(v.isa)}].push_back({static_cast<double>(n), tmin});
         }
       }
     }

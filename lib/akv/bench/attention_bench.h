@@ -18,6 +18,9 @@ struct AttentionBenchOptions {
   std::size_t kv_heads = 8, residual = 128, group = 32;
   // f32, f16, q<b> (keys and values at b bits) or k<b>v<b>; b in 2, 3, 4, 8.
   std::vector<std::string> variants = {"f32", "f16", "q8", "q4", "q3", "q2"};
+  // Instruction sets to time every variant with: "best" (what the CPU has), "avx512",
+  // "avx2", "generic" (the scalar loops); unavailable ones are refused.
+  std::vector<std::string> isas = {"best"};
   int warmup = 1, repeat = 5, threads = 0;
   double min_sample_s = 0.002;  // each sample repeats the call until it lasts this long
   std::uint64_t seed = 1;
