@@ -55,16 +55,6 @@ bool fast_packed_values(const PackedView& p) {
   return p.axis == QuantAxis::token && p.cols % 8 == 0 && p.group % 8 == 0 && p.n_outliers == 0;
 }
 
-// coef[(i * nq + h) * NG + g] = p[i] * scale[i * NG + g] for the rows of query head h.
-template <std::size_t NG>
-void scale_coefficients(const float* p, const float* scale, std::size_t n, std::size_t nq, std::size_t h,
-                        float* coef) {
-  for (std::size_t i = 0; i < n; ++i) {
-    float* c = coef + (i * nq + h) * NG;
-    for (std::size_t g = 0; g < NG; ++g) c[g] = p[i] * scale[i * NG + g];
-  }
-}
-
 // Per KV head: its query heads, and for per-channel packed keys the query split into the
 // quantized channels and the outlier channels.
 struct HeadPrep {
@@ -159,21 +149,9 @@ class PartitionRunner {
 
   void load_key_group(std::size_t g) {
     const PackedView& p = hp_.view->key.packed;
-    scale_f_.resize(p.cols);
-    zero_f_.resize(p.cols);
-    f16_to_f32(p.scale + g * p.cols, scale_f_.data(), p.cols);
-    f16_to_f32(p.zero + g * p.cols, zero_f_.data(), p.cols);
     w_.resize(nq_ * p.cols);
     bias_.resize(nq_);
-    for (std::size_t h = 0; h < nq_; ++h) {
-      const float* q = hp_.q_in.data() + h * p.cols;
-      float* w = w_.data() + h * p.cols;
-      for (std::size_t c = 0; c < p.cols; ++c) w[c] = q[c] * scale_f_[c];
-    }
-    // bias[h] = q_in[h] . zero, with the same vector dot product as the scores.
-    const Rows zero_row{RowFormat::f32, reinterpret_cast<const std::uint8_t*>(zero_f_.data()),
-                        p.cols * sizeof(float), 1, p.cols / 8};
-    attn::score_rows(zero_row, nq_, hp_.q_in.data(), p.cols, nullptr, bias_.data(), 1);
+    attn::key_weights(hp_.q_in.data(), nq_, p.cols, p.scale + g * p.cols, p.zero + g * p.cols, w_.data(), bias_.data());
     group_ = g;
   }
 
@@ -225,37 +203,10 @@ class PartitionRunner {
   void packed_values(std::size_t r0, std::size_t r1, std::size_t t0, float* acc) {
     const PackedView& p = hp_.view->value.packed;
     const std::size_t n = r1 - r0, ng = p.cols / p.group + (p.cols % p.group ? 1 : 0);
-    scale_f_.resize(n * ng);
-    zero_f_.resize(n * ng);
-    f16_to_f32(p.scale + r0 * ng, scale_f_.data(), n * ng);
-    f16_to_f32(p.zero + r0 * ng, zero_f_.data(), n * ng);
     coef_.resize(n * nq_ * ng);
     zsum_.resize(nq_ * ng);
-    for (std::size_t h = 0; h < nq_; ++h) {
-      const float* pr = p_.data() + h * tile_ + (r0 - t0);
-      switch (ng) {  // fixed group counts unroll (the generic loop is overhead-bound)
-        case 1: scale_coefficients<1>(pr, scale_f_.data(), n, nq_, h, coef_.data()); break;
-        case 2: scale_coefficients<2>(pr, scale_f_.data(), n, nq_, h, coef_.data()); break;
-        case 4: scale_coefficients<4>(pr, scale_f_.data(), n, nq_, h, coef_.data()); break;
-        case 8: scale_coefficients<8>(pr, scale_f_.data(), n, nq_, h, coef_.data()); break;
-        default:
-          for (std::size_t i = 0; i < n; ++i) {
-            float* c = coef_.data() + (i * nq_ + h) * ng;
-            const float* sc = scale_f_.data() + i * ng;
-            for (std::size_t g = 0; g < ng; ++g) c[g] = pr[i] * sc[g];
-          }
-      }
-      // sum_i p_i * zero_ig with 8 independent chains (a single running sum is latency-bound).
-      for (std::size_t g = 0; g < ng; ++g) {
-        float a[8] = {};
-        std::size_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-          for (std::size_t k = 0; k < 8; ++k) a[k] += pr[i + k] * zero_f_[(i + k) * ng + g];
-        }
-        for (; i < n; ++i) a[0] += pr[i] * zero_f_[i * ng + g];
-        zsum_[h * ng + g] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-      }
-    }
+    attn::value_coefficients(p_.data() + (r0 - t0), tile_, p.scale + r0 * ng, p.zero + r0 * ng, n, nq_, ng,
+                             coef_.data(), zsum_.data());
     const std::size_t stride = p.cols * static_cast<std::size_t>(p.bits) / 8;
     const Rows rows{attn::code_format(p.bits), p.codes + r0 * stride, stride, n, p.cols / 8};
     attn::accumulate_rows(rows, nq_, coef_.data(), ng, p.group / 8, acc, d_);
@@ -285,7 +236,7 @@ class PartitionRunner {
   float scale_;
   std::size_t tile_;
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
-  std::vector<float> w_, bias_, scale_f_, zero_f_, coef_, zsum_, buf_;
+  std::vector<float> w_, bias_, coef_, zsum_, buf_;
   std::size_t group_ = static_cast<std::size_t>(-1);  // key group whose w_/bias_ are loaded
 };
 

@@ -194,6 +194,75 @@ void accumulate_rows(const Rows& rows, std::size_t nq, const float* coef, std::s
   accumulate_rows_scalar(rows, nq, coef, ng, cpg, acc, as);
 }
 
+void value_coefficients(const float* p, std::size_t ps, const std::uint16_t* scale, const std::uint16_t* zero,
+                        std::size_t n, std::size_t nq, std::size_t ng, float* coef, float* zsum) {
+  std::size_t g0 = 0;
+#ifdef AKV_ATTN_AVX2
+  if (active_isa() != Isa::generic) {
+    // Groups 4 at a time in the lanes of a 128-bit vector; rows in the same order as below.
+    for (; g0 + 4 <= ng; g0 += 4) {
+      for (std::size_t h = 0; h < nq; ++h) {
+        const float* ph = p + h * ps;
+        __m128 z[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t at = i * ng + g0;
+          const __m128 pi = _mm_set1_ps(ph[i]);
+          const __m128 sc = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scale + at)));
+          const __m128 ze = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero + at)));
+          _mm_storeu_ps(coef + (i * nq + h) * ng + g0, _mm_mul_ps(pi, sc));
+          z[i % 4] = _mm_fmadd_ps(pi, ze, z[i % 4]);
+        }
+        _mm_storeu_ps(zsum + h * ng + g0, _mm_add_ps(_mm_add_ps(z[0], z[1]), _mm_add_ps(z[2], z[3])));
+      }
+    }
+  }
+#endif
+  for (std::size_t g = g0; g < ng; ++g) {
+    for (std::size_t h = 0; h < nq; ++h) {
+      const float* ph = p + h * ps;
+      float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (std::size_t i = 0; i < n; ++i) {
+        const float pi = ph[i];
+        coef[(i * nq + h) * ng + g] = pi * f16_to_f32_ref(scale[i * ng + g]);
+        z[i % 4] = std::fma(pi, f16_to_f32_ref(zero[i * ng + g]), z[i % 4]);
+      }
+      zsum[h * ng + g] = (z[0] + z[1]) + (z[2] + z[3]);
+    }
+  }
+}
+
+void key_weights(const float* q, std::size_t nq, std::size_t cols, const std::uint16_t* scale,
+                 const std::uint16_t* zero, float* w, float* bias) {
+#ifdef AKV_ATTN_AVX2
+  if (active_isa() != Isa::generic) {
+    for (std::size_t h = 0; h < nq; ++h) {
+      const float* qh = q + h * cols;
+      __m256 b = _mm256_setzero_ps();
+      for (std::size_t c = 0; c < cols; c += 8) {
+        const __m256 qc = _mm256_loadu_ps(qh + c);
+        const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scale + c)));
+        const __m256 ze = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + c)));
+        _mm256_storeu_ps(w + h * cols + c, _mm256_mul_ps(qc, sc));
+        b = _mm256_fmadd_ps(qc, ze, b);
+      }
+      alignas(32) float l[8];
+      _mm256_store_ps(l, b);
+      bias[h] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+    return;
+  }
+#endif
+  for (std::size_t h = 0; h < nq; ++h) {
+    const float* qh = q + h * cols;
+    float l[8] = {};
+    for (std::size_t c = 0; c < cols; ++c) {
+      w[h * cols + c] = qh[c] * f16_to_f32_ref(scale[c]);
+      l[c % 8] = std::fma(qh[c], f16_to_f32_ref(zero[c]), l[c % 8]);
+    }
+    bias[h] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  }
+}
+
 float max_value(const float* x, std::size_t n) {
   float m = x[0];
   std::size_t i = 0;

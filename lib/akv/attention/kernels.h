@@ -38,6 +38,21 @@ void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t w_
 void accumulate_rows(const Rows& rows, std::size_t nq, const float* coef, std::size_t n_groups,
                      std::size_t chunks_per_group, float* acc, std::size_t a_stride);
 
+// Per-token packed values, for rows i < n and query heads h < nq:
+//   coef[(i * nq + h) * ng + g] = p[h * ps + i] * scale[i * ng + g]
+//   zsum[h * ng + g] = sum_i p[h * ps + i] * zero[i * ng + g]
+// with scale and zero f16 bits [n, ng]. The sums run as four partial sums over i % 4 (fused
+// multiply-adds), added as (s0 + s1) + (s2 + s3).
+void value_coefficients(const float* p, std::size_t ps, const std::uint16_t* scale, const std::uint16_t* zero,
+                        std::size_t n, std::size_t nq, std::size_t ng, float* coef, float* zsum);
+
+// Per-channel packed keys, one token group: for query heads h < nq and channels c < cols
+// (cols % 8 == 0): w[h * cols + c] = q[h * cols + c] * scale[c] and bias[h] = sum_c
+// q[h * cols + c] * zero[c] (scale, zero: f16 bits [cols]). The sums run as eight partial sums
+// over c % 8 (fused multiply-adds), added pairwise.
+void key_weights(const float* q, std::size_t nq, std::size_t cols, const std::uint16_t* scale,
+                 const std::uint16_t* zero, float* w, float* bias);
+
 // The largest of x[0..n), n >= 1 (NaN-free input).
 float max_value(const float* x, std::size_t n);
 

@@ -18,6 +18,36 @@
 namespace akv::attn::AKV_SIMD_NS {
 namespace {
 
+// Code formats whose loads leave lane i scaled by 2^(b * i): the code is masked in place
+// (code << b * i) and converted, without a per-lane shift. Accumulators of such loads hold
+// exactly 2^(b * i) times the unscaled sums (scaling by powers of two commutes with rounding),
+// and lane_unscale() restores them bit for bit. 4 bits need an unsigned conversion (AVX-512).
+template <RowFormat F>
+constexpr bool kScaledLanes = F == RowFormat::code2 || F == RowFormat::code3
+#ifdef __AVX512VL__
+                              || F == RowFormat::code4
+#endif
+    ;
+
+template <RowFormat F>
+constexpr int code_bits() {
+  return F == RowFormat::code2 ? 2 : F == RowFormat::code3 ? 3 : F == RowFormat::code4 ? 4 : 8;
+}
+
+// Multiplies lane i by 2^(-b * i) for scaled-lane formats (identity otherwise).
+template <RowFormat F>
+[[gnu::always_inline]] inline __m256 lane_unscale(__m256 v) {
+  if constexpr (kScaledLanes<F>) {
+    constexpr int b = code_bits<F>();
+    constexpr float u = 1.0f / static_cast<float>(1 << b);
+    return _mm256_mul_ps(v, _mm256_setr_ps(1.0f, u, u * u, u * u * u, u * u * u * u, u * u * u * u * u,
+                                           u * u * u * u * u * u, u * u * u * u * u * u * u));
+  } else {
+    return v;
+  }
+}
+
+// Values 8k .. 8k+7 of a row as floats (scaled-lane formats: lane i times 2^(b * i)).
 template <RowFormat F>
 [[gnu::always_inline]] inline __m256 load8(const std::uint8_t* row, std::size_t k) {
   if constexpr (F == RowFormat::f32) {
@@ -28,24 +58,23 @@ template <RowFormat F>
     return _mm256_cvtepi32_ps(
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * k))));
   } else {
-    constexpr int b = F == RowFormat::code2 ? 2 : F == RowFormat::code3 ? 3 : 4;
+    constexpr int b = code_bits<F>();
     std::uint32_t w;
     std::memcpy(&w, row + static_cast<std::size_t>(b) * k, 4);
-    const __m256i shifts = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
-    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts);
-    if constexpr (b <= 3) {
-      // vpermps reads the low 3 bits of each lane: a table of the code values (repeated for
-      // 2 bits) turns the shifted word into floats without masking or converting.
-      const __m256 table = b == 2 ? _mm256_setr_ps(0, 1, 2, 3, 0, 1, 2, 3) : _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-      return _mm256_permutevar8x32_ps(table, v);
-    } else {
+    const __m256i word = _mm256_set1_epi32(static_cast<int>(w));
+    constexpr unsigned m = (1u << b) - 1u;
+    if constexpr (kScaledLanes<F>) {
+      const __m256i mask = _mm256_setr_epi32(static_cast<int>(m), static_cast<int>(m << b), static_cast<int>(m << 2 * b),
+                                             static_cast<int>(m << 3 * b), static_cast<int>(m << 4 * b),
+                                             static_cast<int>(m << 5 * b), static_cast<int>(m << 6 * b),
+                                             static_cast<int>(m << 7 * b));
 #ifdef __AVX512VL__
-      // vpermt2ps reads the low 4 bits: two 8-entry tables hold 0..15.
-      return _mm256_permutex2var_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), v,
-                                    _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15));
-#else
-      return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32((1 << b) - 1)));
+      if constexpr (b == 4) return _mm256_cvtepu32_ps(_mm256_and_si256(word, mask));
 #endif
+      return _mm256_cvtepi32_ps(_mm256_and_si256(word, mask));
+    } else {
+      const __m256i shifts = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
+      return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(word, shifts), _mm256_set1_epi32(static_cast<int>(m))));
     }
   }
 }
@@ -81,6 +110,7 @@ template <RowFormat F, int NQ, int RB>
       }
     }
   }
+  for (auto& a : acc) a = lane_unscale<F>(a);
   if constexpr (RB * NQ == 8) {
     alignas(32) float out[8];
     _mm256_store_ps(out, hsum8(acc));
@@ -156,7 +186,7 @@ template <RowFormat F, int NQ, int CB>
   for (int h = 0; h < NQ; ++h) {
     for (int j = 0; j < CB; ++j) {
       float* p = acc + (h0 + static_cast<std::size_t>(h)) * as + 8 * (k0 + static_cast<std::size_t>(j));
-      _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), a[h * CB + j]));
+      _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), lane_unscale<F>(a[h * CB + j])));
     }
   }
 }
