@@ -302,7 +302,9 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
     PartitionRunner runner(prep[it.view], nq, d, a.scale, o.tile);
     runner.run(it.t0, it.t1, parts[i], a.probs ? raw.data() : nullptr);
   });
-  parallel_for(a.n_kv_heads, o.threads, [&](std::size_t kv) {
+  // The merge is a few vector adds per head unless probabilities are asked for (a pass over
+  // every row): threads only then.
+  parallel_for(a.n_kv_heads, a.probs ? o.threads : 1, [&](std::size_t kv) {
     const std::size_t n = rows[kv];
     for (std::size_t h = 0; h < nq; ++h) {
       float* out = a.out + (kv * nq + h) * d;
