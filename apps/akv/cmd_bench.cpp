@@ -104,6 +104,10 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
                   "Instruction sets to time every variant with: best, avx512, avx2, generic (scalar "
                   "loops); results are identical, speed is not")
       ->delimiter(',')->capture_default_str();
+  att->add_option("--tile", ab.tile, "Tokens per online-softmax step of the kernel")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  att->add_option("--partition", ab.partition, "Tokens per work item (a multiple of --tile)")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   att->add_option("--residual", ab.residual, "f16 residual tokens of packed caches")->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   att->add_option("--group", ab.group, "Quantization group G")->capture_default_str()->check(CLI::Range(1, 4096));

@@ -43,6 +43,8 @@ expect_error "unknown attention variant" 1 "unknown variant.*q5" \
 expect "bench attention --isa generic,avx2 (checked against the reference, one row each)" 0 " q4 +avx2 " \
   "$AKV" bench attention --contexts 300 --head-dims 64 --gqa 2 --kv-heads 2 --variants f16,q4 --isa generic,avx2 \
   --repeat 1 --min-sample 0 --stream-mb 16
+expect_error "partition not a multiple of the tile" 1 "multiple of --tile.*--tile/--partition.*300/1000" \
+  "$AKV" bench attention --contexts 300 --variants q4 --tile 300 --partition 1000
 expect_error "unknown instruction set" 1 "unknown instruction set.*--isa.*sse9" \
   "$AKV" bench attention --contexts 300 --variants q4 --isa sse9
 expect_error "policy heads not a multiple" 1 "multiple of kv-heads" \

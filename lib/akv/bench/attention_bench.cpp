@@ -171,6 +171,10 @@ void check_args(const AttentionBenchOptions& o) {
   }
   if (o.variants.empty()) throw UsageError("no variants", {"", "--variants"});
   if (o.isas.empty()) throw UsageError("no instruction sets", {"", "--isa"});
+  if (o.tile == 0 || o.partition % o.tile != 0 || o.partition == 0) {
+    throw UsageError("--partition must be a positive multiple of --tile",
+                     {"", "--tile/--partition", std::to_string(o.tile) + "/" + std::to_string(o.partition)});
+  }
 }
 
 }  // namespace
@@ -209,7 +213,7 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
         DecodeAttentionArgs a{q.data(), 2 * g, d, c->views.data(), 2, 1.0f / std::sqrt(static_cast<float>(d)), fast.data(), nullptr};
         {
           const IsaScope scope(v.isa);
-          decode_attention(a, {threads});
+          decode_attention(a, {threads, o.tile, o.partition});
         }
         a.out = ref.data();
         decode_attention_ref(a);
@@ -243,7 +247,8 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
         auto call = [&](std::size_t i) {
           const IsaScope scope(variants[i].isa);
-          decode_attention({q.data(), n_heads, d, caches[i]->views.data(), o.kv_heads, scale, out.data(), nullptr}, {threads});
+          decode_attention({q.data(), n_heads, d, caches[i]->views.data(), o.kv_heads, scale, out.data(), nullptr},
+                           {threads, o.tile, o.partition});
         };
         // Calls per sample so that a sample lasts min_sample_s; variants interleaved.
         std::vector<int> inner(caches.size(), 1);
@@ -279,6 +284,8 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
                                         {"bits_value", v.bits_value},
                                         {"residual", v.dense ? 0 : o.residual},
                                         {"group", o.group},
+                                        {"tile", o.tile},
+                                        {"partition", o.partition},
                                         {"calls_per_sample", inner[i]},
                                         {"cache_bytes", caches[i]->bytes},
                                         {"cache_mb", static_cast<double>(caches[i]->bytes) / 1e6},

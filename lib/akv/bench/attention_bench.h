@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "akv/attention/decode_attention.h"
 #include "akv/bench/report.h"
 
 namespace akv {
@@ -21,6 +22,7 @@ struct AttentionBenchOptions {
   // Instruction sets to time every variant with: "best" (what the CPU has), "avx512",
   // "avx2", "generic" (the scalar loops); unavailable ones are refused.
   std::vector<std::string> isas = {"best"};
+  std::size_t tile = DecodeAttentionOptions{}.tile, partition = DecodeAttentionOptions{}.partition;
   int warmup = 1, repeat = 5, threads = 0;
   double min_sample_s = 0.002;  // each sample repeats the call until it lasts this long
   std::uint64_t seed = 1;
