@@ -79,11 +79,21 @@ template <RowFormat F>
   }
 }
 
+// ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)): the order of hsum8, so that a row's score
+// does not depend on the block it was computed in.
 inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+  const __m256 a = _mm256_hadd_ps(v, v);
+  const __m256 b = _mm256_hadd_ps(a, a);
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1)));
 }
+
+// Independent score accumulators per block of rows: 16 with AVX-512's 32 registers, else 8 (with 8
+// chains of 4-cycle FMAs the FMA units barely stay busy).
+#ifdef __AVX512VL__
+constexpr int kAccs = 16;
+#else
+constexpr int kAccs = 8;
+#endif
 
 // Lane i of the result = horizontal sum of v[i].
 inline __m256 hsum8(const __m256* v) {
@@ -102,22 +112,26 @@ template <RowFormat F, int NQ, int RB>
   const std::uint8_t* row[RB];
   for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
   for (std::size_t k = 0; k < rows.chunks; ++k) {
+    // Weights once per chunk in registers: as memory operands of every FMA they were loaded RB
+    // times, and loads, not FMAs, bounded the loop.
+    __m256 wk[NQ];
+    for (int h = 0; h < NQ; ++h) {
+      wk[h] = _mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k);
+      __asm__("" : "+x"(wk[h]));  // keeps the compiler from folding the load back into each FMA
+    }
     for (int r = 0; r < RB; ++r) {
       const __m256 x = load8<F>(row[r], k);
-      for (int h = 0; h < NQ; ++h) {
-        acc[r * NQ + h] = _mm256_fmadd_ps(_mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k), x,
-                                          acc[r * NQ + h]);
-      }
+      for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm256_fmadd_ps(wk[h], x, acc[r * NQ + h]);
     }
   }
   for (auto& a : acc) a = lane_unscale<F>(a);
-  if constexpr (RB * NQ == 8) {
-    alignas(32) float out[8];
-    _mm256_store_ps(out, hsum8(acc));
-    for (int r = 0; r < RB; ++r) {
-      for (int h = 0; h < NQ; ++h) {
-        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] =
-            out[r * NQ + h] + (bias ? bias[h] : 0.0f);
+  if constexpr (RB * NQ % 8 == 0) {
+    for (int b = 0; b < RB * NQ; b += 8) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, hsum8(acc + b));
+      for (int t = 0; t < 8; ++t) {
+        const int r = (b + t) / NQ, h = (b + t) % NQ;
+        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] = out[t] + (bias ? bias[h] : 0.0f);
       }
     }
   } else {
@@ -133,7 +147,7 @@ template <RowFormat F, int NQ, int RB>
 template <RowFormat F, int NQ>
 void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* bias, float* s,
                  std::size_t ss) {
-  constexpr int RB = 8 / NQ;
+  constexpr int RB = kAccs / NQ;
   std::size_t r = 0;
   for (; r + RB <= rows.n; r += RB) score_block<F, NQ, RB>(rows, r, w, ws, bias, s, ss);
   for (; r < rows.n; ++r) score_block<F, NQ, 1>(rows, r, w, ws, bias, s, ss);
@@ -194,7 +208,7 @@ template <RowFormat F, int NQ, int CB>
 template <RowFormat F, int NQ>
 void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const float* coef,
                       std::size_t ng, std::size_t cpg, float* acc, std::size_t as) {
-  constexpr int CB = 8 / NQ;
+  constexpr int CB = 8 / NQ;  // more value accumulators measured slower (register pressure)
   std::size_t k = 0;
   for (; k + CB <= rows.chunks; k += CB) accumulate_block<F, NQ, CB>(rows, k, nq, h0, coef, ng, cpg, acc, as);
   for (; k < rows.chunks; ++k) accumulate_block<F, NQ, 1>(rows, k, nq, h0, coef, ng, cpg, acc, as);
