@@ -1,9 +1,9 @@
 #pragma once
 // Vector loops of the attention kernels (internal): included by kernels.cpp (x86-64-v3: AVX2,
 // F16C, FMA) and by kernels_avx512.cpp (the same loops compiled with AVX-512 F/VL/BW/DQ, called
-// only when the CPU has them), each time inside namespace akv::attn::AKV_SIMD_NS. Both compile
-// the same arithmetic in the same order, so results are bitwise identical; AVX-512 changes how
-// 4-bit codes become floats (one vpermt2ps table lookup instead of a mask and a conversion).
+// only when the CPU has them), each time inside namespace akv::attn::AKV_SIMD_NS. Both compute
+// the same products and sums in the same order, so results are bitwise identical; AVX-512 reads
+// 4-bit codes without a shift (unsigned conversion, see load8) and keeps 16 score accumulators.
 // Only intrinsics and plain code here: no standard-library templates, whose out-of-line copies
 // could be shared with code that runs on CPUs without AVX-512.
 #include <immintrin.h>
