@@ -199,20 +199,26 @@ void value_coefficients(const float* p, std::size_t ps, const std::uint16_t* sca
   std::size_t g0 = 0;
 #ifdef AKV_ATTN_AVX2
   if (active_isa() != Isa::generic) {
-    // Groups 4 at a time in the lanes of a 128-bit vector; rows in the same order as below.
+    // Groups 4 at a time in the lanes of a 128-bit vector; rows in the same order as below. The
+    // f16 scales and zeros convert once per row for up to 8 heads.
     for (; g0 + 4 <= ng; g0 += 4) {
-      for (std::size_t h = 0; h < nq; ++h) {
-        const float* ph = p + h * ps;
-        __m128 z[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+      for (std::size_t h0 = 0; h0 < nq; h0 += 8) {
+        const std::size_t hn = std::min<std::size_t>(8, nq - h0);
+        __m128 z[8][4];
+        for (auto& zh : z) zh[0] = zh[1] = zh[2] = zh[3] = _mm_setzero_ps();
         for (std::size_t i = 0; i < n; ++i) {
           const std::size_t at = i * ng + g0;
-          const __m128 pi = _mm_set1_ps(ph[i]);
           const __m128 sc = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scale + at)));
           const __m128 ze = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero + at)));
-          _mm_storeu_ps(coef + (i * nq + h) * ng + g0, _mm_mul_ps(pi, sc));
-          z[i % 4] = _mm_fmadd_ps(pi, ze, z[i % 4]);
+          for (std::size_t h = 0; h < hn; ++h) {
+            const __m128 pi = _mm_set1_ps(p[(h0 + h) * ps + i]);
+            _mm_storeu_ps(coef + (i * nq + h0 + h) * ng + g0, _mm_mul_ps(pi, sc));
+            z[h][i % 4] = _mm_fmadd_ps(pi, ze, z[h][i % 4]);
+          }
         }
-        _mm_storeu_ps(zsum + h * ng + g0, _mm_add_ps(_mm_add_ps(z[0], z[1]), _mm_add_ps(z[2], z[3])));
+        for (std::size_t h = 0; h < hn; ++h) {
+          _mm_storeu_ps(zsum + (h0 + h) * ng + g0, _mm_add_ps(_mm_add_ps(z[h][0], z[h][1]), _mm_add_ps(z[h][2], z[h][3])));
+        }
       }
     }
   }
@@ -235,19 +241,25 @@ void key_weights(const float* q, std::size_t nq, std::size_t cols, const std::ui
                  const std::uint16_t* zero, float* w, float* bias) {
 #ifdef AKV_ATTN_AVX2
   if (active_isa() != Isa::generic) {
-    for (std::size_t h = 0; h < nq; ++h) {
-      const float* qh = q + h * cols;
-      __m256 b = _mm256_setzero_ps();
+    // The f16 scales and zeros convert once per chunk for up to 8 heads.
+    for (std::size_t h0 = 0; h0 < nq; h0 += 8) {
+      const std::size_t hn = std::min<std::size_t>(8, nq - h0);
+      __m256 b[8];
+      for (auto& v : b) v = _mm256_setzero_ps();
       for (std::size_t c = 0; c < cols; c += 8) {
-        const __m256 qc = _mm256_loadu_ps(qh + c);
         const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scale + c)));
         const __m256 ze = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + c)));
-        _mm256_storeu_ps(w + h * cols + c, _mm256_mul_ps(qc, sc));
-        b = _mm256_fmadd_ps(qc, ze, b);
+        for (std::size_t h = 0; h < hn; ++h) {
+          const __m256 qc = _mm256_loadu_ps(q + (h0 + h) * cols + c);
+          _mm256_storeu_ps(w + (h0 + h) * cols + c, _mm256_mul_ps(qc, sc));
+          b[h] = _mm256_fmadd_ps(qc, ze, b[h]);
+        }
       }
-      alignas(32) float l[8];
-      _mm256_store_ps(l, b);
-      bias[h] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+      for (std::size_t h = 0; h < hn; ++h) {
+        alignas(32) float l[8];
+        _mm256_store_ps(l, b[h]);
+        bias[h0 + h] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+      }
     }
     return;
   }
