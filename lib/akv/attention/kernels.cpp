@@ -81,6 +81,15 @@ RowFormat code_format(int bits) {
 
 namespace {
 
+// f16 bits to float (exact): F16C where built for it.
+inline float half_to_float(std::uint16_t h) {
+#ifdef AKV_ATTN_AVX2
+  return _cvtsh_ss(h);
+#else
+  return f16_to_f32_ref(h);
+#endif
+}
+
 int format_bits(RowFormat f) {
   switch (f) {
     case RowFormat::code2: return 2;
@@ -229,8 +238,8 @@ void value_coefficients(const float* p, std::size_t ps, const std::uint16_t* sca
       float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (std::size_t i = 0; i < n; ++i) {
         const float pi = ph[i];
-        coef[(i * nq + h) * ng + g] = pi * f16_to_f32_ref(scale[i * ng + g]);
-        z[i % 4] = std::fma(pi, f16_to_f32_ref(zero[i * ng + g]), z[i % 4]);
+        coef[(i * nq + h) * ng + g] = pi * half_to_float(scale[i * ng + g]);
+        z[i % 4] = std::fma(pi, half_to_float(zero[i * ng + g]), z[i % 4]);
       }
       zsum[h * ng + g] = (z[0] + z[1]) + (z[2] + z[3]);
     }
@@ -268,8 +277,8 @@ void key_weights(const float* q, std::size_t nq, std::size_t cols, const std::ui
     const float* qh = q + h * cols;
     float l[8] = {};
     for (std::size_t c = 0; c < cols; ++c) {
-      w[h * cols + c] = qh[c] * f16_to_f32_ref(scale[c]);
-      l[c % 8] = std::fma(qh[c], f16_to_f32_ref(zero[c]), l[c % 8]);
+      w[h * cols + c] = qh[c] * half_to_float(scale[c]);
+      l[c % 8] = std::fma(qh[c], half_to_float(zero[c]), l[c % 8]);
     }
     bias[h] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
   }
