@@ -4,7 +4,11 @@ source "$(dirname "$0")/lib.sh"
 
 expect "help lists subcommands" 0 "synth" "$AKV" --help
 grep -q "info" "$TMP/out" && pass "help lists info" || fail "help lists info"
-expect "version names the commit" 0 "^akv [0-9]+\.[0-9]+\.[0-9]+ \(commit [0-9a-f]+|unknown\)" "$AKV" --version
+expect "version names the commit" 0 "^akv [0-9]+\.[0-9]+\.[0-9]+ \(commit ([0-9a-f]{12}(-dirty)?|unknown)\)" "$AKV" --version
+# In a git checkout the build reports the commit the binary was built from (read at build time).
+if head=$(git -C "$(dirname "$0")" rev-parse --short=12 HEAD 2>/dev/null); then
+  expect "version is the checkout's commit" 0 "commit $head" "$AKV" --version
+fi
 expect_error "no subcommand is a usage error" 1 "subcommand" "$AKV"
 expect_error "unknown subcommand" 1 "" "$AKV" frobnicate
 expect "synth --help documents flags" 0 "--profile" "$AKV" synth --help
