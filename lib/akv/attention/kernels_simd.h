@@ -20,8 +20,9 @@ namespace {
 
 // Code formats whose loads leave lane i scaled by 2^(b * i): the code is masked in place
 // (code << b * i) and converted, without a per-lane shift. Accumulators of such loads hold
-// exactly 2^(b * i) times the unscaled sums (scaling by powers of two commutes with rounding),
-// and lane_unscale() restores them bit for bit. 4 bits need an unsigned conversion (AVX-512).
+// exactly 2^(b * i) times the unscaled sums (scaling by powers of two commutes with rounding
+// away from overflow and the denormal range, 2^-126), and lane_unscale() restores them bit for
+// bit. 4 bits need an unsigned conversion (AVX-512).
 template <RowFormat F>
 constexpr bool kScaledLanes = F == RowFormat::code2 || F == RowFormat::code3
 #ifdef __AVX512VL__
