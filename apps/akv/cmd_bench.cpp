@@ -101,8 +101,8 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   att->add_option("--variants", ab.variants, "Caches: f32, f16, q<b> (K and V at b bits), k<b>v<b>; b in 2,3,4,8")
       ->delimiter(',')->capture_default_str();
   att->add_option("--isa", ab.isas,
-                  "Instruction sets to time every variant with: best, avx512, avx2, generic (scalar "
-                  "loops); results are identical, speed is not")
+                  "Instruction sets to time every variant with: best, avx512, avx2, generic (the plain "
+                  "loops); avx512 and avx2 give bitwise-identical results, generic agrees within 1e-6")
       ->delimiter(',')->capture_default_str();
   att->add_option("--tile", ab.tile, "Tokens per online-softmax step of the kernel")->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
