@@ -1,5 +1,6 @@
 #include "akv/core/parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -20,9 +21,10 @@ inline void relax() {
 #endif
 }
 
-// Polls cond() until it holds or kSpin has passed; returns its last value.
+// Polls cond() until it holds or kSpin has passed (at once when !spin); returns its last value.
 template <typename Cond>
-bool spin_until(Cond cond) {
+bool spin_until(Cond cond, bool spin = true) {
+  if (!spin) return cond();
   const auto end = std::chrono::steady_clock::now() + kSpin;
   for (int i = 0;; ++i) {
     if (cond()) return true;
@@ -50,6 +52,8 @@ class Pool {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
     while (threads_.size() < helpers) threads_.emplace_back([this] { loop(); });
+    // More threads than cores: idle helpers would poll on cores the caller needs.
+    spin_.store(threads_.size() < std::max(1u, std::thread::hardware_concurrency()), std::memory_order_relaxed);
     run_ = run;
     ctx_ = ctx;
     pending_.store(helpers, std::memory_order_relaxed);
@@ -73,7 +77,7 @@ class Pool {
     std::uint64_t seen = 0;  // last generation this thread looked at
     for (;;) {
       auto fresh = [&] { return (state_.load(std::memory_order_acquire) >> 32) != seen; };
-      if (!spin_until(fresh)) {
+      if (!spin_until(fresh, spin_.load(std::memory_order_relaxed))) {
         std::unique_lock<std::mutex> lock(m_);
         work_.wait(lock, [&] { return stop_ || fresh(); });
         if (stop_) return;
@@ -102,6 +106,7 @@ class Pool {
   void* ctx_ = nullptr;
   std::atomic<std::uint64_t> state_{0};
   std::atomic<std::size_t> pending_{0};
+  std::atomic<bool> spin_{true};  // helpers poll before sleeping (threads < cores)
   bool stop_ = false;  // guarded by m_
 };
 
