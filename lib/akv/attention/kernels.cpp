@@ -151,12 +151,6 @@ void accumulate_rows_scalar(const Rows& rows, std::size_t nq, const float* coef,
 
 #ifdef AKV_ATTN_AVX2
 
-inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
 // exp(x) for x in [-87, 0]: Cephes expf (range reduction by ln 2 in two parts, degree-5
 // polynomial), 2^n by exponent arithmetic.
 inline __m256 exp8(__m256 x) {
@@ -311,7 +305,7 @@ float exp_shifted(const float* x, float shift, std::size_t n, float* out) {
     _mm256_storeu_ps(out + i, e);
     vs = _mm256_add_ps(vs, e);
   }
-  sum = hsum(vs);
+  sum = avx2::hsum(vs);  // the vector loops' horizontal sum (kernels_simd.h)
 #endif
   for (; i < n; ++i) {
     out[i] = std::exp(x[i] - shift);
