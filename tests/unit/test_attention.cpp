@@ -152,39 +152,47 @@ void for_each_isa(Fn&& fn) {
 
 TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1e-6 of the scalar loops", "[attention]") {
   using attn::RowFormat;
-  const std::size_t n = 37, chunks = 16, nq = 4, ng = 4, cpg = 4;
-  std::vector<std::uint8_t> bytes(n * chunks * 32 + 64);
-  Rng rng(5);
-  for (auto& b : bytes) b = static_cast<std::uint8_t>(rng.uniform() * 256.0);
-  std::vector<std::uint16_t> half(n * chunks * 8);  // f16 rows: finite values
-  for (auto& h : half) h = f32_to_f16_ref(static_cast<float>(rng.normal()));
-  std::vector<float> f32(n * chunks * 8);
-  for (auto& x : f32) x = static_cast<float>(rng.normal());
-  const std::vector<float> w = normal(nq * chunks * 8, 6), bias = normal(nq, 7), coef = normal(n * nq * ng, 8);
-  for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code2, RowFormat::code3, RowFormat::code4, RowFormat::code8}) {
-    const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16 : f == RowFormat::code2 ? 2 : f == RowFormat::code3 ? 3 : f == RowFormat::code4 ? 4 : 8;
-    const std::uint8_t* base = f == RowFormat::f32 ? reinterpret_cast<const std::uint8_t*>(f32.data())
-                               : f == RowFormat::f16 ? reinterpret_cast<const std::uint8_t*>(half.data())
-                                                     : bytes.data();
-    const attn::Rows rows{f, base, chunks * bits, n, chunks};
-    std::vector<std::vector<float>> s(3), acc(3);
-    for_each_isa([&](attn::Isa isa) {
-      auto& si = s[static_cast<std::size_t>(isa)];
-      auto& ai = acc[static_cast<std::size_t>(isa)];
-      si.assign(nq * n, 0.0f);
-      ai.assign(nq * chunks * 8, 0.5f);
-      attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), si.data(), n);
-      attn::accumulate_rows(rows, nq, coef.data(), ng, cpg, ai.data(), chunks * 8);
-    });
-    INFO("format bits " << bits);
-    for (std::size_t i = 1; i < 3; ++i) {
-      if (s[i].empty()) continue;
-      CHECK(rel_err(s[i], s[0]) <= 1e-6);
-      CHECK(rel_err(acc[i], acc[0]) <= 1e-6);
-    }
-    if (!s[2].empty()) {
-      CHECK(s[2] == s[1]);
-      CHECK(acc[2] == acc[1]);
+  // (heads, chunks per row, chunks per value group): 1 and 3 heads take the one-head loops (2-
+  // and 4-bit: 16 values at a time with AVX-512 when chunks are even); 15 chunks and 1 chunk per
+  // group fall back to 8 at a time; 37 rows leave a partial block of rows.
+  struct Shape {
+    std::size_t nq, chunks, cpg;
+  };
+  for (const Shape sh : {Shape{4, 16, 4}, Shape{1, 16, 4}, Shape{3, 16, 2}, Shape{1, 15, 1}, Shape{2, 8, 1}}) {
+    const std::size_t n = 37, chunks = sh.chunks, nq = sh.nq, cpg = sh.cpg, ng = (chunks + cpg - 1) / cpg;
+    std::vector<std::uint8_t> bytes(n * chunks * 32 + 64);
+    Rng rng(5);
+    for (auto& b : bytes) b = static_cast<std::uint8_t>(rng.uniform() * 256.0);
+    std::vector<std::uint16_t> half(n * chunks * 8);  // f16 rows: finite values
+    for (auto& h : half) h = f32_to_f16_ref(static_cast<float>(rng.normal()));
+    std::vector<float> f32(n * chunks * 8);
+    for (auto& x : f32) x = static_cast<float>(rng.normal());
+    const std::vector<float> w = normal(nq * chunks * 8, 6), bias = normal(nq, 7), coef = normal(n * nq * ng, 8);
+    for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code2, RowFormat::code3, RowFormat::code4, RowFormat::code8}) {
+      const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16 : f == RowFormat::code2 ? 2 : f == RowFormat::code3 ? 3 : f == RowFormat::code4 ? 4 : 8;
+      const std::uint8_t* base = f == RowFormat::f32 ? reinterpret_cast<const std::uint8_t*>(f32.data())
+                                 : f == RowFormat::f16 ? reinterpret_cast<const std::uint8_t*>(half.data())
+                                                       : bytes.data();
+      const attn::Rows rows{f, base, chunks * bits, n, chunks};
+      std::vector<std::vector<float>> s(3), acc(3);
+      for_each_isa([&](attn::Isa isa) {
+        auto& si = s[static_cast<std::size_t>(isa)];
+        auto& ai = acc[static_cast<std::size_t>(isa)];
+        si.assign(nq * n, 0.0f);
+        ai.assign(nq * chunks * 8, 0.5f);
+        attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), si.data(), n);
+        attn::accumulate_rows(rows, nq, coef.data(), ng, cpg, ai.data(), chunks * 8);
+      });
+      INFO("format bits " << bits << ", heads " << nq << ", chunks " << chunks << ", chunks per group " << cpg);
+      for (std::size_t i = 1; i < 3; ++i) {
+        if (s[i].empty()) continue;
+        CHECK(rel_err(s[i], s[0]) <= 1e-6);
+        CHECK(rel_err(acc[i], acc[0]) <= 1e-6);
+      }
+      if (!s[2].empty()) {
+        CHECK(s[2] == s[1]);
+        CHECK(acc[2] == acc[1]);
+      }
     }
   }
 }

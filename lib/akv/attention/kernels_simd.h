@@ -145,11 +145,194 @@ template <RowFormat F, int NQ, int RB>
   }
 }
 
+#ifdef __AVX512F__
+// 512-bit loops for 2- and 4-bit codes: 16 codes per vector from one (2-bit: 32-bit word) or
+// two (4-bit: 64-bit word) words, masked in place against the word broadcast into every lane,
+// so one AND with a broadcast memory operand, one conversion and one FMA per 16 values (the
+// 256-bit loops spend a broadcast, an AND, a conversion and an FMA per 8). Lane j of wide
+// chunk k (values 16k .. 16k+15) holds value 16k + wide_lane<F>(j), times 2^(wide_shift<F>(j)).
+template <RowFormat F>
+constexpr bool kWide = F == RowFormat::code2 || F == RowFormat::code4;
+
+template <RowFormat F>
+constexpr int wide_lane(int j) {
+  return F == RowFormat::code2 ? j : j / 2 + 8 * (j % 2);  // 4-bit: lanes alternate the two words
+}
+
+template <RowFormat F>
+constexpr int wide_shift(int j) {
+  return F == RowFormat::code2 ? 2 * j : 4 * (j / 2);
+}
+
+template <RowFormat F>
+inline __m512i wide_mask() {
+  constexpr unsigned m = (1u << code_bits<F>()) - 1u;
+  alignas(64) static constexpr unsigned k[16] = {
+      m << wide_shift<F>(0),  m << wide_shift<F>(1),  m << wide_shift<F>(2),  m << wide_shift<F>(3),
+      m << wide_shift<F>(4),  m << wide_shift<F>(5),  m << wide_shift<F>(6),  m << wide_shift<F>(7),
+      m << wide_shift<F>(8),  m << wide_shift<F>(9),  m << wide_shift<F>(10), m << wide_shift<F>(11),
+      m << wide_shift<F>(12), m << wide_shift<F>(13), m << wide_shift<F>(14), m << wide_shift<F>(15)};
+  return _mm512_load_si512(k);
+}
+
+// Lane j: 2^(-wide_shift(j)).
+template <RowFormat F>
+inline __m512 wide_unscale() {
+  alignas(64) static constexpr float k[16] = {
+      1.0f / (1u << wide_shift<F>(0)),  1.0f / (1u << wide_shift<F>(1)),  1.0f / (1u << wide_shift<F>(2)),
+      1.0f / (1u << wide_shift<F>(3)),  1.0f / (1u << wide_shift<F>(4)),  1.0f / (1u << wide_shift<F>(5)),
+      1.0f / (1u << wide_shift<F>(6)),  1.0f / (1u << wide_shift<F>(7)),  1.0f / (1u << wide_shift<F>(8)),
+      1.0f / (1u << wide_shift<F>(9)),  1.0f / (1u << wide_shift<F>(10)), 1.0f / (1u << wide_shift<F>(11)),
+      1.0f / (1u << wide_shift<F>(12)), 1.0f / (1u << wide_shift<F>(13)), 1.0f / (1u << wide_shift<F>(14)),
+      1.0f / (1u << wide_shift<F>(15))};
+  return _mm512_load_ps(k);
+}
+
+// Permutation index: lane j of the result takes lane wide_lane(j) of a natural-order vector.
+template <RowFormat F>
+inline __m512i wide_gather() {
+  alignas(64) static constexpr int k[16] = {
+      wide_lane<F>(0),  wide_lane<F>(1),  wide_lane<F>(2),  wide_lane<F>(3),  wide_lane<F>(4),  wide_lane<F>(5),
+      wide_lane<F>(6),  wide_lane<F>(7),  wide_lane<F>(8),  wide_lane<F>(9),  wide_lane<F>(10), wide_lane<F>(11),
+      wide_lane<F>(12), wide_lane<F>(13), wide_lane<F>(14), wide_lane<F>(15)};
+  return _mm512_load_si512(k);
+}
+
+// Inverse of wide_gather: back to natural order.
+template <RowFormat F>
+inline __m512i wide_scatter() {
+  alignas(64) static constexpr int k[16] = {
+      F == RowFormat::code2 ? 0 : 0,   F == RowFormat::code2 ? 1 : 2,   F == RowFormat::code2 ? 2 : 4,
+      F == RowFormat::code2 ? 3 : 6,   F == RowFormat::code2 ? 4 : 8,   F == RowFormat::code2 ? 5 : 10,
+      F == RowFormat::code2 ? 6 : 12,  F == RowFormat::code2 ? 7 : 14,  F == RowFormat::code2 ? 8 : 1,
+      F == RowFormat::code2 ? 9 : 3,   F == RowFormat::code2 ? 10 : 5, F == RowFormat::code2 ? 11 : 7,
+      F == RowFormat::code2 ? 12 : 9, F == RowFormat::code2 ? 13 : 11, F == RowFormat::code2 ? 14 : 13,
+      F == RowFormat::code2 ? 15 : 15};
+  return _mm512_load_si512(k);
+}
+
+// Wide chunk k of a row: 16 values in wide_lane order, scaled by 2^wide_shift.
+template <RowFormat F>
+[[gnu::always_inline]] inline __m512 load16(const std::uint8_t* row, std::size_t k, __m512i mask) {
+  __m512i word;
+  if constexpr (F == RowFormat::code2) {
+    std::uint32_t w;
+    std::memcpy(&w, row + 4 * k, 4);
+    word = _mm512_set1_epi32(static_cast<int>(w));
+  } else {
+    std::uint64_t w;
+    std::memcpy(&w, row + 8 * k, 8);
+    word = _mm512_set1_epi64(static_cast<long long>(w));
+  }
+  return _mm512_cvtepu32_ps(_mm512_and_si512(word, mask));
+}
+
+// RB rows x NQ heads of dot products over wide chunks; one 512-bit accumulator each, unscaled,
+// put in channel order, and its halves (even and odd chunks) added: the order of
+// score_block_paired.
+template <RowFormat F, int NQ, int RB>
+[[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
+                                                    const float* bias, float* s, std::size_t ss) {
+  __m512 acc[RB * NQ];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  const std::uint8_t* row[RB];
+  for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+  const __m512i mask = wide_mask<F>(), gather = wide_gather<F>();
+  for (std::size_t k = 0; k < rows.chunks / 2; ++k) {
+    __m512 wk[NQ];
+    for (int h = 0; h < NQ; ++h) {
+      wk[h] = _mm512_loadu_ps(w + static_cast<std::size_t>(h) * ws + 16 * k);
+      if constexpr (F != RowFormat::code2) wk[h] = _mm512_permutexvar_ps(gather, wk[h]);
+    }
+    for (int r = 0; r < RB; ++r) {
+      const __m512 x = load16<F>(row[r], k, mask);
+      for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm512_fmadd_ps(wk[h], x, acc[r * NQ + h]);
+    }
+  }
+  const __m512 unscale = wide_unscale<F>();
+  const __m512i scatter = wide_scatter<F>();
+  __m256 half[RB * NQ];
+  for (int i = 0; i < RB * NQ; ++i) {
+    __m512 a = _mm512_mul_ps(acc[i], unscale);
+    if constexpr (F != RowFormat::code2) a = _mm512_permutexvar_ps(scatter, a);  // channel order
+    half[i] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  }
+  if constexpr (RB * NQ % 8 == 0) {
+    for (int b = 0; b < RB * NQ; b += 8) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, hsum8(half + b));
+      for (int t = 0; t < 8; ++t) {
+        const int r = (b + t) / NQ, h = (b + t) % NQ;
+        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] = out[t] + (bias ? bias[h] : 0.0f);
+      }
+    }
+  } else {
+    for (int r = 0; r < RB; ++r) {
+      for (int h = 0; h < NQ; ++h) {
+        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] =
+            hsum(half[r * NQ + h]) + (bias ? bias[h] : 0.0f);
+      }
+    }
+  }
+}
+#else
+template <RowFormat F>
+constexpr bool kWide = F == RowFormat::code2 || F == RowFormat::code4;
+
+// The 256-bit loops' order for rows that the AVX-512 loops read 16 values at a time (2- and
+// 4-bit codes, one query head, an even number of chunks): even and odd chunks in two
+// accumulators, added lane by lane at the end, so that both instruction sets give the same bits.
+template <RowFormat F, int RB>
+[[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, const float* bias,
+                                                      float* s) {
+  const std::uint8_t* row[RB];
+  for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+  __m256 acc[2][RB];  // even chunks, then odd chunks: RB accumulators live at a time
+  for (int half = 0; half < 2; ++half) {
+    __m256 a[RB];
+    for (auto& v : a) v = _mm256_setzero_ps();
+    for (std::size_t k = static_cast<std::size_t>(half); k < rows.chunks; k += 2) {
+      __m256 wk = _mm256_loadu_ps(w + 8 * k);
+      __asm__("" : "+x"(wk));  // in a register, not folded into every FMA (see score_block)
+      for (int r = 0; r < RB; ++r) a[r] = _mm256_fmadd_ps(wk, load8<F>(row[r], k), a[r]);
+    }
+    for (int r = 0; r < RB; ++r) acc[half][r] = lane_unscale<F>(a[r]);
+  }
+  __m256 sum[RB];
+  for (int r = 0; r < RB; ++r) sum[r] = _mm256_add_ps(acc[0][r], acc[1][r]);
+  const float b = bias ? bias[0] : 0.0f;
+  if constexpr (RB % 8 == 0) {
+    for (int i = 0; i < RB; i += 8) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, hsum8(sum + i));
+      for (int t = 0; t < 8; ++t) s[r0 + static_cast<std::size_t>(i + t)] = out[t] + b;
+    }
+  } else {
+    for (int r = 0; r < RB; ++r) s[r0 + static_cast<std::size_t>(r)] = hsum(sum[r]) + b;
+  }
+}
+#endif  // __AVX512F__
+
 template <RowFormat F, int NQ>
 void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* bias, float* s,
                  std::size_t ss) {
   constexpr int RB = kAccs / NQ;
   std::size_t r = 0;
+  // One head, 2- or 4-bit codes: AVX-512 reads 16 values at a time (measured faster only
+  // for one head; with more, the 256-bit loops are as fast or faster).
+  if constexpr (kWide<F> && NQ == 1) {
+    if (rows.chunks % 2 == 0) {
+#ifdef __AVX512F__
+      for (; r + RB <= rows.n; r += RB) score_block_wide<F, 1, RB>(rows, r, w, ws, bias, s, ss);
+      for (; r < rows.n; ++r) score_block_wide<F, 1, 1>(rows, r, w, ws, bias, s, ss);
+#else
+      constexpr int RP = kAccs;
+      for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP>(rows, r, w, bias, s);
+      for (; r < rows.n; ++r) score_block_paired<F, 1>(rows, r, w, bias, s);
+#endif
+      return;
+    }
+  }
   for (; r + RB <= rows.n; r += RB) score_block<F, NQ, RB>(rows, r, w, ws, bias, s, ss);
   for (; r < rows.n; ++r) score_block<F, NQ, 1>(rows, r, w, ws, bias, s, ss);
 }
@@ -206,11 +389,60 @@ template <RowFormat F, int NQ, int CB>
   }
 }
 
+#ifdef __AVX512F__
+// NQ heads x CB wide chunks starting at wide chunk k0, over all rows (values in wide_lane
+// order; accumulators unscaled and put back in channel order at the end). Needs an even number
+// of chunks per coefficient group.
+template <RowFormat F, int NQ, int CB>
+[[gnu::always_inline]] inline void accumulate_block_wide(const Rows& rows, std::size_t k0, std::size_t nq, std::size_t h0,
+                                                         const float* coef, std::size_t ng, std::size_t cpg, float* acc,
+                                                         std::size_t as) {
+  __m512 a[NQ * CB];
+  for (auto& v : a) v = _mm512_setzero_ps();
+  std::size_t g[CB];
+  for (int j = 0; j < CB; ++j) g[j] = 2 * (k0 + static_cast<std::size_t>(j)) / cpg;
+  const __m512i mask = wide_mask<F>();
+  for (std::size_t r = 0; r < rows.n; ++r) {
+    const std::uint8_t* row = rows.base + r * rows.stride;
+    const float* cr = coef + (r * nq + h0) * ng;
+    __m512 c[NQ];
+#pragma GCC unroll 8
+    for (int j = 0; j < CB; ++j) {
+      if (j == 0 || g[j] != g[j - 1]) {
+        for (int h = 0; h < NQ; ++h) c[h] = _mm512_set1_ps(cr[static_cast<std::size_t>(h) * ng + g[j]]);
+      }
+      const __m512 x = load16<F>(row, k0 + static_cast<std::size_t>(j), mask);
+      for (int h = 0; h < NQ; ++h) a[h * CB + j] = _mm512_fmadd_ps(c[h], x, a[h * CB + j]);
+    }
+  }
+  const __m512 unscale = wide_unscale<F>();
+  const __m512i scatter = wide_scatter<F>();
+  for (int h = 0; h < NQ; ++h) {
+    for (int j = 0; j < CB; ++j) {
+      float* p = acc + (h0 + static_cast<std::size_t>(h)) * as + 16 * (k0 + static_cast<std::size_t>(j));
+      __m512 v = _mm512_mul_ps(a[h * CB + j], unscale);
+      if constexpr (F != RowFormat::code2) v = _mm512_permutexvar_ps(scatter, v);
+      _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v));
+    }
+  }
+}
+#endif  // __AVX512F__
+
 template <RowFormat F, int NQ>
 void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const float* coef,
                       std::size_t ng, std::size_t cpg, float* acc, std::size_t as) {
   constexpr int CB = 8 / NQ;  // more value accumulators measured slower (register pressure)
   std::size_t k = 0;
+#ifdef __AVX512F__
+  if constexpr (kWide<F>) {
+    if (rows.chunks % 2 == 0 && cpg % 2 == 0) {
+      const std::size_t kw = rows.chunks / 2;
+      for (; k + CB <= kw; k += CB) accumulate_block_wide<F, NQ, CB>(rows, k, nq, h0, coef, ng, cpg, acc, as);
+      for (; k < kw; ++k) accumulate_block_wide<F, NQ, 1>(rows, k, nq, h0, coef, ng, cpg, acc, as);
+      return;
+    }
+  }
+#endif
   for (; k + CB <= rows.chunks; k += CB) accumulate_block<F, NQ, CB>(rows, k, nq, h0, coef, ng, cpg, acc, as);
   for (; k < rows.chunks; ++k) accumulate_block<F, NQ, 1>(rows, k, nq, h0, coef, ng, cpg, acc, as);
 }
