@@ -104,6 +104,18 @@ inline __m256 hsum8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31));
 }
 
+// With several query heads per KV head, rows are prefetched this many rows ahead of use (into
+// the next tile): the FMAs between two rows keep the out-of-order window from reaching far
+// enough ahead for DRAM latency, and 4 KB pages stop the hardware prefetchers at every page.
+// With one head the loops are bandwidth-bound and the hardware prefetchers do better alone
+// (measured: dense f16 at GQA 1 20% slower with the prefetches, GQA 4 22% faster).
+constexpr std::size_t kPrefetchRows = 32;
+
+[[gnu::always_inline]] inline void prefetch_row(const std::uint8_t* row, std::size_t stride) {
+  const std::uint8_t* p = row + kPrefetchRows * stride;
+  for (std::size_t b = 0; b < stride; b += 64) __builtin_prefetch(p + b, 0, 3);
+}
+
 // RB rows x NQ heads of dot products; accumulators acc[r * NQ + h].
 template <RowFormat F, int NQ, int RB>
 [[gnu::always_inline]] inline void score_block(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
@@ -112,6 +124,9 @@ template <RowFormat F, int NQ, int RB>
   for (auto& a : acc) a = _mm256_setzero_ps();
   const std::uint8_t* row[RB];
   for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+  if constexpr (NQ > 1) {
+    for (int r = 0; r < RB; ++r) prefetch_row(row[r], rows.stride);
+  }
   for (std::size_t k = 0; k < rows.chunks; ++k) {
     // Weights once per chunk in registers: as memory operands of every FMA they were loaded RB
     // times, and loads, not FMAs, bounded the loop.
@@ -370,6 +385,7 @@ template <RowFormat F, int NQ, int CB>
   for (int j = 0; j < CB; ++j) g[j] = (k0 + static_cast<std::size_t>(j)) / cpg;
   for (std::size_t r = 0; r < rows.n; ++r) {
     const std::uint8_t* row = rows.base + r * rows.stride;
+    if (NQ > 1 && k0 == 0) prefetch_row(row, rows.stride);
     const float* cr = coef + (r * nq + h0) * ng;
     __m256 c[NQ];  // the row's coefficients, broadcast once per group (broadcasts compete with the FMAs)
 #pragma GCC unroll 8
@@ -404,6 +420,7 @@ template <RowFormat F, int NQ, int CB>
   const __m512i mask = wide_mask<F>();
   for (std::size_t r = 0; r < rows.n; ++r) {
     const std::uint8_t* row = rows.base + r * rows.stride;
+    if (NQ > 1 && k0 == 0) prefetch_row(row, rows.stride);
     const float* cr = coef + (r * nq + h0) * ng;
     __m512 c[NQ];
 #pragma GCC unroll 8
