@@ -171,6 +171,40 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+// value_coefficients for groups g0..g0+3 (the lanes of a 128-bit vector) and heads h0..h0+HN:
+// the f16 scales and zeros convert once per row for HN heads; the zero sums run as four partial
+// sums over i % 4 in registers, added as (s0 + s1) + (s2 + s3).
+template <int HN>
+void value_coefficients4(const float* p, std::size_t ps, const std::uint16_t* scale, const std::uint16_t* zero,
+                         std::size_t n, std::size_t nq, std::size_t ng, std::size_t g0, std::size_t h0, float* coef,
+                         float* zsum) {
+  __m128 z[HN][4];
+  for (auto& zh : z) zh[0] = zh[1] = zh[2] = zh[3] = _mm_setzero_ps();
+  const auto row = [&](std::size_t i, int part) {
+    const std::size_t at = i * ng + g0;
+    const __m128 sc = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scale + at)));
+    const __m128 ze = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero + at)));
+    for (int h = 0; h < HN; ++h) {
+      const std::size_t hh = h0 + static_cast<std::size_t>(h);
+      const __m128 pi = _mm_set1_ps(p[hh * ps + i]);
+      _mm_storeu_ps(coef + (i * nq + hh) * ng + g0, _mm_mul_ps(pi, sc));
+      z[h][part] = _mm_fmadd_ps(pi, ze, z[h][part]);
+    }
+  };
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    row(i, 0);
+    row(i + 1, 1);
+    row(i + 2, 2);
+    row(i + 3, 3);
+  }
+  for (int part = 0; i < n; ++i, ++part) row(i, part);
+  for (int h = 0; h < HN; ++h) {
+    _mm_storeu_ps(zsum + (h0 + static_cast<std::size_t>(h)) * ng + g0,
+                  _mm_add_ps(_mm_add_ps(z[h][0], z[h][1]), _mm_add_ps(z[h][2], z[h][3])));
+  }
+}
+
 #endif  // AKV_ATTN_AVX2
 
 }  // namespace
@@ -202,27 +236,10 @@ void value_coefficients(const float* p, std::size_t ps, const std::uint16_t* sca
   std::size_t g0 = 0;
 #ifdef AKV_ATTN_AVX2
   if (active_isa() != Isa::generic) {
-    // Groups 4 at a time in the lanes of a 128-bit vector; rows in the same order as below. The
-    // f16 scales and zeros convert once per row for up to 8 heads.
     for (; g0 + 4 <= ng; g0 += 4) {
-      for (std::size_t h0 = 0; h0 < nq; h0 += 8) {
-        const std::size_t hn = std::min<std::size_t>(8, nq - h0);
-        __m128 z[8][4];
-        for (auto& zh : z) zh[0] = zh[1] = zh[2] = zh[3] = _mm_setzero_ps();
-        for (std::size_t i = 0; i < n; ++i) {
-          const std::size_t at = i * ng + g0;
-          const __m128 sc = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scale + at)));
-          const __m128 ze = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero + at)));
-          for (std::size_t h = 0; h < hn; ++h) {
-            const __m128 pi = _mm_set1_ps(p[(h0 + h) * ps + i]);
-            _mm_storeu_ps(coef + (i * nq + h0 + h) * ng + g0, _mm_mul_ps(pi, sc));
-            z[h][i % 4] = _mm_fmadd_ps(pi, ze, z[h][i % 4]);
-          }
-        }
-        for (std::size_t h = 0; h < hn; ++h) {
-          _mm_storeu_ps(zsum + (h0 + h) * ng + g0, _mm_add_ps(_mm_add_ps(z[h][0], z[h][1]), _mm_add_ps(z[h][2], z[h][3])));
-        }
-      }
+      std::size_t h0 = 0;
+      for (; h0 + 2 <= nq; h0 += 2) value_coefficients4<2>(p, ps, scale, zero, n, nq, ng, g0, h0, coef, zsum);
+      for (; h0 < nq; ++h0) value_coefficients4<1>(p, ps, scale, zero, n, nq, ng, g0, h0, coef, zsum);
     }
   }
 #endif
