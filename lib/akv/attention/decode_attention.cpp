@@ -59,7 +59,7 @@ bool fast_packed_values(const PackedView& p) {
 // quantized channels and the outlier channels.
 struct HeadPrep {
   const HeadView* view = nullptr;
-  const float* q = nullptr;  // [nq, d]
+  std::vector<float> q;  // [nq, d], times the softmax scale (folded in once, not per score)
   std::vector<float> q_in, q_out;
 };
 
@@ -69,8 +69,8 @@ struct Partial {
 
 class PartitionRunner {
  public:
-  PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, float scale, std::size_t tile)
-      : hp_(hp), nq_(nq), d_(d), scale_(scale), tile_(tile), s_(nq * tile), p_(nq * tile) {}
+  PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, std::size_t tile)
+      : hp_(hp), nq_(nq), d_(d), tile_(tile), s_(nq * tile), p_(nq * tile) {}
 
   void run(std::size_t a, std::size_t b, Partial& out, float* const* raw) {
     out.m.assign(nq_, -std::numeric_limits<float>::infinity());
@@ -81,7 +81,6 @@ class PartitionRunner {
       keys(t0, t1);
       for (std::size_t h = 0; h < nq_; ++h) {
         float* s = s_.data() + h * tile_;
-        for (std::size_t i = 0; i < n; ++i) s[i] *= scale_;
         if (raw && raw[h]) std::copy(s, s + n, raw[h] + t0);
         const float mt = attn::max_value(s, n);
         const float m_new = std::max(out.m[h], mt);
@@ -116,7 +115,7 @@ class PartitionRunner {
         const Rows rows{dense_format(k.dense.type),
                         static_cast<const std::uint8_t*>(k.dense.data) + (r0 - p.rows) * stride, stride,
                         t1 - r0, d_ / 8};
-        attn::score_rows(rows, nq_, hp_.q, d_, nullptr, s_.data() + (r0 - t0), tile_);
+        attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data() + (r0 - t0), tile_);
       } else {
         generic_scores(k, r0, t1, t0);
       }
@@ -233,7 +232,6 @@ class PartitionRunner {
 
   const HeadPrep& hp_;
   std::size_t nq_, d_;
-  float scale_;
   std::size_t tile_;
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
   std::vector<float> w_, bias_, coef_, zsum_, buf_;
@@ -244,7 +242,8 @@ HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) 
   const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
   HeadPrep hp;
   hp.view = &a.heads[kv * a.segments + seg];
-  hp.q = a.query + kv * nq * d;
+  hp.q.assign(a.query + kv * nq * d, a.query + (kv + 1) * nq * d);
+  for (float& x : hp.q) x *= a.scale;
   const PackedView& p = hp.view->key.packed;
   if (p.rows > 0 && fast_packed_keys(p)) {
     hp.q_in.resize(nq * p.cols);
@@ -299,7 +298,7 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
     if (a.probs) {
       for (std::size_t h = 0; h < nq; ++h) raw.push_back(a.probs[kv * nq + h] ? a.probs[kv * nq + h] + it.offset : nullptr);
     }
-    PartitionRunner runner(prep[it.view], nq, d, a.scale, o.tile);
+    PartitionRunner runner(prep[it.view], nq, d, o.tile);
     runner.run(it.t0, it.t1, parts[i], a.probs ? raw.data() : nullptr);
   });
   // The merge is a few vector adds per head unless probabilities are asked for (a pass over
