@@ -116,6 +116,30 @@ constexpr std::size_t kPrefetchRows = 32;
   for (std::size_t b = 0; b < stride; b += 64) __builtin_prefetch(p + b, 0, 3);
 }
 
+// Scores of rows r0 .. r0+RB for NQ heads: s[h * ss + r0 + r] = hsum(acc[r * NQ + h]) + bias[h]
+// (bias may be null), 8 sums at a time where the count allows (same order as hsum).
+template <int NQ, int RB>
+[[gnu::always_inline]] inline void store_scores(const __m256* acc, std::size_t r0, const float* bias, float* s,
+                                                std::size_t ss) {
+  if constexpr (RB * NQ % 8 == 0) {
+    for (int b = 0; b < RB * NQ; b += 8) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, hsum8(acc + b));
+      for (int t = 0; t < 8; ++t) {
+        const int r = (b + t) / NQ, h = (b + t) % NQ;
+        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] = out[t] + (bias ? bias[h] : 0.0f);
+      }
+    }
+  } else {
+    for (int r = 0; r < RB; ++r) {
+      for (int h = 0; h < NQ; ++h) {
+        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] =
+            hsum(acc[r * NQ + h]) + (bias ? bias[h] : 0.0f);
+      }
+    }
+  }
+}
+
 // RB rows x NQ heads of dot products; accumulators acc[r * NQ + h].
 template <RowFormat F, int NQ, int RB>
 [[gnu::always_inline]] inline void score_block(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
@@ -141,23 +165,7 @@ template <RowFormat F, int NQ, int RB>
     }
   }
   for (auto& a : acc) a = lane_unscale<F>(a);
-  if constexpr (RB * NQ % 8 == 0) {
-    for (int b = 0; b < RB * NQ; b += 8) {
-      alignas(32) float out[8];
-      _mm256_store_ps(out, hsum8(acc + b));
-      for (int t = 0; t < 8; ++t) {
-        const int r = (b + t) / NQ, h = (b + t) % NQ;
-        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] = out[t] + (bias ? bias[h] : 0.0f);
-      }
-    }
-  } else {
-    for (int r = 0; r < RB; ++r) {
-      for (int h = 0; h < NQ; ++h) {
-        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] =
-            hsum(acc[r * NQ + h]) + (bias ? bias[h] : 0.0f);
-      }
-    }
-  }
+  store_scores<NQ, RB>(acc, r0, bias, s, ss);
 }
 
 #ifdef __AVX512F__
@@ -272,23 +280,7 @@ template <RowFormat F, int NQ, int RB>
     if constexpr (F != RowFormat::code2) a = _mm512_permutexvar_ps(scatter, a);  // channel order
     half[i] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   }
-  if constexpr (RB * NQ % 8 == 0) {
-    for (int b = 0; b < RB * NQ; b += 8) {
-      alignas(32) float out[8];
-      _mm256_store_ps(out, hsum8(half + b));
-      for (int t = 0; t < 8; ++t) {
-        const int r = (b + t) / NQ, h = (b + t) % NQ;
-        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] = out[t] + (bias ? bias[h] : 0.0f);
-      }
-    }
-  } else {
-    for (int r = 0; r < RB; ++r) {
-      for (int h = 0; h < NQ; ++h) {
-        s[static_cast<std::size_t>(h) * ss + r0 + static_cast<std::size_t>(r)] =
-            hsum(half[r * NQ + h]) + (bias ? bias[h] : 0.0f);
-      }
-    }
-  }
+  store_scores<NQ, RB>(half, r0, bias, s, ss);
 }
 #else
 template <RowFormat F>
@@ -315,16 +307,7 @@ template <RowFormat F, int RB>
   }
   __m256 sum[RB];
   for (int r = 0; r < RB; ++r) sum[r] = _mm256_add_ps(acc[0][r], acc[1][r]);
-  const float b = bias ? bias[0] : 0.0f;
-  if constexpr (RB % 8 == 0) {
-    for (int i = 0; i < RB; i += 8) {
-      alignas(32) float out[8];
-      _mm256_store_ps(out, hsum8(sum + i));
-      for (int t = 0; t < 8; ++t) s[r0 + static_cast<std::size_t>(i + t)] = out[t] + b;
-    }
-  } else {
-    for (int r = 0; r < RB; ++r) s[r0 + static_cast<std::size_t>(r)] = hsum(sum[r]) + b;
-  }
+  store_scores<1, RB>(sum, r0, bias, s, 0);
 }
 #endif  // __AVX512F__
 
