@@ -8,6 +8,8 @@
 #include "akv/core/rng.h"
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <numeric>
 #include "akv/io/file_hash.h"
 #include "akv/policy/eviction.h"
 #include "akv/synth/synth.h"
@@ -250,5 +252,50 @@ TEST_CASE("joint allocation: bytes within budget, prediction confirmed, beats un
     FAIL("expected InvalidInput");
   } catch (const InvalidInput& e) {
     CHECK(std::string(e.what()).find("cheapest choice of every head needs") != std::string::npos);
+  }
+}
+
+TEST_CASE("streaming_victim on rows in any order equals a chronological scan", "[policy]") {
+  Rng rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    // Kept positions (ascending = chronological), scores with many ties.
+    std::vector<std::int32_t> pos;
+    for (std::int32_t p = 0; p < 80; ++p) {
+      if (rng.uniform() < 0.5) pos.push_back(p);
+    }
+    const std::size_t n = pos.size(), sinks = static_cast<std::size_t>(rng.uniform() * 5);
+    std::vector<double> score(n);
+    for (double& s : score) s = std::floor(rng.uniform() * 4.0);
+    const std::size_t window = static_cast<std::size_t>(rng.uniform() * 20);
+    const std::int64_t newest = window == 0 ? std::numeric_limits<std::int64_t>::max()
+                                : window > n ? std::numeric_limits<std::int64_t>::min()
+                                             : pos[n - window];
+    for (const bool oldest : {true, false}) {
+      // Reference: the rows in chronological order, the last `window` and the sinks forced.
+      std::size_t want = n;
+      for (std::size_t i = 0; i + std::min(n, window) < n; ++i) {
+        if (static_cast<std::size_t>(pos[i]) < sinks) continue;
+        if (want == n || (!oldest && score[i] < score[want])) want = i;
+        if (oldest) break;
+      }
+      // The same rows shuffled.
+      std::vector<std::size_t> perm(n);
+      std::iota(perm.begin(), perm.end(), std::size_t{0});
+      for (std::size_t i = n; i > 1; --i) std::swap(perm[i - 1], perm[static_cast<std::size_t>(rng.uniform() * static_cast<double>(i))]);
+      std::vector<std::int32_t> p2(n);
+      std::vector<double> s2(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        p2[i] = pos[perm[i]];
+        s2[i] = score[perm[i]];
+      }
+      const std::size_t got = streaming_victim(p2.data(), s2.data(), n, sinks, newest, oldest);
+      INFO("trial " << trial << " oldest " << oldest << " n " << n << " sinks " << sinks << " window " << window);
+      if (want == n) {
+        CHECK(got == n);
+      } else {
+        REQUIRE(got < n);
+        CHECK(p2[got] == pos[want]);
+      }
+    }
   }
 }

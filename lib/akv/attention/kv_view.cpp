@@ -1,5 +1,6 @@
 #include "akv/attention/kv_view.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "akv/core/errors.h"
@@ -120,12 +121,16 @@ void PackedTensor::drop_dense_front(std::size_t n) {
   dense_rows_ -= n;
 }
 
-void PackedTensor::erase_dense(std::size_t i) {
-  const auto a = static_cast<std::ptrdiff_t>(i * d_), e = static_cast<std::ptrdiff_t>((i + 1) * d_);
+void PackedTensor::swap_remove_dense(std::size_t i) {
+  if (i >= dense_rows_) throw InvalidInput("removing a dense row that is not stored", {"", "row", std::to_string(i)});
+  const auto move_last = [&](auto& rows) {
+    std::copy(rows.end() - static_cast<std::ptrdiff_t>(d_), rows.end(), rows.begin() + static_cast<std::ptrdiff_t>(i * d_));
+    rows.resize(rows.size() - d_);
+  };
   if (type_ == DenseType::f32) {
-    dense32_.erase(dense32_.begin() + a, dense32_.begin() + e);
+    move_last(dense32_);
   } else {
-    dense16_.erase(dense16_.begin() + a, dense16_.begin() + e);
+    move_last(dense16_);
   }
   --dense_rows_;
 }

@@ -76,8 +76,9 @@ class PackedTensor {
                      const std::uint16_t* outliers);
   // Removes the first n dense rows (after the caller quantized them into the packed part).
   void drop_dense_front(std::size_t n);
-  // Removes dense row i (eviction from an unquantized cache).
-  void erase_dense(std::size_t i);
+  // Removes dense row i by moving the last dense row into its place: O(head_dim), rows lose
+  // their order (eviction from an unquantized cache, which tracks positions itself).
+  void swap_remove_dense(std::size_t i);
 
   std::size_t packed_rows() const { return view_.rows; }
   std::size_t dense_rows() const { return dense_rows_; }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <limits>
 #include <numeric>
 
 #include "akv/cache/compress.h"
@@ -37,12 +39,14 @@ class StreamTensor {
       quantize_ready();
     }
   }
-  // Removes row i (streaming eviction; only without quantization).
-  void erase(std::size_t i) {
-    store_.erase_dense(i);
+  // Removes row i, moving the last row into its place (streaming eviction; only without
+  // quantization): O(head_dim) per eviction instead of moving every later row.
+  void swap_remove(std::size_t i) {
+    store_.swap_remove_dense(i);
     if (pre_rope_) {
-      mirror_.erase(mirror_.begin() + static_cast<std::ptrdiff_t>(i * d_),
-                    mirror_.begin() + static_cast<std::ptrdiff_t>((i + 1) * d_));
+      std::copy(mirror_.end() - static_cast<std::ptrdiff_t>(d_), mirror_.end(),
+                mirror_.begin() + static_cast<std::ptrdiff_t>(i * d_));
+      mirror_.resize(mirror_.size() - d_);
     }
   }
   std::size_t rows() const { return store_.rows(); }
@@ -108,11 +112,16 @@ class StreamTensor {
   std::vector<bool> is_outlier_;
 };
 
+// Streaming eviction keeps rows in no particular order (evicted rows are replaced by the last
+// row): position[i] is row i's token position, and `recent` the positions of the last `window`
+// rows appended (prompt rows kept, then decoded ones), which are exactly the window's newest
+// rows: those are never evicted.
 struct HeadState {
   StreamTensor key, value;
   std::vector<std::int32_t> position;
-  std::vector<double> score;  // streaming eviction: accumulated attention (h2o)
-  std::size_t budget = 0;     // streaming eviction: rows to keep
+  std::vector<double> score;          // streaming eviction: accumulated attention (h2o)
+  std::size_t budget = 0;             // streaming eviction: rows to keep
+  std::deque<std::int32_t> recent;    // streaming eviction: last `window` positions appended
 };
 
 class RuntimePolicy : public KvPolicy {
@@ -145,7 +154,7 @@ class RuntimePolicy : public KvPolicy {
       const CompressParams* hp = p ? &per_head_.back() : nullptr;
       heads_.push_back(HeadState{
           StreamTensor(g.head_dim, exact, hp, hp ? &hp->key : nullptr, n_out, hp && hp->pre_rope, &rope_),
-          StreamTensor(g.head_dim, exact, hp, hp ? &hp->value : nullptr, 0, false, &rope_), {}, {}, 0});
+          StreamTensor(g.head_dim, exact, hp, hp ? &hp->value : nullptr, 0, false, &rope_), {}, {}, 0, {}});
     }
   }
 
@@ -223,6 +232,10 @@ class RuntimePolicy : public KvPolicy {
         s.key.append(pre ? kp.data() : k.data(), k.data(), keep.data(), m);
         s.value.append(v.data(), v.data(), keep.data(), m);
         s.position = keep;
+        if (streaming_) {
+          const std::size_t w = std::min(params_->eviction->score.window, m);
+          s.recent.assign(keep.end() - static_cast<std::ptrdiff_t>(w), keep.end());
+        }
       }
     }
   }
@@ -237,7 +250,11 @@ class RuntimePolicy : public KvPolicy {
       s.key.append(pre ? key_pre + h * d : key + h * d, key + h * d, &p, 1);
       s.value.append(value + h * d, value + h * d, &p, 1);
       s.position.push_back(p);
-      if (streaming_) s.score.push_back(0.0);
+      if (streaming_) {
+        s.score.push_back(0.0);
+        s.recent.push_back(p);
+        if (s.recent.size() > params_->eviction->score.window) s.recent.pop_front();
+      }
     }
   }
 
@@ -263,25 +280,23 @@ class RuntimePolicy : public KvPolicy {
   void end_step() override {
     if (!streaming_) return;
     const EvictionParams& e = *params_->eviction;
+    const bool oldest = e.score.method == ScoreMethod::streamingllm;
     for (HeadState& s : heads_) {
       while (s.position.size() > s.budget) {
-        // Forced: the first `sinks` positions and the last W rows.
+        // Forced: the first `sinks` positions and the newest `window` rows (positions from the
+        // oldest of `recent` on; all rows while fewer than `window` were ever appended).
         const std::size_t n = s.position.size();
-        const std::size_t last = n - std::min(n, e.score.window);
-        std::size_t victim = n;
-        for (std::size_t i = 0; i < last; ++i) {
-          if (static_cast<std::size_t>(s.position[i]) < e.sinks) continue;
-          if (e.score.method == ScoreMethod::streamingllm) {
-            victim = i;  // the oldest non-sink
-            break;
-          }
-          if (victim == n || s.score[i] < s.score[victim]) victim = i;
-        }
+        const std::int64_t newest = e.score.window == 0 ? std::numeric_limits<std::int64_t>::max()
+                                    : s.recent.size() < e.score.window ? std::numeric_limits<std::int64_t>::min()
+                                                                       : s.recent.front();
+        const std::size_t victim = streaming_victim(s.position.data(), s.score.data(), n, e.sinks, newest, oldest);
         if (victim == n) break;
-        s.key.erase(victim);
-        s.value.erase(victim);
-        s.position.erase(s.position.begin() + static_cast<std::ptrdiff_t>(victim));
-        s.score.erase(s.score.begin() + static_cast<std::ptrdiff_t>(victim));
+        s.key.swap_remove(victim);
+        s.value.swap_remove(victim);
+        s.position[victim] = s.position.back();
+        s.position.pop_back();
+        s.score[victim] = s.score.back();
+        s.score.pop_back();
       }
     }
   }

@@ -10,8 +10,9 @@
 //            (snapkv, adakv, waterfill, pyramid, adakv-pyramid, adakv-global: the cache then
 //            grows by the decoded tokens), or streaming (h2o, streamingllm: each head keeps its
 //            budget during decode, evicting its lowest accumulated-attention / oldest
-//            non-forced token after every step). Streaming eviction stores rows in f16 and does
-//            not combine with quantization.
+//            non-forced token after every step; the last row takes the evicted row's slot, so
+//            rows are unordered and KvView::position says which token each one is). Streaming
+//            eviction stores rows in f16 and does not combine with quantization.
 // Attention (attention/decode_attention.h) reads the stored packed codes and f16 rows directly;
 // only pre-RoPE keys keep a post-RoPE f32 copy for attention. The f32 rows of the residual
 // window wait there as the quantization source (so that the cache equals `akv compress`).

@@ -428,4 +428,20 @@ std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, cons
   return b;
 }
 
+std::size_t streaming_victim(const std::int32_t* position, const double* score, std::size_t n,
+                             std::size_t sinks, std::int64_t newest, bool oldest) {
+  std::size_t victim = n;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int32_t pos = position[i];
+    if (static_cast<std::size_t>(pos) < sinks || pos >= newest) continue;
+    if (victim == n) {
+      victim = i;
+    } else if (oldest ? pos < position[victim]
+                      : score[i] < score[victim] || (score[i] == score[victim] && pos < position[victim])) {
+      victim = i;
+    }
+  }
+  return victim;
+}
+
 }  // namespace akv

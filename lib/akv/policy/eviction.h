@@ -68,6 +68,14 @@ struct EvictionPlan {
 // forced tokens (window + sinks) or a fraction lies outside (0, 1].
 std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m);
 
+// Streaming eviction during decode (h2o, streamingllm in the model's runtime cache, whose rows
+// are in no particular order): the row to evict next, or n when every row is forced. Forced:
+// positions below `sinks` and positions >= `newest` (the oldest row of the observation
+// window). `oldest` (StreamingLLM): the lowest position; otherwise (H2O) the lowest score, ties
+// to the lower position - the choices of a scan over the rows in chronological order.
+std::size_t streaming_victim(const std::int32_t* position, const double* score, std::size_t n,
+                             std::size_t sinks, std::int64_t newest, bool oldest);
+
 // Scores every layer (reading keys and queries a layer at a time), allocates and selects.
 EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int threads,
                            const ProgressFn& progress);
