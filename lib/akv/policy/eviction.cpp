@@ -1,6 +1,7 @@
 #include "akv/policy/eviction.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -430,16 +431,22 @@ std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, cons
 
 std::size_t streaming_victim(const std::int32_t* position, const double* score, std::size_t n,
                              std::size_t sinks, std::int64_t newest, bool oldest) {
+  const auto forced = [&](std::int32_t pos) { return static_cast<std::size_t>(pos) < sinks || pos >= newest; };
+  if (oldest) {
+    // Positions are distinct: the smallest candidate position (a branch-free reduction the
+    // compiler vectorizes), then its row.
+    std::int64_t best = std::numeric_limits<std::int64_t>::max();
+    for (std::size_t i = 0; i < n; ++i) best = std::min(best, forced(position[i]) ? best : std::int64_t{position[i]});
+    for (std::size_t i = 0; i < n; ++i) {
+      if (position[i] == best) return i;
+    }
+    return n;
+  }
   std::size_t victim = n;
   for (std::size_t i = 0; i < n; ++i) {
     const std::int32_t pos = position[i];
-    if (static_cast<std::size_t>(pos) < sinks || pos >= newest) continue;
-    if (victim == n) {
-      victim = i;
-    } else if (oldest ? pos < position[victim]
-                      : score[i] < score[victim] || (score[i] == score[victim] && pos < position[victim])) {
-      victim = i;
-    }
+    if (forced(pos)) continue;
+    if (victim == n || score[i] < score[victim] || (score[i] == score[victim] && pos < position[victim])) victim = i;
   }
   return victim;
 }
