@@ -89,8 +89,9 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
       "attention",
       "Decode attention time per token over synthetic caches (dense f32, dense f16, packed "
       "KIVI layouts with an f16 residual), effective GB/s of cache bytes read, speedup vs dense "
-      "f16, next to a stream-read bandwidth measured in the same run; kernels checked against "
-      "the reference first. See docs/attention.md");
+      "f16, next to a stream-read bandwidth and an f32 FMA peak measured in the same run (x "
+      "stream, x fma: fractions of each); kernels checked against the reference first. See "
+      "docs/attention.md");
   att->add_option("--contexts", ab.contexts, "Context lengths (tokens)")->delimiter(',')
       ->capture_default_str()->check(CLI::Range(1, 1 << 22));
   att->add_option("--head-dims", ab.head_dims, "Head dimensions")->delimiter(',')->capture_default_str()

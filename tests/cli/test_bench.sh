@@ -22,6 +22,13 @@ for r in rows:
         assert k in r, k
     assert len(r["samples_s"]) == 3 and min(r["samples_s"]) == r["min_s"]
 assert rows[1]["cache_bytes"] < rows[0]["cache_bytes"]
+# FMA bound: query heads x tokens x head_dim x 2 multiply-adds at the run's peak
+peak = d["fma_peak_gmacs"]
+assert peak > 0 and len(d["fma_peak_samples_gmacs"]) >= 3
+for r in rows:
+    macs = 2 * r["kv_heads"] * r["gqa"] * r["context"] * r["head_dim"]
+    assert abs(r["fma_bound_ms"] - macs / (peak * 1e9) * 1e3) <= 1e-9 * r["fma_bound_ms"], r
+    assert abs(r["of_fma"] - r["fma_bound_ms"] / r["ms_min"]) <= 1e-9 * r["of_fma"], r
 PY
 expect "bench attention --csv" 0 "^suite,commit,cpu,threads," \
   "$AKV" bench attention --contexts 300 --head-dims 64 --gqa 1 --kv-heads 1 --variants f16 --repeat 1 --min-sample 0 --stream-mb 16 --csv

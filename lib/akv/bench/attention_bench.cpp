@@ -183,7 +183,7 @@ std::vector<BenchColumn> attention_columns() {
   return {{"head_dim", "D"},          {"context", "context"},     {"gqa", "gqa"},
           {"variant", "cache"},       {"isa", "isa"},             {"cache_mb", "cache MB", 1}, {"ms_mean", "ms/token", 3},
           {"ms_stdev", "stdev", 3},   {"ms_min", "min", 3},       {"gbs", "GB/s", 1},
-          {"of_stream", "x stream", 2}, {"speedup_vs_f16", "x f16", 2}};
+          {"of_stream", "x stream", 2}, {"of_fma", "x fma", 2}, {"speedup_vs_f16", "x f16", 2}};
 }
 
 BenchReport bench_attention(const AttentionBenchOptions& o) {
@@ -231,6 +231,13 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
                        o.kv_heads, o.residual, o.group));
   rep.set_extra("stream_read_gbs", stream_gbs);
   rep.set_extra("stream_read_samples_gbs", stream.seconds);
+  const Samples fma = fma_peak(threads, 1, std::max(3, o.repeat));
+  const double fma_g = fma.mean();
+  rep.note(fmt::format("f32 FMA peak ({} threads, this build's vectors): {:.1f} G multiply-adds/s mean; x fma = "
+                       "(query heads x tokens x head_dim x 2 multiply-adds) / peak / time",
+                       threads, fma_g));
+  rep.set_extra("fma_peak_gmacs", fma_g);
+  rep.set_extra("fma_peak_samples_gmacs", fma.seconds);
 
   std::map<std::tuple<std::size_t, std::size_t, std::string>, std::vector<std::pair<double, double>>> curves;
   for (std::size_t d : o.head_dims) {
@@ -295,6 +302,10 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
                                         {"gbs", gbs},
                                         {"stream_read_gbs", stream_gbs},
                                         {"of_stream", gbs / stream_gbs}};
+          // Keys and values: one multiply-add per element and query head.
+          const double macs = 2.0 * static_cast<double>(n_heads * n * d);
+          row["fma_bound_ms"] = macs / (fma_g * 1e9) * 1e3;
+          row["of_fma"] = macs / (fma_g * 1e9) / tmin;
           const auto base = f16_min.find(v.isa);
           row["speedup_vs_f16"] = base != f16_min.end() ? nlohmann::ordered_json(base->second / tmin) : nlohmann::ordered_json();
           rep.add(std::move(row), samples[i]);

@@ -2,7 +2,7 @@
 // `akv bench attention`: decode attention time per token (one new query per query head over
 // one layer's KV heads) on synthetic caches: dense f32, dense f16, and packed KIVI layouts
 // (per-channel keys in groups of G tokens, per-token values, an f16 residual window), next to a
-// stream-read bandwidth measured in the same run.
+// stream-read bandwidth and an f32 FMA peak measured in the same run.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,8 +29,10 @@ struct AttentionBenchOptions {
   std::size_t stream_bytes = std::size_t{512} << 20;
 };
 
-// Rows: one per (head_dim, context, gqa, variant). Extra JSON: "stream_read_gbs" and
-// "scaling" (fitted exponent of time vs context over contexts >= 4096).
+// Rows: one per (head_dim, context, gqa, variant); "of_stream" = effective GB/s over the stream
+// figure, "of_fma" = the call's multiply-adds (query heads x tokens x head_dim x 2) at the FMA
+// peak over its time. Extra JSON: "stream_read_gbs", "fma_peak_gmacs" and "scaling" (fitted
+// exponent of time vs context over contexts >= 4096).
 BenchReport bench_attention(const AttentionBenchOptions& o);
 std::vector<BenchColumn> attention_columns();
 

@@ -44,6 +44,12 @@ BenchEnv bench_env(int threads);  // CPU model from /proc/cpuinfo ("unknown" els
 // memory system's practical limit for a streaming kernel. Samples of one pass each.
 Samples stream_read(std::size_t bytes, int threads, int warmup, int repeat);
 
+// Peak f32 fused multiply-adds per second (billions) over `threads` threads, from independent
+// chains kept in registers and vectorized as this build vectorizes (x86-64-v3: 256-bit): the
+// compute limit of a kernel that needs one multiply-add per element and head. Samples of one
+// pass each.
+Samples fma_peak(int threads, int warmup, int repeat);
+
 // Throws InvalidInput naming `what` when fast and reference results differ by more than `tol`
 // (relative L2 error); every suite checks its kernels this way before timing.
 void check_close(const std::vector<float>& fast, const std::vector<float>& ref, double tol,
