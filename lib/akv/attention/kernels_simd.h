@@ -157,7 +157,7 @@ template <RowFormat F, int NQ, int RB>
     __m256 wk[NQ];
     for (int h = 0; h < NQ; ++h) {
       wk[h] = _mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k);
-      __asm__("" : "+x"(wk[h]));  // keeps the compiler from folding the load back into each FMA
+      __asm__("" : "+v"(wk[h]));  // keeps the compiler from folding the load back into each FMA ("v": any vector register)
     }
     for (int r = 0; r < RB; ++r) {
       const __m256 x = load8<F>(row[r], k);
@@ -300,7 +300,7 @@ template <RowFormat F, int RB>
     for (auto& v : a) v = _mm256_setzero_ps();
     for (std::size_t k = static_cast<std::size_t>(half); k < rows.chunks; k += 2) {
       __m256 wk = _mm256_loadu_ps(w + 8 * k);
-      __asm__("" : "+x"(wk));  // in a register, not folded into every FMA (see score_block)
+      __asm__("" : "+v"(wk));  // in a register, not folded into every FMA (see score_block)
       for (int r = 0; r < RB; ++r) a[r] = _mm256_fmadd_ps(wk, load8<F>(row[r], k), a[r]);
     }
     for (int r = 0; r < RB; ++r) acc[half][r] = lane_unscale<F>(a[r]);
