@@ -66,6 +66,94 @@ class SlidingReference : public KvPolicy {
 
 CompressParams params(const std::string& spec) { return resolve_params(parse_method_spec(spec)); }
 
+// Reference H2O during decode: f16 rows in chronological order, erased from the middle. The
+// prompt is cut by plan_eviction with the accumulated attention of every prompt query as the
+// initial scores; each step adds (KV heads / query heads) x the reported probabilities, then
+// evicts, while over budget, the lowest-scored row (the first of equals) outside the first
+// `sinks` positions and the last `window` rows.
+class H2OReference : public KvPolicy {
+ public:
+  H2OReference(const KvGeometry& g, const EvictionParams& e)
+      : g_(g), e_(e), rows_(g.n_layers * g.n_kv_heads) {}
+  void ingest_prompt(const PromptKv& pr) override {
+    const std::size_t n = pr.n_tokens;
+    const DumpMeta m = g_.meta(n, n);
+    const EvictionPlan plan = plan_eviction(
+        m, [&](std::size_t l, Tensor3& q, Tensor3& k) {
+          q = (*pr.query)[l];
+          k = (*pr.key)[l];
+        },
+        e_, 1, {});
+    ScoreOptions so = e_.score;
+    so.window = std::min(so.window, n);
+    for (std::size_t l = 0; l < g_.n_layers; ++l) {
+      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+        Head& r = rows_[l * g_.n_kv_heads + h];
+        const HeadScores hs = score_head((*pr.query)[l], (*pr.key)[l], h, m, so);
+        r.budget = plan.heads[l][h].tokens;
+        for (std::int32_t t : plan.heads[l][h].kept) {
+          const auto u = static_cast<std::size_t>(t);
+          add(r, (*pr.key)[l].row(h, u), (*pr.value)[l].row(h, u), u, hs.score[u]);
+        }
+      }
+    }
+  }
+  void append(std::size_t l, const float* k, const float*, const float* v, std::size_t pos) override {
+    for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+      add(rows_[l * g_.n_kv_heads + h], k + h * g_.head_dim, v + h * g_.head_dim, pos, 0.0);
+    }
+  }
+  bool wants_probs() const override { return true; }
+  void observe(std::size_t l, std::size_t h, const float* probs) override {
+    Head& r = rows_[l * g_.n_kv_heads + h];
+    const double w = static_cast<double>(g_.n_kv_heads) / static_cast<double>(g_.n_heads);
+    for (std::size_t i = 0; i < r.score.size(); ++i) r.score[i] += w * probs[i];
+  }
+  void end_step() override {
+    const std::size_t d = g_.head_dim;
+    for (Head& r : rows_) {
+      while (r.pos.size() > r.budget) {
+        const std::size_t n = r.pos.size(), last = n - std::min(n, e_.score.window);
+        std::size_t victim = n;
+        for (std::size_t i = 0; i < last; ++i) {
+          if (static_cast<std::size_t>(r.pos[i]) < e_.sinks) continue;
+          if (victim == n || r.score[i] < r.score[victim]) victim = i;
+        }
+        if (victim == n) break;
+        const auto at = static_cast<std::ptrdiff_t>(victim);
+        r.k.erase(r.k.begin() + at * static_cast<std::ptrdiff_t>(d), r.k.begin() + (at + 1) * static_cast<std::ptrdiff_t>(d));
+        r.v.erase(r.v.begin() + at * static_cast<std::ptrdiff_t>(d), r.v.begin() + (at + 1) * static_cast<std::ptrdiff_t>(d));
+        r.pos.erase(r.pos.begin() + at);
+        r.score.erase(r.score.begin() + at);
+      }
+    }
+  }
+  KvView view(std::size_t l, std::size_t h) const override {
+    const Head& r = rows_[l * g_.n_kv_heads + h];
+    return dense_kv_view(r.k.data(), r.v.data(), r.pos.data(), r.pos.size());
+  }
+  std::uint64_t bytes() const override { return 0; }
+
+ private:
+  struct Head {
+    std::vector<float> k, v;
+    std::vector<std::int32_t> pos;
+    std::vector<double> score;
+    std::size_t budget = 0;
+  };
+  void add(Head& r, const float* k, const float* v, std::size_t pos, double score) {
+    for (std::size_t j = 0; j < g_.head_dim; ++j) {
+      r.k.push_back(f16_to_f32_ref(f32_to_f16_ref(k[j])));
+      r.v.push_back(f16_to_f32_ref(f32_to_f16_ref(v[j])));
+    }
+    r.pos.push_back(static_cast<std::int32_t>(pos));
+    r.score.push_back(score);
+  }
+  KvGeometry g_;
+  EvictionParams e_;
+  std::vector<Head> rows_;
+};
+
 }  // namespace
 
 TEST_CASE("runtime cache after the prompt equals akv compress of the same tokens", "[runtime]") {
@@ -134,7 +222,17 @@ class TeePolicy : public KvPolicy {
   }
   KvView view(std::size_t l, std::size_t h) const override { return a_.view(l, h); }
   bool wants_probs() const override { return a_.wants_probs(); }
-  void observe(std::size_t l, std::size_t h, const float* probs) override { a_.observe(l, h, probs); }
+  // The second cache gets the same probabilities, matched to its rows by position.
+  void observe(std::size_t l, std::size_t h, const float* probs) override {
+    a_.observe(l, h, probs);
+    if (!b_.wants_probs()) return;
+    const KvView va = a_.view(l, h), vb = b_.view(l, h);
+    std::map<std::int32_t, float> by_position;
+    for (std::size_t i = 0; i < va.n; ++i) by_position[va.position[i]] = probs[i];
+    std::vector<float> pb(vb.n);
+    for (std::size_t i = 0; i < vb.n; ++i) pb[i] = by_position.at(vb.position[i]);
+    b_.observe(l, h, pb.data());
+  }
   void end_step() override {
     a_.end_step();
     b_.end_step();
@@ -194,6 +292,39 @@ TEST_CASE("runtime streamingllm keeps the rows of a plain sliding-window referen
   }
   // Rows out of chronological order were really exercised.
   const KvView v = cache->view(3, 1);
+  CHECK_FALSE(std::is_sorted(v.position, v.position + v.n));
+}
+
+TEST_CASE("runtime h2o keeps the rows of a plain chronological H2O reference", "[runtime]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto seqs = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  const auto& seq = seqs[4];
+  const std::size_t P = 100;
+  const PrefillResult pre = m.prefill(std::vector<std::int32_t>(seq.begin(), seq.begin() + P), false);
+  const ModelConfig& c = m.config();
+  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  const CompressParams p = params("h2o:budget-tokens=60:window=16");
+  auto cache = make_kv_policy(p, g);
+  H2OReference ref(g, *p.eviction);
+  TeePolicy tee(*cache, ref);  // attention reads the runtime cache; the reference gets its probabilities
+  const PromptKv pk{&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, P};
+  cache->ingest_prompt(pk);
+  ref.ingest_prompt(pk);
+  for (std::size_t pos = P; pos < P + 100; ++pos) {
+    m.decode(seq[pos], pos, tee);
+    for (std::size_t l = 0; l < c.n_layers; ++l) {
+      for (std::size_t h = 0; h < c.n_kv_heads; ++h) {
+        INFO("position " << pos << " layer " << l << " head " << h);
+        REQUIRE(rows_by_position(*cache, l, h, c.head_dim) == rows_by_position(ref, l, h, c.head_dim));
+      }
+    }
+    REQUIRE(cache->view(2, 0).n == 60);
+  }
+  const KvView v = cache->view(2, 0);
   CHECK_FALSE(std::is_sorted(v.position, v.position + v.n));
 }
 
