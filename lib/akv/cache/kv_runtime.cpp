@@ -201,11 +201,8 @@ class RuntimePolicy : public KvPolicy {
           kept[l * g_.n_kv_heads + h] = plan.heads[l][h].kept;
           s.budget = plan.heads[l][h].tokens;
           if (streaming_ && params_->eviction->score.method == ScoreMethod::h2o) {
-            // Accumulated attention of the prompt queries, as the H2O score would hold it.
-            ScoreOptions so = params_->eviction->score;
-            so.window = std::min(so.window, n);
-            const HeadScores hs = score_head((*prompt.query)[l], (*prompt.key)[l], h, m, so);
-            for (std::int32_t t : plan.heads[l][h].kept) s.score.push_back(hs.score[static_cast<std::size_t>(t)]);
+            // Accumulated attention of every prompt query (the plan's H2O scores).
+            s.score = plan.heads[l][h].kept_score;
           } else if (streaming_) {
             s.score.assign(plan.heads[l][h].kept.size(), 0.0);  // StreamingLLM: unused
           }

@@ -321,7 +321,10 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
       for (std::size_t i = 0; i < extra[l][h]; ++i) hp.kept.push_back(static_cast<std::int32_t>(order[l][h][i]));
       std::sort(hp.kept.begin(), hp.kept.end());
       hp.tokens = hp.kept.size();
-      for (std::int32_t t : hp.kept) hp.retained_mass += scores[l][h].mass[static_cast<std::size_t>(t)];
+      for (std::int32_t t : hp.kept) {
+        hp.retained_mass += scores[l][h].mass[static_cast<std::size_t>(t)];
+        hp.kept_score.push_back(scores[l][h].score[static_cast<std::size_t>(t)]);
+      }
     }
   }
   return plan;

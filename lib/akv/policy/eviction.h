@@ -50,6 +50,7 @@ EvictionParams eviction_method(const std::string& name);
 struct HeadPlan {
   std::size_t tokens = 0;          // kept, forced included
   std::vector<std::int32_t> kept;  // ascending positions
+  std::vector<double> kept_score;  // the score of each kept token (H2O: its accumulated attention)
   double retained_mass = 0;        // window attention mass on kept tokens (of 1)
 };
 
