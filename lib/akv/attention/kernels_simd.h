@@ -221,16 +221,28 @@ inline __m512i wide_gather() {
   return _mm512_load_si512(k);
 }
 
-// Inverse of wide_gather: back to natural order.
+// Inverse of wide_lane: the lane that holds value c of a wide chunk.
+template <RowFormat F>
+constexpr int wide_slot(int c) {
+  return F == RowFormat::code2 ? c : c < 8 ? 2 * c : 2 * (c - 8) + 1;
+}
+
+template <RowFormat F>
+constexpr bool wide_slots_invert() {
+  for (int c = 0; c < 16; ++c) {
+    if (wide_lane<F>(wide_slot<F>(c)) != c) return false;
+  }
+  return true;
+}
+
+// Permutation index back to natural order: lane c of the result takes lane wide_slot(c).
 template <RowFormat F>
 inline __m512i wide_scatter() {
   alignas(64) static constexpr int k[16] = {
-      F == RowFormat::code2 ? 0 : 0,   F == RowFormat::code2 ? 1 : 2,   F == RowFormat::code2 ? 2 : 4,
-      F == RowFormat::code2 ? 3 : 6,   F == RowFormat::code2 ? 4 : 8,   F == RowFormat::code2 ? 5 : 10,
-      F == RowFormat::code2 ? 6 : 12,  F == RowFormat::code2 ? 7 : 14,  F == RowFormat::code2 ? 8 : 1,
-      F == RowFormat::code2 ? 9 : 3,   F == RowFormat::code2 ? 10 : 5, F == RowFormat::code2 ? 11 : 7,
-      F == RowFormat::code2 ? 12 : 9, F == RowFormat::code2 ? 13 : 11, F == RowFormat::code2 ? 14 : 13,
-      F == RowFormat::code2 ? 15 : 15};
+      wide_slot<F>(0),  wide_slot<F>(1),  wide_slot<F>(2),  wide_slot<F>(3),  wide_slot<F>(4),  wide_slot<F>(5),
+      wide_slot<F>(6),  wide_slot<F>(7),  wide_slot<F>(8),  wide_slot<F>(9),  wide_slot<F>(10), wide_slot<F>(11),
+      wide_slot<F>(12), wide_slot<F>(13), wide_slot<F>(14), wide_slot<F>(15)};
+  static_assert(wide_slots_invert<F>());
   return _mm512_load_si512(k);
 }
 
