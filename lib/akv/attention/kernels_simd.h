@@ -116,6 +116,18 @@ constexpr std::size_t kPrefetchRows = 32;
   for (std::size_t b = 0; b < stride; b += 64) __builtin_prefetch(p + b, 0, 3);
 }
 
+// Start of rows r0 .. r0+RB.
+template <int RB>
+[[gnu::always_inline]] inline void block_rows(const Rows& rows, std::size_t r0, const std::uint8_t* (&row)[RB]) {
+  for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+}
+
+// 2- and 4-bit rows with an even number of chunks, one query head: AVX-512 reads them 16 values
+// at a time (score_block_wide) and the 256-bit loops sum them in the same order
+// (score_block_paired).
+template <RowFormat F>
+constexpr bool kWide = F == RowFormat::code2 || F == RowFormat::code4;
+
 // Scores of rows r0 .. r0+RB for NQ heads: s[h * ss + r0 + r] = hsum(acc[r * NQ + h]) + bias[h]
 // (bias may be null), 8 sums at a time where the count allows (same order as hsum).
 template <int NQ, int RB>
@@ -147,7 +159,7 @@ template <RowFormat F, int NQ, int RB>
   __m256 acc[RB * NQ];
   for (auto& a : acc) a = _mm256_setzero_ps();
   const std::uint8_t* row[RB];
-  for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+  block_rows(rows, r0, row);
   if constexpr (NQ > 1) {
     for (int r = 0; r < RB; ++r) prefetch_row(row[r], rows.stride);
   }
@@ -174,9 +186,6 @@ template <RowFormat F, int NQ, int RB>
 // so one AND with a broadcast memory operand, one conversion and one FMA per 16 values (the
 // 256-bit loops spend a broadcast, an AND, a conversion and an FMA per 8). Lane j of wide
 // chunk k (values 16k .. 16k+15) holds value 16k + wide_lane<F>(j), times 2^(wide_shift<F>(j)).
-template <RowFormat F>
-constexpr bool kWide = F == RowFormat::code2 || F == RowFormat::code4;
-
 template <RowFormat F>
 constexpr int wide_lane(int j) {
   return F == RowFormat::code2 ? j : j / 2 + 8 * (j % 2);  // 4-bit: lanes alternate the two words
@@ -262,42 +271,33 @@ template <RowFormat F>
   return _mm512_cvtepu32_ps(_mm512_and_si512(word, mask));
 }
 
-// RB rows x NQ heads of dot products over wide chunks; one 512-bit accumulator each, unscaled,
+// RB rows of one head's dot products over wide chunks; one 512-bit accumulator each, unscaled,
 // put in channel order, and its halves (even and odd chunks) added: the order of
 // score_block_paired.
-template <RowFormat F, int NQ, int RB>
-[[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
-                                                    const float* bias, float* s, std::size_t ss) {
-  __m512 acc[RB * NQ];
+template <RowFormat F, int RB>
+[[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, const float* bias,
+                                                    float* s) {
+  __m512 acc[RB];
   for (auto& a : acc) a = _mm512_setzero_ps();
   const std::uint8_t* row[RB];
-  for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+  block_rows(rows, r0, row);
   const __m512i mask = wide_mask<F>(), gather = wide_gather<F>();
   for (std::size_t k = 0; k < rows.chunks / 2; ++k) {
-    __m512 wk[NQ];
-    for (int h = 0; h < NQ; ++h) {
-      wk[h] = _mm512_loadu_ps(w + static_cast<std::size_t>(h) * ws + 16 * k);
-      if constexpr (F != RowFormat::code2) wk[h] = _mm512_permutexvar_ps(gather, wk[h]);
-    }
-    for (int r = 0; r < RB; ++r) {
-      const __m512 x = load16<F>(row[r], k, mask);
-      for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm512_fmadd_ps(wk[h], x, acc[r * NQ + h]);
-    }
+    __m512 wk = _mm512_loadu_ps(w + 16 * k);
+    if constexpr (F != RowFormat::code2) wk = _mm512_permutexvar_ps(gather, wk);
+    for (int r = 0; r < RB; ++r) acc[r] = _mm512_fmadd_ps(wk, load16<F>(row[r], k, mask), acc[r]);
   }
   const __m512 unscale = wide_unscale<F>();
   const __m512i scatter = wide_scatter<F>();
-  __m256 half[RB * NQ];
-  for (int i = 0; i < RB * NQ; ++i) {
-    __m512 a = _mm512_mul_ps(acc[i], unscale);
+  __m256 half[RB];
+  for (int r = 0; r < RB; ++r) {
+    __m512 a = _mm512_mul_ps(acc[r], unscale);
     if constexpr (F != RowFormat::code2) a = _mm512_permutexvar_ps(scatter, a);  // channel order
-    half[i] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    half[r] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   }
-  store_scores<NQ, RB>(half, r0, bias, s, ss);
+  store_scores<1, RB>(half, r0, bias, s, 0);
 }
 #else
-template <RowFormat F>
-constexpr bool kWide = F == RowFormat::code2 || F == RowFormat::code4;
-
 // The 256-bit loops' order for rows that the AVX-512 loops read 16 values at a time (2- and
 // 4-bit codes, one query head, an even number of chunks): even and odd chunks in two
 // accumulators, added lane by lane at the end, so that both instruction sets give the same bits.
@@ -305,7 +305,7 @@ template <RowFormat F, int RB>
 [[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, const float* bias,
                                                       float* s) {
   const std::uint8_t* row[RB];
-  for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+  block_rows(rows, r0, row);
   __m256 acc[2][RB];  // even chunks, then odd chunks: RB accumulators live at a time
   for (int half = 0; half < 2; ++half) {
     __m256 a[RB];
@@ -333,8 +333,8 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   if constexpr (kWide<F> && NQ == 1) {
     if (rows.chunks % 2 == 0) {
 #ifdef __AVX512F__
-      for (; r + RB <= rows.n; r += RB) score_block_wide<F, 1, RB>(rows, r, w, ws, bias, s, ss);
-      for (; r < rows.n; ++r) score_block_wide<F, 1, 1>(rows, r, w, ws, bias, s, ss);
+      for (; r + RB <= rows.n; r += RB) score_block_wide<F, RB>(rows, r, w, bias, s);
+      for (; r < rows.n; ++r) score_block_wide<F, 1>(rows, r, w, bias, s);
 #else
       constexpr int RP = kAccs;
       for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP>(rows, r, w, bias, s);
