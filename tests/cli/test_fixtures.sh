@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Format compatibility: the fixtures in data/fixtures (written by scripts/make_fixtures) are
+# read by today's akv, and re-created byte for byte from the same inputs and flags.
+source "$(dirname "$0")/lib.sh"
+FIX="$SRC/data/fixtures"
+[[ -f $FIX/dump.h5 ]] || { echo "no fixtures in $FIX"; exit 1; }
+files=(dump.h5 cache-v1-kivi.h5 cache-v1-evict.h5 cache-v2-tiered.h5 budgets.json budgets-joint.json
+       calibration.json)
+
+# Reading: every fixture is recognised and usable as input.
+expect "dump fixture reads, no NaN/Inf" 0 "akv-dump" "$AKV" info --stats "$FIX/dump.h5"
+expect "v1 quantized cache reads" 0 "akv-cache v1" "$AKV" info "$FIX/cache-v1-kivi.h5"
+expect "v1 evicted cache reads" 0 "akv-cache v1" "$AKV" info "$FIX/cache-v1-evict.h5"
+expect "v2 tiered cache reads" 0 "akv-cache v2" "$AKV" info "$FIX/cache-v2-tiered.h5"
+for c in cache-v1-kivi cache-v1-evict cache-v2-tiered; do
+  expect "evaluate $c against its dump" 0 '"attn_rel_err"' \
+    "$AKV" evaluate -q --json --dump "$FIX/dump.h5" --cache "$FIX/$c.h5"
+  expect "decompress $c" 0 "wrote" "$AKV" decompress -q "$FIX/$c.h5" --dump "$FIX/dump.h5" -o "$TMP/r_$c.h5"
+done
+expect "budgets file drives compress" 0 "wrote" \
+  "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/b.h5" -m adakv --budgets "$FIX/budgets.json" --quant k4v2
+expect "joint budgets file drives compress" 0 "wrote" \
+  "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/j.h5" -m joint --budgets "$FIX/budgets-joint.json" --quant kivi
+expect "calibration file drives compress" 0 "wrote" \
+  "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/c.h5" -m kivi --calibration "$FIX/calibration.json"
+
+# Writing: the same inputs and flags give the same bytes.
+if bash "$SRC/scripts/make_fixtures" -a "$AKV" "$TMP/new" >"$TMP/make.log" 2>&1; then
+  for f in "${files[@]}"; do
+    if cmp -s "$FIX/$f" "$TMP/new/$f"; then pass "re-created $f byte for byte"
+    else fail "re-created $f differs from data/fixtures/$f (a format change? see scripts/make_fixtures)"; fi
+  done
+else
+  fail "scripts/make_fixtures failed: $(head -c 300 "$TMP/make.log")"
+fi
+finish
