@@ -3,12 +3,12 @@
 
 #include <cstdio>
 
+#include "akv/alloc/budgets_file.h"
+#include "akv/cache/joint.h"
 #include "akv/cache/params.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
-#include "akv/cache/joint.h"
 #include "akv/io/file_hash.h"
-#include "akv/policy/eviction.h"
 #include "commands.h"
 #include "eviction_flags.h"
 

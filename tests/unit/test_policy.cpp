@@ -2,16 +2,16 @@
 #include <fstream>
 
 #include "akv/cache/compress.h"
-#include "akv/core/errors.h"
-#include "akv/eval/fidelity.h"
 #include "akv/cache/joint.h"
+#include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/eval/fidelity.h"
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <numeric>
+#include "akv/alloc/budgets_file.h"
 #include "akv/io/file_hash.h"
-#include "akv/policy/eviction.h"
 #include "akv/synth/synth.h"
 #include "test_util.h"
 

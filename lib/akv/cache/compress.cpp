@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "akv/alloc/budgets_file.h"
 #include "akv/attention/decode_attention.h"
 #include "akv/cache/joint.h"
 #include "akv/cache/tiered.h"

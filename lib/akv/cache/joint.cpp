@@ -5,12 +5,13 @@
 #include <limits>
 #include <numeric>
 
+#include "akv/alloc/budgets_file.h"
+#include "akv/alloc/eviction.h"
 #include "akv/cache/head.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/io/dump.h"
 #include "akv/io/file_hash.h"
-#include "akv/policy/eviction.h"
 #include "akv/quant/pack.h"
 
 namespace akv {
@@ -215,44 +216,42 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
   EvictionParams ep;
   ep.score = so;
   ep.alloc = AllocMethod::joint;
-  nlohmann::json layers = nlohmann::json::array();
+  BudgetsFile f;
+  f.dump_path = dump_path;
+  f.dump_hash = file_hash(dump_path);
+  f.shape = m;
   std::uint64_t bytes = 0, tokens = 0;
   double err2 = 0, norm2 = 0;
   for (std::size_t l = 0; l < L; ++l) {
-    nlohmann::json heads = nlohmann::json::array();
-    std::uint64_t lt = 0;
+    const auto& kinds = dump.layer(l).head_kinds;
+    auto& layer = f.heads.emplace_back();
     for (std::size_t h = 0; h < H; ++h) {
       const JointChoice& c = choice[l * H + h];
-      nlohmann::json hj = {{"head", h}, {"tokens", c.kept.size()}, {"key_bits", c.key_bits},
-                           {"value_bits", c.value_bits}, {"bytes", c.bytes}, {"predicted_error", c.error}};
-      const auto& kinds = dump.layer(l).head_kinds;
-      if (!kinds.empty()) hj["kind"] = kinds[h];
-      heads.push_back(hj);
+      BudgetHead b;
+      b.tokens = c.kept.size();
+      b.key_bits = c.key_bits;
+      b.value_bits = c.value_bits;
+      b.bytes = c.bytes;
+      b.predicted_error = c.error;
+      if (!kinds.empty()) b.kind = kinds[h];
+      layer.push_back(b);
       bytes += c.bytes;
       tokens += c.kept.size();
-      lt += c.kept.size();
       err2 += c.err2;
       norm2 += c.norm2;
     }
-    layers.push_back({{"layer", l}, {"tokens", lt}, {"heads", heads}});
   }
-  nlohmann::json j;
-  j["format"] = "akv-budgets";
-  j["version"] = 1;
-  j["dump"] = {{"path", dump_path}, {"hash", file_hash(dump_path)}, {"n_layers", L}, {"n_kv_heads", H},
-               {"n_tokens", T}, {"head_dim", d}};
-  j["summary"] = {{"params", ep.to_json()},
-                  {"budget_tokens_per_head", tokens / (L * H)},
-                  {"forced_tokens_per_head", W},
-                  {"total_tokens", tokens},
-                  {"fraction", static_cast<double>(tokens) / static_cast<double>(L * H * T)}};
-  j["joint"] = {{"bytes_fraction", o.bytes_fraction}, {"bytes_budget", o.bytes_fraction * f16_total},
-                {"f16_bytes", f16_total}, {"predicted_bytes", bytes},
-                {"predicted_error", norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0}, {"bits", o.bits}, {"keep", o.keep},
-                {"f16_option", o.f16_option}, {"group", o.group}, {"residual", o.residual},
-                {"quant", "kivi (keys per channel, values per token)"}};
-  j["layers"] = layers;
-  return j;
+  f.summary = {{"params", ep.to_json()},
+               {"budget_tokens_per_head", tokens / (L * H)},
+               {"forced_tokens_per_head", W},
+               {"total_tokens", tokens},
+               {"fraction", static_cast<double>(tokens) / static_cast<double>(L * H * T)}};
+  f.joint = {{"bytes_fraction", o.bytes_fraction}, {"bytes_budget", o.bytes_fraction * f16_total},
+             {"f16_bytes", f16_total}, {"predicted_bytes", bytes},
+             {"predicted_error", norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0}, {"bits", o.bits}, {"keep", o.keep},
+             {"f16_option", o.f16_option}, {"group", o.group}, {"residual", o.residual},
+             {"quant", "kivi (keys per channel, values per token)"}};
+  return budgets_to_json(f);
 }
 
 }  // namespace akv

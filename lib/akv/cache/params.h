@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "akv/policy/eviction.h"
+#include "akv/alloc/eviction.h"
 #include "akv/quant/affine.h"
 
 namespace akv {
@@ -74,7 +74,7 @@ struct CompressParams {
   static CompressParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// Eviction flags (see policy/eviction.h); only with an eviction method.
+// Eviction flags (see alloc/eviction.h); only with an eviction method.
 struct EvictionRequest {
   std::optional<double> budget;
   std::optional<long long> budget_tokens;

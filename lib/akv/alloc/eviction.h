@@ -65,6 +65,10 @@ struct EvictionPlan {
   nlohmann::json summary_json() const;
 };
 
+// Tokens every head keeps whatever its budget: the first `sinks` and the last `window`
+// positions, at most n_tokens.
+std::size_t forced_tokens(std::size_t n_tokens, std::size_t sinks, std::size_t window);
+
 // Budget per head in tokens from the params; throws InvalidInput when it is not above the
 // forced tokens (window + sinks) or a fraction lies outside (0, 1].
 std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m);
@@ -85,16 +89,5 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
 using LayerSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key)>;
 EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source, const EvictionParams& p,
                            int threads, const ProgressFn& progress);
-
-// Budgets file (`akv allocate -o`): format "akv-budgets", version 1 (docs/formats.md).
-nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
-                            const std::string& dump_hash);
-// Per-head token budgets [layer][head] from a budgets file, checked against the dump's shape.
-// Also returns the file's eviction params (score, window, sinks) through `params`.
-// Joint budgets (`akv allocate --method joint`) also carry per-head bits: `bits` receives
-// [layer * n_kv_heads + head] = {key bits, value bits} (16 = f16) when non-null and present.
-std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
-                                                   EvictionParams& params,
-                                                   std::vector<std::pair<int, int>>* bits = nullptr);
 
 }  // namespace akv

@@ -1,4 +1,4 @@
-#include "akv/policy/eviction.h"
+#include "akv/alloc/eviction.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "akv/alloc/alloc.h"
+#include "akv/alloc/budgets_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 
@@ -36,11 +37,11 @@ bool is_forced(std::size_t t, std::size_t T, std::size_t sinks, std::size_t wind
   return t < sinks || t + window >= T;
 }
 
-std::size_t forced_count(std::size_t T, std::size_t sinks, std::size_t window) {
-  return std::min(T, sinks + window);
-}
-
 }  // namespace
+
+std::size_t forced_tokens(std::size_t n_tokens, std::size_t sinks, std::size_t window) {
+  return std::min(n_tokens, sinks + window);
+}
 
 std::string alloc_method_name(AllocMethod a) {
   switch (a) {
@@ -154,7 +155,7 @@ std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m) {
   } else {
     throw UsageError("an eviction method needs --budget, --budget-tokens or --budgets", {"", "--budget"});
   }
-  const std::size_t forced = forced_count(T, p.sinks, p.score.window);
+  const std::size_t forced = forced_tokens(T, p.sinks, p.score.window);
   if (b <= forced && b < T) {
     throw InvalidInput("budget must exceed the always-kept tokens (window " +
                            std::to_string(p.score.window) + " + sinks " + std::to_string(p.sinks) +
@@ -239,7 +240,7 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
   EvictionPlan plan;
   plan.params = p;
   plan.n_tokens = T;
-  plan.forced = forced_count(T, p.sinks, W);
+  plan.forced = forced_tokens(T, p.sinks, W);
   if (p.alloc == AllocMethod::file) {
     plan.budget_per_head = 0;
     for (const auto& l : file_budgets) plan.budget_per_head = std::accumulate(l.begin(), l.end(), plan.budget_per_head);
@@ -328,108 +329,6 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
     }
   }
   return plan;
-}
-
-nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
-                            const std::string& dump_hash) {
-  const DumpMeta& m = dump.meta();
-  nlohmann::json j;
-  j["format"] = "akv-budgets";
-  j["version"] = 1;
-  j["dump"] = {{"path", dump.path()},       {"hash", dump_hash},       {"n_layers", m.n_layers},
-               {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}, {"head_dim", m.head_dim}};
-  j["summary"] = plan.summary_json();
-  nlohmann::json layers = nlohmann::json::array();
-  for (std::size_t l = 0; l < plan.heads.size(); ++l) {
-    nlohmann::json heads = nlohmann::json::array();
-    std::size_t tokens = 0;
-    double lo = INFINITY, sum = 0;
-    for (std::size_t h = 0; h < plan.heads[l].size(); ++h) {
-      const HeadPlan& hp = plan.heads[l][h];
-      nlohmann::json hj = {{"head", h}, {"tokens", hp.tokens}, {"retained_mass", hp.retained_mass}};
-      const auto& kinds = dump.layer(l).head_kinds;
-      if (!kinds.empty()) hj["kind"] = kinds[h];
-      heads.push_back(hj);
-      tokens += hp.tokens;
-      lo = std::min(lo, hp.retained_mass);
-      sum += hp.retained_mass;
-    }
-    layers.push_back({{"layer", l},
-                      {"tokens", tokens},
-                      {"retained_mass_min", lo},
-                      {"retained_mass_mean", sum / static_cast<double>(plan.heads[l].size())},
-                      {"heads", heads}});
-  }
-  j["layers"] = layers;
-  return j;
-}
-
-std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
-                                                   EvictionParams& params,
-                                                   std::vector<std::pair<int, int>>* bits) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot open budgets file", {path});
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("budgets file is not JSON", {path});
-  if (j.value("format", "") != "akv-budgets") {
-    throw InvalidInput("not an akv budgets file (expected format \"akv-budgets\")",
-                       {path, "format", j.value("format", "")});
-  }
-  if (j.value("version", 0) != 1) {
-    throw InvalidInput("unsupported akv-budgets version (this akv reads 1)",
-                       {path, "version", std::to_string(j.value("version", 0))});
-  }
-  std::vector<std::vector<std::size_t>> b;
-  try {
-    const auto& d = j.at("dump");
-    const std::pair<const char*, std::size_t> shape[] = {
-        {"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}};
-    for (const auto& [name, want] : shape) {
-      const std::size_t got = d.at(name).get<std::size_t>();
-      if (got != want) {
-        throw InvalidInput("budgets were made for a dump of another shape (this dump has " +
-                               std::to_string(want) + ")",
-                           {path, std::string("dump.") + name, std::to_string(got)});
-      }
-    }
-    params = EvictionParams::from_json(j.at("summary").at("params"), path);
-    const std::size_t forced = forced_count(m.n_tokens, params.sinks, params.score.window);
-    const auto& layers = j.at("layers");
-    if (layers.size() != m.n_layers) {
-      throw InvalidInput("wrong number of layers", {path, "layers", std::to_string(layers.size())});
-    }
-    for (std::size_t l = 0; l < m.n_layers; ++l) {
-      const auto& heads = layers[l].at("heads");
-      if (heads.size() != m.n_kv_heads) {
-        throw InvalidInput("wrong number of heads",
-                           {path, "layers[" + std::to_string(l) + "].heads", std::to_string(heads.size())});
-      }
-      b.emplace_back();
-      for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
-        const std::size_t t = heads[h].at("tokens").get<std::size_t>();
-        if (t < forced || t > m.n_tokens) {
-          throw InvalidInput("head budget outside [forced tokens " + std::to_string(forced) +
-                                 ", n_tokens]",
-                             {path, "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "].tokens",
-                              std::to_string(t)});
-        }
-        b.back().push_back(t);
-        if (bits && heads[h].contains("key_bits")) {
-          const int kb = heads[h].at("key_bits").get<int>(), vb = heads[h].at("value_bits").get<int>();
-          for (int x : {kb, vb}) {
-            if (x != 16 && x != 2 && x != 3 && x != 4 && x != 8) {
-              throw InvalidInput("unsupported bits in budgets file",
-                                 {path, "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "]", std::to_string(x)});
-            }
-          }
-          bits->emplace_back(kb, vb);
-        }
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
-  }
-  return b;
 }
 
 std::size_t streaming_victim(const std::int32_t* position, const double* score, std::size_t n,

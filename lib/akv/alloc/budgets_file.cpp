@@ -1,0 +1,143 @@
+#include "akv/alloc/budgets_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "akv/core/errors.h"
+
+namespace akv {
+
+nlohmann::json budgets_to_json(const BudgetsFile& f) {
+  const DumpMeta& m = f.shape;
+  nlohmann::json j;
+  j["format"] = kBudgetsFormat;
+  j["version"] = kBudgetsVersion;
+  j["dump"] = {{"path", f.dump_path},       {"hash", f.dump_hash},     {"n_layers", m.n_layers},
+               {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}, {"head_dim", m.head_dim}};
+  j["summary"] = f.summary;
+  if (!f.joint.is_null()) j["joint"] = f.joint;
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t l = 0; l < f.heads.size(); ++l) {
+    nlohmann::json heads = nlohmann::json::array();
+    std::size_t tokens = 0;
+    bool has_mass = false;
+    double lo = INFINITY, sum = 0;
+    for (std::size_t h = 0; h < f.heads[l].size(); ++h) {
+      const BudgetHead& b = f.heads[l][h];
+      nlohmann::json hj = {{"head", h}, {"tokens", b.tokens}};
+      if (b.retained_mass) {
+        hj["retained_mass"] = *b.retained_mass;
+        has_mass = true;
+        lo = std::min(lo, *b.retained_mass);
+        sum += *b.retained_mass;
+      }
+      if (b.key_bits) hj["key_bits"] = *b.key_bits;
+      if (b.value_bits) hj["value_bits"] = *b.value_bits;
+      if (b.bytes) hj["bytes"] = *b.bytes;
+      if (b.predicted_error) hj["predicted_error"] = *b.predicted_error;
+      if (!b.kind.empty()) hj["kind"] = b.kind;
+      heads.push_back(hj);
+      tokens += b.tokens;
+    }
+    nlohmann::json lj = {{"layer", l}, {"tokens", tokens}, {"heads", heads}};
+    if (has_mass) {
+      lj["retained_mass_min"] = lo;
+      lj["retained_mass_mean"] = sum / static_cast<double>(f.heads[l].size());
+    }
+    layers.push_back(lj);
+  }
+  j["layers"] = layers;
+  return j;
+}
+
+nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
+                            const std::string& dump_hash) {
+  BudgetsFile f;
+  f.dump_path = dump.path();
+  f.dump_hash = dump_hash;
+  f.shape = dump.meta();
+  f.summary = plan.summary_json();
+  for (std::size_t l = 0; l < plan.heads.size(); ++l) {
+    const auto& kinds = dump.layer(l).head_kinds;
+    auto& layer = f.heads.emplace_back();
+    for (std::size_t h = 0; h < plan.heads[l].size(); ++h) {
+      BudgetHead b;
+      b.tokens = plan.heads[l][h].tokens;
+      b.retained_mass = plan.heads[l][h].retained_mass;
+      if (!kinds.empty()) b.kind = kinds[h];
+      layer.push_back(b);
+    }
+  }
+  return budgets_to_json(f);
+}
+
+std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
+                                                   EvictionParams& params,
+                                                   std::vector<std::pair<int, int>>* bits) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot open budgets file", {path});
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CorruptData("budgets file is not JSON", {path});
+  if (j.value("format", "") != kBudgetsFormat) {
+    throw InvalidInput("not an akv budgets file (expected format \"akv-budgets\")",
+                       {path, "format", j.value("format", "")});
+  }
+  if (j.value("version", 0) != kBudgetsVersion) {
+    throw InvalidInput("unsupported akv-budgets version (this akv reads 1)",
+                       {path, "version", std::to_string(j.value("version", 0))});
+  }
+  std::vector<std::vector<std::size_t>> b;
+  try {
+    const auto& d = j.at("dump");
+    const std::pair<const char*, std::size_t> shape[] = {
+        {"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}};
+    for (const auto& [name, want] : shape) {
+      const std::size_t got = d.at(name).get<std::size_t>();
+      if (got != want) {
+        throw InvalidInput("budgets were made for a dump of another shape (this dump has " +
+                               std::to_string(want) + ")",
+                           {path, std::string("dump.") + name, std::to_string(got)});
+      }
+    }
+    params = EvictionParams::from_json(j.at("summary").at("params"), path);
+    const std::size_t forced = forced_tokens(m.n_tokens, params.sinks, params.score.window);
+    const auto& layers = j.at("layers");
+    if (layers.size() != m.n_layers) {
+      throw InvalidInput("wrong number of layers", {path, "layers", std::to_string(layers.size())});
+    }
+    for (std::size_t l = 0; l < m.n_layers; ++l) {
+      const auto& heads = layers[l].at("heads");
+      if (heads.size() != m.n_kv_heads) {
+        throw InvalidInput("wrong number of heads",
+                           {path, "layers[" + std::to_string(l) + "].heads", std::to_string(heads.size())});
+      }
+      b.emplace_back();
+      for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
+        const std::size_t t = heads[h].at("tokens").get<std::size_t>();
+        if (t < forced || t > m.n_tokens) {
+          throw InvalidInput("head budget outside [forced tokens " + std::to_string(forced) +
+                                 ", n_tokens]",
+                             {path, "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "].tokens",
+                              std::to_string(t)});
+        }
+        b.back().push_back(t);
+        if (bits && heads[h].contains("key_bits")) {
+          const int kb = heads[h].at("key_bits").get<int>(), vb = heads[h].at("value_bits").get<int>();
+          for (int x : {kb, vb}) {
+            if (x != 16 && x != 2 && x != 3 && x != 4 && x != 8) {
+              throw InvalidInput("unsupported bits in budgets file",
+                                 {path, "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "]", std::to_string(x)});
+            }
+          }
+          bits->emplace_back(kb, vb);
+        }
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
+  }
+  return b;
+}
+
+}  // namespace akv

@@ -1,0 +1,55 @@
+#pragma once
+// The budgets file, reader and writer: format "akv-budgets", version 1 (docs/formats.md).
+// Written by `akv allocate` (token budgets of an eviction plan; joint plans add per-head bits),
+// read by `akv compress --budgets` and the eviction planner.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/alloc/eviction.h"
+#include "akv/io/dump.h"
+
+namespace akv {
+
+inline constexpr const char* kBudgetsFormat = "akv-budgets";
+inline constexpr int kBudgetsVersion = 1;
+
+// One KV head's entry.
+struct BudgetHead {
+  std::size_t tokens = 0;                   // kept, forced included
+  std::optional<double> retained_mass;      // eviction plans: window attention mass kept (of 1)
+  std::optional<int> key_bits, value_bits;  // joint plans: bits per tensor, 16 = f16
+  std::optional<std::uint64_t> bytes;       // joint plans: predicted stored bytes
+  std::optional<double> predicted_error;    // joint plans: attention-output relative error
+  std::string kind;                         // the dump's head kind, empty when it has none
+};
+
+struct BudgetsFile {
+  std::string dump_path, dump_hash;
+  DumpMeta shape;                             // n_layers, n_kv_heads, n_tokens, head_dim
+  nlohmann::json summary;                     // "params" (EvictionParams) and totals
+  nlohmann::json joint;                       // joint plans: budget and candidate grid; else null
+  std::vector<std::vector<BudgetHead>> heads;  // [layer][kv head]
+};
+
+// The file's JSON; each layer also carries its token sum and, when its heads have retained
+// mass, the minimum and mean over them.
+nlohmann::json budgets_to_json(const BudgetsFile& f);
+
+// An eviction plan as a budgets file (head kinds from the dump).
+nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
+                            const std::string& dump_hash);
+
+// Per-head token budgets [layer][head] from a budgets file, checked against the dump's shape.
+// Also returns the file's eviction params (score, window, sinks) through `params`.
+// Joint budgets (`akv allocate --method joint`) also carry per-head bits: `bits` receives
+// [layer * n_kv_heads + head] = {key bits, value bits} (16 = f16) when non-null and present.
+std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
+                                                   EvictionParams& params,
+                                                   std::vector<std::pair<int, int>>* bits = nullptr);
+
+}  // namespace akv
