@@ -82,7 +82,7 @@ void require_same(const TensorPart& a, const TensorPart& b) {
 TEST_CASE("resolve_params: method defaults, presets and flag checks", "[cache][params]") {
   CompressRequest r;
   CompressParams p = resolve_params(r);
-  CHECK(p.method == Method::kivi);
+  CHECK(p.method == Quantizer::kivi);
   CHECK(p.key.bits == 2);
   CHECK(p.value.bits == 2);
   CHECK(p.key.axis == QuantAxis::channel);

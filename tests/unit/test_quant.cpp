@@ -5,6 +5,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/quant/affine.h"
+#include "akv/quant/outliers.h"
 #include "akv/quant/pack.h"
 #include "akv/core/rng.h"
 #include "akv/tensor/half.h"
@@ -179,4 +180,19 @@ TEST_CASE("quantize_block: bad arguments", "[quant][affine][bad]") {
   CHECK_THROWS_AS(parse_quant_axis("row"), UsageError);
   x[9] = 1e9f;
   CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::token, 4, 8), InvalidInput);
+}
+
+TEST_CASE("outlier split and merge: channels out in order, inverse of each other") {
+  // x [2, 5] with channels 1 and 3 as outliers.
+  const std::vector<float> x = {0, 1, 2, 3, 4, 10, 11, 12, 13, 14};
+  const std::vector<std::uint16_t> channels = {1, 3};
+  std::vector<float> in(2 * 3), out(2 * 2), back(x.size());
+  akv::split_outliers(x.data(), 2, 5, channels, in.data(), out.data());
+  CHECK(in == std::vector<float>{0, 2, 4, 10, 12, 14});
+  CHECK(out == std::vector<float>{1, 3, 11, 13});
+  akv::merge_outliers(in.data(), out.data(), 2, 5, channels, back.data());
+  CHECK(back == x);
+  CHECK(akv::outlier_count(0.0, 64) == 0);
+  CHECK(akv::outlier_count(0.05, 64) == 4);  // ceil(3.2)
+  CHECK(akv::outlier_count(0.0625, 32) == 2);  // exactly 2, not 3
 }

@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "akv/cache/head.h"
+#include "akv/quant/head_codec.h"
 #include "akv/cache/params.h"
 #include "akv/io/dump.h"
 

@@ -88,9 +88,9 @@ nlohmann::json MemoryReport::to_json() const {
 EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const CompressParams& params,
                         int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits) {
   const EvictionParams& e = *params.eviction;
-  if (params.method != Method::kivi) {
+  if (params.method != Quantizer::kivi) {
     throw UsageError("joint chooses per-head bits: add --quant kivi (or a kivi preset)",
-                     {"", "--quant", method_name(params.method)});
+                     {"", "--quant", quantizer_name(params.method)});
   }
   if (!e.budget_fraction) {
     throw UsageError("joint takes its byte budget as --budget F (fraction of the f16 size)", {"", "--budget"});
@@ -236,9 +236,9 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
       std::vector<std::pair<int, int>> bits;
       read_budgets(plan->params.budgets_file, m, fp, &bits);
       if (!bits.empty()) {
-        if (params.method != Method::kivi) {
+        if (params.method != Quantizer::kivi) {
           throw UsageError("these budgets carry per-head bits (joint allocation): add --quant kivi",
-                           {plan->params.budgets_file, "--quant", method_name(params.method)});
+                           {plan->params.budgets_file, "--quant", quantizer_name(params.method)});
         }
         std::ifstream in(plan->params.budgets_file);
         const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);

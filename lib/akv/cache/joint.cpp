@@ -7,7 +7,7 @@
 
 #include "akv/alloc/budgets_file.h"
 #include "akv/alloc/eviction.h"
-#include "akv/cache/head.h"
+#include "akv/quant/head_codec.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/io/dump.h"
@@ -156,12 +156,12 @@ std::vector<JointChoice> plan_joint(const DumpMeta& m, const JointSource& source
         in.head_dim = d;
         if (n < T) in.kept = kept32;
         for (const auto& [bk, bv] : pairs) {
-          CompressParams p;
+          QuantParams p;
           if (bk == 16) {
-            p.method = Method::none;
+            p.method = Quantizer::none;
             p.residual = 0;
           } else {
-            p.method = Method::kivi;
+            p.method = Quantizer::kivi;
             p.key = {bk, QuantAxis::channel, o.group};
             p.value = {bv, QuantAxis::token, o.group};
             p.residual = o.residual;

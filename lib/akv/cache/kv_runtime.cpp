@@ -68,20 +68,11 @@ class StreamTensor {
     if (n_out_ > 0 && outliers_.empty()) {
       // Channels with the largest variance over the first rows quantized, kept from then on.
       outliers_ = select_outlier_channels(pending_.data(), m, d_, n_out_);
-      is_outlier_.assign(d_, false);
-      for (std::size_t c : outliers_) is_outlier_[c] = true;
     }
-    std::vector<float> in(m * cols);
+    std::vector<float> in(m * cols), out_f32(m * n_out_);
+    split_outliers(pending_.data(), m, d_, outliers_, in.data(), out_f32.data());
     std::vector<std::uint16_t> out(m * n_out_);
-    for (std::size_t r = 0; r < m; ++r) {
-      for (std::size_t c = 0, a = 0, o = 0; c < d_; ++c) {
-        if (n_out_ > 0 && is_outlier_[c]) {
-          out[r * n_out_ + o++] = f32_to_f16_ref(pending_[r * d_ + c]);
-        } else {
-          in[r * cols + a++] = pending_[r * d_ + c];
-        }
-      }
-    }
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = f32_to_f16_ref(out_f32[i]);
     store_.append_packed(quantize_block(in.data(), m, cols, t_->axis, t_->bits, t_->group), outliers_,
                          out.data());
     store_.drop_dense_front(m);
@@ -109,7 +100,6 @@ class StreamTensor {
   std::vector<float> pending_;  // [rows - packed, d] quantization source of unquantized rows
   std::vector<std::int32_t> positions_;  // positions of the pending rows
   std::vector<std::uint16_t> outliers_;
-  std::vector<bool> is_outlier_;
 };
 
 // Streaming eviction keeps rows in no particular order (evicted rows are replaced by the last
@@ -141,7 +131,7 @@ class RuntimePolicy : public KvPolicy {
       streaming_ = s == ScoreMethod::h2o || s == ScoreMethod::streamingllm;
       if (streaming_ && p->quantized()) {
         throw UsageError("streaming eviction (h2o, streamingllm) does not combine with --quant in the "
-                         "model; use a one-shot method (snapkv, adakv...)", {"", "--quant", method_name(p->method)});
+                         "model; use a one-shot method (snapkv, adakv...)", {"", "--quant", quantizer_name(p->method)});
       }
       if (p->eviction->alloc == AllocMethod::file) {
         throw UsageError("--budgets files describe a dump, not a model run; use --budget", {"", "--budgets"});
@@ -180,7 +170,7 @@ class RuntimePolicy : public KvPolicy {
         kept[i] = plan.heads[i / g_.n_kv_heads][i % g_.n_kv_heads].kept;
         CompressParams& hp = per_head_[i];
         if (bits[i].first == 16) {
-          hp.method = Method::none;
+          hp.method = Quantizer::none;
           hp.residual = 0;
         } else {
           hp.key.bits = bits[i].first;

@@ -20,7 +20,7 @@
 #include <memory>
 #include <optional>
 
-#include "akv/cache/head.h"
+#include "akv/quant/head_codec.h"
 #include "akv/cache/params.h"
 #include "akv/io/dump.h"
 #include "akv/policy/kv_policy.h"

@@ -24,15 +24,6 @@ void check_tensor(const TensorQuant& t, const char* which, const std::string& fi
 
 }  // namespace
 
-std::string method_name(Method m) {
-  switch (m) {
-    case Method::none: return "none";
-    case Method::uniform: return "uniform";
-    case Method::kivi: return "kivi";
-  }
-  return "?";
-}
-
 CompressRequest parse_method_spec(const std::string& spec) {
   CompressRequest r;
   std::size_t start = 0;
@@ -130,7 +121,7 @@ std::string describe(const CompressParams& p) {
     }
     out += " + ";
   }
-  out += p.preset.empty() ? method_name(p.method) : p.preset;
+  out += p.preset.empty() ? quantizer_name(p.method) : p.preset;
   if (p.quantized()) {
     const bool per_head = !p.head_bits.empty() || !p.calibration_file.empty() ||
                           (p.eviction && p.eviction->alloc == AllocMethod::joint);
@@ -358,7 +349,7 @@ CompressParams resolve_tiered(const CompressRequest& r) {
                      {"", "--method", r.method});
   }
   CompressParams p;
-  p.method = Method::kivi;
+  p.method = Quantizer::kivi;
   p.key = {t.warm_bits_key, QuantAxis::channel, t.block};
   p.value = {t.warm_bits_value, QuantAxis::token, 32};
   p.residual = 0;
@@ -403,14 +394,14 @@ CompressParams resolve_quant(const CompressRequest& r) {
     if (r.method == q.name) preset = &q;
   }
   if (r.method == "none") {
-    p.method = Method::none;
+    p.method = Quantizer::none;
   } else if (r.method == "uniform") {
-    p.method = Method::uniform;
+    p.method = Quantizer::uniform;
     p.key = {4, QuantAxis::token, 32};
     p.value = {4, QuantAxis::token, 32};
     p.residual = 0;
   } else if (r.method == "kivi" || preset) {
-    p.method = Method::kivi;
+    p.method = Quantizer::kivi;
   } else {
     throw InvalidInput("unknown method (expected none, uniform, kivi, kivi-2, kivi-4, k4v2, k4v3, or "
                      "an eviction method: snapkv, h2o, streamingllm, adakv, waterfill, pyramid, "
@@ -420,7 +411,7 @@ CompressParams resolve_quant(const CompressRequest& r) {
   auto refuse = [&](bool given, const char* flag) {
     if (given) throw UsageError("flag has no effect with this method", {"", flag, r.method});
   };
-  if (p.method == Method::none) {
+  if (p.method == Quantizer::none) {
     refuse(r.bits || r.bits_key || r.bits_value, "--bits");
     refuse(r.key_axis || r.value_axis, "--key-axis/--value-axis");
     refuse(r.group.has_value(), "--group");
@@ -436,7 +427,7 @@ CompressParams resolve_quant(const CompressRequest& r) {
     p.key.bits = preset->bits_key;
     p.value.bits = preset->bits_value;
   }
-  if (p.method == Method::uniform) {
+  if (p.method == Quantizer::uniform) {
     refuse(r.bits_key || r.bits_value, "--bits-key/--bits-value (uniform takes --bits)");
     refuse(r.residual.has_value(), "--residual");
   }
@@ -461,7 +452,7 @@ CompressParams resolve_quant(const CompressRequest& r) {
   if (r.outlier_fraction) p.outlier_fraction = *r.outlier_fraction;
   p.pre_rope = r.pre_rope;
   if (r.calibration) {
-    if (p.method != Method::kivi) {
+    if (p.method != Quantizer::kivi) {
       throw UsageError("--calibration applies per-head bits to the kivi layout", {"", "--method", r.method});
     }
     refuse(r.bits || r.bits_key || r.bits_value, "--bits (the calibration sets them)");
@@ -479,7 +470,7 @@ CompressParams CompressParams::for_head(std::size_t layer, std::size_t head, std
   if (!head_bits.empty()) {
     const auto& b = head_bits.at(layer * n_kv_heads + head);
     if (b.first == 16) {  // joint allocation chose f16 for this head
-      p.method = Method::none;
+      p.method = Quantizer::none;
       p.residual = 0;
       return p;
     }
@@ -491,7 +482,7 @@ CompressParams CompressParams::for_head(std::size_t layer, std::size_t head, std
 
 nlohmann::json CompressParams::to_json() const {
   nlohmann::json j;
-  j["method"] = method_name(method);
+  j["method"] = quantizer_name(method);
   j["preset"] = preset;
   auto tensor = [](const TensorQuant& t) {
     return nlohmann::json{{"bits", t.bits}, {"axis", quant_axis_name(t.axis)}, {"group", t.group}};
@@ -521,13 +512,13 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
   try {
     const std::string m = j.at("method").get<std::string>();
     if (m == "none") {
-      p.method = Method::none;
+      p.method = Quantizer::none;
     } else if (m == "uniform") {
-      p.method = Method::uniform;
+      p.method = Quantizer::uniform;
     } else if (m == "kivi") {
-      p.method = Method::kivi;
+      p.method = Quantizer::kivi;
     } else if (m == "tiered") {
-      p.method = Method::kivi;
+      p.method = Quantizer::kivi;
       p.tiered = TieredParams::from_json(j.at("tiered"), file);
     } else {
       throw InvalidInput("unknown method", {file, "params.method", m});

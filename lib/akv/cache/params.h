@@ -2,9 +2,7 @@
 // Compression methods and their parameters (what `akv compress` is told, and what a cache file
 // records). See docs/compress.md.
 //
-//   none     f16 copy of K and V: the baseline every ratio is measured against.
-//   uniform  one bit width for K and V, groups along the token axis, no residual window.
-//   kivi     KIVI: keys per channel, values per token, the most recent R tokens in f16.
+//   none, uniform, kivi: the quantizers (quant/head_codec.h).
 // Presets: kivi-2, kivi-4 (kivi with 2/2 or 4/4 bits), k4v2, k4v3 (kivi, 4-bit keys, 2/3-bit values).
 //   tiered   hot f16 / warm quantized / cold int2 tiers with importance-scored migration, in the
 //            model's decode loop (cache/tiered.h); presets quality, balanced, compact
@@ -17,12 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/alloc/eviction.h"
-#include "akv/quant/affine.h"
+#include "akv/quant/head_codec.h"
 
 namespace akv {
-
-enum class Method { none, uniform, kivi };
-std::string method_name(Method m);
 
 enum class Demotion { fifo, importance };
 
@@ -44,21 +39,9 @@ struct TieredParams {
   static TieredParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// Quantization of one tensor (keys or values).
-struct TensorQuant {
-  int bits = 4;
-  QuantAxis axis = QuantAxis::token;
-  std::size_t group = 32;
-};
-
-struct CompressParams {
-  Method method = Method::kivi;
+// The quantizer's parameters (QuantParams) and what else a cache method is told.
+struct CompressParams : QuantParams {
   std::string preset;      // preset name when one was used, else empty
-  TensorQuant key{2, QuantAxis::channel, 32};
-  TensorQuant value{2, QuantAxis::token, 32};
-  std::size_t residual = 128;    // most recent tokens kept in f16
-  double outlier_fraction = 0;   // key channels per head kept in f16: ceil(f * head_dim)
-  bool pre_rope = false;         // quantize keys before RoPE (needs key_pre_rope in the dump)
   std::optional<EvictionParams> eviction;  // evict first, then quantize what is kept
   // Per-head bits from a calibration ([layer * n_kv_heads + head] = {key bits, value bits});
   // empty = key.bits / value.bits for every head.
@@ -69,7 +52,6 @@ struct CompressParams {
   // The parameters of one head (its calibrated bits when there are any).
   CompressParams for_head(std::size_t layer, std::size_t head, std::size_t n_kv_heads) const;
 
-  bool quantized() const { return method != Method::none; }
   nlohmann::json to_json() const;
   static CompressParams from_json(const nlohmann::json& j, const std::string& file);
 };

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "akv/cache/head.h"
+#include "akv/quant/head_codec.h"
 #include "akv/core/errors.h"
 
 namespace akv {

@@ -29,7 +29,7 @@
 // segments of the fused kernel.
 #include <memory>
 
-#include "akv/cache/head.h"
+#include "akv/quant/head_codec.h"
 #include "akv/cache/kv_runtime.h"
 
 namespace akv {

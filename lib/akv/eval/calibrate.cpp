@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "akv/alloc/bits.h"
-#include "akv/cache/head.h"
+#include "akv/quant/head_codec.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/eval/attention.h"
@@ -55,8 +55,8 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
   in.head_dim = d;
   std::vector<float> kq(T * d), vq(T * d);
   for (int b : o.candidates) {
-    CompressParams p;
-    p.method = Method::kivi;
+    QuantParams p;
+    p.method = Quantizer::kivi;
     p.key = {b, QuantAxis::channel, o.group};
     p.value = {b, QuantAxis::token, o.group};
     p.residual = o.residual;

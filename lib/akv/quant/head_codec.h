@@ -13,11 +13,39 @@
 #include <cstdint>
 #include <vector>
 
-#include "akv/cache/params.h"
+#include <string>
+
 #include "akv/quant/affine.h"
+#include "akv/quant/outliers.h"
 #include "akv/tensor/rope.h"
 
 namespace akv {
+
+// The quantizers (docs/compress.md):
+//   none     f16 copy of K and V: the baseline every ratio is measured against.
+//   uniform  one bit width for K and V, groups along the token axis, no residual window.
+//   kivi     KIVI: keys per channel, values per token, the most recent R tokens in f16.
+enum class Quantizer { none, uniform, kivi };
+std::string quantizer_name(Quantizer q);
+
+// Quantization of one tensor (keys or values).
+struct TensorQuant {
+  int bits = 4;
+  QuantAxis axis = QuantAxis::token;
+  std::size_t group = 32;
+};
+
+// What one head's codec needs: the quantizer and its parameters.
+struct QuantParams {
+  Quantizer method = Quantizer::kivi;
+  TensorQuant key{2, QuantAxis::channel, 32};
+  TensorQuant value{2, QuantAxis::token, 32};
+  std::size_t residual = 128;    // most recent tokens kept in f16
+  double outlier_fraction = 0;   // key channels per head kept in f16: ceil(f * head_dim)
+  bool pre_rope = false;         // quantize keys before RoPE (needs key_pre_rope in the dump)
+
+  bool quantized() const { return method != Quantizer::none; }
+};
 
 // Bytes stored per component; the sum is the honest size of a cache.
 struct CacheBytes {
@@ -64,8 +92,8 @@ struct HeadInput {
 
 // Fast path (vectorized kernels). compress_head_ref uses the scalar reference quantizer; both
 // give identical caches.
-HeadCache compress_head(const HeadInput& in, const CompressParams& p);
-HeadCache compress_head_ref(const HeadInput& in, const CompressParams& p);
+HeadCache compress_head(const HeadInput& in, const QuantParams& p);
+HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p);
 
 // Rebuilds the kept rows: key (after RoPE) and value, each [n_kept, head_dim] f32 (segmented
 // heads: every segment's rows land at their positions).
@@ -75,12 +103,5 @@ struct RopeContext {
   const RopeTable* table = nullptr;
 };
 void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, float* value);
-
-// The k channels of x [rows, d] with the largest variance (ties: lower index), ascending.
-std::vector<std::uint16_t> select_outlier_channels(const float* x, std::size_t rows, std::size_t d,
-                                                   std::size_t k);
-
-// Number of outlier key channels for a head dimension: ceil(f * head_dim).
-std::size_t outlier_count(double fraction, std::size_t head_dim);
 
 }  // namespace akv

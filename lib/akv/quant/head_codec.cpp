@@ -1,8 +1,7 @@
-#include "akv/cache/head.h"
+#include "akv/quant/head_codec.h"
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "akv/core/errors.h"
 #include "akv/tensor/half.h"
@@ -10,7 +9,7 @@
 namespace akv {
 namespace {
 
-std::size_t quant_rows(std::size_t n, const TensorQuant& t, const CompressParams& p) {
+std::size_t quant_rows(std::size_t n, const TensorQuant& t, const QuantParams& p) {
   if (!p.quantized()) return 0;
   const std::size_t rest = n - std::min(n, p.residual);
   return t.axis == QuantAxis::channel ? rest / t.group * t.group : rest;
@@ -27,7 +26,7 @@ std::vector<std::uint16_t> to_f16(const float* x, std::size_t n, bool ref) {
 }
 
 TensorPart compress_part(const float* src, const float* post, std::size_t n, std::size_t d,
-                         const TensorQuant& t, const CompressParams& p, std::size_t n_outlier,
+                         const TensorQuant& t, const QuantParams& p, std::size_t n_outlier,
                          bool pre_rope, bool ref) {
   TensorPart part;
   part.n_quant = quant_rows(n, t, p);
@@ -39,21 +38,9 @@ TensorPart compress_part(const float* src, const float* post, std::size_t n, std
       part.block = quantize(src, part.n_quant, d, t.axis, t.bits, t.group);
     } else {
       part.outlier_channels = select_outlier_channels(src, part.n_quant, d, n_outlier);
-      std::vector<bool> is_outlier(d, false);
-      for (std::uint16_t c : part.outlier_channels) is_outlier[c] = true;
       const std::size_t cols = d - n_outlier;
       std::vector<float> inliers(part.n_quant * cols), outliers(part.n_quant * n_outlier);
-      for (std::size_t r = 0; r < part.n_quant; ++r) {
-        std::size_t a = 0, b = 0;
-        for (std::size_t c = 0; c < d; ++c) {
-          const float v = src[r * d + c];
-          if (is_outlier[c]) {
-            outliers[r * n_outlier + b++] = v;
-          } else {
-            inliers[r * cols + a++] = v;
-          }
-        }
-      }
+      split_outliers(src, part.n_quant, d, part.outlier_channels, inliers.data(), outliers.data());
       part.block = quantize(inliers.data(), part.n_quant, cols, t.axis, t.bits, t.group);
       part.outlier_values = to_f16(outliers.data(), outliers.size(), ref);
     }
@@ -62,7 +49,7 @@ TensorPart compress_part(const float* src, const float* post, std::size_t n, std
   return part;
 }
 
-HeadCache compress(const HeadInput& in, const CompressParams& p, bool ref) {
+HeadCache compress(const HeadInput& in, const QuantParams& p, bool ref) {
   if (p.pre_rope && !in.key_pre_rope) {
     throw InvalidInput("--pre-rope needs key_pre_rope in the dump", {"", "key_pre_rope", "missing"});
   }
@@ -91,20 +78,22 @@ void rebuild_part(const TensorPart& part, std::size_t d, float* out) {
       std::vector<float> inliers(part.n_quant * cols), outliers(part.n_quant * n_out);
       dequantize_block(part.block, inliers.data());
       f16_to_f32(part.outlier_values.data(), outliers.data(), outliers.size());
-      std::vector<bool> is_outlier(d, false);
-      for (std::uint16_t c : part.outlier_channels) is_outlier[c] = true;
-      for (std::size_t r = 0; r < part.n_quant; ++r) {
-        std::size_t a = 0, b = 0;
-        for (std::size_t c = 0; c < d; ++c) {
-          out[r * d + c] = is_outlier[c] ? outliers[r * n_out + b++] : inliers[r * cols + a++];
-        }
-      }
+      merge_outliers(inliers.data(), outliers.data(), part.n_quant, d, part.outlier_channels, out);
     }
   }
   f16_to_f32(part.residual.data(), out + part.n_quant * d, part.residual.size());
 }
 
 }  // namespace
+
+std::string quantizer_name(Quantizer q) {
+  switch (q) {
+    case Quantizer::none: return "none";
+    case Quantizer::uniform: return "uniform";
+    case Quantizer::kivi: return "kivi";
+  }
+  return "?";
+}
 
 CacheBytes& CacheBytes::operator+=(const CacheBytes& o) {
   codes += o.codes;
@@ -134,36 +123,8 @@ CacheBytes HeadCache::bytes() const {
   return b;
 }
 
-// The k channels of x [rows, d] with the largest variance (ties: lower index), ascending.
-std::vector<std::uint16_t> select_outlier_channels(const float* x, std::size_t rows, std::size_t d,
-                                                   std::size_t k) {
-  std::vector<double> mean(d, 0.0), var(d, 0.0);
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t c = 0; c < d; ++c) mean[c] += x[r * d + c];
-  }
-  for (double& m : mean) m /= static_cast<double>(rows);
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t c = 0; c < d; ++c) {
-      const double e = x[r * d + c] - mean[c];
-      var[c] += e * e;
-    }
-  }
-  std::vector<std::uint16_t> order(d);
-  std::iota(order.begin(), order.end(), std::uint16_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::uint16_t a, std::uint16_t b) { return var[a] > var[b]; });
-  order.resize(k);
-  std::sort(order.begin(), order.end());
-  return order;
-}
-
-std::size_t outlier_count(double fraction, std::size_t head_dim) {
-  if (fraction <= 0.0) return 0;
-  return static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(head_dim) - 1e-9));
-}
-
-HeadCache compress_head(const HeadInput& in, const CompressParams& p) { return compress(in, p, false); }
-HeadCache compress_head_ref(const HeadInput& in, const CompressParams& p) { return compress(in, p, true); }
+HeadCache compress_head(const HeadInput& in, const QuantParams& p) { return compress(in, p, false); }
+HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) { return compress(in, p, true); }
 
 void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, float* value) {
   const std::size_t d = h.head_dim;
