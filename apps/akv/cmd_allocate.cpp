@@ -4,11 +4,11 @@
 #include <cstdio>
 
 #include "akv/alloc/budgets_file.h"
-#include "akv/cache/joint.h"
-#include "akv/cache/params.h"
+#include "akv/alloc/joint.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/io/file_hash.h"
+#include "akv/method/params.h"
 #include "commands.h"
 #include "eviction_flags.h"
 

@@ -2,9 +2,10 @@
 // largest batch that fit a memory budget.
 #include <memory>
 
-#include "akv/cache/plan.h"
+#include "akv/alloc/calibration_file.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/plan/plan.h"
 #include "commands.h"
 
 namespace akv::cli {

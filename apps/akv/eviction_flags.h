@@ -2,7 +2,7 @@
 // Eviction flags shared by `akv compress` (eviction methods) and `akv allocate`.
 #include <CLI/CLI.hpp>
 
-#include "akv/cache/params.h"
+#include "akv/method/params.h"
 
 namespace akv::cli {
 

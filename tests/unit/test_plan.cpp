@@ -1,10 +1,10 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "akv/cache/kv_runtime.h"
-#include "akv/cache/plan.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/plan/plan.h"
+#include "akv/policy/kv_runtime.h"
 #include "test_util.h"
 
 using namespace akv;

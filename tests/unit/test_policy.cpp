@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
+#include "akv/alloc/joint.h"
 #include "akv/cache/compress.h"
-#include "akv/cache/joint.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/eval/fidelity.h"

@@ -5,16 +5,17 @@
 #include <filesystem>
 #include <map>
 
-#include "akv/cache/kv_runtime.h"
+#include "akv/alloc/eviction.h"
 #include "akv/core/errors.h"
-#include "test_util.h"
+#include "akv/core/rng.h"
 #include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
 #include "akv/model/llama2c.h"
-#include "akv/core/rng.h"
 #include "akv/model/tokenizer.h"
+#include "akv/policy/kv_runtime.h"
 #include "akv/tensor/half.h"
+#include "test_util.h"
 
 using namespace akv;
 using test::have_shared;

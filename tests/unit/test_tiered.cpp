@@ -4,10 +4,10 @@
 
 #include "akv/cache/cache_file.h"
 #include "akv/cache/compress.h"
-#include "akv/cache/kv_runtime.h"
 #include "akv/core/errors.h"
 #include "akv/io/token_file.h"
 #include "akv/model/llama2c.h"
+#include "akv/policy/kv_runtime.h"
 #include "akv/synth/synth.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"

@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "akv/cache/kv_runtime.h"
 #include "akv/core/errors.h"
+#include "akv/policy/kv_runtime.h"
 
 namespace akv {
 namespace {

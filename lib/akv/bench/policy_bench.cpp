@@ -6,10 +6,10 @@
 #include <optional>
 
 #include "akv/attention/decode_attention.h"
-#include "akv/cache/kv_runtime.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
+#include "akv/policy/kv_runtime.h"
 
 namespace akv {
 namespace {

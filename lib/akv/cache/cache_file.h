@@ -24,9 +24,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "akv/quant/head_codec.h"
-#include "akv/cache/params.h"
 #include "akv/io/dump.h"
+#include "akv/method/params.h"
+#include "akv/quant/head_codec.h"
 
 namespace akv {
 

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/alloc/joint.h"
 #include "akv/cache/cache_file.h"
-#include "akv/cache/joint.h"
 #include "akv/core/progress.h"
 #include "akv/tensor/dtype.h"
 
@@ -31,11 +31,6 @@ nlohmann::json bytes_json(const CacheBytes& b);
 // over heads. Output is bitwise identical for any thread count.
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress);
-
-// A joint plan (tokens and bits per head under the byte budget params.eviction->budget_fraction,
-// cache/joint.h) as an eviction plan, the chosen bits going to `head_bits`.
-EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const CompressParams& params,
-                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits);
 
 // Memory report of an existing cache from its stored dataset sizes.
 MemoryReport cache_memory(const CacheReader& cache);

@@ -8,11 +8,12 @@
 #include <numeric>
 
 #include "akv/alloc/bits.h"
-#include "akv/quant/head_codec.h"
+#include "akv/alloc/calibration_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/eval/attention.h"
 #include "akv/io/file_hash.h"
+#include "akv/quant/head_codec.h"
 #include "akv/quant/pack.h"
 
 namespace akv {
@@ -263,28 +264,31 @@ nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateO
     const auto it = std::find(cand.begin(), cand.end(), b);
     return it == cand.end() ? std::size_t{0} : static_cast<std::size_t>(it - cand.begin());
   };
-  nlohmann::json layers = nlohmann::json::array();
+  CalibrationFile f;
+  f.shape = m0;
+  f.candidates = cand;
   double predicted = 0, bits_sum = 0;
   std::vector<double> uniform(C, 0.0);
   std::vector<double> nv, en, orat, ke, ve;
   for (std::size_t l = 0; l < L; ++l) {
-    nlohmann::json heads = nlohmann::json::array();
+    auto& layer = f.heads.emplace_back();
     for (std::size_t h = 0; h < H; ++h) {
       const HeadMeasure& a = agg[l][h];
       const std::size_t i = l * H + h;
       const bool in_set = std::find(cand.begin(), cand.end(), bk[i]) != cand.end() &&
                           std::find(cand.begin(), cand.end(), bv[i]) != cand.end();
       const double pe = in_set ? a.key_err[index_of(bk[i])] + a.value_err[index_of(bv[i])] : NAN;
-      nlohmann::json ke_j = nlohmann::json::object(), ve_j = nlohmann::json::object();
-      for (std::size_t c = 0; c < C; ++c) {
-        ke_j[std::to_string(cand[c])] = a.key_err[c];
-        ve_j[std::to_string(cand[c])] = a.value_err[c];
-        uniform[c] += a.key_err[c] + a.value_err[c];
-      }
-      heads.push_back({{"head", h}, {"key_error", ke_j}, {"value_error", ve_j},
-                       {"norm_variance", a.norm_variance}, {"entropy", a.entropy},
-                       {"outlier_ratio", a.outlier_ratio}, {"bits_key", bk[i]}, {"bits_value", bv[i]},
-                       {"predicted_error", std::isfinite(pe) ? nlohmann::json(pe) : nlohmann::json(nullptr)}});
+      for (std::size_t c = 0; c < C; ++c) uniform[c] += a.key_err[c] + a.value_err[c];
+      CalibrationHead ch;
+      ch.key_error = a.key_err;
+      ch.value_error = a.value_err;
+      ch.norm_variance = a.norm_variance;
+      ch.entropy = a.entropy;
+      ch.outlier_ratio = a.outlier_ratio;
+      ch.bits_key = bk[i];
+      ch.bits_value = bv[i];
+      if (std::isfinite(pe)) ch.predicted_error = pe;
+      layer.push_back(ch);
       if (std::isfinite(pe)) predicted += pe;
       bits_sum += bk[i] + bv[i];
       nv.push_back(a.norm_variance);
@@ -293,33 +297,25 @@ nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateO
       ke.push_back(a.key_err[0]);
       ve.push_back(a.value_err[0]);
     }
-    layers.push_back({{"layer", l}, {"heads", heads}});
   }
-  nlohmann::json src = nlohmann::json::array();
-  for (const auto& d : dumps) src.push_back({{"path", d}, {"hash", file_hash(d)}});
+  for (const auto& d : dumps) f.dumps.emplace_back(d, file_hash(d));
   nlohmann::json uni = nlohmann::json::object();
   for (std::size_t c = 0; c < C; ++c) uni[std::to_string(cand[c])] = uniform[c];
   auto corr = [&](const std::vector<double>& p) {
     return nlohmann::json{{"key", spearman(p, ke)}, {"value", spearman(p, ve)}};
   };
-  nlohmann::json j;
-  j["format"] = "akv-calibration";
-  j["version"] = 1;
-  j["dumps"] = src;
-  j["shape"] = {{"n_layers", L}, {"n_heads", m0.n_heads}, {"n_kv_heads", H}, {"head_dim", m0.head_dim}};
-  j["params"] = {{"candidates", cand}, {"group", opt.group}, {"residual", opt.residual},
-                 {"target_bits", opt.target_bits}, {"aggregate", opt.aggregate}, {"allocator", opt.allocator},
-                 {"lo_bit", opt.lo}, {"mid_bit", opt.mid}, {"hi_bit", opt.hi}, {"update_interval", opt.update_interval},
-                 {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
-                           "with the kivi layout, everything else exact"}};
-  j["layers"] = layers;
-  j["summary"] = {{"achieved_bits", bits_sum / static_cast<double>(2 * L * H)},
-                  {"predicted_error", predicted},
-                  {"uniform_predicted_error", uni},
-                  {"spearman_vs_error_at_lowest_bits",
-                   {{"norm_variance", corr(nv)}, {"entropy", corr(en)}, {"outlier_ratio", corr(orat)}}}};
-  if (!history.empty()) j["summary"]["bits_history"] = history;
-  return j;
+  f.params = {{"candidates", cand}, {"group", opt.group}, {"residual", opt.residual},
+              {"target_bits", opt.target_bits}, {"aggregate", opt.aggregate}, {"allocator", opt.allocator},
+              {"lo_bit", opt.lo}, {"mid_bit", opt.mid}, {"hi_bit", opt.hi}, {"update_interval", opt.update_interval},
+              {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
+                        "with the kivi layout, everything else exact"}};
+  f.summary = {{"achieved_bits", bits_sum / static_cast<double>(2 * L * H)},
+               {"predicted_error", predicted},
+               {"uniform_predicted_error", uni},
+               {"spearman_vs_error_at_lowest_bits",
+                {{"norm_variance", corr(nv)}, {"entropy", corr(en)}, {"outlier_ratio", corr(orat)}}}};
+  if (!history.empty()) f.summary["bits_history"] = history;
+  return calibration_to_json(f);
 }
 
 std::string render_calibration(const nlohmann::json& j) {

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <mutex>
 
-#include "akv/cache/kv_runtime.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
+#include "akv/policy/kv_runtime.h"
 
 namespace akv {
 

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <mutex>
 
-#include "akv/cache/kv_runtime.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/policy/kv_runtime.h"
 
 namespace akv {
 namespace {

@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "akv/cache/params.h"
 #include "akv/core/progress.h"
+#include "akv/method/params.h"
 #include "akv/model/model.h"
 
 namespace akv {

@@ -29,14 +29,10 @@
 // segments of the fused kernel.
 #include <memory>
 
+#include "akv/policy/kv_runtime.h"
 #include "akv/quant/head_codec.h"
-#include "akv/cache/kv_runtime.h"
 
 namespace akv {
-
-// Throws InvalidInput for budgets the cache cannot keep (hot below what protection pins, warm
-// not a multiple of the block) or a head_dim that is not a multiple of 8.
-void validate_tiered(const TieredParams& t, std::size_t head_dim);
 
 // One KV head's tiered cache driven token by token (the dump simulation of `akv compress
 // --method tiered`): append a token, optionally observe its query heads' attention over view(),

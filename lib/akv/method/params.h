@@ -5,7 +5,7 @@
 //   none, uniform, kivi: the quantizers (quant/head_codec.h).
 // Presets: kivi-2, kivi-4 (kivi with 2/2 or 4/4 bits), k4v2, k4v3 (kivi, 4-bit keys, 2/3-bit values).
 //   tiered   hot f16 / warm quantized / cold int2 tiers with importance-scored migration, in the
-//            model's decode loop (cache/tiered.h); presets quality, balanced, compact
+//            model's decode loop (policy/tiered.h); presets quality, balanced, compact
 //            (tiered:preset=k4v2 / k4v3 for the KIVI-width warm tiers).
 #include <cstddef>
 #include <optional>
@@ -14,30 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "akv/alloc/eviction.h"
+#include "akv/method/eviction_params.h"
+#include "akv/method/tiered_params.h"
 #include "akv/quant/head_codec.h"
 
 namespace akv {
-
-enum class Demotion { fifo, importance };
-
-// The three-tier cache (cache/tiered.h). Tokens move in blocks of `block` tokens (the key
-// quantization group).
-struct TieredParams {
-  std::string preset;            // quality | balanced | compact | k4v2 | k4v3 | "" (custom)
-  std::size_t hot = 128;         // hot (f16) budget, tokens, protected tokens included
-  std::optional<std::size_t> warm;  // warm budget, tokens; unset = unlimited (no cold tier)
-  int warm_bits_key = 3, warm_bits_value = 3;
-  int cold_bits = 2;             // 2, 3, 4, 8; 16 = exact f16 copies in host memory
-  std::size_t protect_first = 4, protect_last = 32, anchors = 0;  // compact: protect_last 0
-  double decay = 0.95, w_attn = 1.0, w_recency = 0.0;
-  double margin = 0.25;          // promotion hysteresis (relative score margin)
-  Demotion demotion = Demotion::importance;
-  std::size_t block = 32;
-
-  nlohmann::json to_json() const;
-  static TieredParams from_json(const nlohmann::json& j, const std::string& file);
-};
 
 // The quantizer's parameters (QuantParams) and what else a cache method is told.
 struct CompressParams : QuantParams {
@@ -94,10 +75,6 @@ struct CompressRequest {
 // "kivi:bits-key=4:bits-value=2", "adakv:budget=0.2:quant=k4v2", "kivi-2:pre-rope".
 // Throws UsageError naming an unknown flag.
 CompressRequest parse_method_spec(const std::string& spec);
-
-// Per-head {key bits, value bits} [layer * n_kv_heads + head] from calib.json (`akv
-// calibrate`), checked against the dump's shape (InvalidInput naming the field otherwise).
-std::vector<std::pair<int, int>> read_calibration(const std::string& path, const DumpMeta& m);
 
 // Short description for tables, e.g. "adakv/snapkv 0.2 + kivi K4/V2 R128".
 std::string describe(const CompressParams& p);

@@ -1,7 +1,7 @@
 #pragma once
 // `akv plan`: for a model shape and a memory budget, the KV bytes per token of each method and
 // the longest context / largest batch that fit. Byte counts follow what each runtime cache
-// stores (cache/kv_runtime.h, cache/tiered.h), in closed form.
+// stores (policy/kv_runtime.h, policy/tiered.h), in closed form.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "akv/cache/params.h"
+#include "akv/method/params.h"
 
 namespace akv {
 

@@ -1,4 +1,4 @@
-#include "akv/cache/joint.h"
+#include "akv/alloc/joint.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,11 +7,11 @@
 
 #include "akv/alloc/budgets_file.h"
 #include "akv/alloc/eviction.h"
-#include "akv/quant/head_codec.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/io/dump.h"
 #include "akv/io/file_hash.h"
+#include "akv/quant/head_codec.h"
 #include "akv/quant/pack.h"
 
 namespace akv {
@@ -252,6 +252,42 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
              {"f16_option", o.f16_option}, {"group", o.group}, {"residual", o.residual},
              {"quant", "kivi (keys per channel, values per token)"}};
   return budgets_to_json(f);
+}
+
+EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const CompressParams& params,
+                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits) {
+  const EvictionParams& e = *params.eviction;
+  if (params.method != Quantizer::kivi) {
+    throw UsageError("joint chooses per-head bits: add --quant kivi (or a kivi preset)",
+                     {"", "--quant", quantizer_name(params.method)});
+  }
+  if (!e.budget_fraction) {
+    throw UsageError("joint takes its byte budget as --budget F (fraction of the f16 size)", {"", "--budget"});
+  }
+  JointOptions jo;
+  jo.bytes_fraction = *e.budget_fraction;
+  jo.window = e.score.window;
+  jo.group = params.key.group;
+  jo.residual = params.residual;
+  jo.threads = threads;
+  const std::vector<JointChoice> choice = plan_joint(m, source, jo, progress);
+  EvictionPlan plan;
+  plan.params = e;
+  plan.n_tokens = m.n_tokens;
+  plan.forced = std::min(m.n_tokens, e.score.window);
+  plan.heads.assign(m.n_layers, std::vector<HeadPlan>(m.n_kv_heads));
+  head_bits.clear();
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < choice.size(); ++i) {
+    HeadPlan& hp = plan.heads[i / m.n_kv_heads][i % m.n_kv_heads];
+    hp.kept = choice[i].kept;
+    hp.tokens = hp.kept.size();
+    hp.retained_mass = choice[i].retained_mass;
+    head_bits.emplace_back(choice[i].key_bits, choice[i].value_bits);
+    total += hp.tokens;
+  }
+  plan.budget_per_head = total / choice.size();
+  return plan;
 }
 
 }  // namespace akv

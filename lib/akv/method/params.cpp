@@ -1,4 +1,4 @@
-#include "akv/cache/params.h"
+#include "akv/method/params.h"
 
 #include <cmath>
 #include <fstream>
@@ -233,43 +233,6 @@ void validate_params(const CompressParams& p, const std::string& file) {
 bool TieredRequest::any() const {
   return preset || demotion || hot || warm || warm_bits_key || warm_bits_value || cold_bits ||
          protect_first || protect_last || anchors || decay || w_attn || w_recency || margin;
-}
-
-nlohmann::json TieredParams::to_json() const {
-  nlohmann::json j = {{"preset", preset}, {"hot", hot}, {"warm_bits_key", warm_bits_key},
-                      {"warm_bits_value", warm_bits_value}, {"cold_bits", cold_bits},
-                      {"protect_first", protect_first}, {"protect_last", protect_last},
-                      {"anchors", anchors}, {"decay", decay}, {"w_attn", w_attn},
-                      {"w_recency", w_recency}, {"margin", margin}, {"block", block},
-                      {"demotion", demotion == Demotion::fifo ? "fifo" : "importance"}};
-  j["warm"] = warm ? nlohmann::json(*warm) : nlohmann::json();
-  return j;
-}
-
-TieredParams TieredParams::from_json(const nlohmann::json& j, const std::string& file) {
-  TieredParams t;
-  t.preset = j.at("preset").get<std::string>();
-  t.hot = j.at("hot").get<std::size_t>();
-  if (!j.at("warm").is_null()) t.warm = j.at("warm").get<std::size_t>();
-  t.warm_bits_key = j.at("warm_bits_key").get<int>();
-  t.warm_bits_value = j.at("warm_bits_value").get<int>();
-  t.cold_bits = j.at("cold_bits").get<int>();
-  t.protect_first = j.at("protect_first").get<std::size_t>();
-  t.protect_last = j.at("protect_last").get<std::size_t>();
-  t.anchors = j.at("anchors").get<std::size_t>();
-  t.decay = j.at("decay").get<double>();
-  t.w_attn = j.at("w_attn").get<double>();
-  t.w_recency = j.at("w_recency").get<double>();
-  t.margin = j.at("margin").get<double>();
-  t.block = j.at("block").get<std::size_t>();
-  const std::string d = j.at("demotion").get<std::string>();
-  if (d != "fifo" && d != "importance") throw CorruptData("unknown demotion", {file, "params.tiered.demotion", d});
-  t.demotion = d == "fifo" ? Demotion::fifo : Demotion::importance;
-  check_bits(t.warm_bits_key, "params.tiered.warm_bits_key");
-  check_bits(t.warm_bits_value, "params.tiered.warm_bits_value");
-  if (t.cold_bits != 16) check_bits(t.cold_bits, "params.tiered.cold_bits");
-  if (t.block == 0) throw CorruptData("block must be >= 1", {file, "params.tiered.block", "0"});
-  return t;
 }
 
 namespace {
@@ -555,45 +518,6 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
   }
   validate_params(p, file);
   return p;
-}
-
-std::vector<std::pair<int, int>> read_calibration(const std::string& path, const DumpMeta& m) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot open calibration file", {path});
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("calibration file is not JSON", {path});
-  if (j.value("format", "") != "akv-calibration") {
-    throw InvalidInput("not an akv calibration file (expected format \"akv-calibration\")", {path, "format", j.value("format", "")});
-  }
-  if (j.value("version", 0) != 1) {
-    throw InvalidInput("unsupported akv-calibration version", {path, "version", std::to_string(j.value("version", 0))});
-  }
-  std::vector<std::pair<int, int>> bits;
-  try {
-    const auto& s = j.at("shape");
-    const std::pair<const char*, std::size_t> want[] = {{"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads},
-                                                        {"head_dim", m.head_dim}};
-    for (const auto& [name, v] : want) {
-      if (s.at(name).get<std::size_t>() != v) {
-        throw InvalidInput("calibration made for another model shape (this dump has " + std::to_string(v) + ")",
-                           {path, std::string("shape.") + name, std::to_string(s.at(name).get<std::size_t>())});
-      }
-    }
-    for (const auto& l : j.at("layers")) {
-      for (const auto& h : l.at("heads")) {
-        const int k = h.at("bits_key").get<int>(), v = h.at("bits_value").get<int>();
-        check_bits(k, "bits_key");
-        check_bits(v, "bits_value");
-        bits.emplace_back(k, v);
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
-  if (bits.size() != m.n_layers * m.n_kv_heads) {
-    throw CorruptData("calibration has the wrong number of heads", {path, "layers", std::to_string(bits.size())});
-  }
-  return bits;
 }
 
 }  // namespace akv

@@ -15,8 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/alloc/eviction.h"
 #include "akv/core/progress.h"
 #include "akv/io/dump.h"
+#include "akv/method/params.h"
 
 namespace akv {
 
@@ -67,5 +69,10 @@ std::vector<JointChoice> plan_joint(const DumpMeta& m, const JointSource& source
 // key_bits / value_bits and predicted error, docs/formats.md).
 nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& o,
                               const ProgressFn& progress);
+
+// A joint plan (tokens and bits per head under the byte budget params.eviction->budget_fraction)
+// as an eviction plan, the chosen bits going to `head_bits`.
+EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const CompressParams& params,
+                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits);
 
 }  // namespace akv

@@ -1,4 +1,4 @@
-#include "akv/cache/plan.h"
+#include "akv/plan/plan.h"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "akv/quant/head_codec.h"
 #include "akv/core/errors.h"
+#include "akv/quant/head_codec.h"
 
 namespace akv {
 namespace {

@@ -20,10 +20,10 @@
 #include <memory>
 #include <optional>
 
-#include "akv/quant/head_codec.h"
-#include "akv/cache/params.h"
 #include "akv/io/dump.h"
+#include "akv/method/params.h"
 #include "akv/policy/kv_policy.h"
+#include "akv/quant/head_codec.h"
 #include "akv/tensor/rope.h"
 
 namespace akv {

@@ -1,4 +1,4 @@
-#include "akv/cache/kv_runtime.h"
+#include "akv/policy/kv_runtime.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,10 @@
 #include <limits>
 #include <numeric>
 
-#include "akv/cache/compress.h"
-#include "akv/cache/tiered.h"
+#include "akv/alloc/calibration_file.h"
+#include "akv/alloc/joint.h"
 #include "akv/core/errors.h"
+#include "akv/policy/tiered.h"
 #include "akv/tensor/half.h"
 
 namespace akv {

@@ -1,4 +1,4 @@
-#include "akv/cache/tiered.h"
+#include "akv/policy/tiered.h"
 
 #include <algorithm>
 #include <cmath>
@@ -497,25 +497,6 @@ class TieredPolicy : public KvPolicy {
 };
 
 }  // namespace
-
-void validate_tiered(const TieredParams& t, std::size_t head_dim) {
-  const std::size_t b = t.block;
-  // At most: the sink blocks, the blocks covering the last protect_last positions (with the
-  // open block: protect_last + b - 1 tokens), the anchor blocks.
-  const std::size_t need = b * ceil_div(t.protect_first, b) + t.protect_last + b - 1 + b * ceil_div(t.anchors, b);
-  if (t.hot < need) {
-    throw InvalidInput("hot budget cannot hold the protected tokens (sinks, recent window, open block, "
-                       "anchors) of " + std::to_string(need) + " tokens in blocks of " + std::to_string(b),
-                       {"", "hot", std::to_string(t.hot)});
-  }
-  if (t.warm && *t.warm % b != 0) {
-    throw InvalidInput("warm budget must be a multiple of the block size " + std::to_string(b),
-                       {"", "warm", std::to_string(*t.warm)});
-  }
-  if (head_dim % 8 != 0) {
-    throw InvalidInput("the tiered cache needs head_dim a multiple of 8", {"", "head_dim", std::to_string(head_dim)});
-  }
-}
 
 struct TieredStream::Impl {
   TieredHead head;

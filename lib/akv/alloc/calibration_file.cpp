@@ -1,0 +1,81 @@
+#include "akv/alloc/calibration_file.h"
+
+#include <fstream>
+
+#include "akv/core/errors.h"
+#include "akv/quant/pack.h"
+
+namespace akv {
+
+nlohmann::json calibration_to_json(const CalibrationFile& f) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t l = 0; l < f.heads.size(); ++l) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (std::size_t h = 0; h < f.heads[l].size(); ++h) {
+      const CalibrationHead& a = f.heads[l][h];
+      nlohmann::json ke = nlohmann::json::object(), ve = nlohmann::json::object();
+      for (std::size_t c = 0; c < f.candidates.size(); ++c) {
+        ke[std::to_string(f.candidates[c])] = a.key_error[c];
+        ve[std::to_string(f.candidates[c])] = a.value_error[c];
+      }
+      heads.push_back({{"head", h}, {"key_error", ke}, {"value_error", ve},
+                       {"norm_variance", a.norm_variance}, {"entropy", a.entropy},
+                       {"outlier_ratio", a.outlier_ratio}, {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
+                       {"predicted_error", a.predicted_error ? nlohmann::json(*a.predicted_error) : nlohmann::json(nullptr)}});
+    }
+    layers.push_back({{"layer", l}, {"heads", heads}});
+  }
+  nlohmann::json src = nlohmann::json::array();
+  for (const auto& [path, hash] : f.dumps) src.push_back({{"path", path}, {"hash", hash}});
+  const DumpMeta& m = f.shape;
+  nlohmann::json j;
+  j["format"] = kCalibrationFormat;
+  j["version"] = kCalibrationVersion;
+  j["dumps"] = src;
+  j["shape"] = {{"n_layers", m.n_layers}, {"n_heads", m.n_heads}, {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim}};
+  j["params"] = f.params;
+  j["layers"] = layers;
+  j["summary"] = f.summary;
+  return j;
+}
+
+std::vector<std::pair<int, int>> read_calibration(const std::string& path, const DumpMeta& m) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot open calibration file", {path});
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CorruptData("calibration file is not JSON", {path});
+  if (j.value("format", "") != kCalibrationFormat) {
+    throw InvalidInput("not an akv calibration file (expected format \"akv-calibration\")", {path, "format", j.value("format", "")});
+  }
+  if (j.value("version", 0) != kCalibrationVersion) {
+    throw InvalidInput("unsupported akv-calibration version", {path, "version", std::to_string(j.value("version", 0))});
+  }
+  std::vector<std::pair<int, int>> bits;
+  try {
+    const auto& s = j.at("shape");
+    const std::pair<const char*, std::size_t> want[] = {{"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads},
+                                                        {"head_dim", m.head_dim}};
+    for (const auto& [name, v] : want) {
+      if (s.at(name).get<std::size_t>() != v) {
+        throw InvalidInput("calibration made for another model shape (this dump has " + std::to_string(v) + ")",
+                           {path, std::string("shape.") + name, std::to_string(s.at(name).get<std::size_t>())});
+      }
+    }
+    for (const auto& l : j.at("layers")) {
+      for (const auto& h : l.at("heads")) {
+        const int k = h.at("bits_key").get<int>(), v = h.at("bits_value").get<int>();
+        check_bits(k, "bits_key");
+        check_bits(v, "bits_value");
+        bits.emplace_back(k, v);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
+  }
+  if (bits.size() != m.n_layers * m.n_kv_heads) {
+    throw CorruptData("calibration has the wrong number of heads", {path, "layers", std::to_string(bits.size())});
+  }
+  return bits;
+}
+
+}  // namespace akv

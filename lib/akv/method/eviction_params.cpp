@@ -1,0 +1,126 @@
+#include "akv/method/eviction_params.h"
+
+#include "akv/core/errors.h"
+
+namespace akv {
+namespace {
+
+struct Method {
+  const char* name;
+  ScoreMethod score;
+  AllocMethod alloc;
+  std::size_t sinks;
+};
+constexpr Method kMethods[] = {
+    {"snapkv", ScoreMethod::snapkv, AllocMethod::uniform, 0},
+    {"h2o", ScoreMethod::h2o, AllocMethod::uniform, 0},
+    {"streamingllm", ScoreMethod::streamingllm, AllocMethod::uniform, 4},
+    {"adakv", ScoreMethod::snapkv, AllocMethod::adakv, 0},
+    {"waterfill", ScoreMethod::snapkv, AllocMethod::waterfill, 0},
+    {"pyramid", ScoreMethod::snapkv, AllocMethod::pyramid, 0},
+    {"adakv-pyramid", ScoreMethod::snapkv, AllocMethod::adakv_pyramid, 0},
+    {"adakv-global", ScoreMethod::snapkv, AllocMethod::adakv_global, 0},
+    {"joint", ScoreMethod::snapkv, AllocMethod::joint, 0},
+};
+
+}  // namespace
+
+std::string alloc_method_name(AllocMethod a) {
+  switch (a) {
+    case AllocMethod::uniform: return "uniform";
+    case AllocMethod::adakv: return "adakv";
+    case AllocMethod::waterfill: return "waterfill";
+    case AllocMethod::pyramid: return "pyramid";
+    case AllocMethod::adakv_pyramid: return "adakv-pyramid";
+    case AllocMethod::adakv_global: return "adakv-global";
+    case AllocMethod::file: return "file";
+    case AllocMethod::joint: return "joint";
+  }
+  return "?";
+}
+
+AllocMethod parse_alloc_method(const std::string& s) {
+  for (AllocMethod a : {AllocMethod::uniform, AllocMethod::adakv, AllocMethod::waterfill,
+                        AllocMethod::pyramid, AllocMethod::adakv_pyramid, AllocMethod::adakv_global}) {
+    if (alloc_method_name(a) == s) return a;
+  }
+  throw InvalidInput(
+      "unknown allocation method (expected uniform, adakv, waterfill, pyramid, adakv-pyramid or "
+      "adakv-global)",
+      {"", "--method", s});
+}
+
+std::vector<std::string> eviction_method_names() {
+  std::vector<std::string> v;
+  for (const Method& m : kMethods) v.push_back(m.name);
+  return v;
+}
+
+bool is_eviction_method(const std::string& name) {
+  for (const Method& m : kMethods) {
+    if (name == m.name) return true;
+  }
+  return false;
+}
+
+EvictionParams eviction_method(const std::string& name) {
+  for (const Method& m : kMethods) {
+    if (name == m.name) {
+      EvictionParams p;
+      p.score.method = m.score;
+      p.alloc = m.alloc;
+      p.sinks = m.sinks;
+      return p;
+    }
+  }
+  throw InvalidInput("unknown eviction method", {"", "--method", name});
+}
+
+nlohmann::json EvictionParams::to_json() const {
+  nlohmann::json j;
+  j["score"] = score_method_name(score.method);
+  j["window"] = score.window;
+  j["pool"] = pool_name(score.pool);
+  j["kernel"] = score.kernel;
+  j["gqa_reduce"] = gqa_reduce_name(score.gqa_reduce);
+  j["alloc"] = alloc_method_name(alloc);
+  j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
+  j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
+  j["sinks"] = sinks;
+  j["alpha"] = alpha;
+  j["beta"] = beta;
+  j["min_tokens"] = min_tokens;
+  j["step"] = step;
+  if (!budgets_file.empty()) j["budgets_file"] = budgets_file;
+  return j;
+}
+
+EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::string& file) {
+  EvictionParams p;
+  try {
+    p.score.method = parse_score_method(j.at("score").get<std::string>());
+    p.score.window = j.at("window").get<std::size_t>();
+    p.score.pool = parse_pool(j.at("pool").get<std::string>());
+    p.score.kernel = j.at("kernel").get<std::size_t>();
+    p.score.gqa_reduce = parse_gqa_reduce(j.at("gqa_reduce").get<std::string>());
+    const std::string a = j.at("alloc").get<std::string>();
+    p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);
+    if (!j.at("budget_fraction").is_null()) p.budget_fraction = j["budget_fraction"].get<double>();
+    if (!j.at("budget_tokens").is_null()) p.budget_tokens = j["budget_tokens"].get<std::size_t>();
+    p.sinks = j.at("sinks").get<std::size_t>();
+    p.alpha = j.at("alpha").get<double>();
+    p.beta = j.at("beta").get<double>();
+    p.min_tokens = j.at("min_tokens").get<std::size_t>();
+    p.step = j.at("step").get<std::size_t>();
+    p.budgets_file = j.value("budgets_file", "");
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad eviction parameters: ") + e.what(), {file, "eviction"});
+  } catch (const CorruptData&) {
+    throw;
+  } catch (const Error& e) {
+    throw CorruptData(e.what(), {file, "eviction"});
+  }
+  return p;
+}
+
+}  // namespace akv

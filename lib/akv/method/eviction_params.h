@@ -1,0 +1,43 @@
+#pragma once
+// Eviction methods and their parameters: which score ranks the tokens, which allocator spreads
+// the budget over heads (docs/eviction.md). What a cache file records and the planner
+// (alloc/eviction.h) is told.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/score/score.h"
+
+namespace akv {
+
+enum class AllocMethod { uniform, adakv, waterfill, pyramid, adakv_pyramid, adakv_global, file, joint };
+std::string alloc_method_name(AllocMethod a);
+AllocMethod parse_alloc_method(const std::string& s);  // UsageError naming the value
+
+struct EvictionParams {
+  ScoreOptions score;
+  AllocMethod alloc = AllocMethod::uniform;
+  std::optional<double> budget_fraction;      // of n_tokens, in (0, 1]
+  std::optional<std::size_t> budget_tokens;   // per KV head on average, forced tokens included
+  std::size_t sinks = 0;
+  double alpha = 0.2;        // adakv floor fraction
+  double beta = 20.0;        // pyramid
+  std::size_t min_tokens = 0, step = 1;  // waterfill (selectable tokens)
+  std::string budgets_file;  // alloc == file: per-head budgets from `akv allocate`
+
+  nlohmann::json to_json() const;
+  static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
+};
+
+// Eviction methods of `akv compress --method`: score + allocator (+ default sinks).
+//   snapkv = snapkv + uniform, h2o = h2o + uniform, streamingllm = sinks 4 + recent,
+//   adakv = snapkv + adakv, waterfill = snapkv + waterfill, pyramid = snapkv + pyramid,
+//   adakv-pyramid, adakv-global = snapkv + adakv over all heads of all layers.
+std::vector<std::string> eviction_method_names();
+bool is_eviction_method(const std::string& name);
+EvictionParams eviction_method(const std::string& name);
+
+}  // namespace akv
