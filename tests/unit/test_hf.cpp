@@ -10,6 +10,7 @@
 #include "akv/core/errors.h"
 #include "akv/io/token_file.h"
 #include "akv/model/hf.h"
+#include "akv/model/hf_config.h"
 #include "akv/model/llama2c.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"
@@ -199,4 +200,31 @@ TEST_CASE("HF loader: bad checkpoints are clean errors", "[model][hf][bad]") {
   cfg["model_type"] = "gpt2";
   std::ofstream(d + "/config.json") << cfg.dump();
   CHECK_THROWS_AS(load_hf(d), InvalidInput);
+}
+
+TEST_CASE("HF config: defaults, derived fields and typed errors naming the field", "[model][hf][config]") {
+  test::TempDir dir;
+  const std::string f = dir.file("config.json");
+  nlohmann::json cfg = {{"model_type", "llama"}, {"hidden_size", 64}, {"intermediate_size", 128},
+                        {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 10}};
+  std::ofstream(f) << cfg.dump();
+  const HfConfig c = read_hf_config(dir.path().string());
+  CHECK(c.num_key_value_heads == 4);  // absent: as many as query heads
+  CHECK(c.head_dim == 16);            // absent: hidden_size / heads
+  CHECK(c.rope_theta == 10000.0);
+  CHECK(!c.max_position_embeddings);
+  CHECK(c.rope_scaling.is_null());
+  CHECK_THROWS_AS(read_hf_config(f, {"qwen2"}), InvalidInput);  // model_type not accepted
+  cfg["rope_theta"] = "big";
+  std::ofstream(f) << cfg.dump();
+  try {
+    read_hf_config(f);
+    FAIL("a string rope_theta was accepted");
+  } catch (const InvalidInput& e) {
+    CHECK(std::string(e.what()).find("rope_theta") != std::string::npos);
+  }
+  cfg["rope_theta"] = 500000;
+  cfg["num_key_value_heads"] = 3;  // 4 query heads are not a multiple of 3
+  std::ofstream(f) << cfg.dump();
+  CHECK_THROWS_AS(read_hf_config(f), InvalidInput);
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/errors.h"
+#include "akv/model/hf_config.h"
 #include "akv/model/llama2c.h"
 #include "akv/tensor/half.h"
 
@@ -150,63 +151,48 @@ class Tensors {
   std::map<std::string, TensorInfo> map_;
 };
 
-std::size_t positive(const json& c, const char* key, const std::string& file) {
-  if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<long long>() <= 0) {
-    throw InvalidInput("config needs a positive integer", {file, key, c.contains(key) ? c[key].dump() : "missing"});
-  }
-  return c[key].get<std::size_t>();
-}
-
 }  // namespace
 
 Model load_hf(const std::string& dir) {
-  const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  std::ifstream in(cfg_path);
-  if (!in) throw IoError("cannot open config.json", {cfg_path});
-  const json j = json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("config.json is not a JSON object", {cfg_path});
-  const std::string type = j.value("model_type", "");
-  if (type != "llama" && type != "mistral" && type != "qwen2") {
-    throw InvalidInput("unsupported model_type (akv runs llama, mistral, qwen2)", {cfg_path, "model_type", type});
+  const HfConfig j = read_hf_config(dir, {"llama", "mistral", "qwen2"});
+  const std::string& cfg_path = j.file;
+  const std::string& type = j.model_type;
+  if (!j.rope_scaling.is_null()) {
+    throw InvalidInput("rope_scaling is not implemented", {cfg_path, "rope_scaling", j.rope_scaling.dump()});
   }
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    throw InvalidInput("rope_scaling is not implemented", {cfg_path, "rope_scaling", j["rope_scaling"].dump()});
+  if (j.hidden_act != "silu") {
+    throw InvalidInput("only silu MLPs are implemented", {cfg_path, "hidden_act", j.hidden_act});
   }
-  if (j.value("hidden_act", "silu") != "silu") {
-    throw InvalidInput("only silu MLPs are implemented", {cfg_path, "hidden_act", j.value("hidden_act", "")});
+  if (!j.max_position_embeddings) {
+    throw InvalidInput("config needs a positive integer", {cfg_path, "max_position_embeddings", "missing"});
   }
   ModelConfig c;
   c.name = fs::path(dir).filename().string();
   if (c.name.empty()) c.name = fs::path(dir).parent_path().filename().string();
-  c.dim = positive(j, "hidden_size", cfg_path);
-  c.hidden_dim = positive(j, "intermediate_size", cfg_path);
-  c.n_layers = positive(j, "num_hidden_layers", cfg_path);
-  c.n_heads = positive(j, "num_attention_heads", cfg_path);
-  c.n_kv_heads = j.contains("num_key_value_heads") ? positive(j, "num_key_value_heads", cfg_path) : c.n_heads;
-  c.vocab_size = positive(j, "vocab_size", cfg_path);
-  c.seq_len = positive(j, "max_position_embeddings", cfg_path);
-  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? positive(j, "head_dim", cfg_path) : c.dim / c.n_heads;
-  c.rope_theta = j.value("rope_theta", 10000.0);
-  c.norm_eps = static_cast<float>(j.value("rms_norm_eps", 1e-6));
+  c.dim = j.hidden_size;
+  c.hidden_dim = j.intermediate_size;
+  c.n_layers = j.num_hidden_layers;
+  c.n_heads = j.num_attention_heads;
+  c.n_kv_heads = j.num_key_value_heads;
+  c.vocab_size = j.vocab_size;
+  c.seq_len = *j.max_position_embeddings;
+  c.head_dim = j.head_dim;
+  c.rope_theta = j.rope_theta;
+  c.norm_eps = static_cast<float>(j.rms_norm_eps);
   c.rope_layout = RopeLayout::rotate_half;
-  c.qkv_bias = type == "qwen2" || j.value("attention_bias", false);
-  c.tokenizer = j.value("akv_tokenizer", "");
+  c.qkv_bias = type == "qwen2" || j.attention_bias;
+  c.tokenizer = j.akv_tokenizer;
   if (!c.tokenizer.empty() && c.tokenizer != "bytes") {
     throw InvalidInput("unknown akv_tokenizer (akv knows bytes)", {cfg_path, "akv_tokenizer", c.tokenizer});
   }
-  const bool sliding = type == "qwen2" ? j.value("use_sliding_window", false) : true;
-  if (sliding && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+  const bool sliding = type == "qwen2" ? j.use_sliding_window : true;
+  if (sliding && j.sliding_window) {
     // Attention within a window equals full attention up to the window: cap the context there.
-    const std::size_t w = positive(j, "sliding_window", cfg_path);
-    c.seq_len = std::min(c.seq_len, w);
-  }
-  if (c.n_heads % c.n_kv_heads != 0) {
-    throw InvalidInput("num_attention_heads must be a multiple of num_key_value_heads",
-                       {cfg_path, "num_key_value_heads", std::to_string(c.n_kv_heads)});
+    c.seq_len = std::min(c.seq_len, *j.sliding_window);
   }
   if (c.head_dim % 2 != 0) throw InvalidInput("head_dim must be even", {cfg_path, "head_dim", std::to_string(c.head_dim)});
   const Tensors t(dir);
-  const bool tied = j.value("tie_word_embeddings", false) || !t.has("lm_head.weight");
+  const bool tied = j.tie_word_embeddings || !t.has("lm_head.weight");
   const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   ModelWeights w;
   w.embedding = t.matrix("model.embed_tokens.weight", c.vocab_size, c.dim);

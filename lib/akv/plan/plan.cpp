@@ -4,9 +4,9 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "akv/core/errors.h"
+#include "akv/model/hf_config.h"
 #include "akv/quant/head_codec.h"
 
 namespace akv {
@@ -15,13 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
-
-std::size_t config_size(const nlohmann::json& j, const char* key, const std::string& file) {
-  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<long long>() <= 0) {
-    throw InvalidInput("missing or non-positive integer", {file, key, j.contains(key) ? j[key].dump() : "missing"});
-  }
-  return j[key].get<std::size_t>();
-}
 
 // One quantized tensor of one head after n tokens (as PackedTensor stores it).
 double tensor_bytes(const TensorQuant& t, std::size_t residual, std::size_t d, std::size_t n_out, std::size_t n) {
@@ -60,33 +53,20 @@ PlanBytes tiered_bytes(const TieredParams& t, std::size_t d, std::size_t n) {
 }  // namespace
 
 PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes) {
-  const std::string file = fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
-  std::ifstream in(file);
-  if (!in) throw IoError("cannot open model config", {file});
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("config is not a JSON object", {file});
+  const HfConfig c = read_hf_config(path);
   PlanShape s;
-  s.name = j.value("_name_or_path", fs::path(file).parent_path().filename().string());
-  s.layers = config_size(j, "num_hidden_layers", file);
-  s.heads = config_size(j, "num_attention_heads", file);
-  s.kv_heads = j.contains("num_key_value_heads") ? config_size(j, "num_key_value_heads", file) : s.heads;
-  const std::size_t dim = config_size(j, "hidden_size", file);
-  s.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? config_size(j, "head_dim", file) : dim / s.heads;
-  if (s.heads % s.kv_heads != 0) {
-    throw InvalidInput("num_attention_heads must be a multiple of num_key_value_heads",
-                       {file, "num_key_value_heads", std::to_string(s.kv_heads)});
-  }
-  const std::size_t ffn = config_size(j, "intermediate_size", file), vocab = config_size(j, "vocab_size", file);
-  const bool tied = j.value("tie_word_embeddings", false);
+  s.name = c.name.empty() ? fs::path(c.file).parent_path().filename().string() : c.name;
+  s.layers = c.num_hidden_layers;
+  s.heads = c.num_attention_heads;
+  s.kv_heads = c.num_key_value_heads;
+  s.head_dim = c.head_dim;
+  const std::size_t dim = c.hidden_size, ffn = c.intermediate_size, vocab = c.vocab_size;
   const std::size_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
   const double per_layer = static_cast<double>(dim * q + 2 * dim * kv + q * dim + 3 * dim * ffn + 2 * dim);
-  const double params = static_cast<double>(s.layers) * per_layer + static_cast<double>(vocab * dim) * (tied ? 1 : 2) +
-                        static_cast<double>(dim);
+  const double params = static_cast<double>(s.layers) * per_layer +
+                        static_cast<double>(vocab * dim) * (c.tie_word_embeddings ? 1 : 2) + static_cast<double>(dim);
   int bytes = weight_dtype_bytes;
-  if (bytes <= 0) {
-    const std::string dt = j.value("torch_dtype", "float16");
-    bytes = dt == "float32" ? 4 : 2;
-  }
+  if (bytes <= 0) bytes = c.torch_dtype == "float32" ? 4 : 2;
   s.weight_bytes = static_cast<std::uint64_t>(params) * static_cast<std::uint64_t>(bytes);
   return s;
 }

@@ -1,0 +1,37 @@
+#pragma once
+// A Hugging Face config.json as akv reads it: the shape and RoPE/norm fields of Llama-family
+// models, each checked for its type (positive integers where sizes are meant). Used by the model
+// loader (hf.h) and by `akv plan` (plan/plan.h); which fields and values a caller supports is
+// its own decision.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace akv {
+
+struct HfConfig {
+  std::string file;        // the config.json read (named in errors)
+  std::string name;        // _name_or_path when given, else ""
+  std::string model_type;  // "" when absent
+  std::size_t hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0, vocab_size = 0;
+  std::size_t num_attention_heads = 0;
+  std::size_t num_key_value_heads = 0;  // num_attention_heads when absent
+  std::size_t head_dim = 0;             // hidden_size / num_attention_heads when absent or null
+  std::optional<std::size_t> max_position_embeddings;
+  std::optional<std::size_t> sliding_window;  // absent or null: none
+  bool use_sliding_window = false, tie_word_embeddings = false, attention_bias = false;
+  double rope_theta = 10000.0, rms_norm_eps = 1e-6;
+  std::string hidden_act = "silu", torch_dtype, akv_tokenizer;
+  nlohmann::json rope_scaling;  // null when absent
+};
+
+// Reads `path` (a config.json, or the directory holding one). Throws IoError when it cannot be
+// opened, CorruptData when it is not a JSON object, InvalidInput naming the field for a
+// model_type outside `model_types` (when given; checked first), a missing size, a wrong type,
+// or num_attention_heads not a multiple of num_key_value_heads.
+HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types = {});
+
+}  // namespace akv
