@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "akv/alloc/bits.h"
+#include "akv/alloc/knapsack.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 

@@ -2,6 +2,7 @@
 #include <fstream>
 
 #include "akv/alloc/joint.h"
+#include "akv/alloc/knapsack.h"
 #include "akv/cache/compress.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"

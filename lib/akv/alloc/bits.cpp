@@ -75,47 +75,4 @@ std::vector<int> adakv_proxy_bits(const std::vector<double>& importance, double 
   return bits;
 }
 
-std::vector<std::size_t> knapsack_min_error(const std::vector<std::vector<double>>& err,
-                                            const std::vector<int>& cost, long long budget) {
-  if (cost.empty()) throw InvalidInput("empty candidate set", {"", "--bits", ""});
-  const std::size_t n = err.size(), k = cost.size();
-  const int cmin = *std::min_element(cost.begin(), cost.end());
-  if (static_cast<long long>(n) * cmin > budget) {
-    throw InvalidInput("budget below the cheapest choice (needs " + std::to_string(static_cast<long long>(n) * cmin) + ")",
-                       {"", "budget", std::to_string(budget)});
-  }
-  const long long B = std::min<long long>(budget, static_cast<long long>(n) * *std::max_element(cost.begin(), cost.end()));
-  const double inf = std::numeric_limits<double>::infinity();
-  // best[i][b]: minimal error of items [0, i) using exactly b cost units.
-  std::vector<std::vector<double>> best(n + 1, std::vector<double>(static_cast<std::size_t>(B) + 1, inf));
-  std::vector<std::vector<int>> choice(n + 1, std::vector<int>(static_cast<std::size_t>(B) + 1, -1));
-  best[0][0] = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    for (long long b = 0; b <= B; ++b) {
-      if (best[i][static_cast<std::size_t>(b)] == inf) continue;
-      for (std::size_t j = 0; j < k; ++j) {
-        const long long nb = b + cost[j];
-        if (nb > B) continue;
-        const double v = best[i][static_cast<std::size_t>(b)] + err[i][j];
-        double& slot = best[i + 1][static_cast<std::size_t>(nb)];
-        if (v < slot) {
-          slot = v;
-          choice[i + 1][static_cast<std::size_t>(nb)] = static_cast<int>(j);
-        }
-      }
-    }
-  }
-  long long end = -1;
-  for (long long b = 0; b <= B; ++b) {
-    if (best[n][static_cast<std::size_t>(b)] < (end < 0 ? inf : best[n][static_cast<std::size_t>(end)])) end = b;
-  }
-  std::vector<std::size_t> pick(n);
-  for (std::size_t i = n; i > 0; --i) {
-    const int j = choice[i][static_cast<std::size_t>(end)];
-    pick[i - 1] = static_cast<std::size_t>(j);
-    end -= cost[static_cast<std::size_t>(j)];
-  }
-  return pick;
-}
-
 }  // namespace akv

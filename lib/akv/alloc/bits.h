@@ -1,6 +1,6 @@
 #pragma once
-// Bit allocation across heads: the AdaKV-proxy rule of this project's seed, and an exact
-// multiple-choice knapsack over measured error curves.
+// Bit allocation across heads: the AdaKV-proxy rule of this project's seed (the exact knapsack
+// over measured error curves is alloc/knapsack.h).
 #include <cstddef>
 #include <vector>
 
@@ -26,12 +26,5 @@ struct RunningMoments {
 // levels. With target == lo every head gets lo.
 std::vector<int> adakv_proxy_bits(const std::vector<double>& importance, double target, int lo,
                                   int mid, int hi);
-
-// Multiple-choice knapsack: item i picks one option j (cost[j] bits, error err[i][j]); the sum
-// of costs must not exceed `budget`; minimise the summed error. Exact dynamic programming over
-// the integer budget; ties go to the lower-cost option of the lower item. Returns the option
-// index per item; throws InvalidInput when even the cheapest choice exceeds the budget.
-std::vector<std::size_t> knapsack_min_error(const std::vector<std::vector<double>>& err,
-                                            const std::vector<int>& cost, long long budget);
 
 }  // namespace akv

@@ -7,6 +7,7 @@
 
 #include "akv/alloc/budgets_file.h"
 #include "akv/alloc/eviction.h"
+#include "akv/alloc/knapsack.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/io/dump.h"
@@ -38,61 +39,6 @@ MatF attend(const float* q, std::size_t nq, const float* k, const float* v, cons
 }
 
 }  // namespace
-
-std::vector<std::size_t> knapsack_real(const std::vector<std::vector<double>>& err,
-                                       const std::vector<std::vector<double>>& cost, double budget,
-                                       std::size_t resolution) {
-  const std::size_t n = err.size();
-  double min_total = 0;
-  for (const auto& c : cost) {
-    if (c.empty()) throw InvalidInput("empty candidate set", {"", "candidates"});
-    min_total += *std::min_element(c.begin(), c.end());
-  }
-  if (min_total > budget) {
-    throw InvalidInput("byte budget too small: the cheapest choice of every head needs " +
-                           std::to_string(static_cast<long long>(std::ceil(min_total))) + " bytes",
-                       {"", "--bytes", std::to_string(static_cast<long long>(budget)) + " bytes"});
-  }
-  const double unit = budget / static_cast<double>(resolution);
-  const std::size_t B = resolution;
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(n + 1, std::vector<double>(B + 1, inf));
-  std::vector<std::vector<int>> choice(n + 1, std::vector<int>(B + 1, -1));
-  best[0][0] = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::vector<std::size_t> units(cost[i].size());
-    for (std::size_t j = 0; j < cost[i].size(); ++j) {
-      units[j] = static_cast<std::size_t>(std::ceil(cost[i][j] / unit - 1e-9));
-    }
-    for (std::size_t b = 0; b <= B; ++b) {
-      if (best[i][b] == inf) continue;
-      for (std::size_t j = 0; j < units.size(); ++j) {
-        const std::size_t nb = b + units[j];
-        if (nb > B) continue;
-        const double v = best[i][b] + err[i][j];
-        if (v < best[i + 1][nb]) {
-          best[i + 1][nb] = v;
-          choice[i + 1][nb] = static_cast<int>(j);
-        }
-      }
-    }
-  }
-  std::size_t end = B + 1;
-  for (std::size_t b = 0; b <= B; ++b) {
-    if (best[n][b] < inf && (end > B || best[n][b] < best[n][end])) end = b;
-  }
-  if (end > B) {
-    throw InvalidInput("byte budget too small after rounding to " + std::to_string(resolution) + " units",
-                       {"", "--bytes", std::to_string(static_cast<long long>(budget))});
-  }
-  std::vector<std::size_t> pick(n);
-  for (std::size_t i = n; i > 0; --i) {
-    const int j = choice[i][end];
-    pick[i - 1] = static_cast<std::size_t>(j);
-    end -= static_cast<std::size_t>(std::ceil(cost[i - 1][static_cast<std::size_t>(j)] / unit - 1e-9));
-  }
-  return pick;
-}
 
 std::vector<JointChoice> plan_joint(const DumpMeta& m, const JointSource& source, const JointOptions& o,
                                     const ProgressFn& progress) {

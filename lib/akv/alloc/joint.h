@@ -40,14 +40,6 @@ struct JointCandidate {
   double err2 = 0;          // sum ||o - o^||^2 over the head's queries (what is minimised)
 };
 
-// Multiple-choice knapsack with real costs: minimise sum err[i][pick] s.t. sum cost <= budget.
-// Costs are rounded up to units of budget / resolution (so the result always fits); exact when
-// costs are multiples of the unit. Throws InvalidInput naming the minimum when even the
-// cheapest choice of every item exceeds the budget.
-std::vector<std::size_t> knapsack_real(const std::vector<std::vector<double>>& err,
-                                       const std::vector<std::vector<double>>& cost, double budget,
-                                       std::size_t resolution = 20000);
-
 // The choice for one head: kept positions (ascending) and bits (16 = f16).
 struct JointChoice {
   std::vector<std::int32_t> kept;

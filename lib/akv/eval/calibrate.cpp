@@ -1,3 +1,4 @@
+#include "akv/alloc/knapsack.h"
 #include "akv/eval/calibrate.h"
 
 #include <fmt/format.h>
