@@ -2,6 +2,7 @@
 #include <cmath>
 #include <memory>
 
+#include "akv/attention/block_attention.h"
 #include "akv/attention/decode_attention.h"
 #include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
@@ -343,4 +344,78 @@ TEST_CASE("decode attention over several segments per KV head (tiers)", "[attent
   decode_attention_ref(a);
   CHECK(rel_err(out, ref) <= 1e-5);
   for (std::size_t h = 0; h < n_kv * nq; ++h) CHECK(rel_err(pf[h], pr[h]) <= 1e-5);
+}
+
+TEST_CASE("softmax and log_softmax: hand-computed values, f32 and f64 inputs agree", "[attention][block]") {
+  // s = {0, ln 2, ln 3}: p = {1, 2, 3} / 6.
+  const double sd[3] = {0.0, std::log(2.0), std::log(3.0)};
+  double p[3], lp[3];
+  softmax(sd, 3, p);
+  CHECK(p[0] == Approx(1.0 / 6).epsilon(1e-15));
+  CHECK(p[1] == Approx(2.0 / 6).epsilon(1e-15));
+  CHECK(p[2] == Approx(3.0 / 6).epsilon(1e-15));
+  log_softmax(sd, 3, lp);
+  for (int j = 0; j < 3; ++j) CHECK(lp[j] == Approx(std::log(p[j])).epsilon(1e-14));
+  // Large logits do not overflow (max subtracted), and f32 input is promoted exactly.
+  const float sf[2] = {1000.0f, 1000.0f};
+  double pf[2];
+  softmax(sf, 2, pf);
+  CHECK(pf[0] == 0.5);
+  CHECK(pf[1] == 0.5);
+}
+
+TEST_CASE("causal block attention: fast path within 1e-5 of the f64 reference, blocks and prefixes", "[attention][block]") {
+  // 300 queries (three blocks of 128) at positions 100..399 over 400 keys, and a subset of keys.
+  const std::size_t nk = 400, nq = 300, d = 32;
+  Rng rng(11);
+  std::vector<float> q(nq * d), k(nk * d), v(nk * d);
+  for (auto* x : {&q, &k, &v}) {
+    for (float& f : *x) f = static_cast<float>(rng.normal());
+  }
+  std::vector<std::size_t> visible(nq);
+  for (std::size_t i = 0; i < nq; ++i) visible[i] = 100 + i + 1;
+  visible[0] = 0;  // a query that sees nothing
+  CausalBlock b;
+  b.q = q.data();
+  b.k = k.data();
+  b.visible = visible.data();
+  b.nq = nq;
+  b.nk = nk;
+  b.d = d;
+  // Reference outputs: f64 logits, softmax, P V in f64.
+  std::vector<double> ref(nq * d, 0.0);
+  causal_logits_ref(b, [&](std::size_t i, const double* s, std::size_t n) {
+    if (n == 0) return;
+    std::vector<double> p(n);
+    softmax(s, n, p.data());
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t c = 0; c < d; ++c) ref[i * d + c] += p[j] * v[j * d + c];
+    }
+  });
+  std::vector<float> out(nq * d, -1.0f);
+  std::size_t rows_seen = 0;
+  std::ptrdiff_t last = -1;
+  causal_attention(b, v.data(), out.data(), [&](std::size_t i, const float*, const double* p, std::size_t n) {
+    CHECK(static_cast<std::ptrdiff_t>(i) > last);  // queries in order
+    last = static_cast<std::ptrdiff_t>(i);
+    double sum = 0;
+    for (std::size_t j = 0; j < n; ++j) sum += p[j];
+    CHECK(sum == Approx(1.0).epsilon(1e-12));
+    CHECK(n == visible[i]);
+    ++rows_seen;
+  });
+  CHECK(rows_seen == nq - 1);  // every query but the one that sees nothing
+  double worst = 0;
+  for (std::size_t i = 0; i < nq * d; ++i) worst = std::max(worst, std::fabs(out[i] - ref[i]));
+  CHECK(worst < 1e-5);
+  for (std::size_t c = 0; c < d; ++c) CHECK(out[c] == 0.0f);  // visible 0: zero output
+  // Logits: fast f32 within 1e-5 of the f64 reference, row by row.
+  std::vector<std::vector<double>> ls(nq);
+  causal_logits_ref(b, [&](std::size_t i, const double* s, std::size_t n) { ls[i].assign(s, s + n); });
+  double lw = 0;
+  causal_logits(b, [&](std::size_t i, const float* s, std::size_t n) {
+    REQUIRE(n == ls[i].size());
+    for (std::size_t j = 0; j < n; ++j) lw = std::max(lw, std::fabs(s[j] - ls[i][j]));
+  });
+  CHECK(lw < 1e-5);
 }

@@ -8,6 +8,7 @@
 #include "akv/alloc/budgets_file.h"
 #include "akv/alloc/eviction.h"
 #include "akv/alloc/knapsack.h"
+#include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/io/dump.h"
@@ -20,22 +21,24 @@ namespace {
 
 using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// Causal attention outputs [nq, d] of queries at positions qpos over rows at positions kpos.
+// Causal attention outputs [nq, d] of queries at positions first_qpos + i over rows at positions
+// kpos (ascending).
 MatF attend(const float* q, std::size_t nq, const float* k, const float* v, const std::size_t* kpos,
             std::size_t nk, std::size_t d, std::size_t first_qpos) {
-  Eigen::Map<const MatF> Q(q, static_cast<Eigen::Index>(nq), static_cast<Eigen::Index>(d));
-  Eigen::Map<const MatF> K(k, static_cast<Eigen::Index>(nk), static_cast<Eigen::Index>(d));
-  Eigen::Map<const MatF> V(v, static_cast<Eigen::Index>(nk), static_cast<Eigen::Index>(d));
-  MatF s = (Q * K.transpose()) * (1.0f / std::sqrt(static_cast<float>(d)));
+  std::vector<std::size_t> visible(nq);
   for (std::size_t i = 0; i < nq; ++i) {
-    float* row = s.row(static_cast<Eigen::Index>(i)).data();
-    const std::size_t n = static_cast<std::size_t>(std::upper_bound(kpos, kpos + nk, first_qpos + i) - kpos);
-    double m = -INFINITY, z = 0;
-    for (std::size_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(row[j]));
-    for (std::size_t j = 0; j < n; ++j) z += std::exp(row[j] - m);
-    for (std::size_t j = 0; j < nk; ++j) row[j] = j < n ? static_cast<float>(std::exp(row[j] - m) / z) : 0.0f;
+    visible[i] = static_cast<std::size_t>(std::upper_bound(kpos, kpos + nk, first_qpos + i) - kpos);
   }
-  return s * V;
+  CausalBlock b;
+  b.q = q;
+  b.k = k;
+  b.visible = visible.data();
+  b.nq = nq;
+  b.nk = nk;
+  b.d = d;
+  MatF out(static_cast<Eigen::Index>(nq), static_cast<Eigen::Index>(d));
+  causal_attention(b, v, out.data());
+  return out;
 }
 
 }  // namespace

@@ -5,13 +5,13 @@
 #include <cmath>
 #include <numeric>
 
+#include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 
 namespace akv {
 namespace {
 
 using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // Index in `original` positions of every compressed key (positions must be a subset).
 std::vector<std::size_t> map_positions(const AttentionInput& o, const AttentionInput& c) {
@@ -42,16 +42,6 @@ std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k) {
                     [&](std::size_t a, std::size_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
   order.resize(k);
   return order;
-}
-
-// Log-probabilities of one query row: logp[j] = s[j] - logsumexp(s[0..n)).
-void log_softmax(const double* s, std::size_t n, double* logp) {
-  double m = -INFINITY;
-  for (std::size_t j = 0; j < n; ++j) m = std::max(m, s[j]);
-  double sum = 0;
-  for (std::size_t j = 0; j < n; ++j) sum += std::exp(s[j] - m);
-  const double lse = m + std::log(sum);
-  for (std::size_t j = 0; j < n; ++j) logp[j] = s[j] - lse;
 }
 
 // Per-query metrics from logits and outputs of both sides.
@@ -91,6 +81,7 @@ void check(const AttentionInput& o, const AttentionInput& c) {
   if (o.nq != c.nq || o.d != c.d) throw InvalidInput("attention inputs differ in shape", {"", "nq/d"});
   for (std::size_t i = 0; i < o.nq; ++i) {
     if (o.qpos[i] != c.qpos[i]) throw InvalidInput("query positions differ", {"", "qpos"});
+    if (i > 0 && o.qpos[i] < o.qpos[i - 1]) throw InvalidInput("query positions must ascend", {"", "qpos"});
   }
 }
 
@@ -99,36 +90,40 @@ void check(const AttentionInput& o, const AttentionInput& c) {
 AttentionFidelity attention_fidelity(const AttentionInput& o, const AttentionInput& c) {
   check(o, c);
   const std::vector<std::size_t> idx = map_positions(o, c);
-  const auto d = static_cast<Eigen::Index>(o.d);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(o.d));
-  auto logits = [&](const AttentionInput& a) {
-    Eigen::Map<const MatF> q(a.q, static_cast<Eigen::Index>(a.nq), d);
-    Eigen::Map<const MatF> k(a.k, static_cast<Eigen::Index>(a.nk), d);
-    MatF s = (q * k.transpose()) * scale;
-    return s;
+  // Outputs [nq, d] and each query's logits (as f64) of one side.
+  auto attend = [](const AttentionInput& a, std::vector<float>& out, std::vector<std::vector<double>>& logits) {
+    std::vector<std::size_t> vis(a.nq);
+    for (std::size_t i = 0; i < a.nq; ++i) vis[i] = visible(a, a.qpos[i]);
+    CausalBlock b;
+    b.q = a.q;
+    b.k = a.k;
+    b.visible = vis.data();
+    b.nq = a.nq;
+    b.nk = a.nk;
+    b.d = a.d;
+    out.assign(a.nq * a.d, 0.0f);
+    logits.assign(a.nq, {});
+    causal_attention(b, a.v, out.data(), [&](std::size_t i, const float* s, const double*, std::size_t n) {
+      logits[i].assign(s, s + n);
+    });
   };
-  const MatF s = logits(o), sc = logits(c);
-  MatF p = MatF::Zero(s.rows(), s.cols()), pc = MatF::Zero(sc.rows(), sc.cols());
+  std::vector<float> out, outc;
+  std::vector<std::vector<double>> s, sc;
+  attend(o, out, s);
+  attend(c, outc, sc);
   AttentionFidelity f;
-  std::vector<double> row, rowc, lp;
   for (std::size_t i = 0; i < o.nq; ++i) {
-    const std::size_t n = visible(o, o.qpos[i]), nc = visible(c, c.qpos[i]);
-    const auto r = static_cast<Eigen::Index>(i);
-    row.assign(s.row(r).data(), s.row(r).data() + n);
-    rowc.assign(sc.row(r).data(), sc.row(r).data() + nc);
-    if (n == 0 || nc == 0) continue;
-    compare_row(row.data(), n, rowc.data(), nc, idx, f);
-    lp.resize(std::max(n, nc));
-    log_softmax(row.data(), n, lp.data());
-    for (std::size_t j = 0; j < n; ++j) p(r, static_cast<Eigen::Index>(j)) = static_cast<float>(std::exp(lp[j]));
-    log_softmax(rowc.data(), nc, lp.data());
-    for (std::size_t j = 0; j < nc; ++j) pc(r, static_cast<Eigen::Index>(j)) = static_cast<float>(std::exp(lp[j]));
+    if (s[i].empty() || sc[i].empty()) {  // no key on one side: the query counts for neither
+      std::fill_n(out.begin() + static_cast<std::ptrdiff_t>(i * o.d), o.d, 0.0f);
+      std::fill_n(outc.begin() + static_cast<std::ptrdiff_t>(i * o.d), o.d, 0.0f);
+      continue;
+    }
+    compare_row(s[i].data(), s[i].size(), sc[i].data(), sc[i].size(), idx, f);
   }
-  Eigen::Map<const MatF> v(o.v, static_cast<Eigen::Index>(o.nk), d);
-  Eigen::Map<const MatF> vc(c.v, static_cast<Eigen::Index>(c.nk), d);
-  const MatF out = p * v, outc = pc * vc;
-  f.out_err2 = (out - outc).cast<double>().squaredNorm();
-  f.out_norm2 = out.cast<double>().squaredNorm();
+  const auto rows = static_cast<Eigen::Index>(o.nq), d = static_cast<Eigen::Index>(o.d);
+  Eigen::Map<const MatF> om(out.data(), rows, d), ocm(outc.data(), rows, d);
+  f.out_err2 = (om - ocm).cast<double>().squaredNorm();
+  f.out_norm2 = om.cast<double>().squaredNorm();
   return f;
 }
 

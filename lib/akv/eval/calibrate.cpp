@@ -10,6 +10,7 @@
 
 #include "akv/alloc/bits.h"
 #include "akv/alloc/calibration_file.h"
+#include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/eval/attention.h"
@@ -82,31 +83,30 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
   std::vector<double> sorted = absmax;
   std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(d / 2), sorted.end());
   r.outlier_ratio = sorted[d / 2] > 0 ? *std::max_element(absmax.begin(), absmax.end()) / sorted[d / 2] : 0.0;
-  // Attention entropy of the window queries, mean over queries and the group's heads.
+  // Attention entropy of the window queries, mean over queries and the group's heads (f64).
   double ent = 0;
   std::size_t cnt = 0;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<std::size_t> visible(m.n_query);
+  for (std::size_t i = 0; i < m.n_query; ++i) visible[i] = m.first_query_pos() + i + 1;
+  std::vector<double> p;
   for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
-    for (std::size_t i = 0; i < m.n_query; ++i) {
-      const std::size_t pos = m.first_query_pos() + i;
-      std::vector<double> s(pos + 1);
-      double mx = -INFINITY;
-      for (std::size_t t = 0; t <= pos; ++t) {
-        double dot = 0;
-        for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(query.at(qh, i, c)) * k[t * d + c];
-        s[t] = dot * scale;
-        mx = std::max(mx, s[t]);
-      }
-      double z = 0;
-      for (double& x : s) z += std::exp(x - mx);
+    CausalBlock b;
+    b.q = query.row(qh, 0);
+    b.k = k;
+    b.visible = visible.data();
+    b.nq = m.n_query;
+    b.nk = T;
+    b.d = d;
+    causal_logits_ref(b, [&](std::size_t, const double* s, std::size_t n) {
+      p.resize(n);
+      softmax(s, n, p.data());
       double e = 0;
-      for (double x : s) {
-        const double p = std::exp(x - mx) / z;
-        if (p > 0) e -= p * std::log(p);
+      for (double x : p) {
+        if (x > 0) e -= x * std::log(x);
       }
       ent += e;
       ++cnt;
-    }
+    });
   }
   r.entropy = cnt ? ent / static_cast<double>(cnt) : 0.0;
   return r;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/policy/kv_runtime.h"
@@ -13,14 +14,9 @@ namespace akv {
 namespace {
 
 // log-softmax of f32 logits in f64.
-std::vector<double> log_softmax(const float* x, std::size_t n) {
-  double m = x[0];
-  for (std::size_t i = 1; i < n; ++i) m = std::max(m, static_cast<double>(x[i]));
-  double s = 0;
-  for (std::size_t i = 0; i < n; ++i) s += std::exp(x[i] - m);
-  const double lse = m + std::log(s);
+std::vector<double> log_probs(const float* x, std::size_t n) {
   std::vector<double> out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = x[i] - lse;
+  log_softmax(x, n, out.data());
   return out;
 }
 
@@ -79,7 +75,7 @@ PplReport evaluate_perplexity(const Model& model,
     const std::vector<std::int32_t> prompt(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(P));
     const PrefillResult pre = model.prefill(prompt, false);
     const PromptKv pkv{&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, P};
-    const std::vector<double> first = log_softmax(pre.logits.row(0).data(), c.vocab_size);
+    const std::vector<double> first = log_probs(pre.logits.row(0).data(), c.vocab_size);
     std::vector<std::vector<double>> ref;  // full-cache log-probabilities per predicted token
     for (std::size_t mi = 0; mi < methods.size(); ++mi) {
       auto cache = make_kv_policy(methods[mi].params, g, 1);
@@ -91,7 +87,7 @@ PplReport evaluate_perplexity(const Model& model,
           lp = first;
         } else {
           const std::vector<float> logits = model.decode(seq[pos], pos, *cache);
-          lp = log_softmax(logits.data(), logits.size());
+          lp = log_probs(logits.data(), logits.size());
         }
         const std::size_t k = pos - (P - 1);
         s.nll -= lp[static_cast<std::size_t>(seq[pos + 1])];

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "akv/attention/decode_attention.h"
+#include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 
@@ -28,18 +29,6 @@ RowMatrix rmsnorm_rows(const RowMatrix& x, const std::vector<float>& w, float ep
     rmsnorm(x.row(r).data(), w, eps, static_cast<std::size_t>(x.cols()), out.row(r).data());
   }
   return out;
-}
-
-// llama2.c softmax in place, f32.
-void softmax(float* x, std::size_t n) {
-  float m = x[0];
-  for (std::size_t i = 1; i < n; ++i) m = std::max(m, x[i]);
-  float sum = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - m);
-    sum += x[i];
-  }
-  for (std::size_t i = 0; i < n; ++i) x[i] /= sum;
 }
 
 void add_bias(RowMatrix& m, const std::vector<float>& b) {
@@ -92,7 +81,6 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     x.row(static_cast<Eigen::Index>(i)) = w_.embedding.row(tokens[i]);
   }
   PrefillResult res;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (const LayerWeights& lw : w_.layers) {
     const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
     RowMatrix q = xb * lw.wq.transpose(), k = xb * lw.wk.transpose(), v = xb * lw.wv.transpose();
@@ -105,15 +93,19 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(kh.row(h, 0), n, 0, c.rope_layout, rope_);
     Tensor3 vh = split_heads(v, c.n_kv_heads, hd);
     RowMatrix att(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.n_heads * hd));
+    std::vector<std::size_t> visible(n);
+    for (std::size_t i = 0; i < n; ++i) visible[i] = i + 1;
     parallel_for(c.n_heads, threads, [&](std::size_t h) {  // heads write disjoint columns
       const std::size_t kv = h / g;
-      RowMatrix s = (qh.slice(h) * kh.slice(kv).transpose()) * scale;  // [n, n]
-      for (std::size_t i = 0; i < n; ++i) {
-        float* row = s.row(static_cast<Eigen::Index>(i)).data();
-        softmax(row, i + 1);
-        std::fill(row + i + 1, row + n, 0.0f);
-      }
-      att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = s * vh.slice(kv);
+      CausalBlock b;
+      b.q = qh.row(h, 0);
+      b.k = kh.row(kv, 0);
+      b.visible = visible.data();
+      b.nq = b.nk = n;
+      b.d = hd;
+      RowMatrix o(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd));
+      causal_attention(b, vh.row(kv, 0), o.data());
+      att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;
     });
     x += att * lw.wo.transpose();
     const RowMatrix xf = rmsnorm_rows(x, lw.ffn_norm, c.norm_eps);

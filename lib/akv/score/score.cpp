@@ -1,35 +1,20 @@
 #include "akv/score/score.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
+#include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 
 namespace akv {
 namespace {
 
-using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// Adds softmax(s[0..n)) to acc[0..n) (f64 sums).
-void add_softmax(const float* s, std::size_t n, double* acc, std::vector<double>& tmp) {
-  float m = -INFINITY;
-  for (std::size_t j = 0; j < n; ++j) m = std::max(m, s[j]);
-  tmp.resize(n);
-  double sum = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    tmp[j] = std::exp(static_cast<double>(s[j]) - m);
-    sum += tmp[j];
-  }
-  for (std::size_t j = 0; j < n; ++j) acc[j] += tmp[j] / sum;
-}
-
-void add_softmax_ref(const std::vector<double>& s, double* acc) {
-  double m = -INFINITY;
-  for (double v : s) m = std::max(m, v);
-  double sum = 0;
-  for (double v : s) sum += std::exp(v - m);
-  for (std::size_t j = 0; j < s.size(); ++j) acc[j] += std::exp(s[j] - m) / sum;
+// Adds the probabilities of logits s[0..n) to acc[0..n).
+template <class T>
+void add_softmax(const T* s, std::size_t n, double* acc, std::vector<double>& p) {
+  p.resize(n);
+  softmax(s, n, p.data());
+  for (std::size_t j = 0; j < n; ++j) acc[j] += p[j];
 }
 
 // Turns per-query-head accumulations into the KV head's scores.
@@ -131,28 +116,25 @@ HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, c
   validate_score_options(o, m);
   const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
   const std::size_t rows = o.method == ScoreMethod::h2o ? nq : o.window;  // last `rows` queries
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<double> tmp;
-  Eigen::Map<const MatF> k(key.row(h, 0), static_cast<Eigen::Index>(T), static_cast<Eigen::Index>(d));
   std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)), all;
   if (o.method == ScoreMethod::h2o) all.assign(g, std::vector<double>(T, 0.0));
-  // Query rows in blocks, each against the keys its causal rows can see: memory O(block * T)
-  // (H2O scores every prompt query: one [T, T] product would need 4 GB per head at 32K).
-  constexpr std::size_t kBlock = 128;
+  // The last `rows` query rows, at positions T - rows + i: blocked (H2O scores every prompt
+  // query; one [T, T] product would need 4 GB per head at 32K).
+  std::vector<std::size_t> visible(rows);
+  for (std::size_t i = 0; i < rows; ++i) visible[i] = T - rows + i + 1;
   for (std::size_t q = 0; q < g; ++q) {
-    const std::size_t qh = h * g + q;
-    for (std::size_t i0 = 0; i0 < rows; i0 += kBlock) {
-      const std::size_t i1 = std::min(rows, i0 + kBlock), ncols = T - rows + i1;  // keys [0, ncols)
-      Eigen::Map<const MatF> qm(query.row(qh, nq - rows + i0), static_cast<Eigen::Index>(i1 - i0),
-                                static_cast<Eigen::Index>(d));
-      const MatF s = (qm * k.topRows(static_cast<Eigen::Index>(ncols)).transpose()) * scale;  // [i1 - i0, ncols]
-      for (std::size_t i = i0; i < i1; ++i) {
-        const std::size_t pos = T - rows + i;
-        const float* row = s.data() + (i - i0) * ncols;
-        if (i >= rows - o.window) add_softmax(row, pos + 1, win[q].data(), tmp);
-        if (o.method == ScoreMethod::h2o) add_softmax(row, pos + 1, all[q].data(), tmp);
-      }
-    }
+    CausalBlock b;
+    b.q = query.row(h * g + q, nq - rows);
+    b.k = key.row(h, 0);
+    b.visible = visible.data();
+    b.nq = rows;
+    b.nk = T;
+    b.d = d;
+    causal_logits(b, [&](std::size_t i, const float* s, std::size_t n) {
+      if (i >= rows - o.window) add_softmax(s, n, win[q].data(), tmp);
+      if (o.method == ScoreMethod::h2o) add_softmax(s, n, all[q].data(), tmp);
+    });
   }
   return finish(win, all, m, o);
 }
@@ -169,23 +151,24 @@ std::vector<HeadScores> score_layer_ref(const Tensor3& query, const Tensor3& key
   validate_score_options(o, m);
   const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
   std::vector<HeadScores> out(m.n_kv_heads);
+  std::vector<std::size_t> visible(nq);
+  for (std::size_t i = 0; i < nq; ++i) visible[i] = T - nq + i + 1;
+  std::vector<double> tmp;
   for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
     std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)),
         all(g, std::vector<double>(T, 0.0));
     for (std::size_t q = 0; q < g; ++q) {
-      for (std::size_t i = 0; i < nq; ++i) {
-        const std::size_t pos = T - nq + i;
-        std::vector<double> s(pos + 1);
-        for (std::size_t t = 0; t <= pos; ++t) {
-          double dot = 0;
-          for (std::size_t c = 0; c < d; ++c) {
-            dot += static_cast<double>(query.at(h * g + q, i, c)) * key.at(h, t, c);
-          }
-          s[t] = dot / std::sqrt(static_cast<double>(d));
-        }
-        if (i >= nq - o.window) add_softmax_ref(s, win[q].data());
-        add_softmax_ref(s, all[q].data());
-      }
+      CausalBlock b;
+      b.q = query.row(h * g + q, 0);
+      b.k = key.row(h, 0);
+      b.visible = visible.data();
+      b.nq = nq;
+      b.nk = T;
+      b.d = d;
+      causal_logits_ref(b, [&](std::size_t i, const double* s, std::size_t n) {
+        if (i >= nq - o.window) add_softmax(s, n, win[q].data(), tmp);
+        add_softmax(s, n, all[q].data(), tmp);
+      });
     }
     out[h] = finish(win, all, m, o);
   }

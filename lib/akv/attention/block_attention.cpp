@@ -1,0 +1,103 @@
+#include "akv/attention/block_attention.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace akv {
+namespace {
+
+using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <class T>
+double row_max(const T* s, std::size_t n) {
+  double m = -INFINITY;
+  for (std::size_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(s[j]));
+  return m;
+}
+
+template <class T>
+void softmax_t(const T* s, std::size_t n, double* p) {
+  const double m = row_max(s, n);
+  double sum = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    p[j] = std::exp(static_cast<double>(s[j]) - m);
+    sum += p[j];
+  }
+  for (std::size_t j = 0; j < n; ++j) p[j] /= sum;
+}
+
+template <class T>
+void log_softmax_t(const T* s, std::size_t n, double* logp) {
+  const double m = row_max(s, n);
+  double sum = 0;
+  for (std::size_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(s[j]) - m);
+  const double lse = m + std::log(sum);
+  for (std::size_t j = 0; j < n; ++j) logp[j] = static_cast<double>(s[j]) - lse;
+}
+
+// Calls block(i0, i1, s) for blocks of query rows with s = logits [i1 - i0, visible[i1 - 1]].
+template <class Fn>
+void for_each_block(const CausalBlock& b, Fn&& block) {
+  const auto d = static_cast<Eigen::Index>(b.d);
+  Eigen::Map<const MatF> k(b.k, static_cast<Eigen::Index>(b.nk), d);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(b.d));
+  for (std::size_t i0 = 0; i0 < b.nq; i0 += kAttentionBlock) {
+    const std::size_t i1 = std::min(b.nq, i0 + kAttentionBlock), ncols = b.visible[i1 - 1];
+    Eigen::Map<const MatF> q(b.q + i0 * b.d, static_cast<Eigen::Index>(i1 - i0), d);
+    const MatF s = (q * k.topRows(static_cast<Eigen::Index>(ncols)).transpose()) * scale;
+    block(i0, i1, s);
+  }
+}
+
+}  // namespace
+
+void softmax(const float* s, std::size_t n, double* p) { softmax_t(s, n, p); }
+void softmax(const double* s, std::size_t n, double* p) { softmax_t(s, n, p); }
+void log_softmax(const float* s, std::size_t n, double* logp) { log_softmax_t(s, n, logp); }
+void log_softmax(const double* s, std::size_t n, double* logp) { log_softmax_t(s, n, logp); }
+
+void causal_logits(const CausalBlock& b, const LogitRow& row) {
+  for_each_block(b, [&](std::size_t i0, std::size_t i1, const MatF& s) {
+    for (std::size_t i = i0; i < i1; ++i) row(i, s.data() + (i - i0) * static_cast<std::size_t>(s.cols()), b.visible[i]);
+  });
+}
+
+void causal_logits_ref(const CausalBlock& b, const LogitRowRef& row) {
+  std::vector<double> s;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(b.d));
+  for (std::size_t i = 0; i < b.nq; ++i) {
+    s.assign(b.visible[i], 0.0);
+    for (std::size_t j = 0; j < b.visible[i]; ++j) {
+      double dot = 0;
+      for (std::size_t c = 0; c < b.d; ++c) dot += static_cast<double>(b.q[i * b.d + c]) * b.k[j * b.d + c];
+      s[j] = dot * scale;
+    }
+    row(i, s.data(), s.size());
+  }
+}
+
+void causal_attention(const CausalBlock& b, const float* v, float* out, const ProbRow& row) {
+  const auto d = static_cast<Eigen::Index>(b.d);
+  Eigen::Map<const MatF> vm(v, static_cast<Eigen::Index>(b.nk), d);
+  std::vector<double> p;
+  for_each_block(b, [&](std::size_t i0, std::size_t i1, const MatF& s) {
+    const std::size_t ncols = static_cast<std::size_t>(s.cols());
+    MatF prob = MatF::Zero(s.rows(), s.cols());
+    for (std::size_t i = i0; i < i1; ++i) {
+      const std::size_t n = b.visible[i];
+      if (n == 0) continue;
+      p.resize(n);
+      const float* si = s.data() + (i - i0) * ncols;
+      softmax(si, n, p.data());
+      if (row) row(i, si, p.data(), n);
+      float* pr = prob.data() + (i - i0) * ncols;
+      for (std::size_t j = 0; j < n; ++j) pr[j] = static_cast<float>(p[j]);
+    }
+    Eigen::Map<MatF> o(out + i0 * b.d, static_cast<Eigen::Index>(i1 - i0), d);
+    o.noalias() = prob * vm.topRows(static_cast<Eigen::Index>(ncols));
+  });
+}
+
+}  // namespace akv

@@ -1,0 +1,47 @@
+#pragma once
+// Causal softmax attention of a block of queries over a prefix of keys: the one primitive behind
+// token scoring (score/), attention fidelity (eval/attention), the joint planner's candidate
+// errors (alloc/joint), calibration's attention entropy (eval/calibrate) and the model's prefill.
+// Decode attention over packed caches is decode_attention.h.
+//
+// Query i of nq sees the first visible[i] keys (visible non-decreasing; 0 = none). Its logits are
+// s_ij = (q_i . k_j) / sqrt(d) for j < visible[i] (times 1.0f / sqrtf(d) in f32, or 1.0 / sqrt(d)
+// in f64), and its probabilities p_ij = exp(s_ij - max_j s)
+// / sum_j exp(s_ij - max_j s), exponentials and sums in f64.
+//   fast path: f32 logits from one GEMM (Eigen) per block of at most kAttentionBlock query rows
+//              against the keys its last row sees: memory O(block * nk), never [nq, nk] at once;
+//   reference: f64 dot products in channel order, the same softmax.
+#include <cstddef>
+#include <functional>
+
+namespace akv {
+
+inline constexpr std::size_t kAttentionBlock = 128;
+
+struct CausalBlock {
+  const float* q = nullptr;              // [nq, d]
+  const float* k = nullptr;              // [nk, d]
+  const std::size_t* visible = nullptr;  // [nq] keys each query sees, non-decreasing, <= nk
+  std::size_t nq = 0, nk = 0, d = 0;
+};
+
+// Calls row(i, s, n) for i = 0..nq-1 in order with the logits s[0..n), n = visible[i].
+using LogitRow = std::function<void(std::size_t i, const float* s, std::size_t n)>;
+void causal_logits(const CausalBlock& b, const LogitRow& row);
+using LogitRowRef = std::function<void(std::size_t i, const double* s, std::size_t n)>;
+void causal_logits_ref(const CausalBlock& b, const LogitRowRef& row);
+
+// Outputs out [nq, d] = P V with the probabilities rounded to f32 and an f32 GEMM per block;
+// v: [nk, d]. Rows with visible[i] == 0 are 0. `row`, when given, sees each query's logits and
+// probabilities (f64) as they are computed, queries in order.
+using ProbRow = std::function<void(std::size_t i, const float* s, const double* p, std::size_t n)>;
+void causal_attention(const CausalBlock& b, const float* v, float* out, const ProbRow& row = {});
+
+// p[j] = exp(s[j] - max) / sum over j < n (f64 sums), n >= 1.
+void softmax(const float* s, std::size_t n, double* p);
+void softmax(const double* s, std::size_t n, double* p);
+// logp[j] = s[j] - (max + log(sum_j exp(s[j] - max))) (f64), n >= 1.
+void log_softmax(const float* s, std::size_t n, double* logp);
+void log_softmax(const double* s, std::size_t n, double* logp);
+
+}  // namespace akv
