@@ -10,7 +10,7 @@
 #include "akv/io/file_hash.h"
 #include "akv/method/params.h"
 #include "commands.h"
-#include "eviction_flags.h"
+#include "method_flags.h"
 
 namespace akv::cli {
 namespace {
@@ -66,7 +66,7 @@ std::string render_joint(const nlohmann::json& j) {
 void register_allocate(CLI::App& app, const GlobalOptions& global) {
   struct Options {
     std::string dump, output, method = "adakv", score = "snapkv";
-    EvictionRequest req;
+    CompressRequest req;  // its eviction flags
     bool json = false;
     JointOptions joint;
     bool no_f16 = false;
@@ -87,7 +87,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   sub->add_option("--score", opt->score, "Token scores: snapkv | h2o | streamingllm")
       ->capture_default_str();
-  add_eviction_flags(sub, opt->req, false);
+  add_method_flags(sub, opt->req, {ParamScope::eviction}, {"quant", "budgets"});
   sub->add_option_function<double>(
       "--bytes", [opt](double v) { opt->joint.bytes_fraction = v; opt->bytes_given = true; },
       "joint: byte budget as a fraction of the f16 size of K and V (all stored bytes counted)");
@@ -107,7 +107,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       JointOptions jo = opt->joint;
       jo.f16_option = !opt->no_f16;
       jo.threads = global.threads;
-      if (opt->req.window) jo.window = static_cast<std::size_t>(*opt->req.window);
+      if (opt->req.eviction.window) jo.window = static_cast<std::size_t>(*opt->req.eviction.window);
       ProgressBar bar("allocate", !global.quiet);
       const nlohmann::json j = allocate_joint(opt->dump, jo, bar.callback());
       if (!opt->output.empty()) write_text_file(opt->output, j.dump(2) + "\n");
@@ -115,7 +115,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       return;
     }
     if (opt->bytes_given) throw UsageError("--bytes is for --method joint", {"", "--bytes"});
-    const EvictionParams p = resolve_allocation(opt->method, opt->score, opt->req);
+    const EvictionParams p = resolve_allocation(opt->method, opt->score, opt->req.eviction);
     DumpReader dump(opt->dump);
     ProgressBar bar("allocate", !global.quiet);
     const EvictionPlan plan = plan_eviction(dump, p, global.threads, bar.callback());

@@ -8,6 +8,7 @@
 #include "akv/bench/quant_bench.h"
 #include "akv/core/atomic_file.h"
 #include "akv/io/token_file.h"
+#include "akv/method/registry.h"
 #include "akv/model/hf.h"
 #include "commands.h"
 

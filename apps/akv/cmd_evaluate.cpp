@@ -9,6 +9,7 @@
 #include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
+#include "akv/method/registry.h"
 #include "akv/model/hf.h"
 #include "commands.h"
 
@@ -42,13 +43,10 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "With --model: token sequences (one per line, ids separated by spaces; or an "
                   "HDF5 file with /tokens)");
   sub->add_option("--methods", opt->methods,
-                  "With --model: methods to compare, comma-separated; each a compress method or "
-                  "preset with optional flags as name:flag=value:... (e.g. kivi-2, "
-                  "kivi:bits-key=4:bits-value=2, adakv:budget=0.2:quant=k4v2), or a tiered cache: "
-                  "quality, balanced, compact, tiered:preset=k4v2|k4v3, with hot=, warm=, "
-                  "warm-bits-key=, warm-bits-value=, cold-bits=, protect-first=, protect-last=, "
-                  "anchors=, decay=, w-attn=, w-recency=, margin=, demotion=fifo|importance "
-                  "(docs/tiered.md). The f32 full cache is always evaluated first as the reference")
+                  "With --model: methods to compare, comma-separated, each " + method_spec_help() +
+                      " E.g. kivi-2, kivi:bits-key=4:bits-value=2, adakv:budget=0.2:quant=k4v2, "
+                      "balanced:demotion=fifo (docs/model.md, docs/tiered.md). The f32 full cache is "
+                      "always evaluated first as the reference")
       ->delimiter(',');
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");

@@ -5,6 +5,7 @@
 #include "akv/alloc/calibration_file.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/method/registry.h"
 #include "akv/plan/plan.h"
 #include "commands.h"
 

@@ -3,6 +3,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/method/registry.h"
 #include "akv/plan/plan.h"
 #include "akv/policy/kv_runtime.h"
 #include "test_util.h"

@@ -11,6 +11,7 @@
 #include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
+#include "akv/method/registry.h"
 #include "akv/model/llama2c.h"
 #include "akv/model/tokenizer.h"
 #include "akv/policy/kv_runtime.h"

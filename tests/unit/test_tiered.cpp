@@ -6,6 +6,7 @@
 #include "akv/cache/compress.h"
 #include "akv/core/errors.h"
 #include "akv/io/token_file.h"
+#include "akv/method/registry.h"
 #include "akv/model/llama2c.h"
 #include "akv/policy/kv_runtime.h"
 #include "akv/synth/synth.h"

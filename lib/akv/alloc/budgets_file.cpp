@@ -8,6 +8,27 @@
 
 namespace akv {
 
+namespace {
+
+// The file's JSON after its format and version are checked.
+nlohmann::json load_budgets(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot open budgets file", {path});
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CorruptData("budgets file is not JSON", {path});
+  if (j.value("format", "") != kBudgetsFormat) {
+    throw InvalidInput("not an akv budgets file (expected format \"akv-budgets\")",
+                       {path, "format", j.value("format", "")});
+  }
+  if (j.value("version", 0) != kBudgetsVersion) {
+    throw InvalidInput("unsupported akv-budgets version (this akv reads 1)",
+                       {path, "version", std::to_string(j.value("version", 0))});
+  }
+  return j;
+}
+
+}  // namespace
+
 nlohmann::json budgets_to_json(const BudgetsFile& f) {
   const DumpMeta& m = f.shape;
   nlohmann::json j;
@@ -75,18 +96,7 @@ nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
 std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
                                                    EvictionParams& params,
                                                    std::vector<std::pair<int, int>>* bits) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot open budgets file", {path});
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("budgets file is not JSON", {path});
-  if (j.value("format", "") != kBudgetsFormat) {
-    throw InvalidInput("not an akv budgets file (expected format \"akv-budgets\")",
-                       {path, "format", j.value("format", "")});
-  }
-  if (j.value("version", 0) != kBudgetsVersion) {
-    throw InvalidInput("unsupported akv-budgets version (this akv reads 1)",
-                       {path, "version", std::to_string(j.value("version", 0))});
-  }
+  const nlohmann::json j = load_budgets(path);
   std::vector<std::vector<std::size_t>> b;
   try {
     const auto& d = j.at("dump");
@@ -138,6 +148,17 @@ std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, cons
     throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
   }
   return b;
+}
+
+std::string budgets_method(const std::string& path) {
+  const nlohmann::json j = load_budgets(path);
+  EvictionParams p;
+  try {
+    p = EvictionParams::from_json(j.at("summary").at("params"), path);
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
+  }
+  return eviction_method_name(p.score.method, p.alloc);
 }
 
 }  // namespace akv

@@ -52,4 +52,8 @@ std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, cons
                                                    EvictionParams& params,
                                                    std::vector<std::pair<int, int>>* bits = nullptr);
 
+// The eviction method a budgets file implies (`akv compress --budgets F` without -m): joint for a
+// joint plan, else the method whose score and allocator made it (e.g. adakv).
+std::string budgets_method(const std::string& path);
+
 }  // namespace akv

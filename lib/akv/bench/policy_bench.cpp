@@ -1,4 +1,5 @@
 #include "akv/bench/policy_bench.h"
+#include "akv/method/registry.h"
 
 #include <fmt/format.h>
 

@@ -63,6 +63,14 @@ bool is_eviction_method(const std::string& name) {
   return false;
 }
 
+std::string eviction_method_name(ScoreMethod score, AllocMethod alloc) {
+  if (alloc == AllocMethod::joint) return "joint";
+  for (const Method& m : kMethods) {
+    if (m.score == score && m.alloc == alloc) return m.name;
+  }
+  return alloc_method_name(alloc);
+}
+
 EvictionParams eviction_method(const std::string& name) {
   for (const Method& m : kMethods) {
     if (name == m.name) {

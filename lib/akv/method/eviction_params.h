@@ -39,5 +39,8 @@ struct EvictionParams {
 std::vector<std::string> eviction_method_names();
 bool is_eviction_method(const std::string& name);
 EvictionParams eviction_method(const std::string& name);
+// The method of a score and an allocator (joint -> "joint"; otherwise the allocator's name when
+// no method pairs them, e.g. adakv with h2o scores).
+std::string eviction_method_name(ScoreMethod score, AllocMethod alloc);
 
 }  // namespace akv

@@ -1,10 +1,10 @@
 #include "akv/method/params.h"
 
 #include <cmath>
-#include <fstream>
-#include <cstdlib>
+#include <cstdio>
 
 #include "akv/core/errors.h"
+#include "akv/method/registry.h"
 #include "akv/quant/pack.h"
 
 namespace akv {
@@ -23,80 +23,6 @@ void check_tensor(const TensorQuant& t, const char* which, const std::string& fi
 }
 
 }  // namespace
-
-CompressRequest parse_method_spec(const std::string& spec) {
-  CompressRequest r;
-  std::size_t start = 0;
-  std::vector<std::string> parts;
-  for (;;) {
-    const std::size_t end = spec.find(':', start);
-    parts.push_back(spec.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  r.method = parts[0];
-  for (std::size_t i = 1; i < parts.size(); ++i) {
-    const std::string& kv = parts[i];
-    const std::size_t eq = kv.find('=');
-    const std::string key = kv.substr(0, eq), value = eq == std::string::npos ? "" : kv.substr(eq + 1);
-    auto need = [&]() -> const std::string& {
-      if (value.empty()) throw UsageError("method flag needs a value (flag=value)", {"", spec, key});
-      return value;
-    };
-    auto integer = [&]() {
-      const std::string& v = need();
-      char* end = nullptr;
-      const long long x = std::strtoll(v.c_str(), &end, 10);
-      if (*end) throw UsageError("not an integer", {"", spec + ": " + key, v});
-      return x;
-    };
-    auto real = [&]() {
-      const std::string& v = need();
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      if (*end) throw UsageError("not a number", {"", spec + ": " + key, v});
-      return x;
-    };
-    if (key == "bits") r.bits = static_cast<int>(integer());
-    else if (key == "bits-key") r.bits_key = static_cast<int>(integer());
-    else if (key == "bits-value") r.bits_value = static_cast<int>(integer());
-    else if (key == "key-axis") r.key_axis = need();
-    else if (key == "value-axis") r.value_axis = need();
-    else if (key == "group") r.group = integer();
-    else if (key == "residual") r.residual = integer();
-    else if (key == "outlier-fraction") r.outlier_fraction = real();
-    else if (key == "pre-rope") r.pre_rope = true;
-    else if (key == "quant") r.quant = need();
-    else if (key == "calibration") r.calibration = need();
-    else if (key == "budget") r.eviction.budget = real();
-    else if (key == "budget-tokens") r.eviction.budget_tokens = integer();
-    else if (key == "window") r.eviction.window = integer();
-    else if (key == "sinks") r.eviction.sinks = integer();
-    else if (key == "kernel") r.eviction.kernel = integer();
-    else if (key == "pool") r.eviction.pool = need();
-    else if (key == "gqa-reduce") r.eviction.gqa_reduce = need();
-    else if (key == "alpha") r.eviction.alpha = real();
-    else if (key == "beta") r.eviction.beta = real();
-    else if (key == "min-tokens") r.eviction.min_tokens = integer();
-    else if (key == "step") r.eviction.step = integer();
-    else if (key == "preset") r.tiered.preset = need();
-    else if (key == "hot") r.tiered.hot = integer();
-    else if (key == "warm") r.tiered.warm = integer();
-    else if (key == "warm-bits-key") r.tiered.warm_bits_key = integer();
-    else if (key == "warm-bits-value") r.tiered.warm_bits_value = integer();
-    else if (key == "cold-bits") r.tiered.cold_bits = integer();
-    else if (key == "protect-first") r.tiered.protect_first = integer();
-    else if (key == "protect-last") r.tiered.protect_last = integer();
-    else if (key == "anchors") r.tiered.anchors = integer();
-    else if (key == "decay") r.tiered.decay = real();
-    else if (key == "w-attn") r.tiered.w_attn = real();
-    else if (key == "w-recency") r.tiered.w_recency = real();
-    else if (key == "margin") r.tiered.margin = real();
-    else if (key == "demotion") r.tiered.demotion = need();
-    else throw UsageError("unknown method flag", {"", spec, key});
-  }
-  return r;
-}
 
 std::string describe(const CompressParams& p) {
   if (p.tiered) {
@@ -136,20 +62,9 @@ std::string describe(const CompressParams& p) {
   return out;
 }
 
-std::vector<std::string> method_names() {
-  std::vector<std::string> v = {"none", "uniform", "kivi"};
-  for (const Preset& p : kPresets) v.push_back(p.name);
-  for (const auto& e : eviction_method_names()) v.push_back(e);
-  for (const char* t : {"tiered", "quality", "balanced", "compact"}) v.push_back(t);
-  return v;
-}
-
 namespace {
 
-std::size_t non_negative(long long v, const char* flag) {
-  if (v < 0) throw InvalidInput("value must be >= 0", {"", flag, std::to_string(v)});
-  return static_cast<std::size_t>(v);
-}
+std::size_t count(long long v) { return static_cast<std::size_t>(v); }  // >= 0: check_request
 
 void apply_eviction_flags(EvictionParams& e, const std::string& method, const EvictionRequest& r) {
   const int budgets = (r.budget ? 1 : 0) + (r.budget_tokens ? 1 : 0) + (r.budgets_file ? 1 : 0);
@@ -157,34 +72,21 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     throw UsageError("an eviction method needs exactly one of --budget, --budget-tokens, --budgets",
                      {"", "--budget", method});
   }
-  if (r.budget) {
-    if (!(*r.budget > 0.0 && *r.budget <= 1.0)) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%g", *r.budget);
-      throw InvalidInput("budget fraction must be in (0, 1]", {"", "--budget", buf});
-    }
-    e.budget_fraction = *r.budget;
-  }
-  if (r.budget_tokens) e.budget_tokens = non_negative(*r.budget_tokens, "--budget-tokens");
+  if (r.budget) e.budget_fraction = *r.budget;
+  if (r.budget_tokens) e.budget_tokens = count(*r.budget_tokens);
   if (r.budgets_file) {
     e.alloc = AllocMethod::file;
     e.budgets_file = *r.budgets_file;
   }
-  if (r.window) e.score.window = non_negative(*r.window, "--window");
-  if (r.sinks) e.sinks = non_negative(*r.sinks, "--sinks");
-  if (r.kernel) e.score.kernel = non_negative(*r.kernel, "--kernel");
+  if (r.window) e.score.window = count(*r.window);
+  if (r.sinks) e.sinks = count(*r.sinks);
+  if (r.kernel) e.score.kernel = count(*r.kernel);
   if (r.pool) e.score.pool = parse_pool(*r.pool);
   if (r.gqa_reduce) e.score.gqa_reduce = parse_gqa_reduce(*r.gqa_reduce);
-  if (r.alpha) {
-    if (!(*r.alpha >= 0.0 && *r.alpha <= 1.0)) {
-      throw InvalidInput("alpha must be in [0, 1]", {"", "--alpha", std::to_string(*r.alpha)});
-    }
-    e.alpha = *r.alpha;
-  }
+  if (r.alpha) e.alpha = *r.alpha;
   if (r.beta) e.beta = *r.beta;
-  if (r.min_tokens) e.min_tokens = non_negative(*r.min_tokens, "--min-tokens");
-  if (r.step) e.step = non_negative(*r.step, "--step");
-  if (e.step == 0) throw InvalidInput("water-filling step must be >= 1", {"", "--step", "0"});
+  if (r.min_tokens) e.min_tokens = count(*r.min_tokens);
+  if (r.step) e.step = count(*r.step);
 }
 
 EvictionParams resolve_eviction(const std::string& method, const EvictionRequest& r) {
@@ -199,6 +101,9 @@ CompressParams resolve_quant(const CompressRequest& r);
 
 EvictionParams resolve_allocation(const std::string& alloc, const std::string& score,
                                   const EvictionRequest& r) {
+  CompressRequest checked;
+  checked.eviction = r;
+  check_request(checked);
   EvictionParams e;
   e.alloc = parse_alloc_method(alloc);
   e.score.method = parse_score_method(score);
@@ -238,7 +143,8 @@ bool TieredRequest::any() const {
 namespace {
 
 bool is_tiered_method(const std::string& m) {
-  return m == "tiered" || m == "quality" || m == "balanced" || m == "compact";
+  const MethodInfo* info = find_method(m);
+  return info && info->kind == MethodKind::tiered;
 }
 
 // The tiered presets of the AKV seed: warm bits and hot budget.
@@ -268,43 +174,20 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   t.warm_bits_value = found->v;
   t.hot = found->hot;
   t.protect_last = t.hot >= 128 ? 32 : 0;  // compact's 64 hot tokens hold the sink and open blocks only
-  const TieredRequest& q = r.tiered;
-  auto count = [](long long v, const char* f) {
-    if (v < 0) throw InvalidInput("value must be >= 0", {"", f, std::to_string(v)});
-    return static_cast<std::size_t>(v);
-  };
-  auto bits = [](long long v, const char* f, bool allow16) {
-    if (!(v == 2 || v == 3 || v == 4 || v == 8 || (allow16 && v == 16))) {
-      throw InvalidInput(allow16 ? "bits must be 2, 3, 4, 8 or 16" : "bits must be 2, 3, 4 or 8", {"", f, std::to_string(v)});
-    }
-    return static_cast<int>(v);
-  };
-  if (q.hot) t.hot = count(*q.hot, "hot");
-  if (q.warm) t.warm = count(*q.warm, "warm");
-  if (q.warm_bits_key) t.warm_bits_key = bits(*q.warm_bits_key, "warm-bits-key", false);
-  if (q.warm_bits_value) t.warm_bits_value = bits(*q.warm_bits_value, "warm-bits-value", false);
-  if (q.cold_bits) t.cold_bits = bits(*q.cold_bits, "cold-bits", true);
-  if (q.protect_first) t.protect_first = count(*q.protect_first, "protect-first");
-  if (q.protect_last) t.protect_last = count(*q.protect_last, "protect-last");
-  if (q.anchors) t.anchors = count(*q.anchors, "anchors");
-  if (q.decay) {
-    if (!(*q.decay >= 0.0 && *q.decay <= 1.0)) throw InvalidInput("decay must be in [0, 1]", {"", "decay", format_number(*q.decay)});
-    t.decay = *q.decay;
-  }
+  const TieredRequest& q = r.tiered;  // ranges checked by check_request
+  if (q.hot) t.hot = count(*q.hot);
+  if (q.warm) t.warm = count(*q.warm);
+  if (q.warm_bits_key) t.warm_bits_key = static_cast<int>(*q.warm_bits_key);
+  if (q.warm_bits_value) t.warm_bits_value = static_cast<int>(*q.warm_bits_value);
+  if (q.cold_bits) t.cold_bits = static_cast<int>(*q.cold_bits);
+  if (q.protect_first) t.protect_first = count(*q.protect_first);
+  if (q.protect_last) t.protect_last = count(*q.protect_last);
+  if (q.anchors) t.anchors = count(*q.anchors);
+  if (q.decay) t.decay = *q.decay;
   if (q.w_attn) t.w_attn = *q.w_attn;
   if (q.w_recency) t.w_recency = *q.w_recency;
-  if (q.margin) {
-    if (!(*q.margin >= 0.0 && std::isfinite(*q.margin))) throw InvalidInput("margin must be >= 0", {"", "margin", format_number(*q.margin)});
-    t.margin = *q.margin;
-  }
-  if (!std::isfinite(t.w_attn) || !std::isfinite(t.w_recency)) {
-    throw InvalidInput("weights must be finite", {"", "w-attn/w-recency"});
-  }
-  if (q.demotion) {
-    if (*q.demotion == "fifo") t.demotion = Demotion::fifo;
-    else if (*q.demotion == "importance") t.demotion = Demotion::importance;
-    else throw InvalidInput("demotion must be fifo or importance", {"", "demotion", *q.demotion});
-  }
+  if (q.margin) t.margin = *q.margin;
+  if (q.demotion) t.demotion = *q.demotion == "fifo" ? Demotion::fifo : Demotion::importance;
   if (r.bits || r.bits_key || r.bits_value || r.key_axis || r.value_axis || r.group || r.residual ||
       r.outlier_fraction || r.pre_rope || r.calibration || r.quant || r.eviction.any()) {
     throw UsageError("tiered takes hot, warm, warm-bits-key, warm-bits-value, cold-bits, protect-first, "
@@ -323,10 +206,11 @@ CompressParams resolve_tiered(const CompressRequest& r) {
 }  // namespace
 
 CompressParams resolve_params(const CompressRequest& r) {
+  check_request(r);
   if (is_tiered_method(r.method)) return resolve_tiered(r);
   if (r.tiered.any()) {
-    throw UsageError("tiered flags (hot, warm, cold-bits...) need --method tiered or a tiered preset "
-                     "(quality, balanced, compact)", {"", "--method", r.method});
+    throw UsageError("tiered flags (hot, warm, cold-bits...) need a tiered method (" +
+                         method_list({MethodKind::tiered}) + ")", {"", "--method", r.method});
   }
   if (is_eviction_method(r.method)) {
     const std::string quant = r.quant.value_or("none");
@@ -340,9 +224,8 @@ CompressParams resolve_params(const CompressRequest& r) {
     return p;
   }
   if (r.quant || r.eviction.any()) {
-    throw UsageError("eviction flags (--budget, --quant, --window...) need an eviction method "
-                     "(snapkv, h2o, streamingllm, adakv, waterfill, pyramid, adakv-pyramid, "
-                     "adakv-global)",
+    throw UsageError("eviction flags (--budget, --quant, --window...) need an eviction method (" +
+                         method_list({MethodKind::eviction, MethodKind::joint}) + ")",
                      {"", "--method", r.method});
   }
   return resolve_quant(r);
@@ -366,10 +249,7 @@ CompressParams resolve_quant(const CompressRequest& r) {
   } else if (r.method == "kivi" || preset) {
     p.method = Quantizer::kivi;
   } else {
-    throw InvalidInput("unknown method (expected none, uniform, kivi, kivi-2, kivi-4, k4v2, k4v3, or "
-                     "an eviction method: snapkv, h2o, streamingllm, adakv, waterfill, pyramid, "
-                     "adakv-pyramid, adakv-global)",
-                     {"", "--method", r.method});
+    throw InvalidInput("unknown method (expected " + method_list() + ")", {"", "--method", r.method});
   }
   auto refuse = [&](bool given, const char* flag) {
     if (given) throw UsageError("flag has no effect with this method", {"", flag, r.method});
@@ -394,24 +274,13 @@ CompressParams resolve_quant(const CompressRequest& r) {
     refuse(r.bits_key || r.bits_value, "--bits-key/--bits-value (uniform takes --bits)");
     refuse(r.residual.has_value(), "--residual");
   }
-  if (r.bits) p.key.bits = p.value.bits = *r.bits;
-  if (r.bits_key) p.key.bits = *r.bits_key;
-  if (r.bits_value) p.value.bits = *r.bits_value;
+  if (r.bits) p.key.bits = p.value.bits = static_cast<int>(*r.bits);
+  if (r.bits_key) p.key.bits = static_cast<int>(*r.bits_key);
+  if (r.bits_value) p.value.bits = static_cast<int>(*r.bits_value);
   if (r.key_axis) p.key.axis = parse_quant_axis(*r.key_axis);
   if (r.value_axis) p.value.axis = parse_quant_axis(*r.value_axis);
-  if (r.group) {
-    if (*r.group <= 0) {
-      throw InvalidInput("group size must be >= 1", {"", "--group", std::to_string(*r.group)});
-    }
-    p.key.group = p.value.group = static_cast<std::size_t>(*r.group);
-  }
-  if (r.residual) {
-    if (*r.residual < 0) {
-      throw InvalidInput("residual window must be >= 0",
-                         {"", "--residual", std::to_string(*r.residual)});
-    }
-    p.residual = static_cast<std::size_t>(*r.residual);
-  }
+  if (r.group) p.key.group = p.value.group = static_cast<std::size_t>(*r.group);
+  if (r.residual) p.residual = static_cast<std::size_t>(*r.residual);
   if (r.outlier_fraction) p.outlier_fraction = *r.outlier_fraction;
   p.pre_rope = r.pre_rope;
   if (r.calibration) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/method/eviction_params.h"
+#include "akv/method/request.h"
 #include "akv/method/tiered_params.h"
 #include "akv/quant/head_codec.h"
 
@@ -37,50 +38,8 @@ struct CompressParams : QuantParams {
   static CompressParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// Eviction flags (see alloc/eviction.h); only with an eviction method.
-struct EvictionRequest {
-  std::optional<double> budget;
-  std::optional<long long> budget_tokens;
-  std::optional<std::string> budgets_file;
-  std::optional<long long> window, sinks, kernel, min_tokens, step;
-  std::optional<std::string> pool, gqa_reduce;
-  std::optional<double> alpha, beta;
-  bool any() const;
-};
-
-struct TieredRequest {
-  std::optional<std::string> preset, demotion;
-  std::optional<long long> hot, warm, warm_bits_key, warm_bits_value, cold_bits, protect_first,
-      protect_last, anchors;
-  std::optional<double> decay, w_attn, w_recency, margin;
-  bool any() const;
-};
-
-// What the user asked for on the command line; unset fields take the method's defaults.
-struct CompressRequest {
-  TieredRequest tiered;
-  std::string method = "kivi";  // a quantization method, preset, or eviction method
-  std::optional<std::string> quant;  // with an eviction method: quantization method or preset
-  EvictionRequest eviction;
-  std::optional<int> bits, bits_key, bits_value;
-  std::optional<std::string> key_axis, value_axis;
-  std::optional<long long> group, residual;
-  std::optional<double> outlier_fraction;
-  bool pre_rope = false;
-  std::optional<std::string> calibration;  // calib.json from `akv calibrate`
-};
-
-// A method with its flags in one string, as `akv evaluate --methods` takes it:
-// "name[:flag=value...]" with the flags of `akv compress` without dashes, e.g.
-// "kivi:bits-key=4:bits-value=2", "adakv:budget=0.2:quant=k4v2", "kivi-2:pre-rope".
-// Throws UsageError naming an unknown flag.
-CompressRequest parse_method_spec(const std::string& spec);
-
 // Short description for tables, e.g. "adakv/snapkv 0.2 + kivi K4/V2 R128".
 std::string describe(const CompressParams& p);
-
-// Names accepted by --method: quantization methods, presets, then eviction methods.
-std::vector<std::string> method_names();
 
 // Resolves a request into parameters: method defaults (kivi: 2/2 bits, K channel / V token,
 // G 32, R 128; uniform: 4 bits, token/token, G 32, R 0), then presets, then explicit flags.

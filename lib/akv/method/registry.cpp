@@ -1,0 +1,286 @@
+#include "akv/method/registry.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "akv/core/errors.h"
+
+namespace akv {
+namespace {
+
+using P = ParamInfo;
+using S = ParamScope;
+const std::vector<long long> kBits = {2, 3, 4, 8};
+
+}  // namespace
+
+const std::vector<MethodInfo>& method_registry() {
+  static const std::vector<MethodInfo> methods = {
+      {"none", MethodKind::quantizer, "f16 copy of K and V: the baseline every ratio is measured against"},
+      {"uniform", MethodKind::quantizer, "one bit width for K and V, per-token groups, no residual window"},
+      {"kivi", MethodKind::quantizer, "KIVI: keys per channel, values per token, the last R tokens in f16"},
+      {"kivi-2", MethodKind::preset, "kivi with 2-bit keys and values"},
+      {"kivi-4", MethodKind::preset, "kivi with 4-bit keys and values"},
+      {"k4v2", MethodKind::preset, "kivi with 4-bit keys, 2-bit values"},
+      {"k4v3", MethodKind::preset, "kivi with 4-bit keys, 3-bit values"},
+      {"snapkv", MethodKind::eviction, "SnapKV: window attention, pooled, the same budget per head"},
+      {"h2o", MethodKind::eviction, "H2O: accumulated attention of every query (streaming in decode)"},
+      {"streamingllm", MethodKind::eviction, "StreamingLLM: 4 sinks and the most recent tokens"},
+      {"adakv", MethodKind::eviction, "Ada-KV: SnapKV scores, head-wise budgets within each layer"},
+      {"waterfill", MethodKind::eviction, "greedy marginal-utility water-filling across the heads of a layer"},
+      {"pyramid", MethodKind::eviction, "PyramidKV: budgets decreasing from the first layer to the last"},
+      {"adakv-pyramid", MethodKind::eviction, "PyramidKV layer budgets spread over heads by Ada-KV"},
+      {"adakv-global", MethodKind::eviction, "Ada-KV across all heads of all layers"},
+      {"joint", MethodKind::joint,
+       "tokens and key/value bits per head under one byte budget (--budget as a fraction of f16; "
+       "needs --quant kivi, or a budgets file from `akv allocate --method joint`)"},
+      {"tiered", MethodKind::tiered, "hot f16 / warm quantized / cold int2 tiers (preset= picks the budgets)"},
+      {"quality", MethodKind::tiered, "tiered: 256 hot tokens, 4-bit warm"},
+      {"balanced", MethodKind::tiered, "tiered: 128 hot tokens, 3-bit warm"},
+      {"compact", MethodKind::tiered, "tiered: 64 hot tokens, 2-bit warm"},
+  };
+  return methods;
+}
+
+const MethodInfo* find_method(const std::string& name) {
+  for (const MethodInfo& m : method_registry()) {
+    if (name == m.name) return &m;
+  }
+  return nullptr;
+}
+
+std::string method_list(std::initializer_list<MethodKind> kinds) {
+  std::string out;
+  for (const MethodInfo& m : method_registry()) {
+    bool wanted = kinds.size() == 0;
+    for (MethodKind k : kinds) wanted = wanted || k == m.kind;
+    if (wanted) out += (out.empty() ? "" : ", ") + std::string(m.name);
+  }
+  return out;
+}
+
+const std::vector<ParamInfo>& param_registry() {
+  static const std::vector<ParamInfo> params = {
+      // Quantization (quantizers, presets, and what an eviction method keeps).
+      {"bits", S::quant, P::Integer([](CompressRequest& r) -> auto& { return r.bits; }),
+       "key and value bits (uniform default 4, kivi default 2)", {}, {}, false, false, kBits, {}},
+      {"bits-key", S::quant, P::Integer([](CompressRequest& r) -> auto& { return r.bits_key; }),
+       "key bits (kivi)", {}, {}, false, false, kBits, {}},
+      {"bits-value", S::quant, P::Integer([](CompressRequest& r) -> auto& { return r.bits_value; }),
+       "value bits (kivi)", {}, {}, false, false, kBits, {}},
+      {"key-axis", S::quant, P::Text([](CompressRequest& r) -> auto& { return r.key_axis; }),
+       "key groups run along: channel (G tokens of one channel; kivi default) or token (G channels "
+       "of one token; uniform default)", {}, {}, false, false, {}, {"channel", "token"}},
+      {"value-axis", S::quant, P::Text([](CompressRequest& r) -> auto& { return r.value_axis; }),
+       "value groups run along: token (default) or channel", {}, {}, false, false, {}, {"token", "channel"}},
+      {"group", S::quant, P::Integer([](CompressRequest& r) -> auto& { return r.group; }),
+       "group size G (default 32)", 1, {}, false, false, {}, {}},
+      {"residual", S::quant, P::Integer([](CompressRequest& r) -> auto& { return r.residual; }),
+       "residual window R: most recent tokens kept in f16 (kivi, default 128, a multiple of G)", 0, {},
+       false, false, {}, {}},
+      {"outlier-fraction", S::quant, P::Real([](CompressRequest& r) -> auto& { return r.outlier_fraction; }),
+       "keep ceil(f * head_dim) key channels per head (largest variance) in f16 (default 0)", 0, 1,
+       false, true, {}, {}},
+      {"pre-rope", S::quant, P::Flag([](CompressRequest& r) -> auto& { return r.pre_rope; }),
+       "quantize keys before RoPE (KVQuant; needs key_pre_rope in the dump); RoPE is applied after "
+       "dequantization", {}, {}, false, false, {}, {}},
+      {"calibration", S::quant, P::Text([](CompressRequest& r) -> auto& { return r.calibration; }),
+       "per-head key/value bits from `akv calibrate -o calib.json` (kivi layout; replaces bits)", {}, {},
+       false, false, {}, {}},
+      // Eviction.
+      {"quant", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.quant; }),
+       "quantize the kept tokens with this quantizer or preset (default none = f16); the quantization "
+       "flags apply to it", {}, {}, false, false, {}, {}},
+      {"budget", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.budget; }),
+       "budget as a fraction of the tokens: round(f * n_tokens) tokens per KV head on average, window "
+       "and sinks included", 0, 1, true, false, {}, {}},
+      {"budget-tokens", S::eviction,
+       P::Integer([](CompressRequest& r) -> auto& { return r.eviction.budget_tokens; }),
+       "budget as tokens per KV head on average (window and sinks included)", 0, {}, false, false, {}, {}},
+      {"budgets", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.budgets_file; }),
+       "per-head budgets from `akv allocate -o` (its scoring settings are used; implies its method when "
+       "no method is named)", {}, {}, false, false, {}, {}},
+      {"window", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.window; }),
+       "observation window W: the last W query positions score the tokens and the last W tokens are "
+       "always kept (default 32; <= the dump's n_query)", 0, {}, false, false, {}, {}},
+      {"sinks", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.sinks; }),
+       "first tokens always kept (default 4 for streamingllm, 0 otherwise)", 0, {}, false, false, {}, {}},
+      {"pool", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.pool; }),
+       "SnapKV pooling over tokens (default max)", {}, {}, false, false, {}, {"max", "avg"}},
+      {"kernel", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.kernel; }),
+       "SnapKV pooling kernel, odd (default 7; 1 = none)", 0, {}, false, false, {}, {}},
+      {"gqa-reduce", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.gqa_reduce; }),
+       "combine the scores of a KV group's query heads (default mean)", {}, {}, false, false, {}, {"mean", "max"}},
+      {"alpha", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.alpha; }),
+       "Ada-KV floor fraction (default 0.2)", 0, 1, false, false, {}, {}},
+      {"beta", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.beta; }),
+       "PyramidKV beta (default 20)", {}, {}, false, false, {}, {}},
+      {"min-tokens", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.min_tokens; }),
+       "water-filling: selectable tokens every head starts with (default 0)", 0, {}, false, false, {}, {}},
+      {"step", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.step; }),
+       "water-filling: tokens awarded per step (default 1)", 1, {}, false, false, {}, {}},
+      // The tiered cache.
+      {"preset", S::tiered, P::Text([](CompressRequest& r) -> auto& { return r.tiered.preset; }),
+       "quality | balanced | compact | k4v2 | k4v3 (with method tiered)", {}, {}, false, false, {}, {}},
+      {"hot", S::tiered, P::Integer([](CompressRequest& r) -> auto& { return r.tiered.hot; }),
+       "hot (f16) budget in tokens", 0, {}, false, false, {}, {}},
+      {"warm", S::tiered, P::Integer([](CompressRequest& r) -> auto& { return r.tiered.warm; }),
+       "warm budget in tokens (multiple of 32; default unlimited)", 0, {}, false, false, {}, {}},
+      {"warm-bits-key", S::tiered, P::Integer([](CompressRequest& r) -> auto& { return r.tiered.warm_bits_key; }),
+       "warm key bits", {}, {}, false, false, kBits, {}},
+      {"warm-bits-value", S::tiered,
+       P::Integer([](CompressRequest& r) -> auto& { return r.tiered.warm_bits_value; }), "warm value bits", {}, {},
+       false, false, kBits, {}},
+      {"cold-bits", S::tiered, P::Integer([](CompressRequest& r) -> auto& { return r.tiered.cold_bits; }),
+       "cold bits (16 = exact f16 copies on the host)", {}, {}, false, false, {2, 3, 4, 8, 16}, {}},
+      {"protect-first", S::tiered, P::Integer([](CompressRequest& r) -> auto& { return r.tiered.protect_first; }),
+       "first positions kept hot (default 4)", 0, {}, false, false, {}, {}},
+      {"protect-last", S::tiered, P::Integer([](CompressRequest& r) -> auto& { return r.tiered.protect_last; }),
+       "last positions kept hot (default 32; compact 0)", 0, {}, false, false, {}, {}},
+      {"anchors", S::tiered, P::Integer([](CompressRequest& r) -> auto& { return r.tiered.anchors; }),
+       "most important older tokens kept hot (whole blocks)", 0, {}, false, false, {}, {}},
+      {"decay", S::tiered, P::Real([](CompressRequest& r) -> auto& { return r.tiered.decay; }),
+       "importance decay per step (default 0.95)", 0, 1, false, false, {}, {}},
+      {"w-attn", S::tiered, P::Real([](CompressRequest& r) -> auto& { return r.tiered.w_attn; }),
+       "weight of the attention received (default 1)", {}, {}, false, false, {}, {}},
+      {"w-recency", S::tiered, P::Real([](CompressRequest& r) -> auto& { return r.tiered.w_recency; }),
+       "weight of the recency bonus 1/(1+age) (default 0)", {}, {}, false, false, {}, {}},
+      {"margin", S::tiered, P::Real([](CompressRequest& r) -> auto& { return r.tiered.margin; }),
+       "relative score margin a promotion needs (default 0.25)", 0, {}, false, false, {}, {}},
+      {"demotion", S::tiered, P::Text([](CompressRequest& r) -> auto& { return r.tiered.demotion; }),
+       "which hot block leaves first (default importance)", {}, {}, false, false, {}, {"importance", "fifo"}},
+  };
+  return params;
+}
+
+const ParamInfo* find_param(const std::string& name) {
+  for (const ParamInfo& p : param_registry()) {
+    if (name == p.name) return &p;
+  }
+  return nullptr;
+}
+
+std::string param_range(const ParamInfo& p) {
+  std::string range;
+  if (!p.choices.empty()) {
+    for (std::size_t i = 0; i < p.choices.size(); ++i) {
+      range += (i == 0 ? "" : i + 1 == p.choices.size() ? " or " : ", ") + std::to_string(p.choices[i]);
+    }
+  } else if (!p.words.empty()) {
+    for (std::size_t i = 0; i < p.words.size(); ++i) range += (i == 0 ? "" : " | ") + p.words[i];
+  } else if (p.lo && p.hi) {
+    range = std::string(p.lo_open ? "(" : "[") + format_number(*p.lo) + ", " + format_number(*p.hi) +
+            (p.hi_open ? ")" : "]");
+  } else if (p.lo) {
+    range = std::string(p.lo_open ? "> " : ">= ") + format_number(*p.lo);
+  }
+  return range;
+}
+
+std::string param_help(const ParamInfo& p) {
+  const std::string range = param_range(p);
+  return range.empty() ? p.help : range + ": " + p.help;
+}
+
+namespace {
+
+// Throws InvalidInput naming `flag` and `text` when x (integer i) is outside p's range.
+void check_number(const ParamInfo& p, double x, long long i, const std::string& flag, const std::string& text) {
+  const bool ok = std::isfinite(x) && (!p.lo || (p.lo_open ? x > *p.lo : x >= *p.lo)) &&
+                  (!p.hi || (p.hi_open ? x < *p.hi : x <= *p.hi)) &&
+                  (p.choices.empty() || std::find(p.choices.begin(), p.choices.end(), i) != p.choices.end());
+  if (!ok) throw InvalidInput("value out of range (" + param_range(p) + ")", {"", flag, text});
+}
+
+void check_word(const ParamInfo& p, const std::string& value, const std::string& flag) {
+  if (!p.words.empty() && std::find(p.words.begin(), p.words.end(), value) == p.words.end()) {
+    throw InvalidInput("value must be " + param_range(p), {"", flag, value});
+  }
+}
+
+}  // namespace
+
+void set_param(CompressRequest& r, const ParamInfo& p, const std::string& value, const std::string& flag) {
+  if (std::holds_alternative<ParamInfo::Flag>(p.field)) {
+    if (!value.empty()) throw UsageError("flag takes no value", {"", flag, value});
+    std::get<ParamInfo::Flag>(p.field)(r) = true;
+    return;
+  }
+  if (value.empty()) throw UsageError("flag needs a value", {"", flag});
+  if (std::holds_alternative<ParamInfo::Text>(p.field)) {
+    check_word(p, value, flag);
+    std::get<ParamInfo::Text>(p.field)(r) = value;
+    return;
+  }
+  char* end = nullptr;
+  const bool integer = std::holds_alternative<ParamInfo::Integer>(p.field);
+  const long long i = integer ? std::strtoll(value.c_str(), &end, 10) : 0;
+  const double x = integer ? static_cast<double>(i) : std::strtod(value.c_str(), &end);
+  if (*end) throw UsageError(integer ? "not an integer" : "not a number", {"", flag, value});
+  check_number(p, x, i, flag, value);
+  if (integer) {
+    std::get<ParamInfo::Integer>(p.field)(r) = i;
+  } else {
+    std::get<ParamInfo::Real>(p.field)(r) = x;
+  }
+}
+
+void check_request(const CompressRequest& request) {
+  CompressRequest r = request;  // the accessors take a mutable request
+  for (const ParamInfo& p : param_registry()) {
+    const std::string flag = std::string("--") + p.name;
+    if (const auto* f = std::get_if<ParamInfo::Integer>(&p.field)) {
+      if (const auto& v = (*f)(r)) check_number(p, static_cast<double>(*v), *v, flag, std::to_string(*v));
+    } else if (const auto* g = std::get_if<ParamInfo::Real>(&p.field)) {
+      if (const auto& v = (*g)(r)) check_number(p, *v, 0, flag, format_number(*v));
+    } else if (const auto* t = std::get_if<ParamInfo::Text>(&p.field)) {
+      if (const auto& v = (*t)(r)) check_word(p, *v, flag);
+    }
+  }
+}
+
+CompressRequest parse_method_spec(const std::string& spec) {
+  CompressRequest r;
+  std::size_t start = 0;
+  std::vector<std::string> parts;
+  for (;;) {
+    const std::size_t end = spec.find(':', start);
+    parts.push_back(spec.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  r.method = parts[0];
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::size_t eq = parts[i].find('=');
+    const std::string key = parts[i].substr(0, eq), value = eq == std::string::npos ? "" : parts[i].substr(eq + 1);
+    const ParamInfo* p = find_param(key);
+    if (!p) {
+      std::string known;
+      for (const ParamInfo& q : param_registry()) known += (known.empty() ? "" : ", ") + std::string(q.name);
+      throw UsageError("unknown method flag (known: " + known + ")", {"", spec, key});
+    }
+    if (eq != std::string::npos && value.empty()) throw UsageError("method flag needs a value (flag=value)", {"", spec, key});
+    set_param(r, *p, value, spec + ": " + key);
+  }
+  return r;
+}
+
+std::string method_spec_help() {
+  std::string out = "name[:flag=value...]; quantizers " + method_list({MethodKind::quantizer}) + "; presets " +
+                    method_list({MethodKind::preset}) + "; eviction " +
+                    method_list({MethodKind::eviction, MethodKind::joint}) + "; tiered " +
+                    method_list({MethodKind::tiered}) + ".";
+  const char* scopes[] = {"quantization flags", "eviction flags (with an eviction method)",
+                          "tiered flags (with a tiered method)"};
+  for (S s : {S::quant, S::eviction, S::tiered}) {
+    std::string names;
+    for (const ParamInfo& p : param_registry()) {
+      if (p.scope == s) names += (names.empty() ? "" : ", ") + std::string(p.name);
+    }
+    out += std::string(" ") + scopes[static_cast<int>(s)] + ": " + names + ".";
+  }
+  return out;
+}
+
+}  // namespace akv

@@ -1,0 +1,75 @@
+#pragma once
+// The method registry: every cache method akv knows (name, kind, help) and every parameter a
+// method takes (name, type, range, help). It drives the parsing of `name:flag=value` specs and
+// of the matching command-line flags, the lists in --help, and the names in error messages;
+// a new method or parameter is one row here (plus its resolution in params.cpp).
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "akv/method/request.h"
+
+namespace akv {
+
+enum class MethodKind { quantizer, preset, eviction, joint, tiered };
+
+struct MethodInfo {
+  const char* name;
+  MethodKind kind;
+  const char* help;
+};
+
+// Every method, in the order help lists them.
+const std::vector<MethodInfo>& method_registry();
+const MethodInfo* find_method(const std::string& name);  // nullptr when unknown
+// "a, b, c" of the methods of the given kinds (every method when empty).
+std::string method_list(std::initializer_list<MethodKind> kinds = {});
+
+// Which methods take a parameter: quantizers and presets (and eviction methods for what they
+// keep), eviction methods, the tiered cache.
+enum class ParamScope { quant, eviction, tiered };
+
+struct ParamInfo {
+  using Integer = std::optional<long long>& (*)(CompressRequest&);
+  using Real = std::optional<double>& (*)(CompressRequest&);
+  using Text = std::optional<std::string>& (*)(CompressRequest&);
+  using Flag = bool& (*)(CompressRequest&);
+
+  const char* name;  // --NAME on the command line, NAME=VALUE in a spec
+  ParamScope scope;
+  std::variant<Integer, Real, Text, Flag> field;  // where the value goes
+  const char* help;
+  std::optional<double> lo, hi;        // numeric range, inclusive unless lo_open / hi_open
+  bool lo_open = false, hi_open = false;
+  std::vector<long long> choices;      // allowed integers (empty: any in range)
+  std::vector<std::string> words;      // allowed text (empty: any, e.g. a file)
+};
+
+const std::vector<ParamInfo>& param_registry();
+const ParamInfo* find_param(const std::string& name);  // nullptr when unknown
+// The parameter's range or choices ("2, 3, 4 or 8", "[0, 1)", "max | avg"; "" when free) and
+// its help after them.
+std::string param_range(const ParamInfo& p);
+std::string param_help(const ParamInfo& p);
+
+// Parses `value` for parameter p (given as `flag`, e.g. "--bits" or "kivi:bits") into r.
+// Throws UsageError when it is not a number, InvalidInput naming the flag and value when it is
+// outside the parameter's range or choices.
+void set_param(CompressRequest& r, const ParamInfo& p, const std::string& value, const std::string& flag);
+
+// Checks every field of a request built another way (a library caller) against the same ranges;
+// InvalidInput names the flag (--NAME) and the value.
+void check_request(const CompressRequest& r);
+
+// A method with its flags in one string, as `akv evaluate --methods` takes it:
+// "name[:flag=value...]" with the flags of `akv compress` without dashes, e.g.
+// "kivi:bits-key=4:bits-value=2", "adakv:budget=0.2:quant=k4v2", "kivi-2:pre-rope".
+// Throws UsageError naming an unknown flag (and listing the known ones).
+CompressRequest parse_method_spec(const std::string& spec);
+
+// Help text of the spec syntax: the methods by kind and the flags by scope.
+std::string method_spec_help();
+
+}  // namespace akv

@@ -1,0 +1,99 @@
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "akv/core/errors.h"
+#include "akv/method/eviction_params.h"
+#include "akv/method/params.h"
+#include "akv/method/registry.h"
+
+using namespace akv;
+
+TEST_CASE("registry: every method has a kind that resolution accepts", "[method]") {
+  for (const MethodInfo& m : method_registry()) {
+    CompressRequest r;
+    r.method = m.name;
+    switch (m.kind) {
+      case MethodKind::quantizer:
+      case MethodKind::preset:
+      case MethodKind::tiered:
+        CHECK_NOTHROW(resolve_params(r));
+        break;
+      case MethodKind::eviction:
+        r.eviction.budget = 0.5;
+        CHECK(resolve_params(r).eviction.has_value());
+        CHECK(eviction_method_name(eviction_method(m.name).score.method, eviction_method(m.name).alloc) == m.name);
+        break;
+      case MethodKind::joint:
+        CHECK(is_eviction_method(m.name));
+        CHECK(eviction_method_name(ScoreMethod::snapkv, AllocMethod::joint) == "joint");
+        break;
+    }
+  }
+  // Every eviction method of the planner's table is in the registry, and nothing else is.
+  for (const std::string& name : eviction_method_names()) {
+    const MethodInfo* m = find_method(name);
+    REQUIRE(m != nullptr);
+    CHECK((m->kind == MethodKind::eviction || m->kind == MethodKind::joint));
+  }
+  CHECK(find_method("gptq") == nullptr);
+  const std::string all = method_list();
+  for (const char* name : {"none", "kivi-2", "adakv-global", "joint", "tiered", "compact"}) {
+    CHECK(all.find(name) != std::string::npos);
+  }
+  CHECK(method_list({MethodKind::preset}) == "kivi-2, kivi-4, k4v2, k4v3");
+}
+
+TEST_CASE("registry: method specs parse through the parameter table", "[method]") {
+  const CompressRequest r = parse_method_spec("adakv:budget=0.2:quant=k4v2:window=16:pool=avg:pre-rope");
+  CHECK(r.method == "adakv");
+  CHECK(*r.eviction.budget == 0.2);
+  CHECK(*r.quant == "k4v2");
+  CHECK(*r.eviction.window == 16);
+  CHECK(*r.eviction.pool == "avg");
+  CHECK(r.pre_rope);
+  const CompressRequest t = parse_method_spec("tiered:preset=k4v2:hot=256:cold-bits=16:demotion=fifo");
+  CHECK(*t.tiered.cold_bits == 16);
+  CHECK(*t.tiered.demotion == "fifo");
+  // Malformed: usage errors (exit 1); out of range or not among the choices: invalid input (exit 2).
+  CHECK_THROWS_AS(parse_method_spec("kivi:bogus=1"), UsageError);
+  CHECK_THROWS_AS(parse_method_spec("kivi:bits="), UsageError);
+  CHECK_THROWS_AS(parse_method_spec("kivi:bits=four"), UsageError);
+  CHECK_THROWS_AS(parse_method_spec("kivi:pre-rope=1"), UsageError);
+  CHECK_THROWS_AS(parse_method_spec("kivi:bits=5"), InvalidInput);
+  CHECK_THROWS_AS(parse_method_spec("kivi:group=0"), InvalidInput);
+  CHECK_THROWS_AS(parse_method_spec("kivi:outlier-fraction=1"), InvalidInput);
+  CHECK_THROWS_AS(parse_method_spec("adakv:budget=0"), InvalidInput);
+  CHECK_THROWS_AS(parse_method_spec("adakv:budget=nan"), InvalidInput);
+  CHECK_THROWS_AS(parse_method_spec("adakv:pool=mean"), InvalidInput);
+  CHECK_THROWS_AS(parse_method_spec("tiered:cold-bits=5"), InvalidInput);
+  CHECK_NOTHROW(parse_method_spec("adakv:budget=1"));
+  try {
+    parse_method_spec("kivi:bits=5");
+    FAIL("bits=5 was accepted");
+  } catch (const InvalidInput& e) {
+    CHECK(e.where().field == "kivi:bits=5: bits");
+    CHECK(e.where().value == "5");
+    CHECK(std::string(e.what()).find("2, 3, 4 or 8") != std::string::npos);
+  }
+}
+
+TEST_CASE("registry: requests built by a library caller get the same range checks", "[method]") {
+  CompressRequest r;
+  r.method = "kivi";
+  r.bits_key = 5;
+  CHECK_THROWS_AS(check_request(r), InvalidInput);
+  CHECK_THROWS_AS(resolve_params(r), InvalidInput);
+  r.bits_key = 4;
+  r.eviction.alpha = 1.5;
+  CHECK_THROWS_AS(check_request(r), InvalidInput);
+  r.eviction.alpha.reset();
+  r.tiered.decay = -0.1;
+  CHECK_THROWS_AS(check_request(r), InvalidInput);
+  r.tiered.decay.reset();
+  CHECK_NOTHROW(check_request(r));
+  const ParamInfo* b = find_param("budget");
+  REQUIRE(b != nullptr);
+  CHECK(param_range(*b) == "(0, 1]");
+  CHECK(param_range(*find_param("outlier-fraction")) == "[0, 1)");
+  CHECK(param_range(*find_param("calibration")).empty());
+}
