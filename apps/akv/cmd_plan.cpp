@@ -56,9 +56,9 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
       if (!opt->layers || !opt->kv_heads || !opt->head_dim) {
         throw UsageError("give --config, or --layers, --kv-heads and --head-dim", {"", "--config"});
       }
-      s.layers = opt->layers;
-      s.kv_heads = opt->kv_heads;
-      s.heads = opt->heads ? opt->heads : opt->kv_heads;
+      s.n_layers = opt->layers;
+      s.n_kv_heads = opt->kv_heads;
+      s.n_heads = opt->heads ? opt->heads : opt->kv_heads;
       s.head_dim = opt->head_dim;
     }
     if (!opt->weights.empty()) s.weight_bytes = opt->weights == "0" ? 0 : parse_bytes(opt->weights, "--weights");
@@ -70,9 +70,7 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
     if (!opt->calibration.empty()) {
       CompressParams p = resolve_params(parse_method_spec("kivi"));
       DumpMeta m;
-      m.n_layers = s.layers;
-      m.n_kv_heads = s.kv_heads;
-      m.head_dim = s.head_dim;
+      m.kv_shape() = s.kv_shape();
       p.calibration_file = opt->calibration;
       p.head_bits = read_calibration(opt->calibration, m);
       methods.push_back({"kivi:calibration", p});

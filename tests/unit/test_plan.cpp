@@ -32,8 +32,9 @@ PlanMethod method(const std::string& spec) {
 
 TEST_CASE("plan's closed-form bytes equal what the runtime caches store", "[plan]") {
   const std::size_t L = 2, H = 4, KV = 2, D = 64;
-  const PlanShape shape{"t", L, H, KV, D, 0};
-  const KvGeometry g{L, H, KV, D, 4096, RopeLayout::rotate_half, 10000.0};
+  const KvShape kv{L, H, KV, D, 10000.0, RopeLayout::rotate_half};
+  const PlanShape shape{kv, "t", 0};
+  const KvGeometry g{kv, 4096};
   for (std::size_t n : {100, 300, 777}) {
     const auto q = random_layers(L, H, n, D, 1), k = random_layers(L, KV, n, D, 2), v = random_layers(L, KV, n, D, 3);
     for (const std::string spec : {"f32", "none", "kivi-2", "kivi-4", "k4v3:outlier-fraction=0.1", "uniform:bits=3",

@@ -168,7 +168,7 @@ TEST_CASE("runtime cache after the prompt equals akv compress of the same tokens
   const std::vector<std::int32_t> prompt(seqs[2].begin(), seqs[2].begin() + 200);
   const PrefillResult pre = m.prefill(prompt, false);
   const ModelConfig& c = m.config();
-  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  const KvGeometry g{c.kv_shape(), c.seq_len};
   const RopeTable table(c.head_dim, c.rope_theta, 0, c.seq_len);
   for (const std::string spec : {"kivi-2", "k4v3:outlier-fraction=0.25:pre-rope", "uniform:bits=3",
                                  "adakv:budget=0.4:window=16:quant=kivi-4"}) {
@@ -295,7 +295,7 @@ TEST_CASE("runtime streamingllm keeps the rows of a plain sliding-window referen
   const std::size_t P = 100;
   const PrefillResult pre = m.prefill(std::vector<std::int32_t>(seq.begin(), seq.begin() + P), false);
   const ModelConfig& c = m.config();
-  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  const KvGeometry g{c.kv_shape(), c.seq_len};
   // The runtime cache replaces an evicted row by its last row, so its rows are in another order
   // than the reference's; attention reads the runtime cache, both receive the same rows, and
   // after every step both hold the same rows (bit for bit) at the same positions.
@@ -319,7 +319,7 @@ TEST_CASE("runtime h2o keeps the rows of a plain chronological H2O reference", "
   const std::size_t P = 100;
   const PrefillResult pre = m.prefill(std::vector<std::int32_t>(seq.begin(), seq.begin() + P), false);
   const ModelConfig& c = m.config();
-  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  const KvGeometry g{c.kv_shape(), c.seq_len};
   const CompressParams p = params("h2o:budget-tokens=60:window=16");
   auto cache = make_kv_policy(p, g);
   H2OReference ref(g, *p.eviction);
@@ -356,7 +356,7 @@ TEST_CASE("perplexity through compressed caches on stories260K", "[runtime]") {
   o.threads = 1;
   CHECK(evaluate_perplexity(m, seqs, o, {}).to_json() == r.to_json());
   // Streaming eviction does not combine with quantization in the model.
-  const KvGeometry g{5, 8, 4, 8, 512, RopeLayout::interleaved, 10000.0};
+  const KvGeometry g{{5, 8, 4, 8, 10000.0, RopeLayout::interleaved}, 512};
   CHECK_THROWS_AS(make_kv_policy(params("h2o:budget=0.5:quant=kivi-2"), g), UsageError);
 }
 

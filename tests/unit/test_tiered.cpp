@@ -23,7 +23,7 @@ CompressParams params(const std::string& spec) { return resolve_params(parse_met
 
 KvGeometry geometry(const Model& m) {
   const ModelConfig& c = m.config();
-  return {c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  return {c.kv_shape(), c.seq_len};
 }
 
 bool ascending(const std::int32_t* p, std::size_t n) {
@@ -276,7 +276,7 @@ TEST_CASE("tiered parameters: presets, flags and budgets that cannot be met", "[
   CHECK_THROWS_AS(params("balanced:demotion=lru"), InvalidInput);
   CHECK_THROWS_AS(params("kivi-2:hot=64"), UsageError);
   CHECK_THROWS_AS(params("balanced:bits=4"), UsageError);
-  const KvGeometry g{2, 4, 2, 64, 512, RopeLayout::rotate_half, 10000.0};
+  const KvGeometry g{{2, 4, 2, 64, 10000.0, RopeLayout::rotate_half}, 512};
   CHECK_THROWS_AS(make_kv_policy(params("compact:protect-last=32"), g), InvalidInput);
   CHECK_THROWS_AS(make_kv_policy(params("balanced:warm=40"), g), InvalidInput);
   CHECK_NOTHROW(make_kv_policy(params("balanced:warm=64"), g));

@@ -32,7 +32,7 @@ DecodeBenchResult bench_decode(const Model& model,
     }
     res.decoded += s.size() - prompt;
   }
-  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  const KvGeometry g{c.kv_shape(), c.seq_len};
   std::vector<PrefillResult> pre;
   double best_prefill = 1e300;
   for (int r = 0; r < repeats; ++r) {

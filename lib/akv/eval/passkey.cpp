@@ -97,7 +97,7 @@ namespace {
 std::vector<std::int32_t> continue_greedy(const Model& model, const PrefillResult& pre, std::size_t len,
                                          std::size_t n, const std::optional<CompressParams>& method) {
   const ModelConfig& c = model.config();
-  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  const KvGeometry g{c.kv_shape(), c.seq_len};
   auto cache = make_kv_policy(method, g, 1);
   cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, len});
   const float* first = pre.logits.row(0).data();

@@ -59,7 +59,7 @@ PplReport evaluate_perplexity(const Model& model,
   }
   r.sequences.assign(n_seq, std::vector<PplSums>(methods.size()));
   r.prompt_tokens.assign(n_seq, 0);
-  const KvGeometry g{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.seq_len, c.rope_layout, c.rope_theta};
+  const KvGeometry g{c.kv_shape(), c.seq_len};
   std::size_t done = 0;
   std::mutex progress_mutex;
   parallel_for(n_seq, o.threads, [&](std::size_t si) {

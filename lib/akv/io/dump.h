@@ -23,7 +23,7 @@
 #include "akv/core/progress.h"
 #include "akv/io/hdf5.h"
 #include "akv/tensor/dtype.h"
-#include "akv/tensor/rope.h"
+#include "akv/tensor/kv_shape.h"
 #include "akv/tensor/tensor.h"
 
 namespace akv {
@@ -31,18 +31,12 @@ namespace akv {
 inline constexpr const char* kDumpFormat = "akv-dump";
 inline constexpr std::int64_t kDumpVersion = 1;
 
-struct DumpMeta {
+// The model's KV shape, the sequence length and the observation window of a dump.
+struct DumpMeta : KvShape {
   std::string model;
-  std::size_t n_layers = 0;
-  std::size_t n_heads = 0;     // query heads
-  std::size_t n_kv_heads = 0;  // key/value heads (n_heads % n_kv_heads == 0)
-  std::size_t head_dim = 0;
-  double rope_theta = 10000.0;
-  RopeLayout rope_layout = RopeLayout::rotate_half;
   std::size_t n_tokens = 0;
   std::size_t n_query = 0;  // observation window: queries of the last n_query positions
 
-  std::size_t group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
   std::size_t first_query_pos() const { return n_tokens - n_query; }
 };
 

@@ -14,13 +14,8 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
   }
   const PrefillResult r = model.prefill(tokens, false, o.threads);
   DumpMeta m;
+  m.kv_shape() = c.kv_shape();
   m.model = c.name;
-  m.n_layers = c.n_layers;
-  m.n_heads = c.n_heads;
-  m.n_kv_heads = c.n_kv_heads;
-  m.head_dim = c.head_dim;
-  m.rope_theta = c.rope_theta;
-  m.rope_layout = c.rope_layout;
   m.n_tokens = n;
   m.n_query = o.window;
   DumpWriteOptions wo;

@@ -8,21 +8,21 @@
 #include <vector>
 
 #include "akv/policy/kv_policy.h"
+#include "akv/tensor/kv_shape.h"
 #include "akv/tensor/rope.h"
 #include "akv/tensor/tensor.h"
 
 namespace akv {
 
-struct ModelConfig {
+// The KV shape (the loader sets rope_layout: interleaved for llama2.c, rotate-half for HF) and
+// the rest of the architecture.
+struct ModelConfig : KvShape {
   std::string name;
-  std::size_t dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0;
-  std::size_t vocab_size = 0, seq_len = 0, head_dim = 0;
-  double rope_theta = 10000.0;
+  std::size_t dim = 0, hidden_dim = 0;
+  std::size_t vocab_size = 0, seq_len = 0;
   float norm_eps = 1e-5f;
-  RopeLayout rope_layout = RopeLayout::interleaved;
   bool qkv_bias = false;
   std::string tokenizer;  // "bytes" when config.json says "akv_tokenizer": "bytes"
-  std::size_t group_size() const { return n_heads / n_kv_heads; }
 };
 
 // Weight matrices are [out, in] row-major (y = W x).

@@ -56,14 +56,14 @@ PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes) {
   const HfConfig c = read_hf_config(path);
   PlanShape s;
   s.name = c.name.empty() ? fs::path(c.file).parent_path().filename().string() : c.name;
-  s.layers = c.num_hidden_layers;
-  s.heads = c.num_attention_heads;
-  s.kv_heads = c.num_key_value_heads;
+  s.n_layers = c.num_hidden_layers;
+  s.n_heads = c.num_attention_heads;
+  s.n_kv_heads = c.num_key_value_heads;
   s.head_dim = c.head_dim;
   const std::size_t dim = c.hidden_size, ffn = c.intermediate_size, vocab = c.vocab_size;
-  const std::size_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const std::size_t q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
   const double per_layer = static_cast<double>(dim * q + 2 * dim * kv + q * dim + 3 * dim * ffn + 2 * dim);
-  const double params = static_cast<double>(s.layers) * per_layer +
+  const double params = static_cast<double>(s.n_layers) * per_layer +
                         static_cast<double>(vocab * dim) * (c.tie_word_embeddings ? 1 : 2) + static_cast<double>(dim);
   int bytes = weight_dtype_bytes;
   if (bytes <= 0) bytes = c.torch_dtype == "float32" ? 4 : 2;
@@ -93,13 +93,13 @@ std::uint64_t parse_bytes(const std::string& text, const std::string& flag) {
 
 PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
   PlanBytes total;
-  for (std::size_t l = 0; l < s.layers; ++l) {
-    for (std::size_t h = 0; h < s.kv_heads; ++h) {
+  for (std::size_t l = 0; l < s.n_layers; ++l) {
+    for (std::size_t h = 0; h < s.n_kv_heads; ++h) {
       if (!m.params) {
         total.device += 8.0 * static_cast<double>(s.head_dim * n);
         continue;
       }
-      const CompressParams p = m.params->for_head(l, h, s.kv_heads);
+      const CompressParams p = m.params->for_head(l, h, s.n_kv_heads);
       if (p.tiered) {
         const PlanBytes b = tiered_bytes(*p.tiered, s.head_dim, n);
         total.device += b.device;
@@ -168,9 +168,9 @@ PlanReport plan(const PlanShape& s, const std::vector<PlanMethod>& methods, std:
 
 nlohmann::json PlanReport::to_json() const {
   nlohmann::json j = {{"model", shape.name},
-                      {"layers", shape.layers},
-                      {"heads", shape.heads},
-                      {"kv_heads", shape.kv_heads},
+                      {"layers", shape.n_layers},
+                      {"heads", shape.n_heads},
+                      {"kv_heads", shape.n_kv_heads},
                       {"head_dim", shape.head_dim},
                       {"weight_bytes", shape.weight_bytes},
                       {"memory_bytes", memory},
@@ -193,7 +193,7 @@ std::string PlanReport::to_table() const {
   std::string out = fmt::format(
       "{}: {} layers, {} q / {} KV heads, head_dim {}; weights {:.2f} GB; memory {:.2f} GB ({:.2f} GB for "
       "the KV cache){}\n",
-      shape.name.empty() ? "model" : shape.name, shape.layers, shape.heads, shape.kv_heads, shape.head_dim,
+      shape.name.empty() ? "model" : shape.name, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim,
       static_cast<double>(shape.weight_bytes) / 1e9, static_cast<double>(memory) / 1e9,
       static_cast<double>(memory - shape.weight_bytes) / 1e9,
       host_memory ? fmt::format("; host {:.2f} GB", static_cast<double>(*host_memory) / 1e9) : std::string());

@@ -10,12 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/method/params.h"
+#include "akv/tensor/kv_shape.h"
 
 namespace akv {
 
-struct PlanShape {
+// The KV shape of a model to plan for (RoPE fields unused), its name and weight bytes.
+struct PlanShape : KvShape {
   std::string name;
-  std::size_t layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   std::uint64_t weight_bytes = 0;  // parameters x bytes per parameter; 0 when unknown
 };
 

@@ -28,19 +28,15 @@
 
 namespace akv {
 
-struct KvGeometry {
-  std::size_t n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, max_positions = 0;
-  RopeLayout rope_layout = RopeLayout::rotate_half;
-  double rope_theta = 10000.0;
+// The KV shape of a runtime cache and the longest sequence it serves (RoPE tables).
+struct KvGeometry : KvShape {
+  std::size_t max_positions = 0;
 
   // The dump shape of a prompt of n_tokens with queries at its last n_query positions (what
   // the scorers and allocators read).
   DumpMeta meta(std::size_t n_tokens = 0, std::size_t n_query = 0) const {
     DumpMeta m;
-    m.n_layers = n_layers;
-    m.n_heads = n_heads;
-    m.n_kv_heads = n_kv_heads;
-    m.head_dim = head_dim;
+    m.kv_shape() = kv_shape();
     m.n_tokens = n_tokens;
     m.n_query = n_query;
     return m;

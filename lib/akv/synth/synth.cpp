@@ -308,13 +308,8 @@ SynthSummary write_synth_dump(const std::string& path, const SynthOptions& o,
   SynthSummary summary;
   summary.plan = make_synth_plan(o);
   DumpMeta meta;
+  meta.kv_shape() = o.kv_shape();
   meta.model = o.model;
-  meta.n_layers = o.n_layers;
-  meta.n_heads = o.n_heads;
-  meta.n_kv_heads = o.n_kv_heads;
-  meta.head_dim = o.head_dim;
-  meta.rope_theta = o.rope_theta;
-  meta.rope_layout = o.rope_layout;
   meta.n_tokens = o.n_tokens;
   meta.n_query = o.window;
   DumpWriteOptions wo = o.write;

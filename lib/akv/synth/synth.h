@@ -28,16 +28,18 @@ std::string synth_profile_name(SynthProfile p);
 SynthProfile parse_synth_profile(const std::string& s);  // throws UsageError naming the value
 std::string head_kind_name(HeadKind k);
 
-struct SynthOptions {
+// The KV shape (default 4 layers, 8 query / 2 KV heads, head_dim 64, rotate-half RoPE with
+// theta 10000) and what else a synthetic dump is made of.
+struct SynthOptions : KvShape {
+  SynthOptions() {
+    n_layers = 4;
+    n_heads = 8;
+    n_kv_heads = 2;
+    head_dim = 64;
+  }
   std::string model = "synth";
-  std::size_t n_layers = 4;
-  std::size_t n_heads = 8;
-  std::size_t n_kv_heads = 2;
-  std::size_t head_dim = 64;
   std::size_t n_tokens = 1024;
   std::size_t window = 32;  // n_query: queries of the last `window` positions are stored
-  double rope_theta = 10000.0;
-  RopeLayout rope_layout = RopeLayout::rotate_half;
   std::uint64_t seed = 0;
   SynthProfile profile = SynthProfile::mixed;
   std::size_t sinks = 4;            // attention-sink tokens at the start

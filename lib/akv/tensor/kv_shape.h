@@ -1,0 +1,24 @@
+#pragma once
+// The shape of a model's KV cache, one struct for every place that needs it: dumps (DumpMeta),
+// models (ModelConfig), runtime caches (KvGeometry), memory plans (PlanShape) and synthetic
+// dumps (SynthOptions) extend it, so a shape passes between them as one value.
+#include <cstddef>
+
+#include "akv/tensor/rope.h"
+
+namespace akv {
+
+struct KvShape {
+  std::size_t n_layers = 0;
+  std::size_t n_heads = 0;     // query heads
+  std::size_t n_kv_heads = 0;  // key/value heads (n_heads % n_kv_heads == 0)
+  std::size_t head_dim = 0;
+  double rope_theta = 10000.0;
+  RopeLayout rope_layout = RopeLayout::rotate_half;
+
+  std::size_t group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
+  KvShape& kv_shape() { return *this; }
+  const KvShape& kv_shape() const { return *this; }
+};
+
+}  // namespace akv
