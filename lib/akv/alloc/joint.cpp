@@ -29,13 +29,7 @@ MatF attend(const float* q, std::size_t nq, const float* k, const float* v, cons
   for (std::size_t i = 0; i < nq; ++i) {
     visible[i] = static_cast<std::size_t>(std::upper_bound(kpos, kpos + nk, first_qpos + i) - kpos);
   }
-  CausalBlock b;
-  b.q = q;
-  b.k = k;
-  b.visible = visible.data();
-  b.nq = nq;
-  b.nk = nk;
-  b.d = d;
+  const CausalBlock b{q, k, visible.data(), nq, nk, d};
   MatF out(static_cast<Eigen::Index>(nq), static_cast<Eigen::Index>(d));
   causal_attention(b, v, out.data());
   return out;

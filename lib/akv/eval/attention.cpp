@@ -94,13 +94,7 @@ AttentionFidelity attention_fidelity(const AttentionInput& o, const AttentionInp
   auto attend = [](const AttentionInput& a, std::vector<float>& out, std::vector<std::vector<double>>& logits) {
     std::vector<std::size_t> vis(a.nq);
     for (std::size_t i = 0; i < a.nq; ++i) vis[i] = visible(a, a.qpos[i]);
-    CausalBlock b;
-    b.q = a.q;
-    b.k = a.k;
-    b.visible = vis.data();
-    b.nq = a.nq;
-    b.nk = a.nk;
-    b.d = a.d;
+    const CausalBlock b{a.q, a.k, vis.data(), a.nq, a.nk, a.d};
     out.assign(a.nq * a.d, 0.0f);
     logits.assign(a.nq, {});
     causal_attention(b, a.v, out.data(), [&](std::size_t i, const float* s, const double*, std::size_t n) {

@@ -90,13 +90,7 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
   for (std::size_t i = 0; i < m.n_query; ++i) visible[i] = m.first_query_pos() + i + 1;
   std::vector<double> p;
   for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
-    CausalBlock b;
-    b.q = query.row(qh, 0);
-    b.k = k;
-    b.visible = visible.data();
-    b.nq = m.n_query;
-    b.nk = T;
-    b.d = d;
+    const CausalBlock b{query.row(qh, 0), k, visible.data(), m.n_query, T, d};
     causal_logits_ref(b, [&](std::size_t, const double* s, std::size_t n) {
       p.resize(n);
       softmax(s, n, p.data());

@@ -97,12 +97,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     for (std::size_t i = 0; i < n; ++i) visible[i] = i + 1;
     parallel_for(c.n_heads, threads, [&](std::size_t h) {  // heads write disjoint columns
       const std::size_t kv = h / g;
-      CausalBlock b;
-      b.q = qh.row(h, 0);
-      b.k = kh.row(kv, 0);
-      b.visible = visible.data();
-      b.nq = b.nk = n;
-      b.d = hd;
+      const CausalBlock b{qh.row(h, 0), kh.row(kv, 0), visible.data(), n, n, hd};
       RowMatrix o(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd));
       causal_attention(b, vh.row(kv, 0), o.data());
       att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;

@@ -124,13 +124,7 @@ HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, c
   std::vector<std::size_t> visible(rows);
   for (std::size_t i = 0; i < rows; ++i) visible[i] = T - rows + i + 1;
   for (std::size_t q = 0; q < g; ++q) {
-    CausalBlock b;
-    b.q = query.row(h * g + q, nq - rows);
-    b.k = key.row(h, 0);
-    b.visible = visible.data();
-    b.nq = rows;
-    b.nk = T;
-    b.d = d;
+    const CausalBlock b{query.row(h * g + q, nq - rows), key.row(h, 0), visible.data(), rows, T, d};
     causal_logits(b, [&](std::size_t i, const float* s, std::size_t n) {
       if (i >= rows - o.window) add_softmax(s, n, win[q].data(), tmp);
       if (o.method == ScoreMethod::h2o) add_softmax(s, n, all[q].data(), tmp);
@@ -158,13 +152,7 @@ std::vector<HeadScores> score_layer_ref(const Tensor3& query, const Tensor3& key
     std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)),
         all(g, std::vector<double>(T, 0.0));
     for (std::size_t q = 0; q < g; ++q) {
-      CausalBlock b;
-      b.q = query.row(h * g + q, 0);
-      b.k = key.row(h, 0);
-      b.visible = visible.data();
-      b.nq = nq;
-      b.nk = T;
-      b.d = d;
+      const CausalBlock b{query.row(h * g + q, 0), key.row(h, 0), visible.data(), nq, T, d};
       causal_logits_ref(b, [&](std::size_t i, const double* s, std::size_t n) {
         if (i >= nq - o.window) add_softmax(s, n, win[q].data(), tmp);
         add_softmax(s, n, all[q].data(), tmp);
