@@ -5,6 +5,7 @@
 #include "akv/attention/block_attention.h"
 #include "akv/attention/decode_attention.h"
 #include "akv/attention/kernels.h"
+#include "akv/attention/kv_view.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/quant/pack.h"
@@ -418,4 +419,51 @@ TEST_CASE("causal block attention: fast path within 1e-5 of the f64 reference, b
     for (std::size_t j = 0; j < n; ++j) lw = std::max(lw, std::fabs(s[j] - ls[i][j]));
   });
   CHECK(lw < 1e-5);
+}
+
+TEST_CASE("PackedTensor: blocks inserted and erased in the middle equal the same blocks appended in order", "[attention][packed]") {
+  const std::size_t d = 16, B = 32;
+  Rng rng(5);
+  std::vector<std::vector<float>> blocks(5, std::vector<float>(B * d));
+  for (auto& b : blocks) {
+    for (float& x : b) x = static_cast<float>(rng.normal());
+  }
+  for (QuantAxis axis : {QuantAxis::channel, QuantAxis::token}) {
+    const std::size_t g = axis == QuantAxis::channel ? B : 8;
+    auto q = [&](std::size_t i) { return quantize_block(blocks[i].data(), B, d, axis, 3, g); };
+    // Built out of order: 1, then 3 after it, 0 in front, 2 between 1 and 3, 4 (to be erased)
+    // in the middle; then 4 erased.
+    PackedTensor mixed(d, DenseType::f16);
+    mixed.insert_packed(0, q(1));
+    mixed.insert_packed(B, q(3));
+    mixed.insert_packed(0, q(0));
+    mixed.insert_packed(2 * B, q(2));
+    mixed.insert_packed(2 * B, q(4));
+    mixed.erase_packed(2 * B, B);
+    PackedTensor ordered(d, DenseType::f16);
+    for (std::size_t i = 0; i < 4; ++i) ordered.append_packed(q(i), {}, nullptr);
+    const QuantizedBlock a = mixed.packed_block(), b = ordered.packed_block();
+    CHECK(a.rows == 4 * B);
+    CHECK(a.codes == b.codes);
+    CHECK(a.scale == b.scale);
+    CHECK(a.zero == b.zero);
+    CHECK(mixed.bytes() == ordered.bytes());
+    std::vector<float> x(4 * B * d), y(4 * B * d);
+    dequantize_rows(mixed.view(), d, 0, 4 * B, x.data());
+    dequantize_rows(ordered.view(), d, 0, 4 * B, y.data());
+    CHECK(x == y);
+    // A block that does not start on a group (channel axis) or byte boundary is refused.
+    if (axis == QuantAxis::channel) CHECK_THROWS_AS(mixed.insert_packed(B / 2, q(4)), InvalidInput);
+    CHECK_THROWS_AS(mixed.erase_packed(4 * B - 1, 2), InvalidInput);
+  }
+  // Dense f16 rows in the middle.
+  PackedTensor dense(d, DenseType::f16);
+  std::vector<std::uint16_t> r0(2 * d, 1), r1(d, 2);
+  dense.insert_dense_f16(0, r0.data(), 2);
+  dense.insert_dense_f16(1, r1.data(), 1);
+  CHECK(dense.dense_f16(1)[0] == 2);
+  CHECK(dense.dense_f16(2)[0] == 1);
+  dense.erase_dense(0, 2);
+  CHECK(dense.dense_rows() == 1);
+  CHECK(dense.dense_f16(0)[0] == 1);
 }

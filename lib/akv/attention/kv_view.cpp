@@ -135,6 +135,91 @@ void PackedTensor::swap_remove_dense(std::size_t i) {
   --dense_rows_;
 }
 
+namespace {
+
+// Groups before row r of a [rows, cols] block quantized along `axis` in groups of g.
+std::size_t groups_before(std::size_t r, QuantAxis axis, std::size_t cols, std::size_t g) {
+  return axis == QuantAxis::channel ? r / g * cols : r * ceil_div(cols, g);
+}
+
+}  // namespace
+
+void PackedTensor::insert_packed(std::size_t row, const QuantizedBlock& b) {
+  if (b.rows == 0) return;
+  if (view_.rows == 0) {
+    view_.bits = b.bits;
+    view_.axis = b.axis;
+    view_.group = b.group;
+    view_.cols = b.cols;
+  }
+  const std::size_t row_bits = b.cols * static_cast<std::size_t>(b.bits);
+  const bool aligned = row <= view_.rows && (row * row_bits) % 8 == 0 && (b.rows * row_bits) % 8 == 0 &&
+                       (b.axis == QuantAxis::token || (row % b.group == 0 && b.rows % b.group == 0));
+  if (b.bits != view_.bits || b.axis != view_.axis || b.group != view_.group || b.cols != view_.cols ||
+      b.cols != d_ || view_.n_outliers != 0 || !aligned) {
+    throw InvalidInput("packed block does not fit between the stored rows (parameters, channels, "
+                       "outliers or a group/byte boundary)", {"", "row", std::to_string(row)});
+  }
+  codes_.insert(codes_.begin() + static_cast<std::ptrdiff_t>(row * row_bits / 8), b.codes.begin(), b.codes.end());
+  const std::size_t g = groups_before(row, b.axis, b.cols, b.group);
+  scale_.insert(scale_.begin() + static_cast<std::ptrdiff_t>(g), b.scale.begin(), b.scale.end());
+  zero_.insert(zero_.begin() + static_cast<std::ptrdiff_t>(g), b.zero.begin(), b.zero.end());
+  code_bits_ += b.rows * row_bits;
+  codes_.resize(code_bits_ / 8 + kCodePadding, 0);  // the padding stays behind the stream
+  view_.rows += b.rows;
+}
+
+void PackedTensor::erase_packed(std::size_t row, std::size_t n) {
+  const std::size_t row_bits = view_.cols * static_cast<std::size_t>(view_.bits);
+  const bool aligned = row + n <= view_.rows && (row * row_bits) % 8 == 0 && (n * row_bits) % 8 == 0 &&
+                       (view_.axis == QuantAxis::token || (row % view_.group == 0 && n % view_.group == 0));
+  if (!aligned || view_.n_outliers != 0) {
+    throw InvalidInput("packed rows to erase are not whole groups and bytes", {"", "row", std::to_string(row)});
+  }
+  const auto at = [](auto& v, std::size_t i) { return v.begin() + static_cast<std::ptrdiff_t>(i); };
+  codes_.erase(at(codes_, row * row_bits / 8), at(codes_, (row + n) * row_bits / 8));
+  const std::size_t g0 = groups_before(row, view_.axis, view_.cols, view_.group),
+                    g1 = groups_before(row + n, view_.axis, view_.cols, view_.group);
+  scale_.erase(at(scale_, g0), at(scale_, g1));
+  zero_.erase(at(zero_, g0), at(zero_, g1));
+  code_bits_ -= n * row_bits;
+  view_.rows -= n;
+}
+
+void PackedTensor::insert_dense_f16(std::size_t row, const std::uint16_t* rows, std::size_t n) {
+  if (type_ != DenseType::f16 || row > dense_rows_) {
+    throw InvalidInput("f16 rows go into f16 storage within its rows", {"", "row", std::to_string(row)});
+  }
+  dense16_.insert(dense16_.begin() + static_cast<std::ptrdiff_t>(row * d_), rows, rows + n * d_);
+  dense_rows_ += n;
+}
+
+void PackedTensor::erase_dense(std::size_t row, std::size_t n) {
+  if (row + n > dense_rows_) throw InvalidInput("erasing dense rows that are not stored", {"", "row", std::to_string(row)});
+  const auto erase = [&](auto& v) {
+    v.erase(v.begin() + static_cast<std::ptrdiff_t>(row * d_), v.begin() + static_cast<std::ptrdiff_t>((row + n) * d_));
+  };
+  if (type_ == DenseType::f32) {
+    erase(dense32_);
+  } else {
+    erase(dense16_);
+  }
+  dense_rows_ -= n;
+}
+
+QuantizedBlock PackedTensor::packed_block() const {
+  QuantizedBlock q;
+  q.bits = view_.bits;
+  q.axis = view_.axis;
+  q.group = view_.group;
+  q.rows = view_.rows;
+  q.cols = view_.cols;
+  q.codes.assign(codes_.begin(), codes_.begin() + static_cast<std::ptrdiff_t>(ceil_div(code_bits_, 8)));
+  q.scale = scale_;
+  q.zero = zero_;
+  return q;
+}
+
 const float* PackedTensor::dense_f32(std::size_t row) const { return dense32_.data() + row * d_; }
 const std::uint16_t* PackedTensor::dense_f16(std::size_t row) const { return dense16_.data() + row * d_; }
 

@@ -80,6 +80,17 @@ class PackedTensor {
   // their order (eviction from an unquantized cache, which tracks positions itself).
   void swap_remove_dense(std::size_t i);
 
+  // Blocks in the middle (the tiered cache moves whole blocks between tiers). A packed block
+  // goes in before packed row `row`, or packed rows [row, row + n) come out; both ends must sit
+  // on group and byte boundaries and the tensor must have no outlier channels. Dense f16 rows
+  // [n, head_dim] (f16 bits) go in before dense row `row`, or come out. InvalidInput otherwise.
+  void insert_packed(std::size_t row, const QuantizedBlock& block);
+  void erase_packed(std::size_t row, std::size_t n);
+  void insert_dense_f16(std::size_t row, const std::uint16_t* rows, std::size_t n);
+  void erase_dense(std::size_t row, std::size_t n);
+  // The packed rows as one quantized block (quant/affine.h layout), without outliers.
+  QuantizedBlock packed_block() const;
+
   std::size_t packed_rows() const { return view_.rows; }
   std::size_t dense_rows() const { return dense_rows_; }
   std::size_t rows() const { return view_.rows + dense_rows_; }

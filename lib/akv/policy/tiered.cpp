@@ -17,113 +17,71 @@ constexpr std::size_t kValueGroup = 32;  // channels per value group (per-token 
 
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
-// f16 rows of one head's keys and values, in order; rows inserted and erased anywhere.
-class DenseRows {
+// One tier's keys and values of one head in the attention module's storage (PackedTensor),
+// rows in chronological order, inserted and erased in the middle: quantized tiers hold whole
+// blocks of B rows (keys per channel over the block, values per token in groups of 32
+// channels), f16 tiers hold dense rows.
+class TierRows {
  public:
-  explicit DenseRows(std::size_t d = 0) : d_(d) {}
-  std::size_t rows() const { return k_.size() / std::max<std::size_t>(d_, 1); }
-  void insert(std::size_t at, const std::uint16_t* k, const std::uint16_t* v, std::size_t n) {
-    k_.insert(k_.begin() + static_cast<std::ptrdiff_t>(at * d_), k, k + n * d_);
-    v_.insert(v_.begin() + static_cast<std::ptrdiff_t>(at * d_), v, v + n * d_);
+  TierRows() = default;
+  // bits 16: f16 rows.
+  TierRows(std::size_t d, std::size_t block, int bits_k, int bits_v)
+      : d_(d), b_(block), bk_(bits_k), bv_(bits_v), k_(d, DenseType::f16), v_(d, DenseType::f16) {}
+  std::size_t rows() const { return k_.rows(); }
+
+  // B rows (f32 keys and values [B, d]) before row `at`, quantized or rounded to f16.
+  void insert_block(std::size_t at, const float* k, const float* v) {
+    if (bk_ == 16) {
+      std::vector<std::uint16_t> hk(b_ * d_), hv(b_ * d_);
+      f32_to_f16(k, hk.data(), hk.size());
+      f32_to_f16(v, hv.data(), hv.size());
+      insert_f16(at, hk.data(), hv.data(), b_);
+      return;
+    }
+    k_.insert_packed(at, quantize_block(k, b_, d_, QuantAxis::channel, bk_, b_));
+    v_.insert_packed(at, quantize_block(v, b_, d_, QuantAxis::token, bv_, kValueGroup));
+  }
+  // n f16 rows (bits [n, d]) before row `at` (f16 tiers).
+  void insert_f16(std::size_t at, const std::uint16_t* k, const std::uint16_t* v, std::size_t n) {
+    k_.insert_dense_f16(at, k, n);
+    v_.insert_dense_f16(at, v, n);
   }
   void erase(std::size_t at, std::size_t n) {
-    k_.erase(k_.begin() + static_cast<std::ptrdiff_t>(at * d_), k_.begin() + static_cast<std::ptrdiff_t>((at + n) * d_));
-    v_.erase(v_.begin() + static_cast<std::ptrdiff_t>(at * d_), v_.begin() + static_cast<std::ptrdiff_t>((at + n) * d_));
+    if (bk_ == 16) {
+      k_.erase_dense(at, n);
+      v_.erase_dense(at, n);
+    } else {
+      k_.erase_packed(at, n);
+      v_.erase_packed(at, n);
+    }
   }
-  const std::vector<std::uint16_t>& keys() const { return k_; }
-  const std::vector<std::uint16_t>& values() const { return v_; }
-  const std::uint16_t* key(std::size_t row) const { return k_.data() + row * d_; }
-  const std::uint16_t* value(std::size_t row) const { return v_.data() + row * d_; }
-  std::uint64_t bytes() const { return 2ull * (k_.size() + v_.size()); }
-  HeadView view() const {
-    HeadView h;
-    h.key.dense = {DenseType::f16, k_.data(), rows()};
-    h.value.dense = {DenseType::f16, v_.data(), rows()};
-    return h;
+  // Rows [at, at + n) as f32 (dequantized, or f16 widened exactly): k, v [n, d].
+  void read(std::size_t at, std::size_t n, float* k, float* v) const {
+    dequantize_rows(k_.view(), d_, at, at + n, k);
+    dequantize_rows(v_.view(), d_, at, at + n, v);
   }
-
- private:
-  std::size_t d_;
-  std::vector<std::uint16_t> k_, v_;
-};
-
-// Quantized blocks of B rows in order: keys per channel over the block, values per token.
-class PackedBlocks {
- public:
-  PackedBlocks() = default;
-  PackedBlocks(std::size_t d, std::size_t block, int bits_k, int bits_v)
-      : d_(d), b_(block), bk_(bits_k), bv_(bits_v), kc_(block * d * static_cast<std::size_t>(bits_k) / 8),
-        ks_(d), vc_(block * d * static_cast<std::size_t>(bits_v) / 8), vs_(block * ceil_div(d, kValueGroup)) {
-    kcodes_.assign(kCodePadding, 0);
-    vcodes_.assign(kCodePadding, 0);
-  }
-  std::size_t blocks() const { return n_; }
-
-  // Quantizes B rows (f32 [B, d] keys and values) into block slot `at`.
-  void insert(std::size_t at, const float* k, const float* v) {
-    const QuantizedBlock qk = quantize_block(k, b_, d_, QuantAxis::channel, bk_, b_);
-    const QuantizedBlock qv = quantize_block(v, b_, d_, QuantAxis::token, bv_, kValueGroup);
-    put(kcodes_, qk.codes, at * kc_);
-    put(kscale_, qk.scale, at * ks_);
-    put(kzero_, qk.zero, at * ks_);
-    put(vcodes_, qv.codes, at * vc_);
-    put(vscale_, qv.scale, at * vs_);
-    put(vzero_, qv.zero, at * vs_);
-    ++n_;
-  }
-  void erase(std::size_t at) {
-    cut(kcodes_, at * kc_, kc_);
-    cut(kscale_, at * ks_, ks_);
-    cut(kzero_, at * ks_, ks_);
-    cut(vcodes_, at * vc_, vc_);
-    cut(vscale_, at * vs_, vs_);
-    cut(vzero_, at * vs_, vs_);
-    --n_;
-  }
-  // Dequantized rows of block `at`: k, v [B, d].
-  void dequantize(std::size_t at, float* k, float* v) const {
-    const HeadView h = view();
-    dequantize_rows(h.key, d_, at * b_, (at + 1) * b_, k);
-    dequantize_rows(h.value, d_, at * b_, (at + 1) * b_, v);
-  }
-  std::uint64_t bytes() const {
-    return n_ * (kc_ + vc_) + 2ull * (kscale_.size() + kzero_.size() + vscale_.size() + vzero_.size());
-  }
-  // The stored blocks as one quantized block per tensor (quant/affine.h layout).
-  QuantizedBlock block(bool key) const {
-    QuantizedBlock q;
-    q.bits = key ? bk_ : bv_;
-    q.axis = key ? QuantAxis::channel : QuantAxis::token;
-    q.group = key ? b_ : kValueGroup;
-    q.rows = n_ * b_;
-    q.cols = d_;
-    const auto& codes = key ? kcodes_ : vcodes_;
-    q.codes.assign(codes.begin(), codes.end() - static_cast<std::ptrdiff_t>(kCodePadding));
-    q.scale = key ? kscale_ : vscale_;
-    q.zero = key ? kzero_ : vzero_;
-    return q;
-  }
-  HeadView view() const {
-    HeadView h;
-    h.key.packed = {bk_, QuantAxis::channel, b_, n_ * b_, d_, kcodes_.data(), kscale_.data(), kzero_.data()};
-    h.value.packed = {bv_, QuantAxis::token, kValueGroup, n_ * b_, d_, vcodes_.data(), vscale_.data(), vzero_.data()};
-    return h;
+  const std::uint16_t* key_f16(std::size_t row) const { return k_.dense_f16(row); }
+  const std::uint16_t* value_f16(std::size_t row) const { return v_.dense_f16(row); }
+  std::uint64_t bytes() const { return k_.bytes() + v_.bytes(); }
+  HeadView view() const { return {k_.view(), v_.view()}; }
+  // The rows as a cache-file segment's key and value parts.
+  void to_parts(TensorPart& key, TensorPart& value) const {
+    const std::size_t n = rows();
+    if (bk_ != 16) {
+      key.n_quant = value.n_quant = n;
+      key.block = k_.packed_block();
+      value.block = v_.packed_block();
+    } else {
+      key.n_residual = value.n_residual = n;
+      key.residual.assign(k_.dense_f16(0), k_.dense_f16(0) + n * d_);
+      value.residual.assign(v_.dense_f16(0), v_.dense_f16(0) + n * d_);
+    }
   }
 
  private:
-  template <typename T>
-  static void put(std::vector<T>& dst, const std::vector<T>& src, std::size_t at) {
-    dst.insert(dst.begin() + static_cast<std::ptrdiff_t>(at), src.begin(), src.end());
-  }
-  template <typename T>
-  static void cut(std::vector<T>& dst, std::size_t at, std::size_t n) {
-    dst.erase(dst.begin() + static_cast<std::ptrdiff_t>(at), dst.begin() + static_cast<std::ptrdiff_t>(at + n));
-  }
   std::size_t d_ = 0, b_ = 0;
-  int bk_ = 4, bv_ = 4;
-  std::size_t kc_ = 0, ks_ = 0, vc_ = 0, vs_ = 0, n_ = 0;
-  std::vector<std::uint8_t> kcodes_, vcodes_;  // kCodePadding trailing bytes
-  std::vector<std::uint16_t> kscale_, kzero_, vscale_, vzero_;
+  int bk_ = 16, bv_ = 16;
+  PackedTensor k_, v_;
 };
 
 struct Block {
@@ -134,9 +92,8 @@ struct Block {
 class TieredHead {
  public:
   TieredHead(const TieredParams& t, std::size_t d)
-      : t_(t), d_(d), hot_(d), warm_(d, t.block, t.warm_bits_key, t.warm_bits_value),
-        cold_packed_(d, t.block, t.cold_bits == 16 ? 2 : t.cold_bits, t.cold_bits == 16 ? 2 : t.cold_bits),
-        cold_dense_(d) {}
+      : t_(t), d_(d), hot_(d, t.block, 16, 16), warm_(d, t.block, t.warm_bits_key, t.warm_bits_value),
+        cold_(d, t.block, t.cold_bits, t.cold_bits) {}
 
   // Appends rows (f32 post-RoPE keys, values [n, d]) at positions n_tokens().. to the hot tier.
   // The open block is always hot and the hot tier is the last view segment, so the rows and
@@ -145,7 +102,7 @@ class TieredHead {
     std::vector<std::uint16_t> hk(n * d_), hv(n * d_);
     f32_to_f16(k, hk.data(), n * d_);
     f32_to_f16(v, hv.data(), n * d_);
-    hot_.insert(hot_.rows(), hk.data(), hv.data(), n);
+    hot_.insert_f16(hot_.rows(), hk.data(), hv.data(), n);
     for (std::size_t i = 0; i < n; ++i) {
       if (blocks_.empty() || blocks_.back().rows == t_.block) blocks_.push_back({tokens(), 0, Tier::hot});
       ++blocks_.back().rows;
@@ -247,7 +204,7 @@ class TieredHead {
   KvView view() const {
     KvView v;
     v.segments[0] = warm_.view();
-    v.segments[1] = t_.cold_bits == 16 ? cold_dense_.view() : cold_packed_.view();
+    v.segments[1] = cold_.view();
     v.segments[2] = hot_.view();
     v.position = position_.data();
     v.n = position_.size();
@@ -258,7 +215,7 @@ class TieredHead {
     TierBytes b;
     b.hot = hot_.bytes();
     b.warm = warm_.bytes();
-    b.cold = cold_packed_.bytes() + cold_dense_.bytes();
+    b.cold = cold_.bytes();
     for (const auto& [id, rows] : shadow_) b.cold += 2ull * (rows.first.size() + rows.second.size());
     b.hot_tokens = tier_tokens(Tier::hot);
     b.warm_tokens = tier_tokens(Tier::warm);
@@ -280,18 +237,7 @@ class TieredHead {
       }
       const std::size_t n = s.kept.size();
       if (s.kept.size() == tokens()) s.kept.clear();  // all tokens: no index needed
-      const bool packed = t == Tier::warm || (t == Tier::cold && t_.cold_bits != 16);
-      if (packed) {
-        const PackedBlocks& pb = t == Tier::warm ? warm_ : cold_packed_;
-        s.key.n_quant = s.value.n_quant = n;
-        s.key.block = pb.block(true);
-        s.value.block = pb.block(false);
-      } else {
-        const DenseRows& dr = t == Tier::hot ? hot_ : cold_dense_;
-        s.key.n_residual = s.value.n_residual = n;
-        s.key.residual = dr.keys();
-        s.value.residual = dr.values();
-      }
+      (t == Tier::hot ? hot_ : t == Tier::warm ? warm_ : cold_).to_parts(s.key, s.value);
       if (n > 0) h.segments.push_back(std::move(s));
     };
     segment(Tier::warm);
@@ -311,17 +257,14 @@ class TieredHead {
     return k.rows < t_.block || k.first < t_.protect_first || k.first + k.rows + t_.protect_last > n;
   }
   std::size_t tier_tokens(Tier t) const { return count_[static_cast<int>(t)]; }
-  // Index of block b among the blocks of its tier (chronological slot), and row offset.
-  std::size_t slot(std::size_t b, Tier t) const {
-    std::size_t s = 0;
-    for (std::size_t i = 0; i < b; ++i) s += blocks_[i].tier == t ? 1 : 0;
-    return s;
-  }
-  std::size_t hot_row(std::size_t b) const {
+  // The first row of block b in the storage of tier t (its chronological place there).
+  std::size_t row_in(std::size_t b, Tier t) const {
     std::size_t r = 0;
-    for (std::size_t i = 0; i < b; ++i) r += blocks_[i].tier == Tier::hot ? blocks_[i].rows : 0;
+    for (std::size_t i = 0; i < b; ++i) r += blocks_[i].tier == t ? blocks_[i].rows : 0;
     return r;
   }
+  TierRows& rows_of(Tier t) { return t == Tier::hot ? hot_ : t == Tier::warm ? warm_ : cold_; }
+  const TierRows& rows_of(Tier t) const { return t == Tier::hot ? hot_ : t == Tier::warm ? warm_ : cold_; }
 
   // Current values of block b as f32 [B, d] (exact f16 rows where the tier or host has them).
   void read(std::size_t b, std::vector<float>& k, std::vector<float>& v) const {
@@ -329,22 +272,11 @@ class TieredHead {
     k.resize(n);
     v.resize(n);
     const Block& blk = blocks_[b];
-    auto widen = [&](const std::uint16_t* hk, const std::uint16_t* hv) {
-      f16_to_f32(hk, k.data(), n);
-      f16_to_f32(hv, v.data(), n);
-    };
-    if (blk.tier == Tier::hot) {
-      const std::size_t r = hot_row(b);
-      widen(hot_.key(r), hot_.value(r));
-    } else if (auto it = shadow_.find(blk.first); it != shadow_.end()) {
-      widen(it->second.first.data(), it->second.second.data());
-    } else if (blk.tier == Tier::warm) {
-      warm_.dequantize(slot(b, Tier::warm), k.data(), v.data());
-    } else if (t_.cold_bits == 16) {
-      const std::size_t r = slot(b, Tier::cold) * t_.block;
-      widen(cold_dense_.key(r), cold_dense_.value(r));
+    if (auto it = shadow_.find(blk.first); blk.tier != Tier::hot && it != shadow_.end()) {
+      f16_to_f32(it->second.first.data(), k.data(), n);
+      f16_to_f32(it->second.second.data(), v.data(), n);
     } else {
-      cold_packed_.dequantize(slot(b, Tier::cold), k.data(), v.data());
+      rows_of(blk.tier).read(row_in(b, blk.tier), t_.block, k.data(), v.data());
     }
   }
 
@@ -353,40 +285,26 @@ class TieredHead {
     read(b, k, v);
     Block& blk = blocks_[b];
     const std::size_t n = t_.block * d_;
-    // Leave the old tier.
-    if (blk.tier == Tier::hot) {
-      const std::size_t r = hot_row(b);
-      if (t_.cold_bits == 16) {  // the host keeps the exact rows from now on
-        shadow_[blk.first] = {std::vector<std::uint16_t>(hot_.key(r), hot_.key(r) + n),
-                              std::vector<std::uint16_t>(hot_.value(r), hot_.value(r) + n)};
-      }
-      hot_.erase(r, t_.block);
-    } else if (blk.tier == Tier::warm) {
-      warm_.erase(slot(b, Tier::warm));
-    } else if (t_.cold_bits == 16) {
-      cold_dense_.erase(slot(b, Tier::cold) * t_.block, t_.block);
-    } else {
-      cold_packed_.erase(slot(b, Tier::cold));
-    }
     const Tier from = blk.tier;
+    const std::size_t r = row_in(b, from);
+    // Leave the old tier.
+    if (from == Tier::hot && t_.cold_bits == 16) {  // the host keeps the exact rows from now on
+      shadow_[blk.first] = {std::vector<std::uint16_t>(hot_.key_f16(r), hot_.key_f16(r) + n),
+                            std::vector<std::uint16_t>(hot_.value_f16(r), hot_.value_f16(r) + n)};
+    }
+    rows_of(from).erase(r, t_.block);
     count_[static_cast<int>(from)] -= blk.rows;
     count_[static_cast<int>(to)] += blk.rows;
     blk.tier = to;
-    // Enter the new one, at its chronological slot.
-    if (to == Tier::hot) {
-      std::vector<std::uint16_t> hk(n), hv(n);
-      f32_to_f16(k.data(), hk.data(), n);
-      f32_to_f16(v.data(), hv.data(), n);
-      hot_.insert(hot_row(b), hk.data(), hv.data(), t_.block);
-      shadow_.erase(blk.first);
-    } else if (to == Tier::warm) {
-      warm_.insert(slot(b, Tier::warm), k.data(), v.data());
-    } else if (t_.cold_bits == 16) {
+    // Enter the new one, at its chronological place.
+    const std::size_t at = row_in(b, to);
+    if (to == Tier::cold && t_.cold_bits == 16) {
       const auto& s = shadow_.at(blk.first);
-      cold_dense_.insert(slot(b, Tier::cold) * t_.block, s.first.data(), s.second.data(), t_.block);
+      cold_.insert_f16(at, s.first.data(), s.second.data(), t_.block);
       shadow_.erase(blk.first);
     } else {
-      cold_packed_.insert(slot(b, Tier::cold), k.data(), v.data());
+      rows_of(to).insert_block(at, k.data(), v.data());
+      if (to == Tier::hot) shadow_.erase(blk.first);
     }
     if (from == Tier::cold && to == Tier::warm && t_.cold_bits == 16) {
       std::vector<std::uint16_t> hk(n), hv(n);
@@ -410,9 +328,8 @@ class TieredHead {
   TieredParams t_;
   std::size_t d_;
   std::vector<Block> blocks_;
-  DenseRows hot_;
-  PackedBlocks warm_, cold_packed_;
-  DenseRows cold_dense_;  // cold_bits 16
+  TierRows hot_, warm_;
+  TierRows cold_;  // f16 rows when cold_bits is 16
   // cold_bits 16: exact f16 rows (keys, values) of warm blocks, by first position (host).
   std::map<std::size_t, std::pair<std::vector<std::uint16_t>, std::vector<std::uint16_t>>> shadow_;
   std::vector<double> score_, attn_;  // per position
