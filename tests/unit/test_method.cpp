@@ -20,7 +20,7 @@ TEST_CASE("registry: every method has a kind that resolution accepts", "[method]
         break;
       case MethodKind::eviction:
         r.eviction.budget = 0.5;
-        CHECK(resolve_params(r).eviction.has_value());
+        CHECK(resolve_params(r).eviction() != nullptr);
         CHECK(eviction_method_name(eviction_method(m.name).score.method, eviction_method(m.name).alloc) == m.name);
         break;
       case MethodKind::joint:
@@ -96,4 +96,25 @@ TEST_CASE("registry: requests built by a library caller get the same range check
   CHECK(param_range(*b) == "(0, 1]");
   CHECK(param_range(*find_param("outlier-fraction")) == "[0, 1)");
   CHECK(param_range(*find_param("calibration")).empty());
+}
+
+TEST_CASE("resolved parameters: one mode at a time, from flags and from files", "[method]") {
+  CompressRequest r;
+  r.method = "balanced";
+  const CompressParams t = resolve_params(r);
+  CHECK(t.tiered() != nullptr);
+  CHECK(t.eviction() == nullptr);
+  r.method = "snapkv";
+  r.eviction.budget = 0.3;
+  const CompressParams e = resolve_params(r);
+  CHECK(e.eviction() != nullptr);
+  CHECK(e.tiered() == nullptr);
+  CHECK(std::holds_alternative<QuantizeOnly>(resolve_params(parse_method_spec("kivi-2")).mode));
+  // Round trip through the cache file's JSON keeps the mode.
+  CHECK(CompressParams::from_json(t.to_json(), "t").tiered() != nullptr);
+  CHECK(CompressParams::from_json(e.to_json(), "e").eviction() != nullptr);
+  // A file that records both a tiered cache and an eviction is corrupt.
+  nlohmann::json both = t.to_json();
+  both["eviction"] = e.eviction()->to_json();
+  CHECK_THROWS_AS(CompressParams::from_json(both, "both.h5"), CorruptData);
 }

@@ -119,8 +119,8 @@ TEST_CASE("adakv beats uniform SnapKV on mixed heads at 10%, 20%, 50%", "[policy
   write_synth_dump(dir.file("d.h5"), so, {});
   DumpReader dump(dir.file("d.h5"));
   for (double budget : {0.1, 0.2, 0.5}) {
-    const EvictionPlan snap = plan_eviction(dump, *evict("snapkv", budget).eviction, 2, {});
-    const EvictionPlan ada = plan_eviction(dump, *evict("adakv", budget).eviction, 2, {});
+    const EvictionPlan snap = plan_eviction(dump, *evict("snapkv", budget).eviction(), 2, {});
+    const EvictionPlan ada = plan_eviction(dump, *evict("adakv", budget).eviction(), 2, {});
     CHECK(snap.total_tokens() == ada.total_tokens());
     for (std::size_t l = 0; l < so.n_layers; ++l) {
       double ms = 0, ma = 0;
@@ -148,7 +148,7 @@ TEST_CASE("budgets file: round trip through compress, shape check; eviction + qu
   so.n_layers = 2;
   write_synth_dump(dir.file("d.h5"), so, {});
   DumpReader dump(dir.file("d.h5"));
-  const EvictionParams p = *evict("adakv", 0.25).eviction;
+  const EvictionParams p = *evict("adakv", 0.25).eviction();
   const EvictionPlan plan = plan_eviction(dump, p, 2, {});
   {
     std::ofstream out(dir.file("b.json"));

@@ -322,7 +322,7 @@ TEST_CASE("runtime h2o keeps the rows of a plain chronological H2O reference", "
   const KvGeometry g{c.kv_shape(), c.seq_len};
   const CompressParams p = params("h2o:budget-tokens=60:window=16");
   auto cache = make_kv_policy(p, g);
-  H2OReference ref(g, *p.eviction);
+  H2OReference ref(g, *p.eviction());
   const PromptKv pk{&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, P};
   cache->ingest_prompt(pk);
   ref.ingest_prompt(pk);

@@ -158,10 +158,10 @@ TEST_CASE("tiered cache: budgets, conservation, order, protected tokens, determi
     for (int run = 0; run < 2; ++run) {
       auto cache = make_kv_policy(p, geometry(m));
       cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, P});
-      check_invariants(*cache, m.config(), *p.tiered, P);
+      check_invariants(*cache, m.config(), *p.tiered(), P);
       for (std::size_t pos = P; pos < P + 120; ++pos) {
         logits[run].push_back(m.decode(seq[pos], pos, *cache));
-        check_invariants(*cache, m.config(), *p.tiered, pos + 1);
+        check_invariants(*cache, m.config(), *p.tiered(), pos + 1);
       }
       const TierBytes b = *cache->tier_bytes();
       CHECK(b.hot_tokens + b.warm_tokens + b.cold_tokens == (P + 120) * m.config().n_layers * m.config().n_kv_heads);
@@ -265,12 +265,12 @@ TEST_CASE("tiered with cold-bits 16 and no warm tier is lossless f16", "[tiered]
 
 TEST_CASE("tiered parameters: presets, flags and budgets that cannot be met", "[tiered]") {
   const CompressParams q = params("quality");
-  REQUIRE(q.tiered);
-  CHECK(q.tiered->hot == 256);
-  CHECK(q.tiered->warm_bits_key == 4);
-  CHECK(params("compact").tiered->warm_bits_value == 2);
-  CHECK(params("tiered:preset=k4v3").tiered->warm_bits_value == 3);
-  CHECK(params("balanced:demotion=fifo").tiered->demotion == Demotion::fifo);
+  REQUIRE(q.tiered());
+  CHECK(q.tiered()->hot == 256);
+  CHECK(q.tiered()->warm_bits_key == 4);
+  CHECK(params("compact").tiered()->warm_bits_value == 2);
+  CHECK(params("tiered:preset=k4v3").tiered()->warm_bits_value == 3);
+  CHECK(params("balanced:demotion=fifo").tiered()->demotion == Demotion::fifo);
   CHECK_THROWS_AS(params("tiered:preset=huge"), InvalidInput);
   CHECK_THROWS_AS(params("balanced:cold-bits=5"), InvalidInput);
   CHECK_THROWS_AS(params("balanced:demotion=lru"), InvalidInput);
@@ -296,8 +296,8 @@ TEST_CASE("tiered compress of a dump: segments, file round trip, fifo equals blo
   const MemoryReport rep = compress_dump(dir.file("d.h5"), dir.file("c.h5"), p, 2, {});
   const CacheReader cache(dir.file("c.h5"));
   CHECK(cache.version() == 2);
-  REQUIRE(cache.header().params.tiered);
-  CHECK(cache.header().params.tiered->demotion == Demotion::fifo);
+  REQUIRE(cache.header().params.tiered());
+  CHECK(cache.header().params.tiered()->demotion == Demotion::fifo);
   const DumpReader dump(dir.file("d.h5"));
   const std::size_t quantized = (n - R) / 32 * 32;  // whole blocks older than the last R tokens
   std::uint64_t total = 0;

@@ -199,7 +199,7 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
 
 EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const CompressParams& params,
                         int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits) {
-  const EvictionParams& e = *params.eviction;
+  const EvictionParams& e = *params.eviction();
   if (params.method != Quantizer::kivi) {
     throw UsageError("joint chooses per-head bits: add --quant kivi (or a kivi preset)",
                      {"", "--quant", quantizer_name(params.method)});

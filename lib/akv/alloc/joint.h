@@ -62,7 +62,7 @@ std::vector<JointChoice> plan_joint(const DumpMeta& m, const JointSource& source
 nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& o,
                               const ProgressFn& progress);
 
-// A joint plan (tokens and bits per head under the byte budget params.eviction->budget_fraction)
+// A joint plan (tokens and bits per head under the byte budget params.eviction()->budget_fraction)
 // as an eviction plan, the chosen bits going to `head_bits`.
 EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const CompressParams& params,
                         int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits);

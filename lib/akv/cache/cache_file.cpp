@@ -80,7 +80,7 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header)
   hid_t root = m.file.get();
   const CacheHeader& h = m.header;
   h5::write_attr_string(root, "format", kCacheFormat);
-  h5::write_attr_int(root, "version", h.params.tiered ? kCacheVersionSegments : kCacheVersion);
+  h5::write_attr_int(root, "version", h.params.tiered() ? kCacheVersionSegments : kCacheVersion);
   h5::write_attr_string(root, "params", h.params.to_json().dump());
   h5::write_attr_string(root, "source_path", h.source_path);
   h5::write_attr_string(root, "source_hash", h.source_hash);
@@ -123,7 +123,7 @@ void CacheWriter::write_head(std::size_t layer, std::size_t head, const HeadCach
   if (layer >= m.header.meta.n_layers || head >= m.header.meta.n_kv_heads) {
     throw InvalidInput("head out of range", {m.out.path(), path});
   }
-  if (!h.segments.empty() && !m.header.params.tiered) {
+  if (!h.segments.empty() && !m.header.params.tiered()) {
     throw InvalidInput("segmented heads need a tiered cache", {m.out.path(), path});
   }
   h5::Group g = h5::create_group(m.file.get(), path);

@@ -110,7 +110,7 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
                              const CompressParams& params, int threads, const ProgressFn& progress) {
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
-  const TieredParams& t = *params.tiered;
+  const TieredParams& t = *params.tiered();
   validate_tiered(t, m.head_dim);
   MemoryReport report = empty_report(dump_path, dump, params);
   CacheWriter writer(out_path, report.header);
@@ -157,7 +157,7 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
 
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress) {
-  if (params.tiered) return compress_tiered(dump_path, out_path, params, threads, progress);
+  if (params.tiered()) return compress_tiered(dump_path, out_path, params, threads, progress);
   validate_params(params, "");
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
@@ -175,9 +175,9 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   }
   const CompressParams& cp = report.header.params;
   // Eviction first (a scoring pass over keys and queries), then one pass over K/V.
-  const std::size_t phases = params.eviction ? 2 : 1;
+  const std::size_t phases = params.eviction() ? 2 : 1;
   std::optional<EvictionPlan> plan;
-  if (params.eviction && params.eviction->alloc == AllocMethod::joint) {
+  if (params.eviction() && params.eviction()->alloc == AllocMethod::joint) {
     plan = joint_plan(m,
                       [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) {
                         q = dump.read(l, DumpField::query);
@@ -189,12 +189,12 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
                       },
                       report.header.params.head_bits);
     report.eviction = plan->summary_json();
-  } else if (params.eviction) {
-    plan = plan_eviction(dump, *params.eviction, threads, [&](std::size_t done, std::size_t total) {
+  } else if (params.eviction()) {
+    plan = plan_eviction(dump, *params.eviction(), threads, [&](std::size_t done, std::size_t total) {
       if (progress) progress(done, phases * total);
     });
     report.eviction = plan->summary_json();
-    report.header.params.eviction = plan->params;
+    report.header.params.mode = plan->params;
     if (plan->params.alloc == AllocMethod::file) {
       // Joint budgets carry per-head bits (and the quantizer they were measured with).
       EvictionParams fp;

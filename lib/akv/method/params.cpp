@@ -25,8 +25,8 @@ void check_tensor(const TensorQuant& t, const char* which, const std::string& fi
 }  // namespace
 
 std::string describe(const CompressParams& p) {
-  if (p.tiered) {
-    const TieredParams& t = *p.tiered;
+  if (p.tiered()) {
+    const TieredParams& t = *p.tiered();
     return "tiered" + (t.preset.empty() ? std::string() : " " + t.preset) + " hot " + std::to_string(t.hot) +
            " warm K" + std::to_string(t.warm_bits_key) + "/V" + std::to_string(t.warm_bits_value) +
            (t.warm ? " " + std::to_string(*t.warm) : std::string(" unlimited")) + " cold " +
@@ -35,8 +35,8 @@ std::string describe(const CompressParams& p) {
            (t.anchors ? " anchors " + std::to_string(t.anchors) : std::string());
   }
   std::string out;
-  if (p.eviction) {
-    const EvictionParams& e = *p.eviction;
+  if (p.eviction()) {
+    const EvictionParams& e = *p.eviction();
     out = alloc_method_name(e.alloc) + "/" + score_method_name(e.score.method);
     char buf[64];
     if (e.budget_fraction) {
@@ -50,10 +50,10 @@ std::string describe(const CompressParams& p) {
   out += p.preset.empty() ? quantizer_name(p.method) : p.preset;
   if (p.quantized()) {
     const bool per_head = !p.head_bits.empty() || !p.calibration_file.empty() ||
-                          (p.eviction && p.eviction->alloc == AllocMethod::joint);
+                          (p.eviction() && p.eviction()->alloc == AllocMethod::joint);
     out += !per_head
                ? " K" + std::to_string(p.key.bits) + "/V" + std::to_string(p.value.bits)
-               : (p.eviction && p.eviction->alloc == AllocMethod::joint ? " joint per-head bits"
+               : (p.eviction() && p.eviction()->alloc == AllocMethod::joint ? " joint per-head bits"
                                                                        : " calibrated per-head bits");
     if (p.residual) out += " R" + std::to_string(p.residual);
     if (p.outlier_fraction > 0) out += " outliers";
@@ -199,7 +199,7 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   p.key = {t.warm_bits_key, QuantAxis::channel, t.block};
   p.value = {t.warm_bits_value, QuantAxis::token, 32};
   p.residual = 0;
-  p.tiered = t;
+  p.mode = t;
   return p;
 }
 
@@ -220,7 +220,7 @@ CompressParams resolve_params(const CompressRequest& r) {
     CompressRequest q = r;
     q.method = quant;
     CompressParams p = resolve_quant(q);
-    p.eviction = resolve_eviction(r.method, r.eviction);
+    p.mode = resolve_eviction(r.method, r.eviction);
     return p;
   }
   if (r.quant || r.eviction.any()) {
@@ -327,10 +327,10 @@ nlohmann::json CompressParams::to_json() const {
   }
   j["residual"] = residual;
   j["scale_dtype"] = "f16";
-  j["eviction"] = eviction ? eviction->to_json() : nlohmann::json(nullptr);
-  if (tiered) {
+  j["eviction"] = eviction() ? eviction()->to_json() : nlohmann::json(nullptr);
+  if (tiered()) {
     j["method"] = "tiered";
-    j["tiered"] = tiered->to_json();
+    j["tiered"] = tiered()->to_json();
   }
   if (!head_bits.empty()) {
     j["head_bits"] = head_bits;
@@ -351,7 +351,7 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
       p.method = Quantizer::kivi;
     } else if (m == "tiered") {
       p.method = Quantizer::kivi;
-      p.tiered = TieredParams::from_json(j.at("tiered"), file);
+      p.mode = TieredParams::from_json(j.at("tiered"), file);
     } else {
       throw InvalidInput("unknown method", {file, "params.method", m});
     }
@@ -376,7 +376,8 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
       }
     }
     if (j.contains("eviction") && !j["eviction"].is_null()) {
-      p.eviction = EvictionParams::from_json(j["eviction"], file);
+      if (p.tiered()) throw CorruptData("a tiered cache records no eviction", {file, "params.eviction"});
+      p.mode = EvictionParams::from_json(j["eviction"], file);
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad compression parameters: ") + e.what(), {file, "params"});

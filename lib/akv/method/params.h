@@ -8,8 +8,8 @@
 //            model's decode loop (policy/tiered.h); presets quality, balanced, compact
 //            (tiered:preset=k4v2 / k4v3 for the KIVI-width warm tiers).
 #include <cstddef>
-#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,15 +21,23 @@
 
 namespace akv {
 
+// What a method does besides quantizing: nothing, evict first (then quantize what is kept), or
+// run the tiered cache (whose warm tier's quantizer is the QuantParams). One at a time.
+struct QuantizeOnly {};
+using MethodMode = std::variant<QuantizeOnly, EvictionParams, TieredParams>;
+
 // The quantizer's parameters (QuantParams) and what else a cache method is told.
 struct CompressParams : QuantParams {
-  std::string preset;      // preset name when one was used, else empty
-  std::optional<EvictionParams> eviction;  // evict first, then quantize what is kept
-  // Per-head bits from a calibration ([layer * n_kv_heads + head] = {key bits, value bits});
-  // empty = key.bits / value.bits for every head.
+  std::string preset;  // preset name when one was used, else empty
+  MethodMode mode;
+  // Per-head bits from a calibration or a joint plan ([layer * n_kv_heads + head] = {key bits,
+  // value bits}, 16 = the head stays f16, as the files store it); empty = key.bits / value.bits
+  // for every head.
   std::vector<std::pair<int, int>> head_bits;
   std::string calibration_file;
-  std::optional<TieredParams> tiered;  // set: the tiered cache (model decode loop only)
+
+  const EvictionParams* eviction() const { return std::get_if<EvictionParams>(&mode); }
+  const TieredParams* tiered() const { return std::get_if<TieredParams>(&mode); }
 
   // The parameters of one head (its calibrated bits when there are any).
   CompressParams for_head(std::size_t layer, std::size_t head, std::size_t n_kv_heads) const;

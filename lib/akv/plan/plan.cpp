@@ -100,16 +100,16 @@ PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
         continue;
       }
       const CompressParams p = m.params->for_head(l, h, s.n_kv_heads);
-      if (p.tiered) {
-        const PlanBytes b = tiered_bytes(*p.tiered, s.head_dim, n);
+      if (p.tiered()) {
+        const PlanBytes b = tiered_bytes(*p.tiered(), s.head_dim, n);
         total.device += b.device;
         total.host += b.host;
         continue;
       }
       std::size_t kept = n;
       double index = 0;
-      if (p.eviction) {
-        const EvictionParams& e = *p.eviction;
+      if (p.eviction()) {
+        const EvictionParams& e = *p.eviction();
         kept = e.budget_tokens ? std::min(n, *e.budget_tokens)
                                : static_cast<std::size_t>(std::ceil(e.budget_fraction.value_or(1.0) * static_cast<double>(n)));
         kept = std::min(kept, n);

@@ -127,14 +127,14 @@ class RuntimePolicy : public KvPolicy {
     }
     const CompressParams* p = params_ ? &*params_ : nullptr;
     const std::size_t n_out = p && p->quantized() ? outlier_count(p->outlier_fraction, g.head_dim) : 0;
-    if (p && p->eviction) {
-      const ScoreMethod s = p->eviction->score.method;
+    if (p && p->eviction()) {
+      const ScoreMethod s = p->eviction()->score.method;
       streaming_ = s == ScoreMethod::h2o || s == ScoreMethod::streamingllm;
       if (streaming_ && p->quantized()) {
         throw UsageError("streaming eviction (h2o, streamingllm) does not combine with --quant in the "
                          "model; use a one-shot method (snapkv, adakv...)", {"", "--quant", quantizer_name(p->method)});
       }
-      if (p->eviction->alloc == AllocMethod::file) {
+      if (p->eviction()->alloc == AllocMethod::file) {
         throw UsageError("--budgets files describe a dump, not a model run; use --budget", {"", "--budgets"});
       }
     }
@@ -152,8 +152,8 @@ class RuntimePolicy : public KvPolicy {
   void ingest_prompt(const PromptKv& prompt) override {
     const std::size_t n = prompt.n_tokens, d = g_.head_dim;
     std::vector<std::vector<std::int32_t>> kept(heads_.size());
-    if (params_ && params_->eviction && params_->eviction->alloc == AllocMethod::joint) {
-      const DumpMeta m = g_.meta(n, std::min(n, params_->eviction->score.window));
+    if (params_ && params_->eviction() && params_->eviction()->alloc == AllocMethod::joint) {
+      const DumpMeta m = g_.meta(n, std::min(n, params_->eviction()->score.window));
       std::vector<std::pair<int, int>> bits;
       const EvictionPlan plan = joint_plan(
           m,
@@ -178,20 +178,20 @@ class RuntimePolicy : public KvPolicy {
           hp.value.bits = bits[i].second;
         }
       }
-    } else if (params_ && params_->eviction) {
+    } else if (params_ && params_->eviction()) {
       const DumpMeta m = g_.meta(n, n);
       const EvictionPlan plan = plan_eviction(
           m, [&](std::size_t l, Tensor3& q, Tensor3& k) {
             q = (*prompt.query)[l];
             k = (*prompt.key)[l];
           },
-          *params_->eviction, threads_, {});
+          *params_->eviction(), threads_, {});
       for (std::size_t l = 0; l < g_.n_layers; ++l) {
         for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
           HeadState& s = heads_[l * g_.n_kv_heads + h];
           kept[l * g_.n_kv_heads + h] = plan.heads[l][h].kept;
           s.budget = plan.heads[l][h].tokens;
-          if (streaming_ && params_->eviction->score.method == ScoreMethod::h2o) {
+          if (streaming_ && params_->eviction()->score.method == ScoreMethod::h2o) {
             // Accumulated attention of every prompt query (the plan's H2O scores).
             s.score = plan.heads[l][h].kept_score;
           } else if (streaming_) {
@@ -221,7 +221,7 @@ class RuntimePolicy : public KvPolicy {
         s.value.append(v.data(), v.data(), keep.data(), m);
         s.position = keep;
         if (streaming_) {
-          const std::size_t w = std::min(params_->eviction->score.window, m);
+          const std::size_t w = std::min(params_->eviction()->score.window, m);
           s.recent.assign(keep.end() - static_cast<std::ptrdiff_t>(w), keep.end());
         }
       }
@@ -241,7 +241,7 @@ class RuntimePolicy : public KvPolicy {
       if (streaming_) {
         s.score.push_back(0.0);
         s.recent.push_back(p);
-        if (s.recent.size() > params_->eviction->score.window) s.recent.pop_front();
+        if (s.recent.size() > params_->eviction()->score.window) s.recent.pop_front();
       }
     }
   }
@@ -267,7 +267,7 @@ class RuntimePolicy : public KvPolicy {
 
   void end_step() override {
     if (!streaming_) return;
-    const EvictionParams& e = *params_->eviction;
+    const EvictionParams& e = *params_->eviction();
     const bool oldest = e.score.method == ScoreMethod::streamingllm;
     for (HeadState& s : heads_) {
       while (s.position.size() > s.budget) {
@@ -291,7 +291,7 @@ class RuntimePolicy : public KvPolicy {
 
   std::uint64_t bytes() const override {
     std::uint64_t b = 0;
-    const bool evicting = params_ && params_->eviction;
+    const bool evicting = params_ && params_->eviction();
     for (const HeadState& s : heads_) b += s.key.bytes() + s.value.bytes() + (evicting ? 4ull * s.position.size() : 0);
     return b;
   }
@@ -311,7 +311,7 @@ class RuntimePolicy : public KvPolicy {
 
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads) {
-  if (params && params->tiered) return make_tiered_policy(*params, g);
+  if (params && params->tiered()) return make_tiered_policy(*params, g);
   return std::make_unique<RuntimePolicy>(params, g, threads);
 }
 

@@ -341,7 +341,7 @@ class TieredHead {
 
 class TieredPolicy : public KvPolicy {
  public:
-  TieredPolicy(const CompressParams& p, const KvGeometry& g) : t_(*p.tiered), g_(g) {
+  TieredPolicy(const CompressParams& p, const KvGeometry& g) : t_(*p.tiered()), g_(g) {
     validate_tiered(t_, g.head_dim);
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.emplace_back(t_, g.head_dim);
   }
