@@ -93,11 +93,11 @@ nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
   return budgets_to_json(f);
 }
 
-std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
-                                                   EvictionParams& params,
-                                                   std::vector<std::pair<int, int>>* bits) {
+BudgetsRead read_budgets(const std::string& path, const DumpMeta& m) {
   const nlohmann::json j = load_budgets(path);
-  std::vector<std::vector<std::size_t>> b;
+  BudgetsRead r;
+  EvictionParams& params = r.params;
+  std::vector<std::vector<std::size_t>>& b = r.tokens;
   try {
     const auto& d = j.at("dump");
     const std::pair<const char*, std::size_t> shape[] = {
@@ -132,7 +132,7 @@ std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, cons
                               std::to_string(t)});
         }
         b.back().push_back(t);
-        if (bits && heads[h].contains("key_bits")) {
+        if (heads[h].contains("key_bits")) {
           const int kb = heads[h].at("key_bits").get<int>(), vb = heads[h].at("value_bits").get<int>();
           for (int x : {kb, vb}) {
             if (x != 16 && x != 2 && x != 3 && x != 4 && x != 8) {
@@ -140,14 +140,20 @@ std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, cons
                                  {path, "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "]", std::to_string(x)});
             }
           }
-          bits->emplace_back(kb, vb);
+          r.bits.emplace_back(kb, vb);
         }
       }
+    }
+    if (j.contains("joint")) {
+      const auto& jj = j["joint"];
+      r.joint = true;
+      if (jj.contains("group")) r.group = jj["group"].get<std::size_t>();
+      if (jj.contains("residual")) r.residual = jj["residual"].get<std::size_t>();
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
   }
-  return b;
+  return r;
 }
 
 std::string budgets_method(const std::string& path) {

@@ -44,13 +44,17 @@ nlohmann::json budgets_to_json(const BudgetsFile& f);
 nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
                             const std::string& dump_hash);
 
-// Per-head token budgets [layer][head] from a budgets file, checked against the dump's shape.
-// Also returns the file's eviction params (score, window, sinks) through `params`.
-// Joint budgets (`akv allocate --method joint`) also carry per-head bits: `bits` receives
-// [layer * n_kv_heads + head] = {key bits, value bits} (16 = f16) when non-null and present.
-std::vector<std::vector<std::size_t>> read_budgets(const std::string& path, const DumpMeta& m,
-                                                   EvictionParams& params,
-                                                   std::vector<std::pair<int, int>>* bits = nullptr);
+// What a budgets file holds, checked against the dump's shape (InvalidInput naming the field).
+struct BudgetsRead {
+  std::vector<std::vector<std::size_t>> tokens;  // [layer][head], forced tokens included
+  EvictionParams params;                          // the file's score, window, sinks, allocator
+  // Joint plans (`akv allocate --method joint`): per-head {key bits, value bits} (16 = f16),
+  // [layer * n_kv_heads + head], and the quantizer layout they were measured with.
+  std::vector<std::pair<int, int>> bits;
+  bool joint = false;
+  std::optional<std::size_t> group, residual;
+};
+BudgetsRead read_budgets(const std::string& path, const DumpMeta& m);
 
 // The eviction method a budgets file implies (`akv compress --budgets F` without -m): joint for a
 // joint plan, else the method whose score and allocator made it (e.g. adakv).

@@ -113,8 +113,9 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
   std::vector<std::vector<std::size_t>> file_budgets;
   if (p.alloc == AllocMethod::file) {
     // Score options and sinks come from the file, so selection matches its allocation.
-    EvictionParams fp;
-    file_budgets = read_budgets(p.budgets_file, m, fp);
+    BudgetsRead file = read_budgets(p.budgets_file, m);
+    file_budgets = std::move(file.tokens);
+    EvictionParams fp = file.params;
     fp.alloc = AllocMethod::file;
     fp.budgets_file = p.budgets_file;
     p = fp;

@@ -1,7 +1,6 @@
 #include "akv/cache/compress.h"
 
 #include <cmath>
-#include <fstream>
 #include <memory>
 #include <optional>
 
@@ -197,22 +196,18 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
     report.header.params.mode = plan->params;
     if (plan->params.alloc == AllocMethod::file) {
       // Joint budgets carry per-head bits (and the quantizer they were measured with).
-      EvictionParams fp;
-      std::vector<std::pair<int, int>> bits;
-      read_budgets(plan->params.budgets_file, m, fp, &bits);
-      if (!bits.empty()) {
+      const BudgetsRead file = read_budgets(plan->params.budgets_file, m);
+      if (!file.bits.empty()) {
         if (params.method != Quantizer::kivi) {
           throw UsageError("these budgets carry per-head bits (joint allocation): add --quant kivi",
                            {plan->params.budgets_file, "--quant", quantizer_name(params.method)});
         }
-        std::ifstream in(plan->params.budgets_file);
-        const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
         CompressParams& hp = report.header.params;
-        hp.head_bits = bits;
+        hp.head_bits = file.bits;
         hp.calibration_file = plan->params.budgets_file;
-        if (j.contains("joint")) {
-          hp.key.group = hp.value.group = j["joint"].value("group", hp.key.group);
-          hp.residual = j["joint"].value("residual", hp.residual);
+        if (file.joint) {
+          hp.key.group = hp.value.group = file.group.value_or(hp.key.group);
+          hp.residual = file.residual.value_or(hp.residual);
           hp.key.axis = QuantAxis::channel;
           hp.value.axis = QuantAxis::token;
         }
