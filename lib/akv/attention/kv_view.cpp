@@ -67,15 +67,19 @@ void PackedTensor::append_dense(const float* rows, std::size_t n) {
   dense_rows_ += n;
 }
 
+void PackedTensor::take_parameters(const QuantizedBlock& b) {
+  view_.bits = b.bits;
+  view_.axis = b.axis;
+  view_.group = b.group;
+  view_.cols = b.cols;
+}
+
 void PackedTensor::append_packed(const QuantizedBlock& b,
                                  const std::vector<std::uint16_t>& outlier_channels,
                                  const std::uint16_t* outliers) {
   if (b.rows == 0) return;
   if (view_.rows == 0) {
-    view_.bits = b.bits;
-    view_.axis = b.axis;
-    view_.group = b.group;
-    view_.cols = b.cols;
+    take_parameters(b);
     view_.n_outliers = outlier_channels.size();
     outlier_channel_ = outlier_channels;
   } else if (b.bits != view_.bits || b.axis != view_.axis || b.group != view_.group ||
@@ -146,12 +150,7 @@ std::size_t groups_before(std::size_t r, QuantAxis axis, std::size_t cols, std::
 
 void PackedTensor::insert_packed(std::size_t row, const QuantizedBlock& b) {
   if (b.rows == 0) return;
-  if (view_.rows == 0) {
-    view_.bits = b.bits;
-    view_.axis = b.axis;
-    view_.group = b.group;
-    view_.cols = b.cols;
-  }
+  if (view_.rows == 0) take_parameters(b);
   const std::size_t row_bits = b.cols * static_cast<std::size_t>(b.bits);
   const bool aligned = row <= view_.rows && (row * row_bits) % 8 == 0 && (b.rows * row_bits) % 8 == 0 &&
                        (b.axis == QuantAxis::token || (row % b.group == 0 && b.rows % b.group == 0));

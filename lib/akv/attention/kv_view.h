@@ -102,6 +102,7 @@ class PackedTensor {
   TensorView view() const;
 
  private:
+  void take_parameters(const QuantizedBlock& b);  // bits, axis, group, cols of the first block
   std::size_t d_ = 0;
   DenseType type_ = DenseType::f32;
   PackedView view_;  // parameters; pointers refreshed by view()
