@@ -24,8 +24,21 @@ expect "joint budgets file drives compress" 0 "wrote" \
 expect "calibration file drives compress" 0 "wrote" \
   "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/c.h5" -m kivi --calibration "$FIX/calibration.json"
 
-# Writing: the same inputs and flags give the same bytes.
-if bash "$SRC/scripts/make_fixtures" -a "$AKV" "$TMP/new" >"$TMP/make.log" 2>&1; then
+# Writing: the same inputs and flags give the same bytes. Floating-point code generation differs
+# between optimisation levels (contraction, vectorisation), so bytes are compared in the build
+# that ships (CMake sets AKV_FIXTURE_BYTES=1 for Release builds without sanitizers); the
+# sanitizer pass checks the reading above only. The derived files are made from the committed
+# dump, so a difference in the synthetic dump (another libm, say) shows up on its own line.
+if [[ ${AKV_FIXTURE_BYTES:-0} != 1 ]]; then
+  echo "skip byte-for-byte re-creation: not a Release build without sanitizers"
+  finish
+  exit
+fi
+mkdir -p "$TMP/new" "$TMP/synth"
+cp "$FIX/dump.h5" "$TMP/new/dump.h5"
+if bash "$SRC/scripts/make_fixtures" -a "$AKV" --reuse-dump "$TMP/new" >"$TMP/make.log" 2>&1 &&
+   bash "$SRC/scripts/make_fixtures" -a "$AKV" "$TMP/synth" >>"$TMP/make.log" 2>&1; then
+  cp "$TMP/synth/dump.h5" "$TMP/new/dump.h5"
   for f in "${files[@]}"; do
     if cmp -s "$FIX/$f" "$TMP/new/$f"; then pass "re-created $f byte for byte"
     else fail "re-created $f differs from data/fixtures/$f (a format change? see scripts/make_fixtures)"; fi
