@@ -49,6 +49,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   sub->add_flag("--json", opt->json, "Print calib.json on stdout instead of the table");
   sub->callback([opt, &global] {
+    check_output_distinct(opt->output, opt->dumps);
     CalibrateOptions o = opt->calib;
     o.threads = global.threads;
     ProgressBar bar("calibrate", !global.quiet);

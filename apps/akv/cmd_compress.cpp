@@ -5,6 +5,7 @@
 
 #include "akv/alloc/budgets_file.h"
 #include "akv/cache/compress.h"
+#include "akv/core/atomic_file.h"
 #include "commands.h"
 #include "method_flags.h"
 
@@ -61,6 +62,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--json", opt->json, "Print the memory report as JSON (schema in docs/compress.md)");
   sub->callback([opt, &global, method] {
     CompressRequest req = opt->req;
+    check_output_distinct(opt->output, {opt->dump, req.eviction.budgets_file.value_or(""), req.calibration.value_or("")});
     if (method->count() == 0 && req.eviction.budgets_file) req.method = budgets_method(*req.eviction.budgets_file);
     const CompressParams params = resolve_params(req);
     ProgressBar bar("compress", !global.quiet);
@@ -93,6 +95,7 @@ void register_decompress(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--dtype", opt->dtype, "Storage type: f16 or f32")->capture_default_str()
       ->check(CLI::IsMember({"f16", "f32"}));
   sub->callback([opt, &global] {
+    check_output_distinct(opt->output, {opt->cache, opt->source});
     ProgressBar bar("decompress", !global.quiet);
     decompress_cache(opt->cache, opt->output, opt->source, parse_dtype(opt->dtype), global.threads,
                      bar.callback());

@@ -1,6 +1,7 @@
 // akv dump --model M --tokens FILE [--line K] -o DUMP [--window W]: a dump from a model run.
 #include <cstdio>
 
+#include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/io/token_file.h"
 #include "akv/model/dump_model.h"
@@ -31,6 +32,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--dtype", opt->dtype, "Storage type: f32, f16 or bf16")->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->callback([opt, &global] {
+    check_output_distinct(opt->output, {opt->model, opt->tokens});
     const Model m = load_model(opt->model);
     const auto seqs = read_token_file(opt->tokens);
     if (opt->line < 1 || opt->line > seqs.size()) {

@@ -84,6 +84,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                 "Skip the content-hash check that the cache was made from this dump (shapes are "
                 "still checked)");
   sub->callback([opt, &global] {
+    check_output_distinct(opt->output, {opt->dump, opt->cache, opt->model, opt->tokens, opt->tokenizer});
     ProgressBar bar("evaluate", !global.quiet);
     if (!opt->model.empty()) {
       std::string tok_path = opt->tokenizer;

@@ -49,6 +49,7 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
   sub->add_flag("--json", opt->json, "Print JSON");
   sub->add_option("-o,--output", opt->output, "Write to this file (atomically) instead of stdout")->capture_default_str();
   sub->callback([opt] {
+    check_output_distinct(opt->output, {opt->config, opt->calibration});
     PlanShape s;
     if (!opt->config.empty()) {
       s = read_plan_config(opt->config, opt->weight_dtype_bytes);

@@ -3,6 +3,7 @@
 // 0 success, 1 usage error, 2 invalid or corrupt input, 3 I/O failure.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 
@@ -15,6 +16,11 @@ namespace {
 
 int fail(const std::string& message, akv::ExitCode code) {
   std::fprintf(stderr, "akv: error: %s\n", message.c_str());
+  if (akv::quick_exit_requested()) {  // see akv::request_quick_exit
+    akv::remove_registered_temporaries();
+    std::fflush(nullptr);
+    std::_Exit(static_cast<int>(code));
+  }
   return static_cast<int>(code);
 }
 

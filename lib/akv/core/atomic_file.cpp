@@ -48,10 +48,16 @@ void unregister_temp(int slot) {
   g_slots[slot].used.store(false);
 }
 
-extern "C" void cleanup_and_reraise(int sig) {
+std::atomic<bool> g_quick_exit{false};
+
+void unlink_registered() {
   for (auto& s : g_slots) {
     if (s.used.load()) ::unlink(s.path);
   }
+}
+
+extern "C" void cleanup_and_reraise(int sig) {
+  unlink_registered();
   std::signal(sig, SIG_DFL);
   std::raise(sig);
 }
@@ -61,10 +67,19 @@ extern "C" void cleanup_and_reraise(int sig) {
 AtomicOutput::AtomicOutput(std::string path) : path_(std::move(path)) {
   namespace fs = std::filesystem;
   if (path_.empty()) throw UsageError("empty output path");
+  std::error_code ec;
+  if (fs::is_symlink(fs::symlink_status(path_, ec))) {
+    // Replace the file the link names, not the link (the temporary file must sit beside it).
+    const fs::path target = fs::weakly_canonical(path_, ec);
+    if (!ec) path_ = target.string();
+  }
+  const fs::file_status st = fs::status(path_, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st)) {
+    throw IoError("output exists and is not a regular file (it cannot be replaced)", {path_, "", ""});
+  }
   fs::path p(path_);
   fs::path dir = p.parent_path();
   if (dir.empty()) dir = ".";
-  std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw IoError("output directory does not exist", {path_, "directory", dir.string()});
   }
@@ -94,6 +109,18 @@ void write_text_file(const std::string& path, const std::string& text) {
     std::cout << text << std::flush;
     return;
   }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st)) {
+    // A device or FIFO (/dev/stdout, a pipe): nothing to replace, write through.
+    std::ofstream f(path, std::ios::binary);
+    if (!f) throw IoError("cannot open output: " + std::string(std::strerror(errno)), {path});
+    f << text;
+    f.flush();
+    if (!f) throw IoError("cannot write output", {path});
+    return;
+  }
   AtomicOutput out(path);
   {
     std::ofstream f(out.temp_path(), std::ios::binary);
@@ -105,10 +132,27 @@ void write_text_file(const std::string& path, const std::string& text) {
   out.commit();
 }
 
+void check_output_distinct(const std::string& output, const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  if (output.empty() || output == "-") return;
+  for (const std::string& in : inputs) {
+    if (in.empty() || in == "-") continue;
+    std::error_code ec;
+    if (fs::equivalent(output, in, ec) && !ec) {
+      throw UsageError("the output is an input file; refusing to replace it", {output, "input", in});
+    }
+  }
+}
+
+void request_quick_exit() { g_quick_exit.store(true); }
+bool quick_exit_requested() { return g_quick_exit.load(); }
+void remove_registered_temporaries() { unlink_registered(); }
+
 void install_interrupt_cleanup() {
-  std::signal(SIGINT, cleanup_and_reraise);
-  std::signal(SIGTERM, cleanup_and_reraise);
-  std::signal(SIGHUP, cleanup_and_reraise);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2}) {
+    std::signal(sig, cleanup_and_reraise);
+  }
+  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 }  // namespace akv

@@ -1,15 +1,22 @@
 #pragma once
 // Outputs are never left half-written: a writer creates a temporary file next to the target
 // (same directory, so the final rename is atomic), and the target appears only on commit().
-// A destroyed, uncommitted AtomicOutput removes its temporary file; a SIGINT/SIGTERM/SIGHUP
-// removes every temporary file still registered (install_interrupt_cleanup()).
+// A destroyed, uncommitted AtomicOutput removes its temporary file; a fatal signal removes every
+// temporary file still registered (install_interrupt_cleanup()).
+//
+// Targets: a new path or an existing regular file is replaced by the rename; a symbolic link is
+// followed (the file it names is replaced, the link stays). An existing target that is not a
+// regular file (a device such as /dev/null, a FIFO, a socket) cannot take a rename: file outputs
+// (HDF5) refuse it, text outputs (write_text_file) write straight into it.
 #include <string>
+#include <vector>
 
 namespace akv {
 
 class AtomicOutput {
  public:
-  // Plans the output `path`; creates nothing yet. Throws IoError if the directory is missing.
+  // Plans the output `path`; creates nothing yet. Throws IoError if the directory is missing or
+  // the target exists and is not a regular file.
   explicit AtomicOutput(std::string path);
   ~AtomicOutput();
   AtomicOutput(const AtomicOutput&) = delete;
@@ -28,11 +35,25 @@ class AtomicOutput {
   bool committed_ = false;
 };
 
-// Writes `text` to `path` atomically; "-" writes to stdout.
+// Writes `text` to `path` atomically; "-" writes to stdout, and an existing target that is not
+// a regular file (/dev/stdout, a FIFO) is written to directly.
 void write_text_file(const std::string& path, const std::string& text);
 
-// Installs handlers for SIGINT, SIGTERM and SIGHUP that remove registered temporary files and
-// then re-raise the signal with its default action (so the exit status tells the signal).
+// Throws UsageError naming the output when it is the same file as one of the inputs (by path or
+// through links), before anything is written. Empty paths and "-" are ignored.
+void check_output_distinct(const std::string& output, const std::vector<std::string>& inputs);
+
+// Installs handlers for fatal signals (INT, TERM, HUP, QUIT, PIPE, ALRM, USR1, USR2) that remove
+// registered temporary files and then re-raise the signal with its default action (so the exit
+// status tells the signal). SIGXFSZ (a file-size limit) is ignored, so the write that crosses
+// the limit fails with EFBIG and ends as an I/O error (exit 3) with its file removed.
 void install_interrupt_cleanup();
+
+// A library that cannot shut down cleanly after an error (HDF5 holding a file it failed to
+// close) asks the process to end without running exit handlers; main then flushes its streams,
+// removes registered temporary files and calls std::_Exit with its exit code.
+void request_quick_exit();
+bool quick_exit_requested();
+void remove_registered_temporaries();
 
 }  // namespace akv

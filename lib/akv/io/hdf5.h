@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "akv/core/atomic_file.h"
+
 namespace akv::h5 {
 
 // Owns one HDF5 identifier and closes it with the matching H5*close function.
@@ -30,8 +32,11 @@ class Handle {
   Handle& operator=(const Handle&) = delete;
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
+  // A close that fails (a file that cannot be flushed: disk full, file-size limit) leaves the
+  // identifier in HDF5's tables, and HDF5 1.10 crashes closing it again when the process exits:
+  // the process then ends without exit handlers (request_quick_exit, core/atomic_file.h).
   void reset() {
-    if (id_ >= 0) Close(id_);
+    if (id_ >= 0 && Close(id_) < 0) request_quick_exit();
     id_ = H5I_INVALID_HID;
   }
 
