@@ -188,6 +188,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     }
     const Model m = load_model(dopt->model);
     auto seqs = read_token_file(dopt->tokens);
+    m.check_tokens(seqs, dopt->tokens);
     if (dopt->sequences && seqs.size() > dopt->sequences) seqs.resize(dopt->sequences);
     const DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats);
     std::fputs((dopt->json ? r.to_json().dump(2) + "\n" : r.to_table()).c_str(), stdout);

@@ -35,6 +35,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
     check_output_distinct(opt->output, {opt->model, opt->tokens});
     const Model m = load_model(opt->model);
     const auto seqs = read_token_file(opt->tokens);
+    m.check_tokens(seqs, opt->tokens);
     if (opt->line < 1 || opt->line > seqs.size()) {
       throw InvalidInput("no such sequence (the file has " + std::to_string(seqs.size()) + ")",
                          {opt->tokens, "--line", std::to_string(opt->line)});

@@ -114,13 +114,16 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         } else if (m.config().tokenizer == "bytes") {
           tok = std::make_unique<Tokenizer>(Tokenizer::bytes());
         } else {
-          filler = read_token_file(opt->filler.empty() ? opt->tokens : opt->filler);
+          const std::string& file = opt->filler.empty() ? opt->tokens : opt->filler;
+          filler = read_token_file(file);
+          m.check_tokens(filler, file);
         }
         const PasskeyReport r = evaluate_passkey(m, filler, po.methods, pk, bar.callback(), tok.get());
         write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
         return;
       }
       const auto seqs = read_token_file(opt->tokens);
+      m.check_tokens(seqs, opt->tokens);
       const PplReport r = evaluate_perplexity(m, seqs, po, bar.callback());
       write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());
       return;

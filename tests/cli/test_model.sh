@@ -53,6 +53,11 @@ printf '1 2 3\n4 five 6\n' >"$TMP/bad.txt"
 expect_error "bad token file" 2 "line 2 = five" "$AKV" dump --model "$M" --tokens "$TMP/bad.txt" -o "$o/d.h5"
 printf '1 2 3 999\n' >"$TMP/oov.txt"
 expect_error "token outside the vocabulary" 2 "token = 999" "$AKV" dump --model "$M" --tokens "$TMP/oov.txt" --window 2 -o "$o/d.h5"
+printf '1 2 3 4 5 6 7 8\n1 2 3 4 5 6 7 999\n' >"$TMP/oov_target.txt"
+expect_error "evaluate: a prediction target outside the vocabulary" 2 "sequence 2 position 8 token = 999" \
+  "$AKV" evaluate -q --model "$M" --tokens "$TMP/oov_target.txt" --methods kivi-2 --prefill 4 -o "$o/e.txt"
+expect_error "bench decode: a token outside the vocabulary" 2 "token = 999" \
+  "$AKV" bench decode --model "$M" --tokens "$TMP/oov_target.txt" --methods kivi-2 --prefill 4
 expect_error "no such line" 2 "--line = 99" "$AKV" dump --model "$M" --tokens "$T" --line 99 -o "$o/d.h5"
 expect_error "unknown method flag" 1 "bogus" "$AKV" evaluate -q --model "$M" --tokens "$T" --methods kivi:bogus=1 -o "$o/e.txt"
 expect_error "prefill too long" 2 "--prefill = 600" "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 600 --methods none -o "$o/e.txt"

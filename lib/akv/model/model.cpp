@@ -67,6 +67,19 @@ void Model::check_token(std::int32_t t) const {
   }
 }
 
+void Model::check_tokens(const std::vector<std::vector<std::int32_t>>& sequences, const std::string& file) const {
+  for (std::size_t s = 0; s < sequences.size(); ++s) {
+    for (std::size_t i = 0; i < sequences[s].size(); ++i) {
+      const std::int32_t t = sequences[s][i];
+      if (t < 0 || static_cast<std::size_t>(t) >= config_.vocab_size) {
+        throw InvalidInput("token id outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")",
+                           {file, "sequence " + std::to_string(s + 1) + " position " + std::to_string(i + 1) + " token",
+                            std::to_string(t)});
+      }
+    }
+  }
+}
+
 PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads) const {
   const ModelConfig& c = config_;
   const std::size_t n = tokens.size(), hd = c.head_dim, g = c.group_size();

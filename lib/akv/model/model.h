@@ -58,6 +58,9 @@ class Model {
   PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads = 1) const;
   // One token at `pos`: appends its K/V to `cache`, attends through it, returns the logits.
   std::vector<float> decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const;
+  // Checks every id of every sequence (prediction targets included) against the vocabulary;
+  // InvalidInput names the file, the sequence and position (1-based) and the id.
+  void check_tokens(const std::vector<std::vector<std::int32_t>>& sequences, const std::string& file) const;
 
  private:
   void check_token(std::int32_t t) const;
