@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion&) {
     std::printf("%s\n", app.version().c_str());
     return 0;
+  } catch (const CLI::ValidationError& e) {
+    // A value outside a flag's range or set of names (CLI11's validators): invalid input.
+    return fail(std::string(e.what()) + " (run 'akv --help')", akv::ExitCode::invalid_input);
   } catch (const CLI::ParseError& e) {
     return fail(std::string(e.what()) + " (run 'akv --help')", akv::ExitCode::usage);
   } catch (const akv::Error& e) {

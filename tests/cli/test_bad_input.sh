@@ -12,20 +12,21 @@ done <"$TMP/d/bad_cases.txt"
 expect_error "missing file is an I/O error" 3 "file not found .*nope.h5" "$AKV" info "$TMP/d/nope.h5"
 expect_error "directory is an I/O error" 3 "is a directory" "$AKV" info "$TMP/d"
 
-# Bad flags: usage errors (exit 1) that write nothing.
+# Bad flags: usage errors (exit 1), and values outside a flag's range or names (exit 2), that write
+# nothing.
 o="$TMP/outdir"
 mkdir -p "$o"
 expect_error "heads not a multiple of kv heads" 1 "--heads must be a positive multiple of --kv-heads \(4\) \(--heads = 6\)" \
   "$AKV" synth -o "$o/x.h5" --heads 6 --kv-heads 4
-expect_error "unknown dtype" 1 "--dtype" "$AKV" synth -o "$o/x.h5" --dtype f8
+expect_error "unknown dtype" 2 "--dtype" "$AKV" synth -o "$o/x.h5" --dtype f8
 expect_error "window larger than tokens" 1 "--window = 200" "$AKV" synth -o "$o/x.h5" --tokens 100 --window 200
-expect_error "zero tokens" 1 "--tokens" "$AKV" synth -o "$o/x.h5" --tokens 0
+expect_error "zero tokens" 2 "--tokens" "$AKV" synth -o "$o/x.h5" --tokens 0
 expect_error "odd head_dim" 1 "--head-dim = 33" "$AKV" synth -o "$o/x.h5" --head-dim 33
-expect_error "gzip level" 1 "--gzip" "$AKV" synth -o "$o/x.h5" --gzip 12
-expect_error "unknown profile" 1 "--profile" "$AKV" synth -o "$o/x.h5" --profile spiky
+expect_error "gzip level" 2 "--gzip" "$AKV" synth -o "$o/x.h5" --gzip 12
+expect_error "unknown profile" 2 "--profile" "$AKV" synth -o "$o/x.h5" --profile spiky
 expect_error "bad rope theta" 1 "--rope-theta = 0" "$AKV" synth -o "$o/x.h5" --rope-theta 0
 expect_error "missing -o" 1 "output" "$AKV" synth
-expect_error "negative threads" 1 "threads" "$AKV" synth -o "$o/x.h5" --threads -1
+expect_error "negative threads" 2 "threads" "$AKV" synth -o "$o/x.h5" --threads -1
 expect_empty_dir "no output after usage errors" "$o"
 expect_error "output directory missing" 3 "output directory does not exist" \
   "$AKV" synth -o "$o/no/such/dir/x.h5"

@@ -45,14 +45,14 @@ expect "bench policy" 0 "kivi-2" \
   "$AKV" bench policy --contexts 200 --layers 1 --heads 4 --kv-heads 2 --head-dim 32 \
   --methods none,kivi-2,h2o:budget=0.5 --warmup 1 --repeat 3
 
-expect_error "unknown attention variant" 1 "unknown variant.*q5" \
+expect_error "unknown attention variant" 2 "unknown variant.*q5" \
   "$AKV" bench attention --contexts 300 --variants q5
 expect "bench attention --isa generic,avx2 (checked against the reference, one row each)" 0 " q4 +avx2 " \
   "$AKV" bench attention --contexts 300 --head-dims 64 --gqa 2 --kv-heads 2 --variants f16,q4 --isa generic,avx2 \
   --repeat 1 --min-sample 0 --stream-mb 16
 expect_error "partition not a multiple of the tile" 1 "multiple of --tile.*--tile/--partition.*300/1000" \
   "$AKV" bench attention --contexts 300 --variants q4 --tile 300 --partition 1000
-expect_error "unknown instruction set" 1 "unknown instruction set.*--isa.*sse9" \
+expect_error "unknown instruction set" 2 "unknown instruction set.*--isa.*sse9" \
   "$AKV" bench attention --contexts 300 --variants q4 --isa sse9
 expect_error "policy heads not a multiple" 1 "multiple of kv-heads" \
   "$AKV" bench policy --contexts 100 --heads 3 --kv-heads 2

@@ -233,5 +233,5 @@ TEST_CASE("synth options are validated", "[synth][bad]") {
   x = o;
   x.write.gzip = 11;
   fails(x, "--gzip");
-  CHECK_THROWS_AS(parse_synth_profile("spiky"), UsageError);
+  CHECK_THROWS_AS(parse_synth_profile("spiky"), InvalidInput);
 }

@@ -108,7 +108,7 @@ TEST_CASE("dtype names round trip", "[tensor][dtype]") {
   for (DType t : {DType::f32, DType::f16, DType::bf16}) CHECK(parse_dtype(dtype_name(t)) == t);
   CHECK(dtype_size(DType::f32) == 4);
   CHECK(dtype_size(DType::f16) == 2);
-  CHECK_THROWS_AS(parse_dtype("int8"), UsageError);
+  CHECK_THROWS_AS(parse_dtype("int8"), InvalidInput);
 }
 
 TEST_CASE("Tensor3 indexing and Eigen slices", "[tensor]") {

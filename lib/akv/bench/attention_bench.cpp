@@ -35,7 +35,7 @@ Variant parse_variant(const std::string& s) {
     } catch (const std::exception&) {
       x = -1;
     }
-    if (!is_supported_bits(x)) throw UsageError("unknown variant (f32, f16, q<b>, k<b>v<b>; b in 2, 3, 4, 8)", {"", "--variants", s});
+    if (!is_supported_bits(x)) throw InvalidInput("unknown variant (f32, f16, q<b>, k<b>v<b>; b in 2, 3, 4, 8)", {"", "--variants", s});
     return x;
   };
   if (s == "f32") {
@@ -141,7 +141,7 @@ attn::Isa parse_isa(const std::string& s) {
   } else if (s == "generic") {
     isa = attn::Isa::generic;
   } else if (s != "best") {
-    throw UsageError("unknown instruction set (best, avx512, avx2, generic)", {"", "--isa", s});
+    throw InvalidInput("unknown instruction set (best, avx512, avx2, generic)", {"", "--isa", s});
   }
   if (static_cast<int>(isa) > static_cast<int>(attn::best_isa())) {
     throw UsageError(fmt::format("not available on this CPU or build (best: {})", attn::isa_name(attn::best_isa())),

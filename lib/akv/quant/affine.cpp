@@ -50,7 +50,7 @@ std::string quant_axis_name(QuantAxis a) { return a == QuantAxis::channel ? "cha
 QuantAxis parse_quant_axis(const std::string& name) {
   if (name == "channel") return QuantAxis::channel;
   if (name == "token") return QuantAxis::token;
-  throw UsageError("unknown quantization axis (expected channel or token)", {"", "axis", name});
+  throw InvalidInput("unknown quantization axis (expected channel or token)", {"", "axis", name});
 }
 
 GroupParams group_params(float min, float max, int bits) {

@@ -20,7 +20,7 @@ namespace akv {
 
 enum class QuantAxis { channel, token };
 std::string quant_axis_name(QuantAxis a);             // "channel" | "token"
-QuantAxis parse_quant_axis(const std::string& name);  // throws UsageError naming the value
+QuantAxis parse_quant_axis(const std::string& name);  // throws InvalidInput naming the value
 
 struct GroupParams {
   float scale = 0.0f;  // an f16 value

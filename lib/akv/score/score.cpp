@@ -76,12 +76,12 @@ ScoreMethod parse_score_method(const std::string& s) {
 PoolKind parse_pool(const std::string& s) {
   if (s == "max") return PoolKind::max;
   if (s == "avg") return PoolKind::avg;
-  throw UsageError("unknown pooling (expected max or avg)", {"", "--pool", s});
+  throw InvalidInput("unknown pooling (expected max or avg)", {"", "--pool", s});
 }
 GqaReduce parse_gqa_reduce(const std::string& s) {
   if (s == "mean") return GqaReduce::mean;
   if (s == "max") return GqaReduce::max;
-  throw UsageError("unknown GQA reduction (expected mean or max)", {"", "--gqa-reduce", s});
+  throw InvalidInput("unknown GQA reduction (expected mean or max)", {"", "--gqa-reduce", s});
 }
 
 void validate_score_options(const ScoreOptions& o, const DumpMeta& m) {

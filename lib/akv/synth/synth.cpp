@@ -114,7 +114,7 @@ SynthProfile parse_synth_profile(const std::string& s) {
                  SynthProfile::diffuse, SynthProfile::gaussian}) {
     if (s == synth_profile_name(p)) return p;
   }
-  throw UsageError("unknown synth profile (expected mixed, local, retrieval, diffuse, gaussian)",
+  throw InvalidInput("unknown synth profile (expected mixed, local, retrieval, diffuse, gaussian)",
                    {"", "--profile", s});
 }
 

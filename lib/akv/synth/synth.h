@@ -25,7 +25,7 @@ enum class SynthProfile { mixed, local, retrieval, diffuse, gaussian };
 enum class HeadKind { local, retrieval, diffuse, gaussian };
 
 std::string synth_profile_name(SynthProfile p);
-SynthProfile parse_synth_profile(const std::string& s);  // throws UsageError naming the value
+SynthProfile parse_synth_profile(const std::string& s);  // throws InvalidInput naming the value
 std::string head_kind_name(HeadKind k);
 
 // The KV shape (default 4 layers, 8 query / 2 KV heads, head_dim 64, rotate-half RoPE with

@@ -19,7 +19,7 @@ DType parse_dtype(const std::string& s) {
   if (s == "f32") return DType::f32;
   if (s == "f16") return DType::f16;
   if (s == "bf16") return DType::bf16;
-  throw UsageError("unknown dtype (expected f32, f16 or bf16)", {"", "dtype", s});
+  throw InvalidInput("unknown dtype (expected f32, f16 or bf16)", {"", "dtype", s});
 }
 
 }  // namespace akv

@@ -9,6 +9,6 @@ enum class DType { f32, f16, bf16 };
 
 std::string dtype_name(DType t);         // "f32", "f16", "bf16"
 std::size_t dtype_size(DType t);         // bytes per element
-DType parse_dtype(const std::string& s);  // throws UsageError naming the value
+DType parse_dtype(const std::string& s);  // throws InvalidInput naming the value
 
 }  // namespace akv
