@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "akv/core/errors.h"
+#include "akv/method/registry.h"
 
 namespace akv {
 
@@ -16,13 +17,13 @@ nlohmann::json load_budgets(const std::string& path) {
   if (!in) throw IoError("cannot open budgets file", {path});
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw CorruptData("budgets file is not JSON", {path});
-  if (j.value("format", "") != kBudgetsFormat) {
+  const nlohmann::json format = j.value("format", nlohmann::json()), version = j.value("version", nlohmann::json());
+  if (!format.is_string() || format.get<std::string>() != kBudgetsFormat) {
     throw InvalidInput("not an akv budgets file (expected format \"akv-budgets\")",
-                       {path, "format", j.value("format", "")});
+                       {path, "format", format.is_string() ? format.get<std::string>() : format.dump().substr(0, 40)});
   }
-  if (j.value("version", 0) != kBudgetsVersion) {
-    throw InvalidInput("unsupported akv-budgets version (this akv reads 1)",
-                       {path, "version", std::to_string(j.value("version", 0))});
+  if (!version.is_number_integer() || version.get<long long>() != kBudgetsVersion) {
+    throw InvalidInput("unsupported akv-budgets version (this akv reads 1)", {path, "version", version.dump().substr(0, 40)});
   }
   return j;
 }
@@ -103,7 +104,7 @@ BudgetsRead read_budgets(const std::string& path, const DumpMeta& m) {
     const std::pair<const char*, std::size_t> shape[] = {
         {"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}};
     for (const auto& [name, want] : shape) {
-      const std::size_t got = d.at(name).get<std::size_t>();
+      const std::size_t got = file_count(d, name, path, std::string("dump.") + name);
       if (got != want) {
         throw InvalidInput("budgets were made for a dump of another shape (this dump has " +
                                std::to_string(want) + ")",
@@ -124,7 +125,8 @@ BudgetsRead read_budgets(const std::string& path, const DumpMeta& m) {
       }
       b.emplace_back();
       for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
-        const std::size_t t = heads[h].at("tokens").get<std::size_t>();
+        const std::string at = "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "]";
+        const std::size_t t = file_count(heads[h], "tokens", path, at + ".tokens");
         if (t < forced || t > m.n_tokens) {
           throw InvalidInput("head budget outside [forced tokens " + std::to_string(forced) +
                                  ", n_tokens]",
@@ -133,11 +135,11 @@ BudgetsRead read_budgets(const std::string& path, const DumpMeta& m) {
         }
         b.back().push_back(t);
         if (heads[h].contains("key_bits")) {
-          const int kb = heads[h].at("key_bits").get<int>(), vb = heads[h].at("value_bits").get<int>();
+          const auto kb = static_cast<int>(file_count(heads[h], "key_bits", path, at + ".key_bits"));
+          const auto vb = static_cast<int>(file_count(heads[h], "value_bits", path, at + ".value_bits"));
           for (int x : {kb, vb}) {
             if (x != 16 && x != 2 && x != 3 && x != 4 && x != 8) {
-              throw InvalidInput("unsupported bits in budgets file",
-                                 {path, "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "]", std::to_string(x)});
+              throw InvalidInput("unsupported bits in budgets file", {path, at, std::to_string(x)});
             }
           }
           r.bits.emplace_back(kb, vb);
@@ -147,8 +149,8 @@ BudgetsRead read_budgets(const std::string& path, const DumpMeta& m) {
     if (j.contains("joint")) {
       const auto& jj = j["joint"];
       r.joint = true;
-      if (jj.contains("group")) r.group = jj["group"].get<std::size_t>();
-      if (jj.contains("residual")) r.residual = jj["residual"].get<std::size_t>();
+      if (jj.contains("group")) r.group = file_count(jj, "group", path, "joint.group");
+      if (jj.contains("residual")) r.residual = file_count(jj, "residual", path, "joint.residual");
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "akv/core/errors.h"
+#include "akv/method/registry.h"
 #include "akv/quant/pack.h"
 
 namespace akv {
@@ -44,11 +45,13 @@ std::vector<std::pair<int, int>> read_calibration(const std::string& path, const
   if (!in) throw IoError("cannot open calibration file", {path});
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw CorruptData("calibration file is not JSON", {path});
-  if (j.value("format", "") != kCalibrationFormat) {
-    throw InvalidInput("not an akv calibration file (expected format \"akv-calibration\")", {path, "format", j.value("format", "")});
+  const nlohmann::json format = j.value("format", nlohmann::json()), version = j.value("version", nlohmann::json());
+  if (!format.is_string() || format.get<std::string>() != kCalibrationFormat) {
+    throw InvalidInput("not an akv calibration file (expected format \"akv-calibration\")",
+                       {path, "format", format.is_string() ? format.get<std::string>() : format.dump().substr(0, 40)});
   }
-  if (j.value("version", 0) != kCalibrationVersion) {
-    throw InvalidInput("unsupported akv-calibration version", {path, "version", std::to_string(j.value("version", 0))});
+  if (!version.is_number_integer() || version.get<long long>() != kCalibrationVersion) {
+    throw InvalidInput("unsupported akv-calibration version", {path, "version", version.dump().substr(0, 40)});
   }
   std::vector<std::pair<int, int>> bits;
   try {
@@ -56,24 +59,33 @@ std::vector<std::pair<int, int>> read_calibration(const std::string& path, const
     const std::pair<const char*, std::size_t> want[] = {{"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads},
                                                         {"head_dim", m.head_dim}};
     for (const auto& [name, v] : want) {
-      if (s.at(name).get<std::size_t>() != v) {
+      const std::size_t got = file_count(s, name, path, std::string("shape.") + name);
+      if (got != v) {
         throw InvalidInput("calibration made for another model shape (this dump has " + std::to_string(v) + ")",
-                           {path, std::string("shape.") + name, std::to_string(s.at(name).get<std::size_t>())});
+                           {path, std::string("shape.") + name, std::to_string(got)});
       }
     }
-    for (const auto& l : j.at("layers")) {
-      for (const auto& h : l.at("heads")) {
-        const int k = h.at("bits_key").get<int>(), v = h.at("bits_value").get<int>();
-        check_bits(k, "bits_key");
-        check_bits(v, "bits_value");
+    const auto& layers = j.at("layers");
+    if (!layers.is_array() || layers.size() != m.n_layers) {
+      throw CorruptData("calibration has the wrong number of layers", {path, "layers", std::to_string(layers.size())});
+    }
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto& heads = layers[l].at("heads");
+      const std::string at = "layers[" + std::to_string(l) + "].heads";
+      if (!heads.is_array() || heads.size() != m.n_kv_heads) {
+        throw CorruptData("calibration layer has the wrong number of heads", {path, at, std::to_string(heads.size())});
+      }
+      for (std::size_t h = 0; h < heads.size(); ++h) {
+        const std::string hat = at + "[" + std::to_string(h) + "]";
+        const auto k = static_cast<int>(file_count(heads[h], "bits_key", path, hat + ".bits_key"));
+        const auto v = static_cast<int>(file_count(heads[h], "bits_value", path, hat + ".bits_value"));
+        check_bits(k, (hat + ".bits_key").c_str());
+        check_bits(v, (hat + ".bits_value").c_str());
         bits.emplace_back(k, v);
       }
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
-  if (bits.size() != m.n_layers * m.n_kv_heads) {
-    throw CorruptData("calibration has the wrong number of heads", {path, "layers", std::to_string(bits.size())});
   }
   return bits;
 }

@@ -1,6 +1,7 @@
 #include "akv/method/eviction_params.h"
 
 #include "akv/core/errors.h"
+#include "akv/method/registry.h"
 
 namespace akv {
 namespace {
@@ -107,19 +108,23 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
   EvictionParams p;
   try {
     p.score.method = parse_score_method(j.at("score").get<std::string>());
-    p.score.window = j.at("window").get<std::size_t>();
+    const std::string at = "params.eviction.";
+    auto count = [&](const char* key, const char* param) {
+      return static_cast<std::size_t>(file_integer(j, key, param, file, at + key));
+    };
+    p.score.window = count("window", "window");
     p.score.pool = parse_pool(j.at("pool").get<std::string>());
-    p.score.kernel = j.at("kernel").get<std::size_t>();
+    p.score.kernel = count("kernel", "kernel");
     p.score.gqa_reduce = parse_gqa_reduce(j.at("gqa_reduce").get<std::string>());
     const std::string a = j.at("alloc").get<std::string>();
     p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);
-    if (!j.at("budget_fraction").is_null()) p.budget_fraction = j["budget_fraction"].get<double>();
-    if (!j.at("budget_tokens").is_null()) p.budget_tokens = j["budget_tokens"].get<std::size_t>();
-    p.sinks = j.at("sinks").get<std::size_t>();
-    p.alpha = j.at("alpha").get<double>();
-    p.beta = j.at("beta").get<double>();
-    p.min_tokens = j.at("min_tokens").get<std::size_t>();
-    p.step = j.at("step").get<std::size_t>();
+    if (!j.at("budget_fraction").is_null()) p.budget_fraction = file_real(j, "budget_fraction", "budget", file, at + "budget_fraction");
+    if (!j.at("budget_tokens").is_null()) p.budget_tokens = count("budget_tokens", "budget-tokens");
+    p.sinks = count("sinks", "sinks");
+    p.alpha = file_real(j, "alpha", "alpha", file, at + "alpha");
+    p.beta = file_real(j, "beta", "beta", file, at + "beta");
+    p.min_tokens = count("min_tokens", "min-tokens");
+    p.step = count("step", "step");
     p.budgets_file = j.value("budgets_file", "");
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad eviction parameters: ") + e.what(), {file, "eviction"});

@@ -356,24 +356,34 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
       throw InvalidInput("unknown method", {file, "params.method", m});
     }
     p.preset = j.value("preset", "");
-    p.residual = j.at("residual").get<std::size_t>();
+    p.residual = static_cast<std::size_t>(file_integer(j, "residual", "residual", file, "params.residual"));
     if (p.quantized()) {
-      auto tensor = [&](const nlohmann::json& t) {
-        return TensorQuant{t.at("bits").get<int>(), parse_quant_axis(t.at("axis").get<std::string>()),
-                           t.at("group").get<std::size_t>()};
+      auto tensor = [&](const nlohmann::json& t, const std::string& at) {
+        return TensorQuant{static_cast<int>(file_integer(t, "bits", "bits", file, at + ".bits")),
+                           parse_quant_axis(t.at("axis").get<std::string>()),
+                           static_cast<std::size_t>(file_integer(t, "group", "group", file, at + ".group"))};
       };
-      p.key = tensor(j.at("key"));
-      p.value = tensor(j.at("value"));
-      p.outlier_fraction = j.at("outlier_fraction").get<double>();
+      p.key = tensor(j.at("key"), "params.key");
+      p.value = tensor(j.at("value"), "params.value");
+      p.outlier_fraction = file_real(j, "outlier_fraction", "outlier-fraction", file, "params.outlier_fraction");
       p.pre_rope = j.at("pre_rope").get<bool>();
     }
     if (j.contains("head_bits")) {
-      p.head_bits = j["head_bits"].get<std::vector<std::pair<int, int>>>();
-      p.calibration_file = j.value("calibration", "");
-      for (const auto& [bk, bv] : p.head_bits) {
-        if (bk != 16) check_bits(bk, "head_bits");
-        if (bv != 16) check_bits(bv, "head_bits");
+      const nlohmann::json& hb = j["head_bits"];
+      if (!hb.is_array()) throw CorruptData("head_bits is not a list", {file, "params.head_bits"});
+      for (std::size_t i = 0; i < hb.size(); ++i) {
+        const nlohmann::json& e = hb[i];
+        const auto bits_ok = [](const nlohmann::json& b) {
+          return b.is_number_integer() && (b.get<long long>() == 16 || b.get<long long>() == 2 || b.get<long long>() == 3 ||
+                                           b.get<long long>() == 4 || b.get<long long>() == 8);
+        };
+        if (!(e.is_array() && e.size() == 2 && bits_ok(e[0]) && bits_ok(e[1]))) {
+          throw CorruptData("head_bits entries are [key bits, value bits], each 2, 3, 4, 8 or 16",
+                            {file, "params.head_bits[" + std::to_string(i) + "]", e.dump().substr(0, 40)});
+        }
+        p.head_bits.emplace_back(e[0].get<int>(), e[1].get<int>());
       }
+      p.calibration_file = j.value("calibration", "");
     }
     if (j.contains("eviction") && !j["eviction"].is_null()) {
       if (p.tiered()) throw CorruptData("a tiered cache records no eviction", {file, "params.eviction"});

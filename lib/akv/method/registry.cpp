@@ -185,12 +185,16 @@ std::string param_help(const ParamInfo& p) {
 
 namespace {
 
+// Whether x (integer i for integer parameters) lies in p's range or choices.
+bool in_range(const ParamInfo& p, double x, long long i) {
+  return std::isfinite(x) && (!p.lo || (p.lo_open ? x > *p.lo : x >= *p.lo)) &&
+         (!p.hi || (p.hi_open ? x < *p.hi : x <= *p.hi)) &&
+         (p.choices.empty() || std::find(p.choices.begin(), p.choices.end(), i) != p.choices.end());
+}
+
 // Throws InvalidInput naming `flag` and `text` when x (integer i) is outside p's range.
 void check_number(const ParamInfo& p, double x, long long i, const std::string& flag, const std::string& text) {
-  const bool ok = std::isfinite(x) && (!p.lo || (p.lo_open ? x > *p.lo : x >= *p.lo)) &&
-                  (!p.hi || (p.hi_open ? x < *p.hi : x <= *p.hi)) &&
-                  (p.choices.empty() || std::find(p.choices.begin(), p.choices.end(), i) != p.choices.end());
-  if (!ok) throw InvalidInput("value out of range (" + param_range(p) + ")", {"", flag, text});
+  if (!in_range(p, x, i)) throw InvalidInput("value out of range (" + param_range(p) + ")", {"", flag, text});
 }
 
 void check_word(const ParamInfo& p, const std::string& value, const std::string& flag) {
@@ -238,6 +242,51 @@ void check_request(const CompressRequest& request) {
       if (const auto& v = (*t)(r)) check_word(p, *v, flag);
     }
   }
+}
+
+namespace {
+
+const nlohmann::json& file_value(const nlohmann::json& j, const char* key, const std::string& file,
+                                 const std::string& field) {
+  if (!j.is_object() || !j.contains(key)) throw CorruptData("missing field", {file, field, "missing"});
+  const nlohmann::json& v = j[key];
+  if (!v.is_number()) throw CorruptData("not a number", {file, field, v.dump().substr(0, 40)});
+  return v;
+}
+
+long long whole(const nlohmann::json& v, const std::string& file, const std::string& field) {
+  if (v.is_number_integer()) return v.get<long long>();
+  const double x = v.get<double>();
+  if (!(std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9.0e18)) {
+    throw CorruptData("not an integer", {file, field, format_number(x)});
+  }
+  return static_cast<long long>(x);
+}
+
+}  // namespace
+
+long long file_integer(const nlohmann::json& j, const char* key, const char* param, const std::string& file,
+                       const std::string& field) {
+  const long long i = whole(file_value(j, key, file, field), file, field);
+  const ParamInfo& p = *find_param(param);
+  if (!in_range(p, static_cast<double>(i), i)) {
+    throw CorruptData("value out of range (" + param_range(p) + ")", {file, field, std::to_string(i)});
+  }
+  return i;
+}
+
+double file_real(const nlohmann::json& j, const char* key, const char* param, const std::string& file,
+                 const std::string& field) {
+  const double x = file_value(j, key, file, field).get<double>();
+  const ParamInfo& p = *find_param(param);
+  if (!in_range(p, x, 0)) throw CorruptData("value out of range (" + param_range(p) + ")", {file, field, format_number(x)});
+  return x;
+}
+
+std::size_t file_count(const nlohmann::json& j, const char* key, const std::string& file, const std::string& field) {
+  const long long i = whole(file_value(j, key, file, field), file, field);
+  if (i < 0) throw CorruptData("must be >= 0", {file, field, std::to_string(i)});
+  return static_cast<std::size_t>(i);
 }
 
 CompressRequest parse_method_spec(const std::string& spec) {

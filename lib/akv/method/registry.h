@@ -9,6 +9,8 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "akv/method/request.h"
 
 namespace akv {
@@ -62,6 +64,16 @@ void set_param(CompressRequest& r, const ParamInfo& p, const std::string& value,
 // Checks every field of a request built another way (a library caller) against the same ranges;
 // InvalidInput names the flag (--NAME) and the value.
 void check_request(const CompressRequest& r);
+
+// Values read from a file (JSON) for the registry parameter `param`, with the command line's type
+// and range checks; CorruptData naming the file and `field` (e.g. "params.eviction.alpha")
+// when the value is missing, of another type, fractional where an integer is meant, or out of
+// range. file_count: a non-negative integer that is no registry parameter.
+long long file_integer(const nlohmann::json& j, const char* key, const char* param, const std::string& file,
+                       const std::string& field);
+double file_real(const nlohmann::json& j, const char* key, const char* param, const std::string& file,
+                 const std::string& field);
+std::size_t file_count(const nlohmann::json& j, const char* key, const std::string& file, const std::string& field);
 
 // A method with its flags in one string, as `akv evaluate --methods` takes it:
 // "name[:flag=value...]" with the flags of `akv compress` without dashes, e.g.

@@ -1,7 +1,7 @@
 #include "akv/method/tiered_params.h"
 
 #include "akv/core/errors.h"
-#include "akv/quant/pack.h"
+#include "akv/method/registry.h"
 
 namespace akv {
 namespace {
@@ -23,27 +23,27 @@ nlohmann::json TieredParams::to_json() const {
 
 TieredParams TieredParams::from_json(const nlohmann::json& j, const std::string& file) {
   TieredParams t;
+  const std::string at = "params.tiered.";
+  auto integer = [&](const char* key, const char* param) { return file_integer(j, key, param, file, at + key); };
+  auto real = [&](const char* key, const char* param) { return file_real(j, key, param, file, at + key); };
   t.preset = j.at("preset").get<std::string>();
-  t.hot = j.at("hot").get<std::size_t>();
-  if (!j.at("warm").is_null()) t.warm = j.at("warm").get<std::size_t>();
-  t.warm_bits_key = j.at("warm_bits_key").get<int>();
-  t.warm_bits_value = j.at("warm_bits_value").get<int>();
-  t.cold_bits = j.at("cold_bits").get<int>();
-  t.protect_first = j.at("protect_first").get<std::size_t>();
-  t.protect_last = j.at("protect_last").get<std::size_t>();
-  t.anchors = j.at("anchors").get<std::size_t>();
-  t.decay = j.at("decay").get<double>();
-  t.w_attn = j.at("w_attn").get<double>();
-  t.w_recency = j.at("w_recency").get<double>();
-  t.margin = j.at("margin").get<double>();
-  t.block = j.at("block").get<std::size_t>();
+  t.hot = static_cast<std::size_t>(integer("hot", "hot"));
+  if (!j.at("warm").is_null()) t.warm = static_cast<std::size_t>(integer("warm", "warm"));
+  t.warm_bits_key = static_cast<int>(integer("warm_bits_key", "warm-bits-key"));
+  t.warm_bits_value = static_cast<int>(integer("warm_bits_value", "warm-bits-value"));
+  t.cold_bits = static_cast<int>(integer("cold_bits", "cold-bits"));
+  t.protect_first = static_cast<std::size_t>(integer("protect_first", "protect-first"));
+  t.protect_last = static_cast<std::size_t>(integer("protect_last", "protect-last"));
+  t.anchors = static_cast<std::size_t>(integer("anchors", "anchors"));
+  t.decay = real("decay", "decay");
+  t.w_attn = real("w_attn", "w-attn");
+  t.w_recency = real("w_recency", "w-recency");
+  t.margin = real("margin", "margin");
+  t.block = file_count(j, "block", file, at + "block");
   const std::string d = j.at("demotion").get<std::string>();
-  if (d != "fifo" && d != "importance") throw CorruptData("unknown demotion", {file, "params.tiered.demotion", d});
+  if (d != "fifo" && d != "importance") throw CorruptData("unknown demotion", {file, at + "demotion", d});
   t.demotion = d == "fifo" ? Demotion::fifo : Demotion::importance;
-  check_bits(t.warm_bits_key, "params.tiered.warm_bits_key");
-  check_bits(t.warm_bits_value, "params.tiered.warm_bits_value");
-  if (t.cold_bits != 16) check_bits(t.cold_bits, "params.tiered.cold_bits");
-  if (t.block == 0) throw CorruptData("block must be >= 1", {file, "params.tiered.block", "0"});
+  if (t.block == 0) throw CorruptData("block must be >= 1", {file, at + "block", "0"});
   return t;
 }
 

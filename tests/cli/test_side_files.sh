@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Side files (budgets, calibration, model configs) with wrong types or values the command line
+# would reject: exit 2 with one line naming the file and the field, no output file.
+source "$(dirname "$0")/lib.sh"
+need_python_h5py
+FIX="$SRC/data/fixtures"
+o="$TMP/outdir"
+mkdir -p "$o"
+# edit IN OUT PYTHON: OUT is IN's JSON after the Python statement (on the dict j).
+edit() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); $3; json.dump(j, open(sys.argv[2], 'w'))" "$1" "$2"; }
+compress_with() { "$AKV" compress -q "$FIX/dump.h5" -o "$o/c.h5" -m adakv --budgets "$1" --quant kivi-4; }
+
+edit "$FIX/budgets.json" "$TMP/b1.json" 'j["format"] = 5'
+expect_error "budgets: format of another type" 2 "format = 5" compress_with "$TMP/b1.json"
+edit "$FIX/budgets.json" "$TMP/b2.json" 'j["summary"]["params"]["alpha"] = -1'
+expect_error "budgets: negative alpha" 2 "params.eviction.alpha = -1" compress_with "$TMP/b2.json"
+edit "$FIX/budgets.json" "$TMP/b3.json" 'j["layers"][0]["heads"][1]["tokens"] = 60.5'
+expect_error "budgets: fractional tokens" 2 "layers\[0\].heads\[1\].tokens = 60.5" compress_with "$TMP/b3.json"
+edit "$FIX/budgets.json" "$TMP/b4.json" 'j["summary"]["params"]["window"] = 1e19'
+expect_error "budgets: a window past any count" 2 "params.eviction.window" compress_with "$TMP/b4.json"
+edit "$FIX/budgets.json" "$TMP/b5.json" 'j["summary"]["params"]["sinks"] = "four"'
+expect_error "budgets: sinks of another type" 2 "params.eviction.sinks" compress_with "$TMP/b5.json"
+edit "$FIX/budgets-joint.json" "$TMP/b6.json" 'j["layers"][1]["heads"][0]["key_bits"] = 2.7'
+expect_error "joint budgets: fractional bits" 2 "key_bits = 2.7" \
+  "$AKV" compress -q "$FIX/dump.h5" -o "$o/c.h5" --budgets "$TMP/b6.json" --quant kivi
+
+ccomp() { "$AKV" compress -q "$FIX/dump.h5" -o "$o/c.h5" -m kivi --calibration "$1"; }
+edit "$FIX/calibration.json" "$TMP/c1.json" 'j["version"] = "1"'
+expect_error "calibration: version of another type" 2 "version" ccomp "$TMP/c1.json"
+edit "$FIX/calibration.json" "$TMP/c2.json" 'j["layers"][0]["heads"].append(j["layers"][1]["heads"].pop())'
+expect_error "calibration: heads spread unevenly over layers" 2 "layers\[0\].heads = 3" ccomp "$TMP/c2.json"
+edit "$FIX/calibration.json" "$TMP/c3.json" 'j["layers"][0]["heads"][0]["bits_key"] = 2.7'
+expect_error "calibration: fractional bits" 2 "bits_key = 2.7" ccomp "$TMP/c3.json"
+
+mkdir -p "$TMP/cfg"
+echo '{"num_hidden_layers": "2", "num_attention_heads": 4, "hidden_size": 64}' >"$TMP/cfg/config.json"
+expect_error "model config: a size of another type" 2 "num_hidden_layers" "$AKV" plan --config "$TMP/cfg"
+echo '{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "intermediate_size": 8, "vocab_size": 10, "tie_word_embeddings": "yes"}' >"$TMP/cfg/config.json"
+expect_error "model config: a flag of another type" 2 "tie_word_embeddings" "$AKV" plan --config "$TMP/cfg"
+expect_empty_dir "no output after bad side files" "$o"
+finish
