@@ -37,5 +37,29 @@ echo '{"num_hidden_layers": "2", "num_attention_heads": 4, "hidden_size": 64}' >
 expect_error "model config: a size of another type" 2 "num_hidden_layers" "$AKV" plan --config "$TMP/cfg"
 echo '{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "intermediate_size": 8, "vocab_size": 10, "tie_word_embeddings": "yes"}' >"$TMP/cfg/config.json"
 expect_error "model config: a flag of another type" 2 "tie_word_embeddings" "$AKV" plan --config "$TMP/cfg"
+echo '{"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 8, "intermediate_size": 8, "vocab_size": 10, "max_position_embeddings": 16, "rms_norm_eps": -1e-5}' >"$TMP/cfg/config.json"
+printf '1 2 3\n' >"$TMP/t.txt"
+expect_error "model config: a negative eps (all-NaN activations)" 2 "rms_norm_eps = -1e-05" \
+  "$AKV" dump --model "$TMP/cfg" --tokens "$TMP/t.txt" --window 1 -o "$o/d.h5"
+
+# A llama2.c header whose sizes multiply past 2^64 (each field within its own bound).
+"$PY" -c "import struct,sys; open(sys.argv[1],'wb').write(struct.pack('<7i', 1<<24, 1<<24, 1<<24, 16, 16, 1<<24, 1<<24))" "$TMP/huge.bin"
+expect_error "llama2.c header sizes overflow" 2 "overflows 64 bits" \
+  "$AKV" dump --model "$TMP/huge.bin" --tokens "$TMP/t.txt" --window 1 -o "$o/d.h5"
+
+# A cache with a NaN among its f16 residual rows: corrupt, not a result.
+cp "$FIX/cache-v1-kivi.h5" "$TMP/nan.h5"
+"$PY" -c "
+import h5py, numpy as np, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    d = f['layers/1/heads/0/value/residual']
+    x = d[()]
+    x.flat[5] = np.nan
+    d[...] = x
+" "$TMP/nan.h5"
+expect_error "cache: NaN in the residual rows" 2 "non-finite f16 value.*residual\[5\]" \
+  "$AKV" decompress -q "$TMP/nan.h5" --dump "$FIX/dump.h5" -o "$o/r.h5"
+expect_error "evaluate: NaN in the cache" 2 "non-finite f16 value" \
+  "$AKV" evaluate -q --dump "$FIX/dump.h5" --cache "$TMP/nan.h5" -o "$o/e.txt"
 expect_empty_dir "no output after bad side files" "$o"
 finish

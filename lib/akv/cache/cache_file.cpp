@@ -190,6 +190,21 @@ HeadCache CacheReader::read_head(std::size_t layer, std::size_t head) const {
   return read_head_group(path, true);
 }
 
+namespace {
+
+// f16 values (bits) stored as data must be finite: a NaN or infinity would pass through
+// decompress and attention as a result.
+void check_finite_f16(const std::vector<std::uint16_t>& v, const std::string& file, const std::string& dataset) {
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if ((v[i] & 0x7c00u) == 0x7c00u) {
+      throw CorruptData("non-finite f16 value", {file, dataset + "[" + std::to_string(i) + "]",
+                                                 std::to_string(f16_to_f32_ref(v[i]))});
+    }
+  }
+}
+
+}  // namespace
+
 HeadCache CacheReader::read_head_group(const std::string& path, bool top) const {
   const std::string& f = path_;
   h5::Group g(H5Gopen2(file_.get(), path.c_str(), H5P_DEFAULT));
@@ -301,11 +316,13 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
       p.outlier_values.resize(p.n_quant * n_out);
       h5::read_dataset(file_.get(), pp + "/outlier_values", f16.get(), {p.n_quant, n_out},
                        p.outlier_values.data(), f);
+      check_finite_f16(p.outlier_values, f, pp + "/outlier_values");
     }
     if (p.n_residual > 0) {
       h5::Type f16 = h5::make_f16_type();
       p.residual.resize(p.n_residual * d);
       h5::read_dataset(file_.get(), pp + "/residual", f16.get(), {p.n_residual, d}, p.residual.data(), f);
+      check_finite_f16(p.residual, f, pp + "/residual");
     }
   }
   return h;

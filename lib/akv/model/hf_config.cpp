@@ -1,6 +1,7 @@
 #include "akv/model/hf_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -72,6 +73,13 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   c.attention_bias = typed<bool>(j, "attention_bias", false, file);
   c.rope_theta = typed<double>(j, "rope_theta", 10000.0, file);
   c.rms_norm_eps = typed<double>(j, "rms_norm_eps", 1e-6, file);
+  // A zero or negative eps or theta gives NaN activations, not an error, further on.
+  if (!(c.rope_theta > 0 && std::isfinite(c.rope_theta))) {
+    throw InvalidInput("rope_theta must be a positive number", {file, "rope_theta", j["rope_theta"].dump()});
+  }
+  if (!(c.rms_norm_eps > 0 && std::isfinite(c.rms_norm_eps))) {
+    throw InvalidInput("rms_norm_eps must be a positive number", {file, "rms_norm_eps", j["rms_norm_eps"].dump()});
+  }
   c.hidden_act = typed<std::string>(j, "hidden_act", "silu", file);
   c.torch_dtype = typed<std::string>(j, "torch_dtype", "", file);
   c.akv_tokenizer = typed<std::string>(j, "akv_tokenizer", "", file);

@@ -31,7 +31,8 @@ struct HfConfig {
 // Reads `path` (a config.json, or the directory holding one). Throws IoError when it cannot be
 // opened, CorruptData when it is not a JSON object, InvalidInput naming the field for a
 // model_type outside `model_types` (when given; checked first), a missing size, a wrong type,
-// or num_attention_heads not a multiple of num_key_value_heads.
+// num_attention_heads not a multiple of num_key_value_heads, or a rope_theta or rms_norm_eps
+// that is not positive.
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types = {});
 
 }  // namespace akv

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 
 namespace akv {
@@ -72,10 +73,18 @@ Model load_llama2c(const std::string& path) {
   }
   c.head_dim = c.dim / c.n_heads;
   const std::size_t kv_dim = c.n_kv_heads * c.head_dim, L = c.n_layers, d = c.dim, hid = c.hidden_dim;
-  const std::size_t floats = c.vocab_size * d + L * d + L * d * d + 2 * L * kv_dim * d + L * d * d +
-                             L * d + 3 * L * d * hid + d + c.seq_len * c.head_dim +
-                             (tied ? 0 : c.vocab_size * d);
-  const std::uint64_t want = 28 + 4 * static_cast<std::uint64_t>(floats);
+  // Header values go up to 2^24 each: their products can pass 2^64, so every term is checked.
+  const Where where{path, "header sizes"};
+  std::uint64_t floats = 0;
+  for (const std::uint64_t term :
+       {checked_product({c.vocab_size, d}, where), checked_product({2, L, d}, where),
+        checked_product({2, L, d, d}, where), checked_product({2, L, kv_dim, d}, where),
+        checked_product({3, L, d, hid}, where), static_cast<std::uint64_t>(d),
+        checked_product({c.seq_len, c.head_dim}, where),
+        tied ? std::uint64_t{0} : checked_product({c.vocab_size, d}, where)}) {
+    floats = checked_add(floats, term, where);
+  }
+  const std::uint64_t want = checked_add(28, checked_mul(4, floats, where), where);
   if (file_bytes != want) {
     throw CorruptData("file size does not match the llama2.c header (expected " + std::to_string(want) +
                           " bytes)",
