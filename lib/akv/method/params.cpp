@@ -297,8 +297,11 @@ CompressParams resolve_quant(const CompressRequest& r) {
 }  // namespace
 
 CompressParams CompressParams::for_head(std::size_t layer, std::size_t head, std::size_t n_kv_heads) const {
-  CompressParams p = *this;
-  p.head_bits.clear();
+  CompressParams p;  // everything but the per-head table (copying it for every head is quadratic)
+  static_cast<QuantParams&>(p) = *this;
+  p.preset = preset;
+  p.mode = mode;
+  p.calibration_file = calibration_file;
   if (!head_bits.empty()) {
     const auto& b = head_bits.at(layer * n_kv_heads + head);
     if (b.first == 16) {  // joint allocation chose f16 for this head

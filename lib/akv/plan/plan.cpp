@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "akv/core/errors.h"
 #include "akv/model/hf_config.h"
@@ -91,31 +92,44 @@ std::uint64_t parse_bytes(const std::string& text, const std::string& flag) {
   return static_cast<std::uint64_t>(v * mult);
 }
 
+namespace {
+
+// Device and host bytes of one KV head holding n tokens under p.
+PlanBytes one_head(const CompressParams& p, std::size_t head_dim, std::size_t n) {
+  if (p.tiered()) return tiered_bytes(*p.tiered(), head_dim, n);
+  std::size_t kept = n;
+  double index = 0;
+  if (p.eviction()) {
+    const EvictionParams& e = *p.eviction();
+    kept = e.budget_tokens ? std::min(n, *e.budget_tokens)
+                           : static_cast<std::size_t>(std::ceil(e.budget_fraction.value_or(1.0) * static_cast<double>(n)));
+    kept = std::min(kept, n);
+    index = 4.0 * static_cast<double>(kept);  // token positions
+  }
+  return {head_bytes(p, head_dim, kept) + index, 0.0};
+}
+
+}  // namespace
+
 PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
+  // Heads differ only by their per-head bits: each distinct choice is costed once (a model of
+  // thousands of layers x heads would otherwise cost every head at every step of the search),
+  // and the sum still runs head by head in order.
+  std::map<std::pair<int, int>, PlanBytes> cost;
+  auto head = [&](std::size_t l, std::size_t h) -> PlanBytes {
+    if (!m.params) return {8.0 * static_cast<double>(s.head_dim * n), 0.0};
+    const auto& bits = m.params->head_bits;
+    const std::pair<int, int> key = bits.empty() ? std::pair<int, int>{0, 0} : bits.at(l * s.n_kv_heads + h);
+    const auto it = cost.find(key);
+    if (it != cost.end()) return it->second;
+    return cost[key] = one_head(m.params->for_head(l, h, s.n_kv_heads), s.head_dim, n);
+  };
   PlanBytes total;
   for (std::size_t l = 0; l < s.n_layers; ++l) {
     for (std::size_t h = 0; h < s.n_kv_heads; ++h) {
-      if (!m.params) {
-        total.device += 8.0 * static_cast<double>(s.head_dim * n);
-        continue;
-      }
-      const CompressParams p = m.params->for_head(l, h, s.n_kv_heads);
-      if (p.tiered()) {
-        const PlanBytes b = tiered_bytes(*p.tiered(), s.head_dim, n);
-        total.device += b.device;
-        total.host += b.host;
-        continue;
-      }
-      std::size_t kept = n;
-      double index = 0;
-      if (p.eviction()) {
-        const EvictionParams& e = *p.eviction();
-        kept = e.budget_tokens ? std::min(n, *e.budget_tokens)
-                               : static_cast<std::size_t>(std::ceil(e.budget_fraction.value_or(1.0) * static_cast<double>(n)));
-        kept = std::min(kept, n);
-        index = 4.0 * static_cast<double>(kept);  // token positions
-      }
-      total.device += head_bytes(p, s.head_dim, kept) + index;
+      const PlanBytes b = head(l, h);
+      total.device += b.device;
+      total.host += b.host;
     }
   }
   return total;
