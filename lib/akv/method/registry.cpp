@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "akv/core/errors.h"
 
@@ -265,10 +266,20 @@ long long whole(const nlohmann::json& v, const std::string& file, const std::str
 
 }  // namespace
 
+namespace {
+
+const ParamInfo& registry_param(const char* name) {
+  const ParamInfo* p = find_param(name);
+  if (!p) throw std::logic_error(std::string("no registry parameter ") + name);
+  return *p;
+}
+
+}  // namespace
+
 long long file_integer(const nlohmann::json& j, const char* key, const char* param, const std::string& file,
                        const std::string& field) {
   const long long i = whole(file_value(j, key, file, field), file, field);
-  const ParamInfo& p = *find_param(param);
+  const ParamInfo& p = registry_param(param);
   if (!in_range(p, static_cast<double>(i), i)) {
     throw CorruptData("value out of range (" + param_range(p) + ")", {file, field, std::to_string(i)});
   }
@@ -278,7 +289,7 @@ long long file_integer(const nlohmann::json& j, const char* key, const char* par
 double file_real(const nlohmann::json& j, const char* key, const char* param, const std::string& file,
                  const std::string& field) {
   const double x = file_value(j, key, file, field).get<double>();
-  const ParamInfo& p = *find_param(param);
+  const ParamInfo& p = registry_param(param);
   if (!in_range(p, x, 0)) throw CorruptData("value out of range (" + param_range(p) + ")", {file, field, format_number(x)});
   return x;
 }
