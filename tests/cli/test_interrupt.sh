@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Ctrl-C (SIGINT) or SIGTERM in the middle of writing leaves no partial file behind.
+# Ctrl-C (SIGINT), SIGTERM or another fatal signal in the middle of writing leaves no partial file
+# behind, and akv ends with the signal's status.
 source "$(dirname "$0")/lib.sh"
-for sig in INT TERM; do
+for sig in INT TERM QUIT PIPE ALRM USR1; do
   d="$TMP/$sig"
   mkdir -p "$d"
   "$AKV" synth -o "$d/big.h5" --layers 64 --heads 8 --kv-heads 8 --head-dim 128 \
@@ -14,7 +15,7 @@ for sig in INT TERM; do
   done
   sleep 0.3
   kill -s $sig $pid
-  wait $pid
+  wait $pid 2>/dev/null
   status=$?
   [[ $status -gt 128 ]] && pass "SIG$sig ends akv with a signal status ($status)" \
     || fail "SIG$sig: status $status"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Output targets and failures while writing: non-regular targets, symbolic links, an output that
-# is an input, a full disk, a file-size limit and fatal signals. Each ends with its documented
+# is an input, a full disk and a file-size limit (fatal signals: test_interrupt.sh). Each ends with its documented
 # exit code, one error line, and no file or temporary file left behind.
 source "$(dirname "$0")/lib.sh"
 small=(--layers 2 --heads 4 --kv-heads 2 --head-dim 32 --tokens 256 --window 16 -q)
@@ -84,22 +84,4 @@ if [[ $(id -u) == 0 ]] && mount -t tmpfs -o size=256k tmpfs "$TMP/full" 2>/dev/n
 else
   echo "skip disk-full cases: cannot mount a tmpfs here"
 fi
-
-# Fatal signals other than INT/TERM (tested in test_interrupt.sh) remove the temporary file too.
-for sig in USR1 ALRM PIPE QUIT; do
-  d="$TMP/sig_$sig"
-  mkdir -p "$d"
-  "$AKV" synth -o "$d/big.h5" --layers 64 --heads 8 --kv-heads 8 --head-dim 128 --tokens 32768 -q -t 1 >/dev/null 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do
-    [[ -n $(ls -A "$d") ]] && break
-    sleep 0.05
-  done
-  sleep 0.2
-  kill -s $sig $pid
-  wait $pid 2>/dev/null
-  status=$?
-  [[ $status -gt 128 ]] && pass "SIG$sig ends akv with a signal status ($status)" || fail "SIG$sig: status $status"
-  expect_empty_dir "SIG$sig leaves no file" "$d"
-done
 finish

@@ -2,33 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 #include "akv/method/registry.h"
 
 namespace akv {
-
-namespace {
-
-// The file's JSON after its format and version are checked.
-nlohmann::json load_budgets(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot open budgets file", {path});
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("budgets file is not JSON", {path});
-  const nlohmann::json format = j.value("format", nlohmann::json()), version = j.value("version", nlohmann::json());
-  if (!format.is_string() || format.get<std::string>() != kBudgetsFormat) {
-    throw InvalidInput("not an akv budgets file (expected format \"akv-budgets\")",
-                       {path, "format", format.is_string() ? format.get<std::string>() : format.dump().substr(0, 40)});
-  }
-  if (!version.is_number_integer() || version.get<long long>() != kBudgetsVersion) {
-    throw InvalidInput("unsupported akv-budgets version (this akv reads 1)", {path, "version", version.dump().substr(0, 40)});
-  }
-  return j;
-}
-
-}  // namespace
 
 nlohmann::json budgets_to_json(const BudgetsFile& f) {
   const DumpMeta& m = f.shape;
@@ -95,7 +74,7 @@ nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
 }
 
 BudgetsRead read_budgets(const std::string& path, const DumpMeta& m) {
-  const nlohmann::json j = load_budgets(path);
+  const nlohmann::json j = read_json_file(path, "budgets", kBudgetsFormat, kBudgetsVersion);
   BudgetsRead r;
   EvictionParams& params = r.params;
   std::vector<std::vector<std::size_t>>& b = r.tokens;
@@ -159,7 +138,7 @@ BudgetsRead read_budgets(const std::string& path, const DumpMeta& m) {
 }
 
 std::string budgets_method(const std::string& path) {
-  const nlohmann::json j = load_budgets(path);
+  const nlohmann::json j = read_json_file(path, "budgets", kBudgetsFormat, kBudgetsVersion);
   EvictionParams p;
   try {
     p = EvictionParams::from_json(j.at("summary").at("params"), path);

@@ -1,8 +1,8 @@
 #include "akv/alloc/calibration_file.h"
 
-#include <fstream>
 
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 #include "akv/method/registry.h"
 #include "akv/quant/pack.h"
 
@@ -41,18 +41,7 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
 }
 
 std::vector<std::pair<int, int>> read_calibration(const std::string& path, const DumpMeta& m) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot open calibration file", {path});
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("calibration file is not JSON", {path});
-  const nlohmann::json format = j.value("format", nlohmann::json()), version = j.value("version", nlohmann::json());
-  if (!format.is_string() || format.get<std::string>() != kCalibrationFormat) {
-    throw InvalidInput("not an akv calibration file (expected format \"akv-calibration\")",
-                       {path, "format", format.is_string() ? format.get<std::string>() : format.dump().substr(0, 40)});
-  }
-  if (!version.is_number_integer() || version.get<long long>() != kCalibrationVersion) {
-    throw InvalidInput("unsupported akv-calibration version", {path, "version", version.dump().substr(0, 40)});
-  }
+  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   std::vector<std::pair<int, int>> bits;
   try {
     const auto& s = j.at("shape");

@@ -1,0 +1,16 @@
+#pragma once
+// akv's JSON side files (budgets, calibration): read whole, with their "format" string and
+// integer "version" checked before any field is used.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace akv {
+
+// IoError when the file cannot be opened, CorruptData when it is not a JSON object, InvalidInput
+// naming the field when the format or version differs. `what` names the file kind in messages
+// ("budgets", "calibration").
+nlohmann::json read_json_file(const std::string& path, const std::string& what, const std::string& format,
+                              int version);
+
+}  // namespace akv
