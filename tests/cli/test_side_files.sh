@@ -47,6 +47,18 @@ expect_error "model config: a negative eps (all-NaN activations)" 2 "rms_norm_ep
 expect_error "llama2.c header sizes overflow" 2 "overflows 64 bits" \
   "$AKV" dump --model "$TMP/huge.bin" --tokens "$TMP/t.txt" --window 1 -o "$o/d.h5"
 
+# Finite weights whose activations overflow f32 (a 1-layer llama2.c model, every weight 1e15):
+# an error, not a NaN perplexity with exit 0.
+"$PY" -c "
+import struct, sys
+d, h, L, H, K, V, S = 8, 16, 1, 2, 2, 10, 8
+n = V*d + 2*L*d + 2*L*d*d + 2*L*K*(d//H)*d + 3*L*d*h + d + S*(d//H)
+open(sys.argv[1], 'wb').write(struct.pack('<7i', d, h, L, H, K, V, S) + struct.pack('<%df' % n, *([1e15] * n)))
+" "$TMP/overflow.bin"
+printf '1 2 3 4 5 6 7 8\n' >"$TMP/t8.txt"
+expect_error "model: activations overflow f32" 2 "non-finite activation.*hidden state after layer 0" \
+  "$AKV" evaluate -q --model "$TMP/overflow.bin" --tokens "$TMP/t8.txt" --methods kivi-4 --prefill 4 -o "$o/e.txt"
+
 # A cache with a NaN among its f16 residual rows: corrupt, not a result.
 cp "$FIX/cache-v1-kivi.h5" "$TMP/nan.h5"
 "$PY" -c "

@@ -80,6 +80,14 @@ void Model::check_tokens(const std::vector<std::vector<std::int32_t>>& sequences
   }
 }
 
+void Model::check_finite(const float* x, std::size_t n, const std::string& where) const {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      throw InvalidInput("non-finite activation (the weights overflow f32)", {config_.name, where, format_number(x[i])});
+    }
+  }
+}
+
 PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads) const {
   const ModelConfig& c = config_;
   const std::size_t n = tokens.size(), hd = c.head_dim, g = c.group_size();
@@ -123,12 +131,14 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
       for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
     }
     x += h1 * lw.w2.transpose();
+    check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(res.key.size()));
     res.query.push_back(std::move(qh));
     res.key.push_back(std::move(kh));
     res.value.push_back(std::move(vh));
   }
   const RowMatrix xn = rmsnorm_rows(all_logits ? x : RowMatrix(x.bottomRows(1)), w_.final_norm, c.norm_eps);
   res.logits = xn * classifier().transpose();
+  check_finite(res.logits.data(), static_cast<std::size_t>(res.logits.size()), "prefill logits");
   return res;
 }
 
@@ -182,6 +192,7 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
   cache.end_step();
   rmsnorm(x.data(), w_.final_norm, c.norm_eps, c.dim, xb.data());
   const Vec logits = classifier() * xb;
+  check_finite(logits.data(), static_cast<std::size_t>(logits.size()), "logits at position " + std::to_string(pos));
   return std::vector<float>(logits.data(), logits.data() + logits.size());
 }
 

@@ -64,6 +64,8 @@ class Model {
 
  private:
   void check_token(std::int32_t t) const;
+  // InvalidInput naming the model and `where` when x [n] holds NaN or Inf.
+  void check_finite(const float* x, std::size_t n, const std::string& where) const;
   const RowMatrix& classifier() const;
   ModelConfig config_;
   ModelWeights w_;
