@@ -29,8 +29,13 @@ reader=$!
 expect "text output into a FIFO writes through" 0 "" "$AKV" plan --layers 2 --kv-heads 2 --head-dim 64 --json -o "$TMP/fifo"
 wait $reader
 grep -q '"methods"' "$TMP/from_fifo" && pass "the FIFO's reader got the JSON" || fail "nothing came through the FIFO"
-run "$AKV" plan --layers 2 --kv-heads 2 --head-dim 64 --json -o /dev/stdout
-[[ $rc -eq 0 ]] && grep -q '"methods"' "$TMP/out" && pass "-o /dev/stdout prints the JSON" || fail "-o /dev/stdout: rc $rc"
+# /dev/stdout's own link, made here (a wrong akv must not replace the system's /dev/stdout).
+ln -s /proc/self/fd/1 "$TMP/stdout"
+run "$AKV" plan --layers 2 --kv-heads 2 --head-dim 64 --json -o "$TMP/stdout"
+[[ $rc -eq 0 ]] && grep -q '"methods"' "$TMP/out" && pass "-o through /proc/self/fd/1 prints the JSON" || fail "-o /proc/self/fd/1: rc $rc"
+[[ -L $TMP/stdout ]] && pass "the fd link stays a link" || fail "the fd link was replaced"
+run bash -c "\"$AKV\" plan --layers 2 --kv-heads 2 --head-dim 64 --json -o \"$TMP/stdout\" | cat"
+[[ $rc -eq 0 ]] && grep -q '"methods"' "$TMP/out" && pass "-o /proc/self/fd/1 into a pipe writes through" || fail "-o fd link into a pipe: rc $rc"
 
 # A symbolic link: the file it names is replaced, the link stays.
 mkdir -p "$TMP/links"

@@ -69,9 +69,10 @@ AtomicOutput::AtomicOutput(std::string path) : path_(std::move(path)) {
   if (path_.empty()) throw UsageError("empty output path");
   std::error_code ec;
   if (fs::is_symlink(fs::symlink_status(path_, ec))) {
-    // Replace the file the link names, not the link (the temporary file must sit beside it).
+    // Replace the file the link names, never the link (the temporary file must sit beside it).
     const fs::path target = fs::weakly_canonical(path_, ec);
-    if (!ec) path_ = target.string();
+    if (ec) throw IoError("cannot resolve the output's symbolic link: " + ec.message(), {path_, "", ""});
+    path_ = target.string();
   }
   const fs::file_status st = fs::status(path_, ec);
   if (fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st)) {
