@@ -152,6 +152,24 @@ TEST_CASE("HF layout of stories260K (rotate-half, q/k permuted) gives llama2.c's
   }
 }
 
+TEST_CASE("HF loader: RoPE angles cover the positions used, not max_position_embeddings", "[model][hf]") {
+  if (!std::filesystem::exists(shared_dir() + "/models/stories260K.bin")) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  test::TempDir dir;
+  const Model ref = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  convert(ref, dir.file("m"), "F32", false);
+  nlohmann::json cfg;
+  std::ifstream(dir.file("m") + "/config.json") >> cfg;
+  cfg["max_position_embeddings"] = std::int64_t{1} << 40;  // a table for it would need 8 TiB
+  std::ofstream(dir.file("m") + "/config.json") << cfg.dump();
+  const Model m = load_model(dir.file("m"));
+  CHECK(m.config().seq_len == std::size_t{1} << 40);
+  const std::vector<std::int32_t> seq = {1, 5, 9, 13};
+  CHECK(max_diff(m.prefill(seq, true).logits, ref.prefill(seq, true).logits) <= 1e-4);
+}
+
 TEST_CASE("HF loader: bad checkpoints are clean errors", "[model][hf][bad]") {
   test::TempDir dir;
   const std::string d = dir.file("m");

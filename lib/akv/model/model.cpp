@@ -53,8 +53,7 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 }  // namespace
 
 Model::Model(ModelConfig config, ModelWeights weights)
-    : config_(std::move(config)), w_(std::move(weights)),
-      rope_(config_.head_dim, config_.rope_theta, 0, std::max<std::size_t>(config_.seq_len, 1)) {}
+    : config_(std::move(config)), w_(std::move(weights)) {}
 
 const RowMatrix& Model::classifier() const {
   return w_.classifier.size() ? w_.classifier : w_.embedding;
@@ -101,6 +100,8 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     check_token(tokens[i]);
     x.row(static_cast<Eigen::Index>(i)) = w_.embedding.row(tokens[i]);
   }
+  // RoPE angles of the positions this call uses (never of the whole declared context).
+  const RopeTable rope(hd, c.rope_theta, 0, n);
   PrefillResult res;
   for (const LayerWeights& lw : w_.layers) {
     const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
@@ -110,8 +111,8 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     add_bias(v, lw.bv);
     Tensor3 qh = split_heads(q, c.n_heads, hd), kh = split_heads(k, c.n_kv_heads, hd);
     res.key_pre_rope.push_back(kh);
-    for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(qh.row(h, 0), n, 0, c.rope_layout, rope_);
-    for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(kh.row(h, 0), n, 0, c.rope_layout, rope_);
+    for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(qh.row(h, 0), n, 0, c.rope_layout, rope);
+    for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(kh.row(h, 0), n, 0, c.rope_layout, rope);
     Tensor3 vh = split_heads(v, c.n_kv_heads, hd);
     RowMatrix att(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.n_heads * hd));
     std::vector<std::size_t> visible(n);
@@ -158,6 +159,7 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
   std::vector<HeadView> heads;
   std::vector<std::size_t> rows;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const RopeTable rope(hd, c.rope_theta, pos, 1);
   for (std::size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
     rmsnorm(x.data(), lw.attn_norm, c.norm_eps, c.dim, xb.data());
@@ -166,8 +168,8 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
     for (std::size_t j = 0; j < lw.bk.size(); ++j) k[static_cast<Eigen::Index>(j)] += lw.bk[j];
     for (std::size_t j = 0; j < lw.bv.size(); ++j) v[static_cast<Eigen::Index>(j)] += lw.bv[j];
     const Vec k_pre = k;
-    for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.data() + h * hd, 1, pos, c.rope_layout, rope_);
-    for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.data() + h * hd, 1, pos, c.rope_layout, rope_);
+    for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.data() + h * hd, 1, pos, c.rope_layout, rope);
+    for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.data() + h * hd, 1, pos, c.rope_layout, rope);
     cache.append(l, k.data(), k_pre.data(), v.data(), pos);
     // Fused decode attention over the cache's packed/dense rows, all heads at once.
     layer_views(cache, l, c.n_kv_heads, heads, rows);

@@ -69,7 +69,6 @@ class Model {
   const RowMatrix& classifier() const;
   ModelConfig config_;
   ModelWeights w_;
-  RopeTable rope_;
 };
 
 }  // namespace akv
