@@ -14,8 +14,9 @@
 
 namespace {
 
+// Messages can quote input (a flag's value, a token): one line, at most a few KB, always.
 int fail(const std::string& message, akv::ExitCode code) {
-  std::fprintf(stderr, "akv: error: %s\n", message.c_str());
+  std::fprintf(stderr, "akv: error: %s\n", akv::excerpt(message, 8192).c_str());
   if (akv::quick_exit_requested()) {  // see akv::request_quick_exit
     akv::remove_registered_temporaries();
     std::fflush(nullptr);

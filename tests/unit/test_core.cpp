@@ -24,6 +24,20 @@ TEST_CASE("error messages name file, field and value", "[core][errors]") {
   CHECK(std::string(e.what()) == "wrong shape (d.h5: /layers/3/key.shape = [7, 10, 64])");
 }
 
+TEST_CASE("excerpt keeps quoted input on one short line", "[core][errors]") {
+  CHECK(excerpt("n_layers") == "n_layers");
+  CHECK(excerpt("a\nb\tc\x01") == "a\\nb\\tc\\x01");
+  const std::string huge(50u << 20, '7');
+  const std::string e = excerpt(huge);
+  CHECK(e.size() < 260);
+  CHECK(e.find("777...777") != std::string::npos);
+  CHECK(e.ends_with("777 (52428800 bytes)"));
+  // format_error applies it to the field and value; file paths are escaped but not cut.
+  const std::string msg = InvalidInput("bad token", {"t.txt", "line 1", huge}).what();
+  CHECK(msg.size() < 400);
+  CHECK(msg.find("bad token (t.txt: line 1 = 7777") == 0);
+}
+
 TEST_CASE("error types map to exit codes", "[core][errors]") {
   CHECK(UsageError("x").exit_code() == ExitCode::usage);
   CHECK(InvalidInput("x").exit_code() == ExitCode::invalid_input);

@@ -62,7 +62,13 @@ class IoError : public Error {
 // A number for an error message: "%.9g" (shortest round-trip for f32), "nan", "inf", "-inf".
 std::string format_number(double v);
 
-// Formats "<what> (<file>: <field> = <value>)", leaving out the parts that are empty.
+// Text from an input shown in an error message, kept on one short line: control characters are
+// escaped (\n, \t, \xNN) and text longer than `max` characters keeps its start and end with
+// the length between them: "abc...xyz (52428800 bytes)".
+std::string excerpt(const std::string& text, std::size_t max = 200);
+
+// Formats "<what> (<file>: <field> = <value>)", leaving out the parts that are empty; the
+// location parts pass through excerpt().
 std::string format_error(const std::string& what, const Where& where);
 
 }  // namespace akv
