@@ -21,10 +21,10 @@ expect_error "heads not a multiple of kv heads" 1 "--heads must be a positive mu
 expect_error "unknown dtype" 2 "--dtype" "$AKV" synth -o "$o/x.h5" --dtype f8
 expect_error "window larger than tokens" 1 "--window = 200" "$AKV" synth -o "$o/x.h5" --tokens 100 --window 200
 expect_error "zero tokens" 2 "--tokens" "$AKV" synth -o "$o/x.h5" --tokens 0
-expect_error "odd head_dim" 1 "--head-dim = 33" "$AKV" synth -o "$o/x.h5" --head-dim 33
+expect_error "odd head_dim" 2 "--head-dim = 33" "$AKV" synth -o "$o/x.h5" --head-dim 33
 expect_error "gzip level" 2 "--gzip" "$AKV" synth -o "$o/x.h5" --gzip 12
 expect_error "unknown profile" 2 "--profile" "$AKV" synth -o "$o/x.h5" --profile spiky
-expect_error "bad rope theta" 1 "--rope-theta = 0" "$AKV" synth -o "$o/x.h5" --rope-theta 0
+expect_error "bad rope theta" 2 "--rope-theta = 0" "$AKV" synth -o "$o/x.h5" --rope-theta 0
 expect_error "missing -o" 1 "output" "$AKV" synth
 expect_error "negative threads" 2 "threads" "$AKV" synth -o "$o/x.h5" --threads -1
 expect_empty_dir "no output after usage errors" "$o"

@@ -208,30 +208,35 @@ TEST_CASE("synth dumps are byte-identical for any thread count", "[synth][determ
 }
 
 TEST_CASE("synth options are validated", "[synth][bad]") {
+  // A value outside its range is invalid input (exit 2); flags that conflict are usage (exit 1).
   SynthOptions o = small_options();
-  auto fails = [](SynthOptions x, const std::string& flag) {
+  auto fails = [](SynthOptions x, const std::string& flag, ExitCode code) {
     try {
       x.validate();
-    } catch (const UsageError& e) {
+    } catch (const Error& e) {
       CHECK_THAT(std::string(e.what()), Catch::Contains(flag));
+      CHECK(e.exit_code() == code);
       return;
     }
     FAIL("no error for " << flag);
   };
   auto x = o;
   x.n_heads = 6;
-  fails(x, "--heads = 6");
+  fails(x, "--heads = 6", ExitCode::usage);
   x = o;
   x.head_dim = 63;
-  fails(x, "--head-dim = 63");
+  fails(x, "--head-dim = 63", ExitCode::invalid_input);
   x = o;
   x.window = o.n_tokens + 1;
-  fails(x, "--window");
+  fails(x, "--window", ExitCode::usage);
+  x = o;
+  x.rope_theta = 0.5;
+  fails(x, "--rope-theta = 0.5", ExitCode::invalid_input);
   x = o;
   x.outlier_channels = 40;
-  fails(x, "--outlier-channels");
+  fails(x, "--outlier-channels", ExitCode::usage);
   x = o;
   x.write.gzip = 11;
-  fails(x, "--gzip");
+  fails(x, "--gzip", ExitCode::invalid_input);
   CHECK_THROWS_AS(parse_synth_profile("spiky"), InvalidInput);
 }

@@ -161,13 +161,13 @@ struct IsaScope {
 
 void check_args(const AttentionBenchOptions& o) {
   auto positive = [](const std::vector<std::size_t>& v, const char* f) {
-    if (v.empty() || *std::min_element(v.begin(), v.end()) == 0) throw UsageError("values must be >= 1", {"", f});
+    if (v.empty() || *std::min_element(v.begin(), v.end()) == 0) throw InvalidInput("values must be >= 1", {"", f});
   };
   positive(o.contexts, "--contexts");
   positive(o.head_dims, "--head-dims");
   positive(o.gqa, "--gqa");
   if (o.kv_heads == 0 || o.group == 0 || o.repeat < 1 || o.warmup < 0) {
-    throw UsageError("--kv-heads, --group, --repeat must be >= 1", {"", "--kv-heads/--group/--repeat"});
+    throw InvalidInput("--kv-heads, --group, --repeat must be >= 1", {"", "--kv-heads/--group/--repeat"});
   }
   if (o.variants.empty()) throw UsageError("no variants", {"", "--variants"});
   if (o.isas.empty()) throw UsageError("no instruction sets", {"", "--isa"});

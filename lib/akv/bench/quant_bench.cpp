@@ -49,7 +49,7 @@ std::vector<BenchColumn> quant_columns() {
 
 BenchReport bench_quant(const QuantBenchOptions& o) {
   if (o.heads == 0 || o.tokens == 0 || o.head_dim == 0 || o.group == 0 || o.repeat < 1 || o.warmup < 0) {
-    throw UsageError("bench sizes must be >= 1", {"", "--heads/--tokens/--head-dim/--group/--repeat"});
+    throw InvalidInput("bench sizes must be >= 1", {"", "--heads/--tokens/--head-dim/--group/--repeat"});
   }
   check_kernels(o);
   const int threads = resolve_threads(o.threads);

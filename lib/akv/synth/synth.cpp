@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <type_traits>
 
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
@@ -129,29 +130,44 @@ std::string head_kind_name(HeadKind k) {
 }
 
 void SynthOptions::validate() const {
-  auto bad = [](const std::string& what, const std::string& flag, auto value) {
-    throw UsageError(what, {"", flag, std::to_string(value)});
+  // A value outside its flag's range is invalid input (exit 2); two flags that cannot hold
+  // together are a usage error (exit 1), as everywhere in akv (README, exit codes).
+  auto text = [](auto value) {
+    if constexpr (std::is_floating_point_v<decltype(value)>) {
+      return format_number(value);
+    } else {
+      return std::to_string(value);
+    }
+  };
+  auto bad = [&](const std::string& what, const std::string& flag, auto value) {
+    throw InvalidInput(what, {"", flag, text(value)});
+  };
+  auto conflict = [&](const std::string& what, const std::string& flag, auto value) {
+    throw UsageError(what, {"", flag, text(value)});
   };
   if (n_layers < 1) bad("need at least one layer", "--layers", n_layers);
   if (n_kv_heads < 1) bad("need at least one kv head", "--kv-heads", n_kv_heads);
-  if (n_heads < 1 || n_heads % n_kv_heads != 0) {
-    bad("--heads must be a positive multiple of --kv-heads (" + std::to_string(n_kv_heads) + ")",
-        "--heads", n_heads);
+  if (n_heads < 1) bad("need at least one head", "--heads", n_heads);
+  if (n_heads % n_kv_heads != 0) {
+    conflict("--heads must be a positive multiple of --kv-heads (" + std::to_string(n_kv_heads) +
+                 ")",
+             "--heads", n_heads);
   }
   if (head_dim < 8 || head_dim % 2 != 0) bad("--head-dim must be even and >= 8", "--head-dim",
                                              head_dim);
   if (n_tokens < 1) bad("need at least one token", "--tokens", n_tokens);
-  if (window < 1 || window > n_tokens) {
-    bad("--window must be between 1 and --tokens (" + std::to_string(n_tokens) + ")", "--window",
-        window);
+  if (window < 1) bad("--window must be at least 1", "--window", window);
+  if (window > n_tokens) {
+    conflict("--window must be between 1 and --tokens (" + std::to_string(n_tokens) + ")",
+             "--window", window);
   }
-  if (sinks >= n_tokens) bad("--sinks must be smaller than --tokens", "--sinks", sinks);
+  if (sinks >= n_tokens) conflict("--sinks must be smaller than --tokens", "--sinks", sinks);
   if (!(rope_theta > 1.0) || !std::isfinite(rope_theta)) {
     bad("--rope-theta must be finite and > 1", "--rope-theta", rope_theta);
   }
   if (outlier_channels > head_dim / 4) {
-    bad("--outlier-channels must be at most head_dim / 4", "--outlier-channels",
-        outlier_channels);
+    conflict("--outlier-channels must be at most head_dim / 4", "--outlier-channels",
+             outlier_channels);
   }
   if (write.gzip < 0 || write.gzip > 9) bad("--gzip must be 0..9", "--gzip", write.gzip);
   if (threads < 0) bad("--threads must be >= 0", "--threads", threads);
