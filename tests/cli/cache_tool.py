@@ -3,6 +3,7 @@
   cache_tool.py bytes CACHE          prints the sum of stored dataset sizes per component as JSON
   cache_tool.py shorten CACHE PATH   rewrites dataset PATH one element shorter (corrupt data)
   cache_tool.py decoded CACHE DUMP L H   checks a head's key residual rows equal the f16 dump rows
+  cache_tool.py set_int CACHE PATH NAME V sets integer attribute NAME of object PATH to V
 """
 import json
 import sys
@@ -40,6 +41,9 @@ def main():
         print(json.dumps(stored_bytes(sys.argv[2]), sort_keys=True))
     elif cmd == "shorten":
         shorten(sys.argv[2], sys.argv[3])
+    elif cmd == "set_int":
+        with h5py.File(sys.argv[2], "r+") as f:
+            f[sys.argv[3]].attrs[sys.argv[4]] = np.int64(int(sys.argv[5]))
     elif cmd == "decoded":
         cache, dump, layer, head = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         with h5py.File(cache, "r") as c, h5py.File(dump, "r") as d:

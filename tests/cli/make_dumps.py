@@ -88,6 +88,20 @@ def main(out):
     variant("tokens_length", r"/tokens length differs from n_tokens",
             lambda f: replace(f, "tokens", np.arange(10, dtype=np.int32)))
 
+    variant("huge_n_layers", r"missing layer group .*/layers/2\)",
+            lambda f: f.attrs.__setitem__("n_layers", 2**31 - 1))
+
+    def unwritten(f):
+        # Declared [2, 2^30, 16] f32 (128 GiB), never written: refused before any allocation.
+        f.attrs["n_tokens"] = 2**30
+        for l in range(2):
+            for name in ("key", "value"):
+                del f[f"layers/{l}/{name}"]
+                f.create_dataset(f"layers/{l}/{name}", (HKV, 2**30, D), np.float32)
+
+    variant("unwritten", r"dataset stores fewer bytes than its shape declares .*/layers/0/key = 0 bytes stored",
+            unwritten)
+
     def put_nan(f):
         v = f["layers/1/value"][...]
         v[1, 30, 7] = np.nan

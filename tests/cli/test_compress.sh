@@ -66,6 +66,15 @@ cp "$TMP/c_kivi-2.h5" "$TMP/bad.h5"
 "$PY" "$TOOL" shorten "$TMP/bad.h5" layers/1/heads/0/value/codes
 expect_error "corrupt packed codes" 2 "/layers/1/heads/0/value/codes" \
   "$AKV" evaluate -q --dump "$d" --cache "$TMP/bad.h5" -o "$o/e.json"
+# Declared counts are checked before anything is allocated for them.
+cp "$TMP/c_kivi-2.h5" "$TMP/bad.h5"
+"$PY" "$TOOL" set_int "$TMP/bad.h5" layers/0/heads/1 n_kept 9223372036854775807
+expect_error "n_kept past n_tokens" 2 "n_kept exceeds n_tokens .*/layers/0/heads/1.n_kept = 9223372036854775807" \
+  "$AKV" evaluate -q --dump "$d" --cache "$TMP/bad.h5" -o "$o/e.json"
+cp "$TMP/c_kivi-2.h5" "$TMP/bad.h5"
+"$PY" "$TOOL" set_int "$TMP/bad.h5" layers/0/heads/1/value n_quant 9223372036854775807
+expect_error "n_quant past n_kept" 2 "n_quant \+ n_residual must equal n_kept" \
+  "$AKV" evaluate -q --dump "$d" --cache "$TMP/bad.h5" -o "$o/e.json"
 expect_error "evaluate a dump as cache" 2 "not an akv cache" "$AKV" evaluate -q --dump "$d" --cache "$d"
 expect_empty_dir "no output after errors" "$o"
 expect "compress tiered (simulated over the dump)" 0 "tiered balanced hot 128 warm K3/V3 64 cold int2" \

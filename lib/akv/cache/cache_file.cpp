@@ -224,12 +224,21 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
       throw CorruptData("segments only in version-2 head groups (1..16 of them, covering every token)",
                         {f, path + ".n_segments", std::to_string(n_seg)});
     }
-    std::vector<bool> seen(h.n_tokens, false);
+    std::uint64_t total = 0;  // kept tokens of all segments: each read from stored data
     for (std::size_t s = 0; s < n_seg; ++s) {
       const std::string sp = path + "/segments/" + std::to_string(s);
       if (!h5::link_exists(file_.get(), sp)) throw CorruptData("missing segment", {f, sp});
       h.segments.push_back(read_head_group(sp, false));
-      const HeadCache& seg = h.segments.back();
+      total += h.segments.back().n_kept();
+    }
+    if (total != h.n_tokens) {
+      throw CorruptData("segments must hold n_tokens " + std::to_string(h.n_tokens) + " positions",
+                        {f, path + "/segments", std::to_string(total)});
+    }
+    std::vector<bool> seen(h.n_tokens, false);
+    for (std::size_t s = 0; s < n_seg; ++s) {
+      const std::string sp = path + "/segments/" + std::to_string(s);
+      const HeadCache& seg = h.segments[s];
       for (std::size_t i = 0; i < seg.n_kept(); ++i) {
         const std::size_t p = seg.position(i);
         if (seen[p]) throw CorruptData("a position sits in two segments", {f, sp + "/kept", std::to_string(p)});
@@ -241,9 +250,12 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
     }
     return h;
   }
+  if (n_kept > h.n_tokens) {
+    throw CorruptData("n_kept exceeds n_tokens " + std::to_string(h.n_tokens),
+                      {f, path + ".n_kept", std::to_string(n_kept)});
+  }
   if (h5::link_exists(g.get(), "kept")) {
-    h.kept.resize(n_kept);
-    h5::read_dataset(file_.get(), path + "/kept", H5T_NATIVE_INT32, {n_kept}, h.kept.data(), f);
+    h.kept = h5::read_vector<std::int32_t>(file_.get(), path + "/kept", H5T_NATIVE_INT32, {n_kept}, f);
     for (std::size_t i = 0; i < n_kept; ++i) {
       const std::int32_t v = h.kept[i];
       if (v < 0 || static_cast<std::size_t>(v) >= h.n_tokens || (i > 0 && v <= h.kept[i - 1])) {
@@ -266,7 +278,7 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
     p.n_residual = count_attr(pg.get(), "n_residual", f, pp);
     const std::size_t n_out = count_attr(pg.get(), "n_outlier", f, pp);
     p.pre_rope = count_attr(pg.get(), "pre_rope", f, pp) != 0;
-    if (p.n_quant + p.n_residual != n_kept) {
+    if (p.n_quant > n_kept || p.n_residual > n_kept || p.n_quant + p.n_residual != n_kept) {
       throw CorruptData("n_quant + n_residual must equal n_kept " + std::to_string(n_kept),
                         {f, pp + ".n_quant", std::to_string(p.n_quant)});
     }
@@ -286,13 +298,13 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
       if (b.group == 0) throw CorruptData("group size must be >= 1", {f, pp + ".group", "0"});
       b.rows = p.n_quant;
       b.cols = d - n_out;
-      b.codes.resize(packed_size(b.rows * b.cols, b.bits));
-      h5::read_dataset(file_.get(), pp + "/codes", H5T_NATIVE_UINT8, {b.codes.size()}, b.codes.data(), f);
+      // n_quant <= n_kept <= n_tokens and cols < head_dim: the products cannot wrap, and every
+      // vector below is allocated only after its dataset's shape and stored bytes check out.
+      const std::size_t codes = packed_size(b.rows * b.cols, b.bits);
+      b.codes = h5::read_vector<std::uint8_t>(file_.get(), pp + "/codes", H5T_NATIVE_UINT8, {codes}, f);
       h5::Type f16 = h5::make_f16_type();
-      b.scale.resize(b.n_groups());
-      b.zero.resize(b.n_groups());
-      h5::read_dataset(file_.get(), pp + "/scale", f16.get(), {b.scale.size()}, b.scale.data(), f);
-      h5::read_dataset(file_.get(), pp + "/zero", f16.get(), {b.zero.size()}, b.zero.data(), f);
+      b.scale = h5::read_vector<std::uint16_t>(file_.get(), pp + "/scale", f16.get(), {b.n_groups()}, f);
+      b.zero = h5::read_vector<std::uint16_t>(file_.get(), pp + "/zero", f16.get(), {b.n_groups()}, f);
       for (std::size_t k = 0; k < b.scale.size(); ++k) {
         const float s = f16_to_f32_ref(b.scale[k]), z = f16_to_f32_ref(b.zero[k]);
         if (!std::isfinite(s) || s < 0.0f || !std::isfinite(z)) {
@@ -302,9 +314,8 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
       }
     }
     if (n_out > 0) {
-      p.outlier_channels.resize(n_out);
-      h5::read_dataset(file_.get(), pp + "/outlier_channels", H5T_NATIVE_UINT16, {n_out},
-                       p.outlier_channels.data(), f);
+      p.outlier_channels = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_channels",
+                                                          H5T_NATIVE_UINT16, {n_out}, f);
       for (std::size_t k = 0; k < n_out; ++k) {
         const std::uint16_t c = p.outlier_channels[k];
         if (c >= d || (k > 0 && c <= p.outlier_channels[k - 1])) {
@@ -313,15 +324,13 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
         }
       }
       h5::Type f16 = h5::make_f16_type();
-      p.outlier_values.resize(p.n_quant * n_out);
-      h5::read_dataset(file_.get(), pp + "/outlier_values", f16.get(), {p.n_quant, n_out},
-                       p.outlier_values.data(), f);
+      p.outlier_values = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_values", f16.get(),
+                                                        {p.n_quant, n_out}, f);
       check_finite_f16(p.outlier_values, f, pp + "/outlier_values");
     }
     if (p.n_residual > 0) {
       h5::Type f16 = h5::make_f16_type();
-      p.residual.resize(p.n_residual * d);
-      h5::read_dataset(file_.get(), pp + "/residual", f16.get(), {p.n_residual, d}, p.residual.data(), f);
+      p.residual = h5::read_vector<std::uint16_t>(file_.get(), pp + "/residual", f16.get(), {p.n_residual, d}, f);
       check_finite_f16(p.residual, f, pp + "/residual");
     }
   }

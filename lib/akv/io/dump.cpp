@@ -97,7 +97,7 @@ DumpReader::DumpReader(std::string path) : path_(std::move(path)) {
   std::error_code ec;
   file_bytes_ = std::filesystem::file_size(path_, ec);
   read_meta();
-  layers_.resize(meta_.n_layers);
+  // Layers are added as their groups validate: a declared n_layers allocates nothing by itself.
   for (std::size_t l = 0; l < meta_.n_layers; ++l) read_layer_info(l);
   read_optional_vectors();
 }
@@ -122,7 +122,7 @@ void DumpReader::read_layer_info(std::size_t l) {
   const std::string& f = path_;
   const std::string group = "/layers/" + std::to_string(l);
   if (!h5::link_exists(file_.get(), group)) throw InvalidInput("missing layer group", {f, group});
-  DumpLayerInfo& info = layers_[l];
+  DumpLayerInfo& info = layers_.emplace_back();
 
   auto check = [&](DumpField field, DumpDatasetInfo& out, std::size_t d0, const char* d0_name,
                    const char* d0_meta, std::size_t d1, const char* d1_name) {
@@ -158,6 +158,7 @@ void DumpReader::read_layer_info(std::size_t l) {
                                                   ", " + std::to_string(H5Tget_size(t.get())) +
                                                   " bytes"});
     }
+    h5::check_stored(d.get(), f, path);
     out.present = true;
     out.dtype = *dtype;
     out.storage_bytes = h5::storage_bytes(d.get());
@@ -353,7 +354,7 @@ DumpWriter::DumpWriter(std::string path, DumpMeta meta, DumpWriteOptions options
     throw InvalidInput("inconsistent dump shape", {m.out.path(), "meta", ""});
   }
   if (options.gzip < 0 || options.gzip > 9) {
-    throw UsageError("gzip level must be 0..9", {"", "--gzip", std::to_string(options.gzip)});
+    throw InvalidInput("gzip level must be 0..9", {"", "--gzip", std::to_string(options.gzip)});
   }
   m.file = h5::create(m.out.temp_path());
   if (options.dtype == DType::f16) m.disk_type = h5::make_f16_type();

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 
 namespace akv::h5 {
@@ -211,6 +212,29 @@ std::vector<hsize_t> dataset_shape(hid_t dset) {
 
 std::uint64_t storage_bytes(hid_t dset) { return H5Dget_storage_size(dset); }
 
+std::uint64_t check_stored(hid_t dset, const std::string& file, const std::string& path) {
+  const std::vector<hsize_t> shape = dataset_shape(dset);
+  const Where where{file, path + ".shape", shape_string(shape)};
+  std::uint64_t n = 1;
+  for (const hsize_t v : shape) n = checked_mul(n, v, where);
+  Type t(H5Dget_type(dset));
+  const std::uint64_t declared = checked_mul(n, H5Tget_size(t.get()), where);
+  PropList dcpl(H5Dget_create_plist(dset));
+  const bool filtered = dcpl.valid() && H5Pget_nfilters(dcpl.get()) > 0;
+  constexpr std::uint64_t kMaxRatio = 1032;  // DEFLATE
+  const std::uint64_t stored = storage_bytes(dset);
+  const std::uint64_t limit =
+      filtered ? (stored > UINT64_MAX / kMaxRatio ? UINT64_MAX : stored * kMaxRatio) : stored;
+  if (declared > limit) {
+    throw CorruptData("dataset stores fewer bytes than its shape declares (never written, or "
+                      "truncated)",
+                      {file, path, std::to_string(stored) + " bytes stored, " +
+                                       std::to_string(declared) + " declared by " +
+                                       shape_string(shape)});
+  }
+  return n;
+}
+
 std::string shape_string(const std::vector<hsize_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {
@@ -272,7 +296,7 @@ Dataset open_vector(hid_t loc, const std::string& path, const std::string& file,
   if (shape.size() != 1) {
     throw InvalidInput("dataset must be 1-D", {file, path + ".shape", shape_string(shape)});
   }
-  n = shape[0];
+  n = check_stored(d.get(), file, path);
   return d;
 }
 }  // namespace
@@ -360,16 +384,21 @@ void write_dataset(hid_t loc, const std::string& path, hid_t file_type, hid_t me
   }
 }
 
-void read_dataset(hid_t loc, const std::string& path, hid_t mem_type,
-                  const std::vector<hsize_t>& dims, void* data, const std::string& file) {
+std::uint64_t check_dataset(hid_t loc, const std::string& path, const std::vector<hsize_t>& dims,
+                            const std::string& file) {
   Dataset d = open_dataset(loc, path, file);
   const std::vector<hsize_t> shape = dataset_shape(d.get());
   if (shape != dims) {
     throw CorruptData("dataset has the wrong shape (expected " + shape_string(dims) + ")",
                       {file, path, shape_string(shape)});
   }
-  std::size_t n = 1;
-  for (hsize_t v : dims) n *= v;
+  return check_stored(d.get(), file, path);
+}
+
+void read_dataset(hid_t loc, const std::string& path, hid_t mem_type,
+                  const std::vector<hsize_t>& dims, void* data, const std::string& file) {
+  const std::uint64_t n = check_dataset(loc, path, dims, file);
+  Dataset d = open_dataset(loc, path, file);
   if (n > 0 && H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
     throw CorruptData("cannot read dataset", {file, path, ""});
   }

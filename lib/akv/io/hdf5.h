@@ -87,6 +87,12 @@ void write_attr_double(hid_t obj, const std::string& name, double value);
 Dataset open_dataset(hid_t loc, const std::string& path, const std::string& file);
 std::vector<hsize_t> dataset_shape(hid_t dset);
 std::uint64_t storage_bytes(hid_t dset);
+// The bytes a dataset's shape and element type declare must be in the file before anything is
+// allocated for them: at most its stored bytes, or 1032 times them when the dataset is filtered
+// (compressed; 1032:1 is DEFLATE's largest ratio). A dataset that was never written, or whose
+// shape claims more than its bytes hold, is CorruptData naming `path`; a shape whose size
+// overflows 64 bits is InvalidInput. Returns the declared element count.
+std::uint64_t check_stored(hid_t dset, const std::string& file, const std::string& path);
 std::string shape_string(const std::vector<hsize_t>& shape);  // "[8, 1024, 128]"
 
 // On-disk floating-point element types akv reads. Writers use f16, bf16 and f32.
@@ -110,10 +116,23 @@ void write_string_vector(hid_t loc, const std::string& path,
 // Writes an n-D dataset (contiguous, no timestamps) of `file_type` from memory of `mem_type`.
 void write_dataset(hid_t loc, const std::string& path, hid_t file_type, hid_t mem_type,
                    const std::vector<hsize_t>& dims, const void* data);
-// Reads a whole dataset whose shape must equal `dims` into memory of `mem_type`; a different
-// shape throws CorruptData naming the dataset, the expected and the stored shape.
+// Checks that the dataset at `path` has shape `dims` (CorruptData naming the dataset, the
+// expected and the stored shape) and passes check_stored(); returns the element count.
+std::uint64_t check_dataset(hid_t loc, const std::string& path, const std::vector<hsize_t>& dims,
+                            const std::string& file);
+// Reads a whole dataset that passes check_dataset() into memory of `mem_type`.
 void read_dataset(hid_t loc, const std::string& path, hid_t mem_type,
                   const std::vector<hsize_t>& dims, void* data, const std::string& file);
+// read_dataset() into a vector it allocates only after the shape and the stored size check out.
+template <class T>
+std::vector<T> read_vector(hid_t loc, const std::string& path, hid_t mem_type,
+                           const std::vector<hsize_t>& dims, const std::string& file) {
+  const std::uint64_t n = check_dataset(loc, path, dims, file);
+  std::vector<T> out(static_cast<std::size_t>(n));
+  read_dataset(loc, path, mem_type, dims, out.data(), file);
+  return out;
+}
+
 // Writes a 1-D int32 dataset.
 void write_int32_vector(hid_t loc, const std::string& path, const std::vector<std::int32_t>& v);
 
