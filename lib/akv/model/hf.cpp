@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/model/hf_config.h"
 #include "akv/model/llama2c.h"
@@ -66,18 +67,23 @@ void read_header(const std::string& path, std::map<std::string, TensorInfo>& out
     }
     const std::size_t eb = dtype_bytes(t.dtype);
     if (eb == 0) throw InvalidInput("unsupported tensor dtype (akv reads F32, F16, BF16)", {path, name + ".dtype", t.dtype});
+    const Where where{path, name + ".shape", std::to_string(t.shape.size()) + " dimensions"};
     std::uint64_t numel = 1;
-    for (std::size_t d : t.shape) numel *= d;
+    for (std::size_t d : t.shape) numel = checked_mul(numel, d, where);
+    const std::uint64_t bytes = checked_mul(numel, eb, where);
     if (t.begin > t.end || t.end > data_size) {
       throw CorruptData("tensor data offsets beyond the file (data section holds " + std::to_string(data_size) + " bytes)",
                         {path, name + ".data_offsets", std::to_string(t.begin) + ".." + std::to_string(t.end)});
     }
-    if (t.end - t.begin != numel * eb) {
+    if (t.end - t.begin != bytes) {
       throw CorruptData("tensor byte size does not match its shape and dtype",
                         {path, name + ".data_offsets", std::to_string(t.end - t.begin)});
     }
     t.begin += data0;
     t.end += data0;
+    if (const auto it = out.find(name); it != out.end()) {
+      throw CorruptData("tensor stored twice (also in " + it->second.file + ")", {path, name});
+    }
     out[name] = t;
   }
 }
@@ -95,8 +101,17 @@ class Tensors {
       if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
         throw CorruptData("index has no weight_map object", {index.string(), "weight_map"});
       }
+      // Shards are files of this directory, each read once (the map names each many times).
       std::map<std::string, bool> files;
-      for (const auto& [name, f] : j["weight_map"].items()) files[f.get<std::string>()] = true;
+      for (const auto& [name, f] : j["weight_map"].items()) {
+        const std::string where = "weight_map." + name;
+        if (!f.is_string()) throw InvalidInput("shard must be a file name", {index.string(), where, f.dump()});
+        const std::string shard = f.get<std::string>();
+        if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos) {
+          throw InvalidInput("shard must be a file name in the model directory", {index.string(), where, shard});
+        }
+        files[shard] = true;
+      }
       for (const auto& [f, unused] : files) {
         (void)unused;
         read_header((fs::path(dir) / f).string(), map_);
