@@ -39,5 +39,16 @@ if(AKV_SANITIZE)
   target_link_options(akv_options INTERFACE -fsanitize=${AKV_SANITIZE})
   # GCC documents that sanitizers make -Wmaybe-uninitialized report false positives (seen in
   # libstdc++'s <regex> inside Catch2).
-  target_compile_options(akv_options INTERFACE -Wno-maybe-uninitialized)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(akv_options INTERFACE -Wno-maybe-uninitialized)
+  endif()
+endif()
+
+# libFuzzer harnesses (tests/fuzz, clang only): every akv target gets the fuzzer's coverage
+# instrumentation; the harness executables link the fuzzer's main.
+if(AKV_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "AKV_FUZZ needs clang++ (libFuzzer); configure with CMAKE_CXX_COMPILER=clang++")
+  endif()
+  target_compile_options(akv_options INTERFACE -fsanitize=fuzzer-no-link)
 endif()

@@ -1,0 +1,43 @@
+// akv caches (HDF5): one of the committed fixture caches (quantized v1, evicted v1, tiered v2),
+// edited by h5_mutator, opened, described (akv info) and every head read and rebuilt the way
+// decompress and evaluate --cache do.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <memory>
+#include <vector>
+
+#include "akv/cache/cache_file.h"
+#include "akv/cache/compress.h"
+#include "akv/cache/inspect_cache.h"
+#include "akv/io/dump.h"
+#include "fuzz_common.h"
+#include "h5_mutator.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider fdp(data, size);
+  static const char* kTemplates[] = {"cache-v1-kivi.h5", "cache-v1-evict.h5", "cache-v2-tiered.h5"};
+  const std::string tmpl = akv::fuzz::fixtures_dir() + "/" + fdp.PickValueInArray(kTemplates);
+  const std::string path = akv::fuzz::work_dir() + "/cache.h5";
+  akv::fuzz::mutate_h5_copy(tmpl, path, fdp);
+  akv::fuzz::expect_akv_errors([&] {
+    const akv::CacheReader cache(path);
+    const akv::DumpMeta& m = cache.meta();
+    std::unique_ptr<akv::RopeTable> table;
+    if (cache.header().params.pre_rope) {
+      // As decompress: pre-RoPE keys are rotated with the source dump's positions.
+      const akv::DumpReader dump(akv::fuzz::fixtures_dir() + "/dump.h5");
+      akv::check_cache_matches_dump(cache, dump);
+      table = std::make_unique<akv::RopeTable>(m.head_dim, m.rope_theta, 0, m.n_tokens);
+    }
+    for (std::size_t l = 0; l < m.n_layers; ++l) {
+      for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
+        const akv::HeadCache hc = cache.read_head(l, h);
+        cache.stored_bytes(l, h);
+        std::vector<float> k(hc.n_kept() * m.head_dim), v(k.size());
+        akv::reconstruct_head(hc, {m.rope_layout, table.get()}, k.data(), v.data());
+      }
+    }
+  });
+  akv::fuzz::expect_akv_errors([&] { akv::inspect_cache(path); });
+  return 0;
+}

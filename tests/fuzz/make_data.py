@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes the fuzz harnesses' inputs: data/hf-tiny (a tiny random llama as a Hugging Face
+directory, single-file and sharded) and the seed corpora corpus/<harness>/. Deterministic; run
+again after a format change: tests/fuzz/make_data.py [AKV_ROOT]."""
+import json
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2])
+FUZZ = ROOT / "tests" / "fuzz"
+FIXTURES = ROOT / "data" / "fixtures"
+rng = np.random.default_rng(20261130)
+
+DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, VOCAB, CTX = 8, 16, 1, 2, 1, 16, 32
+HD = DIM // HEADS
+
+
+def tensors():
+    t = {"model.embed_tokens.weight": (VOCAB, DIM), "model.norm.weight": (DIM,)}
+    for l in range(LAYERS):
+        p = f"model.layers.{l}."
+        t.update({p + "input_layernorm.weight": (DIM,), p + "self_attn.q_proj.weight": (HEADS * HD, DIM),
+                  p + "self_attn.k_proj.weight": (KV_HEADS * HD, DIM),
+                  p + "self_attn.v_proj.weight": (KV_HEADS * HD, DIM),
+                  p + "self_attn.o_proj.weight": (DIM, HEADS * HD),
+                  p + "post_attention_layernorm.weight": (DIM,), p + "mlp.gate_proj.weight": (HIDDEN, DIM),
+                  p + "mlp.down_proj.weight": (DIM, HIDDEN), p + "mlp.up_proj.weight": (HIDDEN, DIM)})
+    return {k: (rng.standard_normal(s) * 0.3).astype(np.float32) for k, s in t.items()}
+
+
+def safetensors(path, arrays, dtype="F32"):
+    header, blob = {}, b""
+    for name, a in arrays.items():
+        data = a.astype(np.float16).tobytes() if dtype == "F16" else a.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [len(blob), len(blob) + len(data)]}
+        blob += data
+    text = json.dumps(header, separators=(",", ":")).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + blob)
+
+
+def llama2c(path, arrays):
+    """The same shapes as a llama2.c checkpoint (shared classifier: positive vocab)."""
+    head = struct.pack("<7i", DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, VOCAB, CTX)
+    parts = [arrays["model.embed_tokens.weight"]]
+    for key in ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                "post_attention_layernorm", "mlp.gate_proj", "mlp.down_proj", "mlp.up_proj"]:
+        parts += [arrays[f"model.layers.{l}.{key}.weight"] for l in range(LAYERS)]
+    parts += [arrays["model.norm.weight"], np.zeros(CTX * HD, np.float32)]
+    path.write_bytes(head + b"".join(p.astype("<f4").tobytes() for p in parts))
+
+
+def main():
+    hf = FUZZ / "data" / "hf-tiny"
+    if hf.exists():
+        shutil.rmtree(hf)
+    hf.mkdir(parents=True)
+    config = {"model_type": "llama", "hidden_size": DIM, "intermediate_size": HIDDEN, "num_hidden_layers": LAYERS,
+              "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "vocab_size": VOCAB,
+              "max_position_embeddings": CTX, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+              "tie_word_embeddings": True, "hidden_act": "silu"}
+    (hf / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    arrays = tensors()
+    safetensors(hf / "model.safetensors", arrays)
+    names = list(arrays)
+    half = len(names) // 2
+    safetensors(hf / "a.safetensors", {n: arrays[n] for n in names[:half]})
+    safetensors(hf / "b.safetensors", {n: arrays[n] for n in names[half:]})
+    index = {"metadata": {}, "weight_map": {n: "a.safetensors" if i < half else "b.safetensors"
+                                            for i, n in enumerate(names)}}
+
+    corpus = FUZZ / "corpus"
+    if corpus.exists():
+        shutil.rmtree(corpus)
+    seeds = {}
+    seeds["method_spec"] = [b"kivi", b"kivi-4", b"k4v2:residual=64:group=16", b"uniform:bits=8",
+                            b"adakv:budget=0.2:quant=kivi", b"snapkv:budget=0.5:window=8",
+                            b"streamingllm:budget=0.3:sinks=4", b"tiered:preset=balanced",
+                            b"joint:budget=0.25:quant=kivi", b"h2o:budget=0.4", b"none"]
+    with h5py.File(FIXTURES / "cache-v1-evict.h5", "r") as f:
+        evict = f.attrs["params"]
+    with h5py.File(FIXTURES / "cache-v2-tiered.h5", "r") as f:
+        tiered = f.attrs["params"]
+    seeds["params_json"] = [s.encode() if isinstance(s, str) else bytes(s) for s in (evict, tiered)]
+    seeds["token_file"] = [b"1 2 3 4\n5,6,7\n\n8 9\n", b"0\n", b"2147483647 -1\n"]
+    seeds["budgets"] = [(FIXTURES / "budgets.json").read_bytes(), (FIXTURES / "budgets-joint.json").read_bytes()]
+    seeds["calibration"] = [(FIXTURES / "calibration.json").read_bytes()]
+    seeds["hf_config"] = [(hf / "config.json").read_bytes(),
+                          json.dumps(dict(config, model_type="qwen2", use_sliding_window=False)).encode()]
+    seeds["safetensors"] = [(hf / "model.safetensors").read_bytes()]
+    f16 = hf / "f16.safetensors"
+    safetensors(f16, arrays, "F16")
+    seeds["safetensors"].append(f16.read_bytes())
+    f16.unlink()
+    seeds["safetensors_index"] = [json.dumps(index).encode()]
+    bin_path = hf / "tiny.bin"
+    llama2c(bin_path, arrays)
+    seeds["llama2c"] = [bin_path.read_bytes()]
+    bin_path.unlink()
+    seeds["dump"] = [bytes(range(64)), b"\xff" * 64]
+    seeds["cache"] = [bytes(range(64)), b"\x01\x02" * 32, b"\x02" * 64]
+    for name, items in seeds.items():
+        d = corpus / name
+        d.mkdir(parents=True)
+        for i, s in enumerate(items):
+            (d / f"seed-{i}").write_bytes(s)
+    (hf / "model.safetensors.index.json").write_bytes(seeds["safetensors_index"][0])
+
+
+if __name__ == "__main__":
+    main()
