@@ -72,8 +72,8 @@ std::vector<std::size_t> knapsack_real(const std::vector<std::vector<double>>& e
   }
   if (min_total > budget) {
     throw InvalidInput("byte budget too small: the cheapest choice of every head needs " +
-                           std::to_string(static_cast<long long>(std::ceil(min_total))) + " bytes",
-                       {"", "--bytes", std::to_string(static_cast<long long>(budget)) + " bytes"});
+                           format_number(std::ceil(min_total)) + " bytes",
+                       {"", "--bytes", format_number(budget) + " bytes"});
   }
   const double unit = budget / static_cast<double>(resolution);
   std::vector<std::vector<long long>> units(cost.size());
@@ -83,7 +83,7 @@ std::vector<std::size_t> knapsack_real(const std::vector<std::vector<double>>& e
   auto pick = knapsack(err, units, static_cast<long long>(resolution));
   if (!pick) {
     throw InvalidInput("byte budget too small after rounding to " + std::to_string(resolution) + " units",
-                       {"", "--bytes", std::to_string(static_cast<long long>(budget))});
+                       {"", "--bytes", format_number(budget)});
   }
   return *pick;
 }

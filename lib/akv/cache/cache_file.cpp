@@ -307,9 +307,12 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
       b.zero = h5::read_vector<std::uint16_t>(file_.get(), pp + "/zero", f16.get(), {b.n_groups()}, f);
       for (std::size_t k = 0; k < b.scale.size(); ++k) {
         const float s = f16_to_f32_ref(b.scale[k]), z = f16_to_f32_ref(b.zero[k]);
-        if (!std::isfinite(s) || s < 0.0f || !std::isfinite(z)) {
-          throw CorruptData("scale or zero not finite (or negative scale)",
-                            {f, pp + "/scale[" + std::to_string(k) + "]", std::to_string(s)});
+        if (!std::isfinite(s) || s < 0.0f) {
+          throw CorruptData("scale not finite or negative",
+                            {f, pp + "/scale[" + std::to_string(k) + "]", format_number(s)});
+        }
+        if (!std::isfinite(z)) {
+          throw CorruptData("zero not finite", {f, pp + "/zero[" + std::to_string(k) + "]", format_number(z)});
         }
       }
     }

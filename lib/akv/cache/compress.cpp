@@ -166,7 +166,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   }
   if (params.quantized() && outlier_count(params.outlier_fraction, m.head_dim) >= m.head_dim) {
     throw InvalidInput("outlier fraction leaves no key channel to quantize",
-                       {"", "--outlier-fraction", std::to_string(params.outlier_fraction)});
+                       {"", "--outlier-fraction", format_number(params.outlier_fraction)});
   }
   MemoryReport report = empty_report(dump_path, dump, params);
   if (!params.calibration_file.empty() && params.head_bits.empty()) {
