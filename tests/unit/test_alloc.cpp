@@ -54,15 +54,15 @@ TEST_CASE("largest remainder: exact integer totals", "[alloc]") {
   CHECK(largest_remainder({2.0, 2.0}, 4) == std::vector<std::size_t>{2, 2});
 }
 
-TEST_CASE("adakv: fast selection equals the plain reference; sums and floors", "[alloc]") {
+TEST_CASE("adakv exact-total: fast selection equals the plain reference; sums and floors", "[alloc]") {
   for (std::uint64_t seed = 0; seed < 200; ++seed) {
     const auto s = random_sorted(2 + seed % 7, 60, seed, seed % 3 == 0);
     std::size_t avail = 0;
     for (const auto& v : s) avail += v.size();
     const std::size_t base = 1 + seed % 20;
     const double alpha = (seed % 5) * 0.2;
-    const auto a = allocate_adakv(s, base, alpha);
-    const auto b = allocate_adakv_ref(s, base, alpha);
+    const auto a = allocate_adakv(s, base, alpha, CapacityRule::exact_total);
+    const auto b = allocate_adakv_ref(s, base, alpha, CapacityRule::exact_total);
     INFO("seed " << seed);
     CHECK(a == b);
     CHECK(sum(a) == std::min(avail, s.size() * base));
@@ -74,11 +74,45 @@ TEST_CASE("adakv: fast selection equals the plain reference; sums and floors", "
   }
   // Hand case: 2 heads, base 2, alpha 0: the top 4 of {9, 8, 7, 1} and {3, 2} are 9, 8, 7, 3.
   const SortedScores s = {{9, 8, 7, 1}, {3, 2}};
-  CHECK(allocate_adakv(s, 2, 0.0) == std::vector<std::size_t>{3, 1});
+  CHECK(allocate_adakv(s, 2, 0.0, CapacityRule::exact_total) == std::vector<std::size_t>{3, 1});
   // alpha 0.5: 0.5*2 + 0.5*{3, 1} = {2.5, 1.5} -> largest remainder, tie to head 0: {3, 1}.
-  CHECK(allocate_adakv(s, 2, 0.5) == std::vector<std::size_t>{3, 1});
+  CHECK(allocate_adakv(s, 2, 0.5, CapacityRule::exact_total) == std::vector<std::size_t>{3, 1});
   // alpha 1: uniform.
+  CHECK(allocate_adakv(s, 2, 1.0, CapacityRule::exact_total) == std::vector<std::size_t>{2, 2});
+}
+
+TEST_CASE("adakv official: torch's f32 arithmetic and ties to even", "[alloc]") {
+  // torch.round(torch.tensor([[count]]) * (1 - alpha) + floor), torch 1.13.1, 2026-11-30:
+  // (5, 0.3, 0) -> 3.5 -> 4 (f64 arithmetic gives 3.4999999999999996 -> 3), (3, 0.5, 1) -> 2.5 -> 2,
+  // (1, 0.5, 1) -> 1.5 -> 2, (5, 0.2, 0) -> 4.0 -> 4, (7, 0.2, 2) -> 7.5999999 -> 8,
+  // (15, 0.3, 1) -> 11.5 -> 12, (25, 0.3, 0) -> 17.5 -> 18.
+  CHECK(official_capacity(5, 0.3, 0) == 4);
+  CHECK(official_capacity(3, 0.5, 1) == 2);
+  CHECK(official_capacity(1, 0.5, 1) == 2);
+  CHECK(official_capacity(5, 0.2, 0) == 4);
+  CHECK(official_capacity(7, 0.2, 2) == 8);
+  CHECK(official_capacity(15, 0.3, 1) == 12);
+  CHECK(official_capacity(25, 0.3, 0) == 18);
+  CHECK(official_capacity(0, 0.2, 0) == 0);
+  // Counts {3, 1} as above; alpha 0.5: floor int(2 * 0.5) = 1, round(2.5) = 2, round(1.5) = 2.
+  const SortedScores s = {{9, 8, 7, 1}, {3, 2}};
+  CHECK(allocate_adakv(s, 2, 0.0) == std::vector<std::size_t>{3, 1});
+  CHECK(allocate_adakv(s, 2, 0.5) == std::vector<std::size_t>{2, 2});
   CHECK(allocate_adakv(s, 2, 1.0) == std::vector<std::size_t>{2, 2});
+  // base above what a head has: nothing is evicted; base equal to it: the rule still applies.
+  const SortedScores eq = {{5, 4, 3, 2, 1, 0.5, 0.4, 0.3, 0.2}, {9, 8, 7, 6, 5, 4, 3, 2, 1}};
+  CHECK(allocate_adakv(eq, 10, 0.2) == std::vector<std::size_t>{9, 9});
+  // 9 each: count 9, floor int(9 * 0.2) = 1: round(7.2 + 1) = 8 of 9.
+  CHECK(allocate_adakv(eq, 9, 0.2) == std::vector<std::size_t>{8, 8});
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    const auto r = random_sorted(2 + seed % 7, 60, seed, seed % 3 == 0);
+    const std::size_t base = 1 + seed % 20;
+    const double alpha = (seed % 5) * 0.2;
+    const auto a = allocate_adakv(r, base, alpha);
+    INFO("seed " << seed);
+    CHECK(a == allocate_adakv_ref(r, base, alpha));
+    for (std::size_t h = 0; h < r.size(); ++h) CHECK(a[h] <= r[h].size());
+  }
 }
 
 TEST_CASE("waterfill: greedy equals brute force on concave utilities", "[alloc]") {

@@ -33,17 +33,19 @@ SynthOptions mixed() {
   return so;
 }
 
-CompressParams evict(const std::string& method, double budget, const std::string& quant = "none") {
+CompressParams evict(const std::string& method, double budget, const std::string& quant = "none",
+                     const std::string& capacity_rule = "official") {
   CompressRequest r;
   r.method = method;
   r.quant = quant;
   r.eviction.budget = budget;
+  if (method.rfind("adakv", 0) == 0) r.eviction.capacity_rule = capacity_rule;
   return resolve_params(r);
 }
 
 }  // namespace
 
-TEST_CASE("plan_eviction: exact totals, forced tokens kept, full budget keeps all", "[policy]") {
+TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[policy]") {
   test::TempDir dir;
   SynthOptions so = mixed();
   write_synth_dump(dir.file("d.h5"), so, {});
@@ -55,7 +57,18 @@ TEST_CASE("plan_eviction: exact totals, forced tokens kept, full budget keeps al
     p.score.window = 16;
     const EvictionPlan plan = plan_eviction(dump, p, 2, {});
     INFO(name);
-    CHECK(plan.total_tokens() == 3 * 8 * 150);
+    if (name.rfind("adakv", 0) == 0) {
+      // The official capacity rule truncates int(alpha * base) and rounds each head on its own:
+      // every head within (alpha * base - int(alpha * base)) + 1/2 below and 1/2 above its share.
+      const double base = 150.0 - static_cast<double>(plan.forced);
+      const double below = 0.2 * base - std::floor(0.2 * base) + 0.5;
+      CHECK(static_cast<double>(plan.total_tokens()) >= 3 * 8 * (150 - below));
+      CHECK(static_cast<double>(plan.total_tokens()) <= 3 * 8 * 150.5);
+      p.capacity_rule = CapacityRule::exact_total;
+      CHECK(plan_eviction(dump, p, 2, {}).total_tokens() == 3 * 8 * 150);
+    } else {
+      CHECK(plan.total_tokens() == 3 * 8 * 150);
+    }
     const std::size_t floor = static_cast<std::size_t>(0.2 * (150 - plan.forced));
     for (const auto& layer : plan.heads) {
       for (const HeadPlan& h : layer) {
@@ -114,13 +127,14 @@ TEST_CASE("eviction with a budget >= n_tokens equals method none bit for bit", "
 }
 
 TEST_CASE("adakv beats uniform SnapKV on mixed heads at 10%, 20%, 50%", "[policy]") {
+  // Compared at exactly equal totals (exact-total capacities).
   test::TempDir dir;
   const SynthOptions so = mixed();
   write_synth_dump(dir.file("d.h5"), so, {});
   DumpReader dump(dir.file("d.h5"));
   for (double budget : {0.1, 0.2, 0.5}) {
     const EvictionPlan snap = plan_eviction(dump, *evict("snapkv", budget).eviction(), 2, {});
-    const EvictionPlan ada = plan_eviction(dump, *evict("adakv", budget).eviction(), 2, {});
+    const EvictionPlan ada = plan_eviction(dump, *evict("adakv", budget, "none", "exact-total").eviction(), 2, {});
     CHECK(snap.total_tokens() == ada.total_tokens());
     for (std::size_t l = 0; l < so.n_layers; ++l) {
       double ms = 0, ma = 0;
@@ -132,7 +146,7 @@ TEST_CASE("adakv beats uniform SnapKV on mixed heads at 10%, 20%, 50%", "[policy
       CHECK(ma > ms);
     }
     compress_dump(dir.file("d.h5"), dir.file("s.h5"), evict("snapkv", budget), 2, {});
-    compress_dump(dir.file("d.h5"), dir.file("a.h5"), evict("adakv", budget), 2, {});
+    compress_dump(dir.file("d.h5"), dir.file("a.h5"), evict("adakv", budget, "none", "exact-total"), 2, {});
     const FidelityMetrics fs = metrics(evaluate_cache(dir.file("d.h5"), dir.file("s.h5"), 2, true, {}).total());
     const FidelityMetrics fa = metrics(evaluate_cache(dir.file("d.h5"), dir.file("a.h5"), 2, true, {}).total());
     INFO("budget " << budget << " attn error snapkv " << fs.attn_rel_err << " adakv " << fa.attn_rel_err);

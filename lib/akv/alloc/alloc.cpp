@@ -57,7 +57,16 @@ void clamp_and_refill(const SortedScores& s, std::vector<std::size_t>& c) {
 }
 
 std::vector<std::size_t> adakv_from_counts(const SortedScores& s, const std::vector<std::size_t>& count,
-                                           std::size_t base, double alpha) {
+                                           std::size_t base, double alpha, CapacityRule rule) {
+  if (rule == CapacityRule::official) {
+    // Python's int(base_capacity * floor_ratio): the double product truncated.
+    const auto floor_capacity = static_cast<std::size_t>(static_cast<double>(base) * alpha);
+    std::vector<std::size_t> c(s.size());
+    for (std::size_t h = 0; h < s.size(); ++h) {
+      c[h] = std::min(official_capacity(count[h], alpha, floor_capacity), s[h].size());
+    }
+    return c;
+  }
   const std::size_t total = s.size() * base;
   std::vector<double> real(s.size());
   for (std::size_t h = 0; h < s.size(); ++h) {
@@ -69,6 +78,18 @@ std::vector<std::size_t> adakv_from_counts(const SortedScores& s, const std::vec
 }
 
 }  // namespace
+
+std::size_t official_capacity(std::size_t count, double alpha, std::size_t floor_capacity) {
+  // torch: int64 counts * python float -> f32 tensor (f32(1 - alpha), the product rounded to
+  // f32), + int -> f32 add, torch.round -> nearest, ties to even. A product or sum of two f32
+  // values is exact in f64, so each cast below is exactly one f32 rounding: no FMA contraction
+  // or excess precision can change the result.
+  const float keep = static_cast<float>(1.0 - alpha);
+  const auto product = static_cast<float>(static_cast<double>(static_cast<float>(count)) * static_cast<double>(keep));
+  const auto sum = static_cast<float>(static_cast<double>(product) + static_cast<double>(static_cast<float>(floor_capacity)));
+  const float r = std::nearbyint(sum);  // default rounding mode: to nearest, ties to even
+  return r <= 0.0f ? 0 : static_cast<std::size_t>(r);
+}
 
 std::vector<std::size_t> largest_remainder(const std::vector<double>& real, std::size_t total) {
   std::vector<std::size_t> c(real.size());
@@ -103,9 +124,11 @@ std::vector<std::size_t> allocate_uniform(const SortedScores& s, std::size_t bas
   return c;
 }
 
-std::vector<std::size_t> allocate_adakv(const SortedScores& s, std::size_t base, double alpha) {
+std::vector<std::size_t> allocate_adakv(const SortedScores& s, std::size_t base, double alpha,
+                                        CapacityRule rule) {
   const std::size_t total = s.size() * base;
-  if (total >= total_available(s)) return all_of(s);
+  // Official: nothing is evicted when base > prefix; at base == prefix the rule still applies.
+  if (rule == CapacityRule::official ? total > total_available(s) : total >= total_available(s)) return all_of(s);
   // The top `total` of the flattened scores, in a total order (score desc, head asc, rank asc).
   // Each list is sorted, so the winners of head h are a prefix; find them with a threshold.
   struct Entry {
@@ -122,15 +145,17 @@ std::vector<std::size_t> allocate_adakv(const SortedScores& s, std::size_t base,
     if (a.head != b.head) return a.head < b.head;
     return a.rank < b.rank;
   };
-  std::nth_element(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(total - 1), flat.end(), before);
   std::vector<std::size_t> count(s.size(), 0);
+  if (total == 0) return adakv_from_counts(s, count, base, alpha, rule);
+  std::nth_element(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(total - 1), flat.end(), before);
   for (std::size_t i = 0; i < total; ++i) ++count[flat[i].head];
-  return adakv_from_counts(s, count, base, alpha);
+  return adakv_from_counts(s, count, base, alpha, rule);
 }
 
-std::vector<std::size_t> allocate_adakv_ref(const SortedScores& s, std::size_t base, double alpha) {
+std::vector<std::size_t> allocate_adakv_ref(const SortedScores& s, std::size_t base, double alpha,
+                                            CapacityRule rule) {
   const std::size_t total = s.size() * base;
-  if (total >= total_available(s)) return all_of(s);
+  if (rule == CapacityRule::official ? total > total_available(s) : total >= total_available(s)) return all_of(s);
   std::vector<std::pair<double, std::size_t>> flat;  // (score, head)
   for (std::size_t h = 0; h < s.size(); ++h) {
     for (double v : s[h]) flat.emplace_back(v, h);
@@ -139,7 +164,7 @@ std::vector<std::size_t> allocate_adakv_ref(const SortedScores& s, std::size_t b
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::size_t> count(s.size(), 0);
   for (std::size_t i = 0; i < total; ++i) ++count[flat[i].second];
-  return adakv_from_counts(s, count, base, alpha);
+  return adakv_from_counts(s, count, base, alpha, rule);
 }
 
 std::vector<std::size_t> allocate_waterfill(const SortedScores& s, std::size_t total,

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "akv/method/eviction_params.h"
+
 namespace akv {
 
 using SortedScores = std::vector<std::vector<double>>;
@@ -19,14 +21,25 @@ using SortedScores = std::vector<std::vector<double>>;
 // by their next best score).
 std::vector<std::size_t> allocate_uniform(const SortedScores& sorted, std::size_t base);
 
-// Ada-KV (official algorithm): base per head; the top H*base scores of all heads flattened
-// decide count_h; capacity_h = alpha*base + (1 - alpha)*count_h, made integer by largest
-// remainder so the total is exactly H*base; every head keeps >= floor(alpha*base) (or all it
-// has). Applied to the heads of one layer (adakv) or of all layers (adakv-global).
-std::vector<std::size_t> allocate_adakv(const SortedScores& sorted, std::size_t base, double alpha);
-// Plain reference: full sort of the flattened scores, same integerisation.
+// Ada-KV: base per head; the top H*base scores of all heads flattened (ties: lower head, then
+// higher rank) decide count_h; then, by `rule` (CapacityRule in method/eviction_params.h):
+//   official:    capacity_h = round(f32(f32(count_h * f32(1 - alpha)) + int(alpha*base))), ties
+//                to even, as FFY0/AdaKV's update_kv_gqa (torch f32 arithmetic, torch.round);
+//                nothing is evicted when base exceeds what the heads have (official: base >
+//                prefix length). Totals may fall short of H*base by rounding.
+//   exact_total: alpha*base + (1 - alpha)*count_h, made integer by largest remainder so the
+//                total is exactly H*base; every head keeps >= floor(alpha*base) (or all it has).
+// Each rule is computed in exact or explicitly rounded arithmetic, independent of compiler
+// flags (no contraction of multiply-adds can change a capacity). Applied to the heads of one
+// layer (adakv) or of all layers (adakv-global).
+std::vector<std::size_t> allocate_adakv(const SortedScores& sorted, std::size_t base, double alpha,
+                                        CapacityRule rule = CapacityRule::official);
+// Plain reference: full sort of the flattened scores, same capacity rule.
 std::vector<std::size_t> allocate_adakv_ref(const SortedScores& sorted, std::size_t base,
-                                            double alpha);
+                                            double alpha, CapacityRule rule = CapacityRule::official);
+// The official rule for one head: round half to even of f32(f32(count * f32(1 - alpha)) +
+// f32(floor_capacity)), each f32 operation correctly rounded.
+std::size_t official_capacity(std::size_t count, double alpha, std::size_t floor_capacity);
 
 // Greedy marginal-utility water-filling (Ada-KV article): every head starts at min_tokens;
 // then `step` tokens at a time go to the head whose next step adds the most score (utility of

@@ -161,7 +161,7 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
       for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_uniform(sorted[l], base);
       break;
     case AllocMethod::adakv:
-      for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_adakv(sorted[l], base, p.alpha);
+      for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_adakv(sorted[l], base, p.alpha, p.capacity_rule);
       break;
     case AllocMethod::waterfill:
       for (std::size_t l = 0; l < L; ++l) {
@@ -173,7 +173,7 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
       const auto layer = pyramid_layer_budgets(L, base, p.beta, T - plan.forced);
       for (std::size_t l = 0; l < L; ++l) {
         extra[l] = p.alloc == AllocMethod::pyramid ? allocate_uniform(sorted[l], layer[l])
-                                                   : allocate_adakv(sorted[l], layer[l], p.alpha);
+                                                   : allocate_adakv(sorted[l], layer[l], p.alpha, p.capacity_rule);
       }
       break;
     }
@@ -182,7 +182,7 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
       for (auto& l : sorted) {
         for (auto& h : l) all.push_back(std::move(h));
       }
-      const auto c = allocate_adakv(all, base, p.alpha);
+      const auto c = allocate_adakv(all, base, p.alpha, p.capacity_rule);
       for (std::size_t l = 0; l < L; ++l) extra[l].assign(c.begin() + static_cast<std::ptrdiff_t>(l * H),
                                                           c.begin() + static_cast<std::ptrdiff_t>((l + 1) * H));
       break;

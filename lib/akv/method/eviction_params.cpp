@@ -85,6 +85,16 @@ EvictionParams eviction_method(const std::string& name) {
   throw InvalidInput("unknown eviction method", {"", "--method", name});
 }
 
+std::string capacity_rule_name(CapacityRule r) {
+  return r == CapacityRule::official ? "official" : "exact-total";
+}
+
+CapacityRule parse_capacity_rule(const std::string& s) {
+  if (s == "official") return CapacityRule::official;
+  if (s == "exact-total") return CapacityRule::exact_total;
+  throw InvalidInput("unknown capacity rule (expected official or exact-total)", {"", "--capacity-rule", s});
+}
+
 nlohmann::json EvictionParams::to_json() const {
   nlohmann::json j;
   j["score"] = score_method_name(score.method);
@@ -97,6 +107,7 @@ nlohmann::json EvictionParams::to_json() const {
   j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
   j["sinks"] = sinks;
   j["alpha"] = alpha;
+  j["capacity_rule"] = capacity_rule_name(capacity_rule);
   j["beta"] = beta;
   j["min_tokens"] = min_tokens;
   j["step"] = step;
@@ -122,6 +133,9 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     if (!j.at("budget_tokens").is_null()) p.budget_tokens = count("budget_tokens", "budget-tokens");
     p.sinks = count("sinks", "sinks");
     p.alpha = file_real(j, "alpha", "alpha", file, at + "alpha");
+    // Files written before the rule was recorded used exact totals.
+    p.capacity_rule = j.contains("capacity_rule") ? parse_capacity_rule(j.at("capacity_rule").get<std::string>())
+                                                  : CapacityRule::exact_total;
     p.beta = file_real(j, "beta", "beta", file, at + "beta");
     p.min_tokens = count("min_tokens", "min-tokens");
     p.step = count("step", "step");

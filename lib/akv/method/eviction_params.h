@@ -17,6 +17,15 @@ enum class AllocMethod { uniform, adakv, waterfill, pyramid, adakv_pyramid, adak
 std::string alloc_method_name(AllocMethod a);
 AllocMethod parse_alloc_method(const std::string& s);  // UsageError naming the value
 
+// How Ada-KV turns the per-head winner counts into capacities (docs/eviction.md):
+//   official     round(count_h * (1 - alpha) + int(alpha * base)) per head, in f32 with ties to
+//                even, as FFY0/AdaKV computes it (a layer may keep a few tokens fewer than H*base)
+//   exact_total  alpha*base + (1 - alpha)*count_h made integer by largest remainder: every layer
+//                keeps exactly H*base
+enum class CapacityRule { official, exact_total };
+std::string capacity_rule_name(CapacityRule r);
+CapacityRule parse_capacity_rule(const std::string& s);  // InvalidInput naming the value
+
 struct EvictionParams {
   ScoreOptions score;
   AllocMethod alloc = AllocMethod::uniform;
@@ -24,6 +33,7 @@ struct EvictionParams {
   std::optional<std::size_t> budget_tokens;   // per KV head on average, forced tokens included
   std::size_t sinks = 0;
   double alpha = 0.2;        // adakv floor fraction
+  CapacityRule capacity_rule = CapacityRule::official;  // adakv capacities
   double beta = 20.0;        // pyramid
   std::size_t min_tokens = 0, step = 1;  // waterfill (selectable tokens)
   std::string budgets_file;  // alloc == file: per-head budgets from `akv allocate`

@@ -84,6 +84,7 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
   if (r.pool) e.score.pool = parse_pool(*r.pool);
   if (r.gqa_reduce) e.score.gqa_reduce = parse_gqa_reduce(*r.gqa_reduce);
   if (r.alpha) e.alpha = *r.alpha;
+  if (r.capacity_rule) e.capacity_rule = parse_capacity_rule(*r.capacity_rule);
   if (r.beta) e.beta = *r.beta;
   if (r.min_tokens) e.min_tokens = count(*r.min_tokens);
   if (r.step) e.step = count(*r.step);
@@ -115,7 +116,7 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
 
 bool EvictionRequest::any() const {
   return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
-         gqa_reduce || alpha || beta || min_tokens || step;
+         gqa_reduce || alpha || capacity_rule || beta || min_tokens || step;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {

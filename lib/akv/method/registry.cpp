@@ -115,6 +115,11 @@ const std::vector<ParamInfo>& param_registry() {
        "combine the scores of a KV group's query heads (default mean)", {}, {}, false, false, {}, {"mean", "max"}},
       {"alpha", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.alpha; }),
        "Ada-KV floor fraction (default 0.2)", 0, 1, false, false, {}, {}},
+      {"capacity-rule", S::eviction,
+       P::Text([](CompressRequest& r) -> auto& { return r.eviction.capacity_rule; }),
+       "Ada-KV capacities: official = round(count (1 - alpha) + int(alpha base)) per head as the "
+       "official code (default), exact-total = largest remainder so each layer keeps exactly H base",
+       {}, {}, false, false, {}, {"official", "exact-total"}},
       {"beta", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.beta; }),
        "PyramidKV beta (default 20)", {}, {}, false, false, {}, {}},
       {"min-tokens", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.min_tokens; }),

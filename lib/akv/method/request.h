@@ -13,7 +13,7 @@ struct EvictionRequest {
   std::optional<long long> budget_tokens;
   std::optional<std::string> budgets_file;
   std::optional<long long> window, sinks, kernel, min_tokens, step;
-  std::optional<std::string> pool, gqa_reduce;
+  std::optional<std::string> pool, gqa_reduce, capacity_rule;
   std::optional<double> alpha, beta;
   bool any() const;
 };

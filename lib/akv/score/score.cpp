@@ -33,23 +33,23 @@ HeadScores finish(const std::vector<std::vector<double>>& window_acc,
     for (std::size_t t = 0; t < T; ++t) hs.score[t] = static_cast<double>(t);
     return hs;
   }
+  // The group's query heads are reduced first (mean or max), then SnapKV pools the result over
+  // the tokens before the window: the order of the official SnapKV / Ada-KV GQA code.
   for (std::size_t q = 0; q < g; ++q) {
-    std::vector<double> s(T);
-    if (o.method == ScoreMethod::snapkv) {
-      for (std::size_t t = 0; t < T; ++t) s[t] = window_acc[q][t] / static_cast<double>(W);
-      const std::size_t prefix = T - W;
-      std::vector<double> pooled = pool1d(s, prefix, o.kernel, o.pool);
-      std::copy(pooled.begin(), pooled.end(), s.begin());
-    } else {
-      s = all_acc[q];
-    }
+    const std::vector<double>& acc = o.method == ScoreMethod::snapkv ? window_acc[q] : all_acc[q];
+    const double scale = o.method == ScoreMethod::snapkv ? static_cast<double>(W) : 1.0;
     for (std::size_t t = 0; t < T; ++t) {
+      const double s = acc[t] / scale;
       if (o.gqa_reduce == GqaReduce::mean) {
-        hs.score[t] += s[t] / static_cast<double>(g);
+        hs.score[t] += s / static_cast<double>(g);
       } else {
-        hs.score[t] = q == 0 ? s[t] : std::max(hs.score[t], s[t]);
+        hs.score[t] = q == 0 ? s : std::max(hs.score[t], s);
       }
     }
+  }
+  if (o.method == ScoreMethod::snapkv) {
+    const std::vector<double> pooled = pool1d(hs.score, T - W, o.kernel, o.pool);
+    std::copy(pooled.begin(), pooled.end(), hs.score.begin());
   }
   return hs;
 }

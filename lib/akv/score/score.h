@@ -7,7 +7,8 @@
 //                 same padding) over the tokens before the window (the window itself is kept).
 //   h2o:          score = attention accumulated over all n_query queries of the dump.
 //   streamingllm: score = token position (the most recent win); sinks are forced by the caller.
-// GQA: the scores of the query heads of one KV group are reduced (mean or max) to one per token.
+// GQA: the scores of the query heads of one KV group are reduced (mean or max) to one per token,
+// before SnapKV's pooling (the official SnapKV / Ada-KV order).
 // Every method also returns `mass`: the mean window attention of the group's query heads, a
 // distribution over tokens (sums to 1) used to report retained attention mass.
 #include <cstddef>
