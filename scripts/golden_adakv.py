@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Runs the official Ada-KV and SnapKV code (FFY0/AdaKV, adaptive_snapkv/monkeypatch/snapkv_utils.py)
+on an akv dump and writes what they keep, per layer and KV head, as golden data for akv's tests.
+
+  scripts/golden_adakv.py ADAKV_CHECKOUT DUMP OUT.json [--budget 0.2] [--window 32]
+
+Needs torch (Debian's python3-torch runs these CPU paths) and h5py. The official module is
+imported unmodified from the checkout; its imports of flash_attn and transformers.cache_utils,
+used only by its decoding cache, are satisfied with empty stand-ins. Nothing of it is copied:
+OUT.json holds numbers only. Settings: float32 on the CPU, window 32, kernel 7, max pooling,
+GQA support with gqa_func "mean", Ada-KV floor_alpha 0.2, skip 0, no normalisation; budget =
+round(budget * n_tokens) tokens per KV head including the window (akv's --budget).
+
+Kept positions are read back through the values: the value rows handed to the official code hold
+their own position (values do not influence selection), so the rows it returns name the kept
+tokens. For each head OUT.json also records the official selection score of the last token kept
+(`cutoff`) and every position whose score equals it (`tied`): torch's sort does not say which of
+equal scores come first, so a reimplementation may keep any of them.
+"""
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+
+def load_official(checkout):
+    sys.modules.setdefault("flash_attn", types.SimpleNamespace(flash_attn_func=None))
+    cache_utils = types.ModuleType("transformers.cache_utils")
+    cache_utils.Cache = type("Cache", (), {})
+    cache_utils.DynamicCache = type("DynamicCache", (), {})
+    transformers = types.ModuleType("transformers")
+    transformers.cache_utils = cache_utils
+    sys.modules.setdefault("transformers", transformers)
+    sys.modules.setdefault("transformers.cache_utils", cache_utils)
+    path = Path(checkout) / "adaptive_snapkv" / "monkeypatch" / "snapkv_utils.py"
+    spec = importlib.util.spec_from_file_location("official_snapkv_utils", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return module, commit.stdout.strip() or "unknown"
+
+
+def tensors(f, layer, n_tokens):
+    key = torch.from_numpy(f[f"layers/{layer}/key"][...].astype(np.float32))[None]
+    q = f[f"layers/{layer}/query"][...].astype(np.float32)
+    query = torch.zeros((1, q.shape[0], n_tokens, q.shape[2]), dtype=torch.float32)
+    query[0, :, n_tokens - q.shape[1]:, :] = torch.from_numpy(q)  # only the last window is read
+    heads, _, d = key.shape[1:]
+    value = torch.arange(n_tokens, dtype=torch.float32).view(1, 1, n_tokens, 1).expand(1, heads, n_tokens, d)
+    return key, query, value.contiguous()
+
+
+def ties(score, kept_prefix):
+    """The official score of the last kept prefix token and the prefix positions equal to it."""
+    if not kept_prefix:
+        return None, []
+    cutoff = min(float(score[p]) for p in kept_prefix)
+    return cutoff, [int(p) for p in np.flatnonzero(score == np.float32(cutoff))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("checkout")
+    ap.add_argument("dump")
+    ap.add_argument("out")
+    ap.add_argument("--budget", type=float, default=0.2)
+    ap.add_argument("--window", type=int, default=32)
+    args = ap.parse_args()
+    official, commit = load_official(args.checkout)
+    torch.set_num_threads(1)
+    with h5py.File(args.dump, "r") as f:
+        n_layers, n_heads, n_kv = (int(f.attrs[k]) for k in ("n_layers", "n_heads", "n_kv_heads"))
+        n_tokens = int(f.attrs["n_tokens"])
+        group = n_heads // n_kv
+        capacity = int(round(args.budget * n_tokens))  # akv: round(F * n_tokens), window included
+        out = {"format": "akv-golden", "version": 1, "reference": "FFY0/AdaKV", "commit": commit,
+               "torch": torch.__version__, "dump": Path(args.dump).name, "budget": args.budget,
+               "capacity": capacity, "window": args.window, "kernel": 7, "pooling": "maxpool",
+               "gqa_func": "mean", "floor_alpha": 0.2, "methods": {}}
+        for method in ("adakv", "snapkv"):
+            layers = []
+            for layer in range(n_layers):
+                key, query, value = tensors(f, layer, n_tokens)
+                if method == "adakv":
+                    cluster = official.AdaptiveSnapKVCluster(
+                        window_size=args.window, kernel_size=7, pooling="maxpool", base_capacity=capacity,
+                        floor_alpha=0.2, skip=0, normalize=None, layer_idx=layer, num_hidden_layers=n_layers,
+                        gqa_support=True, num_key_value_groups=group, gqa_func="mean")
+                    _, vals = cluster.update_kv(key, query, value)
+                    lens = cluster.head_lens.tolist()
+                    rows = vals[:, 0].round().long().tolist()
+                    per_head, at = [], 0
+                    for n in lens:
+                        per_head.append(rows[at:at + n])
+                        at += n
+                    score = official.AdaptiveSnapKVCluster.calcul_attn_sore(cluster, official.repeat_kv(key, group), query)
+                else:
+                    cluster = official.SnapKVCluster(
+                        window_size=args.window, max_capacity_prompt=capacity, kernel_size=7, pooling="maxpool",
+                        layer_idx=layer, num_hidden_layers=n_layers, gqa_support=True,
+                        num_key_value_groups=group, gqa_func="mean")
+                    _, vals = cluster.update_kv(key, query, value)
+                    per_head = [vals[0, h, :, 0].round().long().tolist() for h in range(n_kv)]
+                    helper = official.AdaptiveSnapKVCluster(
+                        window_size=args.window, kernel_size=7, pooling="maxpool", base_capacity=capacity,
+                        floor_alpha=0.2, skip=0, layer_idx=layer, num_hidden_layers=n_layers,
+                        gqa_support=True, num_key_value_groups=group, gqa_func="mean")
+                    score = helper.calcul_attn_sore(official.repeat_kv(key, group), query)
+                score = score[0].numpy()
+                heads = []
+                for h, kept in enumerate(per_head):
+                    prefix = [p for p in kept if p < n_tokens - args.window]
+                    cutoff, tied = ties(score[h], prefix)
+                    heads.append({"kept": sorted(kept), "budget": len(kept), "cutoff": cutoff, "tied": tied})
+                layers.append(heads)
+            out["methods"][method] = layers
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
