@@ -81,6 +81,20 @@ TEST_CASE("adakv exact-total: fast selection equals the plain reference; sums an
   CHECK(allocate_adakv(s, 2, 1.0, CapacityRule::exact_total) == std::vector<std::size_t>{2, 2});
 }
 
+TEST_CASE("pyramid official schedule: integer division and a constant step", "[alloc]") {
+  // base 70, beta 20: min 70 // 20 = 3, max 140 - 3 = 137.
+  CHECK(pyramid_layer_budgets_official(2, 70, 20, 480) == std::vector<std::size_t>{137, 3});
+  CHECK(pyramid_layer_budgets_official(3, 70, 20, 480) == std::vector<std::size_t>{137, 70, 3});
+  // 32 layers: step (137 - 3) // 31 = 4, so the layers keep 2400 > 32 * 70 = 2240 in all.
+  const auto b = pyramid_layer_budgets_official(32, 70, 20, 480);
+  CHECK(b.front() == 137);
+  CHECK(b.back() == 137 - 31 * 4);
+  CHECK(sum(b) == 2400);
+  // max capped by the tokens before the window: max 480, min 600 - 480 = 120, step 120.
+  CHECK(pyramid_layer_budgets_official(4, 300, 20, 480) == std::vector<std::size_t>{480, 360, 240, 120});
+  CHECK(pyramid_layer_budgets_official(1, 70, 20, 480) == std::vector<std::size_t>{70});
+}
+
 TEST_CASE("adakv official: torch's f32 arithmetic and ties to even", "[alloc]") {
   // torch.round(torch.tensor([[count]]) * (1 - alpha) + floor), torch 1.13.1, 2026-11-30:
   // (5, 0.3, 0) -> 3.5 -> 4 (f64 arithmetic gives 3.4999999999999996 -> 3), (3, 0.5, 1) -> 2.5 -> 2,

@@ -229,6 +229,22 @@ std::vector<std::size_t> pyramid_layer_budgets(std::size_t n_layers, std::size_t
   return b;
 }
 
+std::vector<std::size_t> pyramid_layer_budgets_official(std::size_t n_layers, std::size_t base,
+                                                        double beta, std::size_t cap) {
+  if (!(beta >= 1.0)) throw InvalidInput("pyramid beta must be >= 1", {"", "--beta", format_number(beta)});
+  if (n_layers <= 1) return std::vector<std::size_t>(n_layers, std::min(base, cap));
+  auto lo = static_cast<std::size_t>(std::floor(static_cast<double>(base) / beta));
+  std::size_t hi = 2 * base - lo;
+  if (hi >= cap) {
+    hi = cap;
+    lo = 2 * base - std::min(2 * base, hi);
+  }
+  const std::size_t step = (hi - std::min(hi, lo)) / (n_layers - 1);
+  std::vector<std::size_t> b(n_layers);
+  for (std::size_t l = 0; l < n_layers; ++l) b[l] = hi - l * step;
+  return b;
+}
+
 double retained_utility(const SortedScores& s, const std::vector<std::size_t>& c) {
   double u = 0;
   for (std::size_t h = 0; h < s.size(); ++h) {

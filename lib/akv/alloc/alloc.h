@@ -54,6 +54,13 @@ std::vector<std::size_t> allocate_waterfill(const SortedScores& sorted, std::siz
 // excess moved to the layers with room, lowest layer first.
 std::vector<std::size_t> pyramid_layer_budgets(std::size_t n_layers, std::size_t base,
                                                double beta, std::size_t cap);
+// The official schedule (KVCache-Factory's PyramidKVCluster, FFY0/AdaKV's pyram mode): min =
+// floor(base / beta), max = 2*base - min; when max >= cap (the tokens before the window): max =
+// cap, min = 2*base - max; step = (max - min) / (L - 1) in integer division; layer l keeps
+// max - l*step. The layers keep at least L*base in all (the truncated step leaves the later
+// layers higher); a single layer keeps base.
+std::vector<std::size_t> pyramid_layer_budgets_official(std::size_t n_layers, std::size_t base,
+                                                        double beta, std::size_t cap);
 
 // Sum of the c best scores of each head: the utility a capacity vector retains.
 double retained_utility(const SortedScores& sorted, const std::vector<std::size_t>& capacity);

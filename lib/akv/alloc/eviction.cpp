@@ -170,7 +170,15 @@ EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
       break;
     case AllocMethod::pyramid:
     case AllocMethod::adakv_pyramid: {
-      const auto layer = pyramid_layer_budgets(L, base, p.beta, T - plan.forced);
+      std::vector<std::size_t> layer;
+      if (p.capacity_rule == CapacityRule::exact_total) {
+        layer = pyramid_layer_budgets(L, base, p.beta, T - plan.forced);
+      } else if (p.alloc == AllocMethod::pyramid && T < 2 * base) {
+        // KVCache-Factory's PyramidKVCluster: prompts shorter than twice the base get no pyramid.
+        layer.assign(L, base);
+      } else {
+        layer = pyramid_layer_budgets_official(L, base, p.beta, T - plan.forced);
+      }
       for (std::size_t l = 0; l < L; ++l) {
         extra[l] = p.alloc == AllocMethod::pyramid ? allocate_uniform(sorted[l], layer[l])
                                                    : allocate_adakv(sorted[l], layer[l], p.alpha, p.capacity_rule);

@@ -17,11 +17,13 @@ enum class AllocMethod { uniform, adakv, waterfill, pyramid, adakv_pyramid, adak
 std::string alloc_method_name(AllocMethod a);
 AllocMethod parse_alloc_method(const std::string& s);  // UsageError naming the value
 
-// How Ada-KV turns the per-head winner counts into capacities (docs/eviction.md):
-//   official     round(count_h * (1 - alpha) + int(alpha * base)) per head, in f32 with ties to
-//                even, as FFY0/AdaKV computes it (a layer may keep a few tokens fewer than H*base)
-//   exact_total  alpha*base + (1 - alpha)*count_h made integer by largest remainder: every layer
-//                keeps exactly H*base
+// How Ada-KV turns the per-head winner counts into capacities, and PyramidKV its layer schedule
+// into integers (docs/eviction.md):
+//   official     Ada-KV: round(count_h * (1 - alpha) + int(alpha * base)) per head, in f32 with
+//                ties to even, as FFY0/AdaKV computes it (a layer may keep a few tokens more or
+//                fewer than H*base); PyramidKV: KVCache-Factory's integer-step schedule
+//   exact_total  Ada-KV: alpha*base + (1 - alpha)*count_h made integer by largest remainder;
+//                PyramidKV: the real schedule by largest remainder: budgets met exactly
 enum class CapacityRule { official, exact_total };
 std::string capacity_rule_name(CapacityRule r);
 CapacityRule parse_capacity_rule(const std::string& s);  // InvalidInput naming the value

@@ -117,8 +117,9 @@ const std::vector<ParamInfo>& param_registry() {
        "Ada-KV floor fraction (default 0.2)", 0, 1, false, false, {}, {}},
       {"capacity-rule", S::eviction,
        P::Text([](CompressRequest& r) -> auto& { return r.eviction.capacity_rule; }),
-       "Ada-KV capacities: official = round(count (1 - alpha) + int(alpha base)) per head as the "
-       "official code (default), exact-total = largest remainder so each layer keeps exactly H base",
+       "Ada-KV head and PyramidKV layer budgets: official = as the official code (Ada-KV: round(count "
+       "(1 - alpha) + int(alpha base)) per head; PyramidKV: integer step; default), exact-total = largest "
+       "remainder so the budget is met exactly",
        {}, {}, false, false, {}, {"official", "exact-total"}},
       {"beta", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.beta; }),
        "PyramidKV beta (default 20)", {}, {}, false, false, {}, {}},
