@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Runs the official Ada-KV and SnapKV code (FFY0/AdaKV, adaptive_snapkv/monkeypatch/snapkv_utils.py)
-on an akv dump and writes what they keep, per layer and KV head, as golden data for akv's tests.
+and PyramidKV (Zefan-Cai/KVCache-Factory, pyramidkv/pyramidkv_utils.py) on an akv dump and writes
+what they keep, per layer and KV head, as golden data for akv's tests.
 
-  scripts/golden_adakv.py ADAKV_CHECKOUT DUMP OUT.json [--budget 0.2] [--window 32]
+  scripts/golden_adakv.py ADAKV_CHECKOUT DUMP OUT.json [--kvcache-factory CHECKOUT]
+                          [--budget 0.2] [--window 32]
 
 Needs torch (Debian's python3-torch runs these CPU paths) and h5py. The official module is
 imported unmodified from the checkout; its imports of flash_attn and transformers.cache_utils,
 used only by its decoding cache, are satisfied with empty stand-ins. Nothing of it is copied:
 OUT.json holds numbers only. Settings: float32 on the CPU, window 32, kernel 7, max pooling,
-GQA support with gqa_func "mean", Ada-KV floor_alpha 0.2, skip 0, no normalisation; budget =
-round(budget * n_tokens) tokens per KV head including the window (akv's --budget).
+GQA support with gqa_func (gqa_score_agg) "mean", Ada-KV floor_alpha 0.2, skip 0, no
+normalisation, PyramidKV beta 20; budget = round(budget * n_tokens) tokens per KV head including
+the window (akv's --budget).
 
 Kept positions are read back through the values: the value rows handed to the official code hold
 their own position (values do not influence selection), so the rows it returns name the kept
@@ -30,6 +33,18 @@ import numpy as np
 import torch
 
 
+def load_module(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def commit_of(checkout):
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return commit.stdout.strip() or "unknown"
+
+
 def load_official(checkout):
     sys.modules.setdefault("flash_attn", types.SimpleNamespace(flash_attn_func=None))
     cache_utils = types.ModuleType("transformers.cache_utils")
@@ -40,11 +55,7 @@ def load_official(checkout):
     sys.modules.setdefault("transformers", transformers)
     sys.modules.setdefault("transformers.cache_utils", cache_utils)
     path = Path(checkout) / "adaptive_snapkv" / "monkeypatch" / "snapkv_utils.py"
-    spec = importlib.util.spec_from_file_location("official_snapkv_utils", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return module, commit.stdout.strip() or "unknown"
+    return load_module(path, "official_snapkv_utils"), commit_of(checkout)
 
 
 def tensors(f, layer, n_tokens):
@@ -70,6 +81,7 @@ def main():
     ap.add_argument("checkout")
     ap.add_argument("dump")
     ap.add_argument("out")
+    ap.add_argument("--kvcache-factory", help="KVCache-Factory checkout: adds PyramidKV")
     ap.add_argument("--budget", type=float, default=0.2)
     ap.add_argument("--window", type=int, default=32)
     args = ap.parse_args()
@@ -80,11 +92,15 @@ def main():
         n_tokens = int(f.attrs["n_tokens"])
         group = n_heads // n_kv
         capacity = int(round(args.budget * n_tokens))  # akv: round(F * n_tokens), window included
-        out = {"format": "akv-golden", "version": 1, "reference": "FFY0/AdaKV", "commit": commit,
-               "torch": torch.__version__, "dump": Path(args.dump).name, "budget": args.budget,
-               "capacity": capacity, "window": args.window, "kernel": 7, "pooling": "maxpool",
-               "gqa_func": "mean", "floor_alpha": 0.2, "methods": {}}
-        for method in ("adakv", "snapkv"):
+        out = {"format": "akv-golden", "version": 1, "torch": torch.__version__, "dump": Path(args.dump).name,
+               "budget": args.budget, "capacity": capacity, "window": args.window, "kernel": 7,
+               "pooling": "maxpool", "gqa_func": "mean", "floor_alpha": 0.2, "beta": 20, "methods": {}}
+        methods = [("adakv", "FFY0/AdaKV", commit), ("snapkv", "FFY0/AdaKV", commit)]
+        factory = None
+        if args.kvcache_factory:
+            factory = load_module(Path(args.kvcache_factory) / "pyramidkv" / "pyramidkv_utils.py", "kvcache_factory_utils")
+            methods.append(("pyramid", "Zefan-Cai/KVCache-Factory", commit_of(args.kvcache_factory)))
+        for method, reference, ref_commit in methods:
             layers = []
             for layer in range(n_layers):
                 key, query, value = tensors(f, layer, n_tokens)
@@ -101,6 +117,17 @@ def main():
                         per_head.append(rows[at:at + n])
                         at += n
                     score = official.AdaptiveSnapKVCluster.calcul_attn_sore(cluster, official.repeat_kv(key, group), query)
+                elif method == "pyramid":
+                    cluster = factory.PyramidKVCluster(
+                        num_hidden_layers=n_layers, window_size=args.window, max_capacity_prompt=capacity,
+                        kernel_size=7, pooling="maxpool", beta=20, layer_idx=layer, gqa_score_agg="mean")
+                    _, vals = cluster.update_kv(key, query, value, None, group)
+                    per_head = [vals[0, h, :, 0].round().long().tolist() for h in range(n_kv)]
+                    helper = official.AdaptiveSnapKVCluster(
+                        window_size=args.window, kernel_size=7, pooling="maxpool", base_capacity=capacity,
+                        floor_alpha=0.2, skip=0, layer_idx=layer, num_hidden_layers=n_layers,
+                        gqa_support=True, num_key_value_groups=group, gqa_func="mean")
+                    score = helper.calcul_attn_sore(official.repeat_kv(key, group), query)
                 else:
                     cluster = official.SnapKVCluster(
                         window_size=args.window, max_capacity_prompt=capacity, kernel_size=7, pooling="maxpool",
@@ -120,7 +147,7 @@ def main():
                     cutoff, tied = ties(score[h], prefix)
                     heads.append({"kept": sorted(kept), "budget": len(kept), "cutoff": cutoff, "tied": tied})
                 layers.append(heads)
-            out["methods"][method] = layers
+            out["methods"][method] = {"reference": reference, "commit": ref_commit, "layers": layers}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 
 

@@ -24,16 +24,18 @@ nlohmann::json golden(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("Ada-KV and SnapKV keep what FFY0/AdaKV keeps (GQA 4, 20%, window 32)", "[golden][alloc]") {
+TEST_CASE("Ada-KV, SnapKV and PyramidKV keep what their official code keeps (GQA 4, 20%, window 32)",
+          "[golden][alloc]") {
   // scripts/golden_adakv.py ADAKV_CHECKOUT data/golden/gqa4-dump.h5 data/golden/gqa4-official.json
+  //   --kvcache-factory KVCACHE_FACTORY_CHECKOUT
   const nlohmann::json g = golden("gqa4-official.json");
   const DumpReader dump(std::string(AKV_SOURCE_DIR) + "/data/golden/" + g["dump"].get<std::string>());
-  for (const char* method : {"adakv", "snapkv"}) {
+  for (const char* method : {"adakv", "snapkv", "pyramid"}) {
     EvictionParams p = eviction_method(method);
     p.budget_fraction = g["budget"].get<double>();
     p.score.window = g["window"].get<std::size_t>();
     const EvictionPlan plan = plan_eviction(dump, p, 1, {});
-    const nlohmann::json& layers = g["methods"][method];
+    const nlohmann::json& layers = g["methods"][method]["layers"];
     REQUIRE(layers.size() == plan.heads.size());
     for (std::size_t l = 0; l < layers.size(); ++l) {
       for (std::size_t h = 0; h < layers[l].size(); ++h) {
