@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Runs the official Ada-KV and SnapKV code (FFY0/AdaKV, adaptive_snapkv/monkeypatch/snapkv_utils.py)
-and PyramidKV (Zefan-Cai/KVCache-Factory, pyramidkv/pyramidkv_utils.py) on an akv dump and writes
-what they keep, per layer and KV head, as golden data for akv's tests.
+"""Runs the official code of akv's eviction methods on an akv dump and writes what each keeps, per
+layer and KV head, as golden data for akv's tests (tests/unit/test_golden.cpp):
 
-  scripts/golden_adakv.py ADAKV_CHECKOUT DUMP OUT.json [--kvcache-factory CHECKOUT]
-                          [--budget 0.2] [--window 32]
+  --adakv CHECKOUT            FFY0/AdaKV adaptive_snapkv/monkeypatch/snapkv_utils.py: adakv, snapkv
+  --kvcache-factory CHECKOUT  Zefan-Cai/KVCache-Factory pyramidkv/pyramidkv_utils.py: pyramid
+  --h2o CHECKOUT              FMInference/H2O h2o_hf/utils_real_drop/modify_llama.py
+                              (H2OKVCache_LayerWise; needs a dump of all prompt queries, MHA)
+  --streaming-llm CHECKOUT    mit-han-lab/streaming-llm streaming_llm/kv_cache.py (StartRecentKVCache)
 
-Needs torch (Debian's python3-torch runs these CPU paths) and h5py. The official module is
-imported unmodified from the checkout; its imports of flash_attn and transformers.cache_utils,
-used only by its decoding cache, are satisfied with empty stand-ins. Nothing of it is copied:
+  scripts/golden_official.py DUMP OUT.json [the flags above] [--budget 0.2] [--window 32]
+
+Needs torch (Debian's python3-torch runs these CPU paths) and h5py. The official modules are
+imported unmodified from the checkouts; their imports of flash_attn and transformers, used only
+by their model classes and decoding caches, are satisfied with empty stand-ins. H2O's class
+takes the attention weights its modified LlamaAttention computes: softmax(q k^T / sqrt(d) +
+causal mask) in f32 over the whole prompt, computed here the same way. Nothing of it is copied:
 OUT.json holds numbers only. Settings: float32 on the CPU, window 32, kernel 7, max pooling,
 GQA support with gqa_func (gqa_score_agg) "mean", Ada-KV floor_alpha 0.2, skip 0, no
 normalisation, PyramidKV beta 20; budget = round(budget * n_tokens) tokens per KV head including
@@ -23,6 +29,7 @@ equal scores come first, so a reimplementation may keep any of them.
 import argparse
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 import types
@@ -45,15 +52,25 @@ def commit_of(checkout):
     return commit.stdout.strip() or "unknown"
 
 
-def load_official(checkout):
+class _Stand_in(types.ModuleType):
+    """A module whose every attribute is an empty class (names imported but not used here)."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        cls = type(name, (), {"__init__": lambda self, *a, **k: None})
+        setattr(self, name, cls)
+        return cls
+
+
+def stand_ins():
     sys.modules.setdefault("flash_attn", types.SimpleNamespace(flash_attn_func=None))
-    cache_utils = types.ModuleType("transformers.cache_utils")
-    cache_utils.Cache = type("Cache", (), {})
-    cache_utils.DynamicCache = type("DynamicCache", (), {})
-    transformers = types.ModuleType("transformers")
-    transformers.cache_utils = cache_utils
-    sys.modules.setdefault("transformers", transformers)
-    sys.modules.setdefault("transformers.cache_utils", cache_utils)
+    for name in ("transformers", "transformers.cache_utils", "transformers.configuration_utils",
+                 "transformers.models", "transformers.models.llama", "transformers.models.llama.modeling_llama"):
+        sys.modules.setdefault(name, _Stand_in(name))
+
+
+def load_official(checkout):
     path = Path(checkout) / "adaptive_snapkv" / "monkeypatch" / "snapkv_utils.py"
     return load_module(path, "official_snapkv_utils"), commit_of(checkout)
 
@@ -68,6 +85,15 @@ def tensors(f, layer, n_tokens):
     return key, query, value.contiguous()
 
 
+def prompt_attention(key, query):
+    """H2O's LlamaAttention: softmax(q k^T / sqrt(d) + causal mask), f32, every prompt query."""
+    n, d = key.shape[2], key.shape[3]
+    w = torch.matmul(query, key.transpose(2, 3)) / math.sqrt(d)
+    mask = torch.full((n, n), torch.finfo(w.dtype).min)
+    mask = torch.triu(mask, diagonal=1)
+    return torch.softmax(w + mask[None, None], dim=-1, dtype=torch.float32)
+
+
 def ties(score, kept_prefix):
     """The official score of the last kept prefix token and the prefix positions equal to it."""
     if not kept_prefix:
@@ -78,14 +104,16 @@ def ties(score, kept_prefix):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("checkout")
     ap.add_argument("dump")
     ap.add_argument("out")
-    ap.add_argument("--kvcache-factory", help="KVCache-Factory checkout: adds PyramidKV")
+    ap.add_argument("--adakv", help="FFY0/AdaKV checkout: adakv, snapkv")
+    ap.add_argument("--kvcache-factory", help="Zefan-Cai/KVCache-Factory checkout: pyramid")
+    ap.add_argument("--h2o", help="FMInference/H2O checkout: h2o")
+    ap.add_argument("--streaming-llm", help="mit-han-lab/streaming-llm checkout: streamingllm")
     ap.add_argument("--budget", type=float, default=0.2)
     ap.add_argument("--window", type=int, default=32)
     args = ap.parse_args()
-    official, commit = load_official(args.checkout)
+    stand_ins()
     torch.set_num_threads(1)
     with h5py.File(args.dump, "r") as f:
         n_layers, n_heads, n_kv = (int(f.attrs[k]) for k in ("n_layers", "n_heads", "n_kv_heads"))
@@ -95,9 +123,20 @@ def main():
         out = {"format": "akv-golden", "version": 1, "torch": torch.__version__, "dump": Path(args.dump).name,
                "budget": args.budget, "capacity": capacity, "window": args.window, "kernel": 7,
                "pooling": "maxpool", "gqa_func": "mean", "floor_alpha": 0.2, "beta": 20, "methods": {}}
-        methods = [("adakv", "FFY0/AdaKV", commit), ("snapkv", "FFY0/AdaKV", commit)]
-        factory = None
+        methods = []
+        official = factory = h2o = streaming = None
+        if args.adakv:
+            official, commit = load_official(args.adakv)
+            methods += [("adakv", "FFY0/AdaKV", commit), ("snapkv", "FFY0/AdaKV", commit)]
+        if args.h2o:
+            h2o = load_module(Path(args.h2o) / "h2o_hf" / "utils_real_drop" / "modify_llama.py", "official_h2o")
+            methods.append(("h2o", "FMInference/H2O", commit_of(args.h2o)))
+        if args.streaming_llm:
+            streaming = load_module(Path(args.streaming_llm) / "streaming_llm" / "kv_cache.py", "official_streaming")
+            methods.append(("streamingllm", "mit-han-lab/streaming-llm", commit_of(args.streaming_llm)))
         if args.kvcache_factory:
+            if official is None:
+                sys.exit("--kvcache-factory needs --adakv too (its scores name the ties)")
             factory = load_module(Path(args.kvcache_factory) / "pyramidkv" / "pyramidkv_utils.py", "kvcache_factory_utils")
             methods.append(("pyramid", "Zefan-Cai/KVCache-Factory", commit_of(args.kvcache_factory)))
         for method, reference, ref_commit in methods:
@@ -117,6 +156,19 @@ def main():
                         per_head.append(rows[at:at + n])
                         at += n
                     score = official.AdaptiveSnapKVCluster.calcul_attn_sore(cluster, official.repeat_kv(key, group), query)
+                elif method == "h2o":
+                    if f[f"layers/{layer}/query"].shape[1] != n_tokens or group != 1:
+                        sys.exit("h2o needs an MHA dump with every prompt query (n_query = n_tokens)")
+                    attn = prompt_attention(key, query)
+                    cache = h2o.H2OKVCache_LayerWise(hh_size=capacity - args.window, recent_size=args.window)
+                    _, vals = cache((key, value), attn)
+                    per_head = [vals[0, h, :, 0].round().long().tolist() for h in range(n_kv)]
+                    score = attn.sum(0).sum(1)[None]
+                elif method == "streamingllm":
+                    cache = streaming.StartRecentKVCache(start_size=4, recent_size=capacity - 4)
+                    (_, vals), = cache([(key, value)])
+                    per_head = [vals[0, h, :, 0].round().long().tolist() for h in range(n_kv)]
+                    score = torch.arange(n_tokens, dtype=torch.float32).expand(1, n_kv, n_tokens)
                 elif method == "pyramid":
                     cluster = factory.PyramidKVCluster(
                         num_hidden_layers=n_layers, window_size=args.window, max_capacity_prompt=capacity,
