@@ -79,6 +79,15 @@ TEST_CASE("adakv exact-total: fast selection equals the plain reference; sums an
   CHECK(allocate_adakv(s, 2, 0.5, CapacityRule::exact_total) == std::vector<std::size_t>{3, 1});
   // alpha 1: uniform.
   CHECK(allocate_adakv(s, 2, 1.0, CapacityRule::exact_total) == std::vector<std::size_t>{2, 2});
+  // Equal remainders in decimal: base 10, alpha 0.1, counts {25, 5, 0}: 25 - 1.5 = 23.5, 5 + 0.5
+  // = 5.5, 1: the spare token goes to the lower head. (With the double nearest 0.1 the first
+  // remainder is a hair below 1/2 and the second a hair above; f64 sums decide by rounding noise.)
+  // The scores below give exactly those counts (25 of head 0's first 25, head 1's first 5).
+  const SortedScores d = {{9, 8, 7, 6, 5, 4, 3, 2, 1, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.09, 0.08,
+                           0.07, 0.06, 0.05, 0.04, 0.03, 0.001},
+                          {0.0105, 0.0104, 0.0103, 0.0102, 0.0101, 0.00001},
+                          {0.000001}};
+  CHECK(allocate_adakv(d, 10, 0.1, CapacityRule::exact_total) == std::vector<std::size_t>{24, 5, 1});
 }
 
 TEST_CASE("pyramid official schedule: integer division and a constant step", "[alloc]") {

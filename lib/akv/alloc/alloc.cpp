@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <queue>
 #include <tuple>
@@ -56,6 +57,36 @@ void clamp_and_refill(const SortedScores& s, std::vector<std::size_t>& c) {
   fill_by_next_score(s, c, excess);
 }
 
+// alpha*base + (1 - alpha)*count_h = count_h + alpha*(base - count_h) in exact arithmetic, alpha
+// taken to 9 decimal places (the value a user writes: 0.2 is 2/10, not the double nearest it):
+// each capacity is N_h / 10^9 with an integer N_h (128-bit). The integer parts, then one more
+// token for the largest remainders N_h mod 10^9, ties to the lower head, until the total is
+// H*base: no rounding, so no compiler flag can change the result.
+std::vector<std::size_t> exact_total_capacities(const std::vector<std::size_t>& count, std::size_t base,
+                                                double alpha) {
+  __extension__ typedef __int128 i128;  // GCC and Clang; -Wpedantic accepts it marked so
+  constexpr std::int64_t kScale = 1000000000;
+  const std::int64_t a = std::llround(alpha * static_cast<double>(kScale));  // alpha in [0, 1]
+  const std::size_t n = count.size();
+  std::uint64_t total = 0;
+  for (const std::size_t c : count) total += c;
+  std::vector<std::int64_t> rem(n);
+  std::vector<std::size_t> c(n);
+  std::uint64_t sum = 0;
+  for (std::size_t h = 0; h < n; ++h) {
+    const i128 num = static_cast<i128>(count[h]) * kScale +
+                     static_cast<i128>(a) * (static_cast<i128>(base) - static_cast<i128>(count[h]));
+    c[h] = static_cast<std::size_t>(num / kScale);  // num >= 0 for alpha in [0, 1]
+    rem[h] = static_cast<std::int64_t>(num % kScale);
+    sum += c[h];
+  }
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return rem[x] > rem[y]; });
+  for (std::size_t i = 0; sum < total && i < n; ++i, ++sum) ++c[order[i]];
+  return c;
+}
+
 std::vector<std::size_t> adakv_from_counts(const SortedScores& s, const std::vector<std::size_t>& count,
                                            std::size_t base, double alpha, CapacityRule rule) {
   if (rule == CapacityRule::official) {
@@ -67,12 +98,7 @@ std::vector<std::size_t> adakv_from_counts(const SortedScores& s, const std::vec
     }
     return c;
   }
-  const std::size_t total = s.size() * base;
-  std::vector<double> real(s.size());
-  for (std::size_t h = 0; h < s.size(); ++h) {
-    real[h] = alpha * static_cast<double>(base) + (1.0 - alpha) * static_cast<double>(count[h]);
-  }
-  std::vector<std::size_t> c = largest_remainder(real, total);
+  std::vector<std::size_t> c = exact_total_capacities(count, base, alpha);
   clamp_and_refill(s, c);
   return c;
 }
