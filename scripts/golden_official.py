@@ -94,6 +94,14 @@ def prompt_attention(key, query):
     return torch.softmax(w + mask[None, None], dim=-1, dtype=torch.float32)
 
 
+def snap_scores(official, key, query, window, capacity, layer, n_layers, group):
+    """The official window scores (GQA mean, then max pooling) that SnapKV and PyramidKV rank by."""
+    helper = official.AdaptiveSnapKVCluster(
+        window_size=window, kernel_size=7, pooling="maxpool", base_capacity=capacity, floor_alpha=0.2, skip=0,
+        layer_idx=layer, num_hidden_layers=n_layers, gqa_support=True, num_key_value_groups=group, gqa_func="mean")
+    return helper.calcul_attn_sore(official.repeat_kv(key, group), query)
+
+
 def ties(score, kept_prefix):
     """The official score of the last kept prefix token and the prefix positions equal to it."""
     if not kept_prefix:
@@ -175,11 +183,7 @@ def main():
                         kernel_size=7, pooling="maxpool", beta=20, layer_idx=layer, gqa_score_agg="mean")
                     _, vals = cluster.update_kv(key, query, value, None, group)
                     per_head = [vals[0, h, :, 0].round().long().tolist() for h in range(n_kv)]
-                    helper = official.AdaptiveSnapKVCluster(
-                        window_size=args.window, kernel_size=7, pooling="maxpool", base_capacity=capacity,
-                        floor_alpha=0.2, skip=0, layer_idx=layer, num_hidden_layers=n_layers,
-                        gqa_support=True, num_key_value_groups=group, gqa_func="mean")
-                    score = helper.calcul_attn_sore(official.repeat_kv(key, group), query)
+                    score = snap_scores(official, key, query, args.window, capacity, layer, n_layers, group)
                 else:
                     cluster = official.SnapKVCluster(
                         window_size=args.window, max_capacity_prompt=capacity, kernel_size=7, pooling="maxpool",
@@ -187,11 +191,7 @@ def main():
                         num_key_value_groups=group, gqa_func="mean")
                     _, vals = cluster.update_kv(key, query, value)
                     per_head = [vals[0, h, :, 0].round().long().tolist() for h in range(n_kv)]
-                    helper = official.AdaptiveSnapKVCluster(
-                        window_size=args.window, kernel_size=7, pooling="maxpool", base_capacity=capacity,
-                        floor_alpha=0.2, skip=0, layer_idx=layer, num_hidden_layers=n_layers,
-                        gqa_support=True, num_key_value_groups=group, gqa_func="mean")
-                    score = helper.calcul_attn_sore(official.repeat_kv(key, group), query)
+                    score = snap_scores(official, key, query, args.window, capacity, layer, n_layers, group)
                 score = score[0].numpy()
                 heads = []
                 for h, kept in enumerate(per_head):
