@@ -70,6 +70,8 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
         compress_dump(opt->dump, opt->output, params, global.threads, bar.callback());
     if (opt->json) {
       nlohmann::json j = report.to_json();
+      j["format"] = "akv-compress";
+      j["version"] = 1;
       j["file"] = opt->output;
       std::fputs((j.dump(2) + "\n").c_str(), stdout);
     } else {

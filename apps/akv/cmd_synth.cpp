@@ -73,7 +73,9 @@ void register_synth(CLI::App& app, const GlobalOptions& global) {
     SynthSummary sum = write_synth_dump(opt->output, so, bar.callback());
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double mb = static_cast<double>(sum.bytes_on_disk) / 1e6;
-    nlohmann::json j = {{"file", opt->output},
+    nlohmann::json j = {{"format", "akv-synth"},
+                        {"version", 1},
+                        {"file", opt->output},
                         {"profile", opt->profile},
                         {"seed", so.seed},
                         {"bytes_on_disk", sum.bytes_on_disk},

@@ -18,6 +18,11 @@ run() {
   rc=$?
 }
 
+# expect_output NAME REGEX: the previous command's stdout holds REGEX (ERE); runs nothing.
+expect_output() {
+  if grep -Eq -- "$2" "$TMP/out"; then pass "$1"; else fail "$1: output lacks /$2/"; fi
+}
+
 # expect NAME CODE REGEX CMD...: exit status CODE and REGEX (ERE) found in stdout or stderr.
 expect() {
   local name=$1 code=$2 pattern=$3

@@ -41,6 +41,7 @@ PY
 then pass "info --json has the schema"; else fail "info --json has the schema"; fi
 expect "info --stats" 0 "outlier ratio" "$AKV" info --stats "$d/a.h5"
 expect "synth --json" 0 "\"bytes_on_disk\"" "$AKV" synth --json -o "$d/c.h5" --tokens 200 -q
+expect_output "synth --json names its format" '"format": "akv-synth"'
 expect "threads flag after subcommand" 0 "wrote" "$AKV" synth -o "$d/e.h5" --tokens 100 -t 2 -q
 expect "gzip dump is readable" 0 "akv-dump" bash -c "'$AKV' synth -o '$d/g.h5' --tokens 300 --gzip 4 -q >/dev/null && '$AKV' info --stats '$d/g.h5'"
 expect "f32 and bf16 dumps" 0 "bf16 \[" bash -c "'$AKV' synth -o '$d/f.h5' --tokens 300 --dtype f32 -q >/dev/null && '$AKV' synth -o '$d/h.h5' --tokens 300 --dtype bf16 -q >/dev/null && '$AKV' info '$d/f.h5' && '$AKV' info '$d/h.h5'"

@@ -12,6 +12,7 @@ expect "bench attention table lists q4 at 700 tokens" 0 " 700 +2 +q4 " cat "$TMP
 expect "bench attention --json -o" 0 '"stream_read_gbs"' \
   bash -c "'$AKV' bench attention --contexts 300 --head-dims 64 --gqa 2 --kv-heads 2 --variants f16,q2 --repeat 3 \
   --min-sample 0 --stream-mb 16 --json -o '$TMP/a.json' && cat '$TMP/a.json'"
+expect_output "bench --json names its format" '"format": "akv-bench"'
 "$PY" - "$TMP/a.json" <<'PY' && pass "bench attention JSON rows" || fail "bench attention JSON rows"
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -19,12 +19,14 @@ expect "compress --key-axis token --group 64 --residual 64" 0 "wrote" \
 for m in none uniform kivi-2 k4v3 x y; do expect_cache_bytes "$TMP/c_$m.h5"; done
 expect "compress --json reports f16 bytes" 0 '"f16_bytes": 716800' \
   "$AKV" compress -q "$d" -o "$TMP/c_j.h5" -m kivi-4 --json
+expect_output "compress --json names its format" '"format": "akv-compress"'
 expect "info on a cache" 0 "bits/element" "$AKV" info "$TMP/c_kivi-2.h5"
 expect "residual rows are the dump's f16 keys" 0 "residual ok 544" "$PY" "$TOOL" decoded "$TMP/c_kivi-2.h5" "$d" 1 1
 
 # evaluate: table, JSON, CSV; none is exact.
 expect "evaluate table" 0 "top32" "$AKV" evaluate -q --dump "$d" --cache "$TMP/c_kivi-2.h5"
 expect "evaluate none is exact" 0 '"attn_rel_err": 0\.0,' "$AKV" evaluate -q --json --dump "$d" --cache "$TMP/c_none.h5"
+expect_output "evaluate --json names its format" '"format": "akv-fidelity"'
 run "$AKV" evaluate -q --csv --dump "$d" --cache "$TMP/c_k4v3.h5"
 rows=$(wc -l <"$TMP/out")
 if [[ $rc -eq 0 && $rows -eq 5 ]] && head -1 "$TMP/out" | grep -q '^layer,kv_head,key_rel_mse'; then

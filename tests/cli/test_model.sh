@@ -27,16 +27,20 @@ else
 fi
 expect "evaluate --model --json" 0 '"ppl_delta"' \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods kivi:bits=8 --json
+expect_output "evaluate --model --json names its format" '"format": "akv-perplexity"'
 expect "passkey grid" 0 "depth +64 +128" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 64,128 --depths 0,0.5,1 --trials 2 --methods kivi-4
 expect "passkey --json" 0 '"mean_accuracy"' \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 64 --depths 0.5 --trials 1 --json
+expect_output "passkey --json names its format" '"format": "akv-passkey"'
 expect "evaluate --model with tiered presets, fifo vs importance" 0 "balanced:demotion=fifo .* tiered balanced hot 128 .* fifo" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 200 --methods quality,compact,balanced,balanced:demotion=fifo,compact:warm=64:cold-bits=16
 expect_error "tiered hot budget below the protected tokens" 2 "hot budget cannot hold the protected tokens.*hot = 40" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods compact:hot=40
 expect "bench decode" 0 "x full time" \
   "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2
+expect "bench decode --json names its format" 0 '"format": "akv-bench-decode"' \
+  "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2 --json
 
 o="$TMP/out_dir"
 mkdir -p "$o"

@@ -9,6 +9,7 @@ expect "plan tinyllama lists the tiered presets" 0 "compact .* tiered compact ho
   "$AKV" plan --config "$C/tinyllama-1.1b.json" --memory 16GiB
 expect "plan --json" 0 '"max_batch_at_context"' \
   "$AKV" plan --layers 32 --kv-heads 8 --head-dim 128 --memory 80GB --methods none,kivi-2,balanced:warm=4096 --json
+expect_output "plan --json names its format" '"format": "akv-plan"'
 expect "plan without weights: unbounded device use with a warm budget" 0 "balanced:warm=4096 .* unbounded" \
   "$AKV" plan --layers 32 --kv-heads 8 --head-dim 128 --memory 80GB --methods none,balanced:warm=4096
 expect "plan --host-memory bounds the cold tier" 0 "host 68.72 GB" \

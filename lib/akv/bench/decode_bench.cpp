@@ -72,8 +72,9 @@ DecodeBenchResult bench_decode(const Model& model,
 }
 
 nlohmann::json DecodeBenchResult::to_json() const {
-  nlohmann::json j = {{"prompt", prompt}, {"decoded_tokens", decoded}, {"sequences", sequences},
-                      {"repeats", repeats}, {"prefill_tokens_per_s", prefill_tokens_per_s}};
+  nlohmann::json j = {{"format", "akv-bench-decode"}, {"version", 1}, {"prompt", prompt},
+                      {"decoded_tokens", decoded}, {"sequences", sequences}, {"repeats", repeats},
+                      {"prefill_tokens_per_s", prefill_tokens_per_s}};
   nlohmann::json rows_j = nlohmann::json::array();
   for (const auto& r : rows) {
     rows_j.push_back({{"method", r.spec}, {"description", r.description},

@@ -222,6 +222,8 @@ std::string BenchReport::to_csv() const {
 
 nlohmann::ordered_json BenchReport::to_json() const {
   nlohmann::ordered_json j;
+  j["format"] = "akv-bench";
+  j["version"] = 1;
   j["suite"] = suite_;
   j["commit"] = env_.commit;
   j["cpu"] = env_.cpu;

@@ -130,6 +130,8 @@ FidelitySums FidelityReport::total() const {
 
 nlohmann::json FidelityReport::to_json() const {
   nlohmann::json j;
+  j["format"] = "akv-fidelity";
+  j["version"] = 1;
   j["dump"] = dump_path;
   j["cache"] = cache_path;
   j["memory"] = memory.to_json();

@@ -187,7 +187,8 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
 }
 
 nlohmann::json PasskeyReport::to_json() const {
-  nlohmann::json j = {{"mode", mode}, {"lengths", lengths}, {"depths", depths}, {"trials", trials}};
+  nlohmann::json j = {{"format", "akv-passkey"}, {"version", 1},    {"mode", mode},
+                      {"lengths", lengths},   {"depths", depths}, {"trials", trials}};
   nlohmann::json ms = nlohmann::json::array();
   for (std::size_t m = 0; m < specs.size(); ++m) {
     nlohmann::json grid = nlohmann::json::array();

@@ -115,6 +115,8 @@ PplReport evaluate_perplexity(const Model& model,
 
 nlohmann::json PplReport::to_json() const {
   nlohmann::json j;
+  j["format"] = "akv-perplexity";
+  j["version"] = 1;
   j["sequences"] = sequences.size();
   const PplSums full = total(0);
   nlohmann::json ms = nlohmann::json::array();

@@ -181,7 +181,9 @@ PlanReport plan(const PlanShape& s, const std::vector<PlanMethod>& methods, std:
 }
 
 nlohmann::json PlanReport::to_json() const {
-  nlohmann::json j = {{"model", shape.name},
+  nlohmann::json j = {{"format", "akv-plan"},
+                      {"version", 1},
+                      {"model", shape.name},
                       {"layers", shape.n_layers},
                       {"heads", shape.n_heads},
                       {"kv_heads", shape.n_kv_heads},
