@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# scripts/akv-plot: every kind renders from JSON that akv wrote (tests/cli/plot_inputs, plus the
+# format fixtures), the HTML report gathers them, and bad input is a one-line error with akv's
+# exit codes and no output file. $1 (the akv binary) is not used.
+source "$(dirname "$0")/lib.sh"
+if ! "$PY" -c "import matplotlib" 2>/dev/null; then
+  echo "skipped: matplotlib not installed for $PY (scripts/setup installs python3-matplotlib)"
+  exit 77
+fi
+PLOT=("$PY" "$SRC/scripts/akv-plot")
+IN="$SRC/tests/cli/plot_inputs"
+FX="$SRC/data/fixtures"
+o="$TMP/figs"
+mkdir -p "$o"
+
+is_png() { [[ $(head -c 8 "$1" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; }
+plot_ok() {  # NAME OUT INPUT... : exit 0 and a PNG (or SVG) at OUT
+  local name=$1 out=$2
+  shift 2
+  run "${PLOT[@]}" "$@" -o "$out"
+  if [[ $rc -ne 0 ]]; then
+    fail "$name: exit $rc; stderr: $(head -c 300 "$TMP/err")"
+  elif [[ $out == *.png ]] && ! is_png "$out"; then
+    fail "$name: $out is not a PNG"
+  elif [[ $out == *.svg ]] && ! grep -q "<svg" "$out"; then
+    fail "$name: $out is not an SVG"
+  else
+    pass "$name"
+  fi
+}
+
+plot_ok "passkey grid" "$o/passkey.png" "$IN/passkey.json"
+plot_ok "perplexity against bits (pareto)" "$o/ppl.png" "$IN/perplexity.json"
+plot_ok "attention error against bits, two caches (pareto)" "$o/fid.svg" "$IN/fidelity.json" "$IN/fidelity.json"
+plot_ok "decode attention against context" "$o/att.png" "$IN/bench-attention.json"
+plot_ok "token budgets per head" "$o/budgets.png" "$FX/budgets.json"
+plot_ok "joint plan per head" "$o/joint.png" "$FX/budgets-joint.json"
+plot_ok "calibrated bits per head" "$o/calib.svg" "$FX/calibration.json" --kind heads
+run "${PLOT[@]}" "$IN/perplexity.json" -o "$o/again.png"
+if cmp -s "$o/ppl.png" "$o/again.png"; then pass "same input, same PNG bytes"; else fail "same input, same PNG bytes"; fi
+
+cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/figs/"
+run "${PLOT[@]}" report "$TMP/figs" -o "$TMP/report.html"
+n=$(grep -o "<svg" "$TMP/report.html" | wc -l)
+if [[ $rc -eq 0 && $n -eq 6 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
+   ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
+  pass "report: 6 inline figures, akv-synth listed as not plotted, no network"
+else
+  fail "report: exit $rc, $n figures; stderr: $(head -c 300 "$TMP/err")"
+fi
+
+# Bad input: one line, akv's exit codes, no output.
+b="$TMP/bad"
+mkdir -p "$b"
+printf '{"format": "akv-passkey", "version": 1' >"$TMP/trunc.json"
+printf '{"rows": []}' >"$TMP/noformat.json"
+printf '{"format": "akv-passkey", "version": 1, "methods": [{"accuracy": 3}], "lengths": [1], "depths": [0]}' >"$TMP/shape.json"
+plot_err() {  # NAME CODE PATTERN ARGS...
+  local name=$1 code=$2 pattern=$3
+  shift 3
+  run "${PLOT[@]}" "$@"
+  if [[ $rc -ne $code ]]; then
+    fail "$name: exit $rc, expected $code; stderr: $(head -c 300 "$TMP/err")"
+  elif [[ $(wc -l <"$TMP/err") -ne 1 ]] || ! grep -Eq -- "^akv-plot: error: .*$pattern" "$TMP/err"; then
+    fail "$name: stderr is not one 'akv-plot: error:' line matching /$pattern/: $(head -c 300 "$TMP/err")"
+  else
+    pass "$name"
+  fi
+}
+plot_err "truncated JSON" 2 "not JSON .*trunc.json" "$TMP/trunc.json" -o "$b/x.png"
+plot_err "JSON without a format" 2 "no format field" "$TMP/noformat.json" -o "$b/x.png"
+plot_err "a format with no figure" 2 "format = akv-synth" "$IN/synth.json" -o "$b/x.png"
+plot_err "passkey grid of the wrong shape" 2 "methods\[0\].accuracy" "$TMP/shape.json" -o "$b/x.png"
+plot_err "unknown kind" 2 "--kind = bars" "$IN/passkey.json" -o "$b/x.png" --kind bars
+plot_err "kind that does not fit" 2 "--kind heads" "$IN/passkey.json" -o "$b/x.png" --kind heads
+plot_err "two kinds in one figure" 1 "different kinds" "$IN/passkey.json" "$IN/perplexity.json" -o "$b/x.png"
+plot_err "unsupported output type" 1 "png or .svg" "$IN/passkey.json" -o "$b/x.jpg"
+plot_err "missing input" 3 "cannot read .*nope.json" "$TMP/nope.json" -o "$b/x.png"
+plot_err "missing output directory" 3 "output directory does not exist" "$IN/passkey.json" -o "$b/no/x.png"
+plot_err "report of a directory without results" 2 "no akv result" report "$b" -o "$TMP/r.html"
+expect_empty_dir "no output after errors" "$b"
+finish
