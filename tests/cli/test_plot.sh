@@ -49,6 +49,25 @@ else
   fail "report: exit $rc, $n figures; stderr: $(head -c 300 "$TMP/err")"
 fi
 
+# The page as a person sees it: headless Chromium takes a screenshot, which must not be blank.
+if command -v chromium >/dev/null; then
+  timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,1400 \
+    --screenshot="$TMP/shot.png" "file://$TMP/report.html" >/dev/null 2>&1
+  if [[ -s $TMP/shot.png ]] && "$PY" - "$TMP/shot.png" <<'PY'; then
+import sys
+import matplotlib.image as image
+px = image.imread(sys.argv[1])[..., :3]
+dark = (px.mean(axis=2) < 0.5).mean()  # text, axes and heat maps on a white page
+sys.exit(0 if px.std() > 0.05 and 0.01 < dark < 0.9 else 1)
+PY
+    pass "report screenshot in headless Chromium is not blank"
+  else
+    fail "report screenshot in headless Chromium is not blank"
+  fi
+else
+  echo "skip report screenshot: chromium not installed (scripts/setup installs it)"
+fi
+
 # Bad input: one line, akv's exit codes, no output.
 b="$TMP/bad"
 mkdir -p "$b"
