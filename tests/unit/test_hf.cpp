@@ -211,7 +211,7 @@ TEST_CASE("HF loader: bad checkpoints are clean errors", "[model][hf][bad]") {
   }
   CHECK_THROWS_AS(load_hf(d), CorruptData);
   // Unsupported config fields.
-  cfg["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  cfg["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};  // not implemented
   std::ofstream(d + "/config.json") << cfg.dump();
   CHECK_THROWS_AS(load_hf(d), InvalidInput);
   cfg.erase("rope_scaling");

@@ -172,9 +172,6 @@ Model load_hf(const std::string& dir) {
   const HfConfig j = read_hf_config(dir, {"llama", "mistral", "qwen2"});
   const std::string& cfg_path = j.file;
   const std::string& type = j.model_type;
-  if (!j.rope_scaling.is_null()) {
-    throw InvalidInput("rope_scaling is not implemented", {cfg_path, "rope_scaling", j.rope_scaling.dump()});
-  }
   if (j.hidden_act != "silu") {
     throw InvalidInput("only silu MLPs are implemented", {cfg_path, "hidden_act", j.hidden_act});
   }
@@ -193,12 +190,18 @@ Model load_hf(const std::string& dir) {
   c.seq_len = *j.max_position_embeddings;
   c.head_dim = j.head_dim;
   c.rope_theta = j.rope_theta;
+  c.rope_scaling = j.rope;
+  c.rotary_dim = j.rotary_dim;
   c.norm_eps = static_cast<float>(j.rms_norm_eps);
   c.rope_layout = RopeLayout::rotate_half;
   c.qkv_bias = type == "qwen2" || j.attention_bias;
   c.tokenizer = j.akv_tokenizer;
   if (!c.tokenizer.empty() && c.tokenizer != "bytes") {
     throw InvalidInput("unknown akv_tokenizer (akv knows bytes)", {cfg_path, "akv_tokenizer", c.tokenizer});
+  }
+  if (c.rope_scaling.kind == RopeScaling::Kind::dynamic) {
+    // Dynamic NTK scaling exists to run past max_position_embeddings: up to factor times it.
+    c.seq_len = static_cast<std::size_t>(static_cast<double>(c.seq_len) * c.rope_scaling.factor);
   }
   const bool sliding = type == "qwen2" ? j.use_sliding_window : true;
   if (sliding && j.sliding_window) {

@@ -36,6 +36,57 @@ T typed(const json& j, const char* key, T fallback, const std::string& file) {
   return v.get<T>();
 }
 
+// rope_scaling: {"rope_type" (or "type"): default | linear | dynamic | llama3, "factor", ...}.
+RopeScaling parse_rope_scaling(const json& r, const std::optional<std::size_t>& max_positions,
+                               const std::string& file) {
+  RopeScaling s;
+  if (r.is_null()) return s;
+  if (!r.is_object()) throw InvalidInput("rope_scaling must be an object", {file, "rope_scaling", r.dump()});
+  const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
+  if (!r.contains(type_key) || !r[type_key].is_string()) {
+    throw InvalidInput("rope_scaling needs a rope_type", {file, "rope_scaling.rope_type", r.dump()});
+  }
+  const std::string type = r[type_key].get<std::string>();
+  if (type == "default") return s;
+  auto number = [&](const char* key, double lo, bool lo_open) {
+    const std::string field = std::string("rope_scaling.") + key;
+    if (!r.contains(key) || !r[key].is_number()) {
+      throw InvalidInput("rope_scaling needs a number", {file, field, r.contains(key) ? r[key].dump() : "missing"});
+    }
+    const double v = r[key].get<double>();
+    if (!std::isfinite(v) || v < lo || (lo_open && v == lo)) {
+      throw InvalidInput(std::string("rope_scaling value must be ") + (lo_open ? "> " : ">= ") + format_number(lo),
+                         {file, field, r[key].dump()});
+    }
+    return v;
+  };
+  if (type == "linear") {
+    s.kind = RopeScaling::Kind::linear;
+    s.factor = number("factor", 0.0, true);
+  } else if (type == "dynamic") {
+    s.kind = RopeScaling::Kind::dynamic;
+    s.factor = number("factor", 1.0, false);
+    if (!max_positions) {
+      throw InvalidInput("dynamic rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
+    }
+    s.original_max_positions = *max_positions;
+  } else if (type == "llama3") {
+    s.kind = RopeScaling::Kind::llama3;
+    s.factor = number("factor", 0.0, true);
+    s.low_freq_factor = number("low_freq_factor", 0.0, true);
+    s.high_freq_factor = number("high_freq_factor", 0.0, true);
+    if (!(s.high_freq_factor > s.low_freq_factor)) {
+      throw InvalidInput("llama3 rope_scaling needs high_freq_factor > low_freq_factor",
+                         {file, "rope_scaling.high_freq_factor", r["high_freq_factor"].dump()});
+    }
+    s.original_max_positions = positive(r, "original_max_position_embeddings", file + ": rope_scaling");
+  } else {
+    throw InvalidInput("rope_scaling type not implemented (akv implements default, linear, dynamic, llama3)",
+                       {file, std::string("rope_scaling.") + type_key, type});
+  }
+  return s;
+}
+
 }  // namespace
 
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types) {
@@ -84,6 +135,17 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   c.torch_dtype = typed<std::string>(j, "torch_dtype", "", file);
   c.akv_tokenizer = typed<std::string>(j, "akv_tokenizer", "", file);
   if (j.contains("rope_scaling")) c.rope_scaling = j["rope_scaling"];
+  c.rope = parse_rope_scaling(c.rope_scaling, c.max_position_embeddings, file);
+  c.rotary_dim = c.head_dim;
+  if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {
+    const double f = typed<double>(j, "partial_rotary_factor", 1.0, file);
+    const auto rot = static_cast<std::size_t>(static_cast<double>(c.head_dim) * f);  // Python int()
+    if (!(f > 0.0 && f <= 1.0) || rot < 2 || rot % 2 != 0) {
+      throw InvalidInput("partial_rotary_factor must be in (0, 1] and leave an even rotary dimension",
+                         {file, "partial_rotary_factor", j["partial_rotary_factor"].dump()});
+    }
+    c.rotary_dim = rot;
+  }
   return c;
 }
 

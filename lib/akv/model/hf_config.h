@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/tensor/rope.h"
+
 namespace akv {
 
 struct HfConfig {
@@ -26,13 +28,17 @@ struct HfConfig {
   double rope_theta = 10000.0, rms_norm_eps = 1e-6;
   std::string hidden_act = "silu", torch_dtype, akv_tokenizer;
   nlohmann::json rope_scaling;  // null when absent
+  RopeScaling rope;             // rope_scaling as akv computes it (kind none when absent)
+  std::size_t rotary_dim = 0;   // int(head_dim * partial_rotary_factor); head_dim by default
 };
 
 // Reads `path` (a config.json, or the directory holding one). Throws IoError when it cannot be
 // opened, CorruptData when it is not a JSON object, InvalidInput naming the field for a
 // model_type outside `model_types` (when given; checked first), a missing size, a wrong type,
-// num_attention_heads not a multiple of num_key_value_heads, or a rope_theta or rms_norm_eps
-// that is not positive.
+// num_attention_heads not a multiple of num_key_value_heads, a rope_theta or rms_norm_eps that
+// is not positive, a rope_scaling of another type than default, linear, dynamic or llama3 or with
+// a missing or out-of-range field, or a partial_rotary_factor outside (0, 1] (or one that leaves
+// an odd or empty rotary dimension).
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types = {});
 
 }  // namespace akv

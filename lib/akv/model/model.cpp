@@ -100,8 +100,9 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     check_token(tokens[i]);
     x.row(static_cast<Eigen::Index>(i)) = w_.embedding.row(tokens[i]);
   }
-  // RoPE angles of the positions this call uses (never of the whole declared context).
-  const RopeTable rope(hd, c.rope_theta, 0, n);
+  // RoPE angles of the positions this call uses (never of the whole declared context); dynamic
+  // scaling sees the call's length, as transformers does.
+  const RopeTable rope(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, n), 0, n);
   PrefillResult res;
   for (const LayerWeights& lw : w_.layers) {
     const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
@@ -159,7 +160,8 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
   std::vector<HeadView> heads;
   std::vector<std::size_t> rows;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const RopeTable rope(hd, c.rope_theta, pos, 1);
+  const RopeTable rope(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, pos + 1),
+                       pos, 1);
   for (std::size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
     rmsnorm(x.data(), lw.attn_norm, c.norm_eps, c.dim, xb.data());

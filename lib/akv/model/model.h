@@ -22,6 +22,8 @@ struct ModelConfig : KvShape {
   std::size_t vocab_size = 0, seq_len = 0;
   float norm_eps = 1e-5f;
   bool qkv_bias = false;
+  RopeScaling rope_scaling;    // Hugging Face rope_scaling (none for llama2.c)
+  std::size_t rotary_dim = 0;  // dims of each head that RoPE rotates; 0 = head_dim
   std::string tokenizer;  // "bytes" when config.json says "akv_tokenizer": "bytes"
 };
 

@@ -1,5 +1,6 @@
 #include "akv/tensor/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "akv/core/errors.h"
@@ -17,20 +18,107 @@ RopeLayout parse_rope_layout(const std::string& name) {
                      {"", "rope_layout", name});
 }
 
-RopeTable::RopeTable(std::size_t head_dim, double theta, std::size_t first_pos, std::size_t n_pos)
-    : head_dim_(head_dim), half_(head_dim / 2), first_pos_(first_pos), n_pos_(n_pos),
-      cos_(n_pos * half_), sin_(n_pos * half_) {
-  if (head_dim == 0 || head_dim % 2 != 0) {
-    throw InvalidInput("RoPE needs an even head_dim", {"", "head_dim", std::to_string(head_dim)});
-  }
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;  // Python's math.pi
+
+// One f32 operation each: the f64 result of two f32 operands is exact (+, -, *) or correctly
+// rounded (/), and one more rounding to f32 gives the correctly rounded f32 result (53 >= 2*24+2);
+// the conversions also keep the compiler from fusing a multiply and an add.
+float f32_mul(float a, float b) { return static_cast<float>(static_cast<double>(a) * static_cast<double>(b)); }
+float f32_div(float a, float b) { return static_cast<float>(static_cast<double>(a) / static_cast<double>(b)); }
+float f32_add(float a, float b) { return static_cast<float>(static_cast<double>(a) + static_cast<double>(b)); }
+float f32_sub(float a, float b) { return static_cast<float>(static_cast<double>(a) - static_cast<double>(b)); }
+
+void check_theta(double theta) {
   if (!(theta > 1.0) || !std::isfinite(theta)) {
-    throw InvalidInput("RoPE theta must be finite and > 1", {"", "rope_theta",
-                                                             std::to_string(theta)});
+    throw InvalidInput("RoPE theta must be finite and > 1", {"", "rope_theta", format_number(theta)});
   }
-  std::vector<float> freq(half_);
-  for (std::size_t i = 0; i < half_; ++i) {
+}
+
+// 1 / theta^(2i/d) as torch computes 1.0 / (base ** (arange(0, d, 2).float() / d)).
+std::vector<float> default_inv_freq(std::size_t rotary_dim, double theta) {
+  std::vector<float> freq(rotary_dim / 2);
+  for (std::size_t i = 0; i < freq.size(); ++i) {
     freq[i] = 1.0f / std::pow(static_cast<float>(theta),
-                              static_cast<float>(2 * i) / static_cast<float>(head_dim));
+                              static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+  }
+  return freq;
+}
+
+}  // namespace
+
+std::string rope_scaling_name(RopeScaling::Kind k) {
+  switch (k) {
+    case RopeScaling::Kind::none: return "none";
+    case RopeScaling::Kind::linear: return "linear";
+    case RopeScaling::Kind::dynamic: return "dynamic";
+    case RopeScaling::Kind::llama3: return "llama3";
+  }
+  return "?";
+}
+
+std::vector<float> rope_inv_freq(std::size_t rotary_dim, double theta, const RopeScaling& s,
+                                 std::size_t seq_len) {
+  if (rotary_dim == 0 || rotary_dim % 2 != 0) {
+    throw InvalidInput("RoPE needs an even rotary dimension", {"", "rotary_dim", std::to_string(rotary_dim)});
+  }
+  check_theta(theta);
+  switch (s.kind) {
+    case RopeScaling::Kind::none:
+      return default_inv_freq(rotary_dim, theta);
+    case RopeScaling::Kind::linear: {
+      std::vector<float> f = default_inv_freq(rotary_dim, theta);
+      for (float& v : f) v = f32_div(v, static_cast<float>(s.factor));
+      return f;
+    }
+    case RopeScaling::Kind::dynamic: {
+      // transformers: base * ((factor * seq_len / max_pos) - (factor - 1)) ** (dim / (dim - 2)),
+      // in Python floats (f64), seq_len = max(seq_len, max_pos).
+      const double len = static_cast<double>(std::max(seq_len, s.original_max_positions));
+      const double d = static_cast<double>(rotary_dim);
+      const double base =
+          theta * std::pow(s.factor * len / static_cast<double>(s.original_max_positions) - (s.factor - 1.0),
+                           d / (d - 2.0));
+      return default_inv_freq(rotary_dim, base);
+    }
+    case RopeScaling::Kind::llama3: {
+      std::vector<float> f = default_inv_freq(rotary_dim, theta);
+      const auto old_len = static_cast<double>(s.original_max_positions);
+      const auto low_wavelen = static_cast<float>(old_len / s.low_freq_factor);
+      const auto high_wavelen = static_cast<float>(old_len / s.high_freq_factor);
+      const auto factor = static_cast<float>(s.factor);
+      const auto low = static_cast<float>(s.low_freq_factor);
+      const auto span = static_cast<float>(s.high_freq_factor - s.low_freq_factor);
+      for (float& v : f) {
+        const float wavelen = f32_div(static_cast<float>(2.0 * kPi), v);
+        float scaled = wavelen > low_wavelen ? f32_div(v, factor) : v;
+        if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+          // smooth = (old_len / wavelen - low) / (high - low);
+          // (1 - smooth) * inv / factor + smooth * inv
+          const float smooth = f32_div(f32_sub(f32_div(static_cast<float>(old_len), wavelen), low), span);
+          scaled = f32_add(f32_div(f32_mul(f32_sub(1.0f, smooth), scaled), factor), f32_mul(smooth, scaled));
+        }
+        v = scaled;
+      }
+      return f;
+    }
+  }
+  return {};
+}
+
+RopeTable::RopeTable(std::size_t head_dim, double theta, std::size_t first_pos, std::size_t n_pos)
+    : RopeTable(head_dim,
+                (head_dim == 0 || head_dim % 2 != 0) ? std::vector<float>{} : (check_theta(theta), default_inv_freq(head_dim, theta)),
+                first_pos, n_pos) {}
+
+RopeTable::RopeTable(std::size_t head_dim, const std::vector<float>& freq, std::size_t first_pos,
+                     std::size_t n_pos)
+    : head_dim_(head_dim), half_(freq.size()), first_pos_(first_pos), n_pos_(n_pos),
+      cos_(n_pos * half_), sin_(n_pos * half_) {
+  if (head_dim == 0 || head_dim % 2 != 0 || half_ == 0 || 2 * half_ > head_dim) {
+    throw InvalidInput("RoPE needs an even head_dim of at least the rotary dimension",
+                       {"", "head_dim", std::to_string(head_dim)});
   }
   for (std::size_t p = 0; p < n_pos; ++p) {
     const float pos = static_cast<float>(first_pos + p);
@@ -45,7 +133,8 @@ RopeTable::RopeTable(std::size_t head_dim, double theta, std::size_t first_pos, 
 void apply_rope(float* x, std::size_t n, std::size_t first_pos, RopeLayout layout,
                 const RopeTable& table, bool inverse) {
   const std::size_t d = table.head_dim();
-  const std::size_t half = d / 2;
+  const std::size_t rot = table.rotary_dim();
+  const std::size_t half = rot / 2;
   const float sign = inverse ? -1.0f : 1.0f;
   for (std::size_t r = 0; r < n; ++r) {
     float* v = x + r * d;
@@ -53,7 +142,7 @@ void apply_rope(float* x, std::size_t n, std::size_t first_pos, RopeLayout layou
     const float* s = table.sin_row(first_pos + r);
     for (std::size_t i = 0; i < half; ++i) {
       std::size_t a, b;
-      rope_pair_dims(layout, d, i, a, b);
+      rope_pair_dims(layout, rot, i, a, b);
       const float x0 = v[a], x1 = v[b];
       const float si = sign * s[i];
       v[a] = x0 * c[i] - x1 * si;

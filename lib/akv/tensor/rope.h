@@ -1,8 +1,10 @@
 #pragma once
-// Rotary position embedding (RoPE). Pair i (0 <= i < head_dim/2) rotates by angle
-// pos * theta^(-2i/head_dim), computed in f32 as llama2.c and Hugging Face do.
+// Rotary position embedding (RoPE). Pair i (0 <= i < rotary_dim/2) rotates by angle
+// pos * inv_freq[i]; by default inv_freq[i] = theta^(-2i/rotary_dim), computed in f32 as llama2.c
+// and Hugging Face do, and rotary_dim = head_dim. Hugging Face's rope_scaling (linear, dynamic
+// NTK, llama3) changes inv_freq; partial_rotary_factor rotates only the first rotary_dim dims.
 // Layouts: `interleaved` pairs are dims (2i, 2i+1) (llama2.c, Meta checkpoints);
-// `rotate_half` pairs are dims (i, i + head_dim/2) (Hugging Face).
+// `rotate_half` pairs are dims (i, i + rotary_dim/2) (Hugging Face).
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -26,11 +28,36 @@ inline void rope_pair_dims(RopeLayout layout, std::size_t head_dim, std::size_t 
   }
 }
 
+// Hugging Face's rope_scaling (docs/model.md), as transformers computes inv_freq in f32:
+//   linear   inv_freq / factor
+//   dynamic  theta * (factor * L / original - (factor - 1))^(d / (d - 2)) for a call whose
+//            positions reach L > original (NTK-aware; L = the prefill length, or pos + 1 when
+//            decoding); unchanged up to `original` (max_position_embeddings)
+//   llama3   wavelengths 2 pi / inv_freq above original / low_freq_factor divided by factor,
+//            below original / high_freq_factor kept, in between smoothly interpolated
+struct RopeScaling {
+  enum class Kind { none, linear, dynamic, llama3 };
+  Kind kind = Kind::none;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  std::size_t original_max_positions = 0;                // dynamic, llama3
+};
+std::string rope_scaling_name(RopeScaling::Kind k);  // "none" | "linear" | "dynamic" | "llama3"
+
+// inv_freq [rotary_dim / 2] for a call whose positions are < seq_len (only dynamic uses it).
+// Each f32 operation is rounded as f32 (no fused multiply-add), so every build agrees.
+std::vector<float> rope_inv_freq(std::size_t rotary_dim, double theta, const RopeScaling& s,
+                                 std::size_t seq_len);
+
 // cos/sin of the angles of positions [first_pos, first_pos + n_pos).
 class RopeTable {
  public:
   RopeTable(std::size_t head_dim, double theta, std::size_t first_pos, std::size_t n_pos);
+  // Given inverse frequencies: the first 2 * inv_freq.size() dims of each head rotate.
+  RopeTable(std::size_t head_dim, const std::vector<float>& inv_freq, std::size_t first_pos,
+            std::size_t n_pos);
   std::size_t head_dim() const { return head_dim_; }
+  std::size_t rotary_dim() const { return 2 * half_; }
   std::size_t first_pos() const { return first_pos_; }
   std::size_t n_pos() const { return n_pos_; }
   const float* cos_row(std::size_t pos) const { return cos_.data() + (pos - first_pos_) * half_; }
