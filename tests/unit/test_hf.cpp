@@ -245,4 +245,42 @@ TEST_CASE("HF config: defaults, derived fields and typed errors naming the field
   cfg["num_key_value_heads"] = 3;  // 4 query heads are not a multiple of 3
   std::ofstream(f) << cfg.dump();
   CHECK_THROWS_AS(read_hf_config(f), InvalidInput);
+  cfg["num_key_value_heads"] = 2;
+  // rope_scaling and partial_rotary_factor: accepted forms and the field named when refused.
+  auto refused = [&](const nlohmann::json& scaling, const std::string& field) {
+    cfg["rope_scaling"] = scaling;
+    std::ofstream(f) << cfg.dump();
+    try {
+      read_hf_config(f);
+      FAIL("accepted rope_scaling " << scaling.dump());
+    } catch (const InvalidInput& e) {
+      CHECK_THAT(std::string(e.what()), Catch::Contains(field));
+    }
+  };
+  cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  std::ofstream(f) << cfg.dump();
+  CHECK(read_hf_config(f).rope.kind == RopeScaling::Kind::llama3);
+  cfg["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older key
+  std::ofstream(f) << cfg.dump();
+  CHECK(read_hf_config(f).rope.factor == 2.0);
+  refused({{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_scaling.rope_type = yarn");
+  refused({{"rope_type", "linear"}, {"factor", 0}}, "rope_scaling.factor = 0");
+  refused({{"rope_type", "linear"}}, "rope_scaling.factor = missing");
+  refused({{"rope_type", "dynamic"}, {"factor", 2.0}}, "max_position_embeddings");  // none in cfg
+  refused({{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0},
+           {"original_max_position_embeddings", 8192}},
+          "rope_scaling.high_freq_factor");
+  refused({{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}},
+          "original_max_position_embeddings");
+  refused(nlohmann::json::array({1, 2}), "rope_scaling must be an object");
+  cfg.erase("rope_scaling");
+  cfg["partial_rotary_factor"] = 0.5;
+  std::ofstream(f) << cfg.dump();
+  CHECK(read_hf_config(f).rotary_dim == 8);
+  for (double bad : {0.0, 1.5, 0.01}) {  // out of range, or a rotary dimension of 0
+    cfg["partial_rotary_factor"] = bad;
+    std::ofstream(f) << cfg.dump();
+    CHECK_THROWS_AS(read_hf_config(f), InvalidInput);
+  }
 }
