@@ -18,6 +18,14 @@ expect_error "plan: bad memory size" 2 "not a byte size.*--memory = 16 potatoes"
   "$AKV" plan --layers 2 --kv-heads 2 --head-dim 64 --memory "16 potatoes"
 expect_error "plan: weights do not fit" 2 "weights alone" \
   "$AKV" plan --config "$C/llama-2-7b.json" --memory 8GiB
+# A RoPE type the model does not run (yarn) does not matter to the memory plan.
+"$PY" - "$C/llama-2-7b.json" "$TMP/yarn.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+json.dump(c, open(sys.argv[2], "w"))
+PY
+expect "plan reads a config with yarn rope_scaling" 0 "max context" "$AKV" plan --config "$TMP/yarn.json" --memory 16GiB
 expect_error "plan: shape or config" 1 "give --config, or --layers" "$AKV" plan --memory 1GB
 expect_error "plan: missing config" 3 "cannot open model config" "$AKV" plan --config "$TMP/nope.json"
 echo '{"num_hidden_layers": 2}' >"$TMP/bad.json"

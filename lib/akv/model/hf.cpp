@@ -190,7 +190,7 @@ Model load_hf(const std::string& dir) {
   c.seq_len = *j.max_position_embeddings;
   c.head_dim = j.head_dim;
   c.rope_theta = j.rope_theta;
-  c.rope_scaling = j.rope;
+  c.rope_scaling = hf_rope_scaling(j);
   c.rotary_dim = j.rotary_dim;
   c.norm_eps = static_cast<float>(j.rms_norm_eps);
   c.rope_layout = RopeLayout::rotate_half;

@@ -89,6 +89,10 @@ RopeScaling parse_rope_scaling(const json& r, const std::optional<std::size_t>& 
 
 }  // namespace
 
+RopeScaling hf_rope_scaling(const HfConfig& c) {
+  return parse_rope_scaling(c.rope_scaling, c.max_position_embeddings, c.file);
+}
+
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types) {
   std::error_code ec;
   HfConfig c;
@@ -135,7 +139,6 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   c.torch_dtype = typed<std::string>(j, "torch_dtype", "", file);
   c.akv_tokenizer = typed<std::string>(j, "akv_tokenizer", "", file);
   if (j.contains("rope_scaling")) c.rope_scaling = j["rope_scaling"];
-  c.rope = parse_rope_scaling(c.rope_scaling, c.max_position_embeddings, file);
   c.rotary_dim = c.head_dim;
   if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {
     const double f = typed<double>(j, "partial_rotary_factor", 1.0, file);

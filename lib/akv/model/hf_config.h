@@ -27,8 +27,7 @@ struct HfConfig {
   bool use_sliding_window = false, tie_word_embeddings = false, attention_bias = false;
   double rope_theta = 10000.0, rms_norm_eps = 1e-6;
   std::string hidden_act = "silu", torch_dtype, akv_tokenizer;
-  nlohmann::json rope_scaling;  // null when absent
-  RopeScaling rope;             // rope_scaling as akv computes it (kind none when absent)
+  nlohmann::json rope_scaling;  // null when absent (hf_rope_scaling() reads it)
   std::size_t rotary_dim = 0;   // int(head_dim * partial_rotary_factor); head_dim by default
 };
 
@@ -36,9 +35,14 @@ struct HfConfig {
 // opened, CorruptData when it is not a JSON object, InvalidInput naming the field for a
 // model_type outside `model_types` (when given; checked first), a missing size, a wrong type,
 // num_attention_heads not a multiple of num_key_value_heads, a rope_theta or rms_norm_eps that
-// is not positive, a rope_scaling of another type than default, linear, dynamic or llama3 or with
-// a missing or out-of-range field, or a partial_rotary_factor outside (0, 1] (or one that leaves
-// an odd or empty rotary dimension).
+// is not positive, or a partial_rotary_factor outside (0, 1] (or one that leaves an odd or empty
+// rotary dimension).
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types = {});
+
+// The config's rope_scaling as the model computes it (kind none when absent or "default").
+// InvalidInput naming the field for another type than linear, dynamic or llama3 (yarn, longrope:
+// not implemented) or a missing or out-of-range value. Only the model loader needs it: `akv plan`
+// reads configs of any RoPE type.
+RopeScaling hf_rope_scaling(const HfConfig& c);
 
 }  // namespace akv
