@@ -90,7 +90,12 @@ def main():
     seeds["budgets"] = [(FIXTURES / "budgets.json").read_bytes(), (FIXTURES / "budgets-joint.json").read_bytes()]
     seeds["calibration"] = [(FIXTURES / "calibration.json").read_bytes()]
     seeds["hf_config"] = [(hf / "config.json").read_bytes(),
-                          json.dumps(dict(config, model_type="qwen2", use_sliding_window=False)).encode()]
+                          json.dumps(dict(config, model_type="qwen2", use_sliding_window=False)).encode(),
+                          json.dumps(dict(config, rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                                                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                                "original_max_position_embeddings": 16},
+                                          partial_rotary_factor=0.5)).encode(),
+                          json.dumps(dict(config, rope_scaling={"type": "dynamic", "factor": 2.0})).encode()]
     seeds["safetensors"] = [(hf / "model.safetensors").read_bytes()]
     f16 = hf / "f16.safetensors"
     safetensors(f16, arrays, "F16")
