@@ -110,7 +110,7 @@ double max_diff(const RowMatrix& a, const RowMatrix& b) { return (a - b).cwiseAb
 }  // namespace
 
 TEST_CASE("HF layout of stories260K (rotate-half, q/k permuted) gives llama2.c's logits", "[model][hf]") {
-  if (!std::filesystem::exists(shared_dir() + "/models/stories260K.bin")) {
+  if (!have_shared()) {
     WARN("skipped: shared model not found");
     return;
   }
@@ -153,7 +153,7 @@ TEST_CASE("HF layout of stories260K (rotate-half, q/k permuted) gives llama2.c's
 }
 
 TEST_CASE("HF loader: RoPE angles cover the positions used, not max_position_embeddings", "[model][hf]") {
-  if (!std::filesystem::exists(shared_dir() + "/models/stories260K.bin")) {
+  if (!have_shared()) {
     WARN("skipped: shared model not found");
     return;
   }

@@ -108,9 +108,7 @@ std::vector<float> rope_inv_freq(std::size_t rotary_dim, double theta, const Rop
 }
 
 RopeTable::RopeTable(std::size_t head_dim, double theta, std::size_t first_pos, std::size_t n_pos)
-    : RopeTable(head_dim,
-                (head_dim == 0 || head_dim % 2 != 0) ? std::vector<float>{} : (check_theta(theta), default_inv_freq(head_dim, theta)),
-                first_pos, n_pos) {}
+    : RopeTable(head_dim, rope_inv_freq(head_dim, theta, RopeScaling{}, 0), first_pos, n_pos) {}
 
 RopeTable::RopeTable(std::size_t head_dim, const std::vector<float>& freq, std::size_t first_pos,
                      std::size_t n_pos)
