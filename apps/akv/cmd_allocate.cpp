@@ -71,6 +71,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
     JointOptions joint;
     bool no_f16 = false;
     bool bytes_given = false;
+    std::string rule = "kivi";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -99,6 +100,10 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--group-size", opt->joint.group, "joint: quantization group size")->capture_default_str();
   sub->add_option("--residual", opt->joint.residual, "joint: f16 residual window of recent tokens")
       ->capture_default_str();
+  sub->add_option("--quant-rule", opt->rule,
+                  "joint: quantization rule, kivi (as KIVI's code) or bounded (every value within "
+                  "scale/2); see docs/compress.md")
+      ->capture_default_str()->check(CLI::IsMember({"kivi", "bounded"}));
   sub->add_option("-o,--output", opt->output, "Write the budgets file (JSON) here");
   sub->add_flag("--json", opt->json, "Print the budgets JSON on stdout instead of the table");
   sub->callback([opt, &global] {
@@ -107,6 +112,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       if (!opt->bytes_given) throw UsageError("joint needs --bytes", {"", "--bytes"});
       JointOptions jo = opt->joint;
       jo.f16_option = !opt->no_f16;
+      jo.rule = parse_quant_rule(opt->rule);
       jo.threads = global.threads;
       if (opt->req.eviction.window) jo.window = static_cast<std::size_t>(*opt->req.eviction.window);
       ProgressBar bar("allocate", !global.quiet);

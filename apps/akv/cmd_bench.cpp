@@ -47,6 +47,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     Common common;
     std::vector<int> bits = {2, 3, 4, 8};
     std::vector<std::string> axes = {"channel", "token"};
+    std::string rule = "kivi";
   };
   auto opt = std::make_shared<QuantOptions>();
   QuantBenchOptions& b = opt->bench;
@@ -66,10 +67,15 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::IsMember({2, 3, 4, 8}));
   sub->add_option("--axis", opt->axes, "Axes to measure: channel, token")->capture_default_str()
       ->check(CLI::IsMember({"channel", "token"}));
+  sub->add_option("--rule", opt->rule,
+                  "Parameter rule timed: kivi (fp16 arithmetic as KIVI) or bounded (directed f16 "
+                  "rounding); the kernel check covers both")
+      ->capture_default_str()->check(CLI::IsMember({"kivi", "bounded"}));
   sub->add_option("--seed", b.seed, "Random seed of the tensor")->capture_default_str();
   add_common(sub, opt->common);
   sub->callback([opt, &global, emit] {
     QuantBenchOptions o = opt->bench;
+    o.rule = parse_quant_rule(opt->rule);
     o.bits = opt->bits;
     o.axes.clear();
     for (const auto& a : opt->axes) o.axes.push_back(parse_quant_axis(a));

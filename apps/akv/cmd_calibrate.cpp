@@ -12,6 +12,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     std::vector<std::string> dumps;
     std::string output;
     CalibrateOptions calib;
+    std::string rule = "kivi";
     bool json = false;
   };
   auto opt = std::make_shared<Options>();
@@ -37,6 +38,10 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   sub->add_option("--group-size", c.group, "Quantization group size G")->capture_default_str();
   sub->add_option("--residual", c.residual, "Residual window R (f16 recent tokens)")->capture_default_str();
+  sub->add_option("--quant-rule", opt->rule,
+                  "Quantization rule: kivi (as KIVI's code) or bounded (every value within scale/2); "
+                  "see docs/compress.md")
+      ->capture_default_str()->check(CLI::IsMember({"kivi", "bounded"}));
   sub->add_option("--aggregate", c.aggregate, "Combine several dumps: mean or max (robust)")
       ->capture_default_str();
   sub->add_option("--allocator", c.allocator, "measured | adakv-proxy | entropy")->capture_default_str();
@@ -51,6 +56,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
   sub->callback([opt, &global] {
     check_output_distinct(opt->output, opt->dumps);
     CalibrateOptions o = opt->calib;
+    o.rule = parse_quant_rule(opt->rule);
     o.threads = global.threads;
     ProgressBar bar("calibrate", !global.quiet);
     const nlohmann::json j = calibrate(opt->dumps, o, bar.callback());

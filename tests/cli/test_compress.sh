@@ -21,7 +21,13 @@ expect "compress --json reports f16 bytes" 0 '"f16_bytes": 716800' \
   "$AKV" compress -q "$d" -o "$TMP/c_j.h5" -m kivi-4 --json
 expect_output "compress --json names its format" '"format": "akv-compress"'
 expect "info on a cache" 0 "bits/element" "$AKV" info "$TMP/c_kivi-2.h5"
-expect "residual rows are the dump's f16 keys" 0 "residual ok 544" "$PY" "$TOOL" decoded "$TMP/c_kivi-2.h5" "$d" 1 1
+# 700 tokens, R 128, G 32: the kivi rule quantizes 700 - 700 mod 128 = 640 keys, bounded 544.
+expect "residual rows are the dump's f16 keys" 0 "residual ok 640" "$PY" "$TOOL" decoded "$TMP/c_kivi-2.h5" "$d" 1 1
+expect "compress --quant-rule bounded" 0 "wrote" "$AKV" compress -q "$d" -o "$TMP/c_bounded.h5" -m kivi-2 --quant-rule bounded
+expect "bounded rule: R + 28 keys in f16" 0 "residual ok 544" "$PY" "$TOOL" decoded "$TMP/c_bounded.h5" "$d" 1 1
+expect "the cache records its rule" 0 '"quant_rule":"bounded"' "$AKV" info "$TMP/c_bounded.h5"
+expect "a method spec takes the rule" 0 "kivi-2 K2/V2 R128 bounded" \
+  "$AKV" plan --layers 32 --kv-heads 8 --head-dim 128 --memory 80GB --methods kivi-2:quant-rule=bounded,kivi-2
 
 # evaluate: table, JSON, CSV; none is exact.
 expect "evaluate table" 0 "top32" "$AKV" evaluate -q --dump "$d" --cache "$TMP/c_kivi-2.h5"
@@ -57,6 +63,8 @@ expect_error "tiered hot budget too small" 2 "hot = 40" "$AKV" compress -q "$d" 
 expect_error "tiered warm budget not whole blocks" 2 "warm = 100" "$AKV" compress -q "$d" -o "$o/c.h5" -m compact --warm 100
 expect_error "outlier fraction 1" 2 "--outlier-fraction = 1" "$AKV" compress -q "$d" -o "$o/c.h5" --outlier-fraction 1
 expect_error "unknown method" 2 "--method = gptq" "$AKV" compress -q "$d" -o "$o/c.h5" -m gptq
+expect_error "unknown quant rule" 2 "--quant-rule = exact" "$AKV" compress -q "$d" -o "$o/c.h5" --quant-rule exact
+expect_error "quant rule with none" 1 "--quant-rule" "$AKV" compress -q "$d" -o "$o/c.h5" -m none --quant-rule kivi
 expect_error "residual with uniform" 1 "--residual" "$AKV" compress -q "$d" -o "$o/c.h5" -m uniform --residual 32
 "$AKV" synth -q -o "$TMP/plain.h5" --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --tokens 700 --window 16 >/dev/null
 expect_error "pre-rope without key_pre_rope" 2 "key_pre_rope" "$AKV" compress -q "$TMP/plain.h5" -o "$o/c.h5" --pre-rope

@@ -17,6 +17,12 @@ for c in cache-v1-kivi cache-v1-evict cache-v2-tiered; do
     "$AKV" evaluate -q --json --dump "$FIX/dump.h5" --cache "$FIX/$c.h5"
   expect "decompress $c" 0 "wrote" "$AKV" decompress -q "$FIX/$c.h5" --dump "$FIX/dump.h5" -o "$TMP/r_$c.h5"
 done
+# A cache written before params recorded quant_rule (2026-11-30, 1e5f9e0) was quantized with the
+# bounded rule and reads as such.
+expect "cache without quant_rule reads as the bounded rule" 0 '"quant_rule":"bounded"' \
+  "$AKV" info "$FIX/cache-v1-kivi-before-rule.h5"
+expect "evaluate the cache without quant_rule" 0 '"attn_rel_err"' \
+  "$AKV" evaluate -q --json --dump "$FIX/dump.h5" --cache "$FIX/cache-v1-kivi-before-rule.h5"
 expect "budgets file drives compress" 0 "wrote" \
   "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/b.h5" -m adakv --budgets "$FIX/budgets.json" --quant k4v2
 expect "joint budgets file drives compress" 0 "wrote" \

@@ -56,7 +56,7 @@ void fill(PackedTensor& t, const std::vector<float>& x, std::size_t n_quant, int
   const std::size_t split = axis == QuantAxis::channel ? (n_quant / 2) / group * group : n_quant / 2;
   for (auto [r0, r1] : {std::pair{std::size_t{0}, split}, std::pair{split, n_quant}}) {
     if (r1 == r0) continue;
-    const QuantizedBlock b = quantize_block(in.data() + r0 * cols, r1 - r0, cols, axis, bits, group);
+    const QuantizedBlock b = quantize_block(in.data() + r0 * cols, r1 - r0, cols, axis, bits, group, QuantRule::kivi);
     t.append_packed(b, chans, out.data() + r0 * n_out);
   }
   t.append_dense(x.data() + n_quant * d, x.size() / d - n_quant);
@@ -123,8 +123,8 @@ TEST_CASE("dequantize_rows equals dequantize_block_ref on a packed tensor", "[at
       const std::size_t d = 36, n = 70;  // 36 * 3 bits: rows do not start on bytes
       const std::vector<float> x = normal(n * d, 3);
       PackedTensor t(d, DenseType::f16);
-      const QuantizedBlock b1 = quantize_block_ref(x.data(), 32, d, axis, bits, 16);
-      const QuantizedBlock b2 = quantize_block_ref(x.data() + 32 * d, 33, d, axis, bits, 16);
+      const QuantizedBlock b1 = quantize_block_ref(x.data(), 32, d, axis, bits, 16, QuantRule::kivi);
+      const QuantizedBlock b2 = quantize_block_ref(x.data() + 32 * d, 33, d, axis, bits, 16, QuantRule::bounded);
       t.append_packed(b1, {}, nullptr);
       t.append_packed(b2, {}, nullptr);
       t.append_dense(x.data() + 65 * d, 5);
@@ -430,7 +430,7 @@ TEST_CASE("PackedTensor: blocks inserted and erased in the middle equal the same
   }
   for (QuantAxis axis : {QuantAxis::channel, QuantAxis::token}) {
     const std::size_t g = axis == QuantAxis::channel ? B : 8;
-    auto q = [&](std::size_t i) { return quantize_block(blocks[i].data(), B, d, axis, 3, g); };
+    auto q = [&](std::size_t i) { return quantize_block(blocks[i].data(), B, d, axis, 3, g, QuantRule::kivi); };
     // Built out of order: 1, then 3 after it, 0 in front, 2 between 1 and 3, 4 (to be erased)
     // in the middle; then 4 erased.
     PackedTensor mixed(d, DenseType::f16);

@@ -149,15 +149,26 @@ TEST_CASE("compress_head: fast path equals reference; split into quantized and r
         INFO("bits " << bits << " outliers " << outliers << " pre_rope " << pre);
         require_same(a.key, b.key);
         require_same(a.value, b.value);
-        CHECK(a.key.n_quant == 864);  // whole groups of 32 (channel axis)
-        CHECK(a.key.n_residual == 136);
+        CHECK(a.key.n_quant == 896);  // kivi rule: 1000 - 1000 mod 128 (channel axis)
+        CHECK(a.key.n_residual == 104);
         CHECK(a.value.n_quant == 872);  // token axis: everything before the window
         CHECK(a.value.n_residual == 128);
         CHECK(a.key.outlier_channels.size() == (outliers > 0 ? 4u : 0u));  // ceil(0.05 * 64)
+        p.rule = QuantRule::bounded;
+        const HeadCache c = compress_head(input(h), p);
+        require_same(c.key, compress_head_ref(input(h), p).key);
+        CHECK(c.key.n_quant == 864);  // bounded rule: whole groups of 32 before the window
+        CHECK(c.key.n_residual == 136);
+        CHECK(c.value.n_quant == 872);
       }
     }
   }
-  // Short sequences: everything stays in the residual window.
+  CHECK(quantized_rows(1000, QuantAxis::channel, 32, 0, QuantRule::kivi) == 992);  // R = 0: whole groups
+  CHECK(quantized_rows(1024, QuantAxis::channel, 32, 128, QuantRule::kivi) == 1024);
+  CHECK(quantized_rows(1024, QuantAxis::channel, 32, 128, QuantRule::bounded) == 896);
+  CHECK(quantized_rows(127, QuantAxis::channel, 32, 128, QuantRule::kivi) == 0);
+  CHECK(quantized_rows(127, QuantAxis::token, 32, 128, QuantRule::kivi) == 0);
+  // Short sequences: everything stays in the residual window (KIVI's prefill below R).
   const HeadData s = make_head(100, d, 8);
   const HeadCache c = compress_head(input(s), kivi(2, 2));
   CHECK(c.key.n_quant == 0);
@@ -260,7 +271,7 @@ TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[cache][file
   // Closed form: per head and tensor, codes ceil(nq * cols * b / 8), 2 bytes per scale and zero,
   // 2 bytes per residual and outlier value, 2 per outlier channel index.
   const std::size_t n = 300, d = 32, n_out = 4;         // ceil(0.1 * 32)
-  const std::size_t kq = (n - 128) / 32 * 32, vq = n - 128;  // 160, 172
+  const std::size_t kq = n - n % 128, vq = n - 128;  // 256 (kivi rule: whole R blocks), 172
   const std::uint64_t key_bytes = packed_size(kq * (d - n_out), 3) + 2 * 2 * (kq / 32) * (d - n_out) +
                                   2 * (n - kq) * d + 2 * n_out + 2 * kq * n_out;
   const std::uint64_t value_bytes = packed_size(vq * d, 2) + 2 * 2 * vq * 1 + 2 * (n - vq) * d;

@@ -1,5 +1,6 @@
 // akv's named methods against outputs of their official implementations (data/golden, written by
-// scripts/golden_official.py; docs/eviction.md, "Fidelity to the reference implementations").
+// scripts/golden_official.py and scripts/golden_kivi.py; docs/eviction.md, "Fidelity to the
+// reference implementations").
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 
 #include "akv/alloc/eviction.h"
 #include "akv/io/dump.h"
+#include "akv/quant/head_codec.h"
+#include "akv/quant/pack.h"
 
 using namespace akv;
 
@@ -54,7 +57,53 @@ void check_golden(const std::string& name) {
   }
 }
 
+// One tensor part against KIVI's codes (one hex digit each), scales and zeros (f16 bits).
+void check_kivi_part(const TensorPart& mine, const nlohmann::json& want, std::size_t d) {
+  REQUIRE(mine.n_quant == want["n_quant"].get<std::size_t>());
+  CHECK(mine.block.scale == want["scale"].get<std::vector<std::uint16_t>>());
+  CHECK(mine.block.zero == want["zero"].get<std::vector<std::uint16_t>>());
+  const std::string hex = want["codes"].get<std::string>();
+  REQUIRE(hex.size() == mine.n_quant * d);
+  std::vector<std::uint8_t> codes(hex.size());
+  if (!codes.empty()) unpack_codes_ref(mine.block.codes.data(), codes.size(), mine.block.bits, codes.data());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < hex.size(); ++i) {
+    differ += codes[i] != static_cast<std::uint8_t>(std::stoi(std::string(1, hex[i]), nullptr, 16));
+  }
+  CHECK(differ == 0);
+}
+
 }  // namespace
+
+TEST_CASE("KIVI: codes, scales, zeros and the residual split equal the official quantizer's", "[golden][quant]") {
+  // scripts/golden_kivi.py KIVI_CHECKOUT data/golden/kivi-dump.h5 data/golden/kivi-official.json
+  std::ifstream in(kGolden + "kivi-official.json");
+  REQUIRE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const DumpReader dump(kGolden + g["dump"].get<std::string>());
+  const std::size_t d = dump.meta().head_dim, n = dump.meta().n_tokens;
+  REQUIRE(g["heads"].size() == 2 * dump.meta().n_layers * dump.meta().n_kv_heads);
+  for (const nlohmann::json& e : g["heads"]) {
+    const std::size_t layer = e["layer"].get<std::size_t>(), head = e["head"].get<std::size_t>();
+    const int bits = e["bits"].get<int>();
+    const Tensor3 k = dump.read(layer, DumpField::key, head, 1), v = dump.read(layer, DumpField::value, head, 1);
+    HeadInput hi;
+    hi.key = k.row(0, 0);
+    hi.value = v.row(0, 0);
+    hi.n = hi.n_tokens = n;
+    hi.head_dim = d;
+    QuantParams p;  // the defaults: kivi, rule kivi
+    p.key = {bits, QuantAxis::channel, g["group"].get<std::size_t>()};
+    p.value = {bits, QuantAxis::token, g["group"].get<std::size_t>()};
+    p.residual = g["residual"].get<std::size_t>();
+    for (bool ref : {false, true}) {
+      INFO("layer " << layer << " head " << head << " bits " << bits << (ref ? " reference" : " fast"));
+      const HeadCache c = ref ? compress_head_ref(hi, p) : compress_head(hi, p);
+      check_kivi_part(c.key, e["key"], d);
+      check_kivi_part(c.value, e["value"], d);
+    }
+  }
+}
 
 TEST_CASE("Ada-KV, SnapKV and PyramidKV keep what their official code keeps (GQA 4, 20%)", "[golden][alloc]") {
   // scripts/golden_official.py data/golden/gqa4-dump.h5 data/golden/gqa4-official.json

@@ -90,15 +90,16 @@ TEST_CASE("group parameters bracket the range in f16", "[quant][affine]") {
 }
 
 TEST_CASE("quantize_block: fast path equals reference bit for bit", "[quant][affine]") {
+  for (QuantRule rule : {QuantRule::kivi, QuantRule::bounded})
   for (int bits : {2, 3, 4, 8}) {
     for (QuantAxis axis : {QuantAxis::channel, QuantAxis::token}) {
       for (std::size_t rows : {1u, 31u, 32u, 33u, 100u}) {
         for (std::size_t cols : {8u, 64u, 67u}) {
           for (std::size_t group : {5u, 32u}) {
             auto x = random_block(rows * cols, rows * 131 + cols * 7 + group, true, cols);
-            QuantizedBlock r = quantize_block_ref(x.data(), rows, cols, axis, bits, group);
-            QuantizedBlock f = quantize_block(x.data(), rows, cols, axis, bits, group);
-            INFO("bits " << bits << " axis " << quant_axis_name(axis) << " rows " << rows
+            QuantizedBlock r = quantize_block_ref(x.data(), rows, cols, axis, bits, group, rule);
+            QuantizedBlock f = quantize_block(x.data(), rows, cols, axis, bits, group, rule);
+            INFO("rule " << quant_rule_name(rule) << " bits " << bits << " axis " << quant_axis_name(axis) << " rows " << rows
                          << " cols " << cols << " group " << group);
             REQUIRE(r.n_groups() == r.scale.size());
             CHECK(r.codes == f.codes);
@@ -115,13 +116,13 @@ TEST_CASE("quantize_block: fast path equals reference bit for bit", "[quant][aff
   }
 }
 
-TEST_CASE("quantize_block: every element within scale/2 of its input", "[quant][affine]") {
+TEST_CASE("quantize_block, bounded rule: every element within scale/2 of its input", "[quant][affine]") {
   const std::size_t rows = 77, cols = 40;  // neither a multiple of the group size
   auto x = random_block(rows * cols, 5, true, cols);
   for (int bits : {2, 3, 4, 8}) {
     for (QuantAxis axis : {QuantAxis::channel, QuantAxis::token}) {
       const std::size_t group = 16;
-      QuantizedBlock q = quantize_block(x.data(), rows, cols, axis, bits, group);
+      QuantizedBlock q = quantize_block(x.data(), rows, cols, axis, bits, group, QuantRule::bounded);
       std::vector<float> y(rows * cols);
       dequantize_block(q, y.data());
       std::size_t bad = 0;
@@ -146,17 +147,20 @@ TEST_CASE("quantize_block: every element within scale/2 of its input", "[quant][
 }
 
 TEST_CASE("quantize_block: constant f16 groups are exact; error falls with bits", "[quant][affine]") {
+  for (QuantRule rule : {QuantRule::kivi, QuantRule::bounded}) {
+  INFO("rule " << quant_rule_name(rule));
   std::vector<float> c(64 * 8, 1.25f);
   for (int bits : {2, 3, 4, 8}) {
-    QuantizedBlock q = quantize_block(c.data(), 64, 8, QuantAxis::channel, bits, 32);
+    QuantizedBlock q = quantize_block(c.data(), 64, 8, QuantAxis::channel, bits, 32, rule);
     std::vector<float> y(c.size());
     dequantize_block(q, y.data());
     CHECK(y == c);
+    CHECK(q.scale[0] == 0);
   }
   auto x = random_block(256 * 64, 9);
   double prev = INFINITY;
   for (int bits : {2, 3, 4, 8}) {
-    QuantizedBlock q = quantize_block(x.data(), 256, 64, QuantAxis::token, bits, 32);
+    QuantizedBlock q = quantize_block(x.data(), 256, 64, QuantAxis::token, bits, 32, rule);
     std::vector<float> y(x.size());
     dequantize_block(q, y.data());
     double err = 0, ref = 0;
@@ -170,16 +174,48 @@ TEST_CASE("quantize_block: constant f16 groups are exact; error falls with bits"
     CHECK(q.bytes() == packed_size(256 * 64, bits) + 2 * 2 * 256 * 2);
   }
   CHECK(prev < 1e-4);  // 8 bits
+  }
+}
+
+TEST_CASE("quantize_block, kivi rule: a hand-computed group in fp16 arithmetic", "[quant][affine]") {
+  // One channel of 4 tokens, 2 bits. In f16: 0.1 -> 0.0999755859375, 0.2 -> 0.199951171875,
+  // 0.3 -> 0.300048828125, 0.7 -> 0.7001953125. zero = min = 0.0999755859375;
+  // max - min = 0.6002197265625 -> f16 0.60009765625 (1229 x 2^-11); / 3 = 0.200032552...
+  // -> f16 0.2000732421875 (1639 x 2^-13). Codes: (0.2 - min) = 0.0999755859375,
+  // / scale = 0.49969... -> 0; (0.3 - min) = 0.2000732421875 -> 1.0 -> 1;
+  // (0.7 - min) -> f16 0.60009765625, / scale = 2.99939... -> f16 3.0 -> 3.
+  const std::vector<float> x = {0.1f, 0.2f, 0.3f, 0.7f};
+  for (bool ref : {true, false}) {
+    const QuantizedBlock q = ref ? quantize_block_ref(x.data(), 4, 1, QuantAxis::channel, 2, 4, QuantRule::kivi)
+                                 : quantize_block(x.data(), 4, 1, QuantAxis::channel, 2, 4, QuantRule::kivi);
+    REQUIRE(q.scale.size() == 1);
+    CHECK(f16_to_f32_ref(q.zero[0]) == 0.0999755859375f);
+    CHECK(f16_to_f32_ref(q.scale[0]) == 0.2000732421875f);
+    std::uint8_t codes[4];
+    unpack_codes_ref(q.codes.data(), 4, 2, codes);
+    CHECK(std::vector<int>(codes, codes + 4) == std::vector<int>{0, 0, 1, 3});
+  }
+  // The bounded rule rounds the other way: zero <= min and scale covering the range.
+  const QuantizedBlock b = quantize_block_ref(x.data(), 4, 1, QuantAxis::channel, 2, 4, QuantRule::bounded);
+  CHECK(f16_to_f32_ref(b.zero[0]) <= 0.1f);
+  CHECK(f16_to_f32_ref(b.zero[0]) + 3 * f16_to_f32_ref(b.scale[0]) >= 0.7f);
+  CHECK(parse_quant_rule("kivi") == QuantRule::kivi);
+  CHECK_THROWS_WITH(parse_quant_rule("exact"), Catch::Contains("quant_rule = exact"));
+  CHECK_THROWS_AS(group_params_kivi(-60000.0f, 60000.0f, 2), InvalidInput);  // range overflows f16
 }
 
 TEST_CASE("quantize_block: bad arguments", "[quant][affine][bad]") {
   std::vector<float> x(64, 1.0f);
-  CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::channel, 5, 32), InvalidInput);
-  CHECK_THROWS_AS(quantize_block_ref(x.data(), 8, 8, QuantAxis::channel, 1, 32), InvalidInput);
-  CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::token, 4, 0), InvalidInput);
+  for (QuantRule rule : {QuantRule::kivi, QuantRule::bounded}) {
+    x[9] = 1.0f;
+    CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::channel, 5, 32, rule), InvalidInput);
+    CHECK_THROWS_AS(quantize_block_ref(x.data(), 8, 8, QuantAxis::channel, 1, 32, rule), InvalidInput);
+    CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::token, 4, 0, rule), InvalidInput);
+    x[9] = 1e9f;
+    CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::token, 4, 8, rule), InvalidInput);
+    CHECK_THROWS_AS(quantize_block_ref(x.data(), 8, 8, QuantAxis::token, 4, 8, rule), InvalidInput);
+  }
   CHECK_THROWS_AS(parse_quant_axis("row"), InvalidInput);
-  x[9] = 1e9f;
-  CHECK_THROWS_AS(quantize_block(x.data(), 8, 8, QuantAxis::token, 4, 8), InvalidInput);
 }
 
 TEST_CASE("outlier split and merge: channels out in order, inverse of each other") {

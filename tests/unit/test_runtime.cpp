@@ -170,8 +170,8 @@ TEST_CASE("runtime cache after the prompt equals akv compress of the same tokens
   const ModelConfig& c = m.config();
   const KvGeometry g{c.kv_shape(), c.seq_len};
   const RopeTable table(c.head_dim, c.rope_theta, 0, c.seq_len);
-  for (const std::string spec : {"kivi-2", "k4v3:outlier-fraction=0.25:pre-rope", "uniform:bits=3",
-                                 "adakv:budget=0.4:window=16:quant=kivi-4"}) {
+  for (const std::string spec : {"kivi-2", "kivi-2:quant-rule=bounded", "k4v3:outlier-fraction=0.25:pre-rope",
+                                 "uniform:bits=3", "adakv:budget=0.4:window=16:quant=kivi-4"}) {
     const CompressParams p = params(spec);
     auto cache = make_kv_policy(p, g);
     cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, 200});
@@ -207,6 +207,34 @@ TEST_CASE("runtime cache after the prompt equals akv compress of the same tokens
       }
     }
     CHECK(cache->bytes() == bytes);
+  }
+}
+
+TEST_CASE("runtime decode: KIVI's key residual fills to R, then R keys are quantized at once", "[runtime]") {
+  const std::size_t L = 1, H = 2, d = 32, n0 = 100;
+  KvGeometry g;
+  g.n_layers = L;
+  g.n_heads = 4;
+  g.n_kv_heads = H;
+  g.head_dim = d;
+  g.max_positions = 512;
+  CompressParams p = params("kivi-2:residual=64");
+  auto cache = make_kv_policy(p, g);
+  Rng rng(5);
+  auto fill = [&](std::size_t n) {
+    Tensor3 t(H, n, d);
+    for (std::size_t i = 0; i < H * n * d; ++i) t.data()[i] = static_cast<float>(rng.normal());
+    return t;
+  };
+  std::vector<Tensor3> q{Tensor3(4, n0, d)}, k{fill(n0)}, v{fill(n0)};
+  cache->ingest_prompt({&q, &k, &k, &v, n0});
+  std::vector<float> row(H * d, 0.5f);
+  for (std::size_t n = n0; n <= 200; ++n) {
+    const KvView view = cache->view(0, 1);
+    INFO("tokens " << n);
+    CHECK(view.segments[0].key.packed.rows == n - n % 64);  // KIVI: 64, then 128 at token 128...
+    CHECK(view.segments[0].value.packed.rows == n - 64);    // the newest 64 values in f16
+    if (n < 200) cache->append(0, row.data(), row.data(), row.data(), n);
   }
 }
 

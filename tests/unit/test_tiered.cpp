@@ -122,8 +122,8 @@ class BlockKivi : public KvPolicy {
         std::copy_n(pending_[i].data() + 2 * t * d, d, kb.data() + t * d);
         std::copy_n(pending_[i].data() + (2 * t + 1) * d, d, vb.data() + t * d);
       }
-      k_[i].append_packed(quantize_block(kb.data(), G, d, QuantAxis::channel, bk_, G), {}, nullptr);
-      v_[i].append_packed(quantize_block(vb.data(), G, d, QuantAxis::token, bv_, 32), {}, nullptr);
+      k_[i].append_packed(quantize_block(kb.data(), G, d, QuantAxis::channel, bk_, G, QuantRule::bounded), {}, nullptr);
+      v_[i].append_packed(quantize_block(vb.data(), G, d, QuantAxis::token, bv_, 32, QuantRule::bounded), {}, nullptr);
       k_[i].drop_dense_front(G);
       v_[i].drop_dense_front(G);
       pending_[i].erase(pending_[i].begin(), pending_[i].begin() + static_cast<std::ptrdiff_t>(2 * G * d));
@@ -321,8 +321,8 @@ TEST_CASE("tiered compress of a dump: segments, file round trip, fifo equals blo
         }
       }
       for (std::size_t b = 0; b < quantized; b += 32) {
-        dequantize_block_ref(quantize_block_ref(kr.data() + b * d, 32, d, QuantAxis::channel, 4, 32), kr.data() + b * d);
-        dequantize_block_ref(quantize_block_ref(vr.data() + b * d, 32, d, QuantAxis::token, 2, 32), vr.data() + b * d);
+        dequantize_block_ref(quantize_block_ref(kr.data() + b * d, 32, d, QuantAxis::channel, 4, 32, QuantRule::bounded), kr.data() + b * d);
+        dequantize_block_ref(quantize_block_ref(vr.data() + b * d, 32, d, QuantAxis::token, 2, 32, QuantRule::bounded), vr.data() + b * d);
       }
       INFO("layer " << l << " head " << h);
       CHECK(k == kr);

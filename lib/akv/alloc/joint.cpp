@@ -108,6 +108,7 @@ std::vector<JointChoice> plan_joint(const DumpMeta& m, const JointSource& source
             p.key = {bk, QuantAxis::channel, o.group};
             p.value = {bv, QuantAxis::token, o.group};
             p.residual = o.residual;
+            p.rule = o.rule;
           }
           const HeadCache hc = compress_head(in, p);
           std::vector<float> rk(n * d), rv(n * d);
@@ -193,7 +194,7 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
              {"f16_bytes", f16_total}, {"predicted_bytes", bytes},
              {"predicted_error", norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0}, {"bits", o.bits}, {"keep", o.keep},
              {"f16_option", o.f16_option}, {"group", o.group}, {"residual", o.residual},
-             {"quant", "kivi (keys per channel, values per token)"}};
+             {"quant_rule", quant_rule_name(o.rule)}, {"quant", "kivi (keys per channel, values per token)"}};
   return budgets_to_json(f);
 }
 
@@ -212,6 +213,7 @@ EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const Comp
   jo.window = e.score.window;
   jo.group = params.key.group;
   jo.residual = params.residual;
+  jo.rule = params.rule;
   jo.threads = threads;
   const std::vector<JointChoice> choice = plan_joint(m, source, jo, progress);
   EvictionPlan plan;

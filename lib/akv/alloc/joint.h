@@ -28,6 +28,7 @@ struct JointOptions {
   std::vector<double> keep = {0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0};
   bool f16_option = true;        // also offer the kept tokens unquantized
   std::size_t window = 32, group = 32, residual = 128;
+  QuantRule rule = QuantRule::kivi;  // the candidates' quantization rule (quant/affine.h)
   int threads = 1;
 };
 

@@ -11,6 +11,7 @@
 #include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/quant/head_codec.h"
 #include "akv/core/rng.h"
 #include "akv/quant/pack.h"
 
@@ -95,10 +96,11 @@ std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
     PackedTensor k(s.d, v.type), val(s.d, v.type);
     std::size_t nk = 0, nv = 0;
     if (!v.dense) {
-      nv = n - std::min(n, o.residual);
-      nk = nv / o.group * o.group;
-      k.append_packed(quantize_block(s.k(h), nk, s.d, QuantAxis::channel, v.bits_key, o.group), {}, nullptr);
-      val.append_packed(quantize_block(s.v(h), nv, s.d, QuantAxis::token, v.bits_value, o.group), {}, nullptr);
+      const QuantRule rule = QuantParams{}.rule;
+      nk = quantized_rows(n, QuantAxis::channel, o.group, o.residual, rule);
+      nv = quantized_rows(n, QuantAxis::token, o.group, o.residual, rule);
+      k.append_packed(quantize_block(s.k(h), nk, s.d, QuantAxis::channel, v.bits_key, o.group, rule), {}, nullptr);
+      val.append_packed(quantize_block(s.v(h), nv, s.d, QuantAxis::token, v.bits_value, o.group, rule), {}, nullptr);
     }
     k.append_dense(s.k(h) + nk * s.d, n - nk);
     val.append_dense(s.v(h) + nv * s.d, n - nv);

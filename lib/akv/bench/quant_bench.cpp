@@ -25,15 +25,18 @@ void check_kernels(const QuantBenchOptions& o) {
   const std::size_t rows = 97, d = o.head_dim;
   std::vector<float> x(rows * d), a(x.size()), b(x.size());
   fill_keys(x.data(), x.size(), d, o.seed);
-  for (QuantAxis axis : o.axes) {
-    for (int bits : o.bits) {
-      const QuantizedBlock f = quantize_block(x.data(), rows, d, axis, bits, o.group);
-      const QuantizedBlock r = quantize_block_ref(x.data(), rows, d, axis, bits, o.group);
-      dequantize_block(f, a.data());
-      dequantize_block_ref(r, b.data());
-      if (f.codes != r.codes || f.scale != r.scale || f.zero != r.zero || a != b) {
-        throw InvalidInput("kernel check failed: fast quantizer differs from the reference",
-                           {"", "quant " + quant_axis_name(axis), std::to_string(bits)});
+  for (QuantRule rule : {QuantRule::kivi, QuantRule::bounded}) {
+    for (QuantAxis axis : o.axes) {
+      for (int bits : o.bits) {
+        const QuantizedBlock f = quantize_block(x.data(), rows, d, axis, bits, o.group, rule);
+        const QuantizedBlock r = quantize_block_ref(x.data(), rows, d, axis, bits, o.group, rule);
+        dequantize_block(f, a.data());
+        dequantize_block_ref(r, b.data());
+        if (f.codes != r.codes || f.scale != r.scale || f.zero != r.zero || a != b) {
+          throw InvalidInput("kernel check failed: fast quantizer differs from the reference",
+                             {"", "quant " + quant_rule_name(rule) + " " + quant_axis_name(axis),
+                              std::to_string(bits)});
+        }
       }
     }
   }
@@ -60,9 +63,9 @@ BenchReport bench_quant(const QuantBenchOptions& o) {
     fill_keys(x.data() + h * per_head, per_head, o.head_dim, stream_seed(o.seed, {h}));
   });
   const double gb = static_cast<double>(x.size() * sizeof(float)) / 1e9;
-  rep.note(fmt::format("f32 tensor [{} x {} x {}] ({:.0f} MB), G = {}; GB/s of f32 from the mean; "
-                       "kernels checked bitwise against the reference first",
-                       o.heads, o.tokens, o.head_dim, gb * 1e3, o.group));
+  rep.note(fmt::format("f32 tensor [{} x {} x {}] ({:.0f} MB), G = {}, rule {}; GB/s of f32 from the "
+                       "mean; kernels checked bitwise against the reference first",
+                       o.heads, o.tokens, o.head_dim, gb * 1e3, o.group, quant_rule_name(o.rule)));
   std::fill(y.begin(), y.end(), 0.0f);  // touch the pages before timing
   const Samples copy = measure(o.warmup, o.repeat, [&] {
     parallel_for(o.heads, threads, [&](std::size_t h) {
@@ -74,7 +77,8 @@ BenchReport bench_quant(const QuantBenchOptions& o) {
                  std::uint64_t stored) {
     const double gbs = gb / t.mean();
     rep.add({{"op", op}, {"axis", axis}, {"bits", bits}, {"heads", o.heads}, {"tokens", o.tokens},
-             {"head_dim", o.head_dim}, {"group", o.group}, {"bytes_stored", stored},
+             {"head_dim", o.head_dim}, {"group", o.group}, {"rule", quant_rule_name(o.rule)},
+             {"bytes_stored", stored},
              {"ms_mean", t.mean() * 1e3}, {"ms_stdev", t.stdev() * 1e3}, {"gbs", gbs},
              {"vs_memcpy", gbs / memcpy_gbs}},
             t);
@@ -85,7 +89,7 @@ BenchReport bench_quant(const QuantBenchOptions& o) {
       std::vector<QuantizedBlock> q(o.heads);
       const Samples tq = measure(o.warmup, o.repeat, [&] {
         parallel_for(o.heads, threads, [&](std::size_t h) {
-          q[h] = quantize_block(x.data() + h * per_head, o.tokens, o.head_dim, axis, bits, o.group);
+          q[h] = quantize_block(x.data() + h * per_head, o.tokens, o.head_dim, axis, bits, o.group, o.rule);
         });
       });
       const Samples td = measure(o.warmup, o.repeat, [&] {

@@ -14,6 +14,7 @@ struct QuantBenchOptions {
   std::size_t heads = 8, tokens = 32768, head_dim = 128, group = 32;
   std::vector<int> bits = {2, 3, 4, 8};
   std::vector<QuantAxis> axes = {QuantAxis::channel, QuantAxis::token};
+  QuantRule rule = QuantRule::kivi;  // timed rule; the kernel check covers both
   int warmup = 1, repeat = 5, threads = 0;
   std::uint64_t seed = 1;
 };

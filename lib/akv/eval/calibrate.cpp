@@ -63,6 +63,7 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
     p.key = {b, QuantAxis::channel, o.group};
     p.value = {b, QuantAxis::token, o.group};
     p.residual = o.residual;
+    p.rule = o.rule;
     reconstruct_head(compress_head(in, p), {}, kq.data(), vq.data());
     r.key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
     r.value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
@@ -300,7 +301,7 @@ nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateO
     return nlohmann::json{{"key", spearman(p, ke)}, {"value", spearman(p, ve)}};
   };
   f.params = {{"candidates", cand}, {"group", opt.group}, {"residual", opt.residual},
-              {"target_bits", opt.target_bits}, {"aggregate", opt.aggregate}, {"allocator", opt.allocator},
+              {"quant_rule", quant_rule_name(opt.rule)}, {"target_bits", opt.target_bits}, {"aggregate", opt.aggregate}, {"allocator", opt.allocator},
               {"lo_bit", opt.lo}, {"mid_bit", opt.mid}, {"hi_bit", opt.hi}, {"update_interval", opt.update_interval},
               {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
                         "with the kivi layout, everything else exact"}};

@@ -9,12 +9,14 @@
 
 #include "akv/core/progress.h"
 #include "akv/io/dump.h"
+#include "akv/quant/affine.h"
 
 namespace akv {
 
 struct CalibrateOptions {
   std::vector<int> candidates = {2, 3, 4};
   std::size_t group = 32, residual = 128;
+  QuantRule rule = QuantRule::kivi;   // quantization rule of the measured errors (quant/affine.h)
   double target_bits = 3.0;
   std::string aggregate = "mean";     // over dumps: mean | max
   std::string allocator = "measured"; // measured | adakv-proxy | entropy

@@ -56,6 +56,7 @@ std::string describe(const CompressParams& p) {
                : (p.eviction() && p.eviction()->alloc == AllocMethod::joint ? " joint per-head bits"
                                                                        : " calibrated per-head bits");
     if (p.residual) out += " R" + std::to_string(p.residual);
+    if (p.rule != QuantRule::kivi) out += " " + quant_rule_name(p.rule);
     if (p.outlier_fraction > 0) out += " outliers";
     if (p.pre_rope) out += " pre-RoPE";
   }
@@ -190,7 +191,7 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   if (q.margin) t.margin = *q.margin;
   if (q.demotion) t.demotion = *q.demotion == "fifo" ? Demotion::fifo : Demotion::importance;
   if (r.bits || r.bits_key || r.bits_value || r.key_axis || r.value_axis || r.group || r.residual ||
-      r.outlier_fraction || r.pre_rope || r.calibration || r.quant || r.eviction.any()) {
+      r.quant_rule || r.outlier_fraction || r.pre_rope || r.calibration || r.quant || r.eviction.any()) {
     throw UsageError("tiered takes hot, warm, warm-bits-key, warm-bits-value, cold-bits, protect-first, "
                      "protect-last, anchors, decay, w-attn, w-recency, margin, demotion, preset",
                      {"", "--method", r.method});
@@ -200,6 +201,7 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   p.key = {t.warm_bits_key, QuantAxis::channel, t.block};
   p.value = {t.warm_bits_value, QuantAxis::token, 32};
   p.residual = 0;
+  p.rule = QuantRule::bounded;  // the tiers' rule (policy/tiered.cpp)
   p.mode = t;
   return p;
 }
@@ -260,6 +262,7 @@ CompressParams resolve_quant(const CompressRequest& r) {
     refuse(r.key_axis || r.value_axis, "--key-axis/--value-axis");
     refuse(r.group.has_value(), "--group");
     refuse(r.residual.has_value(), "--residual");
+    refuse(r.quant_rule.has_value(), "--quant-rule");
     refuse(r.outlier_fraction.has_value(), "--outlier-fraction");
     refuse(r.pre_rope, "--pre-rope");
     p.residual = 0;
@@ -282,6 +285,7 @@ CompressParams resolve_quant(const CompressRequest& r) {
   if (r.value_axis) p.value.axis = parse_quant_axis(*r.value_axis);
   if (r.group) p.key.group = p.value.group = static_cast<std::size_t>(*r.group);
   if (r.residual) p.residual = static_cast<std::size_t>(*r.residual);
+  if (r.quant_rule) p.rule = parse_quant_rule(*r.quant_rule);
   if (r.outlier_fraction) p.outlier_fraction = *r.outlier_fraction;
   p.pre_rope = r.pre_rope;
   if (r.calibration) {
@@ -328,6 +332,7 @@ nlohmann::json CompressParams::to_json() const {
     j["value"] = tensor(value);
     j["outlier_fraction"] = outlier_fraction;
     j["pre_rope"] = pre_rope;
+    j["quant_rule"] = quant_rule_name(rule);
   }
   j["residual"] = residual;
   j["scale_dtype"] = "f16";
@@ -371,6 +376,9 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
       p.value = tensor(j.at("value"), "params.value");
       p.outlier_fraction = file_real(j, "outlier_fraction", "outlier-fraction", file, "params.outlier_fraction");
       p.pre_rope = j.at("pre_rope").get<bool>();
+      // Files written before the kivi rule existed were quantized with the bounded rule.
+      p.rule = j.contains("quant_rule") ? parse_quant_rule(j.at("quant_rule").get<std::string>())
+                                        : QuantRule::bounded;
     }
     if (j.contains("head_bits")) {
       const nlohmann::json& hb = j["head_bits"];

@@ -80,6 +80,11 @@ const std::vector<ParamInfo>& param_registry() {
       {"residual", S::quant, P::Integer([](CompressRequest& r) -> auto& { return r.residual; }),
        "residual window R: most recent tokens kept in f16 (kivi, default 128, a multiple of G)", 0, {},
        false, false, {}, {}},
+      {"quant-rule", S::quant, P::Text([](CompressRequest& r) -> auto& { return r.quant_rule; }),
+       "group parameters, codes and key residual: kivi = as KIVI's code (fp16 arithmetic rounded to "
+       "nearest; the newest T mod R keys in f16; default), bounded = directed f16 rounding, every value "
+       "within scale/2 (the newest R to R + G - 1 keys in f16)",
+       {}, {}, false, false, {}, {"kivi", "bounded"}},
       {"outlier-fraction", S::quant, P::Real([](CompressRequest& r) -> auto& { return r.outlier_fraction; }),
        "keep ceil(f * head_dim) key channels per head (largest variance) in f16 (default 0)", 0, 1,
        false, true, {}, {}},

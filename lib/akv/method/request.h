@@ -33,7 +33,7 @@ struct CompressRequest {
   std::optional<std::string> quant;  // with an eviction method: quantization method or preset
   EvictionRequest eviction;
   std::optional<long long> bits, bits_key, bits_value;
-  std::optional<std::string> key_axis, value_axis;
+  std::optional<std::string> key_axis, value_axis, quant_rule;
   std::optional<long long> group, residual;
   std::optional<double> outlier_fraction;
   bool pre_rope = false;

@@ -18,9 +18,8 @@ namespace fs = std::filesystem;
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
 // One quantized tensor of one head after n tokens (as PackedTensor stores it).
-double tensor_bytes(const TensorQuant& t, std::size_t residual, std::size_t d, std::size_t n_out, std::size_t n) {
-  const std::size_t rest = n > residual ? n - residual : 0;
-  const std::size_t q = t.axis == QuantAxis::channel ? rest / t.group * t.group : rest;
+double tensor_bytes(const TensorQuant& t, const QuantParams& p, std::size_t d, std::size_t n_out, std::size_t n) {
+  const std::size_t q = quantized_rows(n, t, p);
   const std::size_t cols = d - n_out;
   const std::size_t groups = t.axis == QuantAxis::channel ? ceil_div(q, t.group) * cols : q * ceil_div(cols, t.group);
   double b = static_cast<double>(ceil_div(q * cols * static_cast<std::size_t>(t.bits), 8)) + 4.0 * static_cast<double>(groups);
@@ -32,7 +31,7 @@ double tensor_bytes(const TensorQuant& t, std::size_t residual, std::size_t d, s
 double head_bytes(const CompressParams& p, std::size_t d, std::size_t n) {
   if (!p.quantized()) return 4.0 * static_cast<double>(d * n);
   const std::size_t n_out = outlier_count(p.outlier_fraction, d);
-  return tensor_bytes(p.key, p.residual, d, n_out, n) + tensor_bytes(p.value, p.residual, d, 0, n);
+  return tensor_bytes(p.key, p, d, n_out, n) + tensor_bytes(p.value, p, d, 0, n);
 }
 
 PlanBytes tiered_bytes(const TieredParams& t, std::size_t d, std::size_t n) {

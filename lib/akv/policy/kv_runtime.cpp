@@ -62,8 +62,7 @@ class StreamTensor {
  private:
   void quantize_ready() {
     const std::size_t n = rows(), n_quant = store_.packed_rows();
-    const std::size_t rest = n - std::min(n, p_->residual);
-    const std::size_t target = t_->axis == QuantAxis::channel ? rest / t_->group * t_->group : rest;
+    const std::size_t target = quantized_rows(n, *t_, *p_);
     if (target <= n_quant) return;
     const std::size_t m = target - n_quant, cols = d_ - n_out_;
     if (n_out_ > 0 && outliers_.empty()) {
@@ -74,7 +73,7 @@ class StreamTensor {
     split_outliers(pending_.data(), m, d_, outliers_, in.data(), out_f32.data());
     std::vector<std::uint16_t> out(m * n_out_);
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = f32_to_f16_ref(out_f32[i]);
-    store_.append_packed(quantize_block(in.data(), m, cols, t_->axis, t_->bits, t_->group), outliers_,
+    store_.append_packed(quantize_block(in.data(), m, cols, t_->axis, t_->bits, t_->group, p_->rule), outliers_,
                          out.data());
     store_.drop_dense_front(m);
     if (pre_rope_) {

@@ -14,6 +14,8 @@ namespace {
 enum class Tier : std::uint8_t { hot, warm, cold };
 
 constexpr std::size_t kValueGroup = 32;  // channels per value group (per-token quantization)
+// akv's own tiers quantize with the bounded rule: every value within scale / 2 of its input.
+constexpr QuantRule kTierRule = QuantRule::bounded;
 
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
@@ -38,8 +40,8 @@ class TierRows {
       insert_f16(at, hk.data(), hv.data(), b_);
       return;
     }
-    k_.insert_packed(at, quantize_block(k, b_, d_, QuantAxis::channel, bk_, b_));
-    v_.insert_packed(at, quantize_block(v, b_, d_, QuantAxis::token, bv_, kValueGroup));
+    k_.insert_packed(at, quantize_block(k, b_, d_, QuantAxis::channel, bk_, b_, kTierRule));
+    v_.insert_packed(at, quantize_block(v, b_, d_, QuantAxis::token, bv_, kValueGroup, kTierRule));
   }
   // n f16 rows (bits [n, d]) before row `at` (f16 tiers).
   void insert_f16(std::size_t at, const std::uint16_t* k, const std::uint16_t* v, std::size_t n) {

@@ -30,6 +30,27 @@ inline float decode(std::uint8_t code, float scale, float zero) {
 
 inline float inverse(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }
 
+inline float f16_nearest(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
+
+// The kivi rule's code of an f16 input (see affine.h); NaN (0 / 0 in a constant group) -> 0.
+inline std::uint8_t encode_kivi(float x, float zero, float scale, float max_code) {
+  const float q = f16_nearest(f16_nearest(x - zero) / scale);
+  if (!(q > 0.0f)) return 0;
+  return static_cast<std::uint8_t>(std::nearbyint(std::min(q, max_code)));
+}
+
+// The block's values rounded to f16 (the kivi rule's input), or nothing for the bounded rule.
+std::vector<float> rule_input(const float* x, std::size_t n, QuantRule rule, bool ref) {
+  if (rule != QuantRule::kivi) return {};
+  std::vector<float> h(x, x + n);
+  if (ref) {
+    for (float& v : h) v = f16_nearest(v);
+  } else {
+    round_through_f16(h.data(), h.size());
+  }
+  return h;
+}
+
 QuantizedBlock empty_block(std::size_t rows, std::size_t cols, QuantAxis axis, int bits,
                            std::size_t group) {
   QuantizedBlock q;
@@ -53,6 +74,27 @@ QuantAxis parse_quant_axis(const std::string& name) {
   throw InvalidInput("unknown quantization axis (expected channel or token)", {"", "axis", name});
 }
 
+std::string quant_rule_name(QuantRule r) { return r == QuantRule::kivi ? "kivi" : "bounded"; }
+
+QuantRule parse_quant_rule(const std::string& name) {
+  if (name == "kivi") return QuantRule::kivi;
+  if (name == "bounded") return QuantRule::bounded;
+  throw InvalidInput("unknown quantization rule (expected kivi or bounded)", {"", "quant_rule", name});
+}
+
+GroupParams group_params_kivi(float min, float max, int bits) {
+  if (!std::isfinite(min) || !std::isfinite(max)) {
+    throw InvalidInput("value beyond the f16 range of quantization parameters",
+                       {"", "group min/max", format_number(min) + " / " + format_number(max)});
+  }
+  const float range = f16_nearest(max - min);
+  if (!std::isfinite(range)) {
+    throw InvalidInput("group range beyond the f16 range of quantization parameters",
+                       {"", "group min/max", format_number(min) + " / " + format_number(max)});
+  }
+  return {f16_nearest(range / static_cast<float>((1 << bits) - 1)), min};
+}
+
 GroupParams group_params(float min, float max, int bits) {
   const float zero = f16_round_down(min);
   if (!std::isfinite(zero) || !std::isfinite(f16_round_up(max))) {
@@ -74,9 +116,11 @@ std::size_t QuantizedBlock::n_groups() const {
 }
 
 QuantizedBlock quantize_block_ref(const float* x, std::size_t rows, std::size_t cols,
-                                  QuantAxis axis, int bits, std::size_t group) {
+                                  QuantAxis axis, int bits, std::size_t group, QuantRule rule) {
   check_args(bits, group);
   QuantizedBlock q = empty_block(rows, cols, axis, bits, group);
+  const std::vector<float> h = rule_input(x, rows * cols, rule, true);
+  if (!h.empty()) x = h.data();
   std::vector<std::uint8_t> codes(rows * cols);  // row-major, like x
   const float max_code = static_cast<float>((1 << bits) - 1);
   // Visit groups in their parameter order; each group is a list of element offsets.
@@ -87,6 +131,14 @@ QuantizedBlock quantize_block_ref(const float* x, std::size_t rows, std::size_t 
     for (std::size_t i : idx) {
       lo = std::min(lo, x[i]);
       hi = std::max(hi, x[i]);
+    }
+    if (rule == QuantRule::kivi) {
+      const GroupParams p = group_params_kivi(lo, hi, bits);
+      for (std::size_t i : idx) codes[i] = encode_kivi(x[i], p.zero, p.scale, max_code);
+      q.scale[g] = f32_to_f16_ref(p.scale);
+      q.zero[g] = f32_to_f16_ref(p.zero);
+      ++g;
+      return;
     }
     const GroupParams p = group_params(lo, hi, bits);
     const float inv = inverse(p.scale);
@@ -137,29 +189,40 @@ constexpr std::size_t kTokenRowsPerBatch = 64;
 }  // namespace
 
 QuantizedBlock quantize_block(const float* x, std::size_t rows, std::size_t cols, QuantAxis axis,
-                              int bits, std::size_t group) {
+                              int bits, std::size_t group, QuantRule rule) {
   check_args(bits, group);
   QuantizedBlock q = empty_block(rows, cols, axis, bits, group);
+  const std::vector<float> h = rule_input(x, rows * cols, rule, false);
+  if (!h.empty()) x = h.data();
+  const bool kivi = rule == QuantRule::kivi;
   std::vector<std::uint8_t> codes(rows * cols);
   const float max_code = static_cast<float>((1 << bits) - 1);
+  // Parameters of n groups: zero and, per rule, 1/scale (bounded) or scale (kivi) as f32.
+  auto params = [&](const float* lo, const float* hi, std::size_t n, float* zero, float* sc,
+                    std::size_t g0) {
+    if (kivi) {
+      kernels::group_params_kivi_many(lo, hi, n, bits, zero, sc, q.scale.data() + g0, q.zero.data() + g0);
+    } else {
+      kernels::group_params_many(lo, hi, n, bits, zero, sc, q.scale.data() + g0, q.zero.data() + g0);
+    }
+  };
   if (axis == QuantAxis::channel) {
     // Per token group: column ranges, one parameter batch over the columns, then each row is
     // encoded against per-column parameters.
-    std::vector<float> lo(cols), hi(cols), zero(cols), inv(cols);
+    std::vector<float> lo(cols), hi(cols), zero(cols), sc(cols);
     for (std::size_t t0 = 0, g = 0; t0 < rows; t0 += group, g += cols) {
       const std::size_t n = std::min(group, rows - t0);
       kernels::minmax_columns(x + t0 * cols, n, cols, lo.data(), hi.data());
-      kernels::group_params_many(lo.data(), hi.data(), cols, bits, zero.data(), inv.data(),
-                                 q.scale.data() + g, q.zero.data() + g);
+      params(lo.data(), hi.data(), cols, zero.data(), sc.data(), g);
       for (std::size_t t = t0; t < t0 + n; ++t) {
-        kernels::encode_per_element(x + t * cols, zero.data(), inv.data(), cols, max_code,
-                                    codes.data() + t * cols);
+        const auto encode_row = kivi ? kernels::encode_kivi_per_element : kernels::encode_per_element;
+        encode_row(x + t * cols, zero.data(), sc.data(), cols, max_code, codes.data() + t * cols);
       }
     }
   } else {
     const std::size_t per_row = ceil_div(cols, group);
     const std::size_t batch = kTokenRowsPerBatch * per_row;
-    std::vector<float> lo(batch), hi(batch), zero(batch), inv(batch);
+    std::vector<float> lo(batch), hi(batch), zero(batch), sc(batch);
     for (std::size_t t0 = 0; t0 < rows; t0 += kTokenRowsPerBatch) {
       const std::size_t n = std::min(kTokenRowsPerBatch, rows - t0);
       for (std::size_t t = 0; t < n; ++t) {
@@ -170,15 +233,14 @@ QuantizedBlock quantize_block(const float* x, std::size_t rows, std::size_t cols
                                 &hi[t * per_row + j]);
         }
       }
-      const std::size_t g0 = t0 * per_row;
-      kernels::group_params_many(lo.data(), hi.data(), n * per_row, bits, zero.data(), inv.data(),
-                                 q.scale.data() + g0, q.zero.data() + g0);
+      params(lo.data(), hi.data(), n * per_row, zero.data(), sc.data(), t0 * per_row);
+      const auto encode_group = kivi ? kernels::encode_kivi_broadcast : kernels::encode_broadcast;
       for (std::size_t t = 0; t < n; ++t) {
         const std::size_t off = (t0 + t) * cols;
         for (std::size_t j = 0; j < per_row; ++j) {
           const std::size_t c0 = j * group;
-          kernels::encode_broadcast(x + off + c0, zero[t * per_row + j], inv[t * per_row + j],
-                                    std::min(group, cols - c0), max_code, codes.data() + off + c0);
+          encode_group(x + off + c0, zero[t * per_row + j], sc[t * per_row + j],
+                       std::min(group, cols - c0), max_code, codes.data() + off + c0);
         }
       }
     }

@@ -9,12 +9,6 @@
 namespace akv {
 namespace {
 
-std::size_t quant_rows(std::size_t n, const TensorQuant& t, const QuantParams& p) {
-  if (!p.quantized()) return 0;
-  const std::size_t rest = n - std::min(n, p.residual);
-  return t.axis == QuantAxis::channel ? rest / t.group * t.group : rest;
-}
-
 std::vector<std::uint16_t> to_f16(const float* x, std::size_t n, bool ref) {
   std::vector<std::uint16_t> h(n);
   if (ref) {
@@ -29,19 +23,19 @@ TensorPart compress_part(const float* src, const float* post, std::size_t n, std
                          const TensorQuant& t, const QuantParams& p, std::size_t n_outlier,
                          bool pre_rope, bool ref) {
   TensorPart part;
-  part.n_quant = quant_rows(n, t, p);
+  part.n_quant = quantized_rows(n, t, p);
   part.n_residual = n - part.n_quant;
   part.pre_rope = pre_rope && part.n_quant > 0;
   const auto quantize = ref ? quantize_block_ref : quantize_block;
   if (part.n_quant > 0) {
     if (n_outlier == 0) {
-      part.block = quantize(src, part.n_quant, d, t.axis, t.bits, t.group);
+      part.block = quantize(src, part.n_quant, d, t.axis, t.bits, t.group, p.rule);
     } else {
       part.outlier_channels = select_outlier_channels(src, part.n_quant, d, n_outlier);
       const std::size_t cols = d - n_outlier;
       std::vector<float> inliers(part.n_quant * cols), outliers(part.n_quant * n_outlier);
       split_outliers(src, part.n_quant, d, part.outlier_channels, inliers.data(), outliers.data());
-      part.block = quantize(inliers.data(), part.n_quant, cols, t.axis, t.bits, t.group);
+      part.block = quantize(inliers.data(), part.n_quant, cols, t.axis, t.bits, t.group, p.rule);
       part.outlier_values = to_f16(outliers.data(), outliers.size(), ref);
     }
   }
@@ -85,6 +79,13 @@ void rebuild_part(const TensorPart& part, std::size_t d, float* out) {
 }
 
 }  // namespace
+
+std::size_t quantized_rows(std::size_t n, QuantAxis axis, std::size_t group, std::size_t residual,
+                           QuantRule rule) {
+  if (axis == QuantAxis::token) return n - std::min(n, residual);
+  if (rule == QuantRule::kivi) return residual > 0 ? n - n % residual : n / group * group;
+  return (n - std::min(n, residual)) / group * group;
+}
 
 std::string quantizer_name(Quantizer q) {
   switch (q) {

@@ -19,7 +19,27 @@ inline std::uint8_t encode1(float x, float zero, float inv, float max_code) {
   return static_cast<std::uint8_t>(std::clamp(q, 0.0f, max_code));
 }
 
+inline float f16_nearest(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
+
+inline std::uint8_t encode_kivi1(float x, float zero, float scale, float max_code) {
+  const float q = f16_nearest(f16_nearest(x - zero) / scale);
+  if (!(q > 0.0f)) return 0;
+  return static_cast<std::uint8_t>(std::nearbyint(std::min(q, max_code)));
+}
+
 #ifdef AKV_QUANT_AVX2
+inline __m256 f16_nearest8(__m256 x) {
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// max_ps returns its second operand when the first is NaN: NaN -> 0, as encode_kivi1.
+inline __m256i encode_kivi8(__m256 x, __m256 zero, __m256 scale, __m256 max_code) {
+  __m256 q = f16_nearest8(_mm256_div_ps(f16_nearest8(_mm256_sub_ps(x, zero)), scale));
+  q = _mm256_min_ps(_mm256_max_ps(q, _mm256_setzero_ps()), max_code);
+  q = _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_cvttps_epi32(q);
+}
+
 inline __m256i encode8(__m256 x, __m256 zero, __m256 inv, __m256 max_code) {
   __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(x, zero), inv),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -163,6 +183,70 @@ void encode_broadcast(const float* x, float zero, float inv, std::size_t n, floa
   }
 #endif
   for (; i < n; ++i) codes[i] = encode1(x[i], zero, inv, max_code);
+}
+
+void group_params_kivi_many(const float* lo, const float* hi, std::size_t n, int bits, float* zero,
+                            float* scale, std::uint16_t* scale_bits, std::uint16_t* zero_bits) {
+  std::size_t i = 0;
+#ifdef AKV_QUANT_AVX2
+  const __m256 vlevels = _mm256_set1_ps(static_cast<float>((1 << bits) - 1));
+  const __m256 inf = _mm256_set1_ps(INFINITY);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 l = _mm256_loadu_ps(lo + i), h = _mm256_loadu_ps(hi + i);
+    const __m256 range = f16_nearest8(_mm256_sub_ps(h, l));
+    const __m256 finite = _mm256_and_ps(
+        _mm256_and_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, l), inf, _CMP_LT_OQ),
+                      _mm256_cmp_ps(_mm256_andnot_ps(sign, h), inf, _CMP_LT_OQ)),
+        _mm256_cmp_ps(range, inf, _CMP_LT_OQ));
+    if (_mm256_movemask_ps(finite) != 0xff) break;  // the scalar loop throws with the details
+    const __m128i sh = _mm256_cvtps_ph(_mm256_div_ps(range, vlevels), kNearest);
+    _mm256_storeu_ps(zero + i, l);
+    _mm256_storeu_ps(scale + i, _mm256_cvtph_ps(sh));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(scale_bits + i), sh);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(zero_bits + i), _mm256_cvtps_ph(l, kNearest));
+  }
+#endif
+  for (; i < n; ++i) {
+    const GroupParams p = group_params_kivi(lo[i], hi[i], bits);
+    zero[i] = p.zero;
+    scale[i] = p.scale;
+    scale_bits[i] = f32_to_f16_ref(p.scale);
+    zero_bits[i] = f32_to_f16_ref(p.zero);
+  }
+}
+
+void encode_kivi_per_element(const float* x, const float* zero, const float* scale, std::size_t n,
+                             float max_code, std::uint8_t* codes) {
+  std::size_t i = 0;
+#ifdef AKV_QUANT_AVX2
+  const __m256 m = _mm256_set1_ps(max_code);
+  for (; i + 32 <= n; i += 32) {
+    __m256i v[4];
+    for (int k = 0; k < 4; ++k) {
+      const std::size_t j = i + 8 * static_cast<std::size_t>(k);
+      v[k] = encode_kivi8(_mm256_loadu_ps(x + j), _mm256_loadu_ps(zero + j), _mm256_loadu_ps(scale + j), m);
+    }
+    store32(v[0], v[1], v[2], v[3], codes + i);
+  }
+#endif
+  for (; i < n; ++i) codes[i] = encode_kivi1(x[i], zero[i], scale[i], max_code);
+}
+
+void encode_kivi_broadcast(const float* x, float zero, float scale, std::size_t n, float max_code,
+                           std::uint8_t* codes) {
+  std::size_t i = 0;
+#ifdef AKV_QUANT_AVX2
+  const __m256 m = _mm256_set1_ps(max_code);
+  const __m256 z = _mm256_set1_ps(zero), s = _mm256_set1_ps(scale);
+  for (; i + 32 <= n; i += 32) {
+    store32(encode_kivi8(_mm256_loadu_ps(x + i), z, s, m), encode_kivi8(_mm256_loadu_ps(x + i + 8), z, s, m),
+            encode_kivi8(_mm256_loadu_ps(x + i + 16), z, s, m),
+            encode_kivi8(_mm256_loadu_ps(x + i + 24), z, s, m), codes + i);
+  }
+#endif
+  for (; i < n; ++i) codes[i] = encode_kivi1(x[i], zero, scale, max_code);
 }
 
 void decode_per_element(const std::uint8_t* codes, const float* scale, const float* zero,

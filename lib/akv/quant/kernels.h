@@ -18,12 +18,23 @@ void minmax_range(const float* x, std::size_t n, float* lo, float* hi);
 void group_params_many(const float* lo, const float* hi, std::size_t n, int bits, float* zero,
                        float* inv, std::uint16_t* scale_bits, std::uint16_t* zero_bits);
 
+// The kivi rule's parameters (see group_params_kivi): zero and scale as f32 and their f16 bits.
+void group_params_kivi_many(const float* lo, const float* hi, std::size_t n, int bits, float* zero,
+                            float* scale, std::uint16_t* scale_bits, std::uint16_t* zero_bits);
+
 // codes[i] = clamp(round_half_even((x[i] - zero[i]) * inv[i]), 0, max_code).
 void encode_per_element(const float* x, const float* zero, const float* inv, std::size_t n,
                         float max_code, std::uint8_t* codes);
 // Same with one zero / inverse for the whole range.
 void encode_broadcast(const float* x, float zero, float inv, std::size_t n, float max_code,
                       std::uint8_t* codes);
+
+// The kivi rule's codes of f16 inputs: round_half_even(clamp(f16(f16(x[i] - zero[i]) / scale[i]),
+// 0, max_code)), 0 where that is NaN (scale 0); per element / one zero and scale for the range.
+void encode_kivi_per_element(const float* x, const float* zero, const float* scale, std::size_t n,
+                             float max_code, std::uint8_t* codes);
+void encode_kivi_broadcast(const float* x, float zero, float scale, std::size_t n, float max_code,
+                           std::uint8_t* codes);
 
 // out[i] = fma(code[i], scale[i], zero[i]) / with one scale and zero.
 void decode_per_element(const std::uint8_t* codes, const float* scale, const float* zero,
