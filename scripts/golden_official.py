@@ -2,7 +2,8 @@
 """Runs the official code of akv's eviction methods on an akv dump and writes what each keeps, per
 layer and KV head, as golden data for akv's tests (tests/unit/test_golden.cpp):
 
-  --adakv CHECKOUT            FFY0/AdaKV adaptive_snapkv/monkeypatch/snapkv_utils.py: adakv, snapkv
+  --adakv CHECKOUT            FFY0/AdaKV adaptive_snapkv/monkeypatch/snapkv_utils.py: adakv, snapkv,
+                              adakv-pyramid (AdaptiveSnapKVCluster with pyram_mode, pyram_beta 20)
   --kvcache-factory CHECKOUT  Zefan-Cai/KVCache-Factory pyramidkv/pyramidkv_utils.py: pyramid
   --h2o CHECKOUT              FMInference/H2O h2o_hf/utils_real_drop/modify_llama.py
                               (H2OKVCache_LayerWise; needs a dump of all prompt queries, MHA)
@@ -27,7 +28,9 @@ tokens. For each head OUT.json also records the official selection score of the 
 equal scores come first, so a reimplementation may keep any of them.
 """
 import argparse
+import contextlib
 import importlib.util
+import io
 import json
 import math
 import subprocess
@@ -135,7 +138,8 @@ def main():
         official = factory = h2o = streaming = None
         if args.adakv:
             official, commit = load_official(args.adakv)
-            methods += [("adakv", "FFY0/AdaKV", commit), ("snapkv", "FFY0/AdaKV", commit)]
+            methods += [("adakv", "FFY0/AdaKV", commit), ("snapkv", "FFY0/AdaKV", commit),
+                        ("adakv-pyramid", "FFY0/AdaKV", commit)]
         if args.h2o:
             h2o = load_module(Path(args.h2o) / "h2o_hf" / "utils_real_drop" / "modify_llama.py", "official_h2o")
             methods.append(("h2o", "FMInference/H2O", commit_of(args.h2o)))
@@ -151,12 +155,14 @@ def main():
             layers = []
             for layer in range(n_layers):
                 key, query, value = tensors(f, layer, n_tokens)
-                if method == "adakv":
+                if method in ("adakv", "adakv-pyramid"):
                     cluster = official.AdaptiveSnapKVCluster(
                         window_size=args.window, kernel_size=7, pooling="maxpool", base_capacity=capacity,
                         floor_alpha=0.2, skip=0, normalize=None, layer_idx=layer, num_hidden_layers=n_layers,
+                        pyram_mode=method == "adakv-pyramid", pyram_beta=20,
                         gqa_support=True, num_key_value_groups=group, gqa_func="mean")
-                    _, vals = cluster.update_kv(key, query, value)
+                    with contextlib.redirect_stdout(io.StringIO()):  # pyram mode prints its capacities
+                        _, vals = cluster.update_kv(key, query, value)
                     lens = cluster.head_lens.tolist()
                     rows = vals[:, 0].round().long().tolist()
                     per_head, at = [], 0

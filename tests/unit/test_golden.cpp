@@ -105,7 +105,7 @@ TEST_CASE("KIVI: codes, scales, zeros and the residual split equal the official 
   }
 }
 
-TEST_CASE("Ada-KV, SnapKV and PyramidKV keep what their official code keeps (GQA 4, 20%)", "[golden][alloc]") {
+TEST_CASE("Ada-KV, SnapKV, PyramidKV and Ada-KV pyramid keep what their official code keeps (GQA 4, 20%)", "[golden][alloc]") {
   // scripts/golden_official.py data/golden/gqa4-dump.h5 data/golden/gqa4-official.json
   //   --adakv ADAKV_CHECKOUT --kvcache-factory KVCACHE_FACTORY_CHECKOUT
   check_golden("gqa4-official.json");
