@@ -33,6 +33,12 @@ plot_ok "passkey grid" "$o/passkey.png" "$IN/passkey.json"
 plot_ok "perplexity against bits (pareto)" "$o/ppl.png" "$IN/perplexity.json"
 plot_ok "attention error against bits, two caches (pareto)" "$o/fid.svg" "$IN/fidelity.json" "$IN/fidelity.json"
 plot_ok "decode attention against context" "$o/att.png" "$IN/bench-attention.json"
+plot_ok "cache bytes per tier along the decode steps (tiers)" "$o/tiers.svg" "$IN/perplexity.json" --kind tiers
+if grep -q "cold (host)" "$o/tiers.svg" && grep -q "compact:warm=64:cold-bits=16" "$o/tiers.svg"; then
+  pass "tiers figure names the tiers and the tiered method"
+else
+  fail "tiers figure names the tiers and the tiered method"
+fi
 plot_ok "token budgets per head" "$o/budgets.png" "$FX/budgets.json"
 plot_ok "joint plan per head" "$o/joint.png" "$FX/budgets-joint.json"
 plot_ok "calibrated bits per head" "$o/calib.svg" "$FX/calibration.json" --kind heads
@@ -42,9 +48,9 @@ if cmp -s "$o/ppl.png" "$o/again.png"; then pass "same input, same PNG bytes"; e
 cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/figs/"
 run "${PLOT[@]}" report "$TMP/figs" -o "$TMP/report.html"
 n=$(grep -o "<svg" "$TMP/report.html" | wc -l)
-if [[ $rc -eq 0 && $n -eq 6 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
-   ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
-  pass "report: 6 inline figures, akv-synth listed as not plotted, no network"
+if [[ $rc -eq 0 && $n -eq 7 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
+   grep -q "perplexity.json: tiers" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
+  pass "report: 7 inline figures (tiers included), akv-synth listed as not plotted, no network"
 else
   fail "report: exit $rc, $n figures; stderr: $(head -c 300 "$TMP/err")"
 fi
@@ -74,6 +80,13 @@ mkdir -p "$b"
 printf '{"format": "akv-passkey", "version": 1' >"$TMP/trunc.json"
 printf '{"rows": []}' >"$TMP/noformat.json"
 printf '{"format": "akv-passkey", "version": 1, "methods": [{"accuracy": 3}], "lengths": [1], "depths": [0]}' >"$TMP/shape.json"
+"$PY" - "$IN/perplexity.json" "$TMP/notrace.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for m in doc["methods"]:
+    del m["memory_trace"]
+json.dump(doc, open(sys.argv[2], "w"))
+PY
 plot_err() {  # NAME CODE PATTERN ARGS...
   local name=$1 code=$2 pattern=$3
   shift 3
@@ -90,6 +103,8 @@ plot_err "truncated JSON" 2 "not JSON .*trunc.json" "$TMP/trunc.json" -o "$b/x.p
 plot_err "JSON without a format" 2 "no format field" "$TMP/noformat.json" -o "$b/x.png"
 plot_err "a format with no figure" 2 "format = akv-synth" "$IN/synth.json" -o "$b/x.png"
 plot_err "passkey grid of the wrong shape" 2 "methods\[0\].accuracy" "$TMP/shape.json" -o "$b/x.png"
+plot_err "tiers without a memory trace" 2 "no memory_trace .*methods\[\]" "$TMP/notrace.json" -o "$b/x.png" --kind tiers
+plot_err "tiers of another format" 2 "--kind tiers does not fit" "$IN/passkey.json" -o "$b/x.png" --kind tiers
 plot_err "unknown kind" 2 "--kind = bars" "$IN/passkey.json" -o "$b/x.png" --kind bars
 plot_err "kind that does not fit" 2 "--kind heads" "$IN/passkey.json" -o "$b/x.png" --kind heads
 plot_err "two kinds in one figure" 1 "different kinds" "$IN/passkey.json" "$IN/perplexity.json" -o "$b/x.png"

@@ -388,6 +388,45 @@ TEST_CASE("perplexity through compressed caches on stories260K", "[runtime]") {
   CHECK_THROWS_AS(make_kv_policy(params("h2o:budget=0.5:quant=kivi-2"), g), UsageError);
 }
 
+TEST_CASE("memory trace: bytes along sequence 0, tiers adding up", "[runtime]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto seqs = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  PplOptions o;
+  for (const std::string spec : {"full", "kivi-2", "compact:warm=64:cold-bits=16"}) {
+    o.methods.push_back({spec, spec == "full" ? std::nullopt : std::optional<CompressParams>(params(spec))});
+  }
+  o.max_sequences = 2;
+  o.prefill = 100;
+  const PplReport r = evaluate_perplexity(m, seqs, o, {});
+  REQUIRE(r.traces.size() == 3);
+  const std::size_t n = seqs[0].size();
+  const ModelConfig& c = m.config();
+  const std::uint64_t f32_per_token = 2ull * 4 * c.n_layers * c.n_kv_heads * c.head_dim;
+  for (const MemoryTrace& t : r.traces) {
+    REQUIRE(!t.tokens.empty());
+    CHECK(t.tokens.front() == 100);    // after the prompt
+    CHECK(t.tokens.back() == n - 1);   // the last token fed (the final one is only predicted)
+    CHECK(t.tokens.size() <= MemoryTrace::kMaxTracePoints + 1);
+    CHECK(std::is_sorted(t.tokens.begin(), t.tokens.end()));
+  }
+  for (std::size_t i = 0; i < r.traces[0].tokens.size(); ++i) {
+    CHECK(r.traces[0].bytes[i] == r.traces[0].tokens[i] * f32_per_token);  // the f32 reference
+  }
+  CHECK(r.traces[1].hot.empty());  // not tiered
+  const MemoryTrace& tiered = r.traces[2];
+  REQUIRE(tiered.hot.size() == tiered.tokens.size());
+  for (std::size_t i = 0; i < tiered.tokens.size(); ++i) {
+    CHECK(tiered.hot[i] + tiered.warm[i] + tiered.cold[i] == tiered.bytes[i]);
+    CHECK(tiered.hot_tokens[i] + tiered.warm_tokens[i] + tiered.cold_tokens[i] ==
+          tiered.tokens[i] * c.n_layers * c.n_kv_heads);
+  }
+  CHECK(tiered.bytes.back() == r.sequences[0][2].bytes);
+}
+
 TEST_CASE("passkey prompts: length, depth, marker, key; greedy continuation", "[runtime][passkey]") {
   std::vector<std::int32_t> filler(1000);
   for (std::size_t i = 0; i < filler.size(); ++i) filler[i] = static_cast<std::int32_t>(100 + i % 50);

@@ -24,6 +24,19 @@ std::size_t argmax(const std::vector<double>& x) {
   return static_cast<std::size_t>(std::max_element(x.begin(), x.end()) - x.begin());
 }
 
+void record(MemoryTrace& t, const KvPolicy& cache, std::size_t tokens) {
+  t.tokens.push_back(tokens);
+  t.bytes.push_back(cache.bytes());
+  if (const auto tb = cache.tier_bytes()) {
+    t.hot.push_back(tb->hot);
+    t.warm.push_back(tb->warm);
+    t.cold.push_back(tb->cold);
+    t.hot_tokens.push_back(tb->hot_tokens);
+    t.warm_tokens.push_back(tb->warm_tokens);
+    t.cold_tokens.push_back(tb->cold_tokens);
+  }
+}
+
 }  // namespace
 
 PplSums& PplSums::operator+=(const PplSums& o) {
@@ -59,6 +72,7 @@ PplReport evaluate_perplexity(const Model& model,
   }
   r.sequences.assign(n_seq, std::vector<PplSums>(methods.size()));
   r.prompt_tokens.assign(n_seq, 0);
+  r.traces.assign(methods.size(), {});
   const KvGeometry g{c.kv_shape(), c.seq_len};
   std::size_t done = 0;
   std::mutex progress_mutex;
@@ -81,6 +95,7 @@ PplReport evaluate_perplexity(const Model& model,
       auto cache = make_kv_policy(methods[mi].params, g, 1);
       cache->ingest_prompt(pkv);
       PplSums& s = r.sequences[si][mi];
+      const std::size_t stride = (n - P + MemoryTrace::kMaxTracePoints - 1) / MemoryTrace::kMaxTracePoints;
       for (std::size_t pos = P - 1; pos + 1 < n; ++pos) {
         std::vector<double> lp;
         if (pos == P - 1) {
@@ -100,6 +115,7 @@ PplReport evaluate_perplexity(const Model& model,
           s.kl += std::max(0.0, kl);
         }
         s.top1 += argmax(lp) == argmax(ref[k]) ? 1 : 0;
+        if (si == 0 && (k % stride == 0 || pos + 2 == n)) record(r.traces[mi], *cache, pos + 1);
       }
       s.bytes = cache->bytes();
       if (const auto tb = cache->tier_bytes()) s.host_bytes = tb->cold;
@@ -111,6 +127,19 @@ PplReport evaluate_perplexity(const Model& model,
     }
   });
   return r;
+}
+
+nlohmann::json MemoryTrace::to_json() const {
+  nlohmann::json j = {{"sequence", 0}, {"tokens", tokens}, {"bytes", bytes}};
+  if (!hot.empty()) {
+    j["hot_bytes"] = hot;
+    j["warm_bytes"] = warm;
+    j["cold_bytes"] = cold;
+    j["hot_tokens"] = hot_tokens;
+    j["warm_tokens"] = warm_tokens;
+    j["cold_tokens"] = cold_tokens;
+  }
+  return j;
 }
 
 nlohmann::json PplReport::to_json() const {
@@ -135,7 +164,8 @@ nlohmann::json PplReport::to_json() const {
                   {"device_bytes", s.bytes - s.host_bytes},
                   {"host_bytes", s.host_bytes},
                   {"f16_bytes", s.f16_bytes},
-                  {"bits_per_element", 16.0 * static_cast<double>(s.bytes) / static_cast<double>(s.f16_bytes)}});
+                  {"bits_per_element", 16.0 * static_cast<double>(s.bytes) / static_cast<double>(s.f16_bytes)},
+                  {"memory_trace", m < traces.size() ? traces[m].to_json() : nlohmann::json(nullptr)}});
   }
   j["methods"] = ms;
   return j;

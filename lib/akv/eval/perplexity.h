@@ -38,11 +38,24 @@ struct PplSums {
   double ppl() const;
 };
 
+// Cache bytes of one method along the first sequence (the prompt, then every decode step; at
+// most kMaxTracePoints points, evenly spaced, the last step always included). Tier columns are
+// filled for tiered caches only.
+struct MemoryTrace {
+  static constexpr std::size_t kMaxTracePoints = 128;
+  std::vector<std::size_t> tokens;        // tokens the cache has seen (prompt + decoded)
+  std::vector<std::uint64_t> bytes;       // all bytes stored
+  std::vector<std::uint64_t> hot, warm, cold;  // bytes per tier (tiered caches)
+  std::vector<std::size_t> hot_tokens, warm_tokens, cold_tokens;
+  nlohmann::json to_json() const;
+};
+
 struct PplReport {
   std::vector<std::string> specs;              // [methods], specs[0] == "full"
   std::vector<std::string> descriptions;
   std::vector<std::vector<PplSums>> sequences;  // [sequence][method]
   std::vector<std::size_t> prompt_tokens;       // [sequence]
+  std::vector<MemoryTrace> traces;              // [method], along sequence 0
   PplSums total(std::size_t method) const;
   nlohmann::json to_json() const;
   std::string to_csv() const;    // one row per sequence and method
