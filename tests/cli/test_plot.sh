@@ -31,6 +31,8 @@ plot_ok() {  # NAME OUT INPUT... : exit 0 and a PNG (or SVG) at OUT
 
 plot_ok "passkey grid" "$o/passkey.png" "$IN/passkey.json"
 plot_ok "perplexity against bits (pareto)" "$o/ppl.png" "$IN/perplexity.json"
+plot_ok "KL against bits (pareto --metric kl)" "$o/kl.svg" "$IN/perplexity.json" --metric kl
+if grep -q "KL divergence" "$o/kl.svg"; then pass "the KL figure labels its axis"; else fail "the KL figure labels its axis"; fi
 plot_ok "attention error against bits, two caches (pareto)" "$o/fid.svg" "$IN/fidelity.json" "$IN/fidelity.json"
 plot_ok "decode attention against context" "$o/att.png" "$IN/bench-attention.json"
 plot_ok "cache bytes per tier along the decode steps (tiers)" "$o/tiers.svg" "$IN/perplexity.json" --kind tiers
@@ -108,6 +110,8 @@ plot_err "tiers of another format" 2 "--kind tiers does not fit" "$IN/passkey.js
 plot_err "unknown kind" 2 "--kind = bars" "$IN/passkey.json" -o "$b/x.png" --kind bars
 plot_err "kind that does not fit" 2 "--kind heads" "$IN/passkey.json" -o "$b/x.png" --kind heads
 plot_err "two kinds in one figure" 1 "different kinds" "$IN/passkey.json" "$IN/perplexity.json" -o "$b/x.png"
+plot_err "unknown metric" 1 "--metric = ppl" "$IN/perplexity.json" -o "$b/x.png" --metric ppl
+plot_err "metric of another kind" 1 "--metric applies to pareto" "$IN/passkey.json" -o "$b/x.png" --metric kl
 plot_err "unsupported output type" 1 "png or .svg" "$IN/passkey.json" -o "$b/x.jpg"
 plot_err "missing input" 3 "cannot read .*nope.json" "$TMP/nope.json" -o "$b/x.png"
 plot_err "missing output directory" 3 "output directory does not exist" "$IN/passkey.json" -o "$b/no/x.png"
