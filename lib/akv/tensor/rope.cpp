@@ -58,12 +58,10 @@ std::string rope_scaling_name(RopeScaling::Kind k) {
   return "?";
 }
 
-std::vector<float> rope_inv_freq(std::size_t rotary_dim, double theta, const RopeScaling& s,
-                                 std::size_t seq_len) {
-  if (rotary_dim == 0 || rotary_dim % 2 != 0) {
-    throw InvalidInput("RoPE needs an even rotary dimension", {"", "rotary_dim", std::to_string(rotary_dim)});
-  }
-  check_theta(theta);
+namespace {
+
+std::vector<float> scaled_inv_freq(std::size_t rotary_dim, double theta, const RopeScaling& s,
+                                   std::size_t seq_len) {
   switch (s.kind) {
     case RopeScaling::Kind::none:
       return default_inv_freq(rotary_dim, theta);
@@ -105,6 +103,31 @@ std::vector<float> rope_inv_freq(std::size_t rotary_dim, double theta, const Rop
     }
   }
   return {};
+}
+
+}  // namespace
+
+std::vector<float> rope_inv_freq(std::size_t rotary_dim, double theta, const RopeScaling& s,
+                                 std::size_t seq_len) {
+  if (rotary_dim == 0 || rotary_dim % 2 != 0) {
+    throw InvalidInput("RoPE needs an even rotary dimension", {"", "rotary_dim", std::to_string(rotary_dim)});
+  }
+  check_theta(theta);
+  std::vector<float> f = scaled_inv_freq(rotary_dim, theta, s, seq_len);
+  if (!s.freq_factors.empty()) {
+    if (s.freq_factors.size() != f.size()) {
+      throw InvalidInput("RoPE frequency factors must number rotary_dim / 2 = " + std::to_string(f.size()),
+                         {"", "freq_factors", std::to_string(s.freq_factors.size())});
+    }
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      if (!(s.freq_factors[i] > 0.0f) || !std::isfinite(s.freq_factors[i])) {
+        throw InvalidInput("RoPE frequency factors must be positive and finite",
+                           {"", "freq_factors[" + std::to_string(i) + "]", format_number(s.freq_factors[i])});
+      }
+      f[i] = f32_div(f[i], s.freq_factors[i]);
+    }
+  }
+  return f;
 }
 
 RopeTable::RopeTable(std::size_t head_dim, double theta, std::size_t first_pos, std::size_t n_pos)

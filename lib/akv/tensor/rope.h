@@ -41,6 +41,9 @@ struct RopeScaling {
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
   std::size_t original_max_positions = 0;                // dynamic, llama3
+  // Per-frequency divisors applied after the kind's rule (GGUF's rope_freqs.weight, how
+  // llama.cpp stores Llama 3's scaling): inv_freq[i] / freq_factors[i]; empty = none.
+  std::vector<float> freq_factors;
 };
 std::string rope_scaling_name(RopeScaling::Kind k);  // "none" | "linear" | "dynamic" | "llama3"
 

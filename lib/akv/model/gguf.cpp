@@ -1,0 +1,373 @@
+#include "akv/model/gguf.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "akv/core/checked.h"
+#include "akv/core/errors.h"
+#include "akv/tensor/ggml_blocks.h"
+
+namespace akv {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr char kMagic[4] = {'G', 'G', 'U', 'F'};
+constexpr int kMaxArrayDepth = 3;
+constexpr std::size_t kMaxDims = 4;  // GGML_MAX_DIMS
+constexpr std::uint64_t kMaxArray = 1u << 24;  // metadata array values (vocabularies hold ~2^18)
+
+enum ValueType : std::uint32_t { u8, i8, u16, i16, u32, i32, f32, boolean, string, array, u64, i64, f64 };
+
+// The fewest bytes a value of this type occupies (bounds counts before anything is allocated).
+std::uint64_t min_bytes(std::uint32_t t) {
+  switch (t) {
+    case u8: case i8: case boolean: return 1;
+    case u16: case i16: return 2;
+    case u32: case i32: case f32: return 4;
+    case u64: case i64: case f64: case string: return 8;
+    case array: return 12;
+    default: return 0;
+  }
+}
+
+// Sequential reads that never pass the end of the file.
+class Cursor {
+ public:
+  explicit Cursor(const std::string& path) : path_(path), in_(path, std::ios::binary) {
+    std::error_code ec;
+    size_ = fs::file_size(path, ec);
+    if (ec || !in_) throw IoError("cannot read GGUF file", {path});
+  }
+  std::uint64_t pos() const { return pos_; }
+  std::uint64_t size() const { return size_; }
+  std::uint64_t remaining() const { return size_ - pos_; }
+  void read(void* dst, std::uint64_t n, const std::string& what) {
+    if (n > remaining()) {
+      throw CorruptData("file ends inside " + what, {path_, what, "offset " + std::to_string(pos_)});
+    }
+    if (!in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n))) throw IoError("cannot read", {path_, what});
+    pos_ += n;
+  }
+  template <class T>
+  T get(const std::string& what) {
+    T v{};
+    read(&v, sizeof v, what);
+    return v;
+  }
+  std::string str(const std::string& what) {
+    const auto n = get<std::uint64_t>(what);
+    if (n > remaining()) throw CorruptData("string length beyond the file", {path_, what, std::to_string(n)});
+    std::string s(n, '\0');
+    read(s.data(), n, what);
+    return s;
+  }
+  // Checks that `count` values of at least `each` bytes fit in what is left.
+  void check_count(std::uint64_t count, std::uint64_t each, const std::string& what) const {
+    if (each > 0 && count > remaining() / each) {
+      throw CorruptData("count beyond the file", {path_, what, std::to_string(count)});
+    }
+  }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  std::uint64_t size_ = 0, pos_ = 0;
+};
+
+json read_value(Cursor& c, std::uint32_t type, const std::string& key, int depth, const std::string& path) {
+  switch (type) {
+    case u8: return c.get<std::uint8_t>(key);
+    case i8: return c.get<std::int8_t>(key);
+    case u16: return c.get<std::uint16_t>(key);
+    case i16: return c.get<std::int16_t>(key);
+    case u32: return c.get<std::uint32_t>(key);
+    case i32: return c.get<std::int32_t>(key);
+    case f32: return c.get<float>(key);
+    case boolean: {
+      const auto b = c.get<std::uint8_t>(key);
+      if (b > 1) throw CorruptData("boolean must be 0 or 1", {path, key, std::to_string(b)});
+      return b == 1;
+    }
+    case string: return c.str(key);
+    case u64: return c.get<std::uint64_t>(key);
+    case i64: return c.get<std::int64_t>(key);
+    case f64: return c.get<double>(key);
+    case array: {
+      if (depth >= kMaxArrayDepth) throw CorruptData("arrays nested too deeply", {path, key, std::to_string(depth + 1)});
+      const auto et = c.get<std::uint32_t>(key + " (array type)");
+      if (min_bytes(et) == 0) throw CorruptData("unknown metadata value type", {path, key, std::to_string(et)});
+      const auto n = c.get<std::uint64_t>(key + " (array length)");
+      c.check_count(n, min_bytes(et), key);
+      if (n > kMaxArray) {
+        throw InvalidInput("metadata array longer than akv reads (2^24 values)", {path, key, std::to_string(n)});
+      }
+      json a = json::array();
+      for (std::uint64_t i = 0; i < n; ++i) a.push_back(read_value(c, et, key, depth + 1, path));
+      return a;
+    }
+    default:
+      throw CorruptData("unknown metadata value type", {path, key, std::to_string(type)});
+  }
+}
+
+std::string dims_text(const std::vector<std::uint64_t>& d) {
+  std::string o = "[";
+  for (std::size_t i = 0; i < d.size(); ++i) o += (i ? ", " : "") + std::to_string(d[i]);
+  return o + "]";
+}
+
+}  // namespace
+
+bool is_gguf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char m[4];
+  return in.read(m, 4) && std::memcmp(m, kMagic, 4) == 0;
+}
+
+GgufFile::GgufFile(const std::string& path) : path_(path) {
+  Cursor c(path);
+  file_size_ = c.size();
+  char magic[4];
+  c.read(magic, 4, "header");
+  if (std::memcmp(magic, kMagic, 4) != 0) throw CorruptData("not a GGUF file (no GGUF magic)", {path, "header"});
+  version_ = c.get<std::uint32_t>("version");
+  if (version_ != 2 && version_ != 3) {
+    throw InvalidInput("unsupported GGUF version (akv reads 2 and 3)", {path, "version", std::to_string(version_)});
+  }
+  const auto n_tensors = c.get<std::uint64_t>("tensor_count");
+  const auto n_kv = c.get<std::uint64_t>("metadata_kv_count");
+  c.check_count(n_kv, 8 + 4 + 1, "metadata_kv_count");
+  for (std::uint64_t i = 0; i < n_kv; ++i) {
+    const std::string key = c.str("metadata key " + std::to_string(i));
+    const auto type = c.get<std::uint32_t>(key + " (type)");
+    json v = read_value(c, type, key, 0, path);
+    if (meta_.contains(key)) throw CorruptData("metadata key stored twice", {path, key});
+    meta_[key] = std::move(v);
+  }
+  std::uint64_t alignment = 32;
+  if (meta_.contains("general.alignment")) {
+    const json& a = meta_["general.alignment"];
+    if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 || a.get<std::uint64_t>() > (1u << 20) ||
+        (a.get<std::uint64_t>() & (a.get<std::uint64_t>() - 1)) != 0) {
+      throw CorruptData("alignment must be a power of two up to 2^20", {path, "general.alignment", a.dump()});
+    }
+    alignment = a.get<std::uint64_t>();
+  }
+  c.check_count(n_tensors, 8 + 4 + 8 + 4 + 8, "tensor_count");
+  std::vector<GgufTensor> infos;
+  for (std::uint64_t i = 0; i < n_tensors; ++i) {
+    GgufTensor t;
+    t.name = c.str("tensor " + std::to_string(i) + " name");
+    const auto n_dims = c.get<std::uint32_t>(t.name + " (n_dims)");
+    if (n_dims == 0 || n_dims > kMaxDims) {
+      throw CorruptData("tensor must have 1 to 4 dimensions", {path, t.name + ".n_dims", std::to_string(n_dims)});
+    }
+    for (std::uint32_t d = 0; d < n_dims; ++d) t.dims.push_back(c.get<std::uint64_t>(t.name + " (dims)"));
+    t.type = c.get<std::uint32_t>(t.name + " (type)");
+    t.offset = c.get<std::uint64_t>(t.name + " (offset)");
+    infos.push_back(std::move(t));
+  }
+  data_start_ = (c.pos() + alignment - 1) / alignment * alignment;
+  if (data_start_ > file_size_) throw CorruptData("file ends before the tensor data", {path, "data", std::to_string(file_size_)});
+  const std::uint64_t data_size = file_size_ - data_start_;
+  for (GgufTensor& t : infos) {
+    const Where where{path, t.name + ".dims", dims_text(t.dims)};
+    std::uint64_t numel = 1;
+    for (std::uint64_t d : t.dims) {
+      if (d == 0) throw CorruptData("tensor dimension 0", where);
+      numel = checked_mul(numel, d, where);
+    }
+    if (t.offset % alignment != 0) {
+      throw CorruptData("tensor offset not aligned to " + std::to_string(alignment), {path, t.name + ".offset", std::to_string(t.offset)});
+    }
+    if (const GgmlTypeInfo* info = ggml_type_info(t.type)) {
+      if (t.dims[0] % info->block != 0) {
+        throw CorruptData(std::string("row length not a multiple of the ") + info->name + " block (" +
+                              std::to_string(info->block) + ")", where);
+      }
+      t.bytes = checked_mul(numel / info->block, info->bytes, where);
+      if (t.offset > data_size || t.bytes > data_size - t.offset) {
+        throw CorruptData("tensor data beyond the file (data section holds " + std::to_string(data_size) + " bytes)",
+                          {path, t.name + ".offset", std::to_string(t.offset) + " + " + std::to_string(t.bytes)});
+      }
+    }
+    const std::string name = t.name;
+    if (!tensors_.emplace(name, std::move(t)).second) throw CorruptData("tensor stored twice", {path, name});
+  }
+}
+
+const GgufTensor* GgufFile::find(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+std::vector<float> GgufFile::read(const std::string& name, const std::vector<std::uint64_t>& dims) const {
+  const GgufTensor* t = find(name);
+  if (!t) throw InvalidInput("missing tensor", {path_, name});
+  if (t->dims != dims) {
+    throw InvalidInput("tensor shape does not match the metadata (expected " + dims_text(dims) + ")",
+                       {path_, name + ".dims", dims_text(t->dims)});
+  }
+  const GgmlTypeInfo* info = ggml_type_info(t->type);
+  if (!info) {
+    throw InvalidInput("unsupported tensor type (akv reads " + ggml_supported_types() + ")",
+                       {path_, name + ".type", ggml_type_name(t->type)});
+  }
+  std::vector<std::uint8_t> raw(t->bytes);
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(data_start_ + t->offset));
+  if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()))) {
+    throw IoError("cannot read tensor", {path_, name});
+  }
+  std::uint64_t numel = 1;
+  for (std::uint64_t d : dims) numel *= d;
+  std::vector<float> out(numel);
+  ggml_dequantize(*info, raw.data(), out.size(), out.data());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) {
+      throw CorruptData("non-finite weight", {path_, name + "[" + std::to_string(i) + "]", format_number(out[i])});
+    }
+  }
+  return out;
+}
+
+namespace {
+
+class Meta {
+ public:
+  Meta(const GgufFile& f, std::string arch) : f_(f), arch_(std::move(arch)) {}
+  const json* get(const std::string& key) const {
+    const json& m = f_.metadata();
+    const auto it = m.find(key);
+    return it == m.end() ? nullptr : &*it;
+  }
+  // {arch}.suffix as a positive integer; `fallback` when absent (none = required).
+  std::size_t count(const std::string& suffix, std::optional<std::size_t> fallback = std::nullopt) const {
+    const std::string key = arch_ + "." + suffix;
+    const json* v = get(key);
+    if (!v) {
+      if (fallback) return *fallback;
+      throw InvalidInput("metadata missing", {f_.path(), key});
+    }
+    if (!v->is_number_integer() || v->get<std::int64_t>() <= 0 || v->get<std::uint64_t>() > (1ull << 32)) {
+      throw InvalidInput("metadata must be a positive integer", {f_.path(), key, v->dump()});
+    }
+    return v->get<std::size_t>();
+  }
+  double real(const std::string& suffix, double fallback) const {
+    const std::string key = arch_ + "." + suffix;
+    const json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() <= 0) {
+      throw InvalidInput("metadata must be a positive number", {f_.path(), key, v->is_number() ? format_number(v->get<double>()) : v->dump()});
+    }
+    return v->get<double>();
+  }
+  std::string text(const std::string& key, const std::string& fallback) const {
+    const json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_string()) throw InvalidInput("metadata must be a string", {f_.path(), key, v->dump()});
+    return v->get<std::string>();
+  }
+
+ private:
+  const GgufFile& f_;
+  std::string arch_;
+};
+
+RowMatrix matrix(const GgufFile& f, const std::string& name, std::size_t rows, std::size_t cols) {
+  const std::vector<float> v = f.read(name, {cols, rows});
+  RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+  std::memcpy(m.data(), v.data(), v.size() * sizeof(float));
+  return m;
+}
+
+}  // namespace
+
+Model load_gguf(const std::string& path) {
+  const GgufFile f(path);
+  const Meta global(f, "");
+  const std::string arch = global.text("general.architecture", "");
+  if (arch != "llama" && arch != "qwen2") {
+    throw InvalidInput("unsupported architecture (akv reads llama, qwen2)", {path, "general.architecture", arch.empty() ? "missing" : arch});
+  }
+  const Meta m(f, arch);
+  ModelConfig c;
+  c.name = global.text("general.name", fs::path(path).stem().string());
+  c.dim = m.count("embedding_length");
+  c.n_layers = m.count("block_count");
+  c.hidden_dim = m.count("feed_forward_length");
+  c.n_heads = m.count("attention.head_count");
+  c.n_kv_heads = m.count("attention.head_count_kv", c.n_heads);
+  c.seq_len = m.count("context_length");
+  if (c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) {
+    throw InvalidInput("attention.head_count must be a multiple of head_count_kv (" + std::to_string(c.n_heads) + ")",
+                       {path, arch + ".attention.head_count_kv", std::to_string(c.n_kv_heads)});
+  }
+  c.head_dim = m.count("attention.key_length", c.dim / c.n_heads);
+  if (m.count("attention.value_length", c.head_dim) != c.head_dim) {
+    throw InvalidInput("value_length must equal key_length (" + std::to_string(c.head_dim) + ")",
+                       {path, arch + ".attention.value_length", std::to_string(m.count("attention.value_length"))});
+  }
+  if (c.head_dim == 0 || c.head_dim % 2 != 0) {
+    throw InvalidInput("head dimension must be even and positive", {path, arch + ".attention.key_length", std::to_string(c.head_dim)});
+  }
+  c.rotary_dim = m.count("rope.dimension_count", c.head_dim);
+  if (c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0) {
+    throw InvalidInput("rope.dimension_count must be even and at most the head dimension " + std::to_string(c.head_dim),
+                       {path, arch + ".rope.dimension_count", std::to_string(c.rotary_dim)});
+  }
+  if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
+  c.rope_theta = m.real("rope.freq_base", 10000.0);
+  c.norm_eps = static_cast<float>(m.real("attention.layer_norm_rms_epsilon", 1e-5));
+  // llama.cpp: LLM_ARCH_LLAMA ropes as "normal" (pairs 2i, 2i+1; its converter permutes q/k to
+  // match), qwen2 as NeoX (pairs i, i + d/2).
+  c.rope_layout = arch == "llama" ? RopeLayout::interleaved : RopeLayout::rotate_half;
+  const std::string scaling = m.text(arch + ".rope.scaling.type", "none");
+  if (scaling == "linear") {
+    c.rope_scaling.kind = RopeScaling::Kind::linear;
+    c.rope_scaling.factor = m.real("rope.scaling.factor", 1.0);
+  } else if (scaling != "none") {
+    throw InvalidInput("rope scaling type not implemented (akv reads none, linear, and rope_freqs.weight)",
+                       {path, arch + ".rope.scaling.type", scaling});
+  }
+  const std::size_t rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
+  if (f.find("rope_freqs.weight")) c.rope_scaling.freq_factors = f.read("rope_freqs.weight", {rot / 2});
+  const GgufTensor* embd = f.find("token_embd.weight");
+  if (!embd || embd->dims.size() != 2) throw InvalidInput("missing tensor (or not a matrix)", {path, "token_embd.weight"});
+  c.vocab_size = embd->dims[1];
+  c.qkv_bias = arch == "qwen2" || f.find("blk.0.attn_q.bias") != nullptr;
+
+  const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  ModelWeights w;
+  w.embedding = matrix(f, "token_embd.weight", c.vocab_size, c.dim);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights lw;
+    lw.attn_norm = f.read(p + "attn_norm.weight", {c.dim});
+    lw.wq = matrix(f, p + "attn_q.weight", q_dim, c.dim);
+    lw.wk = matrix(f, p + "attn_k.weight", kv_dim, c.dim);
+    lw.wv = matrix(f, p + "attn_v.weight", kv_dim, c.dim);
+    lw.wo = matrix(f, p + "attn_output.weight", c.dim, q_dim);
+    if (c.qkv_bias) {
+      lw.bq = f.read(p + "attn_q.bias", {q_dim});
+      lw.bk = f.read(p + "attn_k.bias", {kv_dim});
+      lw.bv = f.read(p + "attn_v.bias", {kv_dim});
+    }
+    lw.ffn_norm = f.read(p + "ffn_norm.weight", {c.dim});
+    lw.w1 = matrix(f, p + "ffn_gate.weight", c.hidden_dim, c.dim);
+    lw.w2 = matrix(f, p + "ffn_down.weight", c.dim, c.hidden_dim);
+    lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim);
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm = f.read("output_norm.weight", {c.dim});
+  if (f.find("output.weight")) w.classifier = matrix(f, "output.weight", c.vocab_size, c.dim);
+  return Model(std::move(c), std::move(w));
+}
+
+}  // namespace akv

@@ -1,0 +1,57 @@
+#pragma once
+// GGUF (llama.cpp's model format, versions 2 and 3): the file, and a Llama-family model from it.
+//
+// GgufFile parses and checks the header, every metadata entry and every tensor's name, shape,
+// type and offset against the file size before any tensor is read; tensors are read one at a
+// time and dequantized to f32 (tensor/ggml_blocks.h lists the types). load_gguf builds a model
+// of architecture `llama` (Llama, Mistral, TinyLlama; llama.cpp's "normal" RoPE: interleaved
+// pairs, on the permuted q/k weights its converter writes) or `qwen2` (NeoX RoPE: rotate-half;
+// q/k/v biases), with rope.freq_base, rope.dimension_count, rope.scaling.{type,factor} (linear)
+// and rope_freqs.weight (Llama 3's per-frequency factors), layer_norm_rms_epsilon, GQA and a
+// tied output when output.weight is absent. docs/model.md, "GGUF".
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/model/model.h"
+
+namespace akv {
+
+struct GgufTensor {
+  std::string name;
+  std::vector<std::uint64_t> dims;  // ggml order: dims[0] varies fastest (a matrix's columns)
+  std::uint32_t type = 0;           // ggml type id
+  std::uint64_t offset = 0;         // from the start of the data section
+  std::uint64_t bytes = 0;          // 0 when the type is unknown to akv
+};
+
+class GgufFile {
+ public:
+  explicit GgufFile(const std::string& path);
+  const std::string& path() const { return path_; }
+  std::uint32_t version() const { return version_; }
+  // Metadata: key -> value (integers, reals, booleans, strings, arrays as JSON values).
+  const nlohmann::json& metadata() const { return meta_; }
+  const GgufTensor* find(const std::string& name) const;
+  const std::map<std::string, GgufTensor>& tensors() const { return tensors_; }
+  // The tensor as f32, after checking its dims (ggml order) against `dims`; InvalidInput names
+  // the file, the tensor and both shapes, CorruptData a non-finite value.
+  std::vector<float> read(const std::string& name, const std::vector<std::uint64_t>& dims) const;
+
+ private:
+  std::string path_;
+  std::uint32_t version_ = 0;
+  std::uint64_t data_start_ = 0, file_size_ = 0;
+  nlohmann::json meta_ = nlohmann::json::object();
+  std::map<std::string, GgufTensor> tensors_;
+};
+
+// True when the file starts with GGUF's magic.
+bool is_gguf(const std::string& path);
+
+Model load_gguf(const std::string& path);
+
+}  // namespace akv

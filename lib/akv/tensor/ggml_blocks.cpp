@@ -1,0 +1,163 @@
+#include "akv/tensor/ggml_blocks.h"
+
+#include <array>
+#include <cstring>
+
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+constexpr std::size_t kQK = 256;  // elements per K-quant super-block
+
+constexpr std::array<GgmlTypeInfo, 11> kTypes = {{
+    {0, "F32", 1, 4},
+    {1, "F16", 1, 2},
+    {2, "Q4_0", 32, 18},
+    {3, "Q4_1", 32, 20},
+    {6, "Q5_0", 32, 22},
+    {7, "Q5_1", 32, 24},
+    {8, "Q8_0", 32, 34},
+    {12, "Q4_K", kQK, 144},
+    {13, "Q5_K", kQK, 176},
+    {14, "Q6_K", kQK, 210},
+    {30, "BF16", 1, 2},
+}};
+
+float f16_at(const std::uint8_t* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32_ref(h);
+}
+
+std::uint32_t u32_at(const std::uint8_t* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Q4_0, Q4_1, Q5_0, Q5_1: 32 elements, element j in the low nibble of byte j, j + 16 in the high
+// nibble; the 5-bit types add bit j of qh as the 5th bit of element j.
+void small_block(std::uint32_t id, const std::uint8_t* b, float* y) {
+  const float d = f16_at(b);
+  const bool has_min = id == 3 || id == 7, five = id == 6 || id == 7;
+  const float m = has_min ? f16_at(b + 2) : 0.0f;
+  const std::uint8_t* rest = b + (has_min ? 4 : 2);
+  const std::uint32_t qh = five ? u32_at(rest) : 0;
+  const std::uint8_t* qs = rest + (five ? 4 : 0);
+  const int offset = has_min ? 0 : (five ? 16 : 8);
+  for (std::size_t j = 0; j < 32; ++j) {
+    int q = j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4;
+    if (five) q |= static_cast<int>((qh >> j) & 1u) << 4;
+    const float v = static_cast<float>(q - offset) * d;
+    y[j] = has_min ? v + m : v;
+  }
+}
+
+// The 6-bit scale and min of group g (0..7) of a Q4_K / Q5_K super-block.
+void scale_min_k4(std::size_t g, const std::uint8_t* q, int& sc, int& m) {
+  if (g < 4) {
+    sc = q[g] & 63;
+    m = q[g + 4] & 63;
+  } else {
+    sc = (q[g + 4] & 0x0F) | ((q[g - 4] >> 6) << 4);
+    m = (q[g + 4] >> 4) | ((q[g] >> 6) << 4);
+  }
+}
+
+void k4_block(const std::uint8_t* b, float* y, bool five) {
+  const float d = f16_at(b), dmin = f16_at(b + 2);
+  const std::uint8_t* scales = b + 4;
+  const std::uint8_t* qh = b + 16;                // Q5_K only
+  const std::uint8_t* qs = b + (five ? 48 : 16);
+  for (std::size_t g = 0; g < 8; ++g) {
+    int sc = 0, m = 0;
+    scale_min_k4(g, scales, sc, m);
+    const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
+    const std::uint8_t* chunk = qs + 32 * (g / 2);
+    for (std::size_t l = 0; l < 32; ++l) {
+      int q = g % 2 == 0 ? chunk[l] & 0x0F : chunk[l] >> 4;
+      if (five) q |= ((qh[l] >> g) & 1) << 4;
+      y[32 * g + l] = dl * static_cast<float>(q) - ml;
+    }
+  }
+}
+
+void q6_k_block(const std::uint8_t* b, float* y) {
+  const std::uint8_t* ql = b;
+  const std::uint8_t* qh = b + 128;
+  const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
+  const float d = f16_at(b + 208);
+  for (std::size_t half = 0; half < 2; ++half) {
+    const std::uint8_t* l4 = ql + 64 * half;
+    const std::uint8_t* h2 = qh + 32 * half;
+    float* out = y + 128 * half;
+    for (std::size_t l = 0; l < 32; ++l) {
+      const int q[4] = {(l4[l] & 0x0F) | (((h2[l] >> 0) & 3) << 4), (l4[l + 32] & 0x0F) | (((h2[l] >> 2) & 3) << 4),
+                        (l4[l] >> 4) | (((h2[l] >> 4) & 3) << 4), (l4[l + 32] >> 4) | (((h2[l] >> 6) & 3) << 4)};
+      for (std::size_t k = 0; k < 4; ++k) {
+        const std::size_t i = 32 * k + l;  // element within the half
+        const float dl = d * static_cast<float>(sc[8 * half + i / 16]);
+        out[i] = dl * static_cast<float>(q[k] - 32);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const GgmlTypeInfo* ggml_type_info(std::uint32_t id) {
+  for (const GgmlTypeInfo& t : kTypes) {
+    if (t.id == id) return &t;
+  }
+  return nullptr;
+}
+
+std::string ggml_type_name(std::uint32_t id) {
+  const GgmlTypeInfo* t = ggml_type_info(id);
+  return t ? std::string(t->name) : "type " + std::to_string(id);
+}
+
+std::string ggml_supported_types() {
+  std::string out;
+  for (const GgmlTypeInfo& t : kTypes) out += (out.empty() ? "" : ", ") + std::string(t.name);
+  return out;
+}
+
+void ggml_dequantize(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n, float* dst) {
+  const std::size_t blocks = n / type.block;
+  switch (type.id) {
+    case 0:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case 1:
+      for (std::size_t i = 0; i < n; ++i) dst[i] = f16_at(src + 2 * i);
+      return;
+    case 30:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = bf16_to_f32_ref(h);
+      }
+      return;
+    case 8:
+      for (std::size_t k = 0; k < blocks; ++k) {
+        const std::uint8_t* b = src + k * type.bytes;
+        const float d = f16_at(b);
+        for (std::size_t j = 0; j < 32; ++j) dst[k * 32 + j] = static_cast<float>(static_cast<std::int8_t>(b[2 + j])) * d;
+      }
+      return;
+    case 12:
+    case 13:
+      for (std::size_t k = 0; k < blocks; ++k) k4_block(src + k * type.bytes, dst + k * kQK, type.id == 13);
+      return;
+    case 14:
+      for (std::size_t k = 0; k < blocks; ++k) q6_k_block(src + k * type.bytes, dst + k * kQK);
+      return;
+    default:
+      for (std::size_t k = 0; k < blocks; ++k) small_block(type.id, src + k * type.bytes, dst + k * 32);
+      return;
+  }
+}
+
+}  // namespace akv

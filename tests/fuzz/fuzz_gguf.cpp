@@ -1,0 +1,10 @@
+// GGUF files: header, metadata, tensor infos (GgufFile), then load_gguf and a 2-token prefill.
+#include "akv/model/gguf.h"
+#include "fuzz_common.h"
+#include "hf_dir.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string path = akv::fuzz::write_input("model.gguf", data, size);
+  akv::fuzz::expect_akv_errors([&] { akv::fuzz::exercise(akv::load_gguf(path)); });
+  return 0;
+}

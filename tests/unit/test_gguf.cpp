@@ -1,0 +1,441 @@
+// GGUF: ggml block dequantization against gguf-py (data/golden/ggml-dequant.json), and models
+// written here as GGUF files (the test's own writer) against the same weights held in memory.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/core/errors.h"
+#include "akv/core/rng.h"
+#include "akv/io/token_file.h"
+#include "akv/model/gguf.h"
+#include "akv/model/hf.h"
+#include "akv/model/llama2c.h"
+#include "akv/tensor/ggml_blocks.h"
+#include "akv/tensor/half.h"
+#include "test_util.h"
+
+using namespace akv;
+using test::have_shared;
+using test::shared_dir;
+
+namespace {
+
+std::vector<std::uint8_t> from_hex(const std::string& h) {
+  std::vector<std::uint8_t> out(h.size() / 2);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+// A GGUF v3 writer (little-endian, as the format is).
+class GgufWriter {
+ public:
+  void u32(const std::string& key, std::uint32_t v) { kv(key, 4, &v, 4); }
+  void f32(const std::string& key, float v) { kv(key, 6, &v, 4); }
+  void str(const std::string& key, const std::string& v) {
+    std::string b = len(v.size()) + v;
+    kv(key, 8, b.data(), b.size());
+  }
+  // type = ggml id; data = the stored bytes; dims in ggml order.
+  void tensor(const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type, std::vector<std::uint8_t> data) {
+    tensors_.push_back({name, std::move(dims), type, std::move(data)});
+  }
+  void tensor_f32(const std::string& name, std::vector<std::uint64_t> dims, const float* x, std::size_t n) {
+    std::vector<std::uint8_t> b(n * 4);
+    std::memcpy(b.data(), x, b.size());
+    tensor(name, std::move(dims), 0, std::move(b));
+  }
+  std::string bytes(std::uint32_t version = 3, std::uint64_t alignment = 32) const {
+    std::string out = "GGUF";
+    out += raw(&version, 4);
+    const std::uint64_t nt = tensors_.size(), nk = kv_count_;
+    out += raw(&nt, 8) + raw(&nk, 8) + kvs_;
+    std::uint64_t off = 0;
+    std::vector<std::uint64_t> offsets;
+    for (const auto& t : tensors_) {
+      out += len(t.name.size()) + t.name;
+      const auto nd = static_cast<std::uint32_t>(t.dims.size());
+      out += raw(&nd, 4);
+      for (std::uint64_t d : t.dims) out += raw(&d, 8);
+      out += raw(&t.type, 4) + raw(&off, 8);
+      offsets.push_back(off);
+      off = (off + t.data.size() + alignment - 1) / alignment * alignment;
+    }
+    out.resize((out.size() + alignment - 1) / alignment * alignment, '\0');
+    const std::size_t data0 = out.size();
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      out.resize(data0 + offsets[i], '\0');
+      out.append(reinterpret_cast<const char*>(tensors_[i].data.data()), tensors_[i].data.size());
+    }
+    return out;
+  }
+  void write(const std::string& path) const { std::ofstream(path, std::ios::binary) << bytes(); }
+
+ private:
+  struct T {
+    std::string name;
+    std::vector<std::uint64_t> dims;
+    std::uint32_t type;
+    std::vector<std::uint8_t> data;
+  };
+  static std::string raw(const void* p, std::size_t n) { return std::string(static_cast<const char*>(p), n); }
+  static std::string len(std::uint64_t n) { return raw(&n, 8); }
+  void kv(const std::string& key, std::uint32_t type, const void* v, std::size_t n) {
+    kvs_ += len(key.size()) + key + raw(&type, 4) + raw(v, n);
+    ++kv_count_;
+  }
+  std::string kvs_;
+  std::uint64_t kv_count_ = 0;
+  std::vector<T> tensors_;
+};
+
+// Q8_0 blocks of x (n a multiple of 32): d = max |x| / 127 in f16, q = round(x / d).
+std::vector<std::uint8_t> q8_0(const float* x, std::size_t n) {
+  std::vector<std::uint8_t> out;
+  for (std::size_t b = 0; b < n; b += 32) {
+    float amax = 0;
+    for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
+    const std::uint16_t dh = f32_to_f16_ref(amax / 127.0f);
+    const float d = f16_to_f32_ref(dh);
+    out.push_back(static_cast<std::uint8_t>(dh & 0xFF));
+    out.push_back(static_cast<std::uint8_t>(dh >> 8));
+    for (std::size_t j = 0; j < 32; ++j) {
+      const long q = d > 0 ? std::lround(x[b + j] / d) : 0;
+      out.push_back(static_cast<std::uint8_t>(static_cast<std::int8_t>(std::clamp(q, -127L, 127L))));
+    }
+  }
+  return out;
+}
+
+// Random K-quant super-blocks (every byte random, the f16 scales small and finite).
+std::vector<std::uint8_t> random_kquant(const GgmlTypeInfo& t, std::size_t blocks, Rng& rng) {
+  std::vector<std::uint8_t> out(blocks * t.bytes);
+  for (auto& b : out) b = static_cast<std::uint8_t>(rng.below(256));
+  const std::vector<std::size_t> scale_at = t.id == 14 ? std::vector<std::size_t>{208} : std::vector<std::size_t>{0, 2};
+  for (std::size_t k = 0; k < blocks; ++k) {
+    for (std::size_t at : scale_at) {
+      const std::uint16_t h = f32_to_f16_ref(static_cast<float>(0.002 * rng.normal()));
+      out[k * t.bytes + at] = static_cast<std::uint8_t>(h & 0xFF);
+      out[k * t.bytes + at + 1] = static_cast<std::uint8_t>(h >> 8);
+    }
+  }
+  return out;
+}
+
+struct Stored {
+  std::uint32_t type;
+  std::vector<std::uint8_t> bytes;
+};
+
+// Writes a model's weights as GGUF (`store` picks each matrix's type and bytes), and returns the
+// weights as akv must read them back (each matrix dequantized from those bytes).
+ModelWeights write_model(const ModelConfig& c, const ModelWeights& w, const std::string& arch, const std::string& path,
+                         const std::function<Stored(const RowMatrix&)>& store) {
+  GgufWriter g;
+  g.str("general.architecture", arch);
+  g.str("general.name", "test-" + arch);
+  g.u32(arch + ".context_length", static_cast<std::uint32_t>(c.seq_len));
+  g.u32(arch + ".embedding_length", static_cast<std::uint32_t>(c.dim));
+  g.u32(arch + ".block_count", static_cast<std::uint32_t>(c.n_layers));
+  g.u32(arch + ".feed_forward_length", static_cast<std::uint32_t>(c.hidden_dim));
+  g.u32(arch + ".attention.head_count", static_cast<std::uint32_t>(c.n_heads));
+  g.u32(arch + ".attention.head_count_kv", static_cast<std::uint32_t>(c.n_kv_heads));
+  g.f32(arch + ".attention.layer_norm_rms_epsilon", c.norm_eps);
+  g.f32(arch + ".rope.freq_base", static_cast<float>(c.rope_theta));
+  ModelWeights back = w;
+  auto mat = [&](const std::string& name, const RowMatrix& m, RowMatrix& out) {
+    const Stored s = store(m);
+    g.tensor(name, {static_cast<std::uint64_t>(m.cols()), static_cast<std::uint64_t>(m.rows())}, s.type, s.bytes);
+    ggml_dequantize(*ggml_type_info(s.type), s.bytes.data(), static_cast<std::size_t>(m.size()), out.data());
+  };
+  auto vec = [&](const std::string& name, const std::vector<float>& v) { g.tensor_f32(name, {v.size()}, v.data(), v.size()); };
+  mat("token_embd.weight", w.embedding, back.embedding);
+  vec("output_norm.weight", w.final_norm);
+  if (w.classifier.size()) mat("output.weight", w.classifier, back.classifier);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const LayerWeights& lw = w.layers[l];
+    LayerWeights& lb = back.layers[l];
+    vec(p + "attn_norm.weight", lw.attn_norm);
+    vec(p + "ffn_norm.weight", lw.ffn_norm);
+    mat(p + "attn_q.weight", lw.wq, lb.wq);
+    mat(p + "attn_k.weight", lw.wk, lb.wk);
+    mat(p + "attn_v.weight", lw.wv, lb.wv);
+    mat(p + "attn_output.weight", lw.wo, lb.wo);
+    mat(p + "ffn_gate.weight", lw.w1, lb.w1);
+    mat(p + "ffn_down.weight", lw.w2, lb.w2);
+    mat(p + "ffn_up.weight", lw.w3, lb.w3);
+    if (!lw.bq.empty()) {
+      vec(p + "attn_q.bias", lw.bq);
+      vec(p + "attn_k.bias", lw.bk);
+      vec(p + "attn_v.bias", lw.bv);
+    }
+  }
+  g.write(path);
+  return back;
+}
+
+Stored as_f32(const RowMatrix& m) {
+  std::vector<std::uint8_t> b(static_cast<std::size_t>(m.size()) * 4);
+  std::memcpy(b.data(), m.data(), b.size());
+  return {0, b};
+}
+
+RowMatrix random_matrix(std::size_t rows, std::size_t cols, Rng& rng, double scale) {
+  RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(scale * rng.normal());
+  return m;
+}
+
+std::vector<float> random_vector(std::size_t n, Rng& rng, double mean, double scale) {
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(mean + scale * rng.normal());
+  return v;
+}
+
+// A random model of the given shape (weights small enough for stable logits).
+Model random_model(ModelConfig c, std::uint64_t seed, bool bias) {
+  Rng rng(seed);
+  ModelWeights w;
+  const std::size_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
+  w.embedding = random_matrix(c.vocab_size, c.dim, rng, 0.5);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights lw;
+    lw.attn_norm = random_vector(c.dim, rng, 1.0, 0.1);
+    lw.ffn_norm = random_vector(c.dim, rng, 1.0, 0.1);
+    lw.wq = random_matrix(q, c.dim, rng, 0.1);
+    lw.wk = random_matrix(kv, c.dim, rng, 0.1);
+    lw.wv = random_matrix(kv, c.dim, rng, 0.1);
+    lw.wo = random_matrix(c.dim, q, rng, 0.1);
+    lw.w1 = random_matrix(c.hidden_dim, c.dim, rng, 0.1);
+    lw.w2 = random_matrix(c.dim, c.hidden_dim, rng, 0.1);
+    lw.w3 = random_matrix(c.hidden_dim, c.dim, rng, 0.1);
+    if (bias) {
+      lw.bq = random_vector(q, rng, 0.0, 0.1);
+      lw.bk = random_vector(kv, rng, 0.0, 0.1);
+      lw.bv = random_vector(kv, rng, 0.0, 0.1);
+    }
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm = random_vector(c.dim, rng, 1.0, 0.1);
+  c.qkv_bias = bias;
+  return Model(std::move(c), std::move(w));
+}
+
+ModelConfig shape(std::size_t dim, std::size_t hidden, std::size_t heads, std::size_t kv, std::size_t vocab, RopeLayout layout) {
+  ModelConfig c;
+  c.dim = dim;
+  c.hidden_dim = hidden;
+  c.n_layers = 2;
+  c.n_heads = heads;
+  c.n_kv_heads = kv;
+  c.head_dim = dim / heads;
+  c.vocab_size = vocab;
+  c.seq_len = 64;
+  c.rope_layout = layout;
+  return c;
+}
+
+const std::vector<std::int32_t> kTokens = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
+
+}  // namespace
+
+TEST_CASE("ggml blocks: dequantization equals gguf-py bit for bit", "[gguf][golden]") {
+  // scripts/golden_ggml.py GGUF_PY_DIR data/golden/ggml-dequant.json
+  std::ifstream in(std::string(AKV_SOURCE_DIR) + "/data/golden/ggml-dequant.json");
+  REQUIRE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  REQUIRE(g["types"].size() == 10);
+  for (const nlohmann::json& t : g["types"]) {
+    const GgmlTypeInfo* info = ggml_type_info(t["id"].get<std::uint32_t>());
+    REQUIRE(info);
+    INFO(t["type"].get<std::string>());
+    CHECK(std::string(info->name) == t["type"].get<std::string>());
+    const std::vector<std::uint8_t> blocks = from_hex(t["blocks"].get<std::string>());
+    const std::vector<std::uint8_t> want = from_hex(t["values"].get<std::string>());  // big-endian f32 bits
+    const std::size_t n = t["n"].get<std::size_t>();
+    REQUIRE(blocks.size() == n / info->block * info->bytes);
+    std::vector<float> got(n);
+    ggml_dequantize(*info, blocks.data(), n, got.data());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &got[i], 4);
+      const std::uint32_t w = (std::uint32_t{want[4 * i]} << 24) | (std::uint32_t{want[4 * i + 1]} << 16) |
+                              (std::uint32_t{want[4 * i + 2]} << 8) | want[4 * i + 3];
+      differ += bits != w;
+    }
+    CHECK(differ == 0);
+  }
+  CHECK(ggml_type_info(10) == nullptr);  // Q2_K: not read
+  CHECK(ggml_type_name(10) == "type 10");
+}
+
+TEST_CASE("GGUF llama: stories260K as GGUF gives llama2.c's logits bit for bit (F32, F16, BF16, Q8_0)", "[gguf][model]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  test::TempDir dir;
+  const Model ref = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  const std::vector<std::int32_t> seq(lines[0].begin(), lines[0].begin() + 48);
+  const std::map<std::string, std::function<Stored(const RowMatrix&)>> stores = {
+      {"F32", as_f32},
+      {"F16",
+       [](const RowMatrix& m) {
+         std::vector<std::uint16_t> h(static_cast<std::size_t>(m.size()));
+         for (std::size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16_ref(m.data()[i]);
+         std::vector<std::uint8_t> b(h.size() * 2);
+         std::memcpy(b.data(), h.data(), b.size());
+         return Stored{1, b};
+       }},
+      {"BF16",
+       [](const RowMatrix& m) {
+         std::vector<std::uint16_t> h(static_cast<std::size_t>(m.size()));
+         for (std::size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16_ref(m.data()[i]);
+         std::vector<std::uint8_t> b(h.size() * 2);
+         std::memcpy(b.data(), h.data(), b.size());
+         return Stored{30, b};
+       }},
+      {"Q8_0", [](const RowMatrix& m) {
+         // Rows whose length is not a multiple of 32 stay F32, as llama.cpp's converters do.
+         if (m.cols() % 32 != 0) return as_f32(m);
+         return Stored{8, q8_0(m.data(), static_cast<std::size_t>(m.size()))};
+       }}};
+  for (const auto& [name, store] : stores) {
+    INFO(name);
+    const std::string path = dir.file(name + ".gguf");
+    const ModelWeights back = write_model(ref.config(), ref.weights(), "llama", path, store);
+    const Model g = load_model(path);
+    CHECK(g.config().rope_layout == RopeLayout::interleaved);
+    CHECK(g.config().name == "test-llama");
+    CHECK(g.config().n_kv_heads == ref.config().n_kv_heads);
+    const Model expect(ref.config(), back);
+    const RowMatrix got = g.prefill(seq, true).logits;
+    CHECK(got == expect.prefill(seq, true).logits);
+    if (name == "F32") CHECK(got == ref.prefill(seq, true).logits);
+  }
+}
+
+TEST_CASE("GGUF qwen2 (NeoX RoPE, q/k/v biases) and K-quants: logits equal the same weights in memory", "[gguf][model]") {
+  test::TempDir dir;
+  const Model qwen = random_model(shape(64, 96, 4, 2, 40, RopeLayout::rotate_half), 3, true);
+  const ModelWeights back = write_model(qwen.config(), qwen.weights(), "qwen2", dir.file("q.gguf"), as_f32);
+  const Model g = load_model(dir.file("q.gguf"));
+  CHECK(g.config().rope_layout == RopeLayout::rotate_half);
+  CHECK(g.config().qkv_bias);
+  CHECK(g.prefill(kTokens, true).logits == qwen.prefill(kTokens, true).logits);
+  // Q4_K, Q5_K, Q6_K super-blocks of 256: every matrix has rows of 256 or 512 values.
+  Rng rng(9);
+  for (std::uint32_t type : {12u, 13u, 14u}) {
+    const GgmlTypeInfo& t = *ggml_type_info(type);
+    INFO(t.name);
+    const Model m = random_model(shape(256, 512, 4, 2, 32, RopeLayout::interleaved), type, false);
+    const ModelWeights w = write_model(m.config(), m.weights(), "llama", dir.file("k.gguf"), [&](const RowMatrix& x) {
+      if (x.cols() % 256 != 0) return as_f32(x);
+      return Stored{type, random_kquant(t, static_cast<std::size_t>(x.size()) / 256, rng)};
+    });
+    const Model expect(m.config(), w);
+    CHECK(load_model(dir.file("k.gguf")).prefill(kTokens, true).logits == expect.prefill(kTokens, true).logits);
+  }
+}
+
+TEST_CASE("GGUF rope metadata: linear scaling, rope_freqs, partial rotation", "[gguf][model]") {
+  test::TempDir dir;
+  const Model m = random_model(shape(64, 96, 4, 4, 40, RopeLayout::interleaved), 4, false);
+  const std::string base = dir.file("base.gguf");
+  write_model(m.config(), m.weights(), "llama", base, as_f32);
+  const Model plain = load_model(base);
+  CHECK(plain.config().rope_scaling.kind == RopeScaling::Kind::none);
+  CHECK(plain.config().rotary_dim == 0);
+  // The same file with rope.scaling.type linear (factor 4), rope.dimension_count 8 and rope_freqs.
+  GgufFile f(base);
+  CHECK(f.version() == 3);
+  CHECK(f.metadata().at("llama.embedding_length") == 64);
+  CHECK(f.find("blk.1.ffn_up.weight")->dims == std::vector<std::uint64_t>{64, 96});
+  GgufWriter w2;
+  w2.str("general.architecture", "llama");
+  for (const auto& [k, v] : f.metadata().items()) {
+    if (k.rfind("llama.", 0) == 0 && v.is_number_unsigned()) w2.u32(k, v.get<std::uint32_t>());
+    if (k.rfind("llama.", 0) == 0 && v.is_number_float()) w2.f32(k, v.get<float>());
+  }
+  w2.str("llama.rope.scaling.type", "linear");
+  w2.f32("llama.rope.scaling.factor", 4.0f);
+  w2.u32("llama.rope.dimension_count", 8);
+  const std::vector<float> factors = {1.0f, 2.0f, 4.0f, 8.0f};
+  w2.tensor_f32("rope_freqs.weight", {4}, factors.data(), 4);
+  for (const auto& [name, t] : f.tensors()) {
+    const std::vector<float> x = f.read(name, t.dims);
+    w2.tensor_f32(name, t.dims, x.data(), x.size());
+  }
+  w2.write(dir.file("rope.gguf"));
+  const Model r = load_model(dir.file("rope.gguf"));
+  const ModelConfig& c = r.config();
+  CHECK(c.rope_scaling.kind == RopeScaling::Kind::linear);
+  CHECK(c.rope_scaling.factor == 4.0);
+  CHECK(c.rope_scaling.freq_factors == factors);
+  CHECK(c.rotary_dim == 8);
+  // inv_freq: theta^(-2i/8) / 4 (linear) / factors[i].
+  const std::vector<float> inv = rope_inv_freq(8, c.rope_theta, c.rope_scaling, 1);
+  const std::vector<float> plain_inv = rope_inv_freq(8, c.rope_theta, RopeScaling{}, 1);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(inv[i] == Approx(plain_inv[i] / 4.0f / factors[i]).epsilon(1e-6));
+  CHECK(r.prefill(kTokens, true).logits != plain.prefill(kTokens, true).logits);
+}
+
+TEST_CASE("GGUF: bad files are one clear error naming the file and field", "[gguf][bad]") {
+  test::TempDir dir;
+  const Model m = random_model(shape(64, 96, 4, 2, 40, RopeLayout::interleaved), 5, false);
+  const std::string good = dir.file("good.gguf");
+  write_model(m.config(), m.weights(), "llama", good, as_f32);
+  std::ifstream in(good, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  auto write = [&](const std::string& name, const std::string& b) {
+    std::ofstream(dir.file(name), std::ios::binary) << b;
+    return dir.file(name);
+  };
+  auto fails = [&](const std::string& path, const std::string& text) {
+    INFO(path);
+    CHECK_THROWS_WITH(load_gguf(path), Catch::Contains(text));
+  };
+  fails(write("short.gguf", bytes.substr(0, 3)), "file ends inside header");
+  CHECK_THROWS_AS(load_gguf(write("trunc.gguf", bytes.substr(0, 200))), CorruptData);
+  fails(write("cut.gguf", bytes.substr(0, bytes.size() - 100)), "tensor data beyond the file");
+  std::string v1 = bytes;
+  v1[4] = 1;
+  fails(write("v1.gguf", v1), "version = 1");
+  std::string huge = bytes;
+  const std::uint64_t n = std::uint64_t{1} << 60;
+  std::memcpy(huge.data() + 16, &n, 8);  // metadata_kv_count
+  fails(write("count.gguf", huge), "metadata_kv_count = 1152921504606846976");
+  GgufWriter arch;
+  arch.str("general.architecture", "gpt2");
+  arch.write(dir.file("arch.gguf"));
+  fails(dir.file("arch.gguf"), "general.architecture = gpt2");
+  // A tensor of a type akv does not read, and one whose shape disagrees with the metadata.
+  GgufWriter w;
+  w.str("general.architecture", "llama");
+  for (const char* k : {"llama.context_length", "llama.embedding_length", "llama.feed_forward_length"}) w.u32(k, 64);
+  w.u32("llama.block_count", 1);
+  w.u32("llama.attention.head_count", 4);
+  w.tensor("token_embd.weight", {64, 10}, 10, std::vector<std::uint8_t>(16, 0));
+  w.write(dir.file("q2k.gguf"));
+  fails(dir.file("q2k.gguf"), "token_embd.weight.type = type 10");
+  CHECK_THROWS_AS(load_gguf(dir.file("q2k.gguf")), InvalidInput);
+  GgufWriter s;
+  s.str("general.architecture", "llama");
+  for (const char* k : {"llama.context_length", "llama.embedding_length", "llama.feed_forward_length"}) s.u32(k, 64);
+  s.u32("llama.block_count", 1);
+  s.u32("llama.attention.head_count", 4);
+  const std::vector<float> e(32 * 10, 0.5f);
+  s.tensor_f32("token_embd.weight", {32, 10}, e.data(), e.size());
+  s.write(dir.file("shape.gguf"));
+  fails(dir.file("shape.gguf"), "token_embd.weight.dims = [32, 10]");
+  CHECK_THROWS_AS(load_gguf(dir.file("missing.gguf")), IoError);
+  CHECK(!is_gguf(dir.file("missing.gguf")));
+  CHECK(is_gguf(good));
+}
