@@ -47,6 +47,15 @@ mkdir -p "$o"
 head -c 1000 "$M" >"$TMP/short.bin"
 expect_error "truncated checkpoint" 2 "file size does not match the llama2.c header" \
   "$AKV" dump --model "$TMP/short.bin" --tokens "$T" -o "$o/d.h5"
+# GGUF: the tiny random llama that tests/fuzz/make_data.py writes (F32 and F16 seeds).
+G="$SRC/tests/fuzz/corpus/gguf/seed-0"
+printf '1 2 3 4 5 6 7 8\n3 1 4 1 5 9 2 6\n' >"$TMP/tiny.txt"
+expect "dump of a GGUF model" 0 "1 layers, 2 heads / 1 kv heads" \
+  "$AKV" dump --model "$G" --tokens "$TMP/tiny.txt" --window 4 -o "$TMP/g.h5"
+expect "evaluate a GGUF model (F16 weights)" 0 "kivi-2" \
+  "$AKV" evaluate -q --model "$SRC/tests/fuzz/corpus/gguf/seed-1" --tokens "$TMP/tiny.txt" --methods kivi-2:residual=0:group=4
+head -c 300 "$G" >"$TMP/short.gguf"
+expect_error "truncated GGUF" 2 "short.gguf" "$AKV" dump --model "$TMP/short.gguf" --tokens "$TMP/tiny.txt" -o "$o/d.h5"
 mkdir -p "$TMP/hf"
 echo '{"model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 10, "max_position_embeddings": 32}' >"$TMP/hf/config.json"
 expect_error "HF directory without safetensors" 3 "no model.safetensors" "$AKV" dump --model "$TMP/hf" --tokens "$T" -o "$o/d.h5"

@@ -185,6 +185,16 @@ Stored as_f32(const RowMatrix& m) {
   return {0, b};
 }
 
+Stored as_16bit(const RowMatrix& m, std::uint32_t type, std::uint16_t (*convert)(float)) {
+  std::vector<std::uint8_t> b(static_cast<std::size_t>(m.size()) * 2);
+  for (std::size_t i = 0; i < b.size() / 2; ++i) {
+    const std::uint16_t h = convert(m.data()[i]);
+    b[2 * i] = static_cast<std::uint8_t>(h & 0xFF);
+    b[2 * i + 1] = static_cast<std::uint8_t>(h >> 8);
+  }
+  return {type, b};
+}
+
 RowMatrix random_matrix(std::size_t rows, std::size_t cols, Rng& rng, double scale) {
   RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
   for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(scale * rng.normal());
@@ -286,22 +296,8 @@ TEST_CASE("GGUF llama: stories260K as GGUF gives llama2.c's logits bit for bit (
   const std::vector<std::int32_t> seq(lines[0].begin(), lines[0].begin() + 48);
   const std::map<std::string, std::function<Stored(const RowMatrix&)>> stores = {
       {"F32", as_f32},
-      {"F16",
-       [](const RowMatrix& m) {
-         std::vector<std::uint16_t> h(static_cast<std::size_t>(m.size()));
-         for (std::size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16_ref(m.data()[i]);
-         std::vector<std::uint8_t> b(h.size() * 2);
-         std::memcpy(b.data(), h.data(), b.size());
-         return Stored{1, b};
-       }},
-      {"BF16",
-       [](const RowMatrix& m) {
-         std::vector<std::uint16_t> h(static_cast<std::size_t>(m.size()));
-         for (std::size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16_ref(m.data()[i]);
-         std::vector<std::uint8_t> b(h.size() * 2);
-         std::memcpy(b.data(), h.data(), b.size());
-         return Stored{30, b};
-       }},
+      {"F16", [](const RowMatrix& m) { return as_16bit(m, 1, f32_to_f16_ref); }},
+      {"BF16", [](const RowMatrix& m) { return as_16bit(m, 30, f32_to_bf16_ref); }},
       {"Q8_0", [](const RowMatrix& m) {
          // Rows whose length is not a multiple of 32 stay F32, as llama.cpp's converters do.
          if (m.cols() % 32 != 0) return as_f32(m);

@@ -9,6 +9,7 @@
 
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
+#include "akv/model/gguf.h"
 #include "akv/model/hf_config.h"
 #include "akv/model/llama2c.h"
 #include "akv/tensor/half.h"
@@ -241,6 +242,7 @@ Model load_hf(const std::string& dir) {
 Model load_model(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) return load_hf(path);
+  if (is_gguf(path)) return load_gguf(path);
   return load_llama2c(path);
 }
 

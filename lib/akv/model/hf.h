@@ -16,7 +16,7 @@ namespace akv {
 
 Model load_hf(const std::string& dir);
 
-// A llama2.c file or a Hugging Face directory, by what `path` is.
+// A Hugging Face directory, a GGUF file (by its magic) or a llama2.c file, by what `path` is.
 Model load_model(const std::string& path);
 
 }  // namespace akv
