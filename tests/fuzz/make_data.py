@@ -54,6 +54,41 @@ def llama2c(path, arrays):
     path.write_bytes(head + b"".join(p.astype("<f4").tobytes() for p in parts))
 
 
+def gguf(path, arrays, f16=False):
+    """The tiny model as a GGUF v3 file (llama architecture; F32, or F16 matrices)."""
+    def string(v):
+        b = v.encode()
+        return struct.pack("<Q", len(b)) + b
+    kv = [("general.architecture", 8, string("llama")), ("llama.context_length", 4, struct.pack("<I", CTX)),
+          ("llama.embedding_length", 4, struct.pack("<I", DIM)), ("llama.block_count", 4, struct.pack("<I", LAYERS)),
+          ("llama.feed_forward_length", 4, struct.pack("<I", HIDDEN)),
+          ("llama.attention.head_count", 4, struct.pack("<I", HEADS)),
+          ("llama.attention.head_count_kv", 4, struct.pack("<I", KV_HEADS)),
+          ("llama.attention.layer_norm_rms_epsilon", 6, struct.pack("<f", 1e-5)),
+          ("llama.rope.freq_base", 6, struct.pack("<f", 10000.0)),
+          ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, VOCAB) + b"".join(string(f"t{i}") for i in range(VOCAB)))]
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    for l in range(LAYERS):
+        for hf, gg in [("input_layernorm", "attn_norm"), ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
+                       ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+                       ("post_attention_layernorm", "ffn_norm"), ("mlp.gate_proj", "ffn_gate"),
+                       ("mlp.down_proj", "ffn_down"), ("mlp.up_proj", "ffn_up")]:
+            names[f"model.layers.{l}.{hf}.weight"] = f"blk.{l}.{gg}.weight"
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(names), len(kv))
+    head += b"".join(string(k) + struct.pack("<I", t) + v for k, t, v in kv)
+    infos, blob = b"", b""
+    for hf, gg in names.items():
+        a = arrays[hf]
+        half = f16 and a.ndim == 2
+        data = a.astype("<f2" if half else "<f4").tobytes()
+        infos += string(gg) + struct.pack("<I", a.ndim) + b"".join(struct.pack("<Q", d) for d in reversed(a.shape))
+        infos += struct.pack("<IQ", 1 if half else 0, len(blob))
+        blob += data + b"\0" * (-len(data) % 32)
+    out = head + infos
+    out += b"\0" * (-len(out) % 32)
+    path.write_bytes(out + blob)
+
+
 def main():
     hf = FUZZ / "data" / "hf-tiny"
     if hf.exists():
@@ -106,6 +141,12 @@ def main():
     llama2c(bin_path, arrays)
     seeds["llama2c"] = [bin_path.read_bytes()]
     bin_path.unlink()
+    gguf_path = hf / "tiny.gguf"
+    seeds["gguf"] = []
+    for half in (False, True):
+        gguf(gguf_path, arrays, half)
+        seeds["gguf"].append(gguf_path.read_bytes())
+    gguf_path.unlink()
     seeds["dump"] = [bytes(range(64)), b"\xff" * 64]
     seeds["cache"] = [bytes(range(64)), b"\x01\x02" * 32, b"\x02" * 64]
     for name, items in seeds.items():
