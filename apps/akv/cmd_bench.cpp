@@ -11,6 +11,7 @@
 #include "akv/method/registry.h"
 #include "akv/model/hf.h"
 #include "commands.h"
+#include "model_flags.h"
 
 namespace akv::cli {
 
@@ -166,7 +167,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   });
 
   struct DecodeOptions {
-    std::string model, tokens;
+    std::string model, tokens, weights = "stored";
     std::vector<std::string> methods = {"none", "kivi-4", "kivi-2", "adakv:budget=0.5:window=16"};
     std::size_t prefill = 256, sequences = 4;
     int repeats = 3;
@@ -178,7 +179,8 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
       "Model prefill and decode throughput with each cache method, next to the full f32 cache "
       "in the same run (time per decoded token as a ratio), methods interleaved, best of "
       "--repeats");
-  dec->add_option("--model", dopt->model, "Model: a llama2.c checkpoint (.bin) or a Hugging Face directory (config.json + safetensors)")->required();
+  dec->add_option("--model", dopt->model, kModelHelp)->required();
+  add_weights_flag(dec, dopt->weights);
   dec->add_option("--tokens", dopt->tokens, "Token sequences (one per line)")->required();
   dec->add_option("--methods", dopt->methods, "Methods (as in evaluate --methods)")
       ->delimiter(',')->capture_default_str();
@@ -192,7 +194,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     for (const auto& spec : dopt->methods) {
       if (spec != "full") methods.push_back({spec, resolve_params(parse_method_spec(spec))});
     }
-    const Model m = load_model(dopt->model);
+    const Model m = load_model(dopt->model, parse_weight_mode(dopt->weights));
     auto seqs = read_token_file(dopt->tokens);
     m.check_tokens(seqs, dopt->tokens);
     if (dopt->sequences && seqs.size() > dopt->sequences) seqs.resize(dopt->sequences);

@@ -7,12 +7,13 @@
 #include "akv/model/dump_model.h"
 #include "akv/model/hf.h"
 #include "commands.h"
+#include "model_flags.h"
 
 namespace akv::cli {
 
 void register_dump(CLI::App& app, const GlobalOptions& global) {
   struct Options {
-    std::string model, tokens, output, dtype = "f32";
+    std::string model, tokens, output, dtype = "f32", weights = "stored";
     std::size_t line = 1;
     std::size_t window = 32;
   };
@@ -22,7 +23,8 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
       "Run a model over one token sequence (full precision, causal) and write a dump (format "
       "akv-dump v1): keys after and before RoPE, values, the queries of the last --window "
       "positions, and the tokens; for allocate / compress / evaluate on real model tensors");
-  sub->add_option("--model", opt->model, "Model: a llama2.c checkpoint (.bin) or a Hugging Face directory (config.json + safetensors)")->required();
+  sub->add_option("--model", opt->model, kModelHelp)->required();
+  add_weights_flag(sub, opt->weights);
   sub->add_option("--tokens", opt->tokens, "Token sequences (one per line, or HDF5 /tokens)")->required();
   sub->add_option("--line", opt->line, "Which sequence (1-based line among the non-empty ones)")
       ->capture_default_str();
@@ -33,7 +35,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->callback([opt, &global] {
     check_output_distinct(opt->output, {opt->model, opt->tokens});
-    const Model m = load_model(opt->model);
+    const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
     const auto seqs = read_token_file(opt->tokens);
     m.check_tokens(seqs, opt->tokens);
     if (opt->line < 1 || opt->line > seqs.size()) {

@@ -12,6 +12,7 @@
 #include "akv/method/registry.h"
 #include "akv/model/hf.h"
 #include "commands.h"
+#include "model_flags.h"
 
 namespace akv::cli {
 
@@ -19,7 +20,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   struct Options {
     std::string dump, cache, output = "-";
     bool json = false, csv = false, per_head = false, no_verify = false;
-    std::string model, tokens;
+    std::string model, tokens, weights = "stored";
     std::vector<std::string> methods;
     std::size_t prefill = 0, sequences = 0;
     std::string task = "ppl", filler, tokenizer;
@@ -38,7 +39,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       "full-precision prompt (docs/evaluate.md, 'Model mode').");
   auto* dump = sub->add_option("--dump", opt->dump, "Source dump (akv-dump)");
   auto* cache = sub->add_option("--cache", opt->cache, "Compressed cache (akv-cache)");
-  auto* model = sub->add_option("--model", opt->model, "Model: a llama2.c checkpoint (.bin) or a Hugging Face directory (config.json + safetensors)");
+  auto* model = sub->add_option("--model", opt->model, kModelHelp);
+  add_weights_flag(sub, opt->weights);
   sub->add_option("--tokens", opt->tokens,
                   "With --model: token sequences (one per line, ids separated by spaces; or an "
                   "HDF5 file with /tokens)");
@@ -103,7 +105,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       if (opt->prefill) po.prefill = opt->prefill;
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
-      const Model m = load_model(opt->model);
+      const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
       if (opt->task == "passkey") {
         PasskeyOptions pk = opt->passkey;
         pk.threads = global.threads;

@@ -54,6 +54,9 @@ expect "dump of a GGUF model" 0 "1 layers, 2 heads / 1 kv heads" \
   "$AKV" dump --model "$G" --tokens "$TMP/tiny.txt" --window 4 -o "$TMP/g.h5"
 expect "evaluate a GGUF model (F16 weights)" 0 "kivi-2" \
   "$AKV" evaluate -q --model "$SRC/tests/fuzz/corpus/gguf/seed-1" --tokens "$TMP/tiny.txt" --methods kivi-2:residual=0:group=4
+expect "evaluate a GGUF model, weights converted to f32 on load" 0 "kivi-2" \
+  "$AKV" evaluate -q --model "$SRC/tests/fuzz/corpus/gguf/seed-1" --tokens "$TMP/tiny.txt" --weights f32 --methods kivi-2:residual=0:group=4
+expect_error "unknown weight mode" 2 "--weights: f8" "$AKV" dump --model "$G" --tokens "$TMP/tiny.txt" --weights f8 -o "$o/d.h5"
 head -c 300 "$G" >"$TMP/short.gguf"
 expect_error "truncated GGUF" 2 "short.gguf" "$AKV" dump --model "$TMP/short.gguf" --tokens "$TMP/tiny.txt" -o "$o/d.h5"
 mkdir -p "$TMP/hf"

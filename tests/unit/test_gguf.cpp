@@ -15,6 +15,7 @@
 #include "akv/model/gguf.h"
 #include "akv/model/hf.h"
 #include "akv/model/llama2c.h"
+#include "akv/policy/kv_runtime.h"
 #include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"
@@ -147,7 +148,9 @@ ModelWeights write_model(const ModelConfig& c, const ModelWeights& w, const std:
   g.f32(arch + ".attention.layer_norm_rms_epsilon", c.norm_eps);
   g.f32(arch + ".rope.freq_base", static_cast<float>(c.rope_theta));
   ModelWeights back = w;
-  auto mat = [&](const std::string& name, const RowMatrix& m, RowMatrix& out) {
+  auto mat = [&](const std::string& name, const Weight& w, Weight& back_w) {
+    const RowMatrix& m = w.f32();
+    RowMatrix& out = back_w.f32();
     const Stored s = store(m);
     g.tensor(name, {static_cast<std::uint64_t>(m.cols()), static_cast<std::uint64_t>(m.rows())}, s.type, s.bytes);
     ggml_dequantize(*ggml_type_info(s.type), s.bytes.data(), static_cast<std::size_t>(m.size()), out.data());
@@ -155,7 +158,7 @@ ModelWeights write_model(const ModelConfig& c, const ModelWeights& w, const std:
   auto vec = [&](const std::string& name, const std::vector<float>& v) { g.tensor_f32(name, {v.size()}, v.data(), v.size()); };
   mat("token_embd.weight", w.embedding, back.embedding);
   vec("output_norm.weight", w.final_norm);
-  if (w.classifier.size()) mat("output.weight", w.classifier, back.classifier);
+  if (!w.classifier.empty()) mat("output.weight", w.classifier, back.classifier);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     const LayerWeights& lw = w.layers[l];
@@ -252,6 +255,15 @@ ModelConfig shape(std::size_t dim, std::size_t hidden, std::size_t heads, std::s
 
 const std::vector<std::int32_t> kTokens = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
 
+// Weights kept as stored (converted per tile inside each product) give the logits of the f32
+// path within float rounding: relative to the largest logit.
+void check_close(const RowMatrix& got, const RowMatrix& want) {
+  const double scale = std::max(1.0, static_cast<double>(want.cwiseAbs().maxCoeff()));
+  const double diff = (got - want).cwiseAbs().maxCoeff();
+  INFO("max abs logit difference " << diff << " (largest logit " << scale << ")");
+  CHECK(diff <= 1e-4 * scale);
+}
+
 }  // namespace
 
 TEST_CASE("ggml blocks: dequantization equals gguf-py bit for bit", "[gguf][golden]") {
@@ -307,7 +319,7 @@ TEST_CASE("GGUF llama: stories260K as GGUF gives llama2.c's logits bit for bit (
     INFO(name);
     const std::string path = dir.file(name + ".gguf");
     const ModelWeights back = write_model(ref.config(), ref.weights(), "llama", path, store);
-    const Model g = load_model(path);
+    const Model g = load_model(path, WeightMode::f32);
     CHECK(g.config().rope_layout == RopeLayout::interleaved);
     CHECK(g.config().name == "test-llama");
     CHECK(g.config().n_kv_heads == ref.config().n_kv_heads);
@@ -315,6 +327,23 @@ TEST_CASE("GGUF llama: stories260K as GGUF gives llama2.c's logits bit for bit (
     const RowMatrix got = g.prefill(seq, true).logits;
     CHECK(got == expect.prefill(seq, true).logits);
     if (name == "F32") CHECK(got == ref.prefill(seq, true).logits);
+    // Kept as stored: the matrices keep their type, and the logits agree within rounding.
+    const Model s = load_model(path);
+    CHECK(s.weights().layers[0].wq.dtype() == (name == "Q8_0" ? "Q8_0" : name));
+    check_close(s.prefill(seq, true).logits, got);
+    // Decode steps (matrix-vector products per tile) after a 4-token prompt, full cache.
+    const KvGeometry geo{g.config().kv_shape(), g.config().seq_len};
+    const std::vector<std::int32_t> prompt(seq.begin(), seq.begin() + 4);
+    auto c_f32 = make_kv_policy(std::nullopt, geo), c_stored = make_kv_policy(std::nullopt, geo);
+    for (auto [model, cache] : {std::pair{&g, c_f32.get()}, std::pair{&s, c_stored.get()}}) {
+      const PrefillResult pre = model->prefill(prompt, false);
+      cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt.size()});
+    }
+    for (std::size_t pos = 4; pos < 12; ++pos) {
+      const std::vector<float> a = g.decode(seq[pos], pos, *c_f32), b = s.decode(seq[pos], pos, *c_stored);
+      check_close(Eigen::Map<const RowMatrix>(b.data(), 1, static_cast<Eigen::Index>(b.size())),
+                  Eigen::Map<const RowMatrix>(a.data(), 1, static_cast<Eigen::Index>(a.size())));
+    }
   }
 }
 
@@ -322,7 +351,7 @@ TEST_CASE("GGUF qwen2 (NeoX RoPE, q/k/v biases) and K-quants: logits equal the s
   test::TempDir dir;
   const Model qwen = random_model(shape(64, 96, 4, 2, 40, RopeLayout::rotate_half), 3, true);
   const ModelWeights back = write_model(qwen.config(), qwen.weights(), "qwen2", dir.file("q.gguf"), as_f32);
-  const Model g = load_model(dir.file("q.gguf"));
+  const Model g = load_model(dir.file("q.gguf"), WeightMode::f32);
   CHECK(g.config().rope_layout == RopeLayout::rotate_half);
   CHECK(g.config().qkv_bias);
   CHECK(g.prefill(kTokens, true).logits == qwen.prefill(kTokens, true).logits);
@@ -337,7 +366,12 @@ TEST_CASE("GGUF qwen2 (NeoX RoPE, q/k/v biases) and K-quants: logits equal the s
       return Stored{type, random_kquant(t, static_cast<std::size_t>(x.size()) / 256, rng)};
     });
     const Model expect(m.config(), w);
-    CHECK(load_model(dir.file("k.gguf")).prefill(kTokens, true).logits == expect.prefill(kTokens, true).logits);
+    const RowMatrix want = expect.prefill(kTokens, true).logits;
+    CHECK(load_model(dir.file("k.gguf"), WeightMode::f32).prefill(kTokens, true).logits == want);
+    const Model stored = load_model(dir.file("k.gguf"));
+    CHECK(stored.weights().layers[1].w2.dtype() == t.name);
+    CHECK(stored.weights().bytes() < expect.weights().bytes() / 4);
+    check_close(stored.prefill(kTokens, true).logits, want);
   }
 }
 

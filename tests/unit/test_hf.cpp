@@ -52,10 +52,14 @@ void write_safetensors(const std::string& path, const std::vector<Entry>& entrie
   out << text << blob;
 }
 
-std::vector<float> flat(const RowMatrix& m) { return {m.data(), m.data() + m.size()}; }
+std::vector<float> flat(const Weight& w) {
+  const RowMatrix& m = w.f32();
+  return {m.data(), m.data() + m.size()};
+}
 
 // llama2.c (interleaved RoPE pairs) -> HF rotate-half: row 2i + j of each head moves to j*half + i.
-std::vector<float> permute_rows(const RowMatrix& w, std::size_t heads, std::size_t hd) {
+std::vector<float> permute_rows(const Weight& weight, std::size_t heads, std::size_t hd) {
+  const RowMatrix& w = weight.f32();
   RowMatrix out(w.rows(), w.cols());
   const std::size_t half = hd / 2;
   for (std::size_t h = 0; h < heads; ++h) {
@@ -136,14 +140,14 @@ TEST_CASE("HF layout of stories260K (rotate-half, q/k permuted) gives llama2.c's
       }
     };
     ModelWeights w = ref.weights();
-    auto rm = [&](RowMatrix& m) { round(m.data(), static_cast<std::size_t>(m.size())); };
+    auto rm = [&](Weight& w) { round(w.f32().data(), static_cast<std::size_t>(w.f32().size())); };
     auto rv = [&](std::vector<float>& v) { round(v.data(), v.size()); };
     rm(w.embedding);
     rv(w.final_norm);
     for (LayerWeights& l : w.layers) {
       rv(l.attn_norm);
       rv(l.ffn_norm);
-      for (RowMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) rm(*m);
+      for (Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) rm(*m);
     }
     const Model rounded(ref.config(), w);
     const double d = max_diff(load_model(dir.file(dt)).prefill(seq, true).logits, rounded.prefill(seq, true).logits);

@@ -206,18 +206,22 @@ const GgufTensor* GgufFile::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+void GgufFile::check(const GgufTensor& t, const std::vector<std::uint64_t>& dims) const {
+  if (t.dims != dims) {
+    throw InvalidInput("tensor shape does not match the metadata (expected " + dims_text(dims) + ")",
+                       {path_, t.name + ".dims", dims_text(t.dims)});
+  }
+  if (!ggml_type_info(t.type)) {
+    throw InvalidInput("unsupported tensor type (akv reads " + ggml_supported_types() + ")",
+                       {path_, t.name + ".type", ggml_type_name(t.type)});
+  }
+}
+
 std::vector<float> GgufFile::read(const std::string& name, const std::vector<std::uint64_t>& dims) const {
   const GgufTensor* t = find(name);
   if (!t) throw InvalidInput("missing tensor", {path_, name});
-  if (t->dims != dims) {
-    throw InvalidInput("tensor shape does not match the metadata (expected " + dims_text(dims) + ")",
-                       {path_, name + ".dims", dims_text(t->dims)});
-  }
+  check(*t, dims);
   const GgmlTypeInfo* info = ggml_type_info(t->type);
-  if (!info) {
-    throw InvalidInput("unsupported tensor type (akv reads " + ggml_supported_types() + ")",
-                       {path_, name + ".type", ggml_type_name(t->type)});
-  }
   std::vector<std::uint8_t> raw(t->bytes);
   std::ifstream in(path_, std::ios::binary);
   in.seekg(static_cast<std::streamoff>(data_start_ + t->offset));
@@ -280,7 +284,20 @@ class Meta {
   std::string arch_;
 };
 
-RowMatrix matrix(const GgufFile& f, const std::string& name, std::size_t rows, std::size_t cols) {
+// A matrix [rows, cols]: f32, or (mode stored, an encoded type) its blocks in a memory map.
+Weight matrix(const GgufFile& f, const std::string& name, std::size_t rows, std::size_t cols, WeightMode mode,
+              std::shared_ptr<MappedFile>& mapped) {
+  const GgufTensor* t = f.find(name);
+  if (mode == WeightMode::stored && t && t->type != 0 && ggml_type_info(t->type)) {
+    f.check(*t, {cols, rows});
+    if (!mapped) mapped = std::make_shared<MappedFile>(f.path());
+    const GgmlTypeInfo& type = *ggml_type_info(t->type);
+    const std::uint8_t* data = mapped->data() + f.data_start() + t->offset;
+    if (const std::size_t bad = ggml_first_nonfinite(type, data, rows * cols); bad < rows * cols) {
+      throw CorruptData("non-finite weight", {f.path(), name + "[" + std::to_string(bad) + "]"});
+    }
+    return Weight::encoded(rows, cols, type, data, mapped);
+  }
   const std::vector<float> v = f.read(name, {cols, rows});
   RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
   std::memcpy(m.data(), v.data(), v.size() * sizeof(float));
@@ -289,8 +306,9 @@ RowMatrix matrix(const GgufFile& f, const std::string& name, std::size_t rows, s
 
 }  // namespace
 
-Model load_gguf(const std::string& path) {
+Model load_gguf(const std::string& path, WeightMode mode) {
   const GgufFile f(path);
+  std::shared_ptr<MappedFile> mapped;  // one map of the file for every encoded weight
   const Meta global(f, "");
   const std::string arch = global.text("general.architecture", "");
   if (arch != "llama" && arch != "qwen2") {
@@ -345,28 +363,28 @@ Model load_gguf(const std::string& path) {
 
   const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   ModelWeights w;
-  w.embedding = matrix(f, "token_embd.weight", c.vocab_size, c.dim);
+  w.embedding = matrix(f, "token_embd.weight", c.vocab_size, c.dim, mode, mapped);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights lw;
     lw.attn_norm = f.read(p + "attn_norm.weight", {c.dim});
-    lw.wq = matrix(f, p + "attn_q.weight", q_dim, c.dim);
-    lw.wk = matrix(f, p + "attn_k.weight", kv_dim, c.dim);
-    lw.wv = matrix(f, p + "attn_v.weight", kv_dim, c.dim);
-    lw.wo = matrix(f, p + "attn_output.weight", c.dim, q_dim);
+    lw.wq = matrix(f, p + "attn_q.weight", q_dim, c.dim, mode, mapped);
+    lw.wk = matrix(f, p + "attn_k.weight", kv_dim, c.dim, mode, mapped);
+    lw.wv = matrix(f, p + "attn_v.weight", kv_dim, c.dim, mode, mapped);
+    lw.wo = matrix(f, p + "attn_output.weight", c.dim, q_dim, mode, mapped);
     if (c.qkv_bias) {
       lw.bq = f.read(p + "attn_q.bias", {q_dim});
       lw.bk = f.read(p + "attn_k.bias", {kv_dim});
       lw.bv = f.read(p + "attn_v.bias", {kv_dim});
     }
     lw.ffn_norm = f.read(p + "ffn_norm.weight", {c.dim});
-    lw.w1 = matrix(f, p + "ffn_gate.weight", c.hidden_dim, c.dim);
-    lw.w2 = matrix(f, p + "ffn_down.weight", c.dim, c.hidden_dim);
-    lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim);
+    lw.w1 = matrix(f, p + "ffn_gate.weight", c.hidden_dim, c.dim, mode, mapped);
+    lw.w2 = matrix(f, p + "ffn_down.weight", c.dim, c.hidden_dim, mode, mapped);
+    lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped);
     w.layers.push_back(std::move(lw));
   }
   w.final_norm = f.read("output_norm.weight", {c.dim});
-  if (f.find("output.weight")) w.classifier = matrix(f, "output.weight", c.vocab_size, c.dim);
+  if (f.find("output.weight")) w.classifier = matrix(f, "output.weight", c.vocab_size, c.dim, mode, mapped);
   return Model(std::move(c), std::move(w));
 }
 

@@ -40,6 +40,9 @@ class GgufFile {
   // The tensor as f32, after checking its dims (ggml order) against `dims`; InvalidInput names
   // the file, the tensor and both shapes, CorruptData a non-finite value.
   std::vector<float> read(const std::string& name, const std::vector<std::uint64_t>& dims) const;
+  // The checks of read() without reading: dims equal to `dims`, a type akv reads.
+  void check(const GgufTensor& t, const std::vector<std::uint64_t>& dims) const;
+  std::uint64_t data_start() const { return data_start_; }  // absolute offset of the data section
 
  private:
   std::string path_;
@@ -52,6 +55,8 @@ class GgufFile {
 // True when the file starts with GGUF's magic.
 bool is_gguf(const std::string& path);
 
-Model load_gguf(const std::string& path);
+// mode stored: encoded tensors (F16, BF16, ggml blocks) stay as stored, in a memory map of the
+// file (weight.h); f32: everything converted on load.
+Model load_gguf(const std::string& path, WeightMode mode = WeightMode::stored);
 
 }  // namespace akv

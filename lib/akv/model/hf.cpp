@@ -12,6 +12,7 @@
 #include "akv/model/gguf.h"
 #include "akv/model/hf_config.h"
 #include "akv/model/llama2c.h"
+#include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/half.h"
 
 namespace akv {
@@ -127,15 +128,7 @@ class Tensors {
     const auto it = map_.find(name);
     if (it == map_.end()) throw InvalidInput("missing tensor", {dir_, name});
     const TensorInfo& t = it->second;
-    if (t.shape != shape) {
-      auto str = [](const std::vector<std::size_t>& s) {
-        std::string o = "[";
-        for (std::size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
-        return o + "]";
-      };
-      throw InvalidInput("tensor shape does not match config.json (expected " + str(shape) + ")",
-                         {t.file, name + ".shape", str(t.shape)});
-    }
+    check_shape(t, name, shape);
     std::ifstream in(t.file, std::ios::binary);
     in.seekg(static_cast<std::streamoff>(t.begin));
     std::vector<char> raw(t.end - t.begin);
@@ -155,7 +148,31 @@ class Tensors {
     }
     return out;
   }
-  RowMatrix matrix(const std::string& name, std::size_t rows, std::size_t cols) const {
+  static void check_shape(const TensorInfo& t, const std::string& name, const std::vector<std::size_t>& shape) {
+    if (t.shape == shape) return;
+    auto str = [](const std::vector<std::size_t>& s) {
+      std::string o = "[";
+      for (std::size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+      return o + "]";
+    };
+    throw InvalidInput("tensor shape does not match config.json (expected " + str(shape) + ")",
+                       {t.file, name + ".shape", str(t.shape)});
+  }
+  // A matrix as f32, or (mode stored, F16/BF16 in the file) its 16-bit rows in a memory map.
+  Weight matrix(const std::string& name, std::size_t rows, std::size_t cols, WeightMode mode) const {
+    const auto it = map_.find(name);
+    if (mode == WeightMode::stored && it != map_.end() && it->second.dtype != "F32") {
+      const TensorInfo& t = it->second;
+      check_shape(t, name, {rows, cols});
+      const GgmlTypeInfo& type = *ggml_type_info(t.dtype == "F16" ? 1 : 30);
+      auto& mapped = mapped_[t.file];
+      if (!mapped) mapped = std::make_shared<MappedFile>(t.file);
+      const std::uint8_t* data = mapped->data() + t.begin;
+      if (const std::size_t bad = ggml_first_nonfinite(type, data, rows * cols); bad < rows * cols) {
+        throw CorruptData("non-finite weight", {t.file, name + "[" + std::to_string(bad) + "]"});
+      }
+      return Weight::encoded(rows, cols, type, data, mapped);
+    }
     const std::vector<float> v = read(name, {rows, cols});
     RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
     std::memcpy(m.data(), v.data(), v.size() * sizeof(float));
@@ -165,11 +182,12 @@ class Tensors {
  private:
   std::string dir_;
   std::map<std::string, TensorInfo> map_;
+  mutable std::map<std::string, std::shared_ptr<MappedFile>> mapped_;  // shard -> its map
 };
 
 }  // namespace
 
-Model load_hf(const std::string& dir) {
+Model load_hf(const std::string& dir, WeightMode mode) {
   const HfConfig j = read_hf_config(dir, {"llama", "mistral", "qwen2"});
   const std::string& cfg_path = j.file;
   const std::string& type = j.model_type;
@@ -214,35 +232,35 @@ Model load_hf(const std::string& dir) {
   const bool tied = j.tie_word_embeddings || !t.has("lm_head.weight");
   const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   ModelWeights w;
-  w.embedding = t.matrix("model.embed_tokens.weight", c.vocab_size, c.dim);
+  w.embedding = t.matrix("model.embed_tokens.weight", c.vocab_size, c.dim, mode);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights lw;
     lw.attn_norm = t.read(p + "input_layernorm.weight", {c.dim});
-    lw.wq = t.matrix(p + "self_attn.q_proj.weight", q_dim, c.dim);
-    lw.wk = t.matrix(p + "self_attn.k_proj.weight", kv_dim, c.dim);
-    lw.wv = t.matrix(p + "self_attn.v_proj.weight", kv_dim, c.dim);
-    lw.wo = t.matrix(p + "self_attn.o_proj.weight", c.dim, q_dim);
+    lw.wq = t.matrix(p + "self_attn.q_proj.weight", q_dim, c.dim, mode);
+    lw.wk = t.matrix(p + "self_attn.k_proj.weight", kv_dim, c.dim, mode);
+    lw.wv = t.matrix(p + "self_attn.v_proj.weight", kv_dim, c.dim, mode);
+    lw.wo = t.matrix(p + "self_attn.o_proj.weight", c.dim, q_dim, mode);
     if (c.qkv_bias) {
       lw.bq = t.read(p + "self_attn.q_proj.bias", {q_dim});
       lw.bk = t.read(p + "self_attn.k_proj.bias", {kv_dim});
       lw.bv = t.read(p + "self_attn.v_proj.bias", {kv_dim});
     }
     lw.ffn_norm = t.read(p + "post_attention_layernorm.weight", {c.dim});
-    lw.w1 = t.matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim);
-    lw.w2 = t.matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim);
-    lw.w3 = t.matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim);
+    lw.w1 = t.matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim, mode);
+    lw.w2 = t.matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim, mode);
+    lw.w3 = t.matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim, mode);
     w.layers.push_back(std::move(lw));
   }
   w.final_norm = t.read("model.norm.weight", {c.dim});
-  if (!tied) w.classifier = t.matrix("lm_head.weight", c.vocab_size, c.dim);
+  if (!tied) w.classifier = t.matrix("lm_head.weight", c.vocab_size, c.dim, mode);
   return Model(std::move(c), std::move(w));
 }
 
-Model load_model(const std::string& path) {
+Model load_model(const std::string& path, WeightMode mode) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return load_hf(path);
-  if (is_gguf(path)) return load_gguf(path);
+  if (fs::is_directory(path, ec)) return load_hf(path, mode);
+  if (is_gguf(path)) return load_gguf(path, mode);
   return load_llama2c(path);
 }
 

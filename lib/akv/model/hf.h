@@ -2,7 +2,8 @@
 // Hugging Face checkpoints: a directory with config.json and model.safetensors (or a sharded
 // model.safetensors.index.json). model_type llama, mistral or qwen2 (q/k/v biases); GQA; tied or
 // untied embeddings; rope_theta, rms_norm_eps and head_dim from the config; tensors in F32, F16
-// or BF16 (converted to f32 on load); RoPE in the rotate-half layout.
+// or BF16 (kept 16-bit in a memory map, or converted to f32 on load: WeightMode); RoPE in the
+// rotate-half layout.
 //
 // Every safetensors header is validated against the file size (offsets inside the data
 // section, sizes equal to shape x dtype) before any tensor is read, and every tensor's shape
@@ -14,9 +15,10 @@
 
 namespace akv {
 
-Model load_hf(const std::string& dir);
+// mode stored: F16/BF16 matrices stay 16-bit in a memory map of their shard (weight.h).
+Model load_hf(const std::string& dir, WeightMode mode = WeightMode::stored);
 
 // A Hugging Face directory, a GGUF file (by its magic) or a llama2.c file, by what `path` is.
-Model load_model(const std::string& path);
+Model load_model(const std::string& path, WeightMode mode = WeightMode::stored);
 
 }  // namespace akv

@@ -52,11 +52,20 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
+std::uint64_t ModelWeights::bytes() const {
+  std::uint64_t b = embedding.bytes() + classifier.bytes() + 4 * final_norm.size();
+  for (const LayerWeights& l : layers) {
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) b += w->bytes();
+    b += 4 * (l.attn_norm.size() + l.ffn_norm.size() + l.bq.size() + l.bk.size() + l.bv.size());
+  }
+  return b;
+}
+
 Model::Model(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)), w_(std::move(weights)) {}
 
-const RowMatrix& Model::classifier() const {
-  return w_.classifier.size() ? w_.classifier : w_.embedding;
+const Weight& Model::classifier() const {
+  return w_.classifier.empty() ? w_.embedding : w_.classifier;
 }
 
 void Model::check_token(std::int32_t t) const {
@@ -98,7 +107,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   RowMatrix x(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.dim));
   for (std::size_t i = 0; i < n; ++i) {
     check_token(tokens[i]);
-    x.row(static_cast<Eigen::Index>(i)) = w_.embedding.row(tokens[i]);
+    w_.embedding.row(static_cast<std::size_t>(tokens[i]), x.row(static_cast<Eigen::Index>(i)).data());
   }
   // RoPE angles of the positions this call uses (never of the whole declared context); dynamic
   // scaling sees the call's length, as transformers does.
@@ -106,7 +115,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   PrefillResult res;
   for (const LayerWeights& lw : w_.layers) {
     const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
-    RowMatrix q = xb * lw.wq.transpose(), k = xb * lw.wk.transpose(), v = xb * lw.wv.transpose();
+    RowMatrix q = lw.wq.times_transpose(xb), k = lw.wk.times_transpose(xb), v = lw.wv.times_transpose(xb);
     add_bias(q, lw.bq);
     add_bias(k, lw.bk);
     add_bias(v, lw.bv);
@@ -125,21 +134,21 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
       causal_attention(b, vh.row(kv, 0), o.data());
       att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;
     });
-    x += att * lw.wo.transpose();
+    x += lw.wo.times_transpose(att);
     const RowMatrix xf = rmsnorm_rows(x, lw.ffn_norm, c.norm_eps);
-    RowMatrix h1 = xf * lw.w1.transpose();
-    const RowMatrix h3 = xf * lw.w3.transpose();
+    RowMatrix h1 = lw.w1.times_transpose(xf);
+    const RowMatrix h3 = lw.w3.times_transpose(xf);
     for (Eigen::Index r = 0; r < h1.rows(); ++r) {
       for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
     }
-    x += h1 * lw.w2.transpose();
+    x += lw.w2.times_transpose(h1);
     check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(res.key.size()));
     res.query.push_back(std::move(qh));
     res.key.push_back(std::move(kh));
     res.value.push_back(std::move(vh));
   }
   const RowMatrix xn = rmsnorm_rows(all_logits ? x : RowMatrix(x.bottomRows(1)), w_.final_norm, c.norm_eps);
-  res.logits = xn * classifier().transpose();
+  res.logits = classifier().times_transpose(xn);
   check_finite(res.logits.data(), static_cast<std::size_t>(res.logits.size()), "prefill logits");
   return res;
 }
@@ -152,7 +161,8 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
     throw InvalidInput("position beyond the model's context (seq_len " + std::to_string(c.seq_len) + ")",
                        {"", "pos", std::to_string(pos)});
   }
-  Vec x = w_.embedding.row(token).transpose();
+  Vec x(static_cast<Eigen::Index>(c.dim));
+  w_.embedding.row(static_cast<std::size_t>(token), x.data());
   Vec xb(static_cast<Eigen::Index>(c.dim)), att(static_cast<Eigen::Index>(c.n_heads * hd));
   const bool want_probs = cache.wants_probs();
   std::vector<std::vector<float>> probs(want_probs ? c.n_heads : 0);
@@ -165,7 +175,7 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
   for (std::size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
     rmsnorm(x.data(), lw.attn_norm, c.norm_eps, c.dim, xb.data());
-    Vec q = lw.wq * xb, k = lw.wk * xb, v = lw.wv * xb;
+    Vec q = lw.wq.times(xb), k = lw.wk.times(xb), v = lw.wv.times(xb);
     for (std::size_t j = 0; j < lw.bq.size(); ++j) q[static_cast<Eigen::Index>(j)] += lw.bq[j];
     for (std::size_t j = 0; j < lw.bk.size(); ++j) k[static_cast<Eigen::Index>(j)] += lw.bk[j];
     for (std::size_t j = 0; j < lw.bv.size(); ++j) v[static_cast<Eigen::Index>(j)] += lw.bv[j];
@@ -186,16 +196,16 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
     if (want_probs) {
       for (std::size_t h = 0; h < c.n_heads; ++h) cache.observe(l, h / g, probs[h].data());
     }
-    x += lw.wo * att;
+    x += lw.wo.times(att);
     rmsnorm(x.data(), lw.ffn_norm, c.norm_eps, c.dim, xb.data());
-    Vec h1 = lw.w1 * xb;
-    const Vec h3 = lw.w3 * xb;
+    Vec h1 = lw.w1.times(xb);
+    const Vec h3 = lw.w3.times(xb);
     for (Eigen::Index j = 0; j < h1.size(); ++j) h1[j] = silu(h1[j]) * h3[j];
-    x += lw.w2 * h1;
+    x += lw.w2.times(h1);
   }
   cache.end_step();
   rmsnorm(x.data(), w_.final_norm, c.norm_eps, c.dim, xb.data());
-  const Vec logits = classifier() * xb;
+  const Vec logits = classifier().times(xb);
   check_finite(logits.data(), static_cast<std::size_t>(logits.size()), "logits at position " + std::to_string(pos));
   return std::vector<float>(logits.data(), logits.data() + logits.size());
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "akv/model/weight.h"
 #include "akv/policy/kv_policy.h"
 #include "akv/tensor/kv_shape.h"
 #include "akv/tensor/rope.h"
@@ -27,20 +28,22 @@ struct ModelConfig : KvShape {
   std::string tokenizer;  // "bytes" when config.json says "akv_tokenizer": "bytes"
 };
 
-// Weight matrices are [out, in] row-major (y = W x).
+// Weight matrices are [out, in] (y = W x), f32 or in their file's encoding (weight.h).
 struct LayerWeights {
   std::vector<float> attn_norm;   // [dim]
-  RowMatrix wq, wk, wv, wo;       // [n_heads*hd, dim], [n_kv*hd, dim] x2, [dim, n_heads*hd]
+  Weight wq, wk, wv, wo;          // [n_heads*hd, dim], [n_kv*hd, dim] x2, [dim, n_heads*hd]
   std::vector<float> bq, bk, bv;  // biases (qwen2) or empty
   std::vector<float> ffn_norm;    // [dim]
-  RowMatrix w1, w2, w3;           // [hidden, dim], [dim, hidden], [hidden, dim]
+  Weight w1, w2, w3;              // [hidden, dim], [dim, hidden], [hidden, dim]
 };
 
 struct ModelWeights {
-  RowMatrix embedding;  // [vocab, dim]
+  Weight embedding;  // [vocab, dim]
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [dim]
-  RowMatrix classifier;           // [vocab, dim]; empty when tied to the embedding
+  Weight classifier;              // [vocab, dim]; empty when tied to the embedding
+  // Bytes the weights occupy as resident (encoded ones as stored).
+  std::uint64_t bytes() const;
 };
 
 // Everything a prefill produced, per layer (what `akv dump` writes and policies ingest).
@@ -68,7 +71,7 @@ class Model {
   void check_token(std::int32_t t) const;
   // InvalidInput naming the model and `where` when x [n] holds NaN or Inf.
   void check_finite(const float* x, std::size_t n, const std::string& where) const;
-  const RowMatrix& classifier() const;
+  const Weight& classifier() const;
   ModelConfig config_;
   ModelWeights w_;
 };

@@ -1,6 +1,7 @@
 #include "akv/tensor/ggml_blocks.h"
 
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include "akv/tensor/half.h"
@@ -122,6 +123,45 @@ std::string ggml_supported_types() {
   std::string out;
   for (const GgmlTypeInfo& t : kTypes) out += (out.empty() ? "" : ", ") + std::string(t.name);
   return out;
+}
+
+std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n) {
+  auto bits16 = [&](const std::uint8_t* p) {
+    std::uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+  };
+  switch (type.id) {
+    case 0:
+      for (std::size_t i = 0; i < n; ++i) {
+        float v;
+        std::memcpy(&v, src + 4 * i, 4);
+        if (!std::isfinite(v)) return i;
+      }
+      return n;
+    case 1:
+      for (std::size_t i = 0; i < n; ++i) {
+        if ((bits16(src + 2 * i) & 0x7C00) == 0x7C00) return i;
+      }
+      return n;
+    case 30:
+      for (std::size_t i = 0; i < n; ++i) {
+        if ((bits16(src + 2 * i) & 0x7F80) == 0x7F80) return i;
+      }
+      return n;
+    default: {
+      // f16 fields of each block: d (all), m / dmin (Q4_1, Q5_1, Q4_K, Q5_K), Q6_K's d at 208.
+      const bool second = type.id == 3 || type.id == 7 || type.id == 12 || type.id == 13;
+      const std::size_t first = type.id == 14 ? 208 : 0;
+      for (std::size_t k = 0; k < n / type.block; ++k) {
+        const std::uint8_t* b = src + k * type.bytes;
+        if ((bits16(b + first) & 0x7C00) == 0x7C00 || (second && (bits16(b + 2) & 0x7C00) == 0x7C00)) {
+          return k * type.block;
+        }
+      }
+      return n;
+    }
+  }
 }
 
 void ggml_dequantize(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n, float* dst) {

@@ -40,6 +40,11 @@ std::string ggml_type_name(std::uint32_t id);
 // Comma-separated names of every type akv reads (for error messages and docs).
 std::string ggml_supported_types();
 
+// Index of the first element of n whose block holds a non-finite value, or n when there is none.
+// For block types it reads only the f16 scale fields: with finite scales every value is finite
+// (codes and sub-scales are small integers).
+std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n);
+
 // Dequantizes n elements (n a multiple of the type's block) from `src` into `dst`.
 void ggml_dequantize(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n, float* dst);
 

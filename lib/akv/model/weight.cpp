@@ -1,0 +1,144 @@
+#include "akv/model/weight.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "akv/core/errors.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+constexpr std::size_t kTileFloats = 1u << 16;  // f32 values per converted tile (256 KB)
+
+}  // namespace
+
+std::string weight_mode_name(WeightMode m) { return m == WeightMode::stored ? "stored" : "f32"; }
+
+WeightMode parse_weight_mode(const std::string& name) {
+  if (name == "stored") return WeightMode::stored;
+  if (name == "f32") return WeightMode::f32;
+  throw InvalidInput("unknown weight mode (expected stored or f32)", {"", "--weights", name});
+}
+
+MappedFile::MappedFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError("cannot open model file", {path});
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw IoError("cannot stat model file", {path});
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      throw IoError("cannot memory-map model file", {path});
+    }
+    data_ = static_cast<const std::uint8_t*>(p);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<std::uint8_t*>(data_), size_);
+}
+
+Weight::Weight(RowMatrix m)
+    : rows_(static_cast<std::size_t>(m.rows())), cols_(static_cast<std::size_t>(m.cols())), m_(std::move(m)) {}
+
+Weight Weight::encoded(std::size_t rows, std::size_t cols, const GgmlTypeInfo& type, const std::uint8_t* data,
+                       std::shared_ptr<const void> owner) {
+  Weight w;
+  w.rows_ = rows;
+  w.cols_ = cols;
+  w.type_ = &type;
+  w.data_ = data;
+  w.row_bytes_ = cols / type.block * type.bytes;
+  w.owner_ = std::move(owner);
+  return w;
+}
+
+std::string Weight::dtype() const { return type_ ? type_->name : "F32"; }
+
+std::uint64_t Weight::bytes() const {
+  return type_ ? static_cast<std::uint64_t>(rows_) * row_bytes_ : static_cast<std::uint64_t>(rows_) * cols_ * 4;
+}
+
+std::size_t Weight::tile_rows() const { return std::max<std::size_t>(1, std::min(rows_, kTileFloats / std::max<std::size_t>(cols_, 1))); }
+
+void Weight::convert_rows(std::size_t r0, std::size_t n, float* out) const {
+  const std::uint8_t* src = data_ + r0 * row_bytes_;
+  if (type_->id == 1 || type_->id == 30) {
+    // 16-bit rows may sit at odd offsets of a safetensors file: copy to aligned storage first.
+    std::vector<std::uint16_t> h(n * cols_);
+    std::memcpy(h.data(), src, h.size() * 2);
+    if (type_->id == 1) f16_to_f32(h.data(), out, h.size());
+    else bf16_to_f32(h.data(), out, h.size());
+    return;
+  }
+  ggml_dequantize(*type_, src, n * cols_, out);
+}
+
+RowMatrix Weight::times_transpose(const RowMatrix& x) const {
+  if (!type_) return x * m_.transpose();
+  RowMatrix y(x.rows(), static_cast<Eigen::Index>(rows_));
+  const std::size_t t = tile_rows();
+  std::vector<float> buf(t * cols_);
+  for (std::size_t r0 = 0; r0 < rows_; r0 += t) {
+    const std::size_t n = std::min(t, rows_ - r0);
+    convert_rows(r0, n, buf.data());
+    const ConstMatrixMap tile(buf.data(), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(cols_));
+    y.middleCols(static_cast<Eigen::Index>(r0), static_cast<Eigen::Index>(n)).noalias() = x * tile.transpose();
+  }
+  return y;
+}
+
+Eigen::VectorXf Weight::times(const Eigen::VectorXf& x) const {
+  if (!type_) return m_ * x;
+  Eigen::VectorXf y(static_cast<Eigen::Index>(rows_));
+  const std::size_t t = tile_rows();
+  std::vector<float> buf(t * cols_);
+  for (std::size_t r0 = 0; r0 < rows_; r0 += t) {
+    const std::size_t n = std::min(t, rows_ - r0);
+    convert_rows(r0, n, buf.data());
+    const ConstMatrixMap tile(buf.data(), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(cols_));
+    y.segment(static_cast<Eigen::Index>(r0), static_cast<Eigen::Index>(n)).noalias() = tile * x;
+  }
+  return y;
+}
+
+void Weight::row(std::size_t r, float* out) const {
+  if (!type_) {
+    std::memcpy(out, m_.row(static_cast<Eigen::Index>(r)).data(), cols_ * sizeof(float));
+    return;
+  }
+  convert_rows(r, 1, out);
+}
+
+RowMatrix Weight::to_f32() const {
+  if (!type_) return m_;
+  RowMatrix m(static_cast<Eigen::Index>(rows_), static_cast<Eigen::Index>(cols_));
+  convert_rows(0, rows_, m.data());
+  return m;
+}
+
+const RowMatrix& Weight::f32() const {
+  if (type_) throw std::logic_error("weight is not f32-resident");
+  return m_;
+}
+
+RowMatrix& Weight::f32() {
+  if (type_) throw std::logic_error("weight is not f32-resident");
+  return m_;
+}
+
+}  // namespace akv

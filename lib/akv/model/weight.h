@@ -1,0 +1,76 @@
+#pragma once
+// A weight matrix [rows, cols] (y = W x), resident either as f32 or in the encoding its file
+// stores (F16, BF16 or a ggml block type), in memory or in a read-only memory map of the file.
+// Encoded weights are converted to f32 a tile of rows at a time inside each product, so an
+// 8B-parameter bf16 checkpoint needs its 16 GB and a few hundred KB of tiles, not 32 GB
+// (docs/model.md, "Weights in memory"). Products of f32-resident weights are Eigen's whole-matrix
+// products; encoded ones are the same products per tile, equal within float rounding (tested).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "akv/tensor/ggml_blocks.h"
+#include "akv/tensor/tensor.h"
+
+namespace akv {
+
+// How loaders keep weights: `stored` = as the file encodes them (f32 files stay f32), `f32` =
+// converted to f32 on load.
+enum class WeightMode { stored, f32 };
+std::string weight_mode_name(WeightMode m);             // "stored" | "f32"
+WeightMode parse_weight_mode(const std::string& name);  // InvalidInput naming the value
+
+// A read-only memory map of a whole file (shared by the weights that point into it).
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);  // IoError naming the file
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const std::uint8_t* data() const { return data_; }
+  std::uint64_t size() const { return size_; }
+
+ private:
+  const std::uint8_t* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+class Weight {
+ public:
+  Weight() = default;
+  Weight(RowMatrix m);  // f32-resident (implicit, as the loaders and tests build weights)
+  // Encoded rows at `data` (rows * cols / type.block blocks, row after row), kept alive by
+  // `owner` (a MappedFile, or owned bytes).
+  static Weight encoded(std::size_t rows, std::size_t cols, const GgmlTypeInfo& type, const std::uint8_t* data,
+                        std::shared_ptr<const void> owner);
+
+  std::size_t rows() const { return rows_; }
+  std::size_t cols() const { return cols_; }
+  bool empty() const { return rows_ == 0; }
+  bool is_f32() const { return type_ == nullptr; }
+  std::string dtype() const;               // "F32", "BF16", "Q4_K"...
+  std::uint64_t bytes() const;             // bytes the weight occupies as resident
+
+  RowMatrix times_transpose(const RowMatrix& x) const;  // [n, cols] -> [n, rows] = x W^T
+  Eigen::VectorXf times(const Eigen::VectorXf& x) const;  // [cols] -> [rows] = W x
+  void row(std::size_t r, float* out) const;            // row r as f32 (embedding lookup)
+  RowMatrix to_f32() const;
+  // The f32 matrix of an f32-resident weight (std::logic_error otherwise).
+  const RowMatrix& f32() const;
+  RowMatrix& f32();
+
+ private:
+  // Rows [r0, r0 + n) as f32 into out [n, cols].
+  void convert_rows(std::size_t r0, std::size_t n, float* out) const;
+  std::size_t tile_rows() const;
+
+  std::size_t rows_ = 0, cols_ = 0;
+  RowMatrix m_;                          // f32-resident
+  const GgmlTypeInfo* type_ = nullptr;   // encoded
+  const std::uint8_t* data_ = nullptr;
+  std::size_t row_bytes_ = 0;
+  std::shared_ptr<const void> owner_;
+};
+
+}  // namespace akv
