@@ -297,6 +297,43 @@ TEST_CASE("ggml blocks: dequantization equals gguf-py bit for bit", "[gguf][gold
   CHECK(ggml_type_name(10) == "type 10");
 }
 
+TEST_CASE("ggml blocks: hand-computed values", "[gguf]") {
+  auto one = [](std::uint32_t type, const std::vector<std::uint8_t>& b) {
+    const GgmlTypeInfo& t = *ggml_type_info(type);
+    REQUIRE(b.size() == t.bytes);
+    std::vector<float> y(t.block);
+    ggml_dequantize(t, b.data(), t.block, y.data());
+    return y;
+  };
+  std::vector<std::uint8_t> q4_0(18, 0x88);  // every code 8: value 0
+  q4_0[0] = 0x00, q4_0[1] = 0x38;            // d = 0.5
+  q4_0[2] = 0x9F;                            // element 0: 15 - 8 = 7; element 16: 9 - 8 = 1
+  auto y = one(2, q4_0);
+  CHECK(y[0] == 3.5f);
+  CHECK(y[16] == 0.5f);
+  CHECK(y[1] == 0.0f);
+  std::vector<std::uint8_t> q8_0(34, 0);
+  q8_0[1] = 0x34;                            // d = 0.25
+  q8_0[2] = static_cast<std::uint8_t>(-3);
+  CHECK(one(8, q8_0)[0] == -0.75f);
+  std::vector<std::uint8_t> q4_k(144, 0);
+  q4_k[1] = 0x3C, q4_k[3] = 0x38;            // d = 1, dmin = 0.5
+  q4_k[4 + 0] = 2, q4_k[4 + 1] = 1, q4_k[4 + 4] = 3;  // group 0: scale 2, min 3; group 1: scale 1
+  q4_k[4 + 8] = 0x13;                        // group 4: scale 3, min 1
+  q4_k[16 + 0] = 0x75;                       // element 0 (group 0): 5; element 32 (group 1): 7
+  q4_k[16 + 64] = 0x04;                      // element 128 (group 4, low nibble): 4
+  y = one(12, q4_k);
+  CHECK(y[0] == 8.5f);    // 1 * 2 * 5 - 0.5 * 3
+  CHECK(y[32] == 7.0f);   // 1 * 1 * 7 - 0
+  CHECK(y[128] == 11.5f); // 1 * 3 * 4 - 0.5 * 1
+  CHECK(y[1] == -1.5f);   // code 0: - 0.5 * 3
+  std::vector<std::uint8_t> q6_k(210, 0);
+  q6_k[208] = 0x00, q6_k[209] = 0x40;        // d = 2
+  q6_k[192] = static_cast<std::uint8_t>(-1); // scale of elements 0..15
+  q6_k[0] = 0x0A, q6_k[128] = 0x02;          // element 0: 10 | 2 << 4 = 42 -> 42 - 32 = 10
+  CHECK(one(14, q6_k)[0] == -20.0f);
+}
+
 TEST_CASE("GGUF llama: stories260K as GGUF gives llama2.c's logits bit for bit (F32, F16, BF16, Q8_0)", "[gguf][model]") {
   if (!have_shared()) {
     WARN("skipped: shared model not found");
