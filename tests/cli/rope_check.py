@@ -3,7 +3,8 @@
 For each rope_scaling of a tiny random Hugging Face llama (head_dim 64, theta 500000), `akv dump`
 writes each head's keys before and after RoPE (f32); the angle each pair turned by at position p
 must equal p * inv_freq[i] with inv_freq computed here from the transformers formulas (linear,
-dynamic NTK with the prompt length, llama3's three wavelength regimes; partial_rotary_factor
+dynamic NTK with the prompt length, llama3's three wavelength regimes, yarn as transformers 4.45
+computes it, whose attention factor must also scale every rotated pair's length; partial_rotary_factor
 rotating only the first dims and leaving the rest unchanged). Usage: rope_check.py AKV WORKDIR
 """
 import json
@@ -71,6 +72,20 @@ def inv_freq(scaling, dim, n_tokens, max_pos):
         smoothed = ((np.float32(1) - smooth) * scaled / factor + smooth * scaled).astype(np.float32)
         medium = ~(wavelen < high_wave) & ~(wavelen > low_wave)
         return np.where(medium, smoothed, scaled).astype(np.float32)
+    if kind == "yarn":
+        factor = scaling["factor"]
+        def correction_dim(rotations):
+            return (dim * math.log(max_pos / (rotations * 2 * math.pi))) / (2 * math.log(THETA))
+        low = max(math.floor(correction_dim(32)), 0)
+        high = min(math.ceil(correction_dim(1)), dim - 1)
+        if low == high:
+            high += 0.001
+        pos_freqs = np.power(np.float32(THETA), (np.arange(0, dim, 2).astype(np.float32) / np.float32(dim)))
+        extrapolation = (np.float32(1) / pos_freqs).astype(np.float32)
+        interpolation = (np.float32(1) / (np.float32(factor) * pos_freqs)).astype(np.float32)
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1)
+        extra = (np.float32(1) - ramp).astype(np.float32)
+        return (interpolation * (np.float32(1) - extra) + extrapolation * extra).astype(np.float32)
     return f
 
 
@@ -94,7 +109,10 @@ def check(name, scaling, max_pos, n_tokens, partial=None):
     err = np.abs(np.angle(np.exp(1j * (turned - expect))))
     worst = float(err.max())
     untouched = float(np.abs(k1[:, rot:] - k0[:, rot:]).max()) if rot < HD else 0.0
-    ok = worst < 2e-4 and untouched == 0.0
+    scale = 0.1 * math.log(scaling["factor"]) + 1.0 if scaling and scaling.get("rope_type") == "yarn" else 1.0
+    length = np.hypot(a1, b1) / np.maximum(np.hypot(a0, b0), 1e-30)
+    scale_err = float(np.abs(length - scale).max())
+    ok = worst < 2e-4 and untouched == 0.0 and scale_err < 1e-5 * scale
     regimes = ""
     if scaling and scaling.get("rope_type") == "llama3":
         wave = 2 * math.pi / default_inv_freq(rot, THETA)
@@ -102,7 +120,8 @@ def check(name, scaling, max_pos, n_tokens, partial=None):
         regimes = f", pairs kept/smoothed/scaled {int((wave < old / 4).sum())}/" \
                   f"{int(((wave >= old / 4) & (wave <= old)).sum())}/{int((wave > old).sum())}"
     print(f"{'ok  ' if ok else 'FAIL'} {name}: worst angle error {worst:.2e} rad over {n_tokens} positions x {half} "
-          f"pairs{regimes}{', unrotated dims unchanged' if rot < HD else ''}")
+          f"pairs{regimes}{', unrotated dims unchanged' if rot < HD else ''}"
+          f"{f', pair lengths x {scale:.6f} (worst error {scale_err:.1e})' if scale != 1.0 else ''}")
     return ok
 
 
@@ -114,6 +133,7 @@ results = [
     check("llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                      "original_max_position_embeddings": 8192}, 131072, 48),
     check("partial", None, 64, 40, partial=0.5),
+    check("yarn", {"rope_type": "yarn", "factor": 4.0}, 4096, 48),
 ]
 print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
 sys.exit(0 if all(results) else 1)

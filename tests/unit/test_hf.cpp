@@ -215,7 +215,7 @@ TEST_CASE("HF loader: bad checkpoints are clean errors", "[model][hf][bad]") {
   }
   CHECK_THROWS_AS(load_hf(d), CorruptData);
   // Unsupported config fields.
-  cfg["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};  // not implemented
+  cfg["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}};  // not implemented
   std::ofstream(d + "/config.json") << cfg.dump();
   CHECK_THROWS_AS(load_hf(d), InvalidInput);
   cfg.erase("rope_scaling");
@@ -269,10 +269,24 @@ TEST_CASE("HF config: defaults, derived fields and typed errors naming the field
   cfg["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older key
   std::ofstream(f) << cfg.dump();
   CHECK(hf_rope_scaling(read_hf_config(f)).factor == 2.0);
-  refused({{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_scaling.rope_type = yarn");
+  refused({{"rope_type", "longrope"}, {"factor", 4.0}}, "rope_scaling.rope_type = longrope");
+  refused({{"rope_type", "yarn"}, {"factor", 4.0}}, "max_position_embeddings");  // none in cfg
   refused({{"rope_type", "linear"}, {"factor", 0}}, "rope_scaling.factor = 0");
   refused({{"rope_type", "linear"}}, "rope_scaling.factor = missing");
   refused({{"rope_type", "dynamic"}, {"factor", 2.0}}, "max_position_embeddings");  // none in cfg
+  cfg["max_position_embeddings"] = 4096;
+  cfg["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 4096}};
+  std::ofstream(f) << cfg.dump();
+  const RopeScaling yarn = hf_rope_scaling(read_hf_config(f));
+  CHECK(yarn.kind == RopeScaling::Kind::yarn);
+  CHECK(yarn.attention_factor == Approx(0.1 * std::log(4.0) + 1.0));
+  CHECK(yarn.beta_fast == 32.0);
+  CHECK(yarn.original_max_positions == 4096);
+  refused({{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024}},
+          "rope_scaling.original_max_position_embeddings = 1024");
+  refused({{"type", "yarn"}, {"factor", 4.0}, {"mscale", 0.707}}, "rope_scaling.mscale = 0.707");
+  refused({{"type", "yarn"}, {"factor", 0.5}}, "rope_scaling.factor = 0.5");
+  cfg.erase("max_position_embeddings");
   refused({{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0},
            {"original_max_position_embeddings", 8192}},
           "rope_scaling.high_freq_factor");

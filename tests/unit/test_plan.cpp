@@ -32,7 +32,7 @@ PlanMethod method(const std::string& spec) {
 
 TEST_CASE("plan's closed-form bytes equal what the runtime caches store", "[plan]") {
   const std::size_t L = 2, H = 4, KV = 2, D = 64;
-  const KvShape kv{L, H, KV, D, 10000.0, RopeLayout::rotate_half};
+  const KvShape kv{L, H, KV, D, 10000.0, RopeLayout::rotate_half, ""};
   const PlanShape shape{kv, "t", 0};
   const KvGeometry g{kv, 4096};
   for (std::size_t n : {100, 300, 777}) {

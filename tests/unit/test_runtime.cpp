@@ -384,7 +384,7 @@ TEST_CASE("perplexity through compressed caches on stories260K", "[runtime]") {
   o.threads = 1;
   CHECK(evaluate_perplexity(m, seqs, o, {}).to_json() == r.to_json());
   // Streaming eviction does not combine with quantization in the model.
-  const KvGeometry g{{5, 8, 4, 8, 10000.0, RopeLayout::interleaved}, 512};
+  const KvGeometry g{{5, 8, 4, 8, 10000.0, RopeLayout::interleaved, ""}, 512};
   CHECK_THROWS_AS(make_kv_policy(params("h2o:budget=0.5:quant=kivi-2"), g), UsageError);
 }
 

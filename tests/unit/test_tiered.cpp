@@ -276,7 +276,7 @@ TEST_CASE("tiered parameters: presets, flags and budgets that cannot be met", "[
   CHECK_THROWS_AS(params("balanced:demotion=lru"), InvalidInput);
   CHECK_THROWS_AS(params("kivi-2:hot=64"), UsageError);
   CHECK_THROWS_AS(params("balanced:bits=4"), UsageError);
-  const KvGeometry g{{2, 4, 2, 64, 10000.0, RopeLayout::rotate_half}, 512};
+  const KvGeometry g{{2, 4, 2, 64, 10000.0, RopeLayout::rotate_half, ""}, 512};
   CHECK_THROWS_AS(make_kv_policy(params("compact:protect-last=32"), g), InvalidInput);
   CHECK_THROWS_AS(make_kv_policy(params("balanced:warm=40"), g), InvalidInput);
   CHECK_NOTHROW(make_kv_policy(params("balanced:warm=64"), g));

@@ -160,6 +160,10 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   validate_params(params, "");
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
+  if (params.pre_rope && !dump.meta().rope_variant.empty()) {
+    throw InvalidInput("--pre-rope re-applies plain RoPE after dequantization; this model's RoPE differs",
+                       {dump_path, "rope_variant", dump.meta().rope_variant});
+  }
   if (params.pre_rope && !dump.has_key_pre_rope()) {
     throw InvalidInput("--pre-rope needs key_pre_rope in every layer of the dump",
                        {dump_path, "/layers/*/key_pre_rope", "missing"});

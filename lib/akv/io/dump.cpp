@@ -32,6 +32,7 @@ void read_shape_attrs(hid_t root, const std::string& f, DumpMeta& m) {
   m.head_dim = positive_attr(root, "head_dim", f);
   m.n_tokens = positive_attr(root, "n_tokens", f);
   m.rope_theta = h5::read_attr_double(root, "rope_theta", f, "rope_theta");
+  if (h5::attr_exists(root, "rope_variant")) m.rope_variant = h5::read_attr_string(root, "rope_variant", f, "rope_variant");
   std::string layout = h5::read_attr_string(root, "rope_layout", f, "rope_layout");
   try {
     m.rope_layout = parse_rope_layout(layout);
@@ -62,6 +63,7 @@ void write_shape_attrs(hid_t root, const DumpMeta& dm) {
   h5::write_attr_int(root, "head_dim", static_cast<std::int64_t>(dm.head_dim));
   h5::write_attr_double(root, "rope_theta", dm.rope_theta);
   h5::write_attr_string(root, "rope_layout", rope_layout_name(dm.rope_layout));
+  if (!dm.rope_variant.empty()) h5::write_attr_string(root, "rope_variant", dm.rope_variant);
   h5::write_attr_int(root, "n_tokens", static_cast<std::int64_t>(dm.n_tokens));
 }
 

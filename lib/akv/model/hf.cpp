@@ -218,8 +218,8 @@ Model load_hf(const std::string& dir, WeightMode mode) {
   if (!c.tokenizer.empty() && c.tokenizer != "bytes") {
     throw InvalidInput("unknown akv_tokenizer (akv knows bytes)", {cfg_path, "akv_tokenizer", c.tokenizer});
   }
-  if (c.rope_scaling.kind == RopeScaling::Kind::dynamic) {
-    // Dynamic NTK scaling exists to run past max_position_embeddings: up to factor times it.
+  if (c.rope_scaling.kind == RopeScaling::Kind::dynamic || c.rope_scaling.kind == RopeScaling::Kind::yarn) {
+    // Dynamic NTK and YaRN scaling exist to run past max_position_embeddings: up to factor times it.
     c.seq_len = static_cast<std::size_t>(static_cast<double>(c.seq_len) * c.rope_scaling.factor);
   }
   const bool sliding = type == "qwen2" ? j.use_sliding_window : true;

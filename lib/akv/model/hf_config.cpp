@@ -36,7 +36,7 @@ T typed(const json& j, const char* key, T fallback, const std::string& file) {
   return v.get<T>();
 }
 
-// rope_scaling: {"rope_type" (or "type"): default | linear | dynamic | llama3, "factor", ...}.
+// rope_scaling: {"rope_type" (or "type"): default | linear | dynamic | llama3 | yarn, "factor", ...}.
 RopeScaling parse_rope_scaling(const json& r, const std::optional<std::size_t>& max_positions,
                                const std::string& file) {
   RopeScaling s;
@@ -80,8 +80,34 @@ RopeScaling parse_rope_scaling(const json& r, const std::optional<std::size_t>& 
                          {file, "rope_scaling.high_freq_factor", r["high_freq_factor"].dump()});
     }
     s.original_max_positions = positive(r, "original_max_position_embeddings", file + ": rope_scaling");
+  } else if (type == "yarn") {
+    // transformers 4.45: the correction range is computed over max_position_embeddings; later
+    // versions use original_max_position_embeddings and rescale the factor, and DeepSeek's
+    // mscale / mscale_all_dim change the attention factor. Configs where those differ are refused.
+    s.kind = RopeScaling::Kind::yarn;
+    s.factor = number("factor", 1.0, false);
+    if (!max_positions) {
+      throw InvalidInput("yarn rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
+    }
+    s.original_max_positions = *max_positions;
+    if (r.contains("original_max_position_embeddings") && !r["original_max_position_embeddings"].is_null() &&
+        positive(r, "original_max_position_embeddings", file + ": rope_scaling") != *max_positions) {
+      throw InvalidInput("yarn with original_max_position_embeddings other than max_position_embeddings is not "
+                         "implemented (transformers versions disagree on it; akv follows 4.45)",
+                         {file, "rope_scaling.original_max_position_embeddings", r["original_max_position_embeddings"].dump()});
+    }
+    for (const char* key : {"mscale", "mscale_all_dim"}) {
+      if (r.contains(key) && !r[key].is_null()) {
+        throw InvalidInput("yarn mscale (DeepSeek) is not implemented", {file, std::string("rope_scaling.") + key, r[key].dump()});
+      }
+    }
+    s.attention_factor = r.contains("attention_factor") && !r["attention_factor"].is_null()
+                             ? number("attention_factor", 0.0, true)
+                             : 0.1 * std::log(s.factor) + 1.0;
+    if (r.contains("beta_fast") && !r["beta_fast"].is_null()) s.beta_fast = number("beta_fast", 0.0, true);
+    if (r.contains("beta_slow") && !r["beta_slow"].is_null()) s.beta_slow = number("beta_slow", 0.0, true);
   } else {
-    throw InvalidInput("rope_scaling type not implemented (akv implements default, linear, dynamic, llama3)",
+    throw InvalidInput("rope_scaling type not implemented (akv implements default, linear, dynamic, llama3, yarn)",
                        {file, std::string("rope_scaling.") + type_key, type});
   }
   return s;

@@ -62,7 +62,17 @@ std::uint64_t ModelWeights::bytes() const {
 }
 
 Model::Model(ModelConfig config, ModelWeights weights)
-    : config_(std::move(config)), w_(std::move(weights)) {}
+    : config_(std::move(config)), w_(std::move(weights)) {
+  const RopeScaling& s = config_.rope_scaling;
+  std::string v;
+  if (s.kind != RopeScaling::Kind::none) v = rope_scaling_name(s.kind) + " x" + format_number(s.factor);
+  if (!s.freq_factors.empty()) v += (v.empty() ? "" : ", ") + std::string("frequency factors");
+  if (config_.rotary_dim != 0 && config_.rotary_dim != config_.head_dim) {
+    v += (v.empty() ? "" : ", ") + std::string("partial ") + std::to_string(config_.rotary_dim) + " of " +
+         std::to_string(config_.head_dim) + " dims";
+  }
+  config_.rope_variant = v;
+}
 
 const Weight& Model::classifier() const {
   return w_.classifier.empty() ? w_.embedding : w_.classifier;
@@ -111,7 +121,8 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   }
   // RoPE angles of the positions this call uses (never of the whole declared context); dynamic
   // scaling sees the call's length, as transformers does.
-  const RopeTable rope(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, n), 0, n);
+  const RopeTable rope(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, n), 0, n,
+                       static_cast<float>(c.rope_scaling.attention_factor));
   PrefillResult res;
   for (const LayerWeights& lw : w_.layers) {
     const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
@@ -171,7 +182,7 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
   std::vector<std::size_t> rows;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const RopeTable rope(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, pos + 1),
-                       pos, 1);
+                       pos, 1, static_cast<float>(c.rope_scaling.attention_factor));
   for (std::size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
     rmsnorm(x.data(), lw.attn_norm, c.norm_eps, c.dim, xb.data());

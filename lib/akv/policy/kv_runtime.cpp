@@ -125,6 +125,10 @@ class RuntimePolicy : public KvPolicy {
       params_->head_bits = read_calibration(params_->calibration_file, g.meta());
     }
     const CompressParams* p = params_ ? &*params_ : nullptr;
+    if (p && p->pre_rope && !g.rope_variant.empty()) {
+      throw InvalidInput("pre-rope re-applies plain RoPE after dequantization; this model's RoPE differs",
+                         {"", "rope_variant", g.rope_variant});
+    }
     const std::size_t n_out = p && p->quantized() ? outlier_count(p->outlier_fraction, g.head_dim) : 0;
     if (p && p->eviction()) {
       const ScoreMethod s = p->eviction()->score.method;

@@ -3,6 +3,7 @@
 // models (ModelConfig), runtime caches (KvGeometry), memory plans (PlanShape) and synthetic
 // dumps (SynthOptions) extend it, so a shape passes between them as one value.
 #include <cstddef>
+#include <string>
 
 #include "akv/tensor/rope.h"
 
@@ -15,6 +16,10 @@ struct KvShape {
   std::size_t head_dim = 0;
   double rope_theta = 10000.0;
   RopeLayout rope_layout = RopeLayout::rotate_half;
+  // Empty: plain RoPE over the whole head with rope_theta. Otherwise how the model's RoPE
+  // differs (scaling, partial rotation), e.g. "yarn x4": pre-RoPE quantization, which re-applies
+  // plain RoPE after dequantization, is refused for such shapes.
+  std::string rope_variant;
 
   std::size_t group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
   KvShape& kv_shape() { return *this; }

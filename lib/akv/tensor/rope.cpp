@@ -54,6 +54,7 @@ std::string rope_scaling_name(RopeScaling::Kind k) {
     case RopeScaling::Kind::linear: return "linear";
     case RopeScaling::Kind::dynamic: return "dynamic";
     case RopeScaling::Kind::llama3: return "llama3";
+    case RopeScaling::Kind::yarn: return "yarn";
   }
   return "?";
 }
@@ -101,6 +102,30 @@ std::vector<float> scaled_inv_freq(std::size_t rotary_dim, double theta, const R
       }
       return f;
     }
+    case RopeScaling::Kind::yarn: {
+      // transformers 4.45 _compute_yarn_parameters: python floats (f64) for the correction
+      // range, f32 tensors for the rest.
+      const double d = static_cast<double>(rotary_dim);
+      const double orig = static_cast<double>(s.original_max_positions);
+      auto correction_dim = [&](double rotations) {
+        return d * std::log(orig / (rotations * 2.0 * kPi)) / (2.0 * std::log(theta));
+      };
+      const double low = std::max(std::floor(correction_dim(s.beta_fast)), 0.0);
+      double high = std::min(std::ceil(correction_dim(s.beta_slow)), d - 1.0);
+      if (low == high) high += 0.001;  // the ramp's singularity guard
+      const auto span = static_cast<float>(high - low);
+      const auto factor = static_cast<float>(s.factor);
+      std::vector<float> f(rotary_dim / 2);
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        const float pos_freq = std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+        const float extrapolation = f32_div(1.0f, pos_freq);
+        const float interpolation = f32_div(1.0f, f32_mul(factor, pos_freq));
+        const float ramp = std::clamp(f32_div(f32_sub(static_cast<float>(i), static_cast<float>(low)), span), 0.0f, 1.0f);
+        const float extra = f32_sub(1.0f, ramp);
+        f[i] = f32_add(f32_mul(interpolation, f32_sub(1.0f, extra)), f32_mul(extrapolation, extra));
+      }
+      return f;
+    }
   }
   return {};
 }
@@ -134,8 +159,8 @@ RopeTable::RopeTable(std::size_t head_dim, double theta, std::size_t first_pos, 
     : RopeTable(head_dim, rope_inv_freq(head_dim, theta, RopeScaling{}, 0), first_pos, n_pos) {}
 
 RopeTable::RopeTable(std::size_t head_dim, const std::vector<float>& freq, std::size_t first_pos,
-                     std::size_t n_pos)
-    : head_dim_(head_dim), half_(freq.size()), first_pos_(first_pos), n_pos_(n_pos),
+                     std::size_t n_pos, float scale)
+    : head_dim_(head_dim), half_(freq.size()), first_pos_(first_pos), n_pos_(n_pos), scale_(scale),
       cos_(n_pos * half_), sin_(n_pos * half_) {
   if (head_dim == 0 || head_dim % 2 != 0 || half_ == 0 || 2 * half_ > head_dim) {
     throw InvalidInput("RoPE needs an even head_dim of at least the rotary dimension",
@@ -145,8 +170,8 @@ RopeTable::RopeTable(std::size_t head_dim, const std::vector<float>& freq, std::
     const float pos = static_cast<float>(first_pos + p);
     for (std::size_t i = 0; i < half_; ++i) {
       const float angle = pos * freq[i];
-      cos_[p * half_ + i] = std::cos(angle);
-      sin_[p * half_ + i] = std::sin(angle);
+      cos_[p * half_ + i] = scale == 1.0f ? std::cos(angle) : f32_mul(std::cos(angle), scale);
+      sin_[p * half_ + i] = scale == 1.0f ? std::sin(angle) : f32_mul(std::sin(angle), scale);
     }
   }
 }
@@ -156,6 +181,9 @@ void apply_rope(float* x, std::size_t n, std::size_t first_pos, RopeLayout layou
   const std::size_t d = table.head_dim();
   const std::size_t rot = table.rotary_dim();
   const std::size_t half = rot / 2;
+  if (inverse && table.scale() != 1.0f) {
+    throw InvalidInput("RoPE with an attention factor cannot be undone", {"", "rope_scaling", "yarn"});
+  }
   const float sign = inverse ? -1.0f : 1.0f;
   for (std::size_t r = 0; r < n; ++r) {
     float* v = x + r * d;

@@ -35,17 +35,23 @@ inline void rope_pair_dims(RopeLayout layout, std::size_t head_dim, std::size_t 
 //            decoding); unchanged up to `original` (max_position_embeddings)
 //   llama3   wavelengths 2 pi / inv_freq above original / low_freq_factor divided by factor,
 //            below original / high_freq_factor kept, in between smoothly interpolated
+//   yarn     (transformers 4.45) inv_freq / factor where a pair turns fewer than beta_slow times
+//            over original positions, kept where it turns more than beta_fast times, a linear ramp
+//            between (floor / ceil of the correction dims); cos and sin multiplied by
+//            attention_factor (default 0.1 ln(factor) + 1)
 struct RopeScaling {
-  enum class Kind { none, linear, dynamic, llama3 };
+  enum class Kind { none, linear, dynamic, llama3, yarn };
   Kind kind = Kind::none;
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
-  std::size_t original_max_positions = 0;                // dynamic, llama3
+  std::size_t original_max_positions = 0;                // dynamic, llama3, yarn
+  double beta_fast = 32.0, beta_slow = 1.0;              // yarn
+  double attention_factor = 1.0;                         // yarn: scales cos and sin
   // Per-frequency divisors applied after the kind's rule (GGUF's rope_freqs.weight, how
   // llama.cpp stores Llama 3's scaling): inv_freq[i] / freq_factors[i]; empty = none.
   std::vector<float> freq_factors;
 };
-std::string rope_scaling_name(RopeScaling::Kind k);  // "none" | "linear" | "dynamic" | "llama3"
+std::string rope_scaling_name(RopeScaling::Kind k);  // "none" | "linear" | "dynamic" | "llama3" | "yarn"
 
 // inv_freq [rotary_dim / 2] for a call whose positions are < seq_len (only dynamic uses it).
 // Each f32 operation is rounded as f32 (no fused multiply-add), so every build agrees.
@@ -56,9 +62,12 @@ std::vector<float> rope_inv_freq(std::size_t rotary_dim, double theta, const Rop
 class RopeTable {
  public:
   RopeTable(std::size_t head_dim, double theta, std::size_t first_pos, std::size_t n_pos);
-  // Given inverse frequencies: the first 2 * inv_freq.size() dims of each head rotate.
+  // Given inverse frequencies: the first 2 * inv_freq.size() dims of each head rotate. `scale`
+  // multiplies cos and sin (each rounded to f32: yarn's attention factor); a table with
+  // scale != 1 rotates forward only.
   RopeTable(std::size_t head_dim, const std::vector<float>& inv_freq, std::size_t first_pos,
-            std::size_t n_pos);
+            std::size_t n_pos, float scale = 1.0f);
+  float scale() const { return scale_; }
   std::size_t head_dim() const { return head_dim_; }
   std::size_t rotary_dim() const { return 2 * half_; }
   std::size_t first_pos() const { return first_pos_; }
@@ -68,6 +77,7 @@ class RopeTable {
 
  private:
   std::size_t head_dim_, half_, first_pos_, n_pos_;
+  float scale_ = 1.0f;
   std::vector<float> cos_;  // [n_pos, head_dim/2]
   std::vector<float> sin_;  // [n_pos, head_dim/2]
 };
