@@ -10,7 +10,9 @@
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
 #include "akv/method/registry.h"
+#include "akv/model/gguf.h"
 #include "akv/model/hf.h"
+#include "akv/model/tokenizer.h"
 #include "commands.h"
 #include "model_flags.h"
 
@@ -71,8 +73,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   sub->add_option("--tokenizer", opt->tokenizer,
                   "Passkey: a SentencePiece tokenizer.model for text mode (default: tokenizer.model "
-                  "in a Hugging Face model directory, or the byte tokenizer when its config.json "
-                  "says \"akv_tokenizer\": \"bytes\"; without one, token mode)");
+                  "in a Hugging Face model directory, the vocabulary embedded in a GGUF model, or the "
+                  "byte tokenizer when its config.json says \"akv_tokenizer\": \"bytes\"; without one, "
+                  "token mode)");
   sub->add_option("--filler", opt->filler,
                   "Passkey: filler token sequences (one per line; default: --tokens)");
   dump->excludes(model);
@@ -115,6 +118,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
           tok = std::make_unique<Tokenizer>(tok_path);
         } else if (m.config().tokenizer == "bytes") {
           tok = std::make_unique<Tokenizer>(Tokenizer::bytes());
+        } else if (is_gguf(opt->model) && GgufFile(opt->model).metadata().contains("tokenizer.ggml.model")) {
+          tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(opt->model));
         } else {
           const std::string& file = opt->filler.empty() ? opt->tokens : opt->filler;
           filler = read_token_file(file);

@@ -15,6 +15,7 @@
 #include "akv/model/gguf.h"
 #include "akv/model/hf.h"
 #include "akv/model/llama2c.h"
+#include "akv/model/tokenizer.h"
 #include "akv/policy/kv_runtime.h"
 #include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/half.h"
@@ -40,6 +41,16 @@ class GgufWriter {
   void str(const std::string& key, const std::string& v) {
     std::string b = len(v.size()) + v;
     kv(key, 8, b.data(), b.size());
+  }
+  void strings(const std::string& key, const std::vector<std::string>& v) {
+    std::string b = raw("\x08\0\0\0", 4) + len(v.size());
+    for (const std::string& x : v) b += len(x.size()) + x;
+    kv(key, 9, b.data(), b.size());
+  }
+  template <class T>
+  void numbers(const std::string& key, std::uint32_t type, const std::vector<T>& v) {
+    std::string b = raw(&type, 4) + len(v.size()) + raw(v.data(), v.size() * sizeof(T));
+    kv(key, 9, b.data(), b.size());
   }
   // type = ggml id; data = the stored bytes; dims in ggml order.
   void tensor(const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type, std::vector<std::uint8_t> data) {
@@ -505,4 +516,55 @@ TEST_CASE("GGUF: bad files are one clear error naming the file and field", "[ggu
   CHECK_THROWS_AS(load_gguf(dir.file("missing.gguf")), IoError);
   CHECK(!is_gguf(dir.file("missing.gguf")));
   CHECK(is_gguf(good));
+}
+
+TEST_CASE("GGUF tokenizer: the Llama 2 vocabulary as GGUF lists encodes as libsentencepiece does", "[gguf][tokenizer]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  test::TempDir dir;
+  const Tokenizer sp(shared_dir() + "/models/llama2-tokenizer.model");
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<std::int32_t> types;
+  for (const Tokenizer::Piece& p : sp.pieces()) {
+    tokens.push_back(p.text);
+    scores.push_back(p.score);
+    types.push_back(p.type);
+  }
+  REQUIRE(tokens.size() == 32000);
+  GgufWriter g;
+  g.str("general.architecture", "llama");
+  g.str("tokenizer.ggml.model", "llama");
+  g.strings("tokenizer.ggml.tokens", tokens);
+  g.numbers("tokenizer.ggml.scores", 6, scores);
+  g.numbers("tokenizer.ggml.token_type", 5, types);
+  g.u32("tokenizer.ggml.bos_token_id", 1);
+  g.u32("tokenizer.ggml.unknown_token_id", 0);
+  g.write(dir.file("vocab.gguf"));
+  const Tokenizer gg = Tokenizer::from_gguf(dir.file("vocab.gguf"));
+  CHECK(gg.vocab_size() == 32000);
+  CHECK(gg.bos() == sp.bos());
+  std::vector<std::string> texts = {"Hello world", "Hello  world", " leading space", "trailing space ", "", " ",
+                                    "a\nb\tc", "na\xC3\xAFve caf\xC3\xA9", "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E",
+                                    "emoji \xF0\x9F\x98\x80\xF0\x9F\x9A\x80", std::string(50, 'x'), "12345.678",
+                                    "<s> </s> <unk>", "\x01\x02", "The pass key is 48213. Remember it.",
+                                    "Once upon a time, there was a little girl named Lily."};
+  const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  for (std::size_t i = 0; i < 16; ++i) texts.push_back(sp.decode(lines[i]));
+  for (const std::string& t : texts) {
+    INFO("text: " << t);
+    const std::vector<std::int32_t> want = sp.encode(t);
+    CHECK(gg.encode(t) == want);
+    CHECK(gg.decode(want) == sp.decode(want));
+  }
+  GgufWriter none;
+  none.str("general.architecture", "llama");
+  none.write(dir.file("none.gguf"));
+  CHECK_THROWS_WITH(Tokenizer::from_gguf(dir.file("none.gguf")), Catch::Contains("tokenizer.ggml.model = missing"));
+  GgufWriter gpt2;
+  gpt2.str("tokenizer.ggml.model", "gpt2");
+  gpt2.write(dir.file("gpt2.gguf"));
+  CHECK_THROWS_WITH(Tokenizer::from_gguf(dir.file("gpt2.gguf")), Catch::Contains("tokenizer.ggml.model = gpt2"));
 }

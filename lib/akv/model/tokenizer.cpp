@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "akv/core/errors.h"
+#include "akv/model/gguf.h"
+#include "akv/model/spm_vocab.h"
 
 namespace akv {
 
@@ -25,10 +27,58 @@ Tokenizer Tokenizer::bytes() {
   return t;
 }
 
+Tokenizer Tokenizer::from_gguf(const std::string& path) {
+  const GgufFile f(path);
+  const nlohmann::json& m = f.metadata();
+  auto get = [&](const char* key) -> const nlohmann::json* {
+    const auto it = m.find(key);
+    return it == m.end() ? nullptr : &*it;
+  };
+  const nlohmann::json* model = get("tokenizer.ggml.model");
+  if (!model) throw InvalidInput("no tokenizer in the GGUF file", {path, "tokenizer.ggml.model", "missing"});
+  if (!model->is_string() || model->get<std::string>() != "llama") {
+    throw InvalidInput("tokenizer kind not implemented (akv reads llama, the SentencePiece-style BPE)",
+                       {path, "tokenizer.ggml.model", model->is_string() ? model->get<std::string>() : model->dump()});
+  }
+  try {
+    const nlohmann::json* tokens = get("tokenizer.ggml.tokens");
+    if (!tokens) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
+    const nlohmann::json* scores = get("tokenizer.ggml.scores");
+    const nlohmann::json* types = get("tokenizer.ggml.token_type");
+    const nlohmann::json* bos = get("tokenizer.ggml.bos_token_id");
+    const nlohmann::json* unk = get("tokenizer.ggml.unknown_token_id");
+    const nlohmann::json* prefix = get("tokenizer.ggml.add_space_prefix");
+    Tokenizer t;
+    t.path_ = path;
+    t.spm_ = std::make_shared<SpmVocab>(
+        tokens->get<std::vector<std::string>>(), scores ? scores->get<std::vector<float>>() : std::vector<float>{},
+        types ? types->get<std::vector<std::int32_t>>() : std::vector<std::int32_t>{},
+        bos ? bos->get<std::int32_t>() : 1, unk ? unk->get<std::int32_t>() : 0, prefix ? prefix->get<bool>() : true, path);
+    return t;
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput(std::string("tokenizer metadata of the wrong type: ") + e.what(), {path, "tokenizer.ggml"});
+  }
+}
+
+std::vector<Tokenizer::Piece> Tokenizer::pieces() const {
+  std::vector<Piece> out;
+  if (!impl_) return out;
+  for (int i = 0; i < impl_->sp.GetPieceSize(); ++i) {
+    Piece p{impl_->sp.IdToPiece(i), impl_->sp.GetScore(i), 1};
+    if (impl_->sp.IsUnknown(i)) p.type = 2;
+    else if (impl_->sp.IsControl(i)) p.type = 3;
+    else if (impl_->sp.IsUnused(i)) p.type = 5;
+    else if (impl_->sp.IsByte(i)) p.type = 6;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 
 std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
+  if (spm_) return spm_->encode(text);
   if (!impl_) {
     std::vector<std::int32_t> out;
     for (unsigned char c : text) out.push_back(c);
@@ -41,6 +91,7 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
 }
 
 std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  if (spm_) return spm_->decode(ids);
   if (!impl_) {
     std::string out;
     for (std::int32_t id : ids) {
@@ -56,8 +107,12 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
 }
 
 std::size_t Tokenizer::vocab_size() const {
+  if (spm_) return spm_->size();
   return impl_ ? static_cast<std::size_t>(impl_->sp.GetPieceSize()) : 258;
 }
-std::int32_t Tokenizer::bos() const { return impl_ ? impl_->sp.bos_id() : 256; }
+std::int32_t Tokenizer::bos() const {
+  if (spm_) return spm_->bos();
+  return impl_ ? impl_->sp.bos_id() : 256;
+}
 
 }  // namespace akv

@@ -1,7 +1,8 @@
 #pragma once
-// Tokenizers for text prompts such as passkey retrieval: SentencePiece (libsentencepiece), or
-// bytes (ids 0-255 are UTF-8 bytes, 256 = BOS, 257 = EOS; the project's own trained model,
-// config.json "akv_tokenizer": "bytes").
+// Tokenizers for text prompts such as passkey retrieval: SentencePiece (libsentencepiece), the
+// SentencePiece-style vocabulary embedded in a GGUF file (spm_vocab.h), or bytes (ids 0-255 are
+// UTF-8 bytes, 256 = BOS, 257 = EOS; the project's own trained model, config.json
+// "akv_tokenizer": "bytes").
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -9,12 +10,25 @@
 
 namespace akv {
 
+class SpmVocab;
+
 class Tokenizer {
  public:
   // Loads a SentencePiece model file; IoError / CorruptData naming the file.
   explicit Tokenizer(const std::string& path);
   // The byte-level tokenizer.
   static Tokenizer bytes();
+  // The vocabulary of a GGUF file (tokenizer.ggml.model "llama"); InvalidInput naming the file
+  // and key when it has none or another kind (GPT-2 BPE is not read yet).
+  static Tokenizer from_gguf(const std::string& path);
+  // Every piece with its score and SentencePiece type (1 normal, 2 unknown, 3 control,
+  // 4 user-defined, 5 unused, 6 byte), as GGUF's tokenizer.ggml lists store them.
+  struct Piece {
+    std::string text;
+    float score = 0;
+    std::int32_t type = 1;
+  };
+  std::vector<Piece> pieces() const;
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
   std::vector<std::int32_t> encode(const std::string& text) const;  // no BOS/EOS
@@ -26,7 +40,8 @@ class Tokenizer {
  private:
   struct Impl;
   Tokenizer() = default;
-  std::unique_ptr<Impl> impl_;  // null for the byte tokenizer
+  std::unique_ptr<Impl> impl_;  // SentencePiece; null otherwise
+  std::shared_ptr<const SpmVocab> spm_;  // a GGUF vocabulary; null otherwise
   std::string path_;
 };
 

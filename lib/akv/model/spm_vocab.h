@@ -1,0 +1,39 @@
+#pragma once
+// A SentencePiece-style BPE vocabulary given as lists (GGUF's tokenizer.ggml.model "llama":
+// tokens, scores, token types), encoded as SentencePiece's BPE model does: the text gets a
+// leading space (add_space_prefix) and every space becomes U+2581; symbols start as UTF-8
+// characters; the adjacent pair whose concatenation is a normal piece with the highest score
+// merges first (ties: the leftmost); symbols left without a piece become their UTF-8 bytes'
+// <0xXX> pieces (byte fallback), or the unknown piece. Checked against libsentencepiece on the
+// Llama 2 vocabulary (tests/unit/test_gguf.cpp).
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace akv {
+
+class SpmVocab {
+ public:
+  enum Type : std::int32_t { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+  // InvalidInput (naming `where` and the field) when the lists disagree in length or a byte
+  // piece is malformed.
+  SpmVocab(std::vector<std::string> pieces, std::vector<float> scores, std::vector<std::int32_t> types,
+           std::int32_t bos, std::int32_t unk, bool add_space_prefix, const std::string& where);
+
+  std::vector<std::int32_t> encode(const std::string& text) const;  // no BOS / EOS
+  std::string decode(const std::vector<std::int32_t>& ids) const;
+  std::size_t size() const { return pieces_.size(); }
+  std::int32_t bos() const { return bos_; }
+
+ private:
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::vector<std::int32_t> types_;
+  std::unordered_map<std::string, std::int32_t> normal_;  // mergeable pieces
+  std::int32_t byte_id_[256];                            // <0xXX> pieces, -1 when absent
+  std::int32_t bos_ = -1, unk_ = -1;
+  bool add_space_prefix_ = true;
+};
+
+}  // namespace akv
