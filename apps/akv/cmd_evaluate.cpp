@@ -25,7 +25,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     std::string model, tokens, weights = "stored";
     std::vector<std::string> methods;
     std::size_t prefill = 0, sequences = 0;
-    std::string task = "ppl", filler, tokenizer;
+    std::string task = "ppl", filler, tokenizer, text;
+    std::size_t ctx = 512;
     PasskeyOptions passkey;
   };
   auto opt = std::make_shared<Options>();
@@ -52,6 +53,13 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                       "balanced:demotion=fifo (docs/model.md, docs/tiered.md). The f32 full cache is "
                       "always evaluated first as the reference")
       ->delimiter(',');
+  auto* text = sub->add_option("--text", opt->text,
+                  "With --model: a text file, tokenized (BOS first) and cut as llama-perplexity cuts it: "
+                  "chunks of --ctx tokens, each chunk's first token BOS, its second half scored (prompt "
+                  "ctx/2 + 1 tokens, then decoded through each method's cache); --sequences N takes the "
+                  "first N chunks. Needs a tokenizer (see --tokenizer)");
+  sub->add_option("--ctx", opt->ctx, "With --text: tokens per chunk")->capture_default_str()
+      ->check(CLI::Range(4, 1 << 24));
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
   sub->add_option("--sequences", opt->sequences, "With --model: evaluate the first N sequences (0 = all)")
@@ -72,12 +80,13 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--seed", opt->passkey.seed, "Passkey: random seed (markers, keys, filler spans)")
       ->capture_default_str();
   sub->add_option("--tokenizer", opt->tokenizer,
-                  "Passkey: a SentencePiece tokenizer.model for text mode (default: tokenizer.model "
+                  "--text and passkey text mode: `bytes` (UTF-8 bytes as ids 0-255, BOS 256) or a SentencePiece tokenizer.model (default: tokenizer.model "
                   "in a Hugging Face model directory, the vocabulary embedded in a GGUF model, or the "
                   "byte tokenizer when its config.json says \"akv_tokenizer\": \"bytes\"; without one, "
                   "token mode)");
   sub->add_option("--filler", opt->filler,
                   "Passkey: filler token sequences (one per line; default: --tokens)");
+  text->excludes(sub->get_option("--tokens"));
   dump->excludes(model);
   cache->excludes(model);
   auto* json = sub->add_flag("--json", opt->json, "Print JSON: overall, per layer, per head");
@@ -93,12 +102,12 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     ProgressBar bar("evaluate", !global.quiet);
     if (!opt->model.empty()) {
       std::string tok_path = opt->tokenizer;
-      if (tok_path.empty() && opt->task == "passkey" &&
+      if (tok_path.empty() && (opt->task == "passkey" || !opt->text.empty()) &&
           std::filesystem::is_regular_file(std::filesystem::path(opt->model) / "tokenizer.model")) {
         tok_path = (std::filesystem::path(opt->model) / "tokenizer.model").string();
       }
-      if (opt->tokens.empty() && opt->filler.empty() && tok_path.empty() && opt->task == "ppl") {
-        throw UsageError("--model needs --tokens (or, for passkey, --filler or a tokenizer)", {"", "--tokens"});
+      if (opt->tokens.empty() && opt->text.empty() && opt->task == "ppl") {
+        throw UsageError("--model needs --tokens or --text", {"", "--tokens"});
       }
       PplOptions po;
       for (const std::string& spec : opt->methods) {
@@ -109,18 +118,22 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
       const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
+      // --tokenizer, tokenizer.model of a HF directory, the byte tokenizer, a GGUF vocabulary.
+      std::unique_ptr<Tokenizer> tok;
+      if (tok_path == "bytes") {
+        tok = std::make_unique<Tokenizer>(Tokenizer::bytes());
+      } else if (!tok_path.empty()) {
+        tok = std::make_unique<Tokenizer>(tok_path);
+      } else if (m.config().tokenizer == "bytes") {
+        tok = std::make_unique<Tokenizer>(Tokenizer::bytes());
+      } else if (is_gguf(opt->model) && GgufFile(opt->model).metadata().contains("tokenizer.ggml.model")) {
+        tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(opt->model));
+      }
       if (opt->task == "passkey") {
         PasskeyOptions pk = opt->passkey;
         pk.threads = global.threads;
-        std::unique_ptr<Tokenizer> tok;
         std::vector<std::vector<std::int32_t>> filler;
-        if (!tok_path.empty()) {
-          tok = std::make_unique<Tokenizer>(tok_path);
-        } else if (m.config().tokenizer == "bytes") {
-          tok = std::make_unique<Tokenizer>(Tokenizer::bytes());
-        } else if (is_gguf(opt->model) && GgufFile(opt->model).metadata().contains("tokenizer.ggml.model")) {
-          tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(opt->model));
-        } else {
+        if (!tok) {
           const std::string& file = opt->filler.empty() ? opt->tokens : opt->filler;
           filler = read_token_file(file);
           m.check_tokens(filler, file);
@@ -129,8 +142,20 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
         return;
       }
-      const auto seqs = read_token_file(opt->tokens);
-      m.check_tokens(seqs, opt->tokens);
+      std::vector<std::vector<std::int32_t>> seqs;
+      std::string source = opt->tokens;
+      if (!opt->text.empty()) {
+        if (!tok) throw UsageError("--text needs a tokenizer (--tokenizer FILE, or one in the model)", {"", "--text"});
+        std::vector<std::int32_t> ids = {tok->bos()};
+        const std::vector<std::int32_t> body = tok->encode(read_text_file(opt->text));
+        ids.insert(ids.end(), body.begin(), body.end());
+        seqs = perplexity_chunks(std::move(ids), opt->ctx, tok->bos(), opt->sequences);
+        if (!opt->prefill) po.prefill = opt->ctx / 2 + 1;
+        source = opt->text;
+      } else {
+        seqs = read_token_file(opt->tokens);
+      }
+      m.check_tokens(seqs, source);
       const PplReport r = evaluate_perplexity(m, seqs, po, bar.callback());
       write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());
       return;

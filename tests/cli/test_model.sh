@@ -47,6 +47,19 @@ mkdir -p "$o"
 head -c 1000 "$M" >"$TMP/short.bin"
 expect_error "truncated checkpoint" 2 "file size does not match the llama2.c header" \
   "$AKV" dump --model "$TMP/short.bin" --tokens "$T" -o "$o/d.h5"
+# --text: llama-perplexity's chunks (BOS + 1000 bytes = 1001 tokens -> 10 chunks of 100, each
+# scoring its second half: 49 tokens).
+head -c 1000 /dev/zero | tr '\0' 'a' >"$TMP/a.txt"
+expect "evaluate --text cuts llama-perplexity chunks" 0 "10 sequences, 490 predicted tokens" \
+  "$AKV" evaluate -q --model "$M" --tokenizer bytes --text "$TMP/a.txt" --ctx 100 --methods kivi-2
+expect "evaluate --text --sequences takes the first chunks" 0 "3 sequences, 147 predicted tokens" \
+  "$AKV" evaluate -q --model "$M" --tokenizer bytes --text "$TMP/a.txt" --ctx 100 --sequences 3 --methods kivi-2
+expect_error "--text without a tokenizer" 1 "--text needs a tokenizer" \
+  "$AKV" evaluate -q --model "$M" --text "$TMP/a.txt" --ctx 100 --methods kivi-2
+expect_error "--text shorter than a chunk" 2 "--text = 1001 tokens" \
+  "$AKV" evaluate -q --model "$M" --tokenizer bytes --text "$TMP/a.txt" --ctx 2000 --methods kivi-2
+expect_error "--text with --tokens" 1 "excludes" \
+  "$AKV" evaluate -q --model "$M" --tokenizer bytes --text "$TMP/a.txt" --tokens "$T" --methods kivi-2
 # GGUF: the tiny random llama that tests/fuzz/make_data.py writes (F32 and F16 seeds).
 G="$SRC/tests/fuzz/corpus/gguf/seed-0"
 printf '1 2 3 4 5 6 7 8\n3 1 4 1 5 9 2 6\n' >"$TMP/tiny.txt"

@@ -388,6 +388,19 @@ TEST_CASE("perplexity through compressed caches on stories260K", "[runtime]") {
   CHECK_THROWS_AS(make_kv_policy(params("h2o:budget=0.5:quant=kivi-2"), g), UsageError);
 }
 
+TEST_CASE("perplexity_chunks: llama-perplexity's chunks, BOS first", "[runtime]") {
+  std::vector<std::int32_t> t(10);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int32_t>(i);
+  const auto c = perplexity_chunks(t, 4, 99, 0);
+  REQUIRE(c.size() == 2);  // floor(10 / 4); the last 2 tokens are not used
+  CHECK(c[0] == std::vector<std::int32_t>{99, 1, 2, 3});
+  CHECK(c[1] == std::vector<std::int32_t>{99, 5, 6, 7});
+  CHECK(perplexity_chunks(t, 4, 99, 1).size() == 1);
+  CHECK(perplexity_chunks(t, 5, -1, 0)[1] == std::vector<std::int32_t>{5, 6, 7, 8, 9});  // no BOS
+  CHECK_THROWS_AS(perplexity_chunks(t, 3, 99, 0), InvalidInput);
+  CHECK_THROWS_AS(perplexity_chunks(t, 11, 99, 0), InvalidInput);
+}
+
 TEST_CASE("memory trace: bytes along sequence 0, tiers adding up", "[runtime]") {
   if (!have_shared()) {
     WARN("skipped: shared model not found");

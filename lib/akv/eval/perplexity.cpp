@@ -129,6 +129,24 @@ PplReport evaluate_perplexity(const Model& model,
   return r;
 }
 
+std::vector<std::vector<std::int32_t>> perplexity_chunks(std::vector<std::int32_t> tokens, std::size_t n_ctx,
+                                                         std::int32_t bos, std::size_t max_chunks) {
+  if (n_ctx < 4) throw InvalidInput("context must be at least 4 tokens", {"", "--ctx", std::to_string(n_ctx)});
+  std::size_t n = tokens.size() / n_ctx;
+  if (n == 0) {
+    throw InvalidInput("text shorter than one chunk of " + std::to_string(n_ctx) + " tokens",
+                       {"", "--text", std::to_string(tokens.size()) + " tokens"});
+  }
+  if (max_chunks) n = std::min(n, max_chunks);
+  std::vector<std::vector<std::int32_t>> chunks(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    chunks[i].assign(tokens.begin() + static_cast<std::ptrdiff_t>(i * n_ctx),
+                     tokens.begin() + static_cast<std::ptrdiff_t>((i + 1) * n_ctx));
+    if (bos >= 0) chunks[i][0] = bos;
+  }
+  return chunks;
+}
+
 nlohmann::json MemoryTrace::to_json() const {
   nlohmann::json j = {{"sequence", 0}, {"tokens", tokens}, {"bytes", bytes}};
   if (!hot.empty()) {

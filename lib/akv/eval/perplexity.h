@@ -62,6 +62,15 @@ struct PplReport {
   std::string to_table() const;
 };
 
+// Text cut as llama.cpp's llama-perplexity cuts it: `tokens` (the whole text, tokenized with a
+// leading BOS when `bos` >= 0) into floor(n / n_ctx) chunks of n_ctx consecutive tokens (at most
+// max_chunks; 0 = all), each chunk's first token replaced by BOS (bos >= 0). Scoring the second
+// half as llama-perplexity does (tokens n_ctx/2 + 1 .. n_ctx - 1 of each chunk, each from the
+// logits of the token before it) is evaluate_perplexity with prefill n_ctx / 2 + 1. InvalidInput
+// when n_ctx < 4 or the text holds fewer than n_ctx tokens.
+std::vector<std::vector<std::int32_t>> perplexity_chunks(std::vector<std::int32_t> tokens, std::size_t n_ctx,
+                                                         std::int32_t bos, std::size_t max_chunks);
+
 PplReport evaluate_perplexity(const Model& model,
                               const std::vector<std::vector<std::int32_t>>& sequences,
                               const PplOptions& o, const ProgressFn& progress);

@@ -57,3 +57,18 @@ std::vector<std::vector<std::int32_t>> read_token_file(const std::string& path) 
 }
 
 }  // namespace akv
+
+namespace akv {
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw IoError(std::string("cannot open text file: ") + std::strerror(errno), {path});
+  const std::streamoff size = in.tellg();
+  if (size > (std::streamoff{1} << 30)) throw InvalidInput("text file above 1 GiB", {path, "size", std::to_string(size)});
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), size)) throw IoError("cannot read text file", {path});
+  return text;
+}
+
+}  // namespace akv

@@ -11,4 +11,8 @@ namespace akv {
 // Throws IoError (cannot read) or InvalidInput naming the file, line and the bad field.
 std::vector<std::vector<std::int32_t>> read_token_file(const std::string& path);
 
+// The whole content of a text file (for tokenizing); IoError when it cannot be read, InvalidInput
+// above 1 GiB.
+std::string read_text_file(const std::string& path);
+
 }  // namespace akv
