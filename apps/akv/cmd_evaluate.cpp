@@ -8,6 +8,8 @@
 #include "akv/eval/fidelity.h"
 #include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
+#include "akv/eval/ppl_shard.h"
+#include "akv/io/file_hash.h"
 #include "akv/io/token_file.h"
 #include "akv/method/registry.h"
 #include "akv/model/gguf.h"
@@ -25,7 +27,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     std::string model, tokens, weights = "stored";
     std::vector<std::string> methods;
     std::size_t prefill = 0, sequences = 0;
-    std::string task = "ppl", filler, tokenizer, text;
+    std::string task = "ppl", filler, tokenizer, text, shard;
     std::size_t ctx = 512;
     PasskeyOptions passkey;
   };
@@ -60,6 +62,10 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "first N chunks. Needs a tokenizer (see --tokenizer)");
   sub->add_option("--ctx", opt->ctx, "With --text: tokens per chunk")->capture_default_str()
       ->check(CLI::Range(4, 1 << 24));
+  sub->add_option("--shard", opt->shard,
+                  "With --model (ppl): evaluate shard K of N (K/N, 1-based): a contiguous 1/N of the "
+                  "sequences (or --text chunks); writes a partial report (JSON, format "
+                  "akv-perplexity-part) that `akv merge` combines into the unsharded report (docs/scale.md)");
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
   sub->add_option("--sequences", opt->sequences, "With --model: evaluate the first N sequences (0 = all)")
@@ -130,6 +136,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(opt->model));
       }
       if (opt->task == "passkey") {
+        if (!opt->shard.empty()) throw UsageError("--shard applies to --task ppl", {"", "--shard", opt->shard});
         PasskeyOptions pk = opt->passkey;
         pk.threads = global.threads;
         std::vector<std::vector<std::int32_t>> filler;
@@ -156,6 +163,27 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         seqs = read_token_file(opt->tokens);
       }
       m.check_tokens(seqs, source);
+      if (!opt->shard.empty()) {
+        const Shard shard = parse_shard(opt->shard);
+        if (po.max_sequences) seqs.resize(std::min(seqs.size(), po.max_sequences));
+        po.max_sequences = 0;
+        const auto [lo, hi] = shard.range(seqs.size());
+        const std::vector<std::vector<std::int32_t>> part(seqs.begin() + static_cast<std::ptrdiff_t>(lo),
+                                                          seqs.begin() + static_cast<std::ptrdiff_t>(hi));
+        PplRun run;
+        run.inputs["model"] = opt->model;
+        if (opt->text.empty()) {
+          run.inputs["tokens"] = {{"path", opt->tokens}, {"hash", file_hash(opt->tokens)}};
+        } else {
+          run.inputs["text"] = {{"path", opt->text}, {"hash", file_hash(opt->text)}, {"ctx", opt->ctx},
+                                {"tokenizer", tok->path()}};
+        }
+        run.params = {{"methods", opt->methods}, {"prefill", po.prefill ? nlohmann::json(*po.prefill) : nlohmann::json()},
+                      {"sequences", opt->sequences}, {"weights", opt->weights}};
+        const PplReport r = evaluate_perplexity(m, part, po, bar.callback());
+        write_text_file(opt->output, ppl_part_json(r, shard, lo, seqs.size(), run).dump(2) + "\n");
+        return;
+      }
       const PplReport r = evaluate_perplexity(m, seqs, po, bar.callback());
       write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());
       return;

@@ -21,5 +21,6 @@ void register_allocate(CLI::App& app, const GlobalOptions& global);
 void register_dump(CLI::App& app, const GlobalOptions& global);
 void register_calibrate(CLI::App& app, const GlobalOptions& global);
 void register_plan(CLI::App& app, const GlobalOptions& global);
+void register_merge(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace akv::cli

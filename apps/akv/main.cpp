@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   akv::cli::register_evaluate(app, global);
   akv::cli::register_bench(app, global);
   akv::cli::register_plan(app, global);
+  akv::cli::register_merge(app, global);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,40 @@
+#include <cstdio>
+
+#include "akv/core/atomic_file.h"
+#include "akv/core/errors.h"
+#include "akv/eval/ppl_shard.h"
+#include "akv/io/json_file.h"
+#include "commands.h"
+
+namespace akv::cli {
+
+void register_merge(CLI::App& app, const GlobalOptions&) {
+  struct Options {
+    std::vector<std::string> parts;
+    std::string output = "-";
+    bool json = false, csv = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand(
+      "merge",
+      "Combines the partial reports of a sharded run (`akv evaluate --model ... --shard K/N`, format "
+      "akv-perplexity-part) into the report the unsharded run writes: checks that the parts are shards "
+      "1..N of one run, each once, with the same inputs and parameters (exit 2 naming the missing, "
+      "duplicate or mismatched part), then adds the per-sequence sums in sequence order "
+      "(docs/scale.md)");
+  sub->add_option("parts", opt->parts, "Partial reports, in any order")->required();
+  sub->add_option("-o,--output", opt->output, "Write the report here ('-' = stdout)")->capture_default_str();
+  auto* json = sub->add_flag("--json", opt->json, "Print JSON (format akv-perplexity), as evaluate --json");
+  sub->add_flag("--csv", opt->csv, "Print CSV, one row per sequence and method")->excludes(json);
+  sub->callback([opt] {
+    check_output_distinct(opt->output, opt->parts);
+    std::vector<std::pair<std::string, nlohmann::json>> parts;
+    for (const std::string& p : opt->parts) {
+      parts.emplace_back(p, read_json_file(p, "partial report", "akv-perplexity-part", 1));
+    }
+    const PplReport r = merge_ppl_parts(parts);
+    write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());
+  });
+}
+
+}  // namespace akv::cli

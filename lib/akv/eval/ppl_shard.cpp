@@ -1,0 +1,146 @@
+#include "akv/eval/ppl_shard.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+
+#include "akv/core/errors.h"
+
+namespace akv {
+namespace {
+
+constexpr const char* kPartFormat = "akv-perplexity-part";
+
+nlohmann::json sums_json(const PplSums& s) {
+  return {{"nll", s.nll}, {"kl", s.kl}, {"top1", s.top1}, {"tokens", s.tokens},
+          {"bytes", s.bytes}, {"host_bytes", s.host_bytes}, {"f16_bytes", s.f16_bytes}};
+}
+
+PplSums sums_from(const nlohmann::json& j) {
+  PplSums s;
+  s.nll = j.at("nll").get<double>();
+  s.kl = j.at("kl").get<double>();
+  s.top1 = j.at("top1").get<std::size_t>();
+  s.tokens = j.at("tokens").get<std::size_t>();
+  s.bytes = j.at("bytes").get<std::uint64_t>();
+  s.host_bytes = j.at("host_bytes").get<std::uint64_t>();
+  s.f16_bytes = j.at("f16_bytes").get<std::uint64_t>();
+  return s;
+}
+
+nlohmann::json trace_json(const MemoryTrace& t) {
+  return {{"tokens", t.tokens}, {"bytes", t.bytes}, {"hot", t.hot}, {"warm", t.warm}, {"cold", t.cold},
+          {"hot_tokens", t.hot_tokens}, {"warm_tokens", t.warm_tokens}, {"cold_tokens", t.cold_tokens}};
+}
+
+MemoryTrace trace_from(const nlohmann::json& j) {
+  MemoryTrace t;
+  j.at("tokens").get_to(t.tokens);
+  j.at("bytes").get_to(t.bytes);
+  j.at("hot").get_to(t.hot);
+  j.at("warm").get_to(t.warm);
+  j.at("cold").get_to(t.cold);
+  j.at("hot_tokens").get_to(t.hot_tokens);
+  j.at("warm_tokens").get_to(t.warm_tokens);
+  j.at("cold_tokens").get_to(t.cold_tokens);
+  return t;
+}
+
+}  // namespace
+
+Shard parse_shard(const std::string& text, const std::string& flag) {
+  const auto slash = text.find('/');
+  auto number = [&](const std::string& s) -> long long {
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoll(s);
+  };
+  const long long k = slash == std::string::npos ? -1 : number(text.substr(0, slash));
+  const long long n = slash == std::string::npos ? -1 : number(text.substr(slash + 1));
+  if (k < 1 || n < 1 || k > n || n > 100000) {
+    throw InvalidInput("shard must be K/N with 1 <= K <= N <= 100000", {"", flag, text});
+  }
+  return {static_cast<std::size_t>(k), static_cast<std::size_t>(n)};
+}
+
+nlohmann::json ppl_part_json(const PplReport& r, const Shard& s, std::size_t first, std::size_t total, const PplRun& run) {
+  nlohmann::json seqs = nlohmann::json::array();
+  for (const auto& seq : r.sequences) {
+    nlohmann::json row = nlohmann::json::array();
+    for (const PplSums& m : seq) row.push_back(sums_json(m));
+    seqs.push_back(row);
+  }
+  nlohmann::json traces = nlohmann::json::array();
+  if (first == 0 && !r.sequences.empty()) {  // the run's sequence 0 (a shard may hold none)
+    for (const MemoryTrace& t : r.traces) traces.push_back(trace_json(t));
+  }
+  return {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
+          {"first_sequence", first}, {"total_sequences", total}, {"inputs", run.inputs}, {"params", run.params},
+          {"specs", r.specs}, {"descriptions", r.descriptions}, {"prompt_tokens", r.prompt_tokens},
+          {"sequences", seqs}, {"memory_traces", traces}};
+}
+
+PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
+  if (parts.empty()) throw UsageError("merge needs partial reports", {"", "PARTS"});
+  const auto& [file0, first] = parts[0];
+  std::map<std::size_t, std::size_t> by_shard;  // shard -> index in parts
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto& [file, j] = parts[i];
+    if (!j.is_object() || j.value("format", std::string()) != kPartFormat) {
+      throw InvalidInput(std::string("not a partial perplexity report (expected format ") + kPartFormat + ")",
+                         {file, "format", j.is_object() && j.contains("format") ? j["format"].dump() : "missing"});
+    }
+    try {
+      const std::size_t k = j.at("shard").get<std::size_t>(), shards = j.at("shards").get<std::size_t>();
+      if (i == 0) n = shards;
+      if (shards != n) throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")", {file, "shards", std::to_string(shards)});
+      if (k < 1 || k > n) throw InvalidInput("shard outside 1.." + std::to_string(n), {file, "shard", std::to_string(k)});
+      for (const char* key : {"inputs", "params", "specs", "total_sequences"}) {
+        if (j.at(key) != first.at(key)) {
+          throw InvalidInput(std::string("part of another run: ") + key + " differ from " + file0 + "'s", {file, key, j.at(key).dump()});
+        }
+      }
+      if (!by_shard.emplace(k, i).second) {
+        throw InvalidInput("shard given twice (also " + parts[by_shard[k]].first + ")", {file, "shard", std::to_string(k)});
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file});
+    }
+  }
+  for (std::size_t k = 1; k <= n; ++k) {
+    if (!by_shard.count(k)) throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
+  }
+  PplReport r;
+  const std::size_t total = first.at("total_sequences").get<std::size_t>();
+  try {
+    r.specs = first.at("specs").get<std::vector<std::string>>();
+    r.descriptions = first.at("descriptions").get<std::vector<std::string>>();
+    for (const auto& [k, i] : by_shard) {
+      const auto& [file, j] = parts[i];
+      if (j.at("first_sequence").get<std::size_t>() != r.sequences.size()) {
+        throw InvalidInput("sequences do not follow the previous shard's (" + std::to_string(r.sequences.size()) + ")",
+                           {file, "first_sequence", j.at("first_sequence").dump()});
+      }
+      for (const nlohmann::json& row : j.at("sequences")) {
+        std::vector<PplSums> seq;
+        for (const nlohmann::json& m : row) seq.push_back(sums_from(m));
+        if (seq.size() != r.specs.size()) throw InvalidInput("a sequence without every method", {file, "sequences", std::to_string(seq.size())});
+        r.sequences.push_back(std::move(seq));
+      }
+      const auto prompts = j.at("prompt_tokens").get<std::vector<std::size_t>>();
+      r.prompt_tokens.insert(r.prompt_tokens.end(), prompts.begin(), prompts.end());
+      if (r.traces.empty()) {
+        for (const nlohmann::json& t : j.at("memory_traces")) r.traces.push_back(trace_from(t));
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
+  }
+  if (r.sequences.size() != total || r.prompt_tokens.size() != total) {
+    throw InvalidInput("parts hold " + std::to_string(r.sequences.size()) + " sequences, the run " + std::to_string(total),
+                       {file0, "total_sequences", std::to_string(total)});
+  }
+  return r;
+}
+
+}  // namespace akv

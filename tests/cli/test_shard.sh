@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Sharded evaluate --model: shards merged by `akv merge` give the unsharded report byte for byte
+# (token files and --text chunks), scripts/run_sharded with GNU parallel does the same, and the
+# merge refuses missing, duplicate and mismatched parts. Skipped when ../shared is absent.
+source "$(dirname "$0")/lib.sh"
+SHARED=${AKV_SHARED_DIR:-$SRC/../shared}
+M="$SHARED/models/stories260K.bin"
+T="$SHARED/data/stories260K-samples.txt"
+if [[ ! -f $M ]]; then
+  echo "skipped: $M not found"
+  exit 77
+fi
+o="$TMP/out_dir"
+mkdir -p "$o"
+common=(--model "$M" --tokens "$T" --sequences 7 --methods kivi-2,adakv:budget=0.5:window=16,compact)
+"$AKV" evaluate -q "${common[@]}" --json -o "$TMP/full.json"
+for k in 1 2 3; do "$AKV" evaluate -q "${common[@]}" --shard "$k/3" -o "$TMP/p$k.json"; done
+expect "a part names its format and shard" 0 '"shard": 2' cat "$TMP/p2.json"
+expect "merge of the parts (in any order)" 0 "" "$AKV" merge "$TMP/p3.json" "$TMP/p1.json" "$TMP/p2.json" --json -o "$TMP/merged.json"
+if cmp -s "$TMP/full.json" "$TMP/merged.json"; then pass "merged report equals the unsharded one byte for byte"
+else fail "merged report equals the unsharded one byte for byte"; fi
+# More shards than sequences: some shards are empty.
+for k in 1 2 3 4 5 6 7 8 9; do "$AKV" evaluate -q "${common[@]}" --shard "$k/9" -o "$TMP/n$k.json"; done
+"$AKV" merge "$TMP"/n?.json --json -o "$TMP/merged9.json"
+if cmp -s "$TMP/full.json" "$TMP/merged9.json"; then pass "9 shards of 7 sequences merge to the same report"
+else fail "9 shards of 7 sequences merge to the same report"; fi
+# --text chunks shard the same way.
+head -c 2000 "$SRC/README.md" >"$TMP/text.txt"
+text=(--model "$M" --tokenizer bytes --text "$TMP/text.txt" --ctx 128 --methods kivi-4)
+"$AKV" evaluate -q "${text[@]}" --json -o "$TMP/tfull.json"
+for k in 1 2; do "$AKV" evaluate -q "${text[@]}" --shard "$k/2" -o "$TMP/t$k.json"; done
+"$AKV" merge "$TMP/t1.json" "$TMP/t2.json" --json -o "$TMP/tmerged.json"
+if cmp -s "$TMP/tfull.json" "$TMP/tmerged.json"; then pass "--text chunks: merged report equals the unsharded one"
+else fail "--text chunks: merged report equals the unsharded one"; fi
+# GNU parallel through scripts/run_sharded.
+if command -v parallel >/dev/null; then
+  expect "run_sharded with GNU parallel" 0 "" bash "$SRC/scripts/run_sharded" --akv "$AKV" -j 2 3 "$TMP/par.json" -- "${common[@]}" --json
+  if cmp -s "$TMP/full.json" "$TMP/par.json"; then pass "run_sharded's report equals the unsharded one"
+  else fail "run_sharded's report equals the unsharded one"; fi
+  expect "run_sharded --slurm prints an array job and a dependent merge" 0 "dependency=afterok" \
+    bash "$SRC/scripts/run_sharded" --akv "$AKV" --slurm 4 "$TMP/s.json" -- "${common[@]}"
+else
+  echo "skip run_sharded: GNU parallel not installed (scripts/setup installs it)"
+fi
+# Refusals: one line, exit 2, no output.
+"$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 6 --methods kivi-2,adakv:budget=0.5:window=16,compact \
+  --shard 2/3 -o "$TMP/other.json"
+expect_error "merge: a shard missing" 2 "shard missing .*shard = 3/3" "$AKV" merge "$TMP/p1.json" "$TMP/p2.json" -o "$o/m.json"
+expect_error "merge: a shard twice" 2 "shard given twice" "$AKV" merge "$TMP/p1.json" "$TMP/p2.json" "$TMP/p2.json" "$TMP/p3.json" -o "$o/m.json"
+expect_error "merge: a part of another run" 2 "part of another run: params" "$AKV" merge "$TMP/p1.json" "$TMP/other.json" "$TMP/p3.json" -o "$o/m.json"
+expect_error "merge: parts of another shard count" 2 "different shard counts" "$AKV" merge "$TMP/p1.json" "$TMP/n2.json" -o "$o/m.json"
+expect_error "merge: not a partial report" 2 "akv-perplexity-part" "$AKV" merge "$TMP/full.json" -o "$o/m.json"
+expect_error "shard 0/3" 2 "--shard = 0/3" "$AKV" evaluate -q "${common[@]}" --shard 0/3 -o "$o/x.json"
+expect_error "shard 4/3" 2 "--shard = 4/3" "$AKV" evaluate -q "${common[@]}" --shard 4/3 -o "$o/x.json"
+expect_error "shard a/b" 2 "--shard = a/b" "$AKV" evaluate -q "${common[@]}" --shard a/b -o "$o/x.json"
+expect_error "passkey does not shard" 1 "--shard applies to --task ppl" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --methods kivi-2 --shard 1/2 -o "$o/x.json"
+expect_empty_dir "no output after errors" "$o"
+finish
