@@ -12,7 +12,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     std::vector<std::string> dumps;
     std::string output;
     CalibrateOptions calib;
-    std::string rule = "kivi";
+    std::string rule = "kivi", shard;
     bool json = false;
   };
   auto opt = std::make_shared<Options>();
@@ -53,10 +53,21 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
                   "accumulators; 0 = once at the end); the history goes to summary.bits_history")
       ->capture_default_str();
   sub->add_flag("--json", opt->json, "Print calib.json on stdout instead of the table");
+  sub->add_option("--shard", opt->shard,
+                  "Measure shard K of N (K/N, 1-based): a contiguous 1/N of the layers of every dump; "
+                  "writes a partial file (format akv-calibration-part, to -o or stdout) that `akv merge` "
+                  "turns into calib.json (docs/scale.md)");
   sub->callback([opt, &global] {
     check_output_distinct(opt->output, opt->dumps);
     CalibrateOptions o = opt->calib;
     o.rule = parse_quant_rule(opt->rule);
+    if (!opt->shard.empty()) {
+      ProgressBar bar("calibrate", !global.quiet);
+      o.threads = global.threads;
+      const nlohmann::json part = calibrate_part(opt->dumps, o, parse_shard(opt->shard), bar.callback());
+      write_text_file(opt->output.empty() ? "-" : opt->output, part.dump(2) + "\n");
+      return;
+    }
     o.threads = global.threads;
     ProgressBar bar("calibrate", !global.quiet);
     const nlohmann::json j = calibrate(opt->dumps, o, bar.callback());

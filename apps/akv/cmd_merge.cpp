@@ -2,6 +2,7 @@
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/eval/calibrate.h"
 #include "akv/eval/ppl_shard.h"
 #include "akv/io/json_file.h"
 #include "commands.h"
@@ -17,8 +18,10 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "merge",
-      "Combines the partial reports of a sharded run (`akv evaluate --model ... --shard K/N`, format "
-      "akv-perplexity-part) into the report the unsharded run writes: checks that the parts are shards "
+      "Combines the partial outputs of a sharded run into what the unsharded run writes: "
+      "`akv evaluate --model ... --shard K/N` parts (akv-perplexity-part) into its report, "
+      "`akv calibrate ... --shard K/N` parts (akv-calibration-part) into calib.json (the allocation "
+      "runs here, over every head; the dumps must be readable). Checks that the parts are shards "
       "1..N of one run, each once, with the same inputs and parameters (exit 2 naming the missing, "
       "duplicate or mismatched part), then adds the per-sequence sums in sequence order "
       "(docs/scale.md)");
@@ -29,8 +32,16 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
   sub->callback([opt] {
     check_output_distinct(opt->output, opt->parts);
     std::vector<std::pair<std::string, nlohmann::json>> parts;
-    for (const std::string& p : opt->parts) {
-      parts.emplace_back(p, read_json_file(p, "partial report", "akv-perplexity-part", 1));
+    const std::string format = read_json_format(opt->parts.front());
+    if (format != "akv-perplexity-part" && format != "akv-calibration-part") {
+      throw InvalidInput("not a partial output (expected format akv-perplexity-part or akv-calibration-part)",
+                         {opt->parts.front(), "format", format});
+    }
+    for (const std::string& p : opt->parts) parts.emplace_back(p, read_json_file(p, "partial output", format, 1));
+    if (format == "akv-calibration-part") {
+      const nlohmann::json j = merge_calibration_parts(parts);
+      write_text_file(opt->output, opt->json || opt->output != "-" ? j.dump(2) + "\n" : render_calibration(j));
+      return;
     }
     const PplReport r = merge_ppl_parts(parts);
     write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());

@@ -48,5 +48,22 @@ expect_error "joint without --bytes" 1 "--bytes" "$AKV" allocate -q "$d" --metho
 expect_error "--bytes with another allocator" 1 "--bytes" "$AKV" allocate -q "$d" --method adakv --budget 0.2 --bytes 0.1 --window 16 -o "$o/j.json"
 expect_error "joint budgets need --quant kivi" 1 "--quant" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m snapkv --budgets "$TMP/joint.json"
+# Sharded calibration: layers split over shards, merged by akv merge into the same calib.json.
+for extra in "" "--aggregate max" "--allocator adakv-proxy --update-interval 100"; do
+  # shellcheck disable=SC2086
+  "$AKV" calibrate -q "$d" "$TMP/d2.h5" $extra -o "$TMP/cal_full.json" >/dev/null
+  for k in 1 2; do
+    # shellcheck disable=SC2086
+    "$AKV" calibrate -q "$d" "$TMP/d2.h5" $extra --shard "$k/2" -o "$TMP/cal_p$k.json"
+  done
+  "$AKV" merge "$TMP/cal_p2.json" "$TMP/cal_p1.json" -o "$TMP/cal_merged.json"
+  if cmp -s "$TMP/cal_full.json" "$TMP/cal_merged.json"; then pass "calibrate --shard 1/2, 2/2 + merge = calibrate ($extra)"
+  else fail "calibrate --shard 1/2, 2/2 + merge = calibrate ($extra)"; fi
+done
+"$AKV" calibrate -q "$d" "$TMP/d2.h5" --target-bits 2.5 --shard 2/2 -o "$TMP/cal_other.json"
+expect_error "merge: a calibration shard missing" 2 "shard missing .*shard = 2/2" "$AKV" merge "$TMP/cal_p1.json" -o "$o/m.json"
+expect_error "merge: calibration parts of other options" 2 "part of another run: options" \
+  "$AKV" merge "$TMP/cal_p1.json" "$TMP/cal_other.json" -o "$o/m.json"
+expect_error "merge: not a partial output" 2 "not a partial output" "$AKV" merge "$TMP/cal_full.json" -o "$o/m.json"
 expect_empty_dir "no output after errors" "$o"
 finish

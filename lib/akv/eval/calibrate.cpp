@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -138,8 +139,15 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b) {
   return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0.0;
 }
 
-nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateOptions& o,
-                         const ProgressFn& progress) {
+namespace {
+
+// Checked options (candidates sorted and unique) and the dumps' shapes.
+struct Setup {
+  CalibrateOptions opt;
+  std::vector<DumpMeta> metas;
+};
+
+Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   if (dumps.empty()) throw UsageError("calibrate needs at least one dump", {"", "DUMP"});
   if (o.candidates.empty()) throw InvalidInput("empty candidate set", {"", "--bits", ""});
   for (int b : o.candidates) check_bits(b, "--bits");
@@ -159,32 +167,38 @@ nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateO
   if (o.allocator != "measured" && o.allocator != "adakv-proxy" && o.allocator != "entropy") {
     throw InvalidInput("allocator must be measured, adakv-proxy or entropy", {"", "--allocator", o.allocator});
   }
-  CalibrateOptions opt = o;
-  opt.candidates = cand;
-  std::vector<DumpMeta> metas;
+  Setup st;
+  st.opt = o;
+  st.opt.candidates = cand;
   for (const auto& path : dumps) {
     DumpReader r(path);
     const DumpMeta& m = r.meta();
-    if (!metas.empty() && (m.n_layers != metas[0].n_layers || m.n_kv_heads != metas[0].n_kv_heads ||
-                           m.n_heads != metas[0].n_heads || m.head_dim != metas[0].head_dim)) {
+    if (!st.metas.empty() && (m.n_layers != st.metas[0].n_layers || m.n_kv_heads != st.metas[0].n_kv_heads ||
+                              m.n_heads != st.metas[0].n_heads || m.head_dim != st.metas[0].head_dim)) {
       throw InvalidInput("dumps of different model shapes", {path, "n_layers/n_heads/n_kv_heads/head_dim"});
     }
-    metas.push_back(m);
+    st.metas.push_back(m);
   }
-  const DumpMeta& m0 = metas[0];
-  const std::size_t L = m0.n_layers, H = m0.n_kv_heads, C = cand.size();
-  std::vector<std::vector<HeadMeasure>> agg(L, std::vector<HeadMeasure>(H));
+  return st;
+}
+
+// Layers [lo, hi) measured over every dump and aggregated (mean or max): [hi - lo][head].
+std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::string>& dumps, const Setup& st,
+                                                     std::size_t lo, std::size_t hi, const ProgressFn& progress) {
+  const CalibrateOptions& opt = st.opt;
+  const std::size_t H = st.metas[0].n_kv_heads, C = opt.candidates.size();
+  std::vector<std::vector<HeadMeasure>> agg(hi - lo, std::vector<HeadMeasure>(H));
   std::size_t step = 0;
   for (std::size_t di = 0; di < dumps.size(); ++di) {
     DumpReader r(dumps[di]);
     const DumpMeta& m = r.meta();
-    for (std::size_t l = 0; l < L; ++l) {
+    for (std::size_t l = lo; l < hi; ++l) {
       const Tensor3 key = r.read(l, DumpField::key), value = r.read(l, DumpField::value),
                     query = r.read(l, DumpField::query);
       std::vector<HeadMeasure> hm(H);
       parallel_for(H, opt.threads, [&](std::size_t h) { hm[h] = measure_head(key, value, query, h, m, opt); });
       for (std::size_t h = 0; h < H; ++h) {
-        HeadMeasure& a = agg[l][h];
+        HeadMeasure& a = agg[l - lo][h];
         if (di == 0) {
           a = hm[h];
           continue;
@@ -202,7 +216,7 @@ nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateO
         a.entropy += hm[h].entropy;
         a.outlier_ratio += hm[h].outlier_ratio;
       }
-      if (progress) progress(++step, dumps.size() * L);
+      if (progress) progress(++step, dumps.size() * (hi - lo));
     }
   }
   const double nd = static_cast<double>(dumps.size());
@@ -217,6 +231,16 @@ nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateO
       a.outlier_ratio /= nd;
     }
   }
+  return agg;
+}
+
+// The allocation over every head and calib.json.
+nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
+                        const std::vector<std::vector<HeadMeasure>>& agg) {
+  const CalibrateOptions& opt = st.opt;
+  const std::vector<int>& cand = opt.candidates;
+  const DumpMeta& m0 = st.metas[0];
+  const std::size_t L = m0.n_layers, H = m0.n_kv_heads, C = cand.size();
   // Assignment.
   std::vector<int> bk(L * H), bv(L * H);
   nlohmann::json history = nlohmann::json::array();
@@ -312,6 +336,137 @@ nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateO
                 {{"norm_variance", corr(nv)}, {"entropy", corr(en)}, {"outlier_ratio", corr(orat)}}}};
   if (!history.empty()) f.summary["bits_history"] = history;
   return calibration_to_json(f);
+}
+
+constexpr const char* kPartFormat = "akv-calibration-part";
+
+nlohmann::json options_json(const CalibrateOptions& o) {
+  return {{"candidates", o.candidates}, {"group", o.group}, {"residual", o.residual},
+          {"quant_rule", quant_rule_name(o.rule)}, {"target_bits", o.target_bits}, {"aggregate", o.aggregate},
+          {"allocator", o.allocator}, {"lo_bit", o.lo}, {"mid_bit", o.mid}, {"hi_bit", o.hi},
+          {"update_interval", o.update_interval}};
+}
+
+}  // namespace
+
+nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const CalibrateOptions& o, const Shard& shard,
+                              const ProgressFn& progress) {
+  const Setup st = setup(dumps, o);
+  const auto [lo, hi] = shard.range(st.metas[0].n_layers);
+  const auto agg = measure_layers(dumps, st, lo, hi, progress);
+  // Token norms only feed the streaming proxy (adakv-proxy with an update interval).
+  const bool norms = st.opt.allocator == "adakv-proxy" && st.opt.update_interval > 0;
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& layer : agg) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (const HeadMeasure& a : layer) {
+      heads.push_back({{"key_err", a.key_err}, {"value_err", a.value_err}, {"norm_variance", a.norm_variance},
+                       {"entropy", a.entropy}, {"outlier_ratio", a.outlier_ratio},
+                       {"norms", norms ? nlohmann::json(a.norms) : nlohmann::json::array()}});
+    }
+    layers.push_back(heads);
+  }
+  nlohmann::json ds = nlohmann::json::array();
+  for (const auto& d : dumps) ds.push_back({{"path", d}, {"hash", file_hash(d)}});
+  return {{"format", kPartFormat}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
+          {"first_layer", lo}, {"n_layers", st.metas[0].n_layers}, {"dumps", ds}, {"options", options_json(st.opt)},
+          {"layers", layers}};
+}
+
+nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
+  if (parts.empty()) throw UsageError("merge needs partial files", {"", "PARTS"});
+  const auto& [file0, first] = parts[0];
+  std::map<std::size_t, std::size_t> by_shard;
+  std::size_t n = 0;
+  std::vector<std::vector<HeadMeasure>> agg;
+  std::vector<std::string> dumps;
+  CalibrateOptions o;
+  try {
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const auto& [file, j] = parts[i];
+      if (j.value("format", std::string()) != kPartFormat) {
+        throw InvalidInput(std::string("not a partial calibration (expected format ") + kPartFormat + ")",
+                           {file, "format", j.contains("format") ? j["format"].dump() : "missing"});
+      }
+      const std::size_t k = j.at("shard").get<std::size_t>(), shards = j.at("shards").get<std::size_t>();
+      if (i == 0) n = shards;
+      if (shards != n) throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")", {file, "shards", std::to_string(shards)});
+      if (k < 1 || k > n) throw InvalidInput("shard outside 1.." + std::to_string(n), {file, "shard", std::to_string(k)});
+      for (const char* key : {"dumps", "options", "n_layers"}) {
+        if (j.at(key) != first.at(key)) {
+          throw InvalidInput(std::string("part of another run: ") + key + " differ from " + file0 + "'s", {file, key, j.at(key).dump()});
+        }
+      }
+      if (!by_shard.emplace(k, i).second) {
+        throw InvalidInput("shard given twice (also " + parts[by_shard[k]].first + ")", {file, "shard", std::to_string(k)});
+      }
+    }
+    for (std::size_t k = 1; k <= n; ++k) {
+      if (!by_shard.count(k)) throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
+    }
+    for (const auto& [k, i] : by_shard) {
+      const auto& [file, j] = parts[i];
+      if (j.at("first_layer").get<std::size_t>() != agg.size()) {
+        throw InvalidInput("layers do not follow the previous shard's (" + std::to_string(agg.size()) + ")",
+                           {file, "first_layer", j.at("first_layer").dump()});
+      }
+      for (const nlohmann::json& layer : j.at("layers")) {
+        std::vector<HeadMeasure> heads;
+        for (const nlohmann::json& h : layer) {
+          HeadMeasure a;
+          h.at("key_err").get_to(a.key_err);
+          h.at("value_err").get_to(a.value_err);
+          a.norm_variance = h.at("norm_variance").get<double>();
+          a.entropy = h.at("entropy").get<double>();
+          a.outlier_ratio = h.at("outlier_ratio").get<double>();
+          h.at("norms").get_to(a.norms);
+          heads.push_back(std::move(a));
+        }
+        agg.push_back(std::move(heads));
+      }
+    }
+    for (const nlohmann::json& d : first.at("dumps")) dumps.push_back(d.at("path").get<std::string>());
+    const nlohmann::json& op = first.at("options");
+    op.at("candidates").get_to(o.candidates);
+    o.group = op.at("group").get<std::size_t>();
+    o.residual = op.at("residual").get<std::size_t>();
+    o.rule = parse_quant_rule(op.at("quant_rule").get<std::string>());
+    o.target_bits = op.at("target_bits").get<double>();
+    o.aggregate = op.at("aggregate").get<std::string>();
+    o.allocator = op.at("allocator").get<std::string>();
+    o.lo = op.at("lo_bit").get<int>();
+    o.mid = op.at("mid_bit").get<int>();
+    o.hi = op.at("hi_bit").get<int>();
+    o.update_interval = op.at("update_interval").get<std::size_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput(std::string("partial calibration field missing or of the wrong type: ") + e.what(), {file0});
+  }
+  const Setup st = setup(dumps, o);
+  for (std::size_t i = 0; i < dumps.size(); ++i) {
+    const std::string hash = file_hash(dumps[i]);
+    if (hash != first["dumps"][i]["hash"].get<std::string>()) {
+      throw InvalidInput("dump changed since the shards read it", {dumps[i], "hash", hash});
+    }
+  }
+  if (agg.size() != st.metas[0].n_layers) {
+    throw InvalidInput("parts hold " + std::to_string(agg.size()) + " layers, the dumps " + std::to_string(st.metas[0].n_layers),
+                       {file0, "n_layers", std::to_string(st.metas[0].n_layers)});
+  }
+  for (const auto& layer : agg) {
+    if (layer.size() != st.metas[0].n_kv_heads) throw InvalidInput("a layer without every KV head", {file0, "layers", std::to_string(layer.size())});
+    for (const HeadMeasure& a : layer) {
+      if (a.key_err.size() != st.opt.candidates.size() || a.value_err.size() != st.opt.candidates.size()) {
+        throw InvalidInput("a head without every candidate's error", {file0, "key_err", std::to_string(a.key_err.size())});
+      }
+    }
+  }
+  return assemble(dumps, st, agg);
+}
+
+nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateOptions& o,
+                         const ProgressFn& progress) {
+  const Setup st = setup(dumps, o);
+  return assemble(dumps, st, measure_layers(dumps, st, 0, st.metas[0].n_layers, progress));
 }
 
 std::string render_calibration(const nlohmann::json& j) {

@@ -12,16 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/eval/perplexity.h"
+#include "akv/eval/shard.h"
 
 namespace akv {
-
-struct Shard {
-  std::size_t k = 1, n = 1;  // shard k of n, 1-based
-  // Elements [first, last) of `count` that this shard takes (contiguous, sizes differ by <= 1).
-  std::pair<std::size_t, std::size_t> range(std::size_t count) const { return {(k - 1) * count / n, k * count / n}; }
-};
-// "K/N" with 1 <= K <= N <= 100000; InvalidInput naming the flag and value.
-Shard parse_shard(const std::string& text, const std::string& flag = "--shard");
 
 // What a partial report must agree on with its siblings: the inputs (paths and content hashes)
 // and every parameter that changes the numbers.

@@ -24,4 +24,13 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what, 
   return j;
 }
 
+std::string read_json_format(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot open JSON file", {path});
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CorruptData("not a JSON object", {path});
+  const nlohmann::json f = j.value("format", nlohmann::json());
+  return f.is_string() ? f.get<std::string>() : "";
+}
+
 }  // namespace akv

@@ -12,5 +12,7 @@ namespace akv {
 // ("budgets", "calibration").
 nlohmann::json read_json_file(const std::string& path, const std::string& what, const std::string& format,
                               int version);
+// The "format" string of a JSON file ("" when it has none); IoError / CorruptData as above.
+std::string read_json_format(const std::string& path);
 
 }  // namespace akv
