@@ -13,8 +13,8 @@ namespace akv::cli {
 
 void register_dump(CLI::App& app, const GlobalOptions& global) {
   struct Options {
-    std::string model, tokens, output, dtype = "f32", weights = "stored";
-    std::size_t line = 1;
+    std::string model, tokens, output, dtype = "f32", weights = "stored", text, tokenizer;
+    std::size_t line = 1, ctx = 512;
     std::size_t window = 32;
   };
   auto opt = std::make_shared<Options>();
@@ -25,8 +25,16 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
       "positions, and the tokens; for allocate / compress / evaluate on real model tensors");
   sub->add_option("--model", opt->model, kModelHelp)->required();
   add_weights_flag(sub, opt->weights);
-  sub->add_option("--tokens", opt->tokens, "Token sequences (one per line, or HDF5 /tokens)")->required();
-  sub->add_option("--line", opt->line, "Which sequence (1-based line among the non-empty ones)")
+  auto* tokens = sub->add_option("--tokens", opt->tokens, "Token sequences (one per line, or HDF5 /tokens)");
+  auto* text = sub->add_option("--text", opt->text,
+                               "A text file cut into llama-perplexity's chunks of --ctx tokens (BOS first; "
+                               "evaluate --text); --line picks the chunk");
+  sub->add_option("--ctx", opt->ctx, "With --text: tokens per chunk")->capture_default_str()
+      ->check(CLI::Range(4, 1 << 24));
+  sub->add_option("--tokenizer", opt->tokenizer,
+                  "With --text: `bytes` or a SentencePiece tokenizer.model (default: the model's own)");
+  text->excludes(tokens);
+  sub->add_option("--line", opt->line, "Which sequence (1-based line among the non-empty ones, or chunk of --text)")
       ->capture_default_str();
   sub->add_option("-o,--output", opt->output, "Output dump (HDF5)")->required();
   sub->add_option("--window", opt->window, "Queries of the last W positions are stored")
@@ -34,13 +42,17 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--dtype", opt->dtype, "Storage type: f32, f16 or bf16")->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->callback([opt, &global] {
-    check_output_distinct(opt->output, {opt->model, opt->tokens});
+    check_output_distinct(opt->output, {opt->model, opt->tokens, opt->text});
+    if (opt->tokens.empty() == opt->text.empty()) throw UsageError("dump needs --tokens or --text", {"", "--tokens"});
     const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
-    const auto seqs = read_token_file(opt->tokens);
-    m.check_tokens(seqs, opt->tokens);
+    const std::string source = opt->text.empty() ? opt->tokens : opt->text;
+    const auto seqs = opt->text.empty()
+                          ? read_token_file(opt->tokens)
+                          : text_chunks(opt->text, resolve_tokenizer(opt->tokenizer, opt->model, m).get(), opt->ctx, 0);
+    m.check_tokens(seqs, source);
     if (opt->line < 1 || opt->line > seqs.size()) {
       throw InvalidInput("no such sequence (the file has " + std::to_string(seqs.size()) + ")",
-                         {opt->tokens, "--line", std::to_string(opt->line)});
+                         {source, "--line", std::to_string(opt->line)});
     }
     ModelDumpOptions o;
     o.window = opt->window;

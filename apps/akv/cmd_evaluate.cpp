@@ -107,11 +107,6 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     check_output_distinct(opt->output, {opt->dump, opt->cache, opt->model, opt->tokens, opt->tokenizer});
     ProgressBar bar("evaluate", !global.quiet);
     if (!opt->model.empty()) {
-      std::string tok_path = opt->tokenizer;
-      if (tok_path.empty() && (opt->task == "passkey" || !opt->text.empty()) &&
-          std::filesystem::is_regular_file(std::filesystem::path(opt->model) / "tokenizer.model")) {
-        tok_path = (std::filesystem::path(opt->model) / "tokenizer.model").string();
-      }
       if (opt->tokens.empty() && opt->text.empty() && opt->task == "ppl") {
         throw UsageError("--model needs --tokens or --text", {"", "--tokens"});
       }
@@ -124,17 +119,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
       const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
-      // --tokenizer, tokenizer.model of a HF directory, the byte tokenizer, a GGUF vocabulary.
-      std::unique_ptr<Tokenizer> tok;
-      if (tok_path == "bytes") {
-        tok = std::make_unique<Tokenizer>(Tokenizer::bytes());
-      } else if (!tok_path.empty()) {
-        tok = std::make_unique<Tokenizer>(tok_path);
-      } else if (m.config().tokenizer == "bytes") {
-        tok = std::make_unique<Tokenizer>(Tokenizer::bytes());
-      } else if (is_gguf(opt->model) && GgufFile(opt->model).metadata().contains("tokenizer.ggml.model")) {
-        tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(opt->model));
-      }
+      const std::unique_ptr<Tokenizer> tok = opt->task == "passkey" || !opt->text.empty()
+                                                 ? resolve_tokenizer(opt->tokenizer, opt->model, m)
+                                                 : nullptr;
       if (opt->task == "passkey") {
         if (!opt->shard.empty()) throw UsageError("--shard applies to --task ppl", {"", "--shard", opt->shard});
         PasskeyOptions pk = opt->passkey;
@@ -152,11 +139,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       std::vector<std::vector<std::int32_t>> seqs;
       std::string source = opt->tokens;
       if (!opt->text.empty()) {
-        if (!tok) throw UsageError("--text needs a tokenizer (--tokenizer FILE, or one in the model)", {"", "--text"});
-        std::vector<std::int32_t> ids = {tok->bos()};
-        const std::vector<std::int32_t> body = tok->encode(read_text_file(opt->text));
-        ids.insert(ids.end(), body.begin(), body.end());
-        seqs = perplexity_chunks(std::move(ids), opt->ctx, tok->bos(), opt->sequences);
+        seqs = text_chunks(opt->text, tok.get(), opt->ctx, opt->sequences);
         if (!opt->prefill) po.prefill = opt->ctx / 2 + 1;
         source = opt->text;
       } else {

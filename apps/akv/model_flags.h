@@ -1,8 +1,18 @@
 #pragma once
 // The flags of commands that load a model (dump, evaluate --model, bench decode).
+#include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "akv/core/errors.h"
+#include "akv/eval/perplexity.h"
+#include "akv/io/token_file.h"
+#include "akv/model/gguf.h"
+#include "akv/model/model.h"
+#include "akv/model/tokenizer.h"
 
 namespace akv::cli {
 
@@ -17,6 +27,36 @@ inline void add_weights_flag(CLI::App* sub, std::string& mode) {
                   "and are converted to f32 a tile at a time in each product; f32: converted on load "
                   "(4 bytes per weight; results equal within float rounding)")
       ->capture_default_str()->check(CLI::IsMember({"stored", "f32"}));
+}
+
+// The tokenizer for text inputs: --tokenizer (`bytes` or a SentencePiece model file), else the
+// model's own: tokenizer.model of a Hugging Face directory, config.json's "akv_tokenizer":
+// "bytes", the vocabulary embedded in a GGUF file. Null when there is none.
+inline std::unique_ptr<Tokenizer> resolve_tokenizer(const std::string& flag, const std::string& model_path,
+                                                    const Model& m) {
+  if (flag == "bytes") return std::make_unique<Tokenizer>(Tokenizer::bytes());
+  if (!flag.empty()) return std::make_unique<Tokenizer>(flag);
+  const auto sp = std::filesystem::path(model_path) / "tokenizer.model";
+  std::error_code ec;
+  if (std::filesystem::is_directory(model_path, ec) && std::filesystem::is_regular_file(sp, ec)) {
+    return std::make_unique<Tokenizer>(sp.string());
+  }
+  if (m.config().tokenizer == "bytes") return std::make_unique<Tokenizer>(Tokenizer::bytes());
+  if (is_gguf(model_path) && GgufFile(model_path).metadata().contains("tokenizer.ggml.model")) {
+    return std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_path));
+  }
+  return nullptr;
+}
+
+// --text FILE cut into llama-perplexity's chunks of `ctx` tokens (BOS first; at most max_chunks,
+// 0 = all).
+inline std::vector<std::vector<std::int32_t>> text_chunks(const std::string& path, const Tokenizer* tok,
+                                                          std::size_t ctx, std::size_t max_chunks) {
+  if (!tok) throw UsageError("--text needs a tokenizer (--tokenizer FILE, or one in the model)", {"", "--text"});
+  std::vector<std::int32_t> ids = {tok->bos()};
+  const std::vector<std::int32_t> body = tok->encode(read_text_file(path));
+  ids.insert(ids.end(), body.begin(), body.end());
+  return perplexity_chunks(std::move(ids), ctx, tok->bos(), max_chunks);
 }
 
 }  // namespace akv::cli

@@ -54,6 +54,10 @@ expect "evaluate --text cuts llama-perplexity chunks" 0 "10 sequences, 490 predi
   "$AKV" evaluate -q --model "$M" --tokenizer bytes --text "$TMP/a.txt" --ctx 100 --methods kivi-2
 expect "evaluate --text --sequences takes the first chunks" 0 "3 sequences, 147 predicted tokens" \
   "$AKV" evaluate -q --model "$M" --tokenizer bytes --text "$TMP/a.txt" --ctx 100 --sequences 3 --methods kivi-2
+expect "dump --text: chunk 2 of llama-perplexity's cut" 0 "100 tokens" \
+  "$AKV" dump --model "$M" --tokenizer bytes --text "$TMP/a.txt" --ctx 100 --line 2 --window 8 -o "$TMP/text.h5"
+expect "the chunk starts with BOS (256) then the text's bytes (97)" 0 "^\[256, 97, 97\]" "$PY" -c \
+  "import h5py, sys; print([int(t) for t in h5py.File(sys.argv[1], 'r')['tokens'][:3]])" "$TMP/text.h5"
 expect_error "--text without a tokenizer" 1 "--text needs a tokenizer" \
   "$AKV" evaluate -q --model "$M" --text "$TMP/a.txt" --ctx 100 --methods kivi-2
 expect_error "--text shorter than a chunk" 2 "--text = 1001 tokens" \
