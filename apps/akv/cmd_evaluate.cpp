@@ -63,9 +63,10 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--ctx", opt->ctx, "With --text: tokens per chunk")->capture_default_str()
       ->check(CLI::Range(4, 1 << 24));
   sub->add_option("--shard", opt->shard,
-                  "With --model (ppl): evaluate shard K of N (K/N, 1-based): a contiguous 1/N of the "
-                  "sequences (or --text chunks); writes a partial report (JSON, format "
-                  "akv-perplexity-part) that `akv merge` combines into the unsharded report (docs/scale.md)");
+                  "Evaluate shard K of N (K/N, 1-based): with --model (ppl) a contiguous 1/N of the "
+                  "sequences (or --text chunks), with --dump --cache of the layers; writes a partial "
+                  "report (JSON, format akv-perplexity-part or akv-fidelity-part) that `akv merge` "
+                  "combines into the unsharded report (docs/scale.md)");
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
   sub->add_option("--sequences", opt->sequences, "With --model: evaluate the first N sequences (0 = all)")
@@ -173,6 +174,12 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     }
     if (opt->dump.empty() || opt->cache.empty()) {
       throw UsageError("evaluate needs --dump and --cache (or --model and --tokens)", {"", "--dump"});
+    }
+    if (!opt->shard.empty()) {
+      const Shard shard = parse_shard(opt->shard);
+      const FidelityReport r = evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback(), shard);
+      write_text_file(opt->output, fidelity_part_json(r, shard).dump(2) + "\n");
+      return;
     }
     const FidelityReport r =
         evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback());

@@ -3,6 +3,7 @@
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/eval/calibrate.h"
+#include "akv/eval/fidelity.h"
 #include "akv/eval/ppl_shard.h"
 #include "akv/io/json_file.h"
 #include "commands.h"
@@ -20,6 +21,7 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
       "merge",
       "Combines the partial outputs of a sharded run into what the unsharded run writes: "
       "`akv evaluate --model ... --shard K/N` parts (akv-perplexity-part) into its report, "
+      "`akv evaluate --dump D --cache C --shard K/N` parts (akv-fidelity-part) into the fidelity report, "
       "`akv calibrate ... --shard K/N` parts (akv-calibration-part) into calib.json (the allocation "
       "runs here, over every head; the dumps must be readable). Checks that the parts are shards "
       "1..N of one run, each once, with the same inputs and parameters (exit 2 naming the missing, "
@@ -33,14 +35,19 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
     check_output_distinct(opt->output, opt->parts);
     std::vector<std::pair<std::string, nlohmann::json>> parts;
     const std::string format = read_json_format(opt->parts.front());
-    if (format != "akv-perplexity-part" && format != "akv-calibration-part") {
-      throw InvalidInput("not a partial output (expected format akv-perplexity-part or akv-calibration-part)",
-                         {opt->parts.front(), "format", format});
+    if (format != "akv-perplexity-part" && format != "akv-calibration-part" && format != "akv-fidelity-part") {
+      throw InvalidInput("not a partial output (expected format akv-perplexity-part, akv-fidelity-part or "
+                         "akv-calibration-part)", {opt->parts.front(), "format", format});
     }
     for (const std::string& p : opt->parts) parts.emplace_back(p, read_json_file(p, "partial output", format, 1));
     if (format == "akv-calibration-part") {
       const nlohmann::json j = merge_calibration_parts(parts);
       write_text_file(opt->output, opt->json || opt->output != "-" ? j.dump(2) + "\n" : render_calibration(j));
+      return;
+    }
+    if (format == "akv-fidelity-part") {
+      const FidelityReport r = merge_fidelity_parts(parts);
+      write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table(false));
       return;
     }
     const PplReport r = merge_ppl_parts(parts);

@@ -23,6 +23,18 @@ expect_output "compress --json names its format" '"format": "akv-compress"'
 expect "info on a cache" 0 "bits/element" "$AKV" info "$TMP/c_kivi-2.h5"
 # 700 tokens, R 128, G 32: the kivi rule quantizes 700 - 700 mod 128 = 640 keys, bounded 544.
 expect "residual rows are the dump's f16 keys" 0 "residual ok 640" "$PY" "$TOOL" decoded "$TMP/c_kivi-2.h5" "$d" 1 1
+# Sharded fidelity: 3 shards of the layers (needle counts included) merge into the same report.
+"$AKV" compress -q "$d" -o "$TMP/c_ev.h5" -m adakv --budget 0.3 --quant kivi-4 --window 16
+"$AKV" evaluate -q --dump "$d" --cache "$TMP/c_ev.h5" --json -o "$TMP/f_full.json"
+for k in 1 2 3; do "$AKV" evaluate -q --dump "$d" --cache "$TMP/c_ev.h5" --shard "$k/3" -o "$TMP/f_p$k.json"; done
+"$AKV" merge "$TMP/f_p3.json" "$TMP/f_p1.json" "$TMP/f_p2.json" --json -o "$TMP/f_merged.json"
+if cmp -s "$TMP/f_full.json" "$TMP/f_merged.json" && grep -q needle_survival "$TMP/f_merged.json"; then
+  pass "evaluate --dump --shard: merged fidelity report equals the unsharded one"
+else
+  fail "evaluate --dump --shard: merged fidelity report equals the unsharded one"
+fi
+expect_error "merge: a fidelity shard missing" 2 "shard missing .*shard = 2/3" \
+  "$AKV" merge "$TMP/f_p1.json" "$TMP/f_p3.json" -o "$TMP/never.json"
 expect "compress --quant-rule bounded" 0 "wrote" "$AKV" compress -q "$d" -o "$TMP/c_bounded.h5" -m kivi-2 --quant-rule bounded
 expect "bounded rule: R + 28 keys in f16" 0 "residual ok 544" "$PY" "$TOOL" decoded "$TMP/c_bounded.h5" "$d" 1 1
 expect "the cache records its rule" 0 '"quant_rule":"bounded"' "$AKV" info "$TMP/c_bounded.h5"

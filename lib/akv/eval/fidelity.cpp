@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <numeric>
 
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/io/file_hash.h"
 
 namespace akv {
 namespace {
@@ -210,7 +212,7 @@ std::string FidelityReport::to_table(bool per_head) const {
 }
 
 FidelityReport evaluate_cache(const std::string& dump_path, const std::string& cache_path,
-                              int threads, bool verify_hash, const ProgressFn& progress) {
+                              int threads, bool verify_hash, const ProgressFn& progress, const Shard& shard) {
   DumpReader dump(dump_path);
   CacheReader cache(cache_path);
   const DumpMeta& m = dump.meta();
@@ -235,7 +237,8 @@ FidelityReport evaluate_cache(const std::string& dump_path, const std::string& c
     table = std::make_unique<RopeTable>(m.head_dim, m.rope_theta, 0, m.n_tokens);
   }
   const RopeContext rope{m.rope_layout, table.get()};
-  for (std::size_t l = 0; l < m.n_layers; ++l) {
+  const auto [lo, hi] = shard.range(m.n_layers);
+  for (std::size_t l = lo; l < hi; ++l) {
     const Tensor3 key = dump.read(l, DumpField::key);
     const Tensor3 value = dump.read(l, DumpField::value);
     const Tensor3 query = dump.read(l, DumpField::query);
@@ -251,8 +254,112 @@ FidelityReport evaluate_cache(const std::string& dump_path, const std::string& c
         r.needle_kept[i] += kept ? 1 : 0;
       }
     }
-    if (progress) progress(l + 1, m.n_layers);
+    if (progress) progress(l + 1 - lo, hi - lo);
   }
+  return r;
+}
+
+namespace {
+
+constexpr const char* kPartFormat = "akv-fidelity-part";
+
+nlohmann::json sums_json(const FidelitySums& s) {
+  const AttentionFidelity& a = s.attn;
+  return {{"key_err2", s.key_err2}, {"key_norm2", s.key_norm2}, {"value_err2", s.value_err2},
+          {"value_norm2", s.value_norm2}, {"heads", s.heads}, {"out_err2", a.out_err2}, {"out_norm2", a.out_norm2},
+          {"kl", a.kl}, {"evicted_mass", a.evicted_mass}, {"recall", {a.recall[0], a.recall[1], a.recall[2]}},
+          {"queries", a.queries}};
+}
+
+FidelitySums sums_from(const nlohmann::json& j) {
+  FidelitySums s;
+  s.key_err2 = j.at("key_err2").get<double>();
+  s.key_norm2 = j.at("key_norm2").get<double>();
+  s.value_err2 = j.at("value_err2").get<double>();
+  s.value_norm2 = j.at("value_norm2").get<double>();
+  s.heads = j.at("heads").get<std::size_t>();
+  AttentionFidelity& a = s.attn;
+  a.out_err2 = j.at("out_err2").get<double>();
+  a.out_norm2 = j.at("out_norm2").get<double>();
+  a.kl = j.at("kl").get<double>();
+  a.evicted_mass = j.at("evicted_mass").get<double>();
+  for (std::size_t k = 0; k < 3; ++k) a.recall[k] = j.at("recall").at(k).get<double>();
+  a.queries = j.at("queries").get<std::size_t>();
+  return s;
+}
+
+}  // namespace
+
+nlohmann::json fidelity_part_json(const FidelityReport& r, const Shard& shard) {
+  const auto [lo, hi] = shard.range(r.heads.size());
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t l = lo; l < hi; ++l) {
+    nlohmann::json row = nlohmann::json::array();
+    for (const FidelitySums& s : r.heads[l]) row.push_back(sums_json(s));
+    layers.push_back(row);
+  }
+  return {{"format", kPartFormat}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
+          {"first_layer", lo}, {"n_layers", r.heads.size()},
+          {"dump", {{"path", r.dump_path}, {"hash", file_hash(r.dump_path)}}},
+          {"cache", {{"path", r.cache_path}, {"hash", file_hash(r.cache_path)}}},
+          {"needles", r.needles}, {"needle_kept", r.needle_kept}, {"layers", layers}};
+}
+
+FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
+  if (parts.empty()) throw UsageError("merge needs partial reports", {"", "PARTS"});
+  const auto& [file0, first] = parts[0];
+  std::map<std::size_t, std::size_t> by_shard;
+  FidelityReport r;
+  try {
+    const std::size_t n = first.at("shards").get<std::size_t>();
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const auto& [file, j] = parts[i];
+      const std::size_t k = j.at("shard").get<std::size_t>();
+      if (j.at("shards").get<std::size_t>() != n) {
+        throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")", {file, "shards", j.at("shards").dump()});
+      }
+      if (k < 1 || k > n) throw InvalidInput("shard outside 1.." + std::to_string(n), {file, "shard", std::to_string(k)});
+      for (const char* key : {"dump", "cache", "n_layers", "needles"}) {
+        if (j.at(key) != first.at(key)) {
+          throw InvalidInput(std::string("part of another run: ") + key + " differ from " + file0 + "'s", {file, key, j.at(key).dump()});
+        }
+      }
+      if (!by_shard.emplace(k, i).second) {
+        throw InvalidInput("shard given twice (also " + parts[by_shard[k]].first + ")", {file, "shard", std::to_string(k)});
+      }
+    }
+    for (std::size_t k = 1; k <= n; ++k) {
+      if (!by_shard.count(k)) throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
+    }
+    r.dump_path = first.at("dump").at("path").get<std::string>();
+    r.cache_path = first.at("cache").at("path").get<std::string>();
+    r.needles = first.at("needles").get<std::vector<std::int32_t>>();
+    r.needle_kept.assign(r.needles.size(), 0);
+    for (const auto& [k, i] : by_shard) {
+      const auto& [file, j] = parts[i];
+      if (j.at("first_layer").get<std::size_t>() != r.heads.size()) {
+        throw InvalidInput("layers do not follow the previous shard's (" + std::to_string(r.heads.size()) + ")",
+                           {file, "first_layer", j.at("first_layer").dump()});
+      }
+      for (const nlohmann::json& row : j.at("layers")) {
+        std::vector<FidelitySums> heads;
+        for (const nlohmann::json& h : row) heads.push_back(sums_from(h));
+        r.heads.push_back(std::move(heads));
+      }
+      const auto kept = j.at("needle_kept").get<std::vector<std::size_t>>();
+      if (kept.size() != r.needles.size()) throw InvalidInput("needle counts do not match the needles", {file, "needle_kept", std::to_string(kept.size())});
+      for (std::size_t i2 = 0; i2 < kept.size(); ++i2) r.needle_kept[i2] += kept[i2];
+    }
+    if (r.heads.size() != first.at("n_layers").get<std::size_t>()) {
+      throw InvalidInput("parts hold " + std::to_string(r.heads.size()) + " layers", {file0, "n_layers", first.at("n_layers").dump()});
+    }
+    if (file_hash(r.cache_path) != first.at("cache").at("hash").get<std::string>()) {
+      throw InvalidInput("cache changed since the shards read it", {r.cache_path, "hash", file_hash(r.cache_path)});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
+  }
+  r.memory = cache_memory(CacheReader(r.cache_path));
   return r;
 }
 

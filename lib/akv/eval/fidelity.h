@@ -8,6 +8,7 @@
 
 #include "akv/cache/compress.h"
 #include "akv/eval/attention.h"
+#include "akv/eval/shard.h"
 
 namespace akv {
 
@@ -49,7 +50,16 @@ struct FidelityReport {
 };
 
 // Checks the cache belongs to the dump (shape and content hash) unless `verify_hash` is false.
+// With a shard, only its layers [(K-1) L / N, K L / N) are evaluated (the others stay zero).
 FidelityReport evaluate_cache(const std::string& dump_path, const std::string& cache_path,
-                              int threads, bool verify_hash, const ProgressFn& progress);
+                              int threads, bool verify_hash, const ProgressFn& progress,
+                              const Shard& shard = Shard{});
+
+// Sharded evaluate --dump --cache (docs/scale.md): the partial report of a shard (format
+// akv-fidelity-part v1: the dump's and cache's paths and hashes, its layers' raw sums, its needle
+// counts), and the whole report rebuilt from parts 1..N (InvalidInput naming the file and field
+// otherwise; the cache is read again for its byte counts): the unsharded report, byte for byte.
+nlohmann::json fidelity_part_json(const FidelityReport& r, const Shard& shard);
+FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts);
 
 }  // namespace akv
