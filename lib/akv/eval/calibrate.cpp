@@ -374,37 +374,13 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
 }
 
 nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  if (parts.empty()) throw UsageError("merge needs partial files", {"", "PARTS"});
+  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"dumps", "options", "n_layers"});
   const auto& [file0, first] = parts[0];
-  std::map<std::size_t, std::size_t> by_shard;
-  std::size_t n = 0;
   std::vector<std::vector<HeadMeasure>> agg;
   std::vector<std::string> dumps;
   CalibrateOptions o;
   try {
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      const auto& [file, j] = parts[i];
-      if (j.value("format", std::string()) != kPartFormat) {
-        throw InvalidInput(std::string("not a partial calibration (expected format ") + kPartFormat + ")",
-                           {file, "format", j.contains("format") ? j["format"].dump() : "missing"});
-      }
-      const std::size_t k = j.at("shard").get<std::size_t>(), shards = j.at("shards").get<std::size_t>();
-      if (i == 0) n = shards;
-      if (shards != n) throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")", {file, "shards", std::to_string(shards)});
-      if (k < 1 || k > n) throw InvalidInput("shard outside 1.." + std::to_string(n), {file, "shard", std::to_string(k)});
-      for (const char* key : {"dumps", "options", "n_layers"}) {
-        if (j.at(key) != first.at(key)) {
-          throw InvalidInput(std::string("part of another run: ") + key + " differ from " + file0 + "'s", {file, key, j.at(key).dump()});
-        }
-      }
-      if (!by_shard.emplace(k, i).second) {
-        throw InvalidInput("shard given twice (also " + parts[by_shard[k]].first + ")", {file, "shard", std::to_string(k)});
-      }
-    }
-    for (std::size_t k = 1; k <= n; ++k) {
-      if (!by_shard.count(k)) throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
-    }
-    for (const auto& [k, i] : by_shard) {
+    for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
       if (j.at("first_layer").get<std::size_t>() != agg.size()) {
         throw InvalidInput("layers do not follow the previous shard's (" + std::to_string(agg.size()) + ")",

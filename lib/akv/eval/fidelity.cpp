@@ -306,36 +306,15 @@ nlohmann::json fidelity_part_json(const FidelityReport& r, const Shard& shard) {
 }
 
 FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  if (parts.empty()) throw UsageError("merge needs partial reports", {"", "PARTS"});
+  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"dump", "cache", "n_layers", "needles"});
   const auto& [file0, first] = parts[0];
-  std::map<std::size_t, std::size_t> by_shard;
   FidelityReport r;
   try {
-    const std::size_t n = first.at("shards").get<std::size_t>();
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      const auto& [file, j] = parts[i];
-      const std::size_t k = j.at("shard").get<std::size_t>();
-      if (j.at("shards").get<std::size_t>() != n) {
-        throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")", {file, "shards", j.at("shards").dump()});
-      }
-      if (k < 1 || k > n) throw InvalidInput("shard outside 1.." + std::to_string(n), {file, "shard", std::to_string(k)});
-      for (const char* key : {"dump", "cache", "n_layers", "needles"}) {
-        if (j.at(key) != first.at(key)) {
-          throw InvalidInput(std::string("part of another run: ") + key + " differ from " + file0 + "'s", {file, key, j.at(key).dump()});
-        }
-      }
-      if (!by_shard.emplace(k, i).second) {
-        throw InvalidInput("shard given twice (also " + parts[by_shard[k]].first + ")", {file, "shard", std::to_string(k)});
-      }
-    }
-    for (std::size_t k = 1; k <= n; ++k) {
-      if (!by_shard.count(k)) throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
-    }
     r.dump_path = first.at("dump").at("path").get<std::string>();
     r.cache_path = first.at("cache").at("path").get<std::string>();
     r.needles = first.at("needles").get<std::vector<std::int32_t>>();
     r.needle_kept.assign(r.needles.size(), 0);
-    for (const auto& [k, i] : by_shard) {
+    for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
       if (j.at("first_layer").get<std::size_t>() != r.heads.size()) {
         throw InvalidInput("layers do not follow the previous shard's (" + std::to_string(r.heads.size()) + ")",

@@ -67,42 +67,14 @@ nlohmann::json ppl_part_json(const PplReport& r, const Shard& s, std::size_t fir
 }
 
 PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  if (parts.empty()) throw UsageError("merge needs partial reports", {"", "PARTS"});
+  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"inputs", "params", "specs", "total_sequences"});
   const auto& [file0, first] = parts[0];
-  std::map<std::size_t, std::size_t> by_shard;  // shard -> index in parts
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    const auto& [file, j] = parts[i];
-    if (!j.is_object() || j.value("format", std::string()) != kPartFormat) {
-      throw InvalidInput(std::string("not a partial perplexity report (expected format ") + kPartFormat + ")",
-                         {file, "format", j.is_object() && j.contains("format") ? j["format"].dump() : "missing"});
-    }
-    try {
-      const std::size_t k = j.at("shard").get<std::size_t>(), shards = j.at("shards").get<std::size_t>();
-      if (i == 0) n = shards;
-      if (shards != n) throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")", {file, "shards", std::to_string(shards)});
-      if (k < 1 || k > n) throw InvalidInput("shard outside 1.." + std::to_string(n), {file, "shard", std::to_string(k)});
-      for (const char* key : {"inputs", "params", "specs", "total_sequences"}) {
-        if (j.at(key) != first.at(key)) {
-          throw InvalidInput(std::string("part of another run: ") + key + " differ from " + file0 + "'s", {file, key, j.at(key).dump()});
-        }
-      }
-      if (!by_shard.emplace(k, i).second) {
-        throw InvalidInput("shard given twice (also " + parts[by_shard[k]].first + ")", {file, "shard", std::to_string(k)});
-      }
-    } catch (const nlohmann::json::exception& e) {
-      throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file});
-    }
-  }
-  for (std::size_t k = 1; k <= n; ++k) {
-    if (!by_shard.count(k)) throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
-  }
   PplReport r;
   const std::size_t total = first.at("total_sequences").get<std::size_t>();
   try {
     r.specs = first.at("specs").get<std::vector<std::string>>();
     r.descriptions = first.at("descriptions").get<std::vector<std::string>>();
-    for (const auto& [k, i] : by_shard) {
+    for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
       if (j.at("first_sequence").get<std::size_t>() != r.sequences.size()) {
         throw InvalidInput("sequences do not follow the previous shard's (" + std::to_string(r.sequences.size()) + ")",

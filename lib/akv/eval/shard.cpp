@@ -18,4 +18,49 @@ Shard parse_shard(const std::string& text, const std::string& flag) {
   return {static_cast<std::size_t>(k), static_cast<std::size_t>(n)};
 }
 
+std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nlohmann::json>>& parts,
+                                     const std::string& format, std::initializer_list<const char*> same) {
+  if (parts.empty()) throw UsageError("merge needs partial outputs", {"", "PARTS"});
+  const auto& [file0, first] = parts[0];
+  std::vector<std::size_t> order;
+  std::size_t n = 0;
+  try {
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const auto& [file, j] = parts[i];
+      if (!j.is_object() || j.value("format", std::string()) != format) {
+        throw InvalidInput("not a partial output of this kind (expected format " + format + ")",
+                           {file, "format", j.is_object() && j.contains("format") ? j["format"].dump() : "missing"});
+      }
+      const std::size_t k = j.at("shard").get<std::size_t>(), shards = j.at("shards").get<std::size_t>();
+      if (i == 0) {
+        n = shards;
+        order.assign(n, parts.size());
+      }
+      if (shards != n) {
+        throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")",
+                           {file, "shards", std::to_string(shards)});
+      }
+      if (k < 1 || k > n) throw InvalidInput("shard outside 1.." + std::to_string(n), {file, "shard", std::to_string(k)});
+      for (const char* key : same) {
+        if (j.at(key) != first.at(key)) {
+          throw InvalidInput(std::string("part of another run: ") + key + " differ from " + file0 + "'s",
+                             {file, key, j.at(key).dump()});
+        }
+      }
+      if (order[k - 1] != parts.size()) {
+        throw InvalidInput("shard given twice (also " + parts[order[k - 1]].first + ")", {file, "shard", std::to_string(k)});
+      }
+      order[k - 1] = i;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput(std::string("partial output field missing or of the wrong type: ") + e.what(), {file0});
+  }
+  for (std::size_t k = 1; k <= n; ++k) {
+    if (order[k - 1] == parts.size()) {
+      throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
+    }
+  }
+  return order;
+}
+
 }  // namespace akv

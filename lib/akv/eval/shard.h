@@ -2,8 +2,12 @@
 // Shard K of N of a run (docs/scale.md): `--shard K/N` on evaluate --model (sequences) and
 // calibrate (layers).
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace akv {
 
@@ -14,5 +18,11 @@ struct Shard {
 };
 // "K/N" with 1 <= K <= N <= 100000; InvalidInput naming the flag and value.
 Shard parse_shard(const std::string& text, const std::string& flag = "--shard");
+
+// Checks that partial outputs (each with the file it came from) are shards 1..N of one run: the
+// format `format`, the same "shards", equal values at `same` (inputs, parameters), every shard
+// once. Returns the parts' indices in shard order. InvalidInput naming the file and field.
+std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nlohmann::json>>& parts,
+                                     const std::string& format, std::initializer_list<const char*> same);
 
 }  // namespace akv

@@ -88,31 +88,30 @@ void Weight::convert_rows(std::size_t r0, std::size_t n, float* out) const {
   ggml_dequantize(*type_, src, n * cols_, out);
 }
 
-RowMatrix Weight::times_transpose(const RowMatrix& x) const {
-  if (!type_) return x * m_.transpose();
-  RowMatrix y(x.rows(), static_cast<Eigen::Index>(rows_));
+template <class Fn>
+void Weight::for_each_tile(Fn&& fn) const {
   const std::size_t t = tile_rows();
   std::vector<float> buf(t * cols_);
   for (std::size_t r0 = 0; r0 < rows_; r0 += t) {
     const std::size_t n = std::min(t, rows_ - r0);
     convert_rows(r0, n, buf.data());
-    const ConstMatrixMap tile(buf.data(), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(cols_));
-    y.middleCols(static_cast<Eigen::Index>(r0), static_cast<Eigen::Index>(n)).noalias() = x * tile.transpose();
+    fn(static_cast<Eigen::Index>(r0), ConstMatrixMap(buf.data(), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(cols_)));
   }
+}
+
+RowMatrix Weight::times_transpose(const RowMatrix& x) const {
+  if (!type_) return x * m_.transpose();
+  RowMatrix y(x.rows(), static_cast<Eigen::Index>(rows_));
+  for_each_tile([&](Eigen::Index r0, const ConstMatrixMap& tile) {
+    y.middleCols(r0, tile.rows()).noalias() = x * tile.transpose();
+  });
   return y;
 }
 
 Eigen::VectorXf Weight::times(const Eigen::VectorXf& x) const {
   if (!type_) return m_ * x;
   Eigen::VectorXf y(static_cast<Eigen::Index>(rows_));
-  const std::size_t t = tile_rows();
-  std::vector<float> buf(t * cols_);
-  for (std::size_t r0 = 0; r0 < rows_; r0 += t) {
-    const std::size_t n = std::min(t, rows_ - r0);
-    convert_rows(r0, n, buf.data());
-    const ConstMatrixMap tile(buf.data(), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(cols_));
-    y.segment(static_cast<Eigen::Index>(r0), static_cast<Eigen::Index>(n)).noalias() = tile * x;
-  }
+  for_each_tile([&](Eigen::Index r0, const ConstMatrixMap& tile) { y.segment(r0, tile.rows()).noalias() = tile * x; });
   return y;
 }
 

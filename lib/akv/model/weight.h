@@ -64,6 +64,9 @@ class Weight {
   // Rows [r0, r0 + n) as f32 into out [n, cols].
   void convert_rows(std::size_t r0, std::size_t n, float* out) const;
   std::size_t tile_rows() const;
+  // fn(first row, tile) for consecutive tiles of rows converted to f32.
+  template <class Fn>
+  void for_each_tile(Fn&& fn) const;
 
   std::size_t rows_ = 0, cols_ = 0;
   RowMatrix m_;                          // f32-resident
