@@ -4,6 +4,7 @@
 #include "akv/cache/inspect_cache.h"
 #include "akv/core/errors.h"
 #include "akv/io/inspect.h"
+#include "akv/model/gguf.h"
 #include "commands.h"
 
 namespace akv::cli {
@@ -16,11 +17,12 @@ void register_info(CLI::App& app, const GlobalOptions&) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
-      "info", "Describe an akv file. Dump: format version, model meta, per-layer shapes and "
+      "info", "Describe an akv file or a GGUF model. GGUF: version, architecture, tokenizer kind, "
+              "tensors by type (count, bytes), scalar metadata (arrays as their length). Dump: format version, model meta, per-layer shapes and "
               "dtypes, bytes on disk, optional datasets. Cache: method and parameters, source "
               "dump and its hash, bytes stored per component (codes, scales, zeros, residual, "
               "outliers, indices) per layer and in total, bits per element, ratio to f16");
-  sub->add_option("file", opt->file, "akv file (HDF5)")->required();
+  sub->add_option("file", opt->file, "akv file (HDF5) or GGUF model")->required();
   sub->add_flag("--json", opt->json, "Print JSON (schema in docs/formats.md)");
   sub->add_flag("--stats", opt->stats,
                 "Dumps only: read every tensor (a head at a time; NaN/Inf are errors) and add "
@@ -28,7 +30,11 @@ void register_info(CLI::App& app, const GlobalOptions&) {
   sub->callback([opt] {
     nlohmann::json info;
     std::string text;
-    if (read_file_format(opt->file) == "akv-cache") {
+    if (is_gguf(opt->file)) {
+      if (opt->stats) throw UsageError("--stats applies to dumps", {opt->file, "--stats"});
+      info = gguf_info(GgufFile(opt->file));
+      text = opt->json ? info.dump(2) + "\n" : render_gguf_info(info);
+    } else if (read_file_format(opt->file) == "akv-cache") {
       if (opt->stats) throw UsageError("--stats applies to dumps", {opt->file, "--stats"});
       info = inspect_cache(opt->file);
       text = opt->json ? info.dump(2) + "\n" : render_cache_info(info);

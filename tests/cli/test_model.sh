@@ -74,6 +74,9 @@ expect "evaluate a GGUF model (F16 weights)" 0 "kivi-2" \
 expect "evaluate a GGUF model, weights converted to f32 on load" 0 "kivi-2" \
   "$AKV" evaluate -q --model "$SRC/tests/fuzz/corpus/gguf/seed-1" --tokens "$TMP/tiny.txt" --weights f32 --methods kivi-2:residual=0:group=4
 expect_error "unknown weight mode" 2 "--weights: f8" "$AKV" dump --model "$G" --tokens "$TMP/tiny.txt" --weights f8 -o "$o/d.h5"
+expect "info on a GGUF file" 0 "GGUF v3" "$AKV" info "$G"
+expect_output "info lists the tensor types" "F32 +11 tensors"
+expect "info --json on a GGUF file" 0 '"architecture": "llama"' "$AKV" info --json "$SRC/tests/fuzz/corpus/gguf/seed-1"
 head -c 300 "$G" >"$TMP/short.gguf"
 expect_error "truncated GGUF" 2 "short.gguf" "$AKV" dump --model "$TMP/short.gguf" --tokens "$TMP/tiny.txt" -o "$o/d.h5"
 mkdir -p "$TMP/hf"

@@ -123,6 +123,49 @@ std::string dims_text(const std::vector<std::uint64_t>& d) {
 
 }  // namespace
 
+nlohmann::json gguf_info(const GgufFile& f) {
+  nlohmann::json meta = nlohmann::json::object();
+  for (const auto& [k, v] : f.metadata().items()) {
+    meta[k] = v.is_array() ? nlohmann::json("[" + std::to_string(v.size()) + " values]") : v;
+  }
+  nlohmann::json types = nlohmann::json::object();
+  std::uint64_t total = 0;
+  for (const auto& [name, t] : f.tensors()) {
+    nlohmann::json& e = types[ggml_type_name(t.type)];
+    if (e.is_null()) e = {{"tensors", 0}, {"bytes", 0}};
+    e["tensors"] = e["tensors"].get<std::size_t>() + 1;
+    e["bytes"] = e["bytes"].get<std::uint64_t>() + t.bytes;
+    total += t.bytes;
+  }
+  const auto text = [&](const char* key) {
+    const auto it = f.metadata().find(key);
+    return it != f.metadata().end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  return {{"format", "gguf"}, {"version", f.version()}, {"file", f.path()}, {"architecture", text("general.architecture")},
+          {"name", text("general.name")}, {"tokenizer", text("tokenizer.ggml.model")}, {"tensors", f.tensors().size()},
+          {"tensor_bytes", total}, {"types", types}, {"metadata", meta}};
+}
+
+std::string render_gguf_info(const nlohmann::json& info) {
+  std::string out;
+  auto line = [&](const std::string& k, const std::string& v) { out += k + std::string(k.size() < 13 ? 13 - k.size() : 1, ' ') + v + "\n"; };
+  line("file", info["file"].get<std::string>());
+  line("format", "GGUF v" + std::to_string(info["version"].get<int>()));
+  line("architecture", info["architecture"].get<std::string>());
+  line("name", info["name"].get<std::string>());
+  line("tokenizer", info["tokenizer"].get<std::string>().empty() ? "none" : info["tokenizer"].get<std::string>());
+  line("tensors", std::to_string(info["tensors"].get<std::size_t>()) + " (" +
+                      std::to_string(info["tensor_bytes"].get<std::uint64_t>()) + " bytes)");
+  for (const auto& [type, e] : info["types"].items()) {
+    line("  " + type, std::to_string(e["tensors"].get<std::size_t>()) + " tensors, " +
+                          std::to_string(e["bytes"].get<std::uint64_t>()) + " bytes" +
+                          (ggml_type_info_by_name(type) ? "" : " (not readable by akv)"));
+  }
+  out += "metadata\n";
+  for (const auto& [k, v] : info["metadata"].items()) line("  " + k, v.is_string() ? v.get<std::string>() : v.dump());
+  return out;
+}
+
 bool is_gguf(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char m[4];

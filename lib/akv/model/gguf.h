@@ -52,6 +52,11 @@ class GgufFile {
   std::map<std::string, GgufTensor> tensors_;
 };
 
+// `akv info` of a GGUF file: version, architecture and name, every scalar metadata entry (arrays
+// as their length), the tensors by type (count, bytes) and in total; its text rendering.
+nlohmann::json gguf_info(const GgufFile& f);
+std::string render_gguf_info(const nlohmann::json& info);
+
 // True when the file starts with GGUF's magic.
 bool is_gguf(const std::string& path);
 

@@ -114,6 +114,13 @@ const GgmlTypeInfo* ggml_type_info(std::uint32_t id) {
   return nullptr;
 }
 
+const GgmlTypeInfo* ggml_type_info_by_name(const std::string& name) {
+  for (const GgmlTypeInfo& t : kTypes) {
+    if (name == t.name) return &t;
+  }
+  return nullptr;
+}
+
 std::string ggml_type_name(std::uint32_t id) {
   const GgmlTypeInfo* t = ggml_type_info(id);
   return t ? std::string(t->name) : "type " + std::to_string(id);

@@ -35,6 +35,8 @@ struct GgmlTypeInfo {
 
 // The type's layout, or nullptr when akv cannot read it.
 const GgmlTypeInfo* ggml_type_info(std::uint32_t id);
+// The layout of a type by its name ("Q4_K"), or nullptr.
+const GgmlTypeInfo* ggml_type_info_by_name(const std::string& name);
 // "Q4_K", or "type 23" for an id akv does not know.
 std::string ggml_type_name(std::uint32_t id);
 // Comma-separated names of every type akv reads (for error messages and docs).
