@@ -35,7 +35,7 @@ std::string memory_line(const MemoryReport& r, const std::string& out) {
 
 void register_compress(CLI::App& app, const GlobalOptions& global) {
   struct Options {
-    std::string dump, output;
+    std::string dump, output, shard;
     CompressRequest req;
     bool json = false;
   };
@@ -60,6 +60,11 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
                                      "its window queries driving the importance scores");
   add_method_flags(sub, opt->req, {ParamScope::quant, ParamScope::eviction, ParamScope::tiered});
   sub->add_flag("--json", opt->json, "Print the memory report as JSON (schema in docs/compress.md)");
+  sub->add_option("--shard", opt->shard,
+                  "Compress shard K of N (K/N, 1-based): a contiguous 1/N of the layers into a partial "
+                  "cache (format akv-cache-part; eviction plans still span all layers); `akv merge` "
+                  "writes the whole cache, byte for byte the unsharded one (docs/scale.md). Not for "
+                  "tiered methods");
   sub->callback([opt, &global, method] {
     CompressRequest req = opt->req;
     check_output_distinct(opt->output, {opt->dump, req.eviction.budgets_file.value_or(""), req.calibration.value_or("")});
@@ -67,7 +72,8 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
     const CompressParams params = resolve_params(req);
     ProgressBar bar("compress", !global.quiet);
     const MemoryReport report =
-        compress_dump(opt->dump, opt->output, params, global.threads, bar.callback());
+        compress_dump(opt->dump, opt->output, params, global.threads, bar.callback(),
+                      opt->shard.empty() ? Shard{} : parse_shard(opt->shard));
     if (opt->json) {
       nlohmann::json j = report.to_json();
       j["format"] = "akv-compress";

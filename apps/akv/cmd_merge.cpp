@@ -2,9 +2,13 @@
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include <fmt/format.h>
+
+#include "akv/cache/compress.h"
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
 #include "akv/eval/ppl_shard.h"
+#include "akv/io/inspect.h"
 #include "akv/io/json_file.h"
 #include "commands.h"
 
@@ -23,7 +27,9 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
       "`akv evaluate --model ... --shard K/N` parts (akv-perplexity-part) into its report, "
       "`akv evaluate --dump D --cache C --shard K/N` parts (akv-fidelity-part) into the fidelity report, "
       "`akv calibrate ... --shard K/N` parts (akv-calibration-part) into calib.json (the allocation "
-      "runs here, over every head; the dumps must be readable). Checks that the parts are shards "
+      "runs here, over every head; the dumps must be readable), `akv compress ... --shard K/N` partial "
+      "caches (akv-cache-part) into the cache (-o needed; the memory report as compress prints it, "
+      "--json as compress --json). Checks that the parts are shards "
       "1..N of one run, each once, with the same inputs and parameters (exit 2 naming the missing, "
       "duplicate or mismatched part), then adds the per-sequence sums in sequence order "
       "(docs/scale.md)");
@@ -33,6 +39,21 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
   sub->add_flag("--csv", opt->csv, "Print CSV, one row per sequence and method")->excludes(json);
   sub->callback([opt] {
     check_output_distinct(opt->output, opt->parts);
+    if (is_hdf5(opt->parts.front())) {  // partial caches
+      if (opt->output == "-") throw UsageError("merging partial caches needs -o CACHE", {"", "-o"});
+      const MemoryReport r = merge_cache_parts(opt->parts, opt->output);
+      std::string text = fmt::format("wrote {} ({}): {} bytes stored, {:.3f} bits/element\n", opt->output,
+                                     describe(r.header.params), r.total.total(), r.bits_per_element());
+      if (opt->json) {
+        nlohmann::json j = r.to_json();
+        j["format"] = "akv-compress";
+        j["version"] = 1;
+        j["file"] = opt->output;
+        text = j.dump(2) + "\n";
+      }
+      std::fputs(text.c_str(), stdout);
+      return;
+    }
     std::vector<std::pair<std::string, nlohmann::json>> parts;
     const std::string format = read_json_format(opt->parts.front());
     if (format != "akv-perplexity-part" && format != "akv-calibration-part" && format != "akv-fidelity-part") {

@@ -35,6 +35,24 @@ else
 fi
 expect_error "merge: a fidelity shard missing" 2 "shard missing .*shard = 2/3" \
   "$AKV" merge "$TMP/f_p1.json" "$TMP/f_p3.json" -o "$TMP/never.json"
+# Sharded compress: partial caches merged into the unsharded cache, byte for byte.
+for m in "-m k4v2 --pre-rope --outlier-fraction 0.05" "-m adakv-global --budget 0.3 --quant kivi-4 --window 16"; do
+  # shellcheck disable=SC2086
+  "$AKV" compress -q "$d" -o "$TMP/cs_full.h5" $m >/dev/null
+  for k in 1 2; do
+    # shellcheck disable=SC2086
+    "$AKV" compress -q "$d" -o "$TMP/cs_p$k.h5" $m --shard "$k/2" >/dev/null
+  done
+  "$AKV" merge "$TMP/cs_p2.h5" "$TMP/cs_p1.h5" -o "$TMP/cs_merged.h5" >/dev/null
+  if cmp -s "$TMP/cs_full.h5" "$TMP/cs_merged.h5"; then pass "compress --shard 1/2, 2/2 + merge = compress ($m)"
+  else fail "compress --shard 1/2, 2/2 + merge = compress ($m)"; fi
+done
+expect_error "a partial cache is not a cache" 2 "partial cache .*akv merge" \
+  "$AKV" evaluate -q --dump "$d" --cache "$TMP/cs_p1.h5"
+expect_error "merge: a cache shard missing" 2 "shard missing .*shard = 1/2" \
+  "$AKV" merge "$TMP/cs_p2.h5" -o "$TMP/never.h5"
+expect_error "tiered caches are not sharded" 1 "--shard" \
+  "$AKV" compress -q "$d" -o "$TMP/never.h5" -m balanced --shard 1/2
 expect "compress --quant-rule bounded" 0 "wrote" "$AKV" compress -q "$d" -o "$TMP/c_bounded.h5" -m kivi-2 --quant-rule bounded
 expect "bounded rule: R + 28 keys in f16" 0 "residual ok 544" "$PY" "$TOOL" decoded "$TMP/c_bounded.h5" "$d" 1 1
 expect "the cache records its rule" 0 '"quant_rule":"bounded"' "$AKV" info "$TMP/c_bounded.h5"

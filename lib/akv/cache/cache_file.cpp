@@ -72,14 +72,20 @@ struct CacheWriter::Impl {
   Impl(std::string path, CacheHeader h) : header(std::move(h)), out(std::move(path)) {}
 };
 
-CacheWriter::CacheWriter(std::string path, CacheHeader header)
+CacheWriter::CacheWriter(std::string path, CacheHeader header, const CachePart& part)
     : impl_(std::make_unique<Impl>(std::move(path), std::move(header))) {
   Impl& m = *impl_;
   m.file = h5::create(m.out.temp_path());
   m.f16 = h5::make_f16_type();
   hid_t root = m.file.get();
   const CacheHeader& h = m.header;
-  h5::write_attr_string(root, "format", kCacheFormat);
+  h5::write_attr_string(root, "format", part.partial() ? kCachePartFormat : kCacheFormat);
+  if (part.partial()) {
+    h5::write_attr_int(root, "shard", i64(part.shard));
+    h5::write_attr_int(root, "shards", i64(part.shards));
+    h5::write_attr_int(root, "first_layer", i64(part.first_layer));
+    h5::write_attr_int(root, "end_layer", i64(part.end_layer));
+  }
   h5::write_attr_int(root, "version", h.params.tiered() ? kCacheVersionSegments : kCacheVersion);
   h5::write_attr_string(root, "params", h.params.to_json().dump());
   h5::write_attr_string(root, "source_path", h.source_path);
@@ -88,6 +94,11 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header)
   write_shape_attrs(root, h.meta);
   h5::write_attr_int(root, "n_query", i64(h.meta.n_query));
   m.written.assign(h.meta.n_layers, std::vector<bool>(h.meta.n_kv_heads, false));
+  if (part.partial()) {  // only the part's layers are expected
+    for (std::size_t l = 0; l < h.meta.n_layers; ++l) {
+      if (l < part.first_layer || l >= part.end_layer) m.written[l].assign(h.meta.n_kv_heads, true);
+    }
+  }
 }
 
 CacheWriter::~CacheWriter() = default;
@@ -146,14 +157,18 @@ void CacheWriter::commit() {
 }
 
 // ---------------------------------------------------------------------------------------------
-CacheReader::CacheReader(std::string path) : path_(std::move(path)) {
+CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(path)) {
   file_ = h5::open_read(path_);
   std::error_code ec;
   file_bytes_ = std::filesystem::file_size(path_, ec);
   hid_t root = file_.get();
   const std::string& f = path_;
   const std::string format = h5::read_attr_string(root, "format", f, "format");
-  if (format != kCacheFormat) {
+  if (format == kCachePartFormat && !allow_part) {
+    throw InvalidInput("a partial cache (one shard of akv compress --shard): combine the parts with akv merge",
+                       {f, "format", format});
+  }
+  if (format != kCacheFormat && format != kCachePartFormat) {
     throw InvalidInput(std::string("not an akv cache (expected format \"") + kCacheFormat + "\")",
                        {f, "format", format});
   }
@@ -172,7 +187,18 @@ CacheReader::CacheReader(std::string path) : path_(std::move(path)) {
   header_.source_bytes = count_attr(root, "source_bytes", f, "");
   read_shape_attrs(root, f, header_.meta);
   header_.meta.n_query = count_attr(root, "n_query", f, "");
-  for (std::size_t l = 0; l < header_.meta.n_layers; ++l) {
+  part_.end_layer = header_.meta.n_layers;
+  if (format == kCachePartFormat) {
+    part_.shard = count_attr(root, "shard", f, "");
+    part_.shards = count_attr(root, "shards", f, "");
+    part_.first_layer = count_attr(root, "first_layer", f, "");
+    part_.end_layer = count_attr(root, "end_layer", f, "");
+    if (part_.shard < 1 || part_.shard > part_.shards || part_.first_layer > part_.end_layer ||
+        part_.end_layer > header_.meta.n_layers) {
+      throw CorruptData("partial cache layers or shard out of range", {f, "shard/first_layer/end_layer"});
+    }
+  }
+  for (std::size_t l = part_.first_layer; l < part_.end_layer; ++l) {
     for (std::size_t h = 0; h < header_.meta.n_kv_heads; ++h) {
       const std::string p = cache_head_path(l, h);
       if (!h5::link_exists(root, p)) throw CorruptData("missing head group", {f, p});

@@ -18,6 +18,9 @@
 // holds /segments/<S>, each laid out like a version-1 head group (n_tokens, n_kept, kept, key,
 // value); the segments' kept positions partition [0, n_tokens). Files without segmented heads
 // are written as version 1; the reader accepts both.
+// A partial cache (`akv compress --shard K/N`, docs/scale.md) is the same layout with format
+// "akv-cache-part", root attributes shard, shards, first_layer, end_layer, and only the head
+// groups of layers [first_layer, end_layer); only `akv merge` reads it.
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +36,13 @@ namespace akv {
 inline constexpr const char* kCacheFormat = "akv-cache";
 inline constexpr std::int64_t kCacheVersion = 1;
 inline constexpr std::int64_t kCacheVersionSegments = 2;
+inline constexpr const char* kCachePartFormat = "akv-cache-part";
+
+// The layers a partial cache holds (shards == 1: a whole cache).
+struct CachePart {
+  std::size_t shard = 1, shards = 1, first_layer = 0, end_layer = 0;
+  bool partial() const { return shards > 1; }
+};
 
 struct CacheHeader {
   DumpMeta meta;  // shape of the source dump
@@ -44,8 +54,9 @@ struct CacheHeader {
 
 class CacheWriter {
  public:
-  // Writes to a temporary file next to `path`; the cache appears only on commit().
-  CacheWriter(std::string path, CacheHeader header);
+  // Writes to a temporary file next to `path`; the cache appears only on commit(). With a
+  // partial `part`, a partial cache of its layers.
+  CacheWriter(std::string path, CacheHeader header, const CachePart& part = CachePart{});
   ~CacheWriter();
   CacheWriter(const CacheWriter&) = delete;
   CacheWriter& operator=(const CacheWriter&) = delete;
@@ -59,8 +70,10 @@ class CacheWriter {
 
 class CacheReader {
  public:
-  // Opens and validates the header; throws IoError / CorruptData / InvalidInput.
-  explicit CacheReader(std::string path);
+  // Opens and validates the header; throws IoError / CorruptData / InvalidInput. Partial caches
+  // are refused unless `allow_part`.
+  explicit CacheReader(std::string path, bool allow_part = false);
+  const CachePart& part() const { return part_; }
   ~CacheReader();
   const std::string& path() const { return path_; }
   const CacheHeader& header() const { return header_; }
@@ -80,6 +93,7 @@ class CacheReader {
   std::int64_t version_ = kCacheVersion;
   h5::File file_;
   CacheHeader header_;
+  CachePart part_;
   std::uint64_t file_bytes_ = 0;
 };
 

@@ -155,8 +155,12 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
 }  // namespace
 
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
-                           const CompressParams& params, int threads, const ProgressFn& progress) {
-  if (params.tiered()) return compress_tiered(dump_path, out_path, params, threads, progress);
+                           const CompressParams& params, int threads, const ProgressFn& progress,
+                           const Shard& shard) {
+  if (params.tiered()) {
+    if (shard.n > 1) throw UsageError("tiered caches are not sharded yet", {"", "--shard", std::to_string(shard.k) + "/" + std::to_string(shard.n)});
+    return compress_tiered(dump_path, out_path, params, threads, progress);
+  }
   validate_params(params, "");
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
@@ -218,9 +222,10 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
       }
     }
   }
-  CacheWriter writer(out_path, report.header);
+  const auto [lo, hi] = shard.range(m.n_layers);
+  CacheWriter writer(out_path, report.header, CachePart{shard.k, shard.n, lo, hi});
   const std::vector<std::int32_t> all;
-  for (std::size_t l = 0; l < m.n_layers; ++l) {
+  for (std::size_t l = lo; l < hi; ++l) {
     const Tensor3 key = dump.read(l, DumpField::key);
     const Tensor3 value = dump.read(l, DumpField::value);
     std::unique_ptr<Tensor3> pre;
@@ -235,10 +240,56 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
       report.layers[l] += heads[h].bytes();
     }
     report.total += report.layers[l];
-    if (progress) progress((phases - 1) * m.n_layers + l + 1, phases * m.n_layers);
+    if (progress) progress((phases - 1) * m.n_layers + l + 1 - lo, phases * m.n_layers - lo - (m.n_layers - hi));
   }
   writer.commit();
   return report;
+}
+
+MemoryReport merge_cache_parts(const std::vector<std::string>& paths, const std::string& out_path) {
+  if (paths.empty()) throw UsageError("merge needs partial caches", {"", "PARTS"});
+  std::vector<std::unique_ptr<CacheReader>> parts;
+  for (const std::string& p : paths) parts.push_back(std::make_unique<CacheReader>(p, true));
+  const CacheReader& first = *parts[0];
+  const std::size_t n = first.part().shards;
+  std::vector<const CacheReader*> by_shard(n, nullptr);
+  const std::string params0 = first.header().params.to_json().dump();
+  for (const auto& r : parts) {
+    const CachePart& cp = r->part();
+    if (!cp.partial()) throw InvalidInput("not a partial cache", {r->path(), "format", kCacheFormat});
+    if (cp.shards != n) {
+      throw InvalidInput("parts of different shard counts (" + first.path() + ": " + std::to_string(n) + ")",
+                         {r->path(), "shards", std::to_string(cp.shards)});
+    }
+    if (r->header().params.to_json().dump() != params0) {
+      throw InvalidInput("part of another run: params differ from " + first.path() + "'s", {r->path(), "params"});
+    }
+    if (r->header().source_hash != first.header().source_hash || r->header().source_path != first.header().source_path) {
+      throw InvalidInput("part of another run: source differs from " + first.path() + "'s", {r->path(), "source_hash", r->header().source_hash});
+    }
+    if (by_shard[cp.shard - 1]) {
+      throw InvalidInput("shard given twice (also " + by_shard[cp.shard - 1]->path() + ")", {r->path(), "shard", std::to_string(cp.shard)});
+    }
+    by_shard[cp.shard - 1] = r.get();
+  }
+  std::size_t next = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!by_shard[k]) throw InvalidInput("shard missing", {"", "shard", std::to_string(k + 1) + "/" + std::to_string(n)});
+    if (by_shard[k]->part().first_layer != next) {
+      throw InvalidInput("layers do not follow the previous shard's (" + std::to_string(next) + ")",
+                         {by_shard[k]->path(), "first_layer", std::to_string(by_shard[k]->part().first_layer)});
+    }
+    next = by_shard[k]->part().end_layer;
+  }
+  if (next != first.meta().n_layers) throw InvalidInput("parts end before the last layer", {"", "end_layer", std::to_string(next)});
+  CacheWriter writer(out_path, first.header());
+  for (const CacheReader* r : by_shard) {
+    for (std::size_t l = r->part().first_layer; l < r->part().end_layer; ++l) {
+      for (std::size_t h = 0; h < first.meta().n_kv_heads; ++h) writer.write_head(l, h, r->read_head(l, h));
+    }
+  }
+  writer.commit();
+  return cache_memory(CacheReader(out_path));
 }
 
 MemoryReport cache_memory(const CacheReader& cache) {

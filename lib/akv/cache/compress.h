@@ -7,6 +7,7 @@
 
 #include "akv/alloc/joint.h"
 #include "akv/cache/cache_file.h"
+#include "akv/core/shard.h"
 #include "akv/core/progress.h"
 #include "akv/tensor/dtype.h"
 
@@ -28,9 +29,17 @@ struct MemoryReport {
 nlohmann::json bytes_json(const CacheBytes& b);
 
 // Compresses every layer and head of `dump_path` into a cache at `out_path` (atomic), threads
-// over heads. Output is bitwise identical for any thread count.
+// over heads. Output is bitwise identical for any thread count. With a shard of N > 1 only its
+// layers [(K-1) L / N, K L / N) are compressed into a partial cache (eviction plans are made over
+// all layers, as unsharded); the report's layers outside the shard are empty.
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
-                           const CompressParams& params, int threads, const ProgressFn& progress);
+                           const CompressParams& params, int threads, const ProgressFn& progress,
+                           const Shard& shard = Shard{});
+
+// Writes the cache of partial caches 1..N of one run (any order) to `out_path`: the unsharded
+// run's file, byte for byte. InvalidInput naming the file and field: a shard missing or twice,
+// parts of other parameters, sources or shard counts.
+MemoryReport merge_cache_parts(const std::vector<std::string>& parts, const std::string& out_path);
 
 // Memory report of an existing cache from its stored dataset sizes.
 MemoryReport cache_memory(const CacheReader& cache);

@@ -1,6 +1,5 @@
 #pragma once
-// Shard K of N of a run (docs/scale.md): `--shard K/N` on evaluate --model (sequences) and
-// calibrate (layers).
+// Merging the partial outputs of sharded runs (docs/scale.md; Shard itself: core/shard.h).
 #include <cstddef>
 #include <initializer_list>
 #include <string>
@@ -9,15 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace akv {
+#include "akv/core/shard.h"
 
-struct Shard {
-  std::size_t k = 1, n = 1;  // shard k of n, 1-based
-  // Elements [first, last) of `count` that this shard takes (contiguous, sizes differ by <= 1).
-  std::pair<std::size_t, std::size_t> range(std::size_t count) const { return {(k - 1) * count / n, k * count / n}; }
-};
-// "K/N" with 1 <= K <= N <= 100000; InvalidInput naming the flag and value.
-Shard parse_shard(const std::string& text, const std::string& flag = "--shard");
+namespace akv {
 
 // Checks that partial outputs (each with the file it came from) are shards 1..N of one run: the
 // format `format`, the same "shards", equal values at `same` (inputs, parameters), every shard

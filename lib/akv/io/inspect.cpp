@@ -1,5 +1,9 @@
 #include "akv/io/inspect.h"
 
+#include <cstring>
+
+#include <fstream>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -201,6 +205,12 @@ std::string render_dump(const nlohmann::json& j) {
 }
 
 }  // namespace
+
+bool is_hdf5(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  return in.read(magic, 8) && std::memcmp(magic, "\x89HDF\r\n\x1a\n", 8) == 0;
+}
 
 std::string read_file_format(const std::string& path) {
   h5::File f = h5::open_read(path);

@@ -7,6 +7,8 @@ namespace akv {
 
 // The root `format` attribute of an HDF5 file ("akv-dump", "akv-cache"); InvalidInput if absent.
 std::string read_file_format(const std::string& path);
+// True when the file starts with HDF5's signature (no other check).
+bool is_hdf5(const std::string& path);
 
 // Structured description of a dump (schema in docs/formats.md, "akv info --json"). Throws like the
 // format's reader: IoError, CorruptData, InvalidInput.
