@@ -60,6 +60,12 @@ for extra in "" "--aggregate max" "--allocator adakv-proxy --update-interval 100
   if cmp -s "$TMP/cal_full.json" "$TMP/cal_merged.json"; then pass "calibrate --shard 1/2, 2/2 + merge = calibrate ($extra)"
   else fail "calibrate --shard 1/2, 2/2 + merge = calibrate ($extra)"; fi
 done
+if command -v parallel >/dev/null; then
+  "$AKV" calibrate -q "$d" "$TMP/d2.h5" -o "$TMP/cal_full.json" >/dev/null
+  bash "$SRC/scripts/run_sharded" --akv "$AKV" -j 2 3 "$TMP/cal_par.json" -- calibrate "$d" "$TMP/d2.h5"
+  if cmp -s "$TMP/cal_full.json" "$TMP/cal_par.json"; then pass "run_sharded calibrate (GNU parallel) = calibrate"
+  else fail "run_sharded calibrate (GNU parallel) = calibrate"; fi
+fi
 "$AKV" calibrate -q "$d" "$TMP/d2.h5" --target-bits 2.5 --shard 2/2 -o "$TMP/cal_other.json"
 expect_error "merge: a calibration shard missing" 2 "shard missing .*shard = 2/2" "$AKV" merge "$TMP/cal_p1.json" -o "$o/m.json"
 expect_error "merge: calibration parts of other options" 2 "part of another run: options" \

@@ -47,6 +47,12 @@ for m in "-m k4v2 --pre-rope --outlier-fraction 0.05" "-m adakv-global --budget 
   if cmp -s "$TMP/cs_full.h5" "$TMP/cs_merged.h5"; then pass "compress --shard 1/2, 2/2 + merge = compress ($m)"
   else fail "compress --shard 1/2, 2/2 + merge = compress ($m)"; fi
 done
+if command -v parallel >/dev/null; then
+  bash "$SRC/scripts/run_sharded" --akv "$AKV" -j 2 2 "$TMP/cs_par.h5" -- compress "$d" -m adakv-global --budget 0.3 \
+    --quant kivi-4 --window 16 >/dev/null
+  if cmp -s "$TMP/cs_full.h5" "$TMP/cs_par.h5"; then pass "run_sharded compress (GNU parallel) = compress"
+  else fail "run_sharded compress (GNU parallel) = compress"; fi
+fi
 expect_error "a partial cache is not a cache" 2 "partial cache .*akv merge" \
   "$AKV" evaluate -q --dump "$d" --cache "$TMP/cs_p1.h5"
 expect_error "merge: a cache shard missing" 2 "shard missing .*shard = 1/2" \
