@@ -63,8 +63,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--shard", opt->shard,
                   "Compress shard K of N (K/N, 1-based): a contiguous 1/N of the layers into a partial "
                   "cache (format akv-cache-part; eviction plans still span all layers); `akv merge` "
-                  "writes the whole cache, byte for byte the unsharded one (docs/scale.md). Not for "
-                  "tiered methods");
+                  "writes the whole cache, byte for byte the unsharded one (docs/scale.md)");
   sub->callback([opt, &global, method] {
     CompressRequest req = opt->req;
     check_output_distinct(opt->output, {opt->dump, req.eviction.budgets_file.value_or(""), req.calibration.value_or("")});

@@ -57,8 +57,11 @@ expect_error "a partial cache is not a cache" 2 "partial cache .*akv merge" \
   "$AKV" evaluate -q --dump "$d" --cache "$TMP/cs_p1.h5"
 expect_error "merge: a cache shard missing" 2 "shard missing .*shard = 1/2" \
   "$AKV" merge "$TMP/cs_p2.h5" -o "$TMP/never.h5"
-expect_error "tiered caches are not sharded" 1 "--shard" \
-  "$AKV" compress -q "$d" -o "$TMP/never.h5" -m balanced --shard 1/2
+"$AKV" compress -q "$d" -o "$TMP/ts_full.h5" -m balanced --hot 128 --warm 256 >/dev/null
+for k in 1 2 3; do "$AKV" compress -q "$d" -o "$TMP/ts_p$k.h5" -m balanced --hot 128 --warm 256 --shard "$k/3" >/dev/null; done
+"$AKV" merge "$TMP/ts_p1.h5" "$TMP/ts_p3.h5" "$TMP/ts_p2.h5" -o "$TMP/ts_merged.h5" >/dev/null
+if cmp -s "$TMP/ts_full.h5" "$TMP/ts_merged.h5"; then pass "tiered compress --shard (3 parts) + merge = compress (akv-cache v2)"
+else fail "tiered compress --shard (3 parts) + merge = compress (akv-cache v2)"; fi
 expect "compress --quant-rule bounded" 0 "wrote" "$AKV" compress -q "$d" -o "$TMP/c_bounded.h5" -m kivi-2 --quant-rule bounded
 expect "bounded rule: R + 28 keys in f16" 0 "residual ok 544" "$PY" "$TOOL" decoded "$TMP/c_bounded.h5" "$d" 1 1
 expect "the cache records its rule" 0 '"quant_rule":"bounded"' "$AKV" info "$TMP/c_bounded.h5"

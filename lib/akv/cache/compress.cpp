@@ -106,16 +106,18 @@ MemoryReport empty_report(const std::string& dump_path, const DumpReader& dump, 
 // cache and their attention drives the importance scores. Before the window, scores only move
 // with w_recency (each step then costs O(tokens)).
 MemoryReport compress_tiered(const std::string& dump_path, const std::string& out_path,
-                             const CompressParams& params, int threads, const ProgressFn& progress) {
+                             const CompressParams& params, int threads, const ProgressFn& progress,
+                             const Shard& shard) {
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
   const TieredParams& t = *params.tiered();
   validate_tiered(t, m.head_dim);
   MemoryReport report = empty_report(dump_path, dump, params);
-  CacheWriter writer(out_path, report.header);
+  const auto [lo, hi] = shard.range(m.n_layers);
+  CacheWriter writer(out_path, report.header, CachePart{shard.k, shard.n, lo, hi});
   const std::size_t d = m.head_dim, g = m.group_size(), first_q = m.first_query_pos();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  for (std::size_t l = 0; l < m.n_layers; ++l) {
+  for (std::size_t l = lo; l < hi; ++l) {
     const Tensor3 key = dump.read(l, DumpField::key);
     const Tensor3 value = dump.read(l, DumpField::value);
     const Tensor3 query = m.n_query > 0 ? dump.read(l, DumpField::query) : Tensor3();
@@ -146,7 +148,7 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
       report.layers[l] += heads[h].bytes();
     }
     report.total += report.layers[l];
-    if (progress) progress(l + 1, m.n_layers);
+    if (progress) progress(l + 1 - lo, hi - lo);
   }
   writer.commit();
   return report;
@@ -157,10 +159,7 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress,
                            const Shard& shard) {
-  if (params.tiered()) {
-    if (shard.n > 1) throw UsageError("tiered caches are not sharded yet", {"", "--shard", std::to_string(shard.k) + "/" + std::to_string(shard.n)});
-    return compress_tiered(dump_path, out_path, params, threads, progress);
-  }
+  if (params.tiered()) return compress_tiered(dump_path, out_path, params, threads, progress, shard);
   validate_params(params, "");
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();

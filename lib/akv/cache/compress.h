@@ -31,7 +31,8 @@ nlohmann::json bytes_json(const CacheBytes& b);
 // Compresses every layer and head of `dump_path` into a cache at `out_path` (atomic), threads
 // over heads. Output is bitwise identical for any thread count. With a shard of N > 1 only its
 // layers [(K-1) L / N, K L / N) are compressed into a partial cache (eviction plans are made over
-// all layers, as unsharded); the report's layers outside the shard are empty.
+// all layers, as unsharded; tiered heads are independent); the report's layers outside the shard
+// are empty.
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress,
                            const Shard& shard = Shard{});
