@@ -153,38 +153,6 @@ void group_params_many(const float* lo, const float* hi, std::size_t n, int bits
   }
 }
 
-void encode_per_element(const float* x, const float* zero, const float* inv, std::size_t n,
-                        float max_code, std::uint8_t* codes) {
-  std::size_t i = 0;
-#ifdef AKV_QUANT_AVX2
-  const __m256 m = _mm256_set1_ps(max_code);
-  for (; i + 32 <= n; i += 32) {
-    __m256i v[4];
-    for (int k = 0; k < 4; ++k) {
-      const std::size_t j = i + 8 * static_cast<std::size_t>(k);
-      v[k] = encode8(_mm256_loadu_ps(x + j), _mm256_loadu_ps(zero + j), _mm256_loadu_ps(inv + j), m);
-    }
-    store32(v[0], v[1], v[2], v[3], codes + i);
-  }
-#endif
-  for (; i < n; ++i) codes[i] = encode1(x[i], zero[i], inv[i], max_code);
-}
-
-void encode_broadcast(const float* x, float zero, float inv, std::size_t n, float max_code,
-                      std::uint8_t* codes) {
-  std::size_t i = 0;
-#ifdef AKV_QUANT_AVX2
-  const __m256 m = _mm256_set1_ps(max_code);
-  const __m256 z = _mm256_set1_ps(zero), r = _mm256_set1_ps(inv);
-  for (; i + 32 <= n; i += 32) {
-    store32(encode8(_mm256_loadu_ps(x + i), z, r, m), encode8(_mm256_loadu_ps(x + i + 8), z, r, m),
-            encode8(_mm256_loadu_ps(x + i + 16), z, r, m),
-            encode8(_mm256_loadu_ps(x + i + 24), z, r, m), codes + i);
-  }
-#endif
-  for (; i < n; ++i) codes[i] = encode1(x[i], zero, inv, max_code);
-}
-
 void group_params_kivi_many(const float* lo, const float* hi, std::size_t n, int bits, float* zero,
                             float* scale, std::uint16_t* scale_bits, std::uint16_t* zero_bits) {
   std::size_t i = 0;
@@ -217,8 +185,26 @@ void group_params_kivi_many(const float* lo, const float* hi, std::size_t n, int
   }
 }
 
-void encode_kivi_per_element(const float* x, const float* zero, const float* scale, std::size_t n,
-                             float max_code, std::uint8_t* codes) {
+namespace {
+
+// The two rules' element encoders (scalar, and 8 lanes under AVX2); `s` is 1/scale (bounded) or
+// scale (kivi).
+struct BoundedEncoder {
+  static std::uint8_t one(float x, float zero, float s, float max_code) { return encode1(x, zero, s, max_code); }
+#ifdef AKV_QUANT_AVX2
+  static __m256i eight(__m256 x, __m256 zero, __m256 s, __m256 max_code) { return encode8(x, zero, s, max_code); }
+#endif
+};
+struct KiviEncoder {
+  static std::uint8_t one(float x, float zero, float s, float max_code) { return encode_kivi1(x, zero, s, max_code); }
+#ifdef AKV_QUANT_AVX2
+  static __m256i eight(__m256 x, __m256 zero, __m256 s, __m256 max_code) { return encode_kivi8(x, zero, s, max_code); }
+#endif
+};
+
+template <class E>
+void encode_rows(const float* x, const float* zero, const float* s, std::size_t n, float max_code,
+                 std::uint8_t* codes) {
   std::size_t i = 0;
 #ifdef AKV_QUANT_AVX2
   const __m256 m = _mm256_set1_ps(max_code);
@@ -226,27 +212,49 @@ void encode_kivi_per_element(const float* x, const float* zero, const float* sca
     __m256i v[4];
     for (int k = 0; k < 4; ++k) {
       const std::size_t j = i + 8 * static_cast<std::size_t>(k);
-      v[k] = encode_kivi8(_mm256_loadu_ps(x + j), _mm256_loadu_ps(zero + j), _mm256_loadu_ps(scale + j), m);
+      v[k] = E::eight(_mm256_loadu_ps(x + j), _mm256_loadu_ps(zero + j), _mm256_loadu_ps(s + j), m);
     }
     store32(v[0], v[1], v[2], v[3], codes + i);
   }
 #endif
-  for (; i < n; ++i) codes[i] = encode_kivi1(x[i], zero[i], scale[i], max_code);
+  for (; i < n; ++i) codes[i] = E::one(x[i], zero[i], s[i], max_code);
+}
+
+template <class E>
+void encode_range(const float* x, float zero, float s, std::size_t n, float max_code, std::uint8_t* codes) {
+  std::size_t i = 0;
+#ifdef AKV_QUANT_AVX2
+  const __m256 m = _mm256_set1_ps(max_code);
+  const __m256 z = _mm256_set1_ps(zero), r = _mm256_set1_ps(s);
+  for (; i + 32 <= n; i += 32) {
+    store32(E::eight(_mm256_loadu_ps(x + i), z, r, m), E::eight(_mm256_loadu_ps(x + i + 8), z, r, m),
+            E::eight(_mm256_loadu_ps(x + i + 16), z, r, m), E::eight(_mm256_loadu_ps(x + i + 24), z, r, m),
+            codes + i);
+  }
+#endif
+  for (; i < n; ++i) codes[i] = E::one(x[i], zero, s, max_code);
+}
+
+}  // namespace
+
+void encode_per_element(const float* x, const float* zero, const float* inv, std::size_t n,
+                        float max_code, std::uint8_t* codes) {
+  encode_rows<BoundedEncoder>(x, zero, inv, n, max_code, codes);
+}
+
+void encode_broadcast(const float* x, float zero, float inv, std::size_t n, float max_code,
+                      std::uint8_t* codes) {
+  encode_range<BoundedEncoder>(x, zero, inv, n, max_code, codes);
+}
+
+void encode_kivi_per_element(const float* x, const float* zero, const float* scale, std::size_t n,
+                             float max_code, std::uint8_t* codes) {
+  encode_rows<KiviEncoder>(x, zero, scale, n, max_code, codes);
 }
 
 void encode_kivi_broadcast(const float* x, float zero, float scale, std::size_t n, float max_code,
                            std::uint8_t* codes) {
-  std::size_t i = 0;
-#ifdef AKV_QUANT_AVX2
-  const __m256 m = _mm256_set1_ps(max_code);
-  const __m256 z = _mm256_set1_ps(zero), s = _mm256_set1_ps(scale);
-  for (; i + 32 <= n; i += 32) {
-    store32(encode_kivi8(_mm256_loadu_ps(x + i), z, s, m), encode_kivi8(_mm256_loadu_ps(x + i + 8), z, s, m),
-            encode_kivi8(_mm256_loadu_ps(x + i + 16), z, s, m),
-            encode_kivi8(_mm256_loadu_ps(x + i + 24), z, s, m), codes + i);
-  }
-#endif
-  for (; i < n; ++i) codes[i] = encode_kivi1(x[i], zero, scale, max_code);
+  encode_range<KiviEncoder>(x, zero, scale, n, max_code, codes);
 }
 
 void decode_per_element(const std::uint8_t* codes, const float* scale, const float* zero,
