@@ -75,14 +75,19 @@ std::uint64_t Weight::bytes() const {
 
 std::size_t Weight::tile_rows() const { return std::max<std::size_t>(1, std::min(rows_, kTileFloats / std::max<std::size_t>(cols_, 1))); }
 
-void Weight::convert_rows(std::size_t r0, std::size_t n, float* out) const {
+void Weight::convert_rows(std::size_t r0, std::size_t n, float* out, std::vector<std::uint16_t>& scratch) const {
   const std::uint8_t* src = data_ + r0 * row_bytes_;
   if (type_->id == 1 || type_->id == 30) {
-    // 16-bit rows may sit at odd offsets of a safetensors file: copy to aligned storage first.
-    std::vector<std::uint16_t> h(n * cols_);
-    std::memcpy(h.data(), src, h.size() * 2);
-    if (type_->id == 1) f16_to_f32(h.data(), out, h.size());
-    else bf16_to_f32(h.data(), out, h.size());
+    // 16-bit rows may sit at odd offsets of a safetensors file: those go through aligned scratch.
+    const std::size_t count = n * cols_;
+    const std::uint16_t* h = reinterpret_cast<const std::uint16_t*>(src);
+    if (reinterpret_cast<std::uintptr_t>(src) % alignof(std::uint16_t) != 0) {
+      scratch.resize(count);
+      std::memcpy(scratch.data(), src, count * 2);
+      h = scratch.data();
+    }
+    if (type_->id == 1) f16_to_f32(h, out, count);
+    else bf16_to_f32(h, out, count);
     return;
   }
   ggml_dequantize(*type_, src, n * cols_, out);
@@ -92,9 +97,10 @@ template <class Fn>
 void Weight::for_each_tile(Fn&& fn) const {
   const std::size_t t = tile_rows();
   std::vector<float> buf(t * cols_);
+  std::vector<std::uint16_t> scratch;
   for (std::size_t r0 = 0; r0 < rows_; r0 += t) {
     const std::size_t n = std::min(t, rows_ - r0);
-    convert_rows(r0, n, buf.data());
+    convert_rows(r0, n, buf.data(), scratch);
     fn(static_cast<Eigen::Index>(r0), ConstMatrixMap(buf.data(), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(cols_)));
   }
 }
@@ -120,13 +126,15 @@ void Weight::row(std::size_t r, float* out) const {
     std::memcpy(out, m_.row(static_cast<Eigen::Index>(r)).data(), cols_ * sizeof(float));
     return;
   }
-  convert_rows(r, 1, out);
+  std::vector<std::uint16_t> scratch;
+  convert_rows(r, 1, out, scratch);
 }
 
 RowMatrix Weight::to_f32() const {
   if (!type_) return m_;
   RowMatrix m(static_cast<Eigen::Index>(rows_), static_cast<Eigen::Index>(cols_));
-  convert_rows(0, rows_, m.data());
+  std::vector<std::uint16_t> scratch;
+  convert_rows(0, rows_, m.data(), scratch);
   return m;
 }
 

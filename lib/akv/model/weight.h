@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/tensor.h"
@@ -61,8 +62,8 @@ class Weight {
   RowMatrix& f32();
 
  private:
-  // Rows [r0, r0 + n) as f32 into out [n, cols].
-  void convert_rows(std::size_t r0, std::size_t n, float* out) const;
+  // Rows [r0, r0 + n) as f32 into out [n, cols]; `scratch` holds misaligned 16-bit rows.
+  void convert_rows(std::size_t r0, std::size_t n, float* out, std::vector<std::uint16_t>& scratch) const;
   std::size_t tile_rows() const;
   // fn(first row, tile) for consecutive tiles of rows converted to f32.
   template <class Fn>
