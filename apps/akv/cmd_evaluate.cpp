@@ -7,6 +7,7 @@
 #include "akv/core/errors.h"
 #include "akv/eval/fidelity.h"
 #include "akv/eval/passkey.h"
+#include "akv/eval/passkey_shard.h"
 #include "akv/eval/perplexity.h"
 #include "akv/eval/ppl_shard.h"
 #include "akv/io/file_hash.h"
@@ -64,8 +65,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::Range(4, 1 << 24));
   sub->add_option("--shard", opt->shard,
                   "Evaluate shard K of N (K/N, 1-based): with --model (ppl) a contiguous 1/N of the "
-                  "sequences (or --text chunks), with --dump --cache of the layers; writes a partial "
-                  "report (JSON, format akv-perplexity-part or akv-fidelity-part) that `akv merge` "
+                  "sequences (or --text chunks), with --task passkey of the (depth, length, trial) "
+                  "prompts, with --dump --cache of the layers; writes a partial report (JSON, format "
+                  "akv-perplexity-part, akv-passkey-part or akv-fidelity-part) that `akv merge` "
                   "combines into the unsharded report (docs/scale.md)");
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
@@ -124,16 +126,27 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                                                  ? resolve_tokenizer(opt->tokenizer, opt->model, m)
                                                  : nullptr;
       if (opt->task == "passkey") {
-        if (!opt->shard.empty()) throw UsageError("--shard applies to --task ppl", {"", "--shard", opt->shard});
         PasskeyOptions pk = opt->passkey;
         pk.threads = global.threads;
         std::vector<std::vector<std::int32_t>> filler;
+        PplRun run;
+        run.inputs["model"] = opt->model;
         if (!tok) {
           const std::string& file = opt->filler.empty() ? opt->tokens : opt->filler;
           filler = read_token_file(file);
           m.check_tokens(filler, file);
+          run.inputs["filler"] = {{"path", file}, {"hash", file_hash(file)}};
+        } else {
+          run.inputs["tokenizer"] = tok->path();
         }
+        if (!opt->shard.empty()) pk.shard = parse_shard(opt->shard);
         const PasskeyReport r = evaluate_passkey(m, filler, po.methods, pk, bar.callback(), tok.get());
+        if (!opt->shard.empty()) {
+          run.params = {{"methods", opt->methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
+                        {"weights", opt->weights}};
+          write_text_file(opt->output, passkey_part_json(r, pk.shard, run).dump(2) + "\n");
+          return;
+        }
         write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
         return;
       }

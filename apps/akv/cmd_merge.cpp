@@ -7,6 +7,7 @@
 #include "akv/cache/compress.h"
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
+#include "akv/eval/passkey_shard.h"
 #include "akv/eval/ppl_shard.h"
 #include "akv/io/inspect.h"
 #include "akv/io/json_file.h"
@@ -24,7 +25,8 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
   CLI::App* sub = app.add_subcommand(
       "merge",
       "Combines the partial outputs of a sharded run into what the unsharded run writes: "
-      "`akv evaluate --model ... --shard K/N` parts (akv-perplexity-part) into its report, "
+      "`akv evaluate --model ... --shard K/N` parts (akv-perplexity-part; with --task passkey: "
+      "akv-passkey-part) into its report, "
       "`akv evaluate --dump D --cache C --shard K/N` parts (akv-fidelity-part) into the fidelity report, "
       "`akv calibrate ... --shard K/N` parts (akv-calibration-part) into calib.json (the allocation "
       "runs here, over every head; the dumps must be readable), `akv compress ... --shard K/N` partial "
@@ -56,9 +58,10 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
     }
     std::vector<std::pair<std::string, nlohmann::json>> parts;
     const std::string format = read_json_format(opt->parts.front());
-    if (format != "akv-perplexity-part" && format != "akv-calibration-part" && format != "akv-fidelity-part") {
-      throw InvalidInput("not a partial output (expected format akv-perplexity-part, akv-fidelity-part or "
-                         "akv-calibration-part)", {opt->parts.front(), "format", format});
+    if (format != "akv-perplexity-part" && format != "akv-calibration-part" && format != "akv-fidelity-part" &&
+        format != "akv-passkey-part") {
+      throw InvalidInput("not a partial output (expected format akv-perplexity-part, akv-passkey-part, "
+                         "akv-fidelity-part or akv-calibration-part)", {opt->parts.front(), "format", format});
     }
     for (const std::string& p : opt->parts) parts.emplace_back(p, read_json_file(p, "partial output", format, 1));
     if (format == "akv-calibration-part") {
@@ -69,6 +72,11 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
     if (format == "akv-fidelity-part") {
       const FidelityReport r = merge_fidelity_parts(parts);
       write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table(false));
+      return;
+    }
+    if (format == "akv-passkey-part") {
+      const PasskeyReport r = merge_passkey_parts(parts);
+      write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
       return;
     }
     const PplReport r = merge_ppl_parts(parts);

@@ -32,6 +32,15 @@ for k in 1 2; do "$AKV" evaluate -q "${text[@]}" --shard "$k/2" -o "$TMP/t$k.jso
 "$AKV" merge "$TMP/t1.json" "$TMP/t2.json" --json -o "$TMP/tmerged.json"
 if cmp -s "$TMP/tfull.json" "$TMP/tmerged.json"; then pass "--text chunks: merged report equals the unsharded one"
 else fail "--text chunks: merged report equals the unsharded one"; fi
+# Passkey: prompts of the (depth, length, trial) grid.
+pk=(--model "$M" --tokens "$T" --task passkey --methods kivi-2,streamingllm:budget=0.5:window=8 --lengths 32,64 --depths 0,0.5,1 --trials 3)
+"$AKV" evaluate -q "${pk[@]}" --json -o "$TMP/kfull.json"
+for k in 1 2 3; do "$AKV" evaluate -q "${pk[@]}" --shard "$k/3" -o "$TMP/k$k.json"; done
+expect "a passkey part names its format" 0 '"format": "akv-passkey-part"' cat "$TMP/k1.json"
+"$AKV" merge "$TMP/k2.json" "$TMP/k3.json" "$TMP/k1.json" --json -o "$TMP/kmerged.json"
+if cmp -s "$TMP/kfull.json" "$TMP/kmerged.json"; then pass "passkey: merged report equals the unsharded one"
+else fail "passkey: merged report equals the unsharded one"; fi
+"$AKV" evaluate -q "${pk[@]/0,0.5,1/0,1,0.5}" --shard 2/3 -o "$TMP/kother.json"
 # GNU parallel through scripts/run_sharded.
 if command -v parallel >/dev/null; then
   expect "run_sharded with GNU parallel" 0 "" bash "$SRC/scripts/run_sharded" --akv "$AKV" -j 2 3 "$TMP/par.json" -- "${common[@]}" --json
@@ -53,7 +62,7 @@ expect_error "merge: not a partial report" 2 "akv-perplexity-part" "$AKV" merge 
 expect_error "shard 0/3" 2 "--shard = 0/3" "$AKV" evaluate -q "${common[@]}" --shard 0/3 -o "$o/x.json"
 expect_error "shard 4/3" 2 "--shard = 4/3" "$AKV" evaluate -q "${common[@]}" --shard 4/3 -o "$o/x.json"
 expect_error "shard a/b" 2 "--shard = a/b" "$AKV" evaluate -q "${common[@]}" --shard a/b -o "$o/x.json"
-expect_error "passkey does not shard" 1 "--shard applies to --task ppl" \
-  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --methods kivi-2 --shard 1/2 -o "$o/x.json"
+expect_error "merge: passkey parts of another grid" 2 "part of another run: depths" \
+  "$AKV" merge "$TMP/k1.json" "$TMP/kother.json" "$TMP/k3.json" -o "$o/m.json"
 expect_empty_dir "no output after errors" "$o"
 finish

@@ -6,6 +6,7 @@
 #include "akv/core/rng.h"
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
+#include "akv/eval/passkey_shard.h"
 #include <fstream>
 #include "akv/synth/synth.h"
 #include "test_util.h"
@@ -205,4 +206,40 @@ TEST_CASE("calibrate: measured allocation meets the target and beats uniform", "
   o.update_interval = 128;
   const auto p = calibrate({dir.file("a.h5")}, o, {});
   CHECK(p["summary"]["bits_history"].size() == 4);
+}
+
+TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report", "[eval][shard]") {
+  // 2 depths x 3 lengths x 4 trials, 2 methods; outcome of prompt j, method m: (j * 7 + m) % 3 == 0.
+  PasskeyReport whole;
+  whole.mode = "token";
+  whole.specs = {"full", "kivi-2"};
+  whole.descriptions = {"a", "b"};
+  whole.lengths = {32, 64, 128};
+  whole.depths = {0.0, 1.0};
+  whole.trials = 4;
+  whole.total_prompts = 24;
+  for (std::size_t j = 0; j < 24; ++j) {
+    whole.outcomes.push_back({static_cast<char>(j * 7 % 3 == 0), static_cast<char>((j * 7 + 1) % 3 == 0)});
+  }
+  whole.tally();
+  // By hand: depth 1 (prompts 12..23), length 64 (prompts 16..19): j*7%3==0 for j = 18 only.
+  CHECK(whole.successes[0][1][1] == 1);
+  std::size_t sum = 0;
+  for (const auto& d : whole.successes[1]) sum += std::accumulate(d.begin(), d.end(), std::size_t{0});
+  CHECK(sum == 8);  // (7j + 1) % 3 == 0 <=> j % 3 == 2: j = 2, 5, ..., 23
+  const PplRun run{{{"model", "m"}}, {{"methods", {"kivi-2"}}}};
+  std::vector<std::pair<std::string, nlohmann::json>> parts;
+  for (std::size_t k : {3, 1, 2}) {  // any order
+    const Shard s{k, 3};
+    const auto [lo, hi] = s.range(24);
+    PasskeyReport p = whole;
+    p.first_prompt = lo;
+    p.outcomes.assign(whole.outcomes.begin() + static_cast<std::ptrdiff_t>(lo),
+                      whole.outcomes.begin() + static_cast<std::ptrdiff_t>(hi));
+    p.tally();
+    parts.emplace_back("p" + std::to_string(k), passkey_part_json(p, s, run));
+  }
+  CHECK(merge_passkey_parts(parts).to_json() == whole.to_json());
+  parts.pop_back();
+  CHECK_THROWS_WITH(merge_passkey_parts(parts), Catch::Contains("shard missing"));
 }

@@ -141,8 +141,6 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
                            ") than the model's vocabulary (" + std::to_string(c.vocab_size) + ")",
                        {tokenizer->path(), "vocab_size", std::to_string(tokenizer->vocab_size())});
   }
-  r.successes.assign(methods.size(), std::vector<std::vector<std::size_t>>(
-                                         o.depths.size(), std::vector<std::size_t>(o.lengths.size(), 0)));
   for (std::size_t len : o.lengths) {
     if (len + (tokenizer ? o.answer_tokens : o.key_tokens) > c.seq_len) {
       throw InvalidInput("prompt plus key longer than the model's context (seq_len " + std::to_string(c.seq_len) + ")",
@@ -150,40 +148,46 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
     }
   }
   // Build every prompt first (validates everything before any work).
-  struct Job {
-    std::size_t d, l, t;
-    PasskeyPrompt prompt;
-  };
-  std::vector<Job> jobs;
+  std::vector<PasskeyPrompt> jobs;  // grid order: depth, length, trial
   for (std::size_t d = 0; d < o.depths.size(); ++d) {
     for (std::size_t l = 0; l < o.lengths.size(); ++l) {
       for (std::size_t t = 0; t < o.trials; ++t) {
-        jobs.push_back({d, l, t,
-                        tokenizer ? make_text_passkey_prompt(*tokenizer, o.lengths[l], o.depths[d], t, o)
-                                  : make_passkey_prompt(filler, c.vocab_size, o.lengths[l], o.depths[d], t, o)});
+        jobs.push_back(tokenizer ? make_text_passkey_prompt(*tokenizer, o.lengths[l], o.depths[d], t, o)
+                                 : make_passkey_prompt(filler, c.vocab_size, o.lengths[l], o.depths[d], t, o));
       }
     }
   }
-  std::vector<std::vector<char>> ok(jobs.size(), std::vector<char>(methods.size(), 0));
+  r.total_prompts = jobs.size();
+  const auto [lo, hi] = o.shard.range(jobs.size());
+  r.first_prompt = lo;
+  r.outcomes.assign(hi - lo, std::vector<char>(methods.size(), 0));
   std::mutex mu;
   std::size_t done = 0;
-  parallel_for(jobs.size(), o.threads, [&](std::size_t j) {
-    const PasskeyPrompt& p = jobs[j].prompt;
+  parallel_for(hi - lo, o.threads, [&](std::size_t i) {
+    const PasskeyPrompt& p = jobs[lo + i];
     const PrefillResult pre = model.prefill(p.tokens, false);
     for (std::size_t mi = 0; mi < methods.size(); ++mi) {
       const auto out = continue_greedy(model, pre, p.tokens.size(), p.answer_tokens, methods[mi].params);
-      ok[j][mi] = tokenizer ? (tokenizer->decode(out).find(p.key_text) != std::string::npos ? 1 : 0)
-                            : (out == p.key ? 1 : 0);
+      r.outcomes[i][mi] = tokenizer ? (tokenizer->decode(out).find(p.key_text) != std::string::npos ? 1 : 0)
+                                    : (out == p.key ? 1 : 0);
     }
     if (progress) {
       std::lock_guard<std::mutex> lock(mu);
-      progress(++done, jobs.size());
+      progress(++done, hi - lo);
     }
   });
-  for (std::size_t j = 0; j < jobs.size(); ++j) {
-    for (std::size_t mi = 0; mi < methods.size(); ++mi) r.successes[mi][jobs[j].d][jobs[j].l] += ok[j][mi];
-  }
+  r.tally();
   return r;
+}
+
+void PasskeyReport::tally() {
+  successes.assign(specs.size(), std::vector<std::vector<std::size_t>>(
+                                     depths.size(), std::vector<std::size_t>(lengths.size(), 0)));
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const std::size_t j = first_prompt + i;  // grid order: depth, length, trial
+    const std::size_t d = j / (trials * lengths.size()), l = j / trials % lengths.size();
+    for (std::size_t mi = 0; mi < specs.size(); ++mi) successes[mi][d][l] += static_cast<std::size_t>(outcomes[i][mi]);
+  }
 }
 
 nlohmann::json PasskeyReport::to_json() const {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/progress.h"
+#include "akv/core/shard.h"
 #include "akv/eval/perplexity.h"
 #include "akv/model/tokenizer.h"
 
@@ -24,6 +25,7 @@ struct PasskeyOptions {
   std::uint64_t seed = 1;
   std::size_t answer_tokens = 10;  // text mode: greedy tokens decoded and searched for the key
   int threads = 1;
+  Shard shard;  // evaluate prompts [shard.range(total)) of the (depth, length, trial) grid
 };
 
 struct PasskeyPrompt {
@@ -61,8 +63,14 @@ struct PasskeyReport {
   std::vector<double> depths;
   std::size_t trials = 0;
   std::string mode;  // "token" or "text"
-  // successes[method][depth][length]
+  // successes[method][depth][length], over the prompts evaluated
   std::vector<std::vector<std::vector<std::size_t>>> successes;
+  // The prompts evaluated, [first_prompt, first_prompt + outcomes.size()) of total_prompts in
+  // grid order (depth, then length, then trial); outcomes[prompt][method] = 1 on success.
+  std::size_t first_prompt = 0, total_prompts = 0;
+  std::vector<std::vector<char>> outcomes;
+  // Rebuilds successes from outcomes (grid order from first_prompt).
+  void tally();
   nlohmann::json to_json() const;
   std::string to_table() const;
 };

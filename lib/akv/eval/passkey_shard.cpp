@@ -1,0 +1,68 @@
+#include "akv/eval/passkey_shard.h"
+
+#include "akv/core/errors.h"
+#include "akv/eval/shard.h"
+
+namespace akv {
+namespace {
+
+constexpr const char* kPartFormat = "akv-passkey-part";
+
+}  // namespace
+
+nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const PplRun& run) {
+  nlohmann::json outcomes = nlohmann::json::array();
+  for (const auto& row : r.outcomes) {
+    nlohmann::json line = nlohmann::json::array();
+    for (char ok : row) line.push_back(static_cast<int>(ok));
+    outcomes.push_back(line);
+  }
+  return {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
+          {"first_prompt", r.first_prompt}, {"total_prompts", r.total_prompts}, {"inputs", run.inputs},
+          {"params", run.params}, {"mode", r.mode}, {"specs", r.specs}, {"descriptions", r.descriptions},
+          {"lengths", r.lengths}, {"depths", r.depths}, {"trials", r.trials}, {"outcomes", outcomes}};
+}
+
+PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
+  const std::vector<std::size_t> order =
+      shard_order(parts, kPartFormat, {"inputs", "params", "specs", "lengths", "depths", "trials", "total_prompts"});
+  const auto& [file0, first] = parts[0];
+  PasskeyReport r;
+  try {
+    r.mode = first.at("mode").get<std::string>();
+    r.specs = first.at("specs").get<std::vector<std::string>>();
+    r.descriptions = first.at("descriptions").get<std::vector<std::string>>();
+    r.lengths = first.at("lengths").get<std::vector<std::size_t>>();
+    r.depths = first.at("depths").get<std::vector<double>>();
+    r.trials = first.at("trials").get<std::size_t>();
+    r.total_prompts = first.at("total_prompts").get<std::size_t>();
+    for (std::size_t i : order) {
+      const auto& [file, j] = parts[i];
+      if (j.at("first_prompt").get<std::size_t>() != r.outcomes.size()) {
+        throw InvalidInput("prompts do not follow the previous shard's (" + std::to_string(r.outcomes.size()) + ")",
+                           {file, "first_prompt", j.at("first_prompt").dump()});
+      }
+      for (const nlohmann::json& line : j.at("outcomes")) {
+        std::vector<char> row;
+        for (const nlohmann::json& ok : line) {
+          const int v = ok.get<int>();
+          if (v != 0 && v != 1) throw InvalidInput("an outcome other than 0 or 1", {file, "outcomes", ok.dump()});
+          row.push_back(static_cast<char>(v));
+        }
+        if (row.size() != r.specs.size()) throw InvalidInput("a prompt without every method", {file, "outcomes", line.dump()});
+        r.outcomes.push_back(std::move(row));
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
+  }
+  if (r.outcomes.size() != r.total_prompts || r.total_prompts != r.trials * r.lengths.size() * r.depths.size()) {
+    throw InvalidInput("parts hold " + std::to_string(r.outcomes.size()) + " prompts, the run " +
+                           std::to_string(r.trials * r.lengths.size() * r.depths.size()),
+                       {file0, "total_prompts", std::to_string(r.total_prompts)});
+  }
+  r.tally();
+  return r;
+}
+
+}  // namespace akv
