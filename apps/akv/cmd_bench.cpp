@@ -7,6 +7,7 @@
 #include "akv/bench/policy_bench.h"
 #include "akv/bench/quant_bench.h"
 #include "akv/core/atomic_file.h"
+#include "akv/core/shard.h"
 #include "akv/io/token_file.h"
 #include "akv/method/registry.h"
 #include "akv/model/hf.h"
@@ -25,7 +26,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   struct Common {
     int warmup = 1, repeat = 5;
     bool json = false, csv = false;
-    std::string output = "-";
+    std::string output = "-", shard;
   };
   auto add_common = [](CLI::App* sub, Common& c) {
     sub->add_option("--warmup", c.warmup, "Untimed runs before timing")->capture_default_str()
@@ -36,9 +37,14 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     sub->add_flag("--csv", c.csv, "Print CSV (every field of every row)")->excludes(j);
     sub->add_option("-o,--output", c.output, "Write to this file (atomically) instead of stdout")
         ->capture_default_str();
+    sub->add_option("--shard", c.shard,
+                    "Run shard K of N (K/N, 1-based) of the suite's cases (see docs/scale.md for what a "
+                    "case is per suite); writes a partial report (JSON, format akv-bench-part) that "
+                    "`akv merge` combines; every shard measures its own baselines");
   };
+  auto shard_of = [](const Common& c) { return c.shard.empty() ? std::nullopt : std::optional<Shard>(parse_shard(c.shard)); };
   auto emit = [](const BenchReport& r, const std::vector<BenchColumn>& cols, const Common& c) {
-    write_text_file(c.output, c.json  ? r.to_json().dump(2) + "\n"
+    write_text_file(c.output, c.json || !c.shard.empty() ? r.to_json().dump(2) + "\n"
                               : c.csv ? r.to_csv()
                                       : r.to_table(cols));
   };
@@ -74,7 +80,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str()->check(CLI::IsMember({"kivi", "bounded"}));
   sub->add_option("--seed", b.seed, "Random seed of the tensor")->capture_default_str();
   add_common(sub, opt->common);
-  sub->callback([opt, &global, emit] {
+  sub->callback([opt, &global, emit, shard_of] {
     QuantBenchOptions o = opt->bench;
     o.rule = parse_quant_rule(opt->rule);
     o.bits = opt->bits;
@@ -83,6 +89,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     o.threads = global.threads;
     o.warmup = opt->common.warmup;
     o.repeat = opt->common.repeat;
+    o.shard = shard_of(opt->common);
     emit(bench_quant(o), quant_columns(), opt->common);
   });
 
@@ -126,12 +133,13 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   att->add_option("--stream-mb", aopt->stream_mb, "Buffer of the stream-read probe (MB; well above the last-level cache)")
       ->capture_default_str()->check(CLI::Range(1, 65536));
   add_common(att, aopt->common);
-  att->callback([aopt, &global, emit] {
+  att->callback([aopt, &global, emit, shard_of] {
     AttentionBenchOptions o = aopt->bench;
     o.threads = global.threads;
     o.warmup = aopt->common.warmup;
     o.repeat = aopt->common.repeat;
     o.stream_bytes = aopt->stream_mb << 20;
+    o.shard = shard_of(aopt->common);
     emit(bench_attention(o), attention_columns(), aopt->common);
   });
 
@@ -158,11 +166,12 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   pol->add_option("--head-dim", pb.head_dim, "Head dimension")->capture_default_str()->check(CLI::Range(1, 1024));
   pol->add_option("--seed", pb.seed, "Random seed")->capture_default_str();
   add_common(pol, popt->common);
-  pol->callback([popt, &global, emit] {
+  pol->callback([popt, &global, emit, shard_of] {
     PolicyBenchOptions o = popt->bench;
     o.threads = global.threads;
     o.warmup = popt->common.warmup;
     o.repeat = popt->common.repeat;
+    o.shard = shard_of(popt->common);
     emit(bench_policy(o), policy_columns(), popt->common);
   });
 

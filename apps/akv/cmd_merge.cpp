@@ -4,6 +4,7 @@
 #include "akv/core/errors.h"
 #include <fmt/format.h>
 
+#include "akv/bench/bench_shard.h"
 #include "akv/cache/compress.h"
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
@@ -28,7 +29,9 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
       "`akv evaluate --model ... --shard K/N` parts (akv-perplexity-part; with --task passkey: "
       "akv-passkey-part) into its report, "
       "`akv evaluate --dump D --cache C --shard K/N` parts (akv-fidelity-part) into the fidelity report, "
-      "`akv calibrate ... --shard K/N` parts (akv-calibration-part) into calib.json (the allocation "
+      "`akv bench attention|quant|policy ... --shard K/N` parts (akv-bench-part) into the suite's "
+      "report (rows in the unsharded order, each with its shard; ratios are against each shard's own "
+      "baselines), `akv calibrate ... --shard K/N` parts (akv-calibration-part) into calib.json (the allocation "
       "runs here, over every head; the dumps must be readable), `akv compress ... --shard K/N` partial "
       "caches (akv-cache-part) into the cache (-o needed; the memory report as compress prints it, "
       "--json as compress --json). Checks that the parts are shards "
@@ -56,12 +59,22 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
       std::fputs(text.c_str(), stdout);
       return;
     }
-    std::vector<std::pair<std::string, nlohmann::json>> parts;
     const std::string format = read_json_format(opt->parts.front());
+    if (format == "akv-bench-part") {
+      std::vector<std::pair<std::string, nlohmann::ordered_json>> bench;
+      for (const std::string& p : opt->parts) bench.emplace_back(p, read_ordered_json_file(p, "partial output", format, 1));
+      const BenchReport r = merge_bench_parts(bench);
+      write_text_file(opt->output, opt->json  ? r.to_json().dump(2) + "\n"
+                                   : opt->csv ? r.to_csv()
+                                              : r.to_table(bench_columns(r.suite())));
+      return;
+    }
+    std::vector<std::pair<std::string, nlohmann::json>> parts;
     if (format != "akv-perplexity-part" && format != "akv-calibration-part" && format != "akv-fidelity-part" &&
         format != "akv-passkey-part") {
       throw InvalidInput("not a partial output (expected format akv-perplexity-part, akv-passkey-part, "
-                         "akv-fidelity-part or akv-calibration-part)", {opt->parts.front(), "format", format});
+                         "akv-fidelity-part, akv-calibration-part or akv-bench-part)",
+                         {opt->parts.front(), "format", format});
     }
     for (const std::string& p : opt->parts) parts.emplace_back(p, read_json_file(p, "partial output", format, 1));
     if (format == "akv-calibration-part") {

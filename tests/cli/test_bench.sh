@@ -57,4 +57,60 @@ expect_error "unknown instruction set" 2 "unknown instruction set.*--isa.*sse9" 
   "$AKV" bench attention --contexts 300 --variants q4 --isa sse9
 expect_error "policy heads not a multiple" 1 "multiple of kv-heads" \
   "$AKV" bench policy --contexts 100 --heads 3 --kv-heads 2
+# Sharded suites: parts merged by `akv merge` hold the unsharded run's rows, in its order, each
+# row with its shard; every shard times its own baselines.
+sa=(--contexts 1024,300,4096 --head-dims 32,64 --gqa 1,2 --kv-heads 2 --variants f16,q4 --repeat 1 --min-sample 0 --stream-mb 16)
+"$AKV" bench attention "${sa[@]}" --json -o "$TMP/sa.json" 2>/dev/null
+for k in 1 2 3 4; do "$AKV" bench attention "${sa[@]}" --shard "$k/4" -o "$TMP/sa$k.json" 2>/dev/null; done
+sq=(--heads 2 --tokens 256 --head-dim 64 --bits 2 4 8 --repeat 1)
+"$AKV" bench quant "${sq[@]}" --json -o "$TMP/sq.json" 2>/dev/null
+for k in 1 2; do "$AKV" bench quant "${sq[@]}" --shard "$k/2" -o "$TMP/sq$k.json" 2>/dev/null; done
+sp=(--contexts 200,100,300 --layers 1 --heads 4 --kv-heads 2 --head-dim 32 --methods none,kivi-2 --warmup 1 --repeat 2)
+"$AKV" bench policy "${sp[@]}" --json -o "$TMP/sp.json" 2>/dev/null
+for k in 1 2 3; do "$AKV" bench policy "${sp[@]}" --shard "$k/3" -o "$TMP/sp$k.json" 2>/dev/null; done
+expect "merge bench attention parts (any order)" 0 "" "$AKV" merge "$TMP/sa3.json" "$TMP/sa1.json" "$TMP/sa4.json" "$TMP/sa2.json" --json -o "$TMP/sam.json"
+expect "merge bench quant parts" 0 "" "$AKV" merge "$TMP/sq2.json" "$TMP/sq1.json" --json -o "$TMP/sqm.json"
+expect "merge bench policy parts" 0 "" "$AKV" merge "$TMP/sp1.json" "$TMP/sp2.json" "$TMP/sp3.json" --json -o "$TMP/spm.json"
+expect "merged bench rows equal the unsharded run's, shards in order" 0 "rows ok" "$PY" - "$TMP" <<'PY'
+import json, sys
+t = sys.argv[1]
+def load(n): return json.load(open(f"{t}/{n}.json"))
+timing = {"shard", "calls_per_sample", "mean_s", "stdev_s", "min_s", "samples_s", "policy_samples_s"}
+def same(full, merged, shards, keep=lambda r: True):
+    assert merged["format"] == "akv-bench" and merged["params"] == full["params"], merged["params"]
+    assert [s["shard"] for s in merged["shards"]] == list(range(1, shards + 1))
+    a = [{k: r[k] for k in ("suite", "head_dim", "context", "gqa", "variant", "isa", "op", "axis", "bits", "method", "cache_bytes", "bytes_stored", "rows") if k in r} for r in full["rows"] if keep(r)]
+    b = [{k: r[k] for k in ("suite", "head_dim", "context", "gqa", "variant", "isa", "op", "axis", "bits", "method", "cache_bytes", "bytes_stored", "rows") if k in r} for r in merged["rows"] if keep(r)]
+    assert a == b, (a, b)
+    shard = [r["shard"] for r in merged["rows"]]
+    assert shard == sorted(shard) and set(shard) == set(range(1, shards + 1)), shard
+same(load("sa"), load("sam"), 4)
+assert [s["variant"] for s in load("sam")["scaling"]] == [s["variant"] for s in load("sa")["scaling"]]
+sqm = load("sqm")
+assert [r["op"] for r in sqm["rows"]].count("memcpy") == 2  # one baseline per shard
+same(load("sq"), sqm, 2, keep=lambda r: r["op"] != "memcpy")
+for r in sqm["rows"]:  # every ratio against its own shard's memcpy
+    base = next(m for m in sqm["rows"] if m["op"] == "memcpy" and m["shard"] == r["shard"])
+    assert abs(r["vs_memcpy"] - r["gbs"] / base["gbs"]) <= 1e-12 * r["vs_memcpy"], r
+same(load("sp"), load("spm"), 3)
+print("rows ok")
+PY
+expect "merged bench table" 0 "shard 2: stream read" "$AKV" merge "$TMP/sa1.json" "$TMP/sa2.json" "$TMP/sa3.json" "$TMP/sa4.json"
+"$AKV" bench quant --heads 2 --tokens 128 --head-dim 64 --bits 2 4 8 --repeat 1 --shard 2/2 -o "$TMP/sqx.json" 2>/dev/null
+if command -v parallel >/dev/null; then
+  expect "run_sharded bench quant (one shard at a time)" 0 "" \
+    bash "$SRC/scripts/run_sharded" --akv "$AKV" 2 "$TMP/rs.json" -- bench quant "${sq[@]}" --json
+  expect "run_sharded bench: merged report" 0 '"suite": "quant"' cat "$TMP/rs.json"
+else
+  echo "skip run_sharded bench: GNU parallel not installed (scripts/setup installs it)"
+fi
+mkdir -p "$TMP/none"
+expect_error "merge bench: a part of another run" 2 "part of another run: params" \
+  "$AKV" merge "$TMP/sq1.json" "$TMP/sqx.json" -o "$TMP/none/m.json"
+expect_error "merge bench: a shard missing" 2 "shard missing .*shard = 2/4" \
+  "$AKV" merge "$TMP/sa1.json" "$TMP/sa3.json" "$TMP/sa4.json" -o "$TMP/none/m.json"
+expect_error "merge bench: suites differ" 2 "different shard counts|part of another run: suite" \
+  "$AKV" merge "$TMP/sq1.json" "$TMP/sp2.json" -o "$TMP/none/m.json"
+expect_error "bench --shard 3/2" 2 "--shard = 3/2" "$AKV" bench quant "${sq[@]}" --shard 3/2 -o "$TMP/none/x.json"
+expect_empty_dir "no output after bench merge errors" "$TMP/none"
 finish

@@ -202,6 +202,10 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
     }
   }
   BenchReport rep("attention", bench_env(threads));
+  rep.set_params({{"contexts", o.contexts}, {"head_dims", o.head_dims}, {"gqa", o.gqa}, {"kv_heads", o.kv_heads},
+                  {"residual", o.residual}, {"group", o.group}, {"variants", o.variants}, {"isas", o.isas},
+                  {"tile", o.tile}, {"partition", o.partition}, {"warmup", o.warmup}, {"repeat", o.repeat},
+                  {"min_sample_s", o.min_sample_s}, {"seed", o.seed}, {"stream_bytes", o.stream_bytes}});
 
   // Kernel check on a small case: fast path vs reference for every variant and shape.
   for (std::size_t d : o.head_dims) {
@@ -241,12 +245,19 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
   rep.set_extra("fma_peak_gmacs", fma_g);
   rep.set_extra("fma_peak_samples_gmacs", fma.seconds);
 
-  std::map<std::tuple<std::size_t, std::size_t, std::string>, std::vector<std::pair<double, double>>> curves;
-  for (std::size_t d : o.head_dims) {
-    std::vector<std::size_t> contexts = o.contexts;
-    std::sort(contexts.begin(), contexts.end());
-    const Source s = make_source(o.kv_heads, contexts.back(), d, o.seed, threads);
-    for (std::size_t n : contexts) {
+  std::vector<std::size_t> contexts = o.contexts;
+  std::sort(contexts.begin(), contexts.end());
+  const std::size_t n_cases = o.head_dims.size() * contexts.size();
+  const auto [first_case, end_case] = o.shard ? o.shard->range(n_cases) : std::pair<std::size_t, std::size_t>{0, n_cases};
+  if (o.shard) rep.set_shard(*o.shard, n_cases);
+  for (std::size_t di = 0; di < o.head_dims.size(); ++di) {
+    const std::size_t d = o.head_dims[di];
+    const std::size_t lo = std::clamp(first_case, di * contexts.size(), (di + 1) * contexts.size()) - di * contexts.size();
+    const std::size_t hi = std::clamp(end_case, di * contexts.size(), (di + 1) * contexts.size()) - di * contexts.size();
+    if (lo == hi) continue;
+    const Source s = make_source(o.kv_heads, contexts[hi - 1], d, o.seed, threads);
+    for (std::size_t ci = lo; ci < hi; ++ci) {
+      const std::size_t n = contexts[ci];
       std::vector<std::unique_ptr<Cache>> caches;
       for (const Variant& v : variants) caches.push_back(build(s, n, v, o, threads));
       for (std::size_t g : o.gqa) {
@@ -311,10 +322,22 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
           const auto base = f16_min.find(v.isa);
           row["speedup_vs_f16"] = base != f16_min.end() ? nlohmann::ordered_json(base->second / tmin) : nlohmann::ordered_json();
           rep.add(std::move(row), samples[i]);
-          if (n >= 4096) curves[{d, g, v.name + "@" + attn::isa_name(v.isa)}].push_back({static_cast<double>(n), tmin});
         }
       }
     }
+  }
+  fit_attention_scaling(rep);
+  return rep;
+}
+
+void fit_attention_scaling(BenchReport& rep) {
+  std::map<std::tuple<std::size_t, std::size_t, std::string>, std::vector<std::pair<double, double>>> curves;
+  for (const auto& row : rep.rows()) {
+    const auto n = row.at("context").get<std::size_t>();
+    if (n < 4096) continue;
+    curves[{row.at("head_dim").get<std::size_t>(), row.at("gqa").get<std::size_t>(),
+            row.at("variant").get<std::string>() + "@" + row.at("isa").get<std::string>()}]
+        .push_back({static_cast<double>(n), row.at("min_s").get<double>()});
   }
   nlohmann::ordered_json scaling = nlohmann::ordered_json::array();
   std::string fits;
@@ -327,7 +350,6 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
   }
   if (!fits.empty()) rep.note("time ~ context^k over contexts >= 4096, fitted k:" + fits);
   rep.set_extra("scaling", scaling);
-  return rep;
 }
 
 }  // namespace akv

@@ -4,6 +4,7 @@
 // (per-channel keys in groups of G tokens, per-token values, an f16 residual window), next to a
 // stream-read bandwidth and an f32 FMA peak measured in the same run.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ struct AttentionBenchOptions {
   double min_sample_s = 0.002;  // each sample repeats the call until it lasts this long
   std::uint64_t seed = 1;
   std::size_t stream_bytes = std::size_t{512} << 20;
+  // Shard K of N (docs/scale.md): cases are (head_dim, context) pairs, head_dim-major, contexts
+  // ascending; a shard times a contiguous range of them (every variant, ISA and gqa of each),
+  // with its own kernel check, stream-read and FMA baselines. Unset: the whole run.
+  std::optional<Shard> shard;
 };
 
 // Rows: one per (head_dim, context, gqa, variant); "of_stream" = effective GB/s over the stream
@@ -34,6 +39,9 @@ struct AttentionBenchOptions {
 // peak over its time. Extra JSON: "stream_read_gbs", "fma_peak_gmacs" and "scaling" (fitted
 // exponent of time vs context over contexts >= 4096).
 BenchReport bench_attention(const AttentionBenchOptions& o);
+// Fits the "scaling" extra and its table note from the report's rows (bench_attention calls it;
+// `akv merge` calls it again over the merged rows of every shard).
+void fit_attention_scaling(BenchReport& rep);
 std::vector<BenchColumn> attention_columns();
 
 }  // namespace akv

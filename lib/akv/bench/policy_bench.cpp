@@ -102,6 +102,12 @@ BenchReport bench_policy(const PolicyBenchOptions& o) {
   std::vector<std::optional<CompressParams>> params;
   for (const auto& m : o.methods) params.push_back(policy_params(m));
   BenchReport rep("policy", bench_env(threads));
+  rep.set_params({{"methods", o.methods}, {"contexts", o.contexts}, {"layers", o.layers}, {"heads", o.heads},
+                  {"kv_heads", o.kv_heads}, {"head_dim", o.head_dim}, {"warmup", o.warmup}, {"repeat", o.repeat},
+                  {"seed", o.seed}});
+  const auto [first_case, end_case] =
+      o.shard ? o.shard->range(o.contexts.size()) : std::pair<std::size_t, std::size_t>{0, o.contexts.size()};
+  if (o.shard) rep.set_shard(*o.shard, o.contexts.size());
   rep.note(fmt::format("{} layers, {} q / {} KV heads, head_dim {}; per decode step (all layers): policy = "
                        "append + observe + end_step, attention = fused decode attention; {} warmup + {} "
                        "timed steps after a synthetic prompt; baseline = {}",
@@ -121,7 +127,8 @@ BenchReport bench_policy(const PolicyBenchOptions& o) {
     }
   }
 
-  for (std::size_t n : o.contexts) {
+  for (std::size_t c = first_case; c < end_case; ++c) {
+    const std::size_t n = o.contexts[c];
     const Prompt p = make_prompt(o, n, threads);
     const std::size_t steps = static_cast<std::size_t>(o.warmup + o.repeat);
     const std::size_t hd = o.head_dim;

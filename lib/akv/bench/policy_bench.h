@@ -4,6 +4,7 @@
 // scoring, eviction, tier migration) and the fused attention over what it stores, after a
 // synthetic prompt of each context length; ratios against a baseline policy in the same run.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct PolicyBenchOptions {
   std::size_t layers = 1, heads = 32, kv_heads = 8, head_dim = 128;
   int warmup = 4, repeat = 32, threads = 0;  // untimed / timed decode steps
   std::uint64_t seed = 1;
+  // Shard K of N (docs/scale.md): cases are the contexts in the order given; a shard times a
+  // contiguous range of them, every method of each (the baseline included). Unset: the whole run.
+  std::optional<Shard> shard;
 };
 
 // Rows per (context, method): policy_us / attention_us / total_us per decode step (all layers)

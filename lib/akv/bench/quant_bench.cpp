@@ -57,6 +57,14 @@ BenchReport bench_quant(const QuantBenchOptions& o) {
   check_kernels(o);
   const int threads = resolve_threads(o.threads);
   BenchReport rep("quant", bench_env(threads));
+  std::vector<std::string> axes;
+  for (QuantAxis a : o.axes) axes.push_back(quant_axis_name(a));
+  rep.set_params({{"heads", o.heads}, {"tokens", o.tokens}, {"head_dim", o.head_dim}, {"group", o.group},
+                  {"bits", o.bits}, {"axes", axes}, {"rule", quant_rule_name(o.rule)}, {"warmup", o.warmup},
+                  {"repeat", o.repeat}, {"seed", o.seed}});
+  const std::size_t n_cases = o.axes.size() * o.bits.size();
+  const auto [first_case, end_case] = o.shard ? o.shard->range(n_cases) : std::pair<std::size_t, std::size_t>{0, n_cases};
+  if (o.shard) rep.set_shard(*o.shard, n_cases);
   const std::size_t per_head = o.tokens * o.head_dim;
   std::vector<float> x(o.heads * per_head), y(x.size());
   parallel_for(o.heads, threads, [&](std::size_t h) {
@@ -84,22 +92,22 @@ BenchReport bench_quant(const QuantBenchOptions& o) {
             t);
   };
   row("memcpy", "-", 32, copy, x.size() * sizeof(float));
-  for (QuantAxis axis : o.axes) {
-    for (int bits : o.bits) {
-      std::vector<QuantizedBlock> q(o.heads);
-      const Samples tq = measure(o.warmup, o.repeat, [&] {
-        parallel_for(o.heads, threads, [&](std::size_t h) {
-          q[h] = quantize_block(x.data() + h * per_head, o.tokens, o.head_dim, axis, bits, o.group, o.rule);
-        });
+  for (std::size_t c = first_case; c < end_case; ++c) {
+    const QuantAxis axis = o.axes[c / o.bits.size()];
+    const int bits = o.bits[c % o.bits.size()];
+    std::vector<QuantizedBlock> q(o.heads);
+    const Samples tq = measure(o.warmup, o.repeat, [&] {
+      parallel_for(o.heads, threads, [&](std::size_t h) {
+        q[h] = quantize_block(x.data() + h * per_head, o.tokens, o.head_dim, axis, bits, o.group, o.rule);
       });
-      const Samples td = measure(o.warmup, o.repeat, [&] {
-        parallel_for(o.heads, threads, [&](std::size_t h) { dequantize_block(q[h], y.data() + h * per_head); });
-      });
-      std::uint64_t stored = 0;
-      for (const auto& b : q) stored += b.bytes();
-      row("quantize", quant_axis_name(axis), bits, tq, stored);
-      row("dequantize", quant_axis_name(axis), bits, td, stored);
-    }
+    });
+    const Samples td = measure(o.warmup, o.repeat, [&] {
+      parallel_for(o.heads, threads, [&](std::size_t h) { dequantize_block(q[h], y.data() + h * per_head); });
+    });
+    std::uint64_t stored = 0;
+    for (const auto& b : q) stored += b.bytes();
+    row("quantize", quant_axis_name(axis), bits, tq, stored);
+    row("dequantize", quant_axis_name(axis), bits, td, stored);
   }
   return rep;
 }

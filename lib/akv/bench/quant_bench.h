@@ -3,6 +3,7 @@
 // [heads, tokens, head_dim], next to a memcpy of the same buffer measured in the same run with
 // the same threads (heads split over threads the same way). Figures are GB/s of f32 processed.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "akv/bench/report.h"
@@ -17,6 +18,9 @@ struct QuantBenchOptions {
   QuantRule rule = QuantRule::kivi;  // timed rule; the kernel check covers both
   int warmup = 1, repeat = 5, threads = 0;
   std::uint64_t seed = 1;
+  // Shard K of N (docs/scale.md): cases are (axis, bits) pairs, axis-major; a shard times a
+  // contiguous range of them next to its own memcpy row. Unset: the whole run.
+  std::optional<Shard> shard;
 };
 
 // Checks the fast kernels against the reference (bitwise) on a small case, then times. Rows:

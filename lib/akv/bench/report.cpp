@@ -137,12 +137,18 @@ void check_close(const std::vector<float>& fast, const std::vector<float>& ref, 
   }
 }
 
+void BenchReport::set_shard(const Shard& s, std::size_t cases) {
+  shard_ = s;
+  cases_ = cases;
+}
+
 void BenchReport::add(nlohmann::ordered_json row, const Samples& t) {
   nlohmann::ordered_json r;
   r["suite"] = suite_;
   r["commit"] = env_.commit;
   r["cpu"] = env_.cpu;
   r["threads"] = env_.threads;
+  if (shard_) r["shard"] = shard_->k;
   for (auto it = row.begin(); it != row.end(); ++it) r[it.key()] = it.value();
   r["mean_s"] = t.mean();
   r["stdev_s"] = t.stdev();
@@ -222,12 +228,19 @@ std::string BenchReport::to_csv() const {
 
 nlohmann::ordered_json BenchReport::to_json() const {
   nlohmann::ordered_json j;
-  j["format"] = "akv-bench";
+  j["format"] = shard_ ? "akv-bench-part" : "akv-bench";
   j["version"] = 1;
   j["suite"] = suite_;
   j["commit"] = env_.commit;
   j["cpu"] = env_.cpu;
   j["threads"] = env_.threads;
+  j["params"] = params_;
+  if (shard_) {
+    j["shard"] = shard_->k;
+    j["shards"] = shard_->n;
+    j["cases"] = cases_;
+    j["notes"] = notes_;
+  }
   for (auto it = extra_.begin(); it != extra_.end(); ++it) j[it.key()] = it.value();
   j["rows"] = rows_;
   return j;

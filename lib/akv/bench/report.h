@@ -3,11 +3,14 @@
 // min, raw samples), the environment every row carries (git commit, CPU model, threads), a
 // stream-read bandwidth probe, and one report type printed as an aligned table, CSV or JSON.
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "akv/core/shard.h"
 
 namespace akv {
 
@@ -68,7 +71,16 @@ class BenchReport {
   void add(nlohmann::ordered_json row, const Samples& t);
   void note(std::string line) { notes_.push_back(std::move(line)); }  // table header lines
   void set_extra(const std::string& key, nlohmann::ordered_json value) { extra_[key] = std::move(value); }
+  // The options that define the run (JSON "params"; the parts of a sharded run must agree).
+  void set_params(nlohmann::ordered_json params) { params_ = std::move(params); }
+  // Marks the report as shard s of a run of `cases` work units (docs/scale.md): to_json then
+  // writes format akv-bench-part with shard, shards, cases and the table notes, and every row
+  // added afterwards carries "shard".
+  void set_shard(const Shard& s, std::size_t cases);
   std::vector<nlohmann::ordered_json>& rows() { return rows_; }
+  const std::vector<nlohmann::ordered_json>& rows() const { return rows_; }
+  const std::string& suite() const { return suite_; }
+  const BenchEnv& env() const { return env_; }
 
   std::string to_table(const std::vector<BenchColumn>& columns) const;
   std::string to_csv() const;  // every field of every row; samples joined with ';'
@@ -80,6 +92,9 @@ class BenchReport {
   std::vector<std::string> notes_;
   std::vector<nlohmann::ordered_json> rows_;
   nlohmann::ordered_json extra_ = nlohmann::ordered_json::object();
+  nlohmann::ordered_json params_ = nlohmann::ordered_json::object();
+  std::optional<Shard> shard_;
+  std::size_t cases_ = 0;
 };
 
 enum class BenchFormat { table, csv, json };

@@ -12,6 +12,9 @@ namespace akv {
 // ("budgets", "calibration").
 nlohmann::json read_json_file(const std::string& path, const std::string& what, const std::string& format,
                               int version);
+// The same, keeping the file's key order.
+nlohmann::ordered_json read_ordered_json_file(const std::string& path, const std::string& what,
+                                              const std::string& format, int version);
 // The "format" string of a JSON file ("" when it has none); IoError / CorruptData as above.
 std::string read_json_format(const std::string& path);
 
