@@ -129,19 +129,21 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         PasskeyOptions pk = opt->passkey;
         pk.threads = global.threads;
         std::vector<std::vector<std::int32_t>> filler;
-        PplRun run;
-        run.inputs["model"] = opt->model;
+        const std::string& filler_file = opt->filler.empty() ? opt->tokens : opt->filler;
         if (!tok) {
-          const std::string& file = opt->filler.empty() ? opt->tokens : opt->filler;
-          filler = read_token_file(file);
-          m.check_tokens(filler, file);
-          run.inputs["filler"] = {{"path", file}, {"hash", file_hash(file)}};
-        } else {
-          run.inputs["tokenizer"] = tok->path();
+          filler = read_token_file(filler_file);
+          m.check_tokens(filler, filler_file);
         }
         if (!opt->shard.empty()) pk.shard = parse_shard(opt->shard);
         const PasskeyReport r = evaluate_passkey(m, filler, po.methods, pk, bar.callback(), tok.get());
         if (!opt->shard.empty()) {
+          PplRun run;
+          run.inputs["model"] = {{"path", opt->model}, {"hash", path_hash(opt->model)}};
+          if (tok) {
+            run.inputs["tokenizer"] = tok->path();
+          } else {
+            run.inputs["filler"] = {{"path", filler_file}, {"hash", file_hash(filler_file)}};
+          }
           run.params = {{"methods", opt->methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
                         {"weights", opt->weights}};
           write_text_file(opt->output, passkey_part_json(r, pk.shard, run).dump(2) + "\n");
@@ -168,7 +170,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         const std::vector<std::vector<std::int32_t>> part(seqs.begin() + static_cast<std::ptrdiff_t>(lo),
                                                           seqs.begin() + static_cast<std::ptrdiff_t>(hi));
         PplRun run;
-        run.inputs["model"] = opt->model;
+        run.inputs["model"] = {{"path", opt->model}, {"hash", path_hash(opt->model)}};
         if (opt->text.empty()) {
           run.inputs["tokens"] = {{"path", opt->tokens}, {"hash", file_hash(opt->tokens)}};
         } else {

@@ -54,6 +54,11 @@ fi
 # Refusals: one line, exit 2, no output.
 "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 6 --methods kivi-2,adakv:budget=0.5:window=16,compact \
   --shard 2/3 -o "$TMP/other.json"
+cp "$M" "$TMP/m.bin"
+"$AKV" evaluate -q --model "$TMP/m.bin" --tokens "$T" --sequences 7 --methods kivi-2 --shard 1/2 -o "$TMP/h1.json"
+printf '\x3f' | dd of="$TMP/m.bin" bs=1 seek=$(($(stat -c %s "$TMP/m.bin") - 2)) conv=notrunc status=none
+"$AKV" evaluate -q --model "$TMP/m.bin" --tokens "$T" --sequences 7 --methods kivi-2 --shard 2/2 -o "$TMP/h2.json"
+expect_error "merge: the model changed between shards" 2 "part of another run: inputs" "$AKV" merge "$TMP/h1.json" "$TMP/h2.json" -o "$o/m.json"
 expect_error "merge: a shard missing" 2 "shard missing .*shard = 3/3" "$AKV" merge "$TMP/p1.json" "$TMP/p2.json" -o "$o/m.json"
 expect_error "merge: a shard twice" 2 "shard given twice" "$AKV" merge "$TMP/p1.json" "$TMP/p2.json" "$TMP/p2.json" "$TMP/p3.json" -o "$o/m.json"
 expect_error "merge: a part of another run" 2 "part of another run: params" "$AKV" merge "$TMP/p1.json" "$TMP/other.json" "$TMP/p3.json" -o "$o/m.json"

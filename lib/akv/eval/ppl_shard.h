@@ -19,7 +19,7 @@ namespace akv {
 // What a partial report must agree on with its siblings: the inputs (paths and content hashes)
 // and every parameter that changes the numbers.
 struct PplRun {
-  nlohmann::json inputs;  // {"model": ..., "tokens": {path, hash} or "text": {path, hash, ctx}}
+  nlohmann::json inputs;  // {"model": {path, hash}, "tokens": {path, hash} or "text": {path, hash, ctx}}
   nlohmann::json params;  // {"methods": [...], "prefill": ..., "sequences": ..., "weights": ...}
 };
 

@@ -2,15 +2,28 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <string_view>
 #include <memory>
 #include <vector>
 
 #include "akv/core/errors.h"
 
 namespace akv {
+
+namespace {
+
+std::string hex_digest(XXH64_hash_t h) {
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("xxh3-64:") + hex;
+}
+
+}  // namespace
 
 std::string file_hash(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
@@ -25,10 +38,22 @@ std::string file_hash(const std::string& path) {
     if (n < buf.size()) break;
   }
   if (std::ferror(f.get())) throw IoError("cannot read file", {path});
-  char hex[32];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(XXH3_64bits_digest(state.get())));
-  return std::string("xxh3-64:") + hex;
+  return hex_digest(XXH3_64bits_digest(state.get()));
+}
+
+std::string path_hash(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return file_hash(path);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    if (e.is_regular_file()) names.push_back(e.path().filename().string());
+  }
+  if (ec) throw IoError("cannot list directory: " + ec.message(), {path});
+  std::sort(names.begin(), names.end());
+  std::string listing;
+  for (const auto& n : names) listing += n + '\0' + file_hash((fs::path(path) / n).string()) + '\n';
+  return hex_digest(XXH3_64bits(listing.data(), listing.size()));
 }
 
 }  // namespace akv
