@@ -8,6 +8,7 @@
 #include "akv/bench/quant_bench.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/shard.h"
+#include "akv/io/file_hash.h"
 #include "akv/io/token_file.h"
 #include "akv/method/registry.h"
 #include "akv/model/hf.h"
@@ -181,6 +182,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     std::size_t prefill = 256, sequences = 4;
     int repeats = 3;
     bool json = false;
+    std::string output = "-", shard;
   };
   auto dopt = std::make_shared<DecodeOptions>();
   CLI::App* dec = bench->add_subcommand(
@@ -198,7 +200,14 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   dec->add_option("--repeats", dopt->repeats, "Repetitions (best is reported)")->capture_default_str()
       ->check(CLI::Range(1, 100));
   dec->add_flag("--json", dopt->json, "Print JSON");
+  dec->add_option("-o,--output", dopt->output, "Write to this file (atomically) instead of stdout")
+      ->capture_default_str();
+  dec->add_option("--shard", dopt->shard,
+                  "Run shard K of N (K/N, 1-based) of the methods (full is timed in every shard as its "
+                  "baseline); writes a partial report (JSON, format akv-bench-decode-part) that `akv merge` "
+                  "combines (docs/scale.md)");
   dec->callback([dopt] {
+    check_output_distinct(dopt->output, {dopt->model, dopt->tokens});
     std::vector<PplMethod> methods;
     for (const auto& spec : dopt->methods) {
       if (spec != "full") methods.push_back({spec, resolve_params(parse_method_spec(spec))});
@@ -207,8 +216,14 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     auto seqs = read_token_file(dopt->tokens);
     m.check_tokens(seqs, dopt->tokens);
     if (dopt->sequences && seqs.size() > dopt->sequences) seqs.resize(dopt->sequences);
-    const DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats);
-    std::fputs((dopt->json ? r.to_json().dump(2) + "\n" : r.to_table()).c_str(), stdout);
+    const std::optional<Shard> shard = dopt->shard.empty() ? std::nullopt : std::optional<Shard>(parse_shard(dopt->shard));
+    DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats, shard);
+    if (shard) {
+      r.inputs = {{"model", {{"path", dopt->model}, {"hash", path_hash(dopt->model)}}},
+                  {"tokens", {{"path", dopt->tokens}, {"hash", file_hash(dopt->tokens)}}}};
+      r.params = {{"methods", dopt->methods}, {"weights", dopt->weights}};
+    }
+    write_text_file(dopt->output, dopt->json || shard ? r.to_json().dump(2) + "\n" : r.to_table());
   });
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "akv/bench/bench_shard.h"
+#include "akv/bench/decode_bench.h"
 #include "akv/cache/compress.h"
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
@@ -29,7 +30,8 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
       "`akv evaluate --model ... --shard K/N` parts (akv-perplexity-part; with --task passkey: "
       "akv-passkey-part) into its report, "
       "`akv evaluate --dump D --cache C --shard K/N` parts (akv-fidelity-part) into the fidelity report, "
-      "`akv bench attention|quant|policy ... --shard K/N` parts (akv-bench-part) into the suite's "
+      "`akv bench attention|quant|policy|decode ... --shard K/N` parts (akv-bench-part, "
+      "akv-bench-decode-part) into the suite's "
       "report (rows in the unsharded order, each with its shard; ratios are against each shard's own "
       "baselines), `akv calibrate ... --shard K/N` parts (akv-calibration-part) into calib.json (the allocation "
       "runs here, over every head; the dumps must be readable), `akv compress ... --shard K/N` partial "
@@ -71,9 +73,9 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
     }
     std::vector<std::pair<std::string, nlohmann::json>> parts;
     if (format != "akv-perplexity-part" && format != "akv-calibration-part" && format != "akv-fidelity-part" &&
-        format != "akv-passkey-part") {
+        format != "akv-passkey-part" && format != "akv-bench-decode-part") {
       throw InvalidInput("not a partial output (expected format akv-perplexity-part, akv-passkey-part, "
-                         "akv-fidelity-part, akv-calibration-part or akv-bench-part)",
+                         "akv-fidelity-part, akv-calibration-part, akv-bench-part or akv-bench-decode-part)",
                          {opt->parts.front(), "format", format});
     }
     for (const std::string& p : opt->parts) parts.emplace_back(p, read_json_file(p, "partial output", format, 1));
@@ -85,6 +87,13 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
     if (format == "akv-fidelity-part") {
       const FidelityReport r = merge_fidelity_parts(parts);
       write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table(false));
+      return;
+    }
+    if (format == "akv-bench-decode-part") {
+      std::vector<std::pair<std::string, nlohmann::json>> decode;
+      for (const std::string& p : opt->parts) decode.emplace_back(p, read_json_file(p, "partial output", format, 1));
+      const DecodeBenchResult r = merge_decode_parts(decode);
+      write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
       return;
     }
     if (format == "akv-passkey-part") {

@@ -41,6 +41,22 @@ expect "a passkey part names its format" 0 '"format": "akv-passkey-part"' cat "$
 if cmp -s "$TMP/kfull.json" "$TMP/kmerged.json"; then pass "passkey: merged report equals the unsharded one"
 else fail "passkey: merged report equals the unsharded one"; fi
 "$AKV" evaluate -q "${pk[@]/0,0.5,1/0,1,0.5}" --shard 2/3 -o "$TMP/kother.json"
+# bench decode: methods per shard, each shard with its own full baseline.
+dec=(--model "$M" --tokens "$T" --prefill 64 --sequences 2 --repeats 1 --methods kivi-4,kivi-2,compact)
+"$AKV" bench decode "${dec[@]}" --json -o "$TMP/dfull.json"
+for k in 1 2; do "$AKV" bench decode "${dec[@]}" --shard "$k/2" -o "$TMP/d$k.json"; done
+"$AKV" merge "$TMP/d2.json" "$TMP/d1.json" --json -o "$TMP/dmerged.json"
+expect "bench decode: merged rows are the unsharded run's plus one full per shard" 0 "decode ok" "$PY" - "$TMP" <<'PY'
+import json, sys
+t = sys.argv[1]
+full, merged = json.load(open(f"{t}/dfull.json")), json.load(open(f"{t}/dmerged.json"))
+rows = [(m["method"], m["cache_bytes"]) for m in full["methods"]]
+got = [(m["method"], m["cache_bytes"], m["shard"]) for m in merged["methods"]]
+assert got == [rows[0] + (1,), rows[1] + (1,), rows[0] + (2,), rows[2] + (2,), rows[3] + (2,)], got
+assert merged["format"] == "akv-bench-decode" and len(merged["shard_prefill_tokens_per_s"]) == 2
+assert all(m["time_per_token_vs_full"] == 1.0 for m in merged["methods"] if m["method"] == "full")
+print("decode ok")
+PY
 # GNU parallel through scripts/run_sharded.
 if command -v parallel >/dev/null; then
   expect "run_sharded with GNU parallel" 0 "" bash "$SRC/scripts/run_sharded" --akv "$AKV" -j 2 3 "$TMP/par.json" -- "${common[@]}" --json

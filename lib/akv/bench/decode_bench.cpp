@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "akv/core/errors.h"
+#include "akv/eval/shard.h"
 #include "akv/policy/kv_runtime.h"
 
 namespace akv {
@@ -18,14 +20,22 @@ double now() {
 
 DecodeBenchResult bench_decode(const Model& model,
                                const std::vector<std::vector<std::int32_t>>& seqs,
-                               const std::vector<PplMethod>& given, std::size_t prompt, int repeats) {
+                               const std::vector<PplMethod>& given, std::size_t prompt, int repeats,
+                               const std::optional<Shard>& shard) {
   const ModelConfig& c = model.config();
-  std::vector<PplMethod> methods = given;
-  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{"full", std::nullopt});
+  std::vector<PplMethod> methods = {PplMethod{"full", std::nullopt}};
+  std::vector<PplMethod> others;
+  for (const auto& m : given) {
+    if (m.params) others.push_back(m);
+  }
+  const auto [lo, hi] = shard ? shard->range(others.size()) : std::pair<std::size_t, std::size_t>{0, others.size()};
+  methods.insert(methods.end(), others.begin() + static_cast<std::ptrdiff_t>(lo),
+                 others.begin() + static_cast<std::ptrdiff_t>(hi));
   DecodeBenchResult res;
   res.prompt = prompt;
   res.sequences = seqs.size();
   res.repeats = repeats;
+  res.shard = shard;
   for (const auto& s : seqs) {
     if (prompt < 1 || prompt >= s.size()) {
       throw InvalidInput("prompt must be shorter than every sequence", {"", "--prefill", std::to_string(prompt)});
@@ -66,20 +76,30 @@ DecodeBenchResult bench_decode(const Model& model,
     row.decode_tokens_per_s = static_cast<double>(res.decoded) / best[mi];
     row.ratio_to_full = best[mi] / best[0];
     row.bytes = bytes[mi] / seqs.size();
+    row.shard = shard ? shard->k : 0;
     res.rows.push_back(row);
   }
   return res;
 }
 
 nlohmann::json DecodeBenchResult::to_json() const {
-  nlohmann::json j = {{"format", "akv-bench-decode"}, {"version", 1}, {"prompt", prompt},
+  const bool part = shard.has_value();
+  nlohmann::json j = {{"format", part ? "akv-bench-decode-part" : "akv-bench-decode"}, {"version", 1}, {"prompt", prompt},
                       {"decoded_tokens", decoded}, {"sequences", sequences}, {"repeats", repeats},
                       {"prefill_tokens_per_s", prefill_tokens_per_s}};
+  if (part) {
+    j["shard"] = shard->k;
+    j["shards"] = shard->n;
+  }
+  if (!inputs.is_null()) j["inputs"] = inputs;
+  if (!params.is_null()) j["params"] = params;
+  if (!shard_prefill_tokens_per_s.empty()) j["shard_prefill_tokens_per_s"] = shard_prefill_tokens_per_s;
   nlohmann::json rows_j = nlohmann::json::array();
   for (const auto& r : rows) {
     rows_j.push_back({{"method", r.spec}, {"description", r.description},
                       {"decode_tokens_per_s", r.decode_tokens_per_s},
                       {"time_per_token_vs_full", r.ratio_to_full}, {"cache_bytes", r.bytes}});
+    if (r.shard) rows_j.back()["shard"] = r.shard;
   }
   j["methods"] = rows_j;
   return j;
@@ -89,13 +109,49 @@ std::string DecodeBenchResult::to_table() const {
   std::string out = fmt::format(
       "{} sequences, prompt {} tokens, {} decoded tokens per method, best of {}; prefill {:.0f} tokens/s\n",
       sequences, prompt, decoded, repeats, prefill_tokens_per_s);
-  out += fmt::format("{:<36} {:>14} {:>12} {:>12}  {}\n", "method", "decode tok/s", "x full time",
-                     "cache bytes", "description");
+  const bool sharded = std::any_of(rows.begin(), rows.end(), [](const DecodeBenchRow& r) { return r.shard != 0; });
+  if (sharded) out += "shards time their methods against their own full cache (x full time); shard 1's prefill above\n";
+  out += fmt::format("{:<36} {:>14} {:>12} {:>12}{}  {}\n", "method", "decode tok/s", "x full time",
+                     "cache bytes", sharded ? "  shard" : "", "description");
   for (const auto& r : rows) {
-    out += fmt::format("{:<36} {:>14.0f} {:>12.2f} {:>12}  {}\n", r.spec, r.decode_tokens_per_s,
-                       r.ratio_to_full, r.bytes, r.description);
+    out += fmt::format("{:<36} {:>14.0f} {:>12.2f} {:>12}{}  {}\n", r.spec, r.decode_tokens_per_s,
+                       r.ratio_to_full, r.bytes, sharded ? fmt::format(" {:>6}", r.shard) : "", r.description);
   }
   return out;
+}
+
+DecodeBenchResult merge_decode_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
+  const std::vector<std::size_t> order =
+      shard_order(parts, "akv-bench-decode-part", {"inputs", "params", "prompt", "decoded_tokens", "sequences", "repeats"});
+  const auto& [file0, first] = parts[order[0]];
+  DecodeBenchResult res;
+  try {
+    res.prompt = first.at("prompt").get<std::size_t>();
+    res.decoded = first.at("decoded_tokens").get<std::size_t>();
+    res.sequences = first.at("sequences").get<std::size_t>();
+    res.repeats = first.at("repeats").get<int>();
+    res.prefill_tokens_per_s = first.at("prefill_tokens_per_s").get<double>();
+    res.inputs = first.at("inputs");
+    res.params = first.at("params");
+    for (std::size_t i : order) {
+      const auto& [file, j] = parts[i];
+      res.shard_prefill_tokens_per_s.push_back(j.at("prefill_tokens_per_s").get<double>());
+      for (const auto& m : j.at("methods")) {
+        DecodeBenchRow r;
+        r.spec = m.at("method").get<std::string>();
+        r.description = m.at("description").get<std::string>();
+        r.decode_tokens_per_s = m.at("decode_tokens_per_s").get<double>();
+        r.ratio_to_full = m.at("time_per_token_vs_full").get<double>();
+        r.bytes = m.at("cache_bytes").get<std::uint64_t>();
+        r.shard = m.at("shard").get<std::size_t>();
+        if (r.shard != j.at("shard").get<std::size_t>()) throw InvalidInput("a row of another shard", {file, "methods[].shard", std::to_string(r.shard)});
+        res.rows.push_back(std::move(r));
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput(std::string("partial decode bench field missing or of the wrong type: ") + e.what(), {file0});
+  }
+  return res;
 }
 
 }  // namespace akv

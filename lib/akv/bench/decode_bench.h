@@ -1,19 +1,23 @@
 #pragma once
 // `akv bench decode`: prefill and decode throughput of the model with each cache method, next
 // to the full f32 cache measured in the same run (decode cost ratio per token).
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "akv/core/shard.h"
 #include "akv/eval/perplexity.h"
 
 namespace akv {
 
 struct DecodeBenchRow {
   std::string spec, description;
-  double decode_tokens_per_s = 0, ratio_to_full = 0;  // ratio = time per token / full's
+  double decode_tokens_per_s = 0, ratio_to_full = 0;  // ratio = time per token / full's (same run)
   std::uint64_t bytes = 0;
+  std::size_t shard = 0;  // the shard that timed the row (0: unsharded run)
 };
 
 struct DecodeBenchResult {
@@ -21,15 +25,27 @@ struct DecodeBenchResult {
   int repeats = 1;
   double prefill_tokens_per_s = 0;
   std::vector<DecodeBenchRow> rows;
+  // Sharded runs (docs/scale.md): set on a part (format akv-bench-decode-part, with the run's
+  // inputs and params) and on a merged report (format akv-bench-decode, "shards" = each shard's
+  // prefill figure).
+  std::optional<Shard> shard;
+  nlohmann::json inputs, params;
+  std::vector<double> shard_prefill_tokens_per_s;
   nlohmann::json to_json() const;
   std::string to_table() const;
 };
 
 // Decodes `sequences` token sequences (prompt = first `prompt` tokens, then teacher-forced
 // tokens up to the end) once per method per repeat, methods interleaved; best of `repeats`.
+// With `shard`, times the full cache and methods [shard.range(methods.size())] (the methods
+// other than full), rows marked with the shard.
 DecodeBenchResult bench_decode(const Model& model,
                                const std::vector<std::vector<std::int32_t>>& sequences,
                                const std::vector<PplMethod>& methods, std::size_t prompt,
-                               int repeats);
+                               int repeats, const std::optional<Shard>& shard = std::nullopt);
+
+// Parts -> the report: full then the methods, shards in order, each shard's full row kept (its
+// methods' ratios are against it). InvalidInput (exit 2) naming the file and field.
+DecodeBenchResult merge_decode_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts);
 
 }  // namespace akv
