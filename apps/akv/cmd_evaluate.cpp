@@ -27,7 +27,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     bool json = false, csv = false, per_head = false, no_verify = false;
     std::string model, tokens, weights = "stored";
     std::vector<std::string> methods;
-    std::size_t prefill = 0, sequences = 0;
+    std::size_t prefill = 0, sequences = 0, batch = PplOptions{}.batch;
     std::string task = "ppl", filler, tokenizer, text, shard;
     std::size_t ctx = 512;
     PasskeyOptions passkey;
@@ -69,6 +69,11 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "prompts, with --dump --cache of the layers; writes a partial report (JSON, format "
                   "akv-perplexity-part, akv-passkey-part or akv-fidelity-part) that `akv merge` "
                   "combines into the unsharded report (docs/scale.md)");
+  sub->add_option("--batch", opt->batch,
+                  "With --model (ppl): sequences decoded together; each step runs every (sequence, "
+                  "method) pair of the batch through the model at once, so each weight matrix is read "
+                  "once per step for all of them (0 = all sequences). The metrics do not depend on it")
+      ->capture_default_str();
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
   sub->add_option("--sequences", opt->sequences, "With --model: evaluate the first N sequences (0 = all)")
@@ -121,6 +126,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       if (opt->prefill) po.prefill = opt->prefill;
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
+      po.batch = opt->batch;
       const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
       const std::unique_ptr<Tokenizer> tok = opt->task == "passkey" || !opt->text.empty()
                                                  ? resolve_tokenizer(opt->tokenizer, opt->model, m)

@@ -22,4 +22,18 @@ for m in "kivi-2" "adakv --budget 0.3 --quant k4v2" "balanced --warm 256 --ancho
   cmp -s "$TMP/c1.h5" "$TMP/c3.h5" && pass "compress $m: 1 vs 3 threads byte-identical" \
     || fail "compress $m: 1 vs 3 threads differ"
 done
+# evaluate --model: the report does not depend on --batch or the thread count.
+M="${AKV_SHARED_DIR:-$SRC/../shared}/models/stories260K.bin"
+T="${AKV_SHARED_DIR:-$SRC/../shared}/data/stories260K-samples.txt"
+if [[ -f $M ]]; then
+  ev=(evaluate -q --model "$M" --tokens "$T" --sequences 5 --methods kivi-2,snapkv:budget=0.5 --json)
+  "$AKV" "${ev[@]}" --batch 1 -t 1 -o "$TMP/e1.json"
+  "$AKV" "${ev[@]}" --batch 2 -t 2 -o "$TMP/e2.json"
+  "$AKV" "${ev[@]}" --batch 0 -t 3 -o "$TMP/e3.json"
+  cmp -s "$TMP/e1.json" "$TMP/e2.json" && cmp -s "$TMP/e1.json" "$TMP/e3.json" \
+    && pass "evaluate --model: --batch 1/2/all and 1/2/3 threads byte-identical" \
+    || fail "evaluate --model: --batch or threads change the report"
+else
+  echo "skip evaluate --batch: $M not found"
+fi
 finish

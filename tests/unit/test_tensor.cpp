@@ -4,9 +4,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "akv/core/rng.h"
+
 #include "akv/core/errors.h"
 #include "akv/tensor/dtype.h"
 #include "akv/tensor/half.h"
+#include "akv/tensor/linear.h"
 #include "akv/tensor/rope.h"
 #include "akv/tensor/tensor.h"
 
@@ -213,5 +216,54 @@ TEST_CASE("directed f16 rounding brackets the value", "[tensor][half]") {
     // adjacent f16 values (or equal)
     REQUIRE((lo == hi || f32_to_f16_ref(hi) - f32_to_f16_ref(lo) == 1 ||
              f32_to_f16_ref(lo) - f32_to_f16_ref(hi) == 1));
+  }
+}
+
+TEST_CASE("linear_rows: hand cases and the f64 dot product", "[tensor][linear]") {
+  // W = [[1..10], [10..1]], x = [1 x 10, 0.5 x 10]: sums 55 and 27.5, exact in f32.
+  std::vector<float> w(20), x(20, 1.0f), y(4), ref(4);
+  for (int k = 0; k < 10; ++k) {
+    w[static_cast<std::size_t>(k)] = static_cast<float>(k + 1);
+    w[static_cast<std::size_t>(10 + k)] = static_cast<float>(10 - k);
+    x[static_cast<std::size_t>(10 + k)] = 0.5f;
+  }
+  linear_rows(w.data(), 2, 10, 10, x.data(), 2, 10, y.data(), 2);
+  CHECK(y == std::vector<float>{55.0f, 55.0f, 27.5f, 27.5f});
+  // Random cases: within 2 * cols * 2^-24 * sum |w x| of the f64 dot (the float rounding bound).
+  Rng rng(5);
+  const std::size_t cols = 203;
+  std::vector<float> a(cols), b(cols);
+  for (auto& v : a) v = static_cast<float>(rng.normal());
+  for (auto& v : b) v = static_cast<float>(rng.normal());
+  double exact = 0, mag = 0;
+  for (std::size_t k = 0; k < cols; ++k) {
+    exact += static_cast<double>(a[k]) * b[k];
+    mag += std::abs(static_cast<double>(a[k]) * b[k]);
+  }
+  float got = 0;
+  linear_rows(a.data(), 1, cols, cols, b.data(), 1, cols, &got, 1);
+  CHECK(std::abs(got - exact) <= 2.0 * cols * std::ldexp(1.0, -24) * mag);
+}
+
+TEST_CASE("linear_rows: fast path equals the reference bit for bit; outputs do not depend on the batch",
+          "[tensor][linear]") {
+  Rng rng(9);
+  for (std::size_t rows : {1, 3, 4, 5, 9}) {
+    for (std::size_t cols : {1, 7, 8, 9, 64, 130}) {
+      for (std::size_t batch : {1, 2, 3, 4, 7}) {
+        const std::size_t ldw = cols + 3, ldx = cols + 1, ldy = rows + 2;
+        std::vector<float> w(rows * ldw), x(batch * ldx), y(batch * ldy, -1.0f), ref(batch * ldy, -1.0f);
+        for (auto& v : w) v = static_cast<float>(rng.normal());
+        for (auto& v : x) v = static_cast<float>(rng.normal());
+        linear_rows(w.data(), rows, cols, ldw, x.data(), batch, ldx, y.data(), ldy);
+        linear_rows_ref(w.data(), rows, cols, ldw, x.data(), batch, ldx, ref.data(), ldy);
+        CHECK(y == ref);  // padding columns untouched in both
+        for (std::size_t bi = 0; bi < batch; ++bi) {
+          std::vector<float> one(rows);
+          linear_rows(w.data(), rows, cols, ldw, x.data() + bi * ldx, 1, ldx, one.data(), rows);
+          CHECK(std::equal(one.begin(), one.end(), y.begin() + static_cast<std::ptrdiff_t>(bi * ldy)));
+        }
+      }
+    }
   }
 }

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <mutex>
+#include <memory>
 
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
@@ -71,61 +71,92 @@ PplReport evaluate_perplexity(const Model& model,
     r.descriptions.push_back(m.params ? describe(*m.params) : "f32 K/V (reference)");
   }
   r.sequences.assign(n_seq, std::vector<PplSums>(methods.size()));
-  r.prompt_tokens.assign(n_seq, 0);
   r.traces.assign(methods.size(), {});
   const KvGeometry g{c.kv_shape(), c.seq_len};
-  std::size_t done = 0;
-  std::mutex progress_mutex;
-  parallel_for(n_seq, o.threads, [&](std::size_t si) {
-    const std::vector<std::int32_t>& seq = all[si];
-    const std::size_t n = seq.size();
-    const std::size_t P = o.prefill ? *o.prefill : n / 2;
-    if (P < 1 || P >= n) {
-      throw InvalidInput("prefill must leave at least one token to predict (sequence " +
-                             std::to_string(si) + " has " + std::to_string(n) + " tokens)",
-                         {"", "--prefill", std::to_string(P)});
+  std::vector<std::size_t> prompt(n_seq);
+  for (std::size_t si = 0; si < n_seq; ++si) {  // every sequence checked before any work
+    const std::size_t n = all[si].size();
+    prompt[si] = o.prefill ? *o.prefill : n / 2;
+    if (prompt[si] < 1 || prompt[si] >= n) {
+      throw InvalidInput("prefill must leave at least one token to predict (sequence " + std::to_string(si) +
+                             " has " + std::to_string(n) + " tokens)",
+                         {"", "--prefill", std::to_string(prompt[si])});
     }
-    r.prompt_tokens[si] = P;
-    const std::vector<std::int32_t> prompt(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(P));
-    const PrefillResult pre = model.prefill(prompt, false);
-    const PromptKv pkv{&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, P};
-    const std::vector<double> first = log_probs(pre.logits.row(0).data(), c.vocab_size);
-    std::vector<std::vector<double>> ref;  // full-cache log-probabilities per predicted token
-    for (std::size_t mi = 0; mi < methods.size(); ++mi) {
-      auto cache = make_kv_policy(methods[mi].params, g, 1);
-      cache->ingest_prompt(pkv);
-      PplSums& s = r.sequences[si][mi];
-      const std::size_t stride = (n - P + MemoryTrace::kMaxTracePoints - 1) / MemoryTrace::kMaxTracePoints;
-      for (std::size_t pos = P - 1; pos + 1 < n; ++pos) {
-        std::vector<double> lp;
-        if (pos == P - 1) {
-          lp = first;
-        } else {
-          const std::vector<float> logits = model.decode(seq[pos], pos, *cache);
-          lp = log_probs(logits.data(), logits.size());
+  }
+  r.prompt_tokens = prompt;
+  const std::size_t n_methods = methods.size(), batch = o.batch ? o.batch : std::max<std::size_t>(n_seq, 1);
+  for (std::size_t b0 = 0; b0 < n_seq; b0 += batch) {
+    const std::size_t nb = std::min(batch, n_seq - b0);
+    std::vector<PrefillResult> pre(nb);
+    parallel_for(nb, o.threads, [&](std::size_t i) {
+      const std::vector<std::int32_t>& seq = all[b0 + i];
+      pre[i] = model.prefill({seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(prompt[b0 + i])}, false);
+    });
+    // Lane i * n_methods + m: sequence b0 + i through method m (m = 0: the full cache).
+    std::vector<std::unique_ptr<KvPolicy>> caches(nb * n_methods);
+    parallel_for(caches.size(), o.threads, [&](std::size_t lane) {
+      const std::size_t i = lane / n_methods;
+      caches[lane] = make_kv_policy(methods[lane % n_methods].params, g, 1);
+      caches[lane]->ingest_prompt({&pre[i].query, &pre[i].key, &pre[i].key_pre_rope, &pre[i].value, prompt[b0 + i]});
+    });
+    std::vector<std::vector<double>> first(nb);
+    for (std::size_t i = 0; i < nb; ++i) {
+      first[i] = log_probs(pre[i].logits.row(0).data(), c.vocab_size);
+      pre[i] = PrefillResult();
+    }
+    // Step t predicts token P + t of each sequence (P its prompt length) from position P - 1 + t;
+    // a sequence leaves the batch after its last token.
+    for (std::size_t t = 0;; ++t) {
+      std::vector<std::size_t> active, lanes, positions;
+      std::vector<std::int32_t> tokens;
+      std::vector<KvPolicy*> lane_caches;
+      for (std::size_t i = 0; i < nb; ++i) {
+        const std::size_t pos = prompt[b0 + i] - 1 + t;
+        if (pos + 1 >= all[b0 + i].size()) continue;
+        active.push_back(i);
+        for (std::size_t m = 0; m < n_methods; ++m) {
+          lanes.push_back(i * n_methods + m);
+          tokens.push_back(all[b0 + i][pos]);
+          positions.push_back(pos);
+          lane_caches.push_back(caches[i * n_methods + m].get());
         }
-        const std::size_t k = pos - (P - 1);
-        s.nll -= lp[static_cast<std::size_t>(seq[pos + 1])];
-        s.tokens += 1;
-        if (mi == 0) {
-          ref.push_back(lp);
-        } else {
-          double kl = 0;
-          for (std::size_t j = 0; j < lp.size(); ++j) kl += std::exp(ref[k][j]) * (ref[k][j] - lp[j]);
-          s.kl += std::max(0.0, kl);
-        }
-        s.top1 += argmax(lp) == argmax(ref[k]) ? 1 : 0;
-        if (si == 0 && (k % stride == 0 || pos + 2 == n)) record(r.traces[mi], *cache, pos + 1);
       }
-      s.bytes = cache->bytes();
-      if (const auto tb = cache->tier_bytes()) s.host_bytes = tb->cold;
-      s.f16_bytes = 2ull * 2 * c.n_layers * c.n_kv_heads * c.head_dim * (n - 1);
+      if (active.empty()) break;
+      RowMatrix logits;
+      if (t > 0) logits = model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), o.threads);
+      parallel_for(active.size(), o.threads, [&](std::size_t a) {
+        const std::size_t i = active[a], si = b0 + i, pos = prompt[si] - 1 + t;
+        const std::vector<std::int32_t>& seq = all[si];
+        const std::size_t n = seq.size();
+        const std::size_t stride = (n - prompt[si] + MemoryTrace::kMaxTracePoints - 1) / MemoryTrace::kMaxTracePoints;
+        std::vector<double> ref;  // the full cache's log-probabilities of this step
+        for (std::size_t m = 0; m < n_methods; ++m) {
+          const std::vector<double> lp =
+              t == 0 ? first[i] : log_probs(logits.row(static_cast<Eigen::Index>(a * n_methods + m)).data(), c.vocab_size);
+          PplSums& s = r.sequences[si][m];
+          s.nll -= lp[static_cast<std::size_t>(seq[pos + 1])];
+          s.tokens += 1;
+          if (m == 0) {
+            ref = lp;
+          } else {
+            double kl = 0;
+            for (std::size_t j = 0; j < lp.size(); ++j) kl += std::exp(ref[j]) * (ref[j] - lp[j]);
+            s.kl += std::max(0.0, kl);
+          }
+          s.top1 += argmax(lp) == argmax(ref) ? 1 : 0;
+          if (si == 0 && (t % stride == 0 || pos + 2 == n)) record(r.traces[m], *caches[i * n_methods + m], pos + 1);
+        }
+      });
     }
-    if (progress) {
-      std::lock_guard<std::mutex> lock(progress_mutex);
-      progress(++done, n_seq);
+    for (std::size_t lane = 0; lane < caches.size(); ++lane) {
+      const std::size_t si = b0 + lane / n_methods;
+      PplSums& s = r.sequences[si][lane % n_methods];
+      s.bytes = caches[lane]->bytes();
+      if (const auto tb = caches[lane]->tier_bytes()) s.host_bytes = tb->cold;
+      s.f16_bytes = 2ull * 2 * c.n_layers * c.n_kv_heads * c.head_dim * (all[si].size() - 1);
     }
-  });
+    if (progress) progress(b0 + nb, n_seq);
+  }
   return r;
 }
 

@@ -26,6 +26,9 @@ struct PplOptions {
   std::optional<std::size_t> prefill;  // prompt tokens; default half of each sequence
   std::size_t max_sequences = 0;       // 0 = all
   int threads = 1;
+  // Sequences decoded together (0 = all): each step decodes every (sequence, method) pair of
+  // the batch in one Model::decode_batch call. Metrics do not depend on it (nor on threads).
+  std::size_t batch = 8;
 };
 
 struct PplSums {

@@ -165,60 +165,92 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
 }
 
 std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const {
+  KvPolicy* caches[1] = {&cache};
+  const RowMatrix logits = decode_batch(&token, &pos, caches, 1, 1);
+  return std::vector<float>(logits.data(), logits.data() + logits.size());
+}
+
+RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
+                              std::size_t batch, int threads) const {
   const ModelConfig& c = config_;
-  const std::size_t hd = c.head_dim, g = c.group_size();
-  check_token(token);
-  if (pos >= c.seq_len) {
-    throw InvalidInput("position beyond the model's context (seq_len " + std::to_string(c.seq_len) + ")",
-                       {"", "pos", std::to_string(pos)});
+  const std::size_t hd = c.head_dim, g = c.group_size(), nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
+  const auto rows = static_cast<Eigen::Index>(batch);
+  for (std::size_t b = 0; b < batch; ++b) {
+    check_token(tokens[b]);
+    if (pos[b] >= c.seq_len) {
+      throw InvalidInput("position beyond the model's context (seq_len " + std::to_string(c.seq_len) + ")",
+                         {"", "pos", std::to_string(pos[b])});
+    }
   }
-  Vec x(static_cast<Eigen::Index>(c.dim));
-  w_.embedding.row(static_cast<std::size_t>(token), x.data());
-  Vec xb(static_cast<Eigen::Index>(c.dim)), att(static_cast<Eigen::Index>(c.n_heads * hd));
-  const bool want_probs = cache.wants_probs();
-  std::vector<std::vector<float>> probs(want_probs ? c.n_heads : 0);
-  std::vector<float*> prob_ptr(probs.size());
-  std::vector<HeadView> heads;
-  std::vector<std::size_t> rows;
+  auto matrix = [rows](std::size_t cols) { return RowMatrix(rows, static_cast<Eigen::Index>(cols)); };
+  RowMatrix x = matrix(c.dim), xb = matrix(c.dim), out = matrix(c.dim), q = matrix(nq), k = matrix(nkv),
+            v = matrix(nkv), att = matrix(nq), h1 = matrix(c.hidden_dim), h3 = matrix(c.hidden_dim);
+  for (std::size_t b = 0; b < batch; ++b) w_.embedding.row(static_cast<std::size_t>(tokens[b]), x.row(static_cast<Eigen::Index>(b)).data());
+  std::vector<RopeTable> ropes;
+  for (std::size_t b = 0; b < batch; ++b) {
+    ropes.emplace_back(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, pos[b] + 1),
+                       pos[b], 1, static_cast<float>(c.rope_scaling.attention_factor));
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const RopeTable rope(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, pos + 1),
-                       pos, 1, static_cast<float>(c.rope_scaling.attention_factor));
+  // A lone sequence gives its attention the threads (decode attention is bit-identical for any count).
+  const int attention_threads = batch == 1 ? threads : 1;
+  auto norm_rows = [&](const RowMatrix& in, const std::vector<float>& w, RowMatrix& o) {
+    for (Eigen::Index b = 0; b < rows; ++b) rmsnorm(in.row(b).data(), w, c.norm_eps, c.dim, o.row(b).data());
+  };
+  auto product = [&](const Weight& w, const RowMatrix& in, RowMatrix& o) {
+    w.times_rows(in.data(), batch, static_cast<std::size_t>(in.cols()), o.data(), static_cast<std::size_t>(o.cols()), threads);
+  };
   for (std::size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
-    rmsnorm(x.data(), lw.attn_norm, c.norm_eps, c.dim, xb.data());
-    Vec q = lw.wq.times(xb), k = lw.wk.times(xb), v = lw.wv.times(xb);
-    for (std::size_t j = 0; j < lw.bq.size(); ++j) q[static_cast<Eigen::Index>(j)] += lw.bq[j];
-    for (std::size_t j = 0; j < lw.bk.size(); ++j) k[static_cast<Eigen::Index>(j)] += lw.bk[j];
-    for (std::size_t j = 0; j < lw.bv.size(); ++j) v[static_cast<Eigen::Index>(j)] += lw.bv[j];
-    const Vec k_pre = k;
-    for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.data() + h * hd, 1, pos, c.rope_layout, rope);
-    for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.data() + h * hd, 1, pos, c.rope_layout, rope);
-    cache.append(l, k.data(), k_pre.data(), v.data(), pos);
-    // Fused decode attention over the cache's packed/dense rows, all heads at once.
-    layer_views(cache, l, c.n_kv_heads, heads, rows);
-    if (want_probs) {
-      for (std::size_t h = 0; h < c.n_heads; ++h) {
-        probs[h].resize(rows[h / g]);
+    norm_rows(x, lw.attn_norm, xb);
+    product(lw.wq, xb, q);
+    product(lw.wk, xb, k);
+    product(lw.wv, xb, v);
+    add_bias(q, lw.bq);
+    add_bias(k, lw.bk);
+    add_bias(v, lw.bv);
+    const RowMatrix k_pre = k;
+    parallel_for(batch, threads, [&](std::size_t b) {  // sequences write disjoint rows
+      const auto r = static_cast<Eigen::Index>(b);
+      for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.row(r).data() + h * hd, 1, pos[b], c.rope_layout, ropes[b]);
+      for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.row(r).data() + h * hd, 1, pos[b], c.rope_layout, ropes[b]);
+      KvPolicy& cache = *caches[b];
+      cache.append(l, k.row(r).data(), k_pre.row(r).data(), v.row(r).data(), pos[b]);
+      // Fused decode attention over the cache's packed/dense rows, all heads at once.
+      std::vector<HeadView> heads;
+      std::vector<std::size_t> visible;
+      layer_views(cache, l, c.n_kv_heads, heads, visible);
+      const bool want_probs = cache.wants_probs();
+      std::vector<std::vector<float>> probs(want_probs ? c.n_heads : 0);
+      std::vector<float*> prob_ptr(probs.size());
+      for (std::size_t h = 0; h < probs.size(); ++h) {
+        probs[h].resize(visible[h / g]);
         prob_ptr[h] = probs[h].data();
       }
+      decode_attention({q.row(r).data(), c.n_heads, hd, heads.data(), c.n_kv_heads, scale, att.row(r).data(),
+                        want_probs ? prob_ptr.data() : nullptr, kKvSegments},
+                       {attention_threads});
+      for (std::size_t h = 0; h < probs.size(); ++h) cache.observe(l, h / g, probs[h].data());
+    });
+    product(lw.wo, att, out);
+    x += out;
+    norm_rows(x, lw.ffn_norm, xb);
+    product(lw.w1, xb, h1);
+    product(lw.w3, xb, h3);
+    for (Eigen::Index r = 0; r < rows; ++r) {
+      for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
     }
-    decode_attention({q.data(), c.n_heads, hd, heads.data(), c.n_kv_heads, scale, att.data(),
-                      want_probs ? prob_ptr.data() : nullptr, kKvSegments});
-    if (want_probs) {
-      for (std::size_t h = 0; h < c.n_heads; ++h) cache.observe(l, h / g, probs[h].data());
-    }
-    x += lw.wo.times(att);
-    rmsnorm(x.data(), lw.ffn_norm, c.norm_eps, c.dim, xb.data());
-    Vec h1 = lw.w1.times(xb);
-    const Vec h3 = lw.w3.times(xb);
-    for (Eigen::Index j = 0; j < h1.size(); ++j) h1[j] = silu(h1[j]) * h3[j];
-    x += lw.w2.times(h1);
+    product(lw.w2, h1, out);
+    x += out;
   }
-  cache.end_step();
-  rmsnorm(x.data(), w_.final_norm, c.norm_eps, c.dim, xb.data());
-  const Vec logits = classifier().times(xb);
-  check_finite(logits.data(), static_cast<std::size_t>(logits.size()), "logits at position " + std::to_string(pos));
-  return std::vector<float>(logits.data(), logits.data() + logits.size());
+  parallel_for(batch, threads, [&](std::size_t b) { caches[b]->end_step(); });
+  norm_rows(x, w_.final_norm, xb);
+  RowMatrix logits = matrix(c.vocab_size);
+  product(classifier(), xb, logits);
+  for (std::size_t b = 0; b < batch; ++b) {
+    check_finite(logits.row(static_cast<Eigen::Index>(b)).data(), c.vocab_size, "logits at position " + std::to_string(pos[b]));
+  }
+  return logits;
 }
 
 }  // namespace akv

@@ -1,8 +1,8 @@
 #pragma once
 // A Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP) in f32 with Eigen.
 // The prompt runs as one batched causal prefill at full precision; decode steps run one token
-// at a time and read their K/V through a KvPolicy (policy/kv_policy.h), so every cache method
-// runs inside the model.
+// per sequence, for one sequence or a batch of them, and read their K/V through a KvPolicy
+// (policy/kv_policy.h), so every cache method runs inside the model.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -61,8 +61,16 @@ class Model {
   // Causal full-precision forward of tokens at positions 0..n-1; attention heads run on
   // `threads` threads (results identical for any count).
   PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads = 1) const;
-  // One token at `pos`: appends its K/V to `cache`, attends through it, returns the logits.
+  // One token at `pos`: appends its K/V to `cache`, attends through it, returns the logits
+  // (decode_batch of one sequence).
   std::vector<float> decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const;
+  // One decode step of `batch` independent sequences: tokens[b] at pos[b] through caches[b]
+  // (each sequence its own cache and policy). Weight products read each matrix once for the
+  // whole batch (linear.h's fixed order, rows on `threads` threads); RoPE, cache updates and
+  // attention run per sequence on the threads. Returns logits [batch, vocab]; row b equals
+  // decode(tokens[b], pos[b], *caches[b]) bit for bit, for any batch and thread count.
+  RowMatrix decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
+                         std::size_t batch, int threads = 1) const;
   // Checks every id of every sequence (prediction targets included) against the vocabulary;
   // InvalidInput names the file, the sequence and position (1-based) and the id.
   void check_tokens(const std::vector<std::vector<std::int32_t>>& sequences, const std::string& file) const;

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "akv/core/errors.h"
+#include "akv/core/parallel.h"
 #include "akv/tensor/half.h"
+#include "akv/tensor/linear.h"
 
 namespace akv {
 namespace {
@@ -119,6 +121,25 @@ Eigen::VectorXf Weight::times(const Eigen::VectorXf& x) const {
   Eigen::VectorXf y(static_cast<Eigen::Index>(rows_));
   for_each_tile([&](Eigen::Index r0, const ConstMatrixMap& tile) { y.segment(r0, tile.rows()).noalias() = tile * x; });
   return y;
+}
+
+void Weight::times_rows(const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy,
+                        int threads) const {
+  constexpr std::size_t kF32Block = 64;  // rows per work item of an f32-resident weight
+  const std::size_t block = type_ ? tile_rows() : kF32Block;
+  const std::size_t n_blocks = (rows_ + block - 1) / block;
+  parallel_for(n_blocks, threads, [&](std::size_t i) {
+    const std::size_t r0 = i * block, n = std::min(block, rows_ - r0);
+    if (!type_) {
+      linear_rows(m_.data() + r0 * cols_, n, cols_, cols_, x, batch, ldx, y + r0, ldy);
+      return;
+    }
+    thread_local std::vector<float> tile;
+    thread_local std::vector<std::uint16_t> scratch;
+    tile.resize(n * cols_);
+    convert_rows(r0, n, tile.data(), scratch);
+    linear_rows(tile.data(), n, cols_, cols_, x, batch, ldx, y + r0, ldy);
+  });
 }
 
 void Weight::row(std::size_t r, float* out) const {

@@ -55,6 +55,11 @@ class Weight {
 
   RowMatrix times_transpose(const RowMatrix& x) const;  // [n, cols] -> [n, rows] = x W^T
   Eigen::VectorXf times(const Eigen::VectorXf& x) const;  // [cols] -> [rows] = W x
+  // y [batch, rows] (row stride ldy) = x [batch, cols] (row stride ldx) W^T, each output in
+  // linear.h's fixed summation order: blocks of rows on `threads` threads (encoded weights
+  // converted a tile per block), every row of W read once for the whole batch. Bit-identical
+  // for any batch size and thread count.
+  void times_rows(const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy, int threads) const;
   void row(std::size_t r, float* out) const;            // row r as f32 (embedding lookup)
   RowMatrix to_f32() const;
   // The f32 matrix of an f32-resident weight (std::logic_error otherwise).
