@@ -70,9 +70,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "akv-perplexity-part, akv-passkey-part or akv-fidelity-part) that `akv merge` "
                   "combines into the unsharded report (docs/scale.md)");
   sub->add_option("--batch", opt->batch,
-                  "With --model (ppl): sequences decoded together; each step runs every (sequence, "
-                  "method) pair of the batch through the model at once, so each weight matrix is read "
-                  "once per step for all of them (0 = all sequences). The metrics do not depend on it")
+                  "With --model: sequences (passkey: prompts) decoded together; each step runs every "
+                  "(sequence, method) pair of the batch through the model at once, so each weight matrix "
+                  "is read once per step for all of them (0 = all). The results do not depend on it")
       ->capture_default_str();
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
@@ -134,6 +134,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       if (opt->task == "passkey") {
         PasskeyOptions pk = opt->passkey;
         pk.threads = global.threads;
+        pk.batch = opt->batch;
         std::vector<std::vector<std::int32_t>> filler;
         const std::string& filler_file = opt->filler.empty() ? opt->tokens : opt->filler;
         if (!tok) {

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <mutex>
+#include <memory>
 
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
@@ -94,26 +94,54 @@ PasskeyPrompt make_text_passkey_prompt(const Tokenizer& tok, std::size_t length,
 
 namespace {
 
-std::vector<std::int32_t> continue_greedy(const Model& model, const PrefillResult& pre, std::size_t len,
-                                         std::size_t n, const std::optional<CompressParams>& method) {
+std::int32_t argmax_token(const float* logits, std::size_t n) {
+  return static_cast<std::int32_t>(std::max_element(logits, logits + n) - logits);
+}
+
+// Greedy continuations of prompts (prefill results and lengths) through methods: lane
+// p * methods.size() + m continues prompt p through method m for n[p] tokens. Every step decodes
+// all unfinished lanes in one Model::decode_batch call; each lane's tokens equal a lane decoded
+// alone (decode_batch rows do not depend on the batch).
+std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const std::vector<PrefillResult>& pre,
+                                                       const std::vector<std::size_t>& len,
+                                                       const std::vector<std::size_t>& n,
+                                                       const std::vector<std::optional<CompressParams>>& methods,
+                                                       int threads) {
   const ModelConfig& c = model.config();
   const KvGeometry g{c.kv_shape(), c.seq_len};
-  auto cache = make_kv_policy(method, g, 1);
-  cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, len});
-  const float* first = pre.logits.row(0).data();
-  std::vector<std::int32_t> out = {static_cast<std::int32_t>(std::max_element(first, first + c.vocab_size) - first)};
-  while (out.size() < n) {
-    const auto logits = model.decode(out.back(), len + out.size() - 1, *cache);
-    out.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  const std::size_t n_methods = methods.size();
+  std::vector<std::unique_ptr<KvPolicy>> caches(pre.size() * n_methods);
+  std::vector<std::vector<std::int32_t>> out(caches.size());
+  parallel_for(caches.size(), threads, [&](std::size_t lane) {
+    const PrefillResult& p = pre[lane / n_methods];
+    caches[lane] = make_kv_policy(methods[lane % n_methods], g, 1);
+    caches[lane]->ingest_prompt({&p.query, &p.key, &p.key_pre_rope, &p.value, len[lane / n_methods]});
+    out[lane] = {argmax_token(p.logits.row(0).data(), c.vocab_size)};
+  });
+  for (;;) {
+    std::vector<std::size_t> lanes, positions;
+    std::vector<std::int32_t> tokens;
+    std::vector<KvPolicy*> lane_caches;
+    for (std::size_t lane = 0; lane < caches.size(); ++lane) {
+      if (out[lane].size() >= n[lane / n_methods]) continue;
+      lanes.push_back(lane);
+      tokens.push_back(out[lane].back());
+      positions.push_back(len[lane / n_methods] + out[lane].size() - 1);
+      lane_caches.push_back(caches[lane].get());
+    }
+    if (lanes.empty()) return out;
+    const RowMatrix logits = model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), threads);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+      out[lanes[i]].push_back(argmax_token(logits.row(static_cast<Eigen::Index>(i)).data(), c.vocab_size));
+    }
   }
-  return out;
 }
 
 }  // namespace
 
 std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vector<std::int32_t>& prompt,
                                               std::size_t n, const std::optional<CompressParams>& method) {
-  return continue_greedy(model, model.prefill(prompt, false), prompt.size(), n, method);
+  return continue_greedy(model, {model.prefill(prompt, false)}, {prompt.size()}, {n}, {method}, 1)[0];
 }
 
 PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector<std::int32_t>>& filler_seqs,
@@ -161,21 +189,29 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   const auto [lo, hi] = o.shard.range(jobs.size());
   r.first_prompt = lo;
   r.outcomes.assign(hi - lo, std::vector<char>(methods.size(), 0));
-  std::mutex mu;
-  std::size_t done = 0;
-  parallel_for(hi - lo, o.threads, [&](std::size_t i) {
-    const PasskeyPrompt& p = jobs[lo + i];
-    const PrefillResult pre = model.prefill(p.tokens, false);
-    for (std::size_t mi = 0; mi < methods.size(); ++mi) {
-      const auto out = continue_greedy(model, pre, p.tokens.size(), p.answer_tokens, methods[mi].params);
-      r.outcomes[i][mi] = tokenizer ? (tokenizer->decode(out).find(p.key_text) != std::string::npos ? 1 : 0)
-                                    : (out == p.key ? 1 : 0);
+  std::vector<std::optional<CompressParams>> params;
+  for (const auto& m : methods) params.push_back(m.params);
+  const std::size_t batch = o.batch ? o.batch : std::max<std::size_t>(hi - lo, 1);
+  for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
+    const std::size_t nb = std::min(batch, hi - b0);
+    std::vector<PrefillResult> pre(nb);
+    std::vector<std::size_t> len(nb), n(nb);
+    parallel_for(nb, o.threads, [&](std::size_t i) { pre[i] = model.prefill(jobs[b0 + i].tokens, false); });
+    for (std::size_t i = 0; i < nb; ++i) {
+      len[i] = jobs[b0 + i].tokens.size();
+      n[i] = jobs[b0 + i].answer_tokens;
     }
-    if (progress) {
-      std::lock_guard<std::mutex> lock(mu);
-      progress(++done, hi - lo);
+    const auto out = continue_greedy(model, pre, len, n, params, o.threads);
+    for (std::size_t i = 0; i < nb; ++i) {
+      const PasskeyPrompt& p = jobs[b0 + i];
+      for (std::size_t mi = 0; mi < methods.size(); ++mi) {
+        const auto& cont = out[i * methods.size() + mi];
+        r.outcomes[b0 + i - lo][mi] = tokenizer ? (tokenizer->decode(cont).find(p.key_text) != std::string::npos ? 1 : 0)
+                                                : (cont == p.key ? 1 : 0);
+      }
     }
-  });
+    if (progress) progress(b0 + nb - lo, hi - lo);
+  }
   r.tally();
   return r;
 }
