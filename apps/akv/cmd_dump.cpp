@@ -32,7 +32,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--ctx", opt->ctx, "With --text: tokens per chunk")->capture_default_str()
       ->check(CLI::Range(4, 1 << 24));
   sub->add_option("--tokenizer", opt->tokenizer,
-                  "With --text: `bytes` or a SentencePiece tokenizer.model (default: the model's own)");
+                  "With --text: `bytes`, a SentencePiece tokenizer.model or a tokenizer.json (default: the model's own)");
   text->excludes(tokens);
   sub->add_option("--line", opt->line, "Which sequence (1-based line among the non-empty ones, or chunk of --text)")
       ->capture_default_str();

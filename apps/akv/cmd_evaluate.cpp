@@ -94,8 +94,10 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--seed", opt->passkey.seed, "Passkey: random seed (markers, keys, filler spans)")
       ->capture_default_str();
   sub->add_option("--tokenizer", opt->tokenizer,
-                  "--text and passkey text mode: `bytes` (UTF-8 bytes as ids 0-255, BOS 256) or a SentencePiece tokenizer.model (default: tokenizer.model "
-                  "in a Hugging Face model directory, the vocabulary embedded in a GGUF model, or the "
+                  "--text and passkey text mode: `bytes` (UTF-8 bytes as ids 0-255, BOS 256), a SentencePiece "
+                  "tokenizer.model or a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2) "
+                  "(default: tokenizer.model, else tokenizer.json, in a Hugging Face model directory, the "
+                  "vocabulary embedded in a GGUF model (llama or gpt2), or the "
                   "byte tokenizer when its config.json says \"akv_tokenizer\": \"bytes\"; without one, "
                   "token mode)");
   sub->add_option("--filler", opt->filler,

@@ -29,9 +29,10 @@ inline void add_weights_flag(CLI::App* sub, std::string& mode) {
       ->capture_default_str()->check(CLI::IsMember({"stored", "f32"}));
 }
 
-// The tokenizer for text inputs: --tokenizer (`bytes` or a SentencePiece model file), else the
-// model's own: tokenizer.model of a Hugging Face directory, config.json's "akv_tokenizer":
-// "bytes", the vocabulary embedded in a GGUF file. Null when there is none.
+// The tokenizer for text inputs: --tokenizer (`bytes`, a SentencePiece model file or a
+// tokenizer.json), else the model's own: tokenizer.model of a Hugging Face directory, else its
+// tokenizer.json (byte-level BPE), config.json's "akv_tokenizer": "bytes", the vocabulary
+// embedded in a GGUF file. Null when there is none.
 inline std::unique_ptr<Tokenizer> resolve_tokenizer(const std::string& flag, const std::string& model_path,
                                                     const Model& m) {
   if (flag == "bytes") return std::make_unique<Tokenizer>(Tokenizer::bytes());
@@ -40,6 +41,10 @@ inline std::unique_ptr<Tokenizer> resolve_tokenizer(const std::string& flag, con
   std::error_code ec;
   if (std::filesystem::is_directory(model_path, ec) && std::filesystem::is_regular_file(sp, ec)) {
     return std::make_unique<Tokenizer>(sp.string());
+  }
+  const auto tj = std::filesystem::path(model_path) / "tokenizer.json";
+  if (std::filesystem::is_directory(model_path, ec) && std::filesystem::is_regular_file(tj, ec)) {
+    return std::make_unique<Tokenizer>(tj.string());
   }
   if (m.config().tokenizer == "bytes") return std::make_unique<Tokenizer>(Tokenizer::bytes());
   if (is_gguf(model_path) && GgufFile(model_path).metadata().contains("tokenizer.ggml.model")) {
@@ -53,7 +58,8 @@ inline std::unique_ptr<Tokenizer> resolve_tokenizer(const std::string& flag, con
 inline std::vector<std::vector<std::int32_t>> text_chunks(const std::string& path, const Tokenizer* tok,
                                                           std::size_t ctx, std::size_t max_chunks) {
   if (!tok) throw UsageError("--text needs a tokenizer (--tokenizer FILE, or one in the model)", {"", "--text"});
-  std::vector<std::int32_t> ids = {tok->bos()};
+  std::vector<std::int32_t> ids;
+  if (tok->bos() >= 0) ids.push_back(tok->bos());
   const std::vector<std::int32_t> body = tok->encode(read_text_file(path));
   ids.insert(ids.end(), body.begin(), body.end());
   return perplexity_chunks(std::move(ids), ctx, tok->bos(), max_chunks);

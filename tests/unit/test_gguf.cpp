@@ -38,6 +38,10 @@ class GgufWriter {
  public:
   void u32(const std::string& key, std::uint32_t v) { kv(key, 4, &v, 4); }
   void f32(const std::string& key, float v) { kv(key, 6, &v, 4); }
+  void boolean(const std::string& key, bool v) {
+    const std::uint8_t b = v ? 1 : 0;
+    kv(key, 7, &b, 1);
+  }
   void str(const std::string& key, const std::string& v) {
     std::string b = len(v.size()) + v;
     kv(key, 8, b.data(), b.size());
@@ -563,8 +567,53 @@ TEST_CASE("GGUF tokenizer: the Llama 2 vocabulary as GGUF lists encodes as libse
   none.str("general.architecture", "llama");
   none.write(dir.file("none.gguf"));
   CHECK_THROWS_WITH(Tokenizer::from_gguf(dir.file("none.gguf")), Catch::Contains("tokenizer.ggml.model = missing"));
-  GgufWriter gpt2;
-  gpt2.str("tokenizer.ggml.model", "gpt2");
-  gpt2.write(dir.file("gpt2.gguf"));
-  CHECK_THROWS_WITH(Tokenizer::from_gguf(dir.file("gpt2.gguf")), Catch::Contains("tokenizer.ggml.model = gpt2"));
+  GgufWriter bert;
+  bert.str("tokenizer.ggml.model", "bert");
+  bert.write(dir.file("bert.gguf"));
+  CHECK_THROWS_WITH(Tokenizer::from_gguf(dir.file("bert.gguf")), Catch::Contains("tokenizer.ggml.model = bert"));
+}
+
+TEST_CASE("GGUF gpt2 tokenizer: the golden BPE vocabulary as GGUF lists encodes as Hugging Face tokenizers does",
+          "[gguf][tokenizer][bpe]") {
+  // The Llama 3 layout of data/golden/bpe as llama.cpp's converter writes it: tokens in id order,
+  // merges as "left right", added tokens typed control (3), pre-tokenizer llama-bpe.
+  const std::string dir = std::string(AKV_SOURCE_DIR) + "/data/golden/bpe";
+  const nlohmann::json tj = nlohmann::json::parse(std::ifstream(dir + "/llama3-tokenizer.json"));
+  const nlohmann::json golden = nlohmann::json::parse(std::ifstream(dir + "/golden.json"));
+  std::vector<std::string> tokens(tj["model"]["vocab"].size() + tj["added_tokens"].size());
+  std::vector<std::int32_t> types(tokens.size(), 1);
+  for (const auto& [text, id] : tj["model"]["vocab"].items()) tokens[id.get<std::size_t>()] = text;
+  for (const auto& a : tj["added_tokens"]) {
+    tokens[a["id"].get<std::size_t>()] = a["content"].get<std::string>();
+    types[a["id"].get<std::size_t>()] = 3;
+  }
+  std::vector<std::string> merges;
+  for (const auto& m : tj["model"]["merges"]) merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+  test::TempDir tmp;
+  GgufWriter g;
+  g.str("general.architecture", "llama");
+  g.str("tokenizer.ggml.model", "gpt2");
+  g.str("tokenizer.ggml.pre", "llama-bpe");
+  g.strings("tokenizer.ggml.tokens", tokens);
+  g.numbers("tokenizer.ggml.token_type", 5, types);
+  g.strings("tokenizer.ggml.merges", merges);
+  g.u32("tokenizer.ggml.bos_token_id", 656);
+  g.boolean("tokenizer.ggml.add_bos_token", true);
+  g.write(tmp.file("bpe.gguf"));
+  const Tokenizer t = Tokenizer::from_gguf(tmp.file("bpe.gguf"));
+  CHECK(t.bos() == 656);
+  CHECK(t.vocab_size() == 658);
+  const auto& cases = golden["tokenizers"]["llama3"]["cases"];
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string text = golden["texts"][i].get<std::string>();
+    INFO("text " << i << ": " << text);
+    CHECK(t.encode(text) == cases[i]["ids"].get<std::vector<std::int32_t>>());
+    CHECK(t.decode(cases[i]["ids"].get<std::vector<std::int32_t>>()) == cases[i]["decoded"].get<std::string>());
+  }
+  GgufWriter unknown_pre;
+  unknown_pre.str("tokenizer.ggml.model", "gpt2");
+  unknown_pre.str("tokenizer.ggml.pre", "falcon");
+  unknown_pre.strings("tokenizer.ggml.tokens", tokens);
+  unknown_pre.write(tmp.file("falcon.gguf"));
+  CHECK_THROWS_WITH(Tokenizer::from_gguf(tmp.file("falcon.gguf")), Catch::Contains("tokenizer.ggml.pre = falcon"));
 }

@@ -69,7 +69,8 @@ PasskeyPrompt make_text_passkey_prompt(const Tokenizer& tok, std::size_t length,
   const auto question = tok.encode(" What is the pass key? The pass key is");
   const auto filler_block = tok.encode(
       " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.");
-  const std::size_t fixed = 1 + task.size() + needle.size() + question.size();
+  const std::size_t bos = tok.bos() >= 0 ? 1 : 0;  // Qwen2-style tokenizers put none
+  const std::size_t fixed = bos + task.size() + needle.size() + question.size();
   if (length <= fixed) {
     throw InvalidInput("passkey length too short for the text prompt (needs more than " + std::to_string(fixed) + " tokens)",
                        {"", "--lengths", std::to_string(length)});
@@ -80,7 +81,7 @@ PasskeyPrompt make_text_passkey_prompt(const Tokenizer& tok, std::size_t length,
   filler.resize(n_fill);
   const std::size_t before = static_cast<std::size_t>(std::llround(depth * static_cast<double>(n_fill)));
   PasskeyPrompt p;
-  p.tokens.push_back(tok.bos());
+  if (bos) p.tokens.push_back(tok.bos());
   p.tokens.insert(p.tokens.end(), task.begin(), task.end());
   p.tokens.insert(p.tokens.end(), filler.begin(), filler.begin() + static_cast<std::ptrdiff_t>(before));
   p.needle_pos = p.tokens.size();

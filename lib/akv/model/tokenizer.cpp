@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "akv/core/errors.h"
+#include "akv/model/bpe_vocab.h"
 #include "akv/model/gguf.h"
 #include "akv/model/spm_vocab.h"
 
@@ -14,9 +15,14 @@ struct Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
 };
 
-Tokenizer::Tokenizer(const std::string& path) : impl_(std::make_unique<Impl>()), path_(path) {
+Tokenizer::Tokenizer(const std::string& path) : path_(path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw IoError("tokenizer file not found", {path});
+  if (std::filesystem::path(path).extension() == ".json") {
+    bpe_ = BpeVocab::from_tokenizer_json(path);
+    return;
+  }
+  impl_ = std::make_unique<Impl>();
   const auto status = impl_->sp.Load(path);
   if (!status.ok()) throw CorruptData("not a SentencePiece model: " + status.ToString(), {path});
 }
@@ -36,10 +42,12 @@ Tokenizer Tokenizer::from_gguf(const std::string& path) {
   };
   const nlohmann::json* model = get("tokenizer.ggml.model");
   if (!model) throw InvalidInput("no tokenizer in the GGUF file", {path, "tokenizer.ggml.model", "missing"});
-  if (!model->is_string() || model->get<std::string>() != "llama") {
-    throw InvalidInput("tokenizer kind not implemented (akv reads llama, the SentencePiece-style BPE)",
-                       {path, "tokenizer.ggml.model", model->is_string() ? model->get<std::string>() : model->dump()});
+  const std::string kind = model->is_string() ? model->get<std::string>() : model->dump();
+  if (kind != "llama" && kind != "gpt2") {
+    throw InvalidInput("tokenizer kind not implemented (akv reads llama, the SentencePiece-style BPE, and gpt2, "
+                       "byte-level BPE)", {path, "tokenizer.ggml.model", kind});
   }
+  if (kind == "gpt2") return gguf_bpe(path, m);
   try {
     const nlohmann::json* tokens = get("tokenizer.ggml.tokens");
     if (!tokens) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
@@ -54,6 +62,52 @@ Tokenizer Tokenizer::from_gguf(const std::string& path) {
         tokens->get<std::vector<std::string>>(), scores ? scores->get<std::vector<float>>() : std::vector<float>{},
         types ? types->get<std::vector<std::int32_t>>() : std::vector<std::int32_t>{},
         bos ? bos->get<std::int32_t>() : 1, unk ? unk->get<std::int32_t>() : 0, prefix ? prefix->get<bool>() : true, path);
+    return t;
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput(std::string("tokenizer metadata of the wrong type: ") + e.what(), {path, "tokenizer.ggml"});
+  }
+}
+
+Tokenizer Tokenizer::gguf_bpe(const std::string& path, const nlohmann::json& m) {
+  try {
+    const std::string pre = m.contains("tokenizer.ggml.pre") ? m["tokenizer.ggml.pre"].get<std::string>() : "default";
+    BpeVocab::Options o;
+    o.patterns = BpeVocab::gguf_pre_patterns(pre);
+    if (o.patterns.empty()) {
+      throw InvalidInput("pre-tokenizer not implemented (akv knows llama-bpe, llama3, qwen2, gpt-2, default)",
+                         {path, "tokenizer.ggml.pre", pre});
+    }
+    o.ignore_merges = pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";  // as llama.cpp
+    const bool add_bos = m.contains("tokenizer.ggml.add_bos_token") ? m["tokenizer.ggml.add_bos_token"].get<bool>() : false;
+    if (add_bos && m.contains("tokenizer.ggml.bos_token_id")) o.bos = m["tokenizer.ggml.bos_token_id"].get<std::int32_t>();
+    if (!m.contains("tokenizer.ggml.tokens")) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
+    std::vector<std::string> tokens = m["tokenizer.ggml.tokens"].get<std::vector<std::string>>();
+    const std::vector<std::int32_t> types = m.contains("tokenizer.ggml.token_type")
+                                                ? m["tokenizer.ggml.token_type"].get<std::vector<std::int32_t>>()
+                                                : std::vector<std::int32_t>(tokens.size(), 1);
+    if (types.size() != tokens.size()) {
+      throw InvalidInput("token types and tokens differ in count", {path, "tokenizer.ggml.token_type", std::to_string(types.size())});
+    }
+    std::vector<std::pair<std::string, std::string>> merges;
+    if (m.contains("tokenizer.ggml.merges")) {
+      for (const std::string& s : m["tokenizer.ggml.merges"].get<std::vector<std::string>>()) {
+        const std::size_t sp = s.find(' ', 1);
+        if (sp == std::string::npos) throw InvalidInput("merge without two parts", {path, "tokenizer.ggml.merges", s});
+        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+      }
+    }
+    // Control (3) and user-defined (4) tokens are matched in the text as whole tokens, as added
+    // tokens are in tokenizer.json.
+    std::vector<std::pair<std::string, std::int32_t>> added;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if ((types[i] == 3 || types[i] == 4) && !tokens[i].empty()) {
+        added.emplace_back(tokens[i], static_cast<std::int32_t>(i));
+        tokens[i].clear();
+      }
+    }
+    Tokenizer t;
+    t.path_ = path;
+    t.bpe_ = std::make_shared<BpeVocab>(std::move(tokens), merges, std::move(added), std::move(o), path);
     return t;
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("tokenizer metadata of the wrong type: ") + e.what(), {path, "tokenizer.ggml"});
@@ -78,6 +132,7 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 
 std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
+  if (bpe_) return bpe_->encode(text);
   if (spm_) return spm_->encode(text);
   if (!impl_) {
     std::vector<std::int32_t> out;
@@ -91,6 +146,7 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
 }
 
 std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  if (bpe_) return bpe_->decode(ids);
   if (spm_) return spm_->decode(ids);
   if (!impl_) {
     std::string out;
@@ -107,10 +163,12 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
 }
 
 std::size_t Tokenizer::vocab_size() const {
+  if (bpe_) return bpe_->size();
   if (spm_) return spm_->size();
   return impl_ ? static_cast<std::size_t>(impl_->sp.GetPieceSize()) : 258;
 }
 std::int32_t Tokenizer::bos() const {
+  if (bpe_) return bpe_->bos();
   if (spm_) return spm_->bos();
   return impl_ ? impl_->sp.bos_id() : 256;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Tokenizers for text prompts such as passkey retrieval: SentencePiece (libsentencepiece), the
-// SentencePiece-style vocabulary embedded in a GGUF file (spm_vocab.h), or bytes (ids 0-255 are
+// SentencePiece-style vocabulary embedded in a GGUF file (spm_vocab.h), byte-level BPE from a
+// tokenizer.json or a GGUF file (bpe_vocab.h), or bytes (ids 0-255 are
 // UTF-8 bytes, 256 = BOS, 257 = EOS; the project's own trained model, config.json
 // "akv_tokenizer": "bytes").
 #include <cstdint>
@@ -8,18 +9,23 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace akv {
 
 class SpmVocab;
+class BpeVocab;
 
 class Tokenizer {
  public:
-  // Loads a SentencePiece model file; IoError / CorruptData naming the file.
+  // Loads a SentencePiece model file, or a Hugging Face tokenizer.json (byte-level BPE:
+  // bpe_vocab.h) when the name ends in .json; IoError / CorruptData / InvalidInput naming the file.
   explicit Tokenizer(const std::string& path);
   // The byte-level tokenizer.
   static Tokenizer bytes();
-  // The vocabulary of a GGUF file (tokenizer.ggml.model "llama"); InvalidInput naming the file
-  // and key when it has none or another kind (GPT-2 BPE is not read yet).
+  // The vocabulary of a GGUF file (tokenizer.ggml.model "llama": SentencePiece-style; "gpt2":
+  // byte-level BPE with the regexes of tokenizer.ggml.pre); InvalidInput naming the file and key
+  // when it has none or another kind.
   static Tokenizer from_gguf(const std::string& path);
   // Every piece with its score and SentencePiece type (1 normal, 2 unknown, 3 control,
   // 4 user-defined, 5 unused, 6 byte), as GGUF's tokenizer.ggml lists store them.
@@ -34,14 +40,16 @@ class Tokenizer {
   std::vector<std::int32_t> encode(const std::string& text) const;  // no BOS/EOS
   std::string decode(const std::vector<std::int32_t>& ids) const;
   std::size_t vocab_size() const;
-  std::int32_t bos() const;
+  std::int32_t bos() const;  // -1 when the tokenizer puts none (Qwen2)
   const std::string& path() const { return path_; }
 
  private:
   struct Impl;
   Tokenizer() = default;
+  static Tokenizer gguf_bpe(const std::string& path, const nlohmann::json& metadata);
   std::unique_ptr<Impl> impl_;  // SentencePiece; null otherwise
-  std::shared_ptr<const SpmVocab> spm_;  // a GGUF vocabulary; null otherwise
+  std::shared_ptr<const SpmVocab> spm_;  // a GGUF SentencePiece-style vocabulary; null otherwise
+  std::shared_ptr<const BpeVocab> bpe_;  // byte-level BPE (tokenizer.json or GGUF gpt2); null otherwise
   std::string path_;
 };
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Writes the byte-level BPE test tokenizers of data/golden/bpe/ (tokenizer.json as Hugging Face
+tokenizers saves it), in the three layouts akv reads: Llama 3 (Split with its regex, then
+ByteLevel without regex; ignore_merges; <|begin_of_text|> added by the post-processor), GPT-2
+(ByteLevel with its built-in regex) and Qwen2 (NFC normalizer, Split with its regex, no BOS).
+All three share one vocabulary: the 256 byte symbols, then MERGES merges learned here from the
+repository's docs by plain pair counting (only data: how a text is encoded is decided by the
+reference, scripts/golden_bpe.mjs, which runs Hugging Face tokenizers).
+
+  /usr/bin/python3 scripts/golden_bpe.py
+"""
+import collections
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "data" / "golden" / "bpe"
+MERGES = 400
+
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+          r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+         r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def learn(text):
+    enc = bytes_to_unicode()
+    words = collections.Counter(re.findall(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+", text))
+    split = {w: [enc[b] for b in w.encode()] for w in words}
+    merges = []
+    for _ in range(MERGES):
+        pairs = collections.Counter()
+        for w, n in words.items():
+            s = split[w]
+            for a, b in zip(s, s[1:]):
+                pairs[a, b] += n
+        if not pairs:
+            break
+        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        merges.append((a, b))
+        for w in words:
+            s, out, i = split[w], [], 0
+            while i < len(s):
+                if i + 1 < len(s) and s[i] == a and s[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            split[w] = out
+    vocab = {}
+    for b in range(256):
+        vocab[enc[b]] = len(vocab)
+    for a, b in merges:
+        if a + b not in vocab:
+            vocab[a + b] = len(vocab)
+    return vocab, merges
+
+
+def tokenizer(vocab, merges, kind):
+    n = len(vocab)
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+             "ignore_merges": kind == "llama3", "vocab": vocab, "merges": [[a, b] for a, b in merges]}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": kind == "gpt2"}
+    if kind == "gpt2":
+        pre = byte_level
+    else:
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3 if kind == "llama3" else QWEN2}, "behavior": "Isolated",
+             "invert": False}, byte_level]}
+    specials = ["<|begin_of_text|>", "<|end_of_text|>"] if kind == "llama3" else ["<|endoftext|>", "<|im_start|>"]
+    added = [{"id": n + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, s in enumerate(specials)]
+    post = None
+    if kind == "llama3":
+        post = {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": specials[0], "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"SpecialToken": {"id": specials[0], "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                         {"SpecialToken": {"id": specials[0], "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {specials[0]: {"id": specials[0], "ids": [n], "tokens": [specials[0]]}}}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": {"type": "NFC"} if kind == "qwen2" else None, "pre_tokenizer": pre, "post_processor": post,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+            "model": model}
+
+
+def main():
+    text = "".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+    vocab, merges = learn(text)
+    OUT.mkdir(parents=True, exist_ok=True)
+    for kind in ("llama3", "gpt2", "qwen2"):
+        (OUT / f"{kind}-tokenizer.json").write_text(json.dumps(tokenizer(vocab, merges, kind), ensure_ascii=False) + "\n")
+    print(f"{len(vocab)} tokens, {len(merges)} merges -> {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/core/errors.h"
+#include "akv/model/tokenizer.h"
+#include "test_util.h"
+
+using namespace akv;
+
+namespace {
+
+const std::string kDir = std::string(AKV_SOURCE_DIR) + "/data/golden/bpe";
+
+nlohmann::json golden() { return nlohmann::json::parse(std::ifstream(kDir + "/golden.json")); }
+
+}  // namespace
+
+TEST_CASE("tokenizer.json byte-level BPE: ids and decoded text equal Hugging Face tokenizers", "[bpe][tokenizer]") {
+  const nlohmann::json g = golden();
+  for (const std::string kind : {"llama3", "gpt2", "qwen2"}) {
+    const Tokenizer t(kDir + "/" + kind + "-tokenizer.json");
+    const auto& cases = g["tokenizers"][kind]["cases"];
+    REQUIRE(cases.size() == g["texts"].size());
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const std::string text = g["texts"][i].get<std::string>();
+      const auto want = cases[i]["ids"].get<std::vector<std::int32_t>>();
+      INFO(kind << " text " << i << ": " << text);
+      CHECK(t.encode(text) == want);
+      CHECK(t.decode(want) == cases[i]["decoded"].get<std::string>());
+    }
+    // The BOS the post-processor puts first (Llama 3) or none (GPT-2, Qwen2 layouts here).
+    const auto with = g["tokenizers"][kind]["hello_with_specials"].get<std::vector<std::int32_t>>();
+    const auto plain = t.encode("Hello world");
+    CHECK(t.bos() == (with.size() > plain.size() ? with.front() : -1));
+  }
+}
+
+TEST_CASE("tokenizer.json: what is not read is refused naming the field", "[bpe][tokenizer][bad]") {
+  test::TempDir dir;
+  const nlohmann::json base = nlohmann::json::parse(std::ifstream(kDir + "/llama3-tokenizer.json"));
+  auto refused = [&](const std::string& name, nlohmann::json j, const std::string& message) {
+    std::ofstream(dir.file(name)) << j.dump();
+    INFO(name);
+    CHECK_THROWS_WITH(Tokenizer(dir.file(name)), Catch::Contains(message));
+  };
+  nlohmann::json j = base;
+  j["model"]["type"] = "Unigram";
+  refused("unigram.json", j, "model.type = Unigram");
+  j = base;
+  j["model"]["byte_fallback"] = true;
+  refused("spm.json", j, "model.byte_fallback");
+  j = base;
+  j["normalizer"] = {{"type", "Lowercase"}};
+  refused("lower.json", j, "normalizer.type = Lowercase");
+  j = base;
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  refused("ws.json", j, "pre_tokenizer = Whitespace");
+  j = base;
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
+  refused("regex.json", j, "does not compile");
+  j = base;
+  j["model"].erase("merges");
+  refused("nomerges.json", j, "merges");
+  std::ofstream(dir.file("broken.json")) << "{\"model\": ";
+  CHECK_THROWS_AS(Tokenizer(dir.file("broken.json")), CorruptData);
+  CHECK_THROWS_AS(Tokenizer(dir.file("missing.json")), IoError);
+}
