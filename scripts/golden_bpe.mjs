@@ -28,6 +28,8 @@ const texts = [
   "<|begin_of_text|>special <|end_of_text|> tokens<|endoftext|><|im_start|>",
   "x".repeat(40) + " " + " ".repeat(17) + "end",
   "```cpp\nint main() { return 0; }\n```",
+  "<s>begins</s> with <unk> pieces",
+  " two  spaces and a trailing one ",
 ];
 
 const out = {
@@ -35,7 +37,7 @@ const out = {
   texts,
   tokenizers: {},
 };
-for (const kind of ["llama3", "gpt2", "qwen2"]) {
+for (const kind of ["llama3", "gpt2", "qwen2", "spm", "metaspace"]) {
   const tok = Tokenizer.fromFile(join(dir, `${kind}-tokenizer.json`));
   const cases = [];
   for (const t of texts) {

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the byte-level BPE test tokenizers of data/golden/bpe/ (tokenizer.json as Hugging Face
-tokenizers saves it), in the three layouts akv reads: Llama 3 (Split with its regex, then
-ByteLevel without regex; ignore_merges; <|begin_of_text|> added by the post-processor), GPT-2
-(ByteLevel with its built-in regex) and Qwen2 (NFC normalizer, Split with its regex, no BOS).
-All three share one vocabulary: the 256 byte symbols, then MERGES merges learned here from the
-repository's docs by plain pair counting (only data: how a text is encoded is decided by the
-reference, scripts/golden_bpe.mjs, which runs Hugging Face tokenizers).
+"""Writes the BPE test tokenizers of data/golden/bpe/ (tokenizer.json as Hugging Face tokenizers
+saves it), in the layouts akv reads: byte-level Llama 3 (Split with its regex, then ByteLevel
+without regex; ignore_merges; <|begin_of_text|> added by the post-processor), GPT-2 (ByteLevel
+with its built-in regex) and Qwen2 (NFC normalizer, Split with its regex, no BOS), sharing one
+vocabulary (the 256 byte symbols, then MERGES merges); and the SentencePiece-style BPE of
+Mistral/TinyLlama (normalizer Prepend and Replace with U+2581, no pre-tokenizer, byte fallback to
+<0xXX> pieces, <s> first) in two spellings: as older files write it (spm) and with the Metaspace
+pre-tokenizer of newer ones (metaspace). Merges are learned here from the repository's docs by
+plain pair counting; they are only data: how a text is encoded is decided by the reference,
+scripts/golden_bpe.mjs, which runs Hugging Face tokenizers.
 
   /usr/bin/python3 scripts/golden_bpe.py
 """
@@ -98,6 +101,68 @@ def tokenizer(vocab, merges, kind):
             "model": model}
 
 
+def learn_spm(text):
+    """<unk> <s> </s>, the 256 <0xXX> pieces, the corpus' characters (ASCII ones and a few others;
+    the rest go through byte fallback), then merges over U+2581-joined words."""
+    words = collections.Counter(re.findall(r"[^ \n]+", text))
+    split = {w: list("\u2581" + w) for w in words}
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    chars = sorted({c for w in split.values() for c in w if ord(c) < 128} | set("\u2581éü—"))
+    for c in chars:
+        vocab.setdefault(c, len(vocab))
+    merges = []
+    for _ in range(MERGES):
+        pairs = collections.Counter()
+        for w, n in words.items():
+            s = split[w]
+            for a, b in zip(s, s[1:]):
+                if a in vocab and b in vocab:
+                    pairs[a, b] += n
+        if not pairs:
+            break
+        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        merges.append((a, b))
+        vocab.setdefault(a + b, len(vocab))
+        for w in words:
+            s, out, i = split[w], [], 0
+            while i < len(s):
+                if i + 1 < len(s) and s[i] == a and s[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            split[w] = out
+    return vocab, merges
+
+
+def spm_tokenizer(vocab, merges, kind):
+    model = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+             "vocab": vocab, "merges": [[a, b] for a, b in merges]}
+    added = [{"id": vocab[s], "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for s in ("<unk>", "<s>", "</s>")]
+    if kind == "spm":
+        normalizer = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                          {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+        pre = None
+    else:
+        normalizer = None
+        pre = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+    post = {"type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    decoder = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+        {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": normalizer,
+            "pre_tokenizer": pre, "post_processor": post, "decoder": decoder, "model": model}
+
+
 def main():
     text = "".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
     vocab, merges = learn(text)
@@ -105,6 +170,10 @@ def main():
     for kind in ("llama3", "gpt2", "qwen2"):
         (OUT / f"{kind}-tokenizer.json").write_text(json.dumps(tokenizer(vocab, merges, kind), ensure_ascii=False) + "\n")
     print(f"{len(vocab)} tokens, {len(merges)} merges -> {OUT}")
+    vocab, merges = learn_spm(text)
+    for kind in ("spm", "metaspace"):
+        (OUT / f"{kind}-tokenizer.json").write_text(json.dumps(spm_tokenizer(vocab, merges, kind), ensure_ascii=False) + "\n")
+    print(f"SentencePiece-style: {len(vocab)} tokens, {len(merges)} merges")
 
 
 if __name__ == "__main__":

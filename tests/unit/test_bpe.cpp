@@ -20,9 +20,10 @@ nlohmann::json golden() { return nlohmann::json::parse(std::ifstream(kDir + "/go
 
 }  // namespace
 
-TEST_CASE("tokenizer.json byte-level BPE: ids and decoded text equal Hugging Face tokenizers", "[bpe][tokenizer]") {
+TEST_CASE("tokenizer.json BPE (byte-level and SentencePiece-style): ids and decoded text equal Hugging Face tokenizers",
+          "[bpe][tokenizer]") {
   const nlohmann::json g = golden();
-  for (const std::string kind : {"llama3", "gpt2", "qwen2"}) {
+  for (const std::string kind : {"llama3", "gpt2", "qwen2", "spm", "metaspace"}) {
     const Tokenizer t(kDir + "/" + kind + "-tokenizer.json");
     const auto& cases = g["tokenizers"][kind]["cases"];
     REQUIRE(cases.size() == g["texts"].size());
@@ -33,7 +34,7 @@ TEST_CASE("tokenizer.json byte-level BPE: ids and decoded text equal Hugging Fac
       CHECK(t.encode(text) == want);
       CHECK(t.decode(want) == cases[i]["decoded"].get<std::string>());
     }
-    // The BOS the post-processor puts first (Llama 3) or none (GPT-2, Qwen2 layouts here).
+    // The BOS the post-processor puts first (Llama 3, SentencePiece-style) or none (GPT-2, Qwen2).
     const auto with = g["tokenizers"][kind]["hello_with_specials"].get<std::vector<std::int32_t>>();
     const auto plain = t.encode("Hello world");
     CHECK(t.bos() == (with.size() > plain.size() ? with.front() : -1));
@@ -53,7 +54,7 @@ TEST_CASE("tokenizer.json: what is not read is refused naming the field", "[bpe]
   refused("unigram.json", j, "model.type = Unigram");
   j = base;
   j["model"]["byte_fallback"] = true;
-  refused("spm.json", j, "model.byte_fallback");
+  refused("spm.json", j, "needs the Prepend + Replace normalizer or a Metaspace");
   j = base;
   j["normalizer"] = {{"type", "Lowercase"}};
   refused("lower.json", j, "normalizer.type = Lowercase");
@@ -66,6 +67,7 @@ TEST_CASE("tokenizer.json: what is not read is refused naming the field", "[bpe]
   j = base;
   j["model"].erase("merges");
   refused("nomerges.json", j, "merges");
+  CHECK_THROWS_WITH(Tokenizer(kDir + "/llama3-tokenizer.json").encode("ok \xff\xfe bytes"), Catch::Contains("invalid UTF-8"));
   std::ofstream(dir.file("broken.json")) << "{\"model\": ";
   CHECK_THROWS_AS(Tokenizer(dir.file("broken.json")), CorruptData);
   CHECK_THROWS_AS(Tokenizer(dir.file("missing.json")), IoError);

@@ -6,6 +6,8 @@
 #include <unicode/unistr.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <fstream>
 #include <limits>
 
@@ -61,6 +63,22 @@ std::size_t utf8_len(unsigned char c) {
   return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
 }
 
+// The merge table's key of a pair (length-prefixed: no separator can be confused with a symbol).
+std::string pair_key(const std::string& left, const std::string& right) {
+  return std::to_string(left.size()) + ':' + left + right;
+}
+
+constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+std::string replace_spaces(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == ' ') out += kSpace;
+    else out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 struct BpeVocab::Regex {
@@ -74,7 +92,13 @@ BpeVocab::BpeVocab(std::vector<std::string> tokens, const std::vector<std::pair<
   for (std::size_t i = 0; i < tokens_.size(); ++i) {
     if (!tokens_[i].empty()) ids_.emplace(tokens_[i], static_cast<std::int32_t>(i));
   }
-  for (std::size_t r = 0; r < merges.size(); ++r) ranks_.emplace(merges[r].first + '\n' + merges[r].second, r);
+  for (std::size_t r = 0; r < merges.size(); ++r) ranks_.emplace(pair_key(merges[r].first, merges[r].second), r);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    const auto it = ids_.find(name);
+    byte_token_[b] = it == ids_.end() ? -1 : it->second;
+  }
   for (const auto& [text, id] : added_) {
     if (text.empty() || id < 0) throw InvalidInput("empty added token or negative id", {where, "added_tokens", text});
     if (static_cast<std::size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<std::size_t>(id) + 1);
@@ -108,43 +132,91 @@ std::vector<std::string> BpeVocab::gguf_pre_patterns(const std::string& pre) {
   return {};
 }
 
-void BpeVocab::encode_piece(const std::string& piece, std::vector<std::int32_t>& out) const {
-  const ByteSymbols& bs = byte_symbols();
-  std::vector<std::string> sym;
-  std::string whole;
-  for (unsigned char c : piece) {
-    sym.push_back(bs.symbol[c]);
-    whole += sym.back();
+std::vector<std::string> BpeVocab::merge(std::vector<std::string> sym) const {
+  // Symbols as a linked list; a heap of candidate merges (rank, left index), lowest rank and then
+  // leftmost first; an entry is stale when either symbol changed since it was pushed.
+  const std::size_t n = sym.size();
+  std::vector<std::size_t> prev(n), next(n), version(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    prev[i] = i - 1;  // wraps for i = 0: "none"
+    next[i] = i + 1;  // n: "none"
   }
-  if (sym.empty()) return;
+  struct Cand {
+    std::size_t rank, left, right, vl, vr;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::vector<Cand> heap;
+  auto push = [&](std::size_t l, std::size_t r) {
+    if (l >= n || r >= n) return;
+    const auto it = ranks_.find(pair_key(sym[l], sym[r]));
+    if (it == ranks_.end()) return;
+    heap.push_back({it->second, l, r, version[l], version[r]});
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) push(i, i + 1);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const Cand c = heap.back();
+    heap.pop_back();
+    if (version[c.left] != c.vl || version[c.right] != c.vr || next[c.left] != c.right) continue;
+    sym[c.left] += sym[c.right];
+    sym[c.right].clear();
+    ++version[c.left];
+    ++version[c.right];
+    next[c.left] = next[c.right];
+    if (next[c.left] < n) prev[next[c.left]] = c.left;
+    push(prev[c.left], c.left);
+    push(c.left, next[c.left]);
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < n; i = next[i]) out.push_back(std::move(sym[i]));
+  return out;
+}
+
+void BpeVocab::encode_piece(const std::string& piece, std::vector<std::int32_t>& out) const {
+  if (piece.empty()) return;
+  std::vector<std::string> sym;
+  if (options_.byte_level) {
+    const ByteSymbols& bs = byte_symbols();
+    for (unsigned char c : piece) sym.push_back(bs.symbol[c]);
+  } else {
+    for (std::size_t k = 0; k < piece.size();) {
+      const std::size_t len = std::min(utf8_len(static_cast<unsigned char>(piece[k])), piece.size() - k);
+      sym.push_back(piece.substr(k, len));
+      k += len;
+    }
+  }
   if (options_.ignore_merges) {
+    std::string whole;
+    for (const auto& s : sym) whole += s;
     const auto it = ids_.find(whole);
     if (it != ids_.end()) {
       out.push_back(it->second);
       return;
     }
   }
-  for (;;) {
-    std::size_t best = std::numeric_limits<std::size_t>::max(), at = 0;
-    for (std::size_t i = 0; i + 1 < sym.size(); ++i) {
-      const auto it = ranks_.find(sym[i] + '\n' + sym[i + 1]);
-      if (it != ranks_.end() && it->second < best) {
-        best = it->second;
-        at = i;
-      }
-    }
-    if (best == std::numeric_limits<std::size_t>::max()) break;
-    sym[at] += sym[at + 1];
-    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
-  }
-  for (const std::string& s : sym) {
+  bool last_unk = false;
+  for (const std::string& s : merge(std::move(sym))) {
     const auto it = ids_.find(s);
-    if (it == ids_.end()) throw InvalidInput("text piece without a token (the vocabulary lacks a byte symbol)", {where_, "token", s});
-    out.push_back(it->second);
+    if (it != ids_.end()) {
+      out.push_back(it->second);
+      last_unk = false;
+      continue;
+    }
+    if (options_.byte_fallback &&
+        std::all_of(s.begin(), s.end(), [&](char c) { return byte_token_[static_cast<unsigned char>(c)] >= 0; })) {
+      for (char c : s) out.push_back(byte_token_[static_cast<unsigned char>(c)]);
+      last_unk = false;
+    } else if (options_.unk >= 0) {
+      if (!last_unk) out.push_back(options_.unk);  // fused, as fuse_unk
+      last_unk = true;
+    } else {
+      throw InvalidInput("text piece without a token (no byte symbol, byte fallback or unknown token)", {where_, "token", s});
+    }
   }
 }
 
-void BpeVocab::encode_text(const std::string& raw, std::vector<std::int32_t>& out) const {
+void BpeVocab::encode_text(const std::string& raw, bool first, std::vector<std::int32_t>& out) const {
   std::string text = raw;
   if (options_.nfc && !text.empty()) {
     UErrorCode status = U_ZERO_ERROR;
@@ -155,14 +227,38 @@ void BpeVocab::encode_text(const std::string& raw, std::vector<std::int32_t>& ou
     text.clear();
     normalized.toUTF8String(text);
   }
-  std::vector<std::string> pieces = {text};
+  if (text.empty()) return;
+  std::vector<std::string> pieces;
+  if (options_.spaces == Spaces::normalizer) {
+    pieces = {kSpace + replace_spaces(text)};
+  } else if (options_.spaces == Spaces::metaspace) {
+    std::string t = replace_spaces(text);
+    const bool prepend = options_.prepend == Prepend::always || (options_.prepend == Prepend::first && first);
+    if (prepend && t.compare(0, 3, kSpace) != 0) t = kSpace + t;
+    if (!options_.metaspace_split) {
+      pieces = {t};
+    } else {
+      std::size_t start = 0;
+      for (std::size_t k = 3; k + 3 <= t.size(); ++k) {
+        if (t.compare(k, 3, kSpace) == 0) {
+          pieces.push_back(t.substr(start, k - start));
+          start = k;
+        }
+      }
+      pieces.push_back(t.substr(start));
+    }
+  } else {
+    pieces = {text};
+  }
   for (const auto& re : regexes_) {
     std::vector<std::string> next;
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(re->code, nullptr);
     for (const std::string& p : pieces) {
       std::size_t pos = 0, last = 0;
       while (pos <= p.size()) {
-        const int rc = pcre2_match(re->code, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), pos, 0, md, nullptr);
+        // The subject's UTF-8 is checked on the first call only (each check reads the whole text).
+        const int rc = pcre2_match(re->code, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), pos,
+                                   pos == 0 ? 0 : PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
           pcre2_match_data_free(md);
@@ -192,33 +288,62 @@ std::vector<std::int32_t> BpeVocab::encode(const std::string& text) const {
       ++i;
       continue;
     }
-    encode_text(text.substr(start, i - start), out);
+    encode_text(text.substr(start, i - start), start == 0, out);
     out.push_back(hit->second);
     i += hit->first.size();
     start = i;
   }
-  encode_text(text.substr(start), out);
+  encode_text(text.substr(start), start == 0, out);
   return out;
 }
 
 std::string BpeVocab::decode(const std::vector<std::int32_t>& ids) const {
   const ByteSymbols& bs = byte_symbols();
-  std::string out;
+  std::string out, bytes;  // bytes: a run of byte-fallback tokens not yet written
+  auto flush = [&] {
+    if (bytes.empty()) return;
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::UnicodeString u = icu::UnicodeString::fromUTF8(bytes);
+    std::string round;
+    u.toUTF8String(round);
+    if (U_SUCCESS(status) && round == bytes) out += bytes;
+    else for (std::size_t k = 0; k < bytes.size(); ++k) out += "\xEF\xBF\xBD";  // U+FFFD per byte
+    bytes.clear();
+  };
   for (std::int32_t id : ids) {
     if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size()) continue;
     const auto added = std::find_if(added_.begin(), added_.end(), [&](const auto& a) { return a.second == id; });
-    if (added != added_.end()) {
-      out += added->first;
+    const std::string& t = added != added_.end() ? added->first : tokens_[static_cast<std::size_t>(id)];
+    if (options_.byte_level) {
+      if (added != added_.end()) {
+        out += t;
+        continue;
+      }
+      for (std::size_t k = 0; k < t.size();) {
+        const std::size_t n = std::min(utf8_len(static_cast<unsigned char>(t[k])), t.size() - k);
+        const auto it = bs.byte_of.find(t.substr(k, n));
+        if (it != bs.byte_of.end()) out += static_cast<char>(it->second);
+        k += n;
+      }
       continue;
     }
-    const std::string& t = tokens_[static_cast<std::size_t>(id)];
+    // SentencePiece-style: U+2581 -> space, <0xXX> runs -> bytes, then one leading space stripped.
+    if (added == added_.end() && options_.byte_fallback && t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>') {
+      bytes += static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16));
+      continue;
+    }
+    flush();
     for (std::size_t k = 0; k < t.size();) {
-      const std::size_t n = std::min(utf8_len(static_cast<unsigned char>(t[k])), t.size() - k);
-      const auto it = bs.byte_of.find(t.substr(k, n));
-      if (it != bs.byte_of.end()) out += static_cast<char>(it->second);
-      k += n;
+      if (t.compare(k, 3, kSpace) == 0) {
+        out += ' ';
+        k += 3;
+      } else {
+        out += t[k++];
+      }
     }
   }
+  flush();
+  if (!options_.byte_level && !out.empty() && out[0] == ' ') out.erase(0, 1);
   return out;
 }
 
@@ -232,46 +357,84 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
     if (model.value("type", std::string()) != "BPE") {
       throw InvalidInput("tokenizer model not implemented (akv reads BPE)", {path, "model.type", model.value("type", std::string("missing"))});
     }
-    if (model.value("byte_fallback", false)) {
-      throw InvalidInput("SentencePiece-style tokenizer.json (byte_fallback) not read yet: use the model's tokenizer.model",
-                         {path, "model.byte_fallback", "true"});
-    }
     Options o;
     o.ignore_merges = model.value("ignore_merges", false);
+    o.byte_level = !model.value("byte_fallback", false);
+    o.byte_fallback = !o.byte_level;
+    // Normalizer: none, NFC, or SentencePiece's Prepend U+2581 + Replace " " (either order).
     const nlohmann::json& norm = j.contains("normalizer") ? j["normalizer"] : nlohmann::json();
     if (!norm.is_null()) {
-      if (norm.value("type", std::string()) != "NFC") {
-        throw InvalidInput("normalizer not implemented (akv reads none or NFC)", {path, "normalizer.type", norm.value("type", std::string("?"))});
-      }
-      o.nfc = true;
-    }
-    // Pre-tokenizer: [Split(regex, Isolated)...,] ByteLevel.
-    const nlohmann::json& pre = j.at("pre_tokenizer");
-    std::vector<nlohmann::json> steps;
-    if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
-      for (const auto& s : pre.at("pretokenizers")) steps.push_back(s);
-    } else {
-      steps.push_back(pre);
-    }
-    bool byte_level = false;
-    for (const auto& s : steps) {
-      const std::string type = s.is_object() ? s.value("type", std::string()) : "null";
-      if (type == "Split" && !byte_level) {
-        if (!s.at("pattern").contains("Regex") || s.value("behavior", std::string()) != "Isolated" || s.value("invert", false)) {
-          throw InvalidInput("Split pre-tokenizer other than an isolated regex", {path, "pre_tokenizer", s.dump().substr(0, 80)});
-        }
-        o.patterns.push_back(s["pattern"]["Regex"].get<std::string>());
-      } else if (type == "ByteLevel" && !byte_level) {
-        if (s.value("add_prefix_space", false)) {
-          throw InvalidInput("ByteLevel add_prefix_space not implemented", {path, "pre_tokenizer.add_prefix_space", "true"});
-        }
-        if (s.value("use_regex", true)) o.patterns.push_back(kGpt2Pattern);
-        byte_level = true;
+      const std::string type = norm.value("type", std::string("?"));
+      auto spm_step = [&](const nlohmann::json& n) {
+        const std::string t = n.value("type", std::string());
+        return (t == "Prepend" && n.value("prepend", std::string()) == kSpace) ||
+               (t == "Replace" && n.contains("pattern") && n["pattern"].value("String", std::string()) == " " &&
+                n.value("content", std::string()) == kSpace);
+      };
+      if (type == "NFC") {
+        o.nfc = true;
+      } else if (type == "Sequence" && norm.at("normalizers").size() == 2 && spm_step(norm["normalizers"][0]) &&
+                 spm_step(norm["normalizers"][1]) &&
+                 norm["normalizers"][0]["type"] != norm["normalizers"][1]["type"] && !o.byte_level) {
+        o.spaces = Spaces::normalizer;
       } else {
-        throw InvalidInput("pre-tokenizer not implemented (akv reads Split regexes then ByteLevel)", {path, "pre_tokenizer", type});
+        throw InvalidInput("normalizer not implemented (akv reads none, NFC, or SentencePiece's Prepend + Replace)",
+                           {path, "normalizer.type", type});
       }
     }
-    if (!byte_level) throw InvalidInput("not a byte-level BPE (no ByteLevel pre-tokenizer)", {path, "pre_tokenizer"});
+    // Pre-tokenizer: byte-level [Split(regex, Isolated)...,] ByteLevel; SentencePiece-style none
+    // (the normalizer placed the U+2581) or Metaspace.
+    const nlohmann::json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
+    if (!o.byte_level) {
+      if (pre.is_object() && pre.value("type", std::string()) == "Metaspace" && o.spaces == Spaces::none) {
+        if (pre.value("replacement", std::string(kSpace)) != kSpace) {
+          throw InvalidInput("Metaspace replacement other than U+2581", {path, "pre_tokenizer.replacement", pre["replacement"].dump()});
+        }
+        o.spaces = Spaces::metaspace;
+        const std::string scheme = pre.contains("prepend_scheme") ? pre["prepend_scheme"].get<std::string>()
+                                   : pre.value("add_prefix_space", true) ? "always" : "never";
+        if (scheme == "always") o.prepend = Prepend::always;
+        else if (scheme == "first") o.prepend = Prepend::first;
+        else if (scheme == "never") o.prepend = Prepend::never;
+        else throw InvalidInput("unknown Metaspace prepend_scheme", {path, "pre_tokenizer.prepend_scheme", scheme});
+        o.metaspace_split = pre.value("split", true);
+      } else if (!pre.is_null() || o.spaces != Spaces::normalizer) {
+        throw InvalidInput("SentencePiece-style BPE (byte_fallback) needs the Prepend + Replace normalizer or a Metaspace "
+                           "pre-tokenizer", {path, "pre_tokenizer", pre.is_object() ? pre.value("type", std::string("?")) : "null"});
+      }
+      if (model.contains("unk_token") && model["unk_token"].is_string()) {
+        const auto& v = model.at("vocab");
+        const std::string unk = model["unk_token"].get<std::string>();
+        if (v.contains(unk)) o.unk = v[unk].get<std::int32_t>();
+      }
+    } else {
+      std::vector<nlohmann::json> steps;
+      if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
+        for (const auto& st : pre.at("pretokenizers")) steps.push_back(st);
+      } else {
+        steps.push_back(pre);
+      }
+      bool byte_level = false;
+      for (const auto& st : steps) {
+        const std::string type = st.is_object() ? st.value("type", std::string()) : "null";
+        if (type == "Split" && !byte_level) {
+          if (!st.at("pattern").contains("Regex") || st.value("behavior", std::string()) != "Isolated" || st.value("invert", false)) {
+            throw InvalidInput("Split pre-tokenizer other than an isolated regex", {path, "pre_tokenizer", st.dump().substr(0, 80)});
+          }
+          o.patterns.push_back(st["pattern"]["Regex"].get<std::string>());
+        } else if (type == "ByteLevel" && !byte_level) {
+          if (st.value("add_prefix_space", false)) {
+            throw InvalidInput("ByteLevel add_prefix_space not implemented", {path, "pre_tokenizer.add_prefix_space", "true"});
+          }
+          if (st.value("use_regex", true)) o.patterns.push_back(kGpt2Pattern);
+          byte_level = true;
+        } else {
+          throw InvalidInput("pre-tokenizer not implemented (akv reads Split regexes then ByteLevel, or Metaspace)",
+                             {path, "pre_tokenizer", type});
+        }
+      }
+      if (!byte_level) throw InvalidInput("not a byte-level BPE (no ByteLevel pre-tokenizer)", {path, "pre_tokenizer"});
+    }
     std::vector<std::string> tokens;
     for (const auto& [text, id] : model.at("vocab").items()) {
       const auto i = id.get<std::int64_t>();

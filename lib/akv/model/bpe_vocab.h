@@ -1,12 +1,14 @@
 #pragma once
-// Byte-level BPE as the GPT-2 family encodes text (GPT-2, Llama 3, Qwen2): from a Hugging Face
-// tokenizer.json or from GGUF lists (tokenizer.ggml.model "gpt2"). The text is split at added
+// BPE as Hugging Face tokenizers runs it, from a tokenizer.json or GGUF lists: byte-level (GPT-2,
+// Llama 3, Qwen2; GGUF tokenizer.ggml.model "gpt2") and SentencePiece-style (Mistral, TinyLlama:
+// U+2581 for spaces, characters as symbols, byte fallback; Options). The text is split at added
 // tokens (longest match first; each is one id), normalized (NFC where the file says so, through
 // ICU), split by the pre-tokenizer's regexes (PCRE2, UTF and Unicode properties; matches and the
 // text between them are pieces), each piece's UTF-8 bytes mapped to GPT-2's printable symbols,
-// then merged: the adjacent pair with the lowest merge rank first (ties: the leftmost), after a
-// whole piece that is a token is taken as is when ignore_merges is set (Llama 3). Checked against
-// Hugging Face tokenizers on three layouts (tests/unit/test_bpe.cpp, data/golden/bpe).
+// then merged: the adjacent pair with the lowest merge rank first (ties: the leftmost; a heap, so
+// a whole text without pre-tokenizer merges in n log n), after a whole piece that is a token is
+// taken as is when ignore_merges is set (Llama 3). Checked against Hugging Face tokenizers on five
+// layouts (tests/unit/test_bpe.cpp, data/golden/bpe).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,11 +19,23 @@ namespace akv {
 
 class BpeVocab {
  public:
+  // How spaces become U+2581 in SentencePiece-style BPE (Mistral, TinyLlama): not at all
+  // (byte-level), by the normalizer (Prepend U+2581 to every non-empty segment, Replace " "), or
+  // by the Metaspace pre-tokenizer (replace, then prepend to the text's first segment or to every
+  // segment unless it starts with U+2581 already; split: cut before every U+2581).
+  enum class Spaces { none, normalizer, metaspace };
+  enum class Prepend { always, first, never };
   struct Options {
     std::vector<std::string> patterns;  // pre-tokenizer regexes, applied one after another
     bool ignore_merges = false;
     bool nfc = false;        // normalize to NFC first
     std::int32_t bos = -1;   // the id put before a text (post-processor / add_bos_token), -1: none
+    bool byte_level = true;  // false: symbols are UTF-8 characters (SentencePiece-style)
+    bool byte_fallback = false;  // characters without a token become their <0xXX> byte tokens
+    std::int32_t unk = -1;       // else this token (consecutive ones fused), -1: refused
+    Spaces spaces = Spaces::none;
+    Prepend prepend = Prepend::always;
+    bool metaspace_split = false;
   };
   // tokens[id] (empty strings: unused ids), merges as (left, right) in rank order, added tokens
   // (content, id). InvalidInput naming `where` and the field for malformed data.
@@ -46,11 +60,13 @@ class BpeVocab {
  private:
   struct Regex;
   void encode_piece(const std::string& piece, std::vector<std::int32_t>& out) const;
-  void encode_text(const std::string& text, std::vector<std::int32_t>& out) const;
+  void encode_text(const std::string& text, bool first, std::vector<std::int32_t>& out) const;
+  std::vector<std::string> merge(std::vector<std::string> symbols) const;
 
   std::vector<std::string> tokens_;
   std::unordered_map<std::string, std::int32_t> ids_;
   std::unordered_map<std::string, std::size_t> ranks_;  // left + '\n' + right
+  std::int32_t byte_token_[256];                        // <0xXX> ids (byte fallback), -1: none
   std::vector<std::pair<std::string, std::int32_t>> added_;  // longest first
   std::vector<std::unique_ptr<Regex>> regexes_;
   Options options_;
