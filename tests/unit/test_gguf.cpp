@@ -18,6 +18,7 @@
 #include "akv/model/tokenizer.h"
 #include "akv/policy/kv_runtime.h"
 #include "akv/tensor/ggml_blocks.h"
+#include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"
 
@@ -310,6 +311,52 @@ TEST_CASE("ggml blocks: dequantization equals gguf-py bit for bit", "[gguf][gold
   }
   CHECK(ggml_type_info(10) == nullptr);  // Q2_K: not read
   CHECK(ggml_type_name(10) == "type 10");
+}
+
+TEST_CASE("ggml quantizers (KV cache types): blocks equal gguf-py's reference quantizers byte for byte", "[gguf][golden]") {
+  // scripts/golden_ggml.py GGUF_PY_DIR data/golden/ggml-dequant.json --quantize data/golden/ggml-quantize.json
+  std::ifstream in(std::string(AKV_SOURCE_DIR) + "/data/golden/ggml-quantize.json");
+  REQUIRE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const std::vector<std::uint8_t> raw = from_hex(g["input"].get<std::string>());
+  const std::size_t n = g["n"].get<std::size_t>();
+  REQUIRE(raw.size() == 4 * n);
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t w = (std::uint32_t{raw[4 * i]} << 24) | (std::uint32_t{raw[4 * i + 1]} << 16) |
+                            (std::uint32_t{raw[4 * i + 2]} << 8) | raw[4 * i + 3];
+    std::memcpy(&x[i], &w, 4);
+  }
+  REQUIRE(g["types"].size() == 5);
+  for (const nlohmann::json& t : g["types"]) {
+    const GgmlTypeInfo* info = ggml_type_info_by_name(t["type"].get<std::string>());
+    REQUIRE(info);
+    INFO(info->name);
+    REQUIRE(ggml_can_quantize(*info));
+    const std::vector<std::uint8_t> want = from_hex(t["blocks"].get<std::string>());
+    std::vector<std::uint8_t> got(n / info->block * info->bytes);
+    REQUIRE(got.size() == want.size());
+    ggml_quantize(*info, x.data(), n, got.data());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+    CHECK(differ == 0);
+    // Dequantized, every value lies within one step (d) of its input; Q8_0 within d / 2.
+    std::vector<float> back(n);
+    ggml_dequantize(*info, got.data(), n, back.data());
+    for (std::size_t b = 0; b < n / 32; ++b) {
+      float lo = x[32 * b], hi = x[32 * b];
+      for (std::size_t j = 0; j < 32; ++j) {
+        lo = std::min(lo, x[32 * b + j]);
+        hi = std::max(hi, x[32 * b + j]);
+      }
+      const float amax = std::max(std::fabs(lo), std::fabs(hi));
+      const float step = info->id == 8 ? amax / 127.0f : info->id == 2 ? amax / 8.0f : info->id == 6 ? amax / 16.0f
+                         : info->id == 3 ? (hi - lo) / 15.0f : (hi - lo) / 31.0f;
+      for (std::size_t j = 0; j < 32; ++j) CHECK(std::fabs(back[32 * b + j] - x[32 * b + j]) <= 1.01f * step + 1e-6f * amax);
+    }
+  }
+  const GgmlTypeInfo* q4k = ggml_type_info_by_name("Q4_K");
+  CHECK_FALSE(ggml_can_quantize(*q4k));
 }
 
 TEST_CASE("ggml blocks: hand-computed values", "[gguf]") {

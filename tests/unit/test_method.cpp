@@ -27,6 +27,9 @@ TEST_CASE("registry: every method has a kind that resolution accepts", "[method]
         CHECK(is_eviction_method(m.name));
         CHECK(eviction_method_name(ScoreMethod::snapkv, AllocMethod::joint) == "joint");
         break;
+      case MethodKind::ggml:
+        CHECK(resolve_params(r).ggml() != nullptr);
+        break;
     }
   }
   // Every eviction method of the planner's table is in the registry, and nothing else is.
@@ -117,4 +120,19 @@ TEST_CASE("resolved parameters: one mode at a time, from flags and from files", 
   nlohmann::json both = t.to_json();
   both["eviction"] = e.eviction()->to_json();
   CHECK_THROWS_AS(CompressParams::from_json(both, "both.h5"), CorruptData);
+}
+
+TEST_CASE("ggml method: llama.cpp cache types as k= and v=", "[method][ggml]") {
+  const CompressParams p = resolve_params(parse_method_spec("ggml:k=q4_0:v=q8_0"));
+  REQUIRE(p.ggml());
+  CHECK(p.ggml()->key == "q4_0");
+  CHECK(p.ggml()->value == "q8_0");
+  CHECK(describe(p) == "ggml K q4_0 V q8_0");
+  const CompressParams back = CompressParams::from_json(p.to_json(), "params.json");
+  REQUIRE(back.ggml());
+  CHECK(back.ggml()->key == "q4_0");
+  CHECK(resolve_params(parse_method_spec("ggml")).ggml()->value == "f16");
+  CHECK_THROWS_AS(parse_method_spec("ggml:k=q2_k"), InvalidInput);  // not among the choices
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("ggml:k=q4_0:bits=4")), UsageError);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("kivi:k=q4_0")), UsageError);
 }

@@ -159,6 +159,10 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress,
                            const Shard& shard) {
+  if (params.ggml()) {
+    throw UsageError("llama.cpp cache types run in the model's decode loop (evaluate --model, bench policy); "
+                     "akv compress does not store them", {"", "--method", "ggml"});
+  }
   if (params.tiered()) return compress_tiered(dump_path, out_path, params, threads, progress, shard);
   validate_params(params, "");
   DumpReader dump(dump_path);

@@ -25,6 +25,7 @@ void check_tensor(const TensorQuant& t, const char* which, const std::string& fi
 }  // namespace
 
 std::string describe(const CompressParams& p) {
+  if (p.ggml()) return "ggml K " + p.ggml()->key + " V " + p.ggml()->value;
   if (p.tiered()) {
     const TieredParams& t = *p.tiered();
     return "tiered" + (t.preset.empty() ? std::string() : " " + t.preset) + " hot " + std::to_string(t.hot) +
@@ -210,6 +211,25 @@ CompressParams resolve_tiered(const CompressRequest& r) {
 
 CompressParams resolve_params(const CompressRequest& r) {
   check_request(r);
+  if (r.method == "ggml") {
+    CompressRequest rest = r;
+    rest.ggml = {};
+    rest.method = "none";
+    if (rest.tiered.any() || rest.eviction.any() || rest.quant || rest.bits || rest.bits_key || rest.bits_value ||
+        rest.key_axis || rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction ||
+        rest.pre_rope || rest.calibration) {
+      throw UsageError("ggml takes k and v (llama.cpp cache types)", {"", "--method", r.method});
+    }
+    CompressParams p;
+    p.method = Quantizer::none;
+    p.residual = 0;
+    GgmlCacheParams g;
+    if (r.ggml.k) g.key = *r.ggml.k;
+    if (r.ggml.v) g.value = *r.ggml.v;
+    p.mode = g;
+    return p;
+  }
+  if (r.ggml.any()) throw UsageError("k= and v= (llama.cpp cache types) need method ggml", {"", "--method", r.method});
   if (is_tiered_method(r.method)) return resolve_tiered(r);
   if (r.tiered.any()) {
     throw UsageError("tiered flags (hot, warm, cold-bits...) need a tiered method (" +
@@ -341,6 +361,10 @@ nlohmann::json CompressParams::to_json() const {
     j["method"] = "tiered";
     j["tiered"] = tiered()->to_json();
   }
+  if (ggml()) {
+    j["method"] = "ggml";
+    j["ggml"] = ggml()->to_json();
+  }
   if (!head_bits.empty()) {
     j["head_bits"] = head_bits;
     j["calibration"] = calibration_file;
@@ -361,6 +385,9 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
     } else if (m == "tiered") {
       p.method = Quantizer::kivi;
       p.mode = TieredParams::from_json(j.at("tiered"), file);
+    } else if (m == "ggml") {
+      p.method = Quantizer::none;
+      p.mode = GgmlCacheParams::from_json(j.at("ggml"), file);
     } else {
       throw InvalidInput("unknown method", {file, "params.method", m});
     }

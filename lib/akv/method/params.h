@@ -7,6 +7,8 @@
 //   tiered   hot f16 / warm quantized / cold int2 tiers with importance-scored migration, in the
 //            model's decode loop (policy/tiered.h); presets quality, balanced, compact
 //            (tiered:preset=k4v2 / k4v3 for the KIVI-width warm tiers).
+//   ggml     llama.cpp's KV cache types (k=, v=: f16, q8_0, q4_0, q4_1, q5_0, q5_1), in the
+//            model's decode loop (policy/ggml_cache.h).
 #include <cstddef>
 #include <string>
 #include <variant>
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/method/eviction_params.h"
+#include "akv/method/ggml_params.h"
 #include "akv/method/request.h"
 #include "akv/method/tiered_params.h"
 #include "akv/quant/head_codec.h"
@@ -24,7 +27,7 @@ namespace akv {
 // What a method does besides quantizing: nothing, evict first (then quantize what is kept), or
 // run the tiered cache (whose warm tier's quantizer is the QuantParams). One at a time.
 struct QuantizeOnly {};
-using MethodMode = std::variant<QuantizeOnly, EvictionParams, TieredParams>;
+using MethodMode = std::variant<QuantizeOnly, EvictionParams, TieredParams, GgmlCacheParams>;
 
 // The quantizer's parameters (QuantParams) and what else a cache method is told.
 struct CompressParams : QuantParams {
@@ -38,6 +41,7 @@ struct CompressParams : QuantParams {
 
   const EvictionParams* eviction() const { return std::get_if<EvictionParams>(&mode); }
   const TieredParams* tiered() const { return std::get_if<TieredParams>(&mode); }
+  const GgmlCacheParams* ggml() const { return std::get_if<GgmlCacheParams>(&mode); }
 
   // The parameters of one head (its calibrated bits when there are any).
   CompressParams for_head(std::size_t layer, std::size_t head, std::size_t n_kv_heads) const;

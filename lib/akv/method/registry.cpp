@@ -40,6 +40,8 @@ const std::vector<MethodInfo>& method_registry() {
       {"quality", MethodKind::tiered, "tiered: 256 hot tokens, 4-bit warm"},
       {"balanced", MethodKind::tiered, "tiered: 128 hot tokens, 3-bit warm"},
       {"compact", MethodKind::tiered, "tiered: 64 hot tokens, 2-bit warm"},
+      {"ggml", MethodKind::ggml,
+       "llama.cpp's KV cache types: every K and V row in ggml blocks of type k= / v= (as -ctk / -ctv)"},
   };
   return methods;
 }
@@ -162,6 +164,13 @@ const std::vector<ParamInfo>& param_registry() {
        "relative score margin a promotion needs (default 0.25)", 0, {}, false, false, {}, {}},
       {"demotion", S::tiered, P::Text([](CompressRequest& r) -> auto& { return r.tiered.demotion; }),
        "which hot block leaves first (default importance)", {}, {}, false, false, {}, {"importance", "fifo"}},
+      // llama.cpp cache types.
+      {"k", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.k; }),
+       "key cache type, as llama.cpp's -ctk (default f16)", {}, {}, false, false, {},
+       {"f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}},
+      {"v", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.v; }),
+       "value cache type, as llama.cpp's -ctv (default f16)", {}, {}, false, false, {},
+       {"f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}},
   };
   return params;
 }
@@ -341,10 +350,10 @@ std::string method_spec_help() {
   std::string out = "name[:flag=value...]; quantizers " + method_list({MethodKind::quantizer}) + "; presets " +
                     method_list({MethodKind::preset}) + "; eviction " +
                     method_list({MethodKind::eviction, MethodKind::joint}) + "; tiered " +
-                    method_list({MethodKind::tiered}) + ".";
+                    method_list({MethodKind::tiered}) + "; llama.cpp cache types ggml.";
   const char* scopes[] = {"quantization flags", "eviction flags (with an eviction method)",
-                          "tiered flags (with a tiered method)"};
-  for (S s : {S::quant, S::eviction, S::tiered}) {
+                          "tiered flags (with a tiered method)", "ggml flags"};
+  for (S s : {S::quant, S::eviction, S::tiered, S::ggml}) {
     std::string names;
     for (const ParamInfo& p : param_registry()) {
       if (p.scope == s) names += (names.empty() ? "" : ", ") + std::string(p.name);

@@ -15,7 +15,7 @@
 
 namespace akv {
 
-enum class MethodKind { quantizer, preset, eviction, joint, tiered };
+enum class MethodKind { quantizer, preset, eviction, joint, tiered, ggml };
 
 struct MethodInfo {
   const char* name;
@@ -31,7 +31,7 @@ std::string method_list(std::initializer_list<MethodKind> kinds = {});
 
 // Which methods take a parameter: quantizers and presets (and eviction methods for what they
 // keep), eviction methods, the tiered cache.
-enum class ParamScope { quant, eviction, tiered };
+enum class ParamScope { quant, eviction, tiered, ggml };
 
 struct ParamInfo {
   using Integer = std::optional<long long>& (*)(CompressRequest&);

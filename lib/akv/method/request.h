@@ -26,9 +26,16 @@ struct TieredRequest {
   bool any() const;
 };
 
+// llama.cpp cache types (method ggml).
+struct GgmlRequest {
+  std::optional<std::string> k, v;
+  bool any() const { return k || v; }
+};
+
 // What the user asked for on the command line; unset fields take the method's defaults.
 struct CompressRequest {
   TieredRequest tiered;
+  GgmlRequest ggml;
   std::string method = "kivi";  // a quantization method, preset, or eviction method
   std::optional<std::string> quant;  // with an eviction method: quantization method or preset
   EvictionRequest eviction;

@@ -96,6 +96,11 @@ namespace {
 // Device and host bytes of one KV head holding n tokens under p.
 PlanBytes one_head(const CompressParams& p, std::size_t head_dim, std::size_t n) {
   if (p.tiered()) return tiered_bytes(*p.tiered(), head_dim, n);
+  if (p.ggml()) {  // ggml blocks per key and value row (head_dim a multiple of the block)
+    const GgmlTypeInfo& k = ggml_cache_type(p.ggml()->key, "", "k");
+    const GgmlTypeInfo& v = ggml_cache_type(p.ggml()->value, "", "v");
+    return {static_cast<double>(n * (head_dim / k.block * k.bytes + head_dim / v.block * v.bytes)), 0.0};
+  }
   std::size_t kept = n;
   double index = 0;
   if (p.eviction()) {

@@ -9,6 +9,7 @@
 #include "akv/alloc/calibration_file.h"
 #include "akv/alloc/joint.h"
 #include "akv/core/errors.h"
+#include "akv/policy/ggml_cache.h"
 #include "akv/policy/tiered.h"
 #include "akv/tensor/half.h"
 
@@ -315,6 +316,7 @@ class RuntimePolicy : public KvPolicy {
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads) {
   if (params && params->tiered()) return make_tiered_policy(*params, g);
+  if (params && params->ggml()) return make_ggml_policy(*params->ggml(), g, threads);
   return std::make_unique<RuntimePolicy>(params, g, threads);
 }
 

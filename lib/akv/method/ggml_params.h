@@ -1,0 +1,23 @@
+#pragma once
+// llama.cpp's KV cache types as an akv method (`ggml:k=T:v=T`, policy/ggml_cache.h): every
+// token's K and V rows of every head stored as ggml blocks of the type (-ctk / -ctv), as
+// llama.cpp's cache stores them; no residual window, no eviction.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "akv/tensor/ggml_blocks.h"
+
+namespace akv {
+
+struct GgmlCacheParams {
+  std::string key = "f16", value = "f16";  // f16, q8_0, q4_0, q4_1, q5_0, q5_1 (llama.cpp's names)
+
+  nlohmann::json to_json() const { return {{"k", key}, {"v", value}}; }
+  static GgmlCacheParams from_json(const nlohmann::json& j, const std::string& file);
+};
+
+// The block layout of a cache type name ("q4_0" -> Q4_0); InvalidInput naming `field` otherwise.
+const GgmlTypeInfo& ggml_cache_type(const std::string& name, const std::string& file, const std::string& field);
+
+}  // namespace akv

@@ -1,0 +1,108 @@
+#include "akv/tensor/ggml_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+void put_f16(std::uint8_t* p, float v) {
+  const std::uint16_t h = f32_to_f16_ref(v);  // round to nearest even, as F16C and numpy
+  p[0] = static_cast<std::uint8_t>(h & 0xFF);
+  p[1] = static_cast<std::uint8_t>(h >> 8);
+}
+
+void q8_0(const float* x, std::uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(b, d);
+  for (int j = 0; j < 32; ++j) b[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::round(x[j] * id)));
+}
+
+// Q4_0 (levels 16) and Q5_0 (levels 32): symmetric around the value of largest magnitude.
+void q_0(const float* x, std::uint8_t* b, int levels) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / static_cast<float>(-levels / 2), id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float offset = static_cast<float>(levels / 2) + 0.5f;
+  put_f16(b, d);
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = std::min(levels - 1, static_cast<int>(static_cast<std::int8_t>(std::fma(x[j], id, offset))));
+  std::uint8_t* qs = b + (levels == 16 ? 2 : 6);
+  std::uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<std::uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+    qh |= static_cast<std::uint32_t>((q[j] >> 4) & 1) << j;
+    qh |= static_cast<std::uint32_t>((q[j + 16] >> 4) & 1) << (j + 16);
+  }
+  if (levels == 32) {
+    for (int k = 0; k < 4; ++k) b[2 + k] = static_cast<std::uint8_t>(qh >> (8 * k));
+  }
+}
+
+// Q4_1 (levels 16) and Q5_1 (levels 32): from the block's minimum.
+void q_1(const float* x, std::uint8_t* b, int levels) {
+  float min = x[0], max = x[0];
+  for (int j = 1; j < 32; ++j) {
+    min = std::min(min, x[j]);
+    max = std::max(max, x[j]);
+  }
+  const float d = (max - min) / static_cast<float>(levels - 1), id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(b, d);
+  put_f16(b + 2, min);
+  int q[32];
+  for (int j = 0; j < 32; ++j) {
+    const float scaled = (x[j] - min) * id;  // rounded before the addition (no contraction here)
+    q[j] = std::min(levels - 1, static_cast<int>(static_cast<std::int8_t>(scaled + 0.5f)));
+  }
+  std::uint8_t* qs = b + (levels == 16 ? 4 : 8);
+  std::uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<std::uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+    qh |= static_cast<std::uint32_t>((q[j] >> 4) & 1) << j;
+    qh |= static_cast<std::uint32_t>((q[j + 16] >> 4) & 1) << (j + 16);
+  }
+  if (levels == 32) {
+    for (int k = 0; k < 4; ++k) b[4 + k] = static_cast<std::uint8_t>(qh >> (8 * k));
+  }
+}
+
+}  // namespace
+
+bool ggml_can_quantize(const GgmlTypeInfo& type) {
+  switch (type.id) {
+    case 1: case 2: case 3: case 6: case 7: case 8: return true;
+    default: return false;
+  }
+}
+
+void ggml_quantize(const GgmlTypeInfo& type, const float* x, std::size_t n, std::uint8_t* dst) {
+  if (!ggml_can_quantize(type) || n % type.block != 0) throw std::logic_error("ggml_quantize: unsupported type or size");
+  if (type.id == 1) {
+    for (std::size_t i = 0; i < n; ++i) put_f16(dst + 2 * i, x[i]);
+    return;
+  }
+  for (std::size_t i = 0; i < n / 32; ++i) {
+    const float* xb = x + 32 * i;
+    std::uint8_t* b = dst + type.bytes * i;
+    switch (type.id) {
+      case 2: q_0(xb, b, 16); break;
+      case 3: q_1(xb, b, 16); break;
+      case 6: q_0(xb, b, 32); break;
+      case 7: q_1(xb, b, 32); break;
+      default: q8_0(xb, b); break;
+    }
+  }
+}
+
+}  // namespace akv

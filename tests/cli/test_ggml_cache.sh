@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# llama.cpp's KV cache types as a method (ggml:k=T:v=T) in the decode loop of a small random
+# Hugging Face llama (head_dim 32): honest ggml byte counts (bits per element of each block
+# type), f16 close to the full cache, the plan's bytes, bench policy, and the refusals.
+source "$(dirname "$0")/lib.sh"
+need_python_h5py
+"$PY" - "$TMP/hf" <<'PY'
+import json, struct, sys
+from pathlib import Path
+import numpy as np
+d = Path(sys.argv[1]); d.mkdir()
+DIM, HID, V, HEADS, KV = 64, 96, 64, 2, 1
+cfg = {"model_type": "llama", "hidden_size": DIM, "intermediate_size": HID, "num_hidden_layers": 2,
+       "num_attention_heads": HEADS, "num_key_value_heads": KV, "vocab_size": V, "max_position_embeddings": 256,
+       "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
+(d / "config.json").write_text(json.dumps(cfg))
+rng = np.random.default_rng(5)
+shapes = {"model.embed_tokens.weight": (V, DIM), "model.norm.weight": (DIM,)}
+for l in range(2):
+    p = f"model.layers.{l}."
+    shapes.update({p + "input_layernorm.weight": (DIM,), p + "post_attention_layernorm.weight": (DIM,),
+                   p + "self_attn.q_proj.weight": (DIM, DIM), p + "self_attn.k_proj.weight": (32 * KV, DIM),
+                   p + "self_attn.v_proj.weight": (32 * KV, DIM), p + "self_attn.o_proj.weight": (DIM, DIM),
+                   p + "mlp.gate_proj.weight": (HID, DIM), p + "mlp.up_proj.weight": (HID, DIM),
+                   p + "mlp.down_proj.weight": (DIM, HID)})
+header, blob = {}, b""
+for name, shape in shapes.items():
+    data = (np.ones(shape) if name.endswith("norm.weight") else rng.standard_normal(shape) * 0.2).astype("<f4").tobytes()
+    header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [len(blob), len(blob) + len(data)]}
+    blob += data
+text = json.dumps(header).encode()
+(d / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + blob)
+with open(d.parent / "tokens.txt", "w") as f:
+    for s in range(3):
+        f.write(" ".join(str(t) for t in rng.integers(1, V, 96)) + "\n")
+PY
+T="$TMP/tokens.txt"
+methods=ggml,ggml:k=q8_0:v=q8_0,ggml:k=q4_0:v=q4_0,ggml:k=q4_1:v=q4_1,ggml:k=q5_0:v=q5_0,ggml:k=q5_1:v=q8_0
+"$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods "$methods" --json -o "$TMP/e.json"
+expect "bits per element: f16 16, q8_0 8.5, q4_0 4.5, q4_1 5, q5_0 5.5, q5_1/q8_0 7.25" 0 "bits ok" "$PY" - "$TMP/e.json" <<'PY'
+import json, sys
+m = {x["method"]: x for x in json.load(open(sys.argv[1]))["methods"]}
+want = {"ggml": 16, "ggml:k=q8_0:v=q8_0": 8.5, "ggml:k=q4_0:v=q4_0": 4.5, "ggml:k=q4_1:v=q4_1": 5.0,
+        "ggml:k=q5_0:v=q5_0": 5.5, "ggml:k=q5_1:v=q8_0": (6.0 + 8.5) / 2}
+for k, bits in want.items():
+    assert abs(m[k]["bits_per_element"] - bits) < 1e-9, (k, m[k]["bits_per_element"])
+    # 3 sequences of 96 tokens: the cache holds 95 rows at the end, 2 layers x 1 KV head x 32 dims x (K + V).
+    assert m[k]["cache_bytes"] == round(3 * 95 * 2 * 32 * 2 * bits / 8), (k, m[k]["cache_bytes"])
+assert m["ggml"]["kl"] < 1e-6 and m["ggml:k=q4_0:v=q4_0"]["kl"] > m["ggml:k=q8_0:v=q8_0"]["kl"] > 0
+print("bits ok")
+PY
+expect "plan counts ggml blocks (2 layers x (18 + 18) bytes per token)" 0 "ggml:k=q4_0:v=q4_0 +72 " \
+  "$AKV" plan --config "$TMP/hf/config.json" --methods none,ggml:k=q4_0:v=q4_0 --context 128 --memory 1GiB
+expect "bench policy runs a ggml cache" 0 "ggml:k=q4_0:v=q4_0" \
+  "$AKV" bench policy --contexts 128 --heads 4 --kv-heads 2 --head-dim 64 --methods full,ggml:k=q4_0:v=q4_0 --warmup 1 --repeat 2
+mkdir -p "$TMP/none"
+"$AKV" synth -q -o "$TMP/d.h5" --layers 1 --heads 2 --kv-heads 1 --head-dim 32 --tokens 64
+expect_error "compress refuses ggml" 1 "akv compress does not store them" \
+  "$AKV" compress -q "$TMP/d.h5" -o "$TMP/none/c.h5" -m ggml
+expect_error "an unknown cache type" 2 "k = q2_k" \
+  "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods ggml:k=q2_k -o "$TMP/none/x.txt"
+expect_error "k= with another method" 1 "need method ggml" \
+  "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods kivi:k=q4_0 -o "$TMP/none/x.txt"
+if [[ -f "${AKV_SHARED_DIR:-$SRC/../shared}/models/stories260K.bin" ]]; then
+  expect_error "head_dim 8 holds no block of 32" 2 "ggml k=q4_0: head_dim = 8" \
+    "$AKV" evaluate -q --model "${AKV_SHARED_DIR:-$SRC/../shared}/models/stories260K.bin" --tokens "$T" --methods ggml:k=q4_0 -o "$TMP/none/x.txt"
+fi
+expect_empty_dir "no output after errors" "$TMP/none"
+finish
