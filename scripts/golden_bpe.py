@@ -6,8 +6,8 @@ with its built-in regex) and Qwen2 (NFC normalizer, Split with its regex, no BOS
 vocabulary (the 256 byte symbols, then MERGES merges); and the SentencePiece-style BPE of
 Mistral/TinyLlama (normalizer Prepend and Replace with U+2581, no pre-tokenizer, byte fallback to
 <0xXX> pieces, <s> first) in two spellings: as older files write it (spm) and with the Metaspace
-pre-tokenizer of newer ones (metaspace). Merges are learned here from the repository's docs by
-plain pair counting; they are only data: how a text is encoded is decided by the reference,
+pre-tokenizer of newer ones (metaspace). Merges are learned here from the repository's docs (as of
+commit CORPUS_COMMIT) by plain pair counting; they are only data: how a text is encoded is decided by the reference,
 scripts/golden_bpe.mjs, which runs Hugging Face tokenizers.
 
   /usr/bin/python3 scripts/golden_bpe.py
@@ -15,11 +15,13 @@ scripts/golden_bpe.mjs, which runs Hugging Face tokenizers.
 import collections
 import json
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "data" / "golden" / "bpe"
 MERGES = 400
+CORPUS_COMMIT = "63c8d3d"  # the docs/*.md of this commit are the training text (stable across edits)
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -39,21 +41,21 @@ def bytes_to_unicode():
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-def learn(text):
-    enc = bytes_to_unicode()
-    words = collections.Counter(re.findall(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+", text))
-    split = {w: [enc[b] for b in w.encode()] for w in words}
+def learn_merges(words, split, allowed, on_merge=lambda a, b: None):
+    """MERGES times: merge the most frequent adjacent pair with allowed(a, b) in every word."""
     merges = []
     for _ in range(MERGES):
         pairs = collections.Counter()
         for w, n in words.items():
             s = split[w]
             for a, b in zip(s, s[1:]):
-                pairs[a, b] += n
+                if allowed(a, b):
+                    pairs[a, b] += n
         if not pairs:
             break
         (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
         merges.append((a, b))
+        on_merge(a, b)
         for w in words:
             s, out, i = split[w], [], 0
             while i < len(s):
@@ -64,6 +66,14 @@ def learn(text):
                     out.append(s[i])
                     i += 1
             split[w] = out
+    return merges
+
+
+def learn(text):
+    enc = bytes_to_unicode()
+    words = collections.Counter(re.findall(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+", text))
+    split = {w: [enc[b] for b in w.encode()] for w in words}
+    merges = learn_merges(words, split, lambda a, b: True)
     vocab = {}
     for b in range(256):
         vocab[enc[b]] = len(vocab)
@@ -112,29 +122,8 @@ def learn_spm(text):
     chars = sorted({c for w in split.values() for c in w if ord(c) < 128} | set("\u2581éü—"))
     for c in chars:
         vocab.setdefault(c, len(vocab))
-    merges = []
-    for _ in range(MERGES):
-        pairs = collections.Counter()
-        for w, n in words.items():
-            s = split[w]
-            for a, b in zip(s, s[1:]):
-                if a in vocab and b in vocab:
-                    pairs[a, b] += n
-        if not pairs:
-            break
-        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-        merges.append((a, b))
-        vocab.setdefault(a + b, len(vocab))
-        for w in words:
-            s, out, i = split[w], [], 0
-            while i < len(s):
-                if i + 1 < len(s) and s[i] == a and s[i + 1] == b:
-                    out.append(a + b)
-                    i += 2
-                else:
-                    out.append(s[i])
-                    i += 1
-            split[w] = out
+    merges = learn_merges(words, split, lambda a, b: a in vocab and b in vocab,
+                          lambda a, b: vocab.setdefault(a + b, len(vocab)))
     return vocab, merges
 
 
@@ -164,7 +153,11 @@ def spm_tokenizer(vocab, merges, kind):
 
 
 def main():
-    text = "".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+    git = ["git", "-C", str(ROOT)]
+    names = subprocess.run(git + ["ls-tree", "--name-only", CORPUS_COMMIT, "docs/"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    text = "".join(subprocess.run(git + ["show", f"{CORPUS_COMMIT}:{n}"], capture_output=True, text=True, check=True).stdout
+                   for n in sorted(names) if n.endswith(".md"))
     vocab, merges = learn(text)
     OUT.mkdir(parents=True, exist_ok=True)
     for kind in ("llama3", "gpt2", "qwen2"):

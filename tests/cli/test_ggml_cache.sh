@@ -4,36 +4,8 @@
 # type), f16 close to the full cache, the plan's bytes, bench policy, and the refusals.
 source "$(dirname "$0")/lib.sh"
 need_python_h5py
-"$PY" - "$TMP/hf" <<'PY'
-import json, struct, sys
-from pathlib import Path
-import numpy as np
-d = Path(sys.argv[1]); d.mkdir()
-DIM, HID, V, HEADS, KV = 64, 96, 64, 2, 1
-cfg = {"model_type": "llama", "hidden_size": DIM, "intermediate_size": HID, "num_hidden_layers": 2,
-       "num_attention_heads": HEADS, "num_key_value_heads": KV, "vocab_size": V, "max_position_embeddings": 256,
-       "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
-(d / "config.json").write_text(json.dumps(cfg))
-rng = np.random.default_rng(5)
-shapes = {"model.embed_tokens.weight": (V, DIM), "model.norm.weight": (DIM,)}
-for l in range(2):
-    p = f"model.layers.{l}."
-    shapes.update({p + "input_layernorm.weight": (DIM,), p + "post_attention_layernorm.weight": (DIM,),
-                   p + "self_attn.q_proj.weight": (DIM, DIM), p + "self_attn.k_proj.weight": (32 * KV, DIM),
-                   p + "self_attn.v_proj.weight": (32 * KV, DIM), p + "self_attn.o_proj.weight": (DIM, DIM),
-                   p + "mlp.gate_proj.weight": (HID, DIM), p + "mlp.up_proj.weight": (HID, DIM),
-                   p + "mlp.down_proj.weight": (DIM, HID)})
-header, blob = {}, b""
-for name, shape in shapes.items():
-    data = (np.ones(shape) if name.endswith("norm.weight") else rng.standard_normal(shape) * 0.2).astype("<f4").tobytes()
-    header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [len(blob), len(blob) + len(data)]}
-    blob += data
-text = json.dumps(header).encode()
-(d / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + blob)
-with open(d.parent / "tokens.txt", "w") as f:
-    for s in range(3):
-        f.write(" ".join(str(t) for t in rng.integers(1, V, 96)) + "\n")
-PY
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/hf" --dim 64 --hidden 96 --vocab 64 --heads 2 --kv-heads 1 --layers 2 --seed 5 \
+  --tokens "$TMP/tokens.txt" 3 96
 T="$TMP/tokens.txt"
 methods=ggml,ggml:k=q8_0:v=q8_0,ggml:k=q4_0:v=q4_0,ggml:k=q4_1:v=q4_1,ggml:k=q5_0:v=q5_0,ggml:k=q5_1:v=q8_0
 "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods "$methods" --json -o "$TMP/e.json"

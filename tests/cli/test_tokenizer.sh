@@ -5,31 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 need_python_h5py
 G="$SRC/data/golden/bpe"
-"$PY" - "$TMP/hf" <<'PY'
-import json, struct, sys
-from pathlib import Path
-import numpy as np
-d = Path(sys.argv[1]); d.mkdir()
-DIM, HID, V = 16, 32, 658
-cfg = {"model_type": "llama", "hidden_size": DIM, "intermediate_size": HID, "num_hidden_layers": 1,
-       "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": V, "max_position_embeddings": 256,
-       "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
-(d / "config.json").write_text(json.dumps(cfg))
-rng = np.random.default_rng(3)
-shapes = {"model.embed_tokens.weight": (V, DIM), "model.norm.weight": (DIM,),
-          "model.layers.0.input_layernorm.weight": (DIM,), "model.layers.0.post_attention_layernorm.weight": (DIM,),
-          "model.layers.0.self_attn.q_proj.weight": (DIM, DIM), "model.layers.0.self_attn.k_proj.weight": (8, DIM),
-          "model.layers.0.self_attn.v_proj.weight": (8, DIM), "model.layers.0.self_attn.o_proj.weight": (DIM, DIM),
-          "model.layers.0.mlp.gate_proj.weight": (HID, DIM), "model.layers.0.mlp.up_proj.weight": (HID, DIM),
-          "model.layers.0.mlp.down_proj.weight": (DIM, HID)}
-header, blob = {}, b""
-for name, shape in shapes.items():
-    data = (rng.standard_normal(shape) * 0.3).astype("<f4").tobytes()
-    header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [len(blob), len(blob) + len(data)]}
-    blob += data
-text = json.dumps(header).encode()
-(d / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + blob)
-PY
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/hf" --dim 16 --hidden 32 --vocab 658 --heads 2 --kv-heads 1 --layers 1 --seed 3 --scale 0.3
 cp "$G/llama3-tokenizer.json" "$TMP/hf/tokenizer.json"
 # Text 2 of golden.json: its Llama 3 token count + BOS, and its Qwen2 count (no BOS), in chunks of 5.
 "$PY" -c "import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))['texts'][2])" "$G/golden.json" >"$TMP/t.txt"

@@ -16,6 +16,21 @@ void put_f16(std::uint8_t* p, float v) {
   p[1] = static_cast<std::uint8_t>(h >> 8);
 }
 
+// Codes of a 32-value block after its f16 fields (at p): for 5-bit codes first the u32 qh (bit j =
+// bit 4 of code j, little-endian), then 16 bytes with code j in the low nibble and j + 16 in the high.
+void pack(const int* q, std::uint8_t* p, bool five) {
+  std::uint32_t qh = 0;
+  std::uint8_t* qs = p + (five ? 4 : 0);
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<std::uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+    qh |= static_cast<std::uint32_t>((q[j] >> 4) & 1) << j;
+    qh |= static_cast<std::uint32_t>((q[j + 16] >> 4) & 1) << (j + 16);
+  }
+  if (five) {
+    for (int k = 0; k < 4; ++k) p[k] = static_cast<std::uint8_t>(qh >> (8 * k));
+  }
+}
+
 void q8_0(const float* x, std::uint8_t* b) {
   float amax = 0.0f;
   for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -38,16 +53,7 @@ void q_0(const float* x, std::uint8_t* b, int levels) {
   put_f16(b, d);
   int q[32];
   for (int j = 0; j < 32; ++j) q[j] = std::min(levels - 1, static_cast<int>(static_cast<std::int8_t>(std::fma(x[j], id, offset))));
-  std::uint8_t* qs = b + (levels == 16 ? 2 : 6);
-  std::uint32_t qh = 0;
-  for (int j = 0; j < 16; ++j) {
-    qs[j] = static_cast<std::uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
-    qh |= static_cast<std::uint32_t>((q[j] >> 4) & 1) << j;
-    qh |= static_cast<std::uint32_t>((q[j + 16] >> 4) & 1) << (j + 16);
-  }
-  if (levels == 32) {
-    for (int k = 0; k < 4; ++k) b[2 + k] = static_cast<std::uint8_t>(qh >> (8 * k));
-  }
+  pack(q, b + 2, levels == 32);
 }
 
 // Q4_1 (levels 16) and Q5_1 (levels 32): from the block's minimum.
@@ -65,16 +71,7 @@ void q_1(const float* x, std::uint8_t* b, int levels) {
     const float scaled = (x[j] - min) * id;  // rounded before the addition (no contraction here)
     q[j] = std::min(levels - 1, static_cast<int>(static_cast<std::int8_t>(scaled + 0.5f)));
   }
-  std::uint8_t* qs = b + (levels == 16 ? 4 : 8);
-  std::uint32_t qh = 0;
-  for (int j = 0; j < 16; ++j) {
-    qs[j] = static_cast<std::uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
-    qh |= static_cast<std::uint32_t>((q[j] >> 4) & 1) << j;
-    qh |= static_cast<std::uint32_t>((q[j + 16] >> 4) & 1) << (j + 16);
-  }
-  if (levels == 32) {
-    for (int k = 0; k < 4; ++k) b[4 + k] = static_cast<std::uint8_t>(qh >> (8 * k));
-  }
+  pack(q, b + 4, levels == 32);
 }
 
 }  // namespace
