@@ -514,6 +514,41 @@ TEST_CASE("GGUF rope metadata: linear scaling, rope_freqs, partial rotation", "[
   const std::vector<float> plain_inv = rope_inv_freq(8, c.rope_theta, RopeScaling{}, 1);
   for (std::size_t i = 0; i < 4; ++i) CHECK(inv[i] == Approx(plain_inv[i] / 4.0f / factors[i]).epsilon(1e-6));
   CHECK(r.prefill(kTokens, true).logits != plain.prefill(kTokens, true).logits);
+
+  // yarn (factor 4 over an original context of 4096: the ramp spans pairs 2..6), as llama.cpp
+  // computes it (ggml_rope_yarn_corr_dims, rope_yarn's ramp), written out here independently of
+  // akv's transformers-based code.
+  GgufWriter w3;
+  w3.str("general.architecture", "llama");
+  for (const auto& [k, v] : f.metadata().items()) {
+    if (k.rfind("llama.", 0) == 0 && v.is_number_unsigned()) w3.u32(k, v.get<std::uint32_t>());
+    if (k.rfind("llama.", 0) == 0 && v.is_number_float()) w3.f32(k, v.get<float>());
+  }
+  w3.str("llama.rope.scaling.type", "yarn");
+  w3.f32("llama.rope.scaling.factor", 4.0f);
+  w3.u32("llama.rope.scaling.original_context_length", 4096);
+  for (const auto& [name, t] : f.tensors()) {
+    const std::vector<float> x = f.read(name, t.dims);
+    w3.tensor_f32(name, t.dims, x.data(), x.size());
+  }
+  w3.write(dir.file("yarn.gguf"));
+  const Model y = load_model(dir.file("yarn.gguf"));
+  const RopeScaling& ys = y.config().rope_scaling;
+  CHECK(ys.kind == RopeScaling::Kind::yarn);
+  CHECK(ys.original_max_positions == 4096);
+  CHECK(ys.attention_factor == Approx(1.0 + 0.1 * std::log(4.0)).epsilon(1e-12));
+  const std::size_t hd = y.config().head_dim;
+  const double theta = y.config().rope_theta;
+  auto corr = [&](double beta) { return hd * std::log(4096.0 / (beta * 2.0 * M_PI)) / (2.0 * std::log(theta)); };
+  const double low = std::max(0.0, std::floor(corr(32.0))), high = std::min(static_cast<double>(hd - 1), std::ceil(corr(1.0)));
+  const std::vector<float> yinv = rope_inv_freq(hd, theta, ys, 1);
+  for (std::size_t i = 0; i < hd / 2; ++i) {
+    const double extrap = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd)), interp = extrap / 4.0;
+    const double mix = 1.0 - std::clamp((static_cast<double>(i) - low) / std::max(0.001, high - low), 0.0, 1.0);
+    INFO("pair " << i);
+    CHECK(yinv[i] == Approx(interp * (1.0 - mix) + extrap * mix).epsilon(1e-6));
+  }
+  CHECK(y.prefill(kTokens, true).logits != plain.prefill(kTokens, true).logits);
 }
 
 TEST_CASE("GGUF: bad files are one clear error naming the file and field", "[gguf][bad]") {

@@ -393,8 +393,27 @@ Model load_gguf(const std::string& path, WeightMode mode) {
   if (scaling == "linear") {
     c.rope_scaling.kind = RopeScaling::Kind::linear;
     c.rope_scaling.factor = m.real("rope.scaling.factor", 1.0);
+  } else if (scaling == "yarn") {
+    // llama.cpp's YaRN (ggml_rope_yarn_corr_dims, rope_yarn): the ramp between the correction
+    // dims of beta_fast and beta_slow over the original context, ext_factor 1, and cos/sin scaled
+    // by attn_factor (1 + 0.1 ln factor): transformers' yarn with these values.
+    RopeScaling& s = c.rope_scaling;
+    s.kind = RopeScaling::Kind::yarn;
+    s.factor = m.real("rope.scaling.factor", 1.0);
+    s.original_max_positions = m.count("rope.scaling.original_context_length");
+    s.beta_fast = m.real("rope.scaling.yarn_beta_fast", 32.0);
+    s.beta_slow = m.real("rope.scaling.yarn_beta_slow", 1.0);
+    if (const json* ext = m.get(arch + ".rope.scaling.yarn_ext_factor");
+        ext && !(ext->is_number() && (ext->get<double>() < 0 || ext->get<double>() == 1.0))) {
+      throw InvalidInput("yarn_ext_factor other than 1 (or unset) is not implemented", {path, arch + ".rope.scaling.yarn_ext_factor", ext->dump()});
+    }
+    if (const json* mul = m.get(arch + ".rope.scaling.yarn_log_multiplier"); mul && !(mul->is_number() && mul->get<double>() == 0.0)) {
+      throw InvalidInput("yarn_log_multiplier (DeepSeek mscale) is not implemented", {path, arch + ".rope.scaling.yarn_log_multiplier", mul->dump()});
+    }
+    s.attention_factor = m.real("rope.scaling.yarn_attn_factor", 1.0) * (1.0 + 0.1 * std::log(s.factor));
+    if (s.factor < 1.0) throw InvalidInput("yarn factor below 1", {path, arch + ".rope.scaling.factor", format_number(s.factor)});
   } else if (scaling != "none") {
-    throw InvalidInput("rope scaling type not implemented (akv reads none, linear, and rope_freqs.weight)",
+    throw InvalidInput("rope scaling type not implemented (akv reads none, linear, yarn, and rope_freqs.weight)",
                        {path, arch + ".rope.scaling.type", scaling});
   }
   const std::size_t rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
