@@ -179,7 +179,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   struct DecodeOptions {
     std::string model, tokens, weights = "stored";
     std::vector<std::string> methods = {"none", "kivi-4", "kivi-2", "adakv:budget=0.5:window=16"};
-    std::size_t prefill = 256, sequences = 4;
+    std::size_t prefill = 256, sequences = 4, batch = 1;
     int repeats = 3;
     bool json = false;
     std::string output = "-", shard;
@@ -199,6 +199,9 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   dec->add_option("--sequences", dopt->sequences, "Sequences to decode")->capture_default_str();
   dec->add_option("--repeats", dopt->repeats, "Repetitions (best is reported)")->capture_default_str()
       ->check(CLI::Range(1, 100));
+  dec->add_option("--batch", dopt->batch,
+                  "Sequences decoded together (one batched step over all of them, as evaluate --batch; "
+                  "1 = one at a time)")->capture_default_str()->check(CLI::Range(1, 4096));
   dec->add_flag("--json", dopt->json, "Print JSON");
   dec->add_option("-o,--output", dopt->output, "Write to this file (atomically) instead of stdout")
       ->capture_default_str();
@@ -206,7 +209,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
                   "Run shard K of N (K/N, 1-based) of the methods (full is timed in every shard as its "
                   "baseline); writes a partial report (JSON, format akv-bench-decode-part) that `akv merge` "
                   "combines (docs/scale.md)");
-  dec->callback([dopt] {
+  dec->callback([dopt, &global] {
     check_output_distinct(dopt->output, {dopt->model, dopt->tokens});
     std::vector<PplMethod> methods;
     for (const auto& spec : dopt->methods) {
@@ -217,11 +220,11 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     m.check_tokens(seqs, dopt->tokens);
     if (dopt->sequences && seqs.size() > dopt->sequences) seqs.resize(dopt->sequences);
     const std::optional<Shard> shard = dopt->shard.empty() ? std::nullopt : std::optional<Shard>(parse_shard(dopt->shard));
-    DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats, shard);
+    DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats, shard, dopt->batch, global.threads);
     if (shard) {
       r.inputs = {{"model", {{"path", dopt->model}, {"hash", path_hash(dopt->model)}}},
                   {"tokens", {{"path", dopt->tokens}, {"hash", file_hash(dopt->tokens)}}}};
-      r.params = {{"methods", dopt->methods}, {"weights", dopt->weights}};
+      r.params = {{"methods", dopt->methods}, {"weights", dopt->weights}, {"batch", dopt->batch}};
     }
     write_text_file(dopt->output, dopt->json || shard ? r.to_json().dump(2) + "\n" : r.to_table());
   });

@@ -8,7 +8,7 @@ namespace akv::cli {
 // Options shared by every subcommand (accepted before or after the subcommand name).
 struct GlobalOptions {
   bool quiet = false;  // no progress bar
-  int threads = 0;     // 0 = all hardware threads
+  int threads = 1;     // resolved by main: -t 0 (the default) = all hardware threads
 };
 
 void register_info(CLI::App& app, const GlobalOptions& global);

@@ -10,6 +10,7 @@
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/version.h"
+#include "akv/core/parallel.h"
 #include "commands.h"
 
 namespace {
@@ -38,8 +39,16 @@ int main(int argc, char** argv) {
 
   akv::cli::GlobalOptions global;
   app.add_flag("-q,--quiet", global.quiet, "Do not draw progress bars on stderr");
-  app.add_option("-t,--threads", global.threads, "Worker threads (0 = all hardware threads)")
-      ->check(CLI::Range(0, 4096));
+  // Commands read the resolved count: 0 (the default) becomes the hardware thread count here.
+  global.threads = akv::resolve_threads(0);
+  app.add_option("-t,--threads", global.threads, "Worker threads (0 = all hardware threads; default: all)")
+      ->check(CLI::Range(0, 4096))
+      ->transform(CLI::Validator(
+          [](std::string& v) {
+            if (v == "0") v = std::to_string(akv::resolve_threads(0));
+            return std::string();
+          },
+          "", "threads"));
 
   akv::cli::register_info(app, global);
   akv::cli::register_synth(app, global);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "akv/core/errors.h"
 #include "akv/eval/shard.h"
@@ -21,7 +22,8 @@ double now() {
 DecodeBenchResult bench_decode(const Model& model,
                                const std::vector<std::vector<std::int32_t>>& seqs,
                                const std::vector<PplMethod>& given, std::size_t prompt, int repeats,
-                               const std::optional<Shard>& shard) {
+                               const std::optional<Shard>& shard, std::size_t batch, int threads) {
+  batch = std::max<std::size_t>(batch, 1);
   const ModelConfig& c = model.config();
   std::vector<PplMethod> methods = {PplMethod{"full", std::nullopt}};
   std::vector<PplMethod> others;
@@ -36,6 +38,8 @@ DecodeBenchResult bench_decode(const Model& model,
   res.sequences = seqs.size();
   res.repeats = repeats;
   res.shard = shard;
+  res.batch = batch;
+  res.threads = threads;
   for (const auto& s : seqs) {
     if (prompt < 1 || prompt >= s.size()) {
       throw InvalidInput("prompt must be shorter than every sequence", {"", "--prefill", std::to_string(prompt)});
@@ -58,13 +62,29 @@ DecodeBenchResult bench_decode(const Model& model,
     for (std::size_t mi = 0; mi < methods.size(); ++mi) {
       double t = 0;
       bytes[mi] = 0;
-      for (std::size_t si = 0; si < seqs.size(); ++si) {
-        auto cache = make_kv_policy(methods[mi].params, g, 1);
-        cache->ingest_prompt({&pre[si].query, &pre[si].key, &pre[si].key_pre_rope, &pre[si].value, prompt});
+      for (std::size_t b0 = 0; b0 < seqs.size(); b0 += batch) {
+        const std::size_t nb = std::min(batch, seqs.size() - b0);
+        std::vector<std::unique_ptr<KvPolicy>> caches;
+        for (std::size_t si = b0; si < b0 + nb; ++si) {
+          caches.push_back(make_kv_policy(methods[mi].params, g, 1));
+          caches.back()->ingest_prompt({&pre[si].query, &pre[si].key, &pre[si].key_pre_rope, &pre[si].value, prompt});
+        }
         const double t0 = now();
-        for (std::size_t pos = prompt; pos < seqs[si].size(); ++pos) model.decode(seqs[si][pos], pos, *cache);
+        for (std::size_t pos = prompt;; ++pos) {  // one decode_batch per step over the unfinished sequences
+          std::vector<std::int32_t> tokens;
+          std::vector<std::size_t> positions;
+          std::vector<KvPolicy*> lanes;
+          for (std::size_t i = 0; i < nb; ++i) {
+            if (pos >= seqs[b0 + i].size()) continue;
+            tokens.push_back(seqs[b0 + i][pos]);
+            positions.push_back(pos);
+            lanes.push_back(caches[i].get());
+          }
+          if (lanes.empty()) break;
+          model.decode_batch(tokens.data(), positions.data(), lanes.data(), lanes.size(), threads);
+        }
         t += now() - t0;
-        bytes[mi] += cache->bytes();
+        for (const auto& c : caches) bytes[mi] += c->bytes();
       }
       best[mi] = std::min(best[mi], t);
     }
@@ -86,7 +106,7 @@ nlohmann::json DecodeBenchResult::to_json() const {
   const bool part = shard.has_value();
   nlohmann::json j = {{"format", part ? "akv-bench-decode-part" : "akv-bench-decode"}, {"version", 1}, {"prompt", prompt},
                       {"decoded_tokens", decoded}, {"sequences", sequences}, {"repeats", repeats},
-                      {"prefill_tokens_per_s", prefill_tokens_per_s}};
+                      {"prefill_tokens_per_s", prefill_tokens_per_s}, {"batch", batch}, {"threads", threads}};
   if (part) {
     j["shard"] = shard->k;
     j["shards"] = shard->n;
@@ -107,8 +127,9 @@ nlohmann::json DecodeBenchResult::to_json() const {
 
 std::string DecodeBenchResult::to_table() const {
   std::string out = fmt::format(
-      "{} sequences, prompt {} tokens, {} decoded tokens per method, best of {}; prefill {:.0f} tokens/s\n",
-      sequences, prompt, decoded, repeats, prefill_tokens_per_s);
+      "{} sequences ({} at a time, {} threads), prompt {} tokens, {} decoded tokens per method, best of {}; "
+      "prefill {:.0f} tokens/s\n",
+      sequences, batch, threads, prompt, decoded, repeats, prefill_tokens_per_s);
   const bool sharded = std::any_of(rows.begin(), rows.end(), [](const DecodeBenchRow& r) { return r.shard != 0; });
   if (sharded) out += "shards time their methods against their own full cache (x full time); shard 1's prefill above\n";
   out += fmt::format("{:<36} {:>14} {:>12} {:>12}{}  {}\n", "method", "decode tok/s", "x full time",
@@ -130,6 +151,8 @@ DecodeBenchResult merge_decode_parts(const std::vector<std::pair<std::string, nl
     res.decoded = first.at("decoded_tokens").get<std::size_t>();
     res.sequences = first.at("sequences").get<std::size_t>();
     res.repeats = first.at("repeats").get<int>();
+    res.batch = first.value("batch", std::size_t{1});
+    res.threads = first.value("threads", 1);
     res.prefill_tokens_per_s = first.at("prefill_tokens_per_s").get<double>();
     res.inputs = first.at("inputs");
     res.params = first.at("params");

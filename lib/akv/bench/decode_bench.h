@@ -31,18 +31,22 @@ struct DecodeBenchResult {
   std::optional<Shard> shard;
   nlohmann::json inputs, params;
   std::vector<double> shard_prefill_tokens_per_s;
+  std::size_t batch = 1;  // sequences decoded together (Model::decode_batch)
+  int threads = 1;
   nlohmann::json to_json() const;
   std::string to_table() const;
 };
 
 // Decodes `sequences` token sequences (prompt = first `prompt` tokens, then teacher-forced
 // tokens up to the end) once per method per repeat, methods interleaved; best of `repeats`.
+// `batch` sequences decode together (one Model::decode_batch per step, on `threads` threads).
 // With `shard`, times the full cache and methods [shard.range(methods.size())] (the methods
 // other than full), rows marked with the shard.
 DecodeBenchResult bench_decode(const Model& model,
                                const std::vector<std::vector<std::int32_t>>& sequences,
                                const std::vector<PplMethod>& methods, std::size_t prompt,
-                               int repeats, const std::optional<Shard>& shard = std::nullopt);
+                               int repeats, const std::optional<Shard>& shard = std::nullopt,
+                               std::size_t batch = 1, int threads = 1);
 
 // Parts -> the report: full then the methods, shards in order, each shard's full row kept (its
 // methods' ratios are against it). InvalidInput (exit 2) naming the file and field.
