@@ -65,6 +65,15 @@ TEST_CASE("tokenizer.json: what is not read is refused naming the field", "[bpe]
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
   refused("regex.json", j, "does not compile");
   j = base;
+  j["added_tokens"][0]["id"] = 2000000000;
+  refused("bigid.json", j, "added_tokens.id = 2000000000");
+  j = base;
+  j["model"]["vocab"]["zz"] = 1 << 30;
+  refused("bigvocab.json", j, "token id out of range");
+  j = base;
+  j["model"]["vocab"]["zz"] = 1.6e28;  // a float id (fuzzing found it: converting it was undefined)
+  refused("floatid.json", j, "model.vocab.zz");
+  j = base;
   j["model"].erase("merges");
   refused("nomerges.json", j, "merges");
   CHECK_THROWS_WITH(Tokenizer(kDir + "/llama3-tokenizer.json").encode("ok \xff\xfe bytes"), Catch::Contains("invalid UTF-8"));

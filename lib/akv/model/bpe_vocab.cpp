@@ -69,6 +69,7 @@ std::string pair_key(const std::string& left, const std::string& right) {
 }
 
 constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+constexpr std::int32_t kMaxTokens = 1 << 21;       // ids beyond any real vocabulary (hostile files)
 
 std::string replace_spaces(const std::string& s) {
   std::string out;
@@ -77,6 +78,15 @@ std::string replace_spaces(const std::string& s) {
     else out += c;
   }
   return out;
+}
+
+// A token id of a tokenizer.json: an integer in [0, kMaxTokens); InvalidInput naming the field.
+std::int32_t token_id(const nlohmann::json& v, const std::string& path, const std::string& field) {
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= kMaxTokens) {
+    throw InvalidInput("token id out of range (an integer in [0, " + std::to_string(kMaxTokens) + "))",
+                       {path, field, v.dump().substr(0, 40)});
+  }
+  return static_cast<std::int32_t>(v.get<std::int64_t>());
 }
 
 }  // namespace
@@ -100,7 +110,9 @@ BpeVocab::BpeVocab(std::vector<std::string> tokens, const std::vector<std::pair<
     byte_token_[b] = it == ids_.end() ? -1 : it->second;
   }
   for (const auto& [text, id] : added_) {
-    if (text.empty() || id < 0) throw InvalidInput("empty added token or negative id", {where, "added_tokens", text});
+    if (text.empty() || id < 0 || id >= kMaxTokens) {
+      throw InvalidInput("empty added token or id outside [0, " + std::to_string(kMaxTokens) + ")", {where, "added_tokens", text});
+    }
     if (static_cast<std::size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<std::size_t>(id) + 1);
   }
   std::stable_sort(added_.begin(), added_.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
@@ -405,7 +417,7 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
       if (model.contains("unk_token") && model["unk_token"].is_string()) {
         const auto& v = model.at("vocab");
         const std::string unk = model["unk_token"].get<std::string>();
-        if (v.contains(unk)) o.unk = v[unk].get<std::int32_t>();
+        if (v.contains(unk)) o.unk = token_id(v[unk], path, "model.vocab." + unk);
       }
     } else {
       std::vector<nlohmann::json> steps;
@@ -437,8 +449,7 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
     }
     std::vector<std::string> tokens;
     for (const auto& [text, id] : model.at("vocab").items()) {
-      const auto i = id.get<std::int64_t>();
-      if (i < 0 || i > (1 << 24)) throw InvalidInput("token id out of range", {path, "model.vocab." + text, std::to_string(i)});
+      const std::int32_t i = token_id(id, path, "model.vocab." + text);
       if (static_cast<std::size_t>(i) >= tokens.size()) tokens.resize(static_cast<std::size_t>(i) + 1);
       tokens[static_cast<std::size_t>(i)] = text;
     }
@@ -455,7 +466,7 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
     }
     std::vector<std::pair<std::string, std::int32_t>> added;
     for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
-      added.emplace_back(a.at("content").get<std::string>(), a.at("id").get<std::int32_t>());
+      added.emplace_back(a.at("content").get<std::string>(), token_id(a.at("id"), path, "added_tokens.id"));
     }
     // BOS: the special token a TemplateProcessing post-processor puts first, when there is one.
     const nlohmann::json& post = j.contains("post_processor") ? j["post_processor"] : nlohmann::json();
