@@ -21,6 +21,13 @@ for k, bits in want.items():
 assert m["ggml"]["kl"] < 1e-6 and m["ggml:k=q4_0:v=q4_0"]["kl"] > m["ggml:k=q8_0:v=q8_0"]["kl"] > 0
 print("bits ok")
 PY
+"$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods none,ggml --json -o "$TMP/f16.json"
+expect "ggml k=f16 v=f16 equals akv's none (f16 rows): the same NLL, KL and bytes" 0 "same" "$PY" - "$TMP/f16.json" <<'PY'
+import json, sys
+m = {x["method"]: x for x in json.load(open(sys.argv[1]))["methods"]}
+assert all(m["none"][k] == m["ggml"][k] for k in ("mean_nll", "kl", "top1_agreement", "cache_bytes")), (m["none"], m["ggml"])
+print("same")
+PY
 expect "plan counts ggml blocks (2 layers x (18 + 18) bytes per token)" 0 "ggml:k=q4_0:v=q4_0 +72 " \
   "$AKV" plan --config "$TMP/hf/config.json" --methods none,ggml:k=q4_0:v=q4_0 --context 128 --memory 1GiB
 expect "bench policy runs a ggml cache" 0 "ggml:k=q4_0:v=q4_0" \
