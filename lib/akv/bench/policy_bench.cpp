@@ -6,10 +6,10 @@
 #include <cmath>
 #include <optional>
 
-#include "akv/attention/decode_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
+#include "akv/policy/attend.h"
 #include "akv/policy/kv_runtime.h"
 
 namespace akv {
@@ -47,30 +47,10 @@ Prompt make_prompt(const PolicyBenchOptions& o, std::size_t n, int threads) {
   return p;
 }
 
-// One decode step's attention for layer l through the policy's views; probabilities go to
-// observe() when the policy wants them. Returns the output [heads, head_dim].
+// One decode step's attention for layer l through the policy's views (policy/attend.h).
 void attend(KvPolicy& cache, const PolicyBenchOptions& o, std::size_t l, const float* q, float* out,
             int threads, bool reference = false) {
-  std::vector<HeadView> views;
-  std::vector<std::size_t> rows;
-  layer_views(cache, l, o.kv_heads, views, rows);
-  const bool want = cache.wants_probs();
-  std::vector<std::vector<float>> probs(want ? o.heads : 0);
-  std::vector<float*> ptr(probs.size());
-  const std::size_t g = o.heads / o.kv_heads;
-  for (std::size_t h = 0; h < probs.size(); ++h) {
-    probs[h].resize(rows[h / g]);
-    ptr[h] = probs[h].data();
-  }
-  const DecodeAttentionArgs a{q, o.heads, o.head_dim, views.data(), o.kv_heads,
-                              1.0f / std::sqrt(static_cast<float>(o.head_dim)), out, want ? ptr.data() : nullptr,
-                              kKvSegments};
-  if (reference) {
-    decode_attention_ref(a);
-    return;
-  }
-  decode_attention(a, {threads});
-  for (std::size_t h = 0; h < probs.size(); ++h) cache.observe(l, h / g, probs[h].data());
+  attend_layer(cache, l, q, o.heads, o.kv_heads, o.head_dim, out, threads, reference);
 }
 
 KvGeometry geometry(const PolicyBenchOptions& o, std::size_t n) {

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "akv/attention/decode_attention.h"
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/policy/attend.h"
 
 namespace akv {
 namespace {
@@ -173,7 +173,7 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
 RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
                               std::size_t batch, int threads) const {
   const ModelConfig& c = config_;
-  const std::size_t hd = c.head_dim, g = c.group_size(), nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
+  const std::size_t hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
   const auto rows = static_cast<Eigen::Index>(batch);
   for (std::size_t b = 0; b < batch; ++b) {
     check_token(tokens[b]);
@@ -191,7 +191,6 @@ RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos
     ropes.emplace_back(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, pos[b] + 1),
                        pos[b], 1, static_cast<float>(c.rope_scaling.attention_factor));
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // A lone sequence gives its attention the threads (decode attention is bit-identical for any count).
   const int attention_threads = batch == 1 ? threads : 1;
   auto norm_rows = [&](const RowMatrix& in, const std::vector<float>& w, RowMatrix& o) {
@@ -214,23 +213,8 @@ RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos
       const auto r = static_cast<Eigen::Index>(b);
       for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.row(r).data() + h * hd, 1, pos[b], c.rope_layout, ropes[b]);
       for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.row(r).data() + h * hd, 1, pos[b], c.rope_layout, ropes[b]);
-      KvPolicy& cache = *caches[b];
-      cache.append(l, k.row(r).data(), k_pre.row(r).data(), v.row(r).data(), pos[b]);
-      // Fused decode attention over the cache's packed/dense rows, all heads at once.
-      std::vector<HeadView> heads;
-      std::vector<std::size_t> visible;
-      layer_views(cache, l, c.n_kv_heads, heads, visible);
-      const bool want_probs = cache.wants_probs();
-      std::vector<std::vector<float>> probs(want_probs ? c.n_heads : 0);
-      std::vector<float*> prob_ptr(probs.size());
-      for (std::size_t h = 0; h < probs.size(); ++h) {
-        probs[h].resize(visible[h / g]);
-        prob_ptr[h] = probs[h].data();
-      }
-      decode_attention({q.row(r).data(), c.n_heads, hd, heads.data(), c.n_kv_heads, scale, att.row(r).data(),
-                        want_probs ? prob_ptr.data() : nullptr, kKvSegments},
-                       {attention_threads});
-      for (std::size_t h = 0; h < probs.size(); ++h) cache.observe(l, h / g, probs[h].data());
+      caches[b]->append(l, k.row(r).data(), k_pre.row(r).data(), v.row(r).data(), pos[b]);
+      attend_layer(*caches[b], l, q.row(r).data(), c.n_heads, c.n_kv_heads, hd, att.row(r).data(), attention_threads);
     });
     product(lw.wo, att, out);
     x += out;
