@@ -487,21 +487,28 @@ TEST_CASE("GGUF rope metadata: linear scaling, rope_freqs, partial rotation", "[
   CHECK(f.version() == 3);
   CHECK(f.metadata().at("llama.embedding_length") == 64);
   CHECK(f.find("blk.1.ffn_up.weight")->dims == std::vector<std::uint64_t>{64, 96});
+  // Copies of base.gguf's llama.* numbers and tensors, to which each variant adds its rope keys.
+  auto copy_metadata = [&](GgufWriter& w) {
+    w.str("general.architecture", "llama");
+    for (const auto& [k, v] : f.metadata().items()) {
+      if (k.rfind("llama.", 0) == 0 && v.is_number_unsigned()) w.u32(k, v.get<std::uint32_t>());
+      if (k.rfind("llama.", 0) == 0 && v.is_number_float()) w.f32(k, v.get<float>());
+    }
+  };
+  auto copy_tensors = [&](GgufWriter& w) {
+    for (const auto& [name, t] : f.tensors()) {
+      const std::vector<float> x = f.read(name, t.dims);
+      w.tensor_f32(name, t.dims, x.data(), x.size());
+    }
+  };
   GgufWriter w2;
-  w2.str("general.architecture", "llama");
-  for (const auto& [k, v] : f.metadata().items()) {
-    if (k.rfind("llama.", 0) == 0 && v.is_number_unsigned()) w2.u32(k, v.get<std::uint32_t>());
-    if (k.rfind("llama.", 0) == 0 && v.is_number_float()) w2.f32(k, v.get<float>());
-  }
+  copy_metadata(w2);
   w2.str("llama.rope.scaling.type", "linear");
   w2.f32("llama.rope.scaling.factor", 4.0f);
   w2.u32("llama.rope.dimension_count", 8);
   const std::vector<float> factors = {1.0f, 2.0f, 4.0f, 8.0f};
   w2.tensor_f32("rope_freqs.weight", {4}, factors.data(), 4);
-  for (const auto& [name, t] : f.tensors()) {
-    const std::vector<float> x = f.read(name, t.dims);
-    w2.tensor_f32(name, t.dims, x.data(), x.size());
-  }
+  copy_tensors(w2);
   w2.write(dir.file("rope.gguf"));
   const Model r = load_model(dir.file("rope.gguf"));
   const ModelConfig& c = r.config();
@@ -519,18 +526,11 @@ TEST_CASE("GGUF rope metadata: linear scaling, rope_freqs, partial rotation", "[
   // computes it (ggml_rope_yarn_corr_dims, rope_yarn's ramp), written out here independently of
   // akv's transformers-based code.
   GgufWriter w3;
-  w3.str("general.architecture", "llama");
-  for (const auto& [k, v] : f.metadata().items()) {
-    if (k.rfind("llama.", 0) == 0 && v.is_number_unsigned()) w3.u32(k, v.get<std::uint32_t>());
-    if (k.rfind("llama.", 0) == 0 && v.is_number_float()) w3.f32(k, v.get<float>());
-  }
+  copy_metadata(w3);
   w3.str("llama.rope.scaling.type", "yarn");
   w3.f32("llama.rope.scaling.factor", 4.0f);
   w3.u32("llama.rope.scaling.original_context_length", 4096);
-  for (const auto& [name, t] : f.tensors()) {
-    const std::vector<float> x = f.read(name, t.dims);
-    w3.tensor_f32(name, t.dims, x.data(), x.size());
-  }
+  copy_tensors(w3);
   w3.write(dir.file("yarn.gguf"));
   const Model y = load_model(dir.file("yarn.gguf"));
   const RopeScaling& ys = y.config().rope_scaling;

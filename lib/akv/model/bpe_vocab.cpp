@@ -114,6 +114,7 @@ BpeVocab::BpeVocab(std::vector<std::string> tokens, const std::vector<std::pair<
       throw InvalidInput("empty added token or id outside [0, " + std::to_string(kMaxTokens) + ")", {where, "added_tokens", text});
     }
     if (static_cast<std::size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<std::size_t>(id) + 1);
+    added_start_[static_cast<unsigned char>(text[0])] = true;
   }
   std::stable_sort(added_.begin(), added_.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   if (options_.bos >= static_cast<std::int32_t>(tokens_.size())) {
@@ -294,6 +295,10 @@ std::vector<std::int32_t> BpeVocab::encode(const std::string& text) const {
   std::vector<std::int32_t> out;
   std::size_t start = 0, i = 0;
   while (i < text.size()) {
+    if (!added_start_[static_cast<unsigned char>(text[i])]) {
+      ++i;
+      continue;
+    }
     const auto hit = std::find_if(added_.begin(), added_.end(),
                                   [&](const auto& a) { return text.compare(i, a.first.size(), a.first) == 0; });
     if (hit == added_.end()) {

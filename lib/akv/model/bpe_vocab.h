@@ -68,6 +68,7 @@ class BpeVocab {
   std::unordered_map<std::string, std::size_t> ranks_;  // left + '\n' + right
   std::int32_t byte_token_[256];                        // <0xXX> ids (byte fallback), -1: none
   std::vector<std::pair<std::string, std::int32_t>> added_;  // longest first
+  bool added_start_[256] = {};  // bytes an added token starts with (the scan skips the others)
   std::vector<std::unique_ptr<Regex>> regexes_;
   Options options_;
   std::string where_;
