@@ -382,10 +382,7 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
   try {
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
-      if (j.at("first_layer").get<std::size_t>() != agg.size()) {
-        throw InvalidInput("layers do not follow the previous shard's (" + std::to_string(agg.size()) + ")",
-                           {file, "first_layer", j.at("first_layer").dump()});
-      }
+      check_follows(file, j, "first_layer", "layers", agg.size());
       for (const nlohmann::json& layer : j.at("layers")) {
         std::vector<HeadMeasure> heads;
         for (const nlohmann::json& h : layer) {

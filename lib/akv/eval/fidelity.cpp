@@ -316,10 +316,7 @@ FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlo
     r.needle_kept.assign(r.needles.size(), 0);
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
-      if (j.at("first_layer").get<std::size_t>() != r.heads.size()) {
-        throw InvalidInput("layers do not follow the previous shard's (" + std::to_string(r.heads.size()) + ")",
-                           {file, "first_layer", j.at("first_layer").dump()});
-      }
+      check_follows(file, j, "first_layer", "layers", r.heads.size());
       for (const nlohmann::json& row : j.at("layers")) {
         std::vector<FidelitySums> heads;
         for (const nlohmann::json& h : row) heads.push_back(sums_from(h));

@@ -38,10 +38,7 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
     r.total_prompts = first.at("total_prompts").get<std::size_t>();
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
-      if (j.at("first_prompt").get<std::size_t>() != r.outcomes.size()) {
-        throw InvalidInput("prompts do not follow the previous shard's (" + std::to_string(r.outcomes.size()) + ")",
-                           {file, "first_prompt", j.at("first_prompt").dump()});
-      }
+      check_follows(file, j, "first_prompt", "prompts", r.outcomes.size());
       for (const nlohmann::json& line : j.at("outcomes")) {
         std::vector<char> row;
         for (const nlohmann::json& ok : line) {

@@ -76,10 +76,7 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
     r.descriptions = first.at("descriptions").get<std::vector<std::string>>();
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
-      if (j.at("first_sequence").get<std::size_t>() != r.sequences.size()) {
-        throw InvalidInput("sequences do not follow the previous shard's (" + std::to_string(r.sequences.size()) + ")",
-                           {file, "first_sequence", j.at("first_sequence").dump()});
-      }
+      check_follows(file, j, "first_sequence", "sequences", r.sequences.size());
       for (const nlohmann::json& row : j.at("sequences")) {
         std::vector<PplSums> seq;
         for (const nlohmann::json& m : row) seq.push_back(sums_from(m));

@@ -49,4 +49,12 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
   return order;
 }
 
+void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
+                   std::size_t next) {
+  if (j.at(field).get<std::size_t>() != next) {
+    throw InvalidInput(std::string(items) + " do not follow the previous shard's (" + std::to_string(next) + ")",
+                       {file, field, j.at(field).dump()});
+  }
+}
+
 }  // namespace akv

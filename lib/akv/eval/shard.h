@@ -18,4 +18,9 @@ namespace akv {
 std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nlohmann::json>>& parts,
                                      const std::string& format, std::initializer_list<const char*> same);
 
+// Checks that part j (from `file`) starts where the previous shards ended: j[field] (e.g.
+// "first_layer") == `next`; InvalidInput naming the file and field ("layers do not follow...").
+void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
+                   std::size_t next);
+
 }  // namespace akv
