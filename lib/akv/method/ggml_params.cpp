@@ -3,22 +3,18 @@
 #include <cctype>
 
 #include "akv/core/errors.h"
-#include "akv/tensor/ggml_quant.h"
 
 namespace akv {
 
 const GgmlTypeInfo& ggml_cache_type(const std::string& name, const std::string& file, const std::string& field) {
-  std::string upper;
-  for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  const GgmlTypeInfo* t = ggml_type_info_by_name(upper);
-  if (!t || !ggml_can_quantize(*t) || name != [&] {
-        std::string lower;
-        for (char c : upper) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        return lower;
-      }()) {
-    throw InvalidInput("not a llama.cpp KV cache type akv stores (f16, q8_0, q4_0, q4_1, q5_0, q5_1)", {file, field, name});
+  // llama.cpp's lower-case names; ggml_blocks.h knows the types by their upper-case names.
+  for (const char* t : {"f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}) {
+    if (name != t) continue;
+    std::string upper;
+    for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return *ggml_type_info_by_name(upper);
   }
-  return *t;
+  throw InvalidInput("not a llama.cpp KV cache type akv stores (f16, q8_0, q4_0, q4_1, q5_0, q5_1)", {file, field, name});
 }
 
 GgmlCacheParams GgmlCacheParams::from_json(const nlohmann::json& j, const std::string& file) {
