@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "akv/attention/int8.h"
 #include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
@@ -55,6 +56,16 @@ bool fast_packed_values(const PackedView& p) {
   return p.axis == QuantAxis::token && p.cols % 8 == 0 && p.group % 8 == 0 && p.n_outliers == 0;
 }
 
+bool int8_codes(const PackedView& p) {
+  return attn::int8_format(attn::code_format(p.bits)) && p.cols % attn::kInt8Block == 0;
+}
+bool int8_keys(const PackedView& p, AttentionMode m) {
+  return m == AttentionMode::int8 && fast_packed_keys(p) && int8_codes(p);
+}
+bool int8_values(const PackedView& p, AttentionMode m) {
+  return m == AttentionMode::int8 && fast_packed_values(p) && int8_codes(p) && p.group % attn::kInt8Block == 0;
+}
+
 // Per KV head: its query heads, and for per-channel packed keys the query split into the
 // quantized channels and the outlier channels.
 struct HeadPrep {
@@ -69,8 +80,8 @@ struct Partial {
 
 class PartitionRunner {
  public:
-  PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, std::size_t tile)
-      : hp_(hp), nq_(nq), d_(d), tile_(tile), s_(nq * tile), p_(nq * tile) {}
+  PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, std::size_t tile, AttentionMode mode)
+      : hp_(hp), nq_(nq), d_(d), tile_(tile), mode_(mode), s_(nq * tile), p_(nq * tile) {}
 
   void run(std::size_t a, std::size_t b, Partial& out, float* const* raw) {
     out.m.assign(nq_, -std::numeric_limits<float>::infinity());
@@ -131,7 +142,11 @@ class PartitionRunner {
       if (g != group_) load_key_group(g);
       const Rows rows{attn::code_format(p.bits), p.codes + r * stride, stride, ge - r, p.cols / 8};
       float* s = s_.data() + (r - t0);
-      attn::score_rows(rows, nq_, w_.data(), p.cols, bias_.data(), s, tile_);
+      if (int8_keys(p, mode_)) {
+        attn::score_rows_int8(rows, w8_, bias_.data(), s, tile_);
+      } else {
+        attn::score_rows(rows, nq_, w_.data(), p.cols, bias_.data(), s, tile_);
+      }
       if (p.n_outliers > 0) {
         for (std::size_t i = r; i < ge; ++i) {
           const std::uint16_t* o = p.outlier_value + i * p.n_outliers;
@@ -151,6 +166,7 @@ class PartitionRunner {
     w_.resize(nq_ * p.cols);
     bias_.resize(nq_);
     attn::key_weights(hp_.q_in.data(), nq_, p.cols, p.scale + g * p.cols, p.zero + g * p.cols, w_.data(), bias_.data());
+    if (int8_keys(p, mode_)) attn::quantize_weights_int8(w_.data(), nq_, p.cols, attn::code_format(p.bits), w8_);
     group_ = g;
   }
 
@@ -207,8 +223,17 @@ class PartitionRunner {
     attn::value_coefficients(p_.data() + (r0 - t0), tile_, p.scale + r0 * ng, p.zero + r0 * ng, n, nq_, ng,
                              coef_.data(), zsum_.data());
     const std::size_t stride = p.cols * static_cast<std::size_t>(p.bits) / 8;
-    const Rows rows{attn::code_format(p.bits), p.codes + r0 * stride, stride, n, p.cols / 8};
-    attn::accumulate_rows(rows, nq_, coef_.data(), ng, p.group / 8, acc, d_);
+    if (int8_values(p, mode_)) {
+      for (std::size_t i = 0; i < n; i += attn::kInt8ValueRows) {
+        const std::size_t m = std::min(attn::kInt8ValueRows, n - i);
+        attn::quantize_coefficients_int8(coef_.data() + i * nq_ * ng, m, nq_, ng, pairs_, sigma_);
+        const Rows rows{attn::code_format(p.bits), p.codes + (r0 + i) * stride, stride, m, p.cols / 8};
+        attn::accumulate_rows_int8(rows, nq_, pairs_.data(), ng, p.group, sigma_.data(), acc, d_);
+      }
+    } else {
+      const Rows rows{attn::code_format(p.bits), p.codes + r0 * stride, stride, n, p.cols / 8};
+      attn::accumulate_rows(rows, nq_, coef_.data(), ng, p.group / 8, acc, d_);
+    }
     for (std::size_t h = 0; h < nq_; ++h) {
       for (std::size_t g = 0; g < ng; ++g) {
         const float z = zsum_[h * ng + g];
@@ -233,8 +258,12 @@ class PartitionRunner {
   const HeadPrep& hp_;
   std::size_t nq_, d_;
   std::size_t tile_;
+  AttentionMode mode_;
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
   std::vector<float> w_, bias_, coef_, zsum_, buf_;
+  attn::Int8Weights w8_;  // int8 mode: w_ rounded
+  std::vector<std::uint16_t> pairs_;
+  std::vector<float> sigma_;
   std::size_t group_ = static_cast<std::size_t>(-1);  // key group whose w_/bias_ are loaded
 };
 
@@ -262,6 +291,14 @@ HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) 
 }
 
 }  // namespace
+
+const char* attention_mode_name(AttentionMode m) { return m == AttentionMode::int8 ? "int8" : "exact"; }
+
+AttentionMode parse_attention_mode(const std::string& s, const char* flag) {
+  if (s == "exact") return AttentionMode::exact;
+  if (s == "int8") return AttentionMode::int8;
+  throw InvalidInput("unknown attention path (exact, int8)", {"", flag, s});
+}
 
 void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions& o) {
   check_args(a);
@@ -298,7 +335,7 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
     if (a.probs) {
       for (std::size_t h = 0; h < nq; ++h) raw.push_back(a.probs[kv * nq + h] ? a.probs[kv * nq + h] + it.offset : nullptr);
     }
-    PartitionRunner runner(prep[it.view], nq, d, o.tile);
+    PartitionRunner runner(prep[it.view], nq, d, o.tile, o.mode);
     runner.run(it.t0, it.t1, parts[i], a.probs ? raw.data() : nullptr);
   });
   // The merge is a few vector adds per head unless probabilities are asked for (a pass over

@@ -17,15 +17,29 @@
 // count), computed independently on threads and merged in order: results are bitwise
 // identical for any thread count.
 #include <cstddef>
+#include <string>
 
 #include "akv/attention/kv_view.h"
 
 namespace akv {
 
+// exact: f32 products and sums (the default). int8: packed 2- and 4-bit keys (per channel) and
+// values (per token, groups of a multiple of 32 channels) in rows of a multiple of 32 channels
+// go through the integer loops of attention/int8.h: the query folded into each key group's
+// scales rounded to int8 (blocks of 32 channels, one step each), the probabilities times the
+// value scales rounded to 7 bits (per 16 tokens, query head and group), exact integer sums.
+// Dense rows and other layouts stay exact. Results are still bitwise identical for every
+// instruction set and thread count; their error against exact is measured in docs/attention.md.
+enum class AttentionMode { exact, int8 };
+const char* attention_mode_name(AttentionMode m);
+// "exact" or "int8"; InvalidInput naming `flag` otherwise.
+AttentionMode parse_attention_mode(const std::string& s, const char* flag = "--attention");
+
 struct DecodeAttentionOptions {
   int threads = 1;
   std::size_t tile = 64;          // tokens per online-softmax step
   std::size_t partition = 4096;   // tokens per work item (multiple of tile)
+  AttentionMode mode = AttentionMode::exact;
 };
 
 struct DecodeAttentionArgs {

@@ -1,0 +1,5 @@
+// The integer attention loops compiled for AVX-512 VL + VNNI (see int8_simd.h); CMake adds this
+// file, with its flags, only for GCC or Clang on x86-64; int8.cpp calls it only when the CPU has
+// AVX-512 VNNI and the avx512 instruction set is active.
+#define AKV_SIMD_NS avx512
+#include "akv/attention/int8_simd.h"

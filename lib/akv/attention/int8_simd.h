@@ -1,0 +1,287 @@
+#pragma once
+// Vector loops of the integer attention path (internal; int8.h): included by int8.cpp (x86-64-v3:
+// AVX2) and by int8_avx512.cpp (the same 256-bit loops compiled with AVX-512 VL and VNNI, which
+// fuses the 16-bit multiply and the 32-bit add of the key loop into vpdpwssd, and with 32
+// registers for more rows per block), each time inside namespace akv::attn::AKV_SIMD_NS. Integer
+// sums are exact, so both give the bits of the plain loops. Only intrinsics and plain code here
+// (see kernels_simd.h).
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "akv/attention/int8.h"
+
+namespace akv::attn::AKV_SIMD_NS {
+namespace {
+
+#ifdef __AVX512VL__
+constexpr int kIntAccs = 16;
+#else
+constexpr int kIntAccs = 8;
+#endif
+
+template <RowFormat F>
+constexpr std::size_t block_bytes() {
+  return F == RowFormat::code4 ? 16 : 8;  // bytes of 32 codes
+}
+
+// 32 codes (one block of a row) as bytes in int8_lane_channel order.
+template <RowFormat F>
+[[gnu::always_inline]] inline __m256i unpack_block(const std::uint8_t* p) {
+  if constexpr (F == RowFormat::code4) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+  } else {
+    const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i lo = _mm_unpacklo_epi64(x, _mm_srli_epi16(x, 2));
+    const __m128i hi = _mm_unpacklo_epi64(_mm_srli_epi16(x, 4), _mm_srli_epi16(x, 6));
+    return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1), _mm256_set1_epi8(3));
+  }
+}
+
+// acc + (pair sums of t) * m, lane by lane (32-bit).
+[[gnu::always_inline]] inline __m256i madd_add(__m256i acc, __m256i t, __m256i m) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(acc, t, m);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(t, m));
+#endif
+}
+
+// Lane i of the result = sum of the lanes of v[i].
+inline __m256i hsum8_epi32(const __m256i* v) {
+  const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+// Rows are prefetched this many rows ahead (the loops do little work per byte, so the
+// out-of-order window does not reach the next rows; see kernels_simd.h).
+constexpr std::size_t kAheadRows = 32;
+
+[[gnu::always_inline]] inline void prefetch_ahead(const std::uint8_t* row, std::size_t stride) {
+  const std::uint8_t* p = row + kAheadRows * stride;
+  for (std::size_t b = 0; b < stride; b += 64) __builtin_prefetch(p + b, 0, 3);
+}
+
+inline float fma1(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// Rows r0 .. r0+RB, heads h0 .. h0+NQ: integer sums, then s = fma(unit, sum, bias).
+template <RowFormat F, int NQ, int RB>
+[[gnu::always_inline]] inline void score_block_int8(const Rows& rows, std::size_t r0, const Int8WeightsView& w,
+                                                    std::size_t h0, const float* bias, float* s, std::size_t ss,
+                                                    __m256 u, __m256 bv) {
+  __m256i acc[RB * NQ];
+  for (auto& a : acc) a = _mm256_setzero_si256();
+  const std::uint8_t* row[RB];
+  for (int r = 0; r < RB; ++r) {
+    row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+    prefetch_ahead(row[r], rows.stride);
+  }
+  const std::size_t nb = w.cols / kInt8Block;
+  for (std::size_t b = 0; b < nb; ++b) {
+    // This block's weights and multipliers of heads h0.. (consecutive: one pointer each).
+    const std::int8_t* wl = w.lanes + (b * w.nq + h0) * kInt8Block;
+    const std::int16_t* m16 = w.mult16 + (b * w.nq + h0) * 16;
+    for (int r = 0; r < RB; ++r) {
+      const __m256i x = unpack_block<F>(row[r] + b * block_bytes<F>());
+      for (int h = 0; h < NQ; ++h) {
+        const std::size_t hh = static_cast<std::size_t>(h);
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wl + hh * kInt8Block));
+        const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m16 + hh * 16));
+        acc[r * NQ + h] = madd_add(acc[r * NQ + h], _mm256_maddubs_epi16(x, wv), m);
+      }
+    }
+  }
+  // s = fma(unit, float(sum), bias): 8 sums at a time where the count allows (u, bv: lane t
+  // holds head h0 + t % NQ's unit and bias).
+  if constexpr (RB * NQ % 8 == 0) {
+    alignas(32) float out[8];
+    for (int i = 0; i < RB * NQ; i += 8) {
+      _mm256_store_ps(out, _mm256_fmadd_ps(u, _mm256_cvtepi32_ps(hsum8_epi32(acc + i)), bv));
+      for (int t = 0; t < 8; ++t) {
+        const int r = (i + t) / NQ, h = (i + t) % NQ;
+        s[(h0 + static_cast<std::size_t>(h)) * ss + r0 + static_cast<std::size_t>(r)] = out[t];
+      }
+    }
+  } else {
+    for (int r = 0; r < RB; ++r) {
+      for (int h = 0; h < NQ; ++h) {
+        alignas(32) std::int32_t l[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(l), acc[r * NQ + h]);
+        const std::int32_t sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        const std::size_t hh = h0 + static_cast<std::size_t>(h);
+        s[hh * ss + r0 + static_cast<std::size_t>(r)] = fma1(w.unit[hh], static_cast<float>(sum), bias ? bias[hh] : 0.0f);
+      }
+    }
+  }
+}
+
+template <RowFormat F, int NQ>
+void score_heads_int8(const Rows& rows, const Int8WeightsView& w, std::size_t h0, const float* bias, float* s,
+                      std::size_t ss) {
+  constexpr int RB = kIntAccs / NQ;
+  float ul[8], bl[8];
+  for (int t = 0; t < 8; ++t) {
+    const std::size_t hh = h0 + static_cast<std::size_t>(t % NQ);
+    ul[t] = w.unit[hh];
+    bl[t] = bias ? bias[hh] : 0.0f;
+  }
+  const __m256 u = _mm256_setr_ps(ul[0], ul[1], ul[2], ul[3], ul[4], ul[5], ul[6], ul[7]);
+  const __m256 bv = _mm256_setr_ps(bl[0], bl[1], bl[2], bl[3], bl[4], bl[5], bl[6], bl[7]);
+  std::size_t r = 0;
+  for (; r + RB <= rows.n; r += RB) score_block_int8<F, NQ, RB>(rows, r, w, h0, bias, s, ss, u, bv);
+  for (; r < rows.n; ++r) score_block_int8<F, NQ, 1>(rows, r, w, h0, bias, s, ss, u, bv);
+}
+
+template <RowFormat F>
+void score_format_int8(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s, std::size_t ss) {
+  for (std::size_t h = 0; h < w.nq;) {
+    const std::size_t left = w.nq - h;
+    if (left >= 8) {
+      score_heads_int8<F, 8>(rows, w, h, bias, s, ss);
+      h += 8;
+    } else if (left >= 4) {
+      score_heads_int8<F, 4>(rows, w, h, bias, s, ss);
+      h += 4;
+    } else if (left >= 2) {
+      score_heads_int8<F, 2>(rows, w, h, bias, s, ss);
+      h += 2;
+    } else {
+      score_heads_int8<F, 1>(rows, w, h, bias, s, ss);
+      h += 1;
+    }
+  }
+}
+
+// Block j (32 codes) of rows a and b interleaved by byte, as two vectors of 16 code pairs
+// (16-bit lanes: low byte row a, high byte row b). 4 bits: e lane i = channel 2i, o lane i =
+// channel 2i + 1. 2 bits: e lanes i, 8 + i = channels 4i, 4i + 1; o: 4i + 2, 4i + 3.
+template <RowFormat F>
+[[gnu::always_inline]] inline void unpack_pair(const std::uint8_t* a, const std::uint8_t* b, __m256i& e, __m256i& o) {
+  if constexpr (F == RowFormat::code4) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+    const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(x, y)), _mm_unpackhi_epi8(x, y), 1);
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    e = _mm256_and_si256(v, m);
+    o = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+  } else {
+    const __m128i u = _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)),
+                                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+    const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(u), _mm_srli_epi16(u, 2), 1);
+    const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_srli_epi16(u, 4)), _mm_srli_epi16(u, 6), 1);
+    const __m256i m = _mm256_set1_epi8(3);
+    e = _mm256_and_si256(lo, m);
+    o = _mm256_and_si256(hi, m);
+  }
+}
+
+// The 32 sums of e and o (unpack_pair's lanes) in channel order, 8 per vector (16-bit).
+template <RowFormat F>
+[[gnu::always_inline]] inline void channel_order(__m256i e, __m256i o, __m128i (&x)[4]) {
+  if constexpr (F == RowFormat::code4) {
+    const __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o);
+    x[0] = _mm256_castsi256_si128(lo);
+    x[1] = _mm256_castsi256_si128(hi);
+    x[2] = _mm256_extracti128_si256(lo, 1);
+    x[3] = _mm256_extracti128_si256(hi, 1);
+  } else {
+    const __m128i e0 = _mm256_castsi256_si128(e), e1 = _mm256_extracti128_si256(e, 1);
+    const __m128i o0 = _mm256_castsi256_si128(o), o1 = _mm256_extracti128_si256(o, 1);
+    const __m128i a = _mm_unpacklo_epi16(e0, e1), b = _mm_unpacklo_epi16(o0, o1);
+    const __m128i c = _mm_unpackhi_epi16(e0, e1), d = _mm_unpackhi_epi16(o0, o1);
+    x[0] = _mm_unpacklo_epi32(a, b);
+    x[1] = _mm_unpackhi_epi32(a, b);
+    x[2] = _mm_unpacklo_epi32(c, d);
+    x[3] = _mm_unpackhi_epi32(c, d);
+  }
+}
+
+// Heads h0 .. h0+NQ, channel block j: 16-bit sums over the row pairs, then
+// acc = fma(sigma, sum, acc) in channel order.
+template <RowFormat F, int NQ>
+[[gnu::always_inline]] inline void accumulate_block_int8(const Rows& rows, std::size_t j, std::size_t nq, std::size_t h0,
+                                                         const std::uint16_t* pairs, std::size_t ng, std::size_t g,
+                                                         const float* sigma, float* acc, std::size_t as) {
+  __m256i ae[NQ], ao[NQ];
+  for (int h = 0; h < NQ; ++h) ae[h] = ao[h] = _mm256_setzero_si256();
+  const std::size_t np = (rows.n + 1) / 2;
+  for (std::size_t p = 0; p < np; ++p) {
+    const std::uint8_t* a = rows.base + 2 * p * rows.stride + j * block_bytes<F>();
+    const std::uint8_t* b = 2 * p + 1 < rows.n ? a + rows.stride : a;  // a missing row has coefficient 0
+    __m256i e, o;
+    unpack_pair<F>(a, b, e, o);
+    const std::uint16_t* pw = pairs + (p * nq + h0) * ng + g;
+    for (int h = 0; h < NQ; ++h) {
+      const __m256i c = _mm256_set1_epi16(static_cast<short>(pw[static_cast<std::size_t>(h) * ng]));
+      ae[h] = _mm256_add_epi16(ae[h], _mm256_maddubs_epi16(e, c));
+      ao[h] = _mm256_add_epi16(ao[h], _mm256_maddubs_epi16(o, c));
+    }
+  }
+  for (int h = 0; h < NQ; ++h) {
+    const std::size_t hh = h0 + static_cast<std::size_t>(h);
+    __m128i x[4];
+    channel_order<F>(ae[h], ao[h], x);
+    const __m256 sg = _mm256_set1_ps(sigma[hh * ng + g]);
+    float* out = acc + hh * as + j * kInt8Block;
+    for (int k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(x[k]));
+      _mm256_storeu_ps(out + 8 * k, _mm256_fmadd_ps(sg, v, _mm256_loadu_ps(out + 8 * k)));
+    }
+  }
+}
+
+template <RowFormat F>
+void accumulate_format_int8(const Rows& rows, std::size_t nq, const std::uint16_t* pairs, std::size_t ng,
+                            std::size_t group, const float* sigma, float* acc, std::size_t as) {
+  // Two 16-bit accumulators per head: 4 heads fill AVX2's 16 registers, 8 AVX-512's 32.
+  constexpr std::size_t kHeads = kIntAccs / 2;
+  const std::size_t nb = rows.chunks * 8 / kInt8Block;
+  for (std::size_t r = 0; r < rows.n; ++r) prefetch_ahead(rows.base + r * rows.stride, rows.stride);
+  for (std::size_t j = 0; j < nb; ++j) {
+    const std::size_t g = j * kInt8Block / group;
+    for (std::size_t h = 0; h < nq;) {
+      const std::size_t left = nq - h;
+      if (kHeads >= 8 && left >= 8) {
+        accumulate_block_int8<F, kHeads >= 8 ? 8 : 4>(rows, j, nq, h, pairs, ng, g, sigma, acc, as);
+        h += kHeads >= 8 ? 8 : 4;
+      } else if (left >= 4) {
+        accumulate_block_int8<F, 4>(rows, j, nq, h, pairs, ng, g, sigma, acc, as);
+        h += 4;
+      } else if (left >= 2) {
+        accumulate_block_int8<F, 2>(rows, j, nq, h, pairs, ng, g, sigma, acc, as);
+        h += 2;
+      } else {
+        accumulate_block_int8<F, 1>(rows, j, nq, h, pairs, ng, g, sigma, acc, as);
+        h += 1;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void score_rows_int8_simd(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s, std::size_t ss) {
+  if (rows.format == RowFormat::code4) {
+    score_format_int8<RowFormat::code4>(rows, w, bias, s, ss);
+  } else {
+    score_format_int8<RowFormat::code2>(rows, w, bias, s, ss);
+  }
+}
+
+void accumulate_rows_int8_simd(const Rows& rows, std::size_t nq, const std::uint16_t* pairs, std::size_t ng,
+                               std::size_t group, const float* sigma, float* acc, std::size_t as) {
+  if (rows.format == RowFormat::code4) {
+    accumulate_format_int8<RowFormat::code4>(rows, nq, pairs, ng, group, sigma, acc, as);
+  } else {
+    accumulate_format_int8<RowFormat::code2>(rows, nq, pairs, ng, group, sigma, acc, as);
+  }
+}
+
+}  // namespace akv::attn::AKV_SIMD_NS
