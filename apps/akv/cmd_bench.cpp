@@ -121,6 +121,11 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
                   "Instruction sets to time every variant with: best, avx512, avx2, generic (the plain "
                   "loops); avx512 and avx2 give bitwise-identical results, generic agrees within 1e-6")
       ->delimiter(',')->capture_default_str();
+  att->add_option("--attention", ab.attention,
+                  "Attention paths to time every variant with: exact (f32 products), int8 (8-bit query and "
+                  "probability factors x packed codes, integer sums; only variants with 2- or 4-bit codes); "
+                  "columns err (output vs the f32 variant's, when timed) and vs exact (int8 vs the exact path)")
+      ->delimiter(',')->capture_default_str();
   att->add_option("--tile", ab.tile, "Tokens per online-softmax step of the kernel")->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
   att->add_option("--partition", ab.partition, "Tokens per work item (a multiple of --tile)")->capture_default_str()

@@ -23,6 +23,9 @@ struct AttentionBenchOptions {
   // Instruction sets to time every variant with: "best" (what the CPU has), "avx512",
   // "avx2", "generic" (the scalar loops); unavailable ones are refused.
   std::vector<std::string> isas = {"best"};
+  // Attention paths to time every packed variant with: "exact", "int8" (the integer loops; only
+  // variants with 2- or 4-bit keys or values, the codes those loops read).
+  std::vector<std::string> attention = {"exact"};
   std::size_t tile = DecodeAttentionOptions{}.tile, partition = DecodeAttentionOptions{}.partition;
   int warmup = 1, repeat = 5, threads = 0;
   double min_sample_s = 0.002;  // each sample repeats the call until it lasts this long
@@ -34,9 +37,11 @@ struct AttentionBenchOptions {
   std::optional<Shard> shard;
 };
 
-// Rows: one per (head_dim, context, gqa, variant); "of_stream" = effective GB/s over the stream
-// figure, "of_fma" = the call's multiply-adds (query heads x tokens x head_dim x 2) at the FMA
-// peak over its time. Extra JSON: "stream_read_gbs", "fma_peak_gmacs" and "scaling" (fitted
+// Rows: one per (head_dim, context, gqa, variant, isa, attention); "of_stream" = effective GB/s
+// over the stream figure, "of_fma" = the call's multiply-adds (query heads x tokens x head_dim x
+// 2) at the FMA peak over its time; "err_vs_f32" = relative error (L2 over all heads) of the
+// output against the f32 variant's (the unquantized rows; null without f32 among the variants),
+// "err_vs_exact" = int8 rows' relative error against the same cache's exact path. Extra JSON: "stream_read_gbs", "fma_peak_gmacs" and "scaling" (fitted
 // exponent of time vs context over contexts >= 4096).
 BenchReport bench_attention(const AttentionBenchOptions& o);
 // Fits the "scaling" extra and its table note from the report's rows (bench_attention calls it;

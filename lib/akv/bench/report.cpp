@@ -122,15 +122,19 @@ Samples fma_peak(int threads, int warmup, int repeat) {
   return g;
 }
 
-void check_close(const std::vector<float>& fast, const std::vector<float>& ref, double tol,
-                 const std::string& what) {
+double relative_error(const std::vector<float>& x, const std::vector<float>& ref) {
   double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double d = static_cast<double>(fast[i]) - ref[i];
+  for (std::size_t i = 0; i < std::min(x.size(), ref.size()); ++i) {
+    const double d = static_cast<double>(x[i]) - ref[i];
     num += d * d;
     den += static_cast<double>(ref[i]) * ref[i];
   }
-  const double err = std::sqrt(num / std::max(den, 1e-300));
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void check_close(const std::vector<float>& fast, const std::vector<float>& ref, double tol,
+                 const std::string& what) {
+  const double err = relative_error(fast, ref);
   if (fast.size() != ref.size() || !(err <= tol)) {
     throw InvalidInput("kernel check failed: fast path differs from the reference beyond " +
                            format_number(tol), {"", what, format_number(err)});

@@ -55,6 +55,8 @@ Samples fma_peak(int threads, int warmup, int repeat);
 
 // Throws InvalidInput naming `what` when fast and reference results differ by more than `tol`
 // (relative L2 error); every suite checks its kernels this way before timing.
+// ||x - ref|| / ||ref|| (L2 over all elements).
+double relative_error(const std::vector<float>& x, const std::vector<float>& ref);
 void check_close(const std::vector<float>& fast, const std::vector<float>& ref, double tol,
                  const std::string& what);
 
