@@ -28,6 +28,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     std::string model, tokens, weights = "stored";
     std::vector<std::string> methods;
     std::size_t prefill = 0, sequences = 0, batch = PplOptions{}.batch;
+    std::string attention = "exact";
     std::string task = "ppl", filler, tokenizer, text, shard;
     std::size_t ctx = 512;
     PasskeyOptions passkey;
@@ -74,6 +75,11 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "(sequence, method) pair of the batch through the model at once, so each weight matrix "
                   "is read once per step for all of them (0 = all). The results do not depend on it")
       ->capture_default_str();
+  sub->add_option("--attention", opt->attention,
+                  "With --model: decode attention path of the methods' caches: exact (f32 products) or int8 "
+                  "(packed 2- and 4-bit rows through 8-bit integer loops: query x key codes, probabilities x "
+                  "value codes; other rows stay exact; error and speed in docs/attention.md)")
+      ->capture_default_str()->check(CLI::IsMember({"exact", "int8"}));
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
   sub->add_option("--sequences", opt->sequences, "With --model: evaluate the first N sequences (0 = all)")
@@ -129,6 +135,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
       po.batch = opt->batch;
+      po.attention = parse_attention_mode(opt->attention);
       const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
       const std::unique_ptr<Tokenizer> tok = opt->task == "passkey" || !opt->text.empty()
                                                  ? resolve_tokenizer(opt->tokenizer, opt->model, m)
@@ -137,6 +144,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         PasskeyOptions pk = opt->passkey;
         pk.threads = global.threads;
         pk.batch = opt->batch;
+        pk.attention = po.attention;
         std::vector<std::vector<std::int32_t>> filler;
         const std::string& filler_file = opt->filler.empty() ? opt->tokens : opt->filler;
         if (!tok) {
@@ -154,7 +162,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
             run.inputs["filler"] = {{"path", filler_file}, {"hash", file_hash(filler_file)}};
           }
           run.params = {{"methods", opt->methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
-                        {"weights", opt->weights}};
+                        {"weights", opt->weights}, {"attention", opt->attention}};
           write_text_file(opt->output, passkey_part_json(r, pk.shard, run).dump(2) + "\n");
           return;
         }

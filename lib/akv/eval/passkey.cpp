@@ -107,7 +107,7 @@ std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const
                                                        const std::vector<std::size_t>& len,
                                                        const std::vector<std::size_t>& n,
                                                        const std::vector<std::optional<CompressParams>>& methods,
-                                                       int threads) {
+                                                       int threads, AttentionMode attention) {
   const ModelConfig& c = model.config();
   const KvGeometry g{c.kv_shape(), c.seq_len};
   const std::size_t n_methods = methods.size();
@@ -131,7 +131,7 @@ std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const
       lane_caches.push_back(caches[lane].get());
     }
     if (lanes.empty()) return out;
-    const RowMatrix logits = model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), threads);
+    const RowMatrix logits = model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), threads, attention);
     for (std::size_t i = 0; i < lanes.size(); ++i) {
       out[lanes[i]].push_back(argmax_token(logits.row(static_cast<Eigen::Index>(i)).data(), c.vocab_size));
     }
@@ -142,7 +142,7 @@ std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const
 
 std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vector<std::int32_t>& prompt,
                                               std::size_t n, const std::optional<CompressParams>& method) {
-  return continue_greedy(model, {model.prefill(prompt, false)}, {prompt.size()}, {n}, {method}, 1)[0];
+  return continue_greedy(model, {model.prefill(prompt, false)}, {prompt.size()}, {n}, {method}, 1, AttentionMode::exact)[0];
 }
 
 PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector<std::int32_t>>& filler_seqs,
@@ -159,7 +159,8 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   PasskeyReport r;
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
-    r.descriptions.push_back(m.params ? describe(*m.params) : "f32 K/V (reference)");
+    r.descriptions.push_back(m.params ? describe(*m.params) + (o.attention == AttentionMode::int8 ? "; int8 attention" : "")
+                                      : "f32 K/V (reference)");
   }
   r.lengths = o.lengths;
   r.depths = o.depths;
@@ -202,7 +203,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
       len[i] = jobs[b0 + i].tokens.size();
       n[i] = jobs[b0 + i].answer_tokens;
     }
-    const auto out = continue_greedy(model, pre, len, n, params, o.threads);
+    const auto out = continue_greedy(model, pre, len, n, params, o.threads, o.attention);
     for (std::size_t i = 0; i < nb; ++i) {
       const PasskeyPrompt& p = jobs[b0 + i];
       for (std::size_t mi = 0; mi < methods.size(); ++mi) {

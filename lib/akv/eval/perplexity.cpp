@@ -66,6 +66,7 @@ PplReport evaluate_perplexity(const Model& model,
   if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{"full", std::nullopt});
   const std::size_t n_seq = o.max_sequences ? std::min(o.max_sequences, all.size()) : all.size();
   PplReport r;
+  r.attention = o.attention;
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
     r.descriptions.push_back(m.params ? describe(*m.params) : "f32 K/V (reference)");
@@ -123,7 +124,8 @@ PplReport evaluate_perplexity(const Model& model,
       }
       if (active.empty()) break;
       RowMatrix logits;
-      if (t > 0) logits = model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), o.threads);
+      if (t > 0) logits = model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), o.threads,
+                                                 o.attention);
       parallel_for(active.size(), o.threads, [&](std::size_t a) {
         const std::size_t i = active[a], si = b0 + i, pos = prompt[si] - 1 + t;
         const std::vector<std::int32_t>& seq = all[si];
@@ -196,6 +198,7 @@ nlohmann::json PplReport::to_json() const {
   j["format"] = "akv-perplexity";
   j["version"] = 1;
   j["sequences"] = sequences.size();
+  j["attention"] = attention_mode_name(attention);
   const PplSums full = total(0);
   nlohmann::json ms = nlohmann::json::array();
   for (std::size_t m = 0; m < specs.size(); ++m) {
@@ -236,8 +239,9 @@ std::string PplReport::to_csv() const {
 
 std::string PplReport::to_table() const {
   const PplSums full = total(0);
-  std::string out = fmt::format("{} sequences, {} predicted tokens per method (continuation after the prompt)\n",
-                                sequences.size(), full.tokens);
+  std::string out = fmt::format("{} sequences, {} predicted tokens per method (continuation after the prompt){}\n",
+                                sequences.size(), full.tokens,
+                                attention == AttentionMode::int8 ? "; decode attention: int8" : "");
   out += fmt::format("{:<28} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}  {}\n", "method", "bytes",
                      "host", "bits/el", "ppl", "ppl delta", "kl", "top1", "description");
   for (std::size_t m = 0; m < specs.size(); ++m) {

@@ -29,6 +29,9 @@ struct PplOptions {
   // Sequences decoded together (0 = all): each step decodes every (sequence, method) pair of
   // the batch in one Model::decode_batch call. Metrics do not depend on it (nor on threads).
   std::size_t batch = 8;
+  // Decode attention path of every method's cache (decode_attention.h; "full" keeps f32 rows,
+  // which both paths read exactly).
+  AttentionMode attention = AttentionMode::exact;
 };
 
 struct PplSums {
@@ -59,6 +62,7 @@ struct PplReport {
   std::vector<std::vector<PplSums>> sequences;  // [sequence][method]
   std::vector<std::size_t> prompt_tokens;       // [sequence]
   std::vector<MemoryTrace> traces;              // [method], along sequence 0
+  AttentionMode attention = AttentionMode::exact;
   PplSums total(std::size_t method) const;
   nlohmann::json to_json() const;
   std::string to_csv() const;    // one row per sequence and method

@@ -62,18 +62,24 @@ nlohmann::json ppl_part_json(const PplReport& r, const Shard& s, std::size_t fir
   }
   return {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
           {"first_sequence", first}, {"total_sequences", total}, {"inputs", run.inputs}, {"params", run.params},
-          {"specs", r.specs}, {"descriptions", r.descriptions}, {"prompt_tokens", r.prompt_tokens},
+          {"specs", r.specs}, {"descriptions", r.descriptions}, {"attention", attention_mode_name(r.attention)},
+          {"prompt_tokens", r.prompt_tokens},
           {"sequences", seqs}, {"memory_traces", traces}};
 }
 
 PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"inputs", "params", "specs", "total_sequences"});
+  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"inputs", "params", "specs", "attention", "total_sequences"});
   const auto& [file0, first] = parts[0];
   PplReport r;
   const std::size_t total = first.at("total_sequences").get<std::size_t>();
   try {
     r.specs = first.at("specs").get<std::vector<std::string>>();
     r.descriptions = first.at("descriptions").get<std::vector<std::string>>();
+    const std::string attention = first.at("attention").get<std::string>();
+    if (attention != "exact" && attention != "int8") {
+      throw InvalidInput("unknown attention path (exact, int8)", {file0, "attention", attention});
+    }
+    r.attention = parse_attention_mode(attention);
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
       check_follows(file, j, "first_sequence", "sequences", r.sequences.size());

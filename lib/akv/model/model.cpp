@@ -171,7 +171,7 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
 }
 
 RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
-                              std::size_t batch, int threads) const {
+                              std::size_t batch, int threads, AttentionMode attention) const {
   const ModelConfig& c = config_;
   const std::size_t hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
   const auto rows = static_cast<Eigen::Index>(batch);
@@ -214,7 +214,8 @@ RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos
       for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.row(r).data() + h * hd, 1, pos[b], c.rope_layout, ropes[b]);
       for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.row(r).data() + h * hd, 1, pos[b], c.rope_layout, ropes[b]);
       caches[b]->append(l, k.row(r).data(), k_pre.row(r).data(), v.row(r).data(), pos[b]);
-      attend_layer(*caches[b], l, q.row(r).data(), c.n_heads, c.n_kv_heads, hd, att.row(r).data(), attention_threads);
+      attend_layer(*caches[b], l, q.row(r).data(), c.n_heads, c.n_kv_heads, hd, att.row(r).data(), attention_threads,
+                   false, attention);
     });
     product(lw.wo, att, out);
     x += out;

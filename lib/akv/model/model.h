@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "akv/attention/decode_attention.h"
 #include "akv/model/weight.h"
 #include "akv/policy/kv_policy.h"
 #include "akv/tensor/kv_shape.h"
@@ -70,7 +71,7 @@ class Model {
   // attention run per sequence on the threads. Returns logits [batch, vocab]; row b equals
   // decode(tokens[b], pos[b], *caches[b]) bit for bit, for any batch and thread count.
   RowMatrix decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
-                         std::size_t batch, int threads = 1) const;
+                         std::size_t batch, int threads = 1, AttentionMode attention = AttentionMode::exact) const;
   // Checks every id of every sequence (prediction targets included) against the vocabulary;
   // InvalidInput names the file, the sequence and position (1-based) and the id.
   void check_tokens(const std::vector<std::vector<std::int32_t>>& sequences, const std::string& file) const;

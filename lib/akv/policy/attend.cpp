@@ -8,7 +8,7 @@
 namespace akv {
 
 void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_t n_heads, std::size_t n_kv_heads,
-                  std::size_t head_dim, float* out, int threads, bool reference) {
+                  std::size_t head_dim, float* out, int threads, bool reference, AttentionMode mode) {
   std::vector<HeadView> views;
   std::vector<std::size_t> rows;
   layer_views(cache, layer, n_kv_heads, views, rows);
@@ -27,7 +27,10 @@ void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_
     decode_attention_ref(a);
     return;
   }
-  decode_attention(a, {threads});
+  DecodeAttentionOptions o;
+  o.threads = threads;
+  o.mode = mode;
+  decode_attention(a, o);
   for (std::size_t h = 0; h < probs.size(); ++h) cache.observe(layer, h / g, probs[h].data());
 }
 
