@@ -113,4 +113,25 @@ expect_error "merge bench: suites differ" 2 "different shard counts|part of anot
   "$AKV" merge "$TMP/sq1.json" "$TMP/sp2.json" -o "$TMP/none/m.json"
 expect_error "bench --shard 3/2" 2 "--shard = 3/2" "$AKV" bench quant "${sq[@]}" --shard 3/2 -o "$TMP/none/x.json"
 expect_empty_dir "no output after bench merge errors" "$TMP/none"
+# scripts/bench_vs_llamacpp: no build directory is not an error; a stand-in test-backend-ops
+# (printing llama.cpp's perf line format) is parsed and set beside akv at the same shape.
+expect "bench_vs_llamacpp without a build" 0 "nothing to compare against" "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/no-llama"
+mkdir -p "$TMP/llama/bin"
+cat > "$TMP/llama/bin/test-backend-ops" <<'SH'
+#!/bin/sh
+echo "Backend 1/1: CPU"
+echo "  FLASH_ATTN_EXT(hsk=64,hsv=64,nh=8,nr23=[1,1],kv=512,nb=1,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,prec=f32,type_K=f16,type_V=f16,permute=[0,1,2,3],kv_view=1,v_is_view_of_k=0):      240 runs -   250.00 us/run -  33.55 MFLOP/run"
+echo "  FLASH_ATTN_EXT(hsk=64,hsv=64,nh=8,nr23=[1,1],kv=512,nb=1,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,prec=f32,type_K=q8_0,type_V=q8_0,permute=[0,1,2,3],kv_view=1,v_is_view_of_k=0):      240 runs -   900.00 us/run -  33.55 MFLOP/run"
+SH
+chmod +x "$TMP/llama/bin/test-backend-ops"
+expect "bench_vs_llamacpp parses test-backend-ops and times akv at its shapes" 0 "64 +512 +1 +0.250ms" \
+  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 --json "$TMP/vs.json"
+expect "bench_vs_llamacpp JSON: f16 rows only, ratio = llama / akv" 0 "vs ok" "$PY" - "$TMP/vs.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["attention"]["rows"]
+assert {(r["variant"], r["attention"]) for r in rows} == {("f16", "exact"), ("q8", "exact"), ("q4", "exact"), ("q4", "int8"), ("q2", "exact"), ("q2", "int8")}, rows
+for r in rows:
+    assert r["llama_f16_ms"] == 0.25 and abs(r["ratio"] - 0.25 / r["akv_ms"]) < 1e-12, r
+print("vs ok")
+PY
 finish
