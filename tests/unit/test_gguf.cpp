@@ -313,9 +313,12 @@ TEST_CASE("ggml blocks: dequantization equals gguf-py bit for bit", "[gguf][gold
   CHECK(ggml_type_name(10) == "type 10");
 }
 
-TEST_CASE("ggml quantizers (KV cache types): blocks equal gguf-py's reference quantizers byte for byte", "[gguf][golden]") {
-  // scripts/golden_ggml.py GGUF_PY_DIR data/golden/ggml-dequant.json --quantize data/golden/ggml-quantize.json
-  std::ifstream in(std::string(AKV_SOURCE_DIR) + "/data/golden/ggml-quantize.json");
+namespace {
+
+// Every type of a golden quantize file (akv-golden-ggml-quantize): akv's blocks equal the
+// reference's byte for byte, and dequantize to within a step of their input.
+void check_quantize_golden(const std::string& file, std::size_t n_types) {
+  std::ifstream in(std::string(AKV_SOURCE_DIR) + "/data/golden/" + file);
   REQUIRE(in);
   const nlohmann::json g = nlohmann::json::parse(in);
   const std::vector<std::uint8_t> raw = from_hex(g["input"].get<std::string>());
@@ -327,11 +330,11 @@ TEST_CASE("ggml quantizers (KV cache types): blocks equal gguf-py's reference qu
                             (std::uint32_t{raw[4 * i + 2]} << 8) | raw[4 * i + 3];
     std::memcpy(&x[i], &w, 4);
   }
-  REQUIRE(g["types"].size() == 5);
+  REQUIRE(g["types"].size() == n_types);
   for (const nlohmann::json& t : g["types"]) {
     const GgmlTypeInfo* info = ggml_type_info_by_name(t["type"].get<std::string>());
     REQUIRE(info);
-    INFO(info->name);
+    INFO(file << " " << info->name);
     REQUIRE(ggml_can_quantize(*info));
     const std::vector<std::uint8_t> want = from_hex(t["blocks"].get<std::string>());
     std::vector<std::uint8_t> got(n / info->block * info->bytes);
@@ -340,7 +343,8 @@ TEST_CASE("ggml quantizers (KV cache types): blocks equal gguf-py's reference qu
     std::size_t differ = 0;
     for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
     CHECK(differ == 0);
-    // Dequantized, every value lies within one step (d) of its input; Q8_0 within d / 2.
+    // Dequantized, every value lies within one step (d) of its input; Q8_0 within d / 2; IQ4_NL
+    // within 20 / 127 of max|x| (its widest level gap is 24 / 127; the refitted scale stretches it).
     std::vector<float> back(n);
     ggml_dequantize(*info, got.data(), n, back.data());
     for (std::size_t b = 0; b < n / 32; ++b) {
@@ -351,10 +355,44 @@ TEST_CASE("ggml quantizers (KV cache types): blocks equal gguf-py's reference qu
       }
       const float amax = std::max(std::fabs(lo), std::fabs(hi));
       const float step = info->id == 8 ? amax / 127.0f : info->id == 2 ? amax / 8.0f : info->id == 6 ? amax / 16.0f
+                         : info->id == 20 ? amax * 20.0f / 127.0f
                          : info->id == 3 ? (hi - lo) / 15.0f : (hi - lo) / 31.0f;
       for (std::size_t j = 0; j < 32; ++j) CHECK(std::fabs(back[32 * b + j] - x[32 * b + j]) <= 1.01f * step + 1e-6f * amax);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("ggml quantizers (KV cache types): blocks equal gguf-py's reference quantizers byte for byte", "[gguf][golden]") {
+  // scripts/golden_ggml.py GGUF_PY_DIR data/golden/ggml-dequant.json --quantize data/golden/ggml-quantize.json
+  check_quantize_golden("ggml-quantize.json", 5);
+}
+
+TEST_CASE("ggml quantizers: blocks equal ggml's C reference quantizers byte for byte, IQ4_NL included", "[gguf][golden]") {
+  // scripts/golden_ggml_ref.py GGML_SRC GGML_BUILD data/golden/ggml-quantize-ref.json (ggml d99724f)
+  check_quantize_golden("ggml-quantize-ref.json", 6);
+}
+
+TEST_CASE("IQ4_NL blocks by hand", "[gguf]") {
+  // Largest magnitude -2.54 at element 0: scale -2.54 / -127 = 0.02, element j = 0.02 * level
+  // exactly for levels picked from kIq4nlValues, so the refit keeps d = 0.02 and the codes.
+  const GgmlTypeInfo* t = ggml_type_info_by_name("IQ4_NL");
+  REQUIRE(t);
+  CHECK(t->id == 20);
+  CHECK(t->bytes == 18);
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[static_cast<std::size_t>(j)] = 0.02f * static_cast<float>(kIq4nlValues[j % 16]);
+  x[0] = -2.54f;
+  std::vector<std::uint8_t> b(18);
+  ggml_quantize(*t, x.data(), 32, b.data());
+  for (int j = 0; j < 16; ++j) CHECK(b[static_cast<std::size_t>(2 + j)] == (j | (j << 4)));  // codes j and j (element j + 16)
+  std::vector<float> back(32);
+  ggml_dequantize(*t, b.data(), 32, back.data());
+  for (std::size_t j = 0; j < 32; ++j) CHECK(std::fabs(back[j] - x[j]) <= 1e-3f * 2.54f);
+}
+
+TEST_CASE("ggml quantizers: only the cache types", "[gguf]") {
   const GgmlTypeInfo* q4k = ggml_type_info_by_name("Q4_K");
   CHECK_FALSE(ggml_can_quantize(*q4k));
 }

@@ -11,7 +11,7 @@ namespace {
 
 constexpr std::size_t kQK = 256;  // elements per K-quant super-block
 
-constexpr std::array<GgmlTypeInfo, 11> kTypes = {{
+constexpr std::array<GgmlTypeInfo, 12> kTypes = {{
     {0, "F32", 1, 4},
     {1, "F16", 1, 2},
     {2, "Q4_0", 32, 18},
@@ -22,6 +22,7 @@ constexpr std::array<GgmlTypeInfo, 11> kTypes = {{
     {12, "Q4_K", kQK, 144},
     {13, "Q5_K", kQK, 176},
     {14, "Q6_K", kQK, 210},
+    {20, "IQ4_NL", 32, 18},
     {30, "BF16", 1, 2},
 }};
 
@@ -200,6 +201,16 @@ void ggml_dequantize(const GgmlTypeInfo& type, const std::uint8_t* src, std::siz
       return;
     case 14:
       for (std::size_t k = 0; k < blocks; ++k) q6_k_block(src + k * type.bytes, dst + k * kQK);
+      return;
+    case 20:
+      for (std::size_t k = 0; k < blocks; ++k) {
+        const std::uint8_t* b = src + k * type.bytes;
+        const float d = f16_at(b);
+        for (std::size_t j = 0; j < 16; ++j) {
+          dst[k * 32 + j] = d * static_cast<float>(kIq4nlValues[b[2 + j] & 0x0F]);
+          dst[k * 32 + j + 16] = d * static_cast<float>(kIq4nlValues[b[2 + j] >> 4]);
+        }
+      }
       return;
     default:
       for (std::size_t k = 0; k < blocks; ++k) small_block(type.id, src + k * type.bytes, dst + k * 32);

@@ -19,12 +19,18 @@
 //   Q5_K  13  256   176    as Q4_K plus 32 bytes qh (bit i of byte l: element 32 i + l)
 //   Q6_K  14  256   210    128 bytes low 4 bits, 64 bytes high 2 bits, 16 int8 scales, f16 d;
 //                          x = (d sc) (q - 32)
+//   IQ4_NL 20  32    18    f16 d; nibbles as Q4_0; x = d kvalues[q], kvalues the 16 non-uniform
+//                          levels -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113
 //   BF16  30    1     2
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace akv {
+
+// IQ4_NL's 16 levels (ggml's kvalues_iq4nl).
+inline constexpr std::int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
 
 struct GgmlTypeInfo {
   std::uint32_t id = 0;

@@ -74,11 +74,62 @@ void q_1(const float* x, std::uint8_t* b, int levels) {
   pack(q, b + 4, levels == 32);
 }
 
+// The level nearest to x (ties to the upper one; below or above every level: the end level).
+int nearest_iq4nl(float x) {
+  const std::int8_t* v = kIq4nlValues;
+  if (x <= static_cast<float>(v[0])) return 0;
+  if (x >= static_cast<float>(v[15])) return 15;
+  int lo = 0, hi = 15;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (x < static_cast<float>(v[mid])) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  const float below = x - static_cast<float>(v[hi - 1]), above = static_cast<float>(v[hi]) - x;
+  return below < above ? hi - 1 : hi;
+}
+
+// IQ4_NL: codes from the scale max / -127 (max: the value of largest magnitude, first on ties),
+// then the scale refitted by weighted least squares (weights x^2) over those codes. A block with
+// max|x| < 1e-15 gets scale 0 and keeps the codes of the block before it (`last`), as ggml's
+// reference does.
+void iq4_nl(const float* x, std::uint8_t* b, std::uint8_t* last) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  float d = 0.0f;
+  if (amax >= 1e-15f) {
+    const float id = 1.0f / (max / static_cast<float>(kIq4nlValues[0]));
+    float sumqx = 0.0f, sumq2 = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float scaled = id * x[j];
+      const int l = nearest_iq4nl(scaled);
+      last[j] = static_cast<std::uint8_t>(l);
+      const float q = static_cast<float>(kIq4nlValues[l]);
+      const float wq = x[j] * x[j] * q;  // separate statements: each product rounded (no contraction)
+      const float wqx = wq * x[j];
+      const float wqq = wq * q;
+      sumqx += wqx;
+      sumq2 += wqq;
+    }
+    d = sumq2 > 0.0f ? sumqx / sumq2 : 0.0f;
+  }
+  put_f16(b, d);
+  for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<std::uint8_t>(last[j] | (last[j + 16] << 4));
+}
+
 }  // namespace
 
 bool ggml_can_quantize(const GgmlTypeInfo& type) {
   switch (type.id) {
-    case 1: case 2: case 3: case 6: case 7: case 8: return true;
+    case 1: case 2: case 3: case 6: case 7: case 8: case 20: return true;
     default: return false;
   }
 }
@@ -89,6 +140,7 @@ void ggml_quantize(const GgmlTypeInfo& type, const float* x, std::size_t n, std:
     for (std::size_t i = 0; i < n; ++i) put_f16(dst + 2 * i, x[i]);
     return;
   }
+  std::uint8_t last[32] = {};  // IQ4_NL: codes of the previous block
   for (std::size_t i = 0; i < n / 32; ++i) {
     const float* xb = x + 32 * i;
     std::uint8_t* b = dst + type.bytes * i;
@@ -97,6 +149,7 @@ void ggml_quantize(const GgmlTypeInfo& type, const float* x, std::size_t n, std:
       case 3: q_1(xb, b, 16); break;
       case 6: q_0(xb, b, 32); break;
       case 7: q_1(xb, b, 32); break;
+      case 20: iq4_nl(xb, b, last); break;
       default: q8_0(xb, b); break;
     }
   }

@@ -8,6 +8,10 @@
 //   Q5_0  d = m / -16, q = min(31, trunc(fma(x, 1/d, 16.5))), bit 4 of q into qh
 //   Q4_1  d = (max - min) / 15, q = min(15, trunc((x - min) (1/d) + 0.5)), m = min
 //   Q5_1  d = (max - min) / 31, q = min(31, trunc((x - min) (1/d) + 0.5)), m = min
+//   IQ4_NL m as Q4_0, codes l = the level of kIq4nlValues nearest to x (127 / -m) (ties up),
+//         then d = sum w q x / sum w q^2 over those levels q, w = x^2 (sums in element order,
+//         each product rounded); a block with max|x| < 1e-15 gets d = 0 and repeats the previous
+//         block's codes (the first block's: 0)
 // (1/d is 0 when d is 0.) Q4_0 and Q5_0 use one fused multiply-add, as x86 builds of ggml
 // compile its reference (gguf-py reproduces that in f64); Q4_1 and Q5_1 round the product first.
 // Checked byte for byte against gguf-py's quantizers: data/golden/ggml-quantize.json,
