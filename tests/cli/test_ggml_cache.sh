@@ -7,18 +7,19 @@ need_python_h5py
 "$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/hf" --dim 64 --hidden 96 --vocab 64 --heads 2 --kv-heads 1 --layers 2 --seed 5 \
   --tokens "$TMP/tokens.txt" 3 96
 T="$TMP/tokens.txt"
-methods=ggml,ggml:k=q8_0:v=q8_0,ggml:k=q4_0:v=q4_0,ggml:k=q4_1:v=q4_1,ggml:k=q5_0:v=q5_0,ggml:k=q5_1:v=q8_0
+methods=ggml,ggml:k=q8_0:v=q8_0,ggml:k=q4_0:v=q4_0,ggml:k=q4_1:v=q4_1,ggml:k=q5_0:v=q5_0,ggml:k=q5_1:v=q8_0,ggml:k=iq4_nl:v=iq4_nl
 "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods "$methods" --json -o "$TMP/e.json"
-expect "bits per element: f16 16, q8_0 8.5, q4_0 4.5, q4_1 5, q5_0 5.5, q5_1/q8_0 7.25" 0 "bits ok" "$PY" - "$TMP/e.json" <<'PY'
+expect "bits per element: f16 16, q8_0 8.5, q4_0 4.5, q4_1 5, q5_0 5.5, q5_1/q8_0 7.25, iq4_nl 4.5" 0 "bits ok" "$PY" - "$TMP/e.json" <<'PY'
 import json, sys
 m = {x["method"]: x for x in json.load(open(sys.argv[1]))["methods"]}
 want = {"ggml": 16, "ggml:k=q8_0:v=q8_0": 8.5, "ggml:k=q4_0:v=q4_0": 4.5, "ggml:k=q4_1:v=q4_1": 5.0,
-        "ggml:k=q5_0:v=q5_0": 5.5, "ggml:k=q5_1:v=q8_0": (6.0 + 8.5) / 2}
+        "ggml:k=q5_0:v=q5_0": 5.5, "ggml:k=q5_1:v=q8_0": (6.0 + 8.5) / 2, "ggml:k=iq4_nl:v=iq4_nl": 4.5}
 for k, bits in want.items():
     assert abs(m[k]["bits_per_element"] - bits) < 1e-9, (k, m[k]["bits_per_element"])
     # 3 sequences of 96 tokens: the cache holds 95 rows at the end, 2 layers x 1 KV head x 32 dims x (K + V).
     assert m[k]["cache_bytes"] == round(3 * 95 * 2 * 32 * 2 * bits / 8), (k, m[k]["cache_bytes"])
 assert m["ggml"]["kl"] < 1e-6 and m["ggml:k=q4_0:v=q4_0"]["kl"] > m["ggml:k=q8_0:v=q8_0"]["kl"] > 0
+assert m["ggml:k=iq4_nl:v=iq4_nl"]["kl"] > m["ggml:k=q8_0:v=q8_0"]["kl"]
 print("bits ok")
 PY
 "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods none,ggml --json -o "$TMP/f16.json"

@@ -6,15 +6,20 @@
 
 namespace akv {
 
+const std::vector<std::string>& ggml_cache_type_names() {
+  static const std::vector<std::string> names = {"f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+  return names;
+}
+
 const GgmlTypeInfo& ggml_cache_type(const std::string& name, const std::string& file, const std::string& field) {
   // llama.cpp's lower-case names; ggml_blocks.h knows the types by their upper-case names.
-  for (const char* t : {"f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}) {
+  for (const std::string& t : ggml_cache_type_names()) {
     if (name != t) continue;
     std::string upper;
     for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     return *ggml_type_info_by_name(upper);
   }
-  throw InvalidInput("not a llama.cpp KV cache type akv stores (f16, q8_0, q4_0, q4_1, q5_0, q5_1)", {file, field, name});
+  throw InvalidInput("not a llama.cpp KV cache type akv stores (f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)", {file, field, name});
 }
 
 GgmlCacheParams GgmlCacheParams::from_json(const nlohmann::json& j, const std::string& file) {

@@ -7,7 +7,7 @@
 //   tiered   hot f16 / warm quantized / cold int2 tiers with importance-scored migration, in the
 //            model's decode loop (policy/tiered.h); presets quality, balanced, compact
 //            (tiered:preset=k4v2 / k4v3 for the KIVI-width warm tiers).
-//   ggml     llama.cpp's KV cache types (k=, v=: f16, q8_0, q4_0, q4_1, q5_0, q5_1), in the
+//   ggml     llama.cpp's KV cache types (k=, v=: f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl), in the
 //            model's decode loop (policy/ggml_cache.h).
 #include <cstddef>
 #include <string>

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "akv/core/errors.h"
+#include "akv/method/ggml_params.h"
 
 namespace akv {
 namespace {
@@ -167,10 +168,10 @@ const std::vector<ParamInfo>& param_registry() {
       // llama.cpp cache types.
       {"k", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.k; }),
        "key cache type, as llama.cpp's -ctk (default f16)", {}, {}, false, false, {},
-       {"f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}},
+       ggml_cache_type_names()},
       {"v", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.v; }),
        "value cache type, as llama.cpp's -ctv (default f16)", {}, {}, false, false, {},
-       {"f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}},
+       ggml_cache_type_names()},
   };
   return params;
 }
