@@ -42,12 +42,13 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "compress",
-      "Compress the K/V of a dump into a cache (format akv-cache v1; v2 for tiered caches), a layer "
-      "at a time. Quantizers: " + method_list({MethodKind::quantizer}) + "; presets: " +
-          method_list({MethodKind::preset}) + " (scales and zeros are f16). Eviction methods (" +
+      "Compress the K/V of a dump into a cache (format akv-cache v1; v2 for tiered caches, v3 for "
+      "llama.cpp's cache types), a layer at a time. Quantizers: " + method_list({MethodKind::quantizer}) +
+          "; presets: " + method_list({MethodKind::preset}) + " (scales and zeros are f16). Eviction methods (" +
           method_list({MethodKind::eviction, MethodKind::joint}) +
           ") keep per KV head its best tokens under --budget, then quantize what is kept with --quant. "
-          "See docs/compress.md, docs/eviction.md and docs/tiered.md.");
+          "ggml --k T --v T stores every key and value row as llama.cpp's cache blocks of type T. "
+          "See docs/compress.md, docs/eviction.md, docs/tiered.md and docs/model.md.");
   sub->add_option("dump", opt->dump, "Input dump (akv-dump)")->required();
   sub->add_option("-o,--output", opt->output, "Output cache (HDF5)")->required();
   std::string methods_help;
@@ -58,7 +59,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
                                  "Method (default kivi; with --budgets alone, the budgets file's method). " +
                                      methods_help + ". Tiered caches are simulated over the dump's tokens, "
                                      "its window queries driving the importance scores");
-  add_method_flags(sub, opt->req, {ParamScope::quant, ParamScope::eviction, ParamScope::tiered});
+  add_method_flags(sub, opt->req, {ParamScope::quant, ParamScope::eviction, ParamScope::tiered, ParamScope::ggml});
   sub->add_flag("--json", opt->json, "Print the memory report as JSON (schema in docs/compress.md)");
   sub->add_option("--shard", opt->shard,
                   "Compress shard K of N (K/N, 1-based): a contiguous 1/N of the layers into a partial "

@@ -22,7 +22,7 @@ void add_optional(CLI::App* sub, const std::string& name, std::optional<T>& targ
 // writing into `request` (which must outlive the parse).
 inline void add_method_flags(CLI::App* sub, CompressRequest& request, std::initializer_list<ParamScope> scopes,
                              std::initializer_list<std::string> skip = {}) {
-  const char* prefix[] = {"", "", "tiered: "};
+  const char* prefix[] = {"", "", "tiered: ", "ggml: "};
   for (const ParamInfo& p : param_registry()) {
     bool wanted = false;
     for (ParamScope s : scopes) wanted = wanted || s == p.scope;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # llama.cpp's KV cache types as a method (ggml:k=T:v=T) in the decode loop of a small random
 # Hugging Face llama (head_dim 32): honest ggml byte counts (bits per element of each block
-# type), f16 close to the full cache, the plan's bytes, bench policy, and the refusals.
+# type), f16 close to the full cache, the plan's bytes, bench policy, and the refusals; akv
+# compress / evaluate --dump with the same types.
 source "$(dirname "$0")/lib.sh"
 need_python_h5py
 "$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/hf" --dim 64 --hidden 96 --vocab 64 --heads 2 --kv-heads 1 --layers 2 --seed 5 \
@@ -34,9 +35,51 @@ expect "plan counts ggml blocks (2 layers x (18 + 18) bytes per token)" 0 "ggml:
 expect "bench policy runs a ggml cache" 0 "ggml:k=q4_0:v=q4_0" \
   "$AKV" bench policy --contexts 128 --heads 4 --kv-heads 2 --head-dim 64 --methods full,ggml:k=q4_0:v=q4_0 --warmup 1 --repeat 2
 mkdir -p "$TMP/none"
-"$AKV" synth -q -o "$TMP/d.h5" --layers 1 --heads 2 --kv-heads 1 --head-dim 32 --tokens 64
-expect_error "compress refuses ggml" 1 "akv compress does not store them" \
-  "$AKV" compress -q "$TMP/d.h5" -o "$TMP/none/c.h5" -m ggml
+# akv compress stores the blocks (cache v3); checked against ggml's Q8_0 reference written in
+# numpy here (d = max|x| / 127 to f16, q = round(x / d) half away from zero) and f16 rows.
+"$AKV" -q synth -o "$TMP/d.h5" --layers 2 --heads 2 --kv-heads 1 --head-dim 64 --tokens 64 --dtype f32 >/dev/null
+expect "compress --method ggml --k q8_0 --v f16" 0 "8.500 bits/element|12.250 bits/element" \
+  "$AKV" compress -q "$TMP/d.h5" -o "$TMP/c.h5" -m ggml --k q8_0 --v f16
+expect "the blocks are ggml's Q8_0 of each key row and the f16 value rows" 0 "blocks ok" "$PY" - "$TMP/d.h5" "$TMP/c.h5" <<'PY'
+import sys
+import h5py, numpy as np
+d, c = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+assert c.attrs["version"] == 3
+for l in range(2):
+    key = d[f"/layers/{l}/key"][0].astype(np.float32)      # [tokens, head_dim] of KV head 0
+    value = d[f"/layers/{l}/value"][0].astype(np.float32)
+    g = c[f"/layers/{l}/heads/0"]
+    assert g["key"].attrs["ggml_type"] == "q8_0" and g["value"].attrs["ggml_type"] == "f16"
+    kb = g["key/blocks"][()].reshape(64, 2, 34)
+    x = key.reshape(64, 2, 32)
+    amax = np.abs(x).max(axis=2)
+    dd = (amax / np.float32(127)).astype(np.float32)
+    inv = np.where(dd > 0, np.float32(1) / np.where(dd > 0, dd, 1), 0).astype(np.float32)
+    v = (x * inv[..., None]).astype(np.float32).astype(np.float64)
+    q = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int8)
+    want = np.concatenate([dd.astype(np.float16)[..., None].view(np.uint8), q.view(np.uint8)], axis=2)
+    assert np.array_equal(kb, want), np.argwhere(kb != want)[:5]
+    assert np.array_equal(g["value/blocks"][()], value.astype(np.float16).reshape(-1).view(np.uint8))
+print("blocks ok")
+PY
+"$AKV" compress -q "$TMP/d.h5" -o "$TMP/c4.h5" -m ggml --k q4_0 --v q4_0 >/dev/null
+"$AKV" evaluate -q --dump "$TMP/d.h5" --cache "$TMP/c.h5" --json -o "$TMP/f8.json"
+"$AKV" evaluate -q --dump "$TMP/d.h5" --cache "$TMP/c4.h5" --json -o "$TMP/f4.json"
+expect "evaluate --dump --cache reads ggml caches: q8_0 keys closer than q4_0" 0 "fidelity ok" "$PY" - "$TMP/f8.json" "$TMP/f4.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["overall"] for p in sys.argv[1:3])
+assert 0 < a["key_rel_mse"] < b["key_rel_mse"] and a["value_rel_mse"] < b["value_rel_mse"], (a, b)
+print("fidelity ok")
+PY
+"$AKV" compress -q "$TMP/d.h5" -o "$TMP/s1.h5" -m ggml --k q4_0 --v q4_0 --shard 1/2 >/dev/null
+"$AKV" compress -q "$TMP/d.h5" -o "$TMP/s2.h5" -m ggml --k q4_0 --v q4_0 --shard 2/2 >/dev/null
+"$AKV" -q merge "$TMP/s1.h5" "$TMP/s2.h5" -o "$TMP/m.h5" >/dev/null
+expect "two shards merge into the unsharded ggml cache byte for byte" 0 "" cmp "$TMP/m.h5" "$TMP/c4.h5"
+"$AKV" -q synth -o "$TMP/d48.h5" --layers 1 --heads 2 --kv-heads 1 --head-dim 48 --tokens 16 --window 8 >/dev/null
+expect_error "compress: head_dim 48 holds no whole block" 2 "d48.h5: head_dim \\(ggml k=q4_0\\) = 48" \
+  "$AKV" compress -q "$TMP/d48.h5" -o "$TMP/none/c.h5" -m ggml --k q4_0
+expect_error "compress: --k with another method" 1 "need method ggml" \
+  "$AKV" compress -q "$TMP/d.h5" -o "$TMP/none/c.h5" --k q4_0
 expect_error "an unknown cache type" 2 "k = q2_k" \
   "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods ggml:k=q2_k -o "$TMP/none/x.txt"
 expect_error "k= with another method" 1 "need method ggml" \

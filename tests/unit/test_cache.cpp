@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 
@@ -9,6 +11,7 @@
 #include "akv/core/rng.h"
 #include "akv/quant/pack.h"
 #include "akv/synth/synth.h"
+#include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"
 
@@ -75,6 +78,19 @@ void require_same(const TensorPart& a, const TensorPart& b) {
   CHECK(a.outlier_values == b.outlier_values);
   CHECK(a.residual == b.residual);
   CHECK(a.pre_rope == b.pre_rope);
+}
+
+// A small synthetic dump's shape: 2 layers, 4 query heads, one thread.
+SynthOptions small_synth(std::size_t kv_heads, std::size_t head_dim, std::size_t tokens, std::size_t window) {
+  SynthOptions so;
+  so.n_layers = 2;
+  so.n_heads = 4;
+  so.n_kv_heads = kv_heads;
+  so.head_dim = head_dim;
+  so.n_tokens = tokens;
+  so.window = window;
+  so.threads = 1;
+  return so;
 }
 
 }  // namespace
@@ -247,15 +263,8 @@ TEST_CASE("compress_head: pre-RoPE keys are rotated after dequantization", "[cac
 
 TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[cache][file]") {
   test::TempDir dir;
-  SynthOptions so;
-  so.n_layers = 2;
-  so.n_heads = 4;
-  so.n_kv_heads = 2;
-  so.head_dim = 32;
-  so.n_tokens = 300;
-  so.window = 16;
+  SynthOptions so = small_synth(2, 32, 300, 16);
   so.write.key_pre_rope = true;
-  so.threads = 1;
   const std::string dump = dir.file("d.h5");
   write_synth_dump(dump, so, {});
   CompressParams p = kivi(3, 2);
@@ -319,14 +328,7 @@ TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[cache][file
 TEST_CASE("compress_dump: same bytes for any thread count; refuses another dump",
           "[cache][file]") {
   test::TempDir dir;
-  SynthOptions so;
-  so.n_layers = 2;
-  so.n_heads = 4;
-  so.n_kv_heads = 4;
-  so.head_dim = 32;
-  so.n_tokens = 200;
-  so.window = 8;
-  so.threads = 1;
+  SynthOptions so = small_synth(4, 32, 200, 8);
   write_synth_dump(dir.file("a.h5"), so, {});
   so.seed = 1;
   write_synth_dump(dir.file("b.h5"), so, {});
@@ -362,4 +364,118 @@ TEST_CASE("compress_dump: same bytes for any thread count; refuses another dump"
   const Tensor3 ak = a.read(0, DumpField::key, 0, 1);
   CHECK(std::vector<float>(ak.data(), ak.data() + ak.size()) == k);  // the dump is f16
   CHECK(cache_memory(nc).bits_per_element() == 16.0);
+}
+
+TEST_CASE("ggml caches (llama.cpp's types): rows as ggml blocks, honest bytes, file round trip, corrupt blocks",
+          "[cache][file][ggml]") {
+  test::TempDir dir;
+  SynthOptions so = small_synth(2, 64, 100, 8);
+  so.write.dtype = DType::f32;
+  const std::string dump = dir.file("d.h5");
+  write_synth_dump(dump, so, {});
+  CompressRequest req;
+  req.method = "ggml";
+  req.ggml.k = "q4_0";
+  req.ggml.v = "q8_0";
+  const CompressParams p = resolve_params(req);
+  const std::string cache = dir.file("c.h5");
+  const MemoryReport rep = compress_dump(dump, cache, p, 2, {});
+  // Q4_0: 18 bytes per 32 values, Q8_0: 34; every row of every head, no residual.
+  const std::uint64_t per_head = 100 * (64 / 32) * (18 + 34);
+  CHECK(rep.total.total() == 2 * 2 * per_head);
+  CHECK(rep.total.codes == rep.total.total());
+  {
+    CacheReader r(cache);
+    CHECK(r.version() == kCacheVersionGgml);
+    CHECK(r.header().params.to_json() == p.to_json());
+    CHECK(cache_memory(r).total.codes == rep.total.codes);
+    // A head read back holds ggml's reference blocks of each row, and rebuilds as their values.
+    DumpReader dr(dump);
+    const Tensor3 key = dr.read(1, DumpField::key), value = dr.read(1, DumpField::value);
+    const HeadCache h = r.read_head(1, 0);
+    const GgmlTypeInfo& q4 = *ggml_type_info_by_name("Q4_0");
+    const GgmlTypeInfo& q8 = *ggml_type_info_by_name("Q8_0");
+    REQUIRE(h.key.ggml.type == &q4);
+    REQUIRE(h.value.ggml.type == &q8);
+    CHECK(h.key.n_quant == 100);
+    CHECK(h.key.n_residual == 0);
+    std::vector<std::uint8_t> kb(100 * 2 * 18), vb(100 * 2 * 34);
+    for (std::size_t t = 0; t < 100; ++t) {
+      ggml_quantize(q4, key.row(0, t), 64, kb.data() + t * 36);
+      ggml_quantize(q8, value.row(0, t), 64, vb.data() + t * 68);
+    }
+    CHECK(h.key.ggml.blocks == kb);
+    CHECK(h.value.ggml.blocks == vb);
+    std::vector<float> k(100 * 64), v(100 * 64), kref(100 * 64), vref(100 * 64);
+    reconstruct_head(h, {}, k.data(), v.data());
+    ggml_dequantize(q4, kb.data(), kref.size(), kref.data());
+    ggml_dequantize(q8, vb.data(), vref.size(), vref.data());
+    CHECK(k == kref);
+    CHECK(v == vref);
+    // Q8_0 keeps values within half a step d / 2 (d = max|x| / 127 per block) of the source,
+    // plus |q| <= 127 times the f16 rounding of d (relative 2^-11): d (0.5 + 127 / 2048).
+    for (std::size_t t = 0; t < 100; ++t) {
+      for (std::size_t b = 0; b < 2; ++b) {
+        float amax = 0;
+        for (std::size_t c = 0; c < 32; ++c) amax = std::max(amax, std::fabs(value.row(0, t)[32 * b + c]));
+        for (std::size_t c = 0; c < 32; ++c) {
+          const std::size_t i = t * 64 + 32 * b + c;
+          REQUIRE(std::fabs(v[i] - value.row(0, t)[32 * b + c]) <= amax / 127.0f * 0.563f);
+        }
+      }
+    }
+  }
+  // The bytes a head group stores must match the method: another type, a short dataset, and a
+  // block whose f16 scale is NaN are each one error naming the dataset.
+  auto corrupt = [&](const std::function<void(hid_t)>& edit, const std::string& what) {
+    const std::string bad = dir.file("bad.h5");
+    std::filesystem::copy_file(cache, bad, std::filesystem::copy_options::overwrite_existing);
+    {
+      h5::File f(H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+      edit(f.get());
+    }
+    CacheReader r(bad);
+    CHECK_NOTHROW(r.read_head(0, 0));
+    try {
+      r.read_head(1, 1);
+      FAIL("expected CorruptData");
+    } catch (const CorruptData& e) {
+      CHECK_THAT(e.what(), Catch::Contains(what));
+    }
+  };
+  const std::string key_group = cache_head_path(1, 1) + "/key";
+  corrupt(
+      [&](hid_t f) {
+        h5::Group g(H5Gopen2(f, key_group.c_str(), H5P_DEFAULT));
+        REQUIRE(H5Adelete(g.get(), "ggml_type") >= 0);
+        h5::write_attr_string(g.get(), "ggml_type", "q4_1");
+      },
+      "/layers/1/heads/1/key.ggml_type = q4_1");
+  corrupt(
+      [&](hid_t f) {
+        const std::string path = key_group + "/blocks";
+        REQUIRE(H5Ldelete(f, path.c_str(), H5P_DEFAULT) >= 0);
+        std::vector<std::uint8_t> b(100 * 36 - 1, 0);
+        h5::write_dataset(f, path, H5T_STD_U8LE, H5T_NATIVE_UINT8, {b.size()}, b.data());
+      },
+      "/layers/1/heads/1/key/blocks");
+  corrupt(
+      [&](hid_t f) {
+        const std::string path = key_group + "/blocks";
+        std::vector<std::uint8_t> b = h5::read_vector<std::uint8_t>(f, path, H5T_NATIVE_UINT8, {100 * 36}, "");
+        b[36 * 7 + 18] = 0x00;  // row 7, second block: d = NaN (f16 0x7e00)
+        b[36 * 7 + 19] = 0x7e;
+        REQUIRE(H5Ldelete(f, path.c_str(), H5P_DEFAULT) >= 0);
+        h5::write_dataset(f, path, H5T_STD_U8LE, H5T_NATIVE_UINT8, {b.size()}, b.data());
+      },
+      "/layers/1/heads/1/key/blocks = element 480");
+  // head_dim must hold whole blocks; --k without method ggml is a usage error.
+  so.head_dim = 48;
+  write_synth_dump(dir.file("d48.h5"), so, {});
+  CHECK_THROWS_AS(compress_dump(dir.file("d48.h5"), dir.file("x.h5"), p, 1, {}), InvalidInput);
+  CHECK_FALSE(std::filesystem::exists(dir.file("x.h5")));
+  CompressRequest wrong;
+  wrong.method = "kivi";
+  wrong.ggml.k = "q4_0";
+  CHECK_THROWS_AS(resolve_params(wrong), UsageError);
 }

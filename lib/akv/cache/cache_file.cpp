@@ -1,11 +1,13 @@
 #include "akv/cache/cache_file.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/method/ggml_params.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
 
@@ -24,11 +26,25 @@ std::size_t count_attr(hid_t obj, const std::string& name, const std::string& fi
   return static_cast<std::size_t>(v);
 }
 
+// llama.cpp's name of a cache type ("Q4_0" -> "q4_0").
+std::string cache_type_name(const GgmlTypeInfo& t) {
+  std::string s = t.name;
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 void write_part(hid_t group, const TensorPart& p, std::size_t d, hid_t f16) {
   h5::write_attr_int(group, "n_quant", i64(p.n_quant));
   h5::write_attr_int(group, "n_residual", i64(p.n_residual));
   h5::write_attr_int(group, "n_outlier", i64(p.outlier_channels.size()));
   h5::write_attr_int(group, "pre_rope", p.pre_rope ? 1 : 0);
+  if (p.ggml.type) {
+    h5::write_attr_string(group, "ggml_type", cache_type_name(*p.ggml.type));
+    if (!p.ggml.blocks.empty()) {
+      h5::write_dataset(group, "blocks", H5T_STD_U8LE, H5T_NATIVE_UINT8, {p.ggml.blocks.size()}, p.ggml.blocks.data());
+    }
+    return;
+  }
   if (p.n_quant > 0) {
     const QuantizedBlock& b = p.block;
     h5::write_attr_int(group, "bits", b.bits);
@@ -86,7 +102,9 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header, const CachePart& 
     h5::write_attr_int(root, "first_layer", i64(part.first_layer));
     h5::write_attr_int(root, "end_layer", i64(part.end_layer));
   }
-  h5::write_attr_int(root, "version", h.params.tiered() ? kCacheVersionSegments : kCacheVersion);
+  h5::write_attr_int(root, "version", h.params.tiered() ? kCacheVersionSegments
+                                      : h.params.ggml() ? kCacheVersionGgml
+                                                        : kCacheVersion);
   h5::write_attr_string(root, "params", h.params.to_json().dump());
   h5::write_attr_string(root, "source_path", h.source_path);
   h5::write_attr_string(root, "source_hash", h.source_hash);
@@ -137,6 +155,9 @@ void CacheWriter::write_head(std::size_t layer, std::size_t head, const HeadCach
   if (!h.segments.empty() && !m.header.params.tiered()) {
     throw InvalidInput("segmented heads need a tiered cache", {m.out.path(), path});
   }
+  if ((h.key.ggml.type != nullptr) != (m.header.params.ggml() != nullptr)) {
+    throw InvalidInput("ggml blocks go with method ggml only", {m.out.path(), path});
+  }
   h5::Group g = h5::create_group(m.file.get(), path);
   write_head_group(g.get(), h, m.f16.get());
   m.written[layer][head] = true;
@@ -173,8 +194,8 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
                        {f, "format", format});
   }
   const std::int64_t version = h5::read_attr_int(root, "version", f, "version");
-  if (version != kCacheVersion && version != kCacheVersionSegments) {
-    throw InvalidInput("unsupported akv-cache version (this akv reads versions 1 and 2)",
+  if (version < kCacheVersion || version > kCacheVersionGgml) {
+    throw InvalidInput("unsupported akv-cache version (this akv reads versions 1, 2 and 3)",
                        {f, "version", std::to_string(version)});
   }
   version_ = version;
@@ -182,6 +203,9 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
   nlohmann::json j = nlohmann::json::parse(params, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw CorruptData("params is not a JSON object", {f, "params"});
   header_.params = CompressParams::from_json(j, f);
+  if ((version_ == kCacheVersionGgml) != (header_.params.ggml() != nullptr)) {
+    throw CorruptData("version 3 and method ggml go together", {f, "version", std::to_string(version)});
+  }
   header_.source_path = h5::read_attr_string(root, "source_path", f, "source_path");
   header_.source_hash = h5::read_attr_string(root, "source_hash", f, "source_hash");
   header_.source_bytes = count_attr(root, "source_bytes", f, "");
@@ -311,6 +335,13 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
     if (n_out >= d || (n_out > 0 && p.n_quant == 0)) {
       throw CorruptData("bad outlier channel count", {f, pp + ".n_outlier", std::to_string(n_out)});
     }
+    if (const GgmlCacheParams* g = header_.params.ggml()) {
+      read_ggml_part(pp, i == 0 ? g->key : g->value, n_out, p);
+      continue;
+    }
+    if (h5::attr_exists(pg.get(), "ggml_type")) {
+      throw CorruptData("ggml blocks in a cache whose method is not ggml", {f, pp + ".ggml_type"});
+    }
     if (p.n_quant > 0) {
       QuantizedBlock& b = p.block;
       b.bits = static_cast<int>(count_attr(pg.get(), "bits", f, pp));
@@ -366,6 +397,36 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
   return h;
 }
 
+void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_name, std::size_t n_out,
+                                 TensorPart& p) const {
+  const std::string& f = path_;
+  h5::Group pg(H5Gopen2(file_.get(), pp.c_str(), H5P_DEFAULT));
+  const std::string stored = h5::read_attr_string(pg.get(), "ggml_type", f, pp + ".ggml_type");
+  if (stored != type_name) {
+    throw CorruptData("ggml_type differs from the method's type " + type_name, {f, pp + ".ggml_type", stored});
+  }
+  if (p.n_residual != 0 || n_out != 0 || p.pre_rope) {
+    throw CorruptData("ggml parts have no residual, outliers or pre-RoPE keys", {f, pp + ".n_residual"});
+  }
+  const GgmlTypeInfo& type = ggml_cache_type(type_name, f, pp + ".ggml_type");
+  const std::size_t d = meta().head_dim;
+  if (d % type.block != 0) {
+    throw CorruptData("head_dim is not a multiple of the ggml type's block " + std::to_string(type.block),
+                      {f, "head_dim", std::to_string(d)});
+  }
+  p.ggml.type = &type;
+  // n_quant <= n_tokens and head_dim are bounded by the header: the size cannot wrap.
+  const std::size_t n = p.n_quant * d;
+  if (n > 0) {
+    p.ggml.blocks = h5::read_vector<std::uint8_t>(file_.get(), pp + "/blocks", H5T_NATIVE_UINT8,
+                                                  {n / type.block * type.bytes}, f);
+  }
+  const std::size_t bad = ggml_first_nonfinite(type, p.ggml.blocks.data(), n);
+  if (bad < n) {
+    throw CorruptData("non-finite value in a ggml block", {f, pp + "/blocks", "element " + std::to_string(bad)});
+  }
+}
+
 CacheBytes CacheReader::stored_bytes(std::size_t layer, std::size_t head) const {
   return stored_group_bytes(cache_head_path(layer, head));
 }
@@ -383,7 +444,7 @@ CacheBytes CacheReader::stored_group_bytes(const std::string& path) const {
   b.indices += size(path + "/kept");
   for (const char* part : kParts) {
     const std::string pp = path + "/" + part + "/";
-    b.codes += size(pp + "codes");
+    b.codes += size(pp + "codes") + size(pp + "blocks");
     b.scales += size(pp + "scale");
     b.zeros += size(pp + "zero");
     b.residual += size(pp + "residual");

@@ -18,6 +18,10 @@
 // holds /segments/<S>, each laid out like a version-1 head group (n_tokens, n_kept, kept, key,
 // value); the segments' kept positions partition [0, n_tokens). Files without segmented heads
 // are written as version 1; the reader accepts both.
+// Version 3 (method ggml, llama.cpp's cache types) stores each key/value group as ggml blocks:
+// attribute ggml_type (llama.cpp's name: f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; equal to
+// params.ggml.k / .v), n_quant = n_kept, n_residual = n_outlier = pre_rope = 0, and dataset
+//     blocks           uint8 [n_kept * head_dim / block * block bytes]  (rows in kept order)
 // A partial cache (`akv compress --shard K/N`, docs/scale.md) is the same layout with format
 // "akv-cache-part", root attributes shard, shards, first_layer, end_layer, and only the head
 // groups of layers [first_layer, end_layer); only `akv merge` reads it.
@@ -36,6 +40,7 @@ namespace akv {
 inline constexpr const char* kCacheFormat = "akv-cache";
 inline constexpr std::int64_t kCacheVersion = 1;
 inline constexpr std::int64_t kCacheVersionSegments = 2;
+inline constexpr std::int64_t kCacheVersionGgml = 3;
 inline constexpr const char* kCachePartFormat = "akv-cache-part";
 
 // The layers a partial cache holds (shards == 1: a whole cache).
@@ -88,6 +93,8 @@ class CacheReader {
 
  private:
   HeadCache read_head_group(const std::string& path, bool top) const;
+  void read_ggml_part(const std::string& part_path, const std::string& type_name, std::size_t n_out,
+                      TensorPart& p) const;
   CacheBytes stored_group_bytes(const std::string& path) const;
   std::string path_;
   std::int64_t version_ = kCacheVersion;

@@ -101,6 +101,15 @@ MemoryReport empty_report(const std::string& dump_path, const DumpReader& dump, 
   return report;
 }
 
+// Writes the KV heads of layer l and adds their bytes to the report.
+void write_layer(CacheWriter& writer, MemoryReport& report, std::size_t l, const std::vector<HeadCache>& heads) {
+  for (std::size_t h = 0; h < heads.size(); ++h) {
+    writer.write_head(l, h, heads[h]);
+    report.layers[l] += heads[h].bytes();
+  }
+  report.total += report.layers[l];
+}
+
 // The tiered cache over a dump: each KV head streams its tokens through a TieredStream; at the
 // positions that have queries (the dump's window) the group's query heads attend over the
 // cache and their attention drives the importance scores. Before the window, scores only move
@@ -143,11 +152,41 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
       }
       heads[h] = s.to_head_cache();
     });
-    for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
-      writer.write_head(l, h, heads[h]);
-      report.layers[l] += heads[h].bytes();
-    }
-    report.total += report.layers[l];
+    write_layer(writer, report, l, heads);
+    if (progress) progress(l + 1 - lo, hi - lo);
+  }
+  writer.commit();
+  return report;
+}
+
+// llama.cpp's cache types over a dump: every key row (after RoPE, as llama.cpp caches it) and
+// value row of every head in ggml blocks; no eviction, no residual window.
+MemoryReport compress_ggml(const std::string& dump_path, const std::string& out_path,
+                           const CompressParams& params, int threads, const ProgressFn& progress,
+                           const Shard& shard) {
+  const GgmlCacheParams& g = *params.ggml();
+  const GgmlTypeInfo& kt = ggml_cache_type(g.key, "", "--method ggml: k");
+  const GgmlTypeInfo& vt = ggml_cache_type(g.value, "", "--method ggml: v");
+  DumpReader dump(dump_path);
+  const DumpMeta& m = dump.meta();
+  check_ggml_head_dim(kt, m.head_dim, dump_path, "head_dim (ggml k=" + g.key + ")");
+  check_ggml_head_dim(vt, m.head_dim, dump_path, "head_dim (ggml v=" + g.value + ")");
+  MemoryReport report = empty_report(dump_path, dump, params);
+  const auto [lo, hi] = shard.range(m.n_layers);
+  CacheWriter writer(out_path, report.header, CachePart{shard.k, shard.n, lo, hi});
+  for (std::size_t l = lo; l < hi; ++l) {
+    const Tensor3 key = dump.read(l, DumpField::key);
+    const Tensor3 value = dump.read(l, DumpField::value);
+    std::vector<HeadCache> heads(m.n_kv_heads);
+    parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
+      HeadInput in;
+      in.key = key.row(h, 0);
+      in.value = value.row(h, 0);
+      in.n = in.n_tokens = m.n_tokens;
+      in.head_dim = m.head_dim;
+      heads[h] = compress_head_ggml(in, kt, vt);
+    });
+    write_layer(writer, report, l, heads);
     if (progress) progress(l + 1 - lo, hi - lo);
   }
   writer.commit();
@@ -159,10 +198,7 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress,
                            const Shard& shard) {
-  if (params.ggml()) {
-    throw UsageError("llama.cpp cache types run in the model's decode loop (evaluate --model, bench policy); "
-                     "akv compress does not store them", {"", "--method", "ggml"});
-  }
+  if (params.ggml()) return compress_ggml(dump_path, out_path, params, threads, progress, shard);
   if (params.tiered()) return compress_tiered(dump_path, out_path, params, threads, progress, shard);
   validate_params(params, "");
   DumpReader dump(dump_path);
@@ -238,11 +274,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
       heads[h] = compress_kv_head(key, pre.get(), value, h, m,
                                   plan ? plan->heads[l][h].kept : all, cp.for_head(l, h, m.n_kv_heads));
     });
-    for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
-      writer.write_head(l, h, heads[h]);
-      report.layers[l] += heads[h].bytes();
-    }
-    report.total += report.layers[l];
+    write_layer(writer, report, l, heads);
     if (progress) progress((phases - 1) * m.n_layers + l + 1 - lo, phases * m.n_layers - lo - (m.n_layers - hi));
   }
   writer.commit();

@@ -22,6 +22,14 @@ const GgmlTypeInfo& ggml_cache_type(const std::string& name, const std::string& 
   throw InvalidInput("not a llama.cpp KV cache type akv stores (f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)", {file, field, name});
 }
 
+void check_ggml_head_dim(const GgmlTypeInfo& type, std::size_t head_dim, const std::string& file,
+                         const std::string& field) {
+  if (head_dim % type.block != 0) {
+    throw InvalidInput("head_dim must be a multiple of the cache type's block (" + std::to_string(type.block) + ")",
+                       {file, field, std::to_string(head_dim)});
+  }
+}
+
 GgmlCacheParams GgmlCacheParams::from_json(const nlohmann::json& j, const std::string& file) {
   GgmlCacheParams p;
   p.key = j.at("k").get<std::string>();

@@ -2,6 +2,7 @@
 // llama.cpp's KV cache types as an akv method (`ggml:k=T:v=T`, policy/ggml_cache.h): every
 // token's K and V rows of every head stored as ggml blocks of the type (-ctk / -ctv), as
 // llama.cpp's cache stores them; no residual window, no eviction.
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -23,5 +24,9 @@ const std::vector<std::string>& ggml_cache_type_names();
 
 // The block layout of a cache type name ("q4_0" -> Q4_0); InvalidInput naming `field` otherwise.
 const GgmlTypeInfo& ggml_cache_type(const std::string& name, const std::string& file, const std::string& field);
+
+// InvalidInput naming `file` and `field` unless head_dim holds whole blocks of `type`.
+void check_ggml_head_dim(const GgmlTypeInfo& type, std::size_t head_dim, const std::string& file,
+                         const std::string& field);
 
 }  // namespace akv

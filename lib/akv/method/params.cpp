@@ -218,7 +218,7 @@ CompressParams resolve_params(const CompressRequest& r) {
     if (rest.tiered.any() || rest.eviction.any() || rest.quant || rest.bits || rest.bits_key || rest.bits_value ||
         rest.key_axis || rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction ||
         rest.pre_rope || rest.calibration) {
-      throw UsageError("ggml takes k and v (llama.cpp cache types)", {"", "--method", r.method});
+      throw UsageError("ggml takes only k and v (--k, --v, k=, v=: llama.cpp cache types)", {"", "--method", r.method});
     }
     CompressParams p;
     p.method = Quantizer::none;
@@ -229,7 +229,7 @@ CompressParams resolve_params(const CompressRequest& r) {
     p.mode = g;
     return p;
   }
-  if (r.ggml.any()) throw UsageError("k= and v= (llama.cpp cache types) need method ggml", {"", "--method", r.method});
+  if (r.ggml.any()) throw UsageError("k and v (--k, --v, k=, v=: llama.cpp cache types) need method ggml", {"", "--method", r.method});
   if (is_tiered_method(r.method)) return resolve_tiered(r);
   if (r.tiered.any()) {
     throw UsageError("tiered flags (hot, warm, cold-bits...) need a tiered method (" +

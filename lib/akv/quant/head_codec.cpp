@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "akv/core/errors.h"
+#include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
 
 namespace akv {
@@ -62,7 +63,25 @@ HeadCache compress(const HeadInput& in, const QuantParams& p, bool ref) {
   return h;
 }
 
+TensorPart compress_ggml_part(const float* src, std::size_t n, std::size_t d, const GgmlTypeInfo& type) {
+  if (d % type.block != 0) {
+    throw InvalidInput("head_dim must be a multiple of the ggml type's block (" + std::to_string(type.block) + ")",
+                       {"", std::string("ggml ") + type.name + ": head_dim", std::to_string(d)});
+  }
+  TensorPart part;
+  part.n_quant = n;
+  part.ggml.type = &type;
+  const std::size_t row_bytes = d / type.block * type.bytes;
+  part.ggml.blocks.resize(n * row_bytes);
+  for (std::size_t i = 0; i < n; ++i) ggml_quantize(type, src + i * d, d, part.ggml.blocks.data() + i * row_bytes);
+  return part;
+}
+
 void rebuild_part(const TensorPart& part, std::size_t d, float* out) {
+  if (part.ggml.type) {
+    ggml_dequantize(*part.ggml.type, part.ggml.blocks.data(), part.n_quant * d, out);
+    return;
+  }
   if (part.n_quant > 0) {
     const std::size_t n_out = part.outlier_channels.size();
     if (n_out == 0) {
@@ -108,7 +127,7 @@ CacheBytes& CacheBytes::operator+=(const CacheBytes& o) {
 
 CacheBytes TensorPart::bytes() const {
   CacheBytes b;
-  b.codes = block.codes.size();
+  b.codes = block.codes.size() + ggml.blocks.size();  // a ggml block's scales are inside it
   b.scales = 2 * block.scale.size();
   b.zeros = 2 * block.zero.size();
   b.residual = 2 * residual.size();
@@ -126,6 +145,16 @@ CacheBytes HeadCache::bytes() const {
 
 HeadCache compress_head(const HeadInput& in, const QuantParams& p) { return compress(in, p, false); }
 HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) { return compress(in, p, true); }
+
+HeadCache compress_head_ggml(const HeadInput& in, const GgmlTypeInfo& key, const GgmlTypeInfo& value) {
+  HeadCache h;
+  h.n_tokens = in.n_tokens;
+  h.head_dim = in.head_dim;
+  h.kept = in.kept;
+  h.key = compress_ggml_part(in.key, in.n, in.head_dim, key);
+  h.value = compress_ggml_part(in.value, in.n, in.head_dim, value);
+  return h;
+}
 
 void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, float* value) {
   const std::size_t d = h.head_dim;

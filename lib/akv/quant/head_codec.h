@@ -16,6 +16,7 @@
 
 #include "akv/quant/affine.h"
 #include "akv/quant/outliers.h"
+#include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/rope.h"
 
 namespace akv {
@@ -65,11 +66,19 @@ struct CacheBytes {
   CacheBytes& operator+=(const CacheBytes& o);
 };
 
+// Rows stored as llama.cpp's cache stores them (method ggml): every row a sequence of ggml
+// blocks of `type` (head_dim a multiple of its block), quantized by tensor/ggml_quant.h.
+struct GgmlRows {
+  const GgmlTypeInfo* type = nullptr;  // nullptr: the part is not in ggml blocks
+  std::vector<std::uint8_t> blocks;    // [n_quant rows, head_dim / block blocks, type->bytes]
+};
+
 // Key or value part of one head.
 struct TensorPart {
   std::size_t n_quant = 0;     // leading kept tokens that are quantized
   std::size_t n_residual = 0;  // trailing kept tokens stored in f16
   QuantizedBlock block;        // [n_quant, head_dim - n_outlier]; empty when n_quant == 0
+  GgmlRows ggml;               // instead of block (and no residual, no outliers) with method ggml
   std::vector<std::uint16_t> outlier_channels;  // ascending channel indices
   std::vector<std::uint16_t> outlier_values;    // f16 bits, [n_quant, n_outlier]
   std::vector<std::uint16_t> residual;          // f16 bits, [n_residual, head_dim]
@@ -105,6 +114,10 @@ struct HeadInput {
 // give identical caches.
 HeadCache compress_head(const HeadInput& in, const QuantParams& p);
 HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p);
+
+// Method ggml: every kept key row (after RoPE) and value row as ggml blocks of `key` / `value`
+// (ggml's reference quantizers; head_dim a multiple of both blocks).
+HeadCache compress_head_ggml(const HeadInput& in, const GgmlTypeInfo& key, const GgmlTypeInfo& value);
 
 // Rebuilds the kept rows: key (after RoPE) and value, each [n_kept, head_dim] f32 (segmented
 // heads: every segment's rows land at their positions).

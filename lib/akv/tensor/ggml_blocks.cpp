@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "akv/tensor/half.h"
 
 namespace akv {
@@ -26,10 +30,15 @@ constexpr std::array<GgmlTypeInfo, 12> kTypes = {{
     {30, "BF16", 1, 2},
 }};
 
+// A block's f16 field (F16C when the build has it: bit for bit f16_to_f32_ref, half.h).
 float f16_at(const std::uint8_t* p) {
   std::uint16_t h;
   std::memcpy(&h, p, 2);
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
   return f16_to_f32_ref(h);
+#endif
 }
 
 std::uint32_t u32_at(const std::uint8_t* p) {
@@ -53,6 +62,25 @@ void small_block(std::uint32_t id, const std::uint8_t* b, float* y) {
     if (five) q |= static_cast<int>((qh >> j) & 1u) << 4;
     const float v = static_cast<float>(q - offset) * d;
     y[j] = has_min ? v + m : v;
+  }
+}
+
+// Q4_0 (kMin false) and Q4_1 as small_block computes them, without its per-element branches
+// (the loop vectorizes: attention reads such caches a dequantized tile at a time).
+template <bool kMin>
+void q4_block(const std::uint8_t* b, float* y) {
+  const float d = f16_at(b);
+  const float m = kMin ? f16_at(b + 2) : 0.0f;
+  const std::uint8_t* qs = b + (kMin ? 4 : 2);
+  constexpr int offset = kMin ? 0 : 8;
+  std::int32_t q[32];
+  for (std::size_t j = 0; j < 16; ++j) {
+    q[j] = (qs[j] & 0x0F) - offset;
+    q[j + 16] = (qs[j] >> 4) - offset;
+  }
+  for (std::size_t j = 0; j < 32; ++j) {
+    const float v = static_cast<float>(q[j]) * d;
+    y[j] = kMin ? v + m : v;
   }
 }
 
@@ -194,6 +222,12 @@ void ggml_dequantize(const GgmlTypeInfo& type, const std::uint8_t* src, std::siz
         const float d = f16_at(b);
         for (std::size_t j = 0; j < 32; ++j) dst[k * 32 + j] = static_cast<float>(static_cast<std::int8_t>(b[2 + j])) * d;
       }
+      return;
+    case 2:
+      for (std::size_t k = 0; k < blocks; ++k) q4_block<false>(src + k * type.bytes, dst + k * 32);
+      return;
+    case 3:
+      for (std::size_t k = 0; k < blocks; ++k) q4_block<true>(src + k * type.bytes, dst + k * 32);
       return;
     case 12:
     case 13:
