@@ -115,7 +115,9 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   att->add_option("--gqa", ab.gqa, "Query heads per KV head")->delimiter(',')->capture_default_str()
       ->check(CLI::Range(1, 64));
   att->add_option("--kv-heads", ab.kv_heads, "KV heads")->capture_default_str()->check(CLI::Range(1, 256));
-  att->add_option("--variants", ab.variants, "Caches: f32, f16, q<b> (K and V at b bits), k<b>v<b>; b in 2,3,4,8")
+  att->add_option("--variants", ab.variants, "Caches: f32, f16, q<b> (K and V at b bits), k<b>v<b>; b in 2,3,4,8; ggml-<type> (llama.cpp's cache "
+                  "types q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: every K and V row as ggml blocks, attention over a "
+                  "dequantized tile at a time)")
       ->delimiter(',')->capture_default_str();
   att->add_option("--isa", ab.isas,
                   "Instruction sets to time every variant with: best, avx512, avx2, generic (the plain "

@@ -28,6 +28,11 @@ void check_tensor(const TensorView& t, std::size_t d, const char* name) {
     }
   }
   if (t.dense.rows > 0 && !t.dense.data) throw InvalidInput("dense rows without data", {"", name});
+  if (t.ggml.type && (d % t.ggml.type->block != 0 || d % 8 != 0 || p.rows > 0 || t.dense.rows > 0 ||
+                      (t.ggml.rows > 0 && !t.ggml.blocks))) {
+    throw InvalidInput("ggml rows need head_dim a multiple of the block and no packed or dense rows beside them",
+                       {"", name, t.ggml.type->name});
+  }
 }
 
 void check_args(const DecodeAttentionArgs& a) {
@@ -110,6 +115,11 @@ class PartitionRunner {
  private:
   void keys(std::size_t t0, std::size_t t1) {
     const TensorView& k = hp_.view->key;
+    if (k.ggml.type) {
+      ggml_tile(k, t0, t1);
+      attn::score_rows(f32_rows(t1 - t0), nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
+      return;
+    }
     const PackedView& p = k.packed;
     const std::size_t e = std::min(t1, p.rows);
     if (t0 < e) {
@@ -184,8 +194,31 @@ class PartitionRunner {
     }
   }
 
+  // Rows [t0, t1) of ggml blocks dequantized into buf_ (ggml_dequantize: the values the
+  // blocks hold), which the f32 loops then read as dense rows.
+  void ggml_tile(const TensorView& t, std::size_t t0, std::size_t t1) {
+    buf_.resize((t1 - t0) * d_);
+    dequantize_rows(t, d_, t0, t1, buf_.data());
+  }
+  attn::Rows f32_rows(std::size_t n) const {
+    return {attn::RowFormat::f32, reinterpret_cast<const std::uint8_t*>(buf_.data()), d_ * sizeof(float), n, d_ / 8};
+  }
+  // Probabilities of rows [r0, r0 + n) of the tile starting at t0, row-major [n, nq].
+  void row_coefficients(std::size_t r0, std::size_t n, std::size_t t0) {
+    coef_.resize(n * nq_);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t h = 0; h < nq_; ++h) coef_[i * nq_ + h] = p_[h * tile_ + (r0 - t0) + i];
+    }
+  }
+
   void values(std::size_t t0, std::size_t t1, float* acc) {
     const TensorView& v = hp_.view->value;
+    if (v.ggml.type) {
+      ggml_tile(v, t0, t1);
+      row_coefficients(t0, t1 - t0, t0);
+      attn::accumulate_rows(f32_rows(t1 - t0), nq_, coef_.data(), 1, d_ / 8, acc, d_);
+      return;
+    }
     const PackedView& p = v.packed;
     const std::size_t e = std::min(t1, p.rows);
     if (t0 < e) {
@@ -199,10 +232,7 @@ class PartitionRunner {
     if (r0 < t1) {
       if (d_ % 8 == 0) {
         const std::size_t n = t1 - r0;
-        coef_.resize(n * nq_);
-        for (std::size_t i = 0; i < n; ++i) {
-          for (std::size_t h = 0; h < nq_; ++h) coef_[i * nq_ + h] = p_[h * tile_ + (r0 - t0) + i];
-        }
+        row_coefficients(r0, n, t0);
         const std::size_t eb = elem_bytes(v.dense.type), stride = d_ * eb;
         const Rows rows{dense_format(v.dense.type),
                         static_cast<const std::uint8_t*>(v.dense.data) + (r0 - p.rows) * stride, stride,

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "akv/attention/int8.h"
+#include "akv/attention/prefetch.h"
 
 namespace akv::attn::AKV_SIMD_NS {
 namespace {
@@ -58,14 +59,6 @@ inline __m256i hsum8_epi32(const __m256i* v) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
 }
 
-// Rows are prefetched this many rows ahead (the loops do little work per byte, so the
-// out-of-order window does not reach the next rows; see kernels_simd.h).
-constexpr std::size_t kAheadRows = 32;
-
-[[gnu::always_inline]] inline void prefetch_ahead(const std::uint8_t* row, std::size_t stride) {
-  const std::uint8_t* p = row + kAheadRows * stride;
-  for (std::size_t b = 0; b < stride; b += 64) __builtin_prefetch(p + b, 0, 3);
-}
 
 inline float fma1(float a, float b, float c) {
   return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
@@ -81,7 +74,7 @@ template <RowFormat F, int NQ, int RB>
   const std::uint8_t* row[RB];
   for (int r = 0; r < RB; ++r) {
     row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
-    prefetch_ahead(row[r], rows.stride);
+    prefetch_row(row[r], rows.stride);
   }
   const std::size_t nb = w.cols / kInt8Block;
   for (std::size_t b = 0; b < nb; ++b) {
@@ -243,7 +236,7 @@ void accumulate_format_int8(const Rows& rows, std::size_t nq, const std::uint16_
   // Two 16-bit accumulators per head: 4 heads fill AVX2's 16 registers, 8 AVX-512's 32.
   constexpr std::size_t kHeads = kIntAccs / 2;
   const std::size_t nb = rows.chunks * 8 / kInt8Block;
-  for (std::size_t r = 0; r < rows.n; ++r) prefetch_ahead(rows.base + r * rows.stride, rows.stride);
+  for (std::size_t r = 0; r < rows.n; ++r) prefetch_row(rows.base + r * rows.stride, rows.stride);
   for (std::size_t j = 0; j < nb; ++j) {
     const std::size_t g = j * kInt8Block / group;
     for (std::size_t h = 0; h < nq;) {

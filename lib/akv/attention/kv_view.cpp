@@ -23,6 +23,11 @@ unsigned code_at(const std::uint8_t* stream, std::size_t i, int bits) {
 
 void dequantize_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
                      float* out) {
+  if (const GgmlTypeInfo* type = t.ggml.type) {
+    const std::size_t row_bytes = head_dim / type->block * type->bytes;
+    ggml_dequantize(*type, t.ggml.blocks + r0 * row_bytes, (r1 - r0) * head_dim, out);
+    return;
+  }
   const PackedView& p = t.packed;
   const std::size_t per_row = p.cols ? ceil_div(p.cols, p.group) : 0;
   for (std::size_t r = r0; r < r1; ++r, out += head_dim) {

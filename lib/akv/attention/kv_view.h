@@ -8,11 +8,14 @@
 // per group in group order (channel axis: [row / G][col]; token axis: [row][col / G]). Optional
 // f16 outlier channels sit beside the codes: the codes then cover the other `cols` channels in
 // ascending order. PackedTensor (below) owns such storage and grows it row by row.
+// Alternatively every row of a tensor is a run of ggml blocks (llama.cpp's cache types, method
+// ggml): GgmlRowsView.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "akv/quant/affine.h"
+#include "akv/tensor/ggml_blocks.h"
 
 namespace akv {
 
@@ -37,10 +40,18 @@ struct DenseView {
   std::size_t rows = 0;
 };
 
+// Rows of ggml blocks: row r is head_dim / type->block blocks at blocks + r * row bytes.
+struct GgmlRowsView {
+  const GgmlTypeInfo* type = nullptr;
+  const std::uint8_t* blocks = nullptr;
+  std::size_t rows = 0;
+};
+
 struct TensorView {
   PackedView packed;  // rows [0, packed.rows)
   DenseView dense;    // rows [packed.rows, packed.rows + dense.rows)
-  std::size_t rows() const { return packed.rows + dense.rows; }
+  GgmlRowsView ggml;  // when ggml.type is set: every row (packed and dense are then empty)
+  std::size_t rows() const { return ggml.type ? ggml.rows : packed.rows + dense.rows; }
 };
 
 // One KV head as attention reads it. key.rows() == value.rows(); the split points may differ

@@ -11,9 +11,11 @@
 #include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/method/ggml_params.h"
 #include "akv/quant/head_codec.h"
 #include "akv/core/rng.h"
 #include "akv/quant/pack.h"
+#include "akv/tensor/ggml_quant.h"
 
 namespace akv {
 namespace {
@@ -25,8 +27,11 @@ struct Variant {
   DenseType type = DenseType::f16;
   int bits_key = 16, bits_value = 16;
   AttentionMode mode = AttentionMode::exact;
+  const GgmlTypeInfo* ggml = nullptr;  // llama.cpp's cache type (ggml-<type>): K and V rows as its blocks
   // Codes the integer loops read (2 or 4 bits) on keys or values.
-  bool int8_reads() const { return !dense && (bits_key == 2 || bits_key == 4 || bits_value == 2 || bits_value == 4); }
+  bool int8_reads() const {
+    return !dense && !ggml && (bits_key == 2 || bits_key == 4 || bits_value == 2 || bits_value == 4);
+  }
   std::string label() const { return name + "@" + attn::isa_name(isa) + (mode == AttentionMode::int8 ? "/int8" : ""); }
 };
 
@@ -40,10 +45,17 @@ Variant parse_variant(const std::string& s) {
     } catch (const std::exception&) {
       x = -1;
     }
-    if (!is_supported_bits(x)) throw InvalidInput("unknown variant (f32, f16, q<b>, k<b>v<b>; b in 2, 3, 4, 8)", {"", "--variants", s});
+    if (!is_supported_bits(x)) {
+      throw InvalidInput("unknown variant (f32, f16, q<b>, k<b>v<b>; b in 2, 3, 4, 8; ggml-<type>: q8_0, q4_0, q4_1, "
+                         "q5_0, q5_1, iq4_nl)", {"", "--variants", s});
+    }
     return x;
   };
-  if (s == "f32") {
+  if (s.rfind("ggml-", 0) == 0 && s != "ggml-f16") {
+    v.ggml = &ggml_cache_type(s.substr(5), "", "--variants");
+    v.dense = false;
+    v.bits_key = v.bits_value = static_cast<int>(8 * v.ggml->bytes / v.ggml->block);  // whole bits (4.5 -> 4)
+  } else if (s == "f32") {
     v.type = DenseType::f32;
     v.bits_key = v.bits_value = 32;
   } else if (s == "f16") {
@@ -86,13 +98,39 @@ Source make_source(std::size_t kv, std::size_t n, std::size_t d, std::uint64_t s
 
 struct Cache {
   std::vector<PackedTensor> key, value;
+  std::vector<std::vector<std::uint8_t>> key_blocks, value_blocks;  // ggml variants
   std::vector<HeadView> views;
   std::uint64_t bytes = 0;
 };
 
+// Every row of every head as ggml blocks of the variant's type (ggml's reference quantizer).
+std::unique_ptr<Cache> build_ggml(const Source& s, std::size_t n, const GgmlTypeInfo& type, int threads) {
+  auto c = std::make_unique<Cache>();
+  c->key_blocks.resize(s.kv);
+  c->value_blocks.resize(s.kv);
+  const std::size_t row_bytes = s.d / type.block * type.bytes;
+  parallel_for(s.kv, threads, [&](std::size_t h) {
+    c->key_blocks[h].resize(n * row_bytes);
+    c->value_blocks[h].resize(n * row_bytes);
+    for (std::size_t r = 0; r < n; ++r) {
+      ggml_quantize(type, s.k(h) + r * s.d, s.d, c->key_blocks[h].data() + r * row_bytes);
+      ggml_quantize(type, s.v(h) + r * s.d, s.d, c->value_blocks[h].data() + r * row_bytes);
+    }
+  });
+  for (std::size_t h = 0; h < s.kv; ++h) {
+    HeadView v;
+    v.key.ggml = {&type, c->key_blocks[h].data(), n};
+    v.value.ggml = {&type, c->value_blocks[h].data(), n};
+    c->views.push_back(v);
+    c->bytes += 2 * n * row_bytes;
+  }
+  return c;
+}
+
 // The first n rows of each head as variant v stores them.
 std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
                              const AttentionBenchOptions& o, int threads) {
+  if (v.ggml) return build_ggml(s, n, *v.ggml, threads);
   auto c = std::make_unique<Cache>();
   c->key.resize(s.kv);
   c->value.resize(s.kv);
@@ -204,6 +242,9 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
   for (const auto& s : o.attention) modes.push_back(parse_attention_mode(s));
   for (const auto& s : o.variants) {
     Variant v = parse_variant(s);
+    for (std::size_t d : o.head_dims) {
+      if (v.ggml) check_ggml_head_dim(*v.ggml, d, "", "--head-dims (" + s + ")");
+    }
     for (attn::Isa isa : isas) {
       for (AttentionMode m : modes) {
         if (m == AttentionMode::int8 && !v.int8_reads()) continue;

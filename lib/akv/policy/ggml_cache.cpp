@@ -1,5 +1,6 @@
 #include "akv/policy/ggml_cache.h"
 
+#include <string_view>
 #include <vector>
 
 #include "akv/core/errors.h"
@@ -9,10 +10,9 @@
 namespace akv {
 namespace {
 
-// One KV head of one layer: the blocks as stored and their dequantized rows.
+// One KV head of one layer: the blocks as stored (attention reads them: GgmlRowsView).
 struct HeadStore {
   std::vector<std::uint8_t> key_blocks, value_blocks;
-  std::vector<float> key, value;  // [n, hd] dequantized
   std::vector<std::int32_t> position;
 };
 
@@ -21,13 +21,8 @@ class GgmlCachePolicy : public KvPolicy {
   GgmlCachePolicy(const GgmlCacheParams& p, const KvGeometry& g, int threads)
       : k_(ggml_cache_type(p.key, "", "k")), v_(ggml_cache_type(p.value, "", "v")), g_(g), threads_(threads),
         heads_(g.n_layers * g.n_kv_heads) {
-    for (const GgmlTypeInfo* t : {&k_, &v_}) {
-      if (g.head_dim % t->block != 0) {
-        throw InvalidInput("head_dim must be a multiple of the cache type's block (" + std::to_string(t->block) + ")",
-                           {"", std::string("ggml ") + (t == &k_ ? "k=" + p.key : "v=" + p.value) + ": head_dim",
-                            std::to_string(g.head_dim)});
-      }
-    }
+    check_ggml_head_dim(k_, g.head_dim, "", "ggml k=" + p.key + ": head_dim");
+    check_ggml_head_dim(v_, g.head_dim, "", "ggml v=" + p.value + ": head_dim");
   }
 
   void ingest_prompt(const PromptKv& prompt) override {
@@ -47,7 +42,12 @@ class GgmlCachePolicy : public KvPolicy {
 
   KvView view(std::size_t layer, std::size_t kv_head) const override {
     const HeadStore& s = heads_[layer * g_.n_kv_heads + kv_head];
-    return dense_kv_view(s.key.data(), s.value.data(), s.position.data(), s.position.size());
+    KvView v;
+    v.n = s.position.size();
+    v.position = s.position.data();
+    tensor_view(k_, s.key_blocks, v.n, v.segments[0].key);
+    tensor_view(v_, s.value_blocks, v.n, v.segments[0].value);
+    return v;
   }
 
   std::uint64_t bytes() const override {
@@ -57,17 +57,25 @@ class GgmlCachePolicy : public KvPolicy {
   }
 
  private:
-  // Quantizes one row to `type`'s blocks (appended to `blocks`), its dequantized values to `rows`.
-  void store(const GgmlTypeInfo& type, const float* x, std::vector<std::uint8_t>& blocks, std::vector<float>& rows) const {
-    const std::size_t hd = g_.head_dim, at = blocks.size(), n = rows.size();
+  // F16 rows are dense f16 rows (the f16 loops read them, as method none's); block types are
+  // read through the f32 loops a dequantized tile at a time (decode_attention.h).
+  static void tensor_view(const GgmlTypeInfo& type, const std::vector<std::uint8_t>& blocks, std::size_t n,
+                          TensorView& t) {
+    if (std::string_view(type.name) == "F16") {
+      t.dense = {DenseType::f16, blocks.data(), n};
+    } else {
+      t.ggml = {&type, blocks.data(), n};
+    }
+  }
+  // Quantizes one row to `type`'s blocks, appended to `blocks`.
+  void store(const GgmlTypeInfo& type, const float* x, std::vector<std::uint8_t>& blocks) const {
+    const std::size_t hd = g_.head_dim, at = blocks.size();
     blocks.resize(at + hd / type.block * type.bytes);
     ggml_quantize(type, x, hd, blocks.data() + at);
-    rows.resize(n + hd);
-    ggml_dequantize(type, blocks.data() + at, hd, rows.data() + n);
   }
   void add(HeadStore& s, const float* key, const float* value, std::size_t pos) const {
-    store(k_, key, s.key_blocks, s.key);
-    store(v_, value, s.value_blocks, s.value);
+    store(k_, key, s.key_blocks);
+    store(v_, value, s.value_blocks);
     s.position.push_back(static_cast<std::int32_t>(pos));
   }
 

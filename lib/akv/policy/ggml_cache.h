@@ -2,8 +2,9 @@
 // llama.cpp's KV cache types inside akv's decode loop (method `ggml:k=T:v=T`): every token's key
 // row (after RoPE, as llama.cpp caches it) and value row of every KV head is quantized at once to
 // ggml blocks of its type with ggml's reference quantizer (tensor/ggml_quant.h), no residual
-// window; bytes() counts the blocks (Q4_0: 18 bytes per 32 values). Attention reads the blocks
-// dequantized (an f32 mirror of exactly the stored values), in f32: llama.cpp's CPU attention
+// window; bytes() counts the blocks (Q4_0: 18 bytes per 32 values), and they are all it keeps.
+// Attention reads the blocks (a tile dequantized at a time, then the f32 loops; F16 rows
+// directly, as method none's), in f32: llama.cpp's CPU attention
 // also rounds the query to the key type's dot-product type (Q8_0 for these types) and sums V
 // in f16 when V is f16; akv does neither (docs/model.md, "llama.cpp cache types").
 #include <memory>
