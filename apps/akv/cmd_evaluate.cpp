@@ -27,7 +27,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     bool json = false, csv = false, per_head = false, no_verify = false;
     std::string model, tokens, weights = "stored";
     std::vector<std::string> methods;
-    std::size_t prefill = 0, sequences = 0, batch = PplOptions{}.batch;
+    std::size_t prefill = 0, sequences = 0;
+    std::string batch = "auto";
     std::string attention = "exact";
     std::string task = "ppl", filler, tokenizer, text, shard;
     std::size_t ctx = 512;
@@ -73,7 +74,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--batch", opt->batch,
                   "With --model: sequences (passkey: prompts) decoded together; each step runs every "
                   "(sequence, method) pair of the batch through the model at once, so each weight matrix "
-                  "is read once per step for all of them (0 = all). The results do not depend on it")
+                  "is read once per step for all of them (0 = all; auto = as many as keep the lanes' f32 K/V "
+                  "within 2 GiB). The results do not depend on it")
       ->capture_default_str();
   sub->add_option("--attention", opt->attention,
                   "With --model: decode attention path of the methods' caches: exact (f32 products) or int8 "
@@ -134,7 +136,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       if (opt->prefill) po.prefill = opt->prefill;
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
-      po.batch = opt->batch;
+      po.batch = parse_batch(opt->batch);
       po.attention = parse_attention_mode(opt->attention);
       const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
       const std::unique_ptr<Tokenizer> tok = opt->task == "passkey" || !opt->text.empty()
@@ -143,7 +145,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       if (opt->task == "passkey") {
         PasskeyOptions pk = opt->passkey;
         pk.threads = global.threads;
-        pk.batch = opt->batch;
+        pk.batch = po.batch;
         pk.attention = po.attention;
         std::vector<std::vector<std::int32_t>> filler;
         const std::string& filler_file = opt->filler.empty() ? opt->tokens : opt->filler;

@@ -30,13 +30,16 @@ if [[ -f $M ]]; then
   "$AKV" "${ev[@]}" --batch 1 -t 1 -o "$TMP/e1.json"
   "$AKV" "${ev[@]}" --batch 2 -t 2 -o "$TMP/e2.json"
   "$AKV" "${ev[@]}" --batch 0 -t 3 -o "$TMP/e3.json"
-  cmp -s "$TMP/e1.json" "$TMP/e2.json" && cmp -s "$TMP/e1.json" "$TMP/e3.json" \
-    && pass "evaluate --model: --batch 1/2/all and 1/2/3 threads byte-identical" \
+  "$AKV" "${ev[@]}" -t 2 -o "$TMP/e4.json"
+  cmp -s "$TMP/e1.json" "$TMP/e2.json" && cmp -s "$TMP/e1.json" "$TMP/e3.json" && cmp -s "$TMP/e1.json" "$TMP/e4.json" \
+    && pass "evaluate --model: --batch 1/2/all/auto and 1/2/3 threads byte-identical" \
     || fail "evaluate --model: --batch or threads change the report"
   pk=(evaluate -q --model "$M" --tokens "$T" --task passkey --methods kivi-2,adakv:budget=0.5:window=16 --lengths 64,96 --depths 0,1 --trials 2 --json)
   "$AKV" "${pk[@]}" --batch 1 -t 1 -o "$TMP/k1.json"
   "$AKV" "${pk[@]}" --batch 3 -t 2 -o "$TMP/k2.json"
-  cmp -s "$TMP/k1.json" "$TMP/k2.json" && pass "passkey: --batch 1/3 and 1/2 threads byte-identical" \
+  "$AKV" "${pk[@]}" -t 2 -o "$TMP/k3.json"
+  cmp -s "$TMP/k1.json" "$TMP/k2.json" && cmp -s "$TMP/k1.json" "$TMP/k3.json" \
+    && pass "passkey: --batch 1/3/auto and 1/2 threads byte-identical" \
     || fail "passkey: --batch or threads change the report"
 else
   echo "skip evaluate --batch: $M not found"

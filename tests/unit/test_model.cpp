@@ -178,7 +178,7 @@ TEST_CASE("evaluate_perplexity: the same sums for any --batch and thread count",
   o.batch = 1;
   o.threads = 1;
   const nlohmann::json ref = evaluate_perplexity(m, lines, o, nullptr).to_json();
-  for (std::size_t batch : {2, 0}) {
+  for (std::size_t batch : {std::size_t{2}, std::size_t{0}, kBatchAuto}) {
     for (int threads : {1, 2}) {
       o.batch = batch;
       o.threads = threads;
@@ -186,6 +186,25 @@ TEST_CASE("evaluate_perplexity: the same sums for any --batch and thread count",
     }
   }
   CHECK(ref["methods"][1]["kl"].get<double>() > 0.0);
+}
+
+TEST_CASE("--batch: auto keeps the lanes' f32 K/V within 2 GiB; counts and 0 = all", "[model][batch]") {
+  KvShape s;
+  s.n_layers = 32;
+  s.n_kv_heads = 8;
+  s.head_dim = 128;
+  // An 8B-shaped cache: 2 x 4 x 32 x 8 x 128 bytes per token = 256 KiB; 4096 tokens = 1 GiB a lane.
+  CHECK(resolve_batch(kBatchAuto, 100, 2, s, 4096) == 1);
+  CHECK(resolve_batch(kBatchAuto, 100, 1, s, 2048) == 4);   // 512 MiB a sequence
+  CHECK(resolve_batch(kBatchAuto, 100, 2, s, 512) == 8);    // 2 x 128 MiB
+  CHECK(resolve_batch(kBatchAuto, 3, 2, s, 512) == 3);      // never more than the sequences
+  CHECK(resolve_batch(0, 17, 2, s, 4096) == 17);
+  CHECK(resolve_batch(5, 17, 2, s, 4096) == 5);
+  CHECK(resolve_batch(50, 17, 2, s, 4096) == 17);
+  CHECK(parse_batch("auto") == kBatchAuto);
+  CHECK(parse_batch("0") == 0);
+  CHECK(parse_batch("12") == 12);
+  for (const char* bad : {"", "-1", "1.5", "x", "12 "}) CHECK_THROWS_AS(parse_batch(bad), InvalidInput);
 }
 
 TEST_CASE("llama2.c loader and token files: bad input", "[model][bad]") {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -193,7 +194,9 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   r.outcomes.assign(hi - lo, std::vector<char>(methods.size(), 0));
   std::vector<std::optional<CompressParams>> params;
   for (const auto& m : methods) params.push_back(m.params);
-  const std::size_t batch = o.batch ? o.batch : std::max<std::size_t>(hi - lo, 1);
+  std::size_t longest = 0;
+  for (std::size_t j = lo; j < hi; ++j) longest = std::max(longest, jobs[j].tokens.size() + o.answer_tokens + o.key_tokens);
+  const std::size_t batch = resolve_batch(o.batch, hi - lo, methods.size(), c, longest);
   for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
     const std::size_t nb = std::min(batch, hi - b0);
     std::vector<PrefillResult> pre(nb);

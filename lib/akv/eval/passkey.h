@@ -25,7 +25,7 @@ struct PasskeyOptions {
   std::uint64_t seed = 1;
   std::size_t answer_tokens = 10;  // text mode: greedy tokens decoded and searched for the key
   int threads = 1;
-  std::size_t batch = 8;  // prompts decoded together (0 = all), every method of each: see PplOptions::batch
+  std::size_t batch = kBatchAuto;  // prompts decoded together, every method of each: see PplOptions::batch
   AttentionMode attention = AttentionMode::exact;  // see PplOptions::attention
   Shard shard;  // evaluate prompts [shard.range(total)) of the (depth, length, trial) grid
 };

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -85,7 +86,9 @@ PplReport evaluate_perplexity(const Model& model,
     }
   }
   r.prompt_tokens = prompt;
-  const std::size_t n_methods = methods.size(), batch = o.batch ? o.batch : std::max<std::size_t>(n_seq, 1);
+  std::size_t longest = 0;
+  for (std::size_t si = 0; si < n_seq; ++si) longest = std::max(longest, all[si].size());
+  const std::size_t n_methods = methods.size(), batch = resolve_batch(o.batch, n_seq, n_methods, c, longest);
   for (std::size_t b0 = 0; b0 < n_seq; b0 += batch) {
     const std::size_t nb = std::min(batch, n_seq - b0);
     std::vector<PrefillResult> pre(nb);
@@ -131,7 +134,7 @@ PplReport evaluate_perplexity(const Model& model,
         const std::vector<std::int32_t>& seq = all[si];
         const std::size_t n = seq.size();
         const std::size_t stride = (n - prompt[si] + MemoryTrace::kMaxTracePoints - 1) / MemoryTrace::kMaxTracePoints;
-        std::vector<double> ref;  // the full cache's log-probabilities of this step
+        std::vector<double> ref, ref_p;  // the full cache's log-probabilities of this step, and exp of them
         for (std::size_t m = 0; m < n_methods; ++m) {
           const std::vector<double> lp =
               t == 0 ? first[i] : log_probs(logits.row(static_cast<Eigen::Index>(a * n_methods + m)).data(), c.vocab_size);
@@ -140,9 +143,13 @@ PplReport evaluate_perplexity(const Model& model,
           s.tokens += 1;
           if (m == 0) {
             ref = lp;
+            if (n_methods > 1) {
+              ref_p.resize(ref.size());
+              for (std::size_t j = 0; j < ref.size(); ++j) ref_p[j] = std::exp(ref[j]);
+            }
           } else {
             double kl = 0;
-            for (std::size_t j = 0; j < lp.size(); ++j) kl += std::exp(ref[j]) * (ref[j] - lp[j]);
+            for (std::size_t j = 0; j < lp.size(); ++j) kl += ref_p[j] * (ref[j] - lp[j]);
             s.kl += std::max(0.0, kl);
           }
           s.top1 += argmax(lp) == argmax(ref) ? 1 : 0;

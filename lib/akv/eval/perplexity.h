@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/progress.h"
+#include "akv/eval/batch.h"
 #include "akv/method/params.h"
 #include "akv/model/model.h"
 
@@ -26,9 +27,10 @@ struct PplOptions {
   std::optional<std::size_t> prefill;  // prompt tokens; default half of each sequence
   std::size_t max_sequences = 0;       // 0 = all
   int threads = 1;
-  // Sequences decoded together (0 = all): each step decodes every (sequence, method) pair of
-  // the batch in one Model::decode_batch call. Metrics do not depend on it (nor on threads).
-  std::size_t batch = 8;
+  // Sequences decoded together (0 = all, kBatchAuto: batch.h): each step decodes every
+  // (sequence, method) pair of the batch in one Model::decode_batch call. Metrics do not depend
+  // on it (nor on threads).
+  std::size_t batch = kBatchAuto;
   // Decode attention path of every method's cache (decode_attention.h; "full" keeps f32 rows,
   // which both paths read exactly).
   AttentionMode attention = AttentionMode::exact;

@@ -108,11 +108,9 @@ void Weight::for_each_tile(Fn&& fn) const {
 }
 
 RowMatrix Weight::times_transpose(const RowMatrix& x) const {
-  if (!type_) return x * m_.transpose();
+  if (static_cast<std::size_t>(x.cols()) != cols_) throw std::logic_error("Weight::times_transpose: shape mismatch");
   RowMatrix y(x.rows(), static_cast<Eigen::Index>(rows_));
-  for_each_tile([&](Eigen::Index r0, const ConstMatrixMap& tile) {
-    y.middleCols(r0, tile.rows()).noalias() = x * tile.transpose();
-  });
+  times_rows(x.data(), static_cast<std::size_t>(x.rows()), cols_, y.data(), rows_, 1);
   return y;
 }
 

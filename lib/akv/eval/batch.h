@@ -1,0 +1,27 @@
+#pragma once
+// How many sequences (or passkey prompts) evaluate decodes together (`--batch`). The metrics do
+// not depend on it; time and memory do: every (sequence, method) lane holds its own cache, and
+// a bigger batch reads each weight matrix once per step for more lanes.
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "akv/tensor/kv_shape.h"
+
+namespace akv {
+
+// `--batch auto` (the default): as many sequences as keep every lane's f32 K/V at the longest
+// sequence's length within kBatchMemory (at least one sequence).
+inline constexpr std::size_t kBatchAuto = std::numeric_limits<std::size_t>::max();
+inline constexpr std::uint64_t kBatchMemory = std::uint64_t{2} << 30;
+
+// The batch to use for n_sequences with lanes_per_sequence lanes each: batch 0 = all,
+// kBatchAuto as above, otherwise min(batch, n_sequences); at least 1.
+std::size_t resolve_batch(std::size_t batch, std::size_t n_sequences, std::size_t lanes_per_sequence,
+                          const KvShape& shape, std::size_t max_tokens);
+
+// "auto" or a count ("0" = all); InvalidInput naming --batch otherwise.
+std::size_t parse_batch(const std::string& text);
+
+}  // namespace akv
