@@ -9,6 +9,19 @@ expect "bench attention table" 0 "x f16" \
   --repeat 2 --warmup 0 --min-sample 0 --stream-mb 16
 cp "$TMP/out" "$TMP/table.txt"
 expect "bench attention table lists q4 at 700 tokens" 0 " 700 +2 +q4 " cat "$TMP/table.txt"
+# llama.cpp's cache types as variants: ggml blocks (q4_0: 18 bytes per 32 values, K and V), their
+# error against the f32 rows between q8_0's and q4's.
+expect "bench attention times ggml-q4_0 and ggml-q8_0 caches" 0 "vs f32 ok" bash -c "'$AKV' bench attention \
+  --contexts 256 --head-dims 64 --gqa 2 --kv-heads 2 --variants f32,ggml-q8_0,ggml-q4_0 --repeat 2 --warmup 0 \
+  --min-sample 0 --stream-mb 16 --json -o '$TMP/g.json' && '$PY' - '$TMP/g.json'" <<'PY'
+import json, sys
+rows = {r["variant"]: r for r in json.load(open(sys.argv[1]))["rows"]}
+assert abs(rows["ggml-q4_0"]["cache_mb"] - 2 * 2 * 256 * 64 / 32 * 18 / 1e6) < 1e-9, rows["ggml-q4_0"]
+assert 0 < rows["ggml-q8_0"]["err_vs_f32"] < rows["ggml-q4_0"]["err_vs_f32"] < 0.5, rows
+print("vs f32 ok")
+PY
+expect_error "bench attention: a ggml variant needs head_dim in whole blocks" 2 "--head-dims \\(ggml-q4_0\\) = 48" \
+  "$AKV" bench attention --contexts 64 --head-dims 48 --variants ggml-q4_0
 expect "bench attention --json -o" 0 '"stream_read_gbs"' \
   bash -c "'$AKV' bench attention --contexts 300 --head-dims 64 --gqa 2 --kv-heads 2 --variants f16,q2 --repeat 3 \
   --min-sample 0 --stream-mb 16 --json -o '$TMP/a.json' && cat '$TMP/a.json'"
@@ -133,5 +146,34 @@ assert {(r["variant"], r["attention"]) for r in rows} == {("f16", "exact"), ("q8
 for r in rows:
     assert r["llama_f16_ms"] == 0.25 and abs(r["ratio"] - 0.25 / r["akv_ms"]) < 1e-12, r
 print("vs ok")
+PY
+# The perplexity part with a stand-in llama-perplexity (its final-estimate line, PPL 100 for f16
+# KV and 110 with -ctk q4_0) beside akv evaluate --text on a tiny model with the byte tokenizer:
+# the script reports akv's perplexities and their relative differences to llama.cpp's.
+cat > "$TMP/llama/bin/llama-perplexity" <<'SH'
+#!/bin/sh
+case "$*" in *q4_0*) p=110.0 ;; *) p=100.0 ;; esac
+echo "Final estimate: PPL = $p +/- 1.0" >&2
+SH
+chmod +x "$TMP/llama/bin/llama-perplexity"
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/vs_hf" --dim 64 --hidden 96 --vocab 260 --heads 2 --kv-heads 1 --layers 1 --seed 3
+"$PY" - "$TMP/vs_hf/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["akv_tokenizer"] = "bytes"; json.dump(c, open(sys.argv[1], "w"))
+PY
+head -c 3000 "$SRC/README.md" >"$TMP/vs_text.txt"
+expect "bench_vs_llamacpp perplexity part: akv beside llama-perplexity, relative differences" 0 "relative difference" \
+  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 \
+  --model "$TMP/vs_hf" --text "$TMP/vs_text.txt" --ctx 64 --chunks 2 --json "$TMP/vsp.json"
+expect "bench_vs_llamacpp JSON: relative difference = (akv - llama.cpp) / llama.cpp" 0 "ppl ok" "$PY" - "$TMP/vsp.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["perplexity"]
+assert p["llama f16"]["ppl"] == 100.0 and p["llama q4_0"]["ppl"] == 110.0, p
+ours = p["akv ggml"]["ppl"]
+d = p["relative_difference"]
+assert abs(d["full vs llama f16"] - (ours["full"] - 100) / 100) < 1e-12, d
+assert abs(d["ggml:k=q4_0:v=q4_0 vs llama q4_0"] - (ours["ggml:k=q4_0:v=q4_0"] - 110) / 110) < 1e-12, d
+assert p["akv kivi-4"]["ppl"]["full"] == ours["full"]
+print("ppl ok")
 PY
 finish
