@@ -7,6 +7,7 @@
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
 #include "akv/eval/passkey_shard.h"
+#include "akv/eval/token_metrics.h"
 #include <fstream>
 #include "akv/synth/synth.h"
 #include "test_util.h"
@@ -242,4 +243,34 @@ TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report",
   CHECK(merge_passkey_parts(parts).to_json() == whole.to_json());
   parts.pop_back();
   CHECK_THROWS_WITH(merge_passkey_parts(parts), Catch::Contains("shard missing"));
+}
+
+TEST_CASE("token metrics: lse, KL and argmax against the log-probability definitions", "[eval][metrics]") {
+  // Logit rows as a model gives them (a few large, a long tail) and a perturbed copy, at a
+  // vocabulary size with a remainder for the vector loops. Tolerance: 1e-12 relative on the
+  // nll, 1e-12 + 1e-9 relative on the KL (f64 sums of 32003 terms in different orders).
+  Rng rng(7);
+  const std::size_t n = 32003;
+  for (const double noise : {0.0, 1e-4, 1e-2, 1.0}) {
+    std::vector<float> r(n), x(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      r[j] = static_cast<float>(3.0 * rng.normal() + (j % 997 == 0 ? 12.0 : 0.0));
+      x[j] = static_cast<float>(r[j] + noise * rng.normal());
+    }
+    ReferenceRow ref;
+    ref.set(r.data(), n);
+    const double lse = log_sum_exp(x.data(), n);
+    for (const std::size_t target : {std::size_t{0}, std::size_t{5}, n - 1}) {
+      const TokenMetricsRef want = token_metrics_ref(r.data(), x.data(), n, target);
+      CHECK(lse - x[target] == Approx(want.nll).epsilon(1e-12));
+    }
+    const TokenMetricsRef want = token_metrics_ref(r.data(), x.data(), n, 0);
+    const double kl = kl_divergence(ref, x.data(), lse);
+    INFO("noise " << noise << " kl " << kl << " ref " << want.kl);
+    CHECK(std::fabs(kl - std::max(0.0, want.kl)) <= 1e-12 + 1e-9 * want.kl);
+    if (noise == 0.0) CHECK(kl == 0.0);
+    CHECK(ref.lse == Approx(log_sum_exp(r.data(), n)).epsilon(1e-15));
+  }
+  const std::vector<float> ties = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
+  CHECK(argmax(ties.data(), ties.size()) == 1);  // the first of equal maxima
 }

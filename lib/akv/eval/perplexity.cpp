@@ -9,21 +9,11 @@
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/eval/token_metrics.h"
 #include "akv/policy/kv_runtime.h"
 
 namespace akv {
 namespace {
-
-// log-softmax of f32 logits in f64.
-std::vector<double> log_probs(const float* x, std::size_t n) {
-  std::vector<double> out(n);
-  log_softmax(x, n, out.data());
-  return out;
-}
-
-std::size_t argmax(const std::vector<double>& x) {
-  return static_cast<std::size_t>(std::max_element(x.begin(), x.end()) - x.begin());
-}
 
 void record(MemoryTrace& t, const KvPolicy& cache, std::size_t tokens) {
   t.tokens.push_back(tokens);
@@ -103,9 +93,9 @@ PplReport evaluate_perplexity(const Model& model,
       caches[lane] = make_kv_policy(methods[lane % n_methods].params, g, 1);
       caches[lane]->ingest_prompt({&pre[i].query, &pre[i].key, &pre[i].key_pre_rope, &pre[i].value, prompt[b0 + i]});
     });
-    std::vector<std::vector<double>> first(nb);
+    std::vector<std::vector<float>> first(nb);  // each prompt's last logits: step 0 of every lane
     for (std::size_t i = 0; i < nb; ++i) {
-      first[i] = log_probs(pre[i].logits.row(0).data(), c.vocab_size);
+      first[i].assign(pre[i].logits.data(), pre[i].logits.data() + c.vocab_size);
       pre[i] = PrefillResult();
     }
     // Step t predicts token P + t of each sequence (P its prompt length) from position P - 1 + t;
@@ -134,25 +124,24 @@ PplReport evaluate_perplexity(const Model& model,
         const std::vector<std::int32_t>& seq = all[si];
         const std::size_t n = seq.size();
         const std::size_t stride = (n - prompt[si] + MemoryTrace::kMaxTracePoints - 1) / MemoryTrace::kMaxTracePoints;
-        std::vector<double> ref, ref_p;  // the full cache's log-probabilities of this step, and exp of them
+        thread_local ReferenceRow ref;  // the full cache's row of this step
+        std::size_t ref_top = 0;
         for (std::size_t m = 0; m < n_methods; ++m) {
-          const std::vector<double> lp =
-              t == 0 ? first[i] : log_probs(logits.row(static_cast<Eigen::Index>(a * n_methods + m)).data(), c.vocab_size);
+          const float* x = t == 0 ? first[i].data() : logits.row(static_cast<Eigen::Index>(a * n_methods + m)).data();
           PplSums& s = r.sequences[si][m];
-          s.nll -= lp[static_cast<std::size_t>(seq[pos + 1])];
-          s.tokens += 1;
+          const std::size_t top = argmax(x, c.vocab_size);
+          double lse = 0;
           if (m == 0) {
-            ref = lp;
-            if (n_methods > 1) {
-              ref_p.resize(ref.size());
-              for (std::size_t j = 0; j < ref.size(); ++j) ref_p[j] = std::exp(ref[j]);
-            }
+            ref.set(x, c.vocab_size);
+            lse = ref.lse;
+            ref_top = top;
           } else {
-            double kl = 0;
-            for (std::size_t j = 0; j < lp.size(); ++j) kl += ref_p[j] * (ref[j] - lp[j]);
-            s.kl += std::max(0.0, kl);
+            lse = log_sum_exp(x, c.vocab_size);
+            s.kl += kl_divergence(ref, x, lse);
           }
-          s.top1 += argmax(lp) == argmax(ref) ? 1 : 0;
+          s.nll += lse - static_cast<double>(x[seq[pos + 1]]);
+          s.tokens += 1;
+          s.top1 += top == ref_top ? 1 : 0;
           if (si == 0 && (t % stride == 0 || pos + 2 == n)) record(r.traces[m], *caches[i * n_methods + m], pos + 1);
         }
       });
