@@ -327,11 +327,15 @@ class Meta {
   std::string arch_;
 };
 
-// A matrix [rows, cols]: f32, or (mode stored, an encoded type) its blocks in a memory map.
+// A matrix [rows, cols]: (mode stored) its bytes in a memory map of the file, as stored; or (mode
+// f32, or a misaligned F32 tensor) an f32 copy.
 Weight matrix(const GgufFile& f, const std::string& name, std::size_t rows, std::size_t cols, WeightMode mode,
               std::shared_ptr<MappedFile>& mapped) {
   const GgufTensor* t = f.find(name);
-  if (mode == WeightMode::stored && t && t->type != 0 && ggml_type_info(t->type)) {
+  // F32 tensors are used in place too (no copy, pages read on first use) when 4-byte aligned,
+  // as the GGUF data alignment (32 by default) makes them.
+  const bool in_place = t && ggml_type_info(t->type) && (t->type != 0 || (f.data_start() + t->offset) % 4 == 0);
+  if (mode == WeightMode::stored && in_place) {
     f.check(*t, {cols, rows});
     if (!mapped) mapped = std::make_shared<MappedFile>(f.path());
     const GgmlTypeInfo& type = *ggml_type_info(t->type);

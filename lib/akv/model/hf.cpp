@@ -158,13 +158,14 @@ class Tensors {
     throw InvalidInput("tensor shape does not match config.json (expected " + str(shape) + ")",
                        {t.file, name + ".shape", str(t.shape)});
   }
-  // A matrix as f32, or (mode stored, F16/BF16 in the file) its 16-bit rows in a memory map.
+  // A matrix as stored in a memory map of its file (mode stored: F16/BF16 rows, or F32 rows at a
+  // 4-byte aligned offset, used in place), or an f32 copy (mode f32, or misaligned F32).
   Weight matrix(const std::string& name, std::size_t rows, std::size_t cols, WeightMode mode) const {
     const auto it = map_.find(name);
-    if (mode == WeightMode::stored && it != map_.end() && it->second.dtype != "F32") {
+    if (mode == WeightMode::stored && it != map_.end() && (it->second.dtype != "F32" || it->second.begin % 4 == 0)) {
       const TensorInfo& t = it->second;
       check_shape(t, name, {rows, cols});
-      const GgmlTypeInfo& type = *ggml_type_info(t.dtype == "F16" ? 1 : 30);
+      const GgmlTypeInfo& type = *ggml_type_info(t.dtype == "F32" ? 0 : t.dtype == "F16" ? 1 : 30);
       auto& mapped = mapped_[t.file];
       if (!mapped) mapped = std::make_shared<MappedFile>(t.file);
       const std::uint8_t* data = mapped->data() + t.begin;

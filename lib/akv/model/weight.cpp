@@ -124,12 +124,13 @@ Eigen::VectorXf Weight::times(const Eigen::VectorXf& x) const {
 void Weight::times_rows(const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy,
                         int threads) const {
   constexpr std::size_t kF32Block = 64;  // rows per work item of an f32-resident weight
-  const std::size_t block = type_ ? tile_rows() : kF32Block;
+  const std::size_t block = type_ && type_->id != 0 ? tile_rows() : kF32Block;
   const std::size_t n_blocks = (rows_ + block - 1) / block;
+  const float* f32_rows = !type_ ? m_.data() : type_->id == 0 ? reinterpret_cast<const float*>(data_) : nullptr;
   parallel_for(n_blocks, threads, [&](std::size_t i) {
     const std::size_t r0 = i * block, n = std::min(block, rows_ - r0);
-    if (!type_) {
-      linear_rows(m_.data() + r0 * cols_, n, cols_, cols_, x, batch, ldx, y + r0, ldy);
+    if (f32_rows) {
+      linear_rows(f32_rows + r0 * cols_, n, cols_, cols_, x, batch, ldx, y + r0, ldy);
       return;
     }
     thread_local std::vector<float> tile;

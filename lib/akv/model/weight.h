@@ -1,10 +1,11 @@
 #pragma once
 // A weight matrix [rows, cols] (y = W x), resident either as f32 or in the encoding its file
-// stores (F16, BF16 or a ggml block type), in memory or in a read-only memory map of the file.
-// Encoded weights are converted to f32 a tile of rows at a time inside each product, so an
+// stores (F32, F16, BF16 or a ggml block type), in memory or in a read-only memory map of the
+// file. Mapped F32 rows are multiplied in place (loading copies nothing); other encoded weights
+// are converted to f32 a tile of rows at a time inside each product, so an
 // 8B-parameter bf16 checkpoint needs its 16 GB and a few hundred KB of tiles, not 32 GB
-// (docs/model.md, "Weights in memory"). Products of f32-resident weights are Eigen's whole-matrix
-// products; encoded ones are the same products per tile, equal within float rounding (tested).
+// (docs/model.md, "Weights in memory"). Every product runs linear.h's fixed-order kernel over f32
+// rows, so a weight gives the same bits whether f32-resident, mapped or converted per tile.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,8 +42,8 @@ class Weight {
  public:
   Weight() = default;
   Weight(RowMatrix m);  // f32-resident (implicit, as the loaders and tests build weights)
-  // Encoded rows at `data` (rows * cols / type.block blocks, row after row), kept alive by
-  // `owner` (a MappedFile, or owned bytes).
+  // Encoded rows at `data` (rows * cols / type.block blocks, row after row; F32 data 4-byte
+  // aligned), kept alive by `owner` (a MappedFile, or owned bytes).
   static Weight encoded(std::size_t rows, std::size_t cols, const GgmlTypeInfo& type, const std::uint8_t* data,
                         std::shared_ptr<const void> owner);
 
