@@ -250,7 +250,7 @@ TEST_CASE("linear_rows: fast path equals the reference bit for bit; outputs do n
   Rng rng(9);
   for (std::size_t rows : {1, 3, 4, 5, 9}) {
     for (std::size_t cols : {1, 7, 8, 9, 64, 130}) {
-      for (std::size_t batch : {1, 2, 3, 4, 7}) {
+      for (std::size_t batch : {1, 2, 3, 4, 5, 6, 7, 13}) {
         const std::size_t ldw = cols + 3, ldx = cols + 1, ldy = rows + 2;
         std::vector<float> w(rows * ldw), x(batch * ldx), y(batch * ldy, -1.0f), ref(batch * ldy, -1.0f);
         for (auto& v : w) v = static_cast<float>(rng.normal());
@@ -258,6 +258,13 @@ TEST_CASE("linear_rows: fast path equals the reference bit for bit; outputs do n
         linear_rows(w.data(), rows, cols, ldw, x.data(), batch, ldx, y.data(), ldy);
         linear_rows_ref(w.data(), rows, cols, ldw, x.data(), batch, ldx, ref.data(), ldy);
         CHECK(y == ref);  // padding columns untouched in both
+        for (const LinearIsa isa : {LinearIsa::generic, LinearIsa::avx2, LinearIsa::avx512}) {
+          if (isa > linear_best_isa()) continue;
+          INFO(linear_isa_name(isa));
+          std::vector<float> v(batch * ldy, -1.0f);
+          linear_rows_isa(isa, w.data(), rows, cols, ldw, x.data(), batch, ldx, v.data(), ldy);
+          CHECK(v == ref);
+        }
         for (std::size_t bi = 0; bi < batch; ++bi) {
           std::vector<float> one(rows);
           linear_rows(w.data(), rows, cols, ldw, x.data() + bi * ldx, 1, ldx, one.data(), rows);

@@ -100,6 +100,7 @@ PplReport evaluate_perplexity(const Model& model,
     }
     // Step t predicts token P + t of each sequence (P its prompt length) from position P - 1 + t;
     // a sequence leaves the batch after its last token.
+    RowMatrix logits;  // [lanes, vocab] of the step, one buffer for all steps
     for (std::size_t t = 0;; ++t) {
       std::vector<std::size_t> active, lanes, positions;
       std::vector<std::int32_t> tokens;
@@ -116,9 +117,8 @@ PplReport evaluate_perplexity(const Model& model,
         }
       }
       if (active.empty()) break;
-      RowMatrix logits;
-      if (t > 0) logits = model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), o.threads,
-                                                 o.attention);
+      if (t > 0) model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), logits, o.threads,
+                                    o.attention);
       parallel_for(active.size(), o.threads, [&](std::size_t a) {
         const std::size_t i = active[a], si = b0 + i, pos = prompt[si] - 1 + t;
         const std::vector<std::int32_t>& seq = all[si];

@@ -50,6 +50,10 @@ Tensor3 split_heads(const RowMatrix& m, std::size_t heads, std::size_t hd) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+struct DecodeScratch {
+  RowMatrix x, xb, out, q, k, k_pre, v, att, h1, h3;
+};
+
 }  // namespace
 
 std::uint64_t ModelWeights::bytes() const {
@@ -172,6 +176,13 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
 
 RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
                               std::size_t batch, int threads, AttentionMode attention) const {
+  RowMatrix logits;
+  decode_batch(tokens, pos, caches, batch, logits, threads, attention);
+  return logits;
+}
+
+void Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
+                         std::size_t batch, RowMatrix& logits, int threads, AttentionMode attention) const {
   const ModelConfig& c = config_;
   const std::size_t hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
   const auto rows = static_cast<Eigen::Index>(batch);
@@ -182,9 +193,15 @@ RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos
                          {"", "pos", std::to_string(pos[b])});
     }
   }
-  auto matrix = [rows](std::size_t cols) { return RowMatrix(rows, static_cast<Eigen::Index>(cols)); };
-  RowMatrix x = matrix(c.dim), xb = matrix(c.dim), out = matrix(c.dim), q = matrix(nq), k = matrix(nkv),
-            v = matrix(nkv), att = matrix(nq), h1 = matrix(c.hidden_dim), h3 = matrix(c.hidden_dim);
+  // The step's activations, kept per calling thread from one step to the next (every entry is
+  // written before it is read).
+  thread_local DecodeScratch scratch;
+  auto& [x, xb, out, q, k, k_pre, v, att, h1, h3] = scratch;
+  auto size = [rows](RowMatrix& m, std::size_t cols) { m.resize(rows, static_cast<Eigen::Index>(cols)); };
+  for (RowMatrix* m : {&x, &xb, &out}) size(*m, c.dim);
+  for (RowMatrix* m : {&q, &att}) size(*m, nq);
+  for (RowMatrix* m : {&k, &k_pre, &v}) size(*m, nkv);
+  for (RowMatrix* m : {&h1, &h3}) size(*m, c.hidden_dim);
   for (std::size_t b = 0; b < batch; ++b) w_.embedding.row(static_cast<std::size_t>(tokens[b]), x.row(static_cast<Eigen::Index>(b)).data());
   std::vector<RopeTable> ropes;
   for (std::size_t b = 0; b < batch; ++b) {
@@ -208,7 +225,7 @@ RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos
     add_bias(q, lw.bq);
     add_bias(k, lw.bk);
     add_bias(v, lw.bv);
-    const RowMatrix k_pre = k;
+    k_pre = k;
     parallel_for(batch, threads, [&](std::size_t b) {  // sequences write disjoint rows
       const auto r = static_cast<Eigen::Index>(b);
       for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.row(r).data() + h * hd, 1, pos[b], c.rope_layout, ropes[b]);
@@ -230,12 +247,11 @@ RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos
   }
   parallel_for(batch, threads, [&](std::size_t b) { caches[b]->end_step(); });
   norm_rows(x, w_.final_norm, xb);
-  RowMatrix logits = matrix(c.vocab_size);
+  size(logits, c.vocab_size);
   product(classifier(), xb, logits);
   for (std::size_t b = 0; b < batch; ++b) {
     check_finite(logits.row(static_cast<Eigen::Index>(b)).data(), c.vocab_size, "logits at position " + std::to_string(pos[b]));
   }
-  return logits;
 }
 
 }  // namespace akv

@@ -3,7 +3,9 @@
 #include <cmath>
 
 #if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#define AKV_LINEAR_NS avx2
+#include "akv/tensor/linear_simd.h"
+#undef AKV_LINEAR_NS
 #endif
 
 namespace akv {
@@ -19,58 +21,6 @@ float dot_ref(const float* w, const float* x, std::size_t cols) {
   return r;
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-
-inline float hsum8(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // s_l + s_{l+4}
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));  // (s0+s4)+(s2+s6), (s1+s5)+(s3+s7)
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
-// R rows of W times NB vectors of X.
-// R rows of W times NB vectors of X (loops fully unrolled: the R x NB sums stay in registers).
-template <int R, int NB>
-void block(const float* w, std::size_t ldw, std::size_t cols, const float* x, std::size_t ldx, float* y,
-           std::size_t ldy) {
-  __m256 acc[R][NB];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-    for (int b = 0; b < NB; ++b) acc[r][b] = _mm256_setzero_ps();
-  }
-  const std::size_t k8 = cols - cols % 8;
-  for (std::size_t k = 0; k < k8; k += 8) {
-    __m256 wr[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) wr[r] = _mm256_loadu_ps(w + r * ldw + k);
-#pragma GCC unroll 4
-    for (int b = 0; b < NB; ++b) {
-      const __m256 xb = _mm256_loadu_ps(x + b * ldx + k);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) acc[r][b] = _mm256_fmadd_ps(wr[r], xb, acc[r][b]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int b = 0; b < NB; ++b) {
-      float s = hsum8(acc[r][b]);
-      for (std::size_t k = k8; k < cols; ++k) s = std::fma(w[r * ldw + k], x[b * ldx + k], s);
-      y[b * ldy + r] = s;
-    }
-  }
-}
-
-// NB vectors of X times rows [0, rows) of W: the vectors stay in L1 while W's rows pass (W's
-// block is meant to fit L2: callers hand over a few hundred KB of rows at a time).
-template <int NB>
-void batch_block(const float* w, std::size_t rows, std::size_t ldw, std::size_t cols, const float* x,
-                 std::size_t ldx, float* y, std::size_t ldy) {
-  std::size_t o = 0;
-  for (; o + 4 <= rows; o += 4) block<4, NB>(w + o * ldw, ldw, cols, x, ldx, y + o, ldy);
-  for (; o < rows; ++o) block<1, NB>(w + o * ldw, ldw, cols, x, ldx, y + o, ldy);
-}
-
-#endif
-
 }  // namespace
 
 void linear_rows_ref(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
@@ -80,16 +30,45 @@ void linear_rows_ref(const float* w, std::size_t rows, std::size_t cols, std::si
   }
 }
 
+#if defined(AKV_LINEAR_AVX512_TU)
+namespace avx512 {
+void linear_rows_avx512(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
+                        std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
+}
+#endif
+
+LinearIsa linear_best_isa() {
+#if defined(__AVX2__) && defined(__FMA__)
+#if defined(AKV_LINEAR_AVX512_TU)
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  if (avx512) return LinearIsa::avx512;
+#endif
+  return LinearIsa::avx2;
+#else
+  return LinearIsa::generic;
+#endif
+}
+
+const char* linear_isa_name(LinearIsa isa) {
+  return isa == LinearIsa::avx512 ? "avx512" : isa == LinearIsa::avx2 ? "avx2" : "generic";
+}
+
+void linear_rows_isa(LinearIsa isa, const float* w, std::size_t rows, std::size_t cols, std::size_t ldw,
+                     const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
+  if (isa > linear_best_isa()) isa = linear_best_isa();
+#if defined(AKV_LINEAR_AVX512_TU)
+  if (isa == LinearIsa::avx512) return avx512::linear_rows_avx512(w, rows, cols, ldw, x, batch, ldx, y, ldy);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+  if (isa == LinearIsa::avx2) return avx2::linear_rows_simd<3>(w, rows, cols, ldw, x, batch, ldx, y, ldy);
+#endif
+  linear_rows_ref(w, rows, cols, ldw, x, batch, ldx, y, ldy);
+}
+
 void linear_rows(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                  std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
-#if defined(__AVX2__) && defined(__FMA__)
-  std::size_t b = 0;
-  for (; b + 3 <= batch; b += 3) batch_block<3>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
-  if (batch - b == 2) batch_block<2>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
-  if (batch - b == 1) batch_block<1>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
-#else
-  linear_rows_ref(w, rows, cols, ldw, x, batch, ldx, y, ldy);
-#endif
+  static const LinearIsa best = linear_best_isa();
+  linear_rows_isa(best, w, rows, cols, ldw, x, batch, ldx, y, ldy);
 }
 
 }  // namespace akv
