@@ -21,7 +21,12 @@ inline float hsum8(__m256 v) {
 }
 
 // R rows of W times NB vectors of X (loops fully unrolled: the R x NB sums stay in registers).
-template <int R, int NB>
+// Prefetch: also asks for the next R rows, one cache line per row every 16 values, so the first
+// pass over a block of W (from memory: a decode step reads every weight once) overlaps the next
+// rows' loads with this group's multiply-adds; later passes find the rows in L2. (A prefetch
+// past the last row is harmless: prefetches do not fault.) 4-5% off `akv evaluate --model` on
+// the 58M llama of docs/model.md, 2026-12-01, AMD EPYC Zen 4.
+template <int R, int NB, bool Prefetch = false>
 void block(const float* w, std::size_t ldw, std::size_t cols, const float* x, std::size_t ldx, float* y,
            std::size_t ldy) {
   __m256 acc[R][NB];
@@ -35,6 +40,12 @@ void block(const float* w, std::size_t ldw, std::size_t cols, const float* x, st
     __m256 wr[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wr[r] = _mm256_loadu_ps(w + r * ldw + k);
+    if constexpr (Prefetch) {
+      if (k % 16 == 0) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * ldw + k), _MM_HINT_T0);
+      }
+    }
 #pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) {
       const __m256 xb = _mm256_loadu_ps(x + b * ldx + k);
@@ -53,11 +64,11 @@ void block(const float* w, std::size_t ldw, std::size_t cols, const float* x, st
 
 // NB vectors of X times rows [0, rows) of W: the vectors stay in L1 while W's rows pass (W's
 // block is meant to fit L2: callers hand over a few hundred KB of rows at a time).
-template <int NB>
+template <int NB, bool Prefetch = false>
 void batch_block(const float* w, std::size_t rows, std::size_t ldw, std::size_t cols, const float* x,
                  std::size_t ldx, float* y, std::size_t ldy) {
   std::size_t o = 0;
-  for (; o + 4 <= rows; o += 4) block<4, NB>(w + o * ldw, ldw, cols, x, ldx, y + o, ldy);
+  for (; o + 4 <= rows; o += 4) block<4, NB, Prefetch>(w + o * ldw, ldw, cols, x, ldx, y + o, ldy);
   for (; o < rows; ++o) block<1, NB>(w + o * ldw, ldw, cols, x, ldx, y + o, ldy);
 }
 
@@ -68,7 +79,10 @@ template <int kWide>
 void linear_rows_simd(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                       std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
   std::size_t b = 0;
-  for (; b + kWide <= batch; b += kWide) batch_block<kWide>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
+  for (; b + kWide <= batch; b += kWide) {
+    if (b == 0) batch_block<kWide, true>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
+    else batch_block<kWide>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
+  }
   const float* xr = x + b * ldx;
   float* yr = y + b * ldy;
   switch (batch - b) {
