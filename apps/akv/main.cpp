@@ -7,10 +7,12 @@
 #include <exception>
 #include <new>
 
+#include "akv/attention/kernels.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/version.h"
 #include "akv/core/parallel.h"
+#include "akv/tensor/linear.h"
 #include "commands.h"
 
 namespace {
@@ -49,6 +51,22 @@ int main(int argc, char** argv) {
             return std::string();
           },
           "", "threads"));
+
+  // The vector kernels give the same bits with AVX-512 and AVX2 (tested), so the cap changes
+  // speed only: for timing AVX2 code on an AVX-512 machine. The plain loops agree within float
+  // rounding (docs/attention.md).
+  std::string max_isa = "best";
+  app.add_option("--max-isa", max_isa,
+                 "Highest instruction set of the vector kernels (decode attention, int8 attention, weight "
+                 "products): best (what the CPU has), avx512, avx2 or generic (plain loops). avx512 and avx2 give "
+                 "the same results bit for bit; generic agrees within float rounding")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"best", "avx512", "avx2", "generic"}))
+      ->each([](const std::string& v) {
+        const int level = v == "generic" ? 0 : v == "avx2" ? 1 : 2;
+        akv::attn::set_isa(static_cast<akv::attn::Isa>(level));
+        akv::set_linear_isa(static_cast<akv::LinearIsa>(level));
+      });
 
   akv::cli::register_info(app, global);
   akv::cli::register_synth(app, global);

@@ -11,6 +11,7 @@ if head=$(git -C "$(dirname "$0")" rev-parse --short=12 HEAD 2>/dev/null); then
 fi
 expect_error "no subcommand is a usage error" 1 "subcommand" "$AKV"
 expect_error "unknown subcommand" 1 "" "$AKV" frobnicate
+expect_error "--max-isa outside its names" 2 "max-isa: avx3 not in" "$AKV" --max-isa avx3 info
 expect "synth --help documents flags" 0 "--profile" "$AKV" synth --help
 for flag in --layers --heads --kv-heads --head-dim --tokens --window --dtype --seed --pre-rope --gzip; do
   grep -q -- "$flag" "$TMP/out" && pass "synth --help has $flag" || fail "synth --help has $flag"

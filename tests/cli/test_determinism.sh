@@ -31,6 +31,9 @@ if [[ -f $M ]]; then
   "$AKV" "${ev[@]}" --batch 2 -t 2 -o "$TMP/e2.json"
   "$AKV" "${ev[@]}" --batch 0 -t 3 -o "$TMP/e3.json"
   "$AKV" "${ev[@]}" -t 2 -o "$TMP/e4.json"
+  "$AKV" --max-isa avx2 "${ev[@]}" -t 2 -o "$TMP/e5.json"
+  cmp -s "$TMP/e1.json" "$TMP/e5.json" && pass "evaluate --model: --max-isa avx2 byte-identical to the best kernels" \
+    || fail "evaluate --model: --max-isa avx2 changes the report"
   cmp -s "$TMP/e1.json" "$TMP/e2.json" && cmp -s "$TMP/e1.json" "$TMP/e3.json" && cmp -s "$TMP/e1.json" "$TMP/e4.json" \
     && pass "evaluate --model: --batch 1/2/all/auto and 1/2/3 threads byte-identical" \
     || fail "evaluate --model: --batch or threads change the report"

@@ -1,5 +1,7 @@
 #include "akv/tensor/linear.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -65,10 +67,22 @@ void linear_rows_isa(LinearIsa isa, const float* w, std::size_t rows, std::size_
   linear_rows_ref(w, rows, cols, ldw, x, batch, ldx, y, ldy);
 }
 
+namespace {
+std::atomic<int>& linear_isa_setting() {
+  static std::atomic<int> isa{static_cast<int>(linear_best_isa())};
+  return isa;
+}
+}  // namespace
+
+void set_linear_isa(LinearIsa isa) {
+  linear_isa_setting().store(std::min(static_cast<int>(isa), static_cast<int>(linear_best_isa())));
+}
+
+LinearIsa linear_active_isa() { return static_cast<LinearIsa>(linear_isa_setting().load(std::memory_order_relaxed)); }
+
 void linear_rows(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                  std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
-  static const LinearIsa best = linear_best_isa();
-  linear_rows_isa(best, w, rows, cols, ldw, x, batch, ldx, y, ldy);
+  linear_rows_isa(linear_active_isa(), w, rows, cols, ldw, x, batch, ldx, y, ldy);
 }
 
 }  // namespace akv

@@ -20,10 +20,14 @@ namespace akv {
 // ldy; writes Y[b * ldy + o] for o < rows).
 void linear_rows(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                  std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
-// Kernel variants, for tests and benchmarks: linear_rows runs linear_best_isa()'s.
+// Kernel variants: linear_rows runs linear_active_isa()'s (by default the best).
 enum class LinearIsa { generic, avx2, avx512 };
 LinearIsa linear_best_isa();  // what this build and CPU support
 const char* linear_isa_name(LinearIsa isa);
+// Process-wide cap on the variant linear_rows runs (clamped to linear_best_isa(); `akv
+// --max-isa`); linear_active_isa() is the one in use.
+void set_linear_isa(LinearIsa isa);
+LinearIsa linear_active_isa();
 // linear_rows with a given variant (clamped to linear_best_isa()).
 void linear_rows_isa(LinearIsa isa, const float* w, std::size_t rows, std::size_t cols, std::size_t ldw,
                      const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
