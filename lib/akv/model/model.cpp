@@ -196,7 +196,8 @@ void Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvP
   // The step's activations, kept per calling thread from one step to the next (every entry is
   // written before it is read).
   thread_local DecodeScratch scratch;
-  auto& [x, xb, out, q, k, k_pre, v, att, h1, h3] = scratch;
+  RowMatrix &x = scratch.x, &xb = scratch.xb, &out = scratch.out, &q = scratch.q, &k = scratch.k,
+            &k_pre = scratch.k_pre, &v = scratch.v, &att = scratch.att, &h1 = scratch.h1, &h3 = scratch.h3;
   auto size = [rows](RowMatrix& m, std::size_t cols) { m.resize(rows, static_cast<Eigen::Index>(cols)); };
   for (RowMatrix* m : {&x, &xb, &out}) size(*m, c.dim);
   for (RowMatrix* m : {&q, &att}) size(*m, nq);
