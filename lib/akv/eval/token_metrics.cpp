@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "akv/attention/block_attention.h"
 

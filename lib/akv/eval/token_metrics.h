@@ -9,10 +9,9 @@
 //                 = (1 / S) sum_j e_j (r_j - x_j) - (lse(r) - lse(x)),  e_j = exp(r_j - m_r), S = sum e_j
 //
 // token_metrics_ref spells the definitions out with std::exp / std::log over the log-probability
-// rows; tests compare the two (tests/unit/test_model.cpp).
+// rows; tests compare the two (tests/unit/test_eval.cpp).
 #include <Eigen/Core>
 #include <cstddef>
-#include <vector>
 
 namespace akv {
 
