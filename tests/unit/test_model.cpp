@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "akv/core/errors.h"
 #include "akv/io/token_file.h"
@@ -163,6 +164,69 @@ TEST_CASE("decode_batch: each row equals decode() of its sequence, for any batch
   CHECK(one[0]->bytes() != one[1]->bytes());
 }
 
+TEST_CASE("decode_lanes: several known tokens per lane equal decode() one at a time", "[model][batch]") {
+  if (!have_shared()) {
+    WARN("skipped: shared data not found");
+    return;
+  }
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  const ModelConfig& c = m.config();
+  const KvGeometry g{c.kv_shape(), c.seq_len};
+  // Two sequences through full, kivi-2 (its per-channel key groups of 32 fill inside a call)
+  // and one-shot eviction caches; calls of 1, 7 and 40 tokens per lane, then 2 and 3 mixed.
+  const std::vector<std::size_t> prompt = {40, 17};
+  const std::vector<std::optional<CompressParams>> methods = {
+      std::nullopt, resolve_params(parse_method_spec("kivi-2")), resolve_params(parse_method_spec("snapkv:budget=0.5:window=8"))};
+  auto lanes = [&] {
+    std::vector<std::unique_ptr<KvPolicy>> caches;
+    for (std::size_t s = 0; s < prompt.size(); ++s) {
+      const std::vector<std::int32_t> p(lines[s].begin(), lines[s].begin() + static_cast<std::ptrdiff_t>(prompt[s]));
+      const PrefillResult pre = m.prefill(p, false);
+      for (const auto& method : methods) {
+        caches.push_back(make_kv_policy(method, g, 1));
+        caches.back()->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt[s]});
+        REQUIRE(caches.back()->layer_local());
+      }
+    }
+    return caches;
+  };
+  auto one = lanes(), blocked = lanes();
+  std::vector<std::size_t> done(one.size(), 0);
+  const std::vector<std::vector<std::size_t>> calls = {{1, 1, 1, 1, 1, 1}, {7, 7, 7, 7, 7, 7}, {40, 40, 40, 40, 40, 40},
+                                                       {2, 3, 2, 3, 2, 3}};
+  for (const auto& counts : calls) {
+    std::vector<Model::Lane> ls;
+    std::vector<std::vector<std::uint64_t>> bytes(one.size());
+    for (std::size_t lane = 0; lane < one.size(); ++lane) {
+      const std::size_t s = lane / methods.size(), pos = prompt[s] + done[lane];
+      bytes[lane].resize(counts[lane]);
+      ls.push_back({blocked[lane].get(), lines[s].data() + pos, pos, counts[lane], bytes[lane].data()});
+    }
+    RowMatrix logits;
+    m.decode_lanes(ls.data(), ls.size(), logits, 2);
+    Eigen::Index row = 0;
+    for (std::size_t lane = 0; lane < one.size(); ++lane) {
+      const std::size_t s = lane / methods.size();
+      for (std::size_t j = 0; j < counts[lane]; ++j, ++row) {
+        const std::size_t pos = prompt[s] + done[lane] + j;
+        const std::vector<float> ref = m.decode(lines[s][pos], pos, *one[lane]);
+        CHECK(std::equal(ref.begin(), ref.end(), logits.row(row).data()));
+        CHECK(bytes[lane][j] == one[lane]->bytes());
+      }
+      done[lane] += counts[lane];
+      CHECK(blocked[lane]->bytes() == one[lane]->bytes());
+    }
+  }
+  CHECK(one[0]->bytes() != one[1]->bytes());
+  // Streaming eviction acts after every step: one token per call only.
+  auto h2o = make_kv_policy(resolve_params(parse_method_spec("h2o:budget=0.5")), g, 1);
+  CHECK_FALSE(h2o->layer_local());
+  Model::Lane lane{h2o.get(), lines[0].data(), 0, 2, nullptr};
+  RowMatrix logits;
+  CHECK_THROWS_AS(m.decode_lanes(&lane, 1, logits), std::logic_error);
+}
+
 TEST_CASE("evaluate_perplexity: the same sums for any --batch and thread count", "[model][batch]") {
   if (!have_shared()) {
     WARN("skipped: shared data not found");
@@ -177,15 +241,35 @@ TEST_CASE("evaluate_perplexity: the same sums for any --batch and thread count",
                {"adakv", resolve_params(parse_method_spec("adakv:budget=0.5:window=16"))}};
   o.batch = 1;
   o.threads = 1;
+  o.token_block = 1;  // one step per call: the reference
   const nlohmann::json ref = evaluate_perplexity(m, lines, o, nullptr).to_json();
   for (std::size_t batch : {std::size_t{2}, std::size_t{0}, kBatchAuto}) {
     for (int threads : {1, 2}) {
-      o.batch = batch;
-      o.threads = threads;
-      CHECK(evaluate_perplexity(m, lines, o, nullptr).to_json() == ref);
+      for (std::size_t block : {std::size_t{0}, std::size_t{5}}) {
+        o.batch = batch;
+        o.threads = threads;
+        o.token_block = block;
+        CHECK(evaluate_perplexity(m, lines, o, nullptr).to_json() == ref);
+      }
     }
   }
   CHECK(ref["methods"][1]["kl"].get<double>() > 0.0);
+  // With a streaming method every lane decodes one token per call, whatever --token-block.
+  o.methods.push_back({"h2o", resolve_params(parse_method_spec("h2o:budget=0.5"))});
+  o.batch = 1;
+  o.token_block = 1;
+  const nlohmann::json ref_h2o = evaluate_perplexity(m, lines, o, nullptr).to_json();
+  o.batch = kBatchAuto;
+  o.token_block = 0;
+  o.threads = 2;
+  CHECK(evaluate_perplexity(m, lines, o, nullptr).to_json() == ref_h2o);
+}
+
+TEST_CASE("--token-block: auto is 16, fewer when a call's logits would pass 256 MiB", "[model][batch]") {
+  CHECK(resolve_token_block(0, 34, 32000) == 16);      // 70 MB
+  CHECK(resolve_token_block(0, 34, 128256) == 15);     // 16 would be 279 MB
+  CHECK(resolve_token_block(0, 1000, 128256) == 1);    // never below 1
+  CHECK(resolve_token_block(7, 1000, 128256) == 7);    // a given count is kept
 }
 
 TEST_CASE("--batch: auto keeps the lanes' f32 K/V within 2 GiB; counts and 0 = all", "[model][batch]") {

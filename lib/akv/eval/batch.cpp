@@ -18,6 +18,12 @@ std::size_t resolve_batch(std::size_t batch, std::size_t n_sequences, std::size_
   return static_cast<std::size_t>(std::clamp<std::uint64_t>(fit, 1, n));
 }
 
+std::size_t resolve_token_block(std::size_t block, std::size_t lanes, std::size_t vocab) {
+  if (block != 0) return block;
+  const std::uint64_t row = std::uint64_t{4} * std::max<std::size_t>(vocab, 1) * std::max<std::size_t>(lanes, 1);
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kTokenBlockMemory / row, 1, kTokenBlockMax));
+}
+
 std::size_t parse_batch(const std::string& text) {
   if (text == "auto") return kBatchAuto;
   std::size_t used = 0;

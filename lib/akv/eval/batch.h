@@ -24,4 +24,12 @@ std::size_t resolve_batch(std::size_t batch, std::size_t n_sequences, std::size_
 // "auto" or a count ("0" = all); InvalidInput naming --batch otherwise.
 std::size_t parse_batch(const std::string& text);
 
+// Teacher-forced tokens each lane decodes per model call (`--token-block`; Model::decode_lanes):
+// the weights are read once per call and each lane's cache once per layer for all of them.
+// 0 (auto): up to kTokenBlockMax, fewer when the call's logits ([lanes x block, vocab] f32)
+// would pass kTokenBlockMemory; at least 1.
+inline constexpr std::size_t kTokenBlockMax = 16;
+inline constexpr std::uint64_t kTokenBlockMemory = std::uint64_t{256} << 20;
+std::size_t resolve_token_block(std::size_t block, std::size_t lanes, std::size_t vocab);
+
 }  // namespace akv

@@ -99,52 +99,73 @@ PplReport evaluate_perplexity(const Model& model,
       pre[i] = PrefillResult();
     }
     // Step t predicts token P + t of each sequence (P its prompt length) from position P - 1 + t;
-    // a sequence leaves the batch after its last token.
-    RowMatrix logits;  // [lanes, vocab] of the step, one buffer for all steps
-    for (std::size_t t = 0;; ++t) {
-      std::vector<std::size_t> active, lanes, positions;
-      std::vector<std::int32_t> tokens;
-      std::vector<KvPolicy*> lane_caches;
+    // step 0 from the prompt's logits, then `block` steps per model call (each lane's tokens
+    // are known). A sequence leaves the batch after its last token.
+    bool local = true;
+    for (const auto& cache : caches) local = local && cache->layer_local();
+    const std::size_t block = local ? resolve_token_block(o.token_block, caches.size(), c.vocab_size) : 1;
+    // Sequence 0's cache bytes after each token of a call, per method (the memory trace).
+    std::vector<std::vector<std::uint64_t>> bytes_after(n_methods, std::vector<std::uint64_t>(block));
+    RowMatrix logits;  // [rows of the call, vocab], one buffer for all calls
+    for (std::size_t t0 = 0;;) {
+      std::vector<std::size_t> active, steps, row0;  // per active sequence
+      std::vector<Model::Lane> lanes;
+      std::size_t rows = 0;
       for (std::size_t i = 0; i < nb; ++i) {
-        const std::size_t pos = prompt[b0 + i] - 1 + t;
-        if (pos + 1 >= all[b0 + i].size()) continue;
+        const std::size_t si = b0 + i, left = all[si].size() - prompt[si];  // steps t < left
+        if (t0 >= left) continue;
+        const std::size_t n = t0 == 0 ? 1 : std::min(block, left - t0), pos = prompt[si] - 1 + t0;
         active.push_back(i);
+        steps.push_back(n);
+        row0.push_back(rows);
+        rows += n * n_methods;
         for (std::size_t m = 0; m < n_methods; ++m) {
-          lanes.push_back(i * n_methods + m);
-          tokens.push_back(all[b0 + i][pos]);
-          positions.push_back(pos);
-          lane_caches.push_back(caches[i * n_methods + m].get());
+          KvPolicy* cache = caches[i * n_methods + m].get();
+          lanes.push_back({cache, all[si].data() + pos, pos, n, si == 0 && local ? bytes_after[m].data() : nullptr});
         }
       }
       if (active.empty()) break;
-      if (t > 0) model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), logits, o.threads,
-                                    o.attention);
+      if (t0 > 0) model.decode_lanes(lanes.data(), lanes.size(), logits, o.threads, o.attention);
       parallel_for(active.size(), o.threads, [&](std::size_t a) {
-        const std::size_t i = active[a], si = b0 + i, pos = prompt[si] - 1 + t;
+        const std::size_t i = active[a], si = b0 + i;
         const std::vector<std::int32_t>& seq = all[si];
         const std::size_t n = seq.size();
         const std::size_t stride = (n - prompt[si] + MemoryTrace::kMaxTracePoints - 1) / MemoryTrace::kMaxTracePoints;
         thread_local ReferenceRow ref;  // the full cache's row of this step
-        std::size_t ref_top = 0;
-        for (std::size_t m = 0; m < n_methods; ++m) {
-          const float* x = t == 0 ? first[i].data() : logits.row(static_cast<Eigen::Index>(a * n_methods + m)).data();
-          PplSums& s = r.sequences[si][m];
-          const std::size_t top = argmax(x, c.vocab_size);
-          double lse = 0;
-          if (m == 0) {
-            ref.set(x, c.vocab_size);
-            lse = ref.lse;
-            ref_top = top;
-          } else {
-            lse = log_sum_exp(x, c.vocab_size);
-            s.kl += kl_divergence(ref, x, lse);
+        for (std::size_t j = 0; j < steps[a]; ++j) {
+          const std::size_t t = t0 + j, pos = prompt[si] - 1 + t;
+          std::size_t ref_top = 0;
+          for (std::size_t m = 0; m < n_methods; ++m) {
+            // Lane m of this sequence holds rows row0 + m * steps .. (each lane's steps in order).
+            const float* x = t0 == 0 ? first[i].data()
+                                     : logits.row(static_cast<Eigen::Index>(row0[a] + m * steps[a] + j)).data();
+            PplSums& s = r.sequences[si][m];
+            const std::size_t top = argmax(x, c.vocab_size);
+            double lse = 0;
+            if (m == 0) {
+              ref.set(x, c.vocab_size);
+              lse = ref.lse;
+              ref_top = top;
+            } else {
+              lse = log_sum_exp(x, c.vocab_size);
+              s.kl += kl_divergence(ref, x, lse);
+            }
+            s.nll += lse - static_cast<double>(x[seq[pos + 1]]);
+            s.tokens += 1;
+            s.top1 += top == ref_top ? 1 : 0;
+            if (si == 0 && (t % stride == 0 || pos + 2 == n)) {
+              const KvPolicy& cache = *caches[i * n_methods + m];
+              if (t0 > 0 && local) {
+                r.traces[m].tokens.push_back(pos + 1);
+                r.traces[m].bytes.push_back(bytes_after[m][j]);
+              } else {
+                record(r.traces[m], cache, pos + 1);
+              }
+            }
           }
-          s.nll += lse - static_cast<double>(x[seq[pos + 1]]);
-          s.tokens += 1;
-          s.top1 += top == ref_top ? 1 : 0;
-          if (si == 0 && (t % stride == 0 || pos + 2 == n)) record(r.traces[m], *caches[i * n_methods + m], pos + 1);
         }
       });
+      t0 += t0 == 0 ? 1 : block;
     }
     for (std::size_t lane = 0; lane < caches.size(); ++lane) {
       const std::size_t si = b0 + lane / n_methods;

@@ -28,9 +28,13 @@ struct PplOptions {
   std::size_t max_sequences = 0;       // 0 = all
   int threads = 1;
   // Sequences decoded together (0 = all, kBatchAuto: batch.h): each step decodes every
-  // (sequence, method) pair of the batch in one Model::decode_batch call. Metrics do not depend
+  // (sequence, method) pair of the batch in one Model::decode_lanes call. Metrics do not depend
   // on it (nor on threads).
   std::size_t batch = kBatchAuto;
+  // Teacher-forced tokens each lane decodes per model call (0 = auto: batch.h). Applies when
+  // every method's cache is layer-local (KvPolicy::layer_local); otherwise 1 (streaming
+  // eviction and tiered caches act after every step). Metrics do not depend on it.
+  std::size_t token_block = 0;
   // Decode attention path of every method's cache (decode_attention.h; "full" keeps f32 rows,
   // which both paths read exactly).
   AttentionMode attention = AttentionMode::exact;

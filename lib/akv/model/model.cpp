@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
@@ -183,17 +184,33 @@ RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos
 
 void Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
                          std::size_t batch, RowMatrix& logits, int threads, AttentionMode attention) const {
+  std::vector<Lane> lanes(batch);
+  for (std::size_t b = 0; b < batch; ++b) lanes[b] = Lane{caches[b], tokens + b, pos[b], 1, nullptr};
+  decode_lanes(lanes.data(), batch, logits, threads, attention);
+}
+
+void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logits, int threads,
+                         AttentionMode attention) const {
   const ModelConfig& c = config_;
   const std::size_t hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
-  const auto rows = static_cast<Eigen::Index>(batch);
-  for (std::size_t b = 0; b < batch; ++b) {
-    check_token(tokens[b]);
-    if (pos[b] >= c.seq_len) {
-      throw InvalidInput("position beyond the model's context (seq_len " + std::to_string(c.seq_len) + ")",
-                         {"", "pos", std::to_string(pos[b])});
+  std::vector<std::size_t> row0(n_lanes + 1, 0);  // lane i's rows: [row0[i], row0[i + 1])
+  for (std::size_t i = 0; i < n_lanes; ++i) {
+    const Lane& lane = lanes[i];
+    if (lane.n == 0 || (lane.n > 1 && !lane.cache->layer_local())) {
+      throw std::logic_error("decode_lanes: a lane of " + std::to_string(lane.n) +
+                             " tokens needs a cache with independent layers");
     }
+    for (std::size_t j = 0; j < lane.n; ++j) check_token(lane.tokens[j]);
+    if (lane.pos + lane.n > c.seq_len) {
+      throw InvalidInput("position beyond the model's context (seq_len " + std::to_string(c.seq_len) + ")",
+                         {"", "pos", std::to_string(lane.pos + lane.n - 1)});
+    }
+    if (lane.bytes_after) std::fill_n(lane.bytes_after, lane.n, 0);
+    row0[i + 1] = row0[i] + lane.n;
   }
-  // The step's activations, kept per calling thread from one step to the next (every entry is
+  const std::size_t batch = row0[n_lanes];
+  const auto rows = static_cast<Eigen::Index>(batch);
+  // The step's activations, kept per calling thread from one call to the next (every entry is
   // written before it is read).
   thread_local DecodeScratch scratch;
   RowMatrix &x = scratch.x, &xb = scratch.xb, &out = scratch.out, &q = scratch.q, &k = scratch.k,
@@ -203,14 +220,17 @@ void Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvP
   for (RowMatrix* m : {&q, &att}) size(*m, nq);
   for (RowMatrix* m : {&k, &k_pre, &v}) size(*m, nkv);
   for (RowMatrix* m : {&h1, &h3}) size(*m, c.hidden_dim);
-  for (std::size_t b = 0; b < batch; ++b) w_.embedding.row(static_cast<std::size_t>(tokens[b]), x.row(static_cast<Eigen::Index>(b)).data());
-  std::vector<RopeTable> ropes;
-  for (std::size_t b = 0; b < batch; ++b) {
-    ropes.emplace_back(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, pos[b] + 1),
-                       pos[b], 1, static_cast<float>(c.rope_scaling.attention_factor));
+  std::vector<RopeTable> ropes;  // one per row: dynamic scaling sees the row's own length
+  for (std::size_t i = 0; i < n_lanes; ++i) {
+    for (std::size_t j = 0; j < lanes[i].n; ++j) {
+      const std::size_t p = lanes[i].pos + j;
+      w_.embedding.row(static_cast<std::size_t>(lanes[i].tokens[j]), x.row(static_cast<Eigen::Index>(row0[i] + j)).data());
+      ropes.emplace_back(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, p + 1), p, 1,
+                         static_cast<float>(c.rope_scaling.attention_factor));
+    }
   }
-  // A lone sequence gives its attention the threads (decode attention is bit-identical for any count).
-  const int attention_threads = batch == 1 ? threads : 1;
+  // A lone lane gives its attention the threads (decode attention is bit-identical for any count).
+  const int attention_threads = n_lanes == 1 ? threads : 1;
   auto norm_rows = [&](const RowMatrix& in, const std::vector<float>& w, RowMatrix& o) {
     for (Eigen::Index b = 0; b < rows; ++b) rmsnorm(in.row(b).data(), w, c.norm_eps, c.dim, o.row(b).data());
   };
@@ -227,13 +247,18 @@ void Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvP
     add_bias(k, lw.bk);
     add_bias(v, lw.bv);
     k_pre = k;
-    parallel_for(batch, threads, [&](std::size_t b) {  // sequences write disjoint rows
-      const auto r = static_cast<Eigen::Index>(b);
-      for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.row(r).data() + h * hd, 1, pos[b], c.rope_layout, ropes[b]);
-      for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.row(r).data() + h * hd, 1, pos[b], c.rope_layout, ropes[b]);
-      caches[b]->append(l, k.row(r).data(), k_pre.row(r).data(), v.row(r).data(), pos[b]);
-      attend_layer(*caches[b], l, q.row(r).data(), c.n_heads, c.n_kv_heads, hd, att.row(r).data(), attention_threads,
-                   false, attention);
+    parallel_for(n_lanes, threads, [&](std::size_t i) {  // lanes write disjoint rows
+      const Lane& lane = lanes[i];
+      for (std::size_t j = 0; j < lane.n; ++j) {  // in token order: each query sees the rows up to its own
+        const std::size_t row = row0[i] + j, p = lane.pos + j;
+        const auto r = static_cast<Eigen::Index>(row);
+        for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.row(r).data() + h * hd, 1, p, c.rope_layout, ropes[row]);
+        for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.row(r).data() + h * hd, 1, p, c.rope_layout, ropes[row]);
+        lane.cache->append(l, k.row(r).data(), k_pre.row(r).data(), v.row(r).data(), p);
+        if (lane.bytes_after) lane.bytes_after[j] += lane.cache->layer_bytes(l);
+        attend_layer(*lane.cache, l, q.row(r).data(), c.n_heads, c.n_kv_heads, hd, att.row(r).data(), attention_threads,
+                     false, attention);
+      }
     });
     product(lw.wo, att, out);
     x += out;
@@ -246,12 +271,17 @@ void Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvP
     product(lw.w2, h1, out);
     x += out;
   }
-  parallel_for(batch, threads, [&](std::size_t b) { caches[b]->end_step(); });
+  parallel_for(n_lanes, threads, [&](std::size_t i) {
+    for (std::size_t j = 0; j < lanes[i].n; ++j) lanes[i].cache->end_step();
+  });
   norm_rows(x, w_.final_norm, xb);
   size(logits, c.vocab_size);
   product(classifier(), xb, logits);
-  for (std::size_t b = 0; b < batch; ++b) {
-    check_finite(logits.row(static_cast<Eigen::Index>(b)).data(), c.vocab_size, "logits at position " + std::to_string(pos[b]));
+  for (std::size_t i = 0; i < n_lanes; ++i) {
+    for (std::size_t j = 0; j < lanes[i].n; ++j) {
+      check_finite(logits.row(static_cast<Eigen::Index>(row0[i] + j)).data(), c.vocab_size,
+                   "logits at position " + std::to_string(lanes[i].pos + j));
+    }
   }
 }
 

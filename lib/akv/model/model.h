@@ -76,6 +76,22 @@ class Model {
   // saves a fresh allocation a step, and its page faults (4 MB for 34 sequences x 32000).
   void decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches, std::size_t batch,
                     RowMatrix& logits, int threads = 1, AttentionMode attention = AttentionMode::exact) const;
+  // Decodes known tokens (teacher forcing) several per sequence: lane i runs lanes[i].n tokens
+  // at positions pos.. pos + n - 1 through its cache, layer by layer: each weight matrix is read
+  // once for all rows of all lanes, and a lane's queries attend one after another (each after
+  // its own token's append, so causally) while that layer's cache is still in the CPU's caches.
+  // Logits rows: lane 0's n rows, then lane 1's... Row j of lane i equals what decode_batch
+  // gives for that token after the lane's earlier tokens, bit for bit. A lane with n > 1 needs a
+  // cache whose layers are independent (KvPolicy::layer_local); bytes_after, when set, gets
+  // each token's cache bytes after its append ([n], summed over layers: layer_bytes).
+  struct Lane {
+    KvPolicy* cache = nullptr;
+    const std::int32_t* tokens = nullptr;
+    std::size_t pos = 0, n = 1;
+    std::uint64_t* bytes_after = nullptr;
+  };
+  void decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logits, int threads = 1,
+                    AttentionMode attention = AttentionMode::exact) const;
   // Checks every id of every sequence (prediction targets included) against the vocabulary;
   // InvalidInput names the file, the sequence and position (1-based) and the id.
   void check_tokens(const std::vector<std::vector<std::int32_t>>& sequences, const std::string& file) const;

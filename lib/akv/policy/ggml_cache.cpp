@@ -52,7 +52,18 @@ class GgmlCachePolicy : public KvPolicy {
 
   std::uint64_t bytes() const override {
     std::uint64_t b = 0;
-    for (const HeadStore& s : heads_) b += s.key_blocks.size() + s.value_blocks.size();
+    for (std::size_t l = 0; l < g_.n_layers; ++l) b += layer_bytes(l);
+    return b;
+  }
+
+  bool layer_local() const override { return true; }
+
+  std::uint64_t layer_bytes(std::size_t layer) const override {
+    std::uint64_t b = 0;
+    for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+      const HeadStore& s = heads_[layer * g_.n_kv_heads + h];
+      b += s.key_blocks.size() + s.value_blocks.size();
+    }
     return b;
   }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "akv/attention/kv_view.h"
@@ -72,6 +73,16 @@ class KvPolicy {
   virtual void end_step() {}
   // Bytes the cache stores now (codes, scales, zeros, f16 rows, outliers, indices).
   virtual std::uint64_t bytes() const = 0;
+  // Whether each layer's rows depend only on that layer's own appends, and observe() and
+  // end_step() do nothing: then a model may run several known tokens of a sequence layer by
+  // layer (Model::decode_lanes) and the cache ends up as after one step at a time.
+  virtual bool layer_local() const { return false; }
+  // The part of bytes() that one layer stores (caches whose layer_local() is true; bytes() is
+  // the sum over layers).
+  virtual std::uint64_t layer_bytes(std::size_t layer) const {
+    (void)layer;
+    throw std::logic_error("layer_bytes of a cache that is not layer-local");
+  }
   // Per-tier bytes and tokens summed over layers and heads (tiered caches only).
   virtual std::optional<TierBytes> tier_bytes() const { return std::nullopt; }
 };

@@ -295,8 +295,19 @@ class RuntimePolicy : public KvPolicy {
 
   std::uint64_t bytes() const override {
     std::uint64_t b = 0;
+    for (std::size_t l = 0; l < g_.n_layers; ++l) b += layer_bytes(l);
+    return b;
+  }
+
+  bool layer_local() const override { return !streaming_; }
+
+  std::uint64_t layer_bytes(std::size_t layer) const override {
+    std::uint64_t b = 0;
     const bool evicting = params_ && params_->eviction();
-    for (const HeadState& s : heads_) b += s.key.bytes() + s.value.bytes() + (evicting ? 4ull * s.position.size() : 0);
+    for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+      const HeadState& s = heads_[layer * g_.n_kv_heads + h];
+      b += s.key.bytes() + s.value.bytes() + (evicting ? 4ull * s.position.size() : 0);
+    }
     return b;
   }
 
