@@ -392,6 +392,69 @@ TEST_CASE("PackedTensor: blocks inserted and erased in the middle equal the same
   CHECK(dense.dense_f16(0)[0] == 1);
 }
 
+TEST_CASE("PackedTensor: rows dropped from the front one at a time leave the others in place", "[attention][cache]") {
+  // Row r holds the value r in every channel; drops interleave with appends, swap-removals,
+  // insertions and erasures, checked against a plain list of the live rows after every change.
+  const std::size_t d = 4;
+  for (const DenseType type : {DenseType::f32, DenseType::f16}) {
+    PackedTensor t(d, type);
+    std::vector<float> live;
+    auto row_value = [&](std::size_t i) {
+      if (type == DenseType::f32) return t.dense_f32(i)[d - 1];
+      return f16_to_f32_ref(t.dense_f16(i)[d - 1]);
+    };
+    auto check = [&] {
+      REQUIRE(t.dense_rows() == live.size());
+      for (std::size_t i = 0; i < live.size(); ++i) CHECK(row_value(i) == live[i]);
+      const TensorView v = t.view();
+      CHECK(v.dense.rows == live.size());
+      if (!live.empty()) {
+        const float first = type == DenseType::f32 ? static_cast<const float*>(v.dense.data)[0]
+                                                   : f16_to_f32_ref(static_cast<const std::uint16_t*>(v.dense.data)[0]);
+        CHECK(first == live[0]);
+      }
+      CHECK(t.bytes() == (type == DenseType::f32 ? 4 : 2) * d * live.size());
+    };
+    float next = 0;
+    auto append = [&](std::size_t n) {
+      for (std::size_t i = 0; i < n; ++i, next += 1) {
+        const std::vector<float> r(d, next);
+        t.append_dense(r.data(), 1);
+        live.push_back(next);
+      }
+    };
+    append(10);
+    for (std::size_t step = 0; step < 40; ++step) {
+      t.drop_dense_front(1);
+      live.erase(live.begin());
+      check();
+      append(step % 3 == 0 ? 2 : 1);
+      check();
+    }
+    t.swap_remove_dense(2);
+    live[2] = live.back();
+    live.pop_back();
+    check();
+    t.drop_dense_front(3);
+    live.erase(live.begin(), live.begin() + 3);
+    check();
+    if (type == DenseType::f16) {
+      const std::vector<std::uint16_t> r(d, f32_to_f16_ref(100.0f));
+      t.insert_dense_f16(1, r.data(), 1);
+      live.insert(live.begin() + 1, 100.0f);
+      check();
+    }
+    t.erase_dense(1, 2);
+    live.erase(live.begin() + 1, live.begin() + 3);
+    check();
+    t.drop_dense_front(live.size());
+    live.clear();
+    check();
+    append(3);
+    check();
+  }
+}
+
 TEST_CASE("decode attention over ggml blocks equals it over their dequantized rows, bitwise; within 1e-5 of the reference",
           "[attention][ggml]") {
   const std::size_t n_kv = 2, d = 64, n = 301;  // 301 rows: a partial tile and a partial partition

@@ -122,18 +122,28 @@ void PackedTensor::append_packed(const QuantizedBlock& b,
 
 void PackedTensor::drop_dense_front(std::size_t n) {
   if (n > dense_rows_) throw InvalidInput("dropping more dense rows than stored", {"", "rows", std::to_string(n)});
-  if (type_ == DenseType::f32) {
-    dense32_.erase(dense32_.begin(), dense32_.begin() + static_cast<std::ptrdiff_t>(n * d_));
-  } else {
-    dense16_.erase(dense16_.begin(), dense16_.begin() + static_cast<std::ptrdiff_t>(n * d_));
-  }
+  front_ += n;
   dense_rows_ -= n;
+  if (front_ >= dense_rows_) {
+    if (type_ == DenseType::f32) {
+      compact(dense32_);
+    } else {
+      compact(dense16_);
+    }
+  }
+}
+
+template <typename T>
+void PackedTensor::compact(std::vector<T>& rows) {
+  rows.erase(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(front_ * d_));
+  front_ = 0;
 }
 
 void PackedTensor::swap_remove_dense(std::size_t i) {
   if (i >= dense_rows_) throw InvalidInput("removing a dense row that is not stored", {"", "row", std::to_string(i)});
   const auto move_last = [&](auto& rows) {
-    std::copy(rows.end() - static_cast<std::ptrdiff_t>(d_), rows.end(), rows.begin() + static_cast<std::ptrdiff_t>(i * d_));
+    std::copy(rows.end() - static_cast<std::ptrdiff_t>(d_), rows.end(),
+              rows.begin() + static_cast<std::ptrdiff_t>((front_ + i) * d_));
     rows.resize(rows.size() - d_);
   };
   if (type_ == DenseType::f32) {
@@ -194,14 +204,15 @@ void PackedTensor::insert_dense_f16(std::size_t row, const std::uint16_t* rows, 
   if (type_ != DenseType::f16 || row > dense_rows_) {
     throw InvalidInput("f16 rows go into f16 storage within its rows", {"", "row", std::to_string(row)});
   }
-  dense16_.insert(dense16_.begin() + static_cast<std::ptrdiff_t>(row * d_), rows, rows + n * d_);
+  dense16_.insert(dense16_.begin() + static_cast<std::ptrdiff_t>((front_ + row) * d_), rows, rows + n * d_);
   dense_rows_ += n;
 }
 
 void PackedTensor::erase_dense(std::size_t row, std::size_t n) {
   if (row + n > dense_rows_) throw InvalidInput("erasing dense rows that are not stored", {"", "row", std::to_string(row)});
   const auto erase = [&](auto& v) {
-    v.erase(v.begin() + static_cast<std::ptrdiff_t>(row * d_), v.begin() + static_cast<std::ptrdiff_t>((row + n) * d_));
+    v.erase(v.begin() + static_cast<std::ptrdiff_t>((front_ + row) * d_),
+            v.begin() + static_cast<std::ptrdiff_t>((front_ + row + n) * d_));
   };
   if (type_ == DenseType::f32) {
     erase(dense32_);
@@ -224,8 +235,8 @@ QuantizedBlock PackedTensor::packed_block() const {
   return q;
 }
 
-const float* PackedTensor::dense_f32(std::size_t row) const { return dense32_.data() + row * d_; }
-const std::uint16_t* PackedTensor::dense_f16(std::size_t row) const { return dense16_.data() + row * d_; }
+const float* PackedTensor::dense_f32(std::size_t row) const { return dense32_.data() + (front_ + row) * d_; }
+const std::uint16_t* PackedTensor::dense_f16(std::size_t row) const { return dense16_.data() + (front_ + row) * d_; }
 
 std::uint64_t PackedTensor::bytes() const {
   std::uint64_t b = ceil_div(code_bits_, 8) + 2 * (scale_.size() + zero_.size()) + 2 * outlier_value_.size();
@@ -243,8 +254,8 @@ TensorView PackedTensor::view() const {
   t.packed.outlier_channel = outlier_channel_.data();
   t.packed.outlier_value = outlier_value_.data();
   t.dense.type = type_;
-  t.dense.data = type_ == DenseType::f32 ? static_cast<const void*>(dense32_.data())
-                                         : static_cast<const void*>(dense16_.data());
+  t.dense.data = type_ == DenseType::f32 ? static_cast<const void*>(dense32_.data() + front_ * d_)
+                                         : static_cast<const void*>(dense16_.data() + front_ * d_);
   t.dense.rows = dense_rows_;
   return t;
 }

@@ -120,8 +120,14 @@ class PackedTensor {
   std::size_t code_bits_ = 0;  // bits used in codes_
   std::vector<std::uint8_t> codes_;
   std::vector<std::uint16_t> scale_, zero_, outlier_channel_, outlier_value_;
+  // Dense rows live at [front_, front_ + dense_rows_) of dense32_ / dense16_: rows dropped from
+  // the front (quantized) stay until they are as many as the live ones, then one move compacts
+  // them, so a row quantized per decode step costs O(1) amortized instead of moving the window.
+  template <typename T>
+  void compact(std::vector<T>& rows);
   std::vector<float> dense32_;
   std::vector<std::uint16_t> dense16_;
+  std::size_t front_ = 0;
   std::size_t dense_rows_ = 0;
 };
 

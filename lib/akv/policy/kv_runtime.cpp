@@ -68,10 +68,11 @@ class StreamTensor {
     const std::size_t m = target - n_quant, cols = d_ - n_out_;
     if (n_out_ > 0 && outliers_.empty()) {
       // Channels with the largest variance over the first rows quantized, kept from then on.
-      outliers_ = select_outlier_channels(pending_.data(), m, d_, n_out_);
+      outliers_ = select_outlier_channels(pending_.data() + pending_front_ * d_, m, d_, n_out_);
     }
+    const float* pending = pending_.data() + pending_front_ * d_;
     std::vector<float> in(m * cols), out_f32(m * n_out_);
-    split_outliers(pending_.data(), m, d_, outliers_, in.data(), out_f32.data());
+    split_outliers(pending, m, d_, outliers_, in.data(), out_f32.data());
     std::vector<std::uint16_t> out(m * n_out_);
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = f32_to_f16_ref(out_f32[i]);
     store_.append_packed(quantize_block(in.data(), m, cols, t_->axis, t_->bits, t_->group, p_->rule), outliers_,
@@ -83,11 +84,17 @@ class StreamTensor {
       for (std::size_t r = 0; r < m; ++r) {
         float* row = mirror_.data() + (n_quant + r) * d_;
         std::copy_n(deq.data() + r * d_, d_, row);
-        apply_rope(row, 1, static_cast<std::size_t>(positions_[r]), rope_->layout, *rope_->table);
+        apply_rope(row, 1, static_cast<std::size_t>(positions_[pending_front_ + r]), rope_->layout, *rope_->table);
       }
     }
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(m * d_));
-    positions_.erase(positions_.begin(), positions_.begin() + static_cast<std::ptrdiff_t>(m));
+    // Quantized rows leave the front; they are moved out once they are as many as the rows
+    // left (O(1) amortized per row, as PackedTensor's dense rows).
+    pending_front_ += m;
+    if (pending_front_ * 2 >= positions_.size()) {
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(pending_front_ * d_));
+      positions_.erase(positions_.begin(), positions_.begin() + static_cast<std::ptrdiff_t>(pending_front_));
+      pending_front_ = 0;
+    }
   }
 
   std::size_t d_;
@@ -98,8 +105,9 @@ class StreamTensor {
   const RopeContext* rope_;
   PackedTensor store_;
   std::vector<float> mirror_;   // pre-RoPE keys: [rows, d] post-RoPE rows attention reads
-  std::vector<float> pending_;  // [rows - packed, d] quantization source of unquantized rows
-  std::vector<std::int32_t> positions_;  // positions of the pending rows
+  std::vector<float> pending_;  // [pending_front_ + rows - packed, d] quantization source of unquantized rows
+  std::vector<std::int32_t> positions_;  // positions of the pending rows (from pending_front_ on)
+  std::size_t pending_front_ = 0;        // rows at the front of pending_ already quantized
   std::vector<std::uint16_t> outliers_;
 };
 
