@@ -231,8 +231,16 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   }
   // A lone lane gives its attention the threads (decode attention is bit-identical for any count).
   const int attention_threads = n_lanes == 1 ? threads : 1;
+  // Row-wise work on the threads, 16 rows per item (each row computed alone: any thread count
+  // gives the same bits).
+  auto each_row = [&](auto&& fn) {
+    constexpr std::size_t kRows = 16;
+    parallel_for((batch + kRows - 1) / kRows, threads, [&](std::size_t i) {
+      for (std::size_t r = i * kRows; r < std::min(batch, (i + 1) * kRows); ++r) fn(static_cast<Eigen::Index>(r));
+    });
+  };
   auto norm_rows = [&](const RowMatrix& in, const std::vector<float>& w, RowMatrix& o) {
-    for (Eigen::Index b = 0; b < rows; ++b) rmsnorm(in.row(b).data(), w, c.norm_eps, c.dim, o.row(b).data());
+    each_row([&](Eigen::Index b) { rmsnorm(in.row(b).data(), w, c.norm_eps, c.dim, o.row(b).data()); });
   };
   auto product = [&](const Weight& w, const RowMatrix& in, RowMatrix& o) {
     w.times_rows(in.data(), batch, static_cast<std::size_t>(in.cols()), o.data(), static_cast<std::size_t>(o.cols()), threads);
@@ -261,15 +269,17 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
       }
     });
     product(lw.wo, att, out);
-    x += out;
-    norm_rows(x, lw.ffn_norm, xb);
+    each_row([&](Eigen::Index r) {
+      x.row(r) += out.row(r);
+      rmsnorm(x.row(r).data(), lw.ffn_norm, c.norm_eps, c.dim, xb.row(r).data());
+    });
     product(lw.w1, xb, h1);
     product(lw.w3, xb, h3);
-    for (Eigen::Index r = 0; r < rows; ++r) {
+    each_row([&](Eigen::Index r) {
       for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
-    }
+    });
     product(lw.w2, h1, out);
-    x += out;
+    each_row([&](Eigen::Index r) { x.row(r) += out.row(r); });
   }
   parallel_for(n_lanes, threads, [&](std::size_t i) {
     for (std::size_t j = 0; j < lanes[i].n; ++j) lanes[i].cache->end_step();
@@ -277,8 +287,15 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   norm_rows(x, w_.final_norm, xb);
   size(logits, c.vocab_size);
   product(classifier(), xb, logits);
+  // Every row checked on the threads; the first bad row (in row order) is the one reported.
+  std::vector<char> finite(batch);
+  each_row([&](Eigen::Index r) {
+    const float* row = logits.row(r).data();
+    finite[static_cast<std::size_t>(r)] = std::all_of(row, row + c.vocab_size, [](float v) { return std::isfinite(v); });
+  });
   for (std::size_t i = 0; i < n_lanes; ++i) {
     for (std::size_t j = 0; j < lanes[i].n; ++j) {
+      if (finite[row0[i] + j]) continue;
       check_finite(logits.row(static_cast<Eigen::Index>(row0[i] + j)).data(), c.vocab_size,
                    "logits at position " + std::to_string(lanes[i].pos + j));
     }
