@@ -201,7 +201,9 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
     const std::size_t nb = std::min(batch, hi - b0);
     std::vector<PrefillResult> pre(nb);
     std::vector<std::size_t> len(nb), n(nb);
-    parallel_for(nb, o.threads, [&](std::size_t i) { pre[i] = model.prefill(jobs[b0 + i].tokens, false); });
+    // Prompts on the threads, or, when fewer than the threads, each prompt on all of them.
+    const int inner = nb < static_cast<std::size_t>(o.threads) ? o.threads : 1;
+    parallel_for(nb, inner > 1 ? 1 : o.threads, [&](std::size_t i) { pre[i] = model.prefill(jobs[b0 + i].tokens, false, inner); });
     for (std::size_t i = 0; i < nb; ++i) {
       len[i] = jobs[b0 + i].tokens.size();
       n[i] = jobs[b0 + i].answer_tokens;

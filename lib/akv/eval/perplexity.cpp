@@ -82,9 +82,11 @@ PplReport evaluate_perplexity(const Model& model,
   for (std::size_t b0 = 0; b0 < n_seq; b0 += batch) {
     const std::size_t nb = std::min(batch, n_seq - b0);
     std::vector<PrefillResult> pre(nb);
-    parallel_for(nb, o.threads, [&](std::size_t i) {
+    // Prompts on the threads, or, when fewer than the threads, each prompt on all of them.
+    const int inner = nb < static_cast<std::size_t>(o.threads) ? o.threads : 1;
+    parallel_for(nb, inner > 1 ? 1 : o.threads, [&](std::size_t i) {
       const std::vector<std::int32_t>& seq = all[b0 + i];
-      pre[i] = model.prefill({seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(prompt[b0 + i])}, false);
+      pre[i] = model.prefill({seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(prompt[b0 + i])}, false, inner);
     });
     // Lane i * n_methods + m: sequence b0 + i through method m (m = 0: the full cache).
     std::vector<std::unique_ptr<KvPolicy>> caches(nb * n_methods);

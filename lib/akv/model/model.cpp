@@ -131,7 +131,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   PrefillResult res;
   for (const LayerWeights& lw : w_.layers) {
     const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
-    RowMatrix q = lw.wq.times_transpose(xb), k = lw.wk.times_transpose(xb), v = lw.wv.times_transpose(xb);
+    RowMatrix q = lw.wq.times_transpose(xb, threads), k = lw.wk.times_transpose(xb, threads), v = lw.wv.times_transpose(xb, threads);
     add_bias(q, lw.bq);
     add_bias(k, lw.bk);
     add_bias(v, lw.bv);
@@ -150,21 +150,21 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
       causal_attention(b, vh.row(kv, 0), o.data());
       att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;
     });
-    x += lw.wo.times_transpose(att);
+    x += lw.wo.times_transpose(att, threads);
     const RowMatrix xf = rmsnorm_rows(x, lw.ffn_norm, c.norm_eps);
-    RowMatrix h1 = lw.w1.times_transpose(xf);
-    const RowMatrix h3 = lw.w3.times_transpose(xf);
+    RowMatrix h1 = lw.w1.times_transpose(xf, threads);
+    const RowMatrix h3 = lw.w3.times_transpose(xf, threads);
     for (Eigen::Index r = 0; r < h1.rows(); ++r) {
       for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
     }
-    x += lw.w2.times_transpose(h1);
+    x += lw.w2.times_transpose(h1, threads);
     check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(res.key.size()));
     res.query.push_back(std::move(qh));
     res.key.push_back(std::move(kh));
     res.value.push_back(std::move(vh));
   }
   const RowMatrix xn = rmsnorm_rows(all_logits ? x : RowMatrix(x.bottomRows(1)), w_.final_norm, c.norm_eps);
-  res.logits = classifier().times_transpose(xn);
+  res.logits = classifier().times_transpose(xn, threads);
   check_finite(res.logits.data(), static_cast<std::size_t>(res.logits.size()), "prefill logits");
   return res;
 }

@@ -59,8 +59,8 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return w_; }
 
-  // Causal full-precision forward of tokens at positions 0..n-1; attention heads run on
-  // `threads` threads (results identical for any count).
+  // Causal full-precision forward of tokens at positions 0..n-1; products (blocks of weight
+  // rows) and attention heads run on `threads` threads (results identical for any count).
   PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads = 1) const;
   // One token at `pos`: appends its K/V to `cache`, attends through it, returns the logits
   // (decode_batch of one sequence).

@@ -54,7 +54,8 @@ class Weight {
   std::string dtype() const;               // "F32", "BF16", "Q4_K"...
   std::uint64_t bytes() const;             // bytes the weight occupies as resident
 
-  RowMatrix times_transpose(const RowMatrix& x) const;  // [n, cols] -> [n, rows] = x W^T
+  // [n, cols] -> [n, rows] = x W^T (times_rows on `threads` threads: the same bits for any count).
+  RowMatrix times_transpose(const RowMatrix& x, int threads = 1) const;
   Eigen::VectorXf times(const Eigen::VectorXf& x) const;  // [cols] -> [rows] = W x
   // y [batch, rows] (row stride ldy) = x [batch, cols] (row stride ldx) W^T, each output in
   // linear.h's fixed summation order: blocks of rows on `threads` threads (encoded weights
