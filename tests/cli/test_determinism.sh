@@ -22,21 +22,21 @@ for m in "kivi-2" "adakv --budget 0.3 --quant k4v2" "balanced --warm 256 --ancho
   cmp -s "$TMP/c1.h5" "$TMP/c3.h5" && pass "compress $m: 1 vs 3 threads byte-identical" \
     || fail "compress $m: 1 vs 3 threads differ"
 done
-# evaluate --model: the report does not depend on --batch or the thread count.
+# evaluate --model: the report does not depend on --batch, --token-block or the thread count.
 M="${AKV_SHARED_DIR:-$SRC/../shared}/models/stories260K.bin"
 T="${AKV_SHARED_DIR:-$SRC/../shared}/data/stories260K-samples.txt"
 if [[ -f $M ]]; then
   ev=(evaluate -q --model "$M" --tokens "$T" --sequences 5 --methods kivi-2,snapkv:budget=0.5 --json)
-  "$AKV" "${ev[@]}" --batch 1 -t 1 -o "$TMP/e1.json"
-  "$AKV" "${ev[@]}" --batch 2 -t 2 -o "$TMP/e2.json"
-  "$AKV" "${ev[@]}" --batch 0 -t 3 -o "$TMP/e3.json"
+  "$AKV" "${ev[@]}" --batch 1 --token-block 1 -t 1 -o "$TMP/e1.json"
+  "$AKV" "${ev[@]}" --batch 2 --token-block 7 -t 2 -o "$TMP/e2.json"
+  "$AKV" "${ev[@]}" --batch 0 --token-block 64 -t 3 -o "$TMP/e3.json"
   "$AKV" "${ev[@]}" -t 2 -o "$TMP/e4.json"
   "$AKV" --max-isa avx2 "${ev[@]}" -t 2 -o "$TMP/e5.json"
   cmp -s "$TMP/e1.json" "$TMP/e5.json" && pass "evaluate --model: --max-isa avx2 byte-identical to the best kernels" \
     || fail "evaluate --model: --max-isa avx2 changes the report"
   cmp -s "$TMP/e1.json" "$TMP/e2.json" && cmp -s "$TMP/e1.json" "$TMP/e3.json" && cmp -s "$TMP/e1.json" "$TMP/e4.json" \
-    && pass "evaluate --model: --batch 1/2/all/auto and 1/2/3 threads byte-identical" \
-    || fail "evaluate --model: --batch or threads change the report"
+    && pass "evaluate --model: --batch 1/2/all/auto, --token-block 1/7/64/auto and 1/2/3 threads byte-identical" \
+    || fail "evaluate --model: --batch, --token-block or threads change the report"
   pk=(evaluate -q --model "$M" --tokens "$T" --task passkey --methods kivi-2,adakv:budget=0.5:window=16 --lengths 64,96 --depths 0,1 --trials 2 --json)
   "$AKV" "${pk[@]}" --batch 1 -t 1 -o "$TMP/k1.json"
   "$AKV" "${pk[@]}" --batch 3 -t 2 -o "$TMP/k2.json"
