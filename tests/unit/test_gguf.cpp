@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -390,6 +391,34 @@ TEST_CASE("IQ4_NL blocks by hand", "[gguf]") {
   std::vector<float> back(32);
   ggml_dequantize(*t, b.data(), 32, back.data());
   for (std::size_t j = 0; j < 32; ++j) CHECK(std::fabs(back[j] - x[j]) <= 1e-3f * 2.54f);
+}
+
+TEST_CASE("ggml_first_nonfinite: the first Inf or NaN of F32, F16 and BF16 rows, across scan chunks", "[gguf]") {
+  const std::size_t n = 10000;  // past two 4096-value chunks
+  std::vector<float> f32(n, 1.5f);
+  std::vector<std::uint16_t> f16(n, f32_to_f16_ref(1.5f)), bf16(n, 0x3FC0);  // 1.5
+  auto first = [&](const char* name, const void* p) {
+    return ggml_first_nonfinite(*ggml_type_info_by_name(name), static_cast<const std::uint8_t*>(p), n);
+  };
+  CHECK(first("F32", f32.data()) == n);
+  CHECK(first("F16", f16.data()) == n);
+  CHECK(first("BF16", bf16.data()) == n);
+  f32[9001] = std::numeric_limits<float>::infinity();
+  f16[9001] = 0x7C00;  // +Inf
+  bf16[9001] = 0xFF80;  // -Inf
+  CHECK(first("F32", f32.data()) == 9001);
+  CHECK(first("F16", f16.data()) == 9001);
+  CHECK(first("BF16", bf16.data()) == 9001);
+  f32[4100] = std::numeric_limits<float>::quiet_NaN();
+  f16[4100] = 0x7E00;  // NaN
+  bf16[4100] = 0x7FC1;  // NaN
+  CHECK(first("F32", f32.data()) == 4100);
+  CHECK(first("F16", f16.data()) == 4100);
+  CHECK(first("BF16", bf16.data()) == 4100);
+  f32[4099] = 65504.0f * 65504.0f * 65504.0f;  // large but finite
+  f16[4099] = 0x7BFF;  // the largest finite f16
+  CHECK(first("F32", f32.data()) == 4100);
+  CHECK(first("F16", f16.data()) == 4100);
 }
 
 TEST_CASE("ggml quantizers: only the cache types", "[gguf]") {
