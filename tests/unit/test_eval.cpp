@@ -273,4 +273,17 @@ TEST_CASE("token metrics: lse, KL and argmax against the log-probability definit
   }
   const std::vector<float> ties = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
   CHECK(argmax(ties.data(), ties.size()) == 1);  // the first of equal maxima
+  // Against std::max_element over lengths around the 64-value search chunks, the maximum
+  // anywhere (first, last, at chunk edges) and repeated in later chunks.
+  for (const std::size_t len : {std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{200}, n}) {
+    for (const std::size_t at : {std::size_t{0}, len / 2, len - 1, std::min<std::size_t>(64, len - 1), std::min<std::size_t>(127, len - 1)}) {
+      std::vector<float> v(len);
+      for (float& f : v) f = static_cast<float>(rng.normal());
+      v[at] = 100.0f;
+      if (at + 70 < len) v[at + 70] = 100.0f;
+      const auto want = static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+      CHECK(want == at);
+      CHECK(argmax(v.data(), len) == want);
+    }
+  }
 }

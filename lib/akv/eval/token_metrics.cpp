@@ -46,7 +46,16 @@ double kl_divergence(const ReferenceRow& ref, const float* x, double lse_x) {
   return std::max(0.0, cross - (ref.lse - lse_x));
 }
 
-std::size_t argmax(const float* x, std::size_t n) { return static_cast<std::size_t>(std::max_element(x, x + n) - x); }
+std::size_t argmax(const float* x, std::size_t n) {
+  // The largest value (vectorized), then the first 64-value chunk holding it (vectorized
+  // compares), then its first position there: the same index as std::max_element.
+  if (n == 0) return 0;
+  const float m = ConstArrayF(x, static_cast<Eigen::Index>(n)).maxCoeff();
+  constexpr std::size_t kChunk = 64;
+  std::size_t c = 0;
+  while (c + kChunk < n && !(ConstArrayF(x + c, kChunk) == m).any()) c += kChunk;
+  return static_cast<std::size_t>(std::find(x + c, x + n, m) - x);
+}
 
 TokenMetricsRef token_metrics_ref(const float* ref, const float* x, std::size_t n, std::size_t target) {
   std::vector<double> lr(n), lx(n);
