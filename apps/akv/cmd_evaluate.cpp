@@ -82,7 +82,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "With --model (ppl): continuation tokens each (sequence, method) lane decodes per model "
                   "call, layer by layer (its tokens are known: teacher forcing), so a call reads each weight "
                   "matrix once for all of them and each lane's cache while it is in the CPU caches. 0 = auto "
-                  "(16, fewer when the call's logits would pass 256 MiB). 1 when a method evicts while "
+                  "(about 256 rows a call: ceil(256 / lanes), 1 to 16, fewer when the call's logits would "
+                  "pass 256 MiB). 1 when a method evicts while "
                   "decoding (h2o, streamingllm) or is tiered. The results do not depend on it")
       ->capture_default_str()->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
   sub->add_option("--attention", opt->attention,

@@ -265,9 +265,12 @@ TEST_CASE("evaluate_perplexity: the same sums for any --batch and thread count",
   CHECK(evaluate_perplexity(m, lines, o, nullptr).to_json() == ref_h2o);
 }
 
-TEST_CASE("--token-block: auto is 16, fewer when a call's logits would pass 256 MiB", "[model][batch]") {
-  CHECK(resolve_token_block(0, 34, 32000) == 16);      // 70 MB
-  CHECK(resolve_token_block(0, 34, 128256) == 15);     // 16 would be 279 MB
+TEST_CASE("--token-block: auto aims at 256 rows a call, 1 to 16 tokens, logits within 256 MiB", "[model][batch]") {
+  CHECK(resolve_token_block(0, 34, 32000) == 8);       // ceil(256 / 34)
+  CHECK(resolve_token_block(0, 2, 32000) == 16);       // at most 16
+  CHECK(resolve_token_block(0, 300, 32000) == 1);      // at least 1
+  CHECK(resolve_token_block(0, 8, 1000000) == 8);      // 8 x 8 rows x 4 MB = 256 MB: at the limit
+  CHECK(resolve_token_block(0, 8, 1100000) == 7);      // 8 would pass 256 MiB
   CHECK(resolve_token_block(0, 1000, 128256) == 1);    // never below 1
   CHECK(resolve_token_block(7, 1000, 128256) == 7);    // a given count is kept
 }

@@ -20,8 +20,10 @@ std::size_t resolve_batch(std::size_t batch, std::size_t n_sequences, std::size_
 
 std::size_t resolve_token_block(std::size_t block, std::size_t lanes, std::size_t vocab) {
   if (block != 0) return block;
-  const std::uint64_t row = std::uint64_t{4} * std::max<std::size_t>(vocab, 1) * std::max<std::size_t>(lanes, 1);
-  return static_cast<std::size_t>(std::clamp<std::uint64_t>(kTokenBlockMemory / row, 1, kTokenBlockMax));
+  const std::size_t n = std::max<std::size_t>(lanes, 1);
+  const std::uint64_t row = std::uint64_t{4} * std::max<std::size_t>(vocab, 1) * n;
+  const std::uint64_t rows = (kTokenBlockRows + n - 1) / n;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(std::min(rows, kTokenBlockMemory / row), 1, kTokenBlockMax));
 }
 
 std::size_t parse_batch(const std::string& text) {

@@ -26,9 +26,13 @@ std::size_t parse_batch(const std::string& text);
 
 // Teacher-forced tokens each lane decodes per model call (`--token-block`; Model::decode_lanes):
 // the weights are read once per call and each lane's cache once per layer for all of them.
-// 0 (auto): up to kTokenBlockMax, fewer when the call's logits ([lanes x block, vocab] f32)
-// would pass kTokenBlockMemory; at least 1.
+// 0 (auto): enough for about kTokenBlockRows rows per call (ceil(kTokenBlockRows / lanes)), at
+// most kTokenBlockMax, fewer when the call's logits ([lanes x block, vocab] f32) would pass
+// kTokenBlockMemory; at least 1. (More rows add little to the products' speed and spill the
+// call's logits and caches out of the CPU caches: on the 58M llama of docs/model.md, 34 lanes
+// ran 4-7% faster at 8 tokens than at 16.)
 inline constexpr std::size_t kTokenBlockMax = 16;
+inline constexpr std::size_t kTokenBlockRows = 256;
 inline constexpr std::uint64_t kTokenBlockMemory = std::uint64_t{256} << 20;
 std::size_t resolve_token_block(std::size_t block, std::size_t lanes, std::size_t vocab);
 
