@@ -60,6 +60,24 @@ class FullCache : public KvPolicy {
   std::vector<std::vector<std::int32_t>> pos_;
 };
 
+// For each sequence s, its first prompt[s] tokens prefilled and ingested by one cache per
+// method (lane s * methods + m).
+std::vector<std::unique_ptr<KvPolicy>> prefilled_lanes(const Model& m, const std::vector<std::vector<std::int32_t>>& lines,
+                                                       const std::vector<std::size_t>& prompt,
+                                                       const std::vector<std::optional<CompressParams>>& methods) {
+  const KvGeometry g{m.config().kv_shape(), m.config().seq_len};
+  std::vector<std::unique_ptr<KvPolicy>> caches;
+  for (std::size_t s = 0; s < prompt.size(); ++s) {
+    const std::vector<std::int32_t> p(lines[s].begin(), lines[s].begin() + static_cast<std::ptrdiff_t>(prompt[s]));
+    const PrefillResult pre = m.prefill(p, false);
+    for (const auto& method : methods) {
+      caches.push_back(make_kv_policy(method, g, 1));
+      caches.back()->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt[s]});
+    }
+  }
+  return caches;
+}
+
 }  // namespace
 
 TEST_CASE("stories260K: prefill and decode logits match llama2.c", "[model]") {
@@ -122,23 +140,10 @@ TEST_CASE("decode_batch: each row equals decode() of its sequence, for any batch
   }
   const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
   const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
-  const ModelConfig& c = m.config();
-  const KvGeometry g{c.kv_shape(), c.seq_len};
   // Three sequences at different positions, through a full and a kivi-2 cache each (6 lanes).
   const std::vector<std::size_t> prompt = {40, 17, 63};
   const std::vector<std::optional<CompressParams>> methods = {std::nullopt, resolve_params(parse_method_spec("kivi-2"))};
-  auto lanes = [&] {
-    std::vector<std::unique_ptr<KvPolicy>> caches;
-    for (std::size_t s = 0; s < prompt.size(); ++s) {
-      const std::vector<std::int32_t> p(lines[s].begin(), lines[s].begin() + static_cast<std::ptrdiff_t>(prompt[s]));
-      const PrefillResult pre = m.prefill(p, false);
-      for (const auto& method : methods) {
-        caches.push_back(make_kv_policy(method, g, 1));
-        caches.back()->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt[s]});
-      }
-    }
-    return caches;
-  };
+  auto lanes = [&] { return prefilled_lanes(m, lines, prompt, methods); };
   auto one = lanes(), batched = lanes(), threaded = lanes();
   for (std::size_t step = 0; step < 5; ++step) {
     std::vector<std::int32_t> tokens;
@@ -171,27 +176,15 @@ TEST_CASE("decode_lanes: several known tokens per lane equal decode() one at a t
   }
   const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
   const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
-  const ModelConfig& c = m.config();
-  const KvGeometry g{c.kv_shape(), c.seq_len};
+  const KvGeometry g{m.config().kv_shape(), m.config().seq_len};
   // Two sequences through full, kivi-2 (its per-channel key groups of 32 fill inside a call)
   // and one-shot eviction caches; calls of 1, 7 and 40 tokens per lane, then 2 and 3 mixed.
   const std::vector<std::size_t> prompt = {40, 17};
   const std::vector<std::optional<CompressParams>> methods = {
       std::nullopt, resolve_params(parse_method_spec("kivi-2")), resolve_params(parse_method_spec("snapkv:budget=0.5:window=8"))};
-  auto lanes = [&] {
-    std::vector<std::unique_ptr<KvPolicy>> caches;
-    for (std::size_t s = 0; s < prompt.size(); ++s) {
-      const std::vector<std::int32_t> p(lines[s].begin(), lines[s].begin() + static_cast<std::ptrdiff_t>(prompt[s]));
-      const PrefillResult pre = m.prefill(p, false);
-      for (const auto& method : methods) {
-        caches.push_back(make_kv_policy(method, g, 1));
-        caches.back()->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt[s]});
-        REQUIRE(caches.back()->layer_local());
-      }
-    }
-    return caches;
-  };
+  auto lanes = [&] { return prefilled_lanes(m, lines, prompt, methods); };
   auto one = lanes(), blocked = lanes();
+  for (const auto& cache : blocked) REQUIRE(cache->layer_local());
   std::vector<std::size_t> done(one.size(), 0);
   const std::vector<std::vector<std::size_t>> calls = {{1, 1, 1, 1, 1, 1}, {7, 7, 7, 7, 7, 7}, {40, 40, 40, 40, 40, 40},
                                                        {2, 3, 2, 3, 2, 3}};
