@@ -2,8 +2,10 @@
 // `akv evaluate --model`: perplexity, KL and top-1 agreement of cache methods inside the
 // model's decode loop. For each sequence the first P tokens are the prompt (one full-precision
 // prefill, which every method then ingests: stores, compresses, evicts); the remaining tokens
-// are teacher-forced one at a time through the method's cache. The reference ("full") keeps
-// f32 K/V. Metrics are over the continuation tokens (positions P..n-1).
+// are teacher-forced through the method's cache, each attending to the cache as it stands after
+// its own append (several tokens per model call when the caches allow: token_block below, the
+// same results as one at a time). The reference ("full") keeps f32 K/V. Metrics are over the
+// continuation tokens (positions P..n-1).
 #include <optional>
 #include <string>
 #include <vector>
