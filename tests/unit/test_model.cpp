@@ -140,9 +140,11 @@ TEST_CASE("decode_batch: each row equals decode() of its sequence, for any batch
   }
   const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
   const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
-  // Three sequences at different positions, through a full and a kivi-2 cache each (6 lanes).
+  // Three sequences at different positions, through a full and a kivi-2 cache each (6 lanes;
+  // a 32-token window, so that the kivi-2 lanes hold quantized rows).
   const std::vector<std::size_t> prompt = {40, 17, 63};
-  const std::vector<std::optional<CompressParams>> methods = {std::nullopt, resolve_params(parse_method_spec("kivi-2"))};
+  const std::vector<std::optional<CompressParams>> methods = {std::nullopt,
+                                                              resolve_params(parse_method_spec("kivi-2:residual=32"))};
   auto lanes = [&] { return prefilled_lanes(m, lines, prompt, methods); };
   auto one = lanes(), batched = lanes(), threaded = lanes();
   for (std::size_t step = 0; step < 5; ++step) {
@@ -167,6 +169,7 @@ TEST_CASE("decode_batch: each row equals decode() of its sequence, for any batch
   }
   // The kivi-2 lanes differ from the full ones (the test compares different things).
   CHECK(one[0]->bytes() != one[1]->bytes());
+  CHECK(one[1]->view(0, 0).segments[0].value.packed.rows > 0);
 }
 
 TEST_CASE("decode_lanes: several known tokens per lane equal decode() one at a time", "[model][batch]") {
