@@ -410,15 +410,11 @@ template <RowFormat F, int NQ, int CB>
 }
 
 #ifdef __AVX512F__
-// NQ heads x CB wide chunks starting at wide chunk k0, over all rows (values in wide_lane
-// order; accumulators unscaled and put back in channel order at the end). Needs an even number
-// of chunks per coefficient group.
-template <RowFormat F, int NQ, int CB>
-[[gnu::always_inline]] inline void accumulate_block_wide(const Rows& rows, std::size_t k0, std::size_t nq, std::size_t h0,
-                                                         const float* coef, std::size_t ng, std::size_t cpg, float* acc,
-                                                         std::size_t as) {
-  __m512 a[NQ * CB];
-  for (auto& v : a) v = _mm512_setzero_ps();
+// accumulate_rows_in_block for wide chunks (16 values; group of wide chunk j: 2 (k0 + j) / cpg).
+template <RowFormat F, int NQ, int CB, int GW>
+[[gnu::always_inline]] inline void accumulate_rows_in_block_wide(const Rows& rows, std::size_t k0, std::size_t nq,
+                                                                 std::size_t h0, const float* coef, std::size_t ng,
+                                                                 std::size_t cpg, __m512* a) {
   std::size_t g[CB];
   for (int j = 0; j < CB; ++j) g[j] = 2 * (k0 + static_cast<std::size_t>(j)) / cpg;
   const __m512i mask = wide_mask<F>();
@@ -429,12 +425,36 @@ template <RowFormat F, int NQ, int CB>
     __m512 c[NQ];
 #pragma GCC unroll 8
     for (int j = 0; j < CB; ++j) {
-      if (j == 0 || g[j] != g[j - 1]) {
-        for (int h = 0; h < NQ; ++h) c[h] = _mm512_set1_ps(cr[static_cast<std::size_t>(h) * ng + g[j]]);
+      if (GW > 0 ? j % (GW > 0 ? GW : 1) == 0 : (j == 0 || g[j] != g[j - 1])) {
+        const std::size_t gj = GW > 0 ? g[0] + static_cast<std::size_t>(j / (GW > 0 ? GW : 1)) : g[j];
+        for (int h = 0; h < NQ; ++h) c[h] = _mm512_set1_ps(cr[static_cast<std::size_t>(h) * ng + gj]);
       }
       const __m512 x = load16<F>(row, k0 + static_cast<std::size_t>(j), mask);
       for (int h = 0; h < NQ; ++h) a[h * CB + j] = _mm512_fmadd_ps(c[h], x, a[h * CB + j]);
     }
+  }
+}
+
+// NQ heads x CB wide chunks starting at wide chunk k0, over all rows (values in wide_lane
+// order; accumulators unscaled and put back in channel order at the end). Needs an even number
+// of chunks per coefficient group.
+template <RowFormat F, int NQ, int CB>
+[[gnu::always_inline]] inline void accumulate_block_wide(const Rows& rows, std::size_t k0, std::size_t nq, std::size_t h0,
+                                                         const float* coef, std::size_t ng, std::size_t cpg, float* acc,
+                                                         std::size_t as) {
+  __m512 a[NQ * CB];
+  for (auto& v : a) v = _mm512_setzero_ps();
+  // Wide chunks per coefficient group (cpg / 2): broadcasts at fixed chunks when the block's
+  // groups are whole and aligned, as accumulate_rows_in_block.
+  const std::size_t wpg = cpg / 2;
+  if (2 * k0 / cpg == 2 * (k0 + CB - 1) / cpg) {
+    accumulate_rows_in_block_wide<F, NQ, CB, CB>(rows, k0, nq, h0, coef, ng, cpg, a);
+  } else if (CB % 2 == 0 && wpg == static_cast<std::size_t>(CB / 2) && k0 % wpg == 0) {
+    accumulate_rows_in_block_wide<F, NQ, CB, (CB >= 2 ? CB / 2 : 1)>(rows, k0, nq, h0, coef, ng, cpg, a);
+  } else if (CB % 4 == 0 && wpg == static_cast<std::size_t>(CB / 4) && k0 % wpg == 0) {
+    accumulate_rows_in_block_wide<F, NQ, CB, (CB >= 4 ? CB / 4 : 1)>(rows, k0, nq, h0, coef, ng, cpg, a);
+  } else {
+    accumulate_rows_in_block_wide<F, NQ, CB, 0>(rows, k0, nq, h0, coef, ng, cpg, a);
   }
   const __m512 unscale = wide_unscale<F>();
   const __m512i scatter = wide_scatter<F>();
