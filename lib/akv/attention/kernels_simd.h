@@ -359,6 +359,40 @@ void score_format(const Rows& rows, std::size_t nq, const float* w, std::size_t 
   }
 }
 
+// Calls fn(std::integral_constant<int, GW>{}) for a block of CB units (chunks, or wide chunks)
+// starting at unit k0, with upg units per coefficient group: GW = CB when the block lies in one
+// group, CB / 2 or CB / 4 when its groups are whole and start at k0, else 0 (any layout).
+template <int CB, typename Fn>
+[[gnu::always_inline]] inline void with_group_width(std::size_t k0, std::size_t upg, Fn&& fn) {
+  if (k0 / upg == (k0 + CB - 1) / upg) return fn(std::integral_constant<int, CB>{});
+  if constexpr (CB % 2 == 0) {
+    if (upg == CB / 2 && k0 % upg == 0) return fn(std::integral_constant<int, CB / 2>{});
+  }
+  if constexpr (CB % 4 == 0) {
+    if (upg == CB / 4 && k0 % upg == 0) return fn(std::integral_constant<int, CB / 4>{});
+  }
+  fn(std::integral_constant<int, 0>{});
+}
+
+// Whether unit j of a block starts a coefficient group, and that group, given the group g[] of
+// every unit: fixed positions for GW > 0 (with_group_width), else tested.
+template <int GW>
+[[gnu::always_inline]] inline bool starts_group(int j, const std::size_t* g) {
+  if constexpr (GW > 0) {
+    return j % GW == 0;
+  } else {
+    return j == 0 || g[j] != g[j - 1];
+  }
+}
+template <int GW>
+[[gnu::always_inline]] inline std::size_t group_at(int j, const std::size_t* g) {
+  if constexpr (GW > 0) {
+    return g[0] + static_cast<std::size_t>(j / GW);
+  } else {
+    return g[j];
+  }
+}
+
 // The multiply-adds of accumulate_block over all rows, with GW chunks per coefficient group
 // inside the block (GW divides CB, groups start at chunk k0): the coefficients are broadcast at
 // j % GW == 0 without testing each chunk's group, whose branches and spilled indices cost more
@@ -377,8 +411,8 @@ template <RowFormat F, int NQ, int CB, int GW>
     __m256 c[NQ];  // the row's coefficients, broadcast once per group (broadcasts compete with the FMAs)
 #pragma GCC unroll 8
     for (int j = 0; j < CB; ++j) {
-      if (GW > 0 ? j % (GW > 0 ? GW : 1) == 0 : (j == 0 || g[j] != g[j - 1])) {
-        const std::size_t gj = GW > 0 ? g[0] + static_cast<std::size_t>(j / (GW > 0 ? GW : 1)) : g[j];
+      if (starts_group<GW>(j, g)) {
+        const std::size_t gj = group_at<GW>(j, g);
         for (int h = 0; h < NQ; ++h) c[h] = _mm256_set1_ps(cr[static_cast<std::size_t>(h) * ng + gj]);
       }
       const __m256 x = load8<F>(row, k0 + static_cast<std::size_t>(j));
@@ -394,13 +428,9 @@ template <RowFormat F, int NQ, int CB>
                              std::size_t as) {
   __m256 a[NQ * CB];
   for (auto& v : a) v = _mm256_setzero_ps();
-  if (k0 / cpg == (k0 + CB - 1) / cpg) {
-    accumulate_rows_in_block<F, NQ, CB, CB>(rows, k0, nq, h0, coef, ng, cpg, a);
-  } else if (CB % 2 == 0 && CB >= 2 && cpg == static_cast<std::size_t>(CB / 2) && k0 % cpg == 0) {
-    accumulate_rows_in_block<F, NQ, CB, (CB >= 2 ? CB / 2 : 1)>(rows, k0, nq, h0, coef, ng, cpg, a);
-  } else {
-    accumulate_rows_in_block<F, NQ, CB, 0>(rows, k0, nq, h0, coef, ng, cpg, a);
-  }
+  with_group_width<CB>(k0, cpg, [&](auto gw) {
+    accumulate_rows_in_block<F, NQ, CB, decltype(gw)::value>(rows, k0, nq, h0, coef, ng, cpg, a);
+  });
   for (int h = 0; h < NQ; ++h) {
     for (int j = 0; j < CB; ++j) {
       float* p = acc + (h0 + static_cast<std::size_t>(h)) * as + 8 * (k0 + static_cast<std::size_t>(j));
@@ -425,8 +455,8 @@ template <RowFormat F, int NQ, int CB, int GW>
     __m512 c[NQ];
 #pragma GCC unroll 8
     for (int j = 0; j < CB; ++j) {
-      if (GW > 0 ? j % (GW > 0 ? GW : 1) == 0 : (j == 0 || g[j] != g[j - 1])) {
-        const std::size_t gj = GW > 0 ? g[0] + static_cast<std::size_t>(j / (GW > 0 ? GW : 1)) : g[j];
+      if (starts_group<GW>(j, g)) {
+        const std::size_t gj = group_at<GW>(j, g);
         for (int h = 0; h < NQ; ++h) c[h] = _mm512_set1_ps(cr[static_cast<std::size_t>(h) * ng + gj]);
       }
       const __m512 x = load16<F>(row, k0 + static_cast<std::size_t>(j), mask);
@@ -444,18 +474,10 @@ template <RowFormat F, int NQ, int CB>
                                                          std::size_t as) {
   __m512 a[NQ * CB];
   for (auto& v : a) v = _mm512_setzero_ps();
-  // Wide chunks per coefficient group (cpg / 2): broadcasts at fixed chunks when the block's
-  // groups are whole and aligned, as accumulate_rows_in_block.
-  const std::size_t wpg = cpg / 2;
-  if (2 * k0 / cpg == 2 * (k0 + CB - 1) / cpg) {
-    accumulate_rows_in_block_wide<F, NQ, CB, CB>(rows, k0, nq, h0, coef, ng, cpg, a);
-  } else if (CB % 2 == 0 && wpg == static_cast<std::size_t>(CB / 2) && k0 % wpg == 0) {
-    accumulate_rows_in_block_wide<F, NQ, CB, (CB >= 2 ? CB / 2 : 1)>(rows, k0, nq, h0, coef, ng, cpg, a);
-  } else if (CB % 4 == 0 && wpg == static_cast<std::size_t>(CB / 4) && k0 % wpg == 0) {
-    accumulate_rows_in_block_wide<F, NQ, CB, (CB >= 4 ? CB / 4 : 1)>(rows, k0, nq, h0, coef, ng, cpg, a);
-  } else {
-    accumulate_rows_in_block_wide<F, NQ, CB, 0>(rows, k0, nq, h0, coef, ng, cpg, a);
-  }
+  // cpg / 2 wide chunks per coefficient group (cpg is even here).
+  with_group_width<CB>(k0, cpg / 2, [&](auto gw) {
+    accumulate_rows_in_block_wide<F, NQ, CB, decltype(gw)::value>(rows, k0, nq, h0, coef, ng, cpg, a);
+  });
   const __m512 unscale = wide_unscale<F>();
   const __m512i scatter = wide_scatter<F>();
   for (int h = 0; h < NQ; ++h) {
