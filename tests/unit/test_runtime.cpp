@@ -210,14 +210,20 @@ TEST_CASE("runtime cache after the prompt equals akv compress of the same tokens
   }
 }
 
-TEST_CASE("runtime decode: KIVI's key residual fills to R, then R keys are quantized at once", "[runtime]") {
-  const std::size_t L = 1, H = 2, d = 32, n0 = 100;
+// A synthetic cache geometry: L layers, H KV heads of head_dim d, 4 query heads, 512 positions.
+KvGeometry small_geometry(std::size_t L, std::size_t H, std::size_t d) {
   KvGeometry g;
   g.n_layers = L;
   g.n_heads = 4;
   g.n_kv_heads = H;
   g.head_dim = d;
   g.max_positions = 512;
+  return g;
+}
+
+TEST_CASE("runtime decode: KIVI's key residual fills to R, then R keys are quantized at once", "[runtime]") {
+  const std::size_t L = 1, H = 2, d = 32, n0 = 100;
+  const KvGeometry g = small_geometry(L, H, d);
   CompressParams p = params("kivi-2:residual=64");
   auto cache = make_kv_policy(p, g);
   Rng rng(5);
@@ -279,12 +285,7 @@ TEST_CASE("runtime decode: a cache grown token by token equals one that took the
   // codes, the rows attention reads (pre-RoPE keys: dequantized and rotated) and the bytes
   // must equal those of one ingest of all the tokens.
   const std::size_t L = 2, H = 2, d = 32, n0 = 70, n = 300;
-  KvGeometry g;
-  g.n_layers = L;
-  g.n_heads = 4;
-  g.n_kv_heads = H;
-  g.head_dim = d;
-  g.max_positions = 512;
+  const KvGeometry g = small_geometry(L, H, d);
   Rng rng(11);
   auto fill = [&](std::size_t rows) {
     Tensor3 t(H, rows, d);
