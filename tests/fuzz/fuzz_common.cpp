@@ -4,8 +4,18 @@
 
 #include <filesystem>
 #include <fstream>
+#include <system_error>
 
 namespace akv::fuzz {
+
+void copy_file_retrying(const std::string& from, const std::string& to) {
+  for (;;) {
+    std::error_code ec;
+    std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
+    if (!ec) return;
+    if (ec != std::errc::interrupted) throw std::filesystem::filesystem_error("cannot copy file", from, to, ec);
+  }
+}
 
 const std::string& work_dir() {
   static const std::string& dir = *new std::string([] {

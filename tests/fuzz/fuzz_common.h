@@ -18,6 +18,10 @@ namespace akv::fuzz {
 // A private directory for this process's input files (under $TMPDIR, else /tmp), created once.
 const std::string& work_dir();
 
+// std::filesystem::copy_file (overwriting), tried again when a signal interrupts it (EINTR):
+// libFuzzer's timers interrupt the kernel's file copy now and then.
+void copy_file_retrying(const std::string& from, const std::string& to);
+
 // Writes `size` bytes to `name` inside work_dir() and returns the file's path.
 std::string write_input(const std::string& name, const std::uint8_t* data, std::size_t size);
 std::string write_input(const std::string& name, const std::string& text);

@@ -10,6 +10,8 @@
 #include <limits>
 #include <vector>
 
+#include "fuzz_common.h"
+
 namespace akv::fuzz {
 namespace {
 
@@ -266,8 +268,7 @@ void edit_object(hid_t file, const Target& t, const std::vector<Target>& all,
 
 void mutate_h5_copy(const std::string& template_path, const std::string& out_path,
                     FuzzedDataProvider& fdp) {
-  std::filesystem::copy_file(template_path, out_path,
-                             std::filesystem::copy_options::overwrite_existing);
+  copy_file_retrying(template_path, out_path);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   hid_t file = H5Fopen(out_path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   if (file < 0) return;

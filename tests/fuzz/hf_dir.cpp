@@ -12,7 +12,7 @@ std::string hf_dir(const std::string& name, std::initializer_list<const char*> f
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* f : files) {
-    fs::copy_file(std::string(AKV_FUZZ_DATA_DIR) + "/hf-tiny/" + f, dir + "/" + f);
+    copy_file_retrying(std::string(AKV_FUZZ_DATA_DIR) + "/hf-tiny/" + f, dir + "/" + f);
   }
   return dir;
 }
