@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "akv/core/errors.h"
-#include "akv/core/parallel.h"
 #include "akv/core/rng.h"
+#include "akv/eval/prompt_lanes.h"
 #include "akv/policy/kv_runtime.h"
 
 namespace akv {
@@ -100,26 +100,24 @@ std::int32_t argmax_token(const float* logits, std::size_t n) {
   return static_cast<std::int32_t>(std::max_element(logits, logits + n) - logits);
 }
 
-// Greedy continuations of prompts (prefill results and lengths) through methods: lane
-// p * methods.size() + m continues prompt p through method m for n[p] tokens. Every step decodes
-// all unfinished lanes in one Model::decode_batch call; each lane's tokens equal a lane decoded
-// alone (decode_batch rows do not depend on the batch).
-std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const std::vector<PrefillResult>& pre,
-                                                       const std::vector<std::size_t>& len,
+// Greedy continuations of prompts through methods: lane p * methods.size() + m continues prompt
+// p through method m for n[p] tokens. Every step decodes all unfinished lanes in one
+// Model::decode_batch call; each lane's tokens equal a lane decoded alone (decode_batch rows do
+// not depend on the batch).
+std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                                                        const std::vector<std::size_t>& n,
                                                        const std::vector<std::optional<CompressParams>>& methods,
                                                        int threads, AttentionMode attention) {
   const ModelConfig& c = model.config();
-  const KvGeometry g{c.kv_shape(), c.seq_len};
   const std::size_t n_methods = methods.size();
-  std::vector<std::unique_ptr<KvPolicy>> caches(pre.size() * n_methods);
+  PromptLanes start = prefill_lanes(model, prompts, methods, threads);
+  std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
   std::vector<std::vector<std::int32_t>> out(caches.size());
-  parallel_for(caches.size(), threads, [&](std::size_t lane) {
-    const PrefillResult& p = pre[lane / n_methods];
-    caches[lane] = make_kv_policy(methods[lane % n_methods], g, 1);
-    caches[lane]->ingest_prompt({&p.query, &p.key, &p.key_pre_rope, &p.value, len[lane / n_methods]});
-    out[lane] = {argmax_token(p.logits.row(0).data(), c.vocab_size)};
-  });
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) {
+    out[lane] = {argmax_token(start.last_logits[lane / n_methods].data(), c.vocab_size)};
+  }
+  std::vector<std::size_t> len(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) len[p] = prompts[p].size();
   for (;;) {
     std::vector<std::size_t> lanes, positions;
     std::vector<std::int32_t> tokens;
@@ -143,7 +141,7 @@ std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const
 
 std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vector<std::int32_t>& prompt,
                                               std::size_t n, const std::optional<CompressParams>& method) {
-  return continue_greedy(model, {model.prefill(prompt, false)}, {prompt.size()}, {n}, {method}, 1, AttentionMode::exact)[0];
+  return continue_greedy(model, {prompt}, {n}, {method}, 1, AttentionMode::exact)[0];
 }
 
 PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector<std::int32_t>>& filler_seqs,
@@ -199,16 +197,13 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   const std::size_t batch = resolve_batch(o.batch, hi - lo, methods.size(), c, longest);
   for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
     const std::size_t nb = std::min(batch, hi - b0);
-    std::vector<PrefillResult> pre(nb);
-    std::vector<std::size_t> len(nb), n(nb);
-    // Prompts on the threads, or, when fewer than the threads, each prompt on all of them.
-    const int inner = nb < static_cast<std::size_t>(o.threads) ? o.threads : 1;
-    parallel_for(nb, inner > 1 ? 1 : o.threads, [&](std::size_t i) { pre[i] = model.prefill(jobs[b0 + i].tokens, false, inner); });
+    std::vector<std::vector<std::int32_t>> prompts(nb);
+    std::vector<std::size_t> n(nb);
     for (std::size_t i = 0; i < nb; ++i) {
-      len[i] = jobs[b0 + i].tokens.size();
+      prompts[i] = jobs[b0 + i].tokens;
       n[i] = jobs[b0 + i].answer_tokens;
     }
-    const auto out = continue_greedy(model, pre, len, n, params, o.threads, o.attention);
+    const auto out = continue_greedy(model, prompts, n, params, o.threads, o.attention);
     for (std::size_t i = 0; i < nb; ++i) {
       const PasskeyPrompt& p = jobs[b0 + i];
       for (std::size_t mi = 0; mi < methods.size(); ++mi) {

@@ -9,6 +9,7 @@
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/eval/prompt_lanes.h"
 #include "akv/eval/token_metrics.h"
 #include "akv/policy/kv_runtime.h"
 
@@ -64,7 +65,8 @@ PplReport evaluate_perplexity(const Model& model,
   }
   r.sequences.assign(n_seq, std::vector<PplSums>(methods.size()));
   r.traces.assign(methods.size(), {});
-  const KvGeometry g{c.kv_shape(), c.seq_len};
+  std::vector<std::optional<CompressParams>> params;
+  for (const auto& m : methods) params.push_back(m.params);
   std::vector<std::size_t> prompt(n_seq);
   for (std::size_t si = 0; si < n_seq; ++si) {  // every sequence checked before any work
     const std::size_t n = all[si].size();
@@ -81,25 +83,16 @@ PplReport evaluate_perplexity(const Model& model,
   const std::size_t n_methods = methods.size(), batch = resolve_batch(o.batch, n_seq, n_methods, c, longest);
   for (std::size_t b0 = 0; b0 < n_seq; b0 += batch) {
     const std::size_t nb = std::min(batch, n_seq - b0);
-    std::vector<PrefillResult> pre(nb);
-    // Prompts on the threads, or, when fewer than the threads, each prompt on all of them.
-    const int inner = nb < static_cast<std::size_t>(o.threads) ? o.threads : 1;
-    parallel_for(nb, inner > 1 ? 1 : o.threads, [&](std::size_t i) {
-      const std::vector<std::int32_t>& seq = all[b0 + i];
-      pre[i] = model.prefill({seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(prompt[b0 + i])}, false, inner);
-    });
-    // Lane i * n_methods + m: sequence b0 + i through method m (m = 0: the full cache).
-    std::vector<std::unique_ptr<KvPolicy>> caches(nb * n_methods);
-    parallel_for(caches.size(), o.threads, [&](std::size_t lane) {
-      const std::size_t i = lane / n_methods;
-      caches[lane] = make_kv_policy(methods[lane % n_methods].params, g, 1);
-      caches[lane]->ingest_prompt({&pre[i].query, &pre[i].key, &pre[i].key_pre_rope, &pre[i].value, prompt[b0 + i]});
-    });
-    std::vector<std::vector<float>> first(nb);  // each prompt's last logits: step 0 of every lane
+    std::vector<std::vector<std::int32_t>> prompts(nb);
     for (std::size_t i = 0; i < nb; ++i) {
-      first[i].assign(pre[i].logits.data(), pre[i].logits.data() + c.vocab_size);
-      pre[i] = PrefillResult();
+      const std::vector<std::int32_t>& seq = all[b0 + i];
+      prompts[i].assign(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(prompt[b0 + i]));
     }
+    // Lane i * n_methods + m: sequence b0 + i through method m (m = 0: the full cache); first[i]:
+    // prompt i's last logits, step 0 of each of its lanes.
+    PromptLanes start = prefill_lanes(model, prompts, params, o.threads);
+    std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
+    const std::vector<std::vector<float>>& first = start.last_logits;
     // Step t predicts token P + t of each sequence (P its prompt length) from position P - 1 + t;
     // step 0 from the prompt's logits, then `block` steps per model call (each lane's tokens
     // are known). A sequence leaves the batch after its last token.
