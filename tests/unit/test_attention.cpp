@@ -79,12 +79,14 @@ TEST_CASE("dequantize_rows equals dequantize_block_ref on a packed tensor", "[at
 TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1e-6 of the scalar loops", "[attention]") {
   using attn::RowFormat;
   // (heads, chunks per row, chunks per value group): 1 and 3 heads take the one-head loops (2-
-  // and 4-bit: 16 values at a time with AVX-512 when chunks are even); 15 chunks and 1 chunk per
-  // group fall back to 8 at a time; 37 rows leave a partial block of rows.
+  // and 4-bit: 16 values at a time with AVX-512 when chunks are even; dense rows of one head:
+  // blocks of 1, 2 or 4 rows by row size, values 16 chunks a pass with AVX-512); 15 chunks and 1
+  // chunk per group fall back to 8 at a time; 37 rows leave a partial block of rows.
   struct Shape {
     std::size_t nq, chunks, cpg;
   };
-  for (const Shape sh : {Shape{4, 16, 4}, Shape{1, 16, 4}, Shape{3, 16, 2}, Shape{1, 15, 1}, Shape{2, 8, 1}}) {
+  for (const Shape sh : {Shape{4, 16, 4}, Shape{1, 16, 4}, Shape{3, 16, 2}, Shape{1, 15, 1}, Shape{2, 8, 1},
+                         Shape{1, 8, 2}, Shape{1, 40, 4}}) {
     const std::size_t n = 37, chunks = sh.chunks, nq = sh.nq, cpg = sh.cpg, ng = (chunks + cpg - 1) / cpg;
     std::vector<std::uint8_t> bytes(n * chunks * 32 + 64);
     Rng rng(5);
@@ -108,6 +110,13 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
         ai.assign(nq * chunks * 8, 0.5f);
         attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), si.data(), n);
         attn::accumulate_rows(rows, nq, coef.data(), ng, cpg, ai.data(), chunks * 8);
+        // A row's score does not depend on the block of rows it was computed in.
+        std::vector<float> one(nq);
+        for (std::size_t r = 0; r < n; ++r) {
+          const attn::Rows row{f, base + r * rows.stride, rows.stride, 1, chunks};
+          attn::score_rows(row, nq, w.data(), chunks * 8, bias.data(), one.data(), 1);
+          for (std::size_t h = 0; h < nq; ++h) CHECK(one[h] == si[h * n + r]);
+        }
       });
       INFO("format bits " << bits << ", heads " << nq << ", chunks " << chunks << ", chunks per group " << cpg);
       for (std::size_t i = 1; i < 3; ++i) {
