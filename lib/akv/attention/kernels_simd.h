@@ -313,12 +313,13 @@ template <RowFormat F, int RB>
 }
 #endif  // __AVX512F__
 
-// One query head over dense rows: blocks of rows spanning at most kScoreWindow bytes. A block's
-// rows are read side by side, chunk by chunk; spread over more bytes, that pattern loses the
-// hardware prefetchers (measured 2026-12-01, AMD EPYC Zen 4, 2 threads, 16K tokens, GQA 1: dense
-// f16 at head_dim 128 2.2-2.6 ms with blocks of 16 rows (4 KB), 1.56-1.61 ms with 2 (512 bytes);
-// head_dim 64 0.84-1.17 -> 0.64-0.67 ms). Each row keeps its own accumulator, so the scores do
-// not depend on the block size.
+// One query head over dense or 8-bit rows: blocks of rows spanning at most kScoreWindow bytes.
+// A block's rows are read side by side, chunk by chunk; spread over more bytes, that pattern
+// loses the hardware prefetchers (measured 2026-12-01, AMD EPYC Zen 4, 2 threads, 16K tokens,
+// GQA 1: dense f16 at head_dim 128 2.2-2.6 ms with blocks of 16 rows (4 KB), 1.56-1.61 ms with
+// 2 (512 bytes); head_dim 64 0.84-1.17 -> 0.64-0.67 ms; 8-bit codes at head_dim 128 1.26-1.58 ->
+// 1.09-1.19 ms). Each row keeps its own accumulator, so the scores do not depend on the block
+// size.
 constexpr std::size_t kScoreWindow = 512;
 
 template <RowFormat F, int RB>
@@ -332,7 +333,7 @@ template <RowFormat F, int NQ>
 void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* bias, float* s,
                  std::size_t ss) {
   constexpr int RB = kAccs / NQ;
-  if constexpr (NQ == 1 && (F == RowFormat::f16 || F == RowFormat::f32)) {
+  if constexpr (NQ == 1 && (F == RowFormat::f16 || F == RowFormat::f32 || F == RowFormat::code8)) {
     const std::size_t fit = kScoreWindow / rows.stride;
     if (fit < static_cast<std::size_t>(RB)) {
       if (fit >= 4) return score_head_rows<F, 4>(rows, w, ws, bias, s, ss);
