@@ -147,6 +147,27 @@ for r in rows:
     assert r["llama_f16_ms"] == 0.25 and abs(r["ratio"] - 0.25 / r["akv_ms"]) < 1e-12, r
 print("vs ok")
 PY
+# A stand-in that computes on two threads at once (hashing releases the GIL): the script counts
+# them from /proc and warns that akv ran with another number.
+mkdir -p "$TMP/llama2/bin"
+{
+  echo "#!$PY"
+  cat <<'PY'
+import hashlib, threading
+data = b"x" * (64 << 20)
+def work():
+    for _ in range(8):
+        hashlib.sha256(data).digest()
+ts = [threading.Thread(target=work) for _ in range(2)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("  FLASH_ATTN_EXT(hsk=64,hsv=64,nh=8,nr23=[1,1],kv=512,nb=1,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,prec=f32,type_K=f16,type_V=f16,permute=[0,1,2,3],kv_view=1,v_is_view_of_k=0):      240 runs -   250.00 us/run -  33.55 MFLOP/run")
+PY
+} >"$TMP/llama2/bin/test-backend-ops"
+chmod +x "$TMP/llama2/bin/test-backend-ops"
+expect "bench_vs_llamacpp counts test-backend-ops' threads and warns when akv's differ" 0 \
+  "thread counts differ: rerun with --tbo-threads 2" \
+  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama2" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 --tbo-threads 1
 # The perplexity part with a stand-in llama-perplexity (its final-estimate line, PPL 100 for f16
 # KV and 110 with -ctk q4_0) beside akv evaluate --text on a tiny model with the byte tokenizer:
 # the script reports akv's perplexities and their relative differences to llama.cpp's.
