@@ -250,7 +250,7 @@ TEST_CASE("linear_rows: fast path equals the reference bit for bit; outputs do n
   Rng rng(9);
   for (std::size_t rows : {1, 3, 4, 5, 9}) {
     for (std::size_t cols : {1, 7, 8, 9, 64, 130}) {
-      for (std::size_t batch : {1, 2, 3, 4, 5, 6, 7, 13}) {
+      for (std::size_t batch : {1, 2, 3, 4, 5, 6, 7, 13, 24, 25}) {  // AVX-512: groups of 12 vectors
         const std::size_t ldw = cols + 3, ldx = cols + 1, ldy = rows + 2;
         std::vector<float> w(rows * ldw), x(batch * ldx), y(batch * ldy, -1.0f), ref(batch * ldy, -1.0f);
         for (auto& v : w) v = static_cast<float>(rng.normal());
@@ -264,6 +264,13 @@ TEST_CASE("linear_rows: fast path equals the reference bit for bit; outputs do n
           std::vector<float> v(batch * ldy, -1.0f);
           linear_rows_isa(isa, w.data(), rows, cols, ldw, x.data(), batch, ldx, v.data(), ldy);
           CHECK(v == ref);
+          // X prepared once, W's rows in two blocks (as the threads of a product take them).
+          const LinearInput in(isa, x.data(), batch, cols, ldx);
+          std::vector<float> blocks(batch * ldy, -1.0f);
+          const std::size_t r1 = rows / 2;
+          linear_rows(w.data(), r1, ldw, in, blocks.data(), ldy);
+          linear_rows(w.data() + r1 * ldw, rows - r1, ldw, in, blocks.data() + r1, ldy);
+          CHECK(blocks == ref);
         }
         for (std::size_t bi = 0; bi < batch; ++bi) {
           std::vector<float> one(rows);

@@ -129,17 +129,18 @@ void Weight::times_rows(const float* x, std::size_t batch, std::size_t ldx, floa
   const std::size_t block = type_ && type_->id != 0 ? tile_rows() : kF32Block;
   const std::size_t n_blocks = (rows_ + block - 1) / block;
   const float* f32_rows = !type_ ? m_.data() : type_->id == 0 ? reinterpret_cast<const float*>(data_) : nullptr;
+  const LinearInput in(x, batch, cols_, ldx);  // laid out once for every block
   parallel_for(n_blocks, threads, [&](std::size_t i) {
     const std::size_t r0 = i * block, n = std::min(block, rows_ - r0);
     if (f32_rows) {
-      linear_rows(f32_rows + r0 * cols_, n, cols_, cols_, x, batch, ldx, y + r0, ldy);
+      linear_rows(f32_rows + r0 * cols_, n, cols_, in, y + r0, ldy);
       return;
     }
     thread_local std::vector<float> tile;
     thread_local std::vector<std::uint16_t> scratch;
     tile.resize(n * cols_);
     convert_rows(r0, n, tile.data(), scratch);
-    linear_rows(tile.data(), n, cols_, cols_, x, batch, ldx, y + r0, ldy);
+    linear_rows(tile.data(), n, cols_, in, y + r0, ldy);
   });
 }
 

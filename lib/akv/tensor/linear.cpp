@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #define AKV_LINEAR_NS avx2
@@ -33,10 +34,13 @@ void linear_rows_ref(const float* w, std::size_t rows, std::size_t cols, std::si
 }
 
 #if defined(AKV_LINEAR_AVX512_TU)
-namespace avx512 {
-void linear_rows_avx512(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
-                        std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
-}
+namespace avx512 {  // linear_avx512.cpp
+std::size_t pair_groups(std::size_t batch);
+std::size_t pair_group_floats(std::size_t cols);
+void pack_pairs(const float* x, std::size_t groups, std::size_t cols, std::size_t ldx, float* out);
+void linear_rows_avx512(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* packed,
+                        const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
+}  // namespace avx512
 #endif
 
 LinearIsa linear_best_isa() {
@@ -55,16 +59,40 @@ const char* linear_isa_name(LinearIsa isa) {
   return isa == LinearIsa::avx512 ? "avx512" : isa == LinearIsa::avx2 ? "avx2" : "generic";
 }
 
-void linear_rows_isa(LinearIsa isa, const float* w, std::size_t rows, std::size_t cols, std::size_t ldw,
-                     const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
-  if (isa > linear_best_isa()) isa = linear_best_isa();
+LinearInput::LinearInput(const float* x, std::size_t batch, std::size_t cols, std::size_t ldx)
+    : LinearInput(linear_active_isa(), x, batch, cols, ldx) {}
+
+LinearInput::LinearInput(LinearIsa isa, const float* x, std::size_t batch, std::size_t cols, std::size_t ldx)
+    : isa_(std::min(isa, linear_best_isa())), x_(x), batch_(batch), cols_(cols), ldx_(ldx) {
 #if defined(AKV_LINEAR_AVX512_TU)
-  if (isa == LinearIsa::avx512) return avx512::linear_rows_avx512(w, rows, cols, ldw, x, batch, ldx, y, ldy);
+  if (isa_ == LinearIsa::avx512) {
+    const std::size_t groups = avx512::pair_groups(batch);
+    if (groups == 0 || cols < 8) return;
+    constexpr std::size_t kAlign = 16;  // floats in 64 bytes
+    storage_.resize(groups * avx512::pair_group_floats(cols) + kAlign);
+    const auto addr = reinterpret_cast<std::uintptr_t>(storage_.data());
+    float* aligned = storage_.data() + (kAlign - addr / sizeof(float) % kAlign) % kAlign;
+    avx512::pack_pairs(x, groups, cols, ldx, aligned);
+    packed_ = aligned;
+  }
+#endif
+}
+
+void linear_rows(const float* w, std::size_t rows, std::size_t ldw, const LinearInput& in, float* y, std::size_t ldy) {
+  const float* x = in.x();
+  const std::size_t batch = in.batch(), cols = in.cols(), ldx = in.ldx();
+#if defined(AKV_LINEAR_AVX512_TU)
+  if (in.isa() == LinearIsa::avx512) return avx512::linear_rows_avx512(w, rows, cols, ldw, in.packed(), x, batch, ldx, y, ldy);
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
-  if (isa == LinearIsa::avx2) return avx2::linear_rows_simd<3>(w, rows, cols, ldw, x, batch, ldx, y, ldy);
+  if (in.isa() == LinearIsa::avx2) return avx2::linear_rows_simd<3>(w, rows, cols, ldw, x, batch, ldx, y, ldy);
 #endif
   linear_rows_ref(w, rows, cols, ldw, x, batch, ldx, y, ldy);
+}
+
+void linear_rows_isa(LinearIsa isa, const float* w, std::size_t rows, std::size_t cols, std::size_t ldw,
+                     const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
+  linear_rows(w, rows, ldw, LinearInput(isa, x, batch, cols, ldx), y, ldy);
 }
 
 namespace {

@@ -9,10 +9,13 @@
 // ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)), then the remaining k added in order with
 // fused multiply-adds. linear_rows_ref spells it out in scalar code; the fast paths keep each
 // (o, b) pair's eight sums in one 256-bit register, four rows by three vectors at a time with
-// AVX2's 16 registers, four rows by six with AVX-512's 32 (picked at run time when the CPU has
-// AVX-512 F/VL), so each row of W is read once per call for every three (six) vectors of the
-// batch. All of them give the same bits (tests/unit/test_tensor.cpp).
+// AVX2's 16 registers; with AVX-512 F/VL (picked at run time) the eight sums of (o, b) and
+// (o, b + 1) share a 512-bit register, four rows by twelve vectors at a time (the last vectors
+// of a batch four rows by six in 256-bit registers), so each row of W is read once per call for
+// every three (twelve) vectors of the batch. All of them give the same bits
+// (tests/unit/test_tensor.cpp).
 #include <cstddef>
+#include <vector>
 
 namespace akv {
 
@@ -22,6 +25,30 @@ void linear_rows(const float* w, std::size_t rows, std::size_t cols, std::size_t
                  std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
 // Kernel variants: linear_rows runs linear_active_isa()'s (by default the best).
 enum class LinearIsa { generic, avx2, avx512 };
+
+// X prepared once for several linear_rows calls over it (the row blocks of one product, on
+// several threads): the AVX-512 kernels read X's vectors two per register, laid out pair by
+// pair here instead of in every call. Keeps a pointer to x, which must outlive it.
+class LinearInput {
+ public:
+  LinearInput(const float* x, std::size_t batch, std::size_t cols, std::size_t ldx);
+  LinearInput(LinearIsa isa, const float* x, std::size_t batch, std::size_t cols, std::size_t ldx);
+  LinearIsa isa() const { return isa_; }
+  const float* x() const { return x_; }
+  std::size_t batch() const { return batch_; }
+  std::size_t cols() const { return cols_; }
+  std::size_t ldx() const { return ldx_; }
+  const float* packed() const { return packed_; }  // null when the kernel reads x as it is
+
+ private:
+  LinearIsa isa_;
+  const float* x_;
+  std::size_t batch_, cols_, ldx_;
+  std::vector<float> storage_;
+  const float* packed_ = nullptr;  // in storage_, 64-byte aligned
+};
+// linear_rows over a prepared X (W [rows, x.cols()], row stride ldw).
+void linear_rows(const float* w, std::size_t rows, std::size_t ldw, const LinearInput& x, float* y, std::size_t ldy);
 LinearIsa linear_best_isa();  // what this build and CPU support
 const char* linear_isa_name(LinearIsa isa);
 // Process-wide cap on the variant linear_rows runs (clamped to linear_best_isa(); `akv
