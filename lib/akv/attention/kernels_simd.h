@@ -315,7 +315,7 @@ template <RowFormat F, int RB>
 
 // One query head over dense or 8-bit rows: blocks of rows spanning at most kScoreWindow bytes.
 // A block's rows are read side by side, chunk by chunk; spread over more bytes, that pattern
-// loses the hardware prefetchers (measured 2026-12-01, AMD EPYC Zen 4, 2 threads, 16K tokens,
+// loses the hardware prefetchers (measured 2026-12-01, AMD EPYC Zen 5, 2 threads, 16K tokens,
 // GQA 1: dense f16 at head_dim 128 2.2-2.6 ms with blocks of 16 rows (4 KB), 1.56-1.61 ms with
 // 2 (512 bytes); head_dim 64 0.84-1.17 -> 0.64-0.67 ms; 8-bit codes at head_dim 128 1.26-1.58 ->
 // 1.09-1.19 ms). Each row keeps its own accumulator, so the scores do not depend on the block
@@ -522,7 +522,7 @@ void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const fl
   std::size_t k = 0;
 #ifdef __AVX512F__
   // One head, dense rows of at most 512 bytes: 16 chunks per pass with AVX-512's 32 registers,
-  // so a row is read in one or two passes instead of two or four (2026-12-01, AMD EPYC Zen 4, 2
+  // so a row is read in one or two passes instead of two or four (2026-12-01, AMD EPYC Zen 5, 2
   // threads, 16K tokens: head_dim 128 f16 1.99 -> 1.37 ms, f32 3.30 -> 2.59 ms; head_dim 256 f16
   // 4.47 -> 3.74 ms; head_dim 256 f32 rows, 1 KB, ran 9% slower with 16 and keep 8).
   if constexpr (NQ == 1 && (F == RowFormat::f16 || F == RowFormat::f32)) {

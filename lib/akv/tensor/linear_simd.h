@@ -25,7 +25,7 @@ inline float hsum8(__m256 v) {
 // pass over a block of W (from memory: a decode step reads every weight once) overlaps the next
 // rows' loads with this group's multiply-adds; later passes find the rows in L2. (A prefetch
 // past the last row is harmless: prefetches do not fault.) 4-5% off `akv evaluate --model` on
-// the 58M llama of docs/model.md, 2026-12-01, AMD EPYC Zen 4.
+// the 58M llama of docs/model.md, 2026-12-01, AMD EPYC Zen 5.
 template <int R, int NB, bool Prefetch = false>
 void block(const float* w, std::size_t ldw, std::size_t cols, const float* x, std::size_t ldx, float* y,
            std::size_t ldy) {
