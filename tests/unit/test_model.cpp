@@ -7,11 +7,13 @@
 #include <stdexcept>
 
 #include "akv/core/errors.h"
+#include "akv/core/rng.h"
 #include "akv/io/token_file.h"
 #include "akv/eval/perplexity.h"
 #include "akv/method/registry.h"
 #include "akv/model/llama2c.h"
 #include "akv/policy/kv_runtime.h"
+#include "akv/tensor/linear.h"
 #include "test_util.h"
 
 using namespace akv;
@@ -326,4 +328,21 @@ TEST_CASE("llama2.c loader and token files: bad input", "[model][bad]") {
     f << "1 2 x3\n";
   }
   CHECK_THROWS_AS(read_token_file(dir.file("bad.txt")), InvalidInput);
+}
+
+TEST_CASE("Weight::times_transpose: an X of more than one 16 MB slice equals the reference, bit for bit",
+          "[model][linear]") {
+  // 1100 vectors of 4100 values (18 MB): two slices of X, each laid out once for every block of
+  // W's rows; 4100 % 8 = 4 leaves a tail per output.
+  const std::size_t rows = 70, cols = 4100, batch = 1100;
+  Rng rng(17);
+  RowMatrix w(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+  RowMatrix x(static_cast<Eigen::Index>(batch), static_cast<Eigen::Index>(cols));
+  for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>(rng.normal());
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(rng.normal());
+  const Weight weight(w);
+  const RowMatrix y = weight.times_transpose(x, 2);
+  RowMatrix ref(static_cast<Eigen::Index>(batch), static_cast<Eigen::Index>(rows));
+  linear_rows_ref(w.data(), rows, cols, cols, x.data(), batch, cols, ref.data(), rows);
+  CHECK(y == ref);
 }

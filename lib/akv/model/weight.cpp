@@ -129,19 +129,26 @@ void Weight::times_rows(const float* x, std::size_t batch, std::size_t ldx, floa
   const std::size_t block = type_ && type_->id != 0 ? tile_rows() : kF32Block;
   const std::size_t n_blocks = (rows_ + block - 1) / block;
   const float* f32_rows = !type_ ? m_.data() : type_->id == 0 ? reinterpret_cast<const float*>(data_) : nullptr;
-  const LinearInput in(x, batch, cols_, ldx);  // laid out once for every block
-  parallel_for(n_blocks, threads, [&](std::size_t i) {
-    const std::size_t r0 = i * block, n = std::min(block, rows_ - r0);
-    if (f32_rows) {
-      linear_rows(f32_rows + r0 * cols_, n, cols_, in, y + r0, ldy);
-      return;
-    }
-    thread_local std::vector<float> tile;
-    thread_local std::vector<std::uint16_t> scratch;
-    tile.resize(n * cols_);
-    convert_rows(r0, n, tile.data(), scratch);
-    linear_rows(tile.data(), n, cols_, in, y + r0, ldy);
-  });
+  // X laid out once for every block of rows (LinearInput: a copy of X with AVX-512), at most
+  // kInputBytes of it at a time: a long prefill's X goes in slices, each over all of W's rows.
+  constexpr std::size_t kInputBytes = std::size_t{16} << 20;
+  const std::size_t slice = std::max<std::size_t>(kInputBytes / (cols_ * sizeof(float) + 1) / 12 * 12, 12);
+  for (std::size_t b0 = 0; b0 < batch; b0 += slice) {
+    const LinearInput in(x + b0 * ldx, std::min(slice, batch - b0), cols_, ldx);
+    float* yb = y + b0 * ldy;
+    parallel_for(n_blocks, threads, [&](std::size_t i) {
+      const std::size_t r0 = i * block, n = std::min(block, rows_ - r0);
+      if (f32_rows) {
+        linear_rows(f32_rows + r0 * cols_, n, cols_, in, yb + r0, ldy);
+        return;
+      }
+      thread_local std::vector<float> tile;
+      thread_local std::vector<std::uint16_t> scratch;
+      tile.resize(n * cols_);
+      convert_rows(r0, n, tile.data(), scratch);
+      linear_rows(tile.data(), n, cols_, in, yb + r0, ldy);
+    });
+  }
 }
 
 void Weight::row(std::size_t r, float* out) const {
