@@ -19,6 +19,22 @@ namespace {
 
 constexpr std::size_t kPairs = 6;  // pairs of vectors per group: 4 x 6 accumulators
 
+// The sums of four rows' registers a0..a3 (each: vector b in the low half, b + 1 in the high
+// half) reduced in hsum8's order, ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)), eight at a
+// time: y[r] = sum of a_r's low half, y[ldy + r] = of its high half.
+[[gnu::always_inline]] inline void store_sums4(__m512 a0, __m512 a1, __m512 a2, __m512 a3, float* y, std::size_t ldy) {
+  // s_l + s_{l+4}: each 128-bit block plus its neighbour (blocks 0 and 2 are kept).
+  const auto fold = [](__m512 a) { return _mm512_add_ps(a, _mm512_shuffle_f32x4(a, a, _MM_SHUFFLE(2, 3, 0, 1))); };
+  const __m512 t0 = fold(a0), t1 = fold(a1), t2 = fold(a2), t3 = fold(a3);
+  // (l0 + l2), (l1 + l3) of rows 0, 1 (and 2, 3) in each block.
+  const __m512 z01 = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 z23 = _mm512_add_ps(_mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(3, 2, 3, 2)));
+  // (l0 + l2) + (l1 + l3): rows 0..3 in order, block 0 for vector b, block 2 for b + 1.
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(z01, z23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(z01, z23, _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm_storeu_ps(y, _mm512_castps512_ps128(s));
+  _mm_storeu_ps(y + ldy, _mm512_extractf32x4_ps(s, 2));
+}
+
 // R rows of W times 2 * NP vectors of X (pairs b, b + 1); xp: the group's chunks,
 // [cols / 8][NP][16] (pack_pairs), 64-byte aligned.
 template <int R, int NP>
@@ -43,6 +59,12 @@ void block_pairs(const float* w, std::size_t ldw, std::size_t cols, const float*
       const __m512 xb = _mm512_load_ps(xk + p * 16);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(wr[r], xb, acc[r][p]);
+    }
+  }
+  if constexpr (R == 4) {
+    if (k8 == cols) {
+      for (int p = 0; p < NP; ++p) store_sums4(acc[0][p], acc[1][p], acc[2][p], acc[3][p], y + 2 * p * ldy, ldy);
+      return;
     }
   }
   for (int r = 0; r < R; ++r) {
