@@ -29,7 +29,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     std::vector<std::string> methods;
     std::size_t prefill = 0, sequences = 0;
     std::string batch = "auto";
-    std::size_t token_block = 0;
+    std::string token_block = "auto";
     std::string attention = "exact";
     std::string task = "ppl", filler, tokenizer, text, shard;
     std::size_t ctx = 512;
@@ -81,11 +81,11 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--token-block", opt->token_block,
                   "With --model (ppl): continuation tokens each (sequence, method) lane decodes per model "
                   "call, layer by layer (its tokens are known: teacher forcing), so a call reads each weight "
-                  "matrix once for all of them and each lane's cache while it is in the CPU caches. 0 = auto "
-                  "(about 256 rows a call: ceil(256 / lanes), 1 to 16, fewer when the call's logits would "
-                  "pass 256 MiB). 1 when a method evicts while "
+                  "matrix once for all of them and each lane's cache while it is in the CPU caches. auto (or 0) "
+                  "= about 256 rows a call: ceil(256 / lanes), 1 to 16, fewer when the call's logits would "
+                  "pass 256 MiB. 1 when a method evicts while "
                   "decoding (h2o, streamingllm) or is tiered. The results do not depend on it")
-      ->capture_default_str()->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
+      ->capture_default_str();
   sub->add_option("--attention", opt->attention,
                   "With --model: decode attention path of the methods' caches: exact (f32 products) or int8 "
                   "(packed 2- and 4-bit rows through 8-bit integer loops: query x key codes, probabilities x "
@@ -146,7 +146,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       po.max_sequences = opt->sequences;
       po.threads = global.threads;
       po.batch = parse_batch(opt->batch);
-      po.token_block = opt->token_block;
+      po.token_block = parse_token_block(opt->token_block);
       po.attention = parse_attention_mode(opt->attention);
       const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
       const std::unique_ptr<Tokenizer> tok = opt->task == "passkey" || !opt->text.empty()

@@ -30,11 +30,13 @@ if [[ -f $M ]]; then
   "$AKV" "${ev[@]}" --batch 1 --token-block 1 -t 1 -o "$TMP/e1.json"
   "$AKV" "${ev[@]}" --batch 2 --token-block 7 -t 2 -o "$TMP/e2.json"
   "$AKV" "${ev[@]}" --batch 0 --token-block 64 -t 3 -o "$TMP/e3.json"
+  "$AKV" "${ev[@]}" --token-block auto -t 2 -o "$TMP/e6.json"
   "$AKV" "${ev[@]}" -t 2 -o "$TMP/e4.json"
   "$AKV" --max-isa avx2 "${ev[@]}" -t 2 -o "$TMP/e5.json"
   cmp -s "$TMP/e1.json" "$TMP/e5.json" && pass "evaluate --model: --max-isa avx2 byte-identical to the best kernels" \
     || fail "evaluate --model: --max-isa avx2 changes the report"
   cmp -s "$TMP/e1.json" "$TMP/e2.json" && cmp -s "$TMP/e1.json" "$TMP/e3.json" && cmp -s "$TMP/e1.json" "$TMP/e4.json" \
+    && cmp -s "$TMP/e1.json" "$TMP/e6.json" \
     && pass "evaluate --model: --batch 1/2/all/auto, --token-block 1/7/64/auto and 1/2/3 threads byte-identical" \
     || fail "evaluate --model: --batch, --token-block or threads change the report"
   # kivi-2 with a 32-token residual: prompts of 64 and 96 tokens quantize (the 128-token preset

@@ -294,6 +294,11 @@ TEST_CASE("--batch: auto keeps the lanes' f32 K/V within 2 GiB; counts and 0 = a
   CHECK(parse_batch("0") == 0);
   CHECK(parse_batch("12") == 12);
   for (const char* bad : {"", "-1", "1.5", "x", "12 "}) CHECK_THROWS_AS(parse_batch(bad), InvalidInput);
+  CHECK(parse_token_block("auto") == 0);
+  CHECK(parse_token_block("0") == 0);
+  CHECK(parse_token_block("7") == 7);
+  CHECK(parse_token_block("1048576") == kTokenBlockFlagMax);
+  for (const char* bad : {"", "-1", "+3", "1.5", "x", "7 ", "1048577"}) CHECK_THROWS_AS(parse_token_block(bad), InvalidInput);
 }
 
 TEST_CASE("llama2.c loader and token files: bad input", "[model][bad]") {

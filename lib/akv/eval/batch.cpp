@@ -26,19 +26,41 @@ std::size_t resolve_token_block(std::size_t block, std::size_t lanes, std::size_
   return static_cast<std::size_t>(std::clamp<std::uint64_t>(std::min(rows, kTokenBlockMemory / row), 1, kTokenBlockMax));
 }
 
-std::size_t parse_batch(const std::string& text) {
-  if (text == "auto") return kBatchAuto;
+namespace {
+
+// A plain decimal count (digits only) at most max; false otherwise.
+bool parse_count(const std::string& text, unsigned long long max, std::size_t& out) {
   std::size_t used = 0;
   unsigned long long v = 0;
   try {
     v = std::stoull(text, &used);
   } catch (const std::exception&) {
-    used = 0;
+    return false;
   }
-  if (text.empty() || used != text.size() || text[0] == '-' || v >= kBatchAuto) {
+  if (text.empty() || used != text.size() || text[0] == '-' || text[0] == '+' || v > max) return false;
+  out = static_cast<std::size_t>(v);
+  return true;
+}
+
+}  // namespace
+
+std::size_t parse_batch(const std::string& text) {
+  if (text == "auto") return kBatchAuto;
+  std::size_t v = 0;
+  if (!parse_count(text, kBatchAuto - 1, v)) {
     throw InvalidInput("batch must be auto or a count of sequences (0 = all)", {"", "--batch", text});
   }
-  return static_cast<std::size_t>(v);
+  return v;
+}
+
+std::size_t parse_token_block(const std::string& text) {
+  if (text == "auto") return 0;
+  std::size_t v = 0;
+  if (!parse_count(text, kTokenBlockFlagMax, v)) {
+    throw InvalidInput("token block must be auto (or 0) or a count of tokens up to " + std::to_string(kTokenBlockFlagMax),
+                       {"", "--token-block", text});
+  }
+  return v;
 }
 
 }  // namespace akv

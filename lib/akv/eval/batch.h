@@ -35,5 +35,9 @@ inline constexpr std::size_t kTokenBlockMax = 16;
 inline constexpr std::size_t kTokenBlockRows = 256;
 inline constexpr std::uint64_t kTokenBlockMemory = std::uint64_t{256} << 20;
 std::size_t resolve_token_block(std::size_t block, std::size_t lanes, std::size_t vocab);
+// "auto" (or 0) -> 0, else a count 1 .. kTokenBlockFlagMax; InvalidInput naming --token-block
+// otherwise.
+inline constexpr std::size_t kTokenBlockFlagMax = std::size_t{1} << 20;
+std::size_t parse_token_block(const std::string& text);
 
 }  // namespace akv
