@@ -12,7 +12,8 @@ fi
 expect_error "no subcommand is a usage error" 1 "subcommand" "$AKV"
 expect_error "unknown subcommand" 1 "" "$AKV" frobnicate
 expect_error "--max-isa outside its names" 2 "max-isa: avx3 not in" "$AKV" --max-isa avx3 info
-expect_error "--token-block out of range" 2 "token-block: Value -3 not in range" "$AKV" evaluate --model x --tokens y --token-block -3
+expect_error "--token-block out of range" 2 "--token-block = -3" "$AKV" evaluate --model x --tokens y --token-block -3
+expect_error "--token-block not a count" 2 "--token-block = 1.5" "$AKV" evaluate --model x --tokens y --token-block 1.5
 expect "synth --help documents flags" 0 "--profile" "$AKV" synth --help
 for flag in --layers --heads --kv-heads --head-dim --tokens --window --dtype --seed --pre-rope --gzip; do
   grep -q -- "$flag" "$TMP/out" && pass "synth --help has $flag" || fail "synth --help has $flag"

@@ -99,8 +99,6 @@ expect_error "unknown method flag" 1 "bogus" "$AKV" evaluate -q --model "$M" --t
 expect_error "prefill too long" 2 "--prefill = 600" "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 600 --methods none -o "$o/e.txt"
 expect_error "streaming eviction with quantization" 1 "--quant" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods h2o:budget=0.5:quant=kivi-2 -o "$o/e.txt"
-expect_error "evaluate --token-block not a count" 2 "--token-block = 1.5" \
-  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods kivi-2 --token-block 1.5 -o "$o/e.txt"
 expect_error "passkey length too short" 2 "--lengths = 10" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 10 -o "$o/e.txt"
 expect_error "passkey beyond the context" 2 "--lengths = 510" \
