@@ -129,10 +129,9 @@ void Weight::times_rows(const float* x, std::size_t batch, std::size_t ldx, floa
   const std::size_t block = type_ && type_->id != 0 ? tile_rows() : kF32Block;
   const std::size_t n_blocks = (rows_ + block - 1) / block;
   const float* f32_rows = !type_ ? m_.data() : type_->id == 0 ? reinterpret_cast<const float*>(data_) : nullptr;
-  // X laid out once for every block of rows (LinearInput: a copy of X with AVX-512), at most
-  // kInputBytes of it at a time: a long prefill's X goes in slices, each over all of W's rows.
-  constexpr std::size_t kInputBytes = std::size_t{16} << 20;
-  const std::size_t slice = std::max<std::size_t>(kInputBytes / (cols_ * sizeof(float) + 1) / 12 * 12, 12);
+  // X prepared once for every block of rows (LinearInput), slice by slice for a long X (a
+  // prefill's), each slice over all of W's rows.
+  const std::size_t slice = linear_input_slice(cols_);
   for (std::size_t b0 = 0; b0 < batch; b0 += slice) {
     const LinearInput in(x + b0 * ldx, std::min(slice, batch - b0), cols_, ldx);
     float* yb = y + b0 * ldy;

@@ -35,6 +35,7 @@ void linear_rows_ref(const float* w, std::size_t rows, std::size_t cols, std::si
 
 #if defined(AKV_LINEAR_AVX512_TU)
 namespace avx512 {  // linear_avx512.cpp
+std::size_t pair_group_vectors();
 std::size_t pair_groups(std::size_t batch);
 std::size_t pair_group_floats(std::size_t cols);
 void pack_pairs(const float* x, std::size_t groups, std::size_t cols, std::size_t ldx, float* out);
@@ -76,6 +77,16 @@ LinearInput::LinearInput(LinearIsa isa, const float* x, std::size_t batch, std::
     packed_ = aligned;
   }
 #endif
+}
+
+std::size_t linear_input_slice(std::size_t cols) {
+  constexpr std::size_t kBytes = std::size_t{16} << 20;
+#if defined(AKV_LINEAR_AVX512_TU)
+  const std::size_t group = avx512::pair_group_vectors();
+#else
+  constexpr std::size_t group = 1;
+#endif
+  return std::max<std::size_t>(kBytes / (cols * sizeof(float) + 1) / group, 1) * group;
 }
 
 void linear_rows(const float* w, std::size_t rows, std::size_t ldw, const LinearInput& in, float* y, std::size_t ldy) {

@@ -47,6 +47,10 @@ class LinearInput {
   std::vector<float> storage_;
   const float* packed_ = nullptr;  // in storage_, 64-byte aligned
 };
+// Vectors of X to prepare at a time for rows of `cols` values: as many as keep LinearInput's
+// copy within 16 MB (whole 512-bit groups, at least one group); callers with a longer X prepare
+// it slice by slice.
+std::size_t linear_input_slice(std::size_t cols);
 // linear_rows over a prepared X (W [rows, x.cols()], row stride ldw).
 void linear_rows(const float* w, std::size_t rows, std::size_t ldw, const LinearInput& x, float* y, std::size_t ldy);
 LinearIsa linear_best_isa();  // what this build and CPU support

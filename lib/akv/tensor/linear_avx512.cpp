@@ -85,6 +85,8 @@ void block_pairs(const float* w, std::size_t ldw, std::size_t cols, const float*
 
 }  // namespace
 
+std::size_t pair_group_vectors() { return 2 * kPairs; }
+
 std::size_t pair_groups(std::size_t batch) { return batch / (2 * kPairs); }
 
 std::size_t pair_group_floats(std::size_t cols) { return cols / 8 * kPairs * 16; }
