@@ -82,13 +82,14 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // and 4-bit: 16 values at a time with AVX-512 when chunks are even; dense rows of one head:
   // blocks of 1, 2 or 4 rows by row size, values 16 chunks a pass with AVX-512); 15 chunks and 1
   // chunk per group fall back to 8 at a time; several heads over dense rows with one coefficient
-  // group (4, 16, 16 and 3, 8, 8; 8, 6, 6) take AVX-512's 16-channel value loops; 37 rows leave a
-  // partial block of rows.
+  // group (4, 16, 16 and 3, 8, 8; 8, 6, 6) take AVX-512's 16-channel value loops; 4-bit rows with
+  // AVX2 read AVX-512's lane order in half-chunks (1, 12, 6: a tail of 2 + 2 half-chunks after a
+  // block of 8, and blocks across group boundaries); 37 rows leave a partial block of rows.
   struct Shape {
     std::size_t nq, chunks, cpg;
   };
   for (const Shape sh : {Shape{4, 16, 4}, Shape{1, 16, 4}, Shape{3, 16, 2}, Shape{1, 15, 1}, Shape{2, 8, 1},
-                         Shape{1, 8, 2}, Shape{1, 40, 4}, Shape{4, 16, 16}, Shape{3, 8, 8}, Shape{8, 6, 6}}) {
+                         Shape{1, 8, 2}, Shape{1, 40, 4}, Shape{1, 12, 6}, Shape{4, 16, 16}, Shape{3, 8, 8}, Shape{8, 6, 6}}) {
     const std::size_t n = 37, chunks = sh.chunks, nq = sh.nq, cpg = sh.cpg, ng = (chunks + cpg - 1) / cpg;
     std::vector<std::uint8_t> bytes(n * chunks * 32 + 64);
     Rng rng(5);
