@@ -84,7 +84,9 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // chunk per group fall back to 8 at a time; several heads over dense rows with one coefficient
   // group (4, 16, 16 and 3, 8, 8; 8, 6, 6) take AVX-512's 16-channel value loops; 4-bit rows with
   // AVX2 read AVX-512's lane order in half-chunks (1, 12, 6: a tail of 2 + 2 half-chunks after a
-  // block of 8, and blocks across group boundaries); 37 rows leave a partial block of rows.
+  // block of 8, and blocks across group boundaries); keys of 2 and 4 heads take AVX-512's two
+  // rows per register (4 heads: blocks of 8 rows, then a pair, then one row); 37 rows leave a
+  // partial block of rows.
   struct Shape {
     std::size_t nq, chunks, cpg;
   };
