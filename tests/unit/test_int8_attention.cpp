@@ -112,7 +112,7 @@ TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and th
           "[attention][int8]") {
   for (RowFormat f : {RowFormat::code2, RowFormat::code4}) {
     const std::size_t bits = f == RowFormat::code2 ? 2 : 4;
-    for (std::size_t cols : {32, 64, 128, 96}) {
+    for (std::size_t cols : {32, 64, 128, 96, 256}) {
       for (std::size_t nq : {1, 2, 3, 4, 5, 8, 9}) {
         INFO("bits " << bits << " cols " << cols << " heads " << nq);
         const std::size_t n = 37, stride = cols * bits / 8;
@@ -137,6 +137,7 @@ TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and th
           CHECK(qi.lanes == q.lanes);
           CHECK(qi.mult == q.mult);
           CHECK(qi.mult16 == q.mult16);
+          CHECK(qi.quads == q.quads);
           CHECK(qi.unit == q.unit);
           std::vector<std::uint16_t> pi;
           std::vector<float> si;

@@ -47,7 +47,7 @@ bool avx2_int8() {
 }
 
 [[maybe_unused]] Int8WeightsView view(const Int8Weights& w) {
-  return {w.nq, w.cols, w.lanes.data(), w.mult16.data(), w.unit.data()};
+  return {w.nq, w.cols, w.lanes.data(), w.mult16.data(), w.unit.data(), w.quads.empty() ? nullptr : w.quads.data()};
 }
 
 int format_bits(RowFormat f) { return f == RowFormat::code2 ? 2 : 4; }
@@ -143,8 +143,9 @@ inline __m256i round_epi32(__m256 x, __m256 inv, __m256 lo, __m256 hi) {
   return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
 }
 
-// One block of 32 weights: codes in channel order and in int8_lane_channel order.
-void round_block(const float* x, float inv, RowFormat f, std::int8_t* natural, std::int8_t* lanes) {
+// One block of 32 weights: codes in channel order, in int8_lane_channel order and (4 bits) as
+// quads.
+void round_block(const float* x, float inv, RowFormat f, std::int8_t* natural, std::int8_t* lanes, std::int8_t* quads) {
   const __m256 v = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-kLevels), hi = _mm256_set1_ps(kLevels);
   const __m256i a = round_epi32(_mm256_loadu_ps(x), v, lo, hi), b = round_epi32(_mm256_loadu_ps(x + 8), v, lo, hi);
   const __m256i c = round_epi32(_mm256_loadu_ps(x + 16), v, lo, hi), d = round_epi32(_mm256_loadu_ps(x + 24), v, lo, hi);
@@ -156,6 +157,9 @@ void round_block(const float* x, float inv, RowFormat f, std::int8_t* natural, s
     const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
                                            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     l = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w, split), 0xD8);
+    const __m256i quad = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
+                                          0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(quads), _mm256_shuffle_epi8(w, quad));
   } else {  // bytes 4i + k grouped by k in each half, then the halves' groups interleaved
     const __m256i split = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
                                            0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
@@ -217,6 +221,7 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
   out.lanes.resize(nq * cols);
   out.mult.resize(nq * nb);
   out.mult16.resize(nq * nb * 16);
+  out.quads.resize(f == RowFormat::code4 ? nq * cols : 0);
   out.unit.resize(nq);
   const bool vec = avx2_int8();
   std::vector<float>& bmax = out.block_max;
@@ -247,16 +252,20 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
       std::int16_t* m16 = out.mult16.data() + (b * nq + h) * 16;
       std::int8_t* natural = out.w.data() + h * cols + b * kInt8Block;
       std::int8_t* lanes = out.lanes.data() + (b * nq + h) * kInt8Block;
+      std::int8_t* quads = f == RowFormat::code4 ? out.quads.data() + h * cols + b * kInt8Block : nullptr;
 #ifdef AKV_INT8_AVX2
       if (vec) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(m16), _mm256_set1_epi16(mi));
-        round_block(xb, inv, f, natural, lanes);
+        round_block(xb, inv, f, natural, lanes, quads);
         continue;
       }
 #endif
       std::fill_n(m16, 16, mi);
       for (std::size_t c = 0; c < kInt8Block; ++c) natural[c] = static_cast<std::int8_t>(round_weight(xb[c], inv));
       for (int i = 0; i < static_cast<int>(kInt8Block); ++i) lanes[i] = natural[int8_lane_channel(f, i)];
+      if (quads) {
+        for (std::size_t c = 0; c < kInt8Block; ++c) quads[c] = natural[c - c % 8 + (c % 8 < 4 ? 2 * (c % 8) : 2 * (c % 8 - 4) + 1)];
+      }
     }
   }
 }

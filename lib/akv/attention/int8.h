@@ -42,6 +42,7 @@ struct Int8Weights {
   std::vector<std::int8_t> lanes;           // [cols / 32, nq, 32]: blocks in int8_lane_channel order
   std::vector<std::int16_t> mult;           // [nq, cols / 32]
   std::vector<std::int16_t> mult16;         // [cols / 32, nq, 16]: mult repeated (vector operands)
+  std::vector<std::int8_t> quads;           // 4 bits: [nq, cols / 8, 8]: chunk k's w8 of channels 8k + {0, 2, 4, 6, 1, 3, 5, 7}
   std::vector<float> unit;                  // [nq]
   std::vector<float> block_max;             // scratch
 };
@@ -53,6 +54,7 @@ struct Int8WeightsView {
   const std::int8_t* lanes = nullptr;
   const std::int16_t* mult16 = nullptr;
   const float* unit = nullptr;
+  const std::int8_t* quads = nullptr;  // 4 bits only
 };
 
 // w [nq, cols] (finite) -> out (reuses its storage).

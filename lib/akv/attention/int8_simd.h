@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "akv/attention/int8.h"
 #include "akv/attention/prefetch.h"
@@ -131,6 +132,109 @@ void score_heads_int8(const Rows& rows, const Int8WeightsView& w, std::size_t h0
   for (; r + RB <= rows.n; r += RB) score_block_int8<F, NQ, RB>(rows, r, w, h0, bias, s, ss, u, bv);
   for (; r < rows.n; ++r) score_block_int8<F, NQ, 1>(rows, r, w, h0, bias, s, ss, u, bv);
 }
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// 4-bit key rows with AVX-512 VNNI, 16 rows at a time with one row per 32-bit lane: each 64-byte
+// slice (128 channels) of the 16 rows is transposed (t[k] lane r = chunk k of row r, 8 codes),
+// split into even and odd channels' codes (4 bytes per lane each) and multiplied with vpdpbusd
+// against the chunk's quads broadcast, so one instruction does 64 products and no horizontal
+// sums remain; each block of 32 channels is then scaled by its multiplier. The integer sums are
+// score_block_int8's, so the scores are the same bits.
+
+// t[k] lane r = 32-bit word k of the 64 bytes at row[r] + off.
+[[gnu::always_inline]] inline void transpose16(const std::uint8_t* const* row, std::size_t off, __m512i (&t)[16]) {
+  __m512i a[16], b[16];
+  for (int r = 0; r < 16; ++r) a[r] = _mm512_loadu_si512(row[r] + off);
+  for (int r = 0; r < 16; r += 2) {
+    b[r] = _mm512_unpacklo_epi32(a[r], a[r + 1]);
+    b[r + 1] = _mm512_unpackhi_epi32(a[r], a[r + 1]);
+  }
+  // a[4g + m], 128-bit lane L: rows 4g .. 4g+3 of word m + 4L.
+  for (int g = 0; g < 16; g += 4) {
+    a[g] = _mm512_unpacklo_epi64(b[g], b[g + 2]);
+    a[g + 1] = _mm512_unpackhi_epi64(b[g], b[g + 2]);
+    a[g + 2] = _mm512_unpacklo_epi64(b[g + 1], b[g + 3]);
+    a[g + 3] = _mm512_unpackhi_epi64(b[g + 1], b[g + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512i x0 = _mm512_shuffle_i32x4(a[m], a[4 + m], 0x88), x1 = _mm512_shuffle_i32x4(a[m], a[4 + m], 0xDD);
+    const __m512i y0 = _mm512_shuffle_i32x4(a[8 + m], a[12 + m], 0x88), y1 = _mm512_shuffle_i32x4(a[8 + m], a[12 + m], 0xDD);
+    t[m] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    t[m + 8] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+    t[m + 4] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    t[m + 12] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+  }
+}
+
+// Heads h0 .. h0+NQ over 16 rows from r0 (4 bits, cols % 128 == 0).
+template <int NQ>
+[[gnu::always_inline]] inline void score_rows16_vnni(const Rows& rows, std::size_t r0, const Int8WeightsView& w,
+                                                     std::size_t h0, const float* bias, float* s, std::size_t ss) {
+  const std::uint8_t* row[16];
+  for (int r = 0; r < 16; ++r) {
+    row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
+    if (h0 == 0) prefetch_row(row[r], rows.stride);
+  }
+  const std::size_t chunks = w.cols / 8;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512i sum[NQ];
+  for (auto& v : sum) v = _mm512_setzero_si512();
+  for (std::size_t j = 0; j < w.cols / 128; ++j) {
+    __m512i t[16];
+    transpose16(row, 64 * j, t);
+    for (int b = 0; b < 4; ++b) {  // blocks of 32 channels: chunks 4b .. 4b+3 of the slice
+      __m512i part[NQ];
+      for (auto& v : part) v = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const std::size_t k = 16 * j + 4 * static_cast<std::size_t>(b) + static_cast<std::size_t>(c);
+        const __m512i even = _mm512_and_si512(t[4 * b + c], low);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(t[4 * b + c], 4), low);
+        for (int h = 0; h < NQ; ++h) {
+          const std::int8_t* q = w.quads + ((h0 + static_cast<std::size_t>(h)) * chunks + k) * 8;
+          std::int32_t qe, qo;
+          std::memcpy(&qe, q, 4);
+          std::memcpy(&qo, q + 4, 4);
+          part[h] = _mm512_dpbusd_epi32(part[h], even, _mm512_set1_epi32(qe));
+          part[h] = _mm512_dpbusd_epi32(part[h], odd, _mm512_set1_epi32(qo));
+        }
+      }
+      const std::size_t blk = 4 * j + static_cast<std::size_t>(b);
+      for (int h = 0; h < NQ; ++h) {
+        const std::int16_t m = w.mult16[(blk * w.nq + h0 + static_cast<std::size_t>(h)) * 16];
+        sum[h] = _mm512_add_epi32(sum[h], _mm512_mullo_epi32(part[h], _mm512_set1_epi32(m)));
+      }
+    }
+  }
+  for (int h = 0; h < NQ; ++h) {
+    const std::size_t hh = h0 + static_cast<std::size_t>(h);
+    const __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(w.unit[hh]), _mm512_cvtepi32_ps(sum[h]),
+                                     _mm512_set1_ps(bias ? bias[hh] : 0.0f));
+    _mm512_storeu_ps(s + hh * ss + r0, v);
+  }
+}
+
+// Rows in blocks of 16 (score_rows16_vnni, heads 4, 2, 1 at a time); returns the rows done.
+inline std::size_t score_rows_vnni(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s,
+                                   std::size_t ss) {
+  std::size_t r = 0;
+  for (; r + 16 <= rows.n; r += 16) {
+    for (std::size_t h = 0; h < w.nq;) {
+      const std::size_t left = w.nq - h;
+      if (left >= 4) {
+        score_rows16_vnni<4>(rows, r, w, h, bias, s, ss);
+        h += 4;
+      } else if (left >= 2) {
+        score_rows16_vnni<2>(rows, r, w, h, bias, s, ss);
+        h += 2;
+      } else {
+        score_rows16_vnni<1>(rows, r, w, h, bias, s, ss);
+        h += 1;
+      }
+    }
+  }
+  return r;
+}
+#endif
 
 template <RowFormat F>
 void score_format_int8(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s, std::size_t ss) {
@@ -261,6 +365,14 @@ void accumulate_format_int8(const Rows& rows, std::size_t nq, const std::uint16_
 }  // namespace
 
 void score_rows_int8_simd(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s, std::size_t ss) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  if (rows.format == RowFormat::code4 && w.quads && w.cols % 128 == 0 && rows.n >= 16) {
+    const std::size_t done = score_rows_vnni(rows, w, bias, s, ss);
+    if (done == rows.n) return;
+    const Rows rest{rows.format, rows.base + done * rows.stride, rows.stride, rows.n - done, rows.chunks};
+    return score_format_int8<RowFormat::code4>(rest, w, bias, s + done, ss);
+  }
+#endif
   if (rows.format == RowFormat::code4) {
     score_format_int8<RowFormat::code4>(rows, w, bias, s, ss);
   } else {
