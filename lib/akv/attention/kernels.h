@@ -49,8 +49,9 @@ void value_coefficients(const float* p, std::size_t ps, const std::uint16_t* sca
 
 // Per-channel packed keys, one token group: for query heads h < nq and channels c < cols
 // (cols % 8 == 0): w[h * cols + c] = q[h * cols + c] * scale[c] and bias[h] = sum_c
-// q[h * cols + c] * zero[c] (scale, zero: f16 bits [cols]). The sums run as eight partial sums
-// over c % 8 (fused multiply-adds), added pairwise.
+// q[h * cols + c] * zero[c] (scale, zero: f16 bits [cols]). The sums run as 32 partial sums
+// l[c % 32] (fused multiply-adds); t[i] = (l[i] + l[8 + i]) + (l[16 + i] + l[24 + i]) for i < 8,
+// added pairwise.
 void key_weights(const float* q, std::size_t nq, std::size_t cols, const std::uint16_t* scale,
                  const std::uint16_t* zero, float* w, float* bias);
 
