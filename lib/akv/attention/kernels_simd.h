@@ -337,40 +337,18 @@ inline __m256 add_lane_pairs(__m256 lo, __m256 hi) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(lo, hi)), 0xD8));
 }
 
-// score_block_wide for 4-bit rows with 256-bit vectors (wp: the weights in wide-lane order):
-// the lanes of each half accumulate the same products in the same order, so the scores are
-// bitwise AVX-512's.
-template <int RB>
-[[gnu::always_inline]] inline void score_block_halves(const Rows& rows, std::size_t r0, const float* wp, const float* bias,
-                                                      float* s) {
-  const std::uint8_t* row[RB];
-  block_rows(rows, r0, row);
-  const __m256i mask = half4_mask();
-  const __m256 unscale = half4_unscale();
-  __m256 acc[2][RB];
-  for (int half = 0; half < 2; ++half) {
-    __m256 a[RB];
-    for (auto& v : a) v = _mm256_setzero_ps();
-    for (std::size_t u = static_cast<std::size_t>(half); u < rows.chunks; u += 2) {
-      __m256 wk = _mm256_load_ps(wp + 8 * u);
-      __asm__("" : "+v"(wk));  // in a register, not folded into every FMA (see score_block)
-      for (int r = 0; r < RB; ++r) a[r] = _mm256_fmadd_ps(wk, load_half4(row[r], u, mask), a[r]);
-    }
-    for (int r = 0; r < RB; ++r) acc[half][r] = _mm256_mul_ps(a[r], unscale);
-  }
-  __m256 sum[RB];
-  for (int r = 0; r < RB; ++r) sum[r] = add_lane_pairs(acc[0][r], acc[1][r]);
-  store_scores<1, RB>(sum, r0, bias, s, 0);
-}
-
 // The 256-bit loops' order for rows that the AVX-512 loops read 16 values at a time (2- and
 // 4-bit codes, one query head, an even number of chunks): even and odd chunks in two
 // accumulators, added lane by lane at the end, so that both instruction sets give the same bits.
-template <RowFormat F, int RB>
+// Halves (4 bits): score_block_wide's own lane order instead, half-chunks (load_half4) against
+// the weights in wide-lane order (w from wide_order_weights), each lane pair added at the end.
+template <RowFormat F, int RB, bool Halves = false>
 [[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, const float* bias,
                                                       float* s) {
+  static_assert(!Halves || F == RowFormat::code4);
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
+  const __m256i mask = half4_mask();
   __m256 acc[2][RB];  // even chunks, then odd chunks: RB accumulators live at a time
   for (int half = 0; half < 2; ++half) {
     __m256 a[RB];
@@ -378,12 +356,14 @@ template <RowFormat F, int RB>
     for (std::size_t k = static_cast<std::size_t>(half); k < rows.chunks; k += 2) {
       __m256 wk = _mm256_loadu_ps(w + 8 * k);
       __asm__("" : "+v"(wk));  // in a register, not folded into every FMA (see score_block)
-      for (int r = 0; r < RB; ++r) a[r] = _mm256_fmadd_ps(wk, load8<F>(row[r], k), a[r]);
+      for (int r = 0; r < RB; ++r) {
+        a[r] = _mm256_fmadd_ps(wk, Halves ? load_half4(row[r], k, mask) : load8<F>(row[r], k), a[r]);
+      }
     }
-    for (int r = 0; r < RB; ++r) acc[half][r] = lane_unscale<F>(a[r]);
+    for (int r = 0; r < RB; ++r) acc[half][r] = Halves ? _mm256_mul_ps(a[r], half4_unscale()) : lane_unscale<F>(a[r]);
   }
   __m256 sum[RB];
-  for (int r = 0; r < RB; ++r) sum[r] = _mm256_add_ps(acc[0][r], acc[1][r]);
+  for (int r = 0; r < RB; ++r) sum[r] = Halves ? add_lane_pairs(acc[0][r], acc[1][r]) : _mm256_add_ps(acc[0][r], acc[1][r]);
   store_scores<1, RB>(sum, r0, bias, s, 0);
 }
 #endif  // __AVX512F__
@@ -496,8 +476,8 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
         if (rows.chunks <= kHalvesMaxChunks) {
           alignas(32) float wp[8 * kHalvesMaxChunks];
           wide_order_weights(w, rows.chunks, wp);
-          for (; r + RP <= rows.n; r += RP) score_block_halves<RP>(rows, r, wp, bias, s);
-          for (; r < rows.n; ++r) score_block_halves<1>(rows, r, wp, bias, s);
+          for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, true>(rows, r, wp, bias, s);
+          for (; r < rows.n; ++r) score_block_paired<F, 1, true>(rows, r, wp, bias, s);
           return;
         }
       }
