@@ -98,7 +98,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--task", opt->task,
                   "With --model: ppl (perplexity, KL, top-1 over continuations) or passkey "
                   "(token-mode passkey retrieval: marker + key at a depth inside filler, marker "
-                  "again at the end; success = the greedy continuation reproduces the key)")
+                  "again at the end; success = the greedy continuation reproduces the key; token "
+                  "mode also reports the key's mean log-probability, teacher-forced; docs/model.md)")
       ->capture_default_str()->check(CLI::IsMember({"ppl", "passkey"}));
   sub->add_option("--lengths", opt->passkey.lengths, "Passkey: prompt lengths in tokens")
       ->delimiter(',')->capture_default_str();

@@ -221,8 +221,11 @@ TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report",
   whole.total_prompts = 24;
   for (std::size_t j = 0; j < 24; ++j) {
     whole.outcomes.push_back({static_cast<char>(j * 7 % 3 == 0), static_cast<char>((j * 7 + 1) % 3 == 0)});
+    whole.key_logprob.push_back({-0.1 * static_cast<double>(j), -1.0 / static_cast<double>(j + 3)});
   }
   whole.tally();
+  // By hand: depth 0, length 128 holds prompts 8..11: -0.1 * (8 + 9 + 10 + 11) / 4 trials.
+  CHECK(whole.to_json()["methods"][0]["key_logprob"][0][2].get<double>() == Approx(-0.95));
   // By hand: depth 1 (prompts 12..23), length 64 (prompts 16..19): j*7%3==0 for j = 18 only.
   CHECK(whole.successes[0][1][1] == 1);
   std::size_t sum = 0;
@@ -237,6 +240,8 @@ TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report",
     p.first_prompt = lo;
     p.outcomes.assign(whole.outcomes.begin() + static_cast<std::ptrdiff_t>(lo),
                       whole.outcomes.begin() + static_cast<std::ptrdiff_t>(hi));
+    p.key_logprob.assign(whole.key_logprob.begin() + static_cast<std::ptrdiff_t>(lo),
+                         whole.key_logprob.begin() + static_cast<std::ptrdiff_t>(hi));
     p.tally();
     parts.emplace_back("p" + std::to_string(k), passkey_part_json(p, s, run));
   }

@@ -569,6 +569,34 @@ TEST_CASE("passkey prompts: length, depth, marker, key; greedy continuation", "[
   CHECK(a.successes.size() == 2);
   CHECK(a.successes[1].size() == 2);
   CHECK(a.successes[1][0].size() == 2);
+  // Each prompt's full-cache key log-probability (teacher-forced decode steps) against a prefill
+  // over prompt + key (another attention path: f32 rounding apart), and its success against the
+  // greedy continuation.
+  REQUIRE(a.key_logprob.size() == 8);
+  std::size_t j = 0;
+  for (double depth : po.depths) {
+    for (std::size_t len : po.lengths) {
+      for (std::size_t t = 0; t < po.trials; ++t, ++j) {
+        const PasskeyPrompt q = make_passkey_prompt(filler, m.config().vocab_size, len, depth, t, po);
+        std::vector<std::int32_t> seq = q.tokens;
+        seq.insert(seq.end(), q.key.begin(), q.key.end() - 1);
+        const PrefillResult f = m.prefill(seq, true);
+        double lp = 0;
+        for (std::size_t i = 0; i < q.key.size(); ++i) {
+          const auto row = f.logits.row(static_cast<Eigen::Index>(q.tokens.size() - 1 + i));
+          const double mx = row.maxCoeff();
+          double sum = 0;
+          for (Eigen::Index v = 0; v < row.size(); ++v) sum += std::exp(static_cast<double>(row(v)) - mx);
+          lp += static_cast<double>(row(q.key[i])) - mx - std::log(sum);
+        }
+        lp /= static_cast<double>(q.key.size());
+        INFO("prompt " << j);
+        CHECK(a.key_logprob[j][0] == Approx(lp).margin(1e-3));
+        CHECK(a.key_logprob[j][0] < 0.0);
+        CHECK(a.outcomes[j][0] == (greedy_continuation(m, q.tokens, q.key.size(), std::nullopt) == q.key ? 1 : 0));
+      }
+    }
+  }
 }
 
 TEST_CASE("byte tokenizer", "[runtime][passkey]") {

@@ -9,6 +9,7 @@
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/eval/prompt_lanes.h"
+#include "akv/eval/token_metrics.h"
 #include "akv/policy/kv_runtime.h"
 
 namespace akv {
@@ -100,22 +101,38 @@ std::int32_t argmax_token(const float* logits, std::size_t n) {
   return static_cast<std::int32_t>(std::max_element(logits, logits + n) - logits);
 }
 
-// Greedy continuations of prompts through methods: lane p * methods.size() + m continues prompt
-// p through method m for n[p] tokens. Every step decodes all unfinished lanes in one
-// Model::decode_batch call; each lane's tokens equal a lane decoded alone (decode_batch rows do
-// not depend on the batch).
-std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
-                                                       const std::vector<std::size_t>& n,
-                                                       const std::vector<std::optional<CompressParams>>& methods,
-                                                       int threads, AttentionMode attention) {
+// Continuations of prompts through methods: lane p * methods.size() + m continues prompt p
+// through method m for n[p] tokens. Greedy: each step feeds the lane's last argmax. With
+// `forced` (teacher forcing): step k feeds forced[p][k - 1] whatever the argmax was, and the
+// lane sums log p(forced[p][k]) of every step k < n[p]; the argmax tokens are still recorded,
+// so they equal the greedy ones up to the first argmax that differs from forced[p]. Every step
+// decodes all unfinished lanes in one Model::decode_batch call; each lane's tokens equal a lane
+// decoded alone (decode_batch rows do not depend on the batch).
+struct Continuations {
+  std::vector<std::vector<std::int32_t>> tokens;  // [lane]: the argmax of every step
+  std::vector<double> logprob;                    // [lane]: with forced, the summed log-probabilities
+};
+
+Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                             const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
+                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced) {
   const ModelConfig& c = model.config();
   const std::size_t n_methods = methods.size();
   PromptLanes start = prefill_lanes(model, prompts, methods, threads);
   std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
-  std::vector<std::vector<std::int32_t>> out(caches.size());
-  for (std::size_t lane = 0; lane < caches.size(); ++lane) {
-    out[lane] = {argmax_token(start.last_logits[lane / n_methods].data(), c.vocab_size)};
-  }
+  Continuations out;
+  out.tokens.resize(caches.size());
+  out.logprob.assign(caches.size(), 0.0);
+  // Step k of a lane from its logits: the argmax, and with forced the log-probability of forced[p][k].
+  const auto take = [&](std::size_t lane, const float* logits) {
+    auto& t = out.tokens[lane];
+    if (forced) {
+      const std::int32_t want = (*forced)[lane / n_methods][t.size()];
+      out.logprob[lane] += static_cast<double>(logits[want]) - log_sum_exp(logits, c.vocab_size);
+    }
+    t.push_back(argmax_token(logits, c.vocab_size));
+  };
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) take(lane, start.last_logits[lane / n_methods].data());
   std::vector<std::size_t> len(prompts.size());
   for (std::size_t p = 0; p < prompts.size(); ++p) len[p] = prompts[p].size();
   for (;;) {
@@ -123,17 +140,16 @@ std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const
     std::vector<std::int32_t> tokens;
     std::vector<KvPolicy*> lane_caches;
     for (std::size_t lane = 0; lane < caches.size(); ++lane) {
-      if (out[lane].size() >= n[lane / n_methods]) continue;
+      const auto& t = out.tokens[lane];
+      if (t.size() >= n[lane / n_methods]) continue;
       lanes.push_back(lane);
-      tokens.push_back(out[lane].back());
-      positions.push_back(len[lane / n_methods] + out[lane].size() - 1);
+      tokens.push_back(forced ? (*forced)[lane / n_methods][t.size() - 1] : t.back());
+      positions.push_back(len[lane / n_methods] + t.size() - 1);
       lane_caches.push_back(caches[lane].get());
     }
     if (lanes.empty()) return out;
     const RowMatrix logits = model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), threads, attention);
-    for (std::size_t i = 0; i < lanes.size(); ++i) {
-      out[lanes[i]].push_back(argmax_token(logits.row(static_cast<Eigen::Index>(i)).data(), c.vocab_size));
-    }
+    for (std::size_t i = 0; i < lanes.size(); ++i) take(lanes[i], logits.row(static_cast<Eigen::Index>(i)).data());
   }
 }
 
@@ -141,7 +157,7 @@ std::vector<std::vector<std::int32_t>> continue_greedy(const Model& model, const
 
 std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vector<std::int32_t>& prompt,
                                               std::size_t n, const std::optional<CompressParams>& method) {
-  return continue_greedy(model, {prompt}, {n}, {method}, 1, AttentionMode::exact)[0];
+  return continue_lanes(model, {prompt}, {n}, {method}, 1, AttentionMode::exact, nullptr).tokens[0];
 }
 
 PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector<std::int32_t>>& filler_seqs,
@@ -190,6 +206,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   const auto [lo, hi] = o.shard.range(jobs.size());
   r.first_prompt = lo;
   r.outcomes.assign(hi - lo, std::vector<char>(methods.size(), 0));
+  if (!tokenizer) r.key_logprob.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
   std::vector<std::optional<CompressParams>> params;
   for (const auto& m : methods) params.push_back(m.params);
   std::size_t longest = 0;
@@ -197,19 +214,25 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   const std::size_t batch = resolve_batch(o.batch, hi - lo, methods.size(), c, longest);
   for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
     const std::size_t nb = std::min(batch, hi - b0);
-    std::vector<std::vector<std::int32_t>> prompts(nb);
+    std::vector<std::vector<std::int32_t>> prompts(nb), keys(nb);
     std::vector<std::size_t> n(nb);
     for (std::size_t i = 0; i < nb; ++i) {
       prompts[i] = jobs[b0 + i].tokens;
+      keys[i] = jobs[b0 + i].key;
       n[i] = jobs[b0 + i].answer_tokens;
     }
-    const auto out = continue_greedy(model, prompts, n, params, o.threads, o.attention);
+    // Token mode decodes the key teacher-forced: the argmax tokens match the key exactly when
+    // the greedy continuation would (they agree up to the first miss), and the key's
+    // log-probability comes with them.
+    const Continuations out = continue_lanes(model, prompts, n, params, o.threads, o.attention, tokenizer ? nullptr : &keys);
     for (std::size_t i = 0; i < nb; ++i) {
       const PasskeyPrompt& p = jobs[b0 + i];
       for (std::size_t mi = 0; mi < methods.size(); ++mi) {
-        const auto& cont = out[i * methods.size() + mi];
+        const std::size_t lane = i * methods.size() + mi;
+        const auto& cont = out.tokens[lane];
         r.outcomes[b0 + i - lo][mi] = tokenizer ? (tokenizer->decode(cont).find(p.key_text) != std::string::npos ? 1 : 0)
                                                 : (cont == p.key ? 1 : 0);
+        if (!tokenizer) r.key_logprob[b0 + i - lo][mi] = out.logprob[lane] / static_cast<double>(p.key.size());
       }
     }
     if (progress) progress(b0 + nb - lo, hi - lo);
@@ -221,10 +244,15 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
 void PasskeyReport::tally() {
   successes.assign(specs.size(), std::vector<std::vector<std::size_t>>(
                                      depths.size(), std::vector<std::size_t>(lengths.size(), 0)));
+  logprob_sums.assign(key_logprob.empty() ? 0 : specs.size(),
+                      std::vector<std::vector<double>>(depths.size(), std::vector<double>(lengths.size(), 0.0)));
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     const std::size_t j = first_prompt + i;  // grid order: depth, length, trial
     const std::size_t d = j / (trials * lengths.size()), l = j / trials % lengths.size();
-    for (std::size_t mi = 0; mi < specs.size(); ++mi) successes[mi][d][l] += static_cast<std::size_t>(outcomes[i][mi]);
+    for (std::size_t mi = 0; mi < specs.size(); ++mi) {
+      successes[mi][d][l] += static_cast<std::size_t>(outcomes[i][mi]);
+      if (!key_logprob.empty()) logprob_sums[mi][d][l] += key_logprob[i][mi];
+    }
   }
 }
 
@@ -243,8 +271,24 @@ nlohmann::json PasskeyReport::to_json() const {
       }
       grid.push_back(row);
     }
-    ms.push_back({{"method", specs[m]}, {"description", descriptions[m]}, {"accuracy", grid},
-                  {"mean_accuracy", static_cast<double>(total) / static_cast<double>(trials * depths.size() * lengths.size())}});
+    const double cells = static_cast<double>(trials * depths.size() * lengths.size());
+    nlohmann::json entry = {{"method", specs[m]}, {"description", descriptions[m]}, {"accuracy", grid},
+                            {"mean_accuracy", static_cast<double>(total) / cells}};
+    if (!logprob_sums.empty()) {
+      nlohmann::json lp = nlohmann::json::array();
+      double all = 0.0;
+      for (std::size_t d = 0; d < depths.size(); ++d) {
+        nlohmann::json row = nlohmann::json::array();
+        for (std::size_t l = 0; l < lengths.size(); ++l) {
+          row.push_back(logprob_sums[m][d][l] / static_cast<double>(trials));
+          all += logprob_sums[m][d][l];
+        }
+        lp.push_back(row);
+      }
+      entry["key_logprob"] = lp;
+      entry["mean_key_logprob"] = all / cells;
+    }
+    ms.push_back(entry);
   }
   j["methods"] = ms;
   return j;
@@ -260,6 +304,15 @@ std::string PasskeyReport::to_table() const {
       out += fmt::format("{:>7.2f}", depths[d]);
       for (std::size_t l = 0; l < lengths.size(); ++l) {
         out += fmt::format(" {:>6.2f}", static_cast<double>(successes[m][d][l]) / static_cast<double>(trials));
+      }
+      out += "\n";
+    }
+    if (logprob_sums.empty()) continue;
+    out += "key log-probability (nats per key token, teacher-forced)\n";
+    for (std::size_t d = 0; d < depths.size(); ++d) {
+      out += fmt::format("{:>7.2f}", depths[d]);
+      for (std::size_t l = 0; l < lengths.size(); ++l) {
+        out += fmt::format(" {:>6.2f}", logprob_sums[m][d][l] / static_cast<double>(trials));
       }
       out += "\n";
     }

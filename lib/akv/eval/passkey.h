@@ -1,7 +1,9 @@
 #pragma once
 // Passkey retrieval, token mode (models without a tokenizer): a random marker sequence followed
 // by a random key sequence is placed at a relative depth inside filler tokens, and the prompt
-// ends with the marker again; success = the greedy continuation reproduces the key exactly.
+// ends with the marker again; success = the greedy continuation reproduces the key exactly. The
+// key is decoded teacher-forced, which gives the same successes and the mean log-probability of
+// the key's tokens (a continuous score where every method fails).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -71,7 +73,11 @@ struct PasskeyReport {
   // grid order (depth, then length, then trial); outcomes[prompt][method] = 1 on success.
   std::size_t first_prompt = 0, total_prompts = 0;
   std::vector<std::vector<char>> outcomes;
-  // Rebuilds successes from outcomes (grid order from first_prompt).
+  // Token mode: key_logprob[prompt][method] = mean log p of the key's tokens (nats, teacher-
+  // forced), and its sums per cell, logprob_sums[method][depth][length]; empty in text mode.
+  std::vector<std::vector<double>> key_logprob;
+  std::vector<std::vector<std::vector<double>>> logprob_sums;
+  // Rebuilds successes (and logprob_sums) from outcomes (grid order from first_prompt).
   void tally();
   nlohmann::json to_json() const;
   std::string to_table() const;

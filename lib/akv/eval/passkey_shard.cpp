@@ -17,10 +17,12 @@ nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const P
     for (char ok : row) line.push_back(static_cast<int>(ok));
     outcomes.push_back(line);
   }
-  return {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
-          {"first_prompt", r.first_prompt}, {"total_prompts", r.total_prompts}, {"inputs", run.inputs},
-          {"params", run.params}, {"mode", r.mode}, {"specs", r.specs}, {"descriptions", r.descriptions},
-          {"lengths", r.lengths}, {"depths", r.depths}, {"trials", r.trials}, {"outcomes", outcomes}};
+  nlohmann::json j = {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
+                      {"first_prompt", r.first_prompt}, {"total_prompts", r.total_prompts}, {"inputs", run.inputs},
+                      {"params", run.params}, {"mode", r.mode}, {"specs", r.specs}, {"descriptions", r.descriptions},
+                      {"lengths", r.lengths}, {"depths", r.depths}, {"trials", r.trials}, {"outcomes", outcomes}};
+  if (r.mode == "token") j["key_logprob"] = r.key_logprob;  // exact doubles: the merge sums them as the whole run does
+  return j;
 }
 
 PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
@@ -48,6 +50,17 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
         }
         if (row.size() != r.specs.size()) throw InvalidInput("a prompt without every method", {file, "outcomes", line.dump()});
         r.outcomes.push_back(std::move(row));
+      }
+      if (r.mode == "token") {
+        for (const nlohmann::json& line : j.at("key_logprob")) {
+          auto row = line.get<std::vector<double>>();
+          if (row.size() != r.specs.size()) throw InvalidInput("a prompt without every method", {file, "key_logprob", line.dump()});
+          r.key_logprob.push_back(std::move(row));
+        }
+        if (r.key_logprob.size() != r.outcomes.size()) {
+          throw InvalidInput("key log-probabilities and outcomes of different prompt counts",
+                             {file, "key_logprob", std::to_string(r.key_logprob.size())});
+        }
       }
     }
   } catch (const nlohmann::json::exception& e) {
