@@ -121,8 +121,11 @@ TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and th
         attn::Int8Weights q;
         attn::quantize_weights_int8(w.data(), nq, cols, f, q);
         const attn::Rows rows{f, bytes.data(), stride, n, cols / 8};
-        // Values: 13 rows (an odd count), groups of 32 or 64 channels.
-        const std::size_t group = cols % 64 == 0 ? 64 : 32, ng = cols / group, nv = 13;
+        // Values: 13 rows (an odd count, a partial last quad of rows), groups of 32, 64 or 128
+        // channels by head count (the AVX-512 VNNI value loop maps 4, 2 or 1 groups onto a
+        // 128-channel slice).
+        const std::size_t group = cols % 128 == 0 && nq % 3 == 0 ? 128 : cols % 64 == 0 && nq % 2 == 0 ? 64 : 32;
+        const std::size_t ng = cols / group, nv = 13;
         std::vector<float> coef = normal(nv * nq * ng, 11);
         for (auto& c : coef) c = std::abs(c);
         std::vector<std::uint16_t> pairs;
