@@ -36,6 +36,13 @@ inline std::vector<float> normal(std::size_t n, std::uint64_t seed, double mean 
   return x;
 }
 
+// f16 bits of normal(n, seed): finite scales and zeros as the caches store them.
+inline std::vector<std::uint16_t> normal_f16(std::size_t n, std::uint64_t seed) {
+  std::vector<std::uint16_t> h;
+  for (float v : normal(n, seed)) h.push_back(f32_to_f16_ref(v));
+  return h;
+}
+
 inline void fill(PackedTensor& t, const std::vector<float>& x, std::size_t n_quant, int bits,
           QuantAxis axis, std::size_t group, std::size_t d, std::size_t n_out) {
   std::vector<std::uint16_t> chans;

@@ -139,18 +139,15 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
 
 TEST_CASE("value coefficients and key weights: the vector loops give the plain loops' bits", "[attention]") {
   // Plain loops: coef = p * scale, zero sums as four partial fused sums over i % 4 (value
-  // coefficients), bias as eight over c % 8 (key weights). 4 groups take the two-rows-per-vector
-  // loop; 5 and 1 the others; row counts leave every remainder of 4.
+  // coefficients), bias as 32 over c % 32 (key weights). 4 groups take the two-rows-per-vector
+  // loop; 5 and 1 the others; row counts leave every remainder of 4; 136 channels a partial
+  // round of the key weights' four accumulators.
   for (std::size_t ng : {1, 2, 4, 5}) {
     for (std::size_t nq : {1, 2, 3}) {
       for (std::size_t n : {1, 3, 4, 7, 16, 61}) {
         const std::size_t ps = n + 3;
-        const std::vector<float> p = normal(nq * ps, 11, 0.5, 0.3), sf = normal(n * ng, 12), zf = normal(n * ng, 13);
-        std::vector<std::uint16_t> scale(n * ng), zero(n * ng);
-        for (std::size_t i = 0; i < n * ng; ++i) {
-          scale[i] = f32_to_f16_ref(sf[i]);
-          zero[i] = f32_to_f16_ref(zf[i]);
-        }
+        const std::vector<float> p = normal(nq * ps, 11, 0.5, 0.3);
+        const std::vector<std::uint16_t> scale = normal_f16(n * ng, 12), zero = normal_f16(n * ng, 13);
         std::vector<std::vector<float>> coef(3), zsum(3);
         for_each_isa([&](attn::Isa isa) {
           auto& c = coef[static_cast<std::size_t>(isa)];
@@ -170,12 +167,8 @@ TEST_CASE("value coefficients and key weights: the vector loops give the plain l
   }
   for (std::size_t cols : {8, 64, 136}) {
     for (std::size_t nq : {1, 3, 9}) {
-      const std::vector<float> q = normal(nq * cols, 14), sf = normal(cols, 15), zf = normal(cols, 16);
-      std::vector<std::uint16_t> scale(cols), zero(cols);
-      for (std::size_t c = 0; c < cols; ++c) {
-        scale[c] = f32_to_f16_ref(sf[c]);
-        zero[c] = f32_to_f16_ref(zf[c]);
-      }
+      const std::vector<float> q = normal(nq * cols, 14);
+      const std::vector<std::uint16_t> scale = normal_f16(cols, 15), zero = normal_f16(cols, 16);
       std::vector<std::vector<float>> w(3), bias(3);
       for_each_isa([&](attn::Isa isa) {
         auto& wi = w[static_cast<std::size_t>(isa)];
