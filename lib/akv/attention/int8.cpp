@@ -47,7 +47,8 @@ bool avx2_int8() {
 }
 
 [[maybe_unused]] Int8WeightsView view(const Int8Weights& w) {
-  return {w.nq, w.cols, w.lanes.data(), w.mult16.data(), w.unit.data(), w.quads.empty() ? nullptr : w.quads.data()};
+  return {w.nq,         w.cols,         w.lanes.data(), w.mult16.data(),
+          w.unit.data(), w.mult.data(), w.quads.empty() ? nullptr : w.quads.data()};
 }
 
 int format_bits(RowFormat f) { return f == RowFormat::code2 ? 2 : 4; }
@@ -267,7 +268,8 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
       for (std::size_t c = 0; c < kInt8Block; ++c) natural[c] = static_cast<std::int8_t>(round_weight(xb[c], inv));
       for (int i = 0; i < static_cast<int>(kInt8Block); ++i) lanes[i] = natural[int8_lane_channel(f, i)];
       if (quads) {
-        for (std::size_t c = 0; c < kInt8Block; ++c) quads[c] = natural[c - c % 8 + (c % 8 < 4 ? 2 * (c % 8) : 2 * (c % 8 - 4) + 1)];
+        constexpr std::size_t kQuadOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // even channels of a chunk, then odd
+        for (std::size_t c = 0; c < kInt8Block; ++c) quads[c] = natural[c - c % 8 + kQuadOrder[c % 8]];
       }
     }
   }

@@ -54,6 +54,7 @@ struct Int8WeightsView {
   const std::int8_t* lanes = nullptr;
   const std::int16_t* mult16 = nullptr;
   const float* unit = nullptr;
+  const std::int16_t* mult = nullptr;  // [nq, cols / 32]
   const std::int8_t* quads = nullptr;  // 4 bits only
 };
 

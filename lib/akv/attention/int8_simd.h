@@ -200,7 +200,7 @@ template <int NQ>
       }
       const std::size_t blk = 4 * j + static_cast<std::size_t>(b);
       for (int h = 0; h < NQ; ++h) {
-        const std::int16_t m = w.mult16[(blk * w.nq + h0 + static_cast<std::size_t>(h)) * 16];
+        const std::int16_t m = w.mult[(h0 + static_cast<std::size_t>(h)) * (w.cols / kInt8Block) + blk];
         sum[h] = _mm512_add_epi32(sum[h], _mm512_mullo_epi32(part[h], _mm512_set1_epi32(m)));
       }
     }
