@@ -141,7 +141,7 @@ float max_abs32(const float* x) {
 
 // Clamped, then converted with the default rounding (to nearest even): the bounds are integers,
 // so this equals the plain loop's round-then-clamp (one operation fewer than rounding first:
-// 2026-12-01, AMD EPYC Zen 5, one core, 4 heads, head_dim 128: quantize_weights_int8 165 -> 148
+// 2026-12-01, commit 6c83d70, AMD EPYC Zen 5, AVX2 loops, one core, 4 heads, head_dim 128: quantize_weights_int8 165 -> 148
 // ns per key group, quantize_coefficients_int8 53 -> 48 ns per 16 rows).
 inline __m256i round_epi32(__m256 x, __m256 inv, __m256 lo, __m256 hi) {
   return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x, inv), lo), hi));

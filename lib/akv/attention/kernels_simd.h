@@ -304,8 +304,9 @@ template <RowFormat F, int RB>
 // place in the 64-bit word at byte 8k + 2 (u % 2), so lane j is scaled by 2^(4 (j / 2)) < 2^16
 // and a signed conversion suffices (AVX2 has no unsigned one; the AVX-512 lanes 8..15 carry
 // 2^16 more, which unscaling removes exactly). One AND, one conversion and one FMA per 8
-// values where the shifted loads of load8 spend four operations (measured 2026-12-01, AMD EPYC
-// Zen 5, one core: 0.32 -> 0.23 ns per 8 values in a loop of only these operations).
+// values where the shifted loads of load8 spend four operations (measured 2026-12-01, commit
+// 101d44d, AMD EPYC Zen 5, AVX2, one core: 0.32 -> 0.23 ns per 8 values in a loop of only these
+// operations).
 constexpr std::size_t kHalvesMaxChunks = 128;  // head_dim <= 1024: the key weights' copy in wide-lane order fits the stack
 
 inline __m256i half4_mask() { return _mm256_setr_epi32(0xF, 0xF, 0xF0, 0xF0, 0xF00, 0xF00, 0xF000, 0xF000); }
@@ -765,9 +766,9 @@ void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const fl
     if (rows.chunks % 2 == 0 && cpg % 2 == 0) {
       const std::size_t kw = rows.chunks / 2;
       // 4 or 8 heads: 16 accumulators of AVX-512's 32 registers, two passes over the rows at
-      // head_dim 128 where 8 accumulators took four (2026-12-01, AMD EPYC Zen 5, one core, rows
-      // in L1, 2- and 4-bit: GQA 4 0.086 -> 0.080, GQA 8 0.099 -> 0.076 ns per 8 values and
-      // head; GQA 2 with 16 ran slower, 0.10 -> 0.11).
+      // head_dim 128 where 8 accumulators took four (2026-12-01, commit 5ace68b, AMD EPYC Zen 5,
+      // AVX-512, one core, rows in L1, 2- and 4-bit: GQA 4 0.086 -> 0.080, GQA 8 0.099 -> 0.076
+      // ns per 8 values and head; GQA 2 with 16 ran slower, 0.10 -> 0.11).
       constexpr int CW = NQ >= 4 ? 16 / NQ : CB;
       for (; k + CW <= kw; k += CW) accumulate_block_wide<F, NQ, CW>(rows, k, nq, h0, coef, ng, cpg, acc, as);
       for (; k < kw; ++k) accumulate_block_wide<F, NQ, 1>(rows, k, nq, h0, coef, ng, cpg, acc, as);
