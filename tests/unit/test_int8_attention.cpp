@@ -94,25 +94,27 @@ TEST_CASE("int8 key weights: block steps and codes by hand", "[attention][int8]"
   }
 }
 
-TEST_CASE("int8 value coefficients: steps and pairs by hand, negative refused", "[attention][int8]") {
-  const std::vector<float> coef = {0.5f, 1.0f, 0.25f};  // 3 rows, 1 head, 1 group
-  std::vector<std::uint16_t> pairs;
+TEST_CASE("int8 value coefficients: steps and row quads by hand, negative refused", "[attention][int8]") {
+  const std::vector<float> coef = {0.5f, 1.0f, 0.25f, 0.0f, 0.75f};  // 5 rows, 1 head, 1 group
+  std::vector<std::uint32_t> quads;
   std::vector<float> sigma;
-  attn::quantize_coefficients_int8(coef.data(), 3, 1, 1, pairs, sigma);
+  attn::quantize_coefficients_int8(coef.data(), 5, 1, 1, quads, sigma);
   CHECK(sigma[0] == 1.0f / 127.0f);
-  // 63.5 -> 64, 127, 31.75 -> 32; the missing fourth row is 0.
-  CHECK(pairs == std::vector<std::uint16_t>{static_cast<std::uint16_t>(64 | 127 << 8), 32});
+  // 63.5 -> 64, 127, 31.75 -> 32, 0; 95.25 -> 95 and three missing rows (0).
+  CHECK(quads == std::vector<std::uint32_t>{64u | 127u << 8 | 32u << 16, 95u});
+  CHECK(attn::coefficient_c8(quads.data(), 1, 1, 0) == 127);
+  CHECK(attn::coefficient_c8(quads.data(), 1, 4, 0) == 95);
   const std::vector<float> neg = {0.5f, -0.1f};
-  CHECK_THROWS_AS(attn::quantize_coefficients_int8(neg.data(), 2, 1, 1, pairs, sigma), InvalidInput);
+  CHECK_THROWS_AS(attn::quantize_coefficients_int8(neg.data(), 2, 1, 1, quads, sigma), InvalidInput);
   std::vector<float> many(17, 1.0f);
-  CHECK_THROWS_AS(attn::quantize_coefficients_int8(many.data(), 17, 1, 1, pairs, sigma), InvalidInput);
+  CHECK_THROWS_AS(attn::quantize_coefficients_int8(many.data(), 17, 1, 1, quads, sigma), InvalidInput);
 }
 
 TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and the sums of the rounded operands",
           "[attention][int8]") {
   for (RowFormat f : {RowFormat::code2, RowFormat::code4}) {
     const std::size_t bits = f == RowFormat::code2 ? 2 : 4;
-    for (std::size_t cols : {32, 64, 128, 96, 256}) {
+    for (std::size_t cols : {32, 64, 128, 96, 256, 512}) {
       for (std::size_t nq : {1, 2, 3, 4, 5, 8, 9}) {
         INFO("bits " << bits << " cols " << cols << " heads " << nq);
         const std::size_t n = 37, stride = cols * bits / 8;
@@ -128,9 +130,9 @@ TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and th
         const std::size_t ng = cols / group, nv = 13;
         std::vector<float> coef = normal(nv * nq * ng, 11);
         for (auto& c : coef) c = std::abs(c);
-        std::vector<std::uint16_t> pairs;
+        std::vector<std::uint32_t> quads;
         std::vector<float> sigma;
-        attn::quantize_coefficients_int8(coef.data(), nv, nq, ng, pairs, sigma);
+        attn::quantize_coefficients_int8(coef.data(), nv, nq, ng, quads, sigma);
         const attn::Rows vrows{f, bytes.data(), stride, nv, cols / 8};
         std::vector<std::vector<float>> s(3), acc(3);
         for_each_isa([&](attn::Isa) {  // the roundings: the same codes with every instruction set
@@ -142,10 +144,10 @@ TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and th
           CHECK(qi.mult16 == q.mult16);
           CHECK(qi.quads == q.quads);
           CHECK(qi.unit == q.unit);
-          std::vector<std::uint16_t> pi;
+          std::vector<std::uint32_t> qi8;
           std::vector<float> si;
-          attn::quantize_coefficients_int8(coef.data(), nv, nq, ng, pi, si);
-          CHECK(pi == pairs);
+          attn::quantize_coefficients_int8(coef.data(), nv, nq, ng, qi8, si);
+          CHECK(qi8 == quads);
           CHECK(si == sigma);
         });
         for_each_isa([&](attn::Isa isa) {
@@ -154,7 +156,7 @@ TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and th
           si.assign(nq * n, 0.0f);
           ai.assign(nq * cols, 0.25f);
           attn::score_rows_int8(rows, q, bias.data(), si.data(), n);
-          attn::accumulate_rows_int8(vrows, nq, pairs.data(), ng, group, sigma.data(), ai.data(), cols);
+          attn::accumulate_rows_int8(vrows, nq, quads.data(), ng, group, sigma.data(), ai.data(), cols);
         });
         for (std::size_t i = 1; i < 3; ++i) {
           if (s[i].empty()) continue;
@@ -175,7 +177,7 @@ TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and th
           for (std::size_t c = 0; c < cols; ++c) {
             double sum = 0.25;
             for (std::size_t r = 0; r < nv; ++r) {
-              const int c8 = (pairs[((r / 2) * nq + h) * ng + c / group] >> (8 * (r % 2))) & 0xFF;
+              const auto c8 = static_cast<int>(attn::coefficient_c8(quads.data(), nq * ng, r, h * ng + c / group));
               sum += static_cast<double>(sigma[h * ng + c / group]) * c8 * code_of(f, bytes.data() + r * stride, c);
             }
             worst_a = std::max(worst_a, std::abs(acc[0][h * cols + c] - sum) / std::max(1.0, std::abs(sum)));

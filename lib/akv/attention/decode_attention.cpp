@@ -256,9 +256,9 @@ class PartitionRunner {
     if (int8_values(p, mode_)) {
       for (std::size_t i = 0; i < n; i += attn::kInt8ValueRows) {
         const std::size_t m = std::min(attn::kInt8ValueRows, n - i);
-        attn::quantize_coefficients_int8(coef_.data() + i * nq_ * ng, m, nq_, ng, pairs_, sigma_);
+        attn::quantize_coefficients_int8(coef_.data() + i * nq_ * ng, m, nq_, ng, quads_, sigma_);
         const Rows rows{attn::code_format(p.bits), p.codes + (r0 + i) * stride, stride, m, p.cols / 8};
-        attn::accumulate_rows_int8(rows, nq_, pairs_.data(), ng, p.group, sigma_.data(), acc, d_);
+        attn::accumulate_rows_int8(rows, nq_, quads_.data(), ng, p.group, sigma_.data(), acc, d_);
       }
     } else {
       const Rows rows{attn::code_format(p.bits), p.codes + r0 * stride, stride, n, p.cols / 8};
@@ -292,7 +292,7 @@ class PartitionRunner {
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
   std::vector<float> w_, bias_, coef_, zsum_, buf_;
   attn::Int8Weights w8_;  // int8 mode: w_ rounded
-  std::vector<std::uint16_t> pairs_;
+  std::vector<std::uint32_t> quads_;  // int8 mode: rounded value coefficients
   std::vector<float> sigma_;
   std::size_t group_ = static_cast<std::size_t>(-1);  // key group whose w_/bias_ are loaded
 };

@@ -18,7 +18,8 @@ namespace akv::attn {
 #ifdef AKV_ATTN_INT8_AVX512_TU
 namespace avx512 {  // int8_avx512.cpp
 void score_rows_int8_simd(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s, std::size_t ss);
-void accumulate_rows_int8_simd(const Rows& rows, std::size_t nq, const std::uint16_t* pairs, std::size_t ng,
+void quantize_weights_int8_simd(const float* w, RowFormat f, const Int8WeightsOut& out);
+void accumulate_rows_int8_simd(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
                                std::size_t group, const float* sigma, float* acc, std::size_t as);
 }  // namespace avx512
 #endif
@@ -85,15 +86,15 @@ void score_rows_int8_scalar(const Rows& rows, const Int8Weights& w, const float*
   }
 }
 
-void accumulate_rows_int8_scalar(const Rows& rows, std::size_t nq, const std::uint16_t* pairs, std::size_t ng,
+void accumulate_rows_int8_scalar(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
                                  std::size_t group, const float* sigma, float* acc, std::size_t as) {
-  const std::size_t cols = rows.chunks * 8;
+  const std::size_t cols = rows.chunks * 8, e = nq * ng;
   for (std::size_t h = 0; h < nq; ++h) {
     for (std::size_t c = 0; c < cols; ++c) {
       const std::size_t g = c / group;
       std::int32_t sum = 0;
       for (std::size_t r = 0; r < rows.n; ++r) {
-        const int c8 = (pairs[((r / 2) * nq + h) * ng + g] >> (8 * (r % 2))) & 0xFF;
+        const auto c8 = static_cast<std::int32_t>(coefficient_c8(quads, e, r, h * ng + g));
         sum += c8 * code_at(rows.format, rows.base + r * rows.stride, c);
       }
       acc[h * as + c] = std::fma(sigma[h * ng + g], static_cast<float>(sum), acc[h * as + c]);
@@ -112,7 +113,7 @@ int int8_lane_channel(RowFormat f, int lane) {
 
 namespace {
 
-constexpr float kLevels = 127.0f, kMaxMult = 256.0f;
+constexpr float kLevels = kInt8Levels, kMaxMult = kInt8MaxMult;
 
 // The roundings, one element at a time; the vector loops below do the same operations
 // (multiply, round to nearest even, clamp), so both give the same codes.
@@ -155,27 +156,13 @@ void round_block(const float* x, float inv, RowFormat f, std::int8_t* natural, s
   const __m256i c = round_epi32(_mm256_loadu_ps(x + 16), v, lo, hi), d = round_epi32(_mm256_loadu_ps(x + 24), v, lo, hi);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256i w = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d)), order);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(natural), w);
-  __m256i l;
-  if (f == RowFormat::code4) {  // even bytes then odd bytes of each half, then halves interleaved by 8 bytes
-    const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
-                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    l = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w, split), 0xD8);
-    const __m256i quad = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
-                                          0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(quads), _mm256_shuffle_epi8(w, quad));
-  } else {  // bytes 4i + k grouped by k in each half, then the halves' groups interleaved
-    const __m256i split = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
-                                           0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    l = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(w, split), order);
-  }
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), l);
+  avx2::store_weight_block(w, f, natural, lanes, quads);
 }
 
 // Entries j .. j+k (k <= 8) of quantize_coefficients_int8 in one vector (lanes past k load 0
 // and are not stored).
 void round_coefficients(const float* coef, std::size_t n, std::size_t e, std::size_t j, std::size_t k,
-                        std::uint16_t* pairs, float* sigma) {
+                        std::uint32_t* quads, float* sigma) {
   const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(k)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(kLevels), big = _mm256_set1_ps(std::numeric_limits<float>::max());
   const auto load = [&](std::size_t r) { return _mm256_maskload_ps(coef + r * e + j, live); };
@@ -192,19 +179,12 @@ void round_coefficients(const float* coef, std::size_t n, std::size_t e, std::si
   }
   _mm256_maskstore_ps(sigma + j, live, _mm256_div_ps(cmax, hi));
   const __m256 inv = _mm256_and_ps(_mm256_div_ps(hi, cmax), _mm256_cmp_ps(cmax, lo, _CMP_GT_OQ));
-  const std::size_t np = (n + 1) / 2;
-  for (std::size_t p = 0; p < np; ++p) {
-    const __m256i a = round_epi32(load(2 * p), inv, lo, hi);
-    const __m256i b = 2 * p + 1 < n ? round_epi32(load(2 * p + 1), inv, lo, hi) : _mm256_setzero_si256();
-    const __m256i w = _mm256_or_si256(a, _mm256_slli_epi32(b, 8));
-    const __m128i packed = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(w, w), 0x08));
-    if (k == 8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + p * e + j), packed);
-    } else {
-      alignas(16) std::uint16_t t[8];
-      _mm_store_si128(reinterpret_cast<__m128i*>(t), packed);
-      std::copy(t, t + k, pairs + p * e + j);
+  for (std::size_t q = 0; q < (n + 3) / 4; ++q) {
+    __m256i w = _mm256_setzero_si256();
+    for (std::size_t i = 0; i < 4 && 4 * q + i < n; ++i) {
+      w = _mm256_or_si256(w, _mm256_slli_epi32(round_epi32(load(4 * q + i), inv, lo, hi), static_cast<int>(8 * i)));
     }
+    _mm256_maskstore_epi32(reinterpret_cast<int*>(quads + q * e + j), live, w);
   }
 }
 
@@ -227,9 +207,16 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
   out.mult16.resize(nq * nb * 16);
   out.quads.resize(f == RowFormat::code4 ? nq * cols : 0);
   out.unit.resize(nq);
-  const bool vec = avx2_int8();
   std::vector<float>& bmax = out.block_max;
   bmax.resize(nb);
+#ifdef AKV_ATTN_INT8_AVX512_TU
+  if (avx512_int8() && nb % 4 == 0 && kInt8VectorBlocks % nb == 0) {
+    const Int8WeightsOut o{nq,          cols,           out.w.data(),    out.lanes.data(), out.mult.data(),
+                           out.mult16.data(), f == RowFormat::code4 ? out.quads.data() : nullptr, out.unit.data()};
+    return avx512::quantize_weights_int8_simd(w, f, o);
+  }
+#endif
+  const bool vec = avx2_int8();
   for (std::size_t h = 0; h < nq; ++h) {
     const float* x = w + h * cols;
     float amax = 0.0f;
@@ -276,17 +263,17 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
 }
 
 void quantize_coefficients_int8(const float* coef, std::size_t n, std::size_t nq, std::size_t ng,
-                                std::vector<std::uint16_t>& pairs, std::vector<float>& sigma) {
+                                std::vector<std::uint32_t>& quads, std::vector<float>& sigma) {
   if (n > kInt8ValueRows) {
     throw InvalidInput("int8 attention: too many rows in a value sub-tile", {"", "rows", std::to_string(n)});
   }
-  const std::size_t np = (n + 1) / 2, e = nq * ng;  // entries (head, group) per row
-  pairs.resize(np * e);
+  const std::size_t nk = (n + 3) / 4, e = nq * ng;  // row quads, entries (head, group) per row
+  quads.resize(nk * e);
   sigma.resize(e);
   std::size_t j = 0;
 #ifdef AKV_INT8_AVX2
   if (avx2_int8()) {
-    for (; j < e; j += 8) round_coefficients(coef, n, e, j, std::min<std::size_t>(8, e - j), pairs.data(), sigma.data());
+    for (; j < e; j += 8) round_coefficients(coef, n, e, j, std::min<std::size_t>(8, e - j), quads.data(), sigma.data());
   }
 #endif
   for (; j < e; ++j) {
@@ -297,10 +284,12 @@ void quantize_coefficients_int8(const float* coef, std::size_t n, std::size_t nq
     }
     sigma[j] = cmax / kLevels;
     const float inv = cmax > 0.0f ? kLevels / cmax : 0.0f;
-    for (std::size_t p = 0; p < np; ++p) {
-      const auto a = static_cast<unsigned>(round_coefficient(coef[2 * p * e + j], inv));
-      const auto b = 2 * p + 1 < n ? static_cast<unsigned>(round_coefficient(coef[(2 * p + 1) * e + j], inv)) : 0u;
-      pairs[p * e + j] = static_cast<std::uint16_t>(a | b << 8);
+    for (std::size_t q = 0; q < nk; ++q) {
+      std::uint32_t w = 0;
+      for (std::size_t i = 0; i < 4 && 4 * q + i < n; ++i) {
+        w |= static_cast<std::uint32_t>(round_coefficient(coef[(4 * q + i) * e + j], inv)) << (8 * i);
+      }
+      quads[q * e + j] = w;
     }
   }
 }
@@ -316,7 +305,7 @@ void score_rows_int8(const Rows& rows, const Int8Weights& w, const float* bias, 
   score_rows_int8_scalar(rows, w, bias, s, ss);
 }
 
-void accumulate_rows_int8(const Rows& rows, std::size_t nq, const std::uint16_t* pairs, std::size_t ng,
+void accumulate_rows_int8(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
                           std::size_t group, const float* sigma, float* acc, std::size_t as) {
   check_int8_rows(rows, rows.chunks * 8);
   if (rows.n > kInt8ValueRows || group == 0 || group % kInt8Block != 0) {
@@ -324,12 +313,12 @@ void accumulate_rows_int8(const Rows& rows, std::size_t nq, const std::uint16_t*
                        {"", "rows/group", std::to_string(rows.n) + "/" + std::to_string(group)});
   }
 #ifdef AKV_ATTN_INT8_AVX512_TU
-  if (avx512_int8()) return avx512::accumulate_rows_int8_simd(rows, nq, pairs, ng, group, sigma, acc, as);
+  if (avx512_int8()) return avx512::accumulate_rows_int8_simd(rows, nq, quads, ng, group, sigma, acc, as);
 #endif
 #ifdef AKV_INT8_AVX2
-  if (avx2_int8()) return avx2::accumulate_rows_int8_simd(rows, nq, pairs, ng, group, sigma, acc, as);
+  if (avx2_int8()) return avx2::accumulate_rows_int8_simd(rows, nq, quads, ng, group, sigma, acc, as);
 #endif
-  accumulate_rows_int8_scalar(rows, nq, pairs, ng, group, sigma, acc, as);
+  accumulate_rows_int8_scalar(rows, nq, quads, ng, group, sigma, acc, as);
 }
 
 }  // namespace akv::attn

@@ -14,7 +14,9 @@
 // Values (per-token packed): a sub-tile of at most kInt8ValueRows rows; each coefficient
 // coef[r, h, g] = p * scale (>= 0) is rounded to 0..127 in steps of sigma[h, g] = max_r coef / 127,
 // and the integer sum over the rows of c8 * code goes into the float accumulator as
-// acc = fma(sigma, sum, acc).
+// acc = fma(sigma, sum, acc). The rounded coefficients are stored four rows to a 32-bit word:
+// AVX2 reads them a row pair (16 bits) at a time for vpmaddubsw, AVX-512 VNNI a word at a time
+// for vpdpbusd.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -47,6 +49,21 @@ struct Int8Weights {
   std::vector<float> block_max;             // scratch
 };
 
+constexpr float kInt8Levels = 127.0f, kInt8MaxMult = 256.0f;  // weight codes -127..127, mult 1..256
+
+// Where the AVX-512 quantize_weights_int8 writes (Int8Weights' storage, sized); it takes rows of
+// 4, 8 or 16 blocks (cols 128, 256, 512).
+constexpr std::size_t kInt8VectorBlocks = 16;
+struct Int8WeightsOut {
+  std::size_t nq = 0, cols = 0;
+  std::int8_t* w = nullptr;
+  std::int8_t* lanes = nullptr;
+  std::int16_t* mult = nullptr;
+  std::int16_t* mult16 = nullptr;
+  std::int8_t* quads = nullptr;  // 4 bits only
+  float* unit = nullptr;
+};
+
 // What the vector loops read of Int8Weights (plain pointers: no standard-library code in the
 // AVX-512 translation unit).
 struct Int8WeightsView {
@@ -66,15 +83,20 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
 void score_rows_int8(const Rows& rows, const Int8Weights& w, const float* bias, float* s, std::size_t ss);
 
 // Coefficients of n <= kInt8ValueRows rows, coef[(r * nq + h) * ng + g] >= 0 (finite) ->
-// pairs[(p * nq + h) * ng + g] = c8[2p] | c8[2p + 1] << 8 (c8 of a missing last row 0) and
-// sigma[h * ng + g].
+// quads[(k * nq + h) * ng + g] = c8[4k] | c8[4k + 1] << 8 | c8[4k + 2] << 16 | c8[4k + 3] << 24
+// (c8 of the missing rows of a last partial quad 0) and sigma[h * ng + g].
 void quantize_coefficients_int8(const float* coef, std::size_t n, std::size_t nq, std::size_t ng,
-                                std::vector<std::uint16_t>& pairs, std::vector<float>& sigma);
+                                std::vector<std::uint32_t>& quads, std::vector<float>& sigma);
+
+// c8 of row r, entry j = h * ng + g, of quantize_coefficients_int8's quads (e = nq * ng entries per row).
+inline unsigned coefficient_c8(const std::uint32_t* quads, std::size_t e, std::size_t r, std::size_t j) {
+  return (quads[(r / 4) * e + j] >> (8 * (r % 4))) & 0xFFu;
+}
 
 // For h < nq, c < cols: acc[h * as + c] = fma(sigma[h * ng + g], S, acc[h * as + c]) with
 // S = sum_{r < rows.n} c8[r, h, g] * code_r[c], g = c / group (exact integer sum); cols =
 // rows.chunks * 8 a multiple of 32, group a multiple of 32, rows.n <= kInt8ValueRows.
-void accumulate_rows_int8(const Rows& rows, std::size_t nq, const std::uint16_t* pairs, std::size_t ng,
+void accumulate_rows_int8(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
                           std::size_t group, const float* sigma, float* acc, std::size_t as);
 
 }  // namespace akv::attn

@@ -17,6 +17,105 @@
 namespace akv::attn::AKV_SIMD_NS {
 namespace {
 
+// A block of 32 rounded weights w (int8, channel order) stored in channel order, in
+// int8_lane_channel order and (4 bits) as quads (Int8Weights' layouts).
+[[gnu::always_inline]] inline void store_weight_block(__m256i w, RowFormat f, std::int8_t* natural, std::int8_t* lanes,
+                                                      std::int8_t* quads) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(natural), w);
+  __m256i l;
+  if (f == RowFormat::code4) {  // even bytes then odd bytes of each half, then halves interleaved by 8 bytes
+    const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    l = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w, split), 0xD8);
+    const __m256i quad = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
+                                          0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(quads), _mm256_shuffle_epi8(w, quad));
+  } else {  // bytes 4i + k grouped by k in each half, then the halves' groups interleaved
+    const __m256i split = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                           0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    l = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(w, split), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), l);
+}
+
+#ifdef __AVX512BW__
+// quantize_weights_int8 with 512-bit vectors for heads of 4, 8 or 16 blocks: the largest |w| of
+// 4 blocks reduced together into one vector, the multipliers and steps of 16 blocks (of 1, 2 or 4
+// heads) in one vector (the plain loop's operations: a division, a multiply, a division, a
+// ceiling, a clamp, a product and a reciprocal), kept in registers, so the division latencies are
+// paid once per 16 blocks; then each block rounded 16 at a time (multiply, clamp, convert to
+// nearest even: the plain loop's codes).
+
+// Lanes 4i + k (every i) = max |x| over block k of the 4 blocks at x.
+[[gnu::always_inline]] inline __m512 block_max4(const float* x) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  __m512 m[4];
+  for (int k = 0; k < 4; ++k) {
+    m[k] = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * k)),
+                         _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * k + 16)));
+  }
+  // Per 128-bit lane: [m0 0|2, m1 0|2, m0 1|3, m1 1|3], then [m0, m1, m2, m3], then across lanes.
+  const __m512 a = _mm512_max_ps(_mm512_unpacklo_ps(m[0], m[1]), _mm512_unpackhi_ps(m[0], m[1]));
+  const __m512 b = _mm512_max_ps(_mm512_unpacklo_ps(m[2], m[3]), _mm512_unpackhi_ps(m[2], m[3]));
+  __m512 c = _mm512_max_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
+  c = _mm512_max_ps(c, _mm512_shuffle_f32x4(c, c, 0x4E));
+  return _mm512_max_ps(c, _mm512_shuffle_f32x4(c, c, 0xB1));
+}
+
+// Heads h0 .. h0+hn (hn * nb <= 16 lanes, lane hi * nb + b = block b of head h0 + hi).
+inline void quantize_heads_avx512(const float* w, RowFormat f, const Int8WeightsOut& o, std::size_t h0, std::size_t hn) {
+  const std::size_t nb = o.cols / kInt8Block;
+  const __m512 lo = _mm512_set1_ps(-kInt8Levels), hi = _mm512_set1_ps(kInt8Levels), one = _mm512_set1_ps(1.0f);
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 bm = zero;
+  for (std::size_t i = 0; i < hn; ++i) {
+    for (std::size_t j = 0; j < nb / 4; ++j) {
+      const auto lanes = static_cast<__mmask16>(0xFu << (i * nb + 4 * j));
+      bm = _mm512_mask_mov_ps(bm, lanes, block_max4(w + (h0 + i) * o.cols + 128 * j));
+    }
+  }
+  // Each lane: the largest block maximum of its head (nb = 4, 8 or 16 lanes).
+  __m512 amax = _mm512_max_ps(bm, _mm512_permute_ps(bm, 0x4E));
+  amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0xB1));
+  if (nb >= 8) amax = _mm512_max_ps(amax, _mm512_shuffle_f32x4(amax, amax, 0xB1));
+  if (nb >= 16) amax = _mm512_max_ps(amax, _mm512_shuffle_f32x4(amax, amax, 0x4E));
+  const __m512 u = _mm512_div_ps(amax, _mm512_set1_ps(kInt8Levels * kInt8MaxMult));
+  __m512 m = _mm512_roundscale_ps(_mm512_div_ps(bm, _mm512_mul_ps(_mm512_set1_ps(kInt8Levels), u)),
+                                  _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+  m = _mm512_min_ps(_mm512_max_ps(m, one), _mm512_set1_ps(kInt8MaxMult));
+  m = _mm512_mask_mov_ps(one, _mm512_cmp_ps_mask(u, zero, _CMP_GT_OQ), m);
+  const __m512 step = _mm512_mul_ps(u, m);
+  const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(step, zero, _CMP_GT_OQ), one, step);
+  const auto live = static_cast<__mmask16>((1u << (hn * nb)) - 1);
+  const __m256i m16 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(m));
+  _mm256_mask_storeu_epi16(o.mult + h0 * nb, live, m16);
+  const __m512i first = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                                           _mm512_set1_epi32(static_cast<int>(nb)));
+  _mm512_mask_storeu_ps(o.unit + h0, static_cast<__mmask16>((1u << hn) - 1), _mm512_permutexvar_ps(first, u));
+  for (std::size_t i = 0; i < hn; ++i) {
+    const std::size_t h = h0 + i;
+    const float* x = w + h * o.cols;
+    for (std::size_t b = 0; b < nb; ++b) {
+      const auto lane = static_cast<int>(i * nb + b);
+      const __m512 v = _mm512_permutexvar_ps(_mm512_set1_epi32(lane), inv);
+      const __m512i a = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), v), lo), hi));
+      const __m512i c = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), v), lo), hi));
+      const __m256i wb = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(a)), _mm512_cvtepi32_epi8(c), 1);
+      store_weight_block(wb, f, o.w + h * o.cols + 32 * b, o.lanes + (b * o.nq + h) * kInt8Block,
+                         o.quads ? o.quads + h * o.cols + 32 * b : nullptr);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.mult16 + (b * o.nq + h) * 16),
+                          _mm256_permutexvar_epi16(_mm256_set1_epi16(static_cast<short>(lane)), m16));
+    }
+  }
+}
+
+// nb = cols / 32 of 4, 8 or 16: 16 / nb heads per vector.
+inline void quantize_weights_avx512(const float* w, RowFormat f, const Int8WeightsOut& o) {
+  const std::size_t per = kInt8VectorBlocks / (o.cols / kInt8Block);
+  for (std::size_t h = 0; h < o.nq; h += per) quantize_heads_avx512(w, f, o, h, o.nq - h < per ? o.nq - h : per);
+}
+#endif
+
 #ifdef __AVX512VL__
 constexpr int kIntAccs = 16;
 #else
@@ -304,7 +403,7 @@ template <RowFormat F>
 // acc = fma(sigma, sum, acc) in channel order.
 template <RowFormat F, int NQ>
 [[gnu::always_inline]] inline void accumulate_block_int8(const Rows& rows, std::size_t j, std::size_t nq, std::size_t h0,
-                                                         const std::uint16_t* pairs, std::size_t ng, std::size_t g,
+                                                         const std::uint32_t* quads, std::size_t ng, std::size_t g,
                                                          const float* sigma, float* acc, std::size_t as) {
   __m256i ae[NQ], ao[NQ];
   for (int h = 0; h < NQ; ++h) ae[h] = ao[h] = _mm256_setzero_si256();
@@ -314,9 +413,10 @@ template <RowFormat F, int NQ>
     const std::uint8_t* b = 2 * p + 1 < rows.n ? a + rows.stride : a;  // a missing row has coefficient 0
     __m256i e, o;
     unpack_pair<F>(a, b, e, o);
-    const std::uint16_t* pw = pairs + (p * nq + h0) * ng + g;
+    const std::uint32_t* qw = quads + ((p / 2) * nq + h0) * ng + g;  // rows 2p, 2p + 1: one half of a quad
+    const unsigned shift = 16 * (p % 2);
     for (int h = 0; h < NQ; ++h) {
-      const __m256i c = _mm256_set1_epi16(static_cast<short>(pw[static_cast<std::size_t>(h) * ng]));
+      const __m256i c = _mm256_set1_epi16(static_cast<short>(qw[static_cast<std::size_t>(h) * ng] >> shift));
       ae[h] = _mm256_add_epi16(ae[h], _mm256_maddubs_epi16(e, c));
       ao[h] = _mm256_add_epi16(ao[h], _mm256_maddubs_epi16(o, c));
     }
@@ -335,7 +435,7 @@ template <RowFormat F, int NQ>
 }
 
 template <RowFormat F>
-void accumulate_format_int8(const Rows& rows, std::size_t nq, const std::uint16_t* pairs, std::size_t ng,
+void accumulate_format_int8(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
                             std::size_t group, const float* sigma, float* acc, std::size_t as) {
   // Two 16-bit accumulators per head: 4 heads fill AVX2's 16 registers, 8 AVX-512's 32.
   constexpr std::size_t kHeads = kIntAccs / 2;
@@ -346,21 +446,117 @@ void accumulate_format_int8(const Rows& rows, std::size_t nq, const std::uint16_
     for (std::size_t h = 0; h < nq;) {
       const std::size_t left = nq - h;
       if (kHeads >= 8 && left >= 8) {
-        accumulate_block_int8<F, kHeads >= 8 ? 8 : 4>(rows, j, nq, h, pairs, ng, g, sigma, acc, as);
+        accumulate_block_int8<F, kHeads >= 8 ? 8 : 4>(rows, j, nq, h, quads, ng, g, sigma, acc, as);
         h += kHeads >= 8 ? 8 : 4;
       } else if (left >= 4) {
-        accumulate_block_int8<F, 4>(rows, j, nq, h, pairs, ng, g, sigma, acc, as);
+        accumulate_block_int8<F, 4>(rows, j, nq, h, quads, ng, g, sigma, acc, as);
         h += 4;
       } else if (left >= 2) {
-        accumulate_block_int8<F, 2>(rows, j, nq, h, pairs, ng, g, sigma, acc, as);
+        accumulate_block_int8<F, 2>(rows, j, nq, h, quads, ng, g, sigma, acc, as);
         h += 2;
       } else {
-        accumulate_block_int8<F, 1>(rows, j, nq, h, pairs, ng, g, sigma, acc, as);
+        accumulate_block_int8<F, 1>(rows, j, nq, h, quads, ng, g, sigma, acc, as);
         h += 1;
       }
     }
   }
 }
+
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// 4-bit value rows with AVX-512 VNNI: each quad of rows (4k .. 4k+3) is transposed so that a
+// 32-bit lane holds the 4 rows' codes of one channel, 16 consecutive channels per vector; then
+// vpdpbusd against the quad's coefficients of a (head, group) broadcast does 64 products per
+// instruction and leaves per-channel sums in channel order (one float multiply-add per 16
+// channels and sub-tile). The transposed codes of a sub-tile (at most 16 rows x kVnniValueCols
+// channels, 8 KB) stay in L1 for every head. Same integer sums as the plain loop, so same bits.
+constexpr std::size_t kVnniValueCols = 512;
+
+// Channels 16v .. 16v+15 (v < 8) of the 128-channel slice at byte off of rows row[0..3], as out[v]:
+// lane i = the 4 rows' codes of channel 16v + i.
+[[gnu::always_inline]] inline void transpose_quad(const std::uint8_t* const* row, std::size_t off, __m512i* out) {
+  // Row bytes split into low and high nibbles and interleaved: lane L of e holds channels
+  // 32L .. 32L+15 (a byte each), of f 32L+16 .. 32L+31. Then 32-bit groups of 4 channels
+  // (channel quad q = channels 4q .. 4q+3 of the slice) are placed so that 128-bit lane L, word k
+  // of x holds quad 4k + L (of y: 16 + 4k + L): the byte interleave below then gathers word k of
+  // every lane into out[k], channels 16k .. 16k+15 in order.
+  // Quad q sits in e at word 4 (q / 8) + q % 8 when q % 8 < 4, else in f (index 16 + ...); so
+  // x word 4L + k takes quad 4k + L from index px[4L + k], and y (quads 16 + ...) 8 further.
+  const __m512i px = _mm512_setr_epi32(0, 16, 4, 20, 1, 17, 5, 21, 2, 18, 6, 22, 3, 19, 7, 23);
+  const __m512i py = _mm512_add_epi32(px, _mm512_set1_epi32(8)), low = _mm512_set1_epi8(0x0F);
+  __m512i x[4], y[4];
+  for (int r = 0; r < 4; ++r) {
+    const __m512i v = _mm512_loadu_si512(row[r] + off);
+    const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    const __m512i e = _mm512_unpacklo_epi8(lo, hi), f = _mm512_unpackhi_epi8(lo, hi);
+    x[r] = _mm512_permutex2var_epi32(e, px, f);
+    y[r] = _mm512_permutex2var_epi32(e, py, f);
+  }
+  for (const __m512i* z : {x, y}) {
+    const __m512i a = _mm512_unpacklo_epi8(z[0], z[1]), b = _mm512_unpackhi_epi8(z[0], z[1]);
+    const __m512i c = _mm512_unpacklo_epi8(z[2], z[3]), d = _mm512_unpackhi_epi8(z[2], z[3]);
+    out[0] = _mm512_unpacklo_epi16(a, c);
+    out[1] = _mm512_unpackhi_epi16(a, c);
+    out[2] = _mm512_unpacklo_epi16(b, d);
+    out[3] = _mm512_unpackhi_epi16(b, d);
+    out += 4;
+  }
+}
+
+// The sums of NK transposed row quads t[k * nv + v] for every head, four vectors (64 channels,
+// at most two groups) at a time: independent vpdpbusd chains.
+template <int NK>
+[[gnu::always_inline]] inline void vnni_value_sums(const __m512i* t, std::size_t nv, std::size_t nq,
+                                                   const std::uint32_t* quads, std::size_t ng, std::size_t group,
+                                                   const float* sigma, float* acc, std::size_t as) {
+  const std::size_t e = nq * ng;
+  for (std::size_t h = 0; h < nq; ++h) {
+    for (std::size_t v = 0; v < nv; v += 4) {
+      const std::size_t j0 = h * ng + 16 * v / group, j1 = h * ng + 16 * (v + 2) / group;
+      __m512i c0[NK], c1[NK], sum[4];
+      for (int k = 0; k < NK; ++k) {
+        c0[k] = _mm512_set1_epi32(static_cast<int>(quads[static_cast<std::size_t>(k) * e + j0]));
+        c1[k] = _mm512_set1_epi32(static_cast<int>(quads[static_cast<std::size_t>(k) * e + j1]));
+      }
+      for (auto& x : sum) x = _mm512_setzero_si512();
+      for (int k = 0; k < NK; ++k) {
+        const __m512i* tk = t + static_cast<std::size_t>(k) * nv + v;
+        sum[0] = _mm512_dpbusd_epi32(sum[0], tk[0], c0[k]);
+        sum[1] = _mm512_dpbusd_epi32(sum[1], tk[1], c0[k]);
+        sum[2] = _mm512_dpbusd_epi32(sum[2], tk[2], c1[k]);
+        sum[3] = _mm512_dpbusd_epi32(sum[3], tk[3], c1[k]);
+      }
+      float* out = acc + h * as + 16 * v;
+      for (int i = 0; i < 4; ++i) {
+        const __m512 sg = _mm512_set1_ps(sigma[i < 2 ? j0 : j1]);
+        _mm512_storeu_ps(out + 16 * i, _mm512_fmadd_ps(sg, _mm512_cvtepi32_ps(sum[i]), _mm512_loadu_ps(out + 16 * i)));
+      }
+    }
+  }
+}
+
+// 4 bits, cols % 128 == 0, cols <= kVnniValueCols, group % 32 == 0 (a vector of 16 channels
+// lies in one group).
+inline void accumulate_rows_vnni(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
+                                 std::size_t group, const float* sigma, float* acc, std::size_t as) {
+  const std::size_t cols = rows.chunks * 8, nv = cols / 16, nk = (rows.n + 3) / 4;
+  __m512i t[kInt8ValueRows / 4 * kVnniValueCols / 16];  // [nk][nv]
+  for (std::size_t k = 0; k < nk; ++k) {
+    const std::uint8_t* row[4];
+    for (std::size_t i = 0; i < 4; ++i) {  // a missing row of the last quad: any row (its coefficient is 0)
+      row[i] = rows.base + (4 * k + i < rows.n ? 4 * k + i : 4 * k) * rows.stride;
+      prefetch_row(row[i], rows.stride);
+    }
+    for (std::size_t s = 0; s < cols / 128; ++s) transpose_quad(row, 64 * s, t + k * nv + 8 * s);
+  }
+  switch (nk) {
+    case 1: return vnni_value_sums<1>(t, nv, nq, quads, ng, group, sigma, acc, as);
+    case 2: return vnni_value_sums<2>(t, nv, nq, quads, ng, group, sigma, acc, as);
+    case 3: return vnni_value_sums<3>(t, nv, nq, quads, ng, group, sigma, acc, as);
+    default: return vnni_value_sums<4>(t, nv, nq, quads, ng, group, sigma, acc, as);
+  }
+}
+#endif
 
 }  // namespace
 
@@ -380,12 +576,24 @@ void score_rows_int8_simd(const Rows& rows, const Int8WeightsView& w, const floa
   }
 }
 
-void accumulate_rows_int8_simd(const Rows& rows, std::size_t nq, const std::uint16_t* pairs, std::size_t ng,
+#ifdef __AVX512BW__
+void quantize_weights_int8_simd(const float* w, RowFormat f, const Int8WeightsOut& out) {
+  quantize_weights_avx512(w, f, out);
+}
+#endif
+
+void accumulate_rows_int8_simd(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
                                std::size_t group, const float* sigma, float* acc, std::size_t as) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const std::size_t cols = rows.chunks * 8;
+  if (rows.format == RowFormat::code4 && cols % 128 == 0 && cols <= kVnniValueCols) {
+    return accumulate_rows_vnni(rows, nq, quads, ng, group, sigma, acc, as);
+  }
+#endif
   if (rows.format == RowFormat::code4) {
-    accumulate_format_int8<RowFormat::code4>(rows, nq, pairs, ng, group, sigma, acc, as);
+    accumulate_format_int8<RowFormat::code4>(rows, nq, quads, ng, group, sigma, acc, as);
   } else {
-    accumulate_format_int8<RowFormat::code2>(rows, nq, pairs, ng, group, sigma, acc, as);
+    accumulate_format_int8<RowFormat::code2>(rows, nq, quads, ng, group, sigma, acc, as);
   }
 }
 
