@@ -104,8 +104,15 @@ TEST_CASE("int8 value coefficients: steps and row quads by hand, negative refuse
   CHECK(quads == std::vector<std::uint32_t>{64u | 127u << 8 | 32u << 16, 95u});
   CHECK(attn::coefficient_c8(quads.data(), 1, 1, 0) == 127);
   CHECK(attn::coefficient_c8(quads.data(), 1, 4, 0) == 95);
-  const std::vector<float> neg = {0.5f, -0.1f};
-  CHECK_THROWS_AS(attn::quantize_coefficients_int8(neg.data(), 2, 1, 1, quads, sigma), InvalidInput);
+  for_each_isa([&](attn::Isa) {  // each vector loop refuses what the plain loop refuses
+    for (float bad : {-0.1f, std::nanf(""), INFINITY}) {
+      for (std::size_t at : {std::size_t{0}, std::size_t{13 * 19 + 18}}) {  // a full vector's lane, a partial one's
+        std::vector<float> c(16 * 19, 0.5f);  // 16 rows of 19 entries (19 heads, one group)
+        c[at] = bad;
+        CHECK_THROWS_AS(attn::quantize_coefficients_int8(c.data(), 16, 19, 1, quads, sigma), InvalidInput);
+      }
+    }
+  });
   std::vector<float> many(17, 1.0f);
   CHECK_THROWS_AS(attn::quantize_coefficients_int8(many.data(), 17, 1, 1, quads, sigma), InvalidInput);
 }

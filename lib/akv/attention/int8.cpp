@@ -19,6 +19,8 @@ namespace akv::attn {
 namespace avx512 {  // int8_avx512.cpp
 void score_rows_int8_simd(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s, std::size_t ss);
 void quantize_weights_int8_simd(const float* w, RowFormat f, const Int8WeightsOut& out);
+bool quantize_coefficients_int8_simd(const float* coef, std::size_t n, std::size_t e, std::uint32_t* quads,
+                                     float* sigma);
 void accumulate_rows_int8_simd(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
                                std::size_t group, const float* sigma, float* acc, std::size_t as);
 }  // namespace avx512
@@ -271,6 +273,10 @@ void quantize_coefficients_int8(const float* coef, std::size_t n, std::size_t nq
   quads.resize(nk * e);
   sigma.resize(e);
   std::size_t j = 0;
+#ifdef AKV_ATTN_INT8_AVX512_TU
+  // A refused coefficient: the loops below throw for it.
+  if (avx512_int8() && avx512::quantize_coefficients_int8_simd(coef, n, e, quads.data(), sigma.data())) return;
+#endif
 #ifdef AKV_INT8_AVX2
   if (avx2_int8()) {
     for (; j < e; j += 8) round_coefficients(coef, n, e, j, std::min<std::size_t>(8, e - j), quads.data(), sigma.data());

@@ -109,6 +109,38 @@ inline void quantize_heads_avx512(const float* w, RowFormat f, const Int8Weights
   }
 }
 
+// quantize_coefficients_int8 with 512-bit vectors, 16 entries at a time (the plain loop's
+// operations: maximum, division, reciprocal, multiply, clamp, convert to nearest even); false
+// when a coefficient is negative or not finite (the plain loop then says which).
+inline bool quantize_coefficients_avx512(const float* coef, std::size_t n, std::size_t e, std::uint32_t* quads,
+                                         float* sigma) {
+  const __m512 zero = _mm512_setzero_ps(), levels = _mm512_set1_ps(kInt8Levels);
+  const __m512 big = _mm512_set1_ps(3.40282347e38f);  // the largest finite float
+  for (std::size_t j = 0; j < e; j += 16) {
+    const auto live = static_cast<__mmask16>(e - j >= 16 ? 0xFFFF : (1u << (e - j)) - 1);
+    __m512 cmax = zero;
+    unsigned bad = 0;  // lanes with a value not in [0, big] (NaN included): independent compares, OR-ed
+    for (std::size_t r = 0; r < n; ++r) {
+      const __m512 x = _mm512_maskz_loadu_ps(live, coef + r * e + j);
+      bad |= _mm512_cmp_ps_mask(x, zero, _CMP_NGE_UQ) | _mm512_cmp_ps_mask(x, big, _CMP_NLE_UQ);
+      cmax = _mm512_max_ps(cmax, x);
+    }
+    if (bad != 0) return false;
+    _mm512_mask_storeu_ps(sigma + j, live, _mm512_div_ps(cmax, levels));
+    const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(cmax, zero, _CMP_GT_OQ), levels, cmax);
+    for (std::size_t q = 0; q < (n + 3) / 4; ++q) {
+      __m512i w = _mm512_setzero_si512();
+      for (std::size_t i = 0; i < 4 && 4 * q + i < n; ++i) {
+        const __m512 x = _mm512_maskz_loadu_ps(live, coef + (4 * q + i) * e + j);
+        const __m512i c = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x, inv), zero), levels));
+        w = _mm512_or_si512(w, _mm512_sll_epi32(c, _mm_cvtsi32_si128(static_cast<int>(8 * i))));
+      }
+      _mm512_mask_storeu_epi32(quads + q * e + j, live, w);
+    }
+  }
+  return true;
+}
+
 // nb = cols / 32 of 4, 8 or 16: 16 / nb heads per vector.
 inline void quantize_weights_avx512(const float* w, RowFormat f, const Int8WeightsOut& o) {
   const std::size_t per = kInt8VectorBlocks / (o.cols / kInt8Block);
@@ -579,6 +611,11 @@ void score_rows_int8_simd(const Rows& rows, const Int8WeightsView& w, const floa
 #ifdef __AVX512BW__
 void quantize_weights_int8_simd(const float* w, RowFormat f, const Int8WeightsOut& out) {
   quantize_weights_avx512(w, f, out);
+}
+
+bool quantize_coefficients_int8_simd(const float* coef, std::size_t n, std::size_t e, std::uint32_t* quads,
+                                     float* sigma) {
+  return quantize_coefficients_avx512(coef, n, e, quads, sigma);
 }
 #endif
 
