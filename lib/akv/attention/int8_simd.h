@@ -504,9 +504,9 @@ void accumulate_format_int8(const Rows& rows, std::size_t nq, const std::uint32_
 // channels, 8 KB) stay in L1 for every head. Same integer sums as the plain loop, so same bits.
 constexpr std::size_t kVnniValueCols = 512;
 
-// Channels 16v .. 16v+15 (v < 8) of the 128-channel slice at byte off of rows row[0..3], as out[v]:
-// lane i = the 4 rows' codes of channel 16v + i.
-[[gnu::always_inline]] inline void transpose_quad(const std::uint8_t* const* row, std::size_t off, __m512i* out) {
+// Channels 16v .. 16v+15 (v < 8) of the 128-channel slices v4[0..3] (64 bytes of 4-bit codes
+// each), as out[v]: lane i = the 4 slices' codes of channel 16v + i.
+[[gnu::always_inline]] inline void transpose_quad(const __m512i (&v4)[4], __m512i* out) {
   // Row bytes split into low and high nibbles and interleaved: lane L of e holds channels
   // 32L .. 32L+15 (a byte each), of f 32L+16 .. 32L+31. Then 32-bit groups of 4 channels
   // (channel quad q = channels 4q .. 4q+3 of the slice) are placed so that 128-bit lane L, word k
@@ -518,7 +518,7 @@ constexpr std::size_t kVnniValueCols = 512;
   const __m512i py = _mm512_add_epi32(px, _mm512_set1_epi32(8)), low = _mm512_set1_epi8(0x0F);
   __m512i x[4], y[4];
   for (int r = 0; r < 4; ++r) {
-    const __m512i v = _mm512_loadu_si512(row[r] + off);
+    const __m512i v = v4[r];
     const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
     const __m512i e = _mm512_unpacklo_epi8(lo, hi), f = _mm512_unpackhi_epi8(lo, hi);
     x[r] = _mm512_permutex2var_epi32(e, px, f);
@@ -579,13 +579,55 @@ inline void accumulate_rows_vnni(const Rows& rows, std::size_t nq, const std::ui
       row[i] = rows.base + (4 * k + i < rows.n ? 4 * k + i : 4 * k) * rows.stride;
       prefetch_row(row[i], rows.stride);
     }
-    for (std::size_t s = 0; s < cols / 128; ++s) transpose_quad(row, 64 * s, t + k * nv + 8 * s);
+    for (std::size_t s = 0; s < cols / 128; ++s) {
+      __m512i v4[4];
+      for (int i = 0; i < 4; ++i) v4[i] = _mm512_loadu_si512(row[i] + 64 * s);
+      transpose_quad(v4, t + k * nv + 8 * s);
+    }
   }
   switch (nk) {
     case 1: return vnni_value_sums<1>(t, nv, nq, quads, ng, group, sigma, acc, as);
     case 2: return vnni_value_sums<2>(t, nv, nq, quads, ng, group, sigma, acc, as);
     case 3: return vnni_value_sums<3>(t, nv, nq, quads, ng, group, sigma, acc, as);
     default: return vnni_value_sums<4>(t, nv, nq, quads, ng, group, sigma, acc, as);
+  }
+}
+
+// 64-channel rows (head_dim 64): rows 2j and 2j + 1 side by side as one 128-channel slice, so a
+// quad of slices holds 8 rows (an octet); transposed vector v < 4 then holds channels 16v of the
+// even rows 8o, 8o + 2, 8o + 4, 8o + 6 (one byte each), v >= 4 the same channels of the odd rows,
+// each against its own coefficient word (the bytes of the two rows' quads picked with pext).
+inline void accumulate_rows_vnni64(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
+                                   std::size_t group, const float* sigma, float* acc, std::size_t as) {
+  const std::size_t no = (rows.n + 7) / 8, nk = (rows.n + 3) / 4, e = nq * ng;
+  __m512i t[kInt8ValueRows / 8][8];
+  for (std::size_t o = 0; o < no; ++o) {
+    __m512i v4[4];
+    for (std::size_t j = 0; j < 4; ++j) {  // a missing row: zero codes (its coefficient is 0 too)
+      const std::size_t r = 8 * o + 2 * j;
+      const auto half = [&](std::size_t i) {
+        if (i >= rows.n) return _mm256_setzero_si256();
+        prefetch_row(rows.base + i * rows.stride, rows.stride);
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.base + i * rows.stride));
+      };
+      v4[j] = _mm512_inserti64x4(_mm512_castsi256_si512(half(r)), half(r + 1), 1);
+    }
+    transpose_quad(v4, t[o]);
+  }
+  for (std::size_t h = 0; h < nq; ++h) {
+    for (std::size_t v = 0; v < 4; ++v) {
+      const std::size_t j = h * ng + 16 * v / group;
+      __m512i sum = _mm512_setzero_si512();
+      for (std::size_t o = 0; o < no; ++o) {
+        const std::uint64_t c8 = quads[2 * o * e + j] | (2 * o + 1 < nk ? std::uint64_t{quads[(2 * o + 1) * e + j]} << 32 : 0);
+        const auto even = static_cast<int>(_pext_u64(c8, 0x00FF00FF00FF00FFull));
+        const auto odd = static_cast<int>(_pext_u64(c8, 0xFF00FF00FF00FF00ull));
+        sum = _mm512_dpbusd_epi32(sum, t[o][v], _mm512_set1_epi32(even));
+        sum = _mm512_dpbusd_epi32(sum, t[o][v + 4], _mm512_set1_epi32(odd));
+      }
+      float* out = acc + h * as + 16 * v;
+      _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_set1_ps(sigma[j]), _mm512_cvtepi32_ps(sum), _mm512_loadu_ps(out)));
+    }
   }
 }
 #endif
@@ -626,6 +668,7 @@ void accumulate_rows_int8_simd(const Rows& rows, std::size_t nq, const std::uint
   if (rows.format == RowFormat::code4 && cols % 128 == 0 && cols <= kVnniValueCols) {
     return accumulate_rows_vnni(rows, nq, quads, ng, group, sigma, acc, as);
   }
+  if (rows.format == RowFormat::code4 && cols == 64) return accumulate_rows_vnni64(rows, nq, quads, ng, group, sigma, acc, as);
 #endif
   if (rows.format == RowFormat::code4) {
     accumulate_format_int8<RowFormat::code4>(rows, nq, quads, ng, group, sigma, acc, as);
