@@ -212,7 +212,7 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
   std::vector<float>& bmax = out.block_max;
   bmax.resize(nb);
 #ifdef AKV_ATTN_INT8_AVX512_TU
-  if (avx512_int8() && nb % 4 == 0 && kInt8VectorBlocks % nb == 0) {
+  if (avx512_int8() && kInt8VectorBlocks % nb == 0) {
     const Int8WeightsOut o{nq,          cols,           out.w.data(),    out.lanes.data(), out.mult.data(),
                            out.mult16.data(), f == RowFormat::code4 ? out.quads.data() : nullptr, out.unit.data()};
     return avx512::quantize_weights_int8_simd(w, f, o);

@@ -52,7 +52,7 @@ struct Int8Weights {
 constexpr float kInt8Levels = 127.0f, kInt8MaxMult = 256.0f;  // weight codes -127..127, mult 1..256
 
 // Where the AVX-512 quantize_weights_int8 writes (Int8Weights' storage, sized); it takes rows of
-// 4, 8 or 16 blocks (cols 128, 256, 512).
+// 1, 2, 4, 8 or 16 blocks (cols 32, 64, 128, 256, 512).
 constexpr std::size_t kInt8VectorBlocks = 16;
 struct Int8WeightsOut {
   std::size_t nq = 0, cols = 0;

@@ -39,20 +39,21 @@ namespace {
 }
 
 #ifdef __AVX512BW__
-// quantize_weights_int8 with 512-bit vectors for heads of 4, 8 or 16 blocks: the largest |w| of
-// 4 blocks reduced together into one vector, the multipliers and steps of 16 blocks (of 1, 2 or 4
-// heads) in one vector (the plain loop's operations: a division, a multiply, a division, a
+// quantize_weights_int8 with 512-bit vectors for heads of 1, 2, 4, 8 or 16 blocks: the largest
+// |w| of 4 blocks reduced together into one vector, the multipliers and steps of 16 blocks (of 1
+// to 16 heads) in one vector (the plain loop's operations: a division, a multiply, a division, a
 // ceiling, a clamp, a product and a reciprocal), kept in registers, so the division latencies are
 // paid once per 16 blocks; then each block rounded 16 at a time (multiply, clamp, convert to
 // nearest even: the plain loop's codes).
 
-// Lanes 4i + k (every i) = max |x| over block k of the 4 blocks at x.
-[[gnu::always_inline]] inline __m512 block_max4(const float* x) {
+// Lanes 4i + k (every i) = max |x| over block k of the 4 blocks at x (0 for k >= count).
+[[gnu::always_inline]] inline __m512 block_max4(const float* x, std::size_t count) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
   __m512 m[4];
-  for (int k = 0; k < 4; ++k) {
-    m[k] = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * k)),
-                         _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * k + 16)));
+  for (std::size_t k = 0; k < 4; ++k) {
+    const __mmask16 live = k < count ? 0xFFFF : 0;
+    m[k] = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_maskz_loadu_ps(live, x + 32 * k)),
+                         _mm512_andnot_ps(sign, _mm512_maskz_loadu_ps(live, x + 32 * k + 16)));
   }
   // Per 128-bit lane: [m0 0|2, m1 0|2, m0 1|3, m1 1|3], then [m0, m1, m2, m3], then across lanes.
   const __m512 a = _mm512_max_ps(_mm512_unpacklo_ps(m[0], m[1]), _mm512_unpackhi_ps(m[0], m[1]));
@@ -67,16 +68,15 @@ inline void quantize_heads_avx512(const float* w, RowFormat f, const Int8Weights
   const std::size_t nb = o.cols / kInt8Block;
   const __m512 lo = _mm512_set1_ps(-kInt8Levels), hi = _mm512_set1_ps(kInt8Levels), one = _mm512_set1_ps(1.0f);
   const __m512 zero = _mm512_setzero_ps();
+  // The heads' blocks are consecutive in w: lane B = block B of the batch.
   __m512 bm = zero;
-  for (std::size_t i = 0; i < hn; ++i) {
-    for (std::size_t j = 0; j < nb / 4; ++j) {
-      const auto lanes = static_cast<__mmask16>(0xFu << (i * nb + 4 * j));
-      bm = _mm512_mask_mov_ps(bm, lanes, block_max4(w + (h0 + i) * o.cols + 128 * j));
-    }
+  for (std::size_t b = 0; b < hn * nb; b += 4) {
+    bm = _mm512_mask_mov_ps(bm, static_cast<__mmask16>(0xFu << b), block_max4(w + h0 * o.cols + 32 * b, hn * nb - b));
   }
-  // Each lane: the largest block maximum of its head (nb = 4, 8 or 16 lanes).
-  __m512 amax = _mm512_max_ps(bm, _mm512_permute_ps(bm, 0x4E));
-  amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0xB1));
+  // Each lane: the largest block maximum of its head (nb = 1, 2, 4, 8 or 16 lanes).
+  __m512 amax = bm;
+  if (nb >= 2) amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0xB1));
+  if (nb >= 4) amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0x4E));
   if (nb >= 8) amax = _mm512_max_ps(amax, _mm512_shuffle_f32x4(amax, amax, 0xB1));
   if (nb >= 16) amax = _mm512_max_ps(amax, _mm512_shuffle_f32x4(amax, amax, 0x4E));
   const __m512 u = _mm512_div_ps(amax, _mm512_set1_ps(kInt8Levels * kInt8MaxMult));
@@ -89,8 +89,8 @@ inline void quantize_heads_avx512(const float* w, RowFormat f, const Int8Weights
   const auto live = static_cast<__mmask16>((1u << (hn * nb)) - 1);
   const __m256i m16 = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(m));
   _mm256_mask_storeu_epi16(o.mult + h0 * nb, live, m16);
-  const __m512i first = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-                                           _mm512_set1_epi32(static_cast<int>(nb)));
+  const __m512i first = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(static_cast<int>(nb)));  // lane i: head i's first block
   _mm512_mask_storeu_ps(o.unit + h0, static_cast<__mmask16>((1u << hn) - 1), _mm512_permutexvar_ps(first, u));
   for (std::size_t i = 0; i < hn; ++i) {
     const std::size_t h = h0 + i;
@@ -141,7 +141,7 @@ inline bool quantize_coefficients_avx512(const float* coef, std::size_t n, std::
   return true;
 }
 
-// nb = cols / 32 of 4, 8 or 16: 16 / nb heads per vector.
+// nb = cols / 32 of 1, 2, 4, 8 or 16: 16 / nb heads per vector.
 inline void quantize_weights_avx512(const float* w, RowFormat f, const Int8WeightsOut& o) {
   const std::size_t per = kInt8VectorBlocks / (o.cols / kInt8Block);
   for (std::size_t h = 0; h < o.nq; h += per) quantize_heads_avx512(w, f, o, h, o.nq - h < per ? o.nq - h : per);
