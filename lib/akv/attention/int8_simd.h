@@ -265,17 +265,17 @@ void score_heads_int8(const Rows& rows, const Int8WeightsView& w, std::size_t h0
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// 4-bit key rows with AVX-512 VNNI, 16 rows at a time with one row per 32-bit lane: each 64-byte
-// slice (128 channels) of the 16 rows is transposed (t[k] lane r = chunk k of row r, 8 codes),
+// 4-bit key rows with AVX-512 VNNI, 16 rows at a time with one row per 32-bit lane (64-channel
+// rows: two rows per lane, 32 at a time): each 64-byte slice (128 channels) of the 16 rows is
+// transposed (t[k] lane r = chunk k of row r, 8 codes),
 // split into even and odd channels' codes (4 bytes per lane each) and multiplied with vpdpbusd
 // against the chunk's quads broadcast, so one instruction does 64 products and no horizontal
 // sums remain; each block of 32 channels is then scaled by its multiplier. The integer sums are
 // score_block_int8's, so the scores are the same bits.
 
-// t[k] lane r = 32-bit word k of the 64 bytes at row[r] + off.
-[[gnu::always_inline]] inline void transpose16(const std::uint8_t* const* row, std::size_t off, __m512i (&t)[16]) {
-  __m512i a[16], b[16];
-  for (int r = 0; r < 16; ++r) a[r] = _mm512_loadu_si512(row[r] + off);
+// t[k] lane r = 32-bit word k of a[r] (a is overwritten).
+[[gnu::always_inline]] inline void transpose16(__m512i (&a)[16], __m512i (&t)[16]) {
+  __m512i b[16];
   for (int r = 0; r < 16; r += 2) {
     b[r] = _mm512_unpacklo_epi32(a[r], a[r + 1]);
     b[r + 1] = _mm512_unpackhi_epi32(a[r], a[r + 1]);
@@ -297,27 +297,43 @@ void score_heads_int8(const Rows& rows, const Int8WeightsView& w, std::size_t h0
   }
 }
 
-// Heads h0 .. h0+NQ over 16 rows from r0 (4 bits, cols % 128 == 0).
-template <int NQ>
+// Heads h0 .. h0+NQ over 16 rows from r0 (4 bits, cols % 128 == 0), or (Pair: cols == 64) over
+// 32 rows: rows r0 + i and r0 + 16 + i side by side in lane i, the slice's first two blocks
+// summed for the first, the last two for the second.
+template <int NQ, bool Pair>
 [[gnu::always_inline]] inline void score_rows16_vnni(const Rows& rows, std::size_t r0, const Int8WeightsView& w,
                                                      std::size_t h0, const float* bias, float* s, std::size_t ss) {
-  const std::uint8_t* row[16];
-  for (int r = 0; r < 16; ++r) {
+  constexpr int kHalves = Pair ? 2 : 1;
+  const std::uint8_t* row[16 * kHalves];
+  for (int r = 0; r < 16 * kHalves; ++r) {
     row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
     if (h0 == 0) prefetch_row(row[r], rows.stride);
   }
-  const std::size_t chunks = w.cols / 8;
+  const std::size_t chunks = w.cols / 8, nb = w.cols / kInt8Block;
   const __m512i low = _mm512_set1_epi8(0x0F);
-  __m512i sum[NQ];
-  for (auto& v : sum) v = _mm512_setzero_si512();
-  for (std::size_t j = 0; j < w.cols / 128; ++j) {
-    __m512i t[16];
-    transpose16(row, 64 * j, t);
+  __m512i sum[kHalves][NQ];
+  for (auto& sh : sum) {
+    for (auto& v : sh) v = _mm512_setzero_si512();
+  }
+  for (std::size_t j = 0; j < (Pair ? 1 : w.cols / 128); ++j) {
+    __m512i a[16], t[16];
+    for (int r = 0; r < 16; ++r) {
+      if constexpr (Pair) {
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[r]));
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[16 + r]));
+        a[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      } else {
+        a[r] = _mm512_loadu_si512(row[r] + 64 * j);
+      }
+    }
+    transpose16(a, t);
     for (int b = 0; b < 4; ++b) {  // blocks of 32 channels: chunks 4b .. 4b+3 of the slice
+      const int half = Pair ? b / 2 : 0;
+      const std::size_t blk = Pair ? static_cast<std::size_t>(b % 2) : 4 * j + static_cast<std::size_t>(b);
       __m512i part[NQ];
       for (auto& v : part) v = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
-        const std::size_t k = 16 * j + 4 * static_cast<std::size_t>(b) + static_cast<std::size_t>(c);
+        const std::size_t k = 4 * blk + static_cast<std::size_t>(c);
         const __m512i even = _mm512_and_si512(t[4 * b + c], low);
         const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(t[4 * b + c], 4), low);
         for (int h = 0; h < NQ; ++h) {
@@ -329,36 +345,40 @@ template <int NQ>
           part[h] = _mm512_dpbusd_epi32(part[h], odd, _mm512_set1_epi32(qo));
         }
       }
-      const std::size_t blk = 4 * j + static_cast<std::size_t>(b);
       for (int h = 0; h < NQ; ++h) {
-        const std::int16_t m = w.mult[(h0 + static_cast<std::size_t>(h)) * (w.cols / kInt8Block) + blk];
-        sum[h] = _mm512_add_epi32(sum[h], _mm512_mullo_epi32(part[h], _mm512_set1_epi32(m)));
+        const std::int16_t m = w.mult[(h0 + static_cast<std::size_t>(h)) * nb + blk];
+        sum[half][h] = _mm512_add_epi32(sum[half][h], _mm512_mullo_epi32(part[h], _mm512_set1_epi32(m)));
       }
     }
   }
-  for (int h = 0; h < NQ; ++h) {
-    const std::size_t hh = h0 + static_cast<std::size_t>(h);
-    const __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(w.unit[hh]), _mm512_cvtepi32_ps(sum[h]),
-                                     _mm512_set1_ps(bias ? bias[hh] : 0.0f));
-    _mm512_storeu_ps(s + hh * ss + r0, v);
+  for (int half = 0; half < kHalves; ++half) {
+    for (int h = 0; h < NQ; ++h) {
+      const std::size_t hh = h0 + static_cast<std::size_t>(h);
+      const __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(w.unit[hh]), _mm512_cvtepi32_ps(sum[half][h]),
+                                       _mm512_set1_ps(bias ? bias[hh] : 0.0f));
+      _mm512_storeu_ps(s + hh * ss + r0 + 16 * static_cast<std::size_t>(half), v);
+    }
   }
 }
 
-// Rows in blocks of 16 (score_rows16_vnni, heads 4, 2, 1 at a time); returns the rows done.
+// Rows in blocks of 16 (32 for 64-channel rows; score_rows16_vnni, heads 4, 2, 1 at a time);
+// returns the rows done.
+template <bool Pair>
 inline std::size_t score_rows_vnni(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s,
                                    std::size_t ss) {
+  constexpr std::size_t kRows = Pair ? 32 : 16;
   std::size_t r = 0;
-  for (; r + 16 <= rows.n; r += 16) {
+  for (; r + kRows <= rows.n; r += kRows) {
     for (std::size_t h = 0; h < w.nq;) {
       const std::size_t left = w.nq - h;
       if (left >= 4) {
-        score_rows16_vnni<4>(rows, r, w, h, bias, s, ss);
+        score_rows16_vnni<4, Pair>(rows, r, w, h, bias, s, ss);
         h += 4;
       } else if (left >= 2) {
-        score_rows16_vnni<2>(rows, r, w, h, bias, s, ss);
+        score_rows16_vnni<2, Pair>(rows, r, w, h, bias, s, ss);
         h += 2;
       } else {
-        score_rows16_vnni<1>(rows, r, w, h, bias, s, ss);
+        score_rows16_vnni<1, Pair>(rows, r, w, h, bias, s, ss);
         h += 1;
       }
     }
@@ -636,8 +656,9 @@ inline void accumulate_rows_vnni64(const Rows& rows, std::size_t nq, const std::
 
 void score_rows_int8_simd(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s, std::size_t ss) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  if (rows.format == RowFormat::code4 && w.quads && w.cols % 128 == 0 && rows.n >= 16) {
-    const std::size_t done = score_rows_vnni(rows, w, bias, s, ss);
+  const bool pair = w.cols == 64;
+  if (rows.format == RowFormat::code4 && w.quads && (w.cols % 128 == 0 || pair) && rows.n >= (pair ? 32 : 16)) {
+    const std::size_t done = pair ? score_rows_vnni<true>(rows, w, bias, s, ss) : score_rows_vnni<false>(rows, w, bias, s, ss);
     if (done == rows.n) return;
     const Rows rest{rows.format, rows.base + done * rows.stride, rows.stride, rows.n - done, rows.chunks};
     return score_format_int8<RowFormat::code4>(rest, w, bias, s + done, ss);
