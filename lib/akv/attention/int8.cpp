@@ -207,14 +207,14 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
   out.lanes.resize(nq * cols);
   out.mult.resize(nq * nb);
   out.mult16.resize(nq * nb * 16);
-  out.quads.resize(f == RowFormat::code4 ? nq * cols : 0);
+  out.quads.resize(nq * cols);
   out.unit.resize(nq);
   std::vector<float>& bmax = out.block_max;
   bmax.resize(nb);
 #ifdef AKV_ATTN_INT8_AVX512_TU
   if (avx512_int8() && kInt8VectorBlocks % nb == 0) {
     const Int8WeightsOut o{nq,          cols,           out.w.data(),    out.lanes.data(), out.mult.data(),
-                           out.mult16.data(), f == RowFormat::code4 ? out.quads.data() : nullptr, out.unit.data()};
+                           out.mult16.data(), out.quads.data(), out.unit.data()};
     return avx512::quantize_weights_int8_simd(w, f, o);
   }
 #endif
@@ -245,7 +245,7 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
       std::int16_t* m16 = out.mult16.data() + (b * nq + h) * 16;
       std::int8_t* natural = out.w.data() + h * cols + b * kInt8Block;
       std::int8_t* lanes = out.lanes.data() + (b * nq + h) * kInt8Block;
-      std::int8_t* quads = f == RowFormat::code4 ? out.quads.data() + h * cols + b * kInt8Block : nullptr;
+      std::int8_t* quads = out.quads.data() + h * cols + b * kInt8Block;
 #ifdef AKV_INT8_AVX2
       if (vec) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(m16), _mm256_set1_epi16(mi));
@@ -256,9 +256,11 @@ void quantize_weights_int8(const float* w, std::size_t nq, std::size_t cols, Row
       std::fill_n(m16, 16, mi);
       for (std::size_t c = 0; c < kInt8Block; ++c) natural[c] = static_cast<std::int8_t>(round_weight(xb[c], inv));
       for (int i = 0; i < static_cast<int>(kInt8Block); ++i) lanes[i] = natural[int8_lane_channel(f, i)];
-      if (quads) {
+      if (f == RowFormat::code4) {
         constexpr std::size_t kQuadOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // even channels of a chunk, then odd
         for (std::size_t c = 0; c < kInt8Block; ++c) quads[c] = natural[c - c % 8 + kQuadOrder[c % 8]];
+      } else {
+        for (std::size_t c = 0; c < kInt8Block; ++c) quads[c] = natural[c - c % 16 + 4 * (c % 4) + (c % 16) / 4];
       }
     }
   }

@@ -44,7 +44,9 @@ struct Int8Weights {
   std::vector<std::int8_t> lanes;           // [cols / 32, nq, 32]: blocks in int8_lane_channel order
   std::vector<std::int16_t> mult;           // [nq, cols / 32]
   std::vector<std::int16_t> mult16;         // [cols / 32, nq, 16]: mult repeated (vector operands)
-  std::vector<std::int8_t> quads;           // 4 bits: [nq, cols / 8, 8]: chunk k's w8 of channels 8k + {0, 2, 4, 6, 1, 3, 5, 7}
+  // [nq, cols, ...] in the VNNI key loop's order: 4 bits, chunk k's w8 of channels 8k + {0, 2, 4,
+  // 6, 1, 3, 5, 7}; 2 bits, word k's (16 channels) of 16k + {0, 4, 8, 12, 1, 5, 9, 13, 2, ..., 15}.
+  std::vector<std::int8_t> quads;
   std::vector<float> unit;                  // [nq]
   std::vector<float> block_max;             // scratch
 };
@@ -60,7 +62,7 @@ struct Int8WeightsOut {
   std::int8_t* lanes = nullptr;
   std::int16_t* mult = nullptr;
   std::int16_t* mult16 = nullptr;
-  std::int8_t* quads = nullptr;  // 4 bits only
+  std::int8_t* quads = nullptr;
   float* unit = nullptr;
 };
 
@@ -72,7 +74,7 @@ struct Int8WeightsView {
   const std::int16_t* mult16 = nullptr;
   const float* unit = nullptr;
   const std::int16_t* mult = nullptr;  // [nq, cols / 32]
-  const std::int8_t* quads = nullptr;  // 4 bits only
+  const std::int8_t* quads = nullptr;
 };
 
 // w [nq, cols] (finite) -> out (reuses its storage).

@@ -30,10 +30,12 @@ namespace {
     const __m256i quad = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
                                           0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(quads), _mm256_shuffle_epi8(w, quad));
-  } else {  // bytes 4i + k grouped by k in each half, then the halves' groups interleaved
+  } else {  // bytes 4i + k grouped by k in each half (the quads), then the halves' groups interleaved
     const __m256i split = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
                                            0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    l = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(w, split), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256i grouped = _mm256_shuffle_epi8(w, split);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(quads), grouped);
+    l = _mm256_permutevar8x32_epi32(grouped, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   }
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), l);
 }
@@ -102,7 +104,7 @@ inline void quantize_heads_avx512(const float* w, RowFormat f, const Int8Weights
       const __m512i c = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), v), lo), hi));
       const __m256i wb = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(a)), _mm512_cvtepi32_epi8(c), 1);
       store_weight_block(wb, f, o.w + h * o.cols + 32 * b, o.lanes + (b * o.nq + h) * kInt8Block,
-                         o.quads ? o.quads + h * o.cols + 32 * b : nullptr);
+                         o.quads + h * o.cols + 32 * b);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.mult16 + (b * o.nq + h) * 16),
                           _mm256_permutexvar_epi16(_mm256_set1_epi16(static_cast<short>(lane)), m16));
     }
@@ -297,25 +299,29 @@ void score_heads_int8(const Rows& rows, const Int8WeightsView& w, std::size_t h0
   }
 }
 
-// Heads h0 .. h0+NQ over 16 rows from r0 (4 bits, cols % 128 == 0), or (Pair: cols == 64) over
-// 32 rows: rows r0 + i and r0 + 16 + i side by side in lane i, the slice's first two blocks
-// summed for the first, the last two for the second.
-template <int NQ, bool Pair>
+// Heads h0 .. h0+NQ over 16 rows from r0 (rows of a multiple of 64 bytes), or (Pair: rows of 32
+// bytes) over 32 rows: rows r0 + i and r0 + 16 + i side by side in lane i, the slice's first half
+// of blocks summed for the first, the second half for the other. A 32-bit word of a row holds 8
+// (4 bits) or 16 (2 bits) channels; its 2 or 4 fields (codes at bit 4m or 2m of each byte) are
+// multiplied against the matching dword of Int8Weights::quads.
+template <RowFormat F, int NQ, bool Pair>
 [[gnu::always_inline]] inline void score_rows16_vnni(const Rows& rows, std::size_t r0, const Int8WeightsView& w,
                                                      std::size_t h0, const float* bias, float* s, std::size_t ss) {
+  constexpr int kBits = F == RowFormat::code4 ? 4 : 2, kFields = 8 / kBits;
+  constexpr int kWordsPerBlock = kBits, kBlocksPerSlice = 16 / kWordsPerBlock;  // 32 channels; 16 words
   constexpr int kHalves = Pair ? 2 : 1;
   const std::uint8_t* row[16 * kHalves];
   for (int r = 0; r < 16 * kHalves; ++r) {
     row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
     if (h0 == 0) prefetch_row(row[r], rows.stride);
   }
-  const std::size_t chunks = w.cols / 8, nb = w.cols / kInt8Block;
-  const __m512i low = _mm512_set1_epi8(0x0F);
+  const std::size_t words = w.cols * kBits / 32, nb = w.cols / kInt8Block;
+  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
   __m512i sum[kHalves][NQ];
   for (auto& sh : sum) {
     for (auto& v : sh) v = _mm512_setzero_si512();
   }
-  for (std::size_t j = 0; j < (Pair ? 1 : w.cols / 128); ++j) {
+  for (std::size_t j = 0; j < (Pair ? 1 : words / 16); ++j) {
     __m512i a[16], t[16];
     for (int r = 0; r < 16; ++r) {
       if constexpr (Pair) {
@@ -327,22 +333,22 @@ template <int NQ, bool Pair>
       }
     }
     transpose16(a, t);
-    for (int b = 0; b < 4; ++b) {  // blocks of 32 channels: chunks 4b .. 4b+3 of the slice
-      const int half = Pair ? b / 2 : 0;
-      const std::size_t blk = Pair ? static_cast<std::size_t>(b % 2) : 4 * j + static_cast<std::size_t>(b);
+    for (int b = 0; b < kBlocksPerSlice; ++b) {  // blocks of 32 channels: words kWordsPerBlock * b .. of the slice
+      const int half = Pair ? b / (kBlocksPerSlice / 2) : 0;
+      const std::size_t blk = Pair ? static_cast<std::size_t>(b % (kBlocksPerSlice / 2))
+                                   : kBlocksPerSlice * j + static_cast<std::size_t>(b);
       __m512i part[NQ];
       for (auto& v : part) v = _mm512_setzero_si512();
-      for (int c = 0; c < 4; ++c) {
-        const std::size_t k = 4 * blk + static_cast<std::size_t>(c);
-        const __m512i even = _mm512_and_si512(t[4 * b + c], low);
-        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(t[4 * b + c], 4), low);
-        for (int h = 0; h < NQ; ++h) {
-          const std::int8_t* q = w.quads + ((h0 + static_cast<std::size_t>(h)) * chunks + k) * 8;
-          std::int32_t qe, qo;
-          std::memcpy(&qe, q, 4);
-          std::memcpy(&qo, q + 4, 4);
-          part[h] = _mm512_dpbusd_epi32(part[h], even, _mm512_set1_epi32(qe));
-          part[h] = _mm512_dpbusd_epi32(part[h], odd, _mm512_set1_epi32(qo));
+      for (int c = 0; c < kWordsPerBlock; ++c) {
+        const std::size_t k = kWordsPerBlock * blk + static_cast<std::size_t>(c);  // word of the row
+        const __m512i x = t[kWordsPerBlock * b + c];
+        for (int m = 0; m < kFields; ++m) {
+          const __m512i f = _mm512_and_si512(m == 0 ? x : _mm512_srli_epi32(x, static_cast<unsigned>(kBits * m)), mask);
+          for (int h = 0; h < NQ; ++h) {
+            std::int32_t qw;
+            std::memcpy(&qw, w.quads + ((h0 + static_cast<std::size_t>(h)) * words + k) * 4 * kFields + 4 * m, 4);
+            part[h] = _mm512_dpbusd_epi32(part[h], f, _mm512_set1_epi32(qw));
+          }
         }
       }
       for (int h = 0; h < NQ; ++h) {
@@ -361,9 +367,9 @@ template <int NQ, bool Pair>
   }
 }
 
-// Rows in blocks of 16 (32 for 64-channel rows; score_rows16_vnni, heads 4, 2, 1 at a time);
+// Rows in blocks of 16 (32 for rows of 32 bytes; score_rows16_vnni, heads 4, 2, 1 at a time);
 // returns the rows done.
-template <bool Pair>
+template <RowFormat F, bool Pair>
 inline std::size_t score_rows_vnni(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s,
                                    std::size_t ss) {
   constexpr std::size_t kRows = Pair ? 32 : 16;
@@ -372,19 +378,20 @@ inline std::size_t score_rows_vnni(const Rows& rows, const Int8WeightsView& w, c
     for (std::size_t h = 0; h < w.nq;) {
       const std::size_t left = w.nq - h;
       if (left >= 4) {
-        score_rows16_vnni<4, Pair>(rows, r, w, h, bias, s, ss);
+        score_rows16_vnni<F, 4, Pair>(rows, r, w, h, bias, s, ss);
         h += 4;
       } else if (left >= 2) {
-        score_rows16_vnni<2, Pair>(rows, r, w, h, bias, s, ss);
+        score_rows16_vnni<F, 2, Pair>(rows, r, w, h, bias, s, ss);
         h += 2;
       } else {
-        score_rows16_vnni<1, Pair>(rows, r, w, h, bias, s, ss);
+        score_rows16_vnni<F, 1, Pair>(rows, r, w, h, bias, s, ss);
         h += 1;
       }
     }
   }
   return r;
 }
+
 #endif
 
 template <RowFormat F>
@@ -406,6 +413,24 @@ void score_format_int8(const Rows& rows, const Int8WeightsView& w, const float* 
     }
   }
 }
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// The rows the VNNI key loop takes (all but a tail), then the 256-bit loop for the rest.
+template <RowFormat F>
+inline void score_rows_vnni_then_rest(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s,
+                                      std::size_t ss) {
+  const std::size_t bytes = rows.chunks * 8 * (F == RowFormat::code4 ? 4 : 2) / 8;
+  std::size_t done = 0;
+  if (bytes == 32) {
+    done = score_rows_vnni<F, true>(rows, w, bias, s, ss);
+  } else if (bytes % 64 == 0) {
+    done = score_rows_vnni<F, false>(rows, w, bias, s, ss);
+  }
+  if (done == rows.n) return;
+  const Rows rest{rows.format, rows.base + done * rows.stride, rows.stride, rows.n - done, rows.chunks};
+  score_format_int8<F>(rest, w, bias, s + done, ss);
+}
+#endif
 
 // Block j (32 codes) of rows a and b interleaved by byte, as two vectors of 16 code pairs
 // (16-bit lanes: low byte row a, high byte row b). 4 bits: e lane i = channel 2i, o lane i =
@@ -656,13 +681,8 @@ inline void accumulate_rows_vnni64(const Rows& rows, std::size_t nq, const std::
 
 void score_rows_int8_simd(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s, std::size_t ss) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  const bool pair = w.cols == 64;
-  if (rows.format == RowFormat::code4 && w.quads && (w.cols % 128 == 0 || pair) && rows.n >= (pair ? 32 : 16)) {
-    const std::size_t done = pair ? score_rows_vnni<true>(rows, w, bias, s, ss) : score_rows_vnni<false>(rows, w, bias, s, ss);
-    if (done == rows.n) return;
-    const Rows rest{rows.format, rows.base + done * rows.stride, rows.stride, rows.n - done, rows.chunks};
-    return score_format_int8<RowFormat::code4>(rest, w, bias, s + done, ss);
-  }
+  if (rows.format == RowFormat::code4) return score_rows_vnni_then_rest<RowFormat::code4>(rows, w, bias, s, ss);
+  return score_rows_vnni_then_rest<RowFormat::code2>(rows, w, bias, s, ss);
 #endif
   if (rows.format == RowFormat::code4) {
     score_format_int8<RowFormat::code4>(rows, w, bias, s, ss);
