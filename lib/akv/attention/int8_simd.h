@@ -549,26 +549,40 @@ void accumulate_format_int8(const Rows& rows, std::size_t nq, const std::uint32_
 // channels, 8 KB) stay in L1 for every head. Same integer sums as the plain loop, so same bits.
 constexpr std::size_t kVnniValueCols = 512;
 
-// Channels 16v .. 16v+15 (v < 8) of the 128-channel slices v4[0..3] (64 bytes of 4-bit codes
-// each), as out[v]: lane i = the 4 slices' codes of channel 16v + i.
-[[gnu::always_inline]] inline void transpose_quad(const __m512i (&v4)[4], __m512i* out) {
-  // Row bytes split into low and high nibbles and interleaved: lane L of e holds channels
-  // 32L .. 32L+15 (a byte each), of f 32L+16 .. 32L+31. Then 32-bit groups of 4 channels
-  // (channel quad q = channels 4q .. 4q+3 of the slice) are placed so that 128-bit lane L, word k
-  // of x holds quad 4k + L (of y: 16 + 4k + L): the byte interleave below then gathers word k of
-  // every lane into out[k], channels 16k .. 16k+15 in order.
-  // Quad q sits in e at word 4 (q / 8) + q % 8 when q % 8 < 4, else in f (index 16 + ...); so
-  // x word 4L + k takes quad 4k + L from index px[4L + k], and y (quads 16 + ...) 8 further.
+// The codes of a 128-channel slice as bytes, 4 channels (a channel quad q: channels 4q .. 4q+3
+// of the slice) per 32-bit word, placed so that 128-bit lane L, word k of x holds quad 4k + L and
+// of y quad 16 + 4k + L: interleave_quad then gathers word k of every lane into one vector.
+// 4 bits (64 bytes): low and high nibbles interleaved, so lane L of e holds channels 32L ..
+// 32L+15 and of f 32L+16 .. 32L+31; quad q sits in e at word 4 (q / 8) + q % 8 when q % 8 < 4,
+// else in f (index 16 + ...), so x word 4L + k takes quad 4k + L from index px[4L + k], and y 8
+// further.
+[[gnu::always_inline]] inline void slice_quads4(__m512i v, __m512i& x, __m512i& y) {
   const __m512i px = _mm512_setr_epi32(0, 16, 4, 20, 1, 17, 5, 21, 2, 18, 6, 22, 3, 19, 7, 23);
   const __m512i py = _mm512_add_epi32(px, _mm512_set1_epi32(8)), low = _mm512_set1_epi8(0x0F);
-  __m512i x[4], y[4];
-  for (int r = 0; r < 4; ++r) {
-    const __m512i v = v4[r];
-    const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-    const __m512i e = _mm512_unpacklo_epi8(lo, hi), f = _mm512_unpackhi_epi8(lo, hi);
-    x[r] = _mm512_permutex2var_epi32(e, px, f);
-    y[r] = _mm512_permutex2var_epi32(e, py, f);
-  }
+  const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+  const __m512i e = _mm512_unpacklo_epi8(lo, hi), f = _mm512_unpackhi_epi8(lo, hi);
+  x = _mm512_permutex2var_epi32(e, px, f);
+  y = _mm512_permutex2var_epi32(e, py, f);
+}
+
+// 2 bits (32 bytes at p): byte q holds quad q, so its bytes are put in x's order (byte 4L + k of
+// each 16 = byte 4k + L), widened to a word each, and the word's 4 fields spread to its 4 bytes.
+[[gnu::always_inline]] inline void slice_quads2(const std::uint8_t* p, __m512i& x, __m512i& y) {
+  const __m256i order = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                         0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m256i b = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), order);
+  const auto spread = [](__m512i z) {  // field m (bits 2m, 2m+1) to bits 8m, 8m+1
+    const __m512i u = _mm512_or_si512(_mm512_or_si512(z, _mm512_slli_epi32(z, 6)),
+                                      _mm512_or_si512(_mm512_slli_epi32(z, 12), _mm512_slli_epi32(z, 18)));
+    return _mm512_and_si512(u, _mm512_set1_epi32(0x03030303));
+  };
+  x = spread(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(b)));
+  y = spread(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(b, 1)));
+}
+
+// Rows' slice words x[0..3] (and y) -> out[k] lane i = the 4 rows' codes of channel 16k + i
+// (out[4 + k]: channel 64 + 16k + i).
+[[gnu::always_inline]] inline void interleave_quad(const __m512i (&x)[4], const __m512i (&y)[4], __m512i* out) {
   for (const __m512i* z : {x, y}) {
     const __m512i a = _mm512_unpacklo_epi8(z[0], z[1]), b = _mm512_unpackhi_epi8(z[0], z[1]);
     const __m512i c = _mm512_unpacklo_epi8(z[2], z[3]), d = _mm512_unpackhi_epi8(z[2], z[3]);
@@ -578,6 +592,14 @@ constexpr std::size_t kVnniValueCols = 512;
     out[3] = _mm512_unpackhi_epi16(b, d);
     out += 4;
   }
+}
+
+// Channels 16v .. 16v+15 (v < 8) of the 4-bit 128-channel slices v4[0..3] (64 bytes each), as
+// out[v]: lane i = the 4 slices' codes of channel 16v + i.
+[[gnu::always_inline]] inline void transpose_quad(const __m512i (&v4)[4], __m512i* out) {
+  __m512i x[4], y[4];
+  for (int r = 0; r < 4; ++r) slice_quads4(v4[r], x[r], y[r]);
+  interleave_quad(x, y, out);
 }
 
 // The sums of NK transposed row quads t[k * nv + v] for every head, four vectors (64 channels,
@@ -612,8 +634,9 @@ template <int NK>
   }
 }
 
-// 4 bits, cols % 128 == 0, cols <= kVnniValueCols, group % 32 == 0 (a vector of 16 channels
-// lies in one group).
+// 2- or 4-bit rows, cols % 128 == 0, cols <= kVnniValueCols, group % 32 == 0 (a vector of 16
+// channels lies in one group).
+template <RowFormat F>
 inline void accumulate_rows_vnni(const Rows& rows, std::size_t nq, const std::uint32_t* quads, std::size_t ng,
                                  std::size_t group, const float* sigma, float* acc, std::size_t as) {
   const std::size_t cols = rows.chunks * 8, nv = cols / 16, nk = (rows.n + 3) / 4;
@@ -625,9 +648,15 @@ inline void accumulate_rows_vnni(const Rows& rows, std::size_t nq, const std::ui
       prefetch_row(row[i], rows.stride);
     }
     for (std::size_t s = 0; s < cols / 128; ++s) {
-      __m512i v4[4];
-      for (int i = 0; i < 4; ++i) v4[i] = _mm512_loadu_si512(row[i] + 64 * s);
-      transpose_quad(v4, t + k * nv + 8 * s);
+      if constexpr (F == RowFormat::code4) {
+        __m512i v4[4];
+        for (int i = 0; i < 4; ++i) v4[i] = _mm512_loadu_si512(row[i] + 64 * s);
+        transpose_quad(v4, t + k * nv + 8 * s);
+      } else {
+        __m512i x[4], y[4];
+        for (int i = 0; i < 4; ++i) slice_quads2(row[i] + 32 * s, x[i], y[i]);
+        interleave_quad(x, y, t + k * nv + 8 * s);
+      }
     }
   }
   switch (nk) {
@@ -706,8 +735,9 @@ void accumulate_rows_int8_simd(const Rows& rows, std::size_t nq, const std::uint
                                std::size_t group, const float* sigma, float* acc, std::size_t as) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   const std::size_t cols = rows.chunks * 8;
-  if (rows.format == RowFormat::code4 && cols % 128 == 0 && cols <= kVnniValueCols) {
-    return accumulate_rows_vnni(rows, nq, quads, ng, group, sigma, acc, as);
+  if (cols % 128 == 0 && cols <= kVnniValueCols) {
+    if (rows.format == RowFormat::code4) return accumulate_rows_vnni<RowFormat::code4>(rows, nq, quads, ng, group, sigma, acc, as);
+    return accumulate_rows_vnni<RowFormat::code2>(rows, nq, quads, ng, group, sigma, acc, as);
   }
   if (rows.format == RowFormat::code4 && cols == 64) return accumulate_rows_vnni64(rows, nq, quads, ng, group, sigma, acc, as);
 #endif
