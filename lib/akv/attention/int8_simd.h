@@ -2,9 +2,10 @@
 // Vector loops of the integer attention path (internal; int8.h): included by int8.cpp (x86-64-v3:
 // AVX2) and by int8_avx512.cpp (the same 256-bit loops compiled with AVX-512 VL and VNNI, which
 // fuses the 16-bit multiply and the 32-bit add of the key loop into vpdpwssd, and with 32
-// registers for more rows per block), each time inside namespace akv::attn::AKV_SIMD_NS. Integer
-// sums are exact, so both give the bits of the plain loops. Only intrinsics and plain code here
-// (see kernels_simd.h).
+// registers for more rows per block; plus the 512-bit VNNI key and value loops over transposed
+// rows and the 512-bit roundings), each time inside namespace akv::attn::AKV_SIMD_NS. Integer
+// sums are exact and the roundings do the plain loops' operations, so every build gives the bits
+// of the plain loops. Only intrinsics and plain code here (see kernels_simd.h).
 #include <immintrin.h>
 
 #include <cstddef>
@@ -17,8 +18,15 @@
 namespace akv::attn::AKV_SIMD_NS {
 namespace {
 
+// Bytes 4i + k of each 16 grouped by k (bytes 0, 4, 8, 12, 1, 5, ...), in both 128-bit lanes.
+[[gnu::always_inline]] inline __m256i group_bytes_by4(__m256i v) {
+  const __m256i order = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                         0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm256_shuffle_epi8(v, order);
+}
+
 // A block of 32 rounded weights w (int8, channel order) stored in channel order, in
-// int8_lane_channel order and (4 bits) as quads (Int8Weights' layouts).
+// int8_lane_channel order and as quads (Int8Weights' layouts).
 [[gnu::always_inline]] inline void store_weight_block(__m256i w, RowFormat f, std::int8_t* natural, std::int8_t* lanes,
                                                       std::int8_t* quads) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(natural), w);
@@ -31,9 +39,7 @@ namespace {
                                           0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(quads), _mm256_shuffle_epi8(w, quad));
   } else {  // bytes 4i + k grouped by k in each half (the quads), then the halves' groups interleaved
-    const __m256i split = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
-                                           0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const __m256i grouped = _mm256_shuffle_epi8(w, split);
+    const __m256i grouped = group_bytes_by4(w);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(quads), grouped);
     l = _mm256_permutevar8x32_epi32(grouped, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   }
@@ -47,6 +53,11 @@ namespace {
 // ceiling, a clamp, a product and a reciprocal), kept in registers, so the division latencies are
 // paid once per 16 blocks; then each block rounded 16 at a time (multiply, clamp, convert to
 // nearest even: the plain loop's codes).
+
+// x * inv clamped to [lo, hi], converted to nearest even (int8.cpp's round_epi32, 16 lanes).
+[[gnu::always_inline]] inline __m512i round16(__m512 x, __m512 inv, __m512 lo, __m512 hi) {
+  return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x, inv), lo), hi));
+}
 
 // Lanes 4i + k (every i) = max |x| over block k of the 4 blocks at x (0 for k >= count).
 [[gnu::always_inline]] inline __m512 block_max4(const float* x, std::size_t count) {
@@ -66,7 +77,8 @@ namespace {
 }
 
 // Heads h0 .. h0+hn (hn * nb <= 16 lanes, lane hi * nb + b = block b of head h0 + hi).
-inline void quantize_heads_avx512(const float* w, RowFormat f, const Int8WeightsOut& o, std::size_t h0, std::size_t hn) {
+inline void quantize_heads_avx512(const float* w, RowFormat f, const Int8WeightsOut& o, std::size_t h0,
+                                  std::size_t hn) {
   const std::size_t nb = o.cols / kInt8Block;
   const __m512 lo = _mm512_set1_ps(-kInt8Levels), hi = _mm512_set1_ps(kInt8Levels), one = _mm512_set1_ps(1.0f);
   const __m512 zero = _mm512_setzero_ps();
@@ -100,9 +112,9 @@ inline void quantize_heads_avx512(const float* w, RowFormat f, const Int8Weights
     for (std::size_t b = 0; b < nb; ++b) {
       const auto lane = static_cast<int>(i * nb + b);
       const __m512 v = _mm512_permutexvar_ps(_mm512_set1_epi32(lane), inv);
-      const __m512i a = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), v), lo), hi));
-      const __m512i c = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), v), lo), hi));
-      const __m256i wb = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(a)), _mm512_cvtepi32_epi8(c), 1);
+      const __m128i a = _mm512_cvtepi32_epi8(round16(_mm512_loadu_ps(x + 32 * b), v, lo, hi));
+      const __m128i c = _mm512_cvtepi32_epi8(round16(_mm512_loadu_ps(x + 32 * b + 16), v, lo, hi));
+      const __m256i wb = _mm256_inserti128_si256(_mm256_castsi128_si256(a), c, 1);
       store_weight_block(wb, f, o.w + h * o.cols + 32 * b, o.lanes + (b * o.nq + h) * kInt8Block,
                          o.quads + h * o.cols + 32 * b);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.mult16 + (b * o.nq + h) * 16),
@@ -134,7 +146,7 @@ inline bool quantize_coefficients_avx512(const float* coef, std::size_t n, std::
       __m512i w = _mm512_setzero_si512();
       for (std::size_t i = 0; i < 4 && 4 * q + i < n; ++i) {
         const __m512 x = _mm512_maskz_loadu_ps(live, coef + (4 * q + i) * e + j);
-        const __m512i c = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x, inv), zero), levels));
+        const __m512i c = round16(x, inv, zero, levels);
         w = _mm512_or_si512(w, _mm512_sll_epi32(c, _mm_cvtsi32_si128(static_cast<int>(8 * i))));
       }
       _mm512_mask_storeu_epi32(quads + q * e + j, live, w);
@@ -267,13 +279,12 @@ void score_heads_int8(const Rows& rows, const Int8WeightsView& w, std::size_t h0
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// 4-bit key rows with AVX-512 VNNI, 16 rows at a time with one row per 32-bit lane (64-channel
-// rows: two rows per lane, 32 at a time): each 64-byte slice (128 channels) of the 16 rows is
-// transposed (t[k] lane r = chunk k of row r, 8 codes),
-// split into even and odd channels' codes (4 bytes per lane each) and multiplied with vpdpbusd
-// against the chunk's quads broadcast, so one instruction does 64 products and no horizontal
-// sums remain; each block of 32 channels is then scaled by its multiplier. The integer sums are
-// score_block_int8's, so the scores are the same bits.
+// 2- and 4-bit key rows with AVX-512 VNNI, 16 rows at a time with one row per 32-bit lane (rows
+// of 32 bytes: two rows per lane, 32 at a time): each 64-byte slice of the 16 rows is transposed
+// (t[k] lane r = 32-bit word k of row r), each word split into its fields (4 bytes per lane each)
+// and multiplied with vpdpbusd against the matching weights broadcast, so one instruction does 64
+// products and no horizontal sums remain; each block of 32 channels is then scaled by its
+// multiplier. The integer sums are score_block_int8's, so the scores are the same bits.
 
 // t[k] lane r = 32-bit word k of a[r] (a is overwritten).
 [[gnu::always_inline]] inline void transpose16(__m512i (&a)[16], __m512i (&t)[16]) {
@@ -539,11 +550,10 @@ void accumulate_format_int8(const Rows& rows, std::size_t nq, const std::uint32_
   }
 }
 
-
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// 4-bit value rows with AVX-512 VNNI: each quad of rows (4k .. 4k+3) is transposed so that a
-// 32-bit lane holds the 4 rows' codes of one channel, 16 consecutive channels per vector; then
-// vpdpbusd against the quad's coefficients of a (head, group) broadcast does 64 products per
+// 2- and 4-bit value rows with AVX-512 VNNI: each quad of rows (4k .. 4k+3) is transposed so
+// that a 32-bit lane holds the 4 rows' codes of one channel, 16 consecutive channels per vector;
+// then vpdpbusd against the quad's coefficients of a (head, group) broadcast does 64 products per
 // instruction and leaves per-channel sums in channel order (one float multiply-add per 16
 // channels and sub-tile). The transposed codes of a sub-tile (at most 16 rows x kVnniValueCols
 // channels, 8 KB) stay in L1 for every head. Same integer sums as the plain loop, so same bits.
@@ -568,9 +578,7 @@ constexpr std::size_t kVnniValueCols = 512;
 // 2 bits (32 bytes at p): byte q holds quad q, so its bytes are put in x's order (byte 4L + k of
 // each 16 = byte 4k + L), widened to a word each, and the word's 4 fields spread to its 4 bytes.
 [[gnu::always_inline]] inline void slice_quads2(const std::uint8_t* p, __m512i& x, __m512i& y) {
-  const __m256i order = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
-                                         0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m256i b = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), order);
+  const __m256i b = group_bytes_by4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   const auto spread = [](__m512i z) {  // field m (bits 2m, 2m+1) to bits 8m, 8m+1
     const __m512i u = _mm512_or_si512(_mm512_or_si512(z, _mm512_slli_epi32(z, 6)),
                                       _mm512_or_si512(_mm512_slli_epi32(z, 12), _mm512_slli_epi32(z, 18)));
@@ -693,7 +701,8 @@ inline void accumulate_rows_vnni64(const Rows& rows, std::size_t nq, const std::
       const std::size_t j = h * ng + 16 * v / group;
       __m512i sum = _mm512_setzero_si512();
       for (std::size_t o = 0; o < no; ++o) {
-        const std::uint64_t c8 = quads[2 * o * e + j] | (2 * o + 1 < nk ? std::uint64_t{quads[(2 * o + 1) * e + j]} << 32 : 0);
+        const std::uint64_t next = 2 * o + 1 < nk ? quads[(2 * o + 1) * e + j] : 0;  // rows 8o+4 .. 8o+7
+        const std::uint64_t c8 = quads[2 * o * e + j] | next << 32;
         const auto even = static_cast<int>(_pext_u64(c8, 0x00FF00FF00FF00FFull));
         const auto odd = static_cast<int>(_pext_u64(c8, 0xFF00FF00FF00FF00ull));
         sum = _mm512_dpbusd_epi32(sum, t[o][v], _mm512_set1_epi32(even));
@@ -711,13 +720,14 @@ inline void accumulate_rows_vnni64(const Rows& rows, std::size_t nq, const std::
 void score_rows_int8_simd(const Rows& rows, const Int8WeightsView& w, const float* bias, float* s, std::size_t ss) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   if (rows.format == RowFormat::code4) return score_rows_vnni_then_rest<RowFormat::code4>(rows, w, bias, s, ss);
-  return score_rows_vnni_then_rest<RowFormat::code2>(rows, w, bias, s, ss);
-#endif
+  score_rows_vnni_then_rest<RowFormat::code2>(rows, w, bias, s, ss);
+#else
   if (rows.format == RowFormat::code4) {
     score_format_int8<RowFormat::code4>(rows, w, bias, s, ss);
   } else {
     score_format_int8<RowFormat::code2>(rows, w, bias, s, ss);
   }
+#endif
 }
 
 #ifdef __AVX512BW__
@@ -736,7 +746,9 @@ void accumulate_rows_int8_simd(const Rows& rows, std::size_t nq, const std::uint
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   const std::size_t cols = rows.chunks * 8;
   if (cols % 128 == 0 && cols <= kVnniValueCols) {
-    if (rows.format == RowFormat::code4) return accumulate_rows_vnni<RowFormat::code4>(rows, nq, quads, ng, group, sigma, acc, as);
+    if (rows.format == RowFormat::code4) {
+      return accumulate_rows_vnni<RowFormat::code4>(rows, nq, quads, ng, group, sigma, acc, as);
+    }
     return accumulate_rows_vnni<RowFormat::code2>(rows, nq, quads, ng, group, sigma, acc, as);
   }
   if (rows.format == RowFormat::code4 && cols == 64) return accumulate_rows_vnni64(rows, nq, quads, ng, group, sigma, acc, as);
