@@ -147,6 +147,28 @@ for r in rows:
     assert r["llama_f16_ms"] == 0.25 and abs(r["ratio"] - 0.25 / r["akv_ms"]) < 1e-12, r
 print("vs ok")
 PY
+# --isa-build avx2=DIR: a second stand-in (as an AVX2-only llama.cpp build, twice as slow) is the
+# baseline of akv's AVX2 rows; the main build stays that of the others.
+mkdir -p "$TMP/llama_avx2"
+sed 's/250.00 us/500.00 us/' "$TMP/llama/bin/test-backend-ops" >"$TMP/llama_avx2/test-backend-ops"
+chmod +x "$TMP/llama_avx2/test-backend-ops"
+expect "bench_vs_llamacpp --isa-build: one baseline column per build" 0 "llama f16 #[12]: .*llama_avx2 \\(baseline of akv's avx2 rows\\)" \
+  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 \
+  --isa generic,avx2 --isa-build avx2="$TMP/llama_avx2" --json "$TMP/vs2.json"
+expect "bench_vs_llamacpp --isa-build JSON: AVX2 rows against the AVX2 build" 0 "isa-build ok" "$PY" - "$TMP/vs2.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["attention"]["rows"]
+assert {r["isa"] for r in rows} == {"avx2", "generic"}, rows
+for r in rows:
+    want = 0.5 if r["isa"] == "avx2" else 0.25
+    assert r["llama_f16_ms"] == want and r["llama_build"].endswith("llama_avx2" if want == 0.5 else "llama"), r
+    assert abs(r["ratio"] - want / r["akv_ms"]) < 1e-12, r
+print("isa-build ok")
+PY
+expect "bench_vs_llamacpp --isa-build at an instruction set akv does not time" 2 "akv times no rows at avx2" \
+  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --isa generic --isa-build avx2="$TMP/llama_avx2"
+expect "bench_vs_llamacpp --isa-build without test-backend-ops" 2 "no test-backend-ops in .*no-llama" \
+  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --isa avx2 --isa-build avx2="$TMP/no-llama"
 # A stand-in that computes on two threads at once (hashing releases the GIL): the script counts
 # them from /proc and warns that akv ran with another number.
 mkdir -p "$TMP/llama2/bin"
