@@ -165,6 +165,12 @@ for r in rows:
     assert abs(r["ratio"] - want / r["akv_ms"]) < 1e-12, r
 print("isa-build ok")
 PY
+mkdir -p "$TMP/llama_fails"
+printf '#!/bin/sh\necho "must not run" >&2\nexit 1\n' >"$TMP/llama_fails/test-backend-ops"
+chmod +x "$TMP/llama_fails/test-backend-ops"
+expect "bench_vs_llamacpp --isa-build for every --isa: the main build does not run" 0 "llama f16 #1: .*llama_avx2 .*avx2 rows" \
+  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama_fails" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 \
+  --isa avx2 --isa-build avx2="$TMP/llama_avx2"
 expect "bench_vs_llamacpp --isa-build at an instruction set akv does not time" 2 "akv times no rows at avx2" \
   "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --isa generic --isa-build avx2="$TMP/llama_avx2"
 expect "bench_vs_llamacpp --isa-build without test-backend-ops" 2 "no test-backend-ops in .*no-llama" \
