@@ -76,18 +76,26 @@ else
   exit
 fi
 
-common=(--model "$M" --tokens "$T" --sequences 5 --methods kivi-2,compact)
+# Inputs and output under a directory whose name holds every character the shells between
+# run_sharded and akv could act on: a backtick, $( ), both quotes, a space, a newline.
+H="$TMP/in \`touch pwned-tick\` \$(touch pwned-dollar) 'q\" \\"$'\n'"x"
+mkdir -p "$H"
+ln -s "$M" "$H/model.bin"
+ln -s "$T" "$H/tokens.txt"
+common=(--model "$H/model.bin" --tokens "$H/tokens.txt" --sequences 5 --methods kivi-2,compact)
 "$AKV" evaluate -q "${common[@]}" --json -o "$TMP/full.json"
-bash "$SRC/scripts/run_sharded" --akv "$AKV" --slurm 3 "$TMP/out.json" -- "${common[@]}" --json >"$TMP/submit.sh"
+bash "$SRC/scripts/run_sharded" --akv "$AKV" --slurm 3 "$H/out.json" -- "${common[@]}" --json >"$TMP/submit.sh"
 (cd "$S" && bash "$TMP/submit.sh" >"$S/submit.log" 2>&1)
 expect "run_sharded --slurm's script submits the array and the merge" 0 "" test -s "$S/submit.log"
 for _ in $(seq 1 240); do
-  [[ -s $TMP/out.json ]] && [[ -z $(squeue -h 2>/dev/null) ]] && break
+  [[ -s $H/out.json ]] && [[ -z $(squeue -h 2>/dev/null) ]] && break
   sleep 0.5
 done
-if [[ -s $TMP/out.json ]] && cmp -s "$TMP/full.json" "$TMP/out.json"; then
-  pass "Slurm job array + dependent merge: the unsharded report byte for byte"
+if [[ -s $H/out.json ]] && cmp -s "$TMP/full.json" "$H/out.json"; then
+  pass "Slurm job array + dependent merge, hostile paths: the unsharded report byte for byte"
 else
-  fail "Slurm job array + dependent merge: $(ls "$TMP" | tr '\n' ' ') $(cat "$S"/slurm-*.out 2>/dev/null | head -c 300)"
+  fail "Slurm job array + dependent merge: $(ls "$H" | tr '\n' ' ') $(cat "$S"/slurm-*.out 2>/dev/null | head -c 300)"
 fi
+pwned=$(find "$TMP" "$S" "$SRC" -maxdepth 2 -name 'pwned-*' 2>/dev/null)
+expect "no command in a path ran inside the jobs or the submission script" 0 "" test -z "$pwned"
 finish
