@@ -73,5 +73,18 @@ expect_error "cache: NaN in the residual rows" 2 "non-finite f16 value.*residual
   "$AKV" decompress -q "$TMP/nan.h5" --dump "$FIX/dump.h5" -o "$o/r.h5"
 expect_error "evaluate: NaN in the cache" 2 "non-finite f16 value" \
   "$AKV" evaluate -q --dump "$FIX/dump.h5" --cache "$TMP/nan.h5" -o "$o/e.txt"
+# JSON nested 100000 levels deep (printing or comparing it recursively overflowed the stack):
+# every JSON reader refuses it at the parser, naming the file.
+deep() { "$PY" -c "import sys; open(sys.argv[1], 'w').write(sys.argv[2] % ('[' * 100000 + ']' * 100000))" "$@"; }
+deep "$TMP/deep-b.json" '{"format": "akv-budgets", "version": 1, "layers": %s}'
+expect_error "budgets nested 100000 deep" 2 "nests arrays/objects deeper than 64 levels .*deep-b.json" compress_with "$TMP/deep-b.json"
+deep "$TMP/deep-c.json" '{"format": %s, "version": 1}'
+expect_error "calibration nested 100000 deep" 2 "deeper than 64 levels .*deep-c.json" ccomp "$TMP/deep-c.json"
+mkdir -p "$TMP/deepcfg"
+deep "$TMP/deepcfg/config.json" '{"num_hidden_layers": %s}'
+expect_error "model config nested 100000 deep" 2 "deeper than 64 levels .*config.json" "$AKV" plan --config "$TMP/deepcfg"
+deep "$TMP/deep-part.json" '{"format": "akv-perplexity-part", "version": 1, "inputs": %s}'
+expect_error "merge part nested 100000 deep" 2 "deeper than 64 levels .*deep-part.json" "$AKV" merge "$TMP/deep-part.json" -o "$o/m.json"
+expect_error "a directory where a JSON file is read" 3 "budgets file is a directory" compress_with "$TMP/deepcfg"
 expect_empty_dir "no output after bad side files" "$o"
 finish

@@ -2,10 +2,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "akv/core/errors.h"
 #include "akv/io/dump.h"
 #include "akv/io/inspect.h"
+#include "akv/io/json_file.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"
 
@@ -276,6 +278,22 @@ TEST_CASE("dump reader validation names what is wrong", "[io][dump][bad]") {
                Catch::Contains("layer 1 head 1 token 17") &&
                    Catch::Contains("/layers/1/value[1, 17, 3] = nan"));
   }
+}
+
+TEST_CASE("parse_json: nesting past kMaxJsonDepth is refused at the parser, naming the file", "[io][json][bad]") {
+  auto nested = [](int depth) { return std::string(static_cast<std::size_t>(depth), '[') + std::string(static_cast<std::size_t>(depth), ']'); };
+  CHECK(parse_json(nested(kMaxJsonDepth), "f.json", "x").is_array());
+  CHECK_THROWS_WITH(parse_json(nested(kMaxJsonDepth + 1), "f.json", "x"),
+                    Catch::Contains("deeper than 64 levels") && Catch::Contains("f.json"));
+  // 10^6 levels: no recursion anywhere (parse, the error, destruction of what was built).
+  CHECK_THROWS_AS(parse_json(nested(1000000), "f.json", "x"), CorruptData);
+  const std::string objects = "{\"a\": " + nested(200) + "}";
+  CHECK_THROWS_AS(parse_json<nlohmann::ordered_json>(objects, "f.json", "x"), CorruptData);
+  std::istringstream in("{\"b\": 1, \"a\": [2]}");
+  CHECK(parse_json<nlohmann::ordered_json>(in, "f.json", "x").dump() == "{\"b\":1,\"a\":[2]}");
+  CHECK_THROWS_WITH(parse_json("{\"a\": ", "g.json", "budgets file"), Catch::Contains("budgets file is not JSON (g.json)"));
+  test::TempDir dir;
+  CHECK_THROWS_WITH(read_json_file(dir.path().string(), "budgets", "akv-budgets", 1), Catch::Contains("budgets file is a directory"));
 }
 
 TEST_CASE("inspect_file describes a dump", "[io][inspect]") {

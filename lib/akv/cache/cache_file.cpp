@@ -7,6 +7,7 @@
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 #include "akv/method/ggml_params.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
@@ -200,8 +201,8 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
   }
   version_ = version;
   const std::string params = h5::read_attr_string(root, "params", f, "params");
-  nlohmann::json j = nlohmann::json::parse(params, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("params is not a JSON object", {f, "params"});
+  nlohmann::json j = parse_json(params, f, "params");
+  if (!j.is_object()) throw CorruptData("params is not a JSON object", {f, "params"});
   header_.params = CompressParams::from_json(j, f);
   if ((version_ == kCacheVersionGgml) != (header_.params.ggml() != nullptr)) {
     throw CorruptData("version 3 and method ggml go together", {f, "version", std::to_string(version)});

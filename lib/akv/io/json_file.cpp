@@ -1,6 +1,8 @@
 #include "akv/io/json_file.h"
 
+#include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "akv/core/errors.h"
 
@@ -8,12 +10,33 @@ namespace akv {
 
 namespace {
 
+template <typename Json, typename Input>
+Json parse_limited(Input&& input, const std::string& file, const std::string& what) {
+  bool too_deep = false;
+  // Called at each value with the number of arrays/objects open around it; a value nested too
+  // deep is dropped (returning false), so the parser, which keeps its own stack, goes on without
+  // building it and the error below is thrown outside nlohmann's code.
+  const auto limit = [&too_deep](int depth, nlohmann::json::parse_event_t event, Json&) {
+    if (depth >= kMaxJsonDepth && (event == nlohmann::json::parse_event_t::object_start ||
+                                   event == nlohmann::json::parse_event_t::array_start)) {
+      too_deep = true;
+    }
+    return !too_deep;
+  };
+  Json j = Json::parse(std::forward<Input>(input), limit, false);
+  if (too_deep) {
+    throw CorruptData(what + " nests arrays/objects deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+                      {file, "depth", "> " + std::to_string(kMaxJsonDepth)});
+  }
+  if (j.is_discarded()) throw CorruptData(what + " is not JSON", {file});
+  return j;
+}
+
 template <typename Json>
 Json read_checked(const std::string& path, const std::string& what, const std::string& format, int version) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot open " + what + " file", {path});
-  Json j = Json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData(what + " file is not JSON", {path});
+  std::ifstream in = open_json(path, what + " file");
+  Json j = parse_limited<Json>(in, path, what + " file");
+  if (!j.is_object()) throw CorruptData(what + " file is not a JSON object", {path});
   const Json f = j.value("format", Json()), v = j.value("version", Json());
   if (!f.is_string() || f.template get<std::string>() != format) {
     throw InvalidInput("not an akv " + what + " file (expected format \"" + format + "\")",
@@ -38,11 +61,35 @@ nlohmann::ordered_json read_ordered_json_file(const std::string& path, const std
   return read_checked<nlohmann::ordered_json>(path, what, format, version);
 }
 
-std::string read_json_format(const std::string& path) {
+template <typename Json>
+Json parse_json(std::istream& in, const std::string& file, const std::string& what) {
+  return parse_limited<Json>(in, file, what);
+}
+
+template <typename Json>
+Json parse_json(const std::string& text, const std::string& file, const std::string& what) {
+  return parse_limited<Json>(text, file, what);
+}
+
+template nlohmann::json parse_json<nlohmann::json>(std::istream&, const std::string&, const std::string&);
+template nlohmann::json parse_json<nlohmann::json>(const std::string&, const std::string&, const std::string&);
+template nlohmann::ordered_json parse_json<nlohmann::ordered_json>(std::istream&, const std::string&,
+                                                                   const std::string&);
+template nlohmann::ordered_json parse_json<nlohmann::ordered_json>(const std::string&, const std::string&,
+                                                                   const std::string&);
+
+std::ifstream open_json(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw IoError(what + " is a directory", {path});
   std::ifstream in(path);
-  if (!in) throw IoError("cannot open JSON file", {path});
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("not a JSON object", {path});
+  if (!in) throw IoError("cannot open " + what, {path});
+  return in;
+}
+
+std::string read_json_format(const std::string& path) {
+  std::ifstream in = open_json(path, "JSON file");
+  const nlohmann::json j = parse_limited<nlohmann::json>(in, path, "JSON file");
+  if (!j.is_object()) throw CorruptData("not a JSON object", {path});
   const nlohmann::json f = j.value("format", nlohmann::json());
   return f.is_string() ? f.template get<std::string>() : "";
 }

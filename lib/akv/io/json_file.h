@@ -1,11 +1,30 @@
 #pragma once
 // akv's JSON side files (budgets, calibration): read whole, with their "format" string and
-// integer "version" checked before any field is used.
+// integer "version" checked before any field is used; and the one JSON parser every reader of
+// JSON (side files, parts, tokenizer.json, config.json, safetensors headers, cache params) uses.
+#include <fstream>
+#include <istream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace akv {
+
+// The deepest nesting of arrays and objects any JSON input may have. Deeper values would be
+// printed and compared recursively (nlohmann's dump and ==) and overflow the stack; akv's own
+// files and the model files it reads nest fewer than 10 levels.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses JSON from `in` or `text`. CorruptData naming `file` when it is not JSON ("<what> is not
+// JSON") or nests deeper than kMaxJsonDepth. Json: nlohmann::json or nlohmann::ordered_json.
+template <typename Json = nlohmann::json>
+Json parse_json(std::istream& in, const std::string& file, const std::string& what);
+template <typename Json = nlohmann::json>
+Json parse_json(const std::string& text, const std::string& file, const std::string& what);
+
+// Opens a JSON file for reading: IoError naming `path` when it is a directory ("<what> is a
+// directory") or cannot be opened ("cannot open <what>").
+std::ifstream open_json(const std::string& path, const std::string& what);
 
 // IoError when the file cannot be opened, CorruptData when it is not a JSON object, InvalidInput
 // naming the field when the format or version differs. `what` names the file kind in messages

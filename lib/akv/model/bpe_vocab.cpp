@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 namespace {
@@ -365,10 +366,9 @@ std::string BpeVocab::decode(const std::vector<std::int32_t>& ids) const {
 }
 
 std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot open tokenizer file", {path});
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("tokenizer file is not JSON", {path});
+  std::ifstream in = open_json(path, "tokenizer file");
+  const nlohmann::json j = parse_json(in, path, "tokenizer file");
+  if (!j.is_object()) throw CorruptData("tokenizer file is not a JSON object", {path});
   try {
     const nlohmann::json& model = j.at("model");
     if (model.value("type", std::string()) != "BPE") {

@@ -9,6 +9,7 @@
 
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 #include "akv/model/gguf.h"
 #include "akv/model/hf_config.h"
 #include "akv/model/llama2c.h"
@@ -50,8 +51,8 @@ void read_header(const std::string& path, std::map<std::string, TensorInfo>& out
   }
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
-  const json h = json::parse(text, nullptr, false);
-  if (h.is_discarded() || !h.is_object()) throw CorruptData("safetensors header is not a JSON object", {path, "header"});
+  const json h = parse_json(text, path, "safetensors header");
+  if (!h.is_object()) throw CorruptData("safetensors header is not a JSON object", {path, "header"});
   const std::uint64_t data0 = 8 + n, data_size = size - data0;
   for (const auto& [name, v] : h.items()) {
     if (name == "__metadata__") continue;
@@ -98,9 +99,9 @@ class Tensors {
     if (fs::exists(single)) {
       read_header(single.string(), map_);
     } else if (fs::exists(index)) {
-      std::ifstream in(index);
-      const json j = json::parse(in, nullptr, false);
-      if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+      std::ifstream in = open_json(index.string(), "safetensors index");
+      const json j = parse_json(in, index.string(), "safetensors index");
+      if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
         throw CorruptData("index has no weight_map object", {index.string(), "weight_map"});
       }
       // Shards are files of this directory, each read once (the map names each many times).

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 namespace {
@@ -124,10 +125,9 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   HfConfig c;
   c.file = fs::is_directory(path, ec) ? (fs::path(path) / "config.json").string() : path;
   const std::string& file = c.file;
-  std::ifstream in(file);
-  if (!in) throw IoError("cannot open model config", {file});
-  const json j = json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw CorruptData("config is not a JSON object", {file});
+  std::ifstream in = open_json(file, "model config");
+  const json j = parse_json(in, file, "config");
+  if (!j.is_object()) throw CorruptData("config is not a JSON object", {file});
   c.name = typed<std::string>(j, "_name_or_path", "", file);
   c.model_type = typed<std::string>(j, "model_type", "", file);
   if (!model_types.empty() &&
