@@ -86,5 +86,52 @@ expect_error "shard 4/3" 2 "--shard = 4/3" "$AKV" evaluate -q "${common[@]}" --s
 expect_error "shard a/b" 2 "--shard = a/b" "$AKV" evaluate -q "${common[@]}" --shard a/b -o "$o/x.json"
 expect_error "merge: passkey parts of another grid" 2 "part of another run: depths" \
   "$AKV" merge "$TMP/k1.json" "$TMP/kother.json" "$TMP/k3.json" -o "$o/m.json"
+# Tampered parts: fields other fields are indexed by, counts that would allocate, divide or wrap.
+# Each starts from shard 1 made into a one-part run, which merges (the first check).
+"$PY" - "$TMP" <<'PY'
+import json, sys
+d = sys.argv[1]
+def one(name):
+    j = json.load(open(f"{d}/{name}"))
+    j["shards"] = 1
+    return j
+def w(name, j):
+    json.dump(j, open(f"{d}/{name}", "w"))
+p = one("p1.json")
+p["total_sequences"] = len(p["sequences"])
+w("t-ok.json", p)
+cases = {
+    "t-desc.json": lambda j: j.update(descriptions=j["descriptions"][:1]),
+    "t-tokens0.json": lambda j: j["sequences"][0][1].update(tokens=0),
+    "t-top1.json": lambda j: j["sequences"][0][1].update(top1=j["sequences"][0][1]["tokens"] + 1),
+    "t-negative.json": lambda j: j["sequences"][0][1].update(bytes=-1),
+    "t-total.json": lambda j: j.update(total_sequences="3"),
+    "t-shards.json": lambda j: j.update(shards=2**63),
+    "t-nofull.json": lambda j: j.update(specs=j["specs"][1:] + ["x"]),
+}
+for name, f in cases.items():
+    j = json.loads(json.dumps(p)); f(j); w(name, j)
+k = one("k1.json")
+k.update(lengths=[32], depths=[0, 0.5], total_prompts=len(k["outcomes"]))
+w("t-kok.json", k)
+for name, f in {"t-kmode.json": lambda j: j.update(mode="audio"),
+                "t-kgrid.json": lambda j: j.update(trials=2**62, lengths=[32] * 8),
+                "t-kdesc.json": lambda j: j.update(descriptions=[])}.items():
+    j = json.loads(json.dumps(k)); f(j); w(name, j)
+PY
+expect "merge: a one-part run of tampered shape's base" 0 "" "$AKV" merge "$TMP/t-ok.json" -o "$TMP/t-ok.txt"
+expect "merge: a one-part passkey run" 0 "" "$AKV" merge "$TMP/t-kok.json" -o "$TMP/t-kok.txt"
+expect_error "merge: fewer descriptions than methods" 2 "one description per method .*descriptions = 1 entries" "$AKV" merge "$TMP/t-desc.json" -o "$o/m.json"
+expect_error "merge: a sequence of 0 tokens" 2 "no predicted token .*tokens = 0" "$AKV" merge "$TMP/t-tokens0.json" -o "$o/m.json"
+expect_error "merge: more top-1 hits than tokens" 2 "more top-1 hits than tokens" "$AKV" merge "$TMP/t-top1.json" -o "$o/m.json"
+expect_error "merge: a negative count" 2 "not a non-negative integer .*bytes = -1" "$AKV" merge "$TMP/t-negative.json" -o "$o/m.json"
+expect_error "merge: total_sequences as a string" 2 "total_sequences" "$AKV" merge "$TMP/t-total.json" -o "$o/m.json"
+expect_error "merge: 2^63 shards claimed" 2 "shard missing .*shard = 2/9223372036854775808" "$AKV" merge "$TMP/t-shards.json" -o "$o/m.json"
+expect_error "merge: methods without the full cache first" 2 "start with the full cache" "$AKV" merge "$TMP/t-nofull.json" -o "$o/m.json"
+expect_error "merge: an unknown passkey mode" 2 "unknown passkey mode .*mode = audio" "$AKV" merge "$TMP/t-kmode.json" -o "$o/m.json"
+expect_error "merge: a passkey grid past 2^64 prompts" 2 "trials" "$AKV" merge "$TMP/t-kgrid.json" -o "$o/m.json"
+expect_error "merge: passkey descriptions missing" 2 "one description per method" "$AKV" merge "$TMP/t-kdesc.json" -o "$o/m.json"
+expect_error "passkey lengths near 2^64 (wrapped the context check)" 2 "longer than the model's context .*--lengths = 18446744073709551615" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 18446744073709551615 --depths 0 --trials 1 --methods kivi-2 -o "$o/x.json"
 expect_empty_dir "no output after errors" "$o"
 finish

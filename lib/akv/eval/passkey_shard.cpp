@@ -1,5 +1,6 @@
 #include "akv/eval/passkey_shard.h"
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/eval/shard.h"
 
@@ -32,12 +33,34 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
   PasskeyReport r;
   try {
     r.mode = first.at("mode").get<std::string>();
+    if (r.mode != "token" && r.mode != "text") throw InvalidInput("unknown passkey mode (token, text)", {file0, "mode", excerpt(r.mode, 40)});
     r.specs = first.at("specs").get<std::vector<std::string>>();
     r.descriptions = first.at("descriptions").get<std::vector<std::string>>();
+    if (r.specs.empty() || r.specs[0] != "full") {
+      throw InvalidInput("the methods must start with the full cache", {file0, "specs", excerpt(first.at("specs").dump(), 60)});
+    }
+    if (r.descriptions.size() != r.specs.size()) {
+      throw InvalidInput("one description per method (" + std::to_string(r.specs.size()) + ")",
+                         {file0, "descriptions", std::to_string(r.descriptions.size()) + " entries"});
+    }
+    for (const char* key : {"trials", "total_prompts"}) {
+      if (!first.at(key).is_number_unsigned()) throw InvalidInput("a count that is not a non-negative integer", {file0, key, excerpt(first.at(key).dump(), 40)});
+    }
+    for (const nlohmann::json& l : first.at("lengths")) {
+      if (!l.is_number_unsigned()) throw InvalidInput("a length that is not a non-negative integer", {file0, "lengths", excerpt(l.dump(), 40)});
+    }
     r.lengths = first.at("lengths").get<std::vector<std::size_t>>();
     r.depths = first.at("depths").get<std::vector<double>>();
+    for (double d : r.depths) {
+      if (!(d >= 0 && d <= 1)) throw InvalidInput("a depth outside [0, 1]", {file0, "depths", format_number(d)});
+    }
     r.trials = first.at("trials").get<std::size_t>();
     r.total_prompts = first.at("total_prompts").get<std::size_t>();
+    const std::size_t grid = checked_product({r.trials, r.lengths.size(), r.depths.size()}, {file0, "trials"});
+    if (r.total_prompts != grid) {
+      throw InvalidInput("total prompts differ from trials x lengths x depths (" + std::to_string(grid) + ")",
+                         {file0, "total_prompts", std::to_string(r.total_prompts)});
+    }
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
       check_follows(file, j, "first_prompt", "prompts", r.outcomes.size());
@@ -66,9 +89,8 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
   }
-  if (r.outcomes.size() != r.total_prompts || r.total_prompts != r.trials * r.lengths.size() * r.depths.size()) {
-    throw InvalidInput("parts hold " + std::to_string(r.outcomes.size()) + " prompts, the run " +
-                           std::to_string(r.trials * r.lengths.size() * r.depths.size()),
+  if (r.outcomes.size() != r.total_prompts) {
+    throw InvalidInput("parts hold " + std::to_string(r.outcomes.size()) + " prompts, the run " + std::to_string(r.total_prompts),
                        {file0, "total_prompts", std::to_string(r.total_prompts)});
   }
   r.tally();

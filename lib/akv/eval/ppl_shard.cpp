@@ -1,6 +1,7 @@
 #include "akv/eval/ppl_shard.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 
@@ -16,15 +17,29 @@ nlohmann::json sums_json(const PplSums& s) {
           {"bytes", s.bytes}, {"host_bytes", s.host_bytes}, {"f16_bytes", s.f16_bytes}};
 }
 
-PplSums sums_from(const nlohmann::json& j) {
+// j[key] as a count: a non-negative integer, InvalidInput naming the file and field otherwise
+// (nlohmann would turn -1 into 2^64 - 1).
+std::uint64_t count(const nlohmann::json& j, const char* key, const std::string& file) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_unsigned()) throw InvalidInput("a count that is not a non-negative integer", {file, key, excerpt(v.dump(), 40)});
+  return v.get<std::uint64_t>();
+}
+
+PplSums sums_from(const nlohmann::json& j, const std::string& file) {
   PplSums s;
   s.nll = j.at("nll").get<double>();
   s.kl = j.at("kl").get<double>();
-  s.top1 = j.at("top1").get<std::size_t>();
-  s.tokens = j.at("tokens").get<std::size_t>();
-  s.bytes = j.at("bytes").get<std::uint64_t>();
-  s.host_bytes = j.at("host_bytes").get<std::uint64_t>();
-  s.f16_bytes = j.at("f16_bytes").get<std::uint64_t>();
+  s.top1 = count(j, "top1", file);
+  s.tokens = count(j, "tokens", file);
+  s.bytes = count(j, "bytes", file);
+  s.host_bytes = count(j, "host_bytes", file);
+  s.f16_bytes = count(j, "f16_bytes", file);
+  // A sequence's sums as evaluate writes them: at least one prediction, top-1 hits among them,
+  // a finite non-negative NLL, a finite KL (tiny negative values come from rounding).
+  if (s.tokens == 0) throw InvalidInput("a sequence with no predicted token", {file, "tokens", "0"});
+  if (s.top1 > s.tokens) throw InvalidInput("more top-1 hits than tokens (" + std::to_string(s.tokens) + ")", {file, "top1", std::to_string(s.top1)});
+  if (!std::isfinite(s.nll) || s.nll < 0) throw InvalidInput("NLL sum not a finite non-negative number", {file, "nll", format_number(s.nll)});
+  if (!std::isfinite(s.kl)) throw InvalidInput("KL sum not finite", {file, "kl", format_number(s.kl)});
   return s;
 }
 
@@ -71,10 +86,18 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
   const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"inputs", "params", "specs", "attention", "total_sequences"});
   const auto& [file0, first] = parts[0];
   PplReport r;
-  const std::size_t total = first.at("total_sequences").get<std::size_t>();
+  std::size_t total = 0;
   try {
+    total = count(first, "total_sequences", file0);
     r.specs = first.at("specs").get<std::vector<std::string>>();
     r.descriptions = first.at("descriptions").get<std::vector<std::string>>();
+    if (r.specs.empty() || r.specs[0] != "full") {
+      throw InvalidInput("the methods must start with the full cache", {file0, "specs", excerpt(first.at("specs").dump(), 60)});
+    }
+    if (r.descriptions.size() != r.specs.size()) {
+      throw InvalidInput("one description per method (" + std::to_string(r.specs.size()) + ")",
+                         {file0, "descriptions", std::to_string(r.descriptions.size()) + " entries"});
+    }
     const std::string attention = first.at("attention").get<std::string>();
     if (attention != "exact" && attention != "int8") {
       throw InvalidInput("unknown attention path (exact, int8)", {file0, "attention", attention});
@@ -85,7 +108,7 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
       check_follows(file, j, "first_sequence", "sequences", r.sequences.size());
       for (const nlohmann::json& row : j.at("sequences")) {
         std::vector<PplSums> seq;
-        for (const nlohmann::json& m : row) seq.push_back(sums_from(m));
+        for (const nlohmann::json& m : row) seq.push_back(sums_from(m, file));
         if (seq.size() != r.specs.size()) throw InvalidInput("a sequence without every method", {file, "sequences", std::to_string(seq.size())});
         r.sequences.push_back(std::move(seq));
       }
@@ -93,6 +116,10 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
       r.prompt_tokens.insert(r.prompt_tokens.end(), prompts.begin(), prompts.end());
       if (r.traces.empty()) {
         for (const nlohmann::json& t : j.at("memory_traces")) r.traces.push_back(trace_from(t));
+        if (!r.traces.empty() && r.traces.size() != r.specs.size()) {
+          throw InvalidInput("one memory trace per method (" + std::to_string(r.specs.size()) + ")",
+                             {file, "memory_traces", std::to_string(r.traces.size()) + " entries"});
+        }
       }
     }
   } catch (const nlohmann::json::exception& e) {

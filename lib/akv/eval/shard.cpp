@@ -1,5 +1,7 @@
 #include "akv/eval/shard.h"
 
+#include <map>
+
 #include "akv/core/errors.h"
 
 namespace akv {
@@ -8,7 +10,7 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
                                      const std::string& format, std::initializer_list<const char*> same) {
   if (parts.empty()) throw UsageError("merge needs partial outputs", {"", "PARTS"});
   const auto& [file0, first] = parts[0];
-  std::vector<std::size_t> order;
+  std::map<std::size_t, std::size_t> given;  // shard -> index into parts (n may be any number a file claims)
   std::size_t n = 0;
   try {
     for (std::size_t i = 0; i < parts.size(); ++i) {
@@ -18,10 +20,7 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
                            {file, "format", j.is_object() && j.contains("format") ? j["format"].dump() : "missing"});
       }
       const std::size_t k = j.at("shard").get<std::size_t>(), shards = j.at("shards").get<std::size_t>();
-      if (i == 0) {
-        n = shards;
-        order.assign(n, parts.size());
-      }
+      if (i == 0) n = shards;
       if (shards != n) {
         throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")",
                            {file, "shards", std::to_string(shards)});
@@ -33,19 +32,18 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
                              {file, key, j.at(key).dump()});
         }
       }
-      if (order[k - 1] != parts.size()) {
-        throw InvalidInput("shard given twice (also " + parts[order[k - 1]].first + ")", {file, "shard", std::to_string(k)});
+      if (const auto [it, added] = given.emplace(k, i); !added) {
+        throw InvalidInput("shard given twice (also " + parts[it->second].first + ")", {file, "shard", std::to_string(k)});
       }
-      order[k - 1] = i;
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial output field missing or of the wrong type: ") + e.what(), {file0});
   }
-  for (std::size_t k = 1; k <= n; ++k) {
-    if (order[k - 1] == parts.size()) {
-      throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
-    }
-  }
+  std::size_t k = 1;  // the first shard not given; parts are distinct shards of 1..n
+  for (auto it = given.begin(); it != given.end() && it->first == k; ++it) ++k;
+  if (k <= n) throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
+  std::vector<std::size_t> order;
+  for (const auto& [shard, i] : given) order.push_back(i);
   return order;
 }
 
