@@ -469,6 +469,38 @@ TEST_CASE("perplexity through compressed caches on stories260K", "[runtime]") {
   CHECK_THROWS_AS(make_kv_policy(params("h2o:budget=0.5:quant=kivi-2"), g), UsageError);
 }
 
+TEST_CASE("runtime caches size their RoPE tables by the run, not by the model's declared context", "[runtime]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  const Model small = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  ModelConfig c = small.config();
+  c.seq_len = std::size_t{1} << 40;  // a file may declare this; a table of it would take 2^48 bytes
+  const Model big(c, small.weights());
+  auto seqs = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  seqs.resize(2);
+  for (auto& s : seqs) s.resize(48);
+  PplOptions o;
+  for (const std::string spec : {"kivi-2:residual=32:pre-rope", "kivi-4"}) o.methods.push_back({spec, params(spec)});
+  o.prefill = 40;
+  const PplReport a = evaluate_perplexity(small, seqs, o, {}), b = evaluate_perplexity(big, seqs, o, {});
+  CHECK(a.to_json() == b.to_json());
+  PasskeyOptions pk;
+  pk.lengths = {40};
+  pk.depths = {0.5};
+  pk.trials = 2;
+  CHECK(evaluate_passkey(big, seqs, o.methods, pk, {}).to_json() == evaluate_passkey(small, seqs, o.methods, pk, {}).to_json());
+  // Lengths near 2^64 do not wrap the context check.
+  pk.lengths = {~std::size_t{0}};
+  CHECK_THROWS_WITH(evaluate_passkey(big, seqs, o.methods, pk, {}), Catch::Contains("longer than the model's context"));
+  // A RoPE table refuses positions past its end instead of reading beyond it.
+  const RopeTable t(8, 10000.0, 0, 4);
+  std::vector<float> x(8, 1.0f);
+  CHECK_NOTHROW(apply_rope(x.data(), 1, 3, RopeLayout::interleaved, t));
+  CHECK_THROWS_AS(apply_rope(x.data(), 1, 4, RopeLayout::interleaved, t), InvalidInput);
+}
+
 TEST_CASE("perplexity_chunks: llama-perplexity's chunks, BOS first", "[runtime]") {
   std::vector<std::int32_t> t(10);
   for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<std::int32_t>(i);

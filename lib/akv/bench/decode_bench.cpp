@@ -46,7 +46,9 @@ DecodeBenchResult bench_decode(const Model& model,
     }
     res.decoded += s.size() - prompt;
   }
-  const KvGeometry g{c.kv_shape(), c.seq_len};
+  std::size_t longest = 0;
+  for (const auto& s : seqs) longest = std::max(longest, s.size());
+  const KvGeometry g{c.kv_shape(), longest};
   std::vector<PrefillResult> pre;
   double best_prefill = 1e300;
   for (int r = 0; r < repeats; ++r) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/eval/prompt_lanes.h"
@@ -118,7 +119,9 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
                              int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced) {
   const ModelConfig& c = model.config();
   const std::size_t n_methods = methods.size();
-  PromptLanes start = prefill_lanes(model, prompts, methods, threads);
+  std::size_t longest = 0;
+  for (std::size_t p = 0; p < prompts.size(); ++p) longest = std::max(longest, prompts[p].size() + n[p]);
+  PromptLanes start = prefill_lanes(model, prompts, methods, longest, threads);
   std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
   Continuations out;
   out.tokens.resize(caches.size());
@@ -186,47 +189,56 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
                            ") than the model's vocabulary (" + std::to_string(c.vocab_size) + ")",
                        {tokenizer->path(), "vocab_size", std::to_string(tokenizer->vocab_size())});
   }
+  const std::size_t answer = tokenizer ? o.answer_tokens : o.key_tokens;
   for (std::size_t len : o.lengths) {
-    if (len + (tokenizer ? o.answer_tokens : o.key_tokens) > c.seq_len) {
+    if (len > c.seq_len || answer > c.seq_len - len) {
       throw InvalidInput("prompt plus key longer than the model's context (seq_len " + std::to_string(c.seq_len) + ")",
                          {"", "--lengths", std::to_string(len)});
     }
   }
-  // Build every prompt first (validates everything before any work).
-  std::vector<PasskeyPrompt> jobs;  // grid order: depth, length, trial
-  for (std::size_t d = 0; d < o.depths.size(); ++d) {
-    for (std::size_t l = 0; l < o.lengths.size(); ++l) {
-      for (std::size_t t = 0; t < o.trials; ++t) {
-        jobs.push_back(tokenizer ? make_text_passkey_prompt(*tokenizer, o.lengths[l], o.depths[d], t, o)
-                                 : make_passkey_prompt(filler, c.vocab_size, o.lengths[l], o.depths[d], t, o));
-      }
-    }
+  // Grid order: depth, length, trial. Every length and depth is checked before any work (a
+  // prompt is as long as its length, whatever its depth and trial); a shard then builds only
+  // its own prompts, a batch at a time.
+  auto prompt = [&](std::size_t j) {
+    const std::size_t d = j / (o.trials * o.lengths.size()), l = j / o.trials % o.lengths.size(), t = j % o.trials;
+    return tokenizer ? make_text_passkey_prompt(*tokenizer, o.lengths[l], o.depths[d], t, o)
+                     : make_passkey_prompt(filler, c.vocab_size, o.lengths[l], o.depths[d], t, o);
+  };
+  for (double depth : o.depths) {
+    if (!(depth >= 0.0 && depth <= 1.0)) throw InvalidInput("depth must be in [0, 1]", {"", "--depths", format_number(depth)});
   }
-  r.total_prompts = jobs.size();
-  const auto [lo, hi] = o.shard.range(jobs.size());
+  if (!o.depths.empty() && o.trials > 0) {
+    for (std::size_t l = 0; l < o.lengths.size(); ++l) prompt(l * o.trials);
+  }
+  r.total_prompts = checked_product({o.depths.size(), o.lengths.size(), o.trials}, {"", "--trials", std::to_string(o.trials)});
+  const auto [lo, hi] = o.shard.range(r.total_prompts);
   r.first_prompt = lo;
   r.outcomes.assign(hi - lo, std::vector<char>(methods.size(), 0));
   if (!tokenizer) r.key_logprob.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
   std::vector<std::optional<CompressParams>> params;
   for (const auto& m : methods) params.push_back(m.params);
   std::size_t longest = 0;
-  for (std::size_t j = lo; j < hi; ++j) longest = std::max(longest, jobs[j].tokens.size() + o.answer_tokens + o.key_tokens);
+  for (std::size_t j = lo; j < hi; ++j) {  // the lengths of this shard's prompts
+    longest = std::max(longest, o.lengths[j / o.trials % o.lengths.size()] + o.answer_tokens + o.key_tokens);
+  }
   const std::size_t batch = resolve_batch(o.batch, hi - lo, methods.size(), c, longest);
   for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
     const std::size_t nb = std::min(batch, hi - b0);
+    std::vector<PasskeyPrompt> jobs;
     std::vector<std::vector<std::int32_t>> prompts(nb), keys(nb);
     std::vector<std::size_t> n(nb);
     for (std::size_t i = 0; i < nb; ++i) {
-      prompts[i] = jobs[b0 + i].tokens;
-      keys[i] = jobs[b0 + i].key;
-      n[i] = jobs[b0 + i].answer_tokens;
+      jobs.push_back(prompt(b0 + i));
+      prompts[i] = jobs[i].tokens;
+      keys[i] = jobs[i].key;
+      n[i] = jobs[i].answer_tokens;
     }
     // Token mode decodes the key teacher-forced: the argmax tokens match the key exactly when
     // the greedy continuation would (they agree up to the first miss), and the key's
     // log-probability comes with them.
     const Continuations out = continue_lanes(model, prompts, n, params, o.threads, o.attention, tokenizer ? nullptr : &keys);
     for (std::size_t i = 0; i < nb; ++i) {
-      const PasskeyPrompt& p = jobs[b0 + i];
+      const PasskeyPrompt& p = jobs[i];
       for (std::size_t mi = 0; mi < methods.size(); ++mi) {
         const std::size_t lane = i * methods.size() + mi;
         const auto& cont = out.tokens[lane];

@@ -90,7 +90,7 @@ PplReport evaluate_perplexity(const Model& model,
     }
     // Lane i * n_methods + m: sequence b0 + i through method m (m = 0: the full cache); first[i]:
     // prompt i's last logits, step 0 of each of its lanes.
-    PromptLanes start = prefill_lanes(model, prompts, params, o.threads);
+    PromptLanes start = prefill_lanes(model, prompts, params, longest, o.threads);
     std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
     const std::vector<std::vector<float>>& first = start.last_logits;
     // Step t predicts token P + t of each sequence (P its prompt length) from position P - 1 + t;

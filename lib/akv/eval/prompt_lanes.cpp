@@ -5,9 +5,10 @@
 namespace akv {
 
 PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
-                          const std::vector<std::optional<CompressParams>>& methods, int threads) {
+                          const std::vector<std::optional<CompressParams>>& methods, std::size_t max_positions,
+                          int threads) {
   const ModelConfig& c = model.config();
-  const KvGeometry g{c.kv_shape(), c.seq_len};
+  const KvGeometry g{c.kv_shape(), max_positions};
   const std::size_t n = prompts.size(), n_methods = methods.size();
   PromptLanes out;
   out.caches.resize(n * n_methods);

@@ -21,8 +21,10 @@ struct PromptLanes {
 
 // Prompts on the threads (each prefill on one), or, with fewer prompts than threads, one prompt
 // at a time on all of them, its caches filled on the threads. Caches and logits do not depend on
-// the thread count.
+// the thread count. `max_positions`: the longest sequence (prompt and continuation) any lane
+// will hold.
 PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
-                          const std::vector<std::optional<CompressParams>>& methods, int threads);
+                          const std::vector<std::optional<CompressParams>>& methods, std::size_t max_positions,
+                          int threads);
 
 }  // namespace akv

@@ -127,7 +127,8 @@ class RuntimePolicy : public KvPolicy {
  public:
   RuntimePolicy(std::optional<CompressParams> params, const KvGeometry& g, int threads)
       : params_(std::move(params)), g_(g), threads_(threads),
-        table_(g.head_dim, g.rope_theta, 0, std::max<std::size_t>(g.max_positions, 1)),
+        // Only pre-RoPE keys rotate here, up to the longest sequence the caller will feed.
+        table_(g.head_dim, g.rope_theta, 0, params_ && params_->pre_rope ? std::max<std::size_t>(g.max_positions, 1) : 1),
         rope_{g.rope_layout, &table_} {
     const bool exact = !params_;
     if (params_ && !params_->calibration_file.empty() && params_->head_bits.empty()) {

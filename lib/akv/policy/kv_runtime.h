@@ -28,7 +28,9 @@
 
 namespace akv {
 
-// The KV shape of a runtime cache and the longest sequence it serves (RoPE tables).
+// The KV shape of a runtime cache and the longest sequence it serves (positions 0 ..
+// max_positions - 1): the size of the RoPE table of pre-RoPE keys. Callers pass the length of
+// the sequences they run, never a model's declared context (which a file may put at 2^32).
 struct KvGeometry : KvShape {
   std::size_t max_positions = 0;
 

@@ -184,6 +184,11 @@ void apply_rope(float* x, std::size_t n, std::size_t first_pos, RopeLayout layou
   if (inverse && table.scale() != 1.0f) {
     throw InvalidInput("RoPE with an attention factor cannot be undone", {"", "rope_scaling", "yarn"});
   }
+  if (first_pos < table.first_pos() || first_pos + n > table.first_pos() + table.n_pos()) {
+    throw InvalidInput("positions beyond the RoPE table (positions " + std::to_string(table.first_pos()) + ".." +
+                           std::to_string(table.first_pos() + table.n_pos()) + ")",
+                       {"", "position", std::to_string(first_pos + n - 1)});
+  }
   const float sign = inverse ? -1.0f : 1.0f;
   for (std::size_t r = 0; r < n; ++r) {
     float* v = x + r * d;
