@@ -672,6 +672,42 @@ TEST_CASE("GGUF: bad files are one clear error naming the file and field", "[ggu
   CHECK(is_gguf(good));
 }
 
+TEST_CASE("GGUF metadata arrays: checked and skipped on open, read when asked for", "[gguf][bad]") {
+  test::TempDir dir;
+  GgufWriter w;
+  w.str("general.architecture", "llama");
+  std::vector<std::uint8_t> big(1u << 20);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint8_t>(i * 7);
+  w.numbers("x.bytes", 0, big);  // u8: 1 byte each in the file, ~32 as JSON values
+  w.strings("x.words", {"a", "", "ccc"});
+  w.u32("x.after", 5);
+  w.write(dir.file("arrays.gguf"));
+  const GgufFile f(dir.file("arrays.gguf"));
+  CHECK(!f.metadata().contains("x.bytes"));
+  CHECK(f.metadata().at("x.after") == 5);
+  REQUIRE(f.arrays().count("x.bytes") == 1);
+  CHECK(f.arrays().at("x.bytes").count == big.size());
+  CHECK(gguf_info(f)["metadata"]["x.bytes"] == "[1048576 values]");
+  CHECK(gguf_info(f)["metadata"]["x.words"] == "[3 values]");
+  const auto bytes = f.value("x.bytes");
+  REQUIRE(bytes);
+  CHECK(bytes->get<std::vector<std::uint8_t>>() == big);
+  CHECK(f.value("x.words")->get<std::vector<std::string>>() == std::vector<std::string>{"a", "", "ccc"});
+  CHECK(f.value("x.after") == nlohmann::json(5));
+  CHECK(!f.value("x.absent"));
+  // Skipping still checks: an array cut by the end of the file, a string longer than the file.
+  std::ifstream in(dir.file("arrays.gguf"), std::ios::binary);
+  const std::string b((std::istreambuf_iterator<char>(in)), {});
+  const std::size_t words = b.find("x.words");
+  std::ofstream(dir.file("cut.gguf"), std::ios::binary) << b.substr(0, words + 7 + 4 + 4 + 8 + 8 + 1 + 8 + 2);
+  CHECK_THROWS_AS(GgufFile(dir.file("cut.gguf")), CorruptData);
+  std::string longer = b;
+  const std::uint64_t huge = std::uint64_t{1} << 40;
+  std::memcpy(longer.data() + words + 7 + 4 + 4 + 8, &huge, 8);  // the first string's length
+  std::ofstream(dir.file("long.gguf"), std::ios::binary) << longer;
+  CHECK_THROWS_WITH(GgufFile(dir.file("long.gguf")), Catch::Contains("string length beyond the file"));
+}
+
 TEST_CASE("GGUF tokenizer: the Llama 2 vocabulary as GGUF lists encodes as libsentencepiece does", "[gguf][tokenizer]") {
   if (!have_shared()) {
     WARN("skipped: shared model not found");

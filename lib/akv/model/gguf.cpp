@@ -44,6 +44,14 @@ class Cursor {
     if (ec || !in_) throw IoError("cannot read GGUF file", {path});
   }
   std::uint64_t pos() const { return pos_; }
+  void seek(std::uint64_t pos) {
+    if (pos > size_ || !in_.seekg(static_cast<std::streamoff>(pos))) throw IoError("cannot seek", {path_, "offset", std::to_string(pos)});
+    pos_ = pos;
+  }
+  void skip(std::uint64_t n, const std::string& what) {
+    if (n > remaining()) throw CorruptData("file ends inside " + what, {path_, what, "offset " + std::to_string(pos_)});
+    seek(pos_ + n);
+  }
   std::uint64_t size() const { return size_; }
   std::uint64_t remaining() const { return size_ - pos_; }
   void read(void* dst, std::uint64_t n, const std::string& what) {
@@ -66,6 +74,11 @@ class Cursor {
     read(s.data(), n, what);
     return s;
   }
+  void skip_str(const std::string& what) {
+    const auto n = get<std::uint64_t>(what);
+    if (n > remaining()) throw CorruptData("string length beyond the file", {path_, what, std::to_string(n)});
+    skip(n, what);
+  }
   // Checks that `count` values of at least `each` bytes fit in what is left.
   void check_count(std::uint64_t count, std::uint64_t each, const std::string& what) const {
     if (each > 0 && count > remaining() / each) {
@@ -78,6 +91,32 @@ class Cursor {
   std::ifstream in_;
   std::uint64_t size_ = 0, pos_ = 0;
 };
+
+// An array's element type and length, checked against what is left of the file.
+GgufArray array_header(Cursor& c, const std::string& key, int depth, const std::string& path) {
+  if (depth >= kMaxArrayDepth) throw CorruptData("arrays nested too deeply", {path, key, std::to_string(depth + 1)});
+  GgufArray a;
+  a.type = c.get<std::uint32_t>(key + " (array type)");
+  if (min_bytes(a.type) == 0) throw CorruptData("unknown metadata value type", {path, key, std::to_string(a.type)});
+  a.count = c.get<std::uint64_t>(key + " (array length)");
+  c.check_count(a.count, min_bytes(a.type), key);
+  if (a.count > kMaxArray) {
+    throw InvalidInput("metadata array longer than akv reads (2^24 values)", {path, key, std::to_string(a.count)});
+  }
+  a.offset = c.pos();
+  return a;
+}
+
+// Moves past an array's values (header read) without keeping them.
+void skip_array(Cursor& c, const GgufArray& a, const std::string& key, int depth, const std::string& path) {
+  if (a.type == string) {
+    for (std::uint64_t i = 0; i < a.count; ++i) c.skip_str(key);
+  } else if (a.type == array) {
+    for (std::uint64_t i = 0; i < a.count; ++i) skip_array(c, array_header(c, key, depth + 1, path), key, depth + 1, path);
+  } else {
+    c.skip(a.count * min_bytes(a.type), key);  // fixed-size values: check_count bounded the product by the file
+  }
+}
 
 json read_value(Cursor& c, std::uint32_t type, const std::string& key, int depth, const std::string& path) {
   switch (type) {
@@ -98,16 +137,9 @@ json read_value(Cursor& c, std::uint32_t type, const std::string& key, int depth
     case i64: return c.get<std::int64_t>(key);
     case f64: return c.get<double>(key);
     case array: {
-      if (depth >= kMaxArrayDepth) throw CorruptData("arrays nested too deeply", {path, key, std::to_string(depth + 1)});
-      const auto et = c.get<std::uint32_t>(key + " (array type)");
-      if (min_bytes(et) == 0) throw CorruptData("unknown metadata value type", {path, key, std::to_string(et)});
-      const auto n = c.get<std::uint64_t>(key + " (array length)");
-      c.check_count(n, min_bytes(et), key);
-      if (n > kMaxArray) {
-        throw InvalidInput("metadata array longer than akv reads (2^24 values)", {path, key, std::to_string(n)});
-      }
+      const GgufArray h = array_header(c, key, depth, path);
       json a = json::array();
-      for (std::uint64_t i = 0; i < n; ++i) a.push_back(read_value(c, et, key, depth + 1, path));
+      for (std::uint64_t i = 0; i < h.count; ++i) a.push_back(read_value(c, h.type, key, depth + 1, path));
       return a;
     }
     default:
@@ -125,9 +157,8 @@ std::string dims_text(const std::vector<std::uint64_t>& d) {
 
 nlohmann::json gguf_info(const GgufFile& f) {
   nlohmann::json meta = nlohmann::json::object();
-  for (const auto& [k, v] : f.metadata().items()) {
-    meta[k] = v.is_array() ? nlohmann::json("[" + std::to_string(v.size()) + " values]") : v;
-  }
+  for (const auto& [k, v] : f.metadata().items()) meta[k] = v;
+  for (const auto& [k, a] : f.arrays()) meta[k] = "[" + std::to_string(a.count) + " values]";
   nlohmann::json types = nlohmann::json::object();
   std::uint64_t total = 0;
   for (const auto& [name, t] : f.tensors()) {
@@ -166,6 +197,17 @@ std::string render_gguf_info(const nlohmann::json& info) {
   return out;
 }
 
+std::optional<nlohmann::json> GgufFile::value(const std::string& key) const {
+  if (const auto it = meta_.find(key); it != meta_.end()) return *it;
+  const auto a = arrays_.find(key);
+  if (a == arrays_.end()) return std::nullopt;
+  Cursor c(path_);
+  c.seek(a->second.offset);
+  json out = json::array();
+  for (std::uint64_t i = 0; i < a->second.count; ++i) out.push_back(read_value(c, a->second.type, key, 1, path_));
+  return out;
+}
+
 bool is_gguf(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char m[4];
@@ -188,9 +230,14 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   for (std::uint64_t i = 0; i < n_kv; ++i) {
     const std::string key = c.str("metadata key " + std::to_string(i));
     const auto type = c.get<std::uint32_t>(key + " (type)");
-    json v = read_value(c, type, key, 0, path);
-    if (meta_.contains(key)) throw CorruptData("metadata key stored twice", {path, key});
-    meta_[key] = std::move(v);
+    if (meta_.contains(key) || arrays_.count(key)) throw CorruptData("metadata key stored twice", {path, key});
+    if (type == array) {  // skipped now, read by value() when asked for
+      const GgufArray a = array_header(c, key, 0, path);
+      skip_array(c, a, key, 0, path);
+      arrays_.emplace(key, a);
+    } else {
+      meta_[key] = read_value(c, type, key, 0, path);
+    }
   }
   std::uint64_t alignment = 32;
   if (meta_.contains("general.alignment")) {

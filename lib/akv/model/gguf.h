@@ -11,6 +11,7 @@
 // tied output when output.weight is absent. docs/model.md, "GGUF".
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,13 +29,25 @@ struct GgufTensor {
   std::uint64_t bytes = 0;          // 0 when the type is unknown to akv
 };
 
+// A metadata array as stored: element type, length, and the file offset of its first value.
+struct GgufArray {
+  std::uint32_t type = 0;
+  std::uint64_t count = 0;
+  std::uint64_t offset = 0;
+};
+
 class GgufFile {
  public:
   explicit GgufFile(const std::string& path);
   const std::string& path() const { return path_; }
   std::uint32_t version() const { return version_; }
-  // Metadata: key -> value (integers, reals, booleans, strings, arrays as JSON values).
+  // Scalar metadata: key -> value (integers, reals, booleans, strings). Arrays (vocabularies,
+  // merges: up to 2^24 values each) are checked and skipped when the file is opened, and read
+  // only by value(): a model, `akv info` or a run without the file's tokenizer never holds them.
   const nlohmann::json& metadata() const { return meta_; }
+  const std::map<std::string, GgufArray>& arrays() const { return arrays_; }
+  // Any metadata value, an array read from the file now as a JSON array; nullopt when absent.
+  std::optional<nlohmann::json> value(const std::string& key) const;
   const GgufTensor* find(const std::string& name) const;
   const std::map<std::string, GgufTensor>& tensors() const { return tensors_; }
   // The tensor as f32, after checking its dims (ggml order) against `dims`; InvalidInput names
@@ -49,6 +62,7 @@ class GgufFile {
   std::uint32_t version_ = 0;
   std::uint64_t data_start_ = 0, file_size_ = 0;
   nlohmann::json meta_ = nlohmann::json::object();
+  std::map<std::string, GgufArray> arrays_;
   std::map<std::string, GgufTensor> tensors_;
 };
 

@@ -35,27 +35,21 @@ Tokenizer Tokenizer::bytes() {
 
 Tokenizer Tokenizer::from_gguf(const std::string& path) {
   const GgufFile f(path);
-  const nlohmann::json& m = f.metadata();
-  auto get = [&](const char* key) -> const nlohmann::json* {
-    const auto it = m.find(key);
-    return it == m.end() ? nullptr : &*it;
-  };
-  const nlohmann::json* model = get("tokenizer.ggml.model");
+  auto get = [&](const char* key) { return f.value(key); };
+  const std::optional<nlohmann::json> model = get("tokenizer.ggml.model");
   if (!model) throw InvalidInput("no tokenizer in the GGUF file", {path, "tokenizer.ggml.model", "missing"});
   const std::string kind = model->is_string() ? model->get<std::string>() : model->dump();
   if (kind != "llama" && kind != "gpt2") {
     throw InvalidInput("tokenizer kind not implemented (akv reads llama, the SentencePiece-style BPE, and gpt2, "
                        "byte-level BPE)", {path, "tokenizer.ggml.model", kind});
   }
-  if (kind == "gpt2") return gguf_bpe(path, m);
+  if (kind == "gpt2") return gguf_bpe(f);
   try {
-    const nlohmann::json* tokens = get("tokenizer.ggml.tokens");
+    const std::optional<nlohmann::json> tokens = get("tokenizer.ggml.tokens");
     if (!tokens) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
-    const nlohmann::json* scores = get("tokenizer.ggml.scores");
-    const nlohmann::json* types = get("tokenizer.ggml.token_type");
-    const nlohmann::json* bos = get("tokenizer.ggml.bos_token_id");
-    const nlohmann::json* unk = get("tokenizer.ggml.unknown_token_id");
-    const nlohmann::json* prefix = get("tokenizer.ggml.add_space_prefix");
+    const std::optional<nlohmann::json> scores = get("tokenizer.ggml.scores"), types = get("tokenizer.ggml.token_type"),
+                                        bos = get("tokenizer.ggml.bos_token_id"), unk = get("tokenizer.ggml.unknown_token_id"),
+                                        prefix = get("tokenizer.ggml.add_space_prefix");
     Tokenizer t;
     t.path_ = path;
     t.spm_ = std::make_shared<SpmVocab>(
@@ -68,7 +62,9 @@ Tokenizer Tokenizer::from_gguf(const std::string& path) {
   }
 }
 
-Tokenizer Tokenizer::gguf_bpe(const std::string& path, const nlohmann::json& m) {
+Tokenizer Tokenizer::gguf_bpe(const GgufFile& f) {
+  const std::string& path = f.path();
+  const nlohmann::json& m = f.metadata();  // scalars; arrays through f.value()
   try {
     const std::string pre = m.contains("tokenizer.ggml.pre") ? m["tokenizer.ggml.pre"].get<std::string>() : "default";
     BpeVocab::Options o;
@@ -80,17 +76,18 @@ Tokenizer Tokenizer::gguf_bpe(const std::string& path, const nlohmann::json& m) 
     o.ignore_merges = pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";  // as llama.cpp
     const bool add_bos = m.contains("tokenizer.ggml.add_bos_token") ? m["tokenizer.ggml.add_bos_token"].get<bool>() : false;
     if (add_bos && m.contains("tokenizer.ggml.bos_token_id")) o.bos = m["tokenizer.ggml.bos_token_id"].get<std::int32_t>();
-    if (!m.contains("tokenizer.ggml.tokens")) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
-    std::vector<std::string> tokens = m["tokenizer.ggml.tokens"].get<std::vector<std::string>>();
-    const std::vector<std::int32_t> types = m.contains("tokenizer.ggml.token_type")
-                                                ? m["tokenizer.ggml.token_type"].get<std::vector<std::int32_t>>()
-                                                : std::vector<std::int32_t>(tokens.size(), 1);
+    const std::optional<nlohmann::json> token_values = f.value("tokenizer.ggml.tokens");
+    if (!token_values) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
+    std::vector<std::string> tokens = token_values->get<std::vector<std::string>>();
+    const std::optional<nlohmann::json> type_values = f.value("tokenizer.ggml.token_type");
+    const std::vector<std::int32_t> types =
+        type_values ? type_values->get<std::vector<std::int32_t>>() : std::vector<std::int32_t>(tokens.size(), 1);
     if (types.size() != tokens.size()) {
       throw InvalidInput("token types and tokens differ in count", {path, "tokenizer.ggml.token_type", std::to_string(types.size())});
     }
     std::vector<std::pair<std::string, std::string>> merges;
-    if (m.contains("tokenizer.ggml.merges")) {
-      for (const std::string& s : m["tokenizer.ggml.merges"].get<std::vector<std::string>>()) {
+    if (const std::optional<nlohmann::json> merge_values = f.value("tokenizer.ggml.merges")) {
+      for (const std::string& s : merge_values->get<std::vector<std::string>>()) {
         const std::size_t sp = s.find(' ', 1);
         if (sp == std::string::npos) throw InvalidInput("merge without two parts", {path, "tokenizer.ggml.merges", s});
         merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));

@@ -9,12 +9,11 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 namespace akv {
 
 class SpmVocab;
 class BpeVocab;
+class GgufFile;
 
 class Tokenizer {
  public:
@@ -46,7 +45,7 @@ class Tokenizer {
  private:
   struct Impl;
   Tokenizer() = default;
-  static Tokenizer gguf_bpe(const std::string& path, const nlohmann::json& metadata);
+  static Tokenizer gguf_bpe(const GgufFile& f);
   std::unique_ptr<Impl> impl_;  // SentencePiece; null otherwise
   std::shared_ptr<const SpmVocab> spm_;  // a GGUF SentencePiece-style vocabulary; null otherwise
   std::shared_ptr<const BpeVocab> bpe_;  // byte-level BPE (tokenizer.json or GGUF gpt2); null otherwise
