@@ -217,11 +217,13 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
                   "baseline); writes a partial report (JSON, format akv-bench-decode-part) that `akv merge` "
                   "combines (docs/scale.md)");
   dec->callback([dopt, &global] {
-    check_output_distinct(dopt->output, {dopt->model, dopt->tokens});
     std::vector<PplMethod> methods;
     for (const auto& spec : dopt->methods) {
       if (spec != "full") methods.push_back({spec, resolve_params(parse_method_spec(spec))});
     }
+    std::vector<std::string> inputs = model_run_inputs(dopt->model, methods);
+    inputs.push_back(dopt->tokens);
+    check_output_distinct(dopt->output, inputs);
     const Model m = load_model(dopt->model, parse_weight_mode(dopt->weights));
     auto seqs = read_token_file(dopt->tokens);
     m.check_tokens(seqs, dopt->tokens);

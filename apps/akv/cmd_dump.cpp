@@ -42,7 +42,9 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--dtype", opt->dtype, "Storage type: f32, f16 or bf16")->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->callback([opt, &global] {
-    check_output_distinct(opt->output, {opt->model, opt->tokens, opt->text});
+    std::vector<std::string> inputs = model_run_inputs(opt->model, {});
+    inputs.insert(inputs.end(), {opt->tokens, opt->text, opt->tokenizer});
+    check_output_distinct(opt->output, inputs);
     if (opt->tokens.empty() == opt->text.empty()) throw UsageError("dump needs --tokens or --text", {"", "--tokens"});
     const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
     const std::string source = opt->text.empty() ? opt->tokens : opt->text;

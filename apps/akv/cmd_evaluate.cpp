@@ -132,7 +132,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                 "Skip the content-hash check that the cache was made from this dump (shapes are "
                 "still checked)");
   sub->callback([opt, &global] {
-    check_output_distinct(opt->output, {opt->dump, opt->cache, opt->model, opt->tokens, opt->tokenizer});
+    check_output_distinct(opt->output, {opt->dump, opt->cache});
     ProgressBar bar("evaluate", !global.quiet);
     if (!opt->model.empty()) {
       if (opt->tokens.empty() && opt->text.empty() && opt->task == "ppl") {
@@ -143,6 +143,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         if (spec == "full") continue;
         po.methods.push_back({spec, resolve_params(parse_method_spec(spec))});
       }
+      std::vector<std::string> inputs = model_run_inputs(opt->model, po.methods);
+      inputs.insert(inputs.end(), {opt->tokens, opt->text, opt->filler, opt->tokenizer});
+      check_output_distinct(opt->output, inputs);
       if (opt->prefill) po.prefill = opt->prefill;
       po.max_sequences = opt->sequences;
       po.threads = global.threads;

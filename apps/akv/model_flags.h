@@ -53,6 +53,24 @@ inline std::unique_ptr<Tokenizer> resolve_tokenizer(const std::string& flag, con
   return nullptr;
 }
 
+// What a run of a model reads besides its own flags' files: the model path and, for a Hugging
+// Face directory, every file in it (config.json, weights, the tokenizer found there), and the
+// side files of each method (calibration=, budgets=). For check_output_distinct.
+inline std::vector<std::string> model_run_inputs(const std::string& model_path, const std::vector<PplMethod>& methods) {
+  std::vector<std::string> files{model_path};
+  std::error_code ec;
+  if (std::filesystem::is_directory(model_path, ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(model_path, ec)) {
+      if (e.is_regular_file(ec)) files.push_back(e.path().string());
+    }
+  }
+  for (const PplMethod& m : methods) {
+    if (!m.params) continue;
+    for (const std::string& f : m.params->input_files()) files.push_back(f);
+  }
+  return files;
+}
+
 // --text FILE cut into llama-perplexity's chunks of `ctx` tokens (BOS first; at most max_chunks,
 // 0 = all).
 inline std::vector<std::vector<std::int32_t>> text_chunks(const std::string& path, const Tokenizer* tok,

@@ -24,5 +24,26 @@ mkdir -p "$TMP/none"
 echo '{"model": {"type": "WordPiece"}}' >"$TMP/wp.json"
 expect_error "a WordPiece tokenizer.json is refused" 2 "model.type = WordPiece" \
   "$AKV" evaluate -q --model "$TMP/hf" --text "$TMP/t.txt" --ctx 8 --tokenizer "$TMP/wp.json" -o "$TMP/none/x.txt"
+"$PY" -c "import sys; open(sys.argv[1], 'w').write('{\"model\": {\"type\": \"BPE\", \"vocab\": ' + '[' * 100000 + ']' * 100000 + '}}')" "$TMP/deep.json"
+expect_error "a tokenizer.json nested 100000 deep is refused at the parser" 2 "deeper than 64 levels .*deep.json" \
+  "$AKV" evaluate -q --model "$TMP/hf" --text "$TMP/t.txt" --ctx 8 --tokenizer "$TMP/deep.json" -o "$TMP/none/x.txt"
+# Outputs onto the run's side inputs are refused before anything runs (exit 1), the inputs intact.
+cp "$TMP/t.txt" "$TMP/t-copy.txt"
+echo '{}' >"$TMP/cal.json"
+for target in "$TMP/t.txt" "$TMP/hf/tokenizer.json" "$TMP/hf/config.json" "$TMP/wp.json" "$TMP/cal.json"; do
+  expect_error "evaluate -o onto an input ($(basename "$target"))" 1 "output is an input file" \
+    "$AKV" evaluate -q --model "$TMP/hf" --text "$TMP/t.txt" --ctx 5 --tokenizer "$TMP/wp.json" \
+    --methods "kivi-4:calibration=$TMP/cal.json" -o "$target"
+done
+expect_error "dump -o onto the model directory's tokenizer" 1 "output is an input file" \
+  "$AKV" dump -q --model "$TMP/hf" --text "$TMP/t.txt" --ctx 8 --window 4 -o "$TMP/hf/tokenizer.json"
+expect_error "bench decode -o onto a method's calibration file" 1 "output is an input file" \
+  "$AKV" bench decode --model "$TMP/hf" --tokens "$TMP/t.txt" --methods "kivi-4:calibration=$TMP/cal.json" -o "$TMP/cal.json"
+if cmp -s "$TMP/t.txt" "$TMP/t-copy.txt" && cmp -s "$G/llama3-tokenizer.json" "$TMP/hf/tokenizer.json" &&
+   [[ $(cat "$TMP/cal.json") == "{}" ]]; then
+  pass "the inputs are intact"
+else
+  fail "the inputs are intact"
+fi
 expect_empty_dir "no output after errors" "$TMP/none"
 finish

@@ -24,6 +24,13 @@ void check_tensor(const TensorQuant& t, const char* which, const std::string& fi
 
 }  // namespace
 
+std::vector<std::string> CompressParams::input_files() const {
+  std::vector<std::string> files;
+  if (!calibration_file.empty()) files.push_back(calibration_file);
+  if (eviction() && !eviction()->budgets_file.empty()) files.push_back(eviction()->budgets_file);
+  return files;
+}
+
 std::string describe(const CompressParams& p) {
   if (p.ggml()) return "ggml K " + p.ggml()->key + " V " + p.ggml()->value;
   if (p.tiered()) {

@@ -43,6 +43,10 @@ struct CompressParams : QuantParams {
   const TieredParams* tiered() const { return std::get_if<TieredParams>(&mode); }
   const GgmlCacheParams* ggml() const { return std::get_if<GgmlCacheParams>(&mode); }
 
+  // The files the method reads when it runs (calibration=, budgets=), for the check that no
+  // output replaces one.
+  std::vector<std::string> input_files() const;
+
   // The parameters of one head (its calibrated bits when there are any).
   CompressParams for_head(std::size_t layer, std::size_t head, std::size_t n_kv_heads) const;
 
