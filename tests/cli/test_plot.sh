@@ -48,11 +48,14 @@ run "${PLOT[@]}" "$IN/perplexity.json" -o "$o/again.png"
 if cmp -s "$o/ppl.png" "$o/again.png"; then pass "same input, same PNG bytes"; else fail "same input, same PNG bytes"; fi
 
 cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/figs/"
+# A result of a known format with fields of the wrong type: listed as not plotted, not fatal.
+printf '{"format": "akv-perplexity", "version": 1, "methods": 7}' >"$TMP/figs/zz-malformed.json"
 run "${PLOT[@]}" report "$TMP/figs" -o "$TMP/report.html"
 n=$(grep -o "<svg" "$TMP/report.html" | wc -l)
 if [[ $rc -eq 0 && $n -eq 7 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
+   grep -q "zz-malformed.json: malformed" "$TMP/report.html" &&
    grep -q "perplexity.json: tiers" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
-  pass "report: 7 inline figures (tiers included), akv-synth listed as not plotted, no network"
+  pass "report: 7 inline figures (tiers included), akv-synth and a malformed result listed as not plotted, no network"
 else
   fail "report: exit $rc, $n figures; stderr: $(head -c 300 "$TMP/err")"
 fi
@@ -81,6 +84,7 @@ b="$TMP/bad"
 mkdir -p "$b"
 printf '{"format": "akv-passkey", "version": 1' >"$TMP/trunc.json"
 printf '{"rows": []}' >"$TMP/noformat.json"
+printf '{"format": "akv-perplexity", "version": 1, "methods": 7}' >"$TMP/methods.json"
 printf '{"format": "akv-passkey", "version": 1, "methods": [{"accuracy": 3}], "lengths": [1], "depths": [0]}' >"$TMP/shape.json"
 "$PY" - "$IN/perplexity.json" "$TMP/notrace.json" <<'PY'
 import json, sys
@@ -116,5 +120,15 @@ plot_err "unsupported output type" 1 "png or .svg" "$IN/passkey.json" -o "$b/x.j
 plot_err "missing input" 3 "cannot read .*nope.json" "$TMP/nope.json" -o "$b/x.png"
 plot_err "missing output directory" 3 "output directory does not exist" "$IN/passkey.json" -o "$b/no/x.png"
 plot_err "report of a directory without results" 2 "no akv result" report "$b" -o "$TMP/r.html"
+plot_err "malformed result of a known format" 2 "malformed pareto result .*methods.json" "$TMP/methods.json" -o "$b/x.png"
+cp "$IN/passkey.json" "$b/in.json"
+plot_err "figure written over its input" 1 "output is an input file" "$b/in.json" -o "$b/in.json"
+ln -s in.json "$b/link.svg"
+plot_err "figure written over its input through a link" 1 "output is an input file" "$b/in.json" -o "$b/link.svg"
+ln -s "$TMP/figs/passkey.json" "$b/r.html"
+plot_err "report written over one of its JSON inputs (through a link)" 1 "output is an input file" report "$TMP/figs" -o "$b/r.html"
+plot_err "report output that is not HTML" 1 "must end in .html" report "$TMP/figs" -o "$b/r.png"
+cmp -s "$IN/passkey.json" "$b/in.json" && pass "the input survives" || fail "the input survives"
+rm "$b/in.json" "$b/link.svg" "$b/r.html"
 expect_empty_dir "no output after errors" "$b"
 finish
