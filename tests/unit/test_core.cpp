@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +72,30 @@ TEST_CASE("AtomicOutput shows the file only after commit", "[core][atomic]") {
   std::string s;
   in >> s;
   CHECK(s == "complete");
+}
+
+TEST_CASE("AtomicOutput creates its temporary file exclusively, under a name nobody can plant", "[core][atomic]") {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  const std::string target = dir.file("out.bin");
+  // Links planted under every name the older pid-and-counter scheme would have used.
+  std::ofstream(dir.file("victim")) << "keep";
+  for (int i = 0; i < 64; ++i) {
+    fs::create_symlink(dir.file("victim"), dir.file(".out.bin.akv-tmp-" + std::to_string(::getpid()) + "-" + std::to_string(i)));
+  }
+  AtomicOutput a(target), b(target);
+  CHECK(a.temp_path() != b.temp_path());
+  for (const AtomicOutput* o : {&a, &b}) {
+    const fs::file_status st = fs::symlink_status(o->temp_path());
+    CHECK(fs::is_regular_file(st));  // created by the constructor, not a link
+    CHECK(fs::file_size(o->temp_path()) == 0);
+  }
+  std::ofstream(a.temp_path()) << "new";
+  a.commit();
+  std::ifstream victim(dir.file("victim"));
+  std::string s;
+  victim >> s;
+  CHECK(s == "keep");
 }
 
 TEST_CASE("AtomicOutput refuses a missing directory", "[core][atomic]") {

@@ -1,5 +1,7 @@
 #include "akv/core/atomic_file.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <array>
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <random>
 
 #include "akv/core/errors.h"
 
@@ -85,9 +88,22 @@ AtomicOutput::AtomicOutput(std::string path) : path_(std::move(path)) {
     throw IoError("output directory does not exist", {path_, "directory", dir.string()});
   }
   if (fs::is_directory(p, ec)) throw IoError("output path is a directory", {path_, "", ""});
-  temp_ = (dir / ("." + p.filename().string() + ".akv-tmp-" + std::to_string(::getpid()) + "-" +
-                  std::to_string(g_counter.fetch_add(1))))
-              .string();
+  // The temporary file is created here, exclusively and under an unpredictable name, so that
+  // nothing planted in the directory beforehand (a symbolic link, a file of another user) is
+  // followed or overwritten. Writers then open it by name.
+  std::random_device random;
+  for (int attempt = 0;; ++attempt) {
+    const std::uint64_t r = (std::uint64_t{random()} << 32) ^ random() ^ (std::uint64_t{g_counter.fetch_add(1)} << 16);
+    temp_ = (dir / ("." + p.filename().string() + ".akv-tmp-" + fmt::format("{:016x}", r))).string();
+    const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      ::close(fd);
+      break;
+    }
+    if (errno != EEXIST || attempt == 99) {
+      throw IoError("cannot create file: " + std::string(std::strerror(errno)), {path_, "directory", dir.string()});
+    }
+  }
   slot_ = register_temp(temp_);
 }
 

@@ -15,8 +15,9 @@ namespace akv {
 
 class AtomicOutput {
  public:
-  // Plans the output `path`; creates nothing yet. Throws IoError if the directory is missing or
-  // the target exists and is not a regular file.
+  // Plans the output `path` and creates its temporary file (exclusively, O_EXCL | O_NOFOLLOW,
+  // under a random name beside it, permissions 0666 less the umask). Throws IoError if the
+  // directory is missing or not writable, or the target exists and is not a regular file.
   explicit AtomicOutput(std::string path);
   ~AtomicOutput();
   AtomicOutput(const AtomicOutput&) = delete;
