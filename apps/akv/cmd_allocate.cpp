@@ -8,6 +8,7 @@
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/io/file_hash.h"
+#include "akv/io/json_file.h"
 #include "akv/method/params.h"
 #include "commands.h"
 #include "method_flags.h"
@@ -117,8 +118,8 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       if (opt->req.eviction.window) jo.window = static_cast<std::size_t>(*opt->req.eviction.window);
       ProgressBar bar("allocate", !global.quiet);
       const nlohmann::json j = allocate_joint(opt->dump, jo, bar.callback());
-      if (!opt->output.empty()) write_text_file(opt->output, j.dump(2) + "\n");
-      std::fputs((opt->json ? j.dump(2) + "\n" : render_joint(j)).c_str(), stdout);
+      if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
+      std::fputs((opt->json ? json_text(j) : render_joint(j)).c_str(), stdout);
       return;
     }
     if (opt->bytes_given) throw UsageError("--bytes is for --method joint", {"", "--bytes"});
@@ -127,8 +128,8 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
     ProgressBar bar("allocate", !global.quiet);
     const EvictionPlan plan = plan_eviction(dump, p, global.threads, bar.callback());
     const nlohmann::json j = budgets_json(plan, dump, file_hash(opt->dump));
-    if (!opt->output.empty()) write_text_file(opt->output, j.dump(2) + "\n");
-    const std::string text = opt->json ? j.dump(2) + "\n" : render(j);
+    if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
+    const std::string text = opt->json ? json_text(j) : render(j);
     std::fputs(text.c_str(), stdout);
   });
 }

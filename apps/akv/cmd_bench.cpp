@@ -9,6 +9,7 @@
 #include "akv/core/atomic_file.h"
 #include "akv/core/shard.h"
 #include "akv/io/file_hash.h"
+#include "akv/io/json_file.h"
 #include "akv/io/token_file.h"
 #include "akv/method/registry.h"
 #include "akv/model/hf.h"
@@ -41,11 +42,11 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     sub->add_option("--shard", c.shard,
                     "Run shard K of N (K/N, 1-based) of the suite's cases (see docs/scale.md for what a "
                     "case is per suite); writes a partial report (JSON, format akv-bench-part) that "
-                    "`akv merge` combines; every shard measures its own baselines");
+                    "`akv merge` combines; every shard measures its own baselines")->check(kShardText);
   };
   auto shard_of = [](const Common& c) { return c.shard.empty() ? std::nullopt : std::optional<Shard>(parse_shard(c.shard)); };
   auto emit = [](const BenchReport& r, const std::vector<BenchColumn>& cols, const Common& c) {
-    write_text_file(c.output, c.json || !c.shard.empty() ? r.to_json().dump(2) + "\n"
+    write_text_file(c.output, c.json || !c.shard.empty() ? json_text(r.to_json())
                               : c.csv ? r.to_csv()
                                       : r.to_table(cols));
   };
@@ -203,7 +204,8 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   dec->add_option("--methods", dopt->methods, "Methods (as in evaluate --methods)")
       ->delimiter(',')->capture_default_str();
   dec->add_option("--prefill", dopt->prefill, "Prompt tokens")->capture_default_str();
-  dec->add_option("--sequences", dopt->sequences, "Sequences to decode")->capture_default_str();
+  dec->add_option("--sequences", dopt->sequences, "Sequences to decode")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   dec->add_option("--repeats", dopt->repeats, "Repetitions (best is reported)")->capture_default_str()
       ->check(CLI::Range(1, 100));
   dec->add_option("--batch", dopt->batch,
@@ -215,7 +217,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   dec->add_option("--shard", dopt->shard,
                   "Run shard K of N (K/N, 1-based) of the methods (full is timed in every shard as its "
                   "baseline); writes a partial report (JSON, format akv-bench-decode-part) that `akv merge` "
-                  "combines (docs/scale.md)");
+                  "combines (docs/scale.md)")->check(kShardText);
   dec->callback([dopt, &global] {
     std::vector<PplMethod> methods;
     for (const auto& spec : dopt->methods) {
@@ -235,7 +237,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
                   {"tokens", {{"path", dopt->tokens}, {"hash", file_hash(dopt->tokens)}}}};
       r.params = {{"methods", dopt->methods}, {"weights", dopt->weights}, {"batch", dopt->batch}};
     }
-    write_text_file(dopt->output, dopt->json || shard ? r.to_json().dump(2) + "\n" : r.to_table());
+    write_text_file(dopt->output, dopt->json || shard ? json_text(r.to_json()) : r.to_table());
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include "akv/core/atomic_file.h"
 #include "akv/eval/calibrate.h"
+#include "akv/io/json_file.h"
 #include "commands.h"
 
 namespace akv::cli {
@@ -56,7 +57,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--shard", opt->shard,
                   "Measure shard K of N (K/N, 1-based): a contiguous 1/N of the layers of every dump; "
                   "writes a partial file (format akv-calibration-part, to -o or stdout) that `akv merge` "
-                  "turns into calib.json (docs/scale.md)");
+                  "turns into calib.json (docs/scale.md)")->check(kShardText);
   sub->callback([opt, &global] {
     check_output_distinct(opt->output, opt->dumps);
     CalibrateOptions o = opt->calib;
@@ -65,14 +66,14 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       ProgressBar bar("calibrate", !global.quiet);
       o.threads = global.threads;
       const nlohmann::json part = calibrate_part(opt->dumps, o, parse_shard(opt->shard), bar.callback());
-      write_text_file(opt->output.empty() ? "-" : opt->output, part.dump(2) + "\n");
+      write_text_file(opt->output.empty() ? "-" : opt->output, json_text(part));
       return;
     }
     o.threads = global.threads;
     ProgressBar bar("calibrate", !global.quiet);
     const nlohmann::json j = calibrate(opt->dumps, o, bar.callback());
-    if (!opt->output.empty()) write_text_file(opt->output, j.dump(2) + "\n");
-    std::fputs((opt->json ? j.dump(2) + "\n" : render_calibration(j)).c_str(), stdout);
+    if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
+    std::fputs((opt->json ? json_text(j) : render_calibration(j)).c_str(), stdout);
   });
 }
 

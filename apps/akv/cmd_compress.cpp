@@ -6,6 +6,7 @@
 #include "akv/alloc/budgets_file.h"
 #include "akv/cache/compress.h"
 #include "akv/core/atomic_file.h"
+#include "akv/io/json_file.h"
 #include "commands.h"
 #include "method_flags.h"
 
@@ -64,7 +65,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--shard", opt->shard,
                   "Compress shard K of N (K/N, 1-based): a contiguous 1/N of the layers into a partial "
                   "cache (format akv-cache-part; eviction plans still span all layers); `akv merge` "
-                  "writes the whole cache, byte for byte the unsharded one (docs/scale.md)");
+                  "writes the whole cache, byte for byte the unsharded one (docs/scale.md)")->check(kShardText);
   sub->callback([opt, &global, method] {
     CompressRequest req = opt->req;
     check_output_distinct(opt->output, {opt->dump, req.eviction.budgets_file.value_or(""), req.calibration.value_or("")});
@@ -79,7 +80,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
       j["format"] = "akv-compress";
       j["version"] = 1;
       j["file"] = opt->output;
-      std::fputs((j.dump(2) + "\n").c_str(), stdout);
+      std::fputs(json_text(j).c_str(), stdout);
     } else {
       std::fputs(memory_line(report, opt->output).c_str(), stdout);
     }

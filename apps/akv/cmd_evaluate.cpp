@@ -11,6 +11,7 @@
 #include "akv/eval/perplexity.h"
 #include "akv/eval/ppl_shard.h"
 #include "akv/io/file_hash.h"
+#include "akv/io/json_file.h"
 #include "akv/io/token_file.h"
 #include "akv/method/registry.h"
 #include "akv/model/gguf.h"
@@ -71,7 +72,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "sequences (or --text chunks), with --task passkey of the (depth, length, trial) "
                   "prompts, with --dump --cache of the layers; writes a partial report (JSON, format "
                   "akv-perplexity-part, akv-passkey-part or akv-fidelity-part) that `akv merge` "
-                  "combines into the unsharded report (docs/scale.md)");
+                  "combines into the unsharded report (docs/scale.md)")->check(kShardText);
   sub->add_option("--batch", opt->batch,
                   "With --model: sequences (passkey: prompts) decoded together; each step runs every "
                   "(sequence, method) pair of the batch through the model at once, so each weight matrix "
@@ -94,6 +95,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
   sub->add_option("--sequences", opt->sequences, "With --model: evaluate the first N sequences (0 = all)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--task", opt->task,
                   "With --model: ppl (perplexity, KL, top-1 over continuations) or passkey "
@@ -179,10 +181,10 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
           }
           run.params = {{"methods", opt->methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
                         {"weights", opt->weights}, {"attention", opt->attention}};
-          write_text_file(opt->output, passkey_part_json(r, pk.shard, run).dump(2) + "\n");
+          write_text_file(opt->output, json_text(passkey_part_json(r, pk.shard, run)));
           return;
         }
-        write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
+        write_text_file(opt->output, opt->json ? json_text(r.to_json()) : r.to_table());
         return;
       }
       std::vector<std::vector<std::int32_t>> seqs;
@@ -213,11 +215,11 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
         run.params = {{"methods", opt->methods}, {"prefill", po.prefill ? nlohmann::json(*po.prefill) : nlohmann::json()},
                       {"sequences", opt->sequences}, {"weights", opt->weights}};
         const PplReport r = evaluate_perplexity(m, part, po, bar.callback());
-        write_text_file(opt->output, ppl_part_json(r, shard, lo, seqs.size(), run).dump(2) + "\n");
+        write_text_file(opt->output, json_text(ppl_part_json(r, shard, lo, seqs.size(), run)));
         return;
       }
       const PplReport r = evaluate_perplexity(m, seqs, po, bar.callback());
-      write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());
+      write_text_file(opt->output, opt->json ? json_text(r.to_json()) : opt->csv ? r.to_csv() : r.to_table());
       return;
     }
     if (opt->dump.empty() || opt->cache.empty()) {
@@ -226,14 +228,14 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     if (!opt->shard.empty()) {
       const Shard shard = parse_shard(opt->shard);
       const FidelityReport r = evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback(), shard);
-      write_text_file(opt->output, fidelity_part_json(r, shard).dump(2) + "\n");
+      write_text_file(opt->output, json_text(fidelity_part_json(r, shard)));
       return;
     }
     const FidelityReport r =
         evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback());
     std::string text;
     if (opt->json) {
-      text = r.to_json().dump(2) + "\n";
+      text = json_text(r.to_json());
     } else if (opt->csv) {
       text = r.to_csv();
     } else {

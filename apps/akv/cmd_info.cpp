@@ -4,6 +4,7 @@
 #include "akv/cache/inspect_cache.h"
 #include "akv/core/errors.h"
 #include "akv/io/inspect.h"
+#include "akv/io/json_file.h"
 #include "akv/model/gguf.h"
 #include "commands.h"
 
@@ -33,14 +34,14 @@ void register_info(CLI::App& app, const GlobalOptions&) {
     if (is_gguf(opt->file)) {
       if (opt->stats) throw UsageError("--stats applies to dumps", {opt->file, "--stats"});
       info = gguf_info(GgufFile(opt->file));
-      text = opt->json ? info.dump(2) + "\n" : render_gguf_info(info);
+      text = opt->json ? json_text(info) : render_gguf_info(info);
     } else if (read_file_format(opt->file) == "akv-cache") {
       if (opt->stats) throw UsageError("--stats applies to dumps", {opt->file, "--stats"});
       info = inspect_cache(opt->file);
-      text = opt->json ? info.dump(2) + "\n" : render_cache_info(info);
+      text = opt->json ? json_text(info) : render_cache_info(info);
     } else {
       info = inspect_file(opt->file, opt->stats);
-      text = opt->json ? info.dump(2) + "\n" : render_info(info);
+      text = opt->json ? json_text(info) : render_info(info);
     }
     std::fputs(text.c_str(), stdout);
   });

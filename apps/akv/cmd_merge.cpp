@@ -56,7 +56,7 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
         j["format"] = "akv-compress";
         j["version"] = 1;
         j["file"] = opt->output;
-        text = j.dump(2) + "\n";
+        text = json_text(j);
       }
       std::fputs(text.c_str(), stdout);
       return;
@@ -66,7 +66,7 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
       std::vector<std::pair<std::string, nlohmann::ordered_json>> bench;
       for (const std::string& p : opt->parts) bench.emplace_back(p, read_ordered_json_file(p, "partial output", format, 1));
       const BenchReport r = merge_bench_parts(bench);
-      write_text_file(opt->output, opt->json  ? r.to_json().dump(2) + "\n"
+      write_text_file(opt->output, opt->json  ? json_text(r.to_json())
                                    : opt->csv ? r.to_csv()
                                               : r.to_table(bench_columns(r.suite())));
       return;
@@ -81,28 +81,28 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
     for (const std::string& p : opt->parts) parts.emplace_back(p, read_json_file(p, "partial output", format, 1));
     if (format == "akv-calibration-part") {
       const nlohmann::json j = merge_calibration_parts(parts);
-      write_text_file(opt->output, opt->json || opt->output != "-" ? j.dump(2) + "\n" : render_calibration(j));
+      write_text_file(opt->output, opt->json || opt->output != "-" ? json_text(j) : render_calibration(j));
       return;
     }
     if (format == "akv-fidelity-part") {
       const FidelityReport r = merge_fidelity_parts(parts);
-      write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table(false));
+      write_text_file(opt->output, opt->json ? json_text(r.to_json()) : opt->csv ? r.to_csv() : r.to_table(false));
       return;
     }
     if (format == "akv-bench-decode-part") {
       std::vector<std::pair<std::string, nlohmann::json>> decode;
       for (const std::string& p : opt->parts) decode.emplace_back(p, read_json_file(p, "partial output", format, 1));
       const DecodeBenchResult r = merge_decode_parts(decode);
-      write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
+      write_text_file(opt->output, opt->json ? json_text(r.to_json()) : r.to_table());
       return;
     }
     if (format == "akv-passkey-part") {
       const PasskeyReport r = merge_passkey_parts(parts);
-      write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
+      write_text_file(opt->output, opt->json ? json_text(r.to_json()) : r.to_table());
       return;
     }
     const PplReport r = merge_ppl_parts(parts);
-    write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : opt->csv ? r.to_csv() : r.to_table());
+    write_text_file(opt->output, opt->json ? json_text(r.to_json()) : opt->csv ? r.to_csv() : r.to_table());
   });
 }
 

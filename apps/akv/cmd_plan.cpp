@@ -5,6 +5,7 @@
 #include "akv/alloc/calibration_file.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 #include "akv/method/registry.h"
 #include "akv/plan/plan.h"
 #include "commands.h"
@@ -80,7 +81,7 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
     std::optional<std::uint64_t> host;
     if (!opt->host_memory.empty()) host = parse_bytes(opt->host_memory, "--host-memory");
     const PlanReport r = plan(s, methods, memory, opt->context, host);
-    write_text_file(opt->output, opt->json ? r.to_json().dump(2) + "\n" : r.to_table());
+    write_text_file(opt->output, opt->json ? json_text(r.to_json()) : r.to_table());
   });
 }
 

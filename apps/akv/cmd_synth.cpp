@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "akv/core/progress.h"
+#include "akv/io/json_file.h"
 #include "akv/synth/synth.h"
 #include "commands.h"
 
@@ -90,7 +91,7 @@ void register_synth(CLI::App& app, const GlobalOptions& global) {
     }
     j["head_kinds"] = layers;
     if (opt->json) {
-      std::fputs((j.dump(2) + "\n").c_str(), stdout);
+      std::fputs(json_text(j).c_str(), stdout);
       return;
     }
     std::string out = fmt::format("wrote {} ({:.1f} MB in {:.2f} s, {:.0f} MB/s)\n", opt->output,

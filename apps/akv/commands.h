@@ -11,6 +11,11 @@ struct GlobalOptions {
   int threads = 1;     // resolved by main: -t 0 (the default) = all hardware threads
 };
 
+// The value of --shard: the library's parse_shard checks "K/N"; an empty value, which the
+// commands would take as "no shard" and answer with a full report, is refused here (exit 2).
+inline const CLI::Validator kShardText(
+    [](std::string& s) { return s.empty() ? std::string("an empty shard (expected K/N)") : std::string(); }, "K/N");
+
 void register_info(CLI::App& app, const GlobalOptions& global);
 void register_synth(CLI::App& app, const GlobalOptions& global);
 void register_compress(CLI::App& app, const GlobalOptions& global);

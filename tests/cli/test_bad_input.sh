@@ -11,6 +11,11 @@ while IFS='|' read -r file pattern; do
 done <"$TMP/d/bad_cases.txt"
 expect_error "missing file is an I/O error" 3 "file not found .*nope.h5" "$AKV" info "$TMP/d/nope.h5"
 expect_error "directory is an I/O error" 3 "is a directory" "$AKV" info "$TMP/d"
+# A file name that is not UTF-8 (a Latin-1 system's "é"): JSON output replaces the byte with
+# U+FFFD instead of ending in the JSON library's error ("internal error", exit 3).
+latin1="$TMP/d/caf"$'\xe9'".h5"
+cp "$TMP/d/valid.h5" "$latin1"
+expect "info --json of a file named in Latin-1" 0 $'caf\xef\xbf\xbd' "$AKV" info --json "$latin1"
 
 # Bad flags: usage errors (exit 1), and values outside a flag's range or names (exit 2), that write
 # nothing.

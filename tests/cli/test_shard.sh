@@ -84,6 +84,8 @@ expect_error "merge: not a partial report" 2 "akv-perplexity-part" "$AKV" merge 
 expect_error "shard 0/3" 2 "--shard = 0/3" "$AKV" evaluate -q "${common[@]}" --shard 0/3 -o "$o/x.json"
 expect_error "shard 4/3" 2 "--shard = 4/3" "$AKV" evaluate -q "${common[@]}" --shard 4/3 -o "$o/x.json"
 expect_error "shard a/b" 2 "--shard = a/b" "$AKV" evaluate -q "${common[@]}" --shard a/b -o "$o/x.json"
+expect_error "an empty shard (it wrote the full report)" 2 "empty shard" "$AKV" evaluate -q "${common[@]}" --shard '' -o "$o/x.json"
+expect_error "--sequences -1 (it meant all)" 2 "sequences" "$AKV" evaluate -q "${common[@]}" --sequences -1 -o "$o/x.json"
 expect_error "merge: passkey parts of another grid" 2 "part of another run: depths" \
   "$AKV" merge "$TMP/k1.json" "$TMP/kother.json" "$TMP/k3.json" -o "$o/m.json"
 # Tampered parts: fields other fields are indexed by, counts that would allocate, divide or wrap.

@@ -12,6 +12,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/io/dump.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 namespace {
@@ -229,7 +230,7 @@ nlohmann::json inspect_file(const std::string& path, bool stats) {
 
 std::string render_info(const nlohmann::json& info) {
   if (info.value("kind", "") == "dump") return render_dump(info);
-  return info.dump(2) + "\n";
+  return json_text(info);
 }
 
 }  // namespace akv

@@ -22,6 +22,14 @@ Json parse_json(std::istream& in, const std::string& file, const std::string& wh
 template <typename Json = nlohmann::json>
 Json parse_json(const std::string& text, const std::string& file, const std::string& what);
 
+// A JSON document as akv writes it (two-space indent, a final newline). Bytes that are not UTF-8
+// in its strings (a file name or a GGUF string from a Latin-1 system) become U+FFFD instead of
+// ending the run: JSON text is UTF-8.
+template <typename Json>
+std::string json_text(const Json& j) {
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
 // Opens a JSON file for reading: IoError naming `path` when it is a directory ("<what> is a
 // directory") or cannot be opened ("cannot open <what>").
 std::ifstream open_json(const std::string& path, const std::string& what);
