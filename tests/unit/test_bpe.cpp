@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/errors.h"
+#include "akv/model/bpe_vocab.h"
 #include "akv/model/tokenizer.h"
 #include "test_util.h"
 
@@ -80,4 +81,27 @@ TEST_CASE("tokenizer.json: what is not read is refused naming the field", "[bpe]
   std::ofstream(dir.file("broken.json")) << "{\"model\": ";
   CHECK_THROWS_AS(Tokenizer(dir.file("broken.json")), CorruptData);
   CHECK_THROWS_AS(Tokenizer(dir.file("missing.json")), IoError);
+}
+
+TEST_CASE("SentencePiece-style decode: <0xXX> pieces are bytes only when XX is two hex digits", "[bpe][tokenizer][bad]") {
+  BpeVocab::Options o;
+  o.byte_level = false;
+  o.byte_fallback = true;
+  // 0: <0x41>, 1: <0xZZ> (text, not a byte: it once ended in std::stoi's exception), 2: <0x-1>, 3: b
+  const BpeVocab v({"<0x41>", "<0xZZ>", "<0x-1>", "b"}, {}, {}, o, "test");
+  CHECK(v.decode({0, 3}) == "Ab");
+  CHECK(v.decode({1}) == "<0xZZ>");
+  CHECK(v.decode({2, 0}) == "<0x-1>A");
+}
+
+TEST_CASE("every tokenizer.json layout refuses text that is not UTF-8, naming the byte offset", "[bpe][tokenizer][bad]") {
+  for (const char* name : {"gpt2", "llama3", "metaspace", "qwen2", "spm"}) {
+    const Tokenizer t(kDir + "/" + name + "-tokenizer.json");
+    INFO(name);
+    CHECK(!t.encode("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80").empty());  // valid 2-, 3- and 4-byte forms
+    // A stray byte, an overlong '/', a UTF-16 surrogate, a code point past U+10FFFF, a cut sequence.
+    for (const std::string bad : {"ok \xff", "ok \xC0\xAF", "ok \xED\xA0\x80", "ok \xF4\x90\x80\x80", "ok \xE2\x82"}) {
+      CHECK_THROWS_WITH(t.encode(bad), Catch::Contains("invalid UTF-8 at byte offset 3"));
+    }
+  }
 }

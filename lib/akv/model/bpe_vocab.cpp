@@ -6,6 +6,7 @@
 #include <unicode/unistr.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <fstream>
@@ -62,6 +63,30 @@ const ByteSymbols& byte_symbols() {
 // Length of the UTF-8 sequence starting with lead byte c (1 for stray continuation bytes).
 std::size_t utf8_len(unsigned char c) {
   return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+}
+
+// The offset of the first byte that does not start a well-formed UTF-8 sequence (RFC 3629: no
+// overlong forms, surrogates or code points past U+10FFFF), or npos when the text is UTF-8.
+std::size_t first_invalid_utf8(const std::string& s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned c = b[i];
+    std::size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return i;
+    if (i + len > n) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      const unsigned x = b[i + k];
+      if (k == 1 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
 }
 
 // The merge table's key of a pair (length-prefixed: no separator can be confused with a symbol).
@@ -274,9 +299,12 @@ void BpeVocab::encode_text(const std::string& raw, bool first, std::vector<std::
         const int rc = pcre2_match(re->code, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), pos,
                                    pos == 0 ? 0 : PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {
+        if (rc < 0) {  // the text is valid UTF-8 (encode checked it): a limit of PCRE2's, named
           pcre2_match_data_free(md);
-          throw InvalidInput("pre-tokenizer regex failed on the text (invalid UTF-8?)", {where_, "pcre2 error", std::to_string(rc)});
+          PCRE2_UCHAR message[256];
+          pcre2_get_error_message(rc, message, sizeof message / sizeof message[0]);
+          throw InvalidInput("pre-tokenizer regex failed on the text: " + std::string(reinterpret_cast<const char*>(message)),
+                             {where_, "pcre2 error", std::to_string(rc)});
         }
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         if (ov[0] > last) next.push_back(p.substr(last, ov[0] - last));
@@ -293,6 +321,12 @@ void BpeVocab::encode_text(const std::string& raw, bool first, std::vector<std::
 }
 
 std::vector<std::int32_t> BpeVocab::encode(const std::string& text) const {
+  // Every layout refuses it, not only those whose pre-tokenizer regex would (ICU's NFC and the
+  // SentencePiece-style symbols would turn the bytes into U+FFFD or byte tokens silently).
+  if (const std::size_t bad = first_invalid_utf8(text); bad != std::string::npos) {
+    throw InvalidInput("text is not valid UTF-8 (invalid UTF-8 at byte offset " + std::to_string(bad) + ")",
+                       {where_, "text", excerpt(text.substr(bad, 8), 40)});
+  }
   std::vector<std::int32_t> out;
   std::size_t start = 0, i = 0;
   while (i < text.size()) {
@@ -345,9 +379,12 @@ std::string BpeVocab::decode(const std::vector<std::int32_t>& ids) const {
       }
       continue;
     }
-    // SentencePiece-style: U+2581 -> space, <0xXX> runs -> bytes, then one leading space stripped.
-    if (added == added_.end() && options_.byte_fallback && t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>') {
-      bytes += static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16));
+    // SentencePiece-style: U+2581 -> space, <0xXX> runs -> bytes (XX two hex digits; a piece
+    // shaped so with other characters is text), then one leading space stripped.
+    if (added == added_.end() && options_.byte_fallback && t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+        std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {
+      auto hex = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
+      bytes += static_cast<char>(hex(t[3]) * 16 + hex(t[4]));
       continue;
     }
     flush();
