@@ -35,6 +35,25 @@ else
 fi
 expect_error "merge: a fidelity shard missing" 2 "shard missing .*shard = 2/3" \
   "$AKV" merge "$TMP/f_p1.json" "$TMP/f_p3.json" -o "$TMP/never.json"
+# A one-part run that claims more layers (or heads) than the hash-verified cache holds, and one
+# naming a FIFO as its cache (hashing it would never end).
+"$PY" - "$TMP" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+j = json.load(open(f"{d}/f_p1.json"))
+parts = [json.load(open(f"{d}/f_p{k}.json")) for k in (1, 2, 3)]
+layers = sum((p["layers"] for p in parts), [])
+j.update(shards=1, first_layer=0, n_layers=len(layers) + 1, layers=layers + [layers[0]],
+         needle_kept=[sum(x) for x in zip(*(p["needle_kept"] for p in parts))])
+json.dump(j, open(f"{d}/f_extra.json", "w"))
+os.mkfifo(f"{d}/fifo.h5")
+j["cache"]["path"] = f"{d}/fifo.h5"
+json.dump(j, open(f"{d}/f_fifo.json", "w"))
+PY
+expect_error "merge: fidelity parts with a layer the cache lacks" 2 "disagree with the cache's shape" \
+  "$AKV" merge "$TMP/f_extra.json" -o "$TMP/never.json"
+expect_error "merge: a fidelity part naming a FIFO as its cache" 2 "not a regular file .*cache.path" \
+  timeout 20 "$AKV" merge "$TMP/f_fifo.json" -o "$TMP/never.json"
 # Sharded compress: partial caches merged into the unsharded cache, byte for byte.
 for m in "-m k4v2 --pre-rope --outlier-fraction 0.05" "-m adakv-global --budget 0.3 --quant kivi-4 --window 16"; do
   # shellcheck disable=SC2086

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -329,13 +330,29 @@ FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlo
     if (r.heads.size() != first.at("n_layers").get<std::size_t>()) {
       throw InvalidInput("parts hold " + std::to_string(r.heads.size()) + " layers", {file0, "n_layers", first.at("n_layers").dump()});
     }
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(r.cache_path, ec)) {  // a FIFO or a device would be read forever
+      throw InvalidInput("the cache a part names is not a regular file", {file0, "cache.path", r.cache_path});
+    }
     if (file_hash(r.cache_path) != first.at("cache").at("hash").get<std::string>()) {
       throw InvalidInput("cache changed since the shards read it", {r.cache_path, "hash", file_hash(r.cache_path)});
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
   }
-  r.memory = cache_memory(CacheReader(r.cache_path));
+  const CacheReader cache(r.cache_path);
+  const std::string shape = "(" + std::to_string(cache.meta().n_layers) + " layers of " +
+                            std::to_string(cache.meta().n_kv_heads) + " KV heads)";
+  if (r.heads.size() != cache.meta().n_layers) {
+    throw InvalidInput("parts disagree with the cache's shape " + shape, {file0, "n_layers", std::to_string(r.heads.size())});
+  }
+  for (std::size_t l = 0; l < r.heads.size(); ++l) {
+    if (r.heads[l].size() != cache.meta().n_kv_heads) {
+      throw InvalidInput("parts disagree with the cache's shape " + shape,
+                         {file0, "layers[" + std::to_string(l) + "]", std::to_string(r.heads[l].size()) + " heads"});
+    }
+  }
+  r.memory = cache_memory(cache);
   return r;
 }
 
