@@ -40,6 +40,7 @@ class GgufWriter {
  public:
   void u32(const std::string& key, std::uint32_t v) { kv(key, 4, &v, 4); }
   void f32(const std::string& key, float v) { kv(key, 6, &v, 4); }
+  void u64(const std::string& key, std::uint64_t v) { kv(key, 10, &v, 8); }
   void boolean(const std::string& key, bool v) {
     const std::uint8_t b = v ? 1 : 0;
     kv(key, 7, &b, 1);
@@ -757,6 +758,13 @@ TEST_CASE("GGUF tokenizer: the Llama 2 vocabulary as GGUF lists encodes as libse
   bert.str("tokenizer.ggml.model", "bert");
   bert.write(dir.file("bert.gguf"));
   CHECK_THROWS_WITH(Tokenizer::from_gguf(dir.file("bert.gguf")), Catch::Contains("tokenizer.ggml.model = bert"));
+  // A BOS id past 2^32 (it was narrowed to 1, a valid id, silently).
+  GgufWriter wide;
+  wide.str("tokenizer.ggml.model", "llama");
+  wide.strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "a"});
+  wide.u64("tokenizer.ggml.bos_token_id", (std::uint64_t{1} << 32) + 1);
+  wide.write(dir.file("wide.gguf"));
+  CHECK_THROWS_WITH(Tokenizer::from_gguf(dir.file("wide.gguf")), Catch::Contains("tokenizer.ggml.bos_token_id = 4294967297"));
 }
 
 TEST_CASE("GGUF gpt2 tokenizer: the golden BPE vocabulary as GGUF lists encodes as Hugging Face tokenizers does",

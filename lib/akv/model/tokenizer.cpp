@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <climits>
 #include <filesystem>
 
 #include "akv/core/errors.h"
@@ -33,6 +34,18 @@ Tokenizer Tokenizer::bytes() {
   return t;
 }
 
+namespace {
+
+// A token id from GGUF metadata: an integer in [0, 2^31) (a wider one was narrowed silently).
+std::int32_t gguf_token_id(const nlohmann::json& v, const std::string& path, const char* key) {
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > INT32_MAX) {
+    throw InvalidInput("token id not an integer in [0, 2^31)", {path, key, v.dump()});
+  }
+  return v.get<std::int32_t>();
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::from_gguf(const std::string& path) {
   const GgufFile f(path);
   auto get = [&](const char* key) { return f.value(key); };
@@ -55,7 +68,8 @@ Tokenizer Tokenizer::from_gguf(const std::string& path) {
     t.spm_ = std::make_shared<SpmVocab>(
         tokens->get<std::vector<std::string>>(), scores ? scores->get<std::vector<float>>() : std::vector<float>{},
         types ? types->get<std::vector<std::int32_t>>() : std::vector<std::int32_t>{},
-        bos ? bos->get<std::int32_t>() : 1, unk ? unk->get<std::int32_t>() : 0, prefix ? prefix->get<bool>() : true, path);
+        bos ? gguf_token_id(*bos, path, "tokenizer.ggml.bos_token_id") : 1,
+        unk ? gguf_token_id(*unk, path, "tokenizer.ggml.unknown_token_id") : 0, prefix ? prefix->get<bool>() : true, path);
     return t;
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("tokenizer metadata of the wrong type: ") + e.what(), {path, "tokenizer.ggml"});
@@ -75,7 +89,7 @@ Tokenizer Tokenizer::gguf_bpe(const GgufFile& f) {
     }
     o.ignore_merges = pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";  // as llama.cpp
     const bool add_bos = m.contains("tokenizer.ggml.add_bos_token") ? m["tokenizer.ggml.add_bos_token"].get<bool>() : false;
-    if (add_bos && m.contains("tokenizer.ggml.bos_token_id")) o.bos = m["tokenizer.ggml.bos_token_id"].get<std::int32_t>();
+    if (add_bos && m.contains("tokenizer.ggml.bos_token_id")) o.bos = gguf_token_id(m["tokenizer.ggml.bos_token_id"], path, "tokenizer.ggml.bos_token_id");
     const std::optional<nlohmann::json> token_values = f.value("tokenizer.ggml.tokens");
     if (!token_values) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
     std::vector<std::string> tokens = token_values->get<std::vector<std::string>>();
