@@ -41,6 +41,23 @@ if grep -q "cold (host)" "$o/tiers.svg" && grep -q "compact:warm=64:cold-bits=16
 else
   fail "tiers figure names the tiers and the tiered method"
 fi
+# A 30 x 30 grid: no accuracy written in each cell (900 labels took minutes at 300 x 300), at
+# most 12 ticks per axis; the 3 x 3 grid above keeps its labels.
+"$PY" - "$TMP/grid30.json" <<'PY'
+import json, sys
+n = 30
+json.dump({"format": "akv-passkey", "version": 1, "trials": 1, "lengths": list(range(32, 32 + n)),
+           "depths": [i / (n - 1) for i in range(n)],
+           "methods": [{"method": "full", "mean_accuracy": 0.25, "accuracy": [[0.25] * n for _ in range(n)]}]},
+          open(sys.argv[1], "w"))
+PY
+plot_ok "passkey grid of 30 x 30 cells" "$o/grid30.svg" "$TMP/grid30.json"
+"${PLOT[@]}" "$IN/passkey.json" -o "$o/grid3.svg"
+if ! grep -q "<!-- 0.25 -->" "$o/grid30.svg" && grep -Eq "<!-- [01]\.[0-9]{2} -->" "$o/grid3.svg"; then
+  pass "cells labelled on a small grid only"
+else
+  fail "cells labelled on a small grid only"
+fi
 plot_ok "token budgets per head" "$o/budgets.png" "$FX/budgets.json"
 plot_ok "joint plan per head" "$o/joint.png" "$FX/budgets-joint.json"
 plot_ok "calibrated bits per head" "$o/calib.svg" "$FX/calibration.json" --kind heads
