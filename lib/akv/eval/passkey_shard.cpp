@@ -34,15 +34,7 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
   try {
     r.mode = first.at("mode").get<std::string>();
     if (r.mode != "token" && r.mode != "text") throw InvalidInput("unknown passkey mode (token, text)", {file0, "mode", excerpt(r.mode, 40)});
-    r.specs = first.at("specs").get<std::vector<std::string>>();
-    r.descriptions = first.at("descriptions").get<std::vector<std::string>>();
-    if (r.specs.empty() || r.specs[0] != "full") {
-      throw InvalidInput("the methods must start with the full cache", {file0, "specs", excerpt(first.at("specs").dump(), 60)});
-    }
-    if (r.descriptions.size() != r.specs.size()) {
-      throw InvalidInput("one description per method (" + std::to_string(r.specs.size()) + ")",
-                         {file0, "descriptions", std::to_string(r.descriptions.size()) + " entries"});
-    }
+    read_method_lists(file0, first, r.specs, r.descriptions);
     for (const char* key : {"trials", "total_prompts"}) {
       if (!first.at(key).is_number_unsigned()) throw InvalidInput("a count that is not a non-negative integer", {file0, key, excerpt(first.at(key).dump(), 40)});
     }

@@ -89,15 +89,7 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
   std::size_t total = 0;
   try {
     total = count(first, "total_sequences", file0);
-    r.specs = first.at("specs").get<std::vector<std::string>>();
-    r.descriptions = first.at("descriptions").get<std::vector<std::string>>();
-    if (r.specs.empty() || r.specs[0] != "full") {
-      throw InvalidInput("the methods must start with the full cache", {file0, "specs", excerpt(first.at("specs").dump(), 60)});
-    }
-    if (r.descriptions.size() != r.specs.size()) {
-      throw InvalidInput("one description per method (" + std::to_string(r.specs.size()) + ")",
-                         {file0, "descriptions", std::to_string(r.descriptions.size()) + " entries"});
-    }
+    read_method_lists(file0, first, r.specs, r.descriptions);
     const std::string attention = first.at("attention").get<std::string>();
     if (attention != "exact" && attention != "int8") {
       throw InvalidInput("unknown attention path (exact, int8)", {file0, "attention", attention});

@@ -47,6 +47,19 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
   return order;
 }
 
+void read_method_lists(const std::string& file, const nlohmann::json& j, std::vector<std::string>& specs,
+                       std::vector<std::string>& descriptions) {
+  specs = j.at("specs").get<std::vector<std::string>>();
+  descriptions = j.at("descriptions").get<std::vector<std::string>>();
+  if (specs.empty() || specs[0] != "full") {
+    throw InvalidInput("the methods must start with the full cache", {file, "specs", excerpt(j.at("specs").dump(), 60)});
+  }
+  if (descriptions.size() != specs.size()) {
+    throw InvalidInput("one description per method (" + std::to_string(specs.size()) + ")",
+                       {file, "descriptions", std::to_string(descriptions.size()) + " entries"});
+  }
+}
+
 void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
                    std::size_t next) {
   if (j.at(field).get<std::size_t>() != next) {

@@ -18,6 +18,11 @@ namespace akv {
 std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nlohmann::json>>& parts,
                                      const std::string& format, std::initializer_list<const char*> same);
 
+// A part's "specs" and "descriptions": the full cache first, one description per method;
+// InvalidInput naming the file and field otherwise (reports index one list by the other).
+void read_method_lists(const std::string& file, const nlohmann::json& j, std::vector<std::string>& specs,
+                       std::vector<std::string>& descriptions);
+
 // Checks that part j (from `file`) starts where the previous shards ended: j[field] (e.g.
 // "first_layer") == `next`; InvalidInput naming the file and field ("layers do not follow...").
 void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
