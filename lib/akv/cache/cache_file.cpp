@@ -106,7 +106,8 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header, const CachePart& 
   h5::write_attr_int(root, "version", h.params.tiered() ? kCacheVersionSegments
                                       : h.params.ggml() ? kCacheVersionGgml
                                                         : kCacheVersion);
-  h5::write_attr_string(root, "params", h.params.to_json().dump());
+  // A calibration= path that is not UTF-8 is stored with U+FFFD (JSON text is UTF-8).
+  h5::write_attr_string(root, "params", h.params.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   h5::write_attr_string(root, "source_path", h.source_path);
   h5::write_attr_string(root, "source_hash", h.source_hash);
   h5::write_attr_int(root, "source_bytes", static_cast<std::int64_t>(h.source_bytes));
