@@ -235,7 +235,8 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
     if (shard) {
       r.inputs = {{"model", {{"path", dopt->model}, {"hash", path_hash(dopt->model)}}},
                   {"tokens", {{"path", dopt->tokens}, {"hash", file_hash(dopt->tokens)}}}};
-      r.params = {{"methods", dopt->methods}, {"weights", dopt->weights}, {"batch", dopt->batch}};
+      r.params = {{"methods", dopt->methods}, {"weights", dopt->weights}, {"batch", dopt->batch},
+                  {"kernels", kernel_arithmetic()}};
     }
     write_text_file(dopt->output, dopt->json || shard ? json_text(r.to_json()) : r.to_table());
   });

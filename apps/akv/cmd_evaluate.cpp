@@ -180,7 +180,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
             run.inputs["filler"] = {{"path", filler_file}, {"hash", file_hash(filler_file)}};
           }
           run.params = {{"methods", opt->methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
-                        {"weights", opt->weights}, {"attention", opt->attention}};
+                        {"weights", opt->weights}, {"attention", opt->attention}, {"kernels", kernel_arithmetic()}};
           write_text_file(opt->output, json_text(passkey_part_json(r, pk.shard, run)));
           return;
         }
@@ -213,7 +213,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                                 {"tokenizer", tok->path()}};
         }
         run.params = {{"methods", opt->methods}, {"prefill", po.prefill ? nlohmann::json(*po.prefill) : nlohmann::json()},
-                      {"sequences", opt->sequences}, {"weights", opt->weights}};
+                      {"sequences", opt->sequences}, {"weights", opt->weights}, {"kernels", kernel_arithmetic()}};
         const PplReport r = evaluate_perplexity(m, part, po, bar.callback());
         write_text_file(opt->output, json_text(ppl_part_json(r, shard, lo, seqs.size(), run)));
         return;

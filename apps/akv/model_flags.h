@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
@@ -70,6 +71,11 @@ inline std::vector<std::string> model_run_inputs(const std::string& model_path, 
   }
   return files;
 }
+
+// The arithmetic of a model run, for a part's params: the plain loops (--max-isa generic) sum
+// in another order than the vector kernels (AVX2 and AVX-512 give the same bits), so parts of
+// the two do not merge into one report.
+inline const char* kernel_arithmetic() { return attn::active_isa() == attn::Isa::generic ? "generic" : "vector"; }
 
 // --text FILE cut into llama-perplexity's chunks of `ctx` tokens (BOS first; at most max_chunks,
 // 0 = all).

@@ -86,6 +86,9 @@ expect_error "shard 4/3" 2 "--shard = 4/3" "$AKV" evaluate -q "${common[@]}" --s
 expect_error "shard a/b" 2 "--shard = a/b" "$AKV" evaluate -q "${common[@]}" --shard a/b -o "$o/x.json"
 expect_error "an empty shard (it wrote the full report)" 2 "empty shard" "$AKV" evaluate -q "${common[@]}" --shard '' -o "$o/x.json"
 expect_error "--sequences -1 (it meant all)" 2 "sequences" "$AKV" evaluate -q "${common[@]}" --sequences -1 -o "$o/x.json"
+"$AKV" --max-isa generic evaluate -q "${common[@]}" --shard 2/3 -o "$TMP/generic2.json"
+expect_error "merge: a part computed with the plain loops (--max-isa generic)" 2 "part of another run: params" \
+  "$AKV" merge "$TMP/p1.json" "$TMP/generic2.json" "$TMP/p3.json" -o "$o/m.json"
 expect_error "merge: passkey parts of another grid" 2 "part of another run: depths" \
   "$AKV" merge "$TMP/k1.json" "$TMP/kother.json" "$TMP/k3.json" -o "$o/m.json"
 # Tampered parts: fields other fields are indexed by, counts that would allocate, divide or wrap.
