@@ -45,6 +45,8 @@ if cmp -s "$TMP/t1.h5" "$TMP/t2.h5"; then pass "eviction: identical bytes on 1 a
 o="$TMP/out_dir"
 mkdir -p "$o"
 expect_error "budget <= window" 2 "--budget-tokens = 16" "$AKV" compress -q "$d" -o "$o/c.h5" -m snapkv --budget-tokens 16 --window 16
+expect_error "budget past 2^64 (was clamped to 2^63 - 1)" 2 "beyond 64 bits .*--budget-tokens = 99999999999999999999" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m snapkv --budget-tokens 99999999999999999999
 expect_error "budget fraction > 1" 2 "--budget = 1.5" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --budget 1.5
 expect_error "window > n_query" 2 "--window = 32" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --budget 0.2
 expect_error "unknown allocation method" 2 "--method = magic" "$AKV" allocate -q "$d" --method magic --budget 0.2 --window 16 -o "$o/b.json"

@@ -1,6 +1,7 @@
 #include "akv/method/registry.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -241,9 +242,11 @@ void set_param(CompressRequest& r, const ParamInfo& p, const std::string& value,
   }
   char* end = nullptr;
   const bool integer = std::holds_alternative<ParamInfo::Integer>(p.field);
+  errno = 0;
   const long long i = integer ? std::strtoll(value.c_str(), &end, 10) : 0;
   const double x = integer ? static_cast<double>(i) : std::strtod(value.c_str(), &end);
   if (*end) throw UsageError(integer ? "not an integer" : "not a number", {"", flag, value});
+  if (integer && errno == ERANGE) throw InvalidInput("integer beyond 64 bits (strtoll would clamp it)", {"", flag, value});
   check_number(p, x, i, flag, value);
   if (integer) {
     std::get<ParamInfo::Integer>(p.field)(r) = i;
