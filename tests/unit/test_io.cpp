@@ -6,6 +6,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/io/dump.h"
+#include "akv/io/hdf5.h"
 #include "akv/io/inspect.h"
 #include "akv/io/json_file.h"
 #include "akv/tensor/half.h"
@@ -294,6 +295,12 @@ TEST_CASE("parse_json: nesting past kMaxJsonDepth is refused at the parser, nami
   CHECK_THROWS_WITH(parse_json("{\"a\": ", "g.json", "budgets file"), Catch::Contains("budgets file is not JSON (g.json)"));
   test::TempDir dir;
   CHECK_THROWS_WITH(read_json_file(dir.path().string(), "budgets", "akv-budgets", 1), Catch::Contains("budgets file is a directory"));
+}
+
+TEST_CASE("h5::create names the output, not its temporary file", "[io][bad]") {
+  test::TempDir dir;
+  CHECK_THROWS_WITH(h5::create(dir.file("gone/.out.h5.akv-tmp-1"), dir.file("out.h5")),
+                    Catch::Contains("cannot create HDF5 file (" + dir.file("out.h5") + ")"));
 }
 
 TEST_CASE("inspect_file describes a dump", "[io][inspect]") {

@@ -92,7 +92,7 @@ struct CacheWriter::Impl {
 CacheWriter::CacheWriter(std::string path, CacheHeader header, const CachePart& part)
     : impl_(std::make_unique<Impl>(std::move(path), std::move(header))) {
   Impl& m = *impl_;
-  m.file = h5::create(m.out.temp_path());
+  m.file = h5::create(m.out.temp_path(), m.out.path());
   m.f16 = h5::make_f16_type();
   hid_t root = m.file.get();
   const CacheHeader& h = m.header;

@@ -358,7 +358,7 @@ DumpWriter::DumpWriter(std::string path, DumpMeta meta, DumpWriteOptions options
   if (options.gzip < 0 || options.gzip > 9) {
     throw InvalidInput("gzip level must be 0..9", {"", "--gzip", std::to_string(options.gzip)});
   }
-  m.file = h5::create(m.out.temp_path());
+  m.file = h5::create(m.out.temp_path(), m.out.path());
   if (options.dtype == DType::f16) m.disk_type = h5::make_f16_type();
   if (options.dtype == DType::bf16) m.disk_type = h5::make_bf16_type();
   hid_t root = m.file.get();

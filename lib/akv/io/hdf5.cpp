@@ -29,11 +29,11 @@ File open_read(const std::string& path) {
   return File(id);
 }
 
-File create(const std::string& path) {
+File create(const std::string& path, const std::string& shown) {
   silence_errors();
   PropList fcpl(H5Pcreate(H5P_FILE_CREATE));
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT);
-  if (id < 0) throw IoError("cannot create HDF5 file", {path});
+  if (id < 0) throw IoError("cannot create HDF5 file", {shown.empty() ? path : shown});
   return File(id);
 }
 

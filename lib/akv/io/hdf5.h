@@ -59,8 +59,9 @@ void silence_errors();
 // damaged (truncated, bad superblock) -> CorruptData (exit 2).
 File open_read(const std::string& path);
 // Creates (truncates) a file for writing, without object timestamps so that identical content
-// gives identical bytes.
-File create(const std::string& path);
+// gives identical bytes. IoError naming `shown` (the output's final name when `path` is its
+// temporary file), `path` when `shown` is empty.
+File create(const std::string& path, const std::string& shown = {});
 
 // Dataset creation properties without object timestamps (deterministic bytes).
 PropList dataset_create_props();
