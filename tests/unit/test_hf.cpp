@@ -172,6 +172,11 @@ TEST_CASE("HF loader: RoPE angles cover the positions used, not max_position_emb
   CHECK(m.config().seq_len == std::size_t{1} << 40);
   const std::vector<std::int32_t> seq = {1, 5, 9, 13};
   CHECK(max_diff(m.prefill(seq, true).logits, ref.prefill(seq, true).logits) <= 1e-4);
+  // A dynamic factor of 1e300: the context is capped at 2^62 (the conversion was undefined).
+  cfg["max_position_embeddings"] = 512;
+  cfg["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 1e300}};
+  std::ofstream(dir.file("m") + "/config.json") << cfg.dump();
+  CHECK(load_model(dir.file("m")).config().seq_len == std::size_t{1} << 62);
 }
 
 TEST_CASE("HF loader: bad checkpoints are clean errors", "[model][hf][bad]") {

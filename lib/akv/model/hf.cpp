@@ -221,8 +221,11 @@ Model load_hf(const std::string& dir, WeightMode mode) {
     throw InvalidInput("unknown akv_tokenizer (akv knows bytes)", {cfg_path, "akv_tokenizer", c.tokenizer});
   }
   if (c.rope_scaling.kind == RopeScaling::Kind::dynamic || c.rope_scaling.kind == RopeScaling::Kind::yarn) {
-    // Dynamic NTK and YaRN scaling exist to run past max_position_embeddings: up to factor times it.
-    c.seq_len = static_cast<std::size_t>(static_cast<double>(c.seq_len) * c.rope_scaling.factor);
+    // Dynamic NTK and YaRN scaling exist to run past max_position_embeddings: up to factor times
+    // it, capped at 2^62 positions (a factor of 1e300 does not fit a size_t; nothing is sized by
+    // the context: it only bounds what a run may ask for).
+    const double scaled = static_cast<double>(c.seq_len) * c.rope_scaling.factor;
+    c.seq_len = scaled >= 0x1p62 ? std::size_t{1} << 62 : static_cast<std::size_t>(scaled);
   }
   const bool sliding = type == "qwen2" ? j.use_sliding_window : true;
   if (sliding && j.sliding_window) {
