@@ -68,6 +68,8 @@ if command -v parallel >/dev/null; then
 else
   echo "skip run_sharded: GNU parallel not installed (scripts/setup installs it)"
 fi
+expect "run_sharded: a flag without its value is a usage error (exit 1), one line" 1 "^run_sharded: -j needs a value$" \
+  bash "$SRC/scripts/run_sharded" -j
 # Refusals: one line, exit 2, no output.
 "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 6 --methods kivi-2,adakv:budget=0.5:window=16,compact \
   --shard 2/3 -o "$TMP/other.json"
