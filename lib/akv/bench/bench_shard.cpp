@@ -5,6 +5,7 @@
 #include "akv/bench/quant_bench.h"
 #include "akv/core/errors.h"
 #include "akv/eval/shard.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 
@@ -24,7 +25,7 @@ BenchReport merge_bench_parts(const std::vector<std::pair<std::string, nlohmann:
     const std::string suite = first.at("suite").get<std::string>();
     bench_columns(suite);  // a suite merge knows
     BenchEnv env{first.at("commit").get<std::string>(), first.at("cpu").get<std::string>(),
-                 first.at("threads").get<int>()};
+                 json_i32(first.at("threads"))};
     BenchReport rep(suite, env);
     rep.set_params(first.at("params"));
     nlohmann::ordered_json shards = nlohmann::ordered_json::array();
@@ -32,7 +33,7 @@ BenchReport merge_bench_parts(const std::vector<std::pair<std::string, nlohmann:
                                                       "cases", "notes", "rows", "commit", "cpu", "threads"};
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
-      const std::size_t k = j.at("shard").get<std::size_t>();
+      const std::size_t k = json_uint(j.at("shard"));
       nlohmann::ordered_json info = {{"shard", k}, {"commit", j.at("commit")}, {"cpu", j.at("cpu")},
                                      {"threads", j.at("threads")}};
       for (auto it = j.begin(); it != j.end(); ++it) {
@@ -45,7 +46,7 @@ BenchReport merge_bench_parts(const std::vector<std::pair<std::string, nlohmann:
         rep.note("shard " + std::to_string(k) + ": " + line);
       }
       for (const auto& row : j.at("rows")) {
-        if (!row.is_object() || row.value("shard", std::size_t{0}) != k) {
+        if (!row.is_object() || json_uint_or(row, "shard", 0) != k) {
           throw InvalidInput("a row of another shard", {file, "rows[].shard", row.is_object() && row.contains("shard") ? row["shard"].dump() : "missing"});
         }
         rep.rows().push_back(row);

@@ -8,6 +8,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/eval/shard.h"
+#include "akv/io/json_file.h"
 #include "akv/policy/kv_runtime.h"
 
 namespace akv {
@@ -149,12 +150,12 @@ DecodeBenchResult merge_decode_parts(const std::vector<std::pair<std::string, nl
   const auto& [file0, first] = parts[order[0]];
   DecodeBenchResult res;
   try {
-    res.prompt = first.at("prompt").get<std::size_t>();
-    res.decoded = first.at("decoded_tokens").get<std::size_t>();
-    res.sequences = first.at("sequences").get<std::size_t>();
-    res.repeats = first.at("repeats").get<int>();
-    res.batch = first.value("batch", std::size_t{1});
-    res.threads = first.value("threads", 1);
+    res.prompt = json_uint(first.at("prompt"));
+    res.decoded = json_uint(first.at("decoded_tokens"));
+    res.sequences = json_uint(first.at("sequences"));
+    res.repeats = json_i32(first.at("repeats"));
+    res.batch = json_uint_or(first, "batch", 1);
+    res.threads = first.contains("threads") ? json_i32(first.at("threads")) : 1;
     res.prefill_tokens_per_s = first.at("prefill_tokens_per_s").get<double>();
     res.inputs = first.at("inputs");
     res.params = first.at("params");
@@ -167,9 +168,9 @@ DecodeBenchResult merge_decode_parts(const std::vector<std::pair<std::string, nl
         r.description = m.at("description").get<std::string>();
         r.decode_tokens_per_s = m.at("decode_tokens_per_s").get<double>();
         r.ratio_to_full = m.at("time_per_token_vs_full").get<double>();
-        r.bytes = m.at("cache_bytes").get<std::uint64_t>();
-        r.shard = m.at("shard").get<std::size_t>();
-        if (r.shard != j.at("shard").get<std::size_t>()) throw InvalidInput("a row of another shard", {file, "methods[].shard", std::to_string(r.shard)});
+        r.bytes = json_uint(m.at("cache_bytes"));
+        r.shard = json_uint(m.at("shard"));
+        if (r.shard != json_uint(j.at("shard"))) throw InvalidInput("a row of another shard", {file, "methods[].shard", std::to_string(r.shard)});
         res.rows.push_back(std::move(r));
       }
     }

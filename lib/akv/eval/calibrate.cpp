@@ -16,6 +16,7 @@
 #include "akv/core/parallel.h"
 #include "akv/eval/attention.h"
 #include "akv/io/file_hash.h"
+#include "akv/io/json_file.h"
 #include "akv/quant/head_codec.h"
 #include "akv/quant/pack.h"
 
@@ -400,17 +401,18 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
     }
     for (const nlohmann::json& d : first.at("dumps")) dumps.push_back(d.at("path").get<std::string>());
     const nlohmann::json& op = first.at("options");
-    op.at("candidates").get_to(o.candidates);
-    o.group = op.at("group").get<std::size_t>();
-    o.residual = op.at("residual").get<std::size_t>();
+    o.candidates.clear();
+    for (const std::int32_t b : json_i32s(op.at("candidates"))) o.candidates.push_back(b);
+    o.group = json_uint(op.at("group"));
+    o.residual = json_uint(op.at("residual"));
     o.rule = parse_quant_rule(op.at("quant_rule").get<std::string>());
     o.target_bits = op.at("target_bits").get<double>();
     o.aggregate = op.at("aggregate").get<std::string>();
     o.allocator = op.at("allocator").get<std::string>();
-    o.lo = op.at("lo_bit").get<int>();
-    o.mid = op.at("mid_bit").get<int>();
-    o.hi = op.at("hi_bit").get<int>();
-    o.update_interval = op.at("update_interval").get<std::size_t>();
+    o.lo = json_i32(op.at("lo_bit"));
+    o.mid = json_i32(op.at("mid_bit"));
+    o.hi = json_i32(op.at("hi_bit"));
+    o.update_interval = json_uint(op.at("update_interval"));
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial calibration field missing or of the wrong type: ") + e.what(), {file0});
   }
@@ -457,15 +459,15 @@ std::string render_calibration(const nlohmann::json& j) {
                      sp["norm_variance"]["key"].get<double>(), sp["norm_variance"]["value"].get<double>(),
                      sp["entropy"]["key"].get<double>(), sp["entropy"]["value"].get<double>(),
                      sp["outlier_ratio"]["key"].get<double>(), sp["outlier_ratio"]["value"].get<double>());
-  const int lowest = p["candidates"][0].get<int>();
+  const int lowest = json_i32(p["candidates"][0]);
   out += fmt::format("{:>5} {:>4} {:>6} {:>6} {:>11} {:>11} {:>10} {:>8} {:>8}\n", "layer", "head", "K bits",
                      "V bits", fmt::format("K err@{}", lowest), fmt::format("V err@{}", lowest), "norm var",
                      "entropy", "outliers");
   for (const auto& l : j["layers"]) {
     for (const auto& h : l["heads"]) {
       out += fmt::format("{:>5} {:>4} {:>6} {:>6} {:>11.4g} {:>11.4g} {:>10.4g} {:>8.3f} {:>8.2f}\n",
-                         l["layer"].get<int>(), h["head"].get<int>(), h["bits_key"].get<int>(),
-                         h["bits_value"].get<int>(), h["key_error"][std::to_string(lowest)].get<double>(),
+                         json_i32(l["layer"]), json_i32(h["head"]), json_i32(h["bits_key"]),
+                         json_i32(h["bits_value"]), h["key_error"][std::to_string(lowest)].get<double>(),
                          h["value_error"][std::to_string(lowest)].get<double>(), h["norm_variance"].get<double>(),
                          h["entropy"].get<double>(), h["outlier_ratio"].get<double>());
     }

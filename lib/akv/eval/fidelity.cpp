@@ -12,6 +12,7 @@
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/io/file_hash.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 namespace {
@@ -278,14 +279,14 @@ FidelitySums sums_from(const nlohmann::json& j) {
   s.key_norm2 = j.at("key_norm2").get<double>();
   s.value_err2 = j.at("value_err2").get<double>();
   s.value_norm2 = j.at("value_norm2").get<double>();
-  s.heads = j.at("heads").get<std::size_t>();
+  s.heads = json_uint(j.at("heads"));
   AttentionFidelity& a = s.attn;
   a.out_err2 = j.at("out_err2").get<double>();
   a.out_norm2 = j.at("out_norm2").get<double>();
   a.kl = j.at("kl").get<double>();
   a.evicted_mass = j.at("evicted_mass").get<double>();
   for (std::size_t k = 0; k < 3; ++k) a.recall[k] = j.at("recall").at(k).get<double>();
-  a.queries = j.at("queries").get<std::size_t>();
+  a.queries = json_uint(j.at("queries"));
   return s;
 }
 
@@ -313,7 +314,7 @@ FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlo
   try {
     r.dump_path = first.at("dump").at("path").get<std::string>();
     r.cache_path = first.at("cache").at("path").get<std::string>();
-    r.needles = first.at("needles").get<std::vector<std::int32_t>>();
+    r.needles = json_i32s(first.at("needles"));
     r.needle_kept.assign(r.needles.size(), 0);
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
@@ -323,11 +324,11 @@ FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlo
         for (const nlohmann::json& h : row) heads.push_back(sums_from(h));
         r.heads.push_back(std::move(heads));
       }
-      const auto kept = j.at("needle_kept").get<std::vector<std::size_t>>();
+      const auto kept = json_uints(j.at("needle_kept"));
       if (kept.size() != r.needles.size()) throw InvalidInput("needle counts do not match the needles", {file, "needle_kept", std::to_string(kept.size())});
       for (std::size_t i2 = 0; i2 < kept.size(); ++i2) r.needle_kept[i2] += kept[i2];
     }
-    if (r.heads.size() != first.at("n_layers").get<std::size_t>()) {
+    if (r.heads.size() != json_uint(first.at("n_layers"))) {
       throw InvalidInput("parts hold " + std::to_string(r.heads.size()) + " layers", {file0, "n_layers", first.at("n_layers").dump()});
     }
     std::error_code ec;

@@ -3,6 +3,7 @@
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/eval/shard.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 namespace {
@@ -41,13 +42,13 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
     for (const nlohmann::json& l : first.at("lengths")) {
       if (!l.is_number_unsigned()) throw InvalidInput("a length that is not a non-negative integer", {file0, "lengths", excerpt(l.dump(), 40)});
     }
-    r.lengths = first.at("lengths").get<std::vector<std::size_t>>();
+    r.lengths = json_uints(first.at("lengths"));
     r.depths = first.at("depths").get<std::vector<double>>();
     for (double d : r.depths) {
       if (!(d >= 0 && d <= 1)) throw InvalidInput("a depth outside [0, 1]", {file0, "depths", format_number(d)});
     }
-    r.trials = first.at("trials").get<std::size_t>();
-    r.total_prompts = first.at("total_prompts").get<std::size_t>();
+    r.trials = json_uint(first.at("trials"));
+    r.total_prompts = json_uint(first.at("total_prompts"));
     const std::size_t grid = checked_product({r.trials, r.lengths.size(), r.depths.size()}, {file0, "trials"});
     if (r.total_prompts != grid) {
       throw InvalidInput("total prompts differ from trials x lengths x depths (" + std::to_string(grid) + ")",
@@ -59,7 +60,7 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
       for (const nlohmann::json& line : j.at("outcomes")) {
         std::vector<char> row;
         for (const nlohmann::json& ok : line) {
-          const int v = ok.get<int>();
+          const int v = json_i32(ok);
           if (v != 0 && v != 1) throw InvalidInput("an outcome other than 0 or 1", {file, "outcomes", ok.dump()});
           row.push_back(static_cast<char>(v));
         }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 namespace {
@@ -22,7 +23,7 @@ nlohmann::json sums_json(const PplSums& s) {
 std::uint64_t count(const nlohmann::json& j, const char* key, const std::string& file) {
   const nlohmann::json& v = j.at(key);
   if (!v.is_number_unsigned()) throw InvalidInput("a count that is not a non-negative integer", {file, key, excerpt(v.dump(), 40)});
-  return v.get<std::uint64_t>();
+  return json_uint(v);
 }
 
 PplSums sums_from(const nlohmann::json& j, const std::string& file) {
@@ -50,14 +51,14 @@ nlohmann::json trace_json(const MemoryTrace& t) {
 
 MemoryTrace trace_from(const nlohmann::json& j) {
   MemoryTrace t;
-  j.at("tokens").get_to(t.tokens);
-  j.at("bytes").get_to(t.bytes);
-  j.at("hot").get_to(t.hot);
-  j.at("warm").get_to(t.warm);
-  j.at("cold").get_to(t.cold);
-  j.at("hot_tokens").get_to(t.hot_tokens);
-  j.at("warm_tokens").get_to(t.warm_tokens);
-  j.at("cold_tokens").get_to(t.cold_tokens);
+  t.tokens = json_uints(j.at("tokens"));
+  t.bytes = json_uints(j.at("bytes"));
+  t.hot = json_uints(j.at("hot"));
+  t.warm = json_uints(j.at("warm"));
+  t.cold = json_uints(j.at("cold"));
+  t.hot_tokens = json_uints(j.at("hot_tokens"));
+  t.warm_tokens = json_uints(j.at("warm_tokens"));
+  t.cold_tokens = json_uints(j.at("cold_tokens"));
   return t;
 }
 
@@ -104,7 +105,7 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
         if (seq.size() != r.specs.size()) throw InvalidInput("a sequence without every method", {file, "sequences", std::to_string(seq.size())});
         r.sequences.push_back(std::move(seq));
       }
-      const auto prompts = j.at("prompt_tokens").get<std::vector<std::size_t>>();
+      const auto prompts = json_uints(j.at("prompt_tokens"));
       r.prompt_tokens.insert(r.prompt_tokens.end(), prompts.begin(), prompts.end());
       if (r.traces.empty()) {
         for (const nlohmann::json& t : j.at("memory_traces")) r.traces.push_back(trace_from(t));

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 
@@ -19,7 +20,7 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
         throw InvalidInput("not a partial output of this kind (expected format " + format + ")",
                            {file, "format", j.is_object() && j.contains("format") ? j["format"].dump() : "missing"});
       }
-      const std::size_t k = j.at("shard").get<std::size_t>(), shards = j.at("shards").get<std::size_t>();
+      const std::size_t k = json_uint(j.at("shard")), shards = json_uint(j.at("shards"));
       if (i == 0) n = shards;
       if (shards != n) {
         throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")",
@@ -62,7 +63,7 @@ void read_method_lists(const std::string& file, const nlohmann::json& j, std::ve
 
 void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
                    std::size_t next) {
-  if (j.at(field).get<std::size_t>() != next) {
+  if (json_uint(j.at(field)) != next) {
     throw InvalidInput(std::string(items) + " do not follow the previous shard's (" + std::to_string(next) + ")",
                        {file, field, j.at(field).dump()});
   }

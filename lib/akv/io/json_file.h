@@ -3,8 +3,11 @@
 // integer "version" checked before any field is used; and the one JSON parser every reader of
 // JSON (side files, parts, tokenizer.json, config.json, safetensors headers, cache params) uses.
 #include <fstream>
+#include <cstdint>
+#include <climits>
 #include <istream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +24,47 @@ template <typename Json = nlohmann::json>
 Json parse_json(std::istream& in, const std::string& file, const std::string& what);
 template <typename Json = nlohmann::json>
 Json parse_json(const std::string& text, const std::string& file, const std::string& what);
+
+// Integers from untrusted JSON. nlohmann's get<integer>() casts a float, which is undefined
+// behaviour outside the target type's range (2^70 or -2.0 read as size_t); these take integer
+// values only and check the range, and throw the JSON library's type_error otherwise (readers
+// already turn it into InvalidInput naming the file).
+template <typename Json>
+std::uint64_t json_uint(const Json& v) {
+  if (!v.is_number_unsigned()) throw Json::type_error::create(302, "a non-negative integer is required", &v);
+  return v.template get<std::uint64_t>();
+}
+template <typename Json>
+std::int64_t json_int(const Json& v, std::int64_t lo, std::int64_t hi) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.template get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) ||
+      v.template get<std::int64_t>() < lo || v.template get<std::int64_t>() > hi) {
+    throw Json::type_error::create(302, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] is required", &v);
+  }
+  return v.template get<std::int64_t>();
+}
+template <typename Json>
+std::vector<std::uint64_t> json_uints(const Json& v) {
+  if (!v.is_array()) throw Json::type_error::create(302, "an array is required", &v);
+  std::vector<std::uint64_t> out;
+  for (const auto& x : v) out.push_back(json_uint(x));
+  return out;
+}
+template <typename Json>
+std::int32_t json_i32(const Json& v) {
+  return static_cast<std::int32_t>(json_int(v, INT32_MIN, INT32_MAX));
+}
+template <typename Json>
+std::vector<std::int32_t> json_i32s(const Json& v) {
+  if (!v.is_array()) throw Json::type_error::create(302, "an array is required", &v);
+  std::vector<std::int32_t> out;
+  for (const auto& x : v) out.push_back(json_i32(x));
+  return out;
+}
+// An integer field of an object, `fallback` when absent.
+template <typename Json>
+std::uint64_t json_uint_or(const Json& j, const char* key, std::uint64_t fallback) {
+  return j.contains(key) ? json_uint(j.at(key)) : fallback;
+}
 
 // A JSON document as akv writes it (two-space indent, a final newline). Bytes that are not UTF-8
 // in its strings (a file name or a GGUF string from a Latin-1 system) become U+FFFD instead of
