@@ -79,7 +79,7 @@ class H2OReference : public KvPolicy {
       : g_(g), e_(e), rows_(g.n_layers * g.n_kv_heads) {}
   void ingest_prompt(const PromptKv& pr) override {
     const std::size_t n = pr.n_tokens;
-    const DumpMeta m = g_.meta(n, n);
+    const KvWindow m = g_.prompt_window(n, n);
     const EvictionPlan plan = plan_eviction(
         m, [&](std::size_t l, Tensor3& q, Tensor3& k) {
           q = (*pr.query)[l];

@@ -10,8 +10,8 @@ using namespace akv;
 
 namespace {
 
-DumpMeta meta(std::size_t T, std::size_t nq) {
-  DumpMeta m;
+KvWindow meta(std::size_t T, std::size_t nq) {
+  KvWindow m;
   m.n_layers = 1;
   m.n_heads = 4;
   m.n_kv_heads = 2;
@@ -39,7 +39,7 @@ TEST_CASE("pool1d: hand-computed max and avg (zero padding counted)", "[score]")
 }
 
 TEST_CASE("score_layer: fast path equals the f64 reference; mass sums to 1", "[score]") {
-  const DumpMeta m = meta(200, 24);
+  const KvWindow m = meta(200, 24);
   Tensor3 q(4, 24, 16), k(2, 200, 16);
   fill(q, 1, 1.5);
   fill(k, 2, 1.0);
@@ -65,7 +65,7 @@ TEST_CASE("score_layer: fast path equals the f64 reference; mass sums to 1", "[s
 }
 
 TEST_CASE("score_layer: query blocks (300 queries, window 260) equal the f64 reference", "[score]") {
-  const DumpMeta m = meta(400, 300);
+  const KvWindow m = meta(400, 300);
   Tensor3 q(4, 300, 16), k(2, 400, 16);
   fill(q, 3, 1.5);
   fill(k, 4, 1.0);
@@ -84,7 +84,7 @@ TEST_CASE("score_layer: query blocks (300 queries, window 260) equal the f64 ref
 }
 
 TEST_CASE("score: a key aligned with the queries scores highest", "[score]") {
-  const DumpMeta m = meta(100, 8);
+  const KvWindow m = meta(100, 8);
   Tensor3 q(4, 8, 16), k(2, 100, 16);
   fill(k, 3, 0.1);
   for (std::size_t h = 0; h < 4; ++h) {

@@ -10,7 +10,7 @@
 namespace akv {
 
 nlohmann::json budgets_to_json(const BudgetsFile& f) {
-  const DumpMeta& m = f.shape;
+  const KvWindow& m = f.shape;
   nlohmann::json j;
   j["format"] = kBudgetsFormat;
   j["version"] = kBudgetsVersion;
@@ -73,7 +73,7 @@ nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
   return budgets_to_json(f);
 }
 
-BudgetsRead read_budgets(const std::string& path, const DumpMeta& m) {
+BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
   const nlohmann::json j = read_json_file(path, "budgets", kBudgetsFormat, kBudgetsVersion);
   BudgetsRead r;
   EvictionParams& params = r.params;

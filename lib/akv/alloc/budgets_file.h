@@ -30,7 +30,7 @@ struct BudgetHead {
 
 struct BudgetsFile {
   std::string dump_path, dump_hash;
-  DumpMeta shape;                             // n_layers, n_kv_heads, n_tokens, head_dim
+  KvWindow shape;                             // n_layers, n_kv_heads, n_tokens, head_dim
   nlohmann::json summary;                     // "params" (EvictionParams) and totals
   nlohmann::json joint;                       // joint plans: budget and candidate grid; else null
   std::vector<std::vector<BudgetHead>> heads;  // [layer][kv head]
@@ -54,7 +54,7 @@ struct BudgetsRead {
   bool joint = false;
   std::optional<std::size_t> group, residual;
 };
-BudgetsRead read_budgets(const std::string& path, const DumpMeta& m);
+BudgetsRead read_budgets(const std::string& path, const KvWindow& m);
 
 // The eviction method a budgets file implies (`akv compress --budgets F` without -m): joint for a
 // joint plan, else the method whose score and allocator made it (e.g. adakv).

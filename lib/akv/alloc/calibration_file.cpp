@@ -28,7 +28,7 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
   }
   nlohmann::json src = nlohmann::json::array();
   for (const auto& [path, hash] : f.dumps) src.push_back({{"path", path}, {"hash", hash}});
-  const DumpMeta& m = f.shape;
+  const KvWindow& m = f.shape;
   nlohmann::json j;
   j["format"] = kCalibrationFormat;
   j["version"] = kCalibrationVersion;
@@ -40,7 +40,7 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
   return j;
 }
 
-std::vector<std::pair<int, int>> read_calibration(const std::string& path, const DumpMeta& m) {
+std::vector<std::pair<int, int>> read_calibration(const std::string& path, const KvWindow& m) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   std::vector<std::pair<int, int>> bits;
   try {

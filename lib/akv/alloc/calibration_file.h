@@ -27,7 +27,7 @@ struct CalibrationHead {
 
 struct CalibrationFile {
   std::vector<std::pair<std::string, std::string>> dumps;  // {path, hash}
-  DumpMeta shape;                                           // n_layers, n_heads, n_kv_heads, head_dim
+  KvWindow shape;                                           // n_layers, n_heads, n_kv_heads, head_dim
   std::vector<int> candidates;                              // ascending bit widths
   nlohmann::json params;                                    // how it was calibrated
   nlohmann::json summary;                                   // achieved bits, proxies' correlation...
@@ -38,6 +38,6 @@ nlohmann::json calibration_to_json(const CalibrationFile& f);
 
 // Per-head {key bits, value bits} [layer * n_kv_heads + head] from a calibration file, checked
 // against the dump's shape (InvalidInput naming the field otherwise).
-std::vector<std::pair<int, int>> read_calibration(const std::string& path, const DumpMeta& m);
+std::vector<std::pair<int, int>> read_calibration(const std::string& path, const KvWindow& m);
 
 }  // namespace akv

@@ -25,7 +25,7 @@ std::size_t forced_tokens(std::size_t n_tokens, std::size_t sinks, std::size_t w
   return std::min(n_tokens, sinks + window);
 }
 
-std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m) {
+std::size_t budget_per_head(const EvictionParams& p, const KvWindow& m) {
   const std::size_t T = m.n_tokens;
   std::size_t b = 0;
   if (p.budget_fraction) {
@@ -106,7 +106,7 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
       p, threads, progress);
 }
 
-EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source,
+EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
                            const EvictionParams& requested, int threads,
                            const ProgressFn& progress) {
   EvictionParams p = requested;

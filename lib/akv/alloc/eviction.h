@@ -45,7 +45,7 @@ std::size_t forced_tokens(std::size_t n_tokens, std::size_t sinks, std::size_t w
 
 // Budget per head in tokens from the params; throws InvalidInput when it is not above the
 // forced tokens (window + sinks) or a fraction lies outside (0, 1].
-std::size_t budget_per_head(const EvictionParams& p, const DumpMeta& m);
+std::size_t budget_per_head(const EvictionParams& p, const KvWindow& m);
 
 // Streaming eviction during decode (h2o, streamingllm in the model's runtime cache, whose rows
 // are in no particular order): the row to evict next, or n when every row is forced. Forced:
@@ -61,7 +61,7 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
 // The same from any source of per-layer tensors: `source(l, query, key)` fills query
 // [n_heads, m.n_query, hd] (the last n_query positions) and key [n_kv_heads, m.n_tokens, hd].
 using LayerSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key)>;
-EvictionPlan plan_eviction(const DumpMeta& m, const LayerSource& source, const EvictionParams& p,
+EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source, const EvictionParams& p,
                            int threads, const ProgressFn& progress);
 
 }  // namespace akv

@@ -37,7 +37,7 @@ MatF attend(const float* q, std::size_t nq, const float* k, const float* v, cons
 
 }  // namespace
 
-std::vector<JointChoice> plan_joint(const DumpMeta& m, const JointSource& source, const JointOptions& o,
+std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source, const JointOptions& o,
                                     const ProgressFn& progress) {
   if (!(o.bytes_fraction > 0 && o.bytes_fraction <= 1)) {
     throw InvalidInput("byte budget must be a fraction in (0, 1] of the f16 size", {"", "--bytes", format_number(o.bytes_fraction)});
@@ -198,7 +198,7 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
   return budgets_to_json(f);
 }
 
-EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const CompressParams& params,
+EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const CompressParams& params,
                         int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits) {
   const EvictionParams& e = *params.eviction();
   if (params.method != Quantizer::kivi) {

@@ -55,7 +55,7 @@ struct JointChoice {
 using JointSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key, Tensor3& value)>;
 
 // Measures every candidate of every head and solves the knapsack: [layer * n_kv_heads + head].
-std::vector<JointChoice> plan_joint(const DumpMeta& m, const JointSource& source, const JointOptions& o,
+std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source, const JointOptions& o,
                                     const ProgressFn& progress);
 
 // Measures the candidates, optimises, and returns a budgets file (akv-budgets v1 with per-head
@@ -65,7 +65,7 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
 
 // A joint plan (tokens and bits per head under the byte budget params.eviction()->budget_fraction)
 // as an eviction plan, the chosen bits going to `head_bits`.
-EvictionPlan joint_plan(const DumpMeta& m, const JointSource& source, const CompressParams& params,
+EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const CompressParams& params,
                         int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits);
 
 }  // namespace akv

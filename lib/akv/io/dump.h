@@ -31,13 +31,10 @@ namespace akv {
 inline constexpr const char* kDumpFormat = "akv-dump";
 inline constexpr std::int64_t kDumpVersion = 1;
 
-// The model's KV shape, the sequence length and the observation window of a dump.
-struct DumpMeta : KvShape {
+// The model's KV shape, the sequence length and the observation window of a dump (n_query:
+// queries of the last n_query positions), and the model's name.
+struct DumpMeta : KvWindow {
   std::string model;
-  std::size_t n_tokens = 0;
-  std::size_t n_query = 0;  // observation window: queries of the last n_query positions
-
-  std::size_t first_query_pos() const { return n_tokens - n_query; }
 };
 
 // Root attributes describing the model and sequence shape (model, n_layers, n_heads,

@@ -132,7 +132,7 @@ class RuntimePolicy : public KvPolicy {
         rope_{g.rope_layout, &table_} {
     const bool exact = !params_;
     if (params_ && !params_->calibration_file.empty() && params_->head_bits.empty()) {
-      params_->head_bits = read_calibration(params_->calibration_file, g.meta());
+      params_->head_bits = read_calibration(params_->calibration_file, g.prompt_window());
     }
     const CompressParams* p = params_ ? &*params_ : nullptr;
     if (p && p->pre_rope && !g.rope_variant.empty()) {
@@ -166,7 +166,7 @@ class RuntimePolicy : public KvPolicy {
     const std::size_t n = prompt.n_tokens, d = g_.head_dim;
     std::vector<std::vector<std::int32_t>> kept(heads_.size());
     if (params_ && params_->eviction() && params_->eviction()->alloc == AllocMethod::joint) {
-      const DumpMeta m = g_.meta(n, std::min(n, params_->eviction()->score.window));
+      const KvWindow m = g_.prompt_window(n, std::min(n, params_->eviction()->score.window));
       std::vector<std::pair<int, int>> bits;
       const EvictionPlan plan = joint_plan(
           m,
@@ -192,7 +192,7 @@ class RuntimePolicy : public KvPolicy {
         }
       }
     } else if (params_ && params_->eviction()) {
-      const DumpMeta m = g_.meta(n, n);
+      const KvWindow m = g_.prompt_window(n, n);
       const EvictionPlan plan = plan_eviction(
           m, [&](std::size_t l, Tensor3& q, Tensor3& k) {
             q = (*prompt.query)[l];

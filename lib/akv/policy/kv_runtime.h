@@ -20,7 +20,6 @@
 #include <memory>
 #include <optional>
 
-#include "akv/io/dump.h"
 #include "akv/method/params.h"
 #include "akv/policy/kv_policy.h"
 #include "akv/quant/head_codec.h"
@@ -34,10 +33,10 @@ namespace akv {
 struct KvGeometry : KvShape {
   std::size_t max_positions = 0;
 
-  // The dump shape of a prompt of n_tokens with queries at its last n_query positions (what
-  // the scorers and allocators read).
-  DumpMeta meta(std::size_t n_tokens = 0, std::size_t n_query = 0) const {
-    DumpMeta m;
+  // A prompt of n_tokens with queries at its last n_query positions (what the scorers and
+  // allocators read).
+  KvWindow prompt_window(std::size_t n_tokens = 0, std::size_t n_query = 0) const {
+    KvWindow m;
     m.kv_shape() = kv_shape();
     m.n_tokens = n_tokens;
     m.n_query = n_query;

@@ -350,7 +350,7 @@ class TieredPolicy : public KvPolicy {
 
   void ingest_prompt(const PromptKv& prompt) override {
     const std::size_t n = prompt.n_tokens;
-    const DumpMeta m = g_.meta(n, n);
+    const KvWindow m = g_.prompt_window(n, n);
     ScoreOptions so;
     so.method = ScoreMethod::snapkv;
     so.window = std::min<std::size_t>(32, n);

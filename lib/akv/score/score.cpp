@@ -20,7 +20,7 @@ void add_softmax(const T* s, std::size_t n, double* acc, std::vector<double>& p)
 // Turns per-query-head accumulations into the KV head's scores.
 // window_acc / all_acc: [g][T] sums over the window queries / over all queries.
 HeadScores finish(const std::vector<std::vector<double>>& window_acc,
-                  const std::vector<std::vector<double>>& all_acc, const DumpMeta& m,
+                  const std::vector<std::vector<double>>& all_acc, const KvWindow& m,
                   const ScoreOptions& o) {
   const std::size_t T = m.n_tokens, g = window_acc.size(), W = o.window;
   HeadScores hs;
@@ -84,7 +84,7 @@ GqaReduce parse_gqa_reduce(const std::string& s) {
   throw InvalidInput("unknown GQA reduction (expected mean or max)", {"", "--gqa-reduce", s});
 }
 
-void validate_score_options(const ScoreOptions& o, const DumpMeta& m) {
+void validate_score_options(const ScoreOptions& o, const KvWindow& m) {
   if (o.window == 0 || o.window > m.n_query) {
     throw InvalidInput("observation window must be in [1, n_query = " + std::to_string(m.n_query) +
                            "] (the dump stores the queries of the last n_query positions)",
@@ -111,7 +111,7 @@ std::vector<double> pool1d(const std::vector<double>& x, std::size_t n, std::siz
   return out;
 }
 
-HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, const DumpMeta& m,
+HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, const KvWindow& m,
                       const ScoreOptions& o) {
   validate_score_options(o, m);
   const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
@@ -133,7 +133,7 @@ HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, c
   return finish(win, all, m, o);
 }
 
-std::vector<HeadScores> score_layer(const Tensor3& query, const Tensor3& key, const DumpMeta& m,
+std::vector<HeadScores> score_layer(const Tensor3& query, const Tensor3& key, const KvWindow& m,
                                     const ScoreOptions& o) {
   std::vector<HeadScores> out(m.n_kv_heads);
   for (std::size_t h = 0; h < m.n_kv_heads; ++h) out[h] = score_head(query, key, h, m, o);
@@ -141,7 +141,7 @@ std::vector<HeadScores> score_layer(const Tensor3& query, const Tensor3& key, co
 }
 
 std::vector<HeadScores> score_layer_ref(const Tensor3& query, const Tensor3& key,
-                                        const DumpMeta& m, const ScoreOptions& o) {
+                                        const KvWindow& m, const ScoreOptions& o) {
   validate_score_options(o, m);
   const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
   std::vector<HeadScores> out(m.n_kv_heads);

@@ -15,7 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "akv/io/dump.h"
+#include "akv/tensor/kv_shape.h"
+#include "akv/tensor/tensor.h"
 
 namespace akv {
 
@@ -44,17 +45,17 @@ struct HeadScores {
 };
 
 // Throws InvalidInput when W is 0 or exceeds n_query, or the kernel is even / 0.
-void validate_score_options(const ScoreOptions& o, const DumpMeta& m);
+void validate_score_options(const ScoreOptions& o, const KvWindow& m);
 
 // query: [n_heads, n_query, head_dim], key: [n_kv_heads, n_tokens, head_dim] (one layer).
 // Scores of KV head h. Fast path (Eigen GEMM, f32 logits, f64 sums) and plain f64 reference.
-HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, const DumpMeta& m,
+HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, const KvWindow& m,
                       const ScoreOptions& o);
 // All KV heads of a layer: [n_kv_heads].
-std::vector<HeadScores> score_layer(const Tensor3& query, const Tensor3& key, const DumpMeta& m,
+std::vector<HeadScores> score_layer(const Tensor3& query, const Tensor3& key, const KvWindow& m,
                                     const ScoreOptions& o);
 std::vector<HeadScores> score_layer_ref(const Tensor3& query, const Tensor3& key,
-                                        const DumpMeta& m, const ScoreOptions& o);
+                                        const KvWindow& m, const ScoreOptions& o);
 
 // Pooling of x[0..n) with kernel k (odd), zero padding counted for avg (PyTorch
 // avg_pool1d(count_include_pad=True)), padding ignored for max.

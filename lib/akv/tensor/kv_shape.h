@@ -1,7 +1,9 @@
 #pragma once
 // The shape of a model's KV cache, one struct for every place that needs it: dumps (DumpMeta),
 // models (ModelConfig), runtime caches (KvGeometry), memory plans (PlanShape) and synthetic
-// dumps (SynthOptions) extend it, so a shape passes between them as one value.
+// dumps (SynthOptions) extend it, so a shape passes between them as one value. KvWindow adds a
+// sequence and its observation window: what the scorers and allocators read, from a dump or
+// from a prompt inside the model.
 #include <cstddef>
 #include <string>
 
@@ -24,6 +26,17 @@ struct KvShape {
   std::size_t group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
   KvShape& kv_shape() { return *this; }
   const KvShape& kv_shape() const { return *this; }
+};
+
+// A sequence of n_tokens over a KV shape with queries at its last n_query positions (the
+// observation window).
+struct KvWindow : KvShape {
+  std::size_t n_tokens = 0;
+  std::size_t n_query = 0;
+
+  std::size_t first_query_pos() const { return n_tokens - n_query; }
+  KvWindow& window() { return *this; }
+  const KvWindow& window() const { return *this; }
 };
 
 }  // namespace akv
