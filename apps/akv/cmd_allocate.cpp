@@ -4,11 +4,11 @@
 #include <cstdio>
 
 #include "akv/alloc/budgets_file.h"
-#include "akv/alloc/joint.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
+#include "akv/kv/joint.h"
 #include "akv/method/params.h"
 #include "commands.h"
 #include "method_flags.h"

@@ -4,9 +4,9 @@
 #include <cstdio>
 
 #include "akv/alloc/budgets_file.h"
-#include "akv/cache/compress.h"
 #include "akv/core/atomic_file.h"
 #include "akv/io/json_file.h"
+#include "akv/kv/compress.h"
 #include "commands.h"
 #include "method_flags.h"
 

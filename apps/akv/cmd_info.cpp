@@ -1,10 +1,10 @@
 // akv info FILE [--json] [--stats]: what an akv file (dump or cache) holds.
 #include <cstdio>
 
-#include "akv/cache/inspect_cache.h"
 #include "akv/core/errors.h"
 #include "akv/io/inspect.h"
 #include "akv/io/json_file.h"
+#include "akv/kv/inspect_cache.h"
 #include "akv/model/gguf.h"
 #include "commands.h"
 

@@ -6,13 +6,13 @@
 
 #include "akv/bench/bench_shard.h"
 #include "akv/bench/decode_bench.h"
-#include "akv/cache/compress.h"
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
 #include "akv/eval/passkey_shard.h"
 #include "akv/eval/ppl_shard.h"
 #include "akv/io/inspect.h"
 #include "akv/io/json_file.h"
+#include "akv/kv/compress.h"
 #include "commands.h"
 
 namespace akv::cli {

@@ -10,8 +10,8 @@
 #include "akv/attention/kernels.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
-#include "akv/core/version.h"
 #include "akv/core/parallel.h"
+#include "akv/core/version.h"
 #include "akv/tensor/linear.h"
 #include "commands.h"
 

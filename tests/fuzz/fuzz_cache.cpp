@@ -7,10 +7,10 @@
 #include <memory>
 #include <vector>
 
-#include "akv/cache/cache_file.h"
-#include "akv/cache/compress.h"
-#include "akv/cache/inspect_cache.h"
 #include "akv/io/dump.h"
+#include "akv/kv/cache_file.h"
+#include "akv/kv/compress.h"
+#include "akv/kv/inspect_cache.h"
 #include "fuzz_common.h"
 #include "h5_mutator.h"
 

@@ -10,6 +10,7 @@
 #include "akv/attention/kernels.h"
 #include "akv/attention/kv_view.h"
 #include "akv/core/rng.h"
+#include "akv/kv/stored_tensor.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
 

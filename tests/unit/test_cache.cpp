@@ -6,9 +6,9 @@
 #include <iterator>
 #include <memory>
 
-#include "akv/cache/compress.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/kv/compress.h"
 #include "akv/quant/pack.h"
 #include "akv/synth/synth.h"
 #include "akv/tensor/ggml_quant.h"

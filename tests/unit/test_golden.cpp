@@ -12,7 +12,7 @@
 
 #include "akv/alloc/eviction.h"
 #include "akv/io/dump.h"
-#include "akv/quant/head_codec.h"
+#include "akv/kv/stored_head.h"
 #include "akv/quant/pack.h"
 
 using namespace akv;

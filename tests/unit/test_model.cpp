@@ -8,11 +8,11 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
-#include "akv/io/token_file.h"
 #include "akv/eval/perplexity.h"
+#include "akv/io/token_file.h"
+#include "akv/kv/runtime.h"
 #include "akv/method/registry.h"
 #include "akv/model/llama2c.h"
-#include "akv/policy/kv_runtime.h"
 #include "akv/tensor/linear.h"
 #include "test_util.h"
 

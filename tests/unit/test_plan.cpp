@@ -3,9 +3,9 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/kv/runtime.h"
 #include "akv/method/registry.h"
 #include "akv/plan/plan.h"
-#include "akv/policy/kv_runtime.h"
 #include "test_util.h"
 
 using namespace akv;

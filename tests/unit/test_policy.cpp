@@ -1,12 +1,12 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "akv/alloc/joint.h"
 #include "akv/alloc/knapsack.h"
-#include "akv/cache/compress.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/eval/fidelity.h"
+#include "akv/kv/compress.h"
+#include "akv/kv/joint.h"
 #include <cmath>
 #include <functional>
 #include <limits>

@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "akv/core/errors.h"
+#include "akv/core/rng.h"
 #include "akv/quant/affine.h"
 #include "akv/quant/outliers.h"
 #include "akv/quant/pack.h"
-#include "akv/core/rng.h"
 #include "akv/tensor/half.h"
 
 using namespace akv;

@@ -11,10 +11,10 @@
 #include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
+#include "akv/kv/runtime.h"
 #include "akv/method/registry.h"
 #include "akv/model/llama2c.h"
 #include "akv/model/tokenizer.h"
-#include "akv/policy/kv_runtime.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"
 

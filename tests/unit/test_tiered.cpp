@@ -2,13 +2,14 @@
 #include <algorithm>
 #include <numeric>
 
-#include "akv/cache/cache_file.h"
-#include "akv/cache/compress.h"
 #include "akv/core/errors.h"
 #include "akv/io/token_file.h"
+#include "akv/kv/cache_file.h"
+#include "akv/kv/compress.h"
+#include "akv/kv/runtime.h"
+#include "akv/kv/stored_tensor.h"
 #include "akv/method/registry.h"
 #include "akv/model/llama2c.h"
-#include "akv/policy/kv_runtime.h"
 #include "akv/synth/synth.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"

@@ -196,7 +196,7 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
       break;
     }
     case AllocMethod::joint:
-      throw UsageError("joint plans are made by plan_joint (alloc/joint.h), not by plan_eviction",
+      throw UsageError("joint plans are made by plan_joint (kv/joint.h), not by plan_eviction",
                        {"", "--method", "joint"});
     case AllocMethod::file:
       for (std::size_t l = 0; l < L; ++l) {

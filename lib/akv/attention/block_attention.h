@@ -1,7 +1,7 @@
 #pragma once
 // Causal softmax attention of a block of queries over a prefix of keys: the one primitive behind
 // token scoring (score/), attention fidelity (eval/attention), the joint planner's candidate
-// errors (alloc/joint), calibration's attention entropy (eval/calibrate) and the model's prefill.
+// errors (kv/joint), calibration's attention entropy (eval/calibrate) and the model's prefill.
 // Decode attention over packed caches is decode_attention.h.
 //
 // Query i of nq sees the first visible[i] keys (visible non-decreasing; 0 = none). Its logits are

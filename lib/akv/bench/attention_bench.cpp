@@ -11,9 +11,10 @@
 #include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
-#include "akv/method/ggml_params.h"
-#include "akv/quant/head_codec.h"
 #include "akv/core/rng.h"
+#include "akv/kv/stored_head.h"
+#include "akv/kv/stored_tensor.h"
+#include "akv/method/ggml_params.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/ggml_quant.h"
 

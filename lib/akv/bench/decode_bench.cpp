@@ -9,7 +9,7 @@
 #include "akv/core/errors.h"
 #include "akv/eval/shard.h"
 #include "akv/io/json_file.h"
-#include "akv/policy/kv_runtime.h"
+#include "akv/kv/runtime.h"
 
 namespace akv {
 namespace {

@@ -9,8 +9,8 @@
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
-#include "akv/policy/attend.h"
-#include "akv/policy/kv_runtime.h"
+#include "akv/kv/attend.h"
+#include "akv/kv/runtime.h"
 
 namespace akv {
 namespace {
@@ -47,7 +47,7 @@ Prompt make_prompt(const PolicyBenchOptions& o, std::size_t n, int threads) {
   return p;
 }
 
-// One decode step's attention for layer l through the policy's views (policy/attend.h).
+// One decode step's attention for layer l through the policy's views (kv/attend.h).
 void attend(KvPolicy& cache, const PolicyBenchOptions& o, std::size_t l, const float* q, float* out,
             int threads, bool reference = false) {
   attend_layer(cache, l, q, o.heads, o.kv_heads, o.head_dim, out, threads, reference);

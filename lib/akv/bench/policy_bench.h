@@ -1,5 +1,5 @@
 #pragma once
-// `akv bench policy`: per-token decode cost of each cache policy (policy/kv_runtime.h and the
+// `akv bench policy`: per-token decode cost of each cache policy (kv/runtime.h and the
 // tiered cache): the policy's own work (append, quantizing groups as they leave the residual,
 // scoring, eviction, tier migration) and the fused attention over what it stores, after a
 // synthetic prompt of each context length; ratios against a baseline policy in the same run.

@@ -17,7 +17,7 @@
 #include "akv/eval/attention.h"
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
-#include "akv/quant/head_codec.h"
+#include "akv/kv/stored_head.h"
 #include "akv/quant/pack.h"
 
 namespace akv {

@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "akv/cache/compress.h"
 #include "akv/eval/attention.h"
 #include "akv/eval/shard.h"
+#include "akv/kv/compress.h"
 
 namespace akv {
 

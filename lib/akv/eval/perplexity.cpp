@@ -11,7 +11,7 @@
 #include "akv/core/parallel.h"
 #include "akv/eval/prompt_lanes.h"
 #include "akv/eval/token_metrics.h"
-#include "akv/policy/kv_runtime.h"
+#include "akv/kv/runtime.h"
 
 namespace akv {
 namespace {

@@ -8,8 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "akv/kv/runtime.h"
 #include "akv/model/model.h"
-#include "akv/policy/kv_runtime.h"
 
 namespace akv {
 

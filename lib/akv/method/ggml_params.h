@@ -1,5 +1,5 @@
 #pragma once
-// llama.cpp's KV cache types as an akv method (`ggml:k=T:v=T`, policy/ggml_cache.h): every
+// llama.cpp's KV cache types as an akv method (`ggml:k=T:v=T`, kv/ggml_cache.h): every
 // token's K and V rows of every head stored as ggml blocks of the type (-ctk / -ctv), as
 // llama.cpp's cache stores them; no residual window, no eviction.
 #include <cstddef>

@@ -209,7 +209,7 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   p.key = {t.warm_bits_key, QuantAxis::channel, t.block};
   p.value = {t.warm_bits_value, QuantAxis::token, 32};
   p.residual = 0;
-  p.rule = QuantRule::bounded;  // the tiers' rule (policy/tiered.cpp)
+  p.rule = QuantRule::bounded;  // the tiers' rule (kv/tiered.cpp)
   p.mode = t;
   return p;
 }

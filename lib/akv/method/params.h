@@ -2,13 +2,13 @@
 // Compression methods and their parameters (what `akv compress` is told, and what a cache file
 // records). See docs/compress.md.
 //
-//   none, uniform, kivi: the quantizers (quant/head_codec.h).
+//   none, uniform, kivi: the quantizers (quant/quant_params.h).
 // Presets: kivi-2, kivi-4 (kivi with 2/2 or 4/4 bits), k4v2, k4v3 (kivi, 4-bit keys, 2/3-bit values).
 //   tiered   hot f16 / warm quantized / cold int2 tiers with importance-scored migration, in the
-//            model's decode loop (policy/tiered.h); presets quality, balanced, compact
+//            model's decode loop (kv/tiered.h); presets quality, balanced, compact
 //            (tiered:preset=k4v2 / k4v3 for the KIVI-width warm tiers).
 //   ggml     llama.cpp's KV cache types (k=, v=: f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl), in the
-//            model's decode loop (policy/ggml_cache.h).
+//            model's decode loop (kv/ggml_cache.h).
 #include <cstddef>
 #include <string>
 #include <variant>
@@ -20,7 +20,7 @@
 #include "akv/method/ggml_params.h"
 #include "akv/method/request.h"
 #include "akv/method/tiered_params.h"
-#include "akv/quant/head_codec.h"
+#include "akv/quant/quant_params.h"
 
 namespace akv {
 

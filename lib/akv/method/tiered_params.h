@@ -1,5 +1,5 @@
 #pragma once
-// Parameters of the three-tier cache (policy/tiered.h): budgets, bits, importance scoring and
+// Parameters of the three-tier cache (kv/tiered.h): budgets, bits, importance scoring and
 // migration. Presets quality, balanced, compact (and k4v2 / k4v3) are resolved in params.h.
 #include <cstddef>
 #include <optional>
@@ -11,7 +11,7 @@ namespace akv {
 
 enum class Demotion { fifo, importance };
 
-// The three-tier cache (policy/tiered.h). Tokens move in blocks of `block` tokens (the key
+// The three-tier cache (kv/tiered.h). Tokens move in blocks of `block` tokens (the key
 // quantization group).
 struct TieredParams {
   std::string preset;            // quality | balanced | compact | k4v2 | k4v3 | "" (custom)

@@ -7,7 +7,7 @@
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
-#include "akv/policy/attend.h"
+#include "akv/kv/attend.h"
 
 namespace akv {
 namespace {

@@ -2,14 +2,14 @@
 // A Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP) in f32 with Eigen.
 // The prompt runs as one batched causal prefill at full precision; decode steps run one token
 // per sequence, for one sequence or a batch of them, and read their K/V through a KvPolicy
-// (policy/kv_policy.h), so every cache method runs inside the model.
+// (kv/policy.h), so every cache method runs inside the model.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "akv/attention/decode_attention.h"
+#include "akv/kv/policy.h"
 #include "akv/model/weight.h"
-#include "akv/policy/kv_policy.h"
 #include "akv/tensor/kv_shape.h"
 #include "akv/tensor/rope.h"
 #include "akv/tensor/tensor.h"

@@ -7,8 +7,8 @@
 #include <map>
 
 #include "akv/core/errors.h"
+#include "akv/kv/stored_head.h"
 #include "akv/model/hf_config.h"
-#include "akv/quant/head_codec.h"
 
 namespace akv {
 namespace {
@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
-// One quantized tensor of one head after n tokens (as PackedTensor stores it).
+// One quantized tensor of one head after n tokens (as kv/stored_tensor.h stores it).
 double tensor_bytes(const TensorQuant& t, const QuantParams& p, std::size_t d, std::size_t n_out, std::size_t n) {
   const std::size_t q = quantized_rows(n, t, p);
   const std::size_t cols = d - n_out;

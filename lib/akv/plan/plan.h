@@ -1,7 +1,7 @@
 #pragma once
 // `akv plan`: for a model shape and a memory budget, the KV bytes per token of each method and
 // the longest context / largest batch that fit. Byte counts follow what each runtime cache
-// stores (policy/kv_runtime.h, policy/tiered.h), in closed form.
+// stores (kv/runtime.h, kv/tiered.h), in closed form.
 #include <cstdint>
 #include <optional>
 #include <string>

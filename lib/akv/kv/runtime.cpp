@@ -1,4 +1,4 @@
-#include "akv/policy/kv_runtime.h"
+#include "akv/kv/runtime.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,10 +7,11 @@
 #include <numeric>
 
 #include "akv/alloc/calibration_file.h"
-#include "akv/alloc/joint.h"
 #include "akv/core/errors.h"
-#include "akv/policy/ggml_cache.h"
-#include "akv/policy/tiered.h"
+#include "akv/kv/ggml_cache.h"
+#include "akv/kv/joint.h"
+#include "akv/kv/stored_tensor.h"
+#include "akv/kv/tiered.h"
 #include "akv/tensor/half.h"
 
 namespace akv {

@@ -1,10 +1,11 @@
-#include "akv/policy/tiered.h"
+#include "akv/kv/tiered.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "akv/core/errors.h"
+#include "akv/kv/stored_tensor.h"
 #include "akv/score/score.h"
 #include "akv/tensor/half.h"
 

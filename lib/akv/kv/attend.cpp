@@ -1,4 +1,4 @@
-#include "akv/policy/attend.h"
+#include "akv/kv/attend.h"
 
 #include <cmath>
 #include <vector>

@@ -9,8 +9,8 @@
 // in f16 when V is f16; akv does neither (docs/model.md, "llama.cpp cache types").
 #include <memory>
 
+#include "akv/kv/runtime.h"
 #include "akv/method/params.h"
-#include "akv/policy/kv_runtime.h"
 
 namespace akv {
 

@@ -1,4 +1,4 @@
-#include "akv/policy/ggml_cache.h"
+#include "akv/kv/ggml_cache.h"
 
 #include <string_view>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "akv/alloc/joint.h"
+#include "akv/kv/joint.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "akv/core/parallel.h"
 #include "akv/io/dump.h"
 #include "akv/io/file_hash.h"
-#include "akv/quant/head_codec.h"
+#include "akv/kv/stored_head.h"
 #include "akv/quant/pack.h"
 
 namespace akv {

@@ -2,7 +2,7 @@
 // The narrow interface between the model's attention and a KV-cache method (full, quantized,
 // evicted...). One method ingests the prompt, one appends a decoded token; attention reads rows
 // through view(), as the packed/dense segments the fused decode attention reads
-// (attention/decode_attention.h). Implementations: policy/kv_runtime.h.
+// (attention/decode_attention.h). Implementations: kv/runtime.h.
 #include <array>
 #include <cstddef>
 #include <cstdint>

@@ -29,8 +29,8 @@
 // segments of the fused kernel.
 #include <memory>
 
-#include "akv/policy/kv_runtime.h"
-#include "akv/quant/head_codec.h"
+#include "akv/kv/runtime.h"
+#include "akv/kv/stored_head.h"
 
 namespace akv {
 

@@ -20,9 +20,9 @@
 #include <memory>
 #include <optional>
 
+#include "akv/kv/policy.h"
+#include "akv/kv/stored_head.h"
 #include "akv/method/params.h"
-#include "akv/policy/kv_policy.h"
-#include "akv/quant/head_codec.h"
 #include "akv/tensor/rope.h"
 
 namespace akv {

@@ -1,4 +1,4 @@
-#include "akv/cache/cache_file.h"
+#include "akv/kv/cache_file.h"
 
 #include <algorithm>
 #include <cctype>

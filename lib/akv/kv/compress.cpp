@@ -1,4 +1,4 @@
-#include "akv/cache/compress.h"
+#include "akv/kv/compress.h"
 
 #include <cmath>
 #include <memory>
@@ -6,12 +6,12 @@
 
 #include "akv/alloc/budgets_file.h"
 #include "akv/alloc/calibration_file.h"
-#include "akv/alloc/joint.h"
 #include "akv/attention/decode_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/io/file_hash.h"
-#include "akv/policy/tiered.h"
+#include "akv/kv/joint.h"
+#include "akv/kv/tiered.h"
 
 namespace akv {
 namespace {

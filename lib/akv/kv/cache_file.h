@@ -32,8 +32,8 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/io/dump.h"
+#include "akv/kv/stored_head.h"
 #include "akv/method/params.h"
-#include "akv/quant/head_codec.h"
 
 namespace akv {
 

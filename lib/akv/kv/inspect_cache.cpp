@@ -1,8 +1,8 @@
-#include "akv/cache/inspect_cache.h"
+#include "akv/kv/inspect_cache.h"
 
 #include <fmt/format.h>
 
-#include "akv/cache/compress.h"
+#include "akv/kv/compress.h"
 
 namespace akv {
 

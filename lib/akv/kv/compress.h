@@ -5,10 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "akv/alloc/joint.h"
-#include "akv/cache/cache_file.h"
-#include "akv/core/shard.h"
 #include "akv/core/progress.h"
+#include "akv/core/shard.h"
+#include "akv/kv/cache_file.h"
+#include "akv/kv/joint.h"
 #include "akv/tensor/dtype.h"
 
 namespace akv {

@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "akv/attention/decode_attention.h"
-#include "akv/policy/kv_policy.h"
+#include "akv/kv/policy.h"
 
 namespace akv {
 

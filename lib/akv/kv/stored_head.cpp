@@ -1,4 +1,4 @@
-#include "akv/quant/head_codec.h"
+#include "akv/kv/stored_head.h"
 
 #include <algorithm>
 #include <cmath>
@@ -98,22 +98,6 @@ void rebuild_part(const TensorPart& part, std::size_t d, float* out) {
 }
 
 }  // namespace
-
-std::size_t quantized_rows(std::size_t n, QuantAxis axis, std::size_t group, std::size_t residual,
-                           QuantRule rule) {
-  if (axis == QuantAxis::token) return n - std::min(n, residual);
-  if (rule == QuantRule::kivi) return residual > 0 ? n - n % residual : n / group * group;
-  return (n - std::min(n, residual)) / group * group;
-}
-
-std::string quantizer_name(Quantizer q) {
-  switch (q) {
-    case Quantizer::none: return "none";
-    case Quantizer::uniform: return "uniform";
-    case Quantizer::kivi: return "kivi";
-  }
-  return "?";
-}
 
 CacheBytes& CacheBytes::operator+=(const CacheBytes& o) {
   codes += o.codes;

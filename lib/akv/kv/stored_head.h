@@ -4,7 +4,7 @@
 //
 // Of the n kept tokens (all tokens, or the positions in `kept` after eviction), the first
 // n_quant are quantized and the remaining n_residual = n - n_quant stay in f16 (KIVI's residual
-// window); quantized_rows() below says how many.
+// window); quantized_rows() (quant/quant_params.h) says how many.
 // Outlier key channels (largest variance over the quantized tokens) are cut out of the quantized
 // block and stored in f16. Pre-RoPE keys are quantized before RoPE and rotated back after
 // dequantization; the residual always holds the post-RoPE keys.
@@ -12,52 +12,12 @@
 #include <cstdint>
 #include <vector>
 
-#include <string>
-
-#include "akv/quant/affine.h"
 #include "akv/quant/outliers.h"
+#include "akv/quant/quant_params.h"
 #include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/rope.h"
 
 namespace akv {
-
-// The quantizers (docs/compress.md):
-//   none     f16 copy of K and V: the baseline every ratio is measured against.
-//   uniform  one bit width for K and V, groups along the token axis, no residual window.
-//   kivi     KIVI: keys per channel, values per token, the most recent R tokens in f16.
-enum class Quantizer { none, uniform, kivi };
-std::string quantizer_name(Quantizer q);
-
-// Quantization of one tensor (keys or values).
-struct TensorQuant {
-  int bits = 4;
-  QuantAxis axis = QuantAxis::token;
-  std::size_t group = 32;
-};
-
-// What one head's codec needs: the quantizer and its parameters.
-struct QuantParams {
-  Quantizer method = Quantizer::kivi;
-  TensorQuant key{2, QuantAxis::channel, 32};
-  TensorQuant value{2, QuantAxis::token, 32};
-  QuantRule rule = QuantRule::kivi;  // group parameters, codes and key residual (affine.h)
-  std::size_t residual = 128;    // most recent tokens kept in f16
-  double outlier_fraction = 0;   // key channels per head kept in f16: ceil(f * head_dim)
-  bool pre_rope = false;         // quantize keys before RoPE (needs key_pre_rope in the dump)
-
-  bool quantized() const { return method != Quantizer::none; }
-};
-
-// Leading rows of n that a tensor quantizes (the rest stay in f16 as the residual window):
-//   token axis:                 n - min(n, R);
-//   channel axis, rule kivi:    n - n mod R (KIVI: the newest n mod R keys wait in f16 until R
-//                               of them are quantized at once; R = 0: floor(n / G) G);
-//   channel axis, rule bounded: floor((n - min(n, R)) / G) G (R to R + G - 1 keys in f16).
-std::size_t quantized_rows(std::size_t n, QuantAxis axis, std::size_t group, std::size_t residual,
-                           QuantRule rule);
-inline std::size_t quantized_rows(std::size_t n, const TensorQuant& t, const QuantParams& p) {
-  return p.quantized() ? quantized_rows(n, t.axis, t.group, p.residual, p.rule) : 0;
-}
 
 // Bytes stored per component; the sum is the honest size of a cache.
 struct CacheBytes {

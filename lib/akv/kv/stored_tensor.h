@@ -1,0 +1,75 @@
+#pragma once
+// The stored form of one tensor (keys or values) of one head as the caches hold it: packed
+// quantized rows (attention/kv_view.h's layout), then dense f16 or f32 rows.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "akv/attention/kv_view.h"
+#include "akv/quant/affine.h"
+
+namespace akv {
+
+// Growable storage of one tensor (keys or values) of one head: packed rows, then dense rows.
+// Dense rows move into the packed part when quantized (quantize_front).
+class PackedTensor {
+ public:
+  PackedTensor() = default;
+  // head_dim channels; dense rows stored as `dense` (f16 rounds to nearest even).
+  PackedTensor(std::size_t head_dim, DenseType dense);
+
+  // Appends n dense rows [n, head_dim].
+  void append_dense(const float* rows, std::size_t n);
+  // Appends a quantized block of whole groups (channel axis: block.rows a multiple of the
+  // group, unless no further rows will follow) covering the channels that are not outliers;
+  // outliers: f16 values [block.rows, n_outliers] of the outlier channels. The first block
+  // fixes bits, axis, group and outlier channels; later blocks must match.
+  void append_packed(const QuantizedBlock& block, const std::vector<std::uint16_t>& outlier_channels,
+                     const std::uint16_t* outliers);
+  // Removes the first n dense rows (after the caller quantized them into the packed part).
+  void drop_dense_front(std::size_t n);
+  // Removes dense row i by moving the last dense row into its place: O(head_dim), rows lose
+  // their order (eviction from an unquantized cache, which tracks positions itself).
+  void swap_remove_dense(std::size_t i);
+
+  // Blocks in the middle (the tiered cache moves whole blocks between tiers). A packed block
+  // goes in before packed row `row`, or packed rows [row, row + n) come out; both ends must sit
+  // on group and byte boundaries and the tensor must have no outlier channels. Dense f16 rows
+  // [n, head_dim] (f16 bits) go in before dense row `row`, or come out. InvalidInput otherwise.
+  void insert_packed(std::size_t row, const QuantizedBlock& block);
+  void erase_packed(std::size_t row, std::size_t n);
+  void insert_dense_f16(std::size_t row, const std::uint16_t* rows, std::size_t n);
+  void erase_dense(std::size_t row, std::size_t n);
+  // The packed rows as one quantized block (quant/affine.h layout), without outliers.
+  QuantizedBlock packed_block() const;
+
+  std::size_t packed_rows() const { return view_.rows; }
+  std::size_t dense_rows() const { return dense_rows_; }
+  std::size_t rows() const { return view_.rows + dense_rows_; }
+  const float* dense_f32(std::size_t row) const;  // f32 storage only
+  const std::uint16_t* dense_f16(std::size_t row) const;  // f16 storage only
+  // Bytes the cache format stores: packed codes, scales, zeros, outlier values and channel
+  // indices, and dense rows (f16: 2 bytes, f32: 4 bytes per value).
+  std::uint64_t bytes() const;
+  TensorView view() const;
+
+ private:
+  void take_parameters(const QuantizedBlock& b);  // bits, axis, group, cols of the first block
+  std::size_t d_ = 0;
+  DenseType type_ = DenseType::f32;
+  PackedView view_;  // parameters; pointers refreshed by view()
+  std::size_t code_bits_ = 0;  // bits used in codes_
+  std::vector<std::uint8_t> codes_;
+  std::vector<std::uint16_t> scale_, zero_, outlier_channel_, outlier_value_;
+  // Dense rows live at [front_, front_ + dense_rows_) of dense32_ / dense16_: rows dropped from
+  // the front (quantized) stay until they are as many as the live ones, then one move compacts
+  // them, so a row quantized per decode step costs O(1) amortized instead of moving the window.
+  template <typename T>
+  void compact(std::vector<T>& rows);
+  std::vector<float> dense32_;
+  std::vector<std::uint16_t> dense16_;
+  std::size_t front_ = 0;
+  std::size_t dense_rows_ = 0;
+};
+
+}  // namespace akv
