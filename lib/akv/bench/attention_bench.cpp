@@ -13,7 +13,7 @@
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
 #include "akv/kv/stored_head.h"
-#include "akv/kv/stored_tensor.h"
+#include "akv/kv/tensor_builder.h"
 #include "akv/method/ggml_params.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/ggml_quant.h"
@@ -98,57 +98,36 @@ Source make_source(std::size_t kv, std::size_t n, std::size_t d, std::uint64_t s
 }
 
 struct Cache {
-  std::vector<PackedTensor> key, value;
-  std::vector<std::vector<std::uint8_t>> key_blocks, value_blocks;  // ggml variants
+  std::vector<TensorBuilder> key, value;
   std::vector<HeadView> views;
   std::uint64_t bytes = 0;
 };
 
-// Every row of every head as ggml blocks of the variant's type (ggml's reference quantizer).
-std::unique_ptr<Cache> build_ggml(const Source& s, std::size_t n, const GgmlTypeInfo& type, int threads) {
-  auto c = std::make_unique<Cache>();
-  c->key_blocks.resize(s.kv);
-  c->value_blocks.resize(s.kv);
-  const std::size_t row_bytes = s.d / type.block * type.bytes;
-  parallel_for(s.kv, threads, [&](std::size_t h) {
-    c->key_blocks[h].resize(n * row_bytes);
-    c->value_blocks[h].resize(n * row_bytes);
-    for (std::size_t r = 0; r < n; ++r) {
-      ggml_quantize(type, s.k(h) + r * s.d, s.d, c->key_blocks[h].data() + r * row_bytes);
-      ggml_quantize(type, s.v(h) + r * s.d, s.d, c->value_blocks[h].data() + r * row_bytes);
-    }
-  });
-  for (std::size_t h = 0; h < s.kv; ++h) {
-    HeadView v;
-    v.key.ggml = {&type, c->key_blocks[h].data(), n};
-    v.value.ggml = {&type, c->value_blocks[h].data(), n};
-    c->views.push_back(v);
-    c->bytes += 2 * n * row_bytes;
-  }
-  return c;
-}
-
-// The first n rows of each head as variant v stores them.
+// The first n rows of each head as variant v stores them (kv/tensor_builder.h: KIVI codes with
+// an f16 residual window, dense rows, or ggml blocks).
 std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
                              const AttentionBenchOptions& o, int threads) {
-  if (v.ggml) return build_ggml(s, n, *v.ggml, threads);
+  QuantParams p;
+  p.residual = o.residual;
+  p.key = {v.bits_key, QuantAxis::channel, o.group};
+  p.value = {v.bits_value, QuantAxis::token, o.group};
   auto c = std::make_unique<Cache>();
-  c->key.resize(s.kv);
-  c->value.resize(s.kv);
-  parallel_for(s.kv, threads, [&](std::size_t h) {
-    PackedTensor k(s.d, v.type), val(s.d, v.type);
-    std::size_t nk = 0, nv = 0;
-    if (!v.dense) {
-      const QuantRule rule = QuantParams{}.rule;
-      nk = quantized_rows(n, QuantAxis::channel, o.group, o.residual, rule);
-      nv = quantized_rows(n, QuantAxis::token, o.group, o.residual, rule);
-      k.append_packed(quantize_block(s.k(h), nk, s.d, QuantAxis::channel, v.bits_key, o.group, rule), {}, nullptr);
-      val.append_packed(quantize_block(s.v(h), nv, s.d, QuantAxis::token, v.bits_value, o.group, rule), {}, nullptr);
+  for (std::size_t h = 0; h < s.kv; ++h) {
+    if (v.ggml) {
+      c->key.emplace_back(s.d, *v.ggml);
+      c->value.emplace_back(s.d, *v.ggml);
+    } else if (v.dense) {
+      c->key.emplace_back(s.d, v.type);
+      c->value.emplace_back(s.d, v.type);
+    } else {
+      c->key.emplace_back(s.d, p.key, p, 0, false, nullptr);
+      c->value.emplace_back(s.d, p.value, p, 0, false, nullptr);
     }
-    k.append_dense(s.k(h) + nk * s.d, n - nk);
-    val.append_dense(s.v(h) + nv * s.d, n - nv);
-    c->key[h] = std::move(k);
-    c->value[h] = std::move(val);
+  }
+  const std::vector<std::int32_t> pos(n, 0);  // unused: no pre-RoPE keys here
+  parallel_for(s.kv, threads, [&](std::size_t h) {
+    c->key[h].append(s.k(h), s.k(h), pos.data(), n);
+    c->value[h].append(s.v(h), s.v(h), pos.data(), n);
   });
   for (std::size_t h = 0; h < s.kv; ++h) {
     c->views.push_back({c->key[h].view(), c->value[h].view()});

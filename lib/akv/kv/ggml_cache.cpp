@@ -1,28 +1,29 @@
 #include "akv/kv/ggml_cache.h"
 
-#include <string_view>
 #include <vector>
 
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
-#include "akv/tensor/ggml_quant.h"
+#include "akv/kv/tensor_builder.h"
 
 namespace akv {
 namespace {
 
-// One KV head of one layer: the blocks as stored (attention reads them: GgmlRowsView).
+// One KV head of one layer: its rows as ggml blocks (kv/tensor_builder.h).
 struct HeadStore {
-  std::vector<std::uint8_t> key_blocks, value_blocks;
+  TensorBuilder key, value;
   std::vector<std::int32_t> position;
 };
 
 class GgmlCachePolicy : public KvPolicy {
  public:
   GgmlCachePolicy(const GgmlCacheParams& p, const KvGeometry& g, int threads)
-      : k_(ggml_cache_type(p.key, "", "k")), v_(ggml_cache_type(p.value, "", "v")), g_(g), threads_(threads),
-        heads_(g.n_layers * g.n_kv_heads) {
+      : k_(ggml_cache_type(p.key, "", "k")), v_(ggml_cache_type(p.value, "", "v")), g_(g), threads_(threads) {
     check_ggml_head_dim(k_, g.head_dim, "", "ggml k=" + p.key + ": head_dim");
     check_ggml_head_dim(v_, g.head_dim, "", "ggml v=" + p.value + ": head_dim");
+    for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) {
+      heads_.push_back({TensorBuilder(g.head_dim, k_), TensorBuilder(g.head_dim, v_), {}});
+    }
   }
 
   void ingest_prompt(const PromptKv& prompt) override {
@@ -30,13 +31,21 @@ class GgmlCachePolicy : public KvPolicy {
       const std::size_t l = i / g_.n_kv_heads, h = i % g_.n_kv_heads;
       const Tensor3& key = (*prompt.key)[l];
       const Tensor3& value = (*prompt.value)[l];
-      for (std::size_t t = 0; t < prompt.n_tokens; ++t) add(heads_[i], key.row(h, t), value.row(h, t), t);
+      HeadStore& s = heads_[i];
+      s.position.resize(prompt.n_tokens);
+      for (std::size_t t = 0; t < prompt.n_tokens; ++t) s.position[t] = static_cast<std::int32_t>(t);
+      s.key.append(key.row(h, 0), key.row(h, 0), s.position.data(), prompt.n_tokens);
+      s.value.append(value.row(h, 0), value.row(h, 0), s.position.data(), prompt.n_tokens);
     });
   }
 
   void append(std::size_t layer, const float* key, const float*, const float* value, std::size_t pos) override {
+    const auto p = static_cast<std::int32_t>(pos);
     for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
-      add(heads_[layer * g_.n_kv_heads + h], key + h * g_.head_dim, value + h * g_.head_dim, pos);
+      HeadStore& s = heads_[layer * g_.n_kv_heads + h];
+      s.key.append(key + h * g_.head_dim, key + h * g_.head_dim, &p, 1);
+      s.value.append(value + h * g_.head_dim, value + h * g_.head_dim, &p, 1);
+      s.position.push_back(p);
     }
   }
 
@@ -45,8 +54,7 @@ class GgmlCachePolicy : public KvPolicy {
     KvView v;
     v.n = s.position.size();
     v.position = s.position.data();
-    tensor_view(k_, s.key_blocks, v.n, v.segments[0].key);
-    tensor_view(v_, s.value_blocks, v.n, v.segments[0].value);
+    v.segments[0] = {s.key.view(), s.value.view()};
     return v;
   }
 
@@ -62,34 +70,12 @@ class GgmlCachePolicy : public KvPolicy {
     std::uint64_t b = 0;
     for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
       const HeadStore& s = heads_[layer * g_.n_kv_heads + h];
-      b += s.key_blocks.size() + s.value_blocks.size();
+      b += s.key.bytes() + s.value.bytes();
     }
     return b;
   }
 
  private:
-  // F16 rows are dense f16 rows (the f16 loops read them, as method none's); block types are
-  // read through the f32 loops a dequantized tile at a time (decode_attention.h).
-  static void tensor_view(const GgmlTypeInfo& type, const std::vector<std::uint8_t>& blocks, std::size_t n,
-                          TensorView& t) {
-    if (std::string_view(type.name) == "F16") {
-      t.dense = {DenseType::f16, blocks.data(), n};
-    } else {
-      t.ggml = {&type, blocks.data(), n};
-    }
-  }
-  // Quantizes one row to `type`'s blocks, appended to `blocks`.
-  void store(const GgmlTypeInfo& type, const float* x, std::vector<std::uint8_t>& blocks) const {
-    const std::size_t hd = g_.head_dim, at = blocks.size();
-    blocks.resize(at + hd / type.block * type.bytes);
-    ggml_quantize(type, x, hd, blocks.data() + at);
-  }
-  void add(HeadStore& s, const float* key, const float* value, std::size_t pos) const {
-    store(k_, key, s.key_blocks);
-    store(v_, value, s.value_blocks);
-    s.position.push_back(static_cast<std::int32_t>(pos));
-  }
-
   const GgmlTypeInfo& k_;
   const GgmlTypeInfo& v_;
   KvGeometry g_;

@@ -10,114 +10,19 @@
 #include "akv/core/errors.h"
 #include "akv/kv/ggml_cache.h"
 #include "akv/kv/joint.h"
-#include "akv/kv/stored_tensor.h"
+#include "akv/kv/tensor_builder.h"
 #include "akv/kv/tiered.h"
 #include "akv/tensor/half.h"
 
 namespace akv {
 namespace {
 
-float f16_round(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
-
-// One tensor (keys or values) of one head, growing row by row: packed rows, then dense rows
-// (f16, or f32 for the exact cache). Pre-RoPE keys also keep the post-RoPE f32 rows attention
-// reads (RoPE cannot be applied inside the fused kernel); they are not counted as stored.
-class StreamTensor {
- public:
-  StreamTensor(std::size_t d, bool exact, const CompressParams* p, const TensorQuant* t,
-               std::size_t n_outlier, bool pre_rope, const RopeContext* rope)
-      : d_(d), p_(p), t_(t), n_out_(n_outlier), pre_rope_(pre_rope), rope_(rope),
-        store_(d, exact ? DenseType::f32 : DenseType::f16) {}
-
-  // Appends rows: `src` is what gets quantized (pre-RoPE keys with pre_rope), `post` what
-  // attention reads before quantization; positions for RoPE after dequantization.
-  void append(const float* src, const float* post, const std::int32_t* pos, std::size_t n) {
-    store_.append_dense(post, n);
-    if (pre_rope_) {
-      for (std::size_t i = 0; i < n * d_; ++i) mirror_.push_back(f16_round(post[i]));
-    }
-    if (p_ && p_->quantized()) {
-      pending_.insert(pending_.end(), src, src + n * d_);
-      positions_.insert(positions_.end(), pos, pos + n);
-      quantize_ready();
-    }
-  }
-  // Removes row i, moving the last row into its place (streaming eviction; only without
-  // quantization): O(head_dim) per eviction instead of moving every later row.
-  void swap_remove(std::size_t i) {
-    store_.swap_remove_dense(i);
-    if (pre_rope_) {
-      std::copy(mirror_.end() - static_cast<std::ptrdiff_t>(d_), mirror_.end(),
-                mirror_.begin() + static_cast<std::ptrdiff_t>(i * d_));
-      mirror_.resize(mirror_.size() - d_);
-    }
-  }
-  std::size_t rows() const { return store_.rows(); }
-  TensorView view() const {
-    if (!pre_rope_) return store_.view();
-    TensorView v;
-    v.dense = {DenseType::f32, mirror_.data(), rows()};
-    return v;
-  }
-  std::uint64_t bytes() const { return store_.bytes(); }
-
- private:
-  void quantize_ready() {
-    const std::size_t n = rows(), n_quant = store_.packed_rows();
-    const std::size_t target = quantized_rows(n, *t_, *p_);
-    if (target <= n_quant) return;
-    const std::size_t m = target - n_quant, cols = d_ - n_out_;
-    if (n_out_ > 0 && outliers_.empty()) {
-      // Channels with the largest variance over the first rows quantized, kept from then on.
-      outliers_ = select_outlier_channels(pending_.data() + pending_front_ * d_, m, d_, n_out_);
-    }
-    const float* pending = pending_.data() + pending_front_ * d_;
-    std::vector<float> in(m * cols), out_f32(m * n_out_);
-    split_outliers(pending, m, d_, outliers_, in.data(), out_f32.data());
-    std::vector<std::uint16_t> out(m * n_out_);
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = f32_to_f16_ref(out_f32[i]);
-    store_.append_packed(quantize_block(in.data(), m, cols, t_->axis, t_->bits, t_->group, p_->rule), outliers_,
-                         out.data());
-    store_.drop_dense_front(m);
-    if (pre_rope_) {
-      std::vector<float> deq(m * d_);
-      dequantize_rows(store_.view(), d_, n_quant, target, deq.data());
-      for (std::size_t r = 0; r < m; ++r) {
-        float* row = mirror_.data() + (n_quant + r) * d_;
-        std::copy_n(deq.data() + r * d_, d_, row);
-        apply_rope(row, 1, static_cast<std::size_t>(positions_[pending_front_ + r]), rope_->layout, *rope_->table);
-      }
-    }
-    // Quantized rows leave the front; they are moved out once they are as many as the rows
-    // left (O(1) amortized per row, as PackedTensor's dense rows).
-    pending_front_ += m;
-    if (pending_front_ * 2 >= positions_.size()) {
-      pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(pending_front_ * d_));
-      positions_.erase(positions_.begin(), positions_.begin() + static_cast<std::ptrdiff_t>(pending_front_));
-      pending_front_ = 0;
-    }
-  }
-
-  std::size_t d_;
-  const CompressParams* p_;
-  const TensorQuant* t_;
-  std::size_t n_out_;
-  bool pre_rope_;
-  const RopeContext* rope_;
-  PackedTensor store_;
-  std::vector<float> mirror_;   // pre-RoPE keys: [rows, d] post-RoPE rows attention reads
-  std::vector<float> pending_;  // [pending_front_ + rows - packed, d] quantization source of unquantized rows
-  std::vector<std::int32_t> positions_;  // positions of the pending rows (from pending_front_ on)
-  std::size_t pending_front_ = 0;        // rows at the front of pending_ already quantized
-  std::vector<std::uint16_t> outliers_;
-};
-
 // Streaming eviction keeps rows in no particular order (evicted rows are replaced by the last
 // row): position[i] is row i's token position, and `recent` the positions of the last `window`
 // rows appended (prompt rows kept, then decoded ones), which are exactly the window's newest
 // rows: those are never evicted.
 struct HeadState {
-  StreamTensor key, value;
+  TensorBuilder key, value;
   std::vector<std::int32_t> position;
   std::vector<double> score;          // streaming eviction: accumulated attention (h2o)
   std::size_t budget = 0;             // streaming eviction: rows to keep
@@ -131,7 +36,6 @@ class RuntimePolicy : public KvPolicy {
         // Only pre-RoPE keys rotate here, up to the longest sequence the caller will feed.
         table_(g.head_dim, g.rope_theta, 0, params_ && params_->pre_rope ? std::max<std::size_t>(g.max_positions, 1) : 1),
         rope_{g.rope_layout, &table_} {
-    const bool exact = !params_;
     if (params_ && !params_->calibration_file.empty() && params_->head_bits.empty()) {
       params_->head_bits = read_calibration(params_->calibration_file, g.prompt_window());
     }
@@ -140,7 +44,6 @@ class RuntimePolicy : public KvPolicy {
       throw InvalidInput("pre-rope re-applies plain RoPE after dequantization; this model's RoPE differs",
                          {"", "rope_variant", g.rope_variant});
     }
-    const std::size_t n_out = p && p->quantized() ? outlier_count(p->outlier_fraction, g.head_dim) : 0;
     if (p && p->eviction()) {
       const ScoreMethod s = p->eviction()->score.method;
       streaming_ = s == ScoreMethod::h2o || s == ScoreMethod::streamingllm;
@@ -152,14 +55,11 @@ class RuntimePolicy : public KvPolicy {
         throw UsageError("--budgets files describe a dump, not a model run; use --budget", {"", "--budgets"});
       }
     }
-    // Per-head parameters (calibrated bits); reserved so the pointers below stay valid.
+    // Per-head parameters (calibrated bits).
     per_head_.reserve(g.n_layers * g.n_kv_heads);
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) {
       if (p) per_head_.push_back(p->for_head(i / g.n_kv_heads, i % g.n_kv_heads, g.n_kv_heads));
-      const CompressParams* hp = p ? &per_head_.back() : nullptr;
-      heads_.push_back(HeadState{
-          StreamTensor(g.head_dim, exact, hp, hp ? &hp->key : nullptr, n_out, hp && hp->pre_rope, &rope_),
-          StreamTensor(g.head_dim, exact, hp, hp ? &hp->value : nullptr, 0, false, &rope_), {}, {}, 0, {}});
+      heads_.push_back(HeadState{builder(i, true), builder(i, false), {}, {}, 0, {}});
     }
   }
 
@@ -191,6 +91,8 @@ class RuntimePolicy : public KvPolicy {
           hp.key.bits = bits[i].first;
           hp.value.bits = bits[i].second;
         }
+        heads_[i].key = builder(i, true);
+        heads_[i].value = builder(i, false);
       }
     } else if (params_ && params_->eviction()) {
       const KvWindow m = g_.prompt_window(n, n);
@@ -322,6 +224,15 @@ class RuntimePolicy : public KvPolicy {
   }
 
  private:
+  // Head i's key or value builder under its parameters (f32 rows for the exact cache).
+  TensorBuilder builder(std::size_t i, bool key) const {
+    if (!params_) return TensorBuilder(g_.head_dim, DenseType::f32);
+    const CompressParams& hp = per_head_[i];
+    if (!key) return TensorBuilder(g_.head_dim, hp.value, hp, 0, false, &rope_);
+    const std::size_t n_out = hp.quantized() ? outlier_count(hp.outlier_fraction, g_.head_dim) : 0;
+    return TensorBuilder(g_.head_dim, hp.key, hp, n_out, hp.pre_rope, &rope_);
+  }
+
   std::optional<CompressParams> params_;
   KvGeometry g_;
   int threads_;

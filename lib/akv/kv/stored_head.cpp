@@ -10,24 +10,20 @@
 namespace akv {
 namespace {
 
-std::vector<std::uint16_t> to_f16(const float* x, std::size_t n, bool ref) {
+std::vector<std::uint16_t> to_f16_ref(const float* x, std::size_t n) {
   std::vector<std::uint16_t> h(n);
-  if (ref) {
-    for (std::size_t i = 0; i < n; ++i) h[i] = f32_to_f16_ref(x[i]);
-  } else {
-    f32_to_f16(x, h.data(), n);
-  }
+  for (std::size_t i = 0; i < n; ++i) h[i] = f32_to_f16_ref(x[i]);
   return h;
 }
 
-TensorPart compress_part(const float* src, const float* post, std::size_t n, std::size_t d,
-                         const TensorQuant& t, const QuantParams& p, std::size_t n_outlier,
-                         bool pre_rope, bool ref) {
+// The reference of TensorBuilder's affine rows, in one pass over plain loops.
+TensorPart compress_part_ref(const float* src, const float* post, std::size_t n, std::size_t d,
+                             const TensorQuant& t, const QuantParams& p, std::size_t n_outlier, bool pre_rope) {
   TensorPart part;
   part.n_quant = quantized_rows(n, t, p);
   part.n_residual = n - part.n_quant;
   part.pre_rope = pre_rope && part.n_quant > 0;
-  const auto quantize = ref ? quantize_block_ref : quantize_block;
+  const auto quantize = quantize_block_ref;
   if (part.n_quant > 0) {
     if (n_outlier == 0) {
       part.block = quantize(src, part.n_quant, d, t.axis, t.bits, t.group, p.rule);
@@ -37,44 +33,58 @@ TensorPart compress_part(const float* src, const float* post, std::size_t n, std
       std::vector<float> inliers(part.n_quant * cols), outliers(part.n_quant * n_outlier);
       split_outliers(src, part.n_quant, d, part.outlier_channels, inliers.data(), outliers.data());
       part.block = quantize(inliers.data(), part.n_quant, cols, t.axis, t.bits, t.group, p.rule);
-      part.outlier_values = to_f16(outliers.data(), outliers.size(), ref);
+      part.outlier_values = to_f16_ref(outliers.data(), outliers.size());
     }
   }
-  part.residual = to_f16(post + part.n_quant * d, part.n_residual * d, ref);
+  part.residual = to_f16_ref(post + part.n_quant * d, part.n_residual * d);
   return part;
 }
 
-HeadCache compress(const HeadInput& in, const QuantParams& p, bool ref) {
+void check_head(const HeadInput& in, const QuantParams& p, std::size_t n_out) {
   if (p.pre_rope && !in.key_pre_rope) {
     throw InvalidInput("--pre-rope needs key_pre_rope in the dump", {"", "key_pre_rope", "missing"});
   }
-  const std::size_t n_out = p.quantized() ? outlier_count(p.outlier_fraction, in.head_dim) : 0;
   if (n_out >= in.head_dim && n_out > 0) {
     throw InvalidInput("outlier fraction leaves no channel to quantize",
                        {"", "--outlier-fraction", std::to_string(p.outlier_fraction)});
   }
+}
+
+HeadCache head_of(const HeadInput& in) {
   HeadCache h;
   h.n_tokens = in.n_tokens;
   h.head_dim = in.head_dim;
   h.kept = in.kept;
-  const float* key_src = p.pre_rope ? in.key_pre_rope : in.key;
-  h.key = compress_part(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope, ref);
-  h.value = compress_part(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false, ref);
   return h;
 }
 
-TensorPart compress_ggml_part(const float* src, std::size_t n, std::size_t d, const GgmlTypeInfo& type) {
-  if (d % type.block != 0) {
-    throw InvalidInput("head_dim must be a multiple of the ggml type's block (" + std::to_string(type.block) + ")",
-                       {"", std::string("ggml ") + type.name + ": head_dim", std::to_string(d)});
-  }
+// What a builder stores, as the cache file holds it.
+TensorPart stored_part(const TensorBuilder& b, std::size_t d) {
+  const PackedTensor& t = b.stored();
   TensorPart part;
-  part.n_quant = n;
-  part.ggml.type = &type;
-  const std::size_t row_bytes = d / type.block * type.bytes;
-  part.ggml.blocks.resize(n * row_bytes);
-  for (std::size_t i = 0; i < n; ++i) ggml_quantize(type, src + i * d, d, part.ggml.blocks.data() + i * row_bytes);
+  if (t.ggml_type()) {
+    part.n_quant = t.ggml_rows();
+    part.ggml = {t.ggml_type(), t.ggml_blocks()};
+    return part;
+  }
+  part.n_quant = t.packed_rows();
+  part.n_residual = t.dense_rows();
+  part.pre_rope = b.pre_rope();
+  if (part.n_quant > 0) {
+    part.block = t.packed_block();
+    part.outlier_channels = t.outlier_channels();
+    part.outlier_values = t.outlier_values();
+  }
+  const std::uint16_t* residual = part.n_residual > 0 ? t.dense_f16(0) : nullptr;
+  part.residual.assign(residual, residual + part.n_residual * d);
   return part;
+}
+
+std::vector<std::int32_t> positions(const HeadInput& in) {
+  if (!in.kept.empty()) return in.kept;
+  std::vector<std::int32_t> pos(in.n);
+  for (std::size_t i = 0; i < in.n; ++i) pos[i] = static_cast<std::int32_t>(i);
+  return pos;
 }
 
 void rebuild_part(const TensorPart& part, std::size_t d, float* out) {
@@ -127,16 +137,44 @@ CacheBytes HeadCache::bytes() const {
   return b;
 }
 
-HeadCache compress_head(const HeadInput& in, const QuantParams& p) { return compress(in, p, false); }
-HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) { return compress(in, p, true); }
+HeadCache compress_head(const HeadInput& in, const QuantParams& p) {
+  const std::size_t d = in.head_dim, n_out = p.quantized() ? outlier_count(p.outlier_fraction, d) : 0;
+  check_head(in, p, n_out);
+  const std::vector<std::int32_t> pos = positions(in);
+  TensorBuilder key(d, p.key, p, n_out, p.pre_rope, nullptr), value(d, p.value, p, 0, false, nullptr);
+  key.append(p.pre_rope ? in.key_pre_rope : in.key, in.key, pos.data(), in.n);
+  value.append(in.value, in.value, pos.data(), in.n);
+  HeadCache h = head_of(in);
+  h.key = stored_part(key, d);
+  h.value = stored_part(value, d);
+  return h;
+}
+
+HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) {
+  const std::size_t n_out = p.quantized() ? outlier_count(p.outlier_fraction, in.head_dim) : 0;
+  check_head(in, p, n_out);
+  HeadCache h = head_of(in);
+  const float* key_src = p.pre_rope ? in.key_pre_rope : in.key;
+  h.key = compress_part_ref(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope);
+  h.value = compress_part_ref(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false);
+  return h;
+}
 
 HeadCache compress_head_ggml(const HeadInput& in, const GgmlTypeInfo& key, const GgmlTypeInfo& value) {
-  HeadCache h;
-  h.n_tokens = in.n_tokens;
-  h.head_dim = in.head_dim;
-  h.kept = in.kept;
-  h.key = compress_ggml_part(in.key, in.n, in.head_dim, key);
-  h.value = compress_ggml_part(in.value, in.n, in.head_dim, value);
+  const std::size_t d = in.head_dim;
+  for (const GgmlTypeInfo* t : {&key, &value}) {
+    if (d % t->block != 0) {
+      throw InvalidInput("head_dim must be a multiple of the ggml type's block (" + std::to_string(t->block) + ")",
+                         {"", std::string("ggml ") + t->name + ": head_dim", std::to_string(d)});
+    }
+  }
+  const std::vector<std::int32_t> pos = positions(in);
+  TensorBuilder k(d, key), v(d, value);
+  k.append(in.key, in.key, pos.data(), in.n);
+  v.append(in.value, in.value, pos.data(), in.n);
+  HeadCache h = head_of(in);
+  h.key = stored_part(k, d);
+  h.value = stored_part(v, d);
   return h;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "akv/kv/tensor_builder.h"
 #include "akv/quant/outliers.h"
 #include "akv/quant/quant_params.h"
 #include "akv/tensor/ggml_blocks.h"
@@ -70,22 +71,19 @@ struct HeadInput {
   std::vector<std::int32_t> kept;       // empty = rows are positions 0..n-1 (n == n_tokens)
 };
 
-// Fast path (vectorized kernels). compress_head_ref uses the scalar reference quantizer; both
-// give identical caches.
+// Fast path: each tensor through kv/tensor_builder.h (the runtime caches' builder, the whole
+// sequence appended at once). compress_head_ref is its plain reference (scalar quantizer and f16
+// conversion); both give identical caches.
 HeadCache compress_head(const HeadInput& in, const QuantParams& p);
 HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p);
 
 // Method ggml: every kept key row (after RoPE) and value row as ggml blocks of `key` / `value`
-// (ggml's reference quantizers; head_dim a multiple of both blocks).
+// (ggml's reference quantizers through kv/tensor_builder.h; head_dim a multiple of both blocks).
 HeadCache compress_head_ggml(const HeadInput& in, const GgmlTypeInfo& key, const GgmlTypeInfo& value);
 
 // Rebuilds the kept rows: key (after RoPE) and value, each [n_kept, head_dim] f32 (segmented
 // heads: every segment's rows land at their positions).
 // `rope` must cover the kept positions when the key was quantized before RoPE.
-struct RopeContext {
-  RopeLayout layout = RopeLayout::rotate_half;
-  const RopeTable* table = nullptr;
-};
 void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, float* value);
 
 }  // namespace akv

@@ -1,8 +1,10 @@
 #include "akv/kv/stored_tensor.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "akv/core/errors.h"
+#include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
 
 namespace akv {
@@ -25,6 +27,17 @@ void PackedTensor::append_dense(const float* rows, std::size_t n) {
     f32_to_f16(rows, dense16_.data() + old, n * d_);
   }
   dense_rows_ += n;
+}
+
+void PackedTensor::append_ggml(const GgmlTypeInfo& type, const float* rows, std::size_t n) {
+  if ((ggml_type_ && ggml_type_ != &type) || view_.rows > 0 || dense_rows_ > 0) {
+    throw InvalidInput("ggml rows go alone, of one type", {"", "ggml type", type.name});
+  }
+  ggml_type_ = &type;
+  const std::size_t row_bytes = d_ / type.block * type.bytes, at = ggml_blocks_.size();
+  ggml_blocks_.resize(at + n * row_bytes);
+  for (std::size_t i = 0; i < n; ++i) ggml_quantize(type, rows + i * d_, d_, ggml_blocks_.data() + at + i * row_bytes);
+  ggml_rows_ += n;
 }
 
 void PackedTensor::take_parameters(const QuantizedBlock& b) {
@@ -197,11 +210,19 @@ std::uint64_t PackedTensor::bytes() const {
   std::uint64_t b = ceil_div(code_bits_, 8) + 2 * (scale_.size() + zero_.size()) + 2 * outlier_value_.size();
   if (view_.rows > 0) b += 2 * outlier_channel_.size();
   b += (type_ == DenseType::f32 ? 4 : 2) * dense_rows_ * d_;
-  return b;
+  return b + ggml_blocks_.size();
 }
 
 TensorView PackedTensor::view() const {
   TensorView t;
+  if (ggml_type_) {
+    if (std::string_view(ggml_type_->name) == "F16") {  // the f16 loops read them, as method none's rows
+      t.dense = {DenseType::f16, ggml_blocks_.data(), ggml_rows_};
+    } else {
+      t.ggml = {ggml_type_, ggml_blocks_.data(), ggml_rows_};
+    }
+    return t;
+  }
   t.packed = view_;
   t.packed.codes = codes_.data();
   t.packed.scale = scale_.data();

@@ -1,12 +1,15 @@
 #pragma once
 // The stored form of one tensor (keys or values) of one head as the caches hold it: packed
-// quantized rows (attention/kv_view.h's layout), then dense f16 or f32 rows.
+// quantized rows (attention/kv_view.h's layout), then dense f16 or f32 rows; or, for llama.cpp's
+// cache types, every row a run of ggml blocks. Rows become codes or blocks in one place,
+// kv/tensor_builder.h.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "akv/attention/kv_view.h"
 #include "akv/quant/affine.h"
+#include "akv/tensor/ggml_blocks.h"
 
 namespace akv {
 
@@ -26,6 +29,10 @@ class PackedTensor {
   // fixes bits, axis, group and outlier channels; later blocks must match.
   void append_packed(const QuantizedBlock& block, const std::vector<std::uint16_t>& outlier_channels,
                      const std::uint16_t* outliers);
+  // Appends n rows [n, head_dim] as ggml blocks of `type` (ggml's reference quantizer; head_dim
+  // a multiple of its block). A tensor holds ggml rows only, of one type; F16 rows are read as
+  // dense f16 rows.
+  void append_ggml(const GgmlTypeInfo& type, const float* rows, std::size_t n);
   // Removes the first n dense rows (after the caller quantized them into the packed part).
   void drop_dense_front(std::size_t n);
   // Removes dense row i by moving the last dense row into its place: O(head_dim), rows lose
@@ -45,11 +52,16 @@ class PackedTensor {
 
   std::size_t packed_rows() const { return view_.rows; }
   std::size_t dense_rows() const { return dense_rows_; }
-  std::size_t rows() const { return view_.rows + dense_rows_; }
+  std::size_t ggml_rows() const { return ggml_rows_; }
+  std::size_t rows() const { return view_.rows + dense_rows_ + ggml_rows_; }
+  const std::vector<std::uint16_t>& outlier_channels() const { return outlier_channel_; }
+  const std::vector<std::uint16_t>& outlier_values() const { return outlier_value_; }  // [packed rows, n]
+  const GgmlTypeInfo* ggml_type() const { return ggml_type_; }
+  const std::vector<std::uint8_t>& ggml_blocks() const { return ggml_blocks_; }  // [rows, blocks per row, bytes]
   const float* dense_f32(std::size_t row) const;  // f32 storage only
   const std::uint16_t* dense_f16(std::size_t row) const;  // f16 storage only
   // Bytes the cache format stores: packed codes, scales, zeros, outlier values and channel
-  // indices, and dense rows (f16: 2 bytes, f32: 4 bytes per value).
+  // indices, dense rows (f16: 2 bytes, f32: 4 bytes per value) and ggml blocks.
   std::uint64_t bytes() const;
   TensorView view() const;
 
@@ -70,6 +82,9 @@ class PackedTensor {
   std::vector<std::uint16_t> dense16_;
   std::size_t front_ = 0;
   std::size_t dense_rows_ = 0;
+  const GgmlTypeInfo* ggml_type_ = nullptr;
+  std::vector<std::uint8_t> ggml_blocks_;
+  std::size_t ggml_rows_ = 0;
 };
 
 }  // namespace akv

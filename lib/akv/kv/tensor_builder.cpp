@@ -1,0 +1,97 @@
+#include "akv/kv/tensor_builder.h"
+
+#include <algorithm>
+
+#include "akv/quant/outliers.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+float f16_round(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
+
+}  // namespace
+
+TensorBuilder::TensorBuilder(std::size_t head_dim, DenseType dense) : d_(head_dim), store_(head_dim, dense) {}
+
+TensorBuilder::TensorBuilder(std::size_t head_dim, const TensorQuant& t, const QuantParams& p,
+                             std::size_t n_outlier, bool pre_rope, const RopeContext* rope)
+    : d_(head_dim), quantize_(p.quantized()), t_(t), p_(p), n_out_(n_outlier), pre_rope_(pre_rope),
+      rope_(pre_rope ? rope : nullptr), store_(head_dim, DenseType::f16) {}
+
+TensorBuilder::TensorBuilder(std::size_t head_dim, const GgmlTypeInfo& type)
+    : d_(head_dim), ggml_(&type), store_(head_dim, DenseType::f16) {}
+
+void TensorBuilder::append(const float* src, const float* post, const std::int32_t* pos, std::size_t n) {
+  if (ggml_) {
+    store_.append_ggml(*ggml_, post, n);
+    return;
+  }
+  store_.append_dense(post, n);
+  if (rope_) {
+    for (std::size_t i = 0; i < n * d_; ++i) mirror_.push_back(f16_round(post[i]));
+  }
+  if (quantize_) {
+    pending_.insert(pending_.end(), src, src + n * d_);
+    positions_.insert(positions_.end(), pos, pos + n);
+    quantize_ready();
+  }
+}
+
+void TensorBuilder::swap_remove(std::size_t i) {
+  store_.swap_remove_dense(i);
+  if (rope_) {
+    std::copy(mirror_.end() - static_cast<std::ptrdiff_t>(d_), mirror_.end(),
+              mirror_.begin() + static_cast<std::ptrdiff_t>(i * d_));
+    mirror_.resize(mirror_.size() - d_);
+  }
+}
+
+TensorView TensorBuilder::view() const {
+  if (!rope_) return store_.view();
+  TensorView v;
+  v.dense = {DenseType::f32, mirror_.data(), rows()};
+  return v;
+}
+
+void TensorBuilder::quantize_ready() {
+  const std::size_t n = rows(), n_quant = store_.packed_rows();
+  const std::size_t target = quantized_rows(n, t_, p_);
+  if (target <= n_quant) return;
+  const std::size_t m = target - n_quant, cols = d_ - n_out_;
+  const float* pending = pending_.data() + pending_front_ * d_;
+  if (n_out_ > 0 && outliers_.empty()) {
+    // Channels with the largest variance over the first rows quantized, kept from then on.
+    outliers_ = select_outlier_channels(pending, m, d_, n_out_);
+  }
+  if (n_out_ == 0) {
+    store_.append_packed(quantize_block(pending, m, cols, t_.axis, t_.bits, t_.group, p_.rule), outliers_, nullptr);
+  } else {
+    std::vector<float> in(m * cols), out_f32(m * n_out_);
+    split_outliers(pending, m, d_, outliers_, in.data(), out_f32.data());
+    std::vector<std::uint16_t> out(m * n_out_);
+    f32_to_f16(out_f32.data(), out.data(), out.size());
+    store_.append_packed(quantize_block(in.data(), m, cols, t_.axis, t_.bits, t_.group, p_.rule), outliers_,
+                         out.data());
+  }
+  store_.drop_dense_front(m);
+  if (rope_) {
+    std::vector<float> deq(m * d_);
+    dequantize_rows(store_.view(), d_, n_quant, target, deq.data());
+    for (std::size_t r = 0; r < m; ++r) {
+      float* row = mirror_.data() + (n_quant + r) * d_;
+      std::copy_n(deq.data() + r * d_, d_, row);
+      apply_rope(row, 1, static_cast<std::size_t>(positions_[pending_front_ + r]), rope_->layout, *rope_->table);
+    }
+  }
+  // Quantized rows leave the front; they are moved out once they are as many as the rows left
+  // (O(1) amortized per row, as PackedTensor's dense rows).
+  pending_front_ += m;
+  if (pending_front_ * 2 >= positions_.size()) {
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(pending_front_ * d_));
+    positions_.erase(positions_.begin(), positions_.begin() + static_cast<std::ptrdiff_t>(pending_front_));
+    pending_front_ = 0;
+  }
+}
+
+}  // namespace akv

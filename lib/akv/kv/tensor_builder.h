@@ -1,0 +1,74 @@
+#pragma once
+// The one place where rows of one tensor (keys or values) of one head become what a cache
+// stores: dense rows, affine codes (KIVI family) with an f16 residual window and f16 outlier
+// channels, or ggml blocks. The offline codec (kv/stored_head.h compress_head), the runtime
+// caches (kv/runtime.h, kv/ggml_cache.h) and the attention benchmark all build through it, so a
+// prompt fed at once stores what `akv compress` writes by construction.
+//
+// Affine rows enter the f16 residual window and are quantized as soon as quantized_rows()
+// (quant/quant_params.h) says so: per-channel keys in whole groups, per-token rows one by one
+// (or all at once when a whole prompt is appended). The f32 rows of the window wait here as the
+// quantization source.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "akv/kv/stored_tensor.h"
+#include "akv/quant/quant_params.h"
+#include "akv/tensor/rope.h"
+
+namespace akv {
+
+// Keys quantized before RoPE are rotated back after dequantization with this table.
+struct RopeContext {
+  RopeLayout layout = RopeLayout::rotate_half;
+  const RopeTable* table = nullptr;
+};
+
+class TensorBuilder {
+ public:
+  // Dense rows only: f32 (the exact cache) or f16 (quantizer none, streaming eviction).
+  TensorBuilder(std::size_t head_dim, DenseType dense);
+  // Affine codes of `t` under p's rule and residual window (p.quantized(); otherwise dense f16
+  // rows), with n_outlier channels in f16 (chosen over the first rows quantized). pre_rope: the
+  // `src` rows of append() are keys before RoPE; with `rope` the builder also keeps the post-RoPE
+  // f32 rows attention reads (dequantized rows rotated back), not counted as stored.
+  TensorBuilder(std::size_t head_dim, const TensorQuant& t, const QuantParams& p, std::size_t n_outlier,
+                bool pre_rope, const RopeContext* rope);
+  // Every row as ggml blocks of `type` (ggml's reference quantizer), at once.
+  TensorBuilder(std::size_t head_dim, const GgmlTypeInfo& type);
+
+  // Appends n rows: `src` [n, head_dim] is what gets quantized (pre-RoPE keys with pre_rope),
+  // `post` [n, head_dim] what is stored dense and what attention reads; `pos` their positions
+  // (RoPE after dequantization of pre-RoPE keys).
+  void append(const float* src, const float* post, const std::int32_t* pos, std::size_t n);
+  // Removes row i, moving the last row into its place (streaming eviction; dense rows only):
+  // O(head_dim) instead of moving every later row.
+  void swap_remove(std::size_t i);
+
+  std::size_t rows() const { return store_.rows(); }
+  TensorView view() const;  // pre-RoPE keys: their post-RoPE f32 rows (needs `rope`)
+  std::uint64_t bytes() const { return store_.bytes(); }
+  const PackedTensor& stored() const { return store_; }
+  bool pre_rope() const { return pre_rope_ && store_.packed_rows() > 0; }  // codes hold pre-RoPE keys
+
+ private:
+  void quantize_ready();
+
+  std::size_t d_;
+  bool quantize_ = false;
+  TensorQuant t_;
+  QuantParams p_;
+  std::size_t n_out_ = 0;
+  bool pre_rope_ = false;
+  const RopeContext* rope_ = nullptr;
+  const GgmlTypeInfo* ggml_ = nullptr;
+  PackedTensor store_;
+  std::vector<float> mirror_;   // pre-RoPE keys with rope: [rows, d] post-RoPE rows attention reads
+  std::vector<float> pending_;  // [pending_front_ + rows - packed, d] quantization source of unquantized rows
+  std::vector<std::int32_t> positions_;  // positions of the pending rows (from pending_front_ on)
+  std::size_t pending_front_ = 0;        // rows at the front of pending_ already quantized
+  std::vector<std::uint16_t> outliers_;  // outlier channels, fixed by the first rows quantized
+};
+
+}  // namespace akv
