@@ -2,15 +2,12 @@
 
 #include <cmath>
 #include <memory>
-#include <optional>
 
-#include "akv/alloc/budgets_file.h"
-#include "akv/alloc/calibration_file.h"
 #include "akv/attention/decode_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/io/file_hash.h"
-#include "akv/kv/joint.h"
+#include "akv/kv/prompt_plan.h"
 #include "akv/kv/tiered.h"
 
 namespace akv {
@@ -216,54 +213,22 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
                        {"", "--outlier-fraction", format_number(params.outlier_fraction)});
   }
   MemoryReport report = empty_report(dump_path, dump, params);
-  if (!params.calibration_file.empty() && params.head_bits.empty()) {
-    report.header.params.head_bits = read_calibration(params.calibration_file, m);
-  }
-  const CompressParams& cp = report.header.params;
   // Eviction first (a scoring pass over keys and queries), then one pass over K/V.
   const std::size_t phases = params.eviction() ? 2 : 1;
-  std::optional<EvictionPlan> plan;
-  if (params.eviction() && params.eviction()->alloc == AllocMethod::joint) {
-    plan = joint_plan(m,
-                      [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) {
-                        q = dump.read(l, DumpField::query);
-                        k = dump.read(l, DumpField::key);
-                        v = dump.read(l, DumpField::value);
-                      },
-                      params, threads, [&](std::size_t done, std::size_t total) {
-                        if (progress) progress(done, phases * total);
-                      },
-                      report.header.params.head_bits);
-    report.eviction = plan->summary_json();
-  } else if (params.eviction()) {
-    plan = plan_eviction(dump, *params.eviction(), threads, [&](std::size_t done, std::size_t total) {
-      if (progress) progress(done, phases * total);
-    });
-    report.eviction = plan->summary_json();
-    report.header.params.mode = plan->params;
-    if (plan->params.alloc == AllocMethod::file) {
-      // Joint budgets carry per-head bits (and the quantizer they were measured with).
-      const BudgetsRead file = read_budgets(plan->params.budgets_file, m);
-      if (!file.bits.empty()) {
-        if (params.method != Quantizer::kivi) {
-          throw UsageError("these budgets carry per-head bits (joint allocation): add --quant kivi",
-                           {plan->params.budgets_file, "--quant", quantizer_name(params.method)});
-        }
-        CompressParams& hp = report.header.params;
-        hp.head_bits = file.bits;
-        hp.calibration_file = plan->params.budgets_file;
-        if (file.joint) {
-          hp.key.group = hp.value.group = file.group.value_or(hp.key.group);
-          hp.residual = file.residual.value_or(hp.residual);
-          hp.key.axis = QuantAxis::channel;
-          hp.value.axis = QuantAxis::token;
-        }
-      }
-    }
-  }
+  const PromptPlan plan = plan_prompt(
+      m,
+      [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
+        q = dump.read(l, DumpField::query);
+        k = dump.read(l, DumpField::key);
+        if (v) *v = dump.read(l, DumpField::value);
+      },
+      params, threads, [&](std::size_t done, std::size_t total) {
+        if (progress) progress(done, phases * total);
+      });
+  report.header.params = plan.params;
+  if (plan.eviction) report.eviction = plan.eviction->summary_json();
   const auto [lo, hi] = shard.range(m.n_layers);
   CacheWriter writer(out_path, report.header, CachePart{shard.k, shard.n, lo, hi});
-  const std::vector<std::int32_t> all;
   for (std::size_t l = lo; l < hi; ++l) {
     const Tensor3 key = dump.read(l, DumpField::key);
     const Tensor3 value = dump.read(l, DumpField::value);
@@ -271,8 +236,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
     if (params.pre_rope) pre = std::make_unique<Tensor3>(dump.read(l, DumpField::key_pre_rope));
     std::vector<HeadCache> heads(m.n_kv_heads);
     parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
-      heads[h] = compress_kv_head(key, pre.get(), value, h, m,
-                                  plan ? plan->heads[l][h].kept : all, cp.for_head(l, h, m.n_kv_heads));
+      heads[h] = compress_kv_head(key, pre.get(), value, h, m, plan.kept(l, h), plan.head(l, h, m.n_kv_heads));
     });
     write_layer(writer, report, l, heads);
     if (progress) progress((phases - 1) * m.n_layers + l + 1 - lo, phases * m.n_layers - lo - (m.n_layers - hi));

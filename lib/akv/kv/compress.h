@@ -8,7 +8,7 @@
 #include "akv/core/progress.h"
 #include "akv/core/shard.h"
 #include "akv/kv/cache_file.h"
-#include "akv/kv/joint.h"
+#include "akv/method/params.h"
 #include "akv/tensor/dtype.h"
 
 namespace akv {

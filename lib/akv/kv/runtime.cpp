@@ -9,7 +9,7 @@
 #include "akv/alloc/calibration_file.h"
 #include "akv/core/errors.h"
 #include "akv/kv/ggml_cache.h"
-#include "akv/kv/joint.h"
+#include "akv/kv/prompt_plan.h"
 #include "akv/kv/tensor_builder.h"
 #include "akv/kv/tiered.h"
 #include "akv/tensor/half.h"
@@ -66,52 +66,40 @@ class RuntimePolicy : public KvPolicy {
   void ingest_prompt(const PromptKv& prompt) override {
     const std::size_t n = prompt.n_tokens, d = g_.head_dim;
     std::vector<std::vector<std::int32_t>> kept(heads_.size());
-    if (params_ && params_->eviction() && params_->eviction()->alloc == AllocMethod::joint) {
-      const KvWindow m = g_.prompt_window(n, std::min(n, params_->eviction()->score.window));
-      std::vector<std::pair<int, int>> bits;
-      const EvictionPlan plan = joint_plan(
+    if (params_ && params_->eviction()) {
+      // Joint plans read the last `window` queries, the other plans every prompt query (H2O).
+      const bool joint = params_->eviction()->alloc == AllocMethod::joint;
+      const KvWindow m = g_.prompt_window(n, joint ? std::min(n, params_->eviction()->score.window) : n);
+      const PromptPlan plan = plan_prompt(
           m,
-          [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) {
+          [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
             const Tensor3& all = (*prompt.query)[l];
-            q = Tensor3(all.dim0(), m.n_query, all.dim2());
-            for (std::size_t h = 0; h < all.dim0(); ++h) {
-              std::copy_n(all.row(h, n - m.n_query), m.n_query * all.dim2(), q.row(h, 0));
+            if (m.n_query == n) {
+              q = all;
+            } else {
+              q = Tensor3(all.dim0(), m.n_query, all.dim2());
+              for (std::size_t h = 0; h < all.dim0(); ++h) {
+                std::copy_n(all.row(h, n - m.n_query), m.n_query * all.dim2(), q.row(h, 0));
+              }
             }
             k = (*prompt.key)[l];
-            v = (*prompt.value)[l];
+            if (v) *v = (*prompt.value)[l];
           },
-          *params_, threads_, {}, bits);
-      for (std::size_t i = 0; i < heads_.size(); ++i) {
-        kept[i] = plan.heads[i / g_.n_kv_heads][i % g_.n_kv_heads].kept;
-        CompressParams& hp = per_head_[i];
-        if (bits[i].first == 16) {
-          hp.method = Quantizer::none;
-          hp.residual = 0;
-        } else {
-          hp.key.bits = bits[i].first;
-          hp.value.bits = bits[i].second;
-        }
-        heads_[i].key = builder(i, true);
-        heads_[i].value = builder(i, false);
-      }
-    } else if (params_ && params_->eviction()) {
-      const KvWindow m = g_.prompt_window(n, n);
-      const EvictionPlan plan = plan_eviction(
-          m, [&](std::size_t l, Tensor3& q, Tensor3& k) {
-            q = (*prompt.query)[l];
-            k = (*prompt.key)[l];
-          },
-          *params_->eviction(), threads_, {});
+          *params_, threads_, {});
       for (std::size_t l = 0; l < g_.n_layers; ++l) {
         for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
-          HeadState& s = heads_[l * g_.n_kv_heads + h];
-          kept[l * g_.n_kv_heads + h] = plan.heads[l][h].kept;
-          s.budget = plan.heads[l][h].tokens;
+          const std::size_t i = l * g_.n_kv_heads + h;
+          const HeadPlan& hp = plan.eviction->heads[l][h];
+          HeadState& s = heads_[i];
+          kept[i] = hp.kept;
+          per_head_[i] = plan.head(l, h, g_.n_kv_heads);
+          s.key = builder(i, true);
+          s.value = builder(i, false);
+          s.budget = hp.tokens;
           if (streaming_ && params_->eviction()->score.method == ScoreMethod::h2o) {
-            // Accumulated attention of every prompt query (the plan's H2O scores).
-            s.score = plan.heads[l][h].kept_score;
+            s.score = hp.kept_score;  // accumulated attention of every prompt query (the plan's H2O scores)
           } else if (streaming_) {
-            s.score.assign(plan.heads[l][h].kept.size(), 0.0);  // StreamingLLM: unused
+            s.score.assign(hp.kept.size(), 0.0);  // StreamingLLM: unused
           }
         }
       }

@@ -1,0 +1,54 @@
+#include "akv/kv/prompt_plan.h"
+
+#include "akv/alloc/budgets_file.h"
+#include "akv/alloc/calibration_file.h"
+#include "akv/core/errors.h"
+#include "akv/kv/joint.h"
+
+namespace akv {
+
+const std::vector<std::int32_t>& PromptPlan::kept(std::size_t layer, std::size_t head) const {
+  static const std::vector<std::int32_t> all;
+  return eviction ? eviction->heads[layer][head].kept : all;
+}
+
+PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const CompressParams& params,
+                       int threads, const ProgressFn& progress) {
+  PromptPlan plan;
+  plan.params = params;
+  CompressParams& p = plan.params;
+  if (!p.calibration_file.empty() && p.head_bits.empty()) p.head_bits = read_calibration(p.calibration_file, m);
+  if (!p.eviction()) return plan;
+  if (p.eviction()->alloc == AllocMethod::joint) {
+    plan.eviction = joint_plan(
+        m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) { source(l, q, k, &v); }, params, threads,
+        progress, p.head_bits);
+    return plan;
+  }
+  plan.eviction = plan_eviction(
+      m, [&](std::size_t l, Tensor3& q, Tensor3& k) { source(l, q, k, nullptr); }, *params.eviction(), threads,
+      progress);
+  p.mode = plan.eviction->params;
+  if (plan.eviction->params.alloc == AllocMethod::file) {
+    // Joint budgets carry per-head bits (and the quantizer they were measured with).
+    const std::string& path = plan.eviction->params.budgets_file;
+    const BudgetsRead file = read_budgets(path, m);
+    if (!file.bits.empty()) {
+      if (params.method != Quantizer::kivi) {
+        throw UsageError("these budgets carry per-head bits (joint allocation): add --quant kivi",
+                         {path, "--quant", quantizer_name(params.method)});
+      }
+      p.head_bits = file.bits;
+      p.calibration_file = path;
+      if (file.joint) {
+        p.key.group = p.value.group = file.group.value_or(p.key.group);
+        p.residual = file.residual.value_or(p.residual);
+        p.key.axis = QuantAxis::channel;
+        p.value.axis = QuantAxis::token;
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace akv
