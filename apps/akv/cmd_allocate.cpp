@@ -77,6 +77,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "allocate",
+      "Per-KV-head token budgets (or tokens x bits) from a dump's window attention\n"
       "Per-KV-head token budgets from importance scores (the dump's window queries): uniform, "
       "adakv (Ada-KV, per layer), waterfill (greedy marginal utility), pyramid (PyramidKV), "
       "adakv-pyramid, adakv-global (Ada-KV across all heads of all layers), joint (tokens and "

@@ -20,8 +20,8 @@ namespace akv::cli {
 
 void register_bench(CLI::App& app, const GlobalOptions& global) {
   CLI::App* bench = app.add_subcommand(
-      "bench", "Benchmarks on synthetic tensors; every figure comes with a baseline measured in "
-               "the same run. See docs/benchmarks.md.");
+      "bench", "Benchmarks, every figure next to a baseline measured in the same run\n"
+               "Synthetic tensors (quant, attention, policy) or a model (decode). See docs/benchmarks.md.");
   bench->require_subcommand(1);
 
   // Options every synthetic suite shares: timing and output format.
@@ -62,6 +62,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   QuantBenchOptions& b = opt->bench;
   CLI::App* sub = bench->add_subcommand(
       "quant",
+      "Quantize and dequantize throughput next to a memcpy\n"
       "Quantize+pack and unpack+dequantize throughput (GB/s of f32 processed) on a [heads, "
       "tokens, head_dim] f32 tensor, threads over heads, next to a memcpy of the same buffer "
       "with the same threads; kernels checked against the reference first");
@@ -104,6 +105,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   AttentionBenchOptions& ab = aopt->bench;
   CLI::App* att = bench->add_subcommand(
       "attention",
+      "Decode attention over synthetic caches next to stream-read and FMA peaks\n"
       "Decode attention time per token over synthetic caches (dense f32, dense f16, packed "
       "KIVI layouts with an f16 residual), effective GB/s of cache bytes read, speedup vs dense "
       "f16, next to a stream-read bandwidth and an f32 FMA peak measured in the same run (x "
@@ -162,6 +164,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   PolicyBenchOptions& pb = popt->bench;
   CLI::App* pol = bench->add_subcommand(
       "policy",
+      "Per-token decode cost of each cache method after a synthetic prompt\n"
       "Per-token decode cost of each cache policy after a synthetic prompt: the policy's work "
       "(append, quantization, scoring, eviction, migration) and the fused attention over what it "
       "stores, vs the first method in the same run; --warmup/--repeat count decode steps");
@@ -195,6 +198,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   auto dopt = std::make_shared<DecodeOptions>();
   CLI::App* dec = bench->add_subcommand(
       "decode",
+      "Model prefill and decode throughput of each cache method next to the full cache\n"
       "Model prefill and decode throughput with each cache method, next to the full f32 cache "
       "in the same run (time per decoded token as a ratio), methods interleaved, best of "
       "--repeats");

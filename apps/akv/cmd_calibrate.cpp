@@ -20,6 +20,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
   CalibrateOptions& c = opt->calib;
   CLI::App* sub = app.add_subcommand(
       "calibrate",
+      "Measure each KV head's quantization error and assign bits per head\n"
       "Measure, for every layer and KV head, the attention-output error when that head's keys "
       "(and separately its values) are quantized at each candidate bit width (kivi layout, "
       "everything else exact), with the dumps' queries; record key-norm variance, attention "

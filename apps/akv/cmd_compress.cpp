@@ -43,6 +43,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "compress",
+      "Compress a dump's K/V into a cache: quantization, eviction, tiers, llama.cpp types\n"
       "Compress the K/V of a dump into a cache (format akv-cache v1; v2 for tiered caches, v3 for "
       "llama.cpp's cache types), a layer at a time. Quantizers: " + method_list({MethodKind::quantizer}) +
           "; presets: " + method_list({MethodKind::preset}) + " (scales and zeros are f16). Eviction methods (" +
@@ -94,6 +95,7 @@ void register_decompress(CLI::App& app, const GlobalOptions& global) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "decompress",
+      "Rebuild a dense dump from a cache\n"
       "Rebuild a dense dump (akv-dump v1) from a cache: dequantized keys (after RoPE) and values; "
       "queries, tokens, needles and head kinds are copied from the source dump, which must match "
       "the cache's content hash. Evicted positions are written as zeros.");

@@ -20,6 +20,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "dump",
+      "Run a model over a token sequence and write its keys, values and queries as a dump\n"
       "Run a model over one token sequence (full precision, causal) and write a dump (format "
       "akv-dump v1): keys after and before RoPE, values, the queries of the last --window "
       "positions, and the tokens; for allocate / compress / evaluate on real model tensors");

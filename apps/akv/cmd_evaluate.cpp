@@ -39,6 +39,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "evaluate",
+      "Fidelity of a cache against its dump; perplexity or passkey of methods inside a model\n"
       "Fidelity of a compressed cache against its source dump, per layer and KV head, using the "
       "dump's window queries (each query head reads its KV head; causal): key and value "
       "relative MSE, attention output relative error ||o - o^|| / ||o||, KL(p || p^) of the "

@@ -18,7 +18,8 @@ void register_info(CLI::App& app, const GlobalOptions&) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
-      "info", "Describe an akv file or a GGUF model. GGUF: version, architecture, tokenizer kind, "
+      "info", "Describe a dump, a cache or a GGUF model\n"
+              "GGUF: version, architecture, tokenizer kind, "
               "tensors by type (count, bytes), scalar metadata (arrays as their length). Dump: format version, model meta, per-layer shapes and "
               "dtypes, bytes on disk, optional datasets. Cache: method and parameters, source "
               "dump and its hash, bytes stored per component (codes, scales, zeros, residual, "

@@ -26,6 +26,7 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "merge",
+      "Combine the parts of a sharded run into the unsharded run's output\n"
       "Combines the partial outputs of a sharded run into what the unsharded run writes: "
       "`akv evaluate --model ... --shard K/N` parts (akv-perplexity-part; with --task passkey: "
       "akv-passkey-part) into its report, "

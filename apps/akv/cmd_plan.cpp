@@ -26,6 +26,7 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
       "plan",
+      "KV-cache bytes per token of each method and what fits in memory\n"
       "KV-cache bytes per token of each method for a model shape, and the longest context "
       "(batch 1) and largest batch (at --context) that fit --memory after the weights. See "
       "docs/plan.md");

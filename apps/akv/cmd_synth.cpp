@@ -25,6 +25,7 @@ void register_synth(CLI::App& app, const GlobalOptions& global) {
   SynthOptions& s = opt->synth;
   CLI::App* sub = app.add_subcommand(
       "synth",
+      "Write a synthetic dump with local, retrieval and diffuse heads\n"
       "Write a synthetic dump (format akv-dump v1): keys with outlier channels and RoPE, values, "
       "window queries, and local / retrieval / diffuse heads whose attention patterns come from "
       "q.k. Deterministic for a given --seed on any thread count. See docs/synth.md.");

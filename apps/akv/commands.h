@@ -3,6 +3,9 @@
 // library function and prints; no algorithms live in apps/.
 #include <CLI/CLI.hpp>
 
+#include <sstream>
+#include <string>
+
 namespace akv::cli {
 
 // Options shared by every subcommand (accepted before or after the subcommand name).
@@ -15,6 +18,18 @@ struct GlobalOptions {
 // commands would take as "no shard" and answer with a full report, is refused here (exit 2).
 inline const CLI::Validator kShardText(
     [](std::string& s) { return s.empty() ? std::string("an empty shard (expected K/N)") : std::string(); }, "K/N");
+
+// Help lists name each subcommand with the first line of its description (a one-line summary);
+// `akv CMD --help` prints the whole description.
+class SummaryFormatter : public CLI::Formatter {
+ public:
+  std::string make_subcommand(const CLI::App* sub) const override {
+    const std::string& d = sub->get_description();
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true), d.substr(0, d.find('\n')), column_width_);
+    return out.str();
+  }
+};
 
 void register_info(CLI::App& app, const GlobalOptions& global);
 void register_synth(CLI::App& app, const GlobalOptions& global);

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   CLI::App app{"akv: KV-cache compression toolkit for transformer LLMs.\n"
                "Exit codes: 0 success, 1 usage error, 2 invalid or corrupt input, 3 I/O failure.",
                "akv"};
+  app.formatter(std::make_shared<akv::cli::SummaryFormatter>());
   app.set_version_flag("--version", "akv " + akv::version() + " (commit " + akv::git_commit() + ")");
   app.require_subcommand(1);
   app.fallthrough();

@@ -4,6 +4,11 @@ source "$(dirname "$0")/lib.sh"
 
 expect "help lists subcommands" 0 "synth" "$AKV" --help
 grep -q "info" "$TMP/out" && pass "help lists info" || fail "help lists info"
+# One line per subcommand (its summary); the details stay in `akv CMD --help`.
+n=$(sed -n '/^Subcommands:/,$p' "$TMP/out" | grep -c '^  [a-z]')
+w=$(sed -n '/^Subcommands:/,$p' "$TMP/out" | awk 'NR > 1 && NF && (length($0) > 120 || !/^  [a-z]/)' | wc -l)
+[[ $n == 11 && $w == 0 ]] && pass "help: 11 subcommands, one short line each" || fail "help: $n subcommands, $w other or long lines"
+expect "compress --help keeps the details" 0 "Eviction methods" "$AKV" compress --help
 expect "version names the commit" 0 "^akv [0-9]+\.[0-9]+\.[0-9]+ \(commit ([0-9a-f]{12}(-dirty)?|unknown)\)" "$AKV" --version
 # In a git checkout the build reports the commit the binary was built from (read at build time).
 if head=$(git -C "$(dirname "$0")" rev-parse --short=12 HEAD 2>/dev/null); then
