@@ -126,9 +126,9 @@ expect_error "merge bench: suites differ" 2 "different shard counts|part of anot
   "$AKV" merge "$TMP/sq1.json" "$TMP/sp2.json" -o "$TMP/none/m.json"
 expect_error "bench --shard 3/2" 2 "--shard = 3/2" "$AKV" bench quant "${sq[@]}" --shard 3/2 -o "$TMP/none/x.json"
 expect_empty_dir "no output after bench merge errors" "$TMP/none"
-# scripts/bench_vs_llamacpp: no build directory is not an error; a stand-in test-backend-ops
+# scripts/dev/bench_vs_llamacpp: no build directory is not an error; a stand-in test-backend-ops
 # (printing llama.cpp's perf line format) is parsed and set beside akv at the same shape.
-expect "bench_vs_llamacpp without a build" 0 "nothing to compare against" "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/no-llama"
+expect "bench_vs_llamacpp without a build" 0 "nothing to compare against" "$PY" "$SRC/scripts/dev/bench_vs_llamacpp" "$TMP/no-llama"
 mkdir -p "$TMP/llama/bin"
 cat > "$TMP/llama/bin/test-backend-ops" <<'SH'
 #!/bin/sh
@@ -138,7 +138,7 @@ echo "  FLASH_ATTN_EXT(hsk=64,hsv=64,nh=8,nr23=[1,1],kv=512,nb=1,mask=1,sinks=0,
 SH
 chmod +x "$TMP/llama/bin/test-backend-ops"
 expect "bench_vs_llamacpp parses test-backend-ops and times akv at its shapes" 0 "64 +512 +1 +0.250ms" \
-  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 --json "$TMP/vs.json"
+  "$PY" "$SRC/scripts/dev/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 --json "$TMP/vs.json"
 expect "bench_vs_llamacpp JSON: f16 rows only, ratio = llama / akv" 0 "vs ok" "$PY" - "$TMP/vs.json" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))["attention"]["rows"]
@@ -153,7 +153,7 @@ mkdir -p "$TMP/llama_avx2"
 sed 's/250.00 us/500.00 us/' "$TMP/llama/bin/test-backend-ops" >"$TMP/llama_avx2/test-backend-ops"
 chmod +x "$TMP/llama_avx2/test-backend-ops"
 expect "bench_vs_llamacpp --isa-build: one baseline column per build" 0 "llama f16 #[12]: .*llama_avx2 \\(baseline of akv's avx2 rows\\)" \
-  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 \
+  "$PY" "$SRC/scripts/dev/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 \
   --isa generic,avx2 --isa-build avx2="$TMP/llama_avx2" --json "$TMP/vs2.json"
 expect "bench_vs_llamacpp --isa-build JSON: AVX2 rows against the AVX2 build" 0 "isa-build ok" "$PY" - "$TMP/vs2.json" <<'PY'
 import json, sys
@@ -169,12 +169,12 @@ mkdir -p "$TMP/llama_fails"
 printf '#!/bin/sh\necho "must not run" >&2\nexit 1\n' >"$TMP/llama_fails/test-backend-ops"
 chmod +x "$TMP/llama_fails/test-backend-ops"
 expect "bench_vs_llamacpp --isa-build for every --isa: the main build does not run" 0 "llama f16 #1: .*llama_avx2 .*avx2 rows" \
-  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama_fails" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 \
+  "$PY" "$SRC/scripts/dev/bench_vs_llamacpp" "$TMP/llama_fails" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 \
   --isa avx2 --isa-build avx2="$TMP/llama_avx2"
 expect "bench_vs_llamacpp --isa-build at an instruction set akv does not time" 2 "akv times no rows at avx2" \
-  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --isa generic --isa-build avx2="$TMP/llama_avx2"
+  "$PY" "$SRC/scripts/dev/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --isa generic --isa-build avx2="$TMP/llama_avx2"
 expect "bench_vs_llamacpp --isa-build without test-backend-ops" 2 "no test-backend-ops in .*no-llama" \
-  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --isa avx2 --isa-build avx2="$TMP/no-llama"
+  "$PY" "$SRC/scripts/dev/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --isa avx2 --isa-build avx2="$TMP/no-llama"
 # A stand-in that computes on two threads at once (hashing releases the GIL): the script counts
 # them from /proc and warns that akv ran with another number.
 mkdir -p "$TMP/llama2/bin"
@@ -195,7 +195,7 @@ PY
 chmod +x "$TMP/llama2/bin/test-backend-ops"
 expect "bench_vs_llamacpp counts test-backend-ops' threads and warns when akv's differ" 0 \
   "thread counts differ: rerun with --tbo-threads 2" \
-  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama2" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 --tbo-threads 1
+  "$PY" "$SRC/scripts/dev/bench_vs_llamacpp" "$TMP/llama2" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 --tbo-threads 1
 # The perplexity part with a stand-in llama-perplexity (its final-estimate line, PPL 100 for f16
 # KV and 110 with -ctk q4_0) beside akv evaluate --text on a tiny model with the byte tokenizer:
 # the script reports akv's perplexities and their relative differences to llama.cpp's.
@@ -212,7 +212,7 @@ c = json.load(open(sys.argv[1])); c["akv_tokenizer"] = "bytes"; json.dump(c, ope
 PY
 head -c 3000 "$SRC/README.md" >"$TMP/vs_text.txt"
 expect "bench_vs_llamacpp perplexity part: akv beside llama-perplexity, relative differences" 0 "relative difference" \
-  "$PY" "$SRC/scripts/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 \
+  "$PY" "$SRC/scripts/dev/bench_vs_llamacpp" "$TMP/llama" --akv "$AKV" --contexts 512 --head-dims 64 --gqa 1 --repeat 1 \
   --model "$TMP/vs_hf" --text "$TMP/vs_text.txt" --ctx 64 --chunks 2 --json "$TMP/vsp.json"
 expect "bench_vs_llamacpp JSON: relative difference = (akv - llama.cpp) / llama.cpp" 0 "ppl ok" "$PY" - "$TMP/vsp.json" <<'PY'
 import json, sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Format compatibility: the fixtures in data/fixtures (written by scripts/make_fixtures) are
+# Format compatibility: the fixtures in data/fixtures (written by scripts/dev/make_fixtures) are
 # read by today's akv, and re-created byte for byte from the same inputs and flags.
 source "$(dirname "$0")/lib.sh"
 FIX="$SRC/data/fixtures"
@@ -43,14 +43,14 @@ if [[ ${AKV_FIXTURE_BYTES:-0} != 1 ]]; then
 fi
 mkdir -p "$TMP/new" "$TMP/synth"
 cp "$FIX/dump.h5" "$TMP/new/dump.h5"
-if bash "$SRC/scripts/make_fixtures" -a "$AKV" --reuse-dump "$TMP/new" >"$TMP/make.log" 2>&1 &&
-   bash "$SRC/scripts/make_fixtures" -a "$AKV" "$TMP/synth" >>"$TMP/make.log" 2>&1; then
+if bash "$SRC/scripts/dev/make_fixtures" -a "$AKV" --reuse-dump "$TMP/new" >"$TMP/make.log" 2>&1 &&
+   bash "$SRC/scripts/dev/make_fixtures" -a "$AKV" "$TMP/synth" >>"$TMP/make.log" 2>&1; then
   cp "$TMP/synth/dump.h5" "$TMP/new/dump.h5"
   for f in "${files[@]}"; do
     if cmp -s "$FIX/$f" "$TMP/new/$f"; then pass "re-created $f byte for byte"
-    else fail "re-created $f differs from data/fixtures/$f (a format change? see scripts/make_fixtures)"; fi
+    else fail "re-created $f differs from data/fixtures/$f (a format change? see scripts/dev/make_fixtures)"; fi
   done
 else
-  fail "scripts/make_fixtures failed: $(head -c 300 "$TMP/make.log")"
+  fail "scripts/dev/make_fixtures failed: $(head -c 300 "$TMP/make.log")"
 fi
 finish

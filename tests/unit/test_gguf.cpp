@@ -285,7 +285,7 @@ void check_close(const RowMatrix& got, const RowMatrix& want) {
 }  // namespace
 
 TEST_CASE("ggml blocks: dequantization equals gguf-py bit for bit", "[gguf][golden]") {
-  // scripts/golden_ggml.py GGUF_PY_DIR data/golden/ggml-dequant.json
+  // scripts/dev/golden/ggml_dequant.py GGUF_PY_DIR data/golden/ggml-dequant.json
   std::ifstream in(std::string(AKV_SOURCE_DIR) + "/data/golden/ggml-dequant.json");
   REQUIRE(in);
   const nlohmann::json g = nlohmann::json::parse(in);
@@ -367,12 +367,12 @@ void check_quantize_golden(const std::string& file, std::size_t n_types) {
 }  // namespace
 
 TEST_CASE("ggml quantizers (KV cache types): blocks equal gguf-py's reference quantizers byte for byte", "[gguf][golden]") {
-  // scripts/golden_ggml.py GGUF_PY_DIR data/golden/ggml-dequant.json --quantize data/golden/ggml-quantize.json
+  // scripts/dev/golden/ggml_dequant.py GGUF_PY_DIR data/golden/ggml-dequant.json --quantize data/golden/ggml-quantize.json
   check_quantize_golden("ggml-quantize.json", 5);
 }
 
 TEST_CASE("ggml quantizers: blocks equal ggml's C reference quantizers byte for byte, IQ4_NL included", "[gguf][golden]") {
-  // scripts/golden_ggml_ref.py GGML_SRC GGML_BUILD data/golden/ggml-quantize-ref.json (ggml d99724f)
+  // scripts/dev/golden/ggml_quant_ref.py GGML_SRC GGML_BUILD data/golden/ggml-quantize-ref.json (ggml d99724f)
   check_quantize_golden("ggml-quantize-ref.json", 6);
 }
 

@@ -1,5 +1,5 @@
 // akv's named methods against outputs of their official implementations (data/golden, written by
-// scripts/golden_official.py and scripts/golden_kivi.py; docs/eviction.md, "Fidelity to the
+// scripts/dev/golden/official.py and scripts/dev/golden/kivi.py; docs/eviction.md, "Fidelity to the
 // reference implementations").
 #include <catch2/catch.hpp>
 
@@ -76,7 +76,7 @@ void check_kivi_part(const TensorPart& mine, const nlohmann::json& want, std::si
 }  // namespace
 
 TEST_CASE("KIVI: codes, scales, zeros and the residual split equal the official quantizer's", "[golden][quant]") {
-  // scripts/golden_kivi.py KIVI_CHECKOUT data/golden/kivi-dump.h5 data/golden/kivi-official.json
+  // scripts/dev/golden/kivi.py KIVI_CHECKOUT data/golden/kivi-dump.h5 data/golden/kivi-official.json
   std::ifstream in(kGolden + "kivi-official.json");
   REQUIRE(in);
   const nlohmann::json g = nlohmann::json::parse(in);
@@ -106,14 +106,14 @@ TEST_CASE("KIVI: codes, scales, zeros and the residual split equal the official 
 }
 
 TEST_CASE("Ada-KV, SnapKV, PyramidKV and Ada-KV pyramid keep what their official code keeps (GQA 4, 20%)", "[golden][alloc]") {
-  // scripts/golden_official.py data/golden/gqa4-dump.h5 data/golden/gqa4-official.json
+  // scripts/dev/golden/official.py data/golden/gqa4-dump.h5 data/golden/gqa4-official.json
   //   --adakv ADAKV_CHECKOUT --kvcache-factory KVCACHE_FACTORY_CHECKOUT
   check_golden("gqa4-official.json");
 }
 
 TEST_CASE("H2O and StreamingLLM keep what their official code keeps (MHA, every prompt query, 25%)",
           "[golden][alloc]") {
-  // scripts/golden_official.py data/golden/mha-dump.h5 data/golden/mha-official.json --budget 0.25
+  // scripts/dev/golden/official.py data/golden/mha-dump.h5 data/golden/mha-official.json --budget 0.25
   //   --h2o H2O_CHECKOUT --streaming-llm STREAMING_LLM_CHECKOUT
   check_golden("mha-official.json");
 }

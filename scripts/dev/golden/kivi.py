@@ -2,7 +2,7 @@
 """Runs KIVI's official quantizer on an akv dump and writes its codes, scales and zeros per layer,
 KV head and bit width, as golden data for akv's tests (tests/unit/test_golden.cpp):
 
-  scripts/golden_kivi.py CHECKOUT DUMP OUT.json [--group 32] [--residual 128] [--bits 2,4]
+  scripts/dev/golden/kivi.py CHECKOUT DUMP OUT.json [--group 32] [--residual 128] [--bits 2,4]
 
 CHECKOUT is a jy-yuan/KIVI checkout. Its quant/new_pack.py is imported unmodified and its
 quant_and_pack_kcache / quant_and_pack_vcache (the torch reference of the Triton kernel that

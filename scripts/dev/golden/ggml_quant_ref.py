@@ -4,7 +4,7 @@
 and writes their blocks as golden data for akv's ggml KV cache types
 (lib/akv/tensor/ggml_quant.h, tests/unit/test_gguf.cpp):
 
-  scripts/golden_ggml_ref.py GGML_SRC_DIR GGML_BUILD_DIR OUT.json [--commit C]
+  scripts/dev/golden/ggml_quant_ref.py GGML_SRC_DIR GGML_BUILD_DIR OUT.json [--commit C]
 
 GGML_SRC_DIR is a checkout of ggml (github.com/ggml-org/ggml, or llama.cpp's ggml/ directory),
 GGML_BUILD_DIR its CMake build (it holds libggml-base). A 20-line C program, written to a
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "IQ4_NL": 20}
 
 HARNESS = r"""

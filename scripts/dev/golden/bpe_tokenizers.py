@@ -8,9 +8,9 @@ Mistral/TinyLlama (normalizer Prepend and Replace with U+2581, no pre-tokenizer,
 <0xXX> pieces, <s> first) in two spellings: as older files write it (spm) and with the Metaspace
 pre-tokenizer of newer ones (metaspace). Merges are learned here from the repository's docs (as of
 commit CORPUS_COMMIT) by plain pair counting; they are only data: how a text is encoded is decided by the reference,
-scripts/golden_bpe.mjs, which runs Hugging Face tokenizers.
+scripts/dev/golden/bpe_ids.mjs, which runs Hugging Face tokenizers.
 
-  /usr/bin/python3 scripts/golden_bpe.py
+  /usr/bin/python3 scripts/dev/golden/bpe_tokenizers.py
 """
 import collections
 import json
@@ -18,7 +18,7 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 OUT = ROOT / "data" / "golden" / "bpe"
 MERGES = 400
 CORPUS_COMMIT = "63c8d3d"  # the docs/*.md of this commit are the training text (stable across edits)

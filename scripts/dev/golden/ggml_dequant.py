@@ -3,7 +3,7 @@
 and writes the blocks and the f32 values as golden data for akv's GGUF reader
 (tests/unit/test_gguf.cpp, lib/akv/tensor/ggml_blocks.h):
 
-  scripts/golden_ggml.py GGUF_PY_DIR OUT.json [--commit C] [--seed 1] [--quantize QOUT.json]
+  scripts/dev/golden/ggml_dequant.py GGUF_PY_DIR OUT.json [--commit C] [--seed 1] [--quantize QOUT.json]
 
 GGUF_PY_DIR is the gguf-py directory of a llama.cpp checkout (it holds gguf/quants.py). The
 module is imported unmodified, without running the package's __init__ (which pulls in the

@@ -1,9 +1,10 @@
+#!/usr/bin/env node
 // Reference encodings of data/golden/bpe/*-tokenizer.json by Hugging Face tokenizers (the Rust
 // library, 0.22.2, through its Node binding @anush008/tokenizers 0.6.0), for
 // tests/unit/test_bpe.cpp. Outside the build: needs node and that package.
 //
 //   (cd /tmp/t && npm install @anush008/tokenizers@0.6.0)
-//   NODE_PATH=/tmp/t/node_modules node scripts/golden_bpe.mjs
+//   NODE_PATH=/tmp/t/node_modules node scripts/dev/golden/bpe_ids.mjs
 import { createRequire } from "module";
 import { readFileSync, writeFileSync } from "fs";
 import { dirname, join } from "path";
@@ -11,7 +12,7 @@ import { fileURLToPath } from "url";
 
 const require = createRequire(process.env.NODE_PATH ? join(process.env.NODE_PATH, "x.js") : import.meta.url);
 const { Tokenizer } = require("@anush008/tokenizers");
-const dir = join(dirname(fileURLToPath(import.meta.url)), "..", "data", "golden", "bpe");
+const dir = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "data", "golden", "bpe");
 
 const texts = [
   "",

@@ -9,7 +9,7 @@ layer and KV head, as golden data for akv's tests (tests/unit/test_golden.cpp):
                               (H2OKVCache_LayerWise; needs a dump of all prompt queries, MHA)
   --streaming-llm CHECKOUT    mit-han-lab/streaming-llm streaming_llm/kv_cache.py (StartRecentKVCache)
 
-  scripts/golden_official.py DUMP OUT.json [the flags above] [--budget 0.2] [--window 32]
+  scripts/dev/golden/official.py DUMP OUT.json [the flags above] [--budget 0.2] [--window 32]
 
 Needs torch (Debian's python3-torch runs these CPU paths) and h5py. The official modules are
 imported unmodified from the checkouts; their imports of flash_attn and transformers, used only
