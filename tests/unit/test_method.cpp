@@ -136,3 +136,58 @@ TEST_CASE("ggml method: llama.cpp cache types as k= and v=", "[method][ggml]") {
   CHECK_THROWS_AS(resolve_params(parse_method_spec("ggml:k=q4_0:bits=4")), UsageError);
   CHECK_THROWS_AS(resolve_params(parse_method_spec("kivi:k=q4_0")), UsageError);
 }
+TEST_CASE("resolve_params: method defaults, presets and flag checks", "[method][params]") {
+  CompressRequest r;
+  CompressParams p = resolve_params(r);
+  CHECK(p.method == Quantizer::kivi);
+  CHECK(p.key.bits == 2);
+  CHECK(p.value.bits == 2);
+  CHECK(p.key.axis == QuantAxis::channel);
+  CHECK(p.value.axis == QuantAxis::token);
+  CHECK(p.key.group == 32);
+  CHECK(p.residual == 128);
+  r.method = "k4v3";
+  p = resolve_params(r);
+  CHECK(p.preset == "k4v3");
+  CHECK(p.key.bits == 4);
+  CHECK(p.value.bits == 3);
+  r.method = "uniform";
+  p = resolve_params(r);
+  CHECK(p.key.bits == 4);
+  CHECK(p.key.axis == QuantAxis::token);
+  CHECK(p.residual == 0);
+  r.bits = 3;
+  CHECK(resolve_params(r).value.bits == 3);
+  // JSON round trip.
+  const CompressParams q = CompressParams::from_json(p.to_json(), "x");
+  CHECK(q.to_json() == p.to_json());
+
+  CompressRequest bad;
+  bad.bits_key = 5;
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
+  bad = {};
+  bad.group = 0;
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
+  bad = {};
+  bad.residual = 100;  // not a multiple of 32
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
+  bad = {};
+  bad.outlier_fraction = 1.0;
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
+  bad = {};
+  bad.method = "uniform";
+  bad.residual = 32;
+  CHECK_THROWS_AS(resolve_params(bad), UsageError);
+  bad = {};
+  bad.method = "kivi-2";
+  bad.bits_key = 4;
+  CHECK_THROWS_AS(resolve_params(bad), UsageError);
+  bad = {};
+  bad.method = "none";
+  bad.pre_rope = true;
+  CHECK_THROWS_AS(resolve_params(bad), UsageError);
+  bad = {};
+  bad.method = "gptq";
+  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
+}
+

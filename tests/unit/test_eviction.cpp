@@ -45,7 +45,7 @@ CompressParams evict(const std::string& method, double budget, const std::string
 
 }  // namespace
 
-TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[policy]") {
+TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[eviction]") {
   test::TempDir dir;
   SynthOptions so = mixed();
   write_synth_dump(dir.file("d.h5"), so, {});
@@ -106,7 +106,7 @@ TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[
   CHECK_THROWS_AS(plan_eviction(dump, b, 1, {}), InvalidInput);
 }
 
-TEST_CASE("eviction with a budget >= n_tokens equals method none bit for bit", "[policy]") {
+TEST_CASE("eviction with a budget >= n_tokens equals method none bit for bit", "[eviction]") {
   test::TempDir dir;
   SynthOptions so = mixed();
   so.n_layers = 1;
@@ -126,7 +126,7 @@ TEST_CASE("eviction with a budget >= n_tokens equals method none bit for bit", "
   }
 }
 
-TEST_CASE("adakv beats uniform SnapKV on mixed heads at 10%, 20%, 50%", "[policy]") {
+TEST_CASE("adakv beats uniform SnapKV on mixed heads at 10%, 20%, 50%", "[eviction]") {
   // Compared at exactly equal totals (exact-total capacities).
   test::TempDir dir;
   const SynthOptions so = mixed();
@@ -156,7 +156,7 @@ TEST_CASE("adakv beats uniform SnapKV on mixed heads at 10%, 20%, 50%", "[policy
 }
 
 TEST_CASE("budgets file: round trip through compress, shape check; eviction + quantization",
-          "[policy]") {
+          "[eviction]") {
   test::TempDir dir;
   SynthOptions so = mixed();
   so.n_layers = 2;
@@ -194,7 +194,7 @@ TEST_CASE("budgets file: round trip through compress, shape check; eviction + qu
                   InvalidInput);
 }
 
-TEST_CASE("joint knapsack with real costs equals brute force on integer costs", "[policy][joint]") {
+TEST_CASE("joint knapsack with real costs equals brute force on integer costs", "[eviction][joint]") {
   Rng r(21);
   for (int trial = 0; trial < 200; ++trial) {
     const std::size_t n = 1 + r.below(4), k = 1 + r.below(4);
@@ -232,7 +232,7 @@ TEST_CASE("joint knapsack with real costs equals brute force on integer costs", 
   }
 }
 
-TEST_CASE("joint allocation: bytes within budget, prediction confirmed, beats uniform SnapKV", "[policy][joint]") {
+TEST_CASE("joint allocation: bytes within budget, prediction confirmed, beats uniform SnapKV", "[eviction][joint]") {
   test::TempDir dir;
   SynthOptions so = mixed();
   so.n_layers = 2;
@@ -270,7 +270,7 @@ TEST_CASE("joint allocation: bytes within budget, prediction confirmed, beats un
   }
 }
 
-TEST_CASE("streaming_victim on rows in any order equals a chronological scan", "[policy]") {
+TEST_CASE("streaming_victim on rows in any order equals a chronological scan", "[eviction]") {
   Rng rng(11);
   for (int trial = 0; trial < 300; ++trial) {
     // Kept positions (ascending = chronological), scores with many ties.

@@ -95,63 +95,8 @@ SynthOptions small_synth(std::size_t kv_heads, std::size_t head_dim, std::size_t
 
 }  // namespace
 
-TEST_CASE("resolve_params: method defaults, presets and flag checks", "[cache][params]") {
-  CompressRequest r;
-  CompressParams p = resolve_params(r);
-  CHECK(p.method == Quantizer::kivi);
-  CHECK(p.key.bits == 2);
-  CHECK(p.value.bits == 2);
-  CHECK(p.key.axis == QuantAxis::channel);
-  CHECK(p.value.axis == QuantAxis::token);
-  CHECK(p.key.group == 32);
-  CHECK(p.residual == 128);
-  r.method = "k4v3";
-  p = resolve_params(r);
-  CHECK(p.preset == "k4v3");
-  CHECK(p.key.bits == 4);
-  CHECK(p.value.bits == 3);
-  r.method = "uniform";
-  p = resolve_params(r);
-  CHECK(p.key.bits == 4);
-  CHECK(p.key.axis == QuantAxis::token);
-  CHECK(p.residual == 0);
-  r.bits = 3;
-  CHECK(resolve_params(r).value.bits == 3);
-  // JSON round trip.
-  const CompressParams q = CompressParams::from_json(p.to_json(), "x");
-  CHECK(q.to_json() == p.to_json());
-
-  CompressRequest bad;
-  bad.bits_key = 5;
-  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
-  bad = {};
-  bad.group = 0;
-  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
-  bad = {};
-  bad.residual = 100;  // not a multiple of 32
-  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
-  bad = {};
-  bad.outlier_fraction = 1.0;
-  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
-  bad = {};
-  bad.method = "uniform";
-  bad.residual = 32;
-  CHECK_THROWS_AS(resolve_params(bad), UsageError);
-  bad = {};
-  bad.method = "kivi-2";
-  bad.bits_key = 4;
-  CHECK_THROWS_AS(resolve_params(bad), UsageError);
-  bad = {};
-  bad.method = "none";
-  bad.pre_rope = true;
-  CHECK_THROWS_AS(resolve_params(bad), UsageError);
-  bad = {};
-  bad.method = "gptq";
-  CHECK_THROWS_AS(resolve_params(bad), InvalidInput);
-}
-
 TEST_CASE("compress_head: fast path equals reference; split into quantized and residual",
-          "[cache][head]") {
+          "[kv][head]") {
   const std::size_t n = 1000, d = 64;  // 1000 - 128 = 872 = 27 groups of 32 + 8
   const HeadData h = make_head(n, d, 7, true);
   for (int bits : {2, 3, 4, 8}) {
@@ -193,7 +138,7 @@ TEST_CASE("compress_head: fast path equals reference; split into quantized and r
 }
 
 TEST_CASE("compress_head: residual window exact, error falls with bits, outliers help",
-          "[cache][head]") {
+          "[kv][head]") {
   const std::size_t n = 1024, d = 64;
   const HeadData h = make_head(n, d, 11);
   std::vector<float> k(n * d), v(n * d);
@@ -242,7 +187,7 @@ TEST_CASE("compress_head: residual window exact, error falls with bits, outliers
   CHECK(rel_mse(h.key, k2) < rel_mse(h.key, k));
 }
 
-TEST_CASE("compress_head: pre-RoPE keys are rotated after dequantization", "[cache][head]") {
+TEST_CASE("compress_head: pre-RoPE keys are rotated after dequantization", "[kv][head]") {
   const std::size_t n = 512, d = 64;
   const HeadData h = make_head(n, d, 5, true);
   CompressParams p = kivi(8, 8);
@@ -261,7 +206,7 @@ TEST_CASE("compress_head: pre-RoPE keys are rotated after dequantization", "[cac
   CHECK_THROWS_AS(compress_head(in, p), InvalidInput);
 }
 
-TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[cache][file]") {
+TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[kv][file]") {
   test::TempDir dir;
   SynthOptions so = small_synth(2, 32, 300, 16);
   so.write.key_pre_rope = true;
@@ -326,7 +271,7 @@ TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[cache][file
 }
 
 TEST_CASE("compress_dump: same bytes for any thread count; refuses another dump",
-          "[cache][file]") {
+          "[kv][file]") {
   test::TempDir dir;
   SynthOptions so = small_synth(4, 32, 200, 8);
   write_synth_dump(dir.file("a.h5"), so, {});
@@ -367,7 +312,7 @@ TEST_CASE("compress_dump: same bytes for any thread count; refuses another dump"
 }
 
 TEST_CASE("ggml caches (llama.cpp's types): rows as ggml blocks, honest bytes, file round trip, corrupt blocks",
-          "[cache][file][ggml]") {
+          "[kv][file][ggml]") {
   test::TempDir dir;
   SynthOptions so = small_synth(2, 64, 100, 8);
   so.write.dtype = DType::f32;
