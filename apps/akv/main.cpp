@@ -7,12 +7,11 @@
 #include <exception>
 #include <new>
 
-#include "akv/attention/kernels.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/core/isa.h"
 #include "akv/core/parallel.h"
 #include "akv/core/version.h"
-#include "akv/tensor/linear.h"
 #include "commands.h"
 
 namespace {
@@ -64,9 +63,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"best", "avx512", "avx2", "generic"}))
       ->each([](const std::string& v) {
-        const int level = v == "generic" ? 0 : v == "avx2" ? 1 : 2;
-        akv::attn::set_isa(static_cast<akv::attn::Isa>(level));
-        akv::set_linear_isa(static_cast<akv::LinearIsa>(level));
+        akv::set_isa(v == "generic" ? akv::Isa::generic : v == "avx2" ? akv::Isa::avx2 : akv::Isa::avx512);
       });
 
   akv::cli::register_info(app, global);

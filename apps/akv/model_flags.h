@@ -7,8 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
+#include "akv/core/isa.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
 #include "akv/model/gguf.h"
@@ -75,7 +75,7 @@ inline std::vector<std::string> model_run_inputs(const std::string& model_path, 
 // The arithmetic of a model run, for a part's params: the plain loops (--max-isa generic) sum
 // in another order than the vector kernels (AVX2 and AVX-512 give the same bits), so parts of
 // the two do not merge into one report.
-inline const char* kernel_arithmetic() { return attn::active_isa() == attn::Isa::generic ? "generic" : "vector"; }
+inline const char* kernel_arithmetic() { return active_isa() == Isa::generic ? "generic" : "vector"; }
 
 // --text FILE cut into llama-perplexity's chunks of `ctx` tokens (BOS first; at most max_chunks,
 // 0 = all).

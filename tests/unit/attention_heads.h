@@ -93,13 +93,13 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
 // Runs fn once per instruction set this build and CPU have, then restores the best.
 template <typename Fn>
 void for_each_isa(Fn&& fn) {
-  for (attn::Isa isa : {attn::Isa::generic, attn::Isa::avx2, attn::Isa::avx512}) {
-    if (static_cast<int>(isa) > static_cast<int>(attn::best_isa())) continue;
-    attn::set_isa(isa);
-    INFO("isa " << attn::isa_name(isa));
+  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+    if (isa > best_isa()) continue;
+    set_isa(isa);
+    INFO("isa " << isa_name(isa));
     fn(isa);
   }
-  attn::set_isa(attn::best_isa());
+  set_isa(best_isa());
 }
 
 }  // namespace akv::test

@@ -108,7 +108,7 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
                                                        : bytes.data();
       const attn::Rows rows{f, base, chunks * bits, n, chunks};
       std::vector<std::vector<float>> s(3), acc(3);
-      for_each_isa([&](attn::Isa isa) {
+      for_each_isa([&](Isa isa) {
         auto& si = s[static_cast<std::size_t>(isa)];
         auto& ai = acc[static_cast<std::size_t>(isa)];
         si.assign(nq * n, 0.0f);
@@ -150,7 +150,7 @@ TEST_CASE("value coefficients and key weights: the vector loops give the plain l
         const std::vector<float> p = normal(nq * ps, 11, 0.5, 0.3);
         const std::vector<std::uint16_t> scale = normal_f16(n * ng, 12), zero = normal_f16(n * ng, 13);
         std::vector<std::vector<float>> coef(3), zsum(3);
-        for_each_isa([&](attn::Isa isa) {
+        for_each_isa([&](Isa isa) {
           auto& c = coef[static_cast<std::size_t>(isa)];
           auto& z = zsum[static_cast<std::size_t>(isa)];
           c.assign(n * nq * ng, -1.0f);
@@ -171,7 +171,7 @@ TEST_CASE("value coefficients and key weights: the vector loops give the plain l
       const std::vector<float> q = normal(nq * cols, 14);
       const std::vector<std::uint16_t> scale = normal_f16(cols, 15), zero = normal_f16(cols, 16);
       std::vector<std::vector<float>> w(3), bias(3);
-      for_each_isa([&](attn::Isa isa) {
+      for_each_isa([&](Isa isa) {
         auto& wi = w[static_cast<std::size_t>(isa)];
         auto& bi = bias[static_cast<std::size_t>(isa)];
         wi.assign(nq * cols, -1.0f);
@@ -189,7 +189,7 @@ TEST_CASE("value coefficients and key weights: the vector loops give the plain l
 }
 
 TEST_CASE("fused decode attention equals the reference with every instruction set", "[attention]") {
-  for_each_isa([&](attn::Isa) {
+  for_each_isa([&](Isa) {
     for (int bits : {2, 4}) {
       Layout l;
       l.bits_k = l.bits_v = bits;
@@ -548,15 +548,15 @@ TEST_CASE("decode attention over ggml blocks equals it over their dequantized ro
       for (std::size_t nq : {1, 4}) {
         const std::vector<float> q = normal(n_kv * nq * d, 5);
         std::vector<float> a(q.size()), b(q.size()), ref(q.size());
-        for (attn::Isa isa : {attn::Isa::generic, attn::Isa::avx2, attn::Isa::avx512}) {
-          if (isa > attn::best_isa()) continue;
-          attn::set_isa(isa);
+        for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+          if (isa > best_isa()) continue;
+          set_isa(isa);
           decode_attention({q.data(), n_kv * nq, d, blocks.data(), n_kv, 0.125f, a.data(), nullptr}, {2, 64, 128});
           decode_attention({q.data(), n_kv * nq, d, dense.data(), n_kv, 0.125f, b.data(), nullptr}, {2, 64, 128});
-          INFO(kname << "/" << vname << " gqa " << nq << " isa " << attn::isa_name(isa));
+          INFO(kname << "/" << vname << " gqa " << nq << " isa " << isa_name(isa));
           CHECK(a == b);
         }
-        attn::set_isa(attn::best_isa());
+        set_isa(best_isa());
         decode_attention_ref({q.data(), n_kv * nq, d, blocks.data(), n_kv, 0.125f, ref.data(), nullptr});
         CHECK(rel_err(a, ref) <= 1e-5);
       }

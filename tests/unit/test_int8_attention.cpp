@@ -104,7 +104,7 @@ TEST_CASE("int8 value coefficients: steps and row quads by hand, negative refuse
   CHECK(quads == std::vector<std::uint32_t>{64u | 127u << 8 | 32u << 16, 95u});
   CHECK(attn::coefficient_c8(quads.data(), 1, 1, 0) == 127);
   CHECK(attn::coefficient_c8(quads.data(), 1, 4, 0) == 95);
-  for_each_isa([&](attn::Isa) {  // each vector loop refuses what the plain loop refuses
+  for_each_isa([&](Isa) {  // each vector loop refuses what the plain loop refuses
     for (float bad : {-0.1f, std::nanf(""), INFINITY}) {
       for (std::size_t at : {std::size_t{0}, std::size_t{13 * 19 + 18}}) {  // a full vector's lane, a partial one's
         std::vector<float> c(16 * 19, 0.5f);  // 16 rows of 19 entries (19 heads, one group)
@@ -142,7 +142,7 @@ TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and th
         attn::quantize_coefficients_int8(coef.data(), nv, nq, ng, quads, sigma);
         const attn::Rows vrows{f, bytes.data(), stride, nv, cols / 8};
         std::vector<std::vector<float>> s(3), acc(3);
-        for_each_isa([&](attn::Isa) {  // the roundings: the same codes with every instruction set
+        for_each_isa([&](Isa) {  // the roundings: the same codes with every instruction set
           attn::Int8Weights qi;
           attn::quantize_weights_int8(w.data(), nq, cols, f, qi);
           CHECK(qi.w == q.w);
@@ -157,7 +157,7 @@ TEST_CASE("int8 loops: every instruction set gives the plain loops' bits, and th
           CHECK(qi8 == quads);
           CHECK(si == sigma);
         });
-        for_each_isa([&](attn::Isa isa) {
+        for_each_isa([&](Isa isa) {
           auto& si = s[static_cast<std::size_t>(isa)];
           auto& ai = acc[static_cast<std::size_t>(isa)];
           si.assign(nq * n, 0.0f);
@@ -217,7 +217,7 @@ TEST_CASE("int8 decode attention: error a fraction of the cache's own, bitwise e
       INFO("bits " << bits << " gqa " << nq);
       const std::vector<float> exact = attend(l, 2, nq, {}), unquantized = attend(plain, 2, nq, {});
       std::vector<std::vector<float>> outs(3);  // per instruction set
-      for_each_isa([&](attn::Isa isa) {
+      for_each_isa([&](Isa isa) {
         for (int threads : {1, 3}) {
           o.threads = threads;
           o.partition = 512;
@@ -231,7 +231,7 @@ TEST_CASE("int8 decode attention: error a fraction of the cache's own, bitwise e
       // sum in another order.
       if (!outs[2].empty()) CHECK(outs[2] == outs[1]);
       if (!outs[1].empty()) CHECK(rel_err(outs[1], outs[0]) <= 1e-5);
-      const std::vector<float>& best = outs[static_cast<std::size_t>(attn::best_isa())];
+      const std::vector<float>& best = outs[static_cast<std::size_t>(best_isa())];
       const double e_int8 = rel_err(best, exact), e_cache = rel_err(exact, unquantized);
       INFO("int8 vs exact " << e_int8 << ", exact vs unquantized " << e_cache);
       CHECK(e_int8 > 0.0);  // the integer path did run

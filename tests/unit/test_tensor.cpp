@@ -258,9 +258,9 @@ TEST_CASE("linear_rows: fast path equals the reference bit for bit; outputs do n
         linear_rows(w.data(), rows, cols, ldw, x.data(), batch, ldx, y.data(), ldy);
         linear_rows_ref(w.data(), rows, cols, ldw, x.data(), batch, ldx, ref.data(), ldy);
         CHECK(y == ref);  // padding columns untouched in both
-        for (const LinearIsa isa : {LinearIsa::generic, LinearIsa::avx2, LinearIsa::avx512}) {
-          if (isa > linear_best_isa()) continue;
-          INFO(linear_isa_name(isa));
+        for (const Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+          if (isa > best_isa()) continue;
+          INFO(isa_name(isa));
           std::vector<float> v(batch * ldy, -1.0f);
           linear_rows_isa(isa, w.data(), rows, cols, ldw, x.data(), batch, ldx, v.data(), ldy);
           CHECK(v == ref);

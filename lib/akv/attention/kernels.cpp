@@ -1,7 +1,6 @@
 #include "akv/attention/kernels.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -27,47 +26,6 @@ void accumulate_rows_simd(const Rows& rows, std::size_t nq, const float* coef, s
                           std::size_t cpg, float* acc, std::size_t as);
 }  // namespace avx512
 #endif
-
-namespace {
-
-Isa detect_isa() {
-#ifdef AKV_ATTN_AVX512_TU
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq")) {
-    return Isa::avx512;
-  }
-#endif
-#ifdef AKV_ATTN_AVX2
-  return Isa::avx2;
-#else
-  return Isa::generic;
-#endif
-}
-
-std::atomic<int>& isa_setting() {
-  static std::atomic<int> isa{static_cast<int>(best_isa())};
-  return isa;
-}
-
-}  // namespace
-
-Isa best_isa() {
-  static const Isa best = detect_isa();
-  return best;
-}
-
-Isa active_isa() { return static_cast<Isa>(isa_setting().load(std::memory_order_relaxed)); }
-
-void set_isa(Isa isa) { isa_setting().store(std::min(static_cast<int>(isa), static_cast<int>(best_isa()))); }
-
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::avx512: return "avx512";
-    case Isa::avx2: return "avx2";
-    default: return "generic";
-  }
-}
 
 RowFormat code_format(int bits) {
   switch (bits) {

@@ -5,19 +5,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "akv/core/isa.h"
+
 namespace akv::attn {
 
 enum class RowFormat { f32, f16, code2, code3, code4, code8 };
 
-// Instruction sets of the vector loops. avx2: x86-64-v3 (the build's baseline); avx512: the same
-// loops compiled with AVX-512 F/VL/BW/DQ (4-bit codes read without shifts, more accumulators), chosen
-// at run time when the CPU has it. AVX2 and AVX-512 results are bitwise identical; the plain
-// loops (generic) sum in another order and agree within 1e-6.
-enum class Isa { generic, avx2, avx512 };
-Isa best_isa();    // what this build and CPU support
-Isa active_isa();  // in use: best_isa() unless set_isa chose a lower one
-void set_isa(Isa isa);  // clamps to best_isa(); process-wide (benchmarks and tests)
-const char* isa_name(Isa isa);
+// The vector loops run core/isa.h's active_isa(): avx2 (x86-64-v3, the build's baseline) or
+// avx512 (the same loops compiled with AVX-512 F/VL/BW/DQ: 4-bit codes read without shifts, more
+// accumulators). AVX2 and AVX-512 results are bitwise identical; the plain loops (generic) sum in
+// another order and agree within 1e-6.
 
 RowFormat code_format(int bits);  // 2, 3, 4, 8
 

@@ -23,7 +23,7 @@ namespace {
 
 struct Variant {
   std::string name;
-  attn::Isa isa = attn::Isa::generic;
+  Isa isa = Isa::generic;
   bool dense = true;
   DenseType type = DenseType::f16;
   int bits_key = 16, bits_value = 16;
@@ -33,7 +33,7 @@ struct Variant {
   bool int8_reads() const {
     return !dense && !ggml && (bits_key == 2 || bits_key == 4 || bits_value == 2 || bits_value == 4);
   }
-  std::string label() const { return name + "@" + attn::isa_name(isa) + (mode == AttentionMode::int8 ? "/int8" : ""); }
+  std::string label() const { return name + "@" + isa_name(isa) + (mode == AttentionMode::int8 ? "/int8" : ""); }
 };
 
 Variant parse_variant(const std::string& s) {
@@ -156,19 +156,19 @@ double fitted_exponent(const std::vector<std::pair<double, double>>& pts) {
   return (m * sxy - sx * sy) / (m * sxx - sx * sx);
 }
 
-attn::Isa parse_isa(const std::string& s) {
-  attn::Isa isa = attn::best_isa();
+Isa parse_isa(const std::string& s) {
+  Isa isa = best_isa();
   if (s == "avx512") {
-    isa = attn::Isa::avx512;
+    isa = Isa::avx512;
   } else if (s == "avx2") {
-    isa = attn::Isa::avx2;
+    isa = Isa::avx2;
   } else if (s == "generic") {
-    isa = attn::Isa::generic;
+    isa = Isa::generic;
   } else if (s != "best") {
     throw InvalidInput("unknown instruction set (best, avx512, avx2, generic)", {"", "--isa", s});
   }
-  if (static_cast<int>(isa) > static_cast<int>(attn::best_isa())) {
-    throw UsageError(fmt::format("not available on this CPU or build (best: {})", attn::isa_name(attn::best_isa())),
+  if (isa > best_isa()) {
+    throw UsageError(fmt::format("not available on this CPU or build (best: {})", isa_name(best_isa())),
                      {"", "--isa", s});
   }
   return isa;
@@ -176,9 +176,9 @@ attn::Isa parse_isa(const std::string& s) {
 
 // Sets the kernels' instruction set for the scope (restores the previous one).
 struct IsaScope {
-  attn::Isa saved = attn::active_isa();
-  explicit IsaScope(attn::Isa isa) { attn::set_isa(isa); }
-  ~IsaScope() { attn::set_isa(saved); }
+  Isa saved = active_isa();
+  explicit IsaScope(Isa isa) { set_isa(isa); }
+  ~IsaScope() { set_isa(saved); }
   IsaScope(const IsaScope&) = delete;
   IsaScope& operator=(const IsaScope&) = delete;
 };
@@ -216,7 +216,7 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
   check_args(o);
   const int threads = resolve_threads(o.threads);
   std::vector<Variant> variants;  // each variant once per instruction set
-  std::vector<attn::Isa> isas;
+  std::vector<Isa> isas;
   for (const auto& s : o.isas) isas.push_back(parse_isa(s));
   std::vector<AttentionMode> modes;
   for (const auto& s : o.attention) modes.push_back(parse_attention_mode(s));
@@ -225,7 +225,7 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
     for (std::size_t d : o.head_dims) {
       if (v.ggml) check_ggml_head_dim(*v.ggml, d, "", "--head-dims (" + s + ")");
     }
-    for (attn::Isa isa : isas) {
+    for (Isa isa : isas) {
       for (AttentionMode m : modes) {
         if (m == AttentionMode::int8 && !v.int8_reads()) continue;
         v.isa = isa;
@@ -322,13 +322,13 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
             samples[i].seconds.push_back(t / inner[i]);
           }
         }
-        std::map<attn::Isa, double> f16_min;  // the baseline of each instruction set
+        std::map<Isa, double> f16_min;  // the baseline of each instruction set
         for (std::size_t i = 0; i < caches.size(); ++i) {
           if (variants[i].name == "f16") f16_min[variants[i].isa] = samples[i].min();
         }
         // Outputs for the error columns: each variant once, int8 rows also through the exact path.
         std::vector<std::vector<float>> outs(caches.size(), std::vector<float>(q.size()));
-        std::map<attn::Isa, std::size_t> f32_row;
+        std::map<Isa, std::size_t> f32_row;
         for (std::size_t i = 0; i < caches.size(); ++i) {
           call_into(i, variants[i].mode, outs[i]);
           if (variants[i].name == "f32") f32_row[variants[i].isa] = i;
@@ -342,7 +342,7 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
                                         {"gqa", g},
                                         {"kv_heads", o.kv_heads},
                                         {"variant", v.name},
-                                        {"isa", attn::isa_name(v.isa)},
+                                        {"isa", isa_name(v.isa)},
                                         {"attention", attention_mode_name(v.mode)},
                                         {"bits_key", v.bits_key},
                                         {"bits_value", v.bits_value},

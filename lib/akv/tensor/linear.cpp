@@ -1,7 +1,6 @@
 #include "akv/tensor/linear.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -44,29 +43,13 @@ void linear_rows_avx512(const float* w, std::size_t rows, std::size_t cols, std:
 }  // namespace avx512
 #endif
 
-LinearIsa linear_best_isa() {
-#if defined(__AVX2__) && defined(__FMA__)
-#if defined(AKV_LINEAR_AVX512_TU)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-  if (avx512) return LinearIsa::avx512;
-#endif
-  return LinearIsa::avx2;
-#else
-  return LinearIsa::generic;
-#endif
-}
-
-const char* linear_isa_name(LinearIsa isa) {
-  return isa == LinearIsa::avx512 ? "avx512" : isa == LinearIsa::avx2 ? "avx2" : "generic";
-}
-
 LinearInput::LinearInput(const float* x, std::size_t batch, std::size_t cols, std::size_t ldx)
-    : LinearInput(linear_active_isa(), x, batch, cols, ldx) {}
+    : LinearInput(active_isa(), x, batch, cols, ldx) {}
 
-LinearInput::LinearInput(LinearIsa isa, const float* x, std::size_t batch, std::size_t cols, std::size_t ldx)
-    : isa_(std::min(isa, linear_best_isa())), x_(x), batch_(batch), cols_(cols), ldx_(ldx) {
+LinearInput::LinearInput(Isa isa, const float* x, std::size_t batch, std::size_t cols, std::size_t ldx)
+    : isa_(std::min(isa, best_isa())), x_(x), batch_(batch), cols_(cols), ldx_(ldx) {
 #if defined(AKV_LINEAR_AVX512_TU)
-  if (isa_ == LinearIsa::avx512) {
+  if (isa_ == Isa::avx512) {
     const std::size_t groups = avx512::pair_groups(batch);
     if (groups == 0 || cols < 8) return;
     constexpr std::size_t kAlign = 16;  // floats in 64 bytes
@@ -93,35 +76,23 @@ void linear_rows(const float* w, std::size_t rows, std::size_t ldw, const Linear
   const float* x = in.x();
   const std::size_t batch = in.batch(), cols = in.cols(), ldx = in.ldx();
 #if defined(AKV_LINEAR_AVX512_TU)
-  if (in.isa() == LinearIsa::avx512) return avx512::linear_rows_avx512(w, rows, cols, ldw, in.packed(), x, batch, ldx, y, ldy);
+  if (in.isa() == Isa::avx512) return avx512::linear_rows_avx512(w, rows, cols, ldw, in.packed(), x, batch, ldx, y, ldy);
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
-  if (in.isa() == LinearIsa::avx2) return avx2::linear_rows_simd<3>(w, rows, cols, ldw, x, batch, ldx, y, ldy);
+  if (in.isa() == Isa::avx2) return avx2::linear_rows_simd<3>(w, rows, cols, ldw, x, batch, ldx, y, ldy);
 #endif
   linear_rows_ref(w, rows, cols, ldw, x, batch, ldx, y, ldy);
 }
 
-void linear_rows_isa(LinearIsa isa, const float* w, std::size_t rows, std::size_t cols, std::size_t ldw,
+void linear_rows_isa(Isa isa, const float* w, std::size_t rows, std::size_t cols, std::size_t ldw,
                      const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
   linear_rows(w, rows, ldw, LinearInput(isa, x, batch, cols, ldx), y, ldy);
 }
 
-namespace {
-std::atomic<int>& linear_isa_setting() {
-  static std::atomic<int> isa{static_cast<int>(linear_best_isa())};
-  return isa;
-}
-}  // namespace
-
-void set_linear_isa(LinearIsa isa) {
-  linear_isa_setting().store(std::min(static_cast<int>(isa), static_cast<int>(linear_best_isa())));
-}
-
-LinearIsa linear_active_isa() { return static_cast<LinearIsa>(linear_isa_setting().load(std::memory_order_relaxed)); }
 
 void linear_rows(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                  std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
-  linear_rows_isa(linear_active_isa(), w, rows, cols, ldw, x, batch, ldx, y, ldy);
+  linear_rows_isa(active_isa(), w, rows, cols, ldw, x, batch, ldx, y, ldy);
 }
 
 }  // namespace akv

@@ -17,14 +17,15 @@
 #include <cstddef>
 #include <vector>
 
+#include "akv/core/isa.h"
+
 namespace akv {
 
 // W [rows, cols] (row stride ldw), X [batch, cols] (row stride ldx), Y [batch, *] (row stride
 // ldy; writes Y[b * ldy + o] for o < rows).
 void linear_rows(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                  std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
-// Kernel variants: linear_rows runs linear_active_isa()'s (by default the best).
-enum class LinearIsa { generic, avx2, avx512 };
+// Kernel variants: linear_rows runs core/isa.h's active_isa()'s (by default the best).
 
 // X prepared once for several linear_rows calls over it (the row blocks of one product, on
 // several threads): the AVX-512 kernels read X's vectors two per register, laid out pair by
@@ -32,8 +33,8 @@ enum class LinearIsa { generic, avx2, avx512 };
 class LinearInput {
  public:
   LinearInput(const float* x, std::size_t batch, std::size_t cols, std::size_t ldx);
-  LinearInput(LinearIsa isa, const float* x, std::size_t batch, std::size_t cols, std::size_t ldx);
-  LinearIsa isa() const { return isa_; }
+  LinearInput(Isa isa, const float* x, std::size_t batch, std::size_t cols, std::size_t ldx);
+  Isa isa() const { return isa_; }
   const float* x() const { return x_; }
   std::size_t batch() const { return batch_; }
   std::size_t cols() const { return cols_; }
@@ -41,7 +42,7 @@ class LinearInput {
   const float* packed() const { return packed_; }  // null when the kernel reads x as it is
 
  private:
-  LinearIsa isa_;
+  Isa isa_;
   const float* x_;
   std::size_t batch_, cols_, ldx_;
   std::vector<float> storage_;
@@ -53,14 +54,8 @@ class LinearInput {
 std::size_t linear_input_slice(std::size_t cols);
 // linear_rows over a prepared X (W [rows, x.cols()], row stride ldw).
 void linear_rows(const float* w, std::size_t rows, std::size_t ldw, const LinearInput& x, float* y, std::size_t ldy);
-LinearIsa linear_best_isa();  // what this build and CPU support
-const char* linear_isa_name(LinearIsa isa);
-// Process-wide cap on the variant linear_rows runs (clamped to linear_best_isa(); `akv
-// --max-isa`); linear_active_isa() is the one in use.
-void set_linear_isa(LinearIsa isa);
-LinearIsa linear_active_isa();
-// linear_rows with a given variant (clamped to linear_best_isa()).
-void linear_rows_isa(LinearIsa isa, const float* w, std::size_t rows, std::size_t cols, std::size_t ldw,
+// linear_rows with a given variant (clamped to best_isa()).
+void linear_rows_isa(Isa isa, const float* w, std::size_t rows, std::size_t cols, std::size_t ldw,
                      const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
 void linear_rows_ref(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                      std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);

@@ -1,0 +1,17 @@
+#pragma once
+// One switch for every vector kernel (decode attention, int8 attention, weight products): the
+// instruction set they run. avx2: x86-64-v3 (AVX2, FMA, F16C: the build's baseline); avx512: the
+// same loops compiled again for AVX-512 F/VL/BW/DQ, chosen at run time when the CPU has them
+// (the int8 loops also need VNNI, else they run their AVX2 form). AVX2 and AVX-512 give bitwise
+// identical results; the plain loops (generic) sum in another order and agree within float
+// rounding.
+namespace akv {
+
+enum class Isa { generic, avx2, avx512 };
+
+Isa best_isa();                 // what this build and CPU support
+Isa active_isa();               // in use: best_isa() unless set_isa chose a lower one
+void set_isa(Isa isa);          // clamps to best_isa(); process-wide (`akv --max-isa`, benchmarks, tests)
+const char* isa_name(Isa isa);  // "generic", "avx2", "avx512"
+
+}  // namespace akv
