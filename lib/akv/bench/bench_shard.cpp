@@ -4,7 +4,7 @@
 #include "akv/bench/policy_bench.h"
 #include "akv/bench/quant_bench.h"
 #include "akv/core/errors.h"
-#include "akv/eval/shard.h"
+#include "akv/eval/parts.h"
 #include "akv/io/json_file.h"
 
 namespace akv {

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "akv/core/errors.h"
-#include "akv/eval/shard.h"
+#include "akv/eval/parts.h"
 #include "akv/io/json_file.h"
 #include "akv/kv/runtime.h"
 

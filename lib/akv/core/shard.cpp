@@ -18,4 +18,37 @@ Shard parse_shard(const std::string& text, const std::string& flag) {
   return {static_cast<std::size_t>(k), static_cast<std::size_t>(n)};
 }
 
+void ShardSet::add(const std::string& file, std::size_t shard, std::size_t shards) {
+  if (given_.empty()) {
+    file0_ = file;
+    n_ = shards;
+  }
+  if (shards != n_) {
+    throw InvalidInput("parts of different shard counts (" + file0_ + ": " + std::to_string(n_) + ")",
+                       {file, "shards", std::to_string(shards)});
+  }
+  if (shard < 1 || shard > n_) throw InvalidInput("shard outside 1.." + std::to_string(n_), {file, "shard", std::to_string(shard)});
+  const std::size_t index = given_.size();
+  if (const auto [it, added] = given_.emplace(shard, std::make_pair(index, file)); !added) {
+    throw InvalidInput("shard given twice (also " + it->second.second + ")", {file, "shard", std::to_string(shard)});
+  }
+}
+
+std::vector<std::size_t> ShardSet::order() const {
+  std::size_t k = 1;  // the first shard not given; parts are distinct shards of 1..n
+  for (auto it = given_.begin(); it != given_.end() && it->first == k; ++it) ++k;
+  if (k <= n_) throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n_)});
+  std::vector<std::size_t> order;
+  for (const auto& [shard, part] : given_) order.push_back(part.first);
+  return order;
+}
+
+void check_follows(const std::string& file, const char* field, const char* items, std::size_t first,
+                   std::size_t next) {
+  if (first != next) {
+    throw InvalidInput(std::string(items) + " do not follow the previous shard's (" + std::to_string(next) + ")",
+                       {file, field, std::to_string(first)});
+  }
+}
+
 }  // namespace akv

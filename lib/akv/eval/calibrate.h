@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/progress.h"
-#include "akv/eval/shard.h"
+#include "akv/eval/parts.h"
 #include "akv/io/dump.h"
 #include "akv/quant/affine.h"
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/eval/attention.h"
-#include "akv/eval/shard.h"
+#include "akv/eval/parts.h"
 #include "akv/kv/compress.h"
 
 namespace akv {

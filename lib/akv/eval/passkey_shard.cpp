@@ -2,7 +2,7 @@
 
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
-#include "akv/eval/shard.h"
+#include "akv/eval/parts.h"
 #include "akv/io/json_file.h"
 
 namespace akv {

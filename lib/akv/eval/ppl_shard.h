@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/eval/perplexity.h"
-#include "akv/eval/shard.h"
+#include "akv/eval/parts.h"
 
 namespace akv {
 

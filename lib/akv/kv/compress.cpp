@@ -250,35 +250,26 @@ MemoryReport merge_cache_parts(const std::vector<std::string>& paths, const std:
   std::vector<std::unique_ptr<CacheReader>> parts;
   for (const std::string& p : paths) parts.push_back(std::make_unique<CacheReader>(p, true));
   const CacheReader& first = *parts[0];
-  const std::size_t n = first.part().shards;
-  std::vector<const CacheReader*> by_shard(n, nullptr);
   const std::string params0 = first.header().params.to_json().dump();
+  ShardSet set;
   for (const auto& r : parts) {
     const CachePart& cp = r->part();
     if (!cp.partial()) throw InvalidInput("not a partial cache", {r->path(), "format", kCacheFormat});
-    if (cp.shards != n) {
-      throw InvalidInput("parts of different shard counts (" + first.path() + ": " + std::to_string(n) + ")",
-                         {r->path(), "shards", std::to_string(cp.shards)});
-    }
     if (r->header().params.to_json().dump() != params0) {
       throw InvalidInput("part of another run: params differ from " + first.path() + "'s", {r->path(), "params"});
     }
     if (r->header().source_hash != first.header().source_hash || r->header().source_path != first.header().source_path) {
       throw InvalidInput("part of another run: source differs from " + first.path() + "'s", {r->path(), "source_hash", r->header().source_hash});
     }
-    if (by_shard[cp.shard - 1]) {
-      throw InvalidInput("shard given twice (also " + by_shard[cp.shard - 1]->path() + ")", {r->path(), "shard", std::to_string(cp.shard)});
-    }
-    by_shard[cp.shard - 1] = r.get();
+    set.add(r->path(), cp.shard, cp.shards);
   }
+  std::vector<const CacheReader*> by_shard;
   std::size_t next = 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    if (!by_shard[k]) throw InvalidInput("shard missing", {"", "shard", std::to_string(k + 1) + "/" + std::to_string(n)});
-    if (by_shard[k]->part().first_layer != next) {
-      throw InvalidInput("layers do not follow the previous shard's (" + std::to_string(next) + ")",
-                         {by_shard[k]->path(), "first_layer", std::to_string(by_shard[k]->part().first_layer)});
-    }
-    next = by_shard[k]->part().end_layer;
+  for (const std::size_t i : set.order()) {
+    const CacheReader* r = parts[i].get();
+    check_follows(r->path(), "first_layer", "layers", r->part().first_layer, next);
+    next = r->part().end_layer;
+    by_shard.push_back(r);
   }
   if (next != first.meta().n_layers) throw InvalidInput("parts end before the last layer", {"", "end_layer", std::to_string(next)});
   CacheWriter writer(out_path, first.header());

@@ -1,6 +1,4 @@
-#include "akv/eval/shard.h"
-
-#include <map>
+#include "akv/eval/parts.h"
 
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
@@ -11,41 +9,25 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
                                      const std::string& format, std::initializer_list<const char*> same) {
   if (parts.empty()) throw UsageError("merge needs partial outputs", {"", "PARTS"});
   const auto& [file0, first] = parts[0];
-  std::map<std::size_t, std::size_t> given;  // shard -> index into parts (n may be any number a file claims)
-  std::size_t n = 0;
+  ShardSet set;
   try {
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      const auto& [file, j] = parts[i];
+    for (const auto& [file, j] : parts) {
       if (!j.is_object() || j.value("format", std::string()) != format) {
         throw InvalidInput("not a partial output of this kind (expected format " + format + ")",
                            {file, "format", j.is_object() && j.contains("format") ? j["format"].dump() : "missing"});
       }
-      const std::size_t k = json_uint(j.at("shard")), shards = json_uint(j.at("shards"));
-      if (i == 0) n = shards;
-      if (shards != n) {
-        throw InvalidInput("parts of different shard counts (" + file0 + ": " + std::to_string(n) + ")",
-                           {file, "shards", std::to_string(shards)});
-      }
-      if (k < 1 || k > n) throw InvalidInput("shard outside 1.." + std::to_string(n), {file, "shard", std::to_string(k)});
       for (const char* key : same) {
         if (j.at(key) != first.at(key)) {
           throw InvalidInput(std::string("part of another run: ") + key + " differ from " + file0 + "'s",
                              {file, key, j.at(key).dump()});
         }
       }
-      if (const auto [it, added] = given.emplace(k, i); !added) {
-        throw InvalidInput("shard given twice (also " + parts[it->second].first + ")", {file, "shard", std::to_string(k)});
-      }
+      set.add(file, json_uint(j.at("shard")), json_uint(j.at("shards")));
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial output field missing or of the wrong type: ") + e.what(), {file0});
   }
-  std::size_t k = 1;  // the first shard not given; parts are distinct shards of 1..n
-  for (auto it = given.begin(); it != given.end() && it->first == k; ++it) ++k;
-  if (k <= n) throw InvalidInput("shard missing", {"", "shard", std::to_string(k) + "/" + std::to_string(n)});
-  std::vector<std::size_t> order;
-  for (const auto& [shard, i] : given) order.push_back(i);
-  return order;
+  return set.order();
 }
 
 void read_method_lists(const std::string& file, const nlohmann::json& j, std::vector<std::string>& specs,
@@ -63,10 +45,7 @@ void read_method_lists(const std::string& file, const nlohmann::json& j, std::ve
 
 void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
                    std::size_t next) {
-  if (json_uint(j.at(field)) != next) {
-    throw InvalidInput(std::string(items) + " do not follow the previous shard's (" + std::to_string(next) + ")",
-                       {file, field, j.at(field).dump()});
-  }
+  check_follows(file, field, items, json_uint(j.at(field)), next);
 }
 
 }  // namespace akv

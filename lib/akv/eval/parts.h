@@ -1,5 +1,5 @@
 #pragma once
-// Merging the partial outputs of sharded runs (docs/scale.md; Shard itself: core/shard.h).
+// The partial JSON outputs of sharded runs (docs/scale.md; Shard and ShardSet: core/shard.h).
 #include <cstddef>
 #include <initializer_list>
 #include <string>
@@ -12,9 +12,10 @@
 
 namespace akv {
 
-// Checks that partial outputs (each with the file it came from) are shards 1..N of one run: the
-// format `format`, the same "shards", equal values at `same` (inputs, parameters), every shard
-// once. Returns the parts' indices in shard order. InvalidInput naming the file and field.
+// Checks that partial JSON outputs (each with the file it came from) are shards 1..N of one run:
+// the format `format`, equal values at `same` (inputs, parameters), then core/shard.h's ShardSet
+// (one shard count, every shard once). Returns the parts' indices in shard order. InvalidInput
+// naming the file and field.
 std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nlohmann::json>>& parts,
                                      const std::string& format, std::initializer_list<const char*> same);
 
@@ -23,8 +24,7 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
 void read_method_lists(const std::string& file, const nlohmann::json& j, std::vector<std::string>& specs,
                        std::vector<std::string>& descriptions);
 
-// Checks that part j (from `file`) starts where the previous shards ended: j[field] (e.g.
-// "first_layer") == `next`; InvalidInput naming the file and field ("layers do not follow...").
+// core/shard.h's check_follows for part j (from `file`): j[field] (e.g. "first_layer") == `next`.
 void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
                    std::size_t next);
 
