@@ -135,7 +135,7 @@ TEST_CASE("stories260K: full-cache perplexity over the 64 samples is 15.8769", "
   CHECK(std::exp(nll / count) == Approx(15.8769).epsilon(1e-4));
 }
 
-TEST_CASE("decode_batch: each row equals decode() of its sequence, for any batch and thread count", "[model][batch]") {
+TEST_CASE("decode_lanes of one token each: every row equals decode() of its sequence, for any batch and thread count", "[model][batch]") {
   if (!have_shared()) {
     WARN("skipped: shared data not found");
     return;
@@ -152,16 +152,19 @@ TEST_CASE("decode_batch: each row equals decode() of its sequence, for any batch
   for (std::size_t step = 0; step < 5; ++step) {
     std::vector<std::int32_t> tokens;
     std::vector<std::size_t> pos;
-    std::vector<KvPolicy*> b_ptr, t_ptr;
     for (std::size_t lane = 0; lane < one.size(); ++lane) {
       const std::size_t s = lane / methods.size();
       pos.push_back(prompt[s] + step);
       tokens.push_back(lines[s][pos.back()]);
-      b_ptr.push_back(batched[lane].get());
-      t_ptr.push_back(threaded[lane].get());
     }
-    const RowMatrix b = m.decode_batch(tokens.data(), pos.data(), b_ptr.data(), b_ptr.size(), 1);
-    const RowMatrix t = m.decode_batch(tokens.data(), pos.data(), t_ptr.data(), t_ptr.size(), 2);
+    std::vector<Model::Lane> b_lanes, t_lanes;
+    for (std::size_t lane = 0; lane < one.size(); ++lane) {
+      b_lanes.push_back({batched[lane].get(), &tokens[lane], pos[lane], 1, nullptr});
+      t_lanes.push_back({threaded[lane].get(), &tokens[lane], pos[lane], 1, nullptr});
+    }
+    RowMatrix b, t;
+    m.decode_lanes(b_lanes.data(), b_lanes.size(), b, 1);
+    m.decode_lanes(t_lanes.data(), t_lanes.size(), t, 2);
     for (std::size_t lane = 0; lane < one.size(); ++lane) {
       const std::vector<float> ref = m.decode(tokens[lane], pos[lane], *one[lane]);
       const auto r = static_cast<Eigen::Index>(lane);

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "akv/core/errors.h"
+#include "akv/eval/lanes.h"
 #include "akv/eval/parts.h"
 #include "akv/io/json_file.h"
 #include "akv/kv/runtime.h"
@@ -72,20 +73,16 @@ DecodeBenchResult bench_decode(const Model& model,
           caches.push_back(make_kv_policy(methods[mi].params, g, 1));
           caches.back()->ingest_prompt({&pre[si].query, &pre[si].key, &pre[si].key_pre_rope, &pre[si].value, prompt});
         }
-        const double t0 = now();
-        for (std::size_t pos = prompt;; ++pos) {  // one decode_batch per step over the unfinished sequences
-          std::vector<std::int32_t> tokens;
-          std::vector<std::size_t> positions;
-          std::vector<KvPolicy*> lanes;
-          for (std::size_t i = 0; i < nb; ++i) {
-            if (pos >= seqs[b0 + i].size()) continue;
-            tokens.push_back(seqs[b0 + i][pos]);
-            positions.push_back(pos);
-            lanes.push_back(caches[i].get());
-          }
-          if (lanes.empty()) break;
-          model.decode_batch(tokens.data(), positions.data(), lanes.data(), lanes.size(), threads);
+        std::vector<DecodeLane> lanes;
+        for (std::size_t i = 0; i < nb; ++i) {
+          const auto& seq = seqs[b0 + i];
+          lanes.push_back({caches[i].get(), prompt, seq.size() - prompt, seq.data() + prompt, nullptr});
         }
+        const double t0 = now();
+        // One step of every unfinished sequence a call (the tokens are known; one at a time, as
+        // decode runs them).
+        run_lanes(model, lanes, 1, {}, [](const std::vector<LaneRows>&, const RowMatrix&) {}, threads,
+                  AttentionMode::exact);
         t += now() - t0;
         for (const auto& c : caches) bytes[mi] += c->bytes();
       }

@@ -31,7 +31,7 @@ struct DecodeBenchResult {
   std::optional<Shard> shard;
   nlohmann::json inputs, params;
   std::vector<double> shard_prefill_tokens_per_s;
-  std::size_t batch = 1;  // sequences decoded together (Model::decode_batch)
+  std::size_t batch = 1;  // sequences decoded together (the lane engine, eval/lanes.h)
   int threads = 1;
   nlohmann::json to_json() const;
   std::string to_table() const;
@@ -39,7 +39,7 @@ struct DecodeBenchResult {
 
 // Decodes `sequences` token sequences (prompt = first `prompt` tokens, then teacher-forced
 // tokens up to the end) once per method per repeat, methods interleaved; best of `repeats`.
-// `batch` sequences decode together (one Model::decode_batch per step, on `threads` threads).
+// `batch` sequences decode together (one lane-engine call per step, on `threads` threads).
 // With `shard`, times the full cache and methods [shard.range(methods.size())] (the methods
 // other than full), rows marked with the shard.
 DecodeBenchResult bench_decode(const Model& model,

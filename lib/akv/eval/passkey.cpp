@@ -9,7 +9,7 @@
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
-#include "akv/eval/prompt_lanes.h"
+#include "akv/eval/lanes.h"
 #include "akv/eval/token_metrics.h"
 #include "akv/kv/runtime.h"
 
@@ -107,8 +107,8 @@ std::int32_t argmax_token(const float* logits, std::size_t n) {
 // `forced` (teacher forcing): step k feeds forced[p][k - 1] whatever the argmax was, and the
 // lane sums log p(forced[p][k]) of every step k < n[p]; the argmax tokens are still recorded,
 // so they equal the greedy ones up to the first argmax that differs from forced[p]. Every step
-// decodes all unfinished lanes in one Model::decode_batch call; each lane's tokens equal a lane
-// decoded alone (decode_batch rows do not depend on the batch).
+// decodes all unfinished lanes in one call of the lane engine (eval/lanes.h); each lane's tokens
+// equal a lane decoded alone.
 struct Continuations {
   std::vector<std::vector<std::int32_t>> tokens;  // [lane]: the argmax of every step
   std::vector<double> logprob;                    // [lane]: with forced, the summed log-probabilities
@@ -136,24 +136,20 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
     t.push_back(argmax_token(logits, c.vocab_size));
   };
   for (std::size_t lane = 0; lane < caches.size(); ++lane) take(lane, start.last_logits[lane / n_methods].data());
-  std::vector<std::size_t> len(prompts.size());
-  for (std::size_t p = 0; p < prompts.size(); ++p) len[p] = prompts[p].size();
-  for (;;) {
-    std::vector<std::size_t> lanes, positions;
-    std::vector<std::int32_t> tokens;
-    std::vector<KvPolicy*> lane_caches;
-    for (std::size_t lane = 0; lane < caches.size(); ++lane) {
-      const auto& t = out.tokens[lane];
-      if (t.size() >= n[lane / n_methods]) continue;
-      lanes.push_back(lane);
-      tokens.push_back(forced ? (*forced)[lane / n_methods][t.size() - 1] : t.back());
-      positions.push_back(len[lane / n_methods] + t.size() - 1);
-      lane_caches.push_back(caches[lane].get());
-    }
-    if (lanes.empty()) return out;
-    const RowMatrix logits = model.decode_batch(tokens.data(), positions.data(), lane_caches.data(), lanes.size(), threads, attention);
-    for (std::size_t i = 0; i < lanes.size(); ++i) take(lanes[i], logits.row(static_cast<Eigen::Index>(i)).data());
+  // Step k (k >= 1) of lane (p, m) feeds forced[p][k - 1], or its step k - 1 argmax, at position
+  // |prompt p| + k - 1.
+  std::vector<DecodeLane> lanes(caches.size());
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) {
+    const std::size_t p = lane / n_methods;
+    lanes[lane] = {caches[lane].get(), prompts[p].size(), std::max<std::size_t>(n[p], 1) - 1, forced ? (*forced)[p].data() : nullptr, nullptr};
   }
+  run_lanes(
+      model, lanes, 1, [&](std::size_t lane, std::size_t) { return out.tokens[lane].back(); },
+      [&](const std::vector<LaneRows>& rows, const RowMatrix& logits) {
+        for (const LaneRows& r : rows) take(r.lane, logits.row(static_cast<Eigen::Index>(r.row)).data());
+      },
+      threads, attention);
+  return out;
 }
 
 }  // namespace

@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
-#include "akv/eval/prompt_lanes.h"
+#include "akv/eval/lanes.h"
 #include "akv/eval/token_metrics.h"
 #include "akv/kv/runtime.h"
 
@@ -94,74 +95,80 @@ PplReport evaluate_perplexity(const Model& model,
     std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
     const std::vector<std::vector<float>>& first = start.last_logits;
     // Step t predicts token P + t of each sequence (P its prompt length) from position P - 1 + t;
-    // step 0 from the prompt's logits, then `block` steps per model call (each lane's tokens
-    // are known). A sequence leaves the batch after its last token.
+    // step 0 from the prompt's logits, then the lane engine's calls of `block` steps (each lane's
+    // tokens are known). A sequence leaves the batch after its last token.
     bool local = true;
     for (const auto& cache : caches) local = local && cache->layer_local();
     const std::size_t block = local ? resolve_token_block(o.token_block, caches.size(), c.vocab_size) : 1;
     // Sequence 0's cache bytes after each token of a call, per method (the memory trace).
     std::vector<std::vector<std::uint64_t>> bytes_after(n_methods, std::vector<std::uint64_t>(block));
-    RowMatrix logits;  // [rows of the call, vocab], one buffer for all calls
-    for (std::size_t t0 = 0;;) {
-      std::vector<std::size_t> active, steps, row0;  // per active sequence
-      std::vector<Model::Lane> lanes;
-      std::size_t rows = 0;
-      for (std::size_t i = 0; i < nb; ++i) {
-        const std::size_t si = b0 + i, left = all[si].size() - prompt[si];  // steps t < left
-        if (t0 >= left) continue;
-        const std::size_t n = t0 == 0 ? 1 : std::min(block, left - t0), pos = prompt[si] - 1 + t0;
-        active.push_back(i);
-        steps.push_back(n);
-        row0.push_back(rows);
-        rows += n * n_methods;
+    // Steps [t0, t0 + n) of sequence b0 + i; x(m, j): method m's logits of step t0 + j; `traced`:
+    // bytes_after holds the cache bytes of those steps.
+    const auto score = [&](std::size_t i, std::size_t t0, std::size_t n, bool traced,
+                           const std::function<const float*(std::size_t, std::size_t)>& x_of) {
+      const std::size_t si = b0 + i;
+      const std::vector<std::int32_t>& seq = all[si];
+      const std::size_t len = seq.size();
+      const std::size_t stride = (len - prompt[si] + MemoryTrace::kMaxTracePoints - 1) / MemoryTrace::kMaxTracePoints;
+      thread_local ReferenceRow ref;  // the full cache's row of this step
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::size_t t = t0 + j, pos = prompt[si] - 1 + t;
+        std::size_t ref_top = 0;
         for (std::size_t m = 0; m < n_methods; ++m) {
-          KvPolicy* cache = caches[i * n_methods + m].get();
-          lanes.push_back({cache, all[si].data() + pos, pos, n, si == 0 && local ? bytes_after[m].data() : nullptr});
-        }
-      }
-      if (active.empty()) break;
-      if (t0 > 0) model.decode_lanes(lanes.data(), lanes.size(), logits, o.threads, o.attention);
-      parallel_for(active.size(), o.threads, [&](std::size_t a) {
-        const std::size_t i = active[a], si = b0 + i;
-        const std::vector<std::int32_t>& seq = all[si];
-        const std::size_t n = seq.size();
-        const std::size_t stride = (n - prompt[si] + MemoryTrace::kMaxTracePoints - 1) / MemoryTrace::kMaxTracePoints;
-        thread_local ReferenceRow ref;  // the full cache's row of this step
-        for (std::size_t j = 0; j < steps[a]; ++j) {
-          const std::size_t t = t0 + j, pos = prompt[si] - 1 + t;
-          std::size_t ref_top = 0;
-          for (std::size_t m = 0; m < n_methods; ++m) {
-            // Lane m of this sequence holds rows row0 + m * steps .. (each lane's steps in order).
-            const float* x = t0 == 0 ? first[i].data()
-                                     : logits.row(static_cast<Eigen::Index>(row0[a] + m * steps[a] + j)).data();
-            PplSums& s = r.sequences[si][m];
-            const std::size_t top = argmax(x, c.vocab_size);
-            double lse = 0;
-            if (m == 0) {
-              ref.set(x, c.vocab_size);
-              lse = ref.lse;
-              ref_top = top;
+          const float* x = x_of(m, j);
+          PplSums& s = r.sequences[si][m];
+          const std::size_t top = argmax(x, c.vocab_size);
+          double lse = 0;
+          if (m == 0) {
+            ref.set(x, c.vocab_size);
+            lse = ref.lse;
+            ref_top = top;
+          } else {
+            lse = log_sum_exp(x, c.vocab_size);
+            s.kl += kl_divergence(ref, x, lse);
+          }
+          s.nll += lse - static_cast<double>(x[seq[pos + 1]]);
+          s.tokens += 1;
+          s.top1 += top == ref_top ? 1 : 0;
+          if (si == 0 && (t % stride == 0 || pos + 2 == len)) {
+            if (traced) {
+              r.traces[m].tokens.push_back(pos + 1);
+              r.traces[m].bytes.push_back(bytes_after[m][j]);
             } else {
-              lse = log_sum_exp(x, c.vocab_size);
-              s.kl += kl_divergence(ref, x, lse);
-            }
-            s.nll += lse - static_cast<double>(x[seq[pos + 1]]);
-            s.tokens += 1;
-            s.top1 += top == ref_top ? 1 : 0;
-            if (si == 0 && (t % stride == 0 || pos + 2 == n)) {
-              const KvPolicy& cache = *caches[i * n_methods + m];
-              if (t0 > 0 && local) {
-                r.traces[m].tokens.push_back(pos + 1);
-                r.traces[m].bytes.push_back(bytes_after[m][j]);
-              } else {
-                record(r.traces[m], cache, pos + 1);
-              }
+              record(r.traces[m], *caches[i * n_methods + m], pos + 1);
             }
           }
         }
-      });
-      t0 += t0 == 0 ? 1 : block;
+      }
+    };
+    parallel_for(nb, o.threads, [&](std::size_t i) {
+      score(i, 0, 1, false, [&](std::size_t, std::size_t) { return first[i].data(); });
+    });
+    // Lane i * n_methods + m: step t >= 1 feeds token P - 1 + t at that position.
+    std::vector<DecodeLane> lanes;
+    for (std::size_t i = 0; i < nb; ++i) {
+      const std::size_t si = b0 + i, p = prompt[si];
+      for (std::size_t m = 0; m < n_methods; ++m) {
+        lanes.push_back({caches[i * n_methods + m].get(), p, all[si].size() - p - 1, all[si].data() + p,
+                         si == 0 && local ? bytes_after[m].data() : nullptr});
+      }
     }
+    run_lanes(
+        model, lanes, block, {},
+        [&](const std::vector<LaneRows>& rows, const RowMatrix& logits) {
+          // The lanes of one sequence are consecutive and take the same steps.
+          std::vector<std::size_t> seq_rows;  // index into rows of each sequence's method-0 lane
+          for (std::size_t k = 0; k < rows.size(); ++k) {
+            if (rows[k].lane % n_methods == 0) seq_rows.push_back(k);
+          }
+          parallel_for(seq_rows.size(), o.threads, [&](std::size_t a) {
+            const LaneRows& r0 = rows[seq_rows[a]];
+            score(r0.lane / n_methods, 1 + r0.step, r0.n, local, [&](std::size_t m, std::size_t j) {
+              return logits.row(static_cast<Eigen::Index>(rows[seq_rows[a] + m].row + j)).data();
+            });
+          });
+        },
+        o.threads, o.attention);
     for (std::size_t lane = 0; lane < caches.size(); ++lane) {
       const std::size_t si = b0 + lane / n_methods;
       PplSums& s = r.sequences[si][lane % n_methods];

@@ -170,23 +170,10 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
 }
 
 std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const {
-  KvPolicy* caches[1] = {&cache};
-  const RowMatrix logits = decode_batch(&token, &pos, caches, 1, 1);
-  return std::vector<float>(logits.data(), logits.data() + logits.size());
-}
-
-RowMatrix Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
-                              std::size_t batch, int threads, AttentionMode attention) const {
+  const Lane lane{&cache, &token, pos, 1, nullptr};
   RowMatrix logits;
-  decode_batch(tokens, pos, caches, batch, logits, threads, attention);
-  return logits;
-}
-
-void Model::decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
-                         std::size_t batch, RowMatrix& logits, int threads, AttentionMode attention) const {
-  std::vector<Lane> lanes(batch);
-  for (std::size_t b = 0; b < batch; ++b) lanes[b] = Lane{caches[b], tokens + b, pos[b], 1, nullptr};
-  decode_lanes(lanes.data(), batch, logits, threads, attention);
+  decode_lanes(&lane, 1, logits, 1);
+  return std::vector<float>(logits.data(), logits.data() + logits.size());
 }
 
 void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logits, int threads,

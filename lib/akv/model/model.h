@@ -63,25 +63,17 @@ class Model {
   // rows) and attention heads run on `threads` threads (results identical for any count).
   PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads = 1) const;
   // One token at `pos`: appends its K/V to `cache`, attends through it, returns the logits
-  // (decode_batch of one sequence).
+  // (decode_lanes of one lane of one token).
   std::vector<float> decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const;
-  // One decode step of `batch` independent sequences: tokens[b] at pos[b] through caches[b]
-  // (each sequence its own cache and policy). Weight products read each matrix once for the
-  // whole batch (linear.h's fixed order, rows on `threads` threads); RoPE, cache updates and
-  // attention run per sequence on the threads. Returns logits [batch, vocab]; row b equals
-  // decode(tokens[b], pos[b], *caches[b]) bit for bit, for any batch and thread count.
-  RowMatrix decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches,
-                         std::size_t batch, int threads = 1, AttentionMode attention = AttentionMode::exact) const;
-  // decode_batch writing into `logits` (resized to [batch, vocab]): a buffer kept across steps
-  // saves a fresh allocation a step, and its page faults (4 MB for 34 sequences x 32000).
-  void decode_batch(const std::int32_t* tokens, const std::size_t* pos, KvPolicy* const* caches, std::size_t batch,
-                    RowMatrix& logits, int threads = 1, AttentionMode attention = AttentionMode::exact) const;
-  // Decodes known tokens (teacher forcing) several per sequence: lane i runs lanes[i].n tokens
+  // The batched decode step (eval/lanes.h drives it): lane i runs lanes[i].n tokens
   // at positions pos.. pos + n - 1 through its cache, layer by layer: each weight matrix is read
   // once for all rows of all lanes, and a lane's queries attend one after another (each after
   // its own token's append, so causally) while that layer's cache is still in the CPU's caches.
-  // Logits rows: lane 0's n rows, then lane 1's... Row j of lane i equals what decode_batch
-  // gives for that token after the lane's earlier tokens, bit for bit. A lane with n > 1 needs a
+  // Logits rows: lane 0's n rows, then lane 1's... Row j of lane i equals decode() of that token
+  // after the lane's earlier tokens, bit for bit, whatever lanes share the call and for any
+  // thread count. Weight products read each matrix once per call (linear.h's fixed order, rows
+  // on `threads` threads); RoPE, cache updates and attention run per lane on the threads; a
+  // buffer `logits` kept across calls saves its allocation. A lane with n > 1 needs a
   // cache whose layers are independent (KvPolicy::layer_local); bytes_after, when set, gets
   // each token's cache bytes after its append ([n], summed over layers: layer_bytes).
   struct Lane {

@@ -1,4 +1,6 @@
-#include "akv/eval/prompt_lanes.h"
+#include "akv/eval/lanes.h"
+
+#include <algorithm>
 
 #include "akv/core/parallel.h"
 
@@ -30,6 +32,35 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
     parallel_for(n, threads, [&](std::size_t i) { one(i, 1, 1); });
   }
   return out;
+}
+
+void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::size_t block,
+               const NextToken& next_token, const TakeRows& take, int threads, AttentionMode attention) {
+  std::vector<std::size_t> done(lanes.size(), 0);
+  std::vector<std::int32_t> chosen(lanes.size());  // tokens next_token chose for this call
+  std::vector<Model::Lane> call;
+  std::vector<LaneRows> rows;
+  RowMatrix logits;  // [rows of the call, vocab], one buffer for all calls
+  for (;;) {
+    call.clear();
+    rows.clear();
+    std::size_t row = 0;
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+      const DecodeLane& l = lanes[i];
+      if (done[i] >= l.steps) continue;
+      const bool several = l.known && l.cache->layer_local();
+      const std::size_t n = several ? std::min(block, l.steps - done[i]) : 1;
+      const std::int32_t* tokens = l.known ? l.known + done[i] : &chosen[i];
+      if (!l.known) chosen[i] = next_token(i, done[i]);
+      call.push_back({l.cache, tokens, l.pos + done[i], n, l.bytes_after});
+      rows.push_back({i, done[i], n, row});
+      row += n;
+    }
+    if (call.empty()) return;
+    model.decode_lanes(call.data(), call.size(), logits, threads, attention);
+    for (const LaneRows& r : rows) done[r.lane] += r.n;
+    take(rows, logits);
+  }
 }
 
 }  // namespace akv

@@ -1,0 +1,59 @@
+#pragma once
+// The lane engine: the one decode loop of every evaluation (perplexity, passkey, bench decode).
+// A lane is one sequence through one cache. prefill_lanes starts a batch: each prompt prefilled,
+// then ingested by one cache per method (a prompt's prefill tensors are released as soon as its
+// caches hold them, so a batch never holds more than one prompt's tensors per thread beside its
+// caches). run_lanes then advances the lanes together: each call decodes the next tokens of
+// every unfinished lane through one Model::decode_lanes, whose rows do not depend on which
+// lanes share a call, so every lane equals one decoded alone.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "akv/kv/runtime.h"
+#include "akv/model/model.h"
+
+namespace akv {
+
+struct PromptLanes {
+  // Lane i * methods + m: prompt i through method m (nullopt: the full f32 cache).
+  std::vector<std::unique_ptr<KvPolicy>> caches;
+  std::vector<std::vector<float>> last_logits;  // per prompt: the logits after its last token
+};
+
+// Prompts on the threads (each prefill on one), or, with fewer prompts than threads, one prompt
+// at a time on all of them, its caches filled on the threads. Caches and logits do not depend on
+// the thread count. `max_positions`: the longest sequence (prompt and continuation) any lane
+// will hold.
+PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                          const std::vector<std::optional<CompressParams>>& methods, std::size_t max_positions,
+                          int threads);
+
+// One lane of run_lanes: `steps` tokens at positions pos, pos + 1, ... through `cache`.
+struct DecodeLane {
+  KvPolicy* cache = nullptr;
+  std::size_t pos = 0;
+  std::size_t steps = 0;
+  // The lane's tokens [steps] when known in advance (teacher forcing; several a call when the
+  // cache's layers are independent); nullptr: run_lanes asks next_token before each step.
+  const std::int32_t* known = nullptr;
+  std::uint64_t* bytes_after = nullptr;  // [block]: cache bytes after each token of a call, or nullptr
+};
+
+// What one call decoded: lane `lane`'s steps [step, step + n), in logits rows [row, row + n).
+struct LaneRows {
+  std::size_t lane = 0, step = 0, n = 0, row = 0;
+};
+
+using NextToken = std::function<std::int32_t(std::size_t lane, std::size_t step)>;
+using TakeRows = std::function<void(const std::vector<LaneRows>& rows, const RowMatrix& logits)>;
+
+// Runs every lane to its last step: each call takes up to `block` steps of each lane with known
+// tokens and a layer-local cache (one otherwise), then hands the rows to `take` (before the next
+// call, so next_token sees them).
+void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::size_t block,
+               const NextToken& next_token, const TakeRows& take, int threads, AttentionMode attention);
+
+}  // namespace akv
