@@ -51,7 +51,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
     const std::string source = opt->text.empty() ? opt->tokens : opt->text;
     const auto seqs = opt->text.empty()
                           ? read_token_file(opt->tokens)
-                          : text_chunks(opt->text, resolve_tokenizer(opt->tokenizer, opt->model, m).get(), opt->ctx, 0);
+                          : text_chunks(opt->text, find_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer).get(), opt->ctx, 0);
     m.check_tokens(seqs, source);
     if (opt->line < 1 || opt->line > seqs.size()) {
       throw InvalidInput("no such sequence (the file has " + std::to_string(seqs.size()) + ")",

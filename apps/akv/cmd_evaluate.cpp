@@ -1,22 +1,14 @@
-// akv evaluate --dump DUMP --cache CACHE [--json | --csv]: fidelity of a compressed cache.
+// akv evaluate --dump DUMP --cache CACHE: fidelity of a compressed cache; akv evaluate --model:
+// perplexity or passkey of cache methods inside a model (eval/model_run.h).
 #include <cstdio>
-#include <filesystem>
-#include <memory>
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/eval/batch.h"
 #include "akv/eval/fidelity.h"
-#include "akv/eval/passkey.h"
-#include "akv/eval/passkey_shard.h"
-#include "akv/eval/perplexity.h"
-#include "akv/eval/ppl_shard.h"
-#include "akv/io/file_hash.h"
+#include "akv/eval/model_run.h"
 #include "akv/io/json_file.h"
-#include "akv/io/token_file.h"
 #include "akv/method/registry.h"
-#include "akv/model/gguf.h"
-#include "akv/model/hf.h"
-#include "akv/model/tokenizer.h"
 #include "commands.h"
 #include "model_flags.h"
 
@@ -138,89 +130,33 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     check_output_distinct(opt->output, {opt->dump, opt->cache});
     ProgressBar bar("evaluate", !global.quiet);
     if (!opt->model.empty()) {
-      if (opt->tokens.empty() && opt->text.empty() && opt->task == "ppl") {
-        throw UsageError("--model needs --tokens or --text", {"", "--tokens"});
-      }
-      PplOptions po;
+      ModelRunOptions mo;
+      mo.model = opt->model;
+      mo.weights = opt->weights;
+      mo.methods = opt->methods;
       for (const std::string& spec : opt->methods) {
-        if (spec == "full") continue;
-        po.methods.push_back({spec, resolve_params(parse_method_spec(spec))});
+        if (spec != "full") mo.ppl.methods.push_back({spec, resolve_params(parse_method_spec(spec))});
       }
-      std::vector<std::string> inputs = model_run_inputs(opt->model, po.methods);
+      std::vector<std::string> inputs = model_run_inputs(opt->model, mo.ppl.methods);
       inputs.insert(inputs.end(), {opt->tokens, opt->text, opt->filler, opt->tokenizer});
       check_output_distinct(opt->output, inputs);
-      if (opt->prefill) po.prefill = opt->prefill;
-      po.max_sequences = opt->sequences;
-      po.threads = global.threads;
-      po.batch = parse_batch(opt->batch);
-      po.token_block = parse_token_block(opt->token_block);
-      po.attention = parse_attention_mode(opt->attention);
-      const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
-      const std::unique_ptr<Tokenizer> tok = opt->task == "passkey" || !opt->text.empty()
-                                                 ? resolve_tokenizer(opt->tokenizer, opt->model, m)
-                                                 : nullptr;
-      if (opt->task == "passkey") {
-        PasskeyOptions pk = opt->passkey;
-        pk.threads = global.threads;
-        pk.batch = po.batch;
-        pk.attention = po.attention;
-        std::vector<std::vector<std::int32_t>> filler;
-        const std::string& filler_file = opt->filler.empty() ? opt->tokens : opt->filler;
-        if (!tok) {
-          filler = read_token_file(filler_file);
-          m.check_tokens(filler, filler_file);
-        }
-        if (!opt->shard.empty()) pk.shard = parse_shard(opt->shard);
-        const PasskeyReport r = evaluate_passkey(m, filler, po.methods, pk, bar.callback(), tok.get());
-        if (!opt->shard.empty()) {
-          PplRun run;
-          run.inputs["model"] = {{"path", opt->model}, {"hash", path_hash(opt->model)}};
-          if (tok) {
-            run.inputs["tokenizer"] = tok->path();
-          } else {
-            run.inputs["filler"] = {{"path", filler_file}, {"hash", file_hash(filler_file)}};
-          }
-          run.params = {{"methods", opt->methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
-                        {"weights", opt->weights}, {"attention", opt->attention}, {"kernels", kernel_arithmetic()}};
-          write_text_file(opt->output, json_text(passkey_part_json(r, pk.shard, run)));
-          return;
-        }
-        write_text_file(opt->output, opt->json ? json_text(r.to_json()) : r.to_table());
-        return;
-      }
-      std::vector<std::vector<std::int32_t>> seqs;
-      std::string source = opt->tokens;
-      if (!opt->text.empty()) {
-        seqs = text_chunks(opt->text, tok.get(), opt->ctx, opt->sequences);
-        if (!opt->prefill) po.prefill = opt->ctx / 2 + 1;
-        source = opt->text;
-      } else {
-        seqs = read_token_file(opt->tokens);
-      }
-      m.check_tokens(seqs, source);
-      if (!opt->shard.empty()) {
-        const Shard shard = parse_shard(opt->shard);
-        if (po.max_sequences) seqs.resize(std::min(seqs.size(), po.max_sequences));
-        po.max_sequences = 0;
-        const auto [lo, hi] = shard.range(seqs.size());
-        const std::vector<std::vector<std::int32_t>> part(seqs.begin() + static_cast<std::ptrdiff_t>(lo),
-                                                          seqs.begin() + static_cast<std::ptrdiff_t>(hi));
-        PplRun run;
-        run.inputs["model"] = {{"path", opt->model}, {"hash", path_hash(opt->model)}};
-        if (opt->text.empty()) {
-          run.inputs["tokens"] = {{"path", opt->tokens}, {"hash", file_hash(opt->tokens)}};
-        } else {
-          run.inputs["text"] = {{"path", opt->text}, {"hash", file_hash(opt->text)}, {"ctx", opt->ctx},
-                                {"tokenizer", tok->path()}};
-        }
-        run.params = {{"methods", opt->methods}, {"prefill", po.prefill ? nlohmann::json(*po.prefill) : nlohmann::json()},
-                      {"sequences", opt->sequences}, {"weights", opt->weights}, {"kernels", kernel_arithmetic()}};
-        const PplReport r = evaluate_perplexity(m, part, po, bar.callback());
-        write_text_file(opt->output, json_text(ppl_part_json(r, shard, lo, seqs.size(), run)));
-        return;
-      }
-      const PplReport r = evaluate_perplexity(m, seqs, po, bar.callback());
-      write_text_file(opt->output, opt->json ? json_text(r.to_json()) : opt->csv ? r.to_csv() : r.to_table());
+      mo.tokens = opt->tokens;
+      mo.text = opt->text;
+      mo.ctx = opt->ctx;
+      mo.tokenizer = opt->tokenizer;
+      mo.filler = opt->filler;
+      mo.passkey = opt->task == "passkey";
+      if (!opt->shard.empty()) mo.shard = parse_shard(opt->shard);
+      mo.attention = opt->attention;
+      if (opt->prefill) mo.ppl.prefill = opt->prefill;
+      mo.ppl.max_sequences = opt->sequences;
+      mo.ppl.threads = global.threads;
+      mo.ppl.batch = parse_batch(opt->batch);
+      mo.ppl.token_block = parse_token_block(opt->token_block);
+      mo.ppl.attention = parse_attention_mode(opt->attention);
+      mo.passkey_options = opt->passkey;
+      const ReportFormat f = opt->json ? ReportFormat::json : opt->csv ? ReportFormat::csv : ReportFormat::table;
+      write_text_file(opt->output, evaluate_model(mo, f, bar.callback()));
       return;
     }
     if (opt->dump.empty() || opt->cache.empty()) {

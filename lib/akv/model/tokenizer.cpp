@@ -46,8 +46,10 @@ std::int32_t gguf_token_id(const nlohmann::json& v, const std::string& path, con
 
 }  // namespace
 
-Tokenizer Tokenizer::from_gguf(const std::string& path) {
-  const GgufFile f(path);
+Tokenizer Tokenizer::from_gguf(const std::string& path) { return from_gguf(GgufFile(path)); }
+
+Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
+  const std::string& path = f.path();
   auto get = [&](const char* key) { return f.value(key); };
   const std::optional<nlohmann::json> model = get("tokenizer.ggml.model");
   if (!model) throw InvalidInput("no tokenizer in the GGUF file", {path, "tokenizer.ggml.model", "missing"});
@@ -182,6 +184,25 @@ std::int32_t Tokenizer::bos() const {
   if (bpe_) return bpe_->bos();
   if (spm_) return spm_->bos();
   return impl_ ? impl_->sp.bos_id() : 256;
+}
+
+std::unique_ptr<Tokenizer> find_tokenizer(const std::string& flag, const std::string& model_path,
+                                          const std::string& config_tokenizer) {
+  if (flag == "bytes") return std::make_unique<Tokenizer>(Tokenizer::bytes());
+  if (!flag.empty()) return std::make_unique<Tokenizer>(flag);
+  std::error_code ec;
+  if (std::filesystem::is_directory(model_path, ec)) {
+    for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+      const auto file = std::filesystem::path(model_path) / name;
+      if (std::filesystem::is_regular_file(file, ec)) return std::make_unique<Tokenizer>(file.string());
+    }
+  }
+  if (config_tokenizer == "bytes") return std::make_unique<Tokenizer>(Tokenizer::bytes());
+  if (is_gguf(model_path)) {
+    const GgufFile f(model_path);
+    if (f.metadata().contains("tokenizer.ggml.model")) return std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
+  }
+  return nullptr;
 }
 
 }  // namespace akv

@@ -26,6 +26,7 @@ class Tokenizer {
   // byte-level BPE with the regexes of tokenizer.ggml.pre); InvalidInput naming the file and key
   // when it has none or another kind.
   static Tokenizer from_gguf(const std::string& path);
+  static Tokenizer from_gguf(const GgufFile& f);
   // Every piece with its score and SentencePiece type (1 normal, 2 unknown, 3 control,
   // 4 user-defined, 5 unused, 6 byte), as GGUF's tokenizer.ggml lists store them.
   struct Piece {
@@ -51,5 +52,12 @@ class Tokenizer {
   std::shared_ptr<const BpeVocab> bpe_;  // byte-level BPE (tokenizer.json or GGUF gpt2); null otherwise
   std::string path_;
 };
+
+// The tokenizer of a model run: `flag` (`bytes`, a SentencePiece model file or a tokenizer.json),
+// else the model's own: tokenizer.model of a Hugging Face directory, else its tokenizer.json
+// (byte-level BPE), config.json's "akv_tokenizer": "bytes" (`config_tokenizer`), the vocabulary
+// embedded in a GGUF file. Null when there is none.
+std::unique_ptr<Tokenizer> find_tokenizer(const std::string& flag, const std::string& model_path,
+                                          const std::string& config_tokenizer);
 
 }  // namespace akv

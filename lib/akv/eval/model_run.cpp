@@ -1,0 +1,128 @@
+#include "akv/eval/model_run.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include "akv/core/errors.h"
+#include "akv/core/isa.h"
+#include "akv/eval/passkey_shard.h"
+#include "akv/eval/ppl_shard.h"
+#include "akv/io/file_hash.h"
+#include "akv/io/json_file.h"
+#include "akv/io/token_file.h"
+#include "akv/model/hf.h"
+
+namespace akv {
+namespace {
+
+nlohmann::json file_input(const std::string& path) { return {{"path", path}, {"hash", file_hash(path)}}; }
+
+std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
+                        const ProgressFn& progress) {
+  PasskeyOptions pk = o.passkey_options;
+  pk.threads = o.ppl.threads;
+  pk.batch = o.ppl.batch;
+  pk.attention = o.ppl.attention;
+  std::vector<std::vector<std::int32_t>> filler;
+  const std::string& filler_file = o.filler.empty() ? o.tokens : o.filler;
+  if (!tok) {
+    filler = read_token_file(filler_file);
+    m.check_tokens(filler, filler_file);
+  }
+  if (o.shard) pk.shard = *o.shard;
+  const PasskeyReport r = evaluate_passkey(m, filler, o.ppl.methods, pk, progress, tok);
+  if (!o.shard) return format == ReportFormat::json ? json_text(r.to_json()) : r.to_table();
+  PplRun run;
+  run.inputs["model"] = {{"path", o.model}, {"hash", path_hash(o.model)}};
+  if (tok) {
+    run.inputs["tokenizer"] = tok->path();
+  } else {
+    run.inputs["filler"] = file_input(filler_file);
+  }
+  run.params = {{"methods", o.methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
+                {"weights", o.weights},  {"attention", o.attention},  {"kernels", kernel_arithmetic()}};
+  return json_text(passkey_part_json(r, pk.shard, run));
+}
+
+std::string ppl_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
+                    const ProgressFn& progress) {
+  PplOptions po = o.ppl;
+  std::vector<std::vector<std::int32_t>> seqs;
+  std::string source = o.tokens;
+  if (!o.text.empty()) {
+    seqs = text_chunks(o.text, tok, o.ctx, po.max_sequences);
+    if (!po.prefill) po.prefill = o.ctx / 2 + 1;
+    source = o.text;
+  } else {
+    seqs = read_token_file(o.tokens);
+  }
+  m.check_tokens(seqs, source);
+  if (!o.shard) {
+    const PplReport r = evaluate_perplexity(m, seqs, po, progress);
+    return format == ReportFormat::json  ? json_text(r.to_json())
+           : format == ReportFormat::csv ? r.to_csv()
+                                         : r.to_table();
+  }
+  // The shard's contiguous slice of the sequences (after --sequences).
+  if (po.max_sequences) seqs.resize(std::min(seqs.size(), po.max_sequences));
+  po.max_sequences = 0;
+  const auto [lo, hi] = o.shard->range(seqs.size());
+  const std::vector<std::vector<std::int32_t>> part(seqs.begin() + static_cast<std::ptrdiff_t>(lo),
+                                                    seqs.begin() + static_cast<std::ptrdiff_t>(hi));
+  PplRun run;
+  run.inputs["model"] = {{"path", o.model}, {"hash", path_hash(o.model)}};
+  if (o.text.empty()) {
+    run.inputs["tokens"] = file_input(o.tokens);
+  } else {
+    run.inputs["text"] = {{"path", o.text}, {"hash", file_hash(o.text)}, {"ctx", o.ctx}, {"tokenizer", tok->path()}};
+  }
+  run.params = {{"methods", o.methods},
+                {"prefill", po.prefill ? nlohmann::json(*po.prefill) : nlohmann::json()},
+                {"sequences", o.ppl.max_sequences},
+                {"weights", o.weights},
+                {"kernels", kernel_arithmetic()}};
+  const PplReport r = evaluate_perplexity(m, part, po, progress);
+  return json_text(ppl_part_json(r, *o.shard, lo, seqs.size(), run));
+}
+
+}  // namespace
+
+std::string evaluate_model(const ModelRunOptions& o, ReportFormat format, const ProgressFn& progress) {
+  if (o.tokens.empty() && o.text.empty() && !o.passkey) {
+    throw UsageError("--model needs --tokens or --text", {"", "--tokens"});
+  }
+  const Model m = load_model(o.model, parse_weight_mode(o.weights));
+  const std::unique_ptr<Tokenizer> tok =
+      o.passkey || !o.text.empty() ? find_tokenizer(o.tokenizer, o.model, m.config().tokenizer) : nullptr;
+  return o.passkey ? passkey_run(o, m, tok.get(), format, progress) : ppl_run(o, m, tok.get(), format, progress);
+}
+
+std::vector<std::string> model_run_inputs(const std::string& model_path, const std::vector<PplMethod>& methods) {
+  std::vector<std::string> files{model_path};
+  std::error_code ec;
+  if (std::filesystem::is_directory(model_path, ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(model_path, ec)) {
+      if (e.is_regular_file(ec)) files.push_back(e.path().string());
+    }
+  }
+  for (const PplMethod& m : methods) {
+    if (!m.params) continue;
+    for (const std::string& f : m.params->input_files()) files.push_back(f);
+  }
+  return files;
+}
+
+const char* kernel_arithmetic() { return active_isa() == Isa::generic ? "generic" : "vector"; }
+
+std::vector<std::vector<std::int32_t>> text_chunks(const std::string& path, const Tokenizer* tok, std::size_t ctx,
+                                                   std::size_t max_chunks) {
+  if (!tok) throw UsageError("--text needs a tokenizer (--tokenizer FILE, or one in the model)", {"", "--text"});
+  std::vector<std::int32_t> ids;
+  if (tok->bos() >= 0) ids.push_back(tok->bos());
+  const std::vector<std::int32_t> body = tok->encode(read_text_file(path));
+  ids.insert(ids.end(), body.begin(), body.end());
+  return perplexity_chunks(std::move(ids), ctx, tok->bos(), max_chunks);
+}
+
+}  // namespace akv

@@ -1,0 +1,57 @@
+#pragma once
+// `akv evaluate --model`: one run of a model from what the command line names (model, token or
+// text files, tokenizer, methods, shard) to the report's text: perplexity or passkey, whole or
+// one shard's part (docs/evaluate.md, docs/scale.md). The model file is opened once for its
+// weights and once more, for GGUF, for its vocabulary.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "akv/core/progress.h"
+#include "akv/core/shard.h"
+#include "akv/eval/passkey.h"
+#include "akv/eval/perplexity.h"
+#include "akv/model/tokenizer.h"
+
+namespace akv {
+
+struct ModelRunOptions {
+  std::string model;                 // a Hugging Face directory, a GGUF file or a llama2.c checkpoint
+  std::string weights = "stored";    // stored | f32 (model/weight.h)
+  std::vector<std::string> methods;  // method specs as given ("full" is always evaluated first)
+  std::string tokens;                // token sequences (one per line)
+  std::string text;                  // or a text file, cut into llama-perplexity's chunks of ctx tokens
+  std::size_t ctx = 512;
+  std::string tokenizer;             // --tokenizer; empty: the model's own (find_tokenizer)
+  std::string filler;                // passkey filler sequences (default: tokens)
+  bool passkey = false;              // the passkey task instead of perplexity
+  std::optional<Shard> shard;        // a part (JSON) of shard K/N instead of the report
+  std::string attention = "exact";   // exact | int8
+  PplOptions ppl;                    // methods, prefill, sequences, threads, batch, token block
+  PasskeyOptions passkey_options;
+};
+
+enum class ReportFormat { table, csv, json };
+
+// Runs it and returns the report (a part's JSON with a shard). InvalidInput / UsageError naming
+// the file and field for bad inputs.
+std::string evaluate_model(const ModelRunOptions& o, ReportFormat format, const ProgressFn& progress);
+
+// What a run of a model reads besides its own flags' files: the model path and, for a Hugging
+// Face directory, every file in it (config.json, weights, the tokenizer found there), and the
+// side files of each method (calibration=, budgets=). For check_output_distinct.
+std::vector<std::string> model_run_inputs(const std::string& model_path, const std::vector<PplMethod>& methods);
+
+// The arithmetic of a model run, for a part's params: the plain loops (--max-isa generic) sum in
+// another order than the vector kernels (AVX2 and AVX-512 give the same bits), so parts of the
+// two do not merge into one report.
+const char* kernel_arithmetic();
+
+// A text file cut into llama-perplexity's chunks of `ctx` tokens (BOS first; at most
+// max_chunks, 0 = all); UsageError without a tokenizer.
+std::vector<std::vector<std::int32_t>> text_chunks(const std::string& path, const Tokenizer* tok, std::size_t ctx,
+                                                   std::size_t max_chunks);
+
+}  // namespace akv
