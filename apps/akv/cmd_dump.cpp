@@ -27,13 +27,9 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--model", opt->model, kModelHelp)->required();
   add_weights_flag(sub, opt->weights);
   auto* tokens = sub->add_option("--tokens", opt->tokens, "Token sequences (one per line, or HDF5 /tokens)");
-  auto* text = sub->add_option("--text", opt->text,
-                               "A text file cut into llama-perplexity's chunks of --ctx tokens (BOS first; "
-                               "evaluate --text); --line picks the chunk");
-  sub->add_option("--ctx", opt->ctx, "With --text: tokens per chunk")->capture_default_str()
-      ->check(CLI::Range(4, 1 << 24));
-  sub->add_option("--tokenizer", opt->tokenizer,
-                  "With --text: `bytes`, a SentencePiece tokenizer.model or a tokenizer.json (default: the model's own)");
+  CLI::Option* text = add_text_flags(sub, opt->text, opt->ctx, opt->tokenizer,
+                                     "A text file cut into llama-perplexity's chunks of --ctx tokens (BOS first; "
+                                     "evaluate --text); --line picks the chunk");
   text->excludes(tokens);
   sub->add_option("--line", opt->line, "Which sequence (1-based line among the non-empty ones, or chunk of --text)")
       ->capture_default_str();

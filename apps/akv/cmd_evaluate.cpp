@@ -53,13 +53,11 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                       "balanced:demotion=fifo (docs/model.md, docs/tiered.md). The f32 full cache is "
                       "always evaluated first as the reference")
       ->delimiter(',');
-  auto* text = sub->add_option("--text", opt->text,
-                  "With --model: a text file, tokenized (BOS first) and cut as llama-perplexity cuts it: "
-                  "chunks of --ctx tokens, each chunk's first token BOS, its second half scored (prompt "
-                  "ctx/2 + 1 tokens, then decoded through each method's cache); --sequences N takes the "
-                  "first N chunks. Needs a tokenizer (see --tokenizer)");
-  sub->add_option("--ctx", opt->ctx, "With --text: tokens per chunk")->capture_default_str()
-      ->check(CLI::Range(4, 1 << 24));
+  CLI::Option* text = add_text_flags(sub, opt->text, opt->ctx, opt->tokenizer,
+                                     "With --model: a text file, tokenized (BOS first) and cut as llama-perplexity cuts it: "
+                                     "chunks of --ctx tokens, each chunk's first token BOS, its second half scored (prompt "
+                                     "ctx/2 + 1 tokens, then decoded through each method's cache); --sequences N takes the "
+                                     "first N chunks. Needs a tokenizer (see --tokenizer)");
   sub->add_option("--shard", opt->shard,
                   "Evaluate shard K of N (K/N, 1-based): with --model (ppl) a contiguous 1/N of the "
                   "sequences (or --text chunks), with --task passkey of the (depth, length, trial) "
@@ -96,25 +94,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "again at the end; success = the greedy continuation reproduces the key; token "
                   "mode also reports the key's mean log-probability, teacher-forced; docs/model.md)")
       ->capture_default_str()->check(CLI::IsMember({"ppl", "passkey"}));
-  sub->add_option("--lengths", opt->passkey.lengths, "Passkey: prompt lengths in tokens")
-      ->delimiter(',')->capture_default_str();
-  sub->add_option("--depths", opt->passkey.depths, "Passkey: needle depths in [0, 1]")
-      ->delimiter(',')->capture_default_str();
-  sub->add_option("--trials", opt->passkey.trials, "Passkey: trials per (depth, length)")
-      ->capture_default_str()->check(CLI::Range(1, 100000));
-  sub->add_option("--key-tokens", opt->passkey.key_tokens, "Passkey: key length in tokens")
-      ->capture_default_str()->check(CLI::Range(1, 64));
-  sub->add_option("--seed", opt->passkey.seed, "Passkey: random seed (markers, keys, filler spans)")
-      ->capture_default_str();
-  sub->add_option("--tokenizer", opt->tokenizer,
-                  "--text and passkey text mode: `bytes` (UTF-8 bytes as ids 0-255, BOS 256), a SentencePiece "
-                  "tokenizer.model or a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2) "
-                  "(default: tokenizer.model, else tokenizer.json, in a Hugging Face model directory, the "
-                  "vocabulary embedded in a GGUF model (llama or gpt2), or the "
-                  "byte tokenizer when its config.json says \"akv_tokenizer\": \"bytes\"; without one, "
-                  "token mode)");
-  sub->add_option("--filler", opt->filler,
-                  "Passkey: filler token sequences (one per line; default: --tokens)");
+  add_passkey_flags(sub, opt->passkey, opt->filler);
   text->excludes(sub->get_option("--tokens"));
   dump->excludes(model);
   cache->excludes(model);
@@ -134,9 +114,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       mo.model = opt->model;
       mo.weights = opt->weights;
       mo.methods = opt->methods;
-      for (const std::string& spec : opt->methods) {
-        if (spec != "full") mo.ppl.methods.push_back({spec, resolve_params(parse_method_spec(spec))});
-      }
+      mo.ppl.methods = resolve_methods(opt->methods);
       std::vector<std::string> inputs = model_run_inputs(opt->model, mo.ppl.methods);
       inputs.insert(inputs.end(), {opt->tokens, opt->text, opt->filler, opt->tokenizer});
       check_output_distinct(opt->output, inputs);

@@ -37,6 +37,8 @@ void register_compress(CLI::App& app, const GlobalOptions& global);
 void register_decompress(CLI::App& app, const GlobalOptions& global);
 void register_evaluate(CLI::App& app, const GlobalOptions& global);
 void register_bench(CLI::App& app, const GlobalOptions& global);
+void register_bench_policy(CLI::App* bench, const GlobalOptions& global);  // under `akv bench`
+void register_bench_decode(CLI::App* bench, const GlobalOptions& global);  // under `akv bench`
 void register_allocate(CLI::App& app, const GlobalOptions& global);
 void register_dump(CLI::App& app, const GlobalOptions& global);
 void register_calibrate(CLI::App& app, const GlobalOptions& global);

@@ -21,4 +21,33 @@ inline void add_weights_flag(CLI::App* sub, std::string& mode) {
       ->capture_default_str()->check(CLI::IsMember({"stored", "f32"}));
 }
 
+// --text (with `text_help`), --ctx and --tokenizer (evaluate --model, dump). Returns --text.
+inline CLI::Option* add_text_flags(CLI::App* sub, std::string& text, std::size_t& ctx, std::string& tokenizer,
+                                   const std::string& text_help) {
+  CLI::Option* t = sub->add_option("--text", text, text_help);
+  sub->add_option("--ctx", ctx, "With --text: tokens per chunk")->capture_default_str()
+      ->check(CLI::Range(4, 1 << 24));
+  sub->add_option("--tokenizer", tokenizer,
+                  "Tokenizer of --text and of passkey text mode: `bytes` (UTF-8 bytes as ids 0-255, BOS 256), a "
+                  "SentencePiece tokenizer.model or a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, "
+                  "Qwen2) (default: the model's own: tokenizer.model, else tokenizer.json, in a Hugging Face model "
+                  "directory, the vocabulary embedded in a GGUF model (llama or gpt2), or the byte tokenizer when "
+                  "its config.json says \"akv_tokenizer\": \"bytes\")");
+  return t;
+}
+
+// The passkey task's flags (evaluate --task passkey).
+inline void add_passkey_flags(CLI::App* sub, PasskeyOptions& pk, std::string& filler) {
+  sub->add_option("--lengths", pk.lengths, "Passkey: prompt lengths in tokens")->delimiter(',')->capture_default_str();
+  sub->add_option("--depths", pk.depths, "Passkey: needle depths in [0, 1]")->delimiter(',')->capture_default_str();
+  sub->add_option("--trials", pk.trials, "Passkey: trials per (depth, length)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  sub->add_option("--key-tokens", pk.key_tokens, "Passkey: key length in tokens")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  sub->add_option("--seed", pk.seed, "Passkey: random seed (markers, keys, filler spans)")->capture_default_str();
+  sub->add_option("--filler", filler,
+                  "Passkey: filler token sequences (one per line; default: --tokens); used in token mode, "
+                  "when the model has no tokenizer and --tokenizer names none");
+}
+
 }  // namespace akv::cli

@@ -11,6 +11,7 @@
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
 #include "akv/io/token_file.h"
+#include "akv/method/registry.h"
 #include "akv/model/hf.h"
 
 namespace akv {
@@ -96,6 +97,14 @@ std::string evaluate_model(const ModelRunOptions& o, ReportFormat format, const 
   const std::unique_ptr<Tokenizer> tok =
       o.passkey || !o.text.empty() ? find_tokenizer(o.tokenizer, o.model, m.config().tokenizer) : nullptr;
   return o.passkey ? passkey_run(o, m, tok.get(), format, progress) : ppl_run(o, m, tok.get(), format, progress);
+}
+
+std::vector<PplMethod> resolve_methods(const std::vector<std::string>& specs) {
+  std::vector<PplMethod> methods;
+  for (const std::string& spec : specs) {
+    if (spec != "full") methods.push_back({spec, resolve_params(parse_method_spec(spec))});
+  }
+  return methods;
 }
 
 std::vector<std::string> model_run_inputs(const std::string& model_path, const std::vector<PplMethod>& methods) {

@@ -39,6 +39,10 @@ enum class ReportFormat { table, csv, json };
 // the file and field for bad inputs.
 std::string evaluate_model(const ModelRunOptions& o, ReportFormat format, const ProgressFn& progress);
 
+// Method specs as given on a command line, resolved ("full", the f32 reference every report puts
+// first, is left out); UsageError / InvalidInput naming the spec.
+std::vector<PplMethod> resolve_methods(const std::vector<std::string>& specs);
+
 // What a run of a model reads besides its own flags' files: the model path and, for a Hugging
 // Face directory, every file in it (config.json, weights, the tokenizer found there), and the
 // side files of each method (calibration=, budgets=). For check_output_distinct.
