@@ -67,8 +67,7 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
     if (!opt->weights.empty()) s.weight_bytes = opt->weights == "0" ? 0 : parse_bytes(opt->weights, "--weights");
     std::vector<PlanMethod> methods;
     for (const auto& spec : opt->methods) {
-      methods.push_back({spec, spec == "f32" || spec == "full" ? std::nullopt
-                                                               : std::optional<CompressParams>(resolve_params(parse_method_spec(spec)))});
+      methods.push_back({spec, spec == "f32" ? std::nullopt : resolve_method_spec(spec)});
     }
     if (!opt->calibration.empty()) {
       CompressParams p = resolve_params(parse_method_spec("kivi"));

@@ -27,7 +27,7 @@ DecodeBenchResult bench_decode(const Model& model,
                                const std::optional<Shard>& shard, std::size_t batch, int threads) {
   batch = std::max<std::size_t>(batch, 1);
   const ModelConfig& c = model.config();
-  std::vector<PplMethod> methods = {PplMethod{"full", std::nullopt}};
+  std::vector<PplMethod> methods = {PplMethod{kFullMethod, std::nullopt}};
   std::vector<PplMethod> others;
   for (const auto& m : given) {
     if (m.params) others.push_back(m);

@@ -15,11 +15,6 @@
 namespace akv {
 namespace {
 
-std::optional<CompressParams> policy_params(const std::string& spec) {
-  if (spec == "full") return std::nullopt;
-  return resolve_params(parse_method_spec(spec));
-}
-
 Tensor3 normal3(std::size_t a, std::size_t b, std::size_t c, std::uint64_t seed, int threads) {
   Tensor3 t(a, b, c);
   parallel_for(a, threads, [&](std::size_t i) {
@@ -80,7 +75,7 @@ BenchReport bench_policy(const PolicyBenchOptions& o) {
   }
   const int threads = resolve_threads(o.threads);
   std::vector<std::optional<CompressParams>> params;
-  for (const auto& m : o.methods) params.push_back(policy_params(m));
+  for (const auto& m : o.methods) params.push_back(resolve_method_spec(m));
   BenchReport rep("policy", bench_env(threads));
   rep.set_params({{"methods", o.methods}, {"contexts", o.contexts}, {"layers", o.layers}, {"heads", o.heads},
                   {"kv_heads", o.kv_heads}, {"head_dim", o.head_dim}, {"warmup", o.warmup}, {"repeat", o.repeat},

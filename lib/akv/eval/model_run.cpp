@@ -11,7 +11,6 @@
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
 #include "akv/io/token_file.h"
-#include "akv/method/registry.h"
 #include "akv/model/hf.h"
 
 namespace akv {
@@ -102,7 +101,7 @@ std::string evaluate_model(const ModelRunOptions& o, ReportFormat format, const 
 std::vector<PplMethod> resolve_methods(const std::vector<std::string>& specs) {
   std::vector<PplMethod> methods;
   for (const std::string& spec : specs) {
-    if (spec != "full") methods.push_back({spec, resolve_params(parse_method_spec(spec))});
+    if (spec != kFullMethod) methods.push_back({spec, resolve_method_spec(spec)});
   }
   return methods;
 }

@@ -2,6 +2,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
+#include "akv/method/params.h"
 
 namespace akv {
 
@@ -34,7 +35,7 @@ void read_method_lists(const std::string& file, const nlohmann::json& j, std::ve
                        std::vector<std::string>& descriptions) {
   specs = j.at("specs").get<std::vector<std::string>>();
   descriptions = j.at("descriptions").get<std::vector<std::string>>();
-  if (specs.empty() || specs[0] != "full") {
+  if (specs.empty() || specs[0] != kFullMethod) {
     throw InvalidInput("the methods must start with the full cache", {file, "specs", excerpt(j.at("specs").dump(), 60)});
   }
   if (descriptions.size() != specs.size()) {

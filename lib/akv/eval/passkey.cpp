@@ -164,7 +164,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
                                const ProgressFn& progress, const Tokenizer* tokenizer) {
   const ModelConfig& c = model.config();
   std::vector<PplMethod> methods = given;
-  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{"full", std::nullopt});
+  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{kFullMethod, std::nullopt});
   std::vector<std::int32_t> filler;
   for (const auto& s : filler_seqs) {
     // Drop a leading BOS so that filler reads as running text.

@@ -56,7 +56,7 @@ PplReport evaluate_perplexity(const Model& model,
                               const PplOptions& o, const ProgressFn& progress) {
   const ModelConfig& c = model.config();
   std::vector<PplMethod> methods = o.methods;
-  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{"full", std::nullopt});
+  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{kFullMethod, std::nullopt});
   const std::size_t n_seq = o.max_sequences ? std::min(o.max_sequences, all.size()) : all.size();
   PplReport r;
   r.attention = o.attention;

@@ -216,6 +216,11 @@ CompressParams resolve_tiered(const CompressRequest& r) {
 
 }  // namespace
 
+std::optional<CompressParams> resolve_method_spec(const std::string& spec) {
+  if (spec == kFullMethod) return std::nullopt;
+  return resolve_params(parse_method_spec(spec));
+}
+
 CompressParams resolve_params(const CompressRequest& r) {
   check_request(r);
   if (r.method == "ggml") {

@@ -10,6 +10,7 @@
 //   ggml     llama.cpp's KV cache types (k=, v=: f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl), in the
 //            model's decode loop (kv/ggml_cache.h).
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -63,6 +64,12 @@ std::string describe(const CompressParams& p);
 // none, --bits-key with a preset that fixes it) and InvalidInput (exit 2) for out-of-range
 // values: bits not in {2,3,4,8}, G = 0, R not a multiple of G, outlier fraction outside [0, 1).
 CompressParams resolve_params(const CompressRequest& r);
+
+// The f32 reference cache of model runs: not a method (it stores what the model computed), but a
+// name every method list of a model run accepts, and the first method of every report.
+inline constexpr const char* kFullMethod = "full";
+// A method spec (method/registry.h) resolved; nullopt for kFullMethod.
+std::optional<CompressParams> resolve_method_spec(const std::string& spec);
 
 // Eviction parameters for `akv allocate`: allocator and score method by name, then flags.
 EvictionParams resolve_allocation(const std::string& alloc, const std::string& score,
