@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "akv/core/errors.h"
+#include "akv/method/ggml_params.h"
 #include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
 
@@ -162,12 +163,8 @@ HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) {
 
 HeadCache compress_head_ggml(const HeadInput& in, const GgmlTypeInfo& key, const GgmlTypeInfo& value) {
   const std::size_t d = in.head_dim;
-  for (const GgmlTypeInfo* t : {&key, &value}) {
-    if (d % t->block != 0) {
-      throw InvalidInput("head_dim must be a multiple of the ggml type's block (" + std::to_string(t->block) + ")",
-                         {"", std::string("ggml ") + t->name + ": head_dim", std::to_string(d)});
-    }
-  }
+  check_ggml_head_dim(key, d, "", std::string("ggml ") + key.name + ": head_dim");
+  check_ggml_head_dim(value, d, "", std::string("ggml ") + value.name + ": head_dim");
   const std::vector<std::int32_t> pos = positions(in);
   TensorBuilder k(d, key), v(d, value);
   k.append(in.key, in.key, pos.data(), in.n);
