@@ -185,8 +185,8 @@ TEST_CASE("calibrate: measured allocation meets the target and beats uniform", "
   CacheReader c(dir.file("c.h5"));
   const auto& h = j["layers"][1]["heads"][2];
   const HeadCache hc = c.read_head(1, 2);
-  CHECK(hc.key.block.bits == h["bits_key"].get<int>());
-  CHECK(hc.value.block.bits == h["bits_value"].get<int>());
+  CHECK(hc.key.packed_params().bits == h["bits_key"].get<int>());
+  CHECK(hc.value.packed_params().bits == h["bits_value"].get<int>());
   // Bad input.
   o.target_bits = 5.0;
   CHECK_THROWS_AS(calibrate({dir.file("a.h5")}, o, {}), InvalidInput);

@@ -58,14 +58,14 @@ void check_golden(const std::string& name) {
 }
 
 // One tensor part against KIVI's codes (one hex digit each), scales and zeros (f16 bits).
-void check_kivi_part(const TensorPart& mine, const nlohmann::json& want, std::size_t d) {
-  REQUIRE(mine.n_quant == want["n_quant"].get<std::size_t>());
-  CHECK(mine.block.scale == want["scale"].get<std::vector<std::uint16_t>>());
-  CHECK(mine.block.zero == want["zero"].get<std::vector<std::uint16_t>>());
+void check_kivi_part(const PackedTensor& mine, const nlohmann::json& want, std::size_t d) {
+  REQUIRE(mine.packed_rows() == want["n_quant"].get<std::size_t>());
+  CHECK(mine.scales() == want["scale"].get<std::vector<std::uint16_t>>());
+  CHECK(mine.zeros() == want["zero"].get<std::vector<std::uint16_t>>());
   const std::string hex = want["codes"].get<std::string>();
-  REQUIRE(hex.size() == mine.n_quant * d);
+  REQUIRE(hex.size() == mine.packed_rows() * d);
   std::vector<std::uint8_t> codes(hex.size());
-  if (!codes.empty()) unpack_codes_ref(mine.block.codes.data(), codes.size(), mine.block.bits, codes.data());
+  if (!codes.empty()) unpack_codes_ref(mine.codes(), codes.size(), mine.packed_params().bits, codes.data());
   std::size_t differ = 0;
   for (std::size_t i = 0; i < hex.size(); ++i) {
     differ += codes[i] != static_cast<std::uint8_t>(std::stoi(std::string(1, hex[i]), nullptr, 16));

@@ -68,16 +68,22 @@ double rel_mse(const std::vector<float>& x, const std::vector<float>& y) {
   return e / n;
 }
 
-void require_same(const TensorPart& a, const TensorPart& b) {
-  CHECK(a.n_quant == b.n_quant);
-  CHECK(a.n_residual == b.n_residual);
-  CHECK(a.block.codes == b.block.codes);
-  CHECK(a.block.scale == b.block.scale);
-  CHECK(a.block.zero == b.block.zero);
-  CHECK(a.outlier_channels == b.outlier_channels);
-  CHECK(a.outlier_values == b.outlier_values);
-  CHECK(a.residual == b.residual);
-  CHECK(a.pre_rope == b.pre_rope);
+// The dense f16 rows (the residual window) of a stored tensor.
+std::vector<std::uint16_t> residual(const PackedTensor& t) {
+  const std::uint16_t* r = t.dense_rows() > 0 ? t.dense_f16(0) : nullptr;
+  return std::vector<std::uint16_t>(r, r + t.dense_rows() * t.head_dim());
+}
+
+void require_same(const PackedTensor& a, const PackedTensor& b) {
+  CHECK(a.packed_rows() == b.packed_rows());
+  CHECK(a.dense_rows() == b.dense_rows());
+  CHECK(a.packed_block().codes == b.packed_block().codes);
+  CHECK(a.scales() == b.scales());
+  CHECK(a.zeros() == b.zeros());
+  CHECK(a.outlier_channels() == b.outlier_channels());
+  CHECK(a.outlier_values() == b.outlier_values());
+  CHECK(residual(a) == residual(b));
+  CHECK(a.pre_rope() == b.pre_rope());
 }
 
 // A small synthetic dump's shape: 2 layers, 4 query heads, one thread.
@@ -110,17 +116,17 @@ TEST_CASE("compress_head: fast path equals reference; split into quantized and r
         INFO("bits " << bits << " outliers " << outliers << " pre_rope " << pre);
         require_same(a.key, b.key);
         require_same(a.value, b.value);
-        CHECK(a.key.n_quant == 896);  // kivi rule: 1000 - 1000 mod 128 (channel axis)
-        CHECK(a.key.n_residual == 104);
-        CHECK(a.value.n_quant == 872);  // token axis: everything before the window
-        CHECK(a.value.n_residual == 128);
-        CHECK(a.key.outlier_channels.size() == (outliers > 0 ? 4u : 0u));  // ceil(0.05 * 64)
+        CHECK(a.key.packed_rows() == 896);  // kivi rule: 1000 - 1000 mod 128 (channel axis)
+        CHECK(a.key.dense_rows() == 104);
+        CHECK(a.value.packed_rows() == 872);  // token axis: everything before the window
+        CHECK(a.value.dense_rows() == 128);
+        CHECK(a.key.outlier_channels().size() == (outliers > 0 ? 4u : 0u));  // ceil(0.05 * 64)
         p.rule = QuantRule::bounded;
         const HeadCache c = compress_head(input(h), p);
         require_same(c.key, compress_head_ref(input(h), p).key);
-        CHECK(c.key.n_quant == 864);  // bounded rule: whole groups of 32 before the window
-        CHECK(c.key.n_residual == 136);
-        CHECK(c.value.n_quant == 872);
+        CHECK(c.key.packed_rows() == 864);  // bounded rule: whole groups of 32 before the window
+        CHECK(c.key.dense_rows() == 136);
+        CHECK(c.value.packed_rows() == 872);
       }
     }
   }
@@ -132,9 +138,9 @@ TEST_CASE("compress_head: fast path equals reference; split into quantized and r
   // Short sequences: everything stays in the residual window (KIVI's prefill below R).
   const HeadData s = make_head(100, d, 8);
   const HeadCache c = compress_head(input(s), kivi(2, 2));
-  CHECK(c.key.n_quant == 0);
-  CHECK(c.value.n_quant == 0);
-  CHECK(c.key.residual.size() == 100 * d);
+  CHECK(c.key.packed_rows() == 0);
+  CHECK(c.value.packed_rows() == 0);
+  CHECK(residual(c.key).size() == 100 * d);
 }
 
 TEST_CASE("compress_head: residual window exact, error falls with bits, outliers help",
@@ -147,12 +153,12 @@ TEST_CASE("compress_head: residual window exact, error falls with bits, outliers
     const HeadCache c = compress_head(input(h), kivi(bits, bits));
     reconstruct_head(c, {}, k.data(), v.data());
     // The most recent tokens are stored in f16: exact up to f16 rounding.
-    for (std::size_t t = c.key.n_quant; t < n; ++t) {
+    for (std::size_t t = c.key.packed_rows(); t < n; ++t) {
       for (std::size_t j = 0; j < d; ++j) {
         REQUIRE(k[t * d + j] == f16_to_f32_ref(f32_to_f16_ref(h.key[t * d + j])));
       }
     }
-    for (std::size_t t = c.value.n_quant; t < n; ++t) {
+    for (std::size_t t = c.value.packed_rows(); t < n; ++t) {
       for (std::size_t j = 0; j < d; ++j) {
         REQUIRE(v[t * d + j] == f16_to_f32_ref(f32_to_f16_ref(h.value[t * d + j])));
       }
@@ -170,7 +176,7 @@ TEST_CASE("compress_head: residual window exact, error falls with bits, outliers
   const HeadCache plain = compress_head(input(h), p);
   p.outlier_fraction = 2.0 / 64;
   const HeadCache prot = compress_head(input(h), p);
-  CHECK(prot.key.outlier_channels == std::vector<std::uint16_t>{3, 10});
+  CHECK(prot.key.outlier_channels() == std::vector<std::uint16_t>{3, 10});
   std::vector<float> k2(n * d);
   reconstruct_head(plain, {}, k.data(), v.data());
   reconstruct_head(prot, {}, k2.data(), v.data());
@@ -193,7 +199,7 @@ TEST_CASE("compress_head: pre-RoPE keys are rotated after dequantization", "[kv]
   CompressParams p = kivi(8, 8);
   p.pre_rope = true;
   const HeadCache c = compress_head(input(h), p);
-  CHECK(c.key.pre_rope);
+  CHECK(c.key.pre_rope());
   RopeTable t(d, 10000.0, 0, n);
   std::vector<float> k(n * d), v(n * d);
   CHECK_THROWS_AS(reconstruct_head(c, {}, k.data(), v.data()), InvalidInput);
@@ -340,17 +346,17 @@ TEST_CASE("ggml caches (llama.cpp's types): rows as ggml blocks, honest bytes, f
     const HeadCache h = r.read_head(1, 0);
     const GgmlTypeInfo& q4 = *ggml_type_info_by_name("Q4_0");
     const GgmlTypeInfo& q8 = *ggml_type_info_by_name("Q8_0");
-    REQUIRE(h.key.ggml.type == &q4);
-    REQUIRE(h.value.ggml.type == &q8);
-    CHECK(h.key.n_quant == 100);
-    CHECK(h.key.n_residual == 0);
+    REQUIRE(h.key.ggml_type() == &q4);
+    REQUIRE(h.value.ggml_type() == &q8);
+    CHECK(h.key.ggml_rows() == 100);
+    CHECK(h.key.dense_rows() == 0);
     std::vector<std::uint8_t> kb(100 * 2 * 18), vb(100 * 2 * 34);
     for (std::size_t t = 0; t < 100; ++t) {
       ggml_quantize(q4, key.row(0, t), 64, kb.data() + t * 36);
       ggml_quantize(q8, value.row(0, t), 64, vb.data() + t * 68);
     }
-    CHECK(h.key.ggml.blocks == kb);
-    CHECK(h.value.ggml.blocks == vb);
+    CHECK(h.key.ggml_blocks() == kb);
+    CHECK(h.value.ggml_blocks() == vb);
     std::vector<float> k(100 * 64), v(100 * 64), kref(100 * 64), vref(100 * 64);
     reconstruct_head(h, {}, k.data(), v.data());
     ggml_dequantize(q4, kb.data(), kref.size(), kref.data());

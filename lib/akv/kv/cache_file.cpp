@@ -34,36 +34,36 @@ std::string cache_type_name(const GgmlTypeInfo& t) {
   return s;
 }
 
-void write_part(hid_t group, const TensorPart& p, std::size_t d, hid_t f16) {
-  h5::write_attr_int(group, "n_quant", i64(p.n_quant));
-  h5::write_attr_int(group, "n_residual", i64(p.n_residual));
-  h5::write_attr_int(group, "n_outlier", i64(p.outlier_channels.size()));
-  h5::write_attr_int(group, "pre_rope", p.pre_rope ? 1 : 0);
-  if (p.ggml.type) {
-    h5::write_attr_string(group, "ggml_type", cache_type_name(*p.ggml.type));
-    if (!p.ggml.blocks.empty()) {
-      h5::write_dataset(group, "blocks", H5T_STD_U8LE, H5T_NATIVE_UINT8, {p.ggml.blocks.size()}, p.ggml.blocks.data());
+void write_part(hid_t group, const PackedTensor& p, std::size_t d, hid_t f16) {
+  const std::size_t n_quant = p.ggml_type() ? p.ggml_rows() : p.packed_rows(), n_out = p.outlier_channels().size();
+  h5::write_attr_int(group, "n_quant", i64(n_quant));
+  h5::write_attr_int(group, "n_residual", i64(p.dense_rows()));
+  h5::write_attr_int(group, "n_outlier", i64(n_out));
+  h5::write_attr_int(group, "pre_rope", p.pre_rope() ? 1 : 0);
+  if (p.ggml_type()) {
+    h5::write_attr_string(group, "ggml_type", cache_type_name(*p.ggml_type()));
+    if (!p.ggml_blocks().empty()) {
+      h5::write_dataset(group, "blocks", H5T_STD_U8LE, H5T_NATIVE_UINT8, {p.ggml_blocks().size()}, p.ggml_blocks().data());
     }
     return;
   }
-  if (p.n_quant > 0) {
-    const QuantizedBlock& b = p.block;
+  if (n_quant > 0) {
+    const PackedView& b = p.packed_params();
     h5::write_attr_int(group, "bits", b.bits);
     h5::write_attr_string(group, "axis", quant_axis_name(b.axis));
     h5::write_attr_int(group, "group", i64(b.group));
-    h5::write_dataset(group, "codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, {b.codes.size()}, b.codes.data());
-    h5::write_dataset(group, "scale", f16, f16, {b.scale.size()}, b.scale.data());
-    h5::write_dataset(group, "zero", f16, f16, {b.zero.size()}, b.zero.data());
+    h5::write_dataset(group, "codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, {p.code_bytes()}, p.codes());
+    h5::write_dataset(group, "scale", f16, f16, {p.scales().size()}, p.scales().data());
+    h5::write_dataset(group, "zero", f16, f16, {p.zeros().size()}, p.zeros().data());
   }
-  const std::size_t n_out = p.outlier_channels.size();
   if (n_out > 0) {
     h5::write_dataset(group, "outlier_channels", H5T_STD_U16LE, H5T_NATIVE_UINT16, {n_out},
-                      p.outlier_channels.data());
-    h5::write_dataset(group, "outlier_values", f16, f16, {p.n_quant, n_out},
-                      p.outlier_values.data());
+                      p.outlier_channels().data());
+    h5::write_dataset(group, "outlier_values", f16, f16, {n_quant, n_out}, p.outlier_values().data());
   }
-  if (p.n_residual > 0) {
-    h5::write_dataset(group, "residual", f16, f16, {p.n_residual, d}, p.residual.data());
+  if (p.dense_rows() > 0) {
+    if (p.dense_type() != DenseType::f16) throw InvalidInput("cache files store f16 residual rows", {"", "residual"});
+    h5::write_dataset(group, "residual", f16, f16, {p.dense_rows(), d}, p.dense_f16(0));
   }
 }
 
@@ -139,7 +139,7 @@ void write_head_group(hid_t g, const HeadCache& h, hid_t f16) {
   if (!h.kept.empty()) {
     h5::write_dataset(g, "kept", H5T_STD_I32LE, H5T_NATIVE_INT32, {h.kept.size()}, h.kept.data());
   }
-  const TensorPart* parts[] = {&h.key, &h.value};
+  const PackedTensor* parts[] = {&h.key, &h.value};
   for (int i = 0; i < 2; ++i) {
     h5::Group pg = h5::create_group(g, kParts[i]);
     write_part(pg.get(), *parts[i], h.head_dim, f16);
@@ -157,7 +157,7 @@ void CacheWriter::write_head(std::size_t layer, std::size_t head, const HeadCach
   if (!h.segments.empty() && !m.header.params.tiered()) {
     throw InvalidInput("segmented heads need a tiered cache", {m.out.path(), path});
   }
-  if ((h.key.ggml.type != nullptr) != (m.header.params.ggml() != nullptr)) {
+  if ((h.key.ggml_type() != nullptr) != (m.header.params.ggml() != nullptr)) {
     throw InvalidInput("ggml blocks go with method ggml only", {m.out.path(), path});
   }
   h5::Group g = h5::create_group(m.file.get(), path);
@@ -320,32 +320,34 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
                       {f, path + ".n_kept", std::to_string(n_kept)});
   }
   const std::size_t d = h.head_dim;
-  TensorPart* parts[] = {&h.key, &h.value};
+  PackedTensor* parts[] = {&h.key, &h.value};
   for (int i = 0; i < 2; ++i) {
     const std::string pp = path + "/" + kParts[i];
     h5::Group pg(H5Gopen2(file_.get(), pp.c_str(), H5P_DEFAULT));
     if (!pg.valid()) throw CorruptData("missing group", {f, pp});
-    TensorPart& p = *parts[i];
-    p.n_quant = count_attr(pg.get(), "n_quant", f, pp);
-    p.n_residual = count_attr(pg.get(), "n_residual", f, pp);
+    PackedTensor& p = *parts[i];
+    p = PackedTensor(d, DenseType::f16);
+    const std::size_t n_quant = count_attr(pg.get(), "n_quant", f, pp);
+    const std::size_t n_residual = count_attr(pg.get(), "n_residual", f, pp);
     const std::size_t n_out = count_attr(pg.get(), "n_outlier", f, pp);
-    p.pre_rope = count_attr(pg.get(), "pre_rope", f, pp) != 0;
-    if (p.n_quant > n_kept || p.n_residual > n_kept || p.n_quant + p.n_residual != n_kept) {
+    p.set_pre_rope(count_attr(pg.get(), "pre_rope", f, pp) != 0);
+    if (n_quant > n_kept || n_residual > n_kept || n_quant + n_residual != n_kept) {
       throw CorruptData("n_quant + n_residual must equal n_kept " + std::to_string(n_kept),
-                        {f, pp + ".n_quant", std::to_string(p.n_quant)});
+                        {f, pp + ".n_quant", std::to_string(n_quant)});
     }
-    if (n_out >= d || (n_out > 0 && p.n_quant == 0)) {
+    if (n_out >= d || (n_out > 0 && n_quant == 0)) {
       throw CorruptData("bad outlier channel count", {f, pp + ".n_outlier", std::to_string(n_out)});
     }
     if (const GgmlCacheParams* g = header_.params.ggml()) {
-      read_ggml_part(pp, i == 0 ? g->key : g->value, n_out, p);
+      read_ggml_part(pp, i == 0 ? g->key : g->value, n_quant, n_residual == 0 && n_out == 0, p);
       continue;
     }
     if (h5::attr_exists(pg.get(), "ggml_type")) {
       throw CorruptData("ggml blocks in a cache whose method is not ggml", {f, pp + ".ggml_type"});
     }
-    if (p.n_quant > 0) {
-      QuantizedBlock& b = p.block;
+    h5::Type f16 = h5::make_f16_type();
+    if (n_quant > 0) {
+      QuantizedBlock b;
       b.bits = static_cast<int>(count_attr(pg.get(), "bits", f, pp));
       if (!is_supported_bits(b.bits)) {
         throw CorruptData("unsupported bit width", {f, pp + ".bits", std::to_string(b.bits)});
@@ -355,13 +357,12 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
       b.axis = parse_quant_axis(axis);
       b.group = count_attr(pg.get(), "group", f, pp);
       if (b.group == 0) throw CorruptData("group size must be >= 1", {f, pp + ".group", "0"});
-      b.rows = p.n_quant;
+      b.rows = n_quant;
       b.cols = d - n_out;
       // n_quant <= n_kept <= n_tokens and cols < head_dim: the products cannot wrap, and every
       // vector below is allocated only after its dataset's shape and stored bytes check out.
       const std::size_t codes = packed_size(b.rows * b.cols, b.bits);
       b.codes = h5::read_vector<std::uint8_t>(file_.get(), pp + "/codes", H5T_NATIVE_UINT8, {codes}, f);
-      h5::Type f16 = h5::make_f16_type();
       b.scale = h5::read_vector<std::uint16_t>(file_.get(), pp + "/scale", f16.get(), {b.n_groups()}, f);
       b.zero = h5::read_vector<std::uint16_t>(file_.get(), pp + "/zero", f16.get(), {b.n_groups()}, f);
       for (std::size_t k = 0; k < b.scale.size(); ++k) {
@@ -374,40 +375,40 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
           throw CorruptData("zero not finite", {f, pp + "/zero[" + std::to_string(k) + "]", format_number(z)});
         }
       }
-    }
-    if (n_out > 0) {
-      p.outlier_channels = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_channels",
-                                                          H5T_NATIVE_UINT16, {n_out}, f);
-      for (std::size_t k = 0; k < n_out; ++k) {
-        const std::uint16_t c = p.outlier_channels[k];
-        if (c >= d || (k > 0 && c <= p.outlier_channels[k - 1])) {
-          throw CorruptData("outlier channels must be ascending and < head_dim",
-                            {f, pp + "/outlier_channels[" + std::to_string(k) + "]", std::to_string(c)});
+      std::vector<std::uint16_t> channels, values;
+      if (n_out > 0) {
+        channels = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_channels", H5T_NATIVE_UINT16, {n_out}, f);
+        for (std::size_t k = 0; k < n_out; ++k) {
+          const std::uint16_t c = channels[k];
+          if (c >= d || (k > 0 && c <= channels[k - 1])) {
+            throw CorruptData("outlier channels must be ascending and < head_dim",
+                              {f, pp + "/outlier_channels[" + std::to_string(k) + "]", std::to_string(c)});
+          }
         }
+        values = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_values", f16.get(), {n_quant, n_out}, f);
+        check_finite_f16(values, f, pp + "/outlier_values");
       }
-      h5::Type f16 = h5::make_f16_type();
-      p.outlier_values = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_values", f16.get(),
-                                                        {p.n_quant, n_out}, f);
-      check_finite_f16(p.outlier_values, f, pp + "/outlier_values");
+      p.append_packed(b, channels, values.data());
     }
-    if (p.n_residual > 0) {
-      h5::Type f16 = h5::make_f16_type();
-      p.residual = h5::read_vector<std::uint16_t>(file_.get(), pp + "/residual", f16.get(), {p.n_residual, d}, f);
-      check_finite_f16(p.residual, f, pp + "/residual");
+    if (n_residual > 0) {
+      const std::vector<std::uint16_t> residual =
+          h5::read_vector<std::uint16_t>(file_.get(), pp + "/residual", f16.get(), {n_residual, d}, f);
+      check_finite_f16(residual, f, pp + "/residual");
+      p.insert_dense_f16(0, residual.data(), n_residual);
     }
   }
   return h;
 }
 
-void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_name, std::size_t n_out,
-                                 TensorPart& p) const {
+void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_name, std::size_t n_rows,
+                                 bool rows_only, PackedTensor& p) const {
   const std::string& f = path_;
   h5::Group pg(H5Gopen2(file_.get(), pp.c_str(), H5P_DEFAULT));
   const std::string stored = h5::read_attr_string(pg.get(), "ggml_type", f, pp + ".ggml_type");
   if (stored != type_name) {
     throw CorruptData("ggml_type differs from the method's type " + type_name, {f, pp + ".ggml_type", stored});
   }
-  if (p.n_residual != 0 || n_out != 0 || p.pre_rope) {
+  if (!rows_only || p.pre_rope()) {
     throw CorruptData("ggml parts have no residual, outliers or pre-RoPE keys", {f, pp + ".n_residual"});
   }
   const GgmlTypeInfo& type = ggml_cache_type(type_name, f, pp + ".ggml_type");
@@ -416,17 +417,17 @@ void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_
     throw CorruptData("head_dim is not a multiple of the ggml type's block " + std::to_string(type.block),
                       {f, "head_dim", std::to_string(d)});
   }
-  p.ggml.type = &type;
-  // n_quant <= n_tokens and head_dim are bounded by the header: the size cannot wrap.
-  const std::size_t n = p.n_quant * d;
+  // n_rows <= n_tokens and head_dim are bounded by the header: the size cannot wrap.
+  const std::size_t n = n_rows * d;
+  std::vector<std::uint8_t> blocks;
   if (n > 0) {
-    p.ggml.blocks = h5::read_vector<std::uint8_t>(file_.get(), pp + "/blocks", H5T_NATIVE_UINT8,
-                                                  {n / type.block * type.bytes}, f);
+    blocks = h5::read_vector<std::uint8_t>(file_.get(), pp + "/blocks", H5T_NATIVE_UINT8, {n / type.block * type.bytes}, f);
   }
-  const std::size_t bad = ggml_first_nonfinite(type, p.ggml.blocks.data(), n);
+  const std::size_t bad = ggml_first_nonfinite(type, blocks.data(), n);
   if (bad < n) {
     throw CorruptData("non-finite value in a ggml block", {f, pp + "/blocks", "element " + std::to_string(bad)});
   }
+  p.append_ggml_blocks(type, blocks.data(), n_rows);
 }
 
 CacheBytes CacheReader::stored_bytes(std::size_t layer, std::size_t head) const {

@@ -93,8 +93,9 @@ class CacheReader {
 
  private:
   HeadCache read_head_group(const std::string& path, bool top) const;
-  void read_ggml_part(const std::string& part_path, const std::string& type_name, std::size_t n_out,
-                      TensorPart& p) const;
+  // A ggml key or value group of n_rows rows; rows_only: it declares no residual or outliers.
+  void read_ggml_part(const std::string& part_path, const std::string& type_name, std::size_t n_rows,
+                      bool rows_only, PackedTensor& p) const;
   CacheBytes stored_group_bytes(const std::string& path) const;
   std::string path_;
   std::int64_t version_ = kCacheVersion;

@@ -18,27 +18,27 @@ std::vector<std::uint16_t> to_f16_ref(const float* x, std::size_t n) {
 }
 
 // The reference of TensorBuilder's affine rows, in one pass over plain loops.
-TensorPart compress_part_ref(const float* src, const float* post, std::size_t n, std::size_t d,
-                             const TensorQuant& t, const QuantParams& p, std::size_t n_outlier, bool pre_rope) {
-  TensorPart part;
-  part.n_quant = quantized_rows(n, t, p);
-  part.n_residual = n - part.n_quant;
-  part.pre_rope = pre_rope && part.n_quant > 0;
+PackedTensor compress_tensor_ref(const float* src, const float* post, std::size_t n, std::size_t d,
+                                 const TensorQuant& t, const QuantParams& p, std::size_t n_outlier, bool pre_rope) {
+  PackedTensor out(d, DenseType::f16);
+  const std::size_t n_quant = quantized_rows(n, t, p);
+  out.set_pre_rope(pre_rope && n_quant > 0);
   const auto quantize = quantize_block_ref;
-  if (part.n_quant > 0) {
+  if (n_quant > 0) {
     if (n_outlier == 0) {
-      part.block = quantize(src, part.n_quant, d, t.axis, t.bits, t.group, p.rule);
+      out.append_packed(quantize(src, n_quant, d, t.axis, t.bits, t.group, p.rule), {}, nullptr);
     } else {
-      part.outlier_channels = select_outlier_channels(src, part.n_quant, d, n_outlier);
+      const std::vector<std::uint16_t> channels = select_outlier_channels(src, n_quant, d, n_outlier);
       const std::size_t cols = d - n_outlier;
-      std::vector<float> inliers(part.n_quant * cols), outliers(part.n_quant * n_outlier);
-      split_outliers(src, part.n_quant, d, part.outlier_channels, inliers.data(), outliers.data());
-      part.block = quantize(inliers.data(), part.n_quant, cols, t.axis, t.bits, t.group, p.rule);
-      part.outlier_values = to_f16_ref(outliers.data(), outliers.size());
+      std::vector<float> inliers(n_quant * cols), outliers(n_quant * n_outlier);
+      split_outliers(src, n_quant, d, channels, inliers.data(), outliers.data());
+      out.append_packed(quantize(inliers.data(), n_quant, cols, t.axis, t.bits, t.group, p.rule), channels,
+                        to_f16_ref(outliers.data(), outliers.size()).data());
     }
   }
-  part.residual = to_f16_ref(post + part.n_quant * d, part.n_residual * d);
-  return part;
+  const std::vector<std::uint16_t> residual = to_f16_ref(post + n_quant * d, (n - n_quant) * d);
+  out.insert_dense_f16(0, residual.data(), n - n_quant);
+  return out;
 }
 
 void check_head(const HeadInput& in, const QuantParams& p, std::size_t n_out) {
@@ -59,28 +59,6 @@ HeadCache head_of(const HeadInput& in) {
   return h;
 }
 
-// What a builder stores, as the cache file holds it.
-TensorPart stored_part(const TensorBuilder& b, std::size_t d) {
-  const PackedTensor& t = b.stored();
-  TensorPart part;
-  if (t.ggml_type()) {
-    part.n_quant = t.ggml_rows();
-    part.ggml = {t.ggml_type(), t.ggml_blocks()};
-    return part;
-  }
-  part.n_quant = t.packed_rows();
-  part.n_residual = t.dense_rows();
-  part.pre_rope = b.pre_rope();
-  if (part.n_quant > 0) {
-    part.block = t.packed_block();
-    part.outlier_channels = t.outlier_channels();
-    part.outlier_values = t.outlier_values();
-  }
-  const std::uint16_t* residual = part.n_residual > 0 ? t.dense_f16(0) : nullptr;
-  part.residual.assign(residual, residual + part.n_residual * d);
-  return part;
-}
-
 std::vector<std::int32_t> positions(const HeadInput& in) {
   if (!in.kept.empty()) return in.kept;
   std::vector<std::int32_t> pos(in.n);
@@ -88,51 +66,32 @@ std::vector<std::int32_t> positions(const HeadInput& in) {
   return pos;
 }
 
-void rebuild_part(const TensorPart& part, std::size_t d, float* out) {
-  if (part.ggml.type) {
-    ggml_dequantize(*part.ggml.type, part.ggml.blocks.data(), part.n_quant * d, out);
+void rebuild(const PackedTensor& t, float* out) {
+  const std::size_t d = t.head_dim();
+  const std::size_t n_quant = t.packed_rows(), n_out = t.outlier_channels().size();
+  if (t.ggml_type()) {
+    ggml_dequantize(*t.ggml_type(), t.ggml_blocks().data(), t.ggml_rows() * d, out);
     return;
   }
-  if (part.n_quant > 0) {
-    const std::size_t n_out = part.outlier_channels.size();
+  if (n_quant > 0) {
     if (n_out == 0) {
-      dequantize_block(part.block, out);
+      dequantize_block(t.packed_block(), out);
     } else {
       const std::size_t cols = d - n_out;
-      std::vector<float> inliers(part.n_quant * cols), outliers(part.n_quant * n_out);
-      dequantize_block(part.block, inliers.data());
-      f16_to_f32(part.outlier_values.data(), outliers.data(), outliers.size());
-      merge_outliers(inliers.data(), outliers.data(), part.n_quant, d, part.outlier_channels, out);
+      std::vector<float> inliers(n_quant * cols), outliers(n_quant * n_out);
+      dequantize_block(t.packed_block(), inliers.data());
+      f16_to_f32(t.outlier_values().data(), outliers.data(), outliers.size());
+      merge_outliers(inliers.data(), outliers.data(), n_quant, d, t.outlier_channels(), out);
     }
   }
-  f16_to_f32(part.residual.data(), out + part.n_quant * d, part.residual.size());
+  if (t.dense_rows() > 0) f16_to_f32(t.dense_f16(0), out + n_quant * d, t.dense_rows() * d);
 }
 
 }  // namespace
 
-CacheBytes& CacheBytes::operator+=(const CacheBytes& o) {
-  codes += o.codes;
-  scales += o.scales;
-  zeros += o.zeros;
-  residual += o.residual;
-  outliers += o.outliers;
-  indices += o.indices;
-  return *this;
-}
-
-CacheBytes TensorPart::bytes() const {
-  CacheBytes b;
-  b.codes = block.codes.size() + ggml.blocks.size();  // a ggml block's scales are inside it
-  b.scales = 2 * block.scale.size();
-  b.zeros = 2 * block.zero.size();
-  b.residual = 2 * residual.size();
-  b.outliers = 2 * (outlier_channels.size() + outlier_values.size());
-  return b;
-}
-
 CacheBytes HeadCache::bytes() const {
-  CacheBytes b = key.bytes();
-  b += value.bytes();
+  CacheBytes b = key.stored_bytes();
+  b += value.stored_bytes();
   b.indices = 4 * kept.size();
   for (const HeadCache& s : segments) b += s.bytes();
   return b;
@@ -146,8 +105,8 @@ HeadCache compress_head(const HeadInput& in, const QuantParams& p) {
   key.append(p.pre_rope ? in.key_pre_rope : in.key, in.key, pos.data(), in.n);
   value.append(in.value, in.value, pos.data(), in.n);
   HeadCache h = head_of(in);
-  h.key = stored_part(key, d);
-  h.value = stored_part(value, d);
+  h.key = key.take();
+  h.value = value.take();
   return h;
 }
 
@@ -156,8 +115,8 @@ HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) {
   check_head(in, p, n_out);
   HeadCache h = head_of(in);
   const float* key_src = p.pre_rope ? in.key_pre_rope : in.key;
-  h.key = compress_part_ref(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope);
-  h.value = compress_part_ref(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false);
+  h.key = compress_tensor_ref(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope);
+  h.value = compress_tensor_ref(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false);
   return h;
 }
 
@@ -170,8 +129,8 @@ HeadCache compress_head_ggml(const HeadInput& in, const GgmlTypeInfo& key, const
   k.append(in.key, in.key, pos.data(), in.n);
   v.append(in.value, in.value, pos.data(), in.n);
   HeadCache h = head_of(in);
-  h.key = stored_part(k, d);
-  h.value = stored_part(v, d);
+  h.key = k.take();
+  h.value = v.take();
   return h;
 }
 
@@ -188,11 +147,11 @@ void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, f
     }
     return;
   }
-  rebuild_part(h.key, d, key);
-  rebuild_part(h.value, d, value);
-  if (h.key.pre_rope) {
+  rebuild(h.key, key);
+  rebuild(h.value, value);
+  if (h.key.pre_rope()) {
     if (!rope.table) throw InvalidInput("pre-RoPE keys need a RoPE table", {"", "rope", ""});
-    for (std::size_t i = 0; i < h.key.n_quant; ++i) {
+    for (std::size_t i = 0; i < h.key.packed_rows(); ++i) {
       apply_rope(key + i * d, 1, h.position(i), rope.layout, *rope.table);
     }
   }

@@ -12,47 +12,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "akv/kv/stored_tensor.h"
 #include "akv/kv/tensor_builder.h"
 #include "akv/quant/outliers.h"
 #include "akv/quant/quant_params.h"
-#include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/rope.h"
 
 namespace akv {
 
-// Bytes stored per component; the sum is the honest size of a cache.
-struct CacheBytes {
-  std::uint64_t codes = 0, scales = 0, zeros = 0, residual = 0, outliers = 0, indices = 0;
-  std::uint64_t total() const { return codes + scales + zeros + residual + outliers + indices; }
-  CacheBytes& operator+=(const CacheBytes& o);
-};
-
-// Rows stored as llama.cpp's cache stores them (method ggml): every row a sequence of ggml
-// blocks of `type` (head_dim a multiple of its block), quantized by tensor/ggml_quant.h.
-struct GgmlRows {
-  const GgmlTypeInfo* type = nullptr;  // nullptr: the part is not in ggml blocks
-  std::vector<std::uint8_t> blocks;    // [n_quant rows, head_dim / block blocks, type->bytes]
-};
-
-// Key or value part of one head.
-struct TensorPart {
-  std::size_t n_quant = 0;     // leading kept tokens that are quantized
-  std::size_t n_residual = 0;  // trailing kept tokens stored in f16
-  QuantizedBlock block;        // [n_quant, head_dim - n_outlier]; empty when n_quant == 0
-  GgmlRows ggml;               // instead of block (and no residual, no outliers) with method ggml
-  std::vector<std::uint16_t> outlier_channels;  // ascending channel indices
-  std::vector<std::uint16_t> outlier_values;    // f16 bits, [n_quant, n_outlier]
-  std::vector<std::uint16_t> residual;          // f16 bits, [n_residual, head_dim]
-  bool pre_rope = false;                        // block + outliers hold pre-RoPE keys
-
-  CacheBytes bytes() const;
-};
-
+// One head as akv compress writes it: the key and value tensors in their stored form (packed
+// rows = the n_quant quantized tokens, dense f16 rows = the n_residual window; or ggml rows).
 struct HeadCache {
   std::size_t n_tokens = 0;     // tokens of the source sequence
   std::size_t head_dim = 0;
   std::vector<std::int32_t> kept;  // kept positions, ascending; empty = all tokens
-  TensorPart key, value;
+  PackedTensor key, value;
   // Tiered heads: every token sits in exactly one segment (warm, cold, hot), each a head of its
   // own (kept positions, quantizer); key/value above are then empty and kept is all tokens.
   std::vector<HeadCache> segments;

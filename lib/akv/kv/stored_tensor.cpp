@@ -14,6 +14,16 @@ std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+CacheBytes& CacheBytes::operator+=(const CacheBytes& o) {
+  codes += o.codes;
+  scales += o.scales;
+  zeros += o.zeros;
+  residual += o.residual;
+  outliers += o.outliers;
+  indices += o.indices;
+  return *this;
+}
+
 PackedTensor::PackedTensor(std::size_t head_dim, DenseType dense) : d_(head_dim), type_(dense) {
   codes_.assign(kCodePadding, 0);
 }
@@ -30,13 +40,22 @@ void PackedTensor::append_dense(const float* rows, std::size_t n) {
 }
 
 void PackedTensor::append_ggml(const GgmlTypeInfo& type, const float* rows, std::size_t n) {
+  const std::size_t at = ggml_blocks_.size(), row_bytes = d_ / type.block * type.bytes;
+  append_ggml_blocks(type, nullptr, n);
+  for (std::size_t i = 0; i < n; ++i) ggml_quantize(type, rows + i * d_, d_, ggml_blocks_.data() + at + i * row_bytes);
+}
+
+void PackedTensor::append_ggml_blocks(const GgmlTypeInfo& type, const std::uint8_t* blocks, std::size_t n) {
   if ((ggml_type_ && ggml_type_ != &type) || view_.rows > 0 || dense_rows_ > 0) {
     throw InvalidInput("ggml rows go alone, of one type", {"", "ggml type", type.name});
   }
   ggml_type_ = &type;
-  const std::size_t row_bytes = d_ / type.block * type.bytes, at = ggml_blocks_.size();
-  ggml_blocks_.resize(at + n * row_bytes);
-  for (std::size_t i = 0; i < n; ++i) ggml_quantize(type, rows + i * d_, d_, ggml_blocks_.data() + at + i * row_bytes);
+  const std::size_t bytes = n * (d_ / type.block * type.bytes);
+  if (blocks) {
+    ggml_blocks_.insert(ggml_blocks_.end(), blocks, blocks + bytes);
+  } else {
+    ggml_blocks_.resize(ggml_blocks_.size() + bytes);
+  }
   ggml_rows_ += n;
 }
 
@@ -206,11 +225,14 @@ QuantizedBlock PackedTensor::packed_block() const {
 const float* PackedTensor::dense_f32(std::size_t row) const { return dense32_.data() + (front_ + row) * d_; }
 const std::uint16_t* PackedTensor::dense_f16(std::size_t row) const { return dense16_.data() + (front_ + row) * d_; }
 
-std::uint64_t PackedTensor::bytes() const {
-  std::uint64_t b = ceil_div(code_bits_, 8) + 2 * (scale_.size() + zero_.size()) + 2 * outlier_value_.size();
-  if (view_.rows > 0) b += 2 * outlier_channel_.size();
-  b += (type_ == DenseType::f32 ? 4 : 2) * dense_rows_ * d_;
-  return b + ggml_blocks_.size();
+CacheBytes PackedTensor::stored_bytes() const {
+  CacheBytes b;
+  b.codes = code_bytes() + ggml_blocks_.size();  // a ggml block's scales are inside it
+  b.scales = 2 * scale_.size();
+  b.zeros = 2 * zero_.size();
+  b.outliers = 2 * outlier_value_.size() + (view_.rows > 0 ? 2 * outlier_channel_.size() : 0);
+  b.residual = (type_ == DenseType::f32 ? 4 : 2) * dense_rows_ * d_;
+  return b;
 }
 
 TensorView PackedTensor::view() const {

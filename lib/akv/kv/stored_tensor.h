@@ -1,8 +1,10 @@
 #pragma once
-// The stored form of one tensor (keys or values) of one head as the caches hold it: packed
-// quantized rows (attention/kv_view.h's layout), then dense f16 or f32 rows; or, for llama.cpp's
-// cache types, every row a run of ggml blocks. Rows become codes or blocks in one place,
-// kv/tensor_builder.h.
+// The stored form of one tensor (keys or values) of one head, the one type the runtime caches,
+// the offline codec and the cache file hold: packed quantized rows (attention/kv_view.h's
+// layout) with f16 outlier channels, then dense f16 or f32 rows (the residual window); or, for
+// llama.cpp's cache types, every row a run of ggml blocks. Rows become codes or blocks in one
+// place, kv/tensor_builder.h; the cache file (kv/cache_file.h) reads them back through the
+// append_* calls below.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -12,6 +14,13 @@
 #include "akv/tensor/ggml_blocks.h"
 
 namespace akv {
+
+// Bytes stored per component; the sum is the honest size of a cache.
+struct CacheBytes {
+  std::uint64_t codes = 0, scales = 0, zeros = 0, residual = 0, outliers = 0, indices = 0;
+  std::uint64_t total() const { return codes + scales + zeros + residual + outliers + indices; }
+  CacheBytes& operator+=(const CacheBytes& o);
+};
 
 // Growable storage of one tensor (keys or values) of one head: packed rows, then dense rows.
 // Dense rows move into the packed part when quantized (quantize_front).
@@ -33,6 +42,8 @@ class PackedTensor {
   // a multiple of its block). A tensor holds ggml rows only, of one type; F16 rows are read as
   // dense f16 rows.
   void append_ggml(const GgmlTypeInfo& type, const float* rows, std::size_t n);
+  // Appends n rows of ggml blocks of `type` as stored ([n, head_dim / block, type.bytes]).
+  void append_ggml_blocks(const GgmlTypeInfo& type, const std::uint8_t* blocks, std::size_t n);
   // Removes the first n dense rows (after the caller quantized them into the packed part).
   void drop_dense_front(std::size_t n);
   // Removes dense row i by moving the last dense row into its place: O(head_dim), rows lose
@@ -54,21 +65,35 @@ class PackedTensor {
   std::size_t dense_rows() const { return dense_rows_; }
   std::size_t ggml_rows() const { return ggml_rows_; }
   std::size_t rows() const { return view_.rows + dense_rows_ + ggml_rows_; }
+  std::size_t head_dim() const { return d_; }
+  DenseType dense_type() const { return type_; }
+  // The packed codes' bytes (without the padding behind them), scales and zeros (f16 bits).
+  const std::uint8_t* codes() const { return codes_.data(); }
+  std::size_t code_bytes() const { return (code_bits_ + 7) / 8; }
+  const std::vector<std::uint16_t>& scales() const { return scale_; }
+  const std::vector<std::uint16_t>& zeros() const { return zero_; }
+  const PackedView& packed_params() const { return view_; }  // bits, axis, group, cols, rows
   const std::vector<std::uint16_t>& outlier_channels() const { return outlier_channel_; }
   const std::vector<std::uint16_t>& outlier_values() const { return outlier_value_; }  // [packed rows, n]
   const GgmlTypeInfo* ggml_type() const { return ggml_type_; }
   const std::vector<std::uint8_t>& ggml_blocks() const { return ggml_blocks_; }  // [rows, blocks per row, bytes]
   const float* dense_f32(std::size_t row) const;  // f32 storage only
   const std::uint16_t* dense_f16(std::size_t row) const;  // f16 storage only
-  // Bytes the cache format stores: packed codes, scales, zeros, outlier values and channel
-  // indices, dense rows (f16: 2 bytes, f32: 4 bytes per value) and ggml blocks.
-  std::uint64_t bytes() const;
+  // Keys quantized before RoPE: the packed rows and outliers hold pre-RoPE keys (rotated after
+  // dequantization); the dense rows are always post-RoPE.
+  bool pre_rope() const { return pre_rope_; }
+  void set_pre_rope(bool pre_rope) { pre_rope_ = pre_rope; }
+  // Bytes the cache format stores per component: packed codes and ggml blocks, scales, zeros,
+  // outlier values and channel indices, dense rows (f16: 2 bytes, f32: 4 bytes per value).
+  CacheBytes stored_bytes() const;
+  std::uint64_t bytes() const { return stored_bytes().total(); }
   TensorView view() const;
 
  private:
   void take_parameters(const QuantizedBlock& b);  // bits, axis, group, cols of the first block
   std::size_t d_ = 0;
   DenseType type_ = DenseType::f32;
+  bool pre_rope_ = false;
   PackedView view_;  // parameters; pointers refreshed by view()
   std::size_t code_bits_ = 0;  // bits used in codes_
   std::vector<std::uint8_t> codes_;

@@ -1,6 +1,7 @@
 #include "akv/kv/tensor_builder.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "akv/quant/outliers.h"
 #include "akv/tensor/half.h"
@@ -45,6 +46,11 @@ void TensorBuilder::swap_remove(std::size_t i) {
               mirror_.begin() + static_cast<std::ptrdiff_t>(i * d_));
     mirror_.resize(mirror_.size() - d_);
   }
+}
+
+PackedTensor TensorBuilder::take() {
+  store_.set_pre_rope(pre_rope());
+  return std::move(store_);
 }
 
 TensorView TensorBuilder::view() const {

@@ -51,6 +51,9 @@ class TensorBuilder {
   std::uint64_t bytes() const { return store_.bytes(); }
   const PackedTensor& stored() const { return store_; }
   bool pre_rope() const { return pre_rope_ && store_.packed_rows() > 0; }  // codes hold pre-RoPE keys
+  // The stored tensor (its pre_rope flag set as pre_rope() says), moved out: the builder is
+  // spent.
+  PackedTensor take();
 
  private:
   void quantize_ready();

@@ -67,19 +67,9 @@ class TierRows {
   const std::uint16_t* value_f16(std::size_t row) const { return v_.dense_f16(row); }
   std::uint64_t bytes() const { return k_.bytes() + v_.bytes(); }
   HeadView view() const { return {k_.view(), v_.view()}; }
-  // The rows as a cache-file segment's key and value parts.
-  void to_parts(TensorPart& key, TensorPart& value) const {
-    const std::size_t n = rows();
-    if (bk_ != 16) {
-      key.n_quant = value.n_quant = n;
-      key.block = k_.packed_block();
-      value.block = v_.packed_block();
-    } else {
-      key.n_residual = value.n_residual = n;
-      key.residual.assign(k_.dense_f16(0), k_.dense_f16(0) + n * d_);
-      value.residual.assign(v_.dense_f16(0), v_.dense_f16(0) + n * d_);
-    }
-  }
+  // The rows as a cache-file segment's key and value.
+  const PackedTensor& keys() const { return k_; }
+  const PackedTensor& values() const { return v_; }
 
  private:
   std::size_t d_ = 0, b_ = 0;
@@ -240,7 +230,9 @@ class TieredHead {
       }
       const std::size_t n = s.kept.size();
       if (s.kept.size() == tokens()) s.kept.clear();  // all tokens: no index needed
-      (t == Tier::hot ? hot_ : t == Tier::warm ? warm_ : cold_).to_parts(s.key, s.value);
+      const TierRows& rows = t == Tier::hot ? hot_ : t == Tier::warm ? warm_ : cold_;
+      s.key = rows.keys();
+      s.value = rows.values();
       if (n > 0) h.segments.push_back(std::move(s));
     };
     segment(Tier::warm);
