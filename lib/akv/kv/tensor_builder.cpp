@@ -28,6 +28,21 @@ void TensorBuilder::append(const float* src, const float* post, const std::int32
     store_.append_ggml(*ggml_, post, n);
     return;
   }
+  if (quantize_ && store_.dense_rows() == 0) {
+    // Nothing waits in the window: the rows due for quantization go straight from `src` (a whole
+    // prompt is not copied into the window first).
+    const std::size_t have = rows(), target = quantized_rows(have + n, t_, p_);
+    const std::size_t m = target > have ? std::min(n, target - have) : 0;
+    if (m > 0) {
+      if (rope_) mirror_.resize((have + m) * d_);
+      quantize(src, pos, m);
+      src += m * d_;
+      post += m * d_;
+      pos += m;
+      n -= m;
+    }
+  }
+  if (n == 0) return;
   store_.append_dense(post, n);
   if (rope_) {
     for (std::size_t i = 0; i < n * d_; ++i) mirror_.push_back(f16_round(post[i]));
@@ -60,36 +75,39 @@ TensorView TensorBuilder::view() const {
   return v;
 }
 
-void TensorBuilder::quantize_ready() {
-  const std::size_t n = rows(), n_quant = store_.packed_rows();
-  const std::size_t target = quantized_rows(n, t_, p_);
-  if (target <= n_quant) return;
-  const std::size_t m = target - n_quant, cols = d_ - n_out_;
-  const float* pending = pending_.data() + pending_front_ * d_;
+void TensorBuilder::quantize(const float* src, const std::int32_t* pos, std::size_t m) {
+  const std::size_t first = store_.packed_rows(), cols = d_ - n_out_;
   if (n_out_ > 0 && outliers_.empty()) {
     // Channels with the largest variance over the first rows quantized, kept from then on.
-    outliers_ = select_outlier_channels(pending, m, d_, n_out_);
+    outliers_ = select_outlier_channels(src, m, d_, n_out_);
   }
   if (n_out_ == 0) {
-    store_.append_packed(quantize_block(pending, m, cols, t_.axis, t_.bits, t_.group, p_.rule), outliers_, nullptr);
+    store_.append_packed(quantize_block(src, m, cols, t_.axis, t_.bits, t_.group, p_.rule), outliers_, nullptr);
   } else {
     std::vector<float> in(m * cols), out_f32(m * n_out_);
-    split_outliers(pending, m, d_, outliers_, in.data(), out_f32.data());
+    split_outliers(src, m, d_, outliers_, in.data(), out_f32.data());
     std::vector<std::uint16_t> out(m * n_out_);
     f32_to_f16(out_f32.data(), out.data(), out.size());
     store_.append_packed(quantize_block(in.data(), m, cols, t_.axis, t_.bits, t_.group, p_.rule), outliers_,
                          out.data());
   }
-  store_.drop_dense_front(m);
   if (rope_) {
     std::vector<float> deq(m * d_);
-    dequantize_rows(store_.view(), d_, n_quant, target, deq.data());
+    dequantize_rows(store_.view(), d_, first, first + m, deq.data());
     for (std::size_t r = 0; r < m; ++r) {
-      float* row = mirror_.data() + (n_quant + r) * d_;
+      float* row = mirror_.data() + (first + r) * d_;
       std::copy_n(deq.data() + r * d_, d_, row);
-      apply_rope(row, 1, static_cast<std::size_t>(positions_[pending_front_ + r]), rope_->layout, *rope_->table);
+      apply_rope(row, 1, static_cast<std::size_t>(pos[r]), rope_->layout, *rope_->table);
     }
   }
+}
+
+void TensorBuilder::quantize_ready() {
+  const std::size_t n_quant = store_.packed_rows(), target = quantized_rows(rows(), t_, p_);
+  if (target <= n_quant) return;
+  const std::size_t m = target - n_quant;
+  quantize(pending_.data() + pending_front_ * d_, positions_.data() + pending_front_, m);
+  store_.drop_dense_front(m);
   // Quantized rows leave the front; they are moved out once they are as many as the rows left
   // (O(1) amortized per row, as PackedTensor's dense rows).
   pending_front_ += m;

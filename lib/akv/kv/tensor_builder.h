@@ -56,7 +56,10 @@ class TensorBuilder {
   PackedTensor take();
 
  private:
-  void quantize_ready();
+  // Quantizes m rows `src` [m, head_dim] at positions `pos` into the packed part (their dense
+  // rows, if any, are the caller's to drop).
+  void quantize(const float* src, const std::int32_t* pos, std::size_t m);
+  void quantize_ready();  // the window's rows due for quantization
 
   std::size_t d_;
   bool quantize_ = false;
