@@ -8,45 +8,10 @@
 #include "akv/core/parallel.h"
 #include "akv/io/file_hash.h"
 #include "akv/kv/prompt_plan.h"
+#include "akv/kv/runtime.h"
 #include "akv/kv/tiered.h"
 
 namespace akv {
-namespace {
-
-// Compresses KV head h of one layer, keeping the rows at `kept` (all rows when empty or
-// complete).
-HeadCache compress_kv_head(const Tensor3& key, const Tensor3* key_pre, const Tensor3& value,
-                           std::size_t h, const DumpMeta& m, const std::vector<std::int32_t>& kept,
-                           const CompressParams& params) {
-  const std::size_t d = m.head_dim;
-  HeadInput in;
-  in.head_dim = d;
-  in.n_tokens = m.n_tokens;
-  if (kept.empty() || kept.size() == m.n_tokens) {
-    in.key = key.row(h, 0);
-    in.key_pre_rope = key_pre ? key_pre->row(h, 0) : nullptr;
-    in.value = value.row(h, 0);
-    in.n = m.n_tokens;
-    return compress_head(in, params);
-  }
-  const std::size_t n = kept.size();
-  std::vector<float> k(n * d), v(n * d), pre(key_pre ? n * d : 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto t = static_cast<std::size_t>(kept[i]);
-    std::copy_n(key.row(h, t), d, k.data() + i * d);
-    std::copy_n(value.row(h, t), d, v.data() + i * d);
-    if (key_pre) std::copy_n(key_pre->row(h, t), d, pre.data() + i * d);
-  }
-  in.key = k.data();
-  in.key_pre_rope = key_pre ? pre.data() : nullptr;
-  in.value = v.data();
-  in.n = n;
-  in.kept = kept;
-  return compress_head(in, params);
-}
-
-}  // namespace
-
 double MemoryReport::bits_per_element() const {
   return elements ? 8.0 * static_cast<double>(total.total()) / static_cast<double>(elements) : 0.0;
 }
@@ -156,64 +121,35 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
   return report;
 }
 
-// llama.cpp's cache types over a dump: every key row (after RoPE, as llama.cpp caches it) and
-// value row of every head in ggml blocks; no eviction, no residual window.
-MemoryReport compress_ggml(const std::string& dump_path, const std::string& out_path,
-                           const CompressParams& params, int threads, const ProgressFn& progress,
-                           const Shard& shard) {
-  const GgmlCacheParams& g = *params.ggml();
-  const GgmlTypeInfo& kt = ggml_cache_type(g.key, "", "--method ggml: k");
-  const GgmlTypeInfo& vt = ggml_cache_type(g.value, "", "--method ggml: v");
-  DumpReader dump(dump_path);
-  const DumpMeta& m = dump.meta();
-  check_ggml_head_dim(kt, m.head_dim, dump_path, "head_dim (ggml k=" + g.key + ")");
-  check_ggml_head_dim(vt, m.head_dim, dump_path, "head_dim (ggml v=" + g.value + ")");
-  MemoryReport report = empty_report(dump_path, dump, params);
-  const auto [lo, hi] = shard.range(m.n_layers);
-  CacheWriter writer(out_path, report.header, CachePart{shard.k, shard.n, lo, hi});
-  for (std::size_t l = lo; l < hi; ++l) {
-    const Tensor3 key = dump.read(l, DumpField::key);
-    const Tensor3 value = dump.read(l, DumpField::value);
-    std::vector<HeadCache> heads(m.n_kv_heads);
-    parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
-      HeadInput in;
-      in.key = key.row(h, 0);
-      in.value = value.row(h, 0);
-      in.n = in.n_tokens = m.n_tokens;
-      in.head_dim = m.head_dim;
-      heads[h] = compress_head_ggml(in, kt, vt);
-    });
-    write_layer(writer, report, l, heads);
-    if (progress) progress(l + 1 - lo, hi - lo);
-  }
-  writer.commit();
-  return report;
-}
-
 }  // namespace
 
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress,
                            const Shard& shard) {
-  if (params.ggml()) return compress_ggml(dump_path, out_path, params, threads, progress, shard);
   if (params.tiered()) return compress_tiered(dump_path, out_path, params, threads, progress, shard);
-  validate_params(params, "");
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
-  if (params.pre_rope && !dump.meta().rope_variant.empty()) {
-    throw InvalidInput("--pre-rope re-applies plain RoPE after dequantization; this model's RoPE differs",
-                       {dump_path, "rope_variant", dump.meta().rope_variant});
-  }
-  if (params.pre_rope && !dump.has_key_pre_rope()) {
-    throw InvalidInput("--pre-rope needs key_pre_rope in every layer of the dump",
-                       {dump_path, "/layers/*/key_pre_rope", "missing"});
-  }
-  if (params.quantized() && outlier_count(params.outlier_fraction, m.head_dim) >= m.head_dim) {
-    throw InvalidInput("outlier fraction leaves no key channel to quantize",
-                       {"", "--outlier-fraction", format_number(params.outlier_fraction)});
+  if (const GgmlCacheParams* g = params.ggml()) {
+    check_ggml_head_dim(ggml_cache_type(g->key, "", "--method ggml: k"), m.head_dim, dump_path, "head_dim (ggml k=" + g->key + ")");
+    check_ggml_head_dim(ggml_cache_type(g->value, "", "--method ggml: v"), m.head_dim, dump_path, "head_dim (ggml v=" + g->value + ")");
+  } else {
+    validate_params(params, "");
+    if (params.pre_rope && !m.rope_variant.empty()) {
+      throw InvalidInput("--pre-rope re-applies plain RoPE after dequantization; this model's RoPE differs",
+                         {dump_path, "rope_variant", m.rope_variant});
+    }
+    if (params.pre_rope && !dump.has_key_pre_rope()) {
+      throw InvalidInput("--pre-rope needs key_pre_rope in every layer of the dump",
+                         {dump_path, "/layers/*/key_pre_rope", "missing"});
+    }
+    if (params.quantized() && outlier_count(params.outlier_fraction, m.head_dim) >= m.head_dim) {
+      throw InvalidInput("outlier fraction leaves no key channel to quantize",
+                         {"", "--outlier-fraction", format_number(params.outlier_fraction)});
+    }
   }
   MemoryReport report = empty_report(dump_path, dump, params);
-  // Eviction first (a scoring pass over keys and queries), then one pass over K/V.
+  // Eviction first (a scoring pass over keys and queries), then one pass over K/V through the
+  // method's own cache.
   const std::size_t phases = params.eviction() ? 2 : 1;
   const PromptPlan plan = plan_prompt(
       m,
@@ -227,17 +163,17 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
       });
   report.header.params = plan.params;
   if (plan.eviction) report.eviction = plan.eviction->summary_json();
+  const std::unique_ptr<KvPolicy> cache = make_stored_cache(plan.params, m.kv_shape(), threads);
   const auto [lo, hi] = shard.range(m.n_layers);
   CacheWriter writer(out_path, report.header, CachePart{shard.k, shard.n, lo, hi});
   for (std::size_t l = lo; l < hi; ++l) {
     const Tensor3 key = dump.read(l, DumpField::key);
     const Tensor3 value = dump.read(l, DumpField::value);
     std::unique_ptr<Tensor3> pre;
-    if (params.pre_rope) pre = std::make_unique<Tensor3>(dump.read(l, DumpField::key_pre_rope));
+    if (params.pre_rope && !params.ggml()) pre = std::make_unique<Tensor3>(dump.read(l, DumpField::key_pre_rope));
+    cache->ingest_layer(l, {&key, pre.get(), &value}, plan);
     std::vector<HeadCache> heads(m.n_kv_heads);
-    parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
-      heads[h] = compress_kv_head(key, pre.get(), value, h, m, plan.kept(l, h), plan.head(l, h, m.n_kv_heads));
-    });
+    for (std::size_t h = 0; h < m.n_kv_heads; ++h) heads[h] = cache->take_head(l, h);
     write_layer(writer, report, l, heads);
     if (progress) progress((phases - 1) * m.n_layers + l + 1 - lo, phases * m.n_layers - lo - (m.n_layers - hi));
   }

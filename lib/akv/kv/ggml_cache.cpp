@@ -4,6 +4,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/kv/stored_head.h"
 #include "akv/kv/tensor_builder.h"
 
 namespace akv {
@@ -28,15 +29,24 @@ class GgmlCachePolicy : public KvPolicy {
 
   void ingest_prompt(const PromptKv& prompt) override {
     parallel_for(heads_.size(), threads_, [&](std::size_t i) {
-      const std::size_t l = i / g_.n_kv_heads, h = i % g_.n_kv_heads;
-      const Tensor3& key = (*prompt.key)[l];
-      const Tensor3& value = (*prompt.value)[l];
-      HeadStore& s = heads_[i];
-      s.position.resize(prompt.n_tokens);
-      for (std::size_t t = 0; t < prompt.n_tokens; ++t) s.position[t] = static_cast<std::int32_t>(t);
-      s.key.append(key.row(h, 0), key.row(h, 0), s.position.data(), prompt.n_tokens);
-      s.value.append(value.row(h, 0), value.row(h, 0), s.position.data(), prompt.n_tokens);
+      const std::size_t l = i / g_.n_kv_heads;
+      store_head(i, (*prompt.key)[l], (*prompt.value)[l]);
     });
+  }
+
+  void ingest_layer(std::size_t layer, const LayerKv& kv, const PromptPlan&) override {
+    parallel_for(g_.n_kv_heads, threads_, [&](std::size_t h) { store_head(layer * g_.n_kv_heads + h, *kv.key, *kv.value); });
+  }
+
+  HeadCache take_head(std::size_t layer, std::size_t head) override {
+    HeadStore& s = heads_[layer * g_.n_kv_heads + head];
+    HeadCache h;
+    h.n_tokens = s.position.size();
+    h.head_dim = g_.head_dim;
+    h.key = s.key.take();
+    h.value = s.value.take();
+    s = {TensorBuilder(g_.head_dim, k_), TensorBuilder(g_.head_dim, v_), {}};
+    return h;
   }
 
   void append(std::size_t layer, const float* key, const float*, const float* value, std::size_t pos) override {
@@ -76,6 +86,16 @@ class GgmlCachePolicy : public KvPolicy {
   }
 
  private:
+  // Every row of KV head (i mod n_kv_heads) of `key` and `value` [n_kv_heads, n, hd] into head i.
+  void store_head(std::size_t i, const Tensor3& key, const Tensor3& value) {
+    const std::size_t h = i % g_.n_kv_heads, n = key.dim1();
+    HeadStore& s = heads_[i];
+    s.position.resize(n);
+    for (std::size_t t = 0; t < n; ++t) s.position[t] = static_cast<std::int32_t>(t);
+    s.key.append(key.row(h, 0), key.row(h, 0), s.position.data(), n);
+    s.value.append(value.row(h, 0), value.row(h, 0), s.position.data(), n);
+  }
+
   const GgmlTypeInfo& k_;
   const GgmlTypeInfo& v_;
   KvGeometry g_;

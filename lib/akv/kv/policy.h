@@ -25,6 +25,17 @@ struct PromptKv {
   std::size_t n_tokens = 0;
 };
 
+// One layer of a prompt [n_kv_heads, n, hd]: keys after RoPE, keys before RoPE (nullptr when
+// not at hand: only pre-RoPE quantization reads them) and values.
+struct LayerKv {
+  const Tensor3* key = nullptr;
+  const Tensor3* key_pre_rope = nullptr;
+  const Tensor3* value = nullptr;
+};
+
+struct PromptPlan;  // kv/prompt_plan.h
+struct HeadCache;   // kv/stored_head.h
+
 // What attention reads for one (layer, KV head): n rows (keys after RoPE) as up to
 // kKvSegments consecutive views (one per storage tier; unused ones empty), and the token
 // position of each row in that order. Within a segment rows are chronological.
@@ -85,6 +96,14 @@ class KvPolicy {
   }
   // Per-tier bytes and tokens summed over layers and heads (tiered caches only).
   virtual std::optional<TierBytes> tier_bytes() const { return std::nullopt; }
+
+  // akv compress (kv/compress.h) feeds a dump through the method's own cache (make_stored_cache
+  // in kv/runtime.h), a layer at a time: the prompt's plan is made once over the dump; each
+  // layer's rows are stored as ingest_prompt stores them (the plan's kept positions and per-head
+  // parameters) and taken out as the cache file's heads, which releases them. The tiered cache
+  // is simulated over the dump's positions instead (kv/tiered.h TieredStream): it throws.
+  virtual void ingest_layer(std::size_t layer, const LayerKv& kv, const PromptPlan& plan);
+  virtual HeadCache take_head(std::size_t layer, std::size_t head);
 };
 
 // The attention input of one layer: every KV head's kKvSegments views, in head order (the

@@ -8,6 +8,7 @@
 
 #include "akv/alloc/calibration_file.h"
 #include "akv/core/errors.h"
+#include "akv/core/parallel.h"
 #include "akv/kv/ggml_cache.h"
 #include "akv/kv/prompt_plan.h"
 #include "akv/kv/tensor_builder.h"
@@ -31,10 +32,12 @@ struct HeadState {
 
 class RuntimePolicy : public KvPolicy {
  public:
-  RuntimePolicy(std::optional<CompressParams> params, const KvGeometry& g, int threads)
-      : params_(std::move(params)), g_(g), threads_(threads),
+  // stored_only: akv compress's cache (make_stored_cache).
+  RuntimePolicy(std::optional<CompressParams> params, const KvGeometry& g, int threads, bool stored_only = false)
+      : params_(std::move(params)), g_(g), threads_(threads), stored_only_(stored_only),
         // Only pre-RoPE keys rotate here, up to the longest sequence the caller will feed.
-        table_(g.head_dim, g.rope_theta, 0, params_ && params_->pre_rope ? std::max<std::size_t>(g.max_positions, 1) : 1),
+        table_(g.head_dim, g.rope_theta, 0,
+               params_ && params_->pre_rope && !stored_only ? std::max<std::size_t>(g.max_positions, 1) : 1),
         rope_{g.rope_layout, &table_} {
     if (params_ && !params_->calibration_file.empty() && params_->head_bits.empty()) {
       params_->head_bits = read_calibration(params_->calibration_file, g.prompt_window());
@@ -44,7 +47,7 @@ class RuntimePolicy : public KvPolicy {
       throw InvalidInput("pre-rope re-applies plain RoPE after dequantization; this model's RoPE differs",
                          {"", "rope_variant", g.rope_variant});
     }
-    if (p && p->eviction()) {
+    if (p && p->eviction() && !stored_only) {
       const ScoreMethod s = p->eviction()->score.method;
       streaming_ = s == ScoreMethod::h2o || s == ScoreMethod::streamingllm;
       if (streaming_ && p->quantized()) {
@@ -64,13 +67,13 @@ class RuntimePolicy : public KvPolicy {
   }
 
   void ingest_prompt(const PromptKv& prompt) override {
-    const std::size_t n = prompt.n_tokens, d = g_.head_dim;
-    std::vector<std::vector<std::int32_t>> kept(heads_.size());
+    const std::size_t n = prompt.n_tokens;
+    std::optional<PromptPlan> plan;
     if (params_ && params_->eviction()) {
       // Joint plans read the last `window` queries, the other plans every prompt query (H2O).
       const bool joint = params_->eviction()->alloc == AllocMethod::joint;
       const KvWindow m = g_.prompt_window(n, joint ? std::min(n, params_->eviction()->score.window) : n);
-      const PromptPlan plan = plan_prompt(
+      plan = plan_prompt(
           m,
           [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
             const Tensor3& all = (*prompt.query)[l];
@@ -86,50 +89,26 @@ class RuntimePolicy : public KvPolicy {
             if (v) *v = (*prompt.value)[l];
           },
           *params_, threads_, {});
-      for (std::size_t l = 0; l < g_.n_layers; ++l) {
-        for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
-          const std::size_t i = l * g_.n_kv_heads + h;
-          const HeadPlan& hp = plan.eviction->heads[l][h];
-          HeadState& s = heads_[i];
-          kept[i] = hp.kept;
-          per_head_[i] = plan.head(l, h, g_.n_kv_heads);
-          s.key = builder(i, true);
-          s.value = builder(i, false);
-          s.budget = hp.tokens;
-          if (streaming_ && params_->eviction()->score.method == ScoreMethod::h2o) {
-            s.score = hp.kept_score;  // accumulated attention of every prompt query (the plan's H2O scores)
-          } else if (streaming_) {
-            s.score.assign(hp.kept.size(), 0.0);  // StreamingLLM: unused
-          }
-        }
-      }
     }
     for (std::size_t l = 0; l < g_.n_layers; ++l) {
-      const bool pre = params_ && params_->pre_rope;
-      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
-        HeadState& s = heads_[l * g_.n_kv_heads + h];
-        std::vector<std::int32_t>& keep = kept[l * g_.n_kv_heads + h];
-        if (keep.empty()) {
-          keep.resize(n);
-          std::iota(keep.begin(), keep.end(), 0);
-        }
-        const std::size_t m = keep.size();
-        std::vector<float> k(m * d), kp(m * d), v(m * d);
-        for (std::size_t i = 0; i < m; ++i) {
-          const auto t = static_cast<std::size_t>(keep[i]);
-          std::copy_n((*prompt.key)[l].row(h, t), d, k.data() + i * d);
-          std::copy_n((*prompt.key_pre_rope)[l].row(h, t), d, kp.data() + i * d);
-          std::copy_n((*prompt.value)[l].row(h, t), d, v.data() + i * d);
-        }
-        s.key.append(pre ? kp.data() : k.data(), k.data(), keep.data(), m);
-        s.value.append(v.data(), v.data(), keep.data(), m);
-        s.position = keep;
-        if (streaming_) {
-          const std::size_t w = std::min(params_->eviction()->score.window, m);
-          s.recent.assign(keep.end() - static_cast<std::ptrdiff_t>(w), keep.end());
-        }
-      }
+      store_layer(l, {&(*prompt.key)[l], &(*prompt.key_pre_rope)[l], &(*prompt.value)[l]}, plan ? &*plan : nullptr);
     }
+  }
+
+  void ingest_layer(std::size_t layer, const LayerKv& kv, const PromptPlan& plan) override {
+    store_layer(layer, kv, &plan);
+  }
+
+  HeadCache take_head(std::size_t layer, std::size_t head) override {
+    HeadState& s = heads_[layer * g_.n_kv_heads + head];
+    HeadCache h;
+    h.n_tokens = n_tokens_;
+    h.head_dim = g_.head_dim;
+    if (s.position.size() != n_tokens_) h.kept = std::move(s.position);
+    h.key = s.key.take();
+    h.value = s.value.take();
+    s = HeadState{TensorBuilder(g_.head_dim, DenseType::f32), TensorBuilder(g_.head_dim, DenseType::f32), {}, {}, 0, {}};
+    return h;
   }
 
   void append(std::size_t layer, const float* key, const float* key_pre, const float* value,
@@ -212,18 +191,65 @@ class RuntimePolicy : public KvPolicy {
   }
 
  private:
+  // Stores one layer of a prompt: with a plan, each head's kept positions under its per-head
+  // parameters (and its streaming-eviction state); without one, every row.
+  void store_layer(std::size_t l, const LayerKv& kv, const PromptPlan* plan) {
+    const std::size_t n = kv.key->dim1(), d = g_.head_dim;
+    const bool pre = params_ && params_->pre_rope;
+    n_tokens_ = n;
+    parallel_for(g_.n_kv_heads, threads_, [&](std::size_t h) {
+      const std::size_t i = l * g_.n_kv_heads + h;
+      HeadState& s = heads_[i];
+      if (plan && params_) per_head_[i] = plan->head(l, h, g_.n_kv_heads);
+      s.key = builder(i, true);
+      s.value = builder(i, false);
+      std::vector<std::int32_t> keep = plan ? plan->kept(l, h) : std::vector<std::int32_t>{};
+      if (plan && plan->eviction) {
+        const HeadPlan& hp = plan->eviction->heads[l][h];
+        s.budget = hp.tokens;
+        if (streaming_ && params_->eviction()->score.method == ScoreMethod::h2o) {
+          s.score = hp.kept_score;  // accumulated attention of every prompt query (the plan's H2O scores)
+        } else if (streaming_) {
+          s.score.assign(hp.kept.size(), 0.0);  // StreamingLLM: unused
+        }
+      }
+      if (keep.empty()) {
+        keep.resize(n);
+        std::iota(keep.begin(), keep.end(), 0);
+      }
+      const std::size_t m = keep.size();
+      std::vector<float> k(m * d), kp(pre ? m * d : 0), v(m * d);
+      for (std::size_t r = 0; r < m; ++r) {
+        const auto t = static_cast<std::size_t>(keep[r]);
+        std::copy_n(kv.key->row(h, t), d, k.data() + r * d);
+        if (pre) std::copy_n(kv.key_pre_rope->row(h, t), d, kp.data() + r * d);
+        std::copy_n(kv.value->row(h, t), d, v.data() + r * d);
+      }
+      s.key.append(pre ? kp.data() : k.data(), k.data(), keep.data(), m);
+      s.value.append(v.data(), v.data(), keep.data(), m);
+      s.position = std::move(keep);
+      if (streaming_) {
+        const std::size_t w = std::min(params_->eviction()->score.window, m);
+        s.recent.assign(s.position.end() - static_cast<std::ptrdiff_t>(w), s.position.end());
+      }
+    });
+  }
+
   // Head i's key or value builder under its parameters (f32 rows for the exact cache).
   TensorBuilder builder(std::size_t i, bool key) const {
     if (!params_) return TensorBuilder(g_.head_dim, DenseType::f32);
     const CompressParams& hp = per_head_[i];
-    if (!key) return TensorBuilder(g_.head_dim, hp.value, hp, 0, false, &rope_);
+    const RopeContext* rope = stored_only_ ? nullptr : &rope_;
+    if (!key) return TensorBuilder(g_.head_dim, hp.value, hp, 0, false, rope);
     const std::size_t n_out = hp.quantized() ? outlier_count(hp.outlier_fraction, g_.head_dim) : 0;
-    return TensorBuilder(g_.head_dim, hp.key, hp, n_out, hp.pre_rope, &rope_);
+    return TensorBuilder(g_.head_dim, hp.key, hp, n_out, hp.pre_rope, rope);
   }
 
   std::optional<CompressParams> params_;
   KvGeometry g_;
   int threads_;
+  bool stored_only_ = false;
+  std::size_t n_tokens_ = 0;  // of the prompt
   RopeTable table_;
   RopeContext rope_;
   bool streaming_ = false;
@@ -238,6 +264,21 @@ std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& pa
   if (params && params->tiered()) return make_tiered_policy(*params, g);
   if (params && params->ggml()) return make_ggml_policy(*params->ggml(), g, threads);
   return std::make_unique<RuntimePolicy>(params, g, threads);
+}
+
+std::unique_ptr<KvPolicy> make_stored_cache(const CompressParams& planned, const KvShape& shape, int threads) {
+  KvGeometry g;
+  g.kv_shape() = shape;
+  if (planned.ggml()) return make_ggml_policy(*planned.ggml(), g, threads);
+  return std::make_unique<RuntimePolicy>(planned, g, threads, true);
+}
+
+void KvPolicy::ingest_layer(std::size_t, const LayerKv&, const PromptPlan&) {
+  throw std::logic_error("this cache is not fed a layer at a time");
+}
+
+HeadCache KvPolicy::take_head(std::size_t, std::size_t) {
+  throw std::logic_error("this cache is not fed a layer at a time");
 }
 
 }  // namespace akv

@@ -48,4 +48,10 @@ struct KvGeometry : KvShape {
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads = 1);
 
+// The cache akv compress feeds a dump through (KvPolicy::ingest_layer / take_head), for the
+// parameters of a plan (kv/prompt_plan.h): the runtime cache of the method, storing only (no
+// post-RoPE copies of pre-RoPE keys, no streaming eviction: the plan is one-shot, and its
+// budgets files and quantized H2O are allowed); llama.cpp's cache types as in the model.
+std::unique_ptr<KvPolicy> make_stored_cache(const CompressParams& planned, const KvShape& shape, int threads);
+
 }  // namespace akv

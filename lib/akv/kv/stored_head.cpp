@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "akv/core/errors.h"
-#include "akv/method/ggml_params.h"
 #include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
 
@@ -117,20 +116,6 @@ HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) {
   const float* key_src = p.pre_rope ? in.key_pre_rope : in.key;
   h.key = compress_tensor_ref(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope);
   h.value = compress_tensor_ref(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false);
-  return h;
-}
-
-HeadCache compress_head_ggml(const HeadInput& in, const GgmlTypeInfo& key, const GgmlTypeInfo& value) {
-  const std::size_t d = in.head_dim;
-  check_ggml_head_dim(key, d, "", std::string("ggml ") + key.name + ": head_dim");
-  check_ggml_head_dim(value, d, "", std::string("ggml ") + value.name + ": head_dim");
-  const std::vector<std::int32_t> pos = positions(in);
-  TensorBuilder k(d, key), v(d, value);
-  k.append(in.key, in.key, pos.data(), in.n);
-  v.append(in.value, in.value, pos.data(), in.n);
-  HeadCache h = head_of(in);
-  h.key = k.take();
-  h.value = v.take();
   return h;
 }
 

@@ -51,10 +51,6 @@ struct HeadInput {
 HeadCache compress_head(const HeadInput& in, const QuantParams& p);
 HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p);
 
-// Method ggml: every kept key row (after RoPE) and value row as ggml blocks of `key` / `value`
-// (ggml's reference quantizers through kv/tensor_builder.h; head_dim a multiple of both blocks).
-HeadCache compress_head_ggml(const HeadInput& in, const GgmlTypeInfo& key, const GgmlTypeInfo& value);
-
 // Rebuilds the kept rows: key (after RoPE) and value, each [n_kept, head_dim] f32 (segmented
 // heads: every segment's rows land at their positions).
 // `rope` must cover the kept positions when the key was quantized before RoPE.
