@@ -218,15 +218,22 @@ class RuntimePolicy : public KvPolicy {
         std::iota(keep.begin(), keep.end(), 0);
       }
       const std::size_t m = keep.size();
-      std::vector<float> k(m * d), kp(pre ? m * d : 0), v(m * d);
-      for (std::size_t r = 0; r < m; ++r) {
-        const auto t = static_cast<std::size_t>(keep[r]);
-        std::copy_n(kv.key->row(h, t), d, k.data() + r * d);
-        if (pre) std::copy_n(kv.key_pre_rope->row(h, t), d, kp.data() + r * d);
-        std::copy_n(kv.value->row(h, t), d, v.data() + r * d);
+      const float* k = kv.key->row(h, 0);
+      const float* kp = pre ? kv.key_pre_rope->row(h, 0) : nullptr;
+      const float* v = kv.value->row(h, 0);
+      std::vector<float> rows;  // the kept rows gathered, when some are evicted
+      if (m < n) {
+        rows.resize((pre ? 3 : 2) * m * d);
+        float* out = rows.data();
+        for (const Tensor3* t : {kv.key, kv.value, pre ? kv.key_pre_rope : nullptr}) {
+          for (std::size_t r = 0; t && r < m; ++r, out += d) std::copy_n(t->row(h, static_cast<std::size_t>(keep[r])), d, out);
+        }
+        k = rows.data();
+        v = k + m * d;
+        kp = pre ? v + m * d : nullptr;
       }
-      s.key.append(pre ? kp.data() : k.data(), k.data(), keep.data(), m);
-      s.value.append(v.data(), v.data(), keep.data(), m);
+      s.key.append(pre ? kp : k, k, keep.data(), m);
+      s.value.append(v, v, keep.data(), m);
       s.position = std::move(keep);
       if (streaming_) {
         const std::size_t w = std::min(params_->eviction()->score.window, m);

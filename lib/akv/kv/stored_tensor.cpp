@@ -85,6 +85,10 @@ void PackedTensor::append_packed(const QuantizedBlock& b,
                        {"", "cols", std::to_string(b.cols)});
   }
   const std::size_t n_bits = b.rows * b.cols * static_cast<std::size_t>(b.bits);
+  // One reservation for the codes and the padding behind them: geometric for row-by-row
+  // appends, exact for a whole prompt (growing twice would double its capacity).
+  const std::size_t final_bytes = ceil_div(code_bits_ + n_bits, 8) + kCodePadding;
+  if (final_bytes > codes_.capacity()) codes_.reserve(std::max(final_bytes, 2 * codes_.capacity()));
   codes_.resize(ceil_div(code_bits_, 8));
   if (code_bits_ % 8 == 0) {
     codes_.insert(codes_.end(), b.codes.begin(), b.codes.end());
