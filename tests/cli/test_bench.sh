@@ -20,6 +20,24 @@ assert abs(rows["ggml-q4_0"]["cache_mb"] - 2 * 2 * 256 * 64 / 32 * 18 / 1e6) < 1
 assert 0 < rows["ggml-q8_0"]["err_vs_f32"] < rows["ggml-q4_0"]["err_vs_f32"] < 0.5, rows
 print("vs f32 ok")
 PY
+# Method specs as variants: each stored as its method stores it, so the spec and the bench name of
+# one layout give the same bytes and the same error; a uniform spec keeps its own layout (per-token
+# keys, no residual); eviction methods are not one layout.
+expect "bench attention takes method specs" 0 "specs ok" bash -c "'$AKV' bench attention \
+  --contexts 300 --head-dims 64 --gqa 2 --kv-heads 2 --repeat 1 --warmup 0 --min-sample 0 --stream-mb 16 --json \
+  --variants f32,full,f16,none,k4v2,kivi:bits-key=4:bits-value=2,ggml-q4_0,ggml:k=q4_0:v=q4_0,ggml:k=q8_0:v=q4_0,q4,uniform \
+  -o '$TMP/s.json' && '$PY' - '$TMP/s.json'" <<'PY'
+import json, sys
+rows = {r["variant"]: r for r in json.load(open(sys.argv[1]))["rows"]}
+for a, b in (("f32", "full"), ("f16", "none"), ("k4v2", "kivi:bits-key=4:bits-value=2"), ("ggml-q4_0", "ggml:k=q4_0:v=q4_0")):
+    assert rows[a]["cache_bytes"] == rows[b]["cache_bytes"] and rows[a]["err_vs_f32"] == rows[b]["err_vs_f32"], (a, b)
+assert rows["ggml-q4_0"]["cache_bytes"] < rows["ggml:k=q8_0:v=q4_0"]["cache_bytes"] < rows["f16"]["cache_bytes"]
+# uniform: 4-bit per-token groups of 32 with f16 scale and zero, no residual: 300 x 64 x (4 + 2 x 16 / 32) bits x K, V x 2 heads
+assert rows["uniform"]["cache_bytes"] == 2 * 2 * 300 * 64 * (4 + 1) // 8, rows["uniform"]["cache_bytes"]
+print("specs ok")
+PY
+expect_error "bench attention: an eviction spec is refused" 2 "eviction.*akv bench policy.*--variants = snapkv:budget=0.5" \
+  "$AKV" bench attention --contexts 64 --head-dims 64 --variants snapkv:budget=0.5
 expect_error "bench attention: a ggml variant needs head_dim in whole blocks" 2 "--head-dims \\(ggml-q4_0\\) = 48" \
   "$AKV" bench attention --contexts 64 --head-dims 48 --variants ggml-q4_0
 expect "bench attention --json -o" 0 '"stream_read_gbs"' \

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "akv/attention/decode_attention.h"
 #include "akv/attention/kernels.h"
@@ -15,6 +16,9 @@
 #include "akv/kv/stored_head.h"
 #include "akv/kv/tensor_builder.h"
 #include "akv/method/ggml_params.h"
+#include "akv/method/params.h"
+#include "akv/method/registry.h"
+#include "akv/quant/outliers.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/ggml_quant.h"
 
@@ -29,6 +33,8 @@ struct Variant {
   int bits_key = 16, bits_value = 16;
   AttentionMode mode = AttentionMode::exact;
   const GgmlTypeInfo* ggml = nullptr;  // llama.cpp's cache type (ggml-<type>): K and V rows as its blocks
+  const GgmlTypeInfo* ggml_value = nullptr;  // the values' type (ggml: the same unless a spec's v= differs)
+  std::optional<QuantParams> quant;    // a method spec's quantizer (otherwise KIVI at the bench's group and residual)
   // Codes the integer loops read (2 or 4 bits) on keys or values.
   bool int8_reads() const {
     return !dense && !ggml && (bits_key == 2 || bits_key == 4 || bits_value == 2 || bits_value == 4);
@@ -36,7 +42,36 @@ struct Variant {
   std::string label() const { return name + "@" + isa_name(isa) + (mode == AttentionMode::int8 ? "/int8" : ""); }
 };
 
+// A method spec (method/registry.h) as a variant: the full cache (f32 rows), a quantizer or preset
+// with every flag of its spec (group, residual, axes, rule, outlier channels), or llama.cpp's
+// cache types. Eviction and tiered caches are not one layout: `akv bench policy` times them.
+Variant spec_variant(const std::string& s) {
+  Variant v;
+  v.name = s;
+  const std::optional<CompressParams> p = resolve_method_spec(s);
+  if (!p) {
+    v.type = DenseType::f32;
+    v.bits_key = v.bits_value = 32;
+  } else if (const GgmlCacheParams* g = p->ggml()) {
+    v.ggml = &ggml_cache_type(g->key, "", "--variants");
+    v.ggml_value = &ggml_cache_type(g->value, "", "--variants");
+    v.dense = false;
+    v.bits_key = static_cast<int>(8 * v.ggml->bytes / v.ggml->block);  // whole bits (4.5 -> 4)
+    v.bits_value = static_cast<int>(8 * v.ggml_value->bytes / v.ggml_value->block);
+  } else if (p->eviction() || p->tiered() || p->pre_rope) {
+    throw InvalidInput("bench attention times one stored layout per variant: eviction, tiered and pre-RoPE "
+                       "caches are timed by `akv bench policy`", {"", "--variants", s});
+  } else if (p->quantized()) {
+    v.dense = false;
+    v.quant = *p;
+    v.bits_key = p->key.bits;
+    v.bits_value = p->value.bits;
+  }
+  return v;
+}
+
 Variant parse_variant(const std::string& s) {
+  if (s == kFullMethod || find_method(s.substr(0, s.find(':')))) return spec_variant(s);
   Variant v;
   v.name = s;
   auto bits = [&](const std::string& b) {
@@ -48,12 +83,14 @@ Variant parse_variant(const std::string& s) {
     }
     if (!is_supported_bits(x)) {
       throw InvalidInput("unknown variant (f32, f16, q<b>, k<b>v<b>; b in 2, 3, 4, 8; ggml-<type>: q8_0, q4_0, q4_1, "
-                         "q5_0, q5_1, iq4_nl)", {"", "--variants", s});
+                         "q5_0, q5_1, iq4_nl; or a method spec: " + std::string(kFullMethod) + ", " +
+                         method_list({MethodKind::quantizer, MethodKind::preset, MethodKind::ggml}) + ")",
+                         {"", "--variants", s});
     }
     return x;
   };
   if (s.rfind("ggml-", 0) == 0 && s != "ggml-f16") {
-    v.ggml = &ggml_cache_type(s.substr(5), "", "--variants");
+    v.ggml = v.ggml_value = &ggml_cache_type(s.substr(5), "", "--variants");
     v.dense = false;
     v.bits_key = v.bits_value = static_cast<int>(8 * v.ggml->bytes / v.ggml->block);  // whole bits (4.5 -> 4)
   } else if (s == "f32") {
@@ -111,16 +148,18 @@ std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
   p.residual = o.residual;
   p.key = {v.bits_key, QuantAxis::channel, o.group};
   p.value = {v.bits_value, QuantAxis::token, o.group};
+  if (v.quant) p = *v.quant;
+  const std::size_t n_out = outlier_count(p.outlier_fraction, s.d);
   auto c = std::make_unique<Cache>();
   for (std::size_t h = 0; h < s.kv; ++h) {
     if (v.ggml) {
       c->key.emplace_back(s.d, *v.ggml);
-      c->value.emplace_back(s.d, *v.ggml);
+      c->value.emplace_back(s.d, *v.ggml_value);
     } else if (v.dense) {
       c->key.emplace_back(s.d, v.type);
       c->value.emplace_back(s.d, v.type);
     } else {
-      c->key.emplace_back(s.d, p.key, p, 0, false, nullptr);
+      c->key.emplace_back(s.d, p.key, p, n_out, false, nullptr);
       c->value.emplace_back(s.d, p.value, p, 0, false, nullptr);
     }
   }
@@ -224,6 +263,11 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
     Variant v = parse_variant(s);
     for (std::size_t d : o.head_dims) {
       if (v.ggml) check_ggml_head_dim(*v.ggml, d, "", "--head-dims (" + s + ")");
+      if (v.ggml_value) check_ggml_head_dim(*v.ggml_value, d, "", "--head-dims (" + s + ")");
+      if (v.quant && outlier_count(v.quant->outlier_fraction, d) >= d) {
+        throw InvalidInput("outlier fraction leaves no key channel to quantize at head_dim " + std::to_string(d),
+                           {"", "--variants", s});
+      }
     }
     for (Isa isa : isas) {
       for (AttentionMode m : modes) {
