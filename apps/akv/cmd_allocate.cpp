@@ -85,8 +85,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       "table; -o writes the budgets file (format akv-budgets v1) for `akv compress --budgets`. "
       "See docs/eviction.md.");
   sub->add_option("dump", opt->dump, "Input dump (akv-dump)")->required();
-  sub->add_option("-m,--method", opt->method,
-                  "uniform | adakv | waterfill | pyramid | adakv-pyramid | adakv-global | joint")
+  sub->add_option("-m,--method", opt->method, alloc_method_list(" | ") + " | joint")
       ->capture_default_str();
   sub->add_option("--score", opt->score, "Token scores: snapkv | h2o | streamingllm")
       ->capture_default_str();

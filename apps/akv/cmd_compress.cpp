@@ -55,7 +55,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("-o,--output", opt->output, "Output cache (HDF5)")->required();
   std::string methods_help;
   for (const MethodInfo& m : method_registry()) {
-    methods_help += (methods_help.empty() ? "" : "; ") + std::string(m.name) + ": " + m.help;
+    if (m.kind != MethodKind::reference) methods_help += (methods_help.empty() ? "" : "; ") + std::string(m.name) + ": " + m.help;
   }
   auto* method = sub->add_option("-m,--method", opt->req.method,
                                  "Method (default kivi; with --budgets alone, the budgets file's method). " +

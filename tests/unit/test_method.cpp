@@ -30,6 +30,11 @@ TEST_CASE("registry: every method has a kind that resolution accepts", "[method]
       case MethodKind::ggml:
         CHECK(resolve_params(r).ggml() != nullptr);
         break;
+      case MethodKind::reference:  // model runs take it; no cache file is made of it
+        CHECK(std::string(m.name) == kFullMethod);
+        CHECK_FALSE(resolve_method_spec(m.name).has_value());
+        CHECK_THROWS_AS(resolve_params(r), InvalidInput);
+        break;
     }
   }
   // Every eviction method of the planner's table is in the registry, and nothing else is.
@@ -44,6 +49,8 @@ TEST_CASE("registry: every method has a kind that resolution accepts", "[method]
     CHECK(all.find(name) != std::string::npos);
   }
   CHECK(method_list({MethodKind::preset}) == "kivi-2, kivi-4, k4v2, k4v3");
+  CHECK(all.find(kFullMethod) == std::string::npos);  // what a cache file can be made with
+  CHECK(alloc_method_list(", ") == "uniform, adakv, waterfill, pyramid, adakv-pyramid, adakv-global");
 }
 
 TEST_CASE("registry: method specs parse through the parameter table", "[method]") {

@@ -4,28 +4,6 @@
 #include "akv/method/registry.h"
 
 namespace akv {
-namespace {
-
-struct Method {
-  const char* name;
-  ScoreMethod score;
-  AllocMethod alloc;
-  std::size_t sinks;
-};
-constexpr Method kMethods[] = {
-    {"snapkv", ScoreMethod::snapkv, AllocMethod::uniform, 0},
-    {"h2o", ScoreMethod::h2o, AllocMethod::uniform, 0},
-    {"streamingllm", ScoreMethod::streamingllm, AllocMethod::uniform, 4},
-    {"adakv", ScoreMethod::snapkv, AllocMethod::adakv, 0},
-    {"waterfill", ScoreMethod::snapkv, AllocMethod::waterfill, 0},
-    {"pyramid", ScoreMethod::snapkv, AllocMethod::pyramid, 0},
-    {"adakv-pyramid", ScoreMethod::snapkv, AllocMethod::adakv_pyramid, 0},
-    {"adakv-global", ScoreMethod::snapkv, AllocMethod::adakv_global, 0},
-    {"joint", ScoreMethod::snapkv, AllocMethod::joint, 0},
-};
-
-}  // namespace
-
 std::string alloc_method_name(AllocMethod a) {
   switch (a) {
     case AllocMethod::uniform: return "uniform";
@@ -40,49 +18,56 @@ std::string alloc_method_name(AllocMethod a) {
   return "?";
 }
 
+namespace {
+
+constexpr AllocMethod kAllocators[] = {AllocMethod::uniform,       AllocMethod::adakv,         AllocMethod::waterfill,
+                                       AllocMethod::pyramid,       AllocMethod::adakv_pyramid, AllocMethod::adakv_global};
+
+bool evicts(const MethodInfo& m) { return m.kind == MethodKind::eviction || m.kind == MethodKind::joint; }
+
+}  // namespace
+
+std::string alloc_method_list(const char* separator) {
+  std::string out;
+  for (AllocMethod a : kAllocators) out += (out.empty() ? "" : separator) + alloc_method_name(a);
+  return out;
+}
+
 AllocMethod parse_alloc_method(const std::string& s) {
-  for (AllocMethod a : {AllocMethod::uniform, AllocMethod::adakv, AllocMethod::waterfill,
-                        AllocMethod::pyramid, AllocMethod::adakv_pyramid, AllocMethod::adakv_global}) {
+  for (AllocMethod a : kAllocators) {
     if (alloc_method_name(a) == s) return a;
   }
-  throw InvalidInput(
-      "unknown allocation method (expected uniform, adakv, waterfill, pyramid, adakv-pyramid or "
-      "adakv-global)",
-      {"", "--method", s});
+  throw InvalidInput("unknown allocation method (expected " + alloc_method_list(", ") + ")", {"", "--method", s});
 }
 
 std::vector<std::string> eviction_method_names() {
   std::vector<std::string> v;
-  for (const Method& m : kMethods) v.push_back(m.name);
+  for (const MethodInfo& m : method_registry()) {
+    if (evicts(m)) v.push_back(m.name);
+  }
   return v;
 }
 
 bool is_eviction_method(const std::string& name) {
-  for (const Method& m : kMethods) {
-    if (name == m.name) return true;
-  }
-  return false;
+  const MethodInfo* m = find_method(name);
+  return m && evicts(*m);
 }
 
 std::string eviction_method_name(ScoreMethod score, AllocMethod alloc) {
-  if (alloc == AllocMethod::joint) return "joint";
-  for (const Method& m : kMethods) {
-    if (m.score == score && m.alloc == alloc) return m.name;
+  for (const MethodInfo& m : method_registry()) {
+    if (evicts(m) && (m.alloc == alloc && (m.score == score || alloc == AllocMethod::joint))) return m.name;
   }
   return alloc_method_name(alloc);
 }
 
 EvictionParams eviction_method(const std::string& name) {
-  for (const Method& m : kMethods) {
-    if (name == m.name) {
-      EvictionParams p;
-      p.score.method = m.score;
-      p.alloc = m.alloc;
-      p.sinks = m.sinks;
-      return p;
-    }
-  }
-  throw InvalidInput("unknown eviction method", {"", "--method", name});
+  const MethodInfo* m = find_method(name);
+  if (!m || !evicts(*m)) throw InvalidInput("unknown eviction method", {"", "--method", name});
+  EvictionParams p;
+  p.score.method = m->score;
+  p.alloc = m->alloc;
+  p.sinks = m->sinks;
+  return p;
 }
 
 std::string capacity_rule_name(CapacityRule r) {

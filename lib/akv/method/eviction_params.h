@@ -15,7 +15,10 @@ namespace akv {
 
 enum class AllocMethod { uniform, adakv, waterfill, pyramid, adakv_pyramid, adakv_global, file, joint };
 std::string alloc_method_name(AllocMethod a);
-AllocMethod parse_alloc_method(const std::string& s);  // UsageError naming the value
+AllocMethod parse_alloc_method(const std::string& s);  // InvalidInput naming the value
+// The allocators `akv allocate --method` and the eviction methods' alloc= take (uniform, adakv,
+// waterfill, pyramid, adakv-pyramid, adakv-global), joined by `separator`.
+std::string alloc_method_list(const char* separator);
 
 // How Ada-KV turns the per-head winner counts into capacities, and PyramidKV its layer schedule
 // into integers (docs/eviction.md):
@@ -44,10 +47,11 @@ struct EvictionParams {
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// Eviction methods of `akv compress --method`: score + allocator (+ default sinks).
+// Eviction methods of `akv compress --method`: score + allocator (+ default sinks), the
+// registry's rows of kind eviction and joint (method/registry.h):
 //   snapkv = snapkv + uniform, h2o = h2o + uniform, streamingllm = sinks 4 + recent,
 //   adakv = snapkv + adakv, waterfill = snapkv + waterfill, pyramid = snapkv + pyramid,
-//   adakv-pyramid, adakv-global = snapkv + adakv over all heads of all layers.
+//   adakv-pyramid, adakv-global = snapkv + adakv over all heads of all layers, joint.
 std::vector<std::string> eviction_method_names();
 bool is_eviction_method(const std::string& name);
 EvictionParams eviction_method(const std::string& name);

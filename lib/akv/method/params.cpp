@@ -10,13 +10,6 @@
 namespace akv {
 namespace {
 
-struct Preset {
-  const char* name;
-  int bits_key;
-  int bits_value;
-};
-constexpr Preset kPresets[] = {{"kivi-2", 2, 2}, {"kivi-4", 4, 4}, {"k4v2", 4, 2}, {"k4v3", 4, 3}};
-
 void check_tensor(const TensorQuant& t, const char* which, const std::string& file) {
   check_bits(t.bits, which == std::string("key") ? "--bits-key" : "--bits-value");
   if (t.group == 0) throw InvalidInput("group size must be >= 1", {file, "--group", "0"});
@@ -164,25 +157,20 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   if (r.method != "tiered" && r.tiered.preset) {
     throw UsageError("preset given twice", {"", "preset", *r.tiered.preset});
   }
-  struct P {
-    const char* name;
-    int k, v;
-    std::size_t hot;
-  };
-  static constexpr P kTiers[] = {{"quality", 4, 4, 256}, {"balanced", 3, 3, 128}, {"compact", 2, 2, 64},
-                                 {"k4v2", 4, 2, 128},    {"k4v3", 4, 3, 128}};
-  const P* found = nullptr;
-  for (const P& x : kTiers) {
-    if (preset == x.name) found = &x;
-  }
-  if (!found) {
-    throw InvalidInput("unknown tiered preset (expected quality, balanced, compact, k4v2, k4v3)",
+  // A tiered preset row (quality, balanced, compact), or a kivi preset's bits with 128 hot tokens.
+  const MethodInfo* found = find_method(preset);
+  if (!found || !(found->kind == MethodKind::preset || (found->kind == MethodKind::tiered && found->hot > 0))) {
+    std::string names;
+    for (const MethodInfo& m : method_registry()) {
+      if (m.kind == MethodKind::tiered && m.hot > 0) names += std::string(m.name) + ", ";
+    }
+    throw InvalidInput("unknown tiered preset (expected " + names + method_list({MethodKind::preset}) + ")",
                        {"", "preset", preset});
   }
   t.preset = found->name;
-  t.warm_bits_key = found->k;
-  t.warm_bits_value = found->v;
-  t.hot = found->hot;
+  t.warm_bits_key = found->bits_key;
+  t.warm_bits_value = found->bits_value;
+  t.hot = found->hot > 0 ? found->hot : 128;
   t.protect_last = t.hot >= 128 ? 32 : 0;  // compact's 64 hot tokens hold the sink and open blocks only
   const TieredRequest& q = r.tiered;  // ranges checked by check_request
   if (q.hot) t.hot = count(*q.hot);
@@ -217,7 +205,8 @@ CompressParams resolve_tiered(const CompressRequest& r) {
 }  // namespace
 
 std::optional<CompressParams> resolve_method_spec(const std::string& spec) {
-  if (spec == kFullMethod) return std::nullopt;
+  const MethodInfo* m = find_method(spec);
+  if (m && m->kind == MethodKind::reference) return std::nullopt;
   return resolve_params(parse_method_spec(spec));
 }
 
@@ -270,10 +259,8 @@ namespace {
 
 CompressParams resolve_quant(const CompressRequest& r) {
   CompressParams p;
-  const Preset* preset = nullptr;
-  for (const Preset& q : kPresets) {
-    if (r.method == q.name) preset = &q;
-  }
+  const MethodInfo* info = find_method(r.method);
+  const MethodInfo* preset = info && info->kind == MethodKind::preset ? info : nullptr;
   if (r.method == "none") {
     p.method = Quantizer::none;
   } else if (r.method == "uniform") {

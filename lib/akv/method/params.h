@@ -6,7 +6,7 @@
 // Presets: kivi-2, kivi-4 (kivi with 2/2 or 4/4 bits), k4v2, k4v3 (kivi, 4-bit keys, 2/3-bit values).
 //   tiered   hot f16 / warm quantized / cold int2 tiers with importance-scored migration, in the
 //            model's decode loop (kv/tiered.h); presets quality, balanced, compact
-//            (tiered:preset=k4v2 / k4v3 for the KIVI-width warm tiers).
+//            (tiered:preset=k4v2 etc.: a kivi preset's widths in the warm tier, 128 hot tokens).
 //   ggml     llama.cpp's KV cache types (k=, v=: f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl), in the
 //            model's decode loop (kv/ggml_cache.h).
 #include <cstddef>
@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/method/eviction_params.h"
+#include "akv/method/registry.h"
 #include "akv/method/ggml_params.h"
 #include "akv/method/request.h"
 #include "akv/method/tiered_params.h"
@@ -65,10 +66,8 @@ std::string describe(const CompressParams& p);
 // values: bits not in {2,3,4,8}, G = 0, R not a multiple of G, outlier fraction outside [0, 1).
 CompressParams resolve_params(const CompressRequest& r);
 
-// The f32 reference cache of model runs: not a method (it stores what the model computed), but a
-// name every method list of a model run accepts, and the first method of every report.
-inline constexpr const char* kFullMethod = "full";
-// A method spec (method/registry.h) resolved; nullopt for kFullMethod.
+// A method spec (method/registry.h) resolved; nullopt for the reference (kFullMethod, the
+// registry's row of kind reference).
 std::optional<CompressParams> resolve_method_spec(const std::string& spec);
 
 // Eviction parameters for `akv allocate`: allocator and score method by name, then flags.

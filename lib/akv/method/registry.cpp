@@ -18,32 +18,63 @@ const std::vector<long long> kBits = {2, 3, 4, 8};
 
 }  // namespace
 
+namespace {
+
+MethodInfo preset(const char* name, const char* help, int bits_key, int bits_value) {
+  MethodInfo m{name, MethodKind::preset, help};
+  m.bits_key = bits_key;
+  m.bits_value = bits_value;
+  return m;
+}
+
+MethodInfo eviction(const char* name, const char* help, ScoreMethod score, AllocMethod alloc, std::size_t sinks = 0) {
+  MethodInfo m{name, alloc == AllocMethod::joint ? MethodKind::joint : MethodKind::eviction, help};
+  m.score = score;
+  m.alloc = alloc;
+  m.sinks = sinks;
+  return m;
+}
+
+MethodInfo tier_preset(const char* name, const char* help, int bits, std::size_t hot) {
+  MethodInfo m{name, MethodKind::tiered, help};
+  m.bits_key = m.bits_value = bits;
+  m.hot = hot;
+  return m;
+}
+
+}  // namespace
+
 const std::vector<MethodInfo>& method_registry() {
+  using K = MethodKind;
+  using Sc = ScoreMethod;
+  using A = AllocMethod;
   static const std::vector<MethodInfo> methods = {
-      {"none", MethodKind::quantizer, "f16 copy of K and V: the baseline every ratio is measured against"},
-      {"uniform", MethodKind::quantizer, "one bit width for K and V, per-token groups, no residual window"},
-      {"kivi", MethodKind::quantizer, "KIVI: keys per channel, values per token, the last R tokens in f16"},
-      {"kivi-2", MethodKind::preset, "kivi with 2-bit keys and values"},
-      {"kivi-4", MethodKind::preset, "kivi with 4-bit keys and values"},
-      {"k4v2", MethodKind::preset, "kivi with 4-bit keys, 2-bit values"},
-      {"k4v3", MethodKind::preset, "kivi with 4-bit keys, 3-bit values"},
-      {"snapkv", MethodKind::eviction, "SnapKV: window attention, pooled, the same budget per head"},
-      {"h2o", MethodKind::eviction, "H2O: accumulated attention of every query (streaming in decode)"},
-      {"streamingllm", MethodKind::eviction, "StreamingLLM: 4 sinks and the most recent tokens"},
-      {"adakv", MethodKind::eviction, "Ada-KV: SnapKV scores, head-wise budgets within each layer"},
-      {"waterfill", MethodKind::eviction, "greedy marginal-utility water-filling across the heads of a layer"},
-      {"pyramid", MethodKind::eviction, "PyramidKV: budgets decreasing from the first layer to the last"},
-      {"adakv-pyramid", MethodKind::eviction, "PyramidKV layer budgets spread over heads by Ada-KV"},
-      {"adakv-global", MethodKind::eviction, "Ada-KV across all heads of all layers"},
-      {"joint", MethodKind::joint,
-       "tokens and key/value bits per head under one byte budget (--budget as a fraction of f16; "
-       "needs --quant kivi, or a budgets file from `akv allocate --method joint`)"},
-      {"tiered", MethodKind::tiered, "hot f16 / warm quantized / cold int2 tiers (preset= picks the budgets)"},
-      {"quality", MethodKind::tiered, "tiered: 256 hot tokens, 4-bit warm"},
-      {"balanced", MethodKind::tiered, "tiered: 128 hot tokens, 3-bit warm"},
-      {"compact", MethodKind::tiered, "tiered: 64 hot tokens, 2-bit warm"},
-      {"ggml", MethodKind::ggml,
-       "llama.cpp's KV cache types: every K and V row in ggml blocks of type k= / v= (as -ctk / -ctv)"},
+      {"none", K::quantizer, "f16 copy of K and V: the baseline every ratio is measured against"},
+      {"uniform", K::quantizer, "one bit width for K and V, per-token groups, no residual window"},
+      {"kivi", K::quantizer, "KIVI: keys per channel, values per token, the last R tokens in f16"},
+      preset("kivi-2", "kivi with 2-bit keys and values", 2, 2),
+      preset("kivi-4", "kivi with 4-bit keys and values", 4, 4),
+      preset("k4v2", "kivi with 4-bit keys, 2-bit values", 4, 2),
+      preset("k4v3", "kivi with 4-bit keys, 3-bit values", 4, 3),
+      eviction("snapkv", "SnapKV: window attention, pooled, the same budget per head", Sc::snapkv, A::uniform),
+      eviction("h2o", "H2O: accumulated attention of every query (streaming in decode)", Sc::h2o, A::uniform),
+      eviction("streamingllm", "StreamingLLM: 4 sinks and the most recent tokens", Sc::streamingllm, A::uniform, 4),
+      eviction("adakv", "Ada-KV: SnapKV scores, head-wise budgets within each layer", Sc::snapkv, A::adakv),
+      eviction("waterfill", "greedy marginal-utility water-filling across the heads of a layer", Sc::snapkv,
+               A::waterfill),
+      eviction("pyramid", "PyramidKV: budgets decreasing from the first layer to the last", Sc::snapkv, A::pyramid),
+      eviction("adakv-pyramid", "PyramidKV layer budgets spread over heads by Ada-KV", Sc::snapkv, A::adakv_pyramid),
+      eviction("adakv-global", "Ada-KV across all heads of all layers", Sc::snapkv, A::adakv_global),
+      eviction("joint",
+               "tokens and key/value bits per head under one byte budget (--budget as a fraction of f16; "
+               "needs --quant kivi, or a budgets file from `akv allocate --method joint`)",
+               Sc::snapkv, A::joint),
+      {"tiered", K::tiered, "hot f16 / warm quantized / cold int2 tiers (preset= picks the budgets)"},
+      tier_preset("quality", "tiered: 256 hot tokens, 4-bit warm", 4, 256),
+      tier_preset("balanced", "tiered: 128 hot tokens, 3-bit warm", 3, 128),
+      tier_preset("compact", "tiered: 64 hot tokens, 2-bit warm", 2, 64),
+      {"ggml", K::ggml, "llama.cpp's KV cache types: every K and V row in ggml blocks of type k= / v= (as -ctk / -ctv)"},
+      {kFullMethod, K::reference, "f32 K/V exactly as the model computed them: the reference of every model-run metric"},
   };
   return methods;
 }
@@ -58,7 +89,7 @@ const MethodInfo* find_method(const std::string& name) {
 std::string method_list(std::initializer_list<MethodKind> kinds) {
   std::string out;
   for (const MethodInfo& m : method_registry()) {
-    bool wanted = kinds.size() == 0;
+    bool wanted = kinds.size() == 0 && m.kind != MethodKind::reference;
     for (MethodKind k : kinds) wanted = wanted || k == m.kind;
     if (wanted) out += (out.empty() ? "" : ", ") + std::string(m.name);
   }
@@ -351,7 +382,8 @@ CompressRequest parse_method_spec(const std::string& spec) {
 }
 
 std::string method_spec_help() {
-  std::string out = "name[:flag=value...]; quantizers " + method_list({MethodKind::quantizer}) + "; presets " +
+  std::string out = "name[:flag=value...]; the reference " + method_list({MethodKind::reference}) + "; quantizers " +
+                    method_list({MethodKind::quantizer}) + "; presets " +
                     method_list({MethodKind::preset}) + "; eviction " +
                     method_list({MethodKind::eviction, MethodKind::joint}) + "; tiered " +
                     method_list({MethodKind::tiered}) + "; llama.cpp cache types ggml.";

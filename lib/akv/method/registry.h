@@ -11,22 +11,37 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/method/eviction_params.h"
 #include "akv/method/request.h"
 
 namespace akv {
 
-enum class MethodKind { quantizer, preset, eviction, joint, tiered, ggml };
+// The f32 reference cache of model runs: not a compression method (it stores what the model
+// computed), but a name every method list of a model run accepts, and the first method of every
+// report.
+inline constexpr const char* kFullMethod = "full";
 
+enum class MethodKind { quantizer, preset, eviction, joint, tiered, ggml, reference };
+
+// One row per method: its name, kind and help, and what the kind needs from it. Resolution
+// (params.cpp, eviction_params.cpp) reads these fields; nothing else lists methods.
 struct MethodInfo {
   const char* name;
   MethodKind kind;
   const char* help;
+  int bits_key = 0, bits_value = 0;          // preset: kivi's bits; tiered preset: the warm tier's
+  std::size_t hot = 0;                       // tiered preset: hot tokens (0: the row is no preset)
+  ScoreMethod score = ScoreMethod::snapkv;   // eviction, joint: the token score,
+  AllocMethod alloc = AllocMethod::uniform;  // the budget allocator
+  std::size_t sinks = 0;                     // and the default attention sinks
 };
 
-// Every method, in the order help lists them.
+// Every method, in the order help lists them. The reference `full` (kFullMethod: f32 K/V as the
+// model computed them) is a row of its own kind: model runs take it, no cache file is made of it.
 const std::vector<MethodInfo>& method_registry();
 const MethodInfo* find_method(const std::string& name);  // nullptr when unknown
-// "a, b, c" of the methods of the given kinds (every method when empty).
+// "a, b, c" of the methods of the given kinds (when empty: every method a cache file can be
+// made with, i.e. all but the reference).
 std::string method_list(std::initializer_list<MethodKind> kinds = {});
 
 // Which methods take a parameter: quantizers and presets (and eviction methods for what they

@@ -1,6 +1,7 @@
 #pragma once
 // Parameters of the three-tier cache (kv/tiered.h): budgets, bits, importance scoring and
-// migration. Presets quality, balanced, compact (and k4v2 / k4v3) are resolved in params.h.
+// migration. Presets quality, balanced, compact (and the kivi presets' bits in the warm tier)
+// are resolved in params.h from the registry's rows.
 #include <cstddef>
 #include <optional>
 #include <string>
