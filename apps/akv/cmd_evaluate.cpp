@@ -18,15 +18,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   struct Options {
     std::string dump, cache, output = "-";
     bool json = false, csv = false, per_head = false, no_verify = false;
-    std::string model, tokens, weights = "stored";
-    std::vector<std::string> methods;
-    std::size_t prefill = 0, sequences = 0;
-    std::string batch = "auto";
-    std::string token_block = "auto";
-    std::string attention = "exact";
-    std::string task = "ppl", filler, tokenizer, text, shard;
-    std::size_t ctx = 512;
-    PasskeyOptions passkey;
+    ModelRunOptions mo;  // --model: the flags go straight into it, but for these
+    std::size_t prefill = 0;
+    std::string batch = "auto", token_block = "auto", task = "ppl", shard;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -42,18 +36,18 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       "full-precision prompt (docs/evaluate.md, 'Model mode').");
   auto* dump = sub->add_option("--dump", opt->dump, "Source dump (akv-dump)");
   auto* cache = sub->add_option("--cache", opt->cache, "Compressed cache (akv-cache)");
-  auto* model = sub->add_option("--model", opt->model, kModelHelp);
-  add_weights_flag(sub, opt->weights);
-  sub->add_option("--tokens", opt->tokens,
+  auto* model = sub->add_option("--model", opt->mo.model, kModelHelp);
+  add_weights_flag(sub, opt->mo.weights);
+  sub->add_option("--tokens", opt->mo.tokens,
                   "With --model: token sequences (one per line, ids separated by spaces; or an "
                   "HDF5 file with /tokens)");
-  sub->add_option("--methods", opt->methods,
+  sub->add_option("--methods", opt->mo.methods,
                   "With --model: methods to compare, comma-separated, each " + method_spec_help() +
                       " E.g. kivi-2, kivi:bits-key=4:bits-value=2, adakv:budget=0.2:quant=k4v2, "
                       "balanced:demotion=fifo (docs/model.md, docs/tiered.md). The f32 full cache is "
                       "always evaluated first as the reference")
       ->delimiter(',');
-  CLI::Option* text = add_text_flags(sub, opt->text, opt->ctx, opt->tokenizer,
+  CLI::Option* text = add_text_flags(sub, opt->mo.text, opt->mo.ctx, opt->mo.tokenizer,
                                      "With --model: a text file, tokenized (BOS first) and cut as llama-perplexity cuts it: "
                                      "chunks of --ctx tokens, each chunk's first token BOS, its second half scored (prompt "
                                      "ctx/2 + 1 tokens, then decoded through each method's cache); --sequences N takes the "
@@ -78,14 +72,14 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "pass 256 MiB. 1 when a method evicts while "
                   "decoding (h2o, streamingllm) or is tiered. The results do not depend on it")
       ->capture_default_str();
-  sub->add_option("--attention", opt->attention,
+  sub->add_option("--attention", opt->mo.attention,
                   "With --model: decode attention path of the methods' caches: exact (f32 products) or int8 "
                   "(packed 2- and 4-bit rows through 8-bit integer loops: query x key codes, probabilities x "
                   "value codes; other rows stay exact; error and speed in docs/attention.md)")
       ->capture_default_str()->check(CLI::IsMember({"exact", "int8"}));
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
-  sub->add_option("--sequences", opt->sequences, "With --model: evaluate the first N sequences (0 = all)")
+  sub->add_option("--sequences", opt->mo.ppl.max_sequences, "With --model: evaluate the first N sequences (0 = all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--task", opt->task,
@@ -94,7 +88,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "again at the end; success = the greedy continuation reproduces the key; token "
                   "mode also reports the key's mean log-probability, teacher-forced; docs/model.md)")
       ->capture_default_str()->check(CLI::IsMember({"ppl", "passkey"}));
-  add_passkey_flags(sub, opt->passkey, opt->filler);
+  add_passkey_flags(sub, opt->mo.passkey_options, opt->mo.filler);
   text->excludes(sub->get_option("--tokens"));
   dump->excludes(model);
   cache->excludes(model);
@@ -109,30 +103,19 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->callback([opt, &global] {
     check_output_distinct(opt->output, {opt->dump, opt->cache});
     ProgressBar bar("evaluate", !global.quiet);
-    if (!opt->model.empty()) {
-      ModelRunOptions mo;
-      mo.model = opt->model;
-      mo.weights = opt->weights;
-      mo.methods = opt->methods;
-      mo.ppl.methods = resolve_methods(opt->methods);
-      std::vector<std::string> inputs = model_run_inputs(opt->model, mo.ppl.methods);
-      inputs.insert(inputs.end(), {opt->tokens, opt->text, opt->filler, opt->tokenizer});
+    if (!opt->mo.model.empty()) {
+      ModelRunOptions& mo = opt->mo;
+      mo.ppl.methods = resolve_methods(mo.methods);
+      std::vector<std::string> inputs = model_run_inputs(mo.model, mo.ppl.methods);
+      inputs.insert(inputs.end(), {mo.tokens, mo.text, mo.filler, mo.tokenizer});
       check_output_distinct(opt->output, inputs);
-      mo.tokens = opt->tokens;
-      mo.text = opt->text;
-      mo.ctx = opt->ctx;
-      mo.tokenizer = opt->tokenizer;
-      mo.filler = opt->filler;
       mo.passkey = opt->task == "passkey";
       if (!opt->shard.empty()) mo.shard = parse_shard(opt->shard);
-      mo.attention = opt->attention;
       if (opt->prefill) mo.ppl.prefill = opt->prefill;
-      mo.ppl.max_sequences = opt->sequences;
       mo.ppl.threads = global.threads;
       mo.ppl.batch = parse_batch(opt->batch);
       mo.ppl.token_block = parse_token_block(opt->token_block);
-      mo.ppl.attention = parse_attention_mode(opt->attention);
-      mo.passkey_options = opt->passkey;
+      mo.ppl.attention = parse_attention_mode(mo.attention);
       const ReportFormat f = opt->json ? ReportFormat::json : opt->csv ? ReportFormat::csv : ReportFormat::table;
       write_text_file(opt->output, evaluate_model(mo, f, bar.callback()));
       return;
@@ -146,17 +129,8 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       write_text_file(opt->output, json_text(fidelity_part_json(r, shard)));
       return;
     }
-    const FidelityReport r =
-        evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback());
-    std::string text;
-    if (opt->json) {
-      text = json_text(r.to_json());
-    } else if (opt->csv) {
-      text = r.to_csv();
-    } else {
-      text = r.to_table(opt->per_head);
-    }
-    write_text_file(opt->output, text);
+    const FidelityReport r = evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback());
+    write_text_file(opt->output, opt->json ? json_text(r.to_json()) : opt->csv ? r.to_csv() : r.to_table(opt->per_head));
   });
 }
 
