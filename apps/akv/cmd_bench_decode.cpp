@@ -2,6 +2,7 @@
 // cache, in the same run.
 #include "akv/bench/decode_bench.h"
 #include "akv/core/atomic_file.h"
+#include "akv/core/isa.h"
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
 #include "akv/io/token_file.h"

@@ -73,6 +73,10 @@ fi
 expect_error "merge: a calibration shard missing" 2 "shard missing .*shard = 2/2" "$AKV" merge "$TMP/cal_p1.json" -o "$o/m.json"
 expect_error "merge: calibration parts of other options" 2 "part of another run: options" \
   "$AKV" merge "$TMP/cal_p1.json" "$TMP/cal_other.json" -o "$o/m.json"
+"$AKV" --max-isa generic calibrate -q "$d" "$TMP/d2.h5" --allocator adakv-proxy --update-interval 100 --shard 2/2 \
+  -o "$TMP/cal_generic.json"
+expect_error "merge: a calibration part computed with the plain loops (--max-isa generic)" 2 "part of another run: kernels" \
+  "$AKV" merge "$TMP/cal_p1.json" "$TMP/cal_generic.json" -o "$o/m.json"
 expect_error "merge: not a partial output" 2 "not a partial output" "$AKV" merge "$TMP/cal_full.json" -o "$o/m.json"
 expect_empty_dir "no output after errors" "$o"
 finish

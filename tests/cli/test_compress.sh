@@ -35,6 +35,9 @@ else
 fi
 expect_error "merge: a fidelity shard missing" 2 "shard missing .*shard = 2/3" \
   "$AKV" merge "$TMP/f_p1.json" "$TMP/f_p3.json" -o "$TMP/never.json"
+"$AKV" --max-isa generic evaluate -q --dump "$d" --cache "$TMP/c_ev.h5" --shard 2/3 -o "$TMP/f_generic2.json"
+expect_error "merge: a fidelity part computed with the plain loops (--max-isa generic)" 2 "part of another run: kernels" \
+  "$AKV" merge "$TMP/f_p1.json" "$TMP/f_generic2.json" "$TMP/f_p3.json" -o "$TMP/never.json"
 # A one-part run that claims more layers (or heads) than the hash-verified cache holds, and one
 # naming a FIFO as its cache (hashing it would never end).
 "$PY" - "$TMP" <<'PY'

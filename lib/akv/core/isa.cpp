@@ -45,4 +45,6 @@ const char* isa_name(Isa isa) {
   }
 }
 
+const char* kernel_arithmetic() { return active_isa() == Isa::generic ? "generic" : "vector"; }
+
 }  // namespace akv

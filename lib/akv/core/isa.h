@@ -13,5 +13,9 @@ Isa best_isa();                 // what this build and CPU support
 Isa active_isa();               // in use: best_isa() unless set_isa chose a lower one
 void set_isa(Isa isa);          // clamps to best_isa(); process-wide (`akv --max-isa`, benchmarks, tests)
 const char* isa_name(Isa isa);  // "generic", "avx2", "avx512"
+// The arithmetic of the active kernels, for the params of a sharded run's part: "generic" (the
+// plain loops of --max-isa generic sum in another order) or "vector" (AVX2 and AVX-512 give the
+// same bits), so parts of the two do not merge into one report.
+const char* kernel_arithmetic();
 
 }  // namespace akv

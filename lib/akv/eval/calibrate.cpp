@@ -13,6 +13,7 @@
 #include "akv/alloc/calibration_file.h"
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
+#include "akv/core/isa.h"
 #include "akv/core/parallel.h"
 #include "akv/eval/attention.h"
 #include "akv/io/file_hash.h"
@@ -371,11 +372,11 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
   for (const auto& d : dumps) ds.push_back({{"path", d}, {"hash", file_hash(d)}});
   return {{"format", kPartFormat}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
           {"first_layer", lo}, {"n_layers", st.metas[0].n_layers}, {"dumps", ds}, {"options", options_json(st.opt)},
-          {"layers", layers}};
+          {"kernels", kernel_arithmetic()}, {"layers", layers}};
 }
 
 nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"dumps", "options", "n_layers"});
+  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"dumps", "options", "n_layers", "kernels"});
   const auto& [file0, first] = parts[0];
   std::vector<std::vector<HeadMeasure>> agg;
   std::vector<std::string> dumps;

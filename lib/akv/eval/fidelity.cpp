@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "akv/core/errors.h"
+#include "akv/core/isa.h"
 #include "akv/core/parallel.h"
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
@@ -304,11 +305,11 @@ nlohmann::json fidelity_part_json(const FidelityReport& r, const Shard& shard) {
           {"first_layer", lo}, {"n_layers", r.heads.size()},
           {"dump", {{"path", r.dump_path}, {"hash", file_hash(r.dump_path)}}},
           {"cache", {{"path", r.cache_path}, {"hash", file_hash(r.cache_path)}}},
-          {"needles", r.needles}, {"needle_kept", r.needle_kept}, {"layers", layers}};
+          {"needles", r.needles}, {"needle_kept", r.needle_kept}, {"kernels", kernel_arithmetic()}, {"layers", layers}};
 }
 
 FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"dump", "cache", "n_layers", "needles"});
+  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"dump", "cache", "n_layers", "needles", "kernels"});
   const auto& [file0, first] = parts[0];
   FidelityReport r;
   try {

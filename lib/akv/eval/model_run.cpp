@@ -121,7 +121,6 @@ std::vector<std::string> model_run_inputs(const std::string& model_path, const s
   return files;
 }
 
-const char* kernel_arithmetic() { return active_isa() == Isa::generic ? "generic" : "vector"; }
 
 std::vector<std::vector<std::int32_t>> text_chunks(const std::string& path, const Tokenizer* tok, std::size_t ctx,
                                                    std::size_t max_chunks) {

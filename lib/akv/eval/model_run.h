@@ -48,11 +48,6 @@ std::vector<PplMethod> resolve_methods(const std::vector<std::string>& specs);
 // side files of each method (calibration=, budgets=). For check_output_distinct.
 std::vector<std::string> model_run_inputs(const std::string& model_path, const std::vector<PplMethod>& methods);
 
-// The arithmetic of a model run, for a part's params: the plain loops (--max-isa generic) sum in
-// another order than the vector kernels (AVX2 and AVX-512 give the same bits), so parts of the
-// two do not merge into one report.
-const char* kernel_arithmetic();
-
 // A text file cut into llama-perplexity's chunks of `ctx` tokens (BOS first; at most
 // max_chunks, 0 = all); UsageError without a tokenizer.
 std::vector<std::vector<std::int32_t>> text_chunks(const std::string& path, const Tokenizer* tok, std::size_t ctx,
