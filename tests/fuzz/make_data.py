@@ -89,6 +89,29 @@ def gguf(path, arrays, f16=False):
     path.write_bytes(out + blob)
 
 
+def gguf_vocab(kind):
+    """A GGUF v3 file holding only a tokenizer (its metadata arrays: tokens, scores, token types and,
+    for gpt2, merges), no tensors."""
+    def string(v):
+        b = v.encode()
+        return struct.pack("<Q", len(b)) + b
+    tokens = ["<unk>", "<s>", "</s>"] + [chr(c) for c in range(97, 123)] + ["he", "hel", "hello", "\u2581w", "or"]
+    kv = [("general.architecture", 8, string("llama")), ("tokenizer.ggml.model", 8, string(kind)),
+          ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, len(tokens)) + b"".join(string(t) for t in tokens)),
+          ("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, len(tokens)) +
+           b"".join(struct.pack("<i", 2 if i == 0 else 3 if i < 3 else 1) for i in range(len(tokens)))),
+          ("tokenizer.ggml.bos_token_id", 4, struct.pack("<I", 1))]
+    if kind == "llama":
+        kv.append(("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, len(tokens)) +
+                   b"".join(struct.pack("<f", -float(i)) for i in range(len(tokens)))))
+    else:
+        merges = ["h e", "he l", "hel lo", "o r"]
+        kv += [("tokenizer.ggml.pre", 8, string("gpt-2")),
+               ("tokenizer.ggml.merges", 9, struct.pack("<IQ", 8, len(merges)) + b"".join(string(m) for m in merges))]
+    out = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + b"".join(string(k) + struct.pack("<I", t) + v for k, t, v in kv)
+    return out + b"\0" * (-len(out) % 32)
+
+
 def main():
     hf = FUZZ / "data" / "hf-tiny"
     if hf.exists():
@@ -147,6 +170,7 @@ def main():
         gguf(gguf_path, arrays, half)
         seeds["gguf"].append(gguf_path.read_bytes())
     gguf_path.unlink()
+    seeds["gguf"] += [gguf_vocab("llama"), gguf_vocab("gpt2")]
     seeds["dump"] = [bytes(range(64)), b"\xff" * 64]
     seeds["cache"] = [bytes(range(64)), b"\x01\x02" * 32, b"\x02" * 64]
     for name, items in seeds.items():

@@ -682,6 +682,7 @@ TEST_CASE("GGUF metadata arrays: checked and skipped on open, read when asked fo
   w.numbers("x.bytes", 0, big);  // u8: 1 byte each in the file, ~32 as JSON values
   w.strings("x.words", {"a", "", "ccc"});
   w.u32("x.after", 5);
+  w.numbers("x.wide", 4, std::vector<std::uint32_t>{7, 4294967295u});  // u32 past int32
   w.write(dir.file("arrays.gguf"));
   const GgufFile f(dir.file("arrays.gguf"));
   CHECK(!f.metadata().contains("x.bytes"));
@@ -690,12 +691,20 @@ TEST_CASE("GGUF metadata arrays: checked and skipped on open, read when asked fo
   CHECK(f.arrays().at("x.bytes").count == big.size());
   CHECK(gguf_info(f)["metadata"]["x.bytes"] == "[1048576 values]");
   CHECK(gguf_info(f)["metadata"]["x.words"] == "[3 values]");
-  const auto bytes = f.value("x.bytes");
+  const auto bytes = f.int32s("x.bytes");
   REQUIRE(bytes);
-  CHECK(bytes->get<std::vector<std::uint8_t>>() == big);
-  CHECK(f.value("x.words")->get<std::vector<std::string>>() == std::vector<std::string>{"a", "", "ccc"});
+  CHECK(*bytes == std::vector<std::int32_t>(big.begin(), big.end()));
+  CHECK(f.floats("x.bytes")->at(7) == static_cast<float>(big[7]));
+  CHECK(*f.strings("x.words") == std::vector<std::string>{"a", "", "ccc"});
   CHECK(f.value("x.after") == nlohmann::json(5));
   CHECK(!f.value("x.absent"));
+  CHECK(!f.strings("x.absent"));
+  // A list read as one value, one value read as a list, strings read as numbers: one error each.
+  CHECK_THROWS_AS(f.value("x.words"), InvalidInput);
+  CHECK_THROWS_AS(f.strings("x.after"), InvalidInput);
+  CHECK_THROWS_AS(f.int32s("x.words"), InvalidInput);
+  CHECK_THROWS_AS(f.strings("x.bytes"), InvalidInput);
+  CHECK_THROWS_WITH(f.int32s("x.wide"), Catch::Contains("outside int32") && Catch::Contains("x.wide[1]"));
   // Skipping still checks: an array cut by the end of the file, a string longer than the file.
   std::ifstream in(dir.file("arrays.gguf"), std::ios::binary);
   const std::string b((std::istreambuf_iterator<char>(in)), {});

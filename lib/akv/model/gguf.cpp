@@ -1,9 +1,11 @@
 #include "akv/model/gguf.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 
 #include "akv/core/checked.h"
@@ -118,7 +120,8 @@ void skip_array(Cursor& c, const GgufArray& a, const std::string& key, int depth
   }
 }
 
-json read_value(Cursor& c, std::uint32_t type, const std::string& key, int depth, const std::string& path) {
+// A scalar value (arrays are skipped on open and read by the typed readers).
+json read_value(Cursor& c, std::uint32_t type, const std::string& key, const std::string& path) {
   switch (type) {
     case u8: return c.get<std::uint8_t>(key);
     case i8: return c.get<std::int8_t>(key);
@@ -136,12 +139,6 @@ json read_value(Cursor& c, std::uint32_t type, const std::string& key, int depth
     case u64: return c.get<std::uint64_t>(key);
     case i64: return c.get<std::int64_t>(key);
     case f64: return c.get<double>(key);
-    case array: {
-      const GgufArray h = array_header(c, key, depth, path);
-      json a = json::array();
-      for (std::uint64_t i = 0; i < h.count; ++i) a.push_back(read_value(c, h.type, key, depth + 1, path));
-      return a;
-    }
     default:
       throw CorruptData("unknown metadata value type", {path, key, std::to_string(type)});
   }
@@ -198,13 +195,84 @@ std::string render_gguf_info(const nlohmann::json& info) {
 }
 
 std::optional<nlohmann::json> GgufFile::value(const std::string& key) const {
+  if (arrays_.count(key)) throw InvalidInput("metadata value is a list where one value is expected", {path_, key});
   if (const auto it = meta_.find(key); it != meta_.end()) return *it;
+  return std::nullopt;
+}
+
+namespace {
+
+bool is_integer(std::uint32_t t) { return t == u8 || t == i8 || t == u16 || t == i16 || t == u32 || t == i32 || t == u64 || t == i64; }
+bool is_number(std::uint32_t t) { return is_integer(t) || t == f32 || t == f64; }
+bool is_string(std::uint32_t t) { return t == string; }
+
+// One value of a numeric type as Out (int64: integers exactly, u64 past 2^63 saturated).
+template <typename Out>
+Out number_at(Cursor& c, std::uint32_t type, const std::string& key) {
+  switch (type) {
+    case u8: return static_cast<Out>(c.get<std::uint8_t>(key));
+    case i8: return static_cast<Out>(c.get<std::int8_t>(key));
+    case u16: return static_cast<Out>(c.get<std::uint16_t>(key));
+    case i16: return static_cast<Out>(c.get<std::int16_t>(key));
+    case u32: return static_cast<Out>(c.get<std::uint32_t>(key));
+    case i32: return static_cast<Out>(c.get<std::int32_t>(key));
+    case u64: {
+      const auto v = c.get<std::uint64_t>(key);
+      return static_cast<Out>(std::min<std::uint64_t>(v, std::numeric_limits<std::int64_t>::max()));
+    }
+    case i64: return static_cast<Out>(c.get<std::int64_t>(key));
+    case f32: return static_cast<Out>(c.get<float>(key));
+    default: return static_cast<Out>(c.get<double>(key));
+  }
+}
+
+}  // namespace
+
+const GgufArray* GgufFile::array_of(const std::string& key, bool (*accept)(std::uint32_t), const char* kind) const {
+  if (meta_.contains(key)) throw InvalidInput(std::string("metadata value is one value where a list of ") + kind + " is expected", {path_, key});
   const auto a = arrays_.find(key);
-  if (a == arrays_.end()) return std::nullopt;
+  if (a == arrays_.end()) return nullptr;
+  if (!accept(a->second.type)) {
+    throw InvalidInput(std::string("metadata list of another kind (expected ") + kind + ")",
+                       {path_, key, "value type " + std::to_string(a->second.type)});
+  }
+  return &a->second;
+}
+
+std::optional<std::vector<std::string>> GgufFile::strings(const std::string& key) const {
+  const GgufArray* a = array_of(key, is_string, "strings");
+  if (!a) return std::nullopt;
   Cursor c(path_);
-  c.seek(a->second.offset);
-  json out = json::array();
-  for (std::uint64_t i = 0; i < a->second.count; ++i) out.push_back(read_value(c, a->second.type, key, 1, path_));
+  c.seek(a->offset);
+  std::vector<std::string> out;
+  out.reserve(a->count);
+  for (std::uint64_t i = 0; i < a->count; ++i) out.push_back(c.str(key));
+  return out;
+}
+
+std::optional<std::vector<float>> GgufFile::floats(const std::string& key) const {
+  const GgufArray* a = array_of(key, is_number, "numbers");
+  if (!a) return std::nullopt;
+  Cursor c(path_);
+  c.seek(a->offset);
+  std::vector<float> out(a->count);
+  for (float& x : out) x = number_at<float>(c, a->type, key);
+  return out;
+}
+
+std::optional<std::vector<std::int32_t>> GgufFile::int32s(const std::string& key) const {
+  const GgufArray* a = array_of(key, is_integer, "integers");
+  if (!a) return std::nullopt;
+  Cursor c(path_);
+  c.seek(a->offset);
+  std::vector<std::int32_t> out(a->count);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto v = number_at<std::int64_t>(c, a->type, key);
+    if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max()) {
+      throw InvalidInput("list value outside int32", {path_, key + "[" + std::to_string(i) + "]", std::to_string(v)});
+    }
+    out[i] = static_cast<std::int32_t>(v);
+  }
   return out;
 }
 
@@ -236,7 +304,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       skip_array(c, a, key, 0, path);
       arrays_.emplace(key, a);
     } else {
-      meta_[key] = read_value(c, type, key, 0, path);
+      meta_[key] = read_value(c, type, key, path);
     }
   }
   std::uint64_t alignment = 32;

@@ -43,11 +43,18 @@ class GgufFile {
   std::uint32_t version() const { return version_; }
   // Scalar metadata: key -> value (integers, reals, booleans, strings). Arrays (vocabularies,
   // merges: up to 2^24 values each) are checked and skipped when the file is opened, and read
-  // only by value(): a model, `akv info` or a run without the file's tokenizer never holds them.
+  // only by the typed readers below, straight into vectors: a model, `akv info` or a run without
+  // the file's tokenizer never holds them.
   const nlohmann::json& metadata() const { return meta_; }
   const std::map<std::string, GgufArray>& arrays() const { return arrays_; }
-  // Any metadata value, an array read from the file now as a JSON array; nullopt when absent.
+  // A scalar metadata value; nullopt when absent; InvalidInput naming the key when it is an array.
   std::optional<nlohmann::json> value(const std::string& key) const;
+  // An array read from the file now; nullopt when absent. InvalidInput naming the key when it is
+  // a scalar or its values are of another kind: strings; numbers of any type (as f32); integers
+  // (of any integer type, each within int32).
+  std::optional<std::vector<std::string>> strings(const std::string& key) const;
+  std::optional<std::vector<float>> floats(const std::string& key) const;
+  std::optional<std::vector<std::int32_t>> int32s(const std::string& key) const;
   const GgufTensor* find(const std::string& name) const;
   const std::map<std::string, GgufTensor>& tensors() const { return tensors_; }
   // The tensor as f32, after checking its dims (ggml order) against `dims`; InvalidInput names
@@ -62,6 +69,9 @@ class GgufFile {
   std::uint32_t version_ = 0;
   std::uint64_t data_start_ = 0, file_size_ = 0;
   nlohmann::json meta_ = nlohmann::json::object();
+  // The array at `key` (nullptr when absent), its values of a type `accept` takes (kind: their
+  // name in the error).
+  const GgufArray* array_of(const std::string& key, bool (*accept)(std::uint32_t), const char* kind) const;
   std::map<std::string, GgufArray> arrays_;
   std::map<std::string, GgufTensor> tensors_;
 };

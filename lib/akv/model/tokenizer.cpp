@@ -60,16 +60,17 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   }
   if (kind == "gpt2") return gguf_bpe(f);
   try {
-    const std::optional<nlohmann::json> tokens = get("tokenizer.ggml.tokens");
+    std::optional<std::vector<std::string>> tokens = f.strings("tokenizer.ggml.tokens");
     if (!tokens) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
-    const std::optional<nlohmann::json> scores = get("tokenizer.ggml.scores"), types = get("tokenizer.ggml.token_type"),
-                                        bos = get("tokenizer.ggml.bos_token_id"), unk = get("tokenizer.ggml.unknown_token_id"),
+    std::optional<std::vector<float>> scores = f.floats("tokenizer.ggml.scores");
+    std::optional<std::vector<std::int32_t>> types = f.int32s("tokenizer.ggml.token_type");
+    const std::optional<nlohmann::json> bos = get("tokenizer.ggml.bos_token_id"), unk = get("tokenizer.ggml.unknown_token_id"),
                                         prefix = get("tokenizer.ggml.add_space_prefix");
     Tokenizer t;
     t.path_ = path;
     t.spm_ = std::make_shared<SpmVocab>(
-        tokens->get<std::vector<std::string>>(), scores ? scores->get<std::vector<float>>() : std::vector<float>{},
-        types ? types->get<std::vector<std::int32_t>>() : std::vector<std::int32_t>{},
+        std::move(*tokens), scores ? std::move(*scores) : std::vector<float>{},
+        types ? std::move(*types) : std::vector<std::int32_t>{},
         bos ? gguf_token_id(*bos, path, "tokenizer.ggml.bos_token_id") : 1,
         unk ? gguf_token_id(*unk, path, "tokenizer.ggml.unknown_token_id") : 0, prefix ? prefix->get<bool>() : true, path);
     return t;
@@ -80,7 +81,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
 
 Tokenizer Tokenizer::gguf_bpe(const GgufFile& f) {
   const std::string& path = f.path();
-  const nlohmann::json& m = f.metadata();  // scalars; arrays through f.value()
+  const nlohmann::json& m = f.metadata();  // scalars; arrays through the typed readers
   try {
     const std::string pre = m.contains("tokenizer.ggml.pre") ? m["tokenizer.ggml.pre"].get<std::string>() : "default";
     BpeVocab::Options o;
@@ -92,18 +93,17 @@ Tokenizer Tokenizer::gguf_bpe(const GgufFile& f) {
     o.ignore_merges = pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";  // as llama.cpp
     const bool add_bos = m.contains("tokenizer.ggml.add_bos_token") ? m["tokenizer.ggml.add_bos_token"].get<bool>() : false;
     if (add_bos && m.contains("tokenizer.ggml.bos_token_id")) o.bos = gguf_token_id(m["tokenizer.ggml.bos_token_id"], path, "tokenizer.ggml.bos_token_id");
-    const std::optional<nlohmann::json> token_values = f.value("tokenizer.ggml.tokens");
+    std::optional<std::vector<std::string>> token_values = f.strings("tokenizer.ggml.tokens");
     if (!token_values) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
-    std::vector<std::string> tokens = token_values->get<std::vector<std::string>>();
-    const std::optional<nlohmann::json> type_values = f.value("tokenizer.ggml.token_type");
+    std::vector<std::string> tokens = std::move(*token_values);
     const std::vector<std::int32_t> types =
-        type_values ? type_values->get<std::vector<std::int32_t>>() : std::vector<std::int32_t>(tokens.size(), 1);
+        f.int32s("tokenizer.ggml.token_type").value_or(std::vector<std::int32_t>(tokens.size(), 1));
     if (types.size() != tokens.size()) {
       throw InvalidInput("token types and tokens differ in count", {path, "tokenizer.ggml.token_type", std::to_string(types.size())});
     }
     std::vector<std::pair<std::string, std::string>> merges;
-    if (const std::optional<nlohmann::json> merge_values = f.value("tokenizer.ggml.merges")) {
-      for (const std::string& s : merge_values->get<std::vector<std::string>>()) {
+    if (const std::optional<std::vector<std::string>> merge_values = f.strings("tokenizer.ggml.merges")) {
+      for (const std::string& s : *merge_values) {
         const std::size_t sp = s.find(' ', 1);
         if (sp == std::string::npos) throw InvalidInput("merge without two parts", {path, "tokenizer.ggml.merges", s});
         merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
