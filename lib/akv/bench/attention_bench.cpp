@@ -13,6 +13,7 @@
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
+#include "akv/io/json_file.h"
 #include "akv/kv/stored_head.h"
 #include "akv/kv/tensor_builder.h"
 #include "akv/method/ggml_params.h"
@@ -439,9 +440,9 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
 void fit_attention_scaling(BenchReport& rep) {
   std::map<std::tuple<std::size_t, std::size_t, std::string>, std::vector<std::pair<double, double>>> curves;
   for (const auto& row : rep.rows()) {
-    const auto n = row.at("context").get<std::size_t>();
+    const std::uint64_t n = json_uint(row.at("context"));  // merged parts' rows: integers only
     if (n < 4096) continue;
-    curves[{row.at("head_dim").get<std::size_t>(), row.at("gqa").get<std::size_t>(),
+    curves[{json_uint(row.at("head_dim")), json_uint(row.at("gqa")),
             row.at("variant").get<std::string>() + "@" + row.at("isa").get<std::string>() +
                 (row.value("attention", "exact") == "int8" ? "/int8" : "")}]
         .push_back({static_cast<double>(n), row.at("min_s").get<double>()});

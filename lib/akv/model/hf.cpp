@@ -60,8 +60,9 @@ void read_header(const std::string& path, std::map<std::string, TensorInfo>& out
     t.file = path;
     try {
       t.dtype = v.at("dtype").get<std::string>();
-      t.shape = v.at("shape").get<std::vector<std::size_t>>();
-      const auto off = v.at("data_offsets").get<std::vector<std::uint64_t>>();
+      const std::vector<std::uint64_t> shape = json_uints(v.at("shape"));  // integers only: get<> casts floats
+      t.shape.assign(shape.begin(), shape.end());
+      const std::vector<std::uint64_t> off = json_uints(v.at("data_offsets"));
       if (off.size() != 2) throw CorruptData("data_offsets must hold 2 numbers", {path, name + ".data_offsets"});
       t.begin = off[0];
       t.end = off[1];
