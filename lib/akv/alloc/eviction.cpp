@@ -100,8 +100,8 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
   return plan_eviction(
       dump.meta(),
       [&](std::size_t l, Tensor3& query, Tensor3& key) {
-        key = dump.read(l, DumpField::key);
-        query = dump.read(l, DumpField::query);
+        dump.read_into(key, l, DumpField::key);
+        dump.read_into(query, l, DumpField::query);
       },
       p, threads, progress);
 }
@@ -137,8 +137,8 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
   std::vector<std::vector<HeadScores>> scores(L, std::vector<HeadScores>(H));
   std::vector<std::vector<std::vector<std::size_t>>> order(L, std::vector<std::vector<std::size_t>>(H));
   std::vector<SortedScores> sorted(L, SortedScores(H));
+  Tensor3 key, query;  // each layer in the previous one's storage
   for (std::size_t l = 0; l < L; ++l) {
-    Tensor3 key, query;
     source(l, query, key);
     parallel_for(H, threads, [&](std::size_t h) {
       scores[l][h] = score_head(query, key, h, m, p.score);

@@ -194,9 +194,11 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
   for (std::size_t di = 0; di < dumps.size(); ++di) {
     DumpReader r(dumps[di]);
     const DumpMeta& m = r.meta();
+    Tensor3 key, value, query;  // each layer in the previous one's storage
     for (std::size_t l = lo; l < hi; ++l) {
-      const Tensor3 key = r.read(l, DumpField::key), value = r.read(l, DumpField::value),
-                    query = r.read(l, DumpField::query);
+      r.read_into(key, l, DumpField::key);
+      r.read_into(value, l, DumpField::value);
+      r.read_into(query, l, DumpField::query);
       std::vector<HeadMeasure> hm(H);
       parallel_for(H, opt.threads, [&](std::size_t h) { hm[h] = measure_head(key, value, query, h, m, opt); });
       for (std::size_t h = 0; h < H; ++h) {

@@ -241,10 +241,11 @@ FidelityReport evaluate_cache(const std::string& dump_path, const std::string& c
   }
   const RopeContext rope{m.rope_layout, table.get()};
   const auto [lo, hi] = shard.range(m.n_layers);
+  Tensor3 key, value, query;  // each layer in the previous one's storage
   for (std::size_t l = lo; l < hi; ++l) {
-    const Tensor3 key = dump.read(l, DumpField::key);
-    const Tensor3 value = dump.read(l, DumpField::value);
-    const Tensor3 query = dump.read(l, DumpField::query);
+    dump.read_into(key, l, DumpField::key);
+    dump.read_into(value, l, DumpField::value);
+    dump.read_into(query, l, DumpField::query);
     std::vector<HeadCache> heads(m.n_kv_heads);  // HDF5 reads stay on this thread
     for (std::size_t h = 0; h < m.n_kv_heads; ++h) heads[h] = cache.read_head(l, h);
     parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {

@@ -237,6 +237,13 @@ bool DumpReader::has_key_pre_rope() const {
 
 Tensor3 DumpReader::read(std::size_t layer, DumpField f, std::size_t head_begin,
                          std::size_t head_count) const {
+  Tensor3 out;
+  read_into(out, layer, f, head_begin, head_count);
+  return out;
+}
+
+void DumpReader::read_into(Tensor3& out, std::size_t layer, DumpField f, std::size_t head_begin,
+                           std::size_t head_count) const {
   if (layer >= meta_.n_layers) {
     throw InvalidInput("layer out of range", {path_, "layer", std::to_string(layer)});
   }
@@ -252,27 +259,33 @@ Tensor3 DumpReader::read(std::size_t layer, DumpField f, std::size_t head_begin,
                                                                      std::to_string(head_count)});
   }
   const std::size_t d = meta_.head_dim;
-  Tensor3 out(head_count, rows, d);
+  out.reshape(head_count, rows, d);
 
   h5::Dataset ds = h5::open_dataset(file_.get(), path, path_);
   h5::Space fspace(H5Dget_space(ds.get()));
-  hsize_t start[3] = {head_begin, 0, 0};
-  hsize_t count[3] = {head_count, rows, d};
-  H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  h5::Space mspace(H5Screate_simple(3, count, nullptr));
-  herr_t rc;
+  herr_t rc = 0;
   if (info.dtype == h5::DiskFloat::f16 || info.dtype == h5::DiskFloat::bf16) {
-    std::vector<std::uint16_t> raw(out.size());
+    // A head at a time through one reused buffer of stored values: no layer-sized temporary.
+    raw_.resize(rows * d);
     h5::Type t = info.dtype == h5::DiskFloat::f16 ? h5::make_f16_type() : h5::make_bf16_type();
-    rc = H5Dread(ds.get(), t.get(), mspace.get(), fspace.get(), H5P_DEFAULT, raw.data());
-    if (rc >= 0) {
+    hsize_t count[3] = {1, rows, d};
+    h5::Space mspace(H5Screate_simple(3, count, nullptr));
+    for (std::size_t h = 0; h < head_count && rc >= 0; ++h) {
+      hsize_t start[3] = {head_begin + h, 0, 0};
+      H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+      rc = H5Dread(ds.get(), t.get(), mspace.get(), fspace.get(), H5P_DEFAULT, raw_.data());
+      if (rc < 0) break;
       if (info.dtype == h5::DiskFloat::f16) {
-        f16_to_f32(raw.data(), out.data(), raw.size());
+        f16_to_f32(raw_.data(), out.row(h, 0), raw_.size());
       } else {
-        bf16_to_f32(raw.data(), out.data(), raw.size());
+        bf16_to_f32(raw_.data(), out.row(h, 0), raw_.size());
       }
     }
   } else {
+    hsize_t start[3] = {head_begin, 0, 0};
+    hsize_t count[3] = {head_count, rows, d};
+    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+    h5::Space mspace(H5Screate_simple(3, count, nullptr));
     rc = H5Dread(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, out.data());
   }
   if (rc < 0) throw CorruptData("cannot read dataset (truncated or damaged)", {path_, path});
@@ -292,7 +305,6 @@ Tensor3 DumpReader::read(std::size_t layer, DumpField f, std::size_t head_begin,
                           format_number(p[i])});
     }
   }
-  return out;
 }
 
 // ---- Writer.

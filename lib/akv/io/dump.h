@@ -80,8 +80,12 @@ class DumpReader {
   // Throws InvalidInput naming layer, head and token of the first NaN or Inf.
   Tensor3 read(std::size_t layer, DumpField f, std::size_t head_begin = 0,
                std::size_t head_count = 0) const;
+  // The same into `out`, reusing its storage (layer loops keep one tensor per field).
+  void read_into(Tensor3& out, std::size_t layer, DumpField f, std::size_t head_begin = 0,
+                 std::size_t head_count = 0) const;
 
  private:
+  mutable std::vector<std::uint16_t> raw_;  // one head of an f16/bf16 dataset as stored, reused by every read
   void read_meta();
   void read_layer_info(std::size_t l);
   void read_optional_vectors();

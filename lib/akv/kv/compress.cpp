@@ -88,10 +88,11 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
   CacheWriter writer(out_path, report.header, CachePart{shard.k, shard.n, lo, hi});
   const std::size_t d = m.head_dim, g = m.group_size(), first_q = m.first_query_pos();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  Tensor3 key, value, query;  // each layer in the previous one's storage
   for (std::size_t l = lo; l < hi; ++l) {
-    const Tensor3 key = dump.read(l, DumpField::key);
-    const Tensor3 value = dump.read(l, DumpField::value);
-    const Tensor3 query = m.n_query > 0 ? dump.read(l, DumpField::query) : Tensor3();
+    dump.read_into(key, l, DumpField::key);
+    dump.read_into(value, l, DumpField::value);
+    if (m.n_query > 0) dump.read_into(query, l, DumpField::query);
     std::vector<HeadCache> heads(m.n_kv_heads);
     parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
       TieredStream s(t, d);
@@ -154,9 +155,9 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   const PromptPlan plan = plan_prompt(
       m,
       [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
-        q = dump.read(l, DumpField::query);
-        k = dump.read(l, DumpField::key);
-        if (v) *v = dump.read(l, DumpField::value);
+        dump.read_into(q, l, DumpField::query);
+        dump.read_into(k, l, DumpField::key);
+        if (v) dump.read_into(*v, l, DumpField::value);
       },
       params, threads, [&](std::size_t done, std::size_t total) {
         if (progress) progress(done, phases * total);
@@ -166,12 +167,13 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   const std::unique_ptr<KvPolicy> cache = make_stored_cache(plan.params, m.kv_shape(), threads);
   const auto [lo, hi] = shard.range(m.n_layers);
   CacheWriter writer(out_path, report.header, CachePart{shard.k, shard.n, lo, hi});
+  Tensor3 key, value, pre;  // one layer at a time, each read into the previous layer's storage
+  const bool read_pre = params.pre_rope && !params.ggml();
   for (std::size_t l = lo; l < hi; ++l) {
-    const Tensor3 key = dump.read(l, DumpField::key);
-    const Tensor3 value = dump.read(l, DumpField::value);
-    std::unique_ptr<Tensor3> pre;
-    if (params.pre_rope && !params.ggml()) pre = std::make_unique<Tensor3>(dump.read(l, DumpField::key_pre_rope));
-    cache->ingest_layer(l, {&key, pre.get(), &value}, plan);
+    dump.read_into(key, l, DumpField::key);
+    dump.read_into(value, l, DumpField::value);
+    if (read_pre) dump.read_into(pre, l, DumpField::key_pre_rope);
+    cache->ingest_layer(l, {&key, read_pre ? &pre : nullptr, &value}, plan);
     std::vector<HeadCache> heads(m.n_kv_heads);
     for (std::size_t h = 0; h < m.n_kv_heads; ++h) heads[h] = cache->take_head(l, h);
     write_layer(writer, report, l, heads);

@@ -63,8 +63,8 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
   }
   if (o.f16_option) pairs.emplace_back(16, 16);
   std::vector<std::vector<JointChoice>> cand(L * H);
+  Tensor3 query, key, value;  // each layer in the previous one's storage
   for (std::size_t l = 0; l < L; ++l) {
-    Tensor3 query, key, value;
     source(l, query, key, value);
     parallel_for(H, o.threads, [&](std::size_t h) {
       const HeadScores sc = score_head(query, key, h, m, so);
@@ -149,9 +149,9 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
   const std::vector<JointChoice> choice = plan_joint(
       m,
       [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) {
-        q = dump.read(l, DumpField::query);
-        k = dump.read(l, DumpField::key);
-        v = dump.read(l, DumpField::value);
+        dump.read_into(q, l, DumpField::query);
+        dump.read_into(k, l, DumpField::key);
+        dump.read_into(v, l, DumpField::value);
       },
       o, progress);
   const double f16_total = 4.0 * static_cast<double>(L * H * T * d);

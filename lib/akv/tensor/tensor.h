@@ -18,6 +18,14 @@ class Tensor3 {
   Tensor3(std::size_t d0, std::size_t d1, std::size_t d2)
       : d0_(d0), d1_(d1), d2_(d2), data_(d0 * d1 * d2, 0.0f) {}
 
+  // Gives the tensor shape [d0, d1, d2], keeping its storage when it is large enough (a layer
+  // read into the previous layer's buffer touches no fresh pages). Values are left as they were
+  // (new elements zero): for callers that overwrite every element.
+  void reshape(std::size_t d0, std::size_t d1, std::size_t d2) {
+    d0_ = d0, d1_ = d1, d2_ = d2;
+    data_.resize(d0 * d1 * d2);
+  }
+
   std::size_t dim0() const { return d0_; }
   std::size_t dim1() const { return d1_; }
   std::size_t dim2() const { return d2_; }
