@@ -8,8 +8,10 @@
 
 #include "akv/core/errors.h"
 #include "akv/tensor/dtype.h"
+#include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/half.h"
 #include "akv/tensor/linear.h"
+#include "akv/tensor/q8_dot.h"
 #include "akv/tensor/rope.h"
 #include "akv/tensor/tensor.h"
 
@@ -276,6 +278,148 @@ TEST_CASE("linear_rows: fast path equals the reference bit for bit; outputs do n
           std::vector<float> one(rows);
           linear_rows(w.data(), rows, cols, ldw, x.data() + bi * ldx, 1, ldx, one.data(), rows);
           CHECK(std::equal(one.begin(), one.end(), y.begin() + static_cast<std::ptrdiff_t>(bi * ldy)));
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// Random blocks of a ggml type: random bytes, the f16 scale fields set to finite values.
+std::vector<std::uint8_t> random_blocks(const GgmlTypeInfo& t, std::size_t n_values, Rng& rng) {
+  std::vector<std::uint8_t> raw(n_values / t.block * t.bytes);
+  for (auto& b : raw) b = static_cast<std::uint8_t>(rng.below(256));
+  std::vector<std::size_t> f16_fields = {0};
+  if (t.id == 3 || t.id == 7 || t.id == 12 || t.id == 13) f16_fields = {0, 2};
+  if (t.id == 14) f16_fields = {208};
+  for (std::size_t b = 0; b < raw.size(); b += t.bytes) {
+    for (const std::size_t f : f16_fields) {
+      const std::uint16_t h = f32_to_f16_ref(static_cast<float>(rng.uniform(-0.02, 0.02)));
+      raw[b + f] = static_cast<std::uint8_t>(h & 0xFF);
+      raw[b + f + 1] = static_cast<std::uint8_t>(h >> 8);
+    }
+  }
+  return raw;
+}
+
+const char* const kBlockTypes[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K", "Q5_K", "Q6_K"};
+
+}  // namespace
+
+TEST_CASE("q8_decode: a * code - c is ggml_dequantize's value bit for bit", "[tensor][q8]") {
+  Rng rng(21);
+  for (const char* name : kBlockTypes) {
+    INFO(name);
+    const GgmlTypeInfo& t = *ggml_type_info_by_name(name);
+    REQUIRE(q8_decodes(t));
+    const std::size_t rows = 3, cols = 512;
+    const std::vector<std::uint8_t> raw = random_blocks(t, rows * cols, rng);
+    std::vector<float> want(rows * cols);
+    ggml_dequantize(t, raw.data(), rows * cols, want.data());
+    Q8Tile tile, plain;
+    q8_decode(t, raw.data(), rows, cols, tile);
+    q8_decode_isa(Isa::generic, t, raw.data(), rows, cols, plain);
+    CHECK(plain.q == tile.q);
+    CHECK(plain.a_lo == tile.a_lo);
+    CHECK(plain.a_hi == tile.a_hi);
+    CHECK(plain.c == tile.c);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < rows * cols; ++i) {
+      const std::size_t blk = i / 32;
+      const float a = i % 32 < 16 ? tile.a_lo[blk] : tile.a_hi[blk];
+      bad += bits(a * static_cast<float>(tile.q[i]) - tile.c[blk]) != bits(want[i]);
+    }
+    CHECK(bad == 0);
+  }
+  CHECK_FALSE(q8_decodes(*ggml_type_info_by_name("F16")));
+  CHECK_FALSE(q8_decodes(*ggml_type_info_by_name("BF16")));
+}
+
+TEST_CASE("q8_quantize: hand case and the half-step bound", "[tensor][q8]") {
+  // max |x| = 254: step 2, codes x / 2 rounded to even.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 254.0f, x[1] = -3.0f, x[2] = 5.0f, x[3] = 1.0f, x[4] = -100.4f;
+  Q8Vectors q;
+  q8_quantize(x.data(), 1, 32, 32, q);
+  CHECK(q.d[0] == 2.0f);
+  CHECK(q.q[0] == 127);
+  CHECK(q.q[1] == -2);  // -1.5 -> -2 (ties to even)
+  CHECK(q.q[2] == 2);   // 2.5 -> 2
+  CHECK(q.q[3] == 0);   // 0.5 -> 0
+  CHECK(q.q[4] == -50);
+  CHECK(q.sum[0] == 127.0f - 2 + 2 + 0 - 50);
+  // An all-zero block: step 0, codes 0.
+  std::vector<float> z(64, 0.0f);
+  z[40] = 1e-3f;
+  q8_quantize(z.data(), 1, 64, 64, q);
+  CHECK(q.d[0] == 0.0f);
+  CHECK(q.q[40] == 127);
+  Rng rng(4);
+  std::vector<float> r(5 * 96);
+  for (auto& v : r) v = static_cast<float>(rng.normal() * 3.0);
+  q8_quantize(r.data(), 5, 96, 96, q);
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const float d = q.d[i / 32];
+    CHECK(std::abs(r[i] - d * static_cast<float>(q.q[i])) <= d * 0.5f * (1.0f + 1e-6f));
+  }
+}
+
+TEST_CASE("q8_rows: every kernel gives the reference's bits; the reference is within the activation bound",
+          "[tensor][q8]") {
+  Rng rng(33);
+  for (const char* name : kBlockTypes) {
+    const GgmlTypeInfo& t = *ggml_type_info_by_name(name);
+    // 32-value types: 10 and 75 blocks (remainders after groups of 8); K types: 2 and 9 super-blocks.
+    for (const std::size_t cols : t.block == 32 ? std::vector<std::size_t>{320, 2400} : std::vector<std::size_t>{512, 2304}) {
+      INFO(name << " cols " << cols);
+      const std::size_t rows = 5, batch = 6, ldy = rows + 2;  // vectors by 4, then one by one
+      const std::vector<std::uint8_t> raw = random_blocks(t, rows * cols, rng);
+      std::vector<float> x(batch * cols), w(rows * cols);
+      for (auto& v : x) v = static_cast<float>(rng.normal());
+      ggml_dequantize(t, raw.data(), rows * cols, w.data());
+      Q8Tile tile;
+      q8_decode(t, raw.data(), rows, cols, tile);
+      Q8Vectors xq, xg;
+      q8_quantize(x.data(), batch, cols, cols, xq);
+      q8_quantize_isa(Isa::generic, x.data(), batch, cols, cols, xg, 2);
+      CHECK(xg.q == xq.q);
+      CHECK(xg.d == xq.d);
+      CHECK(xg.sum == xq.sum);
+      std::vector<float> ref(batch * ldy, -1.0f);
+      q8_rows_ref(tile, xq, ref.data(), ldy);
+      for (const Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+        if (isa > best_isa()) continue;
+        INFO(isa_name(isa));
+        std::vector<float> y(batch * ldy, -1.0f);
+        q8_rows_isa(isa, tile, xq, y.data(), ldy);
+        CHECK(y == ref);  // padding untouched in both
+      }
+      // Straight from the blocks where a kernel reads the type: the same bits.
+      std::vector<float> direct(batch * ldy, -1.0f);
+      if (q8_rows_blocks(t, raw.data(), rows, xq, direct.data(), ldy)) CHECK(direct == ref);
+      // A vector alone gives the bits it gets inside the batch; the rows in two tiles too.
+      Q8Vectors one;
+      q8_quantize(x.data() + cols, 1, cols, cols, one);
+      Q8Tile top, rest;
+      q8_decode(t, raw.data(), 2, cols, top);
+      q8_decode(t, raw.data() + 2 * cols / t.block * t.bytes, rows - 2, cols, rest);
+      std::vector<float> alone(rows);
+      q8_rows(top, one, alone.data(), rows);
+      q8_rows(rest, one, alone.data() + 2, rows);
+      CHECK(std::equal(alone.begin(), alone.end(), ref.begin() + static_cast<std::ptrdiff_t>(ldy)));
+      // Against the f64 product of the f32 weights with the unrounded activations: within the
+      // activations' half steps (times sum |w|) plus f32 rounding of the block sums.
+      for (std::size_t b = 0; b < batch; ++b) {
+        for (std::size_t o = 0; o < rows; ++o) {
+          double exact = 0, mag = 0, bound = 0;
+          for (std::size_t k = 0; k < cols; ++k) {
+            const double wk = w[o * cols + k];
+            exact += wk * x[b * cols + k];
+            mag += std::abs(wk * x[b * cols + k]);
+            bound += std::abs(wk) * xq.d[b * (cols / 32) + k / 32] * 0.5;
+          }
+          CHECK(std::abs(ref[b * ldy + o] - exact) <= bound * (1 + 1e-5) + 1e-5 * mag);
         }
       }
     }
