@@ -442,15 +442,15 @@ class Meta {
   std::string arch_;
 };
 
-// A matrix [rows, cols]: (mode stored) its bytes in a memory map of the file, as stored; or (mode
-// f32, or a misaligned F32 tensor) an f32 copy.
+// A matrix [rows, cols]: (modes stored and q8) its bytes in a memory map of the file, as stored;
+// or (mode f32, or a misaligned F32 tensor) an f32 copy.
 Weight matrix(const GgufFile& f, const std::string& name, std::size_t rows, std::size_t cols, WeightMode mode,
               std::shared_ptr<MappedFile>& mapped) {
   const GgufTensor* t = f.find(name);
   // F32 tensors are used in place too (no copy, pages read on first use) when 4-byte aligned,
   // as the GGUF data alignment (32 by default) makes them.
   const bool in_place = t && ggml_type_info(t->type) && (t->type != 0 || (f.data_start() + t->offset) % 4 == 0);
-  if (mode == WeightMode::stored && in_place) {
+  if (mode != WeightMode::f32 && in_place) {
     f.check(*t, {cols, rows});
     if (!mapped) mapped = std::make_shared<MappedFile>(f.path());
     const GgmlTypeInfo& type = *ggml_type_info(t->type);
@@ -458,7 +458,7 @@ Weight matrix(const GgufFile& f, const std::string& name, std::size_t rows, std:
     if (const std::size_t bad = ggml_first_nonfinite(type, data, rows * cols); bad < rows * cols) {
       throw CorruptData("non-finite weight", {f.path(), name + "[" + std::to_string(bad) + "]"});
     }
-    return Weight::encoded(rows, cols, type, data, mapped);
+    return Weight::encoded(rows, cols, type, data, mapped, mode == WeightMode::q8);
   }
   const std::vector<float> v = f.read(name, {cols, rows});
   RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));

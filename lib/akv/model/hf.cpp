@@ -160,11 +160,11 @@ class Tensors {
     throw InvalidInput("tensor shape does not match config.json (expected " + str(shape) + ")",
                        {t.file, name + ".shape", str(t.shape)});
   }
-  // A matrix as stored in a memory map of its file (mode stored: F16/BF16 rows, or F32 rows at a
+  // A matrix as stored in a memory map of its file (modes stored and q8: F16/BF16 rows, or F32 rows at a
   // 4-byte aligned offset, used in place), or an f32 copy (mode f32, or misaligned F32).
   Weight matrix(const std::string& name, std::size_t rows, std::size_t cols, WeightMode mode) const {
     const auto it = map_.find(name);
-    if (mode == WeightMode::stored && it != map_.end() && (it->second.dtype != "F32" || it->second.begin % 4 == 0)) {
+    if (mode != WeightMode::f32 && it != map_.end() && (it->second.dtype != "F32" || it->second.begin % 4 == 0)) {
       const TensorInfo& t = it->second;
       check_shape(t, name, {rows, cols});
       const GgmlTypeInfo& type = *ggml_type_info(t.dtype == "F32" ? 0 : t.dtype == "F16" ? 1 : 30);

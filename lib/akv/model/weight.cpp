@@ -14,20 +14,32 @@
 #include "akv/core/parallel.h"
 #include "akv/tensor/half.h"
 #include "akv/tensor/linear.h"
+#include "akv/tensor/q8_dot.h"
 
 namespace akv {
 namespace {
 
 constexpr std::size_t kTileFloats = 1u << 16;  // f32 values per converted tile (256 KB)
+// Vectors up to which block-type rows are multiplied straight from their blocks (q8_rows_blocks)
+// rather than through a decoded tile: the same bits either way.
+constexpr std::size_t kBlockVectors = 2;
 
 }  // namespace
 
-std::string weight_mode_name(WeightMode m) { return m == WeightMode::stored ? "stored" : "f32"; }
+std::string weight_mode_name(WeightMode m) {
+  switch (m) {
+    case WeightMode::stored: return "stored";
+    case WeightMode::f32: return "f32";
+    case WeightMode::q8: return "q8";
+  }
+  return "stored";
+}
 
 WeightMode parse_weight_mode(const std::string& name) {
   if (name == "stored") return WeightMode::stored;
   if (name == "f32") return WeightMode::f32;
-  throw InvalidInput("unknown weight mode (expected stored or f32)", {"", "--weights", name});
+  if (name == "q8") return WeightMode::q8;
+  throw InvalidInput("unknown weight mode (expected stored, f32 or q8)", {"", "--weights", name});
 }
 
 MappedFile::MappedFile(const std::string& path) {
@@ -60,13 +72,14 @@ Weight::Weight(RowMatrix m)
     : rows_(static_cast<std::size_t>(m.rows())), cols_(static_cast<std::size_t>(m.cols())), m_(std::move(m)) {}
 
 Weight Weight::encoded(std::size_t rows, std::size_t cols, const GgmlTypeInfo& type, const std::uint8_t* data,
-                       std::shared_ptr<const void> owner) {
+                       std::shared_ptr<const void> owner, bool q8_products) {
   Weight w;
   w.rows_ = rows;
   w.cols_ = cols;
   w.type_ = &type;
   w.data_ = data;
   w.row_bytes_ = cols / type.block * type.bytes;
+  w.q8_ = q8_products && q8_decodes(type);
   w.owner_ = std::move(owner);
   return w;
 }
@@ -97,18 +110,6 @@ void Weight::convert_rows(std::size_t r0, std::size_t n, float* out, std::vector
   ggml_dequantize(*type_, src, n * cols_, out);
 }
 
-template <class Fn>
-void Weight::for_each_tile(Fn&& fn) const {
-  const std::size_t t = tile_rows();
-  std::vector<float> buf(t * cols_);
-  std::vector<std::uint16_t> scratch;
-  for (std::size_t r0 = 0; r0 < rows_; r0 += t) {
-    const std::size_t n = std::min(t, rows_ - r0);
-    convert_rows(r0, n, buf.data(), scratch);
-    fn(static_cast<Eigen::Index>(r0), ConstMatrixMap(buf.data(), static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(cols_)));
-  }
-}
-
 RowMatrix Weight::times_transpose(const RowMatrix& x, int threads) const {
   if (static_cast<std::size_t>(x.cols()) != cols_) throw std::logic_error("Weight::times_transpose: shape mismatch");
   RowMatrix y(x.rows(), static_cast<Eigen::Index>(rows_));
@@ -116,15 +117,29 @@ RowMatrix Weight::times_transpose(const RowMatrix& x, int threads) const {
   return y;
 }
 
-Eigen::VectorXf Weight::times(const Eigen::VectorXf& x) const {
-  if (!type_) return m_ * x;
-  Eigen::VectorXf y(static_cast<Eigen::Index>(rows_));
-  for_each_tile([&](Eigen::Index r0, const ConstMatrixMap& tile) { y.segment(r0, tile.rows()).noalias() = tile * x; });
-  return y;
+void Weight::times_rows_q8(const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy,
+                           int threads) const {
+  const std::size_t block = tile_rows(), n_blocks = (rows_ + block - 1) / block;
+  // X rounded to 8-bit blocks once for every block of rows, slice by slice for a long X (16 MB
+  // of codes at a time).
+  const std::size_t slice = std::max<std::size_t>(1, (std::size_t{16} << 20) / cols_);
+  Q8Vectors xq;
+  for (std::size_t b0 = 0; b0 < batch; b0 += slice) {
+    q8_quantize(x + b0 * ldx, std::min(slice, batch - b0), cols_, ldx, xq, threads);
+    float* yb = y + b0 * ldy;
+    parallel_for(n_blocks, threads, [&](std::size_t i) {
+      const std::size_t r0 = i * block, n = std::min(block, rows_ - r0);
+      if (xq.batch <= kBlockVectors && q8_rows_blocks(*type_, data_ + r0 * row_bytes_, n, xq, yb + r0, ldy)) return;
+      thread_local Q8Tile tile;
+      q8_decode(*type_, data_ + r0 * row_bytes_, n, cols_, tile);
+      q8_rows(tile, xq, yb + r0, ldy);
+    });
+  }
 }
 
 void Weight::times_rows(const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy,
                         int threads) const {
+  if (q8_) return times_rows_q8(x, batch, ldx, y, ldy, threads);
   constexpr std::size_t kF32Block = 64;  // rows per work item of an f32-resident weight
   const std::size_t block = type_ && type_->id != 0 ? tile_rows() : kF32Block;
   const std::size_t n_blocks = (rows_ + block - 1) / block;
