@@ -410,6 +410,40 @@ TEST_CASE("causal block attention: fast path within 1e-5 of the f64 reference, b
   CHECK(lw < 1e-5);
 }
 
+TEST_CASE("causal block attention: the online-softmax (flash) path within 1e-5 of the f64 reference", "[attention][block]") {
+  // Query tiles of 64 and key tiles of 256: counts on both sides of each edge; peaked logits
+  // (queries scaled by 4) so that the running maximum moves between key tiles.
+  Rng rng(12);
+  const std::size_t d = 64;
+  for (const std::size_t nq : {1, 63, 64, 65, 300}) {
+    for (const double qscale : {1.0, 4.0}) {
+      const std::size_t nk = nq + 250;
+      INFO("nq " << nq << " q scale " << qscale);
+      std::vector<float> q(nq * d), k(nk * d), v(nk * d);
+      for (float& f : q) f = static_cast<float>(qscale * rng.normal());
+      for (auto* x : {&k, &v}) {
+        for (float& f : *x) f = static_cast<float>(rng.normal());
+      }
+      std::vector<std::size_t> visible(nq);
+      for (std::size_t i = 0; i < nq; ++i) visible[i] = 250 + i + 1;
+      if (nq > 1) visible[0] = 0;  // a query that sees nothing
+      const CausalBlock b{q.data(), k.data(), visible.data(), nq, nk, d};
+      std::vector<float> ref(nq * d), flash(nq * d, -1.0f), again(nq * d);
+      causal_attention_ref(b, v.data(), ref.data());
+      causal_attention_flash(b, v.data(), flash.data());
+      causal_attention_flash(b, v.data(), again.data());
+      CHECK(again == flash);
+      float vmax = 0, worst = 0;
+      for (const float x : v) vmax = std::max(vmax, std::fabs(x));
+      for (std::size_t i = 0; i < nq * d; ++i) worst = std::max(worst, std::fabs(flash[i] - ref[i]));
+      CHECK(worst <= 1e-5f * vmax);
+      if (nq > 1) {
+        for (std::size_t c = 0; c < d; ++c) CHECK(flash[c] == 0.0f);  // visible 0: zero output
+      }
+    }
+  }
+}
+
 TEST_CASE("PackedTensor: blocks inserted and erased in the middle equal the same blocks appended in order", "[attention][packed]") {
   const std::size_t d = 16, B = 32;
   Rng rng(5);

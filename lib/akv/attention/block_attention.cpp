@@ -1,5 +1,7 @@
 #include "akv/attention/block_attention.h"
 
+#include "akv/attention/kernels.h"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -98,6 +100,62 @@ void causal_attention(const CausalBlock& b, const float* v, float* out, const Pr
     Eigen::Map<MatF> o(out + i0 * b.d, static_cast<Eigen::Index>(i1 - i0), d);
     o.noalias() = prob * vm.topRows(static_cast<Eigen::Index>(ncols));
   });
+}
+
+void causal_attention_ref(const CausalBlock& b, const float* v, float* out) {
+  std::vector<double> p, o(b.d);
+  causal_logits_ref(b, [&](std::size_t i, const double* s, std::size_t n) {
+    std::fill(o.begin(), o.end(), 0.0);
+    if (n > 0) {
+      p.resize(n);
+      softmax(s, n, p.data());
+      for (std::size_t j = 0; j < n; ++j) {
+        for (std::size_t c = 0; c < b.d; ++c) o[c] += p[j] * v[j * b.d + c];
+      }
+    }
+    for (std::size_t c = 0; c < b.d; ++c) out[i * b.d + c] = static_cast<float>(o[c]);
+  });
+}
+
+void causal_attention_flash(const CausalBlock& b, const float* v, float* out) {
+  const auto d = static_cast<Eigen::Index>(b.d);
+  Eigen::Map<const MatF> k(b.k, static_cast<Eigen::Index>(b.nk), d), vm(v, static_cast<Eigen::Index>(b.nk), d);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(b.d));
+  MatF s, p, acc;
+  std::vector<float> row_max(kFlashQueries), row_sum(kFlashQueries);
+  for (std::size_t i0 = 0; i0 < b.nq; i0 += kFlashQueries) {
+    const std::size_t i1 = std::min(b.nq, i0 + kFlashQueries), rows = i1 - i0, ncols = b.visible[i1 - 1];
+    Eigen::Map<const MatF> q(b.q + i0 * b.d, static_cast<Eigen::Index>(rows), d);
+    acc.setZero(static_cast<Eigen::Index>(rows), d);
+    std::fill(row_max.begin(), row_max.end(), -INFINITY);
+    std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+    for (std::size_t j0 = 0; j0 < ncols; j0 += kFlashKeys) {
+      const std::size_t j1 = std::min(ncols, j0 + kFlashKeys);
+      const auto cols = static_cast<Eigen::Index>(j1 - j0);
+      s.noalias() = (q * k.middleRows(static_cast<Eigen::Index>(j0), cols).transpose()) * scale;
+      p.setZero(static_cast<Eigen::Index>(rows), cols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::size_t n = std::min(b.visible[i0 + r], j1);
+        if (n <= j0) continue;  // this row sees none of the tile's keys
+        const float* sr = s.data() + r * static_cast<std::size_t>(cols);
+        const float m = std::max(row_max[r], attn::max_value(sr, n - j0));
+        const float tile_sum = attn::exp_shifted(sr, m, n - j0, p.data() + r * static_cast<std::size_t>(cols));
+        if (m != row_max[r]) {
+          const float alpha = row_max[r] == -INFINITY ? 0.0f : std::exp(row_max[r] - m);
+          row_sum[r] *= alpha;
+          acc.row(static_cast<Eigen::Index>(r)) *= alpha;
+          row_max[r] = m;
+        }
+        row_sum[r] += tile_sum;
+      }
+      acc.noalias() += p * vm.middleRows(static_cast<Eigen::Index>(j0), cols);
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+      Eigen::Map<Eigen::RowVectorXf> o(out + (i0 + r) * b.d, d);
+      if (row_sum[r] > 0.0f) o = acc.row(static_cast<Eigen::Index>(r)) / row_sum[r];
+      else o.setZero();
+    }
+  }
 }
 
 }  // namespace akv

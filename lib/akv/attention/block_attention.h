@@ -37,6 +37,20 @@ void causal_logits_ref(const CausalBlock& b, const LogitRowRef& row);
 using ProbRow = std::function<void(std::size_t i, const float* s, const double* p, std::size_t n)>;
 void causal_attention(const CausalBlock& b, const float* v, float* out, const ProbRow& row = {});
 
+// The same outputs as a blocked online softmax (flash-attention style), for the model's prefill:
+// per tile of kFlashQueries queries and kFlashKeys keys, f32 logits from one GEMM, the tile's
+// probabilities exp(s - m) against the running row maximum m from kernels.h's vectorized f32
+// exp, the running sums and outputs rescaled by exp(m_old - m_new) when the maximum grows, and
+// f32 GEMMs of the probabilities and the value tile; out = acc / sum at the end. Memory
+// O(kFlashQueries * (kFlashKeys + d)) per call; no f64 and no scalar exp per score. Agrees with
+// causal_attention_ref within 1e-5 * max |v| on the tested shapes (tests/unit/test_attention.cpp;
+// the f32 exp's relative error is 2e-7, the f32 sums' grows with the number of keys).
+// Deterministic: the same bits for a given input on any thread.
+inline constexpr std::size_t kFlashQueries = 64, kFlashKeys = 256;
+void causal_attention_flash(const CausalBlock& b, const float* v, float* out);
+// out [nq, d] = P V with f64 logits, probabilities and sums (the reference of both).
+void causal_attention_ref(const CausalBlock& b, const float* v, float* out);
+
 // p[j] = exp(s[j] - max) / sum over j < n (f64 sums), n >= 1.
 void softmax(const float* s, std::size_t n, double* p);
 void softmax(const double* s, std::size_t n, double* p);

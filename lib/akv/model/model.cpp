@@ -147,7 +147,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
       const std::size_t kv = h / g;
       const CausalBlock b{qh.row(h, 0), kh.row(kv, 0), visible.data(), n, n, hd};
       RowMatrix o(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd));
-      causal_attention(b, vh.row(kv, 0), o.data());
+      causal_attention_flash(b, vh.row(kv, 0), o.data());
       att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;
     });
     x += lw.wo.times_transpose(att, threads);
