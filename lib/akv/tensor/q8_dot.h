@@ -71,8 +71,8 @@ void q8_rows(const Q8Tile& w, const Q8Vectors& x, float* y, std::size_t ldy);
 void q8_rows_isa(Isa isa, const Q8Tile& w, const Q8Vectors& x, float* y, std::size_t ldy);
 void q8_rows_ref(const Q8Tile& w, const Q8Vectors& x, float* y, std::size_t ldy);
 // The same products read straight from `rows` stored rows at src (no tile), where active_isa()
-// has such a kernel for the type (AVX2: Q4_K, Q6_K: codes unpacked and scales computed in
-// registers): the bits of q8_decode + q8_rows. Returns false, writing nothing, otherwise.
+// has such a kernel for the type (AVX2: Q4_0, Q8_0, Q4_K, Q6_K: codes unpacked and scales computed
+// in registers): the bits of q8_decode + q8_rows. Returns false, writing nothing, otherwise.
 // Meant for few vectors (a decode step); a tile pays off when many vectors share it.
 bool q8_rows_blocks(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t rows, const Q8Vectors& x, float* y,
                     std::size_t ldy);

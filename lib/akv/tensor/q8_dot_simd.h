@@ -84,6 +84,16 @@ float q8_dot(const std::int8_t* wq, const float* a_lo, const float* a_hi, const 
   return r;
 }
 
+// Asks for the cache lines `bytes` of a super-block span, kQ8PrefetchBytes ahead: a decode
+// step reads every weight once, from memory, rows after rows (past the end of the weight the
+// prefetches are harmless: they do not fault).
+constexpr std::size_t kQ8PrefetchBytes = 1024;
+inline void q8_prefetch_ahead(const std::uint8_t* b, std::size_t bytes) {
+  for (std::size_t off = 0; off < bytes; off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(b + kQ8PrefetchBytes + off), _MM_HINT_T0);
+  }
+}
+
 inline float q8_f16_at(const std::uint8_t* p) {
   std::uint16_t h;
   std::memcpy(&h, p, 2);
@@ -98,6 +108,7 @@ float q4_k_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx, 
   __m256 acc = _mm256_setzero_ps();
   for (std::size_t s = 0; s < nsb; ++s) {
     const std::uint8_t* b = row + s * 144;
+    q8_prefetch_ahead(b, 144);
     std::uint32_t u[3];
     std::memcpy(u, b + 4, 12);
     const std::uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
@@ -128,6 +139,7 @@ float q6_k_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx, 
   __m256 acc = _mm256_setzero_ps();
   for (std::size_t s = 0; s < nsb; ++s) {
     const std::uint8_t* b = row + s * 210;
+    q8_prefetch_ahead(b, 210);
     const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)), split);
     const __m256 d = _mm256_set1_ps(q8_f16_at(b + 208));
     const __m256 a_lo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
@@ -225,11 +237,62 @@ inline void q8_quantize_block_simd(const float* v, std::int8_t* q, float* d_out,
   *sum_out = static_cast<float>(_mm_cvtsi128_si32(t));
 }
 
-// Rows of a Q4_K or Q6_K weight straight from their blocks (row stride row_bytes), times every
+// One Q8_0 (kQ4 false) or Q4_0 row of nb blocks of 32 times one vector, straight from the
+// blocks: codes loaded (Q8_0) or unpacked (Q4_0: q - 8) in registers, the eight blocks' f16
+// scales converted together; q8_dot's lanes and formula (a_lo = a_hi = d, c = 0).
+template <bool kQ4>
+float small_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx, const float* xs, std::size_t nb) {
+  constexpr std::size_t kBytes = kQ4 ? 18 : 34;
+  const auto codes = [](const std::uint8_t* b) {
+    if constexpr (kQ4) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+      const __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+      return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+    } else {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    }
+  };
+  const auto f16_bits = [](const std::uint8_t* b) {
+    std::uint16_t h;
+    std::memcpy(&h, b, 2);
+    return static_cast<short>(h);
+  };
+  const std::size_t nb8 = nb - nb % 8;
+  __m256 acc = _mm256_setzero_ps();
+  for (std::size_t k = 0; k < nb8; k += 8) {
+    const std::uint8_t* b = row + k * kBytes;
+    q8_prefetch_ahead(b, 8 * kBytes);
+    const std::int8_t* x = xq + k * 32;
+    const __m256 d = _mm256_cvtph_ps(_mm_setr_epi16(f16_bits(b), f16_bits(b + kBytes), f16_bits(b + 2 * kBytes),
+                                                    f16_bits(b + 3 * kBytes), f16_bits(b + 4 * kBytes), f16_bits(b + 5 * kBytes),
+                                                    f16_bits(b + 6 * kBytes), f16_bits(b + 7 * kBytes)));
+    acc = _mm256_add_ps(acc, q8_group_terms(q8_block_lanes_s(codes(b), x), q8_block_lanes_s(codes(b + kBytes), x + 32),
+                                            q8_block_lanes_s(codes(b + 2 * kBytes), x + 64),
+                                            q8_block_lanes_s(codes(b + 3 * kBytes), x + 96),
+                                            q8_block_lanes_s(codes(b + 4 * kBytes), x + 128),
+                                            q8_block_lanes_s(codes(b + 5 * kBytes), x + 160),
+                                            q8_block_lanes_s(codes(b + 6 * kBytes), x + 192),
+                                            q8_block_lanes_s(codes(b + 7 * kBytes), x + 224), d, d, _mm256_setzero_ps(),
+                                            _mm256_loadu_ps(dx + k), _mm256_loadu_ps(xs + k)));
+  }
+  float r = q8_hsum8(acc);
+  for (std::size_t k = nb8; k < nb; ++k) {
+    const std::uint8_t* b = row + k * kBytes;
+    alignas(32) std::int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), q8_block_lanes_s(codes(b), xq + k * 32));
+    const auto lo = static_cast<float>((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]));
+    const auto hi = static_cast<float>((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    const float d = q8_f16_at(b);
+    r += dx[k] * ((d * lo + d * hi) - 0.0f * xs[k]);
+  }
+  return r;
+}
+
+// Rows of a Q4_0, Q8_0, Q4_K or Q6_K weight straight from their blocks (row stride row_bytes), times every
 // vector of x; false for other types.
 inline bool q8_rows_fused_simd(std::uint32_t type, const std::uint8_t* src, std::size_t rows, std::size_t row_bytes,
                                const Q8Vectors& x, float* y, std::size_t ldy) {
-  if (type != 12 && type != 14) return false;
+  if (type != 2 && type != 8 && type != 12 && type != 14) return false;
   const std::size_t nb = x.cols / 32, nsb = x.cols / 256;
   for (std::size_t b = 0; b < x.batch; ++b) {
     const std::int8_t* xq = x.q.data() + b * x.cols;
@@ -237,7 +300,12 @@ inline bool q8_rows_fused_simd(std::uint32_t type, const std::uint8_t* src, std:
     const float* xs = x.sum.data() + b * nb;
     for (std::size_t o = 0; o < rows; ++o) {
       const std::uint8_t* row = src + o * row_bytes;
-      y[b * ldy + o] = type == 12 ? q4_k_dot(row, xq, dx, xs, nsb) : q6_k_dot(row, xq, dx, xs, nsb);
+      switch (type) {
+        case 2: y[b * ldy + o] = small_dot<true>(row, xq, dx, xs, nb); break;
+        case 8: y[b * ldy + o] = small_dot<false>(row, xq, dx, xs, nb); break;
+        case 12: y[b * ldy + o] = q4_k_dot(row, xq, dx, xs, nsb); break;
+        default: y[b * ldy + o] = q6_k_dot(row, xq, dx, xs, nsb); break;
+      }
     }
   }
   return true;
