@@ -73,6 +73,43 @@ expect "evaluate a GGUF model (F16 weights)" 0 "kivi-2" \
   "$AKV" evaluate -q --model "$SRC/tests/fuzz/corpus/gguf/seed-1" --tokens "$TMP/tiny.txt" --methods kivi-2:residual=0:group=4
 expect "evaluate a GGUF model, weights converted to f32 on load" 0 "kivi-2" \
   "$AKV" evaluate -q --model "$SRC/tests/fuzz/corpus/gguf/seed-1" --tokens "$TMP/tiny.txt" --weights f32 --methods kivi-2:residual=0:group=4
+# --weights q8 on a random GGUF in llama.cpp's Q4_K_M mix (Q4_K and Q6_K matrices): integer
+# products against 8-bit activations move the mean NLLs a little (0.1% here; not at all would
+# mean the mode did nothing); on F32 weights it is the stored path, bit for bit.
+"$PY" "$SRC/scripts/dev/make_bench_gguf" "$TMP/km.gguf" --dim 256 --hidden 512 --layers 2 --heads 4 --kv-heads 2 \
+  --vocab 16 --ctx 64
+for w in stored q8; do
+  expect "evaluate a Q4_K_M GGUF, --weights $w" 0 "" "$AKV" evaluate -q --json --model "$TMP/km.gguf" \
+    --tokens "$TMP/tiny.txt" --weights "$w" --methods kivi-2:residual=0:group=4 -o "$TMP/km-$w.json"
+done
+expect "--weights q8: mean NLLs within 2% of stored's, not equal" 0 "q8 close" "$PY" - "$TMP/km-stored.json" "$TMP/km-q8.json" <<'PY'
+import json, sys
+def ppl(path):
+    out = {}
+    def walk(o):
+        if isinstance(o, dict):
+            if "mean_nll" in o and "method" in o:
+                out[o["method"]] = o["mean_nll"]
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+    walk(json.load(open(path)))
+    return out
+a, b = ppl(sys.argv[1]), ppl(sys.argv[2])
+assert a.keys() == b.keys() and a, (a, b)
+for m in a:
+    assert a[m] != b[m] and abs(b[m] / a[m] - 1) < 0.02, (m, a[m], b[m])
+print("q8 close", a, b)
+PY
+for w in stored q8; do
+  run "$AKV" evaluate -q --json --model "$SRC/tests/fuzz/corpus/gguf/seed-0" --tokens "$TMP/tiny.txt" --weights "$w" \
+    --methods kivi-2:residual=0:group=4
+  cp "$TMP/out" "$TMP/f32-$w.json"
+done
+if cmp -s "$TMP/f32-stored.json" "$TMP/f32-q8.json"; then pass "--weights q8 on F32 weights: the stored results"
+else fail "--weights q8 on F32 weights: the stored results"; fi
 expect_error "unknown weight mode" 2 "--weights: f8" "$AKV" dump --model "$G" --tokens "$TMP/tiny.txt" --weights f8 -o "$o/d.h5"
 expect "info on a GGUF file" 0 "GGUF v3" "$AKV" info "$G"
 expect_output "info lists the tensor types" "F32 +11 tensors"
