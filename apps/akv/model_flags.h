@@ -17,10 +17,10 @@ inline void add_weights_flag(CLI::App* sub, std::string& mode) {
   sub->add_option("--weights", mode,
                   "stored: F16/BF16 and GGUF block weights stay as the file stores them (memory-mapped) "
                   "and are converted to f32 a tile at a time in each product; f32: converted on load "
-                  "(4 bytes per weight; the same results); q8: as stored, but GGUF block types "
-                  "(Q4_0..Q6_K) multiply in integers against activations rounded to 8-bit blocks, as "
-                  "llama.cpp's CPU backend does (several times faster one-stream decode; logits move "
-                  "within that rounding; docs/model.md)")
+                  "(4 bytes per weight; the same results); q8: as stored, but in decode steps GGUF block "
+                  "types (Q4_0..Q6_K) multiply in integers against activations rounded to 8-bit blocks, "
+                  "as llama.cpp's CPU backend does (several times faster one-stream decode; logits move "
+                  "within that rounding; the prompt's products stay exact; docs/model.md)")
       ->capture_default_str()->check(CLI::IsMember({"stored", "f32", "q8"}));
 }
 

@@ -128,10 +128,13 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   // scaling sees the call's length, as transformers does.
   const RopeTable rope(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, n), 0, n,
                        static_cast<float>(c.rope_scaling.attention_factor));
+  // The prompt's products are exact f32 ones in every weight mode (weight.h, Products): its
+  // tokens share each tile of rows.
+  const auto mul = [threads](const Weight& w, const RowMatrix& in) { return w.times_transpose(in, threads, Products::f32); };
   PrefillResult res;
   for (const LayerWeights& lw : w_.layers) {
     const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
-    RowMatrix q = lw.wq.times_transpose(xb, threads), k = lw.wk.times_transpose(xb, threads), v = lw.wv.times_transpose(xb, threads);
+    RowMatrix q = mul(lw.wq, xb), k = mul(lw.wk, xb), v = mul(lw.wv, xb);
     add_bias(q, lw.bq);
     add_bias(k, lw.bk);
     add_bias(v, lw.bv);
@@ -150,21 +153,21 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
       causal_attention_flash(b, vh.row(kv, 0), o.data());
       att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;
     });
-    x += lw.wo.times_transpose(att, threads);
+    x += mul(lw.wo, att);
     const RowMatrix xf = rmsnorm_rows(x, lw.ffn_norm, c.norm_eps);
-    RowMatrix h1 = lw.w1.times_transpose(xf, threads);
-    const RowMatrix h3 = lw.w3.times_transpose(xf, threads);
+    RowMatrix h1 = mul(lw.w1, xf);
+    const RowMatrix h3 = mul(lw.w3, xf);
     for (Eigen::Index r = 0; r < h1.rows(); ++r) {
       for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
     }
-    x += lw.w2.times_transpose(h1, threads);
+    x += mul(lw.w2, h1);
     check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(res.key.size()));
     res.query.push_back(std::move(qh));
     res.key.push_back(std::move(kh));
     res.value.push_back(std::move(vh));
   }
   const RowMatrix xn = rmsnorm_rows(all_logits ? x : RowMatrix(x.bottomRows(1)), w_.final_norm, c.norm_eps);
-  res.logits = classifier().times_transpose(xn, threads);
+  res.logits = mul(classifier(), xn);
   check_finite(res.logits.data(), static_cast<std::size_t>(res.logits.size()), "prefill logits");
   return res;
 }

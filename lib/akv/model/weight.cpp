@@ -110,10 +110,10 @@ void Weight::convert_rows(std::size_t r0, std::size_t n, float* out, std::vector
   ggml_dequantize(*type_, src, n * cols_, out);
 }
 
-RowMatrix Weight::times_transpose(const RowMatrix& x, int threads) const {
+RowMatrix Weight::times_transpose(const RowMatrix& x, int threads, Products p) const {
   if (static_cast<std::size_t>(x.cols()) != cols_) throw std::logic_error("Weight::times_transpose: shape mismatch");
   RowMatrix y(x.rows(), static_cast<Eigen::Index>(rows_));
-  times_rows(x.data(), static_cast<std::size_t>(x.rows()), cols_, y.data(), rows_, threads);
+  times_rows(x.data(), static_cast<std::size_t>(x.rows()), cols_, y.data(), rows_, threads, p);
   return y;
 }
 
@@ -138,8 +138,8 @@ void Weight::times_rows_q8(const float* x, std::size_t batch, std::size_t ldx, f
 }
 
 void Weight::times_rows(const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy,
-                        int threads) const {
-  if (q8_) return times_rows_q8(x, batch, ldx, y, ldy, threads);
+                        int threads, Products p) const {
+  if (q8_ && p == Products::loaded) return times_rows_q8(x, batch, ldx, y, ldy, threads);
   constexpr std::size_t kF32Block = 64;  // rows per work item of an f32-resident weight
   const std::size_t block = type_ && type_->id != 0 ? tile_rows() : kF32Block;
   const std::size_t n_blocks = (rows_ + block - 1) / block;

@@ -22,7 +22,8 @@ namespace akv {
 
 // How loaders keep weights: `stored` = as the file encodes them (f32 files stay f32), `f32` =
 // converted to f32 on load, `q8` = as stored, block types multiplied in integers against
-// activations rounded to 8-bit blocks (q8_dot.h; F32/F16/BF16 as `stored`).
+// activations rounded to 8-bit blocks (q8_dot.h) where a call asks for the loaded products
+// (Products below: the model's decode steps; F32/F16/BF16 as `stored`).
 enum class WeightMode { stored, f32, q8 };
 std::string weight_mode_name(WeightMode m);             // "stored" | "f32" | "q8"
 WeightMode parse_weight_mode(const std::string& name);  // InvalidInput naming the value
@@ -41,6 +42,11 @@ class MappedFile {
   const std::uint8_t* data_ = nullptr;
   std::uint64_t size_ = 0;
 };
+
+// Which product a call asks for: `loaded` = as the weight was loaded (q8 products for a
+// WeightMode::q8 block type), `f32` = linear.h's exact f32 product whatever the mode (the model's
+// prefill: many vectors share each tile, where the f32 blocks are the faster path).
+enum class Products { loaded, f32 };
 
 class Weight {
  public:
@@ -61,12 +67,13 @@ class Weight {
   std::uint64_t bytes() const;             // bytes the weight occupies as resident
 
   // [n, cols] -> [n, rows] = x W^T (times_rows on `threads` threads: the same bits for any count).
-  RowMatrix times_transpose(const RowMatrix& x, int threads = 1) const;
+  RowMatrix times_transpose(const RowMatrix& x, int threads = 1, Products p = Products::loaded) const;
   // y [batch, rows] (row stride ldy) = x [batch, cols] (row stride ldx) W^T, each output in
   // linear.h's fixed summation order (q8 products: q8_dot.h's): blocks of rows on `threads`
   // threads (encoded weights converted a tile per block), every row of W read once for the whole
   // batch. Bit-identical for any batch size and thread count.
-  void times_rows(const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy, int threads) const;
+  void times_rows(const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy, int threads,
+                  Products p = Products::loaded) const;
   void row(std::size_t r, float* out) const;            // row r as f32 (embedding lookup)
   RowMatrix to_f32() const;
   // The f32 matrix of an f32-resident weight (std::logic_error otherwise).
