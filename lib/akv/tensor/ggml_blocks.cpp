@@ -5,14 +5,14 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
+#include "akv/tensor/ggml_fields.h"
 #include "akv/tensor/half.h"
 
 namespace akv {
 namespace {
+
+using ggml::f16_at;
+using ggml::scale_min_k4;
 
 constexpr std::size_t kQK = 256;  // elements per K-quant super-block
 
@@ -31,38 +31,15 @@ constexpr std::array<GgmlTypeInfo, 12> kTypes = {{
     {30, "BF16", 1, 2},
 }};
 
-// A block's f16 field (F16C when the build has it: bit for bit f16_to_f32_ref, half.h).
-float f16_at(const std::uint8_t* p) {
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-#if defined(__F16C__)
-  return _cvtsh_ss(h);
-#else
-  return f16_to_f32_ref(h);
-#endif
-}
-
-std::uint32_t u32_at(const std::uint8_t* p) {
-  std::uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // Q4_0, Q4_1, Q5_0, Q5_1: 32 elements, element j in the low nibble of byte j, j + 16 in the high
 // nibble; the 5-bit types add bit j of qh as the 5th bit of element j.
 void small_block(std::uint32_t id, const std::uint8_t* b, float* y) {
-  const float d = f16_at(b);
-  const bool has_min = id == 3 || id == 7, five = id == 6 || id == 7;
-  const float m = has_min ? f16_at(b + 2) : 0.0f;
-  const std::uint8_t* rest = b + (has_min ? 4 : 2);
-  const std::uint32_t qh = five ? u32_at(rest) : 0;
-  const std::uint8_t* qs = rest + (five ? 4 : 0);
-  const int offset = has_min ? 0 : (five ? 16 : 8);
+  const ggml::SmallBlock f = ggml::small_block_fields(id, b);
   for (std::size_t j = 0; j < 32; ++j) {
-    int q = j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4;
-    if (five) q |= static_cast<int>((qh >> j) & 1u) << 4;
-    const float v = static_cast<float>(q - offset) * d;
-    y[j] = has_min ? v + m : v;
+    int q = j < 16 ? f.qs[j] & 0x0F : f.qs[j - 16] >> 4;
+    if (f.five) q |= static_cast<int>((f.qh >> j) & 1u) << 4;
+    const float v = static_cast<float>(q - f.offset) * f.d;
+    y[j] = f.has_min ? v + f.m : v;
   }
 }
 
@@ -82,17 +59,6 @@ void q4_block(const std::uint8_t* b, float* y) {
   for (std::size_t j = 0; j < 32; ++j) {
     const float v = static_cast<float>(q[j]) * d;
     y[j] = kMin ? v + m : v;
-  }
-}
-
-// The 6-bit scale and min of group g (0..7) of a Q4_K / Q5_K super-block.
-void scale_min_k4(std::size_t g, const std::uint8_t* q, int& sc, int& m) {
-  if (g < 4) {
-    sc = q[g] & 63;
-    m = q[g + 4] & 63;
-  } else {
-    sc = (q[g + 4] & 0x0F) | ((q[g - 4] >> 6) << 4);
-    m = (q[g + 4] >> 4) | ((q[g] >> 6) << 4);
   }
 }
 

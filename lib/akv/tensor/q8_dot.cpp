@@ -5,11 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "akv/core/parallel.h"
+#include "akv/tensor/ggml_fields.h"
 #include "akv/tensor/half.h"
 
 #if defined(__AVX2__)
@@ -21,21 +18,8 @@
 namespace akv {
 namespace {
 
-float f16_at(const std::uint8_t* p) {
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-#if defined(__F16C__)
-  return _cvtsh_ss(h);
-#else
-  return f16_to_f32_ref(h);
-#endif
-}
-
-std::uint32_t u32_at(const std::uint8_t* p) {
-  std::uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
+using ggml::f16_at;
+using ggml::scale_min_k4;
 
 // One 32-value block's outputs: codes q[32], scales and offset.
 struct BlockOut {
@@ -49,45 +33,28 @@ struct BlockOut {
 // Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: element j in the low nibble of byte j, j + 16 in the high
 // nibble (ggml_blocks.h); the 5-bit types add bit j of qh.
 void small_block(std::uint32_t id, const std::uint8_t* b, const BlockOut& o) {
-  const float d = f16_at(b);
-  const bool has_min = id == 3 || id == 7, five = id == 6 || id == 7;
-  const float m = has_min ? f16_at(b + 2) : 0.0f;
-  const std::uint8_t* rest = b + (has_min ? 4 : 2);
-  const std::uint32_t qh = five ? u32_at(rest) : 0;
-  const std::uint8_t* qs = rest + (five ? 4 : 0);
-  const int offset = has_min ? 0 : (five ? 16 : 8);
+  const ggml::SmallBlock f = ggml::small_block_fields(id, b);
   for (std::size_t j = 0; j < 16; ++j) {
-    int lo = qs[j] & 0x0F, hi = qs[j] >> 4;
+    int lo = f.qs[j] & 0x0F, hi = f.qs[j] >> 4;
     if (id == 20) {
       o.q[j] = kIq4nlValues[lo];
       o.q[j + 16] = kIq4nlValues[hi];
       continue;
     }
-    if (five) {
-      lo |= static_cast<int>((qh >> j) & 1u) << 4;
-      hi |= static_cast<int>((qh >> (j + 16)) & 1u) << 4;
+    if (f.five) {
+      lo |= static_cast<int>((f.qh >> j) & 1u) << 4;
+      hi |= static_cast<int>((f.qh >> (j + 16)) & 1u) << 4;
     }
-    o.q[j] = static_cast<std::int8_t>(lo - offset);
-    o.q[j + 16] = static_cast<std::int8_t>(hi - offset);
+    o.q[j] = static_cast<std::int8_t>(lo - f.offset);
+    o.q[j + 16] = static_cast<std::int8_t>(hi - f.offset);
   }
-  o.scales(d, d, has_min ? -m : 0.0f);
+  o.scales(f.d, f.d, f.has_min ? -f.m : 0.0f);
 }
 
 void q8_0_block(const std::uint8_t* b, const BlockOut& o) {
   const float d = f16_at(b);
   std::memcpy(o.q, b + 2, 32);
   o.scales(d, d, 0.0f);
-}
-
-// The 6-bit scale and min of group g (0..7) of a Q4_K / Q5_K super-block.
-void scale_min_k4(std::size_t g, const std::uint8_t* q, int& sc, int& m) {
-  if (g < 4) {
-    sc = q[g] & 63;
-    m = q[g + 4] & 63;
-  } else {
-    sc = (q[g + 4] & 0x0F) | ((q[g - 4] >> 6) << 4);
-    m = (q[g + 4] >> 4) | ((q[g] >> 6) << 4);
-  }
 }
 
 // Q4_K / Q5_K: the scales of the 8 blocks of 32 (o[g]) and their codes (the plain loop).

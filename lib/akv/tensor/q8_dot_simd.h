@@ -32,6 +32,20 @@ inline __m256i q8_block_lanes(const std::int8_t* w, const std::int8_t* x) {
   return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
+// The codes (q - 32) of blocks 4 half .. 4 half + 3 of a Q6_K super-block b (q6_k_block's
+// layout): block k from the low (k < 2) or high nibbles of ql[l + 32 (k % 2)] and bits 2k, 2k + 1
+// of qh[l].
+inline void q6_k_half_codes(const std::uint8_t* b, int half, __m256i* q) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), off = _mm256_set1_epi8(32);
+  const __m256i a = q8_load32(b + 64 * half), c = q8_load32(b + 64 * half + 32);
+  const __m256i h = q8_load32(b + 128 + 32 * half);
+  const __m256i lows[4] = {_mm256_and_si256(a, m4), _mm256_and_si256(c, m4),
+                           _mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(_mm256_srli_epi16(c, 4), m4)};
+  const __m256i highs[4] = {_mm256_and_si256(h, m2), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2),
+                            _mm256_and_si256(_mm256_srli_epi16(h, 4), m2), _mm256_and_si256(_mm256_srli_epi16(h, 6), m2)};
+  for (int k = 0; k < 4; ++k) q[k] = _mm256_sub_epi8(_mm256_or_si256(lows[k], _mm256_slli_epi16(highs[k], 4)), off);
+}
+
 // Eight blocks' lane sums (q8_block_lanes of blocks k .. k + 7) through q8_dot.h's formula:
 // lane l is t_{k + l}.
 inline __m256 q8_group_terms(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i v4, __m256i v5, __m256i v6,
@@ -44,6 +58,15 @@ inline __m256 q8_group_terms(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m
   const __m256 hi = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(u0, u1, 0x31));
   const __m256 s = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(a_lo, lo), _mm256_mul_ps(a_hi, hi)), _mm256_mul_ps(c, xs));
   return _mm256_mul_ps(dx, s);
+}
+
+// t_b of one block from its lane sums, in scalar code (the blocks after the last group of 8).
+inline float q8_tail_term(__m256i lanes_v, float a_lo, float a_hi, float c, float dx, float xs) {
+  alignas(32) std::int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), lanes_v);
+  const auto lo = static_cast<float>((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]));
+  const auto hi = static_cast<float>((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  return dx * ((a_lo * lo + a_hi * hi) - c * xs);
 }
 
 // Lane sums of unsigned codes w (0..127) times x.
@@ -75,11 +98,7 @@ float q8_dot(const std::int8_t* wq, const float* a_lo, const float* a_hi, const 
   }
   float r = q8_hsum8(acc);
   for (std::size_t k = nb8; k < nb; ++k) {
-    alignas(32) std::int32_t lanes[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), q8_block_lanes(wq + k * 32, xq + k * 32));
-    const auto lo = static_cast<float>((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]));
-    const auto hi = static_cast<float>((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    r += dx[k] * ((a_lo[k] * lo + a_hi[k] * hi) - c[k] * xs[k]);
+    r += q8_tail_term(q8_block_lanes(wq + k * 32, xq + k * 32), a_lo[k], a_hi[k], c[k], dx[k], xs[k]);
   }
   return r;
 }
@@ -134,7 +153,6 @@ float q4_k_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx, 
 // One Q6_K row of nsb super-blocks times one vector, as q4_k_dot (codes q - 32, two scales per
 // block: the even and odd int8 scales times d).
 float q6_k_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx, const float* xs, std::size_t nsb) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), off = _mm256_set1_epi8(32);
   const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   __m256 acc = _mm256_setzero_ps();
   for (std::size_t s = 0; s < nsb; ++s) {
@@ -147,16 +165,9 @@ float q6_k_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx, 
     const std::int8_t* x = xq + s * 256;
     __m256i v[8];
     for (int half = 0; half < 2; ++half) {
-      const __m256i a = q8_load32(b + 64 * half), c = q8_load32(b + 64 * half + 32);
-      const __m256i h = q8_load32(b + 128 + 32 * half);
-      const __m256i lows[4] = {_mm256_and_si256(a, m4), _mm256_and_si256(c, m4),
-                               _mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(_mm256_srli_epi16(c, 4), m4)};
-      const __m256i highs[4] = {_mm256_and_si256(h, m2), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2),
-                                _mm256_and_si256(_mm256_srli_epi16(h, 4), m2), _mm256_and_si256(_mm256_srli_epi16(h, 6), m2)};
-      for (int k = 0; k < 4; ++k) {
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lows[k], _mm256_slli_epi16(highs[k], 4)), off);
-        v[4 * half + k] = q8_block_lanes_s(q, x + 128 * half + 32 * k);
-      }
+      __m256i q[4];
+      q6_k_half_codes(b, half, q);
+      for (int k = 0; k < 4; ++k) v[4 * half + k] = q8_block_lanes_s(q[k], x + 128 * half + 32 * k);
     }
     acc = _mm256_add_ps(acc, q8_group_terms(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], a_lo, a_hi,
                                             _mm256_setzero_ps(), _mm256_loadu_ps(dx + 8 * s), _mm256_loadu_ps(xs + 8 * s)));
@@ -185,22 +196,12 @@ inline void q4_k_codes_simd(const std::uint8_t* qs, std::int8_t* out) {
   }
 }
 
-// Codes of the 8 blocks of a Q6_K super-block (b: the block; q6_k_block's layout): per half of
-// 128 values, block k from the low (k < 2) or high nibbles of ql[l + 32 (k % 2)] and bits 2k,
-// 2k + 1 of qh[l], minus 32.
+// Codes of the 8 blocks of a Q6_K super-block (q6_k_half_codes of each half of 128 values).
 inline void q6_k_codes_simd(const std::uint8_t* b, std::int8_t* out) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), off = _mm256_set1_epi8(32);
   for (int half = 0; half < 2; ++half) {
-    const __m256i a = q8_load32(b + 64 * half), c = q8_load32(b + 64 * half + 32);
-    const __m256i h = q8_load32(b + 128 + 32 * half);
-    const __m256i lows[4] = {_mm256_and_si256(a, m4), _mm256_and_si256(c, m4),
-                             _mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(_mm256_srli_epi16(c, 4), m4)};
-    const __m256i highs[4] = {_mm256_and_si256(h, m2), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2),
-                              _mm256_and_si256(_mm256_srli_epi16(h, 4), m2), _mm256_and_si256(_mm256_srli_epi16(h, 6), m2)};
-    for (int k = 0; k < 4; ++k) {
-      const __m256i q = _mm256_or_si256(lows[k], _mm256_slli_epi16(highs[k], 4));
-      q8_store32(out + 128 * half + 32 * k, _mm256_sub_epi8(q, off));
-    }
+    __m256i q[4];
+    q6_k_half_codes(b, half, q);
+    for (int k = 0; k < 4; ++k) q8_store32(out + 128 * half + 32 * k, q[k]);
   }
 }
 
@@ -278,12 +279,8 @@ float small_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx,
   float r = q8_hsum8(acc);
   for (std::size_t k = nb8; k < nb; ++k) {
     const std::uint8_t* b = row + k * kBytes;
-    alignas(32) std::int32_t lanes[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), q8_block_lanes_s(codes(b), xq + k * 32));
-    const auto lo = static_cast<float>((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]));
-    const auto hi = static_cast<float>((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
     const float d = q8_f16_at(b);
-    r += dx[k] * ((d * lo + d * hi) - 0.0f * xs[k]);
+    r += q8_tail_term(q8_block_lanes_s(codes(b), xq + k * 32), d, d, 0.0f, dx[k], xs[k]);
   }
   return r;
 }
@@ -355,11 +352,7 @@ void q8_dot_vectors(const std::int8_t* wq, const float* a_lo, const float* a_hi,
   for (int v = 0; v < NV; ++v) {
     float r = q8_hsum8(acc[v]);
     for (std::size_t k = nb8; k < nb; ++k) {
-      alignas(32) std::int32_t lanes[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), q8_block_lanes(wq + k * 32, xq[v] + k * 32));
-      const auto lo = static_cast<float>((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]));
-      const auto hi = static_cast<float>((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-      r += dx[v][k] * ((a_lo[k] * lo + a_hi[k] * hi) - c[k] * xs[v][k]);
+      r += q8_tail_term(q8_block_lanes(wq + k * 32, xq[v] + k * 32), a_lo[k], a_hi[k], c[k], dx[v][k], xs[v][k]);
     }
     y[static_cast<std::size_t>(v) * ldy] = r;
   }
