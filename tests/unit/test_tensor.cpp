@@ -284,6 +284,42 @@ TEST_CASE("linear_rows: fast path equals the reference bit for bit; outputs do n
   }
 }
 
+TEST_CASE("linear_rows_16: F16 and BF16 rows read in place give the bits of their f32 values", "[tensor][linear]") {
+  Rng rng(19);
+  for (const bool bf16 : {false, true}) {
+    for (std::size_t rows : {1, 5, 9}) {
+      for (std::size_t cols : {7, 64, 130}) {
+        for (std::size_t batch : {1, 2, 3, 4}) {
+          INFO((bf16 ? "BF16" : "F16") << " rows " << rows << " cols " << cols << " batch " << batch);
+          const std::size_t ldw = cols + 3, ldx = cols + 1, ldy = rows + 2;
+          // 16-bit rows at an odd byte offset, as safetensors files may place them.
+          std::vector<std::uint8_t> raw(1 + 2 * rows * ldw);
+          std::vector<float> w(rows * ldw), x(batch * ldx);
+          for (std::size_t i = 0; i < rows * ldw; ++i) {
+            const float v = static_cast<float>(rng.normal());
+            const std::uint16_t h = bf16 ? f32_to_bf16_ref(v) : f32_to_f16_ref(v);
+            w[i] = bf16 ? bf16_to_f32_ref(h) : f16_to_f32_ref(h);
+            raw[1 + 2 * i] = static_cast<std::uint8_t>(h & 0xFF);
+            raw[2 + 2 * i] = static_cast<std::uint8_t>(h >> 8);
+          }
+          for (auto& v : x) v = static_cast<float>(rng.normal());
+          std::vector<float> ref(batch * ldy, -1.0f);
+          linear_rows_ref(w.data(), rows, cols, ldw, x.data(), batch, ldx, ref.data(), ldy);
+          for (const Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+            if (isa > best_isa()) continue;
+            INFO(isa_name(isa));
+            set_isa(isa);
+            std::vector<float> y(batch * ldy, -1.0f);
+            linear_rows_16(raw.data() + 1, bf16, rows, cols, ldw, x.data(), batch, ldx, y.data(), ldy);
+            CHECK(y == ref);
+          }
+          set_isa(best_isa());
+        }
+      }
+    }
+  }
+}
+
 namespace {
 
 // Random blocks of a ggml type: random bytes, the f16 scale fields set to finite values.

@@ -20,8 +20,9 @@ namespace akv {
 namespace {
 
 constexpr std::size_t kTileFloats = 1u << 16;  // f32 values per converted tile (256 KB)
-// Vectors up to which block-type rows are multiplied straight from their blocks (q8_rows_blocks)
-// rather than through a decoded tile: the same bits either way.
+// Vectors up to which block-type rows (q8 products: q8_rows_blocks) and 16-bit rows
+// (linear_rows_16) are multiplied where they lie rather than through a converted tile: the same
+// bits either way.
 constexpr std::size_t kBlockVectors = 2;
 
 }  // namespace
@@ -144,6 +145,14 @@ void Weight::times_rows(const float* x, std::size_t batch, std::size_t ldx, floa
   const std::size_t block = type_ && type_->id != 0 ? tile_rows() : kF32Block;
   const std::size_t n_blocks = (rows_ + block - 1) / block;
   const float* f32_rows = !type_ ? m_.data() : type_->id == 0 ? reinterpret_cast<const float*>(data_) : nullptr;
+  if (type_ && (type_->id == 1 || type_->id == 30) && batch <= kBlockVectors) {
+    // 16-bit rows read in place, widened in registers: the bits of the tile path below.
+    parallel_for(n_blocks, threads, [&](std::size_t i) {
+      const std::size_t r0 = i * block, n = std::min(block, rows_ - r0);
+      linear_rows_16(data_ + r0 * row_bytes_, type_->id == 30, n, cols_, cols_, x, batch, ldx, y + r0, ldy);
+    });
+    return;
+  }
   // X prepared once for every block of rows (LinearInput), slice by slice for a long X (a
   // prefill's), each slice over all of W's rows.
   const std::size_t slice = linear_input_slice(cols_);

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "akv/tensor/half.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #define AKV_LINEAR_NS avx2
@@ -93,6 +97,25 @@ void linear_rows_isa(Isa isa, const float* w, std::size_t rows, std::size_t cols
 void linear_rows(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                  std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
   linear_rows_isa(active_isa(), w, rows, cols, ldw, x, batch, ldx, y, ldy);
+}
+
+void linear_rows_16(const std::uint8_t* w, bool bf16, std::size_t rows, std::size_t cols, std::size_t ldw,
+                    const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (active_isa() >= Isa::avx2) {
+    if (bf16) return avx2::linear_rows_simd<3, avx2::BF16Rows>(w, rows, cols, ldw, x, batch, ldx, y, ldy);
+    return avx2::linear_rows_simd<3, avx2::F16Rows>(w, rows, cols, ldw, x, batch, ldx, y, ldy);
+  }
+#endif
+  std::vector<float> row(cols);
+  for (std::size_t o = 0; o < rows; ++o) {
+    for (std::size_t k = 0; k < cols; ++k) {
+      std::uint16_t h;
+      std::memcpy(&h, w + 2 * (o * ldw + k), 2);
+      row[k] = bf16 ? bf16_to_f32_ref(h) : f16_to_f32_ref(h);
+    }
+    for (std::size_t b = 0; b < batch; ++b) y[b * ldy + o] = dot_ref(row.data(), x + b * ldx, cols);
+  }
 }
 
 }  // namespace akv

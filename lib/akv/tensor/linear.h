@@ -15,6 +15,7 @@
 // every three (twelve) vectors of the batch. All of them give the same bits
 // (tests/unit/test_tensor.cpp).
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "akv/core/isa.h"
@@ -59,5 +60,13 @@ void linear_rows_isa(Isa isa, const float* w, std::size_t rows, std::size_t cols
                      const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
 void linear_rows_ref(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                      std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
+
+// linear_rows over 16-bit rows, F16 (bf16 false) or BF16, read where they lie (any byte offset):
+// w is row 0's first byte, ldw counts values. The same bits as linear_rows over their f32 values
+// (the conversions are exact): the vector loops widen 8 values at a time in registers, the plain
+// loops (generic) a row at a time. For few vectors (decode steps), where converting a tile of rows
+// to f32 first would cost more than the products.
+void linear_rows_16(const std::uint8_t* w, bool bf16, std::size_t rows, std::size_t cols, std::size_t ldw,
+                    const float* x, std::size_t batch, std::size_t ldx, float* y, std::size_t ldy);
 
 }  // namespace akv

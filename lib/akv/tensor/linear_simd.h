@@ -10,8 +10,48 @@
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace akv::AKV_LINEAR_NS {
+
+// How the kernels read W's values: element i of a row pointer as f32 (load8: i .. i + 7).
+// F32Rows: f32 values; F16Rows and BF16Rows: 16-bit values at any byte offset (row pointers are
+// byte pointers; the conversions to f32 are exact, so every kind gives the bits of its f32 copy).
+struct F32Rows {
+  using T = float;
+  static __m256 load8(const float* w, std::size_t i) { return _mm256_loadu_ps(w + i); }
+  static float load1(const float* w, std::size_t i) { return w[i]; }
+  static const char* addr(const float* w, std::size_t i) { return reinterpret_cast<const char*>(w + i); }
+};
+struct F16Rows {
+  using T = std::uint8_t;
+  static __m256 load8(const std::uint8_t* w, std::size_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+  }
+  static float load1(const std::uint8_t* w, std::size_t i) {
+    unsigned short h;
+    __builtin_memcpy(&h, w + 2 * i, 2);
+    return _cvtsh_ss(h);
+  }
+  static const char* addr(const std::uint8_t* w, std::size_t i) { return reinterpret_cast<const char*>(w + 2 * i); }
+};
+struct BF16Rows {
+  using T = std::uint8_t;
+  static __m256 load8(const std::uint8_t* w, std::size_t i) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  static float load1(const std::uint8_t* w, std::size_t i) {
+    unsigned short h;
+    __builtin_memcpy(&h, w + 2 * i, 2);
+    const unsigned int bits = static_cast<unsigned int>(h) << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+  }
+  static const char* addr(const std::uint8_t* w, std::size_t i) { return reinterpret_cast<const char*>(w + 2 * i); }
+};
+
 namespace {
 
 inline float hsum8(__m256 v) {
@@ -26,8 +66,8 @@ inline float hsum8(__m256 v) {
 // rows' loads with this group's multiply-adds; later passes find the rows in L2. (A prefetch
 // past the last row is harmless: prefetches do not fault.) 4-5% off `akv evaluate --model` on
 // the 58M llama of docs/model.md, 2026-12-01, AMD EPYC Zen 5.
-template <int R, int NB, bool Prefetch = false>
-void block(const float* w, std::size_t ldw, std::size_t cols, const float* x, std::size_t ldx, float* y,
+template <int R, int NB, bool Prefetch = false, class W = F32Rows>
+void block(const typename W::T* w, std::size_t ldw, std::size_t cols, const float* x, std::size_t ldx, float* y,
            std::size_t ldy) {
   __m256 acc[R][NB];
 #pragma GCC unroll 8
@@ -39,11 +79,11 @@ void block(const float* w, std::size_t ldw, std::size_t cols, const float* x, st
   for (std::size_t k = 0; k < k8; k += 8) {
     __m256 wr[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wr[r] = _mm256_loadu_ps(w + r * ldw + k);
+    for (int r = 0; r < R; ++r) wr[r] = W::load8(w, r * ldw + k);
     if constexpr (Prefetch) {
       if (k % 16 == 0) {
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (R + r) * ldw + k), _MM_HINT_T0);
+        for (int r = 0; r < R; ++r) _mm_prefetch(W::addr(w, (R + r) * ldw + k), _MM_HINT_T0);
       }
     }
 #pragma GCC unroll 8
@@ -56,7 +96,9 @@ void block(const float* w, std::size_t ldw, std::size_t cols, const float* x, st
   for (int r = 0; r < R; ++r) {
     for (int b = 0; b < NB; ++b) {
       float s = hsum8(acc[r][b]);
-      for (std::size_t k = k8; k < cols; ++k) s = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(w[r * ldw + k]), _mm_set_ss(x[b * ldx + k]), _mm_set_ss(s)));
+      for (std::size_t k = k8; k < cols; ++k) {
+        s = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(W::load1(w, r * ldw + k)), _mm_set_ss(x[b * ldx + k]), _mm_set_ss(s)));
+      }
       y[b * ldy + r] = s;
     }
   }
@@ -64,33 +106,35 @@ void block(const float* w, std::size_t ldw, std::size_t cols, const float* x, st
 
 // NB vectors of X times rows [0, rows) of W: the vectors stay in L1 while W's rows pass (W's
 // block is meant to fit L2: callers hand over a few hundred KB of rows at a time).
-template <int NB, bool Prefetch = false>
-void batch_block(const float* w, std::size_t rows, std::size_t ldw, std::size_t cols, const float* x,
+template <int NB, bool Prefetch = false, class W = F32Rows>
+void batch_block(const typename W::T* w, std::size_t rows, std::size_t ldw, std::size_t cols, const float* x,
                  std::size_t ldx, float* y, std::size_t ldy) {
+  constexpr std::size_t kScale = sizeof(typename W::T) == 1 ? 2 : 1;  // T units per value
   std::size_t o = 0;
-  for (; o + 4 <= rows; o += 4) block<4, NB, Prefetch>(w + o * ldw, ldw, cols, x, ldx, y + o, ldy);
-  for (; o < rows; ++o) block<1, NB>(w + o * ldw, ldw, cols, x, ldx, y + o, ldy);
+  for (; o + 4 <= rows; o += 4) block<4, NB, Prefetch, W>(w + o * ldw * kScale, ldw, cols, x, ldx, y + o, ldy);
+  for (; o < rows; ++o) block<1, NB, false, W>(w + o * ldw * kScale, ldw, cols, x, ldx, y + o, ldy);
 }
 
 }  // namespace
 
 // Batches of kWide vectors, then the rest (kWide - 1 or fewer) in one narrower block.
-template <int kWide>
-void linear_rows_simd(const float* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
+// W's rows: F32Rows (float*), F16Rows / BF16Rows (byte pointer to 16-bit values; ldw in values).
+template <int kWide, class W = F32Rows>
+void linear_rows_simd(const typename W::T* w, std::size_t rows, std::size_t cols, std::size_t ldw, const float* x,
                       std::size_t batch, std::size_t ldx, float* y, std::size_t ldy) {
   std::size_t b = 0;
   for (; b + kWide <= batch; b += kWide) {
-    if (b == 0) batch_block<kWide, true>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
-    else batch_block<kWide>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
+    if (b == 0) batch_block<kWide, true, W>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
+    else batch_block<kWide, false, W>(w, rows, ldw, cols, x + b * ldx, ldx, y + b * ldy, ldy);
   }
   const float* xr = x + b * ldx;
   float* yr = y + b * ldy;
   switch (batch - b) {
-    case 5: if constexpr (kWide > 5) batch_block<5>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
-    case 4: if constexpr (kWide > 4) batch_block<4>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
-    case 3: if constexpr (kWide > 3) batch_block<3>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
-    case 2: batch_block<2>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
-    case 1: batch_block<1>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
+    case 5: if constexpr (kWide > 5) batch_block<5, false, W>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
+    case 4: if constexpr (kWide > 4) batch_block<4, false, W>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
+    case 3: if constexpr (kWide > 3) batch_block<3, false, W>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
+    case 2: batch_block<2, false, W>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
+    case 1: batch_block<1, false, W>(w, rows, ldw, cols, xr, ldx, yr, ldy); break;
     default: break;
   }
 }
