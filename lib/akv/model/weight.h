@@ -1,7 +1,8 @@
 #pragma once
 // A weight matrix [rows, cols] (y = W x), resident either as f32 or in the encoding its file
 // stores (F32, F16, BF16 or a ggml block type), in memory or in a read-only memory map of the
-// file. Mapped F32 rows are multiplied in place (loading copies nothing); other encoded weights
+// file. Mapped F32 rows are multiplied in place (loading copies nothing), and so are F16/BF16
+// rows for one or two vectors (linear_rows_16); otherwise encoded weights
 // are converted to f32 a tile of rows at a time inside each product, so an 8B-parameter bf16
 // checkpoint needs its 16 GB and a few hundred KB of tiles, not 32 GB (docs/model.md, "Weights in
 // memory"). Every such product runs linear.h's fixed-order kernel over f32 rows, so a weight
