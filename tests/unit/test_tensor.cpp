@@ -409,7 +409,7 @@ TEST_CASE("q8_rows: every kernel gives the reference's bits; the reference is wi
     // 32-value types: 10 and 75 blocks (remainders after groups of 8); K types: 2 and 9 super-blocks.
     for (const std::size_t cols : t.block == 32 ? std::vector<std::size_t>{320, 2400} : std::vector<std::size_t>{512, 2304}) {
       INFO(name << " cols " << cols);
-      const std::size_t rows = 5, batch = 6, ldy = rows + 2;  // vectors by 4, then one by one
+      const std::size_t rows = 5, batch = 6, ldy = rows + 2;
       const std::vector<std::uint8_t> raw = random_blocks(t, rows * cols, rng);
       std::vector<float> x(batch * cols), w(rows * cols);
       for (auto& v : x) v = static_cast<float>(rng.normal());

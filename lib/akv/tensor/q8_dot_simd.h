@@ -24,13 +24,6 @@ inline float q8_hsum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// Eight 32-bit sums of one block's products: lane l = codes 4l .. 4l + 3.
-inline __m256i q8_block_lanes(const std::int8_t* w, const std::int8_t* x) {
-  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
-  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
 
 // The codes (q - 32) of blocks 4 half .. 4 half + 3 of a Q6_K super-block b (q6_k_block's
 // layout): block k from the low (k < 2) or high nibbles of ql[l + 32 (k % 2)] and bits 2k, 2k + 1
@@ -69,17 +62,23 @@ inline float q8_tail_term(__m256i lanes_v, float a_lo, float a_hi, float c, floa
   return dx * ((a_lo * lo + a_hi * hi) - c * xs);
 }
 
+// Lane sums of signed codes w (-128..127) times x.
+inline __m256i q8_block_lanes_s(__m256i w, const std::int8_t* x) {
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w)), _mm256_set1_epi16(1));
+}
+
+// Eight 32-bit sums of one block's products: lane l = codes 4l .. 4l + 3.
+inline __m256i q8_block_lanes(const std::int8_t* w, const std::int8_t* x) {
+  return q8_block_lanes_s(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), x);
+}
+
 // Lane sums of unsigned codes w (0..127) times x.
 inline __m256i q8_block_lanes_u(__m256i w, const std::int8_t* x) {
   const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), _mm256_set1_epi16(1));
 }
 
-// Lane sums of signed codes w (-128..127) times x.
-inline __m256i q8_block_lanes_s(__m256i w, const std::int8_t* x) {
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w)), _mm256_set1_epi16(1));
-}
 
 // One row (codes wq, per-block a_lo, a_hi, c) times one vector (codes xq, steps dx, sums xs).
 float q8_dot(const std::int8_t* wq, const float* a_lo, const float* a_hi, const float* c, const std::int8_t* xq,
@@ -308,67 +307,9 @@ inline bool q8_rows_fused_simd(std::uint32_t type, const std::uint8_t* src, std:
   return true;
 }
 
-// One tile row times NV vectors at once: each block's codes loaded (and their magnitudes taken)
-// once for the NV vectors; each vector's lanes reduced as q8_dot reduces them (the same bits).
-template <int NV>
-void q8_dot_vectors(const std::int8_t* wq, const float* a_lo, const float* a_hi, const float* c, const Q8Vectors& x,
-                    std::size_t b0, std::size_t nb, float* y, std::size_t ldy) {
-  const std::size_t nb8 = nb - nb % 8;
-  const std::int8_t* xq[NV];
-  const float* dx[NV];
-  const float* xs[NV];
-  __m256 acc[NV];
-  for (int v = 0; v < NV; ++v) {
-    xq[v] = x.q.data() + (b0 + static_cast<std::size_t>(v)) * x.cols;
-    dx[v] = x.d.data() + (b0 + static_cast<std::size_t>(v)) * nb;
-    xs[v] = x.sum.data() + (b0 + static_cast<std::size_t>(v)) * nb;
-    acc[v] = _mm256_setzero_ps();
-  }
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (std::size_t k = 0; k < nb8; k += 8) {
-    __m256i t[NV][4];
-    for (int i = 0; i < 8; ++i) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + (k + static_cast<std::size_t>(i)) * 32));
-      const __m256i aw = _mm256_abs_epi8(w);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[v] + (k + static_cast<std::size_t>(i)) * 32));
-        const __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w)), ones);
-        if (i % 2 == 0) t[v][i / 2] = l;
-        else t[v][i / 2] = _mm256_hadd_epi32(t[v][i / 2], l);
-      }
-    }
-    const __m256 al = _mm256_loadu_ps(a_lo + k), ah = _mm256_loadu_ps(a_hi + k), cc = _mm256_loadu_ps(c + k);
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      const __m256i u0 = _mm256_hadd_epi32(t[v][0], t[v][1]), u1 = _mm256_hadd_epi32(t[v][2], t[v][3]);
-      const __m256 lo = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(u0, u1, 0x20));
-      const __m256 hi = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(u0, u1, 0x31));
-      const __m256 s = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(al, lo), _mm256_mul_ps(ah, hi)),
-                                     _mm256_mul_ps(cc, _mm256_loadu_ps(xs[v] + k)));
-      acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(_mm256_loadu_ps(dx[v] + k), s));
-    }
-  }
-  for (int v = 0; v < NV; ++v) {
-    float r = q8_hsum8(acc[v]);
-    for (std::size_t k = nb8; k < nb; ++k) {
-      r += q8_tail_term(q8_block_lanes(wq + k * 32, xq[v] + k * 32), a_lo[k], a_hi[k], c[k], dx[v][k], xs[v][k]);
-    }
-    y[static_cast<std::size_t>(v) * ldy] = r;
-  }
-}
-
 inline void q8_rows_simd(const Q8Tile& w, const Q8Vectors& x, float* y, std::size_t ldy) {
   const std::size_t nb = w.cols / 32;
-  constexpr std::size_t kNV = 4;
-  std::size_t b = 0;
-  for (; b + kNV <= x.batch; b += kNV) {
-    for (std::size_t o = 0; o < w.rows; ++o) {
-      q8_dot_vectors<kNV>(w.q.data() + o * w.cols, w.a_lo.data() + o * nb, w.a_hi.data() + o * nb, w.c.data() + o * nb, x,
-                          b, nb, y + b * ldy + o, ldy);
-    }
-  }
-  for (; b < x.batch; ++b) {
+  for (std::size_t b = 0; b < x.batch; ++b) {
     const std::int8_t* xq = x.q.data() + b * x.cols;
     const float* dx = x.d.data() + b * nb;
     const float* xs = x.sum.data() + b * nb;
