@@ -27,6 +27,19 @@ expect_error "a WordPiece tokenizer.json is refused" 2 "model.type = WordPiece" 
 "$PY" -c "import sys; open(sys.argv[1], 'w').write('{\"model\": {\"type\": \"BPE\", \"vocab\": ' + '[' * 100000 + ']' * 100000 + '}}')" "$TMP/deep.json"
 expect_error "a tokenizer.json nested 100000 deep is refused at the parser" 2 "deeper than 64 levels .*deep.json" \
   "$AKV" evaluate -q --model "$TMP/hf" --text "$TMP/t.txt" --ctx 8 --tokenizer "$TMP/deep.json" -o "$TMP/none/x.txt"
+# A pre-tokenizer regex whose lookahead scans to the end of the text (quadratic in it) is refused
+# once it has read 1024 bytes per byte of the text, in well under a second on 200 KB (it took ~10 s
+# before the budget); the bundled patterns' splits are unchanged (test_bpe).
+"$PY" - "$G/llama3-tokenizer.json" "$TMP/quad.json" "$TMP/aaa.txt" <<'PYEOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "a(?=[^x]*x)"
+json.dump(t, open(sys.argv[2], "w"))
+open(sys.argv[3], "w").write("a" * 200000 + "x")
+PYEOF
+expect_error "a quadratic pre-tokenizer regex is refused by the matching budget" 2 \
+  "reads more than 1024 bytes per byte of the 200001-byte text .*pre_tokenizer pattern = a\\(\\?=" \
+  "$AKV" evaluate -q --model "$TMP/hf" --text "$TMP/aaa.txt" --ctx 8 --tokenizer "$TMP/quad.json" -o "$TMP/none/x.txt"
 # Outputs onto the run's side inputs are refused before anything runs (exit 1), the inputs intact.
 cp "$TMP/t.txt" "$TMP/t-copy.txt"
 echo '{}' >"$TMP/cal.json"

@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <fstream>
 #include <limits>
+#include <new>
 
 #include <nlohmann/json.hpp>
 
@@ -115,10 +118,84 @@ std::int32_t token_id(const nlohmann::json& v, const std::string& path, const st
   return static_cast<std::int32_t>(v.get<std::int64_t>());
 }
 
+// Matching work is bounded by the text's length (PCRE2's own limits are per call and count
+// backtracking, not scanning, so a pattern whose lookahead scans to the end of the text takes time
+// quadratic in it). The next match is searched one start position at a time, each an anchored
+// attempt on a window of the text that ends kFirstWindow bytes after it (PCRE2_PARTIAL_HARD: an
+// attempt that reaches the window's end reports it, and the window doubles until the attempt ends
+// inside it or the window is the whole piece). Each window's bytes are charged to a budget of
+// kWorkPerByte per byte of the text plus kBaseWork: every pattern's matches are those of a search
+// of the whole text, and the bundled patterns charge at most 64 per byte (one window per start
+// position, tokens shorter than it); a pattern that exceeds the budget is refused, naming it.
+constexpr std::size_t kFirstWindow = 64;
+constexpr std::uint64_t kWorkPerByte = 1024;
+constexpr std::uint64_t kBaseWork = std::uint64_t{1} << 20;
+
+struct MatchData {
+  pcre2_match_data* md;
+  explicit MatchData(const pcre2_code* code) : md(pcre2_match_data_create_from_pattern(code, nullptr)) {
+    if (!md) throw std::bad_alloc();
+  }
+  ~MatchData() { pcre2_match_data_free(md); }
+  MatchData(const MatchData&) = delete;
+  MatchData& operator=(const MatchData&) = delete;
+};
+
+std::string pcre2_message(int rc) {
+  PCRE2_UCHAR message[256];
+  pcre2_get_error_message(rc, message, sizeof message / sizeof message[0]);
+  return reinterpret_cast<const char*>(message);
+}
+
+// The pieces split at every match of `code` (matches and the text between them, in order).
+std::vector<std::string> split_by_regex(const pcre2_code* code, const std::string& pattern,
+                                        const std::vector<std::string>& pieces, std::size_t text_bytes,
+                                        const std::string& where) {
+  MatchData m(code);
+  const std::uint64_t budget = kBaseWork + kWorkPerByte * static_cast<std::uint64_t>(text_bytes);
+  std::uint64_t spent = 0;
+  std::vector<std::string> next;
+  for (const std::string& p : pieces) {
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(p.data());
+    std::size_t last = 0;  // end of the previous match
+    std::size_t pos = 0;   // where the next match may start
+    while (pos <= p.size()) {
+      int rc = 0;
+      for (std::size_t window = kFirstWindow;; window *= 2) {
+        const std::size_t end = std::min(p.size(), pos + window);
+        spent += end - pos + 1;
+        if (spent > budget) {
+          throw InvalidInput("pre-tokenizer regex reads more than " + std::to_string(kWorkPerByte) + " bytes per byte of the " +
+                                 std::to_string(text_bytes) + "-byte text (a pattern that scans ahead or backtracks)",
+                             {where, "pre_tokenizer pattern", excerpt(pattern, 80)});
+        }
+        std::uint32_t options = PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK;  // encode checked the text's UTF-8
+        if (end < p.size()) options |= PCRE2_PARTIAL_HARD;
+        rc = pcre2_match(code, subject, end, pos, options, m.md, nullptr);
+        if (rc != PCRE2_ERROR_PARTIAL) break;
+      }
+      if (rc == PCRE2_ERROR_NOMATCH) {  // no match starts here: try the next character
+        pos += pos < p.size() ? utf8_len(static_cast<unsigned char>(p[pos])) : 1;
+        continue;
+      }
+      if (rc < 0) throw InvalidInput("pre-tokenizer regex failed on the text: " + pcre2_message(rc), {where, "pcre2 error", std::to_string(rc)});
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
+      if (ov[0] > last) next.push_back(p.substr(last, ov[0] - last));
+      if (ov[1] > ov[0]) next.push_back(p.substr(ov[0], ov[1] - ov[0]));
+      last = ov[1];
+      // After an empty match the search resumes one character further on.
+      pos = ov[1] > ov[0] ? ov[1] : ov[1] + (ov[1] < p.size() ? utf8_len(static_cast<unsigned char>(p[ov[1]])) : 1);
+    }
+    if (last < p.size()) next.push_back(p.substr(last));
+  }
+  return next;
+}
+
 }  // namespace
 
 struct BpeVocab::Regex {
   pcre2_code* code = nullptr;
+  std::string pattern;
   ~Regex() { pcre2_code_free(code); }
 };
 
@@ -150,6 +227,7 @@ BpeVocab::BpeVocab(std::vector<std::string> tokens, const std::vector<std::pair<
     int err = 0;
     PCRE2_SIZE offset = 0;
     auto re = std::make_unique<Regex>();
+    re->pattern = p;
     re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.c_str()), p.size(), PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
     if (!re->code) {
       PCRE2_UCHAR msg[256];
@@ -157,7 +235,8 @@ BpeVocab::BpeVocab(std::vector<std::string> tokens, const std::vector<std::pair<
       throw InvalidInput("pre-tokenizer regex does not compile at offset " + std::to_string(offset) + ": " +
                              reinterpret_cast<const char*>(msg), {where, "pre_tokenizer pattern", p});
     }
-    pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE);  // optional: the interpreter is the fallback
+    // Optional: the interpreter is the fallback. Both modes split_by_regex uses.
+    pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
     regexes_.push_back(std::move(re));
   }
 }
@@ -289,34 +368,7 @@ void BpeVocab::encode_text(const std::string& raw, bool first, std::vector<std::
   } else {
     pieces = {text};
   }
-  for (const auto& re : regexes_) {
-    std::vector<std::string> next;
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(re->code, nullptr);
-    for (const std::string& p : pieces) {
-      std::size_t pos = 0, last = 0;
-      while (pos <= p.size()) {
-        // The subject's UTF-8 is checked on the first call only (each check reads the whole text).
-        const int rc = pcre2_match(re->code, reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), pos,
-                                   pos == 0 ? 0 : PCRE2_NO_UTF_CHECK, md, nullptr);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {  // the text is valid UTF-8 (encode checked it): a limit of PCRE2's, named
-          pcre2_match_data_free(md);
-          PCRE2_UCHAR message[256];
-          pcre2_get_error_message(rc, message, sizeof message / sizeof message[0]);
-          throw InvalidInput("pre-tokenizer regex failed on the text: " + std::string(reinterpret_cast<const char*>(message)),
-                             {where_, "pcre2 error", std::to_string(rc)});
-        }
-        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-        if (ov[0] > last) next.push_back(p.substr(last, ov[0] - last));
-        if (ov[1] > ov[0]) next.push_back(p.substr(ov[0], ov[1] - ov[0]));
-        last = ov[1];
-        pos = ov[1] > ov[0] ? ov[1] : ov[1] + (ov[1] < p.size() ? utf8_len(static_cast<unsigned char>(p[ov[1]])) : 1);
-      }
-      if (last < p.size()) next.push_back(p.substr(last));
-    }
-    pcre2_match_data_free(md);
-    pieces = std::move(next);
-  }
+  for (const auto& re : regexes_) pieces = split_by_regex(re->code, re->pattern, pieces, text.size(), where_);
   for (const std::string& p : pieces) encode_piece(p, out);
 }
 
