@@ -41,6 +41,22 @@ if grep -q "cold (host)" "$o/tiers.svg" && grep -q "compact:warm=64:cold-bits=16
 else
   fail "tiers figure names the tiers and the tiered method"
 fi
+# Passkey accuracy against budget: one line per eviction method (its budget= variants), the other
+# methods as bars; a file with no budget= method has no such figure.
+"$PY" - "$TMP/sweep.json" <<'PY'
+import json, sys
+methods = [("full", 1.0), ("kivi-2", 1.0)] + [(f"snapkv:budget={b}", a) for b, a in ((0.1, 0.5), (0.3, 1.0), (0.5, 1.0))]
+methods += [(f"streamingllm:budget={b}:sinks=8", a) for b, a in ((0.1, 0.0), (0.5, 0.5))]
+json.dump({"format": "akv-passkey", "version": 1, "mode": "text", "trials": 2, "lengths": [1024], "depths": [0, 1],
+           "methods": [{"method": m, "mean_accuracy": a, "accuracy": [[a], [a]]} for m, a in methods]},
+          open(sys.argv[1], "w"))
+PY
+plot_ok "passkey accuracy against budget (budget)" "$o/sweep.svg" "$TMP/sweep.json" --kind budget
+if grep -q "streamingllm:sinks=8" "$o/sweep.svg" && grep -q "kivi-2" "$o/sweep.svg"; then
+  pass "budget figure: a line per eviction method, the quantizer as a bar"
+else
+  fail "budget figure: a line per eviction method, the quantizer as a bar"
+fi
 # A 30 x 30 grid: no accuracy written in each cell (900 labels took minutes at 300 x 300), at
 # most 12 ticks per axis; the 3 x 3 grid above keeps its labels.
 "$PY" - "$TMP/grid30.json" <<'PY'
@@ -64,15 +80,15 @@ plot_ok "calibrated bits per head" "$o/calib.svg" "$FX/calibration.json" --kind 
 run "${PLOT[@]}" "$IN/perplexity.json" -o "$o/again.png"
 if cmp -s "$o/ppl.png" "$o/again.png"; then pass "same input, same PNG bytes"; else fail "same input, same PNG bytes"; fi
 
-cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/figs/"
+cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/sweep.json" "$TMP/figs/"
 # A result of a known format with fields of the wrong type: listed as not plotted, not fatal.
 printf '{"format": "akv-perplexity", "version": 1, "methods": 7}' >"$TMP/figs/zz-malformed.json"
 run "${PLOT[@]}" report "$TMP/figs" -o "$TMP/report.html"
 n=$(grep -o "<svg" "$TMP/report.html" | wc -l)
-if [[ $rc -eq 0 && $n -eq 7 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
+if [[ $rc -eq 0 && $n -eq 9 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
    grep -q "zz-malformed.json: malformed" "$TMP/report.html" &&
-   grep -q "perplexity.json: tiers" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
-  pass "report: 7 inline figures (tiers included), akv-synth and a malformed result listed as not plotted, no network"
+   grep -q "perplexity.json: tiers" "$TMP/report.html" && grep -q "sweep.json: budget" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
+  pass "report: 9 inline figures (tiers and budget included), akv-synth and a malformed result listed as not plotted, no network"
 else
   fail "report: exit $rc, $n figures; stderr: $(head -c 300 "$TMP/err")"
 fi
@@ -128,6 +144,7 @@ plot_err "a format with no figure" 2 "format = akv-synth" "$IN/synth.json" -o "$
 plot_err "passkey grid of the wrong shape" 2 "methods\[0\].accuracy" "$TMP/shape.json" -o "$b/x.png"
 plot_err "tiers without a memory trace" 2 "no memory_trace .*methods\[\]" "$TMP/notrace.json" -o "$b/x.png" --kind tiers
 plot_err "tiers of another format" 2 "--kind tiers does not fit" "$IN/passkey.json" -o "$b/x.png" --kind tiers
+plot_err "budget figure without a budget= method" 2 "no method with a budget= flag" "$TMP/grid30.json" -o "$b/x.png" --kind budget
 plot_err "unknown kind" 2 "--kind = bars" "$IN/passkey.json" -o "$b/x.png" --kind bars
 plot_err "kind that does not fit" 2 "--kind heads" "$IN/passkey.json" -o "$b/x.png" --kind heads
 plot_err "two kinds in one figure" 1 "different kinds" "$IN/passkey.json" "$IN/perplexity.json" -o "$b/x.png"
