@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The constructed retrieval model (scripts/make_retrieval_model, docs/retrieval_model.md): written
+# the same bytes twice; through akv (Hugging Face directory and GGUF) it retrieves every text-mode
+# passkey with the full cache. Two outcomes the mechanism fixes: StreamingLLM at budget 0.1 keeps 4
+# sink tokens and the last 98, so it loses every needle but the one just before the question;
+# H2O keeps the tokens with the most attention summed over the prompt, which the repeated filler
+# collects (each filler span is attended by its next repetition) and the needle does not.
+source "$(dirname "$0")/lib.sh"
+if ! "$PY" -c "import numpy" 2>/dev/null; then
+  echo "SKIP: $PY cannot import numpy (scripts/setup installs python3-numpy)"
+  exit 77
+fi
+M="$TMP/m"
+expect "make_retrieval_model writes the model" 0 "retrieval.gguf" "$PY" "$SRC/scripts/make_retrieval_model" "$M"
+"$PY" "$SRC/scripts/make_retrieval_model" "$TMP/m2" >/dev/null
+if cmp -s "$M/model.safetensors" "$TMP/m2/model.safetensors" && cmp -s "$M/retrieval.gguf" "$TMP/m2/retrieval.gguf" &&
+   cmp -s "$M/config.json" "$TMP/m2/config.json"; then
+  pass "the same bytes on a second run"
+else
+  fail "the same bytes on a second run"
+fi
+rm -rf "$TMP/m2"
+# accuracy FILE METHOD: the method's accuracy per cell, as "depth:accuracy" words.
+accuracy() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = [x for x in r["methods"] if x["method"] == sys.argv[2]][0]
+print(" ".join(f"{d:g}:{row[0]:g}" for d, row in zip(r["depths"], m["accuracy"])))
+PYEOF
+}
+# expect_equal NAME GOT WANT
+expect_equal() { if [[ $2 == "$3" ]]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi; }
+expect "passkey (text mode) through the Hugging Face directory" 0 "" \
+  "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0,0.5,1 --trials 2 \
+  --methods streamingllm:budget=0.1,h2o:budget=0.3 --json -o "$TMP/hf.json"
+expect_equal "full cache: every passkey" "$(accuracy "$TMP/hf.json" full)" "0:1 0.5:1 1:1"
+expect_equal "streamingllm budget 0.1: only the needle next to the question survives" \
+  "$(accuracy "$TMP/hf.json" streamingllm:budget=0.1)" "0:0 0.5:0 1:1"
+expect_equal "h2o budget 0.3: the filler outscores the needle at every depth" \
+  "$(accuracy "$TMP/hf.json" h2o:budget=0.3)" "0:0 0.5:0 1:0"
+expect "passkey (text mode) through the GGUF file" 0 "" \
+  "$AKV" -q evaluate --model "$M/retrieval.gguf" --task passkey --lengths 1024 --depths 0,0.5,1 --trials 1 --json -o "$TMP/gguf.json"
+expect_equal "GGUF, full cache: every passkey" "$(accuracy "$TMP/gguf.json" full)" "0:1 0.5:1 1:1"
+finish
