@@ -9,7 +9,6 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <fstream>
 #include <limits>
@@ -125,7 +124,7 @@ std::int32_t token_id(const nlohmann::json& v, const std::string& path, const st
 // attempt that reaches the window's end reports it, and the window doubles until the attempt ends
 // inside it or the window is the whole piece). Each window's bytes are charged to a budget of
 // kWorkPerByte per byte of the text plus kBaseWork: every pattern's matches are those of a search
-// of the whole text, and the bundled patterns charge at most 64 per byte (one window per start
+// of the whole text, and the bundled patterns charge at most 65 per byte (one window per start
 // position, tokens shorter than it); a pattern that exceeds the budget is refused, naming it.
 constexpr std::size_t kFirstWindow = 64;
 constexpr std::uint64_t kWorkPerByte = 1024;
@@ -230,12 +229,11 @@ BpeVocab::BpeVocab(std::vector<std::string> tokens, const std::vector<std::pair<
     re->pattern = p;
     re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.c_str()), p.size(), PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
     if (!re->code) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
-      throw InvalidInput("pre-tokenizer regex does not compile at offset " + std::to_string(offset) + ": " +
-                             reinterpret_cast<const char*>(msg), {where, "pre_tokenizer pattern", p});
+      throw InvalidInput("pre-tokenizer regex does not compile at offset " + std::to_string(offset) + ": " + pcre2_message(err),
+                         {where, "pre_tokenizer pattern", p});
     }
-    // Optional: the interpreter is the fallback. Both modes split_by_regex uses.
+    // JIT for the two modes split_by_regex uses (complete and hard partial matching); optional:
+    // the interpreter is the fallback.
     pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
     regexes_.push_back(std::move(re));
   }
