@@ -3,8 +3,16 @@
 #include <algorithm>
 
 #include "akv/core/parallel.h"
+#include "akv/eval/token_metrics.h"
 
 namespace akv {
+namespace {
+
+std::int32_t argmax_token(const float* logits, std::size_t n) {
+  return static_cast<std::int32_t>(std::max_element(logits, logits + n) - logits);
+}
+
+}  // namespace
 
 PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                           const std::vector<std::optional<CompressParams>>& methods, std::size_t max_positions,
@@ -62,5 +70,44 @@ void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::si
     take(rows, logits);
   }
 }
+
+Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                             const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
+                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced) {
+  const ModelConfig& c = model.config();
+  const std::size_t n_methods = methods.size();
+  std::size_t longest = 0;
+  for (std::size_t p = 0; p < prompts.size(); ++p) longest = std::max(longest, prompts[p].size() + n[p]);
+  PromptLanes start = prefill_lanes(model, prompts, methods, longest, threads);
+  std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
+  Continuations out;
+  out.tokens.resize(caches.size());
+  out.logprob.assign(caches.size(), 0.0);
+  // Step k of a lane from its logits: the argmax, and with forced the log-probability of forced[p][k].
+  const auto take = [&](std::size_t lane, const float* logits) {
+    auto& t = out.tokens[lane];
+    if (forced) {
+      const std::int32_t want = (*forced)[lane / n_methods][t.size()];
+      out.logprob[lane] += static_cast<double>(logits[want]) - log_sum_exp(logits, c.vocab_size);
+    }
+    t.push_back(argmax_token(logits, c.vocab_size));
+  };
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) take(lane, start.last_logits[lane / n_methods].data());
+  // Step k (k >= 1) of lane (p, m) feeds forced[p][k - 1], or its step k - 1 argmax, at position
+  // |prompt p| + k - 1.
+  std::vector<DecodeLane> lanes(caches.size());
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) {
+    const std::size_t p = lane / n_methods;
+    lanes[lane] = {caches[lane].get(), prompts[p].size(), std::max<std::size_t>(n[p], 1) - 1, forced ? (*forced)[p].data() : nullptr, nullptr};
+  }
+  run_lanes(
+      model, lanes, 1, [&](std::size_t lane, std::size_t) { return out.tokens[lane].back(); },
+      [&](const std::vector<LaneRows>& rows, const RowMatrix& logits) {
+        for (const LaneRows& r : rows) take(r.lane, logits.row(static_cast<Eigen::Index>(r.row)).data());
+      },
+      threads, attention);
+  return out;
+}
+
 
 }  // namespace akv

@@ -56,4 +56,20 @@ using TakeRows = std::function<void(const std::vector<LaneRows>& rows, const Row
 void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::size_t block,
                const NextToken& next_token, const TakeRows& take, int threads, AttentionMode attention);
 
+// Continuations of prompts through methods: lane p * methods.size() + m continues prompt p
+// through method m for n[p] tokens. Greedy: each step feeds the lane's last argmax. With
+// `forced` (teacher forcing): step k feeds forced[p][k - 1] whatever the argmax was, and the
+// lane sums log p(forced[p][k]) of every step k < n[p]; the argmax tokens are still recorded,
+// so they equal the greedy ones up to the first argmax that differs from forced[p]. Every step
+// decodes all unfinished lanes in one run_lanes call; each lane's tokens equal a lane decoded
+// alone.
+struct Continuations {
+  std::vector<std::vector<std::int32_t>> tokens;  // [lane]: the argmax of every step
+  std::vector<double> logprob;                    // [lane]: with forced, the summed log-probabilities
+};
+
+Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                             const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
+                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced);
+
 }  // namespace akv

@@ -4,14 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/eval/lanes.h"
-#include "akv/eval/token_metrics.h"
-#include "akv/kv/runtime.h"
 
 namespace akv {
 
@@ -95,64 +92,6 @@ PasskeyPrompt make_text_passkey_prompt(const Tokenizer& tok, std::size_t length,
   p.answer_tokens = o.answer_tokens;
   return p;
 }
-
-namespace {
-
-std::int32_t argmax_token(const float* logits, std::size_t n) {
-  return static_cast<std::int32_t>(std::max_element(logits, logits + n) - logits);
-}
-
-// Continuations of prompts through methods: lane p * methods.size() + m continues prompt p
-// through method m for n[p] tokens. Greedy: each step feeds the lane's last argmax. With
-// `forced` (teacher forcing): step k feeds forced[p][k - 1] whatever the argmax was, and the
-// lane sums log p(forced[p][k]) of every step k < n[p]; the argmax tokens are still recorded,
-// so they equal the greedy ones up to the first argmax that differs from forced[p]. Every step
-// decodes all unfinished lanes in one call of the lane engine (eval/lanes.h); each lane's tokens
-// equal a lane decoded alone.
-struct Continuations {
-  std::vector<std::vector<std::int32_t>> tokens;  // [lane]: the argmax of every step
-  std::vector<double> logprob;                    // [lane]: with forced, the summed log-probabilities
-};
-
-Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
-                             const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
-                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced) {
-  const ModelConfig& c = model.config();
-  const std::size_t n_methods = methods.size();
-  std::size_t longest = 0;
-  for (std::size_t p = 0; p < prompts.size(); ++p) longest = std::max(longest, prompts[p].size() + n[p]);
-  PromptLanes start = prefill_lanes(model, prompts, methods, longest, threads);
-  std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
-  Continuations out;
-  out.tokens.resize(caches.size());
-  out.logprob.assign(caches.size(), 0.0);
-  // Step k of a lane from its logits: the argmax, and with forced the log-probability of forced[p][k].
-  const auto take = [&](std::size_t lane, const float* logits) {
-    auto& t = out.tokens[lane];
-    if (forced) {
-      const std::int32_t want = (*forced)[lane / n_methods][t.size()];
-      out.logprob[lane] += static_cast<double>(logits[want]) - log_sum_exp(logits, c.vocab_size);
-    }
-    t.push_back(argmax_token(logits, c.vocab_size));
-  };
-  for (std::size_t lane = 0; lane < caches.size(); ++lane) take(lane, start.last_logits[lane / n_methods].data());
-  // Step k (k >= 1) of lane (p, m) feeds forced[p][k - 1], or its step k - 1 argmax, at position
-  // |prompt p| + k - 1.
-  std::vector<DecodeLane> lanes(caches.size());
-  for (std::size_t lane = 0; lane < caches.size(); ++lane) {
-    const std::size_t p = lane / n_methods;
-    lanes[lane] = {caches[lane].get(), prompts[p].size(), std::max<std::size_t>(n[p], 1) - 1, forced ? (*forced)[p].data() : nullptr, nullptr};
-  }
-  run_lanes(
-      model, lanes, 1, [&](std::size_t lane, std::size_t) { return out.tokens[lane].back(); },
-      [&](const std::vector<LaneRows>& rows, const RowMatrix& logits) {
-        for (const LaneRows& r : rows) take(r.lane, logits.row(static_cast<Eigen::Index>(r.row)).data());
-      },
-      threads, attention);
-  return out;
-}
-
-}  // namespace
 
 std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vector<std::int32_t>& prompt,
                                               std::size_t n, const std::optional<CompressParams>& method) {
