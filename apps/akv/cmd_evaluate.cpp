@@ -20,7 +20,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     bool json = false, csv = false, per_head = false, no_verify = false;
     ModelRunOptions mo;  // --model: the flags go straight into it, but for these
     std::size_t prefill = 0;
-    std::string batch = "auto", token_block = "auto", task = "ppl", shard;
+    std::string batch = "auto", token_block = "auto", task = "ppl", shard, answer_prefix = "ruler";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -86,9 +86,13 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "With --model: ppl (perplexity, KL, top-1 over continuations) or passkey "
                   "(token-mode passkey retrieval: marker + key at a depth inside filler, marker "
                   "again at the end; success = the greedy continuation reproduces the key; token "
-                  "mode also reports the key's mean log-probability, teacher-forced; docs/model.md)")
-      ->capture_default_str()->check(CLI::IsMember({"ppl", "passkey"}));
+                  "mode also reports the key's mean log-probability, teacher-forced; docs/model.md) or ruler "
+                  "(RULER's synthetic tasks, generated with the model's tokenizer: needle variants, variable "
+                  "tracking, common and frequent words; greedy answers scored by string_match_all; docs/ruler.md)")
+      ->capture_default_str()->check(CLI::IsMember({"ppl", "passkey", "ruler"}));
   add_passkey_flags(sub, opt->mo.passkey_options, opt->mo.filler);
+  CLI::Option* lengths = sub->get_option("--lengths");
+  add_ruler_flags(sub, opt->mo.ruler_options, opt->answer_prefix);
   text->excludes(sub->get_option("--tokens"));
   dump->excludes(model);
   cache->excludes(model);
@@ -100,7 +104,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--no-verify-hash", opt->no_verify,
                 "Skip the content-hash check that the cache was made from this dump (shapes are "
                 "still checked)");
-  sub->callback([opt, &global] {
+  sub->callback([opt, lengths, &global] {
     check_output_distinct(opt->output, {opt->dump, opt->cache});
     ProgressBar bar("evaluate", !global.quiet);
     if (!opt->mo.model.empty()) {
@@ -110,6 +114,12 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       inputs.insert(inputs.end(), {mo.tokens, mo.text, mo.filler, mo.tokenizer});
       check_output_distinct(opt->output, inputs);
       mo.passkey = opt->task == "passkey";
+      mo.ruler = opt->task == "ruler";
+      if (mo.ruler) {
+        if (lengths->count()) mo.ruler_options.lengths = mo.passkey_options.lengths;
+        mo.ruler_options.seed = mo.passkey_options.seed;
+        mo.ruler_options.prefix = parse_answer_prefix(opt->answer_prefix);
+      }
       if (!opt->shard.empty()) mo.shard = parse_shard(opt->shard);
       if (opt->prefill) mo.ppl.prefill = opt->prefill;
       mo.ppl.threads = global.threads;

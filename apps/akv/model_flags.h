@@ -41,16 +41,35 @@ inline CLI::Option* add_text_flags(CLI::App* sub, std::string& text, std::size_t
 
 // The passkey task's flags (evaluate --task passkey).
 inline void add_passkey_flags(CLI::App* sub, PasskeyOptions& pk, std::string& filler) {
-  sub->add_option("--lengths", pk.lengths, "Passkey: prompt lengths in tokens")->delimiter(',')->capture_default_str();
+  sub->add_option("--lengths", pk.lengths, "Passkey and ruler: prompt lengths in tokens (ruler's default: 4096)")->delimiter(',')->capture_default_str();
   sub->add_option("--depths", pk.depths, "Passkey: needle depths in [0, 1]")->delimiter(',')->capture_default_str();
   sub->add_option("--trials", pk.trials, "Passkey: trials per (depth, length)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--key-tokens", pk.key_tokens, "Passkey: key length in tokens")
       ->capture_default_str()->check(CLI::Range(1, 64));
-  sub->add_option("--seed", pk.seed, "Passkey: random seed (markers, keys, filler spans)")->capture_default_str();
+  sub->add_option("--seed", pk.seed, "Passkey and ruler: random seed (markers, keys, needles, haystacks)")->capture_default_str();
   sub->add_option("--filler", filler,
                   "Passkey: filler token sequences (one per line; default: --tokens); used in token mode, "
                   "when the model has no tokenizer and --tokenizer names none");
+}
+
+// RULER's flags (evaluate --task ruler); --lengths and --seed are the passkey flags'.
+inline void add_ruler_flags(CLI::App* sub, RulerOptions& ro, std::string& prefix) {
+  sub->add_option("--tasks", ro.tasks,
+                  "Ruler: tasks, comma-separated (default all): niah_single_1, niah_single_2, niah_single_3, "
+                  "niah_multikey_1, niah_multikey_2, niah_multikey_3, niah_multivalue, niah_multiquery, vt, cwe, fwe "
+                  "(docs/ruler.md)")
+      ->delimiter(',');
+  sub->add_option("--samples", ro.samples, "Ruler: samples per (task, length)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  sub->add_option("--answer-prefix", prefix,
+                  "Ruler: how a needle task's prompt ends: ruler (RULER's answer prefix) or restate (the needle's own "
+                  "words up to its value, 'One of the special magic numbers for KEY is:', for models that retrieve by "
+                  "verbatim match such as the constructed retrieval model)")
+      ->capture_default_str()->check(CLI::IsMember({"ruler", "restate"}));
+  sub->add_option("--answer-tokens", ro.answer_tokens,
+                  "Ruler: greedy tokens decoded per answer (0 = RULER's per task: 128 for niah, 30 vt, 120 cwe, 50 fwe)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 16));
 }
 
 }  // namespace akv::cli

@@ -4,7 +4,8 @@
 # passkey with the full cache. Two outcomes the mechanism fixes: StreamingLLM at budget 0.1 keeps 4
 # sink tokens and the last 98, so it loses every needle but the one just before the question;
 # H2O keeps the tokens with the most attention summed over the prompt, which the repeated filler
-# collects (each filler span is attended by its next repetition) and the needle does not.
+# collects (each filler span is attended by its next repetition) and the needle does not. RULER's
+# needle tasks (--task ruler) with the full cache.
 source "$(dirname "$0")/lib.sh"
 if ! "$PY" -c "import numpy" 2>/dev/null; then
   echo "SKIP: $PY cannot import numpy (scripts/setup installs python3-numpy)"
@@ -42,4 +43,16 @@ expect_equal "h2o budget 0.3: the filler outscores the needle at every depth" \
 expect "passkey (text mode) through the GGUF file" 0 "" \
   "$AKV" -q evaluate --model "$M/retrieval.gguf" --task passkey --lengths 1024 --depths 0,0.5,1 --trials 1 --json -o "$TMP/gguf.json"
 expect_equal "GGUF, full cache: every passkey" "$(accuracy "$TMP/gguf.json" full)" "0:1 0.5:1 1:1"
+# RULER's needle tasks (noise, essay and needle haystacks; number and uuid values), the prompt
+# ending with the needle's own words: the full cache answers every one.
+expect "ruler needle tasks, answer prefix restate" 0 "" \
+  "$AKV" -q evaluate --model "$M" --task ruler --tasks niah_single_1,niah_single_3,niah_multikey_2,niah_multikey_3 \
+  --lengths 1024 --samples 2 --answer-prefix restate --answer-tokens 40 --json -o "$TMP/ruler.json"
+scores=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["format"], r["methods"][0]["method"], *[row[0] for row in r["methods"][0]["score"]])' "$TMP/ruler.json")
+expect_equal "ruler, full cache: every needle" "$scores" "akv-ruler full 100.0 100.0 100.0 100.0"
+expect_error "ruler: an unknown task is refused by name" 2 "--tasks = qa_1" \
+  "$AKV" -q evaluate --model "$M" --task ruler --tasks qa_1 --lengths 1024
+expect_error "ruler: a length too short for the task is refused" 2 "--lengths = 64" \
+  "$AKV" -q evaluate --model "$M" --task ruler --tasks cwe --lengths 64 -o "$TMP/short.txt"
+if [[ -e $TMP/short.txt ]]; then fail "no partial report"; else pass "no partial report"; fi
 finish

@@ -45,6 +45,18 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
   return json_text(passkey_part_json(r, pk.shard, run));
 }
 
+std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
+                      const ProgressFn& progress) {
+  if (!tok) throw UsageError("--task ruler needs a tokenizer (--tokenizer FILE or bytes, or one in the model)", {"", "--tokenizer"});
+  if (o.shard) throw UsageError("--task ruler is not shardable yet", {"", "--shard"});
+  RulerOptions ro = o.ruler_options;
+  ro.threads = o.ppl.threads;
+  ro.batch = o.ppl.batch;
+  ro.attention = o.ppl.attention;
+  const RulerReport r = evaluate_ruler(m, *tok, o.ppl.methods, ro, progress);
+  return format == ReportFormat::json ? json_text(r.to_json()) : format == ReportFormat::csv ? r.to_csv() : r.to_table();
+}
+
 std::string ppl_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
                     const ProgressFn& progress) {
   PplOptions po = o.ppl;
@@ -89,12 +101,13 @@ std::string ppl_run(const ModelRunOptions& o, const Model& m, const Tokenizer* t
 }  // namespace
 
 std::string evaluate_model(const ModelRunOptions& o, ReportFormat format, const ProgressFn& progress) {
-  if (o.tokens.empty() && o.text.empty() && !o.passkey) {
+  if (o.tokens.empty() && o.text.empty() && !o.passkey && !o.ruler) {
     throw UsageError("--model needs --tokens or --text", {"", "--tokens"});
   }
   const Model m = load_model(o.model, parse_weight_mode(o.weights));
   const std::unique_ptr<Tokenizer> tok =
-      o.passkey || !o.text.empty() ? find_tokenizer(o.tokenizer, o.model, m.config().tokenizer) : nullptr;
+      o.passkey || o.ruler || !o.text.empty() ? find_tokenizer(o.tokenizer, o.model, m.config().tokenizer) : nullptr;
+  if (o.ruler) return ruler_run(o, m, tok.get(), format, progress);
   return o.passkey ? passkey_run(o, m, tok.get(), format, progress) : ppl_run(o, m, tok.get(), format, progress);
 }
 

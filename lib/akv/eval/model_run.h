@@ -1,7 +1,7 @@
 #pragma once
 // `akv evaluate --model`: one run of a model from what the command line names (model, token or
 // text files, tokenizer, methods, shard) to the report's text: perplexity or passkey, whole or
-// one shard's part (docs/evaluate.md, docs/scale.md). The model file is opened once for its
+// one shard's part (docs/evaluate.md, docs/scale.md); or RULER's tasks (docs/ruler.md). The model file is opened once for its
 // weights and once more, for GGUF, for its vocabulary.
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include "akv/core/shard.h"
 #include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
+#include "akv/eval/ruler.h"
 #include "akv/model/tokenizer.h"
 
 namespace akv {
@@ -27,10 +28,12 @@ struct ModelRunOptions {
   std::string tokenizer;             // --tokenizer; empty: the model's own (find_tokenizer)
   std::string filler;                // passkey filler sequences (default: tokens)
   bool passkey = false;              // the passkey task instead of perplexity
+  bool ruler = false;                // RULER's synthetic tasks instead (needs a tokenizer; no shard)
   std::optional<Shard> shard;        // a part (JSON) of shard K/N instead of the report
   std::string attention = "exact";   // exact | int8
   PplOptions ppl;                    // methods, prefill, sequences, threads, batch, token block
   PasskeyOptions passkey_options;
+  RulerOptions ruler_options;
 };
 
 enum class ReportFormat { table, csv, json };

@@ -1,0 +1,162 @@
+#include "akv/eval/ruler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "akv/core/checked.h"
+#include "akv/core/errors.h"
+#include "akv/eval/lanes.h"
+
+namespace akv {
+
+double RulerReport::cell(std::size_t method, std::size_t task, std::size_t length) const {
+  const std::size_t first = (task * lengths.size() + length) * samples;
+  double s = 0.0;
+  for (std::size_t i = 0; i < samples; ++i) s += score[first + i][method];
+  return samples ? 100.0 * s / static_cast<double>(samples) : 0.0;
+}
+
+double RulerReport::average(std::size_t method) const {
+  double s = 0.0;
+  for (const auto& row : score) s += row[method];
+  return score.empty() ? 0.0 : 100.0 * s / static_cast<double>(score.size());
+}
+
+nlohmann::json RulerReport::to_json() const {
+  nlohmann::json j = {{"format", "akv-ruler"}, {"version", 1},         {"tasks", tasks},
+                      {"lengths", lengths},    {"samples", samples},   {"answer_prefix", prefix},
+                      {"metric", "string_match_all, percent"}};
+  nlohmann::json tokens = nlohmann::json::array();  // mean prompt tokens of each (task, length)
+  for (std::size_t t = 0; t < tasks.size(); ++t) {
+    nlohmann::json row = nlohmann::json::array();
+    for (std::size_t l = 0; l < lengths.size(); ++l) {
+      std::size_t s = 0;
+      for (std::size_t i = 0; i < samples; ++i) s += prompt_tokens[(t * lengths.size() + l) * samples + i];
+      row.push_back(samples ? static_cast<double>(s) / static_cast<double>(samples) : 0.0);
+    }
+    tokens.push_back(row);
+  }
+  j["prompt_tokens"] = tokens;
+  nlohmann::json ms = nlohmann::json::array();
+  for (std::size_t m = 0; m < specs.size(); ++m) {
+    nlohmann::json grid = nlohmann::json::array();
+    for (std::size_t t = 0; t < tasks.size(); ++t) {
+      nlohmann::json row = nlohmann::json::array();
+      for (std::size_t l = 0; l < lengths.size(); ++l) row.push_back(cell(m, t, l));
+      grid.push_back(row);
+    }
+    ms.push_back({{"method", specs[m]}, {"description", descriptions[m]}, {"score", grid}, {"average", average(m)}});
+  }
+  j["methods"] = ms;
+  return j;
+}
+
+std::string RulerReport::to_table() const {
+  std::string out = fmt::format(
+      "ruler ({} samples per cell, answer prefix {}): string_match_all in percent by task (rows) x prompt length "
+      "(columns)\n",
+      samples, prefix);
+  for (std::size_t m = 0; m < specs.size(); ++m) {
+    out += fmt::format("\n{} ({})\n{:<16}", specs[m], descriptions[m], "task");
+    for (std::size_t l : lengths) out += fmt::format(" {:>7}", l);
+    out += "\n";
+    for (std::size_t t = 0; t < tasks.size(); ++t) {
+      out += fmt::format("{:<16}", tasks[t]);
+      for (std::size_t l = 0; l < lengths.size(); ++l) out += fmt::format(" {:>7.1f}", cell(m, t, l));
+      out += "\n";
+    }
+    out += fmt::format("{:<16} {:>7.1f}\n", "average", average(m));
+  }
+  return out;
+}
+
+std::string RulerReport::to_csv() const {
+  std::string out = "method,task,length,samples,score\n";
+  for (std::size_t m = 0; m < specs.size(); ++m) {
+    for (std::size_t t = 0; t < tasks.size(); ++t) {
+      for (std::size_t l = 0; l < lengths.size(); ++l) {
+        out += fmt::format("{},{},{},{},{}\n", specs[m], tasks[t], lengths[l], samples, format_number(cell(m, t, l)));
+      }
+    }
+  }
+  return out;
+}
+
+RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::vector<PplMethod>& given,
+                           const RulerOptions& o, const ProgressFn& progress) {
+  const ModelConfig& c = model.config();
+  std::vector<PplMethod> methods = given;
+  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{kFullMethod, std::nullopt});
+  if (tok.vocab_size() > c.vocab_size) {
+    throw InvalidInput("tokenizer has more pieces (" + std::to_string(tok.vocab_size()) +
+                           ") than the model's vocabulary (" + std::to_string(c.vocab_size) + ")",
+                       {tok.path(), "vocab_size", std::to_string(tok.vocab_size())});
+  }
+  RulerReport r;
+  std::vector<const RulerTask*> tasks;
+  if (o.tasks.empty()) {
+    for (const RulerTask& t : ruler_tasks()) tasks.push_back(&t);
+  } else {
+    for (const std::string& name : o.tasks) tasks.push_back(&ruler_task(name));
+  }
+  for (const RulerTask* t : tasks) r.tasks.push_back(t->name);
+  for (const auto& m : methods) {
+    r.specs.push_back(m.spec);
+    r.descriptions.push_back(m.params ? describe(*m.params) + (o.attention == AttentionMode::int8 ? "; int8 attention" : "")
+                                      : "f32 K/V (reference)");
+  }
+  r.lengths = o.lengths;
+  r.samples = o.samples;
+  r.prefix = answer_prefix_name(o.prefix);
+  auto answer_tokens = [&](std::size_t t) { return o.answer_tokens ? o.answer_tokens : tasks[t]->answer_tokens; };
+  for (std::size_t t = 0; t < tasks.size(); ++t) {
+    for (std::size_t len : o.lengths) {
+      if (len > c.seq_len || answer_tokens(t) > c.seq_len - len) {
+        throw InvalidInput("prompt plus answer longer than the model's context (seq_len " + std::to_string(c.seq_len) + ")",
+                           {"", "--lengths", std::to_string(len)});
+      }
+    }
+  }
+  const std::size_t total = checked_product({tasks.size(), o.lengths.size(), o.samples}, {"", "--samples", std::to_string(o.samples)});
+  // Grid order: task, length, sample. Every (task, length) builds its first sample before any
+  // work, so that a length too short for a task fails at once.
+  auto sample = [&](std::size_t j) {
+    const std::size_t t = j / (o.samples * o.lengths.size()), l = j / o.samples % o.lengths.size();
+    return make_ruler_sample(tok, *tasks[t], o.lengths[l], j % o.samples, o.seed, o.prefix);
+  };
+  if (o.samples) {
+    for (std::size_t j = 0; j < total; j += o.samples) sample(j);
+  }
+  r.score.assign(total, std::vector<double>(methods.size(), 0.0));
+  r.prompt_tokens.assign(total, 0);
+  std::vector<std::optional<CompressParams>> params;
+  for (const auto& m : methods) params.push_back(m.params);
+  std::size_t longest = 0;
+  for (std::size_t t = 0; t < tasks.size(); ++t) {
+    for (std::size_t len : o.lengths) longest = std::max(longest, len + answer_tokens(t));
+  }
+  const std::size_t batch = resolve_batch(o.batch, total, methods.size(), c, longest);
+  for (std::size_t b0 = 0; b0 < total; b0 += batch) {
+    const std::size_t nb = std::min(batch, total - b0);
+    std::vector<RulerSample> jobs;
+    std::vector<std::vector<std::int32_t>> prompts(nb);
+    std::vector<std::size_t> n(nb);
+    for (std::size_t i = 0; i < nb; ++i) {
+      jobs.push_back(sample(b0 + i));
+      prompts[i] = jobs[i].tokens;
+      n[i] = answer_tokens((b0 + i) / (o.samples * o.lengths.size()));
+      r.prompt_tokens[b0 + i] = prompts[i].size();
+    }
+    const Continuations out = continue_lanes(model, prompts, n, params, o.threads, o.attention, nullptr);
+    for (std::size_t i = 0; i < nb; ++i) {
+      for (std::size_t m = 0; m < methods.size(); ++m) {
+        r.score[b0 + i][m] = ruler_score(tok.decode(out.tokens[i * methods.size() + m]), jobs[i].expected);
+      }
+    }
+    if (progress) progress(b0 + nb, total);
+  }
+  return r;
+}
+
+}  // namespace akv
