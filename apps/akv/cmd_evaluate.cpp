@@ -21,6 +21,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     ModelRunOptions mo;  // --model: the flags go straight into it, but for these
     std::size_t prefill = 0;
     std::string batch = "auto", token_block = "auto", task = "ppl", shard, answer_prefix = "ruler";
+    std::vector<double> ratios;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -92,7 +93,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str()->check(CLI::IsMember({"ppl", "passkey", "ruler"}));
   add_passkey_flags(sub, opt->mo.passkey_options, opt->mo.filler);
   CLI::Option* lengths = sub->get_option("--lengths");
-  add_ruler_flags(sub, opt->mo.ruler_options, opt->answer_prefix);
+  add_ruler_flags(sub, opt->mo.ruler_options, opt->answer_prefix, opt->ratios);
   text->excludes(sub->get_option("--tokens"));
   dump->excludes(model);
   cache->excludes(model);
@@ -109,6 +110,12 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     ProgressBar bar("evaluate", !global.quiet);
     if (!opt->mo.model.empty()) {
       ModelRunOptions& mo = opt->mo;
+      if (!opt->ratios.empty()) {
+        if (opt->task != "ruler") throw UsageError("--ratios needs --task ruler", {"", "--ratios"});
+        mo.ruler_options.ratio_specs = expand_ratios(mo.methods, opt->ratios);
+        mo.methods.clear();
+        for (const RatioSpec& r : mo.ruler_options.ratio_specs) mo.methods.push_back(r.spec);
+      }
       mo.ppl.methods = resolve_methods(mo.methods);
       std::vector<std::string> inputs = model_run_inputs(mo.model, mo.ppl.methods);
       inputs.insert(inputs.end(), {mo.tokens, mo.text, mo.filler, mo.tokenizer});

@@ -54,7 +54,7 @@ inline void add_passkey_flags(CLI::App* sub, PasskeyOptions& pk, std::string& fi
 }
 
 // RULER's flags (evaluate --task ruler); --lengths and --seed are the passkey flags'.
-inline void add_ruler_flags(CLI::App* sub, RulerOptions& ro, std::string& prefix) {
+inline void add_ruler_flags(CLI::App* sub, RulerOptions& ro, std::string& prefix, std::vector<double>& ratios) {
   sub->add_option("--tasks", ro.tasks,
                   "Ruler: tasks, comma-separated (default all): niah_single_1, niah_single_2, niah_single_3, "
                   "niah_multikey_1, niah_multikey_2, niah_multikey_3, niah_multivalue, niah_multiquery, vt, cwe, fwe "
@@ -70,6 +70,15 @@ inline void add_ruler_flags(CLI::App* sub, RulerOptions& ro, std::string& prefix
   sub->add_option("--answer-tokens", ro.answer_tokens,
                   "Ruler: greedy tokens decoded per answer (0 = RULER's per task: 128 for niah, 30 vt, 120 cwe, 50 fwe)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 16));
+  sub->add_option("--ratios", ratios,
+                  "Ruler: compression ratios, comma-separated (e.g. 0.25,0.5,0.75,0.875): every eviction method "
+                  "given without a budget runs at budget 1 - r for each (kvpress's ratio: the fraction of the "
+                  "context's tokens removed), all from one prefill per sample; the report leads with a leaderboard "
+                  "of method x ratio")
+      ->delimiter(',');
+  sub->add_flag("--query-aware", ro.query_aware,
+                "Ruler: the caches ingest the whole prompt, question included (default: the context alone, the "
+                "question then decoded through the compressed cache, as kvpress's default)");
 }
 
 }  // namespace akv::cli

@@ -50,6 +50,17 @@ expect "ruler needle tasks, answer prefix restate" 0 "" \
   --lengths 1024 --samples 2 --answer-prefix restate --answer-tokens 40 --json -o "$TMP/ruler.json"
 scores=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["format"], r["methods"][0]["method"], *[row[0] for row in r["methods"][0]["score"]])' "$TMP/ruler.json")
 expect_equal "ruler, full cache: every needle" "$scores" "akv-ruler full 100.0 100.0 100.0 100.0"
+expect "ruler --ratios: eviction methods at budget 1 - ratio, a leaderboard" 0 "leaderboard" \
+  "$AKV" -q evaluate --model "$M" --task ruler --tasks niah_single_1 --lengths 1024 --samples 1 --answer-tokens 12 \
+  --answer-prefix restate --methods streamingllm,kivi-2 --ratios 0.5,0.75
+ratios=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(*[m["ratio"] for m in r["methods"]])' \
+  <("$AKV" -q evaluate --model "$M" --task ruler --tasks niah_single_1 --lengths 1024 --samples 1 --answer-tokens 12 \
+    --methods streamingllm,kivi-2 --ratios 0.5,0.75 --json))
+expect_equal "ruler --ratios: methods and ratios in the JSON" "$ratios" "None 0.5 0.75 None"
+expect_error "--ratios needs --task ruler" 1 "--ratios" \
+  "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --methods snapkv --ratios 0.5
+expect_error "a ratio of 1 is refused" 2 "--ratios = 1" \
+  "$AKV" -q evaluate --model "$M" --task ruler --lengths 1024 --methods snapkv --ratios 1
 expect_error "ruler: an unknown task is refused by name" 2 "--tasks = qa_1" \
   "$AKV" -q evaluate --model "$M" --task ruler --tasks qa_1 --lengths 1024
 expect_error "ruler: a length too short for the task is refused" 2 "--lengths = 64" \

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "akv/core/parallel.h"
+#include "akv/eval/batch.h"
 #include "akv/eval/token_metrics.h"
 
 namespace akv {
@@ -73,13 +74,38 @@ void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::si
 
 Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                              const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
-                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced) {
+                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced,
+                             const std::vector<std::vector<std::int32_t>>* question) {
   const ModelConfig& c = model.config();
   const std::size_t n_methods = methods.size();
+  const auto asked = [&](std::size_t p) { return question ? (*question)[p].size() : std::size_t{0}; };
   std::size_t longest = 0;
-  for (std::size_t p = 0; p < prompts.size(); ++p) longest = std::max(longest, prompts[p].size() + n[p]);
+  for (std::size_t p = 0; p < prompts.size(); ++p) longest = std::max(longest, prompts[p].size() + asked(p) + n[p]);
   PromptLanes start = prefill_lanes(model, prompts, methods, longest, threads);
   std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
+  // The logits before step 0 of each lane: after its prompt, or after its question decoded
+  // through the lane's cache (known tokens, several a call).
+  std::vector<const float*> first(caches.size());
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) first[lane] = start.last_logits[lane / n_methods].data();
+  std::vector<std::vector<float>> after_question(question ? caches.size() : 0);
+  if (question) {
+    std::vector<DecodeLane> lanes(caches.size());
+    for (std::size_t lane = 0; lane < caches.size(); ++lane) {
+      const std::size_t p = lane / n_methods;
+      lanes[lane] = {caches[lane].get(), prompts[p].size(), asked(p), (*question)[p].data(), nullptr};
+    }
+    run_lanes(
+        model, lanes, kTokenBlockMax, [](std::size_t, std::size_t) { return std::int32_t{0}; },
+        [&](const std::vector<LaneRows>& rows, const RowMatrix& logits) {
+          for (const LaneRows& r : rows) {
+            if (r.step + r.n < lanes[r.lane].steps) continue;
+            const auto last = logits.row(static_cast<Eigen::Index>(r.row + r.n - 1));
+            after_question[r.lane].assign(last.data(), last.data() + last.size());
+            first[r.lane] = after_question[r.lane].data();
+          }
+        },
+        threads, attention);
+  }
   Continuations out;
   out.tokens.resize(caches.size());
   out.logprob.assign(caches.size(), 0.0);
@@ -92,13 +118,14 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
     }
     t.push_back(argmax_token(logits, c.vocab_size));
   };
-  for (std::size_t lane = 0; lane < caches.size(); ++lane) take(lane, start.last_logits[lane / n_methods].data());
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) take(lane, first[lane]);
   // Step k (k >= 1) of lane (p, m) feeds forced[p][k - 1], or its step k - 1 argmax, at position
-  // |prompt p| + k - 1.
+  // |prompt p| + |question p| + k - 1.
   std::vector<DecodeLane> lanes(caches.size());
   for (std::size_t lane = 0; lane < caches.size(); ++lane) {
     const std::size_t p = lane / n_methods;
-    lanes[lane] = {caches[lane].get(), prompts[p].size(), std::max<std::size_t>(n[p], 1) - 1, forced ? (*forced)[p].data() : nullptr, nullptr};
+    lanes[lane] = {caches[lane].get(), prompts[p].size() + asked(p), std::max<std::size_t>(n[p], 1) - 1,
+                   forced ? (*forced)[p].data() : nullptr, nullptr};
   }
   run_lanes(
       model, lanes, 1, [&](std::size_t lane, std::size_t) { return out.tokens[lane].back(); },
@@ -108,6 +135,5 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
       threads, attention);
   return out;
 }
-
 
 }  // namespace akv

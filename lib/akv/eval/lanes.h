@@ -62,7 +62,9 @@ void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::si
 // lane sums log p(forced[p][k]) of every step k < n[p]; the argmax tokens are still recorded,
 // so they equal the greedy ones up to the first argmax that differs from forced[p]. Every step
 // decodes all unfinished lanes in one run_lanes call; each lane's tokens equal a lane decoded
-// alone.
+// alone. With `question`, each cache ingests prompt p alone (a method compresses it without
+// seeing the question: the query-agnostic protocol of kvpress), then question[p] is decoded
+// through it (its tokens stay as the cache keeps decoded tokens) before the continuation.
 struct Continuations {
   std::vector<std::vector<std::int32_t>> tokens;  // [lane]: the argmax of every step
   std::vector<double> logprob;                    // [lane]: with forced, the summed log-probabilities
@@ -70,6 +72,7 @@ struct Continuations {
 
 Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                              const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
-                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced);
+                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced,
+                             const std::vector<std::vector<std::int32_t>>* question = nullptr);
 
 }  // namespace akv

@@ -11,6 +11,7 @@
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
 #include "akv/io/token_file.h"
+#include "akv/method/registry.h"
 #include "akv/model/hf.h"
 
 namespace akv {
@@ -117,6 +118,24 @@ std::vector<PplMethod> resolve_methods(const std::vector<std::string>& specs) {
     if (spec != kFullMethod) methods.push_back({spec, resolve_method_spec(spec)});
   }
   return methods;
+}
+
+std::vector<RatioSpec> expand_ratios(const std::vector<std::string>& specs, const std::vector<double>& ratios) {
+  for (double r : ratios) {
+    if (!(r >= 0.0 && r < 1.0)) throw InvalidInput("a compression ratio must be in [0, 1)", {"", "--ratios", format_number(r)});
+  }
+  std::vector<RatioSpec> out;
+  for (const std::string& spec : specs) {
+    const MethodInfo* info = find_method(spec.substr(0, spec.find(':')));
+    bool has_budget = false;
+    for (const char* key : {":budget=", ":budget-tokens=", ":budgets="}) has_budget = has_budget || spec.find(key) != std::string::npos;
+    if (!info || info->kind != MethodKind::eviction || has_budget || ratios.empty()) {
+      out.push_back({spec, spec, std::nullopt});
+      continue;
+    }
+    for (double r : ratios) out.push_back({spec + ":budget=" + format_number(1.0 - r), spec, r});
+  }
+  return out;
 }
 
 std::vector<std::string> model_run_inputs(const std::string& model_path, const std::vector<PplMethod>& methods) {

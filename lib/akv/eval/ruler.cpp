@@ -26,6 +26,7 @@ double RulerReport::average(std::size_t method) const {
 nlohmann::json RulerReport::to_json() const {
   nlohmann::json j = {{"format", "akv-ruler"}, {"version", 1},         {"tasks", tasks},
                       {"lengths", lengths},    {"samples", samples},   {"answer_prefix", prefix},
+                      {"question", query_aware ? "compressed with the context" : "decoded after compression"},
                       {"metric", "string_match_all, percent"}};
   nlohmann::json tokens = nlohmann::json::array();  // mean prompt tokens of each (task, length)
   for (std::size_t t = 0; t < tasks.size(); ++t) {
@@ -46,17 +47,52 @@ nlohmann::json RulerReport::to_json() const {
       for (std::size_t l = 0; l < lengths.size(); ++l) row.push_back(cell(m, t, l));
       grid.push_back(row);
     }
-    ms.push_back({{"method", specs[m]}, {"description", descriptions[m]}, {"score", grid}, {"average", average(m)}});
+    ms.push_back({{"method", specs[m]},
+                  {"base", bases[m]},
+                  {"ratio", ratios[m] ? nlohmann::json(*ratios[m]) : nlohmann::json()},
+                  {"description", descriptions[m]},
+                  {"score", grid},
+                  {"average", average(m)}});
   }
   j["methods"] = ms;
   return j;
 }
 
+std::string RulerReport::leaderboard() const {
+  std::vector<double> columns;
+  std::vector<std::string> rows;
+  for (std::size_t m = 0; m < specs.size(); ++m) {
+    if (ratios[m] && std::find(columns.begin(), columns.end(), *ratios[m]) == columns.end()) columns.push_back(*ratios[m]);
+    if (std::find(rows.begin(), rows.end(), bases[m]) == rows.end()) rows.push_back(bases[m]);
+  }
+  if (columns.empty()) return {};
+  std::sort(columns.begin(), columns.end());
+  std::size_t width = 16;
+  for (const std::string& b : rows) width = std::max(width, b.size());
+  std::string out = fmt::format("leaderboard: average score (percent, every task and length) by method (rows) x compression "
+                                "ratio (columns; none: a method without one)\n{:<{}} {:>7}", "method", width, "none");
+  for (double c : columns) out += fmt::format(" {:>7}", format_number(c));
+  out += "\n";
+  for (const std::string& b : rows) {
+    std::vector<std::string> cell(columns.size() + 1);
+    for (std::size_t m = 0; m < specs.size(); ++m) {
+      if (bases[m] != b) continue;
+      const std::size_t col = ratios[m] ? 1 + static_cast<std::size_t>(std::find(columns.begin(), columns.end(), *ratios[m]) - columns.begin()) : 0;
+      cell[col] = fmt::format("{:.1f}", average(m));
+    }
+    out += fmt::format("{:<{}}", b, width);
+    for (const std::string& c : cell) out += fmt::format(" {:>7}", c.empty() ? "-" : c);
+    out += "\n";
+  }
+  return out;
+}
+
 std::string RulerReport::to_table() const {
-  std::string out = fmt::format(
-      "ruler ({} samples per cell, answer prefix {}): string_match_all in percent by task (rows) x prompt length "
-      "(columns)\n",
-      samples, prefix);
+  std::string out = fmt::format("ruler: {} samples per cell, answer prefix {}, question {}; scores: RULER's string_match_all in percent\n\n",
+                                samples, prefix, query_aware ? "compressed with the context" : "decoded after compression");
+  const std::string board = leaderboard();
+  if (!board.empty()) out += board + "\n";
+  out += "by task (rows) x prompt length (columns):\n";
   for (std::size_t m = 0; m < specs.size(); ++m) {
     out += fmt::format("\n{} ({})\n{:<16}", specs[m], descriptions[m], "task");
     for (std::size_t l : lengths) out += fmt::format(" {:>7}", l);
@@ -72,11 +108,12 @@ std::string RulerReport::to_table() const {
 }
 
 std::string RulerReport::to_csv() const {
-  std::string out = "method,task,length,samples,score\n";
+  std::string out = "method,base,ratio,task,length,samples,score\n";
   for (std::size_t m = 0; m < specs.size(); ++m) {
     for (std::size_t t = 0; t < tasks.size(); ++t) {
       for (std::size_t l = 0; l < lengths.size(); ++l) {
-        out += fmt::format("{},{},{},{},{}\n", specs[m], tasks[t], lengths[l], samples, format_number(cell(m, t, l)));
+        out += fmt::format("{},{},{},{},{},{},{}\n", specs[m], bases[m], ratios[m] ? format_number(*ratios[m]) : "",
+                           tasks[t], lengths[l], samples, format_number(cell(m, t, l)));
       }
     }
   }
@@ -106,9 +143,17 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
     r.descriptions.push_back(m.params ? describe(*m.params) + (o.attention == AttentionMode::int8 ? "; int8 attention" : "")
                                       : "f32 K/V (reference)");
   }
+  r.bases = {kFullMethod};
+  r.ratios = {std::nullopt};
+  for (const PplMethod& m : given) {
+    const auto sweep = std::find_if(o.ratio_specs.begin(), o.ratio_specs.end(), [&](const RatioSpec& x) { return x.spec == m.spec; });
+    r.bases.push_back(sweep != o.ratio_specs.end() ? sweep->base : m.spec);
+    r.ratios.push_back(sweep != o.ratio_specs.end() ? sweep->ratio : std::nullopt);
+  }
   r.lengths = o.lengths;
   r.samples = o.samples;
   r.prefix = answer_prefix_name(o.prefix);
+  r.query_aware = o.query_aware;
   auto answer_tokens = [&](std::size_t t) { return o.answer_tokens ? o.answer_tokens : tasks[t]->answer_tokens; };
   for (std::size_t t = 0; t < tasks.size(); ++t) {
     for (std::size_t len : o.lengths) {
@@ -140,15 +185,21 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
   for (std::size_t b0 = 0; b0 < total; b0 += batch) {
     const std::size_t nb = std::min(batch, total - b0);
     std::vector<RulerSample> jobs;
-    std::vector<std::vector<std::int32_t>> prompts(nb);
+    std::vector<std::vector<std::int32_t>> prompts(nb), questions(nb);
     std::vector<std::size_t> n(nb);
     for (std::size_t i = 0; i < nb; ++i) {
       jobs.push_back(sample(b0 + i));
       prompts[i] = jobs[i].tokens;
+      if (!o.query_aware) {  // the context alone; the question goes through the compressed cache
+        const auto q = prompts[i].begin() + static_cast<std::ptrdiff_t>(jobs[i].question_pos);
+        questions[i].assign(q, prompts[i].end());
+        prompts[i].erase(q, prompts[i].end());
+      }
       n[i] = answer_tokens((b0 + i) / (o.samples * o.lengths.size()));
-      r.prompt_tokens[b0 + i] = prompts[i].size();
+      r.prompt_tokens[b0 + i] = jobs[i].tokens.size();
     }
-    const Continuations out = continue_lanes(model, prompts, n, params, o.threads, o.attention, nullptr);
+    const Continuations out = continue_lanes(model, prompts, n, params, o.threads, o.attention, nullptr,
+                                               o.query_aware ? nullptr : &questions);
     for (std::size_t i = 0; i < nb; ++i) {
       for (std::size_t m = 0; m < methods.size(); ++m) {
         r.score[b0 + i][m] = ruler_score(tok.decode(out.tokens[i * methods.size() + m]), jobs[i].expected);

@@ -5,6 +5,7 @@
 // sample is RULER's string_match_all (the fraction of the reference answers found in the decoded
 // answer, case-insensitive), reported in percent as RULER does (docs/ruler.md).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,13 @@
 
 namespace akv {
 
+// A method of a ratio sweep: its spec, the spec it was expanded from, and the compression ratio
+// (nullopt: a method without one, such as a quantizer, or a budget given in the spec).
+struct RatioSpec {
+  std::string spec, base;
+  std::optional<double> ratio;
+};
+
 struct RulerOptions {
   std::vector<std::string> tasks;           // empty: all of ruler_tasks()
   std::vector<std::size_t> lengths = {4096};  // prompt tokens (at most)
@@ -24,6 +32,12 @@ struct RulerOptions {
   std::uint64_t seed = 1;
   std::size_t answer_tokens = 0;            // greedy tokens per answer; 0: the task's (RULER's)
   AnswerPrefix prefix = AnswerPrefix::ruler;
+  // false (kvpress's default): each cache ingests the context alone and the question is decoded
+  // through the compressed cache; true: the whole prompt, question included, is ingested.
+  bool query_aware = false;
+  // The methods of a --ratios sweep (expand_ratios), found by spec: a method among them has their
+  // base and ratio; any other is its own base, without a ratio.
+  std::vector<RatioSpec> ratio_specs;
   int threads = 1;
   std::size_t batch = kBatchAuto;  // prompts decoded together: see PplOptions::batch
   AttentionMode attention = AttentionMode::exact;
@@ -31,10 +45,13 @@ struct RulerOptions {
 
 struct RulerReport {
   std::vector<std::string> specs, descriptions;  // methods, the full cache first
+  std::vector<std::string> bases;                // [method]: the spec a --ratios sweep expanded
+  std::vector<std::optional<double>> ratios;     // [method]: its compression ratio, if any
   std::vector<std::string> tasks;
   std::vector<std::size_t> lengths;
   std::size_t samples = 0;
   std::string prefix;                            // answer prefix: ruler | restate
+  bool query_aware = false;
   // score[sample][method] in [0, 1], samples in grid order (task, length, sample).
   std::vector<std::vector<double>> score;
   std::vector<std::size_t> prompt_tokens;        // [sample]: the prompt's length
@@ -42,6 +59,8 @@ struct RulerReport {
   double cell(std::size_t method, std::size_t task, std::size_t length) const;
   double average(std::size_t method) const;
   nlohmann::json to_json() const;
+  // With ratios: the average of each base (rows) at each ratio (columns); empty otherwise.
+  std::string leaderboard() const;
   std::string to_table() const;
   std::string to_csv() const;
 };

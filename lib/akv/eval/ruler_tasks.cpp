@@ -142,6 +142,7 @@ RulerSample haystack_prompt(const Pieces& p, const std::string& task, const std:
     }
     if (i < segs.size()) append(out.tokens, segs[i]);
   }
+  out.question_pos = out.tokens.size();
   append(out.tokens, t);
   out.expected = std::move(expected);
   return out;
@@ -302,6 +303,7 @@ RulerSample cwe_sample(const Pieces& p, std::size_t length, Rng& rng) {
   append(out.tokens, h);
   out.needle_pos = out.tokens.size();
   append(out.tokens, list);
+  out.question_pos = out.tokens.size();
   append(out.tokens, t);
   out.expected = common;
   return out;
@@ -359,6 +361,7 @@ RulerSample fwe_sample(const Pieces& p, std::size_t length, Rng& rng) {
   append(out.tokens, h);
   out.needle_pos = out.tokens.size();
   for (std::size_t w : words) append(out.tokens, p.encode(" " + vocab[w]));
+  out.question_pos = out.tokens.size();
   append(out.tokens, t);
   out.expected = {vocab[1], vocab[2], vocab[3]};
   return out;

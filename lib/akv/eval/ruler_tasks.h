@@ -36,6 +36,7 @@ struct RulerSample {
   std::vector<std::int32_t> tokens;   // the prompt: at most `length` tokens, BOS first when the tokenizer has one
   std::vector<std::string> expected;  // the reference answers
   std::size_t needle_pos = 0;         // token position of the first needle (statement, list), for reports
+  std::size_t question_pos = 0;       // where the question (and the answer prefix) begins: the context ends
 };
 
 // Sample `index` of `task` at `length` prompt tokens, deterministic in (seed, task, length,

@@ -1,0 +1,96 @@
+// RULER runs through a model (stories260K with the byte tokenizer: the answers mean nothing, the
+// plumbing is what is checked): a question decoded after the prompt continues as the whole
+// prompt does, reports are deterministic for any thread count and batch, and --ratios expands
+// eviction specs into budgets.
+#include <catch2/catch.hpp>
+
+#include "akv/core/errors.h"
+#include "akv/eval/lanes.h"
+#include "akv/eval/model_run.h"
+#include "akv/eval/ruler.h"
+#include "akv/method/params.h"
+#include "akv/model/llama2c.h"
+#include "test_util.h"
+
+using namespace akv;
+using akv::test::have_shared;
+using akv::test::shared_dir;
+
+TEST_CASE("expand_ratios: eviction specs without a budget, one per ratio", "[eval][ruler]") {
+  const auto r = expand_ratios({"snapkv", "kivi-2", "h2o:budget=0.3", "adakv:quant=k4v2", "full"}, {0.25, 0.875});
+  std::vector<std::string> specs;
+  for (const RatioSpec& s : r) specs.push_back(s.spec);
+  CHECK(specs == std::vector<std::string>{"snapkv:budget=0.75", "snapkv:budget=0.125", "kivi-2", "h2o:budget=0.3",
+                                          "adakv:quant=k4v2:budget=0.75", "adakv:quant=k4v2:budget=0.125", "full"});
+  CHECK(r[1].base == "snapkv");
+  CHECK(r[1].ratio == 0.875);
+  CHECK(!r[2].ratio);
+  CHECK(!r[3].ratio);
+  CHECK(r[3].base == "h2o:budget=0.3");
+  CHECK(expand_ratios({"snapkv"}, {}).at(0).spec == "snapkv");
+  CHECK_THROWS_WITH(expand_ratios({"snapkv"}, {1.0}), Catch::Contains("--ratios"));
+  CHECK_THROWS_AS(expand_ratios({"snapkv"}, {-0.1}), InvalidInput);
+}
+
+TEST_CASE("continue_lanes: a question decoded through the full cache continues as the whole prompt", "[eval][ruler]") {
+  if (!have_shared()) return;
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  std::vector<std::int32_t> prompt{1};
+  for (int i = 0; i < 90; ++i) prompt.push_back(3 + (i * 37) % 500);
+  const std::vector<std::int32_t> context(prompt.begin(), prompt.begin() + 70), question(prompt.begin() + 70, prompt.end());
+  const std::vector<std::optional<CompressParams>> full{std::nullopt};
+  const Continuations whole = continue_lanes(m, {prompt}, {8}, full, 2, AttentionMode::exact, nullptr);
+  const std::vector<std::vector<std::int32_t>> questions{question};
+  const Continuations split = continue_lanes(m, {context}, {8}, full, 2, AttentionMode::exact, nullptr, &questions);
+  CHECK(split.tokens == whole.tokens);
+  // Both are the argmax of one prefill over the prompt and its continuation.
+  std::vector<std::int32_t> ext = prompt;
+  ext.insert(ext.end(), whole.tokens[0].begin(), whole.tokens[0].end() - 1);
+  const PrefillResult r = m.prefill(ext, true);
+  for (std::size_t i = 0; i < whole.tokens[0].size(); ++i) {
+    Eigen::Index best;
+    r.logits.row(static_cast<Eigen::Index>(prompt.size() - 1 + i)).maxCoeff(&best);
+    CHECK(best == whole.tokens[0][i]);
+  }
+}
+
+TEST_CASE("evaluate_ruler: deterministic report of the requested shape, ratios labelled", "[eval][ruler]") {
+  if (!have_shared()) return;
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const Tokenizer tok = Tokenizer::bytes();
+  RulerOptions o;
+  o.tasks = {"niah_single_1", "niah_multikey_2", "vt"};
+  o.lengths = {420, 500};
+  o.samples = 2;
+  o.answer_tokens = 6;
+  o.threads = 2;
+  o.ratio_specs = expand_ratios({"streamingllm", "kivi-2"}, {0.5});
+  std::vector<PplMethod> methods;
+  for (const RatioSpec& s : o.ratio_specs) methods.push_back({s.spec, resolve_method_spec(s.spec)});
+  const RulerReport a = evaluate_ruler(m, tok, methods, o, {});
+  o.threads = 1;
+  o.batch = 1;
+  CHECK(evaluate_ruler(m, tok, methods, o, {}).to_json() == a.to_json());
+  REQUIRE(a.specs == std::vector<std::string>{"full", "streamingllm:budget=0.5", "kivi-2"});
+  CHECK(a.bases == std::vector<std::string>{"full", "streamingllm", "kivi-2"});
+  CHECK(a.ratios[1] == 0.5);
+  CHECK(!a.ratios[2]);
+  CHECK(a.score.size() == 3 * 2 * 2);
+  for (std::size_t n : a.prompt_tokens) CHECK((n <= 500 && n > 300));
+  const nlohmann::json j = a.to_json();
+  CHECK(j["format"] == "akv-ruler");
+  CHECK(j["methods"][1]["ratio"] == 0.5);
+  CHECK(j["methods"][2]["ratio"].is_null());
+  CHECK(j["methods"][0]["score"].size() == 3);
+  CHECK(j["methods"][0]["score"][0].size() == 2);
+  CHECK(a.to_table().find("leaderboard") != std::string::npos);
+  CHECK(a.to_csv().find("streamingllm:budget=0.5,streamingllm,0.5,vt,500,2,") != std::string::npos);
+  // Query-aware is another protocol: the same prompts, the question compressed with the context.
+  o.query_aware = true;
+  const RulerReport b = evaluate_ruler(m, tok, methods, o, {});
+  CHECK(b.prompt_tokens == a.prompt_tokens);
+  CHECK(b.to_json()["question"] != j["question"]);
+  // A length the model cannot hold is refused before any work.
+  o.lengths = {600};
+  CHECK_THROWS_WITH(evaluate_ruler(m, tok, methods, o, {}), Catch::Contains("--lengths"));
+}
