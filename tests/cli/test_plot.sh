@@ -57,6 +57,24 @@ if grep -q "streamingllm:sinks=8" "$o/sweep.svg" && grep -q "kivi-2" "$o/sweep.s
 else
   fail "budget figure: a line per eviction method, the quantizer as a bar"
 fi
+# RULER: score against ratio, a line per base method of the sweep, methods without a ratio as
+# horizontal lines; every method x task in the heatmap.
+"$PY" - "$TMP/ruler.json" <<'PY'
+import json, sys
+rows = [("full", "full", None, 100.0), ("kivi-2", "kivi-2", None, 98.0)]
+rows += [(f"snapkv:budget={1 - r:g}", "snapkv", r, 90 - 60 * r) for r in (0.25, 0.5, 0.875)]
+rows += [(f"h2o:budget={1 - r:g}", "h2o", r, 70 - 60 * r) for r in (0.25, 0.5, 0.875)]
+json.dump({"format": "akv-ruler", "version": 1, "tasks": ["niah_single_1", "vt"], "lengths": [4096, 8192], "samples": 2,
+           "question": "decoded after compression",
+           "methods": [{"method": m, "base": b, "ratio": r, "average": a, "score": [[a, a], [a, a]]} for m, b, r, a in rows]},
+          open(sys.argv[1], "w"))
+PY
+plot_ok "ruler score against ratio (ruler)" "$o/ruler.svg" "$TMP/ruler.json"
+if grep -q "h2o:budget=0.125" "$o/ruler.svg" && grep -q "niah_single_1" "$o/ruler.svg" && grep -q "kivi-2" "$o/ruler.svg"; then
+  pass "ruler figure: the sweep's lines, the quantizer, every task"
+else
+  fail "ruler figure: the sweep's lines, the quantizer, every task"
+fi
 # A 30 x 30 grid: no accuracy written in each cell (900 labels took minutes at 300 x 300), at
 # most 12 ticks per axis; the 3 x 3 grid above keeps its labels.
 "$PY" - "$TMP/grid30.json" <<'PY'
@@ -80,15 +98,15 @@ plot_ok "calibrated bits per head" "$o/calib.svg" "$FX/calibration.json" --kind 
 run "${PLOT[@]}" "$IN/perplexity.json" -o "$o/again.png"
 if cmp -s "$o/ppl.png" "$o/again.png"; then pass "same input, same PNG bytes"; else fail "same input, same PNG bytes"; fi
 
-cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/sweep.json" "$TMP/figs/"
+cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/sweep.json" "$TMP/ruler.json" "$TMP/figs/"
 # A result of a known format with fields of the wrong type: listed as not plotted, not fatal.
 printf '{"format": "akv-perplexity", "version": 1, "methods": 7}' >"$TMP/figs/zz-malformed.json"
 run "${PLOT[@]}" report "$TMP/figs" -o "$TMP/report.html"
 n=$(grep -o "<svg" "$TMP/report.html" | wc -l)
-if [[ $rc -eq 0 && $n -eq 9 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
+if [[ $rc -eq 0 && $n -eq 10 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
    grep -q "zz-malformed.json: malformed" "$TMP/report.html" &&
    grep -q "perplexity.json: tiers" "$TMP/report.html" && grep -q "sweep.json: budget" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
-  pass "report: 9 inline figures (tiers and budget included), akv-synth and a malformed result listed as not plotted, no network"
+  pass "report: 10 inline figures (tiers, budget and ruler included), akv-synth and a malformed result listed as not plotted, no network"
 else
   fail "report: exit $rc, $n figures; stderr: $(head -c 300 "$TMP/err")"
 fi
