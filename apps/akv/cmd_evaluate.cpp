@@ -2,6 +2,8 @@
 // perplexity or passkey of cache methods inside a model (eval/model_run.h).
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/eval/batch.h"
@@ -78,6 +80,11 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "(packed 2- and 4-bit rows through 8-bit integer loops: query x key codes, probabilities x "
                   "value codes; other rows stay exact; error and speed in docs/attention.md)")
       ->capture_default_str()->check(CLI::IsMember({"exact", "int8"}));
+  sub->add_option("--max-context", opt->mo.max_context,
+                  "With --model: refuse a run that reaches past this many positions (0 = no limit: a run past the "
+                  "model's trained context goes on with a warning on stderr and \"context\": {\"past_trained\": true} "
+                  "in the JSON, as llama.cpp runs past it; a sliding-window model never runs past its window)")
+      ->capture_default_str();
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
   sub->add_option("--sequences", opt->mo.ppl.max_sequences, "With --model: evaluate the first N sequences (0 = all)")
@@ -130,6 +137,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       if (!opt->shard.empty()) mo.shard = parse_shard(opt->shard);
       if (opt->prefill) mo.ppl.prefill = opt->prefill;
       mo.ppl.threads = global.threads;
+      mo.warn = [](const std::string& message) { fmt::print(stderr, "akv: warning: {}\n", message); };
       mo.ppl.batch = parse_batch(opt->batch);
       mo.ppl.token_block = parse_token_block(opt->token_block);
       mo.ppl.attention = parse_attention_mode(mo.attention);

@@ -138,8 +138,10 @@ expect_error "streaming eviction with quantization" 1 "--quant" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods h2o:budget=0.5:quant=kivi-2 -o "$o/e.txt"
 expect_error "passkey length too short" 2 "--lengths = 10" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 10 -o "$o/e.txt"
-expect_error "passkey beyond the context" 2 "--lengths = 510" \
-  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 510 -o "$o/e.txt"
+expect_error "passkey beyond --max-context" 2 "model's context \(seq_len 512\).*--lengths = 510" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 510 --max-context 512 -o "$o/e.txt"
+expect_error "ruler beyond --max-context" 2 "position limit \(1000, --max-context\).*--lengths = 990" \
+  "$AKV" evaluate -q --model "$M" --tokenizer bytes --task ruler --tasks niah_single_1 --lengths 990 --max-context 1000 -o "$o/e.txt"
 if [[ -f $SHARED/models/llama2-tokenizer.model ]]; then
   expect_error "tokenizer larger than the model vocabulary" 2 "vocab_size = 32000" \
     "$AKV" evaluate -q --model "$M" --task passkey --tokenizer "$SHARED/models/llama2-tokenizer.model" -o "$o/e.txt"
@@ -147,4 +149,15 @@ fi
 expect_error "tokenizer file not SentencePiece" 2 "not a SentencePiece model" \
   "$AKV" evaluate -q --model "$M" --task passkey --tokenizer "$T" -o "$o/e.txt"
 expect_empty_dir "no output after errors" "$o"
+# Past the trained context (512): the run goes on, as llama.cpp's, with one warning and the JSON's
+# "context" field.
+expect "passkey past the trained context" 0 "" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 600 --depths 0.5 --trials 1 --methods kivi-2 \
+  --json -o "$TMP/past.json"
+if [[ $(grep -c "akv: warning: the run reaches position 604, past the model's trained context (seq_len 512)" "$TMP/err") == 1 ]] &&
+   "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1]))["context"]; sys.exit(0 if c == {"trained": 512, "longest": 604, "past_trained": True} else 1)' "$TMP/past.json"; then
+  pass "past the trained context: one warning, the JSON says so"
+else
+  fail "past the trained context: one warning, the JSON says so: $(head -c 300 "$TMP/err")"
+fi
 finish

@@ -111,6 +111,25 @@ TEST_CASE("stories260K: prefill and decode logits match llama2.c", "[model]") {
   CHECK(max_decode <= 1e-4);
 }
 
+TEST_CASE("position limit: the trained context by default, moved by set_position_limit", "[model]") {
+  if (!have_shared()) return;
+  Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  REQUIRE(m.config().seq_len == 512);
+  CHECK(m.position_limit() == 512);
+  const std::vector<std::int32_t> tokens(530, 5);
+  CHECK_THROWS_WITH(m.prefill(tokens, false), Catch::Contains("the model's context (seq_len 512)"));
+  m.set_position_limit(600);  // past the trained context: RoPE goes on, as llama.cpp's
+  const PrefillResult pre = m.prefill(tokens, false);
+  CHECK(pre.logits.allFinite());
+  FullCache cache(5, 4, 8);
+  for (std::size_t p = 0; p < 530; ++p) m.decode(tokens[p], p, cache);
+  m.set_position_limit(520);
+  CHECK_THROWS_WITH(m.prefill(tokens, false), Catch::Contains("position limit (520, --max-context)"));
+  FullCache again(5, 4, 8);
+  for (std::size_t p = 0; p < 520; ++p) m.decode(tokens[p], p, again);
+  CHECK_THROWS_WITH(m.decode(5, 520, again), Catch::Contains("pos = 520"));
+}
+
 TEST_CASE("stories260K: full-cache perplexity over the 64 samples is 15.8769", "[model]") {
   if (!have_shared()) {
     WARN("skipped: shared data not found");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <memory>
 
 #include "akv/core/errors.h"
@@ -19,6 +20,28 @@ namespace {
 
 nlohmann::json file_input(const std::string& path) { return {{"path", path}, {"hash", file_hash(path)}}; }
 
+std::size_t saturating_add(std::size_t a, std::size_t b) {
+  return a > std::numeric_limits<std::size_t>::max() - b ? std::numeric_limits<std::size_t>::max() : a + b;
+}
+
+// A run whose sequences reach `longest` positions: a warning when that passes the model's trained
+// context, and the report's "context" field.
+nlohmann::json check_context(const ModelRunOptions& o, const Model& m, std::size_t longest) {
+  const std::size_t trained = m.config().seq_len;
+  if (longest > trained && longest <= m.position_limit() && longest != std::numeric_limits<std::size_t>::max() && o.warn) {
+    o.warn("the run reaches position " + std::to_string(longest) + ", past the model's trained context (seq_len " +
+           std::to_string(trained) + "): positions beyond it get RoPE angles the model never saw (--max-context " +
+           std::to_string(trained) + " refuses such runs)");
+  }
+  return {{"trained", trained}, {"longest", longest}, {"past_trained", longest > trained}};
+}
+
+// The report's JSON with its "context" field.
+std::string with_context(nlohmann::json j, const nlohmann::json& context) {
+  j["context"] = context;
+  return json_text(j);
+}
+
 std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
                         const ProgressFn& progress) {
   PasskeyOptions pk = o.passkey_options;
@@ -32,8 +55,11 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
     m.check_tokens(filler, filler_file);
   }
   if (o.shard) pk.shard = *o.shard;
+  std::size_t longest = 0;
+  for (std::size_t len : pk.lengths) longest = std::max(longest, saturating_add(len, tok ? pk.answer_tokens : pk.key_tokens));
+  const nlohmann::json context = check_context(o, m, longest);
   const PasskeyReport r = evaluate_passkey(m, filler, o.ppl.methods, pk, progress, tok);
-  if (!o.shard) return format == ReportFormat::json ? json_text(r.to_json()) : r.to_table();
+  if (!o.shard) return format == ReportFormat::json ? with_context(r.to_json(), context) : r.to_table();
   PplRun run;
   run.inputs["model"] = {{"path", o.model}, {"hash", path_hash(o.model)}};
   if (tok) {
@@ -54,8 +80,21 @@ std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer*
   ro.threads = o.ppl.threads;
   ro.batch = o.ppl.batch;
   ro.attention = o.ppl.attention;
+  std::size_t longest = 0;
+  std::vector<std::string> names = ro.tasks;
+  if (names.empty()) {
+    for (const RulerTask& t : ruler_tasks()) names.push_back(t.name);
+  }
+  for (std::size_t len : ro.lengths) {
+    for (const std::string& t : names) {
+      longest = std::max(longest, saturating_add(len, ro.answer_tokens ? ro.answer_tokens : ruler_task(t).answer_tokens));
+    }
+  }
+  const nlohmann::json context = check_context(o, m, longest);
   const RulerReport r = evaluate_ruler(m, *tok, o.ppl.methods, ro, progress);
-  return format == ReportFormat::json ? json_text(r.to_json()) : format == ReportFormat::csv ? r.to_csv() : r.to_table();
+  return format == ReportFormat::json  ? with_context(r.to_json(), context)
+         : format == ReportFormat::csv ? r.to_csv()
+                                       : r.to_table();
 }
 
 std::string ppl_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
@@ -71,9 +110,14 @@ std::string ppl_run(const ModelRunOptions& o, const Model& m, const Tokenizer* t
     seqs = read_token_file(o.tokens);
   }
   m.check_tokens(seqs, source);
+  std::size_t longest = 0;
+  for (std::size_t i = 0; i < seqs.size() && (!po.max_sequences || i < po.max_sequences); ++i) {
+    longest = std::max(longest, seqs[i].size());
+  }
+  const nlohmann::json context = check_context(o, m, longest);
   if (!o.shard) {
     const PplReport r = evaluate_perplexity(m, seqs, po, progress);
-    return format == ReportFormat::json  ? json_text(r.to_json())
+    return format == ReportFormat::json  ? with_context(r.to_json(), context)
            : format == ReportFormat::csv ? r.to_csv()
                                          : r.to_table();
   }
@@ -105,7 +149,8 @@ std::string evaluate_model(const ModelRunOptions& o, ReportFormat format, const 
   if (o.tokens.empty() && o.text.empty() && !o.passkey && !o.ruler) {
     throw UsageError("--model needs --tokens or --text", {"", "--tokens"});
   }
-  const Model m = load_model(o.model, parse_weight_mode(o.weights));
+  Model m = load_model(o.model, parse_weight_mode(o.weights));
+  m.set_position_limit(o.max_context ? o.max_context : std::numeric_limits<std::size_t>::max());
   const std::unique_ptr<Tokenizer> tok =
       o.passkey || o.ruler || !o.text.empty() ? find_tokenizer(o.tokenizer, o.model, m.config().tokenizer) : nullptr;
   if (o.ruler) return ruler_run(o, m, tok.get(), format, progress);

@@ -5,6 +5,7 @@
 // weights and once more, for GGUF, for its vocabulary.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,11 @@ struct ModelRunOptions {
   bool ruler = false;                // RULER's synthetic tasks instead (needs a tokenizer; no shard)
   std::optional<Shard> shard;        // a part (JSON) of shard K/N instead of the report
   std::string attention = "exact";   // exact | int8
+  // Positions a run may reach (0: any; the model's trained context is passed with a warning, as
+  // llama.cpp does; never a sliding window); `warn` gets that warning (and the JSON report a
+  // "context" field: trained, longest, past_trained).
+  std::size_t max_context = 0;
+  std::function<void(const std::string&)> warn;
   PplOptions ppl;                    // methods, prefill, sequences, threads, batch, token block
   PasskeyOptions passkey_options;
   RulerOptions ruler_options;

@@ -126,8 +126,8 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   }
   const std::size_t answer = tokenizer ? o.answer_tokens : o.key_tokens;
   for (std::size_t len : o.lengths) {
-    if (len > c.seq_len || answer > c.seq_len - len) {
-      throw InvalidInput("prompt plus key longer than the model's context (seq_len " + std::to_string(c.seq_len) + ")",
+    if (len > model.position_limit() || answer > model.position_limit() - len) {
+      throw InvalidInput("prompt plus key longer than " + model.limit_text(),
                          {"", "--lengths", std::to_string(len)});
     }
   }

@@ -157,8 +157,8 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
   auto answer_tokens = [&](std::size_t t) { return o.answer_tokens ? o.answer_tokens : tasks[t]->answer_tokens; };
   for (std::size_t t = 0; t < tasks.size(); ++t) {
     for (std::size_t len : o.lengths) {
-      if (len > c.seq_len || answer_tokens(t) > c.seq_len - len) {
-        throw InvalidInput("prompt plus answer longer than the model's context (seq_len " + std::to_string(c.seq_len) + ")",
+      if (len > model.position_limit() || answer_tokens(t) > model.position_limit() - len) {
+        throw InvalidInput("prompt plus answer longer than " + model.limit_text(),
                            {"", "--lengths", std::to_string(len)});
       }
     }

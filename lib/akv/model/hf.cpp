@@ -232,6 +232,7 @@ Model load_hf(const std::string& dir, WeightMode mode) {
   if (sliding && j.sliding_window) {
     // Attention within a window equals full attention up to the window: cap the context there.
     c.seq_len = std::min(c.seq_len, *j.sliding_window);
+    c.window = *j.sliding_window;
   }
   if (c.head_dim % 2 != 0) throw InvalidInput("head_dim must be even", {cfg_path, "head_dim", std::to_string(c.head_dim)});
   const Tensors t(dir);

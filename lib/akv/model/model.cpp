@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "akv/attention/block_attention.h"
@@ -67,7 +68,7 @@ std::uint64_t ModelWeights::bytes() const {
 }
 
 Model::Model(ModelConfig config, ModelWeights weights)
-    : config_(std::move(config)), w_(std::move(weights)) {
+    : config_(std::move(config)), w_(std::move(weights)), limit_(config_.seq_len) {
   const RopeScaling& s = config_.rope_scaling;
   std::string v;
   if (s.kind != RopeScaling::Kind::none) v = rope_scaling_name(s.kind) + " x" + format_number(s.factor);
@@ -111,13 +112,23 @@ void Model::check_finite(const float* x, std::size_t n, const std::string& where
   }
 }
 
+void Model::set_position_limit(std::size_t n) {
+  limit_ = config_.window ? std::min(n, config_.window) : n;
+}
+
+std::string Model::limit_text() const {
+  if (limit_ == config_.seq_len) return "the model's context (seq_len " + std::to_string(config_.seq_len) + ")";
+  if (config_.window && limit_ == config_.window) return "the model's sliding window (" + std::to_string(limit_) + ")";
+  if (limit_ == std::numeric_limits<std::size_t>::max()) return "the positions akv can count (2^64 - 1)";
+  return "the run's position limit (" + std::to_string(limit_) + ", --max-context)";
+}
+
 PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads) const {
   const ModelConfig& c = config_;
   const std::size_t n = tokens.size(), hd = c.head_dim, g = c.group_size();
   if (n == 0) throw InvalidInput("empty token sequence", {"", "tokens", "0"});
-  if (n > c.seq_len) {
-    throw InvalidInput("sequence longer than the model's context (seq_len " + std::to_string(c.seq_len) + ")",
-                       {"", "tokens", std::to_string(n)});
+  if (n > limit_) {
+    throw InvalidInput("sequence longer than " + limit_text(), {"", "tokens", std::to_string(n)});
   }
   RowMatrix x(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.dim));
   for (std::size_t i = 0; i < n; ++i) {
@@ -191,9 +202,8 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
                              " tokens needs a cache with independent layers");
     }
     for (std::size_t j = 0; j < lane.n; ++j) check_token(lane.tokens[j]);
-    if (lane.pos + lane.n > c.seq_len) {
-      throw InvalidInput("position beyond the model's context (seq_len " + std::to_string(c.seq_len) + ")",
-                         {"", "pos", std::to_string(lane.pos + lane.n - 1)});
+    if (lane.pos + lane.n > limit_) {
+      throw InvalidInput("position beyond " + limit_text(), {"", "pos", std::to_string(lane.pos + lane.n - 1)});
     }
     if (lane.bytes_after) std::fill_n(lane.bytes_after, lane.n, 0);
     row0[i + 1] = row0[i] + lane.n;

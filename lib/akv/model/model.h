@@ -27,6 +27,9 @@ struct ModelConfig : KvShape {
   RopeScaling rope_scaling;    // Hugging Face rope_scaling (none for llama2.c)
   std::size_t rotary_dim = 0;  // dims of each head that RoPE rotates; 0 = head_dim
   std::string tokenizer;  // "bytes" when config.json says "akv_tokenizer": "bytes"
+  // Sliding window of the model's attention (0: none). akv attends to every position, which
+  // equals windowed attention only up to the window: no run passes it (seq_len is capped there).
+  std::size_t window = 0;
 };
 
 // Weight matrices are [out, in] (y = W x), f32 or in their file's encoding (weight.h).
@@ -84,6 +87,15 @@ class Model {
   };
   void decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logits, int threads = 1,
                     AttentionMode attention = AttentionMode::exact) const;
+  // Positions a run may use: the model's context (seq_len) unless set_position_limit changed it.
+  // A limit past seq_len runs what the weights compute there (RoPE at positions the model was not
+  // trained on), as llama.cpp does with a warning; it never passes the sliding window
+  // (ModelConfig::window). Prefill and decode refuse positions past it (InvalidInput).
+  std::size_t position_limit() const { return limit_; }
+  void set_position_limit(std::size_t n);
+  // What the limit is, for errors: "the model's context (seq_len N)", "the model's sliding
+  // window (N)" or "the run's position limit (N, --max-context)".
+  std::string limit_text() const;
   // Checks every id of every sequence (prediction targets included) against the vocabulary;
   // InvalidInput names the file, the sequence and position (1-based) and the id.
   void check_tokens(const std::vector<std::vector<std::int32_t>>& sequences, const std::string& file) const;
@@ -95,6 +107,7 @@ class Model {
   const Weight& classifier() const;
   ModelConfig config_;
   ModelWeights w_;
+  std::size_t limit_ = 0;
 };
 
 }  // namespace akv
