@@ -102,8 +102,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
                                const std::vector<PplMethod>& given, const PasskeyOptions& o,
                                const ProgressFn& progress, const Tokenizer* tokenizer) {
   const ModelConfig& c = model.config();
-  std::vector<PplMethod> methods = given;
-  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{kFullMethod, std::nullopt});
+  const std::vector<PplMethod> methods = full_first(given);
   std::vector<std::int32_t> filler;
   for (const auto& s : filler_seqs) {
     // Drop a leading BOS so that filler reads as running text.
@@ -112,8 +111,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   PasskeyReport r;
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
-    r.descriptions.push_back(m.params ? describe(*m.params) + (o.attention == AttentionMode::int8 ? "; int8 attention" : "")
-                                      : "f32 K/V (reference)");
+    r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8));
   }
   r.lengths = o.lengths;
   r.depths = o.depths;

@@ -51,18 +51,27 @@ PplSums PplReport::total(std::size_t method) const {
   return s;
 }
 
+std::vector<PplMethod> full_first(const std::vector<PplMethod>& given) {
+  std::vector<PplMethod> methods = given;
+  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{kFullMethod, std::nullopt});
+  return methods;
+}
+
+std::string method_description(const PplMethod& m, bool int8) {
+  return m.params ? describe(*m.params) + (int8 ? "; int8 attention" : "") : "f32 K/V (reference)";
+}
+
 PplReport evaluate_perplexity(const Model& model,
                               const std::vector<std::vector<std::int32_t>>& all,
                               const PplOptions& o, const ProgressFn& progress) {
   const ModelConfig& c = model.config();
-  std::vector<PplMethod> methods = o.methods;
-  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{kFullMethod, std::nullopt});
+  const std::vector<PplMethod> methods = full_first(o.methods);
   const std::size_t n_seq = o.max_sequences ? std::min(o.max_sequences, all.size()) : all.size();
   PplReport r;
   r.attention = o.attention;
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
-    r.descriptions.push_back(m.params ? describe(*m.params) : "f32 K/V (reference)");
+    r.descriptions.push_back(method_description(m, false));
   }
   r.sequences.assign(n_seq, std::vector<PplSums>(methods.size()));
   r.traces.assign(methods.size(), {});

@@ -24,6 +24,12 @@ struct PplMethod {
   std::optional<CompressParams> params;   // nullopt = full
 };
 
+// The methods of a model run: the full cache first (put there unless given first), then `given`.
+std::vector<PplMethod> full_first(const std::vector<PplMethod>& given);
+// A method's description in reports: describe(params), with "; int8 attention" when `int8`, or
+// the reference's "f32 K/V (reference)".
+std::string method_description(const PplMethod& m, bool int8);
+
 struct PplOptions {
   std::vector<PplMethod> methods;  // "full" first is added by evaluate_perplexity if missing
   std::optional<std::size_t> prefill;  // prompt tokens; default half of each sequence

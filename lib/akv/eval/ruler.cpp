@@ -123,8 +123,7 @@ std::string RulerReport::to_csv() const {
 RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::vector<PplMethod>& given,
                            const RulerOptions& o, const ProgressFn& progress) {
   const ModelConfig& c = model.config();
-  std::vector<PplMethod> methods = given;
-  if (methods.empty() || methods[0].params) methods.insert(methods.begin(), PplMethod{kFullMethod, std::nullopt});
+  const std::vector<PplMethod> methods = full_first(given);
   if (tok.vocab_size() > c.vocab_size) {
     throw InvalidInput("tokenizer has more pieces (" + std::to_string(tok.vocab_size()) +
                            ") than the model's vocabulary (" + std::to_string(c.vocab_size) + ")",
@@ -140,8 +139,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
   for (const RulerTask* t : tasks) r.tasks.push_back(t->name);
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
-    r.descriptions.push_back(m.params ? describe(*m.params) + (o.attention == AttentionMode::int8 ? "; int8 attention" : "")
-                                      : "f32 K/V (reference)");
+    r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8));
   }
   r.bases = {kFullMethod};
   r.ratios = {std::nullopt};
