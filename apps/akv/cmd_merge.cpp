@@ -97,13 +97,19 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
       write_text_file(opt->output, opt->json ? json_text(r.to_json()) : r.to_table());
       return;
     }
+    // A model run's report carries the run's "context" (positions against the trained context),
+    // which its parts carry.
+    const auto with_context = [&](nlohmann::json j) {
+      if (parts[0].second.contains("context")) j["context"] = parts[0].second.at("context");
+      return json_text(j);
+    };
     if (format == "akv-passkey-part") {
       const PasskeyReport r = merge_passkey_parts(parts);
-      write_text_file(opt->output, opt->json ? json_text(r.to_json()) : r.to_table());
+      write_text_file(opt->output, opt->json ? with_context(r.to_json()) : r.to_table());
       return;
     }
     const PplReport r = merge_ppl_parts(parts);
-    write_text_file(opt->output, opt->json ? json_text(r.to_json()) : opt->csv ? r.to_csv() : r.to_table());
+    write_text_file(opt->output, opt->json ? with_context(r.to_json()) : opt->csv ? r.to_csv() : r.to_table());
   });
 }
 

@@ -69,7 +69,9 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
   }
   run.params = {{"methods", o.methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
                 {"weights", o.weights},  {"attention", o.attention},  {"kernels", kernel_arithmetic()}};
-  return json_text(passkey_part_json(r, pk.shard, run));
+  nlohmann::json part = passkey_part_json(r, pk.shard, run);
+  part["context"] = context;  // `akv merge` puts it in the merged report
+  return json_text(part);
 }
 
 std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
@@ -140,7 +142,9 @@ std::string ppl_run(const ModelRunOptions& o, const Model& m, const Tokenizer* t
                 {"weights", o.weights},
                 {"kernels", kernel_arithmetic()}};
   const PplReport r = evaluate_perplexity(m, part, po, progress);
-  return json_text(ppl_part_json(r, *o.shard, lo, seqs.size(), run));
+  nlohmann::json out = ppl_part_json(r, *o.shard, lo, seqs.size(), run);
+  out["context"] = context;  // `akv merge` puts it in the merged report
+  return json_text(out);
 }
 
 }  // namespace
