@@ -58,8 +58,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--shard", opt->shard,
                   "Evaluate shard K of N (K/N, 1-based): with --model (ppl) a contiguous 1/N of the "
                   "sequences (or --text chunks), with --task passkey of the (depth, length, trial) "
-                  "prompts, with --dump --cache of the layers; writes a partial report (JSON, format "
-                  "akv-perplexity-part, akv-passkey-part or akv-fidelity-part) that `akv merge` "
+                  "prompts, with --task ruler of the (task, length, sample) grid, with --dump --cache of the layers; "
+                  "writes a partial report (JSON, format akv-perplexity-part, akv-passkey-part, akv-ruler-part or "
+                  "akv-fidelity-part) that `akv merge` "
                   "combines into the unsharded report (docs/scale.md)")->check(kShardText);
   sub->add_option("--batch", opt->batch,
                   "With --model: sequences (passkey: prompts) decoded together; each step runs every "

@@ -9,6 +9,7 @@
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
 #include "akv/eval/passkey_shard.h"
+#include "akv/eval/ruler_shard.h"
 #include "akv/eval/ppl_shard.h"
 #include "akv/io/inspect.h"
 #include "akv/io/json_file.h"
@@ -29,7 +30,7 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
       "Combine the parts of a sharded run into the unsharded run's output\n"
       "Combines the partial outputs of a sharded run into what the unsharded run writes: "
       "`akv evaluate --model ... --shard K/N` parts (akv-perplexity-part; with --task passkey: "
-      "akv-passkey-part) into its report, "
+      "akv-passkey-part, with --task ruler: akv-ruler-part) into its report, "
       "`akv evaluate --dump D --cache C --shard K/N` parts (akv-fidelity-part) into the fidelity report, "
       "`akv bench attention|quant|policy|decode ... --shard K/N` parts (akv-bench-part, "
       "akv-bench-decode-part) into the suite's "
@@ -74,8 +75,8 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
     }
     std::vector<std::pair<std::string, nlohmann::json>> parts;
     if (format != "akv-perplexity-part" && format != "akv-calibration-part" && format != "akv-fidelity-part" &&
-        format != "akv-passkey-part" && format != "akv-bench-decode-part") {
-      throw InvalidInput("not a partial output (expected format akv-perplexity-part, akv-passkey-part, "
+        format != "akv-passkey-part" && format != "akv-ruler-part" && format != "akv-bench-decode-part") {
+      throw InvalidInput("not a partial output (expected format akv-perplexity-part, akv-passkey-part, akv-ruler-part, "
                          "akv-fidelity-part, akv-calibration-part, akv-bench-part or akv-bench-decode-part)",
                          {opt->parts.front(), "format", format});
     }
@@ -106,6 +107,11 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
     if (format == "akv-passkey-part") {
       const PasskeyReport r = merge_passkey_parts(parts);
       write_text_file(opt->output, opt->json ? with_context(r.to_json()) : r.to_table());
+      return;
+    }
+    if (format == "akv-ruler-part") {
+      const RulerReport r = merge_ruler_parts(parts);
+      write_text_file(opt->output, opt->json ? with_context(r.to_json()) : opt->csv ? r.to_csv() : r.to_table());
       return;
     }
     const PplReport r = merge_ppl_parts(parts);

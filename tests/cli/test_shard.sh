@@ -42,6 +42,16 @@ expect "a passkey part names its format" 0 '"format": "akv-passkey-part"' cat "$
 if cmp -s "$TMP/kfull.json" "$TMP/kmerged.json"; then pass "passkey: merged report equals the unsharded one"
 else fail "passkey: merged report equals the unsharded one"; fi
 "$AKV" evaluate -q "${pk[@]/0,0.5,1/0,1,0.5}" --shard 2/3 -o "$TMP/kother.json"
+# RULER (byte tokenizer on stories260K: the scores are plumbing, the shards must still merge).
+ru=(--model "$M" --tokenizer bytes --task ruler --tasks niah_single_1,vt --lengths 420,500 --samples 2 --answer-tokens 6
+    --methods streamingllm,kivi-2 --ratios 0.5)
+"$AKV" evaluate -q "${ru[@]}" --json -o "$TMP/rfull.json"
+for k in 1 2 3; do "$AKV" evaluate -q "${ru[@]}" --shard "$k/3" -o "$TMP/r$k.json"; done
+expect "a ruler part names its format" 0 '"format": "akv-ruler-part"' cat "$TMP/r1.json"
+"$AKV" merge "$TMP/r3.json" "$TMP/r1.json" "$TMP/r2.json" --json -o "$TMP/rmerged.json"
+if cmp -s "$TMP/rfull.json" "$TMP/rmerged.json"; then pass "ruler: merged report equals the unsharded one"
+else fail "ruler: merged report differs from the unsharded one"; fi
+expect_error "merge: a ruler shard missing" 2 "shard missing" "$AKV" merge "$TMP/r1.json" "$TMP/r3.json" -o "$o/m.json"
 # bench decode: methods per shard, each shard with its own full baseline.
 dec=(--model "$M" --tokens "$T" --prefill 64 --sequences 2 --repeats 1 --methods kivi-4,kivi-2,compact)
 "$AKV" bench decode "${dec[@]}" --json -o "$TMP/dfull.json"

@@ -9,6 +9,7 @@
 #include "akv/core/isa.h"
 #include "akv/eval/passkey_shard.h"
 #include "akv/eval/ppl_shard.h"
+#include "akv/eval/ruler_shard.h"
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
 #include "akv/io/token_file.h"
@@ -77,7 +78,6 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
 std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
                       const ProgressFn& progress) {
   if (!tok) throw UsageError("--task ruler needs a tokenizer (--tokenizer FILE or bytes, or one in the model)", {"", "--tokenizer"});
-  if (o.shard) throw UsageError("--task ruler is not shardable yet", {"", "--shard"});
   RulerOptions ro = o.ruler_options;
   ro.threads = o.ppl.threads;
   ro.batch = o.ppl.batch;
@@ -93,7 +93,18 @@ std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer*
     }
   }
   const nlohmann::json context = check_context(o, m, longest);
+  if (o.shard) ro.shard = *o.shard;
   const RulerReport r = evaluate_ruler(m, *tok, o.ppl.methods, ro, progress);
+  if (o.shard) {
+    PplRun run;
+    run.inputs["model"] = {{"path", o.model}, {"hash", path_hash(o.model)}};
+    run.inputs["tokenizer"] = tok->path();
+    run.params = {{"methods", o.methods},         {"seed", ro.seed},      {"answer_tokens", ro.answer_tokens},
+                  {"weights", o.weights},         {"attention", o.attention}, {"kernels", kernel_arithmetic()}};
+    nlohmann::json out = ruler_part_json(r, *o.shard, run);
+    out["context"] = context;  // `akv merge` puts it in the merged report
+    return json_text(out);
+  }
   return format == ReportFormat::json  ? with_context(r.to_json(), context)
          : format == ReportFormat::csv ? r.to_csv()
                                        : r.to_table();

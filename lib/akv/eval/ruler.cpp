@@ -162,6 +162,9 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
     }
   }
   const std::size_t total = checked_product({tasks.size(), o.lengths.size(), o.samples}, {"", "--samples", std::to_string(o.samples)});
+  const auto [lo, hi] = o.shard.range(total);
+  r.first_sample = lo;
+  r.total_samples = total;
   // Grid order: task, length, sample. Every (task, length) builds its first sample before any
   // work, so that a length too short for a task fails at once.
   auto sample = [&](std::size_t j) {
@@ -171,17 +174,17 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
   if (o.samples) {
     for (std::size_t j = 0; j < total; j += o.samples) sample(j);
   }
-  r.score.assign(total, std::vector<double>(methods.size(), 0.0));
-  r.prompt_tokens.assign(total, 0);
+  r.score.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
+  r.prompt_tokens.assign(hi - lo, 0);
   std::vector<std::optional<CompressParams>> params;
   for (const auto& m : methods) params.push_back(m.params);
   std::size_t longest = 0;
   for (std::size_t t = 0; t < tasks.size(); ++t) {
     for (std::size_t len : o.lengths) longest = std::max(longest, len + answer_tokens(t));
   }
-  const std::size_t batch = resolve_batch(o.batch, total, methods.size(), c, longest);
-  for (std::size_t b0 = 0; b0 < total; b0 += batch) {
-    const std::size_t nb = std::min(batch, total - b0);
+  const std::size_t batch = resolve_batch(o.batch, hi - lo, methods.size(), c, longest);
+  for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
+    const std::size_t nb = std::min(batch, hi - b0);
     std::vector<RulerSample> jobs;
     std::vector<std::vector<std::int32_t>> prompts(nb), questions(nb);
     std::vector<std::size_t> n(nb);
@@ -194,16 +197,16 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
         prompts[i].erase(q, prompts[i].end());
       }
       n[i] = answer_tokens((b0 + i) / (o.samples * o.lengths.size()));
-      r.prompt_tokens[b0 + i] = jobs[i].tokens.size();
+      r.prompt_tokens[b0 + i - lo] = jobs[i].tokens.size();
     }
     const Continuations out = continue_lanes(model, prompts, n, params, o.threads, o.attention, nullptr,
                                                o.query_aware ? nullptr : &questions);
     for (std::size_t i = 0; i < nb; ++i) {
       for (std::size_t m = 0; m < methods.size(); ++m) {
-        r.score[b0 + i][m] = ruler_score(tok.decode(out.tokens[i * methods.size() + m]), jobs[i].expected);
+        r.score[b0 + i - lo][m] = ruler_score(tok.decode(out.tokens[i * methods.size() + m]), jobs[i].expected);
       }
     }
-    if (progress) progress(b0 + nb, total);
+    if (progress) progress(b0 + nb - lo, hi - lo);
   }
   return r;
 }

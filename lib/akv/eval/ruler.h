@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/progress.h"
+#include "akv/core/shard.h"
 #include "akv/eval/batch.h"
 #include "akv/eval/perplexity.h"
 #include "akv/eval/ruler_tasks.h"
@@ -38,6 +39,7 @@ struct RulerOptions {
   // The methods of a --ratios sweep (expand_ratios), found by spec: a method among them has their
   // base and ratio; any other is its own base, without a ratio.
   std::vector<RatioSpec> ratio_specs;
+  Shard shard;  // evaluate samples [shard.range(total)) of the (task, length, sample) grid
   int threads = 1;
   std::size_t batch = kBatchAuto;  // prompts decoded together: see PplOptions::batch
   AttentionMode attention = AttentionMode::exact;
@@ -52,10 +54,13 @@ struct RulerReport {
   std::size_t samples = 0;
   std::string prefix;                            // answer prefix: ruler | restate
   bool query_aware = false;
-  // score[sample][method] in [0, 1], samples in grid order (task, length, sample).
+  // score[i][method] in [0, 1] of samples first_sample + i of total_samples, in grid order (task,
+  // length, sample); all of them except in a shard's report.
+  std::size_t first_sample = 0, total_samples = 0;
   std::vector<std::vector<double>> score;
-  std::vector<std::size_t> prompt_tokens;        // [sample]: the prompt's length
-  // Mean score in percent of (method, task, length), and of (method) over every task and length.
+  std::vector<std::size_t> prompt_tokens;        // [i]: the prompt's length
+  // Mean score in percent of (method, task, length), and of (method) over every task and length
+  // (of a whole report).
   double cell(std::size_t method, std::size_t task, std::size_t length) const;
   double average(std::size_t method) const;
   nlohmann::json to_json() const;

@@ -1,0 +1,86 @@
+#include "akv/eval/ruler_shard.h"
+
+#include "akv/core/checked.h"
+#include "akv/core/errors.h"
+#include "akv/eval/parts.h"
+#include "akv/io/json_file.h"
+
+namespace akv {
+namespace {
+
+constexpr const char* kPartFormat = "akv-ruler-part";
+
+}  // namespace
+
+nlohmann::json ruler_part_json(const RulerReport& r, const Shard& s, const PplRun& run) {
+  nlohmann::json ratios = nlohmann::json::array();
+  for (const auto& x : r.ratios) ratios.push_back(x ? nlohmann::json(*x) : nlohmann::json());
+  return {{"format", kPartFormat},       {"version", 1},
+          {"shard", s.k},                {"shards", s.n},
+          {"first_sample", r.first_sample}, {"total_samples", r.total_samples},
+          {"inputs", run.inputs},        {"params", run.params},
+          {"specs", r.specs},            {"descriptions", r.descriptions},
+          {"bases", r.bases},            {"ratios", ratios},
+          {"tasks", r.tasks},            {"lengths", r.lengths},
+          {"samples", r.samples},        {"answer_prefix", r.prefix},
+          {"query_aware", r.query_aware}, {"scores", r.score},  // exact doubles: k / n of each sample
+          {"prompt_tokens", r.prompt_tokens}};
+}
+
+RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
+  const std::vector<std::size_t> order =
+      shard_order(parts, kPartFormat,
+                  {"inputs", "params", "specs", "bases", "ratios", "tasks", "lengths", "samples", "answer_prefix",
+                   "query_aware", "total_samples"});
+  const auto& [file0, first] = parts[0];
+  RulerReport r;
+  try {
+    read_method_lists(file0, first, r.specs, r.descriptions);
+    r.bases = first.at("bases").get<std::vector<std::string>>();
+    for (const nlohmann::json& x : first.at("ratios")) {
+      r.ratios.push_back(x.is_null() ? std::nullopt : std::optional<double>(x.get<double>()));
+    }
+    if (r.bases.size() != r.specs.size() || r.ratios.size() != r.specs.size()) {
+      throw InvalidInput("one base and one ratio per method", {file0, "bases", std::to_string(r.bases.size())});
+    }
+    r.tasks = first.at("tasks").get<std::vector<std::string>>();
+    for (const std::string& t : r.tasks) ruler_task(t);
+    r.lengths = json_uints(first.at("lengths"));
+    r.samples = json_uint(first.at("samples"));
+    r.prefix = first.at("answer_prefix").get<std::string>();
+    parse_answer_prefix(r.prefix);
+    r.query_aware = first.at("query_aware").get<bool>();
+    r.total_samples = json_uint(first.at("total_samples"));
+    const std::size_t grid = checked_product({r.tasks.size(), r.lengths.size(), r.samples}, {file0, "samples"});
+    if (r.total_samples != grid) {
+      throw InvalidInput("total samples differ from tasks x lengths x samples (" + std::to_string(grid) + ")",
+                         {file0, "total_samples", std::to_string(r.total_samples)});
+    }
+    for (std::size_t i : order) {
+      const auto& [file, j] = parts[i];
+      check_follows(file, j, "first_sample", "samples", r.score.size());
+      const auto scores = j.at("scores").get<std::vector<std::vector<double>>>();
+      const auto tokens = json_uints(j.at("prompt_tokens"));
+      if (tokens.size() != scores.size()) {
+        throw InvalidInput("prompt lengths and scores of different sample counts", {file, "prompt_tokens", std::to_string(tokens.size())});
+      }
+      for (const auto& row : scores) {
+        if (row.size() != r.specs.size()) throw InvalidInput("a sample without every method", {file, "scores", std::to_string(row.size())});
+        for (double v : row) {
+          if (!(v >= 0.0 && v <= 1.0)) throw InvalidInput("a score outside [0, 1]", {file, "scores", format_number(v)});
+        }
+        r.score.push_back(row);
+      }
+      r.prompt_tokens.insert(r.prompt_tokens.end(), tokens.begin(), tokens.end());
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
+  }
+  if (r.score.size() != r.total_samples) {
+    throw InvalidInput("parts hold " + std::to_string(r.score.size()) + " samples, the run " + std::to_string(r.total_samples),
+                       {file0, "total_samples", std::to_string(r.total_samples)});
+  }
+  return r;
+}
+
+}  // namespace akv
