@@ -113,13 +113,17 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--no-verify-hash", opt->no_verify,
                 "Skip the content-hash check that the cache was made from this dump (shapes are "
                 "still checked)");
-  sub->callback([opt, lengths, &global] {
+  sub->callback([opt, lengths, sub, &global] {
     check_output_distinct(opt->output, {opt->dump, opt->cache});
     ProgressBar bar("evaluate", !global.quiet);
+    if (opt->task != "ruler") {  // a ruler flag elsewhere would be silently ignored
+      for (const char* flag : {"--tasks", "--samples", "--answer-prefix", "--answer-tokens", "--ratios", "--query-aware"}) {
+        if (sub->get_option(flag)->count()) throw UsageError(std::string(flag) + " needs --task ruler", {"", flag});
+      }
+    }
     if (!opt->mo.model.empty()) {
       ModelRunOptions& mo = opt->mo;
       if (!opt->ratios.empty()) {
-        if (opt->task != "ruler") throw UsageError("--ratios needs --task ruler", {"", "--ratios"});
         mo.ruler_options.ratio_specs = expand_ratios(mo.methods, opt->ratios);
         mo.methods.clear();
         for (const RatioSpec& r : mo.ruler_options.ratio_specs) mo.methods.push_back(r.spec);

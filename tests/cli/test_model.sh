@@ -140,6 +140,8 @@ expect_error "passkey length too short" 2 "--lengths = 10" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 10 -o "$o/e.txt"
 expect_error "passkey beyond --max-context" 2 "model's context \(seq_len 512\).*--lengths = 510" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 510 --max-context 512 -o "$o/e.txt"
+expect_error "a ruler flag without --task ruler" 1 "--query-aware needs --task ruler" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --query-aware -o "$o/e.txt"
 expect_error "ruler beyond --max-context" 2 "position limit \(1000, --max-context\).*--lengths = 990" \
   "$AKV" evaluate -q --model "$M" --tokenizer bytes --task ruler --tasks niah_single_1 --lengths 990 --max-context 1000 -o "$o/e.txt"
 if [[ -f $SHARED/models/llama2-tokenizer.model ]]; then

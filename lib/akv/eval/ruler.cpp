@@ -141,12 +141,11 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
     r.specs.push_back(m.spec);
     r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8));
   }
-  r.bases = {kFullMethod};
-  r.ratios = {std::nullopt};
-  for (const PplMethod& m : given) {
+  for (const PplMethod& m : methods) {
     const auto sweep = std::find_if(o.ratio_specs.begin(), o.ratio_specs.end(), [&](const RatioSpec& x) { return x.spec == m.spec; });
-    r.bases.push_back(sweep != o.ratio_specs.end() ? sweep->base : m.spec);
-    r.ratios.push_back(sweep != o.ratio_specs.end() ? sweep->ratio : std::nullopt);
+    const bool swept = m.params && sweep != o.ratio_specs.end();
+    r.bases.push_back(swept ? sweep->base : m.spec);
+    r.ratios.push_back(swept ? sweep->ratio : std::nullopt);
   }
   r.lengths = o.lengths;
   r.samples = o.samples;
