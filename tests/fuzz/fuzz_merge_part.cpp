@@ -1,4 +1,4 @@
-// `akv merge` parts (evaluate's perplexity and passkey parts, bench and bench decode parts): one
+// `akv merge` parts (evaluate's perplexity, passkey and ruler parts, bench and bench decode parts): one
 // input is read as the CLI reads a part, merged alone and as two parts (itself twice), and every
 // merged report is rendered as merge renders it (table, CSV, JSON). The fidelity and calibration
 // merges are left out: they open the dump and cache files a part names.
@@ -6,6 +6,7 @@
 #include "akv/bench/decode_bench.h"
 #include "akv/eval/passkey_shard.h"
 #include "akv/eval/ppl_shard.h"
+#include "akv/eval/ruler_shard.h"
 #include "akv/io/json_file.h"
 #include "fuzz_common.h"
 
@@ -22,6 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       akv::fuzz::expect_akv_errors([&] {
         const akv::PasskeyReport r = akv::merge_passkey_parts(*parts);
         (void)r.to_table(), (void)r.to_json().dump();
+      });
+      akv::fuzz::expect_akv_errors([&] {
+        const akv::RulerReport r = akv::merge_ruler_parts(*parts);
+        (void)r.to_table(), (void)r.to_csv(), (void)r.to_json().dump();
       });
       akv::fuzz::expect_akv_errors([&] {
         const akv::DecodeBenchResult r = akv::merge_decode_parts(*parts);
