@@ -77,6 +77,15 @@ TEST_CASE("evaluate_ruler: deterministic report of the requested shape, ratios l
   CHECK(!a.ratios[2]);
   CHECK(a.score.size() == 3 * 2 * 2);
   for (std::size_t n : a.prompt_tokens) CHECK((n <= 500 && n > 300));
+  // Cache bytes after the answer: the full cache holds every position in f32 (K and V: 8 bytes
+  // per element), the prompt's and the answer's decode steps (the last token is never appended).
+  REQUIRE(a.kv_bytes.size() == a.score.size());
+  const ModelConfig& c = m.config();
+  for (std::size_t i = 0; i < a.kv_bytes.size(); ++i) {
+    CHECK(a.kv_bytes[i][0] == c.n_layers * c.n_kv_heads * c.head_dim * 8 * (a.prompt_tokens[i] + o.answer_tokens - 1));
+    CHECK(a.kv_bytes[i][1] < a.kv_bytes[i][0]);
+    CHECK(a.kv_bytes[i][2] < a.kv_bytes[i][0]);
+  }
   const nlohmann::json j = a.to_json();
   CHECK(j["format"] == "akv-ruler");
   CHECK(j["methods"][1]["ratio"] == 0.5);
@@ -85,6 +94,7 @@ TEST_CASE("evaluate_ruler: deterministic report of the requested shape, ratios l
   CHECK(j["methods"][0]["score"][0].size() == 2);
   CHECK(a.to_table().find("leaderboard") != std::string::npos);
   CHECK(a.to_csv().find("streamingllm:budget=0.5,streamingllm,0.5,vt,500,2,") != std::string::npos);
+  CHECK(j["methods"][0]["mean_kv_bytes"].get<double>() > j["methods"][2]["mean_kv_bytes"].get<double>());
   // Query-aware is another protocol: the same prompts, the question compressed with the context.
   o.query_aware = true;
   const RulerReport b = evaluate_ruler(m, tok, methods, o, {});

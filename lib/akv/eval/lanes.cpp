@@ -133,6 +133,7 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
         for (const LaneRows& r : rows) take(r.lane, logits.row(static_cast<Eigen::Index>(r.row)).data());
       },
       threads, attention);
+  for (const auto& cache : caches) out.bytes.push_back(cache->bytes());
   return out;
 }
 

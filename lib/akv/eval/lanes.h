@@ -68,6 +68,7 @@ void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::si
 struct Continuations {
   std::vector<std::vector<std::int32_t>> tokens;  // [lane]: the argmax of every step
   std::vector<double> logprob;                    // [lane]: with forced, the summed log-probabilities
+  std::vector<std::uint64_t> bytes;               // [lane]: the cache's bytes after the last step
 };
 
 Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,

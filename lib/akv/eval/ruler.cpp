@@ -23,6 +23,19 @@ double RulerReport::average(std::size_t method) const {
   return score.empty() ? 0.0 : 100.0 * s / static_cast<double>(score.size());
 }
 
+double RulerReport::cell_bytes(std::size_t method, std::size_t task, std::size_t length) const {
+  const std::size_t first = (task * lengths.size() + length) * samples;
+  double s = 0.0;
+  for (std::size_t i = 0; i < samples; ++i) s += static_cast<double>(kv_bytes[first + i][method]);
+  return samples ? s / static_cast<double>(samples) : 0.0;
+}
+
+double RulerReport::mean_bytes(std::size_t method) const {
+  double s = 0.0;
+  for (const auto& row : kv_bytes) s += static_cast<double>(row[method]);
+  return kv_bytes.empty() ? 0.0 : s / static_cast<double>(kv_bytes.size());
+}
+
 nlohmann::json RulerReport::to_json() const {
   nlohmann::json j = {{"format", "akv-ruler"}, {"version", 1},         {"tasks", tasks},
                       {"lengths", lengths},    {"samples", samples},   {"answer_prefix", prefix},
@@ -41,18 +54,24 @@ nlohmann::json RulerReport::to_json() const {
   j["prompt_tokens"] = tokens;
   nlohmann::json ms = nlohmann::json::array();
   for (std::size_t m = 0; m < specs.size(); ++m) {
-    nlohmann::json grid = nlohmann::json::array();
+    nlohmann::json grid = nlohmann::json::array(), bytes = nlohmann::json::array();
     for (std::size_t t = 0; t < tasks.size(); ++t) {
-      nlohmann::json row = nlohmann::json::array();
-      for (std::size_t l = 0; l < lengths.size(); ++l) row.push_back(cell(m, t, l));
+      nlohmann::json row = nlohmann::json::array(), row_bytes = nlohmann::json::array();
+      for (std::size_t l = 0; l < lengths.size(); ++l) {
+        row.push_back(cell(m, t, l));
+        row_bytes.push_back(cell_bytes(m, t, l));
+      }
       grid.push_back(row);
+      bytes.push_back(row_bytes);
     }
     ms.push_back({{"method", specs[m]},
                   {"base", bases[m]},
                   {"ratio", ratios[m] ? nlohmann::json(*ratios[m]) : nlohmann::json()},
                   {"description", descriptions[m]},
                   {"score", grid},
-                  {"average", average(m)}});
+                  {"average", average(m)},
+                  {"kv_bytes", bytes},
+                  {"mean_kv_bytes", mean_bytes(m)}});
   }
   j["methods"] = ms;
   return j;
@@ -94,7 +113,8 @@ std::string RulerReport::to_table() const {
   if (!board.empty()) out += board + "\n";
   out += "by task (rows) x prompt length (columns):\n";
   for (std::size_t m = 0; m < specs.size(); ++m) {
-    out += fmt::format("\n{} ({})\n{:<16}", specs[m], descriptions[m], "task");
+    out += fmt::format("\n{} ({}); cache after the answer {:.2f} MiB (mean)\n{:<16}", specs[m], descriptions[m],
+                       mean_bytes(m) / 1048576.0, "task");
     for (std::size_t l : lengths) out += fmt::format(" {:>7}", l);
     out += "\n";
     for (std::size_t t = 0; t < tasks.size(); ++t) {
@@ -108,12 +128,12 @@ std::string RulerReport::to_table() const {
 }
 
 std::string RulerReport::to_csv() const {
-  std::string out = "method,base,ratio,task,length,samples,score\n";
+  std::string out = "method,base,ratio,task,length,samples,score,kv_bytes\n";
   for (std::size_t m = 0; m < specs.size(); ++m) {
     for (std::size_t t = 0; t < tasks.size(); ++t) {
       for (std::size_t l = 0; l < lengths.size(); ++l) {
-        out += fmt::format("{},{},{},{},{},{},{}\n", specs[m], bases[m], ratios[m] ? format_number(*ratios[m]) : "",
-                           tasks[t], lengths[l], samples, format_number(cell(m, t, l)));
+        out += fmt::format("{},{},{},{},{},{},{},{}\n", specs[m], bases[m], ratios[m] ? format_number(*ratios[m]) : "",
+                           tasks[t], lengths[l], samples, format_number(cell(m, t, l)), format_number(cell_bytes(m, t, l)));
       }
     }
   }
@@ -174,6 +194,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
     for (std::size_t j = 0; j < total; j += o.samples) sample(j);
   }
   r.score.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
+  r.kv_bytes.assign(hi - lo, std::vector<std::uint64_t>(methods.size(), 0));
   r.prompt_tokens.assign(hi - lo, 0);
   std::vector<std::optional<CompressParams>> params;
   for (const auto& m : methods) params.push_back(m.params);
@@ -202,6 +223,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
                                                o.query_aware ? nullptr : &questions);
     for (std::size_t i = 0; i < nb; ++i) {
       for (std::size_t m = 0; m < methods.size(); ++m) {
+        r.kv_bytes[b0 + i - lo][m] = out.bytes[i * methods.size() + m];
         r.score[b0 + i - lo][m] = ruler_score(tok.decode(out.tokens[i * methods.size() + m]), jobs[i].expected);
       }
     }

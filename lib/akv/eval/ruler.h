@@ -59,10 +59,14 @@ struct RulerReport {
   std::size_t first_sample = 0, total_samples = 0;
   std::vector<std::vector<double>> score;
   std::vector<std::size_t> prompt_tokens;        // [i]: the prompt's length
+  std::vector<std::vector<std::uint64_t>> kv_bytes;  // [i][method]: the cache's bytes after the answer
   // Mean score in percent of (method, task, length), and of (method) over every task and length
   // (of a whole report).
   double cell(std::size_t method, std::size_t task, std::size_t length) const;
   double average(std::size_t method) const;
+  // Mean cache bytes after the answer, of (method, task, length) and of (method).
+  double cell_bytes(std::size_t method, std::size_t task, std::size_t length) const;
+  double mean_bytes(std::size_t method) const;
   nlohmann::json to_json() const;
   // With ratios: the average of each base (rows) at each ratio (columns); empty otherwise.
   std::string leaderboard() const;

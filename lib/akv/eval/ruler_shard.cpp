@@ -24,7 +24,7 @@ nlohmann::json ruler_part_json(const RulerReport& r, const Shard& s, const PplRu
           {"tasks", r.tasks},            {"lengths", r.lengths},
           {"samples", r.samples},        {"answer_prefix", r.prefix},
           {"query_aware", r.query_aware}, {"scores", r.score},  // exact doubles: k / n of each sample
-          {"prompt_tokens", r.prompt_tokens}};
+          {"prompt_tokens", r.prompt_tokens}, {"kv_bytes", r.kv_bytes}};
 }
 
 RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
@@ -63,6 +63,15 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
       const auto tokens = json_uints(j.at("prompt_tokens"));
       if (tokens.size() != scores.size()) {
         throw InvalidInput("prompt lengths and scores of different sample counts", {file, "prompt_tokens", std::to_string(tokens.size())});
+      }
+      const nlohmann::json& bytes = j.at("kv_bytes");
+      if (!bytes.is_array() || bytes.size() != scores.size()) {
+        throw InvalidInput("cache bytes and scores of different sample counts", {file, "kv_bytes", excerpt(bytes.dump(), 40)});
+      }
+      for (const nlohmann::json& row : bytes) {
+        std::vector<std::uint64_t> b = json_uints(row);
+        if (b.size() != r.specs.size()) throw InvalidInput("a sample without every method", {file, "kv_bytes", std::to_string(b.size())});
+        r.kv_bytes.push_back(std::move(b));
       }
       for (const auto& row : scores) {
         if (row.size() != r.specs.size()) throw InvalidInput("a sample without every method", {file, "scores", std::to_string(row.size())});
