@@ -56,7 +56,9 @@ DecodeBenchResult bench_decode(const Model& model,
   for (int r = 0; r < repeats; ++r) {
     pre.clear();
     const double t0 = now();
-    for (const auto& s : seqs) pre.push_back(model.prefill({s.begin(), s.begin() + static_cast<std::ptrdiff_t>(prompt)}, false));
+    for (const auto& s : seqs) {
+      pre.push_back(model.prefill({s.begin(), s.begin() + static_cast<std::ptrdiff_t>(prompt)}, false, threads));
+    }
     best_prefill = std::min(best_prefill, now() - t0);
   }
   res.prefill_tokens_per_s = static_cast<double>(prompt * seqs.size()) / best_prefill;
