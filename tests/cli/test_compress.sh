@@ -90,6 +90,21 @@ expect "the cache records its rule" 0 '"quant_rule":"bounded"' "$AKV" info "$TMP
 expect "a method spec takes the rule" 0 "kivi-2 K2/V2 R128 bounded" \
   "$AKV" plan --layers 32 --kv-heads 8 --head-dim 128 --memory 80GB --methods kivi-2:quant-rule=bounded,kivi-2
 
+# Rotation before quantization (docs/compress.md#rotation---rotate): format v4, rebuilt rows rotated back.
+expect "compress --rotate hadamard" 0 "uniform K4/V4 hadamard" \
+  "$AKV" compress -q "$d" -o "$TMP/c_rot.h5" -m uniform --rotate hadamard
+expect "a rotated cache is akv-cache v4" 0 "akv-cache v4" "$AKV" info "$TMP/c_rot.h5"
+expect "evaluate a rotated cache" 0 '"attn_rel_err"' "$AKV" evaluate -q --json --dump "$d" --cache "$TMP/c_rot.h5"
+expect "decompress a rotated cache" 0 "wrote" "$AKV" decompress -q "$TMP/c_rot.h5" --dump "$d" -o "$TMP/r_rot.h5"
+expect_error "rotate with method none" 1 "no effect .*--rotate" \
+  "$AKV" compress -q "$d" -o "$TMP/x.h5" -m none --rotate hadamard
+expect_error "an unknown rotation" 2 "--rotate = spin" "$AKV" compress -q "$d" -o "$TMP/x.h5" -m kivi-2 --rotate spin
+expect_error "rotate-seed without rotate=random" 1 "rotate-seed needs rotate=random" \
+  "$AKV" compress -q "$d" -o "$TMP/x.h5" -m kivi-2 --rotate hadamard --rotate-seed 3
+expect_error "rotation with pre-RoPE keys" 2 "after RoPE" \
+  "$AKV" compress -q "$d" -o "$TMP/x.h5" -m kivi-2 --pre-rope --rotate hadamard
+[[ ! -e $TMP/x.h5 ]] && pass "no output file after the refused rotations" || fail "a refused rotation left $TMP/x.h5"
+
 # evaluate: table, JSON, CSV; none is exact.
 expect "evaluate table" 0 "top32" "$AKV" evaluate -q --dump "$d" --cache "$TMP/c_kivi-2.h5"
 expect "evaluate none is exact" 0 '"attn_rel_err": 0\.0,' "$AKV" evaluate -q --json --dump "$d" --cache "$TMP/c_none.h5"

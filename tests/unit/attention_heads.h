@@ -22,6 +22,7 @@ struct Layout {
   std::size_t group = 32, outliers = 0;
   QuantAxis axis_k = QuantAxis::channel, axis_v = QuantAxis::token;
   DenseType dense = DenseType::f16;
+  Rotation rot_k, rot_v;  // the stored rows read as rotated rows (quant/rotation.h)
 };
 
 // One KV head's keys and values: the first quant_k / quant_v rows packed, the rest dense.
@@ -78,6 +79,8 @@ inline std::unique_ptr<TestHead> make_head(const Layout& l, std::uint64_t seed) 
   for (std::size_t t = 0; t < l.n; ++t) k[t * l.d + 3] += 6.0f;  // an outlier-like channel
   fill(h->key, k, l.quant_k, l.bits_k, l.axis_k, l.group, l.d, l.outliers);
   fill(h->value, v, l.quant_v, l.bits_v, l.axis_v, l.group, l.d, 0);
+  h->key.set_rotation(l.rot_k);
+  h->value.set_rotation(l.rot_v);
   return h;
 }
 

@@ -264,6 +264,33 @@ TEST_CASE("fused decode attention equals the reference over the dequantized cach
   }
 }
 
+TEST_CASE("rotated views: the query rotated and the output rotated back equal the reference over rows rotated back",
+          "[attention][rotation]") {
+  // The reference rotates every dequantized row back (dequantize_rows) and uses the query as
+  // given; the fast path rotates the query once and the output back once.
+  Layout l;
+  l.rot_k = tensor_rotation(RotationKind::hadamard, 0, l.d, true);
+  l.rot_v = tensor_rotation(RotationKind::hadamard, 0, l.d, false);
+  CHECK(l.rot_k.block == 128);
+  CHECK(l.rot_v.block == 64);
+  check_against_ref(l, 2, 4);
+  l.rot_k = tensor_rotation(RotationKind::random, 5, l.d, true);
+  l.rot_v = {};
+  check_against_ref(l, 2, 3);
+  l.rot_k = {};
+  l.rot_v = tensor_rotation(RotationKind::random, 9, l.d, false);
+  check_against_ref(l, 1, 8, {2, 64, 128});
+  SECTION("segments rotated differently are refused") {
+    Layout a;
+    a.rot_k = tensor_rotation(RotationKind::hadamard, 0, a.d, true);
+    auto h0 = make_head(a, 1), h1 = make_head(Layout{}, 2);
+    const HeadView v[2] = {h0->view(), h1->view()};
+    const std::vector<float> q(a.d, 1.0f);
+    std::vector<float> out(a.d);
+    CHECK_THROWS_AS(decode_attention({q.data(), 1, a.d, v, 1, 1.0f, out.data(), nullptr, 2}), InvalidInput);
+  }
+}
+
 TEST_CASE("fused decode attention is bitwise identical for any thread count", "[attention]") {
   Layout l;
   l.n = 5000;

@@ -430,3 +430,103 @@ TEST_CASE("ggml caches (llama.cpp's types): rows as ggml blocks, honest bytes, f
   wrong.ggml.k = "q4_0";
   CHECK_THROWS_AS(resolve_params(wrong), UsageError);
 }
+
+TEST_CASE("rotated caches: rows stored rotated, fast = reference, rebuilt rows rotated back, file version 4",
+          "[kv][file][rotation]") {
+  const std::size_t n = 300, d = 64;
+  const HeadData h = make_head(n, d, 21);
+  for (const char* spec : {"uniform:bits=4:rotate=hadamard", "kivi-4:rotate=random:rotate-seed=5",
+                           "kivi:bits-key=2:bits-value=4:rotate=hadamard:outlier-fraction=0.05"}) {
+    INFO(spec);
+    const CompressParams p = *resolve_method_spec(spec);
+    const HeadCache a = compress_head(input(h), p), b = compress_head_ref(input(h), p);
+    require_same(a.key, b.key);
+    require_same(a.value, b.value);
+    CHECK(a.key.rotation() == p.rotation(d, true));
+    CHECK(a.value.rotation().block == 64);
+    // The stored rows are the rotated rows quantized: without the rotation's inverse the rebuilt
+    // rows are far from the source, with it close.
+    std::vector<float> k(n * d), v(n * d);
+    reconstruct_head(a, {}, k.data(), v.data());
+    HeadCache unrotated = a;
+    unrotated.key.set_rotation({});
+    std::vector<float> k0(n * d), v0(n * d);
+    reconstruct_head(unrotated, {}, k0.data(), v0.data());
+    auto rel = [&](const std::vector<float>& x, const std::vector<float>& ref) {
+      double e = 0, s = 0;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        e += (x[i] - ref[i]) * (x[i] - ref[i]);
+        s += ref[i] * ref[i];
+      }
+      return std::sqrt(e / s);
+    };
+    CHECK(rel(k, h.key) < 0.3);  // 2-bit keys: 0.15
+    CHECK(rel(v, h.value) < 0.2);
+    CHECK(rel(k0, h.key) > 0.5);
+  }
+  // Per-token 4-bit keys with outlier channels: the rotation lowers the key error.
+  auto key_error = [&](const char* spec) {
+    const HeadCache c = compress_head(input(h), *resolve_method_spec(spec));
+    std::vector<float> k(n * d), v(n * d);
+    reconstruct_head(c, {}, k.data(), v.data());
+    double e = 0;
+    for (std::size_t i = 0; i < k.size(); ++i) e += (k[i] - h.key[i]) * (k[i] - h.key[i]);
+    return e;
+  };
+  CHECK(key_error("uniform:bits=4:rotate=hadamard") < key_error("uniform:bits=4") / 2);
+
+  // File: version 4, rotation attributes per group, read back equal; ggml block types rotate,
+  // f16 rows do not.
+  test::TempDir dir;
+  SynthOptions so = small_synth(2, 64, 100, 8);
+  const std::string dump = dir.file("d.h5"), cache = dir.file("c.h5"), plain = dir.file("p.h5");
+  write_synth_dump(dump, so, {});
+  const CompressParams g = *resolve_method_spec("ggml:k=q4_0:v=f16:rotate=hadamard");
+  compress_dump(dump, cache, g, 2, {});
+  compress_dump(dump, plain, *resolve_method_spec("ggml:k=q4_0:v=f16"), 2, {});
+  CacheReader r(cache), rp(plain);
+  CHECK(r.version() == kCacheVersionRotation);
+  CHECK(rp.version() == kCacheVersionGgml);
+  CHECK(r.header().params.to_json() == g.to_json());
+  CHECK(g.to_json().at("rotate") == "hadamard");
+  CHECK_FALSE(rp.header().params.to_json().contains("rotate"));
+  const HeadCache hr = r.read_head(1, 1), hp = rp.read_head(1, 1);
+  CHECK(hr.key.rotation() == Rotation{RotationKind::hadamard, 64, 0});
+  CHECK_FALSE(hr.value.rotation().active());
+  CHECK(hr.value.ggml_blocks() == hp.value.ggml_blocks());
+  CHECK(hr.key.ggml_blocks() != hp.key.ggml_blocks());
+  std::vector<float> kr(100 * 64), vr(kr.size()), kp(kr.size()), vp(kr.size());
+  reconstruct_head(hr, {}, kr.data(), vr.data());
+  reconstruct_head(hp, {}, kp.data(), vp.data());
+  DumpReader dr(dump);
+  const Tensor3 key = dr.read(1, DumpField::key);
+  double er = 0, ep = 0;
+  for (std::size_t t = 0; t < 100; ++t) {
+    for (std::size_t c = 0; c < 64; ++c) {
+      er += std::pow(kr[t * 64 + c] - key.row(1, t)[c], 2);
+      ep += std::pow(kp[t * 64 + c] - key.row(1, t)[c], 2);
+    }
+  }
+  CHECK(er < ep);  // the synthetic keys' outlier channels
+  // A rotation attribute in a version-3 file is refused, naming the group.
+  const std::string bad = dir.file("bad.h5");
+  std::filesystem::copy_file(plain, bad);
+  {
+    h5::File f(H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    h5::Group kg(H5Gopen2(f.get(), (cache_head_path(0, 0) + "/key").c_str(), H5P_DEFAULT));
+    h5::write_attr_string(kg.get(), "rotate", "hadamard");
+    h5::write_attr_int(kg.get(), "rotate_block", 64);
+    h5::write_attr_int(kg.get(), "rotate_seed", 0);
+  }
+  try {
+    CacheReader(bad).read_head(0, 0);
+    FAIL("expected CorruptData");
+  } catch (const CorruptData& e) {
+    CHECK_THAT(e.what(), Catch::Contains("/layers/0/heads/0/key.rotate"));
+  }
+  // Rotation with pre-RoPE keys, with method none and with the tiered cache is refused.
+  CHECK_THROWS_AS(resolve_method_spec("kivi-2:pre-rope:rotate=hadamard"), InvalidInput);
+  CHECK_THROWS_AS(resolve_method_spec("none:rotate=hadamard"), UsageError);
+  CHECK_THROWS_AS(resolve_method_spec("balanced:rotate=hadamard"), UsageError);
+  CHECK_THROWS_AS(resolve_method_spec("kivi-2:rotate=hadamard:rotate-seed=3"), UsageError);
+}

@@ -143,6 +143,33 @@ TEST_CASE("ggml method: llama.cpp cache types as k= and v=", "[method][ggml]") {
   CHECK_THROWS_AS(resolve_params(parse_method_spec("ggml:k=q4_0:bits=4")), UsageError);
   CHECK_THROWS_AS(resolve_params(parse_method_spec("kivi:k=q4_0")), UsageError);
 }
+
+TEST_CASE("rotate: a parameter of every quantizer and of ggml, recorded in the parameters' JSON only when set",
+          "[method][rotation]") {
+  const CompressParams g = resolve_params(parse_method_spec("ggml:k=q4_0:v=q4_0:rotate=hadamard"));
+  CHECK(g.rotate == RotationKind::hadamard);
+  CHECK(describe(g) == "ggml K q4_0 V q4_0 hadamard");
+  const CompressParams r = resolve_params(parse_method_spec("snapkv:budget=0.5:quant=kivi-2:rotate=random:rotate-seed=9"));
+  CHECK(r.rotate == RotationKind::random);
+  CHECK(r.rotate_seed == 9);
+  CHECK(describe(r) == "uniform/snapkv 0.5 + kivi-2 K2/V2 R128 random-hadamard seed 9");
+  const CompressParams back = CompressParams::from_json(r.to_json(), "params.json");
+  CHECK(back.rotate == RotationKind::random);
+  CHECK(back.rotate_seed == 9);
+  CHECK(back.rotation(128, true) == Rotation{RotationKind::random, 128, 9});
+  CHECK(back.rotation(128, false) == Rotation{RotationKind::random, 64, 9});
+  const CompressParams plain = resolve_params(parse_method_spec("kivi-2"));
+  CHECK_FALSE(plain.to_json().contains("rotate"));
+  CHECK_FALSE(plain.rotation(128, true).active());
+  CHECK_THROWS_AS(parse_method_spec("kivi-2:rotate=walsh"), InvalidInput);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("snapkv:budget=0.5:rotate=hadamard")), UsageError);  // quant none
+  nlohmann::json j = r.to_json();
+  j["rotate"] = "spin";
+  CHECK_THROWS_AS(CompressParams::from_json(j, "params.json"), CorruptData);
+  j = r.to_json();
+  j["pre_rope"] = true;
+  CHECK_THROWS_AS(CompressParams::from_json(j, "params.json"), InvalidInput);
+}
 TEST_CASE("resolve_params: method defaults, presets and flag checks", "[method][params]") {
   CompressRequest r;
   CompressParams p = resolve_params(r);

@@ -320,6 +320,29 @@ HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) 
   return hp;
 }
 
+// The rotation the non-empty views of KV head kv share (tensor: key or value); InvalidInput
+// when its segments disagree.
+Rotation head_rotation(const DecodeAttentionArgs& a, std::size_t kv, bool key) {
+  Rotation r;
+  bool first = true;
+  for (std::size_t s = 0; s < a.segments; ++s) {
+    const HeadView& h = a.heads[kv * a.segments + s];
+    if (h.rows() == 0) continue;
+    const Rotation& x = key ? h.key.rotation : h.value.rotation;
+    if (!first && x != r) throw InvalidInput("the segments of a KV head are rotated differently", {"", "rotation"});
+    r = x;
+    first = false;
+  }
+  return r;
+}
+
+bool any_rotation(const DecodeAttentionArgs& a) {
+  for (std::size_t i = 0; i < a.n_kv_heads * a.segments; ++i) {
+    if (a.heads[i].key.rotation.active() || a.heads[i].value.rotation.active()) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 const char* attention_mode_name(AttentionMode m) { return m == AttentionMode::int8 ? "int8" : "exact"; }
@@ -332,6 +355,27 @@ AttentionMode parse_attention_mode(const std::string& s, const char* flag) {
 
 void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions& o) {
   check_args(a);
+  if (any_rotation(a)) {
+    // Rotated keys: the query rotated the same way (q.k = (Rq).(Rk)); rotated values: the
+    // output rotated back. The loops below read the views as stored.
+    const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+    std::vector<float> query(a.query, a.query + a.n_heads * d);
+    std::vector<HeadView> heads(a.heads, a.heads + a.n_kv_heads * a.segments);
+    std::vector<Rotation> value_rotation(a.n_kv_heads);
+    for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
+      rotate_rows(head_rotation(a, kv, true), query.data() + kv * nq * d, nq, d);
+      value_rotation[kv] = head_rotation(a, kv, false);
+    }
+    for (HeadView& h : heads) h.key.rotation = h.value.rotation = {};
+    DecodeAttentionArgs stored = a;
+    stored.query = query.data();
+    stored.heads = heads.data();
+    decode_attention(stored, o);
+    for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
+      unrotate_rows(value_rotation[kv], a.out + kv * nq * d, nq, d);
+    }
+    return;
+  }
   if (o.tile == 0 || o.partition == 0 || o.partition % o.tile != 0) {
     throw InvalidInput("partition must be a positive multiple of tile",
                        {"", "partition/tile", std::to_string(o.partition) + "/" + std::to_string(o.tile)});

@@ -59,10 +59,14 @@ struct DecodeAttentionArgs {
 };
 
 // Throws InvalidInput on inconsistent shapes (names the field). A head with no rows outputs 0.
+// Rotated views (TensorView::rotation; every segment of a head rotated alike): the query heads
+// of a KV head are rotated by its key rotation before the loops, their outputs rotated back by
+// its value rotation after them.
 void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions& o = {});
 
-// Reference: dequantizes every row (dequantize_rows), scores and softmax in double, plain
-// loops. The fast path equals it within 1e-5 relative error (tests/unit/test_attention.cpp).
+// Reference: dequantizes every row (dequantize_rows, rotated rows rotated back), scores and
+// softmax in double, plain loops. The fast path equals it within 1e-5 relative error
+// (tests/unit/test_attention.cpp).
 void decode_attention_ref(const DecodeAttentionArgs& a);
 
 }  // namespace akv

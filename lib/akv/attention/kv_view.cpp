@@ -21,6 +21,12 @@ unsigned code_at(const std::uint8_t* stream, std::size_t i, int bits) {
 
 void dequantize_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
                      float* out) {
+  dequantize_stored_rows(t, head_dim, r0, r1, out);
+  unrotate_rows(t.rotation, out, r1 - r0, head_dim);
+}
+
+void dequantize_stored_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
+                            float* out) {
   if (const GgmlTypeInfo* type = t.ggml.type) {
     const std::size_t row_bytes = head_dim / type->block * type->bytes;
     ggml_dequantize(*type, t.ggml.blocks + r0 * row_bytes, (r1 - r0) * head_dim, out);

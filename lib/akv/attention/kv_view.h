@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "akv/quant/affine.h"
+#include "akv/quant/rotation.h"
 #include "akv/tensor/ggml_blocks.h"
 
 namespace akv {
@@ -51,6 +52,8 @@ struct TensorView {
   PackedView packed;  // rows [0, packed.rows)
   DenseView dense;    // rows [packed.rows, packed.rows + dense.rows)
   GgmlRowsView ggml;  // when ggml.type is set: every row (packed and dense are then empty)
+  // Every row (packed, dense or ggml) is stored rotated: R x (quant/rotation.h).
+  Rotation rotation;
   std::size_t rows() const { return ggml.type ? ggml.rows : packed.rows + dense.rows; }
 };
 
@@ -65,8 +68,12 @@ struct HeadView {
 constexpr std::size_t kCodePadding = 8;
 
 // Dequantizes rows [r0, r1) of a tensor view into out [r1 - r0, head_dim] with the quantizer's
-// decode (x^ = fma(code, scale, zero); f16 rows widened exactly).
+// decode (x^ = fma(code, scale, zero); f16 rows widened exactly), rotated back (R^T x^) when the
+// view is rotated.
 void dequantize_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
                      float* out);
+// The same rows as stored (rotated ones not rotated back).
+void dequantize_stored_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
+                            float* out);
 
 }  // namespace akv

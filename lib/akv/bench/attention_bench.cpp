@@ -14,6 +14,7 @@
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
 #include "akv/io/json_file.h"
+#include "akv/kv/ggml_cache.h"
 #include "akv/kv/stored_head.h"
 #include "akv/kv/tensor_builder.h"
 #include "akv/method/ggml_params.h"
@@ -36,6 +37,8 @@ struct Variant {
   const GgmlTypeInfo* ggml = nullptr;  // llama.cpp's cache type (ggml-<type>): K and V rows as its blocks
   const GgmlTypeInfo* ggml_value = nullptr;  // the values' type (ggml: the same unless a spec's v= differs)
   std::optional<QuantParams> quant;    // a method spec's quantizer (otherwise KIVI at the bench's group and residual)
+  RotationKind rotate = RotationKind::none;  // a ggml spec's rotation (a quantizer's is in `quant`)
+  std::uint64_t rotate_seed = 0;
   // Codes the integer loops read (2 or 4 bits) on keys or values.
   bool int8_reads() const {
     return !dense && !ggml && (bits_key == 2 || bits_key == 4 || bits_value == 2 || bits_value == 4);
@@ -59,6 +62,8 @@ Variant spec_variant(const std::string& s) {
     v.dense = false;
     v.bits_key = static_cast<int>(8 * v.ggml->bytes / v.ggml->block);  // whole bits (4.5 -> 4)
     v.bits_value = static_cast<int>(8 * v.ggml_value->bytes / v.ggml_value->block);
+    v.rotate = p->rotate;
+    v.rotate_seed = p->rotate_seed;
   } else if (p->eviction() || p->tiered() || p->pre_rope) {
     throw InvalidInput("bench attention times one stored layout per variant: eviction, tiered and pre-RoPE "
                        "caches are timed by `akv bench policy`", {"", "--variants", s});
@@ -154,14 +159,14 @@ std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
   auto c = std::make_unique<Cache>();
   for (std::size_t h = 0; h < s.kv; ++h) {
     if (v.ggml) {
-      c->key.emplace_back(s.d, *v.ggml);
-      c->value.emplace_back(s.d, *v.ggml_value);
+      c->key.emplace_back(s.d, *v.ggml, ggml_rotation(v.rotate, v.rotate_seed, *v.ggml, s.d, true));
+      c->value.emplace_back(s.d, *v.ggml_value, ggml_rotation(v.rotate, v.rotate_seed, *v.ggml_value, s.d, false));
     } else if (v.dense) {
       c->key.emplace_back(s.d, v.type);
       c->value.emplace_back(s.d, v.type);
     } else {
-      c->key.emplace_back(s.d, p.key, p, n_out, false, nullptr);
-      c->value.emplace_back(s.d, p.value, p, 0, false, nullptr);
+      c->key.emplace_back(s.d, p.key, p, n_out, false, nullptr, p.rotation(s.d, true));
+      c->value.emplace_back(s.d, p.value, p, 0, false, nullptr, p.rotation(s.d, false));
     }
   }
   const std::vector<std::int32_t> pos(n, 0);  // unused: no pre-RoPE keys here

@@ -27,6 +27,21 @@ std::size_t count_attr(hid_t obj, const std::string& name, const std::string& fi
   return static_cast<std::size_t>(v);
 }
 
+// The rotation attributes of a key or value group (version 4; none when absent).
+Rotation read_rotation(hid_t group, const std::string& file, const std::string& where, std::size_t head_dim) {
+  if (!h5::attr_exists(group, "rotate")) return {};
+  Rotation r;
+  r.kind = parse_rotation(h5::read_attr_string(group, "rotate", file, where + ".rotate"), file, where + ".rotate");
+  const std::size_t block = count_attr(group, "rotate_block", file, where);
+  if (r.kind == RotationKind::none || block == 0 || (block & (block - 1)) != 0 || head_dim % block != 0) {
+    throw CorruptData("rotate_block must be a power of two dividing head_dim " + std::to_string(head_dim),
+                      {file, where + ".rotate_block", std::to_string(block)});
+  }
+  r.block = static_cast<std::uint32_t>(block);
+  r.seed = count_attr(group, "rotate_seed", file, where);
+  return r;
+}
+
 // llama.cpp's name of a cache type ("Q4_0" -> "q4_0").
 std::string cache_type_name(const GgmlTypeInfo& t) {
   std::string s = t.name;
@@ -40,6 +55,11 @@ void write_part(hid_t group, const PackedTensor& p, std::size_t d, hid_t f16) {
   h5::write_attr_int(group, "n_residual", i64(p.dense_rows()));
   h5::write_attr_int(group, "n_outlier", i64(n_out));
   h5::write_attr_int(group, "pre_rope", p.pre_rope() ? 1 : 0);
+  if (p.rotation().active()) {
+    h5::write_attr_string(group, "rotate", rotation_name(p.rotation().kind));
+    h5::write_attr_int(group, "rotate_block", i64(p.rotation().block));
+    h5::write_attr_int(group, "rotate_seed", static_cast<std::int64_t>(p.rotation().seed));
+  }
   if (p.ggml_type()) {
     h5::write_attr_string(group, "ggml_type", cache_type_name(*p.ggml_type()));
     if (!p.ggml_blocks().empty()) {
@@ -103,9 +123,10 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header, const CachePart& 
     h5::write_attr_int(root, "first_layer", i64(part.first_layer));
     h5::write_attr_int(root, "end_layer", i64(part.end_layer));
   }
-  h5::write_attr_int(root, "version", h.params.tiered() ? kCacheVersionSegments
-                                      : h.params.ggml() ? kCacheVersionGgml
-                                                        : kCacheVersion);
+  h5::write_attr_int(root, "version", h.params.rotate != RotationKind::none ? kCacheVersionRotation
+                                      : h.params.tiered()                  ? kCacheVersionSegments
+                                      : h.params.ggml()                    ? kCacheVersionGgml
+                                                                           : kCacheVersion);
   // A calibration= path that is not UTF-8 is stored with U+FFFD (JSON text is UTF-8).
   h5::write_attr_string(root, "params", h.params.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   h5::write_attr_string(root, "source_path", h.source_path);
@@ -196,8 +217,8 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
                        {f, "format", format});
   }
   const std::int64_t version = h5::read_attr_int(root, "version", f, "version");
-  if (version < kCacheVersion || version > kCacheVersionGgml) {
-    throw InvalidInput("unsupported akv-cache version (this akv reads versions 1, 2 and 3)",
+  if (version < kCacheVersion || version > kCacheVersionRotation) {
+    throw InvalidInput("unsupported akv-cache version (this akv reads versions 1 to 4)",
                        {f, "version", std::to_string(version)});
   }
   version_ = version;
@@ -205,8 +226,14 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
   nlohmann::json j = parse_json(params, f, "params");
   if (!j.is_object()) throw CorruptData("params is not a JSON object", {f, "params"});
   header_.params = CompressParams::from_json(j, f);
-  if ((version_ == kCacheVersionGgml) != (header_.params.ggml() != nullptr)) {
+  if (version_ == kCacheVersionGgml && !header_.params.ggml()) {
     throw CorruptData("version 3 and method ggml go together", {f, "version", std::to_string(version)});
+  }
+  if (header_.params.ggml() && version_ < kCacheVersionGgml) {
+    throw CorruptData("method ggml needs version 3 or 4", {f, "version", std::to_string(version)});
+  }
+  if ((version_ == kCacheVersionRotation) != (header_.params.rotate != RotationKind::none)) {
+    throw CorruptData("version 4 and params.rotate go together", {f, "version", std::to_string(version)});
   }
   header_.source_path = h5::read_attr_string(root, "source_path", f, "source_path");
   header_.source_hash = h5::read_attr_string(root, "source_hash", f, "source_hash");
@@ -331,6 +358,10 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
     const std::size_t n_residual = count_attr(pg.get(), "n_residual", f, pp);
     const std::size_t n_out = count_attr(pg.get(), "n_outlier", f, pp);
     p.set_pre_rope(count_attr(pg.get(), "pre_rope", f, pp) != 0);
+    p.set_rotation(read_rotation(pg.get(), f, pp, d));
+    if (p.rotation().active() && version_ != kCacheVersionRotation) {
+      throw CorruptData("rotated rows only in version-4 caches", {f, pp + ".rotate", rotation_name(p.rotation().kind)});
+    }
     if (n_quant > n_kept || n_residual > n_kept || n_quant + n_residual != n_kept) {
       throw CorruptData("n_quant + n_residual must equal n_kept " + std::to_string(n_kept),
                         {f, pp + ".n_quant", std::to_string(n_quant)});

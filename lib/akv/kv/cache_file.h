@@ -22,6 +22,10 @@
 // attribute ggml_type (llama.cpp's name: f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; equal to
 // params.ggml.k / .v), n_quant = n_kept, n_residual = n_outlier = pre_rope = 0, and dataset
 //     blocks           uint8 [n_kept * head_dim / block * block bytes]  (rows in kept order)
+// Version 4 (rotate=hadamard|random, quant/rotation.h): params.rotate is set and each rotated
+// key/value group carries attributes rotate (hadamard | random), rotate_block and rotate_seed;
+// its codes, blocks and residual rows hold the rotated rows. Otherwise laid out as version 1, 2
+// or 3 (method ggml).
 // A partial cache (`akv compress --shard K/N`, docs/scale.md) is the same layout with format
 // "akv-cache-part", root attributes shard, shards, first_layer, end_layer, and only the head
 // groups of layers [first_layer, end_layer); only `akv merge` reads it.
@@ -41,6 +45,7 @@ inline constexpr const char* kCacheFormat = "akv-cache";
 inline constexpr std::int64_t kCacheVersion = 1;
 inline constexpr std::int64_t kCacheVersionSegments = 2;
 inline constexpr std::int64_t kCacheVersionGgml = 3;
+inline constexpr std::int64_t kCacheVersionRotation = 4;
 inline constexpr const char* kCachePartFormat = "akv-cache-part";
 
 // The layers a partial cache holds (shards == 1: a whole cache).

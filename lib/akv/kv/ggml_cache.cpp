@@ -1,5 +1,6 @@
 #include "akv/kv/ggml_cache.h"
 
+#include <string_view>
 #include <vector>
 
 #include "akv/core/errors.h"
@@ -18,13 +19,13 @@ struct HeadStore {
 
 class GgmlCachePolicy : public KvPolicy {
  public:
-  GgmlCachePolicy(const GgmlCacheParams& p, const KvGeometry& g, int threads)
-      : k_(ggml_cache_type(p.key, "", "k")), v_(ggml_cache_type(p.value, "", "v")), g_(g), threads_(threads) {
-    check_ggml_head_dim(k_, g.head_dim, "", "ggml k=" + p.key + ": head_dim");
-    check_ggml_head_dim(v_, g.head_dim, "", "ggml v=" + p.value + ": head_dim");
-    for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) {
-      heads_.push_back({TensorBuilder(g.head_dim, k_), TensorBuilder(g.head_dim, v_), {}});
-    }
+  GgmlCachePolicy(const CompressParams& params, const KvGeometry& g, int threads)
+      : k_(ggml_cache_type(params.ggml()->key, "", "k")), v_(ggml_cache_type(params.ggml()->value, "", "v")),
+        k_rot_(ggml_rotation(params.rotate, params.rotate_seed, k_, g.head_dim, true)), v_rot_(ggml_rotation(params.rotate, params.rotate_seed, v_, g.head_dim, false)),
+        g_(g), threads_(threads) {
+    check_ggml_head_dim(k_, g.head_dim, "", "ggml k=" + params.ggml()->key + ": head_dim");
+    check_ggml_head_dim(v_, g.head_dim, "", "ggml v=" + params.ggml()->value + ": head_dim");
+    for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.push_back(empty_head());
   }
 
   void ingest_prompt(const PromptKv& prompt) override {
@@ -45,7 +46,7 @@ class GgmlCachePolicy : public KvPolicy {
     h.head_dim = g_.head_dim;
     h.key = s.key.take();
     h.value = s.value.take();
-    s = {TensorBuilder(g_.head_dim, k_), TensorBuilder(g_.head_dim, v_), {}};
+    s = empty_head();
     return h;
   }
 
@@ -86,6 +87,10 @@ class GgmlCachePolicy : public KvPolicy {
   }
 
  private:
+  HeadStore empty_head() const {
+    return {TensorBuilder(g_.head_dim, k_, k_rot_), TensorBuilder(g_.head_dim, v_, v_rot_), {}};
+  }
+
   // Every row of KV head (i mod n_kv_heads) of `key` and `value` [n_kv_heads, n, hd] into head i.
   void store_head(std::size_t i, const Tensor3& key, const Tensor3& value) {
     const std::size_t h = i % g_.n_kv_heads, n = key.dim1();
@@ -98,6 +103,7 @@ class GgmlCachePolicy : public KvPolicy {
 
   const GgmlTypeInfo& k_;
   const GgmlTypeInfo& v_;
+  Rotation k_rot_, v_rot_;
   KvGeometry g_;
   int threads_;
   std::vector<HeadStore> heads_;
@@ -105,7 +111,12 @@ class GgmlCachePolicy : public KvPolicy {
 
 }  // namespace
 
-std::unique_ptr<KvPolicy> make_ggml_policy(const GgmlCacheParams& p, const KvGeometry& g, int threads) {
+Rotation ggml_rotation(RotationKind kind, std::uint64_t seed, const GgmlTypeInfo& type, std::size_t head_dim,
+                       bool key) {
+  return std::string_view(type.name) == "F16" ? Rotation{} : tensor_rotation(kind, seed, head_dim, key);
+}
+
+std::unique_ptr<KvPolicy> make_ggml_policy(const CompressParams& p, const KvGeometry& g, int threads) {
   return std::make_unique<GgmlCachePolicy>(p, g, threads);
 }
 

@@ -6,7 +6,9 @@
 // Attention reads the blocks (a tile dequantized at a time, then the f32 loops; F16 rows
 // directly, as method none's), in f32: llama.cpp's CPU attention
 // also rounds the query to the key type's dot-product type (Q8_0 for these types) and sums V
-// in f16 when V is f16; akv does neither (docs/model.md, "llama.cpp cache types").
+// in f16 when V is f16; akv does neither (docs/model.md, "llama.cpp cache types"). With
+// rotate=hadamard the block types' rows are rotated first, as llama.cpp does by default since
+// April 2026 (quant/rotation.h).
 #include <memory>
 
 #include "akv/kv/runtime.h"
@@ -14,7 +16,12 @@
 
 namespace akv {
 
-// InvalidInput when head_dim is not a multiple of the block (32) for a block type.
-std::unique_ptr<KvPolicy> make_ggml_policy(const GgmlCacheParams& p, const KvGeometry& g, int threads);
+// p.ggml() set. InvalidInput when head_dim is not a multiple of the block (32) for a block type.
+std::unique_ptr<KvPolicy> make_ggml_policy(const CompressParams& p, const KvGeometry& g, int threads);
+
+// The rotation of a key or value tensor of `type` (as llama.cpp: only block types rotate, F16
+// rows never).
+Rotation ggml_rotation(RotationKind kind, std::uint64_t seed, const GgmlTypeInfo& type, std::size_t head_dim,
+                       bool key);
 
 }  // namespace akv

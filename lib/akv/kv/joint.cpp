@@ -109,6 +109,8 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
             p.value = {bv, QuantAxis::token, o.group};
             p.residual = o.residual;
             p.rule = o.rule;
+            p.rotate = o.rotate;
+            p.rotate_seed = o.rotate_seed;
           }
           const HeadCache hc = compress_head(in, p);
           std::vector<float> rk(n * d), rv(n * d);
@@ -214,6 +216,8 @@ EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const Comp
   jo.group = params.key.group;
   jo.residual = params.residual;
   jo.rule = params.rule;
+  jo.rotate = params.rotate;
+  jo.rotate_seed = params.rotate_seed;
   jo.threads = threads;
   const std::vector<JointChoice> choice = plan_joint(m, source, jo, progress);
   EvictionPlan plan;

@@ -29,6 +29,8 @@ struct JointOptions {
   bool f16_option = true;        // also offer the kept tokens unquantized
   std::size_t window = 32, group = 32, residual = 128;
   QuantRule rule = QuantRule::kivi;  // the candidates' quantization rule (quant/affine.h)
+  RotationKind rotate = RotationKind::none;  // and rotation (quant/rotation.h)
+  std::uint64_t rotate_seed = 0;
   int threads = 1;
 };
 

@@ -247,9 +247,9 @@ class RuntimePolicy : public KvPolicy {
     if (!params_) return TensorBuilder(g_.head_dim, DenseType::f32);
     const CompressParams& hp = per_head_[i];
     const RopeContext* rope = stored_only_ ? nullptr : &rope_;
-    if (!key) return TensorBuilder(g_.head_dim, hp.value, hp, 0, false, rope);
+    if (!key) return TensorBuilder(g_.head_dim, hp.value, hp, 0, false, rope, hp.rotation(g_.head_dim, false));
     const std::size_t n_out = hp.quantized() ? outlier_count(hp.outlier_fraction, g_.head_dim) : 0;
-    return TensorBuilder(g_.head_dim, hp.key, hp, n_out, hp.pre_rope, rope);
+    return TensorBuilder(g_.head_dim, hp.key, hp, n_out, hp.pre_rope, rope, hp.rotation(g_.head_dim, true));
   }
 
   std::optional<CompressParams> params_;
@@ -269,14 +269,14 @@ class RuntimePolicy : public KvPolicy {
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads) {
   if (params && params->tiered()) return make_tiered_policy(*params, g);
-  if (params && params->ggml()) return make_ggml_policy(*params->ggml(), g, threads);
+  if (params && params->ggml()) return make_ggml_policy(*params, g, threads);
   return std::make_unique<RuntimePolicy>(params, g, threads);
 }
 
 std::unique_ptr<KvPolicy> make_stored_cache(const CompressParams& planned, const KvShape& shape, int threads) {
   KvGeometry g;
   g.kv_shape() = shape;
-  if (planned.ggml()) return make_ggml_policy(*planned.ggml(), g, threads);
+  if (planned.ggml()) return make_ggml_policy(planned, g, threads);
   return std::make_unique<RuntimePolicy>(planned, g, threads, true);
 }
 

@@ -16,10 +16,19 @@ std::vector<std::uint16_t> to_f16_ref(const float* x, std::size_t n) {
   return h;
 }
 
-// The reference of TensorBuilder's affine rows, in one pass over plain loops.
+// The reference of TensorBuilder's affine rows, in one pass over plain loops (rows rotated by
+// rotate_rows, whose own reference is rotate_rows_ref).
 PackedTensor compress_tensor_ref(const float* src, const float* post, std::size_t n, std::size_t d,
-                                 const TensorQuant& t, const QuantParams& p, std::size_t n_outlier, bool pre_rope) {
+                                 const TensorQuant& t, const QuantParams& p, std::size_t n_outlier, bool pre_rope,
+                                 const Rotation& rot) {
   PackedTensor out(d, DenseType::f16);
+  out.set_rotation(rot);
+  std::vector<float> rotated;
+  if (rot.active()) {  // pre_rope is refused with a rotation: src == post
+    rotated.assign(post, post + n * d);
+    rotate_rows(rot, rotated.data(), n, d);
+    src = post = rotated.data();
+  }
   const std::size_t n_quant = quantized_rows(n, t, p);
   out.set_pre_rope(pre_rope && n_quant > 0);
   const auto quantize = quantize_block_ref;
@@ -70,9 +79,7 @@ void rebuild(const PackedTensor& t, float* out) {
   const std::size_t n_quant = t.packed_rows(), n_out = t.outlier_channels().size();
   if (t.ggml_type()) {
     ggml_dequantize(*t.ggml_type(), t.ggml_blocks().data(), t.ggml_rows() * d, out);
-    return;
-  }
-  if (n_quant > 0) {
+  } else if (n_quant > 0) {
     if (n_out == 0) {
       dequantize_block(t.packed_block(), out);
     } else {
@@ -84,6 +91,7 @@ void rebuild(const PackedTensor& t, float* out) {
     }
   }
   if (t.dense_rows() > 0) f16_to_f32(t.dense_f16(0), out + n_quant * d, t.dense_rows() * d);
+  unrotate_rows(t.rotation(), out, t.rows(), d);
 }
 
 }  // namespace
@@ -100,7 +108,8 @@ HeadCache compress_head(const HeadInput& in, const QuantParams& p) {
   const std::size_t d = in.head_dim, n_out = p.quantized() ? outlier_count(p.outlier_fraction, d) : 0;
   check_head(in, p, n_out);
   const std::vector<std::int32_t> pos = positions(in);
-  TensorBuilder key(d, p.key, p, n_out, p.pre_rope, nullptr), value(d, p.value, p, 0, false, nullptr);
+  TensorBuilder key(d, p.key, p, n_out, p.pre_rope, nullptr, p.rotation(d, true)),
+      value(d, p.value, p, 0, false, nullptr, p.rotation(d, false));
   key.append(p.pre_rope ? in.key_pre_rope : in.key, in.key, pos.data(), in.n);
   value.append(in.value, in.value, pos.data(), in.n);
   HeadCache h = head_of(in);
@@ -114,8 +123,10 @@ HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) {
   check_head(in, p, n_out);
   HeadCache h = head_of(in);
   const float* key_src = p.pre_rope ? in.key_pre_rope : in.key;
-  h.key = compress_tensor_ref(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope);
-  h.value = compress_tensor_ref(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false);
+  h.key = compress_tensor_ref(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope,
+                              p.rotation(in.head_dim, true));
+  h.value = compress_tensor_ref(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false,
+                                p.rotation(in.head_dim, false));
   return h;
 }
 

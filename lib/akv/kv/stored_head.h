@@ -51,8 +51,8 @@ struct HeadInput {
 HeadCache compress_head(const HeadInput& in, const QuantParams& p);
 HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p);
 
-// Rebuilds the kept rows: key (after RoPE) and value, each [n_kept, head_dim] f32 (segmented
-// heads: every segment's rows land at their positions).
+// Rebuilds the kept rows: key (after RoPE) and value, each [n_kept, head_dim] f32, rotated rows
+// rotated back (segmented heads: every segment's rows land at their positions).
 // `rope` must cover the kept positions when the key was quantized before RoPE.
 void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, float* value);
 

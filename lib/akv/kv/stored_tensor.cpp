@@ -241,6 +241,7 @@ CacheBytes PackedTensor::stored_bytes() const {
 
 TensorView PackedTensor::view() const {
   TensorView t;
+  t.rotation = rotation_;
   if (ggml_type_) {
     if (std::string_view(ggml_type_->name) == "F16") {  // the f16 loops read them, as method none's rows
       t.dense = {DenseType::f16, ggml_blocks_.data(), ggml_rows_};

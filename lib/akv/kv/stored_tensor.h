@@ -83,6 +83,9 @@ class PackedTensor {
   // dequantization); the dense rows are always post-RoPE.
   bool pre_rope() const { return pre_rope_; }
   void set_pre_rope(bool pre_rope) { pre_rope_ = pre_rope; }
+  // Every row is stored rotated (quant/rotation.h): R x for a row x the caller gave.
+  const Rotation& rotation() const { return rotation_; }
+  void set_rotation(const Rotation& r) { rotation_ = r; }
   // Bytes the cache format stores per component: packed codes and ggml blocks, scales, zeros,
   // outlier values and channel indices, dense rows (f16: 2 bytes, f32: 4 bytes per value).
   CacheBytes stored_bytes() const;
@@ -94,6 +97,7 @@ class PackedTensor {
   std::size_t d_ = 0;
   DenseType type_ = DenseType::f32;
   bool pre_rope_ = false;
+  Rotation rotation_;
   PackedView view_;  // parameters; pointers refreshed by view()
   std::size_t code_bits_ = 0;  // bits used in codes_
   std::vector<std::uint8_t> codes_;

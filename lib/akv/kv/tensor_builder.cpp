@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "akv/core/errors.h"
 #include "akv/quant/outliers.h"
 #include "akv/tensor/half.h"
 
@@ -16,14 +17,35 @@ float f16_round(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
 TensorBuilder::TensorBuilder(std::size_t head_dim, DenseType dense) : d_(head_dim), store_(head_dim, dense) {}
 
 TensorBuilder::TensorBuilder(std::size_t head_dim, const TensorQuant& t, const QuantParams& p,
-                             std::size_t n_outlier, bool pre_rope, const RopeContext* rope)
+                             std::size_t n_outlier, bool pre_rope, const RopeContext* rope, const Rotation& rot)
     : d_(head_dim), quantize_(p.quantized()), t_(t), p_(p), n_out_(n_outlier), pre_rope_(pre_rope),
-      rope_(pre_rope ? rope : nullptr), store_(head_dim, DenseType::f16) {}
+      rope_(pre_rope ? rope : nullptr), rot_(rot), store_(head_dim, DenseType::f16) {
+  if (rot_.active() && pre_rope) {
+    throw InvalidInput("rotation needs keys after RoPE (not with pre-rope)", {"", "--rotate", rotation_name(rot_.kind)});
+  }
+  store_.set_rotation(rot_);
+}
 
-TensorBuilder::TensorBuilder(std::size_t head_dim, const GgmlTypeInfo& type)
-    : d_(head_dim), ggml_(&type), store_(head_dim, DenseType::f16) {}
+TensorBuilder::TensorBuilder(std::size_t head_dim, const GgmlTypeInfo& type, const Rotation& rot)
+    : d_(head_dim), ggml_(&type), rot_(rot), store_(head_dim, DenseType::f16) {
+  store_.set_rotation(rot_);
+}
 
 void TensorBuilder::append(const float* src, const float* post, const std::int32_t* pos, std::size_t n) {
+  if (!rot_.active()) {
+    append_rows(src, post, pos, n);
+    return;
+  }
+  rotated_.assign(src, src + n * d_);
+  rotate_rows(rot_, rotated_.data(), n, d_);
+  if (post != src) {
+    rotated_.insert(rotated_.end(), post, post + n * d_);
+    rotate_rows(rot_, rotated_.data() + n * d_, n, d_);
+  }
+  append_rows(rotated_.data(), rotated_.data() + (post != src ? n * d_ : 0), pos, n);
+}
+
+void TensorBuilder::append_rows(const float* src, const float* post, const std::int32_t* pos, std::size_t n) {
   if (ggml_) {
     store_.append_ggml(*ggml_, post, n);
     return;

@@ -32,15 +32,17 @@ class TensorBuilder {
   // Affine codes of `t` under p's rule and residual window (p.quantized(); otherwise dense f16
   // rows), with n_outlier channels in f16 (chosen over the first rows quantized). pre_rope: the
   // `src` rows of append() are keys before RoPE; with `rope` the builder also keeps the post-RoPE
-  // f32 rows attention reads (dequantized rows rotated back), not counted as stored.
+  // f32 rows attention reads (dequantized rows rotated back), not counted as stored. rot: every
+  // row (quantized or in the window) is stored rotated (QuantParams::rotation; not with
+  // pre_rope).
   TensorBuilder(std::size_t head_dim, const TensorQuant& t, const QuantParams& p, std::size_t n_outlier,
-                bool pre_rope, const RopeContext* rope);
-  // Every row as ggml blocks of `type` (ggml's reference quantizer), at once.
-  TensorBuilder(std::size_t head_dim, const GgmlTypeInfo& type);
+                bool pre_rope, const RopeContext* rope, const Rotation& rot);
+  // Every row as ggml blocks of `type` (ggml's reference quantizer), at once, rotated by rot.
+  TensorBuilder(std::size_t head_dim, const GgmlTypeInfo& type, const Rotation& rot);
 
   // Appends n rows: `src` [n, head_dim] is what gets quantized (pre-RoPE keys with pre_rope),
   // `post` [n, head_dim] what is stored dense and what attention reads; `pos` their positions
-  // (RoPE after dequantization of pre-RoPE keys).
+  // (RoPE after dequantization of pre-RoPE keys). A rotating builder rotates copies of them.
   void append(const float* src, const float* post, const std::int32_t* pos, std::size_t n);
   // Removes row i, moving the last row into its place (streaming eviction; dense rows only):
   // O(head_dim) instead of moving every later row.
@@ -60,6 +62,7 @@ class TensorBuilder {
   // rows, if any, are the caller's to drop).
   void quantize(const float* src, const std::int32_t* pos, std::size_t m);
   void quantize_ready();  // the window's rows due for quantization
+  void append_rows(const float* src, const float* post, const std::int32_t* pos, std::size_t n);
 
   std::size_t d_;
   bool quantize_ = false;
@@ -69,6 +72,8 @@ class TensorBuilder {
   bool pre_rope_ = false;
   const RopeContext* rope_ = nullptr;
   const GgmlTypeInfo* ggml_ = nullptr;
+  Rotation rot_;
+  std::vector<float> rotated_;  // scratch: the rows of one append() rotated
   PackedTensor store_;
   std::vector<float> mirror_;   // pre-RoPE keys with rope: [rows, d] post-RoPE rows attention reads
   std::vector<float> pending_;  // [pending_front_ + rows - packed, d] quantization source of unquantized rows

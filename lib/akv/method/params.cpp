@@ -24,8 +24,17 @@ std::vector<std::string> CompressParams::input_files() const {
   return files;
 }
 
+namespace {
+
+std::string rotation_suffix(const QuantParams& p) {
+  if (p.rotate == RotationKind::none) return "";
+  return p.rotate == RotationKind::hadamard ? " hadamard" : " random-hadamard seed " + std::to_string(p.rotate_seed);
+}
+
+}  // namespace
+
 std::string describe(const CompressParams& p) {
-  if (p.ggml()) return "ggml K " + p.ggml()->key + " V " + p.ggml()->value;
+  if (p.ggml()) return "ggml K " + p.ggml()->key + " V " + p.ggml()->value + rotation_suffix(p);
   if (p.tiered()) {
     const TieredParams& t = *p.tiered();
     return "tiered" + (t.preset.empty() ? std::string() : " " + t.preset) + " hot " + std::to_string(t.hot) +
@@ -60,6 +69,7 @@ std::string describe(const CompressParams& p) {
     if (p.rule != QuantRule::kivi) out += " " + quant_rule_name(p.rule);
     if (p.outlier_fraction > 0) out += " outliers";
     if (p.pre_rope) out += " pre-RoPE";
+    out += rotation_suffix(p);
   }
   return out;
 }
@@ -100,6 +110,16 @@ EvictionParams resolve_eviction(const std::string& method, const EvictionRequest
 
 CompressParams resolve_quant(const CompressRequest& r);
 
+void apply_rotation(QuantParams& p, const CompressRequest& r) {
+  if (r.rotate) p.rotate = parse_rotation(*r.rotate);
+  if (r.rotate_seed) {
+    if (p.rotate != RotationKind::random) {
+      throw UsageError("rotate-seed needs rotate=random", {"", "--rotate-seed", std::to_string(*r.rotate_seed)});
+    }
+    p.rotate_seed = static_cast<std::uint64_t>(*r.rotate_seed);
+  }
+}
+
 }  // namespace
 
 EvictionParams resolve_allocation(const std::string& alloc, const std::string& score,
@@ -122,7 +142,16 @@ bool EvictionRequest::any() const {
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {
+  if (p.rotate != RotationKind::none && !p.quantized() && !p.ggml()) {
+    throw InvalidInput("rotation needs a quantizer or llama.cpp block types", {file, "--rotate", rotation_name(p.rotate)});
+  }
   if (!p.quantized()) return;
+  if (p.rotate != RotationKind::none && p.tiered()) {
+    throw InvalidInput("the tiered cache does not rotate", {file, "--rotate", rotation_name(p.rotate)});
+  }
+  if (p.rotate != RotationKind::none && p.pre_rope) {
+    throw InvalidInput("rotation needs keys after RoPE (not with pre-rope)", {file, "--rotate", rotation_name(p.rotate)});
+  }
   check_tensor(p.key, "key", file);
   check_tensor(p.value, "value", file);
   for (const TensorQuant* t : {&p.key, &p.value}) {
@@ -187,7 +216,8 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   if (q.margin) t.margin = *q.margin;
   if (q.demotion) t.demotion = *q.demotion == "fifo" ? Demotion::fifo : Demotion::importance;
   if (r.bits || r.bits_key || r.bits_value || r.key_axis || r.value_axis || r.group || r.residual ||
-      r.quant_rule || r.outlier_fraction || r.pre_rope || r.calibration || r.quant || r.eviction.any()) {
+      r.quant_rule || r.outlier_fraction || r.pre_rope || r.rotate || r.rotate_seed || r.calibration || r.quant ||
+      r.eviction.any()) {
     throw UsageError("tiered takes hot, warm, warm-bits-key, warm-bits-value, cold-bits, protect-first, "
                      "protect-last, anchors, decay, w-attn, w-recency, margin, demotion, preset",
                      {"", "--method", r.method});
@@ -216,14 +246,17 @@ CompressParams resolve_params(const CompressRequest& r) {
     CompressRequest rest = r;
     rest.ggml = {};
     rest.method = "none";
+    rest.rotate.reset();
+    rest.rotate_seed.reset();
     if (rest.tiered.any() || rest.eviction.any() || rest.quant || rest.bits || rest.bits_key || rest.bits_value ||
         rest.key_axis || rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction ||
         rest.pre_rope || rest.calibration) {
-      throw UsageError("ggml takes only k and v (--k, --v, k=, v=: llama.cpp cache types)", {"", "--method", r.method});
+      throw UsageError("ggml takes only k, v (llama.cpp cache types), rotate and rotate-seed", {"", "--method", r.method});
     }
     CompressParams p;
     p.method = Quantizer::none;
     p.residual = 0;
+    apply_rotation(p, r);
     GgmlCacheParams g;
     if (r.ggml.k) g.key = *r.ggml.k;
     if (r.ggml.v) g.value = *r.ggml.v;
@@ -284,6 +317,8 @@ CompressParams resolve_quant(const CompressRequest& r) {
     refuse(r.quant_rule.has_value(), "--quant-rule");
     refuse(r.outlier_fraction.has_value(), "--outlier-fraction");
     refuse(r.pre_rope, "--pre-rope");
+    refuse(r.rotate.has_value(), "--rotate");
+    refuse(r.rotate_seed.has_value(), "--rotate-seed");
     p.residual = 0;
     return p;
   }
@@ -307,6 +342,7 @@ CompressParams resolve_quant(const CompressRequest& r) {
   if (r.quant_rule) p.rule = parse_quant_rule(*r.quant_rule);
   if (r.outlier_fraction) p.outlier_fraction = *r.outlier_fraction;
   p.pre_rope = r.pre_rope;
+  apply_rotation(p, r);
   if (r.calibration) {
     if (p.method != Quantizer::kivi) {
       throw UsageError("--calibration applies per-head bits to the kivi layout", {"", "--method", r.method});
@@ -354,6 +390,10 @@ nlohmann::json CompressParams::to_json() const {
     j["quant_rule"] = quant_rule_name(rule);
   }
   j["residual"] = residual;
+  if (rotate != RotationKind::none) {
+    j["rotate"] = rotation_name(rotate);
+    j["rotate_seed"] = rotate_seed;
+  }
   j["scale_dtype"] = "f16";
   j["eviction"] = eviction() ? eviction()->to_json() : nlohmann::json(nullptr);
   if (tiered()) {
@@ -392,6 +432,10 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
     }
     p.preset = j.value("preset", "");
     p.residual = static_cast<std::size_t>(file_integer(j, "residual", "residual", file, "params.residual"));
+    if (j.contains("rotate")) {
+      p.rotate = parse_rotation(j.at("rotate").get<std::string>(), file, "params.rotate");
+      p.rotate_seed = static_cast<std::uint64_t>(file_integer(j, "rotate_seed", "rotate-seed", file, "params.rotate_seed"));
+    }
     if (p.quantized()) {
       auto tensor = [&](const nlohmann::json& t, const std::string& at) {
         return TensorQuant{static_cast<int>(file_integer(t, "bits", "bits", file, at + ".bits")),

@@ -126,6 +126,14 @@ const std::vector<ParamInfo>& param_registry() {
       {"pre-rope", S::quant, P::Flag([](CompressRequest& r) -> auto& { return r.pre_rope; }),
        "quantize keys before RoPE (KVQuant; needs key_pre_rope in the dump); RoPE is applied after "
        "dequantization", {}, {}, false, false, {}, {}},
+      {"rotate", S::quant, P::Text([](CompressRequest& r) -> auto& { return r.rotate; }),
+       "rotate each key and value row before quantization: hadamard = normalized Walsh-Hadamard blocks "
+       "(keys: the largest power of two dividing head_dim, values: at most 64 channels; llama.cpp's "
+       "rotation), random = the same after random signs (rotate-seed); the query is rotated once per "
+       "step, the attention output rotated back; with ggml only block types rotate (default none)",
+       {}, {}, false, false, {}, {"none", "hadamard", "random"}},
+      {"rotate-seed", S::quant, P::Integer([](CompressRequest& r) -> auto& { return r.rotate_seed; }),
+       "seed of rotate=random's signs (default 0)", 0, {}, false, false, {}, {}},
       {"calibration", S::quant, P::Text([](CompressRequest& r) -> auto& { return r.calibration; }),
        "per-head key/value bits from `akv calibrate -o calib.json` (kivi layout; replaces bits)", {}, {},
        false, false, {}, {}},

@@ -44,6 +44,8 @@ struct CompressRequest {
   std::optional<long long> group, residual;
   std::optional<double> outlier_fraction;
   bool pre_rope = false;
+  std::optional<std::string> rotate;      // none | hadamard | random (quant/rotation.h)
+  std::optional<long long> rotate_seed;
   std::optional<std::string> calibration;  // calib.json from `akv calibrate`
 };
 

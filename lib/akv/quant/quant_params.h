@@ -2,9 +2,11 @@
 // What a quantizer is told (the quantizer and its parameters for keys and values), and how many
 // rows of a tensor it quantizes; the stored form of a head is kv/stored_head.h.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "akv/quant/affine.h"
+#include "akv/quant/rotation.h"
 
 namespace akv {
 
@@ -31,8 +33,14 @@ struct QuantParams {
   std::size_t residual = 128;    // most recent tokens kept in f16
   double outlier_fraction = 0;   // key channels per head kept in f16: ceil(f * head_dim)
   bool pre_rope = false;         // quantize keys before RoPE (needs key_pre_rope in the dump)
+  RotationKind rotate = RotationKind::none;  // rows rotated before quantization (rotation.h)
+  std::uint64_t rotate_seed = 0;             // random rotation's signs
 
   bool quantized() const { return method != Quantizer::none; }
+  // The rotation of the key or value tensor of a head (none unless quantized and rotate is set).
+  Rotation rotation(std::size_t head_dim, bool key) const {
+    return quantized() ? tensor_rotation(rotate, rotate_seed, head_dim, key) : Rotation{};
+  }
 };
 
 // Leading rows of n that a tensor quantizes (the rest stay in f16 as the residual window):
