@@ -13,7 +13,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     std::vector<std::string> dumps;
     std::string output;
     CalibrateOptions calib;
-    std::string rule = "kivi", shard;
+    std::string rule = "kivi", rotate = "none", shard;
     bool json = false;
   };
   auto opt = std::make_shared<Options>();
@@ -44,6 +44,10 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
                   "Quantization rule: kivi (as KIVI's code) or bounded (every value within scale/2); "
                   "see docs/compress.md")
       ->capture_default_str()->check(CLI::IsMember({"kivi", "bounded"}));
+  sub->add_option("--rotate", opt->rotate,
+                  "Measure with the rows rotated before quantization: none, hadamard or random (seed 0), "
+                  "as compress --rotate; calibrate for a rotated cache (docs/compress.md)")
+      ->capture_default_str()->check(CLI::IsMember({"none", "hadamard", "random"}));
   sub->add_option("--aggregate", c.aggregate, "Combine several dumps: mean or max (robust)")
       ->capture_default_str();
   sub->add_option("--allocator", c.allocator, "measured | adakv-proxy | entropy")->capture_default_str();
@@ -63,6 +67,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     check_output_distinct(opt->output, opt->dumps);
     CalibrateOptions o = opt->calib;
     o.rule = parse_quant_rule(opt->rule);
+    o.rotate = parse_rotation(opt->rotate);
     if (!opt->shard.empty()) {
       ProgressBar bar("calibrate", !global.quiet);
       o.threads = global.threads;

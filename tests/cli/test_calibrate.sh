@@ -13,6 +13,7 @@ expect "calib.json format" 0 '"format": "akv-calibration"' cat "$TMP/calib.json"
 expect "calibrate --aggregate max" 0 "achieved" "$AKV" calibrate -q "$d" "$TMP/d2.h5" --aggregate max --bits 2,4,8 --target-bits 4
 expect "calibrate adakv-proxy" 0 "adakv-proxy allocation" "$AKV" calibrate -q "$d" --allocator adakv-proxy --target-bits 3 --update-interval 200
 expect "calibrate entropy --json" 0 '"allocator": "entropy"' "$AKV" calibrate -q "$d" --allocator entropy --target-bits 2.5 --json
+expect "calibrate --rotate records it" 0 '"rotate": "hadamard"' "$AKV" calibrate -q "$d" --rotate hadamard --json
 expect "compress --calibration" 0 "calibrated per-head bits" "$AKV" compress -q "$d" -o "$TMP/c.h5" --calibration "$TMP/calib.json"
 cp "$TMP/calib.json" "$TMP/calib-"$'\xe9'".json"  # a Latin-1 name: stored in the cache's params with U+FFFD
 expect "compress --calibration from a file named in Latin-1" 0 "calibrated per-head bits" \

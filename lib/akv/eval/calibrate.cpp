@@ -67,6 +67,7 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
     p.value = {b, QuantAxis::token, o.group};
     p.residual = o.residual;
     p.rule = o.rule;
+    p.rotate = o.rotate;
     reconstruct_head(compress_head(in, p), {}, kq.data(), vq.data());
     r.key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
     r.value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
@@ -333,6 +334,7 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
               {"lo_bit", opt.lo}, {"mid_bit", opt.mid}, {"hi_bit", opt.hi}, {"update_interval", opt.update_interval},
               {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
                         "with the kivi layout, everything else exact"}};
+  if (opt.rotate != RotationKind::none) f.params["rotate"] = rotation_name(opt.rotate);  // absent: none
   f.summary = {{"achieved_bits", bits_sum / static_cast<double>(2 * L * H)},
                {"predicted_error", predicted},
                {"uniform_predicted_error", uni},
@@ -345,10 +347,12 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
 constexpr const char* kPartFormat = "akv-calibration-part";
 
 nlohmann::json options_json(const CalibrateOptions& o) {
-  return {{"candidates", o.candidates}, {"group", o.group}, {"residual", o.residual},
-          {"quant_rule", quant_rule_name(o.rule)}, {"target_bits", o.target_bits}, {"aggregate", o.aggregate},
-          {"allocator", o.allocator}, {"lo_bit", o.lo}, {"mid_bit", o.mid}, {"hi_bit", o.hi},
-          {"update_interval", o.update_interval}};
+  nlohmann::json j = {{"candidates", o.candidates}, {"group", o.group}, {"residual", o.residual},
+                      {"quant_rule", quant_rule_name(o.rule)}, {"target_bits", o.target_bits},
+                      {"aggregate", o.aggregate}, {"allocator", o.allocator}, {"lo_bit", o.lo}, {"mid_bit", o.mid},
+                      {"hi_bit", o.hi}, {"update_interval", o.update_interval}};
+  if (o.rotate != RotationKind::none) j["rotate"] = rotation_name(o.rotate);  // absent: none
+  return j;
 }
 
 }  // namespace
@@ -409,6 +413,7 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
     o.group = json_uint(op.at("group"));
     o.residual = json_uint(op.at("residual"));
     o.rule = parse_quant_rule(op.at("quant_rule").get<std::string>());
+    if (op.contains("rotate")) o.rotate = parse_rotation(op.at("rotate").get<std::string>(), file0, "options.rotate");
     o.target_bits = op.at("target_bits").get<double>();
     o.aggregate = op.at("aggregate").get<std::string>();
     o.allocator = op.at("allocator").get<std::string>();

@@ -11,6 +11,7 @@
 #include "akv/eval/parts.h"
 #include "akv/io/dump.h"
 #include "akv/quant/affine.h"
+#include "akv/quant/rotation.h"
 
 namespace akv {
 
@@ -18,6 +19,7 @@ struct CalibrateOptions {
   std::vector<int> candidates = {2, 3, 4};
   std::size_t group = 32, residual = 128;
   QuantRule rule = QuantRule::kivi;   // quantization rule of the measured errors (quant/affine.h)
+  RotationKind rotate = RotationKind::none;  // rows rotated before quantization (random: seed 0)
   double target_bits = 3.0;
   std::string aggregate = "mean";     // over dumps: mean | max
   std::string allocator = "measured"; // measured | adakv-proxy | entropy
