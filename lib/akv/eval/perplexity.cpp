@@ -270,12 +270,14 @@ std::string PplReport::to_table() const {
   std::string out = fmt::format("{} sequences, {} predicted tokens per method (continuation after the prompt){}\n",
                                 sequences.size(), full.tokens,
                                 attention == AttentionMode::int8 ? "; decode attention: int8" : "");
-  out += fmt::format("{:<28} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}  {}\n", "method", "bytes",
+  std::size_t width = 28;  // wider for long method specs
+  for (const std::string& s : specs) width = std::max(width, s.size());
+  out += fmt::format("{:<{}} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}  {}\n", "method", width, "bytes",
                      "host", "bits/el", "ppl", "ppl delta", "kl", "top1", "description");
   for (std::size_t m = 0; m < specs.size(); ++m) {
     const PplSums s = total(m);
     const double t = static_cast<double>(s.tokens);
-    out += fmt::format("{:<28} {:>10} {:>10} {:>8.3f} {:>10.4f} {:>+10.4f} {:>10.3e} {:>8.4f}  {}\n", specs[m],
+    out += fmt::format("{:<{}} {:>10} {:>10} {:>8.3f} {:>10.4f} {:>+10.4f} {:>10.3e} {:>8.4f}  {}\n", specs[m], width,
                        s.bytes / sequences.size(), s.host_bytes / sequences.size(),
                        16.0 * static_cast<double>(s.bytes) / static_cast<double>(s.f16_bytes), s.ppl(),
                        s.ppl() - full.ppl(), s.kl / t, static_cast<double>(s.top1) / t, descriptions[m]);
