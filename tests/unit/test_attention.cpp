@@ -623,6 +623,41 @@ TEST_CASE("decode attention over ggml blocks equals it over their dequantized ro
       }
     }
   }
+  // llama mode: the query of ggml block keys rounded to Q8_0 first. Same output as exact attention
+  // over the query rounded by ggml's reference Q8_0 quantizer (which differs only at exact ties),
+  // and not the same as exact attention over the query as given.
+  {
+    const GgmlTypeInfo& q4 = *ggml_type_info_by_name("Q4_0");
+    const GgmlTypeInfo& q8 = *ggml_type_info_by_name("Q8_0");
+    std::vector<std::uint8_t> kb(n * d / 32 * q4.bytes), vb(n * d / 32 * q8.bytes), qb(d / 32 * q8.bytes);
+    const std::vector<float> k = normal(n * d, 61), v = normal(n * d, 62);
+    for (std::size_t r = 0; r < n; ++r) {
+      ggml_quantize(q4, k.data() + r * d, d, kb.data() + r * d / 32 * q4.bytes);
+      ggml_quantize(q8, v.data() + r * d, d, vb.data() + r * d / 32 * q8.bytes);
+    }
+    HeadView h;
+    h.key.ggml = {&q4, kb.data(), n};
+    h.value.ggml = {&q8, vb.data(), n};
+    const std::vector<float> q = normal(4 * d, 63, 0.0, 3.0);
+    std::vector<float> rounded(q.size());
+    for (std::size_t i = 0; i < 4; ++i) {
+      ggml_quantize(q8, q.data() + i * d, d, qb.data());
+      ggml_dequantize(q8, qb.data(), d, rounded.data() + i * d);
+    }
+    std::vector<float> llama(q.size()), want(q.size()), plain(q.size());
+    decode_attention({q.data(), 4, d, &h, 1, 0.125f, llama.data(), nullptr}, {1, 64, 4096, AttentionMode::llama});
+    decode_attention({rounded.data(), 4, d, &h, 1, 0.125f, want.data(), nullptr});
+    decode_attention({q.data(), 4, d, &h, 1, 0.125f, plain.data(), nullptr});
+    CHECK(rel_err(llama, want) <= 1e-6);
+    CHECK(rel_err(llama, plain) > 1e-5);
+    HeadView f16;  // dense keys: the query stays as given
+    const std::vector<std::uint16_t> kf = normal_f16(n * d, 64), vf = normal_f16(n * d, 65);
+    f16.key.dense = {DenseType::f16, kf.data(), n};
+    f16.value.dense = {DenseType::f16, vf.data(), n};
+    decode_attention({q.data(), 4, d, &f16, 1, 0.125f, llama.data(), nullptr}, {1, 64, 4096, AttentionMode::llama});
+    decode_attention({q.data(), 4, d, &f16, 1, 0.125f, plain.data(), nullptr});
+    CHECK(llama == plain);
+  }
   // head_dim must hold whole blocks; ggml rows stand alone.
   std::vector<std::uint8_t> raw(18 * 4);
   HeadView bad;

@@ -320,6 +320,18 @@ HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) 
   return hp;
 }
 
+// x [n] (n a multiple of 32) <- its values as llama.cpp's CPU quantize_row_q8_0 leaves them
+// (ggml-cpu's x86 path: d = amax / 127 stored as f16, codes round-half-even(x * (127 / amax)),
+// value f16(d) * code; the reference quantizer divides by d and rounds half away instead).
+void round_q8_0_cpu(float* x, std::size_t n) {
+  for (std::size_t b = 0; b + 32 <= n; b += 32) {
+    float amax = 0.0f;
+    for (std::size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = f16_to_f32_ref(f32_to_f16_ref(amax / 127.0f)), id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (std::size_t i = b; i < b + 32; ++i) x[i] = d * std::nearbyint(x[i] * id);
+  }
+}
+
 // The rotation the non-empty views of KV head kv share (tensor: key or value); InvalidInput
 // when its segments disagree.
 Rotation head_rotation(const DecodeAttentionArgs& a, std::size_t kv, bool key) {
@@ -345,7 +357,9 @@ bool any_rotation(const DecodeAttentionArgs& a) {
 
 }  // namespace
 
-const char* attention_mode_name(AttentionMode m) { return m == AttentionMode::int8 ? "int8" : "exact"; }
+const char* attention_mode_name(AttentionMode m) {
+  return m == AttentionMode::int8 ? "int8" : m == AttentionMode::llama ? "llama" : "exact";
+}
 
 AttentionMode parse_attention_mode(const std::string& s, const char* flag) {
   if (s == "exact") return AttentionMode::exact;
@@ -374,6 +388,22 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
     for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
       unrotate_rows(value_rotation[kv], a.out + kv * nq * d, nq, d);
     }
+    return;
+  }
+  if (o.mode == AttentionMode::llama) {
+    // The query heads of KV heads with ggml block keys rounded to Q8_0 (after any rotation).
+    const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+    std::vector<float> query(a.query, a.query + a.n_heads * d);
+    for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
+      bool blocked = false;
+      for (std::size_t s = 0; s < a.segments; ++s) blocked = blocked || a.heads[kv * a.segments + s].key.ggml.type;
+      if (blocked) round_q8_0_cpu(query.data() + kv * nq * d, nq * d);
+    }
+    DecodeAttentionArgs rounded = a;
+    rounded.query = query.data();
+    DecodeAttentionOptions exact = o;
+    exact.mode = AttentionMode::exact;
+    decode_attention(rounded, exact);
     return;
   }
   if (o.tile == 0 || o.partition == 0 || o.partition % o.tile != 0) {

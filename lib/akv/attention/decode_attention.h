@@ -30,7 +30,11 @@ namespace akv {
 // value scales rounded to 7 bits (per 16 tokens, query head and group), exact integer sums.
 // Dense rows and other layouts stay exact. Results are still bitwise identical for every
 // instruction set and thread count; their error against exact is measured in docs/attention.md.
-enum class AttentionMode { exact, int8 };
+// llama: exact, but each query head whose keys are ggml blocks (F16 rows excepted) is first
+// rounded to Q8_0 blocks (d = max|x| / 127 in f16, codes rounded to nearest), as llama.cpp's CPU
+// attention converts the query to the key type's dot-product type (Q8_0 or Q8_1, the same
+// values) before the block dot products (the batch prefill mode, eval/lanes.h).
+enum class AttentionMode { exact, int8, llama };
 const char* attention_mode_name(AttentionMode m);
 // "exact" or "int8"; InvalidInput naming `flag` otherwise.
 AttentionMode parse_attention_mode(const std::string& s, const char* flag = "--attention");
