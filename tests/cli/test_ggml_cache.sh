@@ -30,6 +30,23 @@ m = {x["method"]: x for x in json.load(open(sys.argv[1]))["methods"]}
 assert all(m["none"][k] == m["ggml"][k] for k in ("mean_nll", "kl", "top1_agreement", "cache_bytes")), (m["none"], m["ggml"])
 print("same")
 PY
+"$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode batch --json -o "$TMP/b.json" \
+  --methods ggml:k=q4_0:v=q4_0,ggml:k=q4_0:v=q4_0:rotate=hadamard
+expect "--prefill-mode batch (llama.cpp's protocol): reported, rotation changes the result, bytes unchanged" 0 "batch ok" \
+  "$PY" - "$TMP/b.json" "$TMP/e.json" <<'PY'
+import json, sys
+b, e = (json.load(open(f)) for f in sys.argv[1:3])
+assert b["prefill_mode"] == "batch" and "prefill_mode" not in e
+m = {x["method"]: x for x in b["methods"]}
+exact = {x["method"]: x for x in e["methods"]}
+q, r = m["ggml:k=q4_0:v=q4_0"], m["ggml:k=q4_0:v=q4_0:rotate=hadamard"]
+assert q["cache_bytes"] == r["cache_bytes"] == exact["ggml:k=q4_0:v=q4_0"]["cache_bytes"]
+assert q["mean_nll"] != r["mean_nll"] and q["mean_nll"] != exact["ggml:k=q4_0:v=q4_0"]["mean_nll"]
+assert abs(m["full"]["mean_nll"] / exact["full"]["mean_nll"] - 1) < 1e-5
+print("batch ok")
+PY
+expect_error "--prefill-mode batch refuses eviction" 1 "prefill-mode batch" \
+  "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode batch --methods snapkv:budget=0.5
 expect "plan counts ggml blocks (2 layers x (18 + 18) bytes per token)" 0 "ggml:k=q4_0:v=q4_0 +72 " \
   "$AKV" plan --config "$TMP/hf/config.json" --methods none,ggml:k=q4_0:v=q4_0 --context 128 --memory 1GiB
 expect "bench policy runs a ggml cache" 0 "ggml:k=q4_0:v=q4_0" \

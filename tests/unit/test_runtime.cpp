@@ -8,6 +8,7 @@
 #include "akv/alloc/eviction.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/eval/lanes.h"
 #include "akv/eval/passkey.h"
 #include "akv/eval/perplexity.h"
 #include "akv/io/token_file.h"
@@ -467,6 +468,59 @@ TEST_CASE("perplexity through compressed caches on stories260K", "[runtime]") {
   // Streaming eviction does not combine with quantization in the model.
   const KvGeometry g{{5, 8, 4, 8, 10000.0, RopeLayout::interleaved, ""}, 512};
   CHECK_THROWS_AS(make_kv_policy(params("h2o:budget=0.5:quant=kivi-2"), g), UsageError);
+}
+
+TEST_CASE("batch prefill (llama.cpp's protocol): the prompt decoded through each cache", "[runtime][batch]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const auto seqs = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  const std::vector<std::vector<std::int32_t>> prompts = {{seqs[0].begin(), seqs[0].begin() + 40},
+                                                          {seqs[1].begin(), seqs[1].begin() + 25}};
+  const std::vector<std::optional<CompressParams>> methods = {std::nullopt, params("kivi-4"), params("none")};
+  const PromptLanes exact = prefill_lanes(m, prompts, methods, 64, 2);
+  const PromptLanes batch = prefill_lanes(m, prompts, methods, 64, 2, {PrefillMode::batch, AttentionMode::llama, 7});
+  const KvGeometry g{m.config().kv_shape(), 64};
+  for (std::size_t lane = 0; lane < 6; ++lane) {
+    // Each lane equals its prompt decoded token by token through a fresh cache of its method.
+    const auto cache = make_kv_policy(methods[lane % 3], g);
+    std::vector<float> x;
+    for (std::size_t t = 0; t < prompts[lane / 3].size(); ++t) x = m.decode(prompts[lane / 3][t], t, *cache);
+    INFO("lane " << lane);
+    CHECK(batch.last_logits[lane] == x);
+    CHECK(batch.caches[lane]->bytes() == cache->bytes());
+  }
+  // The f32 cache gives the exact prefill's logits up to the order of sums; the others differ from it.
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double e = 0, s = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      e += (a[i] - b[i]) * (a[i] - b[i]);
+      s += b[i] * b[i];
+    }
+    return std::sqrt(e / s);
+  };
+  CHECK(rel(batch.last_logits[0], exact.last_logits[0]) < 1e-5);
+  CHECK(exact.last_logits[0] == exact.last_logits[1]);  // exact mode: one prefill per prompt
+  CHECK(batch.last_logits[4] != exact.last_logits[4]);  // sequence 1 through kivi-4's f16 window
+  // Methods with an end-of-prompt decision, and int8 attention, are refused.
+  CHECK_THROWS_AS(prefill_lanes(m, prompts, {params("snapkv:budget=0.5")}, 64, 1, {PrefillMode::batch}), UsageError);
+  PplOptions o;
+  o.methods.push_back({"kivi-4", params("kivi-4")});
+  o.max_sequences = 2;
+  o.prefill_mode = PrefillMode::batch;
+  const PplReport r = evaluate_perplexity(m, seqs, o, {});
+  CHECK(r.to_json().at("prefill_mode") == "batch");
+  CHECK(std::fabs(r.total(0).ppl() / evaluate_perplexity(m, seqs, [&] {
+                                        PplOptions e = o;
+                                        e.prefill_mode = PrefillMode::exact;
+                                        return e;
+                                      }(), {}).total(0).ppl() - 1) < 1e-5);
+  o.attention = AttentionMode::int8;
+  CHECK_THROWS_AS(evaluate_perplexity(m, seqs, o, {}), UsageError);
+  CHECK(parse_prefill_mode("batch") == PrefillMode::batch);
+  CHECK_THROWS_AS(parse_prefill_mode("chunked"), InvalidInput);
 }
 
 TEST_CASE("runtime caches size their RoPE tables by the run, not by the model's declared context", "[runtime]") {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/eval/batch.h"
 #include "akv/eval/token_metrics.h"
@@ -15,15 +16,70 @@ std::int32_t argmax_token(const float* logits, std::size_t n) {
 
 }  // namespace
 
+const char* prefill_mode_name(PrefillMode m) { return m == PrefillMode::batch ? "batch" : "exact"; }
+
+PrefillMode parse_prefill_mode(const std::string& s) {
+  if (s == "exact") return PrefillMode::exact;
+  if (s == "batch") return PrefillMode::batch;
+  throw InvalidInput("unknown prefill mode (exact, batch)", {"", "--prefill-mode", s});
+}
+
+namespace {
+
+// Runs lanes of known tokens to their end; last[lane] <- the logits after the lane's last token
+// (untouched for a lane without steps).
+void run_known(const Model& model, const std::vector<DecodeLane>& lanes, std::size_t block,
+               std::vector<std::vector<float>>& last, int threads, AttentionMode attention) {
+  run_lanes(
+      model, lanes, block, [](std::size_t, std::size_t) { return std::int32_t{0}; },
+      [&](const std::vector<LaneRows>& rows, const RowMatrix& logits) {
+        for (const LaneRows& r : rows) {
+          if (r.step + r.n < lanes[r.lane].steps) continue;
+          const auto row = logits.row(static_cast<Eigen::Index>(r.row + r.n - 1));
+          last[r.lane].assign(row.data(), row.data() + row.size());
+        }
+      },
+      threads, attention);
+}
+
+// Batch mode: every prompt token through each lane's (empty) cache, several a call.
+PromptLanes prefill_batch(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                          const std::vector<std::optional<CompressParams>>& methods, const KvGeometry& g,
+                          int threads, const PrefillOptions& o) {
+  const std::size_t n_methods = methods.size();
+  for (const auto& m : methods) {
+    if (m && (m->eviction() || m->tiered())) {
+      throw UsageError("--prefill-mode batch runs the prompt through caches without an end-of-prompt decision "
+                       "(quantizers, ggml, full); this method evicts or tiers",
+                       {"", "--methods", describe(*m)});
+    }
+  }
+  PromptLanes out;
+  out.caches.resize(prompts.size() * n_methods);
+  out.last_logits.resize(out.caches.size());
+  std::vector<DecodeLane> lanes(out.caches.size());
+  for (std::size_t lane = 0; lane < lanes.size(); ++lane) {
+    const std::vector<std::int32_t>& p = prompts[lane / n_methods];
+    out.caches[lane] = make_kv_policy(methods[lane % n_methods], g, 1);
+    lanes[lane] = {out.caches[lane].get(), 0, p.size(), p.data(), nullptr};
+  }
+  const std::size_t block = resolve_token_block(o.block, lanes.size(), model.config().vocab_size);
+  run_known(model, lanes, block, out.last_logits, threads, o.attention);
+  return out;
+}
+
+}  // namespace
+
 PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                           const std::vector<std::optional<CompressParams>>& methods, std::size_t max_positions,
-                          int threads) {
+                          int threads, const PrefillOptions& options) {
   const ModelConfig& c = model.config();
   const KvGeometry g{c.kv_shape(), max_positions};
+  if (options.mode == PrefillMode::batch) return prefill_batch(model, prompts, methods, g, threads, options);
   const std::size_t n = prompts.size(), n_methods = methods.size();
   PromptLanes out;
   out.caches.resize(n * n_methods);
-  out.last_logits.resize(n);
+  out.last_logits.resize(n * n_methods);
   // Prefill of prompt i on `inner` threads, then its caches on `ingest` threads.
   auto one = [&](std::size_t i, int inner, int ingest) {
     const PrefillResult pre = model.prefill(prompts[i], false, inner);
@@ -33,7 +89,7 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
       cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size()});
     });
     const auto last = pre.logits.row(pre.logits.rows() - 1);
-    out.last_logits[i].assign(last.data(), last.data() + last.size());
+    for (std::size_t m = 0; m < n_methods; ++m) out.last_logits[i * n_methods + m].assign(last.data(), last.data() + last.size());
   };
   if (n < static_cast<std::size_t>(threads)) {
     for (std::size_t i = 0; i < n; ++i) one(i, threads, threads);
@@ -86,7 +142,7 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
   // The logits before step 0 of each lane: after its prompt, or after its question decoded
   // through the lane's cache (known tokens, several a call).
   std::vector<const float*> first(caches.size());
-  for (std::size_t lane = 0; lane < caches.size(); ++lane) first[lane] = start.last_logits[lane / n_methods].data();
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) first[lane] = start.last_logits[lane].data();
   std::vector<std::vector<float>> after_question(question ? caches.size() : 0);
   if (question) {
     std::vector<DecodeLane> lanes(caches.size());
@@ -94,17 +150,10 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
       const std::size_t p = lane / n_methods;
       lanes[lane] = {caches[lane].get(), prompts[p].size(), asked(p), (*question)[p].data(), nullptr};
     }
-    run_lanes(
-        model, lanes, kTokenBlockMax, [](std::size_t, std::size_t) { return std::int32_t{0}; },
-        [&](const std::vector<LaneRows>& rows, const RowMatrix& logits) {
-          for (const LaneRows& r : rows) {
-            if (r.step + r.n < lanes[r.lane].steps) continue;
-            const auto last = logits.row(static_cast<Eigen::Index>(r.row + r.n - 1));
-            after_question[r.lane].assign(last.data(), last.data() + last.size());
-            first[r.lane] = after_question[r.lane].data();
-          }
-        },
-        threads, attention);
+    run_known(model, lanes, kTokenBlockMax, after_question, threads, attention);
+    for (std::size_t lane = 0; lane < caches.size(); ++lane) {
+      if (lanes[lane].steps > 0) first[lane] = after_question[lane].data();
+    }
   }
   Continuations out;
   out.tokens.resize(caches.size());

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "akv/kv/runtime.h"
@@ -20,16 +21,38 @@ namespace akv {
 struct PromptLanes {
   // Lane i * methods + m: prompt i through method m (nullopt: the full f32 cache).
   std::vector<std::unique_ptr<KvPolicy>> caches;
-  std::vector<std::vector<float>> last_logits;  // per prompt: the logits after its last token
+  // Per lane: the logits after its prompt's last token (in exact mode equal for a prompt's lanes).
+  std::vector<std::vector<float>> last_logits;
+};
+
+// How a prompt enters the caches:
+//   exact  one full-precision prefill per prompt, then every method's cache ingests its K/V
+//          (the method compresses at the end of the prompt: KIVI's and kvpress's protocol);
+//   batch  every prompt token goes through the method's cache before attention, as llama.cpp
+//          runs a batch (llama-perplexity): each token's K/V is appended (quantized as the
+//          method stores it), then its query attends over the cache, causally, layer by layer
+//          (the lane engine with the prompt as known tokens). Only for caches that need no
+//          end-of-prompt decision: the quantizers (calibrated bits included), ggml and full;
+//          UsageError for eviction and tiered methods. evaluate_perplexity runs it (and the
+//          steps after it) with AttentionMode::llama, llama.cpp's query rounding.
+enum class PrefillMode { exact, batch };
+const char* prefill_mode_name(PrefillMode m);
+// "exact" or "batch"; InvalidInput naming --prefill-mode otherwise.
+PrefillMode parse_prefill_mode(const std::string& s);
+
+struct PrefillOptions {
+  PrefillMode mode = PrefillMode::exact;
+  AttentionMode attention = AttentionMode::exact;  // batch: the decode attention path
+  std::size_t block = 0;                           // batch: tokens per model call (0: auto)
 };
 
 // Prompts on the threads (each prefill on one), or, with fewer prompts than threads, one prompt
-// at a time on all of them, its caches filled on the threads. Caches and logits do not depend on
-// the thread count. `max_positions`: the longest sequence (prompt and continuation) any lane
-// will hold.
+// at a time on all of them, its caches filled on the threads (batch: every lane through the lane
+// engine). Caches and logits do not depend on the thread count. `max_positions`: the longest
+// sequence (prompt and continuation) any lane will hold.
 PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                           const std::vector<std::optional<CompressParams>>& methods, std::size_t max_positions,
-                          int threads);
+                          int threads, const PrefillOptions& options = {});
 
 // One lane of run_lanes: `steps` tokens at positions pos, pos + 1, ... through `cache`.
 struct DecodeLane {

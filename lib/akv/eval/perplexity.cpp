@@ -69,6 +69,16 @@ PplReport evaluate_perplexity(const Model& model,
   const std::size_t n_seq = o.max_sequences ? std::min(o.max_sequences, all.size()) : all.size();
   PplReport r;
   r.attention = o.attention;
+  r.prefill_mode = o.prefill_mode;
+  // llama.cpp's protocol: its batch, and its query rounding for ggml block keys, prompt and steps.
+  AttentionMode attention = o.attention;
+  if (o.prefill_mode == PrefillMode::batch) {
+    if (o.attention != AttentionMode::exact) {
+      throw UsageError("--prefill-mode batch uses llama.cpp's attention arithmetic; it takes --attention exact",
+                       {"", "--attention", attention_mode_name(o.attention)});
+    }
+    attention = AttentionMode::llama;
+  }
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
     r.descriptions.push_back(method_description(m, false));
@@ -98,9 +108,9 @@ PplReport evaluate_perplexity(const Model& model,
       const std::vector<std::int32_t>& seq = all[b0 + i];
       prompts[i].assign(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(prompt[b0 + i]));
     }
-    // Lane i * n_methods + m: sequence b0 + i through method m (m = 0: the full cache); first[i]:
-    // prompt i's last logits, step 0 of each of its lanes.
-    PromptLanes start = prefill_lanes(model, prompts, params, longest, o.threads);
+    // Lane i * n_methods + m: sequence b0 + i through method m (m = 0: the full cache); first[lane]:
+    // the lane's logits after its prompt, its step 0.
+    PromptLanes start = prefill_lanes(model, prompts, params, longest, o.threads, {o.prefill_mode, attention, o.token_block});
     std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
     const std::vector<std::vector<float>>& first = start.last_logits;
     // Step t predicts token P + t of each sequence (P its prompt length) from position P - 1 + t;
@@ -151,7 +161,7 @@ PplReport evaluate_perplexity(const Model& model,
       }
     };
     parallel_for(nb, o.threads, [&](std::size_t i) {
-      score(i, 0, 1, false, [&](std::size_t, std::size_t) { return first[i].data(); });
+      score(i, 0, 1, false, [&](std::size_t m, std::size_t) { return first[i * n_methods + m].data(); });
     });
     // Lane i * n_methods + m: step t >= 1 feeds token P - 1 + t at that position.
     std::vector<DecodeLane> lanes;
@@ -177,7 +187,7 @@ PplReport evaluate_perplexity(const Model& model,
             });
           });
         },
-        o.threads, o.attention);
+        o.threads, attention);
     for (std::size_t lane = 0; lane < caches.size(); ++lane) {
       const std::size_t si = b0 + lane / n_methods;
       PplSums& s = r.sequences[si][lane % n_methods];
@@ -227,6 +237,7 @@ nlohmann::json PplReport::to_json() const {
   j["version"] = 1;
   j["sequences"] = sequences.size();
   j["attention"] = attention_mode_name(attention);
+  if (prefill_mode != PrefillMode::exact) j["prefill_mode"] = prefill_mode_name(prefill_mode);
   const PplSums full = total(0);
   nlohmann::json ms = nlohmann::json::array();
   for (std::size_t m = 0; m < specs.size(); ++m) {
@@ -269,7 +280,8 @@ std::string PplReport::to_table() const {
   const PplSums full = total(0);
   std::string out = fmt::format("{} sequences, {} predicted tokens per method (continuation after the prompt){}\n",
                                 sequences.size(), full.tokens,
-                                attention == AttentionMode::int8 ? "; decode attention: int8" : "");
+                                std::string(attention == AttentionMode::int8 ? "; decode attention: int8" : "") +
+                                    (prefill_mode == PrefillMode::batch ? "; prompt: batch (llama.cpp's protocol)" : ""));
   std::size_t width = 28;  // wider for long method specs
   for (const std::string& s : specs) width = std::max(width, s.size());
   out += fmt::format("{:<{}} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}  {}\n", "method", width, "bytes",

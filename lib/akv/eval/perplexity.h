@@ -14,6 +14,7 @@
 
 #include "akv/core/progress.h"
 #include "akv/eval/batch.h"
+#include "akv/eval/lanes.h"
 #include "akv/method/params.h"
 #include "akv/model/model.h"
 
@@ -46,6 +47,8 @@ struct PplOptions {
   // Decode attention path of every method's cache (decode_attention.h; "full" keeps f32 rows,
   // which both paths read exactly).
   AttentionMode attention = AttentionMode::exact;
+  // How each prompt enters the caches (eval/lanes.h): exact prefill, or llama.cpp's batch.
+  PrefillMode prefill_mode = PrefillMode::exact;
 };
 
 struct PplSums {
@@ -77,6 +80,7 @@ struct PplReport {
   std::vector<std::size_t> prompt_tokens;       // [sequence]
   std::vector<MemoryTrace> traces;              // [method], along sequence 0
   AttentionMode attention = AttentionMode::exact;
+  PrefillMode prefill_mode = PrefillMode::exact;  // reported only when batch
   PplSums total(std::size_t method) const;
   nlohmann::json to_json() const;
   std::string to_csv() const;    // one row per sequence and method

@@ -76,11 +76,13 @@ nlohmann::json ppl_part_json(const PplReport& r, const Shard& s, std::size_t fir
   if (first == 0 && !r.sequences.empty()) {  // the run's sequence 0 (a shard may hold none)
     for (const MemoryTrace& t : r.traces) traces.push_back(trace_json(t));
   }
-  return {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
-          {"first_sequence", first}, {"total_sequences", total}, {"inputs", run.inputs}, {"params", run.params},
-          {"specs", r.specs}, {"descriptions", r.descriptions}, {"attention", attention_mode_name(r.attention)},
-          {"prompt_tokens", r.prompt_tokens},
-          {"sequences", seqs}, {"memory_traces", traces}};
+  nlohmann::json part = {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
+                         {"first_sequence", first}, {"total_sequences", total}, {"inputs", run.inputs},
+                         {"params", run.params}, {"specs", r.specs}, {"descriptions", r.descriptions},
+                         {"attention", attention_mode_name(r.attention)}, {"prompt_tokens", r.prompt_tokens},
+                         {"sequences", seqs}, {"memory_traces", traces}};
+  if (r.prefill_mode != PrefillMode::exact) part["prefill_mode"] = prefill_mode_name(r.prefill_mode);
+  return part;
 }
 
 PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
@@ -96,6 +98,14 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
       throw InvalidInput("unknown attention path (exact, int8)", {file0, "attention", attention});
     }
     r.attention = parse_attention_mode(attention);
+    const std::string prefill = first.value("prefill_mode", "exact");
+    for (const auto& [file, j] : parts) {
+      if (j.value("prefill_mode", "exact") != prefill) {
+        throw InvalidInput("part of another run: prefill_mode differs from " + file0 + "'s",
+                           {file, "prefill_mode", j.value("prefill_mode", "exact")});
+      }
+    }
+    r.prefill_mode = parse_prefill_mode(prefill);
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
       check_follows(file, j, "first_sequence", "sequences", r.sequences.size());
