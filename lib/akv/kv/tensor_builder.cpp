@@ -43,6 +43,10 @@ void TensorBuilder::append(const float* src, const float* post, const std::int32
     rotate_rows(rot_, rotated_.data() + n * d_, n, d_);
   }
   append_rows(rotated_.data(), rotated_.data() + (post != src ? n * d_ : 0), pos, n);
+  if (n > 1) {  // a prompt's rows: the scratch does not outlive the call (decode steps keep theirs)
+    rotated_.clear();
+    rotated_.shrink_to_fit();
+  }
 }
 
 void TensorBuilder::append_rows(const float* src, const float* post, const std::int32_t* pos, std::size_t n) {
