@@ -90,7 +90,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--prefill", opt->prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");
   sub->add_option("--prefill-mode", opt->prefill_mode,
-                  "With --model --task ppl: exact (one full-precision prefill, then each cache ingests the prompt) "
+                  "With --model: exact (one full-precision prefill, then each cache ingests the prompt) "
                   "or batch (llama.cpp's batch: every prompt token's K/V through the method's cache before attention; "
                   "quantizers, ggml and full only; docs/model.md)")
       ->capture_default_str()->check(CLI::IsMember({"exact", "batch"}));
@@ -148,9 +148,6 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       if (!opt->shard.empty()) mo.shard = parse_shard(opt->shard);
       if (opt->prefill) mo.ppl.prefill = opt->prefill;
       mo.ppl.prefill_mode = parse_prefill_mode(opt->prefill_mode);
-      if (mo.ppl.prefill_mode != PrefillMode::exact && (mo.passkey || mo.ruler)) {
-        throw UsageError("--prefill-mode batch is for --task ppl", {"", "--prefill-mode", opt->prefill_mode});
-      }
       mo.ppl.threads = global.threads;
       mo.warn = [](const std::string& message) { fmt::print(stderr, "akv: warning: {}\n", message); };
       mo.ppl.batch = parse_batch(opt->batch);

@@ -100,6 +100,16 @@ TEST_CASE("evaluate_ruler: deterministic report of the requested shape, ratios l
   const RulerReport b = evaluate_ruler(m, tok, methods, o, {});
   CHECK(b.prompt_tokens == a.prompt_tokens);
   CHECK(b.to_json()["question"] != j["question"]);
+  // llama.cpp's batch protocol: the caches hold the same rows as after the exact prefill; methods
+  // say so in their descriptions; eviction methods are refused.
+  o.query_aware = false;
+  o.prefill_mode = PrefillMode::batch;
+  const std::vector<PplMethod> quant = {{"kivi-2", resolve_method_spec("kivi-2")}};
+  const RulerReport batch = evaluate_ruler(m, tok, quant, o, {});
+  for (std::size_t i = 0; i < batch.kv_bytes.size(); ++i) CHECK(batch.kv_bytes[i][0] == a.kv_bytes[i][0]);
+  CHECK(batch.descriptions[1].find("; prompt batch") != std::string::npos);
+  CHECK_THROWS_AS(evaluate_ruler(m, tok, methods, o, {}), UsageError);
+  o.prefill_mode = PrefillMode::exact;
   // A length the model cannot hold is refused before any work.
   o.lengths = {600};
   CHECK_THROWS_WITH(evaluate_ruler(m, tok, methods, o, {}), Catch::Contains("--lengths"));

@@ -24,6 +24,15 @@ PrefillMode parse_prefill_mode(const std::string& s) {
   throw InvalidInput("unknown prefill mode (exact, batch)", {"", "--prefill-mode", s});
 }
 
+AttentionMode protocol_attention(PrefillMode mode, AttentionMode attention) {
+  if (mode == PrefillMode::exact) return attention;
+  if (attention != AttentionMode::exact) {
+    throw UsageError("--prefill-mode batch uses llama.cpp's attention arithmetic; it takes --attention exact",
+                     {"", "--attention", attention_mode_name(attention)});
+  }
+  return AttentionMode::llama;
+}
+
 namespace {
 
 // Runs lanes of known tokens to their end; last[lane] <- the logits after the lane's last token
@@ -131,13 +140,13 @@ void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::si
 Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                              const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
                              int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced,
-                             const std::vector<std::vector<std::int32_t>>* question) {
+                             const std::vector<std::vector<std::int32_t>>* question, PrefillMode prefill) {
   const ModelConfig& c = model.config();
   const std::size_t n_methods = methods.size();
   const auto asked = [&](std::size_t p) { return question ? (*question)[p].size() : std::size_t{0}; };
   std::size_t longest = 0;
   for (std::size_t p = 0; p < prompts.size(); ++p) longest = std::max(longest, prompts[p].size() + asked(p) + n[p]);
-  PromptLanes start = prefill_lanes(model, prompts, methods, longest, threads);
+  PromptLanes start = prefill_lanes(model, prompts, methods, longest, threads, {prefill, attention, 0});
   std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
   // The logits before step 0 of each lane: after its prompt, or after its question decoded
   // through the lane's cache (known tokens, several a call).

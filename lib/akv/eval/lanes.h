@@ -40,6 +40,10 @@ const char* prefill_mode_name(PrefillMode m);
 // "exact" or "batch"; InvalidInput naming --prefill-mode otherwise.
 PrefillMode parse_prefill_mode(const std::string& s);
 
+// The attention path of a run under a prompt protocol: batch runs llama.cpp's arithmetic
+// (AttentionMode::llama) and takes only `exact` (UsageError otherwise); exact keeps `attention`.
+AttentionMode protocol_attention(PrefillMode mode, AttentionMode attention);
+
 struct PrefillOptions {
   PrefillMode mode = PrefillMode::exact;
   AttentionMode attention = AttentionMode::exact;  // batch: the decode attention path
@@ -88,6 +92,7 @@ void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::si
 // alone. With `question`, each cache ingests prompt p alone (a method compresses it without
 // seeing the question: the query-agnostic protocol of kvpress), then question[p] is decoded
 // through it (its tokens stay as the cache keeps decoded tokens) before the continuation.
+// `prefill`: how the prompts enter the caches (batch: give attention = protocol_attention's).
 struct Continuations {
   std::vector<std::vector<std::int32_t>> tokens;  // [lane]: the argmax of every step
   std::vector<double> logprob;                    // [lane]: with forced, the summed log-probabilities
@@ -97,6 +102,7 @@ struct Continuations {
 Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                              const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
                              int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced,
-                             const std::vector<std::vector<std::int32_t>>* question = nullptr);
+                             const std::vector<std::vector<std::int32_t>>* question = nullptr,
+                             PrefillMode prefill = PrefillMode::exact);
 
 }  // namespace akv

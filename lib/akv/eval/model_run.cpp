@@ -49,6 +49,7 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
   pk.threads = o.ppl.threads;
   pk.batch = o.ppl.batch;
   pk.attention = o.ppl.attention;
+  pk.prefill_mode = o.ppl.prefill_mode;
   std::vector<std::vector<std::int32_t>> filler;
   const std::string& filler_file = o.filler.empty() ? o.tokens : o.filler;
   if (!tok) {
@@ -70,6 +71,7 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
   }
   run.params = {{"methods", o.methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
                 {"weights", o.weights},  {"attention", o.attention},  {"kernels", kernel_arithmetic()}};
+  if (pk.prefill_mode != PrefillMode::exact) run.params["prefill_mode"] = prefill_mode_name(pk.prefill_mode);
   nlohmann::json part = passkey_part_json(r, pk.shard, run);
   part["context"] = context;  // `akv merge` puts it in the merged report
   return json_text(part);
@@ -82,6 +84,7 @@ std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer*
   ro.threads = o.ppl.threads;
   ro.batch = o.ppl.batch;
   ro.attention = o.ppl.attention;
+  ro.prefill_mode = o.ppl.prefill_mode;
   std::size_t longest = 0;
   std::vector<std::string> names = ro.tasks;
   if (names.empty()) {
@@ -101,6 +104,7 @@ std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer*
     run.inputs["tokenizer"] = tok->path();
     run.params = {{"methods", o.methods},         {"seed", ro.seed},      {"answer_tokens", ro.answer_tokens},
                   {"weights", o.weights},         {"attention", o.attention}, {"kernels", kernel_arithmetic()}};
+    if (ro.prefill_mode != PrefillMode::exact) run.params["prefill_mode"] = prefill_mode_name(ro.prefill_mode);
     nlohmann::json out = ruler_part_json(r, *o.shard, run);
     out["context"] = context;  // `akv merge` puts it in the merged report
     return json_text(out);

@@ -108,10 +108,12 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
     // Drop a leading BOS so that filler reads as running text.
     filler.insert(filler.end(), s.begin() + (!s.empty() && s[0] == o.bos ? 1 : 0), s.end());
   }
+  const AttentionMode attention = protocol_attention(o.prefill_mode, o.attention);
   PasskeyReport r;
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
-    r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8));
+    r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8) +
+                             (o.prefill_mode == PrefillMode::batch ? "; prompt batch" : ""));
   }
   r.lengths = o.lengths;
   r.depths = o.depths;
@@ -169,7 +171,8 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
     // Token mode decodes the key teacher-forced: the argmax tokens match the key exactly when
     // the greedy continuation would (they agree up to the first miss), and the key's
     // log-probability comes with them.
-    const Continuations out = continue_lanes(model, prompts, n, params, o.threads, o.attention, tokenizer ? nullptr : &keys);
+    const Continuations out = continue_lanes(model, prompts, n, params, o.threads, attention,
+                                             tokenizer ? nullptr : &keys, nullptr, o.prefill_mode);
     for (std::size_t i = 0; i < nb; ++i) {
       const PasskeyPrompt& p = jobs[i];
       for (std::size_t mi = 0; mi < methods.size(); ++mi) {

@@ -29,6 +29,7 @@ struct PasskeyOptions {
   int threads = 1;
   std::size_t batch = kBatchAuto;  // prompts decoded together, every method of each: see PplOptions::batch
   AttentionMode attention = AttentionMode::exact;  // see PplOptions::attention
+  PrefillMode prefill_mode = PrefillMode::exact;   // see PplOptions::prefill_mode
   Shard shard;  // evaluate prompts [shard.range(total)) of the (depth, length, trial) grid
 };
 

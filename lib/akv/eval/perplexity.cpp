@@ -71,14 +71,7 @@ PplReport evaluate_perplexity(const Model& model,
   r.attention = o.attention;
   r.prefill_mode = o.prefill_mode;
   // llama.cpp's protocol: its batch, and its query rounding for ggml block keys, prompt and steps.
-  AttentionMode attention = o.attention;
-  if (o.prefill_mode == PrefillMode::batch) {
-    if (o.attention != AttentionMode::exact) {
-      throw UsageError("--prefill-mode batch uses llama.cpp's attention arithmetic; it takes --attention exact",
-                       {"", "--attention", attention_mode_name(o.attention)});
-    }
-    attention = AttentionMode::llama;
-  }
+  const AttentionMode attention = protocol_attention(o.prefill_mode, o.attention);
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
     r.descriptions.push_back(method_description(m, false));

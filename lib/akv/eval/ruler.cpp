@@ -157,9 +157,11 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
     for (const std::string& name : o.tasks) tasks.push_back(&ruler_task(name));
   }
   for (const RulerTask* t : tasks) r.tasks.push_back(t->name);
+  const AttentionMode attention = protocol_attention(o.prefill_mode, o.attention);
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
-    r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8));
+    r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8) +
+                             (o.prefill_mode == PrefillMode::batch ? "; prompt batch" : ""));
   }
   for (const PplMethod& m : methods) {
     const auto sweep = std::find_if(o.ratio_specs.begin(), o.ratio_specs.end(), [&](const RatioSpec& x) { return x.spec == m.spec; });
@@ -219,8 +221,8 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
       n[i] = answer_tokens((b0 + i) / (o.samples * o.lengths.size()));
       r.prompt_tokens[b0 + i - lo] = jobs[i].tokens.size();
     }
-    const Continuations out = continue_lanes(model, prompts, n, params, o.threads, o.attention, nullptr,
-                                               o.query_aware ? nullptr : &questions);
+    const Continuations out = continue_lanes(model, prompts, n, params, o.threads, attention, nullptr,
+                                               o.query_aware ? nullptr : &questions, o.prefill_mode);
     for (std::size_t i = 0; i < nb; ++i) {
       for (std::size_t m = 0; m < methods.size(); ++m) {
         r.kv_bytes[b0 + i - lo][m] = out.bytes[i * methods.size() + m];

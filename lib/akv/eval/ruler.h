@@ -43,6 +43,7 @@ struct RulerOptions {
   int threads = 1;
   std::size_t batch = kBatchAuto;  // prompts decoded together: see PplOptions::batch
   AttentionMode attention = AttentionMode::exact;
+  PrefillMode prefill_mode = PrefillMode::exact;  // see PplOptions::prefill_mode
 };
 
 struct RulerReport {
