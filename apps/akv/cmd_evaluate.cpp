@@ -69,31 +69,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "is read once per step for all of them (0 = all; auto = as many as keep the lanes' f32 K/V "
                   "within 2 GiB). The results do not depend on it")
       ->capture_default_str();
-  sub->add_option("--token-block", opt->token_block,
-                  "With --model (ppl): continuation tokens each (sequence, method) lane decodes per model "
-                  "call, layer by layer (its tokens are known: teacher forcing), so a call reads each weight "
-                  "matrix once for all of them and each lane's cache while it is in the CPU caches. auto (or 0) "
-                  "= about 256 rows a call: ceil(256 / lanes), 1 to 16, fewer when the call's logits would "
-                  "pass 256 MiB. 1 when a method evicts while "
-                  "decoding (h2o, streamingllm) or is tiered. The results do not depend on it")
-      ->capture_default_str();
-  sub->add_option("--attention", opt->mo.attention,
-                  "With --model: decode attention path of the methods' caches: exact (f32 products) or int8 "
-                  "(packed 2- and 4-bit rows through 8-bit integer loops: query x key codes, probabilities x "
-                  "value codes; other rows stay exact; error and speed in docs/attention.md)")
-      ->capture_default_str()->check(CLI::IsMember({"exact", "int8"}));
-  sub->add_option("--max-context", opt->mo.max_context,
-                  "With --model: refuse a run that reaches past this many positions (0 = no limit: a run past the "
-                  "model's trained context goes on with a warning on stderr and \"context\": {\"past_trained\": true} "
-                  "in the JSON, as llama.cpp runs past it; a sliding-window model never runs past its window)")
-      ->capture_default_str();
-  sub->add_option("--prefill", opt->prefill,
-                  "With --model: prompt tokens per sequence (default half of each sequence)");
-  sub->add_option("--prefill-mode", opt->prefill_mode,
-                  "With --model: exact (one full-precision prefill, then each cache ingests the prompt) "
-                  "or batch (llama.cpp's batch: every prompt token's K/V through the method's cache before attention; "
-                  "quantizers, ggml and full only; docs/model.md)")
-      ->capture_default_str()->check(CLI::IsMember({"exact", "batch"}));
+  add_decode_loop_flags(sub, opt->mo, opt->token_block, opt->prefill, opt->prefill_mode);
   sub->add_option("--sequences", opt->mo.ppl.max_sequences, "With --model: evaluate the first N sequences (0 = all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
