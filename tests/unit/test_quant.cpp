@@ -1,7 +1,11 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <limits>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
@@ -331,4 +335,26 @@ TEST_CASE("rotation spreads an outlier channel: per-token 4-bit error falls", "[
   const double plain = error({}), rotated = error(tensor_rotation(RotationKind::hadamard, 0, d, true));
   INFO("plain " << plain << " rotated " << rotated);
   CHECK(rotated < plain / 1.5);  // measured 1.8x lower
+}
+
+TEST_CASE("rotation: bit for bit ggml's CPU Walsh-Hadamard kernel (llama.cpp's KV rotation)", "[quant][rotation][golden]") {
+  // data/golden/ggml-fwht.json: rows rotated by ggml_compute_forward_fwht (llama.cpp de3ff81), by
+  // scripts/dev/golden/ggml_fwht.py.
+  std::ifstream f(std::string(AKV_SOURCE_DIR) + "/data/golden/ggml-fwht.json");
+  REQUIRE(f.good());
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  REQUIRE(doc.at("cases").size() == 2);
+  for (const nlohmann::json& c : doc.at("cases")) {
+    const std::size_t n = c.at("block").get<std::size_t>(), rows = c.at("rows").get<std::size_t>();
+    const auto x_bits = c.at("x_bits").get<std::vector<std::uint32_t>>();
+    const auto y_bits = c.at("y_bits").get<std::vector<std::uint32_t>>();
+    REQUIRE(x_bits.size() == n * rows);
+    std::vector<float> x(n * rows);
+    std::memcpy(x.data(), x_bits.data(), x.size() * sizeof(float));
+    rotate_rows({RotationKind::hadamard, static_cast<std::uint32_t>(n), 0}, x.data(), rows, n);
+    std::vector<std::uint32_t> got(x.size());
+    std::memcpy(got.data(), x.data(), x.size() * sizeof(float));
+    INFO("block " << n);
+    CHECK(got == y_bits);
+  }
 }
