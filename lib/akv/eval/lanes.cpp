@@ -1,6 +1,7 @@
 #include "akv/eval/lanes.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
@@ -141,11 +142,27 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
                              const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
                              int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced,
                              const std::vector<std::vector<std::int32_t>>* question, PrefillMode prefill) {
+  std::vector<LaneGoal> goals(prompts.size() * methods.size());
+  for (std::size_t lane = 0; lane < goals.size(); ++lane) {
+    const std::size_t p = lane / methods.size();
+    goals[lane] = {n[p], forced ? &(*forced)[p] : nullptr};
+  }
+  return continue_lanes(model, prompts, methods, goals, threads, attention, question, prefill);
+}
+
+Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                             const std::vector<std::optional<CompressParams>>& methods, const std::vector<LaneGoal>& goals,
+                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* question,
+                             PrefillMode prefill) {
   const ModelConfig& c = model.config();
   const std::size_t n_methods = methods.size();
+  if (goals.size() != prompts.size() * n_methods) throw std::logic_error("continue_lanes: a goal per lane");
   const auto asked = [&](std::size_t p) { return question ? (*question)[p].size() : std::size_t{0}; };
   std::size_t longest = 0;
-  for (std::size_t p = 0; p < prompts.size(); ++p) longest = std::max(longest, prompts[p].size() + asked(p) + n[p]);
+  for (std::size_t lane = 0; lane < goals.size(); ++lane) {
+    const std::size_t p = lane / n_methods;
+    longest = std::max(longest, prompts[p].size() + asked(p) + goals[lane].n);
+  }
   PromptLanes start = prefill_lanes(model, prompts, methods, longest, threads, {prefill, attention, 0});
   std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
   // The logits before step 0 of each lane: after its prompt, or after its question decoded
@@ -167,23 +184,25 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
   Continuations out;
   out.tokens.resize(caches.size());
   out.logprob.assign(caches.size(), 0.0);
-  // Step k of a lane from its logits: the argmax, and with forced the log-probability of forced[p][k].
+  // Step k of a lane from its logits: the argmax, and when forced the log-probability of forced[k].
   const auto take = [&](std::size_t lane, const float* logits) {
     auto& t = out.tokens[lane];
-    if (forced) {
-      const std::int32_t want = (*forced)[lane / n_methods][t.size()];
+    if (const auto* f = goals[lane].forced) {
+      const std::int32_t want = (*f)[t.size()];
       out.logprob[lane] += static_cast<double>(logits[want]) - log_sum_exp(logits, c.vocab_size);
     }
     t.push_back(argmax_token(logits, c.vocab_size));
   };
   for (std::size_t lane = 0; lane < caches.size(); ++lane) take(lane, first[lane]);
-  // Step k (k >= 1) of lane (p, m) feeds forced[p][k - 1], or its step k - 1 argmax, at position
+  // Step k (k >= 1) of lane (p, m) feeds forced[k - 1], or its step k - 1 argmax, at position
   // |prompt p| + |question p| + k - 1.
   std::vector<DecodeLane> lanes(caches.size());
   for (std::size_t lane = 0; lane < caches.size(); ++lane) {
     const std::size_t p = lane / n_methods;
-    lanes[lane] = {caches[lane].get(), prompts[p].size() + asked(p), std::max<std::size_t>(n[p], 1) - 1,
-                   forced ? (*forced)[p].data() : nullptr, nullptr};
+    const LaneGoal& g = goals[lane];
+    if (g.forced && g.forced->size() < g.n) throw std::logic_error("continue_lanes: fewer forced tokens than steps");
+    lanes[lane] = {caches[lane].get(), prompts[p].size() + asked(p), std::max<std::size_t>(g.n, 1) - 1,
+                   g.forced ? g.forced->data() : nullptr, nullptr};
   }
   run_lanes(
       model, lanes, 1, [&](std::size_t lane, std::size_t) { return out.tokens[lane].back(); },

@@ -105,4 +105,16 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
                              const std::vector<std::vector<std::int32_t>>* question = nullptr,
                              PrefillMode prefill = PrefillMode::exact);
 
+// The same with a goal per lane (lane p * methods.size() + m): n steps, teacher-forced through
+// *forced (at least n tokens) or greedy (nullptr). A prompt's lanes may mix both, e.g. a method
+// listed twice: greedy in one lane and scored on a reference answer in the other, from one prefill.
+struct LaneGoal {
+  std::size_t n = 0;
+  const std::vector<std::int32_t>* forced = nullptr;
+};
+Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                             const std::vector<std::optional<CompressParams>>& methods, const std::vector<LaneGoal>& goals,
+                             int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* question = nullptr,
+                             PrefillMode prefill = PrefillMode::exact);
+
 }  // namespace akv
