@@ -98,9 +98,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->callback([opt, lengths, sub, &global] {
     check_output_distinct(opt->output, {opt->dump, opt->cache});
     ProgressBar bar("evaluate", !global.quiet);
-    if (opt->task != "ruler") {  // a ruler flag elsewhere would be silently ignored
-      for (const char* flag : {"--tasks", "--samples", "--answer-prefix", "--answer-tokens", "--ratios", "--query-aware"}) {
-        if (sub->get_option(flag)->count()) throw UsageError(std::string(flag) + " needs --task ruler", {"", flag});
+    for (const auto& [task, flags] : task_flags()) {  // a task's flag elsewhere would be silently ignored
+      for (const char* flag : flags) {
+        if (opt->task != task && sub->get_option(flag)->count()) throw UsageError(std::string(flag) + " needs --task " + task, {"", flag});
       }
     }
     if (!opt->mo.model.empty()) {

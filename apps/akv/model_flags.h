@@ -1,6 +1,8 @@
 #pragma once
 // The flags of commands that load a model (dump, evaluate --model, bench decode).
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -51,6 +53,10 @@ inline void add_passkey_flags(CLI::App* sub, PasskeyOptions& pk, std::string& fi
   sub->add_option("--filler", filler,
                   "Passkey: filler token sequences (one per line; default: --tokens); used in token mode, "
                   "when the model has no tokenizer and --tokenizer names none");
+  sub->add_flag("--query-agnostic", pk.query_agnostic,
+                "Passkey: the caches ingest the prompt up to its question (text mode: 'What is the pass key? ...'; "
+                "token mode: the final marker), which is then decoded through the compressed cache (kvpress's "
+                "query-agnostic protocol; ruler's default). Default: the whole prompt is compressed");
 }
 
 // RULER's flags (evaluate --task ruler); --lengths and --seed are the passkey flags'.
@@ -79,6 +85,12 @@ inline void add_ruler_flags(CLI::App* sub, RulerOptions& ro, std::string& prefix
   sub->add_flag("--query-aware", ro.query_aware,
                 "Ruler: the caches ingest the whole prompt, question included (default: the context alone, the "
                 "question then decoded through the compressed cache, as kvpress's default)");
+}
+
+// The flags that belong to one task (evaluate refuses them with another).
+inline std::vector<std::pair<std::string, std::vector<const char*>>> task_flags() {
+  return {{"ruler", {"--tasks", "--samples", "--answer-prefix", "--answer-tokens", "--ratios", "--query-aware"}},
+          {"passkey", {"--query-agnostic"}}};
 }
 
 // evaluate --model's decode-loop flags: --token-block, --attention, --max-context, --prefill and

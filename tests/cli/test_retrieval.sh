@@ -4,8 +4,9 @@
 # passkey with the full cache. Two outcomes the mechanism fixes: StreamingLLM at budget 0.1 keeps 4
 # sink tokens and the last 98, so it loses every needle but the one just before the question;
 # H2O keeps the tokens with the most attention summed over the prompt, which the repeated filler
-# collects (each filler span is attended by its next repetition) and the needle does not. RULER's
-# needle tasks (--task ruler) with the full cache.
+# collects (each filler span is attended by its next repetition) and the needle does not; SnapKV
+# keeps the needle only when the question is compressed with the context. RULER's needle tasks
+# (--task ruler) with the full cache.
 source "$(dirname "$0")/lib.sh"
 if ! "$PY" -c "import numpy" 2>/dev/null; then
   echo "SKIP: $PY cannot import numpy (scripts/setup installs python3-numpy)"
@@ -40,6 +41,24 @@ expect_equal "streamingllm budget 0.1: only the needle next to the question surv
   "$(accuracy "$TMP/hf.json" streamingllm:budget=0.1)" "0:0 0.5:0 1:1"
 expect_equal "h2o budget 0.3: the filler outscores the needle at every depth" \
   "$(accuracy "$TMP/hf.json" h2o:budget=0.3)" "0:0 0.5:0 1:0"
+# The key's log-probability: near 0 with the full cache (the model copies it with a margin of
+# ~9 nats), far below it where a method lost the needle.
+lp=$("$PY" -c 'import json,sys; m={x["method"]: x for x in json.load(open(sys.argv[1]))["methods"]}
+print(m["full"]["mean_key_logprob"] > -1e-3, m["streamingllm:budget=0.1"]["mean_key_logprob"] < -1, m["full"]["bits_per_element"])' "$TMP/hf.json")
+expect_equal "key log-probability near 0 with the full cache, far below where the needle is lost; 32 bits" "$lp" "True True 32.0"
+# Query-agnostic: SnapKV's window (the context's last tokens, filler) does not attend to the
+# needle, so at budget 0.5 it keeps it only where the question asks for it (query-aware).
+expect "passkey --query-agnostic" 0 "" \
+  "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0,0.5 --trials 1 \
+  --methods snapkv:budget=0.5 --query-agnostic --json -o "$TMP/agnostic.json"
+expect "passkey query-aware (default)" 0 "" \
+  "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0,0.5 --trials 1 \
+  --methods snapkv:budget=0.5 --json -o "$TMP/aware.json"
+expect_equal "query-agnostic: the full cache still retrieves" "$(accuracy "$TMP/agnostic.json" full)" "0:1 0.5:1"
+expect_equal "query-agnostic: snapkv 0.5 loses the needle" "$(accuracy "$TMP/agnostic.json" snapkv:budget=0.5)" "0:0 0.5:0"
+expect_equal "query-aware: snapkv 0.5 keeps it" "$(accuracy "$TMP/aware.json" snapkv:budget=0.5)" "0:1 0.5:1"
+expect_error "--query-agnostic needs --task passkey" 1 "--query-agnostic needs --task passkey" \
+  "$AKV" -q evaluate --model "$M" --task ruler --lengths 1024 --query-agnostic
 expect "passkey (text mode) through the GGUF file" 0 "" \
   "$AKV" -q evaluate --model "$M/retrieval.gguf" --task passkey --lengths 1024 --depths 0,0.5,1 --trials 1 --json -o "$TMP/gguf.json"
 expect_equal "GGUF, full cache: every passkey" "$(accuracy "$TMP/gguf.json" full)" "0:1 0.5:1 1:1"

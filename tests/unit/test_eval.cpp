@@ -222,10 +222,15 @@ TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report",
   for (std::size_t j = 0; j < 24; ++j) {
     whole.outcomes.push_back({static_cast<char>(j * 7 % 3 == 0), static_cast<char>((j * 7 + 1) % 3 == 0)});
     whole.key_logprob.push_back({-0.1 * static_cast<double>(j), -1.0 / static_cast<double>(j + 3)});
+    whole.kv_bytes.push_back({1000 + j, 100});
+    whole.bits.push_back({32.0, 3.0 + 0.25 * static_cast<double>(j % 2)});
   }
   whole.tally();
   // By hand: depth 0, length 128 holds prompts 8..11: -0.1 * (8 + 9 + 10 + 11) / 4 trials.
   CHECK(whole.to_json()["methods"][0]["key_logprob"][0][2].get<double>() == Approx(-0.95));
+  // By hand: bytes 1000 + mean(0..23) = 1011.5; bits of method 1: half 3, half 3.25.
+  CHECK(whole.to_json()["methods"][0]["mean_kv_bytes"].get<double>() == Approx(1011.5));
+  CHECK(whole.to_json()["methods"][1]["bits_per_element"].get<double>() == Approx(3.125));
   // By hand: depth 1 (prompts 12..23), length 64 (prompts 16..19): j*7%3==0 for j = 18 only.
   CHECK(whole.successes[0][1][1] == 1);
   std::size_t sum = 0;
@@ -242,6 +247,9 @@ TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report",
                       whole.outcomes.begin() + static_cast<std::ptrdiff_t>(hi));
     p.key_logprob.assign(whole.key_logprob.begin() + static_cast<std::ptrdiff_t>(lo),
                          whole.key_logprob.begin() + static_cast<std::ptrdiff_t>(hi));
+    p.kv_bytes.assign(whole.kv_bytes.begin() + static_cast<std::ptrdiff_t>(lo),
+                      whole.kv_bytes.begin() + static_cast<std::ptrdiff_t>(hi));
+    p.bits.assign(whole.bits.begin() + static_cast<std::ptrdiff_t>(lo), whole.bits.begin() + static_cast<std::ptrdiff_t>(hi));
     p.tally();
     parts.emplace_back("p" + std::to_string(k), passkey_part_json(p, s, run));
   }

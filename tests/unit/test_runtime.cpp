@@ -680,9 +680,67 @@ TEST_CASE("passkey prompts: length, depth, marker, key; greedy continuation", "[
         CHECK(a.key_logprob[j][0] == Approx(lp).margin(1e-3));
         CHECK(a.key_logprob[j][0] < 0.0);
         CHECK(a.outcomes[j][0] == (greedy_continuation(m, q.tokens, q.key.size(), std::nullopt) == q.key ? 1 : 0));
+        // The full f32 cache holds 8 bytes per position and channel: 32 bits per element.
+        const ModelConfig& c = m.config();
+        CHECK(a.kv_bytes[j][0] == c.n_layers * c.n_kv_heads * c.head_dim * 8 * (len + q.key.size() - 1));
+        CHECK(a.bits[j][0] == Approx(32.0).epsilon(1e-12));
+        // kivi-4 keeps its last 128 tokens in f16: all of a 64-token prompt, some codes beyond.
+        if (len == 64) CHECK(a.bits[j][1] == Approx(16.0).epsilon(1e-12));
+        if (len == 128) CHECK(a.bits[j][1] < 16.0);
       }
     }
   }
+  // Query-agnostic: the final marker decoded through the cache; through the full cache that is the
+  // same computation (another attention path), so the outcomes agree and the log-probabilities
+  // within f32 rounding.
+  po.query_agnostic = true;
+  const PasskeyReport g = evaluate_passkey(m, {filler}, methods, po, {});
+  CHECK(g.to_json()["question"] == "decoded after compression");
+  CHECK(a.to_json()["question"] == "compressed with the context");
+  for (std::size_t i = 0; i < a.outcomes.size(); ++i) {
+    CHECK(g.outcomes[i][0] == a.outcomes[i][0]);
+    CHECK(g.key_logprob[i][0] == Approx(a.key_logprob[i][0]).margin(1e-3));
+  }
+}
+
+TEST_CASE("passkey text mode: the key's log-probability and the greedy answer from one prefill", "[runtime][passkey]") {
+  if (!have_shared()) return;
+  // stories260K (vocabulary 512) read through the byte tokenizer (258 ids): a model that does
+  // not retrieve, so the log-probabilities are those of an arbitrary continuation.
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const Tokenizer b = Tokenizer::bytes();
+  PasskeyOptions po;
+  po.lengths = {300};
+  po.depths = {0.0, 1.0};
+  po.trials = 2;
+  po.answer_tokens = 7;
+  const std::vector<PplMethod> methods = {{"kivi-2", params("kivi-2")}};
+  const PasskeyReport a = evaluate_passkey(m, {}, methods, po, {}, &b);
+  REQUIRE(a.key_logprob.size() == 4);
+  for (std::size_t j = 0; j < 4; ++j) {
+    const PasskeyPrompt q = make_text_passkey_prompt(b, 300, po.depths[j / 2], j % 2, po);
+    CHECK(b.decode(q.key) == " " + q.key_text);
+    std::vector<std::int32_t> seq = q.tokens;
+    seq.insert(seq.end(), q.key.begin(), q.key.end() - 1);
+    const PrefillResult f = m.prefill(seq, true);
+    double lp = 0;
+    for (std::size_t i = 0; i < q.key.size(); ++i) {
+      const auto row = f.logits.row(static_cast<Eigen::Index>(q.tokens.size() - 1 + i));
+      const double mx = row.maxCoeff();
+      double sum = 0;
+      for (Eigen::Index v = 0; v < row.size(); ++v) sum += std::exp(static_cast<double>(row(v)) - mx);
+      lp += static_cast<double>(row(q.key[i])) - mx - std::log(sum);
+    }
+    INFO("prompt " << j);
+    CHECK(a.key_logprob[j][0] == Approx(lp / static_cast<double>(q.key.size())).margin(1e-3));
+    CHECK(a.key_logprob[j][1] != a.key_logprob[j][0]);  // kivi-2 changes the distribution
+    const auto greedy = greedy_continuation(m, q.tokens, po.answer_tokens, std::nullopt);
+    CHECK(a.outcomes[j][0] == (b.decode(greedy).find(q.key_text) != std::string::npos ? 1 : 0));
+    CHECK(a.kv_bytes[j][0] == m.config().n_layers * m.config().n_kv_heads * m.config().head_dim * 8 * (300 + 7 - 1));
+  }
+  po.query_agnostic = true;
+  const PasskeyReport g = evaluate_passkey(m, {}, methods, po, {}, &b);
+  for (std::size_t j = 0; j < 4; ++j) CHECK(g.key_logprob[j][0] == Approx(a.key_logprob[j][0]).margin(1e-3));
 }
 
 TEST_CASE("byte tokenizer", "[runtime][passkey]") {

@@ -72,6 +72,7 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
   run.params = {{"methods", o.methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
                 {"weights", o.weights},  {"attention", o.attention},  {"kernels", kernel_arithmetic()}};
   if (pk.prefill_mode != PrefillMode::exact) run.params["prefill_mode"] = prefill_mode_name(pk.prefill_mode);
+  if (pk.query_agnostic) run.params["query_agnostic"] = true;
   nlohmann::json part = passkey_part_json(r, pk.shard, run);
   part["context"] = context;  // `akv merge` puts it in the merged report
   return json_text(part);

@@ -49,6 +49,7 @@ PasskeyPrompt make_passkey_prompt(const std::vector<std::int32_t>& filler, std::
   p.tokens.insert(p.tokens.end(), key.begin(), key.end());
   p.tokens.insert(p.tokens.end(), filler.begin() + static_cast<std::ptrdiff_t>(start + before),
                   filler.begin() + static_cast<std::ptrdiff_t>(start + n_fill));
+  p.question_pos = p.tokens.size();
   p.tokens.insert(p.tokens.end(), marker.begin(), marker.end());
   p.key = key;
   p.answer_tokens = key.size();
@@ -87,8 +88,10 @@ PasskeyPrompt make_text_passkey_prompt(const Tokenizer& tok, std::size_t length,
   p.needle_pos = p.tokens.size();
   p.tokens.insert(p.tokens.end(), needle.begin(), needle.end());
   p.tokens.insert(p.tokens.end(), filler.begin() + static_cast<std::ptrdiff_t>(before), filler.end());
+  p.question_pos = p.tokens.size();
   p.tokens.insert(p.tokens.end(), question.begin(), question.end());
   p.key_text = key;
+  p.key = tok.encode(" " + key);
   p.answer_tokens = o.answer_tokens;
   return p;
 }
@@ -124,13 +127,14 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
                            ") than the model's vocabulary (" + std::to_string(c.vocab_size) + ")",
                        {tokenizer->path(), "vocab_size", std::to_string(tokenizer->vocab_size())});
   }
-  const std::size_t answer = tokenizer ? o.answer_tokens : o.key_tokens;
-  for (std::size_t len : o.lengths) {
-    if (len > model.position_limit() || answer > model.position_limit() - len) {
-      throw InvalidInput("prompt plus key longer than " + model.limit_text(),
-                         {"", "--lengths", std::to_string(len)});
+  // Positions a prompt's lanes decode past it: the answer (text mode: the greedy answer or the
+  // key's tokens, whichever is longer).
+  const auto answer = [&](const PasskeyPrompt& p) { return tokenizer ? std::max(o.answer_tokens, p.key.size()) : o.key_tokens; };
+  const auto check_fits = [&](std::size_t len, std::size_t n) {
+    if (len > model.position_limit() || n > model.position_limit() - len) {
+      throw InvalidInput("prompt plus key longer than " + model.limit_text(), {"", "--lengths", std::to_string(len)});
     }
-  }
+  };
   // Grid order: depth, length, trial. Every length and depth is checked before any work (a
   // prompt is as long as its length, whatever its depth and trial); a shard then builds only
   // its own prompts, a batch at a time.
@@ -143,44 +147,66 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
     if (!(depth >= 0.0 && depth <= 1.0)) throw InvalidInput("depth must be in [0, 1]", {"", "--depths", format_number(depth)});
   }
   if (!o.depths.empty() && o.trials > 0) {
-    for (std::size_t l = 0; l < o.lengths.size(); ++l) prompt(l * o.trials);
+    for (std::size_t l = 0; l < o.lengths.size(); ++l) {
+      check_fits(o.lengths[l], tokenizer ? o.answer_tokens : o.key_tokens);
+      check_fits(o.lengths[l], answer(prompt(l * o.trials)));
+    }
   }
   r.total_prompts = checked_product({o.depths.size(), o.lengths.size(), o.trials}, {"", "--trials", std::to_string(o.trials)});
   const auto [lo, hi] = o.shard.range(r.total_prompts);
   r.first_prompt = lo;
   r.outcomes.assign(hi - lo, std::vector<char>(methods.size(), 0));
-  if (!tokenizer) r.key_logprob.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
+  r.key_logprob.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
+  r.kv_bytes.assign(hi - lo, std::vector<std::uint64_t>(methods.size(), 0));
+  r.bits.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
+  r.query_agnostic = o.query_agnostic;
+  // Lanes per prompt: each method once (token mode: the key teacher-forced gives the successes
+  // too), or twice in text mode (greedy answer, then the key's tokens teacher-forced).
+  const std::size_t n_methods = methods.size(), per_prompt = tokenizer ? 2 * n_methods : n_methods;
   std::vector<std::optional<CompressParams>> params;
-  for (const auto& m : methods) params.push_back(m.params);
-  std::size_t longest = 0;
-  for (std::size_t j = lo; j < hi; ++j) {  // the lengths of this shard's prompts
-    longest = std::max(longest, o.lengths[j / o.trials % o.lengths.size()] + o.answer_tokens + o.key_tokens);
+  for (std::size_t l = 0; l < per_prompt; ++l) params.push_back(methods[l % n_methods].params);
+  std::size_t longest = 0;  // the lengths of this shard's prompts (text mode: up to 8 key tokens for the estimate)
+  for (std::size_t j = lo; j < hi; ++j) {
+    longest = std::max(longest, o.lengths[j / o.trials % o.lengths.size()] + (tokenizer ? std::max<std::size_t>(o.answer_tokens, 8) : o.key_tokens));
   }
-  const std::size_t batch = resolve_batch(o.batch, hi - lo, methods.size(), c, longest);
+  const std::size_t batch = resolve_batch(o.batch, hi - lo, per_prompt, c, longest);
+  const double element_bytes = 2.0 * 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim);  // f16 K + V
   for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
     const std::size_t nb = std::min(batch, hi - b0);
     std::vector<PasskeyPrompt> jobs;
-    std::vector<std::vector<std::int32_t>> prompts(nb), keys(nb);
-    std::vector<std::size_t> n(nb);
+    std::vector<std::vector<std::int32_t>> prompts(nb), questions(nb);
+    std::vector<LaneGoal> goals;
     for (std::size_t i = 0; i < nb; ++i) {
       jobs.push_back(prompt(b0 + i));
-      prompts[i] = jobs[i].tokens;
-      keys[i] = jobs[i].key;
-      n[i] = jobs[i].answer_tokens;
+      const auto& t = jobs[i].tokens;
+      check_fits(t.size(), answer(jobs[i]));
+      const auto split = t.begin() + static_cast<std::ptrdiff_t>(o.query_agnostic ? jobs[i].question_pos : t.size());
+      prompts[i].assign(t.begin(), split);
+      questions[i].assign(split, t.end());
     }
     // Token mode decodes the key teacher-forced: the argmax tokens match the key exactly when
     // the greedy continuation would (they agree up to the first miss), and the key's
     // log-probability comes with them.
-    const Continuations out = continue_lanes(model, prompts, n, params, o.threads, attention,
-                                             tokenizer ? nullptr : &keys, nullptr, o.prefill_mode);
+    for (std::size_t i = 0; i < nb; ++i) {
+      for (std::size_t l = 0; l < per_prompt; ++l) {
+        const bool greedy = tokenizer && l < n_methods;
+        goals.push_back({greedy ? jobs[i].answer_tokens : jobs[i].key.size(), greedy ? nullptr : &jobs[i].key});
+      }
+    }
+    const Continuations out = continue_lanes(model, prompts, params, goals, o.threads, attention,
+                                             o.query_agnostic ? &questions : nullptr, o.prefill_mode);
     for (std::size_t i = 0; i < nb; ++i) {
       const PasskeyPrompt& p = jobs[i];
-      for (std::size_t mi = 0; mi < methods.size(); ++mi) {
-        const std::size_t lane = i * methods.size() + mi;
+      for (std::size_t mi = 0; mi < n_methods; ++mi) {
+        const std::size_t lane = i * per_prompt + mi, scored = lane + (tokenizer ? n_methods : 0);
         const auto& cont = out.tokens[lane];
-        r.outcomes[b0 + i - lo][mi] = tokenizer ? (tokenizer->decode(cont).find(p.key_text) != std::string::npos ? 1 : 0)
-                                                : (cont == p.key ? 1 : 0);
-        if (!tokenizer) r.key_logprob[b0 + i - lo][mi] = out.logprob[lane] / static_cast<double>(p.key.size());
+        const std::size_t k = b0 + i - lo;
+        r.outcomes[k][mi] = tokenizer ? (tokenizer->decode(cont).find(p.key_text) != std::string::npos ? 1 : 0)
+                                      : (cont == p.key ? 1 : 0);
+        r.key_logprob[k][mi] = out.logprob[scored] / static_cast<double>(p.key.size());
+        r.kv_bytes[k][mi] = out.bytes[lane];
+        const std::size_t positions = p.tokens.size() + std::max<std::size_t>(goals[lane].n, 1) - 1;
+        r.bits[k][mi] = 16.0 * static_cast<double>(out.bytes[lane]) / (element_bytes * static_cast<double>(positions));
       }
     }
     if (progress) progress(b0 + nb - lo, hi - lo);
@@ -189,24 +215,37 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   return r;
 }
 
+namespace {
+
+// The mean of column m over the evaluated prompts (0 when none).
+template <typename T>
+double mean_of(const std::vector<std::vector<T>>& rows, std::size_t m) {
+  double s = 0.0;
+  for (const auto& row : rows) s += static_cast<double>(row[m]);
+  return rows.empty() ? 0.0 : s / static_cast<double>(rows.size());
+}
+
+}  // namespace
+
 void PasskeyReport::tally() {
   successes.assign(specs.size(), std::vector<std::vector<std::size_t>>(
                                      depths.size(), std::vector<std::size_t>(lengths.size(), 0)));
-  logprob_sums.assign(key_logprob.empty() ? 0 : specs.size(),
+  logprob_sums.assign(specs.size(),
                       std::vector<std::vector<double>>(depths.size(), std::vector<double>(lengths.size(), 0.0)));
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     const std::size_t j = first_prompt + i;  // grid order: depth, length, trial
     const std::size_t d = j / (trials * lengths.size()), l = j / trials % lengths.size();
     for (std::size_t mi = 0; mi < specs.size(); ++mi) {
       successes[mi][d][l] += static_cast<std::size_t>(outcomes[i][mi]);
-      if (!key_logprob.empty()) logprob_sums[mi][d][l] += key_logprob[i][mi];
+      logprob_sums[mi][d][l] += key_logprob[i][mi];
     }
   }
 }
 
 nlohmann::json PasskeyReport::to_json() const {
   nlohmann::json j = {{"format", "akv-passkey"}, {"version", 1},    {"mode", mode},
-                      {"lengths", lengths},   {"depths", depths}, {"trials", trials}};
+                      {"lengths", lengths},   {"depths", depths}, {"trials", trials},
+                      {"question", query_agnostic ? "decoded after compression" : "compressed with the context"}};
   nlohmann::json ms = nlohmann::json::array();
   for (std::size_t m = 0; m < specs.size(); ++m) {
     nlohmann::json grid = nlohmann::json::array();
@@ -220,22 +259,21 @@ nlohmann::json PasskeyReport::to_json() const {
       grid.push_back(row);
     }
     const double cells = static_cast<double>(trials * depths.size() * lengths.size());
-    nlohmann::json entry = {{"method", specs[m]}, {"description", descriptions[m]}, {"accuracy", grid},
-                            {"mean_accuracy", static_cast<double>(total) / cells}};
-    if (!logprob_sums.empty()) {
-      nlohmann::json lp = nlohmann::json::array();
-      double all = 0.0;
-      for (std::size_t d = 0; d < depths.size(); ++d) {
-        nlohmann::json row = nlohmann::json::array();
-        for (std::size_t l = 0; l < lengths.size(); ++l) {
-          row.push_back(logprob_sums[m][d][l] / static_cast<double>(trials));
-          all += logprob_sums[m][d][l];
-        }
-        lp.push_back(row);
+    nlohmann::json entry = {{"method", specs[m]},          {"description", descriptions[m]},
+                            {"accuracy", grid},             {"mean_accuracy", static_cast<double>(total) / cells},
+                            {"mean_kv_bytes", mean_of(kv_bytes, m)}, {"bits_per_element", mean_of(bits, m)}};
+    nlohmann::json lp = nlohmann::json::array();
+    double all = 0.0;
+    for (std::size_t d = 0; d < depths.size(); ++d) {
+      nlohmann::json row = nlohmann::json::array();
+      for (std::size_t l = 0; l < lengths.size(); ++l) {
+        row.push_back(logprob_sums[m][d][l] / static_cast<double>(trials));
+        all += logprob_sums[m][d][l];
       }
-      entry["key_logprob"] = lp;
-      entry["mean_key_logprob"] = all / cells;
+      lp.push_back(row);
     }
+    entry["key_logprob"] = lp;
+    entry["mean_key_logprob"] = all / cells;
     ms.push_back(entry);
   }
   j["methods"] = ms;
@@ -243,9 +281,10 @@ nlohmann::json PasskeyReport::to_json() const {
 }
 
 std::string PasskeyReport::to_table() const {
-  std::string out = fmt::format("passkey ({} mode), {} trials per cell; accuracy by depth (rows) x prompt length (columns)\n", mode, trials);
+  std::string out = fmt::format("passkey ({} mode), {} trials per cell, the question {}; accuracy by depth (rows) x prompt length (columns)\n",
+                                mode, trials, query_agnostic ? "decoded after compression" : "compressed with the context");
   for (std::size_t m = 0; m < specs.size(); ++m) {
-    out += fmt::format("\n{} ({})\n{:>7}", specs[m], descriptions[m], "depth");
+    out += fmt::format("\n{} ({}; {:.3g} bits per element)\n{:>7}", specs[m], descriptions[m], mean_of(bits, m), "depth");
     for (std::size_t l : lengths) out += fmt::format(" {:>6}", l);
     out += "\n";
     for (std::size_t d = 0; d < depths.size(); ++d) {
@@ -255,12 +294,11 @@ std::string PasskeyReport::to_table() const {
       }
       out += "\n";
     }
-    if (logprob_sums.empty()) continue;
     out += "key log-probability (nats per key token, teacher-forced)\n";
     for (std::size_t d = 0; d < depths.size(); ++d) {
       out += fmt::format("{:>7.2f}", depths[d]);
       for (std::size_t l = 0; l < lengths.size(); ++l) {
-        out += fmt::format(" {:>6.2f}", logprob_sums[m][d][l] / static_cast<double>(trials));
+        out += fmt::format(" {:>6.3g}", logprob_sums[m][d][l] / static_cast<double>(trials));
       }
       out += "\n";
     }

@@ -3,7 +3,8 @@
 // by a random key sequence is placed at a relative depth inside filler tokens, and the prompt
 // ends with the marker again; success = the greedy continuation reproduces the key exactly. The
 // key is decoded teacher-forced, which gives the same successes and the mean log-probability of
-// the key's tokens (a continuous score where every method fails).
+// the key's tokens (a continuous score where every method fails). Text mode (below) decodes
+// greedily and scores the key's tokens teacher-forced in a second lane per method (same prefill).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,14 +31,20 @@ struct PasskeyOptions {
   std::size_t batch = kBatchAuto;  // prompts decoded together, every method of each: see PplOptions::batch
   AttentionMode attention = AttentionMode::exact;  // see PplOptions::attention
   PrefillMode prefill_mode = PrefillMode::exact;   // see PplOptions::prefill_mode
+  // The caches ingest the prompt up to its question (text mode: the question sentence; token
+  // mode: the final marker), which is then decoded through the compressed cache: kvpress's
+  // query-agnostic protocol. Default: the whole prompt is compressed (query-aware).
+  bool query_agnostic = false;
   Shard shard;  // evaluate prompts [shard.range(total)) of the (depth, length, trial) grid
 };
 
 struct PasskeyPrompt {
   std::vector<std::int32_t> tokens;  // the prompt, exactly `length` tokens
-  std::vector<std::int32_t> key;     // token mode: what the continuation must reproduce
+  std::vector<std::int32_t> key;     // what the continuation must reproduce (token mode), or the
+                                     // answer's tokens (text mode: " NNNNN" encoded), scored
   std::string key_text;              // text mode: what the decoded continuation must contain
   std::size_t needle_pos = 0;        // position of the needle's first token
+  std::size_t question_pos = 0;      // first token of the question (token mode: the final marker)
   std::size_t answer_tokens = 0;     // greedy tokens to generate
 };
 
@@ -58,7 +65,8 @@ std::vector<std::int32_t> greedy_continuation(const Model& model, const std::vec
 // "The pass key is NNNNN. Remember it. NNNNN is the pass key." after round(depth * n_filler)
 // filler tokens, more filler, then "What is the pass key? The pass key is"; exactly `length`
 // tokens. NNNNN is a random 5-digit number; success = the decoded greedy continuation
-// (o.answer_tokens tokens) contains it.
+// (o.answer_tokens tokens) contains it; `key` = the tokens of " NNNNN", whose teacher-forced
+// log-probability is the continuous score.
 PasskeyPrompt make_text_passkey_prompt(const Tokenizer& tok, std::size_t length, double depth,
                                        std::size_t trial, const PasskeyOptions& o);
 
@@ -74,10 +82,16 @@ struct PasskeyReport {
   // grid order (depth, then length, then trial); outcomes[prompt][method] = 1 on success.
   std::size_t first_prompt = 0, total_prompts = 0;
   std::vector<std::vector<char>> outcomes;
-  // Token mode: key_logprob[prompt][method] = mean log p of the key's tokens (nats, teacher-
-  // forced), and its sums per cell, logprob_sums[method][depth][length]; empty in text mode.
+  // key_logprob[prompt][method] = mean log p of the key's tokens (nats, teacher-forced), and its
+  // sums per cell, logprob_sums[method][depth][length].
   std::vector<std::vector<double>> key_logprob;
   std::vector<std::vector<std::vector<double>>> logprob_sums;
+  // kv_bytes[prompt][method]: the cache's bytes after the answer; bits[prompt][method]: the same
+  // per element of the positions the cache has seen, 16 x bytes / (2 bytes x layers x KV heads
+  // x head_dim x 2 x positions): the full f32 cache 32, an eviction method counts what it dropped.
+  std::vector<std::vector<std::uint64_t>> kv_bytes;
+  std::vector<std::vector<double>> bits;
+  bool query_agnostic = false;
   // Rebuilds successes (and logprob_sums) from outcomes (grid order from first_prompt).
   void tally();
   nlohmann::json to_json() const;

@@ -10,6 +10,21 @@ namespace {
 
 constexpr const char* kPartFormat = "akv-passkey-part";
 
+// Appends part `file`'s per-prompt rows of `key` (one value per method) to `rows`, which must
+// then hold as many rows as the outcomes read so far.
+template <typename T>
+void read_rows(const std::string& file, const nlohmann::json& j, const char* key, std::size_t methods,
+               std::size_t prompts, std::vector<std::vector<T>>& rows) {
+  for (const nlohmann::json& line : j.at(key)) {
+    auto row = line.get<std::vector<T>>();
+    if (row.size() != methods) throw InvalidInput("a prompt without every method", {file, key, excerpt(line.dump(), 40)});
+    rows.push_back(std::move(row));
+  }
+  if (rows.size() != prompts) {
+    throw InvalidInput(std::string(key) + " and outcomes of different prompt counts", {file, key, std::to_string(rows.size())});
+  }
+}
+
 }  // namespace
 
 nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const PplRun& run) {
@@ -22,8 +37,10 @@ nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const P
   nlohmann::json j = {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
                       {"first_prompt", r.first_prompt}, {"total_prompts", r.total_prompts}, {"inputs", run.inputs},
                       {"params", run.params}, {"mode", r.mode}, {"specs", r.specs}, {"descriptions", r.descriptions},
-                      {"lengths", r.lengths}, {"depths", r.depths}, {"trials", r.trials}, {"outcomes", outcomes}};
-  if (r.mode == "token") j["key_logprob"] = r.key_logprob;  // exact doubles: the merge sums them as the whole run does
+                      {"lengths", r.lengths}, {"depths", r.depths}, {"trials", r.trials}, {"outcomes", outcomes},
+                      {"query_agnostic", r.query_agnostic},
+                      // exact doubles: the merge sums them as the whole run does
+                      {"key_logprob", r.key_logprob}, {"kv_bytes", r.kv_bytes}, {"bits", r.bits}};
   return j;
 }
 
@@ -48,6 +65,7 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
       if (!(d >= 0 && d <= 1)) throw InvalidInput("a depth outside [0, 1]", {file0, "depths", format_number(d)});
     }
     r.trials = json_uint(first.at("trials"));
+    r.query_agnostic = first.at("query_agnostic").get<bool>();
     r.total_prompts = json_uint(first.at("total_prompts"));
     const std::size_t grid = checked_product({r.trials, r.lengths.size(), r.depths.size()}, {file0, "trials"});
     if (r.total_prompts != grid) {
@@ -67,17 +85,9 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
         if (row.size() != r.specs.size()) throw InvalidInput("a prompt without every method", {file, "outcomes", line.dump()});
         r.outcomes.push_back(std::move(row));
       }
-      if (r.mode == "token") {
-        for (const nlohmann::json& line : j.at("key_logprob")) {
-          auto row = line.get<std::vector<double>>();
-          if (row.size() != r.specs.size()) throw InvalidInput("a prompt without every method", {file, "key_logprob", line.dump()});
-          r.key_logprob.push_back(std::move(row));
-        }
-        if (r.key_logprob.size() != r.outcomes.size()) {
-          throw InvalidInput("key log-probabilities and outcomes of different prompt counts",
-                             {file, "key_logprob", std::to_string(r.key_logprob.size())});
-        }
-      }
+      read_rows(file, j, "key_logprob", r.specs.size(), r.outcomes.size(), r.key_logprob);
+      read_rows(file, j, "kv_bytes", r.specs.size(), r.outcomes.size(), r.kv_bytes);
+      read_rows(file, j, "bits", r.specs.size(), r.outcomes.size(), r.bits);
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
