@@ -41,14 +41,17 @@ if grep -q "cold (host)" "$o/tiers.svg" && grep -q "compact:warm=64:cold-bits=16
 else
   fail "tiers figure names the tiers and the tiered method"
 fi
-# Passkey accuracy against budget: one line per eviction method (its budget= variants), the other
-# methods as bars; a file with no budget= method has no such figure.
+# Passkey accuracy and key log-probability against budget: one line per eviction method (its
+# budget= variants), the other methods as bars; a file with no budget= method has no such figure.
+# The same file's methods without budget= against their bits per element (the bits figure).
 "$PY" - "$TMP/sweep.json" <<'PY'
 import json, sys
-methods = [("full", 1.0), ("kivi-2", 1.0)] + [(f"snapkv:budget={b}", a) for b, a in ((0.1, 0.5), (0.3, 1.0), (0.5, 1.0))]
+methods = [("full", 1.0), ("kivi-2", 1.0), ("kivi-2:rotate=hadamard", 1.0)]
+methods += [(f"snapkv:budget={b}", a) for b, a in ((0.1, 0.5), (0.3, 1.0), (0.5, 1.0))]
 methods += [(f"streamingllm:budget={b}:sinks=8", a) for b, a in ((0.1, 0.0), (0.5, 0.5))]
 json.dump({"format": "akv-passkey", "version": 1, "mode": "text", "trials": 2, "lengths": [1024], "depths": [0, 1],
-           "methods": [{"method": m, "mean_accuracy": a, "accuracy": [[a], [a]]} for m, a in methods]},
+           "methods": [{"method": m, "mean_accuracy": a, "accuracy": [[a], [a]], "mean_key_logprob": a - 1.01,
+                        "bits_per_element": 32.0 if m == "full" else 3.9} for m, a in methods]},
           open(sys.argv[1], "w"))
 PY
 plot_ok "passkey accuracy against budget (budget)" "$o/sweep.svg" "$TMP/sweep.json" --kind budget
@@ -56,6 +59,17 @@ if grep -q "streamingllm:sinks=8" "$o/sweep.svg" && grep -q "kivi-2" "$o/sweep.s
   pass "budget figure: a line per eviction method, the quantizer as a bar"
 else
   fail "budget figure: a line per eviction method, the quantizer as a bar"
+fi
+if grep -q "negative log-probability" "$o/sweep.svg"; then
+  pass "budget figure: the key's log-probability panel"
+else
+  fail "budget figure: the key's log-probability panel"
+fi
+plot_ok "passkey against bits per element (bits)" "$o/bits.svg" "$TMP/sweep.json" --kind bits
+if grep -q "kivi-2:rotate=hadamard" "$o/bits.svg" && grep -q "full" "$o/bits.svg" && ! grep -q "snapkv" "$o/bits.svg"; then
+  pass "bits figure: the methods without budget=, rotated ones named"
+else
+  fail "bits figure: the methods without budget=, rotated ones named"
 fi
 # RULER: score against ratio, a line per base method of the sweep, methods without a ratio as
 # horizontal lines; every method x task in the heatmap.
@@ -103,10 +117,10 @@ cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/sweep.json" "$TM
 printf '{"format": "akv-perplexity", "version": 1, "methods": 7}' >"$TMP/figs/zz-malformed.json"
 run "${PLOT[@]}" report "$TMP/figs" -o "$TMP/report.html"
 n=$(grep -o "<svg" "$TMP/report.html" | wc -l)
-if [[ $rc -eq 0 && $n -eq 10 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
+if [[ $rc -eq 0 && $n -eq 11 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
    grep -q "zz-malformed.json: malformed" "$TMP/report.html" &&
-   grep -q "perplexity.json: tiers" "$TMP/report.html" && grep -q "sweep.json: budget" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
-  pass "report: 10 inline figures (tiers, budget and ruler included), akv-synth and a malformed result listed as not plotted, no network"
+   grep -q "perplexity.json: tiers" "$TMP/report.html" && grep -q "sweep.json: budget" "$TMP/report.html" && grep -q "sweep.json: bits" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
+  pass "report: 11 inline figures (tiers, budget, bits and ruler included), akv-synth and a malformed result listed as not plotted, no network"
 else
   fail "report: exit $rc, $n figures; stderr: $(head -c 300 "$TMP/err")"
 fi
@@ -163,6 +177,7 @@ plot_err "passkey grid of the wrong shape" 2 "methods\[0\].accuracy" "$TMP/shape
 plot_err "tiers without a memory trace" 2 "no memory_trace .*methods\[\]" "$TMP/notrace.json" -o "$b/x.png" --kind tiers
 plot_err "tiers of another format" 2 "--kind tiers does not fit" "$IN/passkey.json" -o "$b/x.png" --kind tiers
 plot_err "budget figure without a budget= method" 2 "no method with a budget= flag" "$TMP/grid30.json" -o "$b/x.png" --kind budget
+plot_err "bits figure of a passkey file without bits" 2 "bits_per_element" "$IN/passkey.json" -o "$b/x.png" --kind bits
 plot_err "unknown kind" 2 "--kind = bars" "$IN/passkey.json" -o "$b/x.png" --kind bars
 plot_err "kind that does not fit" 2 "--kind heads" "$IN/passkey.json" -o "$b/x.png" --kind heads
 plot_err "two kinds in one figure" 1 "different kinds" "$IN/passkey.json" "$IN/perplexity.json" -o "$b/x.png"
