@@ -75,9 +75,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   sub->add_option("--task", opt->task,
                   "With --model: ppl (perplexity, KL, top-1 over continuations) or passkey "
-                  "(token-mode passkey retrieval: marker + key at a depth inside filler, marker "
-                  "again at the end; success = the greedy continuation reproduces the key; token "
-                  "mode also reports the key's mean log-probability, teacher-forced; docs/model.md) or ruler "
+                  "(passkey retrieval: token mode, marker + key at a depth inside filler, marker again at the "
+                  "end, or text mode with a tokenizer; success = the greedy continuation gives the key; also the "
+                  "key's mean log-probability, teacher-forced, and each cache's bits per element; docs/model.md) or ruler "
                   "(RULER's synthetic tasks, generated with the model's tokenizer: needle variants, variable "
                   "tracking, common and frequent words; greedy answers scored by string_match_all; docs/ruler.md)")
       ->capture_default_str()->check(CLI::IsMember({"ppl", "passkey", "ruler"}));
