@@ -607,6 +607,27 @@ TEST_CASE("memory trace: bytes along sequence 0, tiers adding up", "[runtime]") 
   CHECK(tiered.bytes.back() == r.sequences[0][2].bytes);
 }
 
+namespace {
+
+// The mean log-probability of q.key after q.tokens (nats per token) from one full prefill over
+// the prompt and the key: the reference for the passkey's teacher-forced decode steps.
+double key_logprob_by_prefill(const Model& m, const PasskeyPrompt& q) {
+  std::vector<std::int32_t> seq = q.tokens;
+  seq.insert(seq.end(), q.key.begin(), q.key.end() - 1);
+  const PrefillResult f = m.prefill(seq, true);
+  double lp = 0;
+  for (std::size_t i = 0; i < q.key.size(); ++i) {
+    const auto row = f.logits.row(static_cast<Eigen::Index>(q.tokens.size() - 1 + i));
+    const double mx = row.maxCoeff();
+    double sum = 0;
+    for (Eigen::Index v = 0; v < row.size(); ++v) sum += std::exp(static_cast<double>(row(v)) - mx);
+    lp += static_cast<double>(row(q.key[i])) - mx - std::log(sum);
+  }
+  return lp / static_cast<double>(q.key.size());
+}
+
+}  // namespace
+
 TEST_CASE("passkey prompts: length, depth, marker, key; greedy continuation", "[runtime][passkey]") {
   std::vector<std::int32_t> filler(1000);
   for (std::size_t i = 0; i < filler.size(); ++i) filler[i] = static_cast<std::int32_t>(100 + i % 50);
@@ -664,20 +685,8 @@ TEST_CASE("passkey prompts: length, depth, marker, key; greedy continuation", "[
     for (std::size_t len : po.lengths) {
       for (std::size_t t = 0; t < po.trials; ++t, ++j) {
         const PasskeyPrompt q = make_passkey_prompt(filler, m.config().vocab_size, len, depth, t, po);
-        std::vector<std::int32_t> seq = q.tokens;
-        seq.insert(seq.end(), q.key.begin(), q.key.end() - 1);
-        const PrefillResult f = m.prefill(seq, true);
-        double lp = 0;
-        for (std::size_t i = 0; i < q.key.size(); ++i) {
-          const auto row = f.logits.row(static_cast<Eigen::Index>(q.tokens.size() - 1 + i));
-          const double mx = row.maxCoeff();
-          double sum = 0;
-          for (Eigen::Index v = 0; v < row.size(); ++v) sum += std::exp(static_cast<double>(row(v)) - mx);
-          lp += static_cast<double>(row(q.key[i])) - mx - std::log(sum);
-        }
-        lp /= static_cast<double>(q.key.size());
         INFO("prompt " << j);
-        CHECK(a.key_logprob[j][0] == Approx(lp).margin(1e-3));
+        CHECK(a.key_logprob[j][0] == Approx(key_logprob_by_prefill(m, q)).margin(1e-3));
         CHECK(a.key_logprob[j][0] < 0.0);
         CHECK(a.outcomes[j][0] == (greedy_continuation(m, q.tokens, q.key.size(), std::nullopt) == q.key ? 1 : 0));
         // The full f32 cache holds 8 bytes per position and channel: 32 bits per element.
@@ -720,19 +729,8 @@ TEST_CASE("passkey text mode: the key's log-probability and the greedy answer fr
   for (std::size_t j = 0; j < 4; ++j) {
     const PasskeyPrompt q = make_text_passkey_prompt(b, 300, po.depths[j / 2], j % 2, po);
     CHECK(b.decode(q.key) == " " + q.key_text);
-    std::vector<std::int32_t> seq = q.tokens;
-    seq.insert(seq.end(), q.key.begin(), q.key.end() - 1);
-    const PrefillResult f = m.prefill(seq, true);
-    double lp = 0;
-    for (std::size_t i = 0; i < q.key.size(); ++i) {
-      const auto row = f.logits.row(static_cast<Eigen::Index>(q.tokens.size() - 1 + i));
-      const double mx = row.maxCoeff();
-      double sum = 0;
-      for (Eigen::Index v = 0; v < row.size(); ++v) sum += std::exp(static_cast<double>(row(v)) - mx);
-      lp += static_cast<double>(row(q.key[i])) - mx - std::log(sum);
-    }
     INFO("prompt " << j);
-    CHECK(a.key_logprob[j][0] == Approx(lp / static_cast<double>(q.key.size())).margin(1e-3));
+    CHECK(a.key_logprob[j][0] == Approx(key_logprob_by_prefill(m, q)).margin(1e-3));
     CHECK(a.key_logprob[j][1] != a.key_logprob[j][0]);  // kivi-2 changes the distribution
     const auto greedy = greedy_continuation(m, q.tokens, po.answer_tokens, std::nullopt);
     CHECK(a.outcomes[j][0] == (b.decode(greedy).find(q.key_text) != std::string::npos ? 1 : 0));

@@ -49,4 +49,34 @@ void check_follows(const std::string& file, const nlohmann::json& j, const char*
   check_follows(file, field, items, json_uint(j.at(field)), next);
 }
 
+namespace {
+
+template <typename T, typename Read>
+void read_rows(const std::string& file, const nlohmann::json& j, const char* key, std::size_t methods,
+               std::size_t items, std::vector<std::vector<T>>& rows, const Read& read) {
+  const nlohmann::json& all = j.at(key);
+  if (!all.is_array()) throw InvalidInput("not an array of rows", {file, key, excerpt(all.dump(), 40)});
+  for (const nlohmann::json& line : all) {
+    std::vector<T> row = read(line);
+    if (row.size() != methods) throw InvalidInput("a row without every method", {file, key, excerpt(line.dump(), 40)});
+    rows.push_back(std::move(row));
+  }
+  if (rows.size() != items) {
+    throw InvalidInput("rows and items of different counts (" + std::to_string(items) + " items)",
+                       {file, key, std::to_string(rows.size())});
+  }
+}
+
+}  // namespace
+
+void read_method_rows(const std::string& file, const nlohmann::json& j, const char* key, std::size_t methods,
+                      std::size_t items, std::vector<std::vector<double>>& rows) {
+  read_rows(file, j, key, methods, items, rows, [](const nlohmann::json& l) { return l.get<std::vector<double>>(); });
+}
+
+void read_method_rows(const std::string& file, const nlohmann::json& j, const char* key, std::size_t methods,
+                      std::size_t items, std::vector<std::vector<std::uint64_t>>& rows) {
+  read_rows(file, j, key, methods, items, rows, [](const nlohmann::json& l) { return json_uints(l); });
+}
+
 }  // namespace akv

@@ -1,6 +1,7 @@
 #pragma once
 // The partial JSON outputs of sharded runs (docs/scale.md; Shard and ShardSet: core/shard.h).
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -27,5 +28,13 @@ void read_method_lists(const std::string& file, const nlohmann::json& j, std::ve
 // core/shard.h's check_follows for part j (from `file`): j[field] (e.g. "first_layer") == `next`.
 void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
                    std::size_t next);
+
+// Appends part `file`'s per-item rows at j[key] (one value per method; items = prompts, samples)
+// to `rows`, which must then hold `items` rows (the items read so far); the integer form takes
+// non-negative integers only. InvalidInput naming the file and field otherwise.
+void read_method_rows(const std::string& file, const nlohmann::json& j, const char* key, std::size_t methods,
+                      std::size_t items, std::vector<std::vector<double>>& rows);
+void read_method_rows(const std::string& file, const nlohmann::json& j, const char* key, std::size_t methods,
+                      std::size_t items, std::vector<std::vector<std::uint64_t>>& rows);
 
 }  // namespace akv

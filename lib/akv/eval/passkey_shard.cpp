@@ -10,21 +10,6 @@ namespace {
 
 constexpr const char* kPartFormat = "akv-passkey-part";
 
-// Appends part `file`'s per-prompt rows of `key` (one value per method) to `rows`, which must
-// then hold as many rows as the outcomes read so far.
-template <typename T>
-void read_rows(const std::string& file, const nlohmann::json& j, const char* key, std::size_t methods,
-               std::size_t prompts, std::vector<std::vector<T>>& rows) {
-  for (const nlohmann::json& line : j.at(key)) {
-    auto row = line.get<std::vector<T>>();
-    if (row.size() != methods) throw InvalidInput("a prompt without every method", {file, key, excerpt(line.dump(), 40)});
-    rows.push_back(std::move(row));
-  }
-  if (rows.size() != prompts) {
-    throw InvalidInput(std::string(key) + " and outcomes of different prompt counts", {file, key, std::to_string(rows.size())});
-  }
-}
-
 }  // namespace
 
 nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const PplRun& run) {
@@ -85,9 +70,9 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
         if (row.size() != r.specs.size()) throw InvalidInput("a prompt without every method", {file, "outcomes", line.dump()});
         r.outcomes.push_back(std::move(row));
       }
-      read_rows(file, j, "key_logprob", r.specs.size(), r.outcomes.size(), r.key_logprob);
-      read_rows(file, j, "kv_bytes", r.specs.size(), r.outcomes.size(), r.kv_bytes);
-      read_rows(file, j, "bits", r.specs.size(), r.outcomes.size(), r.bits);
+      read_method_rows(file, j, "key_logprob", r.specs.size(), r.outcomes.size(), r.key_logprob);
+      read_method_rows(file, j, "kv_bytes", r.specs.size(), r.outcomes.size(), r.kv_bytes);
+      read_method_rows(file, j, "bits", r.specs.size(), r.outcomes.size(), r.bits);
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});

@@ -64,15 +64,6 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
       if (tokens.size() != scores.size()) {
         throw InvalidInput("prompt lengths and scores of different sample counts", {file, "prompt_tokens", std::to_string(tokens.size())});
       }
-      const nlohmann::json& bytes = j.at("kv_bytes");
-      if (!bytes.is_array() || bytes.size() != scores.size()) {
-        throw InvalidInput("cache bytes and scores of different sample counts", {file, "kv_bytes", excerpt(bytes.dump(), 40)});
-      }
-      for (const nlohmann::json& row : bytes) {
-        std::vector<std::uint64_t> b = json_uints(row);
-        if (b.size() != r.specs.size()) throw InvalidInput("a sample without every method", {file, "kv_bytes", std::to_string(b.size())});
-        r.kv_bytes.push_back(std::move(b));
-      }
       for (const auto& row : scores) {
         if (row.size() != r.specs.size()) throw InvalidInput("a sample without every method", {file, "scores", std::to_string(row.size())});
         for (double v : row) {
@@ -80,6 +71,7 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
         }
         r.score.push_back(row);
       }
+      read_method_rows(file, j, "kv_bytes", r.specs.size(), r.score.size(), r.kv_bytes);
       r.prompt_tokens.insert(r.prompt_tokens.end(), tokens.begin(), tokens.end());
     }
   } catch (const nlohmann::json::exception& e) {
