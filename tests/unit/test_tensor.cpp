@@ -8,6 +8,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/tensor/dtype.h"
+#include "akv/tensor/fp8.h"
 #include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/half.h"
 #include "akv/tensor/linear.h"
@@ -458,6 +459,95 @@ TEST_CASE("q8_rows: every kernel gives the reference's bits; the reference is wi
           CHECK(std::abs(ref[b * ldy + o] - exact) <= bound * (1 + 1e-5) + 1e-5 * mag);
         }
       }
+    }
+  }
+}
+
+namespace {
+
+// The fp8 code nearest to x by brute force over every finite code's decoded value (ties: the
+// code with an even mantissa; zero keeps x's sign), |x| beyond the largest finite value
+// saturating to it: the reference fp8_encode must equal.
+std::uint8_t fp8_nearest(float x, Fp8Format f) {
+  if (std::isnan(x)) return static_cast<std::uint8_t>((std::signbit(x) ? 0x80 : 0) | (f == Fp8Format::e4m3 ? 0x7F : 0x7E));
+  const double a = std::min<double>(std::fabs(x), fp8_max(f));
+  int best = 0;
+  double dist = INFINITY;
+  for (int c = 0; c < 128; ++c) {
+    const double v = fp8_decode(static_cast<std::uint8_t>(c), f);
+    if (!std::isfinite(v)) continue;
+    const double d = std::fabs(a - v);
+    if (d < dist || (d == dist && (c & 1) == 0)) {
+      best = c;
+      dist = d;
+    }
+  }
+  return static_cast<std::uint8_t>(best | (std::signbit(x) ? 0x80 : 0));
+}
+
+}  // namespace
+
+TEST_CASE("fp8: the OCP values of both formats", "[tensor][fp8]") {
+  // OCP 8-bit floating point specification (2023), tables of e4m3 and e5m2.
+  const Fp8Format e4 = Fp8Format::e4m3, e5 = Fp8Format::e5m2;
+  CHECK(fp8_decode(0x38, e4) == 1.0f);
+  CHECK(fp8_decode(0x7E, e4) == 448.0f);
+  CHECK(fp8_decode(0xFE, e4) == -448.0f);
+  CHECK(fp8_decode(0x08, e4) == std::ldexp(1.0f, -6));   // smallest normal
+  CHECK(fp8_decode(0x07, e4) == 0.875f * std::ldexp(1.0f, -6));  // largest subnormal
+  CHECK(fp8_decode(0x01, e4) == std::ldexp(1.0f, -9));   // smallest subnormal
+  CHECK(std::isnan(fp8_decode(0x7F, e4)));
+  CHECK(fp8_decode(0x78, e4) == 256.0f);  // S.1111.000 is a number in e4m3
+  CHECK(fp8_decode(0x3C, e5) == 1.0f);
+  CHECK(fp8_decode(0x7B, e5) == 57344.0f);
+  CHECK(fp8_decode(0x04, e5) == std::ldexp(1.0f, -14));
+  CHECK(fp8_decode(0x01, e5) == std::ldexp(1.0f, -16));
+  CHECK(std::isinf(fp8_decode(0x7C, e5)));
+  CHECK(std::isnan(fp8_decode(0x7D, e5)));
+  CHECK(fp8_max(e4) == 448.0f);
+  CHECK(fp8_max(e5) == 57344.0f);
+  // By hand: 1.0625 lies halfway between 1 (mantissa 000) and 1.125 (001): to even, 1.
+  CHECK(fp8_encode(1.0625f, e4) == 0x38);
+  CHECK(fp8_encode(1.1875f, e4) == 0x3A);  // between 1.125 (001) and 1.25 (010): to 010
+  CHECK(fp8_encode(500.0f, e4) == 0x7E);   // saturates
+  CHECK(fp8_encode(-INFINITY, e5) == 0xFB);
+  CHECK(fp8_encode(-0.0f, e4) == 0x80);
+  CHECK(fp8_encode(std::ldexp(1.0f, -11), e4) == 0x00);  // a quarter of the smallest subnormal
+}
+
+TEST_CASE("fp8: encoding equals the brute-force nearest code", "[tensor][fp8]") {
+  for (const Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    INFO(fp8_format_name(f));
+    std::vector<float> xs = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 1e-30f, -1e-30f};
+    // Every finite value, the midpoints between neighbours (ties) and one f32 ulp either side.
+    for (int c = 0; c < 127; ++c) {
+      const float v = fp8_decode(static_cast<std::uint8_t>(c), f), w = fp8_decode(static_cast<std::uint8_t>(c + 1), f);
+      if (!std::isfinite(v) || !std::isfinite(w)) continue;
+      const float mid = 0.5f * (v + w);
+      for (const float x : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+        xs.push_back(x);
+        xs.push_back(-x);
+      }
+    }
+    Rng rng(11);
+    for (int i = 0; i < 20000; ++i) {
+      xs.push_back(static_cast<float>(rng.normal() * std::ldexp(1.0, static_cast<int>(rng.below(40)) - 20)));
+    }
+    std::size_t bad = 0;
+    for (const float x : xs) {
+      const std::uint8_t got = fp8_encode(x, f), want = fp8_nearest(x, f);
+      if (got != want && bad++ < 5) FAIL_CHECK("x = " << x << " got " << int(got) << " want " << int(want));
+    }
+    CHECK(bad == 0);
+    // Array forms: division by the scale, then the code; decode times the scale.
+    std::vector<float> row = {1.0f, -3.5f, 100.0f, 0.01f};
+    std::vector<std::uint8_t> codes(row.size());
+    std::vector<float> back(row.size());
+    fp8_encode_rows(row.data(), row.size(), 0.5f, f, codes.data());
+    fp8_decode_rows(codes.data(), codes.size(), 0.5f, f, back.data());
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      CHECK(codes[i] == fp8_encode(row[i] / 0.5f, f));
+      CHECK(back[i] == fp8_decode(codes[i], f) * 0.5f);
     }
   }
 }
