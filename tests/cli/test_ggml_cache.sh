@@ -2,7 +2,7 @@
 # llama.cpp's KV cache types as a method (ggml:k=T:v=T) in the decode loop of a small random
 # Hugging Face llama (head_dim 32): honest ggml byte counts (bits per element of each block
 # type), f16 close to the full cache, the plan's bytes, bench policy, and the refusals; akv
-# compress / evaluate --dump with the same types.
+# compress / evaluate --dump with the same types, and vLLM's fp8 types (method fp8).
 source "$(dirname "$0")/lib.sh"
 need_python_h5py
 "$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/hf" --dim 64 --hidden 96 --vocab 64 --heads 2 --kv-heads 1 --layers 2 --seed 5 \
@@ -88,6 +88,60 @@ a, b = (json.load(open(p))["overall"] for p in sys.argv[1:3])
 assert 0 < a["key_rel_mse"] < b["key_rel_mse"] and a["value_rel_mse"] < b["value_rel_mse"], (a, b)
 print("fidelity ok")
 PY
+# vLLM's fp8 cache (method fp8, cache v5): each key is fp8_e4m3(x / s), s = max |x| / 448 over
+# the head's rows, checked against an fp8 encoder written here (the nearest of the format's
+# values from the OCP formulas, ties to even, saturating).
+expect "compress --method fp8 --v e5m2" 0 "8.008 bits/element" \
+  "$AKV" compress -q "$TMP/d.h5" -o "$TMP/c8.h5" -m fp8 --v e5m2
+expect "fp8 codes and scales equal an independent encoder's" 0 "fp8 ok" "$PY" - "$TMP/d.h5" "$TMP/c8.h5" <<'PY'
+import sys
+import h5py
+import numpy as np
+def values(e, m, bias, ieee):
+    out = []
+    for c in range(128):
+        ex, man = c >> m, c & ((1 << m) - 1)
+        if (ieee and ex == (1 << e) - 1) or (not ieee and ex == (1 << e) - 1 and man == (1 << m) - 1):
+            out.append(np.nan)
+        elif ex == 0:
+            out.append(man * 2.0 ** (1 - bias - m))
+        else:
+            out.append((1 + man / 2 ** m) * 2.0 ** (ex - bias))
+    return np.array(out)
+def encode(x, vals):
+    a = np.minimum(np.abs(x.astype(np.float64)), np.nanmax(vals))
+    d = np.abs(a[:, None] - np.where(np.isnan(vals), np.inf, vals)[None, :])
+    i = d.argmin(axis=1)
+    tie = (i + 1 < len(vals)) & (d[np.arange(len(i)), np.minimum(i + 1, len(vals) - 1)] == d[np.arange(len(i)), i])
+    i = np.where(tie & (i % 2 == 1), i + 1, i)
+    return (i | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+e4m3, e5m2 = values(4, 3, 7, False), values(5, 2, 15, True)
+d, c = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+assert c.attrs["version"] == 5
+for l in range(2):
+    for part, vals, mx in (("key", e4m3, 448.0), ("value", e5m2, 57344.0)):
+        x = d[f"/layers/{l}/{part}"][0].astype(np.float32).reshape(-1)
+        g = c[f"layers/{l}/heads/0/{part}"]
+        s = np.float32(np.abs(x).max()) / np.float32(mx)
+        assert np.float32(g.attrs["fp8_scale"]) == s, (g.attrs["fp8_scale"], s)
+        want = encode((x / s).astype(np.float32), vals)
+        got = np.asarray(g["blocks"])
+        assert (got == want).all(), (l, part, np.nonzero(got != want)[0][:5])
+print("fp8 ok")
+PY
+"$AKV" evaluate -q --dump "$TMP/d.h5" --cache "$TMP/c8.h5" --json -o "$TMP/ff.json"
+expect "evaluate --dump reads fp8 caches: e4m3 keys closer than q4_0's" 0 "fp8 fidelity ok" "$PY" - "$TMP/ff.json" "$TMP/f4.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["overall"] for p in sys.argv[1:3])
+assert 0 < a["key_rel_mse"] < b["key_rel_mse"], (a, b)
+print("fp8 fidelity ok")
+PY
+expect "fp8 in the decode loop: head, tensor and one scales, e5m2 values" 0 "fp8_e5m2 scale tensor" \
+  "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods fp8,fp8:v=e5m2:scale=tensor,fp8:scale=one
+expect_error "--prefill-mode batch refuses fp8 scales from the prompt" 1 "use scale=one" \
+  "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode batch --methods fp8 -o "$TMP/none/x.txt"
+expect_error "fp8 takes only fp8 types" 1 "fp8 takes k= and v= e4m3 or e5m2" \
+  "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods fp8:k=q4_0 -o "$TMP/none/x.txt"
 "$AKV" compress -q "$TMP/d.h5" -o "$TMP/s1.h5" -m ggml --k q4_0 --v q4_0 --shard 1/2 >/dev/null
 "$AKV" compress -q "$TMP/d.h5" -o "$TMP/s2.h5" -m ggml --k q4_0 --v q4_0 --shard 2/2 >/dev/null
 "$AKV" -q merge "$TMP/s1.h5" "$TMP/s2.h5" -o "$TMP/m.h5" >/dev/null

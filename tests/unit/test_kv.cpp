@@ -9,6 +9,8 @@
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/kv/compress.h"
+#include "akv/kv/tensor_builder.h"
+#include "akv/method/registry.h"
 #include "akv/quant/pack.h"
 #include "akv/synth/synth.h"
 #include "akv/tensor/ggml_quant.h"
@@ -429,6 +431,72 @@ TEST_CASE("ggml caches (llama.cpp's types): rows as ggml blocks, honest bytes, f
   wrong.method = "kivi";
   wrong.ggml.k = "q4_0";
   CHECK_THROWS_AS(resolve_params(wrong), UsageError);
+}
+
+TEST_CASE("fp8 caches: x / scale as 8-bit floats, the scale rules, honest bytes, file version 5", "[kv][file][fp8]") {
+  // Builder: the first rows fix the scale max|x| / 448; each stored value is fp8(x / s) * s, and
+  // a later row beyond the prompt's range saturates to 448 s.
+  const GgmlTypeInfo& e4 = *ggml_type_info_by_name("FP8_E4M3");
+  TensorBuilder b(8, e4, Rotation{});
+  std::vector<float> rows(3 * 8);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = 0.37f * static_cast<float>(i) - 3.0f;  // max |x| 5.51
+  std::vector<std::int32_t> pos = {0, 1, 2};
+  b.append(rows.data(), rows.data(), pos.data(), 3);
+  const float s = b.stored().ggml_scale();
+  CHECK(s == (0.37f * 23.0f - 3.0f) / 448.0f);  // the largest magnitude is the last value, 5.51
+  std::vector<float> big(8, 100.0f);
+  const std::int32_t p3 = 3;
+  b.append(big.data(), big.data(), &p3, 1);
+  std::vector<float> got(4 * 8);
+  dequantize_rows(b.view(), 8, 0, 4, got.data());
+  for (std::size_t i = 0; i < rows.size(); ++i) CHECK(got[i] == fp8_decode(fp8_encode(rows[i] / s, Fp8Format::e4m3), Fp8Format::e4m3) * s);
+  CHECK(got[3 * 8] == 448.0f * s);
+  CHECK(b.bytes() == 4 * 8 + 4);  // a byte per value, the f32 scale
+  // Through compress: every head, scale rules head / tensor / one, file version 5 and read back.
+  test::TempDir dir;
+  SynthOptions so = small_synth(2, 64, 100, 8);
+  so.write.dtype = DType::f32;
+  const std::string dump = dir.file("d.h5");
+  write_synth_dump(dump, so, {});
+  DumpReader dr(dump);
+  const Tensor3 key = dr.read(1, DumpField::key);
+  for (const std::string rule : {"head", "tensor", "one"}) {
+    INFO(rule);
+    const CompressParams p = resolve_params(parse_method_spec("fp8:v=e5m2:scale=" + rule));
+    const std::string cache = dir.file("c-" + rule + ".h5");
+    const MemoryReport rep = compress_dump(dump, cache, p, 2, {});
+    CHECK(rep.total.codes == 2 * 2 * 2 * 100 * 64);
+    CHECK(rep.total.scales == 2 * 2 * 2 * 4);
+    CacheReader r(cache);
+    CHECK(r.version() == kCacheVersionFp8);
+    CHECK(cache_memory(r).total.total() == rep.total.total());
+    float amax[2] = {0, 0}, layer_amax = 0;
+    for (std::size_t h = 0; h < 2; ++h) {
+      for (std::size_t i = 0; i < 100 * 64; ++i) amax[h] = std::max(amax[h], std::fabs(key.row(h, 0)[i]));
+      layer_amax = std::max(layer_amax, amax[h]);
+    }
+    for (std::size_t h = 0; h < 2; ++h) {
+      const HeadCache hc = r.read_head(1, h);
+      const float want = rule == "one" ? 1.0f : (rule == "head" ? amax[h] : layer_amax) / 448.0f;
+      CHECK(hc.key.ggml_scale() == want);
+      std::vector<float> k(100 * 64), v(100 * 64);
+      reconstruct_head(hc, {}, k.data(), v.data());
+      for (std::size_t i = 0; i < k.size(); i += 97) {
+        CHECK(k[i] == fp8_decode(fp8_encode(key.row(h, 0)[i] / want, Fp8Format::e4m3), Fp8Format::e4m3) * want);
+      }
+    }
+  }
+  // A scale that is not a positive f32 is corrupt data naming the attribute.
+  const std::string bad = dir.file("bad.h5");
+  std::filesystem::copy_file(dir.file("c-head.h5"), bad);
+  {
+    h5::File f(H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    h5::Group g(H5Gopen2(f.get(), (cache_head_path(0, 1) + "/value").c_str(), H5P_DEFAULT));
+    REQUIRE(H5Adelete(g.get(), "fp8_scale") >= 0);
+    h5::write_attr_double(g.get(), "fp8_scale", -1.0);
+  }
+  CacheReader r(bad);
+  CHECK_THROWS_WITH(r.read_head(0, 1), Catch::Contains("/layers/0/heads/1/value.fp8_scale = -1"));
 }
 
 TEST_CASE("rotated caches: rows stored rotated, fast = reference, rebuilt rows rotated back, file version 4",

@@ -144,6 +144,30 @@ TEST_CASE("ggml method: llama.cpp cache types as k= and v=", "[method][ggml]") {
   CHECK_THROWS_AS(resolve_params(parse_method_spec("kivi:k=q4_0")), UsageError);
 }
 
+TEST_CASE("fp8 method: vLLM's 8-bit float types as ggml cache types, with a scale rule", "[method][ggml][fp8]") {
+  const CompressParams p = resolve_params(parse_method_spec("fp8"));
+  REQUIRE(p.ggml());
+  CHECK(p.ggml()->key == "fp8_e4m3");
+  CHECK(p.ggml()->value == "fp8_e4m3");
+  CHECK(p.ggml()->scale == "head");
+  CHECK(describe(p) == "ggml K fp8_e4m3 V fp8_e4m3 scale head");
+  const CompressParams q = resolve_params(parse_method_spec("fp8:k=e4m3:v=e5m2:scale=tensor"));
+  CHECK(q.ggml()->value == "fp8_e5m2");
+  CHECK(q.to_json()["ggml"] == nlohmann::json({{"k", "fp8_e4m3"}, {"v", "fp8_e5m2"}, {"scale", "tensor"}}));
+  const CompressParams back = CompressParams::from_json(q.to_json(), "params.json");
+  CHECK(back.ggml()->scale == "tensor");
+  CHECK(back.to_json() == q.to_json());
+  // Mixed with llama.cpp's types through method ggml; other caches' JSON has no scale field.
+  CHECK(resolve_params(parse_method_spec("ggml:k=q4_0:v=e5m2")).ggml()->value == "fp8_e5m2");
+  CHECK_FALSE(resolve_params(parse_method_spec("ggml:k=q4_0")).to_json()["ggml"].contains("scale"));
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("fp8:k=q4_0")), UsageError);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("ggml:k=q4_0:scale=head")), UsageError);
+  CHECK_THROWS_AS(parse_method_spec("fp8:scale=block"), InvalidInput);  // not among the choices
+  nlohmann::json bad = q.to_json();
+  bad["ggml"]["scale"] = "row";
+  CHECK_THROWS_WITH(CompressParams::from_json(bad, "params.json"), Catch::Contains("params.ggml.scale = row"));
+}
+
 TEST_CASE("rotate: a parameter of every quantizer and of ggml, recorded in the parameters' JSON only when set",
           "[method][rotation]") {
   const CompressParams g = resolve_params(parse_method_spec("ggml:k=q4_0:v=q4_0:rotate=hadamard"));

@@ -396,7 +396,10 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
     std::vector<float> query(a.query, a.query + a.n_heads * d);
     for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
       bool blocked = false;
-      for (std::size_t s = 0; s < a.segments; ++s) blocked = blocked || a.heads[kv * a.segments + s].key.ggml.type;
+      for (std::size_t s = 0; s < a.segments; ++s) {
+        const GgmlTypeInfo* t = a.heads[kv * a.segments + s].key.ggml.type;
+        blocked = blocked || (t && !fp8_format_of(*t));  // fp8 is not a llama.cpp type
+      }
       if (blocked) round_q8_0_cpu(query.data() + kv * nq * d, nq * d);
     }
     DecodeAttentionArgs rounded = a;

@@ -29,7 +29,7 @@ void dequantize_stored_rows(const TensorView& t, std::size_t head_dim, std::size
                             float* out) {
   if (const GgmlTypeInfo* type = t.ggml.type) {
     const std::size_t row_bytes = head_dim / type->block * type->bytes;
-    ggml_dequantize(*type, t.ggml.blocks + r0 * row_bytes, (r1 - r0) * head_dim, out);
+    ggml_dequantize_scaled(*type, t.ggml.blocks + r0 * row_bytes, (r1 - r0) * head_dim, t.ggml.scale, out);
     return;
   }
   const PackedView& p = t.packed;

@@ -41,11 +41,13 @@ struct DenseView {
   std::size_t rows = 0;
 };
 
-// Rows of ggml blocks: row r is head_dim / type->block blocks at blocks + r * row bytes.
+// Rows of ggml blocks: row r is head_dim / type->block blocks at blocks + r * row bytes. fp8
+// rows (one byte per element) are read as the code's value times `scale` (1 for ggml's types).
 struct GgmlRowsView {
   const GgmlTypeInfo* type = nullptr;
   const std::uint8_t* blocks = nullptr;
   std::size_t rows = 0;
+  float scale = 1.0f;
 };
 
 struct TensorView {

@@ -63,6 +63,10 @@ PromptLanes prefill_batch(const Model& model, const std::vector<std::vector<std:
                        "(quantizers, ggml, full); this method evicts or tiers",
                        {"", "--methods", describe(*m)});
     }
+    if (m && m->ggml() && m->ggml()->fp8() && m->ggml()->scale != "one") {
+      throw UsageError("--prefill-mode batch has no prompt to set fp8 scales from (its first token would); use scale=one",
+                       {"", "--methods", describe(*m)});
+    }
   }
   PromptLanes out;
   out.caches.resize(prompts.size() * n_methods);

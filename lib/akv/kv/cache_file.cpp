@@ -62,6 +62,7 @@ void write_part(hid_t group, const PackedTensor& p, std::size_t d, hid_t f16) {
   }
   if (p.ggml_type()) {
     h5::write_attr_string(group, "ggml_type", cache_type_name(*p.ggml_type()));
+    if (fp8_format_of(*p.ggml_type())) h5::write_attr_double(group, "fp8_scale", p.ggml_scale());
     if (!p.ggml_blocks().empty()) {
       h5::write_dataset(group, "blocks", H5T_STD_U8LE, H5T_NATIVE_UINT8, {p.ggml_blocks().size()}, p.ggml_blocks().data());
     }
@@ -123,7 +124,8 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header, const CachePart& 
     h5::write_attr_int(root, "first_layer", i64(part.first_layer));
     h5::write_attr_int(root, "end_layer", i64(part.end_layer));
   }
-  h5::write_attr_int(root, "version", h.params.rotate != RotationKind::none ? kCacheVersionRotation
+  h5::write_attr_int(root, "version", h.params.ggml() && h.params.ggml()->fp8() ? kCacheVersionFp8
+                                      : h.params.rotate != RotationKind::none ? kCacheVersionRotation
                                       : h.params.tiered()                  ? kCacheVersionSegments
                                       : h.params.ggml()                    ? kCacheVersionGgml
                                                                            : kCacheVersion);
@@ -217,8 +219,8 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
                        {f, "format", format});
   }
   const std::int64_t version = h5::read_attr_int(root, "version", f, "version");
-  if (version < kCacheVersion || version > kCacheVersionRotation) {
-    throw InvalidInput("unsupported akv-cache version (this akv reads versions 1 to 4)",
+  if (version < kCacheVersion || version > kCacheVersionFp8) {
+    throw InvalidInput("unsupported akv-cache version (this akv reads versions 1 to 5)",
                        {f, "version", std::to_string(version)});
   }
   version_ = version;
@@ -230,9 +232,13 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
     throw CorruptData("version 3 and method ggml go together", {f, "version", std::to_string(version)});
   }
   if (header_.params.ggml() && version_ < kCacheVersionGgml) {
-    throw CorruptData("method ggml needs version 3 or 4", {f, "version", std::to_string(version)});
+    throw CorruptData("method ggml needs version 3 or later", {f, "version", std::to_string(version)});
   }
-  if ((version_ == kCacheVersionRotation) != (header_.params.rotate != RotationKind::none)) {
+  const bool fp8 = header_.params.ggml() && header_.params.ggml()->fp8();
+  if ((version_ == kCacheVersionFp8) != fp8) {
+    throw CorruptData("version 5 and fp8 cache types go together", {f, "version", std::to_string(version)});
+  }
+  if (!fp8 && (version_ == kCacheVersionRotation) != (header_.params.rotate != RotationKind::none)) {
     throw CorruptData("version 4 and params.rotate go together", {f, "version", std::to_string(version)});
   }
   header_.source_path = h5::read_attr_string(root, "source_path", f, "source_path");
@@ -359,8 +365,8 @@ HeadCache CacheReader::read_head_group(const std::string& path, bool top) const 
     const std::size_t n_out = count_attr(pg.get(), "n_outlier", f, pp);
     p.set_pre_rope(count_attr(pg.get(), "pre_rope", f, pp) != 0);
     p.set_rotation(read_rotation(pg.get(), f, pp, d));
-    if (p.rotation().active() && version_ != kCacheVersionRotation) {
-      throw CorruptData("rotated rows only in version-4 caches", {f, pp + ".rotate", rotation_name(p.rotation().kind)});
+    if (p.rotation().active() && version_ < kCacheVersionRotation) {
+      throw CorruptData("rotated rows only in version-4 and -5 caches", {f, pp + ".rotate", rotation_name(p.rotation().kind)});
     }
     if (n_quant > n_kept || n_residual > n_kept || n_quant + n_residual != n_kept) {
       throw CorruptData("n_quant + n_residual must equal n_kept " + std::to_string(n_kept),
@@ -454,6 +460,13 @@ void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_
   if (n > 0) {
     blocks = h5::read_vector<std::uint8_t>(file_.get(), pp + "/blocks", H5T_NATIVE_UINT8, {n / type.block * type.bytes}, f);
   }
+  if (fp8_format_of(type)) {
+    const double scale = h5::read_attr_double(pg.get(), "fp8_scale", f, pp + ".fp8_scale");
+    if (!(scale > 0.0 && scale <= 3.4e38) || static_cast<double>(static_cast<float>(scale)) != scale) {
+      throw CorruptData("an fp8 scale must be a positive finite f32", {f, pp + ".fp8_scale", format_number(scale)});
+    }
+    p.set_ggml_scale(static_cast<float>(scale));
+  }
   const std::size_t bad = ggml_first_nonfinite(type, blocks.data(), n);
   if (bad < n) {
     throw CorruptData("non-finite value in a ggml block", {f, pp + "/blocks", "element " + std::to_string(bad)});
@@ -483,6 +496,10 @@ CacheBytes CacheReader::stored_group_bytes(const std::string& path) const {
     b.zeros += size(pp + "zero");
     b.residual += size(pp + "residual");
     b.outliers += size(pp + "outlier_channels") + size(pp + "outlier_values");
+    if (h5::link_exists(file_.get(), pp + "blocks")) {  // an fp8 tensor's f32 scale, an attribute
+      h5::Group pg(H5Gopen2(file_.get(), (path + "/" + part).c_str(), H5P_DEFAULT));
+      if (h5::attr_exists(pg.get(), "fp8_scale")) b.scales += 4;
+    }
   }
   return b;
 }

@@ -46,6 +46,7 @@ inline constexpr std::int64_t kCacheVersion = 1;
 inline constexpr std::int64_t kCacheVersionSegments = 2;
 inline constexpr std::int64_t kCacheVersionGgml = 3;
 inline constexpr std::int64_t kCacheVersionRotation = 4;
+inline constexpr std::int64_t kCacheVersionFp8 = 5;
 inline constexpr const char* kCachePartFormat = "akv-cache-part";
 
 // The layers a partial cache holds (shards == 1: a whole cache).

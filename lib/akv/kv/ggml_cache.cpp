@@ -1,5 +1,8 @@
 #include "akv/kv/ggml_cache.h"
 
+#include <algorithm>
+#include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -22,13 +25,14 @@ class GgmlCachePolicy : public KvPolicy {
   GgmlCachePolicy(const CompressParams& params, const KvGeometry& g, int threads)
       : k_(ggml_cache_type(params.ggml()->key, "", "k")), v_(ggml_cache_type(params.ggml()->value, "", "v")),
         k_rot_(ggml_rotation(params.rotate, params.rotate_seed, k_, g.head_dim, true)), v_rot_(ggml_rotation(params.rotate, params.rotate_seed, v_, g.head_dim, false)),
-        g_(g), threads_(threads) {
+        scale_(params.ggml()->scale), g_(g), threads_(threads) {
     check_ggml_head_dim(k_, g.head_dim, "", "ggml k=" + params.ggml()->key + ": head_dim");
     check_ggml_head_dim(v_, g.head_dim, "", "ggml v=" + params.ggml()->value + ": head_dim");
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.push_back(empty_head());
   }
 
   void ingest_prompt(const PromptKv& prompt) override {
+    for (std::size_t l = 0; l < g_.n_layers; ++l) share_scales(l, (*prompt.key)[l], (*prompt.value)[l]);
     parallel_for(heads_.size(), threads_, [&](std::size_t i) {
       const std::size_t l = i / g_.n_kv_heads;
       store_head(i, (*prompt.key)[l], (*prompt.value)[l]);
@@ -36,6 +40,7 @@ class GgmlCachePolicy : public KvPolicy {
   }
 
   void ingest_layer(std::size_t layer, const LayerKv& kv, const PromptPlan&) override {
+    share_scales(layer, *kv.key, *kv.value);
     parallel_for(g_.n_kv_heads, threads_, [&](std::size_t h) { store_head(layer * g_.n_kv_heads + h, *kv.key, *kv.value); });
   }
 
@@ -52,6 +57,9 @@ class GgmlCachePolicy : public KvPolicy {
 
   void append(std::size_t layer, const float* key, const float*, const float* value, std::size_t pos) override {
     const auto p = static_cast<std::int32_t>(pos);
+    if (scale_ == "tensor" && heads_[layer * g_.n_kv_heads].position.empty()) {  // no prompt: this token sets them
+      set_layer_scales(layer, [&](std::size_t h, bool k) { return (k ? key : value) + h * g_.head_dim; }, 1);
+    }
     for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
       HeadStore& s = heads_[layer * g_.n_kv_heads + h];
       s.key.append(key + h * g_.head_dim, key + h * g_.head_dim, &p, 1);
@@ -88,7 +96,34 @@ class GgmlCachePolicy : public KvPolicy {
 
  private:
   HeadStore empty_head() const {
-    return {TensorBuilder(g_.head_dim, k_, k_rot_), TensorBuilder(g_.head_dim, v_, v_rot_), {}};
+    HeadStore s{TensorBuilder(g_.head_dim, k_, k_rot_), TensorBuilder(g_.head_dim, v_, v_rot_), {}};
+    if (scale_ == "one") {  // fp8 rows as x / 1 (the builders' own rule, the first rows' maximum, is "head")
+      s.key.set_scale(1.0f);
+      s.value.set_scale(1.0f);
+    }
+    return s;
+  }
+
+  // scale=tensor: one fp8 scale for the layer's keys and one for its values, from the maximum
+  // over its KV heads of the rows they will store (n rows per head, `rows(h, key)`).
+  void set_layer_scales(std::size_t layer, const std::function<const float*(std::size_t, bool)>& rows, std::size_t n) {
+    for (const bool key : {true, false}) {
+      const auto f = fp8_format_of(key ? k_ : v_);
+      if (!f) continue;
+      float a = 0.0f;
+      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+        const HeadStore& s = heads_[layer * g_.n_kv_heads + h];
+        a = std::max(a, (key ? s.key : s.value).stored_amax(rows(h, key), n));
+      }
+      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+        HeadStore& s = heads_[layer * g_.n_kv_heads + h];
+        (key ? s.key : s.value).set_scale(fp8_scale_for(a, *f));
+      }
+    }
+  }
+  void share_scales(std::size_t layer, const Tensor3& key, const Tensor3& value) {
+    if (scale_ != "tensor") return;
+    set_layer_scales(layer, [&](std::size_t h, bool k) { return (k ? key : value).row(h, 0); }, key.dim1());
   }
 
   // Every row of KV head (i mod n_kv_heads) of `key` and `value` [n_kv_heads, n, hd] into head i.
@@ -104,6 +139,7 @@ class GgmlCachePolicy : public KvPolicy {
   const GgmlTypeInfo& k_;
   const GgmlTypeInfo& v_;
   Rotation k_rot_, v_rot_;
+  std::string scale_;  // fp8 scale rule: head, tensor, one
   KvGeometry g_;
   int threads_;
   std::vector<HeadStore> heads_;

@@ -78,7 +78,7 @@ void rebuild(const PackedTensor& t, float* out) {
   const std::size_t d = t.head_dim();
   const std::size_t n_quant = t.packed_rows(), n_out = t.outlier_channels().size();
   if (t.ggml_type()) {
-    ggml_dequantize(*t.ggml_type(), t.ggml_blocks().data(), t.ggml_rows() * d, out);
+    ggml_dequantize_scaled(*t.ggml_type(), t.ggml_blocks().data(), t.ggml_rows() * d, t.ggml_scale(), out);
   } else if (n_quant > 0) {
     if (n_out == 0) {
       dequantize_block(t.packed_block(), out);

@@ -42,6 +42,10 @@ void PackedTensor::append_dense(const float* rows, std::size_t n) {
 void PackedTensor::append_ggml(const GgmlTypeInfo& type, const float* rows, std::size_t n) {
   const std::size_t at = ggml_blocks_.size(), row_bytes = d_ / type.block * type.bytes;
   append_ggml_blocks(type, nullptr, n);
+  if (const auto f = fp8_format_of(type)) {
+    fp8_encode_rows(rows, n * d_, ggml_scale_, *f, ggml_blocks_.data() + at);
+    return;
+  }
   for (std::size_t i = 0; i < n; ++i) ggml_quantize(type, rows + i * d_, d_, ggml_blocks_.data() + at + i * row_bytes);
 }
 
@@ -232,7 +236,7 @@ const std::uint16_t* PackedTensor::dense_f16(std::size_t row) const { return den
 CacheBytes PackedTensor::stored_bytes() const {
   CacheBytes b;
   b.codes = code_bytes() + ggml_blocks_.size();  // a ggml block's scales are inside it
-  b.scales = 2 * scale_.size();
+  b.scales = 2 * scale_.size() + (ggml_type_ && fp8_format_of(*ggml_type_) && ggml_rows_ > 0 ? 4 : 0);
   b.zeros = 2 * zero_.size();
   b.outliers = 2 * outlier_value_.size() + (view_.rows > 0 ? 2 * outlier_channel_.size() : 0);
   b.residual = (type_ == DenseType::f32 ? 4 : 2) * dense_rows_ * d_;
@@ -246,7 +250,7 @@ TensorView PackedTensor::view() const {
     if (std::string_view(ggml_type_->name) == "F16") {  // the f16 loops read them, as method none's rows
       t.dense = {DenseType::f16, ggml_blocks_.data(), ggml_rows_};
     } else {
-      t.ggml = {ggml_type_, ggml_blocks_.data(), ggml_rows_};
+      t.ggml = {ggml_type_, ggml_blocks_.data(), ggml_rows_, ggml_scale_};
     }
     return t;
   }

@@ -44,6 +44,10 @@ class PackedTensor {
   void append_ggml(const GgmlTypeInfo& type, const float* rows, std::size_t n);
   // Appends n rows of ggml blocks of `type` as stored ([n, head_dim / block, type.bytes]).
   void append_ggml_blocks(const GgmlTypeInfo& type, const std::uint8_t* blocks, std::size_t n);
+  // fp8 rows (tensor/fp8.h types): every row is stored as fp8(x / scale) and read as the code's
+  // value times scale; one f32 scale per tensor, set before its first row (default 1).
+  void set_ggml_scale(float scale) { ggml_scale_ = scale; }
+  float ggml_scale() const { return ggml_scale_; }
   // Removes the first n dense rows (after the caller quantized them into the packed part).
   void drop_dense_front(std::size_t n);
   // Removes dense row i by moving the last dense row into its place: O(head_dim), rows lose
@@ -86,8 +90,9 @@ class PackedTensor {
   // Every row is stored rotated (quant/rotation.h): R x for a row x the caller gave.
   const Rotation& rotation() const { return rotation_; }
   void set_rotation(const Rotation& r) { rotation_ = r; }
-  // Bytes the cache format stores per component: packed codes and ggml blocks, scales, zeros,
-  // outlier values and channel indices, dense rows (f16: 2 bytes, f32: 4 bytes per value).
+  // Bytes the cache format stores per component: packed codes and ggml blocks, scales (fp8: the
+  // tensor's f32 scale), zeros, outlier values and channel indices, dense rows (f16: 2 bytes, f32:
+  // 4 bytes per value).
   CacheBytes stored_bytes() const;
   std::uint64_t bytes() const { return stored_bytes().total(); }
   TensorView view() const;
@@ -112,6 +117,7 @@ class PackedTensor {
   std::size_t front_ = 0;
   std::size_t dense_rows_ = 0;
   const GgmlTypeInfo* ggml_type_ = nullptr;
+  float ggml_scale_ = 1.0f;
   std::vector<std::uint8_t> ggml_blocks_;
   std::size_t ggml_rows_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "akv/kv/tensor_builder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "akv/core/errors.h"
@@ -49,8 +50,28 @@ void TensorBuilder::append(const float* src, const float* post, const std::int32
   }
 }
 
+void TensorBuilder::set_scale(float scale) {
+  store_.set_ggml_scale(scale);
+  scale_set_ = true;
+}
+
+float TensorBuilder::stored_amax(const float* rows, std::size_t n) const {
+  std::vector<float> x(rows, rows + n * d_);
+  rotate_rows(rot_, x.data(), n, d_);
+  float a = 0.0f;
+  for (const float v : x) a = std::max(a, std::fabs(v));
+  return a;
+}
+
+float fp8_scale_for(float amax, Fp8Format f) { return amax > 0.0f && std::isfinite(amax) ? amax / fp8_max(f) : 1.0f; }
+
 void TensorBuilder::append_rows(const float* src, const float* post, const std::int32_t* pos, std::size_t n) {
   if (ggml_) {
+    if (const auto f = fp8_format_of(*ggml_); f && !scale_set_ && n > 0) {  // the first rows set the scale
+      float a = 0.0f;
+      for (std::size_t i = 0; i < n * d_; ++i) a = std::max(a, std::fabs(post[i]));
+      set_scale(fp8_scale_for(a, *f));
+    }
     store_.append_ggml(*ggml_, post, n);
     return;
   }

@@ -19,6 +19,10 @@
 
 namespace akv {
 
+// The scale of an fp8 tensor whose largest magnitude is amax: amax / fp8_max, so the largest
+// value maps to the format's largest finite one (1 when amax is 0 or not finite).
+float fp8_scale_for(float amax, Fp8Format f);
+
 // Keys quantized before RoPE are rotated back after dequantization with this table.
 struct RopeContext {
   RopeLayout layout = RopeLayout::rotate_half;
@@ -38,7 +42,14 @@ class TensorBuilder {
   TensorBuilder(std::size_t head_dim, const TensorQuant& t, const QuantParams& p, std::size_t n_outlier,
                 bool pre_rope, const RopeContext* rope, const Rotation& rot);
   // Every row as ggml blocks of `type` (ggml's reference quantizer), at once, rotated by rot.
+  // fp8 types store x / scale: the scale is set_scale's, or else fixed by the first rows
+  // appended, fp8_scale_for(max |stored row value|) (later rows beyond it saturate).
   TensorBuilder(std::size_t head_dim, const GgmlTypeInfo& type, const Rotation& rot);
+  // fp8: the tensor's scale, before the first row.
+  void set_scale(float scale);
+  // max |x| over the rows as this builder would store them (rotated), for a scale shared by
+  // several tensors (method fp8 with scale=tensor).
+  float stored_amax(const float* rows, std::size_t n) const;
 
   // Appends n rows: `src` [n, head_dim] is what gets quantized (pre-RoPE keys with pre_rope),
   // `post` [n, head_dim] what is stored dense and what attention reads; `pos` their positions
@@ -72,6 +83,7 @@ class TensorBuilder {
   bool pre_rope_ = false;
   const RopeContext* rope_ = nullptr;
   const GgmlTypeInfo* ggml_ = nullptr;
+  bool scale_set_ = false;
   Rotation rot_;
   std::vector<float> rotated_;  // scratch: the rows of one append() rotated
   PackedTensor store_;

@@ -1,7 +1,9 @@
 #pragma once
 // llama.cpp's KV cache types as an akv method (`ggml:k=T:v=T`, kv/ggml_cache.h): every
 // token's K and V rows of every head stored as ggml blocks of the type (-ctk / -ctv), as
-// llama.cpp's cache stores them; no residual window, no eviction.
+// llama.cpp's cache stores them; no residual window, no eviction. Beside llama.cpp's types, the
+// 8-bit floats of vLLM's fp8 KV cache (fp8_e4m3, fp8_e5m2; method `fp8:k=e4m3:v=e5m2` is ggml with
+// these), each tensor with one f32 scale (`scale`, below).
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -14,13 +16,29 @@ namespace akv {
 
 struct GgmlCacheParams {
   std::string key = "f16", value = "f16";  // ggml_cache_type_names() (llama.cpp's names)
+  // fp8 tensors' scales: head (each KV head's K and V from the first rows it stores: the prompt),
+  // tensor (one per layer's K and V, over its KV heads), one (1: vLLM's default without scales).
+  std::string scale = "head";
 
-  nlohmann::json to_json() const { return {{"k", key}, {"v", value}}; }
+  bool fp8() const { return key.rfind("fp8_", 0) == 0 || value.rfind("fp8_", 0) == 0; }
+  // The scale field only when a type is fp8 (other caches' parameters are as before).
+  nlohmann::json to_json() const {
+    nlohmann::json j = {{"k", key}, {"v", value}};
+    if (fp8()) j["scale"] = scale;
+    return j;
+  }
   static GgmlCacheParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// llama.cpp's cache type names akv stores: f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl.
+// The cache type names akv stores: llama.cpp's f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, and
+// vLLM's fp8_e4m3, fp8_e5m2.
 const std::vector<std::string>& ggml_cache_type_names();
+// The names k= / v= accept: those, and e4m3 / e5m2 for the fp8 types (method fp8's spelling).
+const std::vector<std::string>& ggml_cache_type_words();
+// A k= / v= word as a cache type name: e4m3 -> fp8_e4m3, e5m2 -> fp8_e5m2, others unchanged.
+std::string ggml_cache_type_alias(const std::string& word);
+// The fp8 scale rules: head, tensor, one.
+const std::vector<std::string>& fp8_scale_names();
 
 // The block layout of a cache type name ("q4_0" -> Q4_0); InvalidInput naming `field` otherwise.
 const GgmlTypeInfo& ggml_cache_type(const std::string& name, const std::string& file, const std::string& field);

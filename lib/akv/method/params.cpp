@@ -34,7 +34,9 @@ std::string rotation_suffix(const QuantParams& p) {
 }  // namespace
 
 std::string describe(const CompressParams& p) {
-  if (p.ggml()) return "ggml K " + p.ggml()->key + " V " + p.ggml()->value + rotation_suffix(p);
+  if (const GgmlCacheParams* g = p.ggml()) {
+    return "ggml K " + g->key + " V " + g->value + (g->fp8() ? " scale " + g->scale : "") + rotation_suffix(p);
+  }
   if (p.tiered()) {
     const TieredParams& t = *p.tiered();
     return "tiered" + (t.preset.empty() ? std::string() : " " + t.preset) + " hot " + std::to_string(t.hot) +
@@ -242,7 +244,7 @@ std::optional<CompressParams> resolve_method_spec(const std::string& spec) {
 
 CompressParams resolve_params(const CompressRequest& r) {
   check_request(r);
-  if (r.method == "ggml") {
+  if (r.method == "ggml" || r.method == "fp8") {
     CompressRequest rest = r;
     rest.ggml = {};
     rest.method = "none";
@@ -251,19 +253,29 @@ CompressParams resolve_params(const CompressRequest& r) {
     if (rest.tiered.any() || rest.eviction.any() || rest.quant || rest.bits || rest.bits_key || rest.bits_value ||
         rest.key_axis || rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction ||
         rest.pre_rope || rest.calibration) {
-      throw UsageError("ggml takes only k, v (llama.cpp cache types), rotate and rotate-seed", {"", "--method", r.method});
+      throw UsageError(r.method + " takes only k, v (cache types), scale, rotate and rotate-seed", {"", "--method", r.method});
     }
     CompressParams p;
     p.method = Quantizer::none;
     p.residual = 0;
     apply_rotation(p, r);
     GgmlCacheParams g;
-    if (r.ggml.k) g.key = *r.ggml.k;
-    if (r.ggml.v) g.value = *r.ggml.v;
+    if (r.method == "fp8") g.key = g.value = "fp8_e4m3";
+    if (r.ggml.k) g.key = ggml_cache_type_alias(*r.ggml.k);
+    if (r.ggml.v) g.value = ggml_cache_type_alias(*r.ggml.v);
+    if (r.method == "fp8" && !(g.key.rfind("fp8_", 0) == 0 && g.value.rfind("fp8_", 0) == 0)) {
+      throw UsageError("fp8 takes k= and v= e4m3 or e5m2 (other cache types: method ggml)", {"", "k", g.key + "/" + g.value});
+    }
+    if (r.ggml.scale) {
+      if (!g.fp8()) throw UsageError("scale is the fp8 types' scale rule (k= or v= e4m3, e5m2)", {"", "scale", *r.ggml.scale});
+      g.scale = *r.ggml.scale;
+    }
     p.mode = g;
     return p;
   }
-  if (r.ggml.any()) throw UsageError("k and v (--k, --v, k=, v=: llama.cpp cache types) need method ggml", {"", "--method", r.method});
+  if (r.ggml.any()) {
+    throw UsageError("k, v and scale (--k, --v, --scale, k=, v=, scale=: cache types) need method ggml or fp8", {"", "--method", r.method});
+  }
   if (is_tiered_method(r.method)) return resolve_tiered(r);
   if (r.tiered.any()) {
     throw UsageError("tiered flags (hot, warm, cold-bits...) need a tiered method (" +

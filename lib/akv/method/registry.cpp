@@ -74,6 +74,8 @@ const std::vector<MethodInfo>& method_registry() {
       tier_preset("balanced", "tiered: 128 hot tokens, 3-bit warm", 3, 128),
       tier_preset("compact", "tiered: 64 hot tokens, 2-bit warm", 2, 64),
       {"ggml", K::ggml, "llama.cpp's KV cache types: every K and V row in ggml blocks of type k= / v= (as -ctk / -ctv)"},
+      {"fp8", K::ggml, "vLLM's fp8 KV cache: every K and V value an 8-bit float, k= / v= e4m3 (default) or e5m2, "
+                       "x / scale with one f32 scale per tensor (scale=)"},
       {kFullMethod, K::reference, "f32 K/V exactly as the model computed them: the reference of every model-run metric"},
   };
   return methods;
@@ -207,11 +209,15 @@ const std::vector<ParamInfo>& param_registry() {
        "which hot block leaves first (default importance)", {}, {}, false, false, {}, {"importance", "fifo"}},
       // llama.cpp cache types.
       {"k", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.k; }),
-       "key cache type, as llama.cpp's -ctk (default f16)", {}, {}, false, false, {},
-       ggml_cache_type_names()},
+       "key cache type, as llama.cpp's -ctk (default f16; fp8: e4m3), or vLLM's fp8 (e4m3 = fp8_e4m3, e5m2 = fp8_e5m2)",
+       {}, {}, false, false, {}, ggml_cache_type_words()},
       {"v", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.v; }),
-       "value cache type, as llama.cpp's -ctv (default f16)", {}, {}, false, false, {},
-       ggml_cache_type_names()},
+       "value cache type, as llama.cpp's -ctv (default f16; fp8: e4m3), or vLLM's fp8 (e4m3 = fp8_e4m3, e5m2 = fp8_e5m2)",
+       {}, {}, false, false, {}, ggml_cache_type_words()},
+      {"scale", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.scale; }),
+       "fp8 tensors' f32 scale: head (per KV head's K and V, max |x| / fp8 max over the prompt's rows), tensor "
+       "(per layer's K and V, over its KV heads), one (1, vLLM's default without calibrated scales); default head",
+       {}, {}, false, false, {}, fp8_scale_names()},
   };
   return params;
 }

@@ -28,8 +28,8 @@ struct TieredRequest {
 
 // llama.cpp cache types (method ggml).
 struct GgmlRequest {
-  std::optional<std::string> k, v;
-  bool any() const { return k || v; }
+  std::optional<std::string> k, v, scale;
+  bool any() const { return k || v || scale; }
 };
 
 // What the user asked for on the command line; unset fields take the method's defaults.

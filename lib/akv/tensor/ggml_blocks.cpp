@@ -4,7 +4,9 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
+#include "akv/tensor/fp8.h"
 #include "akv/tensor/ggml_fields.h"
 #include "akv/tensor/half.h"
 
@@ -29,6 +31,13 @@ constexpr std::array<GgmlTypeInfo, 12> kTypes = {{
     {14, "Q6_K", kQK, 210},
     {20, "IQ4_NL", 32, 18},
     {30, "BF16", 1, 2},
+}};
+
+// The 8-bit float cache types (tensor/fp8.h): not ggml's, so outside kTypes (a GGUF file never
+// names them); found by name only.
+constexpr std::array<GgmlTypeInfo, 2> kFp8Types = {{
+    {kFp8E4m3Id, "FP8_E4M3", 1, 1},
+    {kFp8E5m2Id, "FP8_E5M2", 1, 1},
 }};
 
 // Q4_0, Q4_1, Q5_0, Q5_1: 32 elements, element j in the low nibble of byte j, j + 16 in the high
@@ -114,7 +123,16 @@ const GgmlTypeInfo* ggml_type_info_by_name(const std::string& name) {
   for (const GgmlTypeInfo& t : kTypes) {
     if (name == t.name) return &t;
   }
+  for (const GgmlTypeInfo& t : kFp8Types) {
+    if (name == t.name) return &t;
+  }
   return nullptr;
+}
+
+std::optional<Fp8Format> fp8_format_of(const GgmlTypeInfo& type) {
+  if (type.id == kFp8E4m3Id) return Fp8Format::e4m3;
+  if (type.id == kFp8E5m2Id) return Fp8Format::e5m2;
+  return std::nullopt;
 }
 
 std::string ggml_type_name(std::uint32_t id) {
@@ -158,6 +176,12 @@ std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* s
     std::memcpy(&h, p, 2);
     return h;
   };
+  if (const auto f = fp8_format_of(type)) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(fp8_decode(src[i], *f))) return i;
+    }
+    return n;
+  }
   switch (type.id) {
     case 0: return first_all_ones<std::uint32_t>(src, n, 0x7F800000u);
     case 1: return first_all_ones<std::uint16_t>(src, n, 0x7C00);
@@ -177,8 +201,21 @@ std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* s
   }
 }
 
+void ggml_dequantize_scaled(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n, float scale, float* dst) {
+  if (const auto f = fp8_format_of(type)) {
+    fp8_decode_rows(src, n, scale, *f, dst);
+    return;
+  }
+  if (scale != 1.0f) throw std::logic_error("ggml_dequantize_scaled: a scale with a ggml type");
+  ggml_dequantize(type, src, n, dst);
+}
+
 void ggml_dequantize(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n, float* dst) {
   const std::size_t blocks = n / type.block;
+  if (const auto f = fp8_format_of(type)) {
+    fp8_decode_rows(src, n, 1.0f, *f, dst);
+    return;
+  }
   switch (type.id) {
     case 0:
       std::memcpy(dst, src, n * 4);

@@ -22,15 +22,23 @@
 //   IQ4_NL 20  32    18    f16 d; nibbles as Q4_0; x = d kvalues[q], kvalues the 16 non-uniform
 //                          levels -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113
 //   BF16  30    1     2
+// and, for KV caches only (never in a GGUF file), the 8-bit floats of tensor/fp8.h, one byte per
+// element, found by name: FP8_E4M3, FP8_E5M2 (a cache stores them with a scale beside the rows).
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "akv/tensor/fp8.h"
 
 namespace akv {
 
 // IQ4_NL's 16 levels (ggml's kvalues_iq4nl).
 inline constexpr std::int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                  1,    13,   25,  38,  53,  69,  89,  113};
+
+// Ids of the fp8 cache types (beyond ggml's id range).
+inline constexpr std::uint32_t kFp8E4m3Id = 0x10000, kFp8E5m2Id = 0x10001;
 
 struct GgmlTypeInfo {
   std::uint32_t id = 0;
@@ -41,8 +49,10 @@ struct GgmlTypeInfo {
 
 // The type's layout, or nullptr when akv cannot read it.
 const GgmlTypeInfo* ggml_type_info(std::uint32_t id);
-// The layout of a type by its name ("Q4_K"), or nullptr.
+// The layout of a type by its name ("Q4_K", "FP8_E4M3"), or nullptr.
 const GgmlTypeInfo* ggml_type_info_by_name(const std::string& name);
+// The fp8 format of an fp8 cache type, nullopt for ggml's types.
+std::optional<Fp8Format> fp8_format_of(const GgmlTypeInfo& type);
 // "Q4_K", or "type 23" for an id akv does not know.
 std::string ggml_type_name(std::uint32_t id);
 // Comma-separated names of every type akv reads (for error messages and docs).
@@ -55,5 +65,8 @@ std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* s
 
 // Dequantizes n elements (n a multiple of the type's block) from `src` into `dst`.
 void ggml_dequantize(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n, float* dst);
+// The same with a tensor scale: fp8 values times `scale` (tensor/fp8.h fp8_decode_rows); ggml's
+// types take scale 1 only (std::logic_error otherwise).
+void ggml_dequantize_scaled(const GgmlTypeInfo& type, const std::uint8_t* src, std::size_t n, float scale, float* dst);
 
 }  // namespace akv

@@ -128,6 +128,7 @@ void iq4_nl(const float* x, std::uint8_t* b, std::uint8_t* last) {
 }  // namespace
 
 bool ggml_can_quantize(const GgmlTypeInfo& type) {
+  if (fp8_format_of(type)) return true;
   switch (type.id) {
     case 1: case 2: case 3: case 6: case 7: case 8: case 20: return true;
     default: return false;
@@ -138,6 +139,10 @@ void ggml_quantize(const GgmlTypeInfo& type, const float* x, std::size_t n, std:
   if (!ggml_can_quantize(type) || n % type.block != 0) throw std::logic_error("ggml_quantize: unsupported type or size");
   if (type.id == 1) {
     for (std::size_t i = 0; i < n; ++i) put_f16(dst + 2 * i, x[i]);
+    return;
+  }
+  if (const auto f = fp8_format_of(type)) {
+    fp8_encode_rows(x, n, 1.0f, *f, dst);
     return;
   }
   std::uint8_t last[32] = {};  // IQ4_NL: codes of the previous block
