@@ -38,6 +38,40 @@ expect_cache_bytes "$TMP/j.h5"
 
 o="$TMP/out_dir"
 mkdir -p "$o"
+# fp8 scales from the calibration: each head's max |x| over both dumps (keys and values as
+# stored), checked in numpy; compress -m fp8 --calibration stores amax / 448 (here per layer).
+expect "calib.json: each head's key and value maxima over the dumps" 0 "amax ok" "$PY" - "$TMP/calib.json" "$d" "$TMP/d2.h5" <<'PY'
+import json, sys
+import h5py
+import numpy as np
+c, ds = json.load(open(sys.argv[1])), [h5py.File(p) for p in sys.argv[2:]]
+for l in range(2):
+    for h in range(4):
+        e = c["layers"][l]["heads"][h]
+        for part in ("key", "value"):
+            want = max(float(np.abs(d[f"/layers/{l}/{part}"][h].astype(np.float32)).max()) for d in ds)
+            assert e[part + "_amax"] == want, (l, h, part)
+print("amax ok")
+PY
+expect "compress -m fp8 --calibration" 0 "scale tensor" \
+  "$AKV" compress -q "$d" -o "$TMP/f8.h5" -m fp8 --scale tensor --calibration "$TMP/calib.json"
+expect "fp8 scales from the calibration: the layer's maximum / 448" 0 "scales ok" "$PY" - "$TMP/f8.h5" "$TMP/calib.json" <<'PY'
+import json, sys
+import h5py
+import numpy as np
+f, c = h5py.File(sys.argv[1]), json.load(open(sys.argv[2]))
+for l in range(2):
+    want = np.float32(max(h["key_amax"] for h in c["layers"][l]["heads"])) / np.float32(448)
+    for h in range(4):
+        assert np.float32(f[f"layers/{l}/heads/{h}/key"].attrs["fp8_scale"]) == want, (l, h)
+print("scales ok")
+PY
+expect_error "fp8 calibration measured without the cache's rotation" 1 "measured with rotate=none" \
+  "$AKV" compress -q "$d" -o "$o/f.h5" -m fp8 --rotate hadamard --calibration "$TMP/calib.json"
+"$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); [h.pop("key_amax") for l in c["layers"] for h in l["heads"]]; json.dump(c, open(sys.argv[2], "w"))' \
+  "$TMP/calib.json" "$TMP/old_calib.json"
+expect_error "fp8 calibration from a file without maxima" 2 "layers\[0\].heads\[0\].key_amax" \
+  "$AKV" compress -q "$d" -o "$o/f.h5" -m fp8 --calibration "$TMP/old_calib.json"
 expect_error "target outside the candidates" 2 "--target-bits = 5" "$AKV" calibrate -q "$d" --target-bits 5 -o "$o/c.json"
 expect_error "unsupported candidate" 2 "--bits = 5" "$AKV" calibrate -q "$d" --bits 2,5 -o "$o/c.json"
 expect_error "lo > hi" 2 "--lo-bit/--mid-bit/--hi-bit = 4/3/2" "$AKV" calibrate -q "$d" --allocator adakv-proxy --lo-bit 4 --hi-bit 2 --target-bits 3 -o "$o/c.json"

@@ -21,7 +21,8 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
       }
       heads.push_back({{"head", h}, {"key_error", ke}, {"value_error", ve},
                        {"norm_variance", a.norm_variance}, {"entropy", a.entropy},
-                       {"outlier_ratio", a.outlier_ratio}, {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
+                       {"outlier_ratio", a.outlier_ratio}, {"key_amax", a.key_amax}, {"value_amax", a.value_amax},
+                       {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
                        {"predicted_error", a.predicted_error ? nlohmann::json(*a.predicted_error) : nlohmann::json(nullptr)}});
     }
     layers.push_back({{"layer", l}, {"heads", heads}});
@@ -77,6 +78,42 @@ std::vector<std::pair<int, int>> read_calibration(const std::string& path, const
     throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
   }
   return bits;
+}
+
+CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads) {
+  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
+  CalibrationAmax out;
+  try {
+    out.rotate = j.at("params").value("rotate", "none");
+    const auto& layers = j.at("layers");
+    if (!layers.is_array() || layers.size() != n_layers) {
+      throw InvalidInput("calibration made for another number of layers (the model has " + std::to_string(n_layers) + ")",
+                         {path, "layers", std::to_string(layers.size())});
+    }
+    for (std::size_t l = 0; l < n_layers; ++l) {
+      const auto& heads = layers[l].at("heads");
+      const std::string at = "layers[" + std::to_string(l) + "].heads";
+      if (!heads.is_array() || heads.size() != n_kv_heads) {
+        throw InvalidInput("calibration made for another number of KV heads", {path, at, std::to_string(heads.size())});
+      }
+      for (std::size_t h = 0; h < n_kv_heads; ++h) {
+        const std::string hat = at + "[" + std::to_string(h) + "]";
+        double a[2];
+        for (int i = 0; i < 2; ++i) {
+          const char* key = i == 0 ? "key_amax" : "value_amax";
+          if (!heads[h].contains(key)) {
+            throw CorruptData("no maximum for fp8 scales (calibrate again with this akv)", {path, hat + "." + key});
+          }
+          a[i] = heads[h].at(key).get<double>();
+          if (!(a[i] >= 0.0 && a[i] < 3.4e38)) throw CorruptData("a maximum that is not finite and >= 0", {path, hat + "." + key, format_number(a[i])});
+        }
+        out.amax.emplace_back(a[0], a[1]);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
+  }
+  return out;
 }
 
 }  // namespace akv

@@ -21,6 +21,7 @@ inline constexpr int kCalibrationVersion = 1;
 struct CalibrationHead {
   std::vector<double> key_error, value_error;  // [candidate]: error with keys (values) quantized
   double norm_variance = 0, entropy = 0, outlier_ratio = 0;
+  double key_amax = 0, value_amax = 0;         // max |x| of its keys / values as stored (fp8 scales)
   int bits_key = 0, bits_value = 0;
   std::optional<double> predicted_error;       // unset when a bit width is not a candidate
 };
@@ -39,5 +40,15 @@ nlohmann::json calibration_to_json(const CalibrationFile& f);
 // Per-head {key bits, value bits} [layer * n_kv_heads + head] from a calibration file, checked
 // against the dump's shape (InvalidInput naming the field otherwise).
 std::vector<std::pair<int, int>> read_calibration(const std::string& path, const KvWindow& m);
+
+// Per-head {key amax, value amax} [layer * n_kv_heads + head] (max |x| as a cache stores the rows,
+// rotated as params.rotate says), checked against n_layers and n_kv_heads; CorruptData naming
+// the field when a head has none (a file written before 2026-12-03) or one that is not finite
+// and non-negative.
+struct CalibrationAmax {
+  std::vector<std::pair<double, double>> amax;  // [layer * n_kv_heads + head]: {key, value}
+  std::string rotate = "none";                  // params.rotate: the rows' rotation (random: seed 0)
+};
+CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
 
 }  // namespace akv

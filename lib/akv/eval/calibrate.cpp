@@ -27,8 +27,21 @@ namespace {
 struct HeadMeasure {
   std::vector<double> key_err, value_err;  // [candidates]
   double norm_variance = 0, entropy = 0, outlier_ratio = 0;
+  // max |x| of the head's keys and values as a cache stores them (rotated with --rotate): the
+  // fp8 scales' source (max over dumps).
+  double key_amax = 0, value_amax = 0;
   std::vector<double> norms;  // ||k_t|| in token order (for the streaming proxy)
 };
+
+// max |x| over n rows of head_dim values, rotated first when `kind` rotates (the rotation a
+// cache of that kind applies to keys, resp. values, seed 0).
+double stored_amax(const float* rows, std::size_t n, std::size_t d, RotationKind kind, bool key) {
+  std::vector<float> x(rows, rows + n * d);
+  rotate_rows(tensor_rotation(kind, 0, d, key), x.data(), n, d);
+  float a = 0.0f;
+  for (const float v : x) a = std::max(a, std::fabs(v));
+  return a;
+}
 
 // Attention-output relative error of KV head h's query group when its keys (or values) are
 // replaced by `k2` / `v2`.
@@ -72,6 +85,8 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
     r.key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
     r.value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
   }
+  r.key_amax = stored_amax(k, T, d, o.rotate, true);
+  r.value_amax = stored_amax(v, T, d, o.rotate, false);
   RunningMoments mom;
   std::vector<double> absmax(d, 0.0);
   for (std::size_t t = 0; t < T; ++t) {
@@ -217,6 +232,8 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
             a.value_err[c] += hm[h].value_err[c];
           }
         }
+        a.key_amax = std::max(a.key_amax, hm[h].key_amax);
+        a.value_amax = std::max(a.value_amax, hm[h].value_amax);
         a.norm_variance += hm[h].norm_variance;
         a.entropy += hm[h].entropy;
         a.outlier_ratio += hm[h].outlier_ratio;
@@ -310,6 +327,8 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
       ch.norm_variance = a.norm_variance;
       ch.entropy = a.entropy;
       ch.outlier_ratio = a.outlier_ratio;
+      ch.key_amax = a.key_amax;
+      ch.value_amax = a.value_amax;
       ch.bits_key = bk[i];
       ch.bits_value = bv[i];
       if (std::isfinite(pe)) ch.predicted_error = pe;
@@ -370,6 +389,7 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
     for (const HeadMeasure& a : layer) {
       heads.push_back({{"key_err", a.key_err}, {"value_err", a.value_err}, {"norm_variance", a.norm_variance},
                        {"entropy", a.entropy}, {"outlier_ratio", a.outlier_ratio},
+                       {"key_amax", a.key_amax}, {"value_amax", a.value_amax},
                        {"norms", norms ? nlohmann::json(a.norms) : nlohmann::json::array()}});
     }
     layers.push_back(heads);
@@ -400,6 +420,8 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
           a.norm_variance = h.at("norm_variance").get<double>();
           a.entropy = h.at("entropy").get<double>();
           a.outlier_ratio = h.at("outlier_ratio").get<double>();
+          a.key_amax = h.at("key_amax").get<double>();
+          a.value_amax = h.at("value_amax").get<double>();
           h.at("norms").get_to(a.norms);
           heads.push_back(std::move(a));
         }

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "akv/alloc/calibration_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/kv/stored_head.h"
@@ -28,7 +29,8 @@ class GgmlCachePolicy : public KvPolicy {
         scale_(params.ggml()->scale), g_(g), threads_(threads) {
     check_ggml_head_dim(k_, g.head_dim, "", "ggml k=" + params.ggml()->key + ": head_dim");
     check_ggml_head_dim(v_, g.head_dim, "", "ggml v=" + params.ggml()->value + ": head_dim");
-    for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.push_back(empty_head());
+    if (!params.ggml()->calibration.empty()) calibrated_scales(params);
+    for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.push_back(empty_head(i));
   }
 
   void ingest_prompt(const PromptKv& prompt) override {
@@ -51,13 +53,13 @@ class GgmlCachePolicy : public KvPolicy {
     h.head_dim = g_.head_dim;
     h.key = s.key.take();
     h.value = s.value.take();
-    s = empty_head();
+    s = empty_head(layer * g_.n_kv_heads + head);
     return h;
   }
 
   void append(std::size_t layer, const float* key, const float*, const float* value, std::size_t pos) override {
     const auto p = static_cast<std::int32_t>(pos);
-    if (scale_ == "tensor" && heads_[layer * g_.n_kv_heads].position.empty()) {  // no prompt: this token sets them
+    if (scale_ == "tensor" && key_scale_.empty() && heads_[layer * g_.n_kv_heads].position.empty()) {  // no prompt: this token sets them
       set_layer_scales(layer, [&](std::size_t h, bool k) { return (k ? key : value) + h * g_.head_dim; }, 1);
     }
     for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
@@ -95,13 +97,48 @@ class GgmlCachePolicy : public KvPolicy {
   }
 
  private:
-  HeadStore empty_head() const {
+  // Head i's builders; fp8 scales fixed now with scale=one or a calibration (the builders' own
+  // rule, the first rows' maximum, is scale=head's; share_scales does scale=tensor's).
+  HeadStore empty_head(std::size_t i) const {
     HeadStore s{TensorBuilder(g_.head_dim, k_, k_rot_), TensorBuilder(g_.head_dim, v_, v_rot_), {}};
-    if (scale_ == "one") {  // fp8 rows as x / 1 (the builders' own rule, the first rows' maximum, is "head")
+    if (scale_ == "one") {
       s.key.set_scale(1.0f);
       s.value.set_scale(1.0f);
+    } else if (!key_scale_.empty()) {
+      s.key.set_scale(key_scale_[i]);
+      s.value.set_scale(value_scale_[i]);
     }
     return s;
+  }
+
+  // Scales from an `akv calibrate` file: each head's maximum (scale=head) or its layer's
+  // (scale=tensor) over the format's largest value. The file's rows were rotated as this cache
+  // rotates them (random: seed 0), or UsageError.
+  void calibrated_scales(const CompressParams& params) {
+    const std::string& path = params.ggml()->calibration;
+    const CalibrationAmax c = read_calibration_amax(path, g_.n_layers, g_.n_kv_heads);
+    if (c.rotate != rotation_name(params.rotate) || (params.rotate == RotationKind::random && params.rotate_seed != 0)) {
+      throw UsageError("the calibration's maxima were measured with rotate=" + c.rotate + " (random: seed 0); this cache rotates " +
+                           rotation_name(params.rotate) + (params.rotate == RotationKind::random ? " seed " + std::to_string(params.rotate_seed) : ""),
+                       {path, "params.rotate", c.rotate});
+    }
+    const std::size_t H = g_.n_kv_heads;
+    key_scale_.assign(g_.n_layers * H, 1.0f);
+    value_scale_.assign(g_.n_layers * H, 1.0f);
+    for (std::size_t l = 0; l < g_.n_layers; ++l) {
+      double lk = 0, lv = 0;
+      for (std::size_t h = 0; h < H; ++h) {
+        lk = std::max(lk, c.amax[l * H + h].first);
+        lv = std::max(lv, c.amax[l * H + h].second);
+      }
+      for (std::size_t h = 0; h < H; ++h) {
+        const bool tensor = scale_ == "tensor";
+        const auto ka = static_cast<float>(tensor ? lk : c.amax[l * H + h].first);
+        const auto va = static_cast<float>(tensor ? lv : c.amax[l * H + h].second);
+        if (const auto f = fp8_format_of(k_)) key_scale_[l * H + h] = fp8_scale_for(ka, *f);
+        if (const auto f = fp8_format_of(v_)) value_scale_[l * H + h] = fp8_scale_for(va, *f);
+      }
+    }
   }
 
   // scale=tensor: one fp8 scale for the layer's keys and one for its values, from the maximum
@@ -122,7 +159,7 @@ class GgmlCachePolicy : public KvPolicy {
     }
   }
   void share_scales(std::size_t layer, const Tensor3& key, const Tensor3& value) {
-    if (scale_ != "tensor") return;
+    if (scale_ != "tensor" || !key_scale_.empty()) return;
     set_layer_scales(layer, [&](std::size_t h, bool k) { return (k ? key : value).row(h, 0); }, key.dim1());
   }
 
@@ -140,6 +177,7 @@ class GgmlCachePolicy : public KvPolicy {
   const GgmlTypeInfo& v_;
   Rotation k_rot_, v_rot_;
   std::string scale_;  // fp8 scale rule: head, tensor, one
+  std::vector<float> key_scale_, value_scale_;  // [layer * n_kv_heads + head] from a calibration, or empty
   KvGeometry g_;
   int threads_;
   std::vector<HeadStore> heads_;

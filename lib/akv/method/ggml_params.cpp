@@ -61,6 +61,7 @@ GgmlCacheParams GgmlCacheParams::from_json(const nlohmann::json& j, const std::s
     if (std::find(names.begin(), names.end(), p.scale) == names.end()) {
       throw InvalidInput("unknown fp8 scale rule (head, tensor, one)", {file, "params.ggml.scale", p.scale});
     }
+    p.calibration = j.value("calibration", "");
   }
   return p;
 }

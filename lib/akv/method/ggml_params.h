@@ -19,12 +19,16 @@ struct GgmlCacheParams {
   // fp8 tensors' scales: head (each KV head's K and V from the first rows it stores: the prompt),
   // tensor (one per layer's K and V, over its KV heads), one (1: vLLM's default without scales).
   std::string scale = "head";
+  // fp8 scales from an `akv calibrate` file's per-head maxima (scale head or tensor) instead of
+  // the prompt's rows; empty: from the rows.
+  std::string calibration;
 
   bool fp8() const { return key.rfind("fp8_", 0) == 0 || value.rfind("fp8_", 0) == 0; }
   // The scale field only when a type is fp8 (other caches' parameters are as before).
   nlohmann::json to_json() const {
     nlohmann::json j = {{"k", key}, {"v", value}};
     if (fp8()) j["scale"] = scale;
+    if (!calibration.empty()) j["calibration"] = calibration;
     return j;
   }
   static GgmlCacheParams from_json(const nlohmann::json& j, const std::string& file);

@@ -35,7 +35,8 @@ std::string rotation_suffix(const QuantParams& p) {
 
 std::string describe(const CompressParams& p) {
   if (const GgmlCacheParams* g = p.ggml()) {
-    return "ggml K " + g->key + " V " + g->value + (g->fp8() ? " scale " + g->scale : "") + rotation_suffix(p);
+    return "ggml K " + g->key + " V " + g->value + (g->fp8() ? " scale " + g->scale : "") +
+           (g->calibration.empty() ? "" : " calibrated") + rotation_suffix(p);
   }
   if (p.tiered()) {
     const TieredParams& t = *p.tiered();
@@ -252,8 +253,9 @@ CompressParams resolve_params(const CompressRequest& r) {
     rest.rotate_seed.reset();
     if (rest.tiered.any() || rest.eviction.any() || rest.quant || rest.bits || rest.bits_key || rest.bits_value ||
         rest.key_axis || rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction ||
-        rest.pre_rope || rest.calibration) {
-      throw UsageError(r.method + " takes only k, v (cache types), scale, rotate and rotate-seed", {"", "--method", r.method});
+        rest.pre_rope || (rest.calibration && r.method != "fp8")) {
+      throw UsageError(r.method + " takes only k, v (cache types), scale, rotate and rotate-seed (fp8: and calibration)",
+                       {"", "--method", r.method});
     }
     CompressParams p;
     p.method = Quantizer::none;
@@ -269,6 +271,10 @@ CompressParams resolve_params(const CompressRequest& r) {
     if (r.ggml.scale) {
       if (!g.fp8()) throw UsageError("scale is the fp8 types' scale rule (k= or v= e4m3, e5m2)", {"", "scale", *r.ggml.scale});
       g.scale = *r.ggml.scale;
+    }
+    if (r.calibration) {  // method fp8 only (above)
+      if (g.scale == "one") throw UsageError("a calibration gives fp8 scales per head or tensor, not scale=one", {"", "calibration", *r.calibration});
+      g.calibration = *r.calibration;
     }
     p.mode = g;
     return p;
