@@ -87,9 +87,9 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("dump", opt->dump, "Input dump (akv-dump)")->required();
   sub->add_option("-m,--method", opt->method, alloc_method_list(" | ") + " | joint")
       ->capture_default_str();
-  sub->add_option("--score", opt->score, "Token scores: snapkv | h2o | streamingllm")
+  sub->add_option("--score", opt->score, "Token scores: " + score_method_list(" | "))
       ->capture_default_str();
-  add_method_flags(sub, opt->req, {ParamScope::eviction}, {"quant", "budgets"});
+  add_method_flags(sub, opt->req, {ParamScope::eviction}, {"quant", "budgets", "score"});
   sub->add_option_function<double>(
       "--bytes", [opt](double v) { opt->joint.bytes_fraction = v; opt->bytes_given = true; },
       "joint: byte budget as a fraction of the f16 size of K and V (all stored bytes counted)");

@@ -23,6 +23,13 @@ done
 for m in adakv adakv-pyramid adakv-global; do
   expect "compress --method $m" 0 "kept 0\.(19|20)" "$AKV" compress -q "$d" -o "$TMP/e_$m.h5" -m "$m" --budget 0.2 --window 16
 done
+for m in knorm keydiff tova expected-attention; do
+  expect "compress --method $m (kvpress's scorer)" 0 "kept 0\.2000 .*uniform/$m 0.2" \
+    "$AKV" compress -q "$d" -o "$TMP/e_$m.h5" -m "$m" --budget 0.2
+done
+expect "adakv over expected-attention scores (score=)" 0 "adakv/expected-attention 0.2" \
+  "$AKV" compress -q "$d" -o "$TMP/e_ea.h5" -m adakv --score expected-attention --budget 0.2 --future 64 --covariance off
+expect "allocate --score knorm" 0 '"score": "knorm"' "$AKV" allocate -q "$d" --score knorm --budget 0.3 --json
 expect "adakv --capacity-rule exact-total keeps the budget exactly" 0 "kept 0\.2000 " \
   "$AKV" compress -q "$d" -o "$TMP/e_exact.h5" -m adakv --budget 0.2 --window 16 --capacity-rule exact-total
 expect_error "unknown capacity rule" 2 "--capacity-rule = fair" \
@@ -58,5 +65,11 @@ expect_error "budgets for another dump shape" 2 "dump.n_layers = 2" \
   "$AKV" compress -q "$TMP/other.h5" -o "$o/c.h5" -m adakv --budgets "$TMP/b.json"
 echo '{"format": "akv-budgets", "version": 1' >"$TMP/broken.json"
 expect_error "corrupt budgets file" 2 "not JSON" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --budgets "$TMP/broken.json"
+expect_error "expected-attention's flag on another score" 1 "--future = 64" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m knorm --budget 0.2 --future 64
+expect_error "joint scores with snapkv only" 1 "--score = tova" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m joint --score tova --budget 0.3 --quant kivi --window 16
+expect_error "unknown score in a spec" 2 "score = lru" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --score lru --budget 0.2 --window 16
 expect_empty_dir "no output after errors" "$o"
 finish

@@ -82,7 +82,7 @@ class H2OReference : public KvPolicy {
     const std::size_t n = pr.n_tokens;
     const KvWindow m = g_.prompt_window(n, n);
     const EvictionPlan plan = plan_eviction(
-        m, [&](std::size_t l, Tensor3& q, Tensor3& k) {
+        m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3*) {
           q = (*pr.query)[l];
           k = (*pr.key)[l];
         },

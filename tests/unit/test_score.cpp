@@ -4,7 +4,9 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/score/expected_attention.h"
 #include "akv/score/score.h"
+#include "akv/tensor/rope.h"
 
 using namespace akv;
 
@@ -102,4 +104,153 @@ TEST_CASE("score: a key aligned with the queries scores highest", "[score]") {
   o.window = 8;
   o.kernel = 4;
   CHECK_THROWS_AS(score_layer(q, k, m, o), InvalidInput);
+}
+
+TEST_CASE("knorm and keydiff: hand-computed scores; they read no queries (window 0)", "[score]") {
+  KvWindow m = meta(3, 1);
+  m.n_heads = m.n_kv_heads = 1;
+  m.head_dim = 2;
+  Tensor3 q(1, 1, 2), k(1, 3, 2);
+  const float keys[3][2] = {{3, 4}, {1, 0}, {0, 2}};
+  for (std::size_t t = 0; t < 3; ++t) {
+    k.at(0, t, 0) = keys[t][0];
+    k.at(0, t, 1) = keys[t][1];
+  }
+  ScoreOptions o;
+  o.method = ScoreMethod::knorm;
+  o.window = 0;
+  const HeadScores n = score_head(q, k, 0, m, o);
+  CHECK(n.score == std::vector<double>{-5.0, -1.0, -2.0});
+  // KeyDiff: unit keys (0.6, 0.8), (1, 0), (0, 1); anchor a = (1.6, 1.8) / 3; score -cos(k, a).
+  o.method = ScoreMethod::keydiff;
+  const HeadScores kd = score_head(q, k, 0, m, o);
+  const double an = std::hypot(1.6, 1.8);
+  CHECK(kd.score[0] == Approx(-(0.6 * 1.6 + 0.8 * 1.8) / an).epsilon(1e-12));
+  CHECK(kd.score[1] == Approx(-1.6 / an).epsilon(1e-12));
+  CHECK(kd.score[2] == Approx(-1.8 / an).epsilon(1e-12));
+  o.method = ScoreMethod::snapkv;  // window 0 is for the query-free scorers only
+  o.kernel = 1;
+  CHECK_THROWS_AS(score_head(q, k, 0, m, o), InvalidInput);
+}
+
+TEST_CASE("tova: the last query's attention averaged over every head of the layer", "[score]") {
+  const KvWindow m = meta(50, 4);
+  Tensor3 q(4, 4, 16), k(2, 50, 16);
+  fill(q, 5, 1.5);
+  fill(k, 6, 1.0);
+  ScoreOptions o;
+  o.method = ScoreMethod::tova;
+  o.window = 1;
+  const auto s = score_layer(q, k, m, o), ref = score_layer_ref(q, k, m, o);
+  // By hand: softmax(q_h k^T / 4) of each query head's last query over its own KV head's keys.
+  std::vector<double> want(50, 0.0);
+  for (std::size_t qh = 0; qh < 4; ++qh) {
+    std::vector<double> logit(50);
+    double mx = -1e300, sum = 0;
+    for (std::size_t t = 0; t < 50; ++t) {
+      double dot = 0;
+      for (std::size_t c = 0; c < 16; ++c) dot += static_cast<double>(q.at(qh, 3, c)) * k.at(qh / 2, t, c);
+      logit[t] = dot / 4.0;
+      mx = std::max(mx, logit[t]);
+    }
+    for (double& l : logit) sum += (l = std::exp(l - mx));
+    for (std::size_t t = 0; t < 50; ++t) want[t] += logit[t] / sum / 4.0;
+  }
+  for (std::size_t h = 0; h < 2; ++h) {
+    for (std::size_t t = 0; t < 50; ++t) {
+      CHECK(s[h].score[t] == Approx(want[t]).epsilon(1e-5).margin(1e-12));
+      CHECK(ref[h].score[t] == Approx(want[t]).epsilon(1e-12).margin(1e-15));
+    }
+  }
+}
+
+TEST_CASE("expected-attention: mean RoPE rotation by hand", "[score]") {
+  // head_dim 2: one pair of frequency 1; positions 0 and 1.
+  const std::vector<double> r = mean_rope_rotation(2, 10000.0, RopeLayout::rotate_half, 0, 2);
+  const double c = (1 + std::cos(1.0)) / 2, s = std::sin(1.0) / 2;
+  CHECK(r[0] == Approx(c).epsilon(1e-15));
+  CHECK(r[1] == Approx(-s).epsilon(1e-15));
+  CHECK(r[2] == Approx(s).epsilon(1e-15));
+  CHECK(r[3] == Approx(c).epsilon(1e-15));
+  // head_dim 4, interleaved: pairs (0, 1) and (2, 3); one position p: the RoPE rotation itself.
+  const std::vector<double> one = mean_rope_rotation(4, 100.0, RopeLayout::interleaved, 7, 1);
+  const double f1 = static_cast<double>(1.0f / 10.0f);  // 100^(-2/4) in f32
+  CHECK(one[0 * 4 + 0] == Approx(std::cos(7.0)).epsilon(1e-12));
+  CHECK(one[2 * 4 + 3] == Approx(-std::sin(7.0 * f1)).epsilon(1e-7));
+  CHECK(one[3 * 4 + 2] == Approx(std::sin(7.0 * f1)).epsilon(1e-7));
+  CHECK(one[0 * 4 + 2] == 0.0);
+}
+
+TEST_CASE("expected-attention: one repeated query, one future position = that query's attention there",
+          "[score]") {
+  // Every query equals x before RoPE, so the Gaussian is a point (no covariance) and, with one
+  // future position T, the expected logits are those of x rotated to position T.
+  for (RopeLayout layout : {RopeLayout::rotate_half, RopeLayout::interleaved}) {
+    KvWindow m = meta(40, 10);
+    m.rope_layout = layout;
+    m.n_heads = m.n_kv_heads = 1;
+    Tensor3 q(1, 10, 16), k(1, 40, 16), v(1, 40, 16);
+    fill(k, 8, 1.0);
+    fill(v, 9, 1.0);
+    Rng rng(10);
+    std::vector<float> x(16);
+    for (float& e : x) e = static_cast<float>(rng.normal());
+    for (std::size_t i = 0; i < 10; ++i) {
+      std::copy(x.begin(), x.end(), q.row(0, i));
+      apply_rope(q.row(0, i), 1, 30 + i, layout, RopeTable(16, m.rope_theta, 30 + i, 1));
+    }
+    std::vector<float> at_t = x;
+    apply_rope(at_t.data(), 1, 40, layout, RopeTable(16, m.rope_theta, 40, 1));
+    ScoreOptions o;
+    o.method = ScoreMethod::expected_attention;
+    o.window = 0;
+    o.future = 1;
+    const std::size_t sinks = 4;
+    const HeadScores s = score_head(q, k, 0, m, o, &v, sinks);
+    const auto ref = score_layer_ref(q, k, m, o, &v, sinks);
+    std::vector<double> logit(36);
+    double mx = -1e300, sum = 0;
+    for (std::size_t t = 4; t < 40; ++t) {
+      double dot = 0;
+      for (std::size_t c = 0; c < 16; ++c) dot += static_cast<double>(at_t[c]) * k.at(0, t, c);
+      mx = std::max(mx, logit[t - 4] = dot / 4.0);
+    }
+    for (double& l : logit) sum += (l = std::exp(l - mx));
+    for (std::size_t t = 0; t < 40; ++t) {
+      double vn = 0;
+      for (std::size_t c = 0; c < 16; ++c) vn += static_cast<double>(v.at(0, t, c)) * v.at(0, t, c);
+      const double want = t < 4 ? 0.0 : logit[t - 4] / sum * std::sqrt(vn);
+      CHECK(s.score[t] == Approx(want).epsilon(1e-5).margin(1e-9));
+      CHECK(ref[0].score[t] == Approx(want).epsilon(1e-5).margin(1e-9));
+    }
+  }
+}
+
+TEST_CASE("expected-attention: fast path equals the f64 reference; refusals", "[score]") {
+  KvWindow m = meta(120, 120);
+  Tensor3 q(4, 120, 16), k(2, 120, 16), v(2, 120, 16);
+  fill(q, 11, 1.5);
+  fill(k, 12, 1.0);
+  fill(v, 13, 1.0);
+  for (GqaReduce red : {GqaReduce::mean, GqaReduce::max}) {
+    for (bool cov : {true, false}) {
+      ScoreOptions o;
+      o.method = ScoreMethod::expected_attention;
+      o.window = 0;
+      o.gqa_reduce = red;
+      o.covariance = cov;
+      o.future = 64;
+      const auto a = score_layer(q, k, m, o, &v, 4), b = score_layer_ref(q, k, m, o, &v, 4);
+      for (std::size_t h = 0; h < 2; ++h) {
+        for (std::size_t t = 0; t < 120; ++t) CHECK(a[h].score[t] == Approx(b[h].score[t]).epsilon(1e-9).margin(1e-15));
+      }
+    }
+  }
+  ScoreOptions o;
+  o.method = ScoreMethod::expected_attention;
+  o.window = 0;
+  const HeadScores all_sinks = score_head(q, k, 0, m, o, &v, 120);  // every token kept anyway
+  CHECK(all_sinks.score == std::vector<double>(120, 0.0));
+  m.rope_variant = "llama3 x8";
+  CHECK_THROWS_AS(score_head(q, k, 0, m, o, &v, 4), InvalidInput);
 }

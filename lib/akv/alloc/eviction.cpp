@@ -99,9 +99,10 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
                            const ProgressFn& progress) {
   return plan_eviction(
       dump.meta(),
-      [&](std::size_t l, Tensor3& query, Tensor3& key) {
+      [&](std::size_t l, Tensor3& query, Tensor3& key, Tensor3* value) {
         dump.read_into(key, l, DumpField::key);
         dump.read_into(query, l, DumpField::query);
+        if (value) dump.read_into(*value, l, DumpField::value);
       },
       p, threads, progress);
 }
@@ -137,11 +138,12 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
   std::vector<std::vector<HeadScores>> scores(L, std::vector<HeadScores>(H));
   std::vector<std::vector<std::vector<std::size_t>>> order(L, std::vector<std::vector<std::size_t>>(H));
   std::vector<SortedScores> sorted(L, SortedScores(H));
-  Tensor3 key, query;  // each layer in the previous one's storage
+  Tensor3 key, query, value;  // each layer in the previous one's storage
+  const bool values = score_reads_values(p.score);
   for (std::size_t l = 0; l < L; ++l) {
-    source(l, query, key);
+    source(l, query, key, values ? &value : nullptr);
     parallel_for(H, threads, [&](std::size_t h) {
-      scores[l][h] = score_head(query, key, h, m, p.score);
+      scores[l][h] = score_head(query, key, h, m, p.score, values ? &value : nullptr, p.sinks);
       const std::vector<double>& s = scores[l][h].score;
       std::vector<std::size_t>& o = order[l][h];
       for (std::size_t t = 0; t < T; ++t) {

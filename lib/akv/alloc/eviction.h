@@ -58,9 +58,11 @@ std::size_t streaming_victim(const std::int32_t* position, const double* score, 
 // Scores every layer (reading keys and queries a layer at a time), allocates and selects.
 EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int threads,
                            const ProgressFn& progress);
-// The same from any source of per-layer tensors: `source(l, query, key)` fills query
-// [n_heads, m.n_query, hd] (the last n_query positions) and key [n_kv_heads, m.n_tokens, hd].
-using LayerSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key)>;
+// The same from any source of per-layer tensors: `source(l, query, key, value)` fills query
+// [n_heads, m.n_query, hd] (the last n_query positions) and key [n_kv_heads, m.n_tokens, hd], and
+// value (the keys' shape) when it is not nullptr: only for scores that read values
+// (score_reads_values).
+using LayerSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key, Tensor3* value)>;
 EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source, const EvictionParams& p,
                            int threads, const ProgressFn& progress);
 

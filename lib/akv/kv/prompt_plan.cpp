@@ -26,7 +26,7 @@ PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const Comp
     return plan;
   }
   plan.eviction = plan_eviction(
-      m, [&](std::size_t l, Tensor3& q, Tensor3& k) { source(l, q, k, nullptr); }, *params.eviction(), threads,
+      m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) { source(l, q, k, v); }, *params.eviction(), threads,
       progress);
   p.mode = plan.eviction->params;
   if (plan.eviction->params.alloc == AllocMethod::file) {

@@ -65,6 +65,7 @@ EvictionParams eviction_method(const std::string& name) {
   if (!m || !evicts(*m)) throw InvalidInput("unknown eviction method", {"", "--method", name});
   EvictionParams p;
   p.score.method = m->score;
+  p.score.window = default_window(m->score);
   p.alloc = m->alloc;
   p.sinks = m->sinks;
   return p;
@@ -87,6 +88,11 @@ nlohmann::json EvictionParams::to_json() const {
   j["pool"] = pool_name(score.pool);
   j["kernel"] = score.kernel;
   j["gqa_reduce"] = gqa_reduce_name(score.gqa_reduce);
+  if (score.method == ScoreMethod::expected_attention) {
+    j["future"] = score.future;
+    j["covariance"] = score.covariance;
+    j["vnorm"] = score.vnorm;
+  }
   j["alloc"] = alloc_method_name(alloc);
   j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
   j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
@@ -112,6 +118,11 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     p.score.pool = parse_pool(j.at("pool").get<std::string>());
     p.score.kernel = count("kernel", "kernel");
     p.score.gqa_reduce = parse_gqa_reduce(j.at("gqa_reduce").get<std::string>());
+    if (p.score.method == ScoreMethod::expected_attention) {
+      p.score.future = static_cast<std::size_t>(file_integer(j, "future", "future", file, at + "future"));
+      p.score.covariance = j.at("covariance").get<bool>();
+      p.score.vnorm = j.at("vnorm").get<bool>();
+    }
     const std::string a = j.at("alloc").get<std::string>();
     p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);
     if (!j.at("budget_fraction").is_null()) p.budget_fraction = file_real(j, "budget_fraction", "budget", file, at + "budget_fraction");

@@ -93,8 +93,26 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     e.alloc = AllocMethod::file;
     e.budgets_file = *r.budgets_file;
   }
+  if (r.score) {
+    if (e.alloc == AllocMethod::joint && *r.score != "snapkv") {
+      throw UsageError("joint scores tokens with snapkv", {"", "--score", *r.score});
+    }
+    e.score.method = parse_score_method(*r.score);
+    e.score.window = default_window(e.score.method);
+    e.sinks = default_sinks(e.score.method);
+  }
   if (r.window) e.score.window = count(*r.window);
   if (r.sinks) e.sinks = count(*r.sinks);
+  if (r.future) e.score.future = count(*r.future);
+  if (r.covariance) e.score.covariance = *r.covariance == "on";
+  if (r.vnorm) e.score.vnorm = *r.vnorm == "on";
+  if (e.score.method != ScoreMethod::expected_attention && (r.future || r.covariance || r.vnorm)) {
+    const auto [flag, value] = r.future       ? std::pair{"--future", std::to_string(*r.future)}
+                               : r.covariance ? std::pair{"--covariance", *r.covariance}
+                                              : std::pair{"--vnorm", *r.vnorm};
+    throw UsageError("this flag sets expected-attention's scores, not " + score_method_name(e.score.method) + "'s",
+                     {"", flag, value});
+  }
   if (r.kernel) e.score.kernel = count(*r.kernel);
   if (r.pool) e.score.pool = parse_pool(*r.pool);
   if (r.gqa_reduce) e.score.gqa_reduce = parse_gqa_reduce(*r.gqa_reduce);
@@ -133,7 +151,8 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
   EvictionParams e;
   e.alloc = parse_alloc_method(alloc);
   e.score.method = parse_score_method(score);
-  e.sinks = e.score.method == ScoreMethod::streamingllm ? 4 : 0;
+  e.score.window = default_window(e.score.method);
+  e.sinks = default_sinks(e.score.method);
   if (r.budgets_file) throw UsageError("allocate computes budgets; --budgets is for compress", {"", "--budgets"});
   apply_eviction_flags(e, alloc, r);
   return e;
@@ -141,7 +160,8 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
 
 bool EvictionRequest::any() const {
   return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
-         gqa_reduce || alpha || capacity_rule || beta || min_tokens || step;
+         gqa_reduce || alpha || capacity_rule || beta || min_tokens || step || score || future ||
+         covariance || vnorm;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {

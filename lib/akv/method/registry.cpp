@@ -16,6 +16,17 @@ using P = ParamInfo;
 using S = ParamScope;
 const std::vector<long long> kBits = {2, 3, 4, 8};
 
+std::vector<std::string> score_words() {
+  std::vector<std::string> w;
+  const std::string list = score_method_list(",");
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t end = std::min(list.find(',', at), list.size());
+    w.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return w;
+}
+
 }  // namespace
 
 namespace {
@@ -59,6 +70,16 @@ const std::vector<MethodInfo>& method_registry() {
       eviction("snapkv", "SnapKV: window attention, pooled, the same budget per head", Sc::snapkv, A::uniform),
       eviction("h2o", "H2O: accumulated attention of every query (streaming in decode)", Sc::h2o, A::uniform),
       eviction("streamingllm", "StreamingLLM: 4 sinks and the most recent tokens", Sc::streamingllm, A::uniform, 4),
+      eviction("knorm", "key norm (kvpress KnormPress): the keys of smallest norm kept; reads no queries", Sc::knorm,
+               A::uniform),
+      eviction("keydiff", "KeyDiff: the keys least like the mean key direction kept; reads no queries", Sc::keydiff,
+               A::uniform),
+      eviction("tova", "TOVA: the last query's attention averaged over every head of the layer", Sc::tova,
+               A::uniform),
+      eviction("expected-attention",
+               "Expected Attention (kvpress): attention expected of future queries (a Gaussian fitted to the "
+               "prompt's queries, RoPE of the next positions) times |v|; 4 sinks; reads no window",
+               Sc::expected_attention, A::uniform, 4),
       eviction("adakv", "Ada-KV: SnapKV scores, head-wise budgets within each layer", Sc::snapkv, A::adakv),
       eviction("waterfill", "greedy marginal-utility water-filling across the heads of a layer", Sc::snapkv,
                A::waterfill),
@@ -152,11 +173,23 @@ const std::vector<ParamInfo>& param_registry() {
       {"budgets", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.budgets_file; }),
        "per-head budgets from `akv allocate -o` (its scoring settings are used; implies its method when "
        "no method is named)", {}, {}, false, false, {}, {}},
+      {"score", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.score; }),
+       "token scores the allocator ranks (default the method's: snapkv for adakv, waterfill, pyramid, "
+       "adakv-pyramid, adakv-global); not with joint", {}, {}, false, false, {}, score_words()},
       {"window", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.window; }),
        "observation window W: the last W query positions score the tokens and the last W tokens are "
-       "always kept (default 32; <= the dump's n_query)", 0, {}, false, false, {}, {}},
+       "always kept (default 32; tova 1; knorm, keydiff, expected-attention 0; <= the dump's n_query)", 0, {},
+       false, false, {}, {}},
       {"sinks", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.sinks; }),
-       "first tokens always kept (default 4 for streamingllm, 0 otherwise)", 0, {}, false, false, {}, {}},
+       "first tokens always kept (default 4 for streamingllm and expected-attention, 0 otherwise)", 0, {}, false,
+       false, {}, {}},
+      {"future", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.future; }),
+       "expected-attention: future positions whose RoPE rotation is averaged (default 512)", 1, {}, false, false,
+       {}, {}},
+      {"covariance", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.covariance; }),
+       "expected-attention: the queries' covariance term (default on)", {}, {}, false, false, {}, {"on", "off"}},
+      {"vnorm", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.vnorm; }),
+       "expected-attention: scores times the value norm (default on)", {}, {}, false, false, {}, {"on", "off"}},
       {"pool", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.pool; }),
        "SnapKV pooling over tokens (default max)", {}, {}, false, false, {}, {"max", "avg"}},
       {"kernel", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.kernel; }),

@@ -5,6 +5,7 @@
 
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
+#include "akv/score/expected_attention.h"
 
 namespace akv {
 namespace {
@@ -17,26 +18,66 @@ void add_softmax(const T* s, std::size_t n, double* acc, std::vector<double>& p)
   for (std::size_t j = 0; j < n; ++j) acc[j] += p[j];
 }
 
-// Turns per-query-head accumulations into the KV head's scores.
-// window_acc / all_acc: [g][T] sums over the window queries / over all queries.
-HeadScores finish(const std::vector<std::vector<double>>& window_acc,
-                  const std::vector<std::vector<double>>& all_acc, const KvWindow& m,
-                  const ScoreOptions& o) {
-  const std::size_t T = m.n_tokens, g = window_acc.size(), W = o.window;
-  HeadScores hs;
-  hs.mass.assign(T, 0.0);
-  hs.score.assign(T, 0.0);
-  for (std::size_t q = 0; q < g; ++q) {
-    for (std::size_t t = 0; t < T; ++t) hs.mass[t] += window_acc[q][t] / static_cast<double>(W * g);
+// Attention of query head qh over KV head kvh's keys, summed over the last `rows` queries (`all`,
+// when given) and over the last `wrows` of them (`win`). Ref: f64 logits.
+template <bool Ref>
+void attention_sums(const Tensor3& query, const Tensor3& key, std::size_t qh, std::size_t kvh, const KvWindow& m,
+                    std::size_t rows, std::size_t wrows, std::vector<double>& win, std::vector<double>* all) {
+  const std::size_t T = m.n_tokens, nq = m.n_query;
+  // The last `rows` query rows, at positions T - rows + i: blocked (H2O scores every prompt
+  // query; one [T, T] product would need 4 GB per head at 32K).
+  std::vector<std::size_t> visible(rows);
+  for (std::size_t i = 0; i < rows; ++i) visible[i] = T - rows + i + 1;
+  const CausalBlock b{query.row(qh, nq - rows), key.row(kvh, 0), visible.data(), rows, T, m.head_dim};
+  std::vector<double> tmp;
+  auto row = [&](std::size_t i, const auto* s, std::size_t n) {
+    if (i >= rows - wrows) add_softmax(s, n, win.data(), tmp);
+    if (all) add_softmax(s, n, all->data(), tmp);
+  };
+  if constexpr (Ref) {
+    causal_logits_ref(b, [&](std::size_t i, const double* s, std::size_t n) { row(i, s, n); });
+  } else {
+    causal_logits(b, [&](std::size_t i, const float* s, std::size_t n) { row(i, s, n); });
   }
-  if (o.method == ScoreMethod::streamingllm) {
-    for (std::size_t t = 0; t < T; ++t) hs.score[t] = static_cast<double>(t);
-    return hs;
+}
+
+double norm(const float* x, std::size_t d) {
+  double s = 0;
+  for (std::size_t c = 0; c < d; ++c) s += static_cast<double>(x[c]) * x[c];
+  return std::sqrt(s);
+}
+
+// KeyDiff: -cos(k_t, a) with a the mean of the normalized keys (F.normalize's eps 1e-12,
+// cosine_similarity's 1e-8).
+std::vector<double> keydiff_scores(const Tensor3& key, std::size_t h, std::size_t T, std::size_t d) {
+  std::vector<double> anchor(d, 0.0), out(T);
+  for (std::size_t t = 0; t < T; ++t) {
+    const float* k = key.row(h, t);
+    const double n = std::max(norm(k, d), 1e-12);
+    for (std::size_t c = 0; c < d; ++c) anchor[c] += k[c] / n;
   }
-  // The group's query heads are reduced first (mean or max), then SnapKV pools the result over
-  // the tokens before the window: the order of the official SnapKV / Ada-KV GQA code.
+  double an = 0;
+  for (double& a : anchor) {
+    a /= static_cast<double>(T);
+    an += a * a;
+  }
+  an = std::sqrt(an);
+  for (std::size_t t = 0; t < T; ++t) {
+    const float* k = key.row(h, t);
+    double dot = 0;
+    for (std::size_t c = 0; c < d; ++c) dot += k[c] * anchor[c];
+    out[t] = -dot / std::max(norm(k, d) * an, 1e-8);
+  }
+  return out;
+}
+
+// SnapKV and H2O: the group's query heads are reduced first (mean or max), then SnapKV pools the
+// result over the tokens before the window: the order of the official SnapKV / Ada-KV GQA code.
+void attention_scores(HeadScores& hs, const std::vector<std::vector<double>>& win,
+                      const std::vector<std::vector<double>>& all, const KvWindow& m, const ScoreOptions& o) {
+  const std::size_t T = m.n_tokens, g = win.size(), W = o.window;
   for (std::size_t q = 0; q < g; ++q) {
-    const std::vector<double>& acc = o.method == ScoreMethod::snapkv ? window_acc[q] : all_acc[q];
+    const std::vector<double>& acc = o.method == ScoreMethod::snapkv ? win[q] : all[q];
     const double scale = o.method == ScoreMethod::snapkv ? static_cast<double>(W) : 1.0;
     for (std::size_t t = 0; t < T; ++t) {
       const double s = acc[t] / scale;
@@ -51,8 +92,66 @@ HeadScores finish(const std::vector<std::vector<double>>& window_acc,
     const std::vector<double> pooled = pool1d(hs.score, T - W, o.kernel, o.pool);
     std::copy(pooled.begin(), pooled.end(), hs.score.begin());
   }
+}
+
+template <bool Ref>
+HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, const KvWindow& m,
+                     const ScoreOptions& o, const Tensor3* value, std::size_t sinks) {
+  const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
+  const std::size_t W = std::max<std::size_t>(o.window, 1);  // the mass's window
+  const bool h2o = o.method == ScoreMethod::h2o;
+  const std::size_t rows = h2o ? nq : W;
+  std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)), all;
+  if (h2o) all.assign(g, std::vector<double>(T, 0.0));
+  for (std::size_t q = 0; q < g; ++q) {
+    attention_sums<Ref>(query, key, h * g + q, h, m, rows, W, win[q], h2o ? &all[q] : nullptr);
+  }
+  HeadScores hs;
+  hs.mass.assign(T, 0.0);
+  hs.score.assign(T, 0.0);
+  for (std::size_t q = 0; q < g; ++q) {
+    for (std::size_t t = 0; t < T; ++t) hs.mass[t] += win[q][t] / static_cast<double>(W * g);
+  }
+  switch (o.method) {
+    case ScoreMethod::streamingllm:
+      for (std::size_t t = 0; t < T; ++t) hs.score[t] = static_cast<double>(t);
+      break;
+    case ScoreMethod::snapkv:
+    case ScoreMethod::h2o:
+      attention_scores(hs, win, all, m, o);
+      break;
+    case ScoreMethod::knorm:
+      for (std::size_t t = 0; t < T; ++t) hs.score[t] = -norm(key.row(h, t), d);
+      break;
+    case ScoreMethod::keydiff:
+      hs.score = keydiff_scores(key, h, T, d);
+      break;
+    case ScoreMethod::tova: {
+      // Every query head of the layer, each over its own KV head's keys.
+      for (std::size_t qh = 0; qh < m.n_heads; ++qh) {
+        const std::size_t kvh = qh / g;
+        std::vector<double> other;
+        const std::vector<double>* acc = &win[qh % g];
+        if (kvh != h) {
+          other.assign(T, 0.0);
+          attention_sums<Ref>(query, key, qh, kvh, m, W, W, other, nullptr);
+          acc = &other;
+        }
+        for (std::size_t t = 0; t < T; ++t) hs.score[t] += (*acc)[t] / static_cast<double>(W * m.n_heads);
+      }
+      break;
+    }
+    case ScoreMethod::expected_attention:
+      hs.score = Ref ? expected_attention_ref(query, key, value, h, m, o, sinks)
+                     : expected_attention(query, key, value, h, m, o, sinks);
+      break;
+  }
   return hs;
 }
+
+constexpr ScoreMethod kScores[] = {ScoreMethod::snapkv, ScoreMethod::h2o,     ScoreMethod::streamingllm,
+                                   ScoreMethod::knorm,  ScoreMethod::keydiff, ScoreMethod::tova,
+                                   ScoreMethod::expected_attention};
 
 }  // namespace
 
@@ -61,18 +160,43 @@ std::string score_method_name(ScoreMethod m) {
     case ScoreMethod::snapkv: return "snapkv";
     case ScoreMethod::h2o: return "h2o";
     case ScoreMethod::streamingllm: return "streamingllm";
+    case ScoreMethod::knorm: return "knorm";
+    case ScoreMethod::keydiff: return "keydiff";
+    case ScoreMethod::tova: return "tova";
+    case ScoreMethod::expected_attention: return "expected-attention";
   }
   return "?";
 }
 std::string pool_name(PoolKind p) { return p == PoolKind::max ? "max" : "avg"; }
 std::string gqa_reduce_name(GqaReduce r) { return r == GqaReduce::mean ? "mean" : "max"; }
 
-ScoreMethod parse_score_method(const std::string& s) {
-  if (s == "snapkv") return ScoreMethod::snapkv;
-  if (s == "h2o") return ScoreMethod::h2o;
-  if (s == "streamingllm") return ScoreMethod::streamingllm;
-  throw InvalidInput("unknown score method (expected snapkv, h2o or streamingllm)", {"", "--score", s});
+std::string score_method_list(const char* separator) {
+  std::string out;
+  for (ScoreMethod m : kScores) out += (out.empty() ? "" : separator) + score_method_name(m);
+  return out;
 }
+
+ScoreMethod parse_score_method(const std::string& s) {
+  for (ScoreMethod m : kScores) {
+    if (score_method_name(m) == s) return m;
+  }
+  throw InvalidInput("unknown score method (expected " + score_method_list(", ") + ")", {"", "--score", s});
+}
+
+bool score_is_query_free(ScoreMethod m) {
+  return m == ScoreMethod::knorm || m == ScoreMethod::keydiff || m == ScoreMethod::expected_attention;
+}
+
+std::size_t default_window(ScoreMethod m) {
+  if (score_is_query_free(m)) return 0;
+  return m == ScoreMethod::tova ? 1 : 32;
+}
+
+std::size_t default_sinks(ScoreMethod m) {
+  return m == ScoreMethod::streamingllm || m == ScoreMethod::expected_attention ? 4 : 0;
+}
+
+bool score_reads_values(const ScoreOptions& o) { return o.method == ScoreMethod::expected_attention && o.vnorm; }
 PoolKind parse_pool(const std::string& s) {
   if (s == "max") return PoolKind::max;
   if (s == "avg") return PoolKind::avg;
@@ -85,7 +209,7 @@ GqaReduce parse_gqa_reduce(const std::string& s) {
 }
 
 void validate_score_options(const ScoreOptions& o, const KvWindow& m) {
-  if (o.window == 0 || o.window > m.n_query) {
+  if ((o.window == 0 && !score_is_query_free(o.method)) || o.window > m.n_query) {
     throw InvalidInput("observation window must be in [1, n_query = " + std::to_string(m.n_query) +
                            "] (the dump stores the queries of the last n_query positions)",
                        {"", "--window", std::to_string(o.window)});
@@ -93,6 +217,7 @@ void validate_score_options(const ScoreOptions& o, const KvWindow& m) {
   if (o.kernel == 0 || o.kernel % 2 == 0) {
     throw InvalidInput("pooling kernel must be odd", {"", "--kernel", std::to_string(o.kernel)});
   }
+  if (o.method == ScoreMethod::expected_attention) validate_expected_attention(o, m);
 }
 
 std::vector<double> pool1d(const std::vector<double>& x, std::size_t n, std::size_t k, PoolKind p) {
@@ -112,54 +237,23 @@ std::vector<double> pool1d(const std::vector<double>& x, std::size_t n, std::siz
 }
 
 HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, const KvWindow& m,
-                      const ScoreOptions& o) {
+                      const ScoreOptions& o, const Tensor3* value, std::size_t sinks) {
   validate_score_options(o, m);
-  const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
-  const std::size_t rows = o.method == ScoreMethod::h2o ? nq : o.window;  // last `rows` queries
-  std::vector<double> tmp;
-  std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)), all;
-  if (o.method == ScoreMethod::h2o) all.assign(g, std::vector<double>(T, 0.0));
-  // The last `rows` query rows, at positions T - rows + i: blocked (H2O scores every prompt
-  // query; one [T, T] product would need 4 GB per head at 32K).
-  std::vector<std::size_t> visible(rows);
-  for (std::size_t i = 0; i < rows; ++i) visible[i] = T - rows + i + 1;
-  for (std::size_t q = 0; q < g; ++q) {
-    const CausalBlock b{query.row(h * g + q, nq - rows), key.row(h, 0), visible.data(), rows, T, d};
-    causal_logits(b, [&](std::size_t i, const float* s, std::size_t n) {
-      if (i >= rows - o.window) add_softmax(s, n, win[q].data(), tmp);
-      if (o.method == ScoreMethod::h2o) add_softmax(s, n, all[q].data(), tmp);
-    });
-  }
-  return finish(win, all, m, o);
+  return score_one<false>(query, key, h, m, o, value, sinks);
 }
 
 std::vector<HeadScores> score_layer(const Tensor3& query, const Tensor3& key, const KvWindow& m,
-                                    const ScoreOptions& o) {
+                                    const ScoreOptions& o, const Tensor3* value, std::size_t sinks) {
   std::vector<HeadScores> out(m.n_kv_heads);
-  for (std::size_t h = 0; h < m.n_kv_heads; ++h) out[h] = score_head(query, key, h, m, o);
+  for (std::size_t h = 0; h < m.n_kv_heads; ++h) out[h] = score_head(query, key, h, m, o, value, sinks);
   return out;
 }
 
-std::vector<HeadScores> score_layer_ref(const Tensor3& query, const Tensor3& key,
-                                        const KvWindow& m, const ScoreOptions& o) {
+std::vector<HeadScores> score_layer_ref(const Tensor3& query, const Tensor3& key, const KvWindow& m,
+                                        const ScoreOptions& o, const Tensor3* value, std::size_t sinks) {
   validate_score_options(o, m);
-  const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
   std::vector<HeadScores> out(m.n_kv_heads);
-  std::vector<std::size_t> visible(nq);
-  for (std::size_t i = 0; i < nq; ++i) visible[i] = T - nq + i + 1;
-  std::vector<double> tmp;
-  for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
-    std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)),
-        all(g, std::vector<double>(T, 0.0));
-    for (std::size_t q = 0; q < g; ++q) {
-      const CausalBlock b{query.row(h * g + q, 0), key.row(h, 0), visible.data(), nq, T, d};
-      causal_logits_ref(b, [&](std::size_t i, const double* s, std::size_t n) {
-        if (i >= nq - o.window) add_softmax(s, n, win[q].data(), tmp);
-        add_softmax(s, n, all[q].data(), tmp);
-      });
-    }
-    out[h] = finish(win, all, m, o);
-  }
+  for (std::size_t h = 0; h < m.n_kv_heads; ++h) out[h] = score_one<true>(query, key, h, m, o, value, sinks);
   return out;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// Token importance per KV head from a dump's queries (SnapKV, H2O, StreamingLLM).
+// Token importance per KV head from a dump's queries (SnapKV, H2O, StreamingLLM, TOVA) or
+// without them (key norm, KeyDiff, Expected Attention: kvpress's query-free scorers).
 //
 // The observation window is the last W query positions of the dump (W <= n_query). For each query
 // head and each window query i at position p_i (causal: tokens t <= p_i), a = softmax(q K^T / sqrt(d)).
@@ -7,10 +8,19 @@
 //                 same padding) over the tokens before the window (the window itself is kept).
 //   h2o:          score = attention accumulated over all n_query queries of the dump.
 //   streamingllm: score = token position (the most recent win); sinks are forced by the caller.
+//   knorm:        score = -|k_t| (kvpress KnormPress).
+//   keydiff:      score = -cos(k_t, a), a = mean over every token of k_t / |k_t| (KeyDiffPress).
+//   tova:         score = window attention averaged over every query head of the layer, the same
+//                 for each KV head (TOVAPress; TOVA's window is the last query).
+//   expected-attention: kvpress's ExpectedAttentionPress (score/expected_attention.h): the
+//                 softmax over the tokens after the sinks of E[q] k / sqrt(d) + k^T Cov[q] k / 2d,
+//                 q a Gaussian fitted to the queries after the sinks (RoPE undone), rotated by the
+//                 mean RoPE of the next `future` positions; group mean; times |v_t|.
 // GQA: the scores of the query heads of one KV group are reduced (mean or max) to one per token,
 // before SnapKV's pooling (the official SnapKV / Ada-KV order).
 // Every method also returns `mass`: the mean window attention of the group's query heads, a
-// distribution over tokens (sums to 1) used to report retained attention mass.
+// distribution over tokens (sums to 1) used to report retained attention mass; with a window of 0
+// (the query-free scorers) it is the last query's.
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -20,13 +30,20 @@
 
 namespace akv {
 
-enum class ScoreMethod { snapkv, h2o, streamingllm };
+enum class ScoreMethod { snapkv, h2o, streamingllm, knorm, keydiff, tova, expected_attention };
 enum class PoolKind { max, avg };
 enum class GqaReduce { mean, max };
 std::string score_method_name(ScoreMethod m);
 std::string pool_name(PoolKind p);
 std::string gqa_reduce_name(GqaReduce r);
-ScoreMethod parse_score_method(const std::string& s);  // UsageError naming the value
+ScoreMethod parse_score_method(const std::string& s);  // InvalidInput naming the value
+std::string score_method_list(const char* separator);  // every score name
+// Scorers that read no window queries: their window (the forced last tokens) may be 0.
+bool score_is_query_free(ScoreMethod m);
+// A method's default observation window (32; knorm, keydiff, expected-attention 0; tova 1) and
+// default sinks (streamingllm and expected-attention 4, otherwise 0).
+std::size_t default_window(ScoreMethod m);
+std::size_t default_sinks(ScoreMethod m);
 PoolKind parse_pool(const std::string& s);
 GqaReduce parse_gqa_reduce(const std::string& s);
 
@@ -36,7 +53,14 @@ struct ScoreOptions {
   PoolKind pool = PoolKind::max;
   std::size_t kernel = 7;   // pooling kernel (odd, >= 1; 1 = no pooling)
   GqaReduce gqa_reduce = GqaReduce::mean;
+  // expected-attention: future positions whose RoPE is averaged, the covariance term, the
+  // value-norm factor (kvpress's n_future_positions, use_covariance, use_vnorm).
+  std::size_t future = 512;
+  bool covariance = true;
+  bool vnorm = true;
 };
+// Whether the scorer reads values (expected-attention with vnorm).
+bool score_reads_values(const ScoreOptions& o);
 
 // Scores of one KV head, over all n_tokens positions.
 struct HeadScores {
@@ -44,18 +68,24 @@ struct HeadScores {
   std::vector<double> mass;   // [n_tokens] mean window attention; sums to 1
 };
 
-// Throws InvalidInput when W is 0 or exceeds n_query, or the kernel is even / 0.
+// Throws InvalidInput when W exceeds n_query or is 0 for a scorer that reads queries, the kernel
+// is even / 0, or expected-attention meets a RoPE other than plain RoPE (rope_variant).
 void validate_score_options(const ScoreOptions& o, const KvWindow& m);
 
 // query: [n_heads, n_query, head_dim], key: [n_kv_heads, n_tokens, head_dim] (one layer).
+// value: [n_kv_heads, n_tokens, head_dim] when score_reads_values(o), else unused (may be null).
+// sinks: the first positions the caller keeps anyway (expected-attention leaves them out of its
+// query statistics and its softmax, as kvpress's n_sink).
 // Scores of KV head h. Fast path (Eigen GEMM, f32 logits, f64 sums) and plain f64 reference.
 HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, const KvWindow& m,
-                      const ScoreOptions& o);
+                      const ScoreOptions& o, const Tensor3* value = nullptr, std::size_t sinks = 0);
 // All KV heads of a layer: [n_kv_heads].
 std::vector<HeadScores> score_layer(const Tensor3& query, const Tensor3& key, const KvWindow& m,
-                                    const ScoreOptions& o);
+                                    const ScoreOptions& o, const Tensor3* value = nullptr,
+                                    std::size_t sinks = 0);
 std::vector<HeadScores> score_layer_ref(const Tensor3& query, const Tensor3& key,
-                                        const KvWindow& m, const ScoreOptions& o);
+                                        const KvWindow& m, const ScoreOptions& o,
+                                        const Tensor3* value = nullptr, std::size_t sinks = 0);
 
 // Pooling of x[0..n) with kernel k (odd), zero padding counted for avg (PyTorch
 // avg_pool1d(count_include_pad=True)), padding ignored for max.

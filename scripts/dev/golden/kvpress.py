@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Runs NVIDIA/kvpress's scorer presses on an akv dump and writes what each keeps, per layer and
+KV head, as golden data for akv's tests (tests/unit/test_golden.cpp):
+
+  KnormPress, KeyDiffPress, TOVAPress, ExpectedAttentionPress  ->  knorm, keydiff, tova,
+  expected-attention
+
+  scripts/dev/golden/kvpress.py KVPRESS_CHECKOUT DUMP OUT.json [--ratio 0.75]
+
+The dump must hold every prompt query (n_query = n_tokens: Expected Attention fits its Gaussian to
+all of them) and use rotate-half RoPE without scaling (Hugging Face's Llama RoPE). Needs torch
+(Debian's python3-torch) and h5py. kvpress's modules are imported unmodified from the checkout
+(its package __init__, which builds the pipelines, is not run); its imports of transformers are
+satisfied with stand-ins: empty classes for the model and cache types it only names, and two
+functions it calls, transcribed from transformers' Llama code (repeat_kv; the default
+LlamaRotaryEmbedding's cos and sin). The attention module the presses are handed has q_proj = the
+identity and gets the dump's queries with RoPE undone (f64, then f32) as hidden states; TOVA gets
+the attention weights of the last query, softmax(q k^T / sqrt(d)) in f32 over every key, as
+attentions. Each press runs its own compress() (scores, topk of int(T (1 - ratio)) per head) on the
+dump's keys and values in f32; kept positions are found by matching the kept key rows to the
+dump's. Nothing of kvpress is copied: OUT.json holds numbers only.
+
+For each head OUT.json also records the press's score of the lowest kept token (`cutoff`) and every
+position whose score lies within a relative 1e-5 of it (`tied`): akv scores in f64 and kvpress in
+f32, and topk leaves the order of equal scores open, so either side may keep any of them.
+"""
+import argparse
+import importlib
+import json
+import math
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+TIE = 1e-5
+
+
+class _StandIn(types.ModuleType):
+    """A module whose every attribute is an empty class (names imported but not used here)."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        cls = type(name, (), {"__init__": lambda self, *a, **k: None})
+        setattr(self, name, cls)
+        return cls
+
+
+def repeat_kv(hidden_states, n_rep):
+    """transformers' Llama repeat_kv: [b, kv, s, d] -> [b, kv * n_rep, s, d]."""
+    b, kv, s, d = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    return hidden_states[:, :, None, :, :].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_cos_sin(theta, head_dim, position_ids, dtype):
+    """transformers' default LlamaRotaryEmbedding.forward (attention_scaling 1)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = (inv_freq[None, :, None].float() @ position_ids[:, None, :].float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def stand_ins(checkout):
+    for name in ("transformers", "transformers.models", "transformers.models.llama",
+                 "transformers.models.gemma3", "transformers.models.gemma3.modeling_gemma3",
+                 "transformers.models.phi3", "transformers.models.phi3.modeling_phi3",
+                 "transformers.models.qwen3", "transformers.models.qwen3.modeling_qwen3"):
+        sys.modules.setdefault(name, _StandIn(name))
+    llama = _StandIn("transformers.models.llama.modeling_llama")
+    llama.repeat_kv = repeat_kv
+    llama.rotate_half = rotate_half
+    sys.modules["transformers.models.llama.modeling_llama"] = llama
+    for name, sub in (("kvpress", "kvpress"), ("kvpress.presses", "kvpress/presses")):
+        package = types.ModuleType(name)
+        package.__path__ = [str(Path(checkout) / sub)]
+        sys.modules[name] = package
+
+
+class Attention:
+    """What the scorer presses read of a Llama attention module."""
+
+    def __init__(self, n_heads, n_kv, head_dim, theta):
+        self.head_dim = head_dim
+        self.config = types.SimpleNamespace(num_attention_heads=n_heads, num_key_value_heads=n_kv,
+                                            _attn_implementation="sdpa")
+        self.theta = theta
+
+    def q_proj(self, hidden_states):
+        return hidden_states
+
+    def rotary_emb(self, x, position_ids):
+        return rope_cos_sin(self.theta, self.head_dim, position_ids, x.dtype)
+
+
+def commit_of(checkout):
+    out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kvpress")
+    ap.add_argument("dump")
+    ap.add_argument("out")
+    ap.add_argument("--ratio", type=float, default=0.75, help="kvpress compression_ratio (akv budget 1 - ratio)")
+    args = ap.parse_args()
+    stand_ins(args.kvpress)
+    presses = {
+        "knorm": (importlib.import_module("kvpress.presses.knorm_press").KnormPress, {}, 0, 0),
+        "keydiff": (importlib.import_module("kvpress.presses.keydiff_press").KeyDiffPress, {}, 0, 0),
+        "tova": (importlib.import_module("kvpress.presses.tova_press").TOVAPress, {}, 1, 0),
+        "expected-attention": (importlib.import_module("kvpress.presses.expected_attention_press")
+                               .ExpectedAttentionPress, {"n_future_positions": 512, "n_sink": 4}, 0, 4),
+    }
+    torch.set_num_threads(1)
+    with h5py.File(args.dump, "r") as f:
+        n_layers, n_heads, n_kv, d, n = (int(f.attrs[k]) for k in ("n_layers", "n_heads", "n_kv_heads", "head_dim",
+                                                                     "n_tokens"))
+        theta = float(f.attrs["rope_theta"])
+        if f.attrs["rope_layout"] != "rotate-half" or "rope_variant" in f.attrs:
+            sys.exit("the dump must use plain rotate-half RoPE")
+        module = Attention(n_heads, n_kv, d, theta)
+        cos, sin = rope_cos_sin(theta, d, torch.arange(n)[None], torch.float64)
+        out = {"format": "akv-golden", "version": 1, "torch": torch.__version__, "dump": Path(args.dump).name,
+               "budget": 1 - args.ratio, "tie_tolerance": TIE, "methods": {}}
+        for method, (cls, options, window, sinks) in presses.items():
+            press = cls(compression_ratio=args.ratio, **options)
+            layers = []
+            for layer in range(n_layers):
+                key = torch.from_numpy(f[f"layers/{layer}/key"][...].astype(np.float32))[None]
+                value = torch.from_numpy(f[f"layers/{layer}/value"][...].astype(np.float32))[None]
+                query = torch.from_numpy(f[f"layers/{layer}/query"][...].astype(np.float64))[None]
+                if query.shape[2] != n:
+                    sys.exit("the dump must hold every prompt query (n_query = n_tokens)")
+                pre = query * cos[:, None] - rotate_half(query) * sin[:, None]  # RoPE undone
+                hidden = pre.transpose(1, 2).reshape(1, n, n_heads * d).float()
+                last = query[:, :, -1:].float()
+                attentions = torch.softmax(torch.matmul(last, repeat_kv(key, n_heads // n_kv).transpose(2, 3))
+                                           / math.sqrt(d), dim=-1, dtype=torch.float32)
+                score = press.score(module, hidden, key, value, attentions, {})[0].numpy()
+                kept_keys, _ = press.compress(module, hidden, key, value, attentions, {})
+                heads = []
+                for h in range(n_kv):
+                    rows = key[0, h].numpy()
+                    kept = sorted(int(np.flatnonzero((rows == row).all(axis=1))[0]) for row in kept_keys[0, h].numpy())
+                    selectable = [t for t in kept if sinks <= t < n - window]
+                    cutoff = min(float(score[h, t]) for t in selectable)
+                    tied = [int(t) for t in np.flatnonzero(np.abs(score[h] - cutoff) <= TIE * abs(cutoff))
+                            if sinks <= t < n - window]
+                    heads.append({"kept": kept, "budget": len(kept), "cutoff": cutoff, "tied": tied})
+                layers.append(heads)
+            out["methods"][method] = {"reference": f"NVIDIA/kvpress {cls.__name__}", "commit": commit_of(args.kvpress),
+                                      "options": options, "window": window, "sinks": sinks, "layers": layers}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
