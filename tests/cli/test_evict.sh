@@ -23,7 +23,7 @@ done
 for m in adakv adakv-pyramid adakv-global; do
   expect "compress --method $m" 0 "kept 0\.(19|20)" "$AKV" compress -q "$d" -o "$TMP/e_$m.h5" -m "$m" --budget 0.2 --window 16
 done
-for m in knorm keydiff tova expected-attention; do
+for m in knorm keydiff tova lagkv expected-attention; do
   expect "compress --method $m (kvpress's scorer)" 0 "kept 0\.2000 .*uniform/$m 0.2" \
     "$AKV" compress -q "$d" -o "$TMP/e_$m.h5" -m "$m" --budget 0.2
 done
@@ -67,6 +67,8 @@ echo '{"format": "akv-budgets", "version": 1' >"$TMP/broken.json"
 expect_error "corrupt budgets file" 2 "not JSON" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --budgets "$TMP/broken.json"
 expect_error "expected-attention's flag on another score" 1 "--future = 64" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m knorm --budget 0.2 --future 64
+expect_error "lagkv's flag on another score" 1 "--lag = 16" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m tova --budget 0.2 --lag 16
 expect_error "joint scores with snapkv only" 1 "--score = tova" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m joint --score tova --budget 0.3 --quant kivi --window 16
 expect_error "unknown score in a spec" 2 "score = lru" \

@@ -57,13 +57,13 @@ expect "passkey query-aware (default)" 0 "" \
 expect_equal "query-agnostic: the full cache still retrieves" "$(accuracy "$TMP/agnostic.json" full)" "0:1 0.5:1"
 expect_equal "query-agnostic: snapkv 0.5 loses the needle" "$(accuracy "$TMP/agnostic.json" snapkv:budget=0.5)" "0:0 0.5:0"
 expect_equal "query-aware: snapkv 0.5 keeps it" "$(accuracy "$TMP/aware.json" snapkv:budget=0.5)" "0:1 0.5:1"
-# kvpress's query-free scorers run in the decode loop (one prefill, a lane each); on this model
-# none keeps the needle at budget 0.5 (docs/eviction.md).
-expect "passkey --query-agnostic: knorm, keydiff, tova, expected-attention" 0 "" \
+# kvpress's query-free scorers run in the decode loop (one prefill, a lane each).
+expect "passkey --query-agnostic: knorm, keydiff, tova, lagkv, expected-attention" 0 "" \
   "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0.5 --trials 1 --query-agnostic \
-  --methods knorm:budget=0.5,keydiff:budget=0.5,tova:budget=0.5,expected-attention:budget=0.5 --json -o "$TMP/free.json"
+  --methods knorm:budget=0.5,keydiff:budget=0.5,tova:budget=0.5,lagkv:budget=0.5,expected-attention:budget=0.5 \
+  --json -o "$TMP/free.json"
 expect_equal "query-free scorers: one result each" "$("$PY" -c 'import json,sys; print(*[m["method"].split(":")[0] for m in json.load(open(sys.argv[1]))["methods"]])' "$TMP/free.json")" \
-  "full knorm keydiff tova expected-attention"
+  "full knorm keydiff tova lagkv expected-attention"
 expect_error "--query-agnostic needs --task passkey" 1 "--query-agnostic needs --task passkey" \
   "$AKV" -q evaluate --model "$M" --task ruler --lengths 1024 --query-agnostic
 expect "passkey (text mode) through the GGUF file" 0 "" \

@@ -31,10 +31,12 @@ void check_golden(const std::string& name) {
   const DumpReader dump(kGolden + g["dump"].get<std::string>());
   for (const auto& [method, official] : g["methods"].items()) {
     EvictionParams p = eviction_method(method);
-    p.budget_fraction = g["budget"].get<double>();
-    // A window (and sinks) per method where the references differ, else the file's.
+    // A budget, window, sinks (and lagkv's lag) per method where the references differ, else
+    // the file's.
+    p.budget_fraction = official.value("budget", g["budget"].get<double>());
     p.score.window = official.value("window", g.value("window", std::size_t{0}));
     p.sinks = official.value("sinks", p.sinks);
+    p.score.lag = official.value("lag", p.score.lag);
     const EvictionPlan plan = plan_eviction(dump, p, 1, {});
     const nlohmann::json& layers = official["layers"];
     REQUIRE(layers.size() == plan.heads.size());
@@ -113,7 +115,7 @@ TEST_CASE("Ada-KV, SnapKV, PyramidKV and Ada-KV pyramid keep what their official
   check_golden("gqa4-official.json");
 }
 
-TEST_CASE("knorm, keydiff, TOVA and Expected Attention keep what kvpress's presses keep (GQA 4, 25%)",
+TEST_CASE("knorm, keydiff, TOVA, Expected Attention (25%) and LagKV (50%) keep what kvpress's presses keep",
           "[golden][alloc]") {
   // scripts/dev/golden/kvpress.py KVPRESS data/golden/kvpress-dump.h5 data/golden/kvpress-official.json
   // (every prompt query in the dump; ties within a relative 1e-5 of the cutoff)

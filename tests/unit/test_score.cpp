@@ -254,3 +254,28 @@ TEST_CASE("expected-attention: fast path equals the f64 reference; refusals", "[
   m.rope_variant = "llama3 x8";
   CHECK_THROWS_AS(score_head(q, k, 0, m, o, &v, 4), InvalidInput);
 }
+
+TEST_CASE("lagkv: partition ranks by hand; the tail scores 1; short sequences by position", "[score]") {
+  KvWindow m = meta(6, 1);
+  m.n_heads = m.n_kv_heads = 1;
+  m.head_dim = 2;
+  Tensor3 q(1, 1, 2), k(1, 6, 2);
+  // Partition 0 = tokens 0, 1 against the ranges of tokens 2, 3 ([0, 1] per channel): scaled
+  // stds 0.707 and 0; partition 1 = tokens 2, 3 against tokens 4, 5 ([0, 2]): stds 0 and 0.177.
+  const float rows[6][2] = {{0, 1}, {0.5f, 0.5f}, {0, 0}, {0.5f, 1}, {0, 0}, {2, 2}};
+  for (std::size_t t = 0; t < 6; ++t) {
+    k.at(0, t, 0) = rows[t][0];
+    k.at(0, t, 1) = rows[t][1];
+  }
+  ScoreOptions o;
+  o.method = ScoreMethod::lagkv;
+  o.window = 0;
+  o.lag = 2;
+  CHECK(score_head(q, k, 0, m, o, &k, 0).score == std::vector<double>{0.5, 0, 0, 0.5, 1, 1});
+  o.lag = 4;  // 6 < sinks + 2 lag: the most recent win
+  const std::vector<double> s = score_head(q, k, 0, m, o, &k, 1).score;
+  CHECK(s[0] == 1.0);
+  for (std::size_t t = 1; t < 6; ++t) CHECK(s[t] == Approx((t - 1) / 5.0));
+  o.lag = 0;
+  CHECK_THROWS_AS(score_head(q, k, 0, m, o, &k, 0), InvalidInput);
+}

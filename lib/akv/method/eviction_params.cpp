@@ -93,6 +93,7 @@ nlohmann::json EvictionParams::to_json() const {
     j["covariance"] = score.covariance;
     j["vnorm"] = score.vnorm;
   }
+  if (score.method == ScoreMethod::lagkv) j["lag"] = score.lag;
   j["alloc"] = alloc_method_name(alloc);
   j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
   j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
@@ -122,6 +123,9 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
       p.score.future = static_cast<std::size_t>(file_integer(j, "future", "future", file, at + "future"));
       p.score.covariance = j.at("covariance").get<bool>();
       p.score.vnorm = j.at("vnorm").get<bool>();
+    }
+    if (p.score.method == ScoreMethod::lagkv) {
+      p.score.lag = static_cast<std::size_t>(file_integer(j, "lag", "lag", file, at + "lag"));
     }
     const std::string a = j.at("alloc").get<std::string>();
     p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);

@@ -106,6 +106,11 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
   if (r.future) e.score.future = count(*r.future);
   if (r.covariance) e.score.covariance = *r.covariance == "on";
   if (r.vnorm) e.score.vnorm = *r.vnorm == "on";
+  if (r.lag) e.score.lag = count(*r.lag);
+  if (e.score.method != ScoreMethod::lagkv && r.lag) {
+    throw UsageError("this flag sets lagkv's partitions, not " + score_method_name(e.score.method) + "'s",
+                     {"", "--lag", std::to_string(*r.lag)});
+  }
   if (e.score.method != ScoreMethod::expected_attention && (r.future || r.covariance || r.vnorm)) {
     const auto [flag, value] = r.future       ? std::pair{"--future", std::to_string(*r.future)}
                                : r.covariance ? std::pair{"--covariance", *r.covariance}
@@ -161,7 +166,7 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
 bool EvictionRequest::any() const {
   return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
          gqa_reduce || alpha || capacity_rule || beta || min_tokens || step || score || future ||
-         covariance || vnorm;
+         covariance || vnorm || lag;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
@@ -67,6 +68,54 @@ std::vector<double> keydiff_scores(const Tensor3& key, std::size_t h, std::size_
     double dot = 0;
     for (std::size_t c = 0; c < d; ++c) dot += k[c] * anchor[c];
     out[t] = -dot / std::max(norm(k, d) * an, 1e-8);
+  }
+  return out;
+}
+
+// LagKV's per-token score of one partition `x` [lag, d] against the next `ref` [lag, d]: the
+// std over channels (n - 1) of x min-max scaled by ref's channel ranges (a channel without range
+// scales to 0), softmaxed over the partition.
+std::vector<double> lag_partition(const float* x, const float* ref, std::size_t lag, std::size_t d) {
+  std::vector<double> lo(d, INFINITY), hi(d, -INFINITY), s(lag), p(lag);
+  for (std::size_t i = 0; i < lag; ++i) {
+    for (std::size_t c = 0; c < d; ++c) {
+      lo[c] = std::min(lo[c], static_cast<double>(ref[i * d + c]));
+      hi[c] = std::max(hi[c], static_cast<double>(ref[i * d + c]));
+    }
+  }
+  for (std::size_t i = 0; i < lag; ++i) {
+    double mean = 0, ss = 0;
+    std::vector<double> y(d);
+    for (std::size_t c = 0; c < d; ++c) {
+      y[c] = hi[c] > lo[c] ? (x[i * d + c] - lo[c]) / (hi[c] - lo[c]) : 0.0;
+      mean += y[c];
+    }
+    mean /= static_cast<double>(d);
+    for (double v : y) ss += (v - mean) * (v - mean);
+    s[i] = std::sqrt(ss / static_cast<double>(d - 1));
+  }
+  softmax(s.data(), lag, p.data());
+  return p;
+}
+
+std::vector<double> lagkv_scores(const Tensor3& key, const Tensor3& value, std::size_t h, std::size_t T,
+                                 std::size_t d, std::size_t sinks, std::size_t lag) {
+  std::vector<double> out(T, 1.0);
+  if (T < sinks + 2 * lag) {  // too short for two partitions: the most recent win
+    for (std::size_t t = sinks; t < T; ++t) out[t] = static_cast<double>(t - sinks) / static_cast<double>(T - sinks);
+    return out;
+  }
+  const std::size_t parts = (T - sinks) / lag;  // the last one only serves as a reference
+  for (std::size_t b = 0; b + 1 < parts; ++b) {
+    const std::size_t t0 = sinks + b * lag;
+    const std::vector<double> ks = lag_partition(key.row(h, t0), key.row(h, t0 + lag), lag, d);
+    const std::vector<double> vs = lag_partition(value.row(h, t0), value.row(h, t0 + lag), lag, d);
+    std::vector<double> avg(lag);
+    for (std::size_t i = 0; i < lag; ++i) avg[i] = (ks[i] + vs[i]) / 2;
+    std::vector<std::size_t> order(lag);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t c) { return avg[a] < avg[c]; });
+    for (std::size_t r = 0; r < lag; ++r) out[t0 + order[r]] = static_cast<double>(r) / static_cast<double>(lag);
   }
   return out;
 }
@@ -141,6 +190,10 @@ HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, co
       }
       break;
     }
+    case ScoreMethod::lagkv:
+      if (!value) throw std::logic_error("lagkv needs the values");
+      hs.score = lagkv_scores(key, *value, h, T, d, sinks, o.lag);
+      break;
     case ScoreMethod::expected_attention:
       hs.score = Ref ? expected_attention_ref(query, key, value, h, m, o, sinks)
                      : expected_attention(query, key, value, h, m, o, sinks);
@@ -151,7 +204,7 @@ HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, co
 
 constexpr ScoreMethod kScores[] = {ScoreMethod::snapkv, ScoreMethod::h2o,     ScoreMethod::streamingllm,
                                    ScoreMethod::knorm,  ScoreMethod::keydiff, ScoreMethod::tova,
-                                   ScoreMethod::expected_attention};
+                                   ScoreMethod::lagkv,  ScoreMethod::expected_attention};
 
 }  // namespace
 
@@ -163,6 +216,7 @@ std::string score_method_name(ScoreMethod m) {
     case ScoreMethod::knorm: return "knorm";
     case ScoreMethod::keydiff: return "keydiff";
     case ScoreMethod::tova: return "tova";
+    case ScoreMethod::lagkv: return "lagkv";
     case ScoreMethod::expected_attention: return "expected-attention";
   }
   return "?";
@@ -184,7 +238,8 @@ ScoreMethod parse_score_method(const std::string& s) {
 }
 
 bool score_is_query_free(ScoreMethod m) {
-  return m == ScoreMethod::knorm || m == ScoreMethod::keydiff || m == ScoreMethod::expected_attention;
+  return m == ScoreMethod::knorm || m == ScoreMethod::keydiff || m == ScoreMethod::lagkv ||
+         m == ScoreMethod::expected_attention;
 }
 
 std::size_t default_window(ScoreMethod m) {
@@ -193,10 +248,12 @@ std::size_t default_window(ScoreMethod m) {
 }
 
 std::size_t default_sinks(ScoreMethod m) {
-  return m == ScoreMethod::streamingllm || m == ScoreMethod::expected_attention ? 4 : 0;
+  return m == ScoreMethod::streamingllm || m == ScoreMethod::lagkv || m == ScoreMethod::expected_attention ? 4 : 0;
 }
 
-bool score_reads_values(const ScoreOptions& o) { return o.method == ScoreMethod::expected_attention && o.vnorm; }
+bool score_reads_values(const ScoreOptions& o) {
+  return o.method == ScoreMethod::lagkv || (o.method == ScoreMethod::expected_attention && o.vnorm);
+}
 PoolKind parse_pool(const std::string& s) {
   if (s == "max") return PoolKind::max;
   if (s == "avg") return PoolKind::avg;
@@ -218,6 +275,9 @@ void validate_score_options(const ScoreOptions& o, const KvWindow& m) {
     throw InvalidInput("pooling kernel must be odd", {"", "--kernel", std::to_string(o.kernel)});
   }
   if (o.method == ScoreMethod::expected_attention) validate_expected_attention(o, m);
+  if (o.method == ScoreMethod::lagkv && (o.lag == 0 || m.head_dim < 2)) {
+    throw InvalidInput("lagkv partitions must hold >= 1 token (and heads >= 2 channels)", {"", "--lag", std::to_string(o.lag)});
+  }
 }
 
 std::vector<double> pool1d(const std::vector<double>& x, std::size_t n, std::size_t k, PoolKind p) {

@@ -12,6 +12,12 @@
 //   keydiff:      score = -cos(k_t, a), a = mean over every token of k_t / |k_t| (KeyDiffPress).
 //   tova:         score = window attention averaged over every query head of the layer, the same
 //                 for each KV head (TOVAPress; TOVA's window is the last query).
+//   lagkv:        LagKV (kvpress LagKVPress): tokens after the sinks in partitions of `lag`; each
+//                 token of a partition scored by the std over channels of its key (and value)
+//                 min-max scaled by the next partition, softmaxed over the partition, key and
+//                 value averaged, then ranked within the partition (rank / lag); the last full
+//                 partition and the rest score 1; sequences shorter than sinks + 2 lag score by
+//                 position.
 //   expected-attention: kvpress's ExpectedAttentionPress (score/expected_attention.h): the
 //                 softmax over the tokens after the sinks of E[q] k / sqrt(d) + k^T Cov[q] k / 2d,
 //                 q a Gaussian fitted to the queries after the sinks (RoPE undone), rotated by the
@@ -30,7 +36,7 @@
 
 namespace akv {
 
-enum class ScoreMethod { snapkv, h2o, streamingllm, knorm, keydiff, tova, expected_attention };
+enum class ScoreMethod { snapkv, h2o, streamingllm, knorm, keydiff, tova, lagkv, expected_attention };
 enum class PoolKind { max, avg };
 enum class GqaReduce { mean, max };
 std::string score_method_name(ScoreMethod m);
@@ -38,10 +44,11 @@ std::string pool_name(PoolKind p);
 std::string gqa_reduce_name(GqaReduce r);
 ScoreMethod parse_score_method(const std::string& s);  // InvalidInput naming the value
 std::string score_method_list(const char* separator);  // every score name
-// Scorers that read no window queries: their window (the forced last tokens) may be 0.
+// Scorers that read no window queries (knorm, keydiff, lagkv, expected-attention): their window
+// (the forced last tokens) may be 0.
 bool score_is_query_free(ScoreMethod m);
-// A method's default observation window (32; knorm, keydiff, expected-attention 0; tova 1) and
-// default sinks (streamingllm and expected-attention 4, otherwise 0).
+// A method's default observation window (32; knorm, keydiff, lagkv, expected-attention 0; tova 1)
+// and default sinks (streamingllm, lagkv and expected-attention 4, otherwise 0).
 std::size_t default_window(ScoreMethod m);
 std::size_t default_sinks(ScoreMethod m);
 PoolKind parse_pool(const std::string& s);
@@ -58,8 +65,9 @@ struct ScoreOptions {
   std::size_t future = 512;
   bool covariance = true;
   bool vnorm = true;
+  std::size_t lag = 128;  // lagkv: partition size (kvpress's lag_size)
 };
-// Whether the scorer reads values (expected-attention with vnorm).
+// Whether the scorer reads values (lagkv; expected-attention with vnorm).
 bool score_reads_values(const ScoreOptions& o);
 
 // Scores of one KV head, over all n_tokens positions.
@@ -75,7 +83,7 @@ void validate_score_options(const ScoreOptions& o, const KvWindow& m);
 // query: [n_heads, n_query, head_dim], key: [n_kv_heads, n_tokens, head_dim] (one layer).
 // value: [n_kv_heads, n_tokens, head_dim] when score_reads_values(o), else unused (may be null).
 // sinks: the first positions the caller keeps anyway (expected-attention leaves them out of its
-// query statistics and its softmax, as kvpress's n_sink).
+// query statistics and its softmax, lagkv out of its partitions, as kvpress's n_sink).
 // Scores of KV head h. Fast path (Eigen GEMM, f32 logits, f64 sums) and plain f64 reference.
 HeadScores score_head(const Tensor3& query, const Tensor3& key, std::size_t h, const KvWindow& m,
                       const ScoreOptions& o, const Tensor3* value = nullptr, std::size_t sinks = 0);

@@ -2,8 +2,9 @@
 """Runs NVIDIA/kvpress's scorer presses on an akv dump and writes what each keeps, per layer and
 KV head, as golden data for akv's tests (tests/unit/test_golden.cpp):
 
-  KnormPress, KeyDiffPress, TOVAPress, ExpectedAttentionPress  ->  knorm, keydiff, tova,
-  expected-attention
+  KnormPress, KeyDiffPress, TOVAPress, ExpectedAttentionPress, LagKVPress  ->  knorm, keydiff,
+  tova, expected-attention (compression ratio --ratio), lagkv (lag_size 32, compression ratio 0.5:
+  past the sinks and the scored-1 tail)
 
   scripts/dev/golden/kvpress.py KVPRESS_CHECKOUT DUMP OUT.json [--ratio 0.75]
 
@@ -117,12 +118,14 @@ def main():
     ap.add_argument("--ratio", type=float, default=0.75, help="kvpress compression_ratio (akv budget 1 - ratio)")
     args = ap.parse_args()
     stand_ins(args.kvpress)
-    presses = {
-        "knorm": (importlib.import_module("kvpress.presses.knorm_press").KnormPress, {}, 0, 0),
-        "keydiff": (importlib.import_module("kvpress.presses.keydiff_press").KeyDiffPress, {}, 0, 0),
-        "tova": (importlib.import_module("kvpress.presses.tova_press").TOVAPress, {}, 1, 0),
+    presses = {  # press, options, akv's window, sinks, compression ratio
+        "knorm": (importlib.import_module("kvpress.presses.knorm_press").KnormPress, {}, 0, 0, args.ratio),
+        "keydiff": (importlib.import_module("kvpress.presses.keydiff_press").KeyDiffPress, {}, 0, 0, args.ratio),
+        "tova": (importlib.import_module("kvpress.presses.tova_press").TOVAPress, {}, 1, 0, args.ratio),
         "expected-attention": (importlib.import_module("kvpress.presses.expected_attention_press")
-                               .ExpectedAttentionPress, {"n_future_positions": 512, "n_sink": 4}, 0, 4),
+                               .ExpectedAttentionPress, {"n_future_positions": 512, "n_sink": 4}, 0, 4, args.ratio),
+        "lagkv": (importlib.import_module("kvpress.presses.lagkv_press").LagKVPress, {"n_sink": 4, "lag_size": 32}, 0, 4,
+                  0.5),
     }
     torch.set_num_threads(1)
     with h5py.File(args.dump, "r") as f:
@@ -135,8 +138,8 @@ def main():
         cos, sin = rope_cos_sin(theta, d, torch.arange(n)[None], torch.float64)
         out = {"format": "akv-golden", "version": 1, "torch": torch.__version__, "dump": Path(args.dump).name,
                "budget": 1 - args.ratio, "tie_tolerance": TIE, "methods": {}}
-        for method, (cls, options, window, sinks) in presses.items():
-            press = cls(compression_ratio=args.ratio, **options)
+        for method, (cls, options, window, sinks, ratio) in presses.items():
+            press = cls(compression_ratio=ratio, **options)
             layers = []
             for layer in range(n_layers):
                 key = torch.from_numpy(f[f"layers/{layer}/key"][...].astype(np.float32))[None]
@@ -162,7 +165,10 @@ def main():
                     heads.append({"kept": kept, "budget": len(kept), "cutoff": cutoff, "tied": tied})
                 layers.append(heads)
             out["methods"][method] = {"reference": f"NVIDIA/kvpress {cls.__name__}", "commit": commit_of(args.kvpress),
-                                      "options": options, "window": window, "sinks": sinks, "layers": layers}
+                                      "options": options, "budget": 1 - ratio, "window": window, "sinks": sinks,
+                                      "layers": layers}
+            if "lag_size" in options:
+                out["methods"][method]["lag"] = options["lag_size"]
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 
 
