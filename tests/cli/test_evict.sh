@@ -69,6 +69,8 @@ expect_error "expected-attention's flag on another score" 1 "--future = 64" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m knorm --budget 0.2 --future 64
 expect_error "lagkv's flag on another score" 1 "--lag = 16" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m tova --budget 0.2 --lag 16
+expect_error "kvzip needs the model (no dump mode)" 1 "evaluate --model only" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m kvzip --budget 0.3
 expect_error "joint scores with snapkv only" 1 "--score = tova" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m joint --score tova --budget 0.3 --quant kivi --window 16
 expect_error "unknown score in a spec" 2 "score = lru" \

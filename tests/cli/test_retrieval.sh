@@ -64,6 +64,16 @@ expect "passkey --query-agnostic: knorm, keydiff, tova, lagkv, expected-attentio
   --json -o "$TMP/free.json"
 expect_equal "query-free scorers: one result each" "$("$PY" -c 'import json,sys; print(*[m["method"].split(":")[0] for m in json.load(open(sys.argv[1]))["methods"]])' "$TMP/free.json")" \
   "full knorm keydiff tova lagkv expected-attention"
+# KVzip's reconstruction pass makes the induction heads copy the context: the positions retrieval
+# needs are the ones it attends to, so a quarter of the cache keeps every needle without the
+# question (docs/retrieval_model.md).
+expect "passkey --query-agnostic: kvzip" 0 "" \
+  "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0,0.5 --trials 1 --query-agnostic \
+  --methods kvzip:budget=0.25 --json -o "$TMP/kvzip.json"
+expect_equal "kvzip 0.25, question decoded after compression: every needle" "$(accuracy "$TMP/kvzip.json" kvzip:budget=0.25)" "0:1 0.5:1"
+printf '1 2 3 4 5 6 7 8 9 10\n' >"$TMP/t10.txt"
+expect_error "kvzip needs the tokenizer for its repeat prompt" 1 "repeat prompt" \
+  "$AKV" -q evaluate --model "$M" --tokens "$TMP/t10.txt" --methods kvzip:budget=0.5
 expect_error "--query-agnostic needs --task passkey" 1 "--query-agnostic needs --task passkey" \
   "$AKV" -q evaluate --model "$M" --task ruler --lengths 1024 --query-agnostic
 expect "passkey (text mode) through the GGUF file" 0 "" \

@@ -9,7 +9,9 @@
 #include "akv/kv/joint.h"
 #include <cmath>
 #include <functional>
+#include <algorithm>
 #include <limits>
+#include <tuple>
 #include <numeric>
 #include "akv/alloc/budgets_file.h"
 #include "akv/io/file_hash.h"
@@ -51,7 +53,8 @@ TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[
   write_synth_dump(dir.file("d.h5"), so, {});
   DumpReader dump(dir.file("d.h5"));
   for (const std::string& name : eviction_method_names()) {
-    if (name == "joint") continue;  // planned by plan_joint (tested below)
+    // joint is planned by plan_joint, kvzip's scores come from the model (both tested below)
+    if (name == "joint" || name == "kvzip") continue;
     EvictionParams p = eviction_method(name);
     p.budget_tokens = 150;
     p.score.window = 16;
@@ -315,4 +318,48 @@ TEST_CASE("streaming_victim on rows in any order equals a chronological scan", "
       }
     }
   }
+}
+
+TEST_CASE("kvzip: the given scores' global top-k over every head of every layer; refused without them",
+          "[eviction]") {
+  KvWindow m;
+  m.n_layers = 2;
+  m.n_heads = m.n_kv_heads = 2;
+  m.head_dim = 4;
+  m.n_tokens = 20;
+  m.n_query = 1;
+  // Head (l, h) scores token t as (l * 2 + h + 1) * t: head (1, 1) holds the 8 largest selectable
+  // scores, then (1, 0)...; budget 6 tokens per head on average, 4 sinks forced.
+  TokenScores given(2, std::vector<std::vector<double>>(2, std::vector<double>(20)));
+  for (std::size_t l = 0; l < 2; ++l) {
+    for (std::size_t h = 0; h < 2; ++h) {
+      for (std::size_t t = 0; t < 20; ++t) given[l][h][t] = static_cast<double>((l * 2 + h + 1) * t);
+    }
+  }
+  const LayerSource source = [&](std::size_t, Tensor3& q, Tensor3& k, Tensor3*) {
+    q = Tensor3(2, 1, 4);
+    k = Tensor3(2, 20, 4);
+  };
+  EvictionParams p = eviction_method("kvzip");
+  p.budget_tokens = 6;
+  const EvictionPlan plan = plan_eviction(m, source, p, 1, {}, &given);
+  // 4 x 2 = 8 selectable slots: a brute-force global top 8 of (l * 2 + h + 1) * t, t in 4..19.
+  std::vector<std::tuple<double, std::size_t, std::size_t>> all;
+  for (std::size_t l = 0; l < 2; ++l) {
+    for (std::size_t h = 0; h < 2; ++h) {
+      for (std::size_t t = 4; t < 20; ++t) all.emplace_back(given[l][h][t], l * 2 + h, t);
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
+  std::vector<std::vector<std::int32_t>> want(4, std::vector<std::int32_t>{0, 1, 2, 3});
+  for (std::size_t i = 0; i < 8; ++i) want[std::get<1>(all[i])].push_back(static_cast<std::int32_t>(std::get<2>(all[i])));
+  for (std::size_t l = 0; l < 2; ++l) {
+    for (std::size_t h = 0; h < 2; ++h) {
+      std::vector<std::int32_t>& w = want[l * 2 + h];
+      std::sort(w.begin(), w.end());
+      CHECK(plan.heads[l][h].kept == w);
+    }
+  }
+  CHECK(plan.total_tokens() == 4 * 6);
+  CHECK_THROWS_AS(plan_eviction(m, source, p, 1, {}), UsageError);
 }

@@ -5,6 +5,7 @@
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/score/expected_attention.h"
+#include "akv/score/kvzip.h"
 #include "akv/score/score.h"
 #include "akv/tensor/rope.h"
 
@@ -278,4 +279,43 @@ TEST_CASE("lagkv: partition ranks by hand; the tail scores 1; short sequences by
   for (std::size_t t = 1; t < 6; ++t) CHECK(s[t] == Approx((t - 1) / 5.0));
   o.lag = 0;
   CHECK_THROWS_AS(score_head(q, k, 0, m, o, &k, 0), InvalidInput);
+}
+
+TEST_CASE("kvzip: the softmax covers the sinks, the chunk and the repeat up to each query", "[score]") {
+  // Zero queries: each repeat query spreads its attention evenly over what it sees. Context 6
+  // tokens, chunk [2, 5), 1 sink, 2 repeat rows: the first sees 1 + 3 + 1 keys, the second 6.
+  KvShape s;
+  s.n_layers = 1;
+  s.n_heads = 2;
+  s.n_kv_heads = 1;
+  s.head_dim = 4;
+  Tensor3 q(2, 8, 4), k(1, 8, 4);
+  fill(k, 14, 1.0);
+  std::vector<std::vector<double>> score(1, std::vector<double>(6, -1.0));
+  kvzip_chunk_scores(q, k, s, 6, 2, 5, 1, score);
+  CHECK(score[0] == std::vector<double>{-1.0, -1.0, 0.2, 0.2, 0.2, -1.0});  // only the chunk written
+  // Random queries: the fast path (f32 logits) against the f64 reference; the maximum over the
+  // group's heads and the repeat queries.
+  fill(q, 15, 1.5);
+  std::vector<std::vector<double>> ref(1, std::vector<double>(6, 0.0));
+  kvzip_chunk_scores(q, k, s, 6, 2, 5, 1, score);
+  kvzip_chunk_scores_ref(q, k, s, 6, 2, 5, 1, ref);
+  for (std::size_t t = 2; t < 5; ++t) CHECK(score[0][t] == Approx(ref[0][t]).epsilon(1e-5));
+  double want = 0;  // token 3 by hand: the largest of the 4 probabilities it gets
+  for (std::size_t qh = 0; qh < 2; ++qh) {
+    for (std::size_t j = 0; j < 2; ++j) {
+      const std::vector<std::size_t> rows = j == 0 ? std::vector<std::size_t>{0, 2, 3, 4, 6}
+                                                   : std::vector<std::size_t>{0, 2, 3, 4, 6, 7};
+      double sum = 0, mine = 0;
+      for (std::size_t r : rows) {
+        double dot = 0;
+        for (std::size_t c = 0; c < 4; ++c) dot += static_cast<double>(q.at(qh, 6 + j, c)) * k.at(0, r, c);
+        const double e = std::exp(dot / 2.0);
+        sum += e;
+        if (r == 3) mine = e;
+      }
+      want = std::max(want, mine / sum);
+    }
+  }
+  CHECK(ref[0][3] == Approx(want).epsilon(1e-12));
 }

@@ -109,7 +109,7 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
 
 EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
                            const EvictionParams& requested, int threads,
-                           const ProgressFn& progress) {
+                           const ProgressFn& progress, const TokenScores* given) {
   EvictionParams p = requested;
   std::vector<std::vector<std::size_t>> file_budgets;
   if (p.alloc == AllocMethod::file) {
@@ -123,6 +123,15 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
   }
   validate_score_options(p.score, m);
   const std::size_t T = m.n_tokens, L = m.n_layers, H = m.n_kv_heads, W = p.score.window;
+  if (p.score.method == ScoreMethod::kvzip) {
+    if (!given) {
+      throw UsageError("kvzip scores tokens by the model's reconstruction of its context: it runs in "
+                       "akv evaluate --model only", {"", "--score", "kvzip"});
+    }
+    if (given->size() != L || (*given)[0].size() != H || (*given)[0][0].size() != T) {
+      throw std::logic_error("plan_eviction: the given scores do not match the shape");
+    }
+  }
   EvictionPlan plan;
   plan.params = p;
   plan.n_tokens = T;
@@ -144,6 +153,7 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
     source(l, query, key, values ? &value : nullptr);
     parallel_for(H, threads, [&](std::size_t h) {
       scores[l][h] = score_head(query, key, h, m, p.score, values ? &value : nullptr, p.sinks);
+      if (p.score.method == ScoreMethod::kvzip) scores[l][h].score = (*given)[l][h];
       const std::vector<double>& s = scores[l][h].score;
       std::vector<std::size_t>& o = order[l][h];
       for (std::size_t t = 0; t < T; ++t) {

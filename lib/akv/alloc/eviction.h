@@ -17,6 +17,7 @@
 #include "akv/core/progress.h"
 #include "akv/io/dump.h"
 #include "akv/method/eviction_params.h"
+#include "akv/score/kvzip.h"
 #include "akv/score/score.h"
 
 namespace akv {
@@ -63,7 +64,9 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
 // value (the keys' shape) when it is not nullptr: only for scores that read values
 // (score_reads_values).
 using LayerSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key, Tensor3* value)>;
+// `given`: the scores of a score the model computes (kvzip, [layer][kv head][token]); without
+// them such a score is refused (UsageError: a dump cannot run the model).
 EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source, const EvictionParams& p,
-                           int threads, const ProgressFn& progress);
+                           int threads, const ProgressFn& progress, const TokenScores* given = nullptr);
 
 }  // namespace akv

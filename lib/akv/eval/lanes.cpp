@@ -95,12 +95,26 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
   out.caches.resize(n * n_methods);
   out.last_logits.resize(n * n_methods);
   // Prefill of prompt i on `inner` threads, then its caches on `ingest` threads.
+  // kvzip methods: the reconstruction pass scores each prompt once (with the first one's sinks).
+  std::optional<std::size_t> kvzip_sinks;
+  for (const auto& m : methods) {
+    if (m && m->eviction() && m->eviction()->score.method == ScoreMethod::kvzip && !kvzip_sinks) {
+      kvzip_sinks = m->eviction()->sinks;
+    }
+  }
+  if (kvzip_sinks && !options.kvzip) {
+    throw UsageError("kvzip writes its repeat prompt with the model's tokenizer: use text (--text, or a passkey "
+                     "or ruler task in text mode)", {"", "--methods", "kvzip"});
+  }
   auto one = [&](std::size_t i, int inner, int ingest) {
     const PrefillResult pre = model.prefill(prompts[i], false, inner);
+    TokenScores zip;
+    if (kvzip_sinks) zip = kvzip_scores(model, prompts[i], *options.kvzip, *kvzip_sinks, inner);
     parallel_for(n_methods, ingest, [&](std::size_t m) {
       auto& cache = out.caches[i * n_methods + m];
       cache = make_kv_policy(methods[m], g, 1);
-      cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size()});
+      cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size(),
+                            kvzip_sinks ? &zip : nullptr});
     });
     const auto last = pre.logits.row(pre.logits.rows() - 1);
     for (std::size_t m = 0; m < n_methods; ++m) out.last_logits[i * n_methods + m].assign(last.data(), last.data() + last.size());
@@ -145,19 +159,20 @@ void run_lanes(const Model& model, const std::vector<DecodeLane>& lanes, std::si
 Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                              const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
                              int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced,
-                             const std::vector<std::vector<std::int32_t>>* question, PrefillMode prefill) {
+                             const std::vector<std::vector<std::int32_t>>* question, PrefillMode prefill,
+                             const KvzipPrompts* kvzip) {
   std::vector<LaneGoal> goals(prompts.size() * methods.size());
   for (std::size_t lane = 0; lane < goals.size(); ++lane) {
     const std::size_t p = lane / methods.size();
     goals[lane] = {n[p], forced ? &(*forced)[p] : nullptr};
   }
-  return continue_lanes(model, prompts, methods, goals, threads, attention, question, prefill);
+  return continue_lanes(model, prompts, methods, goals, threads, attention, question, prefill, kvzip);
 }
 
 Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                              const std::vector<std::optional<CompressParams>>& methods, const std::vector<LaneGoal>& goals,
                              int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* question,
-                             PrefillMode prefill) {
+                             PrefillMode prefill, const KvzipPrompts* kvzip) {
   const ModelConfig& c = model.config();
   const std::size_t n_methods = methods.size();
   if (goals.size() != prompts.size() * n_methods) throw std::logic_error("continue_lanes: a goal per lane");
@@ -167,7 +182,7 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
     const std::size_t p = lane / n_methods;
     longest = std::max(longest, prompts[p].size() + asked(p) + goals[lane].n);
   }
-  PromptLanes start = prefill_lanes(model, prompts, methods, longest, threads, {prefill, attention, 0});
+  PromptLanes start = prefill_lanes(model, prompts, methods, longest, threads, {prefill, attention, 0, kvzip});
   std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
   // The logits before step 0 of each lane: after its prompt, or after its question decoded
   // through the lane's cache (known tokens, several a call).

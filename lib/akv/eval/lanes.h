@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "akv/eval/kvzip.h"
 #include "akv/kv/runtime.h"
 #include "akv/model/model.h"
 
@@ -48,6 +49,9 @@ struct PrefillOptions {
   PrefillMode mode = PrefillMode::exact;
   AttentionMode attention = AttentionMode::exact;  // batch: the decode attention path
   std::size_t block = 0;                           // batch: tokens per model call (0: auto)
+  // The repeat prompts of kvzip methods (eval/kvzip.h): their scores are computed once per
+  // prompt, before its caches ingest it. Without them a kvzip method is refused (UsageError).
+  const KvzipPrompts* kvzip = nullptr;
 };
 
 // Prompts on the threads (each prefill on one), or, with fewer prompts than threads, one prompt
@@ -103,7 +107,7 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
                              const std::vector<std::size_t>& n, const std::vector<std::optional<CompressParams>>& methods,
                              int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* forced,
                              const std::vector<std::vector<std::int32_t>>* question = nullptr,
-                             PrefillMode prefill = PrefillMode::exact);
+                             PrefillMode prefill = PrefillMode::exact, const KvzipPrompts* kvzip = nullptr);
 
 // The same with a goal per lane (lane p * methods.size() + m): n steps, teacher-forced through
 // *forced (at least n tokens) or greedy (nullptr). A prompt's lanes may mix both, e.g. a method
@@ -115,6 +119,6 @@ struct LaneGoal {
 Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                              const std::vector<std::optional<CompressParams>>& methods, const std::vector<LaneGoal>& goals,
                              int threads, AttentionMode attention, const std::vector<std::vector<std::int32_t>>* question = nullptr,
-                             PrefillMode prefill = PrefillMode::exact);
+                             PrefillMode prefill = PrefillMode::exact, const KvzipPrompts* kvzip = nullptr);
 
 }  // namespace akv

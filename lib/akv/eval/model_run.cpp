@@ -123,6 +123,7 @@ std::string ppl_run(const ModelRunOptions& o, const Model& m, const Tokenizer* t
   if (!o.text.empty()) {
     seqs = text_chunks(o.text, tok, o.ctx, po.max_sequences);
     if (!po.prefill) po.prefill = o.ctx / 2 + 1;
+    po.kvzip = kvzip_prompts(*tok);
     source = o.text;
   } else {
     seqs = read_token_file(o.tokens);

@@ -170,6 +170,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
     longest = std::max(longest, o.lengths[j / o.trials % o.lengths.size()] + (tokenizer ? std::max<std::size_t>(o.answer_tokens, 8) : o.key_tokens));
   }
   const std::size_t batch = resolve_batch(o.batch, hi - lo, per_prompt, c, longest);
+  const KvzipPrompts zip = tokenizer ? kvzip_prompts(*tokenizer) : KvzipPrompts{};
   const double element_bytes = 2.0 * 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim);  // f16 K + V
   for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
     const std::size_t nb = std::min(batch, hi - b0);
@@ -194,7 +195,8 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
       }
     }
     const Continuations out = continue_lanes(model, prompts, params, goals, o.threads, attention,
-                                             o.query_agnostic ? &questions : nullptr, o.prefill_mode);
+                                             o.query_agnostic ? &questions : nullptr, o.prefill_mode,
+                                             tokenizer ? &zip : nullptr);
     for (std::size_t i = 0; i < nb; ++i) {
       const PasskeyPrompt& p = jobs[i];
       for (std::size_t mi = 0; mi < n_methods; ++mi) {

@@ -103,7 +103,8 @@ PplReport evaluate_perplexity(const Model& model,
     }
     // Lane i * n_methods + m: sequence b0 + i through method m (m = 0: the full cache); first[lane]:
     // the lane's logits after its prompt, its step 0.
-    PromptLanes start = prefill_lanes(model, prompts, params, longest, o.threads, {o.prefill_mode, attention, o.token_block});
+    PromptLanes start = prefill_lanes(model, prompts, params, longest, o.threads,
+                                      {o.prefill_mode, attention, o.token_block, o.kvzip ? &*o.kvzip : nullptr});
     std::vector<std::unique_ptr<KvPolicy>>& caches = start.caches;
     const std::vector<std::vector<float>>& first = start.last_logits;
     // Step t predicts token P + t of each sequence (P its prompt length) from position P - 1 + t;

@@ -49,6 +49,8 @@ struct PplOptions {
   AttentionMode attention = AttentionMode::exact;
   // How each prompt enters the caches (eval/lanes.h): exact prefill, or llama.cpp's batch.
   PrefillMode prefill_mode = PrefillMode::exact;
+  // kvzip's repeat prompts (text runs: from the tokenizer); kvzip is refused without them.
+  std::optional<KvzipPrompts> kvzip;
 };
 
 struct PplSums {

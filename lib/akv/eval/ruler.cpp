@@ -205,6 +205,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
     for (std::size_t len : o.lengths) longest = std::max(longest, len + answer_tokens(t));
   }
   const std::size_t batch = resolve_batch(o.batch, hi - lo, methods.size(), c, longest);
+  const KvzipPrompts zip = kvzip_prompts(tok);
   for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
     const std::size_t nb = std::min(batch, hi - b0);
     std::vector<RulerSample> jobs;
@@ -222,7 +223,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
       r.prompt_tokens[b0 + i - lo] = jobs[i].tokens.size();
     }
     const Continuations out = continue_lanes(model, prompts, n, params, o.threads, attention, nullptr,
-                                               o.query_aware ? nullptr : &questions, o.prefill_mode);
+                                               o.query_aware ? nullptr : &questions, o.prefill_mode, &zip);
     for (std::size_t i = 0; i < nb; ++i) {
       for (std::size_t m = 0; m < methods.size(); ++m) {
         r.kv_bytes[b0 + i - lo][m] = out.bytes[i * methods.size() + m];

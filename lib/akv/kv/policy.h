@@ -11,18 +11,21 @@
 #include <vector>
 
 #include "akv/attention/kv_view.h"
+#include "akv/score/kvzip.h"
 #include "akv/tensor/tensor.h"
 
 namespace akv {
 
 // The prompt's tensors, per layer: queries [n_heads, n, hd]; keys after and before RoPE and
-// values [n_kv_heads, n, hd]. Positions 0..n-1.
+// values [n_kv_heads, n, hd]. Positions 0..n-1. `scores`: what the model computed for a method
+// whose scores it alone can compute (kvzip, eval/kvzip.h), else nullptr.
 struct PromptKv {
   const std::vector<Tensor3>* query = nullptr;
   const std::vector<Tensor3>* key = nullptr;
   const std::vector<Tensor3>* key_pre_rope = nullptr;
   const std::vector<Tensor3>* value = nullptr;
   std::size_t n_tokens = 0;
+  const TokenScores* scores = nullptr;
 };
 
 // One layer of a prompt [n_kv_heads, n, hd]: keys after RoPE, keys before RoPE (nullptr when

@@ -68,6 +68,7 @@ EvictionParams eviction_method(const std::string& name) {
   p.score.window = default_window(m->score);
   p.alloc = m->alloc;
   p.sinks = m->sinks;
+  p.alpha = m->alpha;
   return p;
 }
 

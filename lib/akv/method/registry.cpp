@@ -38,11 +38,13 @@ MethodInfo preset(const char* name, const char* help, int bits_key, int bits_val
   return m;
 }
 
-MethodInfo eviction(const char* name, const char* help, ScoreMethod score, AllocMethod alloc, std::size_t sinks = 0) {
+MethodInfo eviction(const char* name, const char* help, ScoreMethod score, AllocMethod alloc, std::size_t sinks = 0,
+                    double alpha = 0.2) {
   MethodInfo m{name, alloc == AllocMethod::joint ? MethodKind::joint : MethodKind::eviction, help};
   m.score = score;
   m.alloc = alloc;
   m.sinks = sinks;
+  m.alpha = alpha;
   return m;
 }
 
@@ -83,6 +85,11 @@ const std::vector<MethodInfo>& method_registry() {
                "Expected Attention (kvpress): attention expected of future queries (a Gaussian fitted to the "
                "prompt's queries, RoPE of the next positions) times |v|; 4 sinks; reads no window",
                Sc::expected_attention, A::uniform, 4),
+      eviction("kvzip",
+               "KVzip: the most attention each token receives while the model reconstructs its context "
+               "(a second prefill per 2048-token chunk); the lowest over every head of every layer evicted "
+               "(adakv-global, alpha 0); 4 sinks; evaluate --model only",
+               Sc::kvzip, A::adakv_global, 4, 0.0),
       eviction("adakv", "Ada-KV: SnapKV scores, head-wise budgets within each layer", Sc::snapkv, A::adakv),
       eviction("waterfill", "greedy marginal-utility water-filling across the heads of a layer", Sc::snapkv,
                A::waterfill),

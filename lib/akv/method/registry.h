@@ -34,6 +34,7 @@ struct MethodInfo {
   ScoreMethod score = ScoreMethod::snapkv;   // eviction, joint: the token score,
   AllocMethod alloc = AllocMethod::uniform;  // the budget allocator
   std::size_t sinks = 0;                     // and the default attention sinks
+  double alpha = 0.2;                        // and Ada-KV's floor (kvzip's global top-k: 0)
 };
 
 // Every method, in the order help lists them. The reference `full` (kFullMethod: f32 K/V as the

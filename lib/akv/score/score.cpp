@@ -194,6 +194,8 @@ HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, co
       if (!value) throw std::logic_error("lagkv needs the values");
       hs.score = lagkv_scores(key, *value, h, T, d, sinks, o.lag);
       break;
+    case ScoreMethod::kvzip:  // given by the model's reconstruction pass
+      break;
     case ScoreMethod::expected_attention:
       hs.score = Ref ? expected_attention_ref(query, key, value, h, m, o, sinks)
                      : expected_attention(query, key, value, h, m, o, sinks);
@@ -204,7 +206,7 @@ HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, co
 
 constexpr ScoreMethod kScores[] = {ScoreMethod::snapkv, ScoreMethod::h2o,     ScoreMethod::streamingllm,
                                    ScoreMethod::knorm,  ScoreMethod::keydiff, ScoreMethod::tova,
-                                   ScoreMethod::lagkv,  ScoreMethod::expected_attention};
+                                   ScoreMethod::lagkv,  ScoreMethod::expected_attention, ScoreMethod::kvzip};
 
 }  // namespace
 
@@ -218,6 +220,7 @@ std::string score_method_name(ScoreMethod m) {
     case ScoreMethod::tova: return "tova";
     case ScoreMethod::lagkv: return "lagkv";
     case ScoreMethod::expected_attention: return "expected-attention";
+    case ScoreMethod::kvzip: return "kvzip";
   }
   return "?";
 }
@@ -239,7 +242,7 @@ ScoreMethod parse_score_method(const std::string& s) {
 
 bool score_is_query_free(ScoreMethod m) {
   return m == ScoreMethod::knorm || m == ScoreMethod::keydiff || m == ScoreMethod::lagkv ||
-         m == ScoreMethod::expected_attention;
+         m == ScoreMethod::expected_attention || m == ScoreMethod::kvzip;
 }
 
 std::size_t default_window(ScoreMethod m) {
@@ -248,7 +251,10 @@ std::size_t default_window(ScoreMethod m) {
 }
 
 std::size_t default_sinks(ScoreMethod m) {
-  return m == ScoreMethod::streamingllm || m == ScoreMethod::lagkv || m == ScoreMethod::expected_attention ? 4 : 0;
+  return m == ScoreMethod::streamingllm || m == ScoreMethod::lagkv || m == ScoreMethod::expected_attention ||
+                 m == ScoreMethod::kvzip
+             ? 4
+             : 0;
 }
 
 bool score_reads_values(const ScoreOptions& o) {

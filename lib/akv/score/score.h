@@ -22,6 +22,9 @@
 //                 softmax over the tokens after the sinks of E[q] k / sqrt(d) + k^T Cov[q] k / 2d,
 //                 q a Gaussian fitted to the queries after the sinks (RoPE undone), rotated by the
 //                 mean RoPE of the next `future` positions; group mean; times |v_t|.
+//   kvzip:        the most attention a token receives while the model reconstructs its context
+//                 (score/kvzip.h): computed by the model (eval/kvzip.h) and handed to the planner;
+//                 score_head leaves the scores 0 and fills only the mass.
 // GQA: the scores of the query heads of one KV group are reduced (mean or max) to one per token,
 // before SnapKV's pooling (the official SnapKV / Ada-KV order).
 // Every method also returns `mass`: the mean window attention of the group's query heads, a
@@ -36,7 +39,7 @@
 
 namespace akv {
 
-enum class ScoreMethod { snapkv, h2o, streamingllm, knorm, keydiff, tova, lagkv, expected_attention };
+enum class ScoreMethod { snapkv, h2o, streamingllm, knorm, keydiff, tova, lagkv, expected_attention, kvzip };
 enum class PoolKind { max, avg };
 enum class GqaReduce { mean, max };
 std::string score_method_name(ScoreMethod m);
@@ -44,11 +47,11 @@ std::string pool_name(PoolKind p);
 std::string gqa_reduce_name(GqaReduce r);
 ScoreMethod parse_score_method(const std::string& s);  // InvalidInput naming the value
 std::string score_method_list(const char* separator);  // every score name
-// Scorers that read no window queries (knorm, keydiff, lagkv, expected-attention): their window
-// (the forced last tokens) may be 0.
+// Scorers that read no window queries (knorm, keydiff, lagkv, expected-attention, kvzip): their
+// window (the forced last tokens) may be 0.
 bool score_is_query_free(ScoreMethod m);
-// A method's default observation window (32; knorm, keydiff, lagkv, expected-attention 0; tova 1)
-// and default sinks (streamingllm, lagkv and expected-attention 4, otherwise 0).
+// A method's default observation window (32; knorm, keydiff, lagkv, expected-attention, kvzip 0;
+// tova 1) and default sinks (streamingllm, lagkv, expected-attention and kvzip 4, otherwise 0).
 std::size_t default_window(ScoreMethod m);
 std::size_t default_sinks(ScoreMethod m);
 PoolKind parse_pool(const std::string& s);
