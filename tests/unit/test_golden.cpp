@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -11,9 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/alloc/eviction.h"
+#include "akv/eval/kvzip.h"
 #include "akv/io/dump.h"
+#include "akv/model/llama2c.h"
 #include "akv/kv/stored_head.h"
 #include "akv/quant/pack.h"
+#include "test_util.h"
 
 using namespace akv;
 
@@ -127,4 +132,71 @@ TEST_CASE("H2O and StreamingLLM keep what their official code keeps (MHA, every 
   // scripts/dev/golden/official.py data/golden/mha-dump.h5 data/golden/mha-official.json --budget 0.25
   //   --h2o H2O_CHECKOUT --streaming-llm STREAMING_LLM_CHECKOUT
   check_golden("mha-official.json");
+}
+
+TEST_CASE("KVzip: scores and kept tokens equal kvpress's KVzipPress on stories260K (chunks of 96, 25%)",
+          "[golden][alloc]") {
+  // scripts/dev/golden/kvpress_kvzip.py KVPRESS stories260K.bin stories260K-samples.txt
+  // data/golden/kvzip-official.json: KVzipPress unmodified on a torch transcription of the model
+  // (200 context tokens, 3 chunks, compression ratio 0.75, global over layers and heads).
+  if (!test::have_shared()) {
+    WARN("skipped: " << test::shared_dir() << "/models/stories260K.bin not found (set AKV_SHARED_DIR)");
+    return;
+  }
+  std::ifstream in(kGolden + "kvzip-official.json");
+  REQUIRE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const Model model = load_llama2c(test::shared_dir() + "/models/stories260K.bin");
+  const auto context = g["context"].get<std::vector<std::int32_t>>();
+  const KvzipPrompts prompts{g["prompts"]["first"].get<std::vector<std::int32_t>>(),
+                             g["prompts"]["later"].get<std::vector<std::int32_t>>(),
+                             g["prompts"]["suffix"].get<std::vector<std::int32_t>>()};
+  const std::size_t n = context.size(), sinks = g["n_sink"].get<std::size_t>();
+  const TokenScores mine = kvzip_scores(model, context, prompts, sinks, 2, g["chunk"].get<std::size_t>());
+  // Scores: torch and akv run the same f32 forward in another order.
+  const nlohmann::json& layers = g["layers"];
+  REQUIRE(layers.size() == mine.size());
+  std::vector<double> all;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    for (std::size_t h = 0; h < layers[l].size(); ++h) {
+      const auto want = layers[l][h]["score"].get<std::vector<double>>();
+      REQUIRE(want.size() == n);
+      for (std::size_t t = 0; t < n; ++t) {
+        INFO("layer " << l << " head " << h << " token " << t);
+        CHECK(mine[l][h][t] == Approx(want[t]).epsilon(1e-4).margin(1e-7));
+        all.push_back(want[t]);
+      }
+    }
+  }
+  // Kept: kvpress prunes the int(ratio * numel) lowest (head, token) pairs over all layers, sinks
+  // included (its sink scores are overwritten by the first chunk's); akv's kvzip without forced
+  // sinks (sinks 0) is the same global top-k. Pairs kept by one side only lie within 1e-4 of the
+  // cutoff score.
+  std::sort(all.begin(), all.end(), std::greater<double>());
+  const std::size_t kept_total = all.size() - static_cast<std::size_t>(g["ratio"].get<double>() * static_cast<double>(all.size()));
+  const double cutoff = all[kept_total - 1];
+  KvWindow m;
+  m.kv_shape() = model.config().kv_shape();
+  m.n_tokens = n;
+  m.n_query = n;
+  EvictionParams p = eviction_method("kvzip");
+  p.sinks = 0;
+  p.budget_fraction = 1.0 - g["ratio"].get<double>();
+  const PrefillResult pre = model.prefill(context, false, 1);
+  const EvictionPlan plan = plan_eviction(
+      m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3*) { q = pre.query[l]; k = pre.key[l]; }, p, 1, {}, &mine);
+  CHECK(plan.total_tokens() == kept_total);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    for (std::size_t h = 0; h < layers[l].size(); ++h) {
+      const auto kept = layers[l][h]["kept"].get<std::vector<std::int32_t>>();
+      const auto want = layers[l][h]["score"].get<std::vector<double>>();
+      std::vector<std::int32_t> differ;
+      std::set_symmetric_difference(plan.heads[l][h].kept.begin(), plan.heads[l][h].kept.end(), kept.begin(),
+                                    kept.end(), std::back_inserter(differ));
+      for (std::int32_t t : differ) {
+        INFO("layer " << l << " head " << h << " token " << t << " kept by one side only");
+        CHECK(std::fabs(want[static_cast<std::size_t>(t)] - cutoff) <= 1e-4 * cutoff);
+      }
+    }
+  }
 }
