@@ -37,19 +37,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
+from stand_in import StandIn
 
 TIE = 1e-5
-
-
-class _StandIn(types.ModuleType):
-    """A module whose every attribute is an empty class (names imported but not used here)."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        cls = type(name, (), {"__init__": lambda self, *a, **k: None})
-        setattr(self, name, cls)
-        return cls
 
 
 def repeat_kv(hidden_states, n_rep):
@@ -78,8 +68,8 @@ def stand_ins(checkout):
                  "transformers.models.gemma3", "transformers.models.gemma3.modeling_gemma3",
                  "transformers.models.phi3", "transformers.models.phi3.modeling_phi3",
                  "transformers.models.qwen3", "transformers.models.qwen3.modeling_qwen3"):
-        sys.modules.setdefault(name, _StandIn(name))
-    llama = _StandIn("transformers.models.llama.modeling_llama")
+        sys.modules.setdefault(name, StandIn(name))
+    llama = StandIn("transformers.models.llama.modeling_llama")
     llama.repeat_kv = repeat_kv
     llama.rotate_half = rotate_half
     sys.modules["transformers.models.llama.modeling_llama"] = llama

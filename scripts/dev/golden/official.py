@@ -41,6 +41,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
+from stand_in import StandIn
 
 
 def load_module(path, name):
@@ -55,22 +56,11 @@ def commit_of(checkout):
     return commit.stdout.strip() or "unknown"
 
 
-class _Stand_in(types.ModuleType):
-    """A module whose every attribute is an empty class (names imported but not used here)."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        cls = type(name, (), {"__init__": lambda self, *a, **k: None})
-        setattr(self, name, cls)
-        return cls
-
-
 def stand_ins():
     sys.modules.setdefault("flash_attn", types.SimpleNamespace(flash_attn_func=None))
     for name in ("transformers", "transformers.cache_utils", "transformers.configuration_utils",
                  "transformers.models", "transformers.models.llama", "transformers.models.llama.modeling_llama"):
-        sys.modules.setdefault(name, _Stand_in(name))
+        sys.modules.setdefault(name, StandIn(name))
 
 
 def load_official(checkout):
