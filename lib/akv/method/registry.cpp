@@ -188,10 +188,11 @@ const std::vector<ParamInfo>& param_registry() {
        "adakv-pyramid, adakv-global); not with joint", {}, {}, false, false, {}, score_words()},
       {"window", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.window; }),
        "observation window W: the last W query positions score the tokens and the last W tokens are "
-       "always kept (default 32; tova 1; knorm, keydiff, lagkv, expected-attention 0; <= the dump's n_query)", 0, {},
+       "always kept (default 32; tova 1; knorm, keydiff, lagkv, expected-attention, kvzip 0; <= the dump's "
+       "n_query)", 0, {},
        false, false, {}, {}},
       {"sinks", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.sinks; }),
-       "first tokens always kept (default 4 for streamingllm, lagkv and expected-attention, 0 otherwise)", 0, {}, false,
+       "first tokens always kept (default 4 for streamingllm, lagkv, expected-attention and kvzip, 0 otherwise)", 0, {}, false,
        false, {}, {}},
       {"future", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.future; }),
        "expected-attention: future positions whose RoPE rotation is averaged (default 512)", 1, {}, false, false,
