@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -22,6 +23,16 @@ KvWindow meta(std::size_t T, std::size_t nq) {
   m.n_tokens = T;
   m.n_query = nq;
   return m;
+}
+
+// One KV head of 2-channel keys [1, n, 2] from hand-written rows.
+Tensor3 keys_2d(const std::vector<std::array<float, 2>>& rows) {
+  Tensor3 k(1, rows.size(), 2);
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    k.at(0, t, 0) = rows[t][0];
+    k.at(0, t, 1) = rows[t][1];
+  }
+  return k;
 }
 
 void fill(Tensor3& t, std::uint64_t seed, double scale) {
@@ -111,12 +122,8 @@ TEST_CASE("knorm and keydiff: hand-computed scores; they read no queries (window
   KvWindow m = meta(3, 1);
   m.n_heads = m.n_kv_heads = 1;
   m.head_dim = 2;
-  Tensor3 q(1, 1, 2), k(1, 3, 2);
-  const float keys[3][2] = {{3, 4}, {1, 0}, {0, 2}};
-  for (std::size_t t = 0; t < 3; ++t) {
-    k.at(0, t, 0) = keys[t][0];
-    k.at(0, t, 1) = keys[t][1];
-  }
+  Tensor3 q(1, 1, 2);
+  const Tensor3 k = keys_2d({{3, 4}, {1, 0}, {0, 2}});
   ScoreOptions o;
   o.method = ScoreMethod::knorm;
   o.window = 0;
@@ -260,14 +267,10 @@ TEST_CASE("lagkv: partition ranks by hand; the tail scores 1; short sequences by
   KvWindow m = meta(6, 1);
   m.n_heads = m.n_kv_heads = 1;
   m.head_dim = 2;
-  Tensor3 q(1, 1, 2), k(1, 6, 2);
+  Tensor3 q(1, 1, 2);
   // Partition 0 = tokens 0, 1 against the ranges of tokens 2, 3 ([0, 1] per channel): scaled
   // stds 0.707 and 0; partition 1 = tokens 2, 3 against tokens 4, 5 ([0, 2]): stds 0 and 0.177.
-  const float rows[6][2] = {{0, 1}, {0.5f, 0.5f}, {0, 0}, {0.5f, 1}, {0, 0}, {2, 2}};
-  for (std::size_t t = 0; t < 6; ++t) {
-    k.at(0, t, 0) = rows[t][0];
-    k.at(0, t, 1) = rows[t][1];
-  }
+  const Tensor3 k = keys_2d({{0, 1}, {0.5f, 0.5f}, {0, 0}, {0.5f, 1}, {0, 0}, {2, 2}});
   ScoreOptions o;
   o.method = ScoreMethod::lagkv;
   o.window = 0;

@@ -28,11 +28,12 @@ QueryRows query_rows(const KvWindow& m, std::size_t sinks) {
   return r;
 }
 
-// Query head qh's rows before RoPE, [n, d] in f32 as the model's RoPE undone.
-std::vector<float> unrotated_queries(const Tensor3& query, std::size_t qh, const KvWindow& m, const QueryRows& r) {
+// Query head qh's rows before RoPE, [n, d] in f32 as the model's RoPE undone; `table` covers the
+// rows' positions (one table for every query head of the call).
+std::vector<float> unrotated_queries(const Tensor3& query, std::size_t qh, const KvWindow& m, const QueryRows& r,
+                                     const RopeTable& table) {
   const std::size_t d = m.head_dim;
   std::vector<float> x(query.row(qh, r.row0), query.row(qh, r.row0) + r.n * d);
-  const RopeTable table(d, m.rope_theta, r.first, r.n);
   apply_rope(x.data(), r.n, r.first, m.rope_layout, table, true);
   return x;
 }
@@ -105,6 +106,7 @@ std::vector<double> expected_attention(const Tensor3& query, const Tensor3& key,
   std::vector<double> score(T, 0.0);
   if (sinks >= T) return score;
   const QueryRows rows = query_rows(m, sinks);
+  const RopeTable table(d, m.rope_theta, rows.first, rows.n);
   const auto D = static_cast<Eigen::Index>(d);
   const std::vector<double> rot = mean_rope_rotation(d, m.rope_theta, m.rope_layout, T, o.future);
   const Eigen::Map<const MatD> R(rot.data(), D, D);
@@ -113,7 +115,7 @@ std::vector<double> expected_attention(const Tensor3& query, const Tensor3& key,
                      .cast<double>();
   std::vector<double> logits(T - sinks);
   for (std::size_t q = 0; q < g; ++q) {
-    const std::vector<float> xf = unrotated_queries(query, h * g + q, m, rows);
+    const std::vector<float> xf = unrotated_queries(query, h * g + q, m, rows, table);
     const MatD X = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
                        xf.data(), static_cast<Eigen::Index>(rows.n), D)
                        .cast<double>();
@@ -138,10 +140,11 @@ std::vector<double> expected_attention_ref(const Tensor3& query, const Tensor3& 
   std::vector<double> score(T, 0.0);
   if (sinks >= T) return score;
   const QueryRows rows = query_rows(m, sinks);
+  const RopeTable table(d, m.rope_theta, rows.first, rows.n);
   const std::vector<double> R = mean_rope_rotation(d, m.rope_theta, m.rope_layout, T, o.future);
   std::vector<double> logits(T - sinks);
   for (std::size_t q = 0; q < g; ++q) {
-    const std::vector<float> x = unrotated_queries(query, h * g + q, m, rows);
+    const std::vector<float> x = unrotated_queries(query, h * g + q, m, rows, table);
     std::vector<double> mu(d, 0.0), S(d * d, 0.0), muR(d, 0.0), RS(d * d, 0.0), SR(d * d, 0.0);
     for (std::size_t i = 0; i < rows.n; ++i) {
       for (std::size_t c = 0; c < d; ++c) mu[c] += x[i * d + c];
