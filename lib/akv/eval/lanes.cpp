@@ -95,26 +95,35 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
   out.caches.resize(n * n_methods);
   out.last_logits.resize(n * n_methods);
   // Prefill of prompt i on `inner` threads, then its caches on `ingest` threads.
-  // kvzip methods: the reconstruction pass scores each prompt once (with the first one's sinks).
-  std::optional<std::size_t> kvzip_sinks;
-  for (const auto& m : methods) {
-    if (m && m->eviction() && m->eviction()->score.method == ScoreMethod::kvzip && !kvzip_sinks) {
-      kvzip_sinks = m->eviction()->sinks;
+  // kvzip methods: the reconstruction pass scores each prompt once per distinct sinks (they are
+  // part of its softmax).
+  std::vector<std::optional<std::size_t>> kvzip_sinks(n_methods);  // per method
+  std::vector<std::size_t> sinks_used;
+  for (std::size_t m = 0; m < n_methods; ++m) {
+    const auto& p = methods[m];
+    if (!p || !p->eviction() || p->eviction()->score.method != ScoreMethod::kvzip) continue;
+    kvzip_sinks[m] = p->eviction()->sinks;
+    if (std::find(sinks_used.begin(), sinks_used.end(), p->eviction()->sinks) == sinks_used.end()) {
+      sinks_used.push_back(p->eviction()->sinks);
     }
   }
-  if (kvzip_sinks && !options.kvzip) {
+  if (!sinks_used.empty() && !options.kvzip) {
     throw UsageError("kvzip writes its repeat prompt with the model's tokenizer: use text (--text, or a passkey "
                      "or ruler task in text mode)", {"", "--methods", "kvzip"});
   }
   auto one = [&](std::size_t i, int inner, int ingest) {
     const PrefillResult pre = model.prefill(prompts[i], false, inner);
-    TokenScores zip;
-    if (kvzip_sinks) zip = kvzip_scores(model, prompts[i], *options.kvzip, *kvzip_sinks, inner);
+    std::vector<TokenScores> zip;  // [index in sinks_used]
+    for (std::size_t sinks : sinks_used) zip.push_back(kvzip_scores(model, prompts[i], *options.kvzip, sinks, inner));
     parallel_for(n_methods, ingest, [&](std::size_t m) {
       auto& cache = out.caches[i * n_methods + m];
       cache = make_kv_policy(methods[m], g, 1);
-      cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size(),
-                            kvzip_sinks ? &zip : nullptr});
+      const TokenScores* scores = nullptr;
+      if (kvzip_sinks[m]) {
+        scores = &zip[static_cast<std::size_t>(std::find(sinks_used.begin(), sinks_used.end(), *kvzip_sinks[m]) -
+                                               sinks_used.begin())];
+      }
+      cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size(), scores});
     });
     const auto last = pre.logits.row(pre.logits.rows() - 1);
     for (std::size_t m = 0; m < n_methods; ++m) out.last_logits[i * n_methods + m].assign(last.data(), last.data() + last.size());
