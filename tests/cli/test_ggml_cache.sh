@@ -47,6 +47,25 @@ print("batch ok")
 PY
 expect_error "--prefill-mode batch refuses eviction" 1 "prefill-mode batch" \
   "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode batch --methods snapkv:budget=0.5
+"$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode chunked:16 --json -o "$TMP/c.json" \
+  --methods ggml:k=q4_0:v=q4_0,snapkv:budget=0.5:window=4
+expect "--prefill-mode chunked:16: reported; the full cache as exact; ggml keeps every row; snapkv evicts" 0 \
+  "chunked ok" "$PY" - "$TMP/c.json" "$TMP/e.json" <<'PY'
+import json, sys
+c, e = (json.load(open(f)) for f in sys.argv[1:3])
+assert c["prefill_mode"] == "chunked:16"
+m = {x["method"]: x for x in c["methods"]}
+exact = {x["method"]: x for x in e["methods"]}
+assert abs(m["full"]["mean_nll"] / exact["full"]["mean_nll"] - 1) < 1e-5
+q = m["ggml:k=q4_0:v=q4_0"]
+assert q["cache_bytes"] == exact["ggml:k=q4_0:v=q4_0"]["cache_bytes"] and q["mean_nll"] != exact["ggml:k=q4_0:v=q4_0"]["mean_nll"]
+assert m["snapkv:budget=0.5:window=4"]["cache_bytes"] < 0.5 * m["full"]["cache_bytes"]
+print("chunked ok")
+PY
+expect_error "--prefill-mode chunked:0 is refused" 2 "prefill-mode = chunked:0" \
+  "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode chunked:0 --methods kivi-4
+expect_error "--prefill-mode chunked refuses streaming eviction" 1 "cannot run this method" \
+  "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode chunked:16 --methods h2o:budget=0.5
 expect "plan counts ggml blocks (2 layers x (18 + 18) bytes per token)" 0 "ggml:k=q4_0:v=q4_0 +72 " \
   "$AKV" plan --config "$TMP/hf/config.json" --methods none,ggml:k=q4_0:v=q4_0 --context 128 --memory 1GiB
 expect "bench policy runs a ggml cache" 0 "ggml:k=q4_0:v=q4_0" \

@@ -1,12 +1,15 @@
 #include "akv/eval/lanes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
+#include "akv/alloc/eviction.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/eval/batch.h"
 #include "akv/eval/token_metrics.h"
+#include "akv/kv/chunk_cache.h"
 
 namespace akv {
 namespace {
@@ -17,16 +20,32 @@ std::int32_t argmax_token(const float* logits, std::size_t n) {
 
 }  // namespace
 
-const char* prefill_mode_name(PrefillMode m) { return m == PrefillMode::batch ? "batch" : "exact"; }
+std::string prefill_mode_name(PrefillMode m) {
+  switch (m.kind) {
+    case PrefillMode::batch: return "batch";
+    case PrefillMode::chunked: return "chunked:" + std::to_string(m.chunk);
+    case PrefillMode::exact: break;
+  }
+  return "exact";
+}
 
 PrefillMode parse_prefill_mode(const std::string& s) {
   if (s == "exact") return PrefillMode::exact;
   if (s == "batch") return PrefillMode::batch;
-  throw InvalidInput("unknown prefill mode (exact, batch)", {"", "--prefill-mode", s});
+  const std::string head = "chunked:";
+  if (s.rfind(head, 0) == 0) {
+    const std::string n = s.substr(head.size());
+    if (!n.empty() && n.size() <= 9 && std::all_of(n.begin(), n.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+        std::stoul(n) >= 1) {
+      return {PrefillMode::chunked, std::stoul(n)};
+    }
+    throw InvalidInput("chunked:N takes a chunk of N >= 1 tokens", {"", "--prefill-mode", s});
+  }
+  throw InvalidInput("unknown prefill mode (exact, chunked:N, batch)", {"", "--prefill-mode", s});
 }
 
 AttentionMode protocol_attention(PrefillMode mode, AttentionMode attention) {
-  if (mode == PrefillMode::exact) return attention;
+  if (mode.kind != PrefillMode::batch) return attention;
   if (attention != AttentionMode::exact) {
     throw UsageError("--prefill-mode batch uses llama.cpp's attention arithmetic; it takes --attention exact",
                      {"", "--attention", attention_mode_name(attention)});
@@ -79,6 +98,77 @@ PromptLanes prefill_batch(const Model& model, const std::vector<std::vector<std:
   }
   const std::size_t block = resolve_token_block(o.block, lanes.size(), model.config().vocab_size);
   run_known(model, lanes, block, out.last_logits, threads, o.attention);
+  for (const auto& cache : out.caches) out.peak_bytes.push_back(cache->bytes());
+  return out;
+}
+
+// Why chunked:N cannot run method m, or "" when it can.
+std::string chunked_refusal(const CompressParams& m, std::size_t chunk) {
+  if (m.tiered()) return "tiered caches simulate their tiers over a whole prompt";
+  const EvictionParams* e = m.eviction();
+  if (!e) return "";
+  switch (e->score.method) {
+    case ScoreMethod::h2o:
+    case ScoreMethod::streamingllm: return "streaming eviction (h2o, streamingllm) keeps one budget from the end of the prompt on";
+    case ScoreMethod::kvzip: return "kvzip reconstructs the whole context";
+    case ScoreMethod::expected_attention: return "expected-attention undoes RoPE at positions counted from the chunk";
+    default: break;
+  }
+  if (e->alloc == AllocMethod::joint || e->alloc == AllocMethod::file) return "joint plans and budgets files describe one whole prompt";
+  if (!e->budget_fraction) return "a token budget describes one whole prompt: give --budget as a fraction";
+  const auto b = static_cast<std::size_t>(std::llround(*e->budget_fraction * static_cast<double>(chunk)));
+  const std::size_t forced = forced_tokens(chunk, e->sinks, e->score.window);
+  if (b <= forced && b < chunk) {
+    return "a chunk keeps round(budget x " + std::to_string(chunk) + ") = " + std::to_string(b) +
+           " tokens per head, not above its always-kept window " + std::to_string(e->score.window) + " + sinks " +
+           std::to_string(e->sinks) + ": use longer chunks or a larger budget";
+  }
+  return "";
+}
+
+// Chunked mode: each lane's prompt through the lane engine N tokens at a time, the method's cache
+// wrapped in a ChunkCache that holds the chunk's rows beside it until the chunk has run.
+PromptLanes prefill_chunked(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                            const std::vector<std::optional<CompressParams>>& methods, const KvGeometry& g,
+                            int threads, const PrefillOptions& o) {
+  const std::size_t n_methods = methods.size(), N = o.mode.chunk;
+  for (const auto& m : methods) {
+    const std::string why = m ? chunked_refusal(*m, N) : "";
+    if (!why.empty()) {
+      throw UsageError("--prefill-mode " + prefill_mode_name(o.mode) + " cannot run this method: " + why,
+                       {"", "--methods", describe(*m)});
+    }
+  }
+  PromptLanes out;
+  const std::size_t n_lanes = prompts.size() * n_methods;
+  out.caches.resize(n_lanes);
+  out.last_logits.resize(n_lanes);
+  out.peak_bytes.assign(n_lanes, 0);
+  std::vector<std::unique_ptr<ChunkCache>> chunks(n_lanes);
+  std::size_t longest = 0;
+  for (std::size_t lane = 0; lane < n_lanes; ++lane) {
+    chunks[lane] = std::make_unique<ChunkCache>(make_kv_policy(methods[lane % n_methods], g, 1), g.kv_shape());
+    longest = std::max(longest, prompts[lane / n_methods].size());
+  }
+  const std::size_t block = resolve_token_block(o.block, n_lanes, model.config().vocab_size);
+  for (std::size_t c0 = 0; c0 < longest; c0 += N) {
+    std::vector<DecodeLane> lanes(n_lanes);
+    for (std::size_t lane = 0; lane < n_lanes; ++lane) {
+      const std::vector<std::int32_t>& p = prompts[lane / n_methods];
+      const std::size_t steps = c0 < p.size() ? std::min(N, p.size() - c0) : 0;
+      lanes[lane] = {chunks[lane].get(), c0, steps, p.data() + std::min(c0, p.size()), nullptr};
+    }
+    run_known(model, lanes, block, out.last_logits, threads, o.attention);
+    parallel_for(n_lanes, threads, [&](std::size_t lane) {
+      ChunkCache& c = *chunks[lane];
+      out.peak_bytes[lane] = std::max(out.peak_bytes[lane], c.bytes());
+      c.end_chunk();
+    });
+  }
+  for (std::size_t lane = 0; lane < n_lanes; ++lane) {
+    out.caches[lane] = chunks[lane]->release();
+    out.peak_bytes[lane] = std::max(out.peak_bytes[lane], out.caches[lane]->bytes());
+  }
   return out;
 }
 
@@ -90,10 +180,12 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
   const ModelConfig& c = model.config();
   const KvGeometry g{c.kv_shape(), max_positions};
   if (options.mode == PrefillMode::batch) return prefill_batch(model, prompts, methods, g, threads, options);
+  if (options.mode.kind == PrefillMode::chunked) return prefill_chunked(model, prompts, methods, g, threads, options);
   const std::size_t n = prompts.size(), n_methods = methods.size();
   PromptLanes out;
   out.caches.resize(n * n_methods);
   out.last_logits.resize(n * n_methods);
+  out.peak_bytes.resize(n * n_methods);
   // Prefill of prompt i on `inner` threads, then its caches on `ingest` threads.
   // kvzip methods: the reconstruction pass scores each prompt once per distinct sinks (they are
   // part of its softmax).
@@ -126,7 +218,11 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
       cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size(), scores});
     });
     const auto last = pre.logits.row(pre.logits.rows() - 1);
-    for (std::size_t m = 0; m < n_methods; ++m) out.last_logits[i * n_methods + m].assign(last.data(), last.data() + last.size());
+    const std::uint64_t f32 = 4ull * 2 * prompts[i].size() * c.n_layers * c.n_kv_heads * c.head_dim;
+    for (std::size_t m = 0; m < n_methods; ++m) {
+      out.last_logits[i * n_methods + m].assign(last.data(), last.data() + last.size());
+      out.peak_bytes[i * n_methods + m] = std::max(f32, out.caches[i * n_methods + m]->bytes());
+    }
   };
   if (n < static_cast<std::size_t>(threads)) {
     for (std::size_t i = 0; i < n; ++i) one(i, threads, threads);
@@ -238,7 +334,10 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
         for (const LaneRows& r : rows) take(r.lane, logits.row(static_cast<Eigen::Index>(r.row)).data());
       },
       threads, attention);
-  for (const auto& cache : caches) out.bytes.push_back(cache->bytes());
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) {
+    out.bytes.push_back(caches[lane]->bytes());
+    out.peak_bytes.push_back(std::max(start.peak_bytes[lane], out.bytes.back()));
+  }
   return out;
 }
 

@@ -24,31 +24,58 @@ struct PromptLanes {
   std::vector<std::unique_ptr<KvPolicy>> caches;
   // Per lane: the logits after its prompt's last token (in exact mode equal for a prompt's lanes).
   std::vector<std::vector<float>> last_logits;
+  // Per lane: the most KV bytes resident while its prompt entered the cache, the rows not yet
+  // compressed counted as the prefill holds them (f32 keys and values): exact - the prompt's K/V
+  // (or the cache after it, when larger); chunked - the earlier chunks' cache plus the chunk;
+  // batch - the cache after the prompt.
+  std::vector<std::uint64_t> peak_bytes;
 };
 
 // How a prompt enters the caches:
-//   exact  one full-precision prefill per prompt, then every method's cache ingests its K/V
-//          (the method compresses at the end of the prompt: KIVI's and kvpress's protocol);
-//   batch  every prompt token goes through the method's cache before attention, as llama.cpp
-//          runs a batch (llama-perplexity): each token's K/V is appended (quantized as the
-//          method stores it), then its query attends over the cache, causally, layer by layer
-//          (the lane engine with the prompt as known tokens). Only for caches that need no
-//          end-of-prompt decision: the quantizers (calibrated bits included), ggml and full;
-//          UsageError for eviction and tiered methods. evaluate_perplexity runs it (and the
-//          steps after it) with AttentionMode::llama, llama.cpp's query rounding.
-enum class PrefillMode { exact, batch };
-const char* prefill_mode_name(PrefillMode m);
-// "exact" or "batch"; InvalidInput naming --prefill-mode otherwise.
+//   exact      one full-precision prefill per prompt, then every method's cache ingests its K/V
+//              (the method compresses at the end of the prompt: KIVI's and kvpress's protocol);
+//   chunked:N  the prompt in chunks of N tokens (the last one shorter), each run through the
+//              lane engine while the method's cache of the earlier chunks stays as it is: each
+//              chunk query attends to the compressed earlier chunks and, exactly (f32), to the
+//              chunk's rows up to its own (kv/chunk_cache.h). After each chunk the method
+//              compresses it (KvPolicy::ingest_chunk): quantizers store its rows as decoded rows
+//              are stored (what leaves the residual window is quantized); one-shot eviction
+//              plans the chunk alone, with the chunk's last W queries, keeping round(budget x
+//              chunk tokens) per head (sinks in the first chunk only), and the earlier chunks'
+//              rows stay. Refused (UsageError): tiered, streaming eviction (h2o, streamingllm),
+//              kvzip, joint, expected-attention and token budgets (--budget-tokens, budgets
+//              files). A prompt of at most N tokens is one chunk: exact attention, the method
+//              compressing after it;
+//   batch      every prompt token goes through the method's cache before attention, as llama.cpp
+//              runs a batch (llama-perplexity): each token's K/V is appended (quantized as the
+//              method stores it), then its query attends over the cache, causally, layer by layer
+//              (the lane engine with the prompt as known tokens). Only for caches that need no
+//              end-of-prompt decision: the quantizers (calibrated bits included), ggml and full;
+//              UsageError for eviction and tiered methods. evaluate_perplexity runs it (and the
+//              steps after it) with AttentionMode::llama, llama.cpp's query rounding.
+// A PrefillMode compares equal to its kind alone (PrefillMode::batch) when that kind has no chunk.
+struct PrefillMode {
+  enum Kind { exact, batch, chunked };
+  Kind kind = exact;
+  std::size_t chunk = 0;  // chunked: tokens per chunk (>= 1)
+  PrefillMode(Kind k = exact, std::size_t n = 0) : kind(k), chunk(n) {}
+  friend bool operator==(const PrefillMode& a, const PrefillMode& b) { return a.kind == b.kind && a.chunk == b.chunk; }
+  friend bool operator!=(const PrefillMode& a, const PrefillMode& b) { return !(a == b); }
+};
+// "exact", "batch" or "chunked:N".
+std::string prefill_mode_name(PrefillMode m);
+// The same names (N an integer >= 1); InvalidInput naming --prefill-mode otherwise.
 PrefillMode parse_prefill_mode(const std::string& s);
 
 // The attention path of a run under a prompt protocol: batch runs llama.cpp's arithmetic
-// (AttentionMode::llama) and takes only `exact` (UsageError otherwise); exact keeps `attention`.
+// (AttentionMode::llama) and takes only `exact` (UsageError otherwise); exact and chunked keep
+// `attention`.
 AttentionMode protocol_attention(PrefillMode mode, AttentionMode attention);
 
 struct PrefillOptions {
   PrefillMode mode = PrefillMode::exact;
-  AttentionMode attention = AttentionMode::exact;  // batch: the decode attention path
-  std::size_t block = 0;                           // batch: tokens per model call (0: auto)
+  AttentionMode attention = AttentionMode::exact;  // batch, chunked: the decode attention path
+  std::size_t block = 0;                           // batch, chunked: tokens per model call (0: auto)
   // The repeat prompts of kvzip methods (eval/kvzip.h): their scores are computed once per
   // prompt, before its caches ingest it. Without them a kvzip method is refused (UsageError).
   const KvzipPrompts* kvzip = nullptr;
@@ -101,6 +128,10 @@ struct Continuations {
   std::vector<std::vector<std::int32_t>> tokens;  // [lane]: the argmax of every step
   std::vector<double> logprob;                    // [lane]: with forced, the summed log-probabilities
   std::vector<std::uint64_t> bytes;               // [lane]: the cache's bytes after the last step
+  // [lane]: the most KV bytes resident at once: the prompt's peak (PromptLanes::peak_bytes) or
+  // the bytes after the last step (every cache holds its most then: caches only grow, or keep
+  // their budget, while decoding).
+  std::vector<std::uint64_t> peak_bytes;
 };
 
 Continuations continue_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,

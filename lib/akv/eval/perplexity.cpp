@@ -275,7 +275,10 @@ std::string PplReport::to_table() const {
   std::string out = fmt::format("{} sequences, {} predicted tokens per method (continuation after the prompt){}\n",
                                 sequences.size(), full.tokens,
                                 std::string(attention == AttentionMode::int8 ? "; decode attention: int8" : "") +
-                                    (prefill_mode == PrefillMode::batch ? "; prompt: batch (llama.cpp's protocol)" : ""));
+                                    (prefill_mode == PrefillMode::batch ? "; prompt: batch (llama.cpp's protocol)"
+                                     : prefill_mode != PrefillMode::exact
+                                         ? "; prompt: " + prefill_mode_name(prefill_mode) + " (chunks attend to the compressed earlier chunks)"
+                                         : ""));
   std::size_t width = 28;  // wider for long method specs
   for (const std::string& s : specs) width = std::max(width, s.size());
   out += fmt::format("{:<{}} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}  {}\n", "method", width, "bytes",

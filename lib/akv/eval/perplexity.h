@@ -47,7 +47,7 @@ struct PplOptions {
   // Decode attention path of every method's cache (decode_attention.h; "full" keeps f32 rows,
   // which both paths read exactly).
   AttentionMode attention = AttentionMode::exact;
-  // How each prompt enters the caches (eval/lanes.h): exact prefill, or llama.cpp's batch.
+  // How each prompt enters the caches (eval/lanes.h): exact prefill, chunked:N, or llama.cpp's batch.
   PrefillMode prefill_mode = PrefillMode::exact;
   // kvzip's repeat prompts (text runs: from the tokenizer); kvzip is refused without them.
   std::optional<KvzipPrompts> kvzip;
@@ -82,7 +82,7 @@ struct PplReport {
   std::vector<std::size_t> prompt_tokens;       // [sequence]
   std::vector<MemoryTrace> traces;              // [method], along sequence 0
   AttentionMode attention = AttentionMode::exact;
-  PrefillMode prefill_mode = PrefillMode::exact;  // reported only when batch
+  PrefillMode prefill_mode = PrefillMode::exact;  // reported only when not exact
   PplSums total(std::size_t method) const;
   nlohmann::json to_json() const;
   std::string to_csv() const;    // one row per sequence and method

@@ -85,6 +85,18 @@ class KvPolicy {
   }
   // Called after every layer of a decode step has attended: streaming eviction happens here.
   virtual void end_step() {}
+  // Whether the model hands each decoded token's queries to take_query (before its attention).
+  virtual bool wants_queries() const { return false; }
+  // One token's queries of one layer at `pos` [n_heads, hd], after RoPE.
+  virtual void take_query(std::size_t layer, std::size_t pos, const float* query) {
+    (void)layer, (void)pos, (void)query;
+  }
+  // Takes the prompt's tokens at positions start .. start + chunk.n_tokens - 1 (the chunked
+  // prompt protocol, eval/lanes.h; chunks in order, start 0 first, before any append) and
+  // compresses them as the method does. Default: the first chunk as ingest_prompt, later ones
+  // appended row by row as decoded tokens (caches whose layer_local() is true; logic_error
+  // otherwise). One-shot eviction plans each chunk alone (kv/runtime.h).
+  virtual void ingest_chunk(const PromptKv& chunk, std::size_t start);
   // Bytes the cache stores now (codes, scales, zeros, f16 rows, outliers, indices).
   virtual std::uint64_t bytes() const = 0;
   // Whether each layer's rows depend only on that layer's own appends, and observe() and

@@ -95,6 +95,53 @@ class RuntimePolicy : public KvPolicy {
     }
   }
 
+  bool wants_queries() const override { return params_ && params_->eviction(); }
+
+  // Quantizers store the chunk's rows as decoded rows; one-shot eviction plans the chunk alone
+  // (its last W queries, round(budget x chunk tokens) per head, sinks in the first chunk only)
+  // and appends what each head keeps.
+  void ingest_chunk(const PromptKv& chunk, std::size_t start) override {
+    if (!params_ || !params_->eviction()) {
+      KvPolicy::ingest_chunk(chunk, start);
+      return;
+    }
+    if (streaming_ || params_->eviction()->alloc == AllocMethod::joint) {
+      throw std::logic_error("ingest_chunk: streaming and joint eviction do not plan chunks");
+    }
+    CompressParams p = *params_;
+    EvictionParams& e = std::get<EvictionParams>(p.mode);
+    if (start > 0) e.sinks = 0;  // the sinks are in the first chunk
+    if (!e.budget_fraction) throw std::logic_error("ingest_chunk: chunks take a budget fraction");
+    const std::size_t n = chunk.n_tokens, forced = forced_tokens(n, e.sinks, e.score.window);
+    PromptPlan plan;
+    if (static_cast<std::size_t>(std::llround(*e.budget_fraction * static_cast<double>(n))) <= forced) {
+      // A chunk too short for its budget to pass the always-kept tokens keeps those.
+      plan.params = p;
+      plan.eviction.emplace();
+      plan.eviction->heads.assign(g_.n_layers, std::vector<HeadPlan>(g_.n_kv_heads));
+      for (auto& layer : plan.eviction->heads) {
+        for (HeadPlan& hp : layer) {
+          for (std::size_t t = 0; t < n; ++t) {
+            if (t < e.sinks || t + e.score.window >= n) hp.kept.push_back(static_cast<std::int32_t>(t));
+          }
+          hp.tokens = hp.kept.size();
+        }
+      }
+    } else {
+      plan = plan_prompt(
+          g_.prompt_window(n, n),
+          [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
+            q = (*chunk.query)[l];
+            k = (*chunk.key)[l];
+            if (v) *v = (*chunk.value)[l];
+          },
+          p, threads_, {}, chunk.scores);
+    }
+    for (std::size_t l = 0; l < g_.n_layers; ++l) {
+      store_layer(l, {&(*chunk.key)[l], &(*chunk.key_pre_rope)[l], &(*chunk.value)[l]}, &plan, start);
+    }
+  }
+
   void ingest_layer(std::size_t layer, const LayerKv& kv, const PromptPlan& plan) override {
     store_layer(layer, kv, &plan);
   }
@@ -191,18 +238,23 @@ class RuntimePolicy : public KvPolicy {
   }
 
  private:
-  // Stores one layer of a prompt: with a plan, each head's kept positions under its per-head
-  // parameters (and its streaming-eviction state); without one, every row.
-  void store_layer(std::size_t l, const LayerKv& kv, const PromptPlan* plan) {
+  // Stores one layer of a prompt (or of a chunk of it at positions start..): with a plan, each
+  // head's kept positions under its per-head parameters (and its streaming-eviction state);
+  // without one, every row. The first chunk (start 0) starts each head afresh; a later one
+  // appends to it.
+  void store_layer(std::size_t l, const LayerKv& kv, const PromptPlan* plan, std::size_t start = 0) {
     const std::size_t n = kv.key->dim1(), d = g_.head_dim;
     const bool pre = params_ && params_->pre_rope;
-    n_tokens_ = n;
+    n_tokens_ = start + n;
     parallel_for(g_.n_kv_heads, threads_, [&](std::size_t h) {
       const std::size_t i = l * g_.n_kv_heads + h;
       HeadState& s = heads_[i];
-      if (plan && params_) per_head_[i] = plan->head(l, h, g_.n_kv_heads);
-      s.key = builder(i, true);
-      s.value = builder(i, false);
+      if (start == 0) {
+        if (plan && params_) per_head_[i] = plan->head(l, h, g_.n_kv_heads);
+        s.key = builder(i, true);
+        s.value = builder(i, false);
+        s.position.clear();
+      }
       std::vector<std::int32_t> keep = plan ? plan->kept(l, h) : std::vector<std::int32_t>{};
       if (plan && plan->eviction) {
         const HeadPlan& hp = plan->eviction->heads[l][h];
@@ -232,9 +284,10 @@ class RuntimePolicy : public KvPolicy {
         v = k + m * d;
         kp = pre ? v + m * d : nullptr;
       }
+      for (std::int32_t& t : keep) t += static_cast<std::int32_t>(start);
       s.key.append(pre ? kp : k, k, keep.data(), m);
       s.value.append(v, v, keep.data(), m);
-      s.position = std::move(keep);
+      s.position.insert(s.position.end(), keep.begin(), keep.end());
       if (streaming_) {
         const std::size_t w = std::min(params_->eviction()->score.window, m);
         s.recent.assign(s.position.end() - static_cast<std::ptrdiff_t>(w), s.position.end());
@@ -278,6 +331,27 @@ std::unique_ptr<KvPolicy> make_stored_cache(const CompressParams& planned, const
   g.kv_shape() = shape;
   if (planned.ggml()) return make_ggml_policy(planned, g, threads);
   return std::make_unique<RuntimePolicy>(planned, g, threads, true);
+}
+
+void KvPolicy::ingest_chunk(const PromptKv& chunk, std::size_t start) {
+  if (start == 0) {
+    ingest_prompt(chunk);
+    return;
+  }
+  if (!layer_local()) throw std::logic_error("ingest_chunk after the first chunk needs a layer-local cache");
+  const Tensor3& k0 = (*chunk.key)[0];
+  const std::size_t n_kv = k0.dim0(), d = k0.dim2();
+  std::vector<float> k(n_kv * d), kp(n_kv * d), v(n_kv * d);
+  for (std::size_t l = 0; l < chunk.key->size(); ++l) {
+    for (std::size_t t = 0; t < chunk.n_tokens; ++t) {
+      for (std::size_t h = 0; h < n_kv; ++h) {
+        std::copy_n((*chunk.key)[l].row(h, t), d, k.data() + h * d);
+        std::copy_n((*chunk.key_pre_rope)[l].row(h, t), d, kp.data() + h * d);
+        std::copy_n((*chunk.value)[l].row(h, t), d, v.data() + h * d);
+      }
+      append(l, k.data(), kp.data(), v.data(), start + t);
+    }
+  }
 }
 
 void KvPolicy::ingest_layer(std::size_t, const LayerKv&, const PromptPlan&) {

@@ -1,0 +1,238 @@
+// The chunked prompt protocol (--prefill-mode chunked:N, eval/lanes.h; kv/chunk_cache.h): each
+// chunk attends exactly to its own rows and to the method's compressed cache of the earlier
+// chunks, then the method compresses it.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+
+#include "akv/attention/kv_view.h"
+#include "akv/core/errors.h"
+#include "akv/core/rng.h"
+#include "akv/eval/lanes.h"
+#include "akv/kv/runtime.h"
+#include "akv/method/registry.h"
+
+using namespace akv;
+
+namespace {
+
+CompressParams params(const std::string& spec) { return resolve_params(parse_method_spec(spec)); }
+
+// A random Llama: 2 layers, 4 query heads over 2 KV heads of 32 dims, a 64-token vocabulary.
+Model random_model() {
+  ModelConfig c;
+  c.dim = 32;
+  c.hidden_dim = 48;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 32;
+  c.vocab_size = 64;
+  c.seq_len = 256;
+  c.rope_layout = RopeLayout::rotate_half;
+  ModelWeights w;
+  Rng r(11);
+  auto mat = [&](std::size_t rows, std::size_t cols) {
+    RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(0.4 * r.normal());
+    return m;
+  };
+  w.embedding = mat(64, 32);
+  for (int l = 0; l < 2; ++l) {
+    LayerWeights lw;
+    lw.attn_norm.assign(32, 1.0f);
+    lw.ffn_norm.assign(32, 1.0f);
+    lw.wq = mat(128, 32);
+    lw.wk = mat(64, 32);
+    lw.wv = mat(64, 32);
+    lw.wo = mat(32, 128);
+    lw.w1 = mat(48, 32);
+    lw.w2 = mat(32, 48);
+    lw.w3 = mat(48, 32);
+    w.layers.push_back(lw);
+  }
+  w.final_norm.assign(32, 1.0f);
+  return Model(c, w);
+}
+
+std::vector<std::int32_t> tokens(std::size_t n, std::uint64_t seed) {
+  Rng r(seed);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = static_cast<std::int32_t>(r.uniform() * 63.999);
+  return t;
+}
+
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    e += (a[i] - b[i]) * (a[i] - b[i]);
+    s += b[i] * b[i];
+  }
+  return std::sqrt(e / s);
+}
+
+// Every row of a cache head as f32 (dequantized), in view order.
+std::vector<float> rows_of(const KvPolicy& c, std::size_t layer, std::size_t head, std::size_t d, bool key) {
+  const KvView v = c.view(layer, head);
+  std::vector<float> out;
+  for (const HeadView& s : v.segments) {
+    const TensorView& t = key ? s.key : s.value;
+    std::vector<float> r(t.rows() * d);
+    if (t.rows() > 0) dequantize_rows(t, d, 0, t.rows(), r.data());
+    out.insert(out.end(), r.begin(), r.end());
+  }
+  return out;
+}
+
+// A reference cache: f32 rows, set from outside between chunks.
+class DenseCache : public KvPolicy {
+ public:
+  DenseCache(std::size_t layers, std::size_t heads, std::size_t d) : L(layers), H(heads), d(d), k(L * H), v(L * H), p(L * H) {}
+  void ingest_prompt(const PromptKv&) override {}
+  void append(std::size_t l, const float* key, const float*, const float* value, std::size_t pos) override {
+    for (std::size_t h = 0; h < H; ++h) {
+      k[l * H + h].insert(k[l * H + h].end(), key + h * d, key + (h + 1) * d);
+      v[l * H + h].insert(v[l * H + h].end(), value + h * d, value + (h + 1) * d);
+      p[l * H + h].push_back(static_cast<std::int32_t>(pos));
+    }
+  }
+  KvView view(std::size_t l, std::size_t h) const override {
+    return dense_kv_view(k[l * H + h].data(), v[l * H + h].data(), p[l * H + h].data(), p[l * H + h].size());
+  }
+  std::uint64_t bytes() const override { return 0; }
+  std::size_t L, H, d;
+  std::vector<std::vector<float>> k, v;
+  std::vector<std::vector<std::int32_t>> p;
+};
+
+}  // namespace
+
+TEST_CASE("prefill modes by name", "[chunked]") {
+  CHECK(parse_prefill_mode("chunked:16") == PrefillMode(PrefillMode::chunked, 16));
+  CHECK(prefill_mode_name(parse_prefill_mode("chunked:512")) == "chunked:512");
+  CHECK(prefill_mode_name(PrefillMode::exact) == "exact");
+  for (const char* bad : {"chunked", "chunked:", "chunked:0", "chunked:x", "chunked:-3", "chunked:1e3", "chunk:4"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_prefill_mode(bad), InvalidInput);
+  }
+}
+
+TEST_CASE("chunked prefill through the full cache equals the exact prefill", "[chunked]") {
+  const Model m = random_model();
+  const std::vector<std::vector<std::int32_t>> prompts = {tokens(40, 1), tokens(25, 2)};
+  const std::vector<std::optional<CompressParams>> methods = {std::nullopt};
+  const PromptLanes exact = prefill_lanes(m, prompts, methods, 64, 2);
+  for (std::size_t n : {1, 7, 16, 64}) {
+    INFO("chunk " << n);
+    const PromptLanes chunked = prefill_lanes(m, prompts, methods, 64, 2, {{PrefillMode::chunked, n}});
+    for (std::size_t lane = 0; lane < 2; ++lane) {
+      CHECK(rel(chunked.last_logits[lane], exact.last_logits[lane]) < 1e-5);
+      CHECK(chunked.caches[lane]->bytes() == exact.caches[lane]->bytes());
+      CHECK(rel(rows_of(*chunked.caches[lane], 1, 1, 32, true), rows_of(*exact.caches[lane], 1, 1, 32, true)) < 1e-5);
+    }
+    // The same for any thread count, bit for bit.
+    const PromptLanes one = prefill_lanes(m, prompts, methods, 64, 1, {{PrefillMode::chunked, n}});
+    CHECK(one.last_logits == chunked.last_logits);
+  }
+}
+
+TEST_CASE("chunked prefill of a quantizer: each chunk over the dequantized earlier chunks and its own exact rows",
+          "[chunked]") {
+  const Model m = random_model();
+  const std::vector<std::int32_t> prompt = tokens(48, 3);
+  const std::size_t N = 20, d = 32;
+  for (const std::string spec : {"kivi-2:residual=8:group=8", "uniform:bits=3:group=16", "uniform:bits=3:group=16:rotate=hadamard", "ggml:k=q4_0:v=q8_0"}) {
+    INFO(spec);
+    const CompressParams p = params(spec);
+    const PromptLanes lanes = prefill_lanes(m, {prompt}, {p}, 64, 2, {{PrefillMode::chunked, N}});
+    // Reference: each chunk decoded token by token over f32 rows - the method's cache of the
+    // earlier chunks dequantized, then the chunk's own rows - and the chunk's rows fed to the
+    // method afterwards (its K/V as the f32 decode computed them).
+    const KvGeometry g{m.config().kv_shape(), 64};
+    auto method = make_kv_policy(p, g);
+    std::vector<float> last;
+    for (std::size_t c0 = 0; c0 < prompt.size(); c0 += N) {
+      DenseCache ref(2, 2, d);
+      for (std::size_t l = 0; l < 2; ++l) {
+        for (std::size_t h = 0; h < 2; ++h) {
+          ref.k[l * 2 + h] = rows_of(*method, l, h, d, true);
+          ref.v[l * 2 + h] = rows_of(*method, l, h, d, false);
+          ref.p[l * 2 + h].assign(ref.k[l * 2 + h].size() / d, 0);
+        }
+      }
+      const std::size_t n = std::min(N, prompt.size() - c0);
+      for (std::size_t t = c0; t < c0 + n; ++t) last = m.decode(prompt[t], t, ref);
+      std::vector<Tensor3> key(2), value(2), query(2);
+      for (std::size_t l = 0; l < 2; ++l) {
+        key[l] = Tensor3(2, n, d);
+        value[l] = Tensor3(2, n, d);
+        for (std::size_t h = 0; h < 2; ++h) {
+          const std::size_t before = ref.k[l * 2 + h].size() / d - n;
+          std::copy_n(ref.k[l * 2 + h].data() + before * d, n * d, key[l].row(h, 0));
+          std::copy_n(ref.v[l * 2 + h].data() + before * d, n * d, value[l].row(h, 0));
+        }
+      }
+      method->ingest_chunk({&query, &key, &key, &value, n, nullptr}, c0);
+    }
+    CHECK(rel(lanes.last_logits[0], last) < 1e-4);
+    CHECK(lanes.caches[0]->bytes() == method->bytes());
+    CHECK(rel(rows_of(*lanes.caches[0], 1, 0, d, false), rows_of(*method, 1, 0, d, false)) < 1e-3);
+    // And not the exact protocol's logits: the chunks after the first read quantized rows.
+    const PromptLanes exact = prefill_lanes(m, {prompt}, {p}, 64, 2);
+    CHECK(rel(lanes.last_logits[0], exact.last_logits[0]) > 1e-4);
+  }
+}
+
+TEST_CASE("chunked prefill of one-shot eviction: each chunk planned alone to budget x its tokens", "[chunked]") {
+  const Model m = random_model();
+  const std::vector<std::int32_t> prompt = tokens(40, 4);
+  const std::vector<std::optional<CompressParams>> methods = {params("snapkv:budget=0.5:window=4"),
+                                                              params("adakv:budget=0.5:window=4:sinks=2"),
+                                                              params("knorm:budget=0.25")};
+  const PromptLanes lanes = prefill_lanes(m, {prompt}, methods, 64, 2, {{PrefillMode::chunked, 16}});
+  // Chunks 0-15, 16-31, 32-39. snapkv keeps 8 + 8 of the full chunks (their last 4 among them)
+  // and the last chunk's window alone (round(0.5 x 8) = 4 does not pass it).
+  for (std::size_t h = 0; h < 2; ++h) {
+    const KvView v = lanes.caches[0]->view(1, h);
+    std::vector<std::int32_t> pos(v.position, v.position + v.n);
+    REQUIRE(pos.size() == 20);
+    CHECK(std::is_sorted(pos.begin(), pos.end()));
+    CHECK(std::count_if(pos.begin(), pos.end(), [](int p) { return p < 16; }) == 8);
+    CHECK(std::count_if(pos.begin(), pos.end(), [](int p) { return p >= 16 && p < 32; }) == 8);
+    for (int p : {12, 13, 14, 15, 28, 29, 30, 31, 36, 37, 38, 39}) CHECK(std::count(pos.begin(), pos.end(), p) == 1);
+  }
+  // Ada-KV spreads each chunk's budget over the layer's heads (at most 8 per head on average:
+  // its safeguard rounds down); its 2 sinks in the first chunk only.
+  std::size_t total = 0;
+  for (std::size_t h = 0; h < 2; ++h) {
+    const KvView v = lanes.caches[1]->view(0, h);
+    total += v.n;
+    for (int p : {0, 1, 12, 13, 14, 15, 28, 29, 30, 31, 36, 37, 38, 39}) CHECK(std::count(v.position, v.position + v.n, p) == 1);
+  }
+  CHECK(total <= 2 * 20);
+  CHECK(total >= 2 * 14);
+  // The first chunk's plan is the plan of those 16 tokens prefilled alone.
+  const std::vector<std::int32_t> first(prompt.begin(), prompt.begin() + 16);
+  const PromptLanes alone = prefill_lanes(m, {first}, {methods[0]}, 64, 2);
+  for (std::size_t l = 0; l < 2; ++l) {
+    for (std::size_t h = 0; h < 2; ++h) {
+      const KvView a = alone.caches[0]->view(l, h), c = lanes.caches[0]->view(l, h);
+      CHECK(std::vector<std::int32_t>(a.position, a.position + a.n) == std::vector<std::int32_t>(c.position, c.position + 8));
+    }
+  }
+  // Peak resident bytes: the earlier chunks' cache plus one chunk in f32, below the exact
+  // protocol's whole prompt in f32 (2 layers x 2 heads x 40 tokens x 32 dims x K, V x 4 bytes).
+  const PromptLanes exact = prefill_lanes(m, {prompt}, methods, 64, 2);
+  CHECK(exact.peak_bytes[0] == 2ull * 2 * 40 * 32 * 2 * 4);
+  // snapkv's most: while the second chunk runs, the first chunk's 8 kept rows per head (f16 keys
+  // and values, a 4-byte position) beside the second chunk's 16 f32 rows.
+  CHECK(lanes.peak_bytes[0] == 2ull * 2 * (8 * (32 * 2 * 2 + 4) + 16 * 32 * 2 * 4));
+  CHECK(lanes.peak_bytes[0] < exact.peak_bytes[0]);
+  CHECK(lanes.peak_bytes[0] >= lanes.caches[0]->bytes());
+  // Methods the protocol cannot run.
+  for (const std::string spec : {"h2o:budget=0.5", "streamingllm:budget=0.5", "expected-attention:budget=0.5",
+                                 "snapkv:budget-tokens=20:window=4", "snapkv:budget=0.25", "tiered"}) {
+    INFO(spec);
+    CHECK_THROWS_AS(prefill_lanes(m, {prompt}, {params(spec)}, 64, 1, {{PrefillMode::chunked, 16}}), UsageError);
+  }
+}
