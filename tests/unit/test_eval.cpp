@@ -224,6 +224,7 @@ TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report",
     whole.key_logprob.push_back({-0.1 * static_cast<double>(j), -1.0 / static_cast<double>(j + 3)});
     whole.kv_bytes.push_back({1000 + j, 100});
     whole.bits.push_back({32.0, 3.0 + 0.25 * static_cast<double>(j % 2)});
+    whole.peak_kv_bytes.push_back({2000 + j, 300 + 2 * j});
   }
   whole.tally();
   // By hand: depth 0, length 128 holds prompts 8..11: -0.1 * (8 + 9 + 10 + 11) / 4 trials.
@@ -231,6 +232,7 @@ TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report",
   // By hand: bytes 1000 + mean(0..23) = 1011.5; bits of method 1: half 3, half 3.25.
   CHECK(whole.to_json()["methods"][0]["mean_kv_bytes"].get<double>() == Approx(1011.5));
   CHECK(whole.to_json()["methods"][1]["bits_per_element"].get<double>() == Approx(3.125));
+  CHECK(whole.to_json()["methods"][1]["mean_peak_kv_bytes"].get<double>() == Approx(323.0));  // 300 + 2 x 11.5
   // By hand: depth 1 (prompts 12..23), length 64 (prompts 16..19): j*7%3==0 for j = 18 only.
   CHECK(whole.successes[0][1][1] == 1);
   std::size_t sum = 0;
@@ -250,6 +252,8 @@ TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report",
     p.kv_bytes.assign(whole.kv_bytes.begin() + static_cast<std::ptrdiff_t>(lo),
                       whole.kv_bytes.begin() + static_cast<std::ptrdiff_t>(hi));
     p.bits.assign(whole.bits.begin() + static_cast<std::ptrdiff_t>(lo), whole.bits.begin() + static_cast<std::ptrdiff_t>(hi));
+    p.peak_kv_bytes.assign(whole.peak_kv_bytes.begin() + static_cast<std::ptrdiff_t>(lo),
+                           whole.peak_kv_bytes.begin() + static_cast<std::ptrdiff_t>(hi));
     p.tally();
     parts.emplace_back("p" + std::to_string(k), passkey_part_json(p, s, run));
   }

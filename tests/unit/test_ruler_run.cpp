@@ -95,6 +95,16 @@ TEST_CASE("evaluate_ruler: deterministic report of the requested shape, ratios l
   CHECK(a.to_table().find("leaderboard") != std::string::npos);
   CHECK(a.to_csv().find("streamingllm:budget=0.5,streamingllm,0.5,vt,500,2,") != std::string::npos);
   CHECK(j["methods"][0]["mean_kv_bytes"].get<double>() > j["methods"][2]["mean_kv_bytes"].get<double>());
+  // Peak resident bytes: the full cache holds its most at the end; streamingllm (exact protocol)
+  // holds the context's f32 K/V before it evicts (the question comes after).
+  const std::size_t f32_row = c.n_layers * c.n_kv_heads * c.head_dim * 8;
+  for (std::size_t i = 0; i < a.kv_bytes.size(); ++i) {
+    CHECK(a.peak_kv_bytes[i][0] == a.kv_bytes[i][0]);
+    CHECK(a.peak_kv_bytes[i][1] % f32_row == 0);
+    CHECK(a.peak_kv_bytes[i][1] < f32_row * a.prompt_tokens[i]);
+    CHECK(a.peak_kv_bytes[i][1] > a.kv_bytes[i][1]);
+  }
+  CHECK(j["methods"][1]["mean_peak_kv_bytes"].get<double>() > j["methods"][1]["mean_kv_bytes"].get<double>());
   // Query-aware is another protocol: the same prompts, the question compressed with the context.
   o.query_aware = true;
   const RulerReport b = evaluate_ruler(m, tok, methods, o, {});
@@ -109,7 +119,23 @@ TEST_CASE("evaluate_ruler: deterministic report of the requested shape, ratios l
   for (std::size_t i = 0; i < batch.kv_bytes.size(); ++i) CHECK(batch.kv_bytes[i][0] == a.kv_bytes[i][0]);
   CHECK(batch.descriptions[1].find("; prompt batch") != std::string::npos);
   CHECK_THROWS_AS(evaluate_ruler(m, tok, methods, o, {}), UsageError);
+  // Chunked prefill: SnapKV compresses each chunk of 128 tokens, so less than the prompt (here
+  // with its question) is ever resident; streamingllm is refused.
+  o.query_aware = true;
+  o.prefill_mode = {PrefillMode::chunked, 128};
+  const std::vector<PplMethod> snap = {{"snapkv:budget=0.5", resolve_method_spec("snapkv:budget=0.5")}};
+  const RulerReport chunked = evaluate_ruler(m, tok, snap, o, {});
   o.prefill_mode = PrefillMode::exact;
+  const RulerReport whole = evaluate_ruler(m, tok, snap, o, {});
+  o.prefill_mode = {PrefillMode::chunked, 128};
+  CHECK(chunked.descriptions[1].find("; prompt chunked:128") != std::string::npos);
+  for (std::size_t i = 0; i < chunked.kv_bytes.size(); ++i) {
+    CHECK(chunked.peak_kv_bytes[i][1] < whole.peak_kv_bytes[i][1]);
+    CHECK(chunked.peak_kv_bytes[i][1] >= chunked.kv_bytes[i][1]);
+  }
+  CHECK_THROWS_AS(evaluate_ruler(m, tok, methods, o, {}), UsageError);
+  o.prefill_mode = PrefillMode::exact;
+  o.query_aware = false;
   // A length the model cannot hold is refused before any work.
   o.lengths = {600};
   CHECK_THROWS_WITH(evaluate_ruler(m, tok, methods, o, {}), Catch::Contains("--lengths"));

@@ -116,7 +116,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
     r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8) +
-                             (o.prefill_mode == PrefillMode::batch ? "; prompt batch" : ""));
+                             (o.prefill_mode != PrefillMode::exact ? "; prompt " + prefill_mode_name(o.prefill_mode) : ""));
   }
   r.lengths = o.lengths;
   r.depths = o.depths;
@@ -158,6 +158,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   r.outcomes.assign(hi - lo, std::vector<char>(methods.size(), 0));
   r.key_logprob.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
   r.kv_bytes.assign(hi - lo, std::vector<std::uint64_t>(methods.size(), 0));
+  r.peak_kv_bytes.assign(hi - lo, std::vector<std::uint64_t>(methods.size(), 0));
   r.bits.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
   r.query_agnostic = o.query_agnostic;
   // Lanes per prompt: each method once (token mode: the key teacher-forced gives the successes
@@ -207,6 +208,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
                                       : (cont == p.key ? 1 : 0);
         r.key_logprob[k][mi] = out.logprob[scored] / static_cast<double>(p.key.size());
         r.kv_bytes[k][mi] = out.bytes[lane];
+        r.peak_kv_bytes[k][mi] = out.peak_bytes[lane];
         const std::size_t positions = p.tokens.size() + std::max<std::size_t>(goals[lane].n, 1) - 1;
         r.bits[k][mi] = 16.0 * static_cast<double>(out.bytes[lane]) / (element_bytes * static_cast<double>(positions));
       }
@@ -263,7 +265,8 @@ nlohmann::json PasskeyReport::to_json() const {
     const double cells = static_cast<double>(trials * depths.size() * lengths.size());
     nlohmann::json entry = {{"method", specs[m]},          {"description", descriptions[m]},
                             {"accuracy", grid},             {"mean_accuracy", static_cast<double>(total) / cells},
-                            {"mean_kv_bytes", mean_of(kv_bytes, m)}, {"bits_per_element", mean_of(bits, m)}};
+                            {"mean_kv_bytes", mean_of(kv_bytes, m)}, {"bits_per_element", mean_of(bits, m)},
+                            {"mean_peak_kv_bytes", mean_of(peak_kv_bytes, m)}};
     nlohmann::json lp = nlohmann::json::array();
     double all = 0.0;
     for (std::size_t d = 0; d < depths.size(); ++d) {
@@ -286,7 +289,8 @@ std::string PasskeyReport::to_table() const {
   std::string out = fmt::format("passkey ({} mode), {} trials per cell, the question {}; accuracy by depth (rows) x prompt length (columns)\n",
                                 mode, trials, query_agnostic ? "decoded after compression" : "compressed with the context");
   for (std::size_t m = 0; m < specs.size(); ++m) {
-    out += fmt::format("\n{} ({}; {:.3g} bits per element)\n{:>7}", specs[m], descriptions[m], mean_of(bits, m), "depth");
+    out += fmt::format("\n{} ({}; {:.3g} bits per element; peak resident {:.2f} MiB)\n{:>7}", specs[m], descriptions[m],
+                       mean_of(bits, m), mean_of(peak_kv_bytes, m) / 1048576.0, "depth");
     for (std::size_t l : lengths) out += fmt::format(" {:>6}", l);
     out += "\n";
     for (std::size_t d = 0; d < depths.size(); ++d) {

@@ -91,6 +91,9 @@ struct PasskeyReport {
   // x head_dim x 2 x positions): the full f32 cache 32, an eviction method counts what it dropped.
   std::vector<std::vector<std::uint64_t>> kv_bytes;
   std::vector<std::vector<double>> bits;
+  // peak_kv_bytes[prompt][method]: the most KV bytes resident at once (Continuations::peak_bytes:
+  // the prompt's rows not yet compressed counted as f32 keys and values).
+  std::vector<std::vector<std::uint64_t>> peak_kv_bytes;
   bool query_agnostic = false;
   // Rebuilds successes (and logprob_sums) from outcomes (grid order from first_prompt).
   void tally();

@@ -25,7 +25,8 @@ nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const P
                       {"lengths", r.lengths}, {"depths", r.depths}, {"trials", r.trials}, {"outcomes", outcomes},
                       {"query_agnostic", r.query_agnostic},
                       // exact doubles: the merge sums them as the whole run does
-                      {"key_logprob", r.key_logprob}, {"kv_bytes", r.kv_bytes}, {"bits", r.bits}};
+                      {"key_logprob", r.key_logprob}, {"kv_bytes", r.kv_bytes}, {"bits", r.bits},
+                      {"peak_kv_bytes", r.peak_kv_bytes}};
   return j;
 }
 
@@ -73,6 +74,7 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
       read_method_rows(file, j, "key_logprob", r.specs.size(), r.outcomes.size(), r.key_logprob);
       read_method_rows(file, j, "kv_bytes", r.specs.size(), r.outcomes.size(), r.kv_bytes);
       read_method_rows(file, j, "bits", r.specs.size(), r.outcomes.size(), r.bits);
+      read_method_rows(file, j, "peak_kv_bytes", r.specs.size(), r.outcomes.size(), r.peak_kv_bytes);
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});

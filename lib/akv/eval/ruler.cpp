@@ -30,11 +30,19 @@ double RulerReport::cell_bytes(std::size_t method, std::size_t task, std::size_t
   return samples ? s / static_cast<double>(samples) : 0.0;
 }
 
-double RulerReport::mean_bytes(std::size_t method) const {
+namespace {
+
+double mean_column(const std::vector<std::vector<std::uint64_t>>& rows, std::size_t method) {
   double s = 0.0;
-  for (const auto& row : kv_bytes) s += static_cast<double>(row[method]);
-  return kv_bytes.empty() ? 0.0 : s / static_cast<double>(kv_bytes.size());
+  for (const auto& row : rows) s += static_cast<double>(row[method]);
+  return rows.empty() ? 0.0 : s / static_cast<double>(rows.size());
 }
+
+}  // namespace
+
+double RulerReport::mean_bytes(std::size_t method) const { return mean_column(kv_bytes, method); }
+
+double RulerReport::mean_peak_bytes(std::size_t method) const { return mean_column(peak_kv_bytes, method); }
 
 nlohmann::json RulerReport::to_json() const {
   nlohmann::json j = {{"format", "akv-ruler"}, {"version", 1},         {"tasks", tasks},
@@ -71,7 +79,8 @@ nlohmann::json RulerReport::to_json() const {
                   {"score", grid},
                   {"average", average(m)},
                   {"kv_bytes", bytes},
-                  {"mean_kv_bytes", mean_bytes(m)}});
+                  {"mean_kv_bytes", mean_bytes(m)},
+                  {"mean_peak_kv_bytes", mean_peak_bytes(m)}});
   }
   j["methods"] = ms;
   return j;
@@ -113,8 +122,8 @@ std::string RulerReport::to_table() const {
   if (!board.empty()) out += board + "\n";
   out += "by task (rows) x prompt length (columns):\n";
   for (std::size_t m = 0; m < specs.size(); ++m) {
-    out += fmt::format("\n{} ({}); cache after the answer {:.2f} MiB (mean)\n{:<16}", specs[m], descriptions[m],
-                       mean_bytes(m) / 1048576.0, "task");
+    out += fmt::format("\n{} ({}); cache after the answer {:.2f} MiB, peak resident {:.2f} MiB (means)\n{:<16}", specs[m],
+                       descriptions[m], mean_bytes(m) / 1048576.0, mean_peak_bytes(m) / 1048576.0, "task");
     for (std::size_t l : lengths) out += fmt::format(" {:>7}", l);
     out += "\n";
     for (std::size_t t = 0; t < tasks.size(); ++t) {
@@ -161,7 +170,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
     r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8) +
-                             (o.prefill_mode == PrefillMode::batch ? "; prompt batch" : ""));
+                             (o.prefill_mode != PrefillMode::exact ? "; prompt " + prefill_mode_name(o.prefill_mode) : ""));
   }
   for (const PplMethod& m : methods) {
     const auto sweep = std::find_if(o.ratio_specs.begin(), o.ratio_specs.end(), [&](const RatioSpec& x) { return x.spec == m.spec; });
@@ -197,6 +206,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
   }
   r.score.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
   r.kv_bytes.assign(hi - lo, std::vector<std::uint64_t>(methods.size(), 0));
+  r.peak_kv_bytes.assign(hi - lo, std::vector<std::uint64_t>(methods.size(), 0));
   r.prompt_tokens.assign(hi - lo, 0);
   std::vector<std::optional<CompressParams>> params;
   for (const auto& m : methods) params.push_back(m.params);
@@ -227,6 +237,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
     for (std::size_t i = 0; i < nb; ++i) {
       for (std::size_t m = 0; m < methods.size(); ++m) {
         r.kv_bytes[b0 + i - lo][m] = out.bytes[i * methods.size() + m];
+        r.peak_kv_bytes[b0 + i - lo][m] = out.peak_bytes[i * methods.size() + m];
         r.score[b0 + i - lo][m] = ruler_score(tok.decode(out.tokens[i * methods.size() + m]), jobs[i].expected);
       }
     }

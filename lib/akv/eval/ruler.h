@@ -61,6 +61,8 @@ struct RulerReport {
   std::vector<std::vector<double>> score;
   std::vector<std::size_t> prompt_tokens;        // [i]: the prompt's length
   std::vector<std::vector<std::uint64_t>> kv_bytes;  // [i][method]: the cache's bytes after the answer
+  // [i][method]: the most KV bytes resident at once (Continuations::peak_bytes).
+  std::vector<std::vector<std::uint64_t>> peak_kv_bytes;
   // Mean score in percent of (method, task, length), and of (method) over every task and length
   // (of a whole report).
   double cell(std::size_t method, std::size_t task, std::size_t length) const;
@@ -68,6 +70,7 @@ struct RulerReport {
   // Mean cache bytes after the answer, of (method, task, length) and of (method).
   double cell_bytes(std::size_t method, std::size_t task, std::size_t length) const;
   double mean_bytes(std::size_t method) const;
+  double mean_peak_bytes(std::size_t method) const;  // mean of peak_kv_bytes
   nlohmann::json to_json() const;
   // With ratios: the average of each base (rows) at each ratio (columns); empty otherwise.
   std::string leaderboard() const;

@@ -24,7 +24,7 @@ nlohmann::json ruler_part_json(const RulerReport& r, const Shard& s, const PplRu
           {"tasks", r.tasks},            {"lengths", r.lengths},
           {"samples", r.samples},        {"answer_prefix", r.prefix},
           {"query_aware", r.query_aware}, {"scores", r.score},  // exact doubles: k / n of each sample
-          {"prompt_tokens", r.prompt_tokens}, {"kv_bytes", r.kv_bytes}};
+          {"prompt_tokens", r.prompt_tokens}, {"kv_bytes", r.kv_bytes}, {"peak_kv_bytes", r.peak_kv_bytes}};
 }
 
 RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
@@ -72,6 +72,7 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
         r.score.push_back(row);
       }
       read_method_rows(file, j, "kv_bytes", r.specs.size(), r.score.size(), r.kv_bytes);
+      read_method_rows(file, j, "peak_kv_bytes", r.specs.size(), r.score.size(), r.peak_kv_bytes);
       r.prompt_tokens.insert(r.prompt_tokens.end(), tokens.begin(), tokens.end());
     }
   } catch (const nlohmann::json::exception& e) {
