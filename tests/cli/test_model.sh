@@ -25,6 +25,23 @@ if [[ $rc -eq 0 && $(wc -l <"$TMP/out") -eq 5 ]] && grep -q "^1,400,none,112," "
 else
   fail "evaluate --model --csv: rc $rc: $(head -3 "$TMP/out")"
 fi
+run "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --json \
+  --methods snapkv:budget=0.25:window=16:every=64:target=96
+expect_output "decode-time compression: every 64 tokens cut back to 96 per head (the memory trace falls)" \
+  'every 64 to 96'
+if "$PY" - "$TMP/out" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["methods"][1]["memory_trace"]
+b = t["bytes"]
+assert any(y < x for x, y in zip(b, b[1:])), b
+assert max(b) <= 4 * 5 * (96 + 64) * (8 * 2 * 2 + 4), max(b)  # 5 layers x 4 KV heads, f16 K and V of 8 dims
+PY
+then pass "decode-time compression: the trace falls at each cut and stays below target + every rows"
+else fail "decode-time compression trace"; fi
+expect_error "akv compress refuses decode-time compression" 1 "decode loop" \
+  "$AKV" compress -q "$TMP/s.h5" -o "$TMP/never.h5" -m snapkv --budget 0.5 --every 64 --target 96
+expect_error "decode-time compression takes both every= and target=" 1 "every= and target=" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods snapkv:budget=0.5:every=64
 expect "evaluate --model --json" 0 '"ppl_delta"' \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --methods kivi:bits=8 --json
 expect_output "evaluate --model --json names its format" '"format": "akv-perplexity"'

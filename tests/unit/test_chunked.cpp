@@ -1,6 +1,7 @@
 // The chunked prompt protocol (--prefill-mode chunked:N, eval/lanes.h; kv/chunk_cache.h): each
 // chunk attends exactly to its own rows and to the method's compressed cache of the earlier
-// chunks, then the method compresses it.
+// chunks, then the method compresses it. And decode-time compression (every=N:target=T) in the
+// model's decode loop.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/eval/lanes.h"
+#include "akv/eval/perplexity.h"
 #include "akv/kv/runtime.h"
 #include "akv/method/registry.h"
 
@@ -235,4 +237,32 @@ TEST_CASE("chunked prefill of one-shot eviction: each chunk planned alone to bud
     INFO(spec);
     CHECK_THROWS_AS(prefill_lanes(m, {prompt}, {params(spec)}, 64, 1, {{PrefillMode::chunked, 16}}), UsageError);
   }
+}
+
+TEST_CASE("decode-time compression in the model: the memory trace falls back to the target every N tokens",
+          "[chunked][decode_compression]") {
+  const Model m = random_model();
+  PplOptions o;
+  o.methods = {{"snapkv:budget=0.5:window=4:every=8:target=20", params("snapkv:budget=0.5:window=4:every=8:target=20")},
+               {"snapkv:budget=0.5:window=4", params("snapkv:budget=0.5:window=4")}};
+  o.prefill = 40;
+  o.threads = 2;
+  const PplReport r = evaluate_perplexity(m, {tokens(80, 7), tokens(70, 8)}, o, {});
+  // Sequence 0: the prompt keeps 20 rows per head; the cut after every 8th decoded token takes
+  // each head back to 20 rows: 2 layers x 2 heads x rows x (f16 K and V + a 4-byte position).
+  const MemoryTrace& t = r.traces[1];
+  const std::uint64_t row = 2 * 2 * (32 * 2 * 2 + 4);
+  REQUIRE(t.tokens.size() == t.bytes.size());
+  for (std::size_t i = 0; i < t.tokens.size(); ++i) {
+    const std::size_t decoded = t.tokens[i] - 40;  // tokens appended after the prompt
+    INFO("tokens " << t.tokens[i]);
+    CHECK(t.bytes[i] == row * (20 + decoded % 8));
+  }
+  // Without it the cache only grows.
+  CHECK(r.traces[2].bytes.back() == row * (20 + 39));
+  CHECK(std::isfinite(r.total(1).ppl()));
+  CHECK(r.descriptions[1].find("every 8 to 20") != std::string::npos);
+  // Thread count does not change it.
+  o.threads = 1;
+  CHECK(evaluate_perplexity(m, {tokens(80, 7), tokens(70, 8)}, o, {}).to_json() == r.to_json());
 }

@@ -128,6 +128,10 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
                            const CompressParams& params, int threads, const ProgressFn& progress,
                            const Shard& shard) {
   if (params.tiered()) return compress_tiered(dump_path, out_path, params, threads, progress, shard);
+  if (params.eviction() && params.eviction()->every > 0) {
+    throw UsageError("decode-time compression (every=, target=) runs in the model's decode loop: akv evaluate --model",
+                     {"", "--every", std::to_string(params.eviction()->every)});
+  }
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
   if (const GgmlCacheParams* g = params.ggml()) {

@@ -9,6 +9,7 @@
 #include "akv/alloc/calibration_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/kv/decode_compression.h"
 #include "akv/kv/ggml_cache.h"
 #include "akv/kv/prompt_plan.h"
 #include "akv/kv/tensor_builder.h"
@@ -57,6 +58,15 @@ class RuntimePolicy : public KvPolicy {
       if (p->eviction()->alloc == AllocMethod::file) {
         throw UsageError("--budgets files describe a dump, not a model run; use --budget", {"", "--budgets"});
       }
+      if (p->eviction()->every > 0) {
+        check_decode_compression(*p->eviction());
+        if (streaming_) {
+          throw UsageError("h2o and streamingllm evict while decoding already; every= is for one-shot methods",
+                           {"", "--every", std::to_string(p->eviction()->every)});
+        }
+        every_ = p->eviction()->every;
+        recent_query_.resize(g.n_layers);
+      }
     }
     // Per-head parameters (calibrated bits).
     per_head_.reserve(g.n_layers * g.n_kv_heads);
@@ -96,6 +106,17 @@ class RuntimePolicy : public KvPolicy {
   }
 
   bool wants_queries() const override { return params_ && params_->eviction(); }
+
+  // Decode-time compression keeps each layer's last max(window, 1) queries (a ring).
+  void take_query(std::size_t layer, std::size_t, const float* query) override {
+    if (every_ == 0) return;
+    QueryRing& r = recent_query_[layer];
+    const std::size_t nq = g_.n_heads * g_.head_dim, cap = std::max<std::size_t>(params_->eviction()->score.window, 1);
+    r.rows.resize(cap * nq);
+    std::copy_n(query, nq, r.rows.begin() + static_cast<std::ptrdiff_t>(r.next * nq));
+    r.next = (r.next + 1) % cap;
+    r.count = std::min(r.count + 1, cap);
+  }
 
   // Quantizers store the chunk's rows as decoded rows; one-shot eviction plans the chunk alone
   // (its last W queries, round(budget x chunk tokens) per head, sinks in the first chunk only)
@@ -196,6 +217,7 @@ class RuntimePolicy : public KvPolicy {
   }
 
   void end_step() override {
+    if (every_ > 0 && ++decoded_ % every_ == 0) cut();
     if (!streaming_) return;
     const EvictionParams& e = *params_->eviction();
     const bool oldest = e.score.method == ScoreMethod::streamingllm;
@@ -225,7 +247,7 @@ class RuntimePolicy : public KvPolicy {
     return b;
   }
 
-  bool layer_local() const override { return !streaming_; }
+  bool layer_local() const override { return !streaming_ && every_ == 0; }
 
   std::uint64_t layer_bytes(std::size_t layer) const override {
     std::uint64_t b = 0;
@@ -295,6 +317,42 @@ class RuntimePolicy : public KvPolicy {
     });
   }
 
+  // Decode-time compression: each layer's heads cut back to the target (kv/decode_compression.h).
+  void cut() {
+    const std::size_t d = g_.head_dim, nq = g_.n_heads * d;
+    for (std::size_t l = 0; l < g_.n_layers; ++l) {
+      const QueryRing& r = recent_query_[l];
+      if (r.count == 0) continue;
+      const std::size_t cap = r.rows.size() / nq;
+      std::vector<float> q(r.count * nq);  // oldest first
+      for (std::size_t i = 0; i < r.count; ++i) {
+        const std::size_t slot = (r.next + cap - r.count + i) % cap;
+        std::copy_n(r.rows.begin() + static_cast<std::ptrdiff_t>(slot * nq), nq, q.begin() + static_cast<std::ptrdiff_t>(i * nq));
+      }
+      std::vector<std::vector<float>> keys(g_.n_kv_heads), values(g_.n_kv_heads);
+      std::vector<HeadRows> rows(g_.n_kv_heads);
+      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+        const HeadState& s = heads_[l * g_.n_kv_heads + h];
+        const std::size_t n = s.position.size();
+        keys[h].resize(n * d);
+        values[h].resize(n * d);
+        dequantize_rows(s.key.view(), d, 0, n, keys[h].data());
+        dequantize_rows(s.value.view(), d, 0, n, values[h].data());
+        rows[h] = {keys[h].data(), values[h].data(), s.position.data(), n};
+      }
+      const auto keep = decode_cut(rows, q.data(), q.size() / nq, g_.kv_shape(), *params_->eviction());
+      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+        HeadState& s = heads_[l * g_.n_kv_heads + h];
+        if (keep[h].size() == s.position.size()) continue;
+        s.key.retain(keep[h]);
+        s.value.retain(keep[h]);
+        std::vector<std::int32_t> position;
+        for (std::size_t r : keep[h]) position.push_back(s.position[r]);
+        s.position = std::move(position);
+      }
+    }
+  }
+
   // Head i's key or value builder under its parameters (f32 rows for the exact cache).
   TensorBuilder builder(std::size_t i, bool key) const {
     if (!params_) return TensorBuilder(g_.head_dim, DenseType::f32);
@@ -313,6 +371,12 @@ class RuntimePolicy : public KvPolicy {
   RopeTable table_;
   RopeContext rope_;
   bool streaming_ = false;
+  std::size_t every_ = 0, decoded_ = 0;             // decode-time compression: interval, tokens decoded
+  struct QueryRing {
+    std::vector<float> rows;  // [max(W, 1)][n_heads * hd]
+    std::size_t next = 0, count = 0;
+  };
+  std::vector<QueryRing> recent_query_;             // [layer]: its last decode queries
   std::vector<CompressParams> per_head_;  // [layer * n_kv_heads + head]
   std::vector<HeadState> heads_;         // [layer * n_kv_heads + head]
 };

@@ -134,6 +134,26 @@ void PackedTensor::compact(std::vector<T>& rows) {
   front_ = 0;
 }
 
+void PackedTensor::retain_dense(const std::vector<std::size_t>& rows) {
+  if (view_.rows > 0 || ggml_rows_ > 0) throw InvalidInput("retaining rows of a tensor that is not all dense", {"", "rows"});
+  const auto keep = [&](auto& data) {
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      if (rows[j] >= dense_rows_ || (j > 0 && rows[j] <= rows[j - 1])) {
+        throw InvalidInput("retained rows must be ascending dense rows", {"", "row", std::to_string(rows[j])});
+      }
+      std::copy_n(data.begin() + static_cast<std::ptrdiff_t>((front_ + rows[j]) * d_), d_,
+                  data.begin() + static_cast<std::ptrdiff_t>((front_ + j) * d_));
+    }
+    data.resize((front_ + rows.size()) * d_);
+  };
+  if (type_ == DenseType::f32) {
+    keep(dense32_);
+  } else {
+    keep(dense16_);
+  }
+  dense_rows_ = rows.size();
+}
+
 void PackedTensor::swap_remove_dense(std::size_t i) {
   if (i >= dense_rows_) throw InvalidInput("removing a dense row that is not stored", {"", "row", std::to_string(i)});
   const auto move_last = [&](auto& rows) {

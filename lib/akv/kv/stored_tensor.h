@@ -53,6 +53,9 @@ class PackedTensor {
   // Removes dense row i by moving the last dense row into its place: O(head_dim), rows lose
   // their order (eviction from an unquantized cache, which tracks positions itself).
   void swap_remove_dense(std::size_t i);
+  // Keeps dense rows `rows` (ascending indices) in their order and drops the others; only for a
+  // tensor whose rows are all dense (InvalidInput otherwise).
+  void retain_dense(const std::vector<std::size_t>& rows);
 
   // Blocks in the middle (the tiered cache moves whole blocks between tiers). A packed block
   // goes in before packed row `row`, or packed rows [row, row + n) come out; both ends must sit

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <utility>
 
 #include "akv/core/errors.h"
@@ -107,6 +108,18 @@ void TensorBuilder::swap_remove(std::size_t i) {
     std::copy(mirror_.end() - static_cast<std::ptrdiff_t>(d_), mirror_.end(),
               mirror_.begin() + static_cast<std::ptrdiff_t>(i * d_));
     mirror_.resize(mirror_.size() - d_);
+  }
+}
+
+void TensorBuilder::retain(const std::vector<std::size_t>& rows) {
+  if (quantize_ || ggml_) throw std::logic_error("TensorBuilder::retain: dense rows only");
+  store_.retain_dense(rows);
+  if (rope_) {
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      std::copy_n(mirror_.begin() + static_cast<std::ptrdiff_t>(rows[j] * d_), d_,
+                  mirror_.begin() + static_cast<std::ptrdiff_t>(j * d_));
+    }
+    mirror_.resize(rows.size() * d_);
   }
 }
 

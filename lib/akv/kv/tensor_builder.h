@@ -58,6 +58,9 @@ class TensorBuilder {
   // Removes row i, moving the last row into its place (streaming eviction; dense rows only):
   // O(head_dim) instead of moving every later row.
   void swap_remove(std::size_t i);
+  // Keeps rows `rows` (ascending) in order, drops the rest (decode-time compression; dense rows
+  // only).
+  void retain(const std::vector<std::size_t>& rows);
 
   std::size_t rows() const { return store_.rows(); }
   TensorView view() const;  // pre-RoPE keys: their post-RoPE f32 rows (needs `rope`)

@@ -72,6 +72,22 @@ EvictionParams eviction_method(const std::string& name) {
   return p;
 }
 
+void check_decode_compression(const EvictionParams& e) {
+  const ScoreMethod s = e.score.method;
+  if (s != ScoreMethod::snapkv && s != ScoreMethod::knorm && s != ScoreMethod::keydiff && s != ScoreMethod::lagkv) {
+    throw UsageError("decode-time compression scores with snapkv, knorm, keydiff or lagkv",
+                     {"", "--score", score_method_name(s)});
+  }
+  if (e.alloc != AllocMethod::uniform && e.alloc != AllocMethod::adakv) {
+    throw UsageError("decode-time compression allocates uniform or adakv", {"", "--method", alloc_method_name(e.alloc)});
+  }
+  if (e.target <= e.sinks + e.score.window) {
+    throw InvalidInput("target must exceed the always-kept tokens (window " + std::to_string(e.score.window) +
+                           " + sinks " + std::to_string(e.sinks) + ")",
+                       {"", "--target", std::to_string(e.target)});
+  }
+}
+
 std::string capacity_rule_name(CapacityRule r) {
   return r == CapacityRule::official ? "official" : "exact-total";
 }
@@ -105,6 +121,10 @@ nlohmann::json EvictionParams::to_json() const {
   j["min_tokens"] = min_tokens;
   j["step"] = step;
   if (!budgets_file.empty()) j["budgets_file"] = budgets_file;
+  if (every > 0) {
+    j["every"] = every;
+    j["target"] = target;
+  }
   return j;
 }
 
@@ -141,6 +161,10 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     p.min_tokens = count("min_tokens", "min-tokens");
     p.step = count("step", "step");
     p.budgets_file = j.value("budgets_file", "");
+    if (j.contains("every")) {
+      p.every = count("every", "every");
+      p.target = count("target", "target");
+    }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad eviction parameters: ") + e.what(), {file, "eviction"});
   } catch (const CorruptData&) {

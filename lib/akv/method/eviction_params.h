@@ -42,10 +42,18 @@ struct EvictionParams {
   double beta = 20.0;        // pyramid
   std::size_t min_tokens = 0, step = 1;  // waterfill (selectable tokens)
   std::string budgets_file;  // alloc == file: per-head budgets from `akv allocate`
+  // Decode-time compression (the model's runtime cache only; 0 = none): every `every` decoded
+  // tokens each KV head is cut back to `target` rows (kv/decode_compression.h).
+  std::size_t every = 0, target = 0;
 
   nlohmann::json to_json() const;
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
 };
+
+// Decode-time compression (EvictionParams::every > 0): scores snapkv, knorm, keydiff or lagkv,
+// allocation uniform or adakv, target above the sinks and window; UsageError / InvalidInput
+// naming the flag otherwise.
+void check_decode_compression(const EvictionParams& e);
 
 // Eviction methods of `akv compress --method`: score + allocator (+ default sinks), the
 // registry's rows of kind eviction and joint (method/registry.h):

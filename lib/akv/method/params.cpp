@@ -58,6 +58,7 @@ std::string describe(const CompressParams& p) {
     } else if (e.budget_tokens) {
       out += " " + std::to_string(*e.budget_tokens) + " tokens";
     }
+    if (e.every > 0) out += " every " + std::to_string(e.every) + " to " + std::to_string(e.target);
     out += " + ";
   }
   out += p.preset.empty() ? quantizer_name(p.method) : p.preset;
@@ -126,6 +127,15 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
   if (r.beta) e.beta = *r.beta;
   if (r.min_tokens) e.min_tokens = count(*r.min_tokens);
   if (r.step) e.step = count(*r.step);
+  if (r.every.has_value() != r.target.has_value()) {
+    throw UsageError("decode-time compression takes both every= and target=",
+                     {"", r.every ? "--target" : "--every", "missing"});
+  }
+  if (r.every) {
+    e.every = count(*r.every);
+    e.target = count(*r.target);
+    check_decode_compression(e);
+  }
 }
 
 EvictionParams resolve_eviction(const std::string& method, const EvictionRequest& r) {
@@ -159,6 +169,10 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
   e.score.window = default_window(e.score.method);
   e.sinks = default_sinks(e.score.method);
   if (r.budgets_file) throw UsageError("allocate computes budgets; --budgets is for compress", {"", "--budgets"});
+  if (r.every || r.target) {
+    throw UsageError("decode-time compression (every=, target=) runs in the model's decode loop: akv evaluate --model",
+                     {"", r.every ? "--every" : "--target", std::to_string(r.every ? *r.every : *r.target)});
+  }
   apply_eviction_flags(e, alloc, r);
   return e;
 }
@@ -166,7 +180,7 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
 bool EvictionRequest::any() const {
   return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
          gqa_reduce || alpha || capacity_rule || beta || min_tokens || step || score || future ||
-         covariance || vnorm || lag;
+         covariance || vnorm || lag || every || target;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {
@@ -321,6 +335,9 @@ CompressParams resolve_params(const CompressRequest& r) {
     q.method = quant;
     CompressParams p = resolve_quant(q);
     p.mode = resolve_eviction(r.method, r.eviction);
+    if (p.eviction()->every > 0 && (p.quantized() || p.rotate != RotationKind::none)) {
+      throw UsageError("decode-time compression cuts f16 rows: it takes no quant= or rotate=", {"", "--quant", quant});
+    }
     return p;
   }
   if (r.quant || r.eviction.any()) {

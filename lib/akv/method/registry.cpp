@@ -203,6 +203,14 @@ const std::vector<ParamInfo>& param_registry() {
        "lagkv: partition size in tokens (default 128)", 1, {}, false, false, {}, {}},
       {"vnorm", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.vnorm; }),
        "expected-attention: scores times the value norm (default on)", {}, {}, false, false, {}, {"on", "off"}},
+      {"every", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.every; }),
+       "decode-time compression (with target=; akv evaluate --model only): every N decoded tokens each KV head "
+       "is cut back to target tokens, scored with the last W decode queries (kvpress's DecodingPress); snapkv, "
+       "knorm, keydiff or lagkv scores, uniform or adakv allocation, no quant=",
+       1, {}, false, false, {}, {}},
+      {"target", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.target; }),
+       "decode-time compression: tokens per KV head after each cut (on average with adakv; sinks and window "
+       "included)", 1, {}, false, false, {}, {}},
       {"pool", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.pool; }),
        "SnapKV pooling over tokens (default max)", {}, {}, false, false, {}, {"max", "avg"}},
       {"kernel", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.kernel; }),

@@ -12,7 +12,7 @@ struct EvictionRequest {
   std::optional<double> budget;
   std::optional<long long> budget_tokens;
   std::optional<std::string> budgets_file;
-  std::optional<long long> window, sinks, kernel, min_tokens, step, future, lag;
+  std::optional<long long> window, sinks, kernel, min_tokens, step, future, lag, every, target;
   std::optional<std::string> score, pool, gqa_reduce, capacity_rule, covariance, vnorm;
   std::optional<double> alpha, beta;
   bool any() const;
