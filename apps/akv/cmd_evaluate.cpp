@@ -83,6 +83,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str()->check(CLI::IsMember({"ppl", "passkey", "ruler"}));
   add_passkey_flags(sub, opt->mo.passkey_options, opt->mo.filler);
   CLI::Option* lengths = sub->get_option("--lengths");
+  CLI::Option* depths = sub->get_option("--depths");
   add_ruler_flags(sub, opt->mo.ruler_options, opt->answer_prefix, opt->ratios);
   text->excludes(sub->get_option("--tokens"));
   dump->excludes(model);
@@ -95,7 +96,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--no-verify-hash", opt->no_verify,
                 "Skip the content-hash check that the cache was made from this dump (shapes are "
                 "still checked)");
-  sub->callback([opt, lengths, sub, &global] {
+  sub->callback([opt, lengths, depths, sub, &global] {
     check_output_distinct(opt->output, {opt->dump, opt->cache});
     ProgressBar bar("evaluate", !global.quiet);
     for (const auto& [task, flags] : task_flags()) {  // a task's flag elsewhere would be silently ignored
@@ -118,6 +119,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       mo.ruler = opt->task == "ruler";
       if (mo.ruler) {
         if (lengths->count()) mo.ruler_options.lengths = mo.passkey_options.lengths;
+        if (depths->count()) mo.ruler_options.depths = mo.passkey_options.depths;
         mo.ruler_options.seed = mo.passkey_options.seed;
         mo.ruler_options.prefix = parse_answer_prefix(opt->answer_prefix);
       }

@@ -44,7 +44,11 @@ inline CLI::Option* add_text_flags(CLI::App* sub, std::string& text, std::size_t
 // The passkey task's flags (evaluate --task passkey).
 inline void add_passkey_flags(CLI::App* sub, PasskeyOptions& pk, std::string& filler) {
   sub->add_option("--lengths", pk.lengths, "Passkey and ruler: prompt lengths in tokens (ruler's default: 4096)")->delimiter(',')->capture_default_str();
-  sub->add_option("--depths", pk.depths, "Passkey: needle depths in [0, 1]")->delimiter(',')->capture_default_str();
+  sub->add_option("--depths", pk.depths,
+                  "Passkey: needle depths in [0, 1]. Ruler (niah_* tasks only; default: RULER's random depths): "
+                  "every needle at each depth, --samples per (task, length, depth): a needle-in-a-haystack "
+                  "heatmap per task (depth x length)")
+      ->delimiter(',')->capture_default_str();
   sub->add_option("--trials", pk.trials, "Passkey: trials per (depth, length)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--key-tokens", pk.key_tokens, "Passkey: key length in tokens")

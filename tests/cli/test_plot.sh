@@ -89,6 +89,29 @@ if grep -q "h2o:budget=0.125" "$o/ruler.svg" && grep -q "niah_single_1" "$o/rule
 else
   fail "ruler figure: the sweep's lines, the quantizer, every task"
 fi
+# A ruler run with --depths: one needle-depth x length heatmap per method (--kind niah); a run
+# without depths is refused for that kind.
+"$PY" - "$TMP/niah.json" <<'PY'
+import json, sys
+heat = lambda a: [[[a, a / 2], [a, 0.0], [a / 4, a]] for _ in range(2)]  # [task][depth][length]
+json.dump({"format": "akv-ruler", "version": 1, "tasks": ["niah_single_1", "niah_multikey_2"], "lengths": [1024, 4096],
+           "depths": [0, 0.5, 1], "samples": 1, "question": "decoded after compression",
+           "methods": [{"method": m, "base": m, "ratio": None, "average": a, "score": [[a, a], [a, a]], "depth_score": heat(a)}
+                       for m, a in (("full", 100.0), ("snapkv:budget=0.25", 40.0))]},
+          open(sys.argv[1], "w"))
+PY
+plot_ok "needle depth x length heatmap (niah)" "$o/niah.svg" "$TMP/niah.json" --kind niah
+if grep -q "snapkv:budget=0.25" "$o/niah.svg" && grep -q "needle depth" "$o/niah.svg"; then
+  pass "niah figure: a panel per method, depth on the y axis"
+else
+  fail "niah figure: a panel per method, depth on the y axis"
+fi
+run "${PLOT[@]}" "$TMP/ruler.json" -o "$o/never.svg" --kind niah
+if [[ $rc -eq 2 && ! -e $o/never.svg ]] && grep -q "depths" "$TMP/err"; then
+  pass "--kind niah refuses a ruler run without depths (exit 2)"
+else
+  fail "--kind niah without depths: exit $rc"
+fi
 # A 30 x 30 grid: no accuracy written in each cell (900 labels took minutes at 300 x 300), at
 # most 12 ticks per axis; the 3 x 3 grid above keeps its labels.
 "$PY" - "$TMP/grid30.json" <<'PY'
@@ -112,15 +135,15 @@ plot_ok "calibrated bits per head" "$o/calib.svg" "$FX/calibration.json" --kind 
 run "${PLOT[@]}" "$IN/perplexity.json" -o "$o/again.png"
 if cmp -s "$o/ppl.png" "$o/again.png"; then pass "same input, same PNG bytes"; else fail "same input, same PNG bytes"; fi
 
-cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/sweep.json" "$TMP/ruler.json" "$TMP/figs/"
+cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/sweep.json" "$TMP/ruler.json" "$TMP/niah.json" "$TMP/figs/"
 # A result of a known format with fields of the wrong type: listed as not plotted, not fatal.
 printf '{"format": "akv-perplexity", "version": 1, "methods": 7}' >"$TMP/figs/zz-malformed.json"
 run "${PLOT[@]}" report "$TMP/figs" -o "$TMP/report.html"
 n=$(grep -o "<svg" "$TMP/report.html" | wc -l)
-if [[ $rc -eq 0 && $n -eq 11 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
+if [[ $rc -eq 0 && $n -eq 13 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
    grep -q "zz-malformed.json: malformed" "$TMP/report.html" &&
-   grep -q "perplexity.json: tiers" "$TMP/report.html" && grep -q "sweep.json: budget" "$TMP/report.html" && grep -q "sweep.json: bits" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
-  pass "report: 11 inline figures (tiers, budget, bits and ruler included), akv-synth and a malformed result listed as not plotted, no network"
+   grep -q "perplexity.json: tiers" "$TMP/report.html" && grep -q "sweep.json: budget" "$TMP/report.html" && grep -q "sweep.json: bits" "$TMP/report.html" && grep -q "niah.json: needle depth" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
+  pass "report: 13 inline figures (tiers, budget, bits, ruler and its depth heatmap included), akv-synth and a malformed result listed as not plotted, no network"
 else
   fail "report: exit $rc, $n figures; stderr: $(head -c 300 "$TMP/err")"
 fi

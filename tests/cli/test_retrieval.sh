@@ -102,6 +102,14 @@ ratios=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(*[m["r
   <("$AKV" -q evaluate --model "$M" --task ruler --tasks niah_single_1 --lengths 1024 --samples 1 --answer-tokens 12 \
     --methods streamingllm,kivi-2 --ratios 0.5,0.75 --json))
 expect_equal "ruler --ratios: methods and ratios in the JSON" "$ratios" "None 0.5 0.75 None"
+# Needle depths: the full cache and kivi-2 find the needle at every depth.
+heat=$("$AKV" -q evaluate --model "$M" --task ruler --tasks niah_single_1 --lengths 1024 --depths 0,0.5,1 --samples 1 \
+  --answer-tokens 40 --answer-prefix restate --methods kivi-2 --json |
+  "$PY" -c 'import json,sys; r=json.load(sys.stdin); print(r["depths"], *[m["depth_score"][0] for m in r["methods"]])')
+expect_equal "ruler --depths: full and kivi-2 at every depth (the heatmap's JSON)" "$heat" \
+  "[0.0, 0.5, 1.0] [[100.0], [100.0], [100.0]] [[100.0], [100.0], [100.0]]"
+expect_error "ruler --depths: only needle tasks" 2 "--tasks = vt" \
+  "$AKV" -q evaluate --model "$M" --task ruler --tasks vt --lengths 1024 --depths 0.5
 expect_error "--ratios needs --task ruler" 1 "--ratios" \
   "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --methods snapkv --ratios 0.5
 expect_error "a ratio of 1 is refused" 2 "--ratios = 1" \

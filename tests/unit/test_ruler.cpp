@@ -192,3 +192,44 @@ TEST_CASE("ruler: word lists hold no duplicates", "[eval][ruler]") {
     CHECK(v.size() >= 20);
   }
 }
+
+TEST_CASE("ruler: needle depths move the same needles through the same haystack", "[eval][ruler]") {
+  const Tokenizer tok = Tokenizer::bytes();
+  for (const char* name : {"niah_single_2", "niah_multikey_2", "niah_multivalue"}) {
+    const RulerTask& t = ruler_task(name);
+    const RulerSample random = make_ruler_sample(tok, t, 2048, 5, 1, AnswerPrefix::ruler);
+    INFO(name);
+    std::vector<std::int32_t> sorted_random = random.tokens;
+    std::sort(sorted_random.begin(), sorted_random.end());
+    std::size_t last_pos = 0;
+    for (double depth : {0.0, 0.3, 1.0}) {
+      const RulerSample s = make_ruler_sample(tok, t, 2048, 5, 1, AnswerPrefix::ruler, depth);
+      INFO("depth " << depth);
+      // The same pieces (the same expected values, the same tokens in another order).
+      CHECK(s.expected == random.expected);
+      std::vector<std::int32_t> sorted = s.tokens;
+      std::sort(sorted.begin(), sorted.end());
+      CHECK(sorted == sorted_random);
+      // The needles sit at the depth: at 0 the first needle (an asked one) follows the head, at 1
+      // the last one before the question is asked.
+      const std::string text = tok.decode(s.tokens);
+      const std::size_t first = text.find(" One of the special magic"), question = text.find("\nWhat ");
+      REQUIRE(first != std::string::npos);
+      const auto value_at = [&](std::size_t from) { return text.substr(from + 5, text.find('.', from) - from - 5); };
+      const auto asked = [&](const std::string& v) { return std::count(s.expected.begin(), s.expected.end(), v) == 1; };
+      if (depth == 0.0) {
+        CHECK(text.substr(first - 12, 12) == "afterwards.\n");
+        CHECK(asked(value_at(text.find(" is: ", first))));
+      }
+      if (depth == 1.0) {
+        const std::size_t last = text.rfind(" is: ", question);
+        CHECK(text.find('.', last) + 1 == question);
+        CHECK(asked(value_at(last)));
+      }
+      CHECK(s.needle_pos >= last_pos);
+      last_pos = s.needle_pos;
+    }
+  }
+  CHECK_THROWS_AS(make_ruler_sample(tok, ruler_task("vt"), 2048, 0, 1, AnswerPrefix::ruler, 0.5), InvalidInput);
+  CHECK_THROWS_AS(make_ruler_sample(tok, ruler_task("niah_single_1"), 2048, 0, 1, AnswerPrefix::ruler, 1.5), InvalidInput);
+}

@@ -8,6 +8,7 @@
 #include "akv/eval/lanes.h"
 #include "akv/eval/model_run.h"
 #include "akv/eval/ruler.h"
+#include "akv/eval/ruler_shard.h"
 #include "akv/method/params.h"
 #include "akv/model/llama2c.h"
 #include "test_util.h"
@@ -139,4 +140,45 @@ TEST_CASE("evaluate_ruler: deterministic report of the requested shape, ratios l
   // A length the model cannot hold is refused before any work.
   o.lengths = {600};
   CHECK_THROWS_WITH(evaluate_ruler(m, tok, methods, o, {}), Catch::Contains("--lengths"));
+}
+
+TEST_CASE("evaluate_ruler with needle depths: a heatmap per task, shards merge to it", "[eval][ruler]") {
+  if (!have_shared()) return;
+  const Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  const Tokenizer tok = Tokenizer::bytes();
+  RulerOptions o;
+  o.tasks = {"niah_single_1", "niah_multikey_2"};
+  o.lengths = {420};
+  o.depths = {0.0, 1.0};
+  o.samples = 2;
+  o.answer_tokens = 4;
+  o.threads = 2;
+  const std::vector<PplMethod> methods = {{"kivi-2", resolve_method_spec("kivi-2")}};
+  const RulerReport r = evaluate_ruler(m, tok, methods, o, {});
+  REQUIRE(r.score.size() == 2 * 1 * 2 * 2);
+  const nlohmann::json j = r.to_json();
+  CHECK(j["depths"] == nlohmann::json({0.0, 1.0}));
+  const auto& heat = j["methods"][1]["depth_score"];
+  REQUIRE(heat.size() == 2);
+  REQUIRE(heat[0].size() == 2);
+  REQUIRE(heat[0][0].size() == 1);
+  // A (task, length) cell is the mean of its depths; samples of one index differ only in depth.
+  CHECK(r.cell(1, 1, 0) == Approx((r.depth_cell(1, 1, 0, 0) + r.depth_cell(1, 1, 1, 0)) / 2));
+  CHECK(r.prompt_tokens[0] == r.prompt_tokens[2]);
+  CHECK(r.to_csv().find("length,depth,samples") != std::string::npos);
+  CHECK(r.to_table().find("niah_multikey_2 by needle depth") != std::string::npos);
+  // Shards of the (task, length, depth, sample) grid merge to the whole report.
+  std::vector<std::pair<std::string, nlohmann::json>> parts;
+  for (std::size_t k : {1, 2, 3}) {
+    RulerOptions s = o;
+    s.shard = {k, 3};
+    parts.emplace_back("p" + std::to_string(k), ruler_part_json(evaluate_ruler(m, tok, methods, s, {}), s.shard, {}));
+  }
+  CHECK(merge_ruler_parts(parts).to_json() == j);
+  // Depths are for the needle tasks, in [0, 1].
+  o.tasks = {"vt"};
+  CHECK_THROWS_WITH(evaluate_ruler(m, tok, methods, o, {}), Catch::Contains("--tasks"));
+  o.tasks = {"niah_single_1"};
+  o.depths = {1.5};
+  CHECK_THROWS_WITH(evaluate_ruler(m, tok, methods, o, {}), Catch::Contains("--depths"));
 }

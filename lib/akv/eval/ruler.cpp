@@ -10,11 +10,23 @@
 
 namespace akv {
 
-double RulerReport::cell(std::size_t method, std::size_t task, std::size_t length) const {
-  const std::size_t first = (task * lengths.size() + length) * samples;
+namespace {
+
+// Mean of score[first, first + n)[method] in percent.
+double mean_score(const std::vector<std::vector<double>>& score, std::size_t first, std::size_t n, std::size_t method) {
   double s = 0.0;
-  for (std::size_t i = 0; i < samples; ++i) s += score[first + i][method];
-  return samples ? 100.0 * s / static_cast<double>(samples) : 0.0;
+  for (std::size_t i = 0; i < n; ++i) s += score[first + i][method];
+  return n ? 100.0 * s / static_cast<double>(n) : 0.0;
+}
+
+}  // namespace
+
+double RulerReport::cell(std::size_t method, std::size_t task, std::size_t length) const {
+  return mean_score(score, (task * lengths.size() + length) * cell_samples(), cell_samples(), method);
+}
+
+double RulerReport::depth_cell(std::size_t method, std::size_t task, std::size_t depth, std::size_t length) const {
+  return mean_score(score, (task * lengths.size() + length) * cell_samples() + depth * samples, samples, method);
 }
 
 double RulerReport::average(std::size_t method) const {
@@ -24,10 +36,10 @@ double RulerReport::average(std::size_t method) const {
 }
 
 double RulerReport::cell_bytes(std::size_t method, std::size_t task, std::size_t length) const {
-  const std::size_t first = (task * lengths.size() + length) * samples;
+  const std::size_t n = cell_samples(), first = (task * lengths.size() + length) * n;
   double s = 0.0;
-  for (std::size_t i = 0; i < samples; ++i) s += static_cast<double>(kv_bytes[first + i][method]);
-  return samples ? s / static_cast<double>(samples) : 0.0;
+  for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(kv_bytes[first + i][method]);
+  return n ? s / static_cast<double>(n) : 0.0;
 }
 
 namespace {
@@ -53,13 +65,15 @@ nlohmann::json RulerReport::to_json() const {
   for (std::size_t t = 0; t < tasks.size(); ++t) {
     nlohmann::json row = nlohmann::json::array();
     for (std::size_t l = 0; l < lengths.size(); ++l) {
+      const std::size_t n = cell_samples();
       std::size_t s = 0;
-      for (std::size_t i = 0; i < samples; ++i) s += prompt_tokens[(t * lengths.size() + l) * samples + i];
-      row.push_back(samples ? static_cast<double>(s) / static_cast<double>(samples) : 0.0);
+      for (std::size_t i = 0; i < n; ++i) s += prompt_tokens[(t * lengths.size() + l) * n + i];
+      row.push_back(n ? static_cast<double>(s) / static_cast<double>(n) : 0.0);
     }
     tokens.push_back(row);
   }
   j["prompt_tokens"] = tokens;
+  if (!depths.empty()) j["depths"] = depths;
   nlohmann::json ms = nlohmann::json::array();
   for (std::size_t m = 0; m < specs.size(); ++m) {
     nlohmann::json grid = nlohmann::json::array(), bytes = nlohmann::json::array();
@@ -81,6 +95,19 @@ nlohmann::json RulerReport::to_json() const {
                   {"kv_bytes", bytes},
                   {"mean_kv_bytes", mean_bytes(m)},
                   {"mean_peak_kv_bytes", mean_peak_bytes(m)}});
+    if (!depths.empty()) {  // the needle-in-a-haystack heatmap of each task: [task][depth][length]
+      nlohmann::json heat = nlohmann::json::array();
+      for (std::size_t t = 0; t < tasks.size(); ++t) {
+        nlohmann::json rows = nlohmann::json::array();
+        for (std::size_t d = 0; d < depths.size(); ++d) {
+          nlohmann::json row = nlohmann::json::array();
+          for (std::size_t l = 0; l < lengths.size(); ++l) row.push_back(depth_cell(m, t, d, l));
+          rows.push_back(row);
+        }
+        heat.push_back(rows);
+      }
+      ms.back()["depth_score"] = heat;
+    }
   }
   j["methods"] = ms;
   return j;
@@ -116,8 +143,9 @@ std::string RulerReport::leaderboard() const {
 }
 
 std::string RulerReport::to_table() const {
-  std::string out = fmt::format("ruler: {} samples per cell, answer prefix {}, question {}; scores: RULER's string_match_all in percent\n\n",
-                                samples, prefix, query_aware ? "compressed with the context" : "decoded after compression");
+  std::string out = fmt::format("ruler: {} samples per cell{}, answer prefix {}, question {}; scores: RULER's string_match_all in percent\n\n",
+                                samples, depths.empty() ? "" : fmt::format(" and needle depth ({} depths)", depths.size()), prefix,
+                                query_aware ? "compressed with the context" : "decoded after compression");
   const std::string board = leaderboard();
   if (!board.empty()) out += board + "\n";
   out += "by task (rows) x prompt length (columns):\n";
@@ -132,17 +160,36 @@ std::string RulerReport::to_table() const {
       out += "\n";
     }
     out += fmt::format("{:<16} {:>7.1f}\n", "average", average(m));
+    for (std::size_t t = 0; !depths.empty() && t < tasks.size(); ++t) {
+      out += fmt::format("{} by needle depth (rows) x prompt length (columns):\n{:<16}", tasks[t], "depth");
+      for (std::size_t l : lengths) out += fmt::format(" {:>7}", l);
+      out += "\n";
+      for (std::size_t d = 0; d < depths.size(); ++d) {
+        out += fmt::format("{:<16}", format_number(depths[d]));
+        for (std::size_t l = 0; l < lengths.size(); ++l) out += fmt::format(" {:>7.1f}", depth_cell(m, t, d, l));
+        out += "\n";
+      }
+    }
   }
   return out;
 }
 
 std::string RulerReport::to_csv() const {
-  std::string out = "method,base,ratio,task,length,samples,score,kv_bytes\n";
+  // With depths, one row per depth (its score; kv_bytes of the whole (task, length)).
+  std::string out = depths.empty() ? "method,base,ratio,task,length,samples,score,kv_bytes\n"
+                                   : "method,base,ratio,task,length,depth,samples,score,kv_bytes\n";
   for (std::size_t m = 0; m < specs.size(); ++m) {
     for (std::size_t t = 0; t < tasks.size(); ++t) {
       for (std::size_t l = 0; l < lengths.size(); ++l) {
-        out += fmt::format("{},{},{},{},{},{},{},{}\n", specs[m], bases[m], ratios[m] ? format_number(*ratios[m]) : "",
-                           tasks[t], lengths[l], samples, format_number(cell(m, t, l)), format_number(cell_bytes(m, t, l)));
+        const std::string head = fmt::format("{},{},{},{},{}", specs[m], bases[m], ratios[m] ? format_number(*ratios[m]) : "",
+                                             tasks[t], lengths[l]);
+        if (depths.empty()) {
+          out += fmt::format("{},{},{},{}\n", head, samples, format_number(cell(m, t, l)), format_number(cell_bytes(m, t, l)));
+        }
+        for (std::size_t d = 0; d < depths.size(); ++d) {
+          out += fmt::format("{},{},{},{},{}\n", head, format_number(depths[d]), samples,
+                             format_number(depth_cell(m, t, d, l)), format_number(cell_bytes(m, t, l)));
+        }
       }
     }
   }
@@ -179,6 +226,15 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
     r.ratios.push_back(swept ? sweep->ratio : std::nullopt);
   }
   r.lengths = o.lengths;
+  r.depths = o.depths;
+  for (double d : o.depths) {
+    if (!(d >= 0.0 && d <= 1.0)) throw InvalidInput("a depth outside [0, 1]", {"", "--depths", format_number(d)});
+  }
+  for (const RulerTask* t : tasks) {
+    if (!o.depths.empty() && !ruler_task_has_depth(t->name)) {
+      throw InvalidInput("--depths place the needles of the niah_* tasks; this task has none", {"", "--tasks", t->name});
+    }
+  }
   r.samples = o.samples;
   r.prefix = answer_prefix_name(o.prefix);
   r.query_aware = o.query_aware;
@@ -191,18 +247,21 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
       }
     }
   }
-  const std::size_t total = checked_product({tasks.size(), o.lengths.size(), o.samples}, {"", "--samples", std::to_string(o.samples)});
+  const std::size_t per_cell = r.cell_samples();  // samples x depths of one (task, length)
+  const std::size_t total = checked_product({tasks.size(), o.lengths.size(), std::max<std::size_t>(o.depths.size(), 1), o.samples},
+                                            {"", "--samples", std::to_string(o.samples)});
   const auto [lo, hi] = o.shard.range(total);
   r.first_sample = lo;
   r.total_samples = total;
-  // Grid order: task, length, sample. Every (task, length) builds its first sample before any
-  // work, so that a length too short for a task fails at once.
+  // Grid order: task, length, [depth,] sample. Every (task, length) builds its first sample
+  // before any work, so that a length too short for a task fails at once.
   auto sample = [&](std::size_t j) {
-    const std::size_t t = j / (o.samples * o.lengths.size()), l = j / o.samples % o.lengths.size();
-    return make_ruler_sample(tok, *tasks[t], o.lengths[l], j % o.samples, o.seed, o.prefix);
+    const std::size_t t = j / (per_cell * o.lengths.size()), l = j / per_cell % o.lengths.size(), k = j % per_cell;
+    const std::optional<double> depth = o.depths.empty() ? std::nullopt : std::optional<double>(o.depths[k / o.samples]);
+    return make_ruler_sample(tok, *tasks[t], o.lengths[l], k % o.samples, o.seed, o.prefix, depth);
   };
   if (o.samples) {
-    for (std::size_t j = 0; j < total; j += o.samples) sample(j);
+    for (std::size_t j = 0; j < total; j += per_cell) sample(j);
   }
   r.score.assign(hi - lo, std::vector<double>(methods.size(), 0.0));
   r.kv_bytes.assign(hi - lo, std::vector<std::uint64_t>(methods.size(), 0));
@@ -229,7 +288,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
         questions[i].assign(q, prompts[i].end());
         prompts[i].erase(q, prompts[i].end());
       }
-      n[i] = answer_tokens((b0 + i) / (o.samples * o.lengths.size()));
+      n[i] = answer_tokens((b0 + i) / (per_cell * o.lengths.size()));
       r.prompt_tokens[b0 + i - lo] = jobs[i].tokens.size();
     }
     const Continuations out = continue_lanes(model, prompts, n, params, o.threads, attention, nullptr,

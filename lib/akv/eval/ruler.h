@@ -4,6 +4,7 @@
 // answer decoded greedily through each cache (the lane engine, eval/lanes.h); the score of a
 // sample is RULER's string_match_all (the fraction of the reference answers found in the decoded
 // answer, case-insensitive), reported in percent as RULER does (docs/ruler.md).
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,7 +30,10 @@ struct RatioSpec {
 struct RulerOptions {
   std::vector<std::string> tasks;           // empty: all of ruler_tasks()
   std::vector<std::size_t> lengths = {4096};  // prompt tokens (at most)
-  std::size_t samples = 10;                 // per (task, length)
+  // Needle depths in [0, 1] (needle tasks only; make_ruler_sample): the grid becomes (task,
+  // length, depth, sample), a needle-in-a-haystack heatmap per task. Empty: needles at random.
+  std::vector<double> depths;
+  std::size_t samples = 10;                 // per (task, length), per depth when depths are given
   std::uint64_t seed = 1;
   std::size_t answer_tokens = 0;            // greedy tokens per answer; 0: the task's (RULER's)
   AnswerPrefix prefix = AnswerPrefix::ruler;
@@ -52,11 +56,12 @@ struct RulerReport {
   std::vector<std::optional<double>> ratios;     // [method]: its compression ratio, if any
   std::vector<std::string> tasks;
   std::vector<std::size_t> lengths;
-  std::size_t samples = 0;
+  std::vector<double> depths;                    // empty: needles at random depths
+  std::size_t samples = 0;                       // per (task, length[, depth])
   std::string prefix;                            // answer prefix: ruler | restate
   bool query_aware = false;
   // score[i][method] in [0, 1] of samples first_sample + i of total_samples, in grid order (task,
-  // length, sample); all of them except in a shard's report.
+  // length, [depth,] sample); all of them except in a shard's report.
   std::size_t first_sample = 0, total_samples = 0;
   std::vector<std::vector<double>> score;
   std::vector<std::size_t> prompt_tokens;        // [i]: the prompt's length
@@ -67,6 +72,10 @@ struct RulerReport {
   // (of a whole report).
   double cell(std::size_t method, std::size_t task, std::size_t length) const;
   double average(std::size_t method) const;
+  // Samples of one (task, length): samples x depths (at least one depth).
+  std::size_t cell_samples() const { return samples * std::max<std::size_t>(depths.size(), 1); }
+  // Mean score in percent of (method, task, depth, length) (with depths).
+  double depth_cell(std::size_t method, std::size_t task, std::size_t depth, std::size_t length) const;
   // Mean cache bytes after the answer, of (method, task, length) and of (method).
   double cell_bytes(std::size_t method, std::size_t task, std::size_t length) const;
   double mean_bytes(std::size_t method) const;

@@ -21,7 +21,7 @@ nlohmann::json ruler_part_json(const RulerReport& r, const Shard& s, const PplRu
           {"inputs", run.inputs},        {"params", run.params},
           {"specs", r.specs},            {"descriptions", r.descriptions},
           {"bases", r.bases},            {"ratios", ratios},
-          {"tasks", r.tasks},            {"lengths", r.lengths},
+          {"tasks", r.tasks},            {"lengths", r.lengths},        {"depths", r.depths},
           {"samples", r.samples},        {"answer_prefix", r.prefix},
           {"query_aware", r.query_aware}, {"scores", r.score},  // exact doubles: k / n of each sample
           {"prompt_tokens", r.prompt_tokens}, {"kv_bytes", r.kv_bytes}, {"peak_kv_bytes", r.peak_kv_bytes}};
@@ -30,8 +30,8 @@ nlohmann::json ruler_part_json(const RulerReport& r, const Shard& s, const PplRu
 RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
   const std::vector<std::size_t> order =
       shard_order(parts, kPartFormat,
-                  {"inputs", "params", "specs", "bases", "ratios", "tasks", "lengths", "samples", "answer_prefix",
-                   "query_aware", "total_samples"});
+                  {"inputs", "params", "specs", "bases", "ratios", "tasks", "lengths", "depths", "samples",
+                   "answer_prefix", "query_aware", "total_samples"});
   const auto& [file0, first] = parts[0];
   RulerReport r;
   try {
@@ -46,14 +46,19 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
     r.tasks = first.at("tasks").get<std::vector<std::string>>();
     for (const std::string& t : r.tasks) ruler_task(t);
     r.lengths = json_uints(first.at("lengths"));
+    r.depths = first.at("depths").get<std::vector<double>>();
+    for (double d : r.depths) {
+      if (!(d >= 0.0 && d <= 1.0)) throw InvalidInput("a depth outside [0, 1]", {file0, "depths", format_number(d)});
+    }
     r.samples = json_uint(first.at("samples"));
     r.prefix = first.at("answer_prefix").get<std::string>();
     parse_answer_prefix(r.prefix);
     r.query_aware = first.at("query_aware").get<bool>();
     r.total_samples = json_uint(first.at("total_samples"));
-    const std::size_t grid = checked_product({r.tasks.size(), r.lengths.size(), r.samples}, {file0, "samples"});
+    const std::size_t grid =
+        checked_product({r.tasks.size(), r.lengths.size(), std::max<std::size_t>(r.depths.size(), 1), r.samples}, {file0, "samples"});
     if (r.total_samples != grid) {
-      throw InvalidInput("total samples differ from tasks x lengths x samples (" + std::to_string(grid) + ")",
+      throw InvalidInput("total samples differ from tasks x lengths x depths x samples (" + std::to_string(grid) + ")",
                          {file0, "total_samples", std::to_string(r.total_samples)});
     }
     for (std::size_t i : order) {

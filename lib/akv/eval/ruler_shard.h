@@ -1,6 +1,6 @@
 #pragma once
 // Sharded `akv evaluate --model --task ruler` (docs/scale.md): shard K of N evaluates a
-// contiguous range of the (task, length, sample) grid and writes a partial report (format
+// contiguous range of the (task, length, [depth,] sample) grid and writes a partial report (format
 // akv-ruler-part) with each sample's score per method; `akv merge` checks that the parts are
 // shards 1..N of one run and rebuilds the report the unsharded run writes, byte for byte.
 #include <string>

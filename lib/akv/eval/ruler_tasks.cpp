@@ -109,10 +109,10 @@ class Pieces {
 void append(std::vector<std::int32_t>& to, const std::vector<std::int32_t>& from) { to.insert(to.end(), from.begin(), from.end()); }
 
 // head, the haystack segments that fit with the inserts placed among them at uniform random
-// boundaries (in order), tail.
+// boundaries (in order), or all at the boundary nearest to depth x segments, tail.
 RulerSample haystack_prompt(const Pieces& p, const std::string& task, const std::string& head, const std::string& tail,
                             const std::vector<std::string>& inserts, const std::function<std::string()>& segment,
-                            Rng& rng, std::vector<std::string> expected) {
+                            Rng& rng, std::vector<std::string> expected, std::optional<double> depth = std::nullopt) {
   const auto h = p.encode(head), t = p.encode(tail);
   std::vector<std::vector<std::int32_t>> ins;
   std::size_t ins_tokens = 0;
@@ -129,8 +129,12 @@ RulerSample haystack_prompt(const Pieces& p, const std::string& task, const std:
     segs.push_back(std::move(s));
   }
   std::vector<std::size_t> at(ins.size());
-  for (auto& a : at) a = rng.below(segs.size() + 1);
-  std::sort(at.begin(), at.end());
+  if (depth) {
+    at.assign(ins.size(), static_cast<std::size_t>(std::llround(*depth * static_cast<double>(segs.size()))));
+  } else {
+    for (auto& a : at) a = rng.below(segs.size() + 1);
+    std::sort(at.begin(), at.end());
+  }
   RulerSample out;
   out.tokens = p.start();
   append(out.tokens, h);
@@ -148,7 +152,8 @@ RulerSample haystack_prompt(const Pieces& p, const std::string& task, const std:
   return out;
 }
 
-RulerSample needle_sample(const Pieces& p, const std::string& name, const NeedleTask& t, Rng& rng, AnswerPrefix prefix) {
+RulerSample needle_sample(const Pieces& p, const std::string& name, const NeedleTask& t, Rng& rng, AnswerPrefix prefix,
+                          std::optional<double> depth) {
   const std::string type = t.value;  // "numbers" / "uuids"
   const std::string one = type.substr(0, type.size() - 1);
   auto key = [&] { return std::string(t.key) == "uuids" ? uuid4(rng) : word_key(rng); };
@@ -204,7 +209,7 @@ RulerSample needle_sample(const Pieces& p, const std::string& name, const Needle
       return std::string();  // the key space is exhausted: the haystack ends here
     };
   }
-  return haystack_prompt(p, name, head, tail, needles, segment, rng, expected);
+  return haystack_prompt(p, name, head, tail, needles, segment, rng, expected, depth);
 }
 
 RulerSample vt_sample(const Pieces& p, Rng& rng) {
@@ -407,13 +412,19 @@ const RulerTask& ruler_task(const std::string& name) {
                      {"", "--tasks", name});
 }
 
+bool ruler_task_has_depth(const std::string& task) { return needle_task(task) != nullptr; }
+
 RulerSample make_ruler_sample(const Tokenizer& tok, const RulerTask& task, std::size_t length, std::size_t index,
-                              std::uint64_t seed, AnswerPrefix prefix) {
+                              std::uint64_t seed, AnswerPrefix prefix, std::optional<double> depth) {
+  if (depth && !(*depth >= 0.0 && *depth <= 1.0)) throw InvalidInput("a depth outside [0, 1]", {"", "--depths", format_number(*depth)});
+  if (depth && !needle_task(task.name)) {
+    throw InvalidInput("depths place the needles of the niah_* tasks; this task has none", {"", "--tasks", task.name});
+  }
   std::uint64_t name_hash = 1469598103934665603ull;  // FNV-1a of the task name
   for (unsigned char c : task.name) name_hash = (name_hash ^ c) * 1099511628211ull;
   Rng rng(stream_seed(seed, {name_hash, length, index}));
   const Pieces p(tok, length);
-  if (const NeedleTask* t = needle_task(task.name)) return needle_sample(p, task.name, *t, rng, prefix);
+  if (const NeedleTask* t = needle_task(task.name)) return needle_sample(p, task.name, *t, rng, prefix, depth);
   if (task.name == "vt") return vt_sample(p, rng);
   if (task.name == "cwe") return cwe_sample(p, length, rng);
   return fwe_sample(p, length, rng);

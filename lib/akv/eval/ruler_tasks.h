@@ -8,6 +8,7 @@
 // cwe has no few-shot example, and fwe's coded words are separated by spaces only. The QA tasks
 // (qa_1, qa_2) need SQuAD and HotpotQA and are not generated.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,16 @@ struct RulerSample {
 // Sample `index` of `task` at `length` prompt tokens, deterministic in (seed, task, length,
 // index). The prompt is built from separately tokenized pieces (template, haystack sentences,
 // needles); the haystack is as long as fits. InvalidInput naming --lengths when the length
-// cannot hold the task's fixed text.
+// cannot hold the task's fixed text. `depth` (needle tasks only, niah_*; InvalidInput naming
+// --depths otherwise or outside [0, 1]): every needle at that fraction of the haystack, at the
+// boundary between haystack segments nearest to depth x segments (0: before the first, 1: after
+// the last), in RULER's shuffled order; the haystack, keys and values are those of the same index
+// without a depth (needles at random boundaries), so a depth x length grid of one index moves the
+// same needles through the same text.
 RulerSample make_ruler_sample(const Tokenizer& tok, const RulerTask& task, std::size_t length, std::size_t index,
-                              std::uint64_t seed, AnswerPrefix prefix);
+                              std::uint64_t seed, AnswerPrefix prefix, std::optional<double> depth = std::nullopt);
+// Whether `task` takes a depth (the needle tasks, niah_*).
+bool ruler_task_has_depth(const std::string& task);
 
 // RULER's string_match_all: the fraction of `expected` found in `answer`, case-insensitive, in [0, 1].
 double ruler_score(const std::string& answer, const std::vector<std::string>& expected);
