@@ -260,6 +260,10 @@ TEST_CASE("decode-time compression in the model: the memory trace falls back to 
   }
   // Without it the cache only grows.
   CHECK(r.traces[2].bytes.back() == row * (20 + 39));
+  // Peak resident: the prompt's f32 K/V (40 tokens) before the plan, above anything held later.
+  const nlohmann::json j = r.to_json();
+  CHECK(j["methods"][1]["mean_peak_kv_bytes"].get<double>() == 40.0 * 2 * 2 * 32 * 2 * 4);
+  CHECK(j["methods"][0]["mean_peak_kv_bytes"].get<double>() == (79.0 + 69.0) / 2 * 2 * 2 * 32 * 2 * 4);  // full: f32 at the end
   CHECK(std::isfinite(r.total(1).ppl()));
   CHECK(r.descriptions[1].find("every 8 to 20") != std::string::npos);
   // Thread count does not change it.

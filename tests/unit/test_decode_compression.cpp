@@ -184,6 +184,9 @@ TEST_CASE("the runtime cache cuts every N decoded tokens back to the target", "[
       CHECK(p.front() == 0);  // the sink
       for (std::size_t w = 0; w < 4; ++w) CHECK(p[p.size() - 1 - w] == static_cast<std::int32_t>(pos - w));
     }
+    // The most it held: 24 + 8 rows per head just before the first cut (f16 keys and values, a
+    // 4-byte position per row); before that, what it holds.
+    CHECK(cache->peak_bytes() == 2 * (step < 8 ? 24 + step : 32) * (2 * d * 2 + 4));
   }
   CHECK(cache->bytes() == 2 * 24 * (2 * d * 2 + 4));  // f16 keys and values, a 4-byte position per row
 }

@@ -308,6 +308,11 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
   Continuations out;
   out.tokens.resize(caches.size());
   out.logprob.assign(caches.size(), 0.0);
+  out.peak_bytes = start.peak_bytes;
+  const auto sample_peak = [&](std::size_t lane) {
+    out.peak_bytes[lane] = std::max(out.peak_bytes[lane], caches[lane]->peak_bytes());
+  };
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) sample_peak(lane);  // after the question
   // Step k of a lane from its logits: the argmax, and when forced the log-probability of forced[k].
   const auto take = [&](std::size_t lane, const float* logits) {
     auto& t = out.tokens[lane];
@@ -331,13 +336,13 @@ Continuations continue_lanes(const Model& model, const std::vector<std::vector<s
   run_lanes(
       model, lanes, 1, [&](std::size_t lane, std::size_t) { return out.tokens[lane].back(); },
       [&](const std::vector<LaneRows>& rows, const RowMatrix& logits) {
-        for (const LaneRows& r : rows) take(r.lane, logits.row(static_cast<Eigen::Index>(r.row)).data());
+        for (const LaneRows& r : rows) {
+          take(r.lane, logits.row(static_cast<Eigen::Index>(r.row)).data());
+          sample_peak(r.lane);
+        }
       },
       threads, attention);
-  for (std::size_t lane = 0; lane < caches.size(); ++lane) {
-    out.bytes.push_back(caches[lane]->bytes());
-    out.peak_bytes.push_back(std::max(start.peak_bytes[lane], out.bytes.back()));
-  }
+  for (std::size_t lane = 0; lane < caches.size(); ++lane) out.bytes.push_back(caches[lane]->bytes());
   return out;
 }
 

@@ -128,9 +128,8 @@ struct Continuations {
   std::vector<std::vector<std::int32_t>> tokens;  // [lane]: the argmax of every step
   std::vector<double> logprob;                    // [lane]: with forced, the summed log-probabilities
   std::vector<std::uint64_t> bytes;               // [lane]: the cache's bytes after the last step
-  // [lane]: the most KV bytes resident at once: the prompt's peak (PromptLanes::peak_bytes) or
-  // the bytes after the last step (every cache holds its most then: caches only grow, or keep
-  // their budget, while decoding).
+  // [lane]: the most KV bytes resident at once: the prompt's peak (PromptLanes::peak_bytes), or
+  // the cache's while decoding (KvPolicy::peak_bytes, sampled after every step).
   std::vector<std::uint64_t> peak_bytes;
 };
 

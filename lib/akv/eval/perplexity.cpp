@@ -38,6 +38,7 @@ PplSums& PplSums::operator+=(const PplSums& o) {
   top1 += o.top1;
   tokens += o.tokens;
   bytes += o.bytes;
+  peak_bytes += o.peak_bytes;
   host_bytes += o.host_bytes;
   f16_bytes += o.f16_bytes;
   return *this;
@@ -166,9 +167,11 @@ PplReport evaluate_perplexity(const Model& model,
                          si == 0 && local ? bytes_after[m].data() : nullptr});
       }
     }
+    std::vector<std::uint64_t> peak = start.peak_bytes;  // [lane]: sampled after every call
     run_lanes(
         model, lanes, block, {},
         [&](const std::vector<LaneRows>& rows, const RowMatrix& logits) {
+          for (const LaneRows& r0 : rows) peak[r0.lane] = std::max(peak[r0.lane], caches[r0.lane]->peak_bytes());
           // The lanes of one sequence are consecutive and take the same steps.
           std::vector<std::size_t> seq_rows;  // index into rows of each sequence's method-0 lane
           for (std::size_t k = 0; k < rows.size(); ++k) {
@@ -186,6 +189,7 @@ PplReport evaluate_perplexity(const Model& model,
       const std::size_t si = b0 + lane / n_methods;
       PplSums& s = r.sequences[si][lane % n_methods];
       s.bytes = caches[lane]->bytes();
+      s.peak_bytes = std::max(peak[lane], caches[lane]->peak_bytes());
       if (const auto tb = caches[lane]->tier_bytes()) s.host_bytes = tb->cold;
       s.f16_bytes = 2ull * 2 * c.n_layers * c.n_kv_heads * c.head_dim * (all[si].size() - 1);
     }
@@ -250,6 +254,7 @@ nlohmann::json PplReport::to_json() const {
                   {"host_bytes", s.host_bytes},
                   {"f16_bytes", s.f16_bytes},
                   {"bits_per_element", 16.0 * static_cast<double>(s.bytes) / static_cast<double>(s.f16_bytes)},
+                  {"mean_peak_kv_bytes", static_cast<double>(s.peak_bytes) / static_cast<double>(sequences.size())},
                   {"memory_trace", m < traces.size() ? traces[m].to_json() : nlohmann::json(nullptr)}});
   }
   j["methods"] = ms;

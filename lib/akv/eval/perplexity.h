@@ -59,6 +59,9 @@ struct PplSums {
   std::uint64_t bytes = 0;      // cache bytes at the end of the sequence
   std::uint64_t host_bytes = 0;  // of which in host memory (the cold tier of tiered caches)
   std::uint64_t f16_bytes = 0;  // f16 size of K/V of the whole sequence
+  // The most KV bytes resident at once for the sequence (Continuations::peak_bytes' rule: the
+  // prompt's rows not yet compressed in f32, then the cache's peak_bytes after every call).
+  std::uint64_t peak_bytes = 0;
   PplSums& operator+=(const PplSums& o);
   double ppl() const;
 };

@@ -15,7 +15,7 @@ constexpr const char* kPartFormat = "akv-perplexity-part";
 
 nlohmann::json sums_json(const PplSums& s) {
   return {{"nll", s.nll}, {"kl", s.kl}, {"top1", s.top1}, {"tokens", s.tokens},
-          {"bytes", s.bytes}, {"host_bytes", s.host_bytes}, {"f16_bytes", s.f16_bytes}};
+          {"bytes", s.bytes}, {"host_bytes", s.host_bytes}, {"f16_bytes", s.f16_bytes}, {"peak_bytes", s.peak_bytes}};
 }
 
 // j[key] as a count: a non-negative integer, InvalidInput naming the file and field otherwise
@@ -35,6 +35,7 @@ PplSums sums_from(const nlohmann::json& j, const std::string& file) {
   s.bytes = count(j, "bytes", file);
   s.host_bytes = count(j, "host_bytes", file);
   s.f16_bytes = count(j, "f16_bytes", file);
+  s.peak_bytes = count(j, "peak_bytes", file);
   // A sequence's sums as evaluate writes them: at least one prediction, top-1 hits among them,
   // a finite non-negative NLL, a finite KL (tiny negative values come from rounding).
   if (s.tokens == 0) throw InvalidInput("a sequence with no predicted token", {file, "tokens", "0"});

@@ -99,6 +99,10 @@ class KvPolicy {
   virtual void ingest_chunk(const PromptKv& chunk, std::size_t start);
   // Bytes the cache stores now (codes, scales, zeros, f16 rows, outliers, indices).
   virtual std::uint64_t bytes() const = 0;
+  // The most bytes() has been since the cache was made, where the cache sees it: caches that
+  // shrink inside a step (streaming eviction, decode-time compression) count the step's rows
+  // before they evict; the others report bytes() (callers sample it after each step).
+  virtual std::uint64_t peak_bytes() const { return bytes(); }
   // Whether each layer's rows depend only on that layer's own appends, and observe() and
   // end_step() do nothing: then a model may run several known tokens of a sequence layer by
   // layer (Model::decode_lanes) and the cache ends up as after one step at a time.

@@ -217,6 +217,7 @@ class RuntimePolicy : public KvPolicy {
   }
 
   void end_step() override {
+    if (every_ > 0 || streaming_) peak_ = std::max(peak_, bytes());  // before this step evicts
     if (every_ > 0 && ++decoded_ % every_ == 0) cut();
     if (!streaming_) return;
     const EvictionParams& e = *params_->eviction();
@@ -248,6 +249,8 @@ class RuntimePolicy : public KvPolicy {
   }
 
   bool layer_local() const override { return !streaming_ && every_ == 0; }
+
+  std::uint64_t peak_bytes() const override { return std::max(peak_, bytes()); }
 
   std::uint64_t layer_bytes(std::size_t layer) const override {
     std::uint64_t b = 0;
@@ -372,6 +375,7 @@ class RuntimePolicy : public KvPolicy {
   RopeContext rope_;
   bool streaming_ = false;
   std::size_t every_ = 0, decoded_ = 0;             // decode-time compression: interval, tokens decoded
+  std::uint64_t peak_ = 0;                          // the most bytes before an eviction (peak_bytes)
   struct QueryRing {
     std::vector<float> rows;  // [max(W, 1)][n_heads * hd]
     std::size_t next = 0, count = 0;
