@@ -176,3 +176,41 @@ TEST_CASE("uniform and pyramid budgets", "[alloc]") {
   CHECK(sum(b) == 40);
   for (auto v : b) CHECK(v <= 12);
 }
+
+TEST_CASE("Ada-KV with kvpress's capacity rule: each head's best protected, the rest by the best of all heads",
+          "[alloc][adakv]") {
+  // By hand: base 2 per head, alpha 0.5: int(2 x 0.5) = 1 protected each (0.9, 0.1); the other 2
+  // places go to the best remaining scores of both heads, 0.8 and 0.75.
+  const SortedScores s = {{0.9, 0.8, 0.75}, {0.1, 0.05, 0.01}};
+  CHECK(allocate_adakv(s, 2, 0.5, CapacityRule::kvpress) == std::vector<std::size_t>{3, 1});
+  // alpha 1: int(2 x 1) = 2 protected each, nothing left to share.
+  CHECK(allocate_adakv(s, 2, 1.0, CapacityRule::kvpress) == std::vector<std::size_t>{2, 2});
+  // Forced tokens count in kvpress's n_kept and take the protected places first: base 2 + 2
+  // forced at alpha 0.5 protects int(4 x 0.5) = 2, the forced ones: the 4 places by score alone.
+  CHECK(allocate_adakv(s, 2, 0.5, CapacityRule::kvpress, 2) == std::vector<std::size_t>{3, 1});
+  const SortedScores skew = {{0.9, 0.8, 0.75, 0.7}, {0.1, 0.05, 0.01, 0.0}};
+  CHECK(allocate_adakv(skew, 3, 0.5, CapacityRule::kvpress, 1) == std::vector<std::size_t>{4, 2});  // int(4 x 0.5) - 1 = 1 protected
+  // Totals are exact; nothing is evicted when the heads have no more than the budget.
+  CHECK(allocate_adakv(s, 3, 0.2, CapacityRule::kvpress) == std::vector<std::size_t>{3, 3});
+  // The fast path equals the reference on random scores, ties included.
+  Rng r(17);
+  for (int trial = 0; trial < 50; ++trial) {
+    SortedScores x(1 + r.below(6));
+    for (auto& h : x) {
+      h.resize(r.below(40));
+      for (auto& v : h) v = std::round(r.uniform() * 20) / 20;  // many ties
+      std::sort(h.rbegin(), h.rend());
+    }
+    const std::size_t base = r.below(30), forced = r.below(8);
+    const double alpha = r.uniform();
+    const auto a = allocate_adakv(x, base, alpha, CapacityRule::kvpress, forced);
+    CHECK(a == allocate_adakv_ref(x, base, alpha, CapacityRule::kvpress, forced));
+    std::size_t total = 0, have = 0;
+    for (std::size_t h = 0; h < x.size(); ++h) {
+      CHECK(a[h] <= x[h].size());
+      total += a[h];
+      have += x[h].size();
+    }
+    CHECK(total == std::min(have, x.size() * base));
+  }
+}

@@ -36,8 +36,11 @@ void check_golden(const std::string& name) {
   const DumpReader dump(kGolden + g["dump"].get<std::string>());
   for (const auto& [method, official] : g["methods"].items()) {
     EvictionParams p = eviction_method(method);
-    // A budget, window, sinks (and lagkv's lag) per method where the references differ, else
-    // the file's.
+    // A budget, window, sinks (and lagkv's lag; an allocator's score, capacity rule and alpha)
+    // per method where the references differ, else the file's.
+    if (official.contains("score")) p.score.method = parse_score_method(official["score"].get<std::string>());
+    if (official.contains("capacity_rule")) p.capacity_rule = parse_capacity_rule(official["capacity_rule"].get<std::string>());
+    p.alpha = official.value("alpha", p.alpha);
     p.budget_fraction = official.value("budget", g["budget"].get<double>());
     p.score.window = official.value("window", g.value("window", std::size_t{0}));
     p.sinks = official.value("sinks", p.sinks);
@@ -120,7 +123,8 @@ TEST_CASE("Ada-KV, SnapKV, PyramidKV and Ada-KV pyramid keep what their official
   check_golden("gqa4-official.json");
 }
 
-TEST_CASE("knorm, keydiff, TOVA, Expected Attention (25%) and LagKV (50%) keep what kvpress's presses keep",
+TEST_CASE("knorm, keydiff, TOVA, Expected Attention (25%), LagKV (50%) and AdaKV over knorm (25%) keep what "
+          "kvpress's presses keep",
           "[golden][alloc]") {
   // scripts/dev/golden/kvpress.py KVPRESS data/golden/kvpress-dump.h5 data/golden/kvpress-official.json
   // (every prompt query in the dump; ties within a relative 1e-5 of the cutoff)

@@ -150,13 +150,12 @@ std::vector<std::size_t> allocate_uniform(const SortedScores& s, std::size_t bas
   return c;
 }
 
-std::vector<std::size_t> allocate_adakv(const SortedScores& s, std::size_t base, double alpha,
-                                        CapacityRule rule) {
-  const std::size_t total = s.size() * base;
-  // Official: nothing is evicted when base > prefix; at base == prefix the rule still applies.
-  if (rule == CapacityRule::official ? total > total_available(s) : total >= total_available(s)) return all_of(s);
-  // The top `total` of the flattened scores, in a total order (score desc, head asc, rank asc).
-  // Each list is sorted, so the winners of head h are a prefix; find them with a threshold.
+namespace {
+
+// How many of the top n entries of the flattened scores each head holds, leaving out the first
+// skip[h] of head h (a total order: score desc, head asc, rank asc). Each list is sorted, so the
+// winners of head h are a prefix of what is left of it; nth_element finds them.
+std::vector<std::size_t> top_counts(const SortedScores& s, const std::vector<std::size_t>& skip, std::size_t n) {
   struct Entry {
     double score;
     std::size_t head, rank;
@@ -164,7 +163,7 @@ std::vector<std::size_t> allocate_adakv(const SortedScores& s, std::size_t base,
   std::vector<Entry> flat;
   flat.reserve(total_available(s));
   for (std::size_t h = 0; h < s.size(); ++h) {
-    for (std::size_t r = 0; r < s[h].size(); ++r) flat.push_back({s[h][r], h, r});
+    for (std::size_t r = skip[h]; r < s[h].size(); ++r) flat.push_back({s[h][r], h, r});
   }
   auto before = [](const Entry& a, const Entry& b) {
     if (a.score != b.score) return a.score > b.score;
@@ -172,25 +171,58 @@ std::vector<std::size_t> allocate_adakv(const SortedScores& s, std::size_t base,
     return a.rank < b.rank;
   };
   std::vector<std::size_t> count(s.size(), 0);
-  if (total == 0) return adakv_from_counts(s, count, base, alpha, rule);
-  std::nth_element(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(total - 1), flat.end(), before);
-  for (std::size_t i = 0; i < total; ++i) ++count[flat[i].head];
-  return adakv_from_counts(s, count, base, alpha, rule);
+  n = std::min(n, flat.size());
+  if (n == 0) return count;
+  std::nth_element(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(n - 1), flat.end(), before);
+  for (std::size_t i = 0; i < n; ++i) ++count[flat[i].head];
+  return count;
+}
+
+// The same by a full stable sort (the reference).
+std::vector<std::size_t> top_counts_ref(const SortedScores& s, const std::vector<std::size_t>& skip, std::size_t n) {
+  std::vector<std::pair<double, std::size_t>> flat;  // (score, head), heads and ranks ascending
+  for (std::size_t h = 0; h < s.size(); ++h) {
+    for (std::size_t r = skip[h]; r < s[h].size(); ++r) flat.emplace_back(s[h][r], h);
+  }
+  std::stable_sort(flat.begin(), flat.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::size_t> count(s.size(), 0);
+  for (std::size_t i = 0; i < std::min(n, flat.size()); ++i) ++count[flat[i].second];
+  return count;
+}
+
+using TopCounts = std::vector<std::size_t> (*)(const SortedScores&, const std::vector<std::size_t>&, std::size_t);
+
+std::vector<std::size_t> adakv_with(TopCounts top, const SortedScores& s, std::size_t base, double alpha,
+                                    CapacityRule rule, std::size_t forced) {
+  const std::size_t total = s.size() * base;
+  // Official: nothing is evicted when base > prefix; at base == prefix the rule still applies.
+  if (rule == CapacityRule::official ? total > total_available(s) : total >= total_available(s)) return all_of(s);
+  std::vector<std::size_t> skip(s.size(), 0);
+  if (rule == CapacityRule::kvpress) {
+    // Python's int(n_kept * alpha_safeguard); the forced tokens take the first protected places.
+    const auto safe = static_cast<std::size_t>(static_cast<double>(base + forced) * alpha);
+    std::size_t used = 0;
+    for (std::size_t h = 0; h < s.size(); ++h) {
+      skip[h] = std::min(safe > forced ? safe - forced : 0, s[h].size());
+      used += skip[h];
+    }
+    std::vector<std::size_t> c = top(s, skip, total - std::min(total, used));
+    for (std::size_t h = 0; h < s.size(); ++h) c[h] += skip[h];
+    return c;
+  }
+  return adakv_from_counts(s, top(s, skip, total), base, alpha, rule);
+}
+
+}  // namespace
+
+std::vector<std::size_t> allocate_adakv(const SortedScores& s, std::size_t base, double alpha, CapacityRule rule,
+                                        std::size_t forced) {
+  return adakv_with(top_counts, s, base, alpha, rule, forced);
 }
 
 std::vector<std::size_t> allocate_adakv_ref(const SortedScores& s, std::size_t base, double alpha,
-                                            CapacityRule rule) {
-  const std::size_t total = s.size() * base;
-  if (rule == CapacityRule::official ? total > total_available(s) : total >= total_available(s)) return all_of(s);
-  std::vector<std::pair<double, std::size_t>> flat;  // (score, head)
-  for (std::size_t h = 0; h < s.size(); ++h) {
-    for (double v : s[h]) flat.emplace_back(v, h);
-  }
-  std::stable_sort(flat.begin(), flat.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<std::size_t> count(s.size(), 0);
-  for (std::size_t i = 0; i < total; ++i) ++count[flat[i].second];
-  return adakv_from_counts(s, count, base, alpha, rule);
+                                            CapacityRule rule, std::size_t forced) {
+  return adakv_with(top_counts_ref, s, base, alpha, rule, forced);
 }
 
 std::vector<std::size_t> allocate_waterfill(const SortedScores& s, std::size_t total,

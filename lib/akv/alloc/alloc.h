@@ -29,14 +29,22 @@ std::vector<std::size_t> allocate_uniform(const SortedScores& sorted, std::size_
 //                prefix length). Totals may fall short of H*base by rounding.
 //   exact_total: alpha*base + (1 - alpha)*count_h, made integer by largest remainder so the
 //                total is exactly H*base; every head keeps >= floor(alpha*base) (or all it has).
+//   kvpress:     kvpress's AdaKVPress: each head keeps n_kept = base + forced tokens on average;
+//                it protects its int(n_kept * alpha) best (Python's truncation of the double
+//                product; its `forced` tokens, which kvpress's scorers rank first, among them),
+//                then the layer's other H*base - protected places go to the best unprotected
+//                scores of all heads (ties: lower head, then higher rank). Totals are exactly
+//                H*base; nothing is evicted when the heads have no more than that.
 // Each rule is computed in exact or explicitly rounded arithmetic, independent of compiler
 // flags (no contraction of multiply-adds can change a capacity). Applied to the heads of one
 // layer (adakv) or of all layers (adakv-global).
+// `forced`: tokens every head keeps beside its selectable ones (the kvpress rule counts them).
 std::vector<std::size_t> allocate_adakv(const SortedScores& sorted, std::size_t base, double alpha,
-                                        CapacityRule rule = CapacityRule::official);
+                                        CapacityRule rule = CapacityRule::official, std::size_t forced = 0);
 // Plain reference: full sort of the flattened scores, same capacity rule.
 std::vector<std::size_t> allocate_adakv_ref(const SortedScores& sorted, std::size_t base,
-                                            double alpha, CapacityRule rule = CapacityRule::official);
+                                            double alpha, CapacityRule rule = CapacityRule::official,
+                                            std::size_t forced = 0);
 // The official rule for one head: round half to even of f32(f32(count * f32(1 - alpha)) +
 // f32(floor_capacity)), each f32 operation correctly rounded.
 std::size_t official_capacity(std::size_t count, double alpha, std::size_t floor_capacity);

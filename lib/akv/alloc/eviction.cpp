@@ -173,7 +173,7 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
       for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_uniform(sorted[l], base);
       break;
     case AllocMethod::adakv:
-      for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_adakv(sorted[l], base, p.alpha, p.capacity_rule);
+      for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_adakv(sorted[l], base, p.alpha, p.capacity_rule, plan.forced);
       break;
     case AllocMethod::waterfill:
       for (std::size_t l = 0; l < L; ++l) {
@@ -193,7 +193,7 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
       }
       for (std::size_t l = 0; l < L; ++l) {
         extra[l] = p.alloc == AllocMethod::pyramid ? allocate_uniform(sorted[l], layer[l])
-                                                   : allocate_adakv(sorted[l], layer[l], p.alpha, p.capacity_rule);
+                                                   : allocate_adakv(sorted[l], layer[l], p.alpha, p.capacity_rule, plan.forced);
       }
       break;
     }
@@ -202,7 +202,7 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
       for (auto& l : sorted) {
         for (auto& h : l) all.push_back(std::move(h));
       }
-      const auto c = allocate_adakv(all, base, p.alpha, p.capacity_rule);
+      const auto c = allocate_adakv(all, base, p.alpha, p.capacity_rule, plan.forced);
       for (std::size_t l = 0; l < L; ++l) extra[l].assign(c.begin() + static_cast<std::ptrdiff_t>(l * H),
                                                           c.begin() + static_cast<std::ptrdiff_t>((l + 1) * H));
       break;

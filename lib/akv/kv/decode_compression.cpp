@@ -47,7 +47,7 @@ std::vector<std::vector<std::size_t>> decode_cut(const std::vector<HeadRows>& he
   }
   const std::size_t base = e.target - std::min(e.target, e.sinks + W);
   const std::vector<std::size_t> extra =
-      e.alloc == AllocMethod::adakv ? allocate_adakv(sorted, base, e.alpha, e.capacity_rule) : allocate_uniform(sorted, base);
+      e.alloc == AllocMethod::adakv ? allocate_adakv(sorted, base, e.alpha, e.capacity_rule, e.sinks + W) : allocate_uniform(sorted, base);
   std::vector<std::vector<std::size_t>> keep(H);
   for (std::size_t h = 0; h < H; ++h) {
     keep[h] = forced[h];

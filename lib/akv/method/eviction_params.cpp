@@ -89,13 +89,19 @@ void check_decode_compression(const EvictionParams& e) {
 }
 
 std::string capacity_rule_name(CapacityRule r) {
-  return r == CapacityRule::official ? "official" : "exact-total";
+  switch (r) {
+    case CapacityRule::exact_total: return "exact-total";
+    case CapacityRule::kvpress: return "kvpress";
+    case CapacityRule::official: break;
+  }
+  return "official";
 }
 
 CapacityRule parse_capacity_rule(const std::string& s) {
   if (s == "official") return CapacityRule::official;
   if (s == "exact-total") return CapacityRule::exact_total;
-  throw InvalidInput("unknown capacity rule (expected official or exact-total)", {"", "--capacity-rule", s});
+  if (s == "kvpress") return CapacityRule::kvpress;
+  throw InvalidInput("unknown capacity rule (expected official, exact-total or kvpress)", {"", "--capacity-rule", s});
 }
 
 nlohmann::json EvictionParams::to_json() const {

@@ -27,7 +27,10 @@ std::string alloc_method_list(const char* separator);
 //                fewer than H*base); PyramidKV: KVCache-Factory's integer-step schedule
 //   exact_total  Ada-KV: alpha*base + (1 - alpha)*count_h made integer by largest remainder;
 //                PyramidKV: the real schedule by largest remainder: budgets met exactly
-enum class CapacityRule { official, exact_total };
+//   kvpress      Ada-KV as kvpress's AdaKVPress: each head's int(alpha * kept) best protected,
+//                the rest of the layer's budget to the best other scores of all heads (exact
+//                totals; alloc/alloc.h); PyramidKV: as official
+enum class CapacityRule { official, exact_total, kvpress };
 std::string capacity_rule_name(CapacityRule r);
 CapacityRule parse_capacity_rule(const std::string& s);  // InvalidInput naming the value
 

@@ -223,8 +223,9 @@ const std::vector<ParamInfo>& param_registry() {
        P::Text([](CompressRequest& r) -> auto& { return r.eviction.capacity_rule; }),
        "Ada-KV head and PyramidKV layer budgets: official = as the official code (Ada-KV: round(count "
        "(1 - alpha) + int(alpha base)) per head; PyramidKV: integer step; default), exact-total = largest "
-       "remainder so the budget is met exactly",
-       {}, {}, false, false, {}, {"official", "exact-total"}},
+       "remainder so the budget is met exactly, kvpress = Ada-KV as kvpress's AdaKVPress (each head's "
+       "int(alpha kept) best protected, the rest by the best scores of all heads; PyramidKV as official)",
+       {}, {}, false, false, {}, {"official", "exact-total", "kvpress"}},
       {"beta", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.beta; }),
        "PyramidKV beta (default 20)", {}, {}, false, false, {}, {}},
       {"min-tokens", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.min_tokens; }),

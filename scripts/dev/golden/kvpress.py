@@ -4,7 +4,8 @@ KV head, as golden data for akv's tests (tests/unit/test_golden.cpp):
 
   KnormPress, KeyDiffPress, TOVAPress, ExpectedAttentionPress, LagKVPress  ->  knorm, keydiff,
   tova, expected-attention (compression ratio --ratio), lagkv (lag_size 32, compression ratio 0.5:
-  past the sinks and the scored-1 tail)
+  past the sinks and the scored-1 tail); AdaKVPress over KnormPress (alpha_safeguard 0.2)  ->
+  adakv with score knorm and capacity rule kvpress (--ratio; kept: what its masked pairs leave)
 
   scripts/dev/golden/kvpress.py KVPRESS_CHECKOUT DUMP OUT.json [--ratio 0.75]
 
@@ -117,6 +118,7 @@ def main():
         "lagkv": (importlib.import_module("kvpress.presses.lagkv_press").LagKVPress, {"n_sink": 4, "lag_size": 32}, 0, 4,
                   0.5),
     }
+    adakv = importlib.import_module("kvpress.presses.adakv_press").AdaKVPress
     torch.set_num_threads(1)
     with h5py.File(args.dump, "r") as f:
         n_layers, n_heads, n_kv, d, n = (int(f.attrs[k]) for k in ("n_layers", "n_heads", "n_kv_heads", "head_dim",
@@ -128,8 +130,12 @@ def main():
         cos, sin = rope_cos_sin(theta, d, torch.arange(n)[None], torch.float64)
         out = {"format": "akv-golden", "version": 1, "torch": torch.__version__, "dump": Path(args.dump).name,
                "budget": 1 - args.ratio, "tie_tolerance": TIE, "methods": {}}
-        for method, (cls, options, window, sinks, ratio) in presses.items():
-            press = cls(compression_ratio=ratio, **options)
+        for method, (cls, options, window, sinks, ratio) in [*presses.items(), ("adakv", (None, {}, 0, 0, args.ratio))]:
+            # adakv: AdaKVPress over KnormPress (alpha_safeguard 0.2): scores from the wrapped press,
+            # the kept set from the (head, token) pairs it masks.
+            press = adakv(presses["knorm"][0](compression_ratio=ratio), alpha_safeguard=0.2) if cls is None else \
+                cls(compression_ratio=ratio, **options)
+            scorer = press.press if cls is None else press
             layers = []
             for layer in range(n_layers):
                 key = torch.from_numpy(f[f"layers/{layer}/key"][...].astype(np.float32))[None]
@@ -142,21 +148,31 @@ def main():
                 last = query[:, :, -1:].float()
                 attentions = torch.softmax(torch.matmul(last, repeat_kv(key, n_heads // n_kv).transpose(2, 3))
                                            / math.sqrt(d), dim=-1, dtype=torch.float32)
-                score = press.score(module, hidden, key, value, attentions, {})[0].numpy()
+                score = scorer.score(module, hidden, key, value, attentions, {})[0].numpy()
                 kept_keys, _ = press.compress(module, hidden, key, value, attentions, {})
+                masked = set()
+                if cls is None:
+                    _, mh, mt = module.masked_key_indices
+                    masked = {(int(a), int(b)) for a, b in zip(mh, mt)}
                 heads = []
                 for h in range(n_kv):
                     rows = key[0, h].numpy()
-                    kept = sorted(int(np.flatnonzero((rows == row).all(axis=1))[0]) for row in kept_keys[0, h].numpy())
+                    if cls is None:
+                        kept = [t for t in range(n) if (h, t) not in masked]
+                    else:
+                        kept = sorted(int(np.flatnonzero((rows == row).all(axis=1))[0]) for row in kept_keys[0, h].numpy())
                     selectable = [t for t in kept if sinks <= t < n - window]
                     cutoff = min(float(score[h, t]) for t in selectable)
                     tied = [int(t) for t in np.flatnonzero(np.abs(score[h] - cutoff) <= TIE * abs(cutoff))
                             if sinks <= t < n - window]
                     heads.append({"kept": kept, "budget": len(kept), "cutoff": cutoff, "tied": tied})
                 layers.append(heads)
-            out["methods"][method] = {"reference": f"NVIDIA/kvpress {cls.__name__}", "commit": commit_of(args.kvpress),
+            name = "AdaKVPress(KnormPress, alpha_safeguard 0.2)" if cls is None else cls.__name__
+            out["methods"][method] = {"reference": f"NVIDIA/kvpress {name}", "commit": commit_of(args.kvpress),
                                       "options": options, "budget": 1 - ratio, "window": window, "sinks": sinks,
                                       "layers": layers}
+            if cls is None:
+                out["methods"][method].update({"score": "knorm", "capacity_rule": "kvpress", "alpha": 0.2})
             if "lag_size" in options:
                 out["methods"][method]["lag"] = options["lag_size"]
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
