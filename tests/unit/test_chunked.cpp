@@ -190,7 +190,8 @@ TEST_CASE("chunked prefill of one-shot eviction: each chunk planned alone to bud
   const std::vector<std::int32_t> prompt = tokens(40, 4);
   const std::vector<std::optional<CompressParams>> methods = {params("snapkv:budget=0.5:window=4"),
                                                               params("adakv:budget=0.5:window=4:sinks=2"),
-                                                              params("knorm:budget=0.25")};
+                                                              params("knorm:budget=0.25"),
+                                                              params("expected-attention:budget=0.5:future=16")};
   const PromptLanes lanes = prefill_lanes(m, {prompt}, methods, 64, 2, {{PrefillMode::chunked, 16}});
   // Chunks 0-15, 16-31, 32-39. snapkv keeps 8 + 8 of the full chunks (their last 4 among them)
   // and the last chunk's window alone (round(0.5 x 8) = 4 does not pass it).
@@ -213,6 +214,9 @@ TEST_CASE("chunked prefill of one-shot eviction: each chunk planned alone to bud
   }
   CHECK(total <= 2 * 20);
   CHECK(total >= 2 * 14);
+  // Expected Attention: 4 sinks in the first chunk, 8 per head of each full chunk, the last 8
+  // tokens' 4.
+  CHECK(lanes.caches[3]->view(1, 0).n == 8 + 8 + 4);
   // The first chunk's plan is the plan of those 16 tokens prefilled alone.
   const std::vector<std::int32_t> first(prompt.begin(), prompt.begin() + 16);
   const PromptLanes alone = prefill_lanes(m, {first}, {methods[0]}, 64, 2);
@@ -232,7 +236,7 @@ TEST_CASE("chunked prefill of one-shot eviction: each chunk planned alone to bud
   CHECK(lanes.peak_bytes[0] < exact.peak_bytes[0]);
   CHECK(lanes.peak_bytes[0] >= lanes.caches[0]->bytes());
   // Methods the protocol cannot run.
-  for (const std::string spec : {"h2o:budget=0.5", "streamingllm:budget=0.5", "expected-attention:budget=0.5",
+  for (const std::string spec : {"h2o:budget=0.5", "streamingllm:budget=0.5", "kvzip:budget=0.5",
                                  "snapkv:budget-tokens=20:window=4", "snapkv:budget=0.25", "tiered"}) {
     INFO(spec);
     CHECK_THROWS_AS(prefill_lanes(m, {prompt}, {params(spec)}, 64, 1, {{PrefillMode::chunked, 16}}), UsageError);

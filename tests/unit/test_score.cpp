@@ -234,6 +234,40 @@ TEST_CASE("expected-attention: one repeated query, one future position = that qu
   }
 }
 
+TEST_CASE("expected-attention: a sequence moved by s positions scores as at 0 (a chunk needs no offset)",
+          "[score]") {
+  // Rows rotated to positions s.. but read as 0..: each query is undone to R_s q, and the mean
+  // future rotation from T instead of s + T takes that R_s back (rotations of one frequency
+  // commute), so the scores are those of the rows at 0..: --prefill-mode chunked scores a chunk
+  // with chunk-relative positions.
+  const std::size_t T = 48, s = 1000, d = 16;
+  KvWindow m = meta(T, T);
+  Tensor3 qpre(4, T, d), kpre(2, T, d), v(2, T, d);
+  fill(qpre, 21, 1.5);
+  fill(kpre, 22, 1.0);
+  fill(v, 23, 1.0);
+  auto rotated = [&](const Tensor3& x, std::size_t first) {
+    Tensor3 y = x;
+    for (std::size_t h = 0; h < y.dim0(); ++h) {
+      apply_rope(y.row(h, 0), T, first, m.rope_layout, RopeTable(d, m.rope_theta, first, T));
+    }
+    return y;
+  };
+  ScoreOptions o;
+  o.method = ScoreMethod::expected_attention;
+  o.window = 0;
+  o.future = 32;
+  const auto at0 = score_layer(rotated(qpre, 0), rotated(kpre, 0), m, o, &v, 4);
+  const Tensor3 qs = rotated(qpre, s), ks = rotated(kpre, s);
+  const auto at_s = score_layer(qs, ks, m, o, &v, 4), ref_s = score_layer_ref(qs, ks, m, o, &v, 4);
+  for (std::size_t h = 0; h < 2; ++h) {
+    for (std::size_t t = 0; t < T; ++t) {
+      CHECK(at_s[h].score[t] == Approx(at0[h].score[t]).epsilon(1e-4).margin(1e-9));
+      CHECK(ref_s[h].score[t] == Approx(at0[h].score[t]).epsilon(1e-4).margin(1e-9));
+    }
+  }
+}
+
 TEST_CASE("expected-attention: fast path equals the f64 reference; refusals", "[score]") {
   KvWindow m = meta(120, 120);
   Tensor3 q(4, 120, 16), k(2, 120, 16), v(2, 120, 16);

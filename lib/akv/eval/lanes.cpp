@@ -111,7 +111,6 @@ std::string chunked_refusal(const CompressParams& m, std::size_t chunk) {
     case ScoreMethod::h2o:
     case ScoreMethod::streamingllm: return "streaming eviction (h2o, streamingllm) keeps one budget from the end of the prompt on";
     case ScoreMethod::kvzip: return "kvzip reconstructs the whole context";
-    case ScoreMethod::expected_attention: return "expected-attention undoes RoPE at positions counted from the chunk";
     default: break;
   }
   if (e->alloc == AllocMethod::joint || e->alloc == AllocMethod::file) return "joint plans and budgets files describe one whole prompt";

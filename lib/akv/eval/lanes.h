@@ -43,8 +43,7 @@ struct PromptLanes {
 //              plans the chunk alone, with the chunk's last W queries, keeping round(budget x
 //              chunk tokens) per head (sinks in the first chunk only), and the earlier chunks'
 //              rows stay. Refused (UsageError): tiered, streaming eviction (h2o, streamingllm),
-//              kvzip, joint, expected-attention and token budgets (--budget-tokens, budgets
-//              files). A prompt of at most N tokens is one chunk: exact attention, the method
+//              kvzip, joint and token budgets (--budget-tokens, budgets files). A prompt of at most N tokens is one chunk: exact attention, the method
 //              compressing after it;
 //   batch      every prompt token goes through the method's cache before attention, as llama.cpp
 //              runs a batch (llama-perplexity): each token's K/V is appended (quantized as the
