@@ -13,6 +13,7 @@
 #include "akv/eval/perplexity.h"
 #include "akv/kv/runtime.h"
 #include "akv/method/registry.h"
+#include "random_model.h"
 
 using namespace akv;
 
@@ -32,29 +33,7 @@ Model random_model() {
   c.vocab_size = 64;
   c.seq_len = 256;
   c.rope_layout = RopeLayout::rotate_half;
-  ModelWeights w;
-  Rng r(11);
-  auto mat = [&](std::size_t rows, std::size_t cols) {
-    RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(0.4 * r.normal());
-    return m;
-  };
-  w.embedding = mat(64, 32);
-  for (int l = 0; l < 2; ++l) {
-    LayerWeights lw;
-    lw.attn_norm.assign(32, 1.0f);
-    lw.ffn_norm.assign(32, 1.0f);
-    lw.wq = mat(128, 32);
-    lw.wk = mat(64, 32);
-    lw.wv = mat(64, 32);
-    lw.wo = mat(32, 128);
-    lw.w1 = mat(48, 32);
-    lw.w2 = mat(32, 48);
-    lw.w3 = mat(48, 32);
-    w.layers.push_back(lw);
-  }
-  w.final_norm.assign(32, 1.0f);
-  return Model(c, w);
+  return test::random_model(c, 11, 0.4);
 }
 
 std::vector<std::int32_t> tokens(std::size_t n, std::uint64_t seed) {

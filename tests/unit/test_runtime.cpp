@@ -17,6 +17,7 @@
 #include "akv/model/llama2c.h"
 #include "akv/model/tokenizer.h"
 #include "akv/tensor/half.h"
+#include "random_model.h"
 #include "test_util.h"
 
 using namespace akv;
@@ -797,27 +798,7 @@ TEST_CASE("passkey text mode: SentencePiece plumbing, prompt layout, end to end"
   c.vocab_size = 32000;
   c.seq_len = 512;
   c.rope_layout = RopeLayout::rotate_half;
-  ModelWeights w;
-  Rng r(3);
-  auto mat = [&](std::size_t rows, std::size_t cols) {
-    RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(0.3 * r.normal());
-    return m;
-  };
-  w.embedding = mat(32000, 16);
-  LayerWeights l;
-  l.attn_norm.assign(16, 1.0f);
-  l.ffn_norm.assign(16, 1.0f);
-  l.wq = mat(16, 16);
-  l.wk = mat(8, 16);
-  l.wv = mat(8, 16);
-  l.wo = mat(16, 16);
-  l.w1 = mat(32, 16);
-  l.w2 = mat(16, 32);
-  l.w3 = mat(32, 16);
-  w.layers.push_back(l);
-  w.final_norm.assign(16, 1.0f);
-  const Model m(c, w);
+  const Model m = test::random_model(c, 3, 0.3);
   PasskeyOptions po;
   po.lengths = {150};
   po.depths = {0.5};
