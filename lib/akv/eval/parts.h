@@ -37,4 +37,12 @@ void read_method_rows(const std::string& file, const nlohmann::json& j, const ch
 void read_method_rows(const std::string& file, const nlohmann::json& j, const char* key, std::size_t methods,
                       std::size_t items, std::vector<std::vector<std::uint64_t>>& rows);
 
+// The mean of method m's column of such per-item rows (0 when there are none).
+template <typename T>
+double mean_of_method(const std::vector<std::vector<T>>& rows, std::size_t m) {
+  double s = 0.0;
+  for (const auto& row : rows) s += static_cast<double>(row[m]);
+  return rows.empty() ? 0.0 : s / static_cast<double>(rows.size());
+}
+
 }  // namespace akv

@@ -7,6 +7,7 @@
 
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
+#include "akv/eval/parts.h"
 #include "akv/core/rng.h"
 #include "akv/eval/lanes.h"
 
@@ -219,17 +220,6 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   return r;
 }
 
-namespace {
-
-// The mean of column m over the evaluated prompts (0 when none).
-template <typename T>
-double mean_of(const std::vector<std::vector<T>>& rows, std::size_t m) {
-  double s = 0.0;
-  for (const auto& row : rows) s += static_cast<double>(row[m]);
-  return rows.empty() ? 0.0 : s / static_cast<double>(rows.size());
-}
-
-}  // namespace
 
 void PasskeyReport::tally() {
   successes.assign(specs.size(), std::vector<std::vector<std::size_t>>(
@@ -265,8 +255,8 @@ nlohmann::json PasskeyReport::to_json() const {
     const double cells = static_cast<double>(trials * depths.size() * lengths.size());
     nlohmann::json entry = {{"method", specs[m]},          {"description", descriptions[m]},
                             {"accuracy", grid},             {"mean_accuracy", static_cast<double>(total) / cells},
-                            {"mean_kv_bytes", mean_of(kv_bytes, m)}, {"bits_per_element", mean_of(bits, m)},
-                            {"mean_peak_kv_bytes", mean_of(peak_kv_bytes, m)}};
+                            {"mean_kv_bytes", mean_of_method(kv_bytes, m)}, {"bits_per_element", mean_of_method(bits, m)},
+                            {"mean_peak_kv_bytes", mean_of_method(peak_kv_bytes, m)}};
     nlohmann::json lp = nlohmann::json::array();
     double all = 0.0;
     for (std::size_t d = 0; d < depths.size(); ++d) {
@@ -290,7 +280,7 @@ std::string PasskeyReport::to_table() const {
                                 mode, trials, query_agnostic ? "decoded after compression" : "compressed with the context");
   for (std::size_t m = 0; m < specs.size(); ++m) {
     out += fmt::format("\n{} ({}; {:.3g} bits per element; peak resident {:.2f} MiB)\n{:>7}", specs[m], descriptions[m],
-                       mean_of(bits, m), mean_of(peak_kv_bytes, m) / 1048576.0, "depth");
+                       mean_of_method(bits, m), mean_of_method(peak_kv_bytes, m) / 1048576.0, "depth");
     for (std::size_t l : lengths) out += fmt::format(" {:>6}", l);
     out += "\n";
     for (std::size_t d = 0; d < depths.size(); ++d) {

@@ -7,6 +7,7 @@
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/eval/lanes.h"
+#include "akv/eval/parts.h"
 
 namespace akv {
 
@@ -42,19 +43,9 @@ double RulerReport::cell_bytes(std::size_t method, std::size_t task, std::size_t
   return n ? s / static_cast<double>(n) : 0.0;
 }
 
-namespace {
+double RulerReport::mean_bytes(std::size_t method) const { return mean_of_method(kv_bytes, method); }
 
-double mean_column(const std::vector<std::vector<std::uint64_t>>& rows, std::size_t method) {
-  double s = 0.0;
-  for (const auto& row : rows) s += static_cast<double>(row[method]);
-  return rows.empty() ? 0.0 : s / static_cast<double>(rows.size());
-}
-
-}  // namespace
-
-double RulerReport::mean_bytes(std::size_t method) const { return mean_column(kv_bytes, method); }
-
-double RulerReport::mean_peak_bytes(std::size_t method) const { return mean_column(peak_kv_bytes, method); }
+double RulerReport::mean_peak_bytes(std::size_t method) const { return mean_of_method(peak_kv_bytes, method); }
 
 nlohmann::json RulerReport::to_json() const {
   nlohmann::json j = {{"format", "akv-ruler"}, {"version", 1},         {"tasks", tasks},
