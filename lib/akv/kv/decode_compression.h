@@ -17,7 +17,8 @@
 
 namespace akv {
 
-// One KV head's rows, chronological: keys after RoPE and values [n, head_dim] f32, positions.
+// One KV head's rows, chronological: keys after RoPE and values [n, head_dim] f32 (values only for
+// scores that read them, score_reads_values; else nullptr), positions.
 struct HeadRows {
   const float* key = nullptr;
   const float* value = nullptr;

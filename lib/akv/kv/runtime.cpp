@@ -332,16 +332,19 @@ class RuntimePolicy : public KvPolicy {
         const std::size_t slot = (r.next + cap - r.count + i) % cap;
         std::copy_n(r.rows.begin() + static_cast<std::ptrdiff_t>(slot * nq), nq, q.begin() + static_cast<std::ptrdiff_t>(i * nq));
       }
+      const bool values_read = score_reads_values(params_->eviction()->score);  // lagkv only
       std::vector<std::vector<float>> keys(g_.n_kv_heads), values(g_.n_kv_heads);
       std::vector<HeadRows> rows(g_.n_kv_heads);
       for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
         const HeadState& s = heads_[l * g_.n_kv_heads + h];
         const std::size_t n = s.position.size();
         keys[h].resize(n * d);
-        values[h].resize(n * d);
         dequantize_rows(s.key.view(), d, 0, n, keys[h].data());
-        dequantize_rows(s.value.view(), d, 0, n, values[h].data());
-        rows[h] = {keys[h].data(), values[h].data(), s.position.data(), n};
+        if (values_read) {
+          values[h].resize(n * d);
+          dequantize_rows(s.value.view(), d, 0, n, values[h].data());
+        }
+        rows[h] = {keys[h].data(), values_read ? values[h].data() : nullptr, s.position.data(), n};
       }
       const auto keep = decode_cut(rows, q.data(), q.size() / nq, g_.kv_shape(), *params_->eviction());
       for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
