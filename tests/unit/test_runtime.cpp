@@ -451,7 +451,7 @@ TEST_CASE("perplexity through compressed caches on stories260K", "[runtime]") {
   for (const std::string spec : {"none", "kivi:bits=8", "kivi-4", "kivi-2", "snapkv:budget=1:window=16"}) {
     o.methods.push_back({spec, params(spec)});
   }
-  o.max_sequences = 16;
+  o.max_sequences = 6;
   o.threads = 2;
   const PplReport r = evaluate_perplexity(m, seqs, o, {});
   const double full = r.total(0).ppl();
