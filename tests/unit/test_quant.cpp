@@ -14,6 +14,7 @@
 #include "akv/quant/pack.h"
 #include "akv/quant/rotation.h"
 #include "akv/tensor/half.h"
+#include "akv/tensor/turboquant.h"
 
 using namespace akv;
 
@@ -356,5 +357,118 @@ TEST_CASE("rotation: bit for bit ggml's CPU Walsh-Hadamard kernel (llama.cpp's K
     std::memcpy(got.data(), x.data(), x.size() * sizeof(float));
     INFO("block " << n);
     CHECK(got == y_bits);
+  }
+}
+
+namespace {
+std::vector<float> hex_floats(const nlohmann::json& a) {
+  std::vector<float> out;
+  for (const auto& h : a) {
+    const auto bits = static_cast<std::uint32_t>(std::stoul(h.get<std::string>(), nullptr, 16));
+    float x;
+    std::memcpy(&x, &bits, 4);
+    out.push_back(x);
+  }
+  return out;
+}
+std::vector<float> hex_f16s(const nlohmann::json& a) {
+  std::vector<float> out;
+  for (const auto& h : a) out.push_back(f16_to_f32_ref(static_cast<std::uint16_t>(std::stoul(h.get<std::string>(), nullptr, 16))));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("turboquant: row bytes of vLLM's presets; hand-packed 3-bit indices; value rows", "[quant][turboquant]") {
+  // vLLM's tests/quantization/test_turboquant.py PRESET_EXPECTED at head_dim 128: keys 66 (4-bit),
+  // 50 (3-bit); values 68 (4-bit), 52 (3-bit).
+  CHECK(tq_row_bytes({TqKind::key_nc, 4, 128}) == 66);
+  CHECK(tq_row_bytes({TqKind::key_nc, 3, 128}) == 50);
+  CHECK(tq_row_bytes({TqKind::value, 4, 128}) == 68);
+  CHECK(tq_row_bytes({TqKind::value, 3, 128}) == 52);
+  CHECK(tq_type_info({TqKind::key, 3, 96}) == nullptr);  // not a power of two
+  const GgmlTypeInfo* t = tq_type_info({TqKind::value, 3, 8});
+  REQUIRE(t);
+  CHECK(std::string(t->name) == "TQV3_8");
+  CHECK(tq_type_of(*t)->bits == 3);
+  CHECK(ggml_type_info_by_name("TQV3_8") == t);
+  // Values 0..7 in 3 bits: q = trunc((x - 0) / 1 + 0.5); codes 0..7 pack to 0x88 0xc6 0xfa (index i
+  // at bits 3i..3i+2), then f16 scale 1 (0x3c00) and min 0.
+  const float x[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::uint8_t row[7];
+  tq_encode_rows({TqKind::value, 3, 8}, x, 1, row);
+  const std::uint8_t want[7] = {0x88, 0xc6, 0xfa, 0x00, 0x3c, 0x00, 0x00};
+  CHECK(std::memcmp(row, want, 7) == 0);
+  float back[8];
+  tq_decode_rows({TqKind::value, 3, 8}, row, 1, back);
+  CHECK(std::memcmp(back, x, sizeof x) == 0);
+}
+
+TEST_CASE("turboquant: codebooks, indices, norms and rows read back as vLLM's", "[quant][turboquant][golden]") {
+  // data/golden/turboquant-vllm.json: vLLM's solve_lloyd_max run unmodified; its Triton store and
+  // decode arithmetic transcribed in torch (scripts/dev/golden/turboquant.py).
+  std::ifstream f(std::string(AKV_SOURCE_DIR) + "/data/golden/turboquant-vllm.json");
+  REQUIRE(f.good());
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  REQUIRE(doc.at("codebooks").size() == 9);
+  for (const nlohmann::json& c : doc.at("codebooks")) {
+    const TqCodebook& cb = tq_codebook(c.at("head_dim").get<std::size_t>(), c.at("bits").get<int>());
+    INFO("head_dim " << c.at("head_dim") << " bits " << c.at("bits"));
+    CHECK(cb.centroids == hex_floats(c.at("centroids")));  // bit for bit
+  }
+  REQUIRE(doc.at("cases").size() == 5);
+  for (const nlohmann::json& c : doc.at("cases")) {
+    const std::size_t d = c.at("head_dim").get<std::size_t>(), n = c.at("rows").get<std::size_t>();
+    const int kb = c.at("bits_key").get<int>(), vb = c.at("bits_value").get<int>();
+    const TqType kt{c.at("norm_correction").get<bool>() ? TqKind::key_nc : TqKind::key, kb, d};
+    const TqType vt{TqKind::value, vb, d};
+    INFO("head_dim " << d << " key bits " << kb << " value bits " << vb);
+    const std::vector<float> keys = hex_floats(c.at("keys")), values = hex_floats(c.at("values"));
+    const std::vector<float> y = hex_floats(c.at("y")), keys_read = hex_floats(c.at("keys_read"));
+    const auto index = c.at("key_index").get<std::vector<std::uint32_t>>();
+    const std::vector<float> norms = hex_f16s(c.at("key_norm_f16"));
+    // akv rotates first (the cache's Hadamard), then the type normalizes: vLLM normalizes, then
+    // rotates. The same up to f32 rounding: an index may differ only where y lies within 1e-5 of a
+    // midpoint, a norm by one f16 step, a key read back by 1e-5 of the row's norm.
+    std::vector<float> rk = keys;
+    const Rotation rot{RotationKind::hadamard, static_cast<std::uint32_t>(d), 0};
+    rotate_rows(rot, rk.data(), n, d);
+    std::vector<std::uint8_t> stored(n * tq_row_bytes(kt));
+    tq_encode_rows(kt, rk.data(), n, stored.data());
+    std::vector<float> back(n * d);
+    tq_decode_rows(kt, stored.data(), n, back.data());
+    unrotate_rows(rot, back.data(), n, d);
+    const TqCodebook& cb = tq_codebook(d, kb);
+    std::size_t near_ties = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      std::uint16_t h;
+      std::memcpy(&h, stored.data() + r * tq_row_bytes(kt) + (d * static_cast<std::size_t>(kb) + 7) / 8, 2);
+      const float norm = f16_to_f32_ref(h);
+      CHECK(std::fabs(norm - norms[r]) <= std::ldexp(std::fabs(norms[r]), -10));
+      bool exact = true;
+      for (std::size_t i = 0; i < d; ++i) {
+        const std::size_t bit = i * static_cast<std::size_t>(kb);
+        std::uint32_t v = stored[r * tq_row_bytes(kt) + bit / 8];
+        if (bit % 8 + static_cast<std::size_t>(kb) > 8) v |= static_cast<std::uint32_t>(stored[r * tq_row_bytes(kt) + bit / 8 + 1]) << 8;
+        const std::uint32_t idx = (v >> (bit % 8)) & ((1u << kb) - 1u);
+        if (idx != index[r * d + i]) {
+          float gap = 1.0f;
+          for (float m : cb.midpoints) gap = std::min(gap, std::fabs(y[r * d + i] - m));
+          CHECK(gap < 1e-5f);
+          ++near_ties;
+          exact = false;
+        }
+      }
+      if (!exact || norm != norms[r]) continue;
+      for (std::size_t i = 0; i < d; ++i) {
+        CHECK(std::fabs(back[r * d + i] - keys_read[r * d + i]) <= 1e-5f * std::max(norms[r], 1e-3f));
+      }
+    }
+    CHECK(near_ties <= 2);
+    // Values: the same f32 operations in the same order: bit for bit.
+    std::vector<std::uint8_t> vs(n * tq_row_bytes(vt));
+    tq_encode_rows(vt, values.data(), n, vs.data());
+    std::vector<float> vback(n * d);
+    tq_decode_rows(vt, vs.data(), n, vback.data());
+    CHECK(vback == hex_floats(c.at("values_read")));
   }
 }

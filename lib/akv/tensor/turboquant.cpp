@@ -1,0 +1,279 @@
+#include "akv/tensor/turboquant.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+constexpr std::array<std::size_t, 7> kHeadDims = {8, 16, 32, 64, 128, 256, 512};
+constexpr std::array<int, 3> kBits = {2, 3, 4};
+
+std::size_t log2_of(std::size_t d) {
+  std::size_t l = 0;
+  while ((std::size_t{1} << l) < d) ++l;
+  return l;
+}
+
+bool supported(const TqType& t) {
+  return std::find(kBits.begin(), kBits.end(), t.bits) != kBits.end() &&
+         std::find(kHeadDims.begin(), kHeadDims.end(), t.head_dim) != kHeadDims.end();
+}
+
+std::uint32_t id_of(const TqType& t) {
+  return kTqIdBase | (static_cast<std::uint32_t>(t.kind) << 8) | (static_cast<std::uint32_t>(t.bits) << 4) |
+         static_cast<std::uint32_t>(log2_of(t.head_dim));
+}
+
+std::string name_of(const TqType& t) {
+  const std::string b = std::to_string(t.bits), d = "_" + std::to_string(t.head_dim);
+  switch (t.kind) {
+    case TqKind::key: return "TQ" + b + d;
+    case TqKind::key_nc: return "TQ" + b + "NC" + d;
+    default: return "TQV" + b + d;
+  }
+}
+
+struct Table {
+  std::vector<std::string> names;  // reserved up front: the c_str()s stay put
+  std::vector<GgmlTypeInfo> types;
+  Table() {
+    const std::size_t n = 3 * kBits.size() * kHeadDims.size();
+    names.reserve(n);
+    types.reserve(n);
+    for (TqKind k : {TqKind::key, TqKind::key_nc, TqKind::value}) {
+      for (int b : kBits) {
+        for (std::size_t d : kHeadDims) {
+          const TqType t{k, b, d};
+          names.push_back(name_of(t));
+          types.push_back({id_of(t), names.back().c_str(), d, tq_row_bytes(t)});
+        }
+      }
+    }
+  }
+};
+
+const Table& table() {
+  static const Table t;
+  return t;
+}
+
+std::size_t code_bytes(const TqType& t) { return (t.head_dim * static_cast<std::size_t>(t.bits) + 7) / 8; }
+
+// Index i of a row's codes at bits [b i, b i + b) of the little-endian byte stream.
+void pack(const std::uint32_t* q, std::size_t n, int bits, std::uint8_t* dst) {
+  std::memset(dst, 0, (n * static_cast<std::size_t>(bits) + 7) / 8);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t bit = i * static_cast<std::size_t>(bits);
+    const std::uint32_t v = q[i] << (bit % 8);
+    dst[bit / 8] = static_cast<std::uint8_t>(dst[bit / 8] | (v & 0xFF));
+    if ((bit % 8) + static_cast<std::size_t>(bits) > 8) dst[bit / 8 + 1] = static_cast<std::uint8_t>(dst[bit / 8 + 1] | (v >> 8));
+  }
+}
+
+// A row's n indices (n a multiple of 8) into q, a byte each (pack's bit stream, read a byte at a
+// time).
+void unpack_row(const std::uint8_t* src, std::size_t n, int bits, std::uint8_t* q) {
+  switch (bits) {
+    case 4:
+      for (std::size_t i = 0; i < n / 2; ++i) {
+        q[2 * i] = src[i] & 0x0F;
+        q[2 * i + 1] = src[i] >> 4;
+      }
+      return;
+    case 2:
+      for (std::size_t i = 0; i < n / 4; ++i) {
+        for (int k = 0; k < 4; ++k) q[4 * i + static_cast<std::size_t>(k)] = (src[i] >> (2 * k)) & 3;
+      }
+      return;
+    default:  // 3: eight indices in three bytes
+      for (std::size_t g = 0; g < n / 8; ++g) {
+        const std::uint32_t v = src[3 * g] | (static_cast<std::uint32_t>(src[3 * g + 1]) << 8) |
+                                (static_cast<std::uint32_t>(src[3 * g + 2]) << 16);
+        for (int k = 0; k < 8; ++k) q[8 * g + static_cast<std::size_t>(k)] = (v >> (3 * k)) & 7;
+      }
+  }
+}
+
+void put_f16(std::uint8_t* p, float x) {
+  const std::uint16_t h = f32_to_f16_ref(x);
+  std::memcpy(p, &h, 2);
+}
+
+float get_f16(const std::uint8_t* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32_ref(h);
+}
+
+void encode_key(const TqType& t, const TqCodebook& cb, const float* x, std::uint8_t* dst) {
+  float sq = 0.0f;
+  for (std::size_t i = 0; i < t.head_dim; ++i) sq += x[i] * x[i];
+  const float norm = std::sqrt(sq);
+  const float den = norm + 1e-8f;
+  std::uint32_t q[512];
+  for (std::size_t i = 0; i < t.head_dim; ++i) {
+    const float y = x[i] / den;
+    std::uint32_t idx = 0;
+    for (float m : cb.midpoints) idx += y >= m ? 1u : 0u;
+    q[i] = idx;
+  }
+  pack(q, t.head_dim, t.bits, dst);
+  put_f16(dst + code_bytes(t), norm);
+}
+
+void decode_key(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, float* y) {
+  std::uint8_t q[512];
+  unpack_row(src, t.head_dim, t.bits, q);
+  for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = cb.centroids[q[i]];
+  if (t.kind == TqKind::key_nc) {
+    float sq = 0.0f;
+    for (std::size_t i = 0; i < t.head_dim; ++i) sq += y[i] * y[i];
+    const float inv = 1.0f / std::sqrt(sq + 1e-16f);
+    for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = y[i] * inv;
+  }
+  const float norm = get_f16(src + code_bytes(t));
+  for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = norm * y[i];
+}
+
+void encode_value(const TqType& t, const float* x, std::uint8_t* dst) {
+  const float levels = static_cast<float>((1 << t.bits) - 1);
+  float mn = x[0], mx = x[0];
+  for (std::size_t i = 1; i < t.head_dim; ++i) {
+    mn = std::min(mn, x[i]);
+    mx = std::max(mx, x[i]);
+  }
+  float scale = (mx - mn) / levels;
+  if (!(scale > 1e-8f)) scale = 1e-8f;
+  std::uint32_t q[512];
+  for (std::size_t i = 0; i < t.head_dim; ++i) {
+    const float r = (x[i] - mn) / scale + 0.5f;
+    // trunc toward zero, then [0, levels] (NaN: 0)
+    q[i] = r >= 1.0f ? static_cast<std::uint32_t>(std::min(r, levels)) : 0u;
+  }
+  pack(q, t.head_dim, t.bits, dst);
+  put_f16(dst + code_bytes(t), scale);
+  put_f16(dst + code_bytes(t) + 2, mn);
+}
+
+void decode_value(const TqType& t, const std::uint8_t* src, float* y) {
+  const float scale = get_f16(src + code_bytes(t)), zero = get_f16(src + code_bytes(t) + 2);
+  std::uint8_t q[512];
+  unpack_row(src, t.head_dim, t.bits, q);
+  for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = static_cast<float>(q[i]) * scale + zero;
+}
+
+// vLLM's _trapz: the trapezoidal rule on n intervals.
+template <typename F>
+double trapz(F f, double a, double b, int n = 200) {
+  const double h = (b - a) / n;
+  double r = 0.5 * (f(a) + f(b));
+  for (int i = 1; i < n; ++i) r += f(a + i * h);
+  return r * h;
+}
+
+}  // namespace
+
+std::size_t tq_row_bytes(const TqType& t) { return code_bytes(t) + (t.kind == TqKind::value ? 4 : 2); }
+
+const GgmlTypeInfo* tq_type_info(const TqType& t) {
+  if (!supported(t)) return nullptr;
+  const std::uint32_t id = id_of(t);
+  for (const GgmlTypeInfo& g : table().types) {
+    if (g.id == id) return &g;
+  }
+  return nullptr;
+}
+
+std::optional<TqType> tq_type_of(const GgmlTypeInfo& type) {
+  if ((type.id & 0xFFFF0000u) != kTqIdBase) return std::nullopt;
+  TqType t;
+  t.kind = static_cast<TqKind>((type.id >> 8) & 0xFF);
+  t.bits = static_cast<int>((type.id >> 4) & 0xF);
+  t.head_dim = std::size_t{1} << (type.id & 0xF);
+  return t;
+}
+
+const std::vector<GgmlTypeInfo>& tq_type_table() { return table().types; }
+
+std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits) {
+  const int n = 1 << bits;
+  const double sigma2 = 1.0 / static_cast<double>(head_dim);
+  const double sigma = std::sqrt(sigma2);
+  const double pi = 3.141592653589793;  // math.pi
+  auto pdf = [&](double x) { return (1.0 / std::sqrt(2 * pi * sigma2)) * std::exp(-x * x / (2 * sigma2)); };
+  const double lo = -3.5 * sigma, hi = 3.5 * sigma;
+  std::vector<double> c(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) c[static_cast<std::size_t>(i)] = lo + (hi - lo) * (i + 0.5) / n;
+  for (int it = 0; it < 200; ++it) {
+    std::vector<double> edges = {lo * 3};
+    for (int i = 0; i + 1 < n; ++i) edges.push_back((c[static_cast<std::size_t>(i)] + c[static_cast<std::size_t>(i) + 1]) / 2.0);
+    edges.push_back(hi * 3);
+    std::vector<double> next(c.size());
+    double moved = 0;
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      const double a = edges[i], b = edges[i + 1];
+      const double num = trapz([&](double x) { return x * pdf(x); }, a, b);
+      const double den = trapz(pdf, a, b);
+      next[i] = den > 1e-15 ? num / den : c[i];
+      moved = std::max(moved, std::fabs(next[i] - c[i]));
+    }
+    if (moved < 1e-10) break;
+    c = std::move(next);
+  }
+  return c;
+}
+
+const TqCodebook& tq_codebook(std::size_t head_dim, int bits) {
+  static std::mutex m;
+  static std::map<std::pair<std::size_t, int>, TqCodebook> books;  // node-based: references stay valid
+  std::lock_guard<std::mutex> lock(m);
+  auto it = books.find({head_dim, bits});
+  if (it != books.end()) return it->second;
+  TqCodebook cb;
+  for (double c : tq_lloyd_max(head_dim, bits)) cb.centroids.push_back(static_cast<float>(c));
+  for (std::size_t i = 0; i + 1 < cb.centroids.size(); ++i) {
+    cb.midpoints.push_back((cb.centroids[i] + cb.centroids[i + 1]) / 2.0f);
+  }
+  return books.emplace(std::make_pair(head_dim, bits), std::move(cb)).first->second;
+}
+
+void tq_encode_rows(const TqType& t, const float* x, std::size_t n, std::uint8_t* dst) {
+  const std::size_t rb = tq_row_bytes(t);
+  if (t.kind == TqKind::value) {
+    for (std::size_t r = 0; r < n; ++r) encode_value(t, x + r * t.head_dim, dst + r * rb);
+    return;
+  }
+  const TqCodebook& cb = tq_codebook(t.head_dim, t.bits);
+  for (std::size_t r = 0; r < n; ++r) encode_key(t, cb, x + r * t.head_dim, dst + r * rb);
+}
+
+void tq_decode_rows(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst) {
+  const std::size_t rb = tq_row_bytes(t);
+  if (t.kind == TqKind::value) {
+    for (std::size_t r = 0; r < n; ++r) decode_value(t, src + r * rb, dst + r * t.head_dim);
+    return;
+  }
+  const TqCodebook& cb = tq_codebook(t.head_dim, t.bits);
+  for (std::size_t r = 0; r < n; ++r) decode_key(t, cb, src + r * rb, dst + r * t.head_dim);
+}
+
+std::size_t tq_first_nonfinite(const TqType& t, const std::uint8_t* src, std::size_t n) {
+  const std::size_t rb = tq_row_bytes(t), fields = t.kind == TqKind::value ? 2 : 1;
+  for (std::size_t r = 0; r < n / t.head_dim; ++r) {
+    for (std::size_t f = 0; f < fields; ++f) {
+      if (!std::isfinite(get_f16(src + r * rb + code_bytes(t) + 2 * f))) return r * t.head_dim;
+    }
+  }
+  return n;
+}
+
+}  // namespace akv

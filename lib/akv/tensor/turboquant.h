@@ -1,0 +1,70 @@
+#pragma once
+// TurboQuant's KV cache rows as vLLM stores them (vllm/model_executor/layers/quantization/
+// turboquant, vllm/v1/attention/ops/triton_turboquant_{store,decode}.py; docs/compress.md,
+// "TurboQuant"): cache-only block types whose block is one whole row of head_dim values, stored
+// by the ggml rows machinery (method `turboquant`, or `ggml:k=tq3nc:v=tqv4`).
+//
+// Keys (TQ<b>, TQ<b>NC; b = 2, 3, 4 bits): the row x (already rotated by the cache: Hadamard,
+// kv/ggml_cache.h) is normalized, xh = x / (|x| + 1e-8), and each coordinate becomes the index
+// of its Lloyd-Max level: the number of midpoints m_j <= xh_i. Stored: the indices packed
+// b bits each (index i at bits [b i, b i + b) of the little-endian byte stream), then |x| as f16.
+// Read back: c_i = centroid[index_i]; NC (norm correction) divides c by its own norm,
+// c_i * (1 / sqrt(sum c^2 + 1e-16)); the row is f16(|x|) * c_i.
+// Values (TQV<b>): uniform per row: mn = min, scale = (max - mn) / (2^b - 1) (at least 1e-8),
+// q_i = trunc((x_i - mn) / scale + 0.5) clamped to [0, 2^b - 1], packed as the keys' indices,
+// then f16 scale and f16 mn; read back as q_i * f16(scale) + f16(mn).
+// Every f32 operation in that order, no fused multiply-adds (this file builds with
+// -ffp-contract=off).
+//
+// The codebook (tq_codebook): vLLM's solve_lloyd_max for N(0, 1/d), in double: 2^b levels
+// started evenly on [-3.5 sigma, 3.5 sigma] (level i at lo + (hi - lo)(i + 0.5) / 2^b), then at
+// most 200 Lloyd iterations: boundaries at the midpoints of neighbouring levels, outer edges
+// 3 lo and 3 hi, each level moved to the conditional mean of its cell by the trapezoidal rule on
+// 200 intervals (a level whose cell mass is <= 1e-15 stays), stopping once no level moved by
+// 1e-10 or more (the moved levels are then not taken). Levels rounded to f32; the midpoints the
+// store compares against are (c_i + c_{i+1}) / 2 in f32, as vLLM's launcher computes them.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "akv/tensor/ggml_blocks.h"
+
+namespace akv {
+
+enum class TqKind : std::uint8_t { key = 1, key_nc = 2, value = 3 };
+
+struct TqType {
+  TqKind kind = TqKind::key;
+  int bits = 3;               // 2, 3 or 4
+  std::size_t head_dim = 0;   // a power of two, 8 to 512
+};
+
+// Bytes of one stored row: ceil(head_dim bits / 8) + 2 (keys: the norm) or + 4 (values: scale,
+// minimum).
+std::size_t tq_row_bytes(const TqType& t);
+// The block type of t (block = head_dim, bytes = tq_row_bytes), or nullptr when head_dim or bits
+// are outside the ranges above. Ids from kTqIdBase on; names TQ3_128, TQ3NC_128, TQV4_128.
+inline constexpr std::uint32_t kTqIdBase = 0x20000;
+const GgmlTypeInfo* tq_type_info(const TqType& t);
+// The TurboQuant type of a block type, nullopt for others.
+std::optional<TqType> tq_type_of(const GgmlTypeInfo& type);
+// Every TurboQuant block type (for lookups by id or name).
+const std::vector<GgmlTypeInfo>& tq_type_table();
+
+struct TqCodebook {
+  std::vector<float> centroids;  // 2^bits levels, ascending
+  std::vector<float> midpoints;  // 2^bits - 1
+};
+// The codebook for rows of head_dim values (computed once per (head_dim, bits), then shared).
+const TqCodebook& tq_codebook(std::size_t head_dim, int bits);
+// The solver in double (the levels before their rounding to f32).
+std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits);
+
+// n rows [n, head_dim] to n stored rows of t; and back.
+void tq_encode_rows(const TqType& t, const float* x, std::size_t n, std::uint8_t* dst);
+void tq_decode_rows(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst);
+// The first element of n (a multiple of head_dim) whose row has a non-finite f16 field, or n.
+std::size_t tq_first_nonfinite(const TqType& t, const std::uint8_t* src, std::size_t n);
+
+}  // namespace akv
