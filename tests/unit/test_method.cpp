@@ -168,6 +168,33 @@ TEST_CASE("fp8 method: vLLM's 8-bit float types as ggml cache types, with a scal
   CHECK_THROWS_WITH(CompressParams::from_json(bad, "params.json"), Catch::Contains("params.ggml.scale = row"));
 }
 
+TEST_CASE("turboquant: vLLM's presets as ggml rows of TurboQuant types", "[method][ggml][turboquant]") {
+  const CompressParams p = resolve_params(parse_method_spec("turboquant_k3v4_nc"));
+  REQUIRE(p.ggml());
+  CHECK(p.ggml()->key == "tq3nc");
+  CHECK(p.ggml()->value == "tqv4");
+  CHECK(p.rotate == RotationKind::hadamard);
+  CHECK(describe(p) == "ggml K tq3nc V tqv4 hadamard");
+  CHECK(CompressParams::from_json(p.to_json(), "params.json").to_json() == p.to_json());
+  const CompressParams k8 = resolve_params(parse_method_spec("turboquant_k8v4"));
+  CHECK(k8.ggml()->key == "fp8_e4m3");
+  CHECK(k8.ggml()->scale == "one");
+  CHECK(k8.rotate == RotationKind::none);  // vLLM's fp8 keys are not rotated
+  CHECK(resolve_params(parse_method_spec("turboquant_4bit_nc")).to_json() ==
+        resolve_params(parse_method_spec("turboquant:bits-key=4:bits-value=4")).to_json());
+  CHECK(resolve_params(parse_method_spec("turboquant_3bit_nc")).ggml()->value == "tqv3");
+  CHECK(resolve_params(parse_method_spec("turboquant")).to_json() == p.to_json());  // default 3 / 4
+  CHECK(resolve_params(parse_method_spec("turboquant:bits-key=2:bits-value=2:rotate=random")).rotate == RotationKind::random);
+  // The types without norm correction through method ggml.
+  CHECK(resolve_params(parse_method_spec("ggml:k=tq3:v=tqv4:rotate=hadamard")).ggml()->key == "tq3");
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant_k3v4_nc:bits-key=4")), UsageError);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant:residual=32")), UsageError);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant:bits-value=8")), InvalidInput);
+  // A TurboQuant row is one block of head_dim values: head_dim 96 has no layout.
+  CHECK_THROWS_WITH(ggml_cache_type("tq3nc", 96, "", "k"), Catch::Contains("power of two"));
+  CHECK(ggml_cache_type("tqv4", 64, "", "v").bytes == 36);
+}
+
 TEST_CASE("rotate: a parameter of every quantizer and of ggml, recorded in the parameters' JSON only when set",
           "[method][rotation]") {
   const CompressParams g = resolve_params(parse_method_spec("ggml:k=q4_0:v=q4_0:rotate=hadamard"));

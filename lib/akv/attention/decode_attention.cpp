@@ -9,6 +9,7 @@
 #include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/tensor/turboquant.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
 
@@ -398,7 +399,7 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
       bool blocked = false;
       for (std::size_t s = 0; s < a.segments; ++s) {
         const GgmlTypeInfo* t = a.heads[kv * a.segments + s].key.ggml.type;
-        blocked = blocked || (t && !fp8_format_of(*t));  // fp8 is not a llama.cpp type
+        blocked = blocked || (t && !fp8_format_of(*t) && !tq_type_of(*t));  // not llama.cpp types
       }
       if (blocked) round_q8_0_cpu(query.data() + kv * nq * d, nq * d);
     }

@@ -34,8 +34,11 @@ struct Variant {
   DenseType type = DenseType::f16;
   int bits_key = 16, bits_value = 16;
   AttentionMode mode = AttentionMode::exact;
-  const GgmlTypeInfo* ggml = nullptr;  // llama.cpp's cache type (ggml-<type>): K and V rows as its blocks
-  const GgmlTypeInfo* ggml_value = nullptr;  // the values' type (ggml: the same unless a spec's v= differs)
+  // A ggml cache (ggml-<type> or a spec): K and V rows as blocks of these cache types (names:
+  // TurboQuant's layouts depend on head_dim), with ggml / ggml_value their layouts at head_dim 128.
+  std::string ggml_key_name, ggml_value_name;
+  const GgmlTypeInfo* ggml = nullptr;
+  const GgmlTypeInfo* ggml_value = nullptr;
   std::optional<QuantParams> quant;    // a method spec's quantizer (otherwise KIVI at the bench's group and residual)
   RotationKind rotate = RotationKind::none;  // a ggml spec's rotation (a quantizer's is in `quant`)
   std::uint64_t rotate_seed = 0;
@@ -57,8 +60,10 @@ Variant spec_variant(const std::string& s) {
     v.type = DenseType::f32;
     v.bits_key = v.bits_value = 32;
   } else if (const GgmlCacheParams* g = p->ggml()) {
-    v.ggml = &ggml_cache_type(g->key, "", "--variants");
-    v.ggml_value = &ggml_cache_type(g->value, "", "--variants");
+    v.ggml_key_name = g->key;
+    v.ggml_value_name = g->value;
+    v.ggml = &ggml_cache_type(g->key, 128, "", "--variants");
+    v.ggml_value = &ggml_cache_type(g->value, 128, "", "--variants");
     v.dense = false;
     v.bits_key = static_cast<int>(8 * v.ggml->bytes / v.ggml->block);  // whole bits (4.5 -> 4)
     v.bits_value = static_cast<int>(8 * v.ggml_value->bytes / v.ggml_value->block);
@@ -96,7 +101,8 @@ Variant parse_variant(const std::string& s) {
     return x;
   };
   if (s.rfind("ggml-", 0) == 0 && s != "ggml-f16") {
-    v.ggml = v.ggml_value = &ggml_cache_type(s.substr(5), "", "--variants");
+    v.ggml_key_name = v.ggml_value_name = s.substr(5);
+    v.ggml = v.ggml_value = &ggml_cache_type(s.substr(5), 128, "", "--variants");
     v.dense = false;
     v.bits_key = v.bits_value = static_cast<int>(8 * v.ggml->bytes / v.ggml->block);  // whole bits (4.5 -> 4)
   } else if (s == "f32") {
@@ -159,8 +165,10 @@ std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
   auto c = std::make_unique<Cache>();
   for (std::size_t h = 0; h < s.kv; ++h) {
     if (v.ggml) {
-      c->key.emplace_back(s.d, *v.ggml, ggml_rotation(v.rotate, v.rotate_seed, *v.ggml, s.d, true));
-      c->value.emplace_back(s.d, *v.ggml_value, ggml_rotation(v.rotate, v.rotate_seed, *v.ggml_value, s.d, false));
+      const GgmlTypeInfo& kt = ggml_cache_type(v.ggml_key_name, s.d, "", "--variants");
+      const GgmlTypeInfo& vt = ggml_cache_type(v.ggml_value_name, s.d, "", "--variants");
+      c->key.emplace_back(s.d, kt, ggml_rotation(v.rotate, v.rotate_seed, kt, s.d, true));
+      c->value.emplace_back(s.d, vt, ggml_rotation(v.rotate, v.rotate_seed, vt, s.d, false));
     } else if (v.dense) {
       c->key.emplace_back(s.d, v.type);
       c->value.emplace_back(s.d, v.type);
@@ -268,8 +276,10 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
   for (const auto& s : o.variants) {
     Variant v = parse_variant(s);
     for (std::size_t d : o.head_dims) {
-      if (v.ggml) check_ggml_head_dim(*v.ggml, d, "", "--head-dims (" + s + ")");
-      if (v.ggml_value) check_ggml_head_dim(*v.ggml_value, d, "", "--head-dims (" + s + ")");
+      if (v.ggml) {
+        check_ggml_head_dim(ggml_cache_type(v.ggml_key_name, d, "", "--head-dims (" + s + ")"), d, "", "--head-dims (" + s + ")");
+        check_ggml_head_dim(ggml_cache_type(v.ggml_value_name, d, "", "--head-dims (" + s + ")"), d, "", "--head-dims (" + s + ")");
+      }
       if (v.quant && outlier_count(v.quant->outlier_fraction, d) >= d) {
         throw InvalidInput("outlier fraction leaves no key channel to quantize at head_dim " + std::to_string(d),
                            {"", "--variants", s});

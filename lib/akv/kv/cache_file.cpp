@@ -11,6 +11,7 @@
 #include "akv/method/ggml_params.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
+#include "akv/tensor/turboquant.h"
 
 namespace akv {
 namespace {
@@ -43,8 +44,11 @@ Rotation read_rotation(hid_t group, const std::string& file, const std::string& 
 }
 
 // llama.cpp's name of a cache type ("Q4_0" -> "q4_0").
+// The method's spelling of a cache type: the lower-case name, without a TurboQuant type's
+// head_dim suffix (tq3nc, not tq3nc_128).
 std::string cache_type_name(const GgmlTypeInfo& t) {
   std::string s = t.name;
+  if (tq_type_of(t)) s = s.substr(0, s.find('_'));
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
@@ -448,8 +452,8 @@ void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_
   if (!rows_only || p.pre_rope()) {
     throw CorruptData("ggml parts have no residual, outliers or pre-RoPE keys", {f, pp + ".n_residual"});
   }
-  const GgmlTypeInfo& type = ggml_cache_type(type_name, f, pp + ".ggml_type");
   const std::size_t d = meta().head_dim;
+  const GgmlTypeInfo& type = ggml_cache_type(type_name, d, f, pp + ".ggml_type");
   if (d % type.block != 0) {
     throw CorruptData("head_dim is not a multiple of the ggml type's block " + std::to_string(type.block),
                       {f, "head_dim", std::to_string(d)});

@@ -10,6 +10,7 @@
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/kv/stored_head.h"
+#include "akv/tensor/turboquant.h"
 #include "akv/kv/tensor_builder.h"
 
 namespace akv {
@@ -24,7 +25,8 @@ struct HeadStore {
 class GgmlCachePolicy : public KvPolicy {
  public:
   GgmlCachePolicy(const CompressParams& params, const KvGeometry& g, int threads)
-      : k_(ggml_cache_type(params.ggml()->key, "", "k")), v_(ggml_cache_type(params.ggml()->value, "", "v")),
+      : k_(ggml_cache_type(params.ggml()->key, g.head_dim, "", "ggml k=" + params.ggml()->key + ": head_dim")),
+        v_(ggml_cache_type(params.ggml()->value, g.head_dim, "", "ggml v=" + params.ggml()->value + ": head_dim")),
         k_rot_(ggml_rotation(params.rotate, params.rotate_seed, k_, g.head_dim, true)), v_rot_(ggml_rotation(params.rotate, params.rotate_seed, v_, g.head_dim, false)),
         scale_(params.ggml()->scale), g_(g), threads_(threads) {
     check_ggml_head_dim(k_, g.head_dim, "", "ggml k=" + params.ggml()->key + ": head_dim");
@@ -187,7 +189,10 @@ class GgmlCachePolicy : public KvPolicy {
 
 Rotation ggml_rotation(RotationKind kind, std::uint64_t seed, const GgmlTypeInfo& type, std::size_t head_dim,
                        bool key) {
-  return std::string_view(type.name) == "F16" ? Rotation{} : tensor_rotation(kind, seed, head_dim, key);
+  // f16 rows and TurboQuant's values (vLLM quantizes them unrotated) are stored as given.
+  const auto tq = tq_type_of(type);
+  if (std::string_view(type.name) == "F16" || (tq && tq->kind == TqKind::value)) return Rotation{};
+  return tensor_rotation(kind, seed, head_dim, key);
 }
 
 std::unique_ptr<KvPolicy> make_ggml_policy(const CompressParams& p, const KvGeometry& g, int threads) {

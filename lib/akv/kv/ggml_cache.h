@@ -20,7 +20,7 @@ namespace akv {
 std::unique_ptr<KvPolicy> make_ggml_policy(const CompressParams& p, const KvGeometry& g, int threads);
 
 // The rotation of a key or value tensor of `type` (as llama.cpp: only block types rotate, F16
-// rows never).
+// rows never; TurboQuant's value rows never, as vLLM stores them).
 Rotation ggml_rotation(RotationKind kind, std::uint64_t seed, const GgmlTypeInfo& type, std::size_t head_dim,
                        bool key);
 

@@ -2,13 +2,17 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 #include "akv/core/errors.h"
+#include "akv/tensor/turboquant.h"
 
 namespace akv {
 
 const std::vector<std::string>& ggml_cache_type_names() {
-  static const std::vector<std::string> names = {"f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "fp8_e4m3", "fp8_e5m2"};
+  static const std::vector<std::string> names = {"f16",   "q8_0",  "q4_0",  "q4_1",     "q5_0",     "q5_1",
+                                                 "iq4_nl", "fp8_e4m3", "fp8_e5m2", "tq2", "tq3", "tq4",
+                                                 "tq2nc", "tq3nc", "tq4nc", "tqv2", "tqv3", "tqv4"};
   return names;
 }
 
@@ -30,15 +34,42 @@ const std::vector<std::string>& fp8_scale_names() {
   return names;
 }
 
-const GgmlTypeInfo& ggml_cache_type(const std::string& name, const std::string& file, const std::string& field) {
-  // llama.cpp's lower-case names; ggml_blocks.h knows the types by their upper-case names.
-  for (const std::string& t : ggml_cache_type_names()) {
-    if (name != t) continue;
-    std::string upper;
-    for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    return *ggml_type_info_by_name(upper);
+namespace {
+
+// A tq* name's kind and bits (head_dim 0), nullopt for other names.
+std::optional<TqType> tq_cache_type(const std::string& name) {
+  if (name.rfind("tq", 0) != 0) return std::nullopt;
+  const bool value = name.rfind("tqv", 0) == 0, nc = name.size() > 2 && name.substr(name.size() - 2) == "nc";
+  const std::string digits = name.substr(value ? 3 : 2, name.size() - (value ? 3 : 2) - (nc ? 2 : 0));
+  return TqType{value ? TqKind::value : nc ? TqKind::key_nc : TqKind::key, std::stoi(digits), 0};
+}
+
+}  // namespace
+
+bool is_llama_cache_type(const GgmlTypeInfo& type) { return !fp8_format_of(type) && !tq_type_of(type); }
+
+void check_ggml_cache_type_name(const std::string& name, const std::string& file, const std::string& field) {
+  const auto& names = ggml_cache_type_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    throw InvalidInput("not a KV cache type akv stores (f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, fp8_e4m3, fp8_e5m2, "
+                       "tq2-4, tq2nc-4nc, tqv2-4)",
+                       {file, field, name});
   }
-  throw InvalidInput("not a KV cache type akv stores (f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, fp8_e4m3, fp8_e5m2)", {file, field, name});
+}
+
+const GgmlTypeInfo& ggml_cache_type(const std::string& name, std::size_t head_dim, const std::string& file,
+                                    const std::string& field) {
+  check_ggml_cache_type_name(name, file, field);
+  if (auto t = tq_cache_type(name)) {  // a row of head_dim values is one block
+    t->head_dim = head_dim;
+    if (const GgmlTypeInfo* info = tq_type_info(*t)) return *info;
+    throw InvalidInput("TurboQuant cache types need head_dim a power of two from 8 to 512 (" + name + ")",
+                       {file, field, std::to_string(head_dim)});
+  }
+  // llama.cpp's lower-case names; ggml_blocks.h knows the types by their upper-case names.
+  std::string upper;
+  for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return *ggml_type_info_by_name(upper);
 }
 
 void check_ggml_head_dim(const GgmlTypeInfo& type, std::size_t head_dim, const std::string& file,
@@ -53,8 +84,8 @@ GgmlCacheParams GgmlCacheParams::from_json(const nlohmann::json& j, const std::s
   GgmlCacheParams p;
   p.key = j.at("k").get<std::string>();
   p.value = j.at("v").get<std::string>();
-  ggml_cache_type(p.key, file, "params.ggml.k");
-  ggml_cache_type(p.value, file, "params.ggml.v");
+  check_ggml_cache_type_name(p.key, file, "params.ggml.k");
+  check_ggml_cache_type_name(p.value, file, "params.ggml.v");
   if (p.fp8()) {
     p.scale = j.at("scale").get<std::string>();
     const auto& names = fp8_scale_names();

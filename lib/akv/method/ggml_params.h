@@ -34,8 +34,11 @@ struct GgmlCacheParams {
   static GgmlCacheParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// The cache type names akv stores: llama.cpp's f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, and
-// vLLM's fp8_e4m3, fp8_e5m2.
+// The cache type names akv stores: llama.cpp's f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl,
+// vLLM's fp8_e4m3, fp8_e5m2, and vLLM's TurboQuant rows (tensor/turboquant.h): keys tq2, tq3, tq4
+// (Lloyd-Max indices + norm), with norm correction tq2nc, tq3nc, tq4nc, values tqv2, tqv3, tqv4
+// (uniform per row). A TurboQuant row is one block of head_dim values, so its layout depends on
+// head_dim.
 const std::vector<std::string>& ggml_cache_type_names();
 // The names k= / v= accept: those, and e4m3 / e5m2 for the fp8 types (method fp8's spelling).
 const std::vector<std::string>& ggml_cache_type_words();
@@ -44,8 +47,15 @@ std::string ggml_cache_type_alias(const std::string& word);
 // The fp8 scale rules: head, tensor, one.
 const std::vector<std::string>& fp8_scale_names();
 
-// The block layout of a cache type name ("q4_0" -> Q4_0); InvalidInput naming `field` otherwise.
-const GgmlTypeInfo& ggml_cache_type(const std::string& name, const std::string& file, const std::string& field);
+// InvalidInput naming `file` and `field` unless name is one of those.
+void check_ggml_cache_type_name(const std::string& name, const std::string& file, const std::string& field);
+// The block layout of a cache type name for rows of head_dim values ("q4_0" -> Q4_0, "tq3nc" at
+// head_dim 128 -> TQ3NC_128); InvalidInput naming `field` otherwise (a TurboQuant type needs
+// head_dim a power of two from 8 to 512).
+const GgmlTypeInfo& ggml_cache_type(const std::string& name, std::size_t head_dim, const std::string& file,
+                                    const std::string& field);
+// Whether the type is one of llama.cpp's (not fp8 or TurboQuant, which only akv's caches hold).
+bool is_llama_cache_type(const GgmlTypeInfo& type);
 
 // InvalidInput naming `file` and `field` unless head_dim holds whole blocks of `type`.
 void check_ggml_head_dim(const GgmlTypeInfo& type, std::size_t head_dim, const std::string& file,

@@ -156,6 +156,44 @@ void apply_rotation(QuantParams& p, const CompressRequest& r) {
   }
 }
 
+// turboquant and its presets: ggml rows of TurboQuant's types (tensor/turboquant.h), as vLLM's
+// TurboQuantConfig builds them: keys tq<b>nc after a Hadamard rotation (bits-key 8: fp8 e4m3
+// with scale one, unrotated), values tqv<b> (never rotated).
+CompressParams resolve_turboquant(const CompressRequest& r) {
+  const MethodInfo& m = *find_method(r.method);
+  const bool preset = r.method != "turboquant";
+  CompressRequest rest = r;
+  rest.method = "none";
+  rest.bits_key.reset();
+  rest.bits_value.reset();
+  rest.rotate.reset();
+  rest.rotate_seed.reset();
+  if (rest.tiered.any() || rest.eviction.any() || rest.ggml.any() || rest.quant || rest.bits || rest.key_axis ||
+      rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction || rest.pre_rope ||
+      rest.calibration || (preset && (r.bits_key || r.bits_value))) {
+    throw UsageError(r.method + (preset ? " takes only rotate and rotate-seed (its bits are fixed; method turboquant "
+                                          "takes bits-key and bits-value)"
+                                        : " takes only bits-key (2, 3, 4 or 8), bits-value (2, 3 or 4), rotate and "
+                                          "rotate-seed"),
+                     {"", "--method", r.method});
+  }
+  const int kb = static_cast<int>(r.bits_key.value_or(m.bits_key));
+  const int vb = static_cast<int>(r.bits_value.value_or(m.bits_value));
+  if (kb != 2 && kb != 3 && kb != 4 && kb != 8) throw InvalidInput("turboquant keys take 2, 3, 4 or 8 bits", {"", "bits-key", std::to_string(kb)});
+  if (vb != 2 && vb != 3 && vb != 4) throw InvalidInput("turboquant values take 2, 3 or 4 bits", {"", "bits-value", std::to_string(vb)});
+  CompressParams p;
+  p.method = Quantizer::none;
+  p.residual = 0;
+  p.rotate = kb == 8 ? RotationKind::none : RotationKind::hadamard;
+  apply_rotation(p, r);
+  GgmlCacheParams g;
+  g.key = kb == 8 ? "fp8_e4m3" : "tq" + std::to_string(kb) + "nc";
+  g.value = "tqv" + std::to_string(vb);
+  g.scale = "one";
+  p.mode = g;
+  return p;
+}
+
 }  // namespace
 
 EvictionParams resolve_allocation(const std::string& alloc, const std::string& score,
@@ -284,6 +322,7 @@ std::optional<CompressParams> resolve_method_spec(const std::string& spec) {
 
 CompressParams resolve_params(const CompressRequest& r) {
   check_request(r);
+  if (r.method.rfind("turboquant", 0) == 0) return resolve_turboquant(r);
   if (r.method == "ggml" || r.method == "fp8") {
     CompressRequest rest = r;
     rest.ggml = {};

@@ -55,6 +55,14 @@ MethodInfo tier_preset(const char* name, const char* help, int bits, std::size_t
   return m;
 }
 
+// A TurboQuant row (kind ggml: its caches are ggml rows): the key and value bits it stores by default.
+MethodInfo turboquant(const char* name, const char* help, int bits_key, int bits_value) {
+  MethodInfo m{name, MethodKind::ggml, help};
+  m.bits_key = bits_key;
+  m.bits_value = bits_value;
+  return m;
+}
+
 }  // namespace
 
 const std::vector<MethodInfo>& method_registry() {
@@ -107,6 +115,15 @@ const std::vector<MethodInfo>& method_registry() {
       {"ggml", K::ggml, "llama.cpp's KV cache types: every K and V row in ggml blocks of type k= / v= (as -ctk / -ctv)"},
       {"fp8", K::ggml, "vLLM's fp8 KV cache: every K and V value an 8-bit float, k= / v= e4m3 (default) or e5m2, "
                        "x / scale with one f32 scale per tensor (scale=)"},
+      turboquant("turboquant",
+                 "vLLM's TurboQuant KV cache: keys Hadamard-rotated, normalized and rounded to Lloyd-Max levels "
+                 "(bits-key 2-4, norm-corrected; 8: fp8 e4m3, unrotated), values uniform per row (bits-value 2-4); "
+                 "default 3 / 4",
+                 3, 4),
+      turboquant("turboquant_k8v4", "TurboQuant preset: fp8 keys, 4-bit values (vLLM's turboquant_k8v4)", 8, 4),
+      turboquant("turboquant_4bit_nc", "TurboQuant preset: 4-bit keys, 4-bit values (vLLM's turboquant_4bit_nc)", 4, 4),
+      turboquant("turboquant_k3v4_nc", "TurboQuant preset: 3-bit keys, 4-bit values (vLLM's turboquant_k3v4_nc)", 3, 4),
+      turboquant("turboquant_3bit_nc", "TurboQuant preset: 3-bit keys, 3-bit values (vLLM's turboquant_3bit_nc)", 3, 3),
       {kFullMethod, K::reference, "f32 K/V exactly as the model computed them: the reference of every model-run metric"},
   };
   return methods;

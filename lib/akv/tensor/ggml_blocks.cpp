@@ -9,6 +9,7 @@
 #include "akv/tensor/fp8.h"
 #include "akv/tensor/ggml_fields.h"
 #include "akv/tensor/half.h"
+#include "akv/tensor/turboquant.h"
 
 namespace akv {
 namespace {
@@ -116,7 +117,7 @@ const GgmlTypeInfo* ggml_type_info(std::uint32_t id) {
   for (const GgmlTypeInfo& t : kTypes) {
     if (t.id == id) return &t;
   }
-  return nullptr;
+  return nullptr;  // fp8 and TurboQuant types are cache-only: by name
 }
 
 const GgmlTypeInfo* ggml_type_info_by_name(const std::string& name) {
@@ -124,6 +125,9 @@ const GgmlTypeInfo* ggml_type_info_by_name(const std::string& name) {
     if (name == t.name) return &t;
   }
   for (const GgmlTypeInfo& t : kFp8Types) {
+    if (name == t.name) return &t;
+  }
+  for (const GgmlTypeInfo& t : tq_type_table()) {
     if (name == t.name) return &t;
   }
   return nullptr;
@@ -182,6 +186,7 @@ std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* s
     }
     return n;
   }
+  if (const auto t = tq_type_of(type)) return tq_first_nonfinite(*t, src, n);
   switch (type.id) {
     case 0: return first_all_ones<std::uint32_t>(src, n, 0x7F800000u);
     case 1: return first_all_ones<std::uint16_t>(src, n, 0x7C00);
@@ -214,6 +219,10 @@ void ggml_dequantize(const GgmlTypeInfo& type, const std::uint8_t* src, std::siz
   const std::size_t blocks = n / type.block;
   if (const auto f = fp8_format_of(type)) {
     fp8_decode_rows(src, n, 1.0f, *f, dst);
+    return;
+  }
+  if (const auto t = tq_type_of(type)) {
+    tq_decode_rows(*t, src, n / t->head_dim, dst);
     return;
   }
   switch (type.id) {

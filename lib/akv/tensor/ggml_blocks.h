@@ -23,7 +23,8 @@
 //                          levels -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113
 //   BF16  30    1     2
 // and, for KV caches only (never in a GGUF file), the 8-bit floats of tensor/fp8.h, one byte per
-// element, found by name: FP8_E4M3, FP8_E5M2 (a cache stores them with a scale beside the rows).
+// element, found by name: FP8_E4M3, FP8_E5M2 (a cache stores them with a scale beside the rows),
+// and TurboQuant's rows (tensor/turboquant.h: one block per row of head_dim values, TQ3NC_128...).
 #include <cstddef>
 #include <cstdint>
 #include <optional>

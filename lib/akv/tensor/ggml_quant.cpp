@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "akv/tensor/half.h"
+#include "akv/tensor/turboquant.h"
 
 namespace akv {
 namespace {
@@ -128,7 +129,7 @@ void iq4_nl(const float* x, std::uint8_t* b, std::uint8_t* last) {
 }  // namespace
 
 bool ggml_can_quantize(const GgmlTypeInfo& type) {
-  if (fp8_format_of(type)) return true;
+  if (fp8_format_of(type) || tq_type_of(type)) return true;
   switch (type.id) {
     case 1: case 2: case 3: case 6: case 7: case 8: case 20: return true;
     default: return false;
@@ -143,6 +144,10 @@ void ggml_quantize(const GgmlTypeInfo& type, const float* x, std::size_t n, std:
   }
   if (const auto f = fp8_format_of(type)) {
     fp8_encode_rows(x, n, 1.0f, *f, dst);
+    return;
+  }
+  if (const auto t = tq_type_of(type)) {
+    tq_encode_rows(*t, x, n / t->head_dim, dst);
     return;
   }
   std::uint8_t last[32] = {};  // IQ4_NL: codes of the previous block

@@ -14,6 +14,8 @@
 //         block's codes (the first block's: 0)
 // (1/d is 0 when d is 0.) Q4_0 and Q5_0 use one fused multiply-add, as x86 builds of ggml
 // compile its reference (gguf-py reproduces that in f64); Q4_1 and Q5_1 round the product first.
+// The fp8 cache types (tensor/fp8.h) and TurboQuant's row types (tensor/turboquant.h) quantize
+// by their own rules.
 // Checked byte for byte against gguf-py's quantizers: data/golden/ggml-quantize.json,
 // tests/unit/test_gguf.cpp.
 #include <cstddef>
