@@ -2,7 +2,7 @@
 # llama.cpp's KV cache types as a method (ggml:k=T:v=T) in the decode loop of a small random
 # Hugging Face llama (head_dim 32): honest ggml byte counts (bits per element of each block
 # type), f16 close to the full cache, the plan's bytes, bench policy, and the refusals; akv
-# compress / evaluate --dump with the same types, and vLLM's fp8 types (method fp8).
+# compress / evaluate --dump with the same types, and vLLM's fp8 types (method fp8) and TurboQuant rows.
 source "$(dirname "$0")/lib.sh"
 need_python_h5py
 "$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/hf" --dim 64 --hidden 96 --vocab 64 --heads 2 --kv-heads 1 --layers 2 --seed 5 \
@@ -161,11 +161,45 @@ expect_error "--prefill-mode batch refuses fp8 scales from the prompt" 1 "use sc
   "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode batch --methods fp8 -o "$TMP/none/x.txt"
 expect_error "fp8 takes only fp8 types" 1 "fp8 takes k= and v= e4m3 or e5m2" \
   "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --methods fp8:k=q4_0 -o "$TMP/none/x.txt"
+"$AKV" -q synth -o "$TMP/d48.h5" --layers 1 --heads 2 --kv-heads 1 --head-dim 48 --tokens 16 --window 8 >/dev/null
+# vLLM's TurboQuant rows: keys head_dim x 3 bits + f16 norm (dump: 64 -> 26 bytes, model: 32 -> 14),
+# values head_dim x 4 bits + f16 scale and minimum (36, 20) per row; values unrotated, read back
+# from the layout.
+"$AKV" compress -q "$TMP/d.h5" -o "$TMP/tq.h5" -m turboquant_k3v4_nc >/dev/null
+expect "turboquant rows: vLLM's slot layout, values within half a step (+ f16 rounding)" 0 "tq ok" "$PY" - "$TMP/d.h5" "$TMP/tq.h5" <<'PY'
+import sys, h5py, numpy as np
+d, c = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+for l in range(2):
+    k, v = c[f"layers/{l}/heads/0/key"], c[f"layers/{l}/heads/0/value"]
+    assert k.attrs["ggml_type"] == "tq3nc" and v.attrs["ggml_type"] == "tqv4", (k.attrs["ggml_type"], v.attrs["ggml_type"])
+    x = d[f"/layers/{l}/value"][0].astype(np.float32)
+    rows = np.asarray(v["blocks"]).reshape(x.shape[0], 36)
+    assert np.asarray(k["blocks"]).size == x.shape[0] * 26
+    q = np.stack([rows[:, :32] & 15, rows[:, :32] >> 4], axis=2).reshape(-1, 64).astype(np.float32)
+    scale = rows[:, 32:34].copy().view(np.float16).astype(np.float32)
+    mn = rows[:, 34:36].copy().view(np.float16).astype(np.float32)
+    back = q * scale + mn
+    # half a step, the f16 rounding of the step (2^-11 relative) times 15, of the minimum
+    assert (np.abs(back - x) <= scale / 2 + 15 * scale / 2048 + np.abs(x.min(axis=1, keepdims=True) - mn) + 1e-6).all()
+print("tq ok")
+PY
+"$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --json -o "$TMP/tq.json" \
+  --methods turboquant_k3v4_nc,turboquant_4bit_nc,turboquant_k8v4,ggml:k=tq3:v=tqv4:rotate=hadamard
+expect "turboquant in the decode loop: vLLM's bytes; 4-bit keys closer than 3-bit" 0 "tq model ok" "$PY" - "$TMP/tq.json" <<'PY'
+import json, sys
+m = {x["method"]: x for x in json.load(open(sys.argv[1]))["methods"]}
+for k, row in {"turboquant_k3v4_nc": 14 + 20, "turboquant_4bit_nc": 18 + 20, "turboquant_k8v4": 32 + 20}.items():
+    scales = 4 * 2 if k == "turboquant_k8v4" else 0  # fp8 keys: one f32 scale per layer's head
+    assert m[k]["cache_bytes"] == 3 * (95 * 2 * row + scales), (k, m[k]["cache_bytes"])
+assert 0 < m["turboquant_4bit_nc"]["kl"] < m["turboquant_k3v4_nc"]["kl"], m
+print("tq model ok")
+PY
+expect_error "turboquant: head_dim 48 is no power of two" 2 "power of two" \
+  "$AKV" compress -q "$TMP/d48.h5" -o "$TMP/none/c.h5" -m turboquant
 "$AKV" compress -q "$TMP/d.h5" -o "$TMP/s1.h5" -m ggml --k q4_0 --v q4_0 --shard 1/2 >/dev/null
 "$AKV" compress -q "$TMP/d.h5" -o "$TMP/s2.h5" -m ggml --k q4_0 --v q4_0 --shard 2/2 >/dev/null
 "$AKV" -q merge "$TMP/s1.h5" "$TMP/s2.h5" -o "$TMP/m.h5" >/dev/null
 expect "two shards merge into the unsharded ggml cache byte for byte" 0 "" cmp "$TMP/m.h5" "$TMP/c4.h5"
-"$AKV" -q synth -o "$TMP/d48.h5" --layers 1 --heads 2 --kv-heads 1 --head-dim 48 --tokens 16 --window 8 >/dev/null
 expect_error "compress: head_dim 48 holds no whole block" 2 "d48.h5: head_dim \\(ggml k=q4_0\\) = 48" \
   "$AKV" compress -q "$TMP/d48.h5" -o "$TMP/none/c.h5" -m ggml --k q4_0
 expect_error "compress: --k with another method" 1 "need method ggml" \
