@@ -1,5 +1,5 @@
 // akv caches (HDF5): one of the committed fixture caches (quantized v1, evicted v1, tiered v2,
-// ggml blocks v3),
+// ggml blocks v3, rotated v4, TurboQuant rows v4, fp8 v5),
 // edited by h5_mutator, opened, described (akv info) and every head read and rebuilt the way
 // decompress and evaluate --cache do.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -17,7 +17,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider fdp(data, size);
   static const char* kTemplates[] = {"cache-v1-kivi.h5", "cache-v1-evict.h5", "cache-v2-tiered.h5",
-                                     "cache-v3-ggml.h5"};
+                                     "cache-v3-ggml.h5", "cache-v4-rotate.h5", "cache-v4-turboquant.h5",
+                                     "cache-v5-fp8.h5"};
   const std::string tmpl = akv::fuzz::fixtures_dir() + "/" + fdp.PickValueInArray(kTemplates);
   const std::string path = akv::fuzz::work_dir() + "/cache.h5";
   akv::fuzz::mutate_h5_copy(tmpl, path, fdp);
