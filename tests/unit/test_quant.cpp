@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/errors.h"
+#include "akv/core/isa.h"
 #include "akv/core/rng.h"
 #include "akv/quant/affine.h"
 #include "akv/quant/outliers.h"
@@ -401,6 +402,27 @@ TEST_CASE("turboquant: row bytes of vLLM's presets; hand-packed 3-bit indices; v
   float back[8];
   tq_decode_rows({TqKind::value, 3, 8}, row, 1, back);
   CHECK(std::memcmp(back, x, sizeof x) == 0);
+}
+
+TEST_CASE("turboquant: the vector read-back equals the plain loops bit for bit", "[quant][turboquant]") {
+  for (const TqKind kind : {TqKind::key, TqKind::key_nc, TqKind::value}) {
+    for (const int bits : {2, 3, 4}) {
+      for (const std::size_t d : {8, 64, 128}) {
+        const TqType t{kind, bits, d};
+        const std::size_t n = 5;
+        const std::vector<float> x = random_block(n * d, 40 + static_cast<std::uint64_t>(bits) + d, true, d);
+        std::vector<std::uint8_t> stored(n * tq_row_bytes(t));
+        tq_encode_rows(t, x.data(), n, stored.data());
+        std::vector<float> plain(n * d), vec(n * d);
+        set_isa(Isa::generic);
+        tq_decode_rows(t, stored.data(), n, plain.data());
+        set_isa(best_isa());
+        tq_decode_rows(t, stored.data(), n, vec.data());
+        INFO("kind " << static_cast<int>(kind) << " bits " << bits << " head_dim " << d << " isa " << isa_name(best_isa()));
+        CHECK(std::memcmp(plain.data(), vec.data(), plain.size() * sizeof(float)) == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("turboquant: codebooks, indices, norms and rows read back as vLLM's", "[quant][turboquant][golden]") {

@@ -9,7 +9,12 @@
 #include <string>
 #include <utility>
 
+#include "akv/core/isa.h"
 #include "akv/tensor/half.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace akv {
 namespace {
@@ -135,8 +140,13 @@ void decode_key(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, 
   unpack_row(src, t.head_dim, t.bits, q);
   for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = cb.centroids[q[i]];
   if (t.kind == TqKind::key_nc) {
-    float sq = 0.0f;
-    for (std::size_t i = 0; i < t.head_dim; ++i) sq += y[i] * y[i];
+    // Eight partial sums (element i into lane i mod 8), reduced as ((s0 + s4) + (s2 + s6)) +
+    // ((s1 + s5) + (s3 + s7)): independent lanes the compiler keeps in one register.
+    float s[8] = {};
+    for (std::size_t i = 0; i < t.head_dim; i += 8) {
+      for (std::size_t l = 0; l < 8; ++l) s[l] += y[i + l] * y[i + l];
+    }
+    const float sq = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
     const float inv = 1.0f / std::sqrt(sq + 1e-16f);
     for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = y[i] * inv;
   }
@@ -170,6 +180,75 @@ void decode_value(const TqType& t, const std::uint8_t* src, float* y) {
   unpack_row(src, t.head_dim, t.bits, q);
   for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = static_cast<float>(q[i]) * scale + zero;
 }
+
+#if defined(__AVX2__)
+// The same rows as decode_key / decode_value, eight elements per register: indices unpacked
+// from their bytes, levels looked up with a permute (16 levels: two permutes and a blend), the
+// norm correction's eight lanes as the plain loop keeps them, products in the same order.
+inline __m256i indices8(const std::uint8_t* src, std::size_t i, int bits) {
+  switch (bits) {
+    case 4: {  // bytes i/2 .. i/2 + 3: low nibble first
+      std::uint32_t w;
+      std::memcpy(&w, src + i / 2, 4);
+      const __m256i v = _mm256_set1_epi32(static_cast<int>(w));
+      return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)), _mm256_set1_epi32(15));
+    }
+    case 2: {
+      std::uint16_t w;
+      std::memcpy(&w, src + i / 4, 2);
+      const __m256i v = _mm256_set1_epi32(w);
+      return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
+    }
+    default: {  // 3: eight indices in three bytes
+      const std::uint8_t* b = src + 3 * (i / 8);
+      const std::uint32_t w = b[0] | (static_cast<std::uint32_t>(b[1]) << 8) | (static_cast<std::uint32_t>(b[2]) << 16);
+      const __m256i v = _mm256_set1_epi32(static_cast<int>(w));
+      return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21)), _mm256_set1_epi32(7));
+    }
+  }
+}
+
+void decode_key_avx2(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, float* y) {
+  const std::size_t levels = cb.centroids.size();
+  float table[16] = {};
+  std::memcpy(table, cb.centroids.data(), levels * sizeof(float));
+  const __m256 lo = _mm256_loadu_ps(table), hi = _mm256_loadu_ps(table + 8);
+  __m256 sq = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < t.head_dim; i += 8) {
+    const __m256i idx = indices8(src, i, t.bits);
+    __m256 c = _mm256_permutevar8x32_ps(lo, idx);
+    if (levels == 16) {
+      const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
+      c = _mm256_blendv_ps(c, _mm256_permutevar8x32_ps(hi, idx), upper);
+    }
+    sq = _mm256_add_ps(sq, _mm256_mul_ps(c, c));
+    _mm256_storeu_ps(y + i, c);
+  }
+  const float norm = get_f16(src + code_bytes(t));
+  const __m256 nv = _mm256_set1_ps(norm);
+  __m256 inv = _mm256_set1_ps(1.0f);
+  if (t.kind == TqKind::key_nc) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(sq), _mm256_extractf128_ps(sq, 1));  // s_l + s_{l+4}
+    const __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    const float total = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+    inv = _mm256_set1_ps(1.0f / std::sqrt(total + 1e-16f));
+  }
+  for (std::size_t i = 0; i < t.head_dim; i += 8) {
+    __m256 c = _mm256_loadu_ps(y + i);
+    if (t.kind == TqKind::key_nc) c = _mm256_mul_ps(c, inv);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(nv, c));
+  }
+}
+
+void decode_value_avx2(const TqType& t, const std::uint8_t* src, float* y) {
+  const __m256 scale = _mm256_set1_ps(get_f16(src + code_bytes(t)));
+  const __m256 zero = _mm256_set1_ps(get_f16(src + code_bytes(t) + 2));
+  for (std::size_t i = 0; i < t.head_dim; i += 8) {
+    const __m256 q = _mm256_cvtepi32_ps(indices8(src, i, t.bits));
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(q, scale), zero));
+  }
+}
+#endif
 
 // vLLM's _trapz: the trapezoidal rule on n intervals.
 template <typename F>
@@ -258,6 +337,17 @@ void tq_encode_rows(const TqType& t, const float* x, std::size_t n, std::uint8_t
 
 void tq_decode_rows(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst) {
   const std::size_t rb = tq_row_bytes(t);
+#if defined(__AVX2__)
+  if (active_isa() >= Isa::avx2) {
+    if (t.kind == TqKind::value) {
+      for (std::size_t r = 0; r < n; ++r) decode_value_avx2(t, src + r * rb, dst + r * t.head_dim);
+      return;
+    }
+    const TqCodebook& cb = tq_codebook(t.head_dim, t.bits);
+    for (std::size_t r = 0; r < n; ++r) decode_key_avx2(t, cb, src + r * rb, dst + r * t.head_dim);
+    return;
+  }
+#endif
   if (t.kind == TqKind::value) {
     for (std::size_t r = 0; r < n; ++r) decode_value(t, src + r * rb, dst + r * t.head_dim);
     return;

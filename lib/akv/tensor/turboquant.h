@@ -9,7 +9,8 @@
 // of its Lloyd-Max level: the number of midpoints m_j <= xh_i. Stored: the indices packed
 // b bits each (index i at bits [b i, b i + b) of the little-endian byte stream), then |x| as f16.
 // Read back: c_i = centroid[index_i]; NC (norm correction) divides c by its own norm,
-// c_i * (1 / sqrt(sum c^2 + 1e-16)); the row is f16(|x|) * c_i.
+// c_i * (1 / sqrt(sum c^2 + 1e-16)) (the sum in eight lanes, element i in lane i mod 8, reduced
+// ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7))); the row is f16(|x|) * c_i.
 // Values (TQV<b>): uniform per row: mn = min, scale = (max - mn) / (2^b - 1) (at least 1e-8),
 // q_i = trunc((x_i - mn) / scale + 0.5) clamped to [0, 2^b - 1], packed as the keys' indices,
 // then f16 scale and f16 mn; read back as q_i * f16(scale) + f16(mn).
@@ -61,7 +62,8 @@ const TqCodebook& tq_codebook(std::size_t head_dim, int bits);
 // The solver in double (the levels before their rounding to f32).
 std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits);
 
-// n rows [n, head_dim] to n stored rows of t; and back.
+// n rows [n, head_dim] to n stored rows of t; and back (active_isa()'s loops: AVX2 unpacks and
+// looks up eight elements at a time; every variant gives the same bits).
 void tq_encode_rows(const TqType& t, const float* x, std::size_t n, std::uint8_t* dst);
 void tq_decode_rows(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst);
 // The first element of n (a multiple of head_dim) whose row has a non-finite f16 field, or n.
