@@ -165,7 +165,7 @@ expect_error "fp8 takes only fp8 types" 1 "fp8 takes k= and v= e4m3 or e5m2" \
 # vLLM's TurboQuant rows: keys head_dim x 3 bits + f16 norm (dump: 64 -> 26 bytes, model: 32 -> 14),
 # values head_dim x 4 bits + f16 scale and minimum (36, 20) per row; values unrotated, read back
 # from the layout.
-"$AKV" compress -q "$TMP/d.h5" -o "$TMP/tq.h5" -m turboquant_k3v4_nc >/dev/null
+"$AKV" compress -q "$TMP/d.h5" -o "$TMP/tq.h5" -m turboquant_k3v4_nc --boundary 0 >/dev/null
 expect "turboquant rows: vLLM's slot layout, values within half a step (+ f16 rounding)" 0 "tq ok" "$PY" - "$TMP/d.h5" "$TMP/tq.h5" <<'PY'
 import sys, h5py, numpy as np
 d, c = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
@@ -184,14 +184,17 @@ for l in range(2):
 print("tq ok")
 PY
 "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --json -o "$TMP/tq.json" \
-  --methods turboquant_k3v4_nc,turboquant_4bit_nc,turboquant_k8v4,ggml:k=tq3:v=tqv4:rotate=hadamard
-expect "turboquant in the decode loop: vLLM's bytes; 4-bit keys closer than 3-bit" 0 "tq model ok" "$PY" - "$TMP/tq.json" <<'PY'
+  --methods turboquant_k3v4_nc:boundary=0,turboquant_4bit_nc:boundary=0,turboquant_k8v4:boundary=0,turboquant_k3v4_nc,ggml:k=tq3:v=tqv4:rotate=hadamard
+expect "turboquant in the decode loop: vLLM's bytes; 4-bit keys closer than 3-bit; boundary layers f16" 0 "tq model ok" "$PY" - "$TMP/tq.json" <<'PY'
 import json, sys
 m = {x["method"]: x for x in json.load(open(sys.argv[1]))["methods"]}
 for k, row in {"turboquant_k3v4_nc": 14 + 20, "turboquant_4bit_nc": 18 + 20, "turboquant_k8v4": 32 + 20}.items():
     scales = 4 * 2 if k == "turboquant_k8v4" else 0  # fp8 keys: one f32 scale per layer's head
-    assert m[k]["cache_bytes"] == 3 * (95 * 2 * row + scales), (k, m[k]["cache_bytes"])
-assert 0 < m["turboquant_4bit_nc"]["kl"] < m["turboquant_k3v4_nc"]["kl"], m
+    got = m[k + ":boundary=0"]["cache_bytes"]
+    assert got == 3 * (95 * 2 * row + scales), (k, got)
+assert 0 < m["turboquant_4bit_nc:boundary=0"]["kl"] < m["turboquant_k3v4_nc:boundary=0"]["kl"], m
+# vLLM's default boundary protection (first and last 2 layers, at most half each side): both layers f16.
+assert m["turboquant_k3v4_nc"]["bits_per_element"] == 16, m["turboquant_k3v4_nc"]
 print("tq model ok")
 PY
 expect_error "turboquant: head_dim 48 is no power of two" 2 "power of two" \

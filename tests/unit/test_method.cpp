@@ -174,7 +174,22 @@ TEST_CASE("turboquant: vLLM's presets as ggml rows of TurboQuant types", "[metho
   CHECK(p.ggml()->key == "tq3nc");
   CHECK(p.ggml()->value == "tqv4");
   CHECK(p.rotate == RotationKind::hadamard);
-  CHECK(describe(p) == "ggml K tq3nc V tqv4 hadamard");
+  CHECK(describe(p) == "ggml K tq3nc V tqv4 hadamard boundary 2");
+  CHECK(p.ggml()->boundary == 2);  // vLLM's boundary protection: first and last 2 layers f16
+  CHECK(p.ggml()->boundary_layer(1, 32));
+  CHECK_FALSE(p.ggml()->boundary_layer(2, 32));
+  CHECK(p.ggml()->boundary_layer(30, 32));
+  CHECK(p.ggml()->key_type(0, 3) == "f16");  // at most half of the layers each side: 0 and 2
+  CHECK(p.ggml()->key_type(1, 3) == "tq3nc");
+  CHECK(p.ggml()->value_type(2, 3) == "f16");
+  CHECK(p.to_json()["ggml"]["boundary"] == 2);
+  const CompressParams b0 = resolve_params(parse_method_spec("turboquant_k3v4_nc:boundary=0"));
+  CHECK_FALSE(b0.to_json()["ggml"].contains("boundary"));
+  CHECK_FALSE(b0.ggml()->boundary_layer(0, 32));
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("ggml:k=q4_0:boundary=2")), UsageError);
+  nlohmann::json badb = p.to_json();
+  badb["ggml"]["boundary"] = -1;
+  CHECK_THROWS_WITH(CompressParams::from_json(badb, "params.json"), Catch::Contains("params.ggml.boundary"));
   CHECK(CompressParams::from_json(p.to_json(), "params.json").to_json() == p.to_json());
   const CompressParams k8 = resolve_params(parse_method_spec("turboquant_k8v4"));
   CHECK(k8.ggml()->key == "fp8_e4m3");

@@ -98,7 +98,8 @@ class CacheReader {
   std::int64_t version() const { return version_; }
 
  private:
-  HeadCache read_head_group(const std::string& path, bool top) const;
+  // The head group at path of `layer` (its ggml types: boundary layers store f16).
+  HeadCache read_head_group(const std::string& path, std::size_t layer, bool top) const;
   // A ggml key or value group of n_rows rows; rows_only: it declares no residual or outliers.
   void read_ggml_part(const std::string& part_path, const std::string& type_name, std::size_t n_rows,
                       bool rows_only, PackedTensor& p) const;

@@ -25,12 +25,18 @@ struct HeadStore {
 class GgmlCachePolicy : public KvPolicy {
  public:
   GgmlCachePolicy(const CompressParams& params, const KvGeometry& g, int threads)
-      : k_(ggml_cache_type(params.ggml()->key, g.head_dim, "", "ggml k=" + params.ggml()->key + ": head_dim")),
-        v_(ggml_cache_type(params.ggml()->value, g.head_dim, "", "ggml v=" + params.ggml()->value + ": head_dim")),
-        k_rot_(ggml_rotation(params.rotate, params.rotate_seed, k_, g.head_dim, true)), v_rot_(ggml_rotation(params.rotate, params.rotate_seed, v_, g.head_dim, false)),
-        scale_(params.ggml()->scale), g_(g), threads_(threads) {
-    check_ggml_head_dim(k_, g.head_dim, "", "ggml k=" + params.ggml()->key + ": head_dim");
-    check_ggml_head_dim(v_, g.head_dim, "", "ggml v=" + params.ggml()->value + ": head_dim");
+      : scale_(params.ggml()->scale), g_(g), threads_(threads) {
+    const GgmlCacheParams& gp = *params.ggml();
+    for (std::size_t l = 0; l < g.n_layers; ++l) {  // boundary layers: f16 (GgmlCacheParams::boundary)
+      const std::string& kn = gp.key_type(l, g.n_layers);
+      const std::string& vn = gp.value_type(l, g.n_layers);
+      const GgmlTypeInfo& k = ggml_cache_type(kn, g.head_dim, "", "ggml k=" + kn + ": head_dim");
+      const GgmlTypeInfo& v = ggml_cache_type(vn, g.head_dim, "", "ggml v=" + vn + ": head_dim");
+      check_ggml_head_dim(k, g.head_dim, "", "ggml k=" + kn + ": head_dim");
+      check_ggml_head_dim(v, g.head_dim, "", "ggml v=" + vn + ": head_dim");
+      layers_.push_back({&k, &v, ggml_rotation(params.rotate, params.rotate_seed, k, g.head_dim, true),
+                         ggml_rotation(params.rotate, params.rotate_seed, v, g.head_dim, false)});
+    }
     if (!params.ggml()->calibration.empty()) calibrated_scales(params);
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.push_back(empty_head(i));
   }
@@ -102,7 +108,8 @@ class GgmlCachePolicy : public KvPolicy {
   // Head i's builders; fp8 scales fixed now with scale=one or a calibration (the builders' own
   // rule, the first rows' maximum, is scale=head's; share_scales does scale=tensor's).
   HeadStore empty_head(std::size_t i) const {
-    HeadStore s{TensorBuilder(g_.head_dim, k_, k_rot_), TensorBuilder(g_.head_dim, v_, v_rot_), {}};
+    const LayerTypes& t = layers_[i / g_.n_kv_heads];
+    HeadStore s{TensorBuilder(g_.head_dim, *t.key, t.key_rot), TensorBuilder(g_.head_dim, *t.value, t.value_rot), {}};
     if (scale_ == "one") {
       s.key.set_scale(1.0f);
       s.value.set_scale(1.0f);
@@ -137,8 +144,8 @@ class GgmlCachePolicy : public KvPolicy {
         const bool tensor = scale_ == "tensor";
         const auto ka = static_cast<float>(tensor ? lk : c.amax[l * H + h].first);
         const auto va = static_cast<float>(tensor ? lv : c.amax[l * H + h].second);
-        if (const auto f = fp8_format_of(k_)) key_scale_[l * H + h] = fp8_scale_for(ka, *f);
-        if (const auto f = fp8_format_of(v_)) value_scale_[l * H + h] = fp8_scale_for(va, *f);
+        if (const auto f = fp8_format_of(*layers_[l].key)) key_scale_[l * H + h] = fp8_scale_for(ka, *f);
+        if (const auto f = fp8_format_of(*layers_[l].value)) value_scale_[l * H + h] = fp8_scale_for(va, *f);
       }
     }
   }
@@ -147,7 +154,7 @@ class GgmlCachePolicy : public KvPolicy {
   // over its KV heads of the rows they will store (n rows per head, `rows(h, key)`).
   void set_layer_scales(std::size_t layer, const std::function<const float*(std::size_t, bool)>& rows, std::size_t n) {
     for (const bool key : {true, false}) {
-      const auto f = fp8_format_of(key ? k_ : v_);
+      const auto f = fp8_format_of(key ? *layers_[layer].key : *layers_[layer].value);
       if (!f) continue;
       float a = 0.0f;
       for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
@@ -175,9 +182,12 @@ class GgmlCachePolicy : public KvPolicy {
     s.value.append(value.row(h, 0), value.row(h, 0), s.position.data(), n);
   }
 
-  const GgmlTypeInfo& k_;
-  const GgmlTypeInfo& v_;
-  Rotation k_rot_, v_rot_;
+  struct LayerTypes {
+    const GgmlTypeInfo* key;
+    const GgmlTypeInfo* value;
+    Rotation key_rot, value_rot;
+  };
+  std::vector<LayerTypes> layers_;  // per layer: the stored types and their rotations
   std::string scale_;  // fp8 scale rule: head, tensor, one
   std::vector<float> key_scale_, value_scale_;  // [layer * n_kv_heads + head] from a calibration, or empty
   KvGeometry g_;

@@ -94,6 +94,13 @@ GgmlCacheParams GgmlCacheParams::from_json(const nlohmann::json& j, const std::s
     }
     p.calibration = j.value("calibration", "");
   }
+  if (j.contains("boundary")) {
+    const nlohmann::json& b = j.at("boundary");
+    if (!b.is_number_unsigned() || b.get<std::uint64_t>() > 100000) {
+      throw InvalidInput("boundary must be a layer count from 0 to 100000", {file, "params.ggml.boundary", b.dump()});
+    }
+    p.boundary = b.get<std::size_t>();
+  }
   return p;
 }
 

@@ -4,6 +4,7 @@
 // llama.cpp's cache stores them; no residual window, no eviction. Beside llama.cpp's types, the
 // 8-bit floats of vLLM's fp8 KV cache (fp8_e4m3, fp8_e5m2; method `fp8:k=e4m3:v=e5m2` is ggml with
 // these), each tensor with one f32 scale (`scale`, below).
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -22,6 +23,26 @@ struct GgmlCacheParams {
   // fp8 scales from an `akv calibrate` file's per-head maxima (scale head or tensor) instead of
   // the prompt's rows; empty: from the rows.
   std::string calibration;
+  // Boundary protection (vLLM's TurboQuant: kv_cache_dtype_skip_layers from
+  // get_boundary_skip_layers): the first and last `boundary` layers (at most half of them each
+  // side) keep f16 K and V rows; 0 = every layer stores k / v.
+  std::size_t boundary = 0;
+
+  // Whether layer l of n_layers is a boundary layer, and the cache types it stores.
+  bool boundary_layer(std::size_t layer, std::size_t n_layers) const {
+    const std::size_t n = std::min(boundary, n_layers / 2);
+    return layer < n || layer >= n_layers - n;
+  }
+  const std::string& key_type(std::size_t layer, std::size_t n_layers) const {
+    return boundary_layer(layer, n_layers) ? f16_name() : key;
+  }
+  const std::string& value_type(std::size_t layer, std::size_t n_layers) const {
+    return boundary_layer(layer, n_layers) ? f16_name() : value;
+  }
+  static const std::string& f16_name() {
+    static const std::string f16 = "f16";
+    return f16;
+  }
 
   bool fp8() const { return key.rfind("fp8_", 0) == 0 || value.rfind("fp8_", 0) == 0; }
   // The scale field only when a type is fp8 (other caches' parameters are as before).
@@ -29,6 +50,7 @@ struct GgmlCacheParams {
     nlohmann::json j = {{"k", key}, {"v", value}};
     if (fp8()) j["scale"] = scale;
     if (!calibration.empty()) j["calibration"] = calibration;
+    if (boundary > 0) j["boundary"] = boundary;
     return j;
   }
   static GgmlCacheParams from_json(const nlohmann::json& j, const std::string& file);

@@ -36,7 +36,8 @@ std::string rotation_suffix(const QuantParams& p) {
 std::string describe(const CompressParams& p) {
   if (const GgmlCacheParams* g = p.ggml()) {
     return "ggml K " + g->key + " V " + g->value + (g->fp8() ? " scale " + g->scale : "") +
-           (g->calibration.empty() ? "" : " calibrated") + rotation_suffix(p);
+           (g->calibration.empty() ? "" : " calibrated") + rotation_suffix(p) +
+           (g->boundary > 0 ? " boundary " + std::to_string(g->boundary) : "");
   }
   if (p.tiered()) {
     const TieredParams& t = *p.tiered();
@@ -168,13 +169,14 @@ CompressParams resolve_turboquant(const CompressRequest& r) {
   rest.bits_value.reset();
   rest.rotate.reset();
   rest.rotate_seed.reset();
+  rest.ggml.boundary.reset();
   if (rest.tiered.any() || rest.eviction.any() || rest.ggml.any() || rest.quant || rest.bits || rest.key_axis ||
       rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction || rest.pre_rope ||
       rest.calibration || (preset && (r.bits_key || r.bits_value))) {
-    throw UsageError(r.method + (preset ? " takes only rotate and rotate-seed (its bits are fixed; method turboquant "
-                                          "takes bits-key and bits-value)"
-                                        : " takes only bits-key (2, 3, 4 or 8), bits-value (2, 3 or 4), rotate and "
-                                          "rotate-seed"),
+    throw UsageError(r.method + (preset ? " takes only boundary, rotate and rotate-seed (its bits are fixed; method "
+                                          "turboquant takes bits-key and bits-value)"
+                                        : " takes only bits-key (2, 3, 4 or 8), bits-value (2, 3 or 4), boundary, "
+                                          "rotate and rotate-seed"),
                      {"", "--method", r.method});
   }
   const int kb = static_cast<int>(r.bits_key.value_or(m.bits_key));
@@ -190,6 +192,7 @@ CompressParams resolve_turboquant(const CompressRequest& r) {
   g.key = kb == 8 ? "fp8_e4m3" : "tq" + std::to_string(kb) + "nc";
   g.value = "tqv" + std::to_string(vb);
   g.scale = "one";
+  g.boundary = static_cast<std::size_t>(r.ggml.boundary.value_or(2));  // vLLM's default
   p.mode = g;
   return p;
 }
@@ -324,6 +327,9 @@ CompressParams resolve_params(const CompressRequest& r) {
   check_request(r);
   if (r.method.rfind("turboquant", 0) == 0) return resolve_turboquant(r);
   if (r.method == "ggml" || r.method == "fp8") {
+    if (r.ggml.boundary) {
+      throw UsageError("boundary is turboquant's (vLLM's boundary protection)", {"", "boundary", std::to_string(*r.ggml.boundary)});
+    }
     CompressRequest rest = r;
     rest.ggml = {};
     rest.method = "none";
@@ -358,7 +364,8 @@ CompressParams resolve_params(const CompressRequest& r) {
     return p;
   }
   if (r.ggml.any()) {
-    throw UsageError("k, v and scale (--k, --v, --scale, k=, v=, scale=: cache types) need method ggml or fp8", {"", "--method", r.method});
+    throw UsageError("k, v, scale and boundary (--k, --v, --scale, --boundary, k=, v=, ...: cache types) need method ggml, fp8 "
+                     "or turboquant", {"", "--method", r.method});
   }
   if (is_tiered_method(r.method)) return resolve_tiered(r);
   if (r.tiered.any()) {

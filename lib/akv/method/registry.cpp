@@ -286,6 +286,10 @@ const std::vector<ParamInfo>& param_registry() {
       {"v", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.v; }),
        "value cache type, as llama.cpp's -ctv (default f16; fp8: e4m3), or vLLM's fp8 (e4m3 = fp8_e4m3, e5m2 = fp8_e5m2)",
        {}, {}, false, false, {}, ggml_cache_type_words()},
+      {"boundary", S::ggml, P::Integer([](CompressRequest& r) -> auto& { return r.ggml.boundary; }),
+       "turboquant: the first and last N layers (at most half each side) keep f16 K and V, as vLLM's boundary "
+       "protection (default 2; 0: every layer quantized)",
+       0, 100000, false, false, {}, {}},
       {"scale", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.scale; }),
        "fp8 tensors' f32 scale: head (per KV head's K and V, max |x| / fp8 max over the prompt's rows), tensor "
        "(per layer's K and V, over its KV heads), one (1, vLLM's default without calibrated scales); default head",

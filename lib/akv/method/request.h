@@ -29,7 +29,8 @@ struct TieredRequest {
 // llama.cpp cache types (method ggml).
 struct GgmlRequest {
   std::optional<std::string> k, v, scale;
-  bool any() const { return k || v || scale; }
+  std::optional<long long> boundary;  // turboquant only
+  bool any() const { return k || v || scale || boundary; }
 };
 
 // What the user asked for on the command line; unset fields take the method's defaults.
