@@ -187,6 +187,9 @@ TEST_CASE("turboquant: vLLM's presets as ggml rows of TurboQuant types", "[metho
   CHECK_FALSE(b0.to_json()["ggml"].contains("boundary"));
   CHECK_FALSE(b0.ggml()->boundary_layer(0, 32));
   CHECK_THROWS_AS(resolve_params(parse_method_spec("ggml:k=q4_0:boundary=2")), UsageError);
+  // ggml-family caches store every row: no eviction over them.
+  CHECK_THROWS_WITH(resolve_params(parse_method_spec("snapkv:budget=0.5:quant=turboquant_k3v4_nc")),
+                    Catch::Contains("do not combine with eviction"));
   nlohmann::json badb = p.to_json();
   badb["ggml"]["boundary"] = -1;
   CHECK_THROWS_WITH(CompressParams::from_json(badb, "params.json"), Catch::Contains("params.ggml.boundary"));

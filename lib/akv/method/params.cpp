@@ -377,6 +377,11 @@ CompressParams resolve_params(const CompressRequest& r) {
     if (is_eviction_method(quant)) {
       throw UsageError("--quant takes a quantization method or preset", {"", "--quant", quant});
     }
+    if (const MethodInfo* q = find_method(quant); q && q->kind == MethodKind::ggml) {
+      throw UsageError("--quant takes a quantizer or preset (" + method_list({MethodKind::quantizer, MethodKind::preset}) +
+                           "): ggml, fp8 and turboquant caches store every row and do not combine with eviction",
+                       {"", "--quant", quant});
+    }
     CompressRequest q = r;
     q.method = quant;
     CompressParams p = resolve_quant(q);
