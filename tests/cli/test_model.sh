@@ -138,6 +138,16 @@ echo '{"model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_hi
 expect_error "HF directory without safetensors" 3 "no model.safetensors" "$AKV" dump --model "$TMP/hf" --tokens "$T" -o "$o/d.h5"
 echo '{"model_type": "gpt_neox"}' >"$TMP/hf/config.json"
 expect_error "unsupported HF model type" 2 "model_type = gpt_neox" "$AKV" dump --model "$TMP/hf" --tokens "$T" -o "$o/d.h5"
+# akv info on models: what akv does with it, or the feature it lacks.
+expect "info on a GGUF model: akv runs it, KV bytes per token" 0 "akv runs it +yes" "$AKV" info "$G"
+expect_output "info lists the KV bytes per token of kivi-2" "kivi-2 +[0-9.]+ +kivi-2 K2/V2"
+mkdir -p "$TMP/q3"
+echo '{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64}' >"$TMP/q3/config.json"
+expect "info on a Qwen3 directory names what akv lacks" 0 "no: akv does not implement per-head RMSNorm of queries and keys" \
+  "$AKV" info "$TMP/q3"
+expect "info --json: runs false, missing" 0 '"runs": false' "$AKV" info --json "$TMP/q3"
+expect_error "a Qwen3 model is refused naming q_norm and k_norm" 2 "q_norm, k_norm.*model_type = qwen3" \
+  "$AKV" dump --model "$TMP/q3" --tokens "$T" -o "$o/d.h5"
 expect_error "missing checkpoint" 3 "model file not found" "$AKV" dump --model "$o/none.bin" --tokens "$T" -o "$o/d.h5"
 printf '1 2 3\n4 five 6\n' >"$TMP/bad.txt"
 expect_error "bad token file" 2 "line 2 = five" "$AKV" dump --model "$M" --tokens "$TMP/bad.txt" -o "$o/d.h5"

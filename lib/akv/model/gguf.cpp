@@ -10,6 +10,7 @@
 
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
+#include "akv/model/architecture.h"
 #include "akv/tensor/ggml_blocks.h"
 
 namespace akv {
@@ -473,8 +474,9 @@ Model load_gguf(const std::string& path, WeightMode mode) {
   std::shared_ptr<MappedFile> mapped;  // one map of the file for every encoded weight
   const Meta global(f, "");
   const std::string arch = global.text("general.architecture", "");
-  if (arch != "llama" && arch != "qwen2") {
-    throw InvalidInput("unsupported architecture (akv reads llama, qwen2)", {path, "general.architecture", arch.empty() ? "missing" : arch});
+  const auto& runs = supported_gguf_architectures();
+  if (std::find(runs.begin(), runs.end(), arch) == runs.end()) {
+    throw InvalidInput(unsupported_architecture("architecture", arch, runs), {path, "general.architecture", arch.empty() ? "missing" : arch});
   }
   const Meta m(f, arch);
   ModelConfig c;

@@ -10,6 +10,7 @@
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
+#include "akv/model/architecture.h"
 #include "akv/model/gguf.h"
 #include "akv/model/hf_config.h"
 #include "akv/model/llama2c.h"
@@ -191,7 +192,7 @@ class Tensors {
 }  // namespace
 
 Model load_hf(const std::string& dir, WeightMode mode) {
-  const HfConfig j = read_hf_config(dir, {"llama", "mistral", "qwen2"});
+  const HfConfig j = read_hf_config(dir, supported_hf_model_types());
   const std::string& cfg_path = j.file;
   const std::string& type = j.model_type;
   if (j.hidden_act != "silu") {

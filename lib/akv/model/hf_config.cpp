@@ -7,6 +7,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
+#include "akv/model/architecture.h"
 
 namespace akv {
 namespace {
@@ -132,9 +133,7 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   c.model_type = typed<std::string>(j, "model_type", "", file);
   if (!model_types.empty() &&
       std::find(model_types.begin(), model_types.end(), c.model_type) == model_types.end()) {
-    std::string names;
-    for (const auto& t : model_types) names += (names.empty() ? "" : ", ") + t;
-    throw InvalidInput("unsupported model_type (akv runs " + names + ")", {file, "model_type", c.model_type});
+    throw InvalidInput(unsupported_architecture("model_type", c.model_type, model_types), {file, "model_type", c.model_type});
   }
   c.num_hidden_layers = positive(j, "num_hidden_layers", file);
   c.num_attention_heads = positive(j, "num_attention_heads", file);

@@ -1,0 +1,51 @@
+#include "akv/model/architecture.h"
+
+#include <utility>
+
+namespace akv {
+
+const std::vector<std::string>& supported_hf_model_types() {
+  static const std::vector<std::string> t = {"llama", "mistral", "qwen2"};
+  return t;
+}
+
+const std::vector<std::string>& supported_gguf_architectures() {
+  static const std::vector<std::string> t = {"llama", "qwen2"};
+  return t;
+}
+
+std::string missing_feature(const std::string& name) {
+  // Hugging Face model_type and GGUF general.architecture spellings.
+  static const std::vector<std::pair<std::vector<std::string>, std::string>> table = {
+      {{"qwen3"}, "per-head RMSNorm of queries and keys before RoPE (q_norm, k_norm)"},
+      {{"qwen3_moe", "qwen3moe"}, "per-head q/k RMSNorm and a mixture-of-experts MLP"},
+      {{"gemma", "gemma2", "gemma3", "gemma3_text"},
+       "Gemma's layers: (1 + w) RMSNorm, GeGLU MLP, scaled embeddings; Gemma 2/3: sliding-window "
+       "layers interleaved with global ones, attention and final logit soft-capping (Gemma 3: q/k norms)"},
+      {{"phi3", "phi3small"}, "fused qkv and gate_up projections and longrope RoPE scaling"},
+      {{"deepseek_v2", "deepseek_v3", "deepseek2", "deepseek3"},
+       "multi-head latent attention (MLA: compressed KV with decoupled RoPE keys)"},
+      {{"mamba", "mamba2", "jamba", "zamba2", "falcon_h1", "nemotron_h", "qwen3_next", "granitemoehybrid", "lfm2"},
+       "state-space / linear-attention layers (a hybrid model has no KV cache in those layers)"},
+      {{"mixtral", "qwen2_moe", "qwen2moe", "olmoe", "dbrx", "gpt_oss", "gpt-oss"}, "mixture-of-experts MLP"},
+      {{"gpt2", "gpt_neox", "gptneox", "gptj", "falcon", "bloom", "opt", "mpt", "starcoder", "phi", "phi2"},
+       "its non-Llama block (LayerNorm, GELU MLP, other attention layout)"},
+  };
+  for (const auto& [names, feature] : table) {
+    for (const std::string& n : names) {
+      if (n == name) return feature;
+    }
+  }
+  return "";
+}
+
+std::string unsupported_architecture(const std::string& kind, const std::string& name,
+                                     const std::vector<std::string>& runs) {
+  std::string list;
+  for (const std::string& r : runs) list += (list.empty() ? "" : ", ") + r;
+  const std::string feature = missing_feature(name);
+  return "unsupported " + kind + ": akv does not implement " +
+         (feature.empty() ? "this architecture (not a Llama-family model akv knows)" : feature) + " (akv runs " + list + ")";
+}
+
+}  // namespace akv

@@ -1,0 +1,134 @@
+#include "akv/plan/model_info.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include "akv/core/errors.h"
+#include "akv/method/params.h"
+#include "akv/model/architecture.h"
+#include "akv/model/gguf.h"
+#include "akv/model/hf.h"
+#include "akv/model/hf_config.h"
+#include "akv/plan/plan.h"
+
+namespace akv {
+namespace {
+
+// The methods whose bytes `akv info` lists (those the model's head_dim allows).
+const char* const kInfoMethods[] = {"f32",  "none",         "kivi-4", "kivi-2", "ggml:k=q8_0:v=q8_0", "ggml:k=q4_0:v=q4_0",
+                                    "fp8", "turboquant_4bit_nc", "turboquant_k3v4_nc"};
+
+}  // namespace
+
+nlohmann::json model_info(const std::string& path) {
+  nlohmann::json j = {{"format", "akv-model-info"}, {"file", path}};
+  std::string arch;
+  bool runs = false;
+  if (std::filesystem::is_directory(path)) {
+    const HfConfig c = read_hf_config(path);
+    arch = c.model_type;
+    j["model_format"] = "huggingface";
+    const auto& ok = supported_hf_model_types();
+    runs = std::find(ok.begin(), ok.end(), arch) != ok.end();
+  } else if (is_gguf(path)) {
+    const nlohmann::json g = gguf_info(GgufFile(path));
+    arch = g.value("architecture", "");
+    j["model_format"] = "gguf";
+    const auto& ok = supported_gguf_architectures();
+    runs = std::find(ok.begin(), ok.end(), arch) != ok.end();
+  } else {
+    throw InvalidInput("not a model: akv info reads a directory with a config.json or a GGUF file (and akv files)", {path});
+  }
+  j["architecture"] = arch;
+  j["runs"] = runs;
+  if (!runs) {
+    const std::string f = missing_feature(arch);
+    j["missing"] = f.empty() ? "this architecture (not a Llama-family model akv knows)" : f;
+    return j;
+  }
+  std::optional<Model> loaded;
+  try {
+    loaded.emplace(load_model(path));
+  } catch (const Error& e) {  // what the loader refuses (shapes, tensor types, missing files)
+    j["runs"] = false;
+    j["error"] = e.what();
+    return j;
+  }
+  const Model& m = *loaded;
+  const ModelConfig& c = m.config();
+  j["name"] = c.name;
+  j["layers"] = c.n_layers;
+  j["heads"] = c.n_heads;
+  j["kv_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["dim"] = c.dim;
+  j["hidden_dim"] = c.hidden_dim;
+  j["vocab"] = c.vocab_size;
+  j["trained_context"] = c.seq_len;
+  j["weight_bytes"] = m.weights().bytes();
+  j["attention"] = c.window ? fmt::format("sliding window of {} tokens in every layer (akv attends to every position, "
+                                          "so a run stops at the window)", c.window)
+                            : std::string("global (causal over every position) in every layer");
+  j["rope"] = {{"theta", c.rope_theta},
+               {"layout", rope_layout_name(c.rope_layout)},
+               {"scaling", rope_scaling_name(c.rope_scaling.kind)},
+               {"factor", c.rope_scaling.factor},
+               {"rotary_dims", c.rotary_dim ? c.rotary_dim : c.head_dim}};
+  PlanShape shape;
+  static_cast<KvShape&>(shape) = static_cast<const KvShape&>(c);
+  shape.name = c.name;
+  const std::size_t n = std::min<std::size_t>(4096, c.seq_len);
+  j["context"] = n;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const char* spec : kInfoMethods) {
+    PlanMethod pm{spec, std::string(spec) == "f32" ? std::nullopt : resolve_method_spec(spec)};
+    try {
+      const PlanBytes b = plan_bytes(shape, pm, n);
+      rows.push_back({{"method", spec},
+                      {"description", pm.params ? describe(*pm.params) : std::string("f32 K/V")},
+                      {"bytes_per_token", b.device / static_cast<double>(n)}});
+    } catch (const InvalidInput& e) {
+      rows.push_back({{"method", spec}, {"unavailable", e.what()}});
+    }
+  }
+  j["kv_bytes"] = rows;
+  return j;
+}
+
+std::string render_model_info(const nlohmann::json& j) {
+  std::string out;
+  auto line = [&](const std::string& k, const std::string& v) { out += fmt::format("{:<16} {}\n", k, v); };
+  line("file", j["file"].get<std::string>());
+  line("format", j["model_format"].get<std::string>() + ", architecture " + j["architecture"].get<std::string>());
+  if (!j["runs"].get<bool>()) {
+    line("akv runs it", j.contains("missing") ? "no: akv does not implement " + j["missing"].get<std::string>()
+                                               : "no: " + j["error"].get<std::string>());
+    return out;
+  }
+  line("akv runs it", "yes");
+  line("shape", fmt::format("{} layers, {} query / {} KV heads, head_dim {}, dim {}, hidden {}, vocab {}", j["layers"].get<std::size_t>(),
+                            j["heads"].get<std::size_t>(), j["kv_heads"].get<std::size_t>(), j["head_dim"].get<std::size_t>(),
+                            j["dim"].get<std::size_t>(), j["hidden_dim"].get<std::size_t>(), j["vocab"].get<std::size_t>()));
+  line("attention", j["attention"].get<std::string>());
+  const nlohmann::json& r = j["rope"];
+  line("rope", fmt::format("theta {}, {}, scaling {} (factor {}), {} rotary dims", r["theta"].get<double>(),
+                           r["layout"].get<std::string>(), r["scaling"].get<std::string>(), r["factor"].get<double>(),
+                           r["rotary_dims"].get<std::size_t>()));
+  line("trained context", std::to_string(j["trained_context"].get<std::size_t>()));
+  line("weights", fmt::format("{:.3f} GB resident", j["weight_bytes"].get<double>() / 1e9));
+  out += fmt::format("\nKV bytes per token (as akv plan counts them, at {} tokens)\n", j["context"].get<std::size_t>());
+  for (const nlohmann::json& m : j["kv_bytes"]) {
+    if (m.contains("unavailable")) {
+      out += fmt::format("  {:<22} {}\n", m["method"].get<std::string>(), "n/a: " + m["unavailable"].get<std::string>());
+    } else {
+      out += fmt::format("  {:<22} {:>12.1f}  {}\n", m["method"].get<std::string>(), m["bytes_per_token"].get<double>(),
+                         m["description"].get<std::string>());
+    }
+  }
+  return out;
+}
+
+}  // namespace akv
