@@ -208,6 +208,7 @@ TEST_CASE("turboquant: vLLM's presets as ggml rows of TurboQuant types", "[metho
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant_k3v4_nc:bits-key=4")), UsageError);
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant:residual=32")), UsageError);
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant:bits-value=8")), InvalidInput);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquantx")), Error);  // an unknown name, not a preset
   // A TurboQuant row is one block of head_dim values: head_dim 96 has no layout.
   CHECK_THROWS_WITH(ggml_cache_type("tq3nc", 96, "", "k"), Catch::Contains("power of two"));
   CHECK(ggml_cache_type("tqv4", 64, "", "v").bytes == 36);

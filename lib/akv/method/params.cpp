@@ -325,7 +325,9 @@ std::optional<CompressParams> resolve_method_spec(const std::string& spec) {
 
 CompressParams resolve_params(const CompressRequest& r) {
   check_request(r);
-  if (r.method.rfind("turboquant", 0) == 0) return resolve_turboquant(r);
+  if (const MethodInfo* m = find_method(r.method); m && m->kind == MethodKind::ggml && r.method.rfind("turboquant", 0) == 0) {
+    return resolve_turboquant(r);
+  }
   if (r.method == "ggml" || r.method == "fp8") {
     if (r.ggml.boundary) {
       throw UsageError("boundary is turboquant's (vLLM's boundary protection)", {"", "boundary", std::to_string(*r.ggml.boundary)});

@@ -28,6 +28,9 @@ nlohmann::json model_info(const std::string& path) {
   std::string arch;
   bool runs = false;
   if (std::filesystem::is_directory(path)) {
+    if (!std::filesystem::exists(std::filesystem::path(path) / "config.json")) {
+      throw IoError("is a directory without a config.json: not an akv file or a model directory", {path});
+    }
     const HfConfig c = read_hf_config(path);
     arch = c.model_type;
     j["model_format"] = "huggingface";
