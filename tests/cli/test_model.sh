@@ -141,13 +141,30 @@ expect_error "unsupported HF model type" 2 "model_type = gpt_neox" "$AKV" dump -
 # akv info on models: what akv does with it, or the feature it lacks.
 expect "info on a GGUF model: akv runs it, KV bytes per token" 0 "akv runs it +yes" "$AKV" info "$G"
 expect_output "info lists the KV bytes per token of kivi-2" "kivi-2 +[0-9.]+ +kivi-2 K2/V2"
-mkdir -p "$TMP/q3"
-echo '{"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64}' >"$TMP/q3/config.json"
-expect "info on a Qwen3 directory names what akv lacks" 0 "no: akv does not implement per-head RMSNorm of queries and keys" \
-  "$AKV" info "$TMP/q3"
-expect "info --json: runs false, missing" 0 '"runs": false' "$AKV" info --json "$TMP/q3"
-expect_error "a Qwen3 model is refused naming q_norm and k_norm" 2 "q_norm, k_norm.*model_type = qwen3" \
-  "$AKV" dump --model "$TMP/q3" --tokens "$T" -o "$o/d.h5"
+mkdir -p "$TMP/g2"
+echo '{"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64}' >"$TMP/g2/config.json"
+expect "info on a Gemma 2 directory names what akv lacks" 0 "no: akv does not implement Gemma's layers" "$AKV" info "$TMP/g2"
+expect "info --json: runs false, missing" 0 '"runs": false' "$AKV" info --json "$TMP/g2"
+expect_error "a Gemma 2 model is refused naming soft-capping" 2 "soft-capping.*model_type = gemma2" \
+  "$AKV" dump --model "$TMP/g2" --tokens "$T" -o "$o/d.h5"
+# Qwen3 (q_norm / k_norm before RoPE; q_proj wider than the model), from safetensors and from a
+# GGUF of the same f32 weights: every layer's keys and values equal a numpy transcription of
+# transformers' Qwen3 forward; the decode path (batch protocol) gives the prefill's perplexity.
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/q3" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 2 --seed 3 \
+  --qwen3 --head-dim 32 --gguf "$TMP/q3.gguf" --tokens "$TMP/q3.txt" 2 40
+for m in "$TMP/q3" "$TMP/q3.gguf"; do
+  "$AKV" dump -q --model "$m" --tokens "$TMP/q3.txt" -o "$TMP/q3d.h5" >/dev/null
+  expect "Qwen3 from $(basename "$m"): keys and values equal the numpy reference" 0 "qwen3 ref ok" \
+    "$PY" "$SRC/tests/cli/qwen3_ref.py" "$TMP/q3" "$TMP/q3d.h5" "$(head -1 "$TMP/q3.txt")"
+done
+"$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --json -o "$TMP/q3e.json"
+"$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --prefill-mode batch --json -o "$TMP/q3b.json"
+expect "Qwen3 decode path: the batch protocol's full-cache NLL equals the prefill's" 0 "same nll" "$PY" - "$TMP/q3e.json" "$TMP/q3b.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["methods"][0]["mean_nll"] for p in sys.argv[1:3])
+assert abs(a - b) < 1e-6 * abs(a), (a, b)
+print("same nll")
+PY
 expect_error "missing checkpoint" 3 "model file not found" "$AKV" dump --model "$o/none.bin" --tokens "$T" -o "$o/d.h5"
 printf '1 2 3\n4 five 6\n' >"$TMP/bad.txt"
 expect_error "bad token file" 2 "line 2 = five" "$AKV" dump --model "$M" --tokens "$TMP/bad.txt" -o "$o/d.h5"

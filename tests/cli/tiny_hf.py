@@ -1,9 +1,14 @@
 """Writes a small random Hugging Face llama (config.json + model.safetensors, f32) for CLI tests.
 
   tiny_hf.py DIR --dim D --hidden H --vocab V --heads Q --kv-heads K --layers L [--seed S] [--tokens FILE N LEN]
+             [--qwen3 [--head-dim HD] [--gguf OUT.gguf]]
 
 head_dim = D / Q. Norm weights are 1, the rest normal * 0.2 (or --scale). --tokens also writes N
-random token sequences of LEN ids in [1, V) to FILE.
+random token sequences of LEN ids in [1, V) to FILE. --qwen3: model_type qwen3 with per-head
+q_norm / k_norm weights (1 + 0.3 normal), head_dim HD (default D / Q: Qwen3's q_proj may be wider
+than the model), rope_theta 1e6, tied embeddings; --gguf also writes the same f32 weights as a GGUF
+of architecture qwen3 (llama.cpp's tensor names; no permutation: NeoX RoPE) with placeholder
+tokens.
 """
 import argparse
 import json
@@ -19,31 +24,73 @@ for flag in ("--dim", "--hidden", "--vocab", "--heads", "--kv-heads", "--layers"
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--scale", type=float, default=0.2)
 ap.add_argument("--tokens", nargs=3)
+ap.add_argument("--qwen3", action="store_true")
+ap.add_argument("--head-dim", type=int)
+ap.add_argument("--gguf")
 a = ap.parse_args()
+if a.gguf and not a.qwen3:
+    ap.error("--gguf needs --qwen3 (a llama GGUF's q/k rows are permuted for interleaved RoPE)")
 d = Path(a.dir)
 d.mkdir(parents=True)
-hd = a.dim // a.heads
-cfg = {"model_type": "llama", "hidden_size": a.dim, "intermediate_size": a.hidden, "num_hidden_layers": a.layers,
-       "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads, "vocab_size": a.vocab,
-       "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
+hd = a.head_dim or a.dim // a.heads
+cfg = {"model_type": "qwen3" if a.qwen3 else "llama", "hidden_size": a.dim, "intermediate_size": a.hidden,
+       "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+       "vocab_size": a.vocab, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
+if a.qwen3:
+    cfg.update({"head_dim": hd, "rope_theta": 1e6, "attention_bias": False})
 (d / "config.json").write_text(json.dumps(cfg))
 rng = np.random.default_rng(a.seed)
 shapes = {"model.embed_tokens.weight": (a.vocab, a.dim), "model.norm.weight": (a.dim,)}
 for l in range(a.layers):
     p = f"model.layers.{l}."
     shapes.update({p + "input_layernorm.weight": (a.dim,), p + "post_attention_layernorm.weight": (a.dim,),
-                   p + "self_attn.q_proj.weight": (a.dim, a.dim), p + "self_attn.k_proj.weight": (hd * a.kv_heads, a.dim),
-                   p + "self_attn.v_proj.weight": (hd * a.kv_heads, a.dim), p + "self_attn.o_proj.weight": (a.dim, a.dim),
+                   p + "self_attn.q_proj.weight": (hd * a.heads, a.dim), p + "self_attn.k_proj.weight": (hd * a.kv_heads, a.dim),
+                   p + "self_attn.v_proj.weight": (hd * a.kv_heads, a.dim), p + "self_attn.o_proj.weight": (a.dim, hd * a.heads),
                    p + "mlp.gate_proj.weight": (a.hidden, a.dim), p + "mlp.up_proj.weight": (a.hidden, a.dim),
                    p + "mlp.down_proj.weight": (a.dim, a.hidden)})
-header, blob = {}, b""
+    if a.qwen3:
+        shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+header, blob, weights = {}, b"", {}
 for name, shape in shapes.items():
-    w = np.ones(shape) if name.endswith("norm.weight") else rng.standard_normal(shape) * a.scale
+    if name.endswith(("q_norm.weight", "k_norm.weight")):
+        w = 1 + 0.3 * rng.standard_normal(shape)
+    else:
+        w = np.ones(shape) if name.endswith("norm.weight") else rng.standard_normal(shape) * a.scale
+    weights[name] = w.astype("<f4")
     data = w.astype("<f4").tobytes()
     header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [len(blob), len(blob) + len(data)]}
     blob += data
 text = json.dumps(header).encode()
 (d / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + blob)
+if a.gguf:
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+    import gguf_file as gguf  # noqa: E402
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    for l in range(a.layers):
+        p, b = f"model.layers.{l}.", f"blk.{l}."
+        for hf_name, g_name in (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
+                                ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
+                                ("self_attn.o_proj", "attn_output"), ("self_attn.q_norm", "attn_q_norm"),
+                                ("self_attn.k_norm", "attn_k_norm"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
+                                ("mlp.down_proj", "ffn_down")):
+            names[p + hf_name + ".weight"] = b + g_name + ".weight"
+    arch = "qwen3" if a.qwen3 else "llama"
+    kv = [("general.architecture", gguf.text(arch)), (f"{arch}.context_length", gguf.u32(256)),
+          (f"{arch}.embedding_length", gguf.u32(a.dim)), (f"{arch}.block_count", gguf.u32(a.layers)),
+          (f"{arch}.feed_forward_length", gguf.u32(a.hidden)), (f"{arch}.attention.head_count", gguf.u32(a.heads)),
+          (f"{arch}.attention.head_count_kv", gguf.u32(a.kv_heads)), (f"{arch}.attention.key_length", gguf.u32(hd)),
+          (f"{arch}.attention.value_length", gguf.u32(hd)), (f"{arch}.attention.layer_norm_rms_epsilon", gguf.f32(1e-5)),
+          (f"{arch}.rope.freq_base", gguf.f32(cfg.get("rope_theta", 10000.0))),
+          ("tokenizer.ggml.model", gguf.text("llama")), ("tokenizer.ggml.tokens", gguf.strings([f"<t{i}>" for i in range(a.vocab)])),
+          ("tokenizer.ggml.scores", (9, struct.pack("<IQ", 6, a.vocab) + struct.pack(f"<{a.vocab}f", *([0.0] * a.vocab)))),
+          ("tokenizer.ggml.token_type", gguf.int32s([1] * a.vocab))]
+    out = []
+    for name, w in weights.items():
+        dims = [w.shape[0]] if w.ndim == 1 else [w.shape[1], w.shape[0]]
+        out.append((names[name], 0, dims, w.tobytes()))
+    gguf.write(a.gguf, kv, out)
 if a.tokens:
     path, n, length = a.tokens[0], int(a.tokens[1]), int(a.tokens[2])
     with open(path, "w") as f:

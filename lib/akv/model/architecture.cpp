@@ -5,19 +5,18 @@
 namespace akv {
 
 const std::vector<std::string>& supported_hf_model_types() {
-  static const std::vector<std::string> t = {"llama", "mistral", "qwen2"};
+  static const std::vector<std::string> t = {"llama", "mistral", "qwen2", "qwen3"};
   return t;
 }
 
 const std::vector<std::string>& supported_gguf_architectures() {
-  static const std::vector<std::string> t = {"llama", "qwen2"};
+  static const std::vector<std::string> t = {"llama", "qwen2", "qwen3"};
   return t;
 }
 
 std::string missing_feature(const std::string& name) {
   // Hugging Face model_type and GGUF general.architecture spellings.
   static const std::vector<std::pair<std::vector<std::string>, std::string>> table = {
-      {{"qwen3"}, "per-head RMSNorm of queries and keys before RoPE (q_norm, k_norm)"},
       {{"qwen3_moe", "qwen3moe"}, "per-head q/k RMSNorm and a mixture-of-experts MLP"},
       {{"gemma", "gemma2", "gemma3", "gemma3_text"},
        "Gemma's layers: (1 + w) RMSNorm, GeGLU MLP, scaled embeddings; Gemma 2/3: sliding-window "

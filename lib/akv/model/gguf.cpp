@@ -509,7 +509,7 @@ Model load_gguf(const std::string& path, WeightMode mode) {
   c.norm_eps = static_cast<float>(m.real("attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp: LLM_ARCH_LLAMA ropes as "normal" (pairs 2i, 2i+1; its converter permutes q/k to
   // match), qwen2 as NeoX (pairs i, i + d/2).
-  c.rope_layout = arch == "llama" ? RopeLayout::interleaved : RopeLayout::rotate_half;
+  c.rope_layout = arch == "llama" ? RopeLayout::interleaved : RopeLayout::rotate_half;  // qwen3: NeoX too
   const std::string scaling = m.text(arch + ".rope.scaling.type", "none");
   if (scaling == "linear") {
     c.rope_scaling.kind = RopeScaling::Kind::linear;
@@ -559,6 +559,10 @@ Model load_gguf(const std::string& path, WeightMode mode) {
       lw.bq = f.read(p + "attn_q.bias", {q_dim});
       lw.bk = f.read(p + "attn_k.bias", {kv_dim});
       lw.bv = f.read(p + "attn_v.bias", {kv_dim});
+    }
+    if (arch == "qwen3") {  // RMSNorm of each query and key head before RoPE
+      lw.q_norm = f.read(p + "attn_q_norm.weight", {c.head_dim});
+      lw.k_norm = f.read(p + "attn_k_norm.weight", {c.head_dim});
     }
     lw.ffn_norm = f.read(p + "ffn_norm.weight", {c.dim});
     lw.w1 = matrix(f, p + "ffn_gate.weight", c.hidden_dim, c.dim, mode, mapped);

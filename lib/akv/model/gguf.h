@@ -5,8 +5,8 @@
 // type and offset against the file size before any tensor is read; tensors are read one at a
 // time and dequantized to f32 (tensor/ggml_blocks.h lists the types). load_gguf builds a model
 // of architecture `llama` (Llama, Mistral, TinyLlama; llama.cpp's "normal" RoPE: interleaved
-// pairs, on the permuted q/k weights its converter writes) or `qwen2` (NeoX RoPE: rotate-half;
-// q/k/v biases), with rope.freq_base, rope.dimension_count, rope.scaling.{type,factor} (linear)
+// pairs, on the permuted q/k weights its converter writes), `qwen2` (NeoX RoPE: rotate-half;
+// q/k/v biases) or `qwen3` (NeoX RoPE; attn_q_norm / attn_k_norm per head), with rope.freq_base, rope.dimension_count, rope.scaling.{type,factor} (linear)
 // and rope_freqs.weight (Llama 3's per-frequency factors), layer_norm_rms_epsilon, GQA and a
 // tied output when output.weight is absent. docs/model.md, "GGUF".
 #include <cstdint>

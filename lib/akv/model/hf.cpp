@@ -217,7 +217,7 @@ Model load_hf(const std::string& dir, WeightMode mode) {
   c.rotary_dim = j.rotary_dim;
   c.norm_eps = static_cast<float>(j.rms_norm_eps);
   c.rope_layout = RopeLayout::rotate_half;
-  c.qkv_bias = type == "qwen2" || j.attention_bias;
+  c.qkv_bias = type == "qwen2" || j.attention_bias;  // qwen3: attention_bias (false in its configs)
   c.tokenizer = j.akv_tokenizer;
   if (!c.tokenizer.empty() && c.tokenizer != "bytes") {
     throw InvalidInput("unknown akv_tokenizer (akv knows bytes)", {cfg_path, "akv_tokenizer", c.tokenizer});
@@ -229,7 +229,7 @@ Model load_hf(const std::string& dir, WeightMode mode) {
     const double scaled = static_cast<double>(c.seq_len) * c.rope_scaling.factor;
     c.seq_len = scaled >= 0x1p62 ? std::size_t{1} << 62 : static_cast<std::size_t>(scaled);
   }
-  const bool sliding = type == "qwen2" ? j.use_sliding_window : true;
+  const bool sliding = type == "qwen2" || type == "qwen3" ? j.use_sliding_window : true;
   if (sliding && j.sliding_window) {
     // Attention within a window equals full attention up to the window: cap the context there.
     c.seq_len = std::min(c.seq_len, *j.sliding_window);
@@ -253,6 +253,10 @@ Model load_hf(const std::string& dir, WeightMode mode) {
       lw.bq = t.read(p + "self_attn.q_proj.bias", {q_dim});
       lw.bk = t.read(p + "self_attn.k_proj.bias", {kv_dim});
       lw.bv = t.read(p + "self_attn.v_proj.bias", {kv_dim});
+    }
+    if (type == "qwen3") {  // RMSNorm of each query and key head before RoPE
+      lw.q_norm = t.read(p + "self_attn.q_norm.weight", {c.head_dim});
+      lw.k_norm = t.read(p + "self_attn.k_norm.weight", {c.head_dim});
     }
     lw.ffn_norm = t.read(p + "post_attention_layernorm.weight", {c.dim});
     lw.w1 = t.matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim, mode);

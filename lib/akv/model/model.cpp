@@ -33,6 +33,20 @@ RowMatrix rmsnorm_rows(const RowMatrix& x, const std::vector<float>& w, float ep
   return out;
 }
 
+// Qwen3's q_norm / k_norm: rmsnorm of each head's head_dim values of every row, in place (no-op
+// without weights).
+void head_norm(RowMatrix& m, const std::vector<float>& w, float eps, std::size_t head_dim) {
+  if (w.empty()) return;
+  std::vector<float> tmp(head_dim);
+  for (Eigen::Index r = 0; r < m.rows(); ++r) {
+    for (std::size_t h = 0; h < static_cast<std::size_t>(m.cols()) / head_dim; ++h) {
+      float* x = m.row(r).data() + h * head_dim;
+      rmsnorm(x, w, eps, head_dim, tmp.data());
+      std::copy(tmp.begin(), tmp.end(), x);
+    }
+  }
+}
+
 void add_bias(RowMatrix& m, const std::vector<float>& b) {
   if (b.empty()) return;
   for (Eigen::Index r = 0; r < m.rows(); ++r) {
@@ -62,7 +76,8 @@ std::uint64_t ModelWeights::bytes() const {
   std::uint64_t b = embedding.bytes() + classifier.bytes() + 4 * final_norm.size();
   for (const LayerWeights& l : layers) {
     for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) b += w->bytes();
-    b += 4 * (l.attn_norm.size() + l.ffn_norm.size() + l.bq.size() + l.bk.size() + l.bv.size());
+    b += 4 * (l.attn_norm.size() + l.ffn_norm.size() + l.bq.size() + l.bk.size() + l.bv.size() + l.q_norm.size() +
+              l.k_norm.size());
   }
   return b;
 }
@@ -149,6 +164,8 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     add_bias(q, lw.bq);
     add_bias(k, lw.bk);
     add_bias(v, lw.bv);
+    head_norm(q, lw.q_norm, c.norm_eps, hd);
+    head_norm(k, lw.k_norm, c.norm_eps, hd);
     Tensor3 qh = split_heads(q, c.n_heads, hd), kh = split_heads(k, c.n_kv_heads, hd);
     res.key_pre_rope.push_back(kh);
     for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(qh.row(h, 0), n, 0, c.rope_layout, rope);
@@ -254,6 +271,8 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
     add_bias(q, lw.bq);
     add_bias(k, lw.bk);
     add_bias(v, lw.bv);
+    head_norm(q, lw.q_norm, c.norm_eps, hd);
+    head_norm(k, lw.k_norm, c.norm_eps, hd);
     k_pre = k;
     parallel_for(n_lanes, threads, [&](std::size_t i) {  // lanes write disjoint rows
       const Lane& lane = lanes[i];

@@ -37,6 +37,8 @@ struct LayerWeights {
   std::vector<float> attn_norm;   // [dim]
   Weight wq, wk, wv, wo;          // [n_heads*hd, dim], [n_kv*hd, dim] x2, [dim, n_heads*hd]
   std::vector<float> bq, bk, bv;  // biases (qwen2) or empty
+  // Qwen3: RMSNorm of every query and key head ([head_dim] weights) before RoPE, or empty.
+  std::vector<float> q_norm, k_norm;
   std::vector<float> ffn_norm;    // [dim]
   Weight w1, w2, w3;              // [hidden, dim], [dim, hidden], [hidden, dim]
 };
