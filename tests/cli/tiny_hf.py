@@ -8,7 +8,8 @@ random token sequences of LEN ids in [1, V) to FILE. --qwen3: model_type qwen3 w
 q_norm / k_norm weights (1 + 0.3 normal), head_dim HD (default D / Q: Qwen3's q_proj may be wider
 than the model), rope_theta 1e6, tied embeddings; --gguf also writes the same f32 weights as a GGUF
 of architecture qwen3 (llama.cpp's tensor names; no permutation: NeoX RoPE) with placeholder
-tokens.
+tokens, or with --byte-vocab (needs --vocab 258) a byte-level BPE vocabulary (GPT-2's byte
+characters, no merges, BOS 256, EOS 257) that llama.cpp and akv both tokenize text with.
 """
 import argparse
 import json
@@ -27,6 +28,7 @@ ap.add_argument("--tokens", nargs=3)
 ap.add_argument("--qwen3", action="store_true")
 ap.add_argument("--head-dim", type=int)
 ap.add_argument("--gguf")
+ap.add_argument("--byte-vocab", action="store_true")
 a = ap.parse_args()
 if a.gguf and not a.qwen3:
     ap.error("--gguf needs --qwen3 (a llama GGUF's q/k rows are permuted for interleaved RoPE)")
@@ -83,9 +85,23 @@ if a.gguf:
           (f"{arch}.attention.head_count_kv", gguf.u32(a.kv_heads)), (f"{arch}.attention.key_length", gguf.u32(hd)),
           (f"{arch}.attention.value_length", gguf.u32(hd)), (f"{arch}.attention.layer_norm_rms_epsilon", gguf.f32(1e-5)),
           (f"{arch}.rope.freq_base", gguf.f32(cfg.get("rope_theta", 10000.0))),
-          ("tokenizer.ggml.model", gguf.text("llama")), ("tokenizer.ggml.tokens", gguf.strings([f"<t{i}>" for i in range(a.vocab)])),
-          ("tokenizer.ggml.scores", (9, struct.pack("<IQ", 6, a.vocab) + struct.pack(f"<{a.vocab}f", *([0.0] * a.vocab)))),
-          ("tokenizer.ggml.token_type", gguf.int32s([1] * a.vocab))]
+          ]
+    if a.byte_vocab:
+        assert a.vocab == 258, "--byte-vocab needs --vocab 258"
+        printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+        chars, extra = [], 0
+        for b in range(256):
+            chars.append(chr(b) if b in printable else chr(256 + extra))
+            extra += b not in printable
+        kv += [("tokenizer.ggml.model", gguf.text("gpt2")), ("tokenizer.ggml.pre", gguf.text("default")),
+               ("tokenizer.ggml.tokens", gguf.strings(chars + ["<s>", "</s>"])),
+               ("tokenizer.ggml.token_type", gguf.int32s([1] * 256 + [3, 3])), ("tokenizer.ggml.merges", gguf.strings([])),
+               ("tokenizer.ggml.bos_token_id", gguf.u32(256)), ("tokenizer.ggml.eos_token_id", gguf.u32(257)),
+               ("tokenizer.ggml.add_bos_token", gguf.boolean(True))]
+    else:
+        kv += [("tokenizer.ggml.model", gguf.text("llama")), ("tokenizer.ggml.tokens", gguf.strings([f"<t{i}>" for i in range(a.vocab)])),
+               ("tokenizer.ggml.scores", (9, struct.pack("<IQ", 6, a.vocab) + struct.pack(f"<{a.vocab}f", *([0.0] * a.vocab)))),
+               ("tokenizer.ggml.token_type", gguf.int32s([1] * a.vocab))]
     out = []
     for name, w in weights.items():
         dims = [w.shape[0]] if w.ndim == 1 else [w.shape[1], w.shape[0]]
