@@ -9,9 +9,9 @@
 #include "akv/attention/kernels.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
-#include "akv/tensor/turboquant.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
+#include "akv/tensor/turboquant.h"
 
 namespace akv {
 namespace {

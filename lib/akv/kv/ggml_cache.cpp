@@ -10,8 +10,8 @@
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/kv/stored_head.h"
-#include "akv/tensor/turboquant.h"
 #include "akv/kv/tensor_builder.h"
+#include "akv/tensor/turboquant.h"
 
 namespace akv {
 namespace {
