@@ -154,8 +154,16 @@ expect_error "a Gemma 2 model is refused naming soft-capping" 2 "soft-capping.*m
   --qwen3 --head-dim 32 --gguf "$TMP/q3.gguf" --tokens "$TMP/q3.txt" 2 40
 for m in "$TMP/q3" "$TMP/q3.gguf"; do
   "$AKV" dump -q --model "$m" --tokens "$TMP/q3.txt" -o "$TMP/q3d.h5" >/dev/null
-  expect "Qwen3 from $(basename "$m"): keys and values equal the numpy reference" 0 "qwen3 ref ok" \
-    "$PY" "$SRC/tests/cli/qwen3_ref.py" "$TMP/q3" "$TMP/q3d.h5" "$(head -1 "$TMP/q3.txt")"
+  expect "Qwen3 from $(basename "$m"): keys and values equal the numpy reference" 0 "reference ok" \
+    "$PY" "$SRC/tests/cli/ref_forward.py" "$TMP/q3" "$TMP/q3d.h5" "$(head -1 "$TMP/q3.txt")"
+done
+# Phi-3: fused qkv_proj and gate_up_proj (GGUF: attn_qkv, ffn_up = gate then up), untied output.
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/p3" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 2 --seed 4 \
+  --phi3 --gguf "$TMP/p3.gguf" --tokens "$TMP/p3.txt" 2 40
+for m in "$TMP/p3" "$TMP/p3.gguf"; do
+  "$AKV" dump -q --model "$m" --tokens "$TMP/p3.txt" -o "$TMP/p3d.h5" >/dev/null
+  expect "Phi-3 from $(basename "$m"): keys and values equal the numpy reference" 0 "reference ok" \
+    "$PY" "$SRC/tests/cli/ref_forward.py" "$TMP/p3" "$TMP/p3d.h5" "$(head -1 "$TMP/p3.txt")"
 done
 "$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --json -o "$TMP/q3e.json"
 "$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --prefill-mode batch --json -o "$TMP/q3b.json"

@@ -1,7 +1,7 @@
 """Writes a small random Hugging Face llama (config.json + model.safetensors, f32) for CLI tests.
 
   tiny_hf.py DIR --dim D --hidden H --vocab V --heads Q --kv-heads K --layers L [--seed S] [--tokens FILE N LEN]
-             [--qwen3 [--head-dim HD] [--gguf OUT.gguf]]
+             [--qwen3 | --phi3] [--head-dim HD] [--gguf OUT.gguf [--byte-vocab]]
 
 head_dim = D / Q. Norm weights are 1, the rest normal * 0.2 (or --scale). --tokens also writes N
 random token sequences of LEN ids in [1, V) to FILE. --qwen3: model_type qwen3 with per-head
@@ -10,6 +10,9 @@ than the model), rope_theta 1e6, tied embeddings; --gguf also writes the same f3
 of architecture qwen3 (llama.cpp's tensor names; no permutation: NeoX RoPE) with placeholder
 tokens, or with --byte-vocab (needs --vocab 258) a byte-level BPE vocabulary (GPT-2's byte
 characters, no merges, BOS 256, EOS 257) that llama.cpp and akv both tokenize text with.
+--phi3: model_type phi3, the same random weights with q/k/v fused into self_attn.qkv_proj and
+gate/up into mlp.gate_up_proj (GGUF: attn_qkv, and ffn_up holding gate then up), untied
+embeddings (lm_head).
 """
 import argparse
 import json
@@ -26,20 +29,23 @@ ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--scale", type=float, default=0.2)
 ap.add_argument("--tokens", nargs=3)
 ap.add_argument("--qwen3", action="store_true")
+ap.add_argument("--phi3", action="store_true")
 ap.add_argument("--head-dim", type=int)
 ap.add_argument("--gguf")
 ap.add_argument("--byte-vocab", action="store_true")
 a = ap.parse_args()
-if a.gguf and not a.qwen3:
-    ap.error("--gguf needs --qwen3 (a llama GGUF's q/k rows are permuted for interleaved RoPE)")
+if a.gguf and not (a.qwen3 or a.phi3):
+    ap.error("--gguf needs --qwen3 or --phi3 (a llama GGUF's q/k rows are permuted for interleaved RoPE)")
 d = Path(a.dir)
 d.mkdir(parents=True)
 hd = a.head_dim or a.dim // a.heads
-cfg = {"model_type": "qwen3" if a.qwen3 else "llama", "hidden_size": a.dim, "intermediate_size": a.hidden,
+cfg = {"model_type": "qwen3" if a.qwen3 else "phi3" if a.phi3 else "llama", "hidden_size": a.dim, "intermediate_size": a.hidden,
        "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
        "vocab_size": a.vocab, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
 if a.qwen3:
     cfg.update({"head_dim": hd, "rope_theta": 1e6, "attention_bias": False})
+if a.phi3:
+    cfg.update({"tie_word_embeddings": False, "rope_theta": 10000.0})
 (d / "config.json").write_text(json.dumps(cfg))
 rng = np.random.default_rng(a.seed)
 shapes = {"model.embed_tokens.weight": (a.vocab, a.dim), "model.norm.weight": (a.dim,)}
@@ -52,6 +58,8 @@ for l in range(a.layers):
                    p + "mlp.down_proj.weight": (a.dim, a.hidden)})
     if a.qwen3:
         shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+if a.phi3:
+    shapes["lm_head.weight"] = (a.vocab, a.dim)
 header, blob, weights = {}, b"", {}
 for name, shape in shapes.items():
     if name.endswith(("q_norm.weight", "k_norm.weight")):
@@ -59,8 +67,15 @@ for name, shape in shapes.items():
     else:
         w = np.ones(shape) if name.endswith("norm.weight") else rng.standard_normal(shape) * a.scale
     weights[name] = w.astype("<f4")
-    data = w.astype("<f4").tobytes()
-    header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [len(blob), len(blob) + len(data)]}
+if a.phi3:  # fuse as Phi-3 stores them
+    for l in range(a.layers):
+        p = f"model.layers.{l}."
+        weights[p + "self_attn.qkv_proj.weight"] = np.concatenate([weights.pop(p + f"self_attn.{x}_proj.weight") for x in "qkv"])
+        weights[p + "mlp.gate_up_proj.weight"] = np.concatenate([weights.pop(p + "mlp.gate_proj.weight"),
+                                                                weights.pop(p + "mlp.up_proj.weight")])
+for name, w in weights.items():
+    data = w.tobytes()
+    header[name] = {"dtype": "F32", "shape": list(w.shape), "data_offsets": [len(blob), len(blob) + len(data)]}
     blob += data
 text = json.dumps(header).encode()
 (d / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + blob)
@@ -69,16 +84,17 @@ if a.gguf:
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
     import gguf_file as gguf  # noqa: E402
-    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
     for l in range(a.layers):
         p, b = f"model.layers.{l}.", f"blk.{l}."
         for hf_name, g_name in (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
                                 ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
                                 ("self_attn.o_proj", "attn_output"), ("self_attn.q_norm", "attn_q_norm"),
                                 ("self_attn.k_norm", "attn_k_norm"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
-                                ("mlp.down_proj", "ffn_down")):
+                                ("mlp.down_proj", "ffn_down"), ("self_attn.qkv_proj", "attn_qkv"), ("mlp.gate_up_proj", "ffn_up")):
             names[p + hf_name + ".weight"] = b + g_name + ".weight"
-    arch = "qwen3" if a.qwen3 else "llama"
+    arch = cfg["model_type"]
     kv = [("general.architecture", gguf.text(arch)), (f"{arch}.context_length", gguf.u32(256)),
           (f"{arch}.embedding_length", gguf.u32(a.dim)), (f"{arch}.block_count", gguf.u32(a.layers)),
           (f"{arch}.feed_forward_length", gguf.u32(a.hidden)), (f"{arch}.attention.head_count", gguf.u32(a.heads)),

@@ -318,6 +318,6 @@ TEST_CASE("architectures akv does not run: the refusal names the missing feature
   CHECK(missing_feature("llama").empty());
   const std::string msg = unsupported_architecture("model_type", "jamba", supported_hf_model_types());
   CHECK(msg.find("state-space") != std::string::npos);
-  CHECK(msg.find("(akv runs llama, mistral, qwen2, qwen3)") != std::string::npos);
+  CHECK(msg.find("(akv runs llama, mistral, qwen2, qwen3, phi3)") != std::string::npos);
   CHECK(unsupported_architecture("architecture", "rwkv7", {"llama"}).find("not a Llama-family model") != std::string::npos);
 }

@@ -5,12 +5,12 @@
 namespace akv {
 
 const std::vector<std::string>& supported_hf_model_types() {
-  static const std::vector<std::string> t = {"llama", "mistral", "qwen2", "qwen3"};
+  static const std::vector<std::string> t = {"llama", "mistral", "qwen2", "qwen3", "phi3"};
   return t;
 }
 
 const std::vector<std::string>& supported_gguf_architectures() {
-  static const std::vector<std::string> t = {"llama", "qwen2", "qwen3"};
+  static const std::vector<std::string> t = {"llama", "qwen2", "qwen3", "phi3"};
   return t;
 }
 
@@ -21,7 +21,7 @@ std::string missing_feature(const std::string& name) {
       {{"gemma", "gemma2", "gemma3", "gemma3_text"},
        "Gemma's layers: (1 + w) RMSNorm, GeGLU MLP, scaled embeddings; Gemma 2/3: sliding-window "
        "layers interleaved with global ones, attention and final logit soft-capping (Gemma 3: q/k norms)"},
-      {{"phi3", "phi3small"}, "fused qkv and gate_up projections and longrope RoPE scaling"},
+      {{"phi3small"}, "Phi-3-small's block-sparse attention and GeGELU MLP"},
       {{"deepseek_v2", "deepseek_v3", "deepseek2", "deepseek3"},
        "multi-head latent attention (MLA: compressed KV with decoupled RoPE keys)"},
       {{"mamba", "mamba2", "jamba", "zamba2", "falcon_h1", "nemotron_h", "qwen3_next", "granitemoehybrid", "lfm2"},

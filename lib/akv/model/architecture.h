@@ -8,8 +8,8 @@
 namespace akv {
 
 // Hugging Face model_type values akv runs, and GGUF architectures.
-const std::vector<std::string>& supported_hf_model_types();    // llama, mistral, qwen2, qwen3
-const std::vector<std::string>& supported_gguf_architectures();  // llama, qwen2, qwen3
+const std::vector<std::string>& supported_hf_model_types();    // llama, mistral, qwen2, qwen3, phi3
+const std::vector<std::string>& supported_gguf_architectures();  // llama, qwen2, qwen3, phi3
 
 // "unsupported model_type X: akv does not implement <feature> (akv runs llama, mistral,
 // qwen2)": the refusal text for an architecture outside `runs`, naming the missing feature of a

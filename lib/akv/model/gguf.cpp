@@ -444,26 +444,28 @@ class Meta {
 };
 
 // A matrix [rows, cols]: (modes stored and q8) its bytes in a memory map of the file, as stored;
-// or (mode f32, or a misaligned F32 tensor) an f32 copy.
+// or (mode f32, or a misaligned F32 tensor) an f32 copy. With `total` > 0: rows [row0, row0 +
+// rows) of a tensor of `total` rows (phi3's fused attn_qkv and ffn_up).
 Weight matrix(const GgufFile& f, const std::string& name, std::size_t rows, std::size_t cols, WeightMode mode,
-              std::shared_ptr<MappedFile>& mapped) {
+              std::shared_ptr<MappedFile>& mapped, std::size_t row0 = 0, std::size_t total = 0) {
+  if (total == 0) total = rows;
   const GgufTensor* t = f.find(name);
   // F32 tensors are used in place too (no copy, pages read on first use) when 4-byte aligned,
   // as the GGUF data alignment (32 by default) makes them.
   const bool in_place = t && ggml_type_info(t->type) && (t->type != 0 || (f.data_start() + t->offset) % 4 == 0);
   if (mode != WeightMode::f32 && in_place) {
-    f.check(*t, {cols, rows});
+    f.check(*t, {cols, total});
     if (!mapped) mapped = std::make_shared<MappedFile>(f.path());
     const GgmlTypeInfo& type = *ggml_type_info(t->type);
-    const std::uint8_t* data = mapped->data() + f.data_start() + t->offset;
+    const std::uint8_t* data = mapped->data() + f.data_start() + t->offset + row0 * (cols / type.block * type.bytes);
     if (const std::size_t bad = ggml_first_nonfinite(type, data, rows * cols); bad < rows * cols) {
-      throw CorruptData("non-finite weight", {f.path(), name + "[" + std::to_string(bad) + "]"});
+      throw CorruptData("non-finite weight", {f.path(), name + "[" + std::to_string(row0 * cols + bad) + "]"});
     }
     return Weight::encoded(rows, cols, type, data, mapped, mode == WeightMode::q8);
   }
-  const std::vector<float> v = f.read(name, {cols, rows});
+  const std::vector<float> v = f.read(name, {cols, total});
   RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
-  std::memcpy(m.data(), v.data(), v.size() * sizeof(float));
+  std::memcpy(m.data(), v.data() + row0 * cols, rows * cols * sizeof(float));
   return m;
 }
 
@@ -539,6 +541,9 @@ Model load_gguf(const std::string& path, WeightMode mode) {
   }
   const std::size_t rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
   if (f.find("rope_freqs.weight")) c.rope_scaling.freq_factors = f.read("rope_freqs.weight", {rot / 2});
+  if (f.find("rope_factors_long.weight") || f.find("rope_factors_short.weight")) {
+    throw InvalidInput("longrope (Phi-3's short / long RoPE factors) is not implemented", {path, "rope_factors_long.weight"});
+  }
   const GgufTensor* embd = f.find("token_embd.weight");
   if (!embd || embd->dims.size() != 2) throw InvalidInput("missing tensor (or not a matrix)", {path, "token_embd.weight"});
   c.vocab_size = embd->dims[1];
@@ -551,9 +556,16 @@ Model load_gguf(const std::string& path, WeightMode mode) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights lw;
     lw.attn_norm = f.read(p + "attn_norm.weight", {c.dim});
-    lw.wq = matrix(f, p + "attn_q.weight", q_dim, c.dim, mode, mapped);
-    lw.wk = matrix(f, p + "attn_k.weight", kv_dim, c.dim, mode, mapped);
-    lw.wv = matrix(f, p + "attn_v.weight", kv_dim, c.dim, mode, mapped);
+    if (arch == "phi3") {  // attn_qkv: the q rows, then k, then v
+      const std::size_t all = q_dim + 2 * kv_dim;
+      lw.wq = matrix(f, p + "attn_qkv.weight", q_dim, c.dim, mode, mapped, 0, all);
+      lw.wk = matrix(f, p + "attn_qkv.weight", kv_dim, c.dim, mode, mapped, q_dim, all);
+      lw.wv = matrix(f, p + "attn_qkv.weight", kv_dim, c.dim, mode, mapped, q_dim + kv_dim, all);
+    } else {
+      lw.wq = matrix(f, p + "attn_q.weight", q_dim, c.dim, mode, mapped);
+      lw.wk = matrix(f, p + "attn_k.weight", kv_dim, c.dim, mode, mapped);
+      lw.wv = matrix(f, p + "attn_v.weight", kv_dim, c.dim, mode, mapped);
+    }
     lw.wo = matrix(f, p + "attn_output.weight", c.dim, q_dim, mode, mapped);
     if (c.qkv_bias) {
       lw.bq = f.read(p + "attn_q.bias", {q_dim});
@@ -565,9 +577,14 @@ Model load_gguf(const std::string& path, WeightMode mode) {
       lw.k_norm = f.read(p + "attn_k_norm.weight", {c.head_dim});
     }
     lw.ffn_norm = f.read(p + "ffn_norm.weight", {c.dim});
-    lw.w1 = matrix(f, p + "ffn_gate.weight", c.hidden_dim, c.dim, mode, mapped);
+    if (arch == "phi3") {  // ffn_up holds gate then up (llama.cpp's fused SwiGLU input)
+      lw.w1 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped, 0, 2 * c.hidden_dim);
+      lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped, c.hidden_dim, 2 * c.hidden_dim);
+    } else {
+      lw.w1 = matrix(f, p + "ffn_gate.weight", c.hidden_dim, c.dim, mode, mapped);
+      lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped);
+    }
     lw.w2 = matrix(f, p + "ffn_down.weight", c.dim, c.hidden_dim, mode, mapped);
-    lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped);
     w.layers.push_back(std::move(lw));
   }
   w.final_norm = f.read("output_norm.weight", {c.dim});

@@ -6,7 +6,8 @@
 // time and dequantized to f32 (tensor/ggml_blocks.h lists the types). load_gguf builds a model
 // of architecture `llama` (Llama, Mistral, TinyLlama; llama.cpp's "normal" RoPE: interleaved
 // pairs, on the permuted q/k weights its converter writes), `qwen2` (NeoX RoPE: rotate-half;
-// q/k/v biases) or `qwen3` (NeoX RoPE; attn_q_norm / attn_k_norm per head), with rope.freq_base, rope.dimension_count, rope.scaling.{type,factor} (linear)
+// q/k/v biases), `qwen3` (NeoX RoPE; attn_q_norm / attn_k_norm per head) or `phi3` (NeoX RoPE;
+// fused attn_qkv and gate+up ffn_up, split on load), with rope.freq_base, rope.dimension_count, rope.scaling.{type,factor} (linear)
 // and rope_freqs.weight (Llama 3's per-frequency factors), layer_norm_rms_epsilon, GQA and a
 // tied output when output.weight is absent. docs/model.md, "GGUF".
 #include <cstdint>

@@ -162,24 +162,28 @@ class Tensors {
                        {t.file, name + ".shape", str(t.shape)});
   }
   // A matrix as stored in a memory map of its file (modes stored and q8: F16/BF16 rows, or F32 rows at a
-  // 4-byte aligned offset, used in place), or an f32 copy (mode f32, or misaligned F32).
-  Weight matrix(const std::string& name, std::size_t rows, std::size_t cols, WeightMode mode) const {
+  // 4-byte aligned offset, used in place), or an f32 copy (mode f32, or misaligned F32). With
+  // `total` > 0: rows [row0, row0 + rows) of a tensor of shape [total, cols] (Phi-3's fused qkv_proj
+  // and gate_up_proj).
+  Weight matrix(const std::string& name, std::size_t rows, std::size_t cols, WeightMode mode, std::size_t row0 = 0,
+                std::size_t total = 0) const {
+    if (total == 0) total = rows;
     const auto it = map_.find(name);
     if (mode != WeightMode::f32 && it != map_.end() && (it->second.dtype != "F32" || it->second.begin % 4 == 0)) {
       const TensorInfo& t = it->second;
-      check_shape(t, name, {rows, cols});
+      check_shape(t, name, {total, cols});
       const GgmlTypeInfo& type = *ggml_type_info(t.dtype == "F32" ? 0 : t.dtype == "F16" ? 1 : 30);
       auto& mapped = mapped_[t.file];
       if (!mapped) mapped = std::make_shared<MappedFile>(t.file);
-      const std::uint8_t* data = mapped->data() + t.begin;
+      const std::uint8_t* data = mapped->data() + t.begin + row0 * cols * type.bytes;
       if (const std::size_t bad = ggml_first_nonfinite(type, data, rows * cols); bad < rows * cols) {
-        throw CorruptData("non-finite weight", {t.file, name + "[" + std::to_string(bad) + "]"});
+        throw CorruptData("non-finite weight", {t.file, name + "[" + std::to_string(row0 * cols + bad) + "]"});
       }
       return Weight::encoded(rows, cols, type, data, mapped);
     }
-    const std::vector<float> v = read(name, {rows, cols});
+    const std::vector<float> v = read(name, {total, cols});
     RowMatrix m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
-    std::memcpy(m.data(), v.data(), v.size() * sizeof(float));
+    std::memcpy(m.data(), v.data() + row0 * cols, rows * cols * sizeof(float));
     return m;
   }
 
@@ -229,7 +233,7 @@ Model load_hf(const std::string& dir, WeightMode mode) {
     const double scaled = static_cast<double>(c.seq_len) * c.rope_scaling.factor;
     c.seq_len = scaled >= 0x1p62 ? std::size_t{1} << 62 : static_cast<std::size_t>(scaled);
   }
-  const bool sliding = type == "qwen2" || type == "qwen3" ? j.use_sliding_window : true;
+  const bool sliding = type == "qwen2" || type == "qwen3" ? j.use_sliding_window : true;  // mistral, phi3: when set
   if (sliding && j.sliding_window) {
     // Attention within a window equals full attention up to the window: cap the context there.
     c.seq_len = std::min(c.seq_len, *j.sliding_window);
@@ -245,9 +249,17 @@ Model load_hf(const std::string& dir, WeightMode mode) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights lw;
     lw.attn_norm = t.read(p + "input_layernorm.weight", {c.dim});
-    lw.wq = t.matrix(p + "self_attn.q_proj.weight", q_dim, c.dim, mode);
-    lw.wk = t.matrix(p + "self_attn.k_proj.weight", kv_dim, c.dim, mode);
-    lw.wv = t.matrix(p + "self_attn.v_proj.weight", kv_dim, c.dim, mode);
+    if (type == "phi3") {  // one qkv_proj: the q rows, then k, then v
+      const std::string qkv = p + "self_attn.qkv_proj.weight";
+      const std::size_t all = q_dim + 2 * kv_dim;
+      lw.wq = t.matrix(qkv, q_dim, c.dim, mode, 0, all);
+      lw.wk = t.matrix(qkv, kv_dim, c.dim, mode, q_dim, all);
+      lw.wv = t.matrix(qkv, kv_dim, c.dim, mode, q_dim + kv_dim, all);
+    } else {
+      lw.wq = t.matrix(p + "self_attn.q_proj.weight", q_dim, c.dim, mode);
+      lw.wk = t.matrix(p + "self_attn.k_proj.weight", kv_dim, c.dim, mode);
+      lw.wv = t.matrix(p + "self_attn.v_proj.weight", kv_dim, c.dim, mode);
+    }
     lw.wo = t.matrix(p + "self_attn.o_proj.weight", c.dim, q_dim, mode);
     if (c.qkv_bias) {
       lw.bq = t.read(p + "self_attn.q_proj.bias", {q_dim});
@@ -259,9 +271,15 @@ Model load_hf(const std::string& dir, WeightMode mode) {
       lw.k_norm = t.read(p + "self_attn.k_norm.weight", {c.head_dim});
     }
     lw.ffn_norm = t.read(p + "post_attention_layernorm.weight", {c.dim});
-    lw.w1 = t.matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim, mode);
+    if (type == "phi3") {  // one gate_up_proj: the gate rows, then up (transformers' chunk(2))
+      const std::string gu = p + "mlp.gate_up_proj.weight";
+      lw.w1 = t.matrix(gu, c.hidden_dim, c.dim, mode, 0, 2 * c.hidden_dim);
+      lw.w3 = t.matrix(gu, c.hidden_dim, c.dim, mode, c.hidden_dim, 2 * c.hidden_dim);
+    } else {
+      lw.w1 = t.matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim, mode);
+      lw.w3 = t.matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim, mode);
+    }
     lw.w2 = t.matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim, mode);
-    lw.w3 = t.matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim, mode);
     w.layers.push_back(std::move(lw));
   }
   w.final_norm = t.read("model.norm.weight", {c.dim});

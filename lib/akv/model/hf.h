@@ -1,7 +1,8 @@
 #pragma once
 // Hugging Face checkpoints: a directory with config.json and model.safetensors (or a sharded
-// model.safetensors.index.json). model_type llama, mistral, qwen2 (q/k/v biases) or qwen3 (q_norm /
-// k_norm: RMSNorm of each query and key head before RoPE); GQA; tied or
+// model.safetensors.index.json). model_type llama, mistral, qwen2 (q/k/v biases), qwen3 (q_norm /
+// k_norm: RMSNorm of each query and key head before RoPE) or phi3 (fused qkv_proj and
+// gate_up_proj, split on load); GQA; tied or
 // untied embeddings; rope_theta, rms_norm_eps and head_dim from the config; tensors in F32, F16
 // or BF16 (kept 16-bit in a memory map, or converted to f32 on load: WeightMode); RoPE in the
 // rotate-half layout.

@@ -1,13 +1,14 @@
-"""A plain numpy forward of a small Hugging Face Qwen3 (or Llama) checkpoint written by tiny_hf.py,
-transcribing transformers' modeling_qwen3.py (v4.51): RMSNorm (float32, x * rsqrt(mean(x^2) + eps)
-* w), q_norm / k_norm over each head's head_dim values before RoPE, rotate-half RoPE with
-inv_freq = theta^(-2i/d), causal softmax attention with GQA and scaling head_dim^-0.5, SiLU MLP,
-tied embeddings. In float64, as an independent reference for akv's forward.
+"""A plain numpy forward of a small Hugging Face Qwen3, Phi-3 (or Llama) checkpoint written by
+tiny_hf.py, transcribing transformers' modeling_qwen3.py / modeling_phi3.py (v4.51): RMSNorm
+(x * rsqrt(mean(x^2) + eps) * w), Qwen3's q_norm / k_norm over each head's head_dim values before
+RoPE, Phi-3's fused qkv_proj (q, k, v rows) and gate_up_proj (gate, up: chunk(2)), rotate-half
+RoPE with inv_freq = theta^(-2i/d), causal softmax attention with GQA and scaling head_dim^-0.5,
+SiLU MLP. In float64, as an independent reference for akv's forward.
 
-  qwen3_ref.py HF_DIR DUMP.h5 TOKENS_LINE
+  ref_forward.py HF_DIR DUMP.h5 TOKENS_LINE
 
 Compares every layer's keys (after RoPE) and values with an `akv dump` of the same tokens and
-prints "qwen3 ref ok" when all agree within 1e-4 of each tensor's largest magnitude.
+prints "reference ok" when all agree within 1e-4 of each tensor's largest magnitude.
 """
 import json
 import struct
@@ -56,6 +57,11 @@ def main():
     worst = 0.0
     for l in range(L):
         p = f"model.layers.{l}."
+        if p + "self_attn.qkv_proj.weight" in w:  # Phi-3
+            qkv = w[p + "self_attn.qkv_proj.weight"]
+            w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"], w[p + "self_attn.v_proj.weight"] = np.split(
+                qkv, [H * hd, H * hd + K * hd])
+            w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = np.split(w[p + "mlp.gate_up_proj.weight"], 2)
         h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
         q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, H, hd).transpose(1, 0, 2)
         k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, K, hd).transpose(1, 0, 2)
@@ -79,7 +85,7 @@ def main():
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
         g = h @ w[p + "mlp.gate_proj.weight"].T
         x = x + ((g / (1 + np.exp(-g))) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
-    print(f"qwen3 ref ok (largest relative difference {worst:.2e})")
+    print(f"reference ok (largest relative difference {worst:.2e})")
 
 
 if __name__ == "__main__":
