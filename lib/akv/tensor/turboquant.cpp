@@ -4,8 +4,8 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -312,17 +312,24 @@ std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits) {
 }
 
 const TqCodebook& tq_codebook(std::size_t head_dim, int bits) {
-  static std::mutex m;
-  static std::map<std::pair<std::size_t, int>, TqCodebook> books;  // node-based: references stay valid
-  std::lock_guard<std::mutex> lock(m);
-  auto it = books.find({head_dim, bits});
-  if (it != books.end()) return it->second;
-  TqCodebook cb;
-  for (double c : tq_lloyd_max(head_dim, bits)) cb.centroids.push_back(static_cast<float>(c));
-  for (std::size_t i = 0; i + 1 < cb.centroids.size(); ++i) {
-    cb.midpoints.push_back((cb.centroids[i] + cb.centroids[i + 1]) / 2.0f);
-  }
-  return books.emplace(std::make_pair(head_dim, bits), std::move(cb)).first->second;
+  // One slot per supported (head_dim, bits), each computed once: the attention path asks per
+  // tile from several threads, so the lookup takes no lock once a slot is filled.
+  struct Slot {
+    std::once_flag once;
+    TqCodebook book;
+  };
+  static std::array<Slot, kHeadDims.size() * kBits.size()> slots;
+  const auto d = std::find(kHeadDims.begin(), kHeadDims.end(), head_dim);
+  const auto b = std::find(kBits.begin(), kBits.end(), bits);
+  if (d == kHeadDims.end() || b == kBits.end()) throw std::invalid_argument("tq_codebook: unsupported head_dim or bits");
+  Slot& s = slots[static_cast<std::size_t>(d - kHeadDims.begin()) * kBits.size() + static_cast<std::size_t>(b - kBits.begin())];
+  std::call_once(s.once, [&] {
+    for (double c : tq_lloyd_max(head_dim, bits)) s.book.centroids.push_back(static_cast<float>(c));
+    for (std::size_t i = 0; i + 1 < s.book.centroids.size(); ++i) {
+      s.book.midpoints.push_back((s.book.centroids[i] + s.book.centroids[i + 1]) / 2.0f);
+    }
+  });
+  return s.book;
 }
 
 void tq_encode_rows(const TqType& t, const float* x, std::size_t n, std::uint8_t* dst) {

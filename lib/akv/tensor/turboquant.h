@@ -57,7 +57,8 @@ struct TqCodebook {
   std::vector<float> centroids;  // 2^bits levels, ascending
   std::vector<float> midpoints;  // 2^bits - 1
 };
-// The codebook for rows of head_dim values (computed once per (head_dim, bits), then shared).
+// The codebook for rows of head_dim values (computed once per (head_dim, bits), then shared;
+// std::invalid_argument outside the supported head_dims and bits).
 const TqCodebook& tq_codebook(std::size_t head_dim, int bits);
 // The solver in double (the levels before their rounding to f32).
 std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits);
