@@ -1,4 +1,5 @@
-"""Writing GGUF v3 files from Python (scripts/make_retrieval_model, scripts/dev/make_bench_gguf).
+"""Writing GGUF v3 files from Python (scripts/make_retrieval_model, scripts/dev/make_bench_gguf,
+tests/cli/tiny_hf.py).
 
 Metadata values are (GGUF type id, packed bytes) pairs built with the helpers below; tensors are
 (name, GGUF type id, dims with the fastest-varying first, raw bytes). Tensor data and the header
@@ -38,6 +39,19 @@ def strings(xs):
 
 def int32s(xs):
     return 9, struct.pack("<IQ", 5, len(xs)) + struct.pack(f"<{len(xs)}i", *xs)
+
+
+def byte_level_tokens():
+    """GPT-2's byte-to-character map: byte b is the token of id b in a byte-level vocabulary."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
 
 
 def write(path, kv, tensors):

@@ -104,13 +104,8 @@ if a.gguf:
           ]
     if a.byte_vocab:
         assert a.vocab == 258, "--byte-vocab needs --vocab 258"
-        printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-        chars, extra = [], 0
-        for b in range(256):
-            chars.append(chr(b) if b in printable else chr(256 + extra))
-            extra += b not in printable
         kv += [("tokenizer.ggml.model", gguf.text("gpt2")), ("tokenizer.ggml.pre", gguf.text("default")),
-               ("tokenizer.ggml.tokens", gguf.strings(chars + ["<s>", "</s>"])),
+               ("tokenizer.ggml.tokens", gguf.strings(gguf.byte_level_tokens() + ["<s>", "</s>"])),
                ("tokenizer.ggml.token_type", gguf.int32s([1] * 256 + [3, 3])), ("tokenizer.ggml.merges", gguf.strings([])),
                ("tokenizer.ggml.bos_token_id", gguf.u32(256)), ("tokenizer.ggml.eos_token_id", gguf.u32(257)),
                ("tokenizer.ggml.add_bos_token", gguf.boolean(True))]
