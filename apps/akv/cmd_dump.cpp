@@ -16,6 +16,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
     std::string model, tokens, output, dtype = "f32", weights = "stored", text, tokenizer;
     std::size_t line = 1, ctx = 512;
     std::size_t window = 32;
+    bool out_proj = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -36,6 +37,9 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("-o,--output", opt->output, "Output dump (HDF5)")->required();
   sub->add_option("--window", opt->window, "Queries of the last W positions are stored")
       ->capture_default_str();
+  sub->add_flag("--out-proj", opt->out_proj,
+                "Also write each layer's attention output projection W_o (/layers/L/o_proj, [dim, n_heads * "
+                "head_dim]), which the CriticalKV methods (critical-snapkv, critical-adakv, critical=on) read");
   sub->add_option("--dtype", opt->dtype, "Storage type: f32, f16 or bf16")->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->callback([opt, &global] {
@@ -57,6 +61,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
     o.window = opt->window;
     o.dtype = parse_dtype(opt->dtype);
     o.threads = global.threads;
+    o.out_proj = opt->out_proj;
     const DumpMeta meta = dump_model_run(m, seqs[opt->line - 1], opt->output, o);
     std::printf("wrote %s (%s: %zu layers, %zu heads / %zu kv heads, head_dim %zu, %zu tokens, %zu window queries)\n",
                 opt->output.c_str(), meta.model.c_str(), meta.n_layers, meta.n_heads, meta.n_kv_heads,

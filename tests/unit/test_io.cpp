@@ -320,3 +320,57 @@ TEST_CASE("inspect_file describes a dump", "[io][inspect]") {
   std::string text = render_info(j);
   CHECK_THAT(text, Catch::Contains("akv-dump v1") && Catch::Contains("f16 [2x40x8]"));
 }
+
+TEST_CASE("o_proj: written in the dump's dtype, read back, and refused when malformed", "[io][dump]") {
+  test::TempDir dir;
+  const DumpMeta m = small_meta();
+  RowMatrix wo(6, static_cast<Eigen::Index>(m.n_heads * m.head_dim));
+  for (Eigen::Index i = 0; i < wo.size(); ++i) wo.data()[i] = pattern(0, 4, static_cast<std::size_t>(i));
+  auto write = [&](const std::string& path, DType dt, bool all_layers) {
+    DumpWriteOptions o;
+    o.dtype = dt;
+    o.out_proj_hidden = 6;
+    DumpWriter w(path, m, o);
+    for (std::size_t l = 0; l < m.n_layers; ++l) {
+      w.write(l, DumpField::key, 0, filled(m.n_kv_heads, m.n_tokens, m.head_dim, l, 0));
+      w.write(l, DumpField::value, 0, filled(m.n_kv_heads, m.n_tokens, m.head_dim, l, 1));
+      w.write(l, DumpField::query, 0, filled(m.n_heads, m.n_query, m.head_dim, l, 2));
+      if (all_layers || l == 0) w.write_out_proj(l, wo);
+    }
+    w.commit();
+  };
+  for (DType dt : {DType::f32, DType::f16}) {
+    const std::string path = dir.file("o-" + dtype_name(dt) + ".h5");
+    write(path, dt, true);
+    const DumpReader r(path);
+    REQUIRE(r.has_out_proj());
+    const RowMatrix back = r.read_out_proj(1);
+    REQUIRE(back.rows() == 6);
+    for (Eigen::Index i = 0; i < wo.size(); ++i) {
+      const float want = dt == DType::f32 ? wo.data()[i] : f16_to_f32_ref(f32_to_f16_ref(wo.data()[i]));
+      CHECK(back.data()[i] == want);
+    }
+  }
+  const std::string path = dir.file("o.h5");
+  CHECK_THROWS_WITH(write(path, DType::f32, false), Catch::Contains("o_proj was not written"));
+  CHECK_FALSE(std::filesystem::exists(path));
+  write(path, DType::f32, true);
+  {
+    Editor e(path);
+    e.replace("/layers/1/o_proj", {6, 31}, H5T_IEEE_F32LE);
+  }
+  CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("o_proj must be [hidden, n_heads * head_dim = 32]") &&
+                                               Catch::Contains("/layers/1/o_proj.shape = [6, 31]"));
+  {
+    Editor e(path);
+    H5Ldelete(e.file.get(), "/layers/1/o_proj", H5P_DEFAULT);
+  }
+  CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("every layer or in none") && Catch::Contains("/layers/1/o_proj"));
+  {
+    Editor e(path);
+    RowMatrix bad = wo;
+    bad(2, 5) = NAN;
+    h5::write_dataset(e.file.get(), "/layers/1/o_proj", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {6, 32}, bad.data());
+  }
+  CHECK_THROWS_WITH(DumpReader(path).read_out_proj(1), Catch::Contains("/layers/1/o_proj[2, 5]") && Catch::Contains("non-finite"));
+}

@@ -186,6 +186,32 @@ void DumpReader::read_layer_info(std::size_t l) {
     check(DumpField::key_pre_rope, info.key_pre_rope, meta_.n_kv_heads, "kv heads", "n_kv_heads",
           meta_.n_tokens, "tokens");
   }
+  const std::string proj_path = group + "/o_proj";
+  if (h5::link_exists(file_.get(), proj_path)) {
+    h5::Dataset d = h5::open_dataset(file_.get(), proj_path, f);
+    const auto shape = h5::dataset_shape(d.get());
+    const std::size_t cols = meta_.n_heads * meta_.head_dim;
+    if (shape.size() != 2 || shape[0] == 0 || shape[1] != cols) {
+      throw InvalidInput("o_proj must be [hidden, n_heads * head_dim = " + std::to_string(cols) + "]",
+                         {f, proj_path + ".shape", h5::shape_string(shape)});
+    }
+    if (l > 0 && layers_[0].out_proj.present && shape[0] != layers_[0].hidden) {
+      throw InvalidInput("o_proj has another hidden size than layer 0's (" + std::to_string(layers_[0].hidden) + ")",
+                         {f, proj_path + ".shape", h5::shape_string(shape)});
+    }
+    h5::Type t(H5Dget_type(d.get()));
+    const auto dtype = h5::classify_float(t.get());
+    if (!dtype) {
+      throw InvalidInput("o_proj has an unsupported dtype (akv reads f16, bf16, f32, f64)",
+                         {f, proj_path + ".dtype", std::to_string(H5Tget_size(t.get())) + " bytes"});
+    }
+    h5::check_stored(d.get(), f, proj_path);
+    info.out_proj = {true, *dtype, h5::storage_bytes(d.get())};
+    info.hidden = shape[0];
+  }
+  if (l > 0 && info.out_proj.present != layers_[0].out_proj.present) {
+    throw InvalidInput("o_proj must be in every layer or in none", {f, proj_path, info.out_proj.present ? "present" : "missing"});
+  }
   const std::string kinds_path = group + "/head_kind";
   if (h5::link_exists(file_.get(), kinds_path)) {
     info.head_kinds = h5::read_string_vector(file_.get(), kinds_path, f);
@@ -233,6 +259,37 @@ bool DumpReader::has_key_pre_rope() const {
     if (!l.key_pre_rope.present) return false;
   }
   return !layers_.empty();
+}
+
+bool DumpReader::has_out_proj() const { return !layers_.empty() && layers_[0].out_proj.present; }
+
+RowMatrix DumpReader::read_out_proj(std::size_t layer) const {
+  const std::string path = "/layers/" + std::to_string(layer) + "/o_proj";
+  if (layer >= meta_.n_layers || !layers_[layer].out_proj.present) throw InvalidInput("missing dataset", {path_, path});
+  const DumpDatasetInfo& info = layers_[layer].out_proj;
+  const std::size_t rows = layers_[layer].hidden, cols = meta_.n_heads * meta_.head_dim;
+  RowMatrix out(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+  h5::Dataset ds = h5::open_dataset(file_.get(), path, path_);
+  herr_t rc = 0;
+  if (info.dtype == h5::DiskFloat::f16 || info.dtype == h5::DiskFloat::bf16) {
+    std::vector<std::uint16_t> raw(rows * cols);
+    h5::Type t = info.dtype == h5::DiskFloat::f16 ? h5::make_f16_type() : h5::make_bf16_type();
+    rc = H5Dread(ds.get(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data());
+    if (rc >= 0 && info.dtype == h5::DiskFloat::f16) f16_to_f32(raw.data(), out.data(), raw.size());
+    if (rc >= 0 && info.dtype == h5::DiskFloat::bf16) bf16_to_f32(raw.data(), out.data(), raw.size());
+  } else {
+    rc = H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  }
+  if (rc < 0) throw CorruptData("cannot read dataset (truncated or damaged)", {path_, path});
+  const float* p = out.data();
+  for (std::size_t i = 0; i < rows * cols; ++i) {
+    if (!std::isfinite(p[i])) {
+      throw InvalidInput("non-finite value in layer " + std::to_string(layer) + " o_proj",
+                         {path_, path + "[" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + "]",
+                          format_number(p[i])});
+    }
+  }
+  return out;
 }
 
 Tensor3 DumpReader::read(std::size_t layer, DumpField f, std::size_t head_begin,
@@ -377,11 +434,35 @@ DumpWriter::DumpWriter(std::string path, DumpMeta meta, DumpWriteOptions options
   h5::write_attr_string(root, "format", kDumpFormat);
   h5::write_attr_int(root, "version", kDumpVersion);
   write_shape_attrs(root, dm);
-  m.written.assign(dm.n_layers, std::vector<std::size_t>(4, 0));
+  m.written.assign(dm.n_layers, std::vector<std::size_t>(5, 0));  // 4: o_proj
   for (std::size_t l = 0; l < dm.n_layers; ++l) {
     h5::create_group(root, "/layers/" + std::to_string(l));
     for (DumpField f : m.fields()) m.create_dataset(l, f);
   }
+}
+
+void DumpWriter::write_out_proj(std::size_t layer, const RowMatrix& wo) {
+  Impl& m = *impl_;
+  const std::string path = "/layers/" + std::to_string(layer) + "/o_proj";
+  const std::size_t cols = m.meta.n_heads * m.meta.head_dim;
+  if (layer >= m.meta.n_layers || m.options.out_proj_hidden == 0 ||
+      static_cast<std::size_t>(wo.rows()) != m.options.out_proj_hidden || static_cast<std::size_t>(wo.cols()) != cols) {
+    throw InvalidInput("o_proj does not fit the writer's shape",
+                       {m.out.path(), path, "[" + std::to_string(wo.rows()) + ", " + std::to_string(wo.cols()) + "]"});
+  }
+  const std::vector<hsize_t> dims = {wo.rows(), wo.cols()};
+  if (m.options.dtype == DType::f32) {
+    h5::write_dataset(m.file.get(), path, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, wo.data());
+  } else {
+    std::vector<std::uint16_t> raw(static_cast<std::size_t>(wo.size()));
+    if (m.options.dtype == DType::f16) {
+      f32_to_f16(wo.data(), raw.data(), raw.size());
+    } else {
+      f32_to_bf16(wo.data(), raw.data(), raw.size());
+    }
+    h5::write_dataset(m.file.get(), path, m.disk_type.get(), m.disk_type.get(), dims, raw.data());
+  }
+  m.written[layer][4] = 1;
 }
 
 DumpWriter::~DumpWriter() = default;
@@ -463,6 +544,9 @@ void DumpWriter::commit() {
         throw InvalidInput("dump is incomplete: not every head was written",
                            {m.out.path(), dump_dataset_path(l, f)});
       }
+    }
+    if (m.options.out_proj_hidden > 0 && m.written[l][4] == 0) {
+      throw InvalidInput("dump is incomplete: o_proj was not written", {m.out.path(), "/layers/" + std::to_string(l) + "/o_proj"});
     }
   }
   if (H5Fflush(m.file.get(), H5F_SCOPE_GLOBAL) < 0) {

@@ -9,6 +9,8 @@
 //                                                              positions, after RoPE
 //   /layers/<L>/key_pre_rope  [n_kv_heads, n_tokens, head_dim] (optional)
 //   /layers/<L>/head_kind     [n_kv_heads] strings (optional; synth writes local|retrieval|diffuse)
+//   /layers/<L>/o_proj        [hidden, n_heads * head_dim] (optional, in every layer or none): the
+//                             attention output projection (Hugging Face's o_proj.weight), for CriticalKV
 //   /tokens                   [n_tokens] integer token ids (optional)
 //   /needles                  [n_needles] integer token positions (optional)
 //
@@ -54,6 +56,8 @@ struct DumpDatasetInfo {
 
 struct DumpLayerInfo {
   DumpDatasetInfo key, value, query, key_pre_rope;
+  DumpDatasetInfo out_proj;  // /layers/L/o_proj
+  std::size_t hidden = 0;    // its rows
   std::vector<std::string> head_kinds;  // [n_kv_heads] or empty
   const DumpDatasetInfo& field(DumpField f) const;
 };
@@ -70,6 +74,7 @@ class DumpReader {
   const DumpMeta& meta() const { return meta_; }
   const DumpLayerInfo& layer(std::size_t l) const { return layers_.at(l); }
   bool has_key_pre_rope() const;  // present in every layer
+  bool has_out_proj() const;      // /layers/L/o_proj present (the reader checks: in every layer or none)
   const std::optional<std::vector<std::int32_t>>& tokens() const { return tokens_; }
   const std::optional<std::vector<std::int32_t>>& needles() const { return needles_; }
   std::uint64_t file_bytes() const { return file_bytes_; }
@@ -83,6 +88,9 @@ class DumpReader {
   // The same into `out`, reusing its storage (layer loops keep one tensor per field).
   void read_into(Tensor3& out, std::size_t layer, DumpField f, std::size_t head_begin = 0,
                  std::size_t head_count = 0) const;
+  // One layer's /layers/L/o_proj as f32 [hidden, n_heads * head_dim]; InvalidInput naming the
+  // element of the first NaN or Inf, or the dataset when the dump has none.
+  RowMatrix read_out_proj(std::size_t layer) const;
 
  private:
   mutable std::vector<std::uint16_t> raw_;  // one head of an f16/bf16 dataset as stored, reused by every read
@@ -104,6 +112,7 @@ struct DumpWriteOptions {
   int gzip = 0;                // 0 = none, 1..9 = deflate level (with byte shuffle)
   bool key_pre_rope = false;   // create /layers/L/key_pre_rope
   bool head_kinds = false;     // create /layers/L/head_kind
+  std::size_t out_proj_hidden = 0;  // > 0: create /layers/L/o_proj [hidden, n_heads * head_dim]
 };
 
 // Writes a dump to a temporary file next to `path`; the file appears at `path` only when
@@ -118,6 +127,8 @@ class DumpWriter {
   // Writes block [heads, rows, head_dim] into heads [head_begin, head_begin + heads).
   void write(std::size_t layer, DumpField f, std::size_t head_begin, const Tensor3& block);
   void write_head_kinds(std::size_t layer, const std::vector<std::string>& kinds);
+  // One layer's output projection [out_proj_hidden, n_heads * head_dim], in the dump's dtype.
+  void write_out_proj(std::size_t layer, const RowMatrix& wo);
   void write_tokens(const std::vector<std::int32_t>& tokens);
   void write_needles(const std::vector<std::int32_t>& positions);
   void write_root_attr(const std::string& name, const std::string& value);

@@ -111,7 +111,8 @@ nlohmann::json inspect_dump(const std::string& path, bool stats) {
   j["optional"] = {{"key_pre_rope", r.has_key_pre_rope()},
                    {"head_kind", any_kinds},
                    {"tokens", r.tokens().has_value()},
-                   {"needles", r.needles().has_value()}};
+                   {"needles", r.needles().has_value()},
+                   {"o_proj", r.has_out_proj()}};
   if (r.needles()) j["needles"] = *r.needles();
   return j;
 }

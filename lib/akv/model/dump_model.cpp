@@ -21,6 +21,7 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
   DumpWriteOptions wo;
   wo.dtype = o.dtype;
   wo.key_pre_rope = true;
+  if (o.out_proj) wo.out_proj_hidden = c.dim;
   DumpWriter w(out_path, m, wo);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     w.write(l, DumpField::key, 0, r.key[l]);
@@ -31,6 +32,7 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
       std::copy_n(r.query[l].row(h, n - o.window), o.window * c.head_dim, q.row(h, 0));
     }
     w.write(l, DumpField::query, 0, q);
+    if (o.out_proj) w.write_out_proj(l, model.weights().layers[l].wo.to_f32());
   }
   w.write_tokens(tokens);
   w.commit();

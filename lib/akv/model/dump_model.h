@@ -1,6 +1,7 @@
 #pragma once
 // `akv dump`: run the model over one token sequence and write a dump (format v1): keys after
-// and before RoPE, values, the queries of the last `window` positions, and the tokens.
+// and before RoPE, values, the queries of the last `window` positions, and the tokens (and, with
+// out_proj, each layer's attention output projection W_o, which CriticalKV reads).
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ struct ModelDumpOptions {
   std::size_t window = 32;  // queries of the last `window` positions
   DType dtype = DType::f32;
   int threads = 1;
+  bool out_proj = false;  // write /layers/L/o_proj (the model's W_o as f32, stored in dtype)
 };
 
 // Returns the dump's metadata. Throws InvalidInput when window is 0 or exceeds the sequence.
