@@ -19,9 +19,10 @@ namespace {
 std::string render(const nlohmann::json& j) {
   const auto& s = j["summary"];
   std::string out = fmt::format(
-      "{} allocation ({} scores), {} tokens per KV head on average ({} always kept): {} tokens "
+      "{} allocation ({} scores{}), {} tokens per KV head on average ({} always kept): {} tokens "
       "= {:.4f} of the cache; retained window attention mass mean {:.4f}, min {:.4f}\n",
       s["params"]["alloc"].get<std::string>(), s["params"]["score"].get<std::string>(),
+      s["params"].value("critical", false) ? ", CriticalKV" : "",
       s["budget_tokens_per_head"].get<std::size_t>(), s["forced_tokens_per_head"].get<std::size_t>(),
       s["total_tokens"].get<std::size_t>(), s["fraction"].get<double>(),
       s["retained_mass_mean"].get<double>(), s["retained_mass_min"].get<double>());

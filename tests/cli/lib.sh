@@ -11,6 +11,8 @@ failed=0
 
 pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; }
+# expect_equal NAME GOT WANT
+expect_equal() { if [[ $2 == "$3" ]]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi; }
 
 # run CMD...: runs a command, keeping stdout in $TMP/out, stderr in $TMP/err, status in $rc.
 run() {

@@ -17,6 +17,29 @@ expect "allocate on a real dump" 0 "adakv allocation" "$AKV" allocate -q "$TMP/s
 expect "compress a real dump" 0 "wrote" "$AKV" compress -q "$TMP/s.h5" -o "$TMP/c.h5" -m k4v2 --pre-rope
 expect "evaluate a real dump" 0 "top32" "$AKV" evaluate -q --dump "$TMP/s.h5" --cache "$TMP/c.h5"
 
+expect "dump --out-proj: the model's W_o in every layer" 0 "o_proj=yes" \
+  bash -c "'$AKV' dump --model '$M' --tokens '$T' --line 3 -o '$TMP/so.h5' --window 32 --out-proj >/dev/null && '$AKV' info '$TMP/so.h5'"
+expect "CriticalAdaKV on a dump with o_proj" 0 "kept 0\.30.*adakv/snapkv 0.3 critical" \
+  "$AKV" compress -q "$TMP/so.h5" -o "$TMP/crit.h5" -m critical-adakv --budget 0.3 --window 16
+expect "allocate with critical=on" 0 "adakv allocation \(snapkv scores, CriticalKV\)" "$AKV" allocate -q "$TMP/so.h5" --method adakv --capacity-rule kvpress \
+  --critical on --budget 0.3 --window 16 -o "$TMP/crit_b.json"
+"$AKV" compress -q "$TMP/so.h5" -o "$TMP/crit_f.h5" --budgets "$TMP/crit_b.json" >/dev/null
+same=$("$PY" -c 'import h5py, numpy as np, sys
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+sets = []
+a.visititems(lambda n, o: sets.append(np.array_equal(o[...], b[n][...])) if isinstance(o, h5py.Dataset) else None)
+print(len(sets) > 0 and all(sets))' "$TMP/crit.h5" "$TMP/crit_f.h5")
+expect_equal "CriticalAdaKV through allocate's budgets file: every dataset as when compressed directly" "$same" "True"
+expect_error "CriticalKV on a dump without o_proj" 2 "/layers/0/o_proj = missing" \
+  "$AKV" compress -q "$TMP/s.h5" -o "$TMP/crit_missing.h5" -m critical-snapkv --budget 0.3 --window 16
+[[ -e $TMP/crit_missing.h5 ]] && fail "no output after a refused CriticalKV" || pass "no output after a refused CriticalKV"
+expect "evaluate --model: CriticalKV reads the model's W_o" 0 "critical-adakv:budget=0.5:window=16 +[0-9]+" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 \
+  --methods critical-snapkv:budget=0.5:window=16,critical-adakv:budget=0.5:window=16
+expect_error "CriticalKV refused in chunked prefill" 1 "CriticalKV" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --prefill-mode chunked:64 \
+  --methods critical-snapkv:budget=0.5:window=16
+
 expect "evaluate --model table" 0 "kivi-2 +[0-9]+ +[0-9.]+ +[0-9.]+" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 2 --methods kivi-2,adakv:budget=0.5:window=16
 run "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 2 --prefill 400 --methods none --csv

@@ -32,7 +32,6 @@ print(" ".join(f"{d:g}:{row[0]:g}" for d, row in zip(r["depths"], m["accuracy"])
 PYEOF
 }
 # expect_equal NAME GOT WANT
-expect_equal() { if [[ $2 == "$3" ]]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi; }
 expect "passkey (text mode) through the Hugging Face directory" 0 "" \
   "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0,0.5,1 --trials 2 \
   --methods streamingllm:budget=0.1,h2o:budget=0.3 --json -o "$TMP/hf.json"

@@ -15,6 +15,7 @@
 #include <numeric>
 #include "akv/alloc/budgets_file.h"
 #include "akv/io/file_hash.h"
+#include "akv/io/hdf5.h"
 #include "akv/synth/synth.h"
 #include "test_util.h"
 
@@ -45,6 +46,16 @@ CompressParams evict(const std::string& method, double budget, const std::string
   return resolve_params(r);
 }
 
+// Every head's kept positions, [layer][kv head].
+std::vector<std::vector<std::vector<std::int32_t>>> kept_of(const EvictionPlan& plan) {
+  std::vector<std::vector<std::vector<std::int32_t>>> out;
+  for (const auto& layer : plan.heads) {
+    out.emplace_back();
+    for (const HeadPlan& h : layer) out.back().push_back(h.kept);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[eviction]") {
@@ -56,6 +67,7 @@ TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[
     // joint is planned by plan_joint, kvzip's scores come from the model (both tested below)
     if (name == "joint" || name == "kvzip") continue;
     EvictionParams p = eviction_method(name);
+    if (p.critical) continue;  // reads W_o, which synth dumps lack (its own test below)
     p.budget_tokens = 150;
     p.score.window = 16;
     const EvictionPlan plan = plan_eviction(dump, p, 2, {});
@@ -362,4 +374,82 @@ TEST_CASE("kvzip: the given scores' global top-k over every head of every layer;
   }
   CHECK(plan.total_tokens() == 4 * 6);
   CHECK_THROWS_AS(plan_eviction(m, source, p, 1, {}), UsageError);
+}
+
+TEST_CASE("CriticalKV on a dump: a brute-force two-stage selection, stage 1 alone = the plain method, W_o required",
+          "[eviction][critical]") {
+  test::TempDir dir;
+  SynthOptions so = mixed();
+  so.n_layers = 2;
+  so.n_tokens = 256;
+  const std::string path = dir.file("d.h5");
+  write_synth_dump(path, so, {});
+  EvictionParams p = eviction_method("critical-snapkv");
+  p.budget_tokens = 40;
+  p.score.window = 16;
+  CHECK_THROWS_WITH(plan_eviction(DumpReader(path), p, 1, {}), Catch::Contains("/layers/0/o_proj = missing"));
+  const std::size_t cols = so.n_heads * so.head_dim;
+  std::vector<RowMatrix> wo;
+  {
+    h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    Rng r(9);
+    for (std::size_t l = 0; l < so.n_layers; ++l) {
+      RowMatrix w(32, static_cast<Eigen::Index>(cols));
+      for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>(r.normal() * (i % 7 == 0 ? 3.0 : 0.2));
+      h5::write_dataset(f.get(), "/layers/" + std::to_string(l) + "/o_proj", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                        {32, cols}, w.data());
+      wo.push_back(w);
+    }
+  }
+  const DumpReader dump(path);
+  const KvWindow& m = dump.meta();
+  const EvictionPlan plan = plan_eviction(dump, p, 1, {});
+  CHECK(plan.total_tokens() == so.n_layers * so.n_kv_heads * 40);
+  CHECK(kept_of(plan_eviction(dump, p, 2, {})) == kept_of(plan));
+  // Brute force: forced 16 (window), stage 1 int(40 x 0.5) - 16 = 4 best-scored, stage 2 the best
+  // 20 others by (score + 1e-4) x |W_o v|_1 (the f64 reference), ties to the earlier position.
+  std::size_t stage2_differs = 0;
+  for (std::size_t l = 0; l < so.n_layers; ++l) {
+    const Tensor3 q = dump.read(l, DumpField::query), k = dump.read(l, DumpField::key), v = dump.read(l, DumpField::value);
+    const auto norm = projected_value_norms_ref(v, wo[l], so.n_heads);
+    for (std::size_t h = 0; h < so.n_kv_heads; ++h) {
+      const std::vector<double> s = score_head(q, k, h, m, p.score, nullptr, 0).score;
+      std::vector<std::size_t> sel(m.n_tokens - 16);
+      std::iota(sel.begin(), sel.end(), 0);
+      std::stable_sort(sel.begin(), sel.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
+      std::vector<std::int32_t> want(sel.begin(), sel.begin() + 4);
+      std::vector<std::size_t> rest(sel.begin() + 4, sel.end());
+      std::stable_sort(rest.begin(), rest.end(), [&](std::size_t a, std::size_t b) {
+        const double wa = (s[a] + 1e-4) * norm[h][a], wb = (s[b] + 1e-4) * norm[h][b];
+        return wa > wb || (wa == wb && a < b);
+      });
+      want.insert(want.end(), rest.begin(), rest.begin() + 20);
+      for (std::size_t t = m.n_tokens - 16; t < m.n_tokens; ++t) want.push_back(static_cast<std::int32_t>(t));
+      std::sort(want.begin(), want.end());
+      INFO("layer " << l << " head " << h);
+      CHECK(plan.heads[l][h].kept == want);
+      // The weighing changes what stage 2 keeps (else this test could not tell the methods apart).
+      std::vector<std::int32_t> plain(sel.begin(), sel.begin() + 24);
+      for (std::size_t t = m.n_tokens - 16; t < m.n_tokens; ++t) plain.push_back(static_cast<std::int32_t>(t));
+      std::sort(plain.begin(), plain.end());
+      stage2_differs += plain != want;
+    }
+  }
+  CHECK(stage2_differs > 0);
+  // Stage 1 over the whole budget is the plain method: SnapKV, and Ada-KV under kvpress's rule.
+  p.first_stage = 1.0;
+  EvictionParams snap = eviction_method("snapkv");
+  snap.budget_tokens = 40;
+  snap.score.window = 16;
+  CHECK(kept_of(plan_eviction(dump, p, 1, {})) == kept_of(plan_eviction(dump, snap, 1, {})));
+  EvictionParams ada = eviction_method("critical-adakv");
+  ada.budget_tokens = 40;
+  ada.score.window = 16;
+  const EvictionPlan critical_ada = plan_eviction(dump, ada, 1, {});
+  CHECK(critical_ada.total_tokens() == so.n_layers * so.n_kv_heads * 40);
+  ada.first_stage = 1.0;
+  const EvictionPlan stage1_ada = plan_eviction(dump, ada, 1, {});
+  ada.critical = false;
+  CHECK(kept_of(stage1_ada) == kept_of(plan_eviction(dump, ada, 1, {})));
+  CHECK(kept_of(critical_ada) != kept_of(stage1_ada));
 }

@@ -34,11 +34,14 @@ void check_golden(const std::string& name) {
   REQUIRE(in);
   const nlohmann::json g = nlohmann::json::parse(in);
   const DumpReader dump(kGolden + g["dump"].get<std::string>());
-  for (const auto& [method, official] : g["methods"].items()) {
+  for (const auto& [entry, official] : g["methods"].items()) {
+    // An entry names its method, or is one ("critical-adakv/knorm": critical-adakv with score knorm).
+    const std::string method = official.value("method", entry);
     EvictionParams p = eviction_method(method);
-    // A budget, window, sinks (and lagkv's lag; an allocator's score, capacity rule and alpha)
-    // per method where the references differ, else the file's.
+    // A budget, window, sinks (and lagkv's lag; an allocator's score, capacity rule and alpha;
+    // expected-attention's vnorm) per method where the references differ, else the file's.
     if (official.contains("score")) p.score.method = parse_score_method(official["score"].get<std::string>());
+    p.score.vnorm = official.value("vnorm", p.score.vnorm);
     if (official.contains("capacity_rule")) p.capacity_rule = parse_capacity_rule(official["capacity_rule"].get<std::string>());
     p.alpha = official.value("alpha", p.alpha);
     p.budget_fraction = official.value("budget", g["budget"].get<double>());
@@ -52,7 +55,7 @@ void check_golden(const std::string& name) {
       for (std::size_t h = 0; h < layers[l].size(); ++h) {
         const nlohmann::json& want = layers[l][h];
         const HeadPlan& mine = plan.heads[l][h];
-        INFO(name << ": " << method << " (" << official["reference"].get<std::string>() << ") layer " << l
+        INFO(name << ": " << entry << " (" << official["reference"].get<std::string>() << ") layer " << l
                   << " head " << h);
         CHECK(mine.tokens == want["budget"].get<std::size_t>());
         const auto kept = want["kept"].get<std::vector<std::int32_t>>();
@@ -123,11 +126,12 @@ TEST_CASE("Ada-KV, SnapKV, PyramidKV and Ada-KV pyramid keep what their official
   check_golden("gqa4-official.json");
 }
 
-TEST_CASE("knorm, keydiff, TOVA, Expected Attention (25%), LagKV (50%) and AdaKV over knorm (25%) keep what "
-          "kvpress's presses keep",
+TEST_CASE("knorm, keydiff, TOVA, Expected Attention (25%), LagKV (50%), AdaKV over knorm (25%) and CriticalKV / "
+          "CriticalAdaKV over knorm and Expected Attention (25%) keep what kvpress's presses keep",
           "[golden][alloc]") {
   // scripts/dev/golden/kvpress.py KVPRESS data/golden/kvpress-dump.h5 data/golden/kvpress-official.json
-  // (every prompt query in the dump; ties within a relative 1e-5 of the cutoff)
+  //   --add-o-proj 64
+  // (every prompt query in the dump, a random W_o; ties within a relative 1e-5 of a cutoff)
   check_golden("kvpress-official.json");
 }
 

@@ -21,8 +21,11 @@ TEST_CASE("registry: every method has a kind that resolution accepts", "[method]
       case MethodKind::eviction:
         r.eviction.budget = 0.5;
         CHECK(resolve_params(r).eviction() != nullptr);
-        CHECK(eviction_method_name(eviction_method(m.name).score.method, eviction_method(m.name).alloc) == m.name);
+      {
+        const EvictionParams e = eviction_method(m.name);
+        CHECK(eviction_method_name(e.score.method, e.alloc, e.critical) == m.name);
         break;
+      }
       case MethodKind::joint:
         CHECK(is_eviction_method(m.name));
         CHECK(eviction_method_name(ScoreMethod::snapkv, AllocMethod::joint) == "joint");

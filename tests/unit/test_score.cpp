@@ -5,6 +5,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/score/critical.h"
 #include "akv/score/expected_attention.h"
 #include "akv/score/kvzip.h"
 #include "akv/score/score.h"
@@ -355,4 +356,58 @@ TEST_CASE("kvzip: the softmax covers the sinks, the chunk and the repeat up to e
     }
   }
   CHECK(ref[0][3] == Approx(want).epsilon(1e-12));
+}
+
+TEST_CASE("CriticalKV's |W_o v|_1: by hand, and the fast path against the f64 reference", "[score][critical]") {
+  // One KV head, two query heads of d 2, hidden 2: v = (1, 2); head 0's slice is the identity
+  // (W_o v = (1, 2), L1 3), head 1's rows (0, 1) and (1, 1) (W_o v = (2, 3), L1 5): mean 4.
+  Tensor3 v(1, 1, 2);
+  v.at(0, 0, 0) = 1;
+  v.at(0, 0, 1) = 2;
+  RowMatrix wo(2, 4);
+  wo << 1, 0, 0, 1,
+        0, 1, 1, 1;
+  CHECK(projected_value_norms(v, wo, 2)[0][0] == 4.0);
+  CHECK(projected_value_norms_ref(v, wo, 2)[0][0] == 4.0);
+
+  // GQA 2, 300 tokens (more than one block of the fast path), hidden 24. Tolerance: 1e-5 of the
+  // sum of |v_i W_ji| (f32 products against f64).
+  Tensor3 value(2, 300, 16);
+  fill(value, 31, 1.0);
+  RowMatrix w(24, 4 * 16);
+  Rng r(32);
+  for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>(0.3 * r.normal());
+  const auto fast = projected_value_norms(value, w, 4, 1);
+  const auto ref = projected_value_norms_ref(value, w, 4);
+  CHECK(projected_value_norms(value, w, 4, 3) == fast);
+  for (std::size_t g = 0; g < 2; ++g) {
+    for (std::size_t t = 0; t < 300; ++t) {
+      double bound = 0;
+      for (std::size_t h = 2 * g; h < 2 * g + 2; ++h) {
+        for (Eigen::Index j = 0; j < w.rows(); ++j) {
+          for (std::size_t i = 0; i < 16; ++i) bound += std::abs(value.at(g, t, i) * w(j, static_cast<Eigen::Index>(h * 16 + i)));
+        }
+      }
+      INFO("kv head " << g << " token " << t);
+      CHECK(std::abs(fast[g][t] - ref[g][t]) <= 1e-5 * bound / 2);
+    }
+  }
+}
+
+TEST_CASE("CriticalKV's two stages: the best-scored first, then by (score + 1e-4) x norm", "[score][critical]") {
+  // Positions 0..4 scored 5..1, norms 1, 0.1, 1, 2, 10. Keep 3, the first 1 by score (position
+  // 0); weighed: 1: 0.40001, 2: 3.0003, 3: 4.0002, 4: 10.001 -> 4 and 3.
+  const std::vector<double> score = {5, 4, 3, 2, 1}, norm = {1, 0.1, 1, 2, 10};
+  std::vector<std::size_t> order = {0, 1, 2, 3, 4};
+  critical_select(order, 3, 1, score, norm);
+  CHECK(std::vector<std::size_t>(order.begin(), order.begin() + 3) == std::vector<std::size_t>{0, 4, 3});
+  // Stage 1 alone (first = keep) leaves the score order; equal weighed scores keep the earlier position.
+  order = {0, 1, 2, 3, 4};
+  critical_select(order, 2, 2, score, norm);
+  CHECK(order[0] == 0);
+  CHECK(order[1] == 1);
+  const std::vector<double> flat = {1, 1, 1}, ones = {1, 1, 1};
+  order = {2, 0, 1};
+  critical_select(order, 2, 0, flat, ones);
+  CHECK(order == std::vector<std::size_t>{0, 1, 2});
 }

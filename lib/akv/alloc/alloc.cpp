@@ -199,11 +199,9 @@ std::vector<std::size_t> adakv_with(TopCounts top, const SortedScores& s, std::s
   if (rule == CapacityRule::official ? total > total_available(s) : total >= total_available(s)) return all_of(s);
   std::vector<std::size_t> skip(s.size(), 0);
   if (rule == CapacityRule::kvpress) {
-    // Python's int(n_kept * alpha_safeguard); the forced tokens take the first protected places.
-    const auto safe = static_cast<std::size_t>(static_cast<double>(base + forced) * alpha);
     std::size_t used = 0;
     for (std::size_t h = 0; h < s.size(); ++h) {
-      skip[h] = std::min(safe > forced ? safe - forced : 0, s[h].size());
+      skip[h] = kvpress_protected(base, forced, alpha, s[h].size());
       used += skip[h];
     }
     std::vector<std::size_t> c = top(s, skip, total - std::min(total, used));
@@ -214,6 +212,12 @@ std::vector<std::size_t> adakv_with(TopCounts top, const SortedScores& s, std::s
 }
 
 }  // namespace
+
+std::size_t kvpress_protected(std::size_t base, std::size_t forced, double alpha, std::size_t selectable) {
+  // Python's int(n_kept * alpha_safeguard); the forced tokens take the first protected places.
+  const auto safe = static_cast<std::size_t>(static_cast<double>(base + forced) * alpha);
+  return std::min(safe > forced ? safe - forced : 0, selectable);
+}
 
 std::vector<std::size_t> allocate_adakv(const SortedScores& s, std::size_t base, double alpha, CapacityRule rule,
                                         std::size_t forced) {

@@ -45,6 +45,9 @@ std::vector<std::size_t> allocate_adakv(const SortedScores& sorted, std::size_t 
 std::vector<std::size_t> allocate_adakv_ref(const SortedScores& sorted, std::size_t base,
                                             double alpha, CapacityRule rule = CapacityRule::official,
                                             std::size_t forced = 0);
+// The kvpress rule's protected selectable tokens of a head that has `selectable` of them:
+// int((base + forced) * alpha) less its forced tokens.
+std::size_t kvpress_protected(std::size_t base, std::size_t forced, double alpha, std::size_t selectable);
 // The official rule for one head: round half to even of f32(f32(count * f32(1 - alpha)) +
 // f32(floor_capacity)), each f32 operation correctly rounded.
 std::size_t official_capacity(std::size_t count, double alpha, std::size_t floor_capacity);

@@ -145,7 +145,7 @@ std::string budgets_method(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
   }
-  return eviction_method_name(p.score.method, p.alloc);
+  return eviction_method_name(p.score.method, p.alloc, p.critical);
 }
 
 }  // namespace akv

@@ -19,6 +19,17 @@ bool is_forced(std::size_t t, std::size_t T, std::size_t sinks, std::size_t wind
   return t < sinks || t + window >= T;
 }
 
+// The allocator's base (selectable tokens per head) of each layer: PyramidKV's schedule for
+// pyramid and adakv-pyramid, else `base`.
+std::vector<std::size_t> layer_bases(const EvictionParams& p, AllocMethod alloc, std::size_t L, std::size_t base,
+                                     std::size_t T, std::size_t forced) {
+  if (alloc != AllocMethod::pyramid && alloc != AllocMethod::adakv_pyramid) return std::vector<std::size_t>(L, base);
+  if (p.capacity_rule == CapacityRule::exact_total) return pyramid_layer_budgets(L, base, p.beta, T - forced);
+  // KVCache-Factory's PyramidKVCluster: prompts shorter than twice the base get no pyramid.
+  if (alloc == AllocMethod::pyramid && T < 2 * base) return std::vector<std::size_t>(L, base);
+  return pyramid_layer_budgets_official(L, base, p.beta, T - forced);
+}
+
 }  // namespace
 
 std::size_t forced_tokens(std::size_t n_tokens, std::size_t sinks, std::size_t window) {
@@ -95,8 +106,19 @@ nlohmann::json EvictionPlan::summary_json() const {
           {"retained_mass_mean", retained_mean()}};
 }
 
+OutProjSource dump_out_proj(const DumpReader& dump) {
+  if (!dump.has_out_proj()) {
+    throw InvalidInput("CriticalKV weighs values by the attention output projection; this dump has none (write it "
+                       "with akv dump --out-proj, or /layers/L/o_proj with h5py)",
+                       {dump.path(), "/layers/0/o_proj", "missing"});
+  }
+  return [&dump](std::size_t l, RowMatrix& wo) { wo = dump.read_out_proj(l); };
+}
+
 EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int threads,
                            const ProgressFn& progress) {
+  // A budgets file may bring CriticalKV with its parameters: W_o whenever the dump has it.
+  const bool out_proj = p.critical || dump.has_out_proj();
   return plan_eviction(
       dump.meta(),
       [&](std::size_t l, Tensor3& query, Tensor3& key, Tensor3* value) {
@@ -104,18 +126,20 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
         dump.read_into(query, l, DumpField::query);
         if (value) dump.read_into(*value, l, DumpField::value);
       },
-      p, threads, progress);
+      p, threads, progress, nullptr, out_proj ? dump_out_proj(dump) : OutProjSource{});
 }
 
 EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
                            const EvictionParams& requested, int threads,
-                           const ProgressFn& progress, const TokenScores* given) {
+                           const ProgressFn& progress, const TokenScores* given, const OutProjSource& out_proj) {
   EvictionParams p = requested;
   std::vector<std::vector<std::size_t>> file_budgets;
+  AllocMethod planned = p.alloc;  // the allocator, a budgets file's own
   if (p.alloc == AllocMethod::file) {
     // Score options and sinks come from the file, so selection matches its allocation.
     BudgetsRead file = read_budgets(p.budgets_file, m);
     file_budgets = std::move(file.tokens);
+    planned = file.params.alloc;
     EvictionParams fp = file.params;
     fp.alloc = AllocMethod::file;
     fp.budgets_file = p.budgets_file;
@@ -131,6 +155,10 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
     if (given->size() != L || (*given)[0].size() != H || (*given)[0][0].size() != T) {
       throw std::logic_error("plan_eviction: the given scores do not match the shape");
     }
+  }
+  if (p.critical && !out_proj) {
+    throw UsageError("CriticalKV weighs values by the attention output projection: it needs a dump with "
+                     "/layers/L/o_proj or akv evaluate --model", {"", "--critical", "on"});
   }
   EvictionPlan plan;
   plan.params = p;
@@ -148,9 +176,15 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
   std::vector<std::vector<std::vector<std::size_t>>> order(L, std::vector<std::vector<std::size_t>>(H));
   std::vector<SortedScores> sorted(L, SortedScores(H));
   Tensor3 key, query, value;  // each layer in the previous one's storage
-  const bool values = score_reads_values(p.score);
+  const bool values = score_reads_values(p.score) || p.critical;
+  std::vector<std::vector<std::vector<double>>> out_norm(p.critical ? L : 0);  // [layer][kv head][token]
+  RowMatrix wo;
   for (std::size_t l = 0; l < L; ++l) {
     source(l, query, key, values ? &value : nullptr);
+    if (p.critical) {
+      out_proj(l, wo);
+      out_norm[l] = projected_value_norms(value, wo, m.n_heads, threads);
+    }
     parallel_for(H, threads, [&](std::size_t h) {
       scores[l][h] = score_head(query, key, h, m, p.score, values ? &value : nullptr, p.sinks);
       if (p.score.method == ScoreMethod::kvzip) scores[l][h].score = (*given)[l][h];
@@ -182,15 +216,7 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
       break;
     case AllocMethod::pyramid:
     case AllocMethod::adakv_pyramid: {
-      std::vector<std::size_t> layer;
-      if (p.capacity_rule == CapacityRule::exact_total) {
-        layer = pyramid_layer_budgets(L, base, p.beta, T - plan.forced);
-      } else if (p.alloc == AllocMethod::pyramid && T < 2 * base) {
-        // KVCache-Factory's PyramidKVCluster: prompts shorter than twice the base get no pyramid.
-        layer.assign(L, base);
-      } else {
-        layer = pyramid_layer_budgets_official(L, base, p.beta, T - plan.forced);
-      }
+      const std::vector<std::size_t> layer = layer_bases(p, p.alloc, L, base, T, plan.forced);
       for (std::size_t l = 0; l < L; ++l) {
         extra[l] = p.alloc == AllocMethod::pyramid ? allocate_uniform(sorted[l], layer[l])
                                                    : allocate_adakv(sorted[l], layer[l], p.alpha, p.capacity_rule, plan.forced);
@@ -216,6 +242,26 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
         for (std::size_t h = 0; h < H; ++h) extra[l][h] = file_budgets[l][h] - plan.forced;
       }
       break;
+  }
+  if (p.critical) {
+    // Stage 1 also keeps what kvpress's capacity rule protected (a budgets file: as its allocator did).
+    const bool protects = p.capacity_rule == CapacityRule::kvpress &&
+                          (planned == AllocMethod::adakv || planned == AllocMethod::adakv_pyramid ||
+                           planned == AllocMethod::adakv_global);
+    const std::size_t planned_base =
+        p.alloc == AllocMethod::file ? budget_per_head(p, m) - std::min(budget_per_head(p, m), plan.forced) : base;
+    const std::vector<std::size_t> layer_base =
+        protects ? layer_bases(p, planned, L, planned_base, T, plan.forced) : std::vector<std::size_t>(L, 0);
+    for (std::size_t l = 0; l < L; ++l) {
+      parallel_for(H, threads, [&](std::size_t h) {
+        const std::size_t budget = plan.forced + extra[l][h];
+        // Python's int(head_budget * first_stage_ratio), the forced tokens among them.
+        const auto stage1 = static_cast<std::size_t>(static_cast<double>(budget) * p.first_stage);
+        std::size_t first = stage1 > plan.forced ? stage1 - plan.forced : 0;
+        if (protects) first = std::max(first, kvpress_protected(layer_base[l], plan.forced, p.alpha, order[l][h].size()));
+        critical_select(order[l][h], extra[l][h], first, scores[l][h].score, out_norm[l][h]);
+      });
+    }
   }
   plan.heads.assign(L, std::vector<HeadPlan>(H));
   for (std::size_t l = 0; l < L; ++l) {

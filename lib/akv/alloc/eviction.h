@@ -17,6 +17,7 @@
 #include "akv/core/progress.h"
 #include "akv/io/dump.h"
 #include "akv/method/eviction_params.h"
+#include "akv/score/critical.h"
 #include "akv/score/kvzip.h"
 #include "akv/score/score.h"
 
@@ -57,16 +58,25 @@ std::size_t streaming_victim(const std::int32_t* position, const double* score, 
                              std::size_t sinks, std::int64_t newest, bool oldest);
 
 // Scores every layer (reading keys and queries a layer at a time), allocates and selects.
+// CriticalKV (p.critical) reads the dump's /layers/L/o_proj (InvalidInput naming it when absent).
 EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int threads,
                            const ProgressFn& progress);
+// A layer's output projection from a dump (DumpReader::read_out_proj); InvalidInput naming the file
+// and /layers/0/o_proj when the dump lacks it.
+OutProjSource dump_out_proj(const DumpReader& dump);
 // The same from any source of per-layer tensors: `source(l, query, key, value)` fills query
 // [n_heads, m.n_query, hd] (the last n_query positions) and key [n_kv_heads, m.n_tokens, hd], and
 // value (the keys' shape) when it is not nullptr: only for scores that read values
 // (score_reads_values).
 using LayerSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key, Tensor3* value)>;
 // `given`: the scores of a score the model computes (kvzip, [layer][kv head][token]); without
-// them such a score is refused (UsageError: a dump cannot run the model).
+// them such a score is refused (UsageError: a dump cannot run the model). `out_proj`: each layer's
+// W_o for CriticalKV (p.critical; UsageError without it); the source then also fills values.
+// CriticalKV: each head's budget b (forced tokens included) as the allocator set it; stage 1
+// keeps the forced tokens and the best-scored selectable ones up to floor(first_stage x b) (at
+// least those the kvpress capacity rule protected), stage 2 the rest (critical_select).
 EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source, const EvictionParams& p,
-                           int threads, const ProgressFn& progress, const TokenScores* given = nullptr);
+                           int threads, const ProgressFn& progress, const TokenScores* given = nullptr,
+                           const OutProjSource& out_proj = {});
 
 }  // namespace akv

@@ -113,6 +113,7 @@ std::string chunked_refusal(const CompressParams& m, std::size_t chunk) {
     case ScoreMethod::kvzip: return "kvzip reconstructs the whole context";
     default: break;
   }
+  if (e->critical) return "CriticalKV (critical=on) selects from a whole prompt";
   if (e->alloc == AllocMethod::joint || e->alloc == AllocMethod::file) return "joint plans and budgets files describe one whole prompt";
   if (!e->budget_fraction) return "a token budget describes one whole prompt: give --budget as a fraction";
   const auto b = static_cast<std::size_t>(std::llround(*e->budget_fraction * static_cast<double>(chunk)));
@@ -214,7 +215,8 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
         scores = &zip[static_cast<std::size_t>(std::find(sinks_used.begin(), sinks_used.end(), *kvzip_sinks[m]) -
                                                sinks_used.begin())];
       }
-      cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size(), scores});
+      cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size(), scores,
+                            [&model](std::size_t l, RowMatrix& wo) { wo = model.weights().layers[l].wo.to_f32(); }});
     });
     const auto last = pre.logits.row(pre.logits.rows() - 1);
     const std::uint64_t f32 = 4ull * 2 * prompts[i].size() * c.n_layers * c.n_kv_heads * c.head_dim;

@@ -156,6 +156,8 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   // Eviction first (a scoring pass over keys and queries), then one pass over K/V through the
   // method's own cache.
   const std::size_t phases = params.eviction() ? 2 : 1;
+  // CriticalKV reads W_o (a budgets file may bring it too): whenever the dump has it.
+  const bool out_proj = (params.eviction() && params.eviction()->critical) || dump.has_out_proj();
   const PromptPlan plan = plan_prompt(
       m,
       [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
@@ -163,9 +165,11 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
         dump.read_into(k, l, DumpField::key);
         if (v) dump.read_into(*v, l, DumpField::value);
       },
-      params, threads, [&](std::size_t done, std::size_t total) {
+      params, threads,
+      [&](std::size_t done, std::size_t total) {
         if (progress) progress(done, phases * total);
-      });
+      },
+      nullptr, out_proj ? dump_out_proj(dump) : OutProjSource{});
   report.header.params = plan.params;
   if (plan.eviction) report.eviction = plan.eviction->summary_json();
   const std::unique_ptr<KvPolicy> cache = make_stored_cache(plan.params, m.kv_shape(), threads);

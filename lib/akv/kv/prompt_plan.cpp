@@ -13,7 +13,8 @@ const std::vector<std::int32_t>& PromptPlan::kept(std::size_t layer, std::size_t
 }
 
 PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const CompressParams& params,
-                       int threads, const ProgressFn& progress, const TokenScores* given) {
+                       int threads, const ProgressFn& progress, const TokenScores* given,
+                       const OutProjSource& out_proj) {
   PromptPlan plan;
   plan.params = params;
   CompressParams& p = plan.params;
@@ -27,7 +28,7 @@ PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const Comp
   }
   plan.eviction = plan_eviction(
       m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) { source(l, q, k, v); }, *params.eviction(), threads,
-      progress, given);
+      progress, given, out_proj);
   p.mode = plan.eviction->params;
   if (plan.eviction->params.alloc == AllocMethod::file) {
     // Joint budgets carry per-head bits (and the quantizer they were measured with).

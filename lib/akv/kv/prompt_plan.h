@@ -38,8 +38,10 @@ struct PromptPlan {
 // are already set; a joint budgets file (--budgets from `akv allocate --method joint`) brings its
 // bits, group, residual and layout and needs --quant kivi (UsageError). Progress covers the
 // scoring pass.
-// `given`: the model's scores of a kvzip method ([layer][kv head][token]; alloc/eviction.h).
+// `given`: the model's scores of a kvzip method ([layer][kv head][token]; alloc/eviction.h);
+// `out_proj`: each layer's W_o for CriticalKV (alloc/eviction.h).
 PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const CompressParams& params,
-                       int threads, const ProgressFn& progress, const TokenScores* given = nullptr);
+                       int threads, const ProgressFn& progress, const TokenScores* given = nullptr,
+                       const OutProjSource& out_proj = {});
 
 }  // namespace akv

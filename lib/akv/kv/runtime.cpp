@@ -98,7 +98,7 @@ class RuntimePolicy : public KvPolicy {
             k = (*prompt.key)[l];
             if (v) *v = (*prompt.value)[l];
           },
-          *params_, threads_, {}, prompt.scores);
+          *params_, threads_, {}, prompt.scores, prompt.out_proj);
     }
     for (std::size_t l = 0; l < g_.n_layers; ++l) {
       store_layer(l, {&(*prompt.key)[l], &(*prompt.key_pre_rope)[l], &(*prompt.value)[l]}, plan ? &*plan : nullptr);

@@ -53,9 +53,11 @@ bool is_eviction_method(const std::string& name) {
   return m && evicts(*m);
 }
 
-std::string eviction_method_name(ScoreMethod score, AllocMethod alloc) {
+std::string eviction_method_name(ScoreMethod score, AllocMethod alloc, bool critical) {
   for (const MethodInfo& m : method_registry()) {
-    if (evicts(m) && (m.alloc == alloc && (m.score == score || alloc == AllocMethod::joint))) return m.name;
+    if (evicts(m) && m.critical == critical && m.alloc == alloc && (m.score == score || alloc == AllocMethod::joint)) {
+      return m.name;
+    }
   }
   return alloc_method_name(alloc);
 }
@@ -69,6 +71,8 @@ EvictionParams eviction_method(const std::string& name) {
   p.alloc = m->alloc;
   p.sinks = m->sinks;
   p.alpha = m->alpha;
+  p.critical = m->critical;
+  p.capacity_rule = m->capacity_rule;
   return p;
 }
 
@@ -80,6 +84,10 @@ void check_decode_compression(const EvictionParams& e) {
   }
   if (e.alloc != AllocMethod::uniform && e.alloc != AllocMethod::adakv) {
     throw UsageError("decode-time compression allocates uniform or adakv", {"", "--method", alloc_method_name(e.alloc)});
+  }
+  if (e.critical) {
+    throw UsageError("decode-time compression does not weigh values by the output projection (critical)",
+                     {"", "--critical", "on"});
   }
   if (e.target <= e.sinks + e.score.window) {
     throw InvalidInput("target must exceed the always-kept tokens (window " + std::to_string(e.score.window) +
@@ -131,6 +139,10 @@ nlohmann::json EvictionParams::to_json() const {
     j["every"] = every;
     j["target"] = target;
   }
+  if (critical) {
+    j["critical"] = true;
+    j["first_stage"] = first_stage;
+  }
   return j;
 }
 
@@ -167,6 +179,10 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     p.min_tokens = count("min_tokens", "min-tokens");
     p.step = count("step", "step");
     p.budgets_file = j.value("budgets_file", "");
+    if (j.contains("critical")) {
+      p.critical = j.at("critical").get<bool>();
+      p.first_stage = file_real(j, "first_stage", "first-stage", file, at + "first_stage");
+    }
     if (j.contains("every")) {
       p.every = count("every", "every");
       p.target = count("target", "target");

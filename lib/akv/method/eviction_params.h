@@ -48,6 +48,10 @@ struct EvictionParams {
   // Decode-time compression (the model's runtime cache only; 0 = none): every `every` decoded
   // tokens each KV head is cut back to `target` rows (kv/decode_compression.h).
   std::size_t every = 0, target = 0;
+  // CriticalKV (score/critical.h): scores weighed by |W_o v|_1, kept in two stages, the first
+  // keeping the best-scored floor(first_stage x budget) of each head.
+  bool critical = false;
+  double first_stage = 0.5;
 
   nlohmann::json to_json() const;
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
@@ -62,12 +66,14 @@ void check_decode_compression(const EvictionParams& e);
 // registry's rows of kind eviction and joint (method/registry.h):
 //   snapkv = snapkv + uniform, h2o = h2o + uniform, streamingllm = sinks 4 + recent,
 //   adakv = snapkv + adakv, waterfill = snapkv + waterfill, pyramid = snapkv + pyramid,
-//   adakv-pyramid, adakv-global = snapkv + adakv over all heads of all layers, joint.
+//   adakv-pyramid, adakv-global = snapkv + adakv over all heads of all layers, joint,
+//   critical-snapkv, critical-adakv = snapkv / adakv (capacity rule kvpress) + CriticalKV.
 std::vector<std::string> eviction_method_names();
 bool is_eviction_method(const std::string& name);
 EvictionParams eviction_method(const std::string& name);
 // The method of a score and an allocator (joint -> "joint"; otherwise the allocator's name when
 // no method pairs them, e.g. adakv with h2o scores).
-std::string eviction_method_name(ScoreMethod score, AllocMethod alloc);
+// critical: the CriticalKV methods' names (critical-snapkv, critical-adakv).
+std::string eviction_method_name(ScoreMethod score, AllocMethod alloc, bool critical = false);
 
 }  // namespace akv

@@ -60,6 +60,7 @@ std::string describe(const CompressParams& p) {
       out += " " + std::to_string(*e.budget_tokens) + " tokens";
     }
     if (e.every > 0) out += " every " + std::to_string(e.every) + " to " + std::to_string(e.target);
+    if (e.critical) out += " critical";
     out += " + ";
   }
   out += p.preset.empty() ? quantizer_name(p.method) : p.preset;
@@ -128,6 +129,18 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
   if (r.beta) e.beta = *r.beta;
   if (r.min_tokens) e.min_tokens = count(*r.min_tokens);
   if (r.step) e.step = count(*r.step);
+  if (r.critical) e.critical = *r.critical == "on";
+  if (r.first_stage) {
+    if (!e.critical) throw UsageError("first-stage sets CriticalKV's stage 1: add critical=on", {"", "--first-stage", format_number(*r.first_stage)});
+    e.first_stage = *r.first_stage;
+  }
+  if (e.critical) {
+    const ScoreMethod s = e.score.method;
+    if (e.alloc == AllocMethod::joint || s == ScoreMethod::h2o || s == ScoreMethod::streamingllm) {
+      throw UsageError("CriticalKV selects once from a whole prompt's scores: not with joint, h2o or streamingllm",
+                       {"", "--critical", e.alloc == AllocMethod::joint ? "on (joint)" : "on (" + score_method_name(s) + ")"});
+    }
+  }
   if (r.every.has_value() != r.target.has_value()) {
     throw UsageError("decode-time compression takes both every= and target=",
                      {"", r.every ? "--target" : "--every", "missing"});
@@ -221,7 +234,7 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
 bool EvictionRequest::any() const {
   return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
          gqa_reduce || alpha || capacity_rule || beta || min_tokens || step || score || future ||
-         covariance || vnorm || lag || every || target;
+         covariance || vnorm || lag || every || target || critical || first_stage;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {

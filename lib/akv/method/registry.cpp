@@ -48,6 +48,14 @@ MethodInfo eviction(const char* name, const char* help, ScoreMethod score, Alloc
   return m;
 }
 
+// A CriticalKV row (kvpress's CriticalKVPress / CriticalAdaKVPress over SnapKV's scores).
+MethodInfo critical(const char* name, const char* help, AllocMethod alloc, CapacityRule rule) {
+  MethodInfo m = eviction(name, help, ScoreMethod::snapkv, alloc);
+  m.capacity_rule = rule;
+  m.critical = true;
+  return m;
+}
+
 MethodInfo tier_preset(const char* name, const char* help, int bits, std::size_t hot) {
   MethodInfo m{name, MethodKind::tiered, help};
   m.bits_key = m.bits_value = bits;
@@ -104,6 +112,15 @@ const std::vector<MethodInfo>& method_registry() {
       eviction("pyramid", "PyramidKV: budgets decreasing from the first layer to the last", Sc::snapkv, A::pyramid),
       eviction("adakv-pyramid", "PyramidKV layer budgets spread over heads by Ada-KV", Sc::snapkv, A::adakv_pyramid),
       eviction("adakv-global", "Ada-KV across all heads of all layers", Sc::snapkv, A::adakv_global),
+      critical("critical-snapkv",
+               "CriticalKV (kvpress CriticalKVPress): SnapKV; each head keeps its best-scored half of the "
+               "budget, then the best by (score + 1e-4) x |W_o v|_1; needs the output projection (a dump's "
+               "o_proj, or the model)",
+               A::uniform, CapacityRule::official),
+      critical("critical-adakv",
+               "CriticalAdaKV (kvpress CriticalAdaKVPress): Ada-KV budgets by kvpress's rule, then "
+               "critical-snapkv's two stages in each head",
+               A::adakv, CapacityRule::kvpress),
       eviction("joint",
                "tokens and key/value bits per head under one byte budget (--budget as a fraction of f16; "
                "needs --quant kivi, or a budgets file from `akv allocate --method joint`)",
@@ -220,6 +237,15 @@ const std::vector<ParamInfo>& param_registry() {
        "lagkv: partition size in tokens (default 128)", 1, {}, false, false, {}, {}},
       {"vnorm", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.vnorm; }),
        "expected-attention: scores times the value norm (default on)", {}, {}, false, false, {}, {"on", "off"}},
+      {"critical", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.critical; }),
+       "CriticalKV's two stages under any score and allocator (default off; on for critical-snapkv, critical-adakv): "
+       "each head keeps its best-scored first-stage share of its budget, the rest by (score + 1e-4) x the L1 norm "
+       "of W_o v averaged over the group; needs the attention output projection (a dump's /layers/L/o_proj, or "
+       "evaluate --model); not with joint, h2o, streamingllm, --prefill-mode chunked or every=",
+       {}, {}, false, false, {}, {"on", "off"}},
+      {"first-stage", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.first_stage; }),
+       "CriticalKV: the share of each head's budget (forced tokens included) kept by score alone (default 0.5)",
+       0, 1, false, false, {}, {}},
       {"every", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.every; }),
        "decode-time compression (with target=; akv evaluate --model only): every N decoded tokens each KV head "
        "is cut back to target tokens, scored with the last W decode queries (kvpress's DecodingPress); snapkv, "

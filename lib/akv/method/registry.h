@@ -35,6 +35,8 @@ struct MethodInfo {
   AllocMethod alloc = AllocMethod::uniform;  // the budget allocator
   std::size_t sinks = 0;                     // and the default attention sinks
   double alpha = 0.2;                        // and Ada-KV's floor (kvzip's global top-k: 0)
+  CapacityRule capacity_rule = CapacityRule::official;  // and Ada-KV's capacities
+  bool critical = false;                     // and CriticalKV's two stages (score/critical.h)
 };
 
 // Every method, in the order help lists them. The reference `full` (kFullMethod: f32 K/V as the

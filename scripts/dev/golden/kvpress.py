@@ -5,7 +5,10 @@ KV head, as golden data for akv's tests (tests/unit/test_golden.cpp):
   KnormPress, KeyDiffPress, TOVAPress, ExpectedAttentionPress, LagKVPress  ->  knorm, keydiff,
   tova, expected-attention (compression ratio --ratio), lagkv (lag_size 32, compression ratio 0.5:
   past the sinks and the scored-1 tail); AdaKVPress over KnormPress (alpha_safeguard 0.2)  ->
-  adakv with score knorm and capacity rule kvpress (--ratio; kept: what its masked pairs leave)
+  adakv with score knorm and capacity rule kvpress (--ratio; kept: what its masked pairs leave);
+  CriticalKVPress and CriticalAdaKVPress (epsilon 1e-4, first_stage_ratio 0.5) over KnormPress and
+  over ExpectedAttentionPress(use_vnorm=False)  ->  critical-snapkv and critical-adakv with score
+  knorm / expected-attention (vnorm off); W_o from the dump's /layers/L/o_proj
 
   scripts/dev/golden/kvpress.py KVPRESS_CHECKOUT DUMP OUT.json [--ratio 0.75]
 
@@ -24,7 +27,10 @@ dump's. Nothing of kvpress is copied: OUT.json holds numbers only.
 
 For each head OUT.json also records the press's score of the lowest kept token (`cutoff`) and every
 position whose score lies within a relative 1e-5 of it (`tied`): akv scores in f64 and kvpress in
-f32, and topk leaves the order of equal scores open, so either side may keep any of them.
+f32, and topk leaves the order of equal scores open, so either side may keep any of them. For the
+CriticalKV presses `tied` holds the near-ties of both stages: the wrapped press's score near the
+lowest of the head's int(budget * 0.5) best (stage 1), and (score + 1e-4) * |W_o v|_1 near the lowest
+kept by it (stage 2).
 """
 import argparse
 import importlib
@@ -85,15 +91,115 @@ class Attention:
 
     def __init__(self, n_heads, n_kv, head_dim, theta):
         self.head_dim = head_dim
+        self.num_key_value_groups = n_heads // n_kv
         self.config = types.SimpleNamespace(num_attention_heads=n_heads, num_key_value_heads=n_kv,
-                                            _attn_implementation="sdpa")
+                                            head_dim=head_dim, _attn_implementation="sdpa")
         self.theta = theta
+        self.o_proj = None  # per layer: types.SimpleNamespace(weight=[hidden, n_heads * head_dim])
+
+    def set_o_proj(self, weight):
+        self.o_proj = types.SimpleNamespace(weight=weight)
+        self.config.hidden_size = weight.shape[0]
 
     def q_proj(self, hidden_states):
         return hidden_states
 
     def rotary_emb(self, x, position_ids):
         return rope_cos_sin(self.theta, self.head_dim, position_ids, x.dtype)
+
+
+def add_o_proj(path, hidden, seed):
+    """Writes /layers/L/o_proj [hidden, n_heads * head_dim] (f32, N(0, 1 / (n_heads * head_dim)), numpy's
+    default_rng(seed) over the layers in order) into the dump when it has none."""
+    with h5py.File(path, "r+") as f:
+        if "o_proj" in f["layers/0"]:
+            return
+        cols = int(f.attrs["n_heads"]) * int(f.attrs["head_dim"])
+        rng = np.random.default_rng(seed)
+        for layer in range(int(f.attrs["n_layers"])):
+            f[f"layers/{layer}/o_proj"] = (rng.standard_normal((hidden, cols)) / math.sqrt(cols)).astype(np.float32)
+
+
+def layer_inputs(f, layer, n, n_heads, n_kv, d, cos, sin):
+    """The dump's keys, values (f32), the presses' hidden states (queries with RoPE undone) and TOVA's
+    attentions of the last query."""
+    key = torch.from_numpy(f[f"layers/{layer}/key"][...].astype(np.float32))[None]
+    value = torch.from_numpy(f[f"layers/{layer}/value"][...].astype(np.float32))[None]
+    query = torch.from_numpy(f[f"layers/{layer}/query"][...].astype(np.float64))[None]
+    if query.shape[2] != n:
+        sys.exit("the dump must hold every prompt query (n_query = n_tokens)")
+    pre = query * cos[:, None] - rotate_half(query) * sin[:, None]  # RoPE undone
+    hidden = pre.transpose(1, 2).reshape(1, n, n_heads * d).float()
+    last = query[:, :, -1:].float()
+    attentions = torch.softmax(torch.matmul(last, repeat_kv(key, n_heads // n_kv).transpose(2, 3))
+                               / math.sqrt(d), dim=-1, dtype=torch.float32)
+    return key, value, hidden, attentions
+
+
+def near(values, cutoff, positions):
+    return {int(t) for t in positions if abs(float(values[t]) - cutoff) <= TIE * abs(cutoff)}
+
+
+def critical_entries(f, module, ratio, shape, cos, sin, checkout):
+    """CriticalKVPress and CriticalAdaKVPress over KnormPress and ExpectedAttentionPress(use_vnorm=False)."""
+    n_layers, n_heads, n_kv, d, n = shape
+    critical = importlib.import_module("kvpress.presses.criticalkv_press")
+    knorm = importlib.import_module("kvpress.presses.knorm_press").KnormPress
+    ea = importlib.import_module("kvpress.presses.expected_attention_press").ExpectedAttentionPress
+    inner = {  # akv score: (press factory, sinks, options, akv options)
+        "knorm": (lambda: knorm(compression_ratio=ratio), 0, {}, {}),
+        "expected-attention": (lambda: ea(compression_ratio=ratio, n_future_positions=512, n_sink=4, use_vnorm=False),
+                               4, {"n_future_positions": 512, "n_sink": 4, "use_vnorm": False}, {"vnorm": False}),
+    }
+    entries = {}
+    for method, ada in (("critical-snapkv", False), ("critical-adakv", True)):
+        for score_name, (make, sinks, options, akv_options) in inner.items():
+            scorer = make()
+            press = critical.CriticalAdaKVPress(scorer, alpha_safeguard=0.2) if ada else critical.CriticalKVPress(scorer)
+            n_kept = int(n * (1 - ratio))
+            layers = []
+            for layer in range(n_layers):
+                module.set_o_proj(torch.from_numpy(f[f"layers/{layer}/o_proj"][...].astype(np.float32)))
+                key, value, hidden, attentions = layer_inputs(f, layer, n, n_heads, n_kv, d, cos, sin)
+                base = scorer.score(module, hidden, key, value, attentions, {})[0].numpy()
+                norm = critical.CriticalKVPress.vwl1norm(value, module)[0].numpy()
+                weighed = (base + 1e-4) * norm
+                if ada:
+                    press.compress(module, hidden, key, value, attentions, {})
+                    _, mh, mt = module.masked_key_indices
+                    masked = {(int(a), int(b)) for a, b in zip(mh, mt)}
+                    kept_sets = [[t for t in range(n) if (h, t) not in masked] for h in range(n_kv)]
+                else:
+                    kept_keys, _ = press.compress(module, hidden, key, value, attentions, {})
+                    kept_sets = [sorted(int(np.flatnonzero((key[0, h].numpy() == row).all(axis=1))[0])
+                                        for row in kept_keys[0, h].numpy()) for h in range(n_kv)]
+                heads = []
+                for h in range(n_kv):
+                    kept = kept_sets[h]
+                    budget = len(kept)
+                    first = int(budget * 0.5) if ada else int((1 - ratio) * n * 0.5)
+                    if ada:
+                        first = max(first, int(n_kept * 0.2))
+                    order = np.argsort(-base[h], kind="stable")
+                    stage1 = [int(t) for t in order[:first]]
+                    selectable = [t for t in range(sinks, n)]
+                    c1 = float(base[h][stage1[-1]])
+                    stage2 = [t for t in kept if t not in set(stage1) and t >= sinks]
+                    tied = near(base[h], c1, selectable)
+                    cutoff = c1
+                    if stage2:
+                        cutoff = min(float(weighed[h][t]) for t in stage2)
+                        tied |= near(weighed[h], cutoff, selectable)
+                    heads.append({"kept": kept, "budget": budget, "cutoff": cutoff, "tied": sorted(tied)})
+                layers.append(heads)
+            name = ("CriticalAdaKVPress" if ada else "CriticalKVPress") + f"({type(scorer).__name__})"
+            entry = {"method": method, "score": score_name, "reference": f"NVIDIA/kvpress {name}",
+                     "commit": commit_of(checkout), "options": {**options, "epsilon": 1e-4, "first_stage_ratio": 0.5},
+                     "budget": 1 - ratio, "window": 0, "sinks": sinks, "layers": layers, **akv_options}
+            if ada:
+                entry.update({"capacity_rule": "kvpress", "alpha": 0.2})
+            entries[f"{method}/{score_name}"] = entry
+    return entries
 
 
 def commit_of(checkout):
@@ -107,7 +213,11 @@ def main():
     ap.add_argument("dump")
     ap.add_argument("out")
     ap.add_argument("--ratio", type=float, default=0.75, help="kvpress compression_ratio (akv budget 1 - ratio)")
+    ap.add_argument("--add-o-proj", type=int, metavar="HIDDEN",
+                    help="first write a random /layers/L/o_proj [HIDDEN, n_heads * head_dim] into the dump (seed 5)")
     args = ap.parse_args()
+    if args.add_o_proj:
+        add_o_proj(args.dump, args.add_o_proj, 5)
     stand_ins(args.kvpress)
     presses = {  # press, options, akv's window, sinks, compression ratio
         "knorm": (importlib.import_module("kvpress.presses.knorm_press").KnormPress, {}, 0, 0, args.ratio),
@@ -138,16 +248,7 @@ def main():
             scorer = press.press if cls is None else press
             layers = []
             for layer in range(n_layers):
-                key = torch.from_numpy(f[f"layers/{layer}/key"][...].astype(np.float32))[None]
-                value = torch.from_numpy(f[f"layers/{layer}/value"][...].astype(np.float32))[None]
-                query = torch.from_numpy(f[f"layers/{layer}/query"][...].astype(np.float64))[None]
-                if query.shape[2] != n:
-                    sys.exit("the dump must hold every prompt query (n_query = n_tokens)")
-                pre = query * cos[:, None] - rotate_half(query) * sin[:, None]  # RoPE undone
-                hidden = pre.transpose(1, 2).reshape(1, n, n_heads * d).float()
-                last = query[:, :, -1:].float()
-                attentions = torch.softmax(torch.matmul(last, repeat_kv(key, n_heads // n_kv).transpose(2, 3))
-                                           / math.sqrt(d), dim=-1, dtype=torch.float32)
+                key, value, hidden, attentions = layer_inputs(f, layer, n, n_heads, n_kv, d, cos, sin)
                 score = scorer.score(module, hidden, key, value, attentions, {})[0].numpy()
                 kept_keys, _ = press.compress(module, hidden, key, value, attentions, {})
                 masked = set()
@@ -175,6 +276,9 @@ def main():
                 out["methods"][method].update({"score": "knorm", "capacity_rule": "kvpress", "alpha": 0.2})
             if "lag_size" in options:
                 out["methods"][method]["lag"] = options["lag_size"]
+        if "o_proj" in f["layers/0"]:
+            out["methods"].update(critical_entries(f, module, args.ratio, (n_layers, n_heads, n_kv, d, n), cos, sin,
+                                                   args.kvpress))
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 
 
