@@ -71,6 +71,14 @@ expect_error "lagkv's flag on another score" 1 "--lag = 16" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m tova --budget 0.2 --lag 16
 expect_error "kvzip needs the model (no dump mode)" 1 "evaluate --model only" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m kvzip --budget 0.3
+expect_error "kvzip's KVzip+ flag on another score" 1 "--plus = on" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m knorm --budget 0.2 --plus on
+expect_error "CriticalKV's first stage without critical=on" 1 "--first-stage = 0.3" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m snapkv --budget 0.2 --window 16 --first-stage 0.3
+expect_error "CriticalKV with a streaming score" 1 "--critical = on \(h2o\)" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m h2o --budget 0.2 --window 16 --critical on
+expect_error "CriticalKV on a synthetic dump (no o_proj)" 2 "/layers/0/o_proj = missing" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m critical-snapkv --budget 0.2 --window 16
 expect_error "joint scores with snapkv only" 1 "--score = tova" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m joint --score tova --budget 0.3 --quant kivi --window 16
 expect_error "unknown score in a spec" 2 "score = lru" \

@@ -71,15 +71,17 @@ expect "passkey --query-agnostic: kvzip" 0 "" \
   --methods kvzip:budget=0.25 --json -o "$TMP/kvzip.json"
 expect_equal "kvzip 0.25, question decoded after compression: every needle" "$(accuracy "$TMP/kvzip.json" kvzip:budget=0.25)" "0:1 0.5:1"
 printf '1 2 3 4 5 6 7 8 9 10\n' >"$TMP/t10.txt"
-# Two kvzip methods with different sinks in one run: each scored with its own (the sinks are in the
-# reconstruction's softmax), as when run alone.
+# Three kvzip methods in one run, other sinks and KVzip+ (plus=on): each scored with its own
+# reconstruction (the sinks are in its softmax, KVzip+ weighs it), as when run alone.
 "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0.5 --trials 1 --query-agnostic \
-  --methods kvzip:budget=0.1,kvzip:budget=0.1:sinks=0 --json -o "$TMP/kvzip2.json"
-"$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0.5 --trials 1 --query-agnostic \
-  --methods kvzip:budget=0.1:sinks=0 --json -o "$TMP/kvzip0.json"
-same=$("$PY" -c 'import json,sys; k="kvzip:budget=0.1:sinks=0"; f=lambda p: [m for m in json.load(open(p))["methods"] if m["method"] == k][0]
-print(f(sys.argv[1]) == f(sys.argv[2]))' "$TMP/kvzip2.json" "$TMP/kvzip0.json")
-expect_equal "kvzip with other sinks beside kvzip: as when run alone" "$same" "True"
+  --methods kvzip:budget=0.1,kvzip:budget=0.1:sinks=0,kvzip:budget=0.1:plus=on --json -o "$TMP/kvzip2.json"
+for k in kvzip:budget=0.1:sinks=0 kvzip:budget=0.1:plus=on; do
+  "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0.5 --trials 1 --query-agnostic \
+    --methods "$k" --json -o "$TMP/kvzip0.json"
+  same=$("$PY" -c 'import json,sys; k=sys.argv[3]; f=lambda p: [m for m in json.load(open(p))["methods"] if m["method"] == k][0]
+print(f(sys.argv[1]) == f(sys.argv[2]))' "$TMP/kvzip2.json" "$TMP/kvzip0.json" "$k")
+  expect_equal "$k beside kvzip: as when run alone" "$same" "True"
+done
 expect_error "kvzip needs the tokenizer for its repeat prompt" 1 "repeat prompt" \
   "$AKV" -q evaluate --model "$M" --tokens "$TMP/t10.txt" --methods kvzip:budget=0.5
 expect_error "--query-agnostic needs --task passkey" 1 "--query-agnostic needs --task passkey" \

@@ -88,6 +88,69 @@ void check_kivi_part(const PackedTensor& mine, const nlohmann::json& want, std::
   CHECK(differ == 0);
 }
 
+// KVzip's golden file `file` (scripts/dev/golden/kvpress_kvzip.py) on stories260K: every score
+// within 1e-4 relative, and the kept pairs equal but within 1e-4 of the cutoff.
+void check_kvzip_golden(const std::string& file) {
+  std::ifstream in(kGolden + file);
+  REQUIRE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const Model model = load_llama2c(test::shared_dir() + "/models/stories260K.bin");
+  const auto context = g["context"].get<std::vector<std::int32_t>>();
+  const KvzipPrompts prompts{g["prompts"]["first"].get<std::vector<std::int32_t>>(),
+                             g["prompts"]["later"].get<std::vector<std::int32_t>>(),
+                             g["prompts"]["suffix"].get<std::vector<std::int32_t>>()};
+  const std::size_t n = context.size(), sinks = g["n_sink"].get<std::size_t>();
+  const TokenScores mine = kvzip_scores(model, context, prompts, sinks, 2, g["chunk"].get<std::size_t>(),
+                                        g.value("kvzip_plus_normalization", false));
+  // Scores: torch and akv run the same f32 forward in another order.
+  const nlohmann::json& layers = g["layers"];
+  REQUIRE(layers.size() == mine.size());
+  std::vector<double> all;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    for (std::size_t h = 0; h < layers[l].size(); ++h) {
+      const auto want = layers[l][h]["score"].get<std::vector<double>>();
+      REQUIRE(want.size() == n);
+      for (std::size_t t = 0; t < n; ++t) {
+        INFO("layer " << l << " head " << h << " token " << t);
+        CHECK(mine[l][h][t] == Approx(want[t]).epsilon(1e-4).margin(1e-7));
+        all.push_back(want[t]);
+      }
+    }
+  }
+  // Kept: kvpress prunes the int(ratio * numel) lowest (head, token) pairs over all layers, sinks
+  // included (its sink scores are overwritten by the first chunk's); akv's kvzip without forced
+  // sinks (sinks 0) is the same global top-k. Pairs kept by one side only lie within 1e-4 of the
+  // cutoff score.
+  std::sort(all.begin(), all.end(), std::greater<double>());
+  const std::size_t kept_total = all.size() - static_cast<std::size_t>(g["ratio"].get<double>() * static_cast<double>(all.size()));
+  const double cutoff = all[kept_total - 1];
+  KvWindow m;
+  m.kv_shape() = model.config().kv_shape();
+  m.n_tokens = n;
+  m.n_query = n;
+  EvictionParams p = eviction_method("kvzip");
+  p.score.plus = g.value("kvzip_plus_normalization", false);
+  p.sinks = 0;
+  p.budget_fraction = 1.0 - g["ratio"].get<double>();
+  const PrefillResult pre = model.prefill(context, false, 1);
+  const EvictionPlan plan = plan_eviction(
+      m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3*) { q = pre.query[l]; k = pre.key[l]; }, p, 1, {}, &mine);
+  CHECK(plan.total_tokens() == kept_total);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    for (std::size_t h = 0; h < layers[l].size(); ++h) {
+      const auto kept = layers[l][h]["kept"].get<std::vector<std::int32_t>>();
+      const auto want = layers[l][h]["score"].get<std::vector<double>>();
+      std::vector<std::int32_t> differ;
+      std::set_symmetric_difference(plan.heads[l][h].kept.begin(), plan.heads[l][h].kept.end(), kept.begin(),
+                                    kept.end(), std::back_inserter(differ));
+      for (std::int32_t t : differ) {
+        INFO("layer " << l << " head " << h << " token " << t << " kept by one side only");
+        CHECK(std::fabs(want[static_cast<std::size_t>(t)] - cutoff) <= 1e-4 * cutoff);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("KIVI: codes, scales, zeros and the residual split equal the official quantizer's", "[golden][quant]") {
@@ -151,60 +214,17 @@ TEST_CASE("KVzip: scores and kept tokens equal kvpress's KVzipPress on stories26
     WARN("skipped: " << test::shared_dir() << "/models/stories260K.bin not found (set AKV_SHARED_DIR)");
     return;
   }
-  std::ifstream in(kGolden + "kvzip-official.json");
-  REQUIRE(in);
-  const nlohmann::json g = nlohmann::json::parse(in);
-  const Model model = load_llama2c(test::shared_dir() + "/models/stories260K.bin");
-  const auto context = g["context"].get<std::vector<std::int32_t>>();
-  const KvzipPrompts prompts{g["prompts"]["first"].get<std::vector<std::int32_t>>(),
-                             g["prompts"]["later"].get<std::vector<std::int32_t>>(),
-                             g["prompts"]["suffix"].get<std::vector<std::int32_t>>()};
-  const std::size_t n = context.size(), sinks = g["n_sink"].get<std::size_t>();
-  const TokenScores mine = kvzip_scores(model, context, prompts, sinks, 2, g["chunk"].get<std::size_t>());
-  // Scores: torch and akv run the same f32 forward in another order.
-  const nlohmann::json& layers = g["layers"];
-  REQUIRE(layers.size() == mine.size());
-  std::vector<double> all;
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    for (std::size_t h = 0; h < layers[l].size(); ++h) {
-      const auto want = layers[l][h]["score"].get<std::vector<double>>();
-      REQUIRE(want.size() == n);
-      for (std::size_t t = 0; t < n; ++t) {
-        INFO("layer " << l << " head " << h << " token " << t);
-        CHECK(mine[l][h][t] == Approx(want[t]).epsilon(1e-4).margin(1e-7));
-        all.push_back(want[t]);
-      }
-    }
+  check_kvzip_golden("kvzip-official.json");
+}
+
+TEST_CASE("KVzip+: scores and kept tokens equal kvpress's KVzipPress with kvzip_plus_normalization (stories260K)",
+          "[golden][alloc]") {
+  // scripts/dev/golden/kvpress_kvzip.py KVPRESS stories260K.bin stories260K-samples.txt
+  // data/golden/kvzip-plus-official.json --plus: each repeat query's attention divided by the norm
+  // of its attention input, each key's multiplied by |W_o v|_2 of the query head.
+  if (!test::have_shared()) {
+    WARN("skipped: " << test::shared_dir() << "/models/stories260K.bin not found (set AKV_SHARED_DIR)");
+    return;
   }
-  // Kept: kvpress prunes the int(ratio * numel) lowest (head, token) pairs over all layers, sinks
-  // included (its sink scores are overwritten by the first chunk's); akv's kvzip without forced
-  // sinks (sinks 0) is the same global top-k. Pairs kept by one side only lie within 1e-4 of the
-  // cutoff score.
-  std::sort(all.begin(), all.end(), std::greater<double>());
-  const std::size_t kept_total = all.size() - static_cast<std::size_t>(g["ratio"].get<double>() * static_cast<double>(all.size()));
-  const double cutoff = all[kept_total - 1];
-  KvWindow m;
-  m.kv_shape() = model.config().kv_shape();
-  m.n_tokens = n;
-  m.n_query = n;
-  EvictionParams p = eviction_method("kvzip");
-  p.sinks = 0;
-  p.budget_fraction = 1.0 - g["ratio"].get<double>();
-  const PrefillResult pre = model.prefill(context, false, 1);
-  const EvictionPlan plan = plan_eviction(
-      m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3*) { q = pre.query[l]; k = pre.key[l]; }, p, 1, {}, &mine);
-  CHECK(plan.total_tokens() == kept_total);
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    for (std::size_t h = 0; h < layers[l].size(); ++h) {
-      const auto kept = layers[l][h]["kept"].get<std::vector<std::int32_t>>();
-      const auto want = layers[l][h]["score"].get<std::vector<double>>();
-      std::vector<std::int32_t> differ;
-      std::set_symmetric_difference(plan.heads[l][h].kept.begin(), plan.heads[l][h].kept.end(), kept.begin(),
-                                    kept.end(), std::back_inserter(differ));
-      for (std::int32_t t : differ) {
-        INFO("layer " << l << " head " << h << " token " << t << " kept by one side only");
-        CHECK(std::fabs(want[static_cast<std::size_t>(t)] - cutoff) <= 1e-4 * cutoff);
-      }
-    }
-  }
+  check_kvzip_golden("kvzip-plus-official.json");
 }

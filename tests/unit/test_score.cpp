@@ -411,3 +411,53 @@ TEST_CASE("CriticalKV's two stages: the best-scored first, then by (score + 1e-4
   critical_select(order, 2, 0, flat, ones);
   CHECK(order == std::vector<std::size_t>{0, 1, 2});
 }
+
+TEST_CASE("KVzip+: each probability over its query row's input norm, times the query head's value norm",
+          "[score][kvzip]") {
+  // Zero queries again (probabilities 0.2 and 1/6 per repeat row for the chunk [2, 5)); input
+  // norms 2 (repeat row 6) and 0.5 (row 7); query head 0's value norms 1, 1, 1, head 1's 1, 3, 1.
+  // Token 3: max(0.2 / 2, 1/6 / 0.5) x max over heads of (1, 3) = 1/3 x 3 = 1; tokens 2, 4: 1/3.
+  KvShape s;
+  s.n_layers = 1;
+  s.n_heads = 2;
+  s.n_kv_heads = 1;
+  s.head_dim = 4;
+  Tensor3 q(2, 8, 4), k(1, 8, 4);
+  fill(k, 14, 1.0);
+  const std::vector<double> input = {1, 1, 1, 1, 1, 1, 2, 0.5};
+  const std::vector<std::vector<double>> out = {{1, 1, 1}, {1, 3, 1}};
+  std::vector<std::vector<double>> score(1, std::vector<double>(6, 0.0)), ref = score;
+  kvzip_chunk_scores(q, k, s, 6, 2, 5, 1, score, {&input, &out});
+  CHECK(score[0][2] == Approx(1.0 / 3.0).epsilon(1e-12));
+  CHECK(score[0][3] == Approx(1.0).epsilon(1e-12));
+  CHECK(score[0][4] == Approx(1.0 / 3.0).epsilon(1e-12));
+  // Random queries: the fast path against the reference, with the same weights.
+  fill(q, 16, 1.5);
+  kvzip_chunk_scores(q, k, s, 6, 2, 5, 1, score, {&input, &out});
+  kvzip_chunk_scores_ref(q, k, s, 6, 2, 5, 1, ref, {&input, &out});
+  for (std::size_t t = 2; t < 5; ++t) CHECK(score[0][t] == Approx(ref[0][t]).epsilon(1e-5));
+  const std::vector<std::vector<double>> short_out = {{1, 1}, {1, 1}};
+  CHECK_THROWS_AS(kvzip_chunk_scores(q, k, s, 6, 2, 5, 1, score, {&input, &short_out}), std::logic_error);
+}
+
+TEST_CASE("head_value_out_norms: L2 by hand, and the fast path against the f64 reference", "[score][kvzip]") {
+  // v = (1, 2) through head 1's rows (0, 1), (1, 1): (2, 3), L2 sqrt(13).
+  Tensor3 v(1, 1, 2);
+  v.at(0, 0, 0) = 1;
+  v.at(0, 0, 1) = 2;
+  RowMatrix wo(2, 4);
+  wo << 1, 0, 0, 1,
+        0, 1, 1, 1;
+  CHECK(head_value_out_norms(v, wo, 2, 2)[1][0] == Approx(std::sqrt(13.0)).epsilon(1e-12));
+  CHECK(head_value_out_norms_ref(v, wo, 2, 2)[0][0] == Approx(std::sqrt(5.0)).epsilon(1e-12));
+  Tensor3 value(2, 200, 16);
+  fill(value, 33, 1.0);
+  RowMatrix w(24, 4 * 16);
+  Rng r(34);
+  for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>(0.3 * r.normal());
+  const auto fast = head_value_out_norms(value, w, 4, 2, 2), ref = head_value_out_norms_ref(value, w, 4, 2);
+  for (std::size_t h = 0; h < 4; ++h) {
+    for (std::size_t t = 0; t < 200; ++t) CHECK(fast[h][t] == Approx(ref[h][t]).epsilon(1e-5));
+  }
+  CHECK_THROWS_AS(head_value_out_norms(value, w, 4, 3), std::logic_error);
+}

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "akv/core/parallel.h"
+#include "akv/score/critical.h"
 
 namespace akv {
 
@@ -15,7 +16,7 @@ KvzipPrompts kvzip_prompts(const Tokenizer& tok) {
 }
 
 TokenScores kvzip_scores(const Model& model, const std::vector<std::int32_t>& context, const KvzipPrompts& prompts,
-                         std::size_t sinks, int threads, std::size_t chunk) {
+                         std::size_t sinks, int threads, std::size_t chunk, bool plus) {
   const ModelConfig& c = model.config();
   const std::size_t n = context.size();
   TokenScores scores(c.n_layers, std::vector<std::vector<double>>(c.n_kv_heads, std::vector<double>(n, 0.0)));
@@ -31,7 +32,19 @@ TokenScores kvzip_scores(const Model& model, const std::vector<std::int32_t>& co
                   context.begin() + static_cast<std::ptrdiff_t>(end));
     const PrefillResult pre = model.prefill(tokens, false, threads);
     parallel_for(c.n_layers, threads, [&](std::size_t l) {
-      kvzip_chunk_scores(pre.query[l], pre.key[l], c.kv_shape(), n, start, end, sinks, scores[l]);
+      if (!plus) {
+        kvzip_chunk_scores(pre.query[l], pre.key[l], c.kv_shape(), n, start, end, sinks, scores[l]);
+        return;
+      }
+      // KVzip+: ||W_o[h] v_t|| of the chunk's tokens for every query head.
+      const Tensor3& value = pre.value[l];
+      Tensor3 chunk_value(value.dim0(), end - start, value.dim2());
+      for (std::size_t h = 0; h < value.dim0(); ++h) {
+        std::copy_n(value.row(h, start), (end - start) * value.dim2(), chunk_value.row(h, 0));
+      }
+      const auto out = head_value_out_norms(chunk_value, model.weights().layers[l].wo.to_f32(), c.n_heads, 2);
+      kvzip_chunk_scores(pre.query[l], pre.key[l], c.kv_shape(), n, start, end, sinks, scores[l],
+                         {&pre.input_norm[l], &out});
     });
   }
   return scores;

@@ -27,9 +27,10 @@ struct KvzipPrompts {
 KvzipPrompts kvzip_prompts(const Tokenizer& tok);
 
 // Scores [layer][kv head][token] of the context (the whole prompt, BOS included), `sinks` the
-// first tokens each repeat query also attends to (kvpress's n_sink). Runs on `threads`; the
-// scores do not depend on them.
+// first tokens each repeat query also attends to (kvpress's n_sink); `plus`: KVzip+'s
+// normalization (score/kvzip.h; W_o dequantized to f32 per layer and chunk). Runs on `threads`;
+// the scores do not depend on them.
 TokenScores kvzip_scores(const Model& model, const std::vector<std::int32_t>& context, const KvzipPrompts& prompts,
-                         std::size_t sinks, int threads, std::size_t chunk = kKvzipChunk);
+                         std::size_t sinks, int threads, std::size_t chunk = kKvzipChunk, bool plus = false);
 
 }  // namespace akv

@@ -187,33 +187,34 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
   out.last_logits.resize(n * n_methods);
   out.peak_bytes.resize(n * n_methods);
   // Prefill of prompt i on `inner` threads, then its caches on `ingest` threads.
-  // kvzip methods: the reconstruction pass scores each prompt once per distinct sinks (they are
-  // part of its softmax).
-  std::vector<std::optional<std::size_t>> kvzip_sinks(n_methods);  // per method
-  std::vector<std::size_t> sinks_used;
+  // kvzip methods: the reconstruction pass scores each prompt once per distinct (sinks, KVzip+)
+  // (the sinks are part of its softmax).
+  using ZipKey = std::pair<std::size_t, bool>;
+  std::vector<std::optional<ZipKey>> kvzip_key(n_methods);  // per method
+  std::vector<ZipKey> keys_used;
   for (std::size_t m = 0; m < n_methods; ++m) {
     const auto& p = methods[m];
     if (!p || !p->eviction() || p->eviction()->score.method != ScoreMethod::kvzip) continue;
-    kvzip_sinks[m] = p->eviction()->sinks;
-    if (std::find(sinks_used.begin(), sinks_used.end(), p->eviction()->sinks) == sinks_used.end()) {
-      sinks_used.push_back(p->eviction()->sinks);
-    }
+    kvzip_key[m] = ZipKey{p->eviction()->sinks, p->eviction()->score.plus};
+    if (std::find(keys_used.begin(), keys_used.end(), *kvzip_key[m]) == keys_used.end()) keys_used.push_back(*kvzip_key[m]);
   }
-  if (!sinks_used.empty() && !options.kvzip) {
+  if (!keys_used.empty() && !options.kvzip) {
     throw UsageError("kvzip writes its repeat prompt with the model's tokenizer: use text (--text, or a passkey "
                      "or ruler task in text mode)", {"", "--methods", "kvzip"});
   }
   auto one = [&](std::size_t i, int inner, int ingest) {
     const PrefillResult pre = model.prefill(prompts[i], false, inner);
-    std::vector<TokenScores> zip;  // [index in sinks_used]
-    for (std::size_t sinks : sinks_used) zip.push_back(kvzip_scores(model, prompts[i], *options.kvzip, sinks, inner));
+    std::vector<TokenScores> zip;  // [index in keys_used]
+    for (const auto& [sinks, plus] : keys_used) {
+      zip.push_back(kvzip_scores(model, prompts[i], *options.kvzip, sinks, inner, kKvzipChunk, plus));
+    }
     parallel_for(n_methods, ingest, [&](std::size_t m) {
       auto& cache = out.caches[i * n_methods + m];
       cache = make_kv_policy(methods[m], g, 1);
       const TokenScores* scores = nullptr;
-      if (kvzip_sinks[m]) {
-        scores = &zip[static_cast<std::size_t>(std::find(sinks_used.begin(), sinks_used.end(), *kvzip_sinks[m]) -
-                                               sinks_used.begin())];
+      if (kvzip_key[m]) {
+        scores = &zip[static_cast<std::size_t>(std::find(keys_used.begin(), keys_used.end(), *kvzip_key[m]) -
+                                               keys_used.begin())];
       }
       cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size(), scores,
                             [&model](std::size_t l, RowMatrix& wo) { wo = model.weights().layers[l].wo.to_f32(); }});

@@ -125,6 +125,7 @@ nlohmann::json EvictionParams::to_json() const {
     j["vnorm"] = score.vnorm;
   }
   if (score.method == ScoreMethod::lagkv) j["lag"] = score.lag;
+  if (score.method == ScoreMethod::kvzip && score.plus) j["plus"] = true;
   j["alloc"] = alloc_method_name(alloc);
   j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
   j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
@@ -166,6 +167,7 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     if (p.score.method == ScoreMethod::lagkv) {
       p.score.lag = static_cast<std::size_t>(file_integer(j, "lag", "lag", file, at + "lag"));
     }
+    if (p.score.method == ScoreMethod::kvzip) p.score.plus = j.value("plus", false);
     const std::string a = j.at("alloc").get<std::string>();
     p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);
     if (!j.at("budget_fraction").is_null()) p.budget_fraction = file_real(j, "budget_fraction", "budget", file, at + "budget_fraction");

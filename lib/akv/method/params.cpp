@@ -61,6 +61,7 @@ std::string describe(const CompressParams& p) {
     }
     if (e.every > 0) out += " every " + std::to_string(e.every) + " to " + std::to_string(e.target);
     if (e.critical) out += " critical";
+    if (e.score.plus) out += " plus";
     out += " + ";
   }
   out += p.preset.empty() ? quantizer_name(p.method) : p.preset;
@@ -110,6 +111,13 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
   if (r.covariance) e.score.covariance = *r.covariance == "on";
   if (r.vnorm) e.score.vnorm = *r.vnorm == "on";
   if (r.lag) e.score.lag = count(*r.lag);
+  if (r.plus) {
+    if (e.score.method != ScoreMethod::kvzip) {
+      throw UsageError("this flag sets kvzip's normalization, not " + score_method_name(e.score.method) + "'s",
+                       {"", "--plus", *r.plus});
+    }
+    e.score.plus = *r.plus == "on";
+  }
   if (e.score.method != ScoreMethod::lagkv && r.lag) {
     throw UsageError("this flag sets lagkv's partitions, not " + score_method_name(e.score.method) + "'s",
                      {"", "--lag", std::to_string(*r.lag)});
@@ -234,7 +242,7 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
 bool EvictionRequest::any() const {
   return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
          gqa_reduce || alpha || capacity_rule || beta || min_tokens || step || score || future ||
-         covariance || vnorm || lag || every || target || critical || first_stage;
+         covariance || vnorm || lag || every || target || critical || first_stage || plus;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {

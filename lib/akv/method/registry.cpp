@@ -237,6 +237,10 @@ const std::vector<ParamInfo>& param_registry() {
        "lagkv: partition size in tokens (default 128)", 1, {}, false, false, {}, {}},
       {"vnorm", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.vnorm; }),
        "expected-attention: scores times the value norm (default on)", {}, {}, false, false, {}, {"on", "off"}},
+      {"plus", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.plus; }),
+       "kvzip: KVzip+'s normalization (kvpress kvzip_plus_normalization; default off): each repeat query's "
+       "attention divided by the norm of its attention input, each token's multiplied by |W_o v|_2 of the query head",
+       {}, {}, false, false, {}, {"on", "off"}},
       {"critical", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.critical; }),
        "CriticalKV's two stages under any score and allocator (default off; on for critical-snapkv, critical-adakv): "
        "each head keeps its best-scored first-stage share of its budget, the rest by (score + 1e-4) x the L1 norm "

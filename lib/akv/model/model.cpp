@@ -160,6 +160,13 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   PrefillResult res;
   for (const LayerWeights& lw : w_.layers) {
     const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
+    std::vector<double>& norms = res.input_norm.emplace_back(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      double s = 0;
+      const float* r = xb.row(static_cast<Eigen::Index>(i)).data();
+      for (std::size_t j = 0; j < c.dim; ++j) s += static_cast<double>(r[j]) * r[j];
+      norms[i] = std::sqrt(s);
+    }
     RowMatrix q = mul(lw.wq, xb), k = mul(lw.wk, xb), v = mul(lw.wv, xb);
     add_bias(q, lw.bq);
     add_bias(k, lw.bk);

@@ -56,6 +56,8 @@ struct ModelWeights {
 struct PrefillResult {
   RowMatrix logits;                          // [n, vocab] (only the last row when !all_logits)
   std::vector<Tensor3> query, key, key_pre_rope, value;  // [heads, n, hd] per layer
+  // [layer][n]: the L2 norm of each row's attention input, the RMS-normed hidden state (KVzip+).
+  std::vector<std::vector<double>> input_norm;
 };
 
 class Model {

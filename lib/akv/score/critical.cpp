@@ -9,39 +9,17 @@
 namespace akv {
 namespace {
 
-void check_shapes(const Tensor3& value, const RowMatrix& wo, std::size_t n_heads) {
+void check_shapes(const Tensor3& value, const RowMatrix& wo, std::size_t n_heads, int p) {
   const std::size_t kv = value.dim0(), d = value.dim2();
-  if (kv == 0 || n_heads % kv != 0 || static_cast<std::size_t>(wo.cols()) != n_heads * d || wo.rows() == 0) {
-    throw std::logic_error("projected_value_norms: W_o is not [hidden, n_heads * head_dim]");
+  if (kv == 0 || n_heads % kv != 0 || static_cast<std::size_t>(wo.cols()) != n_heads * d || wo.rows() == 0 ||
+      (p != 1 && p != 2)) {
+    throw std::logic_error("head_value_out_norms: W_o is not [hidden, n_heads * head_dim], or p is not 1 or 2");
   }
 }
 
-// Tokens per block of the fast path: the product block [block, hidden] stays small.
-constexpr std::size_t kBlock = 128;
-
-}  // namespace
-
-std::vector<std::vector<double>> projected_value_norms(const Tensor3& value, const RowMatrix& wo,
-                                                       std::size_t n_heads, int threads) {
-  check_shapes(value, wo, n_heads);
-  const std::size_t kv = value.dim0(), T = value.dim1(), d = value.dim2(), group = n_heads / kv;
-  const auto hidden = wo.rows();
-  std::vector<std::vector<double>> per_head(n_heads, std::vector<double>(T));
-  parallel_for(n_heads, threads, [&](std::size_t h) {
-    const auto slice = wo.middleCols(static_cast<Eigen::Index>(h * d), static_cast<Eigen::Index>(d));
-    RowMatrix out;
-    for (std::size_t t0 = 0; t0 < T; t0 += kBlock) {
-      const std::size_t n = std::min(kBlock, T - t0);
-      const Eigen::Map<const RowMatrix> v(value.row(h / group, t0), static_cast<Eigen::Index>(n),
-                                          static_cast<Eigen::Index>(d));
-      out.noalias() = v * slice.transpose();
-      for (std::size_t i = 0; i < n; ++i) {
-        double s = 0;
-        for (Eigen::Index j = 0; j < hidden; ++j) s += std::abs(static_cast<double>(out(static_cast<Eigen::Index>(i), j)));
-        per_head[h][t0 + i] = s;
-      }
-    }
-  });
+// [n_heads][T] -> [n_kv_heads][T]: the mean over each KV head's group (h = g * group + j), in order.
+std::vector<std::vector<double>> group_mean(const std::vector<std::vector<double>>& per_head, std::size_t kv) {
+  const std::size_t group = per_head.size() / kv, T = per_head[0].size();
   std::vector<std::vector<double>> norms(kv, std::vector<double>(T, 0.0));
   for (std::size_t g = 0; g < kv; ++g) {
     for (std::size_t j = 0; j < group; ++j) {
@@ -52,31 +30,67 @@ std::vector<std::vector<double>> projected_value_norms(const Tensor3& value, con
   return norms;
 }
 
-std::vector<std::vector<double>> projected_value_norms_ref(const Tensor3& value, const RowMatrix& wo,
-                                                           std::size_t n_heads) {
-  check_shapes(value, wo, n_heads);
+// Tokens per block of the fast path: the product block [block, hidden] stays small.
+constexpr std::size_t kBlock = 128;
+
+}  // namespace
+
+std::vector<std::vector<double>> head_value_out_norms(const Tensor3& value, const RowMatrix& wo, std::size_t n_heads,
+                                                      int p, int threads) {
+  check_shapes(value, wo, n_heads, p);
+  const std::size_t kv = value.dim0(), T = value.dim1(), d = value.dim2(), group = n_heads / kv;
+  const auto hidden = wo.rows();
+  std::vector<std::vector<double>> norms(n_heads, std::vector<double>(T));
+  parallel_for(n_heads, threads, [&](std::size_t h) {
+    const auto slice = wo.middleCols(static_cast<Eigen::Index>(h * d), static_cast<Eigen::Index>(d));
+    RowMatrix out;
+    for (std::size_t t0 = 0; t0 < T; t0 += kBlock) {
+      const std::size_t n = std::min(kBlock, T - t0);
+      const Eigen::Map<const RowMatrix> v(value.row(h / group, t0), static_cast<Eigen::Index>(n),
+                                          static_cast<Eigen::Index>(d));
+      out.noalias() = v * slice.transpose();
+      for (std::size_t i = 0; i < n; ++i) {
+        const float* y = out.row(static_cast<Eigen::Index>(i)).data();
+        double s = 0;
+        for (Eigen::Index j = 0; j < hidden; ++j) s += p == 1 ? std::abs(static_cast<double>(y[j])) : static_cast<double>(y[j]) * y[j];
+        norms[h][t0 + i] = p == 1 ? s : std::sqrt(s);
+      }
+    }
+  });
+  return norms;
+}
+
+std::vector<std::vector<double>> head_value_out_norms_ref(const Tensor3& value, const RowMatrix& wo,
+                                                          std::size_t n_heads, int p) {
+  check_shapes(value, wo, n_heads, p);
   const std::size_t kv = value.dim0(), T = value.dim1(), d = value.dim2(), group = n_heads / kv;
   const auto hidden = static_cast<std::size_t>(wo.rows());
-  std::vector<std::vector<double>> norms(kv, std::vector<double>(T, 0.0));
+  std::vector<std::vector<double>> norms(n_heads, std::vector<double>(T));
   for (std::size_t h = 0; h < n_heads; ++h) {
-    const std::size_t g = h / group;
     for (std::size_t t = 0; t < T; ++t) {
-      const float* v = value.row(g, t);
-      double l1 = 0;
+      const float* v = value.row(h / group, t);
+      double s = 0;
       for (std::size_t j = 0; j < hidden; ++j) {
         double y = 0;
         for (std::size_t i = 0; i < d; ++i) {
           y += static_cast<double>(v[i]) * static_cast<double>(wo(static_cast<Eigen::Index>(j), static_cast<Eigen::Index>(h * d + i)));
         }
-        l1 += std::abs(y);
+        s += p == 1 ? std::abs(y) : y * y;
       }
-      norms[g][t] += l1;
+      norms[h][t] = p == 1 ? s : std::sqrt(s);
     }
   }
-  for (auto& head : norms) {
-    for (double& x : head) x /= static_cast<double>(group);
-  }
   return norms;
+}
+
+std::vector<std::vector<double>> projected_value_norms(const Tensor3& value, const RowMatrix& wo,
+                                                       std::size_t n_heads, int threads) {
+  return group_mean(head_value_out_norms(value, wo, n_heads, 1, threads), value.dim0());
+}
+
+std::vector<std::vector<double>> projected_value_norms_ref(const Tensor3& value, const RowMatrix& wo,
+                                                           std::size_t n_heads) {
+  return group_mean(head_value_out_norms_ref(value, wo, n_heads, 1), value.dim0());
 }
 
 void critical_select(std::vector<std::size_t>& order, std::size_t keep, std::size_t first,

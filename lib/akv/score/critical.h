@@ -16,6 +16,13 @@ namespace akv {
 // o_proj.weight): query head h's slice is columns [h * head_dim, (h + 1) * head_dim).
 using OutProjSource = std::function<void(std::size_t layer, RowMatrix& wo)>;
 
+// Per query head h: [n_heads][T] of the p-norm (p = 1 or 2) of W_o[h] v_t, v_t the row of h's KV
+// head (KVzip+ reads p = 2). Fast path as below; the reference in f64.
+std::vector<std::vector<double>> head_value_out_norms(const Tensor3& value, const RowMatrix& wo, std::size_t n_heads,
+                                                      int p, int threads = 1);
+std::vector<std::vector<double>> head_value_out_norms_ref(const Tensor3& value, const RowMatrix& wo,
+                                                          std::size_t n_heads, int p);
+
 // kvpress's vwl1norm: for KV head g and token t, the mean over the query heads h of g's group
 // (h = g * group + j) of sum_j' |sum_i v_t[i] W_o[j', h * d + i]|. value [n_kv_heads, T, d];
 // returns [n_kv_heads][T]. The fast path multiplies blocks of tokens by each head's slice in f32

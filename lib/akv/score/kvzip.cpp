@@ -31,16 +31,34 @@ void check(const Tensor3& query, const Tensor3& key, const KvShape& s, std::size
   }
 }
 
-// Folds one repeat query's probabilities p over the chunk's columns into the head's maxima.
-void fold(const double* p, std::size_t first, std::size_t start, std::size_t end, std::vector<double>& score) {
-  for (std::size_t t = start; t < end; ++t) score[t] = std::max(score[t], p[first + t - start]);
+// Folds one repeat query's probabilities p over the chunk's columns into the head's maxima;
+// KVzip+ weighs them by 1 / the query row's input norm and the query head's value norms.
+void fold(const double* p, std::size_t first, std::size_t start, std::size_t end, std::vector<double>& score,
+          const KvzipPlus& plus, std::size_t head, std::size_t row) {
+  if (!plus.input_norm) {
+    for (std::size_t t = start; t < end; ++t) score[t] = std::max(score[t], p[first + t - start]);
+    return;
+  }
+  const double inv = 1.0 / (*plus.input_norm)[row];
+  const std::vector<double>& out = (*plus.out_norm)[head];
+  for (std::size_t t = start; t < end; ++t) score[t] = std::max(score[t], p[first + t - start] * inv * out[t - start]);
+}
+
+void check_plus(const KvzipPlus& plus, const KvShape& s, std::size_t n, std::size_t start, std::size_t end) {
+  if (!plus.input_norm) return;
+  if (!plus.out_norm || plus.input_norm->size() != n || plus.out_norm->size() != s.n_heads ||
+      (*plus.out_norm)[0].size() != end - start) {
+    throw std::logic_error("kvzip_chunk_scores: KVzip+ norms do not match the shapes");
+  }
 }
 
 }  // namespace
 
 void kvzip_chunk_scores(const Tensor3& query, const Tensor3& key, const KvShape& s, std::size_t n_ctx,
-                        std::size_t start, std::size_t end, std::size_t sinks, std::vector<std::vector<double>>& scores) {
+                        std::size_t start, std::size_t end, std::size_t sinks, std::vector<std::vector<double>>& scores,
+                        const KvzipPlus& plus) {
   check(query, key, s, n_ctx, start, end, scores);
+  check_plus(plus, s, key.dim1(), start, end);
   const std::size_t n = key.dim1(), r = n - n_ctx, d = s.head_dim, g = s.group_size();
   const std::vector<std::size_t> rows = key_rows(n_ctx, n, start, end, sinks);
   const std::size_t first = std::min(sinks, start), m = rows.size(), fixed = m - r;
@@ -57,7 +75,7 @@ void kvzip_chunk_scores(const Tensor3& query, const Tensor3& key, const KvShape&
       for (std::size_t j = 0; j < r; ++j) {
         const std::size_t visible = fixed + j + 1;  // the repeat rows up to itself
         softmax(logits.row(static_cast<Eigen::Index>(j)).data(), visible, p.data());
-        fold(p.data(), first, start, end, score);
+        fold(p.data(), first, start, end, score, plus, h * g + q, n_ctx + j);
       }
     }
   }
@@ -65,8 +83,9 @@ void kvzip_chunk_scores(const Tensor3& query, const Tensor3& key, const KvShape&
 
 void kvzip_chunk_scores_ref(const Tensor3& query, const Tensor3& key, const KvShape& s, std::size_t n_ctx,
                             std::size_t start, std::size_t end, std::size_t sinks,
-                            std::vector<std::vector<double>>& scores) {
+                            std::vector<std::vector<double>>& scores, const KvzipPlus& plus) {
   check(query, key, s, n_ctx, start, end, scores);
+  check_plus(plus, s, key.dim1(), start, end);
   const std::size_t n = key.dim1(), d = s.head_dim, g = s.group_size();
   const std::vector<std::size_t> rows = key_rows(n_ctx, n, start, end, sinks);
   const std::size_t first = std::min(sinks, start), fixed = rows.size() - (n - n_ctx);
@@ -85,7 +104,7 @@ void kvzip_chunk_scores_ref(const Tensor3& query, const Tensor3& key, const KvSh
           logit[i] = dot / std::sqrt(static_cast<double>(d));
         }
         softmax(logit.data(), visible, p.data());
-        fold(p.data(), first, start, end, score);
+        fold(p.data(), first, start, end, score, plus, h * g + q, n_ctx + j);
       }
     }
   }

@@ -69,6 +69,7 @@ struct ScoreOptions {
   bool covariance = true;
   bool vnorm = true;
   std::size_t lag = 128;  // lagkv: partition size (kvpress's lag_size)
+  bool plus = false;      // kvzip: KVzip+'s normalization (score/kvzip.h)
 };
 // Whether the scorer reads values (lagkv; expected-attention with vnorm).
 bool score_reads_values(const ScoreOptions& o);

@@ -3,7 +3,10 @@
 head keeps, as golden data for akv's kvzip (tests/unit/test_golden.cpp):
 
   scripts/dev/golden/kvpress_kvzip.py KVPRESS_CHECKOUT MODEL.bin TOKENS.txt OUT.json
-      [--context 200] [--chunk 96] [--ratio 0.75]
+      [--context 200] [--chunk 96] [--ratio 0.75] [--plus]
+
+--plus runs the press with kvzip_plus_normalization=True (KVzip+: each repeat query's attention
+divided by the norm of its attention input, each key's multiplied by |W_o v|_2 of the query head).
 
 The context is the first --context ids of TOKENS.txt's first line; the repeat prompts are fixed
 ids (the model has no text tokenizer here: a stand-in tokenizer hands KVzipPress these ids for its
@@ -214,6 +217,7 @@ def main():
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--chunk", type=int, default=96)
     ap.add_argument("--ratio", type=float, default=0.75)
+    ap.add_argument("--plus", action="store_true", help="KVzip+ normalization")
     args = ap.parse_args()
     stand.stand_ins(args.kvpress)
     sys.modules["transformers"].AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda name: Tokenizer())
@@ -229,7 +233,7 @@ def main():
             self.kept_scores = self.score_val.clone()
             super().compress_post(model)
 
-    press = Press(compression_ratio=args.ratio)
+    press = Press(compression_ratio=args.ratio, kvzip_plus_normalization=args.plus)
     with torch.no_grad():
         with press(model):
             model(input_ids=torch.tensor([context]), past_key_values=Cache(cfg.num_hidden_layers))
@@ -247,7 +251,7 @@ def main():
            "prompts": {"first": PROMPTS["\n\nRepeat the previous context exactly."],
                        "later": PROMPTS["\n\nRepeat the part of the previous context exactly, starting with"],
                        "suffix": PROMPTS["\n"]},
-           "ratio": args.ratio, "n_sink": 4, "layers": layers}
+           "ratio": args.ratio, "n_sink": 4, "kvzip_plus_normalization": args.plus, "layers": layers}
     Path(args.out).write_text(json.dumps(out) + "\n")
 
 
