@@ -450,7 +450,7 @@ void DumpWriter::write_out_proj(std::size_t layer, const RowMatrix& wo) {
     throw InvalidInput("o_proj does not fit the writer's shape",
                        {m.out.path(), path, "[" + std::to_string(wo.rows()) + ", " + std::to_string(wo.cols()) + "]"});
   }
-  const std::vector<hsize_t> dims = {wo.rows(), wo.cols()};
+  const std::vector<hsize_t> dims = {static_cast<hsize_t>(wo.rows()), static_cast<hsize_t>(wo.cols())};
   if (m.options.dtype == DType::f32) {
     h5::write_dataset(m.file.get(), path, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, wo.data());
   } else {
