@@ -27,6 +27,13 @@ for m in knorm keydiff tova lagkv expected-attention; do
   expect "compress --method $m (kvpress's scorer)" 0 "kept 0\.2000 .*uniform/$m 0.2" \
     "$AKV" compress -q "$d" -o "$TMP/e_$m.h5" -m "$m" --budget 0.2
 done
+# 8 heads, 20 forced and 780 selectable tokens: round(8 x 220 / 780) = 2 heads keep all 800.
+expect "duo on a dump: head split by snapkv's best score" 0 "kept 0\.2687 .*duo/snapkv 0.3" \
+  "$AKV" compress -q "$d" -o "$TMP/e_duo.h5" -m duo --score snapkv --window 16 --sinks 4 --budget 0.3
+expect "allocate --method duo: every head keeps all or its forced tokens" 0 '"alloc": "duo"' \
+  "$AKV" allocate -q "$d" --method duo --budget 0.3 --window 16 --sinks 4 --json -o "$TMP/duo.json"
+kinds=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(sorted({h["tokens"] for l in j["layers"] for h in l["heads"]}))' "$TMP/duo.json")
+expect_equal "duo: per-head budgets are 20 (sinks + window) or 800" "$kinds" "[20, 800]"
 expect "adakv over expected-attention scores (score=)" 0 "adakv/expected-attention 0.2" \
   "$AKV" compress -q "$d" -o "$TMP/e_ea.h5" -m adakv --score expected-attention --budget 0.2 --future 64 --covariance off
 expect "allocate --score knorm" 0 '"score": "knorm"' "$AKV" allocate -q "$d" --score knorm --budget 0.3 --json
@@ -71,6 +78,8 @@ expect_error "lagkv's flag on another score" 1 "--lag = 16" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m tova --budget 0.2 --lag 16
 expect_error "kvzip needs the model (no dump mode)" 1 "evaluate --model only" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m kvzip --budget 0.3
+expect_error "duo's default kvzip head scores need the model" 1 "evaluate --model only" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m duo --budget 0.5
 expect_error "kvzip's KVzip+ flag on another score" 1 "--plus = on" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m knorm --budget 0.2 --plus on
 expect_error "CriticalKV's first stage without critical=on" 1 "--first-stage = 0.3" \

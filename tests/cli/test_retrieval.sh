@@ -66,10 +66,13 @@ expect_equal "query-free scorers: one result each" "$("$PY" -c 'import json,sys;
 # KVzip's reconstruction pass makes the induction heads copy the context: the positions retrieval
 # needs are the ones it attends to, so a quarter of the cache keeps every needle without the
 # question (docs/retrieval_model.md).
-expect "passkey --query-agnostic: kvzip" 0 "" \
+expect "passkey --query-agnostic: kvzip, duo (KVzip's head scores)" 0 "" \
   "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0,0.5 --trials 1 --query-agnostic \
-  --methods kvzip:budget=0.25 --json -o "$TMP/kvzip.json"
+  --methods kvzip:budget=0.25,duo:budget=0.6 --json -o "$TMP/kvzip.json"
 expect_equal "kvzip 0.25, question decoded after compression: every needle" "$(accuracy "$TMP/kvzip.json" kvzip:budget=0.25)" "0:1 0.5:1"
+# duo at 0.6: 3 of the 8 heads keep all 1024 tokens (round(8 x (614 - 384) / 640)), chosen by their
+# best reconstruction score (at 0.45 one head keeps all: every needle lost).
+expect_equal "duo 0.6 (KVzip head scores): every needle" "$(accuracy "$TMP/kvzip.json" duo:budget=0.6)" "0:1 0.5:1"
 printf '1 2 3 4 5 6 7 8 9 10\n' >"$TMP/t10.txt"
 # Three kvzip methods in one run, other sinks and KVzip+ (plus=on): each scored with its own
 # reconstruction (the sinks are in its softmax, KVzip+ weighs it), as when run alone.

@@ -214,3 +214,18 @@ TEST_CASE("Ada-KV with kvpress's capacity rule: each head's best protected, the 
     CHECK(total == std::min(have, x.size() * base));
   }
 }
+
+TEST_CASE("duo: round(H base / n) heads keep everything, by their best score, ties to the lower head", "[alloc]") {
+  // 4 heads of 10 selectable tokens (best 0.5, 0.9, 0.5, 0): base 5 -> round(4 x 5 / 10) = 2 heads
+  // keep all: head 1, then head 0 (the tie at 0.5 goes to the lower head).
+  SortedScores s = {{0.5, 0.1}, {0.9}, {0.5, 0.4}, {0.0}};
+  for (auto& h : s) h.resize(10, 0.0);
+  CHECK(allocate_duo(s, 5) == std::vector<std::size_t>{10, 10, 0, 0});
+  CHECK(allocate_duo(s, 4) == std::vector<std::size_t>{10, 10, 0, 0});  // round(1.6)
+  CHECK(allocate_duo(s, 2) == std::vector<std::size_t>{0, 10, 0, 0});   // round(0.8)
+  CHECK(allocate_duo(s, 1) == std::vector<std::size_t>{0, 0, 0, 0});    // round(0.4)
+  CHECK(allocate_duo(s, 10) == std::vector<std::size_t>{10, 10, 10, 10});
+  // A head with fewer tokens (shorter than the others) ranks by what it has; empty heads last.
+  SortedScores t = {{}, {0.2, 0.1}, {0.3}};
+  CHECK(allocate_duo(t, 1) == std::vector<std::size_t>{0, 2, 1});  // round(3 x 1 / 2) = 2 heads
+}

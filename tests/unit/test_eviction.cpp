@@ -64,8 +64,8 @@ TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[
   write_synth_dump(dir.file("d.h5"), so, {});
   DumpReader dump(dir.file("d.h5"));
   for (const std::string& name : eviction_method_names()) {
-    // joint is planned by plan_joint, kvzip's scores come from the model (both tested below)
-    if (name == "joint" || name == "kvzip") continue;
+    // joint is planned by plan_joint, kvzip's scores (also duo's) come from the model (tested below)
+    if (name == "joint" || eviction_method(name).score.method == ScoreMethod::kvzip) continue;
     EvictionParams p = eviction_method(name);
     if (p.critical) continue;  // reads W_o, which synth dumps lack (its own test below)
     p.budget_tokens = 150;
@@ -452,4 +452,46 @@ TEST_CASE("CriticalKV on a dump: a brute-force two-stage selection, stage 1 alon
   ada.critical = false;
   CHECK(kept_of(stage1_ada) == kept_of(plan_eviction(dump, ada, 1, {})));
   CHECK(kept_of(critical_ada) != kept_of(stage1_ada));
+}
+
+TEST_CASE("duo: the best-scored heads keep everything, the others their sinks and recent tokens", "[eviction][duo]") {
+  test::TempDir dir;
+  SynthOptions so = mixed();
+  so.n_layers = 2;
+  so.n_tokens = 256;
+  const std::string path = dir.file("d.h5");
+  write_synth_dump(path, so, {});
+  const DumpReader dump(path);
+  const KvWindow& m = dump.meta();
+  CompressRequest r;
+  r.method = "duo";
+  r.eviction.score = "snapkv";
+  r.eviction.window = 16;
+  r.eviction.sinks = 8;
+  r.eviction.budget_tokens = 100;
+  const EvictionParams p = *resolve_params(r).eviction();
+  CHECK(p.sinks == 8);  // score= keeps duo's sinks and window
+  const EvictionPlan plan = plan_eviction(dump, p, 2, {});
+  // 16 heads, 24 forced and 232 selectable tokens each: round(16 x 76 / 232) = 5 keep all.
+  std::vector<std::pair<double, std::size_t>> best;  // (a head's best selectable score, l * H + h)
+  for (std::size_t l = 0; l < so.n_layers; ++l) {
+    const Tensor3 q = dump.read(l, DumpField::query), k = dump.read(l, DumpField::key);
+    for (std::size_t h = 0; h < so.n_kv_heads; ++h) {
+      const std::vector<double> s = score_head(q, k, h, m, p.score, nullptr, 8).score;
+      best.emplace_back(*std::max_element(s.begin() + 8, s.end() - 16), l * so.n_kv_heads + h);
+    }
+  }
+  std::stable_sort(best.begin(), best.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = 0; i < best.size(); ++i) {
+    const std::size_t l = best[i].second / so.n_kv_heads, h = best[i].second % so.n_kv_heads;
+    INFO("rank " << i << " layer " << l << " head " << h);
+    CHECK(plan.heads[l][h].tokens == (i < 5 ? 256u : 24u));
+  }
+  CHECK(plan.total_tokens() == 5 * 256 + 11 * 24);
+  // A budget of the forced tokens alone is refused; the whole sequence keeps every head.
+  EvictionParams all = p;
+  all.budget_tokens = 256;
+  CHECK(plan_eviction(dump, all, 1, {}).total_tokens() == 16 * 256);
+  all.budget_tokens = 24;
+  CHECK_THROWS_AS(plan_eviction(dump, all, 1, {}), InvalidInput);
 }

@@ -53,7 +53,7 @@ TEST_CASE("registry: every method has a kind that resolution accepts", "[method]
   }
   CHECK(method_list({MethodKind::preset}) == "kivi-2, kivi-4, k4v2, k4v3");
   CHECK(all.find(kFullMethod) == std::string::npos);  // what a cache file can be made with
-  CHECK(alloc_method_list(", ") == "uniform, adakv, waterfill, pyramid, adakv-pyramid, adakv-global");
+  CHECK(alloc_method_list(", ") == "uniform, adakv, waterfill, pyramid, adakv-pyramid, adakv-global, duo");
 }
 
 TEST_CASE("registry: method specs parse through the parameter table", "[method]") {

@@ -213,6 +213,21 @@ std::vector<std::size_t> adakv_with(TopCounts top, const SortedScores& s, std::s
 
 }  // namespace
 
+std::vector<std::size_t> allocate_duo(const SortedScores& s, std::size_t base) {
+  std::size_t n = 0;
+  for (const auto& h : s) n = std::max(n, h.size());
+  std::vector<std::size_t> c(s.size(), 0);
+  if (n == 0) return c;
+  const auto r = std::min<std::size_t>(
+      s.size(), static_cast<std::size_t>(std::llround(static_cast<double>(s.size() * base) / static_cast<double>(n))));
+  std::vector<std::size_t> order(s.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  const auto best = [&](std::size_t h) { return s[h].empty() ? -INFINITY : s[h].front(); };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return best(a) > best(b); });
+  for (std::size_t i = 0; i < r; ++i) c[order[i]] = s[order[i]].size();
+  return c;
+}
+
 std::size_t kvpress_protected(std::size_t base, std::size_t forced, double alpha, std::size_t selectable) {
   // Python's int(n_kept * alpha_safeguard); the forced tokens take the first protected places.
   const auto safe = static_cast<std::size_t>(static_cast<double>(base + forced) * alpha);

@@ -45,6 +45,14 @@ std::vector<std::size_t> allocate_adakv(const SortedScores& sorted, std::size_t 
 std::vector<std::size_t> allocate_adakv_ref(const SortedScores& sorted, std::size_t base,
                                             double alpha, CapacityRule rule = CapacityRule::official,
                                             std::size_t forced = 0);
+// DuoAttention's head split (retrieval heads keep everything, streaming heads their forced sinks
+// and recent tokens) over the heads given (every head of every layer, flattened): a head's score
+// is its best selectable score (the front of its sorted list; a head without any ranks last); the
+// r best heads (ties: the lower index) keep all their selectable tokens, the others none.
+// r = round(H * base / n), n the selectable tokens of a head (the most any head has), so the
+// total is H * base within half a head's tokens.
+std::vector<std::size_t> allocate_duo(const SortedScores& sorted, std::size_t base);
+
 // The kvpress rule's protected selectable tokens of a head that has `selectable` of them:
 // int((base + forced) * alpha) less its forced tokens.
 std::size_t kvpress_protected(std::size_t base, std::size_t forced, double alpha, std::size_t selectable);

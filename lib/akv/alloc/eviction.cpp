@@ -145,13 +145,13 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
     fp.budgets_file = p.budgets_file;
     p = fp;
   }
+  if (p.score.method == ScoreMethod::kvzip && !given) {
+    throw UsageError("kvzip scores tokens by the model's reconstruction of its context: it runs in "
+                     "akv evaluate --model only", {"", "--score", "kvzip"});
+  }
   validate_score_options(p.score, m);
   const std::size_t T = m.n_tokens, L = m.n_layers, H = m.n_kv_heads, W = p.score.window;
   if (p.score.method == ScoreMethod::kvzip) {
-    if (!given) {
-      throw UsageError("kvzip scores tokens by the model's reconstruction of its context: it runs in "
-                       "akv evaluate --model only", {"", "--score", "kvzip"});
-    }
     if (given->size() != L || (*given)[0].size() != H || (*given)[0][0].size() != T) {
       throw std::logic_error("plan_eviction: the given scores do not match the shape");
     }
@@ -229,6 +229,16 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
         for (auto& h : l) all.push_back(std::move(h));
       }
       const auto c = allocate_adakv(all, base, p.alpha, p.capacity_rule, plan.forced);
+      for (std::size_t l = 0; l < L; ++l) extra[l].assign(c.begin() + static_cast<std::ptrdiff_t>(l * H),
+                                                          c.begin() + static_cast<std::ptrdiff_t>((l + 1) * H));
+      break;
+    }
+    case AllocMethod::duo: {
+      SortedScores all;
+      for (auto& l : sorted) {
+        for (auto& h : l) all.push_back(std::move(h));
+      }
+      const auto c = allocate_duo(all, base);
       for (std::size_t l = 0; l < L; ++l) extra[l].assign(c.begin() + static_cast<std::ptrdiff_t>(l * H),
                                                           c.begin() + static_cast<std::ptrdiff_t>((l + 1) * H));
       break;

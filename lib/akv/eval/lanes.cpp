@@ -114,7 +114,9 @@ std::string chunked_refusal(const CompressParams& m, std::size_t chunk) {
     default: break;
   }
   if (e->critical) return "CriticalKV (critical=on) selects from a whole prompt";
-  if (e->alloc == AllocMethod::joint || e->alloc == AllocMethod::file) return "joint plans and budgets files describe one whole prompt";
+  if (e->alloc == AllocMethod::joint || e->alloc == AllocMethod::file || e->alloc == AllocMethod::duo) {
+    return "joint plans, budgets files and duo's head split describe one whole prompt";
+  }
   if (!e->budget_fraction) return "a token budget describes one whole prompt: give --budget as a fraction";
   const auto b = static_cast<std::size_t>(std::llround(*e->budget_fraction * static_cast<double>(chunk)));
   const std::size_t forced = forced_tokens(chunk, e->sinks, e->score.window);

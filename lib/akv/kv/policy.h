@@ -27,7 +27,7 @@ struct PromptKv {
   const std::vector<Tensor3>* value = nullptr;
   std::size_t n_tokens = 0;
   const TokenScores* scores = nullptr;
-  OutProjSource out_proj;  // each layer's W_o (CriticalKV), when the model is at hand
+  OutProjSource out_proj = {};  // each layer's W_o (CriticalKV), when the model is at hand
 };
 
 // One layer of a prompt [n_kv_heads, n, hd]: keys after RoPE, keys before RoPE (nullptr when

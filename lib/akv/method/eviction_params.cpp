@@ -12,6 +12,7 @@ std::string alloc_method_name(AllocMethod a) {
     case AllocMethod::pyramid: return "pyramid";
     case AllocMethod::adakv_pyramid: return "adakv-pyramid";
     case AllocMethod::adakv_global: return "adakv-global";
+    case AllocMethod::duo: return "duo";
     case AllocMethod::file: return "file";
     case AllocMethod::joint: return "joint";
   }
@@ -20,8 +21,9 @@ std::string alloc_method_name(AllocMethod a) {
 
 namespace {
 
-constexpr AllocMethod kAllocators[] = {AllocMethod::uniform,       AllocMethod::adakv,         AllocMethod::waterfill,
-                                       AllocMethod::pyramid,       AllocMethod::adakv_pyramid, AllocMethod::adakv_global};
+constexpr AllocMethod kAllocators[] = {AllocMethod::uniform, AllocMethod::adakv,         AllocMethod::waterfill,
+                                       AllocMethod::pyramid, AllocMethod::adakv_pyramid, AllocMethod::adakv_global,
+                                       AllocMethod::duo};
 
 bool evicts(const MethodInfo& m) { return m.kind == MethodKind::eviction || m.kind == MethodKind::joint; }
 
@@ -67,7 +69,7 @@ EvictionParams eviction_method(const std::string& name) {
   if (!m || !evicts(*m)) throw InvalidInput("unknown eviction method", {"", "--method", name});
   EvictionParams p;
   p.score.method = m->score;
-  p.score.window = default_window(m->score);
+  p.score.window = m->window >= 0 ? static_cast<std::size_t>(m->window) : default_window(m->score);
   p.alloc = m->alloc;
   p.sinks = m->sinks;
   p.alpha = m->alpha;

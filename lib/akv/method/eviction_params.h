@@ -13,11 +13,11 @@
 
 namespace akv {
 
-enum class AllocMethod { uniform, adakv, waterfill, pyramid, adakv_pyramid, adakv_global, file, joint };
+enum class AllocMethod { uniform, adakv, waterfill, pyramid, adakv_pyramid, adakv_global, duo, file, joint };
 std::string alloc_method_name(AllocMethod a);
 AllocMethod parse_alloc_method(const std::string& s);  // InvalidInput naming the value
 // The allocators `akv allocate --method` and the eviction methods' alloc= take (uniform, adakv,
-// waterfill, pyramid, adakv-pyramid, adakv-global), joined by `separator`.
+// waterfill, pyramid, adakv-pyramid, adakv-global, duo), joined by `separator`.
 std::string alloc_method_list(const char* separator);
 
 // How Ada-KV turns the per-head winner counts into capacities, and PyramidKV its layer schedule
@@ -67,7 +67,8 @@ void check_decode_compression(const EvictionParams& e);
 //   snapkv = snapkv + uniform, h2o = h2o + uniform, streamingllm = sinks 4 + recent,
 //   adakv = snapkv + adakv, waterfill = snapkv + waterfill, pyramid = snapkv + pyramid,
 //   adakv-pyramid, adakv-global = snapkv + adakv over all heads of all layers, joint,
-//   critical-snapkv, critical-adakv = snapkv / adakv (capacity rule kvpress) + CriticalKV.
+//   critical-snapkv, critical-adakv = snapkv / adakv (capacity rule kvpress) + CriticalKV,
+//   duo = kvzip head scores + duo (retrieval heads keep all, streaming heads sinks 128 + recent 256).
 std::vector<std::string> eviction_method_names();
 bool is_eviction_method(const std::string& name);
 EvictionParams eviction_method(const std::string& name);

@@ -102,8 +102,10 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
       throw UsageError("joint scores tokens with snapkv", {"", "--score", *r.score});
     }
     e.score.method = parse_score_method(*r.score);
-    e.score.window = default_window(e.score.method);
-    e.sinks = default_sinks(e.score.method);
+    if (e.alloc != AllocMethod::duo) {  // duo keeps its streaming heads' sinks and recent tokens
+      e.score.window = default_window(e.score.method);
+      e.sinks = default_sinks(e.score.method);
+    }
   }
   if (r.window) e.score.window = count(*r.window);
   if (r.sinks) e.sinks = count(*r.sinks);

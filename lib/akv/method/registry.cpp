@@ -56,6 +56,14 @@ MethodInfo critical(const char* name, const char* help, AllocMethod alloc, Capac
   return m;
 }
 
+// DuoAttention's row: kvzip head scores, 128 sinks and 256 recent tokens (DuoAttention's released
+// patterns, kvpress's on-the-fly default).
+MethodInfo duo(const char* name, const char* help) {
+  MethodInfo m = eviction(name, help, ScoreMethod::kvzip, AllocMethod::duo, 128);
+  m.window = 256;
+  return m;
+}
+
 MethodInfo tier_preset(const char* name, const char* help, int bits, std::size_t hot) {
   MethodInfo m{name, MethodKind::tiered, help};
   m.bits_key = m.bits_value = bits;
@@ -121,6 +129,10 @@ const std::vector<MethodInfo>& method_registry() {
                "CriticalAdaKV (kvpress CriticalAdaKVPress): Ada-KV budgets by kvpress's rule, then "
                "critical-snapkv's two stages in each head",
                A::adakv, CapacityRule::kvpress),
+      duo("duo",
+          "DuoAttention's head split: the best-scored heads (KVzip's head-level score: a head's largest token "
+          "score) keep every token, the others 128 sinks + the 256 most recent; the budget sets how many heads "
+          "keep all; score= ranks heads by another score; evaluate --model only with kvzip"),
       eviction("joint",
                "tokens and key/value bits per head under one byte budget (--budget as a fraction of f16; "
                "needs --quant kivi, or a budgets file from `akv allocate --method joint`)",

@@ -37,6 +37,7 @@ struct MethodInfo {
   double alpha = 0.2;                        // and Ada-KV's floor (kvzip's global top-k: 0)
   CapacityRule capacity_rule = CapacityRule::official;  // and Ada-KV's capacities
   bool critical = false;                     // and CriticalKV's two stages (score/critical.h)
+  long long window = -1;                     // and the forced recent tokens (-1: the score's default)
 };
 
 // Every method, in the order help lists them. The reference `full` (kFullMethod: f32 K/V as the
