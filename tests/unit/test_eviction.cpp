@@ -36,6 +36,14 @@ SynthOptions mixed() {
   return so;
 }
 
+// mixed() with 2 layers of 256 tokens (16 KV heads in all).
+SynthOptions small_mixed() {
+  SynthOptions so = mixed();
+  so.n_layers = 2;
+  so.n_tokens = 256;
+  return so;
+}
+
 CompressParams evict(const std::string& method, double budget, const std::string& quant = "none",
                      const std::string& capacity_rule = "official") {
   CompressRequest r;
@@ -379,9 +387,7 @@ TEST_CASE("kvzip: the given scores' global top-k over every head of every layer;
 TEST_CASE("CriticalKV on a dump: a brute-force two-stage selection, stage 1 alone = the plain method, W_o required",
           "[eviction][critical]") {
   test::TempDir dir;
-  SynthOptions so = mixed();
-  so.n_layers = 2;
-  so.n_tokens = 256;
+  const SynthOptions so = small_mixed();
   const std::string path = dir.file("d.h5");
   write_synth_dump(path, so, {});
   EvictionParams p = eviction_method("critical-snapkv");
@@ -456,12 +462,9 @@ TEST_CASE("CriticalKV on a dump: a brute-force two-stage selection, stage 1 alon
 
 TEST_CASE("duo: the best-scored heads keep everything, the others their sinks and recent tokens", "[eviction][duo]") {
   test::TempDir dir;
-  SynthOptions so = mixed();
-  so.n_layers = 2;
-  so.n_tokens = 256;
-  const std::string path = dir.file("d.h5");
-  write_synth_dump(path, so, {});
-  const DumpReader dump(path);
+  const SynthOptions so = small_mixed();
+  write_synth_dump(dir.file("d.h5"), so, {});
+  const DumpReader dump(dir.file("d.h5"));
   const KvWindow& m = dump.meta();
   CompressRequest r;
   r.method = "duo";

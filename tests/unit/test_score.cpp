@@ -36,6 +36,16 @@ Tensor3 keys_2d(const std::vector<std::array<float, 2>>& rows) {
   return k;
 }
 
+// The kvzip tests' shape: one layer, two query heads on one KV head of 4 dims.
+KvShape kvzip_shape() {
+  KvShape s;
+  s.n_layers = 1;
+  s.n_heads = 2;
+  s.n_kv_heads = 1;
+  s.head_dim = 4;
+  return s;
+}
+
 void fill(Tensor3& t, std::uint64_t seed, double scale) {
   Rng r(seed);
   for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<float>(scale * r.normal());
@@ -322,11 +332,7 @@ TEST_CASE("lagkv: partition ranks by hand; the tail scores 1; short sequences by
 TEST_CASE("kvzip: the softmax covers the sinks, the chunk and the repeat up to each query", "[score]") {
   // Zero queries: each repeat query spreads its attention evenly over what it sees. Context 6
   // tokens, chunk [2, 5), 1 sink, 2 repeat rows: the first sees 1 + 3 + 1 keys, the second 6.
-  KvShape s;
-  s.n_layers = 1;
-  s.n_heads = 2;
-  s.n_kv_heads = 1;
-  s.head_dim = 4;
+  const KvShape s = kvzip_shape();
   Tensor3 q(2, 8, 4), k(1, 8, 4);
   fill(k, 14, 1.0);
   std::vector<std::vector<double>> score(1, std::vector<double>(6, -1.0));
@@ -358,7 +364,8 @@ TEST_CASE("kvzip: the softmax covers the sinks, the chunk and the repeat up to e
   CHECK(ref[0][3] == Approx(want).epsilon(1e-12));
 }
 
-TEST_CASE("CriticalKV's |W_o v|_1: by hand, and the fast path against the f64 reference", "[score][critical]") {
+TEST_CASE("|W_o v|: CriticalKV's L1 group mean and KVzip+'s L2 per head, by hand and against the f64 reference",
+          "[score][critical]") {
   // One KV head, two query heads of d 2, hidden 2: v = (1, 2); head 0's slice is the identity
   // (W_o v = (1, 2), L1 3), head 1's rows (0, 1) and (1, 1) (W_o v = (2, 3), L1 5): mean 4.
   Tensor3 v(1, 1, 2);
@@ -369,6 +376,9 @@ TEST_CASE("CriticalKV's |W_o v|_1: by hand, and the fast path against the f64 re
         0, 1, 1, 1;
   CHECK(projected_value_norms(v, wo, 2)[0][0] == 4.0);
   CHECK(projected_value_norms_ref(v, wo, 2)[0][0] == 4.0);
+  // KVzip+'s L2 per query head: (1, 2) -> sqrt(5), (2, 3) -> sqrt(13).
+  CHECK(head_value_out_norms(v, wo, 2, 2)[1][0] == Approx(std::sqrt(13.0)).epsilon(1e-12));
+  CHECK(head_value_out_norms_ref(v, wo, 2, 2)[0][0] == Approx(std::sqrt(5.0)).epsilon(1e-12));
 
   // GQA 2, 300 tokens (more than one block of the fast path), hidden 24. Tolerance: 1e-5 of the
   // sum of |v_i W_ji| (f32 products against f64).
@@ -380,6 +390,11 @@ TEST_CASE("CriticalKV's |W_o v|_1: by hand, and the fast path against the f64 re
   const auto fast = projected_value_norms(value, w, 4, 1);
   const auto ref = projected_value_norms_ref(value, w, 4);
   CHECK(projected_value_norms(value, w, 4, 3) == fast);
+  const auto fast2 = head_value_out_norms(value, w, 4, 2, 2), ref2 = head_value_out_norms_ref(value, w, 4, 2);
+  for (std::size_t h = 0; h < 4; ++h) {
+    for (std::size_t t = 0; t < 300; ++t) CHECK(fast2[h][t] == Approx(ref2[h][t]).epsilon(1e-5));
+  }
+  CHECK_THROWS_AS(head_value_out_norms(value, w, 4, 3), std::logic_error);
   for (std::size_t g = 0; g < 2; ++g) {
     for (std::size_t t = 0; t < 300; ++t) {
       double bound = 0;
@@ -417,11 +432,7 @@ TEST_CASE("KVzip+: each probability over its query row's input norm, times the q
   // Zero queries again (probabilities 0.2 and 1/6 per repeat row for the chunk [2, 5)); input
   // norms 2 (repeat row 6) and 0.5 (row 7); query head 0's value norms 1, 1, 1, head 1's 1, 3, 1.
   // Token 3: max(0.2 / 2, 1/6 / 0.5) x max over heads of (1, 3) = 1/3 x 3 = 1; tokens 2, 4: 1/3.
-  KvShape s;
-  s.n_layers = 1;
-  s.n_heads = 2;
-  s.n_kv_heads = 1;
-  s.head_dim = 4;
+  const KvShape s = kvzip_shape();
   Tensor3 q(2, 8, 4), k(1, 8, 4);
   fill(k, 14, 1.0);
   const std::vector<double> input = {1, 1, 1, 1, 1, 1, 2, 0.5};
@@ -438,26 +449,4 @@ TEST_CASE("KVzip+: each probability over its query row's input norm, times the q
   for (std::size_t t = 2; t < 5; ++t) CHECK(score[0][t] == Approx(ref[0][t]).epsilon(1e-5));
   const std::vector<std::vector<double>> short_out = {{1, 1}, {1, 1}};
   CHECK_THROWS_AS(kvzip_chunk_scores(q, k, s, 6, 2, 5, 1, score, {&input, &short_out}), std::logic_error);
-}
-
-TEST_CASE("head_value_out_norms: L2 by hand, and the fast path against the f64 reference", "[score][kvzip]") {
-  // v = (1, 2) through head 1's rows (0, 1), (1, 1): (2, 3), L2 sqrt(13).
-  Tensor3 v(1, 1, 2);
-  v.at(0, 0, 0) = 1;
-  v.at(0, 0, 1) = 2;
-  RowMatrix wo(2, 4);
-  wo << 1, 0, 0, 1,
-        0, 1, 1, 1;
-  CHECK(head_value_out_norms(v, wo, 2, 2)[1][0] == Approx(std::sqrt(13.0)).epsilon(1e-12));
-  CHECK(head_value_out_norms_ref(v, wo, 2, 2)[0][0] == Approx(std::sqrt(5.0)).epsilon(1e-12));
-  Tensor3 value(2, 200, 16);
-  fill(value, 33, 1.0);
-  RowMatrix w(24, 4 * 16);
-  Rng r(34);
-  for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>(0.3 * r.normal());
-  const auto fast = head_value_out_norms(value, w, 4, 2, 2), ref = head_value_out_norms_ref(value, w, 4, 2);
-  for (std::size_t h = 0; h < 4; ++h) {
-    for (std::size_t t = 0; t < 200; ++t) CHECK(fast[h][t] == Approx(ref[h][t]).epsilon(1e-5));
-  }
-  CHECK_THROWS_AS(head_value_out_norms(value, w, 4, 3), std::logic_error);
 }
