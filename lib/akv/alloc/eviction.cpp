@@ -30,6 +30,24 @@ std::vector<std::size_t> layer_bases(const EvictionParams& p, AllocMethod alloc,
   return pyramid_layer_budgets_official(L, base, p.beta, T - forced);
 }
 
+// Runs `allocate` over the heads of every layer at once (flattened layer by layer, moved out of
+// `sorted`) and splits its counts back into layers.
+template <class Allocate>
+std::vector<std::vector<std::size_t>> across_layers(std::vector<SortedScores>& sorted, const Allocate& allocate) {
+  SortedScores all;
+  for (auto& l : sorted) {
+    for (auto& h : l) all.push_back(std::move(h));
+  }
+  const std::vector<std::size_t> c = allocate(all);
+  std::vector<std::vector<std::size_t>> extra;
+  std::size_t at = 0;
+  for (const auto& l : sorted) {
+    extra.emplace_back(c.begin() + static_cast<std::ptrdiff_t>(at), c.begin() + static_cast<std::ptrdiff_t>(at + l.size()));
+    at += l.size();
+  }
+  return extra;
+}
+
 }  // namespace
 
 std::size_t forced_tokens(std::size_t n_tokens, std::size_t sinks, std::size_t window) {
@@ -223,26 +241,14 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
       }
       break;
     }
-    case AllocMethod::adakv_global: {
-      SortedScores all;
-      for (auto& l : sorted) {
-        for (auto& h : l) all.push_back(std::move(h));
-      }
-      const auto c = allocate_adakv(all, base, p.alpha, p.capacity_rule, plan.forced);
-      for (std::size_t l = 0; l < L; ++l) extra[l].assign(c.begin() + static_cast<std::ptrdiff_t>(l * H),
-                                                          c.begin() + static_cast<std::ptrdiff_t>((l + 1) * H));
+    case AllocMethod::adakv_global:
+      extra = across_layers(sorted, [&](const SortedScores& all) {
+        return allocate_adakv(all, base, p.alpha, p.capacity_rule, plan.forced);
+      });
       break;
-    }
-    case AllocMethod::duo: {
-      SortedScores all;
-      for (auto& l : sorted) {
-        for (auto& h : l) all.push_back(std::move(h));
-      }
-      const auto c = allocate_duo(all, base);
-      for (std::size_t l = 0; l < L; ++l) extra[l].assign(c.begin() + static_cast<std::ptrdiff_t>(l * H),
-                                                          c.begin() + static_cast<std::ptrdiff_t>((l + 1) * H));
+    case AllocMethod::duo:
+      extra = across_layers(sorted, [&](const SortedScores& all) { return allocate_duo(all, base); });
       break;
-    }
     case AllocMethod::joint:
       throw UsageError("joint plans are made by plan_joint (kv/joint.h), not by plan_eviction",
                        {"", "--method", "joint"});
