@@ -473,7 +473,12 @@ TEST_CASE("duo: the best-scored heads keep everything, the others their sinks an
   r.eviction.sinks = 8;
   r.eviction.budget_tokens = 100;
   const EvictionParams p = *resolve_params(r).eviction();
-  CHECK(p.sinks == 8);  // score= keeps duo's sinks and window
+  CHECK(p.sinks == 8);
+  CompressRequest defaults = r;  // score= alone keeps duo's 128 sinks and 256 recent tokens
+  defaults.eviction.window.reset();
+  defaults.eviction.sinks.reset();
+  CHECK(resolve_params(defaults).eviction()->sinks == 128);
+  CHECK(resolve_params(defaults).eviction()->score.window == 256);
   const EvictionPlan plan = plan_eviction(dump, p, 2, {});
   // 16 heads, 24 forced and 232 selectable tokens each: round(16 x 76 / 232) = 5 keep all.
   std::vector<std::pair<double, std::size_t>> best;  // (a head's best selectable score, l * H + h)

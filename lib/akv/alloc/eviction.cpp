@@ -264,8 +264,8 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
     const bool protects = p.capacity_rule == CapacityRule::kvpress &&
                           (planned == AllocMethod::adakv || planned == AllocMethod::adakv_pyramid ||
                            planned == AllocMethod::adakv_global);
-    const std::size_t planned_base =
-        p.alloc == AllocMethod::file ? budget_per_head(p, m) - std::min(budget_per_head(p, m), plan.forced) : base;
+    const std::size_t file_budget = p.alloc == AllocMethod::file ? budget_per_head(p, m) : 0;
+    const std::size_t planned_base = p.alloc == AllocMethod::file ? file_budget - std::min(file_budget, plan.forced) : base;
     const std::vector<std::size_t> layer_base =
         protects ? layer_bases(p, planned, L, planned_base, T, plan.forced) : std::vector<std::size_t>(L, 0);
     for (std::size_t l = 0; l < L; ++l) {

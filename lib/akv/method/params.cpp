@@ -102,7 +102,9 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
       throw UsageError("joint scores tokens with snapkv", {"", "--score", *r.score});
     }
     e.score.method = parse_score_method(*r.score);
-    if (e.alloc != AllocMethod::duo) {  // duo keeps its streaming heads' sinks and recent tokens
+    // The forced tokens follow the score, unless the method's row fixes them (duo's streaming heads).
+    const MethodInfo* row = find_method(method);
+    if (!row || row->window < 0) {
       e.score.window = default_window(e.score.method);
       e.sinks = default_sinks(e.score.method);
     }
