@@ -8,6 +8,7 @@
 #include "akv/score/critical.h"
 #include "akv/score/expected_attention.h"
 #include "akv/score/kvzip.h"
+#include "akv/score/qfilter.h"
 #include "akv/score/score.h"
 #include "akv/tensor/rope.h"
 
@@ -449,4 +450,64 @@ TEST_CASE("KVzip+: each probability over its query row's input norm, times the q
   for (std::size_t t = 2; t < 5; ++t) CHECK(score[0][t] == Approx(ref[0][t]).epsilon(1e-5));
   const std::vector<std::vector<double>> short_out = {{1, 1}, {1, 1}};
   CHECK_THROWS_AS(kvzip_chunk_scores(q, k, s, 6, 2, 5, 1, score, {&input, &short_out}), std::logic_error);
+}
+
+TEST_CASE("qfilter: the Gram-matrix direction equals the SVD reference on random queries", "[score]") {
+  Tensor3 q(4, 50, 16);
+  fill(q, 41, 1.0);
+  for (std::size_t h = 0; h < 4; ++h) {  // a shared offset, as real queries have, differing per head
+    for (std::size_t t = 0; t < 50; ++t) q.at(h, t, h) += 3.0f;
+  }
+  const auto fast = fit_qfilters(q, 2, 2), ref = fit_qfilters_ref(q, 2);
+  for (std::size_t g = 0; g < 2; ++g) {
+    for (std::size_t c = 0; c < 16; ++c) CHECK(fast[g][c] == Approx(ref[g][c]).margin(1e-9));
+  }
+  for (std::size_t h = 0; h < 4; ++h) {
+    const auto a = query_direction(q.row(h, 0), 50, 16), b = query_direction_ref(q.row(h, 0), 50, 16);
+    double norm = 0;
+    for (std::size_t c = 0; c < 16; ++c) {
+      CHECK(a[c] == Approx(b[c]).margin(1e-9));
+      norm += a[c] * a[c];
+    }
+    CHECK(norm == Approx(1.0).epsilon(1e-12));
+    CHECK(a[h] > 0.9);  // the offset's channel dominates, oriented along the majority
+  }
+}
+
+TEST_CASE("qfilter: orientation, its tie rule, zero rows, the group mean and the scores by hand", "[score]") {
+  auto direction = [](const std::vector<std::array<float, 2>>& rows, bool ref) {
+    const Tensor3 t = keys_2d(rows);
+    return ref ? query_direction_ref(t.row(0, 0), rows.size(), 2) : query_direction(t.row(0, 0), rows.size(), 2);
+  };
+  for (const bool ref : {false, true}) {
+    // Gram [[17, 0], [0, 2]]: the first axis; every row projects positively on +e1.
+    auto v = direction({{3, 0}, {2, 1}, {2, -1}}, ref);
+    CHECK(v[0] == Approx(1.0).epsilon(1e-12));
+    CHECK(v[1] == Approx(0.0).margin(1e-12));
+    v = direction({{-3, 0}, {-2, 1}, {-2, -1}}, ref);
+    CHECK(v[0] == Approx(-1.0).epsilon(1e-12));
+    // One row each side: no strict majority, the larger sum of projections decides.
+    v = direction({{2, 0}, {-1, 0}}, ref);
+    CHECK(v[0] == Approx(1.0).epsilon(1e-12));
+    v = direction({{1, 0}, {-2, 0}}, ref);
+    CHECK(v[0] == Approx(-1.0).epsilon(1e-12));
+    // Equal sums too: the first nonzero component positive.
+    v = direction({{0, -1}, {0, 1}}, ref);
+    CHECK(v[0] == Approx(0.0).margin(1e-12));
+    CHECK(v[1] == Approx(1.0).epsilon(1e-12));
+    v = direction({{0, 0}, {0, 0}}, ref);
+    CHECK((v[0] == 0.0 && v[1] == 0.0));
+  }
+  // Two query heads on one KV head, along e1 and e2: the filter is -(e1 + e2) / 2.
+  Tensor3 q(2, 3, 2);
+  const float rows[2][3][2] = {{{3, 0}, {2, 1}, {2, -1}}, {{0, 3}, {1, 2}, {-1, 2}}};
+  for (std::size_t h = 0; h < 2; ++h) {
+    for (std::size_t t = 0; t < 3; ++t) std::copy(rows[h][t], rows[h][t] + 2, q.row(h, t));
+  }
+  const auto f = fit_qfilters(q, 1);
+  CHECK(f[0][0] == Approx(-0.5).epsilon(1e-12));
+  CHECK(f[0][1] == Approx(-0.5).epsilon(1e-12));
+  // Scores -(f . k): keys along the queries' directions score highest.
+  const auto s = qfilter_scores(keys_2d({{3, 1}, {-1, 0}, {0, 0}}), 0, {1.0, -2.0});
+  CHECK(s == std::vector<double>{-1.0, 1.0, 0.0});
 }
