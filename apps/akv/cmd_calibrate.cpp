@@ -30,8 +30,10 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       "seed's rule on key-norm variance: normalise, scale to H*target, clamp to [lo, hi], snap "
       "to {lo, mid, hi}, greedy correction; note that a target equal to --lo-bit, e.g. the "
       "default 2.0 with lo 2, necessarily gives every head lo bits), entropy (the same rule on "
-      "attention entropy). Writes calib.json (format akv-calibration v1) for `akv compress "
-      "--calibration`. See docs/calibrate.md.");
+      "attention entropy). Also fits each KV head's Q-Filter (the principal direction of its "
+      "query heads' stored queries, every dump's rows together; Q-Filters' make_filters.py) for "
+      "the eviction method qfilter. Writes calib.json (format akv-calibration v1) for `akv "
+      "compress --calibration` (bits, fp8 scales) and `--qfilters` (qfilter). See docs/calibrate.md.");
   sub->add_option("dumps", opt->dumps, "Dumps (akv-dump) of the same model")->required();
   sub->add_option("-o,--output", opt->output, "Write calib.json here");
   sub->add_option("--target-bits", c.target_bits, "Average bits per head (keys and values)")

@@ -82,6 +82,10 @@ expect_error "duo's default kvzip head scores need the model" 1 "evaluate --mode
   "$AKV" compress -q "$d" -o "$o/c.h5" -m duo --budget 0.5
 expect_error "kvzip's KVzip+ flag on another score" 1 "--plus = on" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m knorm --budget 0.2 --plus on
+expect_error "qfilter without its filters" 1 "--qfilters = missing" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m qfilter --budget 0.2
+expect_error "qfilter's filters on another score" 1 "--qfilters = f.json" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m knorm --budget 0.2 --qfilters f.json
 expect_error "CriticalKV's first stage without critical=on" 1 "--first-stage = 0.3" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m snapkv --budget 0.2 --window 16 --first-stage 0.3
 expect_error "CriticalKV with a streaming score" 1 "--critical = on \(h2o\)" \

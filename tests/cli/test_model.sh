@@ -40,6 +40,18 @@ expect_error "CriticalKV refused in chunked prefill" 1 "CriticalKV" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --prefill-mode chunked:64 \
   --methods critical-snapkv:budget=0.5:window=16
 
+"$AKV" calibrate -q "$TMP/s.h5" -o "$TMP/qcal.json" --bits 2,4 >/dev/null
+expect "qfilter on a dump with the filters of akv calibrate" 0 "kept 0\.30.*uniform/qfilter 0.3" \
+  "$AKV" compress -q "$TMP/s.h5" -o "$TMP/qf.h5" -m qfilter --qfilters "$TMP/qcal.json" --budget 0.3
+expect "evaluate --model: qfilter in the decode loop, exact and chunked prefill" 0 "qfilter:budget=0.5:qfilters=.* +[0-9]+" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --prefill-mode chunked:128 \
+  --methods "qfilter:budget=0.5:qfilters=$TMP/qcal.json"
+"$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); del j["layers"][2]["heads"][3]["qfilter"]; json.dump(j, open(sys.argv[2], "w"))' \
+  "$TMP/qcal.json" "$TMP/qold.json"
+expect_error "qfilter with a calibration file without filters" 2 "layers\[2\].heads\[3\].qfilter" \
+  "$AKV" compress -q "$TMP/s.h5" -o "$TMP/qf_old.h5" -m qfilter --qfilters "$TMP/qold.json" --budget 0.3
+[[ -e $TMP/qf_old.h5 ]] && fail "no output after a refused qfilter" || pass "no output after a refused qfilter"
+
 expect "evaluate --model table" 0 "kivi-2 +[0-9]+ +[0-9.]+ +[0-9.]+" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 2 --methods kivi-2,adakv:budget=0.5:window=16
 run "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 2 --prefill 400 --methods none --csv

@@ -4,10 +4,13 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/alloc/calibration_file.h"
+#include "akv/alloc/eviction.h"
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
 #include "akv/eval/passkey_shard.h"
 #include "akv/eval/token_metrics.h"
+#include "akv/score/qfilter.h"
 #include <fstream>
 #include "akv/synth/synth.h"
 #include "test_util.h"
@@ -207,6 +210,64 @@ TEST_CASE("calibrate: measured allocation meets the target and beats uniform", "
   o.update_interval = 128;
   const auto p = calibrate({dir.file("a.h5")}, o, {});
   CHECK(p["summary"]["bits_history"].size() == 4);
+}
+
+TEST_CASE("calibrate: Q-Filters pool the dumps' queries; the calibration file carries them to qfilter",
+          "[eval][calibrate]") {
+  test::TempDir dir;
+  SynthOptions so;
+  so.n_layers = 2;
+  so.n_heads = 8;
+  so.n_kv_heads = 2;
+  so.head_dim = 32;
+  so.n_tokens = 128;
+  so.window = 32;
+  write_synth_dump(dir.file("a.h5"), so, {});
+  CalibrateOptions o;
+  o.candidates = {2, 4};
+  const auto one = calibrate({dir.file("a.h5")}, o, {});
+  const auto twice = calibrate({dir.file("a.h5"), dir.file("a.h5")}, o, {});  // every row twice: the same direction
+  CHECK(one["summary"]["qfilter_rows"] == 32);
+  CHECK(twice["summary"]["qfilter_rows"] == 64);
+  for (std::size_t l = 0; l < 2; ++l) {
+    for (std::size_t h = 0; h < 2; ++h) {
+      const auto a = one["layers"][l]["heads"][h]["qfilter"].get<std::vector<double>>();
+      const auto b = twice["layers"][l]["heads"][h]["qfilter"].get<std::vector<double>>();
+      REQUIRE(a.size() == 32);
+      for (std::size_t c = 0; c < 32; ++c) CHECK(a[c] == Approx(b[c]).margin(1e-12));
+    }
+  }
+  std::ofstream(dir.file("c.json")) << one.dump();
+  const DumpReader dump(dir.file("a.h5"));
+  const QFilters f = read_calibration_qfilters(dir.file("c.json"), dump.meta());
+  CHECK(f[1][1] == one["layers"][1]["heads"][1]["qfilter"].get<std::vector<double>>());
+  // qfilter keeps each head's best -(f . k).
+  EvictionParams p = eviction_method("qfilter");
+  p.budget_fraction = 0.25;
+  p.score.qfilters = dir.file("c.json");
+  const EvictionPlan plan = plan_eviction(dump, p, 1, {});
+  Tensor3 key;
+  dump.read_into(key, 1, DumpField::key);
+  const std::vector<double> s = qfilter_scores(key, 0, f[1][0]);
+  std::vector<std::size_t> order(s.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return s[x] > s[y]; });
+  std::vector<std::int32_t> best(order.begin(), order.begin() + 32);
+  std::sort(best.begin(), best.end());
+  CHECK(plan.heads[1][0].kept == best);
+  // Bad files: a head without its filter, one of the wrong length, another model's shape.
+  nlohmann::json bad = one;
+  bad["layers"][0]["heads"][1].erase("qfilter");
+  std::ofstream(dir.file("bad.json")) << bad.dump();
+  CHECK_THROWS_AS(read_calibration_qfilters(dir.file("bad.json"), dump.meta()), CorruptData);
+  bad = one;
+  bad["layers"][1]["heads"][0]["qfilter"].erase(0);
+  std::ofstream(dir.file("bad.json")) << bad.dump();
+  CHECK_THROWS_AS(plan_eviction(dump, [&] { EvictionParams q = p; q.score.qfilters = dir.file("bad.json"); return q; }(), 1, {}),
+                  InvalidInput);
+  so.n_kv_heads = 4;
+  write_synth_dump(dir.file("other.h5"), so, {});
+  CHECK_THROWS_AS(plan_eviction(DumpReader(dir.file("other.h5")), p, 1, {}), InvalidInput);
 }
 
 TEST_CASE("passkey shards: parts of a patterned grid merge to the whole report", "[eval][shard]") {

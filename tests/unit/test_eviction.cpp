@@ -76,6 +76,7 @@ TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[
     if (name == "joint" || eviction_method(name).score.method == ScoreMethod::kvzip) continue;
     EvictionParams p = eviction_method(name);
     if (p.critical) continue;  // reads W_o, which synth dumps lack (its own test below)
+    if (p.score.method == ScoreMethod::qfilter) continue;  // reads a calibration file (test_eval)
     p.budget_tokens = 150;
     p.score.window = 16;
     const EvictionPlan plan = plan_eviction(dump, p, 2, {});

@@ -20,6 +20,7 @@ TEST_CASE("registry: every method has a kind that resolution accepts", "[method]
         break;
       case MethodKind::eviction:
         r.eviction.budget = 0.5;
+        if (std::string(m.name) == "qfilter") r.eviction.qfilters = "calib.json";  // read when it runs
         CHECK(resolve_params(r).eviction() != nullptr);
       {
         const EvictionParams e = eviction_method(m.name);

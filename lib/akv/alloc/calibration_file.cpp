@@ -1,5 +1,6 @@
 #include "akv/alloc/calibration_file.h"
 
+#include <cmath>
 
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
@@ -22,7 +23,7 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
       heads.push_back({{"head", h}, {"key_error", ke}, {"value_error", ve},
                        {"norm_variance", a.norm_variance}, {"entropy", a.entropy},
                        {"outlier_ratio", a.outlier_ratio}, {"key_amax", a.key_amax}, {"value_amax", a.value_amax},
-                       {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
+                       {"qfilter", a.qfilter}, {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
                        {"predicted_error", a.predicted_error ? nlohmann::json(*a.predicted_error) : nlohmann::json(nullptr)}});
     }
     layers.push_back({{"layer", l}, {"heads", heads}});
@@ -108,6 +109,45 @@ CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_lay
           if (!(a[i] >= 0.0 && a[i] < 3.4e38)) throw CorruptData("a maximum that is not finite and >= 0", {path, hat + "." + key, format_number(a[i])});
         }
         out.amax.emplace_back(a[0], a[1]);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
+  }
+  return out;
+}
+
+QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m) {
+  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
+  QFilters out(m.n_layers);
+  try {
+    const auto& layers = j.at("layers");
+    if (!layers.is_array() || layers.size() != m.n_layers) {
+      throw InvalidInput("calibration made for another number of layers (this input has " + std::to_string(m.n_layers) + ")",
+                         {path, "layers", std::to_string(layers.size())});
+    }
+    for (std::size_t l = 0; l < m.n_layers; ++l) {
+      const auto& heads = layers[l].at("heads");
+      const std::string at = "layers[" + std::to_string(l) + "].heads";
+      if (!heads.is_array() || heads.size() != m.n_kv_heads) {
+        throw InvalidInput("calibration made for another number of KV heads", {path, at, std::to_string(heads.size())});
+      }
+      for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
+        const std::string field = at + "[" + std::to_string(h) + "].qfilter";
+        if (!heads[h].contains("qfilter")) {
+          throw CorruptData("no Q-Filter (calibrate again with this akv)", {path, field});
+        }
+        const auto& f = heads[h].at("qfilter");
+        if (!f.is_array() || f.size() != m.head_dim) {
+          throw InvalidInput("calibration made for another head_dim (this input has " + std::to_string(m.head_dim) + ")",
+                             {path, field, std::to_string(f.is_array() ? f.size() : 0)});
+        }
+        std::vector<double>& v = out[l].emplace_back();
+        for (std::size_t c = 0; c < m.head_dim; ++c) {
+          if (!f[c].is_number()) throw CorruptData("a filter value that is not a number", {path, field + "[" + std::to_string(c) + "]", f[c].dump()});
+          v.push_back(f[c].get<double>());
+          if (!std::isfinite(v.back())) throw CorruptData("a filter value that is not finite", {path, field + "[" + std::to_string(c) + "]"});
+        }
       }
     }
   } catch (const nlohmann::json::exception& e) {

@@ -22,6 +22,7 @@ struct CalibrationHead {
   std::vector<double> key_error, value_error;  // [candidate]: error with keys (values) quantized
   double norm_variance = 0, entropy = 0, outlier_ratio = 0;
   double key_amax = 0, value_amax = 0;         // max |x| of its keys / values as stored (fp8 scales)
+  std::vector<double> qfilter;                 // [head_dim] its Q-Filter (score/qfilter.h)
   int bits_key = 0, bits_value = 0;
   std::optional<double> predicted_error;       // unset when a bit width is not a candidate
 };
@@ -50,5 +51,11 @@ struct CalibrationAmax {
   std::string rotate = "none";                  // params.rotate: the rows' rotation (random: seed 0)
 };
 CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
+
+// Per-head Q-Filters [layer][kv head][head_dim] (score/qfilter.h), checked against the shape
+// (InvalidInput naming the field otherwise); CorruptData naming the field when a head has none (a
+// file written before 2026-12-04) or a value that is not finite.
+using QFilters = std::vector<std::vector<std::vector<double>>>;
+QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m);
 
 }  // namespace akv

@@ -8,8 +8,10 @@
 
 #include "akv/alloc/alloc.h"
 #include "akv/alloc/budgets_file.h"
+#include "akv/alloc/calibration_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/score/qfilter.h"
 
 namespace akv {
 namespace {
@@ -174,6 +176,14 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
       throw std::logic_error("plan_eviction: the given scores do not match the shape");
     }
   }
+  QFilters qfilters;  // qfilter: [layer][kv head][head_dim]
+  if (p.score.method == ScoreMethod::qfilter) {
+    if (p.score.qfilters.empty()) {
+      throw UsageError("qfilter scores keys with the filters `akv calibrate` fits: give qfilters=calib.json",
+                       {"", "--qfilters", "missing"});
+    }
+    qfilters = read_calibration_qfilters(p.score.qfilters, m);
+  }
   if (p.critical && !out_proj) {
     throw UsageError("CriticalKV weighs values by the attention output projection: it needs a dump with "
                      "/layers/L/o_proj or akv evaluate --model", {"", "--critical", "on"});
@@ -206,6 +216,7 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
     parallel_for(H, threads, [&](std::size_t h) {
       scores[l][h] = score_head(query, key, h, m, p.score, values ? &value : nullptr, p.sinks);
       if (p.score.method == ScoreMethod::kvzip) scores[l][h].score = (*given)[l][h];
+      if (p.score.method == ScoreMethod::qfilter) scores[l][h].score = qfilter_scores(key, h, qfilters[l][h]);
       const std::vector<double>& s = scores[l][h].score;
       std::vector<std::size_t>& o = order[l][h];
       for (std::size_t t = 0; t < T; ++t) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <cmath>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "akv/io/json_file.h"
 #include "akv/kv/stored_head.h"
 #include "akv/quant/pack.h"
+#include "akv/score/qfilter.h"
 
 namespace akv {
 namespace {
@@ -31,6 +33,7 @@ struct HeadMeasure {
   // fp8 scales' source (max over dumps).
   double key_amax = 0, value_amax = 0;
   std::vector<double> norms;  // ||k_t|| in token order (for the streaming proxy)
+  std::vector<double> qfilter;  // [head_dim]: the Q-Filter of every dump's queries (score/qfilter.h)
 };
 
 // max |x| over n rows of head_dim values, rotated first when `kind` rotates (the rotation a
@@ -256,6 +259,38 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
   return agg;
 }
 
+// The Q-Filters of layers [lo, hi) into agg: each layer's queries of every dump stacked (a layer
+// at a time, every dump open), then fitted.
+void fit_layer_qfilters(const std::vector<std::string>& dumps, const Setup& st, std::size_t lo, std::size_t hi,
+                        std::vector<std::vector<HeadMeasure>>& agg) {
+  std::deque<DumpReader> readers;  // open files: not moved
+  std::size_t rows = 0;
+  for (const auto& d : dumps) {
+    readers.emplace_back(d);
+    rows += readers.back().meta().n_query;
+  }
+  const DumpMeta& m0 = st.metas[0];
+  Tensor3 stacked(m0.n_heads, rows, m0.head_dim), query;
+  for (std::size_t l = lo; l < hi; ++l) {
+    std::size_t at = 0;
+    for (const DumpReader& r : readers) {
+      r.read_into(query, l, DumpField::query);
+      for (std::size_t h = 0; h < m0.n_heads; ++h) {
+        std::copy(query.row(h, 0), query.row(h, 0) + query.dim1() * m0.head_dim, stacked.row(h, at));
+      }
+      at += query.dim1();
+    }
+    const auto filters = fit_qfilters(stacked, m0.n_kv_heads, st.opt.threads);
+    for (std::size_t h = 0; h < m0.n_kv_heads; ++h) agg[l - lo][h].qfilter = filters[h];
+  }
+}
+
+std::size_t query_rows(const Setup& st) {
+  std::size_t rows = 0;
+  for (const DumpMeta& m : st.metas) rows += m.n_query;
+  return rows;
+}
+
 // The allocation over every head and calib.json.
 nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
                         const std::vector<std::vector<HeadMeasure>>& agg) {
@@ -329,6 +364,7 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
       ch.outlier_ratio = a.outlier_ratio;
       ch.key_amax = a.key_amax;
       ch.value_amax = a.value_amax;
+      ch.qfilter = a.qfilter;
       ch.bits_key = bk[i];
       ch.bits_value = bv[i];
       if (std::isfinite(pe)) ch.predicted_error = pe;
@@ -359,6 +395,7 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
                {"uniform_predicted_error", uni},
                {"spearman_vs_error_at_lowest_bits",
                 {{"norm_variance", corr(nv)}, {"entropy", corr(en)}, {"outlier_ratio", corr(orat)}}}};
+  f.summary["qfilter_rows"] = query_rows(st);
   if (!history.empty()) f.summary["bits_history"] = history;
   return calibration_to_json(f);
 }
@@ -380,7 +417,8 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
                               const ProgressFn& progress) {
   const Setup st = setup(dumps, o);
   const auto [lo, hi] = shard.range(st.metas[0].n_layers);
-  const auto agg = measure_layers(dumps, st, lo, hi, progress);
+  auto agg = measure_layers(dumps, st, lo, hi, progress);
+  fit_layer_qfilters(dumps, st, lo, hi, agg);
   // Token norms only feed the streaming proxy (adakv-proxy with an update interval).
   const bool norms = st.opt.allocator == "adakv-proxy" && st.opt.update_interval > 0;
   nlohmann::json layers = nlohmann::json::array();
@@ -389,7 +427,7 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
     for (const HeadMeasure& a : layer) {
       heads.push_back({{"key_err", a.key_err}, {"value_err", a.value_err}, {"norm_variance", a.norm_variance},
                        {"entropy", a.entropy}, {"outlier_ratio", a.outlier_ratio},
-                       {"key_amax", a.key_amax}, {"value_amax", a.value_amax},
+                       {"key_amax", a.key_amax}, {"value_amax", a.value_amax}, {"qfilter", a.qfilter},
                        {"norms", norms ? nlohmann::json(a.norms) : nlohmann::json::array()}});
     }
     layers.push_back(heads);
@@ -422,6 +460,7 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
           a.outlier_ratio = h.at("outlier_ratio").get<double>();
           a.key_amax = h.at("key_amax").get<double>();
           a.value_amax = h.at("value_amax").get<double>();
+          h.at("qfilter").get_to(a.qfilter);
           h.at("norms").get_to(a.norms);
           heads.push_back(std::move(a));
         }
@@ -463,6 +502,9 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
       if (a.key_err.size() != st.opt.candidates.size() || a.value_err.size() != st.opt.candidates.size()) {
         throw InvalidInput("a head without every candidate's error", {file0, "key_err", std::to_string(a.key_err.size())});
       }
+      if (a.qfilter.size() != st.metas[0].head_dim) {
+        throw InvalidInput("a head's Q-Filter is not head_dim long", {file0, "qfilter", std::to_string(a.qfilter.size())});
+      }
     }
   }
   return assemble(dumps, st, agg);
@@ -471,7 +513,9 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
 nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateOptions& o,
                          const ProgressFn& progress) {
   const Setup st = setup(dumps, o);
-  return assemble(dumps, st, measure_layers(dumps, st, 0, st.metas[0].n_layers, progress));
+  auto agg = measure_layers(dumps, st, 0, st.metas[0].n_layers, progress);
+  fit_layer_qfilters(dumps, st, 0, st.metas[0].n_layers, agg);
+  return assemble(dumps, st, agg);
 }
 
 std::string render_calibration(const nlohmann::json& j) {

@@ -128,6 +128,7 @@ nlohmann::json EvictionParams::to_json() const {
   }
   if (score.method == ScoreMethod::lagkv) j["lag"] = score.lag;
   if (score.method == ScoreMethod::kvzip && score.plus) j["plus"] = true;
+  if (score.method == ScoreMethod::qfilter) j["qfilters"] = score.qfilters;
   j["alloc"] = alloc_method_name(alloc);
   j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
   j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
@@ -170,6 +171,7 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
       p.score.lag = static_cast<std::size_t>(file_integer(j, "lag", "lag", file, at + "lag"));
     }
     if (p.score.method == ScoreMethod::kvzip) p.score.plus = j.value("plus", false);
+    if (p.score.method == ScoreMethod::qfilter) p.score.qfilters = j.at("qfilters").get<std::string>();
     const std::string a = j.at("alloc").get<std::string>();
     p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);
     if (!j.at("budget_fraction").is_null()) p.budget_fraction = file_real(j, "budget_fraction", "budget", file, at + "budget_fraction");

@@ -21,6 +21,7 @@ std::vector<std::string> CompressParams::input_files() const {
   std::vector<std::string> files;
   if (!calibration_file.empty()) files.push_back(calibration_file);
   if (eviction() && !eviction()->budgets_file.empty()) files.push_back(eviction()->budgets_file);
+  if (eviction() && !eviction()->score.qfilters.empty()) files.push_back(eviction()->score.qfilters);
   return files;
 }
 
@@ -121,6 +122,17 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
                        {"", "--plus", *r.plus});
     }
     e.score.plus = *r.plus == "on";
+  }
+  if (r.qfilters) {
+    if (e.score.method != ScoreMethod::qfilter) {
+      throw UsageError("this flag gives qfilter's filters, not " + score_method_name(e.score.method) + "'s",
+                       {"", "--qfilters", *r.qfilters});
+    }
+    e.score.qfilters = *r.qfilters;
+  }
+  if (e.score.method == ScoreMethod::qfilter && e.score.qfilters.empty() && e.alloc != AllocMethod::file) {
+    throw UsageError("qfilter scores keys with the filters `akv calibrate` fits: give qfilters=calib.json",
+                     {"", "--qfilters", "missing"});
   }
   if (e.score.method != ScoreMethod::lagkv && r.lag) {
     throw UsageError("this flag sets lagkv's partitions, not " + score_method_name(e.score.method) + "'s",
@@ -246,7 +258,7 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
 bool EvictionRequest::any() const {
   return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
          gqa_reduce || alpha || capacity_rule || beta || min_tokens || step || score || future ||
-         covariance || vnorm || lag || every || target || critical || first_stage || plus;
+         covariance || vnorm || lag || every || target || critical || first_stage || plus || qfilters;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {

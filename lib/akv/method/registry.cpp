@@ -114,6 +114,10 @@ const std::vector<MethodInfo>& method_registry() {
                "(a second prefill per 2048-token chunk); the lowest over every head of every layer evicted "
                "(adakv-global, alpha 0); 4 sinks; evaluate --model only",
                Sc::kvzip, A::adakv_global, 4, 0.0),
+      eviction("qfilter",
+               "Q-Filters (kvpress QFilterPress): each key scored by its projection on the principal direction of "
+               "the model's queries, fitted by `akv calibrate` (qfilters=calib.json); reads no queries",
+               Sc::qfilter, A::uniform),
       eviction("adakv", "Ada-KV: SnapKV scores, head-wise budgets within each layer", Sc::snapkv, A::adakv),
       eviction("waterfill", "greedy marginal-utility water-filling across the heads of a layer", Sc::snapkv,
                A::waterfill),
@@ -234,7 +238,7 @@ const std::vector<ParamInfo>& param_registry() {
        "adakv-pyramid, adakv-global); not with joint", {}, {}, false, false, {}, score_words()},
       {"window", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.window; }),
        "observation window W: the last W query positions score the tokens and the last W tokens are "
-       "always kept (default 32; tova 1; knorm, keydiff, lagkv, expected-attention, kvzip 0; <= the dump's "
+       "always kept (default 32; tova 1; knorm, keydiff, lagkv, expected-attention, kvzip, qfilter 0; <= the dump's "
        "n_query)", 0, {},
        false, false, {}, {}},
       {"sinks", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.sinks; }),
@@ -253,6 +257,9 @@ const std::vector<ParamInfo>& param_registry() {
        "kvzip: KVzip+'s normalization (kvpress kvzip_plus_normalization; default off): each repeat query's "
        "attention divided by the norm of its attention input, each token's multiplied by |W_o v|_2 of the query head",
        {}, {}, false, false, {}, {"on", "off"}},
+      {"qfilters", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.qfilters; }),
+       "qfilter: the calibration file (`akv calibrate -o calib.json`, from dumps of the same model) holding each "
+       "KV head's filter", {}, {}, false, false, {}, {}},
       {"critical", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.critical; }),
        "CriticalKV's two stages under any score and allocator (default off; on for critical-snapkv, critical-adakv): "
        "each head keeps its best-scored first-stage share of its budget, the rest by (score + 1e-4) x the L1 norm "

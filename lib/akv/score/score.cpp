@@ -116,7 +116,8 @@ HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, co
       if (!value) throw std::logic_error("lagkv needs the values");
       hs.score = lagkv_scores(key, *value, h, T, d, sinks, o.lag);
       break;
-    case ScoreMethod::kvzip:  // given by the model's reconstruction pass
+    case ScoreMethod::kvzip:    // given by the model's reconstruction pass
+    case ScoreMethod::qfilter:  // the planner applies the calibrated filters
       break;
     case ScoreMethod::expected_attention:
       hs.score = Ref ? expected_attention_ref(query, key, value, h, m, o, sinks)
@@ -128,7 +129,8 @@ HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, co
 
 constexpr ScoreMethod kScores[] = {ScoreMethod::snapkv, ScoreMethod::h2o,     ScoreMethod::streamingllm,
                                    ScoreMethod::knorm,  ScoreMethod::keydiff, ScoreMethod::tova,
-                                   ScoreMethod::lagkv,  ScoreMethod::expected_attention, ScoreMethod::kvzip};
+                                   ScoreMethod::lagkv,  ScoreMethod::expected_attention, ScoreMethod::kvzip,
+                                   ScoreMethod::qfilter};
 
 }  // namespace
 
@@ -143,6 +145,7 @@ std::string score_method_name(ScoreMethod m) {
     case ScoreMethod::lagkv: return "lagkv";
     case ScoreMethod::expected_attention: return "expected-attention";
     case ScoreMethod::kvzip: return "kvzip";
+    case ScoreMethod::qfilter: return "qfilter";
   }
   return "?";
 }
@@ -164,7 +167,7 @@ ScoreMethod parse_score_method(const std::string& s) {
 
 bool score_is_query_free(ScoreMethod m) {
   return m == ScoreMethod::knorm || m == ScoreMethod::keydiff || m == ScoreMethod::lagkv ||
-         m == ScoreMethod::expected_attention || m == ScoreMethod::kvzip;
+         m == ScoreMethod::expected_attention || m == ScoreMethod::kvzip || m == ScoreMethod::qfilter;
 }
 
 std::size_t default_window(ScoreMethod m) {

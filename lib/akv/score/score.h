@@ -25,6 +25,9 @@
 //   kvzip:        the most attention a token receives while the model reconstructs its context
 //                 (score/kvzip.h): computed by the model (eval/kvzip.h) and handed to the planner;
 //                 score_head leaves the scores 0 and fills only the mass.
+//   qfilter:      -(f . k_t), f the KV head's Q-Filter fitted on calibration queries by `akv
+//                 calibrate` (score/qfilter.h); read from ScoreOptions::qfilters by the planner:
+//                 score_head leaves the scores 0 and fills only the mass.
 // GQA: the scores of the query heads of one KV group are reduced (mean or max) to one per token,
 // before SnapKV's pooling (the official SnapKV / Ada-KV order).
 // Every method also returns `mass`: the mean window attention of the group's query heads, a
@@ -39,7 +42,7 @@
 
 namespace akv {
 
-enum class ScoreMethod { snapkv, h2o, streamingllm, knorm, keydiff, tova, lagkv, expected_attention, kvzip };
+enum class ScoreMethod { snapkv, h2o, streamingllm, knorm, keydiff, tova, lagkv, expected_attention, kvzip, qfilter };
 enum class PoolKind { max, avg };
 enum class GqaReduce { mean, max };
 std::string score_method_name(ScoreMethod m);
@@ -47,10 +50,10 @@ std::string pool_name(PoolKind p);
 std::string gqa_reduce_name(GqaReduce r);
 ScoreMethod parse_score_method(const std::string& s);  // InvalidInput naming the value
 std::string score_method_list(const char* separator);  // every score name
-// Scorers that read no window queries (knorm, keydiff, lagkv, expected-attention, kvzip): their
+// Scorers that read no window queries (knorm, keydiff, lagkv, expected-attention, kvzip, qfilter): their
 // window (the forced last tokens) may be 0.
 bool score_is_query_free(ScoreMethod m);
-// A method's default observation window (32; knorm, keydiff, lagkv, expected-attention, kvzip 0;
+// A method's default observation window (32; knorm, keydiff, lagkv, expected-attention, kvzip, qfilter 0;
 // tova 1) and default sinks (streamingllm, lagkv, expected-attention and kvzip 4, otherwise 0).
 std::size_t default_window(ScoreMethod m);
 std::size_t default_sinks(ScoreMethod m);
@@ -70,6 +73,7 @@ struct ScoreOptions {
   bool vnorm = true;
   std::size_t lag = 128;  // lagkv: partition size (kvpress's lag_size)
   bool plus = false;      // kvzip: KVzip+'s normalization (score/kvzip.h)
+  std::string qfilters;   // qfilter: the calibration file (`akv calibrate`) holding the filters
 };
 // Whether the scorer reads values (lagkv; expected-attention with vnorm).
 bool score_reads_values(const ScoreOptions& o);
