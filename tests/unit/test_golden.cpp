@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/alloc/eviction.h"
+#include "akv/eval/calibrate.h"
 #include "akv/eval/kvzip.h"
 #include "akv/io/dump.h"
 #include "akv/model/llama2c.h"
@@ -29,7 +30,8 @@ const std::string kGolden = std::string(AKV_SOURCE_DIR) + "/data/golden/";
 // Every method of a golden file: each head keeps as many tokens as the official code, and the
 // same tokens except where the official scores tie at the head's cutoff (torch's sort and topk
 // leave their order open; akv keeps the earliest).
-void check_golden(const std::string& name) {
+// `adjust` sets what a file cannot say (e.g. where qfilter's filters are).
+void check_golden(const std::string& name, const std::function<void(EvictionParams&)>& adjust = {}) {
   std::ifstream in(kGolden + name);
   REQUIRE(in);
   const nlohmann::json g = nlohmann::json::parse(in);
@@ -48,6 +50,7 @@ void check_golden(const std::string& name) {
     p.score.window = official.value("window", g.value("window", std::size_t{0}));
     p.sinks = official.value("sinks", p.sinks);
     p.score.lag = official.value("lag", p.score.lag);
+    if (adjust) adjust(p);
     const EvictionPlan plan = plan_eviction(dump, p, 1, {});
     const nlohmann::json& layers = official["layers"];
     REQUIRE(layers.size() == plan.heads.size());
@@ -201,6 +204,36 @@ TEST_CASE("knorm, keydiff, TOVA, Expected Attention (25%), LagKV (50%), AdaKV ov
   //   --add-o-proj 64
   // (every prompt query in the dump, a random W_o; ties within a relative 1e-5 of a cutoff)
   check_golden("kvpress-official.json");
+}
+
+TEST_CASE("Q-Filters: calibrate's filters equal the authors' make_filters.py, and qfilter keeps what kvpress's "
+          "QFilterPress keeps (two stories260K dumps, 25%)",
+          "[golden][alloc]") {
+  // scripts/dev/golden/qfilter.py QFILTERS KVPRESS data/golden/qfilter-official.json
+  //   data/golden/qfilter-stories-1.h5 data/golden/qfilter-stories-2.h5
+  // (the filters fitted on both dumps' 2 x 96 queries; the press run on the second dump's keys)
+  std::ifstream in(kGolden + "qfilter-official.json");
+  REQUIRE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  std::vector<std::string> dumps;
+  for (const auto& d : g["dumps"]) dumps.push_back(kGolden + d.get<std::string>());
+  const nlohmann::json calib = calibrate(dumps, CalibrateOptions{}, {});
+  const nlohmann::json& want = g["filters"]["values"];
+  REQUIRE(want.size() == calib["layers"].size());
+  for (std::size_t l = 0; l < want.size(); ++l) {
+    for (std::size_t h = 0; h < want[l].size(); ++h) {
+      const auto mine = calib["layers"][l]["heads"][h]["qfilter"].get<std::vector<double>>();
+      const auto ref = want[l][h].get<std::vector<double>>();
+      REQUIRE(mine.size() == ref.size());
+      for (std::size_t c = 0; c < ref.size(); ++c) {
+        INFO("layer " << l << " head " << h << " channel " << c);
+        CHECK(std::fabs(mine[c] - ref[c]) <= 2e-5);  // torch's SVD in f32, akv's in f64
+      }
+    }
+  }
+  const test::TempDir tmp;
+  std::ofstream(tmp.file("calib.json")) << calib.dump();
+  check_golden("qfilter-official.json", [&](EvictionParams& p) { p.score.qfilters = tmp.file("calib.json"); });
 }
 
 TEST_CASE("H2O and StreamingLLM keep what their official code keeps (MHA, every prompt query, 25%)",
