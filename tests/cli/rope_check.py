@@ -4,8 +4,10 @@ For each rope_scaling of a tiny random Hugging Face llama (head_dim 64, theta 50
 writes each head's keys before and after RoPE (f32); the angle each pair turned by at position p
 must equal p * inv_freq[i] with inv_freq computed here from the transformers formulas (linear,
 dynamic NTK with the prompt length, llama3's three wavelength regimes, yarn as transformers 4.45
-computes it, whose attention factor must also scale every rotated pair's length; partial_rotary_factor
-rotating only the first dims and leaving the rest unchanged). Usage: rope_check.py AKV WORKDIR
+computes it, whose attention factor must also scale every rotated pair's length; longrope as
+transformers' Phi-3 computes it, short factors up to the top-level original_max_position_embeddings
+and long ones past it, its attention factor sqrt(1 + ln(max / original) / ln(original)) scaling the
+pairs; partial_rotary_factor rotating only the first dims and leaving the rest unchanged). Usage: rope_check.py AKV WORKDIR
 """
 import json
 import math
@@ -22,7 +24,7 @@ DIM, HEADS, KV, HD, HIDDEN, VOCAB, THETA = 128, 2, 1, 64, 32, 16, 500000.0
 rng = np.random.default_rng(7)
 
 
-def write_model(directory, rope_scaling, max_pos, partial=None):
+def write_model(directory, rope_scaling, max_pos, partial=None, original=None):
     directory.mkdir(parents=True, exist_ok=True)
     cfg = {"model_type": "llama", "hidden_size": DIM, "intermediate_size": HIDDEN, "num_hidden_layers": 1,
            "num_attention_heads": HEADS, "num_key_value_heads": KV, "vocab_size": VOCAB,
@@ -30,6 +32,8 @@ def write_model(directory, rope_scaling, max_pos, partial=None):
            "tie_word_embeddings": True, "hidden_act": "silu", "rope_scaling": rope_scaling}
     if partial is not None:
         cfg["partial_rotary_factor"] = partial
+    if original is not None:
+        cfg["original_max_position_embeddings"] = original
     (directory / "config.json").write_text(json.dumps(cfg))
     shapes = {"model.embed_tokens.weight": (VOCAB, DIM), "model.norm.weight": (DIM,),
               "model.layers.0.input_layernorm.weight": (DIM,), "model.layers.0.post_attention_layernorm.weight": (DIM,),
@@ -53,7 +57,7 @@ def default_inv_freq(dim, base):
     return (np.float32(1.0) / np.power(np.float32(base), exponent)).astype(np.float32)
 
 
-def inv_freq(scaling, dim, n_tokens, max_pos):
+def inv_freq(scaling, dim, n_tokens, max_pos, original=None):
     kind = scaling["rope_type"] if scaling else "default"
     f = default_inv_freq(dim, THETA)
     if kind == "linear":
@@ -72,6 +76,10 @@ def inv_freq(scaling, dim, n_tokens, max_pos):
         smoothed = ((np.float32(1) - smooth) * scaled / factor + smooth * scaled).astype(np.float32)
         medium = ~(wavelen < high_wave) & ~(wavelen > low_wave)
         return np.where(medium, smoothed, scaled).astype(np.float32)
+    if kind == "longrope":
+        ext = np.array(scaling["long_factor"] if n_tokens > original else scaling["short_factor"], dtype=np.float32)
+        shape = (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)).astype(np.float32)
+        return (np.float32(1) / (ext * np.power(np.float32(THETA), shape)).astype(np.float32)).astype(np.float32)
     if kind == "yarn":
         factor = scaling["factor"]
         def correction_dim(rotations):
@@ -89,16 +97,25 @@ def inv_freq(scaling, dim, n_tokens, max_pos):
     return f
 
 
-def check(name, scaling, max_pos, n_tokens, partial=None):
+def attention_scale(scaling, max_pos, original):
+    kind = scaling.get("rope_type") if scaling else None
+    if kind == "yarn":
+        return 0.1 * math.log(scaling["factor"]) + 1.0
+    if kind == "longrope":
+        return math.sqrt(1 + math.log(max_pos / original) / math.log(original))
+    return 1.0
+
+
+def check(name, scaling, max_pos, n_tokens, partial=None, original=None):
     model = WORK / name
-    write_model(model, scaling, max_pos, partial)
+    write_model(model, scaling, max_pos, partial, original)
     tokens = WORK / f"{name}.txt"
     tokens.write_text(" ".join(str(i % VOCAB) for i in range(n_tokens)) + "\n")
     dump = WORK / f"{name}.h5"
     subprocess.run([AKV, "dump", "-q", "--model", str(model), "--tokens", str(tokens), "-o", str(dump),
                     "--window", "1"], check=True)
     rot = int(HD * partial) if partial else HD
-    want = inv_freq(scaling, rot, n_tokens, max_pos).astype(np.float64)
+    want = inv_freq(scaling, rot, n_tokens, max_pos, original).astype(np.float64)
     with h5py.File(dump, "r") as f:
         k0, k1 = f["layers/0/key_pre_rope"][0], f["layers/0/key"][0]  # [tokens, head_dim], KV head 0
     half = rot // 2
@@ -109,7 +126,7 @@ def check(name, scaling, max_pos, n_tokens, partial=None):
     err = np.abs(np.angle(np.exp(1j * (turned - expect))))
     worst = float(err.max())
     untouched = float(np.abs(k1[:, rot:] - k0[:, rot:]).max()) if rot < HD else 0.0
-    scale = 0.1 * math.log(scaling["factor"]) + 1.0 if scaling and scaling.get("rope_type") == "yarn" else 1.0
+    scale = attention_scale(scaling, max_pos, original)
     length = np.hypot(a1, b1) / np.maximum(np.hypot(a0, b0), 1e-30)
     scale_err = float(np.abs(length - scale).max())
     ok = worst < 2e-4 and untouched == 0.0 and scale_err < 1e-5 * scale
@@ -125,6 +142,8 @@ def check(name, scaling, max_pos, n_tokens, partial=None):
     return ok
 
 
+LONGROPE = {"rope_type": "longrope", "short_factor": [float(x) for x in 1 + rng.random(HD // 2)],
+            "long_factor": [float(x) for x in 1 + 3 * rng.random(HD // 2)]}
 results = [
     check("default", None, 64, 48),
     check("linear", {"rope_type": "linear", "factor": 4.0}, 64, 48),
@@ -134,6 +153,8 @@ results = [
                      "original_max_position_embeddings": 8192}, 131072, 48),
     check("partial", None, 64, 40, partial=0.5),
     check("yarn", {"rope_type": "yarn", "factor": 4.0}, 4096, 48),
+    check("longrope-short", LONGROPE, 2048, 48, original=64),
+    check("longrope-long", LONGROPE, 2048, 60, original=32),
 ]
 print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
 sys.exit(0 if all(results) else 1)

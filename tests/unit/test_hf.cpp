@@ -180,6 +180,35 @@ TEST_CASE("HF loader: RoPE angles cover the positions used, not max_position_emb
   CHECK(load_model(dir.file("m")).config().seq_len == std::size_t{1} << 62);
 }
 
+TEST_CASE("HF loader: longrope takes the short factors up to the original context, the long ones past it",
+          "[model][hf]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  test::TempDir dir;
+  const Model ref = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  convert(ref, dir.file("m"), "F32", false);
+  nlohmann::json cfg;
+  std::ifstream(dir.file("m") + "/config.json") >> cfg;
+  cfg["max_position_embeddings"] = 512;
+  cfg["original_max_position_embeddings"] = 16;  // factor 32
+  cfg["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1, 1, 1, 1}}, {"long_factor", {2, 2, 2, 2}},
+                         {"attention_factor", 1.0}};
+  std::ofstream(dir.file("m") + "/config.json") << cfg.dump();
+  const Model m = load_model(dir.file("m"));
+  const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  const std::vector<std::int32_t> s16(lines[0].begin(), lines[0].begin() + 16), s17(lines[0].begin(), lines[0].begin() + 17);
+  CHECK(max_diff(m.prefill(s16, true).logits, ref.prefill(s16, true).logits) <= 1e-4);  // short factors 1: plain RoPE
+  CHECK(max_diff(m.prefill(s17, true).logits, ref.prefill(s17, true).logits) > 1e-2);   // 17 > 16: the long ones
+  // The default attention factor: sqrt(1 + ln 32 / ln 16) = 1.5.
+  cfg["rope_scaling"].erase("attention_factor");
+  std::ofstream(dir.file("m") + "/config.json") << cfg.dump();
+  const Model d = load_model(dir.file("m"));
+  CHECK(d.config().rope_scaling.attention_factor == Approx(1.5).epsilon(1e-15));
+  CHECK(max_diff(d.prefill(s16, true).logits, ref.prefill(s16, true).logits) > 1e-2);
+}
+
 TEST_CASE("HF loader: bad checkpoints are clean errors", "[model][hf][bad]") {
   test::TempDir dir;
   const std::string d = dir.file("m");
@@ -275,7 +304,8 @@ TEST_CASE("HF config: defaults, derived fields and typed errors naming the field
   cfg["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older key
   std::ofstream(f) << cfg.dump();
   CHECK(hf_rope_scaling(read_hf_config(f)).factor == 2.0);
-  refused({{"rope_type", "longrope"}, {"factor", 4.0}}, "rope_scaling.rope_type = longrope");
+  refused({{"rope_type", "longrope"}, {"factor", 4.0}}, "max_position_embeddings");  // none in cfg
+  refused({{"rope_type", "ntk-by-parts"}, {"factor", 4.0}}, "rope_scaling.rope_type = ntk-by-parts");
   refused({{"rope_type", "yarn"}, {"factor", 4.0}}, "max_position_embeddings");  // none in cfg
   refused({{"rope_type", "linear"}, {"factor", 0}}, "rope_scaling.factor = 0");
   refused({{"rope_type", "linear"}}, "rope_scaling.factor = missing");
@@ -292,6 +322,34 @@ TEST_CASE("HF config: defaults, derived fields and typed errors naming the field
           "rope_scaling.original_max_position_embeddings = 1024");
   refused({{"type", "yarn"}, {"factor", 4.0}, {"mscale", 0.707}}, "rope_scaling.mscale = 0.707");
   refused({{"type", "yarn"}, {"factor", 0.5}}, "rope_scaling.factor = 0.5");
+  // longrope (Phi-3): a top-level original_max_position_embeddings sets the factor, 131072 / 4096 =
+  // 32, and the attention factor sqrt(1 + ln 32 / ln 4096) = sqrt(1 + 5 / 12); 8 factors (head_dim 16).
+  const std::vector<double> short_f = {1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5}, long_f = {2, 3, 4, 5, 6, 7, 8, 9};
+  cfg["max_position_embeddings"] = 131072;
+  cfg["original_max_position_embeddings"] = 4096;
+  for (const char* type : {"longrope", "su"}) {
+    cfg["rope_scaling"] = {{"type", type}, {"short_factor", short_f}, {"long_factor", long_f}};
+    std::ofstream(f) << cfg.dump();
+    const RopeScaling lr = hf_rope_scaling(read_hf_config(f));
+    CHECK(lr.kind == RopeScaling::Kind::longrope);
+    CHECK(lr.factor == 32.0);
+    CHECK(lr.original_max_positions == 4096);
+    CHECK(lr.attention_factor == Approx(std::sqrt(17.0 / 12.0)).epsilon(1e-15));
+    CHECK(lr.long_factors[7] == 9.0f);
+  }
+  refused({{"type", "longrope"}, {"short_factor", {1, 2}}, {"long_factor", long_f}}, "rope_scaling.short_factor = 2");
+  refused({{"type", "longrope"}, {"short_factor", short_f}, {"long_factor", {2, 3, -4, 5, 6, 7, 8, 9}}},
+          "rope_scaling.long_factor[2] = -4");
+  refused({{"type", "longrope"}, {"short_factor", short_f}}, "rope_scaling.long_factor = missing");
+  // Without it: rope_scaling.factor over max_position_embeddings, and a given attention factor.
+  cfg.erase("original_max_position_embeddings");
+  refused({{"type", "longrope"}, {"short_factor", short_f}, {"long_factor", long_f}}, "rope_scaling.factor = missing");
+  cfg["rope_scaling"] = {{"type", "longrope"}, {"short_factor", short_f}, {"long_factor", long_f}, {"factor", 4.0},
+                         {"attention_factor", 1.25}};
+  std::ofstream(f) << cfg.dump();
+  const RopeScaling lr = hf_rope_scaling(read_hf_config(f));
+  CHECK(lr.original_max_positions == 131072);
+  CHECK(lr.attention_factor == 1.25);
   cfg.erase("max_position_embeddings");
   refused({{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0},
            {"original_max_position_embeddings", 8192}},

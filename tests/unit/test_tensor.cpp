@@ -147,6 +147,24 @@ TEST_CASE("RoPE matches a hand computation", "[tensor][rope]") {
   }
 }
 
+TEST_CASE("longrope: short factors up to the original context, long past it, by hand", "[tensor][rope]") {
+  // theta 10000, rotary_dim 4: theta^(0/4) = 1 and theta^(2/4) = 100 exactly, so
+  // inv_freq = 1 / (ext * {1, 100}).
+  RopeScaling s;
+  s.kind = RopeScaling::Kind::longrope;
+  s.original_max_positions = 16;
+  s.short_factors = {1.0f, 2.0f};
+  s.long_factors = {4.0f, 8.0f};
+  CHECK(rope_inv_freq(4, 10000.0, s, 16) == std::vector<float>{1.0f, 1.0f / 200.0f});
+  CHECK(rope_inv_freq(4, 10000.0, s, 17) == std::vector<float>{0.25f, 1.0f / 800.0f});
+  s.long_factors = {4.0f};
+  CHECK_THROWS_AS(rope_inv_freq(4, 10000.0, s, 17), InvalidInput);
+  CHECK_NOTHROW(rope_inv_freq(4, 10000.0, s, 16));  // the short factors are whole
+  s.short_factors = {1.0f, 0.0f};
+  CHECK_THROWS_AS(rope_inv_freq(4, 10000.0, s, 16), InvalidInput);
+  CHECK(rope_scaling_name(s.kind) == "longrope");
+}
+
 TEST_CASE("RoPE inverse undoes it and dot products depend on relative position",
           "[tensor][rope]") {
   const std::size_t d = 64;

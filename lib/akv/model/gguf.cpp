@@ -542,7 +542,8 @@ Model load_gguf(const std::string& path, WeightMode mode) {
   const std::size_t rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
   if (f.find("rope_freqs.weight")) c.rope_scaling.freq_factors = f.read("rope_freqs.weight", {rot / 2});
   if (f.find("rope_factors_long.weight") || f.find("rope_factors_short.weight")) {
-    throw InvalidInput("longrope (Phi-3's short / long RoPE factors) is not implemented", {path, "rope_factors_long.weight"});
+    throw InvalidInput("longrope (Phi-3's short / long RoPE factors) is not implemented for GGUF (the Hugging Face "
+                       "checkpoint loads with it)", {path, "rope_factors_long.weight"});
   }
   const GgufTensor* embd = f.find("token_embd.weight");
   if (!embd || embd->dims.size() != 2) throw InvalidInput("missing tensor (or not a matrix)", {path, "token_embd.weight"});

@@ -39,8 +39,30 @@ T typed(const json& j, const char* key, T fallback, const std::string& file) {
 }
 
 // rope_scaling: {"rope_type" (or "type"): default | linear | dynamic | llama3 | yarn, "factor", ...}.
-RopeScaling parse_rope_scaling(const json& r, const std::optional<std::size_t>& max_positions,
-                               const std::string& file) {
+// longrope's factor lists: rotary_dim / 2 positive finite numbers.
+std::vector<float> factor_list(const json& r, const char* key, std::size_t n, const std::string& file) {
+  const std::string field = std::string("rope_scaling.") + key;
+  if (!r.contains(key) || !r[key].is_array()) {
+    throw InvalidInput("longrope needs a list of factors", {file, field, r.contains(key) ? r[key].dump() : "missing"});
+  }
+  const json& a = r[key];
+  if (a.size() != n) {
+    throw InvalidInput("longrope factors must number rotary_dim / 2 = " + std::to_string(n), {file, field, std::to_string(a.size())});
+  }
+  std::vector<float> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = a[i].is_number() ? a[i].get<double>() : NAN;
+    if (!(v > 0.0) || !std::isfinite(v)) {
+      throw InvalidInput("longrope factors must be positive numbers", {file, field + "[" + std::to_string(i) + "]", a[i].dump()});
+    }
+    out.push_back(static_cast<float>(v));  // torch.tensor(..., dtype=torch.float32)
+  }
+  return out;
+}
+
+RopeScaling parse_rope_scaling(const json& r, const HfConfig& c) {
+  const std::optional<std::size_t>& max_positions = c.max_position_embeddings;
+  const std::string& file = c.file;
   RopeScaling s;
   if (r.is_null()) return s;
   if (!r.is_object()) throw InvalidInput("rope_scaling must be an object", {file, "rope_scaling", r.dump()});
@@ -108,8 +130,31 @@ RopeScaling parse_rope_scaling(const json& r, const std::optional<std::size_t>& 
                              : 0.1 * std::log(s.factor) + 1.0;
     if (r.contains("beta_fast") && !r["beta_fast"].is_null()) s.beta_fast = number("beta_fast", 0.0, true);
     if (r.contains("beta_slow") && !r["beta_slow"].is_null()) s.beta_slow = number("beta_slow", 0.0, true);
+  } else if (type == "longrope" || type == "su") {
+    // Phi-3's LongRoPE as transformers' Phi3 rotary embedding computes it (4.45): with a top-level
+    // original_max_position_embeddings the factor is max_position_embeddings / it, otherwise
+    // rope_scaling.factor over max_position_embeddings; attention factor
+    // sqrt(1 + ln(factor) / ln(original)) unless given (1 when factor <= 1).
+    s.kind = RopeScaling::Kind::longrope;
+    if (!max_positions) {
+      throw InvalidInput("longrope rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
+    }
+    if (c.original_max_position_embeddings) {
+      s.original_max_positions = *c.original_max_position_embeddings;
+      s.factor = static_cast<double>(*max_positions) / static_cast<double>(s.original_max_positions);
+    } else {
+      s.original_max_positions = *max_positions;
+      s.factor = number("factor", 1.0, false);
+    }
+    s.attention_factor = r.contains("attention_factor") && !r["attention_factor"].is_null()
+                             ? number("attention_factor", 0.0, true)
+                         : s.factor <= 1.0 ? 1.0
+                                           : std::sqrt(1.0 + std::log(s.factor) /
+                                                                 std::log(static_cast<double>(s.original_max_positions)));
+    s.short_factors = factor_list(r, "short_factor", c.rotary_dim / 2, file);
+    s.long_factors = factor_list(r, "long_factor", c.rotary_dim / 2, file);
   } else {
-    throw InvalidInput("rope_scaling type not implemented (akv implements default, linear, dynamic, llama3, yarn)",
+    throw InvalidInput("rope_scaling type not implemented (akv implements default, linear, dynamic, llama3, yarn, longrope)",
                        {file, std::string("rope_scaling.") + type_key, type});
   }
   return s;
@@ -118,7 +163,7 @@ RopeScaling parse_rope_scaling(const json& r, const std::optional<std::size_t>& 
 }  // namespace
 
 RopeScaling hf_rope_scaling(const HfConfig& c) {
-  return parse_rope_scaling(c.rope_scaling, c.max_position_embeddings, c.file);
+  return parse_rope_scaling(c.rope_scaling, c);
 }
 
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types) {
@@ -147,6 +192,7 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   c.intermediate_size = positive(j, "intermediate_size", file);
   c.vocab_size = positive(j, "vocab_size", file);
   c.max_position_embeddings = optional_positive(j, "max_position_embeddings", file);
+  c.original_max_position_embeddings = optional_positive(j, "original_max_position_embeddings", file);
   c.sliding_window = optional_positive(j, "sliding_window", file);
   c.use_sliding_window = typed<bool>(j, "use_sliding_window", false, file);
   c.tie_word_embeddings = typed<bool>(j, "tie_word_embeddings", false, file);

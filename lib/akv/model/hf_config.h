@@ -23,6 +23,7 @@ struct HfConfig {
   std::size_t num_key_value_heads = 0;  // num_attention_heads when absent
   std::size_t head_dim = 0;             // hidden_size / num_attention_heads when absent or null
   std::optional<std::size_t> max_position_embeddings;
+  std::optional<std::size_t> original_max_position_embeddings;  // Phi-3's top-level field (longrope)
   std::optional<std::size_t> sliding_window;  // absent or null: none
   bool use_sliding_window = false, tie_word_embeddings = false, attention_bias = false;
   double rope_theta = 10000.0, rms_norm_eps = 1e-6;
@@ -40,8 +41,9 @@ struct HfConfig {
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types = {});
 
 // The config's rope_scaling as the model computes it (kind none when absent or "default").
-// InvalidInput naming the field for another type than linear, dynamic or llama3 (yarn, longrope:
-// not implemented) or a missing or out-of-range value. Only the model loader needs it: `akv plan`
+// InvalidInput naming the field for another type than linear, dynamic, llama3, yarn or longrope
+// ("su", its older name) or a missing or out-of-range value (longrope: factor lists of
+// rotary_dim / 2 positive numbers). Only the model loader needs it: `akv plan`
 // reads configs of any RoPE type.
 RopeScaling hf_rope_scaling(const HfConfig& c);
 

@@ -55,6 +55,7 @@ std::string rope_scaling_name(RopeScaling::Kind k) {
     case RopeScaling::Kind::dynamic: return "dynamic";
     case RopeScaling::Kind::llama3: return "llama3";
     case RopeScaling::Kind::yarn: return "yarn";
+    case RopeScaling::Kind::longrope: return "longrope";
   }
   return "?";
 }
@@ -99,6 +100,25 @@ std::vector<float> scaled_inv_freq(std::size_t rotary_dim, double theta, const R
           scaled = f32_add(f32_div(f32_mul(f32_sub(1.0f, smooth), scaled), factor), f32_mul(smooth, scaled));
         }
         v = scaled;
+      }
+      return f;
+    }
+    case RopeScaling::Kind::longrope: {
+      // transformers: 1.0 / (ext_factors * base ** (arange(0, d, 2).float() / d)), f32 tensors.
+      const std::vector<float>& ext = seq_len > s.original_max_positions ? s.long_factors : s.short_factors;
+      const char* field = seq_len > s.original_max_positions ? "long_factor" : "short_factor";
+      std::vector<float> f(rotary_dim / 2);
+      if (ext.size() != f.size()) {
+        throw InvalidInput("longrope factors must number rotary_dim / 2 = " + std::to_string(f.size()),
+                           {"", std::string("rope_scaling.") + field, std::to_string(ext.size())});
+      }
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        if (!(ext[i] > 0.0f) || !std::isfinite(ext[i])) {
+          throw InvalidInput("longrope factors must be positive and finite",
+                             {"", std::string("rope_scaling.") + field + "[" + std::to_string(i) + "]", format_number(ext[i])});
+        }
+        const float p = std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+        f[i] = 1.0f / f32_mul(ext[i], p);
       }
       return f;
     }

@@ -39,21 +39,26 @@ inline void rope_pair_dims(RopeLayout layout, std::size_t head_dim, std::size_t 
 //            over original positions, kept where it turns more than beta_fast times, a linear ramp
 //            between (floor / ceil of the correction dims); cos and sin multiplied by
 //            attention_factor (default 0.1 ln(factor) + 1)
+//   longrope (Phi-3 / Phi-3.5's LongRoPE, transformers' Phi3 rotary embedding) 1 / (ext[i] *
+//            theta^(2i/d)), ext = long_factors for a call whose positions reach L > original,
+//            short_factors otherwise; cos and sin multiplied by attention_factor
 struct RopeScaling {
-  enum class Kind { none, linear, dynamic, llama3, yarn };
+  enum class Kind { none, linear, dynamic, llama3, yarn, longrope };
   Kind kind = Kind::none;
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
-  std::size_t original_max_positions = 0;                // dynamic, llama3, yarn
+  std::size_t original_max_positions = 0;                // dynamic, llama3, yarn, longrope
   double beta_fast = 32.0, beta_slow = 1.0;              // yarn
-  double attention_factor = 1.0;                         // yarn: scales cos and sin
+  double attention_factor = 1.0;                         // yarn, longrope: scales cos and sin
+  std::vector<float> short_factors, long_factors;        // longrope: [rotary_dim / 2] each
   // Per-frequency divisors applied after the kind's rule (GGUF's rope_freqs.weight, how
   // llama.cpp stores Llama 3's scaling): inv_freq[i] / freq_factors[i]; empty = none.
   std::vector<float> freq_factors;
 };
-std::string rope_scaling_name(RopeScaling::Kind k);  // "none" | "linear" | "dynamic" | "llama3" | "yarn"
+std::string rope_scaling_name(RopeScaling::Kind k);  // "none" | "linear" | "dynamic" | "llama3" | "yarn" | "longrope"
 
-// inv_freq [rotary_dim / 2] for a call whose positions are < seq_len (only dynamic uses it).
+// inv_freq [rotary_dim / 2] for a call whose positions are < seq_len (dynamic and longrope use it;
+// InvalidInput when longrope's factors do not number rotary_dim / 2 or are not positive).
 // Each f32 operation is rounded as f32 (no fused multiply-add), so every build agrees.
 std::vector<float> rope_inv_freq(std::size_t rotary_dim, double theta, const RopeScaling& s,
                                  std::size_t seq_len);
