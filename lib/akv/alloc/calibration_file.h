@@ -54,7 +54,7 @@ CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_lay
 
 // Per-head Q-Filters [layer][kv head][head_dim] (score/qfilter.h), checked against the shape
 // (InvalidInput naming the field otherwise); CorruptData naming the field when a head has none (a
-// file written before 2026-12-04) or a value that is not finite.
+// file written before commit f920cee, 2026-12-03) or a value that is not finite.
 using QFilters = std::vector<std::vector<std::vector<double>>>;
 QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m);
 
