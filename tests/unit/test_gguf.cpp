@@ -687,6 +687,43 @@ TEST_CASE("GGUF rope metadata: linear scaling, rope_freqs, partial rotation", "[
     CHECK(yinv[i] == Approx(interp * (1.0 - mix) + extrap * mix).epsilon(1e-6));
   }
   CHECK(y.prefill(kTokens, true).logits != plain.prefill(kTokens, true).logits);
+
+  // longrope as llama.cpp's Phi-3 converter writes it: rope_factors_long / rope_factors_short,
+  // rope.scaling.original_context_length and rope.scaling.attn_factor.
+  const std::vector<float> long_f = {2, 2, 3, 3, 4, 4, 5, 5}, short_f = {1, 1, 1, 1, 2, 2, 2, 2};
+  auto longrope = [&](bool both) {
+    GgufWriter w4;
+    copy_metadata(w4);
+    w4.u32("llama.rope.scaling.original_context_length", 16);
+    w4.f32("llama.rope.scaling.attn_factor", 1.25f);
+    w4.tensor_f32("rope_factors_long.weight", {8}, long_f.data(), 8);
+    if (both) w4.tensor_f32("rope_factors_short.weight", {8}, short_f.data(), 8);
+    copy_tensors(w4);
+    w4.write(dir.file("longrope.gguf"));
+  };
+  longrope(true);
+  const Model lr = load_model(dir.file("longrope.gguf"));
+  const RopeScaling& ls = lr.config().rope_scaling;
+  CHECK(ls.kind == RopeScaling::Kind::longrope);
+  CHECK(ls.original_max_positions == 16);
+  CHECK(ls.attention_factor == 1.25);
+  CHECK(ls.long_factors == long_f);
+  CHECK(ls.short_factors == short_f);
+  const std::vector<float> within = rope_inv_freq(16, lr.config().rope_theta, ls, 16);
+  const std::vector<float> past = rope_inv_freq(16, lr.config().rope_theta, ls, 17);
+  const std::vector<float> plain16 = rope_inv_freq(16, lr.config().rope_theta, RopeScaling{}, 1);
+  for (std::size_t i = 0; i < 8; ++i) {
+    CHECK(within[i] == Approx(plain16[i] / short_f[i]).epsilon(1e-6));
+    CHECK(past[i] == Approx(plain16[i] / long_f[i]).epsilon(1e-6));
+  }
+  CHECK(lr.prefill(kTokens, true).logits != plain.prefill(kTokens, true).logits);
+  longrope(false);
+  try {
+    load_model(dir.file("longrope.gguf"));
+    FAIL("a GGUF with only the long factors was accepted");
+  } catch (const InvalidInput& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("rope_factors_short.weight = missing"));
+  }
 }
 
 TEST_CASE("GGUF: bad files are one clear error naming the file and field", "[gguf][bad]") {

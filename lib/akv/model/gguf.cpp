@@ -542,8 +542,21 @@ Model load_gguf(const std::string& path, WeightMode mode) {
   const std::size_t rot = c.rotary_dim ? c.rotary_dim : c.head_dim;
   if (f.find("rope_freqs.weight")) c.rope_scaling.freq_factors = f.read("rope_freqs.weight", {rot / 2});
   if (f.find("rope_factors_long.weight") || f.find("rope_factors_short.weight")) {
-    throw InvalidInput("longrope (Phi-3's short / long RoPE factors) is not implemented for GGUF (the Hugging Face "
-                       "checkpoint loads with it)", {path, "rope_factors_long.weight"});
+    // Phi-3's longrope as llama.cpp's converter writes it: both factor lists, the original context
+    // (default: context_length, as llama.cpp) and the attention factor that scales cos and sin.
+    for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+      if (!f.find(t)) throw InvalidInput("longrope needs both factor tensors", {path, t, "missing"});
+    }
+    RopeScaling& s = c.rope_scaling;
+    if (s.kind != RopeScaling::Kind::none || !s.freq_factors.empty()) {
+      throw InvalidInput("longrope factors beside another RoPE scaling", {path, arch + ".rope.scaling.type", rope_scaling_name(s.kind)});
+    }
+    s.kind = RopeScaling::Kind::longrope;
+    s.long_factors = f.read("rope_factors_long.weight", {rot / 2});
+    s.short_factors = f.read("rope_factors_short.weight", {rot / 2});
+    s.original_max_positions = m.count("rope.scaling.original_context_length", c.seq_len);
+    s.factor = static_cast<double>(c.seq_len) / static_cast<double>(s.original_max_positions);
+    s.attention_factor = m.real("rope.scaling.attn_factor", 1.0);
   }
   const GgufTensor* embd = f.find("token_embd.weight");
   if (!embd || embd->dims.size() != 2) throw InvalidInput("missing tensor (or not a matrix)", {path, "token_embd.weight"});
