@@ -2,8 +2,10 @@
 tiny_hf.py, transcribing transformers' modeling_qwen3.py / modeling_phi3.py (v4.51): RMSNorm
 (x * rsqrt(mean(x^2) + eps) * w), Qwen3's q_norm / k_norm over each head's head_dim values before
 RoPE, Phi-3's fused qkv_proj (q, k, v rows) and gate_up_proj (gate, up: chunk(2)), rotate-half
-RoPE with inv_freq = theta^(-2i/d), causal softmax attention with GQA and scaling head_dim^-0.5,
-SiLU MLP. In float64, as an independent reference for akv's forward.
+RoPE with inv_freq = theta^(-2i/d) (Phi-3's longrope: divided by the short factors, or the long
+ones when the sequence passes original_max_position_embeddings, cos and sin times sqrt(1 + ln(max /
+original) / ln(original)), as transformers' Phi3 rotary embedding), causal softmax attention with
+GQA and scaling head_dim^-0.5, SiLU MLP. In float64, as an independent reference for akv's forward.
 
   ref_forward.py HF_DIR DUMP.h5 TOKENS_LINE
 
@@ -33,11 +35,18 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, theta):  # x [heads, n, hd], rotate-half
+def rope(x, pos, theta, cfg):  # x [heads, n, hd], rotate-half
     hd = x.shape[-1]
     inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    scale = 1.0
+    scaling = cfg.get("rope_scaling")
+    if scaling and scaling.get("type", scaling.get("rope_type")) in ("longrope", "su"):
+        original, longest = cfg["original_max_position_embeddings"], cfg["max_position_embeddings"]
+        ext = scaling["long_factor"] if len(pos) > original else scaling["short_factor"]
+        inv = inv / np.array(ext, dtype=np.float64)
+        scale = np.sqrt(1 + np.log(longest / original) / np.log(original)) if longest > original else 1.0
     ang = np.outer(pos, inv)
-    cos, sin = np.concatenate([np.cos(ang)] * 2, -1), np.concatenate([np.sin(ang)] * 2, -1)
+    cos, sin = (np.concatenate([f(ang)] * 2, -1) * scale for f in (np.cos, np.sin))
     rot = np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], -1)
     return x * cos + rot * sin
 
@@ -69,7 +78,7 @@ def main():
         if qwen3:
             q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q, k = rope(q, pos, theta), rope(k, pos, theta)
+        q, k = rope(q, pos, theta, cfg), rope(k, pos, theta, cfg)
         for name, ref in (("key", k), ("value", v)):
             got = np.asarray(f[f"/layers/{l}/{name}"][:], dtype=np.float64)
             err = np.abs(got - ref).max() / np.abs(ref).max()

@@ -188,6 +188,7 @@ expect_error "a Gemma 2 model is refused naming soft-capping" 2 "soft-capping.*m
 "$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/q3" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 2 --seed 3 \
   --qwen3 --head-dim 32 --gguf "$TMP/q3.gguf" --tokens "$TMP/q3.txt" 2 40
 for m in "$TMP/q3" "$TMP/q3.gguf"; do
+  rm -f "$TMP/q3d.h5"  # a failed dump must not leave the previous model's to compare
   "$AKV" dump -q --model "$m" --tokens "$TMP/q3.txt" -o "$TMP/q3d.h5" >/dev/null
   expect "Qwen3 from $(basename "$m"): keys and values equal the numpy reference" 0 "reference ok" \
     "$PY" "$SRC/tests/cli/ref_forward.py" "$TMP/q3" "$TMP/q3d.h5" "$(head -1 "$TMP/q3.txt")"
@@ -196,9 +197,21 @@ done
 "$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/p3" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 2 --seed 4 \
   --phi3 --gguf "$TMP/p3.gguf" --tokens "$TMP/p3.txt" 2 40
 for m in "$TMP/p3" "$TMP/p3.gguf"; do
+  rm -f "$TMP/p3d.h5"  # a failed dump must not leave the previous model's to compare
   "$AKV" dump -q --model "$m" --tokens "$TMP/p3.txt" -o "$TMP/p3d.h5" >/dev/null
   expect "Phi-3 from $(basename "$m"): keys and values equal the numpy reference" 0 "reference ok" \
     "$PY" "$SRC/tests/cli/ref_forward.py" "$TMP/p3" "$TMP/p3d.h5" "$(head -1 "$TMP/p3.txt")"
+done
+# Phi-3's longrope (40 tokens: original 64 takes the short factors, original 32 the long ones).
+for orig in 64 32; do
+  "$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/lr$orig" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 2 \
+    --seed 4 --phi3 --longrope "$orig" --gguf "$TMP/lr$orig.gguf"
+  for m in "$TMP/lr$orig" "$TMP/lr$orig.gguf"; do
+    rm -f "$TMP/lrd.h5"
+    "$AKV" dump -q --model "$m" --tokens "$TMP/p3.txt" -o "$TMP/lrd.h5" >/dev/null
+    expect "Phi-3 longrope, original $orig, from $(basename "$m"): keys and values equal the numpy reference" 0 \
+      "reference ok" "$PY" "$SRC/tests/cli/ref_forward.py" "$TMP/lr$orig" "$TMP/lrd.h5" "$(head -1 "$TMP/p3.txt")"
+  done
 done
 "$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --json -o "$TMP/q3e.json"
 "$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --prefill-mode batch --json -o "$TMP/q3b.json"

@@ -1,7 +1,7 @@
 """Writes a small random Hugging Face llama (config.json + model.safetensors, f32) for CLI tests.
 
   tiny_hf.py DIR --dim D --hidden H --vocab V --heads Q --kv-heads K --layers L [--seed S] [--tokens FILE N LEN]
-             [--qwen3 | --phi3] [--head-dim HD] [--gguf OUT.gguf [--byte-vocab]]
+             [--qwen3 | --phi3 [--longrope ORIGINAL]] [--head-dim HD] [--gguf OUT.gguf [--byte-vocab]]
 
 head_dim = D / Q. Norm weights are 1, the rest normal * 0.2 (or --scale). --tokens also writes N
 random token sequences of LEN ids in [1, V) to FILE. --qwen3: model_type qwen3 with per-head
@@ -12,7 +12,11 @@ tokens, or with --byte-vocab (needs --vocab 258) a byte-level BPE vocabulary (GP
 characters, no merges, BOS 256, EOS 257) that llama.cpp and akv both tokenize text with.
 --phi3: model_type phi3, the same random weights with q/k/v fused into self_attn.qkv_proj and
 gate/up into mlp.gate_up_proj (GGUF: attn_qkv, and ffn_up holding gate then up), untied
-embeddings (lm_head).
+embeddings (lm_head). --longrope ORIGINAL (with --phi3): Phi-3's longrope, max_position_embeddings
+8 x ORIGINAL, original_max_position_embeddings ORIGINAL, short factors 1 + uniform[0, 1) and long
+factors 1 + 3 uniform[0, 1) drawn after the weights (GGUF: rope_factors_short / rope_factors_long,
+rope.scaling.original_context_length, rope.scaling.attn_factor sqrt(1 + ln 8 / ln ORIGINAL), as
+llama.cpp's converter writes them).
 """
 import argparse
 import json
@@ -30,6 +34,7 @@ ap.add_argument("--scale", type=float, default=0.2)
 ap.add_argument("--tokens", nargs=3)
 ap.add_argument("--qwen3", action="store_true")
 ap.add_argument("--phi3", action="store_true")
+ap.add_argument("--longrope", type=int, metavar="ORIGINAL")
 ap.add_argument("--head-dim", type=int)
 ap.add_argument("--gguf")
 ap.add_argument("--byte-vocab", action="store_true")
@@ -46,7 +51,8 @@ if a.qwen3:
     cfg.update({"head_dim": hd, "rope_theta": 1e6, "attention_bias": False})
 if a.phi3:
     cfg.update({"tie_word_embeddings": False, "rope_theta": 10000.0})
-(d / "config.json").write_text(json.dumps(cfg))
+if a.longrope and not a.phi3:
+    ap.error("--longrope needs --phi3")
 rng = np.random.default_rng(a.seed)
 shapes = {"model.embed_tokens.weight": (a.vocab, a.dim), "model.norm.weight": (a.dim,)}
 for l in range(a.layers):
@@ -73,6 +79,12 @@ if a.phi3:  # fuse as Phi-3 stores them
         weights[p + "self_attn.qkv_proj.weight"] = np.concatenate([weights.pop(p + f"self_attn.{x}_proj.weight") for x in "qkv"])
         weights[p + "mlp.gate_up_proj.weight"] = np.concatenate([weights.pop(p + "mlp.gate_proj.weight"),
                                                                 weights.pop(p + "mlp.up_proj.weight")])
+if a.longrope:
+    short_f = [float(x) for x in 1 + rng.random(hd // 2)]
+    long_f = [float(x) for x in 1 + 3 * rng.random(hd // 2)]
+    cfg.update({"max_position_embeddings": 8 * a.longrope, "original_max_position_embeddings": a.longrope,
+                "rope_scaling": {"type": "longrope", "short_factor": short_f, "long_factor": long_f}})
+(d / "config.json").write_text(json.dumps(cfg))
 for name, w in weights.items():
     data = w.tobytes()
     header[name] = {"dtype": "F32", "shape": list(w.shape), "data_offsets": [len(blob), len(blob) + len(data)]}
@@ -95,7 +107,7 @@ if a.gguf:
                                 ("mlp.down_proj", "ffn_down"), ("self_attn.qkv_proj", "attn_qkv"), ("mlp.gate_up_proj", "ffn_up")):
             names[p + hf_name + ".weight"] = b + g_name + ".weight"
     arch = cfg["model_type"]
-    kv = [("general.architecture", gguf.text(arch)), (f"{arch}.context_length", gguf.u32(256)),
+    kv = [("general.architecture", gguf.text(arch)), (f"{arch}.context_length", gguf.u32(cfg["max_position_embeddings"])),
           (f"{arch}.embedding_length", gguf.u32(a.dim)), (f"{arch}.block_count", gguf.u32(a.layers)),
           (f"{arch}.feed_forward_length", gguf.u32(a.hidden)), (f"{arch}.attention.head_count", gguf.u32(a.heads)),
           (f"{arch}.attention.head_count_kv", gguf.u32(a.kv_heads)), (f"{arch}.attention.key_length", gguf.u32(hd)),
@@ -114,6 +126,12 @@ if a.gguf:
                ("tokenizer.ggml.scores", (9, struct.pack("<IQ", 6, a.vocab) + struct.pack(f"<{a.vocab}f", *([0.0] * a.vocab)))),
                ("tokenizer.ggml.token_type", gguf.int32s([1] * a.vocab))]
     out = []
+    if a.longrope:
+        import math
+        kv += [(f"{arch}.rope.scaling.original_context_length", gguf.u32(a.longrope)),
+               (f"{arch}.rope.scaling.attn_factor", gguf.f32(math.sqrt(1 + math.log(8) / math.log(a.longrope))))]
+        for tname, f in (("rope_factors_long.weight", long_f), ("rope_factors_short.weight", short_f)):
+            out.append((tname, 0, [len(f)], np.array(f, dtype="<f4").tobytes()))
     for name, w in weights.items():
         dims = [w.shape[0]] if w.ndim == 1 else [w.shape[1], w.shape[0]]
         out.append((names[name], 0, dims, w.tobytes()))
