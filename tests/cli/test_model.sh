@@ -46,6 +46,9 @@ expect "qfilter on a dump with the filters of akv calibrate" 0 "kept 0\.30.*unif
 expect "evaluate --model: qfilter in the decode loop, exact and chunked prefill" 0 "qfilter:budget=0.5:qfilters=.* +[0-9]+" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --prefill-mode chunked:128 \
   --methods "qfilter:budget=0.5:qfilters=$TMP/qcal.json"
+expect "evaluate --model: qfilter cuts the cache while decoding (every=, target=)" 0 "uniform/qfilter 0.5 every 32 to 96" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 \
+  --methods "qfilter:budget=0.5:qfilters=$TMP/qcal.json:every=32:target=96"
 "$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); del j["layers"][2]["heads"][3]["qfilter"]; json.dump(j, open(sys.argv[2], "w"))' \
   "$TMP/qcal.json" "$TMP/qold.json"
 expect_error "qfilter with a calibration file without filters" 2 "layers\[2\].heads\[3\].qfilter" \

@@ -93,6 +93,26 @@ TEST_CASE("decode cut with knorm keeps the sinks, the window and the smallest ke
   }
 }
 
+TEST_CASE("decode cut with qfilter keeps the keys of largest projection on the layer's filters", "[decode_compression]") {
+  const Layer l = random_layer(2, 40, 8, 4);
+  const EvictionParams e = *params("qfilter:budget=0.5:qfilters=calib.json:sinks=1:window=2:every=4:target=12").eviction();
+  std::vector<std::vector<double>> filters(2, std::vector<double>(8));
+  for (std::size_t c = 0; c < 8; ++c) filters[0][c] = c % 2 ? 0.5 : -1.0, filters[1][c] = 0.25 * static_cast<double>(c) - 1.0;
+  std::vector<float> query(4 * 8, 0.5f);
+  const auto keep = decode_cut(l.rows(), query.data(), 1, shape(4, 2, 8), e, &filters);
+  for (std::size_t h = 0; h < 2; ++h) {
+    std::vector<double> score(40);
+    for (std::size_t t = 0; t < 40; ++t) {
+      double s = 0;
+      for (std::size_t c = 0; c < 8; ++c) s += filters[h][c] * l.key[h][t * 8 + c];
+      score[t] = -s;
+    }
+    INFO("head " << h);
+    CHECK(keep[h] == top_rows(score, l.position[h], 1, 2, 12 - 1 - 2));
+  }
+  CHECK_THROWS_AS(decode_cut(l.rows(), query.data(), 1, shape(4, 2, 8), e), std::logic_error);  // no filters
+}
+
 TEST_CASE("decode cut with snapkv scores by the last decode queries' attention", "[decode_compression]") {
   const std::size_t H = 2, g = 2, d = 8, n = 40, W = 4;
   const Layer l = random_layer(H, n, d, 2);

@@ -4,15 +4,19 @@
 #include <stdexcept>
 
 #include "akv/alloc/alloc.h"
+#include "akv/score/qfilter.h"
 #include "akv/score/score.h"
 #include "akv/tensor/tensor.h"
 
 namespace akv {
 
 std::vector<std::vector<std::size_t>> decode_cut(const std::vector<HeadRows>& heads, const float* query,
-                                                 std::size_t n_query, const KvShape& shape, const EvictionParams& e) {
+                                                 std::size_t n_query, const KvShape& shape, const EvictionParams& e,
+                                                 const std::vector<std::vector<double>>* qfilters) {
   const std::size_t H = shape.n_kv_heads, g = shape.group_size(), d = shape.head_dim, W = e.score.window;
   if (heads.size() != H || n_query == 0) throw std::logic_error("decode_cut: a row set per KV head and a query");
+  const bool qfilter = e.score.method == ScoreMethod::qfilter;
+  if (qfilter && (!qfilters || qfilters->size() != H)) throw std::logic_error("decode_cut: qfilter needs the layer's filters");
   const bool values = score_reads_values(e.score);
   SortedScores sorted(H);
   std::vector<std::vector<std::size_t>> order(H), forced(H);
@@ -40,7 +44,8 @@ std::vector<std::vector<std::size_t>> decode_cut(const std::vector<HeadRows>& he
     o.window = std::min(W, nq);
     std::size_t sinks = 0;  // rows of sink positions (the first rows)
     while (sinks < r.n && static_cast<std::size_t>(r.position[sinks]) < e.sinks) ++sinks;
-    const HeadScores s = score_head(q, key, 0, m, o, values ? &value : nullptr, sinks);
+    HeadScores s = score_head(q, key, 0, m, o, values ? &value : nullptr, sinks);
+    if (qfilter) s.score = qfilter_scores(key, 0, (*qfilters)[h]);
     for (std::size_t t = 0; t < r.n; ++t) (t < sinks || t + W >= r.n ? forced[h] : order[h]).push_back(t);
     std::stable_sort(order[h].begin(), order[h].end(), [&](std::size_t a, std::size_t b) { return s.score[a] > s.score[b]; });
     for (std::size_t t : order[h]) sorted[h].push_back(s.score[t]);

@@ -66,6 +66,9 @@ class RuntimePolicy : public KvPolicy {
         }
         every_ = p->eviction()->every;
         recent_query_.resize(g.n_layers);
+        if (p->eviction()->score.method == ScoreMethod::qfilter) {
+          qfilters_ = read_calibration_qfilters(p->eviction()->score.qfilters, g.prompt_window());
+        }
       }
     }
     // Per-head parameters (calibrated bits).
@@ -346,7 +349,8 @@ class RuntimePolicy : public KvPolicy {
         }
         rows[h] = {keys[h].data(), values_read ? values[h].data() : nullptr, s.position.data(), n};
       }
-      const auto keep = decode_cut(rows, q.data(), q.size() / nq, g_.kv_shape(), *params_->eviction());
+      const auto keep = decode_cut(rows, q.data(), q.size() / nq, g_.kv_shape(), *params_->eviction(),
+                                   qfilters_.empty() ? nullptr : &qfilters_[l]);
       for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
         HeadState& s = heads_[l * g_.n_kv_heads + h];
         if (keep[h].size() == s.position.size()) continue;
@@ -384,6 +388,7 @@ class RuntimePolicy : public KvPolicy {
     std::size_t next = 0, count = 0;
   };
   std::vector<QueryRing> recent_query_;             // [layer]: its last decode queries
+  QFilters qfilters_;                               // decode-time qfilter: [layer][kv head][head_dim]
   std::vector<CompressParams> per_head_;  // [layer * n_kv_heads + head]
   std::vector<HeadState> heads_;         // [layer * n_kv_heads + head]
 };

@@ -80,8 +80,9 @@ EvictionParams eviction_method(const std::string& name) {
 
 void check_decode_compression(const EvictionParams& e) {
   const ScoreMethod s = e.score.method;
-  if (s != ScoreMethod::snapkv && s != ScoreMethod::knorm && s != ScoreMethod::keydiff && s != ScoreMethod::lagkv) {
-    throw UsageError("decode-time compression scores with snapkv, knorm, keydiff or lagkv",
+  if (s != ScoreMethod::snapkv && s != ScoreMethod::knorm && s != ScoreMethod::keydiff && s != ScoreMethod::lagkv &&
+      s != ScoreMethod::qfilter) {
+    throw UsageError("decode-time compression scores with snapkv, knorm, keydiff, lagkv or qfilter",
                      {"", "--score", score_method_name(s)});
   }
   if (e.alloc != AllocMethod::uniform && e.alloc != AllocMethod::adakv) {

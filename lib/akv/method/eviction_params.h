@@ -57,7 +57,7 @@ struct EvictionParams {
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// Decode-time compression (EvictionParams::every > 0): scores snapkv, knorm, keydiff or lagkv,
+// Decode-time compression (EvictionParams::every > 0): scores snapkv, knorm, keydiff, lagkv or qfilter,
 // allocation uniform or adakv, target above the sinks and window; UsageError / InvalidInput
 // naming the flag otherwise.
 void check_decode_compression(const EvictionParams& e);

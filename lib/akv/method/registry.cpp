@@ -272,7 +272,7 @@ const std::vector<ParamInfo>& param_registry() {
       {"every", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.every; }),
        "decode-time compression (with target=; akv evaluate --model only): every N decoded tokens each KV head "
        "is cut back to target tokens, scored with the last W decode queries (kvpress's DecodingPress); snapkv, "
-       "knorm, keydiff or lagkv scores, uniform or adakv allocation, no quant=",
+       "knorm, keydiff, lagkv or qfilter scores, uniform or adakv allocation, no quant=",
        1, {}, false, false, {}, {}},
       {"target", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.target; }),
        "decode-time compression: tokens per KV head after each cut (on average with adakv; sinks and window "
