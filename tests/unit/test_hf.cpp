@@ -157,27 +157,40 @@ TEST_CASE("HF layout of stories260K (rotate-half, q/k permuted) gives llama2.c's
   }
 }
 
+namespace {
+
+// stories260K as a Hugging Face directory (F32) whose config a test edits and reloads.
+struct StoriesHf {
+  test::TempDir dir;
+  Model ref = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  nlohmann::json cfg;
+  StoriesHf() {
+    convert(ref, dir.file("m"), "F32", false);
+    std::ifstream(dir.file("m") + "/config.json") >> cfg;
+  }
+  Model load() const {
+    std::ofstream(dir.file("m") + "/config.json") << cfg.dump();
+    return load_model(dir.file("m"));
+  }
+};
+
+}  // namespace
+
 TEST_CASE("HF loader: RoPE angles cover the positions used, not max_position_embeddings", "[model][hf]") {
   if (!have_shared()) {
     WARN("skipped: shared model not found");
     return;
   }
-  test::TempDir dir;
-  const Model ref = load_llama2c(shared_dir() + "/models/stories260K.bin");
-  convert(ref, dir.file("m"), "F32", false);
-  nlohmann::json cfg;
-  std::ifstream(dir.file("m") + "/config.json") >> cfg;
-  cfg["max_position_embeddings"] = std::int64_t{1} << 40;  // a table for it would need 8 TiB
-  std::ofstream(dir.file("m") + "/config.json") << cfg.dump();
-  const Model m = load_model(dir.file("m"));
+  StoriesHf hf;
+  hf.cfg["max_position_embeddings"] = std::int64_t{1} << 40;  // a table for it would need 8 TiB
+  const Model m = hf.load();
   CHECK(m.config().seq_len == std::size_t{1} << 40);
   const std::vector<std::int32_t> seq = {1, 5, 9, 13};
-  CHECK(max_diff(m.prefill(seq, true).logits, ref.prefill(seq, true).logits) <= 1e-4);
+  CHECK(max_diff(m.prefill(seq, true).logits, hf.ref.prefill(seq, true).logits) <= 1e-4);
   // A dynamic factor of 1e300: the context is capped at 2^62 (the conversion was undefined).
-  cfg["max_position_embeddings"] = 512;
-  cfg["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 1e300}};
-  std::ofstream(dir.file("m") + "/config.json") << cfg.dump();
-  CHECK(load_model(dir.file("m")).config().seq_len == std::size_t{1} << 62);
+  hf.cfg["max_position_embeddings"] = 512;
+  hf.cfg["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 1e300}};
+  CHECK(hf.load().config().seq_len == std::size_t{1} << 62);
 }
 
 TEST_CASE("HF loader: longrope takes the short factors up to the original context, the long ones past it",
@@ -186,25 +199,20 @@ TEST_CASE("HF loader: longrope takes the short factors up to the original contex
     WARN("skipped: shared model not found");
     return;
   }
-  test::TempDir dir;
-  const Model ref = load_llama2c(shared_dir() + "/models/stories260K.bin");
-  convert(ref, dir.file("m"), "F32", false);
-  nlohmann::json cfg;
-  std::ifstream(dir.file("m") + "/config.json") >> cfg;
-  cfg["max_position_embeddings"] = 512;
-  cfg["original_max_position_embeddings"] = 16;  // factor 32
-  cfg["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1, 1, 1, 1}}, {"long_factor", {2, 2, 2, 2}},
-                         {"attention_factor", 1.0}};
-  std::ofstream(dir.file("m") + "/config.json") << cfg.dump();
-  const Model m = load_model(dir.file("m"));
+  StoriesHf hf;
+  const Model& ref = hf.ref;
+  hf.cfg["max_position_embeddings"] = 512;
+  hf.cfg["original_max_position_embeddings"] = 16;  // factor 32
+  hf.cfg["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1, 1, 1, 1}}, {"long_factor", {2, 2, 2, 2}},
+                            {"attention_factor", 1.0}};
+  const Model m = hf.load();
   const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
   const std::vector<std::int32_t> s16(lines[0].begin(), lines[0].begin() + 16), s17(lines[0].begin(), lines[0].begin() + 17);
   CHECK(max_diff(m.prefill(s16, true).logits, ref.prefill(s16, true).logits) <= 1e-4);  // short factors 1: plain RoPE
   CHECK(max_diff(m.prefill(s17, true).logits, ref.prefill(s17, true).logits) > 1e-2);   // 17 > 16: the long ones
   // The default attention factor: sqrt(1 + ln 32 / ln 16) = 1.5.
-  cfg["rope_scaling"].erase("attention_factor");
-  std::ofstream(dir.file("m") + "/config.json") << cfg.dump();
-  const Model d = load_model(dir.file("m"));
+  hf.cfg["rope_scaling"].erase("attention_factor");
+  const Model d = hf.load();
   CHECK(d.config().rope_scaling.attention_factor == Approx(1.5).epsilon(1e-15));
   CHECK(max_diff(d.prefill(s16, true).logits, ref.prefill(s16, true).logits) > 1e-2);
 }
