@@ -81,14 +81,17 @@ std::vector<std::pair<int, int>> read_calibration(const std::string& path, const
   return bits;
 }
 
-CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads) {
-  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
-  CalibrationAmax out;
+namespace {
+
+// Calls fn(head, "layers[l].heads[h]") for every head of the calibration file `path` (parsed as
+// j), in layer-major order, after checking that it holds n_layers layers of n_kv_heads heads
+// (InvalidInput naming the field otherwise); JSON type errors become CorruptData naming the file.
+template <class Fn>
+void each_head(const nlohmann::json& j, const std::string& path, std::size_t n_layers, std::size_t n_kv_heads, Fn fn) {
   try {
-    out.rotate = j.at("params").value("rotate", "none");
     const auto& layers = j.at("layers");
     if (!layers.is_array() || layers.size() != n_layers) {
-      throw InvalidInput("calibration made for another number of layers (the model has " + std::to_string(n_layers) + ")",
+      throw InvalidInput("calibration made for another number of layers (this input has " + std::to_string(n_layers) + ")",
                          {path, "layers", std::to_string(layers.size())});
     }
     for (std::size_t l = 0; l < n_layers; ++l) {
@@ -97,62 +100,58 @@ CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_lay
       if (!heads.is_array() || heads.size() != n_kv_heads) {
         throw InvalidInput("calibration made for another number of KV heads", {path, at, std::to_string(heads.size())});
       }
-      for (std::size_t h = 0; h < n_kv_heads; ++h) {
-        const std::string hat = at + "[" + std::to_string(h) + "]";
-        double a[2];
-        for (int i = 0; i < 2; ++i) {
-          const char* key = i == 0 ? "key_amax" : "value_amax";
-          if (!heads[h].contains(key)) {
-            throw CorruptData("no maximum for fp8 scales (calibrate again with this akv)", {path, hat + "." + key});
-          }
-          a[i] = heads[h].at(key).get<double>();
-          if (!(a[i] >= 0.0 && a[i] < 3.4e38)) throw CorruptData("a maximum that is not finite and >= 0", {path, hat + "." + key, format_number(a[i])});
-        }
-        out.amax.emplace_back(a[0], a[1]);
-      }
+      for (std::size_t h = 0; h < n_kv_heads; ++h) fn(heads[h], at + "[" + std::to_string(h) + "]");
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
   }
+}
+
+}  // namespace
+
+CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads) {
+  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
+  CalibrationAmax out;
+  try {
+    out.rotate = j.at("params").value("rotate", "none");
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
+  }
+  each_head(j, path, n_layers, n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+    double a[2];
+    for (int i = 0; i < 2; ++i) {
+      const char* key = i == 0 ? "key_amax" : "value_amax";
+      if (!head.contains(key)) {
+        throw CorruptData("no maximum for fp8 scales (calibrate again with this akv)", {path, hat + "." + key});
+      }
+      a[i] = head.at(key).get<double>();
+      if (!(a[i] >= 0.0 && a[i] < 3.4e38)) throw CorruptData("a maximum that is not finite and >= 0", {path, hat + "." + key, format_number(a[i])});
+    }
+    out.amax.emplace_back(a[0], a[1]);
+  });
   return out;
 }
 
 QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   QFilters out(m.n_layers);
-  try {
-    const auto& layers = j.at("layers");
-    if (!layers.is_array() || layers.size() != m.n_layers) {
-      throw InvalidInput("calibration made for another number of layers (this input has " + std::to_string(m.n_layers) + ")",
-                         {path, "layers", std::to_string(layers.size())});
+  std::size_t index = 0;
+  each_head(j, path, m.n_layers, m.n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+    const std::string field = hat + ".qfilter";
+    if (!head.contains("qfilter")) throw CorruptData("no Q-Filter (calibrate again with this akv)", {path, field});
+    const auto& f = head.at("qfilter");
+    if (!f.is_array() || f.size() != m.head_dim) {
+      throw InvalidInput("calibration made for another head_dim (this input has " + std::to_string(m.head_dim) + ")",
+                         {path, field, std::to_string(f.is_array() ? f.size() : 0)});
     }
-    for (std::size_t l = 0; l < m.n_layers; ++l) {
-      const auto& heads = layers[l].at("heads");
-      const std::string at = "layers[" + std::to_string(l) + "].heads";
-      if (!heads.is_array() || heads.size() != m.n_kv_heads) {
-        throw InvalidInput("calibration made for another number of KV heads", {path, at, std::to_string(heads.size())});
-      }
-      for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
-        const std::string field = at + "[" + std::to_string(h) + "].qfilter";
-        if (!heads[h].contains("qfilter")) {
-          throw CorruptData("no Q-Filter (calibrate again with this akv)", {path, field});
-        }
-        const auto& f = heads[h].at("qfilter");
-        if (!f.is_array() || f.size() != m.head_dim) {
-          throw InvalidInput("calibration made for another head_dim (this input has " + std::to_string(m.head_dim) + ")",
-                             {path, field, std::to_string(f.is_array() ? f.size() : 0)});
-        }
-        std::vector<double>& v = out[l].emplace_back();
-        for (std::size_t c = 0; c < m.head_dim; ++c) {
-          if (!f[c].is_number()) throw CorruptData("a filter value that is not a number", {path, field + "[" + std::to_string(c) + "]", f[c].dump()});
-          v.push_back(f[c].get<double>());
-          if (!std::isfinite(v.back())) throw CorruptData("a filter value that is not finite", {path, field + "[" + std::to_string(c) + "]"});
-        }
-      }
+    std::vector<double>& v = out[index++ / m.n_kv_heads].emplace_back();
+    for (std::size_t c = 0; c < m.head_dim; ++c) {
+      const std::string at = field + "[" + std::to_string(c) + "]";
+      if (!f[c].is_number()) throw CorruptData("a filter value that is not a number", {path, at, f[c].dump()});
+      v.push_back(f[c].get<double>());
+      if (!std::isfinite(v.back())) throw CorruptData("a filter value that is not finite", {path, at});
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
+  });
   return out;
 }
 
