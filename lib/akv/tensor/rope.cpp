@@ -36,12 +36,13 @@ void check_theta(double theta) {
   }
 }
 
-// 1 / theta^(2i/d) as torch computes 1.0 / (base ** (arange(0, d, 2).float() / d)).
-std::vector<float> default_inv_freq(std::size_t rotary_dim, double theta) {
+// 1 / theta^(2i/d) as torch computes 1.0 / (base ** (arange(0, d, 2).float() / d)); with `ext`
+// (longrope's factors) 1 / (ext[i] * theta^(2i/d)), the same bits as without when ext[i] = 1.
+std::vector<float> default_inv_freq(std::size_t rotary_dim, double theta, const std::vector<float>* ext = nullptr) {
   std::vector<float> freq(rotary_dim / 2);
   for (std::size_t i = 0; i < freq.size(); ++i) {
-    freq[i] = 1.0f / std::pow(static_cast<float>(theta),
-                              static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+    const float p = std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
+    freq[i] = 1.0f / (ext ? f32_mul((*ext)[i], p) : p);
   }
   return freq;
 }
@@ -107,20 +108,17 @@ std::vector<float> scaled_inv_freq(std::size_t rotary_dim, double theta, const R
       // transformers: 1.0 / (ext_factors * base ** (arange(0, d, 2).float() / d)), f32 tensors.
       const std::vector<float>& ext = seq_len > s.original_max_positions ? s.long_factors : s.short_factors;
       const char* field = seq_len > s.original_max_positions ? "long_factor" : "short_factor";
-      std::vector<float> f(rotary_dim / 2);
-      if (ext.size() != f.size()) {
-        throw InvalidInput("longrope factors must number rotary_dim / 2 = " + std::to_string(f.size()),
+      if (ext.size() != rotary_dim / 2) {
+        throw InvalidInput("longrope factors must number rotary_dim / 2 = " + std::to_string(rotary_dim / 2),
                            {"", std::string("rope_scaling.") + field, std::to_string(ext.size())});
       }
-      for (std::size_t i = 0; i < f.size(); ++i) {
+      for (std::size_t i = 0; i < ext.size(); ++i) {
         if (!(ext[i] > 0.0f) || !std::isfinite(ext[i])) {
           throw InvalidInput("longrope factors must be positive and finite",
                              {"", std::string("rope_scaling.") + field + "[" + std::to_string(i) + "]", format_number(ext[i])});
         }
-        const float p = std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
-        f[i] = 1.0f / f32_mul(ext[i], p);
       }
-      return f;
+      return default_inv_freq(rotary_dim, theta, &ext);
     }
     case RopeScaling::Kind::yarn: {
       // transformers 4.45 _compute_yarn_parameters: python floats (f64) for the correction
