@@ -255,7 +255,9 @@ TEST_CASE("calibrate: Q-Filters pool the dumps' queries; the calibration file ca
   std::vector<std::int32_t> best(order.begin(), order.begin() + 32);
   std::sort(best.begin(), best.end());
   CHECK(plan.heads[1][0].kept == best);
-  // Bad files: a head without its filter, one of the wrong length, another model's shape.
+  // No file, bad files: a head without its filter, one of the wrong length, another model's shape.
+  CHECK_THROWS_AS(plan_eviction(dump, [&] { EvictionParams q = p; q.score.qfilters.clear(); return q; }(), 1, {}),
+                  UsageError);
   nlohmann::json bad = one;
   bad["layers"][0]["heads"][1].erase("qfilter");
   std::ofstream(dir.file("bad.json")) << bad.dump();

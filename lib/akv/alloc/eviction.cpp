@@ -177,13 +177,7 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
     }
   }
   QFilters qfilters;  // qfilter: [layer][kv head][head_dim]
-  if (p.score.method == ScoreMethod::qfilter) {
-    if (p.score.qfilters.empty()) {
-      throw UsageError("qfilter scores keys with the filters `akv calibrate` fits: give qfilters=calib.json",
-                       {"", "--qfilters", "missing"});
-    }
-    qfilters = read_calibration_qfilters(p.score.qfilters, m);
-  }
+  if (p.score.method == ScoreMethod::qfilter) qfilters = read_calibration_qfilters(p.score.qfilters, m);
   if (p.critical && !out_proj) {
     throw UsageError("CriticalKV weighs values by the attention output projection: it needs a dump with "
                      "/layers/L/o_proj or akv evaluate --model", {"", "--critical", "on"});

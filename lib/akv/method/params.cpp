@@ -130,10 +130,7 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     }
     e.score.qfilters = *r.qfilters;
   }
-  if (e.score.method == ScoreMethod::qfilter && e.score.qfilters.empty() && e.alloc != AllocMethod::file) {
-    throw UsageError("qfilter scores keys with the filters `akv calibrate` fits: give qfilters=calib.json",
-                     {"", "--qfilters", "missing"});
-  }
+  if (e.alloc != AllocMethod::file) check_qfilters(e.score);  // a budgets file brings its own
   if (e.score.method != ScoreMethod::lagkv && r.lag) {
     throw UsageError("this flag sets lagkv's partitions, not " + score_method_name(e.score.method) + "'s",
                      {"", "--lag", std::to_string(*r.lag)});

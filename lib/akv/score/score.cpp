@@ -196,7 +196,15 @@ GqaReduce parse_gqa_reduce(const std::string& s) {
   throw InvalidInput("unknown GQA reduction (expected mean or max)", {"", "--gqa-reduce", s});
 }
 
+void check_qfilters(const ScoreOptions& o) {
+  if (o.method == ScoreMethod::qfilter && o.qfilters.empty()) {
+    throw UsageError("qfilter scores keys with the filters `akv calibrate` fits: give qfilters=calib.json",
+                     {"", "--qfilters", "missing"});
+  }
+}
+
 void validate_score_options(const ScoreOptions& o, const KvWindow& m) {
+  check_qfilters(o);
   if ((o.window == 0 && !score_is_query_free(o.method)) || o.window > m.n_query) {
     throw InvalidInput("observation window must be in [1, n_query = " + std::to_string(m.n_query) +
                            "] (the dump stores the queries of the last n_query positions)",

@@ -84,8 +84,11 @@ struct HeadScores {
   std::vector<double> mass;   // [n_tokens] mean window attention; sums to 1
 };
 
+// qfilter without its calibration file (ScoreOptions::qfilters): UsageError naming --qfilters.
+void check_qfilters(const ScoreOptions& o);
 // Throws InvalidInput when W exceeds n_query or is 0 for a scorer that reads queries, the kernel
-// is even / 0, or expected-attention meets a RoPE other than plain RoPE (rope_variant).
+// is even / 0, or expected-attention meets a RoPE other than plain RoPE (rope_variant); and
+// check_qfilters.
 void validate_score_options(const ScoreOptions& o, const KvWindow& m);
 
 // query: [n_heads, n_query, head_dim], key: [n_kv_heads, n_tokens, head_dim] (one layer).
