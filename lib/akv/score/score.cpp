@@ -69,7 +69,8 @@ template <bool Ref>
 HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, const KvWindow& m,
                      const ScoreOptions& o, const Tensor3* value, std::size_t sinks) {
   const std::size_t T = m.n_tokens, d = m.head_dim, nq = m.n_query, g = m.group_size();
-  const std::size_t W = std::max<std::size_t>(o.window, 1);  // the mass's window
+  // The mass's window: at most the stored queries (a query-free score's window may be longer).
+  const std::size_t W = std::min(std::max<std::size_t>(o.window, 1), nq);
   const bool h2o = o.method == ScoreMethod::h2o;
   const std::size_t rows = h2o ? nq : W;
   std::vector<std::vector<double>> win(g, std::vector<double>(T, 0.0)), all;
@@ -205,7 +206,8 @@ void check_qfilters(const ScoreOptions& o) {
 
 void validate_score_options(const ScoreOptions& o, const KvWindow& m) {
   check_qfilters(o);
-  if ((o.window == 0 && !score_is_query_free(o.method)) || o.window > m.n_query) {
+  // Query-free scores read no window queries: their window is only the recent tokens kept.
+  if (!score_is_query_free(o.method) && (o.window == 0 || o.window > m.n_query)) {
     throw InvalidInput("observation window must be in [1, n_query = " + std::to_string(m.n_query) +
                            "] (the dump stores the queries of the last n_query positions)",
                        {"", "--window", std::to_string(o.window)});

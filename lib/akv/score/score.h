@@ -86,7 +86,7 @@ struct HeadScores {
 
 // qfilter without its calibration file (ScoreOptions::qfilters): UsageError naming --qfilters.
 void check_qfilters(const ScoreOptions& o);
-// Throws InvalidInput when W exceeds n_query or is 0 for a scorer that reads queries, the kernel
+// Throws InvalidInput when W is 0 or exceeds n_query for a scorer that reads queries, the kernel
 // is even / 0, or expected-attention meets a RoPE other than plain RoPE (rope_variant); and
 // check_qfilters.
 void validate_score_options(const ScoreOptions& o, const KvWindow& m);
