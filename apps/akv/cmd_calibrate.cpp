@@ -32,8 +32,11 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       "default 2.0 with lo 2, necessarily gives every head lo bits), entropy (the same rule on "
       "attention entropy). Also fits each KV head's Q-Filter (the principal direction of its "
       "query heads' stored queries, every dump's rows together; Q-Filters' make_filters.py) for "
-      "the eviction method qfilter. Writes calib.json (format akv-calibration v1) for `akv "
-      "compress --calibration` (bits, fp8 scales) and `--qfilters` (qfilter). See docs/calibrate.md.");
+      "the eviction method qfilter, and, when every dump is longer than --duo-sinks + --duo-window, "
+      "each KV head's attention-output error as a DuoAttention streaming head (only its first and last "
+      "tokens kept) for duo's heads=. Writes calib.json (format akv-calibration v1) for `akv "
+      "compress --calibration` (bits, fp8 scales), `--qfilters` (qfilter) and `--heads` (duo). See "
+      "docs/calibrate.md.");
   sub->add_option("dumps", opt->dumps, "Dumps (akv-dump) of the same model")->required();
   sub->add_option("-o,--output", opt->output, "Write calib.json here");
   sub->add_option("--target-bits", c.target_bits, "Average bits per head (keys and values)")
@@ -60,6 +63,10 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
                   "adakv-proxy: re-allocate every N tokens of a simulated stream (running norm "
                   "accumulators; 0 = once at the end); the history goes to summary.bits_history")
       ->capture_default_str();
+  sub->add_option("--duo-sinks", c.duo_sinks, "DuoAttention head scores: the first tokens a streaming head keeps "
+                  "(duo's sinks)")->capture_default_str();
+  sub->add_option("--duo-window", c.duo_window, "DuoAttention head scores: the most recent tokens a streaming head "
+                  "keeps (duo's window)")->capture_default_str();
   sub->add_flag("--json", opt->json, "Print calib.json on stdout instead of the table");
   sub->add_option("--shard", opt->shard,
                   "Measure shard K of N (K/N, 1-based): a contiguous 1/N of the layers of every dump; "

@@ -66,6 +66,66 @@ for l in range(2):
         assert np.float32(f[f"layers/{l}/heads/{h}/key"].attrs["fp8_scale"]) == want, (l, h)
 print("scales ok")
 PY
+# DuoAttention head scores: each head's attention-output error when it keeps only its first 128
+# and last 256 tokens, mean over the dumps, by brute force in numpy (f64 softmax).
+expect "calib.json: each head's duo_error (numpy brute force)" 0 "duo ok" "$PY" - "$TMP/calib.json" "$d" "$TMP/d2.h5" <<'PY'
+import json, sys
+import h5py
+import numpy as np
+c, ds = json.load(open(sys.argv[1])), [h5py.File(p) for p in sys.argv[2:]]
+assert c["summary"]["duo"] == {"sinks": 128, "window": 256}, c["summary"].get("duo")
+for l in range(2):
+    for h in range(4):
+        errs = []
+        for d in ds:
+            k, v = (d[f"layers/{l}/{x}"][h].astype(np.float64) for x in ("key", "value"))
+            q = d[f"layers/{l}/query"][2 * h:2 * h + 2].astype(np.float64)
+            T, nq = k.shape[0], q.shape[1]
+            keep = np.r_[0:128, T - 256:T]
+            e = n = 0.0
+            for qh in range(2):
+                for i in range(nq):
+                    p = T - nq + i
+                    outs = []
+                    for rows in (np.arange(p + 1), keep[keep <= p]):
+                        s = k[rows] @ q[qh, i] / 8.0
+                        a = np.exp(s - s.max())
+                        outs.append((a / a.sum()) @ v[rows])
+                    e += ((outs[0] - outs[1]) ** 2).sum()
+                    n += (outs[0] ** 2).sum()
+            errs.append(np.sqrt(e / n))
+        got, want = c["layers"][l]["heads"][h]["duo_error"], np.mean(errs)
+        assert abs(got - want) <= 1e-6 * want, (l, h, got, want)
+print("duo ok")
+PY
+expect "compress -m duo --heads: the calibrated split" 0 "duo/knorm 0.8 \\+ none" \
+  "$AKV" compress -q "$d" -o "$TMP/duo.h5" -m duo --heads "$TMP/calib.json" --budget 0.8
+expect "allocate --method duo --heads" 0 "duo allocation" \
+  "$AKV" allocate -q "$d" --method duo --heads "$TMP/calib.json" --budget 0.8 --sinks 128 --window 256 -o "$TMP/duo.json"
+# 8 heads, 600 tokens, 384 forced: round(8 x (480 - 384) / 216) = 4 heads keep all, the 4 largest errors.
+expect "duo --heads: the heads of the 4 largest errors keep every token" 0 "split ok" "$PY" - "$TMP/calib.json" "$TMP/duo.json" <<'PY'
+import json, sys
+c, a = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+err = {(l, h): c["layers"][l]["heads"][h]["duo_error"] for l in range(2) for h in range(4)}
+full = {(l, h) for l in range(2) for h in range(4) if a["layers"][l]["heads"][h]["tokens"] == 600}
+assert full == set(sorted(err, key=err.get, reverse=True)[:4]), (full, err)
+assert all(a["layers"][l]["heads"][h]["tokens"] in (384, 600) for l in range(2) for h in range(4))
+print("split ok")
+PY
+expect_error "heads= on another allocator" 1 "duo's head scores" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --heads "$TMP/calib.json" --budget 0.5 --window 16
+expect_error "heads= with a score" 1 "would not change the split" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m duo --heads "$TMP/calib.json" --score snapkv --budget 0.8
+expect_error "heads= measured with other sinks" 2 "summary.duo.sinks = 128" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m duo --heads "$TMP/calib.json" --sinks 64 --budget 0.8
+"$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["layers"][1]["heads"][2]["duo_error"]=-1.0; json.dump(c, open(sys.argv[2], "w"))' \
+  "$TMP/calib.json" "$TMP/bad_duo.json"
+expect_error "a negative duo score" 2 "layers\\[1\\].heads\\[2\\].duo_error = -1" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m duo --heads "$TMP/bad_duo.json" --budget 0.8
+"$AKV" synth -q -o "$TMP/short.h5" --layers 2 --heads 8 --kv-heads 4 --head-dim 64 --tokens 300 --window 16 >/dev/null
+"$AKV" calibrate -q "$TMP/short.h5" -o "$TMP/calib_short.json" >/dev/null
+expect_error "heads= from dumps too short for a streaming head" 2 "summary.duo" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m duo --heads "$TMP/calib_short.json" --budget 0.8
 expect_error "fp8 calibration measured without the cache's rotation" 1 "measured with rotate=none" \
   "$AKV" compress -q "$d" -o "$o/f.h5" -m fp8 --rotate hadamard --calibration "$TMP/calib.json"
 "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); [h.pop("key_amax") for l in c["layers"] for h in l["heads"]]; json.dump(c, open(sys.argv[2], "w"))' \

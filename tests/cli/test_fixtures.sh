@@ -33,6 +33,8 @@ expect "joint budgets file drives compress" 0 "wrote" \
   "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/j.h5" -m joint --budgets "$FIX/budgets-joint.json" --quant kivi
 expect "calibration file drives compress" 0 "wrote" \
   "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/c.h5" -m kivi --calibration "$FIX/calibration.json"
+expect "calibration file drives duo's head split" 0 "wrote" \
+  "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/duo.h5" -m duo --heads "$FIX/calibration.json" --sinks 8 --window 64 --budget 0.6
 
 # Writing: the same inputs and flags give the same bytes. Floating-point code generation differs
 # between optimisation levels (contraction, vectorisation), so bytes are compared in the build

@@ -73,6 +73,34 @@ expect_equal "kvzip 0.25, question decoded after compression: every needle" "$(a
 # duo at 0.6: 3 of the 8 heads keep all 1024 tokens (round(8 x (614 - 384) / 640)), chosen by their
 # best reconstruction score (at 0.45 one head keeps all: every needle lost).
 expect_equal "duo 0.6 (KVzip head scores): every needle" "$(accuracy "$TMP/kvzip.json" duo:budget=0.6)" "0:1 0.5:1"
+# duo with calibrated head scores (heads=): `akv calibrate` on dumps of two passkey prompts of 1024
+# tokens (other keys and depths than the test's) measures each head's attention error as a
+# streaming head; the question's queries read the needle through layer 1's heads, so those score
+# high and layer 0's (local) near 0; at 0.6 the 3 best keep all and every needle survives.
+for i in 1 2; do
+  "$PY" - "$TMP/pk$i.txt" "$i" <<'PYEOF'
+import sys
+key, depth = ("48213", 0.3) if sys.argv[2] == "1" else ("90127", 0.7)
+needle = f" The pass key is {key}. Remember it. {key} is the pass key."
+question = " What is the pass key? The pass key is"
+block = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+n_fill = 1023 - len(needle) - len(question)
+filler = (block * (n_fill // len(block) + 1))[:n_fill]
+before = int(n_fill * depth)
+open(sys.argv[1], "w").write(filler[:before] + needle + filler[before:] + question)
+PYEOF
+  "$AKV" -q dump --model "$M" --text "$TMP/pk$i.txt" --ctx 1024 -o "$TMP/pk$i.h5"
+done
+expect "calibrate on passkey dumps: DuoAttention head scores" 0 "" \
+  "$AKV" -q calibrate "$TMP/pk1.h5" "$TMP/pk2.h5" -o "$TMP/pk_calib.json"
+expect_equal "duo scores: layer 1's heads (reading the needle) above layer 0's" "$("$PY" -c 'import json,sys
+c = json.load(open(sys.argv[1])); e = [[h["duo_error"] for h in l["heads"]] for l in c["layers"]]
+print(max(e[0]) < 0.01, min(e[1]) > 0.5)' "$TMP/pk_calib.json")" "True True"
+expect "passkey --query-agnostic: duo with calibrated heads" 0 "" \
+  "$AKV" -q evaluate --model "$M" --task passkey --lengths 1024 --depths 0,0.5 --trials 1 --query-agnostic \
+  --methods "duo:budget=0.6:heads=$TMP/pk_calib.json,duo:budget=0.45:heads=$TMP/pk_calib.json" --json -o "$TMP/duo.json"
+expect_equal "duo 0.6 (calibrated heads): every needle" "$(accuracy "$TMP/duo.json" "duo:budget=0.6:heads=$TMP/pk_calib.json")" "0:1 0.5:1"
+expect_equal "duo 0.45 (one head keeps all): the needles lost" "$(accuracy "$TMP/duo.json" "duo:budget=0.45:heads=$TMP/pk_calib.json")" "0:0 0.5:0"
 printf '1 2 3 4 5 6 7 8 9 10\n' >"$TMP/t10.txt"
 # Three kvzip methods in one run, other sinks and KVzip+ (plus=on): each scored with its own
 # reconstruction (the sinks are in its softmax, KVzip+ weighs it), as when run alone.

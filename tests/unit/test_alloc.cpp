@@ -229,3 +229,14 @@ TEST_CASE("duo: round(H base / n) heads keep everything, by their best score, ti
   SortedScores t = {{}, {0.2, 0.1}, {0.3}};
   CHECK(allocate_duo(t, 1) == std::vector<std::size_t>{0, 2, 1});  // round(3 x 1 / 2) = 2 heads
 }
+
+TEST_CASE("duo with given head scores: they rank the heads, not the token scores; same ties", "[alloc]") {
+  SortedScores s = {{0.5, 0.1}, {0.9}, {0.5, 0.4}, {0.0}};
+  for (auto& h : s) h.resize(10, 0.0);
+  const std::vector<double> heads = {0.1, 0.0, 0.7, 0.7};  // heads 2 and 3 tie: 2 first
+  CHECK(allocate_duo(s, 5, &heads) == std::vector<std::size_t>{0, 0, 10, 10});
+  CHECK(allocate_duo(s, 2, &heads) == std::vector<std::size_t>{0, 0, 10, 0});
+  CHECK(allocate_duo(s, 8, &heads) == std::vector<std::size_t>{10, 0, 10, 10});  // round(3.2)
+  const std::vector<double> short_list = {1.0};
+  CHECK_THROWS_AS(allocate_duo(s, 5, &short_list), std::logic_error);
+}

@@ -213,7 +213,8 @@ std::vector<std::size_t> adakv_with(TopCounts top, const SortedScores& s, std::s
 
 }  // namespace
 
-std::vector<std::size_t> allocate_duo(const SortedScores& s, std::size_t base) {
+std::vector<std::size_t> allocate_duo(const SortedScores& s, std::size_t base, const std::vector<double>* head_scores) {
+  if (head_scores && head_scores->size() != s.size()) throw std::logic_error("allocate_duo: one head score per head");
   std::size_t n = 0;
   for (const auto& h : s) n = std::max(n, h.size());
   std::vector<std::size_t> c(s.size(), 0);
@@ -222,7 +223,7 @@ std::vector<std::size_t> allocate_duo(const SortedScores& s, std::size_t base) {
       s.size(), static_cast<std::size_t>(std::llround(static_cast<double>(s.size() * base) / static_cast<double>(n))));
   std::vector<std::size_t> order(s.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  const auto best = [&](std::size_t h) { return s[h].empty() ? -INFINITY : s[h].front(); };
+  const auto best = [&](std::size_t h) { return head_scores ? (*head_scores)[h] : s[h].empty() ? -INFINITY : s[h].front(); };
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return best(a) > best(b); });
   for (std::size_t i = 0; i < r; ++i) c[order[i]] = s[order[i]].size();
   return c;

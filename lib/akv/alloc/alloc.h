@@ -50,8 +50,10 @@ std::vector<std::size_t> allocate_adakv_ref(const SortedScores& sorted, std::siz
 // is its best selectable score (the front of its sorted list; a head without any ranks last); the
 // r best heads (ties: the lower index) keep all their selectable tokens, the others none.
 // r = round(H * base / n), n the selectable tokens of a head (the most any head has), so the
-// total is H * base within half a head's tokens.
-std::vector<std::size_t> allocate_duo(const SortedScores& sorted, std::size_t base);
+// total is H * base within half a head's tokens. `head_scores` [H], when given, rank the heads
+// instead (a calibrated pattern; the same ties).
+std::vector<std::size_t> allocate_duo(const SortedScores& sorted, std::size_t base,
+                                      const std::vector<double>* head_scores = nullptr);
 
 // The kvpress rule's protected selectable tokens of a head that has `selectable` of them:
 // int((base + forced) * alpha) less its forced tokens.

@@ -25,6 +25,7 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
                        {"outlier_ratio", a.outlier_ratio}, {"key_amax", a.key_amax}, {"value_amax", a.value_amax},
                        {"qfilter", a.qfilter}, {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
                        {"predicted_error", a.predicted_error ? nlohmann::json(*a.predicted_error) : nlohmann::json(nullptr)}});
+      if (a.duo_error) heads.back()["duo_error"] = *a.duo_error;
     }
     layers.push_back({{"layer", l}, {"heads", heads}});
   }
@@ -151,6 +152,34 @@ QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m) {
       v.push_back(f[c].get<double>());
       if (!std::isfinite(v.back())) throw CorruptData("a filter value that is not finite", {path, at});
     }
+  });
+  return out;
+}
+
+DuoHeadScores read_calibration_duo(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads) {
+  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
+  DuoHeadScores out;
+  try {
+    const auto& s = j.at("summary");
+    if (!s.contains("duo")) {
+      throw CorruptData("no DuoAttention head scores (calibrate with dumps longer than duo sinks + window, with this akv)",
+                        {path, "summary.duo"});
+    }
+    out.sinks = file_count(s.at("duo"), "sinks", path, "summary.duo.sinks");
+    out.window = file_count(s.at("duo"), "window", path, "summary.duo.window");
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
+  }
+  out.error.resize(n_layers);
+  std::size_t index = 0;
+  each_head(j, path, n_layers, n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+    const std::string field = hat + ".duo_error";
+    if (!head.contains("duo_error") || !head.at("duo_error").is_number()) {
+      throw CorruptData("a head without its DuoAttention score", {path, field});
+    }
+    const double e = head.at("duo_error").get<double>();
+    if (!(e >= 0.0 && std::isfinite(e))) throw CorruptData("a DuoAttention score that is not finite and >= 0", {path, field, format_number(e)});
+    out.error[index++ / n_kv_heads].push_back(e);
   });
   return out;
 }

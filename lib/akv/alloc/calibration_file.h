@@ -23,6 +23,7 @@ struct CalibrationHead {
   double norm_variance = 0, entropy = 0, outlier_ratio = 0;
   double key_amax = 0, value_amax = 0;         // max |x| of its keys / values as stored (fp8 scales)
   std::vector<double> qfilter;                 // [head_dim] its Q-Filter (score/qfilter.h)
+  std::optional<double> duo_error;             // its attention error as a DuoAttention streaming head
   int bits_key = 0, bits_value = 0;
   std::optional<double> predicted_error;       // unset when a bit width is not a candidate
 };
@@ -57,5 +58,17 @@ CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_lay
 // file written before commit f920cee, 2026-12-03) or a value that is not finite.
 using QFilters = std::vector<std::vector<std::vector<double>>>;
 QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m);
+
+// DuoAttention head scores (`akv calibrate`, eval/calibrate.h): every KV head's attention-output
+// error when it keeps only the first `sinks` and the last `window` tokens, [layer][kv head], with
+// the sinks and window of summary.duo. Checked against n_layers and n_kv_heads (InvalidInput naming
+// the field otherwise); CorruptData naming the field when the file has none (its dumps were not
+// longer than sinks + window, or it was written before 2026-12-04) or a value that is not finite
+// and >= 0.
+struct DuoHeadScores {
+  std::size_t sinks = 0, window = 0;
+  std::vector<std::vector<double>> error;  // [layer][kv head]
+};
+DuoHeadScores read_calibration_duo(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
 
 }  // namespace akv

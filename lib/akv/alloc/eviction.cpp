@@ -21,6 +21,24 @@ bool is_forced(std::size_t t, std::size_t T, std::size_t sinks, std::size_t wind
   return t < sinks || t + window >= T;
 }
 
+// duo's calibrated head scores (EvictionParams::duo_heads), flattened layer by layer; the file's
+// streaming heads must be the method's (InvalidInput naming the field otherwise).
+std::vector<double> read_duo_heads(const EvictionParams& p, std::size_t L, std::size_t H) {
+  const DuoHeadScores d = read_calibration_duo(p.duo_heads, L, H);
+  const std::pair<const char*, std::pair<std::size_t, std::size_t>> checks[] = {{"sinks", {d.sinks, p.sinks}},
+                                                                               {"window", {d.window, p.score.window}}};
+  for (const auto& [name, v] : checks) {
+    if (v.first != v.second) {
+      throw InvalidInput("head scores measured with streaming heads of another " + std::string(name) + " (the method's: " +
+                             std::to_string(v.second) + "; calibrate with --duo-" + name + ")",
+                         {p.duo_heads, std::string("summary.duo.") + name, std::to_string(v.first)});
+    }
+  }
+  std::vector<double> flat;
+  for (const auto& l : d.error) flat.insert(flat.end(), l.begin(), l.end());
+  return flat;
+}
+
 // The allocator's base (selectable tokens per head) of each layer: PyramidKV's schedule for
 // pyramid and adakv-pyramid, else `base`.
 std::vector<std::size_t> layer_bases(const EvictionParams& p, AllocMethod alloc, std::size_t L, std::size_t base,
@@ -178,6 +196,8 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
   }
   QFilters qfilters;  // qfilter: [layer][kv head][head_dim]
   if (p.score.method == ScoreMethod::qfilter) qfilters = read_calibration_qfilters(p.score.qfilters, m);
+  std::vector<double> duo_heads;  // duo with heads=: [layer * H + head] streaming errors
+  if (p.alloc == AllocMethod::duo && !p.duo_heads.empty()) duo_heads = read_duo_heads(p, L, H);
   if (p.critical && !out_proj) {
     throw UsageError("CriticalKV weighs values by the attention output projection: it needs a dump with "
                      "/layers/L/o_proj or akv evaluate --model", {"", "--critical", "on"});
@@ -252,7 +272,9 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
       });
       break;
     case AllocMethod::duo:
-      extra = across_layers(sorted, [&](const SortedScores& all) { return allocate_duo(all, base); });
+      extra = across_layers(sorted, [&](const SortedScores& all) {
+        return allocate_duo(all, base, duo_heads.empty() ? nullptr : &duo_heads);
+      });
       break;
     case AllocMethod::joint:
       throw UsageError("joint plans are made by plan_joint (kv/joint.h), not by plan_eviction",

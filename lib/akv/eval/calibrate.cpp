@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include "akv/alloc/bits.h"
 #include "akv/alloc/calibration_file.h"
@@ -34,6 +35,7 @@ struct HeadMeasure {
   double key_amax = 0, value_amax = 0;
   std::vector<double> norms;  // ||k_t|| in token order (for the streaming proxy)
   std::vector<double> qfilter;  // [head_dim]: the Q-Filter of every dump's queries (score/qfilter.h)
+  std::optional<double> duo_error;  // a DuoAttention streaming head's attention error (unset: not measured)
 };
 
 // max |x| over n rows of head_dim values, rotated first when `kind` rotates (the rotation a
@@ -46,17 +48,18 @@ double stored_amax(const float* rows, std::size_t n, std::size_t d, RotationKind
   return a;
 }
 
-// Attention-output relative error of KV head h's query group when its keys (or values) are
-// replaced by `k2` / `v2`.
+// Attention-output relative error of KV head h's query group when its keys and values are
+// replaced by the rows `k2` / `v2` at positions `pos2` (every position when empty).
 double attn_error(const Tensor3& q, const float* k, const float* v, const float* k2, const float* v2,
-                  std::size_t h, const DumpMeta& m) {
+                  std::size_t h, const DumpMeta& m, const std::vector<std::size_t>& pos2 = {}) {
   std::vector<std::size_t> kpos(m.n_tokens), qpos(m.n_query);
   std::iota(kpos.begin(), kpos.end(), std::size_t{0});
   std::iota(qpos.begin(), qpos.end(), m.first_query_pos());
+  const std::vector<std::size_t>& kpos2 = pos2.empty() ? kpos : pos2;
   double e = 0, n = 0;
   for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
     const AttentionInput a{q.row(qh, 0), k, v, m.n_query, m.n_tokens, m.head_dim, qpos.data(), kpos.data()};
-    const AttentionInput b{q.row(qh, 0), k2, v2, m.n_query, m.n_tokens, m.head_dim, qpos.data(), kpos.data()};
+    const AttentionInput b{q.row(qh, 0), k2, v2, m.n_query, kpos2.size(), m.head_dim, qpos.data(), kpos2.data()};
     const AttentionFidelity f = attention_fidelity(a, b);
     e += f.out_err2;
     n += f.out_norm2;
@@ -64,8 +67,24 @@ double attn_error(const Tensor3& q, const float* k, const float* v, const float*
   return n > 0 ? std::sqrt(e / n) : 0.0;
 }
 
+// The attention-output error of KV head h's query group as a DuoAttention streaming head: only
+// the first `sinks` and the last `window` of its T > sinks + window tokens kept.
+double streaming_error(const Tensor3& query, const float* k, const float* v, std::size_t h, const DumpMeta& m,
+                       std::size_t sinks, std::size_t window) {
+  const std::size_t T = m.n_tokens, d = m.head_dim;
+  std::vector<std::size_t> pos;
+  std::vector<float> ks, vs;
+  for (std::size_t t = 0; t < T; ++t) {
+    if (t >= sinks && t + window < T) continue;
+    pos.push_back(t);
+    ks.insert(ks.end(), k + t * d, k + (t + 1) * d);
+    vs.insert(vs.end(), v + t * d, v + (t + 1) * d);
+  }
+  return attn_error(query, k, v, ks.data(), vs.data(), h, m, pos);
+}
+
 HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3& query, std::size_t h,
-                         const DumpMeta& m, const CalibrateOptions& o) {
+                         const DumpMeta& m, const CalibrateOptions& o, bool duo) {
   const std::size_t T = m.n_tokens, d = m.head_dim;
   HeadMeasure r;
   const float* k = key.row(h, 0);
@@ -88,6 +107,7 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
     r.key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
     r.value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
   }
+  if (duo) r.duo_error = streaming_error(query, k, v, h, m, o.duo_sinks, o.duo_window);
   r.key_amax = stored_amax(k, T, d, o.rotate, true);
   r.value_amax = stored_amax(v, T, d, o.rotate, false);
   RunningMoments mom;
@@ -166,6 +186,7 @@ namespace {
 struct Setup {
   CalibrateOptions opt;
   std::vector<DumpMeta> metas;
+  bool duo = false;  // every dump longer than duo_sinks + duo_window: DuoAttention head scores measured
 };
 
 Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
@@ -200,6 +221,8 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
     }
     st.metas.push_back(m);
   }
+  st.duo = std::all_of(st.metas.begin(), st.metas.end(),
+                       [&](const DumpMeta& m) { return m.n_tokens > o.duo_sinks + o.duo_window; });
   return st;
 }
 
@@ -219,7 +242,7 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
       r.read_into(value, l, DumpField::value);
       r.read_into(query, l, DumpField::query);
       std::vector<HeadMeasure> hm(H);
-      parallel_for(H, opt.threads, [&](std::size_t h) { hm[h] = measure_head(key, value, query, h, m, opt); });
+      parallel_for(H, opt.threads, [&](std::size_t h) { hm[h] = measure_head(key, value, query, h, m, opt, st.duo); });
       for (std::size_t h = 0; h < H; ++h) {
         HeadMeasure& a = agg[l - lo][h];
         if (di == 0) {
@@ -234,6 +257,9 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
             a.key_err[c] += hm[h].key_err[c];
             a.value_err[c] += hm[h].value_err[c];
           }
+        }
+        if (a.duo_error) {
+          a.duo_error = opt.aggregate == "max" ? std::max(*a.duo_error, *hm[h].duo_error) : *a.duo_error + *hm[h].duo_error;
         }
         a.key_amax = std::max(a.key_amax, hm[h].key_amax);
         a.value_amax = std::max(a.value_amax, hm[h].value_amax);
@@ -250,6 +276,7 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
       if (opt.aggregate == "mean") {
         for (double& e : a.key_err) e /= nd;
         for (double& e : a.value_err) e /= nd;
+        if (a.duo_error) *a.duo_error /= nd;
       }
       a.norm_variance /= nd;
       a.entropy /= nd;
@@ -365,6 +392,7 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
       ch.key_amax = a.key_amax;
       ch.value_amax = a.value_amax;
       ch.qfilter = a.qfilter;
+      ch.duo_error = a.duo_error;
       ch.bits_key = bk[i];
       ch.bits_value = bv[i];
       if (std::isfinite(pe)) ch.predicted_error = pe;
@@ -387,6 +415,7 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
   f.params = {{"candidates", cand}, {"group", opt.group}, {"residual", opt.residual},
               {"quant_rule", quant_rule_name(opt.rule)}, {"target_bits", opt.target_bits}, {"aggregate", opt.aggregate}, {"allocator", opt.allocator},
               {"lo_bit", opt.lo}, {"mid_bit", opt.mid}, {"hi_bit", opt.hi}, {"update_interval", opt.update_interval},
+              {"duo_sinks", opt.duo_sinks}, {"duo_window", opt.duo_window},
               {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
                         "with the kivi layout, everything else exact"}};
   if (opt.rotate != RotationKind::none) f.params["rotate"] = rotation_name(opt.rotate);  // absent: none
@@ -396,6 +425,7 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
                {"spearman_vs_error_at_lowest_bits",
                 {{"norm_variance", corr(nv)}, {"entropy", corr(en)}, {"outlier_ratio", corr(orat)}}}};
   f.summary["qfilter_rows"] = query_rows(st);
+  if (st.duo) f.summary["duo"] = {{"sinks", opt.duo_sinks}, {"window", opt.duo_window}};
   if (!history.empty()) f.summary["bits_history"] = history;
   return calibration_to_json(f);
 }
@@ -406,7 +436,8 @@ nlohmann::json options_json(const CalibrateOptions& o) {
   nlohmann::json j = {{"candidates", o.candidates}, {"group", o.group}, {"residual", o.residual},
                       {"quant_rule", quant_rule_name(o.rule)}, {"target_bits", o.target_bits},
                       {"aggregate", o.aggregate}, {"allocator", o.allocator}, {"lo_bit", o.lo}, {"mid_bit", o.mid},
-                      {"hi_bit", o.hi}, {"update_interval", o.update_interval}};
+                      {"hi_bit", o.hi}, {"update_interval", o.update_interval}, {"duo_sinks", o.duo_sinks},
+                      {"duo_window", o.duo_window}};
   if (o.rotate != RotationKind::none) j["rotate"] = rotation_name(o.rotate);  // absent: none
   return j;
 }
@@ -428,6 +459,7 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
       heads.push_back({{"key_err", a.key_err}, {"value_err", a.value_err}, {"norm_variance", a.norm_variance},
                        {"entropy", a.entropy}, {"outlier_ratio", a.outlier_ratio},
                        {"key_amax", a.key_amax}, {"value_amax", a.value_amax}, {"qfilter", a.qfilter},
+                       {"duo_error", a.duo_error ? nlohmann::json(*a.duo_error) : nlohmann::json(nullptr)},
                        {"norms", norms ? nlohmann::json(a.norms) : nlohmann::json::array()}});
     }
     layers.push_back(heads);
@@ -461,6 +493,7 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
           a.key_amax = h.at("key_amax").get<double>();
           a.value_amax = h.at("value_amax").get<double>();
           h.at("qfilter").get_to(a.qfilter);
+          if (!h.at("duo_error").is_null()) a.duo_error = h.at("duo_error").get<double>();
           h.at("norms").get_to(a.norms);
           heads.push_back(std::move(a));
         }
@@ -482,6 +515,8 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
     o.mid = json_i32(op.at("mid_bit"));
     o.hi = json_i32(op.at("hi_bit"));
     o.update_interval = json_uint(op.at("update_interval"));
+    o.duo_sinks = json_uint(op.at("duo_sinks"));
+    o.duo_window = json_uint(op.at("duo_window"));
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial calibration field missing or of the wrong type: ") + e.what(), {file0});
   }
@@ -501,6 +536,10 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
     for (const HeadMeasure& a : layer) {
       if (a.key_err.size() != st.opt.candidates.size() || a.value_err.size() != st.opt.candidates.size()) {
         throw InvalidInput("a head without every candidate's error", {file0, "key_err", std::to_string(a.key_err.size())});
+      }
+      if (a.duo_error.has_value() != st.duo) {
+        throw InvalidInput(st.duo ? "a head without its DuoAttention score" : "a DuoAttention score the dumps are too short for",
+                           {file0, "duo_error"});
       }
       if (a.qfilter.size() != st.metas[0].head_dim) {
         throw InvalidInput("a head's Q-Filter is not head_dim long", {file0, "qfilter", std::to_string(a.qfilter.size())});

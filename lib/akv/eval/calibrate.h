@@ -25,6 +25,9 @@ struct CalibrateOptions {
   std::string allocator = "measured"; // measured | adakv-proxy | entropy
   int lo = 2, mid = 3, hi = 4;        // proxy levels
   std::size_t update_interval = 0;    // adakv-proxy: re-allocate every N tokens (0 = once)
+  // DuoAttention head scores: the attention-output error of a streaming head that keeps the
+  // first duo_sinks and the last duo_window tokens (measured when every dump is longer).
+  std::size_t duo_sinks = 128, duo_window = 256;
   int threads = 1;
 };
 

@@ -140,6 +140,7 @@ nlohmann::json EvictionParams::to_json() const {
   j["min_tokens"] = min_tokens;
   j["step"] = step;
   if (!budgets_file.empty()) j["budgets_file"] = budgets_file;
+  if (!duo_heads.empty()) j["duo_heads"] = duo_heads;
   if (every > 0) {
     j["every"] = every;
     j["target"] = target;
@@ -186,6 +187,7 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     p.min_tokens = count("min_tokens", "min-tokens");
     p.step = count("step", "step");
     p.budgets_file = j.value("budgets_file", "");
+    p.duo_heads = j.value("duo_heads", "");
     if (j.contains("critical")) {
       p.critical = j.at("critical").get<bool>();
       p.first_stage = file_real(j, "first_stage", "first-stage", file, at + "first_stage");

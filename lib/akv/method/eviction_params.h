@@ -52,6 +52,9 @@ struct EvictionParams {
   // keeping the best-scored floor(first_stage x budget) of each head.
   bool critical = false;
   double first_stage = 0.5;
+  // duo: a calibration file (`akv calibrate`) whose per-head streaming errors rank the heads
+  // instead of the score (alloc/calibration_file.h read_calibration_duo); empty: the score ranks.
+  std::string duo_heads;
 
   nlohmann::json to_json() const;
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);

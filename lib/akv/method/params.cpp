@@ -22,6 +22,7 @@ std::vector<std::string> CompressParams::input_files() const {
   if (!calibration_file.empty()) files.push_back(calibration_file);
   if (eviction() && !eviction()->budgets_file.empty()) files.push_back(eviction()->budgets_file);
   if (eviction() && !eviction()->score.qfilters.empty()) files.push_back(eviction()->score.qfilters);
+  if (eviction() && !eviction()->duo_heads.empty()) files.push_back(eviction()->duo_heads);
   return files;
 }
 
@@ -129,6 +130,19 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
                        {"", "--qfilters", *r.qfilters});
     }
     e.score.qfilters = *r.qfilters;
+  }
+  if (r.duo_heads) {
+    if (e.alloc != AllocMethod::duo) {
+      throw UsageError("this flag gives duo's head scores, not " + alloc_method_name(e.alloc) + "'s",
+                       {"", "--heads", *r.duo_heads});
+    }
+    if (r.score) {
+      throw UsageError("heads= ranks duo's heads by the calibration file: a score would not change the split",
+                       {"", "--score", *r.score});
+    }
+    e.duo_heads = *r.duo_heads;
+    // Token scores do not move a duo split; knorm (keys only) fills the report's kept scores.
+    e.score.method = ScoreMethod::knorm;
   }
   if (e.alloc != AllocMethod::file) check_qfilters(e.score);  // a budgets file brings its own
   if (e.score.method != ScoreMethod::lagkv && r.lag) {
@@ -255,7 +269,7 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
 bool EvictionRequest::any() const {
   return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
          gqa_reduce || alpha || capacity_rule || beta || min_tokens || step || score || future ||
-         covariance || vnorm || lag || every || target || critical || first_stage || plus || qfilters;
+         covariance || vnorm || lag || every || target || critical || first_stage || plus || qfilters || duo_heads;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {

@@ -239,7 +239,7 @@ const std::vector<ParamInfo>& param_registry() {
       {"window", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.window; }),
        "observation window W: the last W query positions score the tokens and the last W tokens are "
        "always kept (default 32; tova 1; knorm, keydiff, lagkv, expected-attention, kvzip, qfilter 0; <= the dump's "
-       "n_query)", 0, {},
+       "n_query for the scores that read queries)", 0, {},
        false, false, {}, {}},
       {"sinks", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.sinks; }),
        "first tokens always kept (default 4 for streamingllm, lagkv, expected-attention and kvzip, 0 otherwise)", 0, {}, false,
@@ -260,6 +260,11 @@ const std::vector<ParamInfo>& param_registry() {
       {"qfilters", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.qfilters; }),
        "qfilter: the calibration file (`akv calibrate -o calib.json`, from dumps of the same model) holding each "
        "KV head's filter", {}, {}, false, false, {}, {}},
+      {"heads", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.duo_heads; }),
+       "duo: a calibration file (`akv calibrate` on dumps of the same model longer than its duo sinks + window, "
+       "e.g. passkey prompts) whose per-head attention error as a streaming head ranks the heads, a fixed "
+       "pattern as DuoAttention's (no score=; token scores are then knorm's, for the report only)",
+       {}, {}, false, false, {}, {}},
       {"critical", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.critical; }),
        "CriticalKV's two stages under any score and allocator (default off; on for critical-snapkv, critical-adakv): "
        "each head keeps its best-scored first-stage share of its budget, the rest by (score + 1e-4) x the L1 norm "
