@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <fstream>
 #include <iterator>
@@ -18,7 +19,9 @@
 #include "akv/io/dump.h"
 #include "akv/model/llama2c.h"
 #include "akv/kv/stored_head.h"
+#include "akv/quant/nuq.h"
 #include "akv/quant/pack.h"
+#include "akv/tensor/half.h"
 #include "test_util.h"
 
 using namespace akv;
@@ -257,4 +260,99 @@ TEST_CASE("KVzip+: scores and kept tokens equal kvpress's KVzipPress with kvzip_
   // data/golden/kvzip-plus-official.json --plus: each repeat query's attention divided by the norm
   // of its attention input, each key's multiplied by |W_o v|_2 of the query head.
   check_kvzip_golden("kvzip-plus-official.json");
+}
+
+namespace {
+
+std::uint64_t hex_bits(const std::string& h) { return std::stoull(h, nullptr, 16); }
+
+double hex_f64(const std::string& h) {
+  const std::uint64_t b = hex_bits(h);
+  double d = 0;
+  std::memcpy(&d, &b, sizeof d);
+  return d;
+}
+
+float hex_f32(const std::string& h) {
+  const auto b = static_cast<std::uint32_t>(hex_bits(h));
+  float f = 0;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("KVQuant nuq: thresholds, k-means and reconstruction against KVQuant's simquant module", "[golden][nuq]") {
+  // scripts/dev/golden/kvquant_nuq.py SIMQUANT_PY data/fixtures/dump.h5 data/golden/kvquant-nuq.json
+  // --commit 57a2383: SimQuant.quantize and QuantLinearSim.forward unmodified (sparsity threshold
+  // 0.99, first_few_fp16 1), keys pre-RoPE per channel, values per token, heads side by side.
+  std::ifstream in(kGolden + "kvquant-nuq.json");
+  REQUIRE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const DumpReader dump(std::string(AKV_SOURCE_DIR) + "/" + g["dump"].get<std::string>());
+  const double sparsity = g["sparsity_threshold"].get<double>();
+  const auto sink = g["first_few_fp16"].get<std::size_t>();
+  for (const nlohmann::json& c : g["cases"]) {
+    const bool key = c["tensor"] == "key";
+    const auto layer = c["layer"].get<std::size_t>();
+    const int bits = c["bits"].get<int>();
+    CAPTURE(layer, key, bits);
+    const Tensor3 t = dump.read(layer, key ? DumpField::key_pre_rope : DumpField::value);
+    const std::size_t n = t.dim1(), d = t.dim2(), H = t.dim0(), C = H * d;
+    REQUIRE(C == c["channels"].get<std::size_t>());
+    std::vector<float> rows(n * C);  // KVQuant's layout: [tokens, heads x head_dim]
+    for (std::size_t h = 0; h < H; ++h) {
+      for (std::size_t i = 0; i < n; ++i) std::copy(t.row(h, i), t.row(h, i) + d, rows.data() + i * C + h * d);
+    }
+    const NuqCalibration mine = calibrate_nuq(rows.data(), n, C, bits, key, sparsity, sink);
+    // Thresholds: numpy's percentiles, bit for bit.
+    if (key) {
+      for (std::size_t j = 0; j < C; ++j) {
+        CHECK(mine.upper[j] == hex_f64(c["upper"][j].get<std::string>()));
+        CHECK(mine.lower[j] == hex_f64(c["lower"][j].get<std::string>()));
+      }
+    }
+    // Levels: KVQuant fits scikit-learn's KMeans (k-means++ seeds, random_state 0, 50 rounds);
+    // akv's Lloyd rounds from quantile seeds must fit the same values at least as well (within
+    // 0.1% of its cost).
+    std::vector<double> theirs;
+    for (const auto& h : c["levels"]) theirs.push_back(hex_f32(h.get<std::string>()));
+    std::vector<double> mine_levels(mine.levels.begin(), mine.levels.end());
+    NuqCalibration cal = mine;
+    cal.levels.clear();
+    for (const double v : theirs) cal.levels.push_back(static_cast<float>(v));
+    std::sort(cal.levels.begin(), cal.levels.end());
+    const double their_cost = c["kmeans_cost"].get<double>();
+    // The calibration values (normalized, outliers and the sink out) as calibrate_nuq selects them.
+    std::vector<double> values;
+    for (std::size_t i = sink; i < n; ++i) {
+      for (std::size_t j = 0; j < C; ++j) {
+        double up = 0, lo = 0;
+        if (key) {
+          up = mine.upper[j];
+          lo = mine.lower[j];
+        } else {
+          std::vector<double> r(rows.begin() + static_cast<std::ptrdiff_t>(i * C), rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * C));
+          std::sort(r.begin(), r.end());
+          up = percentile_sorted(r.data(), C, (1.0 - (1.0 - sparsity) / 2.0) * 100.0);
+          lo = percentile_sorted(r.data(), C, (1.0 - (1.0 - (1.0 - sparsity) / 2.0)) * 100.0);
+        }
+        const double y = (rows[i * C + j] - (up + lo) / 2.0) / ((up - lo) / 2.0);
+        if (y >= -1.0 && y <= 1.0) values.push_back(static_cast<float>(y));
+      }
+    }
+    CHECK(values.size() == c["kmeans_values"].get<std::size_t>());
+    CHECK(kmeans_1d_cost(values, {}, theirs) == Approx(their_cost).epsilon(1e-6));
+    CHECK(kmeans_1d_cost(values, {}, mine_levels) <= their_cost * 1.001);
+    // Reconstruction with KVQuant's own thresholds and levels: f16 bits equal, every element.
+    std::vector<float> out(n * C);
+    nuq_quantize(cal, rows.data(), n, C, sparsity, sink, out.data());
+    const std::string want = c["reconstruction"].get<std::string>();
+    REQUIRE(want.size() == 4 * n * C);
+    std::size_t differ = 0;
+    for (std::size_t e = 0; e < n * C; ++e) {
+      differ += f32_to_f16_ref(out[e]) != static_cast<std::uint16_t>(hex_bits(want.substr(4 * e, 4))) ? 1 : 0;
+    }
+    CHECK(differ == 0);
+  }
 }

@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 #include "akv/core/isa.h"
 #include "akv/core/rng.h"
 #include "akv/quant/affine.h"
+#include "akv/quant/nuq.h"
 #include "akv/quant/outliers.h"
 #include "akv/quant/pack.h"
 #include "akv/quant/rotation.h"
@@ -493,4 +496,93 @@ TEST_CASE("turboquant: codebooks, indices, norms and rows read back as vLLM's", 
     tq_decode_rows(vt, vs.data(), n, vback.data());
     CHECK(vback == hex_floats(c.at("values_read")));
   }
+}
+
+TEST_CASE("nuq: numpy's linear percentile", "[quant][nuq]") {
+  const double x[] = {1.0, 2.0, 4.0, 8.0};
+  CHECK(percentile_sorted(x, 4, 50.0) == 3.0);     // index 1.5: 2 + (4 - 2) 0.5
+  CHECK(percentile_sorted(x, 4, 0.0) == 1.0);
+  CHECK(percentile_sorted(x, 4, 100.0) == 8.0);
+  CHECK(percentile_sorted(x, 4, 90.0) == 8.0 - 4.0 * (1.0 - (3 * 0.9 - 2)));  // t >= 0.5: from above
+  CHECK(percentile_sorted(x, 4, 10.0) == 1.0 + 1.0 * (3 * 0.1));              // t < 0.5: from below
+  const double one[] = {5.0};
+  CHECK(percentile_sorted(one, 1, 99.5) == 5.0);
+}
+
+TEST_CASE("nuq: 1-D k-means, fast path against the plain rounds and against brute force", "[quant][nuq]") {
+  Rng r(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    const std::size_t n = 50 + r.below(3000), k = std::size_t{1} << (1 + r.below(4));
+    std::vector<double> x(n), w;
+    for (auto& v : x) v = r.normal() * (trial % 2 ? 1.0 : 0.3) + (r.uniform() < 0.3 ? 2.0 : 0.0);
+    if (trial % 3 == 0) {
+      for (std::size_t i = 0; i < n; ++i) w.push_back(r.uniform(0.1, 3.0));
+    }
+    const std::vector<double> fast = kmeans_1d(x, w, k), ref = kmeans_1d_ref(x, w, k);
+    REQUIRE(fast.size() == k);
+    REQUIRE(std::is_sorted(fast.begin(), fast.end()));
+    for (std::size_t j = 0; j < k; ++j) CHECK(fast[j] == Approx(ref[j]).margin(1e-9));
+    // Lloyd's fixed point: every level is its cluster's weighted mean.
+    for (std::size_t j = 0; j < k; ++j) {
+      double sw = 0, swx = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto best = std::min_element(fast.begin(), fast.end(), [&](double a, double b) {
+          return std::fabs(x[i] - a) < std::fabs(x[i] - b);
+        });
+        if (static_cast<std::size_t>(best - fast.begin()) != j) continue;
+        const double wi = w.empty() ? 1.0 : w[i];
+        sw += wi;
+        swx += wi * x[i];
+      }
+      if (sw > 0) CHECK(fast[j] == Approx(swx / sw).margin(1e-9));
+    }
+  }
+  // Lloyd's rounds never raise the cost (a local optimum, as scikit-learn's KMeans finds; the 1-D
+  // optimum is not guaranteed: quantile seeds of {-2, -1.9, 0, 0.1, 0.2, 3} stop at {-1.95, 0.825},
+  // cost 6.33, where {-0.72, 3} costs 5.07).
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<double> x(2 + r.below(40));
+    for (auto& v : x) v = r.normal();
+    const std::size_t k = 2 + r.below(3);
+    const double one = kmeans_1d_cost(x, {}, kmeans_1d(x, {}, k, 1));
+    const double two = kmeans_1d_cost(x, {}, kmeans_1d(x, {}, k, 2));
+    const double all = kmeans_1d_cost(x, {}, kmeans_1d(x, {}, k));
+    CHECK(two <= one * (1 + 1e-12) + 1e-15);
+    CHECK(all <= two * (1 + 1e-12) + 1e-15);
+  }
+  const std::vector<double> stuck = {-2.0, -1.9, 0.0, 0.1, 0.2, 3.0};
+  const std::vector<double> c = kmeans_1d(stuck, {}, 2);
+  CHECK(c[0] == Approx(-1.95));
+  CHECK(c[1] == Approx(0.825));
+  CHECK(kmeans_1d({3.0, 3.0, 3.0}, {}, 4) == std::vector<double>{3.0, 3.0, 3.0, 3.0});
+  CHECK_THROWS_AS(kmeans_1d({}, {}, 2), InvalidInput);
+}
+
+TEST_CASE("nuq: quantization by hand (keys per channel, values per token, outliers, sink)", "[quant][nuq]") {
+  // Keys: thresholds [-1, 1] and [0, 4] (offset 0 / 2, range 1 / 2); levels -0.5, 0.5.
+  NuqCalibration k;
+  k.bits = 1;
+  k.per_channel = true;
+  k.upper = {1.0, 4.0};
+  k.lower = {-1.0, 0.0};
+  k.levels = {-0.5f, 0.5f};
+  const float rows[] = {9.0f, 9.0f,     // sink row: copied
+                        0.2f, 3.5f,     // 0.2 -> 0.5; (3.5 - 2) / 2 = 0.75 -> 0.5 -> 3
+                        -3.0f, 1.0f};   // -3 < -1: outlier, exact; (1 - 2) / 2 = -0.5 -> 1
+  float out[6];
+  CHECK(nuq_quantize(k, rows, 3, 2, 0.99, 1, out) == 3);
+  CHECK(std::vector<float>(out, out + 6) == std::vector<float>{9.0f, 9.0f, 0.5f, 3.0f, -3.0f, 1.0f});
+  // Values: a row of 4 (sparsity 0.5: t = 0.75, quantiles at ranks 2.25 and 0.75); outliers at or
+  // beyond them: the min and the max; the others normalized by the row's range with the outliers
+  // replaced by the lower median.
+  NuqCalibration v;
+  v.bits = 1;
+  v.per_channel = false;
+  v.levels = {-0.5f, 0.5f};
+  const float row[] = {-10.0f, 1.0f, 3.0f, 20.0f};
+  // quantiles: 3 + 0.25 (20 - 3) = 7.25 and 1 - 0.25 (1 + 10) = -1.75 (torch's lerp from above);
+  // median 1; {1, 1, 3, 1}: max 3, min 1, offset 2, range 1; 1 -> -1 -> -0.5 -> 1.5, 3 -> 2.5.
+  float vo[4];
+  CHECK(nuq_quantize(v, row, 1, 4, 0.5, 0, vo) == 2);
+  CHECK(std::vector<float>(vo, vo + 4) == std::vector<float>{-10.0f, 1.5f, 2.5f, 20.0f});
 }

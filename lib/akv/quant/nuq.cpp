@@ -1,0 +1,258 @@
+#include "akv/quant/nuq.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "akv/core/errors.h"
+#include "akv/tensor/half.h"
+
+namespace akv {
+namespace {
+
+float round16(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
+
+// torch.quantile(row, q) (linear) as torch computes it for an f32 row: q as f32, rank q (n - 1)
+// in f32, then torch's lerp between the neighbours in f32. `sorted` ascending, n >= 1.
+float torch_quantile(const float* sorted, std::size_t n, double q) {
+  const float qf = static_cast<float>(q);
+  const float rank = qf * static_cast<float>(n - 1);
+  const auto below = static_cast<std::size_t>(rank);
+  const auto above = std::min(n - 1, static_cast<std::size_t>(std::ceil(rank)));
+  const float w = rank - static_cast<float>(below);
+  const float a = sorted[below], b = sorted[above];
+  return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
+}
+
+// The nearest level to y (ascending levels; smallest |y - level| in f32, ties to the lower); a
+// non-finite y (a zero range) takes the first.
+float nearest_level(const std::vector<float>& levels, float y) {
+  if (!std::isfinite(y)) return levels.front();
+  const auto it = std::upper_bound(levels.begin(), levels.end(), y);
+  if (it == levels.begin()) return levels.front();
+  if (it == levels.end()) return levels.back();
+  const float lo = *(it - 1), hi = *it;
+  return std::fabs(y - hi) < std::fabs(y - lo) ? hi : lo;
+}
+
+// Lloyd rounds shared by the fast path and the reference: `assign` fills, for levels c, the
+// cluster sums (weight, weighted value) and returns the assignment's signature (fast: the run
+// boundaries; ref: every value's cluster).
+template <class Assign>
+std::vector<double> lloyd(const std::vector<double>& seeds, std::size_t max_iter, Assign assign) {
+  std::vector<double> c = seeds, sw(c.size()), swx(c.size());
+  std::vector<std::size_t> prev, cur;
+  for (std::size_t it = 0; it < max_iter; ++it) {
+    std::fill(sw.begin(), sw.end(), 0.0);
+    std::fill(swx.begin(), swx.end(), 0.0);
+    cur = assign(c, sw, swx);
+    if (it > 0 && cur == prev) break;
+    for (std::size_t j = 0; j < c.size(); ++j) {
+      if (sw[j] > 0) c[j] = swx[j] / sw[j];
+    }
+    std::sort(c.begin(), c.end());
+    prev.swap(cur);
+  }
+  return c;
+}
+
+// Cluster of value x under ascending levels c: the number of midpoints (c_j + c_{j+1}) / 2 below
+// x (a value on a midpoint goes to the lower level).
+std::size_t cluster_of(const std::vector<double>& c, double x) {
+  std::size_t j = 0;
+  while (j + 1 < c.size() && x > 0.5 * (c[j] + c[j + 1])) ++j;
+  return j;
+}
+
+struct Sorted {
+  std::vector<double> x, w;  // ascending x with their weights
+  double total = 0;
+};
+
+Sorted sort_weighted(const std::vector<double>& x, const std::vector<double>& w) {
+  if (x.empty()) throw InvalidInput("k-means of no values", {"", "values", "0"});
+  if (!w.empty() && w.size() != x.size()) throw std::logic_error("kmeans_1d: one weight per value");
+  std::vector<std::size_t> order(x.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return x[a] < x[b]; });
+  Sorted s;
+  for (const std::size_t i : order) {
+    s.x.push_back(x[i]);
+    s.w.push_back(w.empty() ? 1.0 : w[i]);
+    s.total += s.w.back();
+  }
+  return s;
+}
+
+// Seeds: the weighted quantiles (j + 1/2) / k (the first value whose cumulative weight reaches it).
+std::vector<double> seeds_of(const Sorted& s, std::size_t k) {
+  std::vector<double> c;
+  double cum = 0;
+  std::size_t i = 0;
+  for (std::size_t j = 0; j < k; ++j) {
+    const double target = (static_cast<double>(j) + 0.5) / static_cast<double>(k) * s.total;
+    while (i + 1 < s.x.size() && cum + s.w[i] < target) cum += s.w[i++];
+    c.push_back(s.x[i]);
+  }
+  return c;
+}
+
+}  // namespace
+
+double percentile_sorted(const double* x, std::size_t n, double q) {
+  if (n == 0) throw std::logic_error("percentile_sorted: no values");
+  const double v = static_cast<double>(n - 1) * (q / 100.0);
+  const double f = std::floor(v);
+  if (f >= static_cast<double>(n - 1)) return x[n - 1];
+  if (f < 0) return x[0];
+  const auto i = static_cast<std::size_t>(f);
+  const double g = v - f, a = x[i], b = x[i + 1], d = b - a;
+  return g >= 0.5 ? b - d * (1.0 - g) : a + d * g;
+}
+
+std::vector<double> kmeans_1d(const std::vector<double>& x, const std::vector<double>& w, std::size_t k,
+                              std::size_t max_iter) {
+  const Sorted s = sort_weighted(x, w);
+  const std::size_t n = s.x.size();
+  std::vector<double> pw(n + 1, 0.0), pwx(n + 1, 0.0);  // prefix sums
+  for (std::size_t i = 0; i < n; ++i) {
+    pw[i + 1] = pw[i] + s.w[i];
+    pwx[i + 1] = pwx[i] + s.w[i] * s.x[i];
+  }
+  return lloyd(seeds_of(s, k), max_iter, [&](const std::vector<double>& c, std::vector<double>& sw, std::vector<double>& swx) {
+    std::vector<std::size_t> end(c.size());
+    std::size_t start = 0;
+    for (std::size_t j = 0; j < c.size(); ++j) {
+      // Values of cluster j: up to the last one not above the midpoint to the next level.
+      end[j] = j + 1 == c.size() ? n
+                                 : static_cast<std::size_t>(std::upper_bound(s.x.begin(), s.x.end(), 0.5 * (c[j] + c[j + 1])) -
+                                                            s.x.begin());
+      end[j] = std::max(end[j], start);
+      sw[j] = pw[end[j]] - pw[start];
+      swx[j] = pwx[end[j]] - pwx[start];
+      start = end[j];
+    }
+    return end;
+  });
+}
+
+std::vector<double> kmeans_1d_ref(const std::vector<double>& x, const std::vector<double>& w, std::size_t k,
+                                  std::size_t max_iter) {
+  const Sorted s = sort_weighted(x, w);
+  return lloyd(seeds_of(s, k), max_iter, [&](const std::vector<double>& c, std::vector<double>& sw, std::vector<double>& swx) {
+    std::vector<std::size_t> a(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      a[i] = cluster_of(c, x[i]);
+      const double wi = w.empty() ? 1.0 : w[i];
+      sw[a[i]] += wi;
+      swx[a[i]] += wi * x[i];
+    }
+    // Cluster sizes as the signature (the assignment of sorted values is determined by them).
+    std::vector<std::size_t> count(c.size(), 0);
+    for (const std::size_t j : a) ++count[j];
+    std::partial_sum(count.begin(), count.end(), count.begin());
+    return count;
+  });
+}
+
+double kmeans_1d_cost(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& levels) {
+  double cost = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double best = INFINITY;
+    for (const double c : levels) best = std::min(best, (x[i] - c) * (x[i] - c));
+    cost += (w.empty() ? 1.0 : w[i]) * best;
+  }
+  return cost;
+}
+
+NuqCalibration calibrate_nuq(const float* rows, std::size_t n, std::size_t C, int bits, bool per_channel,
+                             double sparsity, std::size_t sink, const float* weights) {
+  if (bits < 1 || bits > 8) throw InvalidInput("nuq bits must be in [1, 8]", {"", "bits", std::to_string(bits)});
+  if (!(sparsity > 0.0 && sparsity <= 1.0)) {
+    throw InvalidInput("nuq sparsity threshold must be in (0, 1]", {"", "sparsity", format_number(sparsity)});
+  }
+  NuqCalibration c;
+  c.bits = bits;
+  c.per_channel = per_channel;
+  const double t = 1.0 - ((1.0 - sparsity) / 2.0);  // KVQuant's expression
+  const double q_hi = t * 100.0, q_lo = (1.0 - t) * 100.0;
+  // Thresholds per channel (keys) or per row (values).
+  const std::size_t groups = per_channel ? C : n, len = per_channel ? n : C;
+  std::vector<double> up(groups), lo(groups), v(len);
+  for (std::size_t g = 0; g < groups; ++g) {
+    for (std::size_t i = 0; i < len; ++i) v[i] = per_channel ? rows[i * C + g] : rows[g * C + i];
+    std::sort(v.begin(), v.end());
+    up[g] = percentile_sorted(v.data(), len, q_hi);
+    lo[g] = percentile_sorted(v.data(), len, q_lo);
+  }
+  std::vector<double> x, w;
+  for (std::size_t i = sink; i < n; ++i) {
+    for (std::size_t j = 0; j < C; ++j) {
+      const std::size_t g = per_channel ? j : i;
+      const double y = (static_cast<double>(rows[i * C + j]) - (up[g] + lo[g]) / 2.0) / ((up[g] - lo[g]) / 2.0);
+      if (!(y >= -1.0 && y <= 1.0)) continue;  // outliers (and 0 / 0 of a constant group)
+      x.push_back(static_cast<double>(static_cast<float>(y)));
+      if (weights) w.push_back(weights[i * C + j]);
+    }
+  }
+  if (x.empty()) throw InvalidInput("no value left to fit nuq levels to (every value an outlier or a sink)", {"", "rows", std::to_string(n)});
+  for (const double l : kmeans_1d(x, w, std::size_t{1} << bits)) c.levels.push_back(static_cast<float>(l));
+  if (per_channel) {
+    c.upper = std::move(up);
+    c.lower = std::move(lo);
+  }
+  return c;
+}
+
+std::size_t nuq_quantize(const NuqCalibration& c, const float* rows, std::size_t n, std::size_t C, double sparsity,
+                         std::size_t sink, float* out) {
+  if (c.levels.empty()) throw std::logic_error("nuq_quantize: no levels");
+  if (c.per_channel && (c.upper.size() != C || c.lower.size() != C)) {
+    throw std::logic_error("nuq_quantize: per-channel thresholds for another width");
+  }
+  const double t = 1.0 - ((1.0 - sparsity) / 2.0);
+  std::vector<float> offset(C), range(C), uf(C), lf(C), sorted(C);
+  if (c.per_channel) {
+    for (std::size_t j = 0; j < C; ++j) {
+      uf[j] = round16(static_cast<float>(c.upper[j]));  // torch: f64 -> f32 -> f16
+      lf[j] = round16(static_cast<float>(c.lower[j]));
+      offset[j] = round16(round16(uf[j] + lf[j]) / 2.0f);
+      range[j] = round16(round16(uf[j] - lf[j]) / 2.0f);
+    }
+  }
+  std::size_t outliers = 0;
+  std::vector<char> mask(C);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* x = rows + i * C;
+    float* o = out + i * C;
+    if (!c.per_channel) {
+      std::copy(x, x + C, sorted.begin());
+      std::sort(sorted.begin(), sorted.end());
+      const float hi = torch_quantile(sorted.data(), C, t), lo = torch_quantile(sorted.data(), C, 1.0 - t);
+      const float median = sorted[(C - 1) / 2];
+      float mx = -INFINITY, mn = INFINITY;
+      for (std::size_t j = 0; j < C; ++j) {
+        mask[j] = i < sink || x[j] <= lo || x[j] >= hi;
+        const float v = mask[j] ? median : x[j];
+        mx = std::max(mx, v);
+        mn = std::min(mn, v);
+      }
+      std::fill(offset.begin(), offset.end(), (mx + mn) / 2.0f);
+      std::fill(range.begin(), range.end(), (mx - mn) / 2.0f);
+    } else {
+      for (std::size_t j = 0; j < C; ++j) mask[j] = i < sink || x[j] < lf[j] || x[j] > uf[j];
+    }
+    for (std::size_t j = 0; j < C; ++j) {
+      outliers += mask[j] ? 1 : 0;
+      const float y = x[j] - offset[j];
+      float r = mask[j] ? y + offset[j] : nearest_level(c.levels, y / range[j]) * range[j] + offset[j];
+      if (!std::isfinite(r)) r = 0.0f;  // torch.nan_to_num(nan=0, posinf=0, neginf=0)
+      o[j] = round16(i < sink ? x[j] : r);
+    }
+  }
+  return outliers;
+}
+
+}  // namespace akv
