@@ -70,7 +70,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   sub->callback([opt, &global, method] {
     CompressRequest req = opt->req;
     check_output_distinct(opt->output, {opt->dump, req.eviction.budgets_file.value_or(""), req.calibration.value_or(""),
-                                       req.eviction.qfilters.value_or("")});
+                                       req.eviction.qfilters.value_or(""), req.eviction.duo_heads.value_or("")});
     if (method->count() == 0 && req.eviction.budgets_file) req.method = budgets_method(*req.eviction.budgets_file);
     const CompressParams params = resolve_params(req);
     ProgressBar bar("compress", !global.quiet);

@@ -101,7 +101,7 @@ PY
 expect "compress -m duo --heads: the calibrated split" 0 "duo/knorm 0.8 \\+ none" \
   "$AKV" compress -q "$d" -o "$TMP/duo.h5" -m duo --heads "$TMP/calib.json" --budget 0.8
 expect "allocate --method duo --heads" 0 "duo allocation" \
-  "$AKV" allocate -q "$d" --method duo --heads "$TMP/calib.json" --budget 0.8 --sinks 128 --window 256 -o "$TMP/duo.json"
+  "$AKV" allocate -q "$d" --method duo --heads "$TMP/calib.json" --budget 0.8 -o "$TMP/duo.json"
 # 8 heads, 600 tokens, 384 forced: round(8 x (480 - 384) / 216) = 4 heads keep all, the 4 largest errors.
 expect "duo --heads: the heads of the 4 largest errors keep every token" 0 "split ok" "$PY" - "$TMP/calib.json" "$TMP/duo.json" <<'PY'
 import json, sys
@@ -114,6 +114,13 @@ print("split ok")
 PY
 expect_error "heads= on another allocator" 1 "duo's head scores" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --heads "$TMP/calib.json" --budget 0.5 --window 16
+cp "$TMP/calib.json" "$o/calib_copy.json"
+expect_error "compress -o the duo calibration file: refused, the file kept" 1 "the output is an input file" \
+  "$AKV" compress -q "$d" -o "$o/calib_copy.json" -m duo --heads "$o/calib_copy.json" --budget 0.8
+expect_error "allocate -o the duo calibration file: refused" 1 "the output is an input file" \
+  "$AKV" allocate -q "$d" --method duo --heads "$o/calib_copy.json" --budget 0.8 -o "$o/calib_copy.json"
+cmp -s "$TMP/calib.json" "$o/calib_copy.json" && pass "the calibration file is unchanged" || fail "the calibration file changed"
+rm "$o/calib_copy.json"
 expect_error "heads= with a score" 1 "would not change the split" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m duo --heads "$TMP/calib.json" --score snapkv --budget 0.8
 expect_error "heads= measured with other sinks" 2 "summary.duo.sinks = 128" \

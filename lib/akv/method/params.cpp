@@ -143,6 +143,11 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     e.duo_heads = *r.duo_heads;
     // Token scores do not move a duo split; knorm (keys only) fills the report's kept scores.
     e.score.method = ScoreMethod::knorm;
+    // The streaming heads of the method duo unless given (`akv allocate --method duo` starts from
+    // the allocator's defaults).
+    const EvictionParams row = eviction_method("duo");
+    if (!r.window) e.score.window = row.score.window;
+    if (!r.sinks) e.sinks = row.sinks;
   }
   if (e.alloc != AllocMethod::file) check_qfilters(e.score);  // a budgets file brings its own
   if (e.score.method != ScoreMethod::lagkv && r.lag) {
