@@ -1,8 +1,10 @@
-// akv dump --model M --tokens FILE [--line K] -o DUMP [--window W]: a dump from a model run.
+// akv dump --model M --tokens FILE [--line K] -o DUMP [--window W]: a dump from a model run (or of
+// --text, or of a text passkey prompt: --passkey).
 #include <cstdio>
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/eval/passkey.h"
 #include "akv/io/token_file.h"
 #include "akv/model/dump_model.h"
 #include "akv/model/hf.h"
@@ -17,6 +19,9 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
     std::size_t line = 1, ctx = 512;
     std::size_t window = 32;
     bool out_proj = false;
+    std::size_t passkey = 0, trial = 0;
+    double depth = 0.5;
+    std::uint64_t seed = 1;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -32,6 +37,17 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
                                      "A text file cut into llama-perplexity's chunks of --ctx tokens (BOS first; "
                                      "evaluate --text); --line picks the chunk");
   text->excludes(tokens);
+  auto* passkey = sub->add_option(
+      "--passkey", opt->passkey,
+      "Dump a text passkey prompt of this many tokens instead: the prompt `evaluate --task passkey` builds in "
+      "text mode (the model's tokenizer, or --tokenizer), up to and with its question, so the window queries "
+      "read the needle (calibration of duo's heads: akv calibrate, docs/calibrate.md)");
+  passkey->excludes(tokens)->excludes(text);
+  sub->add_option("--depth", opt->depth, "--passkey: where the needle sits (0 = start, 1 = end)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--seed", opt->seed, "--passkey: seed of the key (as evaluate --seed; take another than the "
+                  "evaluation's to calibrate on other prompts)")->capture_default_str();
+  sub->add_option("--trial", opt->trial, "--passkey: trial index (as evaluate's trials)")->capture_default_str();
   sub->add_option("--line", opt->line, "Which sequence (1-based line among the non-empty ones, or chunk of --text)")
       ->capture_default_str();
   sub->add_option("-o,--output", opt->output, "Output dump (HDF5)")->required();
@@ -46,12 +62,23 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
     std::vector<std::string> inputs = model_run_inputs(opt->model, {});
     inputs.insert(inputs.end(), {opt->tokens, opt->text, opt->tokenizer});
     check_output_distinct(opt->output, inputs);
-    if (opt->tokens.empty() == opt->text.empty()) throw UsageError("dump needs --tokens or --text", {"", "--tokens"});
+    if ((opt->tokens.empty() ? 0 : 1) + (opt->text.empty() ? 0 : 1) + (opt->passkey ? 1 : 0) != 1) {
+      throw UsageError("dump needs one of --tokens, --text, --passkey", {"", "--tokens"});
+    }
     const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
-    const std::string source = opt->text.empty() ? opt->tokens : opt->text;
-    const auto seqs = opt->text.empty()
-                          ? read_token_file(opt->tokens)
-                          : text_chunks(opt->text, find_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer).get(), opt->ctx, 0);
+    const std::string source = opt->passkey ? "--passkey" : opt->text.empty() ? opt->tokens : opt->text;
+    std::vector<std::vector<std::int32_t>> seqs;
+    if (opt->passkey) {
+      PasskeyOptions po;
+      po.seed = opt->seed;
+      po.length_flag = "--passkey";
+      seqs.push_back(make_text_passkey_prompt(*find_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer),
+                                              opt->passkey, opt->depth, opt->trial, po).tokens);
+    } else if (opt->text.empty()) {
+      seqs = read_token_file(opt->tokens);
+    } else {
+      seqs = text_chunks(opt->text, find_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer).get(), opt->ctx, 0);
+    }
     m.check_tokens(seqs, source);
     if (opt->line < 1 || opt->line > seqs.size()) {
       throw InvalidInput("no such sequence (the file has " + std::to_string(seqs.size()) + ")",

@@ -73,24 +73,16 @@ expect_equal "kvzip 0.25, question decoded after compression: every needle" "$(a
 # duo at 0.6: 3 of the 8 heads keep all 1024 tokens (round(8 x (614 - 384) / 640)), chosen by their
 # best reconstruction score (at 0.45 one head keeps all: every needle lost).
 expect_equal "duo 0.6 (KVzip head scores): every needle" "$(accuracy "$TMP/kvzip.json" duo:budget=0.6)" "0:1 0.5:1"
-# duo with calibrated head scores (heads=): `akv calibrate` on dumps of two passkey prompts of 1024
-# tokens (other keys and depths than the test's) measures each head's attention error as a
-# streaming head; the question's queries read the needle through layer 1's heads, so those score
-# high and layer 0's (local) near 0; at 0.6 the 3 best keep all and every needle survives.
-for i in 1 2; do
-  "$PY" - "$TMP/pk$i.txt" "$i" <<'PYEOF'
-import sys
-key, depth = ("48213", 0.3) if sys.argv[2] == "1" else ("90127", 0.7)
-needle = f" The pass key is {key}. Remember it. {key} is the pass key."
-question = " What is the pass key? The pass key is"
-block = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-n_fill = 1023 - len(needle) - len(question)
-filler = (block * (n_fill // len(block) + 1))[:n_fill]
-before = int(n_fill * depth)
-open(sys.argv[1], "w").write(filler[:before] + needle + filler[before:] + question)
-PYEOF
-  "$AKV" -q dump --model "$M" --text "$TMP/pk$i.txt" --ctx 1024 -o "$TMP/pk$i.h5"
-done
+# duo with calibrated head scores (heads=): `akv calibrate` on dumps of two of akv's own text
+# passkey prompts of 1024 tokens (`akv dump --passkey`, other seeds and depths than the test's)
+# measures each head's attention error as a streaming head; the question's queries read the
+# needle through layer 1's heads, so those score high and layer 0's (local) near 0; at 0.6 the 3
+# best keep all and every needle survives.
+expect "dump --passkey: a text passkey prompt, up to its question" 0 "1024 tokens, 32 window queries" \
+  "$AKV" dump --model "$M" --passkey 1024 --depth 0.3 --seed 5 -o "$TMP/pk1.h5"
+"$AKV" -q dump --model "$M" --passkey 1024 --depth 0.7 --seed 6 -o "$TMP/pk2.h5"
+expect_error "dump --passkey too short for the prompt" 2 "--passkey = 10" \
+  "$AKV" -q dump --model "$M" --passkey 10 -o "$TMP/pk_short.h5"
 expect "calibrate on passkey dumps: DuoAttention head scores" 0 "" \
   "$AKV" -q calibrate "$TMP/pk1.h5" "$TMP/pk2.h5" -o "$TMP/pk_calib.json"
 expect_equal "duo scores: layer 1's heads (reading the needle) above layer 0's" "$("$PY" -c 'import json,sys

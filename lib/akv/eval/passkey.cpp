@@ -75,7 +75,7 @@ PasskeyPrompt make_text_passkey_prompt(const Tokenizer& tok, std::size_t length,
   const std::size_t fixed = bos + task.size() + needle.size() + question.size();
   if (length <= fixed) {
     throw InvalidInput("passkey length too short for the text prompt (needs more than " + std::to_string(fixed) + " tokens)",
-                       {"", "--lengths", std::to_string(length)});
+                       {"", o.length_flag, std::to_string(length)});
   }
   const std::size_t n_fill = length - fixed;
   std::vector<std::int32_t> filler;

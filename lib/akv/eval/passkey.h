@@ -27,6 +27,7 @@ struct PasskeyOptions {
   std::int32_t min_token = 3;     // marker/key tokens are drawn from [min_token, vocab)
   std::uint64_t seed = 1;
   std::size_t answer_tokens = 10;  // text mode: greedy tokens decoded and searched for the key
+  std::string length_flag = "--lengths";  // the flag a too-short text prompt's error names
   int threads = 1;
   std::size_t batch = kBatchAuto;  // prompts decoded together, every method of each: see PplOptions::batch
   AttentionMode attention = AttentionMode::exact;  // see PplOptions::attention
