@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -97,6 +98,19 @@ TEST_CASE("stories260K: prefill and decode logits match llama2.c", "[model]") {
   std::vector<std::int32_t> seq(lines[0].begin(), lines[0].begin() + 64);
   const PrefillResult pre = m.prefill(seq, true);
   CHECK(m.prefill(seq, true, 3).logits == pre.logits);  // threads over heads: same bits
+  {  // query_rows: only the last rows' queries, the same values; everything else unchanged
+    const PrefillResult tail = m.prefill(seq, true, 1, 5);
+    CHECK(tail.logits == pre.logits);
+    REQUIRE(tail.query.size() == pre.query.size());
+    for (std::size_t l = 0; l < pre.query.size(); ++l) {
+      REQUIRE(tail.query[l].dim1() == 5);
+      CHECK(tail.key[l].dim1() == 64);
+      for (std::size_t h = 0; h < pre.query[l].dim0(); ++h) {
+        CHECK(std::equal(tail.query[l].row(h, 0), tail.query[l].row(h, 0) + 5 * pre.query[l].dim2(), pre.query[l].row(h, 59)));
+      }
+    }
+    CHECK(m.prefill(seq, false, 1, 1000).query[0].dim1() == 64);
+  }
   FullCache cache(5, 4, 8);
   double max_prefill = 0, max_decode = 0;
   for (std::size_t p = 0; p < 64; ++p) {

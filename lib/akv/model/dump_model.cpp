@@ -12,7 +12,8 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
     throw InvalidInput("window must be in [1, sequence length " + std::to_string(n) + "]",
                        {"", "--window", std::to_string(o.window)});
   }
-  const PrefillResult r = model.prefill(tokens, false, o.threads);
+  // Only the window's queries are written: the prefill keeps no others.
+  const PrefillResult r = model.prefill(tokens, false, o.threads, o.window);
   DumpMeta m;
   m.kv_shape() = c.kv_shape();
   m.model = c.name;
@@ -27,11 +28,7 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
     w.write(l, DumpField::key, 0, r.key[l]);
     w.write(l, DumpField::key_pre_rope, 0, r.key_pre_rope[l]);
     w.write(l, DumpField::value, 0, r.value[l]);
-    Tensor3 q(c.n_heads, o.window, c.head_dim);
-    for (std::size_t h = 0; h < c.n_heads; ++h) {
-      std::copy_n(r.query[l].row(h, n - o.window), o.window * c.head_dim, q.row(h, 0));
-    }
-    w.write(l, DumpField::query, 0, q);
+    w.write(l, DumpField::query, 0, r.query[l]);
     if (o.out_proj) w.write_out_proj(l, model.weights().layers[l].wo.to_f32());
   }
   w.write_tokens(tokens);

@@ -138,7 +138,8 @@ std::string Model::limit_text() const {
   return "the run's position limit (" + std::to_string(limit_) + ", --max-context)";
 }
 
-PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads) const {
+PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads,
+                             std::size_t query_rows) const {
   const ModelConfig& c = config_;
   const std::size_t n = tokens.size(), hd = c.head_dim, g = c.group_size();
   if (n == 0) throw InvalidInput("empty token sequence", {"", "tokens", "0"});
@@ -197,7 +198,13 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     }
     x += mul(lw.w2, h1);
     check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(res.key.size()));
-    res.query.push_back(std::move(qh));
+    if (query_rows < n) {  // only the last query_rows positions' queries are kept
+      Tensor3 tail(c.n_heads, query_rows, hd);
+      for (std::size_t h = 0; h < c.n_heads; ++h) std::copy_n(qh.row(h, n - query_rows), query_rows * hd, tail.row(h, 0));
+      res.query.push_back(std::move(tail));
+    } else {
+      res.query.push_back(std::move(qh));
+    }
     res.key.push_back(std::move(kh));
     res.value.push_back(std::move(vh));
   }

@@ -55,7 +55,7 @@ struct ModelWeights {
 // Everything a prefill produced, per layer (what `akv dump` writes and policies ingest).
 struct PrefillResult {
   RowMatrix logits;                          // [n, vocab] (only the last row when !all_logits)
-  std::vector<Tensor3> query, key, key_pre_rope, value;  // [heads, n, hd] per layer
+  std::vector<Tensor3> query, key, key_pre_rope, value;  // [heads, n, hd] per layer (query: the last rows asked)
   // [layer][n]: the L2 norm of each row's attention input, the RMS-normed hidden state (KVzip+).
   std::vector<std::vector<double>> input_norm;
 };
@@ -68,7 +68,10 @@ class Model {
 
   // Causal full-precision forward of tokens at positions 0..n-1; products (blocks of weight
   // rows) and attention heads run on `threads` threads (results identical for any count).
-  PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads = 1) const;
+  // `query_rows`: the queries of only the last query_rows positions are returned (every
+  // position's when larger than n), so a caller that reads a window does not hold them all.
+  PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads = 1,
+                        std::size_t query_rows = SIZE_MAX) const;
   // One token at `pos`: appends its K/V to `cache`, attends through it, returns the logits
   // (decode_lanes of one lane of one token).
   std::vector<float> decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const;
