@@ -10,6 +10,7 @@
 #include "akv/eval/batch.h"
 #include "akv/eval/token_metrics.h"
 #include "akv/kv/chunk_cache.h"
+#include "akv/kv/runtime.h"
 
 namespace akv {
 namespace {
@@ -204,8 +205,10 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
     throw UsageError("kvzip writes its repeat prompt with the model's tokenizer: use text (--text, or a passkey "
                      "or ruler task in text mode)", {"", "--methods", "kvzip"});
   }
+  // The prompts' queries are kept only when some method's cache reads them.
+  const bool queries = std::any_of(methods.begin(), methods.end(), [](const auto& p) { return reads_prompt_queries(p); });
   auto one = [&](std::size_t i, int inner, int ingest) {
-    const PrefillResult pre = model.prefill(prompts[i], false, inner);
+    const PrefillResult pre = model.prefill(prompts[i], false, inner, queries ? SIZE_MAX : 0);
     std::vector<TokenScores> zip;  // [index in keys_used]
     for (const auto& [sinks, plus] : keys_used) {
       zip.push_back(kvzip_scores(model, prompts[i], *options.kvzip, sinks, inner, kKvzipChunk, plus));

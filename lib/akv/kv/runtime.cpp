@@ -395,6 +395,10 @@ class RuntimePolicy : public KvPolicy {
 
 }  // namespace
 
+bool reads_prompt_queries(const std::optional<CompressParams>& params) {
+  return params && (params->eviction() || params->tiered());
+}
+
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads) {
   if (params && params->tiered()) return make_tiered_policy(*params, g);

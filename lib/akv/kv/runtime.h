@@ -44,6 +44,11 @@ struct KvGeometry : KvShape {
   }
 };
 
+// Whether the method's cache reads the prompt's queries when it ingests a prompt (eviction plans
+// and the tiered cache's importance: every prompt position's); the others read none, so a caller
+// may prefill without keeping them (Model::prefill's query_rows).
+bool reads_prompt_queries(const std::optional<CompressParams>& params);
+
 // nullopt = full (f32). Throws UsageError for combinations the runtime cannot run.
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads = 1);

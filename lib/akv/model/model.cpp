@@ -200,7 +200,9 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(res.key.size()));
     if (query_rows < n) {  // only the last query_rows positions' queries are kept
       Tensor3 tail(c.n_heads, query_rows, hd);
-      for (std::size_t h = 0; h < c.n_heads; ++h) std::copy_n(qh.row(h, n - query_rows), query_rows * hd, tail.row(h, 0));
+      for (std::size_t h = 0; h < c.n_heads && query_rows > 0; ++h) {
+        std::copy_n(qh.row(h, n - query_rows), query_rows * hd, tail.row(h, 0));
+      }
       res.query.push_back(std::move(tail));
     } else {
       res.query.push_back(std::move(qh));
