@@ -13,24 +13,12 @@
 #include "akv/score/qfilter.h"
 #include <fstream>
 #include "akv/synth/synth.h"
+#include "synth_shape.h"
 #include "test_util.h"
 
 using namespace akv;
 
 namespace {
-
-// A synthetic dump's shape: 2 layers of 8 query heads, on two threads.
-SynthOptions synth_shape(std::size_t n_kv_heads, std::size_t head_dim, std::size_t n_tokens, std::size_t window) {
-  SynthOptions so;
-  so.n_layers = 2;
-  so.n_heads = 8;
-  so.n_kv_heads = n_kv_heads;
-  so.head_dim = head_dim;
-  so.n_tokens = n_tokens;
-  so.window = window;
-  so.threads = 2;
-  return so;
-}
 
 struct Case {
   std::size_t nq, nk, d;
@@ -122,7 +110,7 @@ TEST_CASE("attention fidelity: fast path matches the f64 reference", "[eval]") {
 TEST_CASE("evaluate_cache on a synth dump: bits order the errors; 8 bits is near exact",
           "[eval]") {
   test::TempDir dir;
-  SynthOptions so = synth_shape(2, 64, 1024, 32);
+  SynthOptions so = test::synth_shape(8, 2, 64, 1024, 32, 2);
   const std::string dump = dir.file("d.h5");
   write_synth_dump(dump, so, {});
   FidelityMetrics prev;
@@ -168,7 +156,7 @@ TEST_CASE("spearman: hand cases", "[eval][calibrate]") {
 
 TEST_CASE("calibrate: measured allocation meets the target and beats uniform", "[eval][calibrate]") {
   test::TempDir dir;
-  SynthOptions so = synth_shape(4, 64, 512, 16);
+  SynthOptions so = test::synth_shape(8, 4, 64, 512, 16, 2);
   write_synth_dump(dir.file("a.h5"), so, {});
   so.seed = 7;
   write_synth_dump(dir.file("b.h5"), so, {});
@@ -214,7 +202,7 @@ TEST_CASE("calibrate: measured allocation meets the target and beats uniform", "
 TEST_CASE("calibrate: Q-Filters pool the dumps' queries; the calibration file carries them to qfilter",
           "[eval][calibrate]") {
   test::TempDir dir;
-  SynthOptions so = synth_shape(2, 32, 128, 32);
+  SynthOptions so = test::synth_shape(8, 2, 32, 128, 32, 2);
   write_synth_dump(dir.file("a.h5"), so, {});
   CalibrateOptions o;
   o.candidates = {2, 4};

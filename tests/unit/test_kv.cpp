@@ -15,6 +15,7 @@
 #include "akv/synth/synth.h"
 #include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
+#include "synth_shape.h"
 #include "test_util.h"
 
 using namespace akv;
@@ -86,19 +87,6 @@ void require_same(const PackedTensor& a, const PackedTensor& b) {
   CHECK(a.outlier_values() == b.outlier_values());
   CHECK(residual(a) == residual(b));
   CHECK(a.pre_rope() == b.pre_rope());
-}
-
-// A small synthetic dump's shape: 2 layers, 4 query heads, one thread.
-SynthOptions small_synth(std::size_t kv_heads, std::size_t head_dim, std::size_t tokens, std::size_t window) {
-  SynthOptions so;
-  so.n_layers = 2;
-  so.n_heads = 4;
-  so.n_kv_heads = kv_heads;
-  so.head_dim = head_dim;
-  so.n_tokens = tokens;
-  so.window = window;
-  so.threads = 1;
-  return so;
 }
 
 }  // namespace
@@ -216,7 +204,7 @@ TEST_CASE("compress_head: pre-RoPE keys are rotated after dequantization", "[kv]
 
 TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[kv][file]") {
   test::TempDir dir;
-  SynthOptions so = small_synth(2, 32, 300, 16);
+  SynthOptions so = test::synth_shape(4, 2, 32, 300, 16, 1);
   so.write.key_pre_rope = true;
   const std::string dump = dir.file("d.h5");
   write_synth_dump(dump, so, {});
@@ -281,7 +269,7 @@ TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[kv][file]")
 TEST_CASE("compress_dump: same bytes for any thread count; refuses another dump",
           "[kv][file]") {
   test::TempDir dir;
-  SynthOptions so = small_synth(4, 32, 200, 8);
+  SynthOptions so = test::synth_shape(4, 4, 32, 200, 8, 1);
   write_synth_dump(dir.file("a.h5"), so, {});
   so.seed = 1;
   write_synth_dump(dir.file("b.h5"), so, {});
@@ -322,7 +310,7 @@ TEST_CASE("compress_dump: same bytes for any thread count; refuses another dump"
 TEST_CASE("ggml caches (llama.cpp's types): rows as ggml blocks, honest bytes, file round trip, corrupt blocks",
           "[kv][file][ggml]") {
   test::TempDir dir;
-  SynthOptions so = small_synth(2, 64, 100, 8);
+  SynthOptions so = test::synth_shape(4, 2, 64, 100, 8, 1);
   so.write.dtype = DType::f32;
   const std::string dump = dir.file("d.h5");
   write_synth_dump(dump, so, {});
@@ -454,7 +442,7 @@ TEST_CASE("fp8 caches: x / scale as 8-bit floats, the scale rules, honest bytes,
   CHECK(b.bytes() == 4 * 8 + 4);  // a byte per value, the f32 scale
   // Through compress: every head, scale rules head / tensor / one, file version 5 and read back.
   test::TempDir dir;
-  SynthOptions so = small_synth(2, 64, 100, 8);
+  SynthOptions so = test::synth_shape(4, 2, 64, 100, 8, 1);
   so.write.dtype = DType::f32;
   const std::string dump = dir.file("d.h5");
   write_synth_dump(dump, so, {});
@@ -546,7 +534,7 @@ TEST_CASE("rotated caches: rows stored rotated, fast = reference, rebuilt rows r
   // File: version 4, rotation attributes per group, read back equal; ggml block types rotate,
   // f16 rows do not.
   test::TempDir dir;
-  SynthOptions so = small_synth(2, 64, 100, 8);
+  SynthOptions so = test::synth_shape(4, 2, 64, 100, 8, 1);
   const std::string dump = dir.file("d.h5"), cache = dir.file("c.h5"), plain = dir.file("p.h5");
   write_synth_dump(dump, so, {});
   const CompressParams g = *resolve_method_spec("ggml:k=q4_0:v=f16:rotate=hadamard");
