@@ -63,7 +63,7 @@ QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m);
 // error when it keeps only the first `sinks` and the last `window` tokens, [layer][kv head], with
 // the sinks and window of summary.duo. Checked against n_layers and n_kv_heads (InvalidInput naming
 // the field otherwise); CorruptData naming the field when the file has none (its dumps were not
-// longer than sinks + window, or it was written before 2026-12-04) or a value that is not finite
+// longer than sinks + window, or it was written before commit 8e5f798, 2026-12-03) or a value that is not finite
 // and >= 0.
 struct DuoHeadScores {
   std::size_t sinks = 0, window = 0;

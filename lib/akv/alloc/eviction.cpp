@@ -16,11 +16,6 @@
 namespace akv {
 namespace {
 
-// Forced positions: the first `sinks` and the last `window`.
-bool is_forced(std::size_t t, std::size_t T, std::size_t sinks, std::size_t window) {
-  return t < sinks || t + window >= T;
-}
-
 // duo's calibrated head scores (EvictionParams::duo_heads), flattened layer by layer; the file's
 // streaming heads must be the method's (InvalidInput naming the field otherwise).
 std::vector<double> read_duo_heads(const EvictionParams& p, std::size_t L, std::size_t H) {
@@ -69,6 +64,10 @@ std::vector<std::vector<std::size_t>> across_layers(std::vector<SortedScores>& s
 }
 
 }  // namespace
+
+bool is_forced(std::size_t t, std::size_t T, std::size_t sinks, std::size_t window) {
+  return t < sinks || t + window >= T;
+}
 
 std::size_t forced_tokens(std::size_t n_tokens, std::size_t sinks, std::size_t window) {
   return std::min(n_tokens, sinks + window);

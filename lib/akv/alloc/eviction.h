@@ -44,6 +44,8 @@ struct EvictionPlan {
 // Tokens every head keeps whatever its budget: the first `sinks` and the last `window`
 // positions, at most n_tokens.
 std::size_t forced_tokens(std::size_t n_tokens, std::size_t sinks, std::size_t window);
+// Whether position t of n_tokens is one of them.
+bool is_forced(std::size_t t, std::size_t n_tokens, std::size_t sinks, std::size_t window);
 
 // Budget per head in tokens from the params; throws InvalidInput when it is not above the
 // forced tokens (window + sinks) or a fraction lies outside (0, 1].

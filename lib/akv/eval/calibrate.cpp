@@ -13,6 +13,7 @@
 
 #include "akv/alloc/bits.h"
 #include "akv/alloc/calibration_file.h"
+#include "akv/alloc/eviction.h"
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/isa.h"
@@ -75,7 +76,7 @@ double streaming_error(const Tensor3& query, const float* k, const float* v, std
   std::vector<std::size_t> pos;
   std::vector<float> ks, vs;
   for (std::size_t t = 0; t < T; ++t) {
-    if (t >= sinks && t + window < T) continue;
+    if (!is_forced(t, T, sinks, window)) continue;
     pos.push_back(t);
     ks.insert(ks.end(), k + t * d, k + (t + 1) * d);
     vs.insert(vs.end(), v + t * d, v + (t + 1) * d);
