@@ -285,7 +285,8 @@ float hex_f32(const std::string& h) {
 TEST_CASE("KVQuant nuq: thresholds, k-means and reconstruction against KVQuant's simquant module", "[golden][nuq]") {
   // scripts/dev/golden/kvquant_nuq.py SIMQUANT_PY data/fixtures/dump.h5 data/golden/kvquant-nuq.json
   // --commit 57a2383: SimQuant.quantize and QuantLinearSim.forward unmodified (sparsity threshold
-  // 0.99, first_few_fp16 1), keys pre-RoPE per channel, values per token, heads side by side.
+  // 0.99, first_few_fp16 1), keys pre-RoPE per channel, values per token, heads side by side;
+  // values also per KV head (the layout of akv's nuq caches).
   std::ifstream in(kGolden + "kvquant-nuq.json");
   REQUIRE(in);
   const nlohmann::json g = nlohmann::json::parse(in);
@@ -354,5 +355,25 @@ TEST_CASE("KVQuant nuq: thresholds, k-means and reconstruction against KVQuant's
       differ += f32_to_f16_ref(out[e]) != static_cast<std::uint16_t>(hex_bits(want.substr(4 * e, 4))) ? 1 : 0;
     }
     CHECK(differ == 0);
+    // One KV head at a time, as akv's caches store them (nuq_encode / nuq_decode under a head's
+    // table): keys equal the layer's reconstruction in the head's channels; values equal KVQuant's
+    // module run on the head's own rows.
+    const std::string per_head = key ? want : c["per_head_reconstruction"].get<std::string>();
+    REQUIRE(per_head.size() == 4 * n * C);
+    std::size_t head_differ = 0;
+    for (std::size_t h = 0; h < H; ++h) {
+      const NuqTable table = nuq_table(cal, sparsity, sink, key ? h * d : 0, key ? d : 0);
+      NuqRows stored;
+      nuq_encode(table, t.row(h, 0), n, d, stored);
+      std::vector<float> head(n * d);
+      nuq_decode(stored.view(table), d, 0, n, head.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t j = 0; j < d; ++j) {
+          const std::size_t e = key ? i * C + h * d + j : (h * n + i) * d + j;
+          head_differ += f32_to_f16_ref(head[i * d + j]) != static_cast<std::uint16_t>(hex_bits(per_head.substr(4 * e, 4))) ? 1 : 0;
+        }
+      }
+    }
+    CHECK(head_differ == 0);
   }
 }

@@ -559,13 +559,13 @@ TEST_CASE("nuq: 1-D k-means, fast path against the plain rounds and against brut
 }
 
 TEST_CASE("nuq: quantization by hand (keys per channel, values per token, outliers, sink)", "[quant][nuq]") {
-  // Keys: thresholds [-1, 1] and [0, 4] (offset 0 / 2, range 1 / 2); levels -0.5, 0.5.
+  // Keys: thresholds [-1, 1] and [0, 4] (offset 0 / 2, range 1 / 2); levels -0.5, 0.5, 2, 3.
   NuqCalibration k;
-  k.bits = 1;
+  k.bits = 2;
   k.per_channel = true;
   k.upper = {1.0, 4.0};
   k.lower = {-1.0, 0.0};
-  k.levels = {-0.5f, 0.5f};
+  k.levels = {-0.5f, 0.5f, 2.0f, 3.0f};
   const float rows[] = {9.0f, 9.0f,     // sink row: copied
                         0.2f, 3.5f,     // 0.2 -> 0.5; (3.5 - 2) / 2 = 0.75 -> 0.5 -> 3
                         -3.0f, 1.0f};   // -3 < -1: outlier, exact; (1 - 2) / 2 = -0.5 -> 1
@@ -576,13 +576,87 @@ TEST_CASE("nuq: quantization by hand (keys per channel, values per token, outlie
   // beyond them: the min and the max; the others normalized by the row's range with the outliers
   // replaced by the lower median.
   NuqCalibration v;
-  v.bits = 1;
+  v.bits = 2;
   v.per_channel = false;
-  v.levels = {-0.5f, 0.5f};
+  v.levels = {-0.5f, 0.5f, 2.0f, 3.0f};
   const float row[] = {-10.0f, 1.0f, 3.0f, 20.0f};
   // quantiles: 3 + 0.25 (20 - 3) = 7.25 and 1 - 0.25 (1 + 10) = -1.75 (torch's lerp from above);
   // median 1; {1, 1, 3, 1}: max 3, min 1, offset 2, range 1; 1 -> -1 -> -0.5 -> 1.5, 3 -> 2.5.
   float vo[4];
   CHECK(nuq_quantize(v, row, 1, 4, 0.5, 0, vo) == 2);
   CHECK(std::vector<float>(vo, vo + 4) == std::vector<float>{-10.0f, 1.5f, 2.5f, 20.0f});
+}
+
+TEST_CASE("nuq: the stored form by hand (codes, sink rows, sparse outliers, bytes)", "[quant][nuq]") {
+  // The keys of the case above: thresholds [-1, 1] and [0, 4]; levels -0.5, 0.5, 2, 3.
+  NuqTable k;
+  k.bits = 2;
+  k.per_channel = true;
+  k.sink = 1;
+  k.levels = {-0.5f, 0.5f, 2.0f, 3.0f};
+  k.upper = {f32_to_f16_ref(1.0f), f32_to_f16_ref(4.0f)};
+  k.lower = {f32_to_f16_ref(-1.0f), f32_to_f16_ref(0.0f)};
+  const float rows[] = {9.0f, 9.0f, 0.2f, 3.5f, -3.0f, 1.0f};
+  NuqRows s;
+  nuq_encode(k, rows, 1, 2, s);  // in two calls: the sink row, then the others
+  nuq_encode(k, rows + 2, 2, 2, s);
+  CHECK(s.rows == 3);
+  CHECK(s.sink_rows == 1);
+  CHECK(s.sink == std::vector<std::uint16_t>{f32_to_f16_ref(9.0f), f32_to_f16_ref(9.0f)});
+  // Row 1: levels 1 and 1 (0.2 -> 0.5, 0.75 -> 0.5): 1 | 1 << 2; row 2: -3 an outlier (code 0), -0.5 -> 0.
+  CHECK(s.codes == std::vector<std::uint8_t>{5, 0});
+  CHECK(s.outlier_end == std::vector<std::uint32_t>{0, 1});
+  CHECK(s.outlier_channel == std::vector<std::uint16_t>{0});
+  CHECK(s.outlier_value == std::vector<std::uint16_t>{f32_to_f16_ref(-3.0f)});
+  CHECK(s.offset.empty());
+  // Bytes: 2 code bytes, the table (4 f32 levels + 2 x 2 f16 thresholds), one f16 sink row, one
+  // outlier (f16 value, u16 channel) and a u16 count per quantized row.
+  CHECK(s.code_bytes() == 2);
+  CHECK(k.bytes() == 24);
+  CHECK(s.scale_bytes() == 0);
+  CHECK(s.sink_bytes() == 4);
+  CHECK(s.outlier_bytes() == 2);
+  CHECK(s.index_bytes() == 6);
+  float out[6];
+  nuq_decode(s.view(k), 2, 0, 3, out);
+  CHECK(std::vector<float>(out, out + 6) == std::vector<float>{9.0f, 9.0f, 0.5f, 3.0f, -3.0f, 1.0f});
+  nuq_decode(s.view(k), 2, 2, 3, out);  // a range not starting at row 0
+  CHECK(std::vector<float>(out, out + 2) == std::vector<float>{-3.0f, 1.0f});
+
+  // Values: the row of the case above (offset 2, range 1 stored in f32; -10 and 20 outliers).
+  NuqTable v;
+  v.bits = 2;
+  v.sparsity = 0.5;
+  v.levels = k.levels;
+  const float row[] = {-10.0f, 1.0f, 3.0f, 20.0f};
+  NuqRows sv;
+  nuq_encode(v, row, 1, 4, sv);
+  CHECK(sv.codes == std::vector<std::uint8_t>{1 << 4});
+  CHECK(sv.offset == std::vector<float>{2.0f});
+  CHECK(sv.range == std::vector<float>{1.0f});
+  CHECK(sv.outlier_channel == std::vector<std::uint16_t>{0, 3});
+  CHECK(sv.scale_bytes() == 8);
+  nuq_decode(sv.view(v), 4, 0, 1, out);
+  CHECK(std::vector<float>(out, out + 4) == std::vector<float>{-10.0f, 1.5f, 2.5f, 20.0f});
+}
+
+TEST_CASE("nuq: per-head tables and per-run value thresholds", "[quant][nuq]") {
+  Rng rng(11);
+  const std::size_t n = 40, H = 2, d = 8, C = H * d;
+  std::vector<float> x(n * C);
+  for (float& e : x) e = static_cast<float>(rng.normal());
+  // A head's key table: its channels of the layer's thresholds, rounded to f16.
+  const NuqCalibration kc = calibrate_nuq(x.data(), n, C, 3, true, 0.9, 1);
+  const NuqTable t = nuq_table(kc, 0.9, 1, d, d);
+  REQUIRE(t.upper.size() == d);
+  for (std::size_t j = 0; j < d; ++j) {
+    CHECK(t.upper[j] == f32_to_f16_ref(static_cast<float>(kc.upper[d + j])));
+    CHECK(t.lower[j] == f32_to_f16_ref(static_cast<float>(kc.lower[d + j])));
+  }
+  // Values with thresholds per run of d channels: the same fit as each run taken as a row.
+  const NuqCalibration per_run = calibrate_nuq(x.data(), n, C, 3, false, 0.9, 0, nullptr, d);
+  const NuqCalibration as_rows = calibrate_nuq(x.data(), n * H, d, 3, false, 0.9, 0);
+  CHECK(per_run.levels == as_rows.levels);
+  CHECK(calibrate_nuq(x.data(), n, C, 3, false, 0.9, 0, nullptr, C).levels ==
+        calibrate_nuq(x.data(), n, C, 3, false, 0.9, 0).levels);
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "akv/core/errors.h"
+#include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
 
 namespace akv {
@@ -24,17 +25,6 @@ float torch_quantile(const float* sorted, std::size_t n, double q) {
   const float w = rank - static_cast<float>(below);
   const float a = sorted[below], b = sorted[above];
   return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
-}
-
-// The nearest level to y (ascending levels; smallest |y - level| in f32, ties to the lower); a
-// non-finite y (a zero range) takes the first.
-float nearest_level(const std::vector<float>& levels, float y) {
-  if (!std::isfinite(y)) return levels.front();
-  const auto it = std::upper_bound(levels.begin(), levels.end(), y);
-  if (it == levels.begin()) return levels.front();
-  if (it == levels.end()) return levels.back();
-  const float lo = *(it - 1), hi = *it;
-  return std::fabs(y - hi) < std::fabs(y - lo) ? hi : lo;
 }
 
 // Lloyd rounds shared by the fast path and the reference: `assign` fills, for levels c, the
@@ -168,37 +158,39 @@ double kmeans_1d_cost(const std::vector<double>& x, const std::vector<double>& w
 }
 
 NuqCalibration calibrate_nuq(const float* rows, std::size_t n, std::size_t C, int bits, bool per_channel,
-                             double sparsity, std::size_t sink, const float* weights) {
+                             double sparsity, std::size_t sink, const float* weights, std::size_t row_width) {
   if (bits < 1 || bits > 8) throw InvalidInput("nuq bits must be in [1, 8]", {"", "bits", std::to_string(bits)});
   if (!(sparsity > 0.0 && sparsity <= 1.0)) {
     throw InvalidInput("nuq sparsity threshold must be in (0, 1]", {"", "sparsity", format_number(sparsity)});
   }
+  const std::size_t w = per_channel || row_width == 0 ? C : row_width;
+  if (C % w != 0) throw std::logic_error("calibrate_nuq: row_width must divide the row");
   NuqCalibration c;
   c.bits = bits;
   c.per_channel = per_channel;
   const double t = 1.0 - ((1.0 - sparsity) / 2.0);  // KVQuant's expression
   const double q_hi = t * 100.0, q_lo = (1.0 - t) * 100.0;
-  // Thresholds per channel (keys) or per row (values).
-  const std::size_t groups = per_channel ? C : n, len = per_channel ? n : C;
+  // Thresholds per channel (keys) or per run of w channels of a row (values).
+  const std::size_t runs = C / w, groups = per_channel ? C : n * runs, len = per_channel ? n : w;
   std::vector<double> up(groups), lo(groups), v(len);
   for (std::size_t g = 0; g < groups; ++g) {
-    for (std::size_t i = 0; i < len; ++i) v[i] = per_channel ? rows[i * C + g] : rows[g * C + i];
+    for (std::size_t i = 0; i < len; ++i) v[i] = per_channel ? rows[i * C + g] : rows[g * w + i];
     std::sort(v.begin(), v.end());
     up[g] = percentile_sorted(v.data(), len, q_hi);
     lo[g] = percentile_sorted(v.data(), len, q_lo);
   }
-  std::vector<double> x, w;
+  std::vector<double> x, wt;
   for (std::size_t i = sink; i < n; ++i) {
     for (std::size_t j = 0; j < C; ++j) {
-      const std::size_t g = per_channel ? j : i;
+      const std::size_t g = per_channel ? j : i * runs + j / w;
       const double y = (static_cast<double>(rows[i * C + j]) - (up[g] + lo[g]) / 2.0) / ((up[g] - lo[g]) / 2.0);
       if (!(y >= -1.0 && y <= 1.0)) continue;  // outliers (and 0 / 0 of a constant group)
       x.push_back(static_cast<double>(static_cast<float>(y)));
-      if (weights) w.push_back(weights[i * C + j]);
+      if (weights) wt.push_back(weights[i * C + j]);
     }
   }
   if (x.empty()) throw InvalidInput("no value left to fit nuq levels to (every value an outlier or a sink)", {"", "rows", std::to_string(n)});
-  for (const double l : kmeans_1d(x, w, std::size_t{1} << bits)) c.levels.push_back(static_cast<float>(l));
+  for (const double l : kmeans_1d(x, wt, std::size_t{1} << bits)) c.levels.push_back(static_cast<float>(l));
   if (per_channel) {
     c.upper = std::move(up);
     c.lower = std::move(lo);
@@ -206,53 +198,164 @@ NuqCalibration calibrate_nuq(const float* rows, std::size_t n, std::size_t C, in
   return c;
 }
 
-std::size_t nuq_quantize(const NuqCalibration& c, const float* rows, std::size_t n, std::size_t C, double sparsity,
-                         std::size_t sink, float* out) {
-  if (c.levels.empty()) throw std::logic_error("nuq_quantize: no levels");
-  if (c.per_channel && (c.upper.size() != C || c.lower.size() != C)) {
-    throw std::logic_error("nuq_quantize: per-channel thresholds for another width");
-  }
-  const double t = 1.0 - ((1.0 - sparsity) / 2.0);
-  std::vector<float> offset(C), range(C), uf(C), lf(C), sorted(C);
+NuqTable nuq_table(const NuqCalibration& c, double sparsity, std::size_t sink, std::size_t first, std::size_t width) {
+  if (c.levels.size() != (std::size_t{1} << c.bits)) throw std::logic_error("nuq_table: 2^bits levels");
+  NuqTable t;
+  t.bits = c.bits;
+  t.per_channel = c.per_channel;
+  t.sparsity = sparsity;
+  t.sink = sink;
+  t.levels = c.levels;
   if (c.per_channel) {
-    for (std::size_t j = 0; j < C; ++j) {
-      uf[j] = round16(static_cast<float>(c.upper[j]));  // torch: f64 -> f32 -> f16
-      lf[j] = round16(static_cast<float>(c.lower[j]));
-      offset[j] = round16(round16(uf[j] + lf[j]) / 2.0f);
-      range[j] = round16(round16(uf[j] - lf[j]) / 2.0f);
+    if (first + width > c.upper.size() || first + width > c.lower.size()) {
+      throw std::logic_error("nuq_table: channels past the calibration's");
+    }
+    for (std::size_t j = first; j < first + width; ++j) {
+      t.upper.push_back(f32_to_f16_ref(static_cast<float>(c.upper[j])));  // torch: f64 -> f32 -> f16
+      t.lower.push_back(f32_to_f16_ref(static_cast<float>(c.lower[j])));
     }
   }
-  std::size_t outliers = 0;
-  std::vector<char> mask(C);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float* x = rows + i * C;
-    float* o = out + i * C;
-    if (!c.per_channel) {
-      std::copy(x, x + C, sorted.begin());
+  return t;
+}
+
+NuqView NuqRows::view(const NuqTable& t) const {
+  NuqView v;
+  v.table = &t;
+  v.rows = rows;
+  v.sink_rows = sink_rows;
+  v.sink = sink.data();
+  v.codes = codes.data();
+  v.offset = offset.data();
+  v.range = range.data();
+  v.outlier_end = outlier_end.data();
+  v.outlier_channel = outlier_channel.data();
+  v.outlier_value = outlier_value.data();
+  return v;
+}
+
+namespace {
+
+// Index of the nearest level to y (levels ascending; smallest |y - level| in f32, ties to the
+// lower); a non-finite y (a zero range) takes the first.
+std::uint8_t nearest_index(const std::vector<float>& levels, float y) {
+  if (!std::isfinite(y)) return 0;
+  const auto it = std::upper_bound(levels.begin(), levels.end(), y);
+  if (it == levels.begin()) return 0;
+  const auto hi = static_cast<std::size_t>(it - levels.begin());
+  if (it == levels.end()) return static_cast<std::uint8_t>(hi - 1);
+  return static_cast<std::uint8_t>(std::fabs(y - levels[hi]) < std::fabs(y - levels[hi - 1]) ? hi : hi - 1);
+}
+
+// Per-channel offset and range of a key table in f16 arithmetic.
+void channel_params(const NuqTable& t, std::size_t width, std::vector<float>& offset, std::vector<float>& range) {
+  offset.resize(width);
+  range.resize(width);
+  for (std::size_t j = 0; j < width; ++j) {
+    const float u = f16_to_f32_ref(t.upper[j]), l = f16_to_f32_ref(t.lower[j]);
+    offset[j] = round16(round16(u + l) / 2.0f);
+    range[j] = round16(round16(u - l) / 2.0f);
+  }
+}
+
+}  // namespace
+
+void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t width, NuqRows& out) {
+  if (width == 0 || width > 65536) throw std::logic_error("nuq_encode: width in [1, 65536]");
+  if (t.per_channel && (t.upper.size() != width || t.lower.size() != width)) {
+    throw std::logic_error("nuq_encode: per-channel thresholds for another width");
+  }
+  const double q = 1.0 - ((1.0 - t.sparsity) / 2.0);
+  const std::size_t row_bytes = packed_size(width, t.bits);
+  std::vector<float> offset(width), range(width), uf(width), lf(width), sorted(width);
+  if (t.per_channel) {
+    channel_params(t, width, offset, range);
+    for (std::size_t j = 0; j < width; ++j) {
+      uf[j] = f16_to_f32_ref(t.upper[j]);
+      lf[j] = f16_to_f32_ref(t.lower[j]);
+    }
+  }
+  std::vector<std::uint8_t> code(width);
+  std::vector<char> mask(width);
+  for (std::size_t i = 0; i < n; ++i, ++out.rows) {
+    const float* x = rows + i * width;
+    if (out.rows < t.sink) {
+      const std::size_t at = out.sink.size();
+      out.sink.resize(at + width);
+      f32_to_f16(x, out.sink.data() + at, width);
+      ++out.sink_rows;
+      continue;
+    }
+    if (!t.per_channel) {
+      std::copy(x, x + width, sorted.begin());
       std::sort(sorted.begin(), sorted.end());
-      const float hi = torch_quantile(sorted.data(), C, t), lo = torch_quantile(sorted.data(), C, 1.0 - t);
-      const float median = sorted[(C - 1) / 2];
+      const float hi = torch_quantile(sorted.data(), width, q), lo = torch_quantile(sorted.data(), width, 1.0 - q);
+      const float median = sorted[(width - 1) / 2];
       float mx = -INFINITY, mn = INFINITY;
-      for (std::size_t j = 0; j < C; ++j) {
-        mask[j] = i < sink || x[j] <= lo || x[j] >= hi;
+      for (std::size_t j = 0; j < width; ++j) {
+        mask[j] = x[j] <= lo || x[j] >= hi;
         const float v = mask[j] ? median : x[j];
         mx = std::max(mx, v);
         mn = std::min(mn, v);
       }
       std::fill(offset.begin(), offset.end(), (mx + mn) / 2.0f);
       std::fill(range.begin(), range.end(), (mx - mn) / 2.0f);
+      out.offset.push_back(offset[0]);
+      out.range.push_back(range[0]);
     } else {
-      for (std::size_t j = 0; j < C; ++j) mask[j] = i < sink || x[j] < lf[j] || x[j] > uf[j];
+      for (std::size_t j = 0; j < width; ++j) mask[j] = x[j] < lf[j] || x[j] > uf[j];
     }
-    for (std::size_t j = 0; j < C; ++j) {
-      outliers += mask[j] ? 1 : 0;
+    for (std::size_t j = 0; j < width; ++j) {
       const float y = x[j] - offset[j];
-      float r = mask[j] ? y + offset[j] : nearest_level(c.levels, y / range[j]) * range[j] + offset[j];
-      if (!std::isfinite(r)) r = 0.0f;  // torch.nan_to_num(nan=0, posinf=0, neginf=0)
-      o[j] = round16(i < sink ? x[j] : r);
+      code[j] = mask[j] ? 0 : nearest_index(t.levels, y / range[j]);
+      if (mask[j]) {
+        float r = y + offset[j];
+        if (!std::isfinite(r)) r = 0.0f;  // torch.nan_to_num(nan=0, posinf=0, neginf=0)
+        out.outlier_channel.push_back(static_cast<std::uint16_t>(j));
+        out.outlier_value.push_back(f32_to_f16_ref(r));
+      }
+    }
+    out.outlier_end.push_back(static_cast<std::uint32_t>(out.outlier_value.size()));
+    const std::size_t at = out.codes.size();
+    out.codes.resize(at + row_bytes);
+    pack_codes(code.data(), width, t.bits, out.codes.data() + at);
+  }
+}
+
+void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out) {
+  const NuqTable& t = *v.table;
+  const std::size_t row_bytes = packed_size(width, t.bits);
+  std::vector<float> offset, range;
+  if (t.per_channel) channel_params(t, width, offset, range);
+  std::vector<std::uint8_t> code(width);
+  for (std::size_t r = r0; r < r1; ++r) {
+    float* o = out + (r - r0) * width;
+    if (r < v.sink_rows) {
+      f16_to_f32(v.sink + r * width, o, width);
+      continue;
+    }
+    const std::size_t q = r - v.sink_rows;
+    unpack_codes(v.codes + q * row_bytes, width, t.bits, code.data());
+    for (std::size_t j = 0; j < width; ++j) {
+      const float off = t.per_channel ? offset[j] : v.offset[q], rg = t.per_channel ? range[j] : v.range[q];
+      const float x = t.levels[code[j]] * rg + off;
+      o[j] = std::isfinite(x) ? round16(x) : 0.0f;
+    }
+    for (std::uint32_t e = q == 0 ? 0 : v.outlier_end[q - 1]; e < v.outlier_end[q]; ++e) {
+      o[v.outlier_channel[e]] = f16_to_f32_ref(v.outlier_value[e]);
     }
   }
-  return outliers;
+}
+
+std::size_t nuq_quantize(const NuqCalibration& c, const float* rows, std::size_t n, std::size_t C, double sparsity,
+                         std::size_t sink, float* out) {
+  if (c.per_channel && (c.upper.size() != C || c.lower.size() != C)) {
+    throw std::logic_error("nuq_quantize: per-channel thresholds for another width");
+  }
+  const NuqTable t = nuq_table(c, sparsity, sink, 0, c.per_channel ? C : 0);
+  NuqRows rows_out;
+  nuq_encode(t, rows, n, C, rows_out);
+  nuq_decode(rows_out.view(t), C, 0, n, out);
+  return rows_out.sink_rows * C + rows_out.outlier_value.size();
 }
 
 }  // namespace akv

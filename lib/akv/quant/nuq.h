@@ -49,11 +49,87 @@ struct NuqCalibration {
 // kmeans_1d (k = 2^bits) of the others' normalized values rounded to f32 (KMeans's input), with
 // `weights` [n, C] (sensitivity, e.g. Fisher information) or unweighted when null. sparsity in
 // (0, 1]; InvalidInput when no value is left to fit.
+// row_width (values only): thresholds per run of row_width channels of a row instead of the whole
+// row (0: the whole row, KVQuant's; a cache of separate KV heads passes head_dim), as the
+// quantization of such a cache normalizes them.
 NuqCalibration calibrate_nuq(const float* rows, std::size_t n, std::size_t C, int bits, bool per_channel,
-                             double sparsity, std::size_t sink, const float* weights = nullptr);
+                             double sparsity, std::size_t sink, const float* weights = nullptr,
+                             std::size_t row_width = 0);
+
+// The codebook of one stored tensor (method nuq, kv/stored_tensor.h): what decodes its rows.
+//   per_channel (keys): each channel's thresholds, f16 bits (a calibration's, rounded f64 -> f32
+//     -> f16 as torch converts them); offset (u + l) / 2 and range (u - l) / 2 in f16 arithmetic.
+//   values: thresholds per row at quantiles `sparsity` of the row (below), nothing stored here.
+// `sink`: rows below this index are kept as f16 copies (KVQuant's first_few_fp16).
+struct NuqTable {
+  int bits = 4;
+  bool per_channel = false;
+  double sparsity = 0.99;
+  std::size_t sink = 0;
+  std::vector<float> levels;                // 2^bits levels, ascending
+  std::vector<std::uint16_t> upper, lower;  // per_channel: [width] f16 bits
+  // Stored bytes: the levels (f32) and, per channel, the two f16 thresholds.
+  std::size_t bytes() const { return 4 * levels.size() + 2 * (upper.size() + lower.size()); }
+};
+
+// A model's codebooks for method nuq at one key and one value bit width (akv calibrate;
+// alloc/calibration_file.h read_calibration_nuq): per layer, keys per channel over the layer's
+// [n_kv_heads * head_dim] channels, values per token and KV head.
+struct NuqCodebooks {
+  double sparsity = 0.99;
+  std::size_t sink = 1;
+  std::vector<NuqCalibration> key, value;  // [layer]
+};
+
+// The table of channels [first, first + width) of a calibration (keys: a KV head's channels of a
+// layer's [C] thresholds).
+NuqTable nuq_table(const NuqCalibration& c, double sparsity, std::size_t sink, std::size_t first, std::size_t width);
+
+// What a stored nuq tensor holds, rows in order: the first `sink_rows` as f16 copies, then each
+// row as one code per channel (the index of its level, packed `bits` per code, a row of
+// packed_size(width, bits) bytes; 0 at outliers), values' per-row f32 offset and range, and its
+// outliers ("dense-and-sparse": channel u16 and f16 value, in channel order; outlier_end[r] is
+// the count up to and with quantized row r).
+struct NuqView {
+  const NuqTable* table = nullptr;
+  std::size_t rows = 0, sink_rows = 0;  // rows counts the sink rows
+  const std::uint16_t* sink = nullptr;  // [sink_rows, width]
+  const std::uint8_t* codes = nullptr;  // [rows - sink_rows, row bytes]
+  const float* offset = nullptr;        // values: [rows - sink_rows]
+  const float* range = nullptr;
+  const std::uint32_t* outlier_end = nullptr;  // [rows - sink_rows]
+  const std::uint16_t* outlier_channel = nullptr;
+  const std::uint16_t* outlier_value = nullptr;  // f16 bits
+};
+
+// Growable storage of rows encoded under one table.
+struct NuqRows {
+  std::size_t sink_rows = 0, rows = 0;
+  std::vector<std::uint16_t> sink;
+  std::vector<std::uint8_t> codes;
+  std::vector<float> offset, range;
+  std::vector<std::uint32_t> outlier_end;
+  std::vector<std::uint16_t> outlier_channel, outlier_value;
+  NuqView view(const NuqTable& t) const;
+  // Bytes a cache stores: codes, values' offset and range (f32 each), sink rows (f16), outlier
+  // values (f16), outlier channels (u16) and one u16 count per quantized row.
+  std::uint64_t code_bytes() const { return codes.size(); }
+  std::uint64_t scale_bytes() const { return 4 * (offset.size() + range.size()); }
+  std::uint64_t sink_bytes() const { return 2 * sink.size(); }
+  std::uint64_t outlier_bytes() const { return 2 * outlier_value.size(); }
+  std::uint64_t index_bytes() const { return 2 * (outlier_channel.size() + outlier_end.size()); }
+};
+
+// Appends rows [n, width] (their first row is row `rows` of the tensor: sink rows while below
+// t.sink) encoded as nuq_quantize rounds them (below); width at most 65536.
+void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t width, NuqRows& out);
+// Rows [r0, r1) of a view decoded into out [r1 - r0, width]: levels[code] * range + offset in
+// f32 (0 if not finite), outliers their stored value, every value rounded to f16.
+void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out);
 
 // QuantLinearSim.forward's quantization of rows [n, C] into out [n, C], rounded to f16 as it
-// returns them; returns the number of outliers (the sink rows' values included).
+// returns them (nuq_encode then nuq_decode); returns the number of outliers (the sink rows'
+// values included).
 //   per_channel (keys): thresholds = the calibration's, rounded to f32 and then to f16 (as torch
 //     converts f64 to f16); outliers < lower or >
 //     upper; offset = (u + l) / 2 and range = (u - l) / 2 in f16 arithmetic.

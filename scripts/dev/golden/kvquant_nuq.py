@@ -12,7 +12,9 @@ KVQuant's k_proj / v_proj outputs ([tokens, n_kv_heads * head_dim], the heads si
     channels; dense-and-sparse outliers at sparsity threshold 0.99, nuq levels by scikit-learn's
     KMeans, no Fisher weights, the first token kept exact: first_few_fp16=1), then
   - quantized by QuantLinearSim.forward with that quantizer (keys: the calibrated per-channel
-    thresholds, values: per-token thresholds of the row itself), its projection an identity.
+    thresholds, values: per-token thresholds of the row itself), its projection an identity;
+    values also one KV head at a time (rows [tokens, head_dim] with the layer's levels: the
+    per-token thresholds of akv's per-head caches).
 The one stand-in: QuantLinearSim multiplies in half precision, which torch's CPU backend lacks;
 Tensor.__matmul__ on half tensors computes in f32 and rounds to f16 (exact with an identity), and
 Tensor.cuda is the identity. Written per case: the thresholds (keys; f64 bits as hex, as
@@ -109,6 +111,24 @@ def main():
             if per_channel:
                 case["upper"] = hex64(upper)
                 case["lower"] = hex64(lower)
+            else:
+                # akv's caches hold each KV head apart: the values of each head quantized per token
+                # over its own head_dim channels, with the layer's levels (the same module on
+                # rows [tokens, head_dim]); the heads' rows one after another.
+                H, n, d = x.shape
+                heads = []
+                for h in range(H):
+                    lin_h = torch.nn.Linear(d, d, bias=False)
+                    with torch.no_grad():
+                        lin_h.weight.copy_(torch.eye(d))
+                    sim_h = sq.QuantLinearSim(f"layers.{layer}.{tensor}.{h}", bits, (upper, lower, centroids), d, d,
+                                              lin_h.weight.half(), False, perchannel=False, include_sparse=True,
+                                              sparsity_threshold=SPARSITY, dynamicquantization=True, nuq=True,
+                                              nf_nuq=False, norm=False, first_few_fp16=SINK, cap_outliers=-1,
+                                              clamp=False)
+                    with torch.no_grad():
+                        heads.append(sim_h(torch.tensor(np.ascontiguousarray(x[h]))).numpy())
+                case["per_head_reconstruction"] = hex16_string(np.stack(heads))
             out["cases"].append(case)
     with open(a.out, "w") as fo:
         json.dump(out, fo, indent=1)
