@@ -14,6 +14,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     std::string output;
     CalibrateOptions calib;
     std::string rule = "kivi", rotate = "none", shard;
+    bool no_nuq = false;
     bool json = false;
   };
   auto opt = std::make_shared<Options>();
@@ -32,11 +33,12 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       "default 2.0 with lo 2, necessarily gives every head lo bits), entropy (the same rule on "
       "attention entropy). Also fits each KV head's Q-Filter (the principal direction of its "
       "query heads' stored queries, every dump's rows together; Q-Filters' make_filters.py) for "
-      "the eviction method qfilter, and, when every dump is longer than --duo-sinks + --duo-window, "
+      "the eviction method qfilter, when every dump is longer than --duo-sinks + --duo-window, "
       "each KV head's attention-output error as a DuoAttention streaming head (only its first and last "
-      "tokens kept) for duo's heads=. Writes calib.json (format akv-calibration v1) for `akv "
-      "compress --calibration` (bits, fp8 scales), `--qfilters` (qfilter) and `--heads` (duo). See "
-      "docs/calibrate.md.");
+      "tokens kept) for duo's heads=, and, when every dump has key_pre_rope, KVQuant's non-uniform "
+      "codebooks of every layer (--nuq-bits) for method nuq. Writes calib.json (format akv-calibration "
+      "v1) for `akv compress --calibration` (bits, fp8 scales), `--qfilters` (qfilter), `--heads` (duo) "
+      "and `--codebook` (nuq). See docs/calibrate.md.");
   sub->add_option("dumps", opt->dumps, "Dumps (akv-dump) of the same model")->required();
   sub->add_option("-o,--output", opt->output, "Write calib.json here");
   sub->add_option("--target-bits", c.target_bits, "Average bits per head (keys and values)")
@@ -67,6 +69,16 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
                   "(duo's sinks)")->capture_default_str();
   sub->add_option("--duo-window", c.duo_window, "DuoAttention head scores: the most recent tokens a streaming head "
                   "keeps (duo's window)")->capture_default_str();
+  sub->add_option("--nuq-bits", c.nuq_bits,
+                  "KVQuant nuq codebooks: the bit widths to fit (2, 3, 4, 8), when every dump has key_pre_rope")
+      ->delimiter(',')->capture_default_str();
+  sub->add_flag("--no-nuq", opt->no_nuq, "Fit no nuq codebooks");
+  sub->add_option("--nuq-sparsity", c.nuq_sparsity,
+                  "KVQuant's sparsity threshold: the values outside the (1 - s) / 2 and 1 - (1 - s) / 2 quantiles "
+                  "are outliers kept exact (0.99: about 1%)")->capture_default_str();
+  sub->add_option("--nuq-sink", c.nuq_sink,
+                  "KVQuant's first_few_fp16: the first tokens of each sequence kept in f16 and left out of the "
+                  "codebook fit")->capture_default_str();
   sub->add_flag("--json", opt->json, "Print calib.json on stdout instead of the table");
   sub->add_option("--shard", opt->shard,
                   "Measure shard K of N (K/N, 1-based): a contiguous 1/N of the layers of every dump; "
@@ -77,6 +89,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     CalibrateOptions o = opt->calib;
     o.rule = parse_quant_rule(opt->rule);
     o.rotate = parse_rotation(opt->rotate);
+    if (opt->no_nuq) o.nuq_bits.clear();
     if (!opt->shard.empty()) {
       ProgressBar bar("calibrate", !global.quiet);
       o.threads = global.threads;

@@ -45,7 +45,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
       "compress",
       "Compress a dump's K/V into a cache: quantization, eviction, tiers, llama.cpp and fp8 types\n"
       "Compress the K/V of a dump into a cache (format akv-cache v1; v2 for tiered caches, v3 for "
-      "llama.cpp's cache types, v4 for rotated rows, v5 for fp8), a layer at a time. Quantizers: " + method_list({MethodKind::quantizer}) +
+      "llama.cpp's cache types, v4 for rotated rows, v5 for fp8, v6 for KVQuant nuq), a layer at a time. Quantizers: " + method_list({MethodKind::quantizer}) +
           "; presets: " + method_list({MethodKind::preset}) + " (scales and zeros are f16). Eviction methods (" +
           method_list({MethodKind::eviction, MethodKind::joint}) +
           ") keep per KV head its best tokens under --budget, then quantize what is kept with --quant. "

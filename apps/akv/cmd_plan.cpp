@@ -68,6 +68,10 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
     std::vector<PlanMethod> methods;
     for (const auto& spec : opt->methods) {
       methods.push_back({spec, spec == "f32" ? std::nullopt : resolve_method_spec(spec)});
+      if (auto& p = methods.back().params; p && p->method == Quantizer::nuq) {  // its sparsity and sinks
+        p->codebooks = std::make_shared<const NuqCodebooks>(
+            read_calibration_nuq(p->codebook_file, s.kv_shape(), p->key.bits, p->value.bits));
+      }
     }
     if (!opt->calibration.empty()) {
       CompressParams p = resolve_params(parse_method_spec("kivi"));

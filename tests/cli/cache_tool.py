@@ -11,8 +11,12 @@ import sys
 import h5py
 import numpy as np
 
-COMPONENT = {"codes": "codes", "scale": "scales", "zero": "zeros", "residual": "residual",
-             "outlier_channels": "outliers", "outlier_values": "outliers", "kept": "indices"}
+COMPONENT = {"codes": "codes", "blocks": "codes", "scale": "scales", "zero": "zeros", "residual": "residual",
+             "outlier_channels": "outliers", "outlier_values": "outliers", "kept": "indices",
+             # nuq (version 6): the table and per-row offsets/ranges, f16 sink rows, sparse outliers
+             "levels": "scales", "upper": "scales", "lower": "scales", "offset": "scales", "range": "scales",
+             "sink": "residual", "sparse_values": "outliers", "sparse_channels": "indices",
+             "sparse_counts": "indices"}
 
 
 def stored_bytes(path):

@@ -3,9 +3,10 @@
 source "$(dirname "$0")/lib.sh"
 need_python_h5py
 d="$TMP/d.h5"
-"$AKV" synth -q -o "$d" --layers 2 --heads 8 --kv-heads 4 --head-dim 64 --tokens 600 --window 16 >/dev/null \
+"$AKV" synth -q -o "$d" --layers 2 --heads 8 --kv-heads 4 --head-dim 64 --tokens 600 --window 16 --pre-rope >/dev/null \
   || { echo "synth failed"; exit 1; }
-"$AKV" synth -q -o "$TMP/d2.h5" --layers 2 --heads 8 --kv-heads 4 --head-dim 64 --tokens 600 --window 16 --seed 3 >/dev/null
+"$AKV" synth -q -o "$TMP/d2.h5" --layers 2 --heads 8 --kv-heads 4 --head-dim 64 --tokens 600 --window 16 --seed 3 \
+  --pre-rope >/dev/null
 
 expect "calibrate measured" 0 "measured allocation, target 3 bits -> achieved 3.000" \
   "$AKV" calibrate -q "$d" "$TMP/d2.h5" --target-bits 3 -o "$TMP/calib.json"
@@ -153,6 +154,75 @@ expect_error "joint without --bytes" 1 "--bytes" "$AKV" allocate -q "$d" --metho
 expect_error "--bytes with another allocator" 1 "--bytes" "$AKV" allocate -q "$d" --method adakv --budget 0.2 --bytes 0.1 --window 16 -o "$o/j.json"
 expect_error "joint budgets need --quant kivi" 1 "--quant" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m snapkv --budgets "$TMP/joint.json"
+# KVQuant nuq codebooks: thresholds per channel of the pre-RoPE keys of both dumps (numpy's
+# percentiles, as KVQuant takes them), 2^bits ascending levels that fit the normalized values
+# better than the uniform grid, then method nuq through them.
+nuq_check=$("$PY" - "$TMP/calib.json" "$d" "$TMP/d2.h5" <<'PY'
+import json, sys
+import h5py, numpy as np
+c = json.load(open(sys.argv[1]))
+q = c["nuq"]
+ok = q["bits"] == [2, 3, 4] and q["sink"] == 1 and q["sparsity"] == 0.99
+for l, e in enumerate(q["layers"]):
+    rows = []
+    for path in sys.argv[2:]:
+        x = np.asarray(h5py.File(path)["layers/%d/key_pre_rope" % l], dtype=np.float64)  # [H, n, d]
+        rows.append(x.transpose(1, 0, 2).reshape(x.shape[1], -1))
+    rows = np.concatenate(rows)
+    t = 1 - (1 - 0.99) / 2
+    ok &= np.array_equal(np.percentile(rows, t * 100, axis=0), np.array(e["key_upper"]))
+    ok &= np.array_equal(np.percentile(rows, (1 - t) * 100, axis=0), np.array(e["key_lower"]))
+    up, lo = np.array(e["key_upper"]), np.array(e["key_lower"])
+    y = ((rows - (up + lo) / 2) / ((up - lo) / 2))[2:]  # the two dumps' first tokens are sinks
+    y = y[np.abs(y) <= 1].astype(np.float32).astype(np.float64)
+    for b in ("2", "3", "4"):
+        lv = np.array(e["key_levels"][b])
+        grid = np.linspace(-1, 1, 2 ** int(b))
+        cost = lambda g: np.min((y[:, None] - g[None, :]) ** 2, axis=1).sum()
+        ok &= len(lv) == 2 ** int(b) and bool(np.all(np.diff(lv) >= 0)) and cost(lv) < cost(grid)
+        ok &= len(e["value_levels"][b]) == 2 ** int(b)
+print(bool(ok))
+PY
+)
+expect_equal "calibrate: nuq thresholds are numpy's percentiles of every dump's pre-RoPE keys; levels beat a uniform grid" \
+  "$nuq_check" "True"
+expect "compress -m nuq with the calibration's codebooks" 0 "nuq K3/V4 pre-RoPE" \
+  "$AKV" compress "$d" -o "$TMP/nuq.h5" -m nuq --calibration "$TMP/calib.json" --bits-key 3 --bits-value 4
+expect "a nuq cache is format version 6" 0 "akv-cache v6" "$AKV" info "$TMP/nuq.h5"
+expect "evaluate a nuq cache" 0 "nuq K3/V4" "$AKV" evaluate -q --dump "$d" --cache "$TMP/nuq.h5"
+expect "decompress a nuq cache" 0 "wrote" "$AKV" decompress -q "$TMP/nuq.h5" --dump "$d" -o "$TMP/nuq_r.h5"
+expect_cache_bytes "$TMP/nuq.h5"
+expect "calibrate --no-nuq fits no codebooks" 0 "^no nuq$" \
+  bash -c "'$AKV' calibrate -q '$d' --no-nuq --json | '$PY' -c 'import json,sys; print(\"nuq\" in json.load(sys.stdin) or \"no nuq\")'"
+"$AKV" synth -q -o "$TMP/nopre.h5" --layers 2 --heads 8 --kv-heads 4 --head-dim 64 --tokens 600 --window 16 >/dev/null
+"$AKV" calibrate -q "$TMP/nopre.h5" -o "$TMP/calib_nopre.json" >/dev/null
+expect_error "nuq from a calibration of dumps without key_pre_rope" 2 "calib_nopre.json: nuq" \
+  "$AKV" compress -q "$d" -o "$o/n.h5" -m nuq --calibration "$TMP/calib_nopre.json"
+expect_error "nuq at a bit width not fitted" 2 "nuq.bits = \[2,3\]" \
+  bash -c "'$AKV' calibrate -q '$d' --nuq-bits 3,2 -o '$TMP/calib23.json' >/dev/null && '$AKV' compress -q '$d' -o '$o/n.h5' -m nuq --calibration '$TMP/calib23.json' --bits 4"
+expect_error "nuq on a dump without key_pre_rope" 2 "key_pre_rope = missing" \
+  "$AKV" compress -q "$TMP/nopre.h5" -o "$o/n.h5" -m nuq --calibration "$TMP/calib.json"
+expect_error "nuq without a calibration" 1 "calibration" "$AKV" compress -q "$d" -o "$o/n.h5" -m nuq
+expect_error "nuq with a residual window" 1 "--residual" \
+  "$AKV" compress -q "$d" -o "$o/n.h5" -m nuq --calibration "$TMP/calib.json" --residual 32
+expect_error "eviction with quant=nuq" 1 "not with eviction" \
+  "$AKV" compress -q "$d" -o "$o/n.h5" -m snapkv --budget 0.5 --quant nuq --calibration "$TMP/calib.json"
+"$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["nuq"]["layers"][1]["key_levels"]["3"][2]=-9.0; json.dump(c, open(sys.argv[2], "w"))' \
+  "$TMP/calib.json" "$TMP/bad_nuq.json"
+expect_error "nuq levels out of order" 2 "nuq.layers\[1\].key_levels.3\[2\]" \
+  "$AKV" compress -q "$d" -o "$o/n.h5" -m nuq --calibration "$TMP/bad_nuq.json"
+cp "$d" "$TMP/flat.h5"
+"$PY" -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); f["layers/1/key_pre_rope"][...] = 0' "$TMP/flat.h5"
+"$AKV" calibrate -q "$TMP/flat.h5" -o "$TMP/calib_flat.json" >/dev/null
+expect_error "nuq from a calibration whose layer left nothing to fit (constant keys)" 2 \
+  "no nuq codebooks: layer 1 keys: .*summary.nuq_not_fitted" \
+  "$AKV" compress -q "$d" -o "$o/n.h5" -m nuq --calibration "$TMP/calib_flat.json"
+for k in 1 2; do "$AKV" calibrate -q "$TMP/flat.h5" --shard "$k/2" -o "$TMP/flat_p$k.json"; done
+"$AKV" merge "$TMP/flat_p1.json" "$TMP/flat_p2.json" -o "$TMP/flat_merged.json"
+if cmp -s "$TMP/calib_flat.json" "$TMP/flat_merged.json"; then pass "shards + merge = calibrate when a layer's nuq fit fails"
+else fail "shards + merge differ from calibrate when a layer's nuq fit fails"; fi
+expect_error "nuq sparsity out of range" 2 "--nuq-sparsity = 0" "$AKV" calibrate -q "$d" --nuq-sparsity 0 -o "$o/c.json"
+[[ -e $o/n.h5 ]] && fail "no output after a refused nuq" || pass "no output after a refused nuq"
 # Sharded calibration: layers split over shards, merged by akv merge into the same calib.json.
 for extra in "" "--aggregate max" "--allocator adakv-proxy --update-interval 100"; do
   # shellcheck disable=SC2086

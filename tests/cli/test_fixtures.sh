@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib.sh"
 FIX="$SRC/data/fixtures"
 [[ -f $FIX/dump.h5 ]] || { echo "no fixtures in $FIX"; exit 1; }
 files=(dump.h5 cache-v1-kivi.h5 cache-v1-evict.h5 cache-v2-tiered.h5 cache-v3-ggml.h5 cache-v4-rotate.h5 cache-v4-turboquant.h5 cache-v5-fp8.h5 budgets.json
-       budgets-joint.json calibration.json)
+       budgets-joint.json calibration.json cache-v6-nuq.h5)
 
 # Reading: every fixture is recognised and usable as input.
 expect "dump fixture reads, no NaN/Inf" 0 "akv-dump" "$AKV" info --stats "$FIX/dump.h5"
@@ -15,8 +15,9 @@ expect "v2 tiered cache reads" 0 "akv-cache v2" "$AKV" info "$FIX/cache-v2-tiere
 expect "v3 ggml cache reads" 0 "akv-cache v3" "$AKV" info "$FIX/cache-v3-ggml.h5"
 expect "v4 rotated cache reads" 0 "akv-cache v4" "$AKV" info "$FIX/cache-v4-rotate.h5"
 expect "v5 fp8 cache reads" 0 "akv-cache v5" "$AKV" info "$FIX/cache-v5-fp8.h5"
+expect "v6 nuq cache reads" 0 "akv-cache v6" "$AKV" info "$FIX/cache-v6-nuq.h5"
 expect "v4 TurboQuant cache reads" 0 "\"k\":\"tq3nc\",\"v\":\"tqv4\"" "$AKV" info "$FIX/cache-v4-turboquant.h5"
-for c in cache-v1-kivi cache-v1-evict cache-v2-tiered cache-v3-ggml cache-v4-rotate cache-v4-turboquant cache-v5-fp8; do
+for c in cache-v1-kivi cache-v1-evict cache-v2-tiered cache-v3-ggml cache-v4-rotate cache-v4-turboquant cache-v5-fp8 cache-v6-nuq; do
   expect "evaluate $c against its dump" 0 '"attn_rel_err"' \
     "$AKV" evaluate -q --json --dump "$FIX/dump.h5" --cache "$FIX/$c.h5"
   expect "decompress $c" 0 "wrote" "$AKV" decompress -q "$FIX/$c.h5" --dump "$FIX/dump.h5" -o "$TMP/r_$c.h5"
@@ -33,6 +34,8 @@ expect "joint budgets file drives compress" 0 "wrote" \
   "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/j.h5" -m joint --budgets "$FIX/budgets-joint.json" --quant kivi
 expect "calibration file drives compress" 0 "wrote" \
   "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/c.h5" -m kivi --calibration "$FIX/calibration.json"
+expect "calibration file's nuq codebooks drive nuq" 0 "nuq K2/V4 pre-RoPE" \
+  "$AKV" compress "$FIX/dump.h5" -o "$TMP/nuq.h5" -m nuq --calibration "$FIX/calibration.json" --bits-key 2 --bits-value 4
 expect "calibration file drives duo's head split" 0 "wrote" \
   "$AKV" compress -q "$FIX/dump.h5" -o "$TMP/duo.h5" -m duo --heads "$FIX/calibration.json" --sinks 8 --window 64 --budget 0.6
 

@@ -54,6 +54,11 @@ expect "evaluate --model: qfilter cuts the cache while decoding (every=, target=
 expect_error "qfilter with a calibration file without filters" 2 "layers\[2\].heads\[3\].qfilter" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/qf_old.h5" -m qfilter --qfilters "$TMP/qold.json" --budget 0.3
 [[ -e $TMP/qf_old.h5 ]] && fail "no output after a refused qfilter" || pass "no output after a refused qfilter"
+expect "evaluate --model: nuq with the model's codebooks (akv calibrate on its dump)" 0 "nuq K3/V3 pre-RoPE" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --methods "nuq:calibration=$TMP/qcal.json"
+expect "evaluate --model: nuq in chunked prefill" 0 "nuq K2/V4 pre-RoPE" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --prefill-mode chunked:64 \
+  --methods "nuq:calibration=$TMP/qcal.json:bits-key=2:bits-value=4"
 
 expect "evaluate --model table" 0 "kivi-2 +[0-9]+ +[0-9.]+ +[0-9.]+" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 2 --methods kivi-2,adakv:budget=0.5:window=16

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <numeric>
 
 #include "akv/core/errors.h"
@@ -10,6 +12,10 @@
 #include "akv/eval/fidelity.h"
 #include "akv/eval/passkey_shard.h"
 #include "akv/eval/token_metrics.h"
+#include "akv/io/hdf5.h"
+#include "akv/kv/cache_file.h"
+#include "akv/kv/compress.h"
+#include "akv/method/params.h"
 #include "akv/score/qfilter.h"
 #include <fstream>
 #include "akv/synth/synth.h"
@@ -347,4 +353,79 @@ TEST_CASE("token metrics: lse, KL and argmax against the log-probability definit
       CHECK(argmax(v.data(), len) == want);
     }
   }
+}
+
+TEST_CASE("nuq caches: calibrate's codebooks, compress_dump, file version 6 read back as built, corrupt data",
+          "[eval][nuq]") {
+  test::TempDir dir;
+  SynthOptions so = test::synth_shape(4, 2, 32, 120, 8, 2);
+  so.write.dtype = DType::f32;
+  so.write.key_pre_rope = true;
+  const std::string dump = dir.file("d.h5"), calib = dir.file("calib.json"), cache = dir.file("c.h5");
+  write_synth_dump(dump, so, {});
+  CalibrateOptions co;
+  co.nuq_bits = {2, 3};
+  {
+    std::ofstream(calib) << calibrate({dump}, co, {}).dump();
+  }
+  const CompressParams p = resolve_params(parse_method_spec("nuq:calibration=" + calib + ":bits-key=2:bits-value=3"));
+  const MemoryReport rep = compress_dump(dump, cache, p, 2, {});
+  CacheReader r(cache);
+  CHECK(r.version() == kCacheVersionNuq);
+  CHECK(cache_memory(r).total.total() == rep.total.total());
+  // Every head as compress_head builds it with the head's tables of the calibration.
+  DumpReader dr(dump);
+  CompressParams withbooks = p;
+  withbooks.codebooks = std::make_shared<const NuqCodebooks>(read_calibration_nuq(calib, dr.meta(), 2, 3));
+  for (std::size_t l = 0; l < 2; ++l) {
+    const Tensor3 k = dr.read(l, DumpField::key), kp = dr.read(l, DumpField::key_pre_rope), v = dr.read(l, DumpField::value);
+    for (std::size_t h = 0; h < 2; ++h) {
+      HeadInput in;
+      in.key = k.row(h, 0);
+      in.key_pre_rope = kp.row(h, 0);
+      in.value = v.row(h, 0);
+      in.n = in.n_tokens = 120;
+      in.head_dim = 32;
+      const HeadCache want = compress_head(in, withbooks.for_head(l, h, 2)), got = r.read_head(l, h);
+      CHECK(got.key.pre_rope());
+      CHECK(got.key.nuq_table()->upper == want.key.nuq_table()->upper);
+      CHECK(got.key.nuq_table()->levels == want.key.nuq_table()->levels);
+      CHECK(got.value.nuq_table()->levels.size() == 8);
+      for (const auto& [a, b] : {std::pair{&got.key, &want.key}, std::pair{&got.value, &want.value}}) {
+        CHECK(a->nuq_rows().codes == b->nuq_rows().codes);
+        CHECK(a->nuq_rows().sink == b->nuq_rows().sink);
+        CHECK(a->nuq_rows().offset == b->nuq_rows().offset);
+        CHECK(a->nuq_rows().outlier_end == b->nuq_rows().outlier_end);
+        CHECK(a->nuq_rows().outlier_channel == b->nuq_rows().outlier_channel);
+        CHECK(a->nuq_rows().outlier_value == b->nuq_rows().outlier_value);
+      }
+      CHECK(got.bytes().total() == want.bytes().total());
+    }
+  }
+  // Corrupt data names the object: a row's outlier channels out of order, a wrong sink count.
+  const auto corrupt = [&](const std::string& name, const std::function<void(hid_t)>& edit) {
+    const std::string bad = dir.file(name);
+    std::filesystem::copy_file(cache, bad);
+    {
+      h5::File f(H5Fopen(bad.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+      h5::Group g(H5Gopen2(f.get(), (cache_head_path(1, 0) + "/value").c_str(), H5P_DEFAULT));
+      edit(g.get());
+    }
+    return bad;
+  };
+  const std::string swapped = corrupt("swapped.h5", [](hid_t g) {
+    h5::Dataset d(H5Dopen2(g, "sparse_channels", H5P_DEFAULT));
+    const h5::Space space(H5Dget_space(d.get()));
+    std::vector<std::uint16_t> c(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get())));
+    REQUIRE(c.size() >= 2);
+    REQUIRE(H5Dread(d.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.data()) >= 0);
+    std::swap(c[0], c[1]);
+    REQUIRE(H5Dwrite(d.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.data()) >= 0);
+  });
+  CHECK_THROWS_WITH(CacheReader(swapped).read_head(1, 0), Catch::Contains("/layers/1/heads/0/value/sparse_channels[1]"));
+  const std::string sink = corrupt("sink.h5", [](hid_t g) {
+    REQUIRE(H5Adelete(g, "n_sink") >= 0);
+    h5::write_attr_int(g, "n_sink", 3);
+  });
+  CHECK_THROWS_WITH(CacheReader(sink).read_head(1, 0), Catch::Contains("/layers/1/heads/0/value.n_sink = 3"));
 }

@@ -586,3 +586,60 @@ TEST_CASE("rotated caches: rows stored rotated, fast = reference, rebuilt rows r
   CHECK_THROWS_AS(resolve_method_spec("balanced:rotate=hadamard"), UsageError);
   CHECK_THROWS_AS(resolve_method_spec("kivi-2:rotate=hadamard:rotate-seed=3"), UsageError);
 }
+
+TEST_CASE("nuq heads: pre-RoPE codes, the row-by-row builder equals the whole prompt, RoPE after decoding, bytes",
+          "[kv][head][nuq]") {
+  const std::size_t n = 200, d = 64;
+  const HeadData h = make_head(n, d, 9, true);
+  QuantParams p;
+  p.method = Quantizer::nuq;
+  p.key.bits = 3;
+  p.value.bits = 4;
+  p.residual = 0;
+  p.pre_rope = true;
+  p.nuq_key = std::make_shared<const NuqTable>(
+      nuq_table(calibrate_nuq(h.pre.data(), n, d, 3, true, 0.99, 1), 0.99, 1, 0, d));
+  p.nuq_value = std::make_shared<const NuqTable>(
+      nuq_table(calibrate_nuq(h.value.data(), n, d, 4, false, 0.99, 1), 0.99, 1, 0, 0));
+  const HeadCache c = compress_head(input(h), p), r = compress_head_ref(input(h), p);
+  CHECK(c.key.pre_rope());
+  CHECK(c.key.nuq_rows().codes == r.key.nuq_rows().codes);
+  CHECK(c.value.nuq_rows().outlier_value == r.value.nuq_rows().outlier_value);
+  // The stored rows are nuq_encode's of the pre-RoPE keys and the values.
+  NuqRows want_k, want_v;
+  nuq_encode(*p.nuq_key, h.pre.data(), n, d, want_k);
+  nuq_encode(*p.nuq_value, h.value.data(), n, d, want_v);
+  CHECK(c.key.nuq_rows().codes == want_k.codes);
+  CHECK(c.key.nuq_rows().outlier_channel == want_k.outlier_channel);
+  CHECK(c.value.nuq_rows().offset == want_v.offset);
+  CHECK(c.key.rows() == n);
+  // Rebuilt keys: the decoded pre-RoPE rows, then RoPE at their positions.
+  RopeTable t(d, 10000.0, 0, n);
+  std::vector<float> k(n * d), v(n * d), want(n * d);
+  reconstruct_head(c, {RopeLayout::rotate_half, &t}, k.data(), v.data());
+  nuq_decode(want_k.view(*p.nuq_key), d, 0, n, want.data());
+  apply_rope(want.data(), n, 0, RopeLayout::rotate_half, t);
+  CHECK(k == want);
+  CHECK(rel_mse(h.key, k) < 0.02);
+  CHECK(rel_mse(h.value, v) < 0.01);
+  // A runtime builder fed one row at a time stores the same codes, and attention reads the rows
+  // reconstruct_head rebuilds.
+  const RopeContext rope{RopeLayout::rotate_half, &t};
+  TensorBuilder kb(d, p.nuq_key, true, &rope);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto pos = static_cast<std::int32_t>(i);
+    kb.append(h.pre.data() + i * d, h.key.data() + i * d, &pos, 1);
+  }
+  CHECK(kb.stored().nuq_rows().codes == want_k.codes);
+  const TensorView view = kb.view();
+  REQUIRE(view.dense.rows == n);
+  const auto* mirror = static_cast<const float*>(view.dense.data);
+  CHECK(std::vector<float>(mirror, mirror + n * d) == k);
+  // Honest bytes: codes, the tables and value offsets/ranges, the sink rows, the sparse outliers.
+  const CacheBytes b = c.bytes();
+  CHECK(b.codes == (n - 1) * (d * 3 / 8 + d * 4 / 8));
+  CHECK(b.scales == p.nuq_key->bytes() + p.nuq_value->bytes() + 8 * (n - 1));
+  CHECK(b.residual == 2 * 2 * d);
+  CHECK(b.outliers == 2 * (want_k.outlier_value.size() + want_v.outlier_value.size()));
+  CHECK(b.indices == 2 * (want_k.outlier_channel.size() + want_v.outlier_channel.size() + 2 * (n - 1)));
+}

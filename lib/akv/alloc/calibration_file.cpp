@@ -1,5 +1,6 @@
 #include "akv/alloc/calibration_file.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "akv/core/errors.h"
@@ -40,6 +41,22 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
   j["params"] = f.params;
   j["layers"] = layers;
   j["summary"] = f.summary;
+  if (f.nuq) {
+    const CalibrationNuq& q = *f.nuq;
+    nlohmann::json ls = nlohmann::json::array();
+    for (std::size_t l = 0; l < q.key.size(); ++l) {
+      nlohmann::json kl = nlohmann::json::object(), vl = nlohmann::json::object();
+      for (std::size_t b = 0; b < q.bits.size(); ++b) {
+        kl[std::to_string(q.bits[b])] = q.key[l][b].levels;
+        vl[std::to_string(q.bits[b])] = q.value[l][b].levels;
+      }
+      ls.push_back({{"layer", l}, {"key_upper", q.key[l].front().upper}, {"key_lower", q.key[l].front().lower},
+                    {"key_levels", kl}, {"value_levels", vl}});
+    }
+    j["nuq"] = {{"sparsity", q.sparsity}, {"sink", q.sink}, {"bits", q.bits},
+                {"keys", "key_pre_rope, thresholds per channel"}, {"values", "thresholds per token and KV head"},
+                {"layers", ls}};
+  }
   return j;
 }
 
@@ -181,6 +198,101 @@ DuoHeadScores read_calibration_duo(const std::string& path, std::size_t n_layers
     if (!(e >= 0.0 && std::isfinite(e))) throw CorruptData("a DuoAttention score that is not finite and >= 0", {path, field, format_number(e)});
     out.error[index++ / n_kv_heads].push_back(e);
   });
+  return out;
+}
+
+}  // namespace akv
+
+namespace akv {
+namespace {
+
+// 2^bits ascending finite levels at `at` (f32 values, as calibrate writes them).
+std::vector<float> read_levels(const nlohmann::json& v, int bits, const std::string& path, const std::string& at) {
+  if (!v.is_array() || v.size() != (std::size_t{1} << bits)) {
+    throw CorruptData("nuq levels must be 2^bits values", {path, at, std::to_string(v.is_array() ? v.size() : 0)});
+  }
+  std::vector<float> levels;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const double x = v[i].is_number() ? v[i].get<double>() : NAN;
+    if (!std::isfinite(x) || static_cast<double>(static_cast<float>(x)) != x || (i > 0 && x < levels.back())) {
+      throw CorruptData("nuq levels must be ascending finite f32 values", {path, at + "[" + std::to_string(i) + "]", v[i].dump()});
+    }
+    levels.push_back(static_cast<float>(x));
+  }
+  return levels;
+}
+
+}  // namespace
+
+NuqCodebooks read_calibration_nuq(const std::string& path, const KvShape& shape, int bk, int bv) {
+  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
+  if (!j.contains("nuq")) {
+    const nlohmann::json* why = j.contains("summary") ? &j["summary"] : nullptr;
+    if (why && why->contains("nuq_not_fitted") && (*why)["nuq_not_fitted"].is_string()) {
+      throw InvalidInput("calibration has no nuq codebooks: " + (*why)["nuq_not_fitted"].get<std::string>(),
+                         {path, "summary.nuq_not_fitted"});
+    }
+    throw InvalidInput("calibration has no nuq codebooks (`akv calibrate` fits them on dumps with key_pre_rope)",
+                       {path, "nuq"});
+  }
+  NuqCodebooks out;
+  try {
+    const nlohmann::json& q = j.at("nuq");
+    const auto& s = j.at("shape");
+    const std::pair<const char*, std::size_t> want[] = {
+        {"n_layers", shape.n_layers}, {"n_kv_heads", shape.n_kv_heads}, {"head_dim", shape.head_dim}};
+    for (const auto& [name, v] : want) {
+      const std::size_t got = file_count(s, name, path, std::string("shape.") + name);
+      if (got != v) {
+        throw InvalidInput("calibration made for another model shape (this input has " + std::to_string(v) + ")",
+                           {path, std::string("shape.") + name, std::to_string(got)});
+      }
+    }
+    out.sparsity = q.at("sparsity").get<double>();
+    if (!(out.sparsity > 0.0 && out.sparsity <= 1.0)) {
+      throw CorruptData("nuq sparsity must be in (0, 1]", {path, "nuq.sparsity", format_number(out.sparsity)});
+    }
+    out.sink = file_count(q, "sink", path, "nuq.sink");
+    const std::vector<int> bits = q.at("bits").get<std::vector<int>>();
+    for (const int b : {bk, bv}) {
+      if (std::find(bits.begin(), bits.end(), b) == bits.end()) {
+        throw InvalidInput("calibration has no nuq codebook of " + std::to_string(b) + " bits (akv calibrate --nuq-bits)",
+                           {path, "nuq.bits", q.at("bits").dump()});
+      }
+    }
+    const auto& layers = q.at("layers");
+    if (!layers.is_array() || layers.size() != shape.n_layers) {
+      throw CorruptData("nuq has the wrong number of layers", {path, "nuq.layers", std::to_string(layers.size())});
+    }
+    const std::size_t C = shape.n_kv_heads * shape.head_dim;
+    for (std::size_t l = 0; l < shape.n_layers; ++l) {
+      const std::string at = "nuq.layers[" + std::to_string(l) + "]";
+      const nlohmann::json& e = layers[l];
+      NuqCalibration k, v;
+      k.bits = bk;
+      k.per_channel = true;
+      v.bits = bv;
+      v.per_channel = false;
+      k.levels = read_levels(e.at("key_levels").at(std::to_string(bk)), bk, path, at + ".key_levels." + std::to_string(bk));
+      v.levels = read_levels(e.at("value_levels").at(std::to_string(bv)), bv, path, at + ".value_levels." + std::to_string(bv));
+      k.upper = e.at("key_upper").get<std::vector<double>>();
+      k.lower = e.at("key_lower").get<std::vector<double>>();
+      if (k.upper.size() != C || k.lower.size() != C) {
+        throw CorruptData("nuq key thresholds must be n_kv_heads x head_dim " + std::to_string(C) + " values",
+                          {path, at + ".key_upper", std::to_string(k.upper.size())});
+      }
+      for (std::size_t c = 0; c < C; ++c) {
+        if (!std::isfinite(k.upper[c]) || !std::isfinite(k.lower[c]) || k.lower[c] > k.upper[c]) {
+          throw CorruptData("nuq key thresholds must be finite with lower <= upper",
+                            {path, at + ".key_lower[" + std::to_string(c) + "]", format_number(k.lower[c])});
+        }
+      }
+      out.key.push_back(std::move(k));
+      out.value.push_back(std::move(v));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path, "nuq"});
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/io/dump.h"
+#include "akv/quant/nuq.h"
 
 namespace akv {
 
@@ -28,6 +29,14 @@ struct CalibrationHead {
   std::optional<double> predicted_error;       // unset when a bit width is not a candidate
 };
 
+// KVQuant's codebooks of every layer (akv calibrate, eval/calibrate.h): [layer][bit width].
+struct CalibrationNuq {
+  double sparsity = 0.99;
+  std::size_t sink = 1;
+  std::vector<int> bits;                                 // ascending
+  std::vector<std::vector<NuqCalibration>> key, value;  // [layer][bits index]; keys per channel
+};
+
 struct CalibrationFile {
   std::vector<std::pair<std::string, std::string>> dumps;  // {path, hash}
   KvWindow shape;                                           // n_layers, n_heads, n_kv_heads, head_dim
@@ -35,6 +44,7 @@ struct CalibrationFile {
   nlohmann::json params;                                    // how it was calibrated
   nlohmann::json summary;                                   // achieved bits, proxies' correlation...
   std::vector<std::vector<CalibrationHead>> heads;          // [layer][kv head]
+  std::optional<CalibrationNuq> nuq;                        // written as "nuq" when fitted
 };
 
 nlohmann::json calibration_to_json(const CalibrationFile& f);
@@ -69,6 +79,13 @@ struct DuoHeadScores {
   std::size_t sinks = 0, window = 0;
   std::vector<std::vector<double>> error;  // [layer][kv head]
 };
+// KVQuant codebooks at key bits bk and value bits bv for method nuq (quant/nuq.h NuqCodebooks),
+// checked against the shape (InvalidInput naming the field otherwise); InvalidInput naming "nuq"
+// when the file has none (its dumps had no key_pre_rope, or it was written before 2026-12-03),
+// naming nuq.bits when a width was not fitted; CorruptData naming the field for levels that are
+// not 2^bits ascending finite values or thresholds that are not finite with lower <= upper.
+NuqCodebooks read_calibration_nuq(const std::string& path, const KvShape& shape, int bk, int bv);
+
 DuoHeadScores read_calibration_duo(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
 
 }  // namespace akv

@@ -34,6 +34,9 @@ void check_tensor(const TensorView& t, std::size_t d, const char* name) {
     throw InvalidInput("ggml rows need head_dim a multiple of the block and no packed or dense rows beside them",
                        {"", name, t.ggml.type->name});
   }
+  if (t.nuq.table && (d % 8 != 0 || p.rows > 0 || t.dense.rows > 0 || t.ggml.type)) {
+    throw InvalidInput("nuq rows need head_dim a multiple of 8 and no other rows beside them", {"", name, "nuq"});
+  }
 }
 
 void check_args(const DecodeAttentionArgs& a) {
@@ -116,8 +119,8 @@ class PartitionRunner {
  private:
   void keys(std::size_t t0, std::size_t t1) {
     const TensorView& k = hp_.view->key;
-    if (k.ggml.type) {
-      ggml_tile(k, t0, t1);
+    if (k.ggml.type || k.nuq.table) {
+      decoded_tile(k, t0, t1);
       attn::score_rows(f32_rows(t1 - t0), nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
       return;
     }
@@ -195,9 +198,9 @@ class PartitionRunner {
     }
   }
 
-  // Rows [t0, t1) of ggml blocks dequantized into buf_ (ggml_dequantize: the values the
-  // blocks hold), which the f32 loops then read as dense rows.
-  void ggml_tile(const TensorView& t, std::size_t t0, std::size_t t1) {
+  // Rows [t0, t1) of ggml blocks or nuq codes dequantized into buf_ (ggml_dequantize,
+  // nuq_decode: the values the cache holds), which the f32 loops then read as dense rows.
+  void decoded_tile(const TensorView& t, std::size_t t0, std::size_t t1) {
     buf_.resize((t1 - t0) * d_);
     dequantize_rows(t, d_, t0, t1, buf_.data());
   }
@@ -214,8 +217,8 @@ class PartitionRunner {
 
   void values(std::size_t t0, std::size_t t1, float* acc) {
     const TensorView& v = hp_.view->value;
-    if (v.ggml.type) {
-      ggml_tile(v, t0, t1);
+    if (v.ggml.type || v.nuq.table) {
+      decoded_tile(v, t0, t1);
       row_coefficients(t0, t1 - t0, t0);
       attn::accumulate_rows(f32_rows(t1 - t0), nq_, coef_.data(), 1, d_ / 8, acc, d_);
       return;

@@ -32,6 +32,10 @@ void dequantize_stored_rows(const TensorView& t, std::size_t head_dim, std::size
     ggml_dequantize_scaled(*type, t.ggml.blocks + r0 * row_bytes, (r1 - r0) * head_dim, t.ggml.scale, out);
     return;
   }
+  if (t.nuq.table) {
+    nuq_decode(t.nuq, head_dim, r0, r1, out);
+    return;
+  }
   const PackedView& p = t.packed;
   const std::size_t per_row = p.cols ? ceil_div(p.cols, p.group) : 0;
   for (std::size_t r = r0; r < r1; ++r, out += head_dim) {

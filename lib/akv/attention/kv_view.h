@@ -9,12 +9,14 @@
 // f16 outlier channels sit beside the codes: the codes then cover the other `cols` channels in
 // ascending order. kv/stored_tensor.h's PackedTensor owns such storage and grows it row by row.
 // Alternatively every row of a tensor is a run of ggml blocks (llama.cpp's cache types, method
-// ggml): GgmlRowsView.
+// ggml): GgmlRowsView; or every row is KVQuant's non-uniform codes (method nuq): NuqView
+// (quant/nuq.h).
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "akv/quant/affine.h"
+#include "akv/quant/nuq.h"
 #include "akv/quant/rotation.h"
 #include "akv/tensor/ggml_blocks.h"
 
@@ -54,9 +56,10 @@ struct TensorView {
   PackedView packed;  // rows [0, packed.rows)
   DenseView dense;    // rows [packed.rows, packed.rows + dense.rows)
   GgmlRowsView ggml;  // when ggml.type is set: every row (packed and dense are then empty)
+  NuqView nuq;        // when nuq.table is set: every row (packed and dense are then empty)
   // Every row (packed, dense or ggml) is stored rotated: R x (quant/rotation.h).
   Rotation rotation;
-  std::size_t rows() const { return ggml.type ? ggml.rows : packed.rows + dense.rows; }
+  std::size_t rows() const { return ggml.type ? ggml.rows : nuq.table ? nuq.rows : packed.rows + dense.rows; }
 };
 
 // One KV head as attention reads it. key.rows() == value.rows(); the split points may differ
@@ -70,7 +73,7 @@ struct HeadView {
 constexpr std::size_t kCodePadding = 8;
 
 // Dequantizes rows [r0, r1) of a tensor view into out [r1 - r0, head_dim] with the quantizer's
-// decode (x^ = fma(code, scale, zero); f16 rows widened exactly), rotated back (R^T x^) when the
+// decode (x^ = fma(code, scale, zero); f16 rows widened exactly; nuq: nuq_decode), rotated back (R^T x^) when the
 // view is rotated.
 void dequantize_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
                      float* out);

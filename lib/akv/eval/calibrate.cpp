@@ -22,6 +22,7 @@
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
 #include "akv/kv/stored_head.h"
+#include "akv/quant/nuq.h"
 #include "akv/quant/pack.h"
 #include "akv/score/qfilter.h"
 
@@ -188,6 +189,14 @@ struct Setup {
   CalibrateOptions opt;
   std::vector<DumpMeta> metas;
   bool duo = false;  // every dump longer than duo_sinks + duo_window: DuoAttention head scores measured
+  bool nuq = false;  // nuq bits asked for and every dump has key_pre_rope: codebooks fitted
+};
+
+// KVQuant's codebooks of one layer: [bits index], keys per channel, values per token and KV head;
+// or why they could not be fitted (every value an outlier: data too sparse or constant).
+struct LayerNuq {
+  std::vector<NuqCalibration> key, value;
+  std::string failed;
 };
 
 Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
@@ -206,6 +215,10 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   if (o.residual % o.group != 0) {
     throw InvalidInput("residual window must be a multiple of the group size", {"", "--residual", std::to_string(o.residual)});
   }
+  for (int b : o.nuq_bits) check_bits(b, "--nuq-bits");
+  if (!(o.nuq_sparsity > 0.0 && o.nuq_sparsity <= 1.0)) {
+    throw InvalidInput("nuq sparsity threshold must be in (0, 1]", {"", "--nuq-sparsity", format_number(o.nuq_sparsity)});
+  }
   if (o.aggregate != "mean" && o.aggregate != "max") throw InvalidInput("aggregate must be mean or max", {"", "--aggregate", o.aggregate});
   if (o.allocator != "measured" && o.allocator != "adakv-proxy" && o.allocator != "entropy") {
     throw InvalidInput("allocator must be measured, adakv-proxy or entropy", {"", "--allocator", o.allocator});
@@ -213,9 +226,13 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   Setup st;
   st.opt = o;
   st.opt.candidates = cand;
+  std::sort(st.opt.nuq_bits.begin(), st.opt.nuq_bits.end());
+  st.opt.nuq_bits.erase(std::unique(st.opt.nuq_bits.begin(), st.opt.nuq_bits.end()), st.opt.nuq_bits.end());
+  st.nuq = !st.opt.nuq_bits.empty();
   for (const auto& path : dumps) {
     DumpReader r(path);
     const DumpMeta& m = r.meta();
+    st.nuq = st.nuq && r.has_key_pre_rope();
     if (!st.metas.empty() && (m.n_layers != st.metas[0].n_layers || m.n_kv_heads != st.metas[0].n_kv_heads ||
                               m.n_heads != st.metas[0].n_heads || m.head_dim != st.metas[0].head_dim)) {
       throw InvalidInput("dumps of different model shapes", {path, "n_layers/n_heads/n_kv_heads/head_dim"});
@@ -313,6 +330,69 @@ void fit_layer_qfilters(const std::vector<std::string>& dumps, const Setup& st, 
   }
 }
 
+// KVQuant's codebooks of layers [lo, hi) (empty unless st.nuq): each layer's pre-RoPE keys and
+// values of every dump stacked as KVQuant's rows [tokens, n_kv_heads * head_dim] (a layer at a
+// time, every dump open), each dump's first nuq_sink rows first (the sink rows calibrate_nuq
+// leaves out of the fit; thresholds and per-row fits do not depend on the order), then fitted
+// for every bit width.
+std::vector<LayerNuq> fit_layer_nuq(const std::vector<std::string>& dumps, const Setup& st, std::size_t lo,
+                                    std::size_t hi) {
+  if (!st.nuq) return {};
+  const CalibrateOptions& o = st.opt;
+  std::deque<DumpReader> readers;
+  std::size_t rows = 0, sinks = 0;
+  for (const auto& d : dumps) {
+    readers.emplace_back(d);
+    rows += readers.back().meta().n_tokens;
+    sinks += std::min(o.nuq_sink, readers.back().meta().n_tokens);
+  }
+  const DumpMeta& m0 = st.metas[0];
+  const std::size_t H = m0.n_kv_heads, d = m0.head_dim, C = H * d, B = o.nuq_bits.size();
+  std::vector<float> key(rows * C), value(rows * C);
+  std::vector<LayerNuq> out;
+  Tensor3 k, v;
+  for (std::size_t l = lo; l < hi; ++l) {
+    std::size_t sink_at = 0, rest_at = sinks;
+    for (const DumpReader& r : readers) {
+      r.read_into(k, l, DumpField::key_pre_rope);
+      r.read_into(v, l, DumpField::value);
+      const std::size_t n = k.dim1(), s = std::min(o.nuq_sink, n);
+      for (std::size_t t = 0; t < n; ++t) {
+        const std::size_t row = t < s ? sink_at++ : rest_at++;
+        for (std::size_t h = 0; h < H; ++h) {
+          std::copy_n(k.row(h, t), d, key.data() + row * C + h * d);
+          std::copy_n(v.row(h, t), d, value.data() + row * C + h * d);
+        }
+      }
+    }
+    LayerNuq ln;
+    ln.key.resize(B);
+    ln.value.resize(B);
+    std::vector<std::string> failed(2 * B);
+    parallel_for(2 * B, o.threads, [&](std::size_t i) {
+      const int bits = o.nuq_bits[i % B];
+      try {
+        if (i < B) {
+          ln.key[i] = calibrate_nuq(key.data(), rows, C, bits, true, o.nuq_sparsity, sinks);
+        } else {
+          ln.value[i - B] = calibrate_nuq(value.data(), rows, C, bits, false, o.nuq_sparsity, sinks, nullptr, d);
+        }
+      } catch (const InvalidInput& e) {
+        failed[i] = "layer " + std::to_string(l) + (i < B ? " keys: " : " values: ") + e.what();
+      }
+    });
+    for (const std::string& f : failed) {
+      if (ln.failed.empty()) ln.failed = f;
+    }
+    if (!ln.failed.empty()) {
+      ln.key.clear();
+      ln.value.clear();
+    }
+    out.push_back(std::move(ln));
+  }
+  return out;
+}
+
 std::size_t query_rows(const Setup& st) {
   std::size_t rows = 0;
   for (const DumpMeta& m : st.metas) rows += m.n_query;
@@ -321,7 +401,7 @@ std::size_t query_rows(const Setup& st) {
 
 // The allocation over every head and calib.json.
 nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
-                        const std::vector<std::vector<HeadMeasure>>& agg) {
+                        const std::vector<std::vector<HeadMeasure>>& agg, const std::vector<LayerNuq>& nuq) {
   const CalibrateOptions& opt = st.opt;
   const std::vector<int>& cand = opt.candidates;
   const DumpMeta& m0 = st.metas[0];
@@ -416,7 +496,8 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
   f.params = {{"candidates", cand}, {"group", opt.group}, {"residual", opt.residual},
               {"quant_rule", quant_rule_name(opt.rule)}, {"target_bits", opt.target_bits}, {"aggregate", opt.aggregate}, {"allocator", opt.allocator},
               {"lo_bit", opt.lo}, {"mid_bit", opt.mid}, {"hi_bit", opt.hi}, {"update_interval", opt.update_interval},
-              {"duo_sinks", opt.duo_sinks}, {"duo_window", opt.duo_window},
+              {"duo_sinks", opt.duo_sinks}, {"duo_window", opt.duo_window}, {"nuq_bits", opt.nuq_bits},
+              {"nuq_sparsity", opt.nuq_sparsity}, {"nuq_sink", opt.nuq_sink},
               {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
                         "with the kivi layout, everything else exact"}};
   if (opt.rotate != RotationKind::none) f.params["rotate"] = rotation_name(opt.rotate);  // absent: none
@@ -428,6 +509,19 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
   f.summary["qfilter_rows"] = query_rows(st);
   if (st.duo) f.summary["duo"] = {{"sinks", opt.duo_sinks}, {"window", opt.duo_window}};
   if (!history.empty()) f.summary["bits_history"] = history;
+  const auto failed = std::find_if(nuq.begin(), nuq.end(), [](const LayerNuq& ln) { return !ln.failed.empty(); });
+  if (failed != nuq.end()) f.summary["nuq_not_fitted"] = failed->failed;
+  if (st.nuq && failed == nuq.end()) {
+    CalibrationNuq q;
+    q.sparsity = opt.nuq_sparsity;
+    q.sink = opt.nuq_sink;
+    q.bits = opt.nuq_bits;
+    for (const LayerNuq& ln : nuq) {
+      q.key.push_back(ln.key);
+      q.value.push_back(ln.value);
+    }
+    f.nuq = std::move(q);
+  }
   return calibration_to_json(f);
 }
 
@@ -438,7 +532,8 @@ nlohmann::json options_json(const CalibrateOptions& o) {
                       {"quant_rule", quant_rule_name(o.rule)}, {"target_bits", o.target_bits},
                       {"aggregate", o.aggregate}, {"allocator", o.allocator}, {"lo_bit", o.lo}, {"mid_bit", o.mid},
                       {"hi_bit", o.hi}, {"update_interval", o.update_interval}, {"duo_sinks", o.duo_sinks},
-                      {"duo_window", o.duo_window}};
+                      {"duo_window", o.duo_window}, {"nuq_bits", o.nuq_bits}, {"nuq_sparsity", o.nuq_sparsity},
+                      {"nuq_sink", o.nuq_sink}};
   if (o.rotate != RotationKind::none) j["rotate"] = rotation_name(o.rotate);  // absent: none
   return j;
 }
@@ -451,6 +546,7 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
   const auto [lo, hi] = shard.range(st.metas[0].n_layers);
   auto agg = measure_layers(dumps, st, lo, hi, progress);
   fit_layer_qfilters(dumps, st, lo, hi, agg);
+  const std::vector<LayerNuq> nuq = fit_layer_nuq(dumps, st, lo, hi);
   // Token norms only feed the streaming proxy (adakv-proxy with an update interval).
   const bool norms = st.opt.allocator == "adakv-proxy" && st.opt.update_interval > 0;
   nlohmann::json layers = nlohmann::json::array();
@@ -465,23 +561,61 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
     }
     layers.push_back(heads);
   }
+  nlohmann::json nuq_layers = nlohmann::json::array();
+  for (const LayerNuq& ln : nuq) {
+    if (!ln.failed.empty()) {
+      nuq_layers.push_back({{"failed", ln.failed}});
+      continue;
+    }
+    nlohmann::json kl = nlohmann::json::array(), vl = nlohmann::json::array();
+    for (std::size_t b = 0; b < ln.key.size(); ++b) {
+      kl.push_back(ln.key[b].levels);
+      vl.push_back(ln.value[b].levels);
+    }
+    nuq_layers.push_back({{"key_upper", ln.key.front().upper}, {"key_lower", ln.key.front().lower},
+                          {"key_levels", kl}, {"value_levels", vl}});
+  }
   nlohmann::json ds = nlohmann::json::array();
   for (const auto& d : dumps) ds.push_back({{"path", d}, {"hash", file_hash(d)}});
   return {{"format", kPartFormat}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
           {"first_layer", lo}, {"n_layers", st.metas[0].n_layers}, {"dumps", ds}, {"options", options_json(st.opt)},
-          {"kernels", kernel_arithmetic()}, {"layers", layers}};
+          {"kernels", kernel_arithmetic()}, {"layers", layers}, {"nuq", nuq_layers}};
 }
 
 nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
   const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"dumps", "options", "n_layers", "kernels"});
   const auto& [file0, first] = parts[0];
   std::vector<std::vector<HeadMeasure>> agg;
+  std::vector<LayerNuq> nuq;
   std::vector<std::string> dumps;
   CalibrateOptions o;
   try {
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
       check_follows(file, j, "first_layer", "layers", agg.size());
+      for (const nlohmann::json& e : j.at("nuq")) {
+        LayerNuq ln;
+        if (e.contains("failed")) {
+          ln.failed = e.at("failed").get<std::string>();
+          nuq.push_back(std::move(ln));
+          continue;
+        }
+        const std::vector<double> up = e.at("key_upper").get<std::vector<double>>(),
+                                  lo = e.at("key_lower").get<std::vector<double>>();
+        const nlohmann::json& kl = e.at("key_levels");
+        const nlohmann::json& vl = e.at("value_levels");
+        for (std::size_t b = 0; b < kl.size(); ++b) {
+          NuqCalibration k, v;
+          k.per_channel = true;
+          k.upper = up;
+          k.lower = lo;
+          kl[b].get_to(k.levels);
+          vl.at(b).get_to(v.levels);
+          ln.key.push_back(std::move(k));
+          ln.value.push_back(std::move(v));
+        }
+        nuq.push_back(std::move(ln));
+      }
       for (const nlohmann::json& layer : j.at("layers")) {
         std::vector<HeadMeasure> heads;
         for (const nlohmann::json& h : layer) {
@@ -518,6 +652,10 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
     o.update_interval = json_uint(op.at("update_interval"));
     o.duo_sinks = json_uint(op.at("duo_sinks"));
     o.duo_window = json_uint(op.at("duo_window"));
+    o.nuq_bits.clear();
+    for (const std::int32_t b : json_i32s(op.at("nuq_bits"))) o.nuq_bits.push_back(b);
+    o.nuq_sparsity = op.at("nuq_sparsity").get<double>();
+    o.nuq_sink = json_uint(op.at("nuq_sink"));
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial calibration field missing or of the wrong type: ") + e.what(), {file0});
   }
@@ -531,6 +669,24 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
   if (agg.size() != st.metas[0].n_layers) {
     throw InvalidInput("parts hold " + std::to_string(agg.size()) + " layers, the dumps " + std::to_string(st.metas[0].n_layers),
                        {file0, "n_layers", std::to_string(st.metas[0].n_layers)});
+  }
+  const std::size_t C = st.metas[0].n_kv_heads * st.metas[0].head_dim;
+  if (nuq.size() != (st.nuq ? agg.size() : 0)) {
+    throw InvalidInput(st.nuq ? "parts without every layer's nuq codebooks" : "nuq codebooks the dumps cannot give",
+                       {file0, "nuq", std::to_string(nuq.size())});
+  }
+  for (LayerNuq& ln : nuq) {
+    if (!ln.failed.empty()) continue;
+    if (ln.key.size() != st.opt.nuq_bits.size() || ln.key.front().upper.size() != C || ln.key.front().lower.size() != C) {
+      throw InvalidInput("a layer's nuq codebooks do not match the options and shape", {file0, "nuq"});
+    }
+    for (std::size_t b = 0; b < ln.key.size(); ++b) {
+      ln.key[b].bits = ln.value[b].bits = st.opt.nuq_bits[b];
+      if (ln.key[b].levels.size() != (std::size_t{1} << ln.key[b].bits) ||
+          ln.value[b].levels.size() != (std::size_t{1} << ln.value[b].bits)) {
+        throw InvalidInput("nuq levels must be 2^bits values", {file0, "nuq.key_levels", std::to_string(ln.key[b].levels.size())});
+      }
+    }
   }
   for (const auto& layer : agg) {
     if (layer.size() != st.metas[0].n_kv_heads) throw InvalidInput("a layer without every KV head", {file0, "layers", std::to_string(layer.size())});
@@ -547,7 +703,7 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
       }
     }
   }
-  return assemble(dumps, st, agg);
+  return assemble(dumps, st, agg, nuq);
 }
 
 nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateOptions& o,
@@ -555,7 +711,7 @@ nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateO
   const Setup st = setup(dumps, o);
   auto agg = measure_layers(dumps, st, 0, st.metas[0].n_layers, progress);
   fit_layer_qfilters(dumps, st, 0, st.metas[0].n_layers, agg);
-  return assemble(dumps, st, agg);
+  return assemble(dumps, st, agg, fit_layer_nuq(dumps, st, 0, st.metas[0].n_layers));
 }
 
 std::string render_calibration(const nlohmann::json& j) {

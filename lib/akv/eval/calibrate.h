@@ -28,6 +28,13 @@ struct CalibrateOptions {
   // DuoAttention head scores: the attention-output error of a streaming head that keeps the
   // first duo_sinks and the last duo_window tokens (measured when every dump is longer).
   std::size_t duo_sinks = 128, duo_window = 256;
+  // KVQuant's nuq codebooks (quant/nuq.h), fitted when every dump has key_pre_rope: for each bit
+  // width, each layer's levels for keys (pre-RoPE, thresholds per channel) and values (thresholds
+  // per token and KV head), with KVQuant's sparsity threshold and its fp16 sink rows (the first
+  // nuq_sink tokens of each dump, left out of the fit). Empty nuq_bits: none fitted.
+  std::vector<int> nuq_bits = {2, 3, 4};
+  double nuq_sparsity = 0.99;
+  std::size_t nuq_sink = 1;
   int threads = 1;
 };
 

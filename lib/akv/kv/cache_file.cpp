@@ -53,8 +53,47 @@ std::string cache_type_name(const GgmlTypeInfo& t) {
   return s;
 }
 
+// A nuq tensor (version 6): attributes bits, per_channel, sparsity, sink (the table's) and
+// n_sink; datasets levels f32 [2^bits], upper/lower f16 [head_dim] (keys), sink f16 [n_sink,
+// head_dim], codes uint8 [(n_quant - n_sink) * row bytes], offset/range f32 [n_quant - n_sink]
+// (values), sparse_counts uint16 [n_quant - n_sink], sparse_channels uint16 and sparse_values
+// f16 [outliers]; each present when non-empty.
+void write_nuq(hid_t group, const PackedTensor& p, std::size_t d, hid_t f16) {
+  const NuqTable& t = *p.nuq_table();
+  const NuqRows& r = p.nuq_rows();
+  h5::write_attr_int(group, "bits", t.bits);
+  h5::write_attr_int(group, "per_channel", t.per_channel ? 1 : 0);
+  h5::write_attr_double(group, "sparsity", t.sparsity);
+  h5::write_attr_int(group, "sink", i64(t.sink));
+  h5::write_attr_int(group, "n_sink", i64(r.sink_rows));
+  if (r.rows == 0) return;
+  const auto put = [&](const char* name, hid_t file_type, hid_t mem_type, std::vector<unsigned long long> dims,
+                        const void* data) {
+    std::size_t n = 1;
+    for (const unsigned long long e : dims) n *= e;
+    if (n > 0) h5::write_dataset(group, name, file_type, mem_type, dims, data);
+  };
+  put("levels", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {t.levels.size()}, t.levels.data());
+  put("upper", f16, f16, {t.upper.size()}, t.upper.data());
+  put("lower", f16, f16, {t.lower.size()}, t.lower.data());
+  put("sink", f16, f16, {r.sink_rows, d}, r.sink.data());
+  put("codes", H5T_STD_U8LE, H5T_NATIVE_UINT8, {r.codes.size()}, r.codes.data());
+  put("offset", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {r.offset.size()}, r.offset.data());
+  put("range", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {r.range.size()}, r.range.data());
+  std::vector<std::uint16_t> counts(r.outlier_end.size());
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    counts[i] = static_cast<std::uint16_t>(r.outlier_end[i] - (i == 0 ? 0 : r.outlier_end[i - 1]));
+  }
+  put("sparse_counts", H5T_STD_U16LE, H5T_NATIVE_UINT16, {counts.size()}, counts.data());
+  put("sparse_channels", H5T_STD_U16LE, H5T_NATIVE_UINT16, {r.outlier_channel.size()}, r.outlier_channel.data());
+  put("sparse_values", f16, f16, {r.outlier_value.size()}, r.outlier_value.data());
+}
+
 void write_part(hid_t group, const PackedTensor& p, std::size_t d, hid_t f16) {
-  const std::size_t n_quant = p.ggml_type() ? p.ggml_rows() : p.packed_rows(), n_out = p.outlier_channels().size();
+  const std::size_t n_quant = p.ggml_type()   ? p.ggml_rows()
+                              : p.nuq_table() ? p.nuq_rows().rows
+                                              : p.packed_rows(),
+                    n_out = p.outlier_channels().size();
   h5::write_attr_int(group, "n_quant", i64(n_quant));
   h5::write_attr_int(group, "n_residual", i64(p.dense_rows()));
   h5::write_attr_int(group, "n_outlier", i64(n_out));
@@ -63,6 +102,10 @@ void write_part(hid_t group, const PackedTensor& p, std::size_t d, hid_t f16) {
     h5::write_attr_string(group, "rotate", rotation_name(p.rotation().kind));
     h5::write_attr_int(group, "rotate_block", i64(p.rotation().block));
     h5::write_attr_int(group, "rotate_seed", static_cast<std::int64_t>(p.rotation().seed));
+  }
+  if (p.nuq_table()) {
+    write_nuq(group, p, d, f16);
+    return;
   }
   if (p.ggml_type()) {
     h5::write_attr_string(group, "ggml_type", cache_type_name(*p.ggml_type()));
@@ -128,7 +171,8 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header, const CachePart& 
     h5::write_attr_int(root, "first_layer", i64(part.first_layer));
     h5::write_attr_int(root, "end_layer", i64(part.end_layer));
   }
-  h5::write_attr_int(root, "version", h.params.ggml() && h.params.ggml()->fp8() ? kCacheVersionFp8
+  h5::write_attr_int(root, "version", h.params.method == Quantizer::nuq ? kCacheVersionNuq
+                                      : h.params.ggml() && h.params.ggml()->fp8() ? kCacheVersionFp8
                                       : h.params.rotate != RotationKind::none ? kCacheVersionRotation
                                       : h.params.tiered()                  ? kCacheVersionSegments
                                       : h.params.ggml()                    ? kCacheVersionGgml
@@ -187,6 +231,9 @@ void CacheWriter::write_head(std::size_t layer, std::size_t head, const HeadCach
   if ((h.key.ggml_type() != nullptr) != (m.header.params.ggml() != nullptr)) {
     throw InvalidInput("ggml blocks go with method ggml only", {m.out.path(), path});
   }
+  if ((h.key.nuq_table() != nullptr) != (m.header.params.method == Quantizer::nuq && h.n_kept() > 0)) {
+    throw InvalidInput("nuq codes go with method nuq only", {m.out.path(), path});
+  }
   h5::Group g = h5::create_group(m.file.get(), path);
   write_head_group(g.get(), h, m.f16.get());
   m.written[layer][head] = true;
@@ -223,8 +270,8 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
                        {f, "format", format});
   }
   const std::int64_t version = h5::read_attr_int(root, "version", f, "version");
-  if (version < kCacheVersion || version > kCacheVersionFp8) {
-    throw InvalidInput("unsupported akv-cache version (this akv reads versions 1 to 5)",
+  if (version < kCacheVersion || version > kCacheVersionNuq) {
+    throw InvalidInput("unsupported akv-cache version (this akv reads versions 1 to 6)",
                        {f, "version", std::to_string(version)});
   }
   version_ = version;
@@ -238,11 +285,15 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
   if (header_.params.ggml() && version_ < kCacheVersionGgml) {
     throw CorruptData("method ggml needs version 3 or later", {f, "version", std::to_string(version)});
   }
+  if ((version_ == kCacheVersionNuq) != (header_.params.method == Quantizer::nuq)) {
+    throw CorruptData("version 6 and method nuq go together", {f, "version", std::to_string(version)});
+  }
   const bool fp8 = header_.params.ggml() && header_.params.ggml()->fp8();
   if ((version_ == kCacheVersionFp8) != fp8) {
     throw CorruptData("version 5 and fp8 cache types go together", {f, "version", std::to_string(version)});
   }
-  if (!fp8 && (version_ == kCacheVersionRotation) != (header_.params.rotate != RotationKind::none)) {
+  if (!fp8 && version_ != kCacheVersionNuq &&
+      (version_ == kCacheVersionRotation) != (header_.params.rotate != RotationKind::none)) {
     throw CorruptData("version 4 and params.rotate go together", {f, "version", std::to_string(version)});
   }
   header_.source_path = h5::read_attr_string(root, "source_path", f, "source_path");
@@ -387,6 +438,14 @@ HeadCache CacheReader::read_head_group(const std::string& path, std::size_t laye
     if (h5::attr_exists(pg.get(), "ggml_type")) {
       throw CorruptData("ggml blocks in a cache whose method is not ggml", {f, pp + ".ggml_type"});
     }
+    if (header_.params.method == Quantizer::nuq) {
+      if (n_quant != n_kept || n_out != 0 || p.pre_rope() != (i == 0 && n_kept > 0)) {
+        throw CorruptData("nuq parts code every row (keys before RoPE), with no residual or outlier channels",
+                          {f, pp + ".n_quant", std::to_string(n_quant)});
+      }
+      read_nuq_part(pp, i == 0, n_quant, p);
+      continue;
+    }
     h5::Type f16 = h5::make_f16_type();
     if (n_quant > 0) {
       QuantizedBlock b;
@@ -479,6 +538,96 @@ void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_
   p.append_ggml_blocks(type, blocks.data(), n_rows);
 }
 
+void CacheReader::read_nuq_part(const std::string& pp, bool key, std::size_t n_rows, PackedTensor& p) const {
+  const std::string& f = path_;
+  const std::size_t d = meta().head_dim;
+  h5::Group pg(H5Gopen2(file_.get(), pp.c_str(), H5P_DEFAULT));
+  auto t = std::make_shared<NuqTable>();
+  t->bits = static_cast<int>(count_attr(pg.get(), "bits", f, pp));
+  if (!is_supported_bits(t->bits)) throw CorruptData("unsupported bit width", {f, pp + ".bits", std::to_string(t->bits)});
+  if ((count_attr(pg.get(), "per_channel", f, pp) != 0) != key) {
+    throw CorruptData("nuq keys are normalized per channel, values per row", {f, pp + ".per_channel"});
+  }
+  t->per_channel = key;
+  t->sparsity = h5::read_attr_double(pg.get(), "sparsity", f, pp + ".sparsity");
+  if (!(t->sparsity > 0.0 && t->sparsity <= 1.0)) {
+    throw CorruptData("nuq sparsity must be in (0, 1]", {f, pp + ".sparsity", format_number(t->sparsity)});
+  }
+  t->sink = count_attr(pg.get(), "sink", f, pp);
+  NuqRows r;
+  r.rows = n_rows;
+  r.sink_rows = count_attr(pg.get(), "n_sink", f, pp);
+  if (r.sink_rows != std::min(t->sink, n_rows)) {
+    throw CorruptData("n_sink must be min(sink, n_quant)", {f, pp + ".n_sink", std::to_string(r.sink_rows)});
+  }
+  p.set_pre_rope(key && n_rows > 0);
+  if (n_rows == 0) {
+    p.set_nuq(t, std::move(r));
+    return;
+  }
+  h5::Type f16 = h5::make_f16_type();
+  const std::size_t coded = n_rows - r.sink_rows;  // n_rows <= n_tokens: the sizes below cannot wrap
+  t->levels = h5::read_vector<float>(file_.get(), pp + "/levels", H5T_NATIVE_FLOAT, {std::size_t{1} << t->bits}, f);
+  for (std::size_t i = 0; i < t->levels.size(); ++i) {
+    if (!std::isfinite(t->levels[i]) || (i > 0 && t->levels[i] < t->levels[i - 1])) {
+      throw CorruptData("nuq levels must be finite and ascending", {f, pp + "/levels[" + std::to_string(i) + "]",
+                                                                  format_number(t->levels[i])});
+    }
+  }
+  if (key) {
+    t->upper = h5::read_vector<std::uint16_t>(file_.get(), pp + "/upper", f16.get(), {d}, f);
+    t->lower = h5::read_vector<std::uint16_t>(file_.get(), pp + "/lower", f16.get(), {d}, f);
+    check_finite_f16(t->upper, f, pp + "/upper");
+    check_finite_f16(t->lower, f, pp + "/lower");
+    for (std::size_t c = 0; c < d; ++c) {
+      if (f16_to_f32_ref(t->lower[c]) > f16_to_f32_ref(t->upper[c])) {
+        throw CorruptData("nuq thresholds must have lower <= upper", {f, pp + "/lower[" + std::to_string(c) + "]",
+                                                                    format_number(f16_to_f32_ref(t->lower[c]))});
+      }
+    }
+  }
+  if (r.sink_rows > 0) {
+    r.sink = h5::read_vector<std::uint16_t>(file_.get(), pp + "/sink", f16.get(), {r.sink_rows, d}, f);
+    check_finite_f16(r.sink, f, pp + "/sink");
+  }
+  if (coded > 0) {
+    r.codes = h5::read_vector<std::uint8_t>(file_.get(), pp + "/codes", H5T_NATIVE_UINT8, {coded * packed_size(d, t->bits)}, f);
+    if (!key) {
+      r.offset = h5::read_vector<float>(file_.get(), pp + "/offset", H5T_NATIVE_FLOAT, {coded}, f);
+      r.range = h5::read_vector<float>(file_.get(), pp + "/range", H5T_NATIVE_FLOAT, {coded}, f);
+      for (std::size_t i = 0; i < coded; ++i) {
+        if (!std::isfinite(r.offset[i]) || !std::isfinite(r.range[i]) || r.range[i] < 0.0f) {
+          throw CorruptData("nuq offsets must be finite and ranges finite and >= 0",
+                            {f, pp + "/range[" + std::to_string(i) + "]", format_number(r.range[i])});
+        }
+      }
+    }
+    const std::vector<std::uint16_t> counts =
+        h5::read_vector<std::uint16_t>(file_.get(), pp + "/sparse_counts", H5T_NATIVE_UINT16, {coded}, f);
+    std::uint64_t total = 0;
+    for (const std::uint16_t c : counts) {
+      if (c > d) throw CorruptData("more outliers in a row than head_dim", {f, pp + "/sparse_counts", std::to_string(c)});
+      total += c;
+      r.outlier_end.push_back(static_cast<std::uint32_t>(total));
+    }
+    if (total > 0) {
+      r.outlier_channel = h5::read_vector<std::uint16_t>(file_.get(), pp + "/sparse_channels", H5T_NATIVE_UINT16, {total}, f);
+      r.outlier_value = h5::read_vector<std::uint16_t>(file_.get(), pp + "/sparse_values", f16.get(), {total}, f);
+      check_finite_f16(r.outlier_value, f, pp + "/sparse_values");
+      for (std::size_t row = 0, e = 0; row < coded; ++row) {
+        for (std::size_t first = e; e < r.outlier_end[row]; ++e) {
+          const std::uint16_t c = r.outlier_channel[e];
+          if (c >= d || (e > first && c <= r.outlier_channel[e - 1])) {
+            throw CorruptData("a row's outlier channels must be ascending and < head_dim",
+                              {f, pp + "/sparse_channels[" + std::to_string(e) + "]", std::to_string(c)});
+          }
+        }
+      }
+    }
+  }
+  p.set_nuq(t, std::move(r));
+}
+
 CacheBytes CacheReader::stored_bytes(std::size_t layer, std::size_t head) const {
   return stored_group_bytes(cache_head_path(layer, head));
 }
@@ -501,6 +650,11 @@ CacheBytes CacheReader::stored_group_bytes(const std::string& path) const {
     b.zeros += size(pp + "zero");
     b.residual += size(pp + "residual");
     b.outliers += size(pp + "outlier_channels") + size(pp + "outlier_values");
+    // nuq (version 6): its table and per-row offsets/ranges, f16 sink rows, sparse outliers.
+    b.scales += size(pp + "levels") + size(pp + "upper") + size(pp + "lower") + size(pp + "offset") + size(pp + "range");
+    b.residual += size(pp + "sink");
+    b.outliers += size(pp + "sparse_values");
+    b.indices += size(pp + "sparse_channels") + size(pp + "sparse_counts");
     if (h5::link_exists(file_.get(), pp + "blocks")) {  // an fp8 tensor's f32 scale, an attribute
       h5::Group pg(H5Gopen2(file_.get(), (path + "/" + part).c_str(), H5P_DEFAULT));
       if (h5::attr_exists(pg.get(), "fp8_scale")) b.scales += 4;

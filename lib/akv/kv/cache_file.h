@@ -26,6 +26,18 @@
 // key/value group carries attributes rotate (hadamard | random), rotate_block and rotate_seed;
 // its codes, blocks and residual rows hold the rotated rows. Otherwise laid out as version 1, 2
 // or 3 (method ggml).
+// Version 6 (method nuq, KVQuant's codebooks, quant/nuq.h) stores each key/value group as nuq
+// rows: n_quant = n_kept, n_residual = n_outlier = 0, pre_rope = 1 on keys; attributes bits,
+// per_channel (keys 1), sparsity, sink, n_sink = min(sink, n_kept); datasets (present when
+// non-empty)
+//     levels           f32 [2^bits]            the layer's levels
+//     upper, lower     f16 [head_dim]          keys: each channel's thresholds
+//     sink             f16 [n_sink, head_dim]  the first rows, exact
+//     codes            uint8 [(n_kept - n_sink) * ceil(head_dim * bits / 8)]  a level per value
+//     offset, range    f32 [n_kept - n_sink]   values: each row's
+//     sparse_counts    uint16 [n_kept - n_sink]  outliers per row
+//     sparse_channels  uint16 [outliers]       their channels, ascending within a row
+//     sparse_values    f16 [outliers]          their values
 // A partial cache (`akv compress --shard K/N`, docs/scale.md) is the same layout with format
 // "akv-cache-part", root attributes shard, shards, first_layer, end_layer, and only the head
 // groups of layers [first_layer, end_layer); only `akv merge` reads it.
@@ -47,6 +59,7 @@ inline constexpr std::int64_t kCacheVersionSegments = 2;
 inline constexpr std::int64_t kCacheVersionGgml = 3;
 inline constexpr std::int64_t kCacheVersionRotation = 4;
 inline constexpr std::int64_t kCacheVersionFp8 = 5;
+inline constexpr std::int64_t kCacheVersionNuq = 6;
 inline constexpr const char* kCachePartFormat = "akv-cache-part";
 
 // The layers a partial cache holds (shards == 1: a whole cache).
@@ -101,6 +114,8 @@ class CacheReader {
   // The head group at path of `layer` (its ggml types: boundary layers store f16).
   HeadCache read_head_group(const std::string& path, std::size_t layer, bool top) const;
   // A ggml key or value group of n_rows rows; rows_only: it declares no residual or outliers.
+  // A nuq key (key) or value part of n_rows rows (version 6).
+  void read_nuq_part(const std::string& part_path, bool key, std::size_t n_rows, PackedTensor& p) const;
   void read_ggml_part(const std::string& part_path, const std::string& type_name, std::size_t n_rows,
                       bool rows_only, PackedTensor& p) const;
   CacheBytes stored_group_bytes(const std::string& path) const;

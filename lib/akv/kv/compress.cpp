@@ -144,7 +144,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
                          {dump_path, "rope_variant", m.rope_variant});
     }
     if (params.pre_rope && !dump.has_key_pre_rope()) {
-      throw InvalidInput("--pre-rope needs key_pre_rope in every layer of the dump",
+      throw InvalidInput("keys quantized before RoPE (--pre-rope, nuq) need key_pre_rope in every layer of the dump",
                          {dump_path, "/layers/*/key_pre_rope", "missing"});
     }
     if (params.quantized() && outlier_count(params.outlier_fraction, m.head_dim) >= m.head_dim) {

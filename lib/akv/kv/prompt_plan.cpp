@@ -19,6 +19,9 @@ PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const Comp
   plan.params = params;
   CompressParams& p = plan.params;
   if (!p.calibration_file.empty() && p.head_bits.empty()) p.head_bits = read_calibration(p.calibration_file, m);
+  if (p.method == Quantizer::nuq && !p.codebooks) {
+    p.codebooks = std::make_shared<const NuqCodebooks>(read_calibration_nuq(p.codebook_file, m, p.key.bits, p.value.bits));
+  }
   if (!p.eviction()) return plan;
   if (p.eviction()->alloc == AllocMethod::joint) {
     plan.eviction = joint_plan(

@@ -43,6 +43,10 @@ class RuntimePolicy : public KvPolicy {
     if (params_ && !params_->calibration_file.empty() && params_->head_bits.empty()) {
       params_->head_bits = read_calibration(params_->calibration_file, g.prompt_window());
     }
+    if (params_ && params_->method == Quantizer::nuq && !params_->codebooks) {
+      params_->codebooks = std::make_shared<const NuqCodebooks>(
+          read_calibration_nuq(params_->codebook_file, g.kv_shape(), params_->key.bits, params_->value.bits));
+    }
     const CompressParams* p = params_ ? &*params_ : nullptr;
     if (p && p->pre_rope && !g.rope_variant.empty()) {
       throw InvalidInput("pre-rope re-applies plain RoPE after dequantization; this model's RoPE differs",
@@ -368,6 +372,9 @@ class RuntimePolicy : public KvPolicy {
     if (!params_) return TensorBuilder(g_.head_dim, DenseType::f32);
     const CompressParams& hp = per_head_[i];
     const RopeContext* rope = stored_only_ ? nullptr : &rope_;
+    if (hp.method == Quantizer::nuq) {
+      return key ? TensorBuilder(g_.head_dim, hp.nuq_key, hp.pre_rope, rope) : TensorBuilder(g_.head_dim, hp.nuq_value, false, rope);
+    }
     if (!key) return TensorBuilder(g_.head_dim, hp.value, hp, 0, false, rope, hp.rotation(g_.head_dim, false));
     const std::size_t n_out = hp.quantized() ? outlier_count(hp.outlier_fraction, g_.head_dim) : 0;
     return TensorBuilder(g_.head_dim, hp.key, hp, n_out, hp.pre_rope, rope, hp.rotation(g_.head_dim, true));

@@ -20,7 +20,7 @@ std::vector<std::uint16_t> to_f16_ref(const float* x, std::size_t n) {
 // rotate_rows, whose own reference is rotate_rows_ref).
 PackedTensor compress_tensor_ref(const float* src, const float* post, std::size_t n, std::size_t d,
                                  const TensorQuant& t, const QuantParams& p, std::size_t n_outlier, bool pre_rope,
-                                 const Rotation& rot) {
+                                 const Rotation& rot, const std::shared_ptr<const NuqTable>& nuq) {
   PackedTensor out(d, DenseType::f16);
   out.set_rotation(rot);
   std::vector<float> rotated;
@@ -31,6 +31,10 @@ PackedTensor compress_tensor_ref(const float* src, const float* post, std::size_
   }
   const std::size_t n_quant = quantized_rows(n, t, p);
   out.set_pre_rope(pre_rope && n_quant > 0);
+  if (p.method == Quantizer::nuq) {  // nuq_encode is checked against KVQuant's code itself
+    if (n > 0) out.append_nuq(nuq, src, n);
+    return out;
+  }
   const auto quantize = quantize_block_ref;
   if (n_quant > 0) {
     if (n_outlier == 0) {
@@ -79,6 +83,8 @@ void rebuild(const PackedTensor& t, float* out) {
   const std::size_t n_quant = t.packed_rows(), n_out = t.outlier_channels().size();
   if (t.ggml_type()) {
     ggml_dequantize_scaled(*t.ggml_type(), t.ggml_blocks().data(), t.ggml_rows() * d, t.ggml_scale(), out);
+  } else if (t.nuq_table()) {
+    nuq_decode(t.nuq_rows().view(*t.nuq_table()), d, 0, t.rows(), out);
   } else if (n_quant > 0) {
     if (n_out == 0) {
       dequantize_block(t.packed_block(), out);
@@ -99,7 +105,7 @@ void rebuild(const PackedTensor& t, float* out) {
 CacheBytes HeadCache::bytes() const {
   CacheBytes b = key.stored_bytes();
   b += value.stored_bytes();
-  b.indices = 4 * kept.size();
+  b.indices += 4 * kept.size();  // kept positions, beside the tensors' own (nuq outlier channels)
   for (const HeadCache& s : segments) b += s.bytes();
   return b;
 }
@@ -108,8 +114,11 @@ HeadCache compress_head(const HeadInput& in, const QuantParams& p) {
   const std::size_t d = in.head_dim, n_out = p.quantized() ? outlier_count(p.outlier_fraction, d) : 0;
   check_head(in, p, n_out);
   const std::vector<std::int32_t> pos = positions(in);
-  TensorBuilder key(d, p.key, p, n_out, p.pre_rope, nullptr, p.rotation(d, true)),
-      value(d, p.value, p, 0, false, nullptr, p.rotation(d, false));
+  TensorBuilder key = p.method == Quantizer::nuq
+                          ? TensorBuilder(d, p.nuq_key, p.pre_rope, nullptr)
+                          : TensorBuilder(d, p.key, p, n_out, p.pre_rope, nullptr, p.rotation(d, true));
+  TensorBuilder value = p.method == Quantizer::nuq ? TensorBuilder(d, p.nuq_value, false, nullptr)
+                                                   : TensorBuilder(d, p.value, p, 0, false, nullptr, p.rotation(d, false));
   key.append(p.pre_rope ? in.key_pre_rope : in.key, in.key, pos.data(), in.n);
   value.append(in.value, in.value, pos.data(), in.n);
   HeadCache h = head_of(in);
@@ -124,9 +133,9 @@ HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) {
   HeadCache h = head_of(in);
   const float* key_src = p.pre_rope ? in.key_pre_rope : in.key;
   h.key = compress_tensor_ref(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope,
-                              p.rotation(in.head_dim, true));
+                              p.rotation(in.head_dim, true), p.nuq_key);
   h.value = compress_tensor_ref(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false,
-                                p.rotation(in.head_dim, false));
+                                p.rotation(in.head_dim, false), p.nuq_value);
   return h;
 }
 
@@ -147,7 +156,8 @@ void reconstruct_head(const HeadCache& h, const RopeContext& rope, float* key, f
   rebuild(h.value, value);
   if (h.key.pre_rope()) {
     if (!rope.table) throw InvalidInput("pre-RoPE keys need a RoPE table", {"", "rope", ""});
-    for (std::size_t i = 0; i < h.key.packed_rows(); ++i) {
+    const std::size_t coded = h.key.nuq_table() ? h.key.rows() : h.key.packed_rows();
+    for (std::size_t i = 0; i < coded; ++i) {
       apply_rope(key + i * d, 1, h.position(i), rope.layout, *rope.table);
     }
   }

@@ -29,6 +29,7 @@ PackedTensor::PackedTensor(std::size_t head_dim, DenseType dense) : d_(head_dim)
 }
 
 void PackedTensor::append_dense(const float* rows, std::size_t n) {
+  if (nuq_table_) throw InvalidInput("nuq rows go alone, under one table", {"", "rows", std::to_string(n)});
   if (type_ == DenseType::f32) {
     dense32_.insert(dense32_.end(), rows, rows + n * d_);
   } else {
@@ -49,8 +50,24 @@ void PackedTensor::append_ggml(const GgmlTypeInfo& type, const float* rows, std:
   for (std::size_t i = 0; i < n; ++i) ggml_quantize(type, rows + i * d_, d_, ggml_blocks_.data() + at + i * row_bytes);
 }
 
+void PackedTensor::append_nuq(std::shared_ptr<const NuqTable> table, const float* rows, std::size_t n) {
+  if ((nuq_table_ && nuq_table_ != table) || view_.rows > 0 || dense_rows_ > 0 || ggml_type_ || !table) {
+    throw InvalidInput("nuq rows go alone, under one table", {"", "rows", std::to_string(n)});
+  }
+  nuq_table_ = std::move(table);
+  nuq_encode(*nuq_table_, rows, n, d_, nuq_);
+}
+
+void PackedTensor::set_nuq(std::shared_ptr<const NuqTable> table, NuqRows rows) {
+  if (view_.rows > 0 || dense_rows_ > 0 || ggml_type_ || nuq_.rows > 0 || !table) {
+    throw InvalidInput("nuq rows go alone, under one table", {"", "rows", std::to_string(rows.rows)});
+  }
+  nuq_table_ = std::move(table);
+  nuq_ = std::move(rows);
+}
+
 void PackedTensor::append_ggml_blocks(const GgmlTypeInfo& type, const std::uint8_t* blocks, std::size_t n) {
-  if ((ggml_type_ && ggml_type_ != &type) || view_.rows > 0 || dense_rows_ > 0) {
+  if ((ggml_type_ && ggml_type_ != &type) || view_.rows > 0 || dense_rows_ > 0 || nuq_table_) {
     throw InvalidInput("ggml rows go alone, of one type", {"", "ggml type", type.name});
   }
   ggml_type_ = &type;
@@ -260,6 +277,13 @@ CacheBytes PackedTensor::stored_bytes() const {
   b.zeros = 2 * zero_.size();
   b.outliers = 2 * outlier_value_.size() + (view_.rows > 0 ? 2 * outlier_channel_.size() : 0);
   b.residual = (type_ == DenseType::f32 ? 4 : 2) * dense_rows_ * d_;
+  if (nuq_table_ && nuq_.rows > 0) {
+    b.codes += nuq_.code_bytes();
+    b.scales += nuq_table_->bytes() + nuq_.scale_bytes();
+    b.residual += nuq_.sink_bytes();
+    b.outliers += nuq_.outlier_bytes();
+    b.indices += nuq_.index_bytes();
+  }
   return b;
 }
 
@@ -272,6 +296,10 @@ TensorView PackedTensor::view() const {
     } else {
       t.ggml = {ggml_type_, ggml_blocks_.data(), ggml_rows_, ggml_scale_};
     }
+    return t;
+  }
+  if (nuq_table_) {
+    t.nuq = nuq_.view(*nuq_table_);
     return t;
   }
   t.packed = view_;

@@ -7,6 +7,7 @@
 // append_* calls below.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "akv/attention/kv_view.h"
@@ -48,6 +49,14 @@ class PackedTensor {
   // value times scale; one f32 scale per tensor, set before its first row (default 1).
   void set_ggml_scale(float scale) { ggml_scale_ = scale; }
   float ggml_scale() const { return ggml_scale_; }
+  // Appends n rows [n, head_dim] as KVQuant's non-uniform codes under `table` (quant/nuq.h
+  // nuq_encode; head_dim a multiple of 8). A tensor holds nuq rows only, of one table (the
+  // first call sets it).
+  void append_nuq(std::shared_ptr<const NuqTable> table, const float* rows, std::size_t n);
+  // nuq rows as stored (the cache file).
+  void set_nuq(std::shared_ptr<const NuqTable> table, NuqRows rows);
+  const NuqTable* nuq_table() const { return nuq_table_.get(); }
+  const NuqRows& nuq_rows() const { return nuq_; }
   // Removes the first n dense rows (after the caller quantized them into the packed part).
   void drop_dense_front(std::size_t n);
   // Removes dense row i by moving the last dense row into its place: O(head_dim), rows lose
@@ -71,7 +80,7 @@ class PackedTensor {
   std::size_t packed_rows() const { return view_.rows; }
   std::size_t dense_rows() const { return dense_rows_; }
   std::size_t ggml_rows() const { return ggml_rows_; }
-  std::size_t rows() const { return view_.rows + dense_rows_ + ggml_rows_; }
+  std::size_t rows() const { return view_.rows + dense_rows_ + ggml_rows_ + nuq_.rows; }
   std::size_t head_dim() const { return d_; }
   DenseType dense_type() const { return type_; }
   // The packed codes' bytes (without the padding behind them), scales and zeros (f16 bits).
@@ -95,7 +104,9 @@ class PackedTensor {
   void set_rotation(const Rotation& r) { rotation_ = r; }
   // Bytes the cache format stores per component: packed codes and ggml blocks, scales (fp8: the
   // tensor's f32 scale), zeros, outlier values and channel indices, dense rows (f16: 2 bytes, f32:
-  // 4 bytes per value).
+  // 4 bytes per value). nuq rows: codes; scales = the table (levels, key thresholds) and values'
+  // per-row offset and range; residual = the sink rows; outliers and indices = the sparse
+  // outliers, their channels and per-row counts (NuqRows).
   CacheBytes stored_bytes() const;
   std::uint64_t bytes() const { return stored_bytes().total(); }
   TensorView view() const;
@@ -123,6 +134,8 @@ class PackedTensor {
   float ggml_scale_ = 1.0f;
   std::vector<std::uint8_t> ggml_blocks_;
   std::size_t ggml_rows_ = 0;
+  std::shared_ptr<const NuqTable> nuq_table_;
+  NuqRows nuq_;
 };
 
 }  // namespace akv

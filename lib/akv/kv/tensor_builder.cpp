@@ -22,10 +22,18 @@ TensorBuilder::TensorBuilder(std::size_t head_dim, const TensorQuant& t, const Q
                              std::size_t n_outlier, bool pre_rope, const RopeContext* rope, const Rotation& rot)
     : d_(head_dim), quantize_(p.quantized()), t_(t), p_(p), n_out_(n_outlier), pre_rope_(pre_rope),
       rope_(pre_rope ? rope : nullptr), rot_(rot), store_(head_dim, DenseType::f16) {
+  if (p.method == Quantizer::nuq) throw std::logic_error("TensorBuilder: nuq rows take the NuqTable constructor");
   if (rot_.active() && pre_rope) {
     throw InvalidInput("rotation needs keys after RoPE (not with pre-rope)", {"", "--rotate", rotation_name(rot_.kind)});
   }
   store_.set_rotation(rot_);
+}
+
+TensorBuilder::TensorBuilder(std::size_t head_dim, std::shared_ptr<const NuqTable> table, bool pre_rope,
+                             const RopeContext* rope)
+    : d_(head_dim), quantize_(true), pre_rope_(pre_rope), rope_(pre_rope ? rope : nullptr), nuq_(std::move(table)),
+      store_(head_dim, DenseType::f16) {
+  if (!nuq_) throw std::logic_error("TensorBuilder: nuq rows need a table");
 }
 
 TensorBuilder::TensorBuilder(std::size_t head_dim, const GgmlTypeInfo& type, const Rotation& rot)
@@ -74,6 +82,18 @@ void TensorBuilder::append_rows(const float* src, const float* post, const std::
       set_scale(fp8_scale_for(a, *f));
     }
     store_.append_ggml(*ggml_, post, n);
+    return;
+  }
+  if (nuq_) {
+    const std::size_t first = store_.rows();
+    store_.append_nuq(nuq_, src, n);
+    if (rope_) {  // pre-RoPE keys: attention reads the decoded rows rotated
+      mirror_.resize((first + n) * d_);
+      dequantize_rows(store_.view(), d_, first, first + n, mirror_.data() + first * d_);
+      for (std::size_t r = 0; r < n; ++r) {
+        apply_rope(mirror_.data() + (first + r) * d_, 1, static_cast<std::size_t>(pos[r]), rope_->layout, *rope_->table);
+      }
+    }
     return;
   }
   if (quantize_ && store_.dense_rows() == 0) {

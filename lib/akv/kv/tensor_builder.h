@@ -41,6 +41,9 @@ class TensorBuilder {
   // pre_rope).
   TensorBuilder(std::size_t head_dim, const TensorQuant& t, const QuantParams& p, std::size_t n_outlier,
                 bool pre_rope, const RopeContext* rope, const Rotation& rot);
+  // Every row as KVQuant's non-uniform codes under `table` (quant/nuq.h), at once; pre_rope and
+  // rope as above.
+  TensorBuilder(std::size_t head_dim, std::shared_ptr<const NuqTable> table, bool pre_rope, const RopeContext* rope);
   // Every row as ggml blocks of `type` (ggml's reference quantizer), at once, rotated by rot.
   // fp8 types store x / scale: the scale is set_scale's, or else fixed by the first rows
   // appended, fp8_scale_for(max |stored row value|) (later rows beyond it saturate).
@@ -66,7 +69,8 @@ class TensorBuilder {
   TensorView view() const;  // pre-RoPE keys: their post-RoPE f32 rows (needs `rope`)
   std::uint64_t bytes() const { return store_.bytes(); }
   const PackedTensor& stored() const { return store_; }
-  bool pre_rope() const { return pre_rope_ && store_.packed_rows() > 0; }  // codes hold pre-RoPE keys
+  // Codes hold pre-RoPE keys.
+  bool pre_rope() const { return pre_rope_ && (store_.packed_rows() > 0 || store_.nuq_rows().rows > 0); }
   // The stored tensor (its pre_rope flag set as pre_rope() says), moved out: the builder is
   // spent.
   PackedTensor take();
@@ -86,6 +90,7 @@ class TensorBuilder {
   bool pre_rope_ = false;
   const RopeContext* rope_ = nullptr;
   const GgmlTypeInfo* ggml_ = nullptr;
+  std::shared_ptr<const NuqTable> nuq_;  // nuq: every row coded at once under this table
   bool scale_set_ = false;
   Rotation rot_;
   std::vector<float> rotated_;  // scratch: the rows of one append() rotated

@@ -20,6 +20,7 @@ void check_tensor(const TensorQuant& t, const char* which, const std::string& fi
 std::vector<std::string> CompressParams::input_files() const {
   std::vector<std::string> files;
   if (!calibration_file.empty()) files.push_back(calibration_file);
+  if (!codebook_file.empty()) files.push_back(codebook_file);
   if (eviction() && !eviction()->budgets_file.empty()) files.push_back(eviction()->budgets_file);
   if (eviction() && !eviction()->score.qfilters.empty()) files.push_back(eviction()->score.qfilters);
   if (eviction() && !eviction()->duo_heads.empty()) files.push_back(eviction()->duo_heads);
@@ -439,6 +440,10 @@ CompressParams resolve_params(const CompressRequest& r) {
     }
     CompressRequest q = r;
     q.method = quant;
+    if (quant == "nuq") {
+      throw UsageError("nuq codes every row of a sequence (its first tokens are its sinks): not with eviction",
+                       {"", "--quant", quant});
+    }
     CompressParams p = resolve_quant(q);
     p.mode = resolve_eviction(r.method, r.eviction);
     if (p.eviction()->every > 0 && (p.quantized() || p.rotate != RotationKind::none)) {
@@ -456,6 +461,40 @@ CompressParams resolve_params(const CompressRequest& r) {
 
 namespace {
 
+// UsageError `message` naming the first flag of the affine layout given (axes, group, residual,
+// rule, outlier channels, pre-RoPE keys, rotation): for methods whose layout is fixed.
+void refuse_layout_flags(const CompressRequest& r, const std::string& message) {
+  const std::pair<bool, const char*> flags[] = {
+      {r.key_axis || r.value_axis, "--key-axis/--value-axis"}, {r.group.has_value(), "--group"},
+      {r.residual.has_value(), "--residual"}, {r.quant_rule.has_value(), "--quant-rule"},
+      {r.outlier_fraction.has_value(), "--outlier-fraction"}, {r.pre_rope, "--pre-rope"},
+      {r.rotate.has_value(), "--rotate"}, {r.rotate_seed.has_value(), "--rotate-seed"}};
+  for (const auto& [given, flag] : flags) {
+    if (given) throw UsageError(message, {"", flag, r.method});
+  }
+}
+
+// KVQuant's nuq: every row coded at once under a calibration's codebooks, keys before RoPE.
+CompressParams resolve_nuq(const CompressRequest& r) {
+  refuse_layout_flags(r, "flag has no effect with nuq (its layout is KVQuant's; keys always before RoPE)");
+  if (!r.calibration) {
+    throw UsageError("nuq needs calibration=calib.json: the codebooks `akv calibrate` fits on dumps with key_pre_rope",
+                     {"", "calibration", ""});
+  }
+  CompressParams p;
+  p.method = Quantizer::nuq;
+  p.key = {3, QuantAxis::channel, 1};
+  p.value = {3, QuantAxis::token, 1};
+  if (r.bits) p.key.bits = p.value.bits = static_cast<int>(*r.bits);
+  if (r.bits_key) p.key.bits = static_cast<int>(*r.bits_key);
+  if (r.bits_value) p.value.bits = static_cast<int>(*r.bits_value);
+  p.residual = 0;
+  p.pre_rope = true;
+  p.codebook_file = *r.calibration;
+  validate_params(p, "");
+  return p;
+}
+
 CompressParams resolve_quant(const CompressRequest& r) {
   CompressParams p;
   const MethodInfo* info = find_method(r.method);
@@ -469,6 +508,8 @@ CompressParams resolve_quant(const CompressRequest& r) {
     p.residual = 0;
   } else if (r.method == "kivi" || preset) {
     p.method = Quantizer::kivi;
+  } else if (r.method == "nuq") {
+    return resolve_nuq(r);
   } else {
     throw InvalidInput("unknown method (expected " + method_list() + ")", {"", "--method", r.method});
   }
@@ -477,14 +518,7 @@ CompressParams resolve_quant(const CompressRequest& r) {
   };
   if (p.method == Quantizer::none) {
     refuse(r.bits || r.bits_key || r.bits_value, "--bits");
-    refuse(r.key_axis || r.value_axis, "--key-axis/--value-axis");
-    refuse(r.group.has_value(), "--group");
-    refuse(r.residual.has_value(), "--residual");
-    refuse(r.quant_rule.has_value(), "--quant-rule");
-    refuse(r.outlier_fraction.has_value(), "--outlier-fraction");
-    refuse(r.pre_rope, "--pre-rope");
-    refuse(r.rotate.has_value(), "--rotate");
-    refuse(r.rotate_seed.has_value(), "--rotate-seed");
+    refuse_layout_flags(r, "flag has no effect with this method");
     p.residual = 0;
     return p;
   }
@@ -528,6 +562,14 @@ CompressParams CompressParams::for_head(std::size_t layer, std::size_t head, std
   p.preset = preset;
   p.mode = mode;
   p.calibration_file = calibration_file;
+  p.codebook_file = codebook_file;
+  p.codebooks = codebooks;
+  if (method == Quantizer::nuq && codebooks) {
+    const NuqCalibration& k = codebooks->key.at(layer);
+    const std::size_t d = k.upper.size() / n_kv_heads;
+    p.nuq_key = std::make_shared<const NuqTable>(nuq_table(k, codebooks->sparsity, codebooks->sink, head * d, d));
+    p.nuq_value = std::make_shared<const NuqTable>(nuq_table(codebooks->value.at(layer), codebooks->sparsity, codebooks->sink, 0, 0));
+  }
   if (!head_bits.empty()) {
     const auto& b = head_bits.at(layer * n_kv_heads + head);
     if (b.first == 16) {  // joint allocation chose f16 for this head
@@ -574,6 +616,7 @@ nlohmann::json CompressParams::to_json() const {
     j["head_bits"] = head_bits;
     j["calibration"] = calibration_file;
   }
+  if (method == Quantizer::nuq) j["calibration"] = codebook_file;
   return j;
 }
 
@@ -587,6 +630,9 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
       p.method = Quantizer::uniform;
     } else if (m == "kivi") {
       p.method = Quantizer::kivi;
+    } else if (m == "nuq") {
+      p.method = Quantizer::nuq;
+      p.codebook_file = j.at("calibration").get<std::string>();
     } else if (m == "tiered") {
       p.method = Quantizer::kivi;
       p.mode = TieredParams::from_json(j.at("tiered"), file);

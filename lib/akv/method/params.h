@@ -2,7 +2,7 @@
 // Compression methods and their parameters (what `akv compress` is told, and what a cache file
 // records). See docs/compress.md.
 //
-//   none, uniform, kivi: the quantizers (quant/quant_params.h).
+//   none, uniform, kivi, nuq: the quantizers (quant/quant_params.h).
 // Presets: kivi-2, kivi-4 (kivi with 2/2 or 4/4 bits), k4v2, k4v3 (kivi, 4-bit keys, 2/3-bit values).
 //   tiered   hot f16 / warm quantized / cold int2 tiers with importance-scored migration, in the
 //            model's decode loop (kv/tiered.h); presets quality, balanced, compact
@@ -10,6 +10,7 @@
 //   ggml     llama.cpp's KV cache types (k=, v=: f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl), in the
 //            model's decode loop (kv/ggml_cache.h).
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -40,6 +41,10 @@ struct CompressParams : QuantParams {
   // for every head.
   std::vector<std::pair<int, int>> head_bits;
   std::string calibration_file;
+  // nuq: the calibration file holding its codebooks (calibration=), and the codebooks read from
+  // it for the shape at hand (the runtime cache reads them; for_head gives each head its tables).
+  std::string codebook_file;
+  std::shared_ptr<const NuqCodebooks> codebooks;
 
   const EvictionParams* eviction() const { return std::get_if<EvictionParams>(&mode); }
   const TieredParams* tiered() const { return std::get_if<TieredParams>(&mode); }

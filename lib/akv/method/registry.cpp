@@ -89,6 +89,10 @@ const std::vector<MethodInfo>& method_registry() {
       {"none", K::quantizer, "f16 copy of K and V: the baseline every ratio is measured against"},
       {"uniform", K::quantizer, "one bit width for K and V, per-token groups, no residual window"},
       {"kivi", K::quantizer, "KIVI: keys per channel, values per token, the last R tokens in f16"},
+      {"nuq", K::quantizer,
+       "KVQuant: non-uniform levels per layer fitted by `akv calibrate` (calibration=calib.json), keys before "
+       "RoPE normalized per channel, values per token, ~1% outliers and the first token kept exact; bits 2, 3, "
+       "4 or 8 (default 3)"},
       preset("kivi-2", "kivi with 2-bit keys and values", 2, 2),
       preset("kivi-4", "kivi with 4-bit keys and values", 4, 4),
       preset("k4v2", "kivi with 4-bit keys, 2-bit values", 4, 2),
@@ -218,7 +222,8 @@ const std::vector<ParamInfo>& param_registry() {
       {"rotate-seed", S::quant, P::Integer([](CompressRequest& r) -> auto& { return r.rotate_seed; }),
        "seed of rotate=random's signs (default 0)", 0, {}, false, false, {}, {}},
       {"calibration", S::quant, P::Text([](CompressRequest& r) -> auto& { return r.calibration; }),
-       "per-head key/value bits from `akv calibrate -o calib.json` (kivi layout; replaces bits)", {}, {},
+       "a calibration file from `akv calibrate -o calib.json`: per-head key/value bits (kivi layout; replaces "
+       "bits), fp8's scales, or nuq's codebooks (bits picks them)", {}, {},
        false, false, {}, {}},
       // Eviction.
       {"quant", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.quant; }),

@@ -9,6 +9,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/kv/stored_head.h"
+#include "akv/quant/pack.h"
 #include "akv/model/hf_config.h"
 
 namespace akv {
@@ -28,9 +29,30 @@ double tensor_bytes(const TensorQuant& t, const QuantParams& p, std::size_t d, s
   return b + 2.0 * static_cast<double>((n - q) * d);
 }
 
+// A nuq tensor of one head after n tokens (kv/stored_tensor.h; bytes in NuqRows): the first
+// `sink` rows in f16, the others a code per value, a u16 outlier count and, for values, an f32
+// offset and range; outliers (f16 value + u16 channel) as KVQuant's sparsity threshold s makes
+// them: keys (1 - s) d per row (the calibration's percentiles; the data decides), values the
+// 2 (d - 1 - floor(t (d - 1))) beyond a row's own quantiles (t = 1 - (1 - s) / 2); the table
+// (2^bits f32 levels; keys 2 f16 thresholds per channel). s and sink: the calibration's when
+// read, else KVQuant's 0.99 and 1.
+double nuq_tensor_bytes(const QuantParams& p, const NuqCodebooks* books, bool key, std::size_t d, std::size_t n) {
+  const int bits = key ? p.key.bits : p.value.bits;
+  const double s = books ? books->sparsity : 0.99;
+  const std::size_t sink = std::min(n, books ? books->sink : std::size_t{1}), coded = n - sink;
+  const double t = 1.0 - (1.0 - s) / 2.0, dd = static_cast<double>(d);
+  const double outliers = key ? (1.0 - s) * dd : 2.0 * (dd - 1.0 - std::floor(t * (dd - 1.0)));
+  const double per_row = static_cast<double>(packed_size(d, bits)) + 2.0 + (key ? 0.0 : 8.0) + 4.0 * outliers;
+  const double table = n > 0 ? 4.0 * static_cast<double>(std::size_t{1} << bits) + (key ? 4.0 * dd : 0.0) : 0.0;
+  return table + 2.0 * dd * static_cast<double>(sink) + per_row * static_cast<double>(coded);
+}
+
 // Keys and values of one head holding n tokens, quantized (or f16) per p, without eviction.
 double head_bytes(const CompressParams& p, std::size_t d, std::size_t n) {
   if (!p.quantized()) return 4.0 * static_cast<double>(d * n);
+  if (p.method == Quantizer::nuq) {
+    return nuq_tensor_bytes(p, p.codebooks.get(), true, d, n) + nuq_tensor_bytes(p, p.codebooks.get(), false, d, n);
+  }
   const std::size_t n_out = outlier_count(p.outlier_fraction, d);
   return tensor_bytes(p.key, p, d, n_out, n) + tensor_bytes(p.value, p, d, 0, n);
 }

@@ -16,6 +16,7 @@ std::string quantizer_name(Quantizer q) {
     case Quantizer::none: return "none";
     case Quantizer::uniform: return "uniform";
     case Quantizer::kivi: return "kivi";
+    case Quantizer::nuq: return "nuq";
   }
   return "?";
 }

@@ -3,9 +3,11 @@
 // rows of a tensor it quantizes; the stored form of a head is kv/stored_head.h.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "akv/quant/affine.h"
+#include "akv/quant/nuq.h"
 #include "akv/quant/rotation.h"
 
 namespace akv {
@@ -14,7 +16,9 @@ namespace akv {
 //   none     f16 copy of K and V: the baseline every ratio is measured against.
 //   uniform  one bit width for K and V, groups along the token axis, no residual window.
 //   kivi     KIVI: keys per channel, values per token, the most recent R tokens in f16.
-enum class Quantizer { none, uniform, kivi };
+//   nuq      KVQuant's non-uniform codebooks (quant/nuq.h): every row coded at once under a
+//            table a calibration fitted (nuq_key, nuq_value), no residual window.
+enum class Quantizer { none, uniform, kivi, nuq };
 std::string quantizer_name(Quantizer q);
 
 // Quantization of one tensor (keys or values).
@@ -35,6 +39,9 @@ struct QuantParams {
   bool pre_rope = false;         // quantize keys before RoPE (needs key_pre_rope in the dump)
   RotationKind rotate = RotationKind::none;  // rows rotated before quantization (rotation.h)
   std::uint64_t rotate_seed = 0;             // random rotation's signs
+  // nuq: the codebooks of one head's keys and values (bits as key.bits / value.bits), set per
+  // head from a calibration.
+  std::shared_ptr<const NuqTable> nuq_key, nuq_value;
 
   bool quantized() const { return method != Quantizer::none; }
   // The rotation of the key or value tensor of a head (none unless quantized and rotate is set).
@@ -51,6 +58,7 @@ struct QuantParams {
 std::size_t quantized_rows(std::size_t n, QuantAxis axis, std::size_t group, std::size_t residual,
                            QuantRule rule);
 inline std::size_t quantized_rows(std::size_t n, const TensorQuant& t, const QuantParams& p) {
+  if (p.method == Quantizer::nuq) return n;
   return p.quantized() ? quantized_rows(n, t.axis, t.group, p.residual, p.rule) : 0;
 }
 
