@@ -20,6 +20,16 @@ assert abs(rows["ggml-q4_0"]["cache_mb"] - 2 * 2 * 256 * 64 / 32 * 18 / 1e6) < 1
 assert 0 < rows["ggml-q8_0"]["err_vs_f32"] < rows["ggml-q4_0"]["err_vs_f32"] < 0.5, rows
 print("vs f32 ok")
 PY
+# KVQuant's codes (nuq<b>: codebooks fitted on the bench's rows): their error against the f32 rows
+# falls with the bits, and 4-bit codes do better than KIVI's 3-bit ones.
+expect "bench attention times nuq caches" 0 "nuq ok" bash -c "'$AKV' bench attention \
+  --contexts 256 --head-dims 64 --gqa 2 --kv-heads 2 --variants f32,nuq2,nuq4,q3 --repeat 2 --warmup 0 \
+  --min-sample 0 --stream-mb 16 --json -o '$TMP/n.json' && '$PY' - '$TMP/n.json'" <<'PY'
+import json, sys
+rows = {r["variant"]: r for r in json.load(open(sys.argv[1]))["rows"]}
+assert 0 < rows["nuq4"]["err_vs_f32"] < rows["q3"]["err_vs_f32"] < rows["nuq2"]["err_vs_f32"] < 0.5, rows
+print("nuq ok")
+PY
 # Method specs as variants: each stored as its method stores it, so the spec and the bench name of
 # one layout give the same bytes and the same error; a uniform spec keeps its own layout (per-token
 # keys, no residual); eviction methods are not one layout.

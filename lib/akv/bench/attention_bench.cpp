@@ -20,6 +20,7 @@
 #include "akv/method/ggml_params.h"
 #include "akv/method/params.h"
 #include "akv/method/registry.h"
+#include "akv/quant/nuq.h"
 #include "akv/quant/outliers.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/ggml_quant.h"
@@ -40,11 +41,12 @@ struct Variant {
   const GgmlTypeInfo* ggml = nullptr;
   const GgmlTypeInfo* ggml_value = nullptr;
   std::optional<QuantParams> quant;    // a method spec's quantizer (otherwise KIVI at the bench's group and residual)
+  bool nuq = false;  // nuq<b>: KVQuant's codes (quant/nuq.h) under codebooks fitted on the bench's own rows
   RotationKind rotate = RotationKind::none;  // a ggml spec's rotation (a quantizer's is in `quant`)
   std::uint64_t rotate_seed = 0;
   // Codes the integer loops read (2 or 4 bits) on keys or values.
   bool int8_reads() const {
-    return !dense && !ggml && (bits_key == 2 || bits_key == 4 || bits_value == 2 || bits_value == 4);
+    return !dense && !ggml && !nuq && (bits_key == 2 || bits_key == 4 || bits_value == 2 || bits_value == 4);
   }
   std::string label() const { return name + "@" + isa_name(isa) + (mode == AttentionMode::int8 ? "/int8" : ""); }
 };
@@ -93,7 +95,7 @@ Variant parse_variant(const std::string& s) {
       x = -1;
     }
     if (!is_supported_bits(x)) {
-      throw InvalidInput("unknown variant (f32, f16, q<b>, k<b>v<b>; b in 2, 3, 4, 8; ggml-<type>: q8_0, q4_0, q4_1, "
+      throw InvalidInput("unknown variant (f32, f16, q<b>, k<b>v<b>, nuq<b>; b in 2, 3, 4, 8; ggml-<type>: q8_0, q4_0, q4_1, "
                          "q5_0, q5_1, iq4_nl; or a method spec: " + std::string(kFullMethod) + ", " +
                          method_list({MethodKind::quantizer, MethodKind::preset, MethodKind::ggml}) + ")",
                          {"", "--variants", s});
@@ -105,6 +107,10 @@ Variant parse_variant(const std::string& s) {
     v.ggml = v.ggml_value = &ggml_cache_type(s.substr(5), 128, "", "--variants");
     v.dense = false;
     v.bits_key = v.bits_value = static_cast<int>(8 * v.ggml->bytes / v.ggml->block);  // whole bits (4.5 -> 4)
+  } else if (s.size() == 4 && s.rfind("nuq", 0) == 0) {
+    v.dense = false;
+    v.nuq = true;
+    v.bits_key = v.bits_value = bits(s.substr(3));
   } else if (s == "f32") {
     v.type = DenseType::f32;
     v.bits_key = v.bits_value = 32;
@@ -172,6 +178,14 @@ std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
     } else if (v.dense) {
       c->key.emplace_back(s.d, v.type);
       c->value.emplace_back(s.d, v.type);
+    } else if (v.nuq) {
+      // KVQuant's defaults: sparsity threshold 0.99, the first token in f16; keys per channel.
+      const auto fit = [&](const float* rows, bool key, int bits) {
+        return std::make_shared<const NuqTable>(
+            nuq_table(calibrate_nuq(rows, n, s.d, bits, key, 0.99, 1), 0.99, 1, 0, key ? s.d : 0));
+      };
+      c->key.emplace_back(s.d, fit(s.k(h), true, v.bits_key), false, nullptr);
+      c->value.emplace_back(s.d, fit(s.v(h), false, v.bits_value), false, nullptr);
     } else {
       c->key.emplace_back(s.d, p.key, p, n_out, false, nullptr, p.rotation(s.d, true));
       c->value.emplace_back(s.d, p.value, p, 0, false, nullptr, p.rotation(s.d, false));

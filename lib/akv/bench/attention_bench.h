@@ -18,7 +18,8 @@ struct AttentionBenchOptions {
   std::vector<std::size_t> head_dims = {64, 128};
   std::vector<std::size_t> gqa = {1, 4};  // query heads per KV head
   std::size_t kv_heads = 8, residual = 128, group = 32;
-  // f32, f16, q<b> (keys and values at b bits) or k<b>v<b>; b in 2, 3, 4, 8.
+  // f32, f16, q<b> (keys and values at b bits), k<b>v<b> or nuq<b> (KVQuant's codes under
+  // codebooks fitted on the bench's rows); b in 2, 3, 4, 8.
   std::vector<std::string> variants = {"f32", "f16", "q8", "q4", "q3", "q2"};
   // Instruction sets to time every variant with: "best" (what the CPU has), "avx512",
   // "avx2", "generic" (the scalar loops); unavailable ones are refused.

@@ -335,11 +335,14 @@ void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t
     }
     const std::size_t q = r - v.sink_rows;
     unpack_codes(v.codes + q * row_bytes, width, t.bits, code.data());
-    for (std::size_t j = 0; j < width; ++j) {
-      const float off = t.per_channel ? offset[j] : v.offset[q], rg = t.per_channel ? range[j] : v.range[q];
-      const float x = t.levels[code[j]] * rg + off;
-      o[j] = std::isfinite(x) ? round16(x) : 0.0f;
+    if (t.per_channel) {
+      for (std::size_t j = 0; j < width; ++j) o[j] = t.levels[code[j]] * range[j] + offset[j];
+    } else {
+      const float rg = v.range[q], off = v.offset[q];
+      for (std::size_t j = 0; j < width; ++j) o[j] = t.levels[code[j]] * rg + off;
     }
+    for (std::size_t j = 0; j < width; ++j) o[j] = std::isfinite(o[j]) ? o[j] : 0.0f;
+    round_through_f16(o, width);  // the row rounded to f16 at once (vector conversions)
     for (std::uint32_t e = q == 0 ? 0 : v.outlier_end[q - 1]; e < v.outlier_end[q]; ++e) {
       o[v.outlier_channel[e]] = f16_to_f32_ref(v.outlier_value[e]);
     }
