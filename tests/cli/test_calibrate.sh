@@ -211,6 +211,24 @@ expect_error "eviction with quant=nuq" 1 "not with eviction" \
   "$TMP/calib.json" "$TMP/bad_nuq.json"
 expect_error "nuq levels out of order" 2 "nuq.layers\[1\].key_levels.3\[2\]" \
   "$AKV" compress -q "$d" -o "$o/n.h5" -m nuq --calibration "$TMP/bad_nuq.json"
+# Sensitivity weights (KVQuant's Fisher information) from the dump: the fit uses them.
+cp "$d" "$TMP/fisher.h5"
+"$PY" -c 'import h5py, numpy as np, sys
+f = h5py.File(sys.argv[1], "r+")
+for l in range(2):
+    for name, src in (("key_fisher", "key_pre_rope"), ("value_fisher", "value")):
+        x = f["layers/%d/%s" % (l, src)][...].astype(np.float32)
+        f["layers/%d/%s" % (l, name)] = 1 + x * x' "$TMP/fisher.h5"
+"$AKV" calibrate -q "$TMP/fisher.h5" -o "$TMP/calib_fisher.json" >/dev/null
+"$AKV" calibrate -q "$d" -o "$TMP/calib_d.json" >/dev/null
+fisher_check=$("$PY" -c 'import json, sys
+a, b = json.load(open(sys.argv[1]))["nuq"], json.load(open(sys.argv[2]))["nuq"]
+print(a["weights"].startswith("fisher"), b["weights"] == "none", a["layers"][0]["key_levels"] != b["layers"][0]["key_levels"],
+      a["layers"][0]["key_upper"] == b["layers"][0]["key_upper"])' "$TMP/calib_fisher.json" "$TMP/calib_d.json")
+expect_equal "calibrate: the dump's Fisher weights move the levels, not the thresholds" "$fisher_check" "True True True True"
+"$PY" -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); f["layers/1/value_fisher"][0, 3, 5] = -1' "$TMP/fisher.h5"
+expect_error "calibrate: a negative Fisher weight" 2 "/layers/1/value_fisher\[197\] = -1" \
+  "$AKV" calibrate -q "$TMP/fisher.h5" -o "$o/c.json"
 cp "$d" "$TMP/flat.h5"
 "$PY" -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); f["layers/1/key_pre_rope"][...] = 0' "$TMP/flat.h5"
 "$AKV" calibrate -q "$TMP/flat.h5" -o "$TMP/calib_flat.json" >/dev/null

@@ -376,4 +376,52 @@ TEST_CASE("KVQuant nuq: thresholds, k-means and reconstruction against KVQuant's
     }
     CHECK(head_differ == 0);
   }
+  // Sensitivity-weighted fits (KVQuant's Fisher weights; here 1 + x^2 of each element, in f32):
+  // akv's levels fit the weighted values at least as well as KVQuant's (within 0.1%).
+  for (const nlohmann::json& c : g["weighted"]) {
+    const bool key = c["tensor"] == "key";
+    const auto layer = c["layer"].get<std::size_t>();
+    const int bits = c["bits"].get<int>();
+    CAPTURE(layer, key, bits);
+    const Tensor3 t = dump.read(layer, key ? DumpField::key_pre_rope : DumpField::value);
+    const std::size_t n = t.dim1(), d = t.dim2(), H = t.dim0(), C = H * d;
+    std::vector<float> rows(n * C), w(n * C);
+    for (std::size_t h = 0; h < H; ++h) {
+      for (std::size_t i = 0; i < n; ++i) std::copy(t.row(h, i), t.row(h, i) + d, rows.data() + i * C + h * d);
+    }
+    for (std::size_t e = 0; e < n * C; ++e) w[e] = 1.0f + rows[e] * rows[e];
+    const NuqCalibration mine = calibrate_nuq(rows.data(), n, C, bits, key, sparsity, sink, w.data());
+    // The values and weights the fit saw, as calibrate_nuq selects them.
+    std::vector<double> values, weights;
+    for (std::size_t i = sink; i < n; ++i) {
+      for (std::size_t j = 0; j < C; ++j) {
+        double up = 0, lo = 0;
+        if (key) {
+          up = mine.upper[j];
+          lo = mine.lower[j];
+        } else {
+          std::vector<double> r(rows.begin() + static_cast<std::ptrdiff_t>(i * C), rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * C));
+          std::sort(r.begin(), r.end());
+          up = percentile_sorted(r.data(), C, (1.0 - (1.0 - sparsity) / 2.0) * 100.0);
+          lo = percentile_sorted(r.data(), C, (1.0 - (1.0 - (1.0 - sparsity) / 2.0)) * 100.0);
+        }
+        const double y = (rows[i * C + j] - (up + lo) / 2.0) / ((up - lo) / 2.0);
+        if (y >= -1.0 && y <= 1.0) {
+          values.push_back(static_cast<float>(y));
+          weights.push_back(w[i * C + j]);
+        }
+      }
+    }
+    CHECK(values.size() == c["kmeans_values"].get<std::size_t>());
+    std::vector<double> theirs;
+    for (const auto& h : c["levels"]) theirs.push_back(hex_f32(h.get<std::string>()));
+    const double their_cost = c["kmeans_cost"].get<double>();
+    CHECK(kmeans_1d_cost(values, weights, theirs) == Approx(their_cost).epsilon(1e-6));
+    const std::vector<double> mine_levels(mine.levels.begin(), mine.levels.end());
+    CHECK(kmeans_1d_cost(values, weights, mine_levels) <= their_cost * 1.001);
+    // Unweighted levels fit the weighted values worse than the weighted ones.
+    const NuqCalibration plain = calibrate_nuq(rows.data(), n, C, bits, key, sparsity, sink);
+    CHECK(kmeans_1d_cost(values, weights, std::vector<double>(plain.levels.begin(), plain.levels.end())) >
+          kmeans_1d_cost(values, weights, mine_levels));
+  }
 }

@@ -538,8 +538,8 @@ TEST_CASE("nuq: 1-D k-means, fast path against the plain rounds and against brut
     }
   }
   // Lloyd's rounds never raise the cost (a local optimum, as scikit-learn's KMeans finds; the 1-D
-  // optimum is not guaranteed: quantile seeds of {-2, -1.9, 0, 0.1, 0.2, 3} stop at {-1.95, 0.825},
-  // cost 6.33, where {-0.72, 3} costs 5.07).
+  // optimum is not guaranteed). Quantile seeds of {-2, -1.9, 0, 0.1, 0.2, 3} stop at {-1.95, 0.825},
+  // cost 6.33; the evenly spaced seeding reaches {-0.72, 3}, cost 5.07, and the better one is kept.
   for (int trial = 0; trial < 200; ++trial) {
     std::vector<double> x(2 + r.below(40));
     for (auto& v : x) v = r.normal();
@@ -552,8 +552,10 @@ TEST_CASE("nuq: 1-D k-means, fast path against the plain rounds and against brut
   }
   const std::vector<double> stuck = {-2.0, -1.9, 0.0, 0.1, 0.2, 3.0};
   const std::vector<double> c = kmeans_1d(stuck, {}, 2);
-  CHECK(c[0] == Approx(-1.95));
-  CHECK(c[1] == Approx(0.825));
+  CHECK(c[0] == Approx(-0.72));
+  CHECK(c[1] == Approx(3.0));
+  CHECK(kmeans_1d_cost(stuck, {}, c) == Approx(5.068));
+  CHECK(kmeans_1d_cost(stuck, {}, {-1.95, 0.825}) == Approx(6.3325));
   CHECK(kmeans_1d({3.0, 3.0, 3.0}, {}, 4) == std::vector<double>{3.0, 3.0, 3.0, 3.0});
   CHECK_THROWS_AS(kmeans_1d({}, {}, 2), InvalidInput);
 }

@@ -54,6 +54,7 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
                     {"key_levels", kl}, {"value_levels", vl}});
     }
     j["nuq"] = {{"sparsity", q.sparsity}, {"sink", q.sink}, {"bits", q.bits},
+                {"weights", q.fisher ? "fisher: the dumps' key_fisher and value_fisher" : "none"},
                 {"keys", "key_pre_rope, thresholds per channel"}, {"values", "thresholds per token and KV head"},
                 {"layers", ls}};
   }

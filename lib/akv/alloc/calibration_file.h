@@ -34,6 +34,7 @@ struct CalibrationNuq {
   double sparsity = 0.99;
   std::size_t sink = 1;
   std::vector<int> bits;                                 // ascending
+  bool fisher = false;                                   // fitted with the dumps' Fisher weights
   std::vector<std::vector<NuqCalibration>> key, value;  // [layer][bits index]; keys per channel
 };
 

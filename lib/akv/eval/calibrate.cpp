@@ -190,6 +190,7 @@ struct Setup {
   std::vector<DumpMeta> metas;
   bool duo = false;  // every dump longer than duo_sinks + duo_window: DuoAttention head scores measured
   bool nuq = false;  // nuq bits asked for and every dump has key_pre_rope: codebooks fitted
+  bool fisher = false;  // every dump has key_fisher and value_fisher: the nuq fit's weights
 };
 
 // KVQuant's codebooks of one layer: [bits index], keys per channel, values per token and KV head;
@@ -229,10 +230,12 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   std::sort(st.opt.nuq_bits.begin(), st.opt.nuq_bits.end());
   st.opt.nuq_bits.erase(std::unique(st.opt.nuq_bits.begin(), st.opt.nuq_bits.end()), st.opt.nuq_bits.end());
   st.nuq = !st.opt.nuq_bits.empty();
+  st.fisher = true;
   for (const auto& path : dumps) {
     DumpReader r(path);
     const DumpMeta& m = r.meta();
     st.nuq = st.nuq && r.has_key_pre_rope();
+    st.fisher = st.fisher && r.has_fisher();
     if (!st.metas.empty() && (m.n_layers != st.metas[0].n_layers || m.n_kv_heads != st.metas[0].n_kv_heads ||
                               m.n_heads != st.metas[0].n_heads || m.head_dim != st.metas[0].head_dim)) {
       throw InvalidInput("dumps of different model shapes", {path, "n_layers/n_heads/n_kv_heads/head_dim"});
@@ -348,23 +351,41 @@ std::vector<LayerNuq> fit_layer_nuq(const std::vector<std::string>& dumps, const
   }
   const DumpMeta& m0 = st.metas[0];
   const std::size_t H = m0.n_kv_heads, d = m0.head_dim, C = H * d, B = o.nuq_bits.size();
-  std::vector<float> key(rows * C), value(rows * C);
+  std::vector<float> key(rows * C), value(rows * C), key_w(st.fisher ? rows * C : 0), value_w(key_w.size());
   std::vector<LayerNuq> out;
-  Tensor3 k, v;
+  Tensor3 k, v, kw, vw;
   for (std::size_t l = lo; l < hi; ++l) {
     std::size_t sink_at = 0, rest_at = sinks;
     for (const DumpReader& r : readers) {
       r.read_into(k, l, DumpField::key_pre_rope);
       r.read_into(v, l, DumpField::value);
+      if (st.fisher) {
+        r.read_into(kw, l, DumpField::key_fisher);
+        r.read_into(vw, l, DumpField::value_fisher);
+        for (const auto& [w, field] : {std::pair{&kw, DumpField::key_fisher}, std::pair{&vw, DumpField::value_fisher}}) {
+          const auto neg = std::find_if(w->data(), w->data() + w->size(), [](float x) { return x < 0.0f; });
+          if (neg != w->data() + w->size()) {
+            throw InvalidInput("sensitivity weights must be >= 0",
+                               {r.path(), dump_dataset_path(l, field) + "[" + std::to_string(neg - w->data()) + "]",
+                                format_number(*neg)});
+          }
+        }
+      }
       const std::size_t n = k.dim1(), s = std::min(o.nuq_sink, n);
       for (std::size_t t = 0; t < n; ++t) {
         const std::size_t row = t < s ? sink_at++ : rest_at++;
         for (std::size_t h = 0; h < H; ++h) {
           std::copy_n(k.row(h, t), d, key.data() + row * C + h * d);
           std::copy_n(v.row(h, t), d, value.data() + row * C + h * d);
+          if (st.fisher) {
+            std::copy_n(kw.row(h, t), d, key_w.data() + row * C + h * d);
+            std::copy_n(vw.row(h, t), d, value_w.data() + row * C + h * d);
+          }
         }
       }
     }
+    const float* kwp = st.fisher ? key_w.data() : nullptr;
+    const float* vwp = st.fisher ? value_w.data() : nullptr;
     LayerNuq ln;
     ln.key.resize(B);
     ln.value.resize(B);
@@ -373,9 +394,9 @@ std::vector<LayerNuq> fit_layer_nuq(const std::vector<std::string>& dumps, const
       const int bits = o.nuq_bits[i % B];
       try {
         if (i < B) {
-          ln.key[i] = calibrate_nuq(key.data(), rows, C, bits, true, o.nuq_sparsity, sinks);
+          ln.key[i] = calibrate_nuq(key.data(), rows, C, bits, true, o.nuq_sparsity, sinks, kwp);
         } else {
-          ln.value[i - B] = calibrate_nuq(value.data(), rows, C, bits, false, o.nuq_sparsity, sinks, nullptr, d);
+          ln.value[i - B] = calibrate_nuq(value.data(), rows, C, bits, false, o.nuq_sparsity, sinks, vwp, d);
         }
       } catch (const InvalidInput& e) {
         failed[i] = "layer " + std::to_string(l) + (i < B ? " keys: " : " values: ") + e.what();
@@ -516,6 +537,7 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
     q.sparsity = opt.nuq_sparsity;
     q.sink = opt.nuq_sink;
     q.bits = opt.nuq_bits;
+    q.fisher = st.fisher;
     for (const LayerNuq& ln : nuq) {
       q.key.push_back(ln.key);
       q.value.push_back(ln.value);

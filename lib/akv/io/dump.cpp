@@ -74,6 +74,8 @@ std::string dump_field_name(DumpField f) {
     case DumpField::value: return "value";
     case DumpField::query: return "query";
     case DumpField::key_pre_rope: return "key_pre_rope";
+    case DumpField::key_fisher: return "key_fisher";
+    case DumpField::value_fisher: return "value_fisher";
   }
   return "?";
 }
@@ -88,6 +90,8 @@ const DumpDatasetInfo& DumpLayerInfo::field(DumpField f) const {
     case DumpField::value: return value;
     case DumpField::query: return query;
     case DumpField::key_pre_rope: return key_pre_rope;
+    case DumpField::key_fisher: return key_fisher;
+    case DumpField::value_fisher: return value_fisher;
   }
   return key;
 }
@@ -182,9 +186,12 @@ void DumpReader::read_layer_info(std::size_t l) {
     }
     meta_.n_query = n_query;
   }
-  if (h5::link_exists(file_.get(), dump_dataset_path(l, DumpField::key_pre_rope))) {
-    check(DumpField::key_pre_rope, info.key_pre_rope, meta_.n_kv_heads, "kv heads", "n_kv_heads",
-          meta_.n_tokens, "tokens");
+  for (const auto& [field, info_of] : {std::pair{DumpField::key_pre_rope, &info.key_pre_rope},
+                                       std::pair{DumpField::key_fisher, &info.key_fisher},
+                                       std::pair{DumpField::value_fisher, &info.value_fisher}}) {
+    if (h5::link_exists(file_.get(), dump_dataset_path(l, field))) {
+      check(field, *info_of, meta_.n_kv_heads, "kv heads", "n_kv_heads", meta_.n_tokens, "tokens");
+    }
   }
   const std::string proj_path = group + "/o_proj";
   if (h5::link_exists(file_.get(), proj_path)) {
@@ -257,6 +264,13 @@ void DumpReader::read_optional_vectors() {
 bool DumpReader::has_key_pre_rope() const {
   for (const auto& l : layers_) {
     if (!l.key_pre_rope.present) return false;
+  }
+  return !layers_.empty();
+}
+
+bool DumpReader::has_fisher() const {
+  for (const auto& l : layers_) {
+    if (!l.key_fisher.present || !l.value_fisher.present) return false;
   }
   return !layers_.empty();
 }
@@ -474,6 +488,9 @@ void DumpWriter::write(std::size_t layer, DumpField f, std::size_t head_begin,
   if (layer >= m.meta.n_layers) throw InvalidInput("layer out of range", {m.out.path(), path});
   if (f == DumpField::key_pre_rope && !m.options.key_pre_rope) {
     throw InvalidInput("writer was not opened with key_pre_rope", {m.out.path(), path});
+  }
+  if (f == DumpField::key_fisher || f == DumpField::value_fisher) {
+    throw InvalidInput("akv writes no sensitivity weights (users add them, e.g. with h5py)", {m.out.path(), path});
   }
   if (block.dim1() != m.rows(f) || block.dim2() != m.meta.head_dim ||
       head_begin + block.dim0() > m.heads(f)) {

@@ -8,6 +8,11 @@
 //   /layers/<L>/query         [n_heads, n_query, head_dim]   queries of the last n_query
 //                                                              positions, after RoPE
 //   /layers/<L>/key_pre_rope  [n_kv_heads, n_tokens, head_dim] (optional)
+//   /layers/<L>/key_fisher, value_fisher  [n_kv_heads, n_tokens, head_dim] (optional, both in
+//                             every layer or unused): per-element sensitivity weights of the
+//                             pre-RoPE keys and the values (KVQuant: Fisher information, the
+//                             squared gradient of the loss), finite and >= 0; written by users
+//                             (h5py), read by akv calibrate's nuq codebook fit
 //   /layers/<L>/head_kind     [n_kv_heads] strings (optional; synth writes local|retrieval|diffuse)
 //   /layers/<L>/o_proj        [hidden, n_heads * head_dim] (optional, in every layer or none): the
 //                             attention output projection (Hugging Face's o_proj.weight), for CriticalKV
@@ -45,8 +50,9 @@ struct DumpMeta : KvWindow {
 void read_shape_attrs(hid_t root, const std::string& file, DumpMeta& meta);
 void write_shape_attrs(hid_t root, const DumpMeta& meta);
 
-enum class DumpField { key, value, query, key_pre_rope };
-std::string dump_field_name(DumpField f);  // "key", "value", "query", "key_pre_rope"
+enum class DumpField { key, value, query, key_pre_rope, key_fisher, value_fisher };
+// "key", "value", "query", "key_pre_rope", "key_fisher", "value_fisher"
+std::string dump_field_name(DumpField f);
 
 struct DumpDatasetInfo {
   bool present = false;
@@ -55,7 +61,7 @@ struct DumpDatasetInfo {
 };
 
 struct DumpLayerInfo {
-  DumpDatasetInfo key, value, query, key_pre_rope;
+  DumpDatasetInfo key, value, query, key_pre_rope, key_fisher, value_fisher;
   DumpDatasetInfo out_proj;  // /layers/L/o_proj
   std::size_t hidden = 0;    // its rows
   std::vector<std::string> head_kinds;  // [n_kv_heads] or empty
@@ -74,6 +80,7 @@ class DumpReader {
   const DumpMeta& meta() const { return meta_; }
   const DumpLayerInfo& layer(std::size_t l) const { return layers_.at(l); }
   bool has_key_pre_rope() const;  // present in every layer
+  bool has_fisher() const;        // key_fisher and value_fisher present in every layer
   bool has_out_proj() const;      // /layers/L/o_proj present (the reader checks: in every layer or none)
   const std::optional<std::vector<std::int32_t>>& tokens() const { return tokens_; }
   const std::optional<std::vector<std::int32_t>>& needles() const { return needles_; }

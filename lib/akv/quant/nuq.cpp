@@ -89,6 +89,41 @@ std::vector<double> seeds_of(const Sorted& s, std::size_t k) {
   return c;
 }
 
+// The starting levels Lloyd's rounds run from: the weighted quantiles (j + 1/2) / k, the same
+// quantiles by count, and k levels evenly spaced over [min, max] (a weighted fit's quantile seeds
+// may crowd where the weight is and stop in a worse local optimum).
+std::vector<std::vector<double>> candidate_seeds(const Sorted& s, std::size_t k) {
+  std::vector<std::vector<double>> seeds = {seeds_of(s, k)};
+  Sorted by_count = s;
+  std::fill(by_count.w.begin(), by_count.w.end(), 1.0);
+  by_count.total = static_cast<double>(s.x.size());
+  seeds.push_back(seeds_of(by_count, k));
+  std::vector<double> even(k);
+  const double lo = s.x.front(), hi = s.x.back();
+  for (std::size_t j = 0; j < k; ++j) {
+    even[j] = k == 1 ? 0.5 * (lo + hi) : lo + (hi - lo) * static_cast<double>(j) / static_cast<double>(k - 1);
+  }
+  seeds.push_back(std::move(even));
+  return seeds;
+}
+
+// Lloyd's rounds from every candidate seeding; the levels of least cost (the first on ties).
+template <class Run>
+std::vector<double> best_of_seeds(const Sorted& s, std::size_t k, const std::vector<double>& x,
+                                  const std::vector<double>& w, Run run) {
+  std::vector<double> best;
+  double best_cost = INFINITY;
+  for (const std::vector<double>& seed : candidate_seeds(s, k)) {
+    std::vector<double> c = run(seed);
+    const double cost = kmeans_1d_cost(x, w, c);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = std::move(c);
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 double percentile_sorted(const double* x, std::size_t n, double q) {
@@ -111,7 +146,8 @@ std::vector<double> kmeans_1d(const std::vector<double>& x, const std::vector<do
     pw[i + 1] = pw[i] + s.w[i];
     pwx[i + 1] = pwx[i] + s.w[i] * s.x[i];
   }
-  return lloyd(seeds_of(s, k), max_iter, [&](const std::vector<double>& c, std::vector<double>& sw, std::vector<double>& swx) {
+  return best_of_seeds(s, k, x, w, [&](const std::vector<double>& seed) {
+    return lloyd(seed, max_iter, [&](const std::vector<double>& c, std::vector<double>& sw, std::vector<double>& swx) {
     std::vector<std::size_t> end(c.size());
     std::size_t start = 0;
     for (std::size_t j = 0; j < c.size(); ++j) {
@@ -125,13 +161,15 @@ std::vector<double> kmeans_1d(const std::vector<double>& x, const std::vector<do
       start = end[j];
     }
     return end;
+    });
   });
 }
 
 std::vector<double> kmeans_1d_ref(const std::vector<double>& x, const std::vector<double>& w, std::size_t k,
                                   std::size_t max_iter) {
   const Sorted s = sort_weighted(x, w);
-  return lloyd(seeds_of(s, k), max_iter, [&](const std::vector<double>& c, std::vector<double>& sw, std::vector<double>& swx) {
+  return best_of_seeds(s, k, x, w, [&](const std::vector<double>& seed) {
+    return lloyd(seed, max_iter, [&](const std::vector<double>& c, std::vector<double>& sw, std::vector<double>& swx) {
     std::vector<std::size_t> a(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
       a[i] = cluster_of(c, x[i]);
@@ -144,6 +182,7 @@ std::vector<double> kmeans_1d_ref(const std::vector<double>& x, const std::vecto
     for (const std::size_t j : a) ++count[j];
     std::partial_sum(count.begin(), count.end(), count.begin());
     return count;
+    });
   });
 }
 

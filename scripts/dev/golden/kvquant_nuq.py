@@ -19,7 +19,8 @@ The one stand-in: QuantLinearSim multiplies in half precision, which torch's CPU
 Tensor.__matmul__ on half tensors computes in f32 and rounds to f16 (exact with an identity), and
 Tensor.cuda is the identity. Written per case: the thresholds (keys; f64 bits as hex, as
 SimQuant returns them), the levels as fitted (f32 bits, scikit-learn's order), their k-means cost
-over the calibration values, and the reconstructed rows (f16 bits, one hex string). Numbers only:
+over the calibration values, and the reconstructed rows (f16 bits, one hex string). "weighted":
+two fits with Fisher weights 1 + x^2 (their levels and weighted k-means cost). Numbers only:
 nothing of KVQuant is copied.
 """
 import argparse
@@ -31,6 +32,9 @@ import numpy as np
 import torch
 
 CASES = [(0, "key", 3), (0, "value", 3), (1, "key", 4), (1, "value", 4)]
+# Sensitivity-weighted fits (KVQuant's Fisher information), with the weights 1 + x^2 of each
+# element in f32 (any positive weights exercise the weighted k-means; akv's test makes the same).
+WEIGHTED = [(0, "key", 3), (1, "value", 4)]
 SPARSITY = 0.99
 SINK = 1
 
@@ -130,6 +134,32 @@ def main():
                         heads.append(sim_h(torch.tensor(np.ascontiguousarray(x[h]))).numpy())
                 case["per_head_reconstruction"] = hex16_string(np.stack(heads))
             out["cases"].append(case)
+        out["weighted"] = []
+        for layer, tensor, bits in WEIGHTED:
+            name = "key_pre_rope" if tensor == "key" else "value"
+            x = np.asarray(f[f"layers/{layer}/{name}"], dtype=np.float32)
+            rows = np.ascontiguousarray(x.transpose(1, 0, 2).reshape(x.shape[1], -1))
+            C = rows.shape[1]
+            per_channel = tensor == "key"
+            weights = (np.float32(1) + rows * rows).astype(np.float32)
+            lin = torch.nn.Linear(C, C, bias=False)
+            cal = sq.SimQuant(lin, bits, perchannel=True, qchannel=0 if per_channel else -1)
+            cal.add_batch(None, torch.tensor(rows))
+            upper, lower, centroids = cal.quantize(include_sparse=True, sparsity_threshold=SPARSITY, nuq=True,
+                                                   fisher=torch.tensor(weights), norm=False, cap_outliers=False,
+                                                   first_few_fp16=SINK)
+            levels = np.asarray(centroids[0], dtype=np.float32).ravel()
+            up = np.asarray(upper, dtype=np.float64).ravel()
+            lo = np.asarray(lower, dtype=np.float64).ravel()
+            axis = 0 if per_channel else -1
+            norm = (rows.astype(np.float64) - np.expand_dims((up + lo) / 2, axis)) / np.expand_dims((up - lo) / 2, axis)
+            keep = np.abs(norm) <= 1
+            keep[:SINK, :] = False
+            v = norm[keep].astype(np.float32).astype(np.float64)
+            w = weights[keep].astype(np.float64)
+            cost = float((w * np.min((v[:, None] - levels[None, :].astype(np.float64)) ** 2, axis=1)).sum())
+            out["weighted"].append({"layer": layer, "tensor": tensor, "bits": bits, "weights": "1 + x^2 (f32)",
+                                    "levels": hex32(levels), "kmeans_cost": cost, "kmeans_values": int(v.size)})
     with open(a.out, "w") as fo:
         json.dump(out, fo, indent=1)
         fo.write("\n")
