@@ -280,6 +280,43 @@ float hex_f32(const std::string& h) {
   return f;
 }
 
+// KVQuant's layout of one layer's tensor [heads, n, d]: rows [n, heads x d], the heads side by side.
+std::vector<float> kvquant_rows(const Tensor3& t) {
+  const std::size_t n = t.dim1(), d = t.dim2(), H = t.dim0(), C = H * d;
+  std::vector<float> rows(n * C);
+  for (std::size_t h = 0; h < H; ++h) {
+    for (std::size_t i = 0; i < n; ++i) std::copy(t.row(h, i), t.row(h, i) + d, rows.data() + i * C + h * d);
+  }
+  return rows;
+}
+
+// The values a nuq fit sees (and their weights, when `w` is given), as calibrate_nuq selects
+// them from rows [n, C]: normalized by the keys' per-channel thresholds of `cal` or by each row's
+// own percentiles, outliers and the first `sink` rows left out.
+void nuq_fit_values(const std::vector<float>& rows, std::size_t n, std::size_t C, bool key, const NuqCalibration& cal,
+                    double sparsity, std::size_t sink, const std::vector<float>* w, std::vector<double>& values,
+                    std::vector<double>& weights) {
+  for (std::size_t i = sink; i < n; ++i) {
+    for (std::size_t j = 0; j < C; ++j) {
+      double up = 0, lo = 0;
+      if (key) {
+        up = cal.upper[j];
+        lo = cal.lower[j];
+      } else {
+        std::vector<double> r(rows.begin() + static_cast<std::ptrdiff_t>(i * C), rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * C));
+        std::sort(r.begin(), r.end());
+        up = percentile_sorted(r.data(), C, (1.0 - (1.0 - sparsity) / 2.0) * 100.0);
+        lo = percentile_sorted(r.data(), C, (1.0 - (1.0 - (1.0 - sparsity) / 2.0)) * 100.0);
+      }
+      const double y = (rows[i * C + j] - (up + lo) / 2.0) / ((up - lo) / 2.0);
+      if (y >= -1.0 && y <= 1.0) {
+        values.push_back(static_cast<float>(y));
+        if (w) weights.push_back((*w)[i * C + j]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("KVQuant nuq: thresholds, k-means and reconstruction against KVQuant's simquant module", "[golden][nuq]") {
@@ -301,10 +338,7 @@ TEST_CASE("KVQuant nuq: thresholds, k-means and reconstruction against KVQuant's
     const Tensor3 t = dump.read(layer, key ? DumpField::key_pre_rope : DumpField::value);
     const std::size_t n = t.dim1(), d = t.dim2(), H = t.dim0(), C = H * d;
     REQUIRE(C == c["channels"].get<std::size_t>());
-    std::vector<float> rows(n * C);  // KVQuant's layout: [tokens, heads x head_dim]
-    for (std::size_t h = 0; h < H; ++h) {
-      for (std::size_t i = 0; i < n; ++i) std::copy(t.row(h, i), t.row(h, i) + d, rows.data() + i * C + h * d);
-    }
+    const std::vector<float> rows = kvquant_rows(t);
     const NuqCalibration mine = calibrate_nuq(rows.data(), n, C, bits, key, sparsity, sink);
     // Thresholds: numpy's percentiles, bit for bit.
     if (key) {
@@ -324,24 +358,8 @@ TEST_CASE("KVQuant nuq: thresholds, k-means and reconstruction against KVQuant's
     for (const double v : theirs) cal.levels.push_back(static_cast<float>(v));
     std::sort(cal.levels.begin(), cal.levels.end());
     const double their_cost = c["kmeans_cost"].get<double>();
-    // The calibration values (normalized, outliers and the sink out) as calibrate_nuq selects them.
-    std::vector<double> values;
-    for (std::size_t i = sink; i < n; ++i) {
-      for (std::size_t j = 0; j < C; ++j) {
-        double up = 0, lo = 0;
-        if (key) {
-          up = mine.upper[j];
-          lo = mine.lower[j];
-        } else {
-          std::vector<double> r(rows.begin() + static_cast<std::ptrdiff_t>(i * C), rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * C));
-          std::sort(r.begin(), r.end());
-          up = percentile_sorted(r.data(), C, (1.0 - (1.0 - sparsity) / 2.0) * 100.0);
-          lo = percentile_sorted(r.data(), C, (1.0 - (1.0 - (1.0 - sparsity) / 2.0)) * 100.0);
-        }
-        const double y = (rows[i * C + j] - (up + lo) / 2.0) / ((up - lo) / 2.0);
-        if (y >= -1.0 && y <= 1.0) values.push_back(static_cast<float>(y));
-      }
-    }
+    std::vector<double> values, unused;
+    nuq_fit_values(rows, n, C, key, mine, sparsity, sink, nullptr, values, unused);
     CHECK(values.size() == c["kmeans_values"].get<std::size_t>());
     CHECK(kmeans_1d_cost(values, {}, theirs) == Approx(their_cost).epsilon(1e-6));
     CHECK(kmeans_1d_cost(values, {}, mine_levels) <= their_cost * 1.001);
@@ -384,34 +402,13 @@ TEST_CASE("KVQuant nuq: thresholds, k-means and reconstruction against KVQuant's
     const int bits = c["bits"].get<int>();
     CAPTURE(layer, key, bits);
     const Tensor3 t = dump.read(layer, key ? DumpField::key_pre_rope : DumpField::value);
-    const std::size_t n = t.dim1(), d = t.dim2(), H = t.dim0(), C = H * d;
-    std::vector<float> rows(n * C), w(n * C);
-    for (std::size_t h = 0; h < H; ++h) {
-      for (std::size_t i = 0; i < n; ++i) std::copy(t.row(h, i), t.row(h, i) + d, rows.data() + i * C + h * d);
-    }
+    const std::size_t n = t.dim1(), C = t.dim0() * t.dim2();
+    const std::vector<float> rows = kvquant_rows(t);
+    std::vector<float> w(n * C);
     for (std::size_t e = 0; e < n * C; ++e) w[e] = 1.0f + rows[e] * rows[e];
     const NuqCalibration mine = calibrate_nuq(rows.data(), n, C, bits, key, sparsity, sink, w.data());
-    // The values and weights the fit saw, as calibrate_nuq selects them.
     std::vector<double> values, weights;
-    for (std::size_t i = sink; i < n; ++i) {
-      for (std::size_t j = 0; j < C; ++j) {
-        double up = 0, lo = 0;
-        if (key) {
-          up = mine.upper[j];
-          lo = mine.lower[j];
-        } else {
-          std::vector<double> r(rows.begin() + static_cast<std::ptrdiff_t>(i * C), rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * C));
-          std::sort(r.begin(), r.end());
-          up = percentile_sorted(r.data(), C, (1.0 - (1.0 - sparsity) / 2.0) * 100.0);
-          lo = percentile_sorted(r.data(), C, (1.0 - (1.0 - (1.0 - sparsity) / 2.0)) * 100.0);
-        }
-        const double y = (rows[i * C + j] - (up + lo) / 2.0) / ((up - lo) / 2.0);
-        if (y >= -1.0 && y <= 1.0) {
-          values.push_back(static_cast<float>(y));
-          weights.push_back(w[i * C + j]);
-        }
-      }
-    }
+    nuq_fit_values(rows, n, C, key, mine, sparsity, sink, &w, values, weights);
     CHECK(values.size() == c["kmeans_values"].get<std::size_t>());
     std::vector<double> theirs;
     for (const auto& h : c["levels"]) theirs.push_back(hex_f32(h.get<std::string>()));
