@@ -205,8 +205,25 @@ expect_error "nuq on a dump without key_pre_rope" 2 "key_pre_rope = missing" \
 expect_error "nuq without a calibration" 1 "calibration" "$AKV" compress -q "$d" -o "$o/n.h5" -m nuq
 expect_error "nuq with a residual window" 1 "--residual" \
   "$AKV" compress -q "$d" -o "$o/n.h5" -m nuq --calibration "$TMP/calib.json" --residual 32
-expect_error "eviction with quant=nuq" 1 "not with eviction" \
-  "$AKV" compress -q "$d" -o "$o/n.h5" -m snapkv --budget 0.5 --quant nuq --calibration "$TMP/calib.json"
+expect "snapkv with quant=nuq: the kept rows coded" 0 "snapkv 0.5 \+ nuq K4/V4 pre-RoPE" \
+  "$AKV" compress "$d" -o "$TMP/snuq.h5" -m snapkv --budget 0.5 --window 16 --quant nuq --calibration "$TMP/calib.json" --bits 4
+"$AKV" compress -q "$d" -o "$TMP/stnuq.h5" -m streamingllm --sinks 0 --window 16 --budget 0.5 --quant nuq --calibration "$TMP/calib.json" >/dev/null
+sink_check=$("$PY" -c 'import h5py, sys
+ok, seen = True, set()
+for path in sys.argv[1:]:
+    f = h5py.File(path)
+    for l in range(2):
+        for h in range(4):
+            g = f["layers/%d/heads/%d" % (l, h)]
+            want = int((g["kept"][...] < 1).sum())
+            seen.add(want)
+            ok &= all(int(g[p].attrs["n_sink"]) == want for p in ("key", "value"))
+print(ok, sorted(seen))' "$TMP/snuq.h5" "$TMP/stnuq.h5")
+expect_equal "nuq after eviction: the sink row is position 0 where it is kept (snapkv), none without it (streamingllm, no sinks)" \
+  "$sink_check" "True [0, 1]"
+expect "evaluate the evicted nuq cache" 0 "snapkv 0.5 \+ nuq" "$AKV" evaluate -q --dump "$d" --cache "$TMP/snuq.h5"
+expect_error "joint with quant=nuq" 1 "joint allocates kivi bits" \
+  "$AKV" compress -q "$d" -o "$o/n.h5" -m joint --budget 0.3 --quant nuq --calibration "$TMP/calib.json"
 "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["nuq"]["layers"][1]["key_levels"]["3"][2]=-9.0; json.dump(c, open(sys.argv[2], "w"))' \
   "$TMP/calib.json" "$TMP/bad_nuq.json"
 expect_error "nuq levels out of order" 2 "nuq.layers\[1\].key_levels.3\[2\]" \

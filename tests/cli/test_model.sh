@@ -56,6 +56,9 @@ expect_error "qfilter with a calibration file without filters" 2 "layers\[2\].he
 [[ -e $TMP/qf_old.h5 ]] && fail "no output after a refused qfilter" || pass "no output after a refused qfilter"
 expect "evaluate --model: nuq with the model's codebooks (akv calibrate on its dump)" 0 "nuq K3/V3 pre-RoPE" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --methods "nuq:calibration=$TMP/qcal.json"
+expect "evaluate --model: snapkv with quant=nuq" 0 "snapkv 0.5 \+ nuq K3/V3 pre-RoPE" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 \
+  --methods "snapkv:budget=0.5:window=16:quant=nuq:calibration=$TMP/qcal.json"
 expect "evaluate --model: nuq in chunked prefill" 0 "nuq K2/V4 pre-RoPE" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --prefill-mode chunked:64 \
   --methods "nuq:calibration=$TMP/qcal.json:bits-key=2:bits-value=4"

@@ -625,6 +625,17 @@ TEST_CASE("nuq: the stored form by hand (codes, sink rows, sparse outliers, byte
   nuq_decode(s.view(k), 2, 2, 3, out);  // a range not starting at row 0
   CHECK(std::vector<float>(out, out + 2) == std::vector<float>{-3.0f, 1.0f});
 
+  // Positions decide the sink rows (a cache after eviction): position 0 evicted -> no sink row;
+  // a sink row after coded rows is a caller's error.
+  const std::int32_t later[] = {1, 2}, first_kept[] = {0, 2};
+  NuqRows ev, ev0;
+  nuq_encode(k, rows + 2, 2, 2, ev, later);
+  CHECK(ev.sink_rows == 0);
+  CHECK(ev.codes == std::vector<std::uint8_t>{5, 0});
+  nuq_encode(k, rows, 2, 2, ev0, first_kept);
+  CHECK(ev0.sink_rows == 1);
+  CHECK_THROWS_AS(nuq_encode(k, rows, 1, 2, ev, first_kept), std::logic_error);
+
   // Values: the row of the case above (offset 2, range 1 stored in f32; -10 and 20 outliers).
   NuqTable v;
   v.bits = 2;

@@ -443,7 +443,7 @@ HeadCache CacheReader::read_head_group(const std::string& path, std::size_t laye
         throw CorruptData("nuq parts code every row (keys before RoPE), with no residual or outlier channels",
                           {f, pp + ".n_quant", std::to_string(n_quant)});
       }
-      read_nuq_part(pp, i == 0, n_quant, p);
+      read_nuq_part(pp, i == 0, n_quant, h.kept, p);
       continue;
     }
     h5::Type f16 = h5::make_f16_type();
@@ -538,7 +538,8 @@ void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_
   p.append_ggml_blocks(type, blocks.data(), n_rows);
 }
 
-void CacheReader::read_nuq_part(const std::string& pp, bool key, std::size_t n_rows, PackedTensor& p) const {
+void CacheReader::read_nuq_part(const std::string& pp, bool key, std::size_t n_rows,
+                                const std::vector<std::int32_t>& kept, PackedTensor& p) const {
   const std::string& f = path_;
   const std::size_t d = meta().head_dim;
   h5::Group pg(H5Gopen2(file_.get(), pp.c_str(), H5P_DEFAULT));
@@ -557,8 +558,14 @@ void CacheReader::read_nuq_part(const std::string& pp, bool key, std::size_t n_r
   NuqRows r;
   r.rows = n_rows;
   r.sink_rows = count_attr(pg.get(), "n_sink", f, pp);
-  if (r.sink_rows != std::min(t->sink, n_rows)) {
-    throw CorruptData("n_sink must be min(sink, n_quant)", {f, pp + ".n_sink", std::to_string(r.sink_rows)});
+  // The rows at positions below sink: the first min(sink, n) rows, or the kept ones below it.
+  const std::size_t sinks = kept.empty() ? std::min(t->sink, n_rows)
+                                         : static_cast<std::size_t>(std::count_if(kept.begin(), kept.end(), [&](std::int32_t x) {
+                                             return static_cast<std::size_t>(x) < t->sink;
+                                           }));
+  if (r.sink_rows != sinks) {
+    throw CorruptData("n_sink must count the rows at positions below sink (" + std::to_string(sinks) + ")",
+                      {f, pp + ".n_sink", std::to_string(r.sink_rows)});
   }
   p.set_pre_rope(key && n_rows > 0);
   if (n_rows == 0) {

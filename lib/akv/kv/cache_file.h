@@ -28,7 +28,8 @@
 // or 3 (method ggml).
 // Version 6 (method nuq, KVQuant's codebooks, quant/nuq.h) stores each key/value group as nuq
 // rows: n_quant = n_kept, n_residual = n_outlier = 0, pre_rope = 1 on keys; attributes bits,
-// per_channel (keys 1), sparsity, sink, n_sink = min(sink, n_kept); datasets (present when
+// per_channel (keys 1), sparsity, sink, n_sink = the kept rows at positions below sink (the first
+// ones); datasets (present when
 // non-empty)
 //     levels           f32 [2^bits]            the layer's levels
 //     upper, lower     f16 [head_dim]          keys: each channel's thresholds
@@ -114,8 +115,10 @@ class CacheReader {
   // The head group at path of `layer` (its ggml types: boundary layers store f16).
   HeadCache read_head_group(const std::string& path, std::size_t layer, bool top) const;
   // A ggml key or value group of n_rows rows; rows_only: it declares no residual or outliers.
-  // A nuq key (key) or value part of n_rows rows (version 6).
-  void read_nuq_part(const std::string& part_path, bool key, std::size_t n_rows, PackedTensor& p) const;
+  // A nuq key (key) or value part of n_rows rows at the `kept` positions (empty: 0..n_rows-1),
+  // version 6.
+  void read_nuq_part(const std::string& part_path, bool key, std::size_t n_rows, const std::vector<std::int32_t>& kept,
+                     PackedTensor& p) const;
   void read_ggml_part(const std::string& part_path, const std::string& type_name, std::size_t n_rows,
                       bool rows_only, PackedTensor& p) const;
   CacheBytes stored_group_bytes(const std::string& path) const;

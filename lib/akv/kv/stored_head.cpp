@@ -20,7 +20,8 @@ std::vector<std::uint16_t> to_f16_ref(const float* x, std::size_t n) {
 // rotate_rows, whose own reference is rotate_rows_ref).
 PackedTensor compress_tensor_ref(const float* src, const float* post, std::size_t n, std::size_t d,
                                  const TensorQuant& t, const QuantParams& p, std::size_t n_outlier, bool pre_rope,
-                                 const Rotation& rot, const std::shared_ptr<const NuqTable>& nuq) {
+                                 const Rotation& rot, const std::shared_ptr<const NuqTable>& nuq,
+                                 const std::vector<std::int32_t>& pos) {
   PackedTensor out(d, DenseType::f16);
   out.set_rotation(rot);
   std::vector<float> rotated;
@@ -32,7 +33,7 @@ PackedTensor compress_tensor_ref(const float* src, const float* post, std::size_
   const std::size_t n_quant = quantized_rows(n, t, p);
   out.set_pre_rope(pre_rope && n_quant > 0);
   if (p.method == Quantizer::nuq) {  // nuq_encode is checked against KVQuant's code itself
-    if (n > 0) out.append_nuq(nuq, src, n);
+    if (n > 0) out.append_nuq(nuq, src, n, pos.data());
     return out;
   }
   const auto quantize = quantize_block_ref;
@@ -131,11 +132,12 @@ HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) {
   const std::size_t n_out = p.quantized() ? outlier_count(p.outlier_fraction, in.head_dim) : 0;
   check_head(in, p, n_out);
   HeadCache h = head_of(in);
+  const std::vector<std::int32_t> pos = positions(in);
   const float* key_src = p.pre_rope ? in.key_pre_rope : in.key;
   h.key = compress_tensor_ref(key_src, in.key, in.n, in.head_dim, p.key, p, n_out, p.pre_rope,
-                              p.rotation(in.head_dim, true), p.nuq_key);
+                              p.rotation(in.head_dim, true), p.nuq_key, pos);
   h.value = compress_tensor_ref(in.value, in.value, in.n, in.head_dim, p.value, p, 0, false,
-                                p.rotation(in.head_dim, false), p.nuq_value);
+                                p.rotation(in.head_dim, false), p.nuq_value, pos);
   return h;
 }
 

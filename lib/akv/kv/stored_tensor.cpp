@@ -50,12 +50,13 @@ void PackedTensor::append_ggml(const GgmlTypeInfo& type, const float* rows, std:
   for (std::size_t i = 0; i < n; ++i) ggml_quantize(type, rows + i * d_, d_, ggml_blocks_.data() + at + i * row_bytes);
 }
 
-void PackedTensor::append_nuq(std::shared_ptr<const NuqTable> table, const float* rows, std::size_t n) {
+void PackedTensor::append_nuq(std::shared_ptr<const NuqTable> table, const float* rows, std::size_t n,
+                              const std::int32_t* pos) {
   if ((nuq_table_ && nuq_table_ != table) || view_.rows > 0 || dense_rows_ > 0 || ggml_type_ || !table) {
     throw InvalidInput("nuq rows go alone, under one table", {"", "rows", std::to_string(n)});
   }
   nuq_table_ = std::move(table);
-  nuq_encode(*nuq_table_, rows, n, d_, nuq_);
+  nuq_encode(*nuq_table_, rows, n, d_, nuq_, pos);
 }
 
 void PackedTensor::set_nuq(std::shared_ptr<const NuqTable> table, NuqRows rows) {

@@ -52,7 +52,9 @@ class PackedTensor {
   // Appends n rows [n, head_dim] as KVQuant's non-uniform codes under `table` (quant/nuq.h
   // nuq_encode; head_dim a multiple of 8). A tensor holds nuq rows only, of one table (the
   // first call sets it).
-  void append_nuq(std::shared_ptr<const NuqTable> table, const float* rows, std::size_t n);
+  // pos [n]: the rows' positions (sink rows are those below the table's sink), null = row indices.
+  void append_nuq(std::shared_ptr<const NuqTable> table, const float* rows, std::size_t n,
+                  const std::int32_t* pos = nullptr);
   // nuq rows as stored (the cache file).
   void set_nuq(std::shared_ptr<const NuqTable> table, NuqRows rows);
   const NuqTable* nuq_table() const { return nuq_table_.get(); }

@@ -86,7 +86,7 @@ void TensorBuilder::append_rows(const float* src, const float* post, const std::
   }
   if (nuq_) {
     const std::size_t first = store_.rows();
-    store_.append_nuq(nuq_, src, n);
+    store_.append_nuq(nuq_, src, n, pos);
     if (rope_) {  // pre-RoPE keys: attention reads the decoded rows rotated
       mirror_.resize((first + n) * d_);
       dequantize_rows(store_.view(), d_, first, first + n, mirror_.data() + first * d_);

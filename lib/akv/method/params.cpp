@@ -440,12 +440,11 @@ CompressParams resolve_params(const CompressRequest& r) {
     }
     CompressRequest q = r;
     q.method = quant;
-    if (quant == "nuq") {
-      throw UsageError("nuq codes every row of a sequence (its first tokens are its sinks): not with eviction",
-                       {"", "--quant", quant});
-    }
     CompressParams p = resolve_quant(q);
     p.mode = resolve_eviction(r.method, r.eviction);
+    if (p.method == Quantizer::nuq && p.eviction()->alloc == AllocMethod::joint) {
+      throw UsageError("joint allocates kivi bits per head: --quant kivi", {"", "--quant", quant});
+    }
     if (p.eviction()->every > 0 && (p.quantized() || p.rotate != RotationKind::none)) {
       throw UsageError("decode-time compression cuts f16 rows: it takes no quant= or rotate=", {"", "--quant", quant});
     }

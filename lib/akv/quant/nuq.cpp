@@ -298,7 +298,8 @@ void channel_params(const NuqTable& t, std::size_t width, std::vector<float>& of
 
 }  // namespace
 
-void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t width, NuqRows& out) {
+void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t width, NuqRows& out,
+                const std::int32_t* pos) {
   if (width == 0 || width > 65536) throw std::logic_error("nuq_encode: width in [1, 65536]");
   if (t.per_channel && (t.upper.size() != width || t.lower.size() != width)) {
     throw std::logic_error("nuq_encode: per-channel thresholds for another width");
@@ -317,7 +318,9 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
   std::vector<char> mask(width);
   for (std::size_t i = 0; i < n; ++i, ++out.rows) {
     const float* x = rows + i * width;
-    if (out.rows < t.sink) {
+    const std::size_t position = pos ? static_cast<std::size_t>(pos[i]) : out.rows;
+    if (position < t.sink) {
+      if (out.sink_rows != out.rows) throw std::logic_error("nuq_encode: a sink row after coded rows");
       const std::size_t at = out.sink.size();
       out.sink.resize(at + width);
       f32_to_f16(x, out.sink.data() + at, width);

@@ -120,9 +120,12 @@ struct NuqRows {
   std::uint64_t index_bytes() const { return 2 * (outlier_channel.size() + outlier_end.size()); }
 };
 
-// Appends rows [n, width] (their first row is row `rows` of the tensor: sink rows while below
-// t.sink) encoded as nuq_quantize rounds them (below); width at most 65536.
-void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t width, NuqRows& out);
+// Appends rows [n, width] encoded as nuq_quantize rounds them (below); width at most 65536. A
+// row is a sink row (kept in f16) when its position is below t.sink: `pos` [n] gives the
+// positions (ascending across calls, as a cache after eviction keeps them), null = the rows are
+// positions out.rows, out.rows + 1, ... . Sink rows must come first (std::logic_error otherwise).
+void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t width, NuqRows& out,
+                const std::int32_t* pos = nullptr);
 // Rows [r0, r1) of a view decoded into out [r1 - r0, width]: levels[code] * range + offset in
 // f32 (0 if not finite), outliers their stored value, every value rounded to f16.
 void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out);
