@@ -186,6 +186,8 @@ PY
 )
 expect_equal "calibrate: nuq thresholds are numpy's percentiles of every dump's pre-RoPE keys; levels beat a uniform grid" \
   "$nuq_check" "True"
+expect "calibrate's table names the nuq codebooks" 0 "nuq codebooks \(method nuq\): bits 2,3,4, sparsity 0.99, sink 1, weights none" \
+  "$AKV" calibrate -q "$d" --bits 2,4
 expect "compress -m nuq with the calibration's codebooks" 0 "nuq K3/V4 pre-RoPE" \
   "$AKV" compress "$d" -o "$TMP/nuq.h5" -m nuq --calibration "$TMP/calib.json" --bits-key 3 --bits-value 4
 expect "a nuq cache is format version 6" 0 "akv-cache v6" "$AKV" info "$TMP/nuq.h5"
@@ -248,7 +250,8 @@ expect_error "calibrate: a negative Fisher weight" 2 "/layers/1/value_fisher\[19
   "$AKV" calibrate -q "$TMP/fisher.h5" -o "$o/c.json"
 cp "$d" "$TMP/flat.h5"
 "$PY" -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); f["layers/1/key_pre_rope"][...] = 0' "$TMP/flat.h5"
-"$AKV" calibrate -q "$TMP/flat.h5" -o "$TMP/calib_flat.json" >/dev/null
+expect "calibrate's table says why no nuq codebooks" 0 "nuq codebooks not fitted: layer 1 keys" \
+  "$AKV" calibrate -q "$TMP/flat.h5" -o "$TMP/calib_flat.json"
 expect_error "nuq from a calibration whose layer left nothing to fit (constant keys)" 2 \
   "no nuq codebooks: layer 1 keys: .*summary.nuq_not_fitted" \
   "$AKV" compress -q "$d" -o "$o/n.h5" -m nuq --calibration "$TMP/calib_flat.json"

@@ -764,6 +764,16 @@ std::string render_calibration(const nlohmann::json& j) {
                          h["entropy"].get<double>(), h["outlier_ratio"].get<double>());
     }
   }
+  if (j.contains("nuq")) {
+    const auto& q = j["nuq"];
+    std::string bits;
+    for (const auto& b : q["bits"]) bits += (bits.empty() ? "" : ",") + std::to_string(json_i32(b));
+    out += fmt::format("nuq codebooks (method nuq): bits {}, sparsity {}, sink {}, weights {}\n", bits,
+                       q["sparsity"].get<double>(), json_uint(q["sink"]),
+                       q["weights"].get<std::string>().substr(0, q["weights"].get<std::string>().find(':')));
+  } else if (s.contains("nuq_not_fitted")) {
+    out += "nuq codebooks not fitted: " + s["nuq_not_fitted"].get<std::string>() + "\n";
+  }
   return out;
 }
 
