@@ -673,3 +673,29 @@ TEST_CASE("nuq: per-head tables and per-run value thresholds", "[quant][nuq]") {
   CHECK(calibrate_nuq(x.data(), n, C, 3, false, 0.9, 0, nullptr, C).levels ==
         calibrate_nuq(x.data(), n, C, 3, false, 0.9, 0).levels);
 }
+
+TEST_CASE("nuq: the vector decode equals the plain loop bitwise (every width, bits, overflow, non-finite)", "[quant][nuq]") {
+  Rng r(23);
+  for (int bits : {2, 3, 4, 8}) {
+    for (const std::size_t width : {8, 13, 64, 128}) {
+      for (const bool key : {true, false}) {
+        const std::size_t n = 40;
+        std::vector<float> x(n * width);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          // Mostly normal values; some rows huge (f16 overflow of finite f32 results) or tiny (f16 subnormals).
+          const double scale = i / width % 7 == 3 ? 3e4 : i / width % 7 == 5 ? 1e-6 : 1.0;
+          x[i] = static_cast<float>(r.normal() * scale);
+        }
+        NuqTable t = nuq_table(calibrate_nuq(x.data(), n, width, bits, key, 0.9, 1), 0.9, 1, 0, key ? width : 0);
+        if (!key) t.levels.back() = 3e38f;  // a level whose product overflows to inf: decoded as 0
+        NuqRows rows;
+        nuq_encode(t, x.data(), n, width, rows);
+        std::vector<float> fast(n * width), ref(n * width);
+        nuq_decode(rows.view(t), width, 0, n, fast.data());
+        nuq_decode_ref(rows.view(t), width, 0, n, ref.data());
+        INFO("bits " << bits << " width " << width << (key ? " keys" : " values"));
+        CHECK(std::memcmp(fast.data(), ref.data(), fast.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}

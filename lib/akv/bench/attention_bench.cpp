@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 #include "akv/attention/decode_attention.h"
@@ -191,7 +192,8 @@ std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
       c->value.emplace_back(s.d, p.value, p, 0, false, nullptr, p.rotation(s.d, false));
     }
   }
-  const std::vector<std::int32_t> pos(n, 0);  // unused: no pre-RoPE keys here
+  std::vector<std::int32_t> pos(n);  // the rows' positions (nuq's sink row is position 0; no RoPE here)
+  std::iota(pos.begin(), pos.end(), 0);
   parallel_for(s.kv, threads, [&](std::size_t h) {
     c->key[h].append(s.k(h), s.k(h), pos.data(), n);
     c->value[h].append(s.v(h), s.v(h), pos.data(), n);

@@ -1,6 +1,7 @@
 #include "akv/quant/nuq.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -9,6 +10,10 @@
 #include "akv/core/errors.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
+
+#if defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 namespace akv {
 namespace {
@@ -363,7 +368,55 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
   }
 }
 
-void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out) {
+namespace {
+
+// One coded row's values: levels[code] * range + offset in f32 (range / offset per channel, or
+// one for the row when per_row), 0 where that is not finite, rounded through f16. The plain loop.
+void decode_values_ref(const std::vector<float>& levels, const std::uint8_t* code, const float* range,
+                       const float* offset, bool per_row, std::size_t n, float* o) {
+  for (std::size_t j = 0; j < n; ++j) {
+    const float x = levels[code[j]] * range[per_row ? 0 : j] + offset[per_row ? 0 : j];
+    o[j] = std::isfinite(x) ? f16_to_f32_ref(f32_to_f16_ref(x)) : 0.0f;
+  }
+}
+
+// The same, eight values a step: the levels looked up by permutes (at most 16 levels), the
+// product and the sum as two roundings (no fused multiply-add), the f16 conversion instructions
+// (round to nearest even, as the reference). Bitwise equal to decode_values_ref.
+void decode_values(const std::vector<float>& levels, const std::uint8_t* code, const float* range, const float* offset,
+                   bool per_row, std::size_t n, float* o) {
+#if defined(__AVX2__) && defined(__F16C__)
+  if (levels.size() <= 16) {
+    float table[16] = {};
+    std::copy(levels.begin(), levels.end(), table);
+    const __m256 lo = _mm256_loadu_ps(table), hi = _mm256_loadu_ps(table + 8);
+    const __m256i seven = _mm256_set1_epi32(7);
+    const __m256 zero = _mm256_setzero_ps();
+    std::size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      std::int64_t packed = 0;
+      std::memcpy(&packed, code + j, 8);
+      const __m256i idx = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(packed));
+      __m256 lv = _mm256_permutevar8x32_ps(lo, idx);
+      if (levels.size() > 8) {
+        lv = _mm256_blendv_ps(lv, _mm256_permutevar8x32_ps(hi, idx), _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, seven)));
+      }
+      const __m256 rg = per_row ? _mm256_set1_ps(range[0]) : _mm256_loadu_ps(range + j);
+      const __m256 off = per_row ? _mm256_set1_ps(offset[0]) : _mm256_loadu_ps(offset + j);
+      __m256 x = _mm256_add_ps(_mm256_mul_ps(lv, rg), off);
+      x = _mm256_and_ps(x, _mm256_cmp_ps(_mm256_sub_ps(x, x), zero, _CMP_EQ_OQ));  // not finite -> 0
+      x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      _mm256_storeu_ps(o + j, x);
+    }
+    decode_values_ref(levels, code + j, per_row ? range : range + j, per_row ? offset : offset + j, per_row, n - j, o + j);
+    return;
+  }
+#endif
+  decode_values_ref(levels, code, range, offset, per_row, n, o);
+}
+
+template <class Values>
+void decode_rows(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out, Values values) {
   const NuqTable& t = *v.table;
   const std::size_t row_bytes = packed_size(width, t.bits);
   std::vector<float> offset, range;
@@ -378,17 +431,24 @@ void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t
     const std::size_t q = r - v.sink_rows;
     unpack_codes(v.codes + q * row_bytes, width, t.bits, code.data());
     if (t.per_channel) {
-      for (std::size_t j = 0; j < width; ++j) o[j] = t.levels[code[j]] * range[j] + offset[j];
+      values(t.levels, code.data(), range.data(), offset.data(), false, width, o);
     } else {
-      const float rg = v.range[q], off = v.offset[q];
-      for (std::size_t j = 0; j < width; ++j) o[j] = t.levels[code[j]] * rg + off;
+      values(t.levels, code.data(), v.range + q, v.offset + q, true, width, o);
     }
-    for (std::size_t j = 0; j < width; ++j) o[j] = std::isfinite(o[j]) ? o[j] : 0.0f;
-    round_through_f16(o, width);  // the row rounded to f16 at once (vector conversions)
     for (std::uint32_t e = q == 0 ? 0 : v.outlier_end[q - 1]; e < v.outlier_end[q]; ++e) {
       o[v.outlier_channel[e]] = f16_to_f32_ref(v.outlier_value[e]);
     }
   }
+}
+
+}  // namespace
+
+void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out) {
+  decode_rows(v, width, r0, r1, out, decode_values);
+}
+
+void nuq_decode_ref(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out) {
+  decode_rows(v, width, r0, r1, out, decode_values_ref);
 }
 
 std::size_t nuq_quantize(const NuqCalibration& c, const float* rows, std::size_t n, std::size_t C, double sparsity,
