@@ -2,10 +2,10 @@
 // largest batch that fit a memory budget.
 #include <memory>
 
-#include "akv/alloc/calibration_file.h"
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
+#include "akv/kv/prompt_plan.h"
 #include "akv/method/registry.h"
 #include "akv/plan/plan.h"
 #include "commands.h"
@@ -66,19 +66,16 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
     }
     if (!opt->weights.empty()) s.weight_bytes = opt->weights == "0" ? 0 : parse_bytes(opt->weights, "--weights");
     std::vector<PlanMethod> methods;
+    DumpMeta m;
+    m.kv_shape() = s.kv_shape();
     for (const auto& spec : opt->methods) {
       methods.push_back({spec, spec == "f32" ? std::nullopt : resolve_method_spec(spec)});
-      if (auto& p = methods.back().params; p && p->method == Quantizer::nuq) {  // its sparsity and sinks
-        p->codebooks = std::make_shared<const NuqCodebooks>(
-            read_calibration_nuq(p->codebook_file, s.kv_shape(), p->key.bits, p->value.bits));
-      }
+      if (auto& p = methods.back().params) read_calibration_inputs(*p, m);  // per-head bits, nuq's sparsity and sinks
     }
     if (!opt->calibration.empty()) {
       CompressParams p = resolve_params(parse_method_spec("kivi"));
-      DumpMeta m;
-      m.kv_shape() = s.kv_shape();
       p.calibration_file = opt->calibration;
-      p.head_bits = read_calibration(opt->calibration, m);
+      read_calibration_inputs(p, m);
       methods.push_back({"kivi:calibration", p});
     }
     const std::uint64_t memory = parse_bytes(opt->memory, "--memory");

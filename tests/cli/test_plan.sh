@@ -30,6 +30,21 @@ expect_error "plan: shape or config" 1 "give --config, or --layers" "$AKV" plan 
 expect_error "plan: missing config" 3 "cannot open model config" "$AKV" plan --config "$TMP/nope.json"
 echo '{"num_hidden_layers": 2}' >"$TMP/bad.json"
 expect_error "plan: config without hidden_size" 2 "num_attention_heads" "$AKV" plan --config "$TMP/bad.json"
+# A calibration given as a method spec gives the per-head bits --calibration gives (the fixture
+# calibration: 2 layers, 2 KV heads, head_dim 32); nuq counts its calibration's codebooks.
+cal="$SRC/data/fixtures/calibration.json"
+spec_bytes=$("$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --context 256 --memory 1GB --methods "kivi:calibration=$cal" \
+  | awk '/^kivi:calibration=/ {print $2}')
+flag_bytes=$("$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --context 256 --memory 1GB --methods kivi-2 --calibration "$cal" \
+  | awk '/^kivi:calibration / {print $2}')
+two_bytes=$("$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --context 256 --memory 1GB --methods kivi-2 | awk '/^kivi-2 / {print $2}')
+if [[ -n $spec_bytes && $spec_bytes == "$flag_bytes" && $spec_bytes != "$two_bytes" ]]; then
+  pass "plan: calibration= in a spec reads the per-head bits ($spec_bytes B/token, kivi-2 $two_bytes)"
+else
+  fail "plan: calibration= in a spec gave '$spec_bytes', --calibration '$flag_bytes', kivi-2 '$two_bytes'"
+fi
+expect "plan: nuq with the calibration's codebooks" 0 "nuq K3/V3 pre-RoPE" \
+  "$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --context 256 --memory 1GB --methods "nuq:calibration=$cal"
 expect_error "plan: unknown tiered preset" 2 "unknown tiered preset" \
   "$AKV" plan --layers 2 --kv-heads 2 --head-dim 64 --methods tiered:preset=huge
 finish

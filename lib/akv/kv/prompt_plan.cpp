@@ -12,16 +12,20 @@ const std::vector<std::int32_t>& PromptPlan::kept(std::size_t layer, std::size_t
   return eviction ? eviction->heads[layer][head].kept : all;
 }
 
+void read_calibration_inputs(CompressParams& p, const KvWindow& m) {
+  if (!p.calibration_file.empty() && p.head_bits.empty()) p.head_bits = read_calibration(p.calibration_file, m);
+  if (p.method == Quantizer::nuq && !p.codebooks) {
+    p.codebooks = std::make_shared<const NuqCodebooks>(read_calibration_nuq(p.codebook_file, m, p.key.bits, p.value.bits));
+  }
+}
+
 PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const CompressParams& params,
                        int threads, const ProgressFn& progress, const TokenScores* given,
                        const OutProjSource& out_proj) {
   PromptPlan plan;
   plan.params = params;
   CompressParams& p = plan.params;
-  if (!p.calibration_file.empty() && p.head_bits.empty()) p.head_bits = read_calibration(p.calibration_file, m);
-  if (p.method == Quantizer::nuq && !p.codebooks) {
-    p.codebooks = std::make_shared<const NuqCodebooks>(read_calibration_nuq(p.codebook_file, m, p.key.bits, p.value.bits));
-  }
+  read_calibration_inputs(p, m);
   if (!p.eviction()) return plan;
   if (p.eviction()->alloc == AllocMethod::joint) {
     plan.eviction = joint_plan(

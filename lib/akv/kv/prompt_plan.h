@@ -34,8 +34,12 @@ struct PromptPlan {
   }
 };
 
-// The plan of `params` for a sequence of shape `m`. A calibration file is read unless head_bits
-// are already set; a joint budgets file (--budgets from `akv allocate --method joint`) brings its
+// What a method's calibration file gives it, read once for shape `m` (each part unless already
+// set): kivi's per-head bits (calibration=) and nuq's codebooks at its key and value bits.
+void read_calibration_inputs(CompressParams& p, const KvWindow& m);
+
+// The plan of `params` for a sequence of shape `m`. Its calibration inputs are read
+// (read_calibration_inputs); a joint budgets file (--budgets from `akv allocate --method joint`) brings its
 // bits, group, residual and layout and needs --quant kivi (UsageError). Progress covers the
 // scoring pass.
 // `given`: the model's scores of a kvzip method ([layer][kv head][token]; alloc/eviction.h);

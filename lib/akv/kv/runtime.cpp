@@ -40,13 +40,7 @@ class RuntimePolicy : public KvPolicy {
         table_(g.head_dim, g.rope_theta, 0,
                params_ && params_->pre_rope && !stored_only ? std::max<std::size_t>(g.max_positions, 1) : 1),
         rope_{g.rope_layout, &table_} {
-    if (params_ && !params_->calibration_file.empty() && params_->head_bits.empty()) {
-      params_->head_bits = read_calibration(params_->calibration_file, g.prompt_window());
-    }
-    if (params_ && params_->method == Quantizer::nuq && !params_->codebooks) {
-      params_->codebooks = std::make_shared<const NuqCodebooks>(
-          read_calibration_nuq(params_->codebook_file, g.kv_shape(), params_->key.bits, params_->value.bits));
-    }
+    if (params_) read_calibration_inputs(*params_, g.prompt_window());
     const CompressParams* p = params_ ? &*params_ : nullptr;
     if (p && p->pre_rope && !g.rope_variant.empty()) {
       throw InvalidInput("pre-rope re-applies plain RoPE after dequantization; this model's RoPE differs",
