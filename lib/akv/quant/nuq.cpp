@@ -18,8 +18,6 @@
 namespace akv {
 namespace {
 
-float round16(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
-
 // torch.quantile(row, q) (linear) as torch computes it for an f32 row: q as f32, rank q (n - 1)
 // in f32, then torch's lerp between the neighbours in f32. `sorted` ascending, n >= 1.
 float torch_quantile(const float* sorted, std::size_t n, double q) {
@@ -290,15 +288,26 @@ std::uint8_t nearest_index(const std::vector<float>& levels, float y) {
   return static_cast<std::uint8_t>(std::fabs(y - levels[hi]) < std::fabs(y - levels[hi - 1]) ? hi : hi - 1);
 }
 
-// Per-channel offset and range of a key table in f16 arithmetic.
+// Per-channel offset and range of a key table in f16 arithmetic (the array conversions agree
+// with the scalar ones bit for bit).
 void channel_params(const NuqTable& t, std::size_t width, std::vector<float>& offset, std::vector<float>& range) {
   offset.resize(width);
   range.resize(width);
+  f16_to_f32(t.upper.data(), offset.data(), width);
+  f16_to_f32(t.lower.data(), range.data(), width);
   for (std::size_t j = 0; j < width; ++j) {
-    const float u = f16_to_f32_ref(t.upper[j]), l = f16_to_f32_ref(t.lower[j]);
-    offset[j] = round16(round16(u + l) / 2.0f);
-    range[j] = round16(round16(u - l) / 2.0f);
+    const float u = offset[j], l = range[j];
+    offset[j] = u + l;
+    range[j] = u - l;
   }
+  round_through_f16(offset.data(), width);
+  round_through_f16(range.data(), width);
+  for (std::size_t j = 0; j < width; ++j) {
+    offset[j] /= 2.0f;
+    range[j] /= 2.0f;
+  }
+  round_through_f16(offset.data(), width);
+  round_through_f16(range.data(), width);
 }
 
 }  // namespace
@@ -370,49 +379,106 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
 
 namespace {
 
-// One coded row's values: levels[code] * range + offset in f32 (range / offset per channel, or
-// one for the row when per_row), 0 where that is not finite, rounded through f16. The plain loop.
-void decode_values_ref(const std::vector<float>& levels, const std::uint8_t* code, const float* range,
-                       const float* offset, bool per_row, std::size_t n, float* o) {
+// One coded row's values from its codes: levels[code] * range + offset in f32 (range / offset per
+// channel, or one for the row when per_row), 0 where that is not finite, rounded through f16.
+void decode_codes(const std::vector<float>& levels, const std::uint8_t* code, const float* range, const float* offset,
+                  bool per_row, std::size_t n, float* o) {
   for (std::size_t j = 0; j < n; ++j) {
     const float x = levels[code[j]] * range[per_row ? 0 : j] + offset[per_row ? 0 : j];
     o[j] = std::isfinite(x) ? f16_to_f32_ref(f32_to_f16_ref(x)) : 0.0f;
   }
 }
 
-// The same, eight values a step: the levels looked up by permutes (at most 16 levels), the
-// product and the sum as two roundings (no fused multiply-add), the f16 conversion instructions
-// (round to nearest even, as the reference). Bitwise equal to decode_values_ref.
-void decode_values(const std::vector<float>& levels, const std::uint8_t* code, const float* range, const float* offset,
-                   bool per_row, std::size_t n, float* o) {
+// The same from the packed row: the plain loop, codes unpacked by the bit-by-bit reference.
+void decode_values_ref(const std::vector<float>& levels, const std::uint8_t* packed, int bits, const float* range,
+                       const float* offset, bool per_row, std::size_t n, float* o) {
+  std::vector<std::uint8_t> code(n);
+  unpack_codes_ref(packed, n, bits, code.data());
+  decode_codes(levels, code.data(), range, offset, per_row, n, o);
+}
+
+#if defined(__AVX2__) && defined(__F16C__)
+// Eight codes of `Bits` bits (2, 3 or 4) from the Bits bytes at p (codes are packed from the low
+// bit up); `wide`: four bytes may be read (the row has a byte after 3-bit codes).
+template <int Bits>
+__m256i load_codes8(const std::uint8_t* p, bool wide) {
+  std::uint32_t w = 0;
+  if (Bits == 3 && !wide) {
+    std::memcpy(&w, p, 3);
+  } else {
+    std::memcpy(&w, p, Bits == 3 ? 4 : Bits);
+  }
+  const __m256i shifts = _mm256_setr_epi32(0, Bits, 2 * Bits, 3 * Bits, 4 * Bits, 5 * Bits, 6 * Bits, 7 * Bits);
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts),
+                          _mm256_set1_epi32((1 << Bits) - 1));
+}
+
+
+// levels[k] * rg + off rounded as decode_codes rounds it, for eight levels at once.
+inline __m256 decode_level(__m256 lv, __m256 rg, __m256 off) {
+  __m256 x = _mm256_add_ps(_mm256_mul_ps(lv, rg), off);
+  x = _mm256_and_ps(x, _mm256_cmp_ps(_mm256_sub_ps(x, x), _mm256_setzero_ps(), _CMP_EQ_OQ));  // not finite -> 0
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// The entries of an 8- or 16-entry table at idx, by permutes.
+template <int Bits>
+inline __m256 lookup(__m256 lo, __m256 hi, __m256i idx) {
+  const __m256 v = _mm256_permutevar8x32_ps(lo, idx);
+  if constexpr (Bits <= 3) {
+    return v;
+  } else {
+    const __m256i seven = _mm256_set1_epi32(7);
+    return _mm256_blendv_ps(v, _mm256_permutevar8x32_ps(hi, idx), _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, seven)));
+  }
+}
+
+// The same as decode_values_ref, eight values a step straight from the packed codes, with the
+// same operations per value (the product and the sum as two roundings, no fused multiply-add; the
+// f16 conversion instructions, round to nearest even): per_row, the row's 2^bits decoded levels
+// are computed once and each value is a lookup; per channel, each value is computed.
+template <int Bits>
+void decode_values_simd(const std::vector<float>& levels, const std::uint8_t* packed, const float* range,
+                        const float* offset, bool per_row, std::size_t n, float* o) {
+  float table[16] = {};
+  std::copy(levels.begin(), levels.end(), table);
+  __m256 lo = _mm256_loadu_ps(table), hi = _mm256_loadu_ps(table + 8);
+  if (per_row) {
+    const __m256 rg = _mm256_set1_ps(range[0]), off = _mm256_set1_ps(offset[0]);
+    lo = decode_level(lo, rg, off);
+    hi = decode_level(hi, rg, off);
+  }
+  const std::size_t bytes = packed_size(n, Bits);
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const std::size_t at = j / 8 * Bits;
+    const __m256 lv = lookup<Bits>(lo, hi, load_codes8<Bits>(packed + at, at + 4 <= bytes));
+    _mm256_storeu_ps(o + j, per_row ? lv : decode_level(lv, _mm256_loadu_ps(range + j), _mm256_loadu_ps(offset + j)));
+  }
+  if (j < n) {  // the tail starts on a byte boundary (j is a multiple of 8)
+    decode_values_ref(levels, packed + j / 8 * Bits, Bits, per_row ? range : range + j,
+                      per_row ? offset : offset + j, per_row, n - j, o + j);
+  }
+}
+#endif
+
+// decode_values_ref's result by the vector loop where the build has it (bits 2, 3 and 4), else by
+// the fast unpacking; bitwise equal.
+void decode_values(const std::vector<float>& levels, const std::uint8_t* packed, int bits, const float* range,
+                   const float* offset, bool per_row, std::size_t n, float* o) {
 #if defined(__AVX2__) && defined(__F16C__)
   if (levels.size() <= 16) {
-    float table[16] = {};
-    std::copy(levels.begin(), levels.end(), table);
-    const __m256 lo = _mm256_loadu_ps(table), hi = _mm256_loadu_ps(table + 8);
-    const __m256i seven = _mm256_set1_epi32(7);
-    const __m256 zero = _mm256_setzero_ps();
-    std::size_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      std::int64_t packed = 0;
-      std::memcpy(&packed, code + j, 8);
-      const __m256i idx = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(packed));
-      __m256 lv = _mm256_permutevar8x32_ps(lo, idx);
-      if (levels.size() > 8) {
-        lv = _mm256_blendv_ps(lv, _mm256_permutevar8x32_ps(hi, idx), _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, seven)));
-      }
-      const __m256 rg = per_row ? _mm256_set1_ps(range[0]) : _mm256_loadu_ps(range + j);
-      const __m256 off = per_row ? _mm256_set1_ps(offset[0]) : _mm256_loadu_ps(offset + j);
-      __m256 x = _mm256_add_ps(_mm256_mul_ps(lv, rg), off);
-      x = _mm256_and_ps(x, _mm256_cmp_ps(_mm256_sub_ps(x, x), zero, _CMP_EQ_OQ));  // not finite -> 0
-      x = _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-      _mm256_storeu_ps(o + j, x);
+    switch (bits) {
+      case 2: return decode_values_simd<2>(levels, packed, range, offset, per_row, n, o);
+      case 3: return decode_values_simd<3>(levels, packed, range, offset, per_row, n, o);
+      case 4: return decode_values_simd<4>(levels, packed, range, offset, per_row, n, o);
+      default: break;
     }
-    decode_values_ref(levels, code + j, per_row ? range : range + j, per_row ? offset : offset + j, per_row, n - j, o + j);
-    return;
   }
 #endif
-  decode_values_ref(levels, code, range, offset, per_row, n, o);
+  std::vector<std::uint8_t> code(n);
+  unpack_codes(packed, n, bits, code.data());
+  decode_codes(levels, code.data(), range, offset, per_row, n, o);
 }
 
 template <class Values>
@@ -421,7 +487,6 @@ void decode_rows(const NuqView& v, std::size_t width, std::size_t r0, std::size_
   const std::size_t row_bytes = packed_size(width, t.bits);
   std::vector<float> offset, range;
   if (t.per_channel) channel_params(t, width, offset, range);
-  std::vector<std::uint8_t> code(width);
   for (std::size_t r = r0; r < r1; ++r) {
     float* o = out + (r - r0) * width;
     if (r < v.sink_rows) {
@@ -429,11 +494,11 @@ void decode_rows(const NuqView& v, std::size_t width, std::size_t r0, std::size_
       continue;
     }
     const std::size_t q = r - v.sink_rows;
-    unpack_codes(v.codes + q * row_bytes, width, t.bits, code.data());
+    const std::uint8_t* packed = v.codes + q * row_bytes;
     if (t.per_channel) {
-      values(t.levels, code.data(), range.data(), offset.data(), false, width, o);
+      values(t.levels, packed, t.bits, range.data(), offset.data(), false, width, o);
     } else {
-      values(t.levels, code.data(), v.range + q, v.offset + q, true, width, o);
+      values(t.levels, packed, t.bits, v.range + q, v.offset + q, true, width, o);
     }
     for (std::uint32_t e = q == 0 ? 0 : v.outlier_end[q - 1]; e < v.outlier_end[q]; ++e) {
       o[v.outlier_channel[e]] = f16_to_f32_ref(v.outlier_value[e]);
