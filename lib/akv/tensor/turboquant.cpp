@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "akv/core/isa.h"
+#include "akv/core/rng.h"
 #include "akv/tensor/half.h"
 
 #if defined(__AVX2__)
@@ -21,6 +22,7 @@ namespace {
 
 constexpr std::array<std::size_t, 7> kHeadDims = {8, 16, 32, 64, 128, 256, 512};
 constexpr std::array<int, 3> kBits = {2, 3, 4};
+constexpr std::array<int, 4> kCodebookBits = {1, 2, 3, 4};  // key_qjl's levels take bits - 1
 
 std::size_t log2_of(std::size_t d) {
   std::size_t l = 0;
@@ -43,6 +45,7 @@ std::string name_of(const TqType& t) {
   switch (t.kind) {
     case TqKind::key: return "TQ" + b + d;
     case TqKind::key_nc: return "TQ" + b + "NC" + d;
+    case TqKind::key_qjl: return "TQ" + b + "J" + d;
     default: return "TQV" + b + d;
   }
 }
@@ -51,10 +54,10 @@ struct Table {
   std::vector<std::string> names;  // reserved up front: the c_str()s stay put
   std::vector<GgmlTypeInfo> types;
   Table() {
-    const std::size_t n = 3 * kBits.size() * kHeadDims.size();
+    const std::size_t n = 4 * kBits.size() * kHeadDims.size();
     names.reserve(n);
     types.reserve(n);
-    for (TqKind k : {TqKind::key, TqKind::key_nc, TqKind::value}) {
+    for (TqKind k : {TqKind::key, TqKind::key_nc, TqKind::value, TqKind::key_qjl}) {
       for (int b : kBits) {
         for (std::size_t d : kHeadDims) {
           const TqType t{k, b, d};
@@ -71,7 +74,12 @@ const Table& table() {
   return t;
 }
 
-std::size_t code_bytes(const TqType& t) { return (t.head_dim * static_cast<std::size_t>(t.bits) + 7) / 8; }
+// Bits per coordinate of a row's level indices.
+int level_bits(const TqType& t) { return t.kind == TqKind::key_qjl ? t.bits - 1 : t.bits; }
+std::size_t code_bytes(const TqType& t) { return (t.head_dim * static_cast<std::size_t>(level_bits(t)) + 7) / 8; }
+// key_qjl: where the sign bits and gamma start.
+std::size_t sign_offset(const TqType& t) { return code_bytes(t) + 2; }
+std::size_t gamma_offset(const TqType& t) { return sign_offset(t) + t.head_dim / 8; }
 
 // Index i of a row's codes at bits [b i, b i + b) of the little-endian byte stream.
 void pack(const std::uint32_t* q, std::size_t n, int bits, std::uint8_t* dst) {
@@ -98,6 +106,9 @@ void unpack_row(const std::uint8_t* src, std::size_t n, int bits, std::uint8_t* 
       for (std::size_t i = 0; i < n / 4; ++i) {
         for (int k = 0; k < 4; ++k) q[4 * i + static_cast<std::size_t>(k)] = (src[i] >> (2 * k)) & 3;
       }
+      return;
+    case 1:
+      for (std::size_t i = 0; i < n; ++i) q[i] = (src[i / 8] >> (i % 8)) & 1;
       return;
     default:  // 3: eight indices in three bytes
       for (std::size_t g = 0; g < n / 8; ++g) {
@@ -131,13 +142,13 @@ void encode_key(const TqType& t, const TqCodebook& cb, const float* x, std::uint
     for (float m : cb.midpoints) idx += y >= m ? 1u : 0u;
     q[i] = idx;
   }
-  pack(q, t.head_dim, t.bits, dst);
+  pack(q, t.head_dim, level_bits(t), dst);
   put_f16(dst + code_bytes(t), norm);
 }
 
 void decode_key(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, float* y) {
   std::uint8_t q[512];
-  unpack_row(src, t.head_dim, t.bits, q);
+  unpack_row(src, t.head_dim, level_bits(t), q);
   for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = cb.centroids[q[i]];
   if (t.kind == TqKind::key_nc) {
     // Eight partial sums (element i into lane i mod 8), reduced as ((s0 + s4) + (s2 + s6)) +
@@ -152,6 +163,47 @@ void decode_key(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, 
   }
   const float norm = get_f16(src + code_bytes(t));
   for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = norm * y[i];
+}
+
+// key_qjl: the levels and norm as encode_key (no norm correction), then the residual's signs
+// under S and its norm.
+void encode_key_qjl(const TqType& t, const TqCodebook& cb, const float* S, const float* x, std::uint8_t* dst) {
+  const std::size_t d = t.head_dim;
+  encode_key(t, cb, x, dst);
+  float r[512];
+  decode_key(t, cb, dst, r);  // x_mse, from the stored levels and f16 norm
+  float sq = 0.0f;
+  for (std::size_t i = 0; i < d; ++i) {
+    r[i] = x[i] - r[i];
+    sq += r[i] * r[i];
+  }
+  std::uint8_t* signs = dst + sign_offset(t);
+  std::memset(signs, 0, d / 8);
+  for (std::size_t j = 0; j < d; ++j) {
+    const float* s = S + j * d;
+    float p = 0.0f;
+    for (std::size_t i = 0; i < d; ++i) p += s[i] * r[i];
+    if (p >= 0.0f) signs[j / 8] = static_cast<std::uint8_t>(signs[j / 8] | (1u << (j % 8)));
+  }
+  put_f16(dst + gamma_offset(t), std::sqrt(sq));
+}
+
+void decode_key_qjl(const TqType& t, const TqCodebook& cb, const float* S, const std::uint8_t* src, float* y) {
+  const std::size_t d = t.head_dim;
+  decode_key(t, cb, src, y);
+  float acc[512] = {};
+  const std::uint8_t* signs = src + sign_offset(t);
+  for (std::size_t j = 0; j < d; ++j) {
+    const float* s = S + j * d;
+    if ((signs[j / 8] >> (j % 8)) & 1u) {
+      for (std::size_t i = 0; i < d; ++i) acc[i] += s[i];
+    } else {
+      for (std::size_t i = 0; i < d; ++i) acc[i] -= s[i];
+    }
+  }
+  const float coef = static_cast<float>(std::sqrt(3.141592653589793 / 2.0) / static_cast<double>(d)) *
+                     get_f16(src + gamma_offset(t));
+  for (std::size_t i = 0; i < d; ++i) y[i] = y[i] + coef * acc[i];
 }
 
 void encode_value(const TqType& t, const float* x, std::uint8_t* dst) {
@@ -192,6 +244,10 @@ inline __m256i indices8(const std::uint8_t* src, std::size_t i, int bits) {
       std::memcpy(&w, src + i / 2, 4);
       const __m256i v = _mm256_set1_epi32(static_cast<int>(w));
       return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)), _mm256_set1_epi32(15));
+    }
+    case 1: {  // key_qjl's 1-bit levels: byte i/8
+      const __m256i v = _mm256_set1_epi32(src[i / 8]);
+      return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), _mm256_set1_epi32(1));
     }
     case 2: {
       std::uint16_t w;
@@ -261,7 +317,10 @@ double trapz(F f, double a, double b, int n = 200) {
 
 }  // namespace
 
-std::size_t tq_row_bytes(const TqType& t) { return code_bytes(t) + (t.kind == TqKind::value ? 4 : 2); }
+std::size_t tq_row_bytes(const TqType& t) {
+  if (t.kind == TqKind::key_qjl) return gamma_offset(t) + 2;
+  return code_bytes(t) + (t.kind == TqKind::value ? 4 : 2);
+}
 
 const GgmlTypeInfo* tq_type_info(const TqType& t) {
   if (!supported(t)) return nullptr;
@@ -318,11 +377,12 @@ const TqCodebook& tq_codebook(std::size_t head_dim, int bits) {
     std::once_flag once;
     TqCodebook book;
   };
-  static std::array<Slot, kHeadDims.size() * kBits.size()> slots;
+  static std::array<Slot, kHeadDims.size() * kCodebookBits.size()> slots;
   const auto d = std::find(kHeadDims.begin(), kHeadDims.end(), head_dim);
-  const auto b = std::find(kBits.begin(), kBits.end(), bits);
-  if (d == kHeadDims.end() || b == kBits.end()) throw std::invalid_argument("tq_codebook: unsupported head_dim or bits");
-  Slot& s = slots[static_cast<std::size_t>(d - kHeadDims.begin()) * kBits.size() + static_cast<std::size_t>(b - kBits.begin())];
+  const auto b = std::find(kCodebookBits.begin(), kCodebookBits.end(), bits);
+  if (d == kHeadDims.end() || b == kCodebookBits.end()) throw std::invalid_argument("tq_codebook: unsupported head_dim or bits");
+  Slot& s = slots[static_cast<std::size_t>(d - kHeadDims.begin()) * kCodebookBits.size() +
+                  static_cast<std::size_t>(b - kCodebookBits.begin())];
   std::call_once(s.once, [&] {
     for (double c : tq_lloyd_max(head_dim, bits)) s.book.centroids.push_back(static_cast<float>(c));
     for (std::size_t i = 0; i + 1 < s.book.centroids.size(); ++i) {
@@ -332,7 +392,101 @@ const TqCodebook& tq_codebook(std::size_t head_dim, int bits) {
   return s.book;
 }
 
+const std::vector<float>& tq_qjl_matrix(std::size_t head_dim) {
+  struct Slot {
+    std::once_flag once;
+    std::vector<float> s;
+  };
+  static std::array<Slot, kHeadDims.size()> slots;
+  const auto d = std::find(kHeadDims.begin(), kHeadDims.end(), head_dim);
+  if (d == kHeadDims.end()) throw std::invalid_argument("tq_qjl_matrix: unsupported head_dim");
+  Slot& s = slots[static_cast<std::size_t>(d - kHeadDims.begin())];
+  std::call_once(s.once, [&] {
+    Rng rng(stream_seed(kTqQjlSeed, {head_dim}));
+    s.s.resize(head_dim * head_dim);
+    for (float& v : s.s) v = static_cast<float>(rng.normal());
+  });
+  return s.s;
+}
+
+void tq_qjl_encode_rows(const TqType& t, const float* S, const float* x, std::size_t n, std::uint8_t* dst) {
+  if (t.kind != TqKind::key_qjl) throw std::invalid_argument("tq_qjl_encode_rows: not a key_qjl type");
+  const std::size_t rb = tq_row_bytes(t);
+  const TqCodebook& cb = tq_codebook(t.head_dim, level_bits(t));
+  for (std::size_t r = 0; r < n; ++r) encode_key_qjl(t, cb, S, x + r * t.head_dim, dst + r * rb);
+}
+
+void tq_qjl_decode_rows(const TqType& t, const float* S, const std::uint8_t* src, std::size_t n, float* dst) {
+  if (t.kind != TqKind::key_qjl) throw std::invalid_argument("tq_qjl_decode_rows: not a key_qjl type");
+  const std::size_t rb = tq_row_bytes(t);
+  const TqCodebook& cb = tq_codebook(t.head_dim, level_bits(t));
+  for (std::size_t r = 0; r < n; ++r) decode_key_qjl(t, cb, S, src + r * rb, dst + r * t.head_dim);
+}
+
+TqQjlQuery tq_qjl_query(const TqType& t, const float* q) {
+  const std::size_t d = t.head_dim;
+  const std::vector<float>& S = tq_qjl_matrix(d);
+  std::vector<float> sq(d);
+  for (std::size_t j = 0; j < d; ++j) {
+    float p = 0.0f;
+    for (std::size_t i = 0; i < d; ++i) p += S[j * d + i] * q[i];
+    sq[j] = p;
+  }
+  TqQjlQuery out;
+  out.table.resize(d / 8 * 256);
+  for (std::size_t k = 0; k < d / 8; ++k) {
+    float* tab = out.table.data() + 256 * k;
+    float base = 0.0f;
+    for (std::size_t i = 0; i < 8; ++i) base -= sq[8 * k + i];
+    tab[0] = base;
+    for (unsigned b = 1; b < 256; ++b) {
+      tab[b] = tab[b & (b - 1)] + 2.0f * sq[8 * k + static_cast<std::size_t>(__builtin_ctz(b))];
+    }
+  }
+  return out;
+}
+
+void tq_qjl_decode_levels(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst) {
+  if (t.kind != TqKind::key_qjl) throw std::invalid_argument("tq_qjl_decode_levels: not a key_qjl type");
+  const std::size_t rb = tq_row_bytes(t);
+  const TqCodebook& cb = tq_codebook(t.head_dim, level_bits(t));
+#if defined(__AVX2__)
+  // The levels and norm lead the row as a TQ<b-1> key row's (no norm correction).
+  const TqType levels{TqKind::key, level_bits(t), t.head_dim};
+  if (active_isa() >= Isa::avx2) {
+    for (std::size_t r = 0; r < n; ++r) decode_key_avx2(levels, cb, src + r * rb, dst + r * t.head_dim);
+    return;
+  }
+#endif
+  for (std::size_t r = 0; r < n; ++r) decode_key(t, cb, src + r * rb, dst + r * t.head_dim);
+}
+
+void tq_qjl_add_scores(const TqType& t, const TqQjlQuery* q, std::size_t nq, const std::uint8_t* src, std::size_t n,
+                       float* s, std::size_t stride) {
+  const std::size_t d = t.head_dim, rb = tq_row_bytes(t);
+  const float scale = static_cast<float>(std::sqrt(3.141592653589793 / 2.0) / static_cast<double>(d));
+  std::uint16_t gamma[64];
+  float coef[64];
+  for (std::size_t r0 = 0; r0 < n; r0 += 64) {
+    const std::size_t m = std::min<std::size_t>(64, n - r0);
+    for (std::size_t r = 0; r < m; ++r) std::memcpy(&gamma[r], src + (r0 + r) * rb + gamma_offset(t), 2);
+    f16_to_f32(gamma, coef, m);
+    for (std::size_t r = 0; r < m; ++r) coef[r] *= scale;
+    for (std::size_t h = 0; h < nq; ++h) {
+      const float* table = q[h].table.data();
+      float* out = s + h * stride + r0;
+      for (std::size_t r = 0; r < m; ++r) {
+        const std::uint8_t* signs = src + (r0 + r) * rb + sign_offset(t);
+        float sum = 0.0f;
+        for (std::size_t k = 0; k < d / 8; ++k) sum += table[256 * k + signs[k]];
+        out[r] += coef[r] * sum;
+      }
+    }
+  }
+}
+
 void tq_encode_rows(const TqType& t, const float* x, std::size_t n, std::uint8_t* dst) {
+  if (t.kind == TqKind::key_qjl) return tq_qjl_encode_rows(t, tq_qjl_matrix(t.head_dim).data(), x, n, dst);
   const std::size_t rb = tq_row_bytes(t);
   if (t.kind == TqKind::value) {
     for (std::size_t r = 0; r < n; ++r) encode_value(t, x + r * t.head_dim, dst + r * rb);
@@ -343,6 +497,7 @@ void tq_encode_rows(const TqType& t, const float* x, std::size_t n, std::uint8_t
 }
 
 void tq_decode_rows(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst) {
+  if (t.kind == TqKind::key_qjl) return tq_qjl_decode_rows(t, tq_qjl_matrix(t.head_dim).data(), src, n, dst);
   const std::size_t rb = tq_row_bytes(t);
 #if defined(__AVX2__)
   if (active_isa() >= Isa::avx2) {
@@ -364,11 +519,12 @@ void tq_decode_rows(const TqType& t, const std::uint8_t* src, std::size_t n, flo
 }
 
 std::size_t tq_first_nonfinite(const TqType& t, const std::uint8_t* src, std::size_t n) {
-  const std::size_t rb = tq_row_bytes(t), fields = t.kind == TqKind::value ? 2 : 1;
+  const std::size_t rb = tq_row_bytes(t);
+  // The f16 fields: norm (keys), scale and minimum (values), norm and gamma (key_qjl).
+  const std::size_t second = t.kind == TqKind::value ? code_bytes(t) + 2 : t.kind == TqKind::key_qjl ? gamma_offset(t) : 0;
   for (std::size_t r = 0; r < n / t.head_dim; ++r) {
-    for (std::size_t f = 0; f < fields; ++f) {
-      if (!std::isfinite(get_f16(src + r * rb + code_bytes(t) + 2 * f))) return r * t.head_dim;
-    }
+    if (!std::isfinite(get_f16(src + r * rb + code_bytes(t)))) return r * t.head_dim;
+    if (second && !std::isfinite(get_f16(src + r * rb + second))) return r * t.head_dim;
   }
   return n;
 }

@@ -14,6 +14,13 @@
 // Values (TQV<b>): uniform per row: mn = min, scale = (max - mn) / (2^b - 1) (at least 1e-8),
 // q_i = trunc((x_i - mn) / scale + 0.5) clamped to [0, 2^b - 1], packed as the keys' indices,
 // then f16 scale and f16 mn; read back as q_i * f16(scale) + f16(mn).
+// Keys with QJL (TQ<b>J, TurboQuant_prod, the paper's Algorithm 2, as turboquant-pytorch's
+// TurboQuantCompressorV2 stores keys): the row's first b - 1 bits per coordinate are TQ<b-1>'s
+// (indices and the f16 norm, no norm correction), x_mse_i = f16(|x|) * centroid[index_i]; the
+// residual r = x - x_mse gives d sign bits z_j = [(S r)_j >= 0] (bit j of the little-endian byte
+// stream after the norm) and gamma = |r| as f16, S the d x d Gaussian matrix tq_qjl_matrix(d).
+// Read back: x_mse_i + (sqrt(pi / 2) / d * f16(gamma)) * sum_j S_ji (2 z_j - 1), the sum over j in
+// order: the asymmetric estimator <q, x_mse> + gamma sqrt(pi/2)/d <S q, 2z - 1> as a row.
 // Every f32 operation in that order, no fused multiply-adds (this file builds with
 // -ffp-contract=off).
 //
@@ -33,19 +40,21 @@
 
 namespace akv {
 
-enum class TqKind : std::uint8_t { key = 1, key_nc = 2, value = 3 };
+enum class TqKind : std::uint8_t { key = 1, key_nc = 2, value = 3, key_qjl = 4 };
 
 struct TqType {
   TqKind kind = TqKind::key;
-  int bits = 3;               // 2, 3 or 4
+  int bits = 3;               // 2, 3 or 4 (key_qjl: b - 1 of them for the levels, one for the signs)
   std::size_t head_dim = 0;   // a power of two, 8 to 512
 };
 
 // Bytes of one stored row: ceil(head_dim bits / 8) + 2 (keys: the norm) or + 4 (values: scale,
-// minimum).
+// minimum); key_qjl: ceil(head_dim (bits - 1) / 8) + 2 + head_dim / 8 + 2 (levels, norm, signs,
+// gamma).
 std::size_t tq_row_bytes(const TqType& t);
 // The block type of t (block = head_dim, bytes = tq_row_bytes), or nullptr when head_dim or bits
-// are outside the ranges above. Ids from kTqIdBase on; names TQ3_128, TQ3NC_128, TQV4_128.
+// are outside the ranges above. Ids from kTqIdBase on; names TQ3_128, TQ3NC_128, TQ3J_128,
+// TQV4_128.
 inline constexpr std::uint32_t kTqIdBase = 0x20000;
 const GgmlTypeInfo* tq_type_info(const TqType& t);
 // The TurboQuant type of a block type, nullopt for others.
@@ -58,7 +67,7 @@ struct TqCodebook {
   std::vector<float> midpoints;  // 2^bits - 1
 };
 // The codebook for rows of head_dim values (computed once per (head_dim, bits), then shared;
-// std::invalid_argument outside the supported head_dims and bits).
+// bits 1 to 4; std::invalid_argument outside the supported head_dims and bits).
 const TqCodebook& tq_codebook(std::size_t head_dim, int bits);
 // The solver in double (the levels before their rounding to f32).
 std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits);
@@ -67,6 +76,31 @@ std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits);
 // looks up eight elements at a time; every variant gives the same bits).
 void tq_encode_rows(const TqType& t, const float* x, std::size_t n, std::uint8_t* dst);
 void tq_decode_rows(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst);
+// QJL's projection S [head_dim, head_dim] row-major: i.i.d. standard normal from akv's Rng
+// (core/rng.h) seeded with kTqQjlSeed and head_dim (stream_seed(kTqQjlSeed, {head_dim})), each
+// rounded to f32; computed once per head_dim.
+inline constexpr std::uint64_t kTqQjlSeed = 0x514A4C;  // "QJL"
+const std::vector<float>& tq_qjl_matrix(std::size_t head_dim);
+// key_qjl rows with another projection S [head_dim, head_dim] (what tq_encode_rows /
+// tq_decode_rows do with tq_qjl_matrix): for the golden tests, whose S is the reference's.
+void tq_qjl_encode_rows(const TqType& t, const float* S, const float* x, std::size_t n, std::uint8_t* dst);
+void tq_qjl_decode_rows(const TqType& t, const float* S, const std::uint8_t* src, std::size_t n, float* dst);
+// The QJL term of key_qjl rows against one query without reconstructing the rows (decode
+// attention): prepared once per query, sq = S q (f32 sums in order), then per sign byte k the
+// signed sums table[256 k + b] = sum_{i<8} sq[8k + i] (bit i of b ? 1 : -1), built as
+// table[b & (b - 1)] + 2 sq[8k + lowest set bit of b] from table[0] = -sum_i sq[8k + i].
+struct TqQjlQuery {
+  std::vector<float> table;  // [head_dim / 8, 256]
+};
+TqQjlQuery tq_qjl_query(const TqType& t, const float* q);
+// x_mse of n key_qjl rows: their levels times the f16 norm (the row read back without the QJL
+// term; the vector loops of the other key types where the level bits allow).
+void tq_qjl_decode_levels(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst);
+// s[h * stride + r] += (sqrt(pi / 2) / head_dim * f16(gamma_r)) * sum_k q[h].table[256 k + sign
+// byte k of row r] (k in order) for the n rows at src and nq queries: with tq_qjl_decode_levels,
+// q . (read-back row) up to the order of the sums.
+void tq_qjl_add_scores(const TqType& t, const TqQjlQuery* q, std::size_t nq, const std::uint8_t* src, std::size_t n,
+                       float* s, std::size_t stride);
 // The first element of n (a multiple of head_dim) whose row has a non-finite f16 field, or n.
 std::size_t tq_first_nonfinite(const TqType& t, const std::uint8_t* src, std::size_t n);
 
