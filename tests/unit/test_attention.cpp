@@ -11,6 +11,7 @@
 #include "akv/quant/pack.h"
 #include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
+#include "akv/tensor/turboquant.h"
 #include "attention_heads.h"
 
 using namespace akv;
@@ -578,6 +579,55 @@ TEST_CASE("PackedTensor: rows dropped from the front one at a time leave the oth
     check();
     append(3);
     check();
+  }
+}
+
+TEST_CASE("decode attention over TurboQuant QJL keys (sign tables of S q) agrees with their read-back rows within 1e-5",
+          "[attention][ggml][qjl]") {
+  // The fast path scores q . x_mse plus each row's QJL term from the query's sign tables; the
+  // reference reads the rows back (x_mse + sqrt(pi/2)/d gamma S^T signs). The same products in
+  // another order: within 1e-5; avx2 and avx512 give the same bits, generic agrees within 1e-6
+  // (as every cache type).
+  const std::size_t n_kv = 2, n = 301;
+  for (const int bits : {2, 3, 4}) {
+    for (const std::size_t d : {64, 128}) {
+      const TqType kt{TqKind::key_qjl, bits, d};
+      const GgmlTypeInfo& kinfo = *tq_type_info(kt);
+      std::vector<std::vector<std::uint8_t>> kb(n_kv);
+      std::vector<std::vector<float>> vf(n_kv);
+      std::vector<HeadView> heads(n_kv);
+      for (std::size_t h = 0; h < n_kv; ++h) {
+        const std::vector<float> k = normal(n * d, 50 + h);
+        vf[h] = normal(n * d, 60 + h);
+        kb[h].resize(n * tq_row_bytes(kt));
+        tq_encode_rows(kt, k.data(), n, kb[h].data());
+        heads[h].key.ggml = {&kinfo, kb[h].data(), n};
+        heads[h].value.dense = {DenseType::f32, vf[h].data(), n};
+      }
+      for (std::size_t nq : {1, 4}) {
+        const std::vector<float> q = normal(n_kv * nq * d, 7);
+        std::vector<float> a(q.size()), vec(q.size()), generic(q.size()), ref(q.size());
+        bool have_vec = false;
+        for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+          if (isa > best_isa()) continue;
+          set_isa(isa);
+          decode_attention({q.data(), n_kv * nq, d, heads.data(), n_kv, 0.125f, a.data(), nullptr}, {2, 64, 128});
+          INFO("bits " << bits << " head_dim " << d << " gqa " << nq << " isa " << isa_name(isa));
+          if (isa == Isa::generic) {
+            generic = a;
+            continue;
+          }
+          if (have_vec) CHECK(a == vec);
+          vec = a;
+          have_vec = true;
+          CHECK(rel_err(a, generic) <= 1e-6);
+        }
+        set_isa(best_isa());
+        decode_attention_ref({q.data(), n_kv * nq, d, heads.data(), n_kv, 0.125f, ref.data(), nullptr});
+        INFO("bits " << bits << " head_dim " << d << " gqa " << nq);
+        CHECK(rel_err(a, ref) <= 1e-5);
+      }
+    }
   }
 }
 

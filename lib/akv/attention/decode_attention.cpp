@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "akv/attention/int8.h"
@@ -81,6 +82,8 @@ struct HeadPrep {
   const HeadView* view = nullptr;
   std::vector<float> q;  // [nq, d], times the softmax scale (folded in once, not per score)
   std::vector<float> q_in, q_out;
+  std::optional<TqType> qjl;          // keys are TurboQuant rows with QJL signs
+  std::vector<TqQjlQuery> qjl_query;  // then: per query head, its projection's sign tables
 };
 
 struct Partial {
@@ -119,6 +122,10 @@ class PartitionRunner {
  private:
   void keys(std::size_t t0, std::size_t t1) {
     const TensorView& k = hp_.view->key;
+    if (hp_.qjl) {
+      qjl_keys(t0, t1);
+      return;
+    }
     if (k.ggml.type || k.nuq.table) {
       decoded_tile(k, t0, t1);
       attn::score_rows(f32_rows(t1 - t0), nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
@@ -196,6 +203,17 @@ class PartitionRunner {
         s_[h * tile_ + (r - t0)] = acc;
       }
     }
+  }
+
+  // TurboQuant keys with QJL signs: q . x_mse over the rows' levels, plus each row's QJL term
+  // from the query's sign tables (tq_qjl_add_scores), not the d x d reconstruction.
+  void qjl_keys(std::size_t t0, std::size_t t1) {
+    const TqType& t = *hp_.qjl;
+    const std::uint8_t* rows = hp_.view->key.ggml.blocks + t0 * tq_row_bytes(t);
+    buf_.resize((t1 - t0) * d_);
+    tq_qjl_decode_levels(t, rows, t1 - t0, buf_.data());
+    attn::score_rows(f32_rows(t1 - t0), nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
+    tq_qjl_add_scores(t, hp_.qjl_query.data(), nq_, rows, t1 - t0, s_.data(), tile_);
   }
 
   // Rows [t0, t1) of ggml blocks or nuq codes dequantized into buf_ (ggml_dequantize,
@@ -307,6 +325,12 @@ HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) 
   hp.view = &a.heads[kv * a.segments + seg];
   hp.q.assign(a.query + kv * nq * d, a.query + (kv + 1) * nq * d);
   for (float& x : hp.q) x *= a.scale;
+  if (const GgmlTypeInfo* kt = hp.view->key.ggml.type) {
+    if (const auto t = tq_type_of(*kt); t && t->kind == TqKind::key_qjl && hp.view->key.ggml.rows > 0) {
+      hp.qjl = t;
+      for (std::size_t h = 0; h < nq; ++h) hp.qjl_query.push_back(tq_qjl_query(*t, hp.q.data() + h * d));
+    }
+  }
   const PackedView& p = hp.view->key.packed;
   if (p.rows > 0 && fast_packed_keys(p)) {
     hp.q_in.resize(nq * p.cols);
