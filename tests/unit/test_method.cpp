@@ -213,6 +213,17 @@ TEST_CASE("turboquant: vLLM's presets as ggml rows of TurboQuant types", "[metho
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant_k3v4_nc:bits-key=4")), UsageError);
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant:residual=32")), UsageError);
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant:bits-value=8")), InvalidInput);
+  // qjl=on: TurboQuant_prod keys (bits-key - 1 levels + signs), method turboquant only.
+  const CompressParams qjl = resolve_params(parse_method_spec("turboquant:bits-key=3:qjl=on"));
+  CHECK(qjl.ggml()->key == "tq3j");
+  CHECK(qjl.rotate == RotationKind::hadamard);
+  CHECK(resolve_params(parse_method_spec("turboquant:qjl=off")).to_json() == p.to_json());
+  CHECK(CompressParams::from_json(qjl.to_json(), "params.json").to_json() == qjl.to_json());
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant_k3v4_nc:qjl=on")), UsageError);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant:bits-key=8:qjl=on")), InvalidInput);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("ggml:k=q4_0:qjl=on")), UsageError);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("kivi:qjl=on")), UsageError);
+  CHECK_THROWS_AS(parse_method_spec("turboquant:qjl=yes"), InvalidInput);
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquantx")), Error);  // an unknown name, not a preset
   // A TurboQuant row is one block of head_dim values: head_dim 96 has no layout.
   CHECK_THROWS_WITH(ggml_cache_type("tq3nc", 96, "", "k"), Catch::Contains("power of two"));

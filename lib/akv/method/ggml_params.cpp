@@ -12,7 +12,8 @@ namespace akv {
 const std::vector<std::string>& ggml_cache_type_names() {
   static const std::vector<std::string> names = {"f16",   "q8_0",  "q4_0",  "q4_1",     "q5_0",     "q5_1",
                                                  "iq4_nl", "fp8_e4m3", "fp8_e5m2", "tq2", "tq3", "tq4",
-                                                 "tq2nc", "tq3nc", "tq4nc", "tqv2", "tqv3", "tqv4"};
+                                                 "tq2nc", "tq3nc", "tq4nc", "tq2j", "tq3j", "tq4j",
+                                                 "tqv2", "tqv3", "tqv4"};
   return names;
 }
 
@@ -40,8 +41,9 @@ namespace {
 std::optional<TqType> tq_cache_type(const std::string& name) {
   if (name.rfind("tq", 0) != 0) return std::nullopt;
   const bool value = name.rfind("tqv", 0) == 0, nc = name.size() > 2 && name.substr(name.size() - 2) == "nc";
-  const std::string digits = name.substr(value ? 3 : 2, name.size() - (value ? 3 : 2) - (nc ? 2 : 0));
-  return TqType{value ? TqKind::value : nc ? TqKind::key_nc : TqKind::key, std::stoi(digits), 0};
+  const bool qjl = name.back() == 'j';
+  const std::string digits = name.substr(value ? 3 : 2, name.size() - (value ? 3 : 2) - (nc ? 2 : qjl ? 1 : 0));
+  return TqType{value ? TqKind::value : nc ? TqKind::key_nc : qjl ? TqKind::key_qjl : TqKind::key, std::stoi(digits), 0};
 }
 
 }  // namespace
@@ -52,7 +54,7 @@ void check_ggml_cache_type_name(const std::string& name, const std::string& file
   const auto& names = ggml_cache_type_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     throw InvalidInput("not a KV cache type akv stores (f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, fp8_e4m3, fp8_e5m2, "
-                       "tq2-4, tq2nc-4nc, tqv2-4)",
+                       "tq2-4, tq2nc-4nc, tq2j-4j, tqv2-4)",
                        {file, field, name});
   }
 }

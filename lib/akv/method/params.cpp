@@ -224,26 +224,33 @@ CompressParams resolve_turboquant(const CompressRequest& r) {
   rest.rotate.reset();
   rest.rotate_seed.reset();
   rest.ggml.boundary.reset();
+  rest.ggml.qjl.reset();
   if (rest.tiered.any() || rest.eviction.any() || rest.ggml.any() || rest.quant || rest.bits || rest.key_axis ||
       rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction || rest.pre_rope ||
       rest.calibration || (preset && (r.bits_key || r.bits_value))) {
     throw UsageError(r.method + (preset ? " takes only boundary, rotate and rotate-seed (its bits are fixed; method "
                                           "turboquant takes bits-key and bits-value)"
                                         : " takes only bits-key (2, 3, 4 or 8), bits-value (2, 3 or 4), boundary, "
-                                          "rotate and rotate-seed"),
+                                          "qjl, rotate and rotate-seed"),
                      {"", "--method", r.method});
   }
   const int kb = static_cast<int>(r.bits_key.value_or(m.bits_key));
   const int vb = static_cast<int>(r.bits_value.value_or(m.bits_value));
   if (kb != 2 && kb != 3 && kb != 4 && kb != 8) throw InvalidInput("turboquant keys take 2, 3, 4 or 8 bits", {"", "bits-key", std::to_string(kb)});
   if (vb != 2 && vb != 3 && vb != 4) throw InvalidInput("turboquant values take 2, 3 or 4 bits", {"", "bits-value", std::to_string(vb)});
+  const bool qjl = r.ggml.qjl.value_or("off") == "on";
+  if (qjl && preset) {
+    throw UsageError(r.method + " has norm-corrected keys; qjl=on is method turboquant's (turboquant:bits-key=3:qjl=on)",
+                     {"", "qjl", *r.ggml.qjl});
+  }
+  if (qjl && kb == 8) throw InvalidInput("qjl needs bits-key 2, 3 or 4 (levels + one sign bit)", {"", "bits-key", "8"});
   CompressParams p;
   p.method = Quantizer::none;
   p.residual = 0;
   p.rotate = kb == 8 ? RotationKind::none : RotationKind::hadamard;
   apply_rotation(p, r);
   GgmlCacheParams g;
-  g.key = kb == 8 ? "fp8_e4m3" : "tq" + std::to_string(kb) + "nc";
+  g.key = kb == 8 ? "fp8_e4m3" : "tq" + std::to_string(kb) + (qjl ? "j" : "nc");
   g.value = "tqv" + std::to_string(vb);
   g.scale = "one";
   g.boundary = static_cast<std::size_t>(r.ggml.boundary.value_or(2));  // vLLM's default
@@ -386,6 +393,7 @@ CompressParams resolve_params(const CompressRequest& r) {
     if (r.ggml.boundary) {
       throw UsageError("boundary is turboquant's (vLLM's boundary protection)", {"", "boundary", std::to_string(*r.ggml.boundary)});
     }
+    if (r.ggml.qjl) throw UsageError("qjl is turboquant's (ggml's key types tq2j-tq4j store it)", {"", "qjl", *r.ggml.qjl});
     CompressRequest rest = r;
     rest.ggml = {};
     rest.method = "none";
@@ -420,7 +428,7 @@ CompressParams resolve_params(const CompressRequest& r) {
     return p;
   }
   if (r.ggml.any()) {
-    throw UsageError("k, v, scale and boundary (--k, --v, --scale, --boundary, k=, v=, ...: cache types) need method ggml, fp8 "
+    throw UsageError("k, v, scale, boundary and qjl (--k, --v, --scale, --boundary, --qjl, k=, v=, ...: cache types) need method ggml, fp8 "
                      "or turboquant", {"", "--method", r.method});
   }
   if (is_tiered_method(r.method)) return resolve_tiered(r);

@@ -349,6 +349,11 @@ const std::vector<ParamInfo>& param_registry() {
        "turboquant: the first and last N layers (at most half each side) keep f16 K and V, as vLLM's boundary "
        "protection (default 2; 0: every layer quantized)",
        0, 100000, false, false, {}, {}},
+      {"qjl", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.qjl; }),
+       "turboquant: keys as TurboQuant_prod, bits-key - 1 bits of Lloyd-Max levels plus a 1-bit QJL sketch of the "
+       "residual (signs of S r, S Gaussian d x d) and its f16 norm, instead of bits-key levels with norm correction "
+       "(default off)",
+       {}, {}, false, false, {}, {"on", "off"}},
       {"scale", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.scale; }),
        "fp8 tensors' f32 scale: head (per KV head's K and V, max |x| / fp8 max over the prompt's rows), tensor "
        "(per layer's K and V, over its KV heads), one (1, vLLM's default without calibrated scales); default head",

@@ -30,7 +30,8 @@ struct TieredRequest {
 struct GgmlRequest {
   std::optional<std::string> k, v, scale;
   std::optional<long long> boundary;  // turboquant only
-  bool any() const { return k || v || scale || boundary; }
+  std::optional<std::string> qjl;      // turboquant only: on | off
+  bool any() const { return k || v || scale || boundary || qjl; }
 };
 
 // What the user asked for on the command line; unset fields take the method's defaults.
