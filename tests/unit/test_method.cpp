@@ -184,9 +184,9 @@ TEST_CASE("turboquant: vLLM's presets as ggml rows of TurboQuant types", "[metho
   CHECK(p.ggml()->boundary_layer(1, 32));
   CHECK_FALSE(p.ggml()->boundary_layer(2, 32));
   CHECK(p.ggml()->boundary_layer(30, 32));
-  CHECK(p.ggml()->key_type(0, 3) == "f16");  // at most half of the layers each side: 0 and 2
-  CHECK(p.ggml()->key_type(1, 3) == "tq3nc");
-  CHECK(p.ggml()->value_type(2, 3) == "f16");
+  CHECK(p.ggml()->key_type(0, 0, 3, 2) == "f16");  // at most half of the layers each side: 0 and 2
+  CHECK(p.ggml()->key_type(1, 1, 3, 2) == "tq3nc");
+  CHECK(p.ggml()->value_type(2, 0, 3, 2) == "f16");
   CHECK(p.to_json()["ggml"]["boundary"] == 2);
   const CompressParams b0 = resolve_params(parse_method_spec("turboquant_k3v4_nc:boundary=0"));
   CHECK_FALSE(b0.to_json()["ggml"].contains("boundary"));
@@ -213,6 +213,32 @@ TEST_CASE("turboquant: vLLM's presets as ggml rows of TurboQuant types", "[metho
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant_k3v4_nc:bits-key=4")), UsageError);
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant:residual=32")), UsageError);
   CHECK_THROWS_AS(resolve_params(parse_method_spec("turboquant:bits-value=8")), InvalidInput);
+  // types=FILE: per-head types (read against a shape later); k= / v= refused beside it.
+  CompressParams typed = resolve_params(parse_method_spec("ggml:types=calib.json:rotate=hadamard"));
+  REQUIRE(typed.ggml());
+  CHECK(typed.ggml()->types == "calib.json");
+  CHECK(describe(typed) == "ggml per-head types from calib.json hadamard");
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("ggml:types=calib.json:k=q4_0")), UsageError);
+  CHECK_THROWS_AS(resolve_params(parse_method_spec("fp8:types=calib.json")), UsageError);
+  GgmlCacheParams g = *typed.ggml();
+  g.head_types = {{"q4_0", "q8_0"}, {"fp8_e4m3", "tqv4"}, {"f16", "f16"}, {"tq3nc", "q4_0"}};  // 2 layers x 2 heads
+  CHECK(g.key_type(0, 1, 2, 2) == "fp8_e4m3");
+  CHECK(g.value_type(1, 1, 2, 2) == "q4_0");
+  CHECK(g.fp8());
+  typed.mode = g;
+  const CompressParams h3 = typed.for_head(1, 1, 2);  // layer 1, head 1: one head's types
+  CHECK(h3.ggml()->key == "tq3nc");
+  CHECK(h3.ggml()->value == "q4_0");
+  CHECK(h3.ggml()->head_types.empty());
+  const nlohmann::json tj = typed.to_json();
+  CHECK_FALSE(tj["ggml"].contains("k"));
+  CHECK(tj["ggml"]["head_types"][1][0] == "fp8_e4m3");
+  CHECK(CompressParams::from_json(tj, "params.json").to_json() == tj);
+  nlohmann::json bad = tj;
+  bad["ggml"]["head_types"][2] = {"q4_0"};
+  CHECK_THROWS_WITH(CompressParams::from_json(bad, "params.json"), Catch::Contains("params.ggml.head_types[2]"));
+  bad["ggml"]["head_types"][2] = {"q4_0", "q9_9"};
+  CHECK_THROWS_WITH(CompressParams::from_json(bad, "params.json"), Catch::Contains("params.ggml.head_types[2]"));
   // qjl=on: TurboQuant_prod keys (bits-key - 1 levels + signs), method turboquant only.
   const CompressParams qjl = resolve_params(parse_method_spec("turboquant:bits-key=3:qjl=on"));
   CHECK(qjl.ggml()->key == "tq3j");

@@ -5,6 +5,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
+#include "akv/method/ggml_params.h"
 #include "akv/method/registry.h"
 #include "akv/quant/pack.h"
 
@@ -27,6 +28,14 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
                        {"qfilter", a.qfilter}, {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
                        {"predicted_error", a.predicted_error ? nlohmann::json(*a.predicted_error) : nlohmann::json(nullptr)}});
       if (a.duo_error) heads.back()["duo_error"] = *a.duo_error;
+      if (!a.type_key.empty()) {
+        nlohmann::json tk = nlohmann::json::object(), tv = nlohmann::json::object();
+        for (std::size_t t = 0; t < f.key_types.size(); ++t) tk[f.key_types[t]] = a.type_key_error[t];
+        for (std::size_t t = 0; t < f.value_types.size(); ++t) tv[f.value_types[t]] = a.type_value_error[t];
+        heads.back()["type_key_error"] = tk;
+        heads.back()["type_value_error"] = tv;
+        heads.back()["ggml_types"] = {a.type_key, a.type_value};
+      }
     }
     layers.push_back({{"layer", l}, {"heads", heads}});
   }
@@ -127,6 +136,29 @@ void each_head(const nlohmann::json& j, const std::string& path, std::size_t n_l
 }
 
 }  // namespace
+
+CalibrationTypes read_calibration_types(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads) {
+  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
+  CalibrationTypes out;
+  try {
+    out.rotate = j.at("params").value("rotate", "none");
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
+  }
+  each_head(j, path, n_layers, n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+    if (!head.contains("ggml_types")) {
+      throw CorruptData("no per-head cache types: calibrate with --types", {path, hat + ".ggml_types"});
+    }
+    const nlohmann::json& t = head.at("ggml_types");
+    if (!t.is_array() || t.size() != 2 || !t[0].is_string() || !t[1].is_string()) {
+      throw CorruptData("ggml_types is [key type, value type]", {path, hat + ".ggml_types", t.dump().substr(0, 40)});
+    }
+    out.types.emplace_back(t[0].get<std::string>(), t[1].get<std::string>());
+    check_ggml_cache_type_name(out.types.back().first, path, hat + ".ggml_types[0]");
+    check_ggml_cache_type_name(out.types.back().second, path, hat + ".ggml_types[1]");
+  });
+  return out;
+}
 
 CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);

@@ -27,6 +27,10 @@ struct CalibrationHead {
   std::optional<double> duo_error;             // its attention error as a DuoAttention streaming head
   int bits_key = 0, bits_value = 0;
   std::optional<double> predicted_error;       // unset when a bit width is not a candidate
+  // --types: the error with keys (values) stored as each key (value) type, [type], and the
+  // assigned types (empty: not calibrated with --types).
+  std::vector<double> type_key_error, type_value_error;
+  std::string type_key, type_value;
 };
 
 // KVQuant's codebooks of every layer (akv calibrate, eval/calibrate.h): [layer][bit width].
@@ -42,6 +46,7 @@ struct CalibrationFile {
   std::vector<std::pair<std::string, std::string>> dumps;  // {path, hash}
   KvWindow shape;                                           // n_layers, n_heads, n_kv_heads, head_dim
   std::vector<int> candidates;                              // ascending bit widths
+  std::vector<std::string> key_types, value_types;          // --types: the candidates of keys / values
   nlohmann::json params;                                    // how it was calibrated
   nlohmann::json summary;                                   // achieved bits, proxies' correlation...
   std::vector<std::vector<CalibrationHead>> heads;          // [layer][kv head]
@@ -63,6 +68,17 @@ struct CalibrationAmax {
   std::string rotate = "none";                  // params.rotate: the rows' rotation (random: seed 0)
 };
 CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
+
+// Per-head cache types {key, value} [layer * n_kv_heads + head] of an `akv calibrate --types`
+// assignment (layers[].heads[].ggml_types) and the rotation they were measured with
+// (params.rotate; random: seed 0), checked against n_layers and n_kv_heads (InvalidInput naming
+// the field otherwise); CorruptData naming the field when a head has none (calibrated without
+// --types) or a name that is not a cache type akv stores.
+struct CalibrationTypes {
+  std::vector<std::pair<std::string, std::string>> types;
+  std::string rotate = "none";
+};
+CalibrationTypes read_calibration_types(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
 
 // Per-head Q-Filters [layer][kv head][head_dim] (score/qfilter.h), checked against the shape
 // (InvalidInput naming the field otherwise); CorruptData naming the field when a head has none (a

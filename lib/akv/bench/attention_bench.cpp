@@ -63,6 +63,7 @@ Variant spec_variant(const std::string& s) {
     v.type = DenseType::f32;
     v.bits_key = v.bits_value = 32;
   } else if (const GgmlCacheParams* g = p->ggml()) {
+    if (!g->types.empty()) throw UsageError("per-head types (types=) need a model's heads: not a bench variant", {"", "--variants", s});
     v.ggml_key_name = g->key;
     v.ggml_value_name = g->value;
     v.ggml = &ggml_cache_type(g->key, 128, "", "--variants");

@@ -327,7 +327,7 @@ HeadCache CacheReader::read_head(std::size_t layer, std::size_t head) const {
   if (layer >= meta().n_layers || head >= meta().n_kv_heads) {
     throw InvalidInput("head out of range", {path_, path});
   }
-  return read_head_group(path, layer, true);
+  return read_head_group(path, layer, head, true);
 }
 
 namespace {
@@ -345,7 +345,7 @@ void check_finite_f16(const std::vector<std::uint16_t>& v, const std::string& fi
 
 }  // namespace
 
-HeadCache CacheReader::read_head_group(const std::string& path, std::size_t layer, bool top) const {
+HeadCache CacheReader::read_head_group(const std::string& path, std::size_t layer, std::size_t head, bool top) const {
   const std::string& f = path_;
   h5::Group g(H5Gopen2(file_.get(), path.c_str(), H5P_DEFAULT));
   if (!g.valid()) throw CorruptData("cannot open head group", {f, path});
@@ -368,7 +368,7 @@ HeadCache CacheReader::read_head_group(const std::string& path, std::size_t laye
     for (std::size_t s = 0; s < n_seg; ++s) {
       const std::string sp = path + "/segments/" + std::to_string(s);
       if (!h5::link_exists(file_.get(), sp)) throw CorruptData("missing segment", {f, sp});
-      h.segments.push_back(read_head_group(sp, layer, false));
+      h.segments.push_back(read_head_group(sp, layer, head, false));
       total += h.segments.back().n_kept();
     }
     if (total != h.n_tokens) {
@@ -431,8 +431,13 @@ HeadCache CacheReader::read_head_group(const std::string& path, std::size_t laye
       throw CorruptData("bad outlier channel count", {f, pp + ".n_outlier", std::to_string(n_out)});
     }
     if (const GgmlCacheParams* g = header_.params.ggml()) {
-      const std::size_t L = meta().n_layers;  // boundary layers store f16 (GgmlCacheParams::boundary)
-      read_ggml_part(pp, i == 0 ? g->key_type(layer, L) : g->value_type(layer, L), n_quant, n_residual == 0 && n_out == 0, p);
+      // Boundary layers store f16 (GgmlCacheParams::boundary); per-head types their head's.
+      const std::size_t L = meta().n_layers, H = meta().n_kv_heads;
+      if (!g->types.empty() && g->head_types.size() != L * H) {
+        throw CorruptData("per-head types for another shape", {f, "params.ggml.head_types", std::to_string(g->head_types.size())});
+      }
+      read_ggml_part(pp, i == 0 ? g->key_type(layer, head, L, H) : g->value_type(layer, head, L, H), n_quant,
+                     n_residual == 0 && n_out == 0, p);
       continue;
     }
     if (h5::attr_exists(pg.get(), "ggml_type")) {

@@ -113,7 +113,7 @@ class CacheReader {
 
  private:
   // The head group at path of `layer` (its ggml types: boundary layers store f16).
-  HeadCache read_head_group(const std::string& path, std::size_t layer, bool top) const;
+  HeadCache read_head_group(const std::string& path, std::size_t layer, std::size_t head, bool top) const;
   // A ggml key or value group of n_rows rows; rows_only: it declares no residual or outliers.
   // A nuq key (key) or value part of n_rows rows at the `kept` positions (empty: 0..n_rows-1),
   // version 6.

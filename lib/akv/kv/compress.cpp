@@ -135,8 +135,10 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
   if (const GgmlCacheParams* g = params.ggml()) {
-    check_ggml_head_dim(ggml_cache_type(g->key, m.head_dim, dump_path, "head_dim (ggml k=" + g->key + ")"), m.head_dim, dump_path, "head_dim (ggml k=" + g->key + ")");
-    check_ggml_head_dim(ggml_cache_type(g->value, m.head_dim, dump_path, "head_dim (ggml v=" + g->value + ")"), m.head_dim, dump_path, "head_dim (ggml v=" + g->value + ")");
+    if (g->types.empty()) {  // per-head types: checked head by head by the cache
+      check_ggml_head_dim(ggml_cache_type(g->key, m.head_dim, dump_path, "head_dim (ggml k=" + g->key + ")"), m.head_dim, dump_path, "head_dim (ggml k=" + g->key + ")");
+      check_ggml_head_dim(ggml_cache_type(g->value, m.head_dim, dump_path, "head_dim (ggml v=" + g->value + ")"), m.head_dim, dump_path, "head_dim (ggml v=" + g->value + ")");
+    }
   } else {
     validate_params(params, "");
     if (params.pre_rope && !m.rope_variant.empty()) {

@@ -9,6 +9,7 @@
 #include "akv/alloc/calibration_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/kv/prompt_plan.h"
 #include "akv/kv/stored_head.h"
 #include "akv/kv/tensor_builder.h"
 #include "akv/tensor/turboquant.h"
@@ -24,18 +25,21 @@ struct HeadStore {
 
 class GgmlCachePolicy : public KvPolicy {
  public:
-  GgmlCachePolicy(const CompressParams& params, const KvGeometry& g, int threads)
-      : scale_(params.ggml()->scale), g_(g), threads_(threads) {
+  GgmlCachePolicy(const CompressParams& given, const KvGeometry& g, int threads)
+      : scale_(given.ggml()->scale), g_(g), threads_(threads) {
+    CompressParams params = given;
+    read_calibration_inputs(params, g.prompt_window());  // per-head types (types=)
     const GgmlCacheParams& gp = *params.ggml();
-    for (std::size_t l = 0; l < g.n_layers; ++l) {  // boundary layers: f16 (GgmlCacheParams::boundary)
-      const std::string& kn = gp.key_type(l, g.n_layers);
-      const std::string& vn = gp.value_type(l, g.n_layers);
+    for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) {  // boundary layers: f16 (GgmlCacheParams::boundary)
+      const std::size_t l = i / g.n_kv_heads, h = i % g.n_kv_heads;
+      const std::string& kn = gp.key_type(l, h, g.n_layers, g.n_kv_heads);
+      const std::string& vn = gp.value_type(l, h, g.n_layers, g.n_kv_heads);
       const GgmlTypeInfo& k = ggml_cache_type(kn, g.head_dim, "", "ggml k=" + kn + ": head_dim");
       const GgmlTypeInfo& v = ggml_cache_type(vn, g.head_dim, "", "ggml v=" + vn + ": head_dim");
       check_ggml_head_dim(k, g.head_dim, "", "ggml k=" + kn + ": head_dim");
       check_ggml_head_dim(v, g.head_dim, "", "ggml v=" + vn + ": head_dim");
-      layers_.push_back({&k, &v, ggml_rotation(params.rotate, params.rotate_seed, k, g.head_dim, true),
-                         ggml_rotation(params.rotate, params.rotate_seed, v, g.head_dim, false)});
+      types_.push_back({&k, &v, ggml_rotation(params.rotate, params.rotate_seed, k, g.head_dim, true),
+                        ggml_rotation(params.rotate, params.rotate_seed, v, g.head_dim, false)});
     }
     if (!params.ggml()->calibration.empty()) calibrated_scales(params);
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.push_back(empty_head(i));
@@ -108,7 +112,7 @@ class GgmlCachePolicy : public KvPolicy {
   // Head i's builders; fp8 scales fixed now with scale=one or a calibration (the builders' own
   // rule, the first rows' maximum, is scale=head's; share_scales does scale=tensor's).
   HeadStore empty_head(std::size_t i) const {
-    const LayerTypes& t = layers_[i / g_.n_kv_heads];
+    const HeadTypes& t = types_[i];
     HeadStore s{TensorBuilder(g_.head_dim, *t.key, t.key_rot), TensorBuilder(g_.head_dim, *t.value, t.value_rot), {}};
     if (scale_ == "one") {
       s.key.set_scale(1.0f);
@@ -144,26 +148,35 @@ class GgmlCachePolicy : public KvPolicy {
         const bool tensor = scale_ == "tensor";
         const auto ka = static_cast<float>(tensor ? lk : c.amax[l * H + h].first);
         const auto va = static_cast<float>(tensor ? lv : c.amax[l * H + h].second);
-        if (const auto f = fp8_format_of(*layers_[l].key)) key_scale_[l * H + h] = fp8_scale_for(ka, *f);
-        if (const auto f = fp8_format_of(*layers_[l].value)) value_scale_[l * H + h] = fp8_scale_for(va, *f);
+        if (const auto f = fp8_format_of(*types_[l * H + h].key)) key_scale_[l * H + h] = fp8_scale_for(ka, *f);
+        if (const auto f = fp8_format_of(*types_[l * H + h].value)) value_scale_[l * H + h] = fp8_scale_for(va, *f);
       }
     }
   }
 
   // scale=tensor: one fp8 scale for the layer's keys and one for its values, from the maximum
-  // over its KV heads of the rows they will store (n rows per head, `rows(h, key)`).
+  // over its KV heads of the rows they will store (n rows per head, `rows(h, key)`); with
+  // per-head types, over the heads of each fp8 format.
   void set_layer_scales(std::size_t layer, const std::function<const float*(std::size_t, bool)>& rows, std::size_t n) {
+    const std::size_t H = g_.n_kv_heads;
     for (const bool key : {true, false}) {
-      const auto f = fp8_format_of(key ? *layers_[layer].key : *layers_[layer].value);
-      if (!f) continue;
-      float a = 0.0f;
-      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
-        const HeadStore& s = heads_[layer * g_.n_kv_heads + h];
-        a = std::max(a, (key ? s.key : s.value).stored_amax(rows(h, key), n));
-      }
-      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
-        HeadStore& s = heads_[layer * g_.n_kv_heads + h];
-        (key ? s.key : s.value).set_scale(fp8_scale_for(a, *f));
+      for (const Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+        auto holds = [&](std::size_t h) {
+          const auto t = fp8_format_of(key ? *types_[layer * H + h].key : *types_[layer * H + h].value);
+          return t && *t == f;
+        };
+        float a = 0.0f;
+        bool any = false;
+        for (std::size_t h = 0; h < H; ++h) {
+          if (!holds(h)) continue;
+          const HeadStore& s = heads_[layer * H + h];
+          a = std::max(a, (key ? s.key : s.value).stored_amax(rows(h, key), n));
+          any = true;
+        }
+        if (!any) continue;
+        for (std::size_t h = 0; h < H; ++h) {
+          if (holds(h)) (key ? heads_[layer * H + h].key : heads_[layer * H + h].value).set_scale(fp8_scale_for(a, f));
+        }
       }
     }
   }
@@ -182,12 +195,12 @@ class GgmlCachePolicy : public KvPolicy {
     s.value.append(value.row(h, 0), value.row(h, 0), s.position.data(), n);
   }
 
-  struct LayerTypes {
+  struct HeadTypes {
     const GgmlTypeInfo* key;
     const GgmlTypeInfo* value;
     Rotation key_rot, value_rot;
   };
-  std::vector<LayerTypes> layers_;  // per layer: the stored types and their rotations
+  std::vector<HeadTypes> types_;  // [layer * n_kv_heads + head]: the stored types and their rotations
   std::string scale_;  // fp8 scale rule: head, tensor, one
   std::vector<float> key_scale_, value_scale_;  // [layer * n_kv_heads + head] from a calibration, or empty
   KvGeometry g_;

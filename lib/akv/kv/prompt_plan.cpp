@@ -14,6 +14,15 @@ const std::vector<std::int32_t>& PromptPlan::kept(std::size_t layer, std::size_t
 
 void read_calibration_inputs(CompressParams& p, const KvWindow& m) {
   if (!p.calibration_file.empty() && p.head_bits.empty()) p.head_bits = read_calibration(p.calibration_file, m);
+  if (auto* g = std::get_if<GgmlCacheParams>(&p.mode); g && !g->types.empty() && g->head_types.empty()) {
+    const CalibrationTypes t = read_calibration_types(g->types, m.n_layers, m.n_kv_heads);
+    const std::string rotate = rotation_name(p.rotate);
+    if (t.rotate != rotate || (p.rotate == RotationKind::random && p.rotate_seed != 0)) {
+      throw UsageError("the calibration's types were measured with rotate=" + t.rotate + " (random: seed 0); this cache rotates " + rotate,
+                       {g->types, "params.rotate", t.rotate});
+    }
+    g->head_types = t.types;
+  }
   if (p.method == Quantizer::nuq && !p.codebooks) {
     p.codebooks = std::make_shared<const NuqCodebooks>(read_calibration_nuq(p.codebook_file, m, p.key.bits, p.value.bits));
   }

@@ -84,10 +84,29 @@ void check_ggml_head_dim(const GgmlTypeInfo& type, std::size_t head_dim, const s
 
 GgmlCacheParams GgmlCacheParams::from_json(const nlohmann::json& j, const std::string& file) {
   GgmlCacheParams p;
-  p.key = j.at("k").get<std::string>();
-  p.value = j.at("v").get<std::string>();
-  check_ggml_cache_type_name(p.key, file, "params.ggml.k");
-  check_ggml_cache_type_name(p.value, file, "params.ggml.v");
+  if (j.contains("types")) {
+    p.types = j.at("types").get<std::string>();
+    p.key.clear();
+    p.value.clear();
+    if (j.contains("head_types")) {
+      const nlohmann::json& t = j.at("head_types");
+      if (!t.is_array()) throw CorruptData("head_types is not a list", {file, "params.ggml.head_types"});
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        const std::string at = "params.ggml.head_types[" + std::to_string(i) + "]";
+        if (!t[i].is_array() || t[i].size() != 2 || !t[i][0].is_string() || !t[i][1].is_string()) {
+          throw CorruptData("head_types entries are [key type, value type]", {file, at, t[i].dump().substr(0, 40)});
+        }
+        p.head_types.emplace_back(t[i][0].get<std::string>(), t[i][1].get<std::string>());
+        check_ggml_cache_type_name(p.head_types.back().first, file, at);
+        check_ggml_cache_type_name(p.head_types.back().second, file, at);
+      }
+    }
+  } else {
+    p.key = j.at("k").get<std::string>();
+    p.value = j.at("v").get<std::string>();
+    check_ggml_cache_type_name(p.key, file, "params.ggml.k");
+    check_ggml_cache_type_name(p.value, file, "params.ggml.v");
+  }
   if (p.fp8()) {
     p.scale = j.at("scale").get<std::string>();
     const auto& names = fp8_scale_names();

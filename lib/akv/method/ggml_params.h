@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,27 +28,47 @@ struct GgmlCacheParams {
   // get_boundary_skip_layers): the first and last `boundary` layers (at most half of them each
   // side) keep f16 K and V rows; 0 = every layer stores k / v.
   std::size_t boundary = 0;
+  // Per-head types (`ggml:types=calib.json`, an `akv calibrate --types` assignment; key and value
+  // are then empty): `types` the file, head_types [layer * n_kv_heads + head] {key type, value
+  // type} once read against a model's shape (kv/prompt_plan.h read_calibration_inputs).
+  std::string types;
+  std::vector<std::pair<std::string, std::string>> head_types;
 
-  // Whether layer l of n_layers is a boundary layer, and the cache types it stores.
+  // Whether layer l of n_layers is a boundary layer, and the cache types head h of n_heads of a
+  // layer stores.
   bool boundary_layer(std::size_t layer, std::size_t n_layers) const {
     const std::size_t n = std::min(boundary, n_layers / 2);
     return layer < n || layer >= n_layers - n;
   }
-  const std::string& key_type(std::size_t layer, std::size_t n_layers) const {
-    return boundary_layer(layer, n_layers) ? f16_name() : key;
+  const std::string& key_type(std::size_t layer, std::size_t head, std::size_t n_layers, std::size_t n_heads) const {
+    if (boundary_layer(layer, n_layers)) return f16_name();
+    return head_types.empty() ? key : head_types.at(layer * n_heads + head).first;
   }
-  const std::string& value_type(std::size_t layer, std::size_t n_layers) const {
-    return boundary_layer(layer, n_layers) ? f16_name() : value;
+  const std::string& value_type(std::size_t layer, std::size_t head, std::size_t n_layers, std::size_t n_heads) const {
+    if (boundary_layer(layer, n_layers)) return f16_name();
+    return head_types.empty() ? value : head_types.at(layer * n_heads + head).second;
   }
   static const std::string& f16_name() {
     static const std::string f16 = "f16";
     return f16;
   }
 
-  bool fp8() const { return key.rfind("fp8_", 0) == 0 || value.rfind("fp8_", 0) == 0; }
-  // The scale field only when a type is fp8 (other caches' parameters are as before).
+  bool fp8() const {
+    auto is = [](const std::string& t) { return t.rfind("fp8_", 0) == 0; };
+    return is(key) || is(value) ||
+           std::any_of(head_types.begin(), head_types.end(), [&](const auto& t) { return is(t.first) || is(t.second); });
+  }
+  // The scale field only when a type is fp8 (other caches' parameters are as before); per-head
+  // types: the file and the types, no k / v.
   nlohmann::json to_json() const {
-    nlohmann::json j = {{"k", key}, {"v", value}};
+    nlohmann::json j = nlohmann::json::object();
+    if (types.empty()) {
+      j["k"] = key;
+      j["v"] = value;
+    } else {
+      j["types"] = types;
+      if (!head_types.empty()) j["head_types"] = head_types;
+    }
     if (fp8()) j["scale"] = scale;
     if (!calibration.empty()) j["calibration"] = calibration;
     if (boundary > 0) j["boundary"] = boundary;

@@ -38,7 +38,8 @@ std::string rotation_suffix(const QuantParams& p) {
 
 std::string describe(const CompressParams& p) {
   if (const GgmlCacheParams* g = p.ggml()) {
-    return "ggml K " + g->key + " V " + g->value + (g->fp8() ? " scale " + g->scale : "") +
+    const std::string types = g->types.empty() ? "K " + g->key + " V " + g->value : "per-head types from " + g->types;
+    return "ggml " + types + (g->fp8() ? " scale " + g->scale : "") +
            (g->calibration.empty() ? "" : " calibrated") + rotation_suffix(p) +
            (g->boundary > 0 ? " boundary " + std::to_string(g->boundary) : "");
   }
@@ -410,6 +411,15 @@ CompressParams resolve_params(const CompressRequest& r) {
     p.residual = 0;
     apply_rotation(p, r);
     GgmlCacheParams g;
+    if (r.ggml.types) {
+      if (r.method != "ggml") throw UsageError("types is method ggml's (per-head cache types)", {"", "--method", r.method});
+      if (r.ggml.k || r.ggml.v) {
+        throw UsageError("types gives every head its k and v types: drop k= and v=", {"", "types", *r.ggml.types});
+      }
+      g.types = *r.ggml.types;  // read against the model's shape by read_calibration_inputs
+      g.key.clear();
+      g.value.clear();
+    }
     if (r.method == "fp8") g.key = g.value = "fp8_e4m3";
     if (r.ggml.k) g.key = ggml_cache_type_alias(*r.ggml.k);
     if (r.ggml.v) g.value = ggml_cache_type_alias(*r.ggml.v);
@@ -417,7 +427,9 @@ CompressParams resolve_params(const CompressRequest& r) {
       throw UsageError("fp8 takes k= and v= e4m3 or e5m2 (other cache types: method ggml)", {"", "k", g.key + "/" + g.value});
     }
     if (r.ggml.scale) {
-      if (!g.fp8()) throw UsageError("scale is the fp8 types' scale rule (k= or v= e4m3, e5m2)", {"", "scale", *r.ggml.scale});
+      if (!g.fp8() && g.types.empty()) {
+        throw UsageError("scale is the fp8 types' scale rule (k= or v= e4m3, e5m2)", {"", "scale", *r.ggml.scale});
+      }
       g.scale = *r.ggml.scale;
     }
     if (r.calibration) {  // method fp8 only (above)
@@ -428,7 +440,7 @@ CompressParams resolve_params(const CompressRequest& r) {
     return p;
   }
   if (r.ggml.any()) {
-    throw UsageError("k, v, scale, boundary and qjl (--k, --v, --scale, --boundary, --qjl, k=, v=, ...: cache types) need method ggml, fp8 "
+    throw UsageError("k, v, types, scale, boundary and qjl (--k, --v, --types, --scale, --boundary, --qjl, k=, v=, ...: cache types) need method ggml, fp8 "
                      "or turboquant", {"", "--method", r.method});
   }
   if (is_tiered_method(r.method)) return resolve_tiered(r);
@@ -576,6 +588,14 @@ CompressParams CompressParams::for_head(std::size_t layer, std::size_t head, std
     const std::size_t d = k.upper.size() / n_kv_heads;
     p.nuq_key = std::make_shared<const NuqTable>(nuq_table(k, codebooks->sparsity, codebooks->sink, head * d, d));
     p.nuq_value = std::make_shared<const NuqTable>(nuq_table(codebooks->value.at(layer), codebooks->sparsity, codebooks->sink, 0, 0));
+  }
+  if (const GgmlCacheParams* g = ggml(); g && !g->head_types.empty()) {  // this head's types
+    GgmlCacheParams one = *g;
+    one.key = g->head_types.at(layer * n_kv_heads + head).first;
+    one.value = g->head_types.at(layer * n_kv_heads + head).second;
+    one.types.clear();
+    one.head_types.clear();
+    p.mode = one;
   }
   if (!head_bits.empty()) {
     const auto& b = head_bits.at(layer * n_kv_heads + head);

@@ -349,6 +349,10 @@ const std::vector<ParamInfo>& param_registry() {
        "turboquant: the first and last N layers (at most half each side) keep f16 K and V, as vLLM's boundary "
        "protection (default 2; 0: every layer quantized)",
        0, 100000, false, false, {}, {}},
+      {"types", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.types; }),
+       "ggml: each KV head's key and value cache types from an `akv calibrate --types` file (its "
+       "layers[].heads[].ggml_types; instead of k= and v=; the file's rotate must be the cache's)",
+       {}, {}, false, false, {}, {}},
       {"qjl", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.qjl; }),
        "turboquant: keys as TurboQuant_prod, bits-key - 1 bits of Lloyd-Max levels plus a 1-bit QJL sketch of the "
        "residual (signs of S r, S Gaussian d x d) and its f16 norm, instead of bits-key levels with norm correction "

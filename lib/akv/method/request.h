@@ -31,7 +31,8 @@ struct GgmlRequest {
   std::optional<std::string> k, v, scale;
   std::optional<long long> boundary;  // turboquant only
   std::optional<std::string> qjl;      // turboquant only: on | off
-  bool any() const { return k || v || scale || boundary || qjl; }
+  std::optional<std::string> types;    // ggml only: per-head types from a calibration file
+  bool any() const { return k || v || scale || boundary || qjl || types; }
 };
 
 // What the user asked for on the command line; unset fields take the method's defaults.

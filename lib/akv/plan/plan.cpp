@@ -144,15 +144,18 @@ PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
   // Heads differ only by their per-head bits: each distinct choice is costed once (a model of
   // thousands of layers x heads would otherwise cost every head at every step of the search),
   // and the sum still runs head by head in order.
-  // (A ggml cache's boundary layers store f16: their heads are costed apart.)
-  std::map<std::tuple<int, int, bool>, PlanBytes> cost;
+  // (A ggml cache's boundary layers store f16, and per-head types differ: their heads are costed
+  // apart.)
+  std::map<std::tuple<int, int, bool, std::string, std::string>, PlanBytes> cost;
   auto head = [&](std::size_t l, std::size_t h) -> PlanBytes {
     if (!m.params) return {8.0 * static_cast<double>(s.head_dim * n), 0.0};
     const auto& bits = m.params->head_bits;
     const std::pair<int, int> b = bits.empty() ? std::pair<int, int>{0, 0} : bits.at(l * s.n_kv_heads + h);
     const GgmlCacheParams* g = m.params->ggml();
     const bool boundary = g && g->boundary_layer(l, s.n_layers);
-    const auto key = std::make_tuple(b.first, b.second, boundary);
+    const bool typed = g && !g->head_types.empty();
+    const auto key = std::make_tuple(b.first, b.second, boundary, typed ? g->head_types.at(l * s.n_kv_heads + h).first : "",
+                                     typed ? g->head_types.at(l * s.n_kv_heads + h).second : "");
     const auto it = cost.find(key);
     if (it != cost.end()) return it->second;
     CompressParams p = m.params->for_head(l, h, s.n_kv_heads);
@@ -160,6 +163,8 @@ PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
       GgmlCacheParams f16 = *g;
       f16.key = f16.value = GgmlCacheParams::f16_name();
       f16.boundary = 0;
+      f16.types.clear();
+      f16.head_types.clear();
       p.mode = f16;
     }
     return cost[key] = one_head(p, s.head_dim, n);
