@@ -36,9 +36,12 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       "the eviction method qfilter, when every dump is longer than --duo-sinks + --duo-window, "
       "each KV head's attention-output error as a DuoAttention streaming head (only its first and last "
       "tokens kept) for duo's heads=, and, when every dump has key_pre_rope, KVQuant's non-uniform "
-      "codebooks of every layer (--nuq-bits) for method nuq. Writes calib.json (format akv-calibration "
-      "v1) for `akv compress --calibration` (bits, fp8 scales), `--qfilters` (qfilter), `--heads` (duo) "
-      "and `--codebook` (nuq). See docs/calibrate.md.");
+      "codebooks of every layer (--nuq-bits) for method nuq. With --types, also each head's error "
+      "with its keys (values) stored as each of those cache types, and each head's key and value "
+      "type for --types-target-bits (exact knapsack on the measured errors). Writes calib.json "
+      "(format akv-calibration v1) for `akv compress --calibration` (bits, fp8 scales), `--qfilters` "
+      "(qfilter), `--heads` (duo), `--codebook` (nuq) and `-m ggml --types` (per-head cache types). "
+      "See docs/calibrate.md.");
   sub->add_option("dumps", opt->dumps, "Dumps (akv-dump) of the same model")->required();
   sub->add_option("-o,--output", opt->output, "Write calib.json here");
   sub->add_option("--target-bits", c.target_bits, "Average bits per head (keys and values)")
@@ -79,6 +82,14 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--nuq-sink", c.nuq_sink,
                   "KVQuant's first_few_fp16: the first tokens of each sequence kept in f16 and left out of the "
                   "codebook fit")->capture_default_str();
+  sub->add_option("--types", c.types,
+                  "Cache types to choose among per head (comma-separated; llama.cpp's q8_0, q4_0, ..., "
+                  "f16, vLLM's fp8_e4m3, fp8_e5m2, TurboQuant's tq3nc, tqv4, ...; keys take all but tqv*, "
+                  "values all but TurboQuant's key types), rotated as --rotate")
+      ->delimiter(',');
+  sub->add_option("--types-target-bits", c.types_target_bits,
+                  "--types: mean stored bits per element over every head's keys and values (the types' "
+                  "blocks; default --target-bits)");
   sub->add_flag("--json", opt->json, "Print calib.json on stdout instead of the table");
   sub->add_option("--shard", opt->shard,
                   "Measure shard K of N (K/N, 1-based): a contiguous 1/N of the layers of every dump; "

@@ -261,8 +261,55 @@ if cmp -s "$TMP/calib_flat.json" "$TMP/flat_merged.json"; then pass "shards + me
 else fail "shards + merge differ from calibrate when a layer's nuq fit fails"; fi
 expect_error "nuq sparsity out of range" 2 "--nuq-sparsity = 0" "$AKV" calibrate -q "$d" --nuq-sparsity 0 -o "$o/c.json"
 [[ -e $o/n.h5 ]] && fail "no output after a refused nuq" || pass "no output after a refused nuq"
+# Per-head cache types: calibrate --types measures every head under each type and assigns them
+# for a stored-bits target; method ggml with types= stores each head as assigned.
+tl=q4_0,q8_0,fp8_e4m3,tq3nc,tqv4
+expect "calibrate --types" 0 "measured allocation" \
+  "$AKV" calibrate -q "$d" "$TMP/d2.h5" --types $tl --types-target-bits 5.5 --rotate hadamard -o "$TMP/types.json"
+"$PY" - "$TMP/types.json" >"$TMP/types.txt" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = j["summary"]["types"]
+kb, vb = t["key_bits"], t["value_bits"]
+heads = [h for l in j["layers"] for h in l["heads"]]
+bits = sum(kb[h["ggml_types"][0]] + vb[h["ggml_types"][1]] for h in heads) / (2 * len(heads))
+err = sum(h["type_key_error"][h["ggml_types"][0]] + h["type_value_error"][h["ggml_types"][1]] for h in heads)
+print("keys", sorted(kb), "values", sorted(vb))
+print("bits: mean = achieved %s, within target %s" % (abs(bits - t["achieved_bits"]) < 1e-12, bits <= t["target_bits"] + 1e-12))
+print("error ok" if abs(err - t["predicted_error"]) < 1e-12 else "error differs")
+print("distinct", len({tuple(h["ggml_types"]) for h in heads}) > 1)
+PY
+expect "types: keys take all but tqv*, values all but tq keys" 0 \
+  "keys \['fp8_e4m3', 'q4_0', 'q8_0', 'tq3nc'\] values \['fp8_e4m3', 'q4_0', 'q8_0', 'tqv4'\]" cat "$TMP/types.txt"
+expect "types: assignment within the target" 0 "bits: mean = achieved True, within target True" cat "$TMP/types.txt"
+expect "types: the predicted error is the chosen types' errors" 0 "error ok" cat "$TMP/types.txt"
+expect "types: heads take different types" 0 "distinct True" cat "$TMP/types.txt"
+expect "compress -m ggml --types" 0 "per-head types from" \
+  "$AKV" compress "$d" -o "$TMP/types.h5" -m ggml --types "$TMP/types.json" --rotate hadamard
+expect "the cache records each head's types" 0 '"head_types":\[\[' "$AKV" info "$TMP/types.h5"
+"$AKV" info --json "$TMP/types.h5" >"$TMP/types-info.json"
+# The cache's bits per element: the assignment's, plus fp8 heads' one f32 scale per tensor.
+expect "the typed cache stores the assigned bits" 0 "same bits" "$PY" -c "
+import json
+c = json.load(open('$TMP/types-info.json')); t = json.load(open('$TMP/types.json'))['summary']['types']
+scales = c['bytes']['scales'] * 8 / c['elements']
+print('same bits' if abs(c['bits_per_element'] - scales - t['achieved_bits']) < 1e-9 else (c['bits_per_element'], t))"
+expect "evaluate the per-head typed cache" 0 '"attn_rel_err"' "$AKV" evaluate -q --json --dump "$d" --cache "$TMP/types.h5"
+expect_error "types measured with another rotation" 1 "rotate=hadamard.*this cache rotates none" \
+  "$AKV" compress -q "$d" -o "$o/t.h5" -m ggml --types "$TMP/types.json"
+[[ -e $o/t.h5 ]] && fail "no output after refused types" || pass "no output after refused types"
+expect_error "types with k=" 1 "types gives every head its k and v types" \
+  "$AKV" compress -q "$d" -o "$o/t.h5" -m ggml --types "$TMP/types.json" --k q4_0
+expect_error "types from a calibration without --types" 2 "calibrate with --types.*ggml_types" \
+  "$AKV" compress -q "$d" -o "$o/t.h5" -m ggml --types "$TMP/calib.json"
+expect_error "types target below the cheapest types" 2 "--types-target-bits = 3" \
+  "$AKV" calibrate -q "$d" --types $tl --types-target-bits 3 -o "$o/c.json"
+expect_error "types: values only" 2 "a type for keys and one for values" "$AKV" calibrate -q "$d" --types tqv4 -o "$o/c.json"
+expect_error "types: unknown name" 2 "not a KV cache type.*--types = q3_k" "$AKV" calibrate -q "$d" --types q4_0,q3_k -o "$o/c.json"
+expect_error "types: a name twice" 2 "given twice" "$AKV" calibrate -q "$d" --types q4_0,q4_0 -o "$o/c.json"
 # Sharded calibration: layers split over shards, merged by akv merge into the same calib.json.
-for extra in "" "--aggregate max" "--allocator adakv-proxy --update-interval 100"; do
+for extra in "" "--aggregate max" "--types $tl --types-target-bits 5 --rotate hadamard" \
+             "--allocator adakv-proxy --update-interval 100"; do
   # shellcheck disable=SC2086
   "$AKV" calibrate -q "$d" "$TMP/d2.h5" $extra -o "$TMP/cal_full.json" >/dev/null
   for k in 1 2; do

@@ -54,6 +54,10 @@ expect "evaluate --model: qfilter cuts the cache while decoding (every=, target=
 expect_error "qfilter with a calibration file without filters" 2 "layers\[2\].heads\[3\].qfilter" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/qf_old.h5" -m qfilter --qfilters "$TMP/qold.json" --budget 0.3
 [[ -e $TMP/qf_old.h5 ]] && fail "no output after a refused qfilter" || pass "no output after a refused qfilter"
+"$AKV" calibrate -q "$TMP/s.h5" -o "$TMP/tcal.json" --bits 2,4 --no-nuq --types f16,fp8_e4m3,tq4nc,tqv4 \
+  --types-target-bits 10 --rotate hadamard >/dev/null
+expect "evaluate --model: per-head cache types from akv calibrate --types" 0 "ggml per-head types from .* hadamard" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --methods "ggml:types=$TMP/tcal.json:rotate=hadamard"
 expect "evaluate --model: nuq with the model's codebooks (akv calibrate on its dump)" 0 "nuq K3/V3 pre-RoPE" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --methods "nuq:calibration=$TMP/qcal.json"
 expect "evaluate --model: snapkv with quant=nuq" 0 "snapkv 0.5 \+ nuq K3/V3 pre-RoPE" \

@@ -21,7 +21,12 @@
 #include "akv/eval/attention.h"
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
+#include "akv/attention/kv_view.h"
+#include "akv/kv/ggml_cache.h"
 #include "akv/kv/stored_head.h"
+#include "akv/kv/tensor_builder.h"
+#include "akv/method/ggml_params.h"
+#include "akv/tensor/turboquant.h"
 #include "akv/quant/nuq.h"
 #include "akv/quant/pack.h"
 #include "akv/score/qfilter.h"
@@ -38,7 +43,28 @@ struct HeadMeasure {
   std::vector<double> norms;  // ||k_t|| in token order (for the streaming proxy)
   std::vector<double> qfilter;  // [head_dim]: the Q-Filter of every dump's queries (score/qfilter.h)
   std::optional<double> duo_error;  // a DuoAttention streaming head's attention error (unset: not measured)
+  std::vector<double> type_key_err, type_value_err;  // [key types], [value types] (--types)
 };
+
+// The --types lists: which types keys and values may take (names), and their layouts.
+struct TypeLists {
+  std::vector<std::string> key, value;
+  std::vector<const GgmlTypeInfo*> key_info, value_info;
+};
+
+// Bits per element a type stores (its blocks; fp8's one f32 scale per tensor not counted).
+double type_bits(const GgmlTypeInfo& t) { return 8.0 * static_cast<double>(t.bytes) / static_cast<double>(t.block); }
+
+// The rows of one tensor of a head stored as `type` (rotated as a cache of that type rotates
+// them, kv/ggml_cache.h) and read back into out.
+void type_roundtrip(const GgmlTypeInfo& type, RotationKind rotate, bool key, const float* x, std::size_t n,
+                    std::size_t d, float* out) {
+  TensorBuilder b(d, type, ggml_rotation(rotate, 0, type, d, key));
+  std::vector<std::int32_t> pos(n);
+  for (std::size_t t = 0; t < n; ++t) pos[t] = static_cast<std::int32_t>(t);
+  b.append(x, x, pos.data(), n);
+  dequantize_rows(b.view(), d, 0, n, out);
+}
 
 // max |x| over n rows of head_dim values, rotated first when `kind` rotates (the rotation a
 // cache of that kind applies to keys, resp. values, seed 0).
@@ -86,7 +112,7 @@ double streaming_error(const Tensor3& query, const float* k, const float* v, std
 }
 
 HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3& query, std::size_t h,
-                         const DumpMeta& m, const CalibrateOptions& o, bool duo) {
+                         const DumpMeta& m, const CalibrateOptions& o, bool duo, const TypeLists& types) {
   const std::size_t T = m.n_tokens, d = m.head_dim;
   HeadMeasure r;
   const float* k = key.row(h, 0);
@@ -108,6 +134,14 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
     reconstruct_head(compress_head(in, p), {}, kq.data(), vq.data());
     r.key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
     r.value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
+  }
+  for (const GgmlTypeInfo* t : types.key_info) {
+    type_roundtrip(*t, o.rotate, true, k, T, d, kq.data());
+    r.type_key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
+  }
+  for (const GgmlTypeInfo* t : types.value_info) {
+    type_roundtrip(*t, o.rotate, false, v, T, d, vq.data());
+    r.type_value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
   }
   if (duo) r.duo_error = streaming_error(query, k, v, h, m, o.duo_sinks, o.duo_window);
   r.key_amax = stored_amax(k, T, d, o.rotate, true);
@@ -191,6 +225,7 @@ struct Setup {
   bool duo = false;  // every dump longer than duo_sinks + duo_window: DuoAttention head scores measured
   bool nuq = false;  // nuq bits asked for and every dump has key_pre_rope: codebooks fitted
   bool fisher = false;  // every dump has key_fisher and value_fisher: the nuq fit's weights
+  TypeLists types;      // --types, split into key and value candidates
 };
 
 // KVQuant's codebooks of one layer: [bits index], keys per channel, values per token and KV head;
@@ -244,6 +279,31 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   }
   st.duo = std::all_of(st.metas.begin(), st.metas.end(),
                        [&](const DumpMeta& m) { return m.n_tokens > o.duo_sinks + o.duo_window; });
+  std::vector<std::string> names = o.types;
+  std::sort(names.begin(), names.end());
+  if (std::adjacent_find(names.begin(), names.end()) != names.end()) {
+    throw InvalidInput("a cache type given twice", {"", "--types", *std::adjacent_find(names.begin(), names.end())});
+  }
+  for (const std::string& name : o.types) {
+    const GgmlTypeInfo& t = ggml_cache_type(name, st.metas[0].head_dim, "", "--types");
+    check_ggml_head_dim(t, st.metas[0].head_dim, "", "--types " + name + ": head_dim");
+    const std::optional<TqType> tq = tq_type_of(t);
+    if (!tq || tq->kind != TqKind::value) {
+      st.types.key.push_back(name);
+      st.types.key_info.push_back(&t);
+    }
+    if (!tq || tq->kind == TqKind::value) {
+      st.types.value.push_back(name);
+      st.types.value_info.push_back(&t);
+    }
+  }
+  if (!o.types.empty() && (st.types.key.empty() || st.types.value.empty())) {
+    throw InvalidInput("--types needs a type for keys and one for values (tqv* store values only, tq* keys only)",
+                       {"", "--types", o.types.front()});
+  }
+  if (!(o.types_target_bits >= 0 && std::isfinite(o.types_target_bits))) {
+    throw InvalidInput("types target bits must be >= 0", {"", "--types-target-bits", format_number(o.types_target_bits)});
+  }
   return st;
 }
 
@@ -263,7 +323,7 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
       r.read_into(value, l, DumpField::value);
       r.read_into(query, l, DumpField::query);
       std::vector<HeadMeasure> hm(H);
-      parallel_for(H, opt.threads, [&](std::size_t h) { hm[h] = measure_head(key, value, query, h, m, opt, st.duo); });
+      parallel_for(H, opt.threads, [&](std::size_t h) { hm[h] = measure_head(key, value, query, h, m, opt, st.duo, st.types); });
       for (std::size_t h = 0; h < H; ++h) {
         HeadMeasure& a = agg[l - lo][h];
         if (di == 0) {
@@ -282,6 +342,11 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
         if (a.duo_error) {
           a.duo_error = opt.aggregate == "max" ? std::max(*a.duo_error, *hm[h].duo_error) : *a.duo_error + *hm[h].duo_error;
         }
+        for (const bool k : {true, false}) {
+          std::vector<double>& to = k ? a.type_key_err : a.type_value_err;
+          const std::vector<double>& from = k ? hm[h].type_key_err : hm[h].type_value_err;
+          for (std::size_t t = 0; t < to.size(); ++t) to[t] = opt.aggregate == "max" ? std::max(to[t], from[t]) : to[t] + from[t];
+        }
         a.key_amax = std::max(a.key_amax, hm[h].key_amax);
         a.value_amax = std::max(a.value_amax, hm[h].value_amax);
         a.norm_variance += hm[h].norm_variance;
@@ -297,6 +362,8 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
       if (opt.aggregate == "mean") {
         for (double& e : a.key_err) e /= nd;
         for (double& e : a.value_err) e /= nd;
+        for (double& e : a.type_key_err) e /= nd;
+        for (double& e : a.type_value_err) e /= nd;
         if (a.duo_error) *a.duo_error /= nd;
       }
       a.norm_variance /= nd;
@@ -470,9 +537,51 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
     const auto it = std::find(cand.begin(), cand.end(), b);
     return it == cand.end() ? std::size_t{0} : static_cast<std::size_t>(it - cand.begin());
   };
+  // --types: each head's key type and value type, the least summed measured error within the
+  // stored bits per element (exact multiple-choice knapsack, alloc/knapsack.h, on the bits above
+  // each item's cheapest type, rounded up to 1/20000 of what the target leaves above them: the
+  // all-cheapest choice always fits).
+  const TypeLists& tl = st.types;
+  const double types_target = opt.types_target_bits > 0 ? opt.types_target_bits : opt.target_bits;
+  std::vector<std::size_t> tpick;
+  std::vector<double> key_bits, value_bits;
+  for (const GgmlTypeInfo* t : tl.key_info) key_bits.push_back(type_bits(*t));
+  for (const GgmlTypeInfo* t : tl.value_info) value_bits.push_back(type_bits(*t));
+  if (!tl.key.empty()) {
+    const double least = (*std::min_element(key_bits.begin(), key_bits.end()) +
+                          *std::min_element(value_bits.begin(), value_bits.end())) / 2.0;
+    if (types_target < least) {
+      throw InvalidInput("types target below the cheapest key and value types' mean (" + format_number(least) + " bits)",
+                         {"", "--types-target-bits", format_number(types_target)});
+    }
+    auto above_least = [](std::vector<double> b) {
+      const double m = *std::min_element(b.begin(), b.end());
+      for (double& x : b) x -= m;
+      return b;
+    };
+    const std::vector<double> kx = above_least(key_bits), vx = above_least(value_bits);
+    std::vector<std::vector<double>> err, cost;
+    for (std::size_t i = 0; i < L * H; ++i) {
+      err.push_back(agg[i / H][i % H].type_key_err);
+      cost.push_back(kx);
+    }
+    for (std::size_t i = 0; i < L * H; ++i) {
+      err.push_back(agg[i / H][i % H].type_value_err);
+      cost.push_back(vx);
+    }
+    const double spare = (types_target - least) * static_cast<double>(2 * L * H);
+    if (spare > 0) {
+      tpick = knapsack_real(err, cost, spare);
+    } else {  // exactly the cheapest: each item its cheapest type (the first of equal cost)
+      for (const auto& c : cost) tpick.push_back(static_cast<std::size_t>(std::min_element(c.begin(), c.end()) - c.begin()));
+    }
+  }
+  double types_error = 0, types_bits = 0;
   CalibrationFile f;
   f.shape = m0;
   f.candidates = cand;
+  f.key_types = tl.key;
+  f.value_types = tl.value;
   double predicted = 0, bits_sum = 0;
   std::vector<double> uniform(C, 0.0);
   std::vector<double> nv, en, orat, ke, ve;
@@ -498,6 +607,14 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
       ch.bits_key = bk[i];
       ch.bits_value = bv[i];
       if (std::isfinite(pe)) ch.predicted_error = pe;
+      if (!tpick.empty()) {
+        ch.type_key_error = a.type_key_err;
+        ch.type_value_error = a.type_value_err;
+        ch.type_key = tl.key[tpick[i]];
+        ch.type_value = tl.value[tpick[L * H + i]];
+        types_error += a.type_key_err[tpick[i]] + a.type_value_err[tpick[L * H + i]];
+        types_bits += key_bits[tpick[i]] + value_bits[tpick[L * H + i]];
+      }
       layer.push_back(ch);
       if (std::isfinite(pe)) predicted += pe;
       bits_sum += bk[i] + bv[i];
@@ -522,6 +639,10 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
               {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
                         "with the kivi layout, everything else exact"}};
   if (opt.rotate != RotationKind::none) f.params["rotate"] = rotation_name(opt.rotate);  // absent: none
+  if (!tl.key.empty()) {
+    f.params["types"] = opt.types;
+    f.params["types_target_bits"] = types_target;
+  }
   f.summary = {{"achieved_bits", bits_sum / static_cast<double>(2 * L * H)},
                {"predicted_error", predicted},
                {"uniform_predicted_error", uni},
@@ -529,6 +650,15 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
                 {{"norm_variance", corr(nv)}, {"entropy", corr(en)}, {"outlier_ratio", corr(orat)}}}};
   f.summary["qfilter_rows"] = query_rows(st);
   if (st.duo) f.summary["duo"] = {{"sinks", opt.duo_sinks}, {"window", opt.duo_window}};
+  if (!tl.key.empty()) {
+    nlohmann::json kb = nlohmann::json::object(), vb = nlohmann::json::object();
+    for (std::size_t t = 0; t < tl.key.size(); ++t) kb[tl.key[t]] = key_bits[t];
+    for (std::size_t t = 0; t < tl.value.size(); ++t) vb[tl.value[t]] = value_bits[t];
+    f.summary["types"] = {{"key_bits", kb}, {"value_bits", vb}, {"target_bits", types_target},
+                          {"achieved_bits", types_bits / static_cast<double>(2 * L * H)}, {"predicted_error", types_error},
+                          {"error", "attention-output relative error of the head's query group, keys (or values) stored "
+                                    "as the type (rotated as params.rotate), everything else exact"}};
+  }
   if (!history.empty()) f.summary["bits_history"] = history;
   const auto failed = std::find_if(nuq.begin(), nuq.end(), [](const LayerNuq& ln) { return !ln.failed.empty(); });
   if (failed != nuq.end()) f.summary["nuq_not_fitted"] = failed->failed;
@@ -557,6 +687,10 @@ nlohmann::json options_json(const CalibrateOptions& o) {
                       {"duo_window", o.duo_window}, {"nuq_bits", o.nuq_bits}, {"nuq_sparsity", o.nuq_sparsity},
                       {"nuq_sink", o.nuq_sink}};
   if (o.rotate != RotationKind::none) j["rotate"] = rotation_name(o.rotate);  // absent: none
+  if (!o.types.empty()) {  // absent: none
+    j["types"] = o.types;
+    j["types_target_bits"] = o.types_target_bits;
+  }
   return j;
 }
 
@@ -580,6 +714,10 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
                        {"key_amax", a.key_amax}, {"value_amax", a.value_amax}, {"qfilter", a.qfilter},
                        {"duo_error", a.duo_error ? nlohmann::json(*a.duo_error) : nlohmann::json(nullptr)},
                        {"norms", norms ? nlohmann::json(a.norms) : nlohmann::json::array()}});
+      if (!st.types.key.empty()) {
+        heads.back()["type_key_err"] = a.type_key_err;
+        heads.back()["type_value_err"] = a.type_value_err;
+      }
     }
     layers.push_back(heads);
   }
@@ -652,6 +790,10 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
           h.at("qfilter").get_to(a.qfilter);
           if (!h.at("duo_error").is_null()) a.duo_error = h.at("duo_error").get<double>();
           h.at("norms").get_to(a.norms);
+          if (h.contains("type_key_err")) {
+            h.at("type_key_err").get_to(a.type_key_err);
+            h.at("type_value_err").get_to(a.type_value_err);
+          }
           heads.push_back(std::move(a));
         }
         agg.push_back(std::move(heads));
@@ -678,6 +820,10 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
     for (const std::int32_t b : json_i32s(op.at("nuq_bits"))) o.nuq_bits.push_back(b);
     o.nuq_sparsity = op.at("nuq_sparsity").get<double>();
     o.nuq_sink = json_uint(op.at("nuq_sink"));
+    if (op.contains("types")) {
+      op.at("types").get_to(o.types);
+      o.types_target_bits = op.at("types_target_bits").get<double>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial calibration field missing or of the wrong type: ") + e.what(), {file0});
   }
@@ -713,6 +859,9 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
   for (const auto& layer : agg) {
     if (layer.size() != st.metas[0].n_kv_heads) throw InvalidInput("a layer without every KV head", {file0, "layers", std::to_string(layer.size())});
     for (const HeadMeasure& a : layer) {
+      if (a.type_key_err.size() != st.types.key.size() || a.type_value_err.size() != st.types.value.size()) {
+        throw InvalidInput("a head without every type's error", {file0, "type_key_err", std::to_string(a.type_key_err.size())});
+      }
       if (a.key_err.size() != st.opt.candidates.size() || a.value_err.size() != st.opt.candidates.size()) {
         throw InvalidInput("a head without every candidate's error", {file0, "key_err", std::to_string(a.key_err.size())});
       }

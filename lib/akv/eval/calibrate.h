@@ -35,6 +35,12 @@ struct CalibrateOptions {
   std::vector<int> nuq_bits = {2, 3, 4};
   double nuq_sparsity = 0.99;
   std::size_t nuq_sink = 1;
+  // Cache types (ggml_cache_type_names(): llama.cpp's, fp8, TurboQuant) to measure every head's
+  // keys and values with (rotated as `rotate`), and to assign per head under types_target_bits
+  // (stored bits per element, mean over K and V of every head; 0: target_bits): keys take every
+  // type but tqv*, values every type but TurboQuant's key types. Empty: none.
+  std::vector<std::string> types;
+  double types_target_bits = 0;
   int threads = 1;
 };
 
