@@ -1,7 +1,9 @@
 // akv calibrate DUMP [DUMP ...] -o calib.json [--target-bits 3] [--bits 2,3,4] ...
 #include <cstdio>
 
+#include "akv/alloc/engine_settings.h"
 #include "akv/core/atomic_file.h"
+#include "akv/core/errors.h"
 #include "akv/eval/calibrate.h"
 #include "akv/io/json_file.h"
 #include "commands.h"
@@ -13,7 +15,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     std::vector<std::string> dumps;
     std::string output;
     CalibrateOptions calib;
-    std::string rule = "kivi", rotate = "none", shard;
+    std::string rule = "kivi", rotate = "none", shard, emit;
     bool no_nuq = false;
     bool json = false;
   };
@@ -90,7 +92,14 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--types-target-bits", c.types_target_bits,
                   "--types: mean stored bits per element over every head's keys and values (the types' "
                   "blocks; default --target-bits)");
-  sub->add_flag("--json", opt->json, "Print calib.json on stdout instead of the table");
+  CLI::Option* json = sub->add_flag("--json", opt->json, "Print calib.json on stdout instead of the table");
+  sub->add_option("--emit", opt->emit,
+                  "Print, instead of the table, what an engine takes of the --types assignment (JSON): vllm "
+                  "(--kv-cache-dtype, --kv-cache-dtype-skip-layers: the layers at least half of whose K and V "
+                  "tensors were assigned f16, fp8 k_scale / v_scale per layer) or llama.cpp (-ctk, -ctv, the "
+                  "layers it cannot keep in f16); docs/calibrate.md")
+      ->check(CLI::IsMember({"vllm", "llama.cpp"}))->excludes(json);
+
   sub->add_option("--shard", opt->shard,
                   "Measure shard K of N (K/N, 1-based): a contiguous 1/N of the layers of every dump; "
                   "writes a partial file (format akv-calibration-part, to -o or stdout) that `akv merge` "
@@ -101,6 +110,10 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     o.rule = parse_quant_rule(opt->rule);
     o.rotate = parse_rotation(opt->rotate);
     if (opt->no_nuq) o.nuq_bits.clear();
+    if (!opt->emit.empty() && o.types.empty()) {
+      throw UsageError("--emit reads the per-head types of --types", {"", "--emit", opt->emit});
+    }
+    if (!opt->emit.empty() && !opt->shard.empty()) throw UsageError("--emit needs every layer: not with --shard", {"", "--emit", opt->emit});
     if (!opt->shard.empty()) {
       ProgressBar bar("calibrate", !global.quiet);
       o.threads = global.threads;
@@ -111,8 +124,9 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     o.threads = global.threads;
     ProgressBar bar("calibrate", !global.quiet);
     const nlohmann::json j = calibrate(opt->dumps, o, bar.callback());
+    const nlohmann::json emitted = opt->emit.empty() ? nlohmann::json() : engine_settings(j, opt->emit);
     if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
-    std::fputs((opt->json ? json_text(j) : render_calibration(j)).c_str(), stdout);
+    std::fputs((!opt->emit.empty() ? json_text(emitted) : opt->json ? json_text(j) : render_calibration(j)).c_str(), stdout);
   });
 }
 

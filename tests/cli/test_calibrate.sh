@@ -307,6 +307,32 @@ expect_error "types target below the cheapest types" 2 "--types-target-bits = 3"
 expect_error "types: values only" 2 "a type for keys and one for values" "$AKV" calibrate -q "$d" --types tqv4 -o "$o/c.json"
 expect_error "types: unknown name" 2 "not a KV cache type.*--types = q3_k" "$AKV" calibrate -q "$d" --types q4_0,q3_k -o "$o/c.json"
 expect_error "types: a name twice" 2 "given twice" "$AKV" calibrate -q "$d" --types q4_0,q4_0 -o "$o/c.json"
+# --emit: what vLLM and llama.cpp take of the assignment (layers at least half f16 stay unquantized).
+"$AKV" calibrate -q "$d" --types f16,fp8_e4m3 --types-target-bits 12 -o "$TMP/emit.json" --emit vllm >"$TMP/vllm.json"
+expect "emit vllm: flags, skip layers and scales agree with the assignment" 0 "emit ok" "$PY" -c "
+import json
+c = json.load(open('$TMP/emit.json')); e = json.load(open('$TMP/vllm.json'))
+skip = [str(l['layer']) for l in c['layers']
+        if 2 * sum(t == 'f16' for h in l['heads'] for t in h['ggml_types']) >= 2 * len(l['heads'])]
+scales = {}
+for l in c['layers']:
+    if str(l['layer']) in skip: continue
+    at = 'model.layers.%d.self_attn.' % l['layer']
+    scales[at + 'k_scale'] = max(h['key_amax'] for h in l['heads']) / 448
+    scales[at + 'v_scale'] = max(h['value_amax'] for h in l['heads']) / 448
+flags = '--kv-cache-dtype fp8_e4m3' + (' --kv-cache-dtype-skip-layers ' + ' '.join(skip) if skip else '')
+ok = (e['kv_cache_dtype'] == 'fp8_e4m3' and e['kv_cache_dtype_skip_layers'] == skip and e['flags'] == flags and
+      set(e['scales']) == set(scales) and all(abs(e['scales'][k] - v) <= 1e-12 * v for k, v in scales.items()))
+print('emit ok' if ok else (e, skip))"
+expect "emit llama.cpp" 0 '"flags": "-ctk (q8_0|q4_0) -ctv (q8_0|q4_0) -fa on"' \
+  "$AKV" calibrate -q "$d" --types f16,q8_0,q4_0 --types-target-bits 6 --rotate hadamard --emit llama.cpp
+expect "emit vllm with TurboQuant types" 0 '"kv_cache_dtype": "turboquant_k3v4_nc"' \
+  "$AKV" calibrate -q "$d" --types tq3nc,tqv4 --rotate hadamard --types-target-bits 4 --emit vllm
+expect_error "emit vllm: types vLLM does not take" 2 "vLLM takes one cache dtype.*--types = keys" \
+  "$AKV" calibrate -q "$d" --types q4_0,fp8_e4m3 --types-target-bits 6 --emit vllm
+expect_error "emit llama.cpp: types llama.cpp does not take" 2 "llama.cpp's cache types.*--types = (fp8_e4m3|tq3nc)" \
+  "$AKV" calibrate -q "$d" --types fp8_e4m3,tq3nc --types-target-bits 6 --emit llama.cpp
+expect_error "emit without --types" 1 "--emit reads the per-head types" "$AKV" calibrate -q "$d" --emit vllm
 # Sharded calibration: layers split over shards, merged by akv merge into the same calib.json.
 for extra in "" "--aggregate max" "--types $tl --types-target-bits 5 --rotate hadamard" \
              "--allocator adakv-proxy --update-interval 100"; do
