@@ -892,7 +892,7 @@ TEST_CASE("nuq: per-head tables and per-run value thresholds", "[quant][nuq]") {
 TEST_CASE("nuq: the vector decode equals the plain loop bitwise (every width, bits, overflow, non-finite)", "[quant][nuq]") {
   Rng r(23);
   for (int bits : {2, 3, 4, 8}) {
-    for (const std::size_t width : {8, 13, 64, 128}) {
+    for (const std::size_t width : {8, 13, 24, 64, 128}) {
       for (const bool key : {true, false}) {
         const std::size_t n = 40;
         std::vector<float> x(n * width);
@@ -906,10 +906,15 @@ TEST_CASE("nuq: the vector decode equals the plain loop bitwise (every width, bi
         NuqRows rows;
         nuq_encode(t, x.data(), n, width, rows);
         std::vector<float> fast(n * width), ref(n * width);
-        nuq_decode(rows.view(t), width, 0, n, fast.data());
         nuq_decode_ref(rows.view(t), width, 0, n, ref.data());
-        INFO("bits " << bits << " width " << width << (key ? " keys" : " values"));
-        CHECK(std::memcmp(fast.data(), ref.data(), fast.size() * sizeof(float)) == 0);
+        for (const Isa isa : {Isa::avx2, Isa::avx512}) {  // the eight- and the sixteen-wide loops
+          if (isa > best_isa()) continue;
+          set_isa(isa);
+          nuq_decode(rows.view(t), width, 0, n, fast.data());
+          INFO("bits " << bits << " width " << width << (key ? " keys" : " values") << " isa " << isa_name(isa));
+          CHECK(std::memcmp(fast.data(), ref.data(), fast.size() * sizeof(float)) == 0);
+        }
+        set_isa(best_isa());
       }
     }
   }

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "akv/core/errors.h"
+#include "akv/core/isa.h"
+#include "akv/quant/nuq_avx512.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
 
@@ -450,6 +452,13 @@ void decode_values_simd(const std::vector<float>& levels, const std::uint8_t* pa
   }
   const std::size_t bytes = packed_size(n, Bits);
   std::size_t j = 0;
+#ifdef AKV_NUQ_AVX512_TU
+  // Sixteen wide for 2 and 4 bits (4: one permute of 16 levels instead of two and a blend); 3-bit
+  // codes measured slower that way (docs/compress.md) and stay eight wide.
+  if (Bits != 3 && active_isa() >= Isa::avx512) {
+    j = nuq_decode_values_avx512(table, Bits, packed, range, offset, per_row, n, o);
+  }
+#endif
   for (; j + 8 <= n; j += 8) {
     const std::size_t at = j / 8 * Bits;
     const __m256 lv = lookup<Bits>(lo, hi, load_codes8<Bits>(packed + at, at + 4 <= bytes));

@@ -129,7 +129,8 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
 // Rows [r0, r1) of a view decoded into out [r1 - r0, width]: levels[code] * range + offset in
 // f32 (0 if not finite), outliers their stored value, every value rounded to f16.
 // AVX2 + F16C when compiled for x86-64-v3 and bits 2-4 (codes read eight at a time from the
-// packed row, levels by permutes; a value row's levels scaled once per row), bitwise equal to
+// packed row, levels by permutes; a value row's levels scaled once per row; with AVX-512 at run
+// time, sixteen at a time for 2 and 4 bits: quant/nuq_avx512.h), bitwise equal to
 // nuq_decode_ref, the plain loop over codes unpacked bit by bit (tests/unit/test_quant.cpp).
 void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out);
 void nuq_decode_ref(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out);
