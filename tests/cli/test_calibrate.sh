@@ -264,7 +264,7 @@ expect_error "nuq sparsity out of range" 2 "--nuq-sparsity = 0" "$AKV" calibrate
 # Per-head cache types: calibrate --types measures every head under each type and assigns them
 # for a stored-bits target; method ggml with types= stores each head as assigned.
 tl=q4_0,q8_0,fp8_e4m3,tq3nc,tqv4
-expect "calibrate --types" 0 "measured allocation" \
+expect "calibrate --types" 0 "per-head cache types \\(method ggml --types\\), target 5.5 -> achieved" \
   "$AKV" calibrate -q "$d" "$TMP/d2.h5" --types $tl --types-target-bits 5.5 --rotate hadamard -o "$TMP/types.json"
 "$PY" - "$TMP/types.json" >"$TMP/types.txt" <<'PY'
 import json, sys

@@ -538,9 +538,8 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
     return it == cand.end() ? std::size_t{0} : static_cast<std::size_t>(it - cand.begin());
   };
   // --types: each head's key type and value type, the least summed measured error within the
-  // stored bits per element (exact multiple-choice knapsack, alloc/knapsack.h, on the bits above
-  // each item's cheapest type, rounded up to 1/20000 of what the target leaves above them: the
-  // all-cheapest choice always fits).
+  // stored bits per element (multiple-choice knapsack, alloc/knapsack.h, on the bits above each
+  // item's cheapest type: the all-cheapest choice always fits).
   const TypeLists& tl = st.types;
   const double types_target = opt.types_target_bits > 0 ? opt.types_target_bits : opt.target_bits;
   std::vector<std::size_t> tpick;
@@ -570,7 +569,18 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
       cost.push_back(vx);
     }
     const double spare = (types_target - least) * static_cast<double>(2 * L * H);
-    if (spare > 0) {
+    // Every type's bits are whole 1/64ths (8 bytes / block, blocks of at most 512 values): in
+    // those units the costs are exact integers, and the knapsack exact, while the budget is at
+    // most 20000 of them; above that, costs round up to 1/20000 of the spare bits.
+    const auto units = static_cast<long long>(std::floor(spare * 64.0 + 1e-9));
+    if (spare > 0 && units <= 20000) {
+      std::vector<std::vector<long long>> icost;
+      for (const auto& c : cost) {
+        std::vector<long long>& ic = icost.emplace_back();
+        for (double b : c) ic.push_back(std::llround(b * 64.0));
+      }
+      tpick = *knapsack(err, icost, units);  // the all-cheapest choice (cost 0) always fits
+    } else if (spare > 0) {
       tpick = knapsack_real(err, cost, spare);
     } else {  // exactly the cheapest: each item its cheapest type (the first of equal cost)
       for (const auto& c : cost) tpick.push_back(static_cast<std::size_t>(std::min_element(c.begin(), c.end()) - c.begin()));
@@ -911,6 +921,19 @@ std::string render_calibration(const nlohmann::json& j) {
                          json_i32(h["bits_value"]), h["key_error"][std::to_string(lowest)].get<double>(),
                          h["value_error"][std::to_string(lowest)].get<double>(), h["norm_variance"].get<double>(),
                          h["entropy"].get<double>(), h["outlier_ratio"].get<double>());
+    }
+  }
+  if (s.contains("types")) {
+    const auto& t = s["types"];
+    out += fmt::format("per-head cache types (method ggml --types), target {} -> achieved {:.3f} bits per element; "
+                       "predicted summed error {:.4g}\n{:>5} {:>4} {:>9} {:>9}\n",
+                       t["target_bits"].get<double>(), t["achieved_bits"].get<double>(), t["predicted_error"].get<double>(),
+                       "layer", "head", "K type", "V type");
+    for (const auto& l : j["layers"]) {
+      for (const auto& h : l["heads"]) {
+        out += fmt::format("{:>5} {:>4} {:>9} {:>9}\n", json_i32(l["layer"]), json_i32(h["head"]),
+                           h["ggml_types"][0].get<std::string>(), h["ggml_types"][1].get<std::string>());
+      }
     }
   }
   if (j.contains("nuq")) {
