@@ -350,7 +350,7 @@ const std::vector<ParamInfo>& param_registry() {
        "protection (default 2; 0: every layer quantized)",
        0, 100000, false, false, {}, {}},
       {"types", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.types; }),
-       "ggml: each KV head's key and value cache types from an `akv calibrate --types` file (its "
+       "each KV head's key and value cache types from an `akv calibrate --types` file (its "
        "layers[].heads[].ggml_types; instead of k= and v=; the file's rotate must be the cache's)",
        {}, {}, false, false, {}, {}},
       {"qjl", S::ggml, P::Text([](CompressRequest& r) -> auto& { return r.ggml.qjl; }),
