@@ -374,3 +374,61 @@ TEST_CASE("o_proj: written in the dump's dtype, read back, and refused when malf
   }
   CHECK_THROWS_WITH(DumpReader(path).read_out_proj(1), Catch::Contains("/layers/1/o_proj[2, 5]") && Catch::Contains("non-finite"));
 }
+
+TEST_CASE("attn_input and kvzip_plus: written, read back (scores always f32), and refused when malformed",
+          "[io][dump]") {
+  test::TempDir dir;
+  const DumpMeta m = small_meta();
+  RowMatrix x(static_cast<Eigen::Index>(m.n_tokens), 5);
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = pattern(0, 5, static_cast<std::size_t>(i));
+  std::vector<std::vector<double>> s(m.n_kv_heads, std::vector<double>(m.n_tokens));
+  for (std::size_t h = 0; h < s.size(); ++h) {
+    for (std::size_t t = 0; t < m.n_tokens; ++t) s[h][t] = 1e-7 * static_cast<double>(1 + h * m.n_tokens + t);
+  }
+  auto write = [&](const std::string& path, DType dt, bool scores) {
+    DumpWriteOptions o;
+    o.dtype = dt;
+    o.input_dim = 5;
+    o.kvzip_plus = true;
+    DumpWriter w(path, m, o);
+    for (std::size_t l = 0; l < m.n_layers; ++l) {
+      w.write(l, DumpField::key, 0, filled(m.n_kv_heads, m.n_tokens, m.head_dim, l, 0));
+      w.write(l, DumpField::value, 0, filled(m.n_kv_heads, m.n_tokens, m.head_dim, l, 1));
+      w.write(l, DumpField::query, 0, filled(m.n_heads, m.n_query, m.head_dim, l, 2));
+      w.write_attn_input(l, x);
+      if (scores) w.write_kvzip_plus(l, s);
+    }
+    w.commit();
+  };
+  const std::string path = dir.file("zap.h5");
+  write(path, DType::f16, true);
+  {
+    const DumpReader r(path);
+    REQUIRE(r.has_matrix(DumpMatrix::attn_input));
+    REQUIRE(r.has_matrix(DumpMatrix::kvzip_plus));
+    CHECK_FALSE(r.has_out_proj());
+    CHECK(r.input_dim() == 5);
+    const RowMatrix back = r.read_matrix(1, DumpMatrix::attn_input);
+    REQUIRE(back.rows() == static_cast<Eigen::Index>(m.n_tokens));
+    for (Eigen::Index i = 0; i < x.size(); ++i) CHECK(back.data()[i] == f16_to_f32_ref(f32_to_f16_ref(x.data()[i])));
+    const RowMatrix sb = r.read_matrix(0, DumpMatrix::kvzip_plus);  // f32: no f16 underflow
+    REQUIRE(sb.rows() == static_cast<Eigen::Index>(m.n_kv_heads));
+    CHECK(sb(1, 3) == static_cast<float>(s[1][3]));
+  }
+  const std::string partial = dir.file("partial.h5");
+  CHECK_THROWS_WITH(write(partial, DType::f32, false), Catch::Contains("kvzip_plus was not written"));
+  CHECK_FALSE(std::filesystem::exists(partial));
+  {
+    Editor e(path);
+    e.replace("/layers/1/attn_input", {m.n_tokens, 6}, H5T_IEEE_F32LE);
+  }
+  CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("attn_input must be [n_tokens = 40, hidden], as in layer 0") &&
+                                               Catch::Contains("/layers/1/attn_input.shape = [40, 6]"));
+  {
+    Editor e(path);
+    e.replace("/layers/1/attn_input", {m.n_tokens, 5}, H5T_IEEE_F32LE);
+    e.replace("/layers/0/kvzip_plus", {m.n_kv_heads, m.n_tokens - 1}, H5T_IEEE_F32LE);
+  }
+  CHECK_THAT(error_of<InvalidInput>(path), Catch::Contains("kvzip_plus must be [n_kv_heads = 2, n_tokens = 40]") &&
+                                               Catch::Contains("/layers/0/kvzip_plus.shape = [2, 39]"));
+}

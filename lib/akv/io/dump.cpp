@@ -84,6 +84,24 @@ std::string dump_dataset_path(std::size_t layer, DumpField f) {
   return "/layers/" + std::to_string(layer) + "/" + dump_field_name(f);
 }
 
+std::string dump_matrix_name(DumpMatrix m) {
+  switch (m) {
+    case DumpMatrix::out_proj: return "o_proj";
+    case DumpMatrix::attn_input: return "attn_input";
+    case DumpMatrix::kvzip_plus: return "kvzip_plus";
+  }
+  return "?";
+}
+
+std::string dump_matrix_path(std::size_t layer, DumpMatrix m) {
+  return "/layers/" + std::to_string(layer) + "/" + dump_matrix_name(m);
+}
+
+DumpDatasetInfo& DumpLayerInfo::matrix(DumpMatrix m) {
+  return m == DumpMatrix::out_proj ? out_proj : m == DumpMatrix::attn_input ? attn_input : kvzip_plus;
+}
+const DumpDatasetInfo& DumpLayerInfo::matrix(DumpMatrix m) const { return const_cast<DumpLayerInfo*>(this)->matrix(m); }
+
 const DumpDatasetInfo& DumpLayerInfo::field(DumpField f) const {
   switch (f) {
     case DumpField::key: return key;
@@ -193,32 +211,43 @@ void DumpReader::read_layer_info(std::size_t l) {
       check(field, *info_of, meta_.n_kv_heads, "kv heads", "n_kv_heads", meta_.n_tokens, "tokens");
     }
   }
-  const std::string proj_path = group + "/o_proj";
-  if (h5::link_exists(file_.get(), proj_path)) {
-    h5::Dataset d = h5::open_dataset(file_.get(), proj_path, f);
-    const auto shape = h5::dataset_shape(d.get());
-    const std::size_t cols = meta_.n_heads * meta_.head_dim;
-    if (shape.size() != 2 || shape[0] == 0 || shape[1] != cols) {
-      throw InvalidInput("o_proj must be [hidden, n_heads * head_dim = " + std::to_string(cols) + "]",
-                         {f, proj_path + ".shape", h5::shape_string(shape)});
+  // The optional 2-D datasets: in every layer or none, float, `rows` x `cols` (0: any, the same
+  // in every layer).
+  auto matrix = [&](DumpMatrix which, std::size_t rows, std::size_t cols, const std::string& expect) {
+    const std::string path = dump_matrix_path(l, which);
+    DumpDatasetInfo& out = info.matrix(which);
+    if (h5::link_exists(file_.get(), path)) {
+      h5::Dataset d = h5::open_dataset(file_.get(), path, f);
+      const auto shape = h5::dataset_shape(d.get());
+      const std::size_t r0 = l > 0 ? layers_[0].matrix_rows[static_cast<std::size_t>(which)] : 0;
+      const std::size_t c0 = l > 0 ? layers_[0].matrix_cols[static_cast<std::size_t>(which)] : 0;
+      if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0 || (rows && shape[0] != rows) || (cols && shape[1] != cols) ||
+          (r0 && shape[0] != r0) || (c0 && shape[1] != c0)) {
+        throw InvalidInput(dump_matrix_name(which) + " must be " + expect + (l > 0 ? ", as in layer 0" : ""),
+                           {f, path + ".shape", h5::shape_string(shape)});
+      }
+      h5::Type t(H5Dget_type(d.get()));
+      const auto dtype = h5::classify_float(t.get());
+      if (!dtype) {
+        throw InvalidInput(dump_matrix_name(which) + " has an unsupported dtype (akv reads f16, bf16, f32, f64)",
+                           {f, path + ".dtype", std::to_string(H5Tget_size(t.get())) + " bytes"});
+      }
+      h5::check_stored(d.get(), f, path);
+      out = {true, *dtype, h5::storage_bytes(d.get())};
+      info.matrix_rows[static_cast<std::size_t>(which)] = shape[0];
+      info.matrix_cols[static_cast<std::size_t>(which)] = shape[1];
     }
-    if (l > 0 && layers_[0].out_proj.present && shape[0] != layers_[0].hidden) {
-      throw InvalidInput("o_proj has another hidden size than layer 0's (" + std::to_string(layers_[0].hidden) + ")",
-                         {f, proj_path + ".shape", h5::shape_string(shape)});
+    if (l > 0 && out.present != layers_[0].matrix(which).present) {
+      throw InvalidInput(dump_matrix_name(which) + " must be in every layer or in none",
+                         {f, path, out.present ? "present" : "missing"});
     }
-    h5::Type t(H5Dget_type(d.get()));
-    const auto dtype = h5::classify_float(t.get());
-    if (!dtype) {
-      throw InvalidInput("o_proj has an unsupported dtype (akv reads f16, bf16, f32, f64)",
-                         {f, proj_path + ".dtype", std::to_string(H5Tget_size(t.get())) + " bytes"});
-    }
-    h5::check_stored(d.get(), f, proj_path);
-    info.out_proj = {true, *dtype, h5::storage_bytes(d.get())};
-    info.hidden = shape[0];
-  }
-  if (l > 0 && info.out_proj.present != layers_[0].out_proj.present) {
-    throw InvalidInput("o_proj must be in every layer or in none", {f, proj_path, info.out_proj.present ? "present" : "missing"});
-  }
+  };
+  const std::string n_tokens = std::to_string(meta_.n_tokens), nh = std::to_string(meta_.n_heads * meta_.head_dim);
+  matrix(DumpMatrix::out_proj, 0, meta_.n_heads * meta_.head_dim, "[hidden, n_heads * head_dim = " + nh + "]");
+  matrix(DumpMatrix::attn_input, meta_.n_tokens, 0, "[n_tokens = " + n_tokens + ", hidden]");
+  matrix(DumpMatrix::kvzip_plus, meta_.n_kv_heads, meta_.n_tokens,
+         "[n_kv_heads = " + std::to_string(meta_.n_kv_heads) + ", n_tokens = " + n_tokens + "]");
+  info.hidden = info.matrix_rows[static_cast<std::size_t>(DumpMatrix::out_proj)];
   const std::string kinds_path = group + "/head_kind";
   if (h5::link_exists(file_.get(), kinds_path)) {
     info.head_kinds = h5::read_string_vector(file_.get(), kinds_path, f);
@@ -277,11 +306,20 @@ bool DumpReader::has_fisher() const {
 
 bool DumpReader::has_out_proj() const { return !layers_.empty() && layers_[0].out_proj.present; }
 
-RowMatrix DumpReader::read_out_proj(std::size_t layer) const {
-  const std::string path = "/layers/" + std::to_string(layer) + "/o_proj";
-  if (layer >= meta_.n_layers || !layers_[layer].out_proj.present) throw InvalidInput("missing dataset", {path_, path});
-  const DumpDatasetInfo& info = layers_[layer].out_proj;
-  const std::size_t rows = layers_[layer].hidden, cols = meta_.n_heads * meta_.head_dim;
+RowMatrix DumpReader::read_out_proj(std::size_t layer) const { return read_matrix(layer, DumpMatrix::out_proj); }
+
+bool DumpReader::has_matrix(DumpMatrix m) const { return !layers_.empty() && layers_[0].matrix(m).present; }
+
+std::size_t DumpReader::input_dim() const {
+  return layers_.empty() ? 0 : layers_[0].matrix_cols[static_cast<std::size_t>(DumpMatrix::attn_input)];
+}
+
+RowMatrix DumpReader::read_matrix(std::size_t layer, DumpMatrix which) const {
+  const std::string path = dump_matrix_path(layer, which);
+  if (layer >= meta_.n_layers || !layers_[layer].matrix(which).present) throw InvalidInput("missing dataset", {path_, path});
+  const DumpDatasetInfo& info = layers_[layer].matrix(which);
+  const std::size_t rows = layers_[layer].matrix_rows[static_cast<std::size_t>(which)];
+  const std::size_t cols = layers_[layer].matrix_cols[static_cast<std::size_t>(which)];
   RowMatrix out(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
   h5::Dataset ds = h5::open_dataset(file_.get(), path, path_);
   herr_t rc = 0;
@@ -298,7 +336,7 @@ RowMatrix DumpReader::read_out_proj(std::size_t layer) const {
   const float* p = out.data();
   for (std::size_t i = 0; i < rows * cols; ++i) {
     if (!std::isfinite(p[i])) {
-      throw InvalidInput("non-finite value in layer " + std::to_string(layer) + " o_proj",
+      throw InvalidInput("non-finite value in layer " + std::to_string(layer) + " " + dump_matrix_name(which),
                          {path_, path + "[" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + "]",
                           format_number(p[i])});
     }
@@ -386,8 +424,10 @@ struct DumpWriter::Impl {
   AtomicOutput out;
   h5::File file;
   h5::Type disk_type;  // f16 / bf16 custom type; invalid for f32
-  // Heads written per (layer, field), to refuse commit() of an incomplete dump.
-  std::vector<std::vector<std::size_t>> written;  // [n_layers][4]
+  // Heads written per (layer, field), to refuse commit() of an incomplete dump; then whether each
+  // DumpMatrix was written.
+  static constexpr std::size_t kMatrixSlot = 4;
+  std::vector<std::vector<std::size_t>> written;  // [n_layers][kMatrixSlot + 3]
 
   Impl(std::string path, DumpMeta m, DumpWriteOptions o)
       : meta(std::move(m)), options(o), out(std::move(path)) {}
@@ -407,6 +447,8 @@ struct DumpWriter::Impl {
     return options.dtype == DType::f32 ? H5T_IEEE_F32LE : disk_type.get();
   }
   void create_dataset(std::size_t layer, DumpField f);
+  void write_matrix(std::size_t layer, DumpMatrix which, const RowMatrix& x, std::size_t rows, std::size_t cols,
+                    bool as_f32);
 };
 
 void DumpWriter::Impl::create_dataset(std::size_t layer, DumpField f) {
@@ -448,35 +490,58 @@ DumpWriter::DumpWriter(std::string path, DumpMeta meta, DumpWriteOptions options
   h5::write_attr_string(root, "format", kDumpFormat);
   h5::write_attr_int(root, "version", kDumpVersion);
   write_shape_attrs(root, dm);
-  m.written.assign(dm.n_layers, std::vector<std::size_t>(5, 0));  // 4: o_proj
+  m.written.assign(dm.n_layers, std::vector<std::size_t>(Impl::kMatrixSlot + 3, 0));
   for (std::size_t l = 0; l < dm.n_layers; ++l) {
     h5::create_group(root, "/layers/" + std::to_string(l));
     for (DumpField f : m.fields()) m.create_dataset(l, f);
   }
 }
 
+void DumpWriter::Impl::write_matrix(std::size_t layer, DumpMatrix which, const RowMatrix& x, std::size_t rows,
+                                    std::size_t cols, bool as_f32) {
+  const std::string path = dump_matrix_path(layer, which);
+  if (layer >= meta.n_layers || rows == 0 || static_cast<std::size_t>(x.rows()) != rows ||
+      static_cast<std::size_t>(x.cols()) != cols) {
+    throw InvalidInput(dump_matrix_name(which) + " does not fit the writer's shape",
+                       {out.path(), path, "[" + std::to_string(x.rows()) + ", " + std::to_string(x.cols()) + "]"});
+  }
+  const std::vector<hsize_t> dims = {static_cast<hsize_t>(x.rows()), static_cast<hsize_t>(x.cols())};
+  if (as_f32 || options.dtype == DType::f32) {
+    h5::write_dataset(file.get(), path, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, x.data());
+  } else {
+    std::vector<std::uint16_t> raw(static_cast<std::size_t>(x.size()));
+    if (options.dtype == DType::f16) {
+      f32_to_f16(x.data(), raw.data(), raw.size());
+    } else {
+      f32_to_bf16(x.data(), raw.data(), raw.size());
+    }
+    h5::write_dataset(file.get(), path, disk_type.get(), disk_type.get(), dims, raw.data());
+  }
+  written[layer][kMatrixSlot + static_cast<std::size_t>(which)] = 1;
+}
+
 void DumpWriter::write_out_proj(std::size_t layer, const RowMatrix& wo) {
   Impl& m = *impl_;
-  const std::string path = "/layers/" + std::to_string(layer) + "/o_proj";
-  const std::size_t cols = m.meta.n_heads * m.meta.head_dim;
-  if (layer >= m.meta.n_layers || m.options.out_proj_hidden == 0 ||
-      static_cast<std::size_t>(wo.rows()) != m.options.out_proj_hidden || static_cast<std::size_t>(wo.cols()) != cols) {
-    throw InvalidInput("o_proj does not fit the writer's shape",
-                       {m.out.path(), path, "[" + std::to_string(wo.rows()) + ", " + std::to_string(wo.cols()) + "]"});
+  m.write_matrix(layer, DumpMatrix::out_proj, wo, m.options.out_proj_hidden, m.meta.n_heads * m.meta.head_dim, false);
+}
+
+void DumpWriter::write_attn_input(std::size_t layer, const RowMatrix& x) {
+  Impl& m = *impl_;
+  m.write_matrix(layer, DumpMatrix::attn_input, x, m.options.input_dim ? m.meta.n_tokens : 0, m.options.input_dim, false);
+}
+
+void DumpWriter::write_kvzip_plus(std::size_t layer, const std::vector<std::vector<double>>& scores) {
+  Impl& m = *impl_;
+  const std::size_t H = m.meta.n_kv_heads, n = m.meta.n_tokens;
+  if (scores.size() != H || std::any_of(scores.begin(), scores.end(), [n](const auto& r) { return r.size() != n; })) {
+    throw InvalidInput("kvzip_plus does not fit the writer's shape",
+                       {m.out.path(), dump_matrix_path(layer, DumpMatrix::kvzip_plus), std::to_string(scores.size()) + " heads"});
   }
-  const std::vector<hsize_t> dims = {static_cast<hsize_t>(wo.rows()), static_cast<hsize_t>(wo.cols())};
-  if (m.options.dtype == DType::f32) {
-    h5::write_dataset(m.file.get(), path, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, wo.data());
-  } else {
-    std::vector<std::uint16_t> raw(static_cast<std::size_t>(wo.size()));
-    if (m.options.dtype == DType::f16) {
-      f32_to_f16(wo.data(), raw.data(), raw.size());
-    } else {
-      f32_to_bf16(wo.data(), raw.data(), raw.size());
-    }
-    h5::write_dataset(m.file.get(), path, m.disk_type.get(), m.disk_type.get(), dims, raw.data());
+  RowMatrix x(static_cast<Eigen::Index>(H), static_cast<Eigen::Index>(n));
+  for (std::size_t h = 0; h < H; ++h) {
+    for (std::size_t t = 0; t < n; ++t) x(static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(t)) = static_cast<float>(scores[h][t]);
   }
-  m.written[layer][4] = 1;
+  m.write_matrix(layer, DumpMatrix::kvzip_plus, x, m.options.kvzip_plus ? H : 0, n, true);
 }
 
 DumpWriter::~DumpWriter() = default;
@@ -562,8 +627,14 @@ void DumpWriter::commit() {
                            {m.out.path(), dump_dataset_path(l, f)});
       }
     }
-    if (m.options.out_proj_hidden > 0 && m.written[l][4] == 0) {
-      throw InvalidInput("dump is incomplete: o_proj was not written", {m.out.path(), "/layers/" + std::to_string(l) + "/o_proj"});
+    const std::pair<DumpMatrix, bool> asked[] = {{DumpMatrix::out_proj, m.options.out_proj_hidden > 0},
+                                                 {DumpMatrix::attn_input, m.options.input_dim > 0},
+                                                 {DumpMatrix::kvzip_plus, m.options.kvzip_plus}};
+    for (const auto& [which, wanted] : asked) {
+      if (wanted && m.written[l][Impl::kMatrixSlot + static_cast<std::size_t>(which)] == 0) {
+        throw InvalidInput("dump is incomplete: " + dump_matrix_name(which) + " was not written",
+                           {m.out.path(), dump_matrix_path(l, which)});
+      }
     }
   }
   if (H5Fflush(m.file.get(), H5F_SCOPE_GLOBAL) < 0) {

@@ -16,6 +16,11 @@
 //   /layers/<L>/head_kind     [n_kv_heads] strings (optional; synth writes local|retrieval|diffuse)
 //   /layers/<L>/o_proj        [hidden, n_heads * head_dim] (optional, in every layer or none): the
 //                             attention output projection (Hugging Face's o_proj.weight), for CriticalKV
+//   /layers/<L>/attn_input    [n_tokens, hidden] (optional, in every layer or none): each token's
+//                             attention input, the RMS-normed hidden state (what Hugging Face's
+//                             self_attn receives), for KVzap
+//   /layers/<L>/kvzip_plus    [n_kv_heads, n_tokens] (optional, in every layer or none): each
+//                             token's KVzip+ score (score/kvzip.h), finite and > 0, for fitting KVzap
 //   /tokens                   [n_tokens] integer token ids (optional)
 //   /needles                  [n_needles] integer token positions (optional)
 //
@@ -60,12 +65,20 @@ struct DumpDatasetInfo {
   std::uint64_t storage_bytes = 0;
 };
 
+// The optional 2-D datasets of a layer: o_proj, attn_input, kvzip_plus.
+enum class DumpMatrix { out_proj, attn_input, kvzip_plus };
+std::string dump_matrix_name(DumpMatrix m);  // "o_proj", "attn_input", "kvzip_plus"
+std::string dump_matrix_path(std::size_t layer, DumpMatrix m);
+
 struct DumpLayerInfo {
   DumpDatasetInfo key, value, query, key_pre_rope, key_fisher, value_fisher;
-  DumpDatasetInfo out_proj;  // /layers/L/o_proj
-  std::size_t hidden = 0;    // its rows
+  DumpDatasetInfo out_proj, attn_input, kvzip_plus;  // the DumpMatrix datasets
+  std::size_t matrix_rows[3] = {0, 0, 0}, matrix_cols[3] = {0, 0, 0};  // [DumpMatrix]: their shapes
+  std::size_t hidden = 0;    // o_proj's rows
   std::vector<std::string> head_kinds;  // [n_kv_heads] or empty
   const DumpDatasetInfo& field(DumpField f) const;
+  DumpDatasetInfo& matrix(DumpMatrix m);
+  const DumpDatasetInfo& matrix(DumpMatrix m) const;
 };
 
 // Path of a dataset inside a dump, e.g. "/layers/3/key".
@@ -82,6 +95,8 @@ class DumpReader {
   bool has_key_pre_rope() const;  // present in every layer
   bool has_fisher() const;        // key_fisher and value_fisher present in every layer
   bool has_out_proj() const;      // /layers/L/o_proj present (the reader checks: in every layer or none)
+  bool has_matrix(DumpMatrix m) const;  // present (in every layer: the reader checks)
+  std::size_t input_dim() const;  // attn_input's columns (0 without it)
   const std::optional<std::vector<std::int32_t>>& tokens() const { return tokens_; }
   const std::optional<std::vector<std::int32_t>>& needles() const { return needles_; }
   std::uint64_t file_bytes() const { return file_bytes_; }
@@ -98,6 +113,8 @@ class DumpReader {
   // One layer's /layers/L/o_proj as f32 [hidden, n_heads * head_dim]; InvalidInput naming the
   // element of the first NaN or Inf, or the dataset when the dump has none.
   RowMatrix read_out_proj(std::size_t layer) const;
+  // Any of the 2-D datasets as f32 [rows, cols], with the same checks.
+  RowMatrix read_matrix(std::size_t layer, DumpMatrix m) const;
 
  private:
   mutable std::vector<std::uint16_t> raw_;  // one head of an f16/bf16 dataset as stored, reused by every read
@@ -120,6 +137,8 @@ struct DumpWriteOptions {
   bool key_pre_rope = false;   // create /layers/L/key_pre_rope
   bool head_kinds = false;     // create /layers/L/head_kind
   std::size_t out_proj_hidden = 0;  // > 0: create /layers/L/o_proj [hidden, n_heads * head_dim]
+  std::size_t input_dim = 0;        // > 0: create /layers/L/attn_input [n_tokens, input_dim]
+  bool kvzip_plus = false;          // create /layers/L/kvzip_plus [n_kv_heads, n_tokens] (f32)
 };
 
 // Writes a dump to a temporary file next to `path`; the file appears at `path` only when
@@ -136,6 +155,10 @@ class DumpWriter {
   void write_head_kinds(std::size_t layer, const std::vector<std::string>& kinds);
   // One layer's output projection [out_proj_hidden, n_heads * head_dim], in the dump's dtype.
   void write_out_proj(std::size_t layer, const RowMatrix& wo);
+  // One layer's attention inputs [n_tokens, input_dim], in the dump's dtype.
+  void write_attn_input(std::size_t layer, const RowMatrix& x);
+  // One layer's KVzip+ scores [n_kv_heads][n_tokens], stored as f32 whatever the dtype.
+  void write_kvzip_plus(std::size_t layer, const std::vector<std::vector<double>>& scores);
   void write_tokens(const std::vector<std::int32_t>& tokens);
   void write_needles(const std::vector<std::int32_t>& positions);
   void write_root_attr(const std::string& name, const std::string& value);

@@ -112,7 +112,9 @@ nlohmann::json inspect_dump(const std::string& path, bool stats) {
                    {"head_kind", any_kinds},
                    {"tokens", r.tokens().has_value()},
                    {"needles", r.needles().has_value()},
-                   {"o_proj", r.has_out_proj()}};
+                   {"o_proj", r.has_out_proj()},
+                   {"attn_input", r.has_matrix(DumpMatrix::attn_input)},
+                   {"kvzip_plus", r.has_matrix(DumpMatrix::kvzip_plus)}};
   if (r.needles()) j["needles"] = *r.needles();
   return j;
 }

@@ -13,7 +13,9 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
                        {"", "--window", std::to_string(o.window)});
   }
   // Only the window's queries are written: the prefill keeps no others.
-  const PrefillResult r = model.prefill(tokens, false, o.threads, o.window);
+  std::vector<RowMatrix> inputs;  // [layer] with attn_input
+  const LayerInputFn keep = [&inputs](std::size_t, const RowMatrix& x) { inputs.push_back(x); };
+  const PrefillResult r = model.prefill(tokens, false, o.threads, o.window, o.attn_input ? keep : LayerInputFn{});
   DumpMeta m;
   m.kv_shape() = c.kv_shape();
   m.model = c.name;
@@ -23,6 +25,8 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
   wo.dtype = o.dtype;
   wo.key_pre_rope = true;
   if (o.out_proj) wo.out_proj_hidden = c.dim;
+  if (o.attn_input) wo.input_dim = c.dim;
+  wo.kvzip_plus = o.kvzip_plus != nullptr;
   DumpWriter w(out_path, m, wo);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     w.write(l, DumpField::key, 0, r.key[l]);
@@ -30,6 +34,8 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
     w.write(l, DumpField::value, 0, r.value[l]);
     w.write(l, DumpField::query, 0, r.query[l]);
     if (o.out_proj) w.write_out_proj(l, model.weights().layers[l].wo.to_f32());
+    if (o.attn_input) w.write_attn_input(l, inputs[l]);
+    if (o.kvzip_plus) w.write_kvzip_plus(l, (*o.kvzip_plus).at(l));
   }
   w.write_tokens(tokens);
   w.commit();

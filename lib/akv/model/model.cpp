@@ -139,7 +139,7 @@ std::string Model::limit_text() const {
 }
 
 PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads,
-                             std::size_t query_rows) const {
+                             std::size_t query_rows, const LayerInputFn& on_input) const {
   const ModelConfig& c = config_;
   const std::size_t n = tokens.size(), hd = c.head_dim, g = c.group_size();
   if (n == 0) throw InvalidInput("empty token sequence", {"", "tokens", "0"});
@@ -161,6 +161,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   PrefillResult res;
   for (const LayerWeights& lw : w_.layers) {
     const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
+    if (on_input) on_input(res.input_norm.size(), xb);
     std::vector<double>& norms = res.input_norm.emplace_back(n);
     for (std::size_t i = 0; i < n; ++i) {
       double s = 0;

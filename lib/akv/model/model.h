@@ -4,6 +4,7 @@
 // per sequence, for one sequence or a batch of them, and read their K/V through a KvPolicy
 // (kv/policy.h), so every cache method runs inside the model.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct PrefillResult {
   std::vector<std::vector<double>> input_norm;
 };
 
+// Sees each layer's attention input during a prefill: [n, dim], the RMS-normed hidden state
+// (what Hugging Face's self_attn receives; KVzap's surrogate reads it).
+using LayerInputFn = std::function<void(std::size_t layer, const RowMatrix& input)>;
+
 class Model {
  public:
   Model(ModelConfig config, ModelWeights weights);
@@ -70,8 +75,9 @@ class Model {
   // rows) and attention heads run on `threads` threads (results identical for any count).
   // `query_rows`: the queries of only the last query_rows positions are returned (every
   // position's when larger than n), so a caller that reads a window does not hold them all.
+  // `on_input`, when set, is called with each layer's attention input, layers in order.
   PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads = 1,
-                        std::size_t query_rows = SIZE_MAX) const;
+                        std::size_t query_rows = SIZE_MAX, const LayerInputFn& on_input = {}) const;
   // One token at `pos`: appends its K/V to `cache`, attends through it, returns the logits
   // (decode_lanes of one lane of one token).
   std::vector<float> decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const;
