@@ -7,6 +7,7 @@
 #include "akv/core/rng.h"
 #include "akv/score/critical.h"
 #include "akv/score/expected_attention.h"
+#include "akv/score/kvzap.h"
 #include "akv/score/kvzip.h"
 #include "akv/score/qfilter.h"
 #include "akv/score/score.h"
@@ -510,4 +511,87 @@ TEST_CASE("qfilter: orientation, its tie rule, zero rows, the group mean and the
   // Scores -(f . k): keys along the queries' directions score highest.
   const auto s = qfilter_scores(keys_2d({{3, 1}, {-1, 0}, {0, 0}}), 0, {1.0, -2.0});
   CHECK(s == std::vector<double>{-1.0, 1.0, 0.0});
+}
+
+TEST_CASE("kvzap: the ridge fit from accumulated sums equals the centred reference, blocks and skipped rows "
+          "included", "[score]") {
+  Rng rng(41);
+  const std::size_t n = 90, dim = 7, T = 3;
+  RowMatrix x(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(dim));
+  std::vector<std::vector<double>> y(T, std::vector<double>(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < dim; ++j) x(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = static_cast<float>(rng.normal() + 3.0);
+    for (std::size_t k = 0; k < T; ++k) y[k][i] = rng.normal() + 0.5 * x(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k)) - 5.0;
+  }
+  // Three blocks, the first 4 rows of each left out (as calibrate leaves out each dump's sinks).
+  RidgeAccumulator acc(dim, T);
+  std::vector<std::vector<double>> rows_x, rows_y;
+  for (std::size_t b = 0; b < 3; ++b) {
+    const RowMatrix xb = x.middleRows(static_cast<Eigen::Index>(30 * b), 30);
+    std::vector<std::vector<double>> yb(T);
+    for (std::size_t k = 0; k < T; ++k) yb[k].assign(y[k].begin() + 30 * b, y[k].begin() + 30 * (b + 1));
+    acc.add(xb, yb, 4);
+    for (std::size_t i = 4; i < 30; ++i) {
+      const float* r = xb.row(static_cast<Eigen::Index>(i)).data();
+      rows_x.emplace_back(r, r + dim);
+      rows_y.push_back({});
+      for (std::size_t k = 0; k < T; ++k) rows_y.back().push_back(yb[k][i]);
+    }
+  }
+  REQUIRE(acc.rows() == 78);
+  for (const double alpha : {1.0, 1e-3, 50.0}) {
+    const KvzapLayer fast = acc.solve(alpha), ref = ridge_fit_ref(rows_x, rows_y, alpha);
+    for (std::size_t k = 0; k < T; ++k) {
+      INFO("alpha " << alpha << " target " << k);
+      for (std::size_t j = 0; j < dim; ++j) CHECK(fast.weight[k][j] == Approx(ref.weight[k][j]).epsilon(1e-9).margin(1e-12));
+      CHECK(fast.bias[k] == Approx(ref.bias[k]).epsilon(1e-9));
+    }
+    // R^2 from the sums against the residuals computed row by row.
+    const std::vector<double> r2 = acc.r2(fast);
+    for (std::size_t k = 0; k < T; ++k) {
+      double mean = 0, sse = 0, sst = 0;
+      for (const auto& r : rows_y) mean += r[k] / static_cast<double>(rows_y.size());
+      for (std::size_t i = 0; i < rows_x.size(); ++i) {
+        double p = fast.bias[k];
+        for (std::size_t j = 0; j < dim; ++j) p += fast.weight[k][j] * rows_x[i][j];
+        sse += (rows_y[i][k] - p) * (rows_y[i][k] - p);
+        sst += (rows_y[i][k] - mean) * (rows_y[i][k] - mean);
+      }
+      CHECK(r2[k] == Approx(1 - sse / sst).epsilon(1e-9));
+    }
+  }
+}
+
+TEST_CASE("kvzap: an exact linear target is recovered as alpha goes to 0; the scores by hand", "[score]") {
+  const std::size_t n = 12, dim = 3;
+  RowMatrix x(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(dim));
+  std::vector<std::vector<double>> y(1, std::vector<double>(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    const float a = static_cast<float>(i), b = static_cast<float>((i * i) % 7), c = static_cast<float>((3 * i) % 5);
+    x.row(static_cast<Eigen::Index>(i)) << a, b, c;
+    y[0][i] = 2.0 * a - 0.5 * b + 0.25 * c + 1.5;
+  }
+  RidgeAccumulator acc(dim, 1);
+  acc.add(x, y);
+  const KvzapLayer f = acc.solve(1e-10);
+  CHECK(f.weight[0][0] == Approx(2.0).epsilon(1e-7));
+  CHECK(f.weight[0][1] == Approx(-0.5).epsilon(1e-7));
+  CHECK(f.weight[0][2] == Approx(0.25).epsilon(1e-7));
+  CHECK(f.bias[0] == Approx(1.5).epsilon(1e-7));
+  CHECK(acc.r2(f)[0] == Approx(1.0).epsilon(1e-9));
+  // A larger penalty shrinks the weights.
+  CHECK(std::fabs(acc.solve(1e4).weight[0][0]) < 1.0);
+  // s = b + W x, per head and token.
+  KvzapLayer layer;
+  layer.weight = {{1.0, 0.0, -1.0}, {0.5, 0.5, 0.5}};
+  layer.bias = {0.25, -1.0};
+  std::vector<std::vector<double>> s;
+  kvzap_layer_scores(layer, x.topRows(3), s);
+  REQUIRE(s.size() == 2);
+  REQUIRE(s[0].size() == 3);
+  // rows: (0, 0, 0), (1, 1, 3), (2, 4, 1)
+  CHECK(s[0][0] == 0.25);
+  CHECK(s[0][1] == 0.25 + 1.0 - 3.0);
+  CHECK(s[0][2] == 0.25 + 2.0 - 1.0);
+  CHECK(s[1][2] == -1.0 + 0.5 * 7.0);
 }
