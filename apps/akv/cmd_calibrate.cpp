@@ -38,11 +38,14 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       "the eviction method qfilter, when every dump is longer than --duo-sinks + --duo-window, "
       "each KV head's attention-output error as a DuoAttention streaming head (only its first and last "
       "tokens kept) for duo's heads=, and, when every dump has key_pre_rope, KVQuant's non-uniform "
-      "codebooks of every layer (--nuq-bits) for method nuq. With --types, also each head's error "
+      "codebooks of every layer (--nuq-bits) for method nuq, and, when every dump has attention inputs and "
+      "KVzip+ scores (akv dump --kvzap), KVzap's linear surrogate of every layer (ridge regression of the log "
+      "KVzip+ scores on the attention inputs, as kvpress's kvzap/train.py) for method kvzap. With --types, also each head's error "
       "with its keys (values) stored as each of those cache types, and each head's key and value "
       "type for --types-target-bits (exact knapsack on the measured errors). Writes calib.json "
       "(format akv-calibration v1) for `akv compress --calibration` (bits, fp8 scales), `--qfilters` "
-      "(qfilter), `--heads` (duo), `--codebook` (nuq) and `-m ggml --types` (per-head cache types). "
+      "(qfilter), `--heads` (duo), `--codebook` (nuq), `surrogate=` (kvzap) and `-m ggml --types` "
+      "(per-head cache types). "
       "See docs/calibrate.md.");
   sub->add_option("dumps", opt->dumps, "Dumps (akv-dump) of the same model")->required();
   sub->add_option("-o,--output", opt->output, "Write calib.json here");
@@ -84,6 +87,12 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--nuq-sink", c.nuq_sink,
                   "KVQuant's first_few_fp16: the first tokens of each sequence kept in f16 and left out of the "
                   "codebook fit")->capture_default_str();
+  sub->add_option("--kvzap-alpha", c.kvzap_alpha,
+                  "KVzap: the ridge penalty of the surrogate's fit (scikit-learn's Ridge alpha; kvpress's default)")
+      ->capture_default_str();
+  sub->add_option("--kvzap-sinks", c.kvzap_sinks,
+                  "KVzap: the first tokens of each dump left out of the fit (the method keeps its 4 sinks anyway)")
+      ->capture_default_str();
   sub->add_option("--types", c.types,
                   "Cache types to choose among per head (comma-separated; llama.cpp's q8_0, q4_0, ..., "
                   "f16, vLLM's fp8_e4m3, fp8_e5m2, TurboQuant's tq3nc, tqv4, ...; keys take all but tqv*, "

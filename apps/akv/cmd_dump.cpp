@@ -4,6 +4,7 @@
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/eval/kvzip.h"
 #include "akv/eval/passkey.h"
 #include "akv/io/token_file.h"
 #include "akv/model/dump_model.h"
@@ -18,7 +19,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
     std::string model, tokens, output, dtype = "f32", weights = "stored", text, tokenizer;
     std::size_t line = 1, ctx = 512;
     std::size_t window = 32;
-    bool out_proj = false;
+    bool out_proj = false, kvzap = false;
     std::size_t passkey = 0, trial = 0;
     double depth = 0.5;
     std::uint64_t seed = 1;
@@ -56,6 +57,12 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--out-proj", opt->out_proj,
                 "Also write each layer's attention output projection W_o (/layers/L/o_proj, [dim, n_heads * "
                 "head_dim]), which the CriticalKV methods (critical-snapkv, critical-adakv, critical=on) read");
+  sub->add_flag("--kvzap", opt->kvzap,
+                "Also write what `akv calibrate` fits KVzap's surrogate on: each layer's attention inputs "
+                "(/layers/L/attn_input [n_tokens, dim], the RMS-normed hidden states) and every token's KVzip+ score "
+                "(/layers/L/kvzip_plus [n_kv_heads, n_tokens], f32: the scores of kvzip:plus=on with its 4 sinks; "
+                "the repeat prompt is written with the model's tokenizer or --tokenizer; one more prefill per 2048 "
+                "tokens); method kvzap then also runs on the dump");
   sub->add_option("--dtype", opt->dtype, "Storage type: f32, f16 or bf16")->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->callback([opt, &global] {
@@ -89,6 +96,14 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
     o.dtype = parse_dtype(opt->dtype);
     o.threads = global.threads;
     o.out_proj = opt->out_proj;
+    o.attn_input = opt->kvzap;
+    TokenScores plus;
+    if (opt->kvzap) {
+      const auto tok = find_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer);
+      plus = kvzip_scores(m, seqs[opt->line - 1], kvzip_prompts(*tok), default_sinks(ScoreMethod::kvzip), global.threads,
+                          kKvzipChunk, true);
+      o.kvzip_plus = &plus;
+    }
     const DumpMeta meta = dump_model_run(m, seqs[opt->line - 1], opt->output, o);
     std::printf("wrote %s (%s: %zu layers, %zu heads / %zu kv heads, head_dim %zu, %zu tokens, %zu window queries)\n",
                 opt->output.c_str(), meta.model.c_str(), meta.n_layers, meta.n_heads, meta.n_kv_heads,

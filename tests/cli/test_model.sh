@@ -54,6 +54,28 @@ expect "evaluate --model: qfilter cuts the cache while decoding (every=, target=
 expect_error "qfilter with a calibration file without filters" 2 "layers\[2\].heads\[3\].qfilter" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/qf_old.h5" -m qfilter --qfilters "$TMP/qold.json" --budget 0.3
 [[ -e $TMP/qf_old.h5 ]] && fail "no output after a refused qfilter" || pass "no output after a refused qfilter"
+# KVzap: dumps with attention inputs and KVzip+ scores (text: the repeat prompt needs a tokenizer),
+# calibrate's surrogate, then the method on a dump and in the decode loop.
+for i in 1 2; do
+  "$AKV" dump --model "$M" --text "$T" --tokenizer bytes --ctx 160 --line $i --kvzap -o "$TMP/z$i.h5" >/dev/null
+done
+expect "dump --kvzap: attention inputs and KVzip+ scores in every layer" 0 "attn_input=yes.*kvzip_plus=yes" "$AKV" info "$TMP/z1.h5"
+expect "calibrate fits KVzap's surrogate on dumps with attention inputs" 0 "KVzap surrogate \(method kvzap\): ridge alpha 1 on 312 rows of 64 inputs" \
+  "$AKV" calibrate "$TMP/z1.h5" "$TMP/z2.h5" -o "$TMP/zcal.json" --bits 2,4 --no-nuq
+for k in 1 2; do "$AKV" calibrate -q "$TMP/z1.h5" "$TMP/z2.h5" --bits 2,4 --no-nuq --shard "$k/2" -o "$TMP/zcal_p$k.json"; done
+"$AKV" merge -q "$TMP/zcal_p2.json" "$TMP/zcal_p1.json" -o "$TMP/zcal_merged.json" >/dev/null
+if cmp -s "$TMP/zcal.json" "$TMP/zcal_merged.json"; then pass "calibrate --shard + merge = calibrate, KVzap surrogates included"
+else fail "calibrate --shard + merge differs from calibrate with KVzap surrogates"; fi
+expect "kvzap on a dump with attention inputs" 0 "kept 0\.50.*adakv-global/kvzap 0.5" \
+  "$AKV" compress -q "$TMP/z2.h5" -o "$TMP/zc.h5" -m kvzap --surrogate "$TMP/zcal.json" --budget 0.5
+expect "evaluate --model: kvzap scores the prefill's attention inputs" 0 "kvzap:budget=0.5:surrogate=.* +[0-9]+" \
+  "$AKV" evaluate -q --model "$M" --text "$T" --tokenizer bytes --ctx 160 --sequences 1 \
+  --methods "kvzap:budget=0.5:surrogate=$TMP/zcal.json"
+expect_error "kvzap on a dump without attention inputs" 1 "/layers/0/attn_input = missing" \
+  "$AKV" compress -q "$TMP/s.h5" -o "$TMP/zs.h5" -m kvzap --surrogate "$TMP/zcal.json" --budget 0.5
+[[ -e $TMP/zs.h5 ]] && fail "no output after a refused kvzap" || pass "no output after a refused kvzap"
+expect_error "kvzap with a calibration file fitted without attention inputs" 2 "layers\[0\].heads\[0\].kvzap" \
+  "$AKV" compress -q "$TMP/z2.h5" -o "$TMP/zs.h5" -m kvzap --surrogate "$TMP/qcal.json" --budget 0.5
 "$AKV" calibrate -q "$TMP/s.h5" -o "$TMP/tcal.json" --bits 2,4 --no-nuq --types f16,fp8_e4m3,tq4nc,tqv4 \
   --types-target-bits 10 --rotate hadamard >/dev/null
 expect "evaluate --model: per-head cache types from akv calibrate --types" 0 "ggml per-head types from .* hadamard" \

@@ -21,6 +21,7 @@
 #include "akv/kv/stored_head.h"
 #include "akv/quant/nuq.h"
 #include "akv/quant/pack.h"
+#include "akv/score/kvzap.h"
 #include "akv/tensor/half.h"
 #include "test_util.h"
 
@@ -237,6 +238,64 @@ TEST_CASE("Q-Filters: calibrate's filters equal the authors' make_filters.py, an
   const test::TempDir tmp;
   std::ofstream(tmp.file("calib.json")) << calib.dump();
   check_golden("qfilter-official.json", [&](EvictionParams& p) { p.score.qfilters = tmp.file("calib.json"); });
+}
+
+TEST_CASE("KVzap: calibrate's surrogate equals kvpress's train_linear, and kvzap keeps what KVzapPress keeps "
+          "(two stories260K dumps, 50%)",
+          "[golden][alloc]") {
+  // scripts/dev/golden/kvzap.py KVPRESS data/golden/kvzap-official.json
+  //   data/golden/kvzap-stories-1.h5 data/golden/kvzap-stories-2.h5
+  // (the surrogate fitted on both dumps' tokens after their first 4; the press run on the second dump)
+  std::ifstream in(kGolden + "kvzap-official.json");
+  REQUIRE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  std::vector<std::string> dumps;
+  for (const auto& d : g["dumps"]) dumps.push_back(kGolden + d.get<std::string>());
+  CalibrateOptions o;
+  o.kvzap_sinks = g["fit"]["sinks"].get<std::size_t>();
+  nlohmann::json calib = calibrate(dumps, o, {});
+  REQUIRE(calib["summary"]["kvzap"]["rows"].get<std::size_t>() == g["fit"]["rows"].get<std::size_t>());
+  // The fits compared by their predictions on the last dump's attention inputs: scikit-learn solves in
+  // f32 (train.py passes f32 tensors), akv in f64.
+  const DumpReader last(dumps.back());
+  const nlohmann::json& weight = g["fit"]["weight"];
+  REQUIRE(weight.size() == calib["layers"].size());
+  double worst = 0;
+  for (std::size_t l = 0; l < weight.size(); ++l) {
+    KvzapLayer mine, ref;
+    for (std::size_t h = 0; h < weight[l].size(); ++h) {
+      mine.weight.push_back(calib["layers"][l]["heads"][h]["kvzap"]["weight"].get<std::vector<double>>());
+      mine.bias.push_back(calib["layers"][l]["heads"][h]["kvzap"]["bias"].get<double>());
+      ref.weight.push_back(weight[l][h].get<std::vector<double>>());
+      ref.bias.push_back(g["fit"]["bias"][l][h].get<double>());
+    }
+    std::vector<std::vector<double>> a, b;
+    const RowMatrix x = last.read_matrix(l, DumpMatrix::attn_input);
+    kvzap_layer_scores(mine, x, a);
+    kvzap_layer_scores(ref, x, b);
+    for (std::size_t h = 0; h < a.size(); ++h) {
+      for (std::size_t t = 0; t < a[h].size(); ++t) worst = std::max(worst, std::fabs(a[h][t] - b[h][t]));
+    }
+    // The press's own scores (torch's f32 Linear) from those weights.
+    const nlohmann::json& press = g["methods"]["kvzap"]["layers"][l];
+    for (std::size_t h = 0; h < b.size(); ++h) {
+      const auto scores = press[h]["scores"].get<std::vector<double>>();
+      for (std::size_t t = 0; t < scores.size(); ++t) {
+        INFO("layer " << l << " head " << h << " token " << t);
+        CHECK(std::fabs(b[h][t] - scores[t]) <= 1e-5 * std::fabs(scores[t]));
+      }
+    }
+    // The kept sets with the reference's weights: the same scores up to f32 rounding.
+    for (std::size_t h = 0; h < weight[l].size(); ++h) {
+      calib["layers"][l]["heads"][h]["kvzap"]["weight"] = weight[l][h];
+      calib["layers"][l]["heads"][h]["kvzap"]["bias"] = g["fit"]["bias"][l][h];
+    }
+  }
+  INFO("largest |prediction difference| " << worst);
+  CHECK(worst <= 1e-5);  // measured 4.7e-7 (2026-12-04)
+  const test::TempDir tmp;
+  std::ofstream(tmp.file("calib.json")) << calib.dump();
+  check_golden("kvzap-official.json", [&](EvictionParams& p) { p.score.surrogate = tmp.file("calib.json"); });
 }
 
 TEST_CASE("H2O and StreamingLLM keep what their official code keeps (MHA, every prompt query, 25%)",

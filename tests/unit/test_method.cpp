@@ -22,6 +22,7 @@ TEST_CASE("registry: every method has a kind that resolution accepts", "[method]
       case MethodKind::eviction:
         r.eviction.budget = 0.5;
         if (std::string(m.name) == "qfilter") r.eviction.qfilters = "calib.json";  // read when it runs
+        if (std::string(m.name) == "kvzap") r.eviction.surrogate = "calib.json";
         CHECK(resolve_params(r).eviction() != nullptr);
       {
         const EvictionParams e = eviction_method(m.name);

@@ -28,6 +28,7 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
                        {"qfilter", a.qfilter}, {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
                        {"predicted_error", a.predicted_error ? nlohmann::json(*a.predicted_error) : nlohmann::json(nullptr)}});
       if (a.duo_error) heads.back()["duo_error"] = *a.duo_error;
+      if (!a.kvzap_weight.empty()) heads.back()["kvzap"] = {{"weight", a.kvzap_weight}, {"bias", a.kvzap_bias}, {"r2", a.kvzap_r2}};
       if (!a.type_key.empty()) {
         nlohmann::json tk = nlohmann::json::object(), tv = nlohmann::json::object();
         for (std::size_t t = 0; t < f.key_types.size(); ++t) tk[f.key_types[t]] = a.type_key_error[t];
@@ -202,6 +203,40 @@ QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m) {
       v.push_back(f[c].get<double>());
       if (!std::isfinite(v.back())) throw CorruptData("a filter value that is not finite", {path, at});
     }
+  });
+  return out;
+}
+
+KvzapModel read_calibration_kvzap(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads,
+                                  std::size_t dim) {
+  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
+  KvzapModel out(n_layers);
+  std::size_t index = 0;
+  auto number = [&](const nlohmann::json& v, const std::string& at) {
+    if (!v.is_number()) throw CorruptData("a KVzap value that is not a number", {path, at, v.dump()});
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) throw CorruptData("a KVzap value that is not finite", {path, at});
+    return x;
+  };
+  each_head(j, path, n_layers, n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+    const std::string field = hat + ".kvzap";
+    if (!head.contains("kvzap") || !head.at("kvzap").is_object()) {
+      throw CorruptData("no KVzap surrogate (calibrate on dumps written with akv dump --kvzap)", {path, field});
+    }
+    const auto& z = head.at("kvzap");
+    if (!z.contains("weight") || !z.at("weight").is_array() || z.at("weight").size() != dim) {
+      throw InvalidInput("KVzap surrogate made for another attention input width (this input has " +
+                             std::to_string(dim) + ")",
+                         {path, field + ".weight",
+                          std::to_string(z.contains("weight") && z.at("weight").is_array() ? z.at("weight").size() : 0)});
+    }
+    if (!z.contains("bias")) throw CorruptData("a KVzap surrogate without its bias", {path, field + ".bias"});
+    KvzapLayer& layer = out[index++ / n_kv_heads];
+    std::vector<double>& w = layer.weight.emplace_back();
+    for (std::size_t c = 0; c < dim; ++c) {
+      w.push_back(number(z.at("weight")[c], field + ".weight[" + std::to_string(c) + "]"));
+    }
+    layer.bias.push_back(number(z.at("bias"), field + ".bias"));
   });
   return out;
 }

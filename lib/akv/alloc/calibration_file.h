@@ -12,6 +12,7 @@
 
 #include "akv/io/dump.h"
 #include "akv/quant/nuq.h"
+#include "akv/score/kvzap.h"
 
 namespace akv {
 
@@ -25,6 +26,9 @@ struct CalibrationHead {
   double key_amax = 0, value_amax = 0;         // max |x| of its keys / values as stored (fp8 scales)
   std::vector<double> qfilter;                 // [head_dim] its Q-Filter (score/qfilter.h)
   std::optional<double> duo_error;             // its attention error as a DuoAttention streaming head
+  // Its KVzap surrogate (score/kvzap.h): weight [dim] and bias; empty when not fitted.
+  std::vector<double> kvzap_weight;
+  double kvzap_bias = 0, kvzap_r2 = 0;  // and its R^2 on the fitted rows
   int bits_key = 0, bits_value = 0;
   std::optional<double> predicted_error;       // unset when a bit width is not a candidate
   // --types: the error with keys (values) stored as each key (value) type, [type], and the
@@ -102,6 +106,13 @@ struct DuoHeadScores {
 // naming nuq.bits when a width was not fitted; CorruptData naming the field for levels that are
 // not 2^bits ascending finite values or thresholds that are not finite with lower <= upper.
 NuqCodebooks read_calibration_nuq(const std::string& path, const KvShape& shape, int bk, int bv);
+
+// KVzap surrogates [layer] (layers[].heads[].kvzap: weight [dim], bias), checked against
+// n_layers, n_kv_heads and the attention input's width `dim` (InvalidInput naming the field
+// otherwise); CorruptData naming the field when a head has none (the dumps had no attention inputs
+// and KVzip+ scores: akv dump --kvzap) or a value that is not finite.
+KvzapModel read_calibration_kvzap(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads,
+                                  std::size_t dim);
 
 DuoHeadScores read_calibration_duo(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
 

@@ -11,6 +11,7 @@
 #include "akv/alloc/calibration_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/score/kvzap.h"
 #include "akv/score/qfilter.h"
 
 namespace akv {
@@ -152,10 +153,28 @@ OutProjSource dump_out_proj(const DumpReader& dump) {
   return [&dump](std::size_t l, RowMatrix& wo) { wo = dump.read_out_proj(l); };
 }
 
+std::optional<TokenScores> dump_given_scores(const DumpReader& dump, const EvictionParams& p) {
+  const EvictionParams e = p.alloc == AllocMethod::file ? read_budgets(p.budgets_file, dump.meta()).params : p;
+  if (e.score.method != ScoreMethod::kvzap) return std::nullopt;
+  check_qfilters(e.score);
+  if (!dump.has_matrix(DumpMatrix::attn_input)) {
+    throw UsageError("kvzap scores tokens from their attention inputs: write the dump with akv dump --kvzap",
+                     {dump.path(), dump_matrix_path(0, DumpMatrix::attn_input), "missing"});
+  }
+  const DumpMeta& m = dump.meta();
+  const KvzapModel zap = read_calibration_kvzap(e.score.surrogate, m.n_layers, m.n_kv_heads, dump.input_dim());
+  TokenScores out(m.n_layers);
+  for (std::size_t l = 0; l < m.n_layers; ++l) {
+    kvzap_layer_scores(zap[l], dump.read_matrix(l, DumpMatrix::attn_input), out[l]);
+  }
+  return out;
+}
+
 EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int threads,
                            const ProgressFn& progress) {
   // A budgets file may bring CriticalKV with its parameters: W_o whenever the dump has it.
   const bool out_proj = p.critical || dump.has_out_proj();
+  const std::optional<TokenScores> given = dump_given_scores(dump, p);
   return plan_eviction(
       dump.meta(),
       [&](std::size_t l, Tensor3& query, Tensor3& key, Tensor3* value) {
@@ -163,7 +182,7 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
         dump.read_into(query, l, DumpField::query);
         if (value) dump.read_into(*value, l, DumpField::value);
       },
-      p, threads, progress, nullptr, out_proj ? dump_out_proj(dump) : OutProjSource{});
+      p, threads, progress, given ? &*given : nullptr, out_proj ? dump_out_proj(dump) : OutProjSource{});
 }
 
 EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
@@ -186,9 +205,13 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
     throw UsageError("kvzip scores tokens by the model's reconstruction of its context: it runs in "
                      "akv evaluate --model only", {"", "--score", "kvzip"});
   }
+  if (p.score.method == ScoreMethod::kvzap && !given) {
+    throw UsageError("kvzap scores tokens from their attention inputs: a dump written with akv dump --kvzap, "
+                     "or akv evaluate --model", {"", "--score", "kvzap"});
+  }
   validate_score_options(p.score, m);
   const std::size_t T = m.n_tokens, L = m.n_layers, H = m.n_kv_heads, W = p.score.window;
-  if (p.score.method == ScoreMethod::kvzip) {
+  if (score_is_given(p.score.method)) {
     if (given->size() != L || (*given)[0].size() != H || (*given)[0][0].size() != T) {
       throw std::logic_error("plan_eviction: the given scores do not match the shape");
     }
@@ -228,7 +251,7 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
     }
     parallel_for(H, threads, [&](std::size_t h) {
       scores[l][h] = score_head(query, key, h, m, p.score, values ? &value : nullptr, p.sinks);
-      if (p.score.method == ScoreMethod::kvzip) scores[l][h].score = (*given)[l][h];
+      if (score_is_given(p.score.method)) scores[l][h].score = (*given)[l][h];
       if (p.score.method == ScoreMethod::qfilter) scores[l][h].score = qfilter_scores(key, h, qfilters[l][h]);
       const std::vector<double>& s = scores[l][h].score;
       std::vector<std::size_t>& o = order[l][h];

@@ -66,6 +66,10 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
 // A layer's output projection from a dump (DumpReader::read_out_proj); InvalidInput naming the file
 // and /layers/0/o_proj when the dump lacks it.
 OutProjSource dump_out_proj(const DumpReader& dump);
+// The scores a dump gives for a score the planner cannot compute (p's, or its budgets file's):
+// kvzap's, its surrogate (score.surrogate) applied to each layer's /layers/L/attn_input; nullopt
+// for every other score. UsageError naming the dataset when the dump has no attention inputs.
+std::optional<TokenScores> dump_given_scores(const DumpReader& dump, const EvictionParams& p);
 // The same from any source of per-layer tensors: `source(l, query, key, value)` fills query
 // [n_heads, m.n_query, hd] (the last n_query positions) and key [n_kv_heads, m.n_tokens, hd], and
 // value (the keys' shape) when it is not nullptr: only for scores that read values

@@ -29,6 +29,7 @@
 #include "akv/tensor/turboquant.h"
 #include "akv/quant/nuq.h"
 #include "akv/quant/pack.h"
+#include "akv/score/kvzap.h"
 #include "akv/score/qfilter.h"
 
 namespace akv {
@@ -44,6 +45,8 @@ struct HeadMeasure {
   std::vector<double> qfilter;  // [head_dim]: the Q-Filter of every dump's queries (score/qfilter.h)
   std::optional<double> duo_error;  // a DuoAttention streaming head's attention error (unset: not measured)
   std::vector<double> type_key_err, type_value_err;  // [key types], [value types] (--types)
+  std::vector<double> kvzap_weight;  // [input dim]: its KVzap surrogate (empty: not fitted)
+  double kvzap_bias = 0, kvzap_r2 = 0;
 };
 
 // The --types lists: which types keys and values may take (names), and their layouts.
@@ -225,6 +228,8 @@ struct Setup {
   bool duo = false;  // every dump longer than duo_sinks + duo_window: DuoAttention head scores measured
   bool nuq = false;  // nuq bits asked for and every dump has key_pre_rope: codebooks fitted
   bool fisher = false;  // every dump has key_fisher and value_fisher: the nuq fit's weights
+  bool kvzap = false;   // every dump has attn_input and kvzip_plus: KVzap's surrogate fitted
+  std::size_t kvzap_rows = 0;  // the rows of its fit (each dump's tokens after kvzap_sinks)
   TypeLists types;      // --types, split into key and value candidates
 };
 
@@ -266,9 +271,21 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   st.opt.nuq_bits.erase(std::unique(st.opt.nuq_bits.begin(), st.opt.nuq_bits.end()), st.opt.nuq_bits.end());
   st.nuq = !st.opt.nuq_bits.empty();
   st.fisher = true;
+  st.kvzap = true;
+  if (!(o.kvzap_alpha > 0 && std::isfinite(o.kvzap_alpha))) {
+    throw InvalidInput("the KVzap ridge penalty must be > 0", {"", "--kvzap-alpha", format_number(o.kvzap_alpha)});
+  }
+  std::size_t input_dim = 0;
   for (const auto& path : dumps) {
     DumpReader r(path);
     const DumpMeta& m = r.meta();
+    const bool zap = r.has_matrix(DumpMatrix::attn_input) && r.has_matrix(DumpMatrix::kvzip_plus);
+    if (zap && st.kvzap && input_dim && r.input_dim() != input_dim) {
+      throw InvalidInput("dumps with attention inputs of different widths", {path, "attn_input.shape[1]", std::to_string(r.input_dim())});
+    }
+    if (zap) input_dim = r.input_dim();
+    st.kvzap = st.kvzap && zap;
+    st.kvzap_rows += m.n_tokens - std::min(m.n_tokens, o.kvzap_sinks);
     st.nuq = st.nuq && r.has_key_pre_rope();
     st.fisher = st.fisher && r.has_fisher();
     if (!st.metas.empty() && (m.n_layers != st.metas[0].n_layers || m.n_kv_heads != st.metas[0].n_kv_heads ||
@@ -277,6 +294,7 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
     }
     st.metas.push_back(m);
   }
+  st.kvzap = st.kvzap && st.kvzap_rows > 0;
   st.duo = std::all_of(st.metas.begin(), st.metas.end(),
                        [&](const DumpMeta& m) { return m.n_tokens > o.duo_sinks + o.duo_window; });
   std::vector<std::string> names = o.types;
@@ -397,6 +415,45 @@ void fit_layer_qfilters(const std::vector<std::string>& dumps, const Setup& st, 
     }
     const auto filters = fit_qfilters(stacked, m0.n_kv_heads, st.opt.threads);
     for (std::size_t h = 0; h < m0.n_kv_heads; ++h) agg[l - lo][h].qfilter = filters[h];
+  }
+}
+
+// KVzap's surrogates of layers [lo, hi) into agg (nothing unless st.kvzap): each layer's ridge
+// regression over every dump (in the order given) of log kvzip_plus on attn_input, each dump's
+// first kvzap_sinks tokens left out.
+void fit_layer_kvzap(const std::vector<std::string>& dumps, const Setup& st, std::size_t lo, std::size_t hi,
+                     std::vector<std::vector<HeadMeasure>>& agg) {
+  if (!st.kvzap) return;
+  std::deque<DumpReader> readers;
+  for (const auto& d : dumps) readers.emplace_back(d);
+  const std::size_t H = st.metas[0].n_kv_heads;
+  for (std::size_t i = 0; i < hi - lo; ++i) {  // HDF5 reads one at a time
+    const std::size_t l = lo + i;
+    RidgeAccumulator acc(readers.front().input_dim(), H);
+    for (const DumpReader& r : readers) {
+      const RowMatrix x = r.read_matrix(l, DumpMatrix::attn_input), s = r.read_matrix(l, DumpMatrix::kvzip_plus);
+      const std::size_t n = static_cast<std::size_t>(x.rows());
+      std::vector<std::vector<double>> y(H, std::vector<double>(n));
+      for (std::size_t h = 0; h < H; ++h) {
+        for (std::size_t t = 0; t < n; ++t) {
+          const float v = s(static_cast<Eigen::Index>(h), static_cast<Eigen::Index>(t));
+          if (!(v > 0)) {
+            throw InvalidInput("a KVzip+ score that is not > 0 (KVzap fits its logarithm)",
+                               {r.path(), dump_matrix_path(l, DumpMatrix::kvzip_plus) + "[" + std::to_string(h) + ", " +
+                                              std::to_string(t) + "]", format_number(v)});
+          }
+          y[h][t] = std::log(static_cast<double>(v));
+        }
+      }
+      acc.add(x, y, std::min(n, st.opt.kvzap_sinks));
+    }
+    const KvzapLayer fit = acc.solve(st.opt.kvzap_alpha);
+    const std::vector<double> r2 = acc.r2(fit);
+    for (std::size_t h = 0; h < H; ++h) {
+      agg[i][h].kvzap_weight = fit.weight[h];
+      agg[i][h].kvzap_bias = fit.bias[h];
+      agg[i][h].kvzap_r2 = r2[h];
+    }
   }
 }
 
@@ -614,6 +671,9 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
       ch.value_amax = a.value_amax;
       ch.qfilter = a.qfilter;
       ch.duo_error = a.duo_error;
+      ch.kvzap_weight = a.kvzap_weight;
+      ch.kvzap_bias = a.kvzap_bias;
+      ch.kvzap_r2 = a.kvzap_r2;
       ch.bits_key = bk[i];
       ch.bits_value = bv[i];
       if (std::isfinite(pe)) ch.predicted_error = pe;
@@ -649,6 +709,10 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
               {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
                         "with the kivi layout, everything else exact"}};
   if (opt.rotate != RotationKind::none) f.params["rotate"] = rotation_name(opt.rotate);  // absent: none
+  if (st.kvzap) {  // absent: no surrogate fitted
+    f.params["kvzap_alpha"] = opt.kvzap_alpha;
+    f.params["kvzap_sinks"] = opt.kvzap_sinks;
+  }
   if (!tl.key.empty()) {
     f.params["types"] = opt.types;
     f.params["types_target_bits"] = types_target;
@@ -660,6 +724,15 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
                 {{"norm_variance", corr(nv)}, {"entropy", corr(en)}, {"outlier_ratio", corr(orat)}}}};
   f.summary["qfilter_rows"] = query_rows(st);
   if (st.duo) f.summary["duo"] = {{"sinks", opt.duo_sinks}, {"window", opt.duo_window}};
+  if (st.kvzap) {
+    nlohmann::json r2 = nlohmann::json::array();
+    for (std::size_t l = 0; l < L; ++l) {
+      double sum = 0;
+      for (std::size_t h = 0; h < H; ++h) sum += agg[l][h].kvzap_r2;
+      r2.push_back(sum / static_cast<double>(H));
+    }
+    f.summary["kvzap"] = {{"rows", st.kvzap_rows}, {"input_dim", agg[0][0].kvzap_weight.size()}, {"r2_per_layer", r2}};
+  }
   if (!tl.key.empty()) {
     nlohmann::json kb = nlohmann::json::object(), vb = nlohmann::json::object();
     for (std::size_t t = 0; t < tl.key.size(); ++t) kb[tl.key[t]] = key_bits[t];
@@ -689,13 +762,17 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
 
 constexpr const char* kPartFormat = "akv-calibration-part";
 
-nlohmann::json options_json(const CalibrateOptions& o) {
+nlohmann::json options_json(const CalibrateOptions& o, bool kvzap) {
   nlohmann::json j = {{"candidates", o.candidates}, {"group", o.group}, {"residual", o.residual},
                       {"quant_rule", quant_rule_name(o.rule)}, {"target_bits", o.target_bits},
                       {"aggregate", o.aggregate}, {"allocator", o.allocator}, {"lo_bit", o.lo}, {"mid_bit", o.mid},
                       {"hi_bit", o.hi}, {"update_interval", o.update_interval}, {"duo_sinks", o.duo_sinks},
                       {"duo_window", o.duo_window}, {"nuq_bits", o.nuq_bits}, {"nuq_sparsity", o.nuq_sparsity},
                       {"nuq_sink", o.nuq_sink}};
+  if (kvzap) {  // absent: no surrogate fitted
+    j["kvzap_alpha"] = o.kvzap_alpha;
+    j["kvzap_sinks"] = o.kvzap_sinks;
+  }
   if (o.rotate != RotationKind::none) j["rotate"] = rotation_name(o.rotate);  // absent: none
   if (!o.types.empty()) {  // absent: none
     j["types"] = o.types;
@@ -712,6 +789,7 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
   const auto [lo, hi] = shard.range(st.metas[0].n_layers);
   auto agg = measure_layers(dumps, st, lo, hi, progress);
   fit_layer_qfilters(dumps, st, lo, hi, agg);
+  fit_layer_kvzap(dumps, st, lo, hi, agg);
   const std::vector<LayerNuq> nuq = fit_layer_nuq(dumps, st, lo, hi);
   // Token norms only feed the streaming proxy (adakv-proxy with an update interval).
   const bool norms = st.opt.allocator == "adakv-proxy" && st.opt.update_interval > 0;
@@ -728,6 +806,7 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
         heads.back()["type_key_err"] = a.type_key_err;
         heads.back()["type_value_err"] = a.type_value_err;
       }
+      if (st.kvzap) heads.back()["kvzap"] = {{"weight", a.kvzap_weight}, {"bias", a.kvzap_bias}, {"r2", a.kvzap_r2}};
     }
     layers.push_back(heads);
   }
@@ -748,7 +827,7 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
   nlohmann::json ds = nlohmann::json::array();
   for (const auto& d : dumps) ds.push_back({{"path", d}, {"hash", file_hash(d)}});
   return {{"format", kPartFormat}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
-          {"first_layer", lo}, {"n_layers", st.metas[0].n_layers}, {"dumps", ds}, {"options", options_json(st.opt)},
+          {"first_layer", lo}, {"n_layers", st.metas[0].n_layers}, {"dumps", ds}, {"options", options_json(st.opt, st.kvzap)},
           {"kernels", kernel_arithmetic()}, {"layers", layers}, {"nuq", nuq_layers}};
 }
 
@@ -804,6 +883,11 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
             h.at("type_key_err").get_to(a.type_key_err);
             h.at("type_value_err").get_to(a.type_value_err);
           }
+          if (h.contains("kvzap")) {
+            h.at("kvzap").at("weight").get_to(a.kvzap_weight);
+            a.kvzap_bias = h.at("kvzap").at("bias").get<double>();
+            a.kvzap_r2 = h.at("kvzap").at("r2").get<double>();
+          }
           heads.push_back(std::move(a));
         }
         agg.push_back(std::move(heads));
@@ -830,6 +914,10 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
     for (const std::int32_t b : json_i32s(op.at("nuq_bits"))) o.nuq_bits.push_back(b);
     o.nuq_sparsity = op.at("nuq_sparsity").get<double>();
     o.nuq_sink = json_uint(op.at("nuq_sink"));
+    if (op.contains("kvzap_alpha")) {
+      o.kvzap_alpha = op.at("kvzap_alpha").get<double>();
+      o.kvzap_sinks = json_uint(op.at("kvzap_sinks"));
+    }
     if (op.contains("types")) {
       op.at("types").get_to(o.types);
       o.types_target_bits = op.at("types_target_bits").get<double>();
@@ -879,6 +967,10 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
         throw InvalidInput(st.duo ? "a head without its DuoAttention score" : "a DuoAttention score the dumps are too short for",
                            {file0, "duo_error"});
       }
+      if (a.kvzap_weight.empty() == st.kvzap) {
+        throw InvalidInput(st.kvzap ? "a head without its KVzap surrogate" : "a KVzap surrogate the dumps cannot give",
+                           {file0, "kvzap"});
+      }
       if (a.qfilter.size() != st.metas[0].head_dim) {
         throw InvalidInput("a head's Q-Filter is not head_dim long", {file0, "qfilter", std::to_string(a.qfilter.size())});
       }
@@ -892,6 +984,7 @@ nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateO
   const Setup st = setup(dumps, o);
   auto agg = measure_layers(dumps, st, 0, st.metas[0].n_layers, progress);
   fit_layer_qfilters(dumps, st, 0, st.metas[0].n_layers, agg);
+  fit_layer_kvzap(dumps, st, 0, st.metas[0].n_layers, agg);
   return assemble(dumps, st, agg, fit_layer_nuq(dumps, st, 0, st.metas[0].n_layers));
 }
 
@@ -945,6 +1038,14 @@ std::string render_calibration(const nlohmann::json& j) {
                        q["weights"].get<std::string>().substr(0, q["weights"].get<std::string>().find(':')));
   } else if (s.contains("nuq_not_fitted")) {
     out += "nuq codebooks not fitted: " + s["nuq_not_fitted"].get<std::string>() + "\n";
+  }
+  if (s.contains("kvzap")) {
+    const auto& z = s["kvzap"];
+    std::string r2;
+    for (const auto& v : z["r2_per_layer"]) r2 += fmt::format(" {:.3f}", v.get<double>());
+    out += fmt::format("KVzap surrogate (method kvzap): ridge alpha {} on {} rows of {} inputs; R^2 of log KVzip+ per "
+                       "layer (mean over heads, on the fitted rows):{}\n",
+                       p["kvzap_alpha"].get<double>(), json_uint(z["rows"]), json_uint(z["input_dim"]), r2);
   }
   return out;
 }

@@ -41,6 +41,11 @@ struct CalibrateOptions {
   // type but tqv*, values every type but TurboQuant's key types. Empty: none.
   std::vector<std::string> types;
   double types_target_bits = 0;
+  // KVzap's surrogate (score/kvzap.h), fitted when every dump has attn_input and kvzip_plus (akv
+  // dump --kvzap): per layer, ridge regression (kvzap_alpha) of the log KVzip+ scores of each KV
+  // head on the attention inputs, every token of every dump but its first kvzap_sinks.
+  double kvzap_alpha = 1.0;
+  std::size_t kvzap_sinks = 4;
   int threads = 1;
 };
 

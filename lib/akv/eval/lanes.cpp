@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "akv/alloc/calibration_file.h"
 #include "akv/alloc/eviction.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
@@ -11,6 +12,7 @@
 #include "akv/eval/token_metrics.h"
 #include "akv/kv/chunk_cache.h"
 #include "akv/kv/runtime.h"
+#include "akv/score/kvzap.h"
 
 namespace akv {
 namespace {
@@ -112,6 +114,7 @@ std::string chunked_refusal(const CompressParams& m, std::size_t chunk) {
     case ScoreMethod::h2o:
     case ScoreMethod::streamingllm: return "streaming eviction (h2o, streamingllm) keeps one budget from the end of the prompt on";
     case ScoreMethod::kvzip: return "kvzip reconstructs the whole context";
+    case ScoreMethod::kvzap: return "kvzap scores with the exact prefill's attention inputs";
     default: break;
   }
   if (e->critical) return "CriticalKV (critical=on) selects from a whole prompt";
@@ -205,10 +208,28 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
     throw UsageError("kvzip writes its repeat prompt with the model's tokenizer: use text (--text, or a passkey "
                      "or ruler task in text mode)", {"", "--methods", "kvzip"});
   }
+  // kvzap methods: each distinct surrogate file, applied to the prefill's attention inputs.
+  std::vector<std::string> zap_files;
+  std::vector<std::optional<std::size_t>> zap_key(n_methods);  // per method: index in zap_files
+  for (std::size_t m = 0; m < n_methods; ++m) {
+    const auto& p = methods[m];
+    if (!p || !p->eviction() || p->eviction()->score.method != ScoreMethod::kvzap) continue;
+    const std::string& f = p->eviction()->score.surrogate;
+    const auto at = std::find(zap_files.begin(), zap_files.end(), f);
+    zap_key[m] = static_cast<std::size_t>(at - zap_files.begin());
+    if (at == zap_files.end()) zap_files.push_back(f);
+  }
+  std::vector<KvzapModel> zap_models;
+  for (const std::string& f : zap_files) zap_models.push_back(read_calibration_kvzap(f, c.n_layers, c.n_kv_heads, c.dim));
   // The prompts' queries are kept only when some method's cache reads them.
   const bool queries = std::any_of(methods.begin(), methods.end(), [](const auto& p) { return reads_prompt_queries(p); });
   auto one = [&](std::size_t i, int inner, int ingest) {
-    const PrefillResult pre = model.prefill(prompts[i], false, inner, queries ? SIZE_MAX : 0);
+    std::vector<TokenScores> zap(zap_files.size(), TokenScores(c.n_layers));  // [index in zap_files]
+    const LayerInputFn on_input = [&](std::size_t l, const RowMatrix& x) {
+      for (std::size_t f = 0; f < zap.size(); ++f) kvzap_layer_scores(zap_models[f][l], x, zap[f][l]);
+    };
+    const PrefillResult pre =
+        model.prefill(prompts[i], false, inner, queries ? SIZE_MAX : 0, zap.empty() ? LayerInputFn{} : on_input);
     std::vector<TokenScores> zip;  // [index in keys_used]
     for (const auto& [sinks, plus] : keys_used) {
       zip.push_back(kvzip_scores(model, prompts[i], *options.kvzip, sinks, inner, kKvzipChunk, plus));
@@ -221,6 +242,7 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
         scores = &zip[static_cast<std::size_t>(std::find(keys_used.begin(), keys_used.end(), *kvzip_key[m]) -
                                                keys_used.begin())];
       }
+      if (zap_key[m]) scores = &zap[*zap_key[m]];
       cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size(), scores,
                             [&model](std::size_t l, RowMatrix& wo) { wo = model.weights().layers[l].wo.to_f32(); }});
     });

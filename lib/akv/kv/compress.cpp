@@ -160,6 +160,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   const std::size_t phases = params.eviction() ? 2 : 1;
   // CriticalKV reads W_o (a budgets file may bring it too): whenever the dump has it.
   const bool out_proj = (params.eviction() && params.eviction()->critical) || dump.has_out_proj();
+  const std::optional<TokenScores> given = params.eviction() ? dump_given_scores(dump, *params.eviction()) : std::nullopt;
   const PromptPlan plan = plan_prompt(
       m,
       [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
@@ -171,7 +172,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
       [&](std::size_t done, std::size_t total) {
         if (progress) progress(done, phases * total);
       },
-      nullptr, out_proj ? dump_out_proj(dump) : OutProjSource{});
+      given ? &*given : nullptr, out_proj ? dump_out_proj(dump) : OutProjSource{});
   report.header.params = plan.params;
   if (plan.eviction) report.eviction = plan.eviction->summary_json();
   const std::unique_ptr<KvPolicy> cache = make_stored_cache(plan.params, m.kv_shape(), threads);

@@ -130,6 +130,7 @@ nlohmann::json EvictionParams::to_json() const {
   if (score.method == ScoreMethod::lagkv) j["lag"] = score.lag;
   if (score.method == ScoreMethod::kvzip && score.plus) j["plus"] = true;
   if (score.method == ScoreMethod::qfilter) j["qfilters"] = score.qfilters;
+  if (score.method == ScoreMethod::kvzap) j["surrogate"] = score.surrogate;
   j["alloc"] = alloc_method_name(alloc);
   j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
   j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
@@ -174,6 +175,7 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     }
     if (p.score.method == ScoreMethod::kvzip) p.score.plus = j.value("plus", false);
     if (p.score.method == ScoreMethod::qfilter) p.score.qfilters = j.at("qfilters").get<std::string>();
+    if (p.score.method == ScoreMethod::kvzap) p.score.surrogate = j.at("surrogate").get<std::string>();
     const std::string a = j.at("alloc").get<std::string>();
     p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);
     if (!j.at("budget_fraction").is_null()) p.budget_fraction = file_real(j, "budget_fraction", "budget", file, at + "budget_fraction");

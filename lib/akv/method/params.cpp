@@ -23,6 +23,7 @@ std::vector<std::string> CompressParams::input_files() const {
   if (!codebook_file.empty()) files.push_back(codebook_file);
   if (eviction() && !eviction()->budgets_file.empty()) files.push_back(eviction()->budgets_file);
   if (eviction() && !eviction()->score.qfilters.empty()) files.push_back(eviction()->score.qfilters);
+  if (eviction() && !eviction()->score.surrogate.empty()) files.push_back(eviction()->score.surrogate);
   if (eviction() && !eviction()->duo_heads.empty()) files.push_back(eviction()->duo_heads);
   return files;
 }
@@ -132,6 +133,13 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
                        {"", "--qfilters", *r.qfilters});
     }
     e.score.qfilters = *r.qfilters;
+  }
+  if (r.surrogate) {
+    if (e.score.method != ScoreMethod::kvzap) {
+      throw UsageError("this flag gives kvzap's surrogate, not " + score_method_name(e.score.method) + "'s",
+                       {"", "surrogate", *r.surrogate});
+    }
+    e.score.surrogate = *r.surrogate;
   }
   if (r.duo_heads) {
     if (e.alloc != AllocMethod::duo) {
@@ -283,7 +291,8 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
 bool EvictionRequest::any() const {
   return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
          gqa_reduce || alpha || capacity_rule || beta || min_tokens || step || score || future ||
-         covariance || vnorm || lag || every || target || critical || first_stage || plus || qfilters || duo_heads;
+         covariance || vnorm || lag || every || target || critical || first_stage || plus || qfilters || surrogate ||
+         duo_heads;
 }
 
 void validate_params(const CompressParams& p, const std::string& file) {

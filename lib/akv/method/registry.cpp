@@ -118,6 +118,12 @@ const std::vector<MethodInfo>& method_registry() {
                "(a second prefill per 2048-token chunk); the lowest over every head of every layer evicted "
                "(adakv-global, alpha 0); 4 sinks; evaluate --model only",
                Sc::kvzip, A::adakv_global, 4, 0.0),
+      eviction("kvzap",
+               "KVzap (kvpress KVzapPress, linear): each token scored by a linear map of its attention input "
+               "fitted to log KVzip+ scores by `akv calibrate` (surrogate=calib.json); the lowest over every "
+               "head of every layer evicted (adakv-global, alpha 0); 4 sinks; evaluate --model, or dumps with "
+               "attention inputs (akv dump --kvzap)",
+               Sc::kvzap, A::adakv_global, 4, 0.0),
       eviction("qfilter",
                "Q-Filters (kvpress QFilterPress): each key scored by its projection on the principal direction of "
                "the model's queries, fitted by `akv calibrate` (qfilters=calib.json); reads no queries",
@@ -243,11 +249,11 @@ const std::vector<ParamInfo>& param_registry() {
        "adakv-pyramid, adakv-global); not with joint", {}, {}, false, false, {}, score_words()},
       {"window", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.window; }),
        "observation window W: the last W query positions score the tokens and the last W tokens are "
-       "always kept (default 32; tova 1; knorm, keydiff, lagkv, expected-attention, kvzip, qfilter 0; <= the dump's "
+       "always kept (default 32; tova 1; knorm, keydiff, lagkv, expected-attention, kvzip, kvzap, qfilter 0; <= the dump's "
        "n_query for the scores that read queries)", 0, {},
        false, false, {}, {}},
       {"sinks", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.sinks; }),
-       "first tokens always kept (default 4 for streamingllm, lagkv, expected-attention and kvzip, 0 otherwise)", 0, {}, false,
+       "first tokens always kept (default 4 for streamingllm, lagkv, expected-attention, kvzip and kvzap, 0 otherwise)", 0, {}, false,
        false, {}, {}},
       {"future", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.future; }),
        "expected-attention: future positions whose RoPE rotation is averaged (default 512)", 1, {}, false, false,
@@ -265,6 +271,9 @@ const std::vector<ParamInfo>& param_registry() {
       {"qfilters", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.qfilters; }),
        "qfilter: the calibration file (`akv calibrate -o calib.json`, from dumps of the same model) holding each "
        "KV head's filter", {}, {}, false, false, {}, {}},
+      {"surrogate", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.surrogate; }),
+       "kvzap: the calibration file (`akv calibrate -o calib.json` on dumps of the same model written with "
+       "`akv dump --kvzap`) holding each layer's linear surrogate", {}, {}, false, false, {}, {}},
       {"heads", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.duo_heads; }),
        "duo: a calibration file (`akv calibrate` on dumps of the same model longer than its duo sinks + window, "
        "e.g. passkey prompts) whose per-head attention error as a streaming head ranks the heads, a fixed "

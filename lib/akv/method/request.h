@@ -13,7 +13,8 @@ struct EvictionRequest {
   std::optional<long long> budget_tokens;
   std::optional<std::string> budgets_file;
   std::optional<long long> window, sinks, kernel, min_tokens, step, future, lag, every, target;
-  std::optional<std::string> score, pool, gqa_reduce, capacity_rule, covariance, vnorm, critical, plus, qfilters, duo_heads;
+  std::optional<std::string> score, pool, gqa_reduce, capacity_rule, covariance, vnorm, critical, plus, qfilters, surrogate,
+      duo_heads;
   std::optional<double> alpha, beta, first_stage;
   bool any() const;
 };

@@ -118,6 +118,7 @@ HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, co
       hs.score = lagkv_scores(key, *value, h, T, d, sinks, o.lag);
       break;
     case ScoreMethod::kvzip:    // given by the model's reconstruction pass
+    case ScoreMethod::kvzap:    // given by the surrogate on the attention inputs
     case ScoreMethod::qfilter:  // the planner applies the calibrated filters
       break;
     case ScoreMethod::expected_attention:
@@ -130,7 +131,7 @@ HeadScores score_one(const Tensor3& query, const Tensor3& key, std::size_t h, co
 
 constexpr ScoreMethod kScores[] = {ScoreMethod::snapkv, ScoreMethod::h2o,     ScoreMethod::streamingllm,
                                    ScoreMethod::knorm,  ScoreMethod::keydiff, ScoreMethod::tova,
-                                   ScoreMethod::lagkv,  ScoreMethod::expected_attention, ScoreMethod::kvzip,
+                                   ScoreMethod::lagkv,  ScoreMethod::expected_attention, ScoreMethod::kvzip, ScoreMethod::kvzap,
                                    ScoreMethod::qfilter};
 
 }  // namespace
@@ -146,6 +147,7 @@ std::string score_method_name(ScoreMethod m) {
     case ScoreMethod::lagkv: return "lagkv";
     case ScoreMethod::expected_attention: return "expected-attention";
     case ScoreMethod::kvzip: return "kvzip";
+    case ScoreMethod::kvzap: return "kvzap";
     case ScoreMethod::qfilter: return "qfilter";
   }
   return "?";
@@ -168,8 +170,10 @@ ScoreMethod parse_score_method(const std::string& s) {
 
 bool score_is_query_free(ScoreMethod m) {
   return m == ScoreMethod::knorm || m == ScoreMethod::keydiff || m == ScoreMethod::lagkv ||
-         m == ScoreMethod::expected_attention || m == ScoreMethod::kvzip || m == ScoreMethod::qfilter;
+         m == ScoreMethod::expected_attention || score_is_given(m) || m == ScoreMethod::qfilter;
 }
+
+bool score_is_given(ScoreMethod m) { return m == ScoreMethod::kvzip || m == ScoreMethod::kvzap; }
 
 std::size_t default_window(ScoreMethod m) {
   if (score_is_query_free(m)) return 0;
@@ -178,7 +182,7 @@ std::size_t default_window(ScoreMethod m) {
 
 std::size_t default_sinks(ScoreMethod m) {
   return m == ScoreMethod::streamingllm || m == ScoreMethod::lagkv || m == ScoreMethod::expected_attention ||
-                 m == ScoreMethod::kvzip
+                 score_is_given(m)
              ? 4
              : 0;
 }
@@ -201,6 +205,10 @@ void check_qfilters(const ScoreOptions& o) {
   if (o.method == ScoreMethod::qfilter && o.qfilters.empty()) {
     throw UsageError("qfilter scores keys with the filters `akv calibrate` fits: give qfilters=calib.json",
                      {"", "--qfilters", "missing"});
+  }
+  if (o.method == ScoreMethod::kvzap && o.surrogate.empty()) {
+    throw UsageError("kvzap scores tokens with the surrogate `akv calibrate` fits: give surrogate=calib.json",
+                     {"", "surrogate", "missing"});
   }
 }
 

@@ -25,6 +25,10 @@
 //   kvzip:        the most attention a token receives while the model reconstructs its context
 //                 (score/kvzip.h): computed by the model (eval/kvzip.h) and handed to the planner;
 //                 score_head leaves the scores 0 and fills only the mass.
+//   kvzap:        W h_t + b, h_t the token's attention input, a linear surrogate of log KVzip+
+//                 fitted by `akv calibrate` (score/kvzap.h): computed from the attention inputs
+//                 (the model's, or a dump's /layers/L/attn_input) and handed to the planner;
+//                 score_head leaves the scores 0 and fills only the mass.
 //   qfilter:      -(f . k_t), f the KV head's Q-Filter fitted on calibration queries by `akv
 //                 calibrate` (score/qfilter.h); read from ScoreOptions::qfilters by the planner:
 //                 score_head leaves the scores 0 and fills only the mass.
@@ -42,7 +46,8 @@
 
 namespace akv {
 
-enum class ScoreMethod { snapkv, h2o, streamingllm, knorm, keydiff, tova, lagkv, expected_attention, kvzip, qfilter };
+enum class ScoreMethod { snapkv, h2o, streamingllm, knorm, keydiff, tova, lagkv, expected_attention, kvzip, kvzap,
+                         qfilter };
 enum class PoolKind { max, avg };
 enum class GqaReduce { mean, max };
 std::string score_method_name(ScoreMethod m);
@@ -50,11 +55,15 @@ std::string pool_name(PoolKind p);
 std::string gqa_reduce_name(GqaReduce r);
 ScoreMethod parse_score_method(const std::string& s);  // InvalidInput naming the value
 std::string score_method_list(const char* separator);  // every score name
-// Scorers that read no window queries (knorm, keydiff, lagkv, expected-attention, kvzip, qfilter): their
+// Scorers that read no window queries (knorm, keydiff, lagkv, expected-attention, kvzip, kvzap, qfilter): their
 // window (the forced last tokens) may be 0.
 bool score_is_query_free(ScoreMethod m);
-// A method's default observation window (32; knorm, keydiff, lagkv, expected-attention, kvzip, qfilter 0;
-// tova 1) and default sinks (streamingllm, lagkv, expected-attention and kvzip 4, otherwise 0).
+// Scores the planner cannot compute from keys, values and queries, handed to it (kvzip: the
+// model's reconstruction pass; kvzap: the attention inputs through the fitted surrogate).
+bool score_is_given(ScoreMethod m);
+// A method's default observation window (32; knorm, keydiff, lagkv, expected-attention, kvzip, kvzap,
+// qfilter 0; tova 1) and default sinks (streamingllm, lagkv, expected-attention, kvzip and kvzap 4,
+// otherwise 0).
 std::size_t default_window(ScoreMethod m);
 std::size_t default_sinks(ScoreMethod m);
 PoolKind parse_pool(const std::string& s);
@@ -74,6 +83,7 @@ struct ScoreOptions {
   std::size_t lag = 128;  // lagkv: partition size (kvpress's lag_size)
   bool plus = false;      // kvzip: KVzip+'s normalization (score/kvzip.h)
   std::string qfilters;   // qfilter: the calibration file (`akv calibrate`) holding the filters
+  std::string surrogate;  // kvzap: the calibration file holding the fitted surrogate
 };
 // Whether the scorer reads values (lagkv; expected-attention with vnorm).
 bool score_reads_values(const ScoreOptions& o);
@@ -84,7 +94,8 @@ struct HeadScores {
   std::vector<double> mass;   // [n_tokens] mean window attention; sums to 1
 };
 
-// qfilter without its calibration file (ScoreOptions::qfilters): UsageError naming --qfilters.
+// qfilter without its calibration file (ScoreOptions::qfilters): UsageError naming --qfilters;
+// kvzap without its surrogate's: UsageError naming surrogate=.
 void check_qfilters(const ScoreOptions& o);
 // Throws InvalidInput when W is 0 or exceeds n_query for a scorer that reads queries, the kernel
 // is even / 0, or expected-attention meets a RoPE other than plain RoPE (rope_variant); and
