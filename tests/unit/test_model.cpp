@@ -15,6 +15,7 @@
 #include "akv/method/registry.h"
 #include "akv/model/llama2c.h"
 #include "akv/tensor/linear.h"
+#include "random_model.h"
 #include "test_util.h"
 
 using namespace akv;
@@ -123,6 +124,69 @@ TEST_CASE("stories260K: prefill and decode logits match llama2.c", "[model]") {
   INFO("max abs diff prefill " << max_prefill << " decode " << max_decode);
   CHECK(max_prefill <= 1e-4);
   CHECK(max_decode <= 1e-4);
+}
+
+TEST_CASE("prefill over several row blocks: decode's logits and K/V, the window's queries across a block edge, "
+          "the attention inputs block by block", "[model]") {
+  ModelConfig c;
+  c.dim = 32;
+  c.hidden_dim = 48;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.vocab_size = 40;
+  c.seq_len = 2048;
+  c.rope_layout = RopeLayout::rotate_half;
+  const Model m = test::random_model(c, 23, 0.3);
+  const std::size_t n = 2 * kPrefillBlock + 76;  // two whole blocks and a part (not a whole tile)
+  Rng r(5);
+  std::vector<std::int32_t> seq(n);
+  for (auto& t : seq) t = static_cast<std::int32_t>(r.below(c.vocab_size));
+  std::vector<std::pair<std::size_t, std::size_t>> blocks;  // (layer, first row) as the hook saw them
+  std::vector<RowMatrix> inputs(c.n_layers, RowMatrix(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.dim)));
+  const PrefillResult pre = m.prefill(seq, true, 2, 600, [&](std::size_t l, std::size_t first, const RowMatrix& x) {
+    blocks.emplace_back(l, first);
+    inputs[l].middleRows(static_cast<Eigen::Index>(first), x.rows()) = x;
+  });
+  CHECK(blocks == std::vector<std::pair<std::size_t, std::size_t>>{{0, 0}, {0, 512}, {0, 1024}, {1, 0}, {1, 512}, {1, 1024}});
+  const PrefillResult all = m.prefill(seq, true, 1);
+  CHECK(all.logits == pre.logits);  // threads and query rows change no bits
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    REQUIRE(pre.query[l].dim1() == 600);
+    for (std::size_t h = 0; h < c.n_heads; ++h) {
+      CHECK(std::equal(pre.query[l].row(h, 0), pre.query[l].row(h, 0) + 600 * c.head_dim, all.query[l].row(h, n - 600)));
+    }
+    for (std::size_t i = 0; i < n; ++i) {  // the hook's rows have the norms the prefill reports
+      CHECK(static_cast<double>(inputs[l].row(static_cast<Eigen::Index>(i)).cast<double>().norm()) ==
+            Approx(pre.input_norm[l][i]).epsilon(1e-12));
+    }
+  }
+  // Decode one token at a time through an f32 cache: other attention arithmetic, the same model.
+  FullCache cache(c.n_layers, c.n_kv_heads, c.head_dim);
+  double worst = 0, scale = 0;
+  for (std::size_t p = 0; p < n; ++p) {
+    const std::vector<float> dec = m.decode(seq[p], p, cache);
+    for (std::size_t j = 0; j < c.vocab_size; ++j) {
+      const double want = pre.logits(static_cast<Eigen::Index>(p), static_cast<Eigen::Index>(j));
+      worst = std::max(worst, std::fabs(static_cast<double>(dec[j]) - want));
+      scale = std::max(scale, std::fabs(want));
+    }
+  }
+  INFO("largest |logit difference| " << worst << " of logits up to " << scale);
+  CHECK(worst <= 1e-4 * scale);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const KvView v = cache.view(l, 1);
+    REQUIRE(v.n == n);
+    double kd = 0;
+    for (std::size_t t = 0; t < n; ++t) {
+      for (std::size_t d = 0; d < c.head_dim; ++d) {
+        kd = std::max(kd, std::fabs(static_cast<double>(static_cast<const float*>(v.segments[0].key.dense.data)[t * c.head_dim + d]) -
+                                    pre.key[l].row(1, t)[d]));
+      }
+    }
+    CHECK(kd <= 1e-4);
+  }
 }
 
 TEST_CASE("position limit: the trained context by default, moved by set_position_limit", "[model]") {

@@ -225,8 +225,8 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
   const bool queries = std::any_of(methods.begin(), methods.end(), [](const auto& p) { return reads_prompt_queries(p); });
   auto one = [&](std::size_t i, int inner, int ingest) {
     std::vector<TokenScores> zap(zap_files.size(), TokenScores(c.n_layers));  // [index in zap_files]
-    const LayerInputFn on_input = [&](std::size_t l, const RowMatrix& x) {
-      for (std::size_t f = 0; f < zap.size(); ++f) kvzap_layer_scores(zap_models[f][l], x, zap[f][l]);
+    const LayerInputFn on_input = [&](std::size_t l, std::size_t first, const RowMatrix& x) {
+      for (std::size_t f = 0; f < zap.size(); ++f) kvzap_layer_scores(zap_models[f][l], x, zap[f][l], first);
     };
     const PrefillResult pre =
         model.prefill(prompts[i], false, inner, queries ? SIZE_MAX : 0, zap.empty() ? LayerInputFn{} : on_input);

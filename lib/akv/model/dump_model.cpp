@@ -13,8 +13,11 @@ DumpMeta dump_model_run(const Model& model, const std::vector<std::int32_t>& tok
                        {"", "--window", std::to_string(o.window)});
   }
   // Only the window's queries are written: the prefill keeps no others.
-  std::vector<RowMatrix> inputs;  // [layer] with attn_input
-  const LayerInputFn keep = [&inputs](std::size_t, const RowMatrix& x) { inputs.push_back(x); };
+  std::vector<RowMatrix> inputs(o.attn_input ? c.n_layers : 0);  // [layer] [n, dim] with attn_input
+  const LayerInputFn keep = [&](std::size_t l, std::size_t first, const RowMatrix& x) {
+    if (inputs[l].size() == 0) inputs[l].resize(static_cast<Eigen::Index>(n), x.cols());
+    inputs[l].middleRows(static_cast<Eigen::Index>(first), x.rows()) = x;
+  };
   const PrefillResult r = model.prefill(tokens, false, o.threads, o.window, o.attn_input ? keep : LayerInputFn{});
   DumpMeta m;
   m.kv_shape() = c.kv_shape();

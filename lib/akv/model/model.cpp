@@ -13,6 +13,8 @@
 namespace akv {
 namespace {
 
+static_assert(kPrefillBlock % kFlashQueries == 0, "prefill blocks must hold whole flash query tiles");
+
 using Vec = Eigen::VectorXf;
 
 // llama2.c rmsnorm: out = w * x / sqrt(mean(x^2) + eps), in f32.
@@ -159,56 +161,70 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   // tokens share each tile of rows.
   const auto mul = [threads](const Weight& w, const RowMatrix& in) { return w.times_transpose(in, threads, Products::f32); };
   PrefillResult res;
-  for (const LayerWeights& lw : w_.layers) {
-    const RowMatrix xb = rmsnorm_rows(x, lw.attn_norm, c.norm_eps);
-    if (on_input) on_input(res.input_norm.size(), xb);
+  // Each layer runs its rows kPrefillBlock at a time (a multiple of the flash kernel's query tile,
+  // so every tile and product sees the rows it sees in one pass: the same bits): block j's keys
+  // and values join the layer's before its queries attend, so only the keys, values and the
+  // residual stream span the whole prompt; the projections', attention's and MLP's temporaries
+  // are one block's.
+  const std::size_t kept_queries = std::min(query_rows, n), first_kept = n - kept_queries;
+  std::vector<std::size_t> visible(n);
+  for (std::size_t i = 0; i < n; ++i) visible[i] = i + 1;
+  for (std::size_t l = 0; l < w_.layers.size(); ++l) {
+    const LayerWeights& lw = w_.layers[l];
     std::vector<double>& norms = res.input_norm.emplace_back(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      double s = 0;
-      const float* r = xb.row(static_cast<Eigen::Index>(i)).data();
-      for (std::size_t j = 0; j < c.dim; ++j) s += static_cast<double>(r[j]) * r[j];
-      norms[i] = std::sqrt(s);
-    }
-    RowMatrix q = mul(lw.wq, xb), k = mul(lw.wk, xb), v = mul(lw.wv, xb);
-    add_bias(q, lw.bq);
-    add_bias(k, lw.bk);
-    add_bias(v, lw.bv);
-    head_norm(q, lw.q_norm, c.norm_eps, hd);
-    head_norm(k, lw.k_norm, c.norm_eps, hd);
-    Tensor3 qh = split_heads(q, c.n_heads, hd), kh = split_heads(k, c.n_kv_heads, hd);
-    res.key_pre_rope.push_back(kh);
-    for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(qh.row(h, 0), n, 0, c.rope_layout, rope);
-    for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(kh.row(h, 0), n, 0, c.rope_layout, rope);
-    Tensor3 vh = split_heads(v, c.n_kv_heads, hd);
-    RowMatrix att(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(c.n_heads * hd));
-    std::vector<std::size_t> visible(n);
-    for (std::size_t i = 0; i < n; ++i) visible[i] = i + 1;
-    parallel_for(c.n_heads, threads, [&](std::size_t h) {  // heads write disjoint columns
-      const std::size_t kv = h / g;
-      const CausalBlock b{qh.row(h, 0), kh.row(kv, 0), visible.data(), n, n, hd};
-      RowMatrix o(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(hd));
-      causal_attention_flash(b, vh.row(kv, 0), o.data());
-      att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;
-    });
-    x += mul(lw.wo, att);
-    const RowMatrix xf = rmsnorm_rows(x, lw.ffn_norm, c.norm_eps);
-    RowMatrix h1 = mul(lw.w1, xf);
-    const RowMatrix h3 = mul(lw.w3, xf);
-    for (Eigen::Index r = 0; r < h1.rows(); ++r) {
-      for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
-    }
-    x += mul(lw.w2, h1);
-    check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(res.key.size()));
-    if (query_rows < n) {  // only the last query_rows positions' queries are kept
-      Tensor3 tail(c.n_heads, query_rows, hd);
-      for (std::size_t h = 0; h < c.n_heads && query_rows > 0; ++h) {
-        std::copy_n(qh.row(h, n - query_rows), query_rows * hd, tail.row(h, 0));
+    Tensor3 qt(c.n_heads, kept_queries, hd), kh(c.n_kv_heads, n, hd), kp(c.n_kv_heads, n, hd), vh(c.n_kv_heads, n, hd);
+    for (std::size_t r0 = 0; r0 < n; r0 += kPrefillBlock) {
+      const std::size_t rows = std::min(kPrefillBlock, n - r0);
+      const auto block = [&](RowMatrix& m) { return m.middleRows(static_cast<Eigen::Index>(r0), static_cast<Eigen::Index>(rows)); };
+      const RowMatrix xb = rmsnorm_rows(RowMatrix(block(x)), lw.attn_norm, c.norm_eps);
+      if (on_input) on_input(l, r0, xb);
+      for (std::size_t i = 0; i < rows; ++i) {
+        double ss = 0;
+        const float* r = xb.row(static_cast<Eigen::Index>(i)).data();
+        for (std::size_t j = 0; j < c.dim; ++j) ss += static_cast<double>(r[j]) * r[j];
+        norms[r0 + i] = std::sqrt(ss);
       }
-      res.query.push_back(std::move(tail));
-    } else {
-      res.query.push_back(std::move(qh));
+      RowMatrix q = mul(lw.wq, xb), k = mul(lw.wk, xb), v = mul(lw.wv, xb);
+      add_bias(q, lw.bq);
+      add_bias(k, lw.bk);
+      add_bias(v, lw.bv);
+      head_norm(q, lw.q_norm, c.norm_eps, hd);
+      head_norm(k, lw.k_norm, c.norm_eps, hd);
+      Tensor3 qh = split_heads(q, c.n_heads, hd);
+      for (std::size_t i = 0; i < rows; ++i) {
+        for (std::size_t h = 0; h < c.n_kv_heads; ++h) {
+          const float* kr = k.row(static_cast<Eigen::Index>(i)).data() + h * hd;
+          std::copy_n(kr, hd, kh.row(h, r0 + i));
+          std::copy_n(kr, hd, kp.row(h, r0 + i));
+          std::copy_n(v.row(static_cast<Eigen::Index>(i)).data() + h * hd, hd, vh.row(h, r0 + i));
+        }
+      }
+      for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(qh.row(h, 0), rows, r0, c.rope_layout, rope);
+      for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(kh.row(h, r0), rows, r0, c.rope_layout, rope);
+      RowMatrix att(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(c.n_heads * hd));
+      parallel_for(c.n_heads, threads, [&](std::size_t h) {  // heads write disjoint columns
+        const CausalBlock b{qh.row(h, 0), kh.row(h / g, 0), visible.data() + r0, rows, r0 + rows, hd};
+        RowMatrix o(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(hd));
+        causal_attention_flash(b, vh.row(h / g, 0), o.data());
+        att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;
+      });
+      for (std::size_t i = std::max(r0, first_kept); i < r0 + rows; ++i) {  // the queries asked for
+        for (std::size_t h = 0; h < c.n_heads; ++h) std::copy_n(qh.row(h, i - r0), hd, qt.row(h, i - first_kept));
+      }
+      auto xr = block(x);
+      xr += mul(lw.wo, att);
+      const RowMatrix xf = rmsnorm_rows(RowMatrix(xr), lw.ffn_norm, c.norm_eps);
+      RowMatrix h1 = mul(lw.w1, xf);
+      const RowMatrix h3 = mul(lw.w3, xf);
+      for (Eigen::Index r = 0; r < h1.rows(); ++r) {
+        for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
+      }
+      xr += mul(lw.w2, h1);
     }
+    check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(l));
+    res.query.push_back(std::move(qt));
     res.key.push_back(std::move(kh));
+    res.key_pre_rope.push_back(std::move(kp));
     res.value.push_back(std::move(vh));
   }
   const RowMatrix xn = rmsnorm_rows(all_logits ? x : RowMatrix(x.bottomRows(1)), w_.final_norm, c.norm_eps);

@@ -61,9 +61,13 @@ struct PrefillResult {
   std::vector<std::vector<double>> input_norm;
 };
 
-// Sees each layer's attention input during a prefill: [n, dim], the RMS-normed hidden state
-// (what Hugging Face's self_attn receives; KVzap's surrogate reads it).
-using LayerInputFn = std::function<void(std::size_t layer, const RowMatrix& input)>;
+// Sees each layer's attention input during a prefill, the RMS-normed hidden state (what Hugging
+// Face's self_attn receives; KVzap's surrogate reads it): rows first_row .. first_row +
+// input.rows() - 1 of [n, dim], the blocks of a layer in order, layers in order.
+using LayerInputFn = std::function<void(std::size_t layer, std::size_t first_row, const RowMatrix& input)>;
+
+// Rows of a prefill's layer computed together (a multiple of the flash attention's query tile).
+inline constexpr std::size_t kPrefillBlock = 512;
 
 class Model {
  public:

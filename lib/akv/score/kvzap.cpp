@@ -1,5 +1,6 @@
 #include "akv/score/kvzap.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <utility>
@@ -8,10 +9,12 @@
 
 namespace akv {
 
-void kvzap_layer_scores(const KvzapLayer& layer, const RowMatrix& input, std::vector<std::vector<double>>& scores) {
+void kvzap_layer_scores(const KvzapLayer& layer, const RowMatrix& input, std::vector<std::vector<double>>& scores,
+                        std::size_t first) {
   const std::size_t H = layer.weight.size(), n = static_cast<std::size_t>(input.rows());
   const std::size_t dim = static_cast<std::size_t>(input.cols());
-  scores.assign(H, std::vector<double>(n, 0.0));
+  scores.resize(H);
+  for (auto& s : scores) s.resize(std::max(s.size(), first + n), 0.0);
   for (std::size_t h = 0; h < H; ++h) {
     const std::vector<double>& w = layer.weight[h];
     if (w.size() != dim) throw std::logic_error("kvzap_layer_scores: weight row is not the input's width");
@@ -19,7 +22,7 @@ void kvzap_layer_scores(const KvzapLayer& layer, const RowMatrix& input, std::ve
       const float* x = input.row(static_cast<Eigen::Index>(t)).data();
       double s = layer.bias[h];
       for (std::size_t j = 0; j < dim; ++j) s += w[j] * static_cast<double>(x[j]);
-      scores[h][t] = s;
+      scores[h][first + t] = s;
     }
   }
 }

@@ -26,9 +26,10 @@ struct KvzapLayer {
 };
 using KvzapModel = std::vector<KvzapLayer>;  // [layer]
 
-// scores[h][t] = b[h] + sum_j W[h][j] input(t, j) (f64, j in order) for every row t of input
-// [n, dim]; scores is resized to [n_kv_heads][n].
-void kvzap_layer_scores(const KvzapLayer& layer, const RowMatrix& input, std::vector<std::vector<double>>& scores);
+// scores[h][first + t] = b[h] + sum_j W[h][j] input(t, j) (f64, j in order) for every row t of
+// input [n, dim]; scores is resized to [n_kv_heads][max(its length, first + n)].
+void kvzap_layer_scores(const KvzapLayer& layer, const RowMatrix& input, std::vector<std::vector<double>>& scores,
+                        std::size_t first = 0);
 
 // The sufficient statistics of one layer's ridge regression, rows added a block at a time.
 class RidgeAccumulator {
