@@ -18,7 +18,7 @@ void register_bench_decode(CLI::App* bench, const GlobalOptions& global) {
     std::vector<std::string> methods = {"none", "kivi-4", "kivi-2", "adakv:budget=0.5:window=16"};
     std::size_t prefill = 256, sequences = 4, batch = 1;
     int repeats = 3;
-    bool json = false;
+    bool json = false, no_full = false;
     std::string output = "-", shard;
   };
   auto dopt = std::make_shared<DecodeOptions>();
@@ -41,6 +41,9 @@ void register_bench_decode(CLI::App* bench, const GlobalOptions& global) {
   dec->add_option("--batch", dopt->batch,
                   "Sequences decoded together (one batched step over all of them, as evaluate --batch; "
                   "1 = one at a time)")->capture_default_str()->check(CLI::Range(1, 4096));
+  dec->add_flag("--no-full", dopt->no_full,
+                "Time no full-cache lane: its f32 K/V (the largest cache) then take no memory, so the process's "
+                "peak RSS is the methods' own; the x full time column is left empty (null in JSON)");
   dec->add_flag("--json", dopt->json, "Print JSON");
   dec->add_option("-o,--output", dopt->output, "Write to this file (atomically) instead of stdout")
       ->capture_default_str();
@@ -58,12 +61,14 @@ void register_bench_decode(CLI::App* bench, const GlobalOptions& global) {
     m.check_tokens(seqs, dopt->tokens);
     if (dopt->sequences && seqs.size() > dopt->sequences) seqs.resize(dopt->sequences);
     const std::optional<Shard> shard = dopt->shard.empty() ? std::nullopt : std::optional<Shard>(parse_shard(dopt->shard));
-    DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats, shard, dopt->batch, global.threads);
+    DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats, shard, dopt->batch, global.threads,
+                                      !dopt->no_full);
     if (shard) {
       r.inputs = {{"model", {{"path", dopt->model}, {"hash", path_hash(dopt->model)}}},
                   {"tokens", {{"path", dopt->tokens}, {"hash", file_hash(dopt->tokens)}}}};
       r.params = {{"methods", dopt->methods}, {"weights", dopt->weights}, {"batch", dopt->batch},
                   {"kernels", kernel_arithmetic()}};
+      if (dopt->no_full) r.params["full"] = false;  // absent: the full lane ran
     }
     write_text_file(dopt->output, dopt->json || shard ? json_text(r.to_json()) : r.to_table());
   });

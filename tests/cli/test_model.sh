@@ -130,6 +130,10 @@ expect "bench decode" 0 "x full time" \
   "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2
 expect "bench decode --json names its format" 0 '"format": "akv-bench-decode"' \
   "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2 --json
+run "$AKV" bench decode --model "$M" --tokens "$T" --sequences 2 --repeats 1 --methods kivi-2,snapkv:budget=0.5:window=16 --no-full --json
+expect_equal "bench decode --no-full: no full row, the ratios null" \
+  "$("$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); print([(m["method"], m["time_per_token_vs_full"]) for m in j["methods"]])' "$TMP/out")" \
+  "[('kivi-2', None), ('snapkv:budget=0.5:window=16', None)]"
 
 o="$TMP/out_dir"
 mkdir -p "$o"

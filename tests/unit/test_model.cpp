@@ -189,6 +189,53 @@ TEST_CASE("prefill over several row blocks: decode's logits and K/V, the window'
   }
 }
 
+TEST_CASE("caches that take the prompt a layer at a time during the prefill equal ingest_prompt's; the "
+          "prefill then keeps no layer", "[model]") {
+  ModelConfig c;
+  c.dim = 32;
+  c.hidden_dim = 48;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 32;
+  c.vocab_size = 40;
+  c.seq_len = 1024;
+  c.rope_layout = RopeLayout::rotate_half;
+  const Model m = test::random_model(c, 29, 0.3);
+  Rng r(8);
+  std::vector<std::int32_t> seq(700);
+  for (auto& t : seq) t = static_cast<std::int32_t>(r.below(c.vocab_size));
+  const std::vector<std::int32_t> prompt(seq.begin(), seq.begin() + 600);
+  const KvGeometry g{c.kv_shape(), seq.size()};
+  const PrefillResult whole = m.prefill(prompt, false);
+  for (const char* spec : {"full", "kivi-2", "kivi-4:rotate=hadamard", "k4v2:pre-rope", "ggml:k=q4_0:v=q8_0",
+                           "fp8:scale=tensor", "snapkv:budget=0.5"}) {
+    INFO(spec);
+    const std::optional<CompressParams> p = resolve_method_spec(spec);
+    auto a = make_kv_policy(p, g, 1), b = make_kv_policy(p, g, 1);
+    a->ingest_prompt({&whole.query, &whole.key, &whole.key_pre_rope, &whole.value, prompt.size()});
+    if (!b->takes_prompt_layers()) {  // an eviction plan reads the whole prompt
+      CHECK(std::string(spec) == "snapkv:budget=0.5");
+      CHECK_THROWS_AS(b->ingest_prompt_layer(0, {&whole.key[0], &whole.key_pre_rope[0], &whole.value[0]}), std::logic_error);
+      continue;
+    }
+    std::size_t fed = 0;
+    const PrefillResult streamed = m.prefill(prompt, false, 1, 0, {}, [&](std::size_t l, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
+      CHECK(l == fed++);
+      b->ingest_prompt_layer(l, {&k, &kp, &v});
+      return false;
+    });
+    CHECK(fed == c.n_layers);
+    CHECK(streamed.logits == whole.logits);
+    CHECK(streamed.key[1].size() == 0);
+    CHECK(a->bytes() == b->bytes());
+    for (std::size_t pos = prompt.size(); pos < seq.size(); ++pos) {
+      const std::vector<float> x = m.decode(seq[pos], pos, *a), y = m.decode(seq[pos], pos, *b);
+      REQUIRE(x == y);
+    }
+  }
+}
+
 TEST_CASE("position limit: the trained context by default, moved by set_position_limit", "[model]") {
   if (!have_shared()) return;
   Model m = load_llama2c(shared_dir() + "/models/stories260K.bin");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <memory>
 
@@ -24,10 +25,11 @@ double now() {
 DecodeBenchResult bench_decode(const Model& model,
                                const std::vector<std::vector<std::int32_t>>& seqs,
                                const std::vector<PplMethod>& given, std::size_t prompt, int repeats,
-                               const std::optional<Shard>& shard, std::size_t batch, int threads) {
+                               const std::optional<Shard>& shard, std::size_t batch, int threads, bool full) {
   batch = std::max<std::size_t>(batch, 1);
   const ModelConfig& c = model.config();
-  std::vector<PplMethod> methods = {PplMethod{kFullMethod, std::nullopt}};
+  std::vector<PplMethod> methods;
+  if (full) methods.push_back(PplMethod{kFullMethod, std::nullopt});
   std::vector<PplMethod> others;
   for (const auto& m : given) {
     if (m.params) others.push_back(m);
@@ -51,55 +53,69 @@ DecodeBenchResult bench_decode(const Model& model,
   std::size_t longest = 0;
   for (const auto& s : seqs) longest = std::max(longest, s.size());
   const KvGeometry g{c.kv_shape(), longest};
-  std::vector<PrefillResult> pre;
+  // Each repeat prefills every sequence once; the caches that take the prompt a layer at a time
+  // are filled as the prefill finishes each layer (inside its timing: a real prefill writes its
+  // cache), and the prefill keeps its layers only for the other methods' caches.
+  std::vector<PrefillResult> pre(seqs.size());
+  std::vector<std::vector<std::unique_ptr<KvPolicy>>> caches(methods.size());  // [method][sequence]
   // The prompts' queries are kept only when some method's cache reads them.
   const bool queries = std::any_of(methods.begin(), methods.end(), [](const PplMethod& m) { return reads_prompt_queries(m.params); });
   double best_prefill = 1e300;
-  for (int r = 0; r < repeats; ++r) {
-    pre.clear();
-    const double t0 = now();
-    for (const auto& s : seqs) {
-      pre.push_back(model.prefill({s.begin(), s.begin() + static_cast<std::ptrdiff_t>(prompt)}, false, threads,
-                                  queries ? SIZE_MAX : 0));
-    }
-    best_prefill = std::min(best_prefill, now() - t0);
-  }
-  res.prefill_tokens_per_s = static_cast<double>(prompt * seqs.size()) / best_prefill;
   std::vector<double> best(methods.size(), 1e300);
   std::vector<std::uint64_t> bytes(methods.size(), 0);
   for (int r = 0; r < repeats; ++r) {
+    const double t0 = now();
+    for (std::size_t si = 0; si < seqs.size(); ++si) {
+      bool keep = false;
+      for (std::size_t mi = 0; mi < methods.size(); ++mi) {
+        caches[mi].resize(seqs.size());
+        caches[mi][si] = make_kv_policy(methods[mi].params, g, 1);
+        keep = keep || !caches[mi][si]->takes_prompt_layers();
+      }
+      const LayerKvFn on_layer = [&](std::size_t l, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
+        for (auto& by_seq : caches) {
+          if (by_seq[si]->takes_prompt_layers()) by_seq[si]->ingest_prompt_layer(l, {&k, &kp, &v});
+        }
+        return keep;
+      };
+      pre[si] = model.prefill({seqs[si].begin(), seqs[si].begin() + static_cast<std::ptrdiff_t>(prompt)}, false, threads,
+                              queries ? SIZE_MAX : 0, {}, on_layer);
+    }
+    best_prefill = std::min(best_prefill, now() - t0);
     for (std::size_t mi = 0; mi < methods.size(); ++mi) {
       double t = 0;
       bytes[mi] = 0;
+      for (std::size_t si = 0; si < seqs.size(); ++si) {
+        KvPolicy& cache = *caches[mi][si];
+        if (!cache.takes_prompt_layers()) cache.ingest_prompt({&pre[si].query, &pre[si].key, &pre[si].key_pre_rope, &pre[si].value, prompt});
+      }
       for (std::size_t b0 = 0; b0 < seqs.size(); b0 += batch) {
         const std::size_t nb = std::min(batch, seqs.size() - b0);
-        std::vector<std::unique_ptr<KvPolicy>> caches;
-        for (std::size_t si = b0; si < b0 + nb; ++si) {
-          caches.push_back(make_kv_policy(methods[mi].params, g, 1));
-          caches.back()->ingest_prompt({&pre[si].query, &pre[si].key, &pre[si].key_pre_rope, &pre[si].value, prompt});
-        }
         std::vector<DecodeLane> lanes;
         for (std::size_t i = 0; i < nb; ++i) {
           const auto& seq = seqs[b0 + i];
-          lanes.push_back({caches[i].get(), prompt, seq.size() - prompt, seq.data() + prompt, nullptr});
+          lanes.push_back({caches[mi][b0 + i].get(), prompt, seq.size() - prompt, seq.data() + prompt, nullptr});
         }
-        const double t0 = now();
+        const double t1 = now();
         // One step of every unfinished sequence a call (the tokens are known; one at a time, as
         // decode runs them).
         run_lanes(model, lanes, 1, {}, [](const std::vector<LaneRows>&, const RowMatrix&) {}, threads,
                   AttentionMode::exact);
-        t += now() - t0;
-        for (const auto& c : caches) bytes[mi] += c->bytes();
+        t += now() - t1;
+        for (std::size_t i = 0; i < nb; ++i) bytes[mi] += caches[mi][b0 + i]->bytes();
       }
       best[mi] = std::min(best[mi], t);
+      caches[mi].clear();  // a method's caches are done once decoded
     }
+    pre.assign(seqs.size(), PrefillResult{});
   }
+  res.prefill_tokens_per_s = static_cast<double>(prompt * seqs.size()) / best_prefill;
   for (std::size_t mi = 0; mi < methods.size(); ++mi) {
     DecodeBenchRow row;
     row.spec = methods[mi].spec;
     row.description = methods[mi].params ? describe(*methods[mi].params) : "f32 K/V (reference)";
     row.decode_tokens_per_s = static_cast<double>(res.decoded) / best[mi];
-    row.ratio_to_full = best[mi] / best[0];
+    row.ratio_to_full = full ? best[mi] / best[0] : NAN;
     row.bytes = bytes[mi] / seqs.size();
     row.shard = shard ? shard->k : 0;
     res.rows.push_back(row);
@@ -123,7 +139,8 @@ nlohmann::json DecodeBenchResult::to_json() const {
   for (const auto& r : rows) {
     rows_j.push_back({{"method", r.spec}, {"description", r.description},
                       {"decode_tokens_per_s", r.decode_tokens_per_s},
-                      {"time_per_token_vs_full", r.ratio_to_full}, {"cache_bytes", r.bytes}});
+                      {"time_per_token_vs_full", std::isnan(r.ratio_to_full) ? nlohmann::json(nullptr) : nlohmann::json(r.ratio_to_full)},
+                      {"cache_bytes", r.bytes}});
     if (r.shard) rows_j.back()["shard"] = r.shard;
   }
   j["methods"] = rows_j;
@@ -140,8 +157,8 @@ std::string DecodeBenchResult::to_table() const {
   out += fmt::format("{:<36} {:>14} {:>12} {:>12}{}  {}\n", "method", "decode tok/s", "x full time",
                      "cache bytes", sharded ? "  shard" : "", "description");
   for (const auto& r : rows) {
-    out += fmt::format("{:<36} {:>14.0f} {:>12.2f} {:>12}{}  {}\n", r.spec, r.decode_tokens_per_s,
-                       r.ratio_to_full, r.bytes, sharded ? fmt::format(" {:>6}", r.shard) : "", r.description);
+    out += fmt::format("{:<36} {:>14.0f} {:>12} {:>12}{}  {}\n", r.spec, r.decode_tokens_per_s,
+                       std::isnan(r.ratio_to_full) ? "-" : fmt::format("{:.2f}", r.ratio_to_full), r.bytes, sharded ? fmt::format(" {:>6}", r.shard) : "", r.description);
   }
   return out;
 }
@@ -169,7 +186,8 @@ DecodeBenchResult merge_decode_parts(const std::vector<std::pair<std::string, nl
         r.spec = m.at("method").get<std::string>();
         r.description = m.at("description").get<std::string>();
         r.decode_tokens_per_s = m.at("decode_tokens_per_s").get<double>();
-        r.ratio_to_full = m.at("time_per_token_vs_full").get<double>();
+        const nlohmann::json& ratio = m.at("time_per_token_vs_full");
+        r.ratio_to_full = ratio.is_null() ? NAN : ratio.get<double>();
         r.bytes = json_uint(m.at("cache_bytes"));
         r.shard = json_uint(m.at("shard"));
         if (r.shard != json_uint(j.at("shard"))) throw InvalidInput("a row of another shard", {file, "methods[].shard", std::to_string(r.shard)});

@@ -15,7 +15,7 @@ namespace akv {
 
 struct DecodeBenchRow {
   std::string spec, description;
-  double decode_tokens_per_s = 0, ratio_to_full = 0;  // ratio = time per token / full's (same run)
+  double decode_tokens_per_s = 0, ratio_to_full = 0;  // ratio = time per token / full's (same run; NaN without full)
   std::uint64_t bytes = 0;
   std::size_t shard = 0;  // the shard that timed the row (0: unsharded run)
 };
@@ -41,12 +41,13 @@ struct DecodeBenchResult {
 // tokens up to the end) once per method per repeat, methods interleaved; best of `repeats`.
 // `batch` sequences decode together (one lane-engine call per step, on `threads` threads).
 // With `shard`, times the full cache and methods [shard.range(methods.size())] (the methods
-// other than full), rows marked with the shard.
+// other than full), rows marked with the shard. `full` false: no full-cache lane (its f32 K/V,
+// the largest cache, then does not count in the process's peak memory); the ratios are NaN.
 DecodeBenchResult bench_decode(const Model& model,
                                const std::vector<std::vector<std::int32_t>>& sequences,
                                const std::vector<PplMethod>& methods, std::size_t prompt,
                                int repeats, const std::optional<Shard>& shard = std::nullopt,
-                               std::size_t batch = 1, int threads = 1);
+                               std::size_t batch = 1, int threads = 1, bool full = true);
 
 // Parts -> the report: full then the methods, shards in order, each shard's full row kept (its
 // methods' ratios are against it). InvalidInput (exit 2) naming the file and field.

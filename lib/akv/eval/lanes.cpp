@@ -228,15 +228,27 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
     const LayerInputFn on_input = [&](std::size_t l, std::size_t first, const RowMatrix& x) {
       for (std::size_t f = 0; f < zap.size(); ++f) kvzap_layer_scores(zap_models[f][l], x, zap[f][l], first);
     };
-    const PrefillResult pre =
-        model.prefill(prompts[i], false, inner, queries ? SIZE_MAX : 0, zap.empty() ? LayerInputFn{} : on_input);
+    // The caches that take the prompt a layer at a time are fed as the prefill finishes each
+    // layer; the prefill keeps its layers only for the others.
+    parallel_for(n_methods, ingest, [&](std::size_t m) { out.caches[i * n_methods + m] = make_kv_policy(methods[m], g, 1); });
+    bool keep = false;
+    for (std::size_t m = 0; m < n_methods; ++m) keep = keep || !out.caches[i * n_methods + m]->takes_prompt_layers();
+    const LayerKvFn on_layer = [&](std::size_t l, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
+      parallel_for(n_methods, ingest, [&](std::size_t m) {
+        KvPolicy& cache = *out.caches[i * n_methods + m];
+        if (cache.takes_prompt_layers()) cache.ingest_prompt_layer(l, {&k, &kp, &v});
+      });
+      return keep;
+    };
+    const PrefillResult pre = model.prefill(prompts[i], false, inner, queries ? SIZE_MAX : 0,
+                                            zap.empty() ? LayerInputFn{} : on_input, on_layer);
     std::vector<TokenScores> zip;  // [index in keys_used]
     for (const auto& [sinks, plus] : keys_used) {
       zip.push_back(kvzip_scores(model, prompts[i], *options.kvzip, sinks, inner, kKvzipChunk, plus));
     }
     parallel_for(n_methods, ingest, [&](std::size_t m) {
       auto& cache = out.caches[i * n_methods + m];
-      cache = make_kv_policy(methods[m], g, 1);
+      if (cache->takes_prompt_layers()) return;
       const TokenScores* scores = nullptr;
       if (kvzip_key[m]) {
         scores = &zip[static_cast<std::size_t>(std::find(keys_used.begin(), keys_used.end(), *kvzip_key[m]) -

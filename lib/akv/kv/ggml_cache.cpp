@@ -53,6 +53,13 @@ class GgmlCachePolicy : public KvPolicy {
     });
   }
 
+  bool takes_prompt_layers() const override { return true; }
+
+  void ingest_prompt_layer(std::size_t layer, const LayerKv& kv) override {
+    share_scales(layer, *kv.key, *kv.value);
+    parallel_for(g_.n_kv_heads, threads_, [&](std::size_t h) { store_head(layer * g_.n_kv_heads + h, *kv.key, *kv.value); });
+  }
+
   void ingest_layer(std::size_t layer, const LayerKv& kv, const PromptPlan&) override {
     share_scales(layer, *kv.key, *kv.value);
     parallel_for(g_.n_kv_heads, threads_, [&](std::size_t h) { store_head(layer * g_.n_kv_heads + h, *kv.key, *kv.value); });

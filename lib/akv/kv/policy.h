@@ -93,6 +93,13 @@ class KvPolicy {
   virtual void take_query(std::size_t layer, std::size_t pos, const float* query) {
     (void)layer, (void)pos, (void)query;
   }
+  // Whether the cache takes the prompt a layer at a time (ingest_prompt_layer for every layer,
+  // in order, instead of ingest_prompt; the same cache results): caches that decide nothing over
+  // the whole prompt (no eviction plan, no tiers), so a prefill can drop each layer once stored.
+  virtual bool takes_prompt_layers() const { return false; }
+  // One layer of the prompt [n_kv_heads, n, hd] (keys after RoPE, before RoPE, values) at
+  // positions 0..n-1. logic_error for a cache that does not take layers.
+  virtual void ingest_prompt_layer(std::size_t layer, const LayerKv& kv);
   // Takes the prompt's tokens at positions start .. start + chunk.n_tokens - 1 (the chunked
   // prompt protocol, eval/lanes.h; chunks in order, start 0 first, before any append) and
   // compresses them as the method does. Default: the first chunk as ingest_prompt, later ones

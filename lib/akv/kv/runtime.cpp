@@ -168,6 +168,13 @@ class RuntimePolicy : public KvPolicy {
     store_layer(layer, kv, &plan);
   }
 
+  bool takes_prompt_layers() const override { return !params_ || !params_->eviction(); }
+
+  void ingest_prompt_layer(std::size_t layer, const LayerKv& kv) override {
+    if (!takes_prompt_layers()) throw std::logic_error("an evicting cache plans the whole prompt");
+    store_layer(layer, kv, nullptr);
+  }
+
   HeadCache take_head(std::size_t layer, std::size_t head) override {
     HeadState& s = heads_[layer * g_.n_kv_heads + head];
     HeadCache h;
@@ -433,6 +440,10 @@ void KvPolicy::ingest_chunk(const PromptKv& chunk, std::size_t start) {
       append(l, k.data(), kp.data(), v.data(), start + t);
     }
   }
+}
+
+void KvPolicy::ingest_prompt_layer(std::size_t, const LayerKv&) {
+  throw std::logic_error("this cache takes the prompt whole");
 }
 
 void KvPolicy::ingest_layer(std::size_t, const LayerKv&, const PromptPlan&) {

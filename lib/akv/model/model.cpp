@@ -141,7 +141,7 @@ std::string Model::limit_text() const {
 }
 
 PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads,
-                             std::size_t query_rows, const LayerInputFn& on_input) const {
+                             std::size_t query_rows, const LayerInputFn& on_input, const LayerKvFn& on_layer) const {
   const ModelConfig& c = config_;
   const std::size_t n = tokens.size(), hd = c.head_dim, g = c.group_size();
   if (n == 0) throw InvalidInput("empty token sequence", {"", "tokens", "0"});
@@ -223,6 +223,12 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     }
     check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(l));
     res.query.push_back(std::move(qt));
+    if (on_layer && !on_layer(l, kh, kp, vh)) {
+      res.key.emplace_back();
+      res.key_pre_rope.emplace_back();
+      res.value.emplace_back();
+      continue;
+    }
     res.key.push_back(std::move(kh));
     res.key_pre_rope.push_back(std::move(kp));
     res.value.push_back(std::move(vh));

@@ -66,6 +66,12 @@ struct PrefillResult {
 // input.rows() - 1 of [n, dim], the blocks of a layer in order, layers in order.
 using LayerInputFn = std::function<void(std::size_t layer, std::size_t first_row, const RowMatrix& input)>;
 
+// Sees each layer's keys after and before RoPE and values [n_kv_heads, n, hd] once the layer is
+// done, layers in order; returns whether the prefill's result keeps them (false: that layer's
+// key, key_pre_rope and value are empty tensors in the result), so a cache fed here lets the
+// prefill drop each layer as soon as it is stored.
+using LayerKvFn = std::function<bool(std::size_t layer, const Tensor3& key, const Tensor3& key_pre_rope, const Tensor3& value)>;
+
 // Rows of a prefill's layer computed together (a multiple of the flash attention's query tile).
 inline constexpr std::size_t kPrefillBlock = 512;
 
@@ -79,9 +85,11 @@ class Model {
   // rows) and attention heads run on `threads` threads (results identical for any count).
   // `query_rows`: the queries of only the last query_rows positions are returned (every
   // position's when larger than n), so a caller that reads a window does not hold them all.
-  // `on_input`, when set, is called with each layer's attention input, layers in order.
+  // `on_input`, when set, is called with each layer's attention input, `on_layer` with each
+  // layer's keys and values.
   PrefillResult prefill(const std::vector<std::int32_t>& tokens, bool all_logits, int threads = 1,
-                        std::size_t query_rows = SIZE_MAX, const LayerInputFn& on_input = {}) const;
+                        std::size_t query_rows = SIZE_MAX, const LayerInputFn& on_input = {},
+                        const LayerKvFn& on_layer = {}) const;
   // One token at `pos`: appends its K/V to `cache`, attends through it, returns the logits
   // (decode_lanes of one lane of one token).
   std::vector<float> decode(std::int32_t token, std::size_t pos, KvPolicy& cache) const;
