@@ -11,6 +11,7 @@
 #include "akv/core/isa.h"
 #include "akv/quant/nuq_avx512.h"
 #include "akv/quant/pack.h"
+#include "akv/tensor/codes8.h"
 #include "akv/tensor/half.h"
 
 #if defined(__AVX2__) && defined(__F16C__)
@@ -400,39 +401,11 @@ void decode_values_ref(const std::vector<float>& levels, const std::uint8_t* pac
 }
 
 #if defined(__AVX2__) && defined(__F16C__)
-// Eight codes of `Bits` bits (2, 3 or 4) from the Bits bytes at p (codes are packed from the low
-// bit up); `wide`: four bytes may be read (the row has a byte after 3-bit codes).
-template <int Bits>
-__m256i load_codes8(const std::uint8_t* p, bool wide) {
-  std::uint32_t w = 0;
-  if (Bits == 3 && !wide) {
-    std::memcpy(&w, p, 3);
-  } else {
-    std::memcpy(&w, p, Bits == 3 ? 4 : Bits);
-  }
-  const __m256i shifts = _mm256_setr_epi32(0, Bits, 2 * Bits, 3 * Bits, 4 * Bits, 5 * Bits, 6 * Bits, 7 * Bits);
-  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts),
-                          _mm256_set1_epi32((1 << Bits) - 1));
-}
-
-
 // levels[k] * rg + off rounded as decode_codes rounds it, for eight levels at once.
 inline __m256 decode_level(__m256 lv, __m256 rg, __m256 off) {
   __m256 x = _mm256_add_ps(_mm256_mul_ps(lv, rg), off);
   x = _mm256_and_ps(x, _mm256_cmp_ps(_mm256_sub_ps(x, x), _mm256_setzero_ps(), _CMP_EQ_OQ));  // not finite -> 0
   return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-// The entries of an 8- or 16-entry table at idx, by permutes.
-template <int Bits>
-inline __m256 lookup(__m256 lo, __m256 hi, __m256i idx) {
-  const __m256 v = _mm256_permutevar8x32_ps(lo, idx);
-  if constexpr (Bits <= 3) {
-    return v;
-  } else {
-    const __m256i seven = _mm256_set1_epi32(7);
-    return _mm256_blendv_ps(v, _mm256_permutevar8x32_ps(hi, idx), _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, seven)));
-  }
 }
 
 // The same as decode_values_ref, eight values a step straight from the packed codes, with the
@@ -461,7 +434,7 @@ void decode_values_simd(const std::vector<float>& levels, const std::uint8_t* pa
 #endif
   for (; j + 8 <= n; j += 8) {
     const std::size_t at = j / 8 * Bits;
-    const __m256 lv = lookup<Bits>(lo, hi, load_codes8<Bits>(packed + at, at + 4 <= bytes));
+    const __m256 lv = lookup8(lo, hi, codes8<Bits>(packed + at, at + 4 <= bytes), Bits == 4);
     _mm256_storeu_ps(o + j, per_row ? lv : decode_level(lv, _mm256_loadu_ps(range + j), _mm256_loadu_ps(offset + j)));
   }
   if (j < n) {  // the tail starts on a byte boundary (j is a multiple of 8)

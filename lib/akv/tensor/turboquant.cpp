@@ -11,6 +11,7 @@
 
 #include "akv/core/isa.h"
 #include "akv/core/rng.h"
+#include "akv/tensor/codes8.h"
 #include "akv/tensor/half.h"
 
 #if defined(__AVX2__)
@@ -237,33 +238,6 @@ void decode_value(const TqType& t, const std::uint8_t* src, float* y) {
 // The same rows as decode_key / decode_value, eight elements per register: indices unpacked
 // from their bytes, levels looked up with a permute (16 levels: two permutes and a blend), the
 // norm correction's eight lanes as the plain loop keeps them, products in the same order.
-inline __m256i indices8(const std::uint8_t* src, std::size_t i, int bits) {
-  switch (bits) {
-    case 4: {  // bytes i/2 .. i/2 + 3: low nibble first
-      std::uint32_t w;
-      std::memcpy(&w, src + i / 2, 4);
-      const __m256i v = _mm256_set1_epi32(static_cast<int>(w));
-      return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)), _mm256_set1_epi32(15));
-    }
-    case 1: {  // key_qjl's 1-bit levels: byte i/8
-      const __m256i v = _mm256_set1_epi32(src[i / 8]);
-      return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), _mm256_set1_epi32(1));
-    }
-    case 2: {
-      std::uint16_t w;
-      std::memcpy(&w, src + i / 4, 2);
-      const __m256i v = _mm256_set1_epi32(w);
-      return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
-    }
-    default: {  // 3: eight indices in three bytes
-      const std::uint8_t* b = src + 3 * (i / 8);
-      const std::uint32_t w = b[0] | (static_cast<std::uint32_t>(b[1]) << 8) | (static_cast<std::uint32_t>(b[2]) << 16);
-      const __m256i v = _mm256_set1_epi32(static_cast<int>(w));
-      return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21)), _mm256_set1_epi32(7));
-    }
-  }
-}
-
 void decode_key_avx2(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, float* y) {
   const std::size_t levels = cb.centroids.size();
   float table[16] = {};
@@ -271,12 +245,7 @@ void decode_key_avx2(const TqType& t, const TqCodebook& cb, const std::uint8_t* 
   const __m256 lo = _mm256_loadu_ps(table), hi = _mm256_loadu_ps(table + 8);
   __m256 sq = _mm256_setzero_ps();
   for (std::size_t i = 0; i < t.head_dim; i += 8) {
-    const __m256i idx = indices8(src, i, t.bits);
-    __m256 c = _mm256_permutevar8x32_ps(lo, idx);
-    if (levels == 16) {
-      const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
-      c = _mm256_blendv_ps(c, _mm256_permutevar8x32_ps(hi, idx), upper);
-    }
+    const __m256 c = lookup8(lo, hi, codes8_at(src, i, t.bits), levels == 16);
     sq = _mm256_add_ps(sq, _mm256_mul_ps(c, c));
     _mm256_storeu_ps(y + i, c);
   }
@@ -300,7 +269,7 @@ void decode_value_avx2(const TqType& t, const std::uint8_t* src, float* y) {
   const __m256 scale = _mm256_set1_ps(get_f16(src + code_bytes(t)));
   const __m256 zero = _mm256_set1_ps(get_f16(src + code_bytes(t) + 2));
   for (std::size_t i = 0; i < t.head_dim; i += 8) {
-    const __m256 q = _mm256_cvtepi32_ps(indices8(src, i, t.bits));
+    const __m256 q = _mm256_cvtepi32_ps(codes8_at(src, i, t.bits));
     _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(q, scale), zero));
   }
 }
