@@ -52,3 +52,28 @@ if(AKV_FUZZ)
   endif()
   target_compile_options(akv_options INTERFACE -fsanitize=fuzzer-no-link)
 endif()
+
+# The AVX-512 variants of the vector kernels are compiled on x86-64 with GCC or Clang
+# (core/isa.cpp then lets best_isa() choose them at run time); elsewhere only AVX2 and scalar code.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  set(AKV_AVX512_KERNELS ON)
+else()
+  set(AKV_AVX512_KERNELS OFF)
+endif()
+
+# akv_avx512_source(TARGET SOURCE FEATURES f vl ... [OPTIONS opt ...]): adds SOURCE, an AVX-512
+# variant of a kernel, to TARGET, compiled with -mavx512<feature> for each feature and OPTIONS.
+# GCC 12 reports the undefined upper lanes of its AVX-512 casts and inserts (_mm512_undefined_* in
+# its headers) as uninitialized, a false positive: those warnings are off for these files.
+function(akv_avx512_source target source)
+  cmake_parse_arguments(PARSE_ARGV 2 ARG "" "" "FEATURES;OPTIONS")
+  set(flags ${ARG_OPTIONS})
+  foreach(feature IN LISTS ARG_FEATURES)
+    list(APPEND flags -mavx512${feature})
+  endforeach()
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    list(APPEND flags -Wno-uninitialized -Wno-maybe-uninitialized)
+  endif()
+  target_sources(${target} PRIVATE ${source})
+  set_source_files_properties(${source} PROPERTIES COMPILE_OPTIONS "${flags}")
+endfunction()
