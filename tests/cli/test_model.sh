@@ -74,6 +74,11 @@ expect "evaluate --model: kvzap scores the prefill's attention inputs" 0 "kvzap:
 expect_error "kvzap on a dump without attention inputs" 1 "/layers/0/attn_input = missing" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/zs.h5" -m kvzap --surrogate "$TMP/zcal.json" --budget 0.5
 [[ -e $TMP/zs.h5 ]] && fail "no output after a refused kvzap" || pass "no output after a refused kvzap"
+"$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); j["layers"][1]["heads"][2]["kvzap"]["weight"].pop(); json.dump(j, open(sys.argv[2], "w"))' \
+  "$TMP/zcal.json" "$TMP/zcal_short.json"
+expect_error "kvzap with a surrogate of another width" 2 "layers\[1\].heads\[2\].kvzap.weight = 63" \
+  "$AKV" evaluate -q --model "$M" --text "$T" --tokenizer bytes --ctx 160 --sequences 1 \
+  --methods "kvzap:budget=0.5:surrogate=$TMP/zcal_short.json"
 expect_error "kvzap with a calibration file fitted without attention inputs" 2 "layers\[0\].heads\[0\].kvzap" \
   "$AKV" compress -q "$TMP/z2.h5" -o "$TMP/zs.h5" -m kvzap --surrogate "$TMP/qcal.json" --budget 0.5
 "$AKV" calibrate -q "$TMP/s.h5" -o "$TMP/tcal.json" --bits 2,4 --no-nuq --types f16,fp8_e4m3,tq4nc,tqv4 \
