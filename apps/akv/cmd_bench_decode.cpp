@@ -1,7 +1,12 @@
 // akv bench decode: model prefill and decode throughput of each cache method next to the full
 // cache, in the same run.
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
 #include "akv/bench/decode_bench.h"
 #include "akv/core/atomic_file.h"
+#include "akv/core/errors.h"
 #include "akv/core/isa.h"
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
@@ -16,7 +21,7 @@ void register_bench_decode(CLI::App* bench, const GlobalOptions& global) {
   struct DecodeOptions {
     std::string model, tokens, weights = "stored";
     std::vector<std::string> methods = {"none", "kivi-4", "kivi-2", "adakv:budget=0.5:window=16"};
-    std::size_t prefill = 256, sequences = 4, batch = 1;
+    std::size_t prefill = 256, sequences = 4, batch = 1, max_context = 0;
     int repeats = 3;
     bool json = false, no_full = false;
     std::string output = "-", shard;
@@ -44,6 +49,10 @@ void register_bench_decode(CLI::App* bench, const GlobalOptions& global) {
   dec->add_flag("--no-full", dopt->no_full,
                 "Time no full-cache lane: its f32 K/V (the largest cache) then take no memory, so the process's "
                 "peak RSS is the methods' own; the x full time column is left empty (null in JSON)");
+  dec->add_option("--max-context", dopt->max_context,
+                  "Refuse sequences longer than this many positions (0 = no limit: past the model's trained "
+                  "context the run goes on with a warning on stderr, as evaluate --model and llama.cpp do)")
+      ->capture_default_str();
   dec->add_flag("--json", dopt->json, "Print JSON");
   dec->add_option("-o,--output", dopt->output, "Write to this file (atomically) instead of stdout")
       ->capture_default_str();
@@ -56,10 +65,21 @@ void register_bench_decode(CLI::App* bench, const GlobalOptions& global) {
     std::vector<std::string> inputs = model_run_inputs(dopt->model, methods);
     inputs.push_back(dopt->tokens);
     check_output_distinct(dopt->output, inputs);
-    const Model m = load_model(dopt->model, parse_weight_mode(dopt->weights));
+    Model m = load_model(dopt->model, parse_weight_mode(dopt->weights));
+    m.set_position_limit(dopt->max_context ? dopt->max_context : std::numeric_limits<std::size_t>::max());
     auto seqs = read_token_file(dopt->tokens);
     m.check_tokens(seqs, dopt->tokens);
     if (dopt->sequences && seqs.size() > dopt->sequences) seqs.resize(dopt->sequences);
+    std::size_t longest = 0;
+    for (const auto& s : seqs) longest = std::max(longest, s.size());
+    if (longest > m.position_limit()) {
+      throw InvalidInput("a sequence longer than " + m.limit_text(), {dopt->tokens, "length", std::to_string(longest)});
+    }
+    if (longest > m.config().seq_len) {
+      std::fprintf(stderr, "akv: warning: the run reaches position %zu, past the model's trained context (seq_len %zu): "
+                           "positions beyond it get RoPE angles the model never saw (--max-context %zu refuses such runs)\n",
+                   longest, m.config().seq_len, m.config().seq_len);
+    }
     const std::optional<Shard> shard = dopt->shard.empty() ? std::nullopt : std::optional<Shard>(parse_shard(dopt->shard));
     DecodeBenchResult r = bench_decode(m, seqs, methods, dopt->prefill, dopt->repeats, shard, dopt->batch, global.threads,
                                       !dopt->no_full);

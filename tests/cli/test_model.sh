@@ -135,6 +135,11 @@ expect "bench decode" 0 "x full time" \
   "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2
 expect "bench decode --json names its format" 0 '"format": "akv-bench-decode"' \
   "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2 --json
+"$PY" -c 'import random; random.seed(4); print(" ".join(str(random.randrange(1, 500)) for _ in range(600)))' >"$TMP/t600.txt"
+expect "bench decode past the trained context: a warning, the run goes on" 0 "past the model's trained context \(seq_len 512\)" \
+  "$AKV" bench decode --model "$M" --tokens "$TMP/t600.txt" --prefill 500 --sequences 1 --repeats 1 --methods kivi-2
+expect_error "bench decode --max-context refuses it" 2 "t600.txt: length = 600" \
+  "$AKV" bench decode --model "$M" --tokens "$TMP/t600.txt" --prefill 500 --sequences 1 --repeats 1 --methods kivi-2 --max-context 512
 run "$AKV" bench decode --model "$M" --tokens "$T" --sequences 2 --repeats 1 --methods kivi-2,snapkv:budget=0.5:window=16 --no-full --json
 expect_equal "bench decode --no-full: no full row, the ratios null" \
   "$("$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); print([(m["method"], m["time_per_token_vs_full"]) for m in j["methods"]])' "$TMP/out")" \
