@@ -8,6 +8,22 @@
 
 namespace akv::test {
 
+// A small Llama shape for those tests: width 32, MLP 48, 4 query heads over 2 KV heads, rotate-half
+// RoPE; the rest given.
+inline ModelConfig small_config(std::size_t n_layers, std::size_t head_dim, std::size_t vocab, std::size_t seq_len) {
+  ModelConfig c;
+  c.dim = 32;
+  c.hidden_dim = 48;
+  c.n_layers = n_layers;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = head_dim;
+  c.vocab_size = vocab;
+  c.seq_len = seq_len;
+  c.rope_layout = RopeLayout::rotate_half;
+  return c;
+}
+
 inline Model random_model(const ModelConfig& c, std::uint64_t seed, double scale) {
   ModelWeights w;
   Rng r(seed);

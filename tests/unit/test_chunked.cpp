@@ -23,17 +23,7 @@ CompressParams params(const std::string& spec) { return resolve_params(parse_met
 
 // A random Llama: 2 layers, 4 query heads over 2 KV heads of 32 dims, a 64-token vocabulary.
 Model random_model() {
-  ModelConfig c;
-  c.dim = 32;
-  c.hidden_dim = 48;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 32;
-  c.vocab_size = 64;
-  c.seq_len = 256;
-  c.rope_layout = RopeLayout::rotate_half;
-  return test::random_model(c, 11, 0.4);
+  return test::random_model(test::small_config(2, 32, 64, 256), 11, 0.4);
 }
 
 std::vector<std::int32_t> tokens(std::size_t n, std::uint64_t seed) {

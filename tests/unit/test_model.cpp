@@ -128,16 +128,7 @@ TEST_CASE("stories260K: prefill and decode logits match llama2.c", "[model]") {
 
 TEST_CASE("prefill over several row blocks: decode's logits and K/V, the window's queries across a block edge, "
           "the attention inputs block by block", "[model]") {
-  ModelConfig c;
-  c.dim = 32;
-  c.hidden_dim = 48;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 16;
-  c.vocab_size = 40;
-  c.seq_len = 2048;
-  c.rope_layout = RopeLayout::rotate_half;
+  const ModelConfig c = test::small_config(2, 16, 40, 2048);
   const Model m = test::random_model(c, 23, 0.3);
   const std::size_t n = 2 * kPrefillBlock + 76;  // two whole blocks and a part (not a whole tile)
   Rng r(5);
@@ -191,16 +182,7 @@ TEST_CASE("prefill over several row blocks: decode's logits and K/V, the window'
 
 TEST_CASE("caches that take the prompt a layer at a time during the prefill equal ingest_prompt's; the "
           "prefill then keeps no layer", "[model]") {
-  ModelConfig c;
-  c.dim = 32;
-  c.hidden_dim = 48;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 32;
-  c.vocab_size = 40;
-  c.seq_len = 1024;
-  c.rope_layout = RopeLayout::rotate_half;
+  const ModelConfig c = test::small_config(3, 32, 40, 1024);
   const Model m = test::random_model(c, 29, 0.3);
   Rng r(8);
   std::vector<std::int32_t> seq(700);
