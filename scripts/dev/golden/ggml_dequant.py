@@ -24,12 +24,13 @@ x86 build of ggml with FMA does.
 import argparse
 import importlib
 import json
-import subprocess
 import sys
 import types
 from pathlib import Path
 
 import numpy as np
+
+from reference import commit_of
 
 # (name, blocks of random bytes, byte offsets of f16 scale fields in a block)
 TYPES = [("F16", 0, []), ("BF16", 0, []), ("Q4_0", 6, [0]), ("Q4_1", 6, [0, 2]), ("Q5_0", 6, [0]),
@@ -41,11 +42,6 @@ def load_quants(gguf_py):
     pkg.__path__ = [str(Path(gguf_py) / "gguf")]
     sys.modules["gguf"] = pkg
     return importlib.import_module("gguf.quants"), importlib.import_module("gguf.constants")
-
-
-def commit_of(path):
-    r = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return r.stdout.strip() or "unknown"
 
 
 def main():

@@ -26,7 +26,6 @@ group order (keys: token group, then channel; values: token, then channel group)
 import argparse
 import importlib.util
 import json
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -35,6 +34,8 @@ import h5py
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
+
+from reference import commit_of
 
 
 class HalfOnCpu(TorchFunctionMode):
@@ -69,11 +70,6 @@ def load_new_pack(checkout):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def commit_of(checkout):
-    r = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return r.stdout.strip() or "unknown"
 
 
 def prefill_split(n, residual):

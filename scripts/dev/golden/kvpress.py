@@ -36,7 +36,6 @@ import argparse
 import importlib
 import json
 import math
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -44,7 +43,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
-from stand_in import StandIn
+from reference import KVPRESS_TRANSFORMERS, StandIn, commit_of, source_packages
 
 TIE = 1e-5
 
@@ -71,19 +70,13 @@ def rope_cos_sin(theta, head_dim, position_ids, dtype):
 
 
 def stand_ins(checkout):
-    for name in ("transformers", "transformers.models", "transformers.models.llama",
-                 "transformers.models.gemma3", "transformers.models.gemma3.modeling_gemma3",
-                 "transformers.models.phi3", "transformers.models.phi3.modeling_phi3",
-                 "transformers.models.qwen3", "transformers.models.qwen3.modeling_qwen3"):
+    for name in ("transformers",) + KVPRESS_TRANSFORMERS:
         sys.modules.setdefault(name, StandIn(name))
     llama = StandIn("transformers.models.llama.modeling_llama")
     llama.repeat_kv = repeat_kv
     llama.rotate_half = rotate_half
     sys.modules["transformers.models.llama.modeling_llama"] = llama
-    for name, sub in (("kvpress", "kvpress"), ("kvpress.presses", "kvpress/presses")):
-        package = types.ModuleType(name)
-        package.__path__ = [str(Path(checkout) / sub)]
-        sys.modules[name] = package
+    source_packages(checkout, ("kvpress", "kvpress.presses"))
 
 
 class Attention:
@@ -200,11 +193,6 @@ def critical_entries(f, module, ratio, shape, cos, sin, checkout):
                 entry.update({"capacity_rule": "kvpress", "alpha": 0.2})
             entries[f"{method}/{score_name}"] = entry
     return entries
-
-
-def commit_of(checkout):
-    out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
 
 
 def main():

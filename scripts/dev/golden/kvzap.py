@@ -27,7 +27,6 @@ Needs torch (Debian's python3-torch), scikit-learn (python3-sklearn) and h5py.
 import argparse
 import importlib
 import json
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
-from stand_in import StandIn
+from reference import KVPRESS_TRANSFORMERS, StandIn, commit_of, source_packages
 
 TIE = 1e-5
 
@@ -57,10 +56,7 @@ def stand_ins(kvpress):
     transformers.PretrainedConfig = PretrainedConfig
     transformers.PreTrainedModel = PreTrainedModel
     sys.modules["transformers"] = transformers
-    for name in ("transformers.models", "transformers.models.llama", "transformers.models.llama.modeling_llama",
-                 "transformers.models.gemma3", "transformers.models.gemma3.modeling_gemma3",
-                 "transformers.models.phi3", "transformers.models.phi3.modeling_phi3",
-                 "transformers.models.qwen3", "transformers.models.qwen3.modeling_qwen3"):
+    for name in KVPRESS_TRANSFORMERS:
         sys.modules[name] = StandIn(name)
     for name in ("skorch", "skorch.callbacks", "skorch.dataset", "fire", "kvzap.data"):
         sys.modules[name] = StandIn(name)
@@ -68,10 +64,7 @@ def stand_ins(kvpress):
     tqdm.tqdm = lambda it, *a, **k: it
     sys.modules["tqdm"] = StandIn("tqdm")
     sys.modules["tqdm.auto"] = tqdm
-    for name, sub in (("kvpress", "kvpress"), ("kvpress.presses", "kvpress/presses"), ("kvzap", "kvzap")):
-        package = types.ModuleType(name)
-        package.__path__ = [str(Path(kvpress) / sub)]
-        sys.modules[name] = package
+    source_packages(kvpress, ("kvpress", "kvpress.presses", "kvzap"))
 
 
 def read_dump(path):
@@ -82,11 +75,6 @@ def read_dump(path):
         keys = [f[f"layers/{l}/key"][...].astype(np.float32) for l in range(n_layers)]
         values = [f[f"layers/{l}/value"][...].astype(np.float32) for l in range(n_layers)]
         return x, s, keys, values, int(f.attrs["head_dim"])
-
-
-def commit_of(checkout):
-    out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
 
 
 def main():

@@ -33,7 +33,6 @@ import importlib.util
 import io
 import json
 import math
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -41,7 +40,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
-from stand_in import StandIn
+from reference import StandIn, commit_of
 
 
 def load_module(path, name):
@@ -49,11 +48,6 @@ def load_module(path, name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def commit_of(checkout):
-    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return commit.stdout.strip() or "unknown"
 
 
 def stand_ins():

@@ -28,7 +28,6 @@ import argparse
 import importlib
 import json
 import runpy
-import subprocess
 import sys
 import tempfile
 import types
@@ -37,7 +36,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
-from stand_in import StandIn
+from reference import StandIn, commit_of, source_packages
 
 TIE = 1e-5
 
@@ -120,16 +119,8 @@ def make_filters(checkout, queries):
         return torch.load(Path(tmp) / "dumps_qfilt" / "state.pt")["q_filters"]
 
 
-def commit_of(checkout):
-    out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
-
-
 def press_entry(kvpress, filters, dump, ratio):
-    for name, sub in (("kvpress", "kvpress"), ("kvpress.presses", "kvpress/presses")):
-        package = types.ModuleType(name)
-        package.__path__ = [str(Path(kvpress) / sub)]
-        sys.modules[name] = package
+    source_packages(kvpress, ("kvpress", "kvpress.presses"))
     press = importlib.import_module("kvpress.presses.qfilter_press").QFilterPress(compression_ratio=ratio)
     press.q_filters = filters.float()
     layers = []
