@@ -190,27 +190,47 @@ TEST_CASE("caches that take the prompt a layer at a time during the prefill equa
   const std::vector<std::int32_t> prompt(seq.begin(), seq.begin() + 600);
   const KvGeometry g{c.kv_shape(), seq.size()};
   const PrefillResult whole = m.prefill(prompt, false);
+  // Eviction whose allocator splits each layer's budget alone plans each layer as it comes, from
+  // the last queries it reads; adakv-global and CriticalKV plan the whole prompt.
   for (const char* spec : {"full", "kivi-2", "kivi-4:rotate=hadamard", "k4v2:pre-rope", "ggml:k=q4_0:v=q8_0",
-                           "fp8:scale=tensor", "snapkv:budget=0.5"}) {
+                           "fp8:scale=tensor", "snapkv:budget=0.5", "adakv:budget=0.3:quant=k4v2", "pyramid:budget=0.4",
+                           "h2o:budget=0.5", "expected-attention:budget=0.5", "tova:budget=0.5", "knorm:budget=0.5",
+                           "adakv-global:budget=0.5", "snapkv:budget=0.5:critical=on"}) {
     INFO(spec);
     const std::optional<CompressParams> p = resolve_method_spec(spec);
     auto a = make_kv_policy(p, g, 1), b = make_kv_policy(p, g, 1);
-    a->ingest_prompt({&whole.query, &whole.key, &whole.key_pre_rope, &whole.value, prompt.size()});
-    if (!b->takes_prompt_layers()) {  // an eviction plan reads the whole prompt
-      CHECK(std::string(spec) == "snapkv:budget=0.5");
-      CHECK_THROWS_AS(b->ingest_prompt_layer(0, {&whole.key[0], &whole.key_pre_rope[0], &whole.value[0]}), std::logic_error);
+    a->ingest_prompt({&whole.query, &whole.key, &whole.key_pre_rope, &whole.value, prompt.size(), nullptr,
+                      [&m](std::size_t l, RowMatrix& wo) { wo = m.weights().layers[l].wo.to_f32(); }});
+    if (!b->takes_prompt_layers()) {  // an allocator over every layer, or CriticalKV's W_o
+      CHECK((std::string(spec).rfind("adakv-global", 0) == 0 || std::string(spec).find("critical") != std::string::npos));
+      CHECK_THROWS_AS(b->ingest_prompt_layer(0, {&whole.key[0], &whole.key_pre_rope[0], &whole.value[0], &whole.query[0]}),
+                      std::logic_error);
       continue;
     }
+    const std::size_t rows = prompt_query_rows(p, prompt.size());
+    const bool every = std::string(spec).rfind("h2o", 0) == 0 || std::string(spec).rfind("expected", 0) == 0;
+    CHECK(rows == (!p || !p->eviction() ? 0 : every ? 600 : std::max<std::size_t>(p->eviction()->score.window, 1)));
     std::size_t fed = 0;
-    const PrefillResult streamed = m.prefill(prompt, false, 1, 0, {}, [&](std::size_t l, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
-      CHECK(l == fed++);
-      b->ingest_prompt_layer(l, {&k, &kp, &v});
-      return false;
-    });
+    const PrefillResult streamed =
+        m.prefill(prompt, false, 1, rows, {}, [&](std::size_t l, const Tensor3& q, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
+          CHECK(l == fed++);
+          CHECK(q.dim1() == rows);
+          b->ingest_prompt_layer(l, {&k, &kp, &v, &q});
+          return false;
+        });
     CHECK(fed == c.n_layers);
     CHECK(streamed.logits == whole.logits);
     CHECK(streamed.key[1].size() == 0);
+    CHECK(streamed.query[1].size() == 0);
     CHECK(a->bytes() == b->bytes());
+    for (std::size_t l = 0; l < c.n_layers; ++l) {
+      for (std::size_t h = 0; h < c.n_kv_heads; ++h) {
+        const KvView x = a->view(l, h), y = b->view(l, h);
+        REQUIRE(x.n == y.n);
+        CHECK(std::equal(x.position, x.position + x.n, y.position));
+        CHECK((x.n < prompt.size()) == (p && p->eviction()));
+      }
+    }
     for (std::size_t pos = prompt.size(); pos < seq.size(); ++pos) {
       const std::vector<float> x = m.decode(seq[pos], pos, *a), y = m.decode(seq[pos], pos, *b);
       REQUIRE(x == y);

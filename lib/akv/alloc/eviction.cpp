@@ -185,17 +185,103 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
       p, threads, progress, given ? &*given : nullptr, out_proj ? dump_out_proj(dump) : OutProjSource{});
 }
 
-EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
-                           const EvictionParams& requested, int threads,
-                           const ProgressFn& progress, const TokenScores* given, const OutProjSource& out_proj) {
-  EvictionParams p = requested;
+struct EvictionPlanner::State {
+  KvWindow m;
+  EvictionParams p;
+  AllocMethod planned = AllocMethod::uniform;  // the allocator, a budgets file's own
+  const TokenScores* given = nullptr;
   std::vector<std::vector<std::size_t>> file_budgets;
-  AllocMethod planned = p.alloc;  // the allocator, a budgets file's own
+  QFilters qfilters;              // qfilter: [layer][kv head][head_dim]
+  std::vector<double> duo_heads;  // duo with heads=: [layer * H + head] streaming errors
+  EvictionPlan plan;
+  std::size_t base = 0;                   // selectable tokens per head (the allocator's base)
+  std::vector<std::size_t> layer_base;    // pyramid, adakv-pyramid: each layer's base
+  std::vector<std::size_t> critical_base; // CriticalKV under kvpress's capacity rule: each layer's base
+  bool protects = false;                  // CriticalKV: stage 1 keeps what the capacity rule protected
+  // Per layer until its plan is made: each head's scores, selectable positions by score, their
+  // scores in that order, and (CriticalKV) the norms of its values through W_o.
+  std::vector<std::vector<HeadScores>> scores;
+  std::vector<std::vector<std::vector<std::size_t>>> order;
+  std::vector<SortedScores> sorted;
+  std::vector<std::vector<std::vector<double>>> out_norm;
+  std::size_t added = 0;
+  std::vector<bool> taken;
+
+  bool local() const {
+    switch (p.alloc) {
+      case AllocMethod::adakv_global:
+      case AllocMethod::duo:
+      case AllocMethod::joint: return false;
+      default: return true;
+    }
+  }
+
+  // Layer l's extra (selectable) tokens per head, for a layer-local allocator.
+  std::vector<std::size_t> layer_extra(std::size_t l) const {
+    const std::size_t H = m.n_kv_heads;
+    switch (p.alloc) {
+      case AllocMethod::uniform: return allocate_uniform(sorted[l], base);
+      case AllocMethod::adakv: return allocate_adakv(sorted[l], base, p.alpha, p.capacity_rule, plan.forced);
+      case AllocMethod::waterfill: return allocate_waterfill(sorted[l], H * base, p.min_tokens, p.step);
+      case AllocMethod::pyramid: return allocate_uniform(sorted[l], layer_base[l]);
+      case AllocMethod::adakv_pyramid:
+        return allocate_adakv(sorted[l], layer_base[l], p.alpha, p.capacity_rule, plan.forced);
+      case AllocMethod::file: {
+        std::vector<std::size_t> extra(H);
+        for (std::size_t h = 0; h < H; ++h) extra[h] = file_budgets[l][h] - plan.forced;
+        return extra;
+      }
+      default: throw std::logic_error("EvictionPlanner: not a layer-local allocator");
+    }
+  }
+
+  // Layer l's heads planned with `extra` selectable tokens each; its scores dropped.
+  void select(std::size_t l, const std::vector<std::size_t>& extra, int threads) {
+    const std::size_t T = m.n_tokens, H = m.n_kv_heads, W = p.score.window;
+    if (p.critical) {
+      parallel_for(H, threads, [&](std::size_t h) {
+        const std::size_t budget = plan.forced + extra[h];
+        // Python's int(head_budget * first_stage_ratio), the forced tokens among them.
+        const auto stage1 = static_cast<std::size_t>(static_cast<double>(budget) * p.first_stage);
+        std::size_t first = stage1 > plan.forced ? stage1 - plan.forced : 0;
+        if (protects) first = std::max(first, kvpress_protected(critical_base[l], plan.forced, p.alpha, order[l][h].size()));
+        critical_select(order[l][h], extra[h], first, scores[l][h].score, out_norm[l][h]);
+      });
+    }
+    for (std::size_t h = 0; h < H; ++h) {
+      HeadPlan& hp = plan.heads[l][h];
+      for (std::size_t t = 0; t < T; ++t) {
+        if (is_forced(t, T, p.sinks, W)) hp.kept.push_back(static_cast<std::int32_t>(t));
+      }
+      for (std::size_t i = 0; i < extra[h]; ++i) hp.kept.push_back(static_cast<std::int32_t>(order[l][h][i]));
+      std::sort(hp.kept.begin(), hp.kept.end());
+      hp.tokens = hp.kept.size();
+      for (std::int32_t t : hp.kept) {
+        hp.retained_mass += scores[l][h].mass[static_cast<std::size_t>(t)];
+        hp.kept_score.push_back(scores[l][h].score[static_cast<std::size_t>(t)]);
+      }
+    }
+    scores[l] = {};
+    order[l] = {};
+    sorted[l] = {};
+    if (p.critical) out_norm[l] = {};
+  }
+};
+
+EvictionPlanner::EvictionPlanner(const KvWindow& m, const EvictionParams& requested, const TokenScores* given,
+                                 bool out_proj)
+    : s_(std::make_unique<State>()) {
+  State& s = *s_;
+  s.m = m;
+  s.given = given;
+  EvictionParams& p = s.p;
+  p = requested;
+  s.planned = p.alloc;
   if (p.alloc == AllocMethod::file) {
     // Score options and sinks come from the file, so selection matches its allocation.
     BudgetsRead file = read_budgets(p.budgets_file, m);
-    file_budgets = std::move(file.tokens);
-    planned = file.params.alloc;
+    s.file_budgets = std::move(file.tokens);
+    s.planned = file.params.alloc;
     EvictionParams fp = file.params;
     fp.alloc = AllocMethod::file;
     fp.budgets_file = p.budgets_file;
@@ -210,141 +296,125 @@ EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
                      "or akv evaluate --model", {"", "--score", "kvzap"});
   }
   validate_score_options(p.score, m);
-  const std::size_t T = m.n_tokens, L = m.n_layers, H = m.n_kv_heads, W = p.score.window;
+  const std::size_t T = m.n_tokens, L = m.n_layers, H = m.n_kv_heads;
   if (score_is_given(p.score.method)) {
     if (given->size() != L || (*given)[0].size() != H || (*given)[0][0].size() != T) {
       throw std::logic_error("plan_eviction: the given scores do not match the shape");
     }
   }
-  QFilters qfilters;  // qfilter: [layer][kv head][head_dim]
-  if (p.score.method == ScoreMethod::qfilter) qfilters = read_calibration_qfilters(p.score.qfilters, m);
-  std::vector<double> duo_heads;  // duo with heads=: [layer * H + head] streaming errors
-  if (p.alloc == AllocMethod::duo && !p.duo_heads.empty()) duo_heads = read_duo_heads(p, L, H);
+  if (p.score.method == ScoreMethod::qfilter) s.qfilters = read_calibration_qfilters(p.score.qfilters, m);
+  if (p.alloc == AllocMethod::duo && !p.duo_heads.empty()) s.duo_heads = read_duo_heads(p, L, H);
   if (p.critical && !out_proj) {
     throw UsageError("CriticalKV weighs values by the attention output projection: it needs a dump with "
                      "/layers/L/o_proj or akv evaluate --model", {"", "--critical", "on"});
   }
-  EvictionPlan plan;
+  if (p.alloc == AllocMethod::joint) {
+    throw UsageError("joint plans are made by plan_joint (kv/joint.h), not by plan_eviction",
+                     {"", "--method", "joint"});
+  }
+  EvictionPlan& plan = s.plan;
   plan.params = p;
   plan.n_tokens = T;
-  plan.forced = forced_tokens(T, p.sinks, W);
+  plan.forced = forced_tokens(T, p.sinks, p.score.window);
   if (p.alloc == AllocMethod::file) {
     plan.budget_per_head = 0;
-    for (const auto& l : file_budgets) plan.budget_per_head = std::accumulate(l.begin(), l.end(), plan.budget_per_head);
+    for (const auto& l : s.file_budgets) plan.budget_per_head = std::accumulate(l.begin(), l.end(), plan.budget_per_head);
     plan.budget_per_head /= (L * H);
   } else {
     plan.budget_per_head = budget_per_head(p, m);
   }
-  // Scores of every head, then each head's selectable positions sorted by score.
-  std::vector<std::vector<HeadScores>> scores(L, std::vector<HeadScores>(H));
-  std::vector<std::vector<std::vector<std::size_t>>> order(L, std::vector<std::vector<std::size_t>>(H));
-  std::vector<SortedScores> sorted(L, SortedScores(H));
-  Tensor3 key, query, value;  // each layer in the previous one's storage
-  const bool values = score_reads_values(p.score) || p.critical;
-  std::vector<std::vector<std::vector<double>>> out_norm(p.critical ? L : 0);  // [layer][kv head][token]
-  RowMatrix wo;
-  for (std::size_t l = 0; l < L; ++l) {
-    source(l, query, key, values ? &value : nullptr);
-    if (p.critical) {
-      out_proj(l, wo);
-      out_norm[l] = projected_value_norms(value, wo, m.n_heads, threads);
-    }
-    parallel_for(H, threads, [&](std::size_t h) {
-      scores[l][h] = score_head(query, key, h, m, p.score, values ? &value : nullptr, p.sinks);
-      if (score_is_given(p.score.method)) scores[l][h].score = (*given)[l][h];
-      if (p.score.method == ScoreMethod::qfilter) scores[l][h].score = qfilter_scores(key, h, qfilters[l][h]);
-      const std::vector<double>& s = scores[l][h].score;
-      std::vector<std::size_t>& o = order[l][h];
-      for (std::size_t t = 0; t < T; ++t) {
-        if (!is_forced(t, T, p.sinks, W)) o.push_back(t);
-      }
-      std::stable_sort(o.begin(), o.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
-      sorted[l][h].resize(o.size());
-      for (std::size_t i = 0; i < o.size(); ++i) sorted[l][h][i] = s[o[i]];
-    });
-    if (progress) progress(l + 1, L);
-  }
-  // Extra (selectable) tokens per head.
-  const std::size_t base = plan.budget_per_head - std::min(plan.budget_per_head, plan.forced);
-  std::vector<std::vector<std::size_t>> extra(L);
-  switch (p.alloc) {
-    case AllocMethod::uniform:
-      for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_uniform(sorted[l], base);
-      break;
-    case AllocMethod::adakv:
-      for (std::size_t l = 0; l < L; ++l) extra[l] = allocate_adakv(sorted[l], base, p.alpha, p.capacity_rule, plan.forced);
-      break;
-    case AllocMethod::waterfill:
-      for (std::size_t l = 0; l < L; ++l) {
-        extra[l] = allocate_waterfill(sorted[l], H * base, p.min_tokens, p.step);
-      }
-      break;
-    case AllocMethod::pyramid:
-    case AllocMethod::adakv_pyramid: {
-      const std::vector<std::size_t> layer = layer_bases(p, p.alloc, L, base, T, plan.forced);
-      for (std::size_t l = 0; l < L; ++l) {
-        extra[l] = p.alloc == AllocMethod::pyramid ? allocate_uniform(sorted[l], layer[l])
-                                                   : allocate_adakv(sorted[l], layer[l], p.alpha, p.capacity_rule, plan.forced);
-      }
-      break;
-    }
-    case AllocMethod::adakv_global:
-      extra = across_layers(sorted, [&](const SortedScores& all) {
-        return allocate_adakv(all, base, p.alpha, p.capacity_rule, plan.forced);
-      });
-      break;
-    case AllocMethod::duo:
-      extra = across_layers(sorted, [&](const SortedScores& all) {
-        return allocate_duo(all, base, duo_heads.empty() ? nullptr : &duo_heads);
-      });
-      break;
-    case AllocMethod::joint:
-      throw UsageError("joint plans are made by plan_joint (kv/joint.h), not by plan_eviction",
-                       {"", "--method", "joint"});
-    case AllocMethod::file:
-      for (std::size_t l = 0; l < L; ++l) {
-        extra[l].resize(H);
-        for (std::size_t h = 0; h < H; ++h) extra[l][h] = file_budgets[l][h] - plan.forced;
-      }
-      break;
-  }
+  plan.heads.assign(L, std::vector<HeadPlan>(H));
+  s.base = plan.budget_per_head - std::min(plan.budget_per_head, plan.forced);
+  s.layer_base = layer_bases(p, p.alloc, L, s.base, T, plan.forced);
   if (p.critical) {
     // Stage 1 also keeps what kvpress's capacity rule protected (a budgets file: as its allocator did).
-    const bool protects = p.capacity_rule == CapacityRule::kvpress &&
-                          (planned == AllocMethod::adakv || planned == AllocMethod::adakv_pyramid ||
-                           planned == AllocMethod::adakv_global);
+    s.protects = p.capacity_rule == CapacityRule::kvpress &&
+                 (s.planned == AllocMethod::adakv || s.planned == AllocMethod::adakv_pyramid ||
+                  s.planned == AllocMethod::adakv_global);
     const std::size_t file_budget = p.alloc == AllocMethod::file ? budget_per_head(p, m) : 0;
-    const std::size_t planned_base = p.alloc == AllocMethod::file ? file_budget - std::min(file_budget, plan.forced) : base;
-    const std::vector<std::size_t> layer_base =
-        protects ? layer_bases(p, planned, L, planned_base, T, plan.forced) : std::vector<std::size_t>(L, 0);
-    for (std::size_t l = 0; l < L; ++l) {
-      parallel_for(H, threads, [&](std::size_t h) {
-        const std::size_t budget = plan.forced + extra[l][h];
-        // Python's int(head_budget * first_stage_ratio), the forced tokens among them.
-        const auto stage1 = static_cast<std::size_t>(static_cast<double>(budget) * p.first_stage);
-        std::size_t first = stage1 > plan.forced ? stage1 - plan.forced : 0;
-        if (protects) first = std::max(first, kvpress_protected(layer_base[l], plan.forced, p.alpha, order[l][h].size()));
-        critical_select(order[l][h], extra[l][h], first, scores[l][h].score, out_norm[l][h]);
-      });
-    }
+    const std::size_t planned_base = p.alloc == AllocMethod::file ? file_budget - std::min(file_budget, plan.forced) : s.base;
+    s.critical_base = s.protects ? layer_bases(p, s.planned, L, planned_base, T, plan.forced) : std::vector<std::size_t>(L, 0);
   }
-  plan.heads.assign(L, std::vector<HeadPlan>(H));
-  for (std::size_t l = 0; l < L; ++l) {
-    for (std::size_t h = 0; h < H; ++h) {
-      HeadPlan& hp = plan.heads[l][h];
-      for (std::size_t t = 0; t < T; ++t) {
-        if (is_forced(t, T, p.sinks, W)) hp.kept.push_back(static_cast<std::int32_t>(t));
-      }
-      for (std::size_t i = 0; i < extra[l][h]; ++i) hp.kept.push_back(static_cast<std::int32_t>(order[l][h][i]));
-      std::sort(hp.kept.begin(), hp.kept.end());
-      hp.tokens = hp.kept.size();
-      for (std::int32_t t : hp.kept) {
-        hp.retained_mass += scores[l][h].mass[static_cast<std::size_t>(t)];
-        hp.kept_score.push_back(scores[l][h].score[static_cast<std::size_t>(t)]);
-      }
+  s.scores.resize(L);
+  s.order.resize(L);
+  s.sorted.resize(L);
+  s.out_norm.resize(p.critical ? L : 0);
+  s.taken.assign(L, false);
+}
+
+EvictionPlanner::~EvictionPlanner() = default;
+EvictionPlanner::EvictionPlanner(EvictionPlanner&&) noexcept = default;
+EvictionPlanner& EvictionPlanner::operator=(EvictionPlanner&&) noexcept = default;
+
+const EvictionParams& EvictionPlanner::params() const { return s_->p; }
+bool EvictionPlanner::layer_local() const { return s_->local(); }
+bool EvictionPlanner::reads_values() const { return score_reads_values(s_->p.score) || s_->p.critical; }
+bool EvictionPlanner::reads_out_proj() const { return s_->p.critical; }
+
+void EvictionPlanner::add_layer(std::size_t l, const Tensor3& query, const Tensor3& key, const Tensor3* value,
+                                const RowMatrix* wo, int threads) {
+  State& s = *s_;
+  const EvictionParams& p = s.p;
+  if (l != s.added || l >= s.m.n_layers) throw std::logic_error("EvictionPlanner: layers in order");
+  if ((reads_values() && !value) || (p.critical && !wo)) throw std::logic_error("EvictionPlanner: values and W_o");
+  const std::size_t T = s.m.n_tokens, H = s.m.n_kv_heads, W = p.score.window;
+  if (p.critical) s.out_norm[l] = projected_value_norms(*value, *wo, s.m.n_heads, threads);
+  s.scores[l].resize(H);
+  s.order[l].resize(H);
+  s.sorted[l].resize(H);
+  parallel_for(H, threads, [&](std::size_t h) {
+    HeadScores& hs = s.scores[l][h];
+    hs = score_head(query, key, h, s.m, p.score, reads_values() ? value : nullptr, p.sinks);
+    if (score_is_given(p.score.method)) hs.score = (*s.given)[l][h];
+    if (p.score.method == ScoreMethod::qfilter) hs.score = qfilter_scores(key, h, s.qfilters[l][h]);
+    const std::vector<double>& sc = hs.score;
+    std::vector<std::size_t>& o = s.order[l][h];
+    for (std::size_t t = 0; t < T; ++t) {
+      if (!is_forced(t, T, p.sinks, W)) o.push_back(t);
     }
+    std::stable_sort(o.begin(), o.end(), [&](std::size_t a, std::size_t b) { return sc[a] > sc[b]; });
+    s.sorted[l][h].resize(o.size());
+    for (std::size_t i = 0; i < o.size(); ++i) s.sorted[l][h][i] = sc[o[i]];
+  });
+  ++s.added;
+  if (s.local()) s.select(l, s.layer_extra(l), threads);
+}
+
+std::vector<HeadPlan> EvictionPlanner::take_layer(std::size_t l) {
+  State& s = *s_;
+  if (!s.local() || l >= s.added || s.taken[l]) throw std::logic_error("EvictionPlanner: take an added layer once");
+  s.taken[l] = true;
+  return std::move(s.plan.heads[l]);
+}
+
+EvictionPlan EvictionPlanner::finish(int threads) {
+  State& s = *s_;
+  const std::size_t L = s.m.n_layers;
+  if (s.added != L) throw std::logic_error("EvictionPlanner: finish after every layer");
+  if (!s.local()) {
+    std::vector<std::vector<std::size_t>> extra = across_layers(s.sorted, [&](const SortedScores& all) {
+      return s.p.alloc == AllocMethod::duo
+                 ? allocate_duo(all, s.base, s.duo_heads.empty() ? nullptr : &s.duo_heads)
+                 : allocate_adakv(all, s.base, s.p.alpha, s.p.capacity_rule, s.plan.forced);
+    });
+    for (std::size_t l = 0; l < L; ++l) s.select(l, extra[l], threads);
   }
-  return plan;
+  return std::move(s.plan);
+}
+
+EvictionPlan plan_eviction(const KvWindow& m, const LayerSource& source,
+                           const EvictionParams& requested, int threads,
+                           const ProgressFn& progress, const TokenScores* given, const OutProjSource& out_proj) {
+  EvictionPlanner planner(m, requested, given, static_cast<bool>(out_proj));
+  Tensor3 key, query, value;  // each layer in the previous one's storage
+  RowMatrix wo;
+  for (std::size_t l = 0; l < m.n_layers; ++l) {
+    source(l, query, key, planner.reads_values() ? &value : nullptr);
+    if (planner.reads_out_proj()) out_proj(l, wo);
+    planner.add_layer(l, query, key, planner.reads_values() ? &value : nullptr, &wo, threads);
+    if (progress) progress(l + 1, m.n_layers);
+  }
+  return planner.finish(threads);
 }
 
 std::size_t streaming_victim(const std::int32_t* position, const double* score, std::size_t n,

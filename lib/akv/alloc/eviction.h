@@ -8,6 +8,7 @@
 // (ties: earlier position) and stores all kept tokens in chronological order.
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,43 @@ std::size_t budget_per_head(const EvictionParams& p, const KvWindow& m);
 // to the lower position - the choices of a scan over the rows in chronological order.
 std::size_t streaming_victim(const std::int32_t* position, const double* score, std::size_t n,
                              std::size_t sinks, std::int64_t newest, bool oldest);
+
+// Plans eviction a layer at a time. add_layer scores one layer's heads (layers in order). With an
+// allocator that splits budgets within each layer (layer_local(): uniform, adakv, waterfill,
+// pyramid, adakv-pyramid, a budgets file) that layer's plan is final at once and its scores are
+// dropped: take_layer hands it out, so a caller fed by a prefill holds one layer's tensors at a
+// time. adakv-global and duo allocate over every layer in finish(). Each head's plan does not
+// depend on whether it was taken early: plan_eviction is add_layer over every layer, then finish.
+class EvictionPlanner {
+ public:
+  // Reads what the method's files give (a budgets file, Q-Filters, duo's head scores) and checks
+  // the parameters against `m` (the errors of plan_eviction below). `out_proj`: W_o will come
+  // with each layer (CriticalKV needs it: UsageError otherwise).
+  EvictionPlanner(const KvWindow& m, const EvictionParams& requested, const TokenScores* given = nullptr,
+                  bool out_proj = false);
+  ~EvictionPlanner();
+  EvictionPlanner(EvictionPlanner&&) noexcept;
+  EvictionPlanner& operator=(EvictionPlanner&&) noexcept;
+
+  // The parameters planned with (a budgets file's own score options, sinks and allocator).
+  const EvictionParams& params() const;
+  bool layer_local() const;
+  // Whether add_layer reads values (score_reads_values, CriticalKV) and W_o (CriticalKV).
+  bool reads_values() const;
+  bool reads_out_proj() const;
+  // Layer l (the next one): query [n_heads, m.n_query, hd] (the last n_query positions), key
+  // [n_kv_heads, T, hd], value (the keys' shape) and wo (W_o [dim, n_heads * hd]) when read.
+  void add_layer(std::size_t l, const Tensor3& query, const Tensor3& key, const Tensor3* value,
+                 const RowMatrix* wo, int threads);
+  // layer_local(): layer l's plan [kv head], once added; each layer once.
+  std::vector<HeadPlan> take_layer(std::size_t l);
+  // The plan of every layer added (after the last one); layers taken are empty in it.
+  EvictionPlan finish(int threads);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 // Scores every layer (reading keys and queries a layer at a time), allocates and selects.
 // CriticalKV (p.critical) reads the dump's /layers/L/o_proj (InvalidInput naming it when absent).

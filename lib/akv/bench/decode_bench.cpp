@@ -58,8 +58,9 @@ DecodeBenchResult bench_decode(const Model& model,
   // cache), and the prefill keeps its layers only for the other methods' caches.
   std::vector<PrefillResult> pre(seqs.size());
   std::vector<std::vector<std::unique_ptr<KvPolicy>>> caches(methods.size());  // [method][sequence]
-  // The prompts' queries are kept only when some method's cache reads them.
-  const bool queries = std::any_of(methods.begin(), methods.end(), [](const PplMethod& m) { return reads_prompt_queries(m.params); });
+  // The prompts' last queries are kept as far as some method's cache reads them.
+  std::size_t query_rows = 0;
+  for (const PplMethod& m : methods) query_rows = std::max(query_rows, prompt_query_rows(m.params, prompt));
   double best_prefill = 1e300;
   std::vector<double> best(methods.size(), 1e300);
   std::vector<std::uint64_t> bytes(methods.size(), 0);
@@ -72,14 +73,14 @@ DecodeBenchResult bench_decode(const Model& model,
         caches[mi][si] = make_kv_policy(methods[mi].params, g, 1);
         keep = keep || !caches[mi][si]->takes_prompt_layers();
       }
-      const LayerKvFn on_layer = [&](std::size_t l, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
+      const LayerKvFn on_layer = [&](std::size_t l, const Tensor3& q, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
         for (auto& by_seq : caches) {
-          if (by_seq[si]->takes_prompt_layers()) by_seq[si]->ingest_prompt_layer(l, {&k, &kp, &v});
+          if (by_seq[si]->takes_prompt_layers()) by_seq[si]->ingest_prompt_layer(l, {&k, &kp, &v, &q});
         }
         return keep;
       };
       pre[si] = model.prefill({seqs[si].begin(), seqs[si].begin() + static_cast<std::ptrdiff_t>(prompt)}, false, threads,
-                              queries ? SIZE_MAX : 0, {}, on_layer);
+                              query_rows, {}, on_layer);
     }
     best_prefill = std::min(best_prefill, now() - t0);
     for (std::size_t mi = 0; mi < methods.size(); ++mi) {

@@ -221,9 +221,10 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
   }
   std::vector<KvzapModel> zap_models;
   for (const std::string& f : zap_files) zap_models.push_back(read_calibration_kvzap(f, c.n_layers, c.n_kv_heads, c.dim));
-  // The prompts' queries are kept only when some method's cache reads them.
-  const bool queries = std::any_of(methods.begin(), methods.end(), [](const auto& p) { return reads_prompt_queries(p); });
   auto one = [&](std::size_t i, int inner, int ingest) {
+    // The prompt's last queries are kept as far as some method's cache reads them.
+    std::size_t query_rows = 0;
+    for (const auto& p : methods) query_rows = std::max(query_rows, prompt_query_rows(p, prompts[i].size()));
     std::vector<TokenScores> zap(zap_files.size(), TokenScores(c.n_layers));  // [index in zap_files]
     const LayerInputFn on_input = [&](std::size_t l, std::size_t first, const RowMatrix& x) {
       for (std::size_t f = 0; f < zap.size(); ++f) kvzap_layer_scores(zap_models[f][l], x, zap[f][l], first);
@@ -233,14 +234,14 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
     parallel_for(n_methods, ingest, [&](std::size_t m) { out.caches[i * n_methods + m] = make_kv_policy(methods[m], g, 1); });
     bool keep = false;
     for (std::size_t m = 0; m < n_methods; ++m) keep = keep || !out.caches[i * n_methods + m]->takes_prompt_layers();
-    const LayerKvFn on_layer = [&](std::size_t l, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
+    const LayerKvFn on_layer = [&](std::size_t l, const Tensor3& q, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
       parallel_for(n_methods, ingest, [&](std::size_t m) {
         KvPolicy& cache = *out.caches[i * n_methods + m];
-        if (cache.takes_prompt_layers()) cache.ingest_prompt_layer(l, {&k, &kp, &v});
+        if (cache.takes_prompt_layers()) cache.ingest_prompt_layer(l, {&k, &kp, &v, &q});
       });
       return keep;
     };
-    const PrefillResult pre = model.prefill(prompts[i], false, inner, queries ? SIZE_MAX : 0,
+    const PrefillResult pre = model.prefill(prompts[i], false, inner, query_rows,
                                             zap.empty() ? LayerInputFn{} : on_input, on_layer);
     std::vector<TokenScores> zip;  // [index in keys_used]
     for (const auto& [sinks, plus] : keys_used) {

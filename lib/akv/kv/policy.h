@@ -31,11 +31,14 @@ struct PromptKv {
 };
 
 // One layer of a prompt [n_kv_heads, n, hd]: keys after RoPE, keys before RoPE (nullptr when
-// not at hand: only pre-RoPE quantization reads them) and values.
+// not at hand: only pre-RoPE quantization reads them) and values; `query`, for a cache that
+// plans eviction a layer at a time, the layer's queries [n_heads, r, hd] at the last r
+// positions (r >= prompt_query_rows of its method, kv/runtime.h).
 struct LayerKv {
   const Tensor3* key = nullptr;
   const Tensor3* key_pre_rope = nullptr;
   const Tensor3* value = nullptr;
+  const Tensor3* query = nullptr;
 };
 
 struct PromptPlan;  // kv/prompt_plan.h
@@ -95,10 +98,12 @@ class KvPolicy {
   }
   // Whether the cache takes the prompt a layer at a time (ingest_prompt_layer for every layer,
   // in order, instead of ingest_prompt; the same cache results): caches that decide nothing over
-  // the whole prompt (no eviction plan, no tiers), so a prefill can drop each layer once stored.
+  // the whole prompt (quantizers, ggml types) and one-shot eviction whose allocator splits each
+  // layer's budget on its own (EvictionPlanner::layer_local), so a prefill can drop each layer
+  // once stored.
   virtual bool takes_prompt_layers() const { return false; }
-  // One layer of the prompt [n_kv_heads, n, hd] (keys after RoPE, before RoPE, values) at
-  // positions 0..n-1. logic_error for a cache that does not take layers.
+  // One layer of the prompt [n_kv_heads, n, hd] (keys after RoPE, before RoPE, values; queries
+  // for eviction) at positions 0..n-1. logic_error for a cache that does not take layers.
   virtual void ingest_prompt_layer(std::size_t layer, const LayerKv& kv);
   // Takes the prompt's tokens at positions start .. start + chunk.n_tokens - 1 (the chunked
   // prompt protocol, eval/lanes.h; chunks in order, start 0 first, before any append) and

@@ -81,20 +81,18 @@ class RuntimePolicy : public KvPolicy {
     const std::size_t n = prompt.n_tokens;
     std::optional<PromptPlan> plan;
     if (params_ && params_->eviction()) {
-      // Joint plans read the last `window` queries, the other plans every prompt query (H2O).
-      const bool joint = params_->eviction()->alloc == AllocMethod::joint;
-      const KvWindow m = g_.prompt_window(n, joint ? std::min(n, params_->eviction()->score.window) : n);
+      // The last rows the plan reads (prompt_query_rows) of those given.
+      const std::size_t given = (*prompt.query)[0].dim1(), nq = std::min(given, prompt_query_rows(params_, n));
+      const KvWindow m = g_.prompt_window(n, nq);
       plan = plan_prompt(
           m,
           [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
             const Tensor3& all = (*prompt.query)[l];
-            if (m.n_query == n) {
+            if (nq == given) {
               q = all;
             } else {
-              q = Tensor3(all.dim0(), m.n_query, all.dim2());
-              for (std::size_t h = 0; h < all.dim0(); ++h) {
-                std::copy_n(all.row(h, n - m.n_query), m.n_query * all.dim2(), q.row(h, 0));
-              }
+              q = Tensor3(all.dim0(), nq, all.dim2());
+              for (std::size_t h = 0; h < all.dim0(); ++h) std::copy_n(all.row(h, given - nq), nq * all.dim2(), q.row(h, 0));
             }
             k = (*prompt.key)[l];
             if (v) *v = (*prompt.value)[l];
@@ -168,11 +166,49 @@ class RuntimePolicy : public KvPolicy {
     store_layer(layer, kv, &plan);
   }
 
-  bool takes_prompt_layers() const override { return !params_ || !params_->eviction(); }
+  // Quantizers; one-shot and streaming eviction whose allocator splits each layer's budget on its
+  // own, when its scores come from the layer's own tensors (not kvzip's, kvzap's or CriticalKV's W_o).
+  bool takes_prompt_layers() const override {
+    if (!params_ || !params_->eviction()) return true;
+    const EvictionParams& e = *params_->eviction();
+    switch (e.alloc) {
+      case AllocMethod::adakv_global:
+      case AllocMethod::duo:
+      case AllocMethod::joint:
+      case AllocMethod::file: return false;
+      default: break;
+    }
+    return !e.critical && !score_is_given(e.score.method);
+  }
 
+  // An evicting cache plans each layer as it comes (EvictionPlanner: the plan ingest_prompt makes)
+  // from the layer's last prompt_query_rows queries, then stores what it keeps.
   void ingest_prompt_layer(std::size_t layer, const LayerKv& kv) override {
-    if (!takes_prompt_layers()) throw std::logic_error("an evicting cache plans the whole prompt");
-    store_layer(layer, kv, nullptr);
+    if (!takes_prompt_layers()) throw std::logic_error("this cache plans the whole prompt");
+    if (!params_ || !params_->eviction()) {
+      store_layer(layer, kv, nullptr);
+      return;
+    }
+    const std::size_t n = kv.key->dim1(), nq = prompt_query_rows(params_, n);
+    if (!kv.query || kv.query->dim1() < nq) throw std::logic_error("ingest_prompt_layer: the plan's queries");
+    Tensor3 last;  // the rows the plan reads, when more are given
+    const Tensor3* q = kv.query;
+    if (q->dim1() > nq) {
+      last = Tensor3(q->dim0(), nq, q->dim2());
+      for (std::size_t h = 0; h < q->dim0(); ++h) std::copy_n(q->row(h, q->dim1() - nq), nq * q->dim2(), last.row(h, 0));
+      q = &last;
+    }
+    if (layer == 0) {
+      planner_.emplace(g_.prompt_window(n, nq), *params_->eviction());
+      layer_plan_.params = *params_;
+      layer_plan_.eviction.emplace();
+      layer_plan_.eviction->heads.assign(g_.n_layers, {});
+    }
+    planner_->add_layer(layer, *q, *kv.key, planner_->reads_values() ? kv.value : nullptr, nullptr, threads_);
+    layer_plan_.eviction->heads[layer] = planner_->take_layer(layer);
+    store_layer(layer, kv, &layer_plan_);
+    layer_plan_.eviction->heads[layer] = {};
+    if (layer + 1 == g_.n_layers) planner_.reset();
   }
 
   HeadCache take_head(std::size_t layer, std::size_t head) override {
@@ -397,14 +433,21 @@ class RuntimePolicy : public KvPolicy {
   };
   std::vector<QueryRing> recent_query_;             // [layer]: its last decode queries
   QFilters qfilters_;                               // decode-time qfilter: [layer][kv head][head_dim]
+  std::optional<EvictionPlanner> planner_;  // ingest_prompt_layer: the prompt's plan, layer by layer
+  PromptPlan layer_plan_;                  // ... and the layer's part of it that store_layer reads
   std::vector<CompressParams> per_head_;  // [layer * n_kv_heads + head]
   std::vector<HeadState> heads_;         // [layer * n_kv_heads + head]
 };
 
 }  // namespace
 
-bool reads_prompt_queries(const std::optional<CompressParams>& params) {
-  return params && (params->eviction() || params->tiered());
+std::size_t prompt_query_rows(const std::optional<CompressParams>& params, std::size_t n_tokens) {
+  if (!params) return 0;
+  if (params->tiered()) return std::min(n_tokens, kTieredPromptWindow);
+  const EvictionParams* e = params->eviction();
+  if (!e) return 0;
+  if (e->score.method == ScoreMethod::h2o || e->score.method == ScoreMethod::expected_attention) return n_tokens;
+  return std::min(n_tokens, std::max<std::size_t>(e->score.window, 1));
 }
 
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,

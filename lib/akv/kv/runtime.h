@@ -44,10 +44,14 @@ struct KvGeometry : KvShape {
   }
 };
 
-// Whether the method's cache reads the prompt's queries when it ingests a prompt (eviction plans
-// and the tiered cache's importance: every prompt position's); the others read none, so a caller
-// may prefill without keeping them (Model::prefill's query_rows).
-bool reads_prompt_queries(const std::optional<CompressParams>& params);
+// How many of a prompt's last query rows (of n_tokens) the method's cache reads when it ingests
+// the prompt, so that a caller keeps only those (Model::prefill's query_rows): 0 without
+// eviction or tiers; every row for H2O (attention accumulated over every query), Expected
+// Attention (its Gaussian fits every query after the sinks) and the tiered cache's importance;
+// min(n_tokens, max(window, 1)) for the other eviction scores (their observation window; the
+// reported retained mass reads the last query when the window is 0). A cache given more rows
+// reads the last ones it needs: the same plan.
+std::size_t prompt_query_rows(const std::optional<CompressParams>& params, std::size_t n_tokens);
 
 // nullopt = full (f32). Throws UsageError for combinations the runtime cannot run.
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,

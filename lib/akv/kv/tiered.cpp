@@ -343,10 +343,10 @@ class TieredPolicy : public KvPolicy {
 
   void ingest_prompt(const PromptKv& prompt) override {
     const std::size_t n = prompt.n_tokens;
-    const KvWindow m = g_.prompt_window(n, n);
+    const KvWindow m = g_.prompt_window(n, (*prompt.query)[0].dim1());  // the last rows given
     ScoreOptions so;
     so.method = ScoreMethod::snapkv;
-    so.window = std::min<std::size_t>(32, n);
+    so.window = std::min(kTieredPromptWindow, n);
     for (std::size_t l = 0; l < g_.n_layers; ++l) {
       for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
         TieredHead& th = heads_[l * g_.n_kv_heads + h];

@@ -34,6 +34,9 @@
 
 namespace akv {
 
+// The prompt queries whose mean attention starts the prompt tokens' importance (the last 32).
+inline constexpr std::size_t kTieredPromptWindow = 32;
+
 // One KV head's tiered cache driven token by token (the dump simulation of `akv compress
 // --method tiered`): append a token, optionally observe its query heads' attention over view(),
 // then end_step(); to_head_cache() gives the cache-file segments.

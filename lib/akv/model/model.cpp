@@ -222,13 +222,14 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
       xr += mul(lw.w2, h1);
     }
     check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(l));
-    res.query.push_back(std::move(qt));
-    if (on_layer && !on_layer(l, kh, kp, vh)) {
+    if (on_layer && !on_layer(l, qt, kh, kp, vh)) {
+      res.query.emplace_back();
       res.key.emplace_back();
       res.key_pre_rope.emplace_back();
       res.value.emplace_back();
       continue;
     }
+    res.query.push_back(std::move(qt));
     res.key.push_back(std::move(kh));
     res.key_pre_rope.push_back(std::move(kp));
     res.value.push_back(std::move(vh));

@@ -66,11 +66,13 @@ struct PrefillResult {
 // input.rows() - 1 of [n, dim], the blocks of a layer in order, layers in order.
 using LayerInputFn = std::function<void(std::size_t layer, std::size_t first_row, const RowMatrix& input)>;
 
-// Sees each layer's keys after and before RoPE and values [n_kv_heads, n, hd] once the layer is
-// done, layers in order; returns whether the prefill's result keeps them (false: that layer's
-// key, key_pre_rope and value are empty tensors in the result), so a cache fed here lets the
-// prefill drop each layer as soon as it is stored.
-using LayerKvFn = std::function<bool(std::size_t layer, const Tensor3& key, const Tensor3& key_pre_rope, const Tensor3& value)>;
+// Sees each layer's queries (the last query_rows positions' [n_heads, rows, hd]), keys after and
+// before RoPE and values [n_kv_heads, n, hd] once the layer is done, layers in order; returns
+// whether the prefill's result keeps them (false: that layer's query, key, key_pre_rope and value
+// are empty tensors in the result), so a cache fed here lets the prefill drop each layer as soon
+// as it is stored.
+using LayerKvFn = std::function<bool(std::size_t layer, const Tensor3& query, const Tensor3& key,
+                                     const Tensor3& key_pre_rope, const Tensor3& value)>;
 
 // Rows of a prefill's layer computed together (a multiple of the flash attention's query tile).
 inline constexpr std::size_t kPrefillBlock = 512;
