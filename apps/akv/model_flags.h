@@ -126,7 +126,10 @@ inline void add_decode_loop_flags(CLI::App* sub, ModelRunOptions& mo, std::strin
                   "chunked:N (the prompt in chunks of N tokens: each chunk attends exactly to its own rows and to "
                   "the method's compressed cache of the earlier chunks, then the method compresses it - quantizers "
                   "store it, one-shot eviction plans the chunk alone to budget x its tokens; not for tiered, h2o, "
-                  "streamingllm, kvzip, joint or --budget-tokens) "
+                  "streamingllm, kvzip, joint or --budget-tokens), chunked:N:replan (the same, but one-shot eviction "
+                  "keeps the chunk and cuts the whole cache back to budget x the tokens so far, scored over the "
+                  "chunk's last window queries: snapkv, knorm, keydiff, lagkv or qfilter scores, uniform or adakv, no "
+                  "quant=) "
                   "or batch (llama.cpp's batch: every prompt token's K/V through the method's cache before attention; "
                   "quantizers, ggml and full only). docs/model.md")
       ->capture_default_str();

@@ -82,7 +82,11 @@ TEST_CASE("prefill modes by name", "[chunked]") {
   CHECK(parse_prefill_mode("chunked:16") == PrefillMode(PrefillMode::chunked, 16));
   CHECK(prefill_mode_name(parse_prefill_mode("chunked:512")) == "chunked:512");
   CHECK(prefill_mode_name(PrefillMode::exact) == "exact");
-  for (const char* bad : {"chunked", "chunked:", "chunked:0", "chunked:x", "chunked:-3", "chunked:1e3", "chunk:4"}) {
+  CHECK(parse_prefill_mode("chunked:16:replan") == PrefillMode(PrefillMode::chunked, 16, true));
+  CHECK(parse_prefill_mode("chunked:16:replan") != PrefillMode(PrefillMode::chunked, 16));
+  CHECK(prefill_mode_name(parse_prefill_mode("chunked:512:replan")) == "chunked:512:replan");
+  for (const char* bad : {"chunked", "chunked:", "chunked:0", "chunked:x", "chunked:-3", "chunked:1e3", "chunk:4",
+                          "chunked:replan", "chunked::replan", "chunked:8:replan:replan", "chunked:8:re"}) {
     INFO(bad);
     CHECK_THROWS_AS(parse_prefill_mode(bad), InvalidInput);
   }
@@ -143,7 +147,7 @@ TEST_CASE("chunked prefill of a quantizer: each chunk over the dequantized earli
           std::copy_n(ref.v[l * 2 + h].data() + before * d, n * d, value[l].row(h, 0));
         }
       }
-      method->ingest_chunk({&query, &key, &key, &value, n, nullptr}, c0);
+      method->ingest_chunk({&query, &key, &key, &value, n, nullptr}, c0, ChunkPlan::alone);
     }
     CHECK(rel(lanes.last_logits[0], last) < 1e-4);
     CHECK(lanes.caches[0]->bytes() == method->bytes());
@@ -209,6 +213,100 @@ TEST_CASE("chunked prefill of one-shot eviction: each chunk planned alone to bud
                                  "snapkv:budget-tokens=20:window=4", "snapkv:budget=0.25", "tiered"}) {
     INFO(spec);
     CHECK_THROWS_AS(prefill_lanes(m, {prompt}, {params(spec)}, 64, 1, {{PrefillMode::chunked, 16}}), UsageError);
+  }
+}
+
+TEST_CASE("chunked:N:replan: after each chunk the whole cache is cut back to budget x the tokens so far",
+          "[chunked]") {
+  // The method's cache fed chunks of synthetic rows: knorm keeps, per head, its sinks, the newest
+  // W rows and the smallest-norm keys among the rest of what it held before and the chunk's rows
+  // (a brute-force reference over the true rows).
+  KvGeometry g;
+  g.kv_shape() = test::small_config(2, 8, 16, 64).kv_shape();
+  g.max_positions = 64;
+  const std::size_t L = g.n_layers, H = g.n_kv_heads, d = g.head_dim, N = 10, W = 2, sinks = 1;
+  const double budget = 0.4;
+  auto cache = make_kv_policy(params("knorm:budget=0.4:window=2:sinks=1"), g, 1);
+  Rng r(5);
+  std::vector<std::vector<float>> norm(L * H);              // [layer * H + head][position]: |k|
+  std::vector<std::vector<std::int32_t>> kept(L * H);        // the reference's kept positions
+  for (std::size_t c0 = 0; c0 < 37; c0 += N) {
+    const std::size_t n = std::min<std::size_t>(N, 37 - c0);
+    std::vector<Tensor3> query(L, Tensor3(g.n_heads, n, d)), key(L, Tensor3(H, n, d)), value(L, Tensor3(H, n, d));
+    for (std::size_t l = 0; l < L; ++l) {
+      for (std::size_t i = 0; i < query[l].size(); ++i) query[l].data()[i] = static_cast<float>(r.normal());
+      for (std::size_t i = 0; i < value[l].size(); ++i) value[l].data()[i] = static_cast<float>(r.normal());
+      for (std::size_t h = 0; h < H; ++h) {
+        for (std::size_t t = 0; t < n; ++t) {
+          double ss = 0;
+          for (std::size_t j = 0; j < d; ++j) {
+            const float x = static_cast<float>(r.normal() * (0.5 + r.uniform()));
+            key[l].row(h, t)[j] = x;
+            ss += static_cast<double>(x) * x;
+          }
+          norm[l * H + h].push_back(static_cast<float>(std::sqrt(ss)));
+        }
+      }
+    }
+    cache->ingest_chunk({&query, &key, &key, &value, n, nullptr}, c0, ChunkPlan::whole);
+    const std::size_t target = static_cast<std::size_t>(std::llround(budget * static_cast<double>(c0 + n)));
+    for (std::size_t i = 0; i < L * H; ++i) {
+      std::vector<std::int32_t> all = kept[i], forced, rest;
+      for (std::size_t t = c0; t < c0 + n; ++t) all.push_back(static_cast<std::int32_t>(t));
+      for (std::size_t j = 0; j < all.size(); ++j) {
+        (static_cast<std::size_t>(all[j]) < sinks || j + W >= all.size() ? forced : rest).push_back(all[j]);
+      }
+      std::stable_sort(rest.begin(), rest.end(), [&](std::int32_t a, std::int32_t b) { return norm[i][a] < norm[i][b]; });
+      rest.resize(std::min(rest.size(), target - std::min(target, sinks + W)));
+      kept[i] = forced;
+      kept[i].insert(kept[i].end(), rest.begin(), rest.end());
+      std::sort(kept[i].begin(), kept[i].end());
+      const KvView v = cache->view(i / H, i % H);
+      INFO("chunk at " << c0 << ", layer " << i / H << ", head " << i % H);
+      CHECK(std::vector<std::int32_t>(v.position, v.position + v.n) == kept[i]);
+      CHECK(v.n == std::max(target, forced.size()));
+    }
+  }
+}
+
+TEST_CASE("chunked:N:replan through the model: one chunk is chunked:N's plan; later chunks re-plan the whole "
+          "cache", "[chunked]") {
+  const Model m = random_model();
+  const std::vector<std::int32_t> prompt = tokens(40, 4);
+  const std::vector<std::optional<CompressParams>> methods = {params("snapkv:budget=0.5:window=4"),
+                                                              params("adakv:budget=0.5:window=4:sinks=2")};
+  // A prompt in one chunk: the same kept rows and logits as chunked:N (the chunk planned alone).
+  const PromptLanes one = prefill_lanes(m, {prompt}, methods, 64, 2, {{PrefillMode::chunked, 64, true}});
+  const PromptLanes alone = prefill_lanes(m, {prompt}, methods, 64, 2, {{PrefillMode::chunked, 64}});
+  for (std::size_t lane = 0; lane < 2; ++lane) {
+    CHECK(one.last_logits[lane] == alone.last_logits[lane]);
+    for (std::size_t h = 0; h < 2; ++h) {
+      const KvView a = one.caches[lane]->view(1, h), b = alone.caches[lane]->view(1, h);
+      CHECK(std::vector<std::int32_t>(a.position, a.position + a.n) == std::vector<std::int32_t>(b.position, b.position + b.n));
+    }
+  }
+  // Chunks of 16: snapkv ends at round(0.5 x 40) = 20 rows per head, its window the prompt's last
+  // 4; positions of every chunk may go (chunked:16 keeps 8 + 8 + 4 by chunk).
+  const PromptLanes re = prefill_lanes(m, {prompt}, methods, 64, 2, {{PrefillMode::chunked, 16, true}});
+  for (std::size_t l = 0; l < 2; ++l) {
+    for (std::size_t h = 0; h < 2; ++h) {
+      const KvView v = re.caches[0]->view(l, h);
+      REQUIRE(v.n == 20);
+      CHECK(std::is_sorted(v.position, v.position + v.n));
+      for (int p : {36, 37, 38, 39}) CHECK(std::count(v.position, v.position + v.n, p) == 1);
+    }
+  }
+  // Ada-KV's 2 sinks stay through every cut.
+  for (std::size_t h = 0; h < 2; ++h) {
+    const KvView v = re.caches[1]->view(0, h);
+    for (int p : {0, 1, 36, 37, 38, 39}) CHECK(std::count(v.position, v.position + v.n, p) == 1);
+  }
+  CHECK(prefill_lanes(m, {prompt}, methods, 64, 1, {{PrefillMode::chunked, 16, true}}).last_logits == re.last_logits);
+  // Scores and allocators the cut cannot take.
+  for (const std::string spec : {"expected-attention:budget=0.5", "tova:budget=0.5", "pyramid:budget=0.5:window=4",
+                                 "snapkv:budget=0.5:window=4:critical=on", "snapkv:budget=0.5:window=4:quant=k4v2"}) {
+    INFO(spec);
+    CHECK_THROWS_AS(prefill_lanes(m, {prompt}, {params(spec)}, 64, 1, {{PrefillMode::chunked, 16, true}}), UsageError);
   }
 }
 

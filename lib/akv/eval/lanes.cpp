@@ -26,7 +26,7 @@ std::int32_t argmax_token(const float* logits, std::size_t n) {
 std::string prefill_mode_name(PrefillMode m) {
   switch (m.kind) {
     case PrefillMode::batch: return "batch";
-    case PrefillMode::chunked: return "chunked:" + std::to_string(m.chunk);
+    case PrefillMode::chunked: return "chunked:" + std::to_string(m.chunk) + (m.replan ? ":replan" : "");
     case PrefillMode::exact: break;
   }
   return "exact";
@@ -37,14 +37,16 @@ PrefillMode parse_prefill_mode(const std::string& s) {
   if (s == "batch") return PrefillMode::batch;
   const std::string head = "chunked:";
   if (s.rfind(head, 0) == 0) {
-    const std::string n = s.substr(head.size());
+    const std::string tail = ":replan";
+    const bool replan = s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+    const std::string n = s.substr(head.size(), s.size() - head.size() - (replan ? tail.size() : 0));
     if (!n.empty() && n.size() <= 9 && std::all_of(n.begin(), n.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
         std::stoul(n) >= 1) {
-      return {PrefillMode::chunked, std::stoul(n)};
+      return {PrefillMode::chunked, std::stoul(n), replan};
     }
-    throw InvalidInput("chunked:N takes a chunk of N >= 1 tokens", {"", "--prefill-mode", s});
+    throw InvalidInput("chunked:N[:replan] takes a chunk of N >= 1 tokens", {"", "--prefill-mode", s});
   }
-  throw InvalidInput("unknown prefill mode (exact, chunked:N, batch)", {"", "--prefill-mode", s});
+  throw InvalidInput("unknown prefill mode (exact, chunked:N, chunked:N:replan, batch)", {"", "--prefill-mode", s});
 }
 
 AttentionMode protocol_attention(PrefillMode mode, AttentionMode attention) {
@@ -105,8 +107,10 @@ PromptLanes prefill_batch(const Model& model, const std::vector<std::vector<std:
   return out;
 }
 
-// Why chunked:N cannot run method m, or "" when it can.
-std::string chunked_refusal(const CompressParams& m, std::size_t chunk) {
+// Why chunked:N cannot run method m, or "" when it can (chunked:N:replan: UsageError from
+// check_cut when the whole cache cannot be cut back with the method's score and allocator).
+std::string chunked_refusal(const CompressParams& m, PrefillMode mode) {
+  const std::size_t chunk = mode.chunk;
   if (m.tiered()) return "tiered caches simulate their tiers over a whole prompt";
   const EvictionParams* e = m.eviction();
   if (!e) return "";
@@ -122,6 +126,10 @@ std::string chunked_refusal(const CompressParams& m, std::size_t chunk) {
     return "joint plans, budgets files and duo's head split describe one whole prompt";
   }
   if (!e->budget_fraction) return "a token budget describes one whole prompt: give --budget as a fraction";
+  if (mode.replan) {
+    check_cut(*e, "--prefill-mode " + prefill_mode_name(mode));
+    if (m.quantized() || m.rotate != RotationKind::none) return "re-planning cuts f16 rows: it takes no quant= or rotate=";
+  }
   const auto b = static_cast<std::size_t>(std::llround(*e->budget_fraction * static_cast<double>(chunk)));
   const std::size_t forced = forced_tokens(chunk, e->sinks, e->score.window);
   if (b <= forced && b < chunk) {
@@ -139,7 +147,7 @@ PromptLanes prefill_chunked(const Model& model, const std::vector<std::vector<st
                             int threads, const PrefillOptions& o) {
   const std::size_t n_methods = methods.size(), N = o.mode.chunk;
   for (const auto& m : methods) {
-    const std::string why = m ? chunked_refusal(*m, N) : "";
+    const std::string why = m ? chunked_refusal(*m, o.mode) : "";
     if (!why.empty()) {
       throw UsageError("--prefill-mode " + prefill_mode_name(o.mode) + " cannot run this method: " + why,
                        {"", "--methods", describe(*m)});
@@ -153,7 +161,8 @@ PromptLanes prefill_chunked(const Model& model, const std::vector<std::vector<st
   std::vector<std::unique_ptr<ChunkCache>> chunks(n_lanes);
   std::size_t longest = 0;
   for (std::size_t lane = 0; lane < n_lanes; ++lane) {
-    chunks[lane] = std::make_unique<ChunkCache>(make_kv_policy(methods[lane % n_methods], g, 1), g.kv_shape());
+    chunks[lane] = std::make_unique<ChunkCache>(make_kv_policy(methods[lane % n_methods], g, 1), g.kv_shape(),
+                                                o.mode.replan ? ChunkPlan::whole : ChunkPlan::alone);
     longest = std::max(longest, prompts[lane / n_methods].size());
   }
   const std::size_t block = resolve_token_block(o.block, n_lanes, model.config().vocab_size);

@@ -45,6 +45,11 @@ struct PromptLanes {
 //              rows stay. Refused (UsageError): tiered, streaming eviction (h2o, streamingllm),
 //              kvzip, joint and token budgets (--budget-tokens, budgets files). A prompt of at most N tokens is one chunk: exact attention, the method
 //              compressing after it;
+//   chunked:N:replan  the same, but one-shot eviction keeps every row of each chunk and then
+//              cuts the whole cache, earlier chunks' kept rows included, back to round(budget x
+//              tokens so far) per head (ChunkPlan::whole: decode_cut over the chunk's last W
+//              queries, sinks by position); scores and allocators as decode-time compression
+//              takes them (check_cut: snapkv, knorm, keydiff, lagkv, qfilter; uniform, adakv);
 //   batch      every prompt token goes through the method's cache before attention, as llama.cpp
 //              runs a batch (llama-perplexity): each token's K/V is appended (quantized as the
 //              method stores it), then its query attends over the cache, causally, layer by layer
@@ -57,11 +62,14 @@ struct PrefillMode {
   enum Kind { exact, batch, chunked };
   Kind kind = exact;
   std::size_t chunk = 0;  // chunked: tokens per chunk (>= 1)
-  PrefillMode(Kind k = exact, std::size_t n = 0) : kind(k), chunk(n) {}
-  friend bool operator==(const PrefillMode& a, const PrefillMode& b) { return a.kind == b.kind && a.chunk == b.chunk; }
+  bool replan = false;    // chunked: one-shot eviction cuts the whole cache after each chunk
+  PrefillMode(Kind k = exact, std::size_t n = 0, bool whole = false) : kind(k), chunk(n), replan(whole) {}
+  friend bool operator==(const PrefillMode& a, const PrefillMode& b) {
+    return a.kind == b.kind && a.chunk == b.chunk && a.replan == b.replan;
+  }
   friend bool operator!=(const PrefillMode& a, const PrefillMode& b) { return !(a == b); }
 };
-// "exact", "batch" or "chunked:N".
+// "exact", "batch", "chunked:N" or "chunked:N:replan".
 std::string prefill_mode_name(PrefillMode m);
 // The same names (N an integer >= 1); InvalidInput naming --prefill-mode otherwise.
 PrefillMode parse_prefill_mode(const std::string& s);

@@ -7,8 +7,8 @@
 
 namespace akv {
 
-ChunkCache::ChunkCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape)
-    : inner_(std::move(inner)), shape_(shape), rows_(shape.n_layers * shape.n_kv_heads), query_(shape.n_layers) {}
+ChunkCache::ChunkCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape, ChunkPlan plan)
+    : inner_(std::move(inner)), shape_(shape), plan_(plan), rows_(shape.n_layers * shape.n_kv_heads), query_(shape.n_layers) {}
 
 void ChunkCache::ingest_prompt(const PromptKv&) {
   throw std::logic_error("ChunkCache takes the prompt chunk by chunk (append, end_chunk)");
@@ -110,7 +110,7 @@ void ChunkCache::end_chunk() {
   for (auto& q : query_) q.clear();
   const std::size_t start = start_;
   n_pending_ = 0;
-  inner_->ingest_chunk({&query, &key, &key_pre, &value, n, nullptr}, start);
+  inner_->ingest_chunk({&query, &key, &key_pre, &value, n, nullptr}, start, plan_);
 }
 
 }  // namespace akv

@@ -18,7 +18,8 @@ namespace akv {
 
 class ChunkCache : public KvPolicy {
  public:
-  ChunkCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape);
+  // `plan`: how end_chunk has the method compress each chunk (KvPolicy::ingest_chunk).
+  ChunkCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape, ChunkPlan plan = ChunkPlan::alone);
 
   // The prompt comes in chunks: logic_error.
   void ingest_prompt(const PromptKv& prompt) override;
@@ -51,6 +52,7 @@ class ChunkCache : public KvPolicy {
 
   std::unique_ptr<KvPolicy> inner_;
   KvShape shape_;
+  ChunkPlan plan_;
   std::vector<Rows> rows_;                   // [layer * n_kv_heads + head]
   std::vector<std::vector<float>> query_;    // [layer]: [tokens, n_heads * hd]
   std::size_t start_ = 0, n_pending_ = 0;    // the chunk's first position and its tokens

@@ -41,6 +41,11 @@ struct LayerKv {
   const Tensor3* query = nullptr;
 };
 
+// How one-shot eviction compresses a chunk of the prompt (KvPolicy::ingest_chunk): the chunk
+// alone to budget x its tokens (kvpress's ChunkPress), or the whole cache, earlier chunks' kept
+// rows and the chunk's, back to budget x the tokens so far (chunked:N:replan, eval/lanes.h).
+enum class ChunkPlan { alone, whole };
+
 struct PromptPlan;  // kv/prompt_plan.h
 struct HeadCache;   // kv/stored_head.h
 
@@ -109,8 +114,9 @@ class KvPolicy {
   // prompt protocol, eval/lanes.h; chunks in order, start 0 first, before any append) and
   // compresses them as the method does. Default: the first chunk as ingest_prompt, later ones
   // appended row by row as decoded tokens (caches whose layer_local() is true; logic_error
-  // otherwise). One-shot eviction plans each chunk alone (kv/runtime.h).
-  virtual void ingest_chunk(const PromptKv& chunk, std::size_t start);
+  // otherwise). One-shot eviction (kv/runtime.h) plans each chunk alone (ChunkPlan::alone) or
+  // keeps the chunk's rows and cuts the whole cache back (ChunkPlan::whole).
+  virtual void ingest_chunk(const PromptKv& chunk, std::size_t start, ChunkPlan plan);
   // Bytes the cache stores now (codes, scales, zeros, f16 rows, outliers, indices).
   virtual std::uint64_t bytes() const = 0;
   // The most bytes() has been since the cache was made, where the cache sees it: caches that

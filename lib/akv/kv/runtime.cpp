@@ -64,9 +64,9 @@ class RuntimePolicy : public KvPolicy {
         }
         every_ = p->eviction()->every;
         recent_query_.resize(g.n_layers);
-        if (p->eviction()->score.method == ScoreMethod::qfilter) {
-          qfilters_ = read_calibration_qfilters(p->eviction()->score.qfilters, g.prompt_window());
-        }
+      }
+      if (p->eviction()->score.method == ScoreMethod::qfilter) {
+        qfilters_ = read_calibration_qfilters(p->eviction()->score.qfilters, g.prompt_window());
       }
     }
     // Per-head parameters (calibrated bits).
@@ -117,12 +117,14 @@ class RuntimePolicy : public KvPolicy {
     r.count = std::min(r.count + 1, cap);
   }
 
-  // Quantizers store the chunk's rows as decoded rows; one-shot eviction plans the chunk alone
-  // (its last W queries, round(budget x chunk tokens) per head, sinks in the first chunk only)
-  // and appends what each head keeps.
-  void ingest_chunk(const PromptKv& chunk, std::size_t start) override {
+  // Quantizers store the chunk's rows as decoded rows. One-shot eviction, ChunkPlan::alone: plans
+  // the chunk alone (its last W queries, round(budget x chunk tokens) per head, sinks in the
+  // first chunk only) and appends what each head keeps; ChunkPlan::whole: appends every row of
+  // the chunk, then cuts each layer's heads back to round(budget x tokens so far) per head
+  // (decode_cut over the chunk's last W queries: forced the sink positions and the newest W rows).
+  void ingest_chunk(const PromptKv& chunk, std::size_t start, ChunkPlan how) override {
     if (!params_ || !params_->eviction()) {
-      KvPolicy::ingest_chunk(chunk, start);
+      KvPolicy::ingest_chunk(chunk, start, how);
       return;
     }
     if (streaming_ || params_->eviction()->alloc == AllocMethod::joint) {
@@ -130,9 +132,26 @@ class RuntimePolicy : public KvPolicy {
     }
     CompressParams p = *params_;
     EvictionParams& e = std::get<EvictionParams>(p.mode);
-    if (start > 0) e.sinks = 0;  // the sinks are in the first chunk
     if (!e.budget_fraction) throw std::logic_error("ingest_chunk: chunks take a budget fraction");
-    const std::size_t n = chunk.n_tokens, forced = forced_tokens(n, e.sinks, e.score.window);
+    const std::size_t n = chunk.n_tokens;
+    if (how == ChunkPlan::whole) {
+      for (std::size_t l = 0; l < g_.n_layers; ++l) {
+        store_layer(l, {&(*chunk.key)[l], &(*chunk.key_pre_rope)[l], &(*chunk.value)[l]}, nullptr, start);
+      }
+      e.target = static_cast<std::size_t>(std::llround(*e.budget_fraction * static_cast<double>(start + n)));
+      const std::size_t nq = std::min(n, std::max<std::size_t>(e.score.window, 1)), d = g_.head_dim;
+      std::vector<float> q(nq * g_.n_heads * d);  // [nq][n_heads * hd], oldest first
+      for (std::size_t l = 0; l < g_.n_layers; ++l) {
+        const Tensor3& cq = (*chunk.query)[l];
+        for (std::size_t i = 0; i < nq; ++i) {
+          for (std::size_t h = 0; h < g_.n_heads; ++h) std::copy_n(cq.row(h, n - nq + i), d, q.data() + (i * g_.n_heads + h) * d);
+        }
+        cut_layer(l, q.data(), nq, e);
+      }
+      return;
+    }
+    if (start > 0) e.sinks = 0;  // the sinks are in the first chunk
+    const std::size_t forced = forced_tokens(n, e.sinks, e.score.window);
     PromptPlan plan;
     if (static_cast<std::size_t>(std::llround(*e.budget_fraction * static_cast<double>(n))) <= forced) {
       // A chunk too short for its budget to pass the always-kept tokens keeps those.
@@ -364,9 +383,9 @@ class RuntimePolicy : public KvPolicy {
     });
   }
 
-  // Decode-time compression: each layer's heads cut back to the target (kv/decode_compression.h).
+  // Decode-time compression: each layer's heads cut back to the target over its last decode queries.
   void cut() {
-    const std::size_t d = g_.head_dim, nq = g_.n_heads * d;
+    const std::size_t nq = g_.n_heads * g_.head_dim;
     for (std::size_t l = 0; l < g_.n_layers; ++l) {
       const QueryRing& r = recent_query_[l];
       if (r.count == 0) continue;
@@ -376,31 +395,37 @@ class RuntimePolicy : public KvPolicy {
         const std::size_t slot = (r.next + cap - r.count + i) % cap;
         std::copy_n(r.rows.begin() + static_cast<std::ptrdiff_t>(slot * nq), nq, q.begin() + static_cast<std::ptrdiff_t>(i * nq));
       }
-      const bool values_read = score_reads_values(params_->eviction()->score);  // lagkv only
-      std::vector<std::vector<float>> keys(g_.n_kv_heads), values(g_.n_kv_heads);
-      std::vector<HeadRows> rows(g_.n_kv_heads);
-      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
-        const HeadState& s = heads_[l * g_.n_kv_heads + h];
-        const std::size_t n = s.position.size();
-        keys[h].resize(n * d);
-        dequantize_rows(s.key.view(), d, 0, n, keys[h].data());
-        if (values_read) {
-          values[h].resize(n * d);
-          dequantize_rows(s.value.view(), d, 0, n, values[h].data());
-        }
-        rows[h] = {keys[h].data(), values_read ? values[h].data() : nullptr, s.position.data(), n};
+      cut_layer(l, q.data(), r.count, *params_->eviction());
+    }
+  }
+
+  // Layer l's heads cut back to e.target rows (kv/decode_compression.h), scored over `query`
+  // [n_query][n_heads * hd] (oldest first).
+  void cut_layer(std::size_t l, const float* query, std::size_t n_query, const EvictionParams& e) {
+    const std::size_t d = g_.head_dim;
+    const bool values_read = score_reads_values(e.score);  // lagkv only
+    std::vector<std::vector<float>> keys(g_.n_kv_heads), values(g_.n_kv_heads);
+    std::vector<HeadRows> rows(g_.n_kv_heads);
+    for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+      const HeadState& s = heads_[l * g_.n_kv_heads + h];
+      const std::size_t n = s.position.size();
+      keys[h].resize(n * d);
+      dequantize_rows(s.key.view(), d, 0, n, keys[h].data());
+      if (values_read) {
+        values[h].resize(n * d);
+        dequantize_rows(s.value.view(), d, 0, n, values[h].data());
       }
-      const auto keep = decode_cut(rows, q.data(), q.size() / nq, g_.kv_shape(), *params_->eviction(),
-                                   qfilters_.empty() ? nullptr : &qfilters_[l]);
-      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
-        HeadState& s = heads_[l * g_.n_kv_heads + h];
-        if (keep[h].size() == s.position.size()) continue;
-        s.key.retain(keep[h]);
-        s.value.retain(keep[h]);
-        std::vector<std::int32_t> position;
-        for (std::size_t r : keep[h]) position.push_back(s.position[r]);
-        s.position = std::move(position);
-      }
+      rows[h] = {keys[h].data(), values_read ? values[h].data() : nullptr, s.position.data(), n};
+    }
+    const auto keep = decode_cut(rows, query, n_query, g_.kv_shape(), e, qfilters_.empty() ? nullptr : &qfilters_[l]);
+    for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+      HeadState& s = heads_[l * g_.n_kv_heads + h];
+      if (keep[h].size() == s.position.size()) continue;
+      s.key.retain(keep[h]);
+      s.value.retain(keep[h]);
+      std::vector<std::int32_t> position;
+      for (std::size_t r : keep[h]) position.push_back(s.position[r]);
+      s.position = std::move(position);
     }
   }
 
@@ -432,7 +457,7 @@ class RuntimePolicy : public KvPolicy {
     std::size_t next = 0, count = 0;
   };
   std::vector<QueryRing> recent_query_;             // [layer]: its last decode queries
-  QFilters qfilters_;                               // decode-time qfilter: [layer][kv head][head_dim]
+  QFilters qfilters_;  // qfilter's cuts (decode-time, chunked:N:replan): [layer][kv head][head_dim]
   std::optional<EvictionPlanner> planner_;  // ingest_prompt_layer: the prompt's plan, layer by layer
   PromptPlan layer_plan_;                  // ... and the layer's part of it that store_layer reads
   std::vector<CompressParams> per_head_;  // [layer * n_kv_heads + head]
@@ -464,7 +489,7 @@ std::unique_ptr<KvPolicy> make_stored_cache(const CompressParams& planned, const
   return std::make_unique<RuntimePolicy>(planned, g, threads, true);
 }
 
-void KvPolicy::ingest_chunk(const PromptKv& chunk, std::size_t start) {
+void KvPolicy::ingest_chunk(const PromptKv& chunk, std::size_t start, ChunkPlan) {
   if (start == 0) {
     ingest_prompt(chunk);
     return;

@@ -78,20 +78,22 @@ EvictionParams eviction_method(const std::string& name) {
   return p;
 }
 
-void check_decode_compression(const EvictionParams& e) {
+void check_cut(const EvictionParams& e, const std::string& what) {
   const ScoreMethod s = e.score.method;
   if (s != ScoreMethod::snapkv && s != ScoreMethod::knorm && s != ScoreMethod::keydiff && s != ScoreMethod::lagkv &&
       s != ScoreMethod::qfilter) {
-    throw UsageError("decode-time compression scores with snapkv, knorm, keydiff, lagkv or qfilter",
-                     {"", "--score", score_method_name(s)});
+    throw UsageError(what + " scores with snapkv, knorm, keydiff, lagkv or qfilter", {"", "--score", score_method_name(s)});
   }
   if (e.alloc != AllocMethod::uniform && e.alloc != AllocMethod::adakv) {
-    throw UsageError("decode-time compression allocates uniform or adakv", {"", "--method", alloc_method_name(e.alloc)});
+    throw UsageError(what + " allocates uniform or adakv", {"", "--method", alloc_method_name(e.alloc)});
   }
   if (e.critical) {
-    throw UsageError("decode-time compression does not weigh values by the output projection (critical)",
-                     {"", "--critical", "on"});
+    throw UsageError(what + " does not weigh values by the output projection (critical)", {"", "--critical", "on"});
   }
+}
+
+void check_decode_compression(const EvictionParams& e) {
+  check_cut(e, "decode-time compression");
   if (e.target <= e.sinks + e.score.window) {
     throw InvalidInput("target must exceed the always-kept tokens (window " + std::to_string(e.score.window) +
                            " + sinks " + std::to_string(e.sinks) + ")",

@@ -60,9 +60,12 @@ struct EvictionParams {
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// Decode-time compression (EvictionParams::every > 0): scores snapkv, knorm, keydiff, lagkv or qfilter,
-// allocation uniform or adakv, target above the sinks and window; UsageError / InvalidInput
-// naming the flag otherwise.
+// Whether the whole cache can be cut back by e's score and allocator (kv/decode_compression.h:
+// scores snapkv, knorm, keydiff, lagkv or qfilter, allocation uniform or adakv, no CriticalKV);
+// UsageError "<what> scores with ..." naming the flag otherwise.
+void check_cut(const EvictionParams& e, const std::string& what);
+// Decode-time compression (EvictionParams::every > 0): check_cut, and a target above the sinks and
+// window; UsageError / InvalidInput naming the flag otherwise.
 void check_decode_compression(const EvictionParams& e);
 
 // Eviction methods of `akv compress --method`: score + allocator (+ default sinks), the
