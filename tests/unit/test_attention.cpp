@@ -364,6 +364,88 @@ TEST_CASE("decode attention over several segments per KV head (tiers)", "[attent
   for (std::size_t h = 0; h < n_kv * nq; ++h) CHECK(rel_err(pf[h], pr[h]) <= 1e-5);
 }
 
+TEST_CASE("decode attention with visible rows: each query head over the first rows of its KV head", "[attention]") {
+  // Per KV head a 4-bit packed segment, an empty one and a dense f16 one (331 rows); visible
+  // counts inside each segment and on their boundaries, over partitions of 64 rows.
+  Layout warm, hot;
+  warm.n = warm.quant_k = warm.quant_v = 256;
+  hot.n = 75;
+  hot.quant_k = hot.quant_v = 0;
+  Layout none = hot;
+  none.n = 0;
+  const std::size_t n_kv = 2, nq = 6, d = 128, segs = 3, n = 331;
+  std::vector<std::unique_ptr<TestHead>> store;
+  std::vector<HeadView> views;
+  for (std::size_t kv = 0; kv < n_kv; ++kv) {
+    for (const Layout* l : {&warm, &none, &hot}) {
+      store.push_back(make_head(*l, 10 * kv + store.size()));
+      views.push_back(store.back()->view());
+    }
+  }
+  const std::vector<float> q = normal(n_kv * nq * d, 5);
+  const std::vector<std::size_t> visible = {1, 63, 64, 65, 256, 257, 331, 300, 128, 2, 330, 200};
+  std::vector<float> out(q.size()), ref(q.size()), alone(d);
+  DecodeAttentionArgs a{q.data(), n_kv * nq, d, views.data(), n_kv, 0.09f, out.data(), nullptr, segs};
+  a.visible = visible.data();
+  decode_attention(a, {2, 64, 64});
+  a.out = ref.data();
+  decode_attention_ref(a);
+  CHECK(rel_err(out, ref) <= 1e-5);
+  // Dense f16 rows: each head against the fast path of that head alone over its first visible
+  // rows (the view cut there).
+  Layout dense = hot;
+  dense.n = n;
+  std::vector<std::unique_ptr<TestHead>> flat;
+  std::vector<HeadView> flat_views;
+  for (std::size_t kv = 0; kv < n_kv; ++kv) {
+    flat.push_back(make_head(dense, 40 + kv));
+    flat_views.push_back(flat.back()->view());
+  }
+  decode_attention({q.data(), n_kv * nq, d, flat_views.data(), n_kv, 0.09f, out.data(), nullptr, 1, visible.data()},
+                   {2, 64, 64});
+  for (std::size_t h = 0; h < n_kv * nq; ++h) {
+    HeadView cut = flat_views[h / nq];
+    cut.key.dense.rows = cut.value.dense.rows = visible[h];
+    decode_attention({q.data() + h * d, 1, d, &cut, 1, 0.09f, alone.data(), nullptr}, {2, 64, 64});
+    const std::vector<float> x(out.begin() + static_cast<std::ptrdiff_t>(h * d), out.begin() + static_cast<std::ptrdiff_t>((h + 1) * d));
+    INFO("head " << h << " visible " << visible[h]);
+    CHECK(rel_err(x, alone) <= 1e-6);
+  }
+  // Counts outside 1..rows, and probabilities beside visible rows, are refused.
+  std::vector<std::size_t> bad = visible;
+  bad[3] = 0;
+  a.visible = bad.data();
+  CHECK_THROWS_AS(decode_attention(a), InvalidInput);
+  bad[3] = n + 1;
+  CHECK_THROWS_AS(decode_attention(a), InvalidInput);
+  std::vector<std::vector<float>> pr(n_kv * nq, std::vector<float>(n));
+  std::vector<float*> prp;
+  for (auto& v : pr) prp.push_back(v.data());
+  a.visible = visible.data();
+  a.probs = prp.data();
+  CHECK_THROWS_AS(decode_attention(a), InvalidInput);
+}
+
+TEST_CASE("exp_weights: exp_shifted with the weights below 2^-100 set to 0", "[attention]") {
+  std::vector<float> x(1003), y(x.size()), w(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = -100.0f * static_cast<float>(i) / 1000.0f;
+  attn::exp_shifted(x.data(), 0.0f, x.size(), y.data());
+  const float sum = attn::exp_weights(x.data(), 0.0f, x.size(), w.data());
+  double s = 0;
+  std::size_t zeros = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const bool tiny = std::exp(static_cast<double>(x[i])) < std::ldexp(1.0, -100) * (1 - 1e-6);
+    if (y[i] >= attn::kMinWeight) CHECK(w[i] == y[i]);
+    if (tiny) CHECK(w[i] == 0.0f);
+    zeros += w[i] == 0.0f;
+    s += w[i];
+  }
+  CHECK(zeros >= 300);  // exp(x) < 2^-100 from x = -69.3 on
+  CHECK(zeros <= 310);
+  CHECK(std::abs(sum - s) <= 1e-6 * s);
+  CHECK(attn::kMinWeight == static_cast<float>(std::ldexp(1.0, -100)));
+}
+
 TEST_CASE("softmax and log_softmax: hand-computed values, f32 and f64 inputs agree", "[attention][block]") {
   // s = {0, ln 2, ln 3}: p = {1, 2, 3} / 6.
   const double sd[3] = {0.0, std::log(2.0), std::log(3.0)};

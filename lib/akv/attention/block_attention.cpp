@@ -139,7 +139,7 @@ void causal_attention_flash(const CausalBlock& b, const float* v, float* out) {
         if (n <= j0) continue;  // this row sees none of the tile's keys
         const float* sr = s.data() + r * static_cast<std::size_t>(cols);
         const float m = std::max(row_max[r], attn::max_value(sr, n - j0));
-        const float tile_sum = attn::exp_shifted(sr, m, n - j0, p.data() + r * static_cast<std::size_t>(cols));
+        const float tile_sum = attn::exp_weights(sr, m, n - j0, p.data() + r * static_cast<std::size_t>(cols));
         if (m != row_max[r]) {
           const float alpha = row_max[r] == -INFINITY ? 0.0f : std::exp(row_max[r] - m);
           row_sum[r] *= alpha;

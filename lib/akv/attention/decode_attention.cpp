@@ -56,6 +56,18 @@ void check_args(const DecodeAttentionArgs& a) {
                                           std::to_string(a.heads[h].value.rows())});
     }
   }
+  if (a.visible) {
+    if (a.probs) throw InvalidInput("decode attention: visible rows and probabilities together", {"", "probs", "set"});
+    const std::size_t g = a.n_heads / a.n_kv_heads;
+    for (std::size_t h = 0; h < a.n_heads; ++h) {
+      std::size_t n = 0;
+      for (std::size_t s = 0; s < a.segments; ++s) n += a.heads[(h / g) * a.segments + s].key.rows();
+      if (a.visible[h] == 0 || a.visible[h] > n) {
+        throw InvalidInput("decode attention: a query head sees 1 to its KV head's rows",
+                           {"", "visible[" + std::to_string(h) + "]", std::to_string(a.visible[h])});
+      }
+    }
+  }
 }
 
 std::size_t elem_bytes(DenseType t) { return t == DenseType::f32 ? 4 : 2; }
@@ -95,7 +107,10 @@ class PartitionRunner {
   PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, std::size_t tile, AttentionMode mode)
       : hp_(hp), nq_(nq), d_(d), tile_(tile), mode_(mode), s_(nq * tile), p_(nq * tile) {}
 
-  void run(std::size_t a, std::size_t b, Partial& out, float* const* raw) {
+  // Rows [a, b) of the view; `visible` (or nullptr): per query head, the rows it sees, counted in
+  // the view from row -offset (the KV head's earlier segments).
+  void run(std::size_t a, std::size_t b, Partial& out, float* const* raw, const std::size_t* visible = nullptr,
+           std::size_t offset = 0) {
     out.m.assign(nq_, -std::numeric_limits<float>::infinity());
     out.l.assign(nq_, 0.0f);
     out.acc.assign(nq_ * d_, 0.0f);
@@ -104,10 +119,19 @@ class PartitionRunner {
       keys(t0, t1);
       for (std::size_t h = 0; h < nq_; ++h) {
         float* s = s_.data() + h * tile_;
+        // The tile's rows the head sees (visible): the first nv; the others get probability 0,
+        // and a tile it sees none of leaves its running max, sum and outputs as they are.
+        std::size_t nv = n;
+        if (visible) {
+          const std::size_t seen = visible[h] > offset ? visible[h] - offset : 0;
+          nv = seen > t0 ? std::min(n, seen - t0) : 0;
+          std::fill(p_.data() + h * tile_ + nv, p_.data() + h * tile_ + n, 0.0f);
+          if (nv == 0) continue;
+        }
         if (raw && raw[h]) std::copy(s, s + n, raw[h] + t0);
-        const float mt = attn::max_value(s, n);
+        const float mt = attn::max_value(s, nv);
         const float m_new = std::max(out.m[h], mt);
-        const float sum = attn::exp_shifted(s, m_new, n, p_.data() + h * tile_);
+        const float sum = attn::exp_weights(s, m_new, nv, p_.data() + h * tile_);
         const float corr = std::isinf(out.m[h]) ? 0.0f : std::exp(out.m[h] - m_new);
         out.l[h] = out.l[h] * corr + sum;
         if (corr != 1.0f) {
@@ -471,7 +495,8 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
       for (std::size_t h = 0; h < nq; ++h) raw.push_back(a.probs[kv * nq + h] ? a.probs[kv * nq + h] + it.offset : nullptr);
     }
     PartitionRunner runner(prep[it.view], nq, d, o.tile, o.mode);
-    runner.run(it.t0, it.t1, parts[i], a.probs ? raw.data() : nullptr);
+    runner.run(it.t0, it.t1, parts[i], a.probs ? raw.data() : nullptr, a.visible ? a.visible + kv * nq : nullptr,
+               it.offset);
   });
   // The merge is a few vector adds per head unless probabilities are asked for (a pass over
   // every row): threads only then.
@@ -485,6 +510,7 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
       for (std::size_t i = first[kv]; i < first[kv + 1]; ++i) m = std::max(m, parts[i].m[h]);
       float l = 0.0f;
       for (std::size_t i = first[kv]; i < first[kv + 1]; ++i) {
+        if (std::isinf(parts[i].m[h])) continue;  // rows the head does not see (visible)
         const float w = std::exp(parts[i].m[h] - m);
         l += parts[i].l[h] * w;
         for (std::size_t c = 0; c < d; ++c) out[c] += parts[i].acc[h * d + c] * w;
@@ -513,8 +539,8 @@ void decode_attention_ref(const DecodeAttentionArgs& a) {
       dequantize_rows(hv.key, d, 0, m, k.data() + old);
       dequantize_rows(hv.value, d, 0, m, v.data() + old);
     }
-    const std::size_t n = k.size() / d;
     for (std::size_t h = kv * nq; h < (kv + 1) * nq; ++h) {
+      const std::size_t n = a.visible ? a.visible[h] : k.size() / d;
       std::vector<double> s(n);
       double m = -std::numeric_limits<double>::infinity();
       for (std::size_t t = 0; t < n; ++t) {

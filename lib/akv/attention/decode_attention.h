@@ -60,6 +60,12 @@ struct DecodeAttentionArgs {
   // are skipped).
   float* const* probs = nullptr;
   std::size_t segments = 1;
+  // Optional: [n_heads], query head h attends to the first visible[h] rows of its KV head (all
+  // segments, in segment order; 1 <= visible[h] <= its rows): the causal mask of several tokens'
+  // queries attending together, each to the rows up to its own (Model::decode_lanes over a
+  // ChunkCache). Masked rows score -infinity: a query head's output equals its call over those
+  // rows alone up to the order of its sums. Not with probs (InvalidInput).
+  const std::size_t* visible = nullptr;
 };
 
 // Throws InvalidInput on inconsistent shapes (names the field). A head with no rows outputs 0.

@@ -391,14 +391,18 @@ float max_value(const float* x, std::size_t n) {
   return m;
 }
 
-float exp_shifted(const float* x, float shift, std::size_t n, float* out) {
+namespace {
+
+template <bool Flush>
+float exp_shifted_t(const float* x, float shift, std::size_t n, float* out) {
   std::size_t i = 0;
   float sum = 0.0f;
 #ifdef AKV_ATTN_AVX2
   const __m256 m = _mm256_set1_ps(shift);
   __m256 vs = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
+    if constexpr (Flush) e = _mm256_and_ps(e, _mm256_cmp_ps(e, _mm256_set1_ps(kMinWeight), _CMP_GE_OQ));
     _mm256_storeu_ps(out + i, e);
     vs = _mm256_add_ps(vs, e);
   }
@@ -406,9 +410,16 @@ float exp_shifted(const float* x, float shift, std::size_t n, float* out) {
 #endif
   for (; i < n; ++i) {
     out[i] = std::exp(x[i] - shift);
+    if (Flush && out[i] < kMinWeight) out[i] = 0.0f;
     sum += out[i];
   }
   return sum;
 }
+
+}  // namespace
+
+float exp_shifted(const float* x, float shift, std::size_t n, float* out) { return exp_shifted_t<false>(x, shift, n, out); }
+
+float exp_weights(const float* x, float shift, std::size_t n, float* out) { return exp_shifted_t<true>(x, shift, n, out); }
 
 }  // namespace akv::attn

@@ -59,4 +59,13 @@ float max_value(const float* x, std::size_t n);
 // loop's fixed order. Relative error of each value <= 2e-7 (tested against std::exp).
 float exp_shifted(const float* x, float shift, std::size_t n, float* out);
 
+// Weights below this are 0 in exp_weights (2^-100).
+inline constexpr float kMinWeight = 7.88860905e-31f;
+// exp_shifted for the weights of a value sum (attention probabilities times value rows): each
+// result below kMinWeight is 0. Their products with values would be subnormal floats, which x86
+// CPUs compute through microcode assists (measured 2026-12-04, Intel Xeon, AVX-512: the chunked
+// prompt protocol on the retrieval model, whose attention is sharp, spent 3x its time there), and
+// beside the weight 1 of the row's maximum they are below f32's resolution of the sum.
+float exp_weights(const float* x, float shift, std::size_t n, float* out);
+
 }  // namespace akv::attn

@@ -1,6 +1,7 @@
 #include "akv/kv/attend.h"
 
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "akv/attention/decode_attention.h"
@@ -32,6 +33,42 @@ void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_
   o.mode = mode;
   decode_attention(a, o);
   for (std::size_t h = 0; h < probs.size(); ++h) cache.observe(layer, h / g, probs[h].data());
+}
+
+void attend_layer_block(const KvPolicy& cache, std::size_t layer, const float* q, std::size_t n_tokens,
+                        std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, float* out, int threads,
+                        AttentionMode mode) {
+  std::vector<HeadView> views;
+  std::vector<std::size_t> rows;
+  layer_views(cache, layer, n_kv_heads, views, rows);
+  const std::size_t g = n_heads / n_kv_heads, d = head_dim, nq = n_tokens * g;  // query heads per KV head
+  // Query head (kv, j, i): token j's head kv * g + i.
+  std::vector<float> query(n_kv_heads * nq * d), result(query.size());
+  std::vector<std::size_t> visible(n_kv_heads * nq);
+  for (std::size_t kv = 0; kv < n_kv_heads; ++kv) {
+    if (rows[kv] < n_tokens) throw std::logic_error("attend_layer_block: the block's rows in the cache");
+    for (std::size_t j = 0; j < n_tokens; ++j) {
+      for (std::size_t i = 0; i < g; ++i) {
+        const std::size_t at = (kv * n_tokens + j) * g + i;
+        std::copy_n(q + (j * n_heads + kv * g + i) * d, d, query.data() + at * d);
+        visible[at] = rows[kv] - (n_tokens - 1 - j);
+      }
+    }
+  }
+  DecodeAttentionArgs a{query.data(), n_kv_heads * nq, d, views.data(), n_kv_heads,
+                        1.0f / std::sqrt(static_cast<float>(d)), result.data(), nullptr, kKvSegments};
+  a.visible = visible.data();
+  DecodeAttentionOptions o;
+  o.threads = threads;
+  o.mode = mode;
+  decode_attention(a, o);
+  for (std::size_t kv = 0; kv < n_kv_heads; ++kv) {
+    for (std::size_t j = 0; j < n_tokens; ++j) {
+      for (std::size_t i = 0; i < g; ++i) {
+        std::copy_n(result.data() + ((kv * n_tokens + j) * g + i) * d, d, out + (j * n_heads + kv * g + i) * d);
+      }
+    }
+  }
 }
 
 }  // namespace akv

@@ -16,4 +16,14 @@ void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_
                   std::size_t head_dim, float* out, int threads, bool reference = false,
                   AttentionMode mode = AttentionMode::exact);
 
+// The attention of n_tokens consecutive tokens of one sequence whose rows the cache already
+// holds, in order, as the last n_tokens rows of every KV head's view (KvPolicy::appends_in_place):
+// q [n_tokens][n_heads * head_dim] (after RoPE) -> out, the same layout; token j attends to every
+// row but the n_tokens - 1 - j after its own. One decode_attention call reads each row once for
+// every token (DecodeAttentionArgs::visible), instead of once per token; each token's output
+// equals attend_layer's after its own append up to the order of its sums.
+void attend_layer_block(const KvPolicy& cache, std::size_t layer, const float* q, std::size_t n_tokens,
+                        std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, float* out, int threads,
+                        AttentionMode mode = AttentionMode::exact);
+
 }  // namespace akv

@@ -31,6 +31,8 @@ class ChunkCache : public KvPolicy {
   // The method's bytes plus the chunk's rows as held here (f32 keys and values).
   std::uint64_t bytes() const override;
   bool layer_local() const override { return true; }
+  // The chunk's rows are held here in f32, after the method's (which do not change during it).
+  bool appends_in_place() const override { return true; }
   std::uint64_t layer_bytes(std::size_t layer) const override;
 
   // Tokens of the chunk held now.

@@ -123,6 +123,11 @@ class KvPolicy {
   // shrink inside a step (streaming eviction, decode-time compression) count the step's rows
   // before they evict; the others report bytes() (callers sample it after each step).
   virtual std::uint64_t peak_bytes() const { return bytes(); }
+  // Whether a row appended stays as appended, after the rows already held, until the step ends
+  // (no quantization, eviction or reordering on append): then a lane of several known tokens may
+  // append them all and attend together (attend_layer_block), each to the rows up to its own.
+  // The chunked prompt protocol's cache (kv/chunk_cache.h).
+  virtual bool appends_in_place() const { return false; }
   // Whether each layer's rows depend only on that layer's own appends, and observe() and
   // end_step() do nothing: then a model may run several known tokens of a sequence layer by
   // layer (Model::decode_lanes) and the cache ends up as after one step at a time.

@@ -316,6 +316,10 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
     k_pre = k;
     parallel_for(n_lanes, threads, [&](std::size_t i) {  // lanes write disjoint rows
       const Lane& lane = lanes[i];
+      // A cache whose appended rows stay as they are takes the lane's tokens first, then their
+      // queries attend together, each to the rows up to its own; otherwise each token attends
+      // right after its own append.
+      const bool together = lane.n > 1 && lane.cache->appends_in_place();
       for (std::size_t j = 0; j < lane.n; ++j) {  // in token order: each query sees the rows up to its own
         const std::size_t row = row0[i] + j, p = lane.pos + j;
         const auto r = static_cast<Eigen::Index>(row);
@@ -324,8 +328,14 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
         lane.cache->append(l, k.row(r).data(), k_pre.row(r).data(), v.row(r).data(), p);
         if (lane.cache->wants_queries()) lane.cache->take_query(l, p, q.row(r).data());
         if (lane.bytes_after) lane.bytes_after[j] += lane.cache->layer_bytes(l);
+        if (together) continue;
         attend_layer(*lane.cache, l, q.row(r).data(), c.n_heads, c.n_kv_heads, hd, att.row(r).data(), attention_threads,
                      false, attention);
+      }
+      if (together) {
+        const auto r = static_cast<Eigen::Index>(row0[i]);
+        attend_layer_block(*lane.cache, l, q.row(r).data(), lane.n, c.n_heads, c.n_kv_heads, hd, att.row(r).data(),
+                           attention_threads, attention);
       }
     });
     product(lw.wo, att, out);

@@ -98,10 +98,13 @@ class Model {
   // The batched decode step (eval/lanes.h drives it): lane i runs lanes[i].n tokens
   // at positions pos.. pos + n - 1 through its cache, layer by layer: each weight matrix is read
   // once for all rows of all lanes, and a lane's queries attend one after another (each after
-  // its own token's append, so causally) while that layer's cache is still in the CPU's caches.
+  // its own token's append, so causally) while that layer's cache is still in the CPU's caches;
+  // over a cache whose appends stay as they are (KvPolicy::appends_in_place: the chunked
+  // protocol's) the lane's tokens are appended first and attend together, each to the rows up to
+  // its own (attend_layer_block: every row read once for all of them).
   // Logits rows: lane 0's n rows, then lane 1's... Row j of lane i equals decode() of that token
-  // after the lane's earlier tokens, bit for bit, whatever lanes share the call and for any
-  // thread count. Weight products read each matrix once per call (linear.h's fixed order, rows
+  // after the lane's earlier tokens, bit for bit (attending together: up to the order of the
+  // attention's sums), whatever lanes share the call and for any thread count. Weight products read each matrix once per call (linear.h's fixed order, rows
   // on `threads` threads); RoPE, cache updates and attention run per lane on the threads; a
   // buffer `logits` kept across calls saves its allocation. A lane with n > 1 needs a
   // cache whose layers are independent (KvPolicy::layer_local); bytes_after, when set, gets
