@@ -62,6 +62,20 @@ assert q["cache_bytes"] == exact["ggml:k=q4_0:v=q4_0"]["cache_bytes"] and q["mea
 assert m["snapkv:budget=0.5:window=4"]["cache_bytes"] < 0.5 * m["full"]["cache_bytes"]
 print("chunked ok")
 PY
+"$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode chunked:16:replan --json -o "$TMP/r.json" \
+  --methods snapkv:budget=0.5:window=4
+expect "--prefill-mode chunked:16:replan: named in the report; snapkv cut to half of the tokens so far" 0 \
+  "replan ok" "$PY" - "$TMP/r.json" "$TMP/c.json" <<'PY'
+import json, sys
+r, c = (json.load(open(f)) for f in sys.argv[1:3])
+assert r["prefill_mode"] == "chunked:16:replan"
+m = {x["method"]: x for x in r["methods"]}
+assert m["snapkv:budget=0.5:window=4"]["cache_bytes"] < 0.5 * m["full"]["cache_bytes"]
+assert abs(m["full"]["mean_nll"] / {x["method"]: x for x in c["methods"]}["full"]["mean_nll"] - 1) < 1e-5
+print("replan ok")
+PY
+expect_error "--prefill-mode chunked:16:replan refuses a score the cut cannot take" 1 "scores with snapkv" \
+  "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode chunked:16:replan --methods tova:budget=0.5
 expect_error "--prefill-mode chunked:0 is refused" 2 "prefill-mode = chunked:0" \
   "$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill-mode chunked:0 --methods kivi-4
 expect_error "--prefill-mode chunked refuses streaming eviction" 1 "cannot run this method" \
