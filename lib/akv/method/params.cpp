@@ -288,13 +288,6 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
   return e;
 }
 
-bool EvictionRequest::any() const {
-  return budget || budget_tokens || budgets_file || window || sinks || kernel || pool ||
-         gqa_reduce || alpha || capacity_rule || beta || min_tokens || step || score || future ||
-         covariance || vnorm || lag || every || target || critical || first_stage || plus || qfilters || surrogate ||
-         duo_heads;
-}
-
 void validate_params(const CompressParams& p, const std::string& file) {
   if (p.rotate != RotationKind::none && !p.quantized() && !p.ggml()) {
     throw InvalidInput("rotation needs a quantizer or llama.cpp block types", {file, "--rotate", rotation_name(p.rotate)});
@@ -319,11 +312,6 @@ void validate_params(const CompressParams& p, const std::string& file) {
     throw InvalidInput("outlier fraction must be in [0, 1)",
                        {file, "--outlier-fraction", format_number(p.outlier_fraction)});
   }
-}
-
-bool TieredRequest::any() const {
-  return preset || demotion || hot || warm || warm_bits_key || warm_bits_value || cold_bits ||
-         protect_first || protect_last || anchors || decay || w_attn || w_recency || margin;
 }
 
 namespace {

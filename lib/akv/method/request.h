@@ -16,7 +16,8 @@ struct EvictionRequest {
   std::optional<std::string> score, pool, gqa_reduce, capacity_rule, covariance, vnorm, critical, plus, qfilters, surrogate,
       duo_heads;
   std::optional<double> alpha, beta, first_stage;
-  bool any() const;
+  bool operator==(const EvictionRequest&) const = default;
+  bool any() const { return *this != EvictionRequest{}; }  // some flag given
 };
 
 struct TieredRequest {
@@ -24,7 +25,8 @@ struct TieredRequest {
   std::optional<long long> hot, warm, warm_bits_key, warm_bits_value, cold_bits, protect_first,
       protect_last, anchors;
   std::optional<double> decay, w_attn, w_recency, margin;
-  bool any() const;
+  bool operator==(const TieredRequest&) const = default;
+  bool any() const { return *this != TieredRequest{}; }  // some flag given
 };
 
 // llama.cpp cache types (method ggml).
@@ -33,7 +35,8 @@ struct GgmlRequest {
   std::optional<long long> boundary;  // turboquant only
   std::optional<std::string> qjl;      // turboquant only: on | off
   std::optional<std::string> types;    // ggml only: per-head types from a calibration file
-  bool any() const { return k || v || scale || boundary || qjl || types; }
+  bool operator==(const GgmlRequest&) const = default;
+  bool any() const { return *this != GgmlRequest{}; }  // some flag given
 };
 
 // What the user asked for on the command line; unset fields take the method's defaults.
