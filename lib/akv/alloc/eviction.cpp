@@ -156,7 +156,7 @@ OutProjSource dump_out_proj(const DumpReader& dump) {
 std::optional<TokenScores> dump_given_scores(const DumpReader& dump, const EvictionParams& p) {
   const EvictionParams e = p.alloc == AllocMethod::file ? read_budgets(p.budgets_file, dump.meta()).params : p;
   if (e.score.method != ScoreMethod::kvzap) return std::nullopt;
-  check_qfilters(e.score);
+  check_score_file(e.score);
   if (!dump.has_matrix(DumpMatrix::attn_input)) {
     throw UsageError("kvzap scores tokens from their attention inputs: write the dump with akv dump --kvzap",
                      {dump.path(), dump_matrix_path(0, DumpMatrix::attn_input), "missing"});
@@ -295,6 +295,7 @@ EvictionPlanner::EvictionPlanner(const KvWindow& m, const EvictionParams& reques
     throw UsageError("kvzap scores tokens from their attention inputs: a dump written with akv dump --kvzap, "
                      "or akv evaluate --model", {"", "--score", "kvzap"});
   }
+  check_score_file(p.score);
   validate_score_options(p.score, m);
   const std::size_t T = m.n_tokens, L = m.n_layers, H = m.n_kv_heads;
   if (score_is_given(p.score.method)) {

@@ -78,6 +78,24 @@ EvictionParams eviction_method(const std::string& name) {
   return p;
 }
 
+const std::vector<ScoreFileParam>& score_file_params() {
+  static const std::vector<ScoreFileParam> rows = {
+      {ScoreMethod::qfilter, "qfilters", "filters", &EvictionRequest::qfilters, &ScoreOptions::qfilters},
+      {ScoreMethod::kvzap, "surrogate", "surrogate", &EvictionRequest::surrogate, &ScoreOptions::surrogate},
+  };
+  return rows;
+}
+
+void check_score_file(const ScoreOptions& o) {
+  for (const ScoreFileParam& f : score_file_params()) {
+    if (o.method == f.method && (o.*f.path).empty()) {
+      throw UsageError(score_method_name(f.method) + " scores with the " + f.gives + " `akv calibrate` fits: give " +
+                           f.param + "=calib.json",
+                       {"", std::string("--") + f.param, "missing"});
+    }
+  }
+}
+
 void check_cut(const EvictionParams& e, const std::string& what) {
   const ScoreMethod s = e.score.method;
   if (s != ScoreMethod::snapkv && s != ScoreMethod::knorm && s != ScoreMethod::keydiff && s != ScoreMethod::lagkv &&
@@ -131,8 +149,9 @@ nlohmann::json EvictionParams::to_json() const {
   }
   if (score.method == ScoreMethod::lagkv) j["lag"] = score.lag;
   if (score.method == ScoreMethod::kvzip && score.plus) j["plus"] = true;
-  if (score.method == ScoreMethod::qfilter) j["qfilters"] = score.qfilters;
-  if (score.method == ScoreMethod::kvzap) j["surrogate"] = score.surrogate;
+  for (const ScoreFileParam& f : score_file_params()) {
+    if (score.method == f.method) j[f.param] = score.*f.path;
+  }
   j["alloc"] = alloc_method_name(alloc);
   j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
   j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
@@ -176,8 +195,9 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
       p.score.lag = static_cast<std::size_t>(file_integer(j, "lag", "lag", file, at + "lag"));
     }
     if (p.score.method == ScoreMethod::kvzip) p.score.plus = j.value("plus", false);
-    if (p.score.method == ScoreMethod::qfilter) p.score.qfilters = j.at("qfilters").get<std::string>();
-    if (p.score.method == ScoreMethod::kvzap) p.score.surrogate = j.at("surrogate").get<std::string>();
+    for (const ScoreFileParam& f : score_file_params()) {
+      if (p.score.method == f.method) p.score.*f.path = j.at(f.param).get<std::string>();
+    }
     const std::string a = j.at("alloc").get<std::string>();
     p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);
     if (!j.at("budget_fraction").is_null()) p.budget_fraction = file_real(j, "budget_fraction", "budget", file, at + "budget_fraction");

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/method/request.h"
 #include "akv/score/score.h"
 
 namespace akv {
@@ -59,6 +60,23 @@ struct EvictionParams {
   nlohmann::json to_json() const;
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
 };
+
+// The scores that read a calibration file `akv calibrate` fits, one row each: the method parameter
+// naming the file (also its key in a method's JSON), what the file gives, and where the request
+// and the score options hold its path. Flags, JSON, a method's input files and the check that the
+// file is given all read this table: a new such score is a row here, its two fields and its
+// registry parameter.
+struct ScoreFileParam {
+  ScoreMethod method;
+  const char* param;
+  const char* gives;
+  std::optional<std::string> EvictionRequest::*requested;
+  std::string ScoreOptions::*path;
+};
+const std::vector<ScoreFileParam>& score_file_params();
+// A score of that table without its file: UsageError "<score> scores with the <what> `akv
+// calibrate` fits: give <param>=calib.json" naming --<param>.
+void check_score_file(const ScoreOptions& o);
 
 // Whether the whole cache can be cut back by e's score and allocator (kv/decode_compression.h:
 // scores snapkv, knorm, keydiff, lagkv or qfilter, allocation uniform or adakv, no CriticalKV);

@@ -22,8 +22,9 @@ std::vector<std::string> CompressParams::input_files() const {
   if (!calibration_file.empty()) files.push_back(calibration_file);
   if (!codebook_file.empty()) files.push_back(codebook_file);
   if (eviction() && !eviction()->budgets_file.empty()) files.push_back(eviction()->budgets_file);
-  if (eviction() && !eviction()->score.qfilters.empty()) files.push_back(eviction()->score.qfilters);
-  if (eviction() && !eviction()->score.surrogate.empty()) files.push_back(eviction()->score.surrogate);
+  for (const ScoreFileParam& f : score_file_params()) {
+    if (eviction() && !(eviction()->score.*f.path).empty()) files.push_back(eviction()->score.*f.path);
+  }
   if (eviction() && !eviction()->duo_heads.empty()) files.push_back(eviction()->duo_heads);
   return files;
 }
@@ -127,19 +128,15 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     }
     e.score.plus = *r.plus == "on";
   }
-  if (r.qfilters) {
-    if (e.score.method != ScoreMethod::qfilter) {
-      throw UsageError("this flag gives qfilter's filters, not " + score_method_name(e.score.method) + "'s",
-                       {"", "--qfilters", *r.qfilters});
+  for (const ScoreFileParam& f : score_file_params()) {
+    const std::optional<std::string>& given = r.*f.requested;
+    if (!given) continue;
+    if (e.score.method != f.method) {
+      throw UsageError("this flag gives " + score_method_name(f.method) + "'s " + f.gives + ", not " +
+                           score_method_name(e.score.method) + "'s",
+                       {"", std::string("--") + f.param, *given});
     }
-    e.score.qfilters = *r.qfilters;
-  }
-  if (r.surrogate) {
-    if (e.score.method != ScoreMethod::kvzap) {
-      throw UsageError("this flag gives kvzap's surrogate, not " + score_method_name(e.score.method) + "'s",
-                       {"", "surrogate", *r.surrogate});
-    }
-    e.score.surrogate = *r.surrogate;
+    e.score.*f.path = *given;
   }
   if (r.duo_heads) {
     if (e.alloc != AllocMethod::duo) {
@@ -159,7 +156,7 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     if (!r.window) e.score.window = row.score.window;
     if (!r.sinks) e.sinks = row.sinks;
   }
-  if (e.alloc != AllocMethod::file) check_qfilters(e.score);  // a budgets file brings its own
+  if (e.alloc != AllocMethod::file) check_score_file(e.score);  // a budgets file brings its own
   if (e.score.method != ScoreMethod::lagkv && r.lag) {
     throw UsageError("this flag sets lagkv's partitions, not " + score_method_name(e.score.method) + "'s",
                      {"", "--lag", std::to_string(*r.lag)});

@@ -201,19 +201,7 @@ GqaReduce parse_gqa_reduce(const std::string& s) {
   throw InvalidInput("unknown GQA reduction (expected mean or max)", {"", "--gqa-reduce", s});
 }
 
-void check_qfilters(const ScoreOptions& o) {
-  if (o.method == ScoreMethod::qfilter && o.qfilters.empty()) {
-    throw UsageError("qfilter scores keys with the filters `akv calibrate` fits: give qfilters=calib.json",
-                     {"", "--qfilters", "missing"});
-  }
-  if (o.method == ScoreMethod::kvzap && o.surrogate.empty()) {
-    throw UsageError("kvzap scores tokens with the surrogate `akv calibrate` fits: give surrogate=calib.json",
-                     {"", "surrogate", "missing"});
-  }
-}
-
 void validate_score_options(const ScoreOptions& o, const KvWindow& m) {
-  check_qfilters(o);
   // Query-free scores read no window queries: their window is only the recent tokens kept.
   if (!score_is_query_free(o.method) && (o.window == 0 || o.window > m.n_query)) {
     throw InvalidInput("observation window must be in [1, n_query = " + std::to_string(m.n_query) +

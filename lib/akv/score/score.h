@@ -82,8 +82,9 @@ struct ScoreOptions {
   bool vnorm = true;
   std::size_t lag = 128;  // lagkv: partition size (kvpress's lag_size)
   bool plus = false;      // kvzip: KVzip+'s normalization (score/kvzip.h)
-  std::string qfilters;   // qfilter: the calibration file (`akv calibrate`) holding the filters
-  std::string surrogate;  // kvzap: the calibration file holding the fitted surrogate
+  // The calibration files of the scores that read one (method/eviction_params.h score_file_params):
+  std::string qfilters;   // qfilter: the filters
+  std::string surrogate;  // kvzap: the fitted surrogate
 };
 // Whether the scorer reads values (lagkv; expected-attention with vnorm).
 bool score_reads_values(const ScoreOptions& o);
@@ -94,12 +95,9 @@ struct HeadScores {
   std::vector<double> mass;   // [n_tokens] mean window attention; sums to 1
 };
 
-// qfilter without its calibration file (ScoreOptions::qfilters): UsageError naming --qfilters;
-// kvzap without its surrogate's: UsageError naming surrogate=.
-void check_qfilters(const ScoreOptions& o);
 // Throws InvalidInput when W is 0 or exceeds n_query for a scorer that reads queries, the kernel
-// is even / 0, or expected-attention meets a RoPE other than plain RoPE (rope_variant); and
-// check_qfilters.
+// is even / 0, or expected-attention meets a RoPE other than plain RoPE (rope_variant). (Whether a
+// score's calibration file is given: check_score_file, method/eviction_params.h.)
 void validate_score_options(const ScoreOptions& o, const KvWindow& m);
 
 // query: [n_heads, n_query, head_dim], key: [n_kv_heads, n_tokens, head_dim] (one layer).
