@@ -66,6 +66,10 @@ std::vector<std::vector<std::size_t>> across_layers(std::vector<SortedScores>& s
 
 }  // namespace
 
+bool allocates_per_layer(AllocMethod a) {
+  return a != AllocMethod::adakv_global && a != AllocMethod::duo && a != AllocMethod::joint;
+}
+
 bool is_forced(std::size_t t, std::size_t T, std::size_t sinks, std::size_t window) {
   return t < sinks || t + window >= T;
 }
@@ -207,14 +211,7 @@ struct EvictionPlanner::State {
   std::size_t added = 0;
   std::vector<bool> taken;
 
-  bool local() const {
-    switch (p.alloc) {
-      case AllocMethod::adakv_global:
-      case AllocMethod::duo:
-      case AllocMethod::joint: return false;
-      default: return true;
-    }
-  }
+  bool local() const { return allocates_per_layer(p.alloc); }
 
   // Layer l's extra (selectable) tokens per head, for a layer-local allocator.
   std::vector<std::size_t> layer_extra(std::size_t l) const {

@@ -60,6 +60,11 @@ std::size_t budget_per_head(const EvictionParams& p, const KvWindow& m);
 std::size_t streaming_victim(const std::int32_t* position, const double* score, std::size_t n,
                              std::size_t sinks, std::int64_t newest, bool oldest);
 
+// Whether the allocator splits each layer's budget on its own (uniform, adakv, waterfill, pyramid,
+// adakv-pyramid, a budgets file), so a layer's plan needs only that layer's scores; adakv-global,
+// duo and joint allocate over every layer.
+bool allocates_per_layer(AllocMethod a);
+
 // Plans eviction a layer at a time. add_layer scores one layer's heads (layers in order). With an
 // allocator that splits budgets within each layer (layer_local(): uniform, adakv, waterfill,
 // pyramid, adakv-pyramid, a budgets file) that layer's plan is final at once and its scores are

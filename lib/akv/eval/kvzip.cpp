@@ -37,11 +37,7 @@ TokenScores kvzip_scores(const Model& model, const std::vector<std::int32_t>& co
         return;
       }
       // KVzip+: ||W_o[h] v_t|| of the chunk's tokens for every query head.
-      const Tensor3& value = pre.value[l];
-      Tensor3 chunk_value(value.dim0(), end - start, value.dim2());
-      for (std::size_t h = 0; h < value.dim0(); ++h) {
-        std::copy_n(value.row(h, start), (end - start) * value.dim2(), chunk_value.row(h, 0));
-      }
+      const Tensor3 chunk_value = pre.value[l].rows(start, end - start);
       const auto out = head_value_out_norms(chunk_value, model.weights().layers[l].wo.to_f32(), c.n_heads, 2);
       kvzip_chunk_scores(pre.query[l], pre.key[l], c.kv_shape(), n, start, end, sinks, scores[l],
                          {&pre.input_norm[l], &out});

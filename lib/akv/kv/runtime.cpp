@@ -88,12 +88,7 @@ class RuntimePolicy : public KvPolicy {
           m,
           [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
             const Tensor3& all = (*prompt.query)[l];
-            if (nq == given) {
-              q = all;
-            } else {
-              q = Tensor3(all.dim0(), nq, all.dim2());
-              for (std::size_t h = 0; h < all.dim0(); ++h) std::copy_n(all.row(h, given - nq), nq * all.dim2(), q.row(h, 0));
-            }
+            q = nq == given ? all : all.rows(given - nq, nq);
             k = (*prompt.key)[l];
             if (v) *v = (*prompt.value)[l];
           },
@@ -190,14 +185,7 @@ class RuntimePolicy : public KvPolicy {
   bool takes_prompt_layers() const override {
     if (!params_ || !params_->eviction()) return true;
     const EvictionParams& e = *params_->eviction();
-    switch (e.alloc) {
-      case AllocMethod::adakv_global:
-      case AllocMethod::duo:
-      case AllocMethod::joint:
-      case AllocMethod::file: return false;
-      default: break;
-    }
-    return !e.critical && !score_is_given(e.score.method);
+    return allocates_per_layer(e.alloc) && !e.critical && !score_is_given(e.score.method);
   }
 
   // An evicting cache plans each layer as it comes (EvictionPlanner: the plan ingest_prompt makes)
@@ -213,8 +201,7 @@ class RuntimePolicy : public KvPolicy {
     Tensor3 last;  // the rows the plan reads, when more are given
     const Tensor3* q = kv.query;
     if (q->dim1() > nq) {
-      last = Tensor3(q->dim0(), nq, q->dim2());
-      for (std::size_t h = 0; h < q->dim0(); ++h) std::copy_n(q->row(h, q->dim1() - nq), nq * q->dim2(), last.row(h, 0));
+      last = q->rows(q->dim1() - nq, nq);
       q = &last;
     }
     if (layer == 0) {

@@ -2,6 +2,7 @@
 // Dense f32 blocks of K/V/query data, row-major. The common shape is
 // [heads, tokens, head_dim]; a "slice" is one head, [tokens, head_dim].
 #include <Eigen/Core>
+#include <algorithm>
 #include <cassert>
 #include <cstddef>
 #include <vector>
@@ -46,6 +47,13 @@ class Tensor3 {
   float at(std::size_t i, std::size_t j, std::size_t k) const {
     assert(i < d0_ && j < d1_ && k < d2_);
     return data_[(i * d1_ + j) * d2_ + k];
+  }
+  // Rows [first, first + n) of every slice, a new tensor [d0, n, d2] (e.g. a prompt's last queries).
+  Tensor3 rows(std::size_t first, std::size_t n) const {
+    assert(first + n <= d1_);
+    Tensor3 out(d0_, n, d2_);
+    for (std::size_t i = 0; i < d0_; ++i) std::copy_n(row(i, first), n * d2_, out.row(i, 0));
+    return out;
   }
   // Slice i as an Eigen matrix [d1, d2].
   MatrixMap slice(std::size_t i) {
