@@ -104,7 +104,7 @@ class KvPolicy {
   // Whether the cache takes the prompt a layer at a time (ingest_prompt_layer for every layer,
   // in order, instead of ingest_prompt; the same cache results): caches that decide nothing over
   // the whole prompt (quantizers, ggml types) and one-shot eviction whose allocator splits each
-  // layer's budget on its own (EvictionPlanner::layer_local), so a prefill can drop each layer
+  // layer's budget on its own (allocates_per_layer, alloc/eviction.h), so a prefill can drop each layer
   // once stored.
   virtual bool takes_prompt_layers() const { return false; }
   // One layer of the prompt [n_kv_heads, n, hd] (keys after RoPE, before RoPE, values; queries
