@@ -34,37 +34,18 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
-from reference import KVPRESS_TRANSFORMERS, StandIn, commit_of, source_packages
+from reference import StandIn, commit_of, kvzap_stand_ins
 
 TIE = 1e-5
 
 
-class PretrainedConfig:
-    def __init__(self, **kwargs):
-        for k, v in kwargs.items():
-            setattr(self, k, v)
-
-
-class PreTrainedModel(torch.nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.config = config
-
-
 def stand_ins(kvpress):
-    transformers = StandIn("transformers")
-    transformers.PretrainedConfig = PretrainedConfig
-    transformers.PreTrainedModel = PreTrainedModel
-    sys.modules["transformers"] = transformers
-    for name in KVPRESS_TRANSFORMERS:
-        sys.modules[name] = StandIn(name)
-    for name in ("skorch", "skorch.callbacks", "skorch.dataset", "fire", "kvzap.data"):
-        sys.modules[name] = StandIn(name)
+    kvzap_stand_ins(kvpress, ("kvpress", "kvpress.presses", "kvzap"),
+                    ("skorch", "skorch.callbacks", "skorch.dataset", "fire", "kvzap.data"))
     tqdm = StandIn("tqdm.auto")
     tqdm.tqdm = lambda it, *a, **k: it
     sys.modules["tqdm"] = StandIn("tqdm")
     sys.modules["tqdm.auto"] = tqdm
-    source_packages(kvpress, ("kvpress", "kvpress.presses", "kvzap"))
 
 
 def read_dump(path):

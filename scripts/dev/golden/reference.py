@@ -37,3 +37,28 @@ def source_packages(checkout, names):
         package = types.ModuleType(name)
         package.__path__ = [str(Path(checkout) / name.replace(".", "/"))]
         sys.modules[name] = package
+
+
+def kvzap_stand_ins(kvpress, packages, others=()):
+    """Stand-ins for what kvpress's KVzap code imports: transformers (PretrainedConfig holding its
+    keyword arguments, PreTrainedModel as a torch module; kvpress's model-specific modules empty),
+    `others` empty; then the checkout's `packages` importable (source_packages)."""
+    import torch
+
+    class PretrainedConfig:
+        def __init__(self, **kwargs):
+            for k, v in kwargs.items():
+                setattr(self, k, v)
+
+    class PreTrainedModel(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+
+    transformers = StandIn("transformers")
+    transformers.PretrainedConfig = PretrainedConfig
+    transformers.PreTrainedModel = PreTrainedModel
+    sys.modules["transformers"] = transformers
+    for name in KVPRESS_TRANSFORMERS + tuple(others):
+        sys.modules[name] = StandIn(name)
+    source_packages(kvpress, packages)
