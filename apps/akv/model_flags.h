@@ -82,9 +82,9 @@ inline void add_ruler_flags(CLI::App* sub, RulerOptions& ro, std::string& prefix
       ->capture_default_str()->check(CLI::Range(0, 1 << 16));
   sub->add_option("--ratios", ratios,
                   "Ruler: compression ratios, comma-separated (e.g. 0.25,0.5,0.75,0.875): every eviction method "
-                  "given without a budget runs at budget 1 - r for each (kvpress's ratio: the fraction of the "
-                  "context's tokens removed), all from one prefill per sample; the report leads with a leaderboard "
-                  "of method x ratio")
+                  "given without a budget or threshold runs at budget 1 - r for each (kvpress's ratio: the fraction "
+                  "of the context's tokens removed), all from one prefill per sample; the report leads with a "
+                  "leaderboard of method x ratio")
       ->delimiter(',');
   sub->add_flag("--query-aware", ro.query_aware,
                 "Ruler: the caches ingest the whole prompt, question included (default: the context alone, the "

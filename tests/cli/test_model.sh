@@ -71,6 +71,16 @@ expect "kvzap on a dump with attention inputs" 0 "kept 0\.50.*adakv-global/kvzap
 expect "evaluate --model: kvzap scores the prefill's attention inputs" 0 "kvzap:budget=0.5:surrogate=.* +[0-9]+" \
   "$AKV" evaluate -q --model "$M" --text "$T" --tokenizer bytes --ctx 160 --sequences 1 \
   --methods "kvzap:budget=0.5:surrogate=$TMP/zcal.json"
+expect "kvzap with a threshold on a dump (DMSPress): each head keeps what scores >= T" 0 "threshold/kvzap >= -5" \
+  "$AKV" compress -q "$TMP/z2.h5" -o "$TMP/zt.h5" -m kvzap --surrogate "$TMP/zcal.json" --threshold -5 --window 16
+expect "evaluate --model: kvzap with a threshold while decoding" 0 "decoding=on:surrogate=.* +[0-9]+ .*threshold/kvzap >= -5 while decoding" \
+  "$AKV" evaluate -q --model "$M" --text "$T" --tokenizer bytes --ctx 160 --sequences 1 \
+  --methods "kvzap:threshold=-5:window=16:decoding=on:surrogate=$TMP/zcal.json"
+expect_error "decoding=on is for the model's decode loop" 1 "akv evaluate --model \(--decoding = on\)" \
+  "$AKV" compress -q "$TMP/z2.h5" -o "$TMP/zt2.h5" -m kvzap --surrogate "$TMP/zcal.json" --threshold -5 --decoding on
+expect_error "a chunked prefill refuses threshold eviction" 1 "threshold= eviction keeps what passes in one whole prompt" \
+  "$AKV" evaluate -q --model "$M" --text "$T" --tokenizer bytes --ctx 160 --sequences 1 --prefill-mode chunked:64 \
+  --methods "knorm:threshold=-3"
 expect_error "kvzap on a dump without attention inputs" 1 "/layers/0/attn_input = missing" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/zs.h5" -m kvzap --surrogate "$TMP/zcal.json" --budget 0.5
 [[ -e $TMP/zs.h5 ]] && fail "no output after a refused kvzap" || pass "no output after a refused kvzap"

@@ -210,3 +210,74 @@ TEST_CASE("the runtime cache cuts every N decoded tokens back to the target", "[
   }
   CHECK(cache->bytes() == 2 * 24 * (2 * d * 2 + 4));  // f16 keys and values, a 4-byte position per row
 }
+
+TEST_CASE("threshold eviction while decoding keeps the sinks, the window and each token scored >= T",
+          "[decode_compression]") {
+  // knorm:threshold=-2.8: a token stays while -|k| >= -2.8 or it is a sink or one of the newest 4.
+  const std::size_t d = 8, H = 2, nh = 4, n = 24, W = 4, sinks = 1;
+  const double T = -2.8;
+  const KvGeometry g{{1, nh, H, d, 10000.0, RopeLayout::rotate_half, ""}, 256};
+  auto cache = make_kv_policy(params("knorm:threshold=-2.8:window=4:sinks=1:decoding=on"), g);
+  REQUIRE(!cache->layer_local());
+  REQUIRE(!cache->wants_inputs());  // knorm scores keys
+  Rng r(11);
+  std::vector<Tensor3> q(1, Tensor3(nh, W, d)), k(1, Tensor3(H, n, d)), v(1, Tensor3(H, n, d));
+  for (auto* t : {&q[0], &k[0], &v[0]}) {
+    for (std::size_t i = 0; i < t->size(); ++i) t->data()[i] = static_cast<float>(r.normal());
+  }
+  std::vector<std::vector<std::vector<float>>> keys(H);  // every token's key, per head
+  for (std::size_t h = 0; h < H; ++h) {
+    for (std::size_t t = 0; t < n; ++t) keys[h].emplace_back(k[0].row(h, t), k[0].row(h, t) + d);
+  }
+  auto expected = [&](std::size_t h, std::size_t total) {
+    std::vector<std::int32_t> out;
+    for (std::size_t t = 0; t < total; ++t) {
+      double s = 0;
+      for (float x : keys[h][t]) s += static_cast<double>(x) * x;
+      if (t < sinks || t + W >= total || -std::sqrt(s) >= T) out.push_back(static_cast<std::int32_t>(t));
+    }
+    return out;
+  };
+  cache->ingest_prompt({&q, &k, &k, &v, n, nullptr});
+  std::size_t evicted_while_decoding = 0;
+  std::vector<float> kk(H * d), kv(H * d);
+  for (std::size_t step = 1; step <= 20; ++step) {
+    for (auto* x : {&kk, &kv}) {
+      for (auto& y : *x) y = static_cast<float>(r.normal());
+    }
+    const std::size_t pos = n + step - 1;
+    for (std::size_t h = 0; h < H; ++h) keys[h].emplace_back(kk.begin() + static_cast<std::ptrdiff_t>(h * d), kk.begin() + static_cast<std::ptrdiff_t>((h + 1) * d));
+    const std::uint64_t before = cache->bytes() + 2 * (2 * d * 2 + 4);  // this step's rows too
+    cache->append(0, kk.data(), kk.data(), kv.data(), pos);
+    cache->end_step();
+    CHECK(cache->peak_bytes() >= before);
+    for (std::size_t h = 0; h < H; ++h) {
+      const KvView view = cache->view(0, h);
+      INFO("step " << step << " head " << h);
+      const std::vector<std::int32_t> got(view.position, view.position + view.n), want = expected(h, pos + 1);
+      CHECK(got == want);
+      evicted_while_decoding += pos + 1 - got.size();
+    }
+  }
+  CHECK(evicted_while_decoding > 0);
+}
+
+TEST_CASE("threshold= and decoding= parameters: refusals and the file round trip", "[decode_compression]") {
+  const EvictionParams e = *params("knorm:threshold=-2.5:window=8:decoding=on").eviction();
+  REQUIRE(e.threshold);
+  CHECK(*e.threshold == -2.5);
+  CHECK(e.decoding);
+  const EvictionParams back = EvictionParams::from_json(e.to_json(), "x.json");
+  CHECK(back.threshold == e.threshold);
+  CHECK(back.decoding);
+  CHECK(!params("knorm:budget=0.5").eviction()->to_json().contains("threshold"));
+  CHECK(!params("snapkv:threshold=0.01").eviction()->decoding);
+  CHECK_THROWS_AS(params("knorm:threshold=-1:budget=0.5"), UsageError);        // a budget too
+  CHECK_THROWS_AS(params("knorm:budget=0.5:decoding=on"), UsageError);         // no threshold
+  CHECK_THROWS_AS(params("snapkv:threshold=0.01:decoding=on"), UsageError);    // scores with queries
+  CHECK_THROWS_AS(params("knorm:threshold=-1:decoding=on:quant=kivi-4"), UsageError);
+  CHECK_THROWS_AS(params("h2o:threshold=0.1"), UsageError);
+  CHECK_THROWS_AS(params("adakv:threshold=0.1:alpha=0.5"), UsageError);      // the allocator's flag
+  CHECK_THROWS_AS(params("knorm:threshold=-1:critical=on"), UsageError);
+  CHECK_THROWS_AS(params("knorm:threshold=-1:decoding=on:every=8:target=32"), UsageError);
+}

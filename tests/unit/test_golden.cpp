@@ -13,10 +13,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/alloc/calibration_file.h"
 #include "akv/alloc/eviction.h"
+#include "akv/core/errors.h"
 #include "akv/eval/calibrate.h"
 #include "akv/eval/kvzip.h"
 #include "akv/io/dump.h"
+#include "akv/kv/runtime.h"
+#include "akv/method/registry.h"
 #include "akv/model/llama2c.h"
 #include "akv/kv/stored_head.h"
 #include "akv/quant/nuq.h"
@@ -296,6 +300,123 @@ TEST_CASE("KVzap: calibrate's surrogate equals kvpress's train_linear, and kvzap
   const test::TempDir tmp;
   std::ofstream(tmp.file("calib.json")) << calib.dump();
   check_golden("kvzap-official.json", [&](EvictionParams& p) { p.score.surrogate = tmp.file("calib.json"); });
+}
+
+namespace {
+
+// One run of kvzap-dms-official.json (kept positions per head) against akv's (`mine` [layer][head]).
+void check_kept(const nlohmann::json& want, const std::vector<std::vector<std::vector<std::int32_t>>>& mine,
+                const std::string& what) {
+  REQUIRE(want.size() == mine.size());
+  for (std::size_t l = 0; l < want.size(); ++l) {
+    for (std::size_t h = 0; h < want[l].size(); ++h) {
+      INFO(what << " layer " << l << " head " << h);
+      const auto kept = want[l][h]["kept"].get<std::vector<std::int32_t>>();
+      const auto tied = want[l][h]["tied"].get<std::set<std::int32_t>>();
+      std::vector<std::int32_t> differ;
+      std::set_symmetric_difference(mine[l][h].begin(), mine[l][h].end(), kept.begin(), kept.end(),
+                                    std::back_inserter(differ));
+      CHECK(differ.size() <= tied.size());
+      for (std::int32_t t : differ) {
+        INFO("position " << t << " kept by one side only");
+        CHECK(tied.count(t) == 1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Threshold eviction keeps what kvpress's DMSPress(KVzapPress) keeps, in the prompt and while decoding",
+          "[golden][alloc]") {
+  // scripts/dev/golden/kvzap_dms.py KVPRESS data/golden/kvzap-dms-official.json
+  //   data/golden/kvzap-stories-2.h5 data/golden/kvzap-official.json (threshold -5.2, window 16)
+  std::ifstream in(kGolden + "kvzap-dms-official.json");
+  REQUIRE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  std::ifstream fit_in(kGolden + g["fit"].get<std::string>());
+  const nlohmann::json fit = nlohmann::json::parse(fit_in)["fit"];
+  const std::string dump_path = kGolden + g["dump"].get<std::string>();
+  // A calibration file holding the reference's surrogate.
+  nlohmann::json calib = calibrate({dump_path}, CalibrateOptions{}, {});
+  for (std::size_t l = 0; l < calib["layers"].size(); ++l) {
+    for (std::size_t h = 0; h < calib["layers"][l]["heads"].size(); ++h) {
+      calib["layers"][l]["heads"][h]["kvzap"]["weight"] = fit["weight"][l][h];
+      calib["layers"][l]["heads"][h]["kvzap"]["bias"] = fit["bias"][l][h];
+    }
+  }
+  const test::TempDir tmp;
+  std::ofstream(tmp.file("calib.json")) << calib.dump();
+  const std::string spec = "kvzap:surrogate=" + tmp.file("calib.json") + ":threshold=" +
+                           format_number(g["threshold"].get<double>()) + ":window=" +
+                           std::to_string(g["window"].get<int>()) + ":sinks=" + std::to_string(g["sinks"].get<int>());
+  const DumpReader dump(dump_path);
+  const DumpMeta& m = dump.meta();
+  const std::size_t L = m.n_layers, H = m.n_kv_heads, d = m.head_dim, T = m.n_tokens;
+
+  SECTION("prompt only: akv compress's plan") {
+    const CompressParams p = resolve_params(parse_method_spec(spec));
+    const EvictionPlan plan = plan_eviction(dump, *p.eviction(), 1, {});
+    std::vector<std::vector<std::vector<std::int32_t>>> mine(L);
+    for (std::size_t l = 0; l < L; ++l) {
+      for (std::size_t h = 0; h < H; ++h) mine[l].push_back(plan.heads[l][h].kept);
+    }
+    check_kept(g["runs"]["prefill"]["layers"], mine, "prefill");
+  }
+
+  SECTION("decoding=on: the runtime cache fed the first tokens as the prompt, then one token a step") {
+    const nlohmann::json& run = g["runs"]["decoding"];
+    const std::size_t P = run["prompt"].get<std::size_t>();
+    KvGeometry geo{m.kv_shape(), T, dump.input_dim()};
+    const auto cache = make_kv_policy(resolve_params(parse_method_spec(spec + ":decoding=on")), geo, 1);
+    REQUIRE(cache->wants_inputs());
+    REQUIRE_FALSE(cache->layer_local());
+    std::vector<Tensor3> key(L), key_pre(L), value(L), query(L);
+    std::vector<RowMatrix> input(L);
+    TokenScores scores(L);
+    const KvzapModel zap = read_calibration_kvzap(tmp.file("calib.json"), L, H, dump.input_dim());
+    for (std::size_t l = 0; l < L; ++l) {
+      key[l] = dump.read(l, DumpField::key);
+      key_pre[l] = dump.read(l, DumpField::key_pre_rope);
+      value[l] = dump.read(l, DumpField::value);
+      query[l] = Tensor3(m.n_heads, P, d);  // kvzap reads no queries
+      input[l] = dump.read_matrix(l, DumpMatrix::attn_input);
+      const RowMatrix prompt_input = input[l].topRows(static_cast<Eigen::Index>(P));
+      kvzap_layer_scores(zap[l], prompt_input, scores[l]);
+    }
+    std::vector<Tensor3> pk(L), pkp(L), pv(L);
+    for (std::size_t l = 0; l < L; ++l) {
+      pk[l] = key[l].rows(0, P);
+      pkp[l] = key_pre[l].rows(0, P);
+      pv[l] = value[l].rows(0, P);
+    }
+    cache->ingest_prompt({&query, &pk, &pkp, &pv, P, &scores});
+    auto kept = [&] {
+      std::vector<std::vector<std::vector<std::int32_t>>> out(L);
+      for (std::size_t l = 0; l < L; ++l) {
+        for (std::size_t h = 0; h < H; ++h) {
+          const KvView v = cache->view(l, h);
+          out[l].emplace_back(v.position, v.position + v.n);
+        }
+      }
+      return out;
+    };
+    check_kept(run["after_prompt"], kept(), "after the prompt");
+    std::vector<float> k(H * d), kp(H * d), v(H * d);
+    for (std::size_t t = P; t < T; ++t) {
+      for (std::size_t l = 0; l < L; ++l) {
+        for (std::size_t h = 0; h < H; ++h) {
+          std::copy_n(key[l].row(h, t), d, k.data() + h * d);
+          std::copy_n(key_pre[l].row(h, t), d, kp.data() + h * d);
+          std::copy_n(value[l].row(h, t), d, v.data() + h * d);
+        }
+        cache->take_input(l, t, input[l].row(static_cast<Eigen::Index>(t)).data(), dump.input_dim());
+        cache->append(l, k.data(), kp.data(), v.data(), t);
+      }
+      cache->end_step();
+    }
+    check_kept(run["layers"], kept(), "after decoding");
+  }
 }
 
 TEST_CASE("H2O and StreamingLLM keep what their official code keeps (MHA, every prompt query, 25%)",

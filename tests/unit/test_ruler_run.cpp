@@ -29,6 +29,10 @@ TEST_CASE("expand_ratios: eviction specs without a budget, one per ratio", "[eva
   CHECK(!r[3].ratio);
   CHECK(r[3].base == "h2o:budget=0.3");
   CHECK(expand_ratios({"snapkv"}, {}).at(0).spec == "snapkv");
+  const auto t = expand_ratios({"knorm:threshold=-3"}, {0.5});  // a threshold is not swept
+  REQUIRE(t.size() == 1);
+  CHECK(t[0].spec == "knorm:threshold=-3");
+  CHECK(!t[0].ratio);
   CHECK_THROWS_WITH(expand_ratios({"snapkv"}, {1.0}), Catch::Contains("--ratios"));
   CHECK_THROWS_AS(expand_ratios({"snapkv"}, {-0.1}), InvalidInput);
 }

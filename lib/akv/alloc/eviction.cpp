@@ -70,6 +70,8 @@ bool allocates_per_layer(AllocMethod a) {
   return a != AllocMethod::adakv_global && a != AllocMethod::duo && a != AllocMethod::joint;
 }
 
+bool plans_each_layer(const EvictionParams& e) { return e.threshold || allocates_per_layer(e.alloc); }
+
 bool is_forced(std::size_t t, std::size_t T, std::size_t sinks, std::size_t window) {
   return t < sinks || t + window >= T;
 }
@@ -208,14 +210,23 @@ struct EvictionPlanner::State {
   std::vector<std::vector<std::vector<std::size_t>>> order;
   std::vector<SortedScores> sorted;
   std::vector<std::vector<std::vector<double>>> out_norm;
-  std::size_t added = 0;
+  std::size_t added = 0, kept = 0;  // kept: tokens selected so far (threshold: the mean is the budget)
   std::vector<bool> taken;
 
-  bool local() const { return allocates_per_layer(p.alloc); }
+  bool local() const { return plans_each_layer(p); }
 
-  // Layer l's extra (selectable) tokens per head, for a layer-local allocator.
+  // Layer l's extra (selectable) tokens per head, for a layer-local allocator or a threshold.
   std::vector<std::size_t> layer_extra(std::size_t l) const {
     const std::size_t H = m.n_kv_heads;
+    if (p.threshold) {  // each head's selectable scores >= threshold (sorted descending)
+      std::vector<std::size_t> extra(H);
+      for (std::size_t h = 0; h < H; ++h) {
+        const std::vector<double>& sc = sorted[l][h];
+        extra[h] = static_cast<std::size_t>(
+            std::partition_point(sc.begin(), sc.end(), [&](double v) { return v >= *p.threshold; }) - sc.begin());
+      }
+      return extra;
+    }
     switch (p.alloc) {
       case AllocMethod::uniform: return allocate_uniform(sorted[l], base);
       case AllocMethod::adakv: return allocate_adakv(sorted[l], base, p.alpha, p.capacity_rule, plan.forced);
@@ -253,6 +264,7 @@ struct EvictionPlanner::State {
       for (std::size_t i = 0; i < extra[h]; ++i) hp.kept.push_back(static_cast<std::int32_t>(order[l][h][i]));
       std::sort(hp.kept.begin(), hp.kept.end());
       hp.tokens = hp.kept.size();
+      kept += hp.tokens;
       for (std::int32_t t : hp.kept) {
         hp.retained_mass += scores[l][h].mass[static_cast<std::size_t>(t)];
         hp.kept_score.push_back(scores[l][h].score[static_cast<std::size_t>(t)]);
@@ -318,6 +330,8 @@ EvictionPlanner::EvictionPlanner(const KvWindow& m, const EvictionParams& reques
     plan.budget_per_head = 0;
     for (const auto& l : s.file_budgets) plan.budget_per_head = std::accumulate(l.begin(), l.end(), plan.budget_per_head);
     plan.budget_per_head /= (L * H);
+  } else if (p.threshold) {
+    plan.budget_per_head = T;  // until finish(): the mean kept
   } else {
     plan.budget_per_head = budget_per_head(p, m);
   }
@@ -397,6 +411,7 @@ EvictionPlan EvictionPlanner::finish(int threads) {
     });
     for (std::size_t l = 0; l < L; ++l) s.select(l, extra[l], threads);
   }
+  if (s.p.threshold) s.plan.budget_per_head = s.kept / (L * s.m.n_kv_heads);
   return std::move(s.plan);
 }
 

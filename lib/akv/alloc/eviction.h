@@ -5,7 +5,9 @@
 // Per head, the forced tokens - the first `sinks` positions and the observation window (the
 // last W positions) - are always kept and counted in the budget. The allocator decides how many
 // other ("selectable") tokens each head keeps; each head keeps its best-scored selectable tokens
-// (ties: earlier position) and stores all kept tokens in chronological order.
+// (ties: earlier position) and stores all kept tokens in chronological order. With a threshold
+// (EvictionParams::threshold, kvpress's DMSPress) there is no budget: each head keeps every
+// selectable token scored >= threshold, and the plan's budget_per_head is the mean kept.
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -64,6 +66,9 @@ std::size_t streaming_victim(const std::int32_t* position, const double* score, 
 // adakv-pyramid, a budgets file), so a layer's plan needs only that layer's scores; adakv-global,
 // duo and joint allocate over every layer.
 bool allocates_per_layer(AllocMethod a);
+// Whether e's plan of a layer needs only that layer's scores: a threshold (each head keeps its
+// tokens scored >= threshold) or an allocator that allocates per layer.
+bool plans_each_layer(const EvictionParams& e);
 
 // Plans eviction a layer at a time. add_layer scores one layer's heads (layers in order). With an
 // allocator that splits budgets within each layer (layer_local(): uniform, adakv, waterfill,

@@ -125,6 +125,7 @@ std::string chunked_refusal(const CompressParams& m, PrefillMode mode) {
   if (e->alloc == AllocMethod::joint || e->alloc == AllocMethod::file || e->alloc == AllocMethod::duo) {
     return "joint plans, budgets files and duo's head split describe one whole prompt";
   }
+  if (e->threshold) return "threshold= eviction keeps what passes in one whole prompt";
   if (!e->budget_fraction) return "a token budget describes one whole prompt: give --budget as a fraction";
   if (mode.replan) {
     check_cut(*e, "--prefill-mode " + prefill_mode_name(mode));
@@ -193,7 +194,7 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
                           const std::vector<std::optional<CompressParams>>& methods, std::size_t max_positions,
                           int threads, const PrefillOptions& options) {
   const ModelConfig& c = model.config();
-  const KvGeometry g{c.kv_shape(), max_positions};
+  const KvGeometry g{c.kv_shape(), max_positions, c.dim};
   if (options.mode == PrefillMode::batch) return prefill_batch(model, prompts, methods, g, threads, options);
   if (options.mode.kind == PrefillMode::chunked) return prefill_chunked(model, prompts, methods, g, threads, options);
   const std::size_t n = prompts.size(), n_methods = methods.size();

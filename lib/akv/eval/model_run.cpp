@@ -194,7 +194,7 @@ std::vector<RatioSpec> expand_ratios(const std::vector<std::string>& specs, cons
   for (const std::string& spec : specs) {
     const MethodInfo* info = find_method(spec.substr(0, spec.find(':')));
     bool has_budget = false;
-    for (const char* key : {":budget=", ":budget-tokens=", ":budgets="}) has_budget = has_budget || spec.find(key) != std::string::npos;
+    for (const char* key : {":budget=", ":budget-tokens=", ":budgets=", ":threshold="}) has_budget = has_budget || spec.find(key) != std::string::npos;
     if (!info || info->kind != MethodKind::eviction || has_budget || ratios.empty()) {
       out.push_back({spec, spec, std::nullopt});
       continue;

@@ -52,10 +52,10 @@ std::string evaluate_model(const ModelRunOptions& o, ReportFormat format, const 
 // first, is left out); UsageError / InvalidInput naming the spec.
 std::vector<PplMethod> resolve_methods(const std::vector<std::string>& specs);
 
-// `--ratios`: every eviction spec that names no budget (budget=, budget-tokens=, budgets=), at
-// budget 1 - r for each ratio r (kvpress's compression ratio: the fraction of the context's
-// tokens removed), in ratio order; every other spec once, without a ratio. InvalidInput naming
-// --ratios for a ratio outside [0, 1).
+// `--ratios`: every eviction spec that names no budget (budget=, budget-tokens=, budgets=) nor a
+// threshold (threshold=), at budget 1 - r for each ratio r (kvpress's compression ratio: the
+// fraction of the context's tokens removed), in ratio order; every other spec once, without a
+// ratio. InvalidInput naming --ratios for a ratio outside [0, 1).
 std::vector<RatioSpec> expand_ratios(const std::vector<std::string>& specs, const std::vector<double>& ratios);
 
 // What a run of a model reads besides its own flags' files: the model path and, for a Hugging

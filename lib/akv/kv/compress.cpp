@@ -132,6 +132,9 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
     throw UsageError("decode-time compression (every=, target=) runs in the model's decode loop: akv evaluate --model",
                      {"", "--every", std::to_string(params.eviction()->every)});
   }
+  if (params.eviction() && params.eviction()->decoding) {
+    throw UsageError("decoding=on evicts while the model decodes: akv evaluate --model", {"", "--decoding", "on"});
+  }
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
   if (const GgmlCacheParams* g = params.ggml()) {

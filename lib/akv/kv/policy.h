@@ -101,6 +101,13 @@ class KvPolicy {
   virtual void take_query(std::size_t layer, std::size_t pos, const float* query) {
     (void)layer, (void)pos, (void)query;
   }
+  // Whether the model hands each decoded token's attention input to take_input (before append).
+  virtual bool wants_inputs() const { return false; }
+  // One token's attention input of one layer at `pos` [dim]: the RMS-normed hidden state the
+  // layer's Q/K/V projections read (what kvzap's surrogate scores).
+  virtual void take_input(std::size_t layer, std::size_t pos, const float* input, std::size_t dim) {
+    (void)layer, (void)pos, (void)input, (void)dim;
+  }
   // Whether the cache takes the prompt a layer at a time (ingest_prompt_layer for every layer,
   // in order, instead of ingest_prompt; the same cache results): caches that decide nothing over
   // the whole prompt (quantizers, ggml types) and one-shot eviction whose allocator splits each

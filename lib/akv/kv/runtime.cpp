@@ -14,6 +14,9 @@
 #include "akv/kv/prompt_plan.h"
 #include "akv/kv/tensor_builder.h"
 #include "akv/kv/tiered.h"
+#include "akv/score/kv_scores.h"
+#include "akv/score/kvzap.h"
+#include "akv/score/qfilter.h"
 #include "akv/tensor/half.h"
 
 namespace akv {
@@ -29,6 +32,9 @@ struct HeadState {
   std::vector<double> score;          // streaming eviction: accumulated attention (h2o)
   std::size_t budget = 0;             // streaming eviction: rows to keep
   std::deque<std::int32_t> recent;    // streaming eviction: last `window` positions appended
+  // Threshold eviction while decoding: the positions and scores of the rows not decided yet (the
+  // newest `window`, and the step's own), oldest first.
+  std::deque<std::pair<std::int32_t, double>> pending;
 };
 
 class RuntimePolicy : public KvPolicy {
@@ -68,12 +74,23 @@ class RuntimePolicy : public KvPolicy {
       if (p->eviction()->score.method == ScoreMethod::qfilter) {
         qfilters_ = read_calibration_qfilters(p->eviction()->score.qfilters, g.prompt_window());
       }
+      if (p->eviction()->decoding) {
+        check_threshold_decoding(*p->eviction(), p->quantized() || p->rotate != RotationKind::none);
+        decoding_ = true;
+        if (p->eviction()->score.method == ScoreMethod::kvzap) {
+          if (g.input_dim == 0) {
+            throw UsageError("kvzap with decoding=on scores each decoded token's attention input: akv evaluate --model",
+                             {"", "--decoding", "on"});
+          }
+          zap_ = read_calibration_kvzap(p->eviction()->score.surrogate, g.n_layers, g.n_kv_heads, g.input_dim);
+        }
+      }
     }
     // Per-head parameters (calibrated bits).
     per_head_.reserve(g.n_layers * g.n_kv_heads);
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) {
       if (p) per_head_.push_back(p->for_head(i / g.n_kv_heads, i % g.n_kv_heads, g.n_kv_heads));
-      heads_.push_back(HeadState{builder(i, true), builder(i, false), {}, {}, 0, {}});
+      heads_.push_back(HeadState{builder(i, true), builder(i, false), {}, {}, 0, {}, {}});
     }
   }
 
@@ -185,7 +202,7 @@ class RuntimePolicy : public KvPolicy {
   bool takes_prompt_layers() const override {
     if (!params_ || !params_->eviction()) return true;
     const EvictionParams& e = *params_->eviction();
-    return allocates_per_layer(e.alloc) && !e.critical && !score_is_given(e.score.method);
+    return plans_each_layer(e) && !e.critical && !score_is_given(e.score.method);
   }
 
   // An evicting cache plans each layer as it comes (EvictionPlanner: the plan ingest_prompt makes)
@@ -225,8 +242,22 @@ class RuntimePolicy : public KvPolicy {
     if (s.position.size() != n_tokens_) h.kept = std::move(s.position);
     h.key = s.key.take();
     h.value = s.value.take();
-    s = HeadState{TensorBuilder(g_.head_dim, DenseType::f32), TensorBuilder(g_.head_dim, DenseType::f32), {}, {}, 0, {}};
+    s = HeadState{TensorBuilder(g_.head_dim, DenseType::f32), TensorBuilder(g_.head_dim, DenseType::f32), {}, {}, 0, {}, {}};
     return h;
+  }
+
+  bool wants_inputs() const override { return decoding_ && !zap_.empty(); }
+
+  // kvzap while decoding: the token's score in each KV head from its attention input.
+  void take_input(std::size_t layer, std::size_t pos, const float* input, std::size_t dim) override {
+    if (!wants_inputs()) return;
+    RowMatrix x(1, static_cast<Eigen::Index>(dim));
+    std::copy_n(input, dim, x.data());
+    std::vector<std::vector<double>> scores;
+    kvzap_layer_scores(zap_[layer], x, scores);
+    for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+      heads_[layer * g_.n_kv_heads + h].pending.emplace_back(static_cast<std::int32_t>(pos), scores[h][0]);
+    }
   }
 
   void append(std::size_t layer, const float* key, const float* key_pre, const float* value,
@@ -239,6 +270,7 @@ class RuntimePolicy : public KvPolicy {
       s.key.append(pre ? key_pre + h * d : key + h * d, key + h * d, &p, 1);
       s.value.append(value + h * d, value + h * d, &p, 1);
       s.position.push_back(p);
+      if (decoding_ && zap_.empty()) s.pending.emplace_back(p, key_score(layer, h, key + h * d));
       if (streaming_) {
         s.score.push_back(0.0);
         s.recent.push_back(p);
@@ -267,8 +299,9 @@ class RuntimePolicy : public KvPolicy {
   }
 
   void end_step() override {
-    if (every_ > 0 || streaming_) peak_ = std::max(peak_, bytes());  // before this step evicts
+    if (every_ > 0 || streaming_ || decoding_) peak_ = std::max(peak_, bytes());  // before this step evicts
     if (every_ > 0 && ++decoded_ % every_ == 0) cut();
+    if (decoding_) evict_below_threshold();
     if (!streaming_) return;
     const EvictionParams& e = *params_->eviction();
     const bool oldest = e.score.method == ScoreMethod::streamingllm;
@@ -298,7 +331,7 @@ class RuntimePolicy : public KvPolicy {
     return b;
   }
 
-  bool layer_local() const override { return !streaming_ && every_ == 0; }
+  bool layer_local() const override { return !streaming_ && every_ == 0 && !decoding_; }
 
   std::uint64_t peak_bytes() const override { return std::max(peak_, bytes()); }
 
@@ -359,6 +392,15 @@ class RuntimePolicy : public KvPolicy {
         v = k + m * d;
         kp = pre ? v + m * d : nullptr;
       }
+      if (decoding_ && plan && plan->eviction) {  // the window's rows wait, with their prompt scores
+        const HeadPlan& hp = plan->eviction->heads[l][h];
+        s.pending.clear();
+        for (std::size_t r = 0; r < hp.kept.size(); ++r) {
+          if (static_cast<std::size_t>(hp.kept[r]) + params_->eviction()->score.window >= n) {
+            s.pending.emplace_back(hp.kept[r], hp.kept_score[r]);
+          }
+        }
+      }
       for (std::int32_t& t : keep) t += static_cast<std::int32_t>(start);
       s.key.append(pre ? kp : k, k, keep.data(), m);
       s.value.append(v, v, keep.data(), m);
@@ -368,6 +410,40 @@ class RuntimePolicy : public KvPolicy {
         s.recent.assign(s.position.end() - static_cast<std::ptrdiff_t>(w), s.position.end());
       }
     });
+  }
+
+  // A decoded token's score from its key after RoPE (knorm, qfilter), as the prompt's were scored.
+  double key_score(std::size_t layer, std::size_t h, const float* key) const {
+    Tensor3 k(1, 1, g_.head_dim);
+    std::copy_n(key, g_.head_dim, k.data());
+    return params_->eviction()->score.method == ScoreMethod::qfilter ? qfilter_scores(k, 0, qfilters_[layer][h])[0]
+                                                                     : knorm_scores(k, 0, 1, g_.head_dim)[0];
+  }
+
+  // Threshold eviction while decoding: each head decides the rows that left its window (the
+  // oldest pending beyond `window`): one below the threshold and past the sinks is evicted.
+  void evict_below_threshold() {
+    const EvictionParams& e = *params_->eviction();
+    for (HeadState& s : heads_) {
+      std::vector<std::int32_t> evicted;
+      while (s.pending.size() > e.score.window) {
+        const auto [pos, score] = s.pending.front();
+        s.pending.pop_front();
+        if (static_cast<std::size_t>(pos) >= e.sinks && score < *e.threshold) evicted.push_back(pos);
+      }
+      if (evicted.empty()) continue;
+      std::vector<std::size_t> keep;
+      std::vector<std::int32_t> position;
+      keep.reserve(s.position.size());
+      for (std::size_t r = 0; r < s.position.size(); ++r) {
+        if (std::binary_search(evicted.begin(), evicted.end(), s.position[r])) continue;
+        keep.push_back(r);
+        position.push_back(s.position[r]);
+      }
+      s.key.retain(keep);
+      s.value.retain(keep);
+      s.position = std::move(position);
+    }
   }
 
   // Decode-time compression: each layer's heads cut back to the target over its last decode queries.
@@ -437,6 +513,8 @@ class RuntimePolicy : public KvPolicy {
   RopeTable table_;
   RopeContext rope_;
   bool streaming_ = false;
+  bool decoding_ = false;  // threshold eviction while decoding
+  KvzapModel zap_;         // ... with kvzap scores: the surrogate
   std::size_t every_ = 0, decoded_ = 0;             // decode-time compression: interval, tokens decoded
   std::uint64_t peak_ = 0;                          // the most bytes before an eviction (peak_bytes)
   struct QueryRing {

@@ -13,6 +13,11 @@
 //            non-forced token after every step; the last row takes the evicted row's slot, so
 //            rows are unordered and KvView::position says which token each one is). Streaming
 //            eviction stores rows in f16 and does not combine with quantization.
+//   threshold eviction (threshold=T): one-shot, each head keeps what scores >= T; with
+//            decoding=on (kvpress's DMSPress decoding=True) each decoded token is scored when
+//            appended (knorm, qfilter: its key; kvzap: its attention input, take_input) and, once
+//            `window` newer tokens follow it (the prompt's last window tokens likewise, with their
+//            prompt scores), evicted at the end of that step if it scores below T and is no sink.
 // Attention (attention/decode_attention.h) reads the stored packed codes and f16 rows directly;
 // only pre-RoPE keys keep a post-RoPE f32 copy for attention. The f32 rows of the residual
 // window wait there as the quantization source (so that the cache equals `akv compress`).
@@ -32,6 +37,9 @@ namespace akv {
 // the sequences they run, never a model's declared context (which a file may put at 2^32).
 struct KvGeometry : KvShape {
   std::size_t max_positions = 0;
+  // The model's attention input width (its hidden size; 0 without a model): kvzap's surrogate
+  // scores decoded tokens from inputs of this width (threshold eviction while decoding).
+  std::size_t input_dim = 0;
 
   // A prompt of n_tokens with queries at its last n_query positions (what the scorers and
   // allocators read).

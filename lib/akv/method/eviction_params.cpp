@@ -119,6 +119,19 @@ void check_decode_compression(const EvictionParams& e) {
   }
 }
 
+void check_threshold_decoding(const EvictionParams& e, bool quantized) {
+  const ScoreMethod s = e.score.method;
+  if (s != ScoreMethod::knorm && s != ScoreMethod::qfilter && s != ScoreMethod::kvzap) {
+    throw UsageError("decoding=on scores each decoded token alone: knorm, qfilter or kvzap",
+                     {"", "--score", score_method_name(s)});
+  }
+  if (quantized) throw UsageError("decoding=on evicts f16 rows: it takes no quant= or rotate=", {"", "--decoding", "on"});
+  if (e.every > 0) {
+    throw UsageError("decoding=on evicts by threshold while decoding already; every= is for budgets",
+                     {"", "--every", std::to_string(e.every)});
+  }
+}
+
 std::string capacity_rule_name(CapacityRule r) {
   switch (r) {
     case CapacityRule::exact_total: return "exact-total";
@@ -163,6 +176,10 @@ nlohmann::json EvictionParams::to_json() const {
   j["step"] = step;
   if (!budgets_file.empty()) j["budgets_file"] = budgets_file;
   if (!duo_heads.empty()) j["duo_heads"] = duo_heads;
+  if (threshold) {
+    j["threshold"] = *threshold;
+    j["decoding"] = decoding;
+  }
   if (every > 0) {
     j["every"] = every;
     j["target"] = target;
@@ -215,6 +232,10 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     if (j.contains("critical")) {
       p.critical = j.at("critical").get<bool>();
       p.first_stage = file_real(j, "first_stage", "first-stage", file, at + "first_stage");
+    }
+    if (j.contains("threshold")) {
+      p.threshold = file_real(j, "threshold", "threshold", file, at + "threshold");
+      p.decoding = j.at("decoding").get<bool>();
     }
     if (j.contains("every")) {
       p.every = count("every", "every");

@@ -46,6 +46,12 @@ struct EvictionParams {
   double beta = 20.0;        // pyramid
   std::size_t min_tokens = 0, step = 1;  // waterfill (selectable tokens)
   std::string budgets_file;  // alloc == file: per-head budgets from `akv allocate`
+  // Threshold eviction (kvpress's DMSPress) instead of a budget: each head keeps its forced tokens
+  // and every other token whose score is >= threshold, however many (alloc/eviction.h).
+  // `decoding` (the model's runtime cache only): decoded tokens too, each decided when `window`
+  // newer tokens follow it (kv/runtime.h).
+  std::optional<double> threshold;
+  bool decoding = false;
   // Decode-time compression (the model's runtime cache only; 0 = none): every `every` decoded
   // tokens each KV head is cut back to `target` rows (kv/decode_compression.h).
   std::size_t every = 0, target = 0;
@@ -85,6 +91,10 @@ void check_cut(const EvictionParams& e, const std::string& what);
 // Decode-time compression (EvictionParams::every > 0): check_cut, and a target above the sinks and
 // window; UsageError / InvalidInput naming the flag otherwise.
 void check_decode_compression(const EvictionParams& e);
+
+// Threshold eviction while decoding (EvictionParams::decoding): scores each decoded token alone
+// (knorm, qfilter, kvzap) and stores f16 rows; UsageError naming the flag otherwise.
+void check_threshold_decoding(const EvictionParams& e, bool quantized);
 
 // Eviction methods of `akv compress --method`: score + allocator (+ default sinks), the
 // registry's rows of kind eviction and joint (method/registry.h):

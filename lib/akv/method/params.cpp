@@ -57,7 +57,7 @@ std::string describe(const CompressParams& p) {
   std::string out;
   if (p.eviction()) {
     const EvictionParams& e = *p.eviction();
-    out = alloc_method_name(e.alloc) + "/" + score_method_name(e.score.method);
+    out = (e.threshold ? std::string("threshold") : alloc_method_name(e.alloc)) + "/" + score_method_name(e.score.method);
     char buf[64];
     if (e.budget_fraction) {
       std::snprintf(buf, sizeof buf, " %g", *e.budget_fraction);
@@ -65,6 +65,7 @@ std::string describe(const CompressParams& p) {
     } else if (e.budget_tokens) {
       out += " " + std::to_string(*e.budget_tokens) + " tokens";
     }
+    if (e.threshold) out += " >= " + format_number(*e.threshold) + (e.decoding ? " while decoding" : "");
     if (e.every > 0) out += " every " + std::to_string(e.every) + " to " + std::to_string(e.target);
     if (e.critical) out += " critical";
     if (e.score.plus) out += " plus";
@@ -92,10 +93,15 @@ namespace {
 std::size_t count(long long v) { return static_cast<std::size_t>(v); }  // >= 0: check_request
 
 void apply_eviction_flags(EvictionParams& e, const std::string& method, const EvictionRequest& r) {
-  const int budgets = (r.budget ? 1 : 0) + (r.budget_tokens ? 1 : 0) + (r.budgets_file ? 1 : 0);
+  const int budgets = (r.budget ? 1 : 0) + (r.budget_tokens ? 1 : 0) + (r.budgets_file ? 1 : 0) + (r.threshold ? 1 : 0);
   if (budgets != 1) {
-    throw UsageError("an eviction method needs exactly one of --budget, --budget-tokens, --budgets",
-                     {"", "--budget", method});
+    throw UsageError("an eviction method needs exactly one of --budget, --budget-tokens, --budgets, --threshold",
+                     {"", r.threshold ? "--threshold" : "--budget", method});
+  }
+  if (r.threshold) e.threshold = *r.threshold;
+  if (r.decoding) {
+    if (!r.threshold) throw UsageError("decoding=on evicts by a threshold: add threshold=T", {"", "--decoding", *r.decoding});
+    e.decoding = *r.decoding == "on";
   }
   if (r.budget) e.budget_fraction = *r.budget;
   if (r.budget_tokens) e.budget_tokens = count(*r.budget_tokens);
@@ -188,6 +194,18 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
                        {"", "--critical", e.alloc == AllocMethod::joint ? "on (joint)" : "on (" + score_method_name(s) + ")"});
     }
   }
+  if (e.threshold) {
+    const ScoreMethod s = e.score.method;
+    if (s == ScoreMethod::h2o || s == ScoreMethod::streamingllm || e.alloc == AllocMethod::joint ||
+        e.alloc == AllocMethod::duo || e.critical) {
+      throw UsageError("threshold= keeps what passes in each head: not with h2o, streamingllm, joint, duo or critical=on",
+                       {"", "--threshold", method + " (" + score_method_name(s) + ")"});
+    }
+    if (r.alpha || r.beta || r.capacity_rule || r.min_tokens || r.step) {
+      throw UsageError("threshold= replaces the allocator: drop its flags (alpha, beta, capacity-rule, min-tokens, step)",
+                       {"", "--threshold", format_number(*e.threshold)});
+    }
+  }
   if (r.every.has_value() != r.target.has_value()) {
     throw UsageError("decode-time compression takes both every= and target=",
                      {"", r.every ? "--target" : "--every", "missing"});
@@ -197,6 +215,7 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     e.target = count(*r.target);
     check_decode_compression(e);
   }
+  if (e.decoding) check_threshold_decoding(e, false);
 }
 
 EvictionParams resolve_eviction(const std::string& method, const EvictionRequest& r) {
@@ -277,6 +296,10 @@ EvictionParams resolve_allocation(const std::string& alloc, const std::string& s
   e.score.window = default_window(e.score.method);
   e.sinks = default_sinks(e.score.method);
   if (r.budgets_file) throw UsageError("allocate computes budgets; --budgets is for compress", {"", "--budgets"});
+  if (r.threshold) {
+    throw UsageError("allocate spreads a budget; threshold= is for compress and evaluate",
+                     {"", "--threshold", format_number(*r.threshold)});
+  }
   if (r.every || r.target) {
     throw UsageError("decode-time compression (every=, target=) runs in the model's decode loop: akv evaluate --model",
                      {"", r.every ? "--every" : "--target", std::to_string(r.every ? *r.every : *r.target)});
@@ -462,6 +485,7 @@ CompressParams resolve_params(const CompressRequest& r) {
     if (p.eviction()->every > 0 && (p.quantized() || p.rotate != RotationKind::none)) {
       throw UsageError("decode-time compression cuts f16 rows: it takes no quant= or rotate=", {"", "--quant", quant});
     }
+    if (p.eviction()->decoding) check_threshold_decoding(*p.eviction(), p.quantized() || p.rotate != RotationKind::none);
     return p;
   }
   if (r.quant || r.eviction.any()) {

@@ -296,6 +296,16 @@ const std::vector<ParamInfo>& param_registry() {
       {"target", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.target; }),
        "decode-time compression: tokens per KV head after each cut (on average with adakv; sinks and window "
        "included)", 1, {}, false, false, {}, {}},
+      {"threshold", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.threshold; }),
+       "keep every token whose score is at least T instead of a budget (kvpress's DMSPress): each head keeps "
+       "as many as pass, so the compression ratio follows the content; sinks and the last window= tokens "
+       "kept (kvpress's sliding window: window=128:sinks=0); no budget=, allocator or critical=on",
+       {}, {}, false, false, {}, {}},
+      {"decoding", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.decoding; }),
+       "threshold=: also while decoding (DMSPress's decoding=True; akv evaluate --model only): each decoded "
+       "token is scored when appended and evicted if below the threshold once window= newer tokens follow it; "
+       "knorm, qfilter or kvzap scores, no quant= (default off)",
+       {}, {}, false, false, {}, {"on", "off"}},
       {"pool", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.pool; }),
        "SnapKV pooling over tokens (default max)", {}, {}, false, false, {}, {"max", "avg"}},
       {"kernel", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.kernel; }),

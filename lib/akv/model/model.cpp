@@ -325,6 +325,7 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
         const auto r = static_cast<Eigen::Index>(row);
         for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.row(r).data() + h * hd, 1, p, c.rope_layout, ropes[row]);
         for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.row(r).data() + h * hd, 1, p, c.rope_layout, ropes[row]);
+        if (lane.cache->wants_inputs()) lane.cache->take_input(l, p, xb.row(r).data(), c.dim);
         lane.cache->append(l, k.row(r).data(), k_pre.row(r).data(), v.row(r).data(), p);
         if (lane.cache->wants_queries()) lane.cache->take_query(l, p, q.row(r).data());
         if (lane.bytes_after) lane.bytes_after[j] += lane.cache->layer_bytes(l);
