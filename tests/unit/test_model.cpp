@@ -195,7 +195,7 @@ TEST_CASE("caches that take the prompt a layer at a time during the prefill equa
   for (const char* spec : {"full", "kivi-2", "kivi-4:rotate=hadamard", "k4v2:pre-rope", "ggml:k=q4_0:v=q8_0",
                            "fp8:scale=tensor", "snapkv:budget=0.5", "adakv:budget=0.3:quant=k4v2", "pyramid:budget=0.4",
                            "h2o:budget=0.5", "expected-attention:budget=0.5", "tova:budget=0.5", "knorm:budget=0.5",
-                           "adakv-global:budget=0.5", "snapkv:budget=0.5:critical=on"}) {
+                           "adakv-global:budget=0.5", "snapkv:budget=0.5:critical=on", "snapkv:threshold=0.002"}) {
     INFO(spec);
     const std::optional<CompressParams> p = resolve_method_spec(spec);
     auto a = make_kv_policy(p, g, 1), b = make_kv_policy(p, g, 1);

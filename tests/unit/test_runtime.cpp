@@ -223,6 +223,50 @@ KvGeometry small_geometry(std::size_t L, std::size_t H, std::size_t d) {
   return g;
 }
 
+TEST_CASE("kvzap with a threshold takes the prompt a layer at a time, its scores with each layer, as whole",
+          "[runtime]") {
+  const std::size_t L = 3, H = 2, d = 8, n = 96;
+  const KvGeometry g = small_geometry(L, H, d);
+  Rng rng(21);
+  auto fill = [&](std::size_t rows, std::size_t heads) {
+    Tensor3 t(heads, rows, d);
+    for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<float>(rng.normal());
+    return t;
+  };
+  std::vector<Tensor3> q, k, v;
+  TokenScores scores(L, std::vector<std::vector<double>>(H, std::vector<double>(n)));
+  for (std::size_t l = 0; l < L; ++l) {
+    q.push_back(fill(16, 4));
+    k.push_back(fill(n, H));
+    v.push_back(fill(n, H));
+    for (auto& head : scores[l]) {
+      for (double& x : head) x = rng.normal();
+    }
+  }
+  // The surrogate file is read by whoever computes the scores (eval/lanes.h), not by the prompt's cache.
+  const CompressParams p = params("kvzap:surrogate=unread.json:threshold=0.3:window=16");
+  auto whole = make_kv_policy(p, g), layers = make_kv_policy(p, g);
+  REQUIRE(layers->takes_prompt_layers());
+  CHECK(!make_kv_policy(params("kvzap:surrogate=unread.json:budget=0.5"), g)->takes_prompt_layers());  // adakv-global
+  whole->ingest_prompt({&q, &k, &k, &v, n, &scores});
+  for (std::size_t l = 0; l < L; ++l) layers->ingest_prompt_layer(l, {&k[l], &k[l], &v[l], &q[l], &scores[l]});
+  CHECK(whole->bytes() == layers->bytes());
+  for (std::size_t l = 0; l < L; ++l) {
+    for (std::size_t h = 0; h < H; ++h) {
+      const KvView a = whole->view(l, h), b = layers->view(l, h);
+      std::vector<std::int32_t> want;  // 4 sinks, the last 16, and every score >= 0.3
+      for (std::size_t t = 0; t < n; ++t) {
+        if (t < 4 || t + 16 >= n || scores[l][h][t] >= 0.3) want.push_back(static_cast<std::int32_t>(t));
+      }
+      CHECK(std::vector<std::int32_t>(a.position, a.position + a.n) == want);
+      CHECK(std::vector<std::int32_t>(b.position, b.position + b.n) == want);
+    }
+  }
+  // Without the layer's scores the planner refuses, as a dump without attention inputs.
+  auto bare = make_kv_policy(p, g);
+  CHECK_THROWS_AS(bare->ingest_prompt_layer(0, {&k[0], &k[0], &v[0], &q[0]}), UsageError);
+}
+
 TEST_CASE("runtime decode: KIVI's key residual fills to R, then R keys are quantized at once", "[runtime]") {
   const std::size_t L = 1, H = 2, d = 32, n0 = 100;
   const KvGeometry g = small_geometry(L, H, d);

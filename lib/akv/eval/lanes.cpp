@@ -244,10 +244,11 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
     parallel_for(n_methods, ingest, [&](std::size_t m) { out.caches[i * n_methods + m] = make_kv_policy(methods[m], g, 1); });
     bool keep = false;
     for (std::size_t m = 0; m < n_methods; ++m) keep = keep || !out.caches[i * n_methods + m]->takes_prompt_layers();
+    // kvzap's scores of layer l are complete once its attention inputs were seen (on_input comes first).
     const LayerKvFn on_layer = [&](std::size_t l, const Tensor3& q, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
       parallel_for(n_methods, ingest, [&](std::size_t m) {
         KvPolicy& cache = *out.caches[i * n_methods + m];
-        if (cache.takes_prompt_layers()) cache.ingest_prompt_layer(l, {&k, &kp, &v, &q});
+        if (cache.takes_prompt_layers()) cache.ingest_prompt_layer(l, {&k, &kp, &v, &q, zap_key[m] ? &zap[*zap_key[m]][l] : nullptr});
       });
       return keep;
     };

@@ -33,12 +33,15 @@ struct PromptKv {
 // One layer of a prompt [n_kv_heads, n, hd]: keys after RoPE, keys before RoPE (nullptr when
 // not at hand: only pre-RoPE quantization reads them) and values; `query`, for a cache that
 // plans eviction a layer at a time, the layer's queries [n_heads, r, hd] at the last r
-// positions (r >= prompt_query_rows of its method, kv/runtime.h).
+// positions (r >= prompt_query_rows of its method, kv/runtime.h); `scores`, for such a cache
+// whose score the model computes (kvzap, from the layer's attention inputs), the layer's
+// [n_kv_heads][n] (the layer of PromptKv::scores).
 struct LayerKv {
   const Tensor3* key = nullptr;
   const Tensor3* key_pre_rope = nullptr;
   const Tensor3* value = nullptr;
   const Tensor3* query = nullptr;
+  const std::vector<std::vector<double>>* scores = nullptr;
 };
 
 // How one-shot eviction compresses a chunk of the prompt (KvPolicy::ingest_chunk): the chunk

@@ -198,11 +198,12 @@ class RuntimePolicy : public KvPolicy {
   }
 
   // Quantizers; one-shot and streaming eviction whose allocator splits each layer's budget on its
-  // own, when its scores come from the layer's own tensors (not kvzip's, kvzap's or CriticalKV's W_o).
+  // own (or a threshold), when its scores come with the layer: its own tensors, or kvzap's from the
+  // layer's attention inputs (LayerKv::scores); not kvzip's (a second prefill) or CriticalKV's W_o.
   bool takes_prompt_layers() const override {
     if (!params_ || !params_->eviction()) return true;
     const EvictionParams& e = *params_->eviction();
-    return plans_each_layer(e) && !e.critical && !score_is_given(e.score.method);
+    return plans_each_layer(e) && !e.critical && e.score.method != ScoreMethod::kvzip;
   }
 
   // An evicting cache plans each layer as it comes (EvictionPlanner: the plan ingest_prompt makes)
@@ -221,13 +222,19 @@ class RuntimePolicy : public KvPolicy {
       last = q->rows(q->dim1() - nq, nq);
       q = &last;
     }
+    // A given score's layer goes where the planner reads it (its given scores' layer `layer`).
+    if (kv.scores) {
+      layer_scores_.resize(g_.n_layers);
+      layer_scores_[layer] = *kv.scores;
+    }
     if (layer == 0) {
-      planner_.emplace(g_.prompt_window(n, nq), *params_->eviction());
+      planner_.emplace(g_.prompt_window(n, nq), *params_->eviction(), kv.scores ? &layer_scores_ : nullptr);
       layer_plan_.params = *params_;
       layer_plan_.eviction.emplace();
       layer_plan_.eviction->heads.assign(g_.n_layers, {});
     }
     planner_->add_layer(layer, *q, *kv.key, planner_->reads_values() ? kv.value : nullptr, nullptr, threads_);
+    if (kv.scores) layer_scores_[layer] = {};
     layer_plan_.eviction->heads[layer] = planner_->take_layer(layer);
     store_layer(layer, kv, &layer_plan_);
     layer_plan_.eviction->heads[layer] = {};
@@ -524,6 +531,7 @@ class RuntimePolicy : public KvPolicy {
   std::vector<QueryRing> recent_query_;             // [layer]: its last decode queries
   QFilters qfilters_;  // qfilter's cuts (decode-time, chunked:N:replan): [layer][kv head][head_dim]
   std::optional<EvictionPlanner> planner_;  // ingest_prompt_layer: the prompt's plan, layer by layer
+  TokenScores layer_scores_;               // ... a given score's: the layer being planned (others empty)
   PromptPlan layer_plan_;                  // ... and the layer's part of it that store_layer reads
   std::vector<CompressParams> per_head_;  // [layer * n_kv_heads + head]
   std::vector<HeadState> heads_;         // [layer * n_kv_heads + head]
