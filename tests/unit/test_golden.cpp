@@ -133,6 +133,28 @@ void check_kvzip_golden(const std::string& file) {
       }
     }
   }
+  // The KVzip authors' scoring function (snu-mllab/KVzip KVScore._get_score) on the same forwards:
+  // equal for every chunk after the first; in the first its sink tokens enter the softmax twice
+  // (the authors always put a system prompt before the context), so it is not compared.
+  if (g.contains("authors")) {
+    const nlohmann::json& authors = g["authors"];
+    REQUIRE(authors["sink"].get<std::size_t>() == sinks);
+    std::size_t compared = 0;
+    for (const auto& chunk : authors["chunks"]) {
+      const auto start = chunk[0].get<std::size_t>(), end = chunk[1].get<std::size_t>();
+      if (start < sinks) continue;
+      for (std::size_t l = 0; l < mine.size(); ++l) {
+        for (std::size_t h = 0; h < mine[l].size(); ++h) {
+          for (std::size_t t = start; t < end; ++t) {
+            INFO("authors' score: layer " << l << " head " << h << " token " << t);
+            CHECK(mine[l][h][t] == Approx(authors["scores"][l][h][t].get<double>()).epsilon(1e-4).margin(1e-7));
+            ++compared;
+          }
+        }
+      }
+    }
+    CHECK(compared > 0);
+  }
   // Kept: kvpress prunes the int(ratio * numel) lowest (head, token) pairs over all layers, sinks
   // included (its sink scores are overwritten by the first chunk's); akv's kvzip without forced
   // sinks (sinks 0) is the same global top-k. Pairs kept by one side only lie within 1e-4 of the

@@ -8,6 +8,14 @@ head keeps, as golden data for akv's kvzip (tests/unit/test_golden.cpp):
 --plus runs the press with kvzip_plus_normalization=True (KVzip+: each repeat query's attention
 divided by the norm of its attention input, each key's multiplied by |W_o v|_2 of the query head).
 
+--authors KVZIP_CHECKOUT (without --plus) also scores every chunk with the KVzip authors' own
+scoring function, snu-mllab/KVzip attention/score.py `KVScore._get_score` (loaded from its file:
+the package's other modules need CUDA), on the repeat queries and the cache that each chunk's
+forward above computed (its sink the context's first 4 tokens, `n_sink`); OUT.json's `authors`
+holds its scores. For the first chunk (start 0 < sink) the function puts the sink tokens into the
+softmax twice (the authors always have a system prompt before the context); only later chunks
+compare with kvpress's and akv's.
+
 The context is the first --context ids of TOKENS.txt's first line; the repeat prompts are fixed
 ids (the model has no text tokenizer here: a stand-in tokenizer hands KVzipPress these ids for its
 three strings). KVzipPress runs unmodified, as its own __call__ drives it: the context prefilled
@@ -29,7 +37,6 @@ import importlib
 import json
 import math
 import struct
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -38,6 +45,7 @@ import importlib.util
 
 import numpy as np
 import torch
+from reference import commit_of
 from torch import nn
 
 # This folder's kvpress.py: the transformers stand-ins and the Llama RoPE transcription.
@@ -135,6 +143,9 @@ class Attention(nn.Module):
             output = output if result is None else result
         return output
 
+    # --authors: each forward's queries (after RoPE) and the layer's keys after its append.
+    seen = None
+
     def forward(self, hidden_states, position_embeddings, past_key_values, cache_position):
         b, n, _ = hidden_states.shape
         hd, nh, nkv = self.head_dim, self.config.num_attention_heads, self.config.num_key_value_heads
@@ -147,6 +158,8 @@ class Attention(nn.Module):
         layer = past_key_values.layers[self.layer_idx]
         layer.keys = torch.cat([layer.keys, k], dim=2) if layer.keys.numel() else k
         layer.values = torch.cat([layer.values, v], dim=2) if layer.values.numel() else v
+        if Attention.seen is not None:
+            Attention.seen.append((self.layer_idx, q.clone(), layer.keys.clone()))
         keys = stand.repeat_kv(layer.keys, self.num_key_value_groups)
         values = stand.repeat_kv(layer.values, self.num_key_value_groups)
         total = keys.shape[2]
@@ -218,7 +231,10 @@ def main():
     ap.add_argument("--chunk", type=int, default=96)
     ap.add_argument("--ratio", type=float, default=0.75)
     ap.add_argument("--plus", action="store_true", help="KVzip+ normalization")
+    ap.add_argument("--authors", help="snu-mllab/KVzip checkout: its KVScore._get_score on every chunk too")
     args = ap.parse_args()
+    if args.authors and args.plus:
+        ap.error("--authors scores without KVzip+ normalization (the authors' code has none)")
     stand.stand_ins(args.kvpress)
     sys.modules["transformers"].AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda name: Tokenizer())
     kvzip = importlib.import_module("kvpress.presses.kvzip_press")
@@ -234,6 +250,7 @@ def main():
             super().compress_post(model)
 
     press = Press(compression_ratio=args.ratio, kvzip_plus_normalization=args.plus)
+    Attention.seen = [] if args.authors else None
     with torch.no_grad():
         with press(model):
             model(input_ids=torch.tensor([context]), past_key_values=Cache(cfg.num_hidden_layers))
@@ -245,14 +262,42 @@ def main():
         layers.append([{"kept": [t for t in range(n) if (h, t) not in pruned],
                         "score": [float(x) for x in press.kept_scores[layer.self_attn.layer_idx][0, h]]}
                        for h in range(cfg.num_key_value_heads)])
-    commit = subprocess.run(["git", "-C", args.kvpress, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = commit_of(args.kvpress)
     out = {"format": "akv-golden", "version": 1, "torch": torch.__version__, "reference": "NVIDIA/kvpress KVzipPress",
            "commit": commit, "model": Path(args.model).name, "context": context, "chunk": args.chunk,
            "prompts": {"first": PROMPTS["\n\nRepeat the previous context exactly."],
                        "later": PROMPTS["\n\nRepeat the part of the previous context exactly, starting with"],
                        "suffix": PROMPTS["\n"]},
            "ratio": args.ratio, "n_sink": 4, "kvzip_plus_normalization": args.plus, "layers": layers}
+    if args.authors:
+        out["authors"] = authors_scores(args.authors, cfg, len(context), args.chunk, Attention.seen)
     Path(args.out).write_text(json.dumps(out) + "\n")
+
+
+def authors_scores(checkout, cfg, n, chunk, seen):
+    """The authors' KVScore._get_score over each chunk's forward (seen: the context's prefill, then
+    one forward per chunk, each a call per layer), its sink the context's first 4 tokens."""
+    spec = importlib.util.spec_from_file_location("kvzip_score", Path(checkout) / "attention" / "score.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    scorer = module.KVScore()
+    scorer.n_layers, scorer.n_heads_kv = cfg.num_hidden_layers, cfg.num_key_value_heads
+    scorer.dtype, scorer.device, scorer.sink = torch.float32, torch.device("cpu"), 4
+    scorer.init_score()
+    chunks = [(a, min(a + chunk, n)) for a in range(0, n, chunk)]
+    per_forward = cfg.num_hidden_layers
+    forwards = [seen[i:i + per_forward] for i in range(0, len(seen), per_forward)]
+    assert len(forwards) == 1 + len(chunks), "a prefill and one forward per chunk"
+    with torch.no_grad():
+        for (start, end), calls in zip(chunks, forwards[1:]):
+            scorer.start_idx, scorer.end_idx = start, end
+            for layer, q, keys in calls:
+                scorer._get_score(q, keys, layer)
+    return {"reference": "snu-mllab/KVzip attention/score.py KVScore._get_score", "commit": commit_of(checkout),
+            "sink": 4, "chunks": chunks,
+            "scores": [[[float(x) for x in scorer.score[l][0, h]] for h in range(cfg.num_key_value_heads)]
+                       for l in range(cfg.num_hidden_layers)]}
+
 
 
 if __name__ == "__main__":
