@@ -145,6 +145,10 @@ expect "bench decode" 0 "x full time" \
   "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2
 expect "bench decode --json names its format" 0 '"format": "akv-bench-decode"' \
   "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 --methods kivi-2 --json
+expect "bench decode: kvzap scores the prefill's attention inputs, with a threshold while decoding" 0 \
+  "threshold/kvzap >= -5 while decoding" \
+  "$AKV" bench decode --model "$M" --tokens "$T" --sequences 1 --repeats 1 \
+  --methods "kvzap:threshold=-5:window=16:decoding=on:surrogate=$TMP/zcal.json,kvzap:budget=0.5:surrogate=$TMP/zcal.json"
 "$PY" -c 'import random; random.seed(4); print(" ".join(str(random.randrange(1, 500)) for _ in range(600)))' >"$TMP/t600.txt"
 expect "bench decode past the trained context: a warning, the run goes on" 0 "past the model's trained context \(seq_len 512\)" \
   "$AKV" bench decode --model "$M" --tokens "$TMP/t600.txt" --prefill 500 --sequences 1 --repeats 1 --methods kivi-2

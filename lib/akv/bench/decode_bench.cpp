@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "akv/core/errors.h"
+#include "akv/eval/kvzap_prefill.h"
 #include "akv/eval/lanes.h"
 #include "akv/eval/parts.h"
 #include "akv/io/json_file.h"
@@ -57,6 +58,11 @@ DecodeBenchResult bench_decode(const Model& model,
   // are filled as the prefill finishes each layer (inside its timing: a real prefill writes its
   // cache), and the prefill keeps its layers only for the other methods' caches.
   std::vector<PrefillResult> pre(seqs.size());
+  // kvzap methods score each prompt from its attention inputs (per sequence, kept to its ingest).
+  std::vector<std::optional<CompressParams>> params;
+  for (const PplMethod& m : methods) params.push_back(m.params);
+  const KvzapPrefill zaps(params, c);
+  std::vector<std::vector<TokenScores>> zap(seqs.size());
   std::vector<std::vector<std::unique_ptr<KvPolicy>>> caches(methods.size());  // [method][sequence]
   // The prompts' last queries are kept as far as some method's cache reads them.
   std::size_t query_rows = 0;
@@ -73,14 +79,16 @@ DecodeBenchResult bench_decode(const Model& model,
         caches[mi][si] = make_kv_policy(methods[mi].params, g, 1);
         keep = keep || !caches[mi][si]->takes_prompt_layers();
       }
+      zap[si] = zaps.fresh();
       const LayerKvFn on_layer = [&](std::size_t l, const Tensor3& q, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
-        for (auto& by_seq : caches) {
-          if (by_seq[si]->takes_prompt_layers()) by_seq[si]->ingest_prompt_layer(l, {&k, &kp, &v, &q});
+        for (std::size_t mi = 0; mi < methods.size(); ++mi) {
+          KvPolicy& cache = *caches[mi][si];
+          if (cache.takes_prompt_layers()) cache.ingest_prompt_layer(l, {&k, &kp, &v, &q, zaps.layer_of(mi, zap[si], l)});
         }
         return keep;
       };
       pre[si] = model.prefill({seqs[si].begin(), seqs[si].begin() + static_cast<std::ptrdiff_t>(prompt)}, false, threads,
-                              query_rows, {}, on_layer);
+                              query_rows, zaps.input_fn(zap[si]), on_layer);
     }
     best_prefill = std::min(best_prefill, now() - t0);
     for (std::size_t mi = 0; mi < methods.size(); ++mi) {
@@ -88,7 +96,9 @@ DecodeBenchResult bench_decode(const Model& model,
       bytes[mi] = 0;
       for (std::size_t si = 0; si < seqs.size(); ++si) {
         KvPolicy& cache = *caches[mi][si];
-        if (!cache.takes_prompt_layers()) cache.ingest_prompt({&pre[si].query, &pre[si].key, &pre[si].key_pre_rope, &pre[si].value, prompt});
+        if (!cache.takes_prompt_layers()) {
+          cache.ingest_prompt({&pre[si].query, &pre[si].key, &pre[si].key_pre_rope, &pre[si].value, prompt, zaps.of(mi, zap[si])});
+        }
       }
       for (std::size_t b0 = 0; b0 < seqs.size(); b0 += batch) {
         const std::size_t nb = std::min(batch, seqs.size() - b0);

@@ -9,10 +9,10 @@
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/eval/batch.h"
+#include "akv/eval/kvzap_prefill.h"
 #include "akv/eval/token_metrics.h"
 #include "akv/kv/chunk_cache.h"
 #include "akv/kv/runtime.h"
-#include "akv/score/kvzap.h"
 
 namespace akv {
 namespace {
@@ -218,27 +218,13 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
     throw UsageError("kvzip writes its repeat prompt with the model's tokenizer: use text (--text, or a passkey "
                      "or ruler task in text mode)", {"", "--methods", "kvzip"});
   }
-  // kvzap methods: each distinct surrogate file, applied to the prefill's attention inputs.
-  std::vector<std::string> zap_files;
-  std::vector<std::optional<std::size_t>> zap_key(n_methods);  // per method: index in zap_files
-  for (std::size_t m = 0; m < n_methods; ++m) {
-    const auto& p = methods[m];
-    if (!p || !p->eviction() || p->eviction()->score.method != ScoreMethod::kvzap) continue;
-    const std::string& f = p->eviction()->score.surrogate;
-    const auto at = std::find(zap_files.begin(), zap_files.end(), f);
-    zap_key[m] = static_cast<std::size_t>(at - zap_files.begin());
-    if (at == zap_files.end()) zap_files.push_back(f);
-  }
-  std::vector<KvzapModel> zap_models;
-  for (const std::string& f : zap_files) zap_models.push_back(read_calibration_kvzap(f, c.n_layers, c.n_kv_heads, c.dim));
+  // kvzap methods: each distinct surrogate, applied to the prefill's attention inputs.
+  const KvzapPrefill zaps(methods, c);
   auto one = [&](std::size_t i, int inner, int ingest) {
     // The prompt's last queries are kept as far as some method's cache reads them.
     std::size_t query_rows = 0;
     for (const auto& p : methods) query_rows = std::max(query_rows, prompt_query_rows(p, prompts[i].size()));
-    std::vector<TokenScores> zap(zap_files.size(), TokenScores(c.n_layers));  // [index in zap_files]
-    const LayerInputFn on_input = [&](std::size_t l, std::size_t first, const RowMatrix& x) {
-      for (std::size_t f = 0; f < zap.size(); ++f) kvzap_layer_scores(zap_models[f][l], x, zap[f][l], first);
-    };
+    std::vector<TokenScores> zap = zaps.fresh();
     // The caches that take the prompt a layer at a time are fed as the prefill finishes each
     // layer; the prefill keeps its layers only for the others.
     parallel_for(n_methods, ingest, [&](std::size_t m) { out.caches[i * n_methods + m] = make_kv_policy(methods[m], g, 1); });
@@ -248,12 +234,11 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
     const LayerKvFn on_layer = [&](std::size_t l, const Tensor3& q, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
       parallel_for(n_methods, ingest, [&](std::size_t m) {
         KvPolicy& cache = *out.caches[i * n_methods + m];
-        if (cache.takes_prompt_layers()) cache.ingest_prompt_layer(l, {&k, &kp, &v, &q, zap_key[m] ? &zap[*zap_key[m]][l] : nullptr});
+        if (cache.takes_prompt_layers()) cache.ingest_prompt_layer(l, {&k, &kp, &v, &q, zaps.layer_of(m, zap, l)});
       });
       return keep;
     };
-    const PrefillResult pre = model.prefill(prompts[i], false, inner, query_rows,
-                                            zap.empty() ? LayerInputFn{} : on_input, on_layer);
+    const PrefillResult pre = model.prefill(prompts[i], false, inner, query_rows, zaps.input_fn(zap), on_layer);
     std::vector<TokenScores> zip;  // [index in keys_used]
     for (const auto& [sinks, plus] : keys_used) {
       zip.push_back(kvzip_scores(model, prompts[i], *options.kvzip, sinks, inner, kKvzipChunk, plus));
@@ -266,7 +251,7 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
         scores = &zip[static_cast<std::size_t>(std::find(keys_used.begin(), keys_used.end(), *kvzip_key[m]) -
                                                keys_used.begin())];
       }
-      if (zap_key[m]) scores = &zap[*zap_key[m]];
+      if (const TokenScores* z = zaps.of(m, zap)) scores = z;
       cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompts[i].size(), scores,
                             [&model](std::size_t l, RowMatrix& wo) { wo = model.weights().layers[l].wo.to_f32(); }});
     });
