@@ -223,8 +223,8 @@ KvGeometry small_geometry(std::size_t L, std::size_t H, std::size_t d) {
   return g;
 }
 
-TEST_CASE("kvzap with a threshold takes the prompt a layer at a time, its scores with each layer, as whole",
-          "[runtime]") {
+TEST_CASE("kvzap takes the prompt a layer at a time, its scores with each layer, as whole (threshold, global "
+          "bottom-k)", "[runtime]") {
   const std::size_t L = 3, H = 2, d = 8, n = 96;
   const KvGeometry g = small_geometry(L, H, d);
   Rng rng(21);
@@ -245,9 +245,30 @@ TEST_CASE("kvzap with a threshold takes the prompt a layer at a time, its scores
   }
   // The surrogate file is read by whoever computes the scores (eval/lanes.h), not by the prompt's cache.
   const CompressParams p = params("kvzap:surrogate=unread.json:threshold=0.3:window=16");
+  // kvzap's own allocation, the bottom-k over every head of every layer: the layers stored whole
+  // as they come, cut after the last; with quant= the prefill keeps the prompt for it instead.
+  const CompressParams global = params("kvzap:surrogate=unread.json:budget=0.3");
+  auto whole_global = make_kv_policy(global, g), layers_global = make_kv_policy(global, g);
+  REQUIRE(layers_global->takes_prompt_layers());
+  CHECK(!make_kv_policy(params("kvzap:surrogate=unread.json:budget=0.3:quant=kivi-4"), g)->takes_prompt_layers());
+  whole_global->ingest_prompt({&q, &k, &k, &v, n, &scores});
+  for (std::size_t l = 0; l < L; ++l) layers_global->ingest_prompt_layer(l, {&k[l], &k[l], &v[l], &q[l], &scores[l]});
+  CHECK(whole_global->bytes() == layers_global->bytes());
+  std::size_t kept = 0;
+  for (std::size_t l = 0; l < L; ++l) {
+    for (std::size_t h = 0; h < H; ++h) {
+      const KvView a = whole_global->view(l, h), b = layers_global->view(l, h);
+      REQUIRE(a.n == b.n);
+      CHECK(std::equal(a.position, a.position + a.n, b.position));
+      CHECK(std::equal(static_cast<const std::uint16_t*>(a.segments[0].key.dense.data),
+                       static_cast<const std::uint16_t*>(a.segments[0].key.dense.data) + a.n * d,
+                       static_cast<const std::uint16_t*>(b.segments[0].key.dense.data)));
+      kept += a.n;
+    }
+  }
+  CHECK(kept == static_cast<std::size_t>(std::llround(0.3 * n)) * L * H);
   auto whole = make_kv_policy(p, g), layers = make_kv_policy(p, g);
   REQUIRE(layers->takes_prompt_layers());
-  CHECK(!make_kv_policy(params("kvzap:surrogate=unread.json:budget=0.5"), g)->takes_prompt_layers());  // adakv-global
   whole->ingest_prompt({&q, &k, &k, &v, n, &scores});
   for (std::size_t l = 0; l < L; ++l) layers->ingest_prompt_layer(l, {&k[l], &k[l], &v[l], &q[l], &scores[l]});
   CHECK(whole->bytes() == layers->bytes());

@@ -200,10 +200,14 @@ class RuntimePolicy : public KvPolicy {
   // Quantizers; one-shot and streaming eviction whose allocator splits each layer's budget on its
   // own (or a threshold), when its scores come with the layer: its own tensors, or kvzap's from the
   // layer's attention inputs (LayerKv::scores); not kvzip's (a second prefill) or CriticalKV's W_o.
+  // Allocators over every layer (adakv-global, duo: kvzap's default) too when the kept rows stay
+  // f16 (no quant=, rotate=, pre-rope): each layer's rows are stored whole as they come and cut
+  // to the plan after the last layer (TensorBuilder::retain keeps the same f16 rows).
   bool takes_prompt_layers() const override {
     if (!params_ || !params_->eviction()) return true;
     const EvictionParams& e = *params_->eviction();
-    return plans_each_layer(e) && !e.critical && e.score.method != ScoreMethod::kvzip;
+    if (e.critical || e.score.method == ScoreMethod::kvzip || e.alloc == AllocMethod::joint) return false;
+    return plans_each_layer(e) || (!params_->quantized() && params_->rotate == RotationKind::none && !params_->pre_rope);
   }
 
   // An evicting cache plans each layer as it comes (EvictionPlanner: the plan ingest_prompt makes)
@@ -235,9 +239,14 @@ class RuntimePolicy : public KvPolicy {
     }
     planner_->add_layer(layer, *q, *kv.key, planner_->reads_values() ? kv.value : nullptr, nullptr, threads_);
     if (kv.scores) layer_scores_[layer] = {};
-    layer_plan_.eviction->heads[layer] = planner_->take_layer(layer);
-    store_layer(layer, kv, &layer_plan_);
-    layer_plan_.eviction->heads[layer] = {};
+    if (!planner_->layer_local()) {  // every row now; the plan after the last layer
+      store_layer(layer, kv, nullptr);
+      if (layer + 1 == g_.n_layers) cut_to_plan(planner_->finish(threads_));
+    } else {
+      layer_plan_.eviction->heads[layer] = planner_->take_layer(layer);
+      store_layer(layer, kv, &layer_plan_);
+      layer_plan_.eviction->heads[layer] = {};
+    }
     if (layer + 1 == g_.n_layers) planner_.reset();
   }
 
@@ -417,6 +426,22 @@ class RuntimePolicy : public KvPolicy {
         s.recent.assign(s.position.end() - static_cast<std::ptrdiff_t>(w), s.position.end());
       }
     });
+  }
+
+  // The prompt's every row, stored in order (f16), cut to each head's kept positions.
+  void cut_to_plan(const EvictionPlan& plan) {
+    for (std::size_t l = 0; l < g_.n_layers; ++l) {
+      for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
+        HeadState& s = heads_[l * g_.n_kv_heads + h];
+        const HeadPlan& hp = plan.heads[l][h];
+        s.budget = hp.tokens;
+        if (hp.kept.size() == s.position.size()) continue;
+        const std::vector<std::size_t> rows(hp.kept.begin(), hp.kept.end());  // row r holds position r
+        s.key.retain(rows);
+        s.value.retain(rows);
+        s.position = hp.kept;
+      }
+    }
   }
 
   // A decoded token's score from its key after RoPE (knorm, qfilter), as the prompt's were scored.
