@@ -280,4 +280,5 @@ TEST_CASE("threshold= and decoding= parameters: refusals and the file round trip
   CHECK_THROWS_AS(params("adakv:threshold=0.1:alpha=0.5"), UsageError);      // the allocator's flag
   CHECK_THROWS_AS(params("knorm:threshold=-1:critical=on"), UsageError);
   CHECK_THROWS_AS(params("knorm:threshold=-1:decoding=on:every=8:target=32"), UsageError);
+  CHECK_THROWS_AS(params("knorm:threshold=-1:every=8:target=32"), UsageError);
 }

@@ -190,19 +190,22 @@ TEST_CASE("caches that take the prompt a layer at a time during the prefill equa
   const std::vector<std::int32_t> prompt(seq.begin(), seq.begin() + 600);
   const KvGeometry g{c.kv_shape(), seq.size()};
   const PrefillResult whole = m.prefill(prompt, false);
-  // Eviction whose allocator splits each layer's budget alone plans each layer as it comes, from
-  // the last queries it reads; adakv-global and CriticalKV plan the whole prompt.
+  // Eviction whose allocator splits each layer's budget alone (or a threshold) plans each layer as
+  // it comes, from the last queries it reads; adakv-global stores each layer whole and cuts after
+  // the last; with quantized rows or h2o's state it, and CriticalKV, plan the whole prompt.
   for (const char* spec : {"full", "kivi-2", "kivi-4:rotate=hadamard", "k4v2:pre-rope", "ggml:k=q4_0:v=q8_0",
                            "fp8:scale=tensor", "snapkv:budget=0.5", "adakv:budget=0.3:quant=k4v2", "pyramid:budget=0.4",
                            "h2o:budget=0.5", "expected-attention:budget=0.5", "tova:budget=0.5", "knorm:budget=0.5",
-                           "adakv-global:budget=0.5", "snapkv:budget=0.5:critical=on", "snapkv:threshold=0.002"}) {
+                           "adakv-global:budget=0.5", "adakv-global:budget=0.5:score=h2o", "snapkv:budget=0.5:critical=on",
+                           "adakv-global:budget=0.5:quant=kivi-4", "snapkv:threshold=0.002"}) {
     INFO(spec);
     const std::optional<CompressParams> p = resolve_method_spec(spec);
     auto a = make_kv_policy(p, g, 1), b = make_kv_policy(p, g, 1);
     a->ingest_prompt({&whole.query, &whole.key, &whole.key_pre_rope, &whole.value, prompt.size(), nullptr,
                       [&m](std::size_t l, RowMatrix& wo) { wo = m.weights().layers[l].wo.to_f32(); }});
-    if (!b->takes_prompt_layers()) {  // an allocator over every layer, or CriticalKV's W_o
-      CHECK((std::string(spec).rfind("adakv-global", 0) == 0 || std::string(spec).find("critical") != std::string::npos));
+    if (!b->takes_prompt_layers()) {  // quantized rows or h2o under an allocator over every layer, CriticalKV's W_o
+      CHECK(((std::string(spec).rfind("adakv-global", 0) == 0 && std::string(spec) != "adakv-global:budget=0.5") ||
+             std::string(spec).find("critical") != std::string::npos));
       CHECK_THROWS_AS(b->ingest_prompt_layer(0, {&whole.key[0], &whole.key_pre_rope[0], &whole.value[0], &whole.query[0]}),
                       std::logic_error);
       continue;

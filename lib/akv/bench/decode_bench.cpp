@@ -165,10 +165,12 @@ std::string DecodeBenchResult::to_table() const {
       sequences, batch, threads, prompt, decoded, repeats, prefill_tokens_per_s);
   const bool sharded = std::any_of(rows.begin(), rows.end(), [](const DecodeBenchRow& r) { return r.shard != 0; });
   if (sharded) out += "shards time their methods against their own full cache (x full time); shard 1's prefill above\n";
-  out += fmt::format("{:<36} {:>14} {:>12} {:>12}{}  {}\n", "method", "decode tok/s", "x full time",
+  std::size_t width = 36;  // the method column: the longest spec
+  for (const auto& r : rows) width = std::max(width, r.spec.size());
+  out += fmt::format("{:<{}} {:>14} {:>12} {:>12}{}  {}\n", "method", width, "decode tok/s", "x full time",
                      "cache bytes", sharded ? "  shard" : "", "description");
   for (const auto& r : rows) {
-    out += fmt::format("{:<36} {:>14.0f} {:>12} {:>12}{}  {}\n", r.spec, r.decode_tokens_per_s,
+    out += fmt::format("{:<{}} {:>14.0f} {:>12} {:>12}{}  {}\n", r.spec, width, r.decode_tokens_per_s,
                        std::isnan(r.ratio_to_full) ? "-" : fmt::format("{:.2f}", r.ratio_to_full), r.bytes, sharded ? fmt::format(" {:>6}", r.shard) : "", r.description);
   }
   return out;

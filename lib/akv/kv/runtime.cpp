@@ -201,13 +201,15 @@ class RuntimePolicy : public KvPolicy {
   // own (or a threshold), when its scores come with the layer: its own tensors, or kvzap's from the
   // layer's attention inputs (LayerKv::scores); not kvzip's (a second prefill) or CriticalKV's W_o.
   // Allocators over every layer (adakv-global, duo: kvzap's default) too when the kept rows stay
-  // f16 (no quant=, rotate=, pre-rope): each layer's rows are stored whole as they come and cut
-  // to the plan after the last layer (TensorBuilder::retain keeps the same f16 rows).
+  // f16 (no quant=, rotate=, pre-rope) and nothing streams (h2o's and streamingllm's rows carry
+  // the plan's state): each layer's rows are stored whole as they come and cut to the plan after
+  // the last layer (TensorBuilder::retain keeps the same f16 rows).
   bool takes_prompt_layers() const override {
     if (!params_ || !params_->eviction()) return true;
     const EvictionParams& e = *params_->eviction();
     if (e.critical || e.score.method == ScoreMethod::kvzip || e.alloc == AllocMethod::joint) return false;
-    return plans_each_layer(e) || (!params_->quantized() && params_->rotate == RotationKind::none && !params_->pre_rope);
+    if (plans_each_layer(e)) return true;
+    return !streaming_ && !params_->quantized() && params_->rotate == RotationKind::none && !params_->pre_rope;
   }
 
   // An evicting cache plans each layer as it comes (EvictionPlanner: the plan ingest_prompt makes)

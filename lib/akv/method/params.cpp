@@ -205,6 +205,10 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
       throw UsageError("threshold= replaces the allocator: drop its flags (alpha, beta, capacity-rule, min-tokens, step)",
                        {"", "--threshold", format_number(*e.threshold)});
     }
+    if (r.every || r.target) {
+      throw UsageError("threshold= evicts by score, every= to a target: to evict while decoding, add decoding=on",
+                       {"", r.every ? "--every" : "--target", std::to_string(r.every ? *r.every : *r.target)});
+    }
   }
   if (r.every.has_value() != r.target.has_value()) {
     throw UsageError("decode-time compression takes both every= and target=",

@@ -299,10 +299,10 @@ const std::vector<ParamInfo>& param_registry() {
       {"threshold", S::eviction, P::Real([](CompressRequest& r) -> auto& { return r.eviction.threshold; }),
        "keep every token whose score is at least T instead of a budget (kvpress's DMSPress): each head keeps "
        "as many as pass, so the compression ratio follows the content; sinks and the last window= tokens "
-       "kept (kvpress's sliding window: window=128:sinks=0); no budget=, allocator or critical=on",
+       "kept (kvpress's sliding window: window=128:sinks=0); no budget=, allocator flags, critical=on or every=",
        {}, {}, false, false, {}, {}},
       {"decoding", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.decoding; }),
-       "threshold=: also while decoding (DMSPress's decoding=True; akv evaluate --model only): each decoded "
+       "threshold=: also while decoding (DMSPress's decoding=True; the model's decode loop: evaluate --model, bench decode): each decoded "
        "token is scored when appended and evicted if below the threshold once window= newer tokens follow it; "
        "knorm, qfilter or kvzap scores, no quant= (default off)",
        {}, {}, false, false, {}, {"on", "off"}},
