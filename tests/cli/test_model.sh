@@ -78,8 +78,11 @@ expect "evaluate --model: kvzap with a threshold while decoding" 0 "decoding=on:
   --methods "kvzap:threshold=-5:window=16:decoding=on:surrogate=$TMP/zcal.json"
 expect_error "decoding=on is for the model's decode loop" 1 "akv evaluate --model \(--decoding = on\)" \
   "$AKV" compress -q "$TMP/z2.h5" -o "$TMP/zt2.h5" -m kvzap --surrogate "$TMP/zcal.json" --threshold -5 --decoding on
-expect_error "a chunked prefill refuses threshold eviction" 1 "threshold= eviction keeps what passes in one whole prompt" \
+expect "a chunked prefill plans each chunk by the threshold" 0 "threshold/knorm >= -3" \
   "$AKV" evaluate -q --model "$M" --text "$T" --tokenizer bytes --ctx 160 --sequences 1 --prefill-mode chunked:64 \
+  --methods "knorm:threshold=-3:window=8"
+expect_error "chunked:N:replan refuses threshold eviction" 1 "re-planning cuts to budget x the tokens so far" \
+  "$AKV" evaluate -q --model "$M" --text "$T" --tokenizer bytes --ctx 160 --sequences 1 --prefill-mode chunked:64:replan \
   --methods "knorm:threshold=-3"
 expect_error "kvzap on a dump without attention inputs" 1 "/layers/0/attn_input = missing" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/zs.h5" -m kvzap --surrogate "$TMP/zcal.json" --budget 0.5

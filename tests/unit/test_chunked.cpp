@@ -216,24 +216,24 @@ TEST_CASE("chunked prefill of one-shot eviction: each chunk planned alone to bud
   }
 }
 
-TEST_CASE("chunked:N:replan: after each chunk the whole cache is cut back to budget x the tokens so far",
-          "[chunked]") {
-  // The method's cache fed chunks of synthetic rows: knorm keeps, per head, its sinks, the newest
-  // W rows and the smallest-norm keys among the rest of what it held before and the chunk's rows
-  // (a brute-force reference over the true rows).
+// The caches fed SyntheticChunks: 2 layers of the small test shape, 64 positions.
+KvGeometry synthetic_geometry() {
   KvGeometry g;
   g.kv_shape() = test::small_config(2, 8, 16, 64).kv_shape();
   g.max_positions = 64;
-  const std::size_t L = g.n_layers, H = g.n_kv_heads, d = g.head_dim, N = 10, W = 2, sinks = 1;
-  const double budget = 0.4;
-  auto cache = make_kv_policy(params("knorm:budget=0.4:window=2:sinks=1"), g, 1);
-  Rng r(5);
-  std::vector<std::vector<float>> norm(L * H);              // [layer * H + head][position]: |k|
-  std::vector<std::vector<std::int32_t>> kept(L * H);        // the reference's kept positions
-  for (std::size_t c0 = 0; c0 < 37; c0 += N) {
-    const std::size_t n = std::min<std::size_t>(N, 37 - c0);
-    std::vector<Tensor3> query(L, Tensor3(g.n_heads, n, d)), key(L, Tensor3(H, n, d)), value(L, Tensor3(H, n, d));
-    for (std::size_t l = 0; l < L; ++l) {
+  return g;
+}
+
+// A chunk of n synthetic rows per layer for a cache fed by hand: normal queries and values, keys of
+// varied scale; each key's norm appended to norm[layer * n_kv_heads + head].
+struct SyntheticChunk {
+  std::vector<Tensor3> query, key, value;
+  SyntheticChunk(const KvGeometry& g, std::size_t n, Rng& r, std::vector<std::vector<float>>& norm) {
+    const std::size_t H = g.n_kv_heads, d = g.head_dim;
+    for (std::size_t l = 0; l < g.n_layers; ++l) {
+      query.emplace_back(g.n_heads, n, d);
+      key.emplace_back(H, n, d);
+      value.emplace_back(H, n, d);
       for (std::size_t i = 0; i < query[l].size(); ++i) query[l].data()[i] = static_cast<float>(r.normal());
       for (std::size_t i = 0; i < value[l].size(); ++i) value[l].data()[i] = static_cast<float>(r.normal());
       for (std::size_t h = 0; h < H; ++h) {
@@ -248,7 +248,66 @@ TEST_CASE("chunked:N:replan: after each chunk the whole cache is cut back to bud
         }
       }
     }
-    cache->ingest_chunk({&query, &key, &key, &value, n, nullptr}, c0, ChunkPlan::whole);
+  }
+};
+
+TEST_CASE("chunked prefill with a threshold: each chunk keeps what passes, its last W rows and (the first) the "
+          "sinks", "[chunked]") {
+  // knorm:threshold=-T: a row stays while |k| <= T (a brute-force reference over the true rows).
+  const KvGeometry g = synthetic_geometry();
+  const std::size_t L = g.n_layers, H = g.n_kv_heads, N = 10, W = 2, sinks = 1;
+  const float T = 4.0f;
+  auto cache = make_kv_policy(params("knorm:threshold=-4:window=2:sinks=1"), g, 1);
+  Rng r(9);
+  std::vector<std::vector<float>> norm(L * H);        // [layer * H + head][position]: |k|
+  std::vector<std::vector<std::int32_t>> kept(L * H);  // the reference's kept positions
+  std::size_t dropped = 0;
+  for (std::size_t c0 = 0; c0 < 37; c0 += N) {
+    const std::size_t n = std::min<std::size_t>(N, 37 - c0);
+    SyntheticChunk c(g, n, r, norm);
+    for (std::size_t i = 0; i < L * H; ++i) {
+      for (std::size_t t = 0; t < n; ++t) {
+        const std::size_t pos = c0 + t;
+        if (pos < sinks || t + W >= n || norm[i][pos] <= T) {
+          kept[i].push_back(static_cast<std::int32_t>(pos));
+        } else {
+          ++dropped;
+        }
+      }
+    }
+    cache->ingest_chunk({&c.query, &c.key, &c.key, &c.value, n, nullptr}, c0, ChunkPlan::alone);
+    for (std::size_t i = 0; i < L * H; ++i) {
+      const KvView v = cache->view(i / H, i % H);
+      INFO("chunk at " << c0 << ", layer " << i / H << ", head " << i % H);
+      CHECK(std::vector<std::int32_t>(v.position, v.position + v.n) == kept[i]);
+    }
+  }
+  CHECK(dropped > 0);
+  // Re-planning cuts to a budget; the decoding queue spans chunks: both refused by the protocol.
+  const Model m = random_model();
+  for (const char* spec : {"knorm:threshold=-4:decoding=on"}) {
+    CHECK_THROWS_AS(prefill_lanes(m, {tokens(40, 4)}, {params(spec)}, 64, 1, {{PrefillMode::chunked, 16}}), UsageError);
+  }
+  CHECK_THROWS_AS(prefill_lanes(m, {tokens(40, 4)}, {params("knorm:threshold=-4")}, 64, 1, {{PrefillMode::chunked, 16, true}}),
+                  UsageError);
+}
+
+TEST_CASE("chunked:N:replan: after each chunk the whole cache is cut back to budget x the tokens so far",
+          "[chunked]") {
+  // The method's cache fed chunks of synthetic rows: knorm keeps, per head, its sinks, the newest
+  // W rows and the smallest-norm keys among the rest of what it held before and the chunk's rows
+  // (a brute-force reference over the true rows).
+  const KvGeometry g = synthetic_geometry();
+  const std::size_t L = g.n_layers, H = g.n_kv_heads, N = 10, W = 2, sinks = 1;
+  const double budget = 0.4;
+  auto cache = make_kv_policy(params("knorm:budget=0.4:window=2:sinks=1"), g, 1);
+  Rng r(5);
+  std::vector<std::vector<float>> norm(L * H);              // [layer * H + head][position]: |k|
+  std::vector<std::vector<std::int32_t>> kept(L * H);        // the reference's kept positions
+  for (std::size_t c0 = 0; c0 < 37; c0 += N) {
+    const std::size_t n = std::min<std::size_t>(N, 37 - c0);
+    SyntheticChunk c(g, n, r, norm);
+    cache->ingest_chunk({&c.query, &c.key, &c.key, &c.value, n, nullptr}, c0, ChunkPlan::whole);
     const std::size_t target = static_cast<std::size_t>(std::llround(budget * static_cast<double>(c0 + n)));
     for (std::size_t i = 0; i < L * H; ++i) {
       std::vector<std::int32_t> all = kept[i], forced, rest;

@@ -125,7 +125,11 @@ std::string chunked_refusal(const CompressParams& m, PrefillMode mode) {
   if (e->alloc == AllocMethod::joint || e->alloc == AllocMethod::file || e->alloc == AllocMethod::duo) {
     return "joint plans, budgets files and duo's head split describe one whole prompt";
   }
-  if (e->threshold) return "threshold= eviction keeps what passes in one whole prompt";
+  if (e->threshold) {  // each chunk keeps what passes, its last window and (the first) the sinks
+    if (mode.replan) return "re-planning cuts to budget x the tokens so far: not with threshold=";
+    if (e->decoding) return "decoding=on decides each window row as tokens follow it, across chunks: not with chunks";
+    return "";
+  }
   if (!e->budget_fraction) return "a token budget describes one whole prompt: give --budget as a fraction";
   if (mode.replan) {
     check_cut(*e, "--prefill-mode " + prefill_mode_name(mode));

@@ -130,10 +130,11 @@ class RuntimePolicy : public KvPolicy {
   }
 
   // Quantizers store the chunk's rows as decoded rows. One-shot eviction, ChunkPlan::alone: plans
-  // the chunk alone (its last W queries, round(budget x chunk tokens) per head, sinks in the
-  // first chunk only) and appends what each head keeps; ChunkPlan::whole: appends every row of
-  // the chunk, then cuts each layer's heads back to round(budget x tokens so far) per head
-  // (decode_cut over the chunk's last W queries: forced the sink positions and the newest W rows).
+  // the chunk alone (its last W queries, round(budget x chunk tokens) per head or what passes a
+  // threshold, sinks in the first chunk only) and appends what each head keeps; ChunkPlan::whole
+  // (a budget fraction only): appends every row of the chunk, then cuts each layer's heads back to
+  // round(budget x tokens so far) per head (decode_cut over the chunk's last W queries: forced the
+  // sink positions and the newest W rows).
   void ingest_chunk(const PromptKv& chunk, std::size_t start, ChunkPlan how) override {
     if (!params_ || !params_->eviction()) {
       KvPolicy::ingest_chunk(chunk, start, how);
@@ -144,9 +145,11 @@ class RuntimePolicy : public KvPolicy {
     }
     CompressParams p = *params_;
     EvictionParams& e = std::get<EvictionParams>(p.mode);
-    if (!e.budget_fraction) throw std::logic_error("ingest_chunk: chunks take a budget fraction");
+    if (!e.budget_fraction && !e.threshold) throw std::logic_error("ingest_chunk: chunks take a budget fraction or a threshold");
+    if (e.decoding) throw std::logic_error("ingest_chunk: threshold eviction while decoding takes the prompt whole");
     const std::size_t n = chunk.n_tokens;
     if (how == ChunkPlan::whole) {
+      if (!e.budget_fraction) throw std::logic_error("ingest_chunk: re-planning cuts to a budget fraction");
       for (std::size_t l = 0; l < g_.n_layers; ++l) {
         store_layer(l, {&(*chunk.key)[l], &(*chunk.key_pre_rope)[l], &(*chunk.value)[l]}, nullptr, start);
       }
@@ -165,7 +168,7 @@ class RuntimePolicy : public KvPolicy {
     if (start > 0) e.sinks = 0;  // the sinks are in the first chunk
     const std::size_t forced = forced_tokens(n, e.sinks, e.score.window);
     PromptPlan plan;
-    if (static_cast<std::size_t>(std::llround(*e.budget_fraction * static_cast<double>(n))) <= forced) {
+    if (e.budget_fraction && static_cast<std::size_t>(std::llround(*e.budget_fraction * static_cast<double>(n))) <= forced) {
       // A chunk too short for its budget to pass the always-kept tokens keeps those.
       plan.params = p;
       plan.eviction.emplace();
