@@ -554,6 +554,45 @@ TEST_CASE("causal block attention: the online-softmax (flash) path within 1e-5 o
   }
 }
 
+TEST_CASE("causal block attention: a sliding window (first visible key) in the flash path and the reference", "[attention][block]") {
+  // Query i at position 200 + i sees keys max(0, 200 + i + 1 - W) .. 200 + i: windows inside one
+  // key tile, across tiles and wider than the prompt. The reference with `first` equals it on the
+  // window's keys alone (a block whose keys start at first[i]); flash within 1e-5 * max |v|.
+  Rng rng(21);
+  const std::size_t d = 32, nq = 130, nk = 200 + nq;
+  std::vector<float> q(nq * d), k(nk * d), v(nk * d);
+  for (auto* x : {&q, &k, &v}) {
+    for (float& f : *x) f = static_cast<float>(2.0 * rng.normal());
+  }
+  float vmax = 0;
+  for (const float x : v) vmax = std::max(vmax, std::fabs(x));
+  for (const std::size_t window : {1, 7, 64, 300, 1000}) {
+    INFO("window " << window);
+    std::vector<std::size_t> visible(nq), first(nq);
+    for (std::size_t i = 0; i < nq; ++i) {
+      visible[i] = 200 + i + 1;
+      first[i] = visible[i] > window ? visible[i] - window : 0;
+    }
+    CausalBlock b{q.data(), k.data(), visible.data(), nq, nk, d};
+    b.first = first.data();
+    std::vector<float> ref(nq * d), flash(nq * d), alone(d);
+    causal_attention_ref(b, v.data(), ref.data());
+    causal_attention_flash(b, v.data(), flash.data());
+    double worst_alone = 0, worst_flash = 0;
+    for (std::size_t i = 0; i < nq; ++i) {
+      const std::size_t n = visible[i] - first[i];
+      const CausalBlock one{q.data() + i * d, k.data() + first[i] * d, &n, 1, n, d};
+      causal_attention_ref(one, v.data() + first[i] * d, alone.data());
+      for (std::size_t c = 0; c < d; ++c) {
+        worst_alone = std::max(worst_alone, static_cast<double>(std::fabs(alone[c] - ref[i * d + c])));
+        worst_flash = std::max(worst_flash, static_cast<double>(std::fabs(flash[i * d + c] - ref[i * d + c])));
+      }
+    }
+    CHECK(worst_alone == 0.0);
+    CHECK(worst_flash <= 1e-5 * vmax);
+  }
+}
+
 TEST_CASE("PackedTensor: blocks inserted and erased in the middle equal the same blocks appended in order", "[attention][packed]") {
   const std::size_t d = 16, B = 32;
   Rng rng(5);

@@ -107,10 +107,11 @@ void causal_attention_ref(const CausalBlock& b, const float* v, float* out) {
   causal_logits_ref(b, [&](std::size_t i, const double* s, std::size_t n) {
     std::fill(o.begin(), o.end(), 0.0);
     if (n > 0) {
-      p.resize(n);
-      softmax(s, n, p.data());
-      for (std::size_t j = 0; j < n; ++j) {
-        for (std::size_t c = 0; c < b.d; ++c) o[c] += p[j] * v[j * b.d + c];
+      const std::size_t j0 = b.first ? b.first[i] : 0;
+      p.resize(n - j0);
+      softmax(s + j0, n - j0, p.data());
+      for (std::size_t j = j0; j < n; ++j) {
+        for (std::size_t c = 0; c < b.d; ++c) o[c] += p[j - j0] * v[j * b.d + c];
       }
     }
     for (std::size_t c = 0; c < b.d; ++c) out[i * b.d + c] = static_cast<float>(o[c]);
@@ -129,17 +130,21 @@ void causal_attention_flash(const CausalBlock& b, const float* v, float* out) {
     acc.setZero(static_cast<Eigen::Index>(rows), d);
     std::fill(row_max.begin(), row_max.end(), -INFINITY);
     std::fill(row_sum.begin(), row_sum.end(), 0.0f);
-    for (std::size_t j0 = 0; j0 < ncols; j0 += kFlashKeys) {
+    // Key tiles start at multiples of kFlashKeys from the tile's first visible key (a sliding
+    // window skips the keys below every query's window).
+    const std::size_t start = b.first ? b.first[i0] / kFlashKeys * kFlashKeys : 0;
+    for (std::size_t j0 = start; j0 < ncols; j0 += kFlashKeys) {
       const std::size_t j1 = std::min(ncols, j0 + kFlashKeys);
       const auto cols = static_cast<Eigen::Index>(j1 - j0);
       s.noalias() = (q * k.middleRows(static_cast<Eigen::Index>(j0), cols).transpose()) * scale;
       p.setZero(static_cast<Eigen::Index>(rows), cols);
       for (std::size_t r = 0; r < rows; ++r) {
-        const std::size_t n = std::min(b.visible[i0 + r], j1);
-        if (n <= j0) continue;  // this row sees none of the tile's keys
-        const float* sr = s.data() + r * static_cast<std::size_t>(cols);
-        const float m = std::max(row_max[r], attn::max_value(sr, n - j0));
-        const float tile_sum = attn::exp_weights(sr, m, n - j0, p.data() + r * static_cast<std::size_t>(cols));
+        const std::size_t n = std::min(b.visible[i0 + r], j1), lo = b.first ? std::max(b.first[i0 + r], j0) : j0;
+        if (n <= lo) continue;  // this row sees none of the tile's keys
+        const float* sr = s.data() + r * static_cast<std::size_t>(cols) + (lo - j0);
+        const float m = std::max(row_max[r], attn::max_value(sr, n - lo));
+        const float tile_sum =
+            attn::exp_weights(sr, m, n - lo, p.data() + r * static_cast<std::size_t>(cols) + (lo - j0));
         if (m != row_max[r]) {
           const float alpha = row_max[r] == -INFINITY ? 0.0f : std::exp(row_max[r] - m);
           row_sum[r] *= alpha;

@@ -23,6 +23,10 @@ struct CausalBlock {
   const float* k = nullptr;              // [nk, d]
   const std::size_t* visible = nullptr;  // [nq] keys each query sees, non-decreasing, <= nk
   std::size_t nq = 0, nk = 0, d = 0;
+  // Optional (causal_attention_flash and causal_attention_ref only): [nq], query i sees keys
+  // first[i] .. visible[i] - 1 (non-decreasing, first[i] < visible[i] where visible[i] > 0): a
+  // sliding window (Model::prefill of a windowed layer). Null: every query from key 0.
+  const std::size_t* first = nullptr;
 };
 
 // Calls row(i, s, n) for i = 0..nq-1 in order with the logits s[0..n), n = visible[i].
