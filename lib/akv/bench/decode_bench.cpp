@@ -53,7 +53,7 @@ DecodeBenchResult bench_decode(const Model& model,
   }
   std::size_t longest = 0;
   for (const auto& s : seqs) longest = std::max(longest, s.size());
-  const KvGeometry g{c.kv_shape(), longest, c.dim};
+  const KvGeometry g{c.kv_shape(), longest, c.dim, c.layer_window};
   // Each repeat prefills every sequence once; the caches that take the prompt a layer at a time
   // are filled as the prefill finishes each layer (inside its timing: a real prefill writes its
   // cache), and the prefill keeps its layers only for the other methods' caches.

@@ -13,6 +13,7 @@
 #include "akv/eval/token_metrics.h"
 #include "akv/kv/chunk_cache.h"
 #include "akv/kv/runtime.h"
+#include "akv/kv/windowed.h"
 
 namespace akv {
 namespace {
@@ -151,6 +152,11 @@ PromptLanes prefill_chunked(const Model& model, const std::vector<std::vector<st
                             const std::vector<std::optional<CompressParams>>& methods, const KvGeometry& g,
                             int threads, const PrefillOptions& o) {
   const std::size_t n_methods = methods.size(), N = o.mode.chunk;
+  if (global_layer_count(g.layer_window) != g.layer_window.size()) {
+    throw UsageError("--prefill-mode " + prefill_mode_name(o.mode) +
+                         " is not implemented for a model with sliding-window layers (use exact or batch)",
+                     {"", "--prefill-mode", prefill_mode_name(o.mode)});
+  }
   for (const auto& m : methods) {
     const std::string why = m ? chunked_refusal(*m, o.mode) : "";
     if (!why.empty()) {
@@ -198,7 +204,7 @@ PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std:
                           const std::vector<std::optional<CompressParams>>& methods, std::size_t max_positions,
                           int threads, const PrefillOptions& options) {
   const ModelConfig& c = model.config();
-  const KvGeometry g{c.kv_shape(), max_positions, c.dim};
+  const KvGeometry g{c.kv_shape(), max_positions, c.dim, c.layer_window};
   if (options.mode == PrefillMode::batch) return prefill_batch(model, prompts, methods, g, threads, options);
   if (options.mode.kind == PrefillMode::chunked) return prefill_chunked(model, prompts, methods, g, threads, options);
   const std::size_t n = prompts.size(), n_methods = methods.size();

@@ -173,7 +173,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   }
   const std::size_t batch = resolve_batch(o.batch, hi - lo, per_prompt, c, longest);
   const KvzipPrompts zip = tokenizer ? kvzip_prompts(*tokenizer) : KvzipPrompts{};
-  const double element_bytes = 2.0 * 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim);  // f16 K + V
+  const double element_bytes = 2.0 * 2.0 * static_cast<double>(c.n_kv_heads * c.head_dim);  // f16 K + V of a row
   for (std::size_t b0 = lo; b0 < hi; b0 += batch) {
     const std::size_t nb = std::min(batch, hi - b0);
     std::vector<PasskeyPrompt> jobs;
@@ -211,7 +211,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
         r.kv_bytes[k][mi] = out.bytes[lane];
         r.peak_kv_bytes[k][mi] = out.peak_bytes[lane];
         const std::size_t positions = p.tokens.size() + std::max<std::size_t>(goals[lane].n, 1) - 1;
-        r.bits[k][mi] = 16.0 * static_cast<double>(out.bytes[lane]) / (element_bytes * static_cast<double>(positions));
+        r.bits[k][mi] = 16.0 * static_cast<double>(out.bytes[lane]) / (element_bytes * static_cast<double>(c.cached_rows(positions)));
       }
     }
     if (progress) progress(b0 + nb - lo, hi - lo);

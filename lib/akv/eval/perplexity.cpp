@@ -191,7 +191,7 @@ PplReport evaluate_perplexity(const Model& model,
       s.bytes = caches[lane]->bytes();
       s.peak_bytes = std::max(peak[lane], caches[lane]->peak_bytes());
       if (const auto tb = caches[lane]->tier_bytes()) s.host_bytes = tb->cold;
-      s.f16_bytes = 2ull * 2 * c.n_layers * c.n_kv_heads * c.head_dim * (all[si].size() - 1);
+      s.f16_bytes = 2ull * 2 * c.n_kv_heads * c.head_dim * c.cached_rows(all[si].size() - 1);
     }
     if (progress) progress(b0 + nb, n_seq);
   }

@@ -150,6 +150,9 @@ class KvPolicy {
   }
   // Per-tier bytes and tokens summed over layers and heads (tiered caches only).
   virtual std::optional<TierBytes> tier_bytes() const { return std::nullopt; }
+  // Whether the cache keeps each sliding-window layer to its window (kv/windowed.h): a model with
+  // such layers decodes only through one.
+  virtual bool holds_windows() const { return false; }
 
   // akv compress (kv/compress.h) feeds a dump through the method's own cache (make_stored_cache
   // in kv/runtime.h), a layer at a time: the prompt's plan is made once over the dump; each

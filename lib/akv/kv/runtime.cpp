@@ -14,6 +14,7 @@
 #include "akv/kv/prompt_plan.h"
 #include "akv/kv/tensor_builder.h"
 #include "akv/kv/tiered.h"
+#include "akv/kv/windowed.h"
 #include "akv/score/kv_scores.h"
 #include "akv/score/kvzap.h"
 #include "akv/score/qfilter.h"
@@ -580,6 +581,14 @@ std::size_t prompt_query_rows(const std::optional<CompressParams>& params, std::
 
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads) {
+  if (global_layer_count(g.layer_window) != g.layer_window.size()) {
+    KvGeometry globals = g;
+    globals.n_layers = global_layer_count(g.layer_window);
+    globals.layer_window.clear();
+    globals.rope_variant = g.global_rope_variant();
+    return std::make_unique<WindowedCache>(make_kv_policy(params, globals, threads), g.kv_shape(), g.layer_window,
+                                           params ? DenseType::f16 : DenseType::f32);
+  }
   if (params && params->tiered()) return make_tiered_policy(*params, g);
   if (params && params->ggml()) return make_ggml_policy(*params, g, threads);
   return std::make_unique<RuntimePolicy>(params, g, threads);

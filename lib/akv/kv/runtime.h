@@ -40,6 +40,9 @@ struct KvGeometry : KvShape {
   // The model's attention input width (its hidden size; 0 without a model): kvzap's surrogate
   // scores decoded tokens from inputs of this width (threshold eviction while decoding).
   std::size_t input_dim = 0;
+  // The model's sliding windows per layer (ModelConfig::layer_window; empty: none): make_kv_policy
+  // then builds the method's cache over the global layers inside a WindowedCache (kv/windowed.h).
+  std::vector<std::size_t> layer_window = {};
 
   // A prompt of n_tokens with queries at its last n_query positions (what the scorers and
   // allocators read).
@@ -61,7 +64,8 @@ struct KvGeometry : KvShape {
 // reads the last ones it needs: the same plan.
 std::size_t prompt_query_rows(const std::optional<CompressParams>& params, std::size_t n_tokens);
 
-// nullopt = full (f32). Throws UsageError for combinations the runtime cannot run.
+// nullopt = full (f32). Throws UsageError for combinations the runtime cannot run. A geometry with
+// sliding-window layers gets a WindowedCache around the method's cache of the global layers.
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads = 1);
 

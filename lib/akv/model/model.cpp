@@ -68,6 +68,42 @@ Tensor3 split_heads(const RowMatrix& m, std::size_t heads, std::size_t hd) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// transformers' gelu_pytorch_tanh: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), in f32.
+float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+// The MLP's gated product, in place in gate: act(gate) * up.
+void gate_rows(RowMatrix& gate, const RowMatrix& up, ModelConfig::Activation act, Eigen::Index r) {
+  float* g = gate.row(r).data();
+  const float* u = up.row(r).data();
+  if (act == ModelConfig::Activation::silu) {
+    for (Eigen::Index j = 0; j < gate.cols(); ++j) g[j] = silu(g[j]) * u[j];
+  } else {
+    for (Eigen::Index j = 0; j < gate.cols(); ++j) g[j] = gelu_tanh(g[j]) * u[j];
+  }
+}
+
+// Gemma's query_pre_attn_scalar as a factor on the queries (1 when the scale is the default).
+float query_factor(const ModelConfig& c) {
+  return c.attn_scale == 0.0f ? 1.0f : c.attn_scale * std::sqrt(static_cast<float>(c.head_dim));
+}
+
+// The RoPE frequencies of layer l's kind at a call of `len` positions: local layers of a model with
+// rope_theta_local rotate with that base and no scaling.
+std::vector<float> layer_inv_freq(const ModelConfig& c, bool local, std::size_t len) {
+  const std::size_t dims = c.rotary_dim ? c.rotary_dim : c.head_dim;
+  if (local && c.rope_theta_local > 0) return rope_inv_freq(dims, c.rope_theta_local, RopeScaling{}, len);
+  return rope_inv_freq(dims, c.rope_theta, c.rope_scaling, len);
+}
+
+// Gemma 2/3's final logit soft-capping, in place.
+void softcap(float* x, std::size_t n, float cap) {
+  if (cap == 0.0f) return;
+  for (std::size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 struct DecodeScratch {
   RowMatrix x, xb, out, q, k, k_pre, v, att, h1, h3;
 };
@@ -79,7 +115,7 @@ std::uint64_t ModelWeights::bytes() const {
   for (const LayerWeights& l : layers) {
     for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) b += w->bytes();
     b += 4 * (l.attn_norm.size() + l.ffn_norm.size() + l.bq.size() + l.bk.size() + l.bv.size() + l.q_norm.size() +
-              l.k_norm.size());
+              l.k_norm.size() + l.post_attn_norm.size() + l.post_ffn_norm.size());
   }
   return b;
 }
@@ -93,6 +129,9 @@ Model::Model(ModelConfig config, ModelWeights weights)
   if (config_.rotary_dim != 0 && config_.rotary_dim != config_.head_dim) {
     v += (v.empty() ? "" : ", ") + std::string("partial ") + std::to_string(config_.rotary_dim) + " of " +
          std::to_string(config_.head_dim) + " dims";
+  }
+  if (config_.rope_theta_local > 0) {
+    v += (v.empty() ? "" : ", ") + std::string(KvShape::kLocalThetaClause) + format_number(config_.rope_theta_local);
   }
   config_.rope_variant = v;
 }
@@ -153,10 +192,13 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
     check_token(tokens[i]);
     w_.embedding.row(static_cast<std::size_t>(tokens[i]), x.row(static_cast<Eigen::Index>(i)).data());
   }
+  if (c.embed_scale != 1.0f) x *= c.embed_scale;
   // RoPE angles of the positions this call uses (never of the whole declared context); dynamic
-  // scaling sees the call's length, as transformers does.
-  const RopeTable rope(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, n), 0, n,
-                       static_cast<float>(c.rope_scaling.attention_factor));
+  // scaling sees the call's length, as transformers does. Local layers with their own base
+  // rotate with the second table.
+  const RopeTable rope(hd, layer_inv_freq(c, false, n), 0, n, static_cast<float>(c.rope_scaling.attention_factor));
+  const RopeTable rope_local = c.rope_theta_local > 0 ? RopeTable(hd, layer_inv_freq(c, true, n), 0, n, 1.0f) : rope;
+  const float qf = query_factor(c);
   // The prompt's products are exact f32 ones in every weight mode (weight.h, Products): its
   // tokens share each tile of rows.
   const auto mul = [threads](const Weight& w, const RowMatrix& in) { return w.times_transpose(in, threads, Products::f32); };
@@ -167,10 +209,13 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   // residual stream span the whole prompt; the projections', attention's and MLP's temporaries
   // are one block's.
   const std::size_t kept_queries = std::min(query_rows, n), first_kept = n - kept_queries;
-  std::vector<std::size_t> visible(n);
+  std::vector<std::size_t> visible(n), first(n);
   for (std::size_t i = 0; i < n; ++i) visible[i] = i + 1;
   for (std::size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
+    const std::size_t window = c.window_of(l);
+    for (std::size_t i = 0; i < n; ++i) first[i] = window && i + 1 > window ? i + 1 - window : 0;
+    const RopeTable& lrope = window ? rope_local : rope;
     std::vector<double>& norms = res.input_norm.emplace_back(n);
     Tensor3 qt(c.n_heads, kept_queries, hd), kh(c.n_kv_heads, n, hd), kp(c.n_kv_heads, n, hd), vh(c.n_kv_heads, n, hd);
     for (std::size_t r0 = 0; r0 < n; r0 += kPrefillBlock) {
@@ -199,11 +244,18 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
           std::copy_n(v.row(static_cast<Eigen::Index>(i)).data() + h * hd, hd, vh.row(h, r0 + i));
         }
       }
-      for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(qh.row(h, 0), rows, r0, c.rope_layout, rope);
-      for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(kh.row(h, r0), rows, r0, c.rope_layout, rope);
+      for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(qh.row(h, 0), rows, r0, c.rope_layout, lrope);
+      for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(kh.row(h, r0), rows, r0, c.rope_layout, lrope);
+      if (qf != 1.0f) {
+        for (std::size_t h = 0; h < c.n_heads; ++h) {
+          float* qr = qh.row(h, 0);
+          for (std::size_t j = 0; j < rows * hd; ++j) qr[j] *= qf;
+        }
+      }
       RowMatrix att(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(c.n_heads * hd));
       parallel_for(c.n_heads, threads, [&](std::size_t h) {  // heads write disjoint columns
-        const CausalBlock b{qh.row(h, 0), kh.row(h / g, 0), visible.data() + r0, rows, r0 + rows, hd};
+        CausalBlock b{qh.row(h, 0), kh.row(h / g, 0), visible.data() + r0, rows, r0 + rows, hd};
+        if (window) b.first = first.data() + r0;
         RowMatrix o(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(hd));
         causal_attention_flash(b, vh.row(h / g, 0), o.data());
         att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;
@@ -212,14 +264,16 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
         for (std::size_t h = 0; h < c.n_heads; ++h) std::copy_n(qh.row(h, i - r0), hd, qt.row(h, i - first_kept));
       }
       auto xr = block(x);
-      xr += mul(lw.wo, att);
+      RowMatrix ao = mul(lw.wo, att);
+      if (!lw.post_attn_norm.empty()) ao = rmsnorm_rows(ao, lw.post_attn_norm, c.norm_eps);
+      xr += ao;
       const RowMatrix xf = rmsnorm_rows(RowMatrix(xr), lw.ffn_norm, c.norm_eps);
       RowMatrix h1 = mul(lw.w1, xf);
       const RowMatrix h3 = mul(lw.w3, xf);
-      for (Eigen::Index r = 0; r < h1.rows(); ++r) {
-        for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
-      }
-      xr += mul(lw.w2, h1);
+      for (Eigen::Index r = 0; r < h1.rows(); ++r) gate_rows(h1, h3, c.activation, r);
+      RowMatrix mo = mul(lw.w2, h1);
+      if (!lw.post_ffn_norm.empty()) mo = rmsnorm_rows(mo, lw.post_ffn_norm, c.norm_eps);
+      xr += mo;
     }
     check_finite(x.data(), static_cast<std::size_t>(x.size()), "hidden state after layer " + std::to_string(l));
     if (on_layer && !on_layer(l, qt, kh, kp, vh)) {
@@ -236,6 +290,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
   }
   const RowMatrix xn = rmsnorm_rows(all_logits ? x : RowMatrix(x.bottomRows(1)), w_.final_norm, c.norm_eps);
   res.logits = mul(classifier(), xn);
+  softcap(res.logits.data(), static_cast<std::size_t>(res.logits.size()), c.final_softcap);
   check_finite(res.logits.data(), static_cast<std::size_t>(res.logits.size()), "prefill logits");
   return res;
 }
@@ -254,6 +309,9 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   std::vector<std::size_t> row0(n_lanes + 1, 0);  // lane i's rows: [row0[i], row0[i + 1])
   for (std::size_t i = 0; i < n_lanes; ++i) {
     const Lane& lane = lanes[i];
+    if (!c.layer_window.empty() && !lane.cache->holds_windows()) {
+      throw std::logic_error("decode_lanes: a model with sliding-window layers needs a windowed cache (kv/windowed.h)");
+    }
     if (lane.n == 0 || (lane.n > 1 && !lane.cache->layer_local())) {
       throw std::logic_error("decode_lanes: a lane of " + std::to_string(lane.n) +
                              " tokens needs a cache with independent layers");
@@ -277,15 +335,19 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   for (RowMatrix* m : {&q, &att}) size(*m, nq);
   for (RowMatrix* m : {&k, &k_pre, &v}) size(*m, nkv);
   for (RowMatrix* m : {&h1, &h3}) size(*m, c.hidden_dim);
-  std::vector<RopeTable> ropes;  // one per row: dynamic scaling sees the row's own length
+  // One table per row (dynamic scaling sees the row's own length), and per row of a model whose
+  // local layers have their own base, one for those.
+  std::vector<RopeTable> ropes, ropes_local;
   for (std::size_t i = 0; i < n_lanes; ++i) {
     for (std::size_t j = 0; j < lanes[i].n; ++j) {
       const std::size_t p = lanes[i].pos + j;
       w_.embedding.row(static_cast<std::size_t>(lanes[i].tokens[j]), x.row(static_cast<Eigen::Index>(row0[i] + j)).data());
-      ropes.emplace_back(hd, rope_inv_freq(c.rotary_dim ? c.rotary_dim : hd, c.rope_theta, c.rope_scaling, p + 1), p, 1,
-                         static_cast<float>(c.rope_scaling.attention_factor));
+      ropes.emplace_back(hd, layer_inv_freq(c, false, p + 1), p, 1, static_cast<float>(c.rope_scaling.attention_factor));
+      if (c.rope_theta_local > 0) ropes_local.emplace_back(hd, layer_inv_freq(c, true, p + 1), p, 1, 1.0f);
     }
   }
+  if (c.embed_scale != 1.0f) x *= c.embed_scale;
+  const float qf = query_factor(c);
   // A lone lane gives its attention the threads (decode attention is bit-identical for any count).
   const int attention_threads = n_lanes == 1 ? threads : 1;
   // Row-wise work on the threads, 16 rows per item (each row computed alone: any thread count
@@ -304,6 +366,7 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   };
   for (std::size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& lw = w_.layers[l];
+    const std::vector<RopeTable>& lropes = c.window_of(l) && !ropes_local.empty() ? ropes_local : ropes;
     norm_rows(x, lw.attn_norm, xb);
     product(lw.wq, xb, q);
     product(lw.wk, xb, k);
@@ -323,8 +386,11 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
       for (std::size_t j = 0; j < lane.n; ++j) {  // in token order: each query sees the rows up to its own
         const std::size_t row = row0[i] + j, p = lane.pos + j;
         const auto r = static_cast<Eigen::Index>(row);
-        for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.row(r).data() + h * hd, 1, p, c.rope_layout, ropes[row]);
-        for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.row(r).data() + h * hd, 1, p, c.rope_layout, ropes[row]);
+        for (std::size_t h = 0; h < c.n_heads; ++h) apply_rope(q.row(r).data() + h * hd, 1, p, c.rope_layout, lropes[row]);
+        for (std::size_t h = 0; h < c.n_kv_heads; ++h) apply_rope(k.row(r).data() + h * hd, 1, p, c.rope_layout, lropes[row]);
+        if (qf != 1.0f) {
+          for (std::size_t e = 0; e < nq; ++e) q(r, static_cast<Eigen::Index>(e)) *= qf;
+        }
         if (lane.cache->wants_inputs()) lane.cache->take_input(l, p, xb.row(r).data(), c.dim);
         lane.cache->append(l, k.row(r).data(), k_pre.row(r).data(), v.row(r).data(), p);
         if (lane.cache->wants_queries()) lane.cache->take_query(l, p, q.row(r).data());
@@ -340,17 +406,24 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
       }
     });
     product(lw.wo, att, out);
+    // Gemma's post-norms normalize a branch's output before it joins the residual stream.
+    auto add_branch = [&](const std::vector<float>& post, Eigen::Index r) {
+      if (post.empty()) {
+        x.row(r) += out.row(r);
+        return;
+      }
+      rmsnorm(out.row(r).data(), post, c.norm_eps, c.dim, xb.row(r).data());
+      x.row(r) += xb.row(r);
+    };
     each_row([&](Eigen::Index r) {
-      x.row(r) += out.row(r);
+      add_branch(lw.post_attn_norm, r);
       rmsnorm(x.row(r).data(), lw.ffn_norm, c.norm_eps, c.dim, xb.row(r).data());
     });
     product(lw.w1, xb, h1);
     product(lw.w3, xb, h3);
-    each_row([&](Eigen::Index r) {
-      for (Eigen::Index j = 0; j < h1.cols(); ++j) h1(r, j) = silu(h1(r, j)) * h3(r, j);
-    });
+    each_row([&](Eigen::Index r) { gate_rows(h1, h3, c.activation, r); });
     product(lw.w2, h1, out);
-    each_row([&](Eigen::Index r) { x.row(r) += out.row(r); });
+    each_row([&](Eigen::Index r) { add_branch(lw.post_ffn_norm, r); });
   }
   parallel_for(n_lanes, threads, [&](std::size_t i) {
     for (std::size_t j = 0; j < lanes[i].n; ++j) lanes[i].cache->end_step();
@@ -358,6 +431,7 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   norm_rows(x, w_.final_norm, xb);
   size(logits, c.vocab_size);
   product(classifier(), xb, logits);
+  if (c.final_softcap != 0.0f) each_row([&](Eigen::Index r) { softcap(logits.row(r).data(), c.vocab_size, c.final_softcap); });
   // Every row checked on the threads; the first bad row (in row order) is the one reported.
   std::vector<char> finite(batch);
   each_row([&](Eigen::Index r) {

@@ -1,8 +1,10 @@
 #pragma once
-// A Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP) in f32 with Eigen.
+// A Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP) in f32 with Eigen, with
+// Gemma 3's differences (local sliding-window layers, sandwich norms, GeGLU, scaled embeddings).
 // The prompt runs as one batched causal prefill at full precision; decode steps run one token
 // per sequence, for one sequence or a batch of them, and read their K/V through a KvPolicy
 // (kv/policy.h), so every cache method runs inside the model.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -31,6 +33,36 @@ struct ModelConfig : KvShape {
   // Sliding window of the model's attention (0: none). akv attends to every position, which
   // equals windowed attention only up to the window: no run passes it (seq_len is capped there).
   std::size_t window = 0;
+  // Gemma 3: per layer, the window of a local (sliding-window) layer - position p attends to
+  // positions p - w + 1 .. p - or 0 for a global layer; empty: every layer global. Runs pass the
+  // window: the prefill masks it, and the caches of local layers hold only the window's rows
+  // (kv/windowed.h).
+  std::vector<std::size_t> layer_window;
+  // RoPE base of the local layers, which rotate without rope_scaling (Gemma 3's
+  // rope_local_base_freq); 0: every layer rotates with rope_theta and rope_scaling.
+  double rope_theta_local = 0;
+  // The attention logits' scale; 0: 1 / sqrt(head_dim). Gemma: query_pre_attn_scalar^-0.5, applied
+  // to the queries after RoPE (as llama.cpp does), so the caches see the queries the logits use.
+  float attn_scale = 0;
+  // Gemma: the embeddings times sqrt(dim) (in f32, as llama.cpp; transformers rounds the factor to
+  // the checkpoint's dtype). 1 otherwise.
+  float embed_scale = 1;
+  // The MLP's gate activation: SwiGLU (silu) or Gemma's GeGLU (gelu with the tanh approximation,
+  // transformers' gelu_pytorch_tanh).
+  enum class Activation { silu, gelu_tanh };
+  Activation activation = Activation::silu;
+  // Gemma 2/3's final logit soft-capping: logits = c * tanh(logits / c); 0: none.
+  float final_softcap = 0;
+
+  // Whether layer l attends within a window, and its window (0 when global).
+  std::size_t window_of(std::size_t l) const { return layer_window.empty() ? 0 : layer_window[l]; }
+  // The K/V rows per KV head an f16 cache of n positions holds, summed over layers: n per global
+  // layer, min(n, window) per local one (the denominator of bits per element).
+  std::size_t cached_rows(std::size_t n) const {
+    std::size_t rows = 0;
+    for (std::size_t l = 0; l < n_layers; ++l) rows += window_of(l) ? std::min(n, window_of(l)) : n;
+    return rows;
+  }
 };
 
 // Weight matrices are [out, in] (y = W x), f32 or in their file's encoding (weight.h).
@@ -42,6 +74,9 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;
   std::vector<float> ffn_norm;    // [dim]
   Weight w1, w2, w3;              // [hidden, dim], [dim, hidden], [hidden, dim]
+  // Gemma 2/3: RMSNorm of the attention output and of the MLP output before each joins the
+  // residual stream ([dim]), or empty.
+  std::vector<float> post_attn_norm, post_ffn_norm;
 };
 
 struct ModelWeights {

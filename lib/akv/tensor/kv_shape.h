@@ -22,6 +22,15 @@ struct KvShape {
   // differs (scaling, partial rotation), e.g. "yarn x4": pre-RoPE quantization, which re-applies
   // plain RoPE after dequantization, is refused for such shapes.
   std::string rope_variant;
+  // A model whose local (sliding-window) layers rotate with their own base says so last in
+  // rope_variant, after this clause (Model): the global layers alone rotate as the rest says.
+  static constexpr const char* kLocalThetaClause = "local layers theta ";
+  // rope_variant without that clause: the RoPE of the global layers.
+  std::string global_rope_variant() const {
+    const std::size_t at = rope_variant.find(kLocalThetaClause);
+    if (at == std::string::npos) return rope_variant;
+    return rope_variant.substr(0, at >= 2 ? at - 2 : 0);  // the ", " before it
+  }
 
   std::size_t group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
   KvShape& kv_shape() { return *this; }

@@ -1,0 +1,162 @@
+#include "akv/kv/windowed.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "akv/tensor/half.h"
+
+namespace akv {
+
+std::size_t global_layer_count(const std::vector<std::size_t>& layer_window) {
+  return static_cast<std::size_t>(std::count(layer_window.begin(), layer_window.end(), std::size_t{0}));
+}
+
+WindowedCache::WindowedCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape, std::vector<std::size_t> layer_window,
+                             DenseType type)
+    : inner_(std::move(inner)), shape_(shape), window_(std::move(layer_window)), type_(type) {
+  if (window_.size() != shape_.n_layers) throw std::logic_error("WindowedCache: a window per layer");
+  std::size_t globals = 0, locals = 0;
+  for (const std::size_t w : window_) slot_.push_back(w ? locals++ : globals++);
+  rows_.resize(locals * shape_.n_kv_heads);
+}
+
+void WindowedCache::push(std::size_t layer, std::size_t h, const float* key, const float* value, std::size_t n,
+                         std::size_t pos, std::size_t newest) {
+  Rows& r = rows(layer, h);
+  const std::size_t hd = shape_.head_dim, w = window_[layer];
+  if (type_ == DenseType::f32) {
+    r.key.insert(r.key.end(), key, key + n * hd);
+    r.value.insert(r.value.end(), value, value + n * hd);
+  } else {
+    const std::size_t at = r.key16.size();
+    r.key16.resize(at + n * hd);
+    r.value16.resize(at + n * hd);
+    f32_to_f16(key, r.key16.data() + at, n * hd);
+    f32_to_f16(value, r.value16.data() + at, n * hd);
+  }
+  for (std::size_t i = 0; i < n; ++i) r.position.push_back(static_cast<std::int32_t>(pos + i));
+  while (r.first < r.position.size() && static_cast<std::size_t>(r.position[r.first]) + w <= newest) ++r.first;
+  if (r.first >= std::max<std::size_t>(w, 64)) {  // compact once the dropped rows outnumber a window
+    const auto drop = static_cast<std::ptrdiff_t>(r.first);
+    const auto elems = static_cast<std::ptrdiff_t>(r.first * hd);
+    if (type_ == DenseType::f32) {
+      r.key.erase(r.key.begin(), r.key.begin() + elems);
+      r.value.erase(r.value.begin(), r.value.begin() + elems);
+    } else {
+      r.key16.erase(r.key16.begin(), r.key16.begin() + elems);
+      r.value16.erase(r.value16.begin(), r.value16.begin() + elems);
+    }
+    r.position.erase(r.position.begin(), r.position.begin() + drop);
+    r.first = 0;
+  }
+}
+
+void WindowedCache::ingest_prompt(const PromptKv& prompt) {
+  const std::size_t n = prompt.n_tokens;
+  std::vector<Tensor3> query, key, key_pre, value;
+  TokenScores scores;
+  std::vector<std::size_t> global_of;  // inner layer -> model layer
+  for (std::size_t l = 0; l < shape_.n_layers; ++l) {
+    if (local(l)) {
+      const std::size_t keep = std::min(n, window_[l]);
+      for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
+        push(l, h, (*prompt.key)[l].row(h, n - keep), (*prompt.value)[l].row(h, n - keep), keep, n - keep, n - 1);
+      }
+      continue;
+    }
+    global_of.push_back(l);
+    if (prompt.query) query.push_back((*prompt.query)[l]);
+    key.push_back((*prompt.key)[l]);
+    if (prompt.key_pre_rope) key_pre.push_back((*prompt.key_pre_rope)[l]);
+    value.push_back((*prompt.value)[l]);
+    if (prompt.scores) scores.push_back((*prompt.scores)[l]);
+  }
+  PromptKv inner = prompt;
+  inner.query = prompt.query ? &query : nullptr;
+  inner.key = &key;
+  inner.key_pre_rope = prompt.key_pre_rope ? &key_pre : nullptr;
+  inner.value = &value;
+  inner.scores = prompt.scores ? &scores : nullptr;
+  if (prompt.out_proj) {
+    inner.out_proj = [src = prompt.out_proj, global_of](std::size_t l, RowMatrix& wo) { src(global_of[l], wo); };
+  }
+  inner_->ingest_prompt(inner);
+}
+
+void WindowedCache::ingest_prompt_layer(std::size_t layer, const LayerKv& kv) {
+  if (!local(layer)) {
+    inner_->ingest_prompt_layer(slot_[layer], kv);
+    return;
+  }
+  const std::size_t n = kv.key->dim1(), keep = std::min(n, window_[layer]);
+  for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
+    push(layer, h, kv.key->row(h, n - keep), kv.value->row(h, n - keep), keep, n - keep, n - 1);
+  }
+}
+
+void WindowedCache::ingest_chunk(const PromptKv&, std::size_t, ChunkPlan) {
+  throw std::logic_error("WindowedCache: the chunked prompt protocol over sliding-window layers");
+}
+
+void WindowedCache::append(std::size_t layer, const float* key, const float* key_pre_rope, const float* value,
+                           std::size_t pos) {
+  if (!local(layer)) {
+    inner_->append(slot_[layer], key, key_pre_rope, value, pos);
+    return;
+  }
+  const std::size_t hd = shape_.head_dim;
+  for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) push(layer, h, key + h * hd, value + h * hd, 1, pos, pos);
+}
+
+KvView WindowedCache::view(std::size_t layer, std::size_t kv_head) const {
+  if (!local(layer)) return inner_->view(slot_[layer], kv_head);
+  const Rows& r = rows(layer, kv_head);
+  const std::size_t hd = shape_.head_dim, n = r.position.size() - r.first;
+  KvView v;
+  if (type_ == DenseType::f32) {
+    v = dense_kv_view(r.key.data() + r.first * hd, r.value.data() + r.first * hd, r.position.data() + r.first, n);
+  } else {
+    v.segments[0].key.dense = {DenseType::f16, r.key16.data() + r.first * hd, n};
+    v.segments[0].value.dense = {DenseType::f16, r.value16.data() + r.first * hd, n};
+    v.position = r.position.data() + r.first;
+    v.n = n;
+  }
+  return v;
+}
+
+void WindowedCache::observe(std::size_t layer, std::size_t kv_head, const float* probs) {
+  if (!local(layer)) inner_->observe(slot_[layer], kv_head, probs);
+}
+
+void WindowedCache::take_query(std::size_t layer, std::size_t pos, const float* query) {
+  if (!local(layer)) inner_->take_query(slot_[layer], pos, query);
+}
+
+void WindowedCache::take_input(std::size_t layer, std::size_t pos, const float* input, std::size_t dim) {
+  if (!local(layer)) inner_->take_input(slot_[layer], pos, input, dim);
+}
+
+std::uint64_t WindowedCache::local_bytes(std::size_t layer) const {
+  const std::uint64_t elem = type_ == DenseType::f32 ? 4 : 2;
+  std::uint64_t rows_held = 0;
+  for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) rows_held += rows(layer, h).position.size() - rows(layer, h).first;
+  return rows_held * 2 * shape_.head_dim * elem;
+}
+
+std::uint64_t WindowedCache::bytes() const {
+  std::uint64_t b = inner_->bytes();
+  for (std::size_t l = 0; l < shape_.n_layers; ++l) {
+    if (local(l)) b += local_bytes(l);
+  }
+  return b;
+}
+
+std::uint64_t WindowedCache::peak_bytes() const {
+  return inner_->peak_bytes() + (bytes() - inner_->bytes());
+}
+
+std::uint64_t WindowedCache::layer_bytes(std::size_t layer) const {
+  return local(layer) ? local_bytes(layer) : inner_->layer_bytes(slot_[layer]);
+}
+
+}  // namespace akv

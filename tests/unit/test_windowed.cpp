@@ -1,0 +1,160 @@
+// Sliding-window layers (Gemma 3's local layers): the prefill's windowed attention, the decode
+// through kv/windowed.h's cache, and what the cache holds and counts.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+
+#include "akv/core/errors.h"
+#include "akv/core/rng.h"
+#include "akv/eval/lanes.h"
+#include "akv/kv/runtime.h"
+#include "akv/kv/windowed.h"
+#include "akv/method/registry.h"
+#include "random_model.h"
+
+using namespace akv;
+
+namespace {
+
+CompressParams params(const std::string& spec) { return resolve_params(parse_method_spec(spec)); }
+
+// Three layers: local (window 5), global, local (window 100, across the flash kernel's tiles),
+// with every Gemma 3 difference switched on: local RoPE base, attention scale, embedding scale,
+// GeGLU, sandwich and q/k norms (weights 1 + 0.1 N(0, 1)), final soft-capping.
+Model gemma_like(bool windows = true) {
+  ModelConfig c = test::small_config(3, 16, 40, 4096);
+  if (windows) c.layer_window = {5, 0, 100};
+  c.rope_theta = 100000.0;
+  c.rope_theta_local = 1000.0;
+  c.attn_scale = 0.2f;
+  c.embed_scale = std::sqrt(32.0f);
+  c.activation = ModelConfig::Activation::gelu_tanh;
+  c.final_softcap = 3.0f;
+  const Model base = test::random_model(c, 31, 0.3);
+  ModelWeights w = base.weights();
+  Rng r(7);
+  auto norm = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = static_cast<float>(1.0 + 0.1 * r.normal());
+    return v;
+  };
+  for (LayerWeights& l : w.layers) {
+    l.attn_norm = norm(c.dim);
+    l.ffn_norm = norm(c.dim);
+    l.post_attn_norm = norm(c.dim);
+    l.post_ffn_norm = norm(c.dim);
+    l.q_norm = norm(c.head_dim);
+    l.k_norm = norm(c.head_dim);
+  }
+  return Model(c, w);
+}
+
+std::vector<std::int32_t> tokens(std::size_t n, std::uint64_t seed) {
+  Rng r(seed);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = static_cast<std::int32_t>(r.below(40));
+  return t;
+}
+
+KvGeometry geometry(const Model& m) { return {m.config().kv_shape(), m.config().seq_len, m.config().dim, m.config().layer_window}; }
+
+// max |a - b| over positions [from, n) of the prefill's logits and the decoded rows, and the
+// largest |logit| there.
+struct Gap {
+  double worst = 0, scale = 0;
+};
+void compare(const RowMatrix& pre, std::size_t p, const std::vector<float>& dec, Gap& g) {
+  for (std::size_t j = 0; j < dec.size(); ++j) {
+    const double want = pre(static_cast<Eigen::Index>(p), static_cast<Eigen::Index>(j));
+    g.worst = std::max(g.worst, std::fabs(static_cast<double>(dec[j]) - want));
+    g.scale = std::max(g.scale, std::fabs(want));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sliding-window layers: decoding through the windowed f32 cache equals the prefill at every position past "
+          "the windows", "[windowed][model]") {
+  const Model m = gemma_like();
+  const std::size_t n = 300;
+  const std::vector<std::int32_t> seq = tokens(n, 3);
+  const PrefillResult pre = m.prefill(seq, true, 2);
+  const std::unique_ptr<KvPolicy> cache = make_kv_policy(std::nullopt, geometry(m), 1);
+  REQUIRE(cache->holds_windows());
+  Gap g;
+  for (std::size_t p = 0; p < n; ++p) compare(pre.logits, p, m.decode(seq[p], p, *cache), g);
+  INFO("largest |logit difference| " << g.worst << " of logits up to " << g.scale);
+  CHECK(g.worst <= 1e-4 * g.scale);
+  CHECK(g.scale <= 3.0);  // soft-capped
+  // Local layers hold their window's newest rows; the global layer every row.
+  for (const auto& [layer, rows] : std::vector<std::pair<std::size_t, std::size_t>>{{0, 5}, {1, n}, {2, 100}}) {
+    for (std::size_t h = 0; h < 2; ++h) {
+      const KvView v = cache->view(layer, h);
+      REQUIRE(v.n == rows);
+      for (std::size_t i = 0; i < rows; ++i) CHECK(v.position[i] == static_cast<std::int32_t>(n - rows + i));
+    }
+  }
+  CHECK(cache->bytes() == 2 * (5 + n + 100) * 2 * 16 * 4);  // heads x rows x (K, V) x head_dim x f32
+  // The windows matter here: the same weights attending to every position differ.
+  const Model global = gemma_like(false);
+  const PrefillResult all = global.prefill(seq, true, 2);
+  CHECK((all.logits.bottomRows(100) - pre.logits.bottomRows(100)).cwiseAbs().maxCoeff() > 1e-2);
+  const std::unique_ptr<KvPolicy> plain = make_kv_policy(std::nullopt, geometry(global), 1);
+  CHECK_THROWS_AS(m.decode(seq[0], 0, *plain), std::logic_error);  // a windowed model needs a windowed cache
+}
+
+TEST_CASE("sliding-window layers: the prompt's cache keeps each local layer's window in f16 and hands the global "
+          "layers to the method", "[windowed][model]") {
+  const Model m = gemma_like();
+  const std::size_t n = 260, prompt = 200;
+  const std::vector<std::int32_t> seq = tokens(n, 4);
+  const PrefillResult all = m.prefill(seq, true, 1);
+  const std::vector<std::int32_t> head(seq.begin(), seq.begin() + prompt);
+  const PrefillResult pre = m.prefill(head, false, 1);
+  for (const std::string spec : {"none", "kivi-4", "snapkv:budget=0.5:window=8"}) {
+    INFO(spec);
+    const std::unique_ptr<KvPolicy> cache = make_kv_policy(params(spec), geometry(m), 1);
+    cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt});
+    const KvPolicy& inner = dynamic_cast<const WindowedCache&>(*cache).inner();
+    // Local layers: f16 rows of the last `window` positions; the method's bytes are the global layer's.
+    CHECK(cache->bytes() == inner.bytes() + 2 * (5 + 100) * 2 * 16 * 2);
+    CHECK(cache->view(0, 0).n == 5);
+    CHECK(cache->view(0, 0).position[0] == static_cast<std::int32_t>(prompt - 5));
+    CHECK(cache->view(2, 1).n == 100);
+    CHECK(cache->view(1, 0).n == inner.view(0, 0).n);
+    if (spec == std::string("snapkv:budget=0.5:window=8")) CHECK(cache->view(1, 0).n == prompt / 2);
+    Gap g;
+    for (std::size_t p = prompt; p < n; ++p) {
+      const std::vector<float> dec = m.decode(seq[p], p, *cache);
+      if (spec == std::string("none")) compare(all.logits, p, dec, g);
+    }
+    if (spec == std::string("none")) {
+      INFO("largest |logit difference| " << g.worst << " of logits up to " << g.scale);
+      CHECK(g.worst <= 2e-3 * g.scale);  // the f16 rows
+    }
+    CHECK(cache->view(0, 1).n == 5);
+    CHECK(cache->view(0, 1).position[4] == static_cast<std::int32_t>(n - 1));
+  }
+}
+
+TEST_CASE("sliding-window layers: a quantizer takes the prompt a layer at a time as it takes it whole; chunked "
+          "prefill is refused", "[windowed][model]") {
+  const Model m = gemma_like();
+  const std::size_t prompt = 150;
+  const std::vector<std::int32_t> seq = tokens(prompt + 20, 5);
+  const std::vector<std::int32_t> head(seq.begin(), seq.begin() + prompt);
+  const std::unique_ptr<KvPolicy> whole = make_kv_policy(params("kivi-2"), geometry(m), 1);
+  const std::unique_ptr<KvPolicy> layers = make_kv_policy(params("kivi-2"), geometry(m), 1);
+  REQUIRE(layers->takes_prompt_layers());
+  const PrefillResult pre = m.prefill(head, false, 1, 0, {},
+                                      [&](std::size_t l, const Tensor3& q, const Tensor3& k, const Tensor3& kp, const Tensor3& v) {
+                                        layers->ingest_prompt_layer(l, {&k, &kp, &v, &q, nullptr});
+                                        return true;
+                                      });
+  whole->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt});
+  CHECK(whole->bytes() == layers->bytes());
+  for (std::size_t p = prompt; p < seq.size(); ++p) CHECK(m.decode(seq[p], p, *whole) == m.decode(seq[p], p, *layers));
+  PrefillOptions o;
+  o.mode = PrefillMode(PrefillMode::chunked, 64);
+  CHECK_THROWS_AS(prefill_lanes(m, {head}, {params("kivi-2")}, 200, 1, o), UsageError);
+}
