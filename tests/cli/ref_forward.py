@@ -1,5 +1,10 @@
-"""A plain numpy forward of a small Hugging Face Qwen3, Phi-3 (or Llama) checkpoint written by
-tiny_hf.py, transcribing transformers' modeling_qwen3.py / modeling_phi3.py (v4.51): RMSNorm
+"""A plain numpy forward of a small Hugging Face Qwen3, Phi-3, Gemma 3 (or Llama) checkpoint written by
+tiny_hf.py, transcribing transformers' modeling_qwen3.py / modeling_phi3.py (v4.51) and
+modeling_gemma3.py's Gemma3TextModel (v4.53: layer_types; Gemma3RMSNorm x * rsqrt(mean(x^2) + eps) *
+(1 + w) on inputs, q/k heads, attention and MLP outputs (sandwich norms) and the final norm;
+embeddings times sqrt(hidden_size); local layers attend to positions i - j < sliding_window and rotate
+with rope_local_base_freq, global ones with rope_theta; scaling query_pre_attn_scalar^-0.5; GeGLU
+with gelu_pytorch_tanh; final_logit_softcapping): RMSNorm
 (x * rsqrt(mean(x^2) + eps) * w), Qwen3's q_norm / k_norm over each head's head_dim values before
 RoPE, Phi-3's fused qkv_proj (q, k, v rows) and gate_up_proj (gate, up: chunk(2)), rotate-half
 RoPE with inv_freq = theta^(-2i/d) (Phi-3's longrope: divided by the short factors, or the long
@@ -7,10 +12,12 @@ ones when the sequence passes original_max_position_embeddings, cos and sin time
 original) / ln(original)), as transformers' Phi3 rotary embedding), causal softmax attention with
 GQA and scaling head_dim^-0.5, SiLU MLP. In float64, as an independent reference for akv's forward.
 
-  ref_forward.py HF_DIR DUMP.h5 TOKENS_LINE
+  ref_forward.py HF_DIR DUMP.h5 TOKENS_LINE [FIRST]
 
 Compares every layer's keys (after RoPE) and values with an `akv dump` of the same tokens and
-prints "reference ok" when all agree within 1e-4 of each tensor's largest magnitude.
+prints "reference ok" when all agree within 1e-4 of each tensor's largest magnitude; with FIRST,
+also "reference nll X": the mean negative log-likelihood of tokens FIRST..n-1, each predicted from
+the logits of the position before it (what `akv evaluate --prefill FIRST` reports as mean_nll).
 """
 import json
 import struct
@@ -35,11 +42,11 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, theta, cfg):  # x [heads, n, hd], rotate-half
+def rope(x, pos, theta, cfg, scaled=True):  # x [heads, n, hd], rotate-half
     hd = x.shape[-1]
     inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
     scale = 1.0
-    scaling = cfg.get("rope_scaling")
+    scaling = cfg.get("rope_scaling") if scaled else None
     if scaling and scaling.get("type", scaling.get("rope_type")) in ("longrope", "su"):
         original, longest = cfg["original_max_position_embeddings"], cfg["max_position_embeddings"]
         ext = scaling["long_factor"] if len(pos) > original else scaling["short_factor"]
@@ -55,13 +62,24 @@ def main():
     d, dump, tokens = sys.argv[1], sys.argv[2], [int(t) for t in sys.argv[3].split()]
     cfg = json.load(open(f"{d}/config.json"))
     w = load(d)
-    qwen3 = cfg["model_type"] == "qwen3"
+    qwen3, gemma = cfg["model_type"] == "qwen3", cfg["model_type"] == "gemma3_text"
     H, K, L = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_hidden_layers"]
     hd = cfg.get("head_dim") or cfg["hidden_size"] // H
     eps, theta = cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
     n = len(tokens)
     pos = np.arange(n)
     x = w["model.embed_tokens.weight"][tokens]
+    kinds = ["full_attention"] * L
+    if gemma:
+        for name in list(w):
+            if name.endswith("norm.weight"):
+                w[name] = 1 + w[name]
+        x = x * np.sqrt(cfg["hidden_size"])
+        pattern = cfg.get("sliding_window_pattern", 6)
+        kinds = cfg.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(L)]
+    scaling = cfg.get("query_pre_attn_scalar", 256) ** -0.5 if gemma else hd ** -0.5
+    def gelu_tanh(g):
+        return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
     f = h5py.File(dump, "r")
     worst = 0.0
     for l in range(L):
@@ -75,26 +93,50 @@ def main():
         q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, H, hd).transpose(1, 0, 2)
         k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, K, hd).transpose(1, 0, 2)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(n, K, hd).transpose(1, 0, 2)
-        if qwen3:
+        if qwen3 or gemma:
             q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q, k = rope(q, pos, theta, cfg), rope(k, pos, theta, cfg)
+        local = kinds[l] == "sliding_attention"
+        lt = cfg.get("rope_local_base_freq", 10000.0) if local else theta
+        q, k = rope(q, pos, lt, cfg, not local), rope(k, pos, lt, cfg, not local)
         for name, ref in (("key", k), ("value", v)):
             got = np.asarray(f[f"/layers/{l}/{name}"][:], dtype=np.float64)
             err = np.abs(got - ref).max() / np.abs(ref).max()
             assert err < 1e-4, (l, name, err)
             worst = max(worst, err)
         kk, vv = np.repeat(k, H // K, 0), np.repeat(v, H // K, 0)
-        s = q @ kk.transpose(0, 2, 1) / np.sqrt(hd)
-        s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+        s = q @ kk.transpose(0, 2, 1) * scaling
+        mask = np.tril(np.ones((n, n), bool))
+        if local:
+            i, j = np.indices((n, n))
+            mask &= i - j < cfg["sliding_window"]
+        s = np.where(mask, s, -np.inf)
         pr = np.exp(s - s.max(-1, keepdims=True))
         pr /= pr.sum(-1, keepdims=True)
         att = (pr @ vv).transpose(1, 0, 2).reshape(n, H * hd)
-        x = x + att @ w[p + "self_attn.o_proj.weight"].T
+        out = att @ w[p + "self_attn.o_proj.weight"].T
+        if gemma:
+            x = x + rmsnorm(out, w[p + "post_attention_layernorm.weight"], eps)
+            h = rmsnorm(x, w[p + "pre_feedforward_layernorm.weight"], eps)
+            g = h @ w[p + "mlp.gate_proj.weight"].T
+            mlp = (gelu_tanh(g) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+            x = x + rmsnorm(mlp, w[p + "post_feedforward_layernorm.weight"], eps)
+            continue
+        x = x + out
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
         g = h @ w[p + "mlp.gate_proj.weight"].T
         x = x + ((g / (1 + np.exp(-g))) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
     print(f"reference ok (largest relative difference {worst:.2e})")
+    if len(sys.argv) > 4:
+        first = int(sys.argv[4])
+        logits = rmsnorm(x, w["model.norm.weight"], eps) @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
+        if cfg.get("final_logit_softcapping"):
+            c = cfg["final_logit_softcapping"]
+            logits = c * np.tanh(logits / c)
+        m = logits.max(-1, keepdims=True)
+        logp = logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
+        nll = -np.mean([logp[i - 1, tokens[i]] for i in range(first, n)])
+        print(f"reference nll {nll:.10f}")
 
 
 if __name__ == "__main__":

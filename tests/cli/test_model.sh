@@ -246,7 +246,7 @@ expect "info on a GGUF model: akv runs it, KV bytes per token" 0 "akv runs it +y
 expect_output "info lists the KV bytes per token of kivi-2" "kivi-2 +[0-9.]+ +kivi-2 K2/V2"
 mkdir -p "$TMP/g2"
 echo '{"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64}' >"$TMP/g2/config.json"
-expect "info on a Gemma 2 directory names what akv lacks" 0 "no: akv does not implement Gemma's layers" "$AKV" info "$TMP/g2"
+expect "info on a Gemma 2 directory names what akv lacks" 0 "no: akv does not implement Gemma 2's attention logit soft-capping" "$AKV" info "$TMP/g2"
 expect "info --json: runs false, missing" 0 '"runs": false' "$AKV" info --json "$TMP/g2"
 expect_error "a Gemma 2 model is refused naming soft-capping" 2 "soft-capping.*model_type = gemma2" \
   "$AKV" dump --model "$TMP/g2" --tokens "$T" -o "$o/d.h5"
@@ -281,6 +281,47 @@ for orig in 64 32; do
       "reference ok" "$PY" "$SRC/tests/cli/ref_forward.py" "$TMP/lr$orig" "$TMP/lrd.h5" "$(head -1 "$TMP/p3.txt")"
   done
 done
+# Gemma 3 (gemma3_text; a GGUF gemma3 as llama.cpp's converter writes it): layers 0 and 1 local
+# (window 8), layer 2 global, (1 + w) q/k and sandwich norms, GeGLU, embeddings times sqrt(64),
+# final soft-capping 5. Keys and values equal the numpy reference, and 20 tokens decoded through
+# the windowed cache after a 20-token prompt give the reference's mean NLL; query_pre_attn_scalar
+# 24 (not head_dim) from the safetensors config.
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/g3" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 3 --seed 5 \
+  --gemma3 --head-dim 32 --softcap 5 --gguf "$TMP/g3.gguf" --tokens "$TMP/g3.txt" 1 40
+mkdir -p "$TMP/g3q" && cp "$TMP/g3/model.safetensors" "$TMP/g3q/"
+sed 's/"query_pre_attn_scalar": 32/"query_pre_attn_scalar": 24/' "$TMP/g3/config.json" >"$TMP/g3q/config.json"
+for m in "$TMP/g3" "$TMP/g3.gguf" "$TMP/g3q"; do
+  ref="$TMP/g3"; [ "$m" = "$TMP/g3q" ] && ref="$TMP/g3q"
+  rm -f "$TMP/g3d.h5" "$TMP/g3e.json"
+  "$AKV" dump -q --model "$m" --tokens "$TMP/g3.txt" -o "$TMP/g3d.h5" >/dev/null
+  "$AKV" evaluate -q --model "$m" --tokens "$TMP/g3.txt" --prefill 20 --methods none --json -o "$TMP/g3e.json"
+  "$PY" "$SRC/tests/cli/ref_forward.py" "$ref" "$TMP/g3d.h5" "$(head -1 "$TMP/g3.txt")" 20 >"$TMP/g3ref.txt" || true
+  expect "Gemma 3 from $(basename "$m"): keys, values and the decoded NLL past the window equal the numpy reference" 0 \
+    "same nll" "$PY" - "$TMP/g3ref.txt" "$TMP/g3e.json" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().split("\n")
+assert lines[0].startswith("reference ok"), lines
+ref = float(lines[1].split()[-1])
+got = json.load(open(sys.argv[2]))["methods"][0]["mean_nll"]
+assert abs(got - ref) < 1e-6 * abs(ref), (got, ref)
+print("same nll")
+PY
+done
+"$AKV" evaluate -q --model "$TMP/g3.gguf" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2,snapkv:budget=0.5:window=4 \
+  --json -o "$TMP/g3m.json"
+expect "Gemma 3: methods run on the global layers; the local layers' windows are counted" 0 "windows counted" \
+  "$PY" - "$TMP/g3m.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for m in r["methods"]:
+    assert m["mean_nll"] > 0 and m["cache_bytes"] > 0, m
+print("windows counted")
+PY
+expect "info on a Gemma 3 GGUF: the global and the local layers, KV bytes with the windows" 0 \
+  "global in layer 2; sliding window of 8 tokens in the other 2" "$AKV" info "$TMP/g3.gguf"
+expect_error "Gemma 3: chunked prefill is refused" 1 "not implemented for a model with sliding-window layers" \
+  "$AKV" evaluate -q --model "$TMP/g3.gguf" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2 --prefill-mode chunked:8 \
+  -o "$o/e.txt"
 "$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --json -o "$TMP/q3e.json"
 "$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --prefill-mode batch --json -o "$TMP/q3b.json"
 expect "Qwen3 decode path: the batch protocol's full-cache NLL equals the prefill's" 0 "same nll" "$PY" - "$TMP/q3e.json" "$TMP/q3b.json" <<'PY'

@@ -469,6 +469,39 @@ Weight matrix(const GgufFile& f, const std::string& name, std::size_t rows, std:
   return m;
 }
 
+// Gemma 3 as llama.cpp reads it (src/models/gemma3.cpp): attention.sliding_window (absent: every
+// layer global), attention.sliding_window_pattern (a per-layer bool array, or P: layer i local
+// when i % P < P - 1; default 6), rope.freq_base_swa (default 10000) for the local layers,
+// which rotate without the scaling; the queries scaled by 1 / sqrt(n_embd / n_head) on the
+// 62-layer model (27B) and 1 / sqrt(head_dim) otherwise (llama.cpp's rule: the file carries no
+// query_pre_attn_scalar); GeGLU, embeddings times sqrt(n_embd), final_logit_softcapping when set.
+// The converter stored the norms as 1 + w.
+void gemma3_config(const GgufFile& f, const Meta& m, const std::string& arch, ModelConfig& c) {
+  if (m.get(arch + ".attention.sliding_window")) {
+    const std::size_t window = m.count("attention.sliding_window");
+    std::vector<bool> local(c.n_layers);
+    const json* pattern = m.get(arch + ".attention.sliding_window_pattern");
+    if (pattern && pattern->is_array()) {
+      if (pattern->size() != c.n_layers) {
+        throw InvalidInput("sliding_window_pattern must hold one flag per layer",
+                           {f.path(), arch + ".attention.sliding_window_pattern", std::to_string(pattern->size())});
+      }
+      for (std::size_t l = 0; l < c.n_layers; ++l) local[l] = (*pattern)[l].is_boolean() && (*pattern)[l].get<bool>();
+    } else {
+      const std::size_t p = pattern ? m.count("attention.sliding_window_pattern") : 6;
+      for (std::size_t l = 0; l < c.n_layers; ++l) local[l] = l % p < p - 1;
+    }
+    for (std::size_t l = 0; l < c.n_layers; ++l) c.layer_window.push_back(local[l] ? window : 0);
+    c.rope_theta_local = m.real("rope.freq_base_swa", 10000.0);
+  }
+  const float scale = c.n_layers == 62 ? 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads))
+                                       : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (scale != 1.0f / std::sqrt(static_cast<float>(c.head_dim))) c.attn_scale = scale;
+  c.activation = ModelConfig::Activation::gelu_tanh;
+  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+  c.final_softcap = static_cast<float>(m.real("final_logit_softcapping", 0.0));
+}
+
 }  // namespace
 
 Model load_gguf(const std::string& path, WeightMode mode) {
@@ -562,6 +595,8 @@ Model load_gguf(const std::string& path, WeightMode mode) {
   if (!embd || embd->dims.size() != 2) throw InvalidInput("missing tensor (or not a matrix)", {path, "token_embd.weight"});
   c.vocab_size = embd->dims[1];
   c.qkv_bias = arch == "qwen2" || f.find("blk.0.attn_q.bias") != nullptr;
+  const bool gemma = arch == "gemma3";
+  if (gemma) gemma3_config(f, m, arch, c);
 
   const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   ModelWeights w;
@@ -586,11 +621,15 @@ Model load_gguf(const std::string& path, WeightMode mode) {
       lw.bk = f.read(p + "attn_k.bias", {kv_dim});
       lw.bv = f.read(p + "attn_v.bias", {kv_dim});
     }
-    if (arch == "qwen3") {  // RMSNorm of each query and key head before RoPE
+    if (arch == "qwen3" || gemma) {  // RMSNorm of each query and key head before RoPE
       lw.q_norm = f.read(p + "attn_q_norm.weight", {c.head_dim});
       lw.k_norm = f.read(p + "attn_k_norm.weight", {c.head_dim});
     }
     lw.ffn_norm = f.read(p + "ffn_norm.weight", {c.dim});
+    if (gemma) {  // the attention's and the MLP's outputs normalized before the residual
+      lw.post_attn_norm = f.read(p + "post_attention_norm.weight", {c.dim});
+      lw.post_ffn_norm = f.read(p + "post_ffw_norm.weight", {c.dim});
+    }
     if (arch == "phi3") {  // ffn_up holds gate then up (llama.cpp's fused SwiGLU input)
       lw.w1 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped, 0, 2 * c.hidden_dim);
       lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped, c.hidden_dim, 2 * c.hidden_dim);

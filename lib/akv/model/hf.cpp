@@ -1,5 +1,6 @@
 #include "akv/model/hf.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -193,13 +194,41 @@ class Tensors {
   mutable std::map<std::string, std::shared_ptr<MappedFile>> mapped_;  // shard -> its map
 };
 
+// Gemma 3's attention and MLP: each layer local (window sliding_window, default 4096) or global
+// from layer_types or sliding_window_pattern (default 6), local layers rotating with
+// rope_local_base_freq (default 10000) and no rope_scaling, logits scaled by
+// query_pre_attn_scalar^-0.5 (default 256), GeGLU, embeddings times sqrt(hidden_size), final
+// logit soft-capping when set (transformers' Gemma3TextConfig defaults).
+void gemma_layers(const HfConfig& j, ModelConfig& c) {
+  const std::size_t window = j.sliding_window.value_or(4096), pattern = j.sliding_window_pattern.value_or(6);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const bool local = j.layer_types.empty() ? (l + 1) % pattern != 0 : j.layer_types[l] == "sliding_attention";
+    c.layer_window.push_back(local ? window : 0);
+  }
+  c.rope_theta_local = j.rope_local_base_freq.value_or(10000.0);
+  const double qpas = j.query_pre_attn_scalar.value_or(256.0);
+  if (qpas != static_cast<double>(c.head_dim)) c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
+  c.activation = ModelConfig::Activation::gelu_tanh;
+  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+  c.final_softcap = static_cast<float>(j.final_logit_softcapping.value_or(0.0));
+}
+
 }  // namespace
 
 Model load_hf(const std::string& dir, WeightMode mode) {
   const HfConfig j = read_hf_config(dir, supported_hf_model_types());
   const std::string& cfg_path = j.file;
   const std::string& type = j.model_type;
-  if (j.hidden_act != "silu") {
+  const bool gemma = type == "gemma3_text";
+  if (gemma) {
+    if (!j.hidden_activation.empty() && j.hidden_activation != "gelu_pytorch_tanh") {
+      throw InvalidInput("Gemma's MLP is implemented with gelu_pytorch_tanh", {cfg_path, "hidden_activation", j.hidden_activation});
+    }
+    if (j.attn_logit_softcapping) {
+      throw InvalidInput("attention logit soft-capping (Gemma 2) is not implemented",
+                         {cfg_path, "attn_logit_softcapping", format_number(*j.attn_logit_softcapping)});
+    }
+  } else if (j.hidden_act != "silu") {
     throw InvalidInput("only silu MLPs are implemented", {cfg_path, "hidden_act", j.hidden_act});
   }
   if (!j.max_position_embeddings) {
@@ -233,22 +262,32 @@ Model load_hf(const std::string& dir, WeightMode mode) {
     const double scaled = static_cast<double>(c.seq_len) * c.rope_scaling.factor;
     c.seq_len = scaled >= 0x1p62 ? std::size_t{1} << 62 : static_cast<std::size_t>(scaled);
   }
-  const bool sliding = type == "qwen2" || type == "qwen3" ? j.use_sliding_window : true;  // mistral, phi3: when set
+  // mistral, phi3: a window when set; Gemma 3's windows are its local layers' (gemma_layers).
+  const bool sliding = type == "qwen2" || type == "qwen3" ? j.use_sliding_window : !gemma;
   if (sliding && j.sliding_window) {
     // Attention within a window equals full attention up to the window: cap the context there.
     c.seq_len = std::min(c.seq_len, *j.sliding_window);
     c.window = *j.sliding_window;
   }
+  if (gemma) gemma_layers(j, c);
   if (c.head_dim % 2 != 0) throw InvalidInput("head_dim must be even", {cfg_path, "head_dim", std::to_string(c.head_dim)});
   const Tensors t(dir);
   const bool tied = j.tie_word_embeddings || !t.has("lm_head.weight");
   const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  // Gemma's RMSNorm multiplies by (1 + w): the stored w plus 1 in f32, as transformers computes it.
+  auto norm = [&](const std::string& name, std::size_t n) {
+    std::vector<float> v = t.read(name, {n});
+    if (gemma) {
+      for (float& x : v) x = 1.0f + x;
+    }
+    return v;
+  };
   ModelWeights w;
   w.embedding = t.matrix("model.embed_tokens.weight", c.vocab_size, c.dim, mode);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights lw;
-    lw.attn_norm = t.read(p + "input_layernorm.weight", {c.dim});
+    lw.attn_norm = norm(p + "input_layernorm.weight", c.dim);
     if (type == "phi3") {  // one qkv_proj: the q rows, then k, then v
       const std::string qkv = p + "self_attn.qkv_proj.weight";
       const std::size_t all = q_dim + 2 * kv_dim;
@@ -266,11 +305,17 @@ Model load_hf(const std::string& dir, WeightMode mode) {
       lw.bk = t.read(p + "self_attn.k_proj.bias", {kv_dim});
       lw.bv = t.read(p + "self_attn.v_proj.bias", {kv_dim});
     }
-    if (type == "qwen3") {  // RMSNorm of each query and key head before RoPE
-      lw.q_norm = t.read(p + "self_attn.q_norm.weight", {c.head_dim});
-      lw.k_norm = t.read(p + "self_attn.k_norm.weight", {c.head_dim});
+    if (type == "qwen3" || gemma) {  // RMSNorm of each query and key head before RoPE
+      lw.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
+      lw.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
     }
-    lw.ffn_norm = t.read(p + "post_attention_layernorm.weight", {c.dim});
+    if (gemma) {  // sandwich norms: post_attention_layernorm normalizes the attention's output
+      lw.post_attn_norm = norm(p + "post_attention_layernorm.weight", c.dim);
+      lw.ffn_norm = norm(p + "pre_feedforward_layernorm.weight", c.dim);
+      lw.post_ffn_norm = norm(p + "post_feedforward_layernorm.weight", c.dim);
+    } else {
+      lw.ffn_norm = t.read(p + "post_attention_layernorm.weight", {c.dim});
+    }
     if (type == "phi3") {  // one gate_up_proj: the gate rows, then up (transformers' chunk(2))
       const std::string gu = p + "mlp.gate_up_proj.weight";
       lw.w1 = t.matrix(gu, c.hidden_dim, c.dim, mode, 0, 2 * c.hidden_dim);
@@ -282,7 +327,7 @@ Model load_hf(const std::string& dir, WeightMode mode) {
     lw.w2 = t.matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim, mode);
     w.layers.push_back(std::move(lw));
   }
-  w.final_norm = t.read("model.norm.weight", {c.dim});
+  w.final_norm = norm("model.norm.weight", c.dim);
   if (!tied) w.classifier = t.matrix("lm_head.weight", c.vocab_size, c.dim, mode);
   return Model(std::move(c), std::move(w));
 }

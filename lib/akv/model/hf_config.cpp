@@ -38,6 +38,13 @@ T typed(const json& j, const char* key, T fallback, const std::string& file) {
   return v.get<T>();
 }
 
+std::optional<double> optional_positive_real(const json& j, const char* key, const std::string& file) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  const double v = typed<double>(j, key, 0.0, file);
+  if (!(v > 0 && std::isfinite(v))) throw InvalidInput("config field must be a positive number", {file, key, j[key].dump()});
+  return v;
+}
+
 // rope_scaling: {"rope_type" (or "type"): default | linear | dynamic | llama3 | yarn, "factor", ...}.
 // longrope's factor lists: rotary_dim / 2 positive finite numbers.
 std::vector<float> factor_list(const json& r, const char* key, std::size_t n, const std::string& file) {
@@ -210,6 +217,26 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   c.torch_dtype = typed<std::string>(j, "torch_dtype", "", file);
   c.akv_tokenizer = typed<std::string>(j, "akv_tokenizer", "", file);
   if (j.contains("rope_scaling")) c.rope_scaling = j["rope_scaling"];
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const json& t = j["layer_types"];
+    if (!t.is_array() || t.size() != c.num_hidden_layers) {
+      throw InvalidInput("layer_types must list num_hidden_layers attention kinds", {file, "layer_types", t.dump()});
+    }
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const std::string kind = t[i].is_string() ? t[i].get<std::string>() : "";
+      if (kind != "sliding_attention" && kind != "full_attention") {
+        throw InvalidInput("layer_types holds sliding_attention or full_attention",
+                           {file, "layer_types[" + std::to_string(i) + "]", t[i].dump()});
+      }
+      c.layer_types.push_back(kind);
+    }
+  }
+  c.sliding_window_pattern = optional_positive(j, "sliding_window_pattern", file);
+  c.rope_local_base_freq = optional_positive_real(j, "rope_local_base_freq", file);
+  c.query_pre_attn_scalar = optional_positive_real(j, "query_pre_attn_scalar", file);
+  c.final_logit_softcapping = optional_positive_real(j, "final_logit_softcapping", file);
+  c.attn_logit_softcapping = optional_positive_real(j, "attn_logit_softcapping", file);
+  c.hidden_activation = typed<std::string>(j, "hidden_activation", "", file);
   c.rotary_dim = c.head_dim;
   if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {
     const double f = typed<double>(j, "partial_rotary_factor", 1.0, file);

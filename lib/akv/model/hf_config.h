@@ -30,6 +30,14 @@ struct HfConfig {
   std::string hidden_act = "silu", torch_dtype, akv_tokenizer;
   nlohmann::json rope_scaling;  // null when absent (hf_rope_scaling() reads it)
   std::size_t rotary_dim = 0;   // int(head_dim * partial_rotary_factor); head_dim by default
+  // Gemma 3 (gemma3_text): layer_types ("sliding_attention" / "full_attention" per layer; when
+  // absent, from sliding_window_pattern P as transformers does: layer i is local unless (i + 1) % P
+  // == 0), the local layers' rope_local_base_freq, query_pre_attn_scalar, hidden_activation and
+  // the soft-capping fields (null when absent).
+  std::vector<std::string> layer_types;
+  std::optional<std::size_t> sliding_window_pattern;
+  std::optional<double> rope_local_base_freq, query_pre_attn_scalar, final_logit_softcapping, attn_logit_softcapping;
+  std::string hidden_activation;
 };
 
 // Reads `path` (a config.json, or the directory holding one). Throws IoError when it cannot be

@@ -72,27 +72,47 @@ nlohmann::json model_info(const std::string& path) {
   j["vocab"] = c.vocab_size;
   j["trained_context"] = c.seq_len;
   j["weight_bytes"] = m.weights().bytes();
-  j["attention"] = c.window ? fmt::format("sliding window of {} tokens in every layer (akv attends to every position, "
-                                          "so a run stops at the window)", c.window)
-                            : std::string("global (causal over every position) in every layer");
+  std::string globals_list;
+  std::size_t n_local = 0, widest = 0;
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    widest = std::max(widest, c.window_of(l));
+    if (c.window_of(l)) ++n_local;
+    else globals_list += (globals_list.empty() ? "" : ", ") + std::to_string(l);
+  }
+  if (n_local) {
+    const bool one = c.n_layers - n_local == 1;
+    j["attention"] = fmt::format("global in layer{} {}; sliding window of {} tokens in the other {} (methods compress the "
+                                 "global layers; each local layer keeps its window's rows in f16)",
+                                 one ? "" : "s", globals_list.empty() ? std::string("none") : globals_list, widest, n_local);
+  } else {
+    j["attention"] = c.window ? fmt::format("sliding window of {} tokens in every layer (akv attends to every position, "
+                                            "so a run stops at the window)", c.window)
+                              : std::string("global (causal over every position) in every layer");
+  }
   j["rope"] = {{"theta", c.rope_theta},
                {"layout", rope_layout_name(c.rope_layout)},
                {"scaling", rope_scaling_name(c.rope_scaling.kind)},
                {"factor", c.rope_scaling.factor},
                {"rotary_dims", c.rotary_dim ? c.rotary_dim : c.head_dim}};
+  if (c.rope_theta_local > 0) j["rope"]["local_theta"] = c.rope_theta_local;
   PlanShape shape;
   static_cast<KvShape&>(shape) = static_cast<const KvShape&>(c);
   shape.name = c.name;
   const std::size_t n = std::min<std::size_t>(4096, c.seq_len);
   j["context"] = n;
   nlohmann::json rows = nlohmann::json::array();
+  // Local layers hold min(n, window) f16 rows (f32 for f32) whatever the method; the method's
+  // bytes are those of the global layers.
+  shape.n_layers = c.n_layers - n_local;
+  const std::size_t local_rows = c.cached_rows(n) - shape.n_layers * n;
   for (const char* spec : kInfoMethods) {
     PlanMethod pm{spec, std::string(spec) == "f32" ? std::nullopt : resolve_method_spec(spec)};
     try {
-      const PlanBytes b = plan_bytes(shape, pm, n);
+      const double local = static_cast<double>(local_rows * c.n_kv_heads * c.head_dim * 2 * (pm.params ? 2 : 4));
+      const double global = shape.n_layers ? plan_bytes(shape, pm, n).device : 0.0;
       rows.push_back({{"method", spec},
                       {"description", pm.params ? describe(*pm.params) : std::string("f32 K/V")},
-                      {"bytes_per_token", b.device / static_cast<double>(n)}});
+                      {"bytes_per_token", (global + local) / static_cast<double>(n)}});
     } catch (const InvalidInput& e) {
       rows.push_back({{"method", spec}, {"unavailable", e.what()}});
     }
@@ -119,7 +139,9 @@ std::string render_model_info(const nlohmann::json& j) {
   const nlohmann::json& r = j["rope"];
   line("rope", fmt::format("theta {}, {}, scaling {} (factor {}), {} rotary dims", r["theta"].get<double>(),
                            r["layout"].get<std::string>(), r["scaling"].get<std::string>(), r["factor"].get<double>(),
-                           r["rotary_dims"].get<std::size_t>()));
+                           r["rotary_dims"].get<std::size_t>()) +
+                           (r.contains("local_theta") ? fmt::format("; local layers theta {}, unscaled", r["local_theta"].get<double>())
+                                                      : std::string()));
   line("trained context", std::to_string(j["trained_context"].get<std::size_t>()));
   line("weights", fmt::format("{:.3f} GB resident", j["weight_bytes"].get<double>() / 1e9));
   out += fmt::format("\nKV bytes per token (as akv plan counts them, at {} tokens)\n", j["context"].get<std::size_t>());
