@@ -138,7 +138,7 @@ TEST_CASE("sliding-window layers: the prompt's cache keeps each local layer's wi
 }
 
 TEST_CASE("sliding-window layers: a quantizer takes the prompt a layer at a time as it takes it whole; chunked "
-          "prefill is refused", "[windowed][model]") {
+          "prefill and per-layer files are refused", "[windowed][model]") {
   const Model m = gemma_like();
   const std::size_t prompt = 150;
   const std::vector<std::int32_t> seq = tokens(prompt + 20, 5);
@@ -154,6 +154,9 @@ TEST_CASE("sliding-window layers: a quantizer takes the prompt a layer at a time
   whole->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt});
   CHECK(whole->bytes() == layers->bytes());
   for (std::size_t p = prompt; p < seq.size(); ++p) CHECK(m.decode(seq[p], p, *whole) == m.decode(seq[p], p, *layers));
+  CompressParams calibrated = params("kivi-4");  // per-layer files index the model's layers: refused
+  calibrated.calibration_file = "calibration.json";
+  CHECK_THROWS_AS(make_kv_policy(calibrated, geometry(m), 1), UsageError);
   PrefillOptions o;
   o.mode = PrefillMode(PrefillMode::chunked, 64);
   CHECK_THROWS_AS(prefill_lanes(m, {head}, {params("kivi-2")}, 200, 1, o), UsageError);
