@@ -21,7 +21,8 @@ namespace {
 
 // Runs fast and reference attention for n_kv heads of layout l, GQA ratio nq; checks the
 // outputs (and probabilities) agree within 1e-5 relative error per query head.
-void check_against_ref(const Layout& l, std::size_t n_kv, std::size_t nq, DecodeAttentionOptions o = {}) {
+void check_against_ref(const Layout& l, std::size_t n_kv, std::size_t nq, DecodeAttentionOptions o = {},
+                       float softcap = 0.0f) {
   std::vector<std::unique_ptr<TestHead>> heads;
   std::vector<HeadView> views;
   for (std::size_t i = 0; i < n_kv; ++i) {
@@ -39,6 +40,7 @@ void check_against_ref(const Layout& l, std::size_t n_kv, std::size_t nq, Decode
   }
   DecodeAttentionArgs a{q.data(), n_heads, l.d, views.data(), n_kv, 1.0f / std::sqrt(static_cast<float>(l.d)),
                         out.data(), pfp.data()};
+  a.softcap = softcap;
   decode_attention(a, o);
   a.out = ref.data();
   a.probs = prp.data();
@@ -263,6 +265,28 @@ TEST_CASE("fused decode attention equals the reference over the dequantized cach
     l.quant_k = 264;
     check_against_ref(l, 2, 2);
   }
+}
+
+TEST_CASE("decode attention with Gemma 2's logit soft-capping equals the reference; the cap binds", "[attention]") {
+  // A cap of 0.3 on logits of these rows (|s| up to about 1): the capped outputs differ from the
+  // uncapped ones by far more than the 1e-5 the fast path keeps to the reference.
+  for (const bool dense : {false, true}) {
+    Layout l;
+    if (dense) l.dense = DenseType::f32;
+    check_against_ref(l, 2, 4, {}, 0.3f);
+  }
+  Layout l;
+  auto head = make_head(l, 3);
+  const HeadView v = head->view();
+  const std::vector<float> q = normal(l.d, 4);
+  std::vector<float> capped(l.d), plain(l.d);
+  DecodeAttentionArgs a{q.data(), 1, l.d, &v, 1, 1.0f / std::sqrt(static_cast<float>(l.d)), capped.data()};
+  a.softcap = 0.3f;
+  decode_attention(a);
+  a.softcap = 0.0f;
+  a.out = plain.data();
+  decode_attention(a);
+  CHECK(rel_err(capped, plain) > 1e-3);
 }
 
 TEST_CASE("rotated views: the query rotated and the output rotated back equal the reference over rows rotated back",
@@ -575,13 +599,15 @@ TEST_CASE("causal block attention: a sliding window (first visible key) in the f
     }
     CausalBlock b{q.data(), k.data(), visible.data(), nq, nk, d};
     b.first = first.data();
+    if (window == 64) b.softcap = 1.5f;  // Gemma 2's soft-capping, binding on these logits
     std::vector<float> ref(nq * d), flash(nq * d), alone(d);
     causal_attention_ref(b, v.data(), ref.data());
     causal_attention_flash(b, v.data(), flash.data());
     double worst_alone = 0, worst_flash = 0;
     for (std::size_t i = 0; i < nq; ++i) {
       const std::size_t n = visible[i] - first[i];
-      const CausalBlock one{q.data() + i * d, k.data() + first[i] * d, &n, 1, n, d};
+      CausalBlock one{q.data() + i * d, k.data() + first[i] * d, &n, 1, n, d};
+      one.softcap = b.softcap;
       causal_attention_ref(one, v.data() + first[i] * d, alone.data());
       for (std::size_t c = 0; c < d; ++c) {
         worst_alone = std::max(worst_alone, static_cast<double>(std::fabs(alone[c] - ref[i * d + c])));

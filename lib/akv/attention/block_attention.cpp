@@ -109,7 +109,11 @@ void causal_attention_ref(const CausalBlock& b, const float* v, float* out) {
     if (n > 0) {
       const std::size_t j0 = b.first ? b.first[i] : 0;
       p.resize(n - j0);
-      softmax(s + j0, n - j0, p.data());
+      std::vector<double> capped(s + j0, s + n);
+      if (b.softcap != 0.0f) {
+        for (double& x : capped) x = b.softcap * std::tanh(x / b.softcap);
+      }
+      softmax(capped.data(), n - j0, p.data());
       for (std::size_t j = j0; j < n; ++j) {
         for (std::size_t c = 0; c < b.d; ++c) o[c] += p[j - j0] * v[j * b.d + c];
       }
@@ -137,6 +141,7 @@ void causal_attention_flash(const CausalBlock& b, const float* v, float* out) {
       const std::size_t j1 = std::min(ncols, j0 + kFlashKeys);
       const auto cols = static_cast<Eigen::Index>(j1 - j0);
       s.noalias() = (q * k.middleRows(static_cast<Eigen::Index>(j0), cols).transpose()) * scale;
+      if (b.softcap != 0.0f) s.array() = b.softcap * (s.array() / b.softcap).tanh();
       p.setZero(static_cast<Eigen::Index>(rows), cols);
       for (std::size_t r = 0; r < rows; ++r) {
         const std::size_t n = std::min(b.visible[i0 + r], j1), lo = b.first ? std::max(b.first[i0 + r], j0) : j0;

@@ -27,6 +27,9 @@ struct CausalBlock {
   // first[i] .. visible[i] - 1 (non-decreasing, first[i] < visible[i] where visible[i] > 0): a
   // sliding window (Model::prefill of a windowed layer). Null: every query from key 0.
   const std::size_t* first = nullptr;
+  // causal_attention_flash and causal_attention_ref only: Gemma 2's soft-capping of the scaled
+  // logits, s -> c tanh(s / c) (0: none).
+  float softcap = 0.0f;
 };
 
 // Calls row(i, s, n) for i = 0..nq-1 in order with the logits s[0..n), n = visible[i].

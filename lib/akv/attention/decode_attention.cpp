@@ -104,8 +104,8 @@ struct Partial {
 
 class PartitionRunner {
  public:
-  PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, std::size_t tile, AttentionMode mode)
-      : hp_(hp), nq_(nq), d_(d), tile_(tile), mode_(mode), s_(nq * tile), p_(nq * tile) {}
+  PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, std::size_t tile, AttentionMode mode, float softcap)
+      : hp_(hp), nq_(nq), d_(d), tile_(tile), mode_(mode), softcap_(softcap), s_(nq * tile), p_(nq * tile) {}
 
   // Rows [a, b) of the view; `visible` (or nullptr): per query head, the rows it sees, counted in
   // the view from row -offset (the KV head's earlier segments).
@@ -119,6 +119,9 @@ class PartitionRunner {
       keys(t0, t1);
       for (std::size_t h = 0; h < nq_; ++h) {
         float* s = s_.data() + h * tile_;
+        if (softcap_ != 0.0f) {
+          for (std::size_t j = 0; j < n; ++j) s[j] = softcap_ * std::tanh(s[j] / softcap_);
+        }
         // The tile's rows the head sees (visible): the first nv; the others get probability 0,
         // and a tile it sees none of leaves its running max, sum and outputs as they are.
         std::size_t nv = n;
@@ -335,6 +338,7 @@ class PartitionRunner {
   std::size_t nq_, d_;
   std::size_t tile_;
   AttentionMode mode_;
+  float softcap_;
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
   std::vector<float> w_, bias_, coef_, zsum_, buf_;
   attn::Int8Weights w8_;  // int8 mode: w_ rounded
@@ -494,7 +498,7 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
     if (a.probs) {
       for (std::size_t h = 0; h < nq; ++h) raw.push_back(a.probs[kv * nq + h] ? a.probs[kv * nq + h] + it.offset : nullptr);
     }
-    PartitionRunner runner(prep[it.view], nq, d, o.tile, o.mode);
+    PartitionRunner runner(prep[it.view], nq, d, o.tile, o.mode, a.softcap);
     runner.run(it.t0, it.t1, parts[i], a.probs ? raw.data() : nullptr, a.visible ? a.visible + kv * nq : nullptr,
                it.offset);
   });
@@ -547,6 +551,7 @@ void decode_attention_ref(const DecodeAttentionArgs& a) {
         double dot = 0.0;
         for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(a.query[h * d + c]) * k[t * d + c];
         s[t] = dot * a.scale;
+        if (a.softcap != 0.0f) s[t] = a.softcap * std::tanh(s[t] / a.softcap);
         m = std::max(m, s[t]);
       }
       double sum = 0.0;

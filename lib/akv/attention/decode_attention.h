@@ -66,6 +66,9 @@ struct DecodeAttentionArgs {
   // ChunkCache). Masked rows score -infinity: a query head's output equals its call over those
   // rows alone up to the order of its sums. Not with probs (InvalidInput).
   const std::size_t* visible = nullptr;
+  // Gemma 2's attention logit soft-capping: each scaled score s becomes c tanh(s / c) before the
+  // softmax (0: none).
+  float softcap = 0.0f;
 };
 
 // Throws InvalidInput on inconsistent shapes (names the field). A head with no rows outputs 0.

@@ -9,7 +9,7 @@
 namespace akv {
 
 void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_t n_heads, std::size_t n_kv_heads,
-                  std::size_t head_dim, float* out, int threads, bool reference, AttentionMode mode) {
+                  std::size_t head_dim, float* out, int threads, bool reference, AttentionMode mode, float softcap) {
   std::vector<HeadView> views;
   std::vector<std::size_t> rows;
   layer_views(cache, layer, n_kv_heads, views, rows);
@@ -21,9 +21,10 @@ void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_
     probs[h].resize(rows[h / g]);
     ptr[h] = probs[h].data();
   }
-  const DecodeAttentionArgs a{q, n_heads, head_dim, views.data(), n_kv_heads,
-                              1.0f / std::sqrt(static_cast<float>(head_dim)), out, want ? ptr.data() : nullptr,
-                              kKvSegments};
+  DecodeAttentionArgs a{q, n_heads, head_dim, views.data(), n_kv_heads,
+                        1.0f / std::sqrt(static_cast<float>(head_dim)), out, want ? ptr.data() : nullptr,
+                        kKvSegments};
+  a.softcap = softcap;
   if (reference) {
     decode_attention_ref(a);
     return;
@@ -37,7 +38,7 @@ void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_
 
 void attend_layer_block(const KvPolicy& cache, std::size_t layer, const float* q, std::size_t n_tokens,
                         std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, float* out, int threads,
-                        AttentionMode mode) {
+                        AttentionMode mode, float softcap) {
   std::vector<HeadView> views;
   std::vector<std::size_t> rows;
   layer_views(cache, layer, n_kv_heads, views, rows);
@@ -58,6 +59,7 @@ void attend_layer_block(const KvPolicy& cache, std::size_t layer, const float* q
   DecodeAttentionArgs a{query.data(), n_kv_heads * nq, d, views.data(), n_kv_heads,
                         1.0f / std::sqrt(static_cast<float>(d)), result.data(), nullptr, kKvSegments};
   a.visible = visible.data();
+  a.softcap = softcap;
   DecodeAttentionOptions o;
   o.threads = threads;
   o.mode = mode;

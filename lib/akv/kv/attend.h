@@ -11,10 +11,11 @@ namespace akv {
 
 // q [n_heads, head_dim] (after RoPE) -> out [n_heads, head_dim], scale 1/sqrt(head_dim), on
 // `threads` threads (bitwise identical for any count). reference: the plain loops
-// (decode_attention_ref), without observe(). mode: the fast path's exact or int8 loops.
+// (decode_attention_ref), without observe(). mode: the fast path's exact or int8 loops. softcap:
+// Gemma 2's logit soft-capping (DecodeAttentionArgs::softcap; 0: none).
 void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_t n_heads, std::size_t n_kv_heads,
                   std::size_t head_dim, float* out, int threads, bool reference = false,
-                  AttentionMode mode = AttentionMode::exact);
+                  AttentionMode mode = AttentionMode::exact, float softcap = 0.0f);
 
 // The attention of n_tokens consecutive tokens of one sequence whose rows the cache already
 // holds, in order, as the last n_tokens rows of every KV head's view (KvPolicy::appends_in_place):
@@ -24,6 +25,6 @@ void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_
 // equals attend_layer's after its own append up to the order of its sums.
 void attend_layer_block(const KvPolicy& cache, std::size_t layer, const float* q, std::size_t n_tokens,
                         std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, float* out, int threads,
-                        AttentionMode mode = AttentionMode::exact);
+                        AttentionMode mode = AttentionMode::exact, float softcap = 0.0f);
 
 }  // namespace akv
