@@ -1,10 +1,12 @@
-"""A plain numpy forward of a small Hugging Face Qwen3, Phi-3, Gemma 3 (or Llama) checkpoint written by
+"""A plain numpy forward of a small Hugging Face Qwen3, Phi-3, Gemma 2, Gemma 3 (or Llama) checkpoint written by
 tiny_hf.py, transcribing transformers' modeling_qwen3.py / modeling_phi3.py (v4.51) and
 modeling_gemma3.py's Gemma3TextModel (v4.53: layer_types; Gemma3RMSNorm x * rsqrt(mean(x^2) + eps) *
 (1 + w) on inputs, q/k heads, attention and MLP outputs (sandwich norms) and the final norm;
 embeddings times sqrt(hidden_size); local layers attend to positions i - j < sliding_window and rotate
 with rope_local_base_freq, global ones with rope_theta; scaling query_pre_attn_scalar^-0.5; GeGLU
-with gelu_pytorch_tanh; final_logit_softcapping): RMSNorm
+with gelu_pytorch_tanh; final_logit_softcapping; modeling_gemma2.py: the same without q/k norms and
+local RoPE base, every other layer local from layer 0, scores soft-capped by
+attn_logit_softcapping after scaling): RMSNorm
 (x * rsqrt(mean(x^2) + eps) * w), Qwen3's q_norm / k_norm over each head's head_dim values before
 RoPE, Phi-3's fused qkv_proj (q, k, v rows) and gate_up_proj (gate, up: chunk(2)), rotate-half
 RoPE with inv_freq = theta^(-2i/d) (Phi-3's longrope: divided by the short factors, or the long
@@ -62,7 +64,8 @@ def main():
     d, dump, tokens = sys.argv[1], sys.argv[2], [int(t) for t in sys.argv[3].split()]
     cfg = json.load(open(f"{d}/config.json"))
     w = load(d)
-    qwen3, gemma = cfg["model_type"] == "qwen3", cfg["model_type"] == "gemma3_text"
+    qwen3, gemma = cfg["model_type"] == "qwen3", cfg["model_type"] in ("gemma3_text", "gemma2")
+    gemma3 = cfg["model_type"] == "gemma3_text"
     H, K, L = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_hidden_layers"]
     hd = cfg.get("head_dim") or cfg["hidden_size"] // H
     eps, theta = cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
@@ -75,7 +78,7 @@ def main():
             if name.endswith("norm.weight"):
                 w[name] = 1 + w[name]
         x = x * np.sqrt(cfg["hidden_size"])
-        pattern = cfg.get("sliding_window_pattern", 6)
+        pattern = cfg.get("sliding_window_pattern", 6 if gemma3 else 2)
         kinds = cfg.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(L)]
     scaling = cfg.get("query_pre_attn_scalar", 256) ** -0.5 if gemma else hd ** -0.5
     def gelu_tanh(g):
@@ -93,12 +96,13 @@ def main():
         q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, H, hd).transpose(1, 0, 2)
         k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, K, hd).transpose(1, 0, 2)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(n, K, hd).transpose(1, 0, 2)
-        if qwen3 or gemma:
+        if qwen3 or gemma3:
             q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
         local = kinds[l] == "sliding_attention"
-        lt = cfg.get("rope_local_base_freq", 10000.0) if local else theta
-        q, k = rope(q, pos, lt, cfg, not local), rope(k, pos, lt, cfg, not local)
+        local_rope = local and gemma3  # Gemma 2's local layers rotate as its global ones
+        lt = cfg.get("rope_local_base_freq", 10000.0) if local_rope else theta
+        q, k = rope(q, pos, lt, cfg, not local_rope), rope(k, pos, lt, cfg, not local_rope)
         for name, ref in (("key", k), ("value", v)):
             got = np.asarray(f[f"/layers/{l}/{name}"][:], dtype=np.float64)
             err = np.abs(got - ref).max() / np.abs(ref).max()
@@ -106,6 +110,8 @@ def main():
             worst = max(worst, err)
         kk, vv = np.repeat(k, H // K, 0), np.repeat(v, H // K, 0)
         s = q @ kk.transpose(0, 2, 1) * scaling
+        if cfg.get("attn_logit_softcapping"):
+            s = cfg["attn_logit_softcapping"] * np.tanh(s / cfg["attn_logit_softcapping"])
         mask = np.tril(np.ones((n, n), bool))
         if local:
             i, j = np.indices((n, n))

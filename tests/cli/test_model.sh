@@ -244,12 +244,12 @@ expect_error "unsupported HF model type" 2 "model_type = gpt_neox" "$AKV" dump -
 # akv info on models: what akv does with it, or the feature it lacks.
 expect "info on a GGUF model: akv runs it, KV bytes per token" 0 "akv runs it +yes" "$AKV" info "$G"
 expect_output "info lists the KV bytes per token of kivi-2" "kivi-2 +[0-9.]+ +kivi-2 K2/V2"
-mkdir -p "$TMP/g2"
-echo '{"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64}' >"$TMP/g2/config.json"
-expect "info on a Gemma 2 directory names what akv lacks" 0 "no: akv does not implement Gemma 2's attention logit soft-capping" "$AKV" info "$TMP/g2"
-expect "info --json: runs false, missing" 0 '"runs": false' "$AKV" info --json "$TMP/g2"
-expect_error "a Gemma 2 model is refused naming soft-capping" 2 "soft-capping.*model_type = gemma2" \
-  "$AKV" dump --model "$TMP/g2" --tokens "$T" -o "$o/d.h5"
+mkdir -p "$TMP/g1"
+echo '{"model_type": "gemma", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64}' >"$TMP/g1/config.json"
+expect "info on a Gemma 1 directory names what akv lacks" 0 "no: akv does not implement Gemma 1's layers" "$AKV" info "$TMP/g1"
+expect "info --json: runs false, missing" 0 '"runs": false' "$AKV" info --json "$TMP/g1"
+expect_error "a Gemma 1 model is refused naming what is missing" 2 "Gemma 1's layers.*model_type = gemma" \
+  "$AKV" dump --model "$TMP/g1" --tokens "$T" -o "$o/d.h5"
 # Qwen3 (q_norm / k_norm before RoPE; q_proj wider than the model), from safetensors and from a
 # GGUF of the same f32 weights: every layer's keys and values equal a numpy transcription of
 # transformers' Qwen3 forward; the decode path (batch protocol) gives the prefill's perplexity.
@@ -290,13 +290,17 @@ done
   --gemma3 --head-dim 32 --softcap 5 --gguf "$TMP/g3.gguf" --tokens "$TMP/g3.txt" 1 40
 mkdir -p "$TMP/g3q" && cp "$TMP/g3/model.safetensors" "$TMP/g3q/"
 sed 's/"query_pre_attn_scalar": 32/"query_pre_attn_scalar": 24/' "$TMP/g3/config.json" >"$TMP/g3q/config.json"
-for m in "$TMP/g3" "$TMP/g3.gguf" "$TMP/g3q"; do
-  ref="$TMP/g3"; [ "$m" = "$TMP/g3q" ] && ref="$TMP/g3q"
+# Gemma 2: no q/k norms, every other layer local from layer 0, attention logits soft-capped (2,
+# small enough to bind on these weights) and final logits (5).
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/g2" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 3 --seed 6 \
+  --gemma2 --head-dim 32 --attn-softcap 2 --softcap 5 --gguf "$TMP/g2.gguf"
+for m in "$TMP/g3" "$TMP/g3.gguf" "$TMP/g3q" "$TMP/g2" "$TMP/g2.gguf"; do
+  ref="${m%.gguf}"
   rm -f "$TMP/g3d.h5" "$TMP/g3e.json"
   "$AKV" dump -q --model "$m" --tokens "$TMP/g3.txt" -o "$TMP/g3d.h5" >/dev/null
   "$AKV" evaluate -q --model "$m" --tokens "$TMP/g3.txt" --prefill 20 --methods none --json -o "$TMP/g3e.json"
   "$PY" "$SRC/tests/cli/ref_forward.py" "$ref" "$TMP/g3d.h5" "$(head -1 "$TMP/g3.txt")" 20 >"$TMP/g3ref.txt" || true
-  expect "Gemma 3 from $(basename "$m"): keys, values and the decoded NLL past the window equal the numpy reference" 0 \
+  expect "Gemma from $(basename "$m"): keys, values and the decoded NLL past the window equal the numpy reference" 0 \
     "same nll" "$PY" - "$TMP/g3ref.txt" "$TMP/g3e.json" <<'PY'
 import json, sys
 lines = open(sys.argv[1]).read().split("\n")

@@ -1,7 +1,8 @@
 """Writes a small random Hugging Face llama (config.json + model.safetensors, f32) for CLI tests.
 
   tiny_hf.py DIR --dim D --hidden H --vocab V --heads Q --kv-heads K --layers L [--seed S] [--tokens FILE N LEN]
-             [--qwen3 | --phi3 [--longrope ORIGINAL] | --gemma3 [--window W] [--pattern P] [--qpas S] [--softcap C]]
+             [--qwen3 | --phi3 [--longrope ORIGINAL] | --gemma3 | --gemma2 [--window W] [--pattern P] [--qpas S]
+              [--softcap C] [--attn-softcap A]]
              [--head-dim HD] [--gguf OUT.gguf [--byte-vocab]]
 
 head_dim = D / Q. Norm weights are 1, the rest normal * 0.2 (or --scale). --tokens also writes N
@@ -27,6 +28,10 @@ final_logit_softcapping C (--softcap, default none), gelu_pytorch_tanh, tied emb
 architecture gemma3 as llama.cpp's converter writes it (norms stored as 1 + w,
 post_attention_norm, ffn_norm = pre_feedforward_layernorm, post_ffw_norm, attention.sliding_window,
 attention.sliding_window_pattern P; no rope.freq_base_swa: llama.cpp's default 10000).
+--gemma2: model_type gemma2, the same without q_norm / k_norm and without a local RoPE base, every
+other layer local from layer 0 (--pattern default 2), attn_logit_softcapping A (--attn-softcap,
+default 50) and final_logit_softcapping C (--softcap, default 30). GGUF: architecture gemma2 with
+attention.sliding_window, attn_logit_softcapping and final_logit_softcapping.
 """
 import argparse
 import json
@@ -47,30 +52,39 @@ ap.add_argument("--phi3", action="store_true")
 ap.add_argument("--longrope", type=int, metavar="ORIGINAL")
 ap.add_argument("--head-dim", type=int)
 ap.add_argument("--gemma3", action="store_true")
+ap.add_argument("--gemma2", action="store_true")
 ap.add_argument("--window", type=int, default=8)
-ap.add_argument("--pattern", type=int, default=3)
+ap.add_argument("--pattern", type=int)
+ap.add_argument("--attn-softcap", type=float)
 ap.add_argument("--qpas", type=float)
 ap.add_argument("--softcap", type=float)
 ap.add_argument("--gguf")
 ap.add_argument("--byte-vocab", action="store_true")
 a = ap.parse_args()
-if a.gguf and not (a.qwen3 or a.phi3 or a.gemma3):
-    ap.error("--gguf needs --qwen3, --phi3 or --gemma3 (a llama GGUF's q/k rows are permuted for interleaved RoPE)")
+gemma = a.gemma3 or a.gemma2
+pattern = a.pattern or (2 if a.gemma2 else 3)
+if a.gguf and not (a.qwen3 or a.phi3 or gemma):
+    ap.error("--gguf needs --qwen3, --phi3, --gemma3 or --gemma2 (a llama GGUF's q/k rows are permuted for interleaved RoPE)")
 d = Path(a.dir)
 d.mkdir(parents=True)
 hd = a.head_dim or a.dim // a.heads
-cfg = {"model_type": "qwen3" if a.qwen3 else "phi3" if a.phi3 else "gemma3_text" if a.gemma3 else "llama", "hidden_size": a.dim, "intermediate_size": a.hidden,
+cfg = {"model_type": "qwen3" if a.qwen3 else "phi3" if a.phi3 else "gemma3_text" if a.gemma3 else "gemma2" if a.gemma2 else "llama", "hidden_size": a.dim, "intermediate_size": a.hidden,
        "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
        "vocab_size": a.vocab, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
 if a.qwen3:
     cfg.update({"head_dim": hd, "rope_theta": 1e6, "attention_bias": False})
 if a.phi3:
     cfg.update({"tie_word_embeddings": False, "rope_theta": 10000.0})
-if a.gemma3:
-    cfg.update({"head_dim": hd, "rope_theta": 1e6, "rope_local_base_freq": 10000.0, "sliding_window": a.window,
-                "layer_types": ["full_attention" if (i + 1) % a.pattern == 0 else "sliding_attention" for i in range(a.layers)],
+if gemma:
+    cfg.update({"head_dim": hd, "rope_theta": 1e6, "sliding_window": a.window,
+                "layer_types": ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(a.layers)],
                 "query_pre_attn_scalar": a.qpas or hd, "final_logit_softcapping": a.softcap,
                 "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False})
+if a.gemma3:
+    cfg["rope_local_base_freq"] = 10000.0
+if a.gemma2:
+    cfg.update({"rope_theta": 10000.0, "attn_logit_softcapping": a.attn_softcap or 50.0,
+                "final_logit_softcapping": a.softcap or 30.0})
 if a.longrope and not a.phi3:
     ap.error("--longrope needs --phi3")
 rng = np.random.default_rng(a.seed)
@@ -84,13 +98,13 @@ for l in range(a.layers):
                    p + "mlp.down_proj.weight": (a.dim, a.hidden)})
     if a.qwen3 or a.gemma3:
         shapes.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
-    if a.gemma3:
+    if gemma:
         shapes.update({p + "pre_feedforward_layernorm.weight": (a.dim,), p + "post_feedforward_layernorm.weight": (a.dim,)})
 if a.phi3:
     shapes["lm_head.weight"] = (a.vocab, a.dim)
 header, blob, weights = {}, b"", {}
 for name, shape in shapes.items():
-    if a.gemma3 and name.endswith("norm.weight"):
+    if gemma and name.endswith("norm.weight"):
         w = 0.1 * rng.standard_normal(shape)  # Gemma's RMSNorm multiplies by 1 + w
     elif name.endswith(("q_norm.weight", "k_norm.weight")):
         w = 1 + 0.3 * rng.standard_normal(shape)
@@ -130,11 +144,11 @@ if a.gguf:
                                 ("self_attn.k_norm", "attn_k_norm"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
                                 ("mlp.down_proj", "ffn_down"), ("self_attn.qkv_proj", "attn_qkv"), ("mlp.gate_up_proj", "ffn_up")):
             names[p + hf_name + ".weight"] = b + g_name + ".weight"
-        if a.gemma3:
+        if gemma:
             for hf_name, g_name in (("post_attention_layernorm", "post_attention_norm"), ("pre_feedforward_layernorm", "ffn_norm"),
                                     ("post_feedforward_layernorm", "post_ffw_norm")):
                 names[p + hf_name + ".weight"] = b + g_name + ".weight"
-    arch = "gemma3" if a.gemma3 else cfg["model_type"]
+    arch = "gemma3" if a.gemma3 else cfg["model_type"]  # gemma2: the same name
     kv = [("general.architecture", gguf.text(arch)), (f"{arch}.context_length", gguf.u32(cfg["max_position_embeddings"])),
           (f"{arch}.embedding_length", gguf.u32(a.dim)), (f"{arch}.block_count", gguf.u32(a.layers)),
           (f"{arch}.feed_forward_length", gguf.u32(a.hidden)), (f"{arch}.attention.head_count", gguf.u32(a.heads)),
@@ -153,11 +167,13 @@ if a.gguf:
         kv += [("tokenizer.ggml.model", gguf.text("llama")), ("tokenizer.ggml.tokens", gguf.strings([f"<t{i}>" for i in range(a.vocab)])),
                ("tokenizer.ggml.scores", (9, struct.pack("<IQ", 6, a.vocab) + struct.pack(f"<{a.vocab}f", *([0.0] * a.vocab)))),
                ("tokenizer.ggml.token_type", gguf.int32s([1] * a.vocab))]
-    if a.gemma3:
+    if gemma:
         kv += [(f"{arch}.attention.sliding_window", gguf.u32(a.window)),
-               (f"{arch}.attention.sliding_window_pattern", gguf.u32(a.pattern))]
-        if a.softcap:
-            kv.append((f"{arch}.final_logit_softcapping", gguf.f32(a.softcap)))
+               (f"{arch}.attention.sliding_window_pattern", gguf.u32(pattern))]
+        if cfg.get("final_logit_softcapping"):
+            kv.append((f"{arch}.final_logit_softcapping", gguf.f32(cfg["final_logit_softcapping"])))
+        if cfg.get("attn_logit_softcapping"):
+            kv.append((f"{arch}.attn_logit_softcapping", gguf.f32(cfg["attn_logit_softcapping"])))
     out = []
     if a.longrope:
         import math
@@ -167,7 +183,7 @@ if a.gguf:
             out.append((tname, 0, [len(f)], np.array(f, dtype="<f4").tobytes()))
     for name, w in weights.items():
         dims = [w.shape[0]] if w.ndim == 1 else [w.shape[1], w.shape[0]]
-        if a.gemma3 and name.endswith("norm.weight"):
+        if gemma and name.endswith("norm.weight"):
             w = (1 + w).astype("<f4")  # llama.cpp's converter stores Gemma's norms as 1 + w
         out.append((names[name], 0, dims, w.tobytes()))
     gguf.write(a.gguf, kv, out)

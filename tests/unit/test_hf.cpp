@@ -380,12 +380,13 @@ TEST_CASE("architectures akv does not run: the refusal names the missing feature
   CHECK(missing_feature("qwen3_moe").find("mixture-of-experts") != std::string::npos);
   CHECK(missing_feature("qwen3").empty());  // akv runs it
   CHECK(missing_feature("deepseek_v3").find("latent attention") != std::string::npos);
-  CHECK(missing_feature("gemma2").find("soft-capping") != std::string::npos);
+  CHECK(missing_feature("gemma").find("Gemma 1") != std::string::npos);
+  CHECK(missing_feature("gemma2").empty());
   CHECK(missing_feature("gemma3").find("multimodal") != std::string::npos);  // its text model runs: gemma3_text
   CHECK(missing_feature("gemma3_text").empty());
   CHECK(missing_feature("llama").empty());
   const std::string msg = unsupported_architecture("model_type", "jamba", supported_hf_model_types());
   CHECK(msg.find("state-space") != std::string::npos);
-  CHECK(msg.find("(akv runs llama, mistral, qwen2, qwen3, phi3, gemma3_text)") != std::string::npos);
+  CHECK(msg.find("(akv runs llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text)") != std::string::npos);
   CHECK(unsupported_architecture("architecture", "rwkv7", {"llama"}).find("not a Llama-family model") != std::string::npos);
 }

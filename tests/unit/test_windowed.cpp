@@ -19,8 +19,8 @@ namespace {
 CompressParams params(const std::string& spec) { return resolve_params(parse_method_spec(spec)); }
 
 // Three layers: local (window 5), global, local (window 100, across the flash kernel's tiles),
-// with every Gemma 3 difference switched on: local RoPE base, attention scale, embedding scale,
-// GeGLU, sandwich and q/k norms (weights 1 + 0.1 N(0, 1)), final soft-capping.
+// with every Gemma 2 and 3 difference switched on: local RoPE base, attention scale, embedding
+// scale, GeGLU, sandwich and q/k norms (weights 1 + 0.1 N(0, 1)), attention and final soft-capping.
 Model gemma_like(bool windows = true) {
   ModelConfig c = test::small_config(3, 16, 40, 4096);
   if (windows) c.layer_window = {5, 0, 100};
@@ -30,6 +30,7 @@ Model gemma_like(bool windows = true) {
   c.embed_scale = std::sqrt(32.0f);
   c.activation = ModelConfig::Activation::gelu_tanh;
   c.final_softcap = 3.0f;
+  c.attn_softcap = 1.0f;  // Gemma 2's, binding on these logits
   const Model base = test::random_model(c, 31, 0.3);
   ModelWeights w = base.weights();
   Rng r(7);

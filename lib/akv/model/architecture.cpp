@@ -5,12 +5,12 @@
 namespace akv {
 
 const std::vector<std::string>& supported_hf_model_types() {
-  static const std::vector<std::string> t = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text"};
+  static const std::vector<std::string> t = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text"};
   return t;
 }
 
 const std::vector<std::string>& supported_gguf_architectures() {
-  static const std::vector<std::string> t = {"llama", "qwen2", "qwen3", "phi3", "gemma3"};
+  static const std::vector<std::string> t = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
   return t;
 }
 
@@ -18,8 +18,7 @@ std::string missing_feature(const std::string& name) {
   // Hugging Face model_type and GGUF general.architecture spellings.
   static const std::vector<std::pair<std::vector<std::string>, std::string>> table = {
       {{"qwen3_moe", "qwen3moe"}, "per-head q/k RMSNorm and a mixture-of-experts MLP"},
-      {{"gemma"}, "Gemma 1's layers (two norms per layer; akv runs Gemma 3: gemma3_text, GGUF gemma3)"},
-      {{"gemma2"}, "Gemma 2's attention logit soft-capping (akv runs Gemma 3: gemma3_text, GGUF gemma3)"},
+      {{"gemma"}, "Gemma 1's layers (two norms per layer; akv runs Gemma 2 and Gemma 3)"},
       {{"gemma3"}, "the multimodal Gemma 3 checkpoint (Gemma3ForConditionalGeneration; akv runs its text "
                    "model as gemma3_text, e.g. gemma-3-1b)"},
       {{"phi3small"}, "Phi-3-small's block-sparse attention and GeGELU MLP"},

@@ -8,12 +8,12 @@
 namespace akv {
 
 // Hugging Face model_type values akv runs, and GGUF architectures.
-const std::vector<std::string>& supported_hf_model_types();    // llama, mistral, qwen2, qwen3, phi3, gemma3_text
-const std::vector<std::string>& supported_gguf_architectures();  // llama, qwen2, qwen3, phi3, gemma3
+const std::vector<std::string>& supported_hf_model_types();    // llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text
+const std::vector<std::string>& supported_gguf_architectures();  // llama, qwen2, qwen3, phi3, gemma2, gemma3
 
 // "unsupported model_type X: akv does not implement <feature> (akv runs llama, mistral,
 // qwen2)": the refusal text for an architecture outside `runs`, naming the missing feature of a
-// known architecture (Qwen3-MoE's experts, Gemma 2's attention soft-capping,
+// known architecture (Qwen3-MoE's experts, Gemma 1's layers,
 // DeepSeek's multi-head latent attention, Mamba hybrids, mixtures of experts, ...), or "not a
 // Llama-family architecture akv knows" otherwise.
 std::string unsupported_architecture(const std::string& kind, const std::string& name,

@@ -469,16 +469,20 @@ Weight matrix(const GgufFile& f, const std::string& name, std::size_t rows, std:
   return m;
 }
 
-// Gemma 3 as llama.cpp reads it (src/models/gemma3.cpp): attention.sliding_window (absent: every
-// layer global), attention.sliding_window_pattern (a per-layer bool array, or P: layer i local
-// when i % P < P - 1; default 6), rope.freq_base_swa (default 10000) for the local layers,
-// which rotate without the scaling; the queries scaled by 1 / sqrt(n_embd / n_head) on the
-// 62-layer model (27B) and 1 / sqrt(head_dim) otherwise (llama.cpp's rule: the file carries no
-// query_pre_attn_scalar); GeGLU, embeddings times sqrt(n_embd), final_logit_softcapping when set.
-// The converter stored the norms as 1 + w.
-void gemma3_config(const GgufFile& f, const Meta& m, const std::string& arch, ModelConfig& c) {
-  if (m.get(arch + ".attention.sliding_window")) {
-    const std::size_t window = m.count("attention.sliding_window");
+// Gemma 2 and 3 as llama.cpp reads them (src/models/gemma2.cpp, gemma3.cpp):
+// attention.sliding_window (Gemma 3: absent means every layer global; Gemma 2: default 4096),
+// attention.sliding_window_pattern (a per-layer bool array, or P: layer i local when i % P < P - 1;
+// default 6, Gemma 2: 2), Gemma 3's rope.freq_base_swa (default 10000) for the local layers, which
+// rotate without the scaling (Gemma 2's rotate as the global ones); the queries scaled by
+// 1 / sqrt(n_embd / n_head) on the 27B models (Gemma 3: 62 layers, Gemma 2: 46) and
+// 1 / sqrt(head_dim) otherwise (llama.cpp's rule: the file carries no query_pre_attn_scalar);
+// Gemma 2's attn_logit_softcapping and final_logit_softcapping (defaults 50 and 30), Gemma 3's
+// final_logit_softcapping when set; GeGLU, embeddings times sqrt(n_embd). The converter stored the
+// norms as 1 + w.
+void gemma_config(const GgufFile& f, const Meta& m, const std::string& arch, ModelConfig& c) {
+  const bool gemma2 = arch == "gemma2";
+  if (gemma2 || m.get(arch + ".attention.sliding_window")) {
+    const std::size_t window = m.count("attention.sliding_window", 4096);
     std::vector<bool> local(c.n_layers);
     const json* pattern = m.get(arch + ".attention.sliding_window_pattern");
     if (pattern && pattern->is_array()) {
@@ -488,18 +492,20 @@ void gemma3_config(const GgufFile& f, const Meta& m, const std::string& arch, Mo
       }
       for (std::size_t l = 0; l < c.n_layers; ++l) local[l] = (*pattern)[l].is_boolean() && (*pattern)[l].get<bool>();
     } else {
-      const std::size_t p = pattern ? m.count("attention.sliding_window_pattern") : 6;
+      const std::size_t p = pattern ? m.count("attention.sliding_window_pattern") : gemma2 ? 2 : 6;
       for (std::size_t l = 0; l < c.n_layers; ++l) local[l] = l % p < p - 1;
     }
     for (std::size_t l = 0; l < c.n_layers; ++l) c.layer_window.push_back(local[l] ? window : 0);
-    c.rope_theta_local = m.real("rope.freq_base_swa", 10000.0);
+    if (!gemma2) c.rope_theta_local = m.real("rope.freq_base_swa", 10000.0);
   }
-  const float scale = c.n_layers == 62 ? 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads))
-                                       : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const bool is_27b = c.n_layers == (gemma2 ? 46 : 62);
+  const float scale = is_27b ? 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads))
+                             : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (scale != 1.0f / std::sqrt(static_cast<float>(c.head_dim))) c.attn_scale = scale;
   c.activation = ModelConfig::Activation::gelu_tanh;
   c.embed_scale = std::sqrt(static_cast<float>(c.dim));
-  c.final_softcap = static_cast<float>(m.real("final_logit_softcapping", 0.0));
+  c.final_softcap = static_cast<float>(m.real("final_logit_softcapping", gemma2 ? 30.0 : 0.0));
+  if (gemma2) c.attn_softcap = static_cast<float>(m.real("attn_logit_softcapping", 50.0));
 }
 
 }  // namespace
@@ -595,8 +601,8 @@ Model load_gguf(const std::string& path, WeightMode mode) {
   if (!embd || embd->dims.size() != 2) throw InvalidInput("missing tensor (or not a matrix)", {path, "token_embd.weight"});
   c.vocab_size = embd->dims[1];
   c.qkv_bias = arch == "qwen2" || f.find("blk.0.attn_q.bias") != nullptr;
-  const bool gemma = arch == "gemma3";
-  if (gemma) gemma3_config(f, m, arch, c);
+  const bool gemma = arch == "gemma3" || arch == "gemma2";
+  if (gemma) gemma_config(f, m, arch, c);
 
   const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   ModelWeights w;
@@ -621,7 +627,7 @@ Model load_gguf(const std::string& path, WeightMode mode) {
       lw.bk = f.read(p + "attn_k.bias", {kv_dim});
       lw.bv = f.read(p + "attn_v.bias", {kv_dim});
     }
-    if (arch == "qwen3" || gemma) {  // RMSNorm of each query and key head before RoPE
+    if (arch == "qwen3" || arch == "gemma3") {  // RMSNorm of each query and key head before RoPE
       lw.q_norm = f.read(p + "attn_q_norm.weight", {c.head_dim});
       lw.k_norm = f.read(p + "attn_k_norm.weight", {c.head_dim});
     }

@@ -194,23 +194,27 @@ class Tensors {
   mutable std::map<std::string, std::shared_ptr<MappedFile>> mapped_;  // shard -> its map
 };
 
-// Gemma 3's attention and MLP: each layer local (window sliding_window, default 4096) or global
-// from layer_types or sliding_window_pattern (default 6), local layers rotating with
-// rope_local_base_freq (default 10000) and no rope_scaling, logits scaled by
-// query_pre_attn_scalar^-0.5 (default 256), GeGLU, embeddings times sqrt(hidden_size), final
-// logit soft-capping when set (transformers' Gemma3TextConfig defaults).
+// Gemma 2 and 3's attention and MLP: each layer local (window sliding_window, default 4096) or
+// global from layer_types, else sliding_window_pattern P (Gemma 3, default 6: layer i global when
+// (i + 1) % P == 0) or every other layer from layer 0 (Gemma 2); Gemma 3's local layers rotate
+// with rope_local_base_freq (default 10000) and no rope_scaling; logits scaled by
+// query_pre_attn_scalar^-0.5 (default 256); Gemma 2's attention and final logit soft-capping
+// (defaults 50 and 30), Gemma 3's final one when set; GeGLU, embeddings times sqrt(hidden_size)
+// (transformers' Gemma2Config / Gemma3TextConfig defaults).
 void gemma_layers(const HfConfig& j, ModelConfig& c) {
-  const std::size_t window = j.sliding_window.value_or(4096), pattern = j.sliding_window_pattern.value_or(6);
+  const bool gemma2 = j.model_type == "gemma2";
+  const std::size_t window = j.sliding_window.value_or(4096), pattern = j.sliding_window_pattern.value_or(gemma2 ? 2 : 6);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
     const bool local = j.layer_types.empty() ? (l + 1) % pattern != 0 : j.layer_types[l] == "sliding_attention";
     c.layer_window.push_back(local ? window : 0);
   }
-  c.rope_theta_local = j.rope_local_base_freq.value_or(10000.0);
+  if (!gemma2) c.rope_theta_local = j.rope_local_base_freq.value_or(10000.0);
   const double qpas = j.query_pre_attn_scalar.value_or(256.0);
   if (qpas != static_cast<double>(c.head_dim)) c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
   c.activation = ModelConfig::Activation::gelu_tanh;
   c.embed_scale = std::sqrt(static_cast<float>(c.dim));
-  c.final_softcap = static_cast<float>(j.final_logit_softcapping.value_or(0.0));
+  c.final_softcap = static_cast<float>(j.final_logit_softcapping.value_or(gemma2 ? 30.0 : 0.0));
+  c.attn_softcap = static_cast<float>(j.attn_logit_softcapping.value_or(gemma2 ? 50.0 : 0.0));
 }
 
 }  // namespace
@@ -219,14 +223,10 @@ Model load_hf(const std::string& dir, WeightMode mode) {
   const HfConfig j = read_hf_config(dir, supported_hf_model_types());
   const std::string& cfg_path = j.file;
   const std::string& type = j.model_type;
-  const bool gemma = type == "gemma3_text";
+  const bool gemma = type == "gemma3_text" || type == "gemma2";
   if (gemma) {
     if (!j.hidden_activation.empty() && j.hidden_activation != "gelu_pytorch_tanh") {
       throw InvalidInput("Gemma's MLP is implemented with gelu_pytorch_tanh", {cfg_path, "hidden_activation", j.hidden_activation});
-    }
-    if (j.attn_logit_softcapping) {
-      throw InvalidInput("attention logit soft-capping (Gemma 2) is not implemented",
-                         {cfg_path, "attn_logit_softcapping", format_number(*j.attn_logit_softcapping)});
     }
   } else if (j.hidden_act != "silu") {
     throw InvalidInput("only silu MLPs are implemented", {cfg_path, "hidden_act", j.hidden_act});
@@ -305,7 +305,7 @@ Model load_hf(const std::string& dir, WeightMode mode) {
       lw.bk = t.read(p + "self_attn.k_proj.bias", {kv_dim});
       lw.bv = t.read(p + "self_attn.v_proj.bias", {kv_dim});
     }
-    if (type == "qwen3" || gemma) {  // RMSNorm of each query and key head before RoPE
+    if (type == "qwen3" || type == "gemma3_text") {  // RMSNorm of each query and key head before RoPE
       lw.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
       lw.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
     }

@@ -256,6 +256,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
       parallel_for(c.n_heads, threads, [&](std::size_t h) {  // heads write disjoint columns
         CausalBlock b{qh.row(h, 0), kh.row(h / g, 0), visible.data() + r0, rows, r0 + rows, hd};
         if (window) b.first = first.data() + r0;
+        b.softcap = c.attn_softcap;
         RowMatrix o(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(hd));
         causal_attention_flash(b, vh.row(h / g, 0), o.data());
         att.middleCols(static_cast<Eigen::Index>(h * hd), static_cast<Eigen::Index>(hd)) = o;
@@ -397,12 +398,12 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
         if (lane.bytes_after) lane.bytes_after[j] += lane.cache->layer_bytes(l);
         if (together) continue;
         attend_layer(*lane.cache, l, q.row(r).data(), c.n_heads, c.n_kv_heads, hd, att.row(r).data(), attention_threads,
-                     false, attention);
+                     false, attention, c.attn_softcap);
       }
       if (together) {
         const auto r = static_cast<Eigen::Index>(row0[i]);
         attend_layer_block(*lane.cache, l, q.row(r).data(), lane.n, c.n_heads, c.n_kv_heads, hd, att.row(r).data(),
-                           attention_threads, attention);
+                           attention_threads, attention, c.attn_softcap);
       }
     });
     product(lw.wo, att, out);

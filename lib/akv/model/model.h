@@ -1,6 +1,7 @@
 #pragma once
 // A Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP) in f32 with Eigen, with
-// Gemma 3's differences (local sliding-window layers, sandwich norms, GeGLU, scaled embeddings).
+// Gemma 2 and 3's differences (local sliding-window layers, sandwich norms, GeGLU, scaled embeddings,
+// soft-capping).
 // The prompt runs as one batched causal prefill at full precision; decode steps run one token
 // per sequence, for one sequence or a batch of them, and read their K/V through a KvPolicy
 // (kv/policy.h), so every cache method runs inside the model.
@@ -33,7 +34,7 @@ struct ModelConfig : KvShape {
   // Sliding window of the model's attention (0: none). akv attends to every position, which
   // equals windowed attention only up to the window: no run passes it (seq_len is capped there).
   std::size_t window = 0;
-  // Gemma 3: per layer, the window of a local (sliding-window) layer - position p attends to
+  // Gemma 2/3: per layer, the window of a local (sliding-window) layer - position p attends to
   // positions p - w + 1 .. p - or 0 for a global layer; empty: every layer global. Runs pass the
   // window: the prefill masks it, and the caches of local layers hold only the window's rows
   // (kv/windowed.h).
@@ -53,6 +54,8 @@ struct ModelConfig : KvShape {
   Activation activation = Activation::silu;
   // Gemma 2/3's final logit soft-capping: logits = c * tanh(logits / c); 0: none.
   float final_softcap = 0;
+  // Gemma 2's attention logit soft-capping of the scaled scores, s -> c * tanh(s / c); 0: none.
+  float attn_softcap = 0;
 
   // Whether layer l attends within a window, and its window (0 when global).
   std::size_t window_of(std::size_t l) const { return layer_window.empty() ? 0 : layer_window[l]; }
