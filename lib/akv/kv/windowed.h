@@ -1,5 +1,5 @@
 #pragma once
-// The cache of a model with sliding-window layers (Gemma 3's local layers, ModelConfig::layer_window):
+// The cache of a model with sliding-window layers (Gemma 2 and 3's local layers, ModelConfig::layer_window):
 // a local layer of window w keeps only the rows attention reads - after the token at position p is
 // appended, positions p - w + 1 .. p - as dense rows in the method's row type (f32 for the exact
 // cache, f16 for every method: local layers are left uncompressed, as engines keep them, and their
