@@ -323,6 +323,8 @@ print("windows counted")
 PY
 expect "info on a Gemma 3 GGUF: the global and the local layers, KV bytes with the windows" 0 \
   "global in layer 2; sliding window of 8 tokens in the other 2" "$AKV" info "$TMP/g3.gguf"
+expect "plan on a Gemma 3 config: the local layers' windows counted, the methods over the global layer" 0 \
+  "2 of the 3 layers attend within a sliding window of 8 tokens" "$AKV" plan --config "$TMP/g3" --memory 1GiB --methods none,kivi-2
 expect_error "Gemma 3: chunked prefill is refused" 1 "not implemented for a model with sliding-window layers" \
   "$AKV" evaluate -q --model "$TMP/g3.gguf" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2 --prefill-mode chunked:8 \
   -o "$o/e.txt"

@@ -31,6 +31,29 @@ PlanMethod method(const std::string& spec) {
 
 }  // namespace
 
+TEST_CASE("plan's bytes of a model with sliding-window layers equal the windowed cache's", "[plan]") {
+  // Layers 0 and 2 local (windows 5 and 40), layer 1 global: the method costs layer 1, the local
+  // layers' f16 rows (f32 for f32) are added; per-head bits are refused.
+  const std::size_t L = 3, H = 4, KV = 2, D = 64;
+  const KvShape kv{L, H, KV, D, 10000.0, RopeLayout::rotate_half, ""};
+  PlanShape shape{kv, "t", 0};
+  shape.layer_window = {5, 0, 40};
+  const KvGeometry g{kv, 4096, 0, shape.layer_window};
+  for (std::size_t n : {30, 300}) {
+    const auto q = random_layers(L, H, n, D, 1), k = random_layers(L, KV, n, D, 2), v = random_layers(L, KV, n, D, 3);
+    for (const std::string spec : {"f32", "none", "kivi-2", "snapkv:budget=0.5:window=8", "ggml:k=q4_0:v=q8_0"}) {
+      INFO(spec << " n " << n);
+      const PlanMethod m = method(spec);
+      auto cache = make_kv_policy(m.params, g);
+      cache->ingest_prompt({&q, &k, &k, &v, n});
+      CHECK(plan_bytes(shape, m, n).device == static_cast<double>(cache->bytes()));
+    }
+  }
+  PlanMethod calibrated = method("kivi-4");
+  calibrated.params->head_bits.assign(L * KV, {4, 4});
+  CHECK_THROWS_AS(plan_bytes(shape, calibrated, 100), InvalidInput);
+}
+
 TEST_CASE("plan's closed-form bytes equal what the runtime caches store", "[plan]") {
   const std::size_t L = 2, H = 4, KV = 2, D = 64;
   const KvShape kv{L, H, KV, D, 10000.0, RopeLayout::rotate_half, ""};

@@ -194,20 +194,14 @@ class Tensors {
   mutable std::map<std::string, std::shared_ptr<MappedFile>> mapped_;  // shard -> its map
 };
 
-// Gemma 2 and 3's attention and MLP: each layer local (window sliding_window, default 4096) or
-// global from layer_types, else sliding_window_pattern P (Gemma 3, default 6: layer i global when
-// (i + 1) % P == 0) or every other layer from layer 0 (Gemma 2); Gemma 3's local layers rotate
+// Gemma 2 and 3's attention and MLP: the layers' windows (hf_layer_windows); Gemma 3's local layers rotate
 // with rope_local_base_freq (default 10000) and no rope_scaling; logits scaled by
 // query_pre_attn_scalar^-0.5 (default 256); Gemma 2's attention and final logit soft-capping
 // (defaults 50 and 30), Gemma 3's final one when set; GeGLU, embeddings times sqrt(hidden_size)
 // (transformers' Gemma2Config / Gemma3TextConfig defaults).
 void gemma_layers(const HfConfig& j, ModelConfig& c) {
   const bool gemma2 = j.model_type == "gemma2";
-  const std::size_t window = j.sliding_window.value_or(4096), pattern = j.sliding_window_pattern.value_or(gemma2 ? 2 : 6);
-  for (std::size_t l = 0; l < c.n_layers; ++l) {
-    const bool local = j.layer_types.empty() ? (l + 1) % pattern != 0 : j.layer_types[l] == "sliding_attention";
-    c.layer_window.push_back(local ? window : 0);
-  }
+  c.layer_window = hf_layer_windows(j);
   if (!gemma2) c.rope_theta_local = j.rope_local_base_freq.value_or(10000.0);
   const double qpas = j.query_pre_attn_scalar.value_or(256.0);
   if (qpas != static_cast<double>(c.head_dim)) c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));

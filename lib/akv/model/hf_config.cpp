@@ -169,6 +169,18 @@ RopeScaling parse_rope_scaling(const json& r, const HfConfig& c) {
 
 }  // namespace
 
+std::vector<std::size_t> hf_layer_windows(const HfConfig& c) {
+  const bool gemma2 = c.model_type == "gemma2";
+  if (!gemma2 && c.model_type != "gemma3_text") return {};
+  const std::size_t window = c.sliding_window.value_or(4096), pattern = c.sliding_window_pattern.value_or(gemma2 ? 2 : 6);
+  std::vector<std::size_t> w;
+  for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
+    const bool local = c.layer_types.empty() ? (l + 1) % pattern != 0 : c.layer_types[l] == "sliding_attention";
+    w.push_back(local ? window : 0);
+  }
+  return w;
+}
+
 RopeScaling hf_rope_scaling(const HfConfig& c) {
   return parse_rope_scaling(c.rope_scaling, c);
 }

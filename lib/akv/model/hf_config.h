@@ -48,6 +48,12 @@ struct HfConfig {
 // rotary dimension).
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types = {});
 
+// Gemma 2 and 3's sliding windows per layer (0: global): from layer_types, else
+// sliding_window_pattern P (Gemma 3, default 6: layer i global when (i + 1) % P == 0; Gemma 2,
+// default 2: every other layer from layer 0 local), each local layer's window sliding_window
+// (default 4096), as transformers' Gemma2Config / Gemma3TextConfig; empty for other model types.
+std::vector<std::size_t> hf_layer_windows(const HfConfig& c);
+
 // The config's rope_scaling as the model computes it (kind none when absent or "default").
 // InvalidInput naming the field for another type than linear, dynamic, llama3, yarn or longrope
 // ("su", its older name) or a missing or out-of-range value (longrope: factor lists of

@@ -101,18 +101,14 @@ nlohmann::json model_info(const std::string& path) {
   const std::size_t n = std::min<std::size_t>(4096, c.seq_len);
   j["context"] = n;
   nlohmann::json rows = nlohmann::json::array();
-  // Local layers hold min(n, window) f16 rows (f32 for f32) whatever the method; the method's
-  // bytes are those of the global layers.
-  shape.n_layers = c.n_layers - n_local;
-  const std::size_t local_rows = c.cached_rows(n) - shape.n_layers * n;
+  shape.layer_window = c.layer_window;
   for (const char* spec : kInfoMethods) {
     PlanMethod pm{spec, std::string(spec) == "f32" ? std::nullopt : resolve_method_spec(spec)};
     try {
-      const double local = static_cast<double>(local_rows * c.n_kv_heads * c.head_dim * 2 * (pm.params ? 2 : 4));
-      const double global = shape.n_layers ? plan_bytes(shape, pm, n).device : 0.0;
+      const PlanBytes b = plan_bytes(shape, pm, n);
       rows.push_back({{"method", spec},
                       {"description", pm.params ? describe(*pm.params) : std::string("f32 K/V")},
-                      {"bytes_per_token", (global + local) / static_cast<double>(n)}});
+                      {"bytes_per_token", b.device / static_cast<double>(n)}});
     } catch (const InvalidInput& e) {
       rows.push_back({{"method", spec}, {"unavailable", e.what()}});
     }

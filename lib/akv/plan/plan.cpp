@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -83,6 +84,7 @@ PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes) {
   s.n_heads = c.num_attention_heads;
   s.n_kv_heads = c.num_key_value_heads;
   s.head_dim = c.head_dim;
+  s.layer_window = hf_layer_windows(c);
   const std::size_t dim = c.hidden_size, ffn = c.intermediate_size, vocab = c.vocab_size;
   const std::size_t q = s.n_heads * s.head_dim, kv = s.n_kv_heads * s.head_dim;
   const double per_layer = static_cast<double>(dim * q + 2 * dim * kv + q * dim + 3 * dim * ffn + 2 * dim);
@@ -141,6 +143,23 @@ PlanBytes one_head(const CompressParams& p, std::size_t head_dim, std::size_t n)
 }  // namespace
 
 PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
+  std::size_t locals = 0, local_rows = 0;
+  for (const std::size_t w : s.layer_window) {
+    if (w) ++locals, local_rows += std::min(n, w);
+  }
+  if (locals) {
+    const GgmlCacheParams* g = m.params ? m.params->ggml() : nullptr;
+    if (m.params && (!m.params->head_bits.empty() || (g && !g->head_types.empty()))) {
+      throw InvalidInput("per-head bits or cache types index the model's layers: not implemented on a model with "
+                         "sliding-window layers", {"", "--methods", m.spec});
+    }
+    PlanShape globals = s;
+    globals.n_layers = s.n_layers - locals;
+    globals.layer_window.clear();
+    PlanBytes b = globals.n_layers ? plan_bytes(globals, m, n) : PlanBytes{};
+    b.device += static_cast<double>(local_rows * s.n_kv_heads * s.head_dim * 2 * (m.params ? 2 : 4));
+    return b;
+  }
   // Heads differ only by their per-head bits: each distinct choice is costed once (a model of
   // thousands of layers x heads would otherwise cost every head at every step of the search),
   // and the sum still runs head by head in order.
@@ -237,6 +256,7 @@ nlohmann::json PlanReport::to_json() const {
                       {"memory_bytes", memory},
                       {"context", context}};
   j["host_memory_bytes"] = host_memory ? nlohmann::json(*host_memory) : nlohmann::json();
+  if (!shape.layer_window.empty()) j["layer_window"] = shape.layer_window;  // Gemma 2/3: 0 = global
   nlohmann::json rows_j = nlohmann::json::array();
   for (const PlanRow& r : rows) {
     rows_j.push_back({{"method", r.spec},
@@ -258,6 +278,13 @@ std::string PlanReport::to_table() const {
       static_cast<double>(shape.weight_bytes) / 1e9, static_cast<double>(memory) / 1e9,
       static_cast<double>(memory - shape.weight_bytes) / 1e9,
       host_memory ? fmt::format("; host {:.2f} GB", static_cast<double>(*host_memory) / 1e9) : std::string());
+  const auto locals = std::count_if(shape.layer_window.begin(), shape.layer_window.end(), [](std::size_t w) { return w > 0; });
+  if (locals > 0) {
+    out += fmt::format("{} of the {} layers attend within a sliding window of {} tokens: their f16 rows are counted, the "
+                       "methods cost the other {}\n",
+                       locals, shape.n_layers, *std::max_element(shape.layer_window.begin(), shape.layer_window.end()),
+                       shape.n_layers - static_cast<std::size_t>(locals));
+  }
   out += fmt::format("{:<36} {:>12} {:>12} {:>14} {:>12}  {}\n", "method", "device B/tok", "host B/tok",
                      "max context", fmt::format("batch@{}", context), "description");
   for (const PlanRow& r : rows) {

@@ -18,12 +18,17 @@ namespace akv {
 struct PlanShape : KvShape {
   std::string name;
   std::uint64_t weight_bytes = 0;  // parameters x bytes per parameter; 0 when unknown
+  // Per layer, its sliding window (0: global; empty: every layer global): Gemma 2/3's local
+  // layers hold min(n, window) f16 rows (f32 for f32) whatever the method, which is costed over
+  // the global layers only (kv/windowed.h).
+  std::vector<std::size_t> layer_window = {};
 };
 
 // Reads num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size, head_dim,
 // intermediate_size, vocab_size, tie_word_embeddings and torch_dtype from a Hugging Face
-// config.json (or the directory holding it); weights = Llama-architecture parameter count x
-// the dtype's bytes (`weight_dtype_bytes` > 0 overrides torch_dtype).
+// config.json (or the directory holding it), and Gemma 2/3's layer windows (hf_layer_windows);
+// weights = Llama-architecture parameter count x the dtype's bytes (`weight_dtype_bytes` > 0
+// overrides torch_dtype).
 PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes = 0);
 
 // "16GiB", "16GB", "512MiB", "1.5e10", "16000000000" -> bytes. Throws InvalidInput naming flag.
@@ -34,7 +39,8 @@ struct PlanMethod {
   std::optional<CompressParams> params;   // nullopt = f32
 };
 
-// Device and host bytes of the whole cache (all layers and KV heads) after n tokens.
+// Device and host bytes of the whole cache (all layers and KV heads) after n tokens. Throws
+// InvalidInput for per-head bits or cache types (a calibration's) on a shape with windows.
 struct PlanBytes {
   double device = 0, host = 0;
 };
