@@ -323,6 +323,21 @@ print("windows counted")
 PY
 expect "info on a Gemma 3 GGUF: the global and the local layers, KV bytes with the windows" 0 \
   "global in layer 2; sliding window of 8 tokens in the other 2" "$AKV" info "$TMP/g3.gguf"
+# Gemma 3's multimodal checkpoint (Gemma3ForConditionalGeneration): text_config and the language
+# model's tensors under either transformers layout give the text model's NLL exactly.
+"$AKV" evaluate -q --model "$TMP/g3" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2 --json -o "$TMP/g3t.json"
+for prefix in language_model.model. model.language_model.; do
+  rm -rf "$TMP/g3m"
+  "$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/g3m" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 3 --seed 5 \
+    --gemma3 --head-dim 32 --softcap 5 --multimodal "$prefix"
+  "$AKV" evaluate -q --model "$TMP/g3m" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2 --json -o "$TMP/g3m.json"
+  expect "Gemma 3 multimodal checkpoint ($prefix): the text model's results" 0 "same results" "$PY" - "$TMP/g3t.json" "$TMP/g3m.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["methods"] for p in sys.argv[1:3])
+assert [m["mean_nll"] for m in a] == [m["mean_nll"] for m in b], (a, b)
+print("same results")
+PY
+done
 expect "plan on a Gemma 3 config: the local layers' windows counted, the methods over the global layer" 0 \
   "2 of the 3 layers attend within a sliding window of 8 tokens" "$AKV" plan --config "$TMP/g3" --memory 1GiB --methods none,kivi-2
 expect_error "Gemma 3: chunked prefill is refused" 1 "not implemented for a model with sliding-window layers" \

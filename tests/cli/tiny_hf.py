@@ -28,6 +28,10 @@ final_logit_softcapping C (--softcap, default none), gelu_pytorch_tanh, tied emb
 architecture gemma3 as llama.cpp's converter writes it (norms stored as 1 + w,
 post_attention_norm, ffn_norm = pre_feedforward_layernorm, post_ffw_norm, attention.sliding_window,
 attention.sliding_window_pattern P; no rope.freq_base_swa: llama.cpp's default 10000).
+--multimodal PREFIX (with --gemma3): the same weights as a Gemma3ForConditionalGeneration
+checkpoint: model_type gemma3 with the text model's fields under text_config, its tensors named
+PREFIX + the name after "model." (transformers' two layouts: language_model.model. or
+model.language_model.), and a vision tensor of zeros.
 --gemma2: model_type gemma2, the same without q_norm / k_norm and without a local RoPE base, every
 other layer local from layer 0 (--pattern default 2), attn_logit_softcapping A (--attn-softcap,
 default 50) and final_logit_softcapping C (--softcap, default 30). GGUF: architecture gemma2 with
@@ -56,11 +60,14 @@ ap.add_argument("--gemma2", action="store_true")
 ap.add_argument("--window", type=int, default=8)
 ap.add_argument("--pattern", type=int)
 ap.add_argument("--attn-softcap", type=float)
+ap.add_argument("--multimodal", choices=["language_model.model.", "model.language_model."])
 ap.add_argument("--qpas", type=float)
 ap.add_argument("--softcap", type=float)
 ap.add_argument("--gguf")
 ap.add_argument("--byte-vocab", action="store_true")
 a = ap.parse_args()
+if a.multimodal and (not a.gemma3 or a.gguf):
+    ap.error("--multimodal needs --gemma3 and writes no GGUF")
 gemma = a.gemma3 or a.gemma2
 pattern = a.pattern or (2 if a.gemma2 else 3)
 if a.gguf and not (a.qwen3 or a.phi3 or gemma):
@@ -122,8 +129,14 @@ if a.longrope:
     long_f = [float(x) for x in 1 + 3 * rng.random(hd // 2)]
     cfg.update({"max_position_embeddings": 8 * a.longrope, "original_max_position_embeddings": a.longrope,
                 "rope_scaling": {"type": "longrope", "short_factor": short_f, "long_factor": long_f}})
+stored = weights
+if a.multimodal:  # Gemma3ForConditionalGeneration: the text model's fields under text_config
+    cfg = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": cfg,
+           "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8}}
+    stored = {a.multimodal + n[len("model."):] if n.startswith("model.") else n: w for n, w in weights.items()}
+    stored["vision_tower.vision_model.embeddings.patch_embedding.weight"] = np.zeros((8, 3, 2, 2), "<f4")
 (d / "config.json").write_text(json.dumps(cfg))
-for name, w in weights.items():
+for name, w in stored.items():
     data = w.tobytes()
     header[name] = {"dtype": "F32", "shape": list(w.shape), "data_offsets": [len(blob), len(blob) + len(data)]}
     blob += data

@@ -19,8 +19,8 @@ std::string missing_feature(const std::string& name) {
   static const std::vector<std::pair<std::vector<std::string>, std::string>> table = {
       {{"qwen3_moe", "qwen3moe"}, "per-head q/k RMSNorm and a mixture-of-experts MLP"},
       {{"gemma"}, "Gemma 1's layers (two norms per layer; akv runs Gemma 2 and Gemma 3)"},
-      {{"gemma3"}, "the multimodal Gemma 3 checkpoint (Gemma3ForConditionalGeneration; akv runs its text "
-                   "model as gemma3_text, e.g. gemma-3-1b)"},
+      {{"gemma3"}, "a multimodal Gemma 3 config without its text_config (akv runs the language model of "
+                   "Gemma3ForConditionalGeneration from its text_config, and gemma3_text)"},
       {{"phi3small"}, "Phi-3-small's block-sparse attention and GeGELU MLP"},
       {{"deepseek_v2", "deepseek_v3", "deepseek2", "deepseek3"},
        "multi-head latent attention (MLA: compressed KV with decoupled RoPE keys)"},

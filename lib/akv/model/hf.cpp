@@ -266,7 +266,15 @@ Model load_hf(const std::string& dir, WeightMode mode) {
   if (gemma) gemma_layers(j, c);
   if (c.head_dim % 2 != 0) throw InvalidInput("head_dim must be even", {cfg_path, "head_dim", std::to_string(c.head_dim)});
   const Tensors t(dir);
-  const bool tied = j.tie_word_embeddings || !t.has("lm_head.weight");
+  // The language model's tensor names: model.X, or a multimodal Gemma 3's (the layout of its
+  // transformers version).
+  std::string m = "model.";
+  if (j.multimodal) {
+    m = t.has("language_model.model.embed_tokens.weight") ? "language_model.model." : "model.language_model.";
+  }
+  const std::string head = j.multimodal && t.has("language_model.lm_head.weight") ? "language_model.lm_head.weight"
+                                                                                 : "lm_head.weight";
+  const bool tied = j.tie_word_embeddings || !t.has(head);
   const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   // Gemma's RMSNorm multiplies by (1 + w): the stored w plus 1 in f32, as transformers computes it.
   auto norm = [&](const std::string& name, std::size_t n) {
@@ -277,9 +285,9 @@ Model load_hf(const std::string& dir, WeightMode mode) {
     return v;
   };
   ModelWeights w;
-  w.embedding = t.matrix("model.embed_tokens.weight", c.vocab_size, c.dim, mode);
+  w.embedding = t.matrix(m + "embed_tokens.weight", c.vocab_size, c.dim, mode);
   for (std::size_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = m + "layers." + std::to_string(l) + ".";
     LayerWeights lw;
     lw.attn_norm = norm(p + "input_layernorm.weight", c.dim);
     if (type == "phi3") {  // one qkv_proj: the q rows, then k, then v
@@ -321,8 +329,8 @@ Model load_hf(const std::string& dir, WeightMode mode) {
     lw.w2 = t.matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim, mode);
     w.layers.push_back(std::move(lw));
   }
-  w.final_norm = norm("model.norm.weight", c.dim);
-  if (!tied) w.classifier = t.matrix("lm_head.weight", c.vocab_size, c.dim, mode);
+  w.final_norm = norm(m + "norm.weight", c.dim);
+  if (!tied) w.classifier = t.matrix(head, c.vocab_size, c.dim, mode);
   return Model(std::move(c), std::move(w));
 }
 

@@ -191,10 +191,17 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   c.file = fs::is_directory(path, ec) ? (fs::path(path) / "config.json").string() : path;
   const std::string& file = c.file;
   std::ifstream in = open_json(file, "model config");
-  const json j = parse_json(in, file, "config");
-  if (!j.is_object()) throw CorruptData("config is not a JSON object", {file});
-  c.name = typed<std::string>(j, "_name_or_path", "", file);
-  c.model_type = typed<std::string>(j, "model_type", "", file);
+  const json root = parse_json(in, file, "config");
+  if (!root.is_object()) throw CorruptData("config is not a JSON object", {file});
+  c.name = typed<std::string>(root, "_name_or_path", "", file);
+  c.model_type = typed<std::string>(root, "model_type", "", file);
+  // Gemma 3's multimodal checkpoint: its language model's fields are text_config's.
+  const bool multimodal = c.model_type == "gemma3" && root.contains("text_config") && root["text_config"].is_object();
+  const json& j = multimodal ? root["text_config"] : root;
+  if (multimodal) {
+    c.model_type = "gemma3_text";
+    c.multimodal = true;
+  }
   if (!model_types.empty() &&
       std::find(model_types.begin(), model_types.end(), c.model_type) == model_types.end()) {
     throw InvalidInput(unsupported_architecture("model_type", c.model_type, model_types), {file, "model_type", c.model_type});

@@ -38,6 +38,10 @@ struct HfConfig {
   std::optional<std::size_t> sliding_window_pattern;
   std::optional<double> rope_local_base_freq, query_pre_attn_scalar, final_logit_softcapping, attn_logit_softcapping;
   std::string hidden_activation;
+  // Gemma 3's multimodal checkpoint (model_type gemma3 with a text_config): the fields above are
+  // text_config's, model_type reads gemma3_text, and the language model's tensors carry a prefix
+  // (language_model.model. or model.language_model.; the vision tower is not read).
+  bool multimodal = false;
 };
 
 // Reads `path` (a config.json, or the directory holding one). Throws IoError when it cannot be
