@@ -117,7 +117,7 @@ inline void add_decode_loop_flags(CLI::App* sub, ModelRunOptions& mo, std::strin
   sub->add_option("--max-context", mo.max_context,
                   "With --model: refuse a run that reaches past this many positions (0 = no limit: a run past the "
                   "model's trained context goes on with a warning on stderr and \"context\": {\"past_trained\": true} "
-                  "in the JSON, as llama.cpp runs past it; a model with a sliding window in every layer (Mistral) never runs past its window; Gemma 2/3's local layers do: docs/model.md)")
+                  "in the JSON, as llama.cpp runs past it; past a sliding window in every layer (Mistral) only none and f32 run; docs/model.md)")
       ->capture_default_str();
   sub->add_option("--prefill", prefill,
                   "With --model: prompt tokens per sequence (default half of each sequence)");

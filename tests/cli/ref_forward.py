@@ -1,5 +1,6 @@
 """A plain numpy forward of a small Hugging Face Qwen3, Phi-3, Gemma 2, Gemma 3 (or Llama) checkpoint written by
-tiny_hf.py, transcribing transformers' modeling_qwen3.py / modeling_phi3.py (v4.51) and
+tiny_hf.py, transcribing transformers' modeling_qwen3.py / modeling_phi3.py / modeling_mistral.py
+(v4.51; Mistral's sliding_window: every layer attends to i - j < sliding_window) and
 modeling_gemma3.py's Gemma3TextModel (v4.53: layer_types; Gemma3RMSNorm x * rsqrt(mean(x^2) + eps) *
 (1 + w) on inputs, q/k heads, attention and MLP outputs (sandwich norms) and the final norm;
 embeddings times sqrt(hidden_size); local layers attend to positions i - j < sliding_window and rotate
@@ -80,6 +81,8 @@ def main():
         x = x * np.sqrt(cfg["hidden_size"])
         pattern = cfg.get("sliding_window_pattern", 6 if gemma3 else 2)
         kinds = cfg.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(L)]
+    if cfg["model_type"] == "mistral" and cfg.get("sliding_window"):  # every layer local
+        kinds = ["sliding_attention"] * L
     scaling = cfg.get("query_pre_attn_scalar", 256) ** -0.5 if gemma else hd ** -0.5
     def gelu_tanh(g):
         return 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g ** 3)))
@@ -100,7 +103,7 @@ def main():
             q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
         local = kinds[l] == "sliding_attention"
-        local_rope = local and gemma3  # Gemma 2's local layers rotate as its global ones
+        local_rope = local and gemma3  # Gemma 2's and Mistral's local layers rotate as global ones
         lt = cfg.get("rope_local_base_freq", 10000.0) if local_rope else theta
         q, k = rope(q, pos, lt, cfg, not local_rope), rope(k, pos, lt, cfg, not local_rope)
         for name, ref in (("key", k), ("value", v)):

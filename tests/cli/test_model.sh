@@ -338,6 +338,29 @@ assert [m["mean_nll"] for m in a] == [m["mean_nll"] for m in b], (a, b)
 print("same results")
 PY
 done
+# Mistral's sliding window in every layer (8): past it, none decodes through the window and gives the
+# numpy reference's NLL; kivi-2 is refused there and runs within the window.
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/mw" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 2 --seed 7 \
+  --mistral 8
+rm -f "$TMP/g3d.h5" "$TMP/mwe.json"
+"$AKV" dump -q --model "$TMP/mw" --tokens "$TMP/g3.txt" -o "$TMP/g3d.h5" >/dev/null
+"$AKV" evaluate -q --model "$TMP/mw" --tokens "$TMP/g3.txt" --prefill 20 --methods none --json -o "$TMP/mwe.json"
+"$PY" "$SRC/tests/cli/ref_forward.py" "$TMP/mw" "$TMP/g3d.h5" "$(head -1 "$TMP/g3.txt")" 20 >"$TMP/g3ref.txt" || true
+expect "Mistral past its sliding window: keys, values and the decoded NLL equal the numpy reference" 0 "same nll" \
+  "$PY" - "$TMP/g3ref.txt" "$TMP/mwe.json" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().split("\n")
+assert lines[0].startswith("reference ok"), lines
+ref = float(lines[1].split()[-1])
+got = json.load(open(sys.argv[2]))["methods"][0]["mean_nll"]
+assert abs(got - ref) < 1e-6 * abs(ref), (got, ref)
+print("same nll")
+PY
+expect_error "Mistral past its sliding window: a method other than none is refused" 1 "only none and f32 run" \
+  "$AKV" evaluate -q --model "$TMP/mw" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2 -o "$o/e.txt"
+head -c 30 "$TMP/g3.txt" | awk '{print $1, $2, $3, $4, $5, $6, $7, $8}' >"$TMP/mw8.txt"
+expect "Mistral within its sliding window: kivi-2 runs" 0 "kivi-2" \
+  "$AKV" evaluate -q --model "$TMP/mw" --tokens "$TMP/mw8.txt" --prefill 4 --methods kivi-2
 expect "plan on a Gemma 3 config: the local layers' windows counted, the methods over the global layer" 0 \
   "2 of the 3 layers attend within a sliding window of 8 tokens" "$AKV" plan --config "$TMP/g3" --memory 1GiB --methods none,kivi-2
 expect_error "Gemma 3: chunked prefill is refused" 1 "not implemented for a model with sliding-window layers" \

@@ -32,6 +32,8 @@ attention.sliding_window_pattern P; no rope.freq_base_swa: llama.cpp's default 1
 checkpoint: model_type gemma3 with the text model's fields under text_config, its tensors named
 PREFIX + the name after "model." (transformers' two layouts: language_model.model. or
 model.language_model.), and a vision tensor of zeros.
+--mistral WINDOW: model_type mistral with sliding_window WINDOW (every layer local), the Llama
+weights.
 --gemma2: model_type gemma2, the same without q_norm / k_norm and without a local RoPE base, every
 other layer local from layer 0 (--pattern default 2), attn_logit_softcapping A (--attn-softcap,
 default 50) and final_logit_softcapping C (--softcap, default 30). GGUF: architecture gemma2 with
@@ -61,6 +63,7 @@ ap.add_argument("--window", type=int, default=8)
 ap.add_argument("--pattern", type=int)
 ap.add_argument("--attn-softcap", type=float)
 ap.add_argument("--multimodal", choices=["language_model.model.", "model.language_model."])
+ap.add_argument("--mistral", type=int, metavar="WINDOW")
 ap.add_argument("--qpas", type=float)
 ap.add_argument("--softcap", type=float)
 ap.add_argument("--gguf")
@@ -89,6 +92,8 @@ if gemma:
                 "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False})
 if a.gemma3:
     cfg["rope_local_base_freq"] = 10000.0
+if a.mistral:
+    cfg.update({"model_type": "mistral", "sliding_window": a.mistral})
 if a.gemma2:
     cfg.update({"rope_theta": 10000.0, "attn_logit_softcapping": a.attn_softcap or 50.0,
                 "final_logit_softcapping": a.softcap or 30.0})

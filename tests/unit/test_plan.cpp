@@ -52,6 +52,19 @@ TEST_CASE("plan's bytes of a model with sliding-window layers equal the windowed
   PlanMethod calibrated = method("kivi-4");
   calibrated.params->head_bits.assign(L * KV, {4, 4});
   CHECK_THROWS_AS(plan_bytes(shape, calibrated, 100), InvalidInput);
+  // Every layer local (Mistral): without windows up to the window, the windows' rows past it.
+  PlanShape all = shape, plain = shape;
+  all.layer_window = {20, 20, 20};
+  plain.layer_window.clear();
+  CHECK(plan_bytes(all, method("kivi-2"), 20).device == plan_bytes(plain, method("kivi-2"), 20).device);
+  const std::size_t n = 50;
+  const auto q = random_layers(L, H, n, D, 4), k = random_layers(L, KV, n, D, 5), v = random_layers(L, KV, n, D, 6);
+  for (const std::string spec : {"f32", "none"}) {
+    const PlanMethod m = method(spec);
+    auto cache = make_kv_policy(m.params, KvGeometry{kv, 4096, 0, all.layer_window});
+    cache->ingest_prompt({&q, &k, &k, &v, n});
+    CHECK(plan_bytes(all, m, n).device == static_cast<double>(cache->bytes()));
+  }
 }
 
 TEST_CASE("plan's closed-form bytes equal what the runtime caches store", "[plan]") {

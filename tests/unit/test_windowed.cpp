@@ -162,3 +162,40 @@ TEST_CASE("sliding-window layers: a quantizer takes the prompt a layer at a time
   o.mode = PrefillMode(PrefillMode::chunked, 64);
   CHECK_THROWS_AS(prefill_lanes(m, {head}, {params("kivi-2")}, 200, 1, o), UsageError);
 }
+
+TEST_CASE("a sliding window in every layer (Mistral): within it the methods run over every layer, past it the "
+          "windowed f32 cache equals the prefill and only none and f32 run", "[windowed][model]") {
+  ModelConfig c = test::small_config(2, 16, 40, 4096);
+  c.layer_window = {12, 12};
+  const Model m = test::random_model(c, 41, 0.3);
+  REQUIRE(c.all_local());
+  CHECK_FALSE(c.windowed_run(12));
+  CHECK(c.windowed_run(13));
+  // Within the window: no windowed cache, any method (a plain cache holds every layer).
+  const KvGeometry within = run_geometry(c, 12, {params("kivi-2")});
+  CHECK(within.layer_window.empty());
+  CHECK_FALSE(make_kv_policy(params("kivi-2"), within, 1)->holds_windows());
+  // Past it: the windowed cache; a method other than none and f32 is refused.
+  CHECK_THROWS_AS(run_geometry(c, 13, {params("kivi-2")}), UsageError);
+  CHECK_THROWS_AS(run_geometry(c, 13, {params("snapkv:budget=0.5")}), UsageError);
+  const KvGeometry past = run_geometry(c, 60, {std::nullopt, params("none")});
+  REQUIRE(past.layer_window == c.layer_window);
+  const std::vector<std::int32_t> seq = tokens(60, 8);
+  const PrefillResult pre = m.prefill(seq, true, 1);
+  const std::unique_ptr<KvPolicy> cache = make_kv_policy(std::nullopt, past, 1);
+  Gap g;
+  for (std::size_t p = 0; p < seq.size(); ++p) compare(pre.logits, p, m.decode(seq[p], p, *cache), g);
+  INFO("largest |logit difference| " << g.worst << " of logits up to " << g.scale);
+  CHECK(g.worst <= 1e-4 * g.scale);
+  CHECK(cache->view(1, 0).n == 12);
+  // A plain cache is refused once a decode passes the window.
+  const std::unique_ptr<KvPolicy> plain = make_kv_policy(std::nullopt, within, 1);
+  for (std::size_t p = 0; p < 12; ++p) m.decode(seq[p], p, *plain);
+  CHECK_THROWS_AS(m.decode(seq[12], 12, *plain), std::logic_error);
+  // The window matters: the same weights without it differ past the window.
+  ModelConfig g_c = c;
+  g_c.layer_window.clear();
+  const PrefillResult all = test::random_model(g_c, 41, 0.3).prefill(seq, true, 1);
+  CHECK((all.logits.bottomRows(40) - pre.logits.bottomRows(40)).cwiseAbs().maxCoeff() > 1e-2);
+  CHECK(all.logits.topRows(12) == pre.logits.topRows(12));
+}

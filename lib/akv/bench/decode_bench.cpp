@@ -53,14 +53,14 @@ DecodeBenchResult bench_decode(const Model& model,
   }
   std::size_t longest = 0;
   for (const auto& s : seqs) longest = std::max(longest, s.size());
-  const KvGeometry g{c.kv_shape(), longest, c.dim, c.layer_window};
+  std::vector<std::optional<CompressParams>> params;
+  for (const PplMethod& m : methods) params.push_back(m.params);
+  const KvGeometry g = run_geometry(c, longest, params);
   // Each repeat prefills every sequence once; the caches that take the prompt a layer at a time
   // are filled as the prefill finishes each layer (inside its timing: a real prefill writes its
   // cache), and the prefill keeps its layers only for the other methods' caches.
   std::vector<PrefillResult> pre(seqs.size());
   // kvzap methods score each prompt from its attention inputs (per sequence, kept to its ingest).
-  std::vector<std::optional<CompressParams>> params;
-  for (const PplMethod& m : methods) params.push_back(m.params);
   const KvzapPrefill zaps(params, c);
   std::vector<std::vector<TokenScores>> zap(seqs.size());
   std::vector<std::vector<std::unique_ptr<KvPolicy>>> caches(methods.size());  // [method][sequence]

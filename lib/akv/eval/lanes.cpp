@@ -200,11 +200,29 @@ PromptLanes prefill_chunked(const Model& model, const std::vector<std::vector<st
 
 }  // namespace
 
+KvGeometry run_geometry(const ModelConfig& c, std::size_t max_positions,
+                        const std::vector<std::optional<CompressParams>>& methods) {
+  KvGeometry g{c.kv_shape(), max_positions, c.dim};
+  if (!c.windowed_run(max_positions)) return g;
+  g.layer_window = c.layer_window;
+  if (!c.all_local()) return g;
+  for (const auto& m : methods) {
+    if (m && (m->quantized() || m->rotate != RotationKind::none || !std::holds_alternative<QuantizeOnly>(m->mode) ||
+              !m->head_bits.empty())) {
+      throw UsageError("past the sliding window of every layer (" + std::to_string(c.smallest_window()) +
+                           " tokens) only none and f32 run: the cache is the window's rows (run at most that many positions "
+                           "to compare methods)",
+                       {"", "--methods", describe(*m)});
+    }
+  }
+  return g;
+}
+
 PromptLanes prefill_lanes(const Model& model, const std::vector<std::vector<std::int32_t>>& prompts,
                           const std::vector<std::optional<CompressParams>>& methods, std::size_t max_positions,
                           int threads, const PrefillOptions& options) {
   const ModelConfig& c = model.config();
-  const KvGeometry g{c.kv_shape(), max_positions, c.dim, c.layer_window};
+  const KvGeometry g = run_geometry(c, max_positions, methods);
   if (options.mode == PrefillMode::batch) return prefill_batch(model, prompts, methods, g, threads, options);
   if (options.mode.kind == PrefillMode::chunked) return prefill_chunked(model, prompts, methods, g, threads, options);
   const std::size_t n = prompts.size(), n_methods = methods.size();

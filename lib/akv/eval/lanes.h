@@ -74,6 +74,13 @@ std::string prefill_mode_name(PrefillMode m);
 // The same names (N an integer >= 1); InvalidInput naming --prefill-mode otherwise.
 PrefillMode parse_prefill_mode(const std::string& s);
 
+// The cache geometry of a run of a model reaching max_positions positions: the model's windows
+// when the run needs the windowed cache (ModelConfig::windowed_run). A model whose every layer is
+// local (Mistral) runs only none and f32 past its window (UsageError naming the method otherwise:
+// the windowed cache keeps the window's rows whatever the method).
+KvGeometry run_geometry(const ModelConfig& c, std::size_t max_positions,
+                        const std::vector<std::optional<CompressParams>>& methods);
+
 // The attention path of a run under a prompt protocol: batch runs llama.cpp's arithmetic
 // (AttentionMode::llama) and takes only `exact` (UsageError otherwise); exact and chunked keep
 // `attention`.

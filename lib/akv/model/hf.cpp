@@ -1,5 +1,6 @@
 #include "akv/model/hf.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -194,14 +195,13 @@ class Tensors {
   mutable std::map<std::string, std::shared_ptr<MappedFile>> mapped_;  // shard -> its map
 };
 
-// Gemma 2 and 3's attention and MLP: the layers' windows (hf_layer_windows); Gemma 3's local layers rotate
+// Gemma 2 and 3's attention and MLP (their layers' windows: hf_layer_windows): Gemma 3's local layers rotate
 // with rope_local_base_freq (default 10000) and no rope_scaling; logits scaled by
 // query_pre_attn_scalar^-0.5 (default 256); Gemma 2's attention and final logit soft-capping
 // (defaults 50 and 30), Gemma 3's final one when set; GeGLU, embeddings times sqrt(hidden_size)
 // (transformers' Gemma2Config / Gemma3TextConfig defaults).
 void gemma_layers(const HfConfig& j, ModelConfig& c) {
   const bool gemma2 = j.model_type == "gemma2";
-  c.layer_window = hf_layer_windows(j);
   if (!gemma2) c.rope_theta_local = j.rope_local_base_freq.value_or(10000.0);
   const double qpas = j.query_pre_attn_scalar.value_or(256.0);
   if (qpas != static_cast<double>(c.head_dim)) c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
@@ -256,13 +256,7 @@ Model load_hf(const std::string& dir, WeightMode mode) {
     const double scaled = static_cast<double>(c.seq_len) * c.rope_scaling.factor;
     c.seq_len = scaled >= 0x1p62 ? std::size_t{1} << 62 : static_cast<std::size_t>(scaled);
   }
-  // mistral, phi3: a window when set; Gemma 3's windows are its local layers' (gemma_layers).
-  const bool sliding = type == "qwen2" || type == "qwen3" ? j.use_sliding_window : !gemma;
-  if (sliding && j.sliding_window) {
-    // Attention within a window equals full attention up to the window: cap the context there.
-    c.seq_len = std::min(c.seq_len, *j.sliding_window);
-    c.window = *j.sliding_window;
-  }
+  c.layer_window = hf_layer_windows(j);
   if (gemma) gemma_layers(j, c);
   if (c.head_dim % 2 != 0) throw InvalidInput("head_dim must be even", {cfg_path, "head_dim", std::to_string(c.head_dim)});
   const Tensors t(dir);

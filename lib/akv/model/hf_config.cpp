@@ -171,7 +171,14 @@ RopeScaling parse_rope_scaling(const json& r, const HfConfig& c) {
 
 std::vector<std::size_t> hf_layer_windows(const HfConfig& c) {
   const bool gemma2 = c.model_type == "gemma2";
-  if (!gemma2 && c.model_type != "gemma3_text") return {};
+  if (!gemma2 && c.model_type != "gemma3_text") {
+    const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+    if (!c.sliding_window || (qwen && !c.use_sliding_window)) return {};
+    std::vector<std::size_t> w;
+    for (std::size_t l = 0; l < c.num_hidden_layers; ++l) w.push_back(!qwen || l >= c.max_window_layers ? *c.sliding_window : 0);
+    if (std::count(w.begin(), w.end(), std::size_t{0}) == static_cast<std::ptrdiff_t>(w.size())) return {};
+    return w;
+  }
   const std::size_t window = c.sliding_window.value_or(4096), pattern = c.sliding_window_pattern.value_or(gemma2 ? 2 : 6);
   std::vector<std::size_t> w;
   for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -221,6 +228,11 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   c.original_max_position_embeddings = optional_positive(j, "original_max_position_embeddings", file);
   c.sliding_window = optional_positive(j, "sliding_window", file);
   c.use_sliding_window = typed<bool>(j, "use_sliding_window", false, file);
+  if (const double m = typed<double>(j, "max_window_layers", 28.0, file); m >= 0 && m == std::floor(m)) {
+    c.max_window_layers = static_cast<std::size_t>(m);
+  } else {
+    throw InvalidInput("max_window_layers must be a non-negative integer", {file, "max_window_layers", j["max_window_layers"].dump()});
+  }
   c.tie_word_embeddings = typed<bool>(j, "tie_word_embeddings", false, file);
   c.attention_bias = typed<bool>(j, "attention_bias", false, file);
   c.rope_theta = typed<double>(j, "rope_theta", 10000.0, file);

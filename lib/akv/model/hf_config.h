@@ -25,6 +25,7 @@ struct HfConfig {
   std::optional<std::size_t> max_position_embeddings;
   std::optional<std::size_t> original_max_position_embeddings;  // Phi-3's top-level field (longrope)
   std::optional<std::size_t> sliding_window;  // absent or null: none
+  std::size_t max_window_layers = 28;         // Qwen2/3: layers from this one on use the window
   bool use_sliding_window = false, tie_word_embeddings = false, attention_bias = false;
   double rope_theta = 10000.0, rms_norm_eps = 1e-6;
   std::string hidden_act = "silu", torch_dtype, akv_tokenizer;
@@ -52,10 +53,12 @@ struct HfConfig {
 // rotary dimension).
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types = {});
 
-// Gemma 2 and 3's sliding windows per layer (0: global): from layer_types, else
-// sliding_window_pattern P (Gemma 3, default 6: layer i global when (i + 1) % P == 0; Gemma 2,
-// default 2: every other layer from layer 0 local), each local layer's window sliding_window
-// (default 4096), as transformers' Gemma2Config / Gemma3TextConfig; empty for other model types.
+// The sliding window of each layer (0: global; empty: every layer global), as transformers reads
+// the config: Gemma 2 and 3 from layer_types, else sliding_window_pattern P (Gemma 3, default 6:
+// layer i global when (i + 1) % P == 0; Gemma 2, default 2: every other layer from layer 0
+// local), window sliding_window (default 4096); qwen2 and qwen3 with use_sliding_window: the
+// layers from max_window_layers on; other types (mistral, phi3): every layer when sliding_window
+// is set.
 std::vector<std::size_t> hf_layer_windows(const HfConfig& c);
 
 // The config's rope_scaling as the model computes it (kind none when absent or "default").

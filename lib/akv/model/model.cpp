@@ -169,12 +169,11 @@ void Model::check_finite(const float* x, std::size_t n, const std::string& where
 }
 
 void Model::set_position_limit(std::size_t n) {
-  limit_ = config_.window ? std::min(n, config_.window) : n;
+  limit_ = n;
 }
 
 std::string Model::limit_text() const {
   if (limit_ == config_.seq_len) return "the model's context (seq_len " + std::to_string(config_.seq_len) + ")";
-  if (config_.window && limit_ == config_.window) return "the model's sliding window (" + std::to_string(limit_) + ")";
   if (limit_ == std::numeric_limits<std::size_t>::max()) return "the positions akv can count (2^64 - 1)";
   return "the run's position limit (" + std::to_string(limit_) + ", --max-context)";
 }
@@ -310,7 +309,7 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   std::vector<std::size_t> row0(n_lanes + 1, 0);  // lane i's rows: [row0[i], row0[i + 1])
   for (std::size_t i = 0; i < n_lanes; ++i) {
     const Lane& lane = lanes[i];
-    if (!c.layer_window.empty() && !lane.cache->holds_windows()) {
+    if (c.windowed_run(lane.pos + lane.n) && !lane.cache->holds_windows()) {
       throw std::logic_error("decode_lanes: a model with sliding-window layers needs a windowed cache (kv/windowed.h)");
     }
     if (lane.n == 0 || (lane.n > 1 && !lane.cache->layer_local())) {

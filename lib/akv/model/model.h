@@ -31,13 +31,11 @@ struct ModelConfig : KvShape {
   RopeScaling rope_scaling;    // Hugging Face rope_scaling (none for llama2.c)
   std::size_t rotary_dim = 0;  // dims of each head that RoPE rotates; 0 = head_dim
   std::string tokenizer;  // "bytes" when config.json says "akv_tokenizer": "bytes"
-  // Sliding window of the model's attention (0: none). akv attends to every position, which
-  // equals windowed attention only up to the window: no run passes it (seq_len is capped there).
-  std::size_t window = 0;
-  // Gemma 2/3: per layer, the window of a local (sliding-window) layer - position p attends to
-  // positions p - w + 1 .. p - or 0 for a global layer; empty: every layer global. Runs pass the
-  // window: the prefill masks it, and the caches of local layers hold only the window's rows
-  // (kv/windowed.h).
+  // Per layer, the window of a local (sliding-window) layer - position p attends to positions
+  // p - w + 1 .. p - or 0 for a global layer; empty: every layer global. Gemma 2/3 mix both kinds;
+  // Mistral (and Qwen2/3, Phi-3 with a sliding window) have every layer local. The prefill masks
+  // the windows; a run that needs it (windowed_run) decodes through kv/windowed.h's cache, which
+  // keeps local layers to their window's rows.
   std::vector<std::size_t> layer_window;
   // RoPE base of the local layers, which rotate without rope_scaling (Gemma 3's
   // rope_local_base_freq); 0: every layer rotates with rope_theta and rope_scaling.
@@ -59,6 +57,23 @@ struct ModelConfig : KvShape {
 
   // Whether layer l attends within a window, and its window (0 when global).
   std::size_t window_of(std::size_t l) const { return layer_window.empty() ? 0 : layer_window[l]; }
+  // Whether every layer attends within a window (Mistral), and the smallest window (0: none).
+  bool all_local() const {
+    return !layer_window.empty() && std::find(layer_window.begin(), layer_window.end(), 0) == layer_window.end();
+  }
+  std::size_t smallest_window() const {
+    std::size_t w = 0;
+    for (const std::size_t x : layer_window) w = x && (!w || x < w) ? x : w;
+    return w;
+  }
+  // Whether a run reaching `positions` positions decodes through the windowed cache: a model
+  // with local and global layers always (methods compress the global layers only), a model whose
+  // every layer is local once the run passes its smallest window (within it, windowed attention
+  // is full attention, and the methods compress every layer).
+  bool windowed_run(std::size_t positions) const {
+    if (layer_window.empty()) return false;
+    return !all_local() || positions > smallest_window();
+  }
   // The K/V rows per KV head an f16 cache of n positions holds, summed over layers: n per global
   // layer, min(n, window) per local one (the denominator of bits per element).
   std::size_t cached_rows(std::size_t n) const {
@@ -157,12 +172,12 @@ class Model {
                     AttentionMode attention = AttentionMode::exact) const;
   // Positions a run may use: the model's context (seq_len) unless set_position_limit changed it.
   // A limit past seq_len runs what the weights compute there (RoPE at positions the model was not
-  // trained on), as llama.cpp does with a warning; it never passes the sliding window
-  // (ModelConfig::window). Prefill and decode refuse positions past it (InvalidInput).
+  // trained on), as llama.cpp does with a warning. Prefill and decode refuse positions past it
+  // (InvalidInput).
   std::size_t position_limit() const { return limit_; }
   void set_position_limit(std::size_t n);
-  // What the limit is, for errors: "the model's context (seq_len N)", "the model's sliding
-  // window (N)" or "the run's position limit (N, --max-context)".
+  // What the limit is, for errors: "the model's context (seq_len N)" or "the run's position
+  // limit (N, --max-context)".
   std::string limit_text() const;
   // Checks every id of every sequence (prediction targets included) against the vocabulary;
   // InvalidInput names the file, the sequence and position (1-based) and the id.

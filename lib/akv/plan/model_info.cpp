@@ -79,15 +79,16 @@ nlohmann::json model_info(const std::string& path) {
     if (c.window_of(l)) ++n_local;
     else globals_list += (globals_list.empty() ? "" : ", ") + std::to_string(l);
   }
-  if (n_local) {
+  if (n_local == c.n_layers) {
+    j["attention"] = fmt::format("sliding window of {} tokens in every layer (within it the methods compress every layer; "
+                                 "past it only none and f32 run, holding the window's rows)", widest);
+  } else if (n_local) {
     const bool one = c.n_layers - n_local == 1;
     j["attention"] = fmt::format("global in layer{} {}; sliding window of {} tokens in the other {} (methods compress the "
                                  "global layers; each local layer keeps its window's rows in f16)",
                                  one ? "" : "s", globals_list.empty() ? std::string("none") : globals_list, widest, n_local);
   } else {
-    j["attention"] = c.window ? fmt::format("sliding window of {} tokens in every layer (akv attends to every position, "
-                                            "so a run stops at the window)", c.window)
-                              : std::string("global (causal over every position) in every layer");
+    j["attention"] = "global (causal over every position) in every layer";
   }
   j["rope"] = {{"theta", c.rope_theta},
                {"layout", rope_layout_name(c.rope_layout)},

@@ -143,11 +143,13 @@ PlanBytes one_head(const CompressParams& p, std::size_t head_dim, std::size_t n)
 }  // namespace
 
 PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
-  std::size_t locals = 0, local_rows = 0;
+  std::size_t locals = 0, local_rows = 0, smallest = 0;
   for (const std::size_t w : s.layer_window) {
-    if (w) ++locals, local_rows += std::min(n, w);
+    if (w) ++locals, local_rows += std::min(n, w), smallest = smallest ? std::min(smallest, w) : w;
   }
-  if (locals) {
+  // Every layer local (Mistral): within the window the method holds every layer; past it the
+  // window's rows (only none and f32 run there).
+  if (locals && (locals < s.n_layers || n > smallest)) {
     const GgmlCacheParams* g = m.params ? m.params->ggml() : nullptr;
     if (m.params && (!m.params->head_bits.empty() || (g && !g->head_types.empty()))) {
       throw InvalidInput("per-head bits or cache types index the model's layers: not implemented on a model with "
@@ -279,7 +281,11 @@ std::string PlanReport::to_table() const {
       static_cast<double>(memory - shape.weight_bytes) / 1e9,
       host_memory ? fmt::format("; host {:.2f} GB", static_cast<double>(*host_memory) / 1e9) : std::string());
   const auto locals = std::count_if(shape.layer_window.begin(), shape.layer_window.end(), [](std::size_t w) { return w > 0; });
-  if (locals > 0) {
+  if (static_cast<std::size_t>(locals) == shape.n_layers) {
+    out += fmt::format("every layer attends within a sliding window of {} tokens: costed without windows up to it, as the "
+                       "windows' f16 rows past it (where only none and f32 run)\n",
+                       *std::min_element(shape.layer_window.begin(), shape.layer_window.end()));
+  } else if (locals > 0) {
     out += fmt::format("{} of the {} layers attend within a sliding window of {} tokens: their f16 rows are counted, the "
                        "methods cost the other {}\n",
                        locals, shape.n_layers, *std::max_element(shape.layer_window.begin(), shape.layer_window.end()),

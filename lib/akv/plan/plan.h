@@ -20,13 +20,14 @@ struct PlanShape : KvShape {
   std::uint64_t weight_bytes = 0;  // parameters x bytes per parameter; 0 when unknown
   // Per layer, its sliding window (0: global; empty: every layer global): Gemma 2/3's local
   // layers hold min(n, window) f16 rows (f32 for f32) whatever the method, which is costed over
-  // the global layers only (kv/windowed.h).
+  // the global layers only (kv/windowed.h). A model whose every layer is local (Mistral) is costed
+  // as without windows up to its window, and as the windows' rows past it.
   std::vector<std::size_t> layer_window = {};
 };
 
 // Reads num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size, head_dim,
 // intermediate_size, vocab_size, tie_word_embeddings and torch_dtype from a Hugging Face
-// config.json (or the directory holding it), and Gemma 2/3's layer windows (hf_layer_windows);
+// config.json (or the directory holding it), and the layers' sliding windows (hf_layer_windows);
 // weights = Llama-architecture parameter count x the dtype's bytes (`weight_dtype_bytes` > 0
 // overrides torch_dtype).
 PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes = 0);
