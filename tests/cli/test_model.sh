@@ -281,6 +281,19 @@ for orig in 64 32; do
       "reference ok" "$PY" "$SRC/tests/cli/ref_forward.py" "$TMP/lr$orig" "$TMP/lrd.h5" "$(head -1 "$TMP/p3.txt")"
   done
 done
+# same_nll REF JSON: ref_forward.py's output REF says "reference ok" and its mean NLL equals the
+# first method's mean_nll in the evaluate report JSON within 1e-6 relative.
+same_nll() {
+  "$PY" - "$1" "$2" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().split("\n")
+assert lines[0].startswith("reference ok"), lines
+ref = float(lines[1].split()[-1])
+got = json.load(open(sys.argv[2]))["methods"][0]["mean_nll"]
+assert abs(got - ref) < 1e-6 * abs(ref), (got, ref)
+print("same nll")
+PY
+}
 # Gemma 3 (gemma3_text; a GGUF gemma3 as llama.cpp's converter writes it): layers 0 and 1 local
 # (window 8), layer 2 global, (1 + w) q/k and sandwich norms, GeGLU, embeddings times sqrt(64),
 # final soft-capping 5. Keys and values equal the numpy reference, and 20 tokens decoded through
@@ -301,15 +314,7 @@ for m in "$TMP/g3" "$TMP/g3.gguf" "$TMP/g3q" "$TMP/g2" "$TMP/g2.gguf"; do
   "$AKV" evaluate -q --model "$m" --tokens "$TMP/g3.txt" --prefill 20 --methods none --json -o "$TMP/g3e.json"
   "$PY" "$SRC/tests/cli/ref_forward.py" "$ref" "$TMP/g3d.h5" "$(head -1 "$TMP/g3.txt")" 20 >"$TMP/g3ref.txt" || true
   expect "Gemma from $(basename "$m"): keys, values and the decoded NLL past the window equal the numpy reference" 0 \
-    "same nll" "$PY" - "$TMP/g3ref.txt" "$TMP/g3e.json" <<'PY'
-import json, sys
-lines = open(sys.argv[1]).read().split("\n")
-assert lines[0].startswith("reference ok"), lines
-ref = float(lines[1].split()[-1])
-got = json.load(open(sys.argv[2]))["methods"][0]["mean_nll"]
-assert abs(got - ref) < 1e-6 * abs(ref), (got, ref)
-print("same nll")
-PY
+    "same nll" same_nll "$TMP/g3ref.txt" "$TMP/g3e.json"
 done
 "$AKV" evaluate -q --model "$TMP/g3.gguf" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2,snapkv:budget=0.5:window=4 \
   --json -o "$TMP/g3m.json"
@@ -347,15 +352,7 @@ rm -f "$TMP/g3d.h5" "$TMP/mwe.json"
 "$AKV" evaluate -q --model "$TMP/mw" --tokens "$TMP/g3.txt" --prefill 20 --methods none --json -o "$TMP/mwe.json"
 "$PY" "$SRC/tests/cli/ref_forward.py" "$TMP/mw" "$TMP/g3d.h5" "$(head -1 "$TMP/g3.txt")" 20 >"$TMP/g3ref.txt" || true
 expect "Mistral past its sliding window: keys, values and the decoded NLL equal the numpy reference" 0 "same nll" \
-  "$PY" - "$TMP/g3ref.txt" "$TMP/mwe.json" <<'PY'
-import json, sys
-lines = open(sys.argv[1]).read().split("\n")
-assert lines[0].startswith("reference ok"), lines
-ref = float(lines[1].split()[-1])
-got = json.load(open(sys.argv[2]))["methods"][0]["mean_nll"]
-assert abs(got - ref) < 1e-6 * abs(ref), (got, ref)
-print("same nll")
-PY
+  same_nll "$TMP/g3ref.txt" "$TMP/mwe.json"
 expect_error "Mistral past its sliding window: a method other than none is refused" 1 "only none and f32 run" \
   "$AKV" evaluate -q --model "$TMP/mw" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2 -o "$o/e.txt"
 head -c 30 "$TMP/g3.txt" | awk '{print $1, $2, $3, $4, $5, $6, $7, $8}' >"$TMP/mw8.txt"

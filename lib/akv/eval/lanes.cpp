@@ -13,7 +13,6 @@
 #include "akv/eval/token_metrics.h"
 #include "akv/kv/chunk_cache.h"
 #include "akv/kv/runtime.h"
-#include "akv/kv/windowed.h"
 
 namespace akv {
 namespace {
@@ -152,7 +151,7 @@ PromptLanes prefill_chunked(const Model& model, const std::vector<std::vector<st
                             const std::vector<std::optional<CompressParams>>& methods, const KvGeometry& g,
                             int threads, const PrefillOptions& o) {
   const std::size_t n_methods = methods.size(), N = o.mode.chunk;
-  if (global_layer_count(g.layer_window) != g.layer_window.size()) {
+  if (g.windowed()) {
     throw UsageError("--prefill-mode " + prefill_mode_name(o.mode) +
                          " is not implemented for a model with sliding-window layers (use exact or batch)",
                      {"", "--prefill-mode", prefill_mode_name(o.mode)});

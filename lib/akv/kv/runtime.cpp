@@ -581,7 +581,7 @@ std::size_t prompt_query_rows(const std::optional<CompressParams>& params, std::
 
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads) {
-  if (global_layer_count(g.layer_window) != g.layer_window.size()) {
+  if (g.windowed()) {
     if (params && !params->input_files().empty()) {
       throw UsageError("a method that reads per-layer files is not implemented on a model with sliding-window layers "
                        "(the files index the model's layers, the method's cache holds the global layers only)",

@@ -22,6 +22,7 @@
 // only pre-RoPE keys keep a post-RoPE f32 copy for attention. The f32 rows of the residual
 // window wait there as the quantization source (so that the cache equals `akv compress`).
 // bytes() counts only what the cache format stores.
+#include <algorithm>
 #include <memory>
 #include <optional>
 
@@ -43,6 +44,11 @@ struct KvGeometry : KvShape {
   // The model's sliding windows per layer (ModelConfig::layer_window; empty: none): make_kv_policy
   // then builds the method's cache over the global layers inside a WindowedCache (kv/windowed.h).
   std::vector<std::size_t> layer_window = {};
+
+  // Whether some layer is local (a window that is not 0).
+  bool windowed() const {
+    return std::any_of(layer_window.begin(), layer_window.end(), [](std::size_t w) { return w != 0; });
+  }
 
   // A prompt of n_tokens with queries at its last n_query positions (what the scorers and
   // allocators read).
