@@ -24,7 +24,7 @@ nlohmann::json golden() { return nlohmann::json::parse(std::ifstream(kDir + "/go
 TEST_CASE("tokenizer.json BPE (byte-level and SentencePiece-style): ids and decoded text equal Hugging Face tokenizers",
           "[bpe][tokenizer]") {
   const nlohmann::json g = golden();
-  for (const std::string kind : {"llama3", "gpt2", "qwen2", "spm", "metaspace"}) {
+  for (const std::string kind : {"llama3", "gpt2", "qwen2", "spm", "metaspace", "gemma"}) {
     const Tokenizer t(kDir + "/" + kind + "-tokenizer.json");
     const auto& cases = g["tokenizers"][kind]["cases"];
     REQUIRE(cases.size() == g["texts"].size());
@@ -55,7 +55,23 @@ TEST_CASE("tokenizer.json: what is not read is refused naming the field", "[bpe]
   refused("unigram.json", j, "model.type = Unigram");
   j = base;
   j["model"]["byte_fallback"] = true;
-  refused("spm.json", j, "needs the Prepend + Replace normalizer or a Metaspace");
+  refused("spm.json", j, "needs the [Prepend +] Replace normalizer");
+  // Gemma's layout: the Replace normalizer alone, then a Split at " " or nothing; a Split at a
+  // regex, or the Replace normalizer on a byte-level vocabulary, is not read.
+  const nlohmann::json gemma = nlohmann::json::parse(std::ifstream(kDir + "/gemma-tokenizer.json"));
+  j = gemma;
+  j["pre_tokenizer"]["pattern"] = {{"Regex", "\\s+"}};
+  refused("gemma-regex.json", j, "pre_tokenizer = Split");
+  j = gemma;
+  j["pre_tokenizer"]["invert"] = true;
+  refused("gemma-invert.json", j, "pre_tokenizer = Split");
+  j = base;
+  j["normalizer"] = gemma["normalizer"];
+  refused("replace-bytelevel.json", j, "normalizer.type = Replace");
+  j = gemma;
+  j["pre_tokenizer"] = nullptr;
+  CHECK(Tokenizer(kDir + "/gemma-tokenizer.json").encode("a  b\n\nc") ==
+        (std::ofstream(dir.file("gemma-nopre.json")) << j.dump(), Tokenizer(dir.file("gemma-nopre.json")).encode("a  b\n\nc")));
   j = base;
   j["normalizer"] = {{"type", "Lowercase"}};
   refused("lower.json", j, "normalizer.type = Lowercase");
@@ -95,7 +111,7 @@ TEST_CASE("SentencePiece-style decode: <0xXX> pieces are bytes only when XX is t
 }
 
 TEST_CASE("every tokenizer.json layout refuses text that is not UTF-8, naming the byte offset", "[bpe][tokenizer][bad]") {
-  for (const char* name : {"gpt2", "llama3", "metaspace", "qwen2", "spm"}) {
+  for (const char* name : {"gpt2", "llama3", "metaspace", "qwen2", "spm", "gemma"}) {
     const Tokenizer t(kDir + "/" + name + "-tokenizer.json");
     INFO(name);
     CHECK(!t.encode("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80").empty());  // valid 2-, 3- and 4-byte forms

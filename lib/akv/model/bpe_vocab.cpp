@@ -346,7 +346,7 @@ void BpeVocab::encode_text(const std::string& raw, bool first, std::vector<std::
   if (text.empty()) return;
   std::vector<std::string> pieces;
   if (options_.spaces == Spaces::normalizer) {
-    pieces = {kSpace + replace_spaces(text)};
+    pieces = {(options_.prepend == Prepend::never ? "" : kSpace) + replace_spaces(text)};
   } else if (options_.spaces == Spaces::metaspace) {
     std::string t = replace_spaces(text);
     const bool prepend = options_.prepend == Prepend::always || (options_.prepend == Prepend::first && first);
@@ -448,9 +448,20 @@ std::string BpeVocab::decode(const std::vector<std::int32_t>& ids) const {
     }
   }
   flush();
-  if (!options_.byte_level && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  if (!options_.byte_level && options_.prepend != Prepend::never && !out.empty() && out[0] == ' ') out.erase(0, 1);
   return out;
 }
+
+namespace {
+
+// A Split pre-tokenizer at the literal string " " (any behavior): a no-op on a normalized text
+// without spaces.
+bool split_at_space(const nlohmann::json& pre) {
+  return pre.is_object() && pre.value("type", std::string()) == "Split" && pre.contains("pattern") &&
+         pre["pattern"].is_object() && pre["pattern"].value("String", std::string("?")) == " " && !pre.value("invert", false);
+}
+
+}  // namespace
 
 std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path) {
   std::ifstream in = open_json(path, "tokenizer file");
@@ -465,7 +476,8 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
     o.ignore_merges = model.value("ignore_merges", false);
     o.byte_level = !model.value("byte_fallback", false);
     o.byte_fallback = !o.byte_level;
-    // Normalizer: none, NFC, or SentencePiece's Prepend U+2581 + Replace " " (either order).
+    // Normalizer: none, NFC, SentencePiece's Prepend U+2581 + Replace " " (either order), or the
+    // Replace alone (Gemma: no dummy prefix).
     const nlohmann::json& norm = j.contains("normalizer") ? j["normalizer"] : nlohmann::json();
     if (!norm.is_null()) {
       const std::string type = norm.value("type", std::string("?"));
@@ -477,17 +489,21 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
       };
       if (type == "NFC") {
         o.nfc = true;
+      } else if (type == "Replace" && spm_step(norm) && !o.byte_level) {
+        o.spaces = Spaces::normalizer;
+        o.prepend = Prepend::never;
       } else if (type == "Sequence" && norm.at("normalizers").size() == 2 && spm_step(norm["normalizers"][0]) &&
                  spm_step(norm["normalizers"][1]) &&
                  norm["normalizers"][0]["type"] != norm["normalizers"][1]["type"] && !o.byte_level) {
         o.spaces = Spaces::normalizer;
       } else {
-        throw InvalidInput("normalizer not implemented (akv reads none, NFC, or SentencePiece's Prepend + Replace)",
+        throw InvalidInput("normalizer not implemented (akv reads none, NFC, or SentencePiece's [Prepend +] Replace)",
                            {path, "normalizer.type", type});
       }
     }
     // Pre-tokenizer: byte-level [Split(regex, Isolated)...,] ByteLevel; SentencePiece-style none
-    // (the normalizer placed the U+2581) or Metaspace.
+    // (the normalizer placed the U+2581), Metaspace, or after the normalizer a Split at the string
+    // " " (Gemma's), which finds nothing in a text whose spaces the normalizer replaced.
     const nlohmann::json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
     if (!o.byte_level) {
       if (pre.is_object() && pre.value("type", std::string()) == "Metaspace" && o.spaces == Spaces::none) {
@@ -502,9 +518,9 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
         else if (scheme == "never") o.prepend = Prepend::never;
         else throw InvalidInput("unknown Metaspace prepend_scheme", {path, "pre_tokenizer.prepend_scheme", scheme});
         o.metaspace_split = pre.value("split", true);
-      } else if (!pre.is_null() || o.spaces != Spaces::normalizer) {
-        throw InvalidInput("SentencePiece-style BPE (byte_fallback) needs the Prepend + Replace normalizer or a Metaspace "
-                           "pre-tokenizer", {path, "pre_tokenizer", pre.is_object() ? pre.value("type", std::string("?")) : "null"});
+      } else if (o.spaces != Spaces::normalizer || !(pre.is_null() || split_at_space(pre))) {
+        throw InvalidInput("SentencePiece-style BPE (byte_fallback) needs the [Prepend +] Replace normalizer (then no "
+                           "pre-tokenizer or a Split at \" \") or a Metaspace pre-tokenizer", {path, "pre_tokenizer", pre.is_object() ? pre.value("type", std::string("?")) : "null"});
       }
       if (model.contains("unk_token") && model["unk_token"].is_string()) {
         const auto& v = model.at("vocab");

@@ -1,13 +1,13 @@
 #pragma once
 // BPE as Hugging Face tokenizers runs it, from a tokenizer.json or GGUF lists: byte-level (GPT-2,
-// Llama 3, Qwen2; GGUF tokenizer.ggml.model "gpt2") and SentencePiece-style (Mistral, TinyLlama:
+// Llama 3, Qwen2; GGUF tokenizer.ggml.model "gpt2") and SentencePiece-style (Mistral, TinyLlama, Gemma:
 // U+2581 for spaces, characters as symbols, byte fallback; Options). The text is split at added
 // tokens (longest match first; each is one id), normalized (NFC where the file says so, through
 // ICU), split by the pre-tokenizer's regexes (PCRE2, UTF and Unicode properties; matches and the
 // text between them are pieces), each piece's UTF-8 bytes mapped to GPT-2's printable symbols,
 // then merged: the adjacent pair with the lowest merge rank first (ties: the leftmost; a heap, so
 // a whole text without pre-tokenizer merges in n log n), after a whole piece that is a token is
-// taken as is when ignore_merges is set (Llama 3). Checked against Hugging Face tokenizers on five
+// taken as is when ignore_merges is set (Llama 3). Checked against Hugging Face tokenizers on six
 // layouts (tests/unit/test_bpe.cpp, data/golden/bpe).
 #include <cstdint>
 #include <memory>
@@ -19,10 +19,11 @@ namespace akv {
 
 class BpeVocab {
  public:
-  // How spaces become U+2581 in SentencePiece-style BPE (Mistral, TinyLlama): not at all
-  // (byte-level), by the normalizer (Prepend U+2581 to every non-empty segment, Replace " "), or
-  // by the Metaspace pre-tokenizer (replace, then prepend to the text's first segment or to every
-  // segment unless it starts with U+2581 already; split: cut before every U+2581).
+  // How spaces become U+2581 in SentencePiece-style BPE (Mistral, TinyLlama, Gemma): not at all
+  // (byte-level), by the normalizer (Replace " "; Prepend U+2581 to every non-empty segment unless
+  // prepend is never: Gemma), or by the Metaspace pre-tokenizer (replace, then prepend to the
+  // text's first segment or to every segment unless it starts with U+2581 already; split: cut
+  // before every U+2581). Decoding strips the one leading space a prepend put there.
   enum class Spaces { none, normalizer, metaspace };
   enum class Prepend { always, first, never };
   struct Options {

@@ -31,6 +31,9 @@ const texts = [
   "```cpp\nint main() { return 0; }\n```",
   "<s>begins</s> with <unk> pieces",
   " two  spaces and a trailing one ",
+  "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n",
+  "a\n\n\nb    c\t\td \n \n",
+  "literal \u2581\u2581 pieces and <table> tags",
 ];
 
 const out = {
@@ -38,7 +41,7 @@ const out = {
   texts,
   tokenizers: {},
 };
-for (const kind of ["llama3", "gpt2", "qwen2", "spm", "metaspace"]) {
+for (const kind of ["llama3", "gpt2", "qwen2", "spm", "metaspace", "gemma"]) {
   const tok = Tokenizer.fromFile(join(dir, `${kind}-tokenizer.json`));
   const cases = [];
   for (const t of texts) {

@@ -6,7 +6,13 @@ with its built-in regex) and Qwen2 (NFC normalizer, Split with its regex, no BOS
 vocabulary (the 256 byte symbols, then MERGES merges); and the SentencePiece-style BPE of
 Mistral/TinyLlama (normalizer Prepend and Replace with U+2581, no pre-tokenizer, byte fallback to
 <0xXX> pieces, <s> first) in two spellings: as older files write it (spm) and with the Metaspace
-pre-tokenizer of newer ones (metaspace). Merges are learned here from the repository's docs (as of
+pre-tokenizer of newer ones (metaspace); and Gemma's: a SentencePiece BPE model trained here by
+libsentencepiece with Gemma's settings (no dummy prefix, identity normalization, byte fallback, digits
+split, user-defined pieces such as "\n\n" and U+2581 U+2581; gemma-tokenizer.model) and the
+tokenizer.json that transformers' GemmaConverter makes of it (normalizer Replace " " -> U+2581 alone,
+Split " " merged with the previous piece, merges from the pieces' scores, "\t" for <0x09>, control and
+user-defined pieces as added tokens; a transcription of that converter, v4.5x, as transformers cannot be
+installed here). Merges are learned here from the repository's docs (as of
 commit CORPUS_COMMIT) by plain pair counting; they are only data: how a text is encoded is decided by the reference,
 scripts/dev/golden/bpe_ids.mjs, which runs Hugging Face tokenizers.
 
@@ -16,6 +22,7 @@ import collections
 import json
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -152,6 +159,66 @@ def spm_tokenizer(vocab, merges, kind):
             "pre_tokenizer": pre, "post_processor": post, "decoder": decoder, "model": model}
 
 
+GEMMA_USER = ["<start_of_turn>", "<end_of_turn>", "\n", "\n\n", "\u2581\u2581", "\u2581\u2581\u2581", "<table>"]
+GEMMA_SPECIAL = {"<start_of_turn>", "<end_of_turn>"}  # user-defined pieces GemmaConverter marks special
+
+
+def train_gemma(text, path):
+    """A SentencePiece BPE model with the trainer settings of Gemma's tokenizer.model (ids 0-3
+    <pad> <eos> <bos> <unk>, <mask> a control piece, then the user-defined pieces, the 256 byte
+    pieces, the merges). One thread and relative file names (the model records them): the same
+    bytes on every run."""
+    import os
+    import sentencepiece as spm
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "corpus.txt").write_text(text)
+        cwd = os.getcwd()
+        os.chdir(d)
+        spm.SentencePieceTrainer.train(
+            input="corpus.txt", model_prefix="gemma", model_type="bpe", vocab_size=700,
+            byte_fallback=True, pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>",
+            bos_piece="<bos>", unk_piece="<unk>", control_symbols=["<mask>"], user_defined_symbols=GEMMA_USER,
+            add_dummy_prefix=False, normalization_rule_name="identity", remove_extra_whitespaces=False,
+            split_digits=True, allow_whitespace_only_pieces=True, character_coverage=1.0, max_sentence_length=100000,
+            num_threads=1, minloglevel=2)
+        os.chdir(cwd)
+        path.write_bytes((Path(d) / "gemma.model").read_bytes())
+    return spm.SentencePieceProcessor(model_file=str(path))
+
+
+def gemma_tokenizer(sp):
+    """tokenizer.json as transformers' GemmaConverter writes it for the model sp."""
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    vocab_scores = [(p if p != "<0x09>" else "\t", sp.get_score(i)) for i, p in enumerate(pieces)]
+    vocab_scores[:3] = [("<pad>", 0.0), ("<eos>", 0.0), ("<bos>", 0.0)]
+    vocab = {p: i for i, p in enumerate(pieces)}
+    vocab.setdefault("\t", vocab["<0x09>"])
+    # generate_merges(vocab, vocab_scores): every split of a piece into two pieces, by the piece's
+    # score (highest first), then longer left and right parts first.
+    merges = []
+    for piece, score in dict(vocab_scores).items():
+        local = [(piece[:k], piece[k:], score) for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
+        merges.extend(sorted(local, key=lambda x: (vocab[x[0]], vocab[x[1]])))
+    merges = [[a, b] for a, b, _ in sorted(merges, key=lambda v: (v[2], len(v[0]), len(v[1])), reverse=True)]
+    model = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+             "vocab": {p: i for i, (p, _) in enumerate(vocab_scores)}, "merges": merges}
+    added = [{"id": i, "content": p, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": sp.is_control(i) or sp.is_unknown(i) or p in GEMMA_SPECIAL}
+             for i, p in enumerate(pieces) if sp.is_control(i) or sp.is_unknown(i) or p in GEMMA_USER]
+    post = {"type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "<bos>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<bos>": {"id": "<bos>", "ids": [2], "tokens": ["<bos>"]}}}
+    decoder = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+            "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
+            "post_processor": post, "decoder": decoder, "model": model}
+
+
 def main():
     git = ["git", "-C", str(ROOT)]
     names = subprocess.run(git + ["ls-tree", "--name-only", CORPUS_COMMIT, "docs/"], capture_output=True, text=True,
@@ -167,6 +234,10 @@ def main():
     for kind in ("spm", "metaspace"):
         (OUT / f"{kind}-tokenizer.json").write_text(json.dumps(spm_tokenizer(vocab, merges, kind), ensure_ascii=False) + "\n")
     print(f"SentencePiece-style: {len(vocab)} tokens, {len(merges)} merges")
+    sp = train_gemma(text, OUT / "gemma-tokenizer.model")
+    gemma = gemma_tokenizer(sp)
+    (OUT / "gemma-tokenizer.json").write_text(json.dumps(gemma, ensure_ascii=False) + "\n")
+    print(f"Gemma: {sp.get_piece_size()} pieces, {len(gemma['model']['merges'])} merges")
 
 
 if __name__ == "__main__":
