@@ -34,8 +34,8 @@ inline CLI::Option* add_text_flags(CLI::App* sub, std::string& text, std::size_t
       ->check(CLI::Range(4, 1 << 24));
   sub->add_option("--tokenizer", tokenizer,
                   "Tokenizer of --text and of passkey text mode: `bytes` (UTF-8 bytes as ids 0-255, BOS 256), a "
-                  "SentencePiece tokenizer.model or a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, "
-                  "Qwen2) (default: the model's own: tokenizer.model, else tokenizer.json, in a Hugging Face model "
+                  "SentencePiece tokenizer.model or a Hugging Face tokenizer.json (BPE: byte-level GPT-2, Llama 3, "
+                  "Qwen2; SentencePiece-style Mistral, TinyLlama, Gemma) (default: the model's own: tokenizer.model, else tokenizer.json, in a Hugging Face model "
                   "directory, the vocabulary embedded in a GGUF model (llama or gpt2), or the byte tokenizer when "
                   "its config.json says \"akv_tokenizer\": \"bytes\")");
   return t;

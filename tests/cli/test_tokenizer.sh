@@ -20,6 +20,28 @@ expect "dump --text through the tokenizer.json" 0 "" \
   "$AKV" dump -q --model "$TMP/hf" --text "$TMP/t.txt" --ctx 8 --line 2 --window 4 -o "$TMP/d.h5"
 expect "passkey text mode through tokenizer.json" 0 "passkey \\(text mode\\)" \
   "$AKV" evaluate -q --model "$TMP/hf" --task passkey --lengths 200 --depths 0.5 --trials 1 --methods kivi-4
+# Gemma's two spellings of one vocabulary: the tokenizer.json of a model directory (Hugging Face
+# tokenizers' ids) and the GGUF lists llama.cpp's converter writes (llama.cpp's ids: user-defined
+# pieces taken whole, control pieces left to the text, no space prefix). The dump of a text chunk of
+# exactly BOS + its tokens stores the ids akv used.
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/gemma" --dim 16 --hidden 32 --vocab 700 --heads 2 --kv-heads 1 --layers 2 \
+  --seed 3 --gemma3 --pattern 2 --gguf "$TMP/gemma.gguf" --spm-vocab "$G/gemma-gguf.json"
+cp "$G/gemma-tokenizer.json" "$TMP/gemma/tokenizer.json"
+for i in 6 12 16 17 18; do
+  for form in tokenizer.json gguf; do
+    model=$TMP/gemma
+    want=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['tokenizers']['gemma']['cases'][int(sys.argv[2])]['ids'])" "$G/golden.json" "$i")
+    if [[ $form == gguf ]]; then
+      model=$TMP/gemma.gguf
+      want=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['ids'][int(sys.argv[2])])" "$G/gemma-gguf.json" "$i")
+    fi
+    "$PY" -c "import json, sys; sys.stdout.write(json.load(open(sys.argv[1]))['texts'][int(sys.argv[2])])" "$G/golden.json" "$i" >"$TMP/g$i.txt"
+    n=$("$PY" -c "print(len($want) + 1)")
+    run "$AKV" dump -q --model "$model" --text "$TMP/g$i.txt" --ctx "$n" --window 2 -o "$TMP/g.h5"
+    got=$("$PY" -c "import h5py, sys; print([int(t) for t in h5py.File(sys.argv[1])['tokens'][1:]])" "$TMP/g.h5")
+    expect_equal "Gemma $form, golden text $i: the reference's ids" "$got" "$want"
+  done
+done
 mkdir -p "$TMP/none"
 echo '{"model": {"type": "WordPiece"}}' >"$TMP/wp.json"
 expect_error "a WordPiece tokenizer.json is refused" 2 "model.type = WordPiece" \

@@ -3,7 +3,7 @@
   tiny_hf.py DIR --dim D --hidden H --vocab V --heads Q --kv-heads K --layers L [--seed S] [--tokens FILE N LEN]
              [--qwen3 | --phi3 [--longrope ORIGINAL] | --gemma3 | --gemma2 [--window W] [--pattern P] [--qpas S]
               [--softcap C] [--attn-softcap A]]
-             [--head-dim HD] [--gguf OUT.gguf [--byte-vocab]]
+             [--head-dim HD] [--gguf OUT.gguf [--byte-vocab | --spm-vocab LISTS.json]]
 
 head_dim = D / Q. Norm weights are 1, the rest normal * 0.2 (or --scale). --tokens also writes N
 random token sequences of LEN ids in [1, V) to FILE. --qwen3: model_type qwen3 with per-head
@@ -11,7 +11,10 @@ q_norm / k_norm weights (1 + 0.3 normal), head_dim HD (default D / Q: Qwen3's q_
 than the model), rope_theta 1e6, tied embeddings; --gguf also writes the same f32 weights as a GGUF
 of architecture qwen3 (llama.cpp's tensor names; no permutation: NeoX RoPE) with placeholder
 tokens, or with --byte-vocab (needs --vocab 258) a byte-level BPE vocabulary (GPT-2's byte
-characters, no merges, BOS 256, EOS 257) that llama.cpp and akv both tokenize text with.
+characters, no merges, BOS 256, EOS 257) that llama.cpp and akv both tokenize text with, or with
+--spm-vocab a "llama" vocabulary from the lists of LISTS.json (tokens, scores, token_type,
+bos_token_id, unknown_token_id, add_space_prefix: data/golden/bpe/gemma-gguf.json; --vocab must
+equal its token count).
 --phi3: model_type phi3, the same random weights with q/k/v fused into self_attn.qkv_proj and
 gate/up into mlp.gate_up_proj (GGUF: attn_qkv, and ffn_up holding gate then up), untied
 embeddings (lm_head). --longrope ORIGINAL (with --phi3): Phi-3's longrope, max_position_embeddings
@@ -68,6 +71,7 @@ ap.add_argument("--qpas", type=float)
 ap.add_argument("--softcap", type=float)
 ap.add_argument("--gguf")
 ap.add_argument("--byte-vocab", action="store_true")
+ap.add_argument("--spm-vocab")
 a = ap.parse_args()
 if a.multimodal and (not a.gemma3 or a.gguf):
     ap.error("--multimodal needs --gemma3 and writes no GGUF")
@@ -181,6 +185,15 @@ if a.gguf:
                ("tokenizer.ggml.token_type", gguf.int32s([1] * 256 + [3, 3])), ("tokenizer.ggml.merges", gguf.strings([])),
                ("tokenizer.ggml.bos_token_id", gguf.u32(256)), ("tokenizer.ggml.eos_token_id", gguf.u32(257)),
                ("tokenizer.ggml.add_bos_token", gguf.boolean(True))]
+    elif a.spm_vocab:
+        lists = json.load(open(a.spm_vocab, encoding="utf-8"))
+        assert a.vocab == len(lists["tokens"]), "--spm-vocab needs --vocab equal to its token count"
+        kv += [("tokenizer.ggml.model", gguf.text("llama")), ("tokenizer.ggml.tokens", gguf.strings(lists["tokens"])),
+               ("tokenizer.ggml.scores", (9, struct.pack("<IQ", 6, a.vocab) + struct.pack(f"<{a.vocab}f", *lists["scores"]))),
+               ("tokenizer.ggml.token_type", gguf.int32s(lists["token_type"])),
+               ("tokenizer.ggml.bos_token_id", gguf.u32(lists["bos_token_id"])),
+               ("tokenizer.ggml.unknown_token_id", gguf.u32(lists["unknown_token_id"])),
+               ("tokenizer.ggml.add_space_prefix", gguf.boolean(lists["add_space_prefix"]))]
     else:
         kv += [("tokenizer.ggml.model", gguf.text("llama")), ("tokenizer.ggml.tokens", gguf.strings([f"<t{i}>" for i in range(a.vocab)])),
                ("tokenizer.ggml.scores", (9, struct.pack("<IQ", 6, a.vocab) + struct.pack(f"<{a.vocab}f", *([0.0] * a.vocab)))),

@@ -882,6 +882,41 @@ TEST_CASE("GGUF tokenizer: the Llama 2 vocabulary as GGUF lists encodes as libse
   CHECK_THROWS_WITH(Tokenizer::from_gguf(dir.file("wide.gguf")), Catch::Contains("tokenizer.ggml.bos_token_id = 4294967297"));
 }
 
+TEST_CASE("GGUF llama tokenizer, Gemma's layout: ids equal llama.cpp's on the lists its converter wrote",
+          "[gguf][tokenizer]") {
+  // data/golden/bpe/gemma-gguf.json (scripts/dev/golden/gemma_gguf_ids.sh): no space prefix,
+  // user-defined pieces ("\n\n", runs of spaces, "<table>") taken whole before the merges, control
+  // pieces ("<start_of_turn>") left to the text as llama-perplexity does, byte fallback.
+  const std::string dir = std::string(AKV_SOURCE_DIR) + "/data/golden/bpe";
+  const nlohmann::json gj = nlohmann::json::parse(std::ifstream(dir + "/gemma-gguf.json"));
+  const nlohmann::json texts = nlohmann::json::parse(std::ifstream(dir + "/golden.json"))["texts"];
+  test::TempDir tmp;
+  GgufWriter g;
+  g.str("general.architecture", "gemma3");
+  g.str("tokenizer.ggml.model", "llama");
+  g.strings("tokenizer.ggml.tokens", gj["tokens"].get<std::vector<std::string>>());
+  g.numbers("tokenizer.ggml.scores", 6, gj["scores"].get<std::vector<float>>());
+  g.numbers("tokenizer.ggml.token_type", 5, gj["token_type"].get<std::vector<std::int32_t>>());
+  g.u32("tokenizer.ggml.bos_token_id", gj["bos_token_id"].get<std::uint32_t>());
+  g.u32("tokenizer.ggml.unknown_token_id", gj["unknown_token_id"].get<std::uint32_t>());
+  g.boolean("tokenizer.ggml.add_space_prefix", gj["add_space_prefix"].get<bool>());
+  g.write(tmp.file("gemma.gguf"));
+  const Tokenizer t = Tokenizer::from_gguf(tmp.file("gemma.gguf"));
+  CHECK(t.bos() == 2);
+  REQUIRE(gj["ids"].size() == texts.size());
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const std::string text = texts[i].get<std::string>();
+    INFO("text " << i << ": " << text);
+    const auto want = gj["ids"][i].get<std::vector<std::int32_t>>();
+    CHECK(t.encode(text) == want);
+    std::string spaced;  // a U+2581 of the text decodes as a space (llama.cpp's decoding too)
+    for (std::size_t k = 0; k < text.size(); k += text.compare(k, 3, "\xE2\x96\x81") == 0 ? 3 : 1) {
+      spaced += text.compare(k, 3, "\xE2\x96\x81") == 0 ? ' ' : text[k];
+    }
+    CHECK(t.decode(want) == spaced);
+  }
+}
+
 TEST_CASE("GGUF gpt2 tokenizer: the golden BPE vocabulary as GGUF lists encodes as Hugging Face tokenizers does",
           "[gguf][tokenizer][bpe]") {
   // The Llama 3 layout of data/golden/bpe as llama.cpp's converter writes it: tokens in id order,

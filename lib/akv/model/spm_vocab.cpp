@@ -1,5 +1,6 @@
 #include "akv/model/spm_vocab.h"
 
+#include <algorithm>
 #include <queue>
 
 #include "akv/core/errors.h"
@@ -48,6 +49,10 @@ SpmVocab::SpmVocab(std::vector<std::string> pieces, std::vector<float> scores, s
     const std::string& p = pieces_[i];
     if (types_[i] == normal || types_[i] == user_defined) {
       normal_.emplace(p, static_cast<std::int32_t>(i));
+      if (types_[i] == user_defined && !p.empty()) {
+        user_.emplace_back(p, static_cast<std::int32_t>(i));
+        user_start_[static_cast<unsigned char>(p[0])] = true;
+      }
     } else if (types_[i] == byte) {
       const int hi = p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>' ? hex_digit(p[3]) : -1;
       const int lo = hi >= 0 ? hex_digit(p[4]) : -1;
@@ -55,10 +60,32 @@ SpmVocab::SpmVocab(std::vector<std::string> pieces, std::vector<float> scores, s
       byte_id_[hi * 16 + lo] = static_cast<std::int32_t>(i);
     }
   }
+  std::stable_sort(user_.begin(), user_.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 }
 
 std::vector<std::int32_t> SpmVocab::encode(const std::string& text) const {
-  if (text.empty()) return {};  // no dummy prefix either, as SentencePiece
+  std::vector<std::int32_t> out;
+  std::size_t start = 0, i = 0;
+  while (i < text.size()) {
+    const auto hit = !user_start_[static_cast<unsigned char>(text[i])]
+                         ? user_.end()
+                         : std::find_if(user_.begin(), user_.end(),
+                                        [&](const auto& u) { return text.compare(i, u.first.size(), u.first) == 0; });
+    if (hit == user_.end()) {
+      ++i;
+      continue;
+    }
+    encode_fragment(text.substr(start, i - start), out);
+    out.push_back(hit->second);
+    i += hit->first.size();
+    start = i;
+  }
+  encode_fragment(text.substr(start), out);
+  return out;
+}
+
+void SpmVocab::encode_fragment(const std::string& text, std::vector<std::int32_t>& out) const {
+  if (text.empty()) return;  // no dummy prefix either, as SentencePiece
   std::string s;
   for (char c : (add_space_prefix_ ? " " : "") + text) {
     if (c == ' ') s += kSpace;
@@ -74,7 +101,6 @@ std::vector<std::int32_t> SpmVocab::encode(const std::string& text) const {
     sym.push_back({static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, i, len});
     i += len;
   }
-  if (sym.empty()) return {};
   sym.back().next = -1;
   struct Pair {
     float score;
@@ -103,7 +129,6 @@ std::vector<std::int32_t> SpmVocab::encode(const std::string& text) const {
     consider(l.prev, p.left);
     consider(p.left, l.next);
   }
-  std::vector<std::int32_t> out;
   for (int i = 0; i >= 0; i = sym[static_cast<std::size_t>(i)].next) {
     const Sym& x = sym[static_cast<std::size_t>(i)];
     const std::string piece = s.substr(x.start, x.len);
@@ -117,7 +142,6 @@ std::vector<std::int32_t> SpmVocab::encode(const std::string& text) const {
       else if (unk_ >= 0) out.push_back(unk_);
     }
   }
-  return out;
 }
 
 std::string SpmVocab::decode(const std::vector<std::int32_t>& ids) const {
