@@ -38,7 +38,7 @@ TEST_CASE("plan's bytes of a model with sliding-window layers equal the windowed
   const KvShape kv{L, H, KV, D, 10000.0, RopeLayout::rotate_half, ""};
   PlanShape shape{kv, "t", 0};
   shape.layer_window = {5, 0, 40};
-  const KvGeometry g{kv, 4096, 0, shape.layer_window};
+  const KvGeometry g{shape.kv_shape(), 4096, 0};
   for (std::size_t n : {30, 300}) {
     const auto q = random_layers(L, H, n, D, 1), k = random_layers(L, KV, n, D, 2), v = random_layers(L, KV, n, D, 3);
     for (const std::string spec : {"f32", "none", "kivi-2", "snapkv:budget=0.5:window=8", "ggml:k=q4_0:v=q8_0"}) {
@@ -61,7 +61,7 @@ TEST_CASE("plan's bytes of a model with sliding-window layers equal the windowed
   const auto q = random_layers(L, H, n, D, 4), k = random_layers(L, KV, n, D, 5), v = random_layers(L, KV, n, D, 6);
   for (const std::string spec : {"f32", "none"}) {
     const PlanMethod m = method(spec);
-    auto cache = make_kv_policy(m.params, KvGeometry{kv, 4096, 0, all.layer_window});
+    auto cache = make_kv_policy(m.params, KvGeometry{all.kv_shape(), 4096, 0});
     cache->ingest_prompt({&q, &k, &k, &v, n});
     CHECK(plan_bytes(all, m, n).device == static_cast<double>(cache->bytes()));
   }

@@ -57,7 +57,7 @@ std::vector<std::int32_t> tokens(std::size_t n, std::uint64_t seed) {
   return t;
 }
 
-KvGeometry geometry(const Model& m) { return {m.config().kv_shape(), m.config().seq_len, m.config().dim, m.config().layer_window}; }
+KvGeometry geometry(const Model& m) { return {m.config().kv_shape(), m.config().seq_len, m.config().dim}; }
 
 // max |a - b| over positions [from, n) of the prefill's logits and the decoded rows, and the
 // largest |logit| there.

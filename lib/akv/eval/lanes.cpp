@@ -202,8 +202,10 @@ PromptLanes prefill_chunked(const Model& model, const std::vector<std::vector<st
 KvGeometry run_geometry(const ModelConfig& c, std::size_t max_positions,
                         const std::vector<std::optional<CompressParams>>& methods) {
   KvGeometry g{c.kv_shape(), max_positions, c.dim};
-  if (!c.windowed_run(max_positions)) return g;
-  g.layer_window = c.layer_window;
+  if (!c.windowed_run(max_positions)) {
+    g.layer_window.clear();  // within every window: full attention, methods over every layer
+    return g;
+  }
   if (!c.all_local()) return g;
   for (const auto& m : methods) {
     if (m && (m->quantized() || m->rotate != RotationKind::none || !std::holds_alternative<QuantizeOnly>(m->mode) ||

@@ -591,7 +591,7 @@ std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& pa
     globals.n_layers = global_layer_count(g.layer_window);
     globals.layer_window.clear();
     globals.rope_variant = g.global_rope_variant();
-    return std::make_unique<WindowedCache>(make_kv_policy(params, globals, threads), g.kv_shape(), g.layer_window,
+    return std::make_unique<WindowedCache>(make_kv_policy(params, globals, threads), g.kv_shape(),
                                            params ? DenseType::f16 : DenseType::f32);
   }
   if (params && params->tiered()) return make_tiered_policy(*params, g);

@@ -41,14 +41,8 @@ struct KvGeometry : KvShape {
   // The model's attention input width (its hidden size; 0 without a model): kvzap's surrogate
   // scores decoded tokens from inputs of this width (threshold eviction while decoding).
   std::size_t input_dim = 0;
-  // The model's sliding windows per layer (ModelConfig::layer_window; empty: none): make_kv_policy
-  // then builds the method's cache over the global layers inside a WindowedCache (kv/windowed.h).
-  std::vector<std::size_t> layer_window = {};
-
-  // Whether some layer is local (a window that is not 0).
-  bool windowed() const {
-    return std::any_of(layer_window.begin(), layer_window.end(), [](std::size_t w) { return w != 0; });
-  }
+  // With local layers (KvShape::layer_window; windowed()) make_kv_policy builds the method's cache
+  // over the global layers inside a WindowedCache (kv/windowed.h).
 
   // A prompt of n_tokens with queries at its last n_query positions (what the scorers and
   // allocators read).

@@ -11,19 +11,18 @@ std::size_t global_layer_count(const std::vector<std::size_t>& layer_window) {
   return static_cast<std::size_t>(std::count(layer_window.begin(), layer_window.end(), std::size_t{0}));
 }
 
-WindowedCache::WindowedCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape, std::vector<std::size_t> layer_window,
-                             DenseType type)
-    : inner_(std::move(inner)), shape_(shape), window_(std::move(layer_window)), type_(type) {
-  if (window_.size() != shape_.n_layers) throw std::logic_error("WindowedCache: a window per layer");
+WindowedCache::WindowedCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape, DenseType type)
+    : inner_(std::move(inner)), shape_(shape), type_(type) {
+  if (shape_.layer_window.size() != shape_.n_layers) throw std::logic_error("WindowedCache: a window per layer");
   std::size_t globals = 0, locals = 0;
-  for (const std::size_t w : window_) slot_.push_back(w ? locals++ : globals++);
+  for (const std::size_t w : shape_.layer_window) slot_.push_back(w ? locals++ : globals++);
   rows_.resize(locals * shape_.n_kv_heads);
 }
 
 void WindowedCache::push(std::size_t layer, std::size_t h, const float* key, const float* value, std::size_t n,
                          std::size_t pos, std::size_t newest) {
   Rows& r = rows(layer, h);
-  const std::size_t hd = shape_.head_dim, w = window_[layer];
+  const std::size_t hd = shape_.head_dim, w = shape_.layer_window[layer];
   if (type_ == DenseType::f32) {
     r.key.insert(r.key.end(), key, key + n * hd);
     r.value.insert(r.value.end(), value, value + n * hd);
@@ -58,7 +57,7 @@ void WindowedCache::ingest_prompt(const PromptKv& prompt) {
   std::vector<std::size_t> global_of;  // inner layer -> model layer
   for (std::size_t l = 0; l < shape_.n_layers; ++l) {
     if (local(l)) {
-      const std::size_t keep = std::min(n, window_[l]);
+      const std::size_t keep = std::min(n, shape_.layer_window[l]);
       for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
         push(l, h, (*prompt.key)[l].row(h, n - keep), (*prompt.value)[l].row(h, n - keep), keep, n - keep, n - 1);
       }
@@ -88,7 +87,7 @@ void WindowedCache::ingest_prompt_layer(std::size_t layer, const LayerKv& kv) {
     inner_->ingest_prompt_layer(slot_[layer], kv);
     return;
   }
-  const std::size_t n = kv.key->dim1(), keep = std::min(n, window_[layer]);
+  const std::size_t n = kv.key->dim1(), keep = std::min(n, shape_.layer_window[layer]);
   for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
     push(layer, h, kv.key->row(h, n - keep), kv.value->row(h, n - keep), keep, n - keep, n - 1);
   }

@@ -1,5 +1,5 @@
 #pragma once
-// The cache of a model with sliding-window layers (Gemma 2 and 3's local layers, ModelConfig::layer_window):
+// The cache of a model with sliding-window layers (Gemma 2 and 3's local layers, KvShape::layer_window):
 // a local layer of window w keeps only the rows attention reads - after the token at position p is
 // appended, positions p - w + 1 .. p - as dense rows in the method's row type (f32 for the exact
 // cache, f16 for every method: local layers are left uncompressed, as engines keep them, and their
@@ -17,11 +17,10 @@ namespace akv {
 
 class WindowedCache : public KvPolicy {
  public:
-  // `inner`: the method's cache over the global layers (shape.n_layers of them counted out of
-  // layer_window's zeros); layer_window: per layer of the model, its window or 0 (global); `type`:
-  // the local layers' rows (DenseType::f32 or f16).
-  WindowedCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape, std::vector<std::size_t> layer_window,
-                DenseType type);
+  // `inner`: the method's cache over the global layers (those of shape.layer_window's zeros);
+  // shape: the model's, with a window (or 0: global) per layer; `type`: the local layers' rows
+  // (DenseType::f32 or f16).
+  WindowedCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape, DenseType type);
 
   void ingest_prompt(const PromptKv& prompt) override;
   void append(std::size_t layer, const float* key, const float* key_pre_rope, const float* value,
@@ -57,7 +56,7 @@ class WindowedCache : public KvPolicy {
     std::vector<std::int32_t> position;
     std::size_t first = 0;  // rows before it have left the window
   };
-  bool local(std::size_t layer) const { return window_[layer] != 0; }
+  bool local(std::size_t layer) const { return shape_.layer_window[layer] != 0; }
   Rows& rows(std::size_t layer, std::size_t h) { return rows_[slot_[layer] * shape_.n_kv_heads + h]; }
   const Rows& rows(std::size_t layer, std::size_t h) const { return rows_[slot_[layer] * shape_.n_kv_heads + h]; }
   // Appends n rows [n, hd] at positions pos.. of a local layer's head, then drops what left the
@@ -68,7 +67,6 @@ class WindowedCache : public KvPolicy {
 
   std::unique_ptr<KvPolicy> inner_;
   KvShape shape_;
-  std::vector<std::size_t> window_;  // per layer
   std::vector<std::size_t> slot_;    // per layer: its index among the global layers or the local ones
   DenseType type_;
   std::vector<Rows> rows_;           // [local slot * n_kv_heads + head]

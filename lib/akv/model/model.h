@@ -31,12 +31,8 @@ struct ModelConfig : KvShape {
   RopeScaling rope_scaling;    // Hugging Face rope_scaling (none for llama2.c)
   std::size_t rotary_dim = 0;  // dims of each head that RoPE rotates; 0 = head_dim
   std::string tokenizer;  // "bytes" when config.json says "akv_tokenizer": "bytes"
-  // Per layer, the window of a local (sliding-window) layer - position p attends to positions
-  // p - w + 1 .. p - or 0 for a global layer; empty: every layer global. Gemma 2/3 mix both kinds;
-  // Mistral (and Qwen2/3, Phi-3 with a sliding window) have every layer local. The prefill masks
-  // the windows; a run that needs it (windowed_run) decodes through kv/windowed.h's cache, which
-  // keeps local layers to their window's rows.
-  std::vector<std::size_t> layer_window;
+  // KvShape::layer_window: the prefill masks the windows; a run that needs it (windowed_run)
+  // decodes through kv/windowed.h's cache, which keeps local layers to their window's rows.
   // RoPE base of the local layers, which rotate without rope_scaling (Gemma 3's
   // rope_local_base_freq); 0: every layer rotates with rope_theta and rope_scaling.
   double rope_theta_local = 0;
@@ -55,17 +51,6 @@ struct ModelConfig : KvShape {
   // Gemma 2's attention logit soft-capping of the scaled scores, s -> c * tanh(s / c); 0: none.
   float attn_softcap = 0;
 
-  // Whether layer l attends within a window, and its window (0 when global).
-  std::size_t window_of(std::size_t l) const { return layer_window.empty() ? 0 : layer_window[l]; }
-  // Whether every layer attends within a window (Mistral), and the smallest window (0: none).
-  bool all_local() const {
-    return !layer_window.empty() && std::find(layer_window.begin(), layer_window.end(), 0) == layer_window.end();
-  }
-  std::size_t smallest_window() const {
-    std::size_t w = 0;
-    for (const std::size_t x : layer_window) w = x && (!w || x < w) ? x : w;
-    return w;
-  }
   // Whether a run reaching `positions` positions decodes through the windowed cache: a model
   // with local and global layers always (methods compress the global layers only), a model whose
   // every layer is local once the run passes its smallest window (within it, windowed attention

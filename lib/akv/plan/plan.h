@@ -18,11 +18,10 @@ namespace akv {
 struct PlanShape : KvShape {
   std::string name;
   std::uint64_t weight_bytes = 0;  // parameters x bytes per parameter; 0 when unknown
-  // Per layer, its sliding window (0: global; empty: every layer global): Gemma 2/3's local
-  // layers hold min(n, window) f16 rows (f32 for f32) whatever the method, which is costed over
-  // the global layers only (kv/windowed.h). A model whose every layer is local (Mistral) is costed
-  // as without windows up to its window, and as the windows' rows past it.
-  std::vector<std::size_t> layer_window = {};
+  // KvShape::layer_window: Gemma 2/3's local layers hold min(n, window) f16 rows (f32 for f32)
+  // whatever the method, which is costed over the global layers only (kv/windowed.h). A model
+  // whose every layer is local (Mistral) is costed as without windows up to its window, and as the
+  // windows' rows past it.
 };
 
 // Reads num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size, head_dim,

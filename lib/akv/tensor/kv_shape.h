@@ -4,8 +4,10 @@
 // dumps (SynthOptions) extend it, so a shape passes between them as one value. KvWindow adds a
 // sequence and its observation window: what the scorers and allocators read, from a dump or
 // from a prompt inside the model.
+#include <algorithm>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "akv/tensor/rope.h"
 
@@ -32,7 +34,28 @@ struct KvShape {
     return rope_variant.substr(0, at >= 2 ? at - 2 : 0);  // the ", " before it
   }
 
+  // Per layer, the window of a local (sliding-window) layer - position p attends to positions
+  // p - w + 1 .. p - or 0 for a global layer; empty: every layer global. Gemma 2/3 mix both kinds;
+  // Mistral (and Qwen2/3, Phi-3 with a sliding window) have every layer local. Models read it from
+  // their files, dumps record it (formats.md), runtime caches keep local layers to their window
+  // (kv/windowed.h), plans cost them so.
+  std::vector<std::size_t> layer_window = {};
+
   std::size_t group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
+  // Layer l's window (0 when global).
+  std::size_t window_of(std::size_t l) const { return layer_window.empty() ? 0 : layer_window[l]; }
+  // Whether some layer is local; whether every layer is (Mistral); the smallest window (0: none).
+  bool windowed() const {
+    return std::any_of(layer_window.begin(), layer_window.end(), [](std::size_t w) { return w != 0; });
+  }
+  bool all_local() const {
+    return !layer_window.empty() && std::find(layer_window.begin(), layer_window.end(), 0) == layer_window.end();
+  }
+  std::size_t smallest_window() const {
+    std::size_t w = 0;
+    for (const std::size_t x : layer_window) w = x && (!w || x < w) ? x : w;
+    return w;
+  }
   KvShape& kv_shape() { return *this; }
   const KvShape& kv_shape() const { return *this; }
 };
