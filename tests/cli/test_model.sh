@@ -326,6 +326,19 @@ for m in r["methods"]:
     assert m["mean_nll"] > 0 and m["cache_bytes"] > 0, m
 print("windows counted")
 PY
+# A dump records its local layers' windows; past a window the offline commands refuse it, within
+# every window it reads as global layers.
+"$AKV" dump -q --model "$TMP/g3.gguf" --tokens "$TMP/g3.txt" -o "$TMP/g3w.h5" >/dev/null
+expect "info on a Gemma 3 dump: the windows it records" 0 "windows +global in layer 2; 8 tokens in layers 0 1" \
+  "$AKV" info "$TMP/g3w.h5"
+expect_error "compress over a window shorter than the dump is refused, naming the layer" 2 \
+  "layer 0 attends within 8 of the 40 tokens.*/layers/0.sliding_window = 8" \
+  "$AKV" compress "$TMP/g3w.h5" -o "$o/c.h5" --method kivi-4
+expect_error "calibrate over a window shorter than the dump is refused" 2 "calibration over a sliding-window layer" \
+  "$AKV" calibrate "$TMP/g3w.h5" -o "$o/c.json"
+awk '{print $1, $2, $3, $4, $5, $6, $7, $8}' "$TMP/g3.txt" >"$TMP/g3_8.txt"
+"$AKV" dump -q --model "$TMP/g3.gguf" --tokens "$TMP/g3_8.txt" --window 4 -o "$TMP/g3w8.h5" >/dev/null
+expect "compress a dump within every window" 0 "wrote" "$AKV" compress "$TMP/g3w8.h5" -o "$TMP/g3w8c.h5" --method kivi-4
 expect "info on a Gemma 3 GGUF: the global and the local layers, KV bytes with the windows" 0 \
   "global in layer 2; sliding window of 8 tokens in the other 2" "$AKV" info "$TMP/g3.gguf"
 # Gemma 3's multimodal checkpoint (Gemma3ForConditionalGeneration): text_config and the language

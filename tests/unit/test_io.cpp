@@ -138,6 +138,41 @@ TEST_CASE("dump round trip for every storage type", "[io][dump]") {
   }
 }
 
+TEST_CASE("sliding windows: recorded per local layer, read back, checked against the tokens", "[io][dump]") {
+  test::TempDir dir;
+  DumpMeta m = small_meta();  // 40 tokens
+  m.layer_window = {0, 16};
+  {
+    DumpWriter w(dir.file("w.h5"), m, {});
+    for (std::size_t l = 0; l < m.n_layers; ++l) {
+      w.write(l, DumpField::key, 0, filled(m.n_kv_heads, m.n_tokens, m.head_dim, l, 0));
+      w.write(l, DumpField::value, 0, filled(m.n_kv_heads, m.n_tokens, m.head_dim, l, 1));
+      w.write(l, DumpField::query, 0, filled(m.n_heads, m.n_query, m.head_dim, l, 2));
+    }
+    w.commit();
+  }
+  {
+    const DumpReader r(dir.file("w.h5"));
+    CHECK(r.meta().layer_window == std::vector<std::size_t>{0, 16});
+    CHECK_THROWS_WITH(require_windows_hold_tokens(r.meta(), "w.h5", "compression"),
+                      Catch::Contains("layer 1 attends within 16 of the 40 tokens") &&
+                          Catch::Contains("(w.h5: /layers/1.sliding_window = 16)"));
+  }
+  m.layer_window = {0, 40};  // a window that holds every token: global
+  CHECK_NOTHROW(require_windows_hold_tokens(m, "w.h5", "compression"));
+  // Dumps without windows read as before; a window that is not positive is refused.
+  write_small(dir.file("plain.h5"), DType::f32);
+  CHECK(DumpReader(dir.file("plain.h5")).meta().layer_window.empty());
+  {
+    Editor e(dir.file("w.h5"));
+    const h5::Group g(H5Gopen2(e.file.get(), "/layers/1", H5P_DEFAULT));
+    h5::write_attr_int(g.get(), "sliding_window", 0);
+  }
+  CHECK_THAT(error_of<InvalidInput>(dir.file("w.h5")), Catch::Contains("/layers/1.sliding_window = 0"));
+  m.layer_window = {16};  // one window for two layers
+  CHECK_THROWS_AS(DumpWriter(dir.file("x.h5"), m, {}), InvalidInput);
+}
+
 TEST_CASE("f16 dumps store exactly the f16 rounding", "[io][dump]") {
   test::TempDir dir;
   const std::string path = dir.file("d.h5");

@@ -178,6 +178,7 @@ std::optional<TokenScores> dump_given_scores(const DumpReader& dump, const Evict
 
 EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int threads,
                            const ProgressFn& progress) {
+  require_windows_hold_tokens(dump.meta(), dump.path(), "eviction planning");
   // A budgets file may bring CriticalKV with its parameters: W_o whenever the dump has it.
   const bool out_proj = p.critical || dump.has_out_proj();
   const std::optional<TokenScores> given = dump_given_scores(dump, p);

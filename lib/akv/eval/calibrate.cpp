@@ -279,6 +279,7 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   for (const auto& path : dumps) {
     DumpReader r(path);
     const DumpMeta& m = r.meta();
+    require_windows_hold_tokens(m, path, "calibration");
     const bool zap = r.has_matrix(DumpMatrix::attn_input) && r.has_matrix(DumpMatrix::kvzip_plus);
     if (zap && st.kvzap && input_dim && r.input_dim() != input_dim) {
       throw InvalidInput("dumps with attention inputs of different widths", {path, "attn_input.shape[1]", std::to_string(r.input_dim())});

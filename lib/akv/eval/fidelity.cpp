@@ -219,6 +219,7 @@ FidelityReport evaluate_cache(const std::string& dump_path, const std::string& c
   DumpReader dump(dump_path);
   CacheReader cache(cache_path);
   const DumpMeta& m = dump.meta();
+  require_windows_hold_tokens(m, dump_path, "fidelity evaluation");
   if (verify_hash) {
     check_cache_matches_dump(cache, dump);
   } else if (cache.meta().n_layers != m.n_layers || cache.meta().n_kv_heads != m.n_kv_heads ||

@@ -68,6 +68,19 @@ void write_shape_attrs(hid_t root, const DumpMeta& dm) {
 }
 
 
+void require_windows_hold_tokens(const DumpMeta& m, const std::string& file, const std::string& what) {
+  for (std::size_t l = 0; l < m.n_layers; ++l) {
+    const std::size_t w = m.window_of(l);
+    if (w && w < m.n_tokens) {
+      throw InvalidInput(what + " over a sliding-window layer shorter than the dump is not implemented (layer " +
+                             std::to_string(l) + " attends within " + std::to_string(w) + " of the " +
+                             std::to_string(m.n_tokens) + " tokens; a dump of at most " + std::to_string(m.smallest_window()) +
+                             " tokens reads as global layers, akv evaluate --model runs the methods on the model)",
+                         {file, "/layers/" + std::to_string(l) + ".sliding_window", std::to_string(w)});
+    }
+  }
+}
+
 std::string dump_field_name(DumpField f) {
   switch (f) {
     case DumpField::key: return "key";
@@ -123,6 +136,7 @@ DumpReader::DumpReader(std::string path) : path_(std::move(path)) {
   read_meta();
   // Layers are added as their groups validate: a declared n_layers allocates nothing by itself.
   for (std::size_t l = 0; l < meta_.n_layers; ++l) read_layer_info(l);
+  if (!meta_.layer_window.empty()) meta_.layer_window.resize(meta_.n_layers, 0);
   read_optional_vectors();
 }
 
@@ -147,6 +161,17 @@ void DumpReader::read_layer_info(std::size_t l) {
   const std::string group = "/layers/" + std::to_string(l);
   if (!h5::link_exists(file_.get(), group)) throw InvalidInput("missing layer group", {f, group});
   DumpLayerInfo& info = layers_.emplace_back();
+  {
+    const h5::Group g(H5Gopen2(file_.get(), group.c_str(), H5P_DEFAULT));
+    if (!g.valid()) throw CorruptData("cannot open the layer group", {f, group});
+    if (h5::attr_exists(g.get(), "sliding_window")) {
+      const std::string field = group + ".sliding_window";
+      const std::int64_t w = h5::read_attr_int(g.get(), "sliding_window", f, field);
+      if (w <= 0) throw InvalidInput("a layer's sliding window must be positive (absent: a global layer)", {f, field, std::to_string(w)});
+      meta_.layer_window.resize(l + 1, 0);
+      meta_.layer_window[l] = static_cast<std::size_t>(w);
+    }
+  }
 
   auto check = [&](DumpField field, DumpDatasetInfo& out, std::size_t d0, const char* d0_name,
                    const char* d0_meta, std::size_t d1, const char* d1_name) {
@@ -477,7 +502,8 @@ DumpWriter::DumpWriter(std::string path, DumpMeta meta, DumpWriteOptions options
   const DumpMeta& dm = m.meta;
   if (dm.n_layers == 0 || dm.n_heads == 0 || dm.n_kv_heads == 0 || dm.head_dim == 0 ||
       dm.n_tokens == 0 || dm.n_query == 0 || dm.n_query > dm.n_tokens ||
-      dm.n_heads % dm.n_kv_heads != 0 || dm.head_dim % 2 != 0) {
+      dm.n_heads % dm.n_kv_heads != 0 || dm.head_dim % 2 != 0 ||
+      (!dm.layer_window.empty() && dm.layer_window.size() != dm.n_layers)) {
     throw InvalidInput("inconsistent dump shape", {m.out.path(), "meta", ""});
   }
   if (options.gzip < 0 || options.gzip > 9) {
@@ -492,7 +518,8 @@ DumpWriter::DumpWriter(std::string path, DumpMeta meta, DumpWriteOptions options
   write_shape_attrs(root, dm);
   m.written.assign(dm.n_layers, std::vector<std::size_t>(Impl::kMatrixSlot + 3, 0));
   for (std::size_t l = 0; l < dm.n_layers; ++l) {
-    h5::create_group(root, "/layers/" + std::to_string(l));
+    const h5::Group g = h5::create_group(root, "/layers/" + std::to_string(l));
+    if (dm.window_of(l)) h5::write_attr_int(g.get(), "sliding_window", static_cast<std::int64_t>(dm.window_of(l)));
     for (DumpField f : m.fields()) m.create_dataset(l, f);
   }
 }

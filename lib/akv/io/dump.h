@@ -55,6 +55,13 @@ struct DumpMeta : KvWindow {
 void read_shape_attrs(hid_t root, const std::string& file, DumpMeta& meta);
 void write_shape_attrs(hid_t root, const DumpMeta& meta);
 
+// A dump of a model with sliding-window layers records each local layer's window
+// (/layers/L.sliding_window; KvShape::layer_window). Where a window holds fewer positions than the
+// dump's tokens, that layer's queries see only their window, which the offline commands do not
+// model: `what` (compression, calibration, ...) is refused, InvalidInput naming the file, the
+// layer's attribute and its window. A dump no longer than every window reads as global layers.
+void require_windows_hold_tokens(const DumpMeta& meta, const std::string& file, const std::string& what);
+
 enum class DumpField { key, value, query, key_pre_rope, key_fisher, value_fisher };
 // "key", "value", "query", "key_pre_rope", "key_fisher", "value_fisher"
 std::string dump_field_name(DumpField f);

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -79,6 +80,8 @@ nlohmann::json inspect_dump(const std::string& path, bool stats) {
   j["head_dim"] = m.head_dim;
   j["rope_theta"] = m.rope_theta;
   j["rope_layout"] = rope_layout_name(m.rope_layout);
+  if (!m.rope_variant.empty()) j["rope_variant"] = m.rope_variant;
+  if (m.windowed()) j["layer_window"] = m.layer_window;  // 0: a global layer
   j["n_tokens"] = m.n_tokens;
   j["n_query"] = m.n_query;
   // Size of the K/V cache stored as f16: the reference point for compression ratios.
@@ -153,8 +156,20 @@ std::string render_dump(const nlohmann::json& j) {
   line("heads", fmt::format("{} query / {} kv (group {})", j["n_heads"].get<std::size_t>(),
                             j["n_kv_heads"].get<std::size_t>(), j["group_size"].get<std::size_t>()));
   line("head_dim", std::to_string(j["head_dim"].get<std::size_t>()));
-  line("rope", fmt::format("theta {} {}", j["rope_theta"].get<double>(),
-                           j["rope_layout"].get<std::string>()));
+  line("rope", fmt::format("theta {} {}{}", j["rope_theta"].get<double>(), j["rope_layout"].get<std::string>(),
+                           j.contains("rope_variant") ? " (" + j["rope_variant"].get<std::string>() + ")" : ""));
+  if (j.contains("layer_window")) {
+    std::map<std::size_t, std::vector<std::string>> layers;  // window -> its layers
+    for (std::size_t l = 0; l < j["layer_window"].size(); ++l) {
+      layers[j["layer_window"][l].get<std::size_t>()].push_back(std::to_string(l));
+    }
+    std::string s;
+    for (const auto& [w, ls] : layers) {
+      const std::string which = fmt::format("{} {}", ls.size() > 1 ? "layers" : "layer", fmt::join(ls, " "));
+      s += (s.empty() ? "" : "; ") + (w ? fmt::format("{} tokens in {}", w, which) : "global in " + which);
+    }
+    line("windows", s);
+  }
   line("tokens", fmt::format("{} ({} window queries)", j["n_tokens"].get<std::size_t>(),
                              j["n_query"].get<std::size_t>()));
   line("on disk", fmt::format("{} ({} bytes)", bytes_human(j["bytes_on_disk"].get<double>()),

@@ -81,6 +81,7 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
                              const Shard& shard) {
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
+  require_windows_hold_tokens(m, dump_path, "compression");
   const TieredParams& t = *params.tiered();
   validate_tiered(t, m.head_dim);
   MemoryReport report = empty_report(dump_path, dump, params);
@@ -137,6 +138,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   }
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
+  require_windows_hold_tokens(m, dump_path, "compression");
   if (const GgmlCacheParams* g = params.ggml()) {
     if (g->types.empty()) {  // per-head types: checked head by head by the cache
       check_ggml_head_dim(ggml_cache_type(g->key, m.head_dim, dump_path, "head_dim (ggml k=" + g->key + ")"), m.head_dim, dump_path, "head_dim (ggml k=" + g->key + ")");

@@ -147,6 +147,7 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
                               const ProgressFn& progress) {
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
+  require_windows_hold_tokens(m, dump_path, "the joint allocation");
   const std::size_t L = m.n_layers, H = m.n_kv_heads, T = m.n_tokens, d = m.head_dim, W = o.window;
   const std::vector<JointChoice> choice = plan_joint(
       m,
