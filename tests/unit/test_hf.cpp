@@ -280,6 +280,19 @@ TEST_CASE("HF config: defaults, derived fields and typed errors naming the field
   CHECK(!c.max_position_embeddings);
   CHECK(c.rope_scaling.is_null());
   CHECK_THROWS_AS(read_hf_config(f, {"qwen2"}), InvalidInput);  // model_type not accepted
+  CHECK(!c.attn_logit_softcapping);  // absent: the model's default
+  {
+    nlohmann::json capped = cfg;  // Gemma 2's caps: null turns one off, a number sets it
+    capped["attn_logit_softcapping"] = nullptr;
+    capped["final_logit_softcapping"] = 12.5;
+    std::ofstream(f) << capped.dump();
+    const HfConfig g = read_hf_config(f);
+    CHECK(g.attn_logit_softcapping == 0.0);
+    CHECK(g.final_logit_softcapping == 12.5);
+    capped["final_logit_softcapping"] = -1;
+    std::ofstream(f) << capped.dump();
+    CHECK_THROWS_WITH(read_hf_config(f), Catch::Contains("final_logit_softcapping = -1"));
+  }
   cfg["rope_theta"] = "big";
   std::ofstream(f) << cfg.dump();
   try {

@@ -45,6 +45,13 @@ std::optional<double> optional_positive_real(const json& j, const char* key, con
   return v;
 }
 
+// A soft-capping field: absent (the model's default applies), null (0: none, as transformers reads
+// None) or a positive number.
+std::optional<double> optional_cap(const json& j, const char* key, const std::string& file) {
+  if (j.contains(key) && j[key].is_null()) return 0.0;
+  return optional_positive_real(j, key, file);
+}
+
 // rope_scaling: {"rope_type" (or "type"): default | linear | dynamic | llama3 | yarn, "factor", ...}.
 // longrope's factor lists: rotary_dim / 2 positive finite numbers.
 std::vector<float> factor_list(const json& r, const char* key, std::size_t n, const std::string& file) {
@@ -265,8 +272,8 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
   c.sliding_window_pattern = optional_positive(j, "sliding_window_pattern", file);
   c.rope_local_base_freq = optional_positive_real(j, "rope_local_base_freq", file);
   c.query_pre_attn_scalar = optional_positive_real(j, "query_pre_attn_scalar", file);
-  c.final_logit_softcapping = optional_positive_real(j, "final_logit_softcapping", file);
-  c.attn_logit_softcapping = optional_positive_real(j, "attn_logit_softcapping", file);
+  c.final_logit_softcapping = optional_cap(j, "final_logit_softcapping", file);
+  c.attn_logit_softcapping = optional_cap(j, "attn_logit_softcapping", file);
   c.hidden_activation = typed<std::string>(j, "hidden_activation", "", file);
   c.rotary_dim = c.head_dim;
   if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {

@@ -34,7 +34,8 @@ struct HfConfig {
   // Gemma 3 (gemma3_text): layer_types ("sliding_attention" / "full_attention" per layer; when
   // absent, from sliding_window_pattern P as transformers does: layer i is local unless (i + 1) % P
   // == 0), the local layers' rope_local_base_freq, query_pre_attn_scalar, hidden_activation and
-  // the soft-capping fields (null when absent).
+  // the soft-capping fields (nullopt when absent: the model's default; 0 for an explicit null:
+  // none, as transformers reads None).
   std::vector<std::string> layer_types;
   std::optional<std::size_t> sliding_window_pattern;
   std::optional<double> rope_local_base_freq, query_pre_attn_scalar, final_logit_softcapping, attn_logit_softcapping;
