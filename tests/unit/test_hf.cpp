@@ -282,6 +282,17 @@ TEST_CASE("HF config: defaults, derived fields and typed errors naming the field
   CHECK_THROWS_AS(read_hf_config(f, {"qwen2"}), InvalidInput);  // model_type not accepted
   CHECK(!c.attn_logit_softcapping);  // absent: the model's default
   {
+    // Gemma 3's multimodal config: the language model's fields, named under text_config.
+    nlohmann::json mm = {{"model_type", "gemma3"}, {"text_config", cfg}};
+    mm["text_config"]["num_attention_heads"] = 0;
+    std::ofstream(f) << mm.dump();
+    CHECK_THROWS_WITH(read_hf_config(f), Catch::Contains("text_config.num_attention_heads = 0"));
+    mm["text_config"]["num_attention_heads"] = 4;
+    mm["text_config"]["rope_scaling"] = {{"rope_type", "linear"}};
+    std::ofstream(f) << mm.dump();
+    CHECK_THROWS_WITH(hf_rope_scaling(read_hf_config(f)), Catch::Contains("text_config.rope_scaling.factor"));
+  }
+  {
     nlohmann::json capped = cfg;  // Gemma 2's caps: null turns one off, a number sets it
     capped["attn_logit_softcapping"] = nullptr;
     capped["final_logit_softcapping"] = 12.5;

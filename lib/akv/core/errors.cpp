@@ -60,6 +60,6 @@ std::string format_error(const std::string& what, const Where& where) {
 }
 
 Error::Error(ExitCode code, const std::string& what, const Where& where)
-    : std::runtime_error(format_error(what, where)), code_(code), where_(where) {}
+    : std::runtime_error(format_error(what, where)), code_(code), where_(where), message_(what) {}
 
 }  // namespace akv

@@ -25,10 +25,12 @@ class Error : public std::runtime_error {
   Error(ExitCode code, const std::string& what, const Where& where = {});
   ExitCode exit_code() const { return code_; }
   const Where& where() const { return where_; }
+  const std::string& message() const { return message_; }  // what() without the location
 
  private:
   ExitCode code_;
   Where where_;
+  std::string message_;
 };
 
 // A flag or argument combination that cannot work (exit 1).

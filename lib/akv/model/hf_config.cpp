@@ -195,8 +195,24 @@ std::vector<std::size_t> hf_layer_windows(const HfConfig& c) {
   return w;
 }
 
+namespace {
+
+void read_fields(const json& j, const std::string& file, HfConfig& c);
+
+// An error in a multimodal config's language-model fields names them under text_config.
+InvalidInput in_text_config(const InvalidInput& e, const HfConfig& c) {
+  if (!c.multimodal || e.where().field.empty()) return e;
+  return InvalidInput(e.message(), {e.where().file, "text_config." + e.where().field, e.where().value});
+}
+
+}  // namespace
+
 RopeScaling hf_rope_scaling(const HfConfig& c) {
-  return parse_rope_scaling(c.rope_scaling, c);
+  try {
+    return parse_rope_scaling(c.rope_scaling, c);
+  } catch (const InvalidInput& e) {
+    throw in_text_config(e, c);
+  }
 }
 
 HfConfig read_hf_config(const std::string& path, const std::vector<std::string>& model_types) {
@@ -220,6 +236,17 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
       std::find(model_types.begin(), model_types.end(), c.model_type) == model_types.end()) {
     throw InvalidInput(unsupported_architecture("model_type", c.model_type, model_types), {file, "model_type", c.model_type});
   }
+  try {
+    read_fields(j, file, c);
+  } catch (const InvalidInput& e) {
+    throw in_text_config(e, c);
+  }
+  return c;
+}
+
+namespace {
+
+void read_fields(const json& j, const std::string& file, HfConfig& c) {
   c.num_hidden_layers = positive(j, "num_hidden_layers", file);
   c.num_attention_heads = positive(j, "num_attention_heads", file);
   c.num_key_value_heads = optional_positive(j, "num_key_value_heads", file).value_or(c.num_attention_heads);
@@ -285,7 +312,8 @@ HfConfig read_hf_config(const std::string& path, const std::vector<std::string>&
     }
     c.rotary_dim = rot;
   }
-  return c;
 }
+
+}  // namespace
 
 }  // namespace akv
