@@ -16,8 +16,21 @@ namespace akv {
 template <int Bits>
 inline __m256i codes8(const std::uint8_t* p, bool wide = false) {
   static_assert(Bits >= 1 && Bits <= 4, "codes8 unpacks 1 to 4 bits");
+  // Loads of constant size only: a copy of 3 or 4 bytes chosen at run time compiled to a byte loop
+  // into memory read back as one word, a failed store-to-load forward per call (3-bit nuq rows
+  // decoded 4x slower).
   std::uint32_t w = 0;
-  std::memcpy(&w, p, Bits == 3 && wide ? 4 : Bits);
+  if constexpr (Bits == 3) {
+    if (wide) {
+      std::memcpy(&w, p, 4);
+    } else {
+      std::uint16_t low = 0;
+      std::memcpy(&low, p, 2);
+      w = low | static_cast<std::uint32_t>(p[2]) << 16;
+    }
+  } else {
+    std::memcpy(&w, p, Bits);
+  }
   const __m256i shifts = _mm256_setr_epi32(0, Bits, 2 * Bits, 3 * Bits, 4 * Bits, 5 * Bits, 6 * Bits, 7 * Bits);
   return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts),
                           _mm256_set1_epi32((1 << Bits) - 1));
