@@ -373,9 +373,19 @@ expect "Mistral within its sliding window: kivi-2 runs" 0 "kivi-2" \
   "$AKV" evaluate -q --model "$TMP/mw" --tokens "$TMP/mw8.txt" --prefill 4 --methods kivi-2
 expect "plan on a Gemma 3 config: the local layers' windows counted, the methods over the global layer" 0 \
   "2 of the 3 layers attend within a sliding window of 8 tokens" "$AKV" plan --config "$TMP/g3" --memory 1GiB --methods none,kivi-2
-expect_error "Gemma 3: chunked prefill is refused" 1 "not implemented for a model with sliding-window layers" \
-  "$AKV" evaluate -q --model "$TMP/g3.gguf" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2 --prefill-mode chunked:8 \
-  -o "$o/e.txt"
+# Chunked prefill over Gemma 3's windows (chunks of 6 over windows of 8): the full cache's NLL is the
+# exact protocol's; a method runs.
+"$AKV" evaluate -q --model "$TMP/g3.gguf" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2 --json -o "$TMP/g3x.json"
+"$AKV" evaluate -q --model "$TMP/g3.gguf" --tokens "$TMP/g3.txt" --prefill 20 --methods kivi-2 --prefill-mode chunked:6 \
+  --json -o "$TMP/g3c.json"
+expect "Gemma 3: chunked prefill within the windows gives the exact protocol's full-cache NLL" 0 "same nll" \
+  "$PY" - "$TMP/g3x.json" "$TMP/g3c.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["methods"] for p in sys.argv[1:3])
+assert abs(a[0]["mean_nll"] - b[0]["mean_nll"]) < 1e-5 * abs(a[0]["mean_nll"]), (a[0], b[0])
+assert b[1]["mean_nll"] > 0, b[1]
+print("same nll")
+PY
 "$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --json -o "$TMP/q3e.json"
 "$AKV" evaluate -q --model "$TMP/q3" --tokens "$TMP/q3.txt" --methods none --prefill-mode batch --json -o "$TMP/q3b.json"
 expect "Qwen3 decode path: the batch protocol's full-cache NLL equals the prefill's" 0 "same nll" "$PY" - "$TMP/q3e.json" "$TMP/q3b.json" <<'PY'

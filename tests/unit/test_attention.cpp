@@ -450,6 +450,68 @@ TEST_CASE("decode attention with visible rows: each query head over the first ro
   CHECK_THROWS_AS(decode_attention(a), InvalidInput);
 }
 
+TEST_CASE("decode attention with a first row: each query head over rows [first, visible) of its KV head",
+          "[attention]") {
+  // The same segments (4-bit packed 256 rows, an empty one, dense f16 75): windows starting in
+  // each segment, on tile and segment boundaries, one row wide.
+  Layout warm, hot;
+  warm.n = warm.quant_k = warm.quant_v = 256;
+  hot.n = 75;
+  hot.quant_k = hot.quant_v = 0;
+  Layout none = hot;
+  none.n = 0;
+  const std::size_t n_kv = 2, nq = 6, d = 128, segs = 3, n = 331;
+  std::vector<std::unique_ptr<TestHead>> store;
+  std::vector<HeadView> views;
+  for (std::size_t kv = 0; kv < n_kv; ++kv) {
+    for (const Layout* l : {&warm, &none, &hot}) {
+      store.push_back(make_head(*l, 10 * kv + store.size()));
+      views.push_back(store.back()->view());
+    }
+  }
+  const std::vector<float> q = normal(n_kv * nq * d, 7);
+  const std::vector<std::size_t> visible = {1, 63, 100, 65, 256, 331, 331, 300, 128, 2, 330, 200};
+  const std::vector<std::size_t> first = {0, 62, 36, 64, 255, 256, 250, 0, 127, 1, 300, 64};
+  std::vector<float> out(q.size()), ref(q.size());
+  DecodeAttentionArgs a{q.data(), n_kv * nq, d, views.data(), n_kv, 0.09f, out.data(), nullptr, segs};
+  a.visible = visible.data();
+  a.first = first.data();
+  decode_attention(a, {2, 64, 64});
+  a.out = ref.data();
+  decode_attention_ref(a);
+  CHECK(rel_err(out, ref) <= 1e-5);
+  // Each head against the reference of that head alone over its rows [first, visible): the dense
+  // f16 segment cut to them.
+  Layout dense = hot;
+  dense.n = n;
+  std::vector<std::unique_ptr<TestHead>> flat;
+  std::vector<HeadView> flat_views;
+  for (std::size_t kv = 0; kv < n_kv; ++kv) {
+    flat.push_back(make_head(dense, 40 + kv));
+    flat_views.push_back(flat.back()->view());
+  }
+  DecodeAttentionArgs b{q.data(), n_kv * nq, d, flat_views.data(), n_kv, 0.09f, out.data(), nullptr, 1, visible.data()};
+  b.first = first.data();
+  decode_attention(b, {2, 64, 64});
+  std::vector<float> alone(d);
+  for (std::size_t h = 0; h < n_kv * nq; ++h) {
+    HeadView cut = flat_views[h / nq];
+    const std::size_t rows = visible[h] - first[h];
+    cut.key.dense.data = static_cast<const std::uint16_t*>(cut.key.dense.data) + first[h] * d;
+    cut.value.dense.data = static_cast<const std::uint16_t*>(cut.value.dense.data) + first[h] * d;
+    cut.key.dense.rows = cut.value.dense.rows = rows;
+    decode_attention_ref({q.data() + h * d, 1, d, &cut, 1, 0.09f, alone.data(), nullptr});
+    const std::vector<float> x(out.begin() + static_cast<std::ptrdiff_t>(h * d), out.begin() + static_cast<std::ptrdiff_t>((h + 1) * d));
+    INFO("head " << h << " rows [" << first[h] << ", " << visible[h] << ")");
+    CHECK(rel_err(x, alone) <= 1e-5);
+  }
+  // A first row the head does not see is refused.
+  std::vector<std::size_t> bad = first;
+  bad[0] = 1;
+  a.first = bad.data();
+  CHECK_THROWS_AS(decode_attention(a), InvalidInput);
+}
+
 TEST_CASE("exp_weights: exp_shifted with the weights below 2^-100 set to 0", "[attention]") {
   std::vector<float> x(1003), y(x.size()), w(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = -100.0f * static_cast<float>(i) / 1000.0f;

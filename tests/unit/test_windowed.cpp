@@ -158,9 +158,33 @@ TEST_CASE("sliding-window layers: a quantizer takes the prompt a layer at a time
   CompressParams calibrated = params("kivi-4");  // per-layer files index the model's layers: refused
   calibrated.calibration_file = "calibration.json";
   CHECK_THROWS_AS(make_kv_policy(calibrated, geometry(m), 1), UsageError);
-  PrefillOptions o;
-  o.mode = PrefillMode(PrefillMode::chunked, 64);
-  CHECK_THROWS_AS(prefill_lanes(m, {head}, {params("kivi-2")}, 200, 1, o), UsageError);
+}
+
+TEST_CASE("sliding-window layers under chunked prefill: each chunk's queries attend within their windows; with the "
+          "f32 cache the prompt's last logits and the decode equal the exact prefill's", "[windowed][model]") {
+  const Model m = gemma_like();
+  const std::size_t prompt = 150;
+  const std::vector<std::int32_t> seq = tokens(prompt + 10, 6);
+  const std::vector<std::int32_t> head(seq.begin(), seq.begin() + prompt);
+  const PrefillResult all = m.prefill(seq, true, 1);
+  for (const std::size_t chunk : {7, 64}) {  // chunks longer than window 5, shorter than window 100
+    INFO("chunk " << chunk);
+    PrefillOptions o;
+    o.mode = PrefillMode(PrefillMode::chunked, chunk);
+    PromptLanes lanes = prefill_lanes(m, {head}, {std::nullopt, params("kivi-2")}, seq.size(), 1, o);
+    REQUIRE(lanes.caches[0]->holds_windows());
+    CHECK(lanes.caches[0]->view(0, 0).n == 5);
+    CHECK(lanes.caches[0]->view(0, 0).position[0] == static_cast<std::int32_t>(prompt - 5));
+    Gap g;
+    compare(all.logits, prompt - 1, lanes.last_logits[0], g);
+    for (std::size_t p = prompt; p < seq.size(); ++p) compare(all.logits, p, m.decode(seq[p], p, *lanes.caches[0]), g);
+    INFO("largest |logit difference| " << g.worst << " of logits up to " << g.scale);
+    CHECK(g.worst <= 1e-4 * g.scale);
+    // A method takes the global layer's chunks and decodes on.
+    CHECK(lanes.caches[1]->holds_windows());
+    CHECK(lanes.caches[1]->view(2, 0).n == 100);
+    CHECK(m.decode(seq[prompt], prompt, *lanes.caches[1]).size() == m.config().vocab_size);
+  }
 }
 
 TEST_CASE("a sliding window in every layer (Mistral): within it the methods run over every layer, past it the "

@@ -56,15 +56,19 @@ void check_args(const DecodeAttentionArgs& a) {
                                           std::to_string(a.heads[h].value.rows())});
     }
   }
-  if (a.visible) {
+  if (a.visible || a.first) {
     if (a.probs) throw InvalidInput("decode attention: visible rows and probabilities together", {"", "probs", "set"});
     const std::size_t g = a.n_heads / a.n_kv_heads;
     for (std::size_t h = 0; h < a.n_heads; ++h) {
       std::size_t n = 0;
       for (std::size_t s = 0; s < a.segments; ++s) n += a.heads[(h / g) * a.segments + s].key.rows();
-      if (a.visible[h] == 0 || a.visible[h] > n) {
+      if (a.visible && (a.visible[h] == 0 || a.visible[h] > n)) {
         throw InvalidInput("decode attention: a query head sees 1 to its KV head's rows",
                            {"", "visible[" + std::to_string(h) + "]", std::to_string(a.visible[h])});
+      }
+      if (a.first && a.first[h] >= (a.visible ? a.visible[h] : n)) {
+        throw InvalidInput("decode attention: a query head's first row must be one it sees",
+                           {"", "first[" + std::to_string(h) + "]", std::to_string(a.first[h])});
       }
     }
   }
@@ -107,10 +111,10 @@ class PartitionRunner {
   PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, std::size_t tile, AttentionMode mode, float softcap)
       : hp_(hp), nq_(nq), d_(d), tile_(tile), mode_(mode), softcap_(softcap), s_(nq * tile), p_(nq * tile) {}
 
-  // Rows [a, b) of the view; `visible` (or nullptr): per query head, the rows it sees, counted in
-  // the view from row -offset (the KV head's earlier segments).
+  // Rows [a, b) of the view; `visible` and `first` (or nullptr): per query head, the rows it sees
+  // ([first, visible)), counted in the view from row -offset (the KV head's earlier segments).
   void run(std::size_t a, std::size_t b, Partial& out, float* const* raw, const std::size_t* visible = nullptr,
-           std::size_t offset = 0) {
+           std::size_t offset = 0, const std::size_t* first = nullptr) {
     out.m.assign(nq_, -std::numeric_limits<float>::infinity());
     out.l.assign(nq_, 0.0f);
     out.acc.assign(nq_ * d_, 0.0f);
@@ -124,17 +128,26 @@ class PartitionRunner {
         }
         // The tile's rows the head sees (visible): the first nv; the others get probability 0,
         // and a tile it sees none of leaves its running max, sum and outputs as they are.
-        std::size_t nv = n;
+        // From `first`, rows before the head's first one likewise.
+        std::size_t nv = n, lo = 0;
         if (visible) {
           const std::size_t seen = visible[h] > offset ? visible[h] - offset : 0;
           nv = seen > t0 ? std::min(n, seen - t0) : 0;
-          std::fill(p_.data() + h * tile_ + nv, p_.data() + h * tile_ + n, 0.0f);
-          if (nv == 0) continue;
+        }
+        if (first) {
+          const std::size_t from = first[h] > offset ? first[h] - offset : 0;
+          lo = std::min(nv, from > t0 ? from - t0 : 0);
+        }
+        if (visible || first) {
+          float* p = p_.data() + h * tile_;
+          std::fill(p, p + lo, 0.0f);
+          std::fill(p + nv, p + n, 0.0f);
+          if (lo == nv) continue;
         }
         if (raw && raw[h]) std::copy(s, s + n, raw[h] + t0);
-        const float mt = attn::max_value(s, nv);
+        const float mt = attn::max_value(s + lo, nv - lo);
         const float m_new = std::max(out.m[h], mt);
-        const float sum = attn::exp_weights(s, m_new, nv, p_.data() + h * tile_);
+        const float sum = attn::exp_weights(s + lo, m_new, nv - lo, p_.data() + h * tile_ + lo);
         const float corr = std::isinf(out.m[h]) ? 0.0f : std::exp(out.m[h] - m_new);
         out.l[h] = out.l[h] * corr + sum;
         if (corr != 1.0f) {
@@ -500,7 +513,7 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
     }
     PartitionRunner runner(prep[it.view], nq, d, o.tile, o.mode, a.softcap);
     runner.run(it.t0, it.t1, parts[i], a.probs ? raw.data() : nullptr, a.visible ? a.visible + kv * nq : nullptr,
-               it.offset);
+               it.offset, a.first ? a.first + kv * nq : nullptr);
   });
   // The merge is a few vector adds per head unless probabilities are asked for (a pass over
   // every row): threads only then.
@@ -544,10 +557,14 @@ void decode_attention_ref(const DecodeAttentionArgs& a) {
       dequantize_rows(hv.value, d, 0, m, v.data() + old);
     }
     for (std::size_t h = kv * nq; h < (kv + 1) * nq; ++h) {
-      const std::size_t n = a.visible ? a.visible[h] : k.size() / d;
+      const std::size_t n = a.visible ? a.visible[h] : k.size() / d, lo = a.first ? a.first[h] : 0;
       std::vector<double> s(n);
       double m = -std::numeric_limits<double>::infinity();
       for (std::size_t t = 0; t < n; ++t) {
+        if (t < lo) {
+          s[t] = -std::numeric_limits<double>::infinity();
+          continue;
+        }
         double dot = 0.0;
         for (std::size_t c = 0; c < d; ++c) dot += static_cast<double>(a.query[h * d + c]) * k[t * d + c];
         s[t] = dot * a.scale;

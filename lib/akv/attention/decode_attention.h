@@ -66,6 +66,10 @@ struct DecodeAttentionArgs {
   // ChunkCache). Masked rows score -infinity: a query head's output equals its call over those
   // rows alone up to the order of its sums. Not with probs (InvalidInput).
   const std::size_t* visible = nullptr;
+  // Optional: [n_heads], query head h attends from row first[h] on (first[h] < its visible rows,
+  // or its rows without visible): a sliding window's first key (a chunk of a local layer's
+  // queries attending together). Masked the same way; not with probs.
+  const std::size_t* first = nullptr;
   // Gemma 2's attention logit soft-capping: each scaled score s becomes c tanh(s / c) before the
   // softmax (0: none).
   float softcap = 0.0f;

@@ -151,11 +151,6 @@ PromptLanes prefill_chunked(const Model& model, const std::vector<std::vector<st
                             const std::vector<std::optional<CompressParams>>& methods, const KvGeometry& g,
                             int threads, const PrefillOptions& o) {
   const std::size_t n_methods = methods.size(), N = o.mode.chunk;
-  if (g.windowed()) {
-    throw UsageError("--prefill-mode " + prefill_mode_name(o.mode) +
-                         " is not implemented for a model with sliding-window layers (use exact or batch)",
-                     {"", "--prefill-mode", prefill_mode_name(o.mode)});
-  }
   for (const auto& m : methods) {
     const std::string why = m ? chunked_refusal(*m, o.mode) : "";
     if (!why.empty()) {

@@ -22,9 +22,12 @@ void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_
 // q [n_tokens][n_heads * head_dim] (after RoPE) -> out, the same layout; token j attends to every
 // row but the n_tokens - 1 - j after its own. One decode_attention call reads each row once for
 // every token (DecodeAttentionArgs::visible), instead of once per token; each token's output
-// equals attend_layer's after its own append up to the order of its sums.
+// equals attend_layer's after its own append up to the order of its sums. window (a sliding-window
+// layer's, 0: none): token j at position p attends only to rows at positions p - window + 1 ..
+// (DecodeAttentionArgs::first; rows in position order, as a windowed cache under the chunked
+// protocol holds them).
 void attend_layer_block(const KvPolicy& cache, std::size_t layer, const float* q, std::size_t n_tokens,
                         std::size_t n_heads, std::size_t n_kv_heads, std::size_t head_dim, float* out, int threads,
-                        AttentionMode mode = AttentionMode::exact, float softcap = 0.0f);
+                        AttentionMode mode = AttentionMode::exact, float softcap = 0.0f, std::size_t window = 0);
 
 }  // namespace akv

@@ -33,6 +33,9 @@ class ChunkCache : public KvPolicy {
   bool layer_local() const override { return true; }
   // The chunk's rows are held here in f32, after the method's (which do not change during it).
   bool appends_in_place() const override { return true; }
+  // A windowed method cache (kv/windowed.h) keeps the local layers' windows between chunks; the
+  // chunk's queries attend within them (attend_layer_block's window).
+  bool holds_windows() const override { return inner_->holds_windows(); }
   std::uint64_t layer_bytes(std::size_t layer) const override;
 
   // Tokens of the chunk held now.

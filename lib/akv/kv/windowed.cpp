@@ -51,6 +51,15 @@ void WindowedCache::push(std::size_t layer, std::size_t h, const float* key, con
 }
 
 void WindowedCache::ingest_prompt(const PromptKv& prompt) {
+  split(prompt, 0, [&](const PromptKv& inner) { inner_->ingest_prompt(inner); });
+}
+
+void WindowedCache::ingest_chunk(const PromptKv& chunk, std::size_t start, ChunkPlan plan) {
+  split(chunk, start, [&](const PromptKv& inner) { inner_->ingest_chunk(inner, start, plan); });
+}
+
+template <class Inner>
+void WindowedCache::split(const PromptKv& prompt, std::size_t start, Inner&& to_inner) {
   const std::size_t n = prompt.n_tokens;
   std::vector<Tensor3> query, key, key_pre, value;
   TokenScores scores;
@@ -59,7 +68,8 @@ void WindowedCache::ingest_prompt(const PromptKv& prompt) {
     if (local(l)) {
       const std::size_t keep = std::min(n, shape_.layer_window[l]);
       for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
-        push(l, h, (*prompt.key)[l].row(h, n - keep), (*prompt.value)[l].row(h, n - keep), keep, n - keep, n - 1);
+        push(l, h, (*prompt.key)[l].row(h, n - keep), (*prompt.value)[l].row(h, n - keep), keep, start + n - keep,
+             start + n - 1);
       }
       continue;
     }
@@ -79,7 +89,7 @@ void WindowedCache::ingest_prompt(const PromptKv& prompt) {
   if (prompt.out_proj) {
     inner.out_proj = [src = prompt.out_proj, global_of](std::size_t l, RowMatrix& wo) { src(global_of[l], wo); };
   }
-  inner_->ingest_prompt(inner);
+  to_inner(inner);
 }
 
 void WindowedCache::ingest_prompt_layer(std::size_t layer, const LayerKv& kv) {
@@ -91,10 +101,6 @@ void WindowedCache::ingest_prompt_layer(std::size_t layer, const LayerKv& kv) {
   for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
     push(layer, h, kv.key->row(h, n - keep), kv.value->row(h, n - keep), keep, n - keep, n - 1);
   }
-}
-
-void WindowedCache::ingest_chunk(const PromptKv&, std::size_t, ChunkPlan) {
-  throw std::logic_error("WindowedCache: the chunked prompt protocol over sliding-window layers");
 }
 
 void WindowedCache::append(std::size_t layer, const float* key, const float* key_pre_rope, const float* value,

@@ -35,8 +35,8 @@ class WindowedCache : public KvPolicy {
   void take_input(std::size_t layer, std::size_t pos, const float* input, std::size_t dim) override;
   bool takes_prompt_layers() const override { return inner_->takes_prompt_layers(); }
   void ingest_prompt_layer(std::size_t layer, const LayerKv& kv) override;
-  // The chunked prompt protocol is not implemented over windowed layers: logic_error (the lane
-  // engine refuses it first, naming the flag).
+  // The chunked prompt protocol (kv/chunk_cache.h wraps this cache): the local layers keep the
+  // chunk's rows within their window, the method takes the global layers' chunk.
   void ingest_chunk(const PromptKv& chunk, std::size_t start, ChunkPlan plan) override;
   // The method's bytes plus the local layers' rows.
   std::uint64_t bytes() const override;
@@ -64,6 +64,10 @@ class WindowedCache : public KvPolicy {
   void push(std::size_t layer, std::size_t h, const float* key, const float* value, std::size_t n, std::size_t pos,
             std::size_t newest);
   std::uint64_t local_bytes(std::size_t layer) const;
+  // The prompt (or a chunk of it at positions start..): the local layers' window rows pushed, the
+  // global layers' tensors handed to `to_inner` as the inner cache's PromptKv.
+  template <class Inner>
+  void split(const PromptKv& prompt, std::size_t start, Inner&& to_inner);
 
   std::unique_ptr<KvPolicy> inner_;
   KvShape shape_;

@@ -402,7 +402,7 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
       if (together) {
         const auto r = static_cast<Eigen::Index>(row0[i]);
         attend_layer_block(*lane.cache, l, q.row(r).data(), lane.n, c.n_heads, c.n_kv_heads, hd, att.row(r).data(),
-                           attention_threads, attention, c.attn_softcap);
+                           attention_threads, attention, c.attn_softcap, c.window_of(l));
       }
     });
     product(lw.wo, att, out);
