@@ -388,24 +388,44 @@ TEST_CASE("decode attention over several segments per KV head (tiers)", "[attent
   for (std::size_t h = 0; h < n_kv * nq; ++h) CHECK(rel_err(pf[h], pr[h]) <= 1e-5);
 }
 
-TEST_CASE("decode attention with visible rows: each query head over the first rows of its KV head", "[attention]") {
-  // Per KV head a 4-bit packed segment, an empty one and a dense f16 one (331 rows); visible
-  // counts inside each segment and on their boundaries, over partitions of 64 rows.
-  Layout warm, hot;
-  warm.n = warm.quant_k = warm.quant_v = 256;
-  hot.n = 75;
-  hot.quant_k = hot.quant_v = 0;
-  Layout none = hot;
-  none.n = 0;
-  const std::size_t n_kv = 2, nq = 6, d = 128, segs = 3, n = 331;
-  std::vector<std::unique_ptr<TestHead>> store;
-  std::vector<HeadView> views;
-  for (std::size_t kv = 0; kv < n_kv; ++kv) {
-    for (const Layout* l : {&warm, &none, &hot}) {
-      store.push_back(make_head(*l, 10 * kv + store.size()));
-      views.push_back(store.back()->view());
+namespace {
+
+// Per KV head a 4-bit packed segment of 256 rows, an empty one and a dense f16 one of 75 (views,
+// three per head), and per KV head 331 dense f16 rows in one segment (flat_views): the caches of
+// the masked-attention tests (visible rows, a first row).
+struct MaskedHeads {
+  explicit MaskedHeads(std::size_t n_kv) {
+    Layout warm, hot;
+    warm.n = warm.quant_k = warm.quant_v = 256;
+    hot.n = 75;
+    hot.quant_k = hot.quant_v = 0;
+    Layout none = hot;
+    none.n = 0;
+    Layout dense = hot;
+    dense.n = 331;
+    for (std::size_t kv = 0; kv < n_kv; ++kv) {
+      for (const Layout* l : {&warm, &none, &hot}) {
+        store.push_back(make_head(*l, 10 * kv + store.size()));
+        views.push_back(store.back()->view());
+      }
+    }
+    for (std::size_t kv = 0; kv < n_kv; ++kv) {
+      flat.push_back(make_head(dense, 40 + kv));
+      flat_views.push_back(flat.back()->view());
     }
   }
+  std::vector<std::unique_ptr<TestHead>> store, flat;
+  std::vector<HeadView> views, flat_views;
+};
+
+}  // namespace
+
+TEST_CASE("decode attention with visible rows: each query head over the first rows of its KV head", "[attention]") {
+  // Visible counts inside each segment and on their boundaries, over partitions of 64 rows.
+  const std::size_t n_kv = 2, nq = 6, d = 128, segs = 3, n = 331;
+  const MaskedHeads m(n_kv);
+  const std::vector<HeadView>& views = m.views;
+  const std::vector<HeadView>& flat_views = m.flat_views;
   const std::vector<float> q = normal(n_kv * nq * d, 5);
   const std::vector<std::size_t> visible = {1, 63, 64, 65, 256, 257, 331, 300, 128, 2, 330, 200};
   std::vector<float> out(q.size()), ref(q.size()), alone(d);
@@ -417,14 +437,6 @@ TEST_CASE("decode attention with visible rows: each query head over the first ro
   CHECK(rel_err(out, ref) <= 1e-5);
   // Dense f16 rows: each head against the fast path of that head alone over its first visible
   // rows (the view cut there).
-  Layout dense = hot;
-  dense.n = n;
-  std::vector<std::unique_ptr<TestHead>> flat;
-  std::vector<HeadView> flat_views;
-  for (std::size_t kv = 0; kv < n_kv; ++kv) {
-    flat.push_back(make_head(dense, 40 + kv));
-    flat_views.push_back(flat.back()->view());
-  }
   decode_attention({q.data(), n_kv * nq, d, flat_views.data(), n_kv, 0.09f, out.data(), nullptr, 1, visible.data()},
                    {2, 64, 64});
   for (std::size_t h = 0; h < n_kv * nq; ++h) {
@@ -452,23 +464,11 @@ TEST_CASE("decode attention with visible rows: each query head over the first ro
 
 TEST_CASE("decode attention with a first row: each query head over rows [first, visible) of its KV head",
           "[attention]") {
-  // The same segments (4-bit packed 256 rows, an empty one, dense f16 75): windows starting in
-  // each segment, on tile and segment boundaries, one row wide.
-  Layout warm, hot;
-  warm.n = warm.quant_k = warm.quant_v = 256;
-  hot.n = 75;
-  hot.quant_k = hot.quant_v = 0;
-  Layout none = hot;
-  none.n = 0;
-  const std::size_t n_kv = 2, nq = 6, d = 128, segs = 3, n = 331;
-  std::vector<std::unique_ptr<TestHead>> store;
-  std::vector<HeadView> views;
-  for (std::size_t kv = 0; kv < n_kv; ++kv) {
-    for (const Layout* l : {&warm, &none, &hot}) {
-      store.push_back(make_head(*l, 10 * kv + store.size()));
-      views.push_back(store.back()->view());
-    }
-  }
+  // Windows starting in each segment, on tile and segment boundaries, one row wide.
+  const std::size_t n_kv = 2, nq = 6, d = 128, segs = 3;
+  const MaskedHeads m(n_kv);
+  const std::vector<HeadView>& views = m.views;
+  const std::vector<HeadView>& flat_views = m.flat_views;
   const std::vector<float> q = normal(n_kv * nq * d, 7);
   const std::vector<std::size_t> visible = {1, 63, 100, 65, 256, 331, 331, 300, 128, 2, 330, 200};
   const std::vector<std::size_t> first = {0, 62, 36, 64, 255, 256, 250, 0, 127, 1, 300, 64};
@@ -482,14 +482,6 @@ TEST_CASE("decode attention with a first row: each query head over rows [first, 
   CHECK(rel_err(out, ref) <= 1e-5);
   // Each head against the reference of that head alone over its rows [first, visible): the dense
   // f16 segment cut to them.
-  Layout dense = hot;
-  dense.n = n;
-  std::vector<std::unique_ptr<TestHead>> flat;
-  std::vector<HeadView> flat_views;
-  for (std::size_t kv = 0; kv < n_kv; ++kv) {
-    flat.push_back(make_head(dense, 40 + kv));
-    flat_views.push_back(flat.back()->view());
-  }
   DecodeAttentionArgs b{q.data(), n_kv * nq, d, flat_views.data(), n_kv, 0.09f, out.data(), nullptr, 1, visible.data()};
   b.first = first.data();
   decode_attention(b, {2, 64, 64});
