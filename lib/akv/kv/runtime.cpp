@@ -588,7 +588,7 @@ std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& pa
                        {"", "--methods", describe(*params)});
     }
     KvGeometry globals = g;
-    globals.n_layers = global_layer_count(g.layer_window);
+    globals.n_layers = g.global_layers();
     globals.layer_window.clear();
     globals.rope_variant = g.global_rope_variant();
     return std::make_unique<WindowedCache>(make_kv_policy(params, globals, threads), g.kv_shape(),

@@ -7,10 +7,6 @@
 
 namespace akv {
 
-std::size_t global_layer_count(const std::vector<std::size_t>& layer_window) {
-  return static_cast<std::size_t>(std::count(layer_window.begin(), layer_window.end(), std::size_t{0}));
-}
-
 WindowedCache::WindowedCache(std::unique_ptr<KvPolicy> inner, const KvShape& shape, DenseType type)
     : inner_(std::move(inner)), shape_(shape), type_(type) {
   if (shape_.layer_window.size() != shape_.n_layers) throw std::logic_error("WindowedCache: a window per layer");

@@ -76,7 +76,4 @@ class WindowedCache : public KvPolicy {
   std::vector<Rows> rows_;           // [local slot * n_kv_heads + head]
 };
 
-// The global layers of a model's windows (the inner cache's layer count).
-std::size_t global_layer_count(const std::vector<std::size_t>& layer_window);
-
 }  // namespace akv

@@ -50,22 +50,6 @@ struct ModelConfig : KvShape {
   float final_softcap = 0;
   // Gemma 2's attention logit soft-capping of the scaled scores, s -> c * tanh(s / c); 0: none.
   float attn_softcap = 0;
-
-  // Whether a run reaching `positions` positions decodes through the windowed cache: a model
-  // with local and global layers always (methods compress the global layers only), a model whose
-  // every layer is local once the run passes its smallest window (within it, windowed attention
-  // is full attention, and the methods compress every layer).
-  bool windowed_run(std::size_t positions) const {
-    if (layer_window.empty()) return false;
-    return !all_local() || positions > smallest_window();
-  }
-  // The K/V rows per KV head an f16 cache of n positions holds, summed over layers: n per global
-  // layer, min(n, window) per local one (the denominator of bits per element).
-  std::size_t cached_rows(std::size_t n) const {
-    std::size_t rows = 0;
-    for (std::size_t l = 0; l < n_layers; ++l) rows += window_of(l) ? std::min(n, window_of(l)) : n;
-    return rows;
-  }
 };
 
 // Weight matrices are [out, in] (y = W x), f32 or in their file's encoding (weight.h).

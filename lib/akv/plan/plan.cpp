@@ -143,22 +143,19 @@ PlanBytes one_head(const CompressParams& p, std::size_t head_dim, std::size_t n)
 }  // namespace
 
 PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
-  std::size_t locals = 0, local_rows = 0, smallest = 0;
-  for (const std::size_t w : s.layer_window) {
-    if (w) ++locals, local_rows += std::min(n, w), smallest = smallest ? std::min(smallest, w) : w;
-  }
   // Every layer local (Mistral): within the window the method holds every layer; past it the
   // window's rows (only none and f32 run there).
-  if (locals && (locals < s.n_layers || n > smallest)) {
+  if (s.windowed_run(n)) {
     const GgmlCacheParams* g = m.params ? m.params->ggml() : nullptr;
     if (m.params && (!m.params->head_bits.empty() || (g && !g->head_types.empty()))) {
       throw InvalidInput("per-head bits or cache types index the model's layers: not implemented on a model with "
                          "sliding-window layers", {"", "--methods", m.spec});
     }
     PlanShape globals = s;
-    globals.n_layers = s.n_layers - locals;
+    globals.n_layers = s.global_layers();
     globals.layer_window.clear();
     PlanBytes b = globals.n_layers ? plan_bytes(globals, m, n) : PlanBytes{};
+    const std::size_t local_rows = s.cached_rows(n) - globals.n_layers * n;
     b.device += static_cast<double>(local_rows * s.n_kv_heads * s.head_dim * 2 * (m.params ? 2 : 4));
     return b;
   }
@@ -280,16 +277,15 @@ std::string PlanReport::to_table() const {
       static_cast<double>(shape.weight_bytes) / 1e9, static_cast<double>(memory) / 1e9,
       static_cast<double>(memory - shape.weight_bytes) / 1e9,
       host_memory ? fmt::format("; host {:.2f} GB", static_cast<double>(*host_memory) / 1e9) : std::string());
-  const auto locals = std::count_if(shape.layer_window.begin(), shape.layer_window.end(), [](std::size_t w) { return w > 0; });
-  if (static_cast<std::size_t>(locals) == shape.n_layers) {
+  if (shape.all_local()) {
     out += fmt::format("every layer attends within a sliding window of {} tokens: costed without windows up to it, as the "
                        "windows' f16 rows past it (where only none and f32 run)\n",
-                       *std::min_element(shape.layer_window.begin(), shape.layer_window.end()));
-  } else if (locals > 0) {
+                       shape.smallest_window());
+  } else if (shape.windowed()) {
     out += fmt::format("{} of the {} layers attend within a sliding window of {} tokens: their f16 rows are counted, the "
                        "methods cost the other {}\n",
-                       locals, shape.n_layers, *std::max_element(shape.layer_window.begin(), shape.layer_window.end()),
-                       shape.n_layers - static_cast<std::size_t>(locals));
+                       shape.n_layers - shape.global_layers(), shape.n_layers,
+                       *std::max_element(shape.layer_window.begin(), shape.layer_window.end()), shape.global_layers());
   }
   out += fmt::format("{:<36} {:>12} {:>12} {:>14} {:>12}  {}\n", "method", "device B/tok", "host B/tok",
                      "max context", fmt::format("batch@{}", context), "description");

@@ -56,6 +56,23 @@ struct KvShape {
     for (const std::size_t x : layer_window) w = x && (!w || x < w) ? x : w;
     return w;
   }
+  // The global layers (the count a windowed cache's inner method holds).
+  std::size_t global_layers() const {
+    return layer_window.empty() ? n_layers
+                                : static_cast<std::size_t>(std::count(layer_window.begin(), layer_window.end(), std::size_t{0}));
+  }
+  // Whether a run reaching `positions` positions decodes through the windowed cache: a model
+  // with local and global layers always (methods compress the global layers only), a model whose
+  // every layer is local once the run passes its smallest window (within it, windowed attention
+  // is full attention, and the methods compress every layer).
+  bool windowed_run(std::size_t positions) const { return windowed() && (!all_local() || positions > smallest_window()); }
+  // The K/V rows per KV head an f16 cache of n positions holds, summed over layers: n per global
+  // layer, min(n, window) per local one (the denominator of bits per element).
+  std::size_t cached_rows(std::size_t n) const {
+    std::size_t rows = 0;
+    for (std::size_t l = 0; l < n_layers; ++l) rows += window_of(l) ? std::min(n, window_of(l)) : n;
+    return rows;
+  }
   KvShape& kv_shape() { return *this; }
   const KvShape& kv_shape() const { return *this; }
 };
