@@ -48,6 +48,16 @@ def bytes_to_unicode():
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
+def bos_template(token, token_id):
+    """The TemplateProcessing post-processor that puts `token` first (Hugging Face's single and pair
+    templates)."""
+    return {"type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": token, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": token, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": token, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {token: {"id": token, "ids": [token_id], "tokens": [token]}}}
+
+
 def learn_merges(words, split, allowed, on_merge=lambda a, b: None):
     """MERGES times: merge the most frequent adjacent pair with allowed(a, b) in every word."""
     merges = []
@@ -107,11 +117,7 @@ def tokenizer(vocab, merges, kind):
               "special": True} for i, s in enumerate(specials)]
     post = None
     if kind == "llama3":
-        post = {"type": "TemplateProcessing",
-                "single": [{"SpecialToken": {"id": specials[0], "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-                "pair": [{"SpecialToken": {"id": specials[0], "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                         {"SpecialToken": {"id": specials[0], "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-                "special_tokens": {specials[0]: {"id": specials[0], "ids": [n], "tokens": [specials[0]]}}}
+        post = bos_template(specials[0], n)
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
             "normalizer": {"type": "NFC"} if kind == "qwen2" else None, "pre_tokenizer": pre, "post_processor": post,
             "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
@@ -147,11 +153,7 @@ def spm_tokenizer(vocab, merges, kind):
     else:
         normalizer = None
         pre = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
-    post = {"type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    post = bos_template("<s>", 1)
     decoder = {"type": "Sequence", "decoders": [
         {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
         {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
@@ -206,11 +208,7 @@ def gemma_tokenizer(sp):
     added = [{"id": i, "content": p, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
               "special": sp.is_control(i) or sp.is_unknown(i) or p in GEMMA_SPECIAL}
              for i, p in enumerate(pieces) if sp.is_control(i) or sp.is_unknown(i) or p in GEMMA_USER]
-    post = {"type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": "<bos>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {"<bos>": {"id": "<bos>", "ids": [2], "tokens": ["<bos>"]}}}
+    post = bos_template("<bos>", 2)
     decoder = {"type": "Sequence", "decoders": [
         {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]}
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
