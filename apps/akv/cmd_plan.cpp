@@ -66,8 +66,10 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
     }
     if (!opt->weights.empty()) s.weight_bytes = opt->weights == "0" ? 0 : parse_bytes(opt->weights, "--weights");
     std::vector<PlanMethod> methods;
+    // Per-head inputs are read for the layers a method's cache holds: a model with global and
+    // local layers compresses its global layers only.
     DumpMeta m;
-    m.kv_shape() = s.kv_shape();
+    m.kv_shape() = s.windowed() && !s.all_local() ? s.global_shape() : s.kv_shape();
     for (const auto& spec : opt->methods) {
       methods.push_back({spec, spec == "f32" ? std::nullopt : resolve_method_spec(spec)});
       if (auto& p = methods.back().params) read_calibration_inputs(*p, m);  // per-head bits, nuq's sparsity and sinks

@@ -339,6 +339,11 @@ expect_error "calibrate over a window shorter than the dump is refused" 2 "calib
 awk '{print $1, $2, $3, $4, $5, $6, $7, $8}' "$TMP/g3.txt" >"$TMP/g3_8.txt"
 "$AKV" dump -q --model "$TMP/g3.gguf" --tokens "$TMP/g3_8.txt" --window 4 -o "$TMP/g3w8.h5" >/dev/null
 expect "compress a dump within every window" 0 "wrote" "$AKV" compress "$TMP/g3w8.h5" -o "$TMP/g3w8c.h5" --method kivi-4
+# Its calibration (every model layer) serves the methods over the global layer in the decode loop.
+"$AKV" calibrate -q "$TMP/g3w8.h5" -o "$TMP/g3cal.json" >/dev/null
+expect "Gemma 3: calibration files index the model's layers; the methods read the global layer's heads" 0 \
+  "qfilters=.*uniform/qfilter 0.5" "$AKV" evaluate -q --model "$TMP/g3.gguf" --tokens "$TMP/g3.txt" --prefill 20 \
+  --methods "kivi:calibration=$TMP/g3cal.json:residual=0,nuq:calibration=$TMP/g3cal.json:bits=3,snapkv:score=qfilter:qfilters=$TMP/g3cal.json:budget=0.5:window=4"
 expect "info on a Gemma 3 GGUF: the global and the local layers, KV bytes with the windows" 0 \
   "global in layer 2; sliding window of 8 tokens in the other 2" "$AKV" info "$TMP/g3.gguf"
 # Gemma 3's multimodal checkpoint (Gemma3ForConditionalGeneration): text_config and the language

@@ -228,6 +228,13 @@ TEST_CASE("calibrate: Q-Filters pool the dumps' queries; the calibration file ca
   const DumpReader dump(dir.file("a.h5"));
   const QFilters f = read_calibration_qfilters(dir.file("c.json"), dump.meta());
   CHECK(f[1][1] == one["layers"][1]["heads"][1]["qfilter"].get<std::vector<double>>());
+  // Read for the global layers alone of a model whose layer 0 is local: file layer 1 is layer 0.
+  KvWindow globals = dump.meta();
+  globals.layer_window = {8, 0};
+  globals.kv_shape() = globals.global_shape();
+  const QFilters g = read_calibration_qfilters(dir.file("c.json"), globals);
+  REQUIRE(g.size() == 1);
+  CHECK(g[0] == f[1]);
   // qfilter keeps each head's best -(f . k).
   EvictionParams p = eviction_method("qfilter");
   p.budget_fraction = 0.25;

@@ -396,7 +396,7 @@ TEST_CASE("Threshold eviction keeps what kvpress's DMSPress(KVzapPress) keeps, i
     std::vector<Tensor3> key(L), key_pre(L), value(L), query(L);
     std::vector<RowMatrix> input(L);
     TokenScores scores(L);
-    const KvzapModel zap = read_calibration_kvzap(tmp.file("calib.json"), L, H, dump.input_dim());
+    const KvzapModel zap = read_calibration_kvzap(tmp.file("calib.json"), m, dump.input_dim());
     for (std::size_t l = 0; l < L; ++l) {
       key[l] = dump.read(l, DumpField::key);
       key_pre[l] = dump.read(l, DumpField::key_pre_rope);

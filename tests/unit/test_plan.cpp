@@ -33,7 +33,7 @@ PlanMethod method(const std::string& spec) {
 
 TEST_CASE("plan's bytes of a model with sliding-window layers equal the windowed cache's", "[plan]") {
   // Layers 0 and 2 local (windows 5 and 40), layer 1 global: the method costs layer 1, the local
-  // layers' f16 rows (f32 for f32) are added; per-head bits are refused.
+  // layers' f16 rows (f32 for f32) are added.
   const std::size_t L = 3, H = 4, KV = 2, D = 64;
   const KvShape kv{L, H, KV, D, 10000.0, RopeLayout::rotate_half, ""};
   PlanShape shape{kv, "t", 0};
@@ -49,9 +49,20 @@ TEST_CASE("plan's bytes of a model with sliding-window layers equal the windowed
       CHECK(plan_bytes(shape, m, n).device == static_cast<double>(cache->bytes()));
     }
   }
+  // Per-head bits read for the global layer (as the windowed cache reads a calibration) cost its
+  // heads; bits of every layer are a caller's error.
   PlanMethod calibrated = method("kivi-4");
+  calibrated.params->head_bits = {{8, 8}, {2, 2}};
+  {
+    const std::size_t n = 300;
+    const auto q = random_layers(L, H, n, D, 7), k = random_layers(L, KV, n, D, 8), v = random_layers(L, KV, n, D, 9);
+    auto cache = make_kv_policy(calibrated.params, g);
+    cache->ingest_prompt({&q, &k, &k, &v, n});
+    CHECK(plan_bytes(shape, calibrated, n).device == static_cast<double>(cache->bytes()));
+    CHECK(plan_bytes(shape, calibrated, n).device != plan_bytes(shape, method("kivi-4"), n).device);
+  }
   calibrated.params->head_bits.assign(L * KV, {4, 4});
-  CHECK_THROWS_AS(plan_bytes(shape, calibrated, 100), InvalidInput);
+  CHECK_THROWS_AS(plan_bytes(shape, calibrated, 100), std::logic_error);
   // Every layer local (Mistral): without windows up to the window, the windows' rows past it.
   PlanShape all = shape, plain = shape;
   all.layer_window = {20, 20, 20};

@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
+#include "akv/alloc/calibration_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/eval/lanes.h"
@@ -11,6 +13,7 @@
 #include "akv/kv/windowed.h"
 #include "akv/method/registry.h"
 #include "random_model.h"
+#include "test_util.h"
 
 using namespace akv;
 
@@ -138,8 +141,8 @@ TEST_CASE("sliding-window layers: the prompt's cache keeps each local layer's wi
   }
 }
 
-TEST_CASE("sliding-window layers: a quantizer takes the prompt a layer at a time as it takes it whole; chunked "
-          "prefill and per-layer files are refused", "[windowed][model]") {
+TEST_CASE("sliding-window layers: a quantizer takes the prompt a layer at a time as it takes it whole",
+          "[windowed][model]") {
   const Model m = gemma_like();
   const std::size_t prompt = 150;
   const std::vector<std::int32_t> seq = tokens(prompt + 20, 5);
@@ -155,9 +158,48 @@ TEST_CASE("sliding-window layers: a quantizer takes the prompt a layer at a time
   whole->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt});
   CHECK(whole->bytes() == layers->bytes());
   for (std::size_t p = prompt; p < seq.size(); ++p) CHECK(m.decode(seq[p], p, *whole) == m.decode(seq[p], p, *layers));
-  CompressParams calibrated = params("kivi-4");  // per-layer files index the model's layers: refused
-  calibrated.calibration_file = "calibration.json";
-  CHECK_THROWS_AS(make_kv_policy(calibrated, geometry(m), 1), UsageError);
+}
+
+TEST_CASE("sliding-window layers: a calibration file written for the model's layers gives the global layers their "
+          "own heads' bits", "[windowed][model]") {
+  const Model m = gemma_like();
+  const std::size_t prompt = 150;
+  const std::vector<std::int32_t> seq = tokens(prompt + 10, 8);
+  const std::vector<std::int32_t> head(seq.begin(), seq.begin() + prompt);
+  const PrefillResult pre = m.prefill(head, false, 1);
+  test::TempDir dir;
+  // Bits per model layer; layer 1 is the global one.
+  auto calibration = [&](int global_bits, std::size_t layers) {
+    CalibrationFile f;
+    f.shape.kv_shape() = m.config().kv_shape();
+    f.shape.n_layers = layers;
+    f.params = nlohmann::json::object();
+    for (std::size_t l = 0; l < layers; ++l) {
+      auto& heads = f.heads.emplace_back(2);
+      for (CalibrationHead& h : heads) h.bits_key = h.bits_value = l == 1 ? global_bits : 3;
+    }
+    const std::string path = dir.file("c" + std::to_string(global_bits) + "_" + std::to_string(layers) + ".json");
+    std::ofstream(path) << calibration_to_json(f).dump();
+    return path;
+  };
+  auto run = [&](CompressParams p) {
+    std::unique_ptr<KvPolicy> cache = make_kv_policy(p, geometry(m), 1);
+    cache->ingest_prompt({&pre.query, &pre.key, &pre.key_pre_rope, &pre.value, prompt});
+    return cache;
+  };
+  for (const int bits : {2, 8}) {
+    INFO(bits << "-bit global layer");
+    CompressParams calibrated = params("kivi");
+    calibrated.calibration_file = calibration(bits, 3);
+    const std::unique_ptr<KvPolicy> got = run(calibrated);
+    const std::unique_ptr<KvPolicy> want = run(params("kivi:bits=" + std::to_string(bits)));
+    CHECK(got->bytes() == want->bytes());
+    for (std::size_t p = prompt; p < seq.size(); ++p) CHECK(m.decode(seq[p], p, *got) == m.decode(seq[p], p, *want));
+  }
+  // A file of another layer count (the global layers' alone) is refused, naming its shape.
+  CompressParams other = params("kivi");
+  other.calibration_file = calibration(8, 1);
+  CHECK_THROWS_WITH(make_kv_policy(other, geometry(m), 1), Catch::Contains("shape.n_layers"));
 }
 
 TEST_CASE("sliding-window layers under chunked prefill: each chunk's queries attend within their windows; with the "

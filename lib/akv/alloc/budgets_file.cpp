@@ -81,7 +81,7 @@ BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
   try {
     const auto& d = j.at("dump");
     const std::pair<const char*, std::size_t> shape[] = {
-        {"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}};
+        {"n_layers", m.file_layers()}, {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}};
     for (const auto& [name, want] : shape) {
       const std::size_t got = file_count(d, name, path, std::string("dump.") + name);
       if (got != want) {
@@ -93,10 +93,11 @@ BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
     params = EvictionParams::from_json(j.at("summary").at("params"), path);
     const std::size_t forced = forced_tokens(m.n_tokens, params.sinks, params.score.window);
     const auto& layers = j.at("layers");
-    if (layers.size() != m.n_layers) {
+    if (layers.size() != m.file_layers()) {
       throw InvalidInput("wrong number of layers", {path, "layers", std::to_string(layers.size())});
     }
-    for (std::size_t l = 0; l < m.n_layers; ++l) {
+    for (std::size_t i = 0; i < m.n_layers; ++i) {
+      const std::size_t l = m.file_layer(i);
       const auto& heads = layers[l].at("heads");
       if (heads.size() != m.n_kv_heads) {
         throw InvalidInput("wrong number of heads",

@@ -44,7 +44,8 @@ nlohmann::json budgets_to_json(const BudgetsFile& f);
 nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
                             const std::string& dump_hash);
 
-// What a budgets file holds, checked against the dump's shape (InvalidInput naming the field).
+// What a budgets file holds, checked against the dump's shape (InvalidInput naming the field), for
+// the shape's layers (KvShape::file_layer; indexed by the shape's layers).
 struct BudgetsRead {
   std::vector<std::vector<std::size_t>> tokens;  // [layer][head], forced tokens included
   EvictionParams params;                          // the file's score, window, sinks, allocator

@@ -76,7 +76,7 @@ std::vector<std::pair<int, int>> read_calibration(const std::string& path, const
   std::vector<std::pair<int, int>> bits;
   try {
     const auto& s = j.at("shape");
-    const std::pair<const char*, std::size_t> want[] = {{"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads},
+    const std::pair<const char*, std::size_t> want[] = {{"n_layers", m.file_layers()}, {"n_kv_heads", m.n_kv_heads},
                                                         {"head_dim", m.head_dim}};
     for (const auto& [name, v] : want) {
       const std::size_t got = file_count(s, name, path, std::string("shape.") + name);
@@ -86,10 +86,11 @@ std::vector<std::pair<int, int>> read_calibration(const std::string& path, const
       }
     }
     const auto& layers = j.at("layers");
-    if (!layers.is_array() || layers.size() != m.n_layers) {
+    if (!layers.is_array() || layers.size() != m.file_layers()) {
       throw CorruptData("calibration has the wrong number of layers", {path, "layers", std::to_string(layers.size())});
     }
-    for (std::size_t l = 0; l < layers.size(); ++l) {
+    for (std::size_t i = 0; i < m.n_layers; ++i) {
+      const std::size_t l = m.file_layer(i);
       const auto& heads = layers[l].at("heads");
       const std::string at = "layers[" + std::to_string(l) + "].heads";
       if (!heads.is_array() || heads.size() != m.n_kv_heads) {
@@ -112,24 +113,27 @@ std::vector<std::pair<int, int>> read_calibration(const std::string& path, const
 
 namespace {
 
-// Calls fn(head, "layers[l].heads[h]") for every head of the calibration file `path` (parsed as
-// j), in layer-major order, after checking that it holds n_layers layers of n_kv_heads heads
-// (InvalidInput naming the field otherwise); JSON type errors become CorruptData naming the file.
+// Calls fn(head, "layers[l].heads[h]") for every head of the shape's layers (file layers
+// KvShape::file_layer) in the calibration file `path` (parsed as j), in layer-major order, after
+// checking that it holds the model's layers of n_kv_heads heads (InvalidInput naming the field
+// otherwise); JSON type errors become CorruptData naming the file.
 template <class Fn>
-void each_head(const nlohmann::json& j, const std::string& path, std::size_t n_layers, std::size_t n_kv_heads, Fn fn) {
+void each_head(const nlohmann::json& j, const std::string& path, const KvShape& shape, Fn fn) {
   try {
     const auto& layers = j.at("layers");
-    if (!layers.is_array() || layers.size() != n_layers) {
-      throw InvalidInput("calibration made for another number of layers (this input has " + std::to_string(n_layers) + ")",
+    if (!layers.is_array() || layers.size() != shape.file_layers()) {
+      throw InvalidInput("calibration made for another number of layers (this input has " +
+                             std::to_string(shape.file_layers()) + ")",
                          {path, "layers", std::to_string(layers.size())});
     }
-    for (std::size_t l = 0; l < n_layers; ++l) {
+    for (std::size_t i = 0; i < shape.n_layers; ++i) {
+      const std::size_t l = shape.file_layer(i);
       const auto& heads = layers[l].at("heads");
       const std::string at = "layers[" + std::to_string(l) + "].heads";
-      if (!heads.is_array() || heads.size() != n_kv_heads) {
+      if (!heads.is_array() || heads.size() != shape.n_kv_heads) {
         throw InvalidInput("calibration made for another number of KV heads", {path, at, std::to_string(heads.size())});
       }
-      for (std::size_t h = 0; h < n_kv_heads; ++h) fn(heads[h], at + "[" + std::to_string(h) + "]");
+      for (std::size_t h = 0; h < shape.n_kv_heads; ++h) fn(heads[h], at + "[" + std::to_string(h) + "]");
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
@@ -138,7 +142,7 @@ void each_head(const nlohmann::json& j, const std::string& path, std::size_t n_l
 
 }  // namespace
 
-CalibrationTypes read_calibration_types(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads) {
+CalibrationTypes read_calibration_types(const std::string& path, const KvShape& shape) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   CalibrationTypes out;
   try {
@@ -146,7 +150,7 @@ CalibrationTypes read_calibration_types(const std::string& path, std::size_t n_l
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
   }
-  each_head(j, path, n_layers, n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+  each_head(j, path, shape, [&](const nlohmann::json& head, const std::string& hat) {
     if (!head.contains("ggml_types")) {
       throw CorruptData("no per-head cache types: calibrate with --types", {path, hat + ".ggml_types"});
     }
@@ -161,7 +165,7 @@ CalibrationTypes read_calibration_types(const std::string& path, std::size_t n_l
   return out;
 }
 
-CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads) {
+CalibrationAmax read_calibration_amax(const std::string& path, const KvShape& shape) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   CalibrationAmax out;
   try {
@@ -169,7 +173,7 @@ CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_lay
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
   }
-  each_head(j, path, n_layers, n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+  each_head(j, path, shape, [&](const nlohmann::json& head, const std::string& hat) {
     double a[2];
     for (int i = 0; i < 2; ++i) {
       const char* key = i == 0 ? "key_amax" : "value_amax";
@@ -188,7 +192,7 @@ QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   QFilters out(m.n_layers);
   std::size_t index = 0;
-  each_head(j, path, m.n_layers, m.n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+  each_head(j, path, m, [&](const nlohmann::json& head, const std::string& hat) {
     const std::string field = hat + ".qfilter";
     if (!head.contains("qfilter")) throw CorruptData("no Q-Filter (calibrate again with this akv)", {path, field});
     const auto& f = head.at("qfilter");
@@ -207,10 +211,9 @@ QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m) {
   return out;
 }
 
-KvzapModel read_calibration_kvzap(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads,
-                                  std::size_t dim) {
+KvzapModel read_calibration_kvzap(const std::string& path, const KvShape& shape, std::size_t dim) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
-  KvzapModel out(n_layers);
+  KvzapModel out(shape.n_layers);
   std::size_t index = 0;
   auto number = [&](const nlohmann::json& v, const std::string& at) {
     if (!v.is_number()) throw CorruptData("a KVzap value that is not a number", {path, at, v.dump()});
@@ -218,7 +221,7 @@ KvzapModel read_calibration_kvzap(const std::string& path, std::size_t n_layers,
     if (!std::isfinite(x)) throw CorruptData("a KVzap value that is not finite", {path, at});
     return x;
   };
-  each_head(j, path, n_layers, n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+  each_head(j, path, shape, [&](const nlohmann::json& head, const std::string& hat) {
     const std::string field = hat + ".kvzap";
     if (!head.contains("kvzap") || !head.at("kvzap").is_object()) {
       throw CorruptData("no KVzap surrogate (calibrate on dumps written with akv dump --kvzap)", {path, field});
@@ -231,7 +234,7 @@ KvzapModel read_calibration_kvzap(const std::string& path, std::size_t n_layers,
                           std::to_string(z.contains("weight") && z.at("weight").is_array() ? z.at("weight").size() : 0)});
     }
     if (!z.contains("bias")) throw CorruptData("a KVzap surrogate without its bias", {path, field + ".bias"});
-    KvzapLayer& layer = out[index++ / n_kv_heads];
+    KvzapLayer& layer = out[index++ / shape.n_kv_heads];
     std::vector<double>& w = layer.weight.emplace_back();
     for (std::size_t c = 0; c < dim; ++c) {
       w.push_back(number(z.at("weight")[c], field + ".weight[" + std::to_string(c) + "]"));
@@ -241,7 +244,7 @@ KvzapModel read_calibration_kvzap(const std::string& path, std::size_t n_layers,
   return out;
 }
 
-DuoHeadScores read_calibration_duo(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads) {
+DuoHeadScores read_calibration_duo(const std::string& path, const KvShape& shape) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   DuoHeadScores out;
   try {
@@ -255,16 +258,16 @@ DuoHeadScores read_calibration_duo(const std::string& path, std::size_t n_layers
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
   }
-  out.error.resize(n_layers);
+  out.error.resize(shape.n_layers);
   std::size_t index = 0;
-  each_head(j, path, n_layers, n_kv_heads, [&](const nlohmann::json& head, const std::string& hat) {
+  each_head(j, path, shape, [&](const nlohmann::json& head, const std::string& hat) {
     const std::string field = hat + ".duo_error";
     if (!head.contains("duo_error") || !head.at("duo_error").is_number()) {
       throw CorruptData("a head without its DuoAttention score", {path, field});
     }
     const double e = head.at("duo_error").get<double>();
     if (!(e >= 0.0 && std::isfinite(e))) throw CorruptData("a DuoAttention score that is not finite and >= 0", {path, field, format_number(e)});
-    out.error[index++ / n_kv_heads].push_back(e);
+    out.error[index++ / shape.n_kv_heads].push_back(e);
   });
   return out;
 }
@@ -308,7 +311,7 @@ NuqCodebooks read_calibration_nuq(const std::string& path, const KvShape& shape,
     const nlohmann::json& q = j.at("nuq");
     const auto& s = j.at("shape");
     const std::pair<const char*, std::size_t> want[] = {
-        {"n_layers", shape.n_layers}, {"n_kv_heads", shape.n_kv_heads}, {"head_dim", shape.head_dim}};
+        {"n_layers", shape.file_layers()}, {"n_kv_heads", shape.n_kv_heads}, {"head_dim", shape.head_dim}};
     for (const auto& [name, v] : want) {
       const std::size_t got = file_count(s, name, path, std::string("shape.") + name);
       if (got != v) {
@@ -329,11 +332,12 @@ NuqCodebooks read_calibration_nuq(const std::string& path, const KvShape& shape,
       }
     }
     const auto& layers = q.at("layers");
-    if (!layers.is_array() || layers.size() != shape.n_layers) {
+    if (!layers.is_array() || layers.size() != shape.file_layers()) {
       throw CorruptData("nuq has the wrong number of layers", {path, "nuq.layers", std::to_string(layers.size())});
     }
     const std::size_t C = shape.n_kv_heads * shape.head_dim;
-    for (std::size_t l = 0; l < shape.n_layers; ++l) {
+    for (std::size_t i = 0; i < shape.n_layers; ++i) {
+      const std::size_t l = shape.file_layer(i);
       const std::string at = "nuq.layers[" + std::to_string(l) + "]";
       const nlohmann::json& e = layers[l];
       NuqCalibration k, v;

@@ -59,30 +59,34 @@ struct CalibrationFile {
 
 nlohmann::json calibration_to_json(const CalibrationFile& f);
 
+// Every reader below reads a file written for a model's layers (KvShape::file_layers) and returns
+// what it holds for the shape's layers (KvShape::file_layer: the global layers' alone for the
+// method's cache of a model with sliding-window layers), indexed by the shape's layers.
+
 // Per-head {key bits, value bits} [layer * n_kv_heads + head] from a calibration file, checked
 // against the dump's shape (InvalidInput naming the field otherwise).
 std::vector<std::pair<int, int>> read_calibration(const std::string& path, const KvWindow& m);
 
 // Per-head {key amax, value amax} [layer * n_kv_heads + head] (max |x| as a cache stores the rows,
-// rotated as params.rotate says), checked against n_layers and n_kv_heads; CorruptData naming
+// rotated as params.rotate says), checked against the shape's layers and KV heads; CorruptData naming
 // the field when a head has none (a file written before 2026-12-03) or one that is not finite
 // and non-negative.
 struct CalibrationAmax {
   std::vector<std::pair<double, double>> amax;  // [layer * n_kv_heads + head]: {key, value}
   std::string rotate = "none";                  // params.rotate: the rows' rotation (random: seed 0)
 };
-CalibrationAmax read_calibration_amax(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
+CalibrationAmax read_calibration_amax(const std::string& path, const KvShape& shape);
 
 // Per-head cache types {key, value} [layer * n_kv_heads + head] of an `akv calibrate --types`
 // assignment (layers[].heads[].ggml_types) and the rotation they were measured with
-// (params.rotate; random: seed 0), checked against n_layers and n_kv_heads (InvalidInput naming
+// (params.rotate; random: seed 0), checked against the shape's layers and KV heads (InvalidInput naming
 // the field otherwise); CorruptData naming the field when a head has none (calibrated without
 // --types) or a name that is not a cache type akv stores.
 struct CalibrationTypes {
   std::vector<std::pair<std::string, std::string>> types;
   std::string rotate = "none";
 };
-CalibrationTypes read_calibration_types(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
+CalibrationTypes read_calibration_types(const std::string& path, const KvShape& shape);
 
 // Per-head Q-Filters [layer][kv head][head_dim] (score/qfilter.h), checked against the shape
 // (InvalidInput naming the field otherwise); CorruptData naming the field when a head has none (a
@@ -92,7 +96,7 @@ QFilters read_calibration_qfilters(const std::string& path, const KvWindow& m);
 
 // DuoAttention head scores (`akv calibrate`, eval/calibrate.h): every KV head's attention-output
 // error when it keeps only the first `sinks` and the last `window` tokens, [layer][kv head], with
-// the sinks and window of summary.duo. Checked against n_layers and n_kv_heads (InvalidInput naming
+// the sinks and window of summary.duo. Checked against the shape's layers and KV heads (InvalidInput naming
 // the field otherwise); CorruptData naming the field when the file has none (its dumps were not
 // longer than sinks + window, or it was written before commit 8e5f798, 2026-12-03) or a value that is not finite
 // and >= 0.
@@ -108,12 +112,11 @@ struct DuoHeadScores {
 NuqCodebooks read_calibration_nuq(const std::string& path, const KvShape& shape, int bk, int bv);
 
 // KVzap surrogates [layer] (layers[].heads[].kvzap: weight [dim], bias), checked against
-// n_layers, n_kv_heads and the attention input's width `dim` (InvalidInput naming the field
+// the shape's layers and KV heads and the attention input's width `dim` (InvalidInput naming the field
 // otherwise); CorruptData naming the field when a head has none (the dumps had no attention inputs
 // and KVzip+ scores: akv dump --kvzap) or a value that is not finite.
-KvzapModel read_calibration_kvzap(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads,
-                                  std::size_t dim);
+KvzapModel read_calibration_kvzap(const std::string& path, const KvShape& shape, std::size_t dim);
 
-DuoHeadScores read_calibration_duo(const std::string& path, std::size_t n_layers, std::size_t n_kv_heads);
+DuoHeadScores read_calibration_duo(const std::string& path, const KvShape& shape);
 
 }  // namespace akv

@@ -19,8 +19,8 @@ namespace {
 
 // duo's calibrated head scores (EvictionParams::duo_heads), flattened layer by layer; the file's
 // streaming heads must be the method's (InvalidInput naming the field otherwise).
-std::vector<double> read_duo_heads(const EvictionParams& p, std::size_t L, std::size_t H) {
-  const DuoHeadScores d = read_calibration_duo(p.duo_heads, L, H);
+std::vector<double> read_duo_heads(const EvictionParams& p, const KvShape& shape) {
+  const DuoHeadScores d = read_calibration_duo(p.duo_heads, shape);
   const std::pair<const char*, std::pair<std::size_t, std::size_t>> checks[] = {{"sinks", {d.sinks, p.sinks}},
                                                                                {"window", {d.window, p.score.window}}};
   for (const auto& [name, v] : checks) {
@@ -168,7 +168,7 @@ std::optional<TokenScores> dump_given_scores(const DumpReader& dump, const Evict
                      {dump.path(), dump_matrix_path(0, DumpMatrix::attn_input), "missing"});
   }
   const DumpMeta& m = dump.meta();
-  const KvzapModel zap = read_calibration_kvzap(e.score.surrogate, m.n_layers, m.n_kv_heads, dump.input_dim());
+  const KvzapModel zap = read_calibration_kvzap(e.score.surrogate, m, dump.input_dim());
   TokenScores out(m.n_layers);
   for (std::size_t l = 0; l < m.n_layers; ++l) {
     kvzap_layer_scores(zap[l], dump.read_matrix(l, DumpMatrix::attn_input), out[l]);
@@ -314,7 +314,7 @@ EvictionPlanner::EvictionPlanner(const KvWindow& m, const EvictionParams& reques
     }
   }
   if (p.score.method == ScoreMethod::qfilter) s.qfilters = read_calibration_qfilters(p.score.qfilters, m);
-  if (p.alloc == AllocMethod::duo && !p.duo_heads.empty()) s.duo_heads = read_duo_heads(p, L, H);
+  if (p.alloc == AllocMethod::duo && !p.duo_heads.empty()) s.duo_heads = read_duo_heads(p, m);
   if (p.critical && !out_proj) {
     throw UsageError("CriticalKV weighs values by the attention output projection: it needs a dump with "
                      "/layers/L/o_proj or akv evaluate --model", {"", "--critical", "on"});

@@ -16,7 +16,7 @@ KvzapPrefill::KvzapPrefill(const std::vector<std::optional<CompressParams>>& met
     key_[m] = static_cast<std::size_t>(at - files_.begin());
     if (at == files_.end()) {
       files_.push_back(f);
-      models_.push_back(read_calibration_kvzap(f, c.n_layers, c.n_kv_heads, c.dim));
+      models_.push_back(read_calibration_kvzap(f, c, c.dim));
     }
   }
 }

@@ -136,7 +136,7 @@ class GgmlCachePolicy : public KvPolicy {
   // rotates them (random: seed 0), or UsageError.
   void calibrated_scales(const CompressParams& params) {
     const std::string& path = params.ggml()->calibration;
-    const CalibrationAmax c = read_calibration_amax(path, g_.n_layers, g_.n_kv_heads);
+    const CalibrationAmax c = read_calibration_amax(path, g_);
     if (c.rotate != rotation_name(params.rotate) || (params.rotate == RotationKind::random && params.rotate_seed != 0)) {
       throw UsageError("the calibration's maxima were measured with rotate=" + c.rotate + " (random: seed 0); this cache rotates " +
                            rotation_name(params.rotate) + (params.rotate == RotationKind::random ? " seed " + std::to_string(params.rotate_seed) : ""),

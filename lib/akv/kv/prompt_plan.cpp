@@ -15,7 +15,7 @@ const std::vector<std::int32_t>& PromptPlan::kept(std::size_t layer, std::size_t
 void read_calibration_inputs(CompressParams& p, const KvWindow& m) {
   if (!p.calibration_file.empty() && p.head_bits.empty()) p.head_bits = read_calibration(p.calibration_file, m);
   if (auto* g = std::get_if<GgmlCacheParams>(&p.mode); g && !g->types.empty() && g->head_types.empty()) {
-    const CalibrationTypes t = read_calibration_types(g->types, m.n_layers, m.n_kv_heads);
+    const CalibrationTypes t = read_calibration_types(g->types, m);
     const std::string rotate = rotation_name(p.rotate);
     if (t.rotate != rotate || (p.rotate == RotationKind::random && p.rotate_seed != 0)) {
       throw UsageError("the calibration's types were measured with rotate=" + t.rotate + " (random: seed 0); this cache rotates " + rotate,

@@ -83,7 +83,7 @@ class RuntimePolicy : public KvPolicy {
             throw UsageError("kvzap with decoding=on scores each decoded token's attention input: akv evaluate --model",
                              {"", "--decoding", "on"});
           }
-          zap_ = read_calibration_kvzap(p->eviction()->score.surrogate, g.n_layers, g.n_kv_heads, g.input_dim);
+          zap_ = read_calibration_kvzap(p->eviction()->score.surrogate, g, g.input_dim);
         }
       }
     }
@@ -582,15 +582,8 @@ std::size_t prompt_query_rows(const std::optional<CompressParams>& params, std::
 std::unique_ptr<KvPolicy> make_kv_policy(const std::optional<CompressParams>& params,
                                          const KvGeometry& g, int threads) {
   if (g.windowed()) {
-    if (params && !params->input_files().empty()) {
-      throw UsageError("a method that reads per-layer files is not implemented on a model with sliding-window layers "
-                       "(the files index the model's layers, the method's cache holds the global layers only)",
-                       {"", "--methods", describe(*params)});
-    }
     KvGeometry globals = g;
-    globals.n_layers = g.global_layers();
-    globals.layer_window.clear();
-    globals.rope_variant = g.global_rope_variant();
+    globals.kv_shape() = g.global_shape();  // per-layer files are read at the model's global layers
     return std::make_unique<WindowedCache>(make_kv_policy(params, globals, threads), g.kv_shape(),
                                            params ? DenseType::f16 : DenseType::f32);
   }

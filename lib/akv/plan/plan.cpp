@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <stdexcept>
 #include <tuple>
 
 #include "akv/core/errors.h"
@@ -146,14 +147,14 @@ PlanBytes plan_bytes(const PlanShape& s, const PlanMethod& m, std::size_t n) {
   // Every layer local (Mistral): within the window the method holds every layer; past it the
   // window's rows (only none and f32 run there).
   if (s.windowed_run(n)) {
-    const GgmlCacheParams* g = m.params ? m.params->ggml() : nullptr;
-    if (m.params && (!m.params->head_bits.empty() || (g && !g->head_types.empty()))) {
-      throw InvalidInput("per-head bits or cache types index the model's layers: not implemented on a model with "
-                         "sliding-window layers", {"", "--methods", m.spec});
-    }
     PlanShape globals = s;
-    globals.n_layers = s.global_layers();
-    globals.layer_window.clear();
+    globals.kv_shape() = s.global_shape();
+    const GgmlCacheParams* g = m.params ? m.params->ggml() : nullptr;
+    const std::size_t heads = globals.n_layers * s.n_kv_heads;
+    if (m.params && ((!m.params->head_bits.empty() && m.params->head_bits.size() != heads) ||
+                     (g && !g->head_types.empty() && g->head_types.size() != heads))) {
+      throw std::logic_error("plan_bytes: per-head bits or types must be read for the global layers (KvShape::global_shape)");
+    }
     PlanBytes b = globals.n_layers ? plan_bytes(globals, m, n) : PlanBytes{};
     const std::size_t local_rows = s.cached_rows(n) - globals.n_layers * n;
     b.device += static_cast<double>(local_rows * s.n_kv_heads * s.head_dim * 2 * (m.params ? 2 : 4));

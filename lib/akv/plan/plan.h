@@ -39,8 +39,10 @@ struct PlanMethod {
   std::optional<CompressParams> params;   // nullopt = f32
 };
 
-// Device and host bytes of the whole cache (all layers and KV heads) after n tokens. Throws
-// InvalidInput for per-head bits or cache types (a calibration's) on a shape with windows.
+// Device and host bytes of the whole cache (all layers and KV heads) after n tokens. On a shape
+// with global and local layers a method's per-head bits or cache types (a calibration's) are
+// those of the global layers (read for KvShape::global_shape, as the method's cache reads them;
+// std::logic_error otherwise).
 struct PlanBytes {
   double device = 0, host = 0;
 };

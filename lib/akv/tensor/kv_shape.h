@@ -40,6 +40,12 @@ struct KvShape {
   // their files, dumps record it (formats.md), runtime caches keep local layers to their window
   // (kv/windowed.h), plans cost them so.
   std::vector<std::size_t> layer_window = {};
+  // A shape of a model's global layers alone (the method's cache inside a WindowedCache,
+  // kv/windowed.h) keeps, per layer here, the model's layer it is, and the model's layer count:
+  // files written per model layer (calibrations, budgets) are read at those layers. Empty: the
+  // layers are the model's.
+  std::vector<std::size_t> model_layer = {};
+  std::size_t model_layers = 0;
 
   std::size_t group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
   // Layer l's window (0 when global).
@@ -72,6 +78,22 @@ struct KvShape {
     std::size_t rows = 0;
     for (std::size_t l = 0; l < n_layers; ++l) rows += window_of(l) ? std::min(n, window_of(l)) : n;
     return rows;
+  }
+  // The layers a per-layer file written for this model holds, and the file's layer of layer l.
+  std::size_t file_layers() const { return model_layer.empty() ? n_layers : model_layers; }
+  std::size_t file_layer(std::size_t l) const { return model_layer.empty() ? l : model_layer[l]; }
+  // This shape's global layers as a shape of their own (no windows; model_layer maps them back).
+  KvShape global_shape() const {
+    KvShape s = *this;
+    s.n_layers = global_layers();
+    s.layer_window.clear();
+    s.rope_variant = global_rope_variant();
+    s.model_layer.clear();
+    for (std::size_t l = 0; l < n_layers; ++l) {
+      if (!window_of(l)) s.model_layer.push_back(file_layer(l));
+    }
+    s.model_layers = file_layers();
+    return s;
   }
   KvShape& kv_shape() { return *this; }
   const KvShape& kv_shape() const { return *this; }
