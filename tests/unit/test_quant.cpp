@@ -893,7 +893,7 @@ TEST_CASE("nuq: the vector decode equals the plain loop bitwise (every width, bi
   Rng r(23);
   for (int bits : {2, 3, 4, 8}) {
     for (const std::size_t width : {8, 13, 24, 64, 128}) {
-      for (const bool key : {true, false}) {
+      for (const auto& [key, overflow] : {std::pair{true, false}, std::pair{true, true}, std::pair{false, true}}) {
         const std::size_t n = 40;
         std::vector<float> x(n * width);
         for (std::size_t i = 0; i < x.size(); ++i) {
@@ -902,7 +902,7 @@ TEST_CASE("nuq: the vector decode equals the plain loop bitwise (every width, bi
           x[i] = static_cast<float>(r.normal() * scale);
         }
         NuqTable t = nuq_table(calibrate_nuq(x.data(), n, width, bits, key, 0.9, 1), 0.9, 1, 0, key ? width : 0);
-        if (!key) t.levels.back() = 3e38f;  // a level whose product overflows to inf: decoded as 0
+        if (overflow) t.levels.back() = 3e38f;  // a level whose product overflows to inf: decoded as 0
         NuqRows rows;
         nuq_encode(t, x.data(), n, width, rows);
         std::vector<float> fast(n * width), ref(n * width);
@@ -911,7 +911,8 @@ TEST_CASE("nuq: the vector decode equals the plain loop bitwise (every width, bi
           if (isa > best_isa()) continue;
           set_isa(isa);
           nuq_decode(rows.view(t), width, 0, n, fast.data());
-          INFO("bits " << bits << " width " << width << (key ? " keys" : " values") << " isa " << isa_name(isa));
+          INFO("bits " << bits << " width " << width << (key ? " keys" : " values") << (overflow ? " overflow" : "")
+                       << " isa " << isa_name(isa));
           CHECK(std::memcmp(fast.data(), ref.data(), fast.size() * sizeof(float)) == 0);
         }
         set_isa(best_isa());

@@ -411,64 +411,84 @@ inline __m256 decode_level(__m256 lv, __m256 rg, __m256 off) {
 // The same as decode_values_ref, eight values a step straight from the packed codes, with the
 // same operations per value (the product and the sum as two roundings, no fused multiply-add; the
 // f16 conversion instructions, round to nearest even): per_row, the row's 2^bits decoded levels
-// are computed once and each value is a lookup; per channel, each value is computed.
+// are computed once and each value is a lookup; per channel, each value is computed, without the
+// not-finite test when no level times range plus offset can leave the f32 range. Prepared once
+// for the rows of a decode: the table, its registers, the packed row's length.
 template <int Bits>
-void decode_values_simd(const std::vector<float>& levels, const std::uint8_t* packed, const float* range,
-                        const float* offset, bool per_row, std::size_t n, float* o) {
-  float table[16] = {};
-  std::copy(levels.begin(), levels.end(), table);
-  __m256 lo = _mm256_loadu_ps(table), hi = _mm256_loadu_ps(table + 8);
-  if (per_row) {
-    const __m256 rg = _mm256_set1_ps(range[0]), off = _mm256_set1_ps(offset[0]);
-    lo = decode_level(lo, rg, off);
-    hi = decode_level(hi, rg, off);
-  }
-  const std::size_t bytes = packed_size(n, Bits);
-  std::size_t j = 0;
+class SimdRowDecoder {
+ public:
+  // range, offset: the per-channel parameters [n] (empty for a per-row table).
+  SimdRowDecoder(const std::vector<float>& levels, std::size_t n, const std::vector<float>& range,
+                 const std::vector<float>& offset)
+      : n_(n), bytes_(packed_size(n, Bits)) {
+    std::copy(levels.begin(), levels.end(), table_);
+    lo_ = _mm256_loadu_ps(table_);
+    hi_ = _mm256_loadu_ps(table_ + 8);
 #ifdef AKV_NUQ_AVX512_TU
-  // Sixteen wide for 2 and 4 bits (4: one permute of 16 levels instead of two and a blend); 3-bit
-  // codes measured slower that way (docs/compress.md) and stay eight wide.
-  if (Bits != 3 && active_isa() >= Isa::avx512) {
-    j = nuq_decode_values_avx512(table, Bits, packed, range, offset, per_row, n, o);
-  }
+    // Sixteen wide for 2 and 4 bits (4: one permute of 16 levels instead of two and a blend);
+    // 3-bit codes measured slower that way (docs/compress.md) and stay eight wide.
+    wide_ = Bits != 3 && active_isa() >= Isa::avx512;
 #endif
-  for (; j + 8 <= n; j += 8) {
-    const std::size_t at = j / 8 * Bits;
-    const __m256 lv = lookup8(lo, hi, codes8<Bits>(packed + at, at + 4 <= bytes), Bits == 4);
-    _mm256_storeu_ps(o + j, per_row ? lv : decode_level(lv, _mm256_loadu_ps(range + j), _mm256_loadu_ps(offset + j)));
+    double level = 0, rg = 0, off = 0;
+    for (const float x : levels) level = std::max(level, std::fabs(static_cast<double>(x)));
+    for (const float x : range) rg = std::max(rg, std::fabs(static_cast<double>(x)));
+    for (const float x : offset) off = std::max(off, std::fabs(static_cast<double>(x)));
+    finite_ = level * rg + off < 1e38;  // false when any is not finite
   }
-  if (j < n) {  // the tail starts on a byte boundary (j is a multiple of 8)
-    decode_values_ref(levels, packed + j / 8 * Bits, Bits, per_row ? range : range + j,
-                      per_row ? offset : offset + j, per_row, n - j, o + j);
-  }
-}
-#endif
 
-// decode_values_ref's result by the vector loop where the build has it (bits 2, 3 and 4), else by
-// the fast unpacking; bitwise equal.
-void decode_values(const std::vector<float>& levels, const std::uint8_t* packed, int bits, const float* range,
-                   const float* offset, bool per_row, std::size_t n, float* o) {
-#if defined(__AVX2__) && defined(__F16C__)
-  if (levels.size() <= 16) {
-    switch (bits) {
-      case 2: return decode_values_simd<2>(levels, packed, range, offset, per_row, n, o);
-      case 3: return decode_values_simd<3>(levels, packed, range, offset, per_row, n, o);
-      case 4: return decode_values_simd<4>(levels, packed, range, offset, per_row, n, o);
-      default: break;
+  void operator()(const std::uint8_t* packed, const float* range, const float* offset, bool per_row, float* o) const {
+    __m256 lo = lo_, hi = hi_;
+    if (per_row) {
+      const __m256 rg = _mm256_set1_ps(range[0]), off = _mm256_set1_ps(offset[0]);
+      lo = decode_level(lo, rg, off);
+      hi = decode_level(hi, rg, off);
+    }
+    std::size_t j = 0;
+#ifdef AKV_NUQ_AVX512_TU
+    if (wide_) j = nuq_decode_values_avx512(table_, Bits, packed, range, offset, per_row, n_, o);
+#endif
+    if (per_row) {
+      for (; j + 8 <= n_; j += 8) {
+        const std::size_t at = j / 8 * Bits;
+        _mm256_storeu_ps(o + j, lookup8(lo, hi, codes8<Bits>(packed + at, at + 4 <= bytes_), Bits == 4));
+      }
+    } else if (finite_) {
+      for (; j + 8 <= n_; j += 8) {
+        const std::size_t at = j / 8 * Bits;
+        const __m256 lv = lookup8(lo, hi, codes8<Bits>(packed + at, at + 4 <= bytes_), Bits == 4);
+        const __m256 x = _mm256_add_ps(_mm256_mul_ps(lv, _mm256_loadu_ps(range + j)), _mm256_loadu_ps(offset + j));
+        _mm256_storeu_ps(o + j, _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+      }
+    } else {
+      for (; j + 8 <= n_; j += 8) {
+        const std::size_t at = j / 8 * Bits;
+        const __m256 lv = lookup8(lo, hi, codes8<Bits>(packed + at, at + 4 <= bytes_), Bits == 4);
+        _mm256_storeu_ps(o + j, decode_level(lv, _mm256_loadu_ps(range + j), _mm256_loadu_ps(offset + j)));
+      }
+    }
+    if (j < n_) {  // the tail starts on a byte boundary (j is a multiple of 8)
+      const std::vector<float> levels(table_, table_ + (1 << Bits));
+      decode_values_ref(levels, packed + j / 8 * Bits, Bits, per_row ? range : range + j,
+                        per_row ? offset : offset + j, per_row, n_ - j, o + j);
     }
   }
-#endif
-  std::vector<std::uint8_t> code(n);
-  unpack_codes(packed, n, bits, code.data());
-  decode_codes(levels, code.data(), range, offset, per_row, n, o);
-}
 
+ private:
+  float table_[16] = {};
+  __m256 lo_, hi_;
+  std::size_t n_, bytes_;
+  bool wide_ = false, finite_ = false;
+};
+#endif
+
+// Rows [r0, r1) of a view: sink rows widened, each coded row by values(packed row, range,
+// offset, per_row, out) (per channel: `range` and `offset` [width]; per row: the row's), then its
+// outliers written over.
 template <class Values>
-void decode_rows(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out, Values values) {
+void decode_rows(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out,
+                 const std::vector<float>& offset, const std::vector<float>& range, const Values& values) {
   const NuqTable& t = *v.table;
   const std::size_t row_bytes = packed_size(width, t.bits);
-  std::vector<float> offset, range;
-  if (t.per_channel) channel_params(t, width, offset, range);
   for (std::size_t r = r0; r < r1; ++r) {
     float* o = out + (r - r0) * width;
     if (r < v.sink_rows) {
@@ -478,9 +498,9 @@ void decode_rows(const NuqView& v, std::size_t width, std::size_t r0, std::size_
     const std::size_t q = r - v.sink_rows;
     const std::uint8_t* packed = v.codes + q * row_bytes;
     if (t.per_channel) {
-      values(t.levels, packed, t.bits, range.data(), offset.data(), false, width, o);
+      values(packed, range.data(), offset.data(), false, o);
     } else {
-      values(t.levels, packed, t.bits, v.range + q, v.offset + q, true, width, o);
+      values(packed, v.range + q, v.offset + q, true, o);
     }
     for (std::uint32_t e = q == 0 ? 0 : v.outlier_end[q - 1]; e < v.outlier_end[q]; ++e) {
       o[v.outlier_channel[e]] = f16_to_f32_ref(v.outlier_value[e]);
@@ -491,11 +511,35 @@ void decode_rows(const NuqView& v, std::size_t width, std::size_t r0, std::size_
 }  // namespace
 
 void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out) {
-  decode_rows(v, width, r0, r1, out, decode_values);
+  const NuqTable& t = *v.table;
+  std::vector<float> offset, range;
+  if (t.per_channel) channel_params(t, width, offset, range);
+#if defined(__AVX2__) && defined(__F16C__)
+  if (t.levels.size() <= 16) {
+    switch (t.bits) {
+      case 2: return decode_rows(v, width, r0, r1, out, offset, range, SimdRowDecoder<2>(t.levels, width, range, offset));
+      case 3: return decode_rows(v, width, r0, r1, out, offset, range, SimdRowDecoder<3>(t.levels, width, range, offset));
+      case 4: return decode_rows(v, width, r0, r1, out, offset, range, SimdRowDecoder<4>(t.levels, width, range, offset));
+      default: break;
+    }
+  }
+#endif
+  std::vector<std::uint8_t> code(width);
+  decode_rows(v, width, r0, r1, out, offset, range,
+              [&](const std::uint8_t* packed, const float* rg, const float* off, bool per_row, float* o) {
+                unpack_codes(packed, width, t.bits, code.data());
+                decode_codes(t.levels, code.data(), rg, off, per_row, width, o);
+              });
 }
 
 void nuq_decode_ref(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out) {
-  decode_rows(v, width, r0, r1, out, decode_values_ref);
+  const NuqTable& t = *v.table;
+  std::vector<float> offset, range;
+  if (t.per_channel) channel_params(t, width, offset, range);
+  decode_rows(v, width, r0, r1, out, offset, range,
+              [&](const std::uint8_t* packed, const float* rg, const float* off, bool per_row, float* o) {
+                decode_values_ref(t.levels, packed, t.bits, rg, off, per_row, width, o);
+              });
 }
 
 std::size_t nuq_quantize(const NuqCalibration& c, const float* rows, std::size_t n, std::size_t C, double sparsity,
