@@ -96,7 +96,8 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--types", c.types,
                   "Cache types to choose among per head (comma-separated; llama.cpp's q8_0, q4_0, ..., "
                   "f16, vLLM's fp8_e4m3, fp8_e5m2, TurboQuant's tq3nc, tqv4, ...; keys take all but tqv*, "
-                  "values all but TurboQuant's key types), rotated as --rotate")
+                  "values all but TurboQuant's key types), rotated as --rotate; a name followed by +hadamard or +random (e.g. "
+                  "q4_0+hadamard) is that type with its own rotation, so that heads may differ (docs/calibrate.md)")
       ->delimiter(',');
   sub->add_option("--types-target-bits", c.types_target_bits,
                   "--types: mean stored bits per element over every head's keys and values (the types' "

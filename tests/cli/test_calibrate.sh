@@ -307,6 +307,17 @@ expect_error "types target below the cheapest types" 2 "--types-target-bits = 3"
 expect_error "types: values only" 2 "a type for keys and one for values" "$AKV" calibrate -q "$d" --types tqv4 -o "$o/c.json"
 expect_error "types: unknown name" 2 "not a KV cache type.*--types = q3_k" "$AKV" calibrate -q "$d" --types q4_0,q3_k -o "$o/c.json"
 expect_error "types: a name twice" 2 "given twice" "$AKV" calibrate -q "$d" --types q4_0,q4_0 -o "$o/c.json"
+# A type with its own rotation: heads choose between q4_0 and q4_0 rotated (the synthetic keys'
+# outlier channels favour the rotation); the cache stores each tensor so, whatever --rotate says.
+"$AKV" calibrate -q "$d" --types q4_0,q4_0+hadamard --types-target-bits 4.5 -o "$TMP/rot.json" >/dev/null
+expect "types with their own rotation: both chosen" 0 "both" "$PY" -c "
+import json
+t = {x for l in json.load(open('$TMP/rot.json'))['layers'] for h in l['heads'] for x in h['ggml_types']}
+print('both' if t == {'q4_0', 'q4_0+hadamard'} else t)"
+expect "compress with per-head rotations: a version-4 cache" 0 "akv-cache v4" bash -c \
+  "'$AKV' compress -q '$d' -o '$TMP/rot.h5' -m ggml --types '$TMP/rot.json' >/dev/null && '$AKV' info '$TMP/rot.h5'"
+expect_error "emit refuses a head's own rotation" 2 "engines rotate every quantized layer alike.*q4_0\+hadamard" \
+  "$AKV" calibrate -q "$d" --types q4_0,q4_0+hadamard --types-target-bits 4.5 --emit llama.cpp -o "$o/c.json"
 # --emit: what vLLM and llama.cpp take of the assignment (layers at least half f16 stay unquantized).
 "$AKV" calibrate -q "$d" --types f16,fp8_e4m3 --types-target-bits 12 -o "$TMP/emit.json" --emit vllm >"$TMP/vllm.json"
 expect "emit vllm: flags, skip layers and scales agree with the assignment" 0 "emit ok" "$PY" -c "

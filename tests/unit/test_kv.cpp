@@ -4,6 +4,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 
 #include "akv/core/errors.h"
@@ -585,6 +586,55 @@ TEST_CASE("rotated caches: rows stored rotated, fast = reference, rebuilt rows r
   CHECK_THROWS_AS(resolve_method_spec("none:rotate=hadamard"), UsageError);
   CHECK_THROWS_AS(resolve_method_spec("balanced:rotate=hadamard"), UsageError);
   CHECK_THROWS_AS(resolve_method_spec("kivi-2:rotate=hadamard:rotate-seed=3"), UsageError);
+}
+
+TEST_CASE("per-head cache types with their own rotation: each tensor stored as the cache of that type and rotation "
+          "stores it, file version 4", "[kv][file][rotation]") {
+  const HeadType plain = parse_head_type("q4_0", "", "t"), had = parse_head_type("q4_0+hadamard", "", "t");
+  CHECK(plain.name == "q4_0");
+  CHECK_FALSE(plain.rotate);
+  CHECK(had.name == "q4_0");
+  CHECK(had.rotate == RotationKind::hadamard);
+  CHECK(parse_head_type("tq3nc+random", "", "t").rotate == RotationKind::random);
+  CHECK_THROWS_WITH(parse_head_type("q4_0+none", "calib.json", "layers[0].heads[1].ggml_types[0]"),
+                    Catch::Contains("layers[0].heads[1].ggml_types[0] = q4_0+none"));
+  CHECK_THROWS_AS(parse_head_type("q9_9+hadamard", "", "t"), InvalidInput);
+
+  test::TempDir dir;
+  SynthOptions so = test::synth_shape(4, 2, 64, 100, 8, 2);
+  const std::string dump = dir.file("d.h5");
+  write_synth_dump(dump, so, {});
+  const DumpReader dr(dump);
+  const std::size_t L = dr.meta().n_layers, H = dr.meta().n_kv_heads;
+  CompressParams typed = *resolve_method_spec("ggml:types=calib.json");
+  GgmlCacheParams g = *typed.ggml();
+  for (std::size_t i = 0; i < L * H; ++i) {
+    g.head_types.push_back(i % 2 == 0 ? std::pair<std::string, std::string>{"q4_0+hadamard", "q4_0"}
+                                      : std::pair<std::string, std::string>{"q4_0", "q4_0+random"});
+  }
+  typed.mode = g;
+  CHECK(g.rotates_heads());
+  const std::map<std::string, std::string> refs = {{"hadamard", "ggml:k=q4_0:v=q4_0:rotate=hadamard"},
+                                                   {"none", "ggml:k=q4_0:v=q4_0"},
+                                                   {"random", "ggml:k=q4_0:v=q4_0:rotate=random"}};
+  for (const auto& [name, spec] : refs) compress_dump(dump, dir.file(name + ".h5"), *resolve_method_spec(spec), 1, {});
+  compress_dump(dump, dir.file("typed.h5"), typed, 2, {});
+  const CacheReader r(dir.file("typed.h5")), rh(dir.file("hadamard.h5")), rn(dir.file("none.h5")), rr(dir.file("random.h5"));
+  CHECK(r.version() == kCacheVersionRotation);
+  CHECK(r.header().params.to_json() == typed.to_json());
+  for (std::size_t l = 0; l < L; ++l) {
+    for (std::size_t h = 0; h < H; ++h) {
+      INFO("layer " << l << " head " << h);
+      const HeadCache got = r.read_head(l, h);
+      const HeadCache key_ref = (h % 2 == 0 ? rh : rn).read_head(l, h), value_ref = (h % 2 == 0 ? rn : rr).read_head(l, h);
+      CHECK(got.key.ggml_blocks() == key_ref.key.ggml_blocks());
+      CHECK(got.key.rotation() == key_ref.key.rotation());
+      CHECK(got.value.ggml_blocks() == value_ref.value.ggml_blocks());
+      CHECK(got.value.rotation() == value_ref.value.rotation());
+    }
+  }
+  CHECK(r.read_head(0, 0).key.rotation().active());
+  CHECK_FALSE(r.read_head(0, 1).key.rotation().active());
 }
 
 TEST_CASE("nuq heads: pre-RoPE codes, the row-by-row builder equals the whole prompt, RoPE after decoding, bytes",

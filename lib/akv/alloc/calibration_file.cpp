@@ -159,8 +159,8 @@ CalibrationTypes read_calibration_types(const std::string& path, const KvShape& 
       throw CorruptData("ggml_types is [key type, value type]", {path, hat + ".ggml_types", t.dump().substr(0, 40)});
     }
     out.types.emplace_back(t[0].get<std::string>(), t[1].get<std::string>());
-    check_ggml_cache_type_name(out.types.back().first, path, hat + ".ggml_types[0]");
-    check_ggml_cache_type_name(out.types.back().second, path, hat + ".ggml_types[1]");
+    parse_head_type(out.types.back().first, path, hat + ".ggml_types[0]");
+    parse_head_type(out.types.back().second, path, hat + ".ggml_types[1]");
   });
   return out;
 }

@@ -27,6 +27,12 @@ std::vector<Layer> read_layers(const nlohmann::json& c) {
       }
       layer.key.push_back(h.at("ggml_types").at(0).get<std::string>());
       layer.value.push_back(h.at("ggml_types").at(1).get<std::string>());
+      for (const std::string* t : {&layer.key.back(), &layer.value.back()}) {
+        if (t->find('+') != std::string::npos) {
+          throw InvalidInput("a head's own rotation is akv's: engines rotate every quantized layer alike (calibrate "
+                             "with --rotate instead)", {"", "--types", *t});
+        }
+      }
       layer.key_amax = std::max(layer.key_amax, h.at("key_amax").get<double>());
       layer.value_amax = std::max(layer.value_amax, h.at("value_amax").get<double>());
     }

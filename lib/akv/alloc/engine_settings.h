@@ -16,8 +16,9 @@
 //     first on a tie), the flags, and the layers the assignment would keep in f16 (llama.cpp has
 //     one type for every layer: advisory), with the rotation setting the calibration measured
 //     (llama.cpp rotates quantized caches unless LLAMA_ATTN_ROT_DISABLE=1).
-// InvalidInput naming the field when the calibration has no assignment (no --types) or types
-// the engine does not take.
+// InvalidInput naming the field when the calibration has no assignment (no --types), types the
+// engine does not take, or a type with its own rotation ("q4_0+hadamard": engines rotate every
+// quantized layer alike).
 #include <string>
 
 #include <nlohmann/json.hpp>

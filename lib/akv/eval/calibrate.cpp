@@ -51,8 +51,9 @@ struct HeadMeasure {
 
 // The --types lists: which types keys and values may take (names), and their layouts.
 struct TypeLists {
-  std::vector<std::string> key, value;
+  std::vector<std::string> key, value;  // as given ("q4_0", "q4_0+hadamard")
   std::vector<const GgmlTypeInfo*> key_info, value_info;
+  std::vector<RotationKind> key_rotate, value_rotate;  // each type's rotation (its own or --rotate)
 };
 
 // Bits per element a type stores (its blocks; fp8's one f32 scale per tensor not counted).
@@ -138,12 +139,12 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
     r.key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
     r.value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
   }
-  for (const GgmlTypeInfo* t : types.key_info) {
-    type_roundtrip(*t, o.rotate, true, k, T, d, kq.data());
+  for (std::size_t i = 0; i < types.key_info.size(); ++i) {
+    type_roundtrip(*types.key_info[i], types.key_rotate[i], true, k, T, d, kq.data());
     r.type_key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
   }
-  for (const GgmlTypeInfo* t : types.value_info) {
-    type_roundtrip(*t, o.rotate, false, v, T, d, vq.data());
+  for (std::size_t i = 0; i < types.value_info.size(); ++i) {
+    type_roundtrip(*types.value_info[i], types.value_rotate[i], false, v, T, d, vq.data());
     r.type_value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
   }
   if (duo) r.duo_error = streaming_error(query, k, v, h, m, o.duo_sinks, o.duo_window);
@@ -304,16 +305,19 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
     throw InvalidInput("a cache type given twice", {"", "--types", *std::adjacent_find(names.begin(), names.end())});
   }
   for (const std::string& name : o.types) {
-    const GgmlTypeInfo& t = ggml_cache_type(name, st.metas[0].head_dim, "", "--types");
+    const HeadType ht = parse_head_type(name, "", "--types");
+    const GgmlTypeInfo& t = ggml_cache_type(ht.name, st.metas[0].head_dim, "", "--types");
     check_ggml_head_dim(t, st.metas[0].head_dim, "", "--types " + name + ": head_dim");
     const std::optional<TqType> tq = tq_type_of(t);
     if (!tq || tq->kind != TqKind::value) {
       st.types.key.push_back(name);
       st.types.key_info.push_back(&t);
+      st.types.key_rotate.push_back(ht.rotate.value_or(o.rotate));
     }
     if (!tq || tq->kind == TqKind::value) {
       st.types.value.push_back(name);
       st.types.value_info.push_back(&t);
+      st.types.value_rotate.push_back(ht.rotate.value_or(o.rotate));
     }
   }
   if (!o.types.empty() && (st.types.key.empty() || st.types.value.empty())) {
@@ -640,8 +644,15 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
       tpick = *knapsack(err, icost, units);  // the all-cheapest choice (cost 0) always fits
     } else if (spare > 0) {
       tpick = knapsack_real(err, cost, spare);
-    } else {  // exactly the cheapest: each item its cheapest type (the first of equal cost)
-      for (const auto& c : cost) tpick.push_back(static_cast<std::size_t>(std::min_element(c.begin(), c.end()) - c.begin()));
+    } else {  // exactly the cheapest: each item its cheapest type of least error (the first of equal error)
+      for (std::size_t i = 0; i < cost.size(); ++i) {
+        const double least_cost = *std::min_element(cost[i].begin(), cost[i].end());
+        std::size_t best = cost[i].size();
+        for (std::size_t t = 0; t < cost[i].size(); ++t) {
+          if (cost[i][t] == least_cost && (best == cost[i].size() || err[i][t] < err[i][best])) best = t;
+        }
+        tpick.push_back(best);
+      }
     }
   }
   double types_error = 0, types_bits = 0;
@@ -1019,14 +1030,20 @@ std::string render_calibration(const nlohmann::json& j) {
   }
   if (s.contains("types")) {
     const auto& t = s["types"];
-    out += fmt::format("per-head cache types (method ggml --types), target {} -> achieved {:.3f} bits per element; "
-                       "predicted summed error {:.4g}\n{:>5} {:>4} {:>9} {:>9}\n",
-                       t["target_bits"].get<double>(), t["achieved_bits"].get<double>(), t["predicted_error"].get<double>(),
-                       "layer", "head", "K type", "V type");
+    std::size_t w = 9;  // the longest type name (with a rotation: "q4_0+hadamard")
     for (const auto& l : j["layers"]) {
       for (const auto& h : l["heads"]) {
-        out += fmt::format("{:>5} {:>4} {:>9} {:>9}\n", json_i32(l["layer"]), json_i32(h["head"]),
-                           h["ggml_types"][0].get<std::string>(), h["ggml_types"][1].get<std::string>());
+        for (const auto& name : h["ggml_types"]) w = std::max(w, name.get<std::string>().size());
+      }
+    }
+    out += fmt::format("per-head cache types (method ggml --types), target {} -> achieved {:.3f} bits per element; "
+                       "predicted summed error {:.4g}\n{:>5} {:>4} {:>{}} {:>{}}\n",
+                       t["target_bits"].get<double>(), t["achieved_bits"].get<double>(), t["predicted_error"].get<double>(),
+                       "layer", "head", "K type", w, "V type", w);
+    for (const auto& l : j["layers"]) {
+      for (const auto& h : l["heads"]) {
+        out += fmt::format("{:>5} {:>4} {:>{}} {:>{}}\n", json_i32(l["layer"]), json_i32(h["head"]),
+                           h["ggml_types"][0].get<std::string>(), w, h["ggml_types"][1].get<std::string>(), w);
       }
     }
   }

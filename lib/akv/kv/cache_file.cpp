@@ -28,6 +28,11 @@ std::size_t count_attr(hid_t obj, const std::string& name, const std::string& fi
   return static_cast<std::size_t>(v);
 }
 
+// Whether a cache of these parameters has rotated rows (version 4, unless its fp8 or nuq version).
+bool rotated_rows(const CompressParams& p) {
+  return p.rotate != RotationKind::none || (p.ggml() && p.ggml()->rotates_heads());
+}
+
 // The rotation attributes of a key or value group (version 4; none when absent).
 Rotation read_rotation(hid_t group, const std::string& file, const std::string& where, std::size_t head_dim) {
   if (!h5::attr_exists(group, "rotate")) return {};
@@ -173,7 +178,7 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header, const CachePart& 
   }
   h5::write_attr_int(root, "version", h.params.method == Quantizer::nuq ? kCacheVersionNuq
                                       : h.params.ggml() && h.params.ggml()->fp8() ? kCacheVersionFp8
-                                      : h.params.rotate != RotationKind::none ? kCacheVersionRotation
+                                      : rotated_rows(h.params)             ? kCacheVersionRotation
                                       : h.params.tiered()                  ? kCacheVersionSegments
                                       : h.params.ggml()                    ? kCacheVersionGgml
                                                                            : kCacheVersion);
@@ -293,8 +298,9 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
     throw CorruptData("version 5 and fp8 cache types go together", {f, "version", std::to_string(version)});
   }
   if (!fp8 && version_ != kCacheVersionNuq &&
-      (version_ == kCacheVersionRotation) != (header_.params.rotate != RotationKind::none)) {
-    throw CorruptData("version 4 and params.rotate go together", {f, "version", std::to_string(version)});
+      (version_ == kCacheVersionRotation) != rotated_rows(header_.params)) {
+    throw CorruptData("version 4 and params.rotate (or per-head types with a rotation) go together",
+                      {f, "version", std::to_string(version)});
   }
   header_.source_path = h5::read_attr_string(root, "source_path", f, "source_path");
   header_.source_hash = h5::read_attr_string(root, "source_hash", f, "source_hash");
@@ -511,14 +517,15 @@ void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_
   const std::string& f = path_;
   h5::Group pg(H5Gopen2(file_.get(), pp.c_str(), H5P_DEFAULT));
   const std::string stored = h5::read_attr_string(pg.get(), "ggml_type", f, pp + ".ggml_type");
-  if (stored != type_name) {
-    throw CorruptData("ggml_type differs from the method's type " + type_name, {f, pp + ".ggml_type", stored});
+  const std::string base = parse_head_type(type_name, f, "params.ggml").name;  // without a head's rotation
+  if (stored != base) {
+    throw CorruptData("ggml_type differs from the method's type " + base, {f, pp + ".ggml_type", stored});
   }
   if (!rows_only || p.pre_rope()) {
     throw CorruptData("ggml parts have no residual, outliers or pre-RoPE keys", {f, pp + ".n_residual"});
   }
   const std::size_t d = meta().head_dim;
-  const GgmlTypeInfo& type = ggml_cache_type(type_name, d, f, pp + ".ggml_type");
+  const GgmlTypeInfo& type = ggml_cache_type(base, d, f, pp + ".ggml_type");
   if (d % type.block != 0) {
     throw CorruptData("head_dim is not a multiple of the ggml type's block " + std::to_string(type.block),
                       {f, "head_dim", std::to_string(d)});

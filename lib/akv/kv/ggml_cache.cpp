@@ -32,14 +32,18 @@ class GgmlCachePolicy : public KvPolicy {
     const GgmlCacheParams& gp = *params.ggml();
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) {  // boundary layers: f16 (GgmlCacheParams::boundary)
       const std::size_t l = i / g.n_kv_heads, h = i % g.n_kv_heads;
-      const std::string& kn = gp.key_type(l, h, g.n_layers, g.n_kv_heads);
-      const std::string& vn = gp.value_type(l, h, g.n_layers, g.n_kv_heads);
-      const GgmlTypeInfo& k = ggml_cache_type(kn, g.head_dim, "", "ggml k=" + kn + ": head_dim");
-      const GgmlTypeInfo& v = ggml_cache_type(vn, g.head_dim, "", "ggml v=" + vn + ": head_dim");
-      check_ggml_head_dim(k, g.head_dim, "", "ggml k=" + kn + ": head_dim");
-      check_ggml_head_dim(v, g.head_dim, "", "ggml v=" + vn + ": head_dim");
-      types_.push_back({&k, &v, ggml_rotation(params.rotate, params.rotate_seed, k, g.head_dim, true),
-                        ggml_rotation(params.rotate, params.rotate_seed, v, g.head_dim, false)});
+      const HeadType kn = parse_head_type(gp.key_type(l, h, g.n_layers, g.n_kv_heads), "", "ggml k");
+      const HeadType vn = parse_head_type(gp.value_type(l, h, g.n_layers, g.n_kv_heads), "", "ggml v");
+      const GgmlTypeInfo& k = ggml_cache_type(kn.name, g.head_dim, "", "ggml k=" + kn.name + ": head_dim");
+      const GgmlTypeInfo& v = ggml_cache_type(vn.name, g.head_dim, "", "ggml v=" + vn.name + ": head_dim");
+      check_ggml_head_dim(k, g.head_dim, "", "ggml k=" + kn.name + ": head_dim");
+      check_ggml_head_dim(v, g.head_dim, "", "ggml v=" + vn.name + ": head_dim");
+      // A head type's own rotation (random: seed 0, as calibrate measured it), else the cache's.
+      auto rotation = [&](const HeadType& t, const GgmlTypeInfo& info, bool key) {
+        return t.rotate ? ggml_rotation(*t.rotate, 0, info, g.head_dim, key)
+                        : ggml_rotation(params.rotate, params.rotate_seed, info, g.head_dim, key);
+      };
+      types_.push_back({&k, &v, rotation(kn, k, true), rotation(vn, v, false)});
     }
     if (!params.ggml()->calibration.empty()) calibrated_scales(params);
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.push_back(empty_head(i));

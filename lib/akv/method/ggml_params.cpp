@@ -59,6 +59,20 @@ void check_ggml_cache_type_name(const std::string& name, const std::string& file
   }
 }
 
+HeadType parse_head_type(const std::string& text, const std::string& file, const std::string& field) {
+  const std::size_t plus = text.find('+');
+  HeadType t{text.substr(0, plus), std::nullopt};
+  check_ggml_cache_type_name(t.name, file, field);
+  if (plus != std::string::npos) {
+    const std::string r = text.substr(plus + 1);
+    if (r != "hadamard" && r != "random") {
+      throw InvalidInput("a per-head type's rotation is +hadamard or +random", {file, field, text});
+    }
+    t.rotate = parse_rotation(r, file, field);
+  }
+  return t;
+}
+
 const GgmlTypeInfo& ggml_cache_type(const std::string& name, std::size_t head_dim, const std::string& file,
                                     const std::string& field) {
   check_ggml_cache_type_name(name, file, field);
@@ -97,8 +111,8 @@ GgmlCacheParams GgmlCacheParams::from_json(const nlohmann::json& j, const std::s
           throw CorruptData("head_types entries are [key type, value type]", {file, at, t[i].dump().substr(0, 40)});
         }
         p.head_types.emplace_back(t[i][0].get<std::string>(), t[i][1].get<std::string>());
-        check_ggml_cache_type_name(p.head_types.back().first, file, at);
-        check_ggml_cache_type_name(p.head_types.back().second, file, at);
+        parse_head_type(p.head_types.back().first, file, at);
+        parse_head_type(p.head_types.back().second, file, at);
       }
     }
   } else {

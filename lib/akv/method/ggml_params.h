@@ -6,12 +6,14 @@
 // these), each tensor with one f32 scale (`scale`, below).
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "akv/quant/rotation.h"
 #include "akv/tensor/ggml_blocks.h"
 
 namespace akv {
@@ -30,7 +32,8 @@ struct GgmlCacheParams {
   std::size_t boundary = 0;
   // Per-head types (`ggml:types=calib.json`, an `akv calibrate --types` assignment; key and value
   // are then empty): `types` the file, head_types [layer * n_kv_heads + head] {key type, value
-  // type} once read against a model's shape (kv/prompt_plan.h read_calibration_inputs).
+  // type} once read against a model's shape (kv/prompt_plan.h read_calibration_inputs). A head's
+  // type may carry its own rotation (parse_head_type: "q4_0+hadamard").
   std::string types;
   std::vector<std::pair<std::string, std::string>> head_types;
 
@@ -51,6 +54,12 @@ struct GgmlCacheParams {
   static const std::string& f16_name() {
     static const std::string f16 = "f16";
     return f16;
+  }
+
+  // Whether some per-head type carries its own rotation (parse_head_type).
+  bool rotates_heads() const {
+    auto has = [](const std::string& t) { return t.find('+') != std::string::npos; };
+    return std::any_of(head_types.begin(), head_types.end(), [&](const auto& t) { return has(t.first) || has(t.second); });
   }
 
   bool fp8() const {
@@ -92,6 +101,17 @@ const std::vector<std::string>& fp8_scale_names();
 
 // InvalidInput naming `file` and `field` unless name is one of those.
 void check_ggml_cache_type_name(const std::string& name, const std::string& file, const std::string& field);
+
+// A per-head type of an `akv calibrate --types` assignment: a cache type name alone, rotated as
+// the cache's rotate= says, or followed by "+hadamard" or "+random" (seed 0): that tensor
+// rotated so whatever rotate= says, so that heads may differ (docs/calibrate.md).
+struct HeadType {
+  std::string name;                    // the cache type
+  std::optional<RotationKind> rotate;  // the suffix's rotation; nullopt: the cache's
+};
+// InvalidInput naming `file` and `field` unless `text` is a cache type name with at most that
+// suffix.
+HeadType parse_head_type(const std::string& text, const std::string& file, const std::string& field);
 // The block layout of a cache type name for rows of head_dim values ("q4_0" -> Q4_0, "tq3nc" at
 // head_dim 128 -> TQ3NC_128); InvalidInput naming `field` otherwise (a TurboQuant type needs
 // head_dim a power of two from 8 to 512).

@@ -123,8 +123,8 @@ namespace {
 PlanBytes one_head(const CompressParams& p, std::size_t head_dim, std::size_t n) {
   if (p.tiered()) return tiered_bytes(*p.tiered(), head_dim, n);
   if (p.ggml()) {  // ggml blocks per key and value row (head_dim a multiple of the block)
-    const GgmlTypeInfo& k = ggml_cache_type(p.ggml()->key, head_dim, "", "k");
-    const GgmlTypeInfo& v = ggml_cache_type(p.ggml()->value, head_dim, "", "v");
+    const GgmlTypeInfo& k = ggml_cache_type(parse_head_type(p.ggml()->key, "", "k").name, head_dim, "", "k");
+    const GgmlTypeInfo& v = ggml_cache_type(parse_head_type(p.ggml()->value, "", "v").name, head_dim, "", "v");
     check_ggml_head_dim(k, head_dim, "", "ggml k=" + p.ggml()->key + ": head_dim");
     check_ggml_head_dim(v, head_dim, "", "ggml v=" + p.ggml()->value + ": head_dim");
     return {static_cast<double>(n * (head_dim / k.block * k.bytes + head_dim / v.block * v.bytes)), 0.0};
