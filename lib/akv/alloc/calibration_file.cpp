@@ -81,7 +81,7 @@ std::vector<std::pair<int, int>> read_calibration(const std::string& path, const
     for (const auto& [name, v] : want) {
       const std::size_t got = file_count(s, name, path, std::string("shape.") + name);
       if (got != v) {
-        throw InvalidInput("calibration made for another model shape (this dump has " + std::to_string(v) + ")",
+        throw InvalidInput("calibration made for another model shape (this input has " + std::to_string(v) + ")",
                            {path, std::string("shape.") + name, std::to_string(got)});
       }
     }
