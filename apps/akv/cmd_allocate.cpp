@@ -49,14 +49,16 @@ std::string render_joint(const nlohmann::json& j) {
       jt["bytes_budget"].get<double>(), jt["bytes_fraction"].get<double>(), jt["predicted_bytes"].get<std::uint64_t>(),
       jt["predicted_error"].get<double>(), j["summary"]["total_tokens"].get<std::size_t>(),
       j["summary"]["fraction"].get<double>());
-  out += fmt::format("{:>5} {:>4} {:>7} {:>5} {:>5} {:>10} {:>10}  {}\n", "layer", "head", "tokens", "K", "V",
-                     "bytes", "error", "kind");
+  const bool rotated = jt.contains("rotate");  // each head's rotation, a column
+  out += fmt::format("{:>5} {:>4} {:>7} {:>5} {:>5} {}{:>10} {:>10}  {}\n", "layer", "head", "tokens", "K", "V",
+                     rotated ? fmt::format("{:>8} ", "rotate") : "", "bytes", "error", "kind");
   for (const auto& l : j["layers"]) {
     for (const auto& h : l["heads"]) {
       auto bits = [](int b) { return b == 16 ? std::string("f16") : std::to_string(b); };
-      out += fmt::format("{:>5} {:>4} {:>7} {:>5} {:>5} {:>10} {:>10.4g}  {}\n", l["layer"].get<int>(),
+      out += fmt::format("{:>5} {:>4} {:>7} {:>5} {:>5} {}{:>10} {:>10.4g}  {}\n", l["layer"].get<int>(),
                          h["head"].get<int>(), h["tokens"].get<std::size_t>(), bits(h["key_bits"].get<int>()),
-                         bits(h["value_bits"].get<int>()), h["bytes"].get<std::uint64_t>(),
+                         bits(h["value_bits"].get<int>()),
+                         rotated ? fmt::format("{:>8} ", h.value("rotate", "none")) : "", h["bytes"].get<std::uint64_t>(),
                          h["predicted_error"].get<double>(), h.value("kind", "-"));
     }
   }
@@ -74,6 +76,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
     bool no_f16 = false;
     bool bytes_given = false;
     std::string rule = "kivi";
+    std::string rotate;  // joint: the candidates' rotation
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
@@ -106,6 +109,10 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
                   "joint: quantization rule, kivi (as KIVI's code) or bounded (every value within "
                   "scale/2); see docs/compress.md")
       ->capture_default_str()->check(CLI::IsMember({"kivi", "bounded"}));
+  sub->add_option("--rotate", opt->rotate,
+                  "joint: the candidates' rotation, none, hadamard or random (seed 0; docs/compress.md); with "
+                  "--rotate-choice on each head also chooses it or none")
+      ->check(CLI::IsMember({"none", "hadamard", "random"}));
   sub->add_option("-o,--output", opt->output, "Write the budgets file (JSON) here");
   sub->add_flag("--json", opt->json, "Print the budgets JSON on stdout instead of the table");
   sub->callback([opt, &global] {
@@ -117,6 +124,8 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       jo.f16_option = !opt->no_f16;
       jo.rule = parse_quant_rule(opt->rule);
       jo.threads = global.threads;
+      if (!opt->rotate.empty()) jo.rotate = parse_rotation(opt->rotate);
+      jo.rotate_choice = opt->req.eviction.rotate_choice.value_or("off") == "on";
       if (opt->req.eviction.window) jo.window = static_cast<std::size_t>(*opt->req.eviction.window);
       ProgressBar bar("allocate", !global.quiet);
       const nlohmann::json j = allocate_joint(opt->dump, jo, bar.callback());
@@ -125,6 +134,10 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       return;
     }
     if (opt->bytes_given) throw UsageError("--bytes is for --method joint", {"", "--bytes"});
+    if (!opt->rotate.empty()) throw UsageError("--rotate is for --method joint", {"", "--rotate", opt->rotate});
+    if (opt->req.eviction.rotate_choice) {
+      throw UsageError("--rotate-choice is for --method joint", {"", "--rotate-choice", *opt->req.eviction.rotate_choice});
+    }
     const EvictionParams p = resolve_allocation(opt->method, opt->score, opt->req.eviction);
     DumpReader dump(opt->dump);
     ProgressBar bar("allocate", !global.quiet);

@@ -33,6 +33,12 @@ if cmp -s <("$PY" "$(dirname "$0")/cache_tool.py" bytes "$TMP/j1.h5") <("$PY" "$
 else
   fail "one-step joint differs from allocate + compress --budgets"
 fi
+expect "allocate joint with a choice of rotation: a rotate column" 0 "K +V +rotate +bytes" \
+  "$AKV" allocate -q "$d" --method joint --bytes 0.15 --window 16 --rotate hadamard --rotate-choice on -o "$TMP/jointr.json"
+expect "compress with rotated joint budgets: a version-4 cache" 0 "akv-cache v4" bash -c \
+  "'$AKV' compress -q '$d' -o '$TMP/jr.h5' -m snapkv --budgets '$TMP/jointr.json' --quant kivi >/dev/null && '$AKV' info '$TMP/jr.h5'"
+expect_error "allocate --rotate-choice without joint" 1 "--rotate-choice is for --method joint" \
+  "$AKV" allocate -q "$d" --budget 0.2 --rotate-choice on
 expect_error "joint without quantization" 1 "--quant" "$AKV" compress -q "$d" -o "$TMP/out_j.h5" -m joint --budget 0.15 --window 16
 expect "evaluate the joint cache" 0 "all +all" "$AKV" evaluate -q --dump "$d" --cache "$TMP/j.h5"
 expect_cache_bytes "$TMP/j.h5"

@@ -11,6 +11,7 @@
 #include <functional>
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <tuple>
 #include <numeric>
 #include "akv/alloc/budgets_file.h"
@@ -295,6 +296,59 @@ TEST_CASE("joint allocation: bytes within budget, prediction confirmed, beats un
   } catch (const InvalidInput& e) {
     CHECK(std::string(e.what()).find("cheapest choice of every head needs") != std::string::npos);
   }
+}
+
+TEST_CASE("joint allocation with a choice of rotation: each head rotated or not by its error, no worse than either "
+          "rotation alone, stored and predicted alike", "[eviction][joint][rotation]") {
+  test::TempDir dir;
+  SynthOptions so = mixed();
+  so.n_layers = 2;
+  write_synth_dump(dir.file("d.h5"), so, {});
+  JointOptions o;
+  o.bytes_fraction = 0.2;
+  o.threads = 2;
+  o.bits = {2, 4};
+  auto predicted = [](const nlohmann::json& j) { return j["joint"]["predicted_error"].get<double>(); };
+  const double none = predicted(allocate_joint(dir.file("d.h5"), o, {}));
+  o.rotate = RotationKind::hadamard;
+  const double hadamard = predicted(allocate_joint(dir.file("d.h5"), o, {}));
+  o.rotate_choice = true;
+  const nlohmann::json j = allocate_joint(dir.file("d.h5"), o, {});
+  INFO("none " << none << " hadamard " << hadamard << " choice " << predicted(j));
+  CHECK(predicted(j) <= std::min(none, hadamard) * (1 + 1e-12));
+  std::map<std::string, int> chosen;
+  for (const auto& l : j["layers"]) {
+    for (const auto& h : l["heads"]) ++chosen[h.at("rotate").get<std::string>()];
+  }
+  CHECK(chosen.size() == 2);  // these heads differ: some take the rotation, some do not
+  {
+    std::ofstream out(dir.file("j.json"));
+    out << j.dump(2);
+  }
+  CompressRequest r;
+  r.method = "snapkv";
+  r.quant = "kivi";
+  r.eviction.budgets_file = dir.file("j.json");
+  const MemoryReport rep = compress_dump(dir.file("d.h5"), dir.file("j.h5"), resolve_params(r), 2, {});
+  CHECK(rep.total.total() == j["joint"]["predicted_bytes"].get<std::uint64_t>());
+  const FidelityMetrics f = metrics(evaluate_cache(dir.file("d.h5"), dir.file("j.h5"), 2, true, {}).total());
+  CHECK(f.attn_rel_err == Approx(predicted(j)).epsilon(1e-4));
+  const CacheReader c(dir.file("j.h5"));
+  CHECK(c.version() == kCacheVersionRotation);
+  const std::size_t H = so.n_kv_heads;
+  for (std::size_t i = 0; i < so.n_layers * H; ++i) {
+    const std::string want = j["layers"][i / H]["heads"][i % H]["rotate"].get<std::string>();
+    const HeadCache h = c.read_head(i / H, i % H);
+    INFO("layer " << i / H << " head " << i % H << " " << want);
+    CHECK(h.key.rotation().active() == (want == "hadamard"));
+    CHECK(h.value.rotation().active() == (want == "hadamard"));
+  }
+  // The choice needs a rotation to choose.
+  o.rotate = RotationKind::none;
+  CHECK_THROWS_AS(allocate_joint(dir.file("d.h5"), o, {}), UsageError);
+  CHECK_THROWS_AS(resolve_method_spec("joint:budget=0.2:quant=kivi:rotate-choice=on"), UsageError);
+  CHECK_THROWS_AS(resolve_method_spec("snapkv:budget=0.2:quant=kivi:rotate=hadamard:rotate-choice=on"), UsageError);
+  CHECK(resolve_method_spec("joint:budget=0.2:quant=kivi:rotate=hadamard:rotate-choice=on")->eviction()->rotate_choice);
 }
 
 TEST_CASE("streaming_victim on rows in any order equals a chronological scan", "[eviction]") {

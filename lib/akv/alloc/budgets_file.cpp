@@ -35,6 +35,7 @@ nlohmann::json budgets_to_json(const BudgetsFile& f) {
       }
       if (b.key_bits) hj["key_bits"] = *b.key_bits;
       if (b.value_bits) hj["value_bits"] = *b.value_bits;
+      if (b.rotate) hj["rotate"] = *b.rotate;
       if (b.bytes) hj["bytes"] = *b.bytes;
       if (b.predicted_error) hj["predicted_error"] = *b.predicted_error;
       if (!b.kind.empty()) hj["kind"] = b.kind;
@@ -124,13 +125,21 @@ BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
           }
           r.bits.emplace_back(kb, vb);
         }
+        if (heads[h].contains("rotate")) {
+          if (!heads[h].at("rotate").is_string()) throw CorruptData("rotate is a rotation name", {path, at + ".rotate"});
+          r.rotate.push_back(parse_rotation(heads[h].at("rotate").get<std::string>(), path, at + ".rotate"));
+        }
       }
+    }
+    if (!r.rotate.empty() && r.rotate.size() != m.n_layers * m.n_kv_heads) {
+      throw CorruptData("every head of a rotated joint plan records its rotation", {path, "layers[].heads[].rotate"});
     }
     if (j.contains("joint")) {
       const auto& jj = j["joint"];
       r.joint = true;
       if (jj.contains("group")) r.group = file_count(jj, "group", path, "joint.group");
       if (jj.contains("residual")) r.residual = file_count(jj, "residual", path, "joint.residual");
+      if (jj.contains("rotate_seed")) r.rotate_seed = file_count(jj, "rotate_seed", path, "joint.rotate_seed");
     }
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});

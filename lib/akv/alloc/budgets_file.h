@@ -12,6 +12,7 @@
 
 #include "akv/alloc/eviction.h"
 #include "akv/io/dump.h"
+#include "akv/quant/rotation.h"
 
 namespace akv {
 
@@ -23,6 +24,7 @@ struct BudgetHead {
   std::size_t tokens = 0;                   // kept, forced included
   std::optional<double> retained_mass;      // eviction plans: window attention mass kept (of 1)
   std::optional<int> key_bits, value_bits;  // joint plans: bits per tensor, 16 = f16
+  std::optional<std::string> rotate;        // joint plans with a rotation: the head's (none, hadamard, random)
   std::optional<std::uint64_t> bytes;       // joint plans: predicted stored bytes
   std::optional<double> predicted_error;    // joint plans: attention-output relative error
   std::string kind;                         // the dump's head kind, empty when it has none
@@ -54,6 +56,10 @@ struct BudgetsRead {
   std::vector<std::pair<int, int>> bits;
   bool joint = false;
   std::optional<std::size_t> group, residual;
+  // Joint plans measured with a rotation: each head's ([layer * n_kv_heads + head]; empty
+  // without) and the random rotation's seed.
+  std::vector<RotationKind> rotate;
+  std::uint64_t rotate_seed = 0;
 };
 BudgetsRead read_budgets(const std::string& path, const KvWindow& m);
 

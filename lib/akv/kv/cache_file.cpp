@@ -30,7 +30,8 @@ std::size_t count_attr(hid_t obj, const std::string& name, const std::string& fi
 
 // Whether a cache of these parameters has rotated rows (version 4, unless its fp8 or nuq version).
 bool rotated_rows(const CompressParams& p) {
-  return p.rotate != RotationKind::none || (p.ggml() && p.ggml()->rotates_heads());
+  return p.rotate != RotationKind::none || (p.ggml() && p.ggml()->rotates_heads()) ||
+         std::any_of(p.head_rotate.begin(), p.head_rotate.end(), [](RotationKind r) { return r != RotationKind::none; });
 }
 
 // The rotation attributes of a key or value group (version 4; none when absent).

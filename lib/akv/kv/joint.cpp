@@ -57,11 +57,23 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
   const std::size_t L = m.n_layers, H = m.n_kv_heads, T = m.n_tokens, d = m.head_dim, W = o.window;
   const double f16_total = 4.0 * static_cast<double>(L * H * T * d);
   const double budget = o.bytes_fraction * f16_total;
-  std::vector<std::pair<int, int>> pairs;
-  for (int bk : o.bits) {
-    for (int bv : o.bits) pairs.emplace_back(bk, bv);
+  if (o.rotate_choice && o.rotate == RotationKind::none) {
+    throw UsageError("a choice of rotation needs a rotation to choose: --rotate hadamard or random", {"", "--rotate", "none"});
   }
-  if (o.f16_option) pairs.emplace_back(16, 16);
+  // Candidates {key bits, value bits, rotation}: every pair at the rotation (and unrotated too with
+  // rotate_choice), then f16.
+  struct Candidate {
+    int bk, bv;
+    RotationKind rotate;
+  };
+  std::vector<Candidate> pairs;
+  for (const RotationKind r : o.rotate_choice ? std::vector<RotationKind>{RotationKind::none, o.rotate}
+                                              : std::vector<RotationKind>{o.rotate}) {
+    for (int bk : o.bits) {
+      for (int bv : o.bits) pairs.push_back({bk, bv, r});
+    }
+  }
+  if (o.f16_option) pairs.push_back({16, 16, RotationKind::none});
   std::vector<std::vector<JointChoice>> cand(L * H);
   Tensor3 query, key, value;  // each layer in the previous one's storage
   for (std::size_t l = 0; l < L; ++l) {
@@ -98,7 +110,7 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
         in.n_tokens = T;
         in.head_dim = d;
         if (n < T) in.kept = kept32;
-        for (const auto& [bk, bv] : pairs) {
+        for (const auto& [bk, bv, rotate] : pairs) {
           QuantParams p;
           if (bk == 16) {
             p.method = Quantizer::none;
@@ -109,8 +121,8 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
             p.value = {bv, QuantAxis::token, o.group};
             p.residual = o.residual;
             p.rule = o.rule;
-            p.rotate = o.rotate;
-            p.rotate_seed = o.rotate_seed;
+            p.rotate = rotate;
+            p.rotate_seed = rotate == RotationKind::none ? 0 : o.rotate_seed;
           }
           const HeadCache hc = compress_head(in, p);
           std::vector<float> rk(n * d), rv(n * d);
@@ -123,8 +135,16 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
           }
           double mass = 0;
           for (std::size_t t : kept) mass += sc.mass[t];
-          cand[l * H + h].push_back({kept32, bk, bv, hc.bytes().total(),
-                                     norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0, err2, norm2, mass});
+          JointChoice& c = cand[l * H + h].emplace_back();
+          c.kept = kept32;
+          c.key_bits = bk;
+          c.value_bits = bv;
+          c.rotate = rotate;
+          c.bytes = hc.bytes().total();
+          c.error = norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0;
+          c.err2 = err2;
+          c.norm2 = norm2;
+          c.retained_mass = mass;
         }
       }
     });
@@ -178,6 +198,7 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
       b.tokens = c.kept.size();
       b.key_bits = c.key_bits;
       b.value_bits = c.value_bits;
+      if (o.rotate != RotationKind::none) b.rotate = rotation_name(c.rotate);
       b.bytes = c.bytes;
       b.predicted_error = c.error;
       if (!kinds.empty()) b.kind = kinds[h];
@@ -198,11 +219,17 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
              {"predicted_error", norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0}, {"bits", o.bits}, {"keep", o.keep},
              {"f16_option", o.f16_option}, {"group", o.group}, {"residual", o.residual},
              {"quant_rule", quant_rule_name(o.rule)}, {"quant", "kivi (keys per channel, values per token)"}};
+  if (o.rotate != RotationKind::none) {
+    f.joint["rotate"] = rotation_name(o.rotate);
+    f.joint["rotate_seed"] = o.rotate_seed;
+    f.joint["rotate_choice"] = o.rotate_choice;
+  }
   return budgets_to_json(f);
 }
 
 EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const CompressParams& params,
-                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits) {
+                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits,
+                        std::vector<RotationKind>& head_rotate) {
   const EvictionParams& e = *params.eviction();
   if (params.method != Quantizer::kivi) {
     throw UsageError("joint chooses per-head bits: add --quant kivi (or a kivi preset)",
@@ -219,6 +246,7 @@ EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const Comp
   jo.rule = params.rule;
   jo.rotate = params.rotate;
   jo.rotate_seed = params.rotate_seed;
+  jo.rotate_choice = e.rotate_choice;
   jo.threads = threads;
   const std::vector<JointChoice> choice = plan_joint(m, source, jo, progress);
   EvictionPlan plan;
@@ -227,6 +255,7 @@ EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const Comp
   plan.forced = std::min(m.n_tokens, e.score.window);
   plan.heads.assign(m.n_layers, std::vector<HeadPlan>(m.n_kv_heads));
   head_bits.clear();
+  head_rotate.clear();
   std::size_t total = 0;
   for (std::size_t i = 0; i < choice.size(); ++i) {
     HeadPlan& hp = plan.heads[i / m.n_kv_heads][i % m.n_kv_heads];
@@ -234,6 +263,7 @@ EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const Comp
     hp.tokens = hp.kept.size();
     hp.retained_mass = choice[i].retained_mass;
     head_bits.emplace_back(choice[i].key_bits, choice[i].value_bits);
+    if (jo.rotate_choice) head_rotate.push_back(choice[i].rotate);
     total += hp.tokens;
   }
   plan.budget_per_head = total / choice.size();

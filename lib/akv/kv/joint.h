@@ -31,6 +31,9 @@ struct JointOptions {
   QuantRule rule = QuantRule::kivi;  // the candidates' quantization rule (quant/affine.h)
   RotationKind rotate = RotationKind::none;  // and rotation (quant/rotation.h)
   std::uint64_t rotate_seed = 0;
+  // Also offer every quantized candidate unrotated (rotate hadamard or random): each head then
+  // chooses its rotation by its measured error too (JointChoice::rotate).
+  bool rotate_choice = false;
   int threads = 1;
 };
 
@@ -43,10 +46,12 @@ struct JointCandidate {
   double err2 = 0;          // sum ||o - o^||^2 over the head's queries (what is minimised)
 };
 
-// The choice for one head: kept positions (ascending) and bits (16 = f16).
+// The choice for one head: kept positions (ascending), bits (16 = f16) and the rotation of its
+// keys and values (none for f16).
 struct JointChoice {
   std::vector<std::int32_t> kept;
   int key_bits = 16, value_bits = 16;
+  RotationKind rotate = RotationKind::none;
   std::uint64_t bytes = 0;
   double error = 0, err2 = 0, norm2 = 0;
   double retained_mass = 0;  // window attention mass on the kept tokens
@@ -66,8 +71,10 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
                               const ProgressFn& progress);
 
 // A joint plan (tokens and bits per head under the byte budget params.eviction()->budget_fraction)
-// as an eviction plan, the chosen bits going to `head_bits`.
+// as an eviction plan, the chosen bits going to `head_bits` and, with rotate-choice=on, the chosen
+// rotations to `head_rotate` (else it is cleared).
 EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const CompressParams& params,
-                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits);
+                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits,
+                        std::vector<RotationKind>& head_rotate);
 
 }  // namespace akv

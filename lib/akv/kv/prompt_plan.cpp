@@ -39,7 +39,7 @@ PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const Comp
   if (p.eviction()->alloc == AllocMethod::joint) {
     plan.eviction = joint_plan(
         m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) { source(l, q, k, &v); }, params, threads,
-        progress, p.head_bits);
+        progress, p.head_bits, p.head_rotate);
     return plan;
   }
   plan.eviction = plan_eviction(
@@ -57,6 +57,10 @@ PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const Comp
       }
       p.head_bits = file.bits;
       p.calibration_file = path;
+      if (!file.rotate.empty()) {  // each head rotated as the plan chose (random: its seed)
+        p.head_rotate = file.rotate;
+        p.rotate_seed = file.rotate_seed;
+      }
       if (file.joint) {
         p.key.group = p.value.group = file.group.value_or(p.key.group);
         p.residual = file.residual.value_or(p.residual);

@@ -40,7 +40,8 @@ void read_calibration_inputs(CompressParams& p, const KvWindow& m);
 
 // The plan of `params` for a sequence of shape `m`. Its calibration inputs are read
 // (read_calibration_inputs); a joint budgets file (--budgets from `akv allocate --method joint`) brings its
-// bits, group, residual and layout and needs --quant kivi (UsageError). Progress covers the
+// bits, group, residual and layout (and each head's rotation when it records them) and needs
+// --quant kivi (UsageError). Progress covers the
 // scoring pass.
 // `given`: the model's scores of a kvzip method ([layer][kv head][token]; alloc/eviction.h);
 // `out_proj`: each layer's W_o for CriticalKV (alloc/eviction.h).

@@ -176,6 +176,7 @@ nlohmann::json EvictionParams::to_json() const {
   j["step"] = step;
   if (!budgets_file.empty()) j["budgets_file"] = budgets_file;
   if (!duo_heads.empty()) j["duo_heads"] = duo_heads;
+  if (rotate_choice) j["rotate_choice"] = true;
   if (threshold) {
     j["threshold"] = *threshold;
     j["decoding"] = decoding;
@@ -229,6 +230,7 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     p.step = count("step", "step");
     p.budgets_file = j.value("budgets_file", "");
     p.duo_heads = j.value("duo_heads", "");
+    p.rotate_choice = j.value("rotate_choice", false);
     if (j.contains("critical")) {
       p.critical = j.at("critical").get<bool>();
       p.first_stage = file_real(j, "first_stage", "first-stage", file, at + "first_stage");

@@ -62,6 +62,9 @@ struct EvictionParams {
   // duo: a calibration file (`akv calibrate`) whose per-head streaming errors rank the heads
   // instead of the score (alloc/calibration_file.h read_calibration_duo); empty: the score ranks.
   std::string duo_heads;
+  // joint: each head also chooses its quantizer's rotation, between none and the method's
+  // rotate= (kv/joint.h); off: every head rotates as rotate= says.
+  bool rotate_choice = false;
 
   nlohmann::json to_json() const;
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);

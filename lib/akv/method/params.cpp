@@ -84,6 +84,7 @@ std::string describe(const CompressParams& p) {
     if (p.outlier_fraction > 0) out += " outliers";
     if (p.pre_rope) out += " pre-RoPE";
     out += rotation_suffix(p);
+    if (p.eviction() && p.eviction()->rotate_choice) out += " or none per head";
   }
   return out;
 }
@@ -486,6 +487,16 @@ CompressParams resolve_params(const CompressRequest& r) {
     if (p.method == Quantizer::nuq && p.eviction()->alloc == AllocMethod::joint) {
       throw UsageError("joint allocates kivi bits per head: --quant kivi", {"", "--quant", quant});
     }
+    if (r.eviction.rotate_choice) {
+      if (p.eviction()->alloc != AllocMethod::joint) {
+        throw UsageError("rotate-choice is joint's", {"", "--rotate-choice", *r.eviction.rotate_choice});
+      }
+      if (*r.eviction.rotate_choice == "on" && p.rotate == RotationKind::none) {
+        throw UsageError("rotate-choice=on chooses between none and rotate=: add rotate=hadamard or random",
+                         {"", "--rotate-choice", "on"});
+      }
+      std::get<EvictionParams>(p.mode).rotate_choice = *r.eviction.rotate_choice == "on";
+    }
     if (p.eviction()->every > 0 && (p.quantized() || p.rotate != RotationKind::none)) {
       throw UsageError("decode-time compression cuts f16 rows: it takes no quant= or rotate=", {"", "--quant", quant});
     }
@@ -619,6 +630,7 @@ CompressParams CompressParams::for_head(std::size_t layer, std::size_t head, std
     one.head_types.clear();
     p.mode = one;
   }
+  if (!head_rotate.empty()) p.rotate = head_rotate.at(layer * n_kv_heads + head);
   if (!head_bits.empty()) {
     const auto& b = head_bits.at(layer * n_kv_heads + head);
     if (b.first == 16) {  // joint allocation chose f16 for this head
@@ -664,6 +676,11 @@ nlohmann::json CompressParams::to_json() const {
   if (!head_bits.empty()) {
     j["head_bits"] = head_bits;
     j["calibration"] = calibration_file;
+  }
+  if (!head_rotate.empty()) {
+    std::vector<std::string> names;
+    for (const RotationKind r : head_rotate) names.push_back(rotation_name(r));
+    j["head_rotate"] = names;
   }
   if (method == Quantizer::nuq) j["calibration"] = codebook_file;
   return j;
@@ -727,6 +744,18 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
         p.head_bits.emplace_back(e[0].get<int>(), e[1].get<int>());
       }
       p.calibration_file = j.value("calibration", "");
+    }
+    if (j.contains("head_rotate")) {
+      const nlohmann::json& hr = j["head_rotate"];
+      if (!hr.is_array()) throw CorruptData("head_rotate is not a list", {file, "params.head_rotate"});
+      for (std::size_t i = 0; i < hr.size(); ++i) {
+        const std::string at = "params.head_rotate[" + std::to_string(i) + "]";
+        if (!hr[i].is_string()) throw CorruptData("head_rotate entries are rotation names", {file, at, hr[i].dump().substr(0, 40)});
+        p.head_rotate.push_back(parse_rotation(hr[i].get<std::string>(), file, at));
+      }
+      if (!p.head_bits.empty() && p.head_rotate.size() != p.head_bits.size()) {
+        throw CorruptData("head_rotate and head_bits of different lengths", {file, "params.head_rotate", std::to_string(hr.size())});
+      }
     }
     if (j.contains("eviction") && !j["eviction"].is_null()) {
       if (p.tiered()) throw CorruptData("a tiered cache records no eviction", {file, "params.eviction"});

@@ -40,6 +40,9 @@ struct CompressParams : QuantParams {
   // value bits}, 16 = the head stays f16, as the files store it); empty = key.bits / value.bits
   // for every head.
   std::vector<std::pair<int, int>> head_bits;
+  // Per-head rotation of a joint plan that chose it (rotate-choice=on; [layer * n_kv_heads +
+  // head], beside head_bits); empty = `rotate` for every head.
+  std::vector<RotationKind> head_rotate;
   std::string calibration_file;
   // nuq: the calibration file holding its codebooks (calibration=), and the codebooks read from
   // it for the shape at hand (the runtime cache reads them; for_head gives each head its tables).

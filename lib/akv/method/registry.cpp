@@ -306,6 +306,10 @@ const std::vector<ParamInfo>& param_registry() {
        "token is scored when appended and evicted if below the threshold once window= newer tokens follow it; "
        "knorm, qfilter or kvzap scores, no quant= (default off)",
        {}, {}, false, false, {}, {"on", "off"}},
+      {"rotate-choice", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.rotate_choice; }),
+       "joint with rotate=hadamard or random: each head also chooses, by its measured error, between its "
+       "quantizer unrotated and rotated (default off: every head rotated as rotate= says)",
+       {}, {}, false, false, {}, {"on", "off"}},
       {"pool", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.pool; }),
        "SnapKV pooling over tokens (default max)", {}, {}, false, false, {}, {"max", "avg"}},
       {"kernel", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.kernel; }),
