@@ -65,6 +65,19 @@ std::vector<std::vector<std::vector<std::int32_t>>> kept_of(const EvictionPlan& 
   return out;
 }
 
+// A joint budgets file `j` written to dir/j.json and applied by akv compress to dir/d.h5 (-> dir/j.h5).
+MemoryReport compress_with_budgets(const test::TempDir& dir, const nlohmann::json& j) {
+  {
+    std::ofstream out(dir.file("j.json"));
+    out << j.dump(2);
+  }
+  CompressRequest r;
+  r.method = "snapkv";
+  r.quant = "kivi";
+  r.eviction.budgets_file = dir.file("j.json");
+  return compress_dump(dir.file("d.h5"), dir.file("j.h5"), resolve_params(r), 2, {});
+}
+
 }  // namespace
 
 TEST_CASE("plan_eviction: totals, forced tokens kept, full budget keeps all", "[eviction]") {
@@ -271,15 +284,7 @@ TEST_CASE("joint allocation: bytes within budget, prediction confirmed, beats un
   o.bytes_fraction = 1.01 * static_cast<double>(snap.total.total()) / static_cast<double>(snap.f16_bytes());
   o.threads = 2;
   const nlohmann::json j = allocate_joint(dir.file("d.h5"), o, {});
-  {
-    std::ofstream out(dir.file("j.json"));
-    out << j.dump(2);
-  }
-  CompressRequest r;
-  r.method = "snapkv";
-  r.quant = "kivi";
-  r.eviction.budgets_file = dir.file("j.json");
-  const MemoryReport rep = compress_dump(dir.file("d.h5"), dir.file("j.h5"), resolve_params(r), 2, {});
+  const MemoryReport rep = compress_with_budgets(dir, j);
   CHECK(rep.total.total() == j["joint"]["predicted_bytes"].get<std::uint64_t>());
   CHECK(static_cast<double>(rep.total.total()) <= j["joint"]["bytes_budget"].get<double>());
   const FidelityMetrics fj = metrics(evaluate_cache(dir.file("d.h5"), dir.file("j.h5"), 2, true, {}).total());
@@ -321,15 +326,7 @@ TEST_CASE("joint allocation with a choice of rotation: each head rotated or not 
     for (const auto& h : l["heads"]) ++chosen[h.at("rotate").get<std::string>()];
   }
   CHECK(chosen.size() == 2);  // these heads differ: some take the rotation, some do not
-  {
-    std::ofstream out(dir.file("j.json"));
-    out << j.dump(2);
-  }
-  CompressRequest r;
-  r.method = "snapkv";
-  r.quant = "kivi";
-  r.eviction.budgets_file = dir.file("j.json");
-  const MemoryReport rep = compress_dump(dir.file("d.h5"), dir.file("j.h5"), resolve_params(r), 2, {});
+  const MemoryReport rep = compress_with_budgets(dir, j);
   CHECK(rep.total.total() == j["joint"]["predicted_bytes"].get<std::uint64_t>());
   const FidelityMetrics f = metrics(evaluate_cache(dir.file("d.h5"), dir.file("j.h5"), 2, true, {}).total());
   CHECK(f.attn_rel_err == Approx(predicted(j)).epsilon(1e-4));
