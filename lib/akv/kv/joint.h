@@ -37,15 +37,6 @@ struct JointOptions {
   int threads = 1;
 };
 
-// One candidate of one head.
-struct JointCandidate {
-  double keep = 1;          // fraction of the tokens
-  int key_bits = 16, value_bits = 16;  // 16 = f16 (no quantization)
-  std::uint64_t bytes = 0;  // stored bytes
-  double error = 0;         // attention-output relative error of the head
-  double err2 = 0;          // sum ||o - o^||^2 over the head's queries (what is minimised)
-};
-
 // The choice for one head: kept positions (ascending), bits (16 = f16) and the rotation of its
 // keys and values (none for f16).
 struct JointChoice {

@@ -205,7 +205,7 @@ void validate_score_options(const ScoreOptions& o, const KvWindow& m) {
   // Query-free scores read no window queries: their window is only the recent tokens kept.
   if (!score_is_query_free(o.method) && (o.window == 0 || o.window > m.n_query)) {
     throw InvalidInput("observation window must be in [1, n_query = " + std::to_string(m.n_query) +
-                           "] (the dump stores the queries of the last n_query positions)",
+                           "] (the queries of the last n_query positions: those a dump stores, or a model's prompt's)",
                        {"", "--window", std::to_string(o.window)});
   }
   if (o.kernel == 0 || o.kernel % 2 == 0) {
