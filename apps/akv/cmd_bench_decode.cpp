@@ -11,7 +11,7 @@
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
 #include "akv/io/token_file.h"
-#include "akv/model/hf.h"
+#include "akv/model/load.h"
 #include "commands.h"
 #include "model_flags.h"
 

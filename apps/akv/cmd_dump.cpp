@@ -8,7 +8,7 @@
 #include "akv/eval/passkey.h"
 #include "akv/io/token_file.h"
 #include "akv/model/dump_model.h"
-#include "akv/model/hf.h"
+#include "akv/model/load.h"
 #include "commands.h"
 #include "model_flags.h"
 

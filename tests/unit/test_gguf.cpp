@@ -15,7 +15,7 @@
 #include "akv/io/token_file.h"
 #include "akv/kv/runtime.h"
 #include "akv/model/gguf.h"
-#include "akv/model/hf.h"
+#include "akv/model/load.h"
 #include "akv/model/llama2c.h"
 #include "akv/model/tokenizer.h"
 #include "akv/tensor/ggml_blocks.h"

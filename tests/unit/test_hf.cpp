@@ -11,6 +11,7 @@
 #include "akv/io/token_file.h"
 #include "akv/model/architecture.h"
 #include "akv/model/hf.h"
+#include "akv/model/load.h"
 #include "akv/model/hf_config.h"
 #include "akv/model/llama2c.h"
 #include "akv/tensor/half.h"

@@ -14,7 +14,7 @@
 #include "akv/io/json_file.h"
 #include "akv/io/token_file.h"
 #include "akv/method/registry.h"
-#include "akv/model/hf.h"
+#include "akv/model/load.h"
 
 namespace akv {
 namespace {

@@ -13,9 +13,7 @@
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
 #include "akv/model/architecture.h"
-#include "akv/model/gguf.h"
 #include "akv/model/hf_config.h"
-#include "akv/model/llama2c.h"
 #include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/half.h"
 
@@ -326,13 +324,6 @@ Model load_hf(const std::string& dir, WeightMode mode) {
   w.final_norm = norm(m + "norm.weight", c.dim);
   if (!tied) w.classifier = t.matrix(head, c.vocab_size, c.dim, mode);
   return Model(std::move(c), std::move(w));
-}
-
-Model load_model(const std::string& path, WeightMode mode) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) return load_hf(path, mode);
-  if (is_gguf(path)) return load_gguf(path, mode);
-  return load_llama2c(path);
 }
 
 }  // namespace akv

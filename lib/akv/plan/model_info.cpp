@@ -10,7 +10,7 @@
 #include "akv/method/params.h"
 #include "akv/model/architecture.h"
 #include "akv/model/gguf.h"
-#include "akv/model/hf.h"
+#include "akv/model/load.h"
 #include "akv/model/hf_config.h"
 #include "akv/plan/plan.h"
 
