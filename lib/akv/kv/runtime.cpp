@@ -533,14 +533,7 @@ class RuntimePolicy : public KvPolicy {
   // Head i's key or value builder under its parameters (f32 rows for the exact cache).
   TensorBuilder builder(std::size_t i, bool key) const {
     if (!params_) return TensorBuilder(g_.head_dim, DenseType::f32);
-    const CompressParams& hp = per_head_[i];
-    const RopeContext* rope = stored_only_ ? nullptr : &rope_;
-    if (hp.method == Quantizer::nuq) {
-      return key ? TensorBuilder(g_.head_dim, hp.nuq_key, hp.pre_rope, rope) : TensorBuilder(g_.head_dim, hp.nuq_value, false, rope);
-    }
-    if (!key) return TensorBuilder(g_.head_dim, hp.value, hp, 0, false, rope, hp.rotation(g_.head_dim, false));
-    const std::size_t n_out = hp.quantized() ? outlier_count(hp.outlier_fraction, g_.head_dim) : 0;
-    return TensorBuilder(g_.head_dim, hp.key, hp, n_out, hp.pre_rope, rope, hp.rotation(g_.head_dim, true));
+    return head_tensor_builder(g_.head_dim, per_head_[i], key, stored_only_ ? nullptr : &rope_);
   }
 
   std::optional<CompressParams> params_;

@@ -115,11 +115,8 @@ HeadCache compress_head(const HeadInput& in, const QuantParams& p) {
   const std::size_t d = in.head_dim, n_out = p.quantized() ? outlier_count(p.outlier_fraction, d) : 0;
   check_head(in, p, n_out);
   const std::vector<std::int32_t> pos = positions(in);
-  TensorBuilder key = p.method == Quantizer::nuq
-                          ? TensorBuilder(d, p.nuq_key, p.pre_rope, nullptr)
-                          : TensorBuilder(d, p.key, p, n_out, p.pre_rope, nullptr, p.rotation(d, true));
-  TensorBuilder value = p.method == Quantizer::nuq ? TensorBuilder(d, p.nuq_value, false, nullptr)
-                                                   : TensorBuilder(d, p.value, p, 0, false, nullptr, p.rotation(d, false));
+  TensorBuilder key = head_tensor_builder(d, p, true, nullptr);
+  TensorBuilder value = head_tensor_builder(d, p, false, nullptr);
   key.append(p.pre_rope ? in.key_pre_rope : in.key, in.key, pos.data(), in.n);
   value.append(in.value, in.value, pos.data(), in.n);
   HeadCache h = head_of(in);
@@ -129,6 +126,9 @@ HeadCache compress_head(const HeadInput& in, const QuantParams& p) {
 }
 
 HeadCache compress_head_ref(const HeadInput& in, const QuantParams& p) {
+  if (!p.key.type.empty() || !p.value.type.empty()) {
+    throw std::logic_error("compress_head_ref: cache types have their own reference (tensor/ggml_quant.h)");
+  }
   const std::size_t n_out = p.quantized() ? outlier_count(p.outlier_fraction, in.head_dim) : 0;
   check_head(in, p, n_out);
   HeadCache h = head_of(in);

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "akv/core/errors.h"
+#include "akv/kv/ggml_cache.h"
+#include "akv/method/ggml_params.h"
 #include "akv/quant/outliers.h"
 #include "akv/tensor/half.h"
 
@@ -15,6 +17,25 @@ namespace {
 float f16_round(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
 
 }  // namespace
+
+TensorBuilder head_tensor_builder(std::size_t head_dim, const QuantParams& p, bool key, const RopeContext* rope) {
+  const std::string& type = key ? p.key.type : p.value.type;
+  if (!type.empty()) {
+    const std::string field = std::string(key ? "key" : "value") + " type " + type;
+    const HeadType t = parse_head_type(type, "", field);
+    const GgmlTypeInfo& info = ggml_cache_type(t.name, head_dim, "", field + ": head_dim");
+    check_ggml_head_dim(info, head_dim, "", field + ": head_dim");
+    const Rotation rot = t.rotate ? ggml_rotation(*t.rotate, 0, info, head_dim, key)
+                                  : ggml_rotation(p.rotate, p.rotate_seed, info, head_dim, key);
+    return TensorBuilder(head_dim, info, rot);
+  }
+  if (p.method == Quantizer::nuq) {
+    return key ? TensorBuilder(head_dim, p.nuq_key, p.pre_rope, rope) : TensorBuilder(head_dim, p.nuq_value, false, rope);
+  }
+  if (!key) return TensorBuilder(head_dim, p.value, p, 0, false, rope, p.rotation(head_dim, false));
+  const std::size_t n_out = p.quantized() ? outlier_count(p.outlier_fraction, head_dim) : 0;
+  return TensorBuilder(head_dim, p.key, p, n_out, p.pre_rope, rope, p.rotation(head_dim, true));
+}
 
 TensorBuilder::TensorBuilder(std::size_t head_dim, DenseType dense) : d_(head_dim), store_(head_dim, dense) {}
 

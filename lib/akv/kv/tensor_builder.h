@@ -29,6 +29,14 @@ struct RopeContext {
   const RopeTable* table = nullptr;
 };
 
+class TensorBuilder;
+
+// The builder of a head's key (key = true) or value tensor under its parameters p: nuq codes,
+// the cache type of p.key.type / p.value.type (rotated by its own suffix, else as p.rotate says,
+// kv/ggml_cache.h ggml_rotation), or affine codes of the quantizer (keys with
+// outlier_count(p.outlier_fraction) f16 channels when quantized, pre-RoPE with p.pre_rope).
+TensorBuilder head_tensor_builder(std::size_t head_dim, const QuantParams& p, bool key, const RopeContext* rope);
+
 class TensorBuilder {
  public:
   // Dense rows only: f32 (the exact cache) or f16 (quantizer none, streaming eviction).

@@ -26,6 +26,11 @@ struct TensorQuant {
   int bits = 4;
   QuantAxis axis = QuantAxis::token;
   std::size_t group = 32;
+  // A head of a joint plan whose tensor is stored as a cache type (method/ggml_params.h
+  // parse_head_type: "q4_0", "fp8_e4m3+hadamard"; CompressParams::head_tensor_types) instead of
+  // the quantizer's codes; empty: the quantizer's codes. Set per head only, never in a file's
+  // top-level parameters.
+  std::string type = {};
 };
 
 // What one head's codec needs: the quantizer and its parameters.
