@@ -1,6 +1,7 @@
 // akv allocate DUMP --method M --budget B [-o budgets.json]: per-head token budgets.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "akv/alloc/budgets_file.h"
@@ -50,14 +51,24 @@ std::string render_joint(const nlohmann::json& j) {
       jt["predicted_error"].get<double>(), j["summary"]["total_tokens"].get<std::size_t>(),
       j["summary"]["fraction"].get<double>());
   const bool rotated = jt.contains("rotate");  // each head's rotation, a column
-  out += fmt::format("{:>5} {:>4} {:>7} {:>5} {:>5} {}{:>10} {:>10}  {}\n", "layer", "head", "tokens", "K", "V",
+  // A tensor's storage: its bits (f16 for 16) or, at bits 0, its cache type.
+  auto storage = [](const nlohmann::json& h, const char* bits, const char* type) {
+    const int b = h[bits].get<int>();
+    return b == 0 ? h[type].get<std::string>() : b == 16 ? std::string("f16") : std::to_string(b);
+  };
+  std::size_t w = 5;
+  for (const auto& l : j["layers"]) {
+    for (const auto& h : l["heads"]) {
+      w = std::max({w, storage(h, "key_bits", "key_type").size(), storage(h, "value_bits", "value_type").size()});
+    }
+  }
+  out += fmt::format("{:>5} {:>4} {:>7} {:>{}} {:>{}} {}{:>10} {:>10}  {}\n", "layer", "head", "tokens", "K", w, "V", w,
                      rotated ? fmt::format("{:>8} ", "rotate") : "", "bytes", "error", "kind");
   for (const auto& l : j["layers"]) {
     for (const auto& h : l["heads"]) {
-      auto bits = [](int b) { return b == 16 ? std::string("f16") : std::to_string(b); };
-      out += fmt::format("{:>5} {:>4} {:>7} {:>5} {:>5} {}{:>10} {:>10.4g}  {}\n", l["layer"].get<int>(),
-                         h["head"].get<int>(), h["tokens"].get<std::size_t>(), bits(h["key_bits"].get<int>()),
-                         bits(h["value_bits"].get<int>()),
+      out += fmt::format("{:>5} {:>4} {:>7} {:>{}} {:>{}} {}{:>10} {:>10.4g}  {}\n", l["layer"].get<int>(),
+                         h["head"].get<int>(), h["tokens"].get<std::size_t>(), storage(h, "key_bits", "key_type"), w,
+                         storage(h, "value_bits", "value_type"), w,
                          rotated ? fmt::format("{:>8} ", h.value("rotate", "none")) : "", h["bytes"].get<std::uint64_t>(),
                          h["predicted_error"].get<double>(), h.value("kind", "-"));
     }
@@ -126,6 +137,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       jo.threads = global.threads;
       if (!opt->rotate.empty()) jo.rotate = parse_rotation(opt->rotate);
       jo.rotate_choice = opt->req.eviction.rotate_choice.value_or("off") == "on";
+      if (opt->req.eviction.cache_types) jo.types = parse_cache_types(*opt->req.eviction.cache_types, '/', "--cache-types");
       if (opt->req.eviction.window) jo.window = static_cast<std::size_t>(*opt->req.eviction.window);
       ProgressBar bar("allocate", !global.quiet);
       const nlohmann::json j = allocate_joint(opt->dump, jo, bar.callback());
@@ -137,6 +149,9 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
     if (!opt->rotate.empty()) throw UsageError("--rotate is for --method joint", {"", "--rotate", opt->rotate});
     if (opt->req.eviction.rotate_choice) {
       throw UsageError("--rotate-choice is for --method joint", {"", "--rotate-choice", *opt->req.eviction.rotate_choice});
+    }
+    if (opt->req.eviction.cache_types) {
+      throw UsageError("--cache-types is for --method joint", {"", "--cache-types", *opt->req.eviction.cache_types});
     }
     const EvictionParams p = resolve_allocation(opt->method, opt->score, opt->req.eviction);
     DumpReader dump(opt->dump);

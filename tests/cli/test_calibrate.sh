@@ -39,6 +39,20 @@ expect "compress with rotated joint budgets: a version-4 cache" 0 "akv-cache v4"
   "'$AKV' compress -q '$d' -o '$TMP/jr.h5' -m snapkv --budgets '$TMP/jointr.json' --quant kivi >/dev/null && '$AKV' info '$TMP/jr.h5'"
 expect_error "allocate --rotate-choice without joint" 1 "--rotate-choice is for --method joint" \
   "$AKV" allocate -q "$d" --budget 0.2 --rotate-choice on
+expect "allocate joint with cache types: each tensor's bits or type" 0 "(q8_0|q4_0\+hadamard)" \
+  "$AKV" allocate -q "$d" --method joint --bytes 0.25 --window 16 --bits 2,4 --cache-types q8_0/q4_0+hadamard -o "$TMP/jointt.json"
+expect "compress with typed joint budgets: the predicted bytes, a version-4 cache" 0 "ok v4" bash -c \
+  "'$AKV' compress -q '$d' -o '$TMP/jt.h5' -m snapkv --budgets '$TMP/jointt.json' --quant kivi --json >'$TMP/jt.json' &&
+   '$PY' -c 'import json,sys; j=json.load(open(sys.argv[1])); c=json.load(open(sys.argv[2])); assert c[\"bytes\"][\"total\"]==j[\"joint\"][\"predicted_bytes\"], (c[\"bytes\"], j[\"joint\"]); print(\"ok\", end=\" \")' '$TMP/jointt.json' '$TMP/jt.json' && '$AKV' info '$TMP/jt.h5' | grep -o 'v4'"
+expect "evaluate the typed joint cache" 0 "all +all" "$AKV" evaluate -q --dump "$d" --cache "$TMP/jt.h5"
+expect_error "allocate --cache-types without joint" 1 "--cache-types is for --method joint" \
+  "$AKV" allocate -q "$d" --budget 0.2 --cache-types q8_0
+expect_error "an unknown cache type" 2 "--cache-types = q9_0" \
+  "$AKV" allocate -q "$d" --method joint --bytes 0.25 --window 16 --cache-types q8_0/q9_0
+"$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); h=j["layers"][0]["heads"][0]; h["key_bits"]=0; h.pop("key_type",None); json.dump(j,open(sys.argv[2],"w"))' \
+  "$TMP/jointt.json" "$TMP/badt.json"
+expect_error "budgets with bits 0 and no type" 2 "key_type" \
+  "$AKV" compress -q "$d" -o "$TMP/badt.h5" -m snapkv --budgets "$TMP/badt.json" --quant kivi
 expect_error "joint without quantization" 1 "--quant" "$AKV" compress -q "$d" -o "$TMP/out_j.h5" -m joint --budget 0.15 --window 16
 expect "evaluate the joint cache" 0 "all +all" "$AKV" evaluate -q --dump "$d" --cache "$TMP/j.h5"
 expect_cache_bytes "$TMP/j.h5"

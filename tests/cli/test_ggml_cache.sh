@@ -211,6 +211,20 @@ assert 0 < m["turboquant_4bit_nc:boundary=0"]["kl"] < m["turboquant_k3v4_nc:boun
 assert m["turboquant_k3v4_nc"]["bits_per_element"] == 16, m["turboquant_k3v4_nc"]
 print("tq model ok")
 PY
+# Joint tokens x bits with cache types in the decode loop: heads may store q8_0 / fp8 / rotated
+# q4_0 tensors beside kivi codes; on this model they lose far less than kivi 2/4 at the same budget.
+jk=joint:budget=0.3:window=4:quant=kivi:residual=32:group=32:bits=2
+"$AKV" evaluate -q --model "$TMP/hf" --tokens "$T" --prefill 48 --json -o "$TMP/jt.json" \
+  --methods "$jk,$jk:cache-types=q8_0/fp8_e4m3/q4_0+hadamard"
+expect "evaluate --model: joint with cache types runs, closer to the full cache than kivi codes alone" 0 "joint types ok" \
+  "$PY" - "$TMP/jt.json" "$jk" <<'PY'
+import json, sys
+m = {x["method"]: x for x in json.load(open(sys.argv[1]))["methods"]}
+k, t = m[sys.argv[2]], m[sys.argv[2] + ":cache-types=q8_0/fp8_e4m3/q4_0+hadamard"]
+assert 0 < t["kl"] < k["kl"] / 2, (t, k)
+assert "or q8_0/fp8_e4m3/q4_0+hadamard" in t["description"], t["description"]
+print("joint types ok")
+PY
 expect_error "turboquant: head_dim 48 is no power of two" 2 "power of two" \
   "$AKV" compress -q "$TMP/d48.h5" -o "$TMP/none/c.h5" -m turboquant
 "$AKV" compress -q "$TMP/d.h5" -o "$TMP/s1.h5" -m ggml --k q4_0 --v q4_0 --shard 1/2 >/dev/null

@@ -348,6 +348,63 @@ TEST_CASE("joint allocation with a choice of rotation: each head rotated or not 
   CHECK(resolve_method_spec("joint:budget=0.2:quant=kivi:rotate=hadamard:rotate-choice=on")->eviction()->rotate_choice);
 }
 
+TEST_CASE("joint allocation with cache types: each tensor kivi bits or a type by its error, no worse than kivi "
+          "alone, stored and predicted alike", "[eviction][joint][ggml]") {
+  test::TempDir dir;
+  SynthOptions so = small_mixed();
+  write_synth_dump(dir.file("d.h5"), so, {});
+  JointOptions o;
+  o.bytes_fraction = 0.25;
+  o.threads = 2;
+  o.bits = {2, 4};
+  o.window = 16;
+  auto predicted = [](const nlohmann::json& j) { return j["joint"]["predicted_error"].get<double>(); };
+  const double kivi = predicted(allocate_joint(dir.file("d.h5"), o, {}));
+  o.types = {"q8_0", "fp8_e4m3", "q4_0+hadamard"};
+  const nlohmann::json j = allocate_joint(dir.file("d.h5"), o, {});
+  INFO("kivi " << kivi << " with types " << predicted(j));
+  CHECK(predicted(j) <= kivi * (1 + 1e-12));
+  const MemoryReport rep = compress_with_budgets(dir, j);
+  CHECK(rep.total.total() == j["joint"]["predicted_bytes"].get<std::uint64_t>());
+  const FidelityMetrics f = metrics(evaluate_cache(dir.file("d.h5"), dir.file("j.h5"), 2, true, {}).total());
+  CHECK(f.attn_rel_err == Approx(predicted(j)).epsilon(1e-4));
+  // Each tensor as its head chose: bits 0 and its type's blocks (q8_0: 34 bytes per 32 values; the
+  // suffix's rotation), else kivi codes.
+  const CacheReader c(dir.file("j.h5"));
+  const std::size_t H = so.n_kv_heads, d = so.head_dim;
+  std::map<std::string, int> chosen;
+  for (std::size_t i = 0; i < so.n_layers * H; ++i) {
+    const nlohmann::json& jh = j["layers"][i / H]["heads"][i % H];
+    const HeadCache h = c.read_head(i / H, i % H);
+    for (const auto& [bits, type, t] : {std::tuple{"key_bits", "key_type", &h.key}, std::tuple{"value_bits", "value_type", &h.value}}) {
+      INFO("layer " << i / H << " head " << i % H << " " << jh.dump());
+      const int b = jh.at(bits).get<int>();
+      CHECK((b == 0) == jh.contains(type));
+      CHECK((b == 0) == (t->ggml_type() != nullptr));
+      if (b != 0) continue;
+      const std::string name = jh.at(type).get<std::string>();
+      ++chosen[name];
+      CHECK(t->rotation().active() == (name == "q4_0+hadamard"));
+      if (name == "q8_0") CHECK(t->bytes() == h.n_kept() * d / 32 * 34);
+      if (name == "fp8_e4m3") CHECK(t->bytes() == h.n_kept() * d + 4);
+    }
+  }
+  CHECK(!chosen.empty());  // at this budget some tensors are better stored as a type
+  CHECK(c.version() == (chosen.count("fp8_e4m3") ? kCacheVersionFp8
+                        : chosen.count("q4_0+hadamard") ? kCacheVersionRotation
+                                                        : kCacheVersionGgml));
+  // The runtime method's spelling, and its refusals.
+  const auto p = resolve_method_spec("joint:budget=0.2:quant=kivi:cache-types=q8_0/fp8_e4m3/q4_0+hadamard");
+  CHECK(p->eviction()->cache_types == o.types);
+  CHECK(EvictionParams::from_json(p->eviction()->to_json(), "").cache_types == o.types);
+  CHECK_THROWS_AS(resolve_method_spec("snapkv:budget=0.2:quant=kivi:cache-types=q8_0"), UsageError);
+  CHECK_THROWS_AS(resolve_method_spec("joint:budget=0.2:quant=kivi:cache-types=q9_0"), InvalidInput);
+  CHECK_THROWS_AS(resolve_method_spec("joint:budget=0.2:quant=kivi:cache-types=q8_0//q4_0"), InvalidInput);
+  CHECK_THROWS_AS(resolve_method_spec("joint:budget=0.2:quant=kivi:cache-types=q8_0/q8_0"), InvalidInput);
+  o.types = {"q4_0+sideways"};
+  CHECK_THROWS_AS(allocate_joint(dir.file("d.h5"), o, {}), InvalidInput);
+}
+
 TEST_CASE("streaming_victim on rows in any order equals a chronological scan", "[eviction]") {
   Rng rng(11);
   for (int trial = 0; trial < 300; ++trial) {

@@ -5,6 +5,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
+#include "akv/method/ggml_params.h"
 #include "akv/method/registry.h"
 
 namespace akv {
@@ -35,6 +36,8 @@ nlohmann::json budgets_to_json(const BudgetsFile& f) {
       }
       if (b.key_bits) hj["key_bits"] = *b.key_bits;
       if (b.value_bits) hj["value_bits"] = *b.value_bits;
+      if (b.key_type) hj["key_type"] = *b.key_type;
+      if (b.value_type) hj["value_type"] = *b.value_type;
       if (b.rotate) hj["rotate"] = *b.rotate;
       if (b.bytes) hj["bytes"] = *b.bytes;
       if (b.predicted_error) hj["predicted_error"] = *b.predicted_error;
@@ -119,17 +122,33 @@ BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
           const auto kb = static_cast<int>(file_count(heads[h], "key_bits", path, at + ".key_bits"));
           const auto vb = static_cast<int>(file_count(heads[h], "value_bits", path, at + ".value_bits"));
           for (int x : {kb, vb}) {
-            if (x != 16 && x != 2 && x != 3 && x != 4 && x != 8) {
+            if (x != 16 && x != 2 && x != 3 && x != 4 && x != 8 && x != 0) {
               throw InvalidInput("unsupported bits in budgets file", {path, at, std::to_string(x)});
             }
           }
           r.bits.emplace_back(kb, vb);
+          // A tensor of bits 0 is stored as its cache type (joint with cache types): its name.
+          auto type_of = [&](int bits, const std::string& key) -> std::string {
+            const bool named = heads[h].contains(key);
+            if ((bits == 0) != named) {
+              throw InvalidInput("a tensor has bits 0 exactly when it has a " + key, {path, at + "." + key, named ? "given" : "missing"});
+            }
+            if (!named) return "";
+            if (!heads[h].at(key).is_string()) throw CorruptData(key + " is a cache type name", {path, at + "." + key});
+            const std::string t = heads[h].at(key).get<std::string>();
+            parse_head_type(t, path, at + "." + key);
+            return t;
+          };
+          r.types.emplace_back(type_of(kb, "key_type"), type_of(vb, "value_type"));
         }
         if (heads[h].contains("rotate")) {
           if (!heads[h].at("rotate").is_string()) throw CorruptData("rotate is a rotation name", {path, at + ".rotate"});
           r.rotate.push_back(parse_rotation(heads[h].at("rotate").get<std::string>(), path, at + ".rotate"));
         }
       }
+    }
+    if (std::all_of(r.types.begin(), r.types.end(), [](const auto& t) { return t.first.empty() && t.second.empty(); })) {
+      r.types.clear();
     }
     if (!r.rotate.empty() && r.rotate.size() != m.n_layers * m.n_kv_heads) {
       throw CorruptData("every head of a rotated joint plan records its rotation", {path, "layers[].heads[].rotate"});

@@ -23,7 +23,8 @@ inline constexpr int kBudgetsVersion = 1;
 struct BudgetHead {
   std::size_t tokens = 0;                   // kept, forced included
   std::optional<double> retained_mass;      // eviction plans: window attention mass kept (of 1)
-  std::optional<int> key_bits, value_bits;  // joint plans: bits per tensor, 16 = f16
+  std::optional<int> key_bits, value_bits;  // joint plans: bits per tensor, 16 = f16, 0 = a cache type
+  std::optional<std::string> key_type, value_type;  // joint plans with cache types: the tensor's (bits 0)
   std::optional<std::string> rotate;        // joint plans with a rotation: the head's (none, hadamard, random)
   std::optional<std::uint64_t> bytes;       // joint plans: predicted stored bytes
   std::optional<double> predicted_error;    // joint plans: attention-output relative error
@@ -60,6 +61,9 @@ struct BudgetsRead {
   // without) and the random rotation's seed.
   std::vector<RotationKind> rotate;
   std::uint64_t rotate_seed = 0;
+  // Joint plans with cache types: each head's {key type, value type} ("" = kivi codes; a type
+  // exactly where the bits are 0), [layer * n_kv_heads + head]; empty when no head has one.
+  std::vector<std::pair<std::string, std::string>> types;
 };
 BudgetsRead read_budgets(const std::string& path, const KvWindow& m);
 

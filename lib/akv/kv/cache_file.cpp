@@ -28,10 +28,30 @@ std::size_t count_attr(hid_t obj, const std::string& name, const std::string& fi
   return static_cast<std::size_t>(v);
 }
 
+// Whether some tensor of a joint plan's heads has a cache type (CompressParams::head_tensor_types)
+// for which `is` holds.
+template <class Is>
+bool any_head_tensor_type(const CompressParams& p, Is is) {
+  return std::any_of(p.head_tensor_types.begin(), p.head_tensor_types.end(),
+                     [&](const auto& t) { return (!t.first.empty() && is(t.first)) || (!t.second.empty() && is(t.second)); });
+}
+
 // Whether a cache of these parameters has rotated rows (version 4, unless its fp8 or nuq version).
 bool rotated_rows(const CompressParams& p) {
   return p.rotate != RotationKind::none || (p.ggml() && p.ggml()->rotates_heads()) ||
-         std::any_of(p.head_rotate.begin(), p.head_rotate.end(), [](RotationKind r) { return r != RotationKind::none; });
+         std::any_of(p.head_rotate.begin(), p.head_rotate.end(), [](RotationKind r) { return r != RotationKind::none; }) ||
+         any_head_tensor_type(p, [](const std::string& t) { return t.find('+') != std::string::npos; });
+}
+
+// Whether the cache stores ggml blocks (version 3 or later): method ggml, or a joint plan's heads
+// with cache types.
+bool ggml_blocks(const CompressParams& p) {
+  return p.ggml() || any_head_tensor_type(p, [](const std::string&) { return true; });
+}
+
+// Whether some tensor is fp8 (version 5).
+bool fp8_rows(const CompressParams& p) {
+  return (p.ggml() && p.ggml()->fp8()) || any_head_tensor_type(p, [](const std::string& t) { return t.rfind("fp8_", 0) == 0; });
 }
 
 // The rotation attributes of a key or value group (version 4; none when absent).
@@ -178,10 +198,10 @@ CacheWriter::CacheWriter(std::string path, CacheHeader header, const CachePart& 
     h5::write_attr_int(root, "end_layer", i64(part.end_layer));
   }
   h5::write_attr_int(root, "version", h.params.method == Quantizer::nuq ? kCacheVersionNuq
-                                      : h.params.ggml() && h.params.ggml()->fp8() ? kCacheVersionFp8
+                                      : fp8_rows(h.params)                 ? kCacheVersionFp8
                                       : rotated_rows(h.params)             ? kCacheVersionRotation
                                       : h.params.tiered()                  ? kCacheVersionSegments
-                                      : h.params.ggml()                    ? kCacheVersionGgml
+                                      : ggml_blocks(h.params)              ? kCacheVersionGgml
                                                                            : kCacheVersion);
   // A calibration= path that is not UTF-8 is stored with U+FFFD (JSON text is UTF-8).
   h5::write_attr_string(root, "params", h.params.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -234,7 +254,8 @@ void CacheWriter::write_head(std::size_t layer, std::size_t head, const HeadCach
   if (!h.segments.empty() && !m.header.params.tiered()) {
     throw InvalidInput("segmented heads need a tiered cache", {m.out.path(), path});
   }
-  if ((h.key.ggml_type() != nullptr) != (m.header.params.ggml() != nullptr)) {
+  const bool typed = !m.header.params.head_tensor_types.empty();  // a joint plan's: per tensor
+  if (!typed && (h.key.ggml_type() != nullptr) != (m.header.params.ggml() != nullptr)) {
     throw InvalidInput("ggml blocks go with method ggml only", {m.out.path(), path});
   }
   if ((h.key.nuq_table() != nullptr) != (m.header.params.method == Quantizer::nuq && h.n_kept() > 0)) {
@@ -285,16 +306,17 @@ CacheReader::CacheReader(std::string path, bool allow_part) : path_(std::move(pa
   nlohmann::json j = parse_json(params, f, "params");
   if (!j.is_object()) throw CorruptData("params is not a JSON object", {f, "params"});
   header_.params = CompressParams::from_json(j, f);
-  if (version_ == kCacheVersionGgml && !header_.params.ggml()) {
-    throw CorruptData("version 3 and method ggml go together", {f, "version", std::to_string(version)});
+  if (version_ == kCacheVersionGgml && !ggml_blocks(header_.params)) {
+    throw CorruptData("version 3 and ggml blocks (method ggml, per-head cache types) go together",
+                      {f, "version", std::to_string(version)});
   }
-  if (header_.params.ggml() && version_ < kCacheVersionGgml) {
-    throw CorruptData("method ggml needs version 3 or later", {f, "version", std::to_string(version)});
+  if (ggml_blocks(header_.params) && version_ < kCacheVersionGgml) {
+    throw CorruptData("ggml blocks need version 3 or later", {f, "version", std::to_string(version)});
   }
   if ((version_ == kCacheVersionNuq) != (header_.params.method == Quantizer::nuq)) {
     throw CorruptData("version 6 and method nuq go together", {f, "version", std::to_string(version)});
   }
-  const bool fp8 = header_.params.ggml() && header_.params.ggml()->fp8();
+  const bool fp8 = fp8_rows(header_.params);
   if ((version_ == kCacheVersionFp8) != fp8) {
     throw CorruptData("version 5 and fp8 cache types go together", {f, "version", std::to_string(version)});
   }
@@ -447,8 +469,20 @@ HeadCache CacheReader::read_head_group(const std::string& path, std::size_t laye
                      n_residual == 0 && n_out == 0, p);
       continue;
     }
+    const auto& types = header_.params.head_tensor_types;
+    if (!types.empty()) {  // a joint plan's head: a tensor of bits 0 holds its cache type's blocks
+      const std::size_t i_head = layer * meta().n_kv_heads + head;
+      if (types.size() != meta().n_layers * meta().n_kv_heads) {
+        throw CorruptData("per-head cache types for another shape", {f, "params.head_tensor_types", std::to_string(types.size())});
+      }
+      const std::string& type = i == 0 ? types[i_head].first : types[i_head].second;
+      if (!type.empty()) {
+        read_ggml_part(pp, type, n_quant, n_residual == 0 && n_out == 0, p);
+        continue;
+      }
+    }
     if (h5::attr_exists(pg.get(), "ggml_type")) {
-      throw CorruptData("ggml blocks in a cache whose method is not ggml", {f, pp + ".ggml_type"});
+      throw CorruptData("ggml blocks in a tensor that has no cache type", {f, pp + ".ggml_type"});
     }
     if (header_.params.method == Quantizer::nuq) {
       if (n_quant != n_kept || n_out != 0 || p.pre_rope() != (i == 0 && n_kept > 0)) {

@@ -14,6 +14,7 @@
 #include "akv/io/dump.h"
 #include "akv/io/file_hash.h"
 #include "akv/kv/stored_head.h"
+#include "akv/method/ggml_params.h"
 #include "akv/quant/pack.h"
 
 namespace akv {
@@ -60,20 +61,36 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
   if (o.rotate_choice && o.rotate == RotationKind::none) {
     throw UsageError("a choice of rotation needs a rotation to choose: --rotate hadamard or random", {"", "--rotate", "none"});
   }
-  // Candidates {key bits, value bits, rotation}: every pair at the rotation (and unrotated too with
-  // rotate_choice), then f16.
+  // A tensor's storage: kivi codes of `bits`, or the cache type `type` (bits 0); f16 is bits 16.
+  struct Storage {
+    int bits;
+    std::string type;
+  };
+  std::vector<Storage> storage;
+  for (int b : o.bits) storage.push_back({b, ""});
+  for (const std::string& t : o.types) {
+    const std::string field = "--cache-types " + t + ": head_dim";
+    check_ggml_head_dim(ggml_cache_type(parse_head_type(t, "", "--cache-types").name, d, "", field), d, "", field);
+    storage.push_back({0, t});
+  }
+  // Candidates {key storage, value storage, rotation}: every pair at the rotation (and unrotated
+  // too with rotate_choice; a pair of types with their own rotations once), then f16.
   struct Candidate {
-    int bk, bv;
+    Storage k, v;
     RotationKind rotate;
   };
   std::vector<Candidate> pairs;
   for (const RotationKind r : o.rotate_choice ? std::vector<RotationKind>{RotationKind::none, o.rotate}
                                               : std::vector<RotationKind>{o.rotate}) {
-    for (int bk : o.bits) {
-      for (int bv : o.bits) pairs.push_back({bk, bv, r});
+    for (const Storage& sk : storage) {
+      for (const Storage& sv : storage) {
+        const bool fixed = !sk.type.empty() && !sv.type.empty() && parse_head_type(sk.type, "", "").rotate &&
+                           parse_head_type(sv.type, "", "").rotate;
+        if (!(fixed && r != o.rotate)) pairs.push_back({sk, sv, fixed ? o.rotate : r});
+      }
     }
   }
-  if (o.f16_option) pairs.push_back({16, 16, RotationKind::none});
+  if (o.f16_option) pairs.push_back({{16, ""}, {16, ""}, RotationKind::none});
   std::vector<std::vector<JointChoice>> cand(L * H);
   Tensor3 query, key, value;  // each layer in the previous one's storage
   for (std::size_t l = 0; l < L; ++l) {
@@ -110,15 +127,15 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
         in.n_tokens = T;
         in.head_dim = d;
         if (n < T) in.kept = kept32;
-        for (const auto& [bk, bv, rotate] : pairs) {
+        for (const auto& [sk, sv, rotate] : pairs) {
           QuantParams p;
-          if (bk == 16) {
+          if (sk.bits == 16) {
             p.method = Quantizer::none;
             p.residual = 0;
           } else {
             p.method = Quantizer::kivi;
-            p.key = {bk, QuantAxis::channel, o.group};
-            p.value = {bv, QuantAxis::token, o.group};
+            p.key = {sk.bits, QuantAxis::channel, o.group, sk.type};
+            p.value = {sv.bits, QuantAxis::token, o.group, sv.type};
             p.residual = o.residual;
             p.rule = o.rule;
             p.rotate = rotate;
@@ -137,8 +154,10 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
           for (std::size_t t : kept) mass += sc.mass[t];
           JointChoice& c = cand[l * H + h].emplace_back();
           c.kept = kept32;
-          c.key_bits = bk;
-          c.value_bits = bv;
+          c.key_bits = sk.bits;
+          c.value_bits = sv.bits;
+          c.key_type = sk.type;
+          c.value_type = sv.type;
           c.rotate = rotate;
           c.bytes = hc.bytes().total();
           c.error = norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0;
@@ -198,6 +217,8 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
       b.tokens = c.kept.size();
       b.key_bits = c.key_bits;
       b.value_bits = c.value_bits;
+      if (!c.key_type.empty()) b.key_type = c.key_type;
+      if (!c.value_type.empty()) b.value_type = c.value_type;
       if (o.rotate != RotationKind::none) b.rotate = rotation_name(c.rotate);
       b.bytes = c.bytes;
       b.predicted_error = c.error;
@@ -219,6 +240,7 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
              {"predicted_error", norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0}, {"bits", o.bits}, {"keep", o.keep},
              {"f16_option", o.f16_option}, {"group", o.group}, {"residual", o.residual},
              {"quant_rule", quant_rule_name(o.rule)}, {"quant", "kivi (keys per channel, values per token)"}};
+  if (!o.types.empty()) f.joint["cache_types"] = o.types;
   if (o.rotate != RotationKind::none) {
     f.joint["rotate"] = rotation_name(o.rotate);
     f.joint["rotate_seed"] = o.rotate_seed;
@@ -228,8 +250,7 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
 }
 
 EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const CompressParams& params,
-                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits,
-                        std::vector<RotationKind>& head_rotate) {
+                        int threads, const ProgressFn& progress, CompressParams& per_head) {
   const EvictionParams& e = *params.eviction();
   if (params.method != Quantizer::kivi) {
     throw UsageError("joint chooses per-head bits: add --quant kivi (or a kivi preset)",
@@ -247,6 +268,7 @@ EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const Comp
   jo.rotate = params.rotate;
   jo.rotate_seed = params.rotate_seed;
   jo.rotate_choice = e.rotate_choice;
+  jo.types = e.cache_types;
   jo.threads = threads;
   const std::vector<JointChoice> choice = plan_joint(m, source, jo, progress);
   EvictionPlan plan;
@@ -254,16 +276,18 @@ EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const Comp
   plan.n_tokens = m.n_tokens;
   plan.forced = std::min(m.n_tokens, e.score.window);
   plan.heads.assign(m.n_layers, std::vector<HeadPlan>(m.n_kv_heads));
-  head_bits.clear();
-  head_rotate.clear();
+  per_head.head_bits.clear();
+  per_head.head_rotate.clear();
+  per_head.head_tensor_types.clear();
   std::size_t total = 0;
   for (std::size_t i = 0; i < choice.size(); ++i) {
     HeadPlan& hp = plan.heads[i / m.n_kv_heads][i % m.n_kv_heads];
     hp.kept = choice[i].kept;
     hp.tokens = hp.kept.size();
     hp.retained_mass = choice[i].retained_mass;
-    head_bits.emplace_back(choice[i].key_bits, choice[i].value_bits);
-    if (jo.rotate_choice) head_rotate.push_back(choice[i].rotate);
+    per_head.head_bits.emplace_back(choice[i].key_bits, choice[i].value_bits);
+    if (jo.rotate_choice) per_head.head_rotate.push_back(choice[i].rotate);
+    if (!jo.types.empty()) per_head.head_tensor_types.emplace_back(choice[i].key_type, choice[i].value_type);
     total += hp.tokens;
   }
   plan.budget_per_head = total / choice.size();

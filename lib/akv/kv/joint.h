@@ -34,14 +34,21 @@ struct JointOptions {
   // Also offer every quantized candidate unrotated (rotate hadamard or random): each head then
   // chooses its rotation by its measured error too (JointChoice::rotate).
   bool rotate_choice = false;
+  // Cache types also offered for each tensor (parse_head_type: "q4_0", "fp8_e4m3", "tq3+hadamard"):
+  // a head's key and value are each kivi codes of some bits or one of these types (a bare type
+  // rotated as the candidate's rotation, a suffixed one by its own), so that a head may get fp8,
+  // another TurboQuant, another q4_0+hadamard under one byte budget.
+  std::vector<std::string> types;
   int threads = 1;
 };
 
-// The choice for one head: kept positions (ascending), bits (16 = f16) and the rotation of its
-// keys and values (none for f16).
+// The choice for one head: kept positions (ascending), bits (16 = f16; 0: the tensor is stored as
+// its type), the cache types (empty: kivi codes) and the rotation of its keys and values (none
+// for f16).
 struct JointChoice {
   std::vector<std::int32_t> kept;
   int key_bits = 16, value_bits = 16;
+  std::string key_type, value_type;
   RotationKind rotate = RotationKind::none;
   std::uint64_t bytes = 0;
   double error = 0, err2 = 0, norm2 = 0;
@@ -62,10 +69,10 @@ nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& 
                               const ProgressFn& progress);
 
 // A joint plan (tokens and bits per head under the byte budget params.eviction()->budget_fraction)
-// as an eviction plan, the chosen bits going to `head_bits` and, with rotate-choice=on, the chosen
-// rotations to `head_rotate` (else it is cleared).
+// as an eviction plan; the chosen bits go to per_head.head_bits, with rotate-choice=on the chosen
+// rotations to per_head.head_rotate and with cache-types= the chosen types to
+// per_head.head_tensor_types (each cleared otherwise).
 EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const CompressParams& params,
-                        int threads, const ProgressFn& progress, std::vector<std::pair<int, int>>& head_bits,
-                        std::vector<RotationKind>& head_rotate);
+                        int threads, const ProgressFn& progress, CompressParams& per_head);
 
 }  // namespace akv

@@ -39,7 +39,7 @@ PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const Comp
   if (p.eviction()->alloc == AllocMethod::joint) {
     plan.eviction = joint_plan(
         m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3& v) { source(l, q, k, &v); }, params, threads,
-        progress, p.head_bits, p.head_rotate);
+        progress, p);
     return plan;
   }
   plan.eviction = plan_eviction(
@@ -56,6 +56,7 @@ PromptPlan plan_prompt(const KvWindow& m, const PromptSource& source, const Comp
                          {path, "--quant", quantizer_name(params.method)});
       }
       p.head_bits = file.bits;
+      p.head_tensor_types = file.types;
       p.calibration_file = path;
       if (!file.rotate.empty()) {  // each head rotated as the plan chose (random: its seed)
         p.head_rotate = file.rotate;

@@ -1,6 +1,7 @@
 #include "akv/method/eviction_params.h"
 
 #include "akv/core/errors.h"
+#include "akv/method/ggml_params.h"
 #include "akv/method/registry.h"
 
 namespace akv {
@@ -177,6 +178,7 @@ nlohmann::json EvictionParams::to_json() const {
   if (!budgets_file.empty()) j["budgets_file"] = budgets_file;
   if (!duo_heads.empty()) j["duo_heads"] = duo_heads;
   if (rotate_choice) j["rotate_choice"] = true;
+  if (!cache_types.empty()) j["cache_types"] = cache_types;
   if (threshold) {
     j["threshold"] = *threshold;
     j["decoding"] = decoding;
@@ -231,6 +233,12 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     p.budgets_file = j.value("budgets_file", "");
     p.duo_heads = j.value("duo_heads", "");
     p.rotate_choice = j.value("rotate_choice", false);
+    if (j.contains("cache_types")) {
+      p.cache_types = j.at("cache_types").get<std::vector<std::string>>();
+      for (std::size_t i = 0; i < p.cache_types.size(); ++i) {
+        parse_head_type(p.cache_types[i], file, at + "cache_types[" + std::to_string(i) + "]");
+      }
+    }
     if (j.contains("critical")) {
       p.critical = j.at("critical").get<bool>();
       p.first_stage = file_real(j, "first_stage", "first-stage", file, at + "first_stage");

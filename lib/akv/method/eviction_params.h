@@ -65,6 +65,9 @@ struct EvictionParams {
   // joint: each head also chooses its quantizer's rotation, between none and the method's
   // rotate= (kv/joint.h); off: every head rotates as rotate= says.
   bool rotate_choice = false;
+  // joint: cache types each tensor may also be stored as (cache-types=q4_0/fp8_e4m3/tq3+hadamard,
+  // kv/joint.h JointOptions::types); empty: kivi codes only.
+  std::vector<std::string> cache_types;
 
   nlohmann::json to_json() const;
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);

@@ -73,6 +73,21 @@ HeadType parse_head_type(const std::string& text, const std::string& file, const
   return t;
 }
 
+std::vector<std::string> parse_cache_types(const std::string& text, char sep, const std::string& field) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t end = std::min(text.find(sep, at), text.size());
+    const std::string t = text.substr(at, end - at);
+    if (t.empty()) throw InvalidInput(std::string("an empty cache type in the list (separated by ") + sep + ")", {"", field, text});
+    parse_head_type(t, "", field);
+    if (std::find(out.begin(), out.end(), t) != out.end()) throw InvalidInput("a cache type listed twice", {"", field, t});
+    out.push_back(t);
+    if (end == text.size()) return out;
+    at = end + 1;
+  }
+}
+
 const GgmlTypeInfo& ggml_cache_type(const std::string& name, std::size_t head_dim, const std::string& file,
                                     const std::string& field) {
   check_ggml_cache_type_name(name, file, field);

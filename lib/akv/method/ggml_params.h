@@ -112,6 +112,9 @@ struct HeadType {
 // InvalidInput naming `file` and `field` unless `text` is a cache type name with at most that
 // suffix.
 HeadType parse_head_type(const std::string& text, const std::string& file, const std::string& field);
+// A list of such types separated by `sep` (joint's cache-types=, allocate --cache-types), each
+// checked; InvalidInput naming `field` for an empty list, an empty entry or a repeated one.
+std::vector<std::string> parse_cache_types(const std::string& text, char sep, const std::string& field);
 // The block layout of a cache type name for rows of head_dim values ("q4_0" -> Q4_0, "tq3nc" at
 // head_dim 128 -> TQ3NC_128); InvalidInput naming `field` otherwise (a TurboQuant type needs
 // head_dim a power of two from 8 to 512).

@@ -85,6 +85,11 @@ std::string describe(const CompressParams& p) {
     if (p.pre_rope) out += " pre-RoPE";
     out += rotation_suffix(p);
     if (p.eviction() && p.eviction()->rotate_choice) out += " or none per head";
+    if (p.eviction() && !p.eviction()->cache_types.empty()) {
+      std::string types;
+      for (const std::string& t : p.eviction()->cache_types) types += (types.empty() ? "" : "/") + t;
+      out += " or " + types;
+    }
   }
   return out;
 }
@@ -497,6 +502,12 @@ CompressParams resolve_params(const CompressRequest& r) {
       }
       std::get<EvictionParams>(p.mode).rotate_choice = *r.eviction.rotate_choice == "on";
     }
+    if (r.eviction.cache_types) {
+      if (p.eviction()->alloc != AllocMethod::joint) {
+        throw UsageError("cache-types is joint's", {"", "--cache-types", *r.eviction.cache_types});
+      }
+      std::get<EvictionParams>(p.mode).cache_types = parse_cache_types(*r.eviction.cache_types, '/', "--cache-types");
+    }
     if (p.eviction()->every > 0 && (p.quantized() || p.rotate != RotationKind::none)) {
       throw UsageError("decode-time compression cuts f16 rows: it takes no quant= or rotate=", {"", "--quant", quant});
     }
@@ -641,6 +652,10 @@ CompressParams CompressParams::for_head(std::size_t layer, std::size_t head, std
     p.key.bits = b.first;
     p.value.bits = b.second;
   }
+  if (!head_tensor_types.empty()) {
+    p.key.type = head_tensor_types.at(layer * n_kv_heads + head).first;
+    p.value.type = head_tensor_types.at(layer * n_kv_heads + head).second;
+  }
   return p;
 }
 
@@ -682,9 +697,44 @@ nlohmann::json CompressParams::to_json() const {
     for (const RotationKind r : head_rotate) names.push_back(rotation_name(r));
     j["head_rotate"] = names;
   }
+  if (!head_tensor_types.empty()) j["head_tensor_types"] = head_tensor_types;
   if (method == Quantizer::nuq) j["calibration"] = codebook_file;
   return j;
 }
+
+namespace {
+
+// params.head_tensor_types (CompressParams::head_tensor_types): beside head_bits, a type name
+// exactly where the bits are 0.
+void read_head_tensor_types(const nlohmann::json& j, const std::string& file, CompressParams& p) {
+  if (j.contains("head_tensor_types")) {
+    const nlohmann::json& ht = j["head_tensor_types"];
+    if (!ht.is_array() || ht.size() != p.head_bits.size()) {
+      throw CorruptData("head_tensor_types is not a list as long as head_bits", {file, "params.head_tensor_types"});
+    }
+    for (std::size_t i = 0; i < ht.size(); ++i) {
+      const std::string at = "params.head_tensor_types[" + std::to_string(i) + "]";
+      if (!(ht[i].is_array() && ht[i].size() == 2 && ht[i][0].is_string() && ht[i][1].is_string())) {
+        throw CorruptData("head_tensor_types entries are [key type, value type]", {file, at, ht[i].dump().substr(0, 40)});
+      }
+      p.head_tensor_types.emplace_back(ht[i][0].get<std::string>(), ht[i][1].get<std::string>());
+    }
+  }
+  for (std::size_t i = 0; i < p.head_bits.size(); ++i) {
+    const std::string at = "params.head_tensor_types[" + std::to_string(i) + "]";
+    const std::pair<int, int> b = p.head_bits[i];
+    const std::pair<std::string, std::string> none;
+    const auto& t = p.head_tensor_types.empty() ? none : p.head_tensor_types[i];
+    if ((b.first == 0) != !t.first.empty() || (b.second == 0) != !t.second.empty()) {
+      throw CorruptData("a head's tensor has bits 0 exactly when it has a cache type",
+                        {file, at, "[" + t.first + ", " + t.second + "]"});
+    }
+    if (!t.first.empty()) parse_head_type(t.first, file, at + "[0]");
+    if (!t.second.empty()) parse_head_type(t.second, file, at + "[1]");
+  }
+}
+
+}  // namespace
 
 CompressParams CompressParams::from_json(const nlohmann::json& j, const std::string& file) {
   CompressParams p;
@@ -735,10 +785,10 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
         const nlohmann::json& e = hb[i];
         const auto bits_ok = [](const nlohmann::json& b) {
           return b.is_number_integer() && (b.get<long long>() == 16 || b.get<long long>() == 2 || b.get<long long>() == 3 ||
-                                           b.get<long long>() == 4 || b.get<long long>() == 8);
+                                           b.get<long long>() == 4 || b.get<long long>() == 8 || b.get<long long>() == 0);
         };
         if (!(e.is_array() && e.size() == 2 && bits_ok(e[0]) && bits_ok(e[1]))) {
-          throw CorruptData("head_bits entries are [key bits, value bits], each 2, 3, 4, 8 or 16",
+          throw CorruptData("head_bits entries are [key bits, value bits], each 2, 3, 4, 8 or 16 (0: a cache type)",
                             {file, "params.head_bits[" + std::to_string(i) + "]", e.dump().substr(0, 40)});
         }
         p.head_bits.emplace_back(e[0].get<int>(), e[1].get<int>());
@@ -757,6 +807,7 @@ CompressParams CompressParams::from_json(const nlohmann::json& j, const std::str
         throw CorruptData("head_rotate and head_bits of different lengths", {file, "params.head_rotate", std::to_string(hr.size())});
       }
     }
+    read_head_tensor_types(j, file, p);
     if (j.contains("eviction") && !j["eviction"].is_null()) {
       if (p.tiered()) throw CorruptData("a tiered cache records no eviction", {file, "params.eviction"});
       p.mode = EvictionParams::from_json(j["eviction"], file);

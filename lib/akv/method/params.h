@@ -43,6 +43,11 @@ struct CompressParams : QuantParams {
   // Per-head rotation of a joint plan that chose it (rotate-choice=on; [layer * n_kv_heads +
   // head], beside head_bits); empty = `rotate` for every head.
   std::vector<RotationKind> head_rotate;
+  // Per-head cache types of a joint plan that offered them (joint types=; [layer * n_kv_heads +
+  // head] {key type, value type}, beside head_bits): a tensor with a type (parse_head_type) is
+  // stored as its blocks and has bits 0 in head_bits; "" = the kivi codes of its bits. Empty =
+  // no head has a type.
+  std::vector<std::pair<std::string, std::string>> head_tensor_types;
   std::string calibration_file;
   // nuq: the calibration file holding its codebooks (calibration=), and the codebooks read from
   // it for the shape at hand (the runtime cache reads them; for_head gives each head its tables).

@@ -310,6 +310,11 @@ const std::vector<ParamInfo>& param_registry() {
        "joint with rotate=hadamard or random: each head also chooses, by its measured error, between its "
        "quantizer unrotated and rotated (default off: every head rotated as rotate= says)",
        {}, {}, false, false, {}, {"on", "off"}},
+      {"cache-types", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.cache_types; }),
+       "joint: cache types each head's key and value may also be stored as, separated by / (q4_0/fp8_e4m3/"
+       "tq3+hadamard: llama.cpp types, fp8, TurboQuant, each with an optional +hadamard or +random; a bare type "
+       "rotated as rotate= says), chosen per tensor beside the kivi bits by measured error under the byte budget",
+       {}, {}, false, false, {}, {}},
       {"pool", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.pool; }),
        "SnapKV pooling over tokens (default max)", {}, {}, false, false, {}, {"max", "avg"}},
       {"kernel", S::eviction, P::Integer([](CompressRequest& r) -> auto& { return r.eviction.kernel; }),

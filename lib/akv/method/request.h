@@ -14,7 +14,7 @@ struct EvictionRequest {
   std::optional<std::string> budgets_file;
   std::optional<long long> window, sinks, kernel, min_tokens, step, future, lag, every, target;
   std::optional<std::string> score, pool, gqa_reduce, capacity_rule, covariance, vnorm, critical, plus, qfilters, surrogate,
-      duo_heads, decoding, rotate_choice;
+      duo_heads, decoding, rotate_choice, cache_types;
   std::optional<double> alpha, beta, first_stage, threshold;
   bool operator==(const EvictionRequest&) const = default;
   bool any() const { return *this != EvictionRequest{}; }  // some flag given
