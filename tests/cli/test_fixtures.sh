@@ -6,7 +6,7 @@ FIX="$SRC/data/fixtures"
 [[ -f $FIX/dump.h5 ]] || { echo "no fixtures in $FIX"; exit 1; }
 files=(dump.h5 cache-v1-kivi.h5 cache-v1-evict.h5 cache-v2-tiered.h5 cache-v3-ggml.h5 cache-v4-rotate.h5 cache-v4-turboquant.h5
        cache-v4-turboquant-qjl.h5 cache-v5-fp8.h5 budgets.json
-       budgets-joint.json calibration.json cache-v6-nuq.h5 cache-v3-types.h5)
+       budgets-joint.json calibration.json cache-v6-nuq.h5 cache-v3-types.h5 cache-v3-joint-types.h5)
 
 # Reading: every fixture is recognised and usable as input.
 expect "dump fixture reads, no NaN/Inf" 0 "akv-dump" "$AKV" info --stats "$FIX/dump.h5"
@@ -19,9 +19,11 @@ expect "v5 fp8 cache reads" 0 "akv-cache v5" "$AKV" info "$FIX/cache-v5-fp8.h5"
 expect "v6 nuq cache reads" 0 "akv-cache v6" "$AKV" info "$FIX/cache-v6-nuq.h5"
 expect "v4 TurboQuant cache reads" 0 "\"k\":\"tq3nc\",\"v\":\"tqv4\"" "$AKV" info "$FIX/cache-v4-turboquant.h5"
 expect "v3 cache with per-head types reads" 0 '"head_types":\[\["tq3nc","q4_0"\]' "$AKV" info "$FIX/cache-v3-types.h5"
+expect "v3 joint cache with per-head cache types reads" 0 '"head_tensor_types":\[\["q8_0",""\]' \
+  "$AKV" info "$FIX/cache-v3-joint-types.h5"
 expect "v4 TurboQuant cache with QJL keys reads" 0 "\"k\":\"tq3j\",\"v\":\"tqv4\"" "$AKV" info "$FIX/cache-v4-turboquant-qjl.h5"
-for c in cache-v1-kivi cache-v1-evict cache-v2-tiered cache-v3-ggml cache-v3-types cache-v4-rotate cache-v4-turboquant \
-         cache-v4-turboquant-qjl cache-v5-fp8 cache-v6-nuq; do
+for c in cache-v1-kivi cache-v1-evict cache-v2-tiered cache-v3-ggml cache-v3-types cache-v3-joint-types cache-v4-rotate \
+         cache-v4-turboquant cache-v4-turboquant-qjl cache-v5-fp8 cache-v6-nuq; do
   expect "evaluate $c against its dump" 0 '"attn_rel_err"' \
     "$AKV" evaluate -q --json --dump "$FIX/dump.h5" --cache "$FIX/$c.h5"
   expect "decompress $c" 0 "wrote" "$AKV" decompress -q "$FIX/$c.h5" --dump "$FIX/dump.h5" -o "$TMP/r_$c.h5"
