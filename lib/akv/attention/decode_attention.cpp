@@ -94,10 +94,46 @@ bool int8_values(const PackedView& p, AttentionMode m) {
 
 // Per KV head: its query heads, and for per-channel packed keys the query split into the
 // quantized channels and the outlier channels.
+// A nuq tensor read by the level loops (kernels.h level formats) instead of a decoded tile: its
+// levels, and per channel its offset and range (empty for a per-row table, whose rows carry
+// theirs). fused only for 2 to 4 bits when every level x range + offset is finite (else
+// nuq_decode's zeros would differ).
+struct NuqPrep {
+  bool fused = false;
+  float levels[16] = {};
+  std::vector<float> offset, range;
+};
+
+NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
+  NuqPrep np;
+  const NuqTable& t = *v.table;
+  if (t.bits < 2 || t.bits > 4 || t.levels.size() != (std::size_t{1} << t.bits) || d % 8 != 0) return np;
+  std::copy(t.levels.begin(), t.levels.end(), np.levels);
+  if (t.per_channel) nuq_channel_params(t, d, np.offset, np.range);
+  const std::size_t coded = v.rows - v.sink_rows;
+  const float* rg = t.per_channel ? np.range.data() : v.range;
+  const float* off = t.per_channel ? np.offset.data() : v.offset;
+  const std::size_t n = t.per_channel ? d : coded;
+  float level = 0, r = 0, o = 0;
+  bool finite = true;
+  for (const float x : t.levels) level = std::max(level, std::fabs(x));
+  for (std::size_t i = 0; i < n; ++i) {  // a branch-free pass (one per decode step for value rows)
+    r = std::max(r, std::fabs(rg[i]));
+    o = std::max(o, std::fabs(off[i]));
+    finite = finite & std::isfinite(rg[i]) & std::isfinite(off[i]);
+  }
+  np.fused = finite && std::isfinite(level) && static_cast<double>(level) * r + o < 1e38;
+  return np;
+}
+
 struct HeadPrep {
   const HeadView* view = nullptr;
   std::vector<float> q;  // [nq, d], times the softmax scale (folded in once, not per score)
   std::vector<float> q_in, q_out;
+  // nuq keys and values read by the level loops; keys per channel: w = q * range, bias = q .
+  // offset; per row: qsum = the sum of q (times each row's offset).
+  NuqPrep nuq_key, nuq_value;
+  std::vector<float> nuq_w, nuq_bias, nuq_qsum;
   std::optional<TqType> qjl;          // keys are TurboQuant rows with QJL signs
   std::vector<TqQjlQuery> qjl_query;  // then: per query head, its projection's sign tables
 };
@@ -164,6 +200,10 @@ class PartitionRunner {
     const TensorView& k = hp_.view->key;
     if (hp_.qjl) {
       qjl_keys(t0, t1);
+      return;
+    }
+    if (k.nuq.table && hp_.nuq_key.fused) {
+      nuq_keys(t0, t1);
       return;
     }
     if (k.ggml.type || k.nuq.table) {
@@ -256,6 +296,124 @@ class PartitionRunner {
     tq_qjl_add_scores(t, hp_.qjl_query.data(), nq_, rows, t1 - t0, s_.data(), tile_);
   }
 
+  // nuq rows [t0, t1) of a view: f16 sink rows as such, coded rows through the level loops (the
+  // value of a code in f32, levels[code] x range + offset, not rounded to f16 as nuq_decode
+  // rounds it): coded(rows, first) for the kernel's rows, first = their offset from t0;
+  // sink(rows, first) for the sink rows. Then the coded rows' outliers as corrections, in
+  // out_row_ (offset from t0), out_channel_ and out_delta_ (the outlier's value minus the code-0
+  // value the loops read there).
+  template <class Coded, class Sink>
+  void nuq_rows(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1, Coded&& coded, Sink&& sink) {
+    out_row_.clear();
+    out_channel_.clear();
+    out_delta_.clear();
+    const std::size_t se = std::min(t1, v.sink_rows);
+    if (t0 < se) {
+      sink(Rows{RowFormat::f16, reinterpret_cast<const std::uint8_t*>(v.sink + t0 * d_), 2 * d_, se - t0, d_ / 8}, 0);
+    }
+    const std::size_t r0 = std::max(t0, v.sink_rows);
+    if (r0 >= t1) return;
+    const NuqTable& t = *v.table;
+    const RowFormat f = attn::level_format(t.bits);
+    const std::size_t stride = packed_size(d_, t.bits), q0 = r0 - v.sink_rows, q1 = t1 - v.sink_rows;
+    // The level loops read up to 4 bytes from a chunk's first: the view's last row from a
+    // padded copy.
+    const std::size_t last = v.rows - v.sink_rows - 1, in_place = q1 > last ? last : q1;
+    if (q0 < in_place) coded(Rows{f, v.codes + q0 * stride, stride, in_place - q0, d_ / 8, np.levels}, r0 - t0);
+    if (q1 > last && q0 <= last) {
+      pad_.assign(stride + 8, 0);
+      std::copy_n(v.codes + last * stride, stride, pad_.data());
+      coded(Rows{f, pad_.data(), stride, 1, d_ / 8, np.levels}, last + v.sink_rows - t0);
+    }
+    const float zero = np.levels[0];
+    const std::uint32_t e0 = q0 == 0 ? 0 : v.outlier_end[q0 - 1], e1 = v.outlier_end[q1 - 1];
+    out_delta_.resize(e1 - e0);  // the tile's outlier values, widened at once
+    out_row_.resize(e1 - e0);
+    out_channel_.resize(e1 - e0);
+    f16_to_f32(v.outlier_value + e0, out_delta_.data(), out_delta_.size());
+    for (std::size_t q = q0; q < q1; ++q) {
+      const auto i = static_cast<std::uint32_t>(q + v.sink_rows - t0);
+      const float row_zero = t.per_channel ? 0.0f : zero * v.range[q] + v.offset[q];
+      for (std::uint32_t e = q == 0 ? 0 : v.outlier_end[q - 1]; e < v.outlier_end[q]; ++e) {
+        const std::uint32_t c = v.outlier_channel[e];
+        out_delta_[e - e0] -= t.per_channel ? zero * np.range[c] + np.offset[c] : row_zero;
+        out_row_[e - e0] = i;
+        out_channel_[e - e0] = c;
+      }
+    }
+  }
+
+  void nuq_keys(std::size_t t0, std::size_t t1) {
+    const NuqView& v = hp_.view->key.nuq;
+    const NuqPrep& np = hp_.nuq_key;
+    const bool per_channel = v.table->per_channel;
+    nuq_rows(
+        v, np, t0, t1,
+        [&](const Rows& rows, std::size_t first) {
+          float* s = s_.data() + first;
+          if (per_channel) {
+            attn::score_rows(rows, nq_, hp_.nuq_w.data(), d_, hp_.nuq_bias.data(), s, tile_);
+            return;
+          }
+          attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s, tile_);
+          for (std::size_t i = 0; i < rows.n; ++i) {
+            const std::size_t q = t0 + first + i - v.sink_rows;
+            for (std::size_t h = 0; h < nq_; ++h) s[h * tile_ + i] = s[h * tile_ + i] * v.range[q] + hp_.nuq_qsum[h] * v.offset[q];
+          }
+        },
+        [&](const Rows& rows, std::size_t first) {
+          attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data() + first, tile_);
+        });
+    for (std::size_t h = 0; h < nq_; ++h) {
+      float* s = s_.data() + h * tile_;
+      const float* q = hp_.q.data() + h * d_;
+      for (std::size_t k = 0; k < out_delta_.size(); ++k) s[out_row_[k]] += q[out_channel_[k]] * out_delta_[k];
+    }
+  }
+
+  void nuq_values(std::size_t t0, std::size_t t1, float* acc) {
+    const NuqView& v = hp_.view->value.nuq;
+    const NuqPrep& np = hp_.nuq_value;
+    const bool per_channel = v.table->per_channel;
+    nuq_rows(
+        v, np, t0, t1,
+        [&](const Rows& rows, std::size_t first) {
+          row_coefficients(t0 + first, rows.n, t0);
+          if (per_channel) {  // acc += range x (p . levels) + offset x sum p, per channel
+            tmp_.assign(nq_ * d_, 0.0f);
+            attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, tmp_.data(), d_);
+            for (std::size_t h = 0; h < nq_; ++h) {
+              float psum = 0.0f;
+              for (std::size_t i = 0; i < rows.n; ++i) psum += coef_[i * nq_ + h];
+              for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += np.range[c] * tmp_[h * d_ + c] + np.offset[c] * psum;
+            }
+            return;
+          }
+          // Per row: coef = p x range, and p x offset summed into every channel.
+          zsum_.assign(nq_, 0.0f);
+          for (std::size_t i = 0; i < rows.n; ++i) {
+            const std::size_t q = t0 + first + i - v.sink_rows;
+            for (std::size_t h = 0; h < nq_; ++h) {
+              zsum_[h] += coef_[i * nq_ + h] * v.offset[q];
+              coef_[i * nq_ + h] *= v.range[q];
+            }
+          }
+          attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+          for (std::size_t h = 0; h < nq_; ++h) {
+            for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += zsum_[h];
+          }
+        },
+        [&](const Rows& rows, std::size_t first) {
+          row_coefficients(t0 + first, rows.n, t0);
+          attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+        });
+    for (std::size_t h = 0; h < nq_; ++h) {
+      float* a = acc + h * d_;
+      const float* p = p_.data() + h * tile_;
+      for (std::size_t k = 0; k < out_delta_.size(); ++k) a[out_channel_[k]] += p[out_row_[k]] * out_delta_[k];
+    }
+  }
+
   // Rows [t0, t1) of ggml blocks or nuq codes dequantized into buf_ (ggml_dequantize,
   // nuq_decode: the values the cache holds), which the f32 loops then read as dense rows.
   void decoded_tile(const TensorView& t, std::size_t t0, std::size_t t1) {
@@ -275,6 +433,10 @@ class PartitionRunner {
 
   void values(std::size_t t0, std::size_t t1, float* acc) {
     const TensorView& v = hp_.view->value;
+    if (v.nuq.table && hp_.nuq_value.fused) {
+      nuq_values(t0, t1, acc);
+      return;
+    }
     if (v.ggml.type || v.nuq.table) {
       decoded_tile(v, t0, t1);
       row_coefficients(t0, t1 - t0, t0);
@@ -353,7 +515,10 @@ class PartitionRunner {
   AttentionMode mode_;
   float softcap_;
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
-  std::vector<float> w_, bias_, coef_, zsum_, buf_;
+  std::vector<float> w_, bias_, coef_, zsum_, buf_, tmp_;
+  std::vector<std::uint32_t> out_row_, out_channel_;  // a nuq tile's outliers (nuq_rows)
+  std::vector<float> out_delta_;
+  std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops
   attn::Int8Weights w8_;  // int8 mode: w_ rounded
   std::vector<std::uint32_t> quads_;  // int8 mode: rounded value coefficients
   std::vector<float> sigma_;
@@ -372,6 +537,25 @@ HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) 
       for (std::size_t h = 0; h < nq; ++h) hp.qjl_query.push_back(tq_qjl_query(*t, hp.q.data() + h * d));
     }
   }
+  if (const NuqView& k = hp.view->key.nuq; k.table && k.rows > k.sink_rows) {
+    hp.nuq_key = prepare_nuq(k, d);
+    if (hp.nuq_key.fused && k.table->per_channel) {  // w = q x range, bias = q . offset
+      hp.nuq_w.resize(nq * d);
+      hp.nuq_bias.assign(nq, 0.0f);
+      for (std::size_t h = 0; h < nq; ++h) {
+        for (std::size_t c = 0; c < d; ++c) {
+          hp.nuq_w[h * d + c] = hp.q[h * d + c] * hp.nuq_key.range[c];
+          hp.nuq_bias[h] += hp.q[h * d + c] * hp.nuq_key.offset[c];
+        }
+      }
+    } else if (hp.nuq_key.fused) {
+      hp.nuq_qsum.assign(nq, 0.0f);
+      for (std::size_t h = 0; h < nq; ++h) {
+        for (std::size_t c = 0; c < d; ++c) hp.nuq_qsum[h] += hp.q[h * d + c];
+      }
+    }
+  }
+  if (const NuqView& v = hp.view->value.nuq; v.table && v.rows > v.sink_rows) hp.nuq_value = prepare_nuq(v, d);
   const PackedView& p = hp.view->key.packed;
   if (p.rows > 0 && fast_packed_keys(p)) {
     hp.q_in.resize(nq * p.cols);

@@ -12,6 +12,13 @@
 // x86-64-v3, with generic fallbacks (a dequantized tile) for layouts the vector loops do not
 // cover (head_dim or quantized channels not a multiple of 8, outlier channels on values,
 // per-token keys, per-channel values, groups of values not a multiple of 8 channels).
+// KVQuant's codes (nuq, 2 to 4 bits) are read the same way through their levels (kernels.h
+// level formats): keys per channel score q.offset + (q * range) . levels[code], values per row
+// accumulate (p_t * range_t) * levels[code] and p_t * offset_t, the sparse outliers added as
+// corrections and the f16 sink rows read as such. Each value is levels[code] x range + offset
+// in f32 where nuq_decode (and so the reference over dequantized rows) rounds it to f16: outputs
+// agree within 1e-3 (tests/unit/test_attention.cpp). Tables whose values could overflow take a
+// decoded tile.
 //
 // Long rows are cut into partitions of `partition` tokens (fixed, independent of the thread
 // count), computed independently on threads and merged in order: results are bitwise

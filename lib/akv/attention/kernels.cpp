@@ -37,6 +37,15 @@ RowFormat code_format(int bits) {
   }
 }
 
+RowFormat level_format(int bits) {
+  switch (bits) {
+    case 2: return RowFormat::level2;
+    case 3: return RowFormat::level3;
+    case 4: return RowFormat::level4;
+    default: throw InvalidInput("unsupported bit width for levels", {"", "bits", std::to_string(bits)});
+  }
+}
+
 namespace {
 
 // f16 bits to float (exact): F16C where built for it.
@@ -50,15 +59,20 @@ inline float half_to_float(std::uint16_t h) {
 
 int format_bits(RowFormat f) {
   switch (f) {
-    case RowFormat::code2: return 2;
-    case RowFormat::code3: return 3;
-    case RowFormat::code4: return 4;
+    case RowFormat::code2: case RowFormat::level2: return 2;
+    case RowFormat::code3: case RowFormat::level3: return 3;
+    case RowFormat::code4: case RowFormat::level4: return 4;
     default: return 8;
   }
 }
 
-// Value c (< 8 * chunks) of a row, scalar (fallback loops and tails).
-float value_at(RowFormat f, const std::uint8_t* row, std::size_t c) {
+bool is_level_format(RowFormat f) {
+  return f == RowFormat::level2 || f == RowFormat::level3 || f == RowFormat::level4;
+}
+
+// Value c (< 8 * chunks) of a row, scalar (fallback loops and tails); levels: the level formats'
+// table.
+float value_at(RowFormat f, const std::uint8_t* row, std::size_t c, const float* levels) {
   switch (f) {
     case RowFormat::f32: {
       float v;
@@ -74,7 +88,8 @@ float value_at(RowFormat f, const std::uint8_t* row, std::size_t c) {
       const int b = format_bits(f);
       const std::size_t bit = c * static_cast<std::size_t>(b);
       const unsigned w = row[bit / 8] | (static_cast<unsigned>(row[bit / 8 + 1]) << 8);
-      return static_cast<float>((w >> (bit % 8)) & ((1u << b) - 1u));
+      const unsigned code = (w >> (bit % 8)) & ((1u << b) - 1u);
+      return is_level_format(f) ? levels[code] : static_cast<float>(code);
     }
   }
 }
@@ -87,7 +102,7 @@ void score_rows_scalar(const Rows& rows, std::size_t nq, const float* w,
     const std::uint8_t* row = rows.base + r * rows.stride;
     for (std::size_t h = 0; h < nq; ++h) {
       float acc = 0.0f;
-      for (std::size_t c = 0; c < d; ++c) acc += w[h * ws + c] * value_at(rows.format, row, c);
+      for (std::size_t c = 0; c < d; ++c) acc += w[h * ws + c] * value_at(rows.format, row, c, rows.levels);
       s[h * ss + r] = acc + (bias ? bias[h] : 0.0f);
     }
   }
@@ -101,7 +116,7 @@ void accumulate_rows_scalar(const Rows& rows, std::size_t nq, const float* coef,
     const std::uint8_t* row = rows.base + r * rows.stride;
     for (std::size_t h = 0; h < nq; ++h) {
       for (std::size_t c = 0; c < d; ++c) {
-        acc[h * as + c] += coef[(r * nq + h) * ng + c / (8 * cpg)] * value_at(rows.format, row, c);
+        acc[h * as + c] += coef[(r * nq + h) * ng + c / (8 * cpg)] * value_at(rows.format, row, c, rows.levels);
       }
     }
   }

@@ -1,7 +1,8 @@
 #pragma once
 // Inner loops of decode attention (internal to the attention module). Rows are read 8 values
-// (one chunk) at a time straight from their storage: f32, f16, or b-bit codes (as floats
-// 0..2^b-1); AVX2/F16C/FMA when compiled for x86-64-v3, plain loops otherwise.
+// (one chunk) at a time straight from their storage: f32, f16, b-bit codes (as floats
+// 0..2^b-1) or b-bit codes standing for a table's levels (nuq); AVX2/F16C/FMA when compiled for
+// x86-64-v3, plain loops otherwise.
 #include <cstddef>
 #include <cstdint>
 
@@ -9,7 +10,9 @@
 
 namespace akv::attn {
 
-enum class RowFormat { f32, f16, code2, code3, code4, code8 };
+// level2 .. level4: b-bit codes (packed as code2 .. code4) standing for Rows::levels[code]
+// (KVQuant's non-uniform levels, quant/nuq.h), read with a table lookup per value.
+enum class RowFormat { f32, f16, code2, code3, code4, code8, level2, level3, level4 };
 
 // The vector loops run core/isa.h's active_isa(): avx2 (x86-64-v3, the build's baseline) or
 // avx512 (the same loops compiled with AVX-512 F/VL/BW/DQ: 4-bit codes read without shifts, more
@@ -17,6 +20,7 @@ enum class RowFormat { f32, f16, code2, code3, code4, code8 };
 // another order and agree within 1e-6.
 
 RowFormat code_format(int bits);  // 2, 3, 4, 8
+RowFormat level_format(int bits);  // 2, 3, 4
 
 // n rows of `chunks` * 8 values each; row r starts at base + r * stride bytes (code rows:
 // stride = chunks * bits bytes; the stream must be readable 8 bytes past its end).
@@ -24,6 +28,7 @@ struct Rows {
   RowFormat format = RowFormat::f32;
   const std::uint8_t* base = nullptr;
   std::size_t stride = 0, n = 0, chunks = 0;
+  const float* levels = nullptr;  // level formats: 16 floats, the first 2^b the codes' values
 };
 
 // For h < nq, r < rows.n: s[h * s_stride + r] = bias[h] + sum_c w[h * w_stride + c] * row_r[c]

@@ -32,8 +32,32 @@ constexpr bool kScaledLanes = F == RowFormat::code2 || F == RowFormat::code3
     ;
 
 template <RowFormat F>
+constexpr bool kLevels = F == RowFormat::level2 || F == RowFormat::level3 || F == RowFormat::level4;
+
+template <RowFormat F>
 constexpr int code_bits() {
-  return F == RowFormat::code2 ? 2 : F == RowFormat::code3 ? 3 : F == RowFormat::code4 ? 4 : 8;
+  return F == RowFormat::code2 || F == RowFormat::level2   ? 2
+         : F == RowFormat::code3 || F == RowFormat::level3 ? 3
+         : F == RowFormat::code4 || F == RowFormat::level4 ? 4
+                                                           : 8;
+}
+
+// levels[idx] per lane for idx < 16 (levels: 16 floats): one permute of 8 (2 and 3 bits), for 4
+// bits two permutes and a blend on bit 3 (AVX-512 VL: one two-table permute; the same values).
+template <RowFormat F>
+[[gnu::always_inline]] inline __m256 lookup_levels(__m256i idx, const float* levels) {
+  const __m256 lo = _mm256_loadu_ps(levels);
+  if constexpr (F != RowFormat::level4) {
+    return _mm256_permutevar8x32_ps(lo, idx);
+  } else {
+    const __m256 hi = _mm256_loadu_ps(levels + 8);
+#ifdef __AVX512VL__
+    return _mm256_permutex2var_ps(lo, idx, hi);
+#else
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+#endif
+  }
 }
 
 // Multiplies lane i by 2^(-b * i) for scaled-lane formats (identity otherwise).
@@ -49,9 +73,11 @@ template <RowFormat F>
   }
 }
 
-// Values 8k .. 8k+7 of a row as floats (scaled-lane formats: lane i times 2^(b * i)).
+// Values 8k .. 8k+7 of a row as floats (scaled-lane formats: lane i times 2^(b * i); level
+// formats: levels[code], levels as Rows::levels).
 template <RowFormat F>
-[[gnu::always_inline]] inline __m256 load8(const std::uint8_t* row, std::size_t k) {
+[[gnu::always_inline]] inline __m256 load8(const std::uint8_t* row, std::size_t k, const float* levels) {
+  static_cast<void>(levels);
   if constexpr (F == RowFormat::f32) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * k);
   } else if constexpr (F == RowFormat::f16) {
@@ -76,7 +102,12 @@ template <RowFormat F>
       return _mm256_cvtepi32_ps(_mm256_and_si256(word, mask));
     } else {
       const __m256i shifts = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
-      return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(word, shifts), _mm256_set1_epi32(static_cast<int>(m))));
+      const __m256i code = _mm256_and_si256(_mm256_srlv_epi32(word, shifts), _mm256_set1_epi32(static_cast<int>(m)));
+      if constexpr (kLevels<F>) {
+        return lookup_levels<F>(code, levels);
+      } else {
+        return _mm256_cvtepi32_ps(code);
+      }
     }
   }
 }
@@ -172,7 +203,7 @@ template <RowFormat F, int NQ, int RB>
       __asm__("" : "+v"(wk[h]));  // keeps the compiler from folding the load back into each FMA ("v": any vector register)
     }
     for (int r = 0; r < RB; ++r) {
-      const __m256 x = load8<F>(row[r], k);
+      const __m256 x = load8<F>(row[r], k, rows.levels);
       for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm256_fmadd_ps(wk[h], x, acc[r * NQ + h]);
     }
   }
@@ -358,7 +389,7 @@ template <RowFormat F, int RB, bool Halves = false>
       __m256 wk = _mm256_loadu_ps(w + 8 * k);
       __asm__("" : "+v"(wk));  // in a register, not folded into every FMA (see score_block)
       for (int r = 0; r < RB; ++r) {
-        a[r] = _mm256_fmadd_ps(wk, Halves ? load_half4(row[r], k, mask) : load8<F>(row[r], k), a[r]);
+        a[r] = _mm256_fmadd_ps(wk, Halves ? load_half4(row[r], k, mask) : load8<F>(row[r], k, rows.levels), a[r]);
       }
     }
     for (int r = 0; r < RB; ++r) acc[half][r] = Halves ? _mm256_mul_ps(a[r], half4_unscale()) : lane_unscale<F>(a[r]);
@@ -372,7 +403,9 @@ template <RowFormat F, int RB, bool Halves = false>
 #ifdef __AVX512F__
 // Chunk k of rows a (lanes 0..7) and b (lanes 8..15): load8's values of each, side by side.
 template <RowFormat F>
-[[gnu::always_inline]] inline __m512 load8x2(const std::uint8_t* a, const std::uint8_t* b, std::size_t k) {
+[[gnu::always_inline]] inline __m512 load8x2(const std::uint8_t* a, const std::uint8_t* b, std::size_t k,
+                                             const float* levels) {
+  static_cast<void>(levels);
   if constexpr (F == RowFormat::f32) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(a) + 8 * k)),
                               _mm256_loadu_ps(reinterpret_cast<const float*>(b) + 8 * k), 1);
@@ -384,6 +417,16 @@ template <RowFormat F>
     const __m128i x = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + 8 * k)),
                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * k)));
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(x));
+  } else if constexpr (kLevels<F>) {
+    constexpr int bits = code_bits<F>();
+    std::uint32_t wa, wb;
+    std::memcpy(&wa, a + static_cast<std::size_t>(bits) * k, 4);
+    std::memcpy(&wb, b + static_cast<std::size_t>(bits) * k, 4);
+    const __m512i word = _mm512_mask_set1_epi32(_mm512_set1_epi32(static_cast<int>(wa)), 0xFF00, static_cast<int>(wb));
+    const __m512i shifts = _mm512_setr_epi32(0, bits, 2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits, 0, bits,
+                                             2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits);
+    const __m512i code = _mm512_and_si512(_mm512_srlv_epi32(word, shifts), _mm512_set1_epi32((1 << bits) - 1));
+    return _mm512_permutexvar_ps(code, _mm512_loadu_ps(levels));
   } else {
     static_assert(kScaledLanes<F>);
     constexpr int bits = code_bits<F>();
@@ -420,7 +463,7 @@ template <RowFormat F, int NQ, int RB>
     __m512 wk[NQ];
     for (int h = 0; h < NQ; ++h) wk[h] = _mm512_broadcast_f32x8(_mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k));
     for (int p = 0; p < P; ++p) {
-      const __m512 x = load8x2<F>(row[2 * p], row[2 * p + 1], k);
+      const __m512 x = load8x2<F>(row[2 * p], row[2 * p + 1], k, rows.levels);
       for (int h = 0; h < NQ; ++h) acc[p * NQ + h] = _mm512_fmadd_ps(wk[h], x, acc[p * NQ + h]);
     }
   }
@@ -591,7 +634,7 @@ template <RowFormat F, int NQ, int CB, int GW, bool Halves>
       } else
 #endif
       {
-        x = load8<F>(row, k0 + static_cast<std::size_t>(j));
+        x = load8<F>(row, k0 + static_cast<std::size_t>(j), rows.levels);
       }
       for (int h = 0; h < NQ; ++h) a[h * CB + j] = _mm256_fmadd_ps(c[h], x, a[h * CB + j]);
     }
@@ -820,6 +863,9 @@ void with_format(RowFormat f, Fn&& fn) {
     case RowFormat::code3: return fn(std::integral_constant<RowFormat, RowFormat::code3>{});
     case RowFormat::code4: return fn(std::integral_constant<RowFormat, RowFormat::code4>{});
     case RowFormat::code8: return fn(std::integral_constant<RowFormat, RowFormat::code8>{});
+    case RowFormat::level2: return fn(std::integral_constant<RowFormat, RowFormat::level2>{});
+    case RowFormat::level3: return fn(std::integral_constant<RowFormat, RowFormat::level3>{});
+    case RowFormat::level4: return fn(std::integral_constant<RowFormat, RowFormat::level4>{});
   }
 }
 

@@ -510,6 +510,10 @@ void decode_rows(const NuqView& v, std::size_t width, std::size_t r0, std::size_
 
 }  // namespace
 
+void nuq_channel_params(const NuqTable& t, std::size_t width, std::vector<float>& offset, std::vector<float>& range) {
+  channel_params(t, width, offset, range);
+}
+
 void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out) {
   const NuqTable& t = *v.table;
   std::vector<float> offset, range;

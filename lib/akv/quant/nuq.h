@@ -133,6 +133,9 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
 // time, sixteen at a time for 2 and 4 bits: quant/nuq_avx512.h), bitwise equal to
 // nuq_decode_ref, the plain loop over codes unpacked bit by bit (tests/unit/test_quant.cpp).
 void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out);
+// A per-channel table's offset and range of each of its `width` channels (what nuq_decode scales
+// the levels by).
+void nuq_channel_params(const NuqTable& t, std::size_t width, std::vector<float>& offset, std::vector<float>& range);
 void nuq_decode_ref(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out);
 
 // QuantLinearSim.forward's quantization of rows [n, C] into out [n, C], rounded to f16 as it
