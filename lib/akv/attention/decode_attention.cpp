@@ -115,14 +115,14 @@ NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
   const float* off = t.per_channel ? np.offset.data() : v.offset;
   const std::size_t n = t.per_channel ? d : coded;
   float level = 0, r = 0, o = 0;
-  bool finite = true;
+  unsigned bad = 0;  // a range or offset not finite (std::max passes over NaN)
   for (const float x : t.levels) level = std::max(level, std::fabs(x));
   for (std::size_t i = 0; i < n; ++i) {  // a branch-free pass (one per decode step for value rows)
     r = std::max(r, std::fabs(rg[i]));
     o = std::max(o, std::fabs(off[i]));
-    finite = finite & std::isfinite(rg[i]) & std::isfinite(off[i]);
+    bad |= static_cast<unsigned>(!std::isfinite(rg[i])) | static_cast<unsigned>(!std::isfinite(off[i]));
   }
-  np.fused = finite && std::isfinite(level) && static_cast<double>(level) * r + o < 1e38;
+  np.fused = bad == 0 && std::isfinite(level) && static_cast<double>(level) * r + o < 1e38;
   return np;
 }
 
