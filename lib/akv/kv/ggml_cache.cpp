@@ -38,12 +38,8 @@ class GgmlCachePolicy : public KvPolicy {
       const GgmlTypeInfo& v = ggml_cache_type(vn.name, g.head_dim, "", "ggml v=" + vn.name + ": head_dim");
       check_ggml_head_dim(k, g.head_dim, "", "ggml k=" + kn.name + ": head_dim");
       check_ggml_head_dim(v, g.head_dim, "", "ggml v=" + vn.name + ": head_dim");
-      // A head type's own rotation (random: seed 0, as calibrate measured it), else the cache's.
-      auto rotation = [&](const HeadType& t, const GgmlTypeInfo& info, bool key) {
-        return t.rotate ? ggml_rotation(*t.rotate, 0, info, g.head_dim, key)
-                        : ggml_rotation(params.rotate, params.rotate_seed, info, g.head_dim, key);
-      };
-      types_.push_back({&k, &v, rotation(kn, k, true), rotation(vn, v, false)});
+      types_.push_back({&k, &v, head_type_rotation(kn, params.rotate, params.rotate_seed, k, g.head_dim, true),
+                        head_type_rotation(vn, params.rotate, params.rotate_seed, v, g.head_dim, false)});
     }
     if (!params.ggml()->calibration.empty()) calibrated_scales(params);
     for (std::size_t i = 0; i < g.n_layers * g.n_kv_heads; ++i) heads_.push_back(empty_head(i));
@@ -227,6 +223,11 @@ Rotation ggml_rotation(RotationKind kind, std::uint64_t seed, const GgmlTypeInfo
   const auto tq = tq_type_of(type);
   if (std::string_view(type.name) == "F16" || (tq && tq->kind == TqKind::value)) return Rotation{};
   return tensor_rotation(kind, seed, head_dim, key);
+}
+
+Rotation head_type_rotation(const HeadType& t, RotationKind kind, std::uint64_t seed, const GgmlTypeInfo& type,
+                            std::size_t head_dim, bool key) {
+  return t.rotate ? ggml_rotation(*t.rotate, 0, type, head_dim, key) : ggml_rotation(kind, seed, type, head_dim, key);
 }
 
 std::unique_ptr<KvPolicy> make_ggml_policy(const CompressParams& p, const KvGeometry& g, int threads) {

@@ -23,5 +23,9 @@ std::unique_ptr<KvPolicy> make_ggml_policy(const CompressParams& p, const KvGeom
 // rows never; TurboQuant's value rows never, as vLLM stores them).
 Rotation ggml_rotation(RotationKind kind, std::uint64_t seed, const GgmlTypeInfo& type, std::size_t head_dim,
                        bool key);
+// The rotation of a tensor of a per-head type `t` (method/ggml_params.h parse_head_type): its
+// own suffix's (random: seed 0, as calibrate measures it), else the cache's `kind` and `seed`.
+Rotation head_type_rotation(const HeadType& t, RotationKind kind, std::uint64_t seed, const GgmlTypeInfo& type,
+                            std::size_t head_dim, bool key);
 
 }  // namespace akv

@@ -61,17 +61,20 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
   if (o.rotate_choice && o.rotate == RotationKind::none) {
     throw UsageError("a choice of rotation needs a rotation to choose: --rotate hadamard or random", {"", "--rotate", "none"});
   }
-  // A tensor's storage: kivi codes of `bits`, or the cache type `type` (bits 0); f16 is bits 16.
+  // A tensor's storage: kivi codes of `bits`, or the cache type `type` (bits 0; own_rotation:
+  // it names its rotation); f16 is bits 16.
   struct Storage {
     int bits;
     std::string type;
+    bool own_rotation = false;
   };
   std::vector<Storage> storage;
   for (int b : o.bits) storage.push_back({b, ""});
   for (const std::string& t : o.types) {
+    const HeadType ht = parse_head_type(t, "", "--cache-types");
     const std::string field = "--cache-types " + t + ": head_dim";
-    check_ggml_head_dim(ggml_cache_type(parse_head_type(t, "", "--cache-types").name, d, "", field), d, "", field);
-    storage.push_back({0, t});
+    check_ggml_head_dim(ggml_cache_type(ht.name, d, "", field), d, "", field);
+    storage.push_back({0, t, ht.rotate.has_value()});
   }
   // Candidates {key storage, value storage, rotation}: every pair at the rotation (and unrotated
   // too with rotate_choice; a pair of types with their own rotations once), then f16.
@@ -84,8 +87,7 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
                                               : std::vector<RotationKind>{o.rotate}) {
     for (const Storage& sk : storage) {
       for (const Storage& sv : storage) {
-        const bool fixed = !sk.type.empty() && !sv.type.empty() && parse_head_type(sk.type, "", "").rotate &&
-                           parse_head_type(sv.type, "", "").rotate;
+        const bool fixed = sk.own_rotation && sv.own_rotation;
         if (!(fixed && r != o.rotate)) pairs.push_back({sk, sv, fixed ? o.rotate : r});
       }
     }

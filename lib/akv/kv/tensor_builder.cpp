@@ -25,9 +25,7 @@ TensorBuilder head_tensor_builder(std::size_t head_dim, const QuantParams& p, bo
     const HeadType t = parse_head_type(type, "", field);
     const GgmlTypeInfo& info = ggml_cache_type(t.name, head_dim, "", field + ": head_dim");
     check_ggml_head_dim(info, head_dim, "", field + ": head_dim");
-    const Rotation rot = t.rotate ? ggml_rotation(*t.rotate, 0, info, head_dim, key)
-                                  : ggml_rotation(p.rotate, p.rotate_seed, info, head_dim, key);
-    return TensorBuilder(head_dim, info, rot);
+    return TensorBuilder(head_dim, info, head_type_rotation(t, p.rotate, p.rotate_seed, info, head_dim, key));
   }
   if (p.method == Quantizer::nuq) {
     return key ? TensorBuilder(head_dim, p.nuq_key, p.pre_rope, rope) : TensorBuilder(head_dim, p.nuq_value, false, rope);
