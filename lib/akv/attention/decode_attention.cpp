@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <vector>
+
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 #include "akv/attention/int8.h"
 #include "akv/attention/kernels.h"
@@ -102,6 +107,7 @@ struct NuqPrep {
   bool fused = false;
   float levels[16] = {};
   std::vector<float> offset, range;
+  std::vector<float> zero;  // per channel: the code-0 value, levels[0] x range + offset
 };
 
 NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
@@ -109,7 +115,11 @@ NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
   const NuqTable& t = *v.table;
   if (t.bits < 2 || t.bits > 4 || t.levels.size() != (std::size_t{1} << t.bits) || d % 8 != 0) return np;
   std::copy(t.levels.begin(), t.levels.end(), np.levels);
-  if (t.per_channel) nuq_channel_params(t, d, np.offset, np.range);
+  if (t.per_channel) {
+    nuq_channel_params(t, d, np.offset, np.range);
+    np.zero.resize(d);
+    for (std::size_t c = 0; c < d; ++c) np.zero[c] = np.levels[0] * np.range[c] + np.offset[c];
+  }
   const std::size_t coded = v.rows - v.sink_rows;
   const float* rg = t.per_channel ? np.range.data() : v.range;
   const float* off = t.per_channel ? np.offset.data() : v.offset;
@@ -126,14 +136,64 @@ NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
   return np;
 }
 
+// TurboQuant rows read by the vector loops instead of a decoded tile: row r is range_r x
+// (levels[code_i], or code_i itself for value rows) + offset_r, where keys have range = the f16
+// norm (key_nc: times 1 / sqrt(the sum of the row's squared levels + 1e-16), that sum from a
+// table of squared levels), offset 0, and value rows the f16 scale and minimum (tq_tile).
+// key_qjl keys: their levels so, the QJL term added to the scores (tq_qjl_add_scores). Not for
+// 1-bit levels (tq2j) or a key_qjl value tensor: those are decoded.
+struct TqPrep {
+  std::optional<TqType> type;  // set when the rows go through the vector loops
+  RowFormat format = RowFormat::f32;
+  float levels[16] = {}, squares[16] = {};
+  std::vector<float> ones;  // key_nc: the weights that sum a row's squared levels
+};
+
+TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key) {
+  TqPrep tp;
+  const auto t = g.type && g.rows > 0 ? tq_type_of(*g.type) : std::nullopt;
+  if (!t || t->head_dim != d || d % 8 != 0 || tq_code_bits(*t) < 2 || (!key && t->kind == TqKind::key_qjl)) return tp;
+  const int b = tq_code_bits(*t);
+  if (t->kind == TqKind::value) {
+    tp.format = attn::code_format(b);
+  } else {
+    const TqCodebook& cb = tq_codebook(d, b);
+    tp.format = attn::level_format(b);
+    for (std::size_t i = 0; i < cb.centroids.size(); ++i) {
+      tp.levels[i] = cb.centroids[i];
+      tp.squares[i] = cb.centroids[i] * cb.centroids[i];
+    }
+    if (t->kind == TqKind::key_nc) tp.ones.assign(d, 1.0f);
+  }
+  tp.type = t;
+  return tp;
+}
+
+// range[r] *= 1 / sqrt(sq[r] + 1e-16) for r < n (sq >= 0): eight at a time where AVX is
+// there (the same correctly rounded operations as the plain loop, which std::sqrt's errno keeps
+// from being vectorized).
+void inverse_norms(const float* sq, std::size_t n, float* range) {
+  std::size_t r = 0;
+#ifdef __AVX__
+  const __m256 one = _mm256_set1_ps(1.0f), eps = _mm256_set1_ps(1e-16f);
+  for (; r + 8 <= n; r += 8) {
+    const __m256 inv = _mm256_div_ps(one, _mm256_sqrt_ps(_mm256_add_ps(_mm256_loadu_ps(sq + r), eps)));
+    _mm256_storeu_ps(range + r, _mm256_mul_ps(_mm256_loadu_ps(range + r), inv));
+  }
+#endif
+  for (; r < n; ++r) range[r] *= 1.0f / std::sqrt(sq[r] + 1e-16f);
+}
+
 struct HeadPrep {
   const HeadView* view = nullptr;
   std::vector<float> q;  // [nq, d], times the softmax scale (folded in once, not per score)
   std::vector<float> q_in, q_out;
   // nuq keys and values read by the level loops; keys per channel: w = q * range, bias = q .
-  // offset; per row: qsum = the sum of q (times each row's offset).
+  // offset. qsum: per query head the sum of q (times each row's offset: keys with a per-row
+  // offset).
   NuqPrep nuq_key, nuq_value;
-  std::vector<float> nuq_w, nuq_bias, nuq_qsum;
+  std::vector<float> nuq_w, nuq_bias, qsum;
+  TqPrep tq_key, tq_value;
   std::optional<TqType> qjl;          // keys are TurboQuant rows with QJL signs
   std::vector<TqQjlQuery> qjl_query;  // then: per query head, its projection's sign tables
 };
@@ -188,16 +248,26 @@ class PartitionRunner {
         out.l[h] = out.l[h] * corr + sum;
         if (corr != 1.0f) {
           for (std::size_t c = 0; c < d_; ++c) out.acc[h * d_ + c] *= corr;
+          if (!acc_t_.empty()) {
+            for (std::size_t c = 0; c < d_; ++c) acc_t_[c * nq_ + h] *= corr;
+          }
         }
         out.m[h] = m_new;
       }
       values(t0, t1, out.acc.data());
+    }
+    if (!acc_t_.empty()) {  // the nuq value outliers' sums, channel-major
+      for (std::size_t h = 0; h < nq_; ++h) {
+        for (std::size_t c = 0; c < d_; ++c) out.acc[h * d_ + c] += acc_t_[c * nq_ + h];
+      }
+      acc_t_.clear();
     }
   }
 
  private:
   void keys(std::size_t t0, std::size_t t1) {
     const TensorView& k = hp_.view->key;
+    if (hp_.tq_key.type && tq_keys(t0, t1)) return;
     if (hp_.qjl) {
       qjl_keys(t0, t1);
       return;
@@ -325,22 +395,32 @@ class PartitionRunner {
       std::copy_n(v.codes + last * stride, stride, pad_.data());
       coded(Rows{f, pad_.data(), stride, 1, d_ / 8, np.levels}, last + v.sink_rows - t0);
     }
-    const float zero = np.levels[0];
     const std::uint32_t e0 = q0 == 0 ? 0 : v.outlier_end[q0 - 1], e1 = v.outlier_end[q1 - 1];
-    out_delta_.resize(e1 - e0);  // the tile's outlier values, widened at once
-    out_row_.resize(e1 - e0);
-    out_channel_.resize(e1 - e0);
-    f16_to_f32(v.outlier_value + e0, out_delta_.data(), out_delta_.size());
-    for (std::size_t q = q0; q < q1; ++q) {
-      const auto i = static_cast<std::uint32_t>(q + v.sink_rows - t0);
-      const float row_zero = t.per_channel ? 0.0f : zero * v.range[q] + v.offset[q];
-      for (std::uint32_t e = q == 0 ? 0 : v.outlier_end[q - 1]; e < v.outlier_end[q]; ++e) {
-        const std::uint32_t c = v.outlier_channel[e];
-        out_delta_[e - e0] -= t.per_channel ? zero * np.range[c] + np.offset[c] : row_zero;
-        out_row_[e - e0] = i;
-        out_channel_[e - e0] = c;
+    const std::size_t m = e1 - e0;
+    out_delta_.resize(m);  // the tile's outlier values, widened at once
+    out_channel_.assign(v.outlier_channel + e0, v.outlier_channel + e1);
+    f16_to_f32(v.outlier_value + e0, out_delta_.data(), m);
+    // Each outlier's tile row without a branch per row: row[e] first counts the coded rows whose
+    // outliers start at e (an empty row starts where the next one does), then the running count
+    // from the first coded row's tile row r0 - t0 (minus one: the first row starts at 0).
+    out_row_.assign(m + 1, 0);
+    std::uint32_t* __restrict row = out_row_.data();
+    row[0] = 1;
+    for (std::size_t q = q0 + 1; q < q1; ++q) row[v.outlier_end[q - 1] - e0] += 1;
+    auto k = static_cast<std::uint32_t>(r0 - t0 - 1);
+    for (std::size_t e = 0; e < m; ++e) row[e] = k += row[e];
+    float* __restrict delta = out_delta_.data();
+    if (t.per_channel) {
+      const float* zero = np.zero.data();
+      const std::uint16_t* channel = out_channel_.data();
+      for (std::size_t e = 0; e < m; ++e) delta[e] -= zero[channel[e]];
+    } else {
+      for (std::size_t e = 0; e < m; ++e) {
+        const std::size_t q = row[e] + t0 - v.sink_rows;
+        delta[e] -= np.levels[0] * v.range[q] + v.offset[q];
       }
     }
+    out_row_.resize(m);
   }
 
   void nuq_keys(std::size_t t0, std::size_t t1) {
@@ -356,10 +436,8 @@ class PartitionRunner {
             return;
           }
           attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s, tile_);
-          for (std::size_t i = 0; i < rows.n; ++i) {
-            const std::size_t q = t0 + first + i - v.sink_rows;
-            for (std::size_t h = 0; h < nq_; ++h) s[h * tile_ + i] = s[h * tile_ + i] * v.range[q] + hp_.nuq_qsum[h] * v.offset[q];
-          }
+          const std::size_t q = t0 + first - v.sink_rows;
+          scale_scores(s, rows.n, v.range + q, v.offset + q);
         },
         [&](const Rows& rows, std::size_t first) {
           attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data() + first, tile_);
@@ -378,8 +456,8 @@ class PartitionRunner {
     nuq_rows(
         v, np, t0, t1,
         [&](const Rows& rows, std::size_t first) {
-          row_coefficients(t0 + first, rows.n, t0);
           if (per_channel) {  // acc += range x (p . levels) + offset x sum p, per channel
+            row_coefficients(t0 + first, rows.n, t0);
             tmp_.assign(nq_ * d_, 0.0f);
             attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, tmp_.data(), d_);
             for (std::size_t h = 0; h < nq_; ++h) {
@@ -389,29 +467,124 @@ class PartitionRunner {
             }
             return;
           }
-          // Per row: coef = p x range, and p x offset summed into every channel.
-          zsum_.assign(nq_, 0.0f);
-          for (std::size_t i = 0; i < rows.n; ++i) {
-            const std::size_t q = t0 + first + i - v.sink_rows;
-            for (std::size_t h = 0; h < nq_; ++h) {
-              zsum_[h] += coef_[i * nq_ + h] * v.offset[q];
-              coef_[i * nq_ + h] *= v.range[q];
-            }
-          }
-          attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
-          for (std::size_t h = 0; h < nq_; ++h) {
-            for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += zsum_[h];
-          }
+          const std::size_t q = t0 + first - v.sink_rows;
+          scaled_accumulate(rows, t0 + first, t0, v.range + q, v.offset + q, acc);
         },
         [&](const Rows& rows, std::size_t first) {
           row_coefficients(t0 + first, rows.n, t0);
           attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
         });
-    for (std::size_t h = 0; h < nq_; ++h) {
-      float* a = acc + h * d_;
-      const float* p = p_.data() + h * tile_;
-      for (std::size_t k = 0; k < out_delta_.size(); ++k) a[out_channel_[k]] += p[out_row_[k]] * out_delta_[k];
+    // The outliers' products into acc_t_ [d, nq] (channel-major: a vector of nq per outlier;
+    // run() keeps it scaled with acc and adds it to acc at the partition's end).
+    if (acc_t_.empty()) acc_t_.assign(d_ * nq_, 0.0f);
+    float* __restrict at = acc_t_.data();
+    const float* p = p_.data();
+    for (std::size_t k = 0; k < out_delta_.size(); ++k) {
+      float* a = at + out_channel_[k] * nq_;
+      const float* pr = p + out_row_[k];
+      const float dk = out_delta_[k];
+      for (std::size_t h = 0; h < nq_; ++h) a[h] += pr[h * tile_] * dk;
     }
+  }
+
+  // Scores s[h * tile_ + i] (i < n) of rows stored as range_i x codes + offset_i from the
+  // codes' scores: s x range_i + qsum[h] x offset_i (offset null: 0).
+  void scale_scores(float* s, std::size_t n, const float* range, const float* offset) {
+    for (std::size_t h = 0; h < nq_; ++h) {
+      float* x = s + h * tile_;
+      const float qs = hp_.qsum[h];
+      if (offset) {
+        for (std::size_t i = 0; i < n; ++i) x[i] = x[i] * range[i] + qs * offset[i];
+      } else {
+        for (std::size_t i = 0; i < n; ++i) x[i] *= range[i];
+      }
+    }
+  }
+
+  // acc += the probabilities of rows [r0, r0 + rows.n) (of the tile from t0) times rows stored
+  // as range_i x codes + offset_i: coef = p x range_i ([n, nq]) over the codes, and p x offset_i
+  // summed into every channel (offset null: 0).
+  void scaled_accumulate(const Rows& rows, std::size_t r0, std::size_t t0, const float* range, const float* offset,
+                         float* acc) {
+    coef_.resize(rows.n * nq_);
+    zsum_.assign(nq_, 0.0f);
+    for (std::size_t h = 0; h < nq_; ++h) {
+      const float* p = p_.data() + h * tile_ + (r0 - t0);
+      float z = 0.0f;
+      for (std::size_t i = 0; i < rows.n; ++i) {
+        coef_[i * nq_ + h] = p[i] * range[i];
+        if (offset) z += p[i] * offset[i];
+      }
+      zsum_[h] = z;
+    }
+    attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+    if (!offset) return;
+    for (std::size_t h = 0; h < nq_; ++h) {
+      for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += zsum_[h];
+    }
+  }
+
+  // Rows [t0, t1) of a TurboQuant tensor (TqPrep) as the vector loops read them, each row's f16
+  // fields in tq_half_ ([n] norms or scales, then [n] minimums), keys' ranges in tq_range_;
+  // false when a row's f16 fields are not finite (the tile is then decoded: tq_decode_rows's
+  // values, whatever they are).
+  bool tq_tile(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1, Rows& rows) {
+    const TqType& t = *tp.type;
+    const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_code_bytes(t);
+    const std::uint8_t* src = g.blocks + t0 * rb;
+    const bool value = t.kind == TqKind::value;
+    tq_half_.resize(2 * n);
+    unsigned bad = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      std::memcpy(&tq_half_[r], src + r * rb + at, 2);
+      if (value) std::memcpy(&tq_half_[n + r], src + r * rb + at + 2, 2);
+      bad |= static_cast<unsigned>((tq_half_[r] & 0x7C00u) == 0x7C00u) |
+             static_cast<unsigned>(value && (tq_half_[n + r] & 0x7C00u) == 0x7C00u);
+    }
+    if (bad != 0 || (t.kind == TqKind::key_qjl && tq_first_nonfinite(t, src, n * d_) < n * d_)) return false;
+    rows = Rows{tp.format, src, rb, n, d_ / 8, tp.levels};
+    tq_range_.resize(value ? 2 * n : n);
+    f16_to_f32(tq_half_.data(), tq_range_.data(), tq_range_.size());
+    if (t.kind == TqKind::key_nc) {
+      tq_sq_.resize(n);
+      const Rows squares{tp.format, src, rb, n, d_ / 8, tp.squares};
+      attn::score_rows(squares, 1, tp.ones.data(), d_, nullptr, tq_sq_.data(), n);
+      inverse_norms(tq_sq_.data(), n, tq_range_.data());
+    }
+    return true;
+  }
+
+  // TurboQuant keys through the vector loops (false: decode them instead).
+  bool tq_keys(std::size_t t0, std::size_t t1) {
+    const TqPrep& tp = hp_.tq_key;
+    Rows rows;
+    if (!tq_tile(hp_.view->key.ggml, tp, t0, t1, rows)) return false;
+    attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
+    const bool value = tp.type->kind == TqKind::value;
+    scale_scores(s_.data(), rows.n, tq_range_.data(), value ? tq_range_.data() + rows.n : nullptr);
+    if (hp_.qjl) tq_qjl_add_scores(*hp_.qjl, hp_.qjl_query.data(), nq_, rows.base, rows.n, s_.data(), tile_);
+    return true;
+  }
+
+  // TurboQuant values: value rows as packed_values reads per-token codes (one group a row: coef =
+  // p x scale, zsum = sum of p x minimum), key rows as coef = p x range.
+  bool tq_values(std::size_t t0, std::size_t t1, float* acc) {
+    const TqPrep& tp = hp_.tq_value;
+    Rows rows;
+    if (!tq_tile(hp_.view->value.ggml, tp, t0, t1, rows)) return false;
+    const std::size_t n = rows.n;
+    if (tp.type->kind != TqKind::value) {
+      scaled_accumulate(rows, t0, t0, tq_range_.data(), nullptr, acc);
+      return true;
+    }
+    coef_.resize(n * nq_);
+    zsum_.resize(nq_);
+    attn::value_coefficients(p_.data(), tile_, tq_half_.data(), tq_half_.data() + n, n, nq_, 1, coef_.data(), zsum_.data());
+    attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+    for (std::size_t h = 0; h < nq_; ++h) {
+      for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += zsum_[h];
+    }
+    return true;
   }
 
   // Rows [t0, t1) of ggml blocks or nuq codes dequantized into buf_ (ggml_dequantize,
@@ -433,6 +606,7 @@ class PartitionRunner {
 
   void values(std::size_t t0, std::size_t t1, float* acc) {
     const TensorView& v = hp_.view->value;
+    if (hp_.tq_value.type && tq_values(t0, t1, acc)) return;
     if (v.nuq.table && hp_.nuq_value.fused) {
       nuq_values(t0, t1, acc);
       return;
@@ -516,8 +690,12 @@ class PartitionRunner {
   float softcap_;
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
   std::vector<float> w_, bias_, coef_, zsum_, buf_, tmp_;
-  std::vector<std::uint32_t> out_row_, out_channel_;  // a nuq tile's outliers (nuq_rows)
+  std::vector<std::uint32_t> out_row_;  // a nuq tile's outliers (nuq_rows)
+  std::vector<std::uint16_t> out_channel_;
   std::vector<float> out_delta_;
+  std::vector<float> acc_t_;  // nuq value outliers' sums of the partition, [d, nq] (empty: none)
+  std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_tile)
+  std::vector<std::uint16_t> tq_half_;
   std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops
   attn::Int8Weights w8_;  // int8 mode: w_ rounded
   std::vector<std::uint32_t> quads_;  // int8 mode: rounded value coefficients
@@ -548,13 +726,14 @@ HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) 
           hp.nuq_bias[h] += hp.q[h * d + c] * hp.nuq_key.offset[c];
         }
       }
-    } else if (hp.nuq_key.fused) {
-      hp.nuq_qsum.assign(nq, 0.0f);
-      for (std::size_t h = 0; h < nq; ++h) {
-        for (std::size_t c = 0; c < d; ++c) hp.nuq_qsum[h] += hp.q[h * d + c];
-      }
     }
   }
+  hp.qsum.assign(nq, 0.0f);
+  for (std::size_t h = 0; h < nq; ++h) {
+    for (std::size_t c = 0; c < d; ++c) hp.qsum[h] += hp.q[h * d + c];
+  }
+  hp.tq_key = prepare_tq(hp.view->key.ggml, d, true);
+  hp.tq_value = prepare_tq(hp.view->value.ggml, d, false);
   if (const NuqView& v = hp.view->value.nuq; v.table && v.rows > v.sink_rows) hp.nuq_value = prepare_nuq(v, d);
   const PackedView& p = hp.view->key.packed;
   if (p.rows > 0 && fast_packed_keys(p)) {

@@ -533,8 +533,9 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   }
 #ifdef __AVX512F__
   // 2 or 4 heads: two rows per 512-bit register. 8 heads keep the 256-bit loops: with 2 row
-  // pairs x 8 heads of accumulators, head_dim 64 ran 2-13% slower (128: 4-7% faster).
-  if constexpr (NQ == 2 || NQ == 4) {
+  // pairs x 8 heads of accumulators, head_dim 64 ran 2-13% slower (128: 4-7% faster). One head
+  // over level codes too (TurboQuant's norm correction sums a row's squared levels so).
+  if constexpr (NQ == 2 || NQ == 4 || (NQ == 1 && kLevels<F>)) {
     constexpr int RR = 2 * (kAccs / NQ);
     for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR>(rows, r, w, ws, bias, s, ss);
     for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2>(rows, r, w, ws, bias, s, ss);

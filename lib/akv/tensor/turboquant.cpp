@@ -19,6 +19,10 @@
 #endif
 
 namespace akv {
+
+int tq_code_bits(const TqType& t) { return t.kind == TqKind::key_qjl ? t.bits - 1 : t.bits; }
+std::size_t tq_code_bytes(const TqType& t) { return (t.head_dim * static_cast<std::size_t>(tq_code_bits(t)) + 7) / 8; }
+
 namespace {
 
 constexpr std::array<std::size_t, 7> kHeadDims = {8, 16, 32, 64, 128, 256, 512};
@@ -75,11 +79,8 @@ const Table& table() {
   return t;
 }
 
-// Bits per coordinate of a row's level indices.
-int level_bits(const TqType& t) { return t.kind == TqKind::key_qjl ? t.bits - 1 : t.bits; }
-std::size_t code_bytes(const TqType& t) { return (t.head_dim * static_cast<std::size_t>(level_bits(t)) + 7) / 8; }
 // key_qjl: where the sign bits and gamma start.
-std::size_t sign_offset(const TqType& t) { return code_bytes(t) + 2; }
+std::size_t sign_offset(const TqType& t) { return tq_code_bytes(t) + 2; }
 std::size_t gamma_offset(const TqType& t) { return sign_offset(t) + t.head_dim / 8; }
 
 // Index i of a row's codes at bits [b i, b i + b) of the little-endian byte stream.
@@ -143,13 +144,13 @@ void encode_key(const TqType& t, const TqCodebook& cb, const float* x, std::uint
     for (float m : cb.midpoints) idx += y >= m ? 1u : 0u;
     q[i] = idx;
   }
-  pack(q, t.head_dim, level_bits(t), dst);
-  put_f16(dst + code_bytes(t), norm);
+  pack(q, t.head_dim, tq_code_bits(t), dst);
+  put_f16(dst + tq_code_bytes(t), norm);
 }
 
 void decode_key(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, float* y) {
   std::uint8_t q[512];
-  unpack_row(src, t.head_dim, level_bits(t), q);
+  unpack_row(src, t.head_dim, tq_code_bits(t), q);
   for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = cb.centroids[q[i]];
   if (t.kind == TqKind::key_nc) {
     // Eight partial sums (element i into lane i mod 8), reduced as ((s0 + s4) + (s2 + s6)) +
@@ -162,7 +163,7 @@ void decode_key(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, 
     const float inv = 1.0f / std::sqrt(sq + 1e-16f);
     for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = y[i] * inv;
   }
-  const float norm = get_f16(src + code_bytes(t));
+  const float norm = get_f16(src + tq_code_bytes(t));
   for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = norm * y[i];
 }
 
@@ -223,12 +224,12 @@ void encode_value(const TqType& t, const float* x, std::uint8_t* dst) {
     q[i] = r >= 1.0f ? static_cast<std::uint32_t>(std::min(r, levels)) : 0u;
   }
   pack(q, t.head_dim, t.bits, dst);
-  put_f16(dst + code_bytes(t), scale);
-  put_f16(dst + code_bytes(t) + 2, mn);
+  put_f16(dst + tq_code_bytes(t), scale);
+  put_f16(dst + tq_code_bytes(t) + 2, mn);
 }
 
 void decode_value(const TqType& t, const std::uint8_t* src, float* y) {
-  const float scale = get_f16(src + code_bytes(t)), zero = get_f16(src + code_bytes(t) + 2);
+  const float scale = get_f16(src + tq_code_bytes(t)), zero = get_f16(src + tq_code_bytes(t) + 2);
   std::uint8_t q[512];
   unpack_row(src, t.head_dim, t.bits, q);
   for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = static_cast<float>(q[i]) * scale + zero;
@@ -249,7 +250,7 @@ void decode_key_avx2(const TqType& t, const TqCodebook& cb, const std::uint8_t* 
     sq = _mm256_add_ps(sq, _mm256_mul_ps(c, c));
     _mm256_storeu_ps(y + i, c);
   }
-  const float norm = get_f16(src + code_bytes(t));
+  const float norm = get_f16(src + tq_code_bytes(t));
   const __m256 nv = _mm256_set1_ps(norm);
   __m256 inv = _mm256_set1_ps(1.0f);
   if (t.kind == TqKind::key_nc) {
@@ -266,8 +267,8 @@ void decode_key_avx2(const TqType& t, const TqCodebook& cb, const std::uint8_t* 
 }
 
 void decode_value_avx2(const TqType& t, const std::uint8_t* src, float* y) {
-  const __m256 scale = _mm256_set1_ps(get_f16(src + code_bytes(t)));
-  const __m256 zero = _mm256_set1_ps(get_f16(src + code_bytes(t) + 2));
+  const __m256 scale = _mm256_set1_ps(get_f16(src + tq_code_bytes(t)));
+  const __m256 zero = _mm256_set1_ps(get_f16(src + tq_code_bytes(t) + 2));
   for (std::size_t i = 0; i < t.head_dim; i += 8) {
     const __m256 q = _mm256_cvtepi32_ps(codes8_at(src, i, t.bits));
     _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(q, scale), zero));
@@ -288,7 +289,7 @@ double trapz(F f, double a, double b, int n = 200) {
 
 std::size_t tq_row_bytes(const TqType& t) {
   if (t.kind == TqKind::key_qjl) return gamma_offset(t) + 2;
-  return code_bytes(t) + (t.kind == TqKind::value ? 4 : 2);
+  return tq_code_bytes(t) + (t.kind == TqKind::value ? 4 : 2);
 }
 
 const GgmlTypeInfo* tq_type_info(const TqType& t) {
@@ -361,45 +362,59 @@ const TqCodebook& tq_codebook(std::size_t head_dim, int bits) {
   return s.book;
 }
 
-const std::vector<float>& tq_qjl_matrix(std::size_t head_dim) {
-  struct Slot {
-    std::once_flag once;
-    std::vector<float> s;
-  };
-  static std::array<Slot, kHeadDims.size()> slots;
+namespace {
+
+// S and its transpose for one head_dim, computed once.
+struct QjlMatrix {
+  std::once_flag once;
+  std::vector<float> s, t;
+};
+
+const QjlMatrix& qjl_matrix(std::size_t head_dim) {
+  static std::array<QjlMatrix, kHeadDims.size()> slots;
   const auto d = std::find(kHeadDims.begin(), kHeadDims.end(), head_dim);
   if (d == kHeadDims.end()) throw std::invalid_argument("tq_qjl_matrix: unsupported head_dim");
-  Slot& s = slots[static_cast<std::size_t>(d - kHeadDims.begin())];
-  std::call_once(s.once, [&] {
+  QjlMatrix& m = slots[static_cast<std::size_t>(d - kHeadDims.begin())];
+  std::call_once(m.once, [&] {
     Rng rng(stream_seed(kTqQjlSeed, {head_dim}));
-    s.s.resize(head_dim * head_dim);
-    for (float& v : s.s) v = static_cast<float>(rng.normal());
+    m.s.resize(head_dim * head_dim);
+    for (float& v : m.s) v = static_cast<float>(rng.normal());
+    m.t.resize(m.s.size());
+    for (std::size_t j = 0; j < head_dim; ++j) {
+      for (std::size_t i = 0; i < head_dim; ++i) m.t[i * head_dim + j] = m.s[j * head_dim + i];
+    }
   });
-  return s.s;
+  return m;
 }
+
+}  // namespace
+
+const std::vector<float>& tq_qjl_matrix(std::size_t head_dim) { return qjl_matrix(head_dim).s; }
 
 void tq_qjl_encode_rows(const TqType& t, const float* S, const float* x, std::size_t n, std::uint8_t* dst) {
   if (t.kind != TqKind::key_qjl) throw std::invalid_argument("tq_qjl_encode_rows: not a key_qjl type");
   const std::size_t rb = tq_row_bytes(t);
-  const TqCodebook& cb = tq_codebook(t.head_dim, level_bits(t));
+  const TqCodebook& cb = tq_codebook(t.head_dim, tq_code_bits(t));
   for (std::size_t r = 0; r < n; ++r) encode_key_qjl(t, cb, S, x + r * t.head_dim, dst + r * rb);
 }
 
 void tq_qjl_decode_rows(const TqType& t, const float* S, const std::uint8_t* src, std::size_t n, float* dst) {
   if (t.kind != TqKind::key_qjl) throw std::invalid_argument("tq_qjl_decode_rows: not a key_qjl type");
   const std::size_t rb = tq_row_bytes(t);
-  const TqCodebook& cb = tq_codebook(t.head_dim, level_bits(t));
+  const TqCodebook& cb = tq_codebook(t.head_dim, tq_code_bits(t));
   for (std::size_t r = 0; r < n; ++r) decode_key_qjl(t, cb, S, src + r * rb, dst + r * t.head_dim);
 }
 
 TqQjlQuery tq_qjl_query(const TqType& t, const float* q) {
   const std::size_t d = t.head_dim;
-  const std::vector<float>& S = tq_qjl_matrix(d);
-  std::vector<float> sq(d);
-  for (std::size_t j = 0; j < d; ++j) {
-    float p = 0.0f;
-    for (std::size_t i = 0; i < d; ++i) p += S[j * d + i] * q[i];
-    sq[j] = p;
+  // sq_j = sum_i S_ji q_i, each over i in order; as S^T's rows times q_i, so that the loop over
+  // j vectorizes (the same operations per j: the same bits).
+  const std::vector<float>& St = qjl_matrix(d).t;
+  std::vector<float> sq(d, 0.0f);
+  for (std::size_t i = 0; i < d; ++i) {
+    const float qi = q[i];
+    const float* col = St.data() + i * d;
+    for (std::size_t j = 0; j < d; ++j) sq[j] += col[j] * qi;
   }
   TqQjlQuery out;
   out.table.resize(d / 8 * 256);
@@ -418,10 +433,10 @@ TqQjlQuery tq_qjl_query(const TqType& t, const float* q) {
 void tq_qjl_decode_levels(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst) {
   if (t.kind != TqKind::key_qjl) throw std::invalid_argument("tq_qjl_decode_levels: not a key_qjl type");
   const std::size_t rb = tq_row_bytes(t);
-  const TqCodebook& cb = tq_codebook(t.head_dim, level_bits(t));
+  const TqCodebook& cb = tq_codebook(t.head_dim, tq_code_bits(t));
 #if defined(__AVX2__)
   // The levels and norm lead the row as a TQ<b-1> key row's (no norm correction).
-  const TqType levels{TqKind::key, level_bits(t), t.head_dim};
+  const TqType levels{TqKind::key, tq_code_bits(t), t.head_dim};
   if (active_isa() >= Isa::avx2) {
     for (std::size_t r = 0; r < n; ++r) decode_key_avx2(levels, cb, src + r * rb, dst + r * t.head_dim);
     return;
@@ -490,9 +505,9 @@ void tq_decode_rows(const TqType& t, const std::uint8_t* src, std::size_t n, flo
 std::size_t tq_first_nonfinite(const TqType& t, const std::uint8_t* src, std::size_t n) {
   const std::size_t rb = tq_row_bytes(t);
   // The f16 fields: norm (keys), scale and minimum (values), norm and gamma (key_qjl).
-  const std::size_t second = t.kind == TqKind::value ? code_bytes(t) + 2 : t.kind == TqKind::key_qjl ? gamma_offset(t) : 0;
+  const std::size_t second = t.kind == TqKind::value ? tq_code_bytes(t) + 2 : t.kind == TqKind::key_qjl ? gamma_offset(t) : 0;
   for (std::size_t r = 0; r < n / t.head_dim; ++r) {
-    if (!std::isfinite(get_f16(src + r * rb + code_bytes(t)))) return r * t.head_dim;
+    if (!std::isfinite(get_f16(src + r * rb + tq_code_bytes(t)))) return r * t.head_dim;
     if (second && !std::isfinite(get_f16(src + r * rb + second))) return r * t.head_dim;
   }
   return n;

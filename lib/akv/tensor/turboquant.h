@@ -52,6 +52,11 @@ struct TqType {
 // minimum); key_qjl: ceil(head_dim (bits - 1) / 8) + 2 + head_dim / 8 + 2 (levels, norm, signs,
 // gamma).
 std::size_t tq_row_bytes(const TqType& t);
+// Where a row's codes end: their bits per coordinate (b; key_qjl b - 1) and their bytes, after
+// which the f16 norm (keys) or scale and minimum (values) follow (decode attention reads the
+// codes in its vector loops and these fields per row).
+int tq_code_bits(const TqType& t);
+std::size_t tq_code_bytes(const TqType& t);
 // The block type of t (block = head_dim, bytes = tq_row_bytes), or nullptr when head_dim or bits
 // are outside the ranges above. Ids from kTqIdBase on; names TQ3_128, TQ3NC_128, TQ3J_128,
 // TQV4_128.
