@@ -11,7 +11,8 @@
 namespace akv::attn {
 
 // level2 .. level4: b-bit codes (packed as code2 .. code4) standing for Rows::levels[code]
-// (KVQuant's non-uniform levels, quant/nuq.h), read with a table lookup per value.
+// (KVQuant's non-uniform levels, quant/nuq.h; TurboQuant's codebook, tensor/turboquant.h), read
+// with a table lookup per value.
 enum class RowFormat { f32, f16, code2, code3, code4, code8, level2, level3, level4 };
 
 // The vector loops run core/isa.h's active_isa(): avx2 (x86-64-v3, the build's baseline) or
