@@ -10,6 +10,7 @@
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
 #include "akv/quant/pack.h"
+#include "akv/tensor/fp8.h"
 #include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
 #include "akv/tensor/turboquant.h"
@@ -91,7 +92,7 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // block of 8, and blocks across group boundaries); keys of 2 and 4 heads take AVX-512's two
   // rows per register (4 heads: blocks of 8 rows, then a pair, then one row); 37 rows leave a
   // partial block of rows. Level formats (nuq's codes read as levels[code]) take the 8-at-a-time
-  // loops with a lookup per value.
+  // loops with a lookup per value; fp8 bytes (every finite code) are read through f16.
   struct Shape {
     std::size_t nq, chunks, cpg;
   };
@@ -107,15 +108,20 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
     for (auto& x : f32) x = static_cast<float>(rng.normal());
     const std::vector<float> w = normal(nq * chunks * 8, 6), bias = normal(nq, 7), coef = normal(n * nq * ng, 8);
     const std::vector<float> levels = normal(16, 9);  // level formats: codes stand for these
+    std::vector<std::uint8_t> e4m3 = bytes, e5m2 = bytes;  // the NaN (and e5m2's infinity) codes made finite
+    for (auto& b : e4m3) b = (b & 0x7F) == 0x7F ? static_cast<std::uint8_t>(b - 1) : b;
+    for (auto& b : e5m2) b = (b & 0x7C) == 0x7C ? static_cast<std::uint8_t>(b & 0xFB) : b;
     for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code2, RowFormat::code3, RowFormat::code4, RowFormat::code8,
-                        RowFormat::level2, RowFormat::level3, RowFormat::level4}) {
+                        RowFormat::level2, RowFormat::level3, RowFormat::level4, RowFormat::e4m3, RowFormat::e5m2}) {
       const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16
                                : f == RowFormat::code2 || f == RowFormat::level2 ? 2
                                : f == RowFormat::code3 || f == RowFormat::level3 ? 3
                                : f == RowFormat::code4 || f == RowFormat::level4 ? 4 : 8;
-      const std::uint8_t* base = f == RowFormat::f32 ? reinterpret_cast<const std::uint8_t*>(f32.data())
-                                 : f == RowFormat::f16 ? reinterpret_cast<const std::uint8_t*>(half.data())
-                                                       : bytes.data();
+      const std::uint8_t* base = f == RowFormat::f32    ? reinterpret_cast<const std::uint8_t*>(f32.data())
+                                 : f == RowFormat::f16  ? reinterpret_cast<const std::uint8_t*>(half.data())
+                                 : f == RowFormat::e4m3 ? e4m3.data()
+                                 : f == RowFormat::e5m2 ? e5m2.data()
+                                                        : bytes.data();
       const attn::Rows rows{f, base, chunks * bits, n, chunks, levels.data()};
       std::vector<std::vector<float>> s(3), acc(3);
       for_each_isa([&](Isa isa) {
@@ -910,6 +916,70 @@ TEST_CASE("decode attention over TurboQuant rows: the vector loops within 1e-5 o
           CHECK(std::isnan(x[i]) == std::isnan(y[i]));
         }
         CHECK(rel_err(std::vector<float>(x.begin() + d, x.end()), std::vector<float>(y.begin() + d, y.end())) <= 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("decode attention over fp8 rows: the vector loops within 1e-5 of the decoded rows, AVX2 == AVX-512 bitwise; "
+          "an e4m3 NaN code decodes its tile", "[attention][ggml][fp8]") {
+  // e4m3 and e5m2 keys and values with a scale (folded into the query and the probabilities)
+  // or without; the loops read each byte through f16 exactly, so only the order of the products
+  // differs from attention over fp8_decode_rows's rows.
+  const std::size_t n_kv = 2, d = 64, n = 301;
+  for (const char* kname : {"FP8_E4M3", "FP8_E5M2"}) {
+    for (const char* vname : {"FP8_E4M3", "FP8_E5M2"}) {
+      for (const float scale : {1.0f, 0.37f}) {
+        const GgmlTypeInfo& kt = *ggml_type_info_by_name(kname);
+        const GgmlTypeInfo& vt = *ggml_type_info_by_name(vname);
+        const Fp8Format kf = *fp8_format_of(kt), vf = *fp8_format_of(vt);
+        std::vector<std::vector<std::uint8_t>> kb(n_kv, std::vector<std::uint8_t>(n * d)), vb = kb;
+        std::vector<std::vector<float>> kd(n_kv, std::vector<float>(n * d)), vd = kd;
+        std::vector<HeadView> coded(n_kv), dense(n_kv);
+        for (std::size_t h = 0; h < n_kv; ++h) {
+          const std::vector<float> k = normal(n * d, 110 + h), v = normal(n * d, 115 + h);
+          fp8_encode_rows(k.data(), n * d, scale, kf, kb[h].data());
+          fp8_encode_rows(v.data(), n * d, scale, vf, vb[h].data());
+          fp8_decode_rows(kb[h].data(), n * d, scale, kf, kd[h].data());
+          fp8_decode_rows(vb[h].data(), n * d, scale, vf, vd[h].data());
+          coded[h].key.ggml = {&kt, kb[h].data(), n, scale};
+          coded[h].value.ggml = {&vt, vb[h].data(), n, scale};
+          dense[h].key.dense = {DenseType::f32, kd[h].data(), n};
+          dense[h].value.dense = {DenseType::f32, vd[h].data(), n};
+        }
+        for (std::size_t nq : {1, 4}) {
+          const std::vector<float> q = normal(n_kv * nq * d, 10);
+          std::vector<std::vector<float>> a(3);
+          std::vector<float> b(q.size());
+          for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+            if (isa > best_isa()) continue;
+            set_isa(isa);
+            auto& ai = a[static_cast<std::size_t>(isa)];
+            ai.resize(q.size());
+            decode_attention({q.data(), n_kv * nq, d, coded.data(), n_kv, 0.125f, ai.data(), nullptr}, {2, 64, 128});
+            decode_attention({q.data(), n_kv * nq, d, dense.data(), n_kv, 0.125f, b.data(), nullptr}, {2, 64, 128});
+            INFO(kname << "/" << vname << " scale " << scale << " gqa " << nq << " isa " << isa_name(isa));
+            CHECK(rel_err(ai, b) <= 1e-5);
+            if (scale != 1.0f) CHECK(rel_err(ai, b) > 0);
+          }
+          set_isa(best_isa());
+          if (!a[2].empty()) CHECK(a[2] == a[1]);
+        }
+        if (kf != Fp8Format::e4m3) continue;
+        // An e4m3 NaN code (which the loads would read as 480): its tile decoded, as attention over
+        // the decoded rows reads it (a NaN score gets weight 0).
+        std::vector<std::uint8_t> bad_bytes = kb[0];
+        bad_bytes[100 * d + 3] = 0x7F;
+        std::vector<float> bad_rows(n * d);
+        fp8_decode_rows(bad_bytes.data(), n * d, scale, kf, bad_rows.data());
+        std::vector<HeadView> bad = coded, bad_dense = dense;
+        bad[0].key.ggml.blocks = bad_bytes.data();
+        bad_dense[0].key.dense.data = bad_rows.data();
+        const std::vector<float> q = normal(n_kv * d, 11);
+        std::vector<float> x(q.size()), y(q.size());
+        decode_attention({q.data(), n_kv, d, bad.data(), n_kv, 0.125f, x.data(), nullptr}, {2, 64, 128});
+        decode_attention({q.data(), n_kv, d, bad_dense.data(), n_kv, 0.125f, y.data(), nullptr}, {2, 64, 128});
+        CHECK(rel_err(x, y) <= 1e-5);
       }
     }
   }

@@ -16,6 +16,7 @@
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/quant/pack.h"
+#include "akv/tensor/fp8.h"
 #include "akv/tensor/half.h"
 #include "akv/tensor/turboquant.h"
 
@@ -184,6 +185,30 @@ void inverse_norms(const float* sq, std::size_t n, float* range) {
   for (; r < n; ++r) range[r] *= 1.0f / std::sqrt(sq[r] + 1e-16f);
 }
 
+// fp8 rows (one byte per value) read by the vector loops (kernels.h e4m3 / e5m2 formats): the
+// view's scale folded into the query (keys: w = q x scale) or the probabilities (values).
+struct Fp8Prep {
+  RowFormat format = RowFormat::f32;  // e4m3 or e5m2 when set
+  float scale = 1.0f;
+  bool set() const { return format != RowFormat::f32; }
+};
+
+Fp8Prep prepare_fp8(const GgmlRowsView& g, std::size_t d) {
+  Fp8Prep fp;
+  const auto f = g.type && g.rows > 0 && d % 8 == 0 ? fp8_format_of(*g.type) : std::nullopt;
+  if (!f) return fp;
+  fp.format = *f == Fp8Format::e4m3 ? RowFormat::e4m3 : RowFormat::e5m2;
+  fp.scale = g.scale;
+  return fp;
+}
+
+// Whether n e4m3 bytes hold a NaN code (S.1111.111), which the e4m3 loads do not read as NaN.
+bool has_e4m3_nan(const std::uint8_t* x, std::size_t n) {
+  std::uint8_t m = 0;  // the largest magnitude code (byte lanes: the loop vectorizes)
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, static_cast<std::uint8_t>(x[i] & 0x7F));
+  return m == 0x7F;
+}
+
 struct HeadPrep {
   const HeadView* view = nullptr;
   std::vector<float> q;  // [nq, d], times the softmax scale (folded in once, not per score)
@@ -194,6 +219,8 @@ struct HeadPrep {
   NuqPrep nuq_key, nuq_value;
   std::vector<float> nuq_w, nuq_bias, qsum;
   TqPrep tq_key, tq_value;
+  Fp8Prep fp8_key, fp8_value;
+  std::vector<float> fp8_w;  // fp8 keys: q x scale
   std::optional<TqType> qjl;          // keys are TurboQuant rows with QJL signs
   std::vector<TqQjlQuery> qjl_query;  // then: per query head, its projection's sign tables
 };
@@ -268,6 +295,7 @@ class PartitionRunner {
   void keys(std::size_t t0, std::size_t t1) {
     const TensorView& k = hp_.view->key;
     if (hp_.tq_key.type && tq_keys(t0, t1)) return;
+    if (hp_.fp8_key.set() && fp8_keys(t0, t1)) return;
     if (hp_.qjl) {
       qjl_keys(t0, t1);
       return;
@@ -587,6 +615,33 @@ class PartitionRunner {
     return true;
   }
 
+  // fp8 rows [t0, t1) of a view as the vector loops read them; false for e4m3 rows holding a NaN
+  // code (decoded instead).
+  bool fp8_rows(const GgmlRowsView& g, const Fp8Prep& fp, std::size_t t0, std::size_t t1, Rows& rows) const {
+    const std::uint8_t* src = g.blocks + t0 * d_;
+    if (fp.format == RowFormat::e4m3 && has_e4m3_nan(src, (t1 - t0) * d_)) return false;
+    rows = Rows{fp.format, src, d_, t1 - t0, d_ / 8};
+    return true;
+  }
+
+  bool fp8_keys(std::size_t t0, std::size_t t1) {
+    Rows rows;
+    if (!fp8_rows(hp_.view->key.ggml, hp_.fp8_key, t0, t1, rows)) return false;
+    attn::score_rows(rows, nq_, hp_.fp8_w.data(), d_, nullptr, s_.data(), tile_);
+    return true;
+  }
+
+  bool fp8_values(std::size_t t0, std::size_t t1, float* acc) {
+    Rows rows;
+    if (!fp8_rows(hp_.view->value.ggml, hp_.fp8_value, t0, t1, rows)) return false;
+    row_coefficients(t0, rows.n, t0);
+    if (const float sc = hp_.fp8_value.scale; sc != 1.0f) {
+      for (float& c : coef_) c *= sc;
+    }
+    attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+    return true;
+  }
+
   // Rows [t0, t1) of ggml blocks or nuq codes dequantized into buf_ (ggml_dequantize,
   // nuq_decode: the values the cache holds), which the f32 loops then read as dense rows.
   void decoded_tile(const TensorView& t, std::size_t t0, std::size_t t1) {
@@ -607,6 +662,7 @@ class PartitionRunner {
   void values(std::size_t t0, std::size_t t1, float* acc) {
     const TensorView& v = hp_.view->value;
     if (hp_.tq_value.type && tq_values(t0, t1, acc)) return;
+    if (hp_.fp8_value.set() && fp8_values(t0, t1, acc)) return;
     if (v.nuq.table && hp_.nuq_value.fused) {
       nuq_values(t0, t1, acc);
       return;
@@ -734,6 +790,12 @@ HeadPrep prepare(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) 
   }
   hp.tq_key = prepare_tq(hp.view->key.ggml, d, true);
   hp.tq_value = prepare_tq(hp.view->value.ggml, d, false);
+  hp.fp8_key = prepare_fp8(hp.view->key.ggml, d);
+  hp.fp8_value = prepare_fp8(hp.view->value.ggml, d);
+  if (hp.fp8_key.set()) {
+    hp.fp8_w = hp.q;
+    for (float& x : hp.fp8_w) x *= hp.fp8_key.scale;
+  }
   if (const NuqView& v = hp.view->value.nuq; v.table && v.rows > v.sink_rows) hp.nuq_value = prepare_nuq(v, d);
   const PackedView& p = hp.view->key.packed;
   if (p.rows > 0 && fast_packed_keys(p)) {

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "akv/core/errors.h"
+#include "akv/tensor/fp8.h"
 #include "akv/tensor/half.h"
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
@@ -84,6 +85,8 @@ float value_at(RowFormat f, const std::uint8_t* row, std::size_t c, const float*
       std::memcpy(&h, row + 2 * c, 2);
       return f16_to_f32_ref(h);
     }
+    case RowFormat::e4m3: return fp8_decode(row[c], Fp8Format::e4m3);
+    case RowFormat::e5m2: return fp8_decode(row[c], Fp8Format::e5m2);
     default: {
       const int b = format_bits(f);
       const std::size_t bit = c * static_cast<std::size_t>(b);

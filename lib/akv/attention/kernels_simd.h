@@ -60,10 +60,33 @@ template <RowFormat F>
   }
 }
 
-// Multiplies lane i by 2^(-b * i) for scaled-lane formats (identity otherwise).
+template <RowFormat F>
+constexpr bool kFp8 = F == RowFormat::e4m3 || F == RowFormat::e5m2;
+
+// fp8 bytes widened to 16-bit lanes -> f16 bits (e5m2: the high byte; e4m3: the sign to bit 15,
+// exponent and mantissa to bits 13..7, i.e. the value times 2^-8, every e4m3 value exact in f16).
+template <RowFormat F, class V>
+[[gnu::always_inline]] inline V fp8_to_f16(V x) {
+  if constexpr (F == RowFormat::e5m2) {
+    if constexpr (sizeof(V) == 16) {
+      return _mm_slli_epi16(x, 8);
+    } else {
+      return _mm256_slli_epi16(x, 8);
+    }
+  } else if constexpr (sizeof(V) == 16) {  // byte to the top, an arithmetic shift, bit 14 cleared
+    return _mm_and_si128(_mm_srai_epi16(_mm_slli_epi16(x, 8), 1), _mm_set1_epi16(static_cast<short>(0xBFFF)));
+  } else {
+    return _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(x, 8), 1), _mm256_set1_epi16(static_cast<short>(0xBFFF)));
+  }
+}
+
+// Multiplies lane i by 2^(-b * i) for scaled-lane formats, every lane by 2^8 for e4m3 (whose
+// loads read the values times 2^-8, fp8_to_f16), identity otherwise.
 template <RowFormat F>
 [[gnu::always_inline]] inline __m256 lane_unscale(__m256 v) {
-  if constexpr (kScaledLanes<F>) {
+  if constexpr (F == RowFormat::e4m3) {
+    return _mm256_mul_ps(v, _mm256_set1_ps(256.0f));
+  } else if constexpr (kScaledLanes<F>) {
     constexpr int b = code_bits<F>();
     constexpr float u = 1.0f / static_cast<float>(1 << b);
     return _mm256_mul_ps(v, _mm256_setr_ps(1.0f, u, u * u, u * u * u, u * u * u * u, u * u * u * u * u,
@@ -85,6 +108,8 @@ template <RowFormat F>
   } else if constexpr (F == RowFormat::code8) {
     return _mm256_cvtepi32_ps(
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * k))));
+  } else if constexpr (kFp8<F>) {
+    return _mm256_cvtph_ps(fp8_to_f16<F>(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * k)))));
   } else {
     constexpr int b = code_bits<F>();
     std::uint32_t w;
@@ -417,6 +442,10 @@ template <RowFormat F>
     const __m128i x = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + 8 * k)),
                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * k)));
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(x));
+  } else if constexpr (kFp8<F>) {
+    const __m128i x = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + 8 * k)),
+                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * k)));
+    return _mm512_cvtph_ps(fp8_to_f16<F>(_mm256_cvtepu8_epi16(x)));
   } else if constexpr (kLevels<F>) {
     constexpr int bits = code_bits<F>();
     std::uint32_t wa, wb;
@@ -498,7 +527,7 @@ template <RowFormat F, int NQ>
 void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* bias, float* s,
                  std::size_t ss) {
   constexpr int RB = kAccs / NQ;
-  if constexpr (NQ == 1 && (F == RowFormat::f16 || F == RowFormat::f32 || F == RowFormat::code8)) {
+  if constexpr (NQ == 1 && (F == RowFormat::f16 || F == RowFormat::f32 || F == RowFormat::code8 || kFp8<F>)) {
     const std::size_t fit = kScoreWindow / rows.stride;
     if (fit < static_cast<std::size_t>(RB)) {
       if (fit >= 4) return score_head_rows<F, 4>(rows, w, ws, bias, s, ss);
@@ -867,6 +896,8 @@ void with_format(RowFormat f, Fn&& fn) {
     case RowFormat::level2: return fn(std::integral_constant<RowFormat, RowFormat::level2>{});
     case RowFormat::level3: return fn(std::integral_constant<RowFormat, RowFormat::level3>{});
     case RowFormat::level4: return fn(std::integral_constant<RowFormat, RowFormat::level4>{});
+    case RowFormat::e4m3: return fn(std::integral_constant<RowFormat, RowFormat::e4m3>{});
+    case RowFormat::e5m2: return fn(std::integral_constant<RowFormat, RowFormat::e5m2>{});
   }
 }
 
