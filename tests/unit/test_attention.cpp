@@ -56,6 +56,37 @@ void check_against_ref(const Layout& l, std::size_t n_kv, std::size_t nq, Decode
   }
 }
 
+// Decode attention over coded views (codes read by the vector loops) and over dense f32 views of
+// the same rows as the codes decode, for GQA 1 and 4 with every instruction set: outputs within
+// tol of each other and, when `differ`, not equal (the coded loops ran, not a decoded tile);
+// AVX2 == AVX-512 bitwise. Returns the best instruction set's outputs per GQA (1, then 4).
+std::vector<std::vector<float>> check_coded_vs_dense(const std::vector<HeadView>& coded, const std::vector<HeadView>& dense,
+                                                     std::size_t d, std::uint64_t seed, double tol, bool differ,
+                                                     const std::string& what) {
+  const std::size_t n_kv = coded.size();
+  std::vector<std::vector<float>> best;
+  for (std::size_t nq : {1, 4}) {
+    const std::vector<float> q = normal(n_kv * nq * d, seed);
+    std::vector<std::vector<float>> a(3);
+    std::vector<float> b(q.size());
+    for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+      if (isa > best_isa()) continue;
+      set_isa(isa);
+      auto& ai = a[static_cast<std::size_t>(isa)];
+      ai.resize(q.size());
+      decode_attention({q.data(), n_kv * nq, d, coded.data(), n_kv, 0.125f, ai.data(), nullptr}, {2, 64, 128});
+      decode_attention({q.data(), n_kv * nq, d, dense.data(), n_kv, 0.125f, b.data(), nullptr}, {2, 64, 128});
+      INFO(what << " gqa " << nq << " isa " << isa_name(isa));
+      CHECK(rel_err(ai, b) <= tol);
+      if (differ) CHECK(rel_err(ai, b) > 0);
+    }
+    set_isa(best_isa());
+    if (!a[2].empty()) CHECK(a[2] == a[1]);
+    best.push_back(a[static_cast<std::size_t>(best_isa())]);
+  }
+  return best;
+}
+
 }  // namespace
 
 TEST_CASE("dequantize_rows equals dequantize_block_ref on a packed tensor", "[attention]") {
@@ -877,25 +908,8 @@ TEST_CASE("decode attention over TurboQuant rows: the vector loops within 1e-5 o
           dense[h].key.dense = {DenseType::f32, kf[h].data(), n};
           dense[h].value.dense = {DenseType::f32, vf[h].data(), n};
         }
-        for (std::size_t nq : {1, 4}) {
-          const std::vector<float> q = normal(n_kv * nq * d, 8);
-          std::vector<std::vector<float>> a(3);
-          std::vector<float> b(q.size());
-          for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
-            if (isa > best_isa()) continue;
-            set_isa(isa);
-            auto& ai = a[static_cast<std::size_t>(isa)];
-            ai.resize(q.size());
-            decode_attention({q.data(), n_kv * nq, d, coded.data(), n_kv, 0.125f, ai.data(), nullptr}, {2, 64, 128});
-            decode_attention({q.data(), n_kv * nq, d, dense.data(), n_kv, 0.125f, b.data(), nullptr}, {2, 64, 128});
-            INFO("bits " << bits << " head_dim " << d << " kinds " << tq_type_info(kt)->name << "/"
-                         << tq_type_info(vt)->name << " gqa " << nq << " isa " << isa_name(isa));
-            CHECK(rel_err(ai, b) <= 1e-5);
-            CHECK(rel_err(ai, b) > 0);
-          }
-          set_isa(best_isa());
-          if (!a[2].empty()) CHECK(a[2] == a[1]);
-        }
+        check_coded_vs_dense(coded, dense, d, 8, 1e-5, true,
+                             std::string(tq_type_info(kt)->name) + "/" + tq_type_info(vt)->name);
         // A row whose norm (or scale) is f16 infinity: its tile is decoded, as the reference
         // decodes it (the same non-finite outputs, the same values elsewhere).
         std::vector<std::vector<std::uint8_t>> kbad = kb;
@@ -947,24 +961,8 @@ TEST_CASE("decode attention over fp8 rows: the vector loops within 1e-5 of the d
           dense[h].key.dense = {DenseType::f32, kd[h].data(), n};
           dense[h].value.dense = {DenseType::f32, vd[h].data(), n};
         }
-        for (std::size_t nq : {1, 4}) {
-          const std::vector<float> q = normal(n_kv * nq * d, 10);
-          std::vector<std::vector<float>> a(3);
-          std::vector<float> b(q.size());
-          for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
-            if (isa > best_isa()) continue;
-            set_isa(isa);
-            auto& ai = a[static_cast<std::size_t>(isa)];
-            ai.resize(q.size());
-            decode_attention({q.data(), n_kv * nq, d, coded.data(), n_kv, 0.125f, ai.data(), nullptr}, {2, 64, 128});
-            decode_attention({q.data(), n_kv * nq, d, dense.data(), n_kv, 0.125f, b.data(), nullptr}, {2, 64, 128});
-            INFO(kname << "/" << vname << " scale " << scale << " gqa " << nq << " isa " << isa_name(isa));
-            CHECK(rel_err(ai, b) <= 1e-5);
-            if (scale != 1.0f) CHECK(rel_err(ai, b) > 0);
-          }
-          set_isa(best_isa());
-          if (!a[2].empty()) CHECK(a[2] == a[1]);
-        }
+        check_coded_vs_dense(coded, dense, d, 10, 1e-5, scale != 1.0f,
+                             std::string(kname) + "/" + vname + " scale " + std::to_string(scale));
         if (kf != Fp8Format::e4m3) continue;
         // An e4m3 NaN code (which the loads would read as 480): its tile decoded, as attention over
         // the decoded rows reads it (a NaN score gets weight 0).
@@ -1103,25 +1101,15 @@ TEST_CASE("decode attention over nuq codes: the level loops within the f16 round
         dense[h].value.dense = {DenseType::f32, vf[h].data(), n};
         CHECK(coded[h].rows() == n);
       }
-      for (std::size_t nq : {1, 4}) {
+      const auto best = check_coded_vs_dense(coded, dense, d, 6, 1e-3, true,
+                                             "bits " + std::to_string(bits) + " keys per channel " +
+                                                 std::to_string(keys_per_channel));
+      for (std::size_t i = 0; i < 2; ++i) {  // GQA 1 and 4: the fast path against the f64 reference
+        const std::size_t nq = i == 0 ? 1 : 4;
         const std::vector<float> q = normal(n_kv * nq * d, 6);
-        std::vector<std::vector<float>> a(3);
-        std::vector<float> b(q.size()), ref(q.size());
-        for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
-          if (isa > best_isa()) continue;
-          set_isa(isa);
-          auto& ai = a[static_cast<std::size_t>(isa)];
-          ai.resize(q.size());
-          decode_attention({q.data(), n_kv * nq, d, coded.data(), n_kv, 0.125f, ai.data(), nullptr}, {2, 64, 128});
-          decode_attention({q.data(), n_kv * nq, d, dense.data(), n_kv, 0.125f, b.data(), nullptr}, {2, 64, 128});
-          INFO("bits " << bits << " keys per channel " << keys_per_channel << " gqa " << nq << " isa " << isa_name(isa));
-          CHECK(rel_err(ai, b) <= 1e-3);
-          CHECK(rel_err(ai, b) > 0);  // the level loops, not the decoded rows
-        }
-        set_isa(best_isa());
-        if (!a[2].empty()) CHECK(a[2] == a[1]);
+        std::vector<float> ref(q.size());
         decode_attention_ref({q.data(), n_kv * nq, d, coded.data(), n_kv, 0.125f, ref.data(), nullptr});
-        CHECK(rel_err(a[static_cast<std::size_t>(best_isa())], ref) <= 1e-3);
+        CHECK(rel_err(best[i], ref) <= 1e-3);
       }
     }
   }
