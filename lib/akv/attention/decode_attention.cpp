@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#ifdef __AVX__
+#if defined(__AVX__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
 
@@ -403,7 +403,7 @@ class PartitionRunner {
   template <class Coded, class Sink>
   void nuq_rows(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1, Coded&& coded, Sink&& sink) {
     out_row_.clear();
-    out_channel_.clear();
+    out_channel_ = nullptr;
     out_delta_.clear();
     const std::size_t se = std::min(t1, v.sink_rows);
     if (t0 < se) {
@@ -426,7 +426,7 @@ class PartitionRunner {
     const std::uint32_t e0 = q0 == 0 ? 0 : v.outlier_end[q0 - 1], e1 = v.outlier_end[q1 - 1];
     const std::size_t m = e1 - e0;
     out_delta_.resize(m);  // the tile's outlier values, widened at once
-    out_channel_.assign(v.outlier_channel + e0, v.outlier_channel + e1);
+    out_channel_ = v.outlier_channel + e0;
     f16_to_f32(v.outlier_value + e0, out_delta_.data(), m);
     // Each outlier's tile row without a branch per row: row[e] first counts the coded rows whose
     // outliers start at e (an empty row starts where the next one does), then the running count
@@ -440,7 +440,7 @@ class PartitionRunner {
     float* __restrict delta = out_delta_.data();
     if (t.per_channel) {
       const float* zero = np.zero.data();
-      const std::uint16_t* channel = out_channel_.data();
+      const std::uint16_t* channel = out_channel_;
       for (std::size_t e = 0; e < m; ++e) delta[e] -= zero[channel[e]];
     } else {
       for (std::size_t e = 0; e < m; ++e) {
@@ -470,10 +470,14 @@ class PartitionRunner {
         [&](const Rows& rows, std::size_t first) {
           attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data() + first, tile_);
         });
-    for (std::size_t h = 0; h < nq_; ++h) {
-      float* s = s_.data() + h * tile_;
-      const float* q = hp_.q.data() + h * d_;
-      for (std::size_t k = 0; k < out_delta_.size(); ++k) s[out_row_[k]] += q[out_channel_[k]] * out_delta_[k];
+    // Outlier by outlier, every query head (a row's corrections add in outlier order per head).
+    float* __restrict s = s_.data();
+    const float* q = hp_.q.data();
+    for (std::size_t k = 0; k < out_delta_.size(); ++k) {
+      float* sk = s + out_row_[k];
+      const float* qk = q + out_channel_[k];
+      const float dk = out_delta_[k];
+      for (std::size_t h = 0; h < nq_; ++h) sk[h * tile_] += qk[h * d_] * dk;
     }
   }
 
@@ -502,16 +506,46 @@ class PartitionRunner {
           row_coefficients(t0 + first, rows.n, t0);
           attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
         });
-    // The outliers' products into acc_t_ [d, nq] (channel-major: a vector of nq per outlier;
-    // run() keeps it scaled with acc and adds it to acc at the partition's end).
+    // The outliers' products into acc_t_ [d, nq] from the probabilities row-major, pt_ [rows, nq]
+    // (channel- and row-major: a vector of nq per outlier; run() keeps acc_t_ scaled with acc and
+    // adds it to acc at the partition's end).
+    if (out_delta_.empty()) return;
     if (acc_t_.empty()) acc_t_.assign(d_ * nq_, 0.0f);
+    const std::size_t n = t1 - t0;
+    pt_.resize(n * nq_);
+    for (std::size_t h = 0; h < nq_; ++h) {
+      for (std::size_t i = 0; i < n; ++i) pt_[i * nq_ + h] = p_[h * tile_ + i];
+    }
+    switch (nq_) {
+      case 1: return add_outliers<1>();
+      case 2: return add_outliers<2>();
+      case 4: return add_outliers<4>();
+      case 8: return add_outliers<8>();
+      default: return add_outliers<0>();
+    }
+  }
+
+  // acc_t_[channel_k, h] += pt_[row_k, h] x delta_k over the tile's outliers (NQ: nq_ when
+  // known at compile time, 0 otherwise).
+  template <std::size_t NQ>
+  void add_outliers() {
+    const std::size_t w = NQ ? NQ : nq_;
     float* __restrict at = acc_t_.data();
-    const float* p = p_.data();
+    const float* __restrict pt = pt_.data();
     for (std::size_t k = 0; k < out_delta_.size(); ++k) {
-      float* a = at + out_channel_[k] * nq_;
-      const float* pr = p + out_row_[k];
+      float* a = at + out_channel_[k] * w;
+      const float* pr = pt + out_row_[k] * w;
       const float dk = out_delta_[k];
-      for (std::size_t h = 0; h < nq_; ++h) a[h] += pr[h * tile_] * dk;
+#ifdef __FMA__
+      if constexpr (NQ == 4) {  // one fused multiply-add of four heads (the loop below stays scalar)
+        _mm_storeu_ps(a, _mm_fmadd_ps(_mm_loadu_ps(pr), _mm_set1_ps(dk), _mm_loadu_ps(a)));
+        continue;
+      } else if constexpr (NQ == 8) {
+        _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_loadu_ps(pr), _mm256_set1_ps(dk), _mm256_loadu_ps(a)));
+        continue;
+      }
+#endif
+      for (std::size_t h = 0; h < w; ++h) a[h] = std::fma(pr[h], dk, a[h]);
     }
   }
 
@@ -747,9 +781,10 @@ class PartitionRunner {
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
   std::vector<float> w_, bias_, coef_, zsum_, buf_, tmp_;
   std::vector<std::uint32_t> out_row_;  // a nuq tile's outliers (nuq_rows)
-  std::vector<std::uint16_t> out_channel_;
+  const std::uint16_t* out_channel_ = nullptr;  // into the view's outlier channels
   std::vector<float> out_delta_;
   std::vector<float> acc_t_;  // nuq value outliers' sums of the partition, [d, nq] (empty: none)
+  std::vector<float> pt_;     // a nuq tile's probabilities, [rows, nq]
   std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_tile)
   std::vector<std::uint16_t> tq_half_;
   std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops
