@@ -154,13 +154,24 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
                                  : f == RowFormat::e5m2 ? e5m2.data()
                                                         : bytes.data();
       const attn::Rows rows{f, base, chunks * bits, n, chunks, levels.data()};
-      std::vector<std::vector<float>> s(3), acc(3);
+      std::vector<std::vector<float>> s(3), acc(3), sq(3);
       for_each_isa([&](Isa isa) {
         auto& si = s[static_cast<std::size_t>(isa)];
         auto& ai = acc[static_cast<std::size_t>(isa)];
+        auto& qi = sq[static_cast<std::size_t>(isa)];
         si.assign(nq * n, 0.0f);
         ai.assign(nq * chunks * 8, 0.5f);
+        qi.assign(n, 0.0f);
         attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), si.data(), n);
+        // The rows' sums of squares beside the scores: the scores unchanged (one head over 2- or
+        // 4-bit codes: the 8-wide loops instead of the 16-wide, the same sums in another order).
+        std::vector<float> s2(nq * n);
+        attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), s2.data(), n, qi.data());
+        if (nq == 1 && (f == RowFormat::code2 || f == RowFormat::code4)) {
+          CHECK(rel_err(s2, si) <= 1e-6);
+        } else {
+          CHECK(s2 == si);
+        }
         attn::accumulate_rows(rows, nq, coef.data(), ng, cpg, ai.data(), chunks * 8);
         // A row's score does not depend on the block of rows it was computed in.
         std::vector<float> one(nq);
@@ -175,10 +186,12 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
         if (s[i].empty()) continue;
         CHECK(rel_err(s[i], s[0]) <= 1e-6);
         CHECK(rel_err(acc[i], acc[0]) <= 1e-6);
+        CHECK(rel_err(sq[i], sq[0]) <= 4e-6);  // up to 320 positive terms: serial against 8 lanes
       }
       if (!s[2].empty()) {
         CHECK(s[2] == s[1]);
         CHECK(acc[2] == acc[1]);
+        CHECK(sq[2] == sq[1]);
       }
     }
   }

@@ -139,15 +139,16 @@ NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
 
 // TurboQuant rows read by the vector loops instead of a decoded tile: row r is range_r x
 // (levels[code_i], or code_i itself for value rows) + offset_r, where keys have range = the f16
-// norm (key_nc: times 1 / sqrt(the sum of the row's squared levels + 1e-16), that sum from a
-// table of squared levels), offset 0, and value rows the f16 scale and minimum (tq_tile).
+// norm (key_nc: times 1 / sqrt(the sum of the row's squared levels + 1e-16), that sum by the
+// score loops in the same pass, score_rows' sq), offset 0, and value rows the f16 scale and
+// minimum (tq_tile).
 // key_qjl keys: their levels so, the QJL term added to the scores (tq_qjl_add_scores). Not for
 // 1-bit levels (tq2j) or a key_qjl value tensor: those are decoded.
 struct TqPrep {
   std::optional<TqType> type;  // set when the rows go through the vector loops
   RowFormat format = RowFormat::f32;
-  float levels[16] = {}, squares[16] = {};
-  std::vector<float> ones;  // key_nc: the weights that sum a row's squared levels
+  float levels[16] = {};
+  std::vector<float> ones;  // key_nc: the weights of a pass that only sums squares (key_nc values)
 };
 
 TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key) {
@@ -162,7 +163,6 @@ TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key) {
     tp.format = attn::level_format(b);
     for (std::size_t i = 0; i < cb.centroids.size(); ++i) {
       tp.levels[i] = cb.centroids[i];
-      tp.squares[i] = cb.centroids[i] * cb.centroids[i];
     }
     if (t->kind == TqKind::key_nc) tp.ones.assign(d, 1.0f);
   }
@@ -587,9 +587,9 @@ class PartitionRunner {
   }
 
   // Rows [t0, t1) of a TurboQuant tensor (TqPrep) as the vector loops read them, each row's f16
-  // fields in tq_half_ ([n] norms or scales, then [n] minimums), keys' ranges in tq_range_;
-  // false when a row's f16 fields are not finite (the tile is then decoded: tq_decode_rows's
-  // values, whatever they are).
+  // fields in tq_half_ ([n] norms or scales, then [n] minimums), widened in tq_range_ (key_nc:
+  // the norms still without their correction, nc_ranges); false when a row's f16 fields are not
+  // finite (the tile is then decoded: tq_decode_rows's values, whatever they are).
   bool tq_tile(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1, Rows& rows) {
     const TqType& t = *tp.type;
     const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_code_bytes(t);
@@ -607,21 +607,21 @@ class PartitionRunner {
     rows = Rows{tp.format, src, rb, n, d_ / 8, tp.levels};
     tq_range_.resize(value ? 2 * n : n);
     f16_to_f32(tq_half_.data(), tq_range_.data(), tq_range_.size());
-    if (t.kind == TqKind::key_nc) {
-      tq_sq_.resize(n);
-      const Rows squares{tp.format, src, rb, n, d_ / 8, tp.squares};
-      attn::score_rows(squares, 1, tp.ones.data(), d_, nullptr, tq_sq_.data(), n);
-      inverse_norms(tq_sq_.data(), n, tq_range_.data());
-    }
     return true;
   }
+
+  // key_nc rows: their norms times 1 / sqrt(the sums of squares in tq_sq_ + 1e-16).
+  void nc_ranges(std::size_t n) { inverse_norms(tq_sq_.data(), n, tq_range_.data()); }
 
   // TurboQuant keys through the vector loops (false: decode them instead).
   bool tq_keys(std::size_t t0, std::size_t t1) {
     const TqPrep& tp = hp_.tq_key;
     Rows rows;
     if (!tq_tile(hp_.view->key.ggml, tp, t0, t1, rows)) return false;
-    attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
+    const bool nc = tp.type->kind == TqKind::key_nc;
+    if (nc) tq_sq_.resize(rows.n);
+    attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_, nc ? tq_sq_.data() : nullptr);
+    if (nc) nc_ranges(rows.n);
     const bool value = tp.type->kind == TqKind::value;
     scale_scores(s_.data(), rows.n, tq_range_.data(), value ? tq_range_.data() + rows.n : nullptr);
     if (hp_.qjl) tq_qjl_add_scores(*hp_.qjl, hp_.qjl_query.data(), nq_, rows.base, rows.n, s_.data(), tile_);
@@ -636,6 +636,12 @@ class PartitionRunner {
     if (!tq_tile(hp_.view->value.ggml, tp, t0, t1, rows)) return false;
     const std::size_t n = rows.n;
     if (tp.type->kind != TqKind::value) {
+      if (tp.type->kind == TqKind::key_nc) {  // a pass for the sums of squares alone
+        tq_sq_.resize(n);
+        buf_.resize(n);
+        attn::score_rows(rows, 1, tp.ones.data(), d_, nullptr, buf_.data(), n, tq_sq_.data());
+        nc_ranges(n);
+      }
       scaled_accumulate(rows, t0, t0, tq_range_.data(), nullptr, acc);
       return true;
     }

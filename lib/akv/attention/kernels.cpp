@@ -22,7 +22,7 @@ namespace akv::attn {
 #ifdef AKV_ATTN_AVX512_TU
 namespace avx512 {  // kernels_avx512.cpp
 void score_rows_simd(const Rows& rows, std::size_t nq, const float* w, std::size_t ws, const float* bias,
-                     float* s, std::size_t ss);
+                     float* s, std::size_t ss, float* sq);
 void accumulate_rows_simd(const Rows& rows, std::size_t nq, const float* coef, std::size_t ng,
                           std::size_t cpg, float* acc, std::size_t as);
 }  // namespace avx512
@@ -97,9 +97,8 @@ float value_at(RowFormat f, const std::uint8_t* row, std::size_t c, const float*
   }
 }
 
-void score_rows_scalar(const Rows& rows, std::size_t nq, const float* w,
-                                        std::size_t ws, const float* bias, float* s,
-                                        std::size_t ss) {
+void score_rows_scalar(const Rows& rows, std::size_t nq, const float* w, std::size_t ws, const float* bias, float* s,
+                       std::size_t ss, float* sq) {
   const std::size_t d = rows.chunks * 8;
   for (std::size_t r = 0; r < rows.n; ++r) {
     const std::uint8_t* row = rows.base + r * rows.stride;
@@ -107,6 +106,14 @@ void score_rows_scalar(const Rows& rows, std::size_t nq, const float* w,
       float acc = 0.0f;
       for (std::size_t c = 0; c < d; ++c) acc += w[h * ws + c] * value_at(rows.format, row, c, rows.levels);
       s[h * ss + r] = acc + (bias ? bias[h] : 0.0f);
+    }
+    if (sq) {
+      float acc = 0.0f;
+      for (std::size_t c = 0; c < d; ++c) {
+        const float x = value_at(rows.format, row, c, rows.levels);
+        acc += x * x;
+      }
+      sq[r] = acc;
     }
   }
 }
@@ -292,14 +299,14 @@ void value_coefficients_narrow(const float* p, std::size_t ps, const std::uint16
 }  // namespace
 
 void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t ws, const float* bias,
-                float* s, std::size_t ss) {
+                float* s, std::size_t ss, float* sq) {
 #ifdef AKV_ATTN_AVX512_TU
-  if (active_isa() == Isa::avx512) return avx512::score_rows_simd(rows, nq, w, ws, bias, s, ss);
+  if (active_isa() == Isa::avx512) return avx512::score_rows_simd(rows, nq, w, ws, bias, s, ss, sq);
 #endif
 #ifdef AKV_ATTN_AVX2
-  if (active_isa() == Isa::avx2) return avx2::score_rows_simd(rows, nq, w, ws, bias, s, ss);
+  if (active_isa() == Isa::avx2) return avx2::score_rows_simd(rows, nq, w, ws, bias, s, ss, sq);
 #endif
-  score_rows_scalar(rows, nq, w, ws, bias, s, ss);
+  score_rows_scalar(rows, nq, w, ws, bias, s, ss, sq);
 }
 
 void accumulate_rows(const Rows& rows, std::size_t nq, const float* coef, std::size_t ng,

@@ -208,12 +208,17 @@ template <int NQ, int RB>
   }
 }
 
-// RB rows x NQ heads of dot products; accumulators acc[r * NQ + h].
-template <RowFormat F, int NQ, int RB>
+// RB rows x NQ heads of dot products; accumulators acc[r * NQ + h]. Sq: also each row's sum of
+// squares into sq[r0 + r] (acc2[r]: fused multiply-adds of the row's values by themselves).
+template <RowFormat F, int NQ, int RB, bool Sq = false>
 [[gnu::always_inline]] inline void score_block(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
-                        const float* bias, float* s, std::size_t ss) {
+                        const float* bias, float* s, std::size_t ss, float* sq = nullptr) {
   __m256 acc[RB * NQ];
   for (auto& a : acc) a = _mm256_setzero_ps();
+  [[maybe_unused]] __m256 acc2[Sq ? RB : 1];
+  if constexpr (Sq) {
+    for (auto& a : acc2) a = _mm256_setzero_ps();
+  }
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
   if constexpr (NQ > 1) {
@@ -230,10 +235,14 @@ template <RowFormat F, int NQ, int RB>
     for (int r = 0; r < RB; ++r) {
       const __m256 x = load8<F>(row[r], k, rows.levels);
       for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm256_fmadd_ps(wk[h], x, acc[r * NQ + h]);
+      if constexpr (Sq) acc2[r] = _mm256_fmadd_ps(x, x, acc2[r]);
     }
   }
   for (auto& a : acc) a = lane_unscale<F>(a);
   store_scores<NQ, RB>(acc, r0, bias, s, ss);
+  if constexpr (Sq) {  // squares of scaled lanes: unscaled twice
+    for (int r = 0; r < RB; ++r) sq[r0 + static_cast<std::size_t>(r)] = hsum(lane_unscale<F>(lane_unscale<F>(acc2[r])));
+  }
 }
 
 #ifdef __AVX512F__
@@ -478,13 +487,17 @@ template <RowFormat F>
 // the low and high halves of acc[p * NQ + h], each chunk's weights broadcast to both halves):
 // every lane does the multiply-adds of score_block's lane in the same order, so the scores are
 // bitwise the 256-bit loops', with half the conversions and FMAs.
-template <RowFormat F, int NQ, int RB>
+template <RowFormat F, int NQ, int RB, bool Sq = false>
 [[gnu::always_inline]] inline void score_block_rowpairs(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
-                                                        const float* bias, float* s, std::size_t ss) {
+                                                        const float* bias, float* s, std::size_t ss, float* sq = nullptr) {
   static_assert(RB % 2 == 0);
   constexpr int P = RB / 2;
   __m512 acc[P * NQ];
   for (auto& a : acc) a = _mm512_setzero_ps();
+  [[maybe_unused]] __m512 acc2[Sq ? P : 1];
+  if constexpr (Sq) {
+    for (auto& a : acc2) a = _mm512_setzero_ps();
+  }
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
   for (int r = 0; r < RB; ++r) prefetch_row(row[r], rows.stride);
@@ -494,6 +507,7 @@ template <RowFormat F, int NQ, int RB>
     for (int p = 0; p < P; ++p) {
       const __m512 x = load8x2<F>(row[2 * p], row[2 * p + 1], k, rows.levels);
       for (int h = 0; h < NQ; ++h) acc[p * NQ + h] = _mm512_fmadd_ps(wk[h], x, acc[p * NQ + h]);
+      if constexpr (Sq) acc2[p] = _mm512_fmadd_ps(x, x, acc2[p]);
     }
   }
   __m256 out[RB * NQ];  // score_block's order: row r, head h at r * NQ + h
@@ -504,6 +518,13 @@ template <RowFormat F, int NQ, int RB>
     }
   }
   store_scores<NQ, RB>(out, r0, bias, s, ss);
+  if constexpr (Sq) {
+    for (int p = 0; p < P; ++p) {
+      const std::size_t r = r0 + 2 * static_cast<std::size_t>(p);
+      sq[r] = hsum(lane_unscale<F>(lane_unscale<F>(_mm512_castps512_ps256(acc2[p]))));
+      sq[r + 1] = hsum(lane_unscale<F>(lane_unscale<F>(_mm512_extractf32x8_ps(acc2[p], 1))));
+    }
+  }
 }
 #endif  // __AVX512F__
 
@@ -516,29 +537,30 @@ template <RowFormat F, int NQ, int RB>
 // size.
 constexpr std::size_t kScoreWindow = 512;
 
-template <RowFormat F, int RB>
-void score_head_rows(const Rows& rows, const float* w, std::size_t ws, const float* bias, float* s, std::size_t ss) {
+template <RowFormat F, int RB, bool Sq>
+void score_head_rows(const Rows& rows, const float* w, std::size_t ws, const float* bias, float* s, std::size_t ss,
+                     float* sq) {
   std::size_t r = 0;
-  for (; r + RB <= rows.n; r += RB) score_block<F, 1, RB>(rows, r, w, ws, bias, s, ss);
-  for (; r < rows.n; ++r) score_block<F, 1, 1>(rows, r, w, ws, bias, s, ss);
+  for (; r + RB <= rows.n; r += RB) score_block<F, 1, RB, Sq>(rows, r, w, ws, bias, s, ss, sq);
+  for (; r < rows.n; ++r) score_block<F, 1, 1, Sq>(rows, r, w, ws, bias, s, ss, sq);
 }
 
-template <RowFormat F, int NQ>
+template <RowFormat F, int NQ, bool Sq>
 void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* bias, float* s,
-                 std::size_t ss) {
+                 std::size_t ss, float* sq) {
   constexpr int RB = kAccs / NQ;
   if constexpr (NQ == 1 && (F == RowFormat::f16 || F == RowFormat::f32 || F == RowFormat::code8 || kFp8<F>)) {
     const std::size_t fit = kScoreWindow / rows.stride;
     if (fit < static_cast<std::size_t>(RB)) {
-      if (fit >= 4) return score_head_rows<F, 4>(rows, w, ws, bias, s, ss);
-      if (fit >= 2) return score_head_rows<F, 2>(rows, w, ws, bias, s, ss);
-      return score_head_rows<F, 1>(rows, w, ws, bias, s, ss);
+      if (fit >= 4) return score_head_rows<F, 4, Sq>(rows, w, ws, bias, s, ss, sq);
+      if (fit >= 2) return score_head_rows<F, 2, Sq>(rows, w, ws, bias, s, ss, sq);
+      return score_head_rows<F, 1, Sq>(rows, w, ws, bias, s, ss, sq);
     }
   }
   std::size_t r = 0;
   // One head, 2- or 4-bit codes: AVX-512 reads 16 values at a time (measured faster only
   // for one head; with more, the 256-bit loops are as fast or faster).
-  if constexpr (kWide<F> && NQ == 1) {
+  if constexpr (kWide<F> && NQ == 1 && !Sq) {
     if (rows.chunks % 2 == 0) {
 #ifdef __AVX512F__
       for (; r + RB <= rows.n; r += RB) score_block_wide<F, RB>(rows, r, w, bias, s);
@@ -566,31 +588,40 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   // over level codes too (TurboQuant's norm correction sums a row's squared levels so).
   if constexpr (NQ == 2 || NQ == 4 || (NQ == 1 && kLevels<F>)) {
     constexpr int RR = 2 * (kAccs / NQ);
-    for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR>(rows, r, w, ws, bias, s, ss);
-    for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2>(rows, r, w, ws, bias, s, ss);
+    for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR, Sq>(rows, r, w, ws, bias, s, ss, sq);
+    for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2, Sq>(rows, r, w, ws, bias, s, ss, sq);
   }
 #endif
-  for (; r + RB <= rows.n; r += RB) score_block<F, NQ, RB>(rows, r, w, ws, bias, s, ss);
-  for (; r < rows.n; ++r) score_block<F, NQ, 1>(rows, r, w, ws, bias, s, ss);
+  for (; r + RB <= rows.n; r += RB) score_block<F, NQ, RB, Sq>(rows, r, w, ws, bias, s, ss, sq);
+  for (; r < rows.n; ++r) score_block<F, NQ, 1, Sq>(rows, r, w, ws, bias, s, ss, sq);
+}
+
+// NQ heads from h on; the rows' sums of squares (sq, when given) with the first group of heads.
+template <RowFormat F, int NQ>
+void score_group(const Rows& rows, const float* w, std::size_t ws, const float* bias, float* s, std::size_t ss,
+                 float* sq) {
+  if (sq) return score_heads<F, NQ, true>(rows, w, ws, bias, s, ss, sq);
+  score_heads<F, NQ, false>(rows, w, ws, bias, s, ss, nullptr);
 }
 
 template <RowFormat F>
 void score_format(const Rows& rows, std::size_t nq, const float* w, std::size_t ws,
-                  const float* bias, float* s, std::size_t ss) {
+                  const float* bias, float* s, std::size_t ss, float* sq) {
   for (std::size_t h = 0; h < nq;) {
     const std::size_t left = nq - h;
     const float* b = bias ? bias + h : nullptr;
+    float* q2 = h == 0 ? sq : nullptr;
     if (left >= 8) {
-      score_heads<F, 8>(rows, w + h * ws, ws, b, s + h * ss, ss);
+      score_group<F, 8>(rows, w + h * ws, ws, b, s + h * ss, ss, q2);
       h += 8;
     } else if (left >= 4) {
-      score_heads<F, 4>(rows, w + h * ws, ws, b, s + h * ss, ss);
+      score_group<F, 4>(rows, w + h * ws, ws, b, s + h * ss, ss, q2);
       h += 4;
     } else if (left >= 2) {
-      score_heads<F, 2>(rows, w + h * ws, ws, b, s + h * ss, ss);
+      score_group<F, 2>(rows, w + h * ws, ws, b, s + h * ss, ss, q2);
       h += 2;
     } else {
-      score_heads<F, 1>(rows, w + h * ws, ws, b, s + h * ss, ss);
+      score_group<F, 1>(rows, w + h * ws, ws, b, s + h * ss, ss, q2);
       h += 1;
     }
   }
@@ -904,8 +935,8 @@ void with_format(RowFormat f, Fn&& fn) {
 }  // namespace
 
 void score_rows_simd(const Rows& rows, std::size_t nq, const float* w, std::size_t ws, const float* bias,
-                     float* s, std::size_t ss) {
-  with_format(rows.format, [&](auto f) { score_format<decltype(f)::value>(rows, nq, w, ws, bias, s, ss); });
+                     float* s, std::size_t ss, float* sq) {
+  with_format(rows.format, [&](auto f) { score_format<decltype(f)::value>(rows, nq, w, ws, bias, s, ss, sq); });
 }
 
 void accumulate_rows_simd(const Rows& rows, std::size_t nq, const float* coef, std::size_t ng,
