@@ -1,0 +1,122 @@
+#include "akv/attention/partition.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "akv/tensor/fp8.h"
+
+namespace akv::attn {
+namespace {
+
+NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
+  NuqPrep np;
+  const NuqTable& t = *v.table;
+  if (t.bits < 2 || t.bits > 4 || t.levels.size() != (std::size_t{1} << t.bits) || d % 8 != 0) return np;
+  std::copy(t.levels.begin(), t.levels.end(), np.levels);
+  if (t.per_channel) {
+    nuq_channel_params(t, d, np.offset, np.range);
+    np.zero.resize(d);
+    for (std::size_t c = 0; c < d; ++c) np.zero[c] = np.levels[0] * np.range[c] + np.offset[c];
+  }
+  const std::size_t coded = v.rows - v.sink_rows;
+  const float* rg = t.per_channel ? np.range.data() : v.range;
+  const float* off = t.per_channel ? np.offset.data() : v.offset;
+  const std::size_t n = t.per_channel ? d : coded;
+  float level = 0, r = 0, o = 0;
+  unsigned bad = 0;  // a range or offset not finite (std::max passes over NaN)
+  for (const float x : t.levels) level = std::max(level, std::fabs(x));
+  for (std::size_t i = 0; i < n; ++i) {  // a branch-free pass (one per decode step for value rows)
+    r = std::max(r, std::fabs(rg[i]));
+    o = std::max(o, std::fabs(off[i]));
+    bad |= static_cast<unsigned>(!std::isfinite(rg[i])) | static_cast<unsigned>(!std::isfinite(off[i]));
+  }
+  np.fused = bad == 0 && std::isfinite(level) && static_cast<double>(level) * r + o < 1e38;
+  return np;
+}
+
+TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key) {
+  TqPrep tp;
+  const auto t = g.type && g.rows > 0 ? tq_type_of(*g.type) : std::nullopt;
+  if (!t || t->head_dim != d || d % 8 != 0 || tq_code_bits(*t) < 2 || (!key && t->kind == TqKind::key_qjl)) return tp;
+  const int b = tq_code_bits(*t);
+  if (t->kind == TqKind::value) {
+    tp.format = attn::code_format(b);
+  } else {
+    const TqCodebook& cb = tq_codebook(d, b);
+    tp.format = attn::level_format(b);
+    for (std::size_t i = 0; i < cb.centroids.size(); ++i) {
+      tp.levels[i] = cb.centroids[i];
+    }
+    if (t->kind == TqKind::key_nc) tp.ones.assign(d, 1.0f);
+  }
+  tp.type = t;
+  return tp;
+}
+
+Fp8Prep prepare_fp8(const GgmlRowsView& g, std::size_t d) {
+  Fp8Prep fp;
+  const auto f = g.type && g.rows > 0 && d % 8 == 0 ? fp8_format_of(*g.type) : std::nullopt;
+  if (!f) return fp;
+  fp.format = *f == Fp8Format::e4m3 ? RowFormat::e4m3 : RowFormat::e5m2;
+  fp.scale = g.scale;
+  return fp;
+}
+
+}  // namespace
+
+HeadPrep prepare_head(const DecodeAttentionArgs& a, std::size_t kv, std::size_t seg) {
+  const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+  HeadPrep hp;
+  hp.view = &a.heads[kv * a.segments + seg];
+  hp.q.assign(a.query + kv * nq * d, a.query + (kv + 1) * nq * d);
+  for (float& x : hp.q) x *= a.scale;
+  if (const GgmlTypeInfo* kt = hp.view->key.ggml.type) {
+    if (const auto t = tq_type_of(*kt); t && t->kind == TqKind::key_qjl && hp.view->key.ggml.rows > 0) {
+      hp.qjl = t;
+      for (std::size_t h = 0; h < nq; ++h) hp.qjl_query.push_back(tq_qjl_query(*t, hp.q.data() + h * d));
+    }
+  }
+  if (const NuqView& k = hp.view->key.nuq; k.table && k.rows > k.sink_rows) {
+    hp.nuq_key = prepare_nuq(k, d);
+    if (hp.nuq_key.fused && k.table->per_channel) {  // w = q x range, bias = q . offset
+      hp.nuq_w.resize(nq * d);
+      hp.nuq_bias.assign(nq, 0.0f);
+      for (std::size_t h = 0; h < nq; ++h) {
+        for (std::size_t c = 0; c < d; ++c) {
+          hp.nuq_w[h * d + c] = hp.q[h * d + c] * hp.nuq_key.range[c];
+          hp.nuq_bias[h] += hp.q[h * d + c] * hp.nuq_key.offset[c];
+        }
+      }
+    }
+  }
+  hp.qsum.assign(nq, 0.0f);
+  for (std::size_t h = 0; h < nq; ++h) {
+    for (std::size_t c = 0; c < d; ++c) hp.qsum[h] += hp.q[h * d + c];
+  }
+  hp.tq_key = prepare_tq(hp.view->key.ggml, d, true);
+  hp.tq_value = prepare_tq(hp.view->value.ggml, d, false);
+  hp.fp8_key = prepare_fp8(hp.view->key.ggml, d);
+  hp.fp8_value = prepare_fp8(hp.view->value.ggml, d);
+  if (hp.fp8_key.set()) {
+    hp.fp8_w = hp.q;
+    for (float& x : hp.fp8_w) x *= hp.fp8_key.scale;
+  }
+  if (const NuqView& v = hp.view->value.nuq; v.table && v.rows > v.sink_rows) hp.nuq_value = prepare_nuq(v, d);
+  const PackedView& p = hp.view->key.packed;
+  if (p.rows > 0 && fast_packed_keys(p)) {
+    hp.q_in.resize(nq * p.cols);
+    hp.q_out.resize(nq * p.n_outliers);
+    for (std::size_t h = 0; h < nq; ++h) {
+      for (std::size_t c = 0, i = 0, o = 0; c < d; ++c) {
+        if (o < p.n_outliers && p.outlier_channel[o] == c) {
+          hp.q_out[h * p.n_outliers + o++] = hp.q[h * d + c];
+        } else {
+          hp.q_in[h * p.cols + i++] = hp.q[h * d + c];
+        }
+      }
+    }
+  }
+  return hp;
+}
+
+}  // namespace akv::attn

@@ -1,0 +1,639 @@
+#include "akv/attention/partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#include "akv/attention/int8.h"
+#include "akv/quant/pack.h"
+#include "akv/tensor/half.h"
+
+namespace akv::attn {
+namespace {
+
+std::size_t elem_bytes(DenseType t) { return t == DenseType::f32 ? 4 : 2; }
+RowFormat dense_format(DenseType t) { return t == DenseType::f32 ? RowFormat::f32 : RowFormat::f16; }
+
+bool fast_packed_values(const PackedView& p) {
+  return p.axis == QuantAxis::token && p.cols % 8 == 0 && p.group % 8 == 0 && p.n_outliers == 0;
+}
+
+bool int8_codes(const PackedView& p) {
+  return attn::int8_format(attn::code_format(p.bits)) && p.cols % attn::kInt8Block == 0;
+}
+bool int8_keys(const PackedView& p, AttentionMode m) {
+  return m == AttentionMode::int8 && fast_packed_keys(p) && int8_codes(p);
+}
+bool int8_values(const PackedView& p, AttentionMode m) {
+  return m == AttentionMode::int8 && fast_packed_values(p) && int8_codes(p) && p.group % attn::kInt8Block == 0;
+}
+
+// range[r] *= 1 / sqrt(sq[r] + 1e-16) for r < n (sq >= 0): eight at a time where AVX is
+// there (the same correctly rounded operations as the plain loop, which std::sqrt's errno keeps
+// from being vectorized).
+void inverse_norms(const float* sq, std::size_t n, float* range) {
+  std::size_t r = 0;
+#ifdef __AVX__
+  const __m256 one = _mm256_set1_ps(1.0f), eps = _mm256_set1_ps(1e-16f);
+  for (; r + 8 <= n; r += 8) {
+    const __m256 inv = _mm256_div_ps(one, _mm256_sqrt_ps(_mm256_add_ps(_mm256_loadu_ps(sq + r), eps)));
+    _mm256_storeu_ps(range + r, _mm256_mul_ps(_mm256_loadu_ps(range + r), inv));
+  }
+#endif
+  for (; r < n; ++r) range[r] *= 1.0f / std::sqrt(sq[r] + 1e-16f);
+}
+
+// Whether n e4m3 bytes hold a NaN code (S.1111.111), which the e4m3 loads do not read as NaN.
+bool has_e4m3_nan(const std::uint8_t* x, std::size_t n) {
+  std::uint8_t m = 0;  // the largest magnitude code (byte lanes: the loop vectorizes)
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, static_cast<std::uint8_t>(x[i] & 0x7F));
+  return m == 0x7F;
+}
+
+class PartitionRunner {
+ public:
+  PartitionRunner(const HeadPrep& hp, std::size_t nq, std::size_t d, std::size_t tile, AttentionMode mode, float softcap)
+      : hp_(hp), nq_(nq), d_(d), tile_(tile), mode_(mode), softcap_(softcap), s_(nq * tile), p_(nq * tile) {}
+
+  // Rows [a, b) of the view; `visible` and `first` (or nullptr): per query head, the rows it sees
+  // ([first, visible)), counted in the view from row -offset (the KV head's earlier segments).
+  void run(std::size_t a, std::size_t b, Partial& out, float* const* raw, const std::size_t* visible = nullptr,
+           std::size_t offset = 0, const std::size_t* first = nullptr) {
+    out.m.assign(nq_, -std::numeric_limits<float>::infinity());
+    out.l.assign(nq_, 0.0f);
+    out.acc.assign(nq_ * d_, 0.0f);
+    for (std::size_t t0 = a; t0 < b; t0 += tile_) {
+      const std::size_t t1 = std::min(b, t0 + tile_), n = t1 - t0;
+      keys(t0, t1);
+      for (std::size_t h = 0; h < nq_; ++h) {
+        float* s = s_.data() + h * tile_;
+        if (softcap_ != 0.0f) {
+          for (std::size_t j = 0; j < n; ++j) s[j] = softcap_ * std::tanh(s[j] / softcap_);
+        }
+        // The tile's rows the head sees (visible): the first nv; the others get probability 0,
+        // and a tile it sees none of leaves its running max, sum and outputs as they are.
+        // From `first`, rows before the head's first one likewise.
+        std::size_t nv = n, lo = 0;
+        if (visible) {
+          const std::size_t seen = visible[h] > offset ? visible[h] - offset : 0;
+          nv = seen > t0 ? std::min(n, seen - t0) : 0;
+        }
+        if (first) {
+          const std::size_t from = first[h] > offset ? first[h] - offset : 0;
+          lo = std::min(nv, from > t0 ? from - t0 : 0);
+        }
+        if (visible || first) {
+          float* p = p_.data() + h * tile_;
+          std::fill(p, p + lo, 0.0f);
+          std::fill(p + nv, p + n, 0.0f);
+          if (lo == nv) continue;
+        }
+        if (raw && raw[h]) std::copy(s, s + n, raw[h] + t0);
+        const float mt = attn::max_value(s + lo, nv - lo);
+        const float m_new = std::max(out.m[h], mt);
+        const float sum = attn::exp_weights(s + lo, m_new, nv - lo, p_.data() + h * tile_ + lo);
+        const float corr = std::isinf(out.m[h]) ? 0.0f : std::exp(out.m[h] - m_new);
+        out.l[h] = out.l[h] * corr + sum;
+        if (corr != 1.0f) {
+          for (std::size_t c = 0; c < d_; ++c) out.acc[h * d_ + c] *= corr;
+          if (!acc_t_.empty()) {
+            for (std::size_t c = 0; c < d_; ++c) acc_t_[c * nq_ + h] *= corr;
+          }
+        }
+        out.m[h] = m_new;
+      }
+      values(t0, t1, out.acc.data());
+    }
+    if (!acc_t_.empty()) {  // the nuq value outliers' sums, channel-major
+      for (std::size_t h = 0; h < nq_; ++h) {
+        for (std::size_t c = 0; c < d_; ++c) out.acc[h * d_ + c] += acc_t_[c * nq_ + h];
+      }
+      acc_t_.clear();
+    }
+  }
+
+ private:
+  void keys(std::size_t t0, std::size_t t1) {
+    const TensorView& k = hp_.view->key;
+    if (hp_.tq_key.type && tq_keys(t0, t1)) return;
+    if (hp_.fp8_key.set() && fp8_keys(t0, t1)) return;
+    if (hp_.qjl) {
+      qjl_keys(t0, t1);
+      return;
+    }
+    if (k.nuq.table && hp_.nuq_key.fused) {
+      nuq_keys(t0, t1);
+      return;
+    }
+    if (k.ggml.type || k.nuq.table) {
+      decoded_tile(k, t0, t1);
+      attn::score_rows(f32_rows(t1 - t0), nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
+      return;
+    }
+    const PackedView& p = k.packed;
+    const std::size_t e = std::min(t1, p.rows);
+    if (t0 < e) {
+      if (fast_packed_keys(p)) {
+        packed_keys(t0, e, t0);
+      } else {
+        generic_scores(k, t0, e, t0);
+      }
+    }
+    const std::size_t r0 = std::max(t0, p.rows);
+    if (r0 < t1) {
+      if (d_ % 8 == 0) {
+        const std::size_t eb = elem_bytes(k.dense.type), stride = d_ * eb;
+        const Rows rows{dense_format(k.dense.type),
+                        static_cast<const std::uint8_t*>(k.dense.data) + (r0 - p.rows) * stride, stride,
+                        t1 - r0, d_ / 8};
+        attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data() + (r0 - t0), tile_);
+      } else {
+        generic_scores(k, r0, t1, t0);
+      }
+    }
+  }
+
+  // Per-channel packed keys, token group by token group: w = q * scale, bias = q . zero.
+  void packed_keys(std::size_t r, std::size_t e, std::size_t t0) {
+    const PackedView& p = hp_.view->key.packed;
+    const std::size_t stride = p.cols * static_cast<std::size_t>(p.bits) / 8;
+    while (r < e) {
+      const std::size_t g = r / p.group, ge = std::min(e, (g + 1) * p.group);
+      if (g != group_) load_key_group(g);
+      const Rows rows{attn::code_format(p.bits), p.codes + r * stride, stride, ge - r, p.cols / 8};
+      float* s = s_.data() + (r - t0);
+      if (int8_keys(p, mode_)) {
+        attn::score_rows_int8(rows, w8_, bias_.data(), s, tile_);
+      } else {
+        attn::score_rows(rows, nq_, w_.data(), p.cols, bias_.data(), s, tile_);
+      }
+      if (p.n_outliers > 0) {
+        for (std::size_t i = r; i < ge; ++i) {
+          const std::uint16_t* o = p.outlier_value + i * p.n_outliers;
+          for (std::size_t h = 0; h < nq_; ++h) {
+            float add = 0.0f;
+            for (std::size_t j = 0; j < p.n_outliers; ++j) add += hp_.q_out[h * p.n_outliers + j] * f16_to_f32_ref(o[j]);
+            s[h * tile_ + (i - r)] += add;
+          }
+        }
+      }
+      r = ge;
+    }
+  }
+
+  void load_key_group(std::size_t g) {
+    const PackedView& p = hp_.view->key.packed;
+    w_.resize(nq_ * p.cols);
+    bias_.resize(nq_);
+    attn::key_weights(hp_.q_in.data(), nq_, p.cols, p.scale + g * p.cols, p.zero + g * p.cols, w_.data(), bias_.data());
+    if (int8_keys(p, mode_)) attn::quantize_weights_int8(w_.data(), nq_, p.cols, attn::code_format(p.bits), w8_);
+    group_ = g;
+  }
+
+  // Scores of rows [r0, r1) (tile starting at t0) from a dequantized copy of those rows.
+  void generic_scores(const TensorView& k, std::size_t r0, std::size_t r1, std::size_t t0) {
+    buf_.resize((r1 - r0) * d_);
+    dequantize_rows(k, d_, r0, r1, buf_.data());
+    for (std::size_t r = r0; r < r1; ++r) {
+      const float* x = buf_.data() + (r - r0) * d_;
+      for (std::size_t h = 0; h < nq_; ++h) {
+        float acc = 0.0f;
+        for (std::size_t c = 0; c < d_; ++c) acc += hp_.q[h * d_ + c] * x[c];
+        s_[h * tile_ + (r - t0)] = acc;
+      }
+    }
+  }
+
+  // TurboQuant keys with QJL signs: q . x_mse over the rows' levels, plus each row's QJL term
+  // from the query's sign tables (tq_qjl_add_scores), not the d x d reconstruction.
+  void qjl_keys(std::size_t t0, std::size_t t1) {
+    const TqType& t = *hp_.qjl;
+    const std::uint8_t* rows = hp_.view->key.ggml.blocks + t0 * tq_row_bytes(t);
+    buf_.resize((t1 - t0) * d_);
+    tq_qjl_decode_levels(t, rows, t1 - t0, buf_.data());
+    attn::score_rows(f32_rows(t1 - t0), nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
+    tq_qjl_add_scores(t, hp_.qjl_query.data(), nq_, rows, t1 - t0, s_.data(), tile_);
+  }
+
+  // nuq rows [t0, t1) of a view: f16 sink rows as such, coded rows through the level loops (the
+  // value of a code in f32, levels[code] x range + offset, not rounded to f16 as nuq_decode
+  // rounds it): coded(rows, first) for the kernel's rows, first = their offset from t0;
+  // sink(rows, first) for the sink rows. Then the coded rows' outliers as corrections, in
+  // out_row_ (offset from t0), out_channel_ and out_delta_ (the outlier's value minus the code-0
+  // value the loops read there).
+  template <class Coded, class Sink>
+  void nuq_rows(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1, Coded&& coded, Sink&& sink) {
+    out_row_.clear();
+    out_channel_ = nullptr;
+    out_delta_.clear();
+    const std::size_t se = std::min(t1, v.sink_rows);
+    if (t0 < se) {
+      sink(Rows{RowFormat::f16, reinterpret_cast<const std::uint8_t*>(v.sink + t0 * d_), 2 * d_, se - t0, d_ / 8}, 0);
+    }
+    const std::size_t r0 = std::max(t0, v.sink_rows);
+    if (r0 >= t1) return;
+    const NuqTable& t = *v.table;
+    const RowFormat f = attn::level_format(t.bits);
+    const std::size_t stride = packed_size(d_, t.bits), q0 = r0 - v.sink_rows, q1 = t1 - v.sink_rows;
+    // The level loops read up to 4 bytes from a chunk's first: the view's last row from a
+    // padded copy.
+    const std::size_t last = v.rows - v.sink_rows - 1, in_place = q1 > last ? last : q1;
+    if (q0 < in_place) coded(Rows{f, v.codes + q0 * stride, stride, in_place - q0, d_ / 8, np.levels}, r0 - t0);
+    if (q1 > last && q0 <= last) {
+      pad_.assign(stride + 8, 0);
+      std::copy_n(v.codes + last * stride, stride, pad_.data());
+      coded(Rows{f, pad_.data(), stride, 1, d_ / 8, np.levels}, last + v.sink_rows - t0);
+    }
+    const std::uint32_t e0 = q0 == 0 ? 0 : v.outlier_end[q0 - 1], e1 = v.outlier_end[q1 - 1];
+    const std::size_t m = e1 - e0;
+    out_delta_.resize(m);  // the tile's outlier values, widened at once
+    out_channel_ = v.outlier_channel + e0;
+    f16_to_f32(v.outlier_value + e0, out_delta_.data(), m);
+    // Each outlier's tile row without a branch per row: row[e] first counts the coded rows whose
+    // outliers start at e (an empty row starts where the next one does), then the running count
+    // from the first coded row's tile row r0 - t0 (minus one: the first row starts at 0).
+    out_row_.assign(m + 1, 0);
+    std::uint32_t* __restrict row = out_row_.data();
+    row[0] = 1;
+    for (std::size_t q = q0 + 1; q < q1; ++q) row[v.outlier_end[q - 1] - e0] += 1;
+    auto k = static_cast<std::uint32_t>(r0 - t0 - 1);
+    for (std::size_t e = 0; e < m; ++e) row[e] = k += row[e];
+    float* __restrict delta = out_delta_.data();
+    if (t.per_channel) {
+      const float* zero = np.zero.data();
+      const std::uint16_t* channel = out_channel_;
+      for (std::size_t e = 0; e < m; ++e) delta[e] -= zero[channel[e]];
+    } else {
+      for (std::size_t e = 0; e < m; ++e) {
+        const std::size_t q = row[e] + t0 - v.sink_rows;
+        delta[e] -= np.levels[0] * v.range[q] + v.offset[q];
+      }
+    }
+    out_row_.resize(m);
+  }
+
+  void nuq_keys(std::size_t t0, std::size_t t1) {
+    const NuqView& v = hp_.view->key.nuq;
+    const NuqPrep& np = hp_.nuq_key;
+    const bool per_channel = v.table->per_channel;
+    nuq_rows(
+        v, np, t0, t1,
+        [&](const Rows& rows, std::size_t first) {
+          float* s = s_.data() + first;
+          if (per_channel) {
+            attn::score_rows(rows, nq_, hp_.nuq_w.data(), d_, hp_.nuq_bias.data(), s, tile_);
+            return;
+          }
+          attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s, tile_);
+          const std::size_t q = t0 + first - v.sink_rows;
+          scale_scores(s, rows.n, v.range + q, v.offset + q);
+        },
+        [&](const Rows& rows, std::size_t first) {
+          attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data() + first, tile_);
+        });
+    // Outlier by outlier, every query head (a row's corrections add in outlier order per head).
+    float* __restrict s = s_.data();
+    const float* q = hp_.q.data();
+    for (std::size_t k = 0; k < out_delta_.size(); ++k) {
+      float* sk = s + out_row_[k];
+      const float* qk = q + out_channel_[k];
+      const float dk = out_delta_[k];
+      for (std::size_t h = 0; h < nq_; ++h) sk[h * tile_] += qk[h * d_] * dk;
+    }
+  }
+
+  void nuq_values(std::size_t t0, std::size_t t1, float* acc) {
+    const NuqView& v = hp_.view->value.nuq;
+    const NuqPrep& np = hp_.nuq_value;
+    const bool per_channel = v.table->per_channel;
+    nuq_rows(
+        v, np, t0, t1,
+        [&](const Rows& rows, std::size_t first) {
+          if (per_channel) {  // acc += range x (p . levels) + offset x sum p, per channel
+            row_coefficients(t0 + first, rows.n, t0);
+            tmp_.assign(nq_ * d_, 0.0f);
+            attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, tmp_.data(), d_);
+            for (std::size_t h = 0; h < nq_; ++h) {
+              float psum = 0.0f;
+              for (std::size_t i = 0; i < rows.n; ++i) psum += coef_[i * nq_ + h];
+              for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += np.range[c] * tmp_[h * d_ + c] + np.offset[c] * psum;
+            }
+            return;
+          }
+          const std::size_t q = t0 + first - v.sink_rows;
+          scaled_accumulate(rows, t0 + first, t0, v.range + q, v.offset + q, acc);
+        },
+        [&](const Rows& rows, std::size_t first) {
+          row_coefficients(t0 + first, rows.n, t0);
+          attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+        });
+    // The outliers' products into acc_t_ [d, nq] from the probabilities row-major, pt_ [rows, nq]
+    // (channel- and row-major: a vector of nq per outlier; run() keeps acc_t_ scaled with acc and
+    // adds it to acc at the partition's end).
+    if (out_delta_.empty()) return;
+    if (acc_t_.empty()) acc_t_.assign(d_ * nq_, 0.0f);
+    const std::size_t n = t1 - t0;
+    pt_.resize(n * nq_);
+    for (std::size_t h = 0; h < nq_; ++h) {
+      for (std::size_t i = 0; i < n; ++i) pt_[i * nq_ + h] = p_[h * tile_ + i];
+    }
+    switch (nq_) {
+      case 1: return add_outliers<1>();
+      case 2: return add_outliers<2>();
+      case 4: return add_outliers<4>();
+      case 8: return add_outliers<8>();
+      default: return add_outliers<0>();
+    }
+  }
+
+  // acc_t_[channel_k, h] += pt_[row_k, h] x delta_k over the tile's outliers (NQ: nq_ when
+  // known at compile time, 0 otherwise).
+  template <std::size_t NQ>
+  void add_outliers() {
+    const std::size_t w = NQ ? NQ : nq_;
+    float* __restrict at = acc_t_.data();
+    const float* __restrict pt = pt_.data();
+    for (std::size_t k = 0; k < out_delta_.size(); ++k) {
+      float* a = at + out_channel_[k] * w;
+      const float* pr = pt + out_row_[k] * w;
+      const float dk = out_delta_[k];
+#ifdef __FMA__
+      if constexpr (NQ == 4) {  // one fused multiply-add of four heads (the loop below stays scalar)
+        _mm_storeu_ps(a, _mm_fmadd_ps(_mm_loadu_ps(pr), _mm_set1_ps(dk), _mm_loadu_ps(a)));
+        continue;
+      } else if constexpr (NQ == 8) {
+        _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_loadu_ps(pr), _mm256_set1_ps(dk), _mm256_loadu_ps(a)));
+        continue;
+      }
+#endif
+      for (std::size_t h = 0; h < w; ++h) a[h] = std::fma(pr[h], dk, a[h]);
+    }
+  }
+
+  // Scores s[h * tile_ + i] (i < n) of rows stored as range_i x codes + offset_i from the
+  // codes' scores: s x range_i + qsum[h] x offset_i (offset null: 0).
+  void scale_scores(float* s, std::size_t n, const float* range, const float* offset) {
+    for (std::size_t h = 0; h < nq_; ++h) {
+      float* x = s + h * tile_;
+      const float qs = hp_.qsum[h];
+      if (offset) {
+        for (std::size_t i = 0; i < n; ++i) x[i] = x[i] * range[i] + qs * offset[i];
+      } else {
+        for (std::size_t i = 0; i < n; ++i) x[i] *= range[i];
+      }
+    }
+  }
+
+  // acc += the probabilities of rows [r0, r0 + rows.n) (of the tile from t0) times rows stored
+  // as range_i x codes + offset_i: coef = p x range_i ([n, nq]) over the codes, and p x offset_i
+  // summed into every channel (offset null: 0).
+  void scaled_accumulate(const Rows& rows, std::size_t r0, std::size_t t0, const float* range, const float* offset,
+                         float* acc) {
+    coef_.resize(rows.n * nq_);
+    zsum_.assign(nq_, 0.0f);
+    for (std::size_t h = 0; h < nq_; ++h) {
+      const float* p = p_.data() + h * tile_ + (r0 - t0);
+      float z = 0.0f;
+      for (std::size_t i = 0; i < rows.n; ++i) {
+        coef_[i * nq_ + h] = p[i] * range[i];
+        if (offset) z += p[i] * offset[i];
+      }
+      zsum_[h] = z;
+    }
+    attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+    if (!offset) return;
+    for (std::size_t h = 0; h < nq_; ++h) {
+      for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += zsum_[h];
+    }
+  }
+
+  // Rows [t0, t1) of a TurboQuant tensor (TqPrep) as the vector loops read them, each row's f16
+  // fields in tq_half_ ([n] norms or scales, then [n] minimums), widened in tq_range_ (key_nc:
+  // the norms still without their correction, nc_ranges); false when a row's f16 fields are not
+  // finite (the tile is then decoded: tq_decode_rows's values, whatever they are).
+  bool tq_tile(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1, Rows& rows) {
+    const TqType& t = *tp.type;
+    const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_code_bytes(t);
+    const std::uint8_t* src = g.blocks + t0 * rb;
+    const bool value = t.kind == TqKind::value;
+    tq_half_.resize(2 * n);
+    unsigned bad = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      std::memcpy(&tq_half_[r], src + r * rb + at, 2);
+      if (value) std::memcpy(&tq_half_[n + r], src + r * rb + at + 2, 2);
+      bad |= static_cast<unsigned>((tq_half_[r] & 0x7C00u) == 0x7C00u) |
+             static_cast<unsigned>(value && (tq_half_[n + r] & 0x7C00u) == 0x7C00u);
+    }
+    if (bad != 0 || (t.kind == TqKind::key_qjl && tq_first_nonfinite(t, src, n * d_) < n * d_)) return false;
+    rows = Rows{tp.format, src, rb, n, d_ / 8, tp.levels};
+    tq_range_.resize(value ? 2 * n : n);
+    f16_to_f32(tq_half_.data(), tq_range_.data(), tq_range_.size());
+    return true;
+  }
+
+  // key_nc rows: their norms times 1 / sqrt(the sums of squares in tq_sq_ + 1e-16).
+  void nc_ranges(std::size_t n) { inverse_norms(tq_sq_.data(), n, tq_range_.data()); }
+
+  // TurboQuant keys through the vector loops (false: decode them instead).
+  bool tq_keys(std::size_t t0, std::size_t t1) {
+    const TqPrep& tp = hp_.tq_key;
+    Rows rows;
+    if (!tq_tile(hp_.view->key.ggml, tp, t0, t1, rows)) return false;
+    const bool nc = tp.type->kind == TqKind::key_nc;
+    if (nc) tq_sq_.resize(rows.n);
+    attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_, nc ? tq_sq_.data() : nullptr);
+    if (nc) nc_ranges(rows.n);
+    const bool value = tp.type->kind == TqKind::value;
+    scale_scores(s_.data(), rows.n, tq_range_.data(), value ? tq_range_.data() + rows.n : nullptr);
+    if (hp_.qjl) tq_qjl_add_scores(*hp_.qjl, hp_.qjl_query.data(), nq_, rows.base, rows.n, s_.data(), tile_);
+    return true;
+  }
+
+  // TurboQuant values: value rows as packed_values reads per-token codes (one group a row: coef =
+  // p x scale, zsum = sum of p x minimum), key rows as coef = p x range.
+  bool tq_values(std::size_t t0, std::size_t t1, float* acc) {
+    const TqPrep& tp = hp_.tq_value;
+    Rows rows;
+    if (!tq_tile(hp_.view->value.ggml, tp, t0, t1, rows)) return false;
+    const std::size_t n = rows.n;
+    if (tp.type->kind != TqKind::value) {
+      if (tp.type->kind == TqKind::key_nc) {  // a pass for the sums of squares alone
+        tq_sq_.resize(n);
+        buf_.resize(n);
+        attn::score_rows(rows, 1, tp.ones.data(), d_, nullptr, buf_.data(), n, tq_sq_.data());
+        nc_ranges(n);
+      }
+      scaled_accumulate(rows, t0, t0, tq_range_.data(), nullptr, acc);
+      return true;
+    }
+    coef_.resize(n * nq_);
+    zsum_.resize(nq_);
+    attn::value_coefficients(p_.data(), tile_, tq_half_.data(), tq_half_.data() + n, n, nq_, 1, coef_.data(), zsum_.data());
+    attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+    for (std::size_t h = 0; h < nq_; ++h) {
+      for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += zsum_[h];
+    }
+    return true;
+  }
+
+  // fp8 rows [t0, t1) of a view as the vector loops read them; false for e4m3 rows holding a NaN
+  // code (decoded instead).
+  bool fp8_rows(const GgmlRowsView& g, const Fp8Prep& fp, std::size_t t0, std::size_t t1, Rows& rows) const {
+    const std::uint8_t* src = g.blocks + t0 * d_;
+    if (fp.format == RowFormat::e4m3 && has_e4m3_nan(src, (t1 - t0) * d_)) return false;
+    rows = Rows{fp.format, src, d_, t1 - t0, d_ / 8};
+    return true;
+  }
+
+  bool fp8_keys(std::size_t t0, std::size_t t1) {
+    Rows rows;
+    if (!fp8_rows(hp_.view->key.ggml, hp_.fp8_key, t0, t1, rows)) return false;
+    attn::score_rows(rows, nq_, hp_.fp8_w.data(), d_, nullptr, s_.data(), tile_);
+    return true;
+  }
+
+  bool fp8_values(std::size_t t0, std::size_t t1, float* acc) {
+    Rows rows;
+    if (!fp8_rows(hp_.view->value.ggml, hp_.fp8_value, t0, t1, rows)) return false;
+    row_coefficients(t0, rows.n, t0);
+    if (const float sc = hp_.fp8_value.scale; sc != 1.0f) {
+      for (float& c : coef_) c *= sc;
+    }
+    attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+    return true;
+  }
+
+  // Rows [t0, t1) of ggml blocks or nuq codes dequantized into buf_ (ggml_dequantize,
+  // nuq_decode: the values the cache holds), which the f32 loops then read as dense rows.
+  void decoded_tile(const TensorView& t, std::size_t t0, std::size_t t1) {
+    buf_.resize((t1 - t0) * d_);
+    dequantize_rows(t, d_, t0, t1, buf_.data());
+  }
+  attn::Rows f32_rows(std::size_t n) const {
+    return {attn::RowFormat::f32, reinterpret_cast<const std::uint8_t*>(buf_.data()), d_ * sizeof(float), n, d_ / 8};
+  }
+  // Probabilities of rows [r0, r0 + n) of the tile starting at t0, row-major [n, nq].
+  void row_coefficients(std::size_t r0, std::size_t n, std::size_t t0) {
+    coef_.resize(n * nq_);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t h = 0; h < nq_; ++h) coef_[i * nq_ + h] = p_[h * tile_ + (r0 - t0) + i];
+    }
+  }
+
+  void values(std::size_t t0, std::size_t t1, float* acc) {
+    const TensorView& v = hp_.view->value;
+    if (hp_.tq_value.type && tq_values(t0, t1, acc)) return;
+    if (hp_.fp8_value.set() && fp8_values(t0, t1, acc)) return;
+    if (v.nuq.table && hp_.nuq_value.fused) {
+      nuq_values(t0, t1, acc);
+      return;
+    }
+    if (v.ggml.type || v.nuq.table) {
+      decoded_tile(v, t0, t1);
+      row_coefficients(t0, t1 - t0, t0);
+      attn::accumulate_rows(f32_rows(t1 - t0), nq_, coef_.data(), 1, d_ / 8, acc, d_);
+      return;
+    }
+    const PackedView& p = v.packed;
+    const std::size_t e = std::min(t1, p.rows);
+    if (t0 < e) {
+      if (fast_packed_values(p)) {
+        packed_values(t0, e, t0, acc);
+      } else {
+        generic_values(v, t0, e, t0, acc);
+      }
+    }
+    const std::size_t r0 = std::max(t0, p.rows);
+    if (r0 < t1) {
+      if (d_ % 8 == 0) {
+        const std::size_t n = t1 - r0;
+        row_coefficients(r0, n, t0);
+        const std::size_t eb = elem_bytes(v.dense.type), stride = d_ * eb;
+        const Rows rows{dense_format(v.dense.type),
+                        static_cast<const std::uint8_t*>(v.dense.data) + (r0 - p.rows) * stride, stride,
+                        n, d_ / 8};
+        attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+      } else {
+        generic_values(v, r0, t1, t0, acc);
+      }
+    }
+  }
+
+  // Per-token packed values: coef = p * scale per (row, group); p * zero summed per group.
+  void packed_values(std::size_t r0, std::size_t r1, std::size_t t0, float* acc) {
+    const PackedView& p = hp_.view->value.packed;
+    const std::size_t n = r1 - r0, ng = p.cols / p.group + (p.cols % p.group ? 1 : 0);
+    coef_.resize(n * nq_ * ng);
+    zsum_.resize(nq_ * ng);
+    attn::value_coefficients(p_.data() + (r0 - t0), tile_, p.scale + r0 * ng, p.zero + r0 * ng, n, nq_, ng,
+                             coef_.data(), zsum_.data());
+    const std::size_t stride = p.cols * static_cast<std::size_t>(p.bits) / 8;
+    if (int8_values(p, mode_)) {
+      for (std::size_t i = 0; i < n; i += attn::kInt8ValueRows) {
+        const std::size_t m = std::min(attn::kInt8ValueRows, n - i);
+        attn::quantize_coefficients_int8(coef_.data() + i * nq_ * ng, m, nq_, ng, quads_, sigma_);
+        const Rows rows{attn::code_format(p.bits), p.codes + (r0 + i) * stride, stride, m, p.cols / 8};
+        attn::accumulate_rows_int8(rows, nq_, quads_.data(), ng, p.group, sigma_.data(), acc, d_);
+      }
+    } else {
+      const Rows rows{attn::code_format(p.bits), p.codes + r0 * stride, stride, n, p.cols / 8};
+      attn::accumulate_rows(rows, nq_, coef_.data(), ng, p.group / 8, acc, d_);
+    }
+    for (std::size_t h = 0; h < nq_; ++h) {
+      for (std::size_t g = 0; g < ng; ++g) {
+        const float z = zsum_[h * ng + g];
+        float* a = acc + h * d_ + g * p.group;
+        for (std::size_t c = 0; c < std::min(p.group, d_ - g * p.group); ++c) a[c] += z;
+      }
+    }
+  }
+
+  void generic_values(const TensorView& v, std::size_t r0, std::size_t r1, std::size_t t0, float* acc) {
+    buf_.resize((r1 - r0) * d_);
+    dequantize_rows(v, d_, r0, r1, buf_.data());
+    for (std::size_t r = r0; r < r1; ++r) {
+      const float* x = buf_.data() + (r - r0) * d_;
+      for (std::size_t h = 0; h < nq_; ++h) {
+        const float pr = p_[h * tile_ + (r - t0)];
+        for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += pr * x[c];
+      }
+    }
+  }
+
+  const HeadPrep& hp_;
+  std::size_t nq_, d_;
+  std::size_t tile_;
+  AttentionMode mode_;
+  float softcap_;
+  std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
+  std::vector<float> w_, bias_, coef_, zsum_, buf_, tmp_;
+  std::vector<std::uint32_t> out_row_;  // a nuq tile's outliers (nuq_rows)
+  const std::uint16_t* out_channel_ = nullptr;  // into the view's outlier channels
+  std::vector<float> out_delta_;
+  std::vector<float> acc_t_;  // nuq value outliers' sums of the partition, [d, nq] (empty: none)
+  std::vector<float> pt_;     // a nuq tile's probabilities, [rows, nq]
+  std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_tile)
+  std::vector<std::uint16_t> tq_half_;
+  std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops
+  attn::Int8Weights w8_;  // int8 mode: w_ rounded
+  std::vector<std::uint32_t> quads_;  // int8 mode: rounded value coefficients
+  std::vector<float> sigma_;
+  std::size_t group_ = static_cast<std::size_t>(-1);  // key group whose w_/bias_ are loaded
+};
+
+}  // namespace
+
+void run_partition(const HeadPrep& hp, std::size_t nq, std::size_t d, const DecodeAttentionOptions& o, float softcap,
+                   std::size_t a, std::size_t b, Partial& out, float* const* raw, const std::size_t* visible,
+                   std::size_t offset, const std::size_t* first) {
+  PartitionRunner runner(hp, nq, d, o.tile, o.mode, softcap);
+  runner.run(a, b, out, raw, visible, offset, first);
+}
+
+}  // namespace akv::attn
