@@ -976,21 +976,28 @@ TEST_CASE("decode attention over fp8 rows: the vector loops within 1e-5 of the d
         }
         check_coded_vs_dense(coded, dense, d, 10, 1e-5, scale != 1.0f,
                              std::string(kname) + "/" + vname + " scale " + std::to_string(scale));
-        if (kf != Fp8Format::e4m3) continue;
-        // An e4m3 NaN code (which the loads would read as 480): its tile decoded, as attention over
-        // the decoded rows reads it (a NaN score gets weight 0).
-        std::vector<std::uint8_t> bad_bytes = kb[0];
-        bad_bytes[100 * d + 3] = 0x7F;
-        std::vector<float> bad_rows(n * d);
-        fp8_decode_rows(bad_bytes.data(), n * d, scale, kf, bad_rows.data());
-        std::vector<HeadView> bad = coded, bad_dense = dense;
-        bad[0].key.ggml.blocks = bad_bytes.data();
-        bad_dense[0].key.dense.data = bad_rows.data();
-        const std::vector<float> q = normal(n_kv * d, 11);
-        std::vector<float> x(q.size()), y(q.size());
-        decode_attention({q.data(), n_kv, d, bad.data(), n_kv, 0.125f, x.data(), nullptr}, {2, 64, 128});
-        decode_attention({q.data(), n_kv, d, bad_dense.data(), n_kv, 0.125f, y.data(), nullptr}, {2, 64, 128});
-        CHECK(rel_err(x, y) <= 1e-5);
+        // An e4m3 NaN code (which the loads would read as 480) in a key or a value row: its tile
+        // decoded, as attention over the decoded rows reads it (a NaN score gets weight 0; a NaN
+        // value makes that channel of its heads' outputs NaN).
+        for (const bool key : {true, false}) {
+          if ((key ? kf : vf) != Fp8Format::e4m3) continue;
+          std::vector<std::uint8_t> bad_bytes = key ? kb[0] : vb[0];
+          bad_bytes[100 * d + 3] = 0x7F;
+          std::vector<float> bad_rows(n * d);
+          fp8_decode_rows(bad_bytes.data(), n * d, scale, key ? kf : vf, bad_rows.data());
+          std::vector<HeadView> bad = coded, bad_dense = dense;
+          (key ? bad[0].key : bad[0].value).ggml.blocks = bad_bytes.data();
+          (key ? bad_dense[0].key : bad_dense[0].value).dense.data = bad_rows.data();
+          const std::vector<float> q = normal(n_kv * d, 11);
+          std::vector<float> x(q.size()), y(q.size());
+          decode_attention({q.data(), n_kv, d, bad.data(), n_kv, 0.125f, x.data(), nullptr}, {2, 64, 128});
+          decode_attention({q.data(), n_kv, d, bad_dense.data(), n_kv, 0.125f, y.data(), nullptr}, {2, 64, 128});
+          INFO((key ? "key" : "value") << " NaN code, " << kname << "/" << vname << " scale " << scale);
+          for (std::size_t i = 0; i < x.size(); ++i) CHECK(std::isnan(x[i]) == std::isnan(y[i]));
+          if (key) CHECK(rel_err(x, y) <= 1e-5);
+          if (!key) CHECK(std::isnan(x[3]));  // channel 3 of the first head
+          if (!key) CHECK(rel_err(std::vector<float>(x.begin() + d, x.end()), std::vector<float>(y.begin() + d, y.end())) <= 1e-5);
+        }
       }
     }
   }

@@ -482,31 +482,35 @@ class PartitionRunner {
     return true;
   }
 
-  // fp8 rows [t0, t1) of a view as the vector loops read them; false for e4m3 rows holding a NaN
-  // code (decoded instead).
-  bool fp8_rows(const GgmlRowsView& g, const Fp8Prep& fp, std::size_t t0, std::size_t t1, Rows& rows) const {
-    const std::uint8_t* src = g.blocks + t0 * d_;
-    if (fp.format == RowFormat::e4m3 && has_e4m3_nan(src, (t1 - t0) * d_)) return false;
-    rows = Rows{fp.format, src, d_, t1 - t0, d_ / 8};
-    return true;
+  // fp8 rows [t0, t1) of a view as the vector loops read them. e4m3 NaN codes (which those loads
+  // read as 480) are looked for after the loops have read the tile (it is then in the nearest
+  // cache; a scan before them measured 15% of the step, the tile's first touch): a tile holding
+  // one is then computed again from its decoded rows (values: the accumulators restored first).
+  Rows fp8_rows(const GgmlRowsView& g, const Fp8Prep& fp, std::size_t t0, std::size_t t1) const {
+    return Rows{fp.format, g.blocks + t0 * d_, d_, t1 - t0, d_ / 8};
+  }
+  bool fp8_nan(const Fp8Prep& fp, const Rows& rows) const {
+    return fp.format == RowFormat::e4m3 && has_e4m3_nan(rows.base, rows.n * d_);
   }
 
   bool fp8_keys(std::size_t t0, std::size_t t1) {
-    Rows rows;
-    if (!fp8_rows(hp_.view->key.ggml, hp_.fp8_key, t0, t1, rows)) return false;
+    const Rows rows = fp8_rows(hp_.view->key.ggml, hp_.fp8_key, t0, t1);
     attn::score_rows(rows, nq_, hp_.fp8_w.data(), d_, nullptr, s_.data(), tile_);
-    return true;
+    return !fp8_nan(hp_.fp8_key, rows);
   }
 
   bool fp8_values(std::size_t t0, std::size_t t1, float* acc) {
-    Rows rows;
-    if (!fp8_rows(hp_.view->value.ggml, hp_.fp8_value, t0, t1, rows)) return false;
+    const Rows rows = fp8_rows(hp_.view->value.ggml, hp_.fp8_value, t0, t1);
+    const bool e4m3 = hp_.fp8_value.format == RowFormat::e4m3;
+    if (e4m3) saved_.assign(acc, acc + nq_ * d_);
     row_coefficients(t0, rows.n, t0);
     if (const float sc = hp_.fp8_value.scale; sc != 1.0f) {
       for (float& c : coef_) c *= sc;
     }
     attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
-    return true;
+    if (!fp8_nan(hp_.fp8_value, rows)) return true;
+    std::copy(saved_.begin(), saved_.end(), acc);
+    return false;
   }
 
   // Rows [t0, t1) of ggml blocks or nuq codes dequantized into buf_ (ggml_dequantize,
@@ -621,6 +625,7 @@ class PartitionRunner {
   std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_tile)
   std::vector<std::uint16_t> tq_half_;
   std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops
+  std::vector<float> saved_;       // e4m3 values: the accumulators before a tile (fp8_values)
   attn::Int8Weights w8_;  // int8 mode: w_ rounded
   std::vector<std::uint32_t> quads_;  // int8 mode: rounded value coefficients
   std::vector<float> sigma_;
