@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "akv/attention/block_attention.h"
@@ -57,15 +58,15 @@ void check_against_ref(const Layout& l, std::size_t n_kv, std::size_t nq, Decode
 }
 
 // Decode attention over coded views (codes read by the vector loops) and over dense f32 views of
-// the same rows as the codes decode, for GQA 1 and 4 with every instruction set: outputs within
+// the same rows as the codes decode, for GQA 1, 4, 3 and 8 with every instruction set: outputs within
 // tol of each other and, when `differ`, not equal (the coded loops ran, not a decoded tile);
-// AVX2 == AVX-512 bitwise. Returns the best instruction set's outputs per GQA (1, then 4).
+// AVX2 == AVX-512 bitwise. Returns the best instruction set's outputs per GQA (1, 4, 3, 8).
 std::vector<std::vector<float>> check_coded_vs_dense(const std::vector<HeadView>& coded, const std::vector<HeadView>& dense,
                                                      std::size_t d, std::uint64_t seed, double tol, bool differ,
                                                      const std::string& what) {
   const std::size_t n_kv = coded.size();
   std::vector<std::vector<float>> best;
-  for (std::size_t nq : {1, 4}) {
+  for (std::size_t nq : {1, 4, 3, 8}) {  // best: [0] GQA 1, [1] GQA 4
     const std::vector<float> q = normal(n_kv * nq * d, seed);
     std::vector<std::vector<float>> a(3);
     std::vector<float> b(q.size());
@@ -1130,6 +1131,26 @@ TEST_CASE("decode attention over nuq codes: the level loops within the f16 round
         std::vector<float> ref(q.size());
         decode_attention_ref({q.data(), n_kv * nq, d, coded.data(), n_kv, 0.125f, ref.data(), nullptr});
         CHECK(rel_err(best[i], ref) <= 1e-3);
+      }
+      // A value row whose range is NaN (in the range scan's vector part, then in its tail) is
+      // not read by the level loops: the tensor is decoded, that row's coded values 0
+      // (nuq_decode), as the dense rows of the same decode are read.
+      for (const std::size_t row : {std::size_t{100}, n - 3}) {
+        if (!keys_per_channel) break;  // values per row only
+        NuqRows bad = vr[0];
+        bad.range[row - 1] = std::numeric_limits<float>::quiet_NaN();  // row 0 is the sink row
+        std::vector<HeadView> c2 = coded, d2 = dense;
+        c2[0].value.nuq = bad.view(vt[0]);
+        std::vector<float> vd(n * d);
+        dequantize_rows(c2[0].value, d, 0, n, vd.data());
+        d2[0].key = coded[0].key;  // the same scores
+        d2[0].value.dense = {DenseType::f32, vd.data(), n};
+        const std::vector<float> q = normal(n_kv * 4 * d, 12);
+        std::vector<float> x(q.size()), y(q.size());
+        decode_attention({q.data(), n_kv * 4, d, c2.data(), n_kv, 0.125f, x.data(), nullptr}, {2, 64, 128});
+        decode_attention({q.data(), n_kv * 4, d, d2.data(), n_kv, 0.125f, y.data(), nullptr}, {2, 64, 128});
+        INFO("bits " << bits << " row " << row);
+        CHECK(std::equal(x.begin(), x.begin() + 4 * d, y.begin()));  // KV head 0's query heads
       }
     }
   }

@@ -1,12 +1,49 @@
 #include "akv/attention/partition.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
+
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 #include "akv/tensor/fp8.h"
 
 namespace akv::attn {
 namespace {
+
+// The largest |a[i]| and |b[i]| for i < n into ma and mb (both >= 0 on entry); false when some
+// value is not finite. Eight at a time where AVX is there: for value rows it runs once per decode
+// step over every row.
+bool finite_maxima(const float* a, const float* b, std::size_t n, float& ma, float& mb) {
+  std::size_t i = 0;
+  unsigned bad = 0;
+#ifdef __AVX__
+  const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(FLT_MAX);
+  __m256 va = _mm256_setzero_ps(), vb = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_andnot_ps(sign, _mm256_loadu_ps(a + i)), y = _mm256_andnot_ps(sign, _mm256_loadu_ps(b + i));
+    va = _mm256_max_ps(va, x);  // a NaN lane keeps va; vbad flags it
+    vb = _mm256_max_ps(vb, y);
+    vbad = _mm256_or_ps(vbad, _mm256_or_ps(_mm256_cmp_ps(x, big, _CMP_NLE_UQ), _mm256_cmp_ps(y, big, _CMP_NLE_UQ)));
+  }
+  alignas(32) float la[8], lb[8];
+  _mm256_store_ps(la, va);
+  _mm256_store_ps(lb, vb);
+  for (int k = 0; k < 8; ++k) {
+    ma = std::max(ma, la[k]);
+    mb = std::max(mb, lb[k]);
+  }
+  bad = static_cast<unsigned>(_mm256_movemask_ps(vbad));
+#endif
+  for (; i < n; ++i) {
+    ma = std::max(ma, std::fabs(a[i]));
+    mb = std::max(mb, std::fabs(b[i]));
+    bad |= static_cast<unsigned>(!std::isfinite(a[i])) | static_cast<unsigned>(!std::isfinite(b[i]));
+  }
+  return bad == 0;
+}
 
 NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
   NuqPrep np;
@@ -23,14 +60,9 @@ NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
   const float* off = t.per_channel ? np.offset.data() : v.offset;
   const std::size_t n = t.per_channel ? d : coded;
   float level = 0, r = 0, o = 0;
-  unsigned bad = 0;  // a range or offset not finite (std::max passes over NaN)
   for (const float x : t.levels) level = std::max(level, std::fabs(x));
-  for (std::size_t i = 0; i < n; ++i) {  // a branch-free pass (one per decode step for value rows)
-    r = std::max(r, std::fabs(rg[i]));
-    o = std::max(o, std::fabs(off[i]));
-    bad |= static_cast<unsigned>(!std::isfinite(rg[i])) | static_cast<unsigned>(!std::isfinite(off[i]));
-  }
-  np.fused = bad == 0 && std::isfinite(level) && static_cast<double>(level) * r + o < 1e38;
+  const bool finite = finite_maxima(rg, off, n, r, o);
+  np.fused = finite && std::isfinite(level) && static_cast<double>(level) * r + o < 1e38;
   return np;
 }
 

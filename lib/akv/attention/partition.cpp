@@ -4,9 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
-#if defined(__AVX__) || defined(__FMA__)
+#if defined(__SSE__) || defined(__AVX__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
 
@@ -47,6 +48,62 @@ void inverse_norms(const float* sq, std::size_t n, float* range) {
   }
 #endif
   for (; r < n; ++r) range[r] *= 1.0f / std::sqrt(sq[r] + 1e-16f);
+}
+
+// out[i * nq + h] = p[h * ps + i] for i < n, h < nq: n rows' probabilities of nq heads, row-major
+// (the coefficient layout of accumulate_rows). Four heads by four rows at a time, then pairs of
+// heads (SSE; plain copies otherwise): the strided scalar stores of the plain loop cost a nuq
+// tile as much as its outlier corrections.
+void transpose_heads(const float* p, std::size_t ps, std::size_t n, std::size_t nq, float* out) {
+  std::size_t h = 0;
+#ifdef __SSE__
+  for (; h + 4 <= nq; h += 4) {
+    const float *p0 = p + h * ps, *p1 = p0 + ps, *p2 = p1 + ps, *p3 = p2 + ps;
+    std::size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      __m128 r0 = _mm_loadu_ps(p0 + i), r1 = _mm_loadu_ps(p1 + i), r2 = _mm_loadu_ps(p2 + i),
+             r3 = _mm_loadu_ps(p3 + i);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      float* o = out + i * nq + h;
+      _mm_storeu_ps(o, r0);
+      _mm_storeu_ps(o + nq, r1);
+      _mm_storeu_ps(o + 2 * nq, r2);
+      _mm_storeu_ps(o + 3 * nq, r3);
+    }
+    for (; i < n; ++i) {
+      for (std::size_t k = 0; k < 4; ++k) out[i * nq + h + k] = p[(h + k) * ps + i];
+    }
+  }
+  for (; h + 2 <= nq; h += 2) {
+    const float *p0 = p + h * ps, *p1 = p0 + ps;
+    std::size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      const __m128 r0 = _mm_loadu_ps(p0 + i), r1 = _mm_loadu_ps(p1 + i);
+      const __m128 lo = _mm_unpacklo_ps(r0, r1), hi = _mm_unpackhi_ps(r0, r1);
+      float* o = out + i * nq + h;
+      _mm_storel_pi(reinterpret_cast<__m64*>(o), lo);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(o + nq), lo);
+      _mm_storel_pi(reinterpret_cast<__m64*>(o + 2 * nq), hi);
+      _mm_storeh_pi(reinterpret_cast<__m64*>(o + 3 * nq), hi);
+    }
+    for (; i < n; ++i) {
+      out[i * nq + h] = p0[i];
+      out[i * nq + h + 1] = p1[i];
+    }
+  }
+#endif
+  for (; h < nq; ++h) {
+    for (std::size_t i = 0; i < n; ++i) out[i * nq + h] = p[h * ps + i];
+  }
+}
+
+// The f32 value of f16 bits (F16C's conversion where the build has it).
+inline float half_value(std::uint16_t h) {
+#ifdef __F16C__
+  return _cvtsh_ss(h);
+#else
+  return f16_to_f32_ref(h);
+#endif
 }
 
 // Whether n e4m3 bytes hold a NaN code (S.1111.111), which the e4m3 loads do not read as NaN.
@@ -224,14 +281,9 @@ class PartitionRunner {
   // nuq rows [t0, t1) of a view: f16 sink rows as such, coded rows through the level loops (the
   // value of a code in f32, levels[code] x range + offset, not rounded to f16 as nuq_decode
   // rounds it): coded(rows, first) for the kernel's rows, first = their offset from t0;
-  // sink(rows, first) for the sink rows. Then the coded rows' outliers as corrections, in
-  // out_row_ (offset from t0), out_channel_ and out_delta_ (the outlier's value minus the code-0
-  // value the loops read there).
+  // sink(rows, first) for the sink rows. The coded rows' outliers: nuq_outliers.
   template <class Coded, class Sink>
   void nuq_rows(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1, Coded&& coded, Sink&& sink) {
-    out_row_.clear();
-    out_channel_ = nullptr;
-    out_delta_.clear();
     const std::size_t se = std::min(t1, v.sink_rows);
     if (t0 < se) {
       sink(Rows{RowFormat::f16, reinterpret_cast<const std::uint8_t*>(v.sink + t0 * d_), 2 * d_, se - t0, d_ / 8}, 0);
@@ -250,32 +302,51 @@ class PartitionRunner {
       std::copy_n(v.codes + last * stride, stride, pad_.data());
       coded(Rows{f, pad_.data(), stride, 1, d_ / 8, np.levels}, last + v.sink_rows - t0);
     }
-    const std::uint32_t e0 = q0 == 0 ? 0 : v.outlier_end[q0 - 1], e1 = v.outlier_end[q1 - 1];
-    const std::size_t m = e1 - e0;
-    out_delta_.resize(m);  // the tile's outlier values, widened at once
-    out_channel_ = v.outlier_channel + e0;
-    f16_to_f32(v.outlier_value + e0, out_delta_.data(), m);
-    // Each outlier's tile row without a branch per row: row[e] first counts the coded rows whose
-    // outliers start at e (an empty row starts where the next one does), then the running count
-    // from the first coded row's tile row r0 - t0 (minus one: the first row starts at 0).
-    out_row_.assign(m + 1, 0);
+  }
+
+  // The outliers of the coded rows among [t0, t1): [first, end) of the view's outlier arrays.
+  static std::pair<std::uint32_t, std::uint32_t> outlier_span(const NuqView& v, std::size_t t0, std::size_t t1) {
+    const std::size_t r0 = std::max(t0, v.sink_rows);
+    if (r0 >= t1) return {0, 0};
+    const std::size_t q0 = r0 - v.sink_rows, q1 = t1 - v.sink_rows;
+    return {q0 == 0 ? 0 : v.outlier_end[q0 - 1], v.outlier_end[q1 - 1]};
+  }
+
+  // Each outlier of the coded rows among [t0, t1) in storage order: f(row, channel, delta), row
+  // its offset from t0, delta its value minus the code-0 value the level loops read there. The
+  // outliers' rows first, in out_row_: row by row, the row's offset written over the eight
+  // entries from its first outlier (one vector store; a later row overwrites what is not its
+  // predecessor's), the entries past the eighth one by one.
+  template <class F>
+  void nuq_outliers(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1, F&& f) {
+    const auto [e0, e1] = outlier_span(v, t0, t1);
+    if (e0 == e1) return;
+    const std::size_t r0 = std::max(t0, v.sink_rows), q0 = r0 - v.sink_rows, q1 = t1 - v.sink_rows, m = e1 - e0;
+    out_row_.resize(m + 8);
     std::uint32_t* __restrict row = out_row_.data();
-    row[0] = 1;
-    for (std::size_t q = q0 + 1; q < q1; ++q) row[v.outlier_end[q - 1] - e0] += 1;
-    auto k = static_cast<std::uint32_t>(r0 - t0 - 1);
-    for (std::size_t e = 0; e < m; ++e) row[e] = k += row[e];
-    float* __restrict delta = out_delta_.data();
-    if (t.per_channel) {
-      const float* zero = np.zero.data();
-      const std::uint16_t* channel = out_channel_;
-      for (std::size_t e = 0; e < m; ++e) delta[e] -= zero[channel[e]];
-    } else {
-      for (std::size_t e = 0; e < m; ++e) {
-        const std::size_t q = row[e] + t0 - v.sink_rows;
-        delta[e] -= np.levels[0] * v.range[q] + v.offset[q];
-      }
+    std::uint32_t start = e0;
+    for (std::size_t q = q0; q < q1; ++q) {
+      const std::uint32_t end = v.outlier_end[q], r = static_cast<std::uint32_t>(q + v.sink_rows - t0);
+      std::uint32_t e = start;
+#ifdef __AVX2__
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + (start - e0)), _mm256_set1_epi32(static_cast<int>(r)));
+      e += 8;
+#endif
+      for (; e < end; ++e) row[e - e0] = r;
+      start = end;
     }
-    out_row_.resize(m);
+    const std::uint16_t* channel = v.outlier_channel + e0;
+    const std::uint16_t* value = v.outlier_value + e0;
+    if (v.table->per_channel) {
+      const float* zero = np.zero.data();
+      for (std::size_t e = 0; e < m; ++e) f(row[e], channel[e], half_value(value[e]) - zero[channel[e]]);
+      return;
+    }
+    const float l0 = np.levels[0];
+    for (std::size_t e = 0; e < m; ++e) {
+      const std::size_t q = row[e] + t0 - v.sink_rows;
+      f(row[e], channel[e], half_value(value[e]) - (l0 * v.range[q] + v.offset[q]));
+    }
   }
 
   void nuq_keys(std::size_t t0, std::size_t t1) {
@@ -297,83 +368,89 @@ class PartitionRunner {
         [&](const Rows& rows, std::size_t first) {
           attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data() + first, tile_);
         });
-    // Outlier by outlier, every query head (a row's corrections add in outlier order per head).
-    float* __restrict s = s_.data();
-    const float* q = hp_.q.data();
-    for (std::size_t k = 0; k < out_delta_.size(); ++k) {
-      float* sk = s + out_row_[k];
-      const float* qk = q + out_channel_[k];
-      const float dk = out_delta_[k];
-      for (std::size_t h = 0; h < nq_; ++h) sk[h * tile_] += qk[h * d_] * dk;
+    switch (nq_) {
+      case 1: return key_outliers<1>(v, np, t0, t1);
+      case 2: return key_outliers<2>(v, np, t0, t1);
+      case 4: return key_outliers<4>(v, np, t0, t1);
+      case 8: return key_outliers<8>(v, np, t0, t1);
+      default: return key_outliers<0>(v, np, t0, t1);
     }
   }
 
+  // s[h, row] += q[h, channel] x delta over the tile's key outliers, outlier by outlier, every
+  // query head (a row's corrections add in outlier order per head; NQ as value_outliers').
+  template <std::size_t NQ>
+  void key_outliers(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1) {
+    const std::size_t w = NQ ? NQ : nq_;
+    float* __restrict s = s_.data();
+    const float* __restrict q = hp_.q.data();
+    nuq_outliers(v, np, t0, t1, [&](std::uint32_t row, std::uint16_t channel, float delta) {
+      for (std::size_t h = 0; h < w; ++h) s[h * tile_ + row] += q[h * d_ + channel] * delta;
+    });
+  }
+
+  // nuq values from the tile's probabilities row-major, pt_ [rows, nq]: they are the coefficients
+  // of the sink rows, scaled those of the coded rows, and each outlier's vector of nq.
   void nuq_values(std::size_t t0, std::size_t t1, float* acc) {
     const NuqView& v = hp_.view->value.nuq;
     const NuqPrep& np = hp_.nuq_value;
     const bool per_channel = v.table->per_channel;
+    pt_.resize((t1 - t0) * nq_);
+    transpose_heads(p_.data(), tile_, t1 - t0, nq_, pt_.data());
     nuq_rows(
         v, np, t0, t1,
         [&](const Rows& rows, std::size_t first) {
+          const float* pt = pt_.data() + first * nq_;
           if (per_channel) {  // acc += range x (p . levels) + offset x sum p, per channel
-            row_coefficients(t0 + first, rows.n, t0);
             tmp_.assign(nq_ * d_, 0.0f);
-            attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, tmp_.data(), d_);
+            attn::accumulate_rows(rows, nq_, pt, 1, d_ / 8, tmp_.data(), d_);
             for (std::size_t h = 0; h < nq_; ++h) {
               float psum = 0.0f;
-              for (std::size_t i = 0; i < rows.n; ++i) psum += coef_[i * nq_ + h];
+              for (std::size_t i = 0; i < rows.n; ++i) psum += pt[i * nq_ + h];
               for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += np.range[c] * tmp_[h * d_ + c] + np.offset[c] * psum;
             }
             return;
           }
           const std::size_t q = t0 + first - v.sink_rows;
-          scaled_accumulate(rows, t0 + first, t0, v.range + q, v.offset + q, acc);
+          scaled_accumulate(rows, pt, v.range + q, v.offset + q, acc);
         },
         [&](const Rows& rows, std::size_t first) {
-          row_coefficients(t0 + first, rows.n, t0);
-          attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+          attn::accumulate_rows(rows, nq_, pt_.data() + first * nq_, 1, d_ / 8, acc, d_);
         });
-    // The outliers' products into acc_t_ [d, nq] from the probabilities row-major, pt_ [rows, nq]
-    // (channel- and row-major: a vector of nq per outlier; run() keeps acc_t_ scaled with acc and
-    // adds it to acc at the partition's end).
-    if (out_delta_.empty()) return;
-    if (acc_t_.empty()) acc_t_.assign(d_ * nq_, 0.0f);
-    const std::size_t n = t1 - t0;
-    pt_.resize(n * nq_);
-    for (std::size_t h = 0; h < nq_; ++h) {
-      for (std::size_t i = 0; i < n; ++i) pt_[i * nq_ + h] = p_[h * tile_ + i];
-    }
     switch (nq_) {
-      case 1: return add_outliers<1>();
-      case 2: return add_outliers<2>();
-      case 4: return add_outliers<4>();
-      case 8: return add_outliers<8>();
-      default: return add_outliers<0>();
+      case 1: return value_outliers<1>(v, np, t0, t1);
+      case 2: return value_outliers<2>(v, np, t0, t1);
+      case 4: return value_outliers<4>(v, np, t0, t1);
+      case 8: return value_outliers<8>(v, np, t0, t1);
+      default: return value_outliers<0>(v, np, t0, t1);
     }
   }
 
-  // acc_t_[channel_k, h] += pt_[row_k, h] x delta_k over the tile's outliers (NQ: nq_ when
-  // known at compile time, 0 otherwise).
+  // acc_t_[channel, h] += pt_[row, h] x delta over the tile's value outliers (NQ: nq_ when known
+  // at compile time, 0 otherwise). acc_t_ [d, nq] is channel-major (a vector of nq per outlier);
+  // run() keeps it scaled with acc and adds it to acc at the partition's end.
   template <std::size_t NQ>
-  void add_outliers() {
+  void value_outliers(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1) {
+    const auto [e0, e1] = outlier_span(v, t0, t1);
+    if (e0 == e1) return;
     const std::size_t w = NQ ? NQ : nq_;
+    if (acc_t_.empty()) acc_t_.assign(d_ * w, 0.0f);
     float* __restrict at = acc_t_.data();
     const float* __restrict pt = pt_.data();
-    for (std::size_t k = 0; k < out_delta_.size(); ++k) {
-      float* a = at + out_channel_[k] * w;
-      const float* pr = pt + out_row_[k] * w;
-      const float dk = out_delta_[k];
+    nuq_outliers(v, np, t0, t1, [&](std::uint32_t row, std::uint16_t channel, float dk) {
+      float* a = at + channel * w;
+      const float* pr = pt + row * w;
 #ifdef __FMA__
       if constexpr (NQ == 4) {  // one fused multiply-add of four heads (the loop below stays scalar)
         _mm_storeu_ps(a, _mm_fmadd_ps(_mm_loadu_ps(pr), _mm_set1_ps(dk), _mm_loadu_ps(a)));
-        continue;
+        return;
       } else if constexpr (NQ == 8) {
         _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_loadu_ps(pr), _mm256_set1_ps(dk), _mm256_loadu_ps(a)));
-        continue;
+        return;
       }
 #endif
       for (std::size_t h = 0; h < w; ++h) a[h] = std::fma(pr[h], dk, a[h]);
-    }
+    });
   }
 
   // Scores s[h * tile_ + i] (i < n) of rows stored as range_i x codes + offset_i from the
@@ -390,26 +467,37 @@ class PartitionRunner {
     }
   }
 
-  // acc += the probabilities of rows [r0, r0 + rows.n) (of the tile from t0) times rows stored
-  // as range_i x codes + offset_i: coef = p x range_i ([n, nq]) over the codes, and p x offset_i
-  // summed into every channel (offset null: 0).
-  void scaled_accumulate(const Rows& rows, std::size_t r0, std::size_t t0, const float* range, const float* offset,
-                         float* acc) {
+  // acc += the probabilities pt ([rows.n, nq], row-major) times rows stored as range_i x codes +
+  // offset_i: coef = p x range_i over the codes, and p x offset_i summed into every channel
+  // (offset null: 0).
+  void scaled_accumulate(const Rows& rows, const float* pt, const float* range, const float* offset, float* acc) {
     coef_.resize(rows.n * nq_);
     zsum_.assign(nq_, 0.0f);
-    for (std::size_t h = 0; h < nq_; ++h) {
-      const float* p = p_.data() + h * tile_ + (r0 - t0);
-      float z = 0.0f;
+    float* __restrict coef = coef_.data();
+    float* __restrict z = zsum_.data();
+    std::size_t h0 = 0;
+#ifdef __FMA__
+    for (; h0 + 4 <= nq_; h0 += 4) {  // four heads a vector, each sum in row order as below
+      __m128 zs = _mm_setzero_ps();
       for (std::size_t i = 0; i < rows.n; ++i) {
-        coef_[i * nq_ + h] = p[i] * range[i];
-        if (offset) z += p[i] * offset[i];
+        const __m128 p = _mm_loadu_ps(pt + i * nq_ + h0);
+        _mm_storeu_ps(coef + i * nq_ + h0, _mm_mul_ps(p, _mm_set1_ps(range[i])));
+        if (offset) zs = _mm_fmadd_ps(p, _mm_set1_ps(offset[i]), zs);
       }
-      zsum_[h] = z;
+      _mm_storeu_ps(z + h0, zs);
     }
-    attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
+#endif
+    for (; h0 < nq_; ++h0) {
+      for (std::size_t i = 0; i < rows.n; ++i) {
+        const float p = pt[i * nq_ + h0];
+        coef[i * nq_ + h0] = p * range[i];
+        if (offset) z[h0] = std::fma(p, offset[i], z[h0]);
+      }
+    }
+    attn::accumulate_rows(rows, nq_, coef, 1, d_ / 8, acc, d_);
     if (!offset) return;
     for (std::size_t h = 0; h < nq_; ++h) {
-      for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += zsum_[h];
+      for (std::size_t c = 0; c < d_; ++c) acc[h * d_ + c] += z[h];
     }
   }
 
@@ -469,7 +557,9 @@ class PartitionRunner {
         attn::score_rows(rows, 1, tp.ones.data(), d_, nullptr, buf_.data(), n, tq_sq_.data());
         nc_ranges(n);
       }
-      scaled_accumulate(rows, t0, t0, tq_range_.data(), nullptr, acc);
+      pt_.resize(n * nq_);
+      transpose_heads(p_.data(), tile_, n, nq_, pt_.data());
+      scaled_accumulate(rows, pt_.data(), tq_range_.data(), nullptr, acc);
       return true;
     }
     coef_.resize(n * nq_);
@@ -525,9 +615,7 @@ class PartitionRunner {
   // Probabilities of rows [r0, r0 + n) of the tile starting at t0, row-major [n, nq].
   void row_coefficients(std::size_t r0, std::size_t n, std::size_t t0) {
     coef_.resize(n * nq_);
-    for (std::size_t i = 0; i < n; ++i) {
-      for (std::size_t h = 0; h < nq_; ++h) coef_[i * nq_ + h] = p_[h * tile_ + (r0 - t0) + i];
-    }
+    transpose_heads(p_.data() + (r0 - t0), tile_, n, nq_, coef_.data());
   }
 
   void values(std::size_t t0, std::size_t t1, float* acc) {
@@ -617,11 +705,9 @@ class PartitionRunner {
   float softcap_;
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
   std::vector<float> w_, bias_, coef_, zsum_, buf_, tmp_;
-  std::vector<std::uint32_t> out_row_;  // a nuq tile's outliers (nuq_rows)
-  const std::uint16_t* out_channel_ = nullptr;  // into the view's outlier channels
-  std::vector<float> out_delta_;
+  std::vector<std::uint32_t> out_row_;  // a nuq tile's outliers' rows (nuq_outliers)
   std::vector<float> acc_t_;  // nuq value outliers' sums of the partition, [d, nq] (empty: none)
-  std::vector<float> pt_;     // a nuq tile's probabilities, [rows, nq]
+  std::vector<float> pt_;     // a tile's probabilities row-major, [rows, nq] (nuq, TurboQuant key rows)
   std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_tile)
   std::vector<std::uint16_t> tq_half_;
   std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops
