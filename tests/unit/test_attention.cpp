@@ -154,7 +154,9 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
                                  : f == RowFormat::e4m3 ? e4m3.data()
                                  : f == RowFormat::e5m2 ? e5m2.data()
                                                         : bytes.data();
-      const attn::Rows rows{f, base, chunks * bits, n, chunks, levels.data()};
+      float table[16];  // level formats: the codes' values repeated (level_table)
+      attn::level_table(levels.data(), bits > 4 ? 4 : static_cast<int>(bits), table);
+      const attn::Rows rows{f, base, chunks * bits, n, chunks, table};
       std::vector<std::vector<float>> s(3), acc(3), sq(3);
       for_each_isa([&](Isa isa) {
         auto& si = s[static_cast<std::size_t>(isa)];
@@ -177,7 +179,7 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
         // A row's score does not depend on the block of rows it was computed in.
         std::vector<float> one(nq);
         for (std::size_t r = 0; r < n; ++r) {
-          const attn::Rows row{f, base + r * rows.stride, rows.stride, 1, chunks, levels.data()};
+          const attn::Rows row{f, base + r * rows.stride, rows.stride, 1, chunks, table};
           attn::score_rows(row, nq, w.data(), chunks * 8, bias.data(), one.data(), 1);
           for (std::size_t h = 0; h < nq; ++h) CHECK(one[h] == si[h * n + r]);
         }

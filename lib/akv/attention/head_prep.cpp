@@ -49,7 +49,7 @@ NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
   NuqPrep np;
   const NuqTable& t = *v.table;
   if (t.bits < 2 || t.bits > 4 || t.levels.size() != (std::size_t{1} << t.bits) || d % 8 != 0) return np;
-  std::copy(t.levels.begin(), t.levels.end(), np.levels);
+  attn::level_table(t.levels.data(), t.bits, np.levels);
   if (t.per_channel) {
     nuq_channel_params(t, d, np.offset, np.range);
     np.zero.resize(d);
@@ -76,9 +76,7 @@ TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key) {
   } else {
     const TqCodebook& cb = tq_codebook(d, b);
     tp.format = attn::level_format(b);
-    for (std::size_t i = 0; i < cb.centroids.size(); ++i) {
-      tp.levels[i] = cb.centroids[i];
-    }
+    attn::level_table(cb.centroids.data(), b, tp.levels);
     if (t->kind == TqKind::key_nc) tp.ones.assign(d, 1.0f);
   }
   tp.type = t;

@@ -47,6 +47,11 @@ RowFormat level_format(int bits) {
   }
 }
 
+void level_table(const float* values, int bits, float* table) {
+  const std::size_t n = std::size_t{1} << bits;
+  for (std::size_t i = 0; i < 16; ++i) table[i] = values[i % n];
+}
+
 namespace {
 
 // f16 bits to float (exact): F16C where built for it.

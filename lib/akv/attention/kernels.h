@@ -32,8 +32,13 @@ struct Rows {
   RowFormat format = RowFormat::f32;
   const std::uint8_t* base = nullptr;
   std::size_t stride = 0, n = 0, chunks = 0;
-  const float* levels = nullptr;  // level formats: 16 floats, the first 2^b the codes' values
+  const float* levels = nullptr;  // level formats: 16 floats as level_table fills them
 };
+
+// The table of a level format: table[i] = values[i mod 2^bits] for i < 16 (the 2^bits values
+// repeated: the vector loops index it with the code's bits and the bits above them, which saves
+// masking each code).
+void level_table(const float* values, int bits, float* table);
 
 // For h < nq, r < rows.n: s[h * s_stride + r] = bias[h] + sum_c w[h * w_stride + c] * row_r[c]
 // (f32 products and sums; bias may be null = 0). sq (may be null, nq >= 1): also

@@ -42,8 +42,9 @@ constexpr int code_bits() {
                                                            : 8;
 }
 
-// levels[idx] per lane for idx < 16 (levels: 16 floats): one permute of 8 (2 and 3 bits), for 4
-// bits two permutes and a blend on bit 3 (AVX-512 VL: one two-table permute; the same values).
+// levels[idx mod 16] per lane (levels: level_table's 16 floats; idx's bits above the code need
+// no mask): one permute of 8 (2 and 3 bits), for 4 bits two permutes and a blend on bit 3
+// (AVX-512 VL: one two-table permute; the same values).
 template <RowFormat F>
 [[gnu::always_inline]] inline __m256 lookup_levels(__m256i idx, const float* levels) {
   const __m256 lo = _mm256_loadu_ps(levels);
@@ -127,11 +128,11 @@ template <RowFormat F>
       return _mm256_cvtepi32_ps(_mm256_and_si256(word, mask));
     } else {
       const __m256i shifts = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
-      const __m256i code = _mm256_and_si256(_mm256_srlv_epi32(word, shifts), _mm256_set1_epi32(static_cast<int>(m)));
+      const __m256i shifted = _mm256_srlv_epi32(word, shifts);
       if constexpr (kLevels<F>) {
-        return lookup_levels<F>(code, levels);
+        return lookup_levels<F>(shifted, levels);
       } else {
-        return _mm256_cvtepi32_ps(code);
+        return _mm256_cvtepi32_ps(_mm256_and_si256(shifted, _mm256_set1_epi32(static_cast<int>(m))));
       }
     }
   }
@@ -463,8 +464,7 @@ template <RowFormat F>
     const __m512i word = _mm512_mask_set1_epi32(_mm512_set1_epi32(static_cast<int>(wa)), 0xFF00, static_cast<int>(wb));
     const __m512i shifts = _mm512_setr_epi32(0, bits, 2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits, 0, bits,
                                              2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits);
-    const __m512i code = _mm512_and_si512(_mm512_srlv_epi32(word, shifts), _mm512_set1_epi32((1 << bits) - 1));
-    return _mm512_permutexvar_ps(code, _mm512_loadu_ps(levels));
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(word, shifts), _mm512_loadu_ps(levels));  // no mask: level_table
   } else {
     static_assert(kScaledLanes<F>);
     constexpr int bits = code_bits<F>();

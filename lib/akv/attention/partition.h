@@ -21,7 +21,7 @@ namespace akv::attn {
 // nuq_decode's zeros would differ).
 struct NuqPrep {
   bool fused = false;
-  float levels[16] = {};
+  float levels[16] = {};  // attn::level_table of the codes' values
   std::vector<float> offset, range;
   std::vector<float> zero;  // per channel: the code-0 value, levels[0] x range + offset
 };
@@ -36,7 +36,7 @@ struct NuqPrep {
 struct TqPrep {
   std::optional<TqType> type;  // set when the rows go through the vector loops
   RowFormat format = RowFormat::f32;
-  float levels[16] = {};
+  float levels[16] = {};  // attn::level_table of the codes' values
   std::vector<float> ones;  // key_nc: the weights of a pass that only sums squares (key_nc values)
 };
 
