@@ -254,12 +254,12 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
 // chunk k (values 16k .. 16k+15) holds value 16k + wide_lane<F>(j), times 2^(wide_shift<F>(j)).
 template <RowFormat F>
 constexpr int wide_lane(int j) {
-  return F == RowFormat::code2 ? j : j / 2 + 8 * (j % 2);  // 4-bit: lanes alternate the two words
+  return code_bits<F>() == 2 ? j : j / 2 + 8 * (j % 2);  // 4-bit: lanes alternate the two words
 }
 
 template <RowFormat F>
 constexpr int wide_shift(int j) {
-  return F == RowFormat::code2 ? 2 * j : 4 * (j / 2);
+  return code_bits<F>() == 2 ? 2 * j : 4 * (j / 2);
 }
 
 template <RowFormat F>
@@ -299,7 +299,7 @@ inline __m512i wide_gather() {
 // Inverse of wide_lane: the lane that holds value c of a wide chunk.
 template <RowFormat F>
 constexpr int wide_slot(int c) {
-  return F == RowFormat::code2 ? c : c < 8 ? 2 * c : 2 * (c - 8) + 1;
+  return code_bits<F>() == 2 ? c : c < 8 ? 2 * c : 2 * (c - 8) + 1;
 }
 
 template <RowFormat F>
@@ -335,6 +335,33 @@ template <RowFormat F>
     word = _mm512_set1_epi64(static_cast<long long>(w));
   }
   return _mm512_cvtepu32_ps(_mm512_and_si512(word, mask));
+}
+
+// Level formats (2 and 4 bits): wide chunk k of a row as levels in wide_lane order, each lane's
+// word shifted right by wide_shift (its code in the low bits, the bits above unmasked:
+// level_table) and looked up in the table.
+template <RowFormat F>
+inline __m512i wide_shifts() {
+  alignas(64) static constexpr int k[16] = {
+      wide_shift<F>(0), wide_shift<F>(1), wide_shift<F>(2),  wide_shift<F>(3),  wide_shift<F>(4),  wide_shift<F>(5),
+      wide_shift<F>(6), wide_shift<F>(7), wide_shift<F>(8),  wide_shift<F>(9),  wide_shift<F>(10), wide_shift<F>(11),
+      wide_shift<F>(12), wide_shift<F>(13), wide_shift<F>(14), wide_shift<F>(15)};
+  return _mm512_load_si512(k);
+}
+
+template <RowFormat F>
+[[gnu::always_inline]] inline __m512 load16_levels(const std::uint8_t* row, std::size_t k, __m512i shifts, __m512 table) {
+  __m512i word;
+  if constexpr (code_bits<F>() == 2) {
+    std::uint32_t w;
+    std::memcpy(&w, row + 4 * k, 4);
+    word = _mm512_set1_epi32(static_cast<int>(w));
+  } else {
+    std::uint64_t w;
+    std::memcpy(&w, row + 8 * k, 8);
+    word = _mm512_set1_epi64(static_cast<long long>(w));
+  }
+  return _mm512_permutexvar_ps(_mm512_srlv_epi32(word, shifts), table);
 }
 
 // RB rows of one head's dot products over wide chunks; one 512-bit accumulator each, unscaled,
@@ -747,7 +774,8 @@ template <RowFormat F, int NQ, int CB, int GW>
                                                                  std::size_t cpg, __m512* a) {
   std::size_t g[CB];
   for (int j = 0; j < CB; ++j) g[j] = 2 * (k0 + static_cast<std::size_t>(j)) / cpg;
-  const __m512i mask = wide_mask<F>();
+  const __m512i mask = kLevels<F> ? wide_shifts<F>() : wide_mask<F>();
+  const __m512 table = kLevels<F> ? _mm512_loadu_ps(rows.levels) : _mm512_setzero_ps();
   for (std::size_t r = 0; r < rows.n; ++r) {
     const std::uint8_t* row = rows.base + r * rows.stride;
     if (NQ > 1 && k0 == 0) prefetch_row(row, rows.stride);
@@ -759,7 +787,8 @@ template <RowFormat F, int NQ, int CB, int GW>
         const std::size_t gj = group_at<GW>(j, g);
         for (int h = 0; h < NQ; ++h) c[h] = _mm512_set1_ps(cr[static_cast<std::size_t>(h) * ng + gj]);
       }
-      const __m512 x = load16<F>(row, k0 + static_cast<std::size_t>(j), mask);
+      const std::size_t kj = k0 + static_cast<std::size_t>(j);
+      const __m512 x = kLevels<F> ? load16_levels<F>(row, kj, mask, table) : load16<F>(row, kj, mask);
       for (int h = 0; h < NQ; ++h) a[h * CB + j] = _mm512_fmadd_ps(c[h], x, a[h * CB + j]);
     }
   }
@@ -783,8 +812,8 @@ template <RowFormat F, int NQ, int CB>
   for (int h = 0; h < NQ; ++h) {
     for (int j = 0; j < CB; ++j) {
       float* p = acc + (h0 + static_cast<std::size_t>(h)) * as + 16 * (k0 + static_cast<std::size_t>(j));
-      __m512 v = _mm512_mul_ps(a[h * CB + j], unscale);
-      if constexpr (F != RowFormat::code2) v = _mm512_permutexvar_ps(scatter, v);
+      __m512 v = kLevels<F> ? a[h * CB + j] : _mm512_mul_ps(a[h * CB + j], unscale);  // levels: not scaled
+      if constexpr (code_bits<F>() != 2) v = _mm512_permutexvar_ps(scatter, v);
       _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v));
     }
   }
@@ -866,7 +895,9 @@ void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const fl
   }
 #endif
 #ifdef __AVX512F__
-  if constexpr (kWide<F>) {
+  // Level formats of 2 and 4 bits too (one word a wide chunk; the same sums per channel as the
+  // 8-wide loops: values are not scaled).
+  if constexpr (kWide<F> || F == RowFormat::level2 || F == RowFormat::level4) {
     if (rows.chunks % 2 == 0 && cpg % 2 == 0) {
       const std::size_t kw = rows.chunks / 2;
       // 4 or 8 heads: 16 accumulators of AVX-512's 32 registers, two passes over the rows at
