@@ -1,5 +1,7 @@
 #include "akv/method/eviction_params.h"
 
+#include <type_traits>
+
 #include "akv/core/errors.h"
 #include "akv/method/ggml_params.h"
 #include "akv/method/registry.h"
@@ -79,22 +81,72 @@ EvictionParams eviction_method(const std::string& name) {
   return p;
 }
 
-const std::vector<ScoreFileParam>& score_file_params() {
-  static const std::vector<ScoreFileParam> rows = {
-      {ScoreMethod::qfilter, "qfilters", "filters", &EvictionRequest::qfilters, &ScoreOptions::qfilters},
-      {ScoreMethod::kvzap, "surrogate", "surrogate", &EvictionRequest::surrogate, &ScoreOptions::surrogate},
+const std::vector<ScoreParam>& score_params() {
+  using R = EvictionRequest;
+  using O = ScoreOptions;
+  using Sm = ScoreMethod;
+  using P = ScoreParam;
+  static const std::vector<ScoreParam> rows = {
+      {Sm::expected_attention, "future", "sets", "scores", P::Count{&R::future, &O::future}},
+      {Sm::expected_attention, "covariance", "sets", "scores", P::Switch{&R::covariance, &O::covariance}},
+      {Sm::expected_attention, "vnorm", "sets", "scores", P::Switch{&R::vnorm, &O::vnorm}},
+      {Sm::lagkv, "lag", "sets", "partitions", P::Count{&R::lag, &O::lag}},
+      {Sm::kvzip, "plus", "sets", "normalization", P::Switch{&R::plus, &O::plus}, true},
+      {Sm::qfilter, "qfilters", "gives", "filters", P::File{&R::qfilters, &O::qfilters}},
+      {Sm::kvzap, "surrogate", "gives", "surrogate", P::File{&R::surrogate, &O::surrogate}},
   };
   return rows;
 }
 
+void apply_score_params(ScoreOptions& o, const EvictionRequest& r) {
+  for (const ScoreParam& p : score_params()) {
+    std::visit(
+        [&](const auto& f) {
+          const auto& given = r.*f.first;
+          if (!given) return;
+          using V = std::decay_t<decltype(*given)>;
+          std::string value;
+          if constexpr (std::is_same_v<V, long long>) {
+            value = std::to_string(*given);
+          } else {
+            value = *given;
+          }
+          if (o.method != p.method) {
+            throw UsageError(std::string("this flag ") + p.verb + " " + score_method_name(p.method) + "'s " + p.what +
+                                 ", not " + score_method_name(o.method) + "'s",
+                             {"", std::string("--") + p.param, value});
+          }
+          using T = std::decay_t<decltype(o.*f.second)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            o.*f.second = *given == "on";
+          } else if constexpr (std::is_same_v<T, std::size_t>) {
+            o.*f.second = static_cast<std::size_t>(*given);
+          } else {
+            o.*f.second = *given;
+          }
+        },
+        p.field);
+  }
+}
+
 void check_score_file(const ScoreOptions& o) {
-  for (const ScoreFileParam& f : score_file_params()) {
-    if (o.method == f.method && (o.*f.path).empty()) {
-      throw UsageError(score_method_name(f.method) + " scores with the " + f.gives + " `akv calibrate` fits: give " +
-                           f.param + "=calib.json",
-                       {"", std::string("--") + f.param, "missing"});
+  for (const ScoreParam& p : score_params()) {
+    const auto* f = std::get_if<ScoreParam::File>(&p.field);
+    if (f && o.method == p.method && (o.*f->second).empty()) {
+      throw UsageError(score_method_name(p.method) + " scores with the " + p.what + " `akv calibrate` fits: give " +
+                           p.param + "=calib.json",
+                       {"", std::string("--") + p.param, "missing"});
     }
   }
+}
+
+std::vector<std::string> score_files(const ScoreOptions& o) {
+  std::vector<std::string> files;
+  for (const ScoreParam& p : score_params()) {
+    const auto* f = std::get_if<ScoreParam::File>(&p.field);
+    if (f && o.method == p.method && !(o.*f->second).empty()) files.push_back(o.*f->second);
+  }
+  return files;
 }
 
 void check_cut(const EvictionParams& e, const std::string& what) {
@@ -156,15 +208,17 @@ nlohmann::json EvictionParams::to_json() const {
   j["pool"] = pool_name(score.pool);
   j["kernel"] = score.kernel;
   j["gqa_reduce"] = gqa_reduce_name(score.gqa_reduce);
-  if (score.method == ScoreMethod::expected_attention) {
-    j["future"] = score.future;
-    j["covariance"] = score.covariance;
-    j["vnorm"] = score.vnorm;
-  }
-  if (score.method == ScoreMethod::lagkv) j["lag"] = score.lag;
-  if (score.method == ScoreMethod::kvzip && score.plus) j["plus"] = true;
-  for (const ScoreFileParam& f : score_file_params()) {
-    if (score.method == f.method) j[f.param] = score.*f.path;
+  for (const ScoreParam& p : score_params()) {
+    if (score.method != p.method) continue;
+    std::visit(
+        [&](const auto& f) {
+          const auto& v = score.*f.second;
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>) {
+            if (p.json_when_on && !v) return;
+          }
+          j[p.param] = v;
+        },
+        p.field);
   }
   j["alloc"] = alloc_method_name(alloc);
   j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
@@ -206,17 +260,21 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
     p.score.pool = parse_pool(j.at("pool").get<std::string>());
     p.score.kernel = count("kernel", "kernel");
     p.score.gqa_reduce = parse_gqa_reduce(j.at("gqa_reduce").get<std::string>());
-    if (p.score.method == ScoreMethod::expected_attention) {
-      p.score.future = static_cast<std::size_t>(file_integer(j, "future", "future", file, at + "future"));
-      p.score.covariance = j.at("covariance").get<bool>();
-      p.score.vnorm = j.at("vnorm").get<bool>();
-    }
-    if (p.score.method == ScoreMethod::lagkv) {
-      p.score.lag = static_cast<std::size_t>(file_integer(j, "lag", "lag", file, at + "lag"));
-    }
-    if (p.score.method == ScoreMethod::kvzip) p.score.plus = j.value("plus", false);
-    for (const ScoreFileParam& f : score_file_params()) {
-      if (p.score.method == f.method) p.score.*f.path = j.at(f.param).get<std::string>();
+    for (const ScoreParam& s : score_params()) {
+      if (p.score.method != s.method) continue;
+      std::visit(
+          [&](const auto& f) {
+            auto& v = p.score.*f.second;
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, std::size_t>) {
+              v = count(s.param, s.param);
+            } else if constexpr (std::is_same_v<T, bool>) {
+              v = s.json_when_on ? j.value(s.param, false) : j.at(s.param).get<bool>();
+            } else {
+              v = j.at(s.param).get<std::string>();
+            }
+          },
+          s.field);
     }
     const std::string a = j.at("alloc").get<std::string>();
     p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);

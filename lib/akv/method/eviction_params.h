@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -73,22 +75,32 @@ struct EvictionParams {
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// The scores that read a calibration file `akv calibrate` fits, one row each: the method parameter
-// naming the file (also its key in a method's JSON), what the file gives, and where the request
-// and the score options hold its path. Flags, JSON, a method's input files and the check that the
-// file is given all read this table: a new such score is a row here, its two fields and its
-// registry parameter.
-struct ScoreFileParam {
+// The parameters of one score, one row each: they apply only when that score ranks the tokens.
+// The registry parameter (also its key in a method's JSON), what it sets or gives (errors name
+// it), and where the request and the score options hold it: a count, a switch (on | off) or a
+// calibration file `akv calibrate` fits (which its score then needs). Flags, JSON, a method's
+// input files and the checks all read this table: a new such parameter is a row here, its two
+// fields and its registry parameter.
+struct ScoreParam {
+  using Count = std::pair<std::optional<long long> EvictionRequest::*, std::size_t ScoreOptions::*>;
+  using Switch = std::pair<std::optional<std::string> EvictionRequest::*, bool ScoreOptions::*>;
+  using File = std::pair<std::optional<std::string> EvictionRequest::*, std::string ScoreOptions::*>;
   ScoreMethod method;
   const char* param;
-  const char* gives;
-  std::optional<std::string> EvictionRequest::*requested;
-  std::string ScoreOptions::*path;
+  const char* verb;  // "sets" or "gives"
+  const char* what;  // e.g. "partitions": "this flag sets lagkv's partitions, not tova's"
+  std::variant<Count, Switch, File> field;
+  bool json_when_on = false;  // Switch: in JSON only when on (files written before it lack it)
 };
-const std::vector<ScoreFileParam>& score_file_params();
+const std::vector<ScoreParam>& score_params();
+// A score's parameters given in r, checked against its score (UsageError "this flag <verb>
+// <score>'s <what>, not <other>'s" naming the flag and value) and set in o.
+void apply_score_params(ScoreOptions& o, const EvictionRequest& r);
 // A score of that table without its file: UsageError "<score> scores with the <what> `akv
 // calibrate` fits: give <param>=calib.json" naming --<param>.
 void check_score_file(const ScoreOptions& o);
+// The calibration files o's score reads.
+std::vector<std::string> score_files(const ScoreOptions& o);
 
 // Whether the whole cache can be cut back by e's score and allocator (kv/decode_compression.h:
 // scores snapkv, knorm, keydiff, lagkv or qfilter, allocation uniform or adakv, no CriticalKV);

@@ -22,8 +22,8 @@ std::vector<std::string> CompressParams::input_files() const {
   if (!calibration_file.empty()) files.push_back(calibration_file);
   if (!codebook_file.empty()) files.push_back(codebook_file);
   if (eviction() && !eviction()->budgets_file.empty()) files.push_back(eviction()->budgets_file);
-  for (const ScoreFileParam& f : score_file_params()) {
-    if (eviction() && !(eviction()->score.*f.path).empty()) files.push_back(eviction()->score.*f.path);
+  if (eviction()) {
+    for (std::string& f : score_files(eviction()->score)) files.push_back(std::move(f));
   }
   if (eviction() && !eviction()->duo_heads.empty()) files.push_back(eviction()->duo_heads);
   return files;
@@ -129,27 +129,7 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
   }
   if (r.window) e.score.window = count(*r.window);
   if (r.sinks) e.sinks = count(*r.sinks);
-  if (r.future) e.score.future = count(*r.future);
-  if (r.covariance) e.score.covariance = *r.covariance == "on";
-  if (r.vnorm) e.score.vnorm = *r.vnorm == "on";
-  if (r.lag) e.score.lag = count(*r.lag);
-  if (r.plus) {
-    if (e.score.method != ScoreMethod::kvzip) {
-      throw UsageError("this flag sets kvzip's normalization, not " + score_method_name(e.score.method) + "'s",
-                       {"", "--plus", *r.plus});
-    }
-    e.score.plus = *r.plus == "on";
-  }
-  for (const ScoreFileParam& f : score_file_params()) {
-    const std::optional<std::string>& given = r.*f.requested;
-    if (!given) continue;
-    if (e.score.method != f.method) {
-      throw UsageError("this flag gives " + score_method_name(f.method) + "'s " + f.gives + ", not " +
-                           score_method_name(e.score.method) + "'s",
-                       {"", std::string("--") + f.param, *given});
-    }
-    e.score.*f.path = *given;
-  }
+  apply_score_params(e.score, r);
   if (r.duo_heads) {
     if (e.alloc != AllocMethod::duo) {
       throw UsageError("this flag gives duo's head scores, not " + alloc_method_name(e.alloc) + "'s",
@@ -169,17 +149,6 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     if (!r.sinks) e.sinks = row.sinks;
   }
   if (e.alloc != AllocMethod::file) check_score_file(e.score);  // a budgets file brings its own
-  if (e.score.method != ScoreMethod::lagkv && r.lag) {
-    throw UsageError("this flag sets lagkv's partitions, not " + score_method_name(e.score.method) + "'s",
-                     {"", "--lag", std::to_string(*r.lag)});
-  }
-  if (e.score.method != ScoreMethod::expected_attention && (r.future || r.covariance || r.vnorm)) {
-    const auto [flag, value] = r.future       ? std::pair{"--future", std::to_string(*r.future)}
-                               : r.covariance ? std::pair{"--covariance", *r.covariance}
-                                              : std::pair{"--vnorm", *r.vnorm};
-    throw UsageError("this flag sets expected-attention's scores, not " + score_method_name(e.score.method) + "'s",
-                     {"", flag, value});
-  }
   if (r.kernel) e.score.kernel = count(*r.kernel);
   if (r.pool) e.score.pool = parse_pool(*r.pool);
   if (r.gqa_reduce) e.score.gqa_reduce = parse_gqa_reduce(*r.gqa_reduce);
