@@ -286,14 +286,18 @@ inline __m512 wide_unscale() {
   return _mm512_load_ps(k);
 }
 
+// Lane j of the result: fn(j), for j < 16.
+template <int (*Fn)(int)>
+inline __m512i lane_index() {
+  alignas(64) static constexpr int k[16] = {Fn(0), Fn(1), Fn(2),  Fn(3),  Fn(4),  Fn(5),  Fn(6),  Fn(7),
+                                            Fn(8), Fn(9), Fn(10), Fn(11), Fn(12), Fn(13), Fn(14), Fn(15)};
+  return _mm512_load_si512(k);
+}
+
 // Permutation index: lane j of the result takes lane wide_lane(j) of a natural-order vector.
 template <RowFormat F>
 inline __m512i wide_gather() {
-  alignas(64) static constexpr int k[16] = {
-      wide_lane<F>(0),  wide_lane<F>(1),  wide_lane<F>(2),  wide_lane<F>(3),  wide_lane<F>(4),  wide_lane<F>(5),
-      wide_lane<F>(6),  wide_lane<F>(7),  wide_lane<F>(8),  wide_lane<F>(9),  wide_lane<F>(10), wide_lane<F>(11),
-      wide_lane<F>(12), wide_lane<F>(13), wide_lane<F>(14), wide_lane<F>(15)};
-  return _mm512_load_si512(k);
+  return lane_index<wide_lane<F>>();
 }
 
 // Inverse of wide_lane: the lane that holds value c of a wide chunk.
@@ -313,28 +317,29 @@ constexpr bool wide_slots_invert() {
 // Permutation index back to natural order: lane c of the result takes lane wide_slot(c).
 template <RowFormat F>
 inline __m512i wide_scatter() {
-  alignas(64) static constexpr int k[16] = {
-      wide_slot<F>(0),  wide_slot<F>(1),  wide_slot<F>(2),  wide_slot<F>(3),  wide_slot<F>(4),  wide_slot<F>(5),
-      wide_slot<F>(6),  wide_slot<F>(7),  wide_slot<F>(8),  wide_slot<F>(9),  wide_slot<F>(10), wide_slot<F>(11),
-      wide_slot<F>(12), wide_slot<F>(13), wide_slot<F>(14), wide_slot<F>(15)};
   static_assert(wide_slots_invert<F>());
-  return _mm512_load_si512(k);
+  return lane_index<wide_slot<F>>();
+}
+
+// The word of wide chunk k of a row in every lane (2 bits: 32-bit; 4 bits: 64-bit, lanes
+// alternating its halves).
+template <RowFormat F>
+[[gnu::always_inline]] inline __m512i wide_word(const std::uint8_t* row, std::size_t k) {
+  if constexpr (code_bits<F>() == 2) {
+    std::uint32_t w;
+    std::memcpy(&w, row + 4 * k, 4);
+    return _mm512_set1_epi32(static_cast<int>(w));
+  } else {
+    std::uint64_t w;
+    std::memcpy(&w, row + 8 * k, 8);
+    return _mm512_set1_epi64(static_cast<long long>(w));
+  }
 }
 
 // Wide chunk k of a row: 16 values in wide_lane order, scaled by 2^wide_shift.
 template <RowFormat F>
 [[gnu::always_inline]] inline __m512 load16(const std::uint8_t* row, std::size_t k, __m512i mask) {
-  __m512i word;
-  if constexpr (F == RowFormat::code2) {
-    std::uint32_t w;
-    std::memcpy(&w, row + 4 * k, 4);
-    word = _mm512_set1_epi32(static_cast<int>(w));
-  } else {
-    std::uint64_t w;
-    std::memcpy(&w, row + 8 * k, 8);
-    word = _mm512_set1_epi64(static_cast<long long>(w));
-  }
-  return _mm512_cvtepu32_ps(_mm512_and_si512(word, mask));
+  return _mm512_cvtepu32_ps(_mm512_and_si512(wide_word<F>(row, k), mask));
 }
 
 // Level formats (2 and 4 bits): wide chunk k of a row as levels in wide_lane order, each lane's
@@ -342,26 +347,12 @@ template <RowFormat F>
 // level_table) and looked up in the table.
 template <RowFormat F>
 inline __m512i wide_shifts() {
-  alignas(64) static constexpr int k[16] = {
-      wide_shift<F>(0), wide_shift<F>(1), wide_shift<F>(2),  wide_shift<F>(3),  wide_shift<F>(4),  wide_shift<F>(5),
-      wide_shift<F>(6), wide_shift<F>(7), wide_shift<F>(8),  wide_shift<F>(9),  wide_shift<F>(10), wide_shift<F>(11),
-      wide_shift<F>(12), wide_shift<F>(13), wide_shift<F>(14), wide_shift<F>(15)};
-  return _mm512_load_si512(k);
+  return lane_index<wide_shift<F>>();
 }
 
 template <RowFormat F>
 [[gnu::always_inline]] inline __m512 load16_levels(const std::uint8_t* row, std::size_t k, __m512i shifts, __m512 table) {
-  __m512i word;
-  if constexpr (code_bits<F>() == 2) {
-    std::uint32_t w;
-    std::memcpy(&w, row + 4 * k, 4);
-    word = _mm512_set1_epi32(static_cast<int>(w));
-  } else {
-    std::uint64_t w;
-    std::memcpy(&w, row + 8 * k, 8);
-    word = _mm512_set1_epi64(static_cast<long long>(w));
-  }
-  return _mm512_permutexvar_ps(_mm512_srlv_epi32(word, shifts), table);
+  return _mm512_permutexvar_ps(_mm512_srlv_epi32(wide_word<F>(row, k), shifts), table);
 }
 
 // RB rows of one head's dot products over wide chunks; one 512-bit accumulator each, unscaled,
