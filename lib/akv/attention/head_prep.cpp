@@ -77,7 +77,7 @@ TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key) {
     const TqCodebook& cb = tq_codebook(d, b);
     tp.format = attn::level_format(b);
     attn::level_table(cb.centroids.data(), b, tp.levels);
-    if (t->kind == TqKind::key_nc) tp.ones.assign(d, 1.0f);
+    if (!key && t->kind == TqKind::key_nc) tp.ones.assign(d, 1.0f);
   }
   tp.type = t;
   return tp;

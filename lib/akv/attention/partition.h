@@ -37,7 +37,7 @@ struct TqPrep {
   std::optional<TqType> type;  // set when the rows go through the vector loops
   RowFormat format = RowFormat::f32;
   float levels[16] = {};  // attn::level_table of the codes' values
-  std::vector<float> ones;  // key_nc: the weights of a pass that only sums squares (key_nc values)
+  std::vector<float> ones;  // key_nc values: the weights of a pass that only sums squares
 };
 
 // fp8 rows (one byte per value) read by the vector loops (kernels.h e4m3 / e5m2 formats): the
