@@ -143,9 +143,10 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
     std::vector<std::uint8_t> e4m3 = bytes, e5m2 = bytes;  // the NaN (and e5m2's infinity) codes made finite
     for (auto& b : e4m3) b = (b & 0x7F) == 0x7F ? static_cast<std::uint8_t>(b - 1) : b;
     for (auto& b : e5m2) b = (b & 0x7C) == 0x7C ? static_cast<std::uint8_t>(b & 0xFB) : b;
-    for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code2, RowFormat::code3, RowFormat::code4, RowFormat::code8,
-                        RowFormat::level2, RowFormat::level3, RowFormat::level4, RowFormat::e4m3, RowFormat::e5m2}) {
-      const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16
+    for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code1, RowFormat::code2, RowFormat::code3,
+                        RowFormat::code4, RowFormat::code8, RowFormat::level2, RowFormat::level3, RowFormat::level4,
+                        RowFormat::e4m3, RowFormat::e5m2}) {
+      const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16 : f == RowFormat::code1 ? 1
                                : f == RowFormat::code2 || f == RowFormat::level2 ? 2
                                : f == RowFormat::code3 || f == RowFormat::level3 ? 3
                                : f == RowFormat::code4 || f == RowFormat::level4 ? 4 : 8;

@@ -65,6 +65,7 @@ inline float half_to_float(std::uint16_t h) {
 
 int format_bits(RowFormat f) {
   switch (f) {
+    case RowFormat::code1: return 1;
     case RowFormat::code2: case RowFormat::level2: return 2;
     case RowFormat::code3: case RowFormat::level3: return 3;
     case RowFormat::code4: case RowFormat::level4: return 4;

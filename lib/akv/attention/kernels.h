@@ -16,7 +16,8 @@ namespace akv::attn {
 // as f16 bits (e5m2: the byte is f16's high byte; e4m3: sign, then exponent and mantissa shifted
 // into f16's, which reads the value times 2^-8; the sums are multiplied by 2^8 once) - except
 // e4m3's NaN codes (S.1111.111), which read as 480: callers route rows holding them elsewhere.
-enum class RowFormat { f32, f16, code2, code3, code4, code8, level2, level3, level4, e4m3, e5m2 };
+// code1: one bit per value, read as 0 or 1 (TurboQuant's QJL sign bits).
+enum class RowFormat { f32, f16, code2, code3, code4, code8, level2, level3, level4, e4m3, e5m2, code1 };
 
 // The vector loops run core/isa.h's active_isa(): avx2 (x86-64-v3, the build's baseline) or
 // avx512 (the same loops compiled with AVX-512 F/VL/BW/DQ: 4-bit codes read without shifts, more

@@ -25,7 +25,7 @@ namespace {
 // away from overflow and the denormal range, 2^-126), and lane_unscale() restores them bit for
 // bit. 4 bits need an unsigned conversion (AVX-512).
 template <RowFormat F>
-constexpr bool kScaledLanes = F == RowFormat::code2 || F == RowFormat::code3
+constexpr bool kScaledLanes = F == RowFormat::code1 || F == RowFormat::code2 || F == RowFormat::code3
 #ifdef __AVX512VL__
                               || F == RowFormat::code4
 #endif
@@ -36,7 +36,8 @@ constexpr bool kLevels = F == RowFormat::level2 || F == RowFormat::level3 || F =
 
 template <RowFormat F>
 constexpr int code_bits() {
-  return F == RowFormat::code2 || F == RowFormat::level2   ? 2
+  return F == RowFormat::code1                               ? 1
+         : F == RowFormat::code2 || F == RowFormat::level2 ? 2
          : F == RowFormat::code3 || F == RowFormat::level3 ? 3
          : F == RowFormat::code4 || F == RowFormat::level4 ? 4
                                                            : 8;
@@ -951,6 +952,7 @@ void with_format(RowFormat f, Fn&& fn) {
     case RowFormat::level4: return fn(std::integral_constant<RowFormat, RowFormat::level4>{});
     case RowFormat::e4m3: return fn(std::integral_constant<RowFormat, RowFormat::e4m3>{});
     case RowFormat::e5m2: return fn(std::integral_constant<RowFormat, RowFormat::e5m2>{});
+    case RowFormat::code1: return fn(std::integral_constant<RowFormat, RowFormat::code1>{});
   }
 }
 

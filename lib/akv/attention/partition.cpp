@@ -539,8 +539,38 @@ class PartitionRunner {
     if (nc) nc_ranges(rows.n);
     const bool value = tp.type->kind == TqKind::value;
     scale_scores(s_.data(), rows.n, tq_range_.data(), value ? tq_range_.data() + rows.n : nullptr);
-    if (hp_.qjl) tq_qjl_add_scores(*hp_.qjl, hp_.qjl_query.data(), nq_, rows.base, rows.n, s_.data(), tile_);
+    if (hp_.qjl) qjl_scores(t0, t1, rows.base);
     return true;
+  }
+
+  // The QJL term of key_qjl rows [t0, t1) (at src) added to the scores: their sign bits read as
+  // 0/1 codes (RowFormat::code1) against each query head's S q, s += coef_r x (2 (sq . bits) -
+  // sum sq). The code loads read 3 bytes past a chunk's byte, i.e. one past a row: the tensor's
+  // last row from a padded copy.
+  void qjl_scores(std::size_t t0, std::size_t t1, const std::uint8_t* src) {
+    const TqType& t = *hp_.qjl;
+    const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_qjl_sign_offset(t);
+    const std::size_t in_place = t1 == hp_.view->key.ggml.rows ? n - 1 : n;
+    if (qjl_w_.empty()) {
+      qjl_w_.resize(nq_ * d_);
+      for (std::size_t h = 0; h < nq_; ++h) std::copy_n(hp_.qjl_query[h].sq.data(), d_, qjl_w_.data() + h * d_);
+    }
+    qjl_s_.resize(nq_ * n);
+    if (in_place > 0) attn::score_rows(Rows{RowFormat::code1, src + at, rb, in_place, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr, qjl_s_.data(), n);
+    if (in_place < n) {
+      pad_.assign(rb + 8, 0);
+      std::copy_n(src + in_place * rb, rb, pad_.data());
+      attn::score_rows(Rows{RowFormat::code1, pad_.data() + at, rb, 1, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr,
+                       qjl_s_.data() + in_place, n);
+    }
+    qjl_coef_.resize(n);
+    tq_qjl_coefficients(t, src, n, qjl_coef_.data());
+    for (std::size_t h = 0; h < nq_; ++h) {
+      float* s = s_.data() + h * tile_;
+      const float* b = qjl_s_.data() + h * n;
+      const float sum = hp_.qjl_query[h].sq_sum;
+      for (std::size_t i = 0; i < n; ++i) s[i] += qjl_coef_[i] * (2.0f * b[i] - sum);
+    }
   }
 
   // TurboQuant values: value rows as packed_values reads per-token codes (one group a row: coef =
@@ -709,6 +739,7 @@ class PartitionRunner {
   std::vector<float> acc_t_;  // nuq value outliers' sums of the partition, [d, nq] (empty: none)
   std::vector<float> pt_;     // a tile's probabilities row-major, [rows, nq] (nuq, TurboQuant key rows)
   std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_tile)
+  std::vector<float> qjl_w_, qjl_s_, qjl_coef_;  // key_qjl: S q [nq, d]; a tile's sign sums [nq, rows], factors [rows]
   std::vector<std::uint16_t> tq_half_;
   std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops
   std::vector<float> saved_;       // e4m3 values: the accumulators before a tile (fp8_values)

@@ -417,6 +417,7 @@ TqQjlQuery tq_qjl_query(const TqType& t, const float* q) {
     for (std::size_t j = 0; j < d; ++j) sq[j] += col[j] * qi;
   }
   TqQjlQuery out;
+  for (const float x : sq) out.sq_sum += x;
   out.table.resize(d / 8 * 256);
   for (std::size_t k = 0; k < d / 8; ++k) {
     float* tab = out.table.data() + 256 * k;
@@ -427,6 +428,7 @@ TqQjlQuery tq_qjl_query(const TqType& t, const float* q) {
       tab[b] = tab[b & (b - 1)] + 2.0f * sq[8 * k + static_cast<std::size_t>(__builtin_ctz(b))];
     }
   }
+  out.sq = std::move(sq);
   return out;
 }
 
@@ -445,17 +447,27 @@ void tq_qjl_decode_levels(const TqType& t, const std::uint8_t* src, std::size_t 
   for (std::size_t r = 0; r < n; ++r) decode_key(t, cb, src + r * rb, dst + r * t.head_dim);
 }
 
-void tq_qjl_add_scores(const TqType& t, const TqQjlQuery* q, std::size_t nq, const std::uint8_t* src, std::size_t n,
-                       float* s, std::size_t stride) {
-  const std::size_t d = t.head_dim, rb = tq_row_bytes(t);
-  const float scale = static_cast<float>(std::sqrt(3.141592653589793 / 2.0) / static_cast<double>(d));
+std::size_t tq_qjl_sign_offset(const TqType& t) { return sign_offset(t); }
+
+void tq_qjl_coefficients(const TqType& t, const std::uint8_t* src, std::size_t n, float* coef) {
+  const std::size_t rb = tq_row_bytes(t);
+  const float scale = static_cast<float>(std::sqrt(3.141592653589793 / 2.0) / static_cast<double>(t.head_dim));
   std::uint16_t gamma[64];
-  float coef[64];
   for (std::size_t r0 = 0; r0 < n; r0 += 64) {
     const std::size_t m = std::min<std::size_t>(64, n - r0);
     for (std::size_t r = 0; r < m; ++r) std::memcpy(&gamma[r], src + (r0 + r) * rb + gamma_offset(t), 2);
-    f16_to_f32(gamma, coef, m);
-    for (std::size_t r = 0; r < m; ++r) coef[r] *= scale;
+    f16_to_f32(gamma, coef + r0, m);
+    for (std::size_t r = 0; r < m; ++r) coef[r0 + r] *= scale;
+  }
+}
+
+void tq_qjl_add_scores(const TqType& t, const TqQjlQuery* q, std::size_t nq, const std::uint8_t* src, std::size_t n,
+                       float* s, std::size_t stride) {
+  const std::size_t d = t.head_dim, rb = tq_row_bytes(t);
+  float coef[64];
+  for (std::size_t r0 = 0; r0 < n; r0 += 64) {
+    const std::size_t m = std::min<std::size_t>(64, n - r0);
+    tq_qjl_coefficients(t, src + r0 * rb, m, coef);
     for (std::size_t h = 0; h < nq; ++h) {
       const float* table = q[h].table.data();
       float* out = s + h * stride + r0;

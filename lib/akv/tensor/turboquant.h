@@ -94,8 +94,12 @@ void tq_qjl_decode_rows(const TqType& t, const float* S, const std::uint8_t* src
 // attention): prepared once per query, sq = S q (f32 sums in order), then per sign byte k the
 // signed sums table[256 k + b] = sum_{i<8} sq[8k + i] (bit i of b ? 1 : -1), built as
 // table[b & (b - 1)] + 2 sq[8k + lowest set bit of b] from table[0] = -sum_i sq[8k + i].
+// sq and its sum are kept too: the decode loops read the sign bits as 0/1 codes, sum_i sq_i x
+// (2 bit_i - 1) = 2 (sq . bits) - sum_i sq_i (tq_qjl_coefficients).
 struct TqQjlQuery {
   std::vector<float> table;  // [head_dim / 8, 256]
+  std::vector<float> sq;     // [head_dim]
+  float sq_sum = 0.0f;       // sum_i sq_i, in order
 };
 TqQjlQuery tq_qjl_query(const TqType& t, const float* q);
 // x_mse of n key_qjl rows: their levels times the f16 norm (the row read back without the QJL
@@ -106,6 +110,10 @@ void tq_qjl_decode_levels(const TqType& t, const std::uint8_t* src, std::size_t 
 // q . (read-back row) up to the order of the sums.
 void tq_qjl_add_scores(const TqType& t, const TqQjlQuery* q, std::size_t nq, const std::uint8_t* src, std::size_t n,
                        float* s, std::size_t stride);
+// key_qjl rows: the bytes before a row's sign bits (bit i of byte i / 8: whether S r_i >= 0),
+// and for n rows at src their QJL term's factor sqrt(pi / 2) / head_dim * f16(gamma_r) into coef.
+std::size_t tq_qjl_sign_offset(const TqType& t);
+void tq_qjl_coefficients(const TqType& t, const std::uint8_t* src, std::size_t n, float* coef);
 // The first element of n (a multiple of head_dim) whose row has a non-finite f16 field, or n.
 std::size_t tq_first_nonfinite(const TqType& t, const std::uint8_t* src, std::size_t n);
 
