@@ -844,9 +844,10 @@ TEST_CASE("PackedTensor: rows dropped from the front one at a time leave the oth
   }
 }
 
-TEST_CASE("decode attention over TurboQuant QJL keys (sign tables of S q) agrees with their read-back rows within 1e-5",
-          "[attention][ggml][qjl]") {
-  // The fast path scores q . x_mse plus each row's QJL term from the query's sign tables; the
+TEST_CASE("decode attention over TurboQuant QJL keys (S q against the sign bits) agrees with their read-back rows "
+          "within 1e-5", "[attention][ggml][qjl]") {
+  // The fast path scores q . x_mse plus each row's QJL term from S q against the row's sign bits
+  // read as 1-bit codes (the tensor's last row from a padded copy: ASan checks it); the
   // reference reads the rows back (x_mse + sqrt(pi/2)/d gamma S^T signs). The same products in
   // another order: within 1e-5; avx2 and avx512 give the same bits, generic (the plain loops,
   // another order of the sums) within 2e-6: the levels' dot product times the row's norm, scores
