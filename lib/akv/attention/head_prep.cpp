@@ -103,7 +103,7 @@ HeadPrep prepare_head(const DecodeAttentionArgs& a, std::size_t kv, std::size_t 
   if (const GgmlTypeInfo* kt = hp.view->key.ggml.type) {
     if (const auto t = tq_type_of(*kt); t && t->kind == TqKind::key_qjl && hp.view->key.ggml.rows > 0) {
       hp.qjl = t;
-      for (std::size_t h = 0; h < nq; ++h) hp.qjl_query.push_back(tq_qjl_query(*t, hp.q.data() + h * d));
+      for (std::size_t h = 0; h < nq; ++h) hp.qjl_query.push_back(tq_qjl_query(*t, hp.q.data() + h * d, false));
     }
   }
   if (const NuqView& k = hp.view->key.nuq; k.table && k.rows > k.sink_rows) {

@@ -267,7 +267,8 @@ class PartitionRunner {
     }
   }
 
-  // TurboQuant keys with QJL signs: q . x_mse over the rows' levels, plus each row's QJL term
+  // TurboQuant keys with QJL signs the level loops do not read (1-bit levels, a non-finite f16
+  // field): q . x_mse over the rows' decoded levels, plus each row's QJL term
   // from the query's sign tables (tq_qjl_add_scores), not the d x d reconstruction.
   void qjl_keys(std::size_t t0, std::size_t t1) {
     const TqType& t = *hp_.qjl;
@@ -275,7 +276,10 @@ class PartitionRunner {
     buf_.resize((t1 - t0) * d_);
     tq_qjl_decode_levels(t, rows, t1 - t0, buf_.data());
     attn::score_rows(f32_rows(t1 - t0), nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
-    tq_qjl_add_scores(t, hp_.qjl_query.data(), nq_, rows, t1 - t0, s_.data(), tile_);
+    if (qjl_tables_.empty()) {  // the sign tables, for this fallback only
+      for (std::size_t h = 0; h < nq_; ++h) qjl_tables_.push_back(tq_qjl_query(t, hp_.q.data() + h * d_));
+    }
+    tq_qjl_add_scores(t, qjl_tables_.data(), nq_, rows, t1 - t0, s_.data(), tile_);
   }
 
   // nuq rows [t0, t1) of a view: f16 sink rows as such, coded rows through the level loops (the
@@ -739,6 +743,7 @@ class PartitionRunner {
   std::vector<float> acc_t_;  // nuq value outliers' sums of the partition, [d, nq] (empty: none)
   std::vector<float> pt_;     // a tile's probabilities row-major, [rows, nq] (nuq, TurboQuant key rows)
   std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_tile)
+  std::vector<TqQjlQuery> qjl_tables_;  // key_qjl rows decoded (qjl_keys): each query head's sign tables
   std::vector<float> qjl_w_, qjl_s_, qjl_coef_;  // key_qjl: S q [nq, d]; a tile's sign sums [nq, rows], factors [rows]
   std::vector<std::uint16_t> tq_half_;
   std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops

@@ -67,7 +67,7 @@ struct HeadPrep {
   Fp8Prep fp8_key, fp8_value;
   std::vector<float> fp8_w;  // fp8 keys: q x scale
   std::optional<TqType> qjl;          // keys are TurboQuant rows with QJL signs
-  std::vector<TqQjlQuery> qjl_query;  // then: per query head, its projection's sign tables
+  std::vector<TqQjlQuery> qjl_query;  // then: per query head, its projection S q (no sign tables)
 };
 
 // A partition's online softmax per query head: running maximum, sum of weights, unnormalised

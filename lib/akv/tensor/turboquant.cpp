@@ -405,7 +405,7 @@ void tq_qjl_decode_rows(const TqType& t, const float* S, const std::uint8_t* src
   for (std::size_t r = 0; r < n; ++r) decode_key_qjl(t, cb, S, src + r * rb, dst + r * t.head_dim);
 }
 
-TqQjlQuery tq_qjl_query(const TqType& t, const float* q) {
+TqQjlQuery tq_qjl_query(const TqType& t, const float* q, bool tables) {
   const std::size_t d = t.head_dim;
   // sq_j = sum_i S_ji q_i, each over i in order; as S^T's rows times q_i, so that the loop over
   // j vectorizes (the same operations per j: the same bits).
@@ -418,6 +418,10 @@ TqQjlQuery tq_qjl_query(const TqType& t, const float* q) {
   }
   TqQjlQuery out;
   for (const float x : sq) out.sq_sum += x;
+  if (!tables) {
+    out.sq = std::move(sq);
+    return out;
+  }
   out.table.resize(d / 8 * 256);
   for (std::size_t k = 0; k < d / 8; ++k) {
     float* tab = out.table.data() + 256 * k;

@@ -101,7 +101,8 @@ struct TqQjlQuery {
   std::vector<float> sq;     // [head_dim]
   float sq_sum = 0.0f;       // sum_i sq_i, in order
 };
-TqQjlQuery tq_qjl_query(const TqType& t, const float* q);
+// tables = false: sq and its sum only (the table stays empty).
+TqQjlQuery tq_qjl_query(const TqType& t, const float* q, bool tables = true);
 // x_mse of n key_qjl rows: their levels times the f16 norm (the row read back without the QJL
 // term; the vector loops of the other key types where the level bits allow).
 void tq_qjl_decode_levels(const TqType& t, const std::uint8_t* src, std::size_t n, float* dst);
