@@ -24,7 +24,7 @@ expect_cache_bytes "$TMP/c.h5"
 
 expect "allocate --method joint" 0 "joint allocation: budget" \
   "$AKV" allocate -q "$d" --method joint --bytes 0.15 --window 16 -o "$TMP/joint.json"
-expect "compress with joint budgets" 0 "kept" \
+expect "compress with joint budgets: its per-head bits are joint's" 0 "kept.*\+ kivi joint per-head bits" \
   "$AKV" compress -q "$d" -o "$TMP/j.h5" -m snapkv --budgets "$TMP/joint.json" --quant kivi
 expect "compress -m joint in one step" 0 "joint/snapkv 0.15 \+ kivi joint per-head bits" \
   "$AKV" compress -q "$d" -o "$TMP/j1.h5" -m joint --budget 0.15 --window 16 --quant kivi

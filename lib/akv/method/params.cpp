@@ -73,12 +73,14 @@ std::string describe(const CompressParams& p) {
   }
   out += p.preset.empty() ? quantizer_name(p.method) : p.preset;
   if (p.quantized()) {
-    const bool per_head = !p.head_bits.empty() || !p.calibration_file.empty() ||
-                          (p.eviction() && p.eviction()->alloc == AllocMethod::joint);
-    out += !per_head
-               ? " K" + std::to_string(p.key.bits) + "/V" + std::to_string(p.value.bits)
-               : (p.eviction() && p.eviction()->alloc == AllocMethod::joint ? " joint per-head bits"
-                                                                       : " calibrated per-head bits");
+    // Per-head bits are joint's when it allocates them now or a budgets file of `akv allocate
+    // --method joint` brought them (its path is then recorded as their calibration).
+    const EvictionParams* e = p.eviction();
+    const bool joint = e && (e->alloc == AllocMethod::joint ||
+                             (!e->budgets_file.empty() && p.calibration_file == e->budgets_file));
+    const bool per_head = !p.head_bits.empty() || !p.calibration_file.empty() || joint;
+    out += !per_head ? " K" + std::to_string(p.key.bits) + "/V" + std::to_string(p.value.bits)
+                     : joint ? " joint per-head bits" : " calibrated per-head bits";
     if (p.residual) out += " R" + std::to_string(p.residual);
     if (p.rule != QuantRule::kivi) out += " " + quant_rule_name(p.rule);
     if (p.outlier_fraction > 0) out += " outliers";
