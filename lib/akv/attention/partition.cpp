@@ -560,7 +560,10 @@ class PartitionRunner {
       for (std::size_t h = 0; h < nq_; ++h) std::copy_n(hp_.qjl_query[h].sq.data(), d_, qjl_w_.data() + h * d_);
     }
     qjl_s_.resize(nq_ * n);
-    if (in_place > 0) attn::score_rows(Rows{RowFormat::code1, src + at, rb, in_place, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr, qjl_s_.data(), n);
+    if (in_place > 0) {
+      attn::score_rows(Rows{RowFormat::code1, src + at, rb, in_place, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr,
+                       qjl_s_.data(), n);
+    }
     if (in_place < n) {
       pad_.assign(rb + 8, 0);
       std::copy_n(src + in_place * rb, rb, pad_.data());
