@@ -1,7 +1,4 @@
 // akv allocate DUMP --method M --budget B [-o budgets.json]: per-head token budgets.
-#include <fmt/format.h>
-
-#include <algorithm>
 #include <cstdio>
 
 #include "akv/alloc/budgets_file.h"
@@ -15,68 +12,6 @@
 #include "method_flags.h"
 
 namespace akv::cli {
-namespace {
-
-std::string render(const nlohmann::json& j) {
-  const auto& s = j["summary"];
-  std::string out = fmt::format(
-      "{} allocation ({} scores{}), {} tokens per KV head on average ({} always kept): {} tokens "
-      "= {:.4f} of the cache; retained window attention mass mean {:.4f}, min {:.4f}\n",
-      s["params"]["alloc"].get<std::string>(), s["params"]["score"].get<std::string>(),
-      s["params"].value("critical", false) ? ", CriticalKV" : "",
-      s["budget_tokens_per_head"].get<std::size_t>(), s["forced_tokens_per_head"].get<std::size_t>(),
-      s["total_tokens"].get<std::size_t>(), s["fraction"].get<double>(),
-      s["retained_mass_mean"].get<double>(), s["retained_mass_min"].get<double>());
-  out += fmt::format("{:>5} {:>9} {:>9} {:>9}  {}\n", "layer", "tokens", "mass_min", "mass_mean",
-                     "tokens per head (kind)");
-  for (const auto& l : j["layers"]) {
-    std::string heads;
-    for (const auto& h : l["heads"]) {
-      heads += fmt::format("{}{}", heads.empty() ? "" : " ", h["tokens"].get<std::size_t>());
-      if (h.contains("kind")) heads += "(" + h["kind"].get<std::string>().substr(0, 1) + ")";
-    }
-    out += fmt::format("{:>5} {:>9} {:>9.4f} {:>9.4f}  {}\n", l["layer"].get<std::size_t>(),
-                       l["tokens"].get<std::size_t>(), l["retained_mass_min"].get<double>(),
-                       l["retained_mass_mean"].get<double>(), heads);
-  }
-  return out;
-}
-
-std::string render_joint(const nlohmann::json& j) {
-  const auto& jt = j["joint"];
-  std::string out = fmt::format(
-      "joint allocation: budget {:.0f} bytes ({:.3f} of f16), predicted {} bytes, predicted "
-      "attention output error {:.4g}; {} tokens kept ({:.3f} of the cache)\n",
-      jt["bytes_budget"].get<double>(), jt["bytes_fraction"].get<double>(), jt["predicted_bytes"].get<std::uint64_t>(),
-      jt["predicted_error"].get<double>(), j["summary"]["total_tokens"].get<std::size_t>(),
-      j["summary"]["fraction"].get<double>());
-  const bool rotated = jt.contains("rotate");  // each head's rotation, a column
-  // A tensor's storage: its bits (f16 for 16) or, at bits 0, its cache type.
-  auto storage = [](const nlohmann::json& h, const char* bits, const char* type) {
-    const int b = h[bits].get<int>();
-    return b == 0 ? h[type].get<std::string>() : b == 16 ? std::string("f16") : std::to_string(b);
-  };
-  std::size_t w = 5;
-  for (const auto& l : j["layers"]) {
-    for (const auto& h : l["heads"]) {
-      w = std::max({w, storage(h, "key_bits", "key_type").size(), storage(h, "value_bits", "value_type").size()});
-    }
-  }
-  out += fmt::format("{:>5} {:>4} {:>7} {:>{}} {:>{}} {}{:>10} {:>10}  {}\n", "layer", "head", "tokens", "K", w, "V", w,
-                     rotated ? fmt::format("{:>8} ", "rotate") : "", "bytes", "error", "kind");
-  for (const auto& l : j["layers"]) {
-    for (const auto& h : l["heads"]) {
-      out += fmt::format("{:>5} {:>4} {:>7} {:>{}} {:>{}} {}{:>10} {:>10.4g}  {}\n", l["layer"].get<int>(),
-                         h["head"].get<int>(), h["tokens"].get<std::size_t>(), storage(h, "key_bits", "key_type"), w,
-                         storage(h, "value_bits", "value_type"), w,
-                         rotated ? fmt::format("{:>8} ", h.value("rotate", "none")) : "", h["bytes"].get<std::uint64_t>(),
-                         h["predicted_error"].get<double>(), h.value("kind", "-"));
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 void register_allocate(CLI::App& app, const GlobalOptions& global) {
   struct Options {
@@ -159,7 +94,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
     const EvictionPlan plan = plan_eviction(dump, p, global.threads, bar.callback());
     const nlohmann::json j = budgets_json(plan, dump, file_hash(opt->dump));
     if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
-    const std::string text = opt->json ? json_text(j) : render(j);
+    const std::string text = opt->json ? json_text(j) : render_budgets(j);
     std::fputs(text.c_str(), stdout);
   });
 }

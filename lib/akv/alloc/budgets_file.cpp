@@ -1,5 +1,7 @@
 #include "akv/alloc/budgets_file.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -175,6 +177,31 @@ std::string budgets_method(const std::string& path) {
     throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
   }
   return eviction_method_name(p.score.method, p.alloc, p.critical);
+}
+
+std::string render_budgets(const nlohmann::json& j) {
+  const auto& s = j["summary"];
+  std::string out = fmt::format(
+      "{} allocation ({} scores{}), {} tokens per KV head on average ({} always kept): {} tokens "
+      "= {:.4f} of the cache; retained window attention mass mean {:.4f}, min {:.4f}\n",
+      s["params"]["alloc"].get<std::string>(), s["params"]["score"].get<std::string>(),
+      s["params"].value("critical", false) ? ", CriticalKV" : "",
+      s["budget_tokens_per_head"].get<std::size_t>(), s["forced_tokens_per_head"].get<std::size_t>(),
+      s["total_tokens"].get<std::size_t>(), s["fraction"].get<double>(),
+      s["retained_mass_mean"].get<double>(), s["retained_mass_min"].get<double>());
+  out += fmt::format("{:>5} {:>9} {:>9} {:>9}  {}\n", "layer", "tokens", "mass_min", "mass_mean",
+                     "tokens per head (kind)");
+  for (const auto& l : j["layers"]) {
+    std::string heads;
+    for (const auto& h : l["heads"]) {
+      heads += fmt::format("{}{}", heads.empty() ? "" : " ", h["tokens"].get<std::size_t>());
+      if (h.contains("kind")) heads += "(" + h["kind"].get<std::string>().substr(0, 1) + ")";
+    }
+    out += fmt::format("{:>5} {:>9} {:>9.4f} {:>9.4f}  {}\n", l["layer"].get<std::size_t>(),
+                       l["tokens"].get<std::size_t>(), l["retained_mass_min"].get<double>(),
+                       l["retained_mass_mean"].get<double>(), heads);
+  }
+  return out;
 }
 
 }  // namespace akv

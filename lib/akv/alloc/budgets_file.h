@@ -43,6 +43,10 @@ struct BudgetsFile {
 // mass, the minimum and mean over them.
 nlohmann::json budgets_to_json(const BudgetsFile& f);
 
+// A budgets file as `akv allocate` prints it: a summary line, then per layer its tokens,
+// retained mass and each head's tokens (and kind).
+std::string render_budgets(const nlohmann::json& j);
+
 // An eviction plan as a budgets file (head kinds from the dump).
 nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
                             const std::string& dump_hash);

@@ -1,5 +1,7 @@
 #include "akv/kv/joint.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -294,6 +296,40 @@ EvictionPlan joint_plan(const KvWindow& m, const JointSource& source, const Comp
   }
   plan.budget_per_head = total / choice.size();
   return plan;
+}
+
+std::string render_joint(const nlohmann::json& j) {
+  const auto& jt = j["joint"];
+  std::string out = fmt::format(
+      "joint allocation: budget {:.0f} bytes ({:.3f} of f16), predicted {} bytes, predicted "
+      "attention output error {:.4g}; {} tokens kept ({:.3f} of the cache)\n",
+      jt["bytes_budget"].get<double>(), jt["bytes_fraction"].get<double>(), jt["predicted_bytes"].get<std::uint64_t>(),
+      jt["predicted_error"].get<double>(), j["summary"]["total_tokens"].get<std::size_t>(),
+      j["summary"]["fraction"].get<double>());
+  const bool rotated = jt.contains("rotate");  // each head's rotation, a column
+  // A tensor's storage: its bits (f16 for 16) or, at bits 0, its cache type.
+  auto storage = [](const nlohmann::json& h, const char* bits, const char* type) {
+    const int b = h[bits].get<int>();
+    return b == 0 ? h[type].get<std::string>() : b == 16 ? std::string("f16") : std::to_string(b);
+  };
+  std::size_t w = 5;
+  for (const auto& l : j["layers"]) {
+    for (const auto& h : l["heads"]) {
+      w = std::max({w, storage(h, "key_bits", "key_type").size(), storage(h, "value_bits", "value_type").size()});
+    }
+  }
+  out += fmt::format("{:>5} {:>4} {:>7} {:>{}} {:>{}} {}{:>10} {:>10}  {}\n", "layer", "head", "tokens", "K", w, "V", w,
+                     rotated ? fmt::format("{:>8} ", "rotate") : "", "bytes", "error", "kind");
+  for (const auto& l : j["layers"]) {
+    for (const auto& h : l["heads"]) {
+      out += fmt::format("{:>5} {:>4} {:>7} {:>{}} {:>{}} {}{:>10} {:>10.4g}  {}\n", l["layer"].get<int>(),
+                         h["head"].get<int>(), h["tokens"].get<std::size_t>(), storage(h, "key_bits", "key_type"), w,
+                         storage(h, "value_bits", "value_type"), w,
+                         rotated ? fmt::format("{:>8} ", h.value("rotate", "none")) : "", h["bytes"].get<std::uint64_t>(),
+                         h["predicted_error"].get<double>(), h.value("kind", "-"));
+    }
+  }
+  return out;
 }
 
 }  // namespace akv

@@ -68,6 +68,10 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
 nlohmann::json allocate_joint(const std::string& dump_path, const JointOptions& o,
                               const ProgressFn& progress);
 
+// A joint budgets file as `akv allocate --method joint` prints it: the budget and predictions,
+// then per head its tokens, key and value storage, rotation (when chosen), bytes and error.
+std::string render_joint(const nlohmann::json& j);
+
 // A joint plan (tokens and bits per head under the byte budget params.eviction()->budget_fraction)
 // as an eviction plan; the chosen bits go to per_head.head_bits, with rotate-choice=on the chosen
 // rotations to per_head.head_rotate and with cache-types= the chosen types to
