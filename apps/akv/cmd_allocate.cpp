@@ -63,6 +63,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--json", opt->json, "Print the budgets JSON on stdout instead of the table");
   sub->callback([opt, &global] {
     check_output_distinct(opt->output, {opt->dump, opt->req.eviction.qfilters.value_or(""),
+                                        opt->req.eviction.surrogate.value_or(""),
                                         opt->req.eviction.duo_heads.value_or("")});
     if (opt->method == "joint") {
       if (!opt->bytes_given) throw UsageError("joint needs --bytes", {"", "--bytes"});
