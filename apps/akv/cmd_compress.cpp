@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "akv/alloc/budgets_file.h"
 #include "akv/core/atomic_file.h"
@@ -69,10 +71,11 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
                   "writes the whole cache, byte for byte the unsharded one (docs/scale.md)")->check(kShardText);
   sub->callback([opt, &global, method] {
     CompressRequest req = opt->req;
-    check_output_distinct(opt->output, {opt->dump, req.eviction.budgets_file.value_or(""), req.calibration.value_or(""),
-                                       req.eviction.qfilters.value_or(""), req.eviction.duo_heads.value_or("")});
     if (method->count() == 0 && req.eviction.budgets_file) req.method = budgets_method(*req.eviction.budgets_file);
     const CompressParams params = resolve_params(req);
+    std::vector<std::string> inputs = params.input_files();  // every file the method reads
+    inputs.push_back(opt->dump);
+    check_output_distinct(opt->output, inputs);
     ProgressBar bar("compress", !global.quiet);
     const MemoryReport report =
         compress_dump(opt->dump, opt->output, params, global.threads, bar.callback(),

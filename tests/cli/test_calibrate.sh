@@ -140,6 +140,8 @@ expect_error "compress -o the duo calibration file: refused, the file kept" 1 "t
   "$AKV" compress -q "$d" -o "$o/calib_copy.json" -m duo --heads "$o/calib_copy.json" --budget 0.8
 expect_error "allocate -o the duo calibration file: refused" 1 "the output is an input file" \
   "$AKV" allocate -q "$d" --method duo --heads "$o/calib_copy.json" --budget 0.8 -o "$o/calib_copy.json"
+expect_error "compress -o kvzap's surrogate file: refused" 1 "the output is an input file" \
+  "$AKV" compress -q "$d" -o "$o/calib_copy.json" -m kvzap --surrogate "$o/calib_copy.json" --budget 0.8
 expect_error "allocate -o kvzap's surrogate file: refused" 1 "the output is an input file" \
   "$AKV" allocate -q "$d" --method adakv --score kvzap --surrogate "$o/calib_copy.json" --budget 0.8 -o "$o/calib_copy.json"
 cmp -s "$TMP/calib.json" "$o/calib_copy.json" && pass "the calibration file is unchanged" || fail "the calibration file changed"
