@@ -54,15 +54,6 @@ void level_table(const float* values, int bits, float* table) {
 
 namespace {
 
-// f16 bits to float (exact): F16C where built for it.
-inline float half_to_float(std::uint16_t h) {
-#ifdef AKV_ATTN_AVX2
-  return _cvtsh_ss(h);
-#else
-  return f16_to_f32_ref(h);
-#endif
-}
-
 int format_bits(RowFormat f) {
   switch (f) {
     case RowFormat::code1: return 1;
@@ -285,9 +276,9 @@ void value_coefficients_narrow(const float* p, std::size_t ps, const std::uint16
         const std::size_t hh = h0 + h;
         const float pi = p[hh * ps + t];
         for (std::size_t g = 0; g < NG; ++g) {
-          coef[(t * nq + hh) * NG + g] = pi * half_to_float(scale[t * NG + g]);
+          coef[(t * nq + hh) * NG + g] = pi * f16_value(scale[t * NG + g]);
           float& zt = zl[h][(t % 4) * NG + g];
-          zt = std::fma(pi, half_to_float(zero[t * NG + g]), zt);
+          zt = std::fma(pi, f16_value(zero[t * NG + g]), zt);
         }
       }
     }
@@ -348,8 +339,8 @@ void value_coefficients(const float* p, std::size_t ps, const std::uint16_t* sca
       float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (std::size_t i = 0; i < n; ++i) {
         const float pi = ph[i];
-        coef[(i * nq + h) * ng + g] = pi * half_to_float(scale[i * ng + g]);
-        z[i % 4] = std::fma(pi, half_to_float(zero[i * ng + g]), z[i % 4]);
+        coef[(i * nq + h) * ng + g] = pi * f16_value(scale[i * ng + g]);
+        z[i % 4] = std::fma(pi, f16_value(zero[i * ng + g]), z[i % 4]);
       }
       zsum[h * ng + g] = (z[0] + z[1]) + (z[2] + z[3]);
     }
@@ -397,8 +388,8 @@ void key_weights(const float* q, std::size_t nq, std::size_t cols, const std::ui
     const float* qh = q + h * cols;
     float l[32] = {};
     for (std::size_t c = 0; c < cols; ++c) {
-      w[h * cols + c] = qh[c] * half_to_float(scale[c]);
-      l[c % 32] = std::fma(qh[c], half_to_float(zero[c]), l[c % 32]);
+      w[h * cols + c] = qh[c] * f16_value(scale[c]);
+      l[c % 32] = std::fma(qh[c], f16_value(zero[c]), l[c % 32]);
     }
     float t[8];
     for (int i = 0; i < 8; ++i) t[i] = (l[i] + l[8 + i]) + (l[16 + i] + l[24 + i]);

@@ -97,15 +97,6 @@ void transpose_heads(const float* p, std::size_t ps, std::size_t n, std::size_t 
   }
 }
 
-// The f32 value of f16 bits (F16C's conversion where the build has it).
-inline float half_value(std::uint16_t h) {
-#ifdef __F16C__
-  return _cvtsh_ss(h);
-#else
-  return f16_to_f32_ref(h);
-#endif
-}
-
 // Whether n e4m3 bytes hold a NaN code (S.1111.111), which the e4m3 loads do not read as NaN.
 bool has_e4m3_nan(const std::uint8_t* x, std::size_t n) {
   std::uint8_t m = 0;  // the largest magnitude code (byte lanes: the loop vectorizes)
@@ -343,13 +334,13 @@ class PartitionRunner {
     const std::uint16_t* value = v.outlier_value + e0;
     if (v.table->per_channel) {
       const float* zero = np.zero.data();
-      for (std::size_t e = 0; e < m; ++e) f(row[e], channel[e], half_value(value[e]) - zero[channel[e]]);
+      for (std::size_t e = 0; e < m; ++e) f(row[e], channel[e], f16_value(value[e]) - zero[channel[e]]);
       return;
     }
     const float l0 = np.levels[0];
     for (std::size_t e = 0; e < m; ++e) {
       const std::size_t q = row[e] + t0 - v.sink_rows;
-      f(row[e], channel[e], half_value(value[e]) - (l0 * v.range[q] + v.offset[q]));
+      f(row[e], channel[e], f16_value(value[e]) - (l0 * v.range[q] + v.offset[q]));
     }
   }
 

@@ -5,12 +5,27 @@
 #include <cstddef>
 #include <cstdint>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace akv {
 
 std::uint16_t f32_to_f16_ref(float x);
 float f16_to_f32_ref(std::uint16_t h);
 std::uint16_t f32_to_bf16_ref(float x);
 float bf16_to_f32_ref(std::uint16_t h);
+
+// One f16 value as f32, exact: F16C's conversion where the translation unit is built with it
+// (bit for bit f16_to_f32_ref). Static: each unit keeps its own copy, compiled for its own
+// instruction set (an AVX-512 unit's copy never serves another unit).
+static inline float f16_value(std::uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return f16_to_f32_ref(h);
+#endif
+}
 
 // Array conversions: dst[i] = convert(src[i]) for i < n.
 void f32_to_f16(const float* src, std::uint16_t* dst, std::size_t n);
