@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <map>
 #include <string>
 
 #include "akv/core/errors.h"
@@ -112,6 +114,66 @@ TEST_CASE("registry: requests built by a library caller get the same range check
   CHECK(param_range(*b) == "(0, 1]");
   CHECK(param_range(*find_param("outlier-fraction")) == "[0, 1)");
   CHECK(param_range(*find_param("calibration")).empty());
+}
+
+TEST_CASE("eviction fields: each row a registry parameter, set by its flag, kept by the JSON", "[method]") {
+  // A value of each row unlike its default.
+  const std::map<std::string, std::string> value = {
+      {"kernel", "5"},     {"pool", "avg"},    {"gqa-reduce", "max"},   {"alpha", "0.35"},   {"beta", "7"},
+      {"capacity-rule", "kvpress"},            {"min-tokens", "3"},     {"step", "2"},       {"future", "64"},
+      {"covariance", "off"}, {"vnorm", "off"}, {"lag", "16"},           {"plus", "on"},      {"qfilters", "q.json"},
+      {"surrogate", "s.json"}};
+  CHECK(eviction_fields().size() == value.size());
+  CHECK(allocator_flag_list() == "alpha, beta, capacity-rule, min-tokens, step");
+  for (const EvictionField& f : eviction_fields()) {
+    INFO(f.param);
+    const ParamInfo* info = find_param(f.param);
+    REQUIRE(info != nullptr);
+    CHECK(info->scope == ParamScope::eviction);
+    REQUIRE(value.count(f.param) == 1);
+    // The registry's flag fills the request field the row reads.
+    CompressRequest given;
+    set_param(given, *info, value.at(f.param), std::string("--") + f.param);
+    CHECK(std::visit([&](const auto& of) { return (given.eviction.*of.given).has_value(); }, f.field));
+    const std::string base = "snapkv:budget=0.5:score=" + (f.score ? score_method_name(*f.score) : std::string("snapkv"));
+    const std::string flag = std::string(":") + f.param + "=" + value.at(f.param);
+    const std::string file = f.score == ScoreMethod::qfilter ? ":qfilters=other.json"
+                             : f.score == ScoreMethod::kvzap ? ":surrogate=other.json"
+                                                             : "";
+    const nlohmann::json plain = resolve_params(parse_method_spec(base + file)).eviction()->to_json();
+    const nlohmann::json j = resolve_params(parse_method_spec(base + flag)).eviction()->to_json();
+    std::string key = f.param;
+    std::replace(key.begin(), key.end(), '-', '_');
+    CHECK(j != plain);
+    CHECK(j.contains(key));
+    CHECK(EvictionParams::from_json(j, "f.json").to_json() == j);
+    if (f.score) {  // another score's flag
+      CHECK_THROWS_WITH(resolve_params(parse_method_spec("snapkv:budget=0.5" + flag)), Catch::Contains("this flag"));
+    } else if (f.allocator) {
+      CHECK_THROWS_WITH(resolve_params(parse_method_spec("snapkv:threshold=0.1" + flag)),
+                        Catch::Contains("threshold= replaces the allocator"));
+    }
+    if (f.absent) {  // files written before the key
+      nlohmann::json old = j;
+      old.erase(key);
+      const nlohmann::json back = EvictionParams::from_json(old, "old.json").to_json();
+      CHECK(back != j);
+      CHECK(back.contains(key) != f.omit_absent);
+    } else {
+      nlohmann::json bad = j;
+      bad.erase(key);
+      CHECK_THROWS_AS(EvictionParams::from_json(bad, "bad.json"), CorruptData);
+    }
+  }
+  // Files written before capacity_rule and plus were recorded: exact totals, plus off; a score's
+  // parameters are in JSON only with that score.
+  nlohmann::json old = resolve_params(parse_method_spec("adakv:budget=0.5")).eviction()->to_json();
+  CHECK_FALSE(old.contains("lag"));
+  old.erase("capacity_rule");
+  CHECK(EvictionParams::from_json(old, "old.json").capacity_rule == CapacityRule::exact_total);
+  const nlohmann::json kvzip = resolve_params(parse_method_spec("snapkv:budget=0.5:score=kvzip")).eviction()->to_json();
+  CHECK_FALSE(kvzip.contains("plus"));
+  CHECK_FALSE(EvictionParams::from_json(kvzip, "kvzip.json").score.plus);
 }
 
 TEST_CASE("resolved parameters: one mode at a time, from flags and from files", "[method]") {

@@ -1,5 +1,6 @@
 #include "akv/method/eviction_params.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "akv/core/errors.h"
@@ -81,70 +82,145 @@ EvictionParams eviction_method(const std::string& name) {
   return p;
 }
 
-const std::vector<ScoreParam>& score_params() {
+const std::vector<EvictionField>& eviction_fields() {
   using R = EvictionRequest;
+  using E = EvictionParams;
   using O = ScoreOptions;
   using Sm = ScoreMethod;
-  using P = ScoreParam;
-  static const std::vector<ScoreParam> rows = {
-      {Sm::expected_attention, "future", "sets", "scores", P::Count{&R::future, &O::future}},
-      {Sm::expected_attention, "covariance", "sets", "scores", P::Switch{&R::covariance, &O::covariance}},
-      {Sm::expected_attention, "vnorm", "sets", "scores", P::Switch{&R::vnorm, &O::vnorm}},
-      {Sm::lagkv, "lag", "sets", "partitions", P::Count{&R::lag, &O::lag}},
-      {Sm::kvzip, "plus", "sets", "normalization", P::Switch{&R::plus, &O::plus}, true},
-      {Sm::qfilter, "qfilters", "gives", "filters", P::File{&R::qfilters, &O::qfilters}},
-      {Sm::kvzap, "surrogate", "gives", "surrogate", P::File{&R::surrogate, &O::surrogate}},
+  using F = EvictionField;
+  static const std::vector<EvictionField> rows = {
+      {"kernel", F::Count{&R::kernel, nullptr, &O::kernel}},
+      {"pool", F::Of<PoolKind, std::string>{&R::pool, nullptr, &O::pool}},
+      {"gqa-reduce", F::Of<GqaReduce, std::string>{&R::gqa_reduce, nullptr, &O::gqa_reduce}},
+      {"alpha", F::Of<double, double>{&R::alpha, &E::alpha}, std::nullopt, nullptr, nullptr, true},
+      {"beta", F::Of<double, double>{&R::beta, &E::beta}, std::nullopt, nullptr, nullptr, true},
+      // Files written before the rule was recorded used exact totals.
+      {"capacity-rule", F::Of<CapacityRule, std::string>{&R::capacity_rule, &E::capacity_rule}, std::nullopt, nullptr,
+       nullptr, true, "exact-total"},
+      {"min-tokens", F::Count{&R::min_tokens, &E::min_tokens}, std::nullopt, nullptr, nullptr, true},
+      {"step", F::Count{&R::step, &E::step}, std::nullopt, nullptr, nullptr, true},
+      {"future", F::Count{&R::future, nullptr, &O::future}, Sm::expected_attention, "sets", "scores"},
+      {"covariance", F::Switch{&R::covariance, nullptr, &O::covariance}, Sm::expected_attention, "sets", "scores"},
+      {"vnorm", F::Switch{&R::vnorm, nullptr, &O::vnorm}, Sm::expected_attention, "sets", "scores"},
+      {"lag", F::Count{&R::lag, nullptr, &O::lag}, Sm::lagkv, "sets", "partitions"},
+      {"plus", F::Switch{&R::plus, nullptr, &O::plus}, Sm::kvzip, "sets", "normalization", false, "off", true},
+      {"qfilters", F::File{&R::qfilters, nullptr, &O::qfilters}, Sm::qfilter, "gives", "filters"},
+      {"surrogate", F::File{&R::surrogate, nullptr, &O::surrogate}, Sm::kvzap, "gives", "surrogate"},
   };
   return rows;
 }
 
-void apply_score_params(ScoreOptions& o, const EvictionRequest& r) {
-  for (const ScoreParam& p : score_params()) {
-    std::visit(
-        [&](const auto& f) {
-          const auto& given = r.*f.first;
-          if (!given) return;
-          using V = std::decay_t<decltype(*given)>;
-          std::string value;
-          if constexpr (std::is_same_v<V, long long>) {
-            value = std::to_string(*given);
-          } else {
-            value = *given;
-          }
-          if (o.method != p.method) {
-            throw UsageError(std::string("this flag ") + p.verb + " " + score_method_name(p.method) + "'s " + p.what +
-                                 ", not " + score_method_name(o.method) + "'s",
-                             {"", std::string("--") + p.param, value});
-          }
-          using T = std::decay_t<decltype(o.*f.second)>;
-          if constexpr (std::is_same_v<T, bool>) {
-            o.*f.second = *given == "on";
-          } else if constexpr (std::is_same_v<T, std::size_t>) {
-            o.*f.second = static_cast<std::size_t>(*given);
-          } else {
-            o.*f.second = *given;
-          }
-        },
-        p.field);
+namespace {
+
+template <class P, class Of>  // P: EvictionParams, const or not
+auto& field_in(P& e, const Of& f) {
+  return f.at ? e.*f.at : e.score.*f.score_at;
+}
+
+// A value from its text (a switch: on | off; a word: its name; a number; a path).
+template <class T>
+T parse_value(const std::string& s) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return s == "on";
+  } else if constexpr (std::is_same_v<T, PoolKind>) {
+    return parse_pool(s);
+  } else if constexpr (std::is_same_v<T, GqaReduce>) {
+    return parse_gqa_reduce(s);
+  } else if constexpr (std::is_same_v<T, CapacityRule>) {
+    return parse_capacity_rule(s);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return s;
+  } else {
+    return static_cast<T>(std::stod(s));
   }
 }
 
+std::string value_text(long long v) { return std::to_string(v); }
+std::string value_text(double v) { return format_number(v); }
+std::string value_text(const std::string& v) { return v; }
+
+// A value as JSON holds it: numbers, bools and paths as themselves, words as their names.
+template <class T>
+nlohmann::json json_value(const T& v) {
+  if constexpr (std::is_same_v<T, PoolKind>) {
+    return pool_name(v);
+  } else if constexpr (std::is_same_v<T, GqaReduce>) {
+    return gqa_reduce_name(v);
+  } else if constexpr (std::is_same_v<T, CapacityRule>) {
+    return capacity_rule_name(v);
+  } else {
+    return v;
+  }
+}
+
+std::string json_key(const char* param) {
+  std::string key = param;
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+// The path a score's file row holds in o (nullptr: another score's row, or no file row).
+const std::string* score_file(const EvictionField& f, const ScoreOptions& o) {
+  const auto* file = std::get_if<EvictionField::File>(&f.field);
+  return file && f.score == o.method ? &(o.*file->score_at) : nullptr;
+}
+
+}  // namespace
+
+void apply_eviction_fields(EvictionParams& e, const EvictionRequest& r) {
+  for (const EvictionField& f : eviction_fields()) {
+    std::visit(
+        [&](const auto& of) {
+          const auto& given = r.*of.given;
+          if (!given) return;
+          if (f.score && e.score.method != *f.score) {
+            throw UsageError(std::string("this flag ") + f.verb + " " + score_method_name(*f.score) + "'s " + f.what +
+                                 ", not " + score_method_name(e.score.method) + "'s",
+                             {"", std::string("--") + f.param, value_text(*given)});
+          }
+          auto& v = field_in(e, of);
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+            v = static_cast<T>(*given);  // counts >= 0: check_request
+          } else {
+            v = parse_value<T>(*given);
+          }
+        },
+        f.field);
+  }
+}
+
+std::string allocator_flag_list() {
+  std::string out;
+  for (const EvictionField& f : eviction_fields()) {
+    if (f.allocator) out += (out.empty() ? "" : ", ") + std::string(f.param);
+  }
+  return out;
+}
+
+bool gives_allocator_flag(const EvictionRequest& r) {
+  for (const EvictionField& f : eviction_fields()) {
+    if (f.allocator && std::visit([&](const auto& of) { return (r.*of.given).has_value(); }, f.field)) return true;
+  }
+  return false;
+}
+
 void check_score_file(const ScoreOptions& o) {
-  for (const ScoreParam& p : score_params()) {
-    const auto* f = std::get_if<ScoreParam::File>(&p.field);
-    if (f && o.method == p.method && (o.*f->second).empty()) {
-      throw UsageError(score_method_name(p.method) + " scores with the " + p.what + " `akv calibrate` fits: give " +
-                           p.param + "=calib.json",
-                       {"", std::string("--") + p.param, "missing"});
+  for (const EvictionField& f : eviction_fields()) {
+    const std::string* file = score_file(f, o);
+    if (file && file->empty()) {
+      throw UsageError(score_method_name(o.method) + " scores with the " + f.what + " `akv calibrate` fits: give " +
+                           f.param + "=calib.json",
+                       {"", std::string("--") + f.param, "missing"});
     }
   }
 }
 
 std::vector<std::string> score_files(const ScoreOptions& o) {
   std::vector<std::string> files;
-  for (const ScoreParam& p : score_params()) {
-    const auto* f = std::get_if<ScoreParam::File>(&p.field);
-    if (f && o.method == p.method && !(o.*f->second).empty()) files.push_back(o.*f->second);
+  for (const EvictionField& f : eviction_fields()) {
+    const std::string* file = score_file(f, o);
+    if (file && !file->empty()) files.push_back(*file);
   }
   return files;
 }
@@ -205,30 +281,21 @@ nlohmann::json EvictionParams::to_json() const {
   nlohmann::json j;
   j["score"] = score_method_name(score.method);
   j["window"] = score.window;
-  j["pool"] = pool_name(score.pool);
-  j["kernel"] = score.kernel;
-  j["gqa_reduce"] = gqa_reduce_name(score.gqa_reduce);
-  for (const ScoreParam& p : score_params()) {
-    if (score.method != p.method) continue;
+  for (const EvictionField& f : eviction_fields()) {
+    if (f.score && score.method != *f.score) continue;
     std::visit(
-        [&](const auto& f) {
-          const auto& v = score.*f.second;
-          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>) {
-            if (p.json_when_on && !v) return;
-          }
-          j[p.param] = v;
+        [&](const auto& of) {
+          const auto& v = field_in(*this, of);
+          using T = std::decay_t<decltype(v)>;
+          if (f.omit_absent && v == parse_value<T>(f.absent)) return;
+          j[json_key(f.param)] = json_value(v);
         },
-        p.field);
+        f.field);
   }
   j["alloc"] = alloc_method_name(alloc);
   j["budget_fraction"] = budget_fraction ? nlohmann::json(*budget_fraction) : nlohmann::json(nullptr);
   j["budget_tokens"] = budget_tokens ? nlohmann::json(*budget_tokens) : nlohmann::json(nullptr);
   j["sinks"] = sinks;
-  j["alpha"] = alpha;
-  j["capacity_rule"] = capacity_rule_name(capacity_rule);
-  j["beta"] = beta;
-  j["min_tokens"] = min_tokens;
-  j["step"] = step;
   if (!budgets_file.empty()) j["budgets_file"] = budgets_file;
   if (!duo_heads.empty()) j["duo_heads"] = duo_heads;
   if (rotate_choice) j["rotate_choice"] = true;
@@ -257,37 +324,32 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
       return static_cast<std::size_t>(file_integer(j, key, param, file, at + key));
     };
     p.score.window = count("window", "window");
-    p.score.pool = parse_pool(j.at("pool").get<std::string>());
-    p.score.kernel = count("kernel", "kernel");
-    p.score.gqa_reduce = parse_gqa_reduce(j.at("gqa_reduce").get<std::string>());
-    for (const ScoreParam& s : score_params()) {
-      if (p.score.method != s.method) continue;
+    for (const EvictionField& f : eviction_fields()) {
+      if (f.score && p.score.method != *f.score) continue;
+      const std::string key = json_key(f.param);
       std::visit(
-          [&](const auto& f) {
-            auto& v = p.score.*f.second;
+          [&](const auto& of) {
+            auto& v = field_in(p, of);
             using T = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<T, std::size_t>) {
-              v = count(s.param, s.param);
-            } else if constexpr (std::is_same_v<T, bool>) {
-              v = s.json_when_on ? j.value(s.param, false) : j.at(s.param).get<bool>();
+            if (f.absent && !j.contains(key)) {
+              v = parse_value<T>(f.absent);
+            } else if constexpr (std::is_same_v<T, std::size_t>) {
+              v = count(key.c_str(), f.param);
+            } else if constexpr (std::is_same_v<T, double>) {
+              v = file_real(j, key.c_str(), f.param, file, at + key);
+            } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::string>) {
+              v = j.at(key).get<T>();
             } else {
-              v = j.at(s.param).get<std::string>();
+              v = parse_value<T>(j.at(key).get<std::string>());
             }
           },
-          s.field);
+          f.field);
     }
     const std::string a = j.at("alloc").get<std::string>();
     p.alloc = a == "file" ? AllocMethod::file : a == "joint" ? AllocMethod::joint : parse_alloc_method(a);
     if (!j.at("budget_fraction").is_null()) p.budget_fraction = file_real(j, "budget_fraction", "budget", file, at + "budget_fraction");
     if (!j.at("budget_tokens").is_null()) p.budget_tokens = count("budget_tokens", "budget-tokens");
     p.sinks = count("sinks", "sinks");
-    p.alpha = file_real(j, "alpha", "alpha", file, at + "alpha");
-    // Files written before the rule was recorded used exact totals.
-    p.capacity_rule = j.contains("capacity_rule") ? parse_capacity_rule(j.at("capacity_rule").get<std::string>())
-                                                  : CapacityRule::exact_total;
-    p.beta = file_real(j, "beta", "beta", file, at + "beta");
-    p.min_tokens = count("min_tokens", "min-tokens");
-    p.step = count("step", "step");
     p.budgets_file = j.value("budgets_file", "");
     p.duo_heads = j.value("duo_heads", "");
     p.rotate_choice = j.value("rotate_choice", false);

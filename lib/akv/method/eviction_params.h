@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <optional>
 #include <string>
-#include <utility>
 #include <variant>
 #include <vector>
 
@@ -75,28 +74,49 @@ struct EvictionParams {
   static EvictionParams from_json(const nlohmann::json& j, const std::string& file);
 };
 
-// The parameters of one score, one row each: they apply only when that score ranks the tokens.
-// The registry parameter (also its key in a method's JSON), what it sets or gives (errors name
-// it), and where the request and the score options hold it: a count, a switch (on | off) or a
-// calibration file `akv calibrate` fits (which its score then needs). Flags, JSON, a method's
-// input files and the checks all read this table: a new such parameter is a row here, its two
-// fields and its registry parameter.
-struct ScoreParam {
-  using Count = std::pair<std::optional<long long> EvictionRequest::*, std::size_t ScoreOptions::*>;
-  using Switch = std::pair<std::optional<std::string> EvictionRequest::*, bool ScoreOptions::*>;
-  using File = std::pair<std::optional<std::string> EvictionRequest::*, std::string ScoreOptions::*>;
-  ScoreMethod method;
+// The eviction parameters a flag sets as given, one row each: SnapKV pooling's (kernel, pool,
+// gqa-reduce), the allocators' (alpha, beta, capacity-rule, min-tokens, step) and each score's own
+// (future, covariance, vnorm, lag, plus, and the calibration files qfilters, surrogate). A row
+// holds the registry parameter (its JSON key with _ for -), where the request and the parameters
+// hold it (`at`, or `score_at` in the score's options: a count, a real, a switch on | off stored
+// as a bool, a word stored as its enum, or a file path), and:
+//   score, verb, what   a score's own parameter: it applies only when that score ranks the tokens
+//                       ("this flag <verb> <score>'s <what>, not <other>'s" otherwise), is in JSON
+//                       only then, and a path there is the calibration file the score needs
+//   allocator           it tunes the allocator (threshold= refuses it)
+//   absent, omit_absent what a file without the key meant (nullptr: the key is required); omitted:
+//                       to_json leaves it out at that value (files written before it stay the same)
+// The flags, to_json, from_json, a method's input files and the checks read this table: a new
+// such parameter is its request field, its field, a row here and its registry parameter.
+struct EvictionField {
+  template <class T, class Given>
+  struct Of {
+    std::optional<Given> EvictionRequest::*given;
+    T EvictionParams::*at = nullptr;
+    T ScoreOptions::*score_at = nullptr;
+  };
+  using Count = Of<std::size_t, long long>;
+  using Switch = Of<bool, std::string>;
+  using File = Of<std::string, std::string>;
   const char* param;
-  const char* verb;  // "sets" or "gives"
-  const char* what;  // e.g. "partitions": "this flag sets lagkv's partitions, not tova's"
-  std::variant<Count, Switch, File> field;
-  bool json_when_on = false;  // Switch: in JSON only when on (files written before it lack it)
+  std::variant<Count, Of<double, double>, Switch, File, Of<PoolKind, std::string>, Of<GqaReduce, std::string>,
+               Of<CapacityRule, std::string>>
+      field;
+  std::optional<ScoreMethod> score = std::nullopt;
+  const char* verb = nullptr;  // "sets" or "gives"
+  const char* what = nullptr;  // e.g. "partitions": "this flag sets lagkv's partitions, not tova's"
+  bool allocator = false;
+  const char* absent = nullptr;
+  bool omit_absent = false;
 };
-const std::vector<ScoreParam>& score_params();
-// A score's parameters given in r, checked against its score (UsageError "this flag <verb>
-// <score>'s <what>, not <other>'s" naming the flag and value) and set in o.
-void apply_score_params(ScoreOptions& o, const EvictionRequest& r);
-// A score of that table without its file: UsageError "<score> scores with the <what> `akv
+const std::vector<EvictionField>& eviction_fields();
+// The table's flags given in r set in e, a score's checked against e's score (UsageError naming
+// the flag and value).
+void apply_eviction_fields(EvictionParams& e, const EvictionRequest& r);
+// The allocator's flags of the table (", "-separated), and whether r gives one of them.
+std::string allocator_flag_list();
+bool gives_allocator_flag(const EvictionRequest& r);
+// A score of the table without its file: UsageError "<score> scores with the <what> `akv
 // calibrate` fits: give <param>=calib.json" naming --<param>.
 void check_score_file(const ScoreOptions& o);
 // The calibration files o's score reads.

@@ -131,7 +131,7 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
   }
   if (r.window) e.score.window = count(*r.window);
   if (r.sinks) e.sinks = count(*r.sinks);
-  apply_score_params(e.score, r);
+  apply_eviction_fields(e, r);
   if (r.duo_heads) {
     if (e.alloc != AllocMethod::duo) {
       throw UsageError("this flag gives duo's head scores, not " + alloc_method_name(e.alloc) + "'s",
@@ -151,14 +151,6 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     if (!r.sinks) e.sinks = row.sinks;
   }
   if (e.alloc != AllocMethod::file) check_score_file(e.score);  // a budgets file brings its own
-  if (r.kernel) e.score.kernel = count(*r.kernel);
-  if (r.pool) e.score.pool = parse_pool(*r.pool);
-  if (r.gqa_reduce) e.score.gqa_reduce = parse_gqa_reduce(*r.gqa_reduce);
-  if (r.alpha) e.alpha = *r.alpha;
-  if (r.capacity_rule) e.capacity_rule = parse_capacity_rule(*r.capacity_rule);
-  if (r.beta) e.beta = *r.beta;
-  if (r.min_tokens) e.min_tokens = count(*r.min_tokens);
-  if (r.step) e.step = count(*r.step);
   if (r.critical) e.critical = *r.critical == "on";
   if (r.first_stage) {
     if (!e.critical) throw UsageError("first-stage sets CriticalKV's stage 1: add critical=on", {"", "--first-stage", format_number(*r.first_stage)});
@@ -178,8 +170,8 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
       throw UsageError("threshold= keeps what passes in each head: not with h2o, streamingllm, joint, duo or critical=on",
                        {"", "--threshold", method + " (" + score_method_name(s) + ")"});
     }
-    if (r.alpha || r.beta || r.capacity_rule || r.min_tokens || r.step) {
-      throw UsageError("threshold= replaces the allocator: drop its flags (alpha, beta, capacity-rule, min-tokens, step)",
+    if (gives_allocator_flag(r)) {
+      throw UsageError("threshold= replaces the allocator: drop its flags (" + allocator_flag_list() + ")",
                        {"", "--threshold", format_number(*e.threshold)});
     }
     if (r.every || r.target) {

@@ -82,7 +82,7 @@ struct ScoreOptions {
   bool vnorm = true;
   std::size_t lag = 128;  // lagkv: partition size (kvpress's lag_size)
   bool plus = false;      // kvzip: KVzip+'s normalization (score/kvzip.h)
-  // The calibration files of the scores that read one (method/eviction_params.h score_params):
+  // The calibration files of the scores that read one (method/eviction_params.h eviction_fields):
   std::string qfilters;   // qfilter: the filters
   std::string surrogate;  // kvzap: the fitted surrogate
 };
