@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -299,6 +300,19 @@ class PartitionRunner {
     }
   }
 
+  // fn(std::integral_constant<std::size_t, NQ>{}): NQ = nq_ for 1, 2, 4 and 8 query heads (loops
+  // of a known count), 0 otherwise.
+  template <class Fn>
+  void with_heads(Fn&& fn) const {
+    switch (nq_) {
+      case 1: return fn(std::integral_constant<std::size_t, 1>{});
+      case 2: return fn(std::integral_constant<std::size_t, 2>{});
+      case 4: return fn(std::integral_constant<std::size_t, 4>{});
+      case 8: return fn(std::integral_constant<std::size_t, 8>{});
+      default: return fn(std::integral_constant<std::size_t, 0>{});
+    }
+  }
+
   // The outliers of the coded rows among [t0, t1): [first, end) of the view's outlier arrays.
   static std::pair<std::uint32_t, std::uint32_t> outlier_span(const NuqView& v, std::size_t t0, std::size_t t1) {
     const std::size_t r0 = std::max(t0, v.sink_rows);
@@ -363,13 +377,7 @@ class PartitionRunner {
         [&](const Rows& rows, std::size_t first) {
           attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data() + first, tile_);
         });
-    switch (nq_) {
-      case 1: return key_outliers<1>(v, np, t0, t1);
-      case 2: return key_outliers<2>(v, np, t0, t1);
-      case 4: return key_outliers<4>(v, np, t0, t1);
-      case 8: return key_outliers<8>(v, np, t0, t1);
-      default: return key_outliers<0>(v, np, t0, t1);
-    }
+    with_heads([&](auto nq) { key_outliers<decltype(nq)::value>(v, np, t0, t1); });
   }
 
   // s[h, row] += q[h, channel] x delta over the tile's key outliers, outlier by outlier, every
@@ -412,13 +420,7 @@ class PartitionRunner {
         [&](const Rows& rows, std::size_t first) {
           attn::accumulate_rows(rows, nq_, pt_.data() + first * nq_, 1, d_ / 8, acc, d_);
         });
-    switch (nq_) {
-      case 1: return value_outliers<1>(v, np, t0, t1);
-      case 2: return value_outliers<2>(v, np, t0, t1);
-      case 4: return value_outliers<4>(v, np, t0, t1);
-      case 8: return value_outliers<8>(v, np, t0, t1);
-      default: return value_outliers<0>(v, np, t0, t1);
-    }
+    with_heads([&](auto nq) { value_outliers<decltype(nq)::value>(v, np, t0, t1); });
   }
 
   // acc_t_[channel, h] += pt_[row, h] x delta over the tile's value outliers (NQ: nq_ when known
