@@ -88,17 +88,19 @@ const std::vector<EvictionField>& eviction_fields() {
   using O = ScoreOptions;
   using Sm = ScoreMethod;
   using F = EvictionField;
+  // Each row names all three pointers (Of has no defaults: clang 14 drops code that reads a
+  // defaulted null member pointer of an aggregate).
   static const std::vector<EvictionField> rows = {
       {"kernel", F::Count{&R::kernel, nullptr, &O::kernel}},
       {"pool", F::Of<PoolKind, std::string>{&R::pool, nullptr, &O::pool}},
       {"gqa-reduce", F::Of<GqaReduce, std::string>{&R::gqa_reduce, nullptr, &O::gqa_reduce}},
-      {"alpha", F::Of<double, double>{&R::alpha, &E::alpha}, std::nullopt, nullptr, nullptr, true},
-      {"beta", F::Of<double, double>{&R::beta, &E::beta}, std::nullopt, nullptr, nullptr, true},
+      {"alpha", F::Of<double, double>{&R::alpha, &E::alpha, nullptr}, std::nullopt, nullptr, nullptr, true},
+      {"beta", F::Of<double, double>{&R::beta, &E::beta, nullptr}, std::nullopt, nullptr, nullptr, true},
       // Files written before the rule was recorded used exact totals.
-      {"capacity-rule", F::Of<CapacityRule, std::string>{&R::capacity_rule, &E::capacity_rule}, std::nullopt, nullptr,
-       nullptr, true, "exact-total"},
-      {"min-tokens", F::Count{&R::min_tokens, &E::min_tokens}, std::nullopt, nullptr, nullptr, true},
-      {"step", F::Count{&R::step, &E::step}, std::nullopt, nullptr, nullptr, true},
+      {"capacity-rule", F::Of<CapacityRule, std::string>{&R::capacity_rule, &E::capacity_rule, nullptr}, std::nullopt,
+       nullptr, nullptr, true, "exact-total"},
+      {"min-tokens", F::Count{&R::min_tokens, &E::min_tokens, nullptr}, std::nullopt, nullptr, nullptr, true},
+      {"step", F::Count{&R::step, &E::step, nullptr}, std::nullopt, nullptr, nullptr, true},
       {"future", F::Count{&R::future, nullptr, &O::future}, Sm::expected_attention, "sets", "scores"},
       {"covariance", F::Switch{&R::covariance, nullptr, &O::covariance}, Sm::expected_attention, "sets", "scores"},
       {"vnorm", F::Switch{&R::vnorm, nullptr, &O::vnorm}, Sm::expected_attention, "sets", "scores"},
@@ -111,11 +113,6 @@ const std::vector<EvictionField>& eviction_fields() {
 }
 
 namespace {
-
-template <class P, class Of>  // P: EvictionParams, const or not
-auto& field_in(P& e, const Of& f) {
-  return f.at ? e.*f.at : e.score.*f.score_at;
-}
 
 // A value from its text (a switch: on | off; a word: its name; a number; a path).
 template <class T>
@@ -170,7 +167,7 @@ const std::string* score_file(const EvictionField& f, const ScoreOptions& o) {
 void apply_eviction_fields(EvictionParams& e, const EvictionRequest& r) {
   for (const EvictionField& f : eviction_fields()) {
     std::visit(
-        [&](const auto& of) {
+        [&](const auto& of) -> void {
           const auto& given = r.*of.given;
           if (!given) return;
           if (f.score && e.score.method != *f.score) {
@@ -178,7 +175,7 @@ void apply_eviction_fields(EvictionParams& e, const EvictionRequest& r) {
                                  ", not " + score_method_name(e.score.method) + "'s",
                              {"", std::string("--") + f.param, value_text(*given)});
           }
-          auto& v = field_in(e, of);
+          auto& v = of.at ? e.*of.at : e.score.*of.score_at;
           using T = std::decay_t<decltype(v)>;
           if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
             v = static_cast<T>(*given);  // counts >= 0: check_request
@@ -284,8 +281,8 @@ nlohmann::json EvictionParams::to_json() const {
   for (const EvictionField& f : eviction_fields()) {
     if (f.score && score.method != *f.score) continue;
     std::visit(
-        [&](const auto& of) {
-          const auto& v = field_in(*this, of);
+        [&](const auto& of) -> void {
+          const auto& v = of.at ? this->*of.at : score.*of.score_at;
           using T = std::decay_t<decltype(v)>;
           if (f.omit_absent && v == parse_value<T>(f.absent)) return;
           j[json_key(f.param)] = json_value(v);
@@ -328,8 +325,8 @@ EvictionParams EvictionParams::from_json(const nlohmann::json& j, const std::str
       if (f.score && p.score.method != *f.score) continue;
       const std::string key = json_key(f.param);
       std::visit(
-          [&](const auto& of) {
-            auto& v = field_in(p, of);
+          [&](const auto& of) -> void {
+            auto& v = of.at ? p.*of.at : p.score.*of.score_at;
             using T = std::decay_t<decltype(v)>;
             if (f.absent && !j.contains(key)) {
               v = parse_value<T>(f.absent);

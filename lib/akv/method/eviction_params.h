@@ -92,8 +92,8 @@ struct EvictionField {
   template <class T, class Given>
   struct Of {
     std::optional<Given> EvictionRequest::*given;
-    T EvictionParams::*at = nullptr;
-    T ScoreOptions::*score_at = nullptr;
+    T EvictionParams::*at;
+    T ScoreOptions::*score_at;
   };
   using Count = Of<std::size_t, long long>;
   using Switch = Of<bool, std::string>;
