@@ -5,23 +5,15 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "akv/tensor/half.h"
 
 namespace akv::ggml {
 
-// A block's f16 field (F16C when the build has it: bit for bit f16_to_f32_ref, half.h).
-inline float f16_at(const std::uint8_t* p) {
+// A block's f16 field (half.h f16_value: F16C where the unit is built with it).
+static inline float f16_at(const std::uint8_t* p) {
   std::uint16_t h;
   std::memcpy(&h, p, 2);
-#if defined(__F16C__)
-  return _cvtsh_ss(h);
-#else
-  return f16_to_f32_ref(h);
-#endif
+  return f16_value(h);
 }
 
 inline std::uint32_t u32_at(const std::uint8_t* p) {

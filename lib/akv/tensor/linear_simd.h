@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "akv/tensor/half.h"
+
 namespace akv::AKV_LINEAR_NS {
 
 // How the kernels read W's values: element i of a row pointer as f32 (load8: i .. i + 7).
@@ -29,9 +31,9 @@ struct F16Rows {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i)));
   }
   static float load1(const std::uint8_t* w, std::size_t i) {
-    unsigned short h;
+    std::uint16_t h;
     __builtin_memcpy(&h, w + 2 * i, 2);
-    return _cvtsh_ss(h);
+    return f16_value(h);
   }
   static const char* addr(const std::uint8_t* w, std::size_t i) { return reinterpret_cast<const char*>(w + 2 * i); }
 };

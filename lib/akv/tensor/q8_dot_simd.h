@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "akv/tensor/ggml_fields.h"
+
 namespace akv::AKV_Q8_NS {
 namespace {
 
@@ -112,11 +114,6 @@ inline void q8_prefetch_ahead(const std::uint8_t* b, std::size_t bytes) {
   }
 }
 
-inline float q8_f16_at(const std::uint8_t* p) {
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 // One Q4_K row of nsb super-blocks times one vector, straight from the blocks: the codes unpacked
 // in registers, the 8 scales and mins as q8_decode computes them (d sc, dmin m), eight per
@@ -134,8 +131,8 @@ float q4_k_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx, 
     const std::uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
     const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo))));
     const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo))));
-    const __m256 a = _mm256_mul_ps(_mm256_set1_ps(q8_f16_at(b)), sc);
-    const __m256 c = _mm256_mul_ps(_mm256_set1_ps(q8_f16_at(b + 2)), mn);
+    const __m256 a = _mm256_mul_ps(_mm256_set1_ps(ggml::f16_at(b)), sc);
+    const __m256 c = _mm256_mul_ps(_mm256_set1_ps(ggml::f16_at(b + 2)), mn);
     const std::int8_t* x = xq + s * 256;
     __m256i v[8];
     for (int k = 0; k < 4; ++k) {
@@ -158,7 +155,7 @@ float q6_k_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx, 
     const std::uint8_t* b = row + s * 210;
     q8_prefetch_ahead(b, 210);
     const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)), split);
-    const __m256 d = _mm256_set1_ps(q8_f16_at(b + 208));
+    const __m256 d = _mm256_set1_ps(ggml::f16_at(b + 208));
     const __m256 a_lo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
     const __m256 a_hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
     const std::int8_t* x = xq + s * 256;
@@ -278,7 +275,7 @@ float small_dot(const std::uint8_t* row, const std::int8_t* xq, const float* dx,
   float r = q8_hsum8(acc);
   for (std::size_t k = nb8; k < nb; ++k) {
     const std::uint8_t* b = row + k * kBytes;
-    const float d = q8_f16_at(b);
+    const float d = ggml::f16_at(b);
     r += q8_tail_term(q8_block_lanes_s(codes(b), xq + k * 32), d, d, 0.0f, dx[k], xs[k]);
   }
   return r;
