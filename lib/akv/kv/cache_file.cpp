@@ -167,12 +167,6 @@ std::string cache_head_path(std::size_t layer, std::size_t head) {
   return "/layers/" + std::to_string(layer) + "/heads/" + std::to_string(head);
 }
 
-bool has_format(const std::string& path, const std::string& format) {
-  h5::File f = h5::open_read(path);
-  if (!h5::attr_exists(f.get(), "format")) return false;
-  return h5::read_attr_string(f.get(), "format", path, "format") == format;
-}
-
 // ---------------------------------------------------------------------------------------------
 struct CacheWriter::Impl {
   CacheHeader header;

@@ -133,7 +133,4 @@ class CacheReader {
 // Path of a head's group, e.g. "/layers/3/heads/1".
 std::string cache_head_path(std::size_t layer, std::size_t head);
 
-// True when the file at `path` is an HDF5 file whose format attribute is `format`.
-bool has_format(const std::string& path, const std::string& format);
-
 }  // namespace akv

@@ -48,8 +48,6 @@ std::optional<TqType> tq_cache_type(const std::string& name) {
 
 }  // namespace
 
-bool is_llama_cache_type(const GgmlTypeInfo& type) { return !fp8_format_of(type) && !tq_type_of(type); }
-
 void check_ggml_cache_type_name(const std::string& name, const std::string& file, const std::string& field) {
   const auto& names = ggml_cache_type_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {

@@ -120,8 +120,6 @@ std::vector<std::string> parse_cache_types(const std::string& text, char sep, co
 // head_dim a power of two from 8 to 512).
 const GgmlTypeInfo& ggml_cache_type(const std::string& name, std::size_t head_dim, const std::string& file,
                                     const std::string& field);
-// Whether the type is one of llama.cpp's (not fp8 or TurboQuant, which only akv's caches hold).
-bool is_llama_cache_type(const GgmlTypeInfo& type);
 
 // InvalidInput naming `file` and `field` unless head_dim holds whole blocks of `type`.
 void check_ggml_head_dim(const GgmlTypeInfo& type, std::size_t head_dim, const std::string& file,

@@ -27,15 +27,6 @@ constexpr std::size_t kBlockVectors = 2;
 
 }  // namespace
 
-std::string weight_mode_name(WeightMode m) {
-  switch (m) {
-    case WeightMode::stored: return "stored";
-    case WeightMode::f32: return "f32";
-    case WeightMode::q8: return "q8";
-  }
-  return "stored";
-}
-
 WeightMode parse_weight_mode(const std::string& name) {
   if (name == "stored") return WeightMode::stored;
   if (name == "f32") return WeightMode::f32;

@@ -26,8 +26,7 @@ namespace akv {
 // activations rounded to 8-bit blocks (q8_dot.h) where a call asks for the loaded products
 // (Products below: the model's decode steps; F32/F16/BF16 as `stored`).
 enum class WeightMode { stored, f32, q8 };
-std::string weight_mode_name(WeightMode m);             // "stored" | "f32" | "q8"
-WeightMode parse_weight_mode(const std::string& name);  // InvalidInput naming the value
+WeightMode parse_weight_mode(const std::string& name);  // "stored" | "f32" | "q8"; InvalidInput naming the value
 
 // A read-only memory map of a whole file (shared by the weights that point into it).
 class MappedFile {
