@@ -54,8 +54,6 @@ bool avx2_int8() {
           w.unit.data(), w.mult.data(), w.quads.empty() ? nullptr : w.quads.data()};
 }
 
-int format_bits(RowFormat f) { return f == RowFormat::code2 ? 2 : 4; }
-
 // Code c of a row (2 or 4 bits).
 int code_at(RowFormat f, const std::uint8_t* row, std::size_t c) {
   const int b = format_bits(f);

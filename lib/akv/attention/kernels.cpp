@@ -52,8 +52,6 @@ void level_table(const float* values, int bits, float* table) {
   for (std::size_t i = 0; i < 16; ++i) table[i] = values[i % n];
 }
 
-namespace {
-
 int format_bits(RowFormat f) {
   switch (f) {
     case RowFormat::code1: return 1;
@@ -63,6 +61,8 @@ int format_bits(RowFormat f) {
     default: return 8;
   }
 }
+
+namespace {
 
 bool is_level_format(RowFormat f) {
   return f == RowFormat::level2 || f == RowFormat::level3 || f == RowFormat::level4;

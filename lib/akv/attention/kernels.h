@@ -26,6 +26,7 @@ enum class RowFormat { f32, f16, code2, code3, code4, code8, level2, level3, lev
 
 RowFormat code_format(int bits);  // 2, 3, 4, 8
 RowFormat level_format(int bits);  // 2, 3, 4
+int format_bits(RowFormat f);  // bits per value: code1..code8, level2..level4 (others: 8)
 
 // n rows of `chunks` * 8 values each; row r starts at base + r * stride bytes (code rows:
 // stride = chunks * bits bytes; the stream must be readable 8 bytes past its end).

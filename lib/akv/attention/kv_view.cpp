@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "akv/core/checked.h"
 #include "akv/tensor/half.h"
 
 namespace akv {
 namespace {
-
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
 // Code i of a little-endian b-bit stream.
 unsigned code_at(const std::uint8_t* stream, std::size_t i, int bits) {

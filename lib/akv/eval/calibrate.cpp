@@ -772,7 +772,7 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
   return calibration_to_json(f);
 }
 
-constexpr const char* kPartFormat = "akv-calibration-part";
+constexpr const char* kCalibrationPart = "akv-calibration-part";
 
 nlohmann::json options_json(const CalibrateOptions& o, bool kvzap) {
   nlohmann::json j = {{"candidates", o.candidates}, {"group", o.group}, {"residual", o.residual},
@@ -838,13 +838,13 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
   }
   nlohmann::json ds = nlohmann::json::array();
   for (const auto& d : dumps) ds.push_back({{"path", d}, {"hash", file_hash(d)}});
-  return {{"format", kPartFormat}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
+  return {{"format", kCalibrationPart}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
           {"first_layer", lo}, {"n_layers", st.metas[0].n_layers}, {"dumps", ds}, {"options", options_json(st.opt, st.kvzap)},
           {"kernels", kernel_arithmetic()}, {"layers", layers}, {"nuq", nuq_layers}};
 }
 
 nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"dumps", "options", "n_layers", "kernels"});
+  const std::vector<std::size_t> order = shard_order(parts, kCalibrationPart, {"dumps", "options", "n_layers", "kernels"});
   const auto& [file0, first] = parts[0];
   std::vector<std::vector<HeadMeasure>> agg;
   std::vector<LayerNuq> nuq;

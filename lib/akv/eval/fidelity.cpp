@@ -266,7 +266,7 @@ FidelityReport evaluate_cache(const std::string& dump_path, const std::string& c
 
 namespace {
 
-constexpr const char* kPartFormat = "akv-fidelity-part";
+constexpr const char* kFidelityPart = "akv-fidelity-part";
 
 nlohmann::json sums_json(const FidelitySums& s) {
   const AttentionFidelity& a = s.attn;
@@ -303,7 +303,7 @@ nlohmann::json fidelity_part_json(const FidelityReport& r, const Shard& shard) {
     for (const FidelitySums& s : r.heads[l]) row.push_back(sums_json(s));
     layers.push_back(row);
   }
-  return {{"format", kPartFormat}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
+  return {{"format", kFidelityPart}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
           {"first_layer", lo}, {"n_layers", r.heads.size()},
           {"dump", {{"path", r.dump_path}, {"hash", file_hash(r.dump_path)}}},
           {"cache", {{"path", r.cache_path}, {"hash", file_hash(r.cache_path)}}},
@@ -311,7 +311,7 @@ nlohmann::json fidelity_part_json(const FidelityReport& r, const Shard& shard) {
 }
 
 FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"dump", "cache", "n_layers", "needles", "kernels"});
+  const std::vector<std::size_t> order = shard_order(parts, kFidelityPart, {"dump", "cache", "n_layers", "needles", "kernels"});
   const auto& [file0, first] = parts[0];
   FidelityReport r;
   try {

@@ -8,7 +8,7 @@
 namespace akv {
 namespace {
 
-constexpr const char* kPartFormat = "akv-passkey-part";
+constexpr const char* kPasskeyPart = "akv-passkey-part";
 
 }  // namespace
 
@@ -19,7 +19,7 @@ nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const P
     for (char ok : row) line.push_back(static_cast<int>(ok));
     outcomes.push_back(line);
   }
-  nlohmann::json j = {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
+  nlohmann::json j = {{"format", kPasskeyPart}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
                       {"first_prompt", r.first_prompt}, {"total_prompts", r.total_prompts}, {"inputs", run.inputs},
                       {"params", run.params}, {"mode", r.mode}, {"specs", r.specs}, {"descriptions", r.descriptions},
                       {"lengths", r.lengths}, {"depths", r.depths}, {"trials", r.trials}, {"outcomes", outcomes},
@@ -32,7 +32,7 @@ nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const P
 
 PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
   const std::vector<std::size_t> order =
-      shard_order(parts, kPartFormat, {"inputs", "params", "specs", "lengths", "depths", "trials", "total_prompts"});
+      shard_order(parts, kPasskeyPart, {"inputs", "params", "specs", "lengths", "depths", "trials", "total_prompts"});
   const auto& [file0, first] = parts[0];
   PasskeyReport r;
   try {

@@ -11,7 +11,7 @@
 namespace akv {
 namespace {
 
-constexpr const char* kPartFormat = "akv-perplexity-part";
+constexpr const char* kPerplexityPart = "akv-perplexity-part";
 
 nlohmann::json sums_json(const PplSums& s) {
   return {{"nll", s.nll}, {"kl", s.kl}, {"top1", s.top1}, {"tokens", s.tokens},
@@ -77,7 +77,7 @@ nlohmann::json ppl_part_json(const PplReport& r, const Shard& s, std::size_t fir
   if (first == 0 && !r.sequences.empty()) {  // the run's sequence 0 (a shard may hold none)
     for (const MemoryTrace& t : r.traces) traces.push_back(trace_json(t));
   }
-  nlohmann::json part = {{"format", kPartFormat}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
+  nlohmann::json part = {{"format", kPerplexityPart}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
                          {"first_sequence", first}, {"total_sequences", total}, {"inputs", run.inputs},
                          {"params", run.params}, {"specs", r.specs}, {"descriptions", r.descriptions},
                          {"attention", attention_mode_name(r.attention)}, {"prompt_tokens", r.prompt_tokens},
@@ -87,7 +87,7 @@ nlohmann::json ppl_part_json(const PplReport& r, const Shard& s, std::size_t fir
 }
 
 PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  const std::vector<std::size_t> order = shard_order(parts, kPartFormat, {"inputs", "params", "specs", "attention", "total_sequences"});
+  const std::vector<std::size_t> order = shard_order(parts, kPerplexityPart, {"inputs", "params", "specs", "attention", "total_sequences"});
   const auto& [file0, first] = parts[0];
   PplReport r;
   std::size_t total = 0;

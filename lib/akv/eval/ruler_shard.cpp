@@ -8,14 +8,14 @@
 namespace akv {
 namespace {
 
-constexpr const char* kPartFormat = "akv-ruler-part";
+constexpr const char* kRulerPart = "akv-ruler-part";
 
 }  // namespace
 
 nlohmann::json ruler_part_json(const RulerReport& r, const Shard& s, const PplRun& run) {
   nlohmann::json ratios = nlohmann::json::array();
   for (const auto& x : r.ratios) ratios.push_back(x ? nlohmann::json(*x) : nlohmann::json());
-  return {{"format", kPartFormat},       {"version", 1},
+  return {{"format", kRulerPart},       {"version", 1},
           {"shard", s.k},                {"shards", s.n},
           {"first_sample", r.first_sample}, {"total_samples", r.total_samples},
           {"inputs", run.inputs},        {"params", run.params},
@@ -29,7 +29,7 @@ nlohmann::json ruler_part_json(const RulerReport& r, const Shard& s, const PplRu
 
 RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
   const std::vector<std::size_t> order =
-      shard_order(parts, kPartFormat,
+      shard_order(parts, kRulerPart,
                   {"inputs", "params", "specs", "bases", "ratios", "tasks", "lengths", "depths", "samples",
                    "answer_prefix", "query_aware", "total_samples"});
   const auto& [file0, first] = parts[0];

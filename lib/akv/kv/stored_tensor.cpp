@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <string_view>
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
 
 namespace akv {
 namespace {
-
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/kv/stored_tensor.h"
 #include "akv/score/score.h"
@@ -17,8 +18,6 @@ enum class Tier : std::uint8_t { hot, warm, cold };
 constexpr std::size_t kValueGroup = 32;  // channels per value group (per-token quantization)
 // akv's own tiers quantize with the bounded rule: every value within scale / 2 of its input.
 constexpr QuantRule kTierRule = QuantRule::bounded;
-
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
 // One tier's keys and values of one head in the attention module's storage (PackedTensor),
 // rows in chronological order, inserted and erased in the middle: quantized tiers hold whole

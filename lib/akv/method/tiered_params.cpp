@@ -1,12 +1,11 @@
 #include "akv/method/tiered_params.h"
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/method/registry.h"
 
 namespace akv {
 namespace {
-
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
+#include "akv/model/spm_vocab.h"
 
 namespace akv {
 namespace {
@@ -96,13 +97,12 @@ std::string pair_key(const std::string& left, const std::string& right) {
   return std::to_string(left.size()) + ':' + left + right;
 }
 
-constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 constexpr std::int32_t kMaxTokens = 1 << 21;       // ids beyond any real vocabulary (hostile files)
 
 std::string replace_spaces(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == ' ') out += kSpace;
+    if (c == ' ') out += kSentencePieceSpace;
     else out += c;
   }
   return out;
@@ -346,17 +346,17 @@ void BpeVocab::encode_text(const std::string& raw, bool first, std::vector<std::
   if (text.empty()) return;
   std::vector<std::string> pieces;
   if (options_.spaces == Spaces::normalizer) {
-    pieces = {(options_.prepend == Prepend::never ? "" : kSpace) + replace_spaces(text)};
+    pieces = {(options_.prepend == Prepend::never ? "" : kSentencePieceSpace) + replace_spaces(text)};
   } else if (options_.spaces == Spaces::metaspace) {
     std::string t = replace_spaces(text);
     const bool prepend = options_.prepend == Prepend::always || (options_.prepend == Prepend::first && first);
-    if (prepend && t.compare(0, 3, kSpace) != 0) t = kSpace + t;
+    if (prepend && t.compare(0, 3, kSentencePieceSpace) != 0) t = kSentencePieceSpace + t;
     if (!options_.metaspace_split) {
       pieces = {t};
     } else {
       std::size_t start = 0;
       for (std::size_t k = 3; k + 3 <= t.size(); ++k) {
-        if (t.compare(k, 3, kSpace) == 0) {
+        if (t.compare(k, 3, kSentencePieceSpace) == 0) {
           pieces.push_back(t.substr(start, k - start));
           start = k;
         }
@@ -439,7 +439,7 @@ std::string BpeVocab::decode(const std::vector<std::int32_t>& ids) const {
     }
     flush();
     for (std::size_t k = 0; k < t.size();) {
-      if (t.compare(k, 3, kSpace) == 0) {
+      if (t.compare(k, 3, kSentencePieceSpace) == 0) {
         out += ' ';
         k += 3;
       } else {
@@ -483,9 +483,9 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
       const std::string type = norm.value("type", std::string("?"));
       auto spm_step = [&](const nlohmann::json& n) {
         const std::string t = n.value("type", std::string());
-        return (t == "Prepend" && n.value("prepend", std::string()) == kSpace) ||
+        return (t == "Prepend" && n.value("prepend", std::string()) == kSentencePieceSpace) ||
                (t == "Replace" && n.contains("pattern") && n["pattern"].value("String", std::string()) == " " &&
-                n.value("content", std::string()) == kSpace);
+                n.value("content", std::string()) == kSentencePieceSpace);
       };
       if (type == "NFC") {
         o.nfc = true;
@@ -507,7 +507,7 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
     const nlohmann::json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
     if (!o.byte_level) {
       if (pre.is_object() && pre.value("type", std::string()) == "Metaspace" && o.spaces == Spaces::none) {
-        if (pre.value("replacement", std::string(kSpace)) != kSpace) {
+        if (pre.value("replacement", std::string(kSentencePieceSpace)) != kSentencePieceSpace) {
           throw InvalidInput("Metaspace replacement other than U+2581", {path, "pre_tokenizer.replacement", pre["replacement"].dump()});
         }
         o.spaces = Spaces::metaspace;

@@ -8,10 +8,9 @@
 namespace akv {
 namespace {
 
-constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-
-// Length of the UTF-8 character starting with byte c (1 for a stray continuation byte).
-std::size_t utf8_len(unsigned char c) {
+// Length of the UTF-8 character starting with byte c (1 for a stray continuation byte or an
+// invalid lead byte: 0xF8 and above).
+std::size_t utf8_char_len(unsigned char c) {
   if (c >= 0xF0 && c < 0xF8) return 4;
   if (c >= 0xE0) return c < 0xF0 ? 3 : 1;
   if (c >= 0xC0) return 2;
@@ -88,7 +87,7 @@ void SpmVocab::encode_fragment(const std::string& text, std::vector<std::int32_t
   if (text.empty()) return;  // no dummy prefix either, as SentencePiece
   std::string s;
   for (char c : (add_space_prefix_ ? " " : "") + text) {
-    if (c == ' ') s += kSpace;
+    if (c == ' ') s += kSentencePieceSpace;
     else s += c;
   }
   struct Sym {
@@ -97,7 +96,7 @@ void SpmVocab::encode_fragment(const std::string& text, std::vector<std::int32_t
   };
   std::vector<Sym> sym;
   for (std::size_t i = 0; i < s.size();) {
-    const std::size_t len = std::min(utf8_len(static_cast<unsigned char>(s[i])), s.size() - i);
+    const std::size_t len = std::min(utf8_char_len(static_cast<unsigned char>(s[i])), s.size() - i);
     sym.push_back({static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, i, len});
     i += len;
   }
@@ -156,7 +155,7 @@ std::string SpmVocab::decode(const std::vector<std::int32_t>& ids) const {
       case normal:
       case user_defined:
         for (std::size_t i = 0; i < p.size();) {
-          if (p.compare(i, 3, kSpace) == 0) {
+          if (p.compare(i, 3, kSentencePieceSpace) == 0) {
             out += ' ';
             i += 3;
           } else {

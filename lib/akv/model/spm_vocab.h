@@ -16,6 +16,9 @@
 
 namespace akv {
 
+// SentencePiece's space, U+2581 (in UTF-8): what a space becomes in a piece.
+inline constexpr const char* kSentencePieceSpace = "\xE2\x96\x81";
+
 class SpmVocab {
  public:
   enum Type : std::int32_t { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/kv/stored_head.h"
 #include "akv/quant/pack.h"
@@ -18,8 +19,6 @@ namespace akv {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
 // One quantized tensor of one head after n tokens (as kv/stored_tensor.h stores it).
 double tensor_bytes(const TensorQuant& t, const QuantParams& p, std::size_t d, std::size_t n_out, std::size_t n) {

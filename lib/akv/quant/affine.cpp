@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/quant/kernels.h"
 #include "akv/quant/pack.h"
@@ -16,8 +17,6 @@ void check_args(int bits, std::size_t group) {
   if (group == 0) throw InvalidInput("group size must be >= 1", {"", "group_size", "0"});
 }
 
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
-
 inline std::uint8_t encode(float x, float zero, float inv_scale, float max_code) {
   const float q = std::nearbyint((x - zero) * inv_scale);
   return static_cast<std::uint8_t>(std::clamp(q, 0.0f, max_code));
@@ -30,14 +29,6 @@ inline float decode(std::uint8_t code, float scale, float zero) {
 
 inline float inverse(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }
 
-inline float f16_nearest(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
-
-// The kivi rule's code of an f16 input (see affine.h); NaN (0 / 0 in a constant group) -> 0.
-inline std::uint8_t encode_kivi(float x, float zero, float scale, float max_code) {
-  const float q = f16_nearest(f16_nearest(x - zero) / scale);
-  if (!(q > 0.0f)) return 0;
-  return static_cast<std::uint8_t>(std::nearbyint(std::min(q, max_code)));
-}
 
 // The block's values rounded to f16 (the kivi rule's input), or nothing for the bounded rule.
 std::vector<float> rule_input(const float* x, std::size_t n, QuantRule rule, bool ref) {
@@ -134,7 +125,7 @@ QuantizedBlock quantize_block_ref(const float* x, std::size_t rows, std::size_t 
     }
     if (rule == QuantRule::kivi) {
       const GroupParams p = group_params_kivi(lo, hi, bits);
-      for (std::size_t i : idx) codes[i] = encode_kivi(x[i], p.zero, p.scale, max_code);
+      for (std::size_t i : idx) codes[i] = kernels::encode_kivi_one(x[i], p.zero, p.scale, max_code);
       q.scale[g] = f32_to_f16_ref(p.scale);
       q.zero[g] = f32_to_f16_ref(p.zero);
       ++g;

@@ -19,20 +19,12 @@ inline std::uint8_t encode1(float x, float zero, float inv, float max_code) {
   return static_cast<std::uint8_t>(std::clamp(q, 0.0f, max_code));
 }
 
-inline float f16_nearest(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
-
-inline std::uint8_t encode_kivi1(float x, float zero, float scale, float max_code) {
-  const float q = f16_nearest(f16_nearest(x - zero) / scale);
-  if (!(q > 0.0f)) return 0;
-  return static_cast<std::uint8_t>(std::nearbyint(std::min(q, max_code)));
-}
-
 #ifdef AKV_QUANT_AVX2
 inline __m256 f16_nearest8(__m256 x) {
   return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-// max_ps returns its second operand when the first is NaN: NaN -> 0, as encode_kivi1.
+// max_ps returns its second operand when the first is NaN: NaN -> 0, as encode_kivi_one.
 inline __m256i encode_kivi8(__m256 x, __m256 zero, __m256 scale, __m256 max_code) {
   __m256 q = f16_nearest8(_mm256_div_ps(f16_nearest8(_mm256_sub_ps(x, zero)), scale));
   q = _mm256_min_ps(_mm256_max_ps(q, _mm256_setzero_ps()), max_code);
@@ -196,7 +188,7 @@ struct BoundedEncoder {
 #endif
 };
 struct KiviEncoder {
-  static std::uint8_t one(float x, float zero, float s, float max_code) { return encode_kivi1(x, zero, s, max_code); }
+  static std::uint8_t one(float x, float zero, float s, float max_code) { return encode_kivi_one(x, zero, s, max_code); }
 #ifdef AKV_QUANT_AVX2
   static __m256i eight(__m256 x, __m256 zero, __m256 s, __m256 max_code) { return encode_kivi8(x, zero, s, max_code); }
 #endif

@@ -3,8 +3,12 @@
 // x86-64-v3, portable scalar loops otherwise. Each kernel computes exactly what the scalar
 // reference computes (same operations in the same order per element), so results are bitwise
 // identical; tests/unit/test_quant.cpp compares them.
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+
+#include "akv/tensor/half.h"
 
 namespace akv::kernels {
 
@@ -35,6 +39,12 @@ void encode_kivi_per_element(const float* x, const float* zero, const float* sca
                              float max_code, std::uint8_t* codes);
 void encode_kivi_broadcast(const float* x, float zero, float scale, std::size_t n, float max_code,
                            std::uint8_t* codes);
+// The same rule for one value (the scalar reference and the vector loops' tails).
+inline std::uint8_t encode_kivi_one(float x, float zero, float scale, float max_code) {
+  const float q = f16_nearest(f16_nearest(x - zero) / scale);
+  if (!(q > 0.0f)) return 0;
+  return static_cast<std::uint8_t>(std::nearbyint(std::min(q, max_code)));
+}
 
 // out[i] = fma(code[i], scale[i], zero[i]) / with one scale and zero.
 void decode_per_element(const std::uint8_t* codes, const float* scale, const float* zero,

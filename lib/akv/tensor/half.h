@@ -38,6 +38,9 @@ void bf16_to_f32(const std::uint16_t* src, float* dst, std::size_t n);
 float f16_round_down(float x);
 float f16_round_up(float x);
 
+// x rounded to the nearest f16, as f32 (what storing one value as f16 does to it).
+inline float f16_nearest(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
+
 // Rounds every element through f16 and back (what storing as f16 does to a value).
 void round_through_f16(float* x, std::size_t n);
 
