@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "akv/core/errors.h"
 #include "akv/core/isa.h"
@@ -70,12 +71,15 @@ struct Sorted {
 Sorted sort_weighted(const std::vector<double>& x, const std::vector<double>& w) {
   if (x.empty()) throw InvalidInput("k-means of no values", {"", "values", "0"});
   if (!w.empty() && w.size() != x.size()) throw std::logic_error("kmeans_1d: one weight per value");
-  std::vector<std::size_t> order(x.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return x[a] < x[b]; });
+  // (value, index) pairs in lexicographic order: the values' stable order, sorted in one array.
+  std::vector<std::pair<double, std::size_t>> order(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) order[i] = {x[i], i};
+  std::sort(order.begin(), order.end());
   Sorted s;
-  for (const std::size_t i : order) {
-    s.x.push_back(x[i]);
+  s.x.reserve(x.size());
+  s.w.reserve(x.size());
+  for (const auto& [xi, i] : order) {
+    s.x.push_back(xi);
     s.w.push_back(w.empty() ? 1.0 : w[i]);
     s.total += s.w.back();
   }
@@ -128,6 +132,19 @@ std::vector<double> best_of_seeds(const Sorted& s, std::size_t k, const std::vec
     }
   }
   return best;
+}
+
+// percentile_sorted(v, q) without sorting v: the order statistics it reads (positions i and
+// i + 1 of the sorted values) put in place by selection; v is reordered.
+double percentile_selected(std::vector<double>& v, double q) {
+  const std::size_t n = v.size();
+  if (n == 0) throw std::logic_error("percentile_selected: no values");
+  const double f = std::floor(static_cast<double>(n - 1) * (q / 100.0));
+  const std::size_t i = f >= static_cast<double>(n - 1) ? n - 1 : f < 0 ? 0 : static_cast<std::size_t>(f);
+  const auto at = v.begin() + static_cast<std::ptrdiff_t>(i);
+  std::nth_element(v.begin(), at, v.end());
+  if (i + 1 < n) std::iter_swap(at + 1, std::min_element(at + 1, v.end()));
+  return percentile_sorted(v.data(), n, q);
 }
 
 }  // namespace
@@ -220,9 +237,8 @@ NuqCalibration calibrate_nuq(const float* rows, std::size_t n, std::size_t C, in
   std::vector<double> up(groups), lo(groups), v(len);
   for (std::size_t g = 0; g < groups; ++g) {
     for (std::size_t i = 0; i < len; ++i) v[i] = per_channel ? rows[i * C + g] : rows[g * w + i];
-    std::sort(v.begin(), v.end());
-    up[g] = percentile_sorted(v.data(), len, q_hi);
-    lo[g] = percentile_sorted(v.data(), len, q_lo);
+    up[g] = percentile_selected(v, q_hi);
+    lo[g] = percentile_selected(v, q_lo);
   }
   std::vector<double> x, wt;
   for (std::size_t i = sink; i < n; ++i) {
