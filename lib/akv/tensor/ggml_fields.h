@@ -9,6 +9,9 @@
 
 namespace akv::ggml {
 
+// Every helper here is static: units built for different instruction sets (the AVX-512 ones)
+// include them, and each keeps its own copy (as half.h's f16_value).
+
 // A block's f16 field (half.h f16_value: F16C where the unit is built with it).
 static inline float f16_at(const std::uint8_t* p) {
   std::uint16_t h;
@@ -16,14 +19,14 @@ static inline float f16_at(const std::uint8_t* p) {
   return f16_value(h);
 }
 
-inline std::uint32_t u32_at(const std::uint8_t* p) {
+static inline std::uint32_t u32_at(const std::uint8_t* p) {
   std::uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
 }
 
 // The 6-bit scale and min of group g (0..7) of a Q4_K / Q5_K super-block (q: its 12 scale bytes).
-inline void scale_min_k4(std::size_t g, const std::uint8_t* q, int& sc, int& m) {
+static inline void scale_min_k4(std::size_t g, const std::uint8_t* q, int& sc, int& m) {
   if (g < 4) {
     sc = q[g] & 63;
     m = q[g + 4] & 63;
@@ -44,7 +47,7 @@ struct SmallBlock {
   bool has_min = false, five = false;
 };
 
-inline SmallBlock small_block_fields(std::uint32_t id, const std::uint8_t* b) {
+static inline SmallBlock small_block_fields(std::uint32_t id, const std::uint8_t* b) {
   SmallBlock f;
   f.d = f16_at(b);
   f.has_min = id == 3 || id == 7;
