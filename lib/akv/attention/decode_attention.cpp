@@ -76,7 +76,7 @@ void round_q8_0_cpu(float* x, std::size_t n) {
   for (std::size_t b = 0; b + 32 <= n; b += 32) {
     float amax = 0.0f;
     for (std::size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = f16_to_f32_ref(f32_to_f16_ref(amax / 127.0f)), id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d = f16_nearest(amax / 127.0f), id = amax != 0.0f ? 127.0f / amax : 0.0f;
     for (std::size_t i = b; i < b + 32; ++i) x[i] = d * std::nearbyint(x[i] * id);
   }
 }

@@ -12,11 +12,6 @@
 #include "akv/tensor/half.h"
 
 namespace akv {
-namespace {
-
-float f16_round(float x) { return f16_to_f32_ref(f32_to_f16_ref(x)); }
-
-}  // namespace
 
 TensorBuilder head_tensor_builder(std::size_t head_dim, const QuantParams& p, bool key, const RopeContext* rope) {
   const std::string& type = key ? p.key.type : p.value.type;
@@ -132,7 +127,7 @@ void TensorBuilder::append_rows(const float* src, const float* post, const std::
   if (n == 0) return;
   store_.append_dense(post, n);
   if (rope_) {
-    for (std::size_t i = 0; i < n * d_; ++i) mirror_.push_back(f16_round(post[i]));
+    for (std::size_t i = 0; i < n * d_; ++i) mirror_.push_back(f16_nearest(post[i]));
   }
   if (quantize_) {
     pending_.insert(pending_.end(), src, src + n * d_);

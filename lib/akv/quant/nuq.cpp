@@ -404,7 +404,7 @@ void decode_codes(const std::vector<float>& levels, const std::uint8_t* code, co
                   bool per_row, std::size_t n, float* o) {
   for (std::size_t j = 0; j < n; ++j) {
     const float x = levels[code[j]] * range[per_row ? 0 : j] + offset[per_row ? 0 : j];
-    o[j] = std::isfinite(x) ? f16_to_f32_ref(f32_to_f16_ref(x)) : 0.0f;
+    o[j] = std::isfinite(x) ? f16_nearest(x) : 0.0f;
   }
 }
 
