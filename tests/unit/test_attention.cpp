@@ -124,12 +124,16 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // block of 8, and blocks across group boundaries); keys of 2 and 4 heads take AVX-512's two
   // rows per register (4 heads: blocks of 8 rows, then a pair, then one row); 37 rows leave a
   // partial block of rows. Level formats (nuq's codes read as levels[code]) take the 8-at-a-time
-  // loops with a lookup per value; fp8 bytes (every finite code) are read through f16.
+  // loops with a lookup per value, except 4-bit levels with AVX2 and a multiple of 4 chunks up to
+  // 32: keys of any heads (8, 8, 2 too) and values of one or two heads a quad of chunks at a time
+  // (load_quad_levels; 12 and 6: a group boundary inside a quad); fp8 bytes (every finite code)
+  // are read through f16.
   struct Shape {
     std::size_t nq, chunks, cpg;
   };
   for (const Shape sh : {Shape{4, 16, 4}, Shape{1, 16, 4}, Shape{3, 16, 2}, Shape{1, 15, 1}, Shape{2, 8, 1},
-                         Shape{1, 8, 2}, Shape{1, 40, 4}, Shape{1, 12, 6}, Shape{4, 16, 16}, Shape{3, 8, 8}, Shape{8, 6, 6}}) {
+                         Shape{1, 8, 2}, Shape{1, 40, 4}, Shape{1, 12, 6}, Shape{4, 16, 16}, Shape{3, 8, 8}, Shape{8, 6, 6},
+                         Shape{8, 8, 2}}) {
     const std::size_t n = 37, chunks = sh.chunks, nq = sh.nq, cpg = sh.cpg, ng = (chunks + cpg - 1) / cpg;
     std::vector<std::uint8_t> bytes(n * chunks * 32 + 64);
     Rng rng(5);
