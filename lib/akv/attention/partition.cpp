@@ -485,11 +485,11 @@ class PartitionRunner {
     }
 #endif
     for (; h0 < nq_; ++h0) {
-      for (std::size_t i = 0; i < rows.n; ++i) {
-        const float p = pt[i * nq_ + h0];
-        coef[i * nq_ + h0] = p * range[i];
-        if (offset) z[h0] = std::fma(p, offset[i], z[h0]);
-      }
+      for (std::size_t i = 0; i < rows.n; ++i) coef[i * nq_ + h0] = pt[i * nq_ + h0] * range[i];
+      if (!offset) continue;
+      float zh = 0.0f;  // in a register: through z[h0] each step waited for its own store
+      for (std::size_t i = 0; i < rows.n; ++i) zh = std::fma(pt[i * nq_ + h0], offset[i], zh);
+      z[h0] = zh;
     }
     attn::accumulate_rows(rows, nq_, coef, 1, d_ / 8, acc, d_);
     if (!offset) return;
