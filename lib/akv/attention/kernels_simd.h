@@ -210,11 +210,86 @@ template <int NQ, int RB>
   }
 }
 
+// Byte b of every level of a table, in both 128-bit lanes of plane[b] (AVX2's 4-bit level loops,
+// load_quad_levels).
+struct LevelPlanes {
+  __m256i plane[4];
+};
+
+#ifndef __AVX512F__
+// 4-bit level rows with 256-bit vectors, 32 codes (16 bytes: chunks 4u .. 4u + 3) at a time.
+// AVX2 has no 16-entry float permute (load8 spends two 8-entry ones and a blend per 8 values),
+// but its byte shuffle is a 16-entry table lookup: each of the table's four byte planes is looked
+// up with one shuffle of the 32 codes (low nibbles in the low 128-bit lane, high nibbles in the
+// high one), and two rounds of unpacks put the bytes back together into floats, bit for bit the
+// table's: 12 shuffles and 4 other operations per 32 values where load8 spends 28. Chunk j's 8
+// values come in quad_lane order: lane l holds value 8j + quad_lane(l), the even values first.
+// Measured 2026-12-05 (commit c32d468, Intel Xeon with AVX-512, AVX2 build, one core, a loop of
+// GQA 4 scores over 4096 rows of head_dim 128): 132 -> 108 us, against 98 us for 4-bit codes.
+constexpr std::size_t kQuadMaxChunks = 32;  // head_dim <= 256: the weights' copy in quad-lane order fits the stack
+
+constexpr int quad_lane(int l) { return l < 4 ? 2 * l : 2 * (l - 4) + 1; }
+
+// Permutation indices: to quad-lane order, and back to channel order (lane c takes the lane that
+// holds value c: c / 2 for even c, 4 + c / 2 for odd c).
+inline __m256i quad_gather() { return _mm256_setr_epi32(quad_lane(0), quad_lane(1), quad_lane(2), quad_lane(3),
+                                                         quad_lane(4), quad_lane(5), quad_lane(6), quad_lane(7)); }
+inline __m256i quad_scatter() { return _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); }
+
+inline LevelPlanes level_planes(const float* levels) {
+  alignas(16) std::uint8_t bytes[4][16];
+  for (int c = 0; c < 16; ++c) {
+    std::uint32_t bits;
+    std::memcpy(&bits, levels + c, 4);
+    for (int b = 0; b < 4; ++b) bytes[b][c] = static_cast<std::uint8_t>(bits >> (8 * b));
+  }
+  LevelPlanes t;
+  for (int b = 0; b < 4; ++b) {
+    t.plane[b] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes[b])));
+  }
+  return t;
+}
+
+// Chunks 4u .. 4u + 3 of a row, x[j] = chunk 4u + j in quad-lane order.
+[[gnu::always_inline]] inline void load_quad_levels(const std::uint8_t* row, std::size_t u, const LevelPlanes& t,
+                                                    __m256 (&x)[4]) {
+  const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * u)));
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i idx =
+      _mm256_blend_epi32(_mm256_and_si256(bytes, nibble), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 0xF0);
+  const __m256i p0 = _mm256_shuffle_epi8(t.plane[0], idx), p1 = _mm256_shuffle_epi8(t.plane[1], idx);
+  const __m256i p2 = _mm256_shuffle_epi8(t.plane[2], idx), p3 = _mm256_shuffle_epi8(t.plane[3], idx);
+  const __m256i lo01 = _mm256_unpacklo_epi8(p0, p1), hi01 = _mm256_unpackhi_epi8(p0, p1);  // bytes 0-1 of values 0-15, 16-31
+  const __m256i lo23 = _mm256_unpacklo_epi8(p2, p3), hi23 = _mm256_unpackhi_epi8(p2, p3);  // bytes 2-3
+  x[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(lo01, lo23));
+  x[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo01, lo23));
+  x[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(hi01, hi23));
+  x[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(hi01, hi23));
+}
+
+// wq[h * 8 chunks + 8k + l] = w[h * ws + 8k + quad_lane(l)] for NQ heads.
+template <int NQ>
+inline void quad_order_weights(const float* w, std::size_t ws, std::size_t chunks, float* wq) {
+  const __m256i gather = quad_gather();
+  for (int h = 0; h < NQ; ++h) {
+    for (std::size_t k = 0; k < chunks; ++k) {
+      const __m256 v = _mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k);
+      _mm256_store_ps(wq + static_cast<std::size_t>(h) * 8 * chunks + 8 * k, _mm256_permutevar8x32_ps(v, gather));
+    }
+  }
+}
+#endif  // !__AVX512F__
+
 // RB rows x NQ heads of dot products; accumulators acc[r * NQ + h]. Sq: also each row's sum of
 // squares into sq[r0 + r] (acc2[r]: fused multiply-adds of the row's values by themselves).
-template <RowFormat F, int NQ, int RB, bool Sq = false>
+// Quads (AVX2, 4-bit level rows, a multiple of 4 chunks): a quad of chunks at a time through the
+// byte planes t (load_quad_levels) against weights in quad-lane order (quad_order_weights); each
+// lane does the multiply-adds of the chunk loop in the same order and the accumulators are put
+// back in channel order before their sums, so the scores are bitwise the same.
+template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
 [[gnu::always_inline]] inline void score_block(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
-                        const float* bias, float* s, std::size_t ss, float* sq = nullptr) {
+                        const float* bias, float* s, std::size_t ss, float* sq = nullptr,
+                        [[maybe_unused]] const LevelPlanes* t = nullptr) {
   __m256 acc[RB * NQ];
   for (auto& a : acc) a = _mm256_setzero_ps();
   [[maybe_unused]] __m256 acc2[Sq ? RB : 1];
@@ -226,18 +301,41 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
   if constexpr (NQ > 1) {
     for (int r = 0; r < RB; ++r) prefetch_row(row[r], rows.stride);
   }
-  for (std::size_t k = 0; k < rows.chunks; ++k) {
-    // Weights once per chunk in registers: as memory operands of every FMA they were loaded RB
-    // times, and loads, not FMAs, bounded the loop.
-    __m256 wk[NQ];
-    for (int h = 0; h < NQ; ++h) {
-      wk[h] = _mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k);
-      __asm__("" : "+v"(wk[h]));  // keeps the compiler from folding the load back into each FMA ("v": any vector register)
+#ifndef __AVX512F__
+  if constexpr (Quads) {
+    for (std::size_t u = 0; u < rows.chunks / 4; ++u) {
+      for (int r = 0; r < RB; ++r) {
+        __m256 x[4];
+        load_quad_levels(row[r], u, *t, x);
+        for (int j = 0; j < 4; ++j) {
+          const float* wj = w + 32 * u + 8 * static_cast<std::size_t>(j);
+          for (int h = 0; h < NQ; ++h) {
+            acc[r * NQ + h] = _mm256_fmadd_ps(_mm256_load_ps(wj + static_cast<std::size_t>(h) * ws), x[j], acc[r * NQ + h]);
+          }
+          if constexpr (Sq) acc2[r] = _mm256_fmadd_ps(x[j], x[j], acc2[r]);
+        }
+      }
     }
-    for (int r = 0; r < RB; ++r) {
-      const __m256 x = load8<F>(row[r], k, rows.levels);
-      for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm256_fmadd_ps(wk[h], x, acc[r * NQ + h]);
-      if constexpr (Sq) acc2[r] = _mm256_fmadd_ps(x, x, acc2[r]);
+    for (auto& a : acc) a = _mm256_permutevar8x32_ps(a, quad_scatter());
+    if constexpr (Sq) {
+      for (auto& a : acc2) a = _mm256_permutevar8x32_ps(a, quad_scatter());
+    }
+  } else
+#endif
+  {
+    for (std::size_t k = 0; k < rows.chunks; ++k) {
+      // Weights once per chunk in registers: as memory operands of every FMA they were loaded RB
+      // times, and loads, not FMAs, bounded the loop.
+      __m256 wk[NQ];
+      for (int h = 0; h < NQ; ++h) {
+        wk[h] = _mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k);
+        __asm__("" : "+v"(wk[h]));  // keeps the compiler from folding the load back into each FMA ("v": any vector register)
+      }
+      for (int r = 0; r < RB; ++r) {
+        const __m256 x = load8<F>(row[r], k, rows.levels);
+        for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm256_fmadd_ps(wk[h], x, acc[r * NQ + h]);
+        if constexpr (Sq) acc2[r] = _mm256_fmadd_ps(x, x, acc2[r]);
+      }
     }
   }
   for (auto& a : acc) a = lane_unscale<F>(a);
@@ -454,116 +552,6 @@ template <RowFormat F, int RB, bool Halves = false>
 }
 #endif  // __AVX512F__
 
-#ifndef __AVX512F__
-// 4-bit level rows with 256-bit vectors, 32 codes (16 bytes: chunks 4u .. 4u + 3) at a time.
-// AVX2 has no 16-entry float permute (load8 spends two 8-entry ones and a blend per 8 values),
-// but its byte shuffle is a 16-entry table lookup: each of the table's four byte planes is looked
-// up with one shuffle of the 32 codes (low nibbles in the low 128-bit lane, high nibbles in the
-// high one), and two rounds of unpacks put the bytes back together into floats, bit for bit the
-// table's: 12 shuffles and 4 other operations per 32 values where load8 spends 28. Chunk j's 8
-// values come in quad_lane order: lane l holds value 8j + quad_lane(l), the even values first.
-// Measured 2026-12-05 (commit c32d468, Intel Xeon with AVX-512, AVX2 build, one core, a loop of
-// GQA 4 scores over 4096 rows of head_dim 128): 132 -> 108 us, against 98 us for 4-bit codes.
-constexpr std::size_t kQuadMaxChunks = 32;  // head_dim <= 256: the weights' copy in quad-lane order fits the stack
-
-constexpr int quad_lane(int l) { return l < 4 ? 2 * l : 2 * (l - 4) + 1; }
-
-// Permutation indices: to quad-lane order, and back to channel order (lane c takes lane
-// quad_slot(c), the inverse of quad_lane).
-inline __m256i quad_gather() { return _mm256_setr_epi32(quad_lane(0), quad_lane(1), quad_lane(2), quad_lane(3),
-                                                         quad_lane(4), quad_lane(5), quad_lane(6), quad_lane(7)); }
-inline __m256i quad_scatter() { return _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); }
-
-// Byte b of every level of the table, in both 128-bit lanes of plane[b].
-struct LevelPlanes {
-  __m256i plane[4];
-};
-
-inline LevelPlanes level_planes(const float* levels) {
-  alignas(16) std::uint8_t bytes[4][16];
-  for (int c = 0; c < 16; ++c) {
-    std::uint32_t bits;
-    std::memcpy(&bits, levels + c, 4);
-    for (int b = 0; b < 4; ++b) bytes[b][c] = static_cast<std::uint8_t>(bits >> (8 * b));
-  }
-  LevelPlanes t;
-  for (int b = 0; b < 4; ++b) {
-    t.plane[b] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes[b])));
-  }
-  return t;
-}
-
-// Chunks 4u .. 4u + 3 of a row, x[j] = chunk 4u + j in quad-lane order.
-[[gnu::always_inline]] inline void load_quad_levels(const std::uint8_t* row, std::size_t u, const LevelPlanes& t,
-                                                    __m256 (&x)[4]) {
-  const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * u)));
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  const __m256i idx =
-      _mm256_blend_epi32(_mm256_and_si256(bytes, nibble), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 0xF0);
-  const __m256i p0 = _mm256_shuffle_epi8(t.plane[0], idx), p1 = _mm256_shuffle_epi8(t.plane[1], idx);
-  const __m256i p2 = _mm256_shuffle_epi8(t.plane[2], idx), p3 = _mm256_shuffle_epi8(t.plane[3], idx);
-  const __m256i lo01 = _mm256_unpacklo_epi8(p0, p1), hi01 = _mm256_unpackhi_epi8(p0, p1);  // bytes 0-1 of values 0-15, 16-31
-  const __m256i lo23 = _mm256_unpacklo_epi8(p2, p3), hi23 = _mm256_unpackhi_epi8(p2, p3);  // bytes 2-3
-  x[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(lo01, lo23));
-  x[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo01, lo23));
-  x[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(hi01, hi23));
-  x[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(hi01, hi23));
-}
-
-// wq[h * 8 chunks + 8k + l] = w[h * ws + 8k + quad_lane(l)] for NQ heads.
-template <int NQ>
-inline void quad_order_weights(const float* w, std::size_t ws, std::size_t chunks, float* wq) {
-  const __m256i gather = quad_gather();
-  for (int h = 0; h < NQ; ++h) {
-    for (std::size_t k = 0; k < chunks; ++k) {
-      const __m256 v = _mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k);
-      _mm256_store_ps(wq + static_cast<std::size_t>(h) * 8 * chunks + 8 * k, _mm256_permutevar8x32_ps(v, gather));
-    }
-  }
-}
-
-// score_block over 4-bit level rows a quad of chunks at a time (weights wq in quad-lane order,
-// quad_order_weights): every lane does score_block's multiply-adds in the same order, and the
-// accumulators are put back in channel order before their sums, so the scores are bitwise
-// score_block's.
-template <int NQ, int RB, bool Sq>
-[[gnu::always_inline]] inline void score_block_quads(const Rows& rows, std::size_t r0, const float* wq,
-                                                     const LevelPlanes& t, const float* bias, float* s, std::size_t ss,
-                                                     float* sq) {
-  __m256 acc[RB * NQ];
-  for (auto& a : acc) a = _mm256_setzero_ps();
-  [[maybe_unused]] __m256 acc2[Sq ? RB : 1];
-  if constexpr (Sq) {
-    for (auto& a : acc2) a = _mm256_setzero_ps();
-  }
-  const std::uint8_t* row[RB];
-  block_rows(rows, r0, row);
-  if constexpr (NQ > 1) {
-    for (int r = 0; r < RB; ++r) prefetch_row(row[r], rows.stride);
-  }
-  const std::size_t wqs = 8 * rows.chunks;
-  for (std::size_t u = 0; u < rows.chunks / 4; ++u) {
-    for (int r = 0; r < RB; ++r) {
-      __m256 x[4];
-      load_quad_levels(row[r], u, t, x);
-      for (int j = 0; j < 4; ++j) {
-        const float* wj = wq + 32 * u + 8 * static_cast<std::size_t>(j);
-        for (int h = 0; h < NQ; ++h) {
-          acc[r * NQ + h] = _mm256_fmadd_ps(_mm256_load_ps(wj + static_cast<std::size_t>(h) * wqs), x[j], acc[r * NQ + h]);
-        }
-        if constexpr (Sq) acc2[r] = _mm256_fmadd_ps(x[j], x[j], acc2[r]);
-      }
-    }
-  }
-  const __m256i scatter = quad_scatter();
-  for (auto& a : acc) a = _mm256_permutevar8x32_ps(a, scatter);
-  store_scores<NQ, RB>(acc, r0, bias, s, ss);
-  if constexpr (Sq) {
-    for (int r = 0; r < RB; ++r) sq[r0 + static_cast<std::size_t>(r)] = hsum(_mm256_permutevar8x32_ps(acc2[r], scatter));
-  }
-}
-#endif  // !__AVX512F__
-
 #ifdef __AVX512F__
 // Chunk k of rows a (lanes 0..7) and b (lanes 8..15): load8's values of each, side by side.
 template <RowFormat F>
@@ -717,8 +705,9 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
       alignas(32) float wq[NQ * 8 * kQuadMaxChunks];
       quad_order_weights<NQ>(w, ws, rows.chunks, wq);
       const LevelPlanes t = level_planes(rows.levels);
-      for (; r + RB <= rows.n; r += RB) score_block_quads<NQ, RB, Sq>(rows, r, wq, t, bias, s, ss, sq);
-      for (; r < rows.n; ++r) score_block_quads<NQ, 1, Sq>(rows, r, wq, t, bias, s, ss, sq);
+      const std::size_t wqs = 8 * rows.chunks;
+      for (; r + RB <= rows.n; r += RB) score_block<F, NQ, RB, Sq, true>(rows, r, wq, wqs, bias, s, ss, sq, &t);
+      for (; r < rows.n; ++r) score_block<F, NQ, 1, Sq, true>(rows, r, wq, wqs, bias, s, ss, sq, &t);
       return;
     }
   }
