@@ -456,7 +456,7 @@ template <RowFormat F>
 
 // RB rows of one head's dot products over wide chunks; one 512-bit accumulator each, unscaled,
 // put in channel order, and its halves (even and odd chunks) added: the order of
-// score_block_paired.
+// score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled).
 template <RowFormat F, int RB>
 [[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, const float* bias,
                                                     float* s) {
@@ -464,18 +464,22 @@ template <RowFormat F, int RB>
   for (auto& a : acc) a = _mm512_setzero_ps();
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
-  const __m512i mask = wide_mask<F>(), gather = wide_gather<F>();
+  const __m512i mask = kLevels<F> ? wide_shifts<F>() : wide_mask<F>(), gather = wide_gather<F>();
+  const __m512 table = kLevels<F> ? _mm512_loadu_ps(rows.levels) : _mm512_setzero_ps();
   for (std::size_t k = 0; k < rows.chunks / 2; ++k) {
     __m512 wk = _mm512_loadu_ps(w + 16 * k);
-    if constexpr (F != RowFormat::code2) wk = _mm512_permutexvar_ps(gather, wk);
-    for (int r = 0; r < RB; ++r) acc[r] = _mm512_fmadd_ps(wk, load16<F>(row[r], k, mask), acc[r]);
+    if constexpr (code_bits<F>() != 2) wk = _mm512_permutexvar_ps(gather, wk);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 x = kLevels<F> ? load16_levels<F>(row[r], k, mask, table) : load16<F>(row[r], k, mask);
+      acc[r] = _mm512_fmadd_ps(wk, x, acc[r]);
+    }
   }
   const __m512 unscale = wide_unscale<F>();
   const __m512i scatter = wide_scatter<F>();
   __m256 half[RB];
   for (int r = 0; r < RB; ++r) {
-    __m512 a = _mm512_mul_ps(acc[r], unscale);
-    if constexpr (F != RowFormat::code2) a = _mm512_permutexvar_ps(scatter, a);  // channel order
+    __m512 a = kLevels<F> ? acc[r] : _mm512_mul_ps(acc[r], unscale);
+    if constexpr (code_bits<F>() != 2) a = _mm512_permutexvar_ps(scatter, a);  // channel order
     half[r] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   }
   store_scores<1, RB>(half, r0, bias, s, 0);
@@ -526,12 +530,34 @@ inline __m256 add_lane_pairs(__m256 lo, __m256 hi) {
 // accumulators, added lane by lane at the end, so that both instruction sets give the same bits.
 // Halves (4 bits): score_block_wide's own lane order instead, half-chunks (load_half4) against
 // the weights in wide-lane order (w from wide_order_weights), each lane pair added at the end.
-template <RowFormat F, int RB, bool Halves = false>
+// Quads (4-bit levels, a multiple of 4 chunks): a quad of chunks at a time (load_quad_levels,
+// the byte planes t) against weights in quad-lane order (quad_order_weights), both halves'
+// accumulators live, put back in channel order before they are added.
+template <RowFormat F, int RB, bool Halves = false, bool Quads = false>
 [[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, const float* bias,
-                                                      float* s) {
+                                                      float* s, [[maybe_unused]] const LevelPlanes* t = nullptr) {
   static_assert(!Halves || F == RowFormat::code4);
+  static_assert(!Quads || F == RowFormat::level4);
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
+  if constexpr (Quads) {
+    __m256 a[2][RB];
+    for (auto& h : a) {
+      for (auto& v : h) v = _mm256_setzero_ps();
+    }
+    for (std::size_t u = 0; u < rows.chunks / 4; ++u) {
+      for (int r = 0; r < RB; ++r) {
+        __m256 x[4];
+        load_quad_levels(row[r], u, *t, x);
+        for (int j = 0; j < 4; ++j) a[j % 2][r] = _mm256_fmadd_ps(_mm256_load_ps(w + 32 * u + 8 * static_cast<std::size_t>(j)), x[j], a[j % 2][r]);
+      }
+    }
+    __m256 sum[RB];
+    for (int r = 0; r < RB; ++r) {
+      sum[r] = _mm256_add_ps(_mm256_permutevar8x32_ps(a[0][r], quad_scatter()), _mm256_permutevar8x32_ps(a[1][r], quad_scatter()));
+    }
+    return store_scores<1, RB>(sum, r0, bias, s, 0);
+  }
   const __m256i mask = half4_mask();
   __m256 acc[2][RB];  // even chunks, then odd chunks: RB accumulators live at a time
   for (int half = 0; half < 2; ++half) {
@@ -675,15 +701,29 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
     }
   }
   std::size_t r = 0;
-  // One head, 2- or 4-bit codes: AVX-512 reads 16 values at a time (measured faster only
-  // for one head; with more, the 256-bit loops are as fast or faster).
-  if constexpr (kWide<F> && NQ == 1 && !Sq) {
+  // One head, 2- or 4-bit codes or 4-bit levels: AVX-512 reads 16 values at a time (measured
+  // faster only for one head; with more, the 256-bit loops are as fast or faster). 2-bit levels
+  // keep their loops: sixteen wide on AVX-512 they took 0.75 ms against 0.82-0.85, but the
+  // 256-bit loops of the same order took 0.81-0.83 against 0.79-0.80 (akv -t 1 bench attention
+  // --head-dims 128 --gqa 1 --contexts 4096 --variants nuq2, Intel Xeon, 2026-12-05).
+  if constexpr ((kWide<F> || F == RowFormat::level4) && NQ == 1 && !Sq) {
     if (rows.chunks % 2 == 0) {
 #ifdef __AVX512F__
       for (; r + RB <= rows.n; r += RB) score_block_wide<F, RB>(rows, r, w, bias, s);
       for (; r < rows.n; ++r) score_block_wide<F, 1>(rows, r, w, bias, s);
 #else
       constexpr int RP = kAccs;
+      if constexpr (F == RowFormat::level4) {
+        if (rows.chunks % 4 == 0 && rows.chunks <= kQuadMaxChunks) {
+          alignas(32) float wq[8 * kQuadMaxChunks];
+          quad_order_weights<1>(w, ws, rows.chunks, wq);
+          const LevelPlanes t = level_planes(rows.levels);
+          constexpr int RQ = 2;  // both halves' accumulators live: 2 rows measured faster than 4 or 8
+          for (; r + RQ <= rows.n; r += RQ) score_block_paired<F, RQ, false, true>(rows, r, wq, bias, s, &t);
+          for (; r < rows.n; ++r) score_block_paired<F, 1, false, true>(rows, r, wq, bias, s, &t);
+          return;
+        }
+      }
       if constexpr (F == RowFormat::code4) {
         if (rows.chunks <= kHalvesMaxChunks) {
           alignas(32) float wp[8 * kHalvesMaxChunks];
