@@ -224,8 +224,9 @@ struct LevelPlanes {
 // high one), and two rounds of unpacks put the bytes back together into floats, bit for bit the
 // table's: 12 shuffles and 4 other operations per 32 values where load8 spends 28. Chunk j's 8
 // values come in quad_lane order: lane l holds value 8j + quad_lane(l), the even values first.
-// Measured 2026-12-05 (commit c32d468, Intel Xeon with AVX-512, AVX2 build, one core, a loop of
-// GQA 4 scores over 4096 rows of head_dim 128): 132 -> 108 us, against 98 us for 4-bit codes.
+// Measured with `akv -t 1 bench attention --isa avx2` against the two permutes (docs/compress.md,
+// nuq section: commit 0dd05f3, Intel Xeon, 2026-12-05): nuq4 / q4 at GQA 4 1.48-1.50x ->
+// 1.42-1.45x, TurboQuant 4-bit NC 1.25-1.33x -> 1.18-1.22x.
 constexpr std::size_t kQuadMaxChunks = 32;  // head_dim <= 256: the weights' copy in quad-lane order fits the stack
 
 constexpr int quad_lane(int l) { return l < 4 ? 2 * l : 2 * (l - 4) + 1; }

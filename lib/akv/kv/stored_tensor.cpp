@@ -9,9 +9,6 @@
 #include "akv/tensor/half.h"
 
 namespace akv {
-namespace {
-
-}  // namespace
 
 CacheBytes& CacheBytes::operator+=(const CacheBytes& o) {
   codes += o.codes;

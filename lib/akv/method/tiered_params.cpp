@@ -5,9 +5,6 @@
 #include "akv/method/registry.h"
 
 namespace akv {
-namespace {
-
-}  // namespace
 
 nlohmann::json TieredParams::to_json() const {
   nlohmann::json j = {{"preset", preset}, {"hot", hot}, {"warm_bits_key", warm_bits_key},
