@@ -502,6 +502,12 @@ TEST_CASE("turboquant qjl: row layout, names, and the read-back by brute force",
   const std::uint16_t inf = 0x7c00;
   std::memcpy(two.data() + 2 * tq_row_bytes(t) - 2, &inf, 2);
   CHECK(tq_first_nonfinite(t, two.data(), 16) == 8);
+  const std::uint16_t nan = 0xfe01, big = 0x7bff;  // a negative NaN; the largest finite f16
+  std::memcpy(two.data() + tq_code_bytes(t), &nan, 2);
+  CHECK(tq_first_nonfinite(t, two.data(), 16) == 0);
+  std::memcpy(two.data() + tq_code_bytes(t), &big, 2);
+  std::memcpy(two.data() + 2 * tq_row_bytes(t) - 2, &big, 2);
+  CHECK(tq_first_nonfinite(t, two.data(), 16) == 16);
 }
 
 TEST_CASE("turboquant qjl: levels read back by the vector loops equal the plain loop's; sign tables give q . row",
