@@ -508,12 +508,17 @@ class PartitionRunner {
     const std::uint8_t* src = g.blocks + t0 * rb;
     const bool value = t.kind == TqKind::value;
     tq_half_.resize(2 * n);
+    // Through a local pointer: stores through tq_half_'s own would reload its data each row.
+    std::uint16_t* __restrict half = tq_half_.data();
+    const auto nonfinite = [](std::uint16_t h) { return static_cast<unsigned>((h & 0x7C00u) == 0x7C00u); };
     unsigned bad = 0;
     for (std::size_t r = 0; r < n; ++r) {
-      std::memcpy(&tq_half_[r], src + r * rb + at, 2);
-      if (value) std::memcpy(&tq_half_[n + r], src + r * rb + at + 2, 2);
-      bad |= static_cast<unsigned>((tq_half_[r] & 0x7C00u) == 0x7C00u) |
-             static_cast<unsigned>(value && (tq_half_[n + r] & 0x7C00u) == 0x7C00u);
+      std::memcpy(&half[r], src + r * rb + at, 2);
+      bad |= nonfinite(half[r]);
+    }
+    for (std::size_t r = 0; value && r < n; ++r) {
+      std::memcpy(&half[n + r], src + r * rb + at + 2, 2);
+      bad |= nonfinite(half[n + r]);
     }
     if (bad != 0 || (t.kind == TqKind::key_qjl && tq_first_nonfinite(t, src, n * d_) < n * d_)) return false;
     rows = Rows{tp.format, src, rb, n, d_ / 8, tp.levels};
