@@ -170,11 +170,11 @@ template <int RB>
   for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
 }
 
-// 2- and 4-bit rows with an even number of chunks, one query head: AVX-512 reads them 16 values
-// at a time (score_block_wide) and the 256-bit loops sum them in the same order
+// 1-, 2- and 4-bit rows with an even number of chunks, one query head: AVX-512 reads them 16
+// values at a time (score_block_wide) and the 256-bit loops sum them in the same order
 // (score_block_paired).
 template <RowFormat F>
-constexpr bool kWide = F == RowFormat::code2 || F == RowFormat::code4;
+constexpr bool kWide = F == RowFormat::code1 || F == RowFormat::code2 || F == RowFormat::code4;
 
 // Scores of rows r0 .. r0+RB for NQ heads: s[h * ss + r0 + r] = hsum(acc[r * NQ + h]) + bias[h]
 // (bias may be null), 8 sums at a time where the count allows (same order as hsum).
@@ -347,19 +347,20 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
 }
 
 #ifdef __AVX512F__
-// 512-bit loops for 2- and 4-bit codes: 16 codes per vector from one (2-bit: 32-bit word) or
-// two (4-bit: 64-bit word) words, masked in place against the word broadcast into every lane,
+// 512-bit loops for 1-, 2- and 4-bit codes: 16 codes per vector from one (1-bit: 16-bit word;
+// 2-bit: 32-bit word) or two (4-bit: 64-bit word) words, masked in place against the word
+// broadcast into every lane,
 // so one AND with a broadcast memory operand, one conversion and one FMA per 16 values (the
 // 256-bit loops spend a broadcast, an AND, a conversion and an FMA per 8). Lane j of wide
 // chunk k (values 16k .. 16k+15) holds value 16k + wide_lane<F>(j), times 2^(wide_shift<F>(j)).
 template <RowFormat F>
 constexpr int wide_lane(int j) {
-  return code_bits<F>() == 2 ? j : j / 2 + 8 * (j % 2);  // 4-bit: lanes alternate the two words
+  return code_bits<F>() != 4 ? j : j / 2 + 8 * (j % 2);  // 4-bit: lanes alternate the two words
 }
 
 template <RowFormat F>
 constexpr int wide_shift(int j) {
-  return code_bits<F>() == 2 ? 2 * j : 4 * (j / 2);
+  return code_bits<F>() != 4 ? code_bits<F>() * j : 4 * (j / 2);
 }
 
 template <RowFormat F>
@@ -403,7 +404,7 @@ inline __m512i wide_gather() {
 // Inverse of wide_lane: the lane that holds value c of a wide chunk.
 template <RowFormat F>
 constexpr int wide_slot(int c) {
-  return code_bits<F>() == 2 ? c : c < 8 ? 2 * c : 2 * (c - 8) + 1;
+  return code_bits<F>() != 4 ? c : c < 8 ? 2 * c : 2 * (c - 8) + 1;
 }
 
 template <RowFormat F>
@@ -421,11 +422,15 @@ inline __m512i wide_scatter() {
   return lane_index<wide_slot<F>>();
 }
 
-// The word of wide chunk k of a row in every lane (2 bits: 32-bit; 4 bits: 64-bit, lanes
-// alternating its halves).
+// The word of wide chunk k of a row in every lane (1 bit: 16-bit; 2 bits: 32-bit; 4 bits:
+// 64-bit, lanes alternating its halves).
 template <RowFormat F>
 [[gnu::always_inline]] inline __m512i wide_word(const std::uint8_t* row, std::size_t k) {
-  if constexpr (code_bits<F>() == 2) {
+  if constexpr (code_bits<F>() == 1) {
+    std::uint16_t w;
+    std::memcpy(&w, row + 2 * k, 2);
+    return _mm512_set1_epi32(w);
+  } else if constexpr (code_bits<F>() == 2) {
     std::uint32_t w;
     std::memcpy(&w, row + 4 * k, 4);
     return _mm512_set1_epi32(static_cast<int>(w));
@@ -457,7 +462,9 @@ template <RowFormat F>
 
 // RB rows of one head's dot products over wide chunks; one 512-bit accumulator each, unscaled,
 // put in channel order, and its halves (even and odd chunks) added: the order of
-// score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled).
+// score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled). 1-bit codes
+// (QJL signs) as lane masks, w added where a bit is set: the 256-bit loops' fma(w, 2^j, acc) on
+// scaled lanes (fma(w, 0, acc) = acc where clear), unscaled, are these sums bit for bit.
 template <RowFormat F, int RB>
 [[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, const float* bias,
                                                     float* s) {
@@ -469,8 +476,14 @@ template <RowFormat F, int RB>
   const __m512 table = kLevels<F> ? _mm512_loadu_ps(rows.levels) : _mm512_setzero_ps();
   for (std::size_t k = 0; k < rows.chunks / 2; ++k) {
     __m512 wk = _mm512_loadu_ps(w + 16 * k);
-    if constexpr (code_bits<F>() != 2) wk = _mm512_permutexvar_ps(gather, wk);
+    if constexpr (code_bits<F>() == 4) wk = _mm512_permutexvar_ps(gather, wk);
     for (int r = 0; r < RB; ++r) {
+      if constexpr (F == RowFormat::code1) {  // the bits as a lane mask: w added where set
+        std::uint16_t bits;
+        std::memcpy(&bits, row[r] + 2 * k, 2);
+        acc[r] = _mm512_mask_add_ps(acc[r], bits, acc[r], wk);
+        continue;
+      }
       const __m512 x = kLevels<F> ? load16_levels<F>(row[r], k, mask, table) : load16<F>(row[r], k, mask);
       acc[r] = _mm512_fmadd_ps(wk, x, acc[r]);
     }
@@ -479,8 +492,8 @@ template <RowFormat F, int RB>
   const __m512i scatter = wide_scatter<F>();
   __m256 half[RB];
   for (int r = 0; r < RB; ++r) {
-    __m512 a = kLevels<F> ? acc[r] : _mm512_mul_ps(acc[r], unscale);
-    if constexpr (code_bits<F>() != 2) a = _mm512_permutexvar_ps(scatter, a);  // channel order
+    __m512 a = kLevels<F> || F == RowFormat::code1 ? acc[r] : _mm512_mul_ps(acc[r], unscale);  // unscaled sums
+    if constexpr (code_bits<F>() == 4) a = _mm512_permutexvar_ps(scatter, a);  // channel order
     half[r] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   }
   store_scores<1, RB>(half, r0, bias, s, 0);
@@ -972,7 +985,7 @@ template <RowFormat F, int NQ, int CB>
     for (int j = 0; j < CB; ++j) {
       float* p = acc + (h0 + static_cast<std::size_t>(h)) * as + 16 * (k0 + static_cast<std::size_t>(j));
       __m512 v = kLevels<F> ? a[h * CB + j] : _mm512_mul_ps(a[h * CB + j], unscale);  // levels: not scaled
-      if constexpr (code_bits<F>() != 2) v = _mm512_permutexvar_ps(scatter, v);
+      if constexpr (code_bits<F>() == 4) v = _mm512_permutexvar_ps(scatter, v);
       _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v));
     }
   }
