@@ -34,7 +34,7 @@ class SlidingReference : public KvPolicy {
   void ingest_prompt(const PromptKv& pr) override {
     for (std::size_t i = 0; i < k_.size(); ++i) {
       const std::size_t l = i / heads_, h = i % heads_;
-      for (std::size_t t = 0; t < pr.n_tokens; ++t) add(i, (*pr.key)[l].row(h, t), (*pr.value)[l].row(h, t), t);
+      for (std::size_t t = 0; t < pr.n_tokens; ++t) add(i, pr.key[l].row(h, t), pr.value[l].row(h, t), t);
     }
   }
   void append(std::size_t l, const float* k, const float*, const float* v, std::size_t pos) override {
@@ -84,8 +84,8 @@ class H2OReference : public KvPolicy {
     const KvWindow m = g_.prompt_window(n, n);
     const EvictionPlan plan = plan_eviction(
         m, [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3*) {
-          q = (*pr.query)[l];
-          k = (*pr.key)[l];
+          q = pr.query[l];
+          k = pr.key[l];
         },
         e_, 1, {});
     ScoreOptions so = e_.score;
@@ -93,11 +93,11 @@ class H2OReference : public KvPolicy {
     for (std::size_t l = 0; l < g_.n_layers; ++l) {
       for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
         Head& r = rows_[l * g_.n_kv_heads + h];
-        const HeadScores hs = score_head((*pr.query)[l], (*pr.key)[l], h, m, so);
+        const HeadScores hs = score_head(pr.query[l], pr.key[l], h, m, so);
         r.budget = plan.heads[l][h].tokens;
         for (std::int32_t t : plan.heads[l][h].kept) {
           const auto u = static_cast<std::size_t>(t);
-          add(r, (*pr.key)[l].row(h, u), (*pr.value)[l].row(h, u), u, hs.score[u]);
+          add(r, pr.key[l].row(h, u), pr.value[l].row(h, u), u, hs.score[u]);
         }
       }
     }

@@ -78,7 +78,7 @@ class BlockKivi : public KvPolicy {
   void ingest_prompt(const PromptKv& p) override {
     for (std::size_t t = 0; t < p.n_tokens; ++t) {
       for (std::size_t l = 0; l < g_.n_layers; ++l) {
-        for (std::size_t h = 0; h < g_.n_kv_heads; ++h) add(l * g_.n_kv_heads + h, (*p.key)[l].row(h, t), (*p.value)[l].row(h, t));
+        for (std::size_t h = 0; h < g_.n_kv_heads; ++h) add(l * g_.n_kv_heads + h, p.key[l].row(h, t), p.value[l].row(h, t));
       }
     }
   }

@@ -141,6 +141,53 @@ TEST_CASE("sliding-window layers: the prompt's cache keeps each local layer's wi
   }
 }
 
+// Records which tensors the prompt it is handed holds.
+struct Recorder final : KvPolicy {
+  std::vector<const Tensor3*> query, key, key_pre_rope, value;
+  bool pre_rope_given = true;
+  void ingest_prompt(const PromptKv& p) override {
+    for (std::size_t l = 0; l < p.key.size(); ++l) {
+      query.push_back(&p.query[l]);
+      key.push_back(&p.key[l]);
+      value.push_back(&p.value[l]);
+      if (p.key_pre_rope) key_pre_rope.push_back(&p.key_pre_rope[l]);
+    }
+    pre_rope_given = static_cast<bool>(p.key_pre_rope);
+  }
+  void append(std::size_t, const float*, const float*, const float*, std::size_t) override {}
+  KvView view(std::size_t, std::size_t) const override { return {}; }
+  std::uint64_t bytes() const override { return 0; }
+};
+
+TEST_CASE("sliding-window layers: the global layers' prompt tensors reach the method as they are, not copied",
+          "[windowed]") {
+  KvShape shape;
+  shape.n_layers = 4, shape.n_heads = 4, shape.n_kv_heads = 2, shape.head_dim = 8;
+  shape.layer_window = {0, 4, 0, 6};
+  std::vector<Tensor3> q, k, v;
+  for (std::size_t l = 0; l < 4; ++l) {
+    q.emplace_back(4, 3, 8);
+    k.emplace_back(2, 10, 8);
+    v.emplace_back(2, 10, 8);
+  }
+  for (const bool pre_rope : {true, false}) {
+    auto rec = std::make_unique<Recorder>();
+    const Recorder& r = *rec;
+    WindowedCache cache(std::move(rec), shape, DenseType::f32);
+    cache.ingest_prompt({&q, &k, pre_rope ? &k : nullptr, &v, 10});
+    REQUIRE(r.key.size() == 2);
+    for (std::size_t i = 0; i < 2; ++i) {  // inner layer i: model layer 2i
+      CHECK(r.query[i] == &q[2 * i]);
+      CHECK(r.key[i] == &k[2 * i]);
+      CHECK(r.value[i] == &v[2 * i]);
+    }
+    CHECK(r.pre_rope_given == pre_rope);
+    CHECK(r.key_pre_rope.size() == (pre_rope ? 2u : 0u));
+    CHECK(cache.view(1, 0).n == 4);
+    CHECK(cache.view(3, 1).n == 6);
+  }
+}
+
 TEST_CASE("sliding-window layers: a quantizer takes the prompt a layer at a time as it takes it whole",
           "[windowed][model]") {
   const Model m = gemma_like();

@@ -46,10 +46,10 @@ class GgmlCachePolicy : public KvPolicy {
   }
 
   void ingest_prompt(const PromptKv& prompt) override {
-    for (std::size_t l = 0; l < g_.n_layers; ++l) share_scales(l, (*prompt.key)[l], (*prompt.value)[l]);
+    for (std::size_t l = 0; l < g_.n_layers; ++l) share_scales(l, prompt.key[l], prompt.value[l]);
     parallel_for(heads_.size(), threads_, [&](std::size_t i) {
       const std::size_t l = i / g_.n_kv_heads;
-      store_head(i, (*prompt.key)[l], (*prompt.value)[l]);
+      store_head(i, prompt.key[l], prompt.value[l]);
     });
   }
 

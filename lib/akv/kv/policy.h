@@ -17,14 +17,43 @@
 
 namespace akv {
 
+// One kind of a prompt's tensors, a tensor per layer, without a copy: every layer of a model's
+// (from its vector) or some of them (subset: a windowed model's global layers). False when not
+// given (made from nullptr, or a subset of such).
+class LayerTensors {
+ public:
+  LayerTensors() = default;
+  LayerTensors(const std::vector<Tensor3>* all) : given_(all != nullptr) {  // NOLINT: implicit, as the pointer it stands for
+    if (all) {
+      for (const Tensor3& t : *all) layers_.push_back(&t);
+    }
+  }
+  // Layers[i] of this list as its layer i.
+  LayerTensors subset(const std::vector<std::size_t>& layers) const {
+    LayerTensors out;
+    out.given_ = given_;
+    if (given_) {
+      for (const std::size_t l : layers) out.layers_.push_back(layers_[l]);
+    }
+    return out;
+  }
+  const Tensor3& operator[](std::size_t l) const { return *layers_[l]; }
+  std::size_t size() const { return layers_.size(); }
+  explicit operator bool() const { return given_; }
+
+ private:
+  std::vector<const Tensor3*> layers_;
+  bool given_ = false;
+};
+
 // The prompt's tensors, per layer: queries [n_heads, n, hd]; keys after and before RoPE and
 // values [n_kv_heads, n, hd]. Positions 0..n-1. `scores`: what the model computed for a method
 // whose scores it alone can compute (kvzip, eval/kvzip.h), else nullptr.
 struct PromptKv {
-  const std::vector<Tensor3>* query = nullptr;
-  const std::vector<Tensor3>* key = nullptr;
-  const std::vector<Tensor3>* key_pre_rope = nullptr;
-  const std::vector<Tensor3>* value = nullptr;
+  LayerTensors query;
+  LayerTensors key;
+  LayerTensors key_pre_rope;
+  LayerTensors value;
   std::size_t n_tokens = 0;
   const TokenScores* scores = nullptr;
   OutProjSource out_proj = {};  // each layer's W_o (CriticalKV), when the model is at hand

@@ -100,20 +100,20 @@ class RuntimePolicy : public KvPolicy {
     std::optional<PromptPlan> plan;
     if (params_ && params_->eviction()) {
       // The last rows the plan reads (prompt_query_rows) of those given.
-      const std::size_t given = (*prompt.query)[0].dim1(), nq = std::min(given, prompt_query_rows(params_, n));
+      const std::size_t given = prompt.query[0].dim1(), nq = std::min(given, prompt_query_rows(params_, n));
       const KvWindow m = g_.prompt_window(n, nq);
       plan = plan_prompt(
           m,
           [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
-            const Tensor3& all = (*prompt.query)[l];
+            const Tensor3& all = prompt.query[l];
             q = nq == given ? all : all.rows(given - nq, nq);
-            k = (*prompt.key)[l];
-            if (v) *v = (*prompt.value)[l];
+            k = prompt.key[l];
+            if (v) *v = prompt.value[l];
           },
           *params_, threads_, {}, prompt.scores, prompt.out_proj);
     }
     for (std::size_t l = 0; l < g_.n_layers; ++l) {
-      store_layer(l, {&(*prompt.key)[l], &(*prompt.key_pre_rope)[l], &(*prompt.value)[l]}, plan ? &*plan : nullptr);
+      store_layer(l, {&prompt.key[l], &prompt.key_pre_rope[l], &prompt.value[l]}, plan ? &*plan : nullptr);
     }
   }
 
@@ -152,13 +152,13 @@ class RuntimePolicy : public KvPolicy {
     if (how == ChunkPlan::whole) {
       if (!e.budget_fraction) throw std::logic_error("ingest_chunk: re-planning cuts to a budget fraction");
       for (std::size_t l = 0; l < g_.n_layers; ++l) {
-        store_layer(l, {&(*chunk.key)[l], &(*chunk.key_pre_rope)[l], &(*chunk.value)[l]}, nullptr, start);
+        store_layer(l, {&chunk.key[l], &chunk.key_pre_rope[l], &chunk.value[l]}, nullptr, start);
       }
       e.target = static_cast<std::size_t>(std::llround(*e.budget_fraction * static_cast<double>(start + n)));
       const std::size_t nq = std::min(n, std::max<std::size_t>(e.score.window, 1)), d = g_.head_dim;
       std::vector<float> q(nq * g_.n_heads * d);  // [nq][n_heads * hd], oldest first
       for (std::size_t l = 0; l < g_.n_layers; ++l) {
-        const Tensor3& cq = (*chunk.query)[l];
+        const Tensor3& cq = chunk.query[l];
         for (std::size_t i = 0; i < nq; ++i) {
           for (std::size_t h = 0; h < g_.n_heads; ++h) std::copy_n(cq.row(h, n - nq + i), d, q.data() + (i * g_.n_heads + h) * d);
         }
@@ -186,14 +186,14 @@ class RuntimePolicy : public KvPolicy {
       plan = plan_prompt(
           g_.prompt_window(n, n),
           [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
-            q = (*chunk.query)[l];
-            k = (*chunk.key)[l];
-            if (v) *v = (*chunk.value)[l];
+            q = chunk.query[l];
+            k = chunk.key[l];
+            if (v) *v = chunk.value[l];
           },
           p, threads_, {}, chunk.scores);
     }
     for (std::size_t l = 0; l < g_.n_layers; ++l) {
-      store_layer(l, {&(*chunk.key)[l], &(*chunk.key_pre_rope)[l], &(*chunk.value)[l]}, &plan, start);
+      store_layer(l, {&chunk.key[l], &chunk.key_pre_rope[l], &chunk.value[l]}, &plan, start);
     }
   }
 
@@ -598,15 +598,15 @@ void KvPolicy::ingest_chunk(const PromptKv& chunk, std::size_t start, ChunkPlan)
     return;
   }
   if (!layer_local()) throw std::logic_error("ingest_chunk after the first chunk needs a layer-local cache");
-  const Tensor3& k0 = (*chunk.key)[0];
+  const Tensor3& k0 = chunk.key[0];
   const std::size_t n_kv = k0.dim0(), d = k0.dim2();
   std::vector<float> k(n_kv * d), kp(n_kv * d), v(n_kv * d);
-  for (std::size_t l = 0; l < chunk.key->size(); ++l) {
+  for (std::size_t l = 0; l < chunk.key.size(); ++l) {
     for (std::size_t t = 0; t < chunk.n_tokens; ++t) {
       for (std::size_t h = 0; h < n_kv; ++h) {
-        std::copy_n((*chunk.key)[l].row(h, t), d, k.data() + h * d);
-        std::copy_n((*chunk.key_pre_rope)[l].row(h, t), d, kp.data() + h * d);
-        std::copy_n((*chunk.value)[l].row(h, t), d, v.data() + h * d);
+        std::copy_n(chunk.key[l].row(h, t), d, k.data() + h * d);
+        std::copy_n(chunk.key_pre_rope[l].row(h, t), d, kp.data() + h * d);
+        std::copy_n(chunk.value[l].row(h, t), d, v.data() + h * d);
       }
       append(l, k.data(), kp.data(), v.data(), start + t);
     }

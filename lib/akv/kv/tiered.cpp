@@ -342,7 +342,7 @@ class TieredPolicy : public KvPolicy {
 
   void ingest_prompt(const PromptKv& prompt) override {
     const std::size_t n = prompt.n_tokens;
-    const KvWindow m = g_.prompt_window(n, (*prompt.query)[0].dim1());  // the last rows given
+    const KvWindow m = g_.prompt_window(n, prompt.query[0].dim1());  // the last rows given
     ScoreOptions so;
     so.method = ScoreMethod::snapkv;
     so.window = std::min(kTieredPromptWindow, n);
@@ -350,10 +350,10 @@ class TieredPolicy : public KvPolicy {
       for (std::size_t h = 0; h < g_.n_kv_heads; ++h) {
         TieredHead& th = heads_[l * g_.n_kv_heads + h];
         // Block by block so that demotion keeps the hot tier small while the prompt streams in.
-        const HeadScores hs = score_head((*prompt.query)[l], (*prompt.key)[l], h, m, so);
+        const HeadScores hs = score_head(prompt.query[l], prompt.key[l], h, m, so);
         for (std::size_t t0 = 0; t0 < n; t0 += t_.block) {
           const std::size_t c = std::min(t_.block, n - t0);
-          th.append((*prompt.key)[l].row(h, t0), (*prompt.value)[l].row(h, t0), c);
+          th.append(prompt.key[l].row(h, t0), prompt.value[l].row(h, t0), c);
           for (std::size_t i = t0; i < t0 + c; ++i) th.scores()[i] = t_.w_attn * hs.mass[i];
           th.enforce(false);
         }

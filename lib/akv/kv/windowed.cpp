@@ -57,30 +57,25 @@ void WindowedCache::ingest_chunk(const PromptKv& chunk, std::size_t start, Chunk
 template <class Inner>
 void WindowedCache::split(const PromptKv& prompt, std::size_t start, Inner&& to_inner) {
   const std::size_t n = prompt.n_tokens;
-  std::vector<Tensor3> query, key, key_pre, value;
   TokenScores scores;
   std::vector<std::size_t> global_of;  // inner layer -> model layer
   for (std::size_t l = 0; l < shape_.n_layers; ++l) {
     if (local(l)) {
       const std::size_t keep = std::min(n, shape_.layer_window[l]);
       for (std::size_t h = 0; h < shape_.n_kv_heads; ++h) {
-        push(l, h, (*prompt.key)[l].row(h, n - keep), (*prompt.value)[l].row(h, n - keep), keep, start + n - keep,
+        push(l, h, prompt.key[l].row(h, n - keep), prompt.value[l].row(h, n - keep), keep, start + n - keep,
              start + n - 1);
       }
       continue;
     }
     global_of.push_back(l);
-    if (prompt.query) query.push_back((*prompt.query)[l]);
-    key.push_back((*prompt.key)[l]);
-    if (prompt.key_pre_rope) key_pre.push_back((*prompt.key_pre_rope)[l]);
-    value.push_back((*prompt.value)[l]);
     if (prompt.scores) scores.push_back((*prompt.scores)[l]);
   }
-  PromptKv inner = prompt;
-  inner.query = prompt.query ? &query : nullptr;
-  inner.key = &key;
-  inner.key_pre_rope = prompt.key_pre_rope ? &key_pre : nullptr;
-  inner.value = &value;
+  PromptKv inner = prompt;  // the global layers' tensors, not copied
+  inner.query = prompt.query.subset(global_of);
+  inner.key = prompt.key.subset(global_of);
+  inner.key_pre_rope = prompt.key_pre_rope.subset(global_of);
+  inner.value = prompt.value.subset(global_of);
   inner.scores = prompt.scores ? &scores : nullptr;
   if (prompt.out_proj) {
     inner.out_proj = [src = prompt.out_proj, global_of](std::size_t l, RowMatrix& wo) { src(global_of[l], wo); };
