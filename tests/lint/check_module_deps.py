@@ -3,7 +3,8 @@
 
 Every module of lib/akv is its own CMake target, and every target shares lib/ as its include
 root, so the compiler alone would accept `#include "akv/eval/..."` from akv_quant. This check
-reads each module's target_link_libraries (akv::X entries) and fails, one line per finding, when
+reads each module's akv_module(NAME ... DEPS ...) call (lib/akv/CMakeLists.txt; its akv::X
+entries) and fails, one line per finding, when
 - a file of lib/akv/M includes akv/N/... and N is not among M's (transitive) link dependencies,
 - a unit test includes a module header its test binary does not link (transitively),
 - the module graph has a cycle.
@@ -15,14 +16,14 @@ import sys
 
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parents[2])
 lib = root / "lib" / "akv"
-link_re = re.compile(r"target_link_libraries\(\s*akv_(\w+)([^)]*)\)", re.S)
+module_re = re.compile(r"akv_module\(\s*(\w+)([^)]*)\)", re.S)
 include_re = re.compile(r'^\s*#\s*include\s+"akv/(\w+)/[^"]+"', re.M)
 
 deps = {}
 for cmake in sorted(lib.glob("*/CMakeLists.txt")):
     module = cmake.parent.name
     deps.setdefault(module, set())
-    for target, args in link_re.findall(cmake.read_text()):
+    for target, args in module_re.findall(cmake.read_text()):
         if target == module:
             deps[module] |= set(re.findall(r"akv::(\w+)", args))
 
