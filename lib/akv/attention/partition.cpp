@@ -500,8 +500,9 @@ class PartitionRunner {
 
   // Rows [t0, t1) of a TurboQuant tensor (TqPrep) as the vector loops read them, each row's f16
   // fields in tq_half_ ([n] norms or scales, then [n] minimums), widened in tq_range_ (key_nc:
-  // the norms still without their correction, nc_ranges); false when a row's f16 fields are not
-  // finite (the tile is then decoded: tq_decode_rows's values, whatever they are).
+  // the norms still without their correction, nc_ranges), key_qjl rows' QJL factors in qjl_coef_;
+  // false when a row's f16 fields are not finite (the tile is then decoded: tq_decode_rows's
+  // values, whatever they are).
   bool tq_tile(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1, Rows& rows) {
     const TqType& t = *tp.type;
     const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_code_bytes(t);
@@ -520,7 +521,16 @@ class PartitionRunner {
       std::memcpy(&half[n + r], src + r * rb + at + 2, 2);
       bad |= nonfinite(half[n + r]);
     }
-    if (bad != 0 || (t.kind == TqKind::key_qjl && tq_first_nonfinite(t, src, n * d_) < n * d_)) return false;
+    if (t.kind == TqKind::key_qjl) {  // the QJL factors (qjl_scores reads them): gamma non-finite iff they are
+      qjl_coef_.resize(n);
+      tq_qjl_coefficients(t, src, n, qjl_coef_.data());
+      for (std::size_t r = 0; r < n; ++r) {
+        std::uint32_t u;
+        std::memcpy(&u, &qjl_coef_[r], 4);
+        bad |= static_cast<unsigned>((u & 0x7F800000u) == 0x7F800000u);
+      }
+    }
+    if (bad != 0) return false;
     rows = Rows{tp.format, src, rb, n, d_ / 8, tp.levels};
     tq_range_.resize(value ? 2 * n : n);
     f16_to_f32(tq_half_.data(), tq_range_.data(), tq_range_.size());
@@ -568,9 +578,7 @@ class PartitionRunner {
       attn::score_rows(Rows{RowFormat::code1, pad_.data() + at, rb, 1, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr,
                        qjl_s_.data() + in_place, n);
     }
-    qjl_coef_.resize(n);
-    tq_qjl_coefficients(t, src, n, qjl_coef_.data());
-    for (std::size_t h = 0; h < nq_; ++h) {
+    for (std::size_t h = 0; h < nq_; ++h) {  // qjl_coef_: the tile's factors, from tq_tile
       float* s = s_.data() + h * tile_;
       const float* b = qjl_s_.data() + h * n;
       const float sum = hp_.qjl_query[h].sq_sum;
