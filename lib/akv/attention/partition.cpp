@@ -13,6 +13,7 @@
 #endif
 
 #include "akv/attention/int8.h"
+#include "akv/core/checked.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/half.h"
 
@@ -25,6 +26,8 @@ RowFormat dense_format(DenseType t) { return t == DenseType::f32 ? RowFormat::f3
 bool fast_packed_values(const PackedView& p) {
   return p.axis == QuantAxis::token && p.cols % 8 == 0 && p.group % 8 == 0 && p.n_outliers == 0;
 }
+// Per-token keys the code loops read group by group (token_keys): the same layout.
+bool fast_token_keys(const PackedView& p) { return fast_packed_values(p); }
 
 bool int8_codes(const PackedView& p) {
   return attn::int8_format(attn::code_format(p.bits)) && p.cols % attn::kInt8Block == 0;
@@ -190,6 +193,8 @@ class PartitionRunner {
     if (t0 < e) {
       if (fast_packed_keys(p)) {
         packed_keys(t0, e, t0);
+      } else if (fast_token_keys(p)) {
+        token_keys(t0, e, t0);
       } else {
         generic_scores(k, t0, e, t0);
       }
@@ -233,6 +238,51 @@ class PartitionRunner {
         }
       }
       r = ge;
+    }
+  }
+
+  // Per-token packed keys (a scale and a zero per row and group of channels): each group's dot
+  // products by the code loops against the query's slice of the group (tok_s_ [nq, rows]), then
+  // per row s = the sum over the groups, in order, of scale x dot + zero x (the slice's sum of q).
+  void token_keys(std::size_t r0, std::size_t r1, std::size_t t0) {
+    const PackedView& p = hp_.view->key.packed;
+    const std::size_t n = r1 - r0, ng = ceil_div(p.cols, p.group), bits = static_cast<std::size_t>(p.bits);
+    const std::size_t stride = p.cols * bits / 8;
+    if (tok_qs_.empty()) {  // each query head's sum over each group's channels
+      tok_qs_.assign(nq_ * ng, 0.0f);
+      for (std::size_t h = 0; h < nq_; ++h) {
+        for (std::size_t c = 0; c < p.cols; ++c) tok_qs_[h * ng + c / p.group] += hp_.q[h * d_ + c];
+      }
+    }
+    tok_s_.resize(nq_ * n);
+    tok_f_.resize(4 * n * ng);
+    float* row_major = tok_f_.data();  // scales then zeros, [rows, groups] as stored
+    float* scale = row_major + 2 * n * ng;  // group-major, [groups, rows]
+    float* zero = scale + n * ng;
+    f16_to_f32(p.scale + r0 * ng, row_major, n * ng);
+    f16_to_f32(p.zero + r0 * ng, row_major + n * ng, n * ng);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t g = 0; g < ng; ++g) {
+        scale[g * n + i] = row_major[i * ng + g];
+        zero[g * n + i] = row_major[n * ng + i * ng + g];
+      }
+    }
+    for (std::size_t g = 0; g < ng; ++g) {
+      const std::size_t c0 = g * p.group, width = std::min(p.group, p.cols - c0);
+      const Rows rows{attn::code_format(p.bits), p.codes + r0 * stride + c0 * bits / 8, stride, n, width / 8};
+      attn::score_rows(rows, nq_, hp_.q.data() + c0, d_, nullptr, tok_s_.data(), n);
+      const float* sc = scale + g * n;
+      const float* z = zero + g * n;
+      for (std::size_t h = 0; h < nq_; ++h) {
+        const float qs = tok_qs_[h * ng + g];
+        const float* dot = tok_s_.data() + h * n;
+        float* s = s_.data() + h * tile_ + (r0 - t0);
+        if (g == 0) {
+          for (std::size_t i = 0; i < n; ++i) s[i] = sc[i] * dot[i] + z[i] * qs;
+        } else {
+          for (std::size_t i = 0; i < n; ++i) s[i] += sc[i] * dot[i] + z[i] * qs;
+        }
+      }
     }
   }
 
@@ -755,6 +805,7 @@ class PartitionRunner {
   std::vector<TqQjlQuery> qjl_tables_;  // key_qjl rows decoded (qjl_keys): each query head's sign tables
   std::vector<float> qjl_w_, qjl_s_, qjl_coef_;  // key_qjl: S q [nq, d]; a tile's sign sums [nq, rows], factors [rows]
   std::vector<std::uint16_t> tq_half_;
+  std::vector<float> tok_s_, tok_f_, tok_qs_;  // per-token keys (token_keys): a group's dots [nq, rows]; scales and zeros; q's group sums [nq, groups]
   std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops
   std::vector<float> saved_;       // e4m3 values: the accumulators before a tile (fp8_values)
   attn::Int8Weights w8_;  // int8 mode: w_ rounded
