@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/errors.h"
+#include "akv/core/isa.h"
 #include "akv/core/rng.h"
 #include "akv/io/token_file.h"
 #include "akv/kv/runtime.h"
@@ -453,6 +454,39 @@ TEST_CASE("ggml_first_nonfinite: the first Inf or NaN of F32, F16 and BF16 rows,
 TEST_CASE("ggml quantizers: only the cache types", "[gguf]") {
   const GgmlTypeInfo* q4k = ggml_type_info_by_name("Q4_K");
   CHECK_FALSE(ggml_can_quantize(*q4k));
+}
+
+TEST_CASE("ggml blocks: the AVX2 dequantizers give the plain loops' bits", "[gguf]") {
+  // Random bytes for every field (codes, 5th bits), random finite scales and minimums of either
+  // sign, subnormal ones among them.
+  Rng rng(17);
+  for (const char* name : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K", "Q6_K"}) {
+    const GgmlTypeInfo& t = *ggml_type_info_by_name(name);
+    const std::size_t blocks = 37, n = blocks * t.block;
+    std::vector<std::uint8_t> b(blocks * t.bytes);
+    for (auto& x : b) x = static_cast<std::uint8_t>(rng.next());
+    for (std::size_t k = 0; k < blocks; ++k) {
+      for (std::size_t f = 0; f < (t.block == 32 ? 2u : 0u); ++f) {  // d (and m): finite f16
+        std::uint16_t h = static_cast<std::uint16_t>(rng.next());
+        if ((h & 0x7C00) == 0x7C00) h &= 0x83FF;  // exponent cleared: a subnormal
+        std::memcpy(b.data() + k * t.bytes + 2 * f, &h, 2);
+      }
+    }
+    std::vector<float> plain(n), vec(n);
+    set_isa(Isa::generic);
+    ggml_dequantize(t, b.data(), n, plain.data());
+    set_isa(best_isa());
+    ggml_dequantize(t, b.data(), n, vec.data());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint32_t x, y;
+      std::memcpy(&x, &plain[i], 4);
+      std::memcpy(&y, &vec[i], 4);
+      differ += x != y;
+    }
+    INFO(name);
+    CHECK(differ == 0);
+  }
 }
 
 TEST_CASE("ggml blocks: hand-computed values", "[gguf]") {
