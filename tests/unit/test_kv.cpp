@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <limits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -441,6 +442,13 @@ TEST_CASE("fp8 caches: x / scale as 8-bit floats, the scale rules, honest bytes,
   for (std::size_t i = 0; i < rows.size(); ++i) CHECK(got[i] == fp8_decode(fp8_encode(rows[i] / s, Fp8Format::e4m3), Fp8Format::e4m3) * s);
   CHECK(got[3 * 8] == 448.0f * s);
   CHECK(b.bytes() == 4 * 8 + 4);  // a byte per value, the f32 scale
+  // The view says its rows are finite until a NaN is stored (attention then scans e4m3 tiles).
+  CHECK(b.view().ggml.finite);
+  std::vector<float> nan_row(8, 1.0f);
+  nan_row[5] = std::numeric_limits<float>::quiet_NaN();
+  const std::int32_t p4 = 4;
+  b.append(nan_row.data(), nan_row.data(), &p4, 1);
+  CHECK_FALSE(b.view().ggml.finite);
   // Through compress: every head, scale rules head / tensor / one, file version 5 and read back.
   test::TempDir dir;
   SynthOptions so = test::synth_shape(4, 2, 64, 100, 8, 1);

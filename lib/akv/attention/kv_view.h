@@ -45,11 +45,14 @@ struct DenseView {
 
 // Rows of ggml blocks: row r is head_dim / type->block blocks at blocks + r * row bytes. fp8
 // rows (one byte per element) are read as the code's value times `scale` (1 for ggml's types).
+// `finite`: fp8 rows known to hold no Inf or NaN code (their writer checked each row as it came);
+// false: not known, and attention scans each tile of e4m3 rows for NaN codes.
 struct GgmlRowsView {
   const GgmlTypeInfo* type = nullptr;
   const std::uint8_t* blocks = nullptr;
   std::size_t rows = 0;
   float scale = 1.0f;
+  bool finite = false;
 };
 
 struct TensorView {

@@ -672,26 +672,26 @@ class PartitionRunner {
   Rows fp8_rows(const GgmlRowsView& g, const Fp8Prep& fp, std::size_t t0, std::size_t t1) const {
     return Rows{fp.format, g.blocks + t0 * d_, d_, t1 - t0, d_ / 8};
   }
-  bool fp8_nan(const Fp8Prep& fp, const Rows& rows) const {
-    return fp.format == RowFormat::e4m3 && has_e4m3_nan(rows.base, rows.n * d_);
+  bool fp8_nan(const GgmlRowsView& g, const Fp8Prep& fp, const Rows& rows) const {
+    return fp.format == RowFormat::e4m3 && !g.finite && has_e4m3_nan(rows.base, rows.n * d_);
   }
 
   bool fp8_keys(std::size_t t0, std::size_t t1) {
     const Rows rows = fp8_rows(hp_.view->key.ggml, hp_.fp8_key, t0, t1);
     attn::score_rows(rows, nq_, hp_.fp8_w.data(), d_, nullptr, s_.data(), tile_);
-    return !fp8_nan(hp_.fp8_key, rows);
+    return !fp8_nan(hp_.view->key.ggml, hp_.fp8_key, rows);
   }
 
   bool fp8_values(std::size_t t0, std::size_t t1, float* acc) {
     const Rows rows = fp8_rows(hp_.view->value.ggml, hp_.fp8_value, t0, t1);
-    const bool e4m3 = hp_.fp8_value.format == RowFormat::e4m3;
-    if (e4m3) saved_.assign(acc, acc + nq_ * d_);
+    const bool scan = hp_.fp8_value.format == RowFormat::e4m3 && !hp_.view->value.ggml.finite;
+    if (scan) saved_.assign(acc, acc + nq_ * d_);
     row_coefficients(t0, rows.n, t0);
     if (const float sc = hp_.fp8_value.scale; sc != 1.0f) {
       for (float& c : coef_) c *= sc;
     }
     attn::accumulate_rows(rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
-    if (!fp8_nan(hp_.fp8_value, rows)) return true;
+    if (!fp8_nan(hp_.view->value.ggml, hp_.fp8_value, rows)) return true;
     std::copy(saved_.begin(), saved_.end(), acc);
     return false;
   }

@@ -41,6 +41,7 @@ void PackedTensor::append_ggml(const GgmlTypeInfo& type, const float* rows, std:
   append_ggml_blocks(type, nullptr, n);
   if (const auto f = fp8_format_of(type)) {
     fp8_encode_rows(rows, n * d_, ggml_scale_, *f, ggml_blocks_.data() + at);
+    note_fp8_rows(type, at, n);
     return;
   }
   for (std::size_t i = 0; i < n; ++i) ggml_quantize(type, rows + i * d_, d_, ggml_blocks_.data() + at + i * row_bytes);
@@ -70,11 +71,17 @@ void PackedTensor::append_ggml_blocks(const GgmlTypeInfo& type, const std::uint8
   ggml_type_ = &type;
   const std::size_t bytes = n * (d_ / type.block * type.bytes);
   if (blocks) {
+    const std::size_t at = ggml_blocks_.size();
     ggml_blocks_.insert(ggml_blocks_.end(), blocks, blocks + bytes);
+    if (fp8_format_of(type)) note_fp8_rows(type, at, n);
   } else {
     ggml_blocks_.resize(ggml_blocks_.size() + bytes);
   }
   ggml_rows_ += n;
+}
+
+void PackedTensor::note_fp8_rows(const GgmlTypeInfo& type, std::size_t at, std::size_t n) {
+  if (ggml_finite_) ggml_finite_ = ggml_first_nonfinite(type, ggml_blocks_.data() + at, n * d_) == n * d_;
 }
 
 void PackedTensor::take_parameters(const QuantizedBlock& b) {
@@ -291,7 +298,7 @@ TensorView PackedTensor::view() const {
     if (std::string_view(ggml_type_->name) == "F16") {  // the f16 loops read them, as method none's rows
       t.dense = {DenseType::f16, ggml_blocks_.data(), ggml_rows_};
     } else {
-      t.ggml = {ggml_type_, ggml_blocks_.data(), ggml_rows_, ggml_scale_};
+      t.ggml = {ggml_type_, ggml_blocks_.data(), ggml_rows_, ggml_scale_, fp8_format_of(*ggml_type_) && ggml_finite_};
     }
     return t;
   }

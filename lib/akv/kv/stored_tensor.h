@@ -114,6 +114,9 @@ class PackedTensor {
   TensorView view() const;
 
  private:
+  // fp8 rows [n] written at byte `at` of ggml_blocks_: clears ggml_finite_ if one holds an Inf or
+  // NaN code.
+  void note_fp8_rows(const GgmlTypeInfo& type, std::size_t at, std::size_t n);
   void take_parameters(const QuantizedBlock& b);  // bits, axis, group, cols of the first block
   std::size_t d_ = 0;
   DenseType type_ = DenseType::f32;
@@ -134,6 +137,7 @@ class PackedTensor {
   std::size_t dense_rows_ = 0;
   const GgmlTypeInfo* ggml_type_ = nullptr;
   float ggml_scale_ = 1.0f;
+  bool ggml_finite_ = true;  // fp8 rows: no Inf or NaN code among them (GgmlRowsView::finite)
   std::vector<std::uint8_t> ggml_blocks_;
   std::size_t ggml_rows_ = 0;
   std::shared_ptr<const NuqTable> nuq_table_;
