@@ -19,6 +19,7 @@
 #include "akv/model/load.h"
 #include "akv/model/llama2c.h"
 #include "akv/model/tokenizer.h"
+#include "akv/tensor/fp8.h"
 #include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/ggml_quant.h"
 #include "akv/tensor/half.h"
@@ -449,6 +450,18 @@ TEST_CASE("ggml_first_nonfinite: the first Inf or NaN of F32, F16 and BF16 rows,
   f16[4099] = 0x7BFF;  // the largest finite f16
   CHECK(first("F32", f32.data()) == 4100);
   CHECK(first("F16", f16.data()) == 4100);
+}
+
+TEST_CASE("ggml_first_nonfinite: fp8 rows, every code against its decoded value", "[gguf][fp8]") {
+  for (const char* name : {"FP8_E4M3", "FP8_E5M2"}) {
+    const GgmlTypeInfo& t = *ggml_type_info_by_name(name);
+    const Fp8Format f = *fp8_format_of(t);
+    for (unsigned c = 0; c < 256; ++c) {
+      const std::uint8_t row[3] = {0x10, static_cast<std::uint8_t>(c), 0x20};
+      INFO(name << " code " << c);
+      CHECK(ggml_first_nonfinite(t, row, 3) == (std::isfinite(fp8_decode(row[1], f)) ? 3u : 1u));
+    }
+  }
 }
 
 TEST_CASE("ggml quantizers: only the cache types", "[gguf]") {

@@ -256,9 +256,10 @@ std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* s
     std::memcpy(&h, p, 2);
     return h;
   };
-  if (const auto f = fp8_format_of(type)) {
+  if (const auto f = fp8_format_of(type)) {  // e4m3: NaN is S.1111.111; e5m2: Inf and NaN are S.11111.xx
+    const unsigned all_ones = *f == Fp8Format::e4m3 ? 0x7Fu : 0x7Cu;
     for (std::size_t i = 0; i < n; ++i) {
-      if (!std::isfinite(fp8_decode(src[i], *f))) return i;
+      if ((src[i] & all_ones) == all_ones) return i;
     }
     return n;
   }
