@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -552,11 +553,28 @@ TEST_CASE("fp8: encoding equals the brute-force nearest code", "[tensor][fp8]") 
       xs.push_back(static_cast<float>(rng.normal() * std::ldexp(1.0, static_cast<int>(rng.below(40)) - 20)));
     }
     std::size_t bad = 0;
-    for (const float x : xs) {
+    std::vector<std::uint8_t> rows(xs.size());  // the array form's bit arithmetic, scale 1
+    fp8_encode_rows(xs.data(), xs.size(), 1.0f, f, rows.data());
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const float x = xs[i];
       const std::uint8_t got = fp8_encode(x, f), want = fp8_nearest(x, f);
-      if (got != want && bad++ < 5) FAIL_CHECK("x = " << x << " got " << int(got) << " want " << int(want));
+      if ((got != want || rows[i] != want) && bad++ < 5) {
+        FAIL_CHECK("x = " << x << " got " << int(got) << " rows " << int(rows[i]) << " want " << int(want));
+      }
     }
     CHECK(bad == 0);
+    // Random f32 bit patterns (every exponent, f32 subnormals, NaN payloads): the array form
+    // gives the reference's codes.
+    std::vector<float> any(200000);
+    for (float& x : any) {
+      const auto u = static_cast<std::uint32_t>(rng.next());
+      std::memcpy(&x, &u, 4);
+    }
+    std::vector<std::uint8_t> any_codes(any.size());
+    fp8_encode_rows(any.data(), any.size(), 1.0f, f, any_codes.data());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < any.size(); ++i) differ += any_codes[i] != fp8_encode(any[i], f);
+    CHECK(differ == 0);
     // Array forms: division by the scale, then the code; decode times the scale.
     std::vector<float> row = {1.0f, -3.5f, 100.0f, 0.01f};
     std::vector<std::uint8_t> codes(row.size());

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 namespace akv {
 namespace {
@@ -42,6 +44,28 @@ const std::array<float, 256>& table(Fp8Format f) {
   return f == Fp8Format::e4m3 ? e4m3 : e5m2;
 }
 
+// fp8_encode by bit arithmetic on the f32: normal results round the f32 mantissa to man_bits
+// (to nearest, ties to even; a carry moves into the exponent as it should), re-biased;
+// subnormal ones are a times 2^(man_bits - emin) (exact) rounded by nearbyint, as the reference
+// rounds a / q. NaN and saturation as the reference.
+std::uint8_t encode_bits(float x, const Layout& l, float max) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const auto sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint8_t>(sign | (l.ieee ? 0x7E : 0x7F));
+  const float a = std::min(std::fabs(x), max);
+  std::uint32_t b;
+  std::memcpy(&b, &a, 4);
+  const int emin = 1 - l.bias;
+  if (b < static_cast<std::uint32_t>(127 + emin) << 23) {
+    const float units = std::nearbyint(a * std::ldexp(1.0f, l.man_bits - emin));
+    return static_cast<std::uint8_t>(sign | static_cast<std::uint32_t>(units));
+  }
+  const int shift = 23 - l.man_bits;
+  const std::uint32_t r = b + ((1u << (shift - 1)) - 1u) + ((b >> shift) & 1u);
+  return static_cast<std::uint8_t>(sign | ((r >> shift) - (static_cast<std::uint32_t>(127 - l.bias) << l.man_bits)));
+}
+
 }  // namespace
 
 const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
@@ -76,7 +100,9 @@ std::uint8_t fp8_encode(float x, Fp8Format f) {
 float fp8_decode(std::uint8_t code, Fp8Format f) { return table(f)[code]; }
 
 void fp8_encode_rows(const float* src, std::size_t n, float scale, Fp8Format f, std::uint8_t* dst) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = fp8_encode(src[i] / scale, f);
+  const Layout l = layout(f);
+  const float max = fp8_max(f);
+  for (std::size_t i = 0; i < n; ++i) dst[i] = encode_bits(src[i] / scale, l, max);
 }
 
 void fp8_decode_rows(const std::uint8_t* src, std::size_t n, float scale, Fp8Format f, float* dst) {

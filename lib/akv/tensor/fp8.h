@@ -26,7 +26,9 @@ std::uint8_t fp8_encode(float x, Fp8Format f);
 float fp8_decode(std::uint8_t code, Fp8Format f);
 
 // Array forms: dst[i] = fp8_encode(src[i] / scale) (an f32 division, as vLLM's scaled
-// conversion), dst[i] = fp8_decode(src[i]) * scale (an f32 product).
+// conversion; the same codes by bit arithmetic on the f32, where fp8_encode is the plain
+// reference through ilogb and a double division), dst[i] = fp8_decode(src[i]) * scale (an f32
+// product).
 void fp8_encode_rows(const float* src, std::size_t n, float scale, Fp8Format f, std::uint8_t* dst);
 void fp8_decode_rows(const std::uint8_t* src, std::size_t n, float scale, Fp8Format f, float* dst);
 
