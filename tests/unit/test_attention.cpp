@@ -269,10 +269,12 @@ TEST_CASE("fused decode attention equals the reference with every instruction se
   });
 }
 
-TEST_CASE("per-token keys (uniform's layout) through the code loops group by group: within 1e-5 of the reference, "
-          "AVX2 == AVX-512 bitwise", "[attention]") {
-  // Each group's dot products by the code loops against the query's slice, scaled per row and
-  // group; 48 leaves a partial last group of 32 channels, 128 one group a row.
+TEST_CASE("per-token keys (uniform's layout) and per-channel values through the code loops group by group: within "
+          "1e-5 of the reference, AVX2 == AVX-512 bitwise", "[attention]") {
+  // Keys: each group's dot products by the code loops against the query's slice, scaled per row
+  // and group; 48 leaves a partial last group of 32 channels, 128 one group a row. Values: each
+  // group of `group` tokens accumulated as codes, then scaled per channel; 283 rows end in a
+  // partial group and a partial tile.
   for (int bits : {2, 3, 4, 8}) {
     for (std::size_t group : {32, 48, 128}) {
       for (std::size_t nq : {1, 4, 8}) {
@@ -280,7 +282,8 @@ TEST_CASE("per-token keys (uniform's layout) through the code loops group by gro
         l.bits_k = l.bits_v = bits;
         l.group = group;
         l.axis_k = QuantAxis::token;
-        l.quant_k = 283;  // not a multiple of a tile
+        l.axis_v = QuantAxis::channel;
+        l.quant_k = l.quant_v = 283;  // not a multiple of a tile
         std::vector<std::vector<float>> out;
         for_each_isa([&](Isa isa) {
           check_against_ref(l, 2, nq);
@@ -350,7 +353,7 @@ TEST_CASE("fused decode attention equals the reference over the dequantized cach
     check_against_ref(l, 2, 2);
     check_against_ref(l, 2, 3);
   }
-  SECTION("outlier key channels, per-token keys, per-channel values, head_dim 36 (fallbacks)") {
+  SECTION("outlier key channels, per-token keys, per-channel values, head_dim 36 (the plain loops' fallback)") {
     Layout l;
     l.outliers = 8;
     check_against_ref(l, 2, 4);

@@ -28,6 +28,10 @@ bool fast_packed_values(const PackedView& p) {
 }
 // Per-token keys the code loops read group by group (token_keys): the same layout.
 bool fast_token_keys(const PackedView& p) { return fast_packed_values(p); }
+// Per-channel values the code loops read token group by token group (channel_values).
+bool fast_channel_values(const PackedView& p) {
+  return p.axis == QuantAxis::channel && p.cols % 8 == 0 && p.n_outliers == 0;
+}
 
 bool int8_codes(const PackedView& p) {
   return attn::int8_format(attn::code_format(p.bits)) && p.cols % attn::kInt8Block == 0;
@@ -730,6 +734,8 @@ class PartitionRunner {
     if (t0 < e) {
       if (fast_packed_values(p)) {
         packed_values(t0, e, t0, acc);
+      } else if (fast_channel_values(p)) {
+        channel_values(t0, e, t0, acc);
       } else {
         generic_values(v, t0, e, t0, acc);
       }
@@ -747,6 +753,34 @@ class PartitionRunner {
       } else {
         generic_values(v, r0, t1, t0, acc);
       }
+    }
+  }
+
+  // Per-channel packed values (a scale and a zero per group of G tokens and channel): each token
+  // group's codes accumulated with the probabilities (tmp_ [nq, d]), then per channel acc +=
+  // scale x that + zero x (the group's sum of p), group by group.
+  void channel_values(std::size_t r0, std::size_t r1, std::size_t t0, float* acc) {
+    const PackedView& p = hp_.view->value.packed;
+    const std::size_t stride = p.cols * static_cast<std::size_t>(p.bits) / 8;
+    ch_f_.resize(2 * p.cols);
+    float* scale = ch_f_.data();
+    float* zero = scale + p.cols;
+    for (std::size_t r = r0; r < r1;) {
+      const std::size_t g = r / p.group, ge = std::min(r1, (g + 1) * p.group), n = ge - r;
+      row_coefficients(r, n, t0);
+      tmp_.assign(nq_ * d_, 0.0f);
+      const Rows rows{attn::code_format(p.bits), p.codes + r * stride, stride, n, p.cols / 8};
+      attn::accumulate_rows(rows, nq_, coef_.data(), 1, p.cols / 8, tmp_.data(), d_);
+      f16_to_f32(p.scale + g * p.cols, scale, p.cols);
+      f16_to_f32(p.zero + g * p.cols, zero, p.cols);
+      for (std::size_t h = 0; h < nq_; ++h) {
+        float psum = 0.0f;
+        for (std::size_t i = 0; i < n; ++i) psum += coef_[i * nq_ + h];
+        const float* t = tmp_.data() + h * d_;
+        float* a = acc + h * d_;
+        for (std::size_t c = 0; c < p.cols; ++c) a[c] += scale[c] * t[c] + zero[c] * psum;
+      }
+      r = ge;
     }
   }
 
@@ -805,6 +839,7 @@ class PartitionRunner {
   std::vector<TqQjlQuery> qjl_tables_;  // key_qjl rows decoded (qjl_keys): each query head's sign tables
   std::vector<float> qjl_w_, qjl_s_, qjl_coef_;  // key_qjl: S q [nq, d]; a tile's sign sums [nq, rows], factors [rows]
   std::vector<std::uint16_t> tq_half_;
+  std::vector<float> ch_f_;  // per-channel values (channel_values): a token group's scales, zeros [cols]
   std::vector<float> tok_s_, tok_f_, tok_qs_;  // per-token keys (token_keys): a group's dots [nq, rows]; scales and zeros; q's group sums [nq, groups]
   std::vector<std::uint8_t> pad_;  // the last nuq row, padded for the level loops
   std::vector<float> saved_;       // e4m3 values: the accumulators before a tile (fp8_values)
