@@ -58,31 +58,12 @@ void small_block(std::uint32_t id, const std::uint8_t* b, float* y) {
   }
 }
 
-// Q4_0 (kMin false) and Q4_1 as small_block computes them, without its per-element branches
-// (the loop vectorizes: attention reads such caches a dequantized tile at a time).
-template <bool kMin>
-void q4_block(const std::uint8_t* b, float* y) {
-  const float d = f16_at(b);
-  const float m = kMin ? f16_at(b + 2) : 0.0f;
-  const std::uint8_t* qs = b + (kMin ? 4 : 2);
-  constexpr int offset = kMin ? 0 : 8;
-  std::int32_t q[32];
-  for (std::size_t j = 0; j < 16; ++j) {
-    q[j] = (qs[j] & 0x0F) - offset;
-    q[j + 16] = (qs[j] >> 4) - offset;
-  }
-  for (std::size_t j = 0; j < 32; ++j) {
-    const float v = static_cast<float>(q[j]) * d;
-    y[j] = kMin ? v + m : v;
-  }
-}
-
 #if defined(__AVX2__)
-// Element q of a 32-element block: 8 lanes (8 part .. 8 part + 7) of the 16 nibble bytes, the
-// low nibbles for parts 0 and 1, the high ones for 2 and 3, as 32-bit integers.
-inline __m256i nibbles8(__m128i lo, __m128i hi, int part) {
+// Elements 8 part .. 8 part + 7 of a 32-element block in the low 8 bytes: lo holds elements
+// 0..15 (the low nibbles), hi 16..31 (the high ones), one byte each.
+inline __m128i part8(__m128i lo, __m128i hi, int part) {
   const __m128i src = part < 2 ? lo : hi;
-  return _mm256_cvtepu8_epi32(part % 2 ? _mm_srli_si128(src, 8) : src);
+  return part % 2 ? _mm_srli_si128(src, 8) : src;
 }
 
 // small_block and IQ4_NL's loop, 8 elements a vector: the same conversion, product and sum per
@@ -94,7 +75,7 @@ void small_block_avx2(std::uint32_t id, const std::uint8_t* b, float* y) {
   const __m256 d = _mm256_set1_ps(f.d), m = _mm256_set1_ps(f.m);
   const __m256i offset = _mm256_set1_epi32(f.offset), lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int part = 0; part < 4; ++part) {
-    __m256i q = nibbles8(lo, hi, part);
+    __m256i q = _mm256_cvtepu8_epi32(part8(lo, hi, part));
     if (f.five) {  // bit 8 part + lane of qh as the 5th bit
       const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(f.qh >> (8 * part))), lane),
                                            _mm256_set1_epi32(1));
@@ -113,8 +94,7 @@ void iq4_nl_block_avx2(const std::uint8_t* b, float* y) {
   const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(qs, nib));
   const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(qs, 4), nib));
   for (int part = 0; part < 4; ++part) {
-    const __m128i src = part < 2 ? lo : hi;
-    const __m256i v = _mm256_cvtepi8_epi32(part % 2 ? _mm_srli_si128(src, 8) : src);
+    const __m256i v = _mm256_cvtepi8_epi32(part8(lo, hi, part));
     _mm256_storeu_ps(y + 8 * part, _mm256_mul_ps(d, _mm256_cvtepi32_ps(v)));
   }
 }
@@ -325,12 +305,6 @@ void ggml_dequantize(const GgmlTypeInfo& type, const std::uint8_t* src, std::siz
         const float d = f16_at(b);
         for (std::size_t j = 0; j < 32; ++j) dst[k * 32 + j] = static_cast<float>(static_cast<std::int8_t>(b[2 + j])) * d;
       }
-      return;
-    case 2:
-      for (std::size_t k = 0; k < blocks; ++k) q4_block<false>(src + k * type.bytes, dst + k * 32);
-      return;
-    case 3:
-      for (std::size_t k = 0; k < blocks; ++k) q4_block<true>(src + k * type.bytes, dst + k * 32);
       return;
     case 12:
     case 13:
