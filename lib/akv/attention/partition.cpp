@@ -565,15 +565,14 @@ class PartitionRunner {
     tq_half_.resize(2 * n);
     // Through a local pointer: stores through tq_half_'s own would reload its data each row.
     std::uint16_t* __restrict half = tq_half_.data();
-    const auto nonfinite = [](std::uint16_t h) { return static_cast<unsigned>((h & 0x7C00u) == 0x7C00u); };
     unsigned bad = 0;
     for (std::size_t r = 0; r < n; ++r) {
       std::memcpy(&half[r], src + r * rb + at, 2);
-      bad |= nonfinite(half[r]);
+      bad |= static_cast<unsigned>(f16_nonfinite(half[r]));
     }
     for (std::size_t r = 0; value && r < n; ++r) {
       std::memcpy(&half[n + r], src + r * rb + at + 2, 2);
-      bad |= nonfinite(half[n + r]);
+      bad |= static_cast<unsigned>(f16_nonfinite(half[n + r]));
     }
     if (t.kind == TqKind::key_qjl) {  // the QJL factors (qjl_scores reads them): gamma non-finite iff they are
       qjl_coef_.resize(n);

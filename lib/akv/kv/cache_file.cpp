@@ -359,7 +359,7 @@ namespace {
 // decompress and attention as a result.
 void check_finite_f16(const std::vector<std::uint16_t>& v, const std::string& file, const std::string& dataset) {
   for (std::size_t i = 0; i < v.size(); ++i) {
-    if ((v[i] & 0x7c00u) == 0x7c00u) {
+    if (f16_nonfinite(v[i])) {
       throw CorruptData("non-finite f16 value", {file, dataset + "[" + std::to_string(i) + "]",
                                                  std::to_string(f16_to_f32_ref(v[i]))});
     }

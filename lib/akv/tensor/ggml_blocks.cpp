@@ -254,7 +254,7 @@ std::size_t ggml_first_nonfinite(const GgmlTypeInfo& type, const std::uint8_t* s
       const std::size_t first = type.id == 14 ? 208 : 0;
       for (std::size_t k = 0; k < n / type.block; ++k) {
         const std::uint8_t* b = src + k * type.bytes;
-        if ((bits16(b + first) & 0x7C00) == 0x7C00 || (second && (bits16(b + 2) & 0x7C00) == 0x7C00)) {
+        if (f16_nonfinite(bits16(b + first)) || (second && f16_nonfinite(bits16(b + 2)))) {
           return k * type.block;
         }
       }

@@ -27,6 +27,9 @@ static inline float f16_value(std::uint16_t h) {
 #endif
 }
 
+// Whether an f16 (bits) is Inf or NaN: its exponent bits all set (no conversion needed).
+inline bool f16_nonfinite(std::uint16_t h) { return (h & 0x7C00u) == 0x7C00u; }
+
 // Array conversions: dst[i] = convert(src[i]) for i < n.
 void f32_to_f16(const float* src, std::uint16_t* dst, std::size_t n);
 void f16_to_f32(const std::uint16_t* src, float* dst, std::size_t n);

@@ -538,11 +538,10 @@ std::size_t tq_first_nonfinite(const TqType& t, const std::uint8_t* src, std::si
   const std::size_t rb = tq_row_bytes(t);
   // The f16 fields: norm (keys), scale and minimum (values), norm and gamma (key_qjl).
   const std::size_t second = t.kind == TqKind::value ? tq_code_bytes(t) + 2 : t.kind == TqKind::key_qjl ? gamma_offset(t) : 0;
-  // An f16 is Inf or NaN when its exponent bits are all set: the bits tell, no conversion.
   const auto nonfinite = [](const std::uint8_t* p) {
     std::uint16_t h;
     std::memcpy(&h, p, 2);
-    return (h & 0x7C00u) == 0x7C00u;
+    return f16_nonfinite(h);
   };
   for (std::size_t r = 0; r < n / t.head_dim; ++r) {
     if (nonfinite(src + r * rb + tq_code_bytes(t)) || (second && nonfinite(src + r * rb + second))) return r * t.head_dim;
