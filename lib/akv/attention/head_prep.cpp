@@ -66,12 +66,21 @@ NuqPrep prepare_nuq(const NuqView& v, std::size_t d) {
   return np;
 }
 
-TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key) {
+// q, qsum: the query heads (scaled) and their sums, for 1-bit levels' weights.
+TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key, const std::vector<float>& q,
+                  const std::vector<float>& qsum) {
   TqPrep tp;
   const auto t = g.type && g.rows > 0 ? tq_type_of(*g.type) : std::nullopt;
-  if (!t || t->head_dim != d || d % 8 != 0 || tq_code_bits(*t) < 2 || (!key && t->kind == TqKind::key_qjl)) return tp;
+  if (!t || t->head_dim != d || d % 8 != 0 || (!key && t->kind == TqKind::key_qjl)) return tp;
   const int b = tq_code_bits(*t);
-  if (t->kind == TqKind::value) {
+  if (b == 1) {  // key_qjl's 1-bit levels
+    const TqCodebook& cb = tq_codebook(d, 1);
+    const float c0 = cb.centroids[0], step = cb.centroids[1] - c0;
+    tp.format = RowFormat::code1;
+    tp.w1.resize(q.size());
+    for (std::size_t i = 0; i < q.size(); ++i) tp.w1[i] = q[i] * step;
+    for (const float s : qsum) tp.bias1.push_back(c0 * s);
+  } else if (t->kind == TqKind::value) {
     tp.format = attn::code_format(b);
   } else {
     const TqCodebook& cb = tq_codebook(d, b);
@@ -123,8 +132,8 @@ HeadPrep prepare_head(const DecodeAttentionArgs& a, std::size_t kv, std::size_t 
   for (std::size_t h = 0; h < nq; ++h) {
     for (std::size_t c = 0; c < d; ++c) hp.qsum[h] += hp.q[h * d + c];
   }
-  hp.tq_key = prepare_tq(hp.view->key.ggml, d, true);
-  hp.tq_value = prepare_tq(hp.view->value.ggml, d, false);
+  hp.tq_key = prepare_tq(hp.view->key.ggml, d, true, hp.q, hp.qsum);
+  hp.tq_value = prepare_tq(hp.view->value.ggml, d, false, hp.q, hp.qsum);
   hp.fp8_key = prepare_fp8(hp.view->key.ggml, d);
   hp.fp8_value = prepare_fp8(hp.view->value.ggml, d);
   if (hp.fp8_key.set()) {

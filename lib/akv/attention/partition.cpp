@@ -600,7 +600,11 @@ class PartitionRunner {
     if (!tq_tile(hp_.view->key.ggml, tp, t0, t1, rows)) return false;
     const bool nc = tp.type->kind == TqKind::key_nc;
     if (nc) tq_sq_.resize(rows.n);
-    attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_, nc ? tq_sq_.data() : nullptr);
+    if (tp.format == RowFormat::code1) {
+      attn::score_rows(rows, nq_, tp.w1.data(), d_, tp.bias1.data(), s_.data(), tile_);
+    } else {
+      attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_, nc ? tq_sq_.data() : nullptr);
+    }
     if (nc) nc_ranges(rows.n);
     const bool value = tp.type->kind == TqKind::value;
     scale_scores(s_.data(), rows.n, tq_range_.data(), value ? tq_range_.data() + rows.n : nullptr);
