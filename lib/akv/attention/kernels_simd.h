@@ -466,12 +466,18 @@ template <RowFormat F>
 // put in channel order, and its halves (even and odd chunks) added: the order of
 // score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled). 1-bit codes
 // (QJL signs) as lane masks, w added where a bit is set: the 256-bit loops' fma(w, 2^j, acc) on
-// scaled lanes (fma(w, 0, acc) = acc where clear), unscaled, are these sums bit for bit.
-template <RowFormat F, int RB>
+// scaled lanes (fma(w, 0, acc) = acc where clear), unscaled, are these sums bit for bit. Sq
+// (levels): also each row's sum of squares into sq[r0 + r], its lanes in the same order.
+template <RowFormat F, int RB, bool Sq = false>
 [[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, const float* bias,
-                                                    float* s) {
+                                                    float* s, [[maybe_unused]] float* sq = nullptr) {
+  static_assert(!Sq || kLevels<F>);
   __m512 acc[RB];
   for (auto& a : acc) a = _mm512_setzero_ps();
+  [[maybe_unused]] __m512 acc2[Sq ? RB : 1];
+  if constexpr (Sq) {
+    for (auto& a : acc2) a = _mm512_setzero_ps();
+  }
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
   const __m512i mask = kLevels<F> ? wide_shifts<F>() : wide_mask<F>(), gather = wide_gather<F>();
@@ -488,6 +494,7 @@ template <RowFormat F, int RB>
       }
       const __m512 x = kLevels<F> ? load16_levels<F>(row[r], k, mask, table) : load16<F>(row[r], k, mask);
       acc[r] = _mm512_fmadd_ps(wk, x, acc[r]);
+      if constexpr (Sq) acc2[r] = _mm512_fmadd_ps(x, x, acc2[r]);
     }
   }
   const __m512 unscale = wide_unscale<F>();
@@ -499,6 +506,13 @@ template <RowFormat F, int RB>
     half[r] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   }
   store_scores<1, RB>(half, r0, bias, s, 0);
+  if constexpr (Sq) {
+    for (int r = 0; r < RB; ++r) {
+      __m512 a = acc2[r];
+      if constexpr (code_bits<F>() == 4) a = _mm512_permutexvar_ps(scatter, a);
+      sq[r0 + static_cast<std::size_t>(r)] = hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+    }
+  }
 }
 #else
 // 4-bit rows with 256-bit vectors in the AVX-512 wide chunks' lane order, without a per-lane
@@ -549,48 +563,81 @@ inline __m256 add_lane_pairs(__m256 lo, __m256 hi) {
 // Quads (4-bit levels, a multiple of 4 chunks): a quad of chunks at a time (load_quad_levels,
 // the byte planes t) against weights in quad-lane order (quad_order_weights), both halves'
 // accumulators live, put back in channel order before they are added.
-template <RowFormat F, int RB, bool Halves = false, bool Quads = false>
+// Sq (levels): also each row's sum of squares into sq[r0 + r], in the same order
+// (score_block_wide's).
+template <RowFormat F, int RB, bool Halves = false, bool Quads = false, bool Sq = false>
 [[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, const float* bias,
-                                                      float* s, [[maybe_unused]] const LevelPlanes* t = nullptr) {
+                                                      float* s, [[maybe_unused]] const LevelPlanes* t = nullptr,
+                                                      [[maybe_unused]] float* sq = nullptr) {
   static_assert(!Halves || F == RowFormat::code4);
   static_assert(!Quads || F == RowFormat::level4);
+  static_assert(!Sq || kLevels<F>);
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
   if constexpr (Quads) {
     __m256 a[2][RB];
+    [[maybe_unused]] __m256 a2[2][Sq ? RB : 1];
     for (auto& h : a) {
       for (auto& v : h) v = _mm256_setzero_ps();
+    }
+    if constexpr (Sq) {
+      for (auto& h : a2) {
+        for (auto& v : h) v = _mm256_setzero_ps();
+      }
     }
     for (std::size_t u = 0; u < rows.chunks / 4; ++u) {
       for (int r = 0; r < RB; ++r) {
         __m256 x[4];
         load_quad_levels(row[r], u, *t, x);
-        for (int j = 0; j < 4; ++j) a[j % 2][r] = _mm256_fmadd_ps(_mm256_load_ps(w + 32 * u + 8 * static_cast<std::size_t>(j)), x[j], a[j % 2][r]);
+        for (int j = 0; j < 4; ++j) {
+          a[j % 2][r] = _mm256_fmadd_ps(_mm256_load_ps(w + 32 * u + 8 * static_cast<std::size_t>(j)), x[j], a[j % 2][r]);
+          if constexpr (Sq) a2[j % 2][r] = _mm256_fmadd_ps(x[j], x[j], a2[j % 2][r]);
+        }
       }
     }
     __m256 sum[RB];
     for (int r = 0; r < RB; ++r) {
       sum[r] = _mm256_add_ps(_mm256_permutevar8x32_ps(a[0][r], quad_scatter()), _mm256_permutevar8x32_ps(a[1][r], quad_scatter()));
     }
-    return store_scores<1, RB>(sum, r0, bias, s, 0);
+    store_scores<1, RB>(sum, r0, bias, s, 0);
+    if constexpr (Sq) {
+      for (int r = 0; r < RB; ++r) {
+        sq[r0 + static_cast<std::size_t>(r)] = hsum(_mm256_add_ps(_mm256_permutevar8x32_ps(a2[0][r], quad_scatter()),
+                                                                  _mm256_permutevar8x32_ps(a2[1][r], quad_scatter())));
+      }
+    }
+    return;
   }
   const __m256i mask = half4_mask();
   __m256 acc[2][RB];  // even chunks, then odd chunks: RB accumulators live at a time
+  [[maybe_unused]] __m256 acc2[2][Sq ? RB : 1];
   for (int half = 0; half < 2; ++half) {
     __m256 a[RB];
+    [[maybe_unused]] __m256 a2[Sq ? RB : 1];
     for (auto& v : a) v = _mm256_setzero_ps();
+    if constexpr (Sq) {
+      for (auto& v : a2) v = _mm256_setzero_ps();
+    }
     for (std::size_t k = static_cast<std::size_t>(half); k < rows.chunks; k += 2) {
       __m256 wk = _mm256_loadu_ps(w + 8 * k);
       __asm__("" : "+v"(wk));  // in a register, not folded into every FMA (see score_block)
       for (int r = 0; r < RB; ++r) {
-        a[r] = _mm256_fmadd_ps(wk, Halves ? load_half4(row[r], k, mask) : load8<F>(row[r], k, rows.levels), a[r]);
+        const __m256 x = Halves ? load_half4(row[r], k, mask) : load8<F>(row[r], k, rows.levels);
+        a[r] = _mm256_fmadd_ps(wk, x, a[r]);
+        if constexpr (Sq) a2[r] = _mm256_fmadd_ps(x, x, a2[r]);
       }
     }
     for (int r = 0; r < RB; ++r) acc[half][r] = Halves ? _mm256_mul_ps(a[r], half4_unscale()) : lane_unscale<F>(a[r]);
+    if constexpr (Sq) {
+      for (int r = 0; r < RB; ++r) acc2[half][r] = a2[r];
+    }
   }
   __m256 sum[RB];
   for (int r = 0; r < RB; ++r) sum[r] = Halves ? add_lane_pairs(acc[0][r], acc[1][r]) : _mm256_add_ps(acc[0][r], acc[1][r]);
   store_scores<1, RB>(sum, r0, bias, s, 0);
+  if constexpr (Sq) {
+    for (int r = 0; r < RB; ++r) sq[r0 + static_cast<std::size_t>(r)] = hsum(_mm256_add_ps(acc2[0][r], acc2[1][r]));
+  }
 }
 #endif  // __AVX512F__
 
@@ -722,21 +769,24 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   // keep their loops: sixteen wide on AVX-512 they took 0.75 ms against 0.82-0.85, but the
   // 256-bit loops of the same order took 0.81-0.83 against 0.79-0.80 (akv -t 1 bench attention
   // --head-dims 128 --gqa 1 --contexts 4096 --variants nuq2, Intel Xeon, 2026-12-05).
-  if constexpr ((kWide<F> || F == RowFormat::level4) && NQ == 1 && !Sq) {
+  // 4-bit levels with their sums of squares (TurboQuant's norm correction) too: those sums in the
+  // same order, half the rows at a time (their accumulators double).
+  if constexpr ((kWide<F> || F == RowFormat::level4) && NQ == 1 && (!Sq || F == RowFormat::level4)) {
     if (rows.chunks % 2 == 0) {
 #ifdef __AVX512F__
-      for (; r + RB <= rows.n; r += RB) score_block_wide<F, RB>(rows, r, w, bias, s);
-      for (; r < rows.n; ++r) score_block_wide<F, 1>(rows, r, w, bias, s);
+      constexpr int RW = Sq ? RB / 2 : RB;
+      for (; r + RW <= rows.n; r += RW) score_block_wide<F, RW, Sq>(rows, r, w, bias, s, sq);
+      for (; r < rows.n; ++r) score_block_wide<F, 1, Sq>(rows, r, w, bias, s, sq);
 #else
-      constexpr int RP = kAccs;
+      constexpr int RP = Sq ? kAccs / 2 : kAccs;
       if constexpr (F == RowFormat::level4) {
         if (rows.chunks % 4 == 0 && rows.chunks <= kQuadMaxChunks) {
           alignas(32) float wq[8 * kQuadMaxChunks];
           quad_order_weights<1>(w, ws, rows.chunks, wq);
           const LevelPlanes t = level_planes(rows.levels);
           constexpr int RQ = 2;  // both halves' accumulators live: 2 rows measured faster than 4 or 8
-          for (; r + RQ <= rows.n; r += RQ) score_block_paired<F, RQ, false, true>(rows, r, wq, bias, s, &t);
-          for (; r < rows.n; ++r) score_block_paired<F, 1, false, true>(rows, r, wq, bias, s, &t);
+          for (; r + RQ <= rows.n; r += RQ) score_block_paired<F, RQ, false, true, Sq>(rows, r, wq, bias, s, &t, sq);
+          for (; r < rows.n; ++r) score_block_paired<F, 1, false, true, Sq>(rows, r, wq, bias, s, &t, sq);
           return;
         }
       }
@@ -749,8 +799,8 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
           return;
         }
       }
-      for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP>(rows, r, w, bias, s);
-      for (; r < rows.n; ++r) score_block_paired<F, 1>(rows, r, w, bias, s);
+      for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, false, false, Sq>(rows, r, w, bias, s, nullptr, sq);
+      for (; r < rows.n; ++r) score_block_paired<F, 1, false, false, Sq>(rows, r, w, bias, s, nullptr, sq);
 #endif
       return;
     }
