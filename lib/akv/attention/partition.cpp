@@ -552,12 +552,18 @@ class PartitionRunner {
     }
   }
 
-  // Rows [t0, t1) of a TurboQuant tensor (TqPrep) as the vector loops read them, each row's f16
-  // fields in tq_half_ ([n] norms or scales, then [n] minimums), widened in tq_range_ (key_nc:
-  // the norms still without their correction, nc_ranges), key_qjl rows' QJL factors in qjl_coef_;
-  // false when a row's f16 fields are not finite (the tile is then decoded: tq_decode_rows's
-  // values, whatever they are).
-  bool tq_tile(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1, Rows& rows) {
+  // Rows [t0, t1) of a TurboQuant tensor (TqPrep) as the vector loops read them.
+  Rows tq_rows(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1) const {
+    const std::size_t rb = tq_row_bytes(*tp.type);
+    return Rows{tp.format, g.blocks + t0 * rb, rb, t1 - t0, d_ / 8, tp.levels};
+  }
+
+  // The f16 fields of those rows in tq_half_ ([n] norms or scales, then [n] minimums), widened in
+  // tq_range_ (key_nc: the norms still without their correction, nc_ranges), key_qjl rows' QJL
+  // factors in qjl_coef_; false when a row's f16 fields are not finite (the tile is then decoded:
+  // tq_decode_rows's values, whatever they are). Keys gather them after the score loops have read
+  // the rows (then in the nearest cache: gathered first, each row's first touch was theirs).
+  bool tq_fields(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1) {
     const TqType& t = *tp.type;
     const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_code_bytes(t);
     const std::uint8_t* src = g.blocks + t0 * rb;
@@ -584,7 +590,6 @@ class PartitionRunner {
       }
     }
     if (bad != 0) return false;
-    rows = Rows{tp.format, src, rb, n, d_ / 8, tp.levels};
     tq_range_.resize(value ? 2 * n : n);
     f16_to_f32(tq_half_.data(), tq_range_.data(), tq_range_.size());
     return true;
@@ -596,8 +601,7 @@ class PartitionRunner {
   // TurboQuant keys through the vector loops (false: decode them instead).
   bool tq_keys(std::size_t t0, std::size_t t1) {
     const TqPrep& tp = hp_.tq_key;
-    Rows rows;
-    if (!tq_tile(hp_.view->key.ggml, tp, t0, t1, rows)) return false;
+    const Rows rows = tq_rows(hp_.view->key.ggml, tp, t0, t1);
     const bool nc = tp.type->kind == TqKind::key_nc;
     if (nc) tq_sq_.resize(rows.n);
     if (tp.format == RowFormat::code1) {
@@ -605,11 +609,19 @@ class PartitionRunner {
     } else {
       attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_, nc ? tq_sq_.data() : nullptr);
     }
+    if (!tq_fields(hp_.view->key.ggml, tp, t0, t1)) return false;
     if (nc) nc_ranges(rows.n);
     const bool value = tp.type->kind == TqKind::value;
     scale_scores(s_.data(), rows.n, tq_range_.data(), value ? tq_range_.data() + rows.n : nullptr);
     if (hp_.qjl) qjl_scores(t0, t1, rows.base);
+    if (hp_.tq_value.type) prefetch_fields(hp_.view->value.ggml, *hp_.tq_value.type, t0, t1);
     return true;
+  }
+
+  // Asks for the cache lines of rows [t0, t1)'s f16 fields (tq_fields' next reads).
+  static void prefetch_fields(const GgmlRowsView& g, const TqType& t, std::size_t t0, std::size_t t1) {
+    const std::size_t rb = tq_row_bytes(t), at = tq_code_bytes(t);
+    for (std::size_t r = t0; r < t1; ++r) __builtin_prefetch(g.blocks + r * rb + at, 0, 3);
   }
 
   // The QJL term of key_qjl rows [t0, t1) (at src) added to the scores: their sign bits read as
@@ -635,7 +647,7 @@ class PartitionRunner {
       attn::score_rows(Rows{RowFormat::code1, pad_.data() + at, rb, 1, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr,
                        qjl_s_.data() + in_place, n);
     }
-    for (std::size_t h = 0; h < nq_; ++h) {  // qjl_coef_: the tile's factors, from tq_tile
+    for (std::size_t h = 0; h < nq_; ++h) {  // qjl_coef_: the tile's factors, from tq_fields
       float* s = s_.data() + h * tile_;
       const float* b = qjl_s_.data() + h * n;
       const float sum = hp_.qjl_query[h].sq_sum;
@@ -647,8 +659,8 @@ class PartitionRunner {
   // p x scale, zsum = sum of p x minimum), key rows as coef = p x range.
   bool tq_values(std::size_t t0, std::size_t t1, float* acc) {
     const TqPrep& tp = hp_.tq_value;
-    Rows rows;
-    if (!tq_tile(hp_.view->value.ggml, tp, t0, t1, rows)) return false;
+    if (!tq_fields(hp_.view->value.ggml, tp, t0, t1)) return false;
+    const Rows rows = tq_rows(hp_.view->value.ggml, tp, t0, t1);
     const std::size_t n = rows.n;
     if (tp.type->kind != TqKind::value) {
       if (tp.type->kind == TqKind::key_nc) {  // a pass for the sums of squares alone
@@ -838,7 +850,7 @@ class PartitionRunner {
   std::vector<std::uint32_t> out_row_;  // a nuq tile's outliers' rows (nuq_outliers)
   std::vector<float> acc_t_;  // nuq value outliers' sums of the partition, [d, nq] (empty: none)
   std::vector<float> pt_;     // a tile's probabilities row-major, [rows, nq] (nuq, TurboQuant key rows)
-  std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_tile)
+  std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_fields)
   std::vector<TqQjlQuery> qjl_tables_;  // key_qjl rows decoded (qjl_keys): each query head's sign tables
   std::vector<float> qjl_w_, qjl_s_, qjl_coef_;  // key_qjl: S q [nq, d]; a tile's sign sums [nq, rows], factors [rows]
   std::vector<std::uint16_t> tq_half_;

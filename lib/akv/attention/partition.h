@@ -30,7 +30,7 @@ struct NuqPrep {
 // (levels[code_i], or code_i itself for value rows) + offset_r, where keys have range = the f16
 // norm (key_nc: times 1 / sqrt(the sum of the row's squared levels + 1e-16), that sum by the
 // score loops in the same pass, score_rows' sq), offset 0, and value rows the f16 scale and
-// minimum (tq_tile).
+// minimum (tq_fields).
 // key_qjl keys: their levels so, the QJL term added to the scores (qjl_scores); 1-bit levels
 // (tq2j) as 0/1 codes (RowFormat::code1): level = c0 + (c1 - c0) bit, so a row's sum is
 // sum q x (c1 - c0) bit + c0 sum q (w1, bias1). Not for a key_qjl value tensor: decoded.
