@@ -129,7 +129,8 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // (load_quad_levels; 12 and 6: a group boundary inside a quad), and keys of one head over
   // 4-bit levels, which AVX-512 reads 16 at a time as 4-bit codes (AVX2 in their order: even and
   // odd chunks apart, quads too; 40 chunks without); fp8 bytes (every finite code) are read
-  // through f16.
+  // through f16; ggml's Q8_0 and Q4_0 blocks (finite scales; shapes of whole blocks) through
+  // their codes times the block's scale, converted once per block.
   struct Shape {
     std::size_t nq, chunks, cpg;
   };
@@ -149,9 +150,19 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
     std::vector<std::uint8_t> e4m3 = bytes, e5m2 = bytes;  // the NaN (and e5m2's infinity) codes made finite
     for (auto& b : e4m3) b = (b & 0x7F) == 0x7F ? static_cast<std::uint8_t>(b - 1) : b;
     for (auto& b : e5m2) b = (b & 0x7C) == 0x7C ? static_cast<std::uint8_t>(b & 0xFB) : b;
+    // ggml blocks: random codes, each block's scale a finite f16.
+    std::vector<std::uint8_t> q8 = bytes, q4 = bytes;
+    for (std::size_t blk = 0; blk < n * chunks / 4; ++blk) {
+      for (auto* v : {&q8, &q4}) {
+        const std::uint16_t d = f32_to_f16_ref(static_cast<float>(rng.normal()));
+        std::memcpy(v->data() + blk * (v == &q8 ? 34 : 18), &d, 2);
+      }
+    }
     for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code1, RowFormat::code2, RowFormat::code3,
                         RowFormat::code4, RowFormat::code8, RowFormat::level2, RowFormat::level3, RowFormat::level4,
-                        RowFormat::e4m3, RowFormat::e5m2}) {
+                        RowFormat::e4m3, RowFormat::e5m2, RowFormat::q8_0, RowFormat::q4_0}) {
+      const bool ggml = f == RowFormat::q8_0 || f == RowFormat::q4_0;
+      if (ggml && chunks % 4 != 0) continue;
       const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16 : f == RowFormat::code1 ? 1
                                : f == RowFormat::code2 || f == RowFormat::level2 ? 2
                                : f == RowFormat::code3 || f == RowFormat::level3 ? 3
@@ -160,10 +171,13 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
                                  : f == RowFormat::f16  ? reinterpret_cast<const std::uint8_t*>(half.data())
                                  : f == RowFormat::e4m3 ? e4m3.data()
                                  : f == RowFormat::e5m2 ? e5m2.data()
+                                 : f == RowFormat::q8_0 ? q8.data()
+                                 : f == RowFormat::q4_0 ? q4.data()
                                                         : bytes.data();
       float table[16];  // level formats: the codes' values repeated (level_table)
       attn::level_table(levels.data(), bits > 4 ? 4 : static_cast<int>(bits), table);
-      const attn::Rows rows{f, base, chunks * bits, n, chunks, table};
+      const std::size_t stride = f == RowFormat::q8_0 ? chunks / 4 * 34 : f == RowFormat::q4_0 ? chunks / 4 * 18 : chunks * bits;
+      const attn::Rows rows{f, base, stride, n, chunks, table};
       std::vector<std::vector<float>> s(3), acc(3), sq(3);
       for_each_isa([&](Isa isa) {
         auto& si = s[static_cast<std::size_t>(isa)];
@@ -192,7 +206,7 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
           for (std::size_t h = 0; h < nq; ++h) CHECK(one[h] == si[h * n + r]);
         }
       });
-      INFO("format bits " << bits << ", heads " << nq << ", chunks " << chunks << ", chunks per group " << cpg);
+      INFO("format " << static_cast<int>(f) << ", heads " << nq << ", chunks " << chunks << ", chunks per group " << cpg);
       for (std::size_t i = 1; i < 3; ++i) {
         if (s[i].empty()) continue;
         CHECK(rel_err(s[i], s[0]) <= 1e-6);

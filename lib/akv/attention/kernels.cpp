@@ -68,6 +68,13 @@ bool is_level_format(RowFormat f) {
   return f == RowFormat::level2 || f == RowFormat::level3 || f == RowFormat::level4;
 }
 
+// A ggml block's f16 scale d (its first two bytes).
+float block_scale(const std::uint8_t* b) {
+  std::uint16_t h;
+  std::memcpy(&h, b, 2);
+  return f16_to_f32_ref(h);
+}
+
 // Value c (< 8 * chunks) of a row, scalar (fallback loops and tails); levels: the level formats'
 // table.
 float value_at(RowFormat f, const std::uint8_t* row, std::size_t c, const float* levels) {
@@ -84,6 +91,16 @@ float value_at(RowFormat f, const std::uint8_t* row, std::size_t c, const float*
     }
     case RowFormat::e4m3: return fp8_decode(row[c], Fp8Format::e4m3);
     case RowFormat::e5m2: return fp8_decode(row[c], Fp8Format::e5m2);
+    case RowFormat::q8_0: {
+      const std::uint8_t* b = row + c / 32 * 34;
+      return static_cast<float>(static_cast<std::int8_t>(b[2 + c % 32])) * block_scale(b);
+    }
+    case RowFormat::q4_0: {
+      const std::uint8_t* b = row + c / 32 * 18;
+      const std::size_t j = c % 32;
+      const int q = j < 16 ? b[2 + j] & 0x0F : b[2 + j - 16] >> 4;
+      return static_cast<float>(q - 8) * block_scale(b);
+    }
     default: {
       const int b = format_bits(f);
       const std::size_t bit = c * static_cast<std::size_t>(b);

@@ -65,6 +65,42 @@ template <RowFormat F>
 template <RowFormat F>
 constexpr bool kFp8 = F == RowFormat::e4m3 || F == RowFormat::e5m2;
 
+// ggml's 32-value blocks with an f16 scale first (q8_0, q4_0): bytes a block.
+template <RowFormat F>
+constexpr bool kGgml = F == RowFormat::q8_0 || F == RowFormat::q4_0;
+template <RowFormat F>
+constexpr std::size_t ggml_block_bytes() {
+  return F == RowFormat::q8_0 ? 34 : 18;
+}
+
+// The scale d of the block holding chunk k, in every lane.
+template <RowFormat F>
+[[gnu::always_inline]] inline __m256 ggml_scale(const std::uint8_t* row, std::size_t k) {
+  std::uint16_t h;
+  std::memcpy(&h, row + k / 4 * ggml_block_bytes<F>(), 2);
+  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
+}
+
+// Chunk k's 8 codes (q8_0: signed, q4_0: its nibbles minus 8) as 32-bit integers.
+template <RowFormat F>
+[[gnu::always_inline]] inline __m256i ggml_codes(const std::uint8_t* row, std::size_t k) {
+  const std::uint8_t* b = row + k / 4 * ggml_block_bytes<F>() + 2;
+  if constexpr (F == RowFormat::q8_0) {
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * (k % 4))));
+  } else {
+    __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * (k % 2)));
+    if (k % 4 >= 2) q = _mm_srli_epi16(q, 4);
+    q = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    return _mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8));
+  }
+}
+
+// Chunk k's values given its block's scale d: ggml_dequantize's products.
+template <RowFormat F>
+[[gnu::always_inline]] inline __m256 ggml_values(const std::uint8_t* row, std::size_t k, __m256 d) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(ggml_codes<F>(row, k)), d);
+}
+
 // fp8 bytes sign-extended to 16-bit lanes -> f16 bits (e5m2: the byte to the top; e4m3: shifted
 // left 7, the sign's copies above it leaving bit 15 set and bit 14 to clear, exponent and
 // mantissa at bits 13..7, i.e. the value times 2^-8, every e4m3 value exact in f16: one shift
@@ -114,6 +150,8 @@ template <RowFormat F>
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * k))));
   } else if constexpr (kFp8<F>) {
     return _mm256_cvtph_ps(fp8_to_f16<F>(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * k)))));
+  } else if constexpr (kGgml<F>) {
+    return ggml_values<F>(row, k, ggml_scale<F>(row, k));
   } else {
     constexpr int b = code_bits<F>();
     std::uint32_t w;
@@ -326,6 +364,9 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
   } else
 #endif
   {
+    // ggml blocks: each row's block scale converted once per block, not per chunk.
+    [[maybe_unused]] __m256 scale[kGgml<F> ? RB : 1];
+    for (auto& v : scale) v = _mm256_setzero_ps();
     for (std::size_t k = 0; k < rows.chunks; ++k) {
       // Weights once per chunk in registers: as memory operands of every FMA they were loaded RB
       // times, and loads, not FMAs, bounded the loop.
@@ -334,8 +375,18 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
         wk[h] = _mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k);
         __asm__("" : "+v"(wk[h]));  // keeps the compiler from folding the load back into each FMA ("v": any vector register)
       }
+      if constexpr (kGgml<F>) {
+        if (k % 4 == 0) {
+          for (int r = 0; r < RB; ++r) scale[r] = ggml_scale<F>(row[r], k);
+        }
+      }
       for (int r = 0; r < RB; ++r) {
-        const __m256 x = load8<F>(row[r], k, rows.levels);
+        __m256 x;
+        if constexpr (kGgml<F>) {
+          x = ggml_values<F>(row[r], k, scale[r]);
+        } else {
+          x = load8<F>(row[r], k, rows.levels);
+        }
         for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm256_fmadd_ps(wk[h], x, acc[r * NQ + h]);
         if constexpr (Sq) acc2[r] = _mm256_fmadd_ps(x, x, acc2[r]);
       }
@@ -662,6 +713,8 @@ template <RowFormat F>
     const __m128i x = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + 8 * k)),
                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * k)));
     return _mm512_cvtph_ps(fp8_to_f16<F>(_mm256_cvtepi8_epi16(x)));
+  } else if constexpr (kGgml<F>) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(load8<F>(a, k, levels)), load8<F>(b, k, levels), 1);
   } else if constexpr (kLevels<F>) {
     constexpr int bits = code_bits<F>();
     std::uint32_t wa, wb;
@@ -707,11 +760,26 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
   for (int r = 0; r < RB; ++r) prefetch_row(row[r], rows.stride);
+  [[maybe_unused]] __m512 scale[kGgml<F> ? P : 1];  // ggml blocks: each pair's block scales, once per block
+  for (auto& v : scale) v = _mm512_setzero_ps();
   for (std::size_t k = 0; k < rows.chunks; ++k) {
     __m512 wk[NQ];
     for (int h = 0; h < NQ; ++h) wk[h] = _mm512_broadcast_f32x8(_mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k));
+    if constexpr (kGgml<F>) {
+      if (k % 4 == 0) {
+        for (int p = 0; p < P; ++p) {
+          scale[p] = _mm512_insertf32x8(_mm512_castps256_ps512(ggml_scale<F>(row[2 * p], k)), ggml_scale<F>(row[2 * p + 1], k), 1);
+        }
+      }
+    }
     for (int p = 0; p < P; ++p) {
-      const __m512 x = load8x2<F>(row[2 * p], row[2 * p + 1], k, rows.levels);
+      __m512 x;
+      if constexpr (kGgml<F>) {
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(ggml_codes<F>(row[2 * p], k)), ggml_codes<F>(row[2 * p + 1], k), 1);
+        x = _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale[p]);
+      } else {
+        x = load8x2<F>(row[2 * p], row[2 * p + 1], k, rows.levels);
+      }
       for (int h = 0; h < NQ; ++h) acc[p * NQ + h] = _mm512_fmadd_ps(wk[h], x, acc[p * NQ + h]);
       if constexpr (Sq) acc2[p] = _mm512_fmadd_ps(x, x, acc2[p]);
     }
@@ -925,6 +993,7 @@ template <RowFormat F, int NQ, int CB, int GW, bool Halves, bool Quads>
 #ifndef __AVX512F__
     [[maybe_unused]] __m256 xq[4];
 #endif
+    [[maybe_unused]] __m256 scale = _mm256_setzero_ps();  // ggml blocks: the block's scale, once per block
 #pragma GCC unroll 8
     for (int j = 0; j < CB; ++j) {
       if (starts_group<GW>(j, g)) {
@@ -932,16 +1001,20 @@ template <RowFormat F, int NQ, int CB, int GW, bool Halves, bool Quads>
         for (int h = 0; h < NQ; ++h) c[h] = _mm256_set1_ps(cr[static_cast<std::size_t>(h) * ng + gj]);
       }
       __m256 x;
+      const std::size_t kj = k0 + static_cast<std::size_t>(j);
 #ifndef __AVX512F__
       if constexpr (Quads) {
-        if (j % 4 == 0) load_quad_levels(row, (k0 + static_cast<std::size_t>(j)) / 4, t, xq);
+        if (j % 4 == 0) load_quad_levels(row, kj / 4, t, xq);
         x = xq[j % 4];
       } else if constexpr (Halves) {
-        x = load_half4(row, k0 + static_cast<std::size_t>(j), mask);
+        x = load_half4(row, kj, mask);
       } else
 #endif
-      {
-        x = load8<F>(row, k0 + static_cast<std::size_t>(j), rows.levels);
+      if constexpr (kGgml<F>) {
+        if (j == 0 || kj % 4 == 0) scale = ggml_scale<F>(row, kj);
+        x = ggml_values<F>(row, kj, scale);
+      } else {
+        x = load8<F>(row, kj, rows.levels);
       }
       for (int h = 0; h < NQ; ++h) a[h * CB + j] = _mm256_fmadd_ps(c[h], x, a[h * CB + j]);
     }
@@ -1058,6 +1131,20 @@ template <RowFormat F>
 [[gnu::always_inline]] inline __m512 load16_dense(const std::uint8_t* row, std::size_t k) {
   if constexpr (F == RowFormat::f32) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * k);
+  } else if constexpr (kGgml<F>) {  // half k % 2 of block k / 2: ggml_values' products
+    const std::uint8_t* b = row + k / 2 * ggml_block_bytes<F>();
+    std::uint16_t h;
+    std::memcpy(&h, b, 2);
+    const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
+    __m512i q;
+    if constexpr (F == RowFormat::q8_0) {
+      q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * (k % 2))));
+    } else {
+      const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+      const __m128i nib = _mm_and_si128(k % 2 ? _mm_srli_epi16(qs, 4) : qs, _mm_set1_epi8(0x0F));
+      q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nib), _mm512_set1_epi32(8));
+    }
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
   } else {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * k)));
   }
@@ -1108,7 +1195,7 @@ void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const fl
   }
   // Several heads over dense rows with one coefficient per row and head: 16 channels per 512-bit
   // register.
-  if constexpr (NQ >= 2 && (F == RowFormat::f16 || F == RowFormat::f32)) {
+  if constexpr (NQ >= 2 && (F == RowFormat::f16 || F == RowFormat::f32 || kGgml<F>)) {
     if (ng == 1 && rows.chunks % 2 == 0) {
       constexpr int CW = kDenseValueAccs / NQ > 0 ? kDenseValueAccs / NQ : 1;
       const std::size_t kw = rows.chunks / 2;
@@ -1194,6 +1281,8 @@ void with_format(RowFormat f, Fn&& fn) {
     case RowFormat::e4m3: return fn(std::integral_constant<RowFormat, RowFormat::e4m3>{});
     case RowFormat::e5m2: return fn(std::integral_constant<RowFormat, RowFormat::e5m2>{});
     case RowFormat::code1: return fn(std::integral_constant<RowFormat, RowFormat::code1>{});
+    case RowFormat::q8_0: return fn(std::integral_constant<RowFormat, RowFormat::q8_0>{});
+    case RowFormat::q4_0: return fn(std::integral_constant<RowFormat, RowFormat::q4_0>{});
   }
 }
 

@@ -187,6 +187,10 @@ class PartitionRunner {
       nuq_keys(t0, t1);
       return;
     }
+    if (const auto rows = ggml_rows(k.ggml, t0, t1)) {
+      attn::score_rows(*rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
+      return;
+    }
     if (k.ggml.type || k.nuq.table) {
       decoded_tile(k, t0, t1);
       attn::score_rows(f32_rows(t1 - t0), nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_);
@@ -729,6 +733,14 @@ class PartitionRunner {
     return false;
   }
 
+  // Rows [t0, t1) of Q8_0 or Q4_0 blocks as the vector loops read them (the values
+  // ggml_dequantize gives, without the f32 tile), or nullopt for other types.
+  std::optional<Rows> ggml_rows(const GgmlRowsView& g, std::size_t t0, std::size_t t1) const {
+    if (!g.type || (g.type->id != 8 && g.type->id != 2) || d_ % 32 != 0) return std::nullopt;
+    const std::size_t rb = d_ / 32 * g.type->bytes;
+    return Rows{g.type->id == 8 ? RowFormat::q8_0 : RowFormat::q4_0, g.blocks + t0 * rb, rb, t1 - t0, d_ / 8};
+  }
+
   // Rows [t0, t1) of ggml blocks or nuq codes dequantized into buf_ (ggml_dequantize,
   // nuq_decode: the values the cache holds), which the f32 loops then read as dense rows.
   void decoded_tile(const TensorView& t, std::size_t t0, std::size_t t1) {
@@ -750,6 +762,11 @@ class PartitionRunner {
     if (hp_.fp8_value.set() && fp8_values(t0, t1, acc)) return;
     if (v.nuq.table && hp_.nuq_value.fused) {
       nuq_values(t0, t1, acc);
+      return;
+    }
+    if (const auto rows = ggml_rows(v.ggml, t0, t1)) {
+      row_coefficients(t0, t1 - t0, t0);
+      attn::accumulate_rows(*rows, nq_, coef_.data(), 1, d_ / 8, acc, d_);
       return;
     }
     if (v.ggml.type || v.nuq.table) {
