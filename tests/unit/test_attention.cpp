@@ -129,8 +129,9 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // (load_quad_levels; 12 and 6: a group boundary inside a quad), and keys of one head over
   // 4-bit levels, which AVX-512 reads 16 at a time as 4-bit codes (AVX2 in their order: even and
   // odd chunks apart, quads too; 40 chunks without); fp8 bytes (every finite code) are read
-  // through f16; ggml's Q8_0 and Q4_0 blocks (finite scales; shapes of whole blocks) through
-  // their codes times the block's scale, converted once per block.
+  // through f16; ggml's 32-value blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: finite scales and
+  // mins; shapes of whole blocks) through their codes times the block's scale (plus its min),
+  // converted once per block.
   struct Shape {
     std::size_t nq, chunks, cpg;
   };
@@ -150,19 +151,31 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
     std::vector<std::uint8_t> e4m3 = bytes, e5m2 = bytes;  // the NaN (and e5m2's infinity) codes made finite
     for (auto& b : e4m3) b = (b & 0x7F) == 0x7F ? static_cast<std::uint8_t>(b - 1) : b;
     for (auto& b : e5m2) b = (b & 0x7C) == 0x7C ? static_cast<std::uint8_t>(b & 0xFB) : b;
-    // ggml blocks: random codes, each block's scale a finite f16.
-    std::vector<std::uint8_t> q8 = bytes, q4 = bytes;
-    for (std::size_t blk = 0; blk < n * chunks / 4; ++blk) {
-      for (auto* v : {&q8, &q4}) {
-        const std::uint16_t d = f32_to_f16_ref(static_cast<float>(rng.normal()));
-        std::memcpy(v->data() + blk * (v == &q8 ? 34 : 18), &d, 2);
+    // ggml blocks: random codes (and 5th bits), each block's scale and min a finite f16.
+    struct GgmlRows {
+      RowFormat f;
+      std::size_t bytes;
+      bool min;
+      std::vector<std::uint8_t> data;
+    };
+    std::vector<GgmlRows> ggml = {{RowFormat::q8_0, 34, false, bytes}, {RowFormat::q4_0, 18, false, bytes},
+                                  {RowFormat::q4_1, 20, true, bytes},  {RowFormat::q5_0, 22, false, bytes},
+                                  {RowFormat::q5_1, 24, true, bytes},  {RowFormat::iq4_nl, 18, false, bytes}};
+    for (auto& g : ggml) {
+      for (std::size_t blk = 0; blk < n * chunks / 4; ++blk) {
+        for (std::size_t field = 0; field < (g.min ? 2u : 1u); ++field) {
+          const std::uint16_t x = f32_to_f16_ref(static_cast<float>(rng.normal()));
+          std::memcpy(g.data.data() + blk * g.bytes + 2 * field, &x, 2);
+        }
       }
     }
     for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code1, RowFormat::code2, RowFormat::code3,
                         RowFormat::code4, RowFormat::code8, RowFormat::level2, RowFormat::level3, RowFormat::level4,
-                        RowFormat::e4m3, RowFormat::e5m2, RowFormat::q8_0, RowFormat::q4_0}) {
-      const bool ggml = f == RowFormat::q8_0 || f == RowFormat::q4_0;
-      if (ggml && chunks % 4 != 0) continue;
+                        RowFormat::e4m3, RowFormat::e5m2, RowFormat::q8_0, RowFormat::q4_0, RowFormat::q4_1,
+                        RowFormat::q5_0, RowFormat::q5_1, RowFormat::iq4_nl}) {
+      const GgmlRows* g = nullptr;
+      for (const auto& x : ggml) g = x.f == f ? &x : g;
+      if (g && chunks % 4 != 0) continue;
       const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16 : f == RowFormat::code1 ? 1
                                : f == RowFormat::code2 || f == RowFormat::level2 ? 2
                                : f == RowFormat::code3 || f == RowFormat::level3 ? 3
@@ -171,12 +184,11 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
                                  : f == RowFormat::f16  ? reinterpret_cast<const std::uint8_t*>(half.data())
                                  : f == RowFormat::e4m3 ? e4m3.data()
                                  : f == RowFormat::e5m2 ? e5m2.data()
-                                 : f == RowFormat::q8_0 ? q8.data()
-                                 : f == RowFormat::q4_0 ? q4.data()
+                                 : g                    ? g->data.data()
                                                         : bytes.data();
       float table[16];  // level formats: the codes' values repeated (level_table)
       attn::level_table(levels.data(), bits > 4 ? 4 : static_cast<int>(bits), table);
-      const std::size_t stride = f == RowFormat::q8_0 ? chunks / 4 * 34 : f == RowFormat::q4_0 ? chunks / 4 * 18 : chunks * bits;
+      const std::size_t stride = g ? chunks / 4 * g->bytes : chunks * bits;
       const attn::Rows rows{f, base, stride, n, chunks, table};
       std::vector<std::vector<float>> s(3), acc(3), sq(3);
       for_each_isa([&](Isa isa) {
@@ -1077,7 +1089,7 @@ TEST_CASE("decode attention over fp8 rows: the vector loops within 1e-5 of the d
 TEST_CASE("decode attention over ggml blocks equals it over their dequantized rows, bitwise; within 1e-5 of the reference",
           "[attention][ggml]") {
   const std::size_t n_kv = 2, d = 64, n = 301;  // 301 rows: a partial tile and a partial partition
-  for (const char* kname : {"Q4_0", "Q8_0", "IQ4_NL"}) {
+  for (const char* kname : {"Q4_0", "Q8_0", "IQ4_NL", "Q5_1"}) {
     for (const char* vname : {"Q4_1", "Q5_0", "Q8_0"}) {
       const GgmlTypeInfo& kt = *ggml_type_info_by_name(kname);
       const GgmlTypeInfo& vt = *ggml_type_info_by_name(vname);

@@ -7,6 +7,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/tensor/fp8.h"
+#include "akv/tensor/ggml_blocks.h"
 #include "akv/tensor/half.h"
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
@@ -75,6 +76,25 @@ float block_scale(const std::uint8_t* b) {
   return f16_to_f32_ref(h);
 }
 
+// Value c of a row of 32-value nibble blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; ggml_blocks.h):
+// ggml_dequantize's product (exact in f32), plus the min.
+float small_block_value(RowFormat f, const std::uint8_t* row, std::size_t c) {
+  const bool min = f == RowFormat::q4_1 || f == RowFormat::q5_1, five = f == RowFormat::q5_0 || f == RowFormat::q5_1;
+  const std::size_t bytes = f == RowFormat::q4_1 ? 20 : f == RowFormat::q5_0 ? 22 : f == RowFormat::q5_1 ? 24 : 18;
+  const std::uint8_t* b = row + c / 32 * bytes;
+  const std::size_t j = c % 32, at = 2 + (min ? 2 : 0) + (five ? 4 : 0);
+  int q = j < 16 ? b[at + j] & 0x0F : b[at + j - 16] >> 4;
+  if (f == RowFormat::iq4_nl) return static_cast<float>(kIq4nlValues[q]) * block_scale(b);
+  if (five) {
+    std::uint32_t qh;
+    std::memcpy(&qh, b + at - 4, 4);
+    q |= static_cast<int>((qh >> j) & 1u) << 4;
+  }
+  const int offset = f == RowFormat::q4_0 ? 8 : f == RowFormat::q5_0 ? 16 : 0;
+  const float v = static_cast<float>(q - offset) * block_scale(b);
+  return min ? v + block_scale(b + 2) : v;
+}
+
 // Value c (< 8 * chunks) of a row, scalar (fallback loops and tails); levels: the level formats'
 // table.
 float value_at(RowFormat f, const std::uint8_t* row, std::size_t c, const float* levels) {
@@ -95,12 +115,11 @@ float value_at(RowFormat f, const std::uint8_t* row, std::size_t c, const float*
       const std::uint8_t* b = row + c / 32 * 34;
       return static_cast<float>(static_cast<std::int8_t>(b[2 + c % 32])) * block_scale(b);
     }
-    case RowFormat::q4_0: {
-      const std::uint8_t* b = row + c / 32 * 18;
-      const std::size_t j = c % 32;
-      const int q = j < 16 ? b[2 + j] & 0x0F : b[2 + j - 16] >> 4;
-      return static_cast<float>(q - 8) * block_scale(b);
-    }
+    case RowFormat::q4_0:
+    case RowFormat::q4_1:
+    case RowFormat::q5_0:
+    case RowFormat::q5_1:
+    case RowFormat::iq4_nl: return small_block_value(f, row, c);
     default: {
       const int b = format_bits(f);
       const std::size_t bit = c * static_cast<std::size_t>(b);

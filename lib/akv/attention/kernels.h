@@ -17,11 +17,13 @@ namespace akv::attn {
 // into f16's, which reads the value times 2^-8; the sums are multiplied by 2^8 once) - except
 // e4m3's NaN codes (S.1111.111), which read as 480: callers route rows holding them elsewhere.
 // code1: one bit per value, read as 0 or 1 (TurboQuant's QJL sign bits).
-// q8_0, q4_0: ggml's Q8_0 and Q4_0 blocks (tensor/ggml_blocks.h), 32 values a block after the
-// block's f16 scale d (Q8_0: 32 signed bytes, d x q; Q4_0: 16 bytes, value j < 16 in byte j's
-// low nibble and j + 16 in its high one, d x (q - 8)): the products ggml_dequantize computes
-// (exact in f32), so the loops' sums are those over the dequantized rows, bit for bit.
-enum class RowFormat { f32, f16, code2, code3, code4, code8, level2, level3, level4, e4m3, e5m2, code1, q8_0, q4_0 };
+// q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: ggml's 32-value blocks (tensor/ggml_blocks.h has the
+// layouts: an f16 scale d first, Q4_1/Q5_1 an f16 min m, Q5_x a word of 5th bits, then the
+// codes), read as ggml_dequantize computes them (d x q, d x (q - offset), d x q + m, d x
+// kvalues[q]), so the loops' sums are those over the dequantized rows, bit for bit.
+enum class RowFormat {
+  f32, f16, code2, code3, code4, code8, level2, level3, level4, e4m3, e5m2, code1, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl
+};
 
 // The vector loops run core/isa.h's active_isa(): avx2 (x86-64-v3, the build's baseline) or
 // avx512 (the same loops compiled with AVX-512 F/VL/BW/DQ: 4-bit codes read without shifts, more
@@ -33,7 +35,7 @@ RowFormat level_format(int bits);  // 2, 3, 4
 int format_bits(RowFormat f);  // bits per value: code1..code8, level2..level4 (others: 8)
 
 // n rows of `chunks` * 8 values each; row r starts at base + r * stride bytes (code rows:
-// stride = chunks * bits bytes; the stream must be readable 8 bytes past its end; q8_0, q4_0:
+// stride = chunks * bits bytes; the stream must be readable 8 bytes past its end; ggml blocks:
 // chunks a multiple of 4, whole blocks, nothing read past them).
 struct Rows {
   RowFormat format = RowFormat::f32;

@@ -15,6 +15,7 @@
 
 #include "akv/attention/kernels.h"
 #include "akv/attention/prefetch.h"
+#include "akv/tensor/ggml_blocks.h"
 
 namespace akv::attn::AKV_SIMD_NS {
 namespace {
@@ -65,40 +66,84 @@ template <RowFormat F>
 template <RowFormat F>
 constexpr bool kFp8 = F == RowFormat::e4m3 || F == RowFormat::e5m2;
 
-// ggml's 32-value blocks with an f16 scale first (q8_0, q4_0): bytes a block.
+// ggml's 32-value block types (kernels.h): bytes a block, where its codes start, whether a min
+// follows the scale (Q4_1, Q5_1), whether a word of 5th bits precedes the codes (Q5_0, Q5_1),
+// and the offset subtracted from the codes (ggml_blocks.h has the layouts).
 template <RowFormat F>
-constexpr bool kGgml = F == RowFormat::q8_0 || F == RowFormat::q4_0;
+constexpr bool kGgml = F == RowFormat::q8_0 || F == RowFormat::q4_0 || F == RowFormat::q4_1 ||
+                       F == RowFormat::q5_0 || F == RowFormat::q5_1 || F == RowFormat::iq4_nl;
+template <RowFormat F>
+constexpr bool kGgmlMin = F == RowFormat::q4_1 || F == RowFormat::q5_1;
+template <RowFormat F>
+constexpr bool kGgmlFive = F == RowFormat::q5_0 || F == RowFormat::q5_1;
 template <RowFormat F>
 constexpr std::size_t ggml_block_bytes() {
-  return F == RowFormat::q8_0 ? 34 : 18;
+  return F == RowFormat::q8_0 ? 34 : F == RowFormat::q4_1 ? 20 : F == RowFormat::q5_0 ? 22 : F == RowFormat::q5_1 ? 24 : 18;
 }
-
-// The scale d of the block holding chunk k, in every lane.
 template <RowFormat F>
-[[gnu::always_inline]] inline __m256 ggml_scale(const std::uint8_t* row, std::size_t k) {
-  std::uint16_t h;
-  std::memcpy(&h, row + k / 4 * ggml_block_bytes<F>(), 2);
-  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
+constexpr std::size_t ggml_codes_at() {
+  return 2 + (kGgmlMin<F> ? 2 : 0) + (kGgmlFive<F> ? 4 : 0);
+}
+template <RowFormat F>
+constexpr int ggml_code_offset() {
+  return F == RowFormat::q4_0 ? 8 : F == RowFormat::q5_0 ? 16 : 0;
 }
 
-// Chunk k's 8 codes (q8_0: signed, q4_0: its nibbles minus 8) as 32-bit integers.
+// A block's f16 scale d and min m (0 without) in every lane.
+struct BlockConst {
+  __m256 d, m;
+};
+
+template <RowFormat F>
+[[gnu::always_inline]] inline BlockConst ggml_block(const std::uint8_t* row, std::size_t k) {
+  const std::uint8_t* b = row + k / 4 * ggml_block_bytes<F>();
+  std::uint16_t h;
+  std::memcpy(&h, b, 2);
+  BlockConst c{_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h))), _mm256_setzero_ps()};
+  if constexpr (kGgmlMin<F>) {
+    std::memcpy(&h, b + 2, 2);
+    c.m = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
+  }
+  return c;
+}
+
+// Chunk k's 8 codes as 32-bit integers, the offset subtracted (IQ4_NL: the levels they pick).
 template <RowFormat F>
 [[gnu::always_inline]] inline __m256i ggml_codes(const std::uint8_t* row, std::size_t k) {
-  const std::uint8_t* b = row + k / 4 * ggml_block_bytes<F>() + 2;
+  const std::uint8_t* b = row + k / 4 * ggml_block_bytes<F>();
+  const std::size_t p = k % 4;  // values 8p .. 8p + 7 of the block
   if constexpr (F == RowFormat::q8_0) {
-    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * (k % 4))));
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * p)));
   } else {
-    __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * (k % 2)));
-    if (k % 4 >= 2) q = _mm_srli_epi16(q, 4);
+    __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + ggml_codes_at<F>() + 8 * (p % 2)));
+    if (p >= 2) q = _mm_srli_epi16(q, 4);
     q = _mm_and_si128(q, _mm_set1_epi8(0x0F));
-    return _mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8));
+    if constexpr (F == RowFormat::iq4_nl) {
+      return _mm256_cvtepi8_epi32(_mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), q));
+    } else {
+      __m256i v = _mm256_cvtepu8_epi32(q);
+      if constexpr (kGgmlFive<F>) {  // bit 8p + lane of the word as the 5th bit
+        std::uint32_t qh;
+        std::memcpy(&qh, b + ggml_codes_at<F>() - 4, 4);
+        const __m256i bit = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> (8 * p))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+            _mm256_set1_epi32(1));
+        v = _mm256_or_si256(v, _mm256_slli_epi32(bit, 4));
+      }
+      if constexpr (ggml_code_offset<F>() != 0) v = _mm256_sub_epi32(v, _mm256_set1_epi32(ggml_code_offset<F>()));
+      return v;
+    }
   }
 }
 
-// Chunk k's values given its block's scale d: ggml_dequantize's products.
+// Chunk k's values given its block's constants: ggml_dequantize's products, plus the min (the
+// product of a code below 2^8 and an f16 is exact in f32, so a compiler fusing the sum into a
+// multiply-add changes no bit).
 template <RowFormat F>
-[[gnu::always_inline]] inline __m256 ggml_values(const std::uint8_t* row, std::size_t k, __m256 d) {
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(ggml_codes<F>(row, k)), d);
+[[gnu::always_inline]] inline __m256 ggml_values(const std::uint8_t* row, std::size_t k, const BlockConst& c) {
+  const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(ggml_codes<F>(row, k)), c.d);
+  if constexpr (kGgmlMin<F>) return _mm256_add_ps(v, c.m);
+  return v;
 }
 
 // fp8 bytes sign-extended to 16-bit lanes -> f16 bits (e5m2: the byte to the top; e4m3: shifted
@@ -151,7 +196,7 @@ template <RowFormat F>
   } else if constexpr (kFp8<F>) {
     return _mm256_cvtph_ps(fp8_to_f16<F>(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 8 * k)))));
   } else if constexpr (kGgml<F>) {
-    return ggml_values<F>(row, k, ggml_scale<F>(row, k));
+    return ggml_values<F>(row, k, ggml_block<F>(row, k));
   } else {
     constexpr int b = code_bits<F>();
     std::uint32_t w;
@@ -365,8 +410,8 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
 #endif
   {
     // ggml blocks: each row's block scale converted once per block, not per chunk.
-    [[maybe_unused]] __m256 scale[kGgml<F> ? RB : 1];
-    for (auto& v : scale) v = _mm256_setzero_ps();
+    [[maybe_unused]] BlockConst scale[kGgml<F> ? RB : 1];
+    for (auto& v : scale) v = BlockConst{_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (std::size_t k = 0; k < rows.chunks; ++k) {
       // Weights once per chunk in registers: as memory operands of every FMA they were loaded RB
       // times, and loads, not FMAs, bounded the loop.
@@ -377,7 +422,7 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
       }
       if constexpr (kGgml<F>) {
         if (k % 4 == 0) {
-          for (int r = 0; r < RB; ++r) scale[r] = ggml_scale<F>(row[r], k);
+          for (int r = 0; r < RB; ++r) scale[r] = ggml_block<F>(row[r], k);
         }
       }
       for (int r = 0; r < RB; ++r) {
@@ -760,23 +805,21 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
   for (int r = 0; r < RB; ++r) prefetch_row(row[r], rows.stride);
-  [[maybe_unused]] __m512 scale[kGgml<F> ? P : 1];  // ggml blocks: each pair's block scales, once per block
-  for (auto& v : scale) v = _mm512_setzero_ps();
+  [[maybe_unused]] BlockConst scale[kGgml<F> ? RB : 1];  // ggml blocks: each row's block constants, once per block
+  for (auto& v : scale) v = BlockConst{_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (std::size_t k = 0; k < rows.chunks; ++k) {
     __m512 wk[NQ];
     for (int h = 0; h < NQ; ++h) wk[h] = _mm512_broadcast_f32x8(_mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k));
     if constexpr (kGgml<F>) {
       if (k % 4 == 0) {
-        for (int p = 0; p < P; ++p) {
-          scale[p] = _mm512_insertf32x8(_mm512_castps256_ps512(ggml_scale<F>(row[2 * p], k)), ggml_scale<F>(row[2 * p + 1], k), 1);
-        }
+        for (int r = 0; r < RB; ++r) scale[r] = ggml_block<F>(row[r], k);
       }
     }
     for (int p = 0; p < P; ++p) {
       __m512 x;
       if constexpr (kGgml<F>) {
-        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(ggml_codes<F>(row[2 * p], k)), ggml_codes<F>(row[2 * p + 1], k), 1);
-        x = _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale[p]);
+        x = _mm512_insertf32x8(_mm512_castps256_ps512(ggml_values<F>(row[2 * p], k, scale[2 * p])),
+                               ggml_values<F>(row[2 * p + 1], k, scale[2 * p + 1]), 1);
       } else {
         x = load8x2<F>(row[2 * p], row[2 * p + 1], k, rows.levels);
       }
@@ -993,7 +1036,7 @@ template <RowFormat F, int NQ, int CB, int GW, bool Halves, bool Quads>
 #ifndef __AVX512F__
     [[maybe_unused]] __m256 xq[4];
 #endif
-    [[maybe_unused]] __m256 scale = _mm256_setzero_ps();  // ggml blocks: the block's scale, once per block
+    [[maybe_unused]] BlockConst scale{_mm256_setzero_ps(), _mm256_setzero_ps()};  // ggml blocks: once per block
 #pragma GCC unroll 8
     for (int j = 0; j < CB; ++j) {
       if (starts_group<GW>(j, g)) {
@@ -1011,7 +1054,7 @@ template <RowFormat F, int NQ, int CB, int GW, bool Halves, bool Quads>
       } else
 #endif
       if constexpr (kGgml<F>) {
-        if (j == 0 || kj % 4 == 0) scale = ggml_scale<F>(row, kj);
+        if (j == 0 || kj % 4 == 0) scale = ggml_block<F>(row, kj);
         x = ggml_values<F>(row, kj, scale);
       } else {
         x = load8<F>(row, kj, rows.levels);
@@ -1133,18 +1176,38 @@ template <RowFormat F>
     return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * k);
   } else if constexpr (kGgml<F>) {  // half k % 2 of block k / 2: ggml_values' products
     const std::uint8_t* b = row + k / 2 * ggml_block_bytes<F>();
+    const std::size_t p = k % 2;
     std::uint16_t h;
     std::memcpy(&h, b, 2);
     const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
     __m512i q;
     if constexpr (F == RowFormat::q8_0) {
-      q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * (k % 2))));
+      q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * p)));
     } else {
-      const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-      const __m128i nib = _mm_and_si128(k % 2 ? _mm_srli_epi16(qs, 4) : qs, _mm_set1_epi8(0x0F));
-      q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nib), _mm512_set1_epi32(8));
+      const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + ggml_codes_at<F>()));
+      const __m128i nib = _mm_and_si128(p ? _mm_srli_epi16(qs, 4) : qs, _mm_set1_epi8(0x0F));
+      if constexpr (F == RowFormat::iq4_nl) {
+        q = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), nib));
+      } else {
+        q = _mm512_cvtepu8_epi32(nib);
+        if constexpr (kGgmlFive<F>) {
+          std::uint32_t qh;
+          std::memcpy(&qh, b + ggml_codes_at<F>() - 4, 4);
+          const __m512i bit = _mm512_and_si512(
+              _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(qh >> (16 * p))),
+                                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
+              _mm512_set1_epi32(1));
+          q = _mm512_or_si512(q, _mm512_slli_epi32(bit, 4));
+        }
+        if constexpr (ggml_code_offset<F>() != 0) q = _mm512_sub_epi32(q, _mm512_set1_epi32(ggml_code_offset<F>()));
+      }
     }
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
+    const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
+    if constexpr (kGgmlMin<F>) {
+      std::memcpy(&h, b + 2, 2);
+      return _mm512_add_ps(v, _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h))));
+    }
+    return v;
   } else {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * k)));
   }
@@ -1283,6 +1346,10 @@ void with_format(RowFormat f, Fn&& fn) {
     case RowFormat::code1: return fn(std::integral_constant<RowFormat, RowFormat::code1>{});
     case RowFormat::q8_0: return fn(std::integral_constant<RowFormat, RowFormat::q8_0>{});
     case RowFormat::q4_0: return fn(std::integral_constant<RowFormat, RowFormat::q4_0>{});
+    case RowFormat::q4_1: return fn(std::integral_constant<RowFormat, RowFormat::q4_1>{});
+    case RowFormat::q5_0: return fn(std::integral_constant<RowFormat, RowFormat::q5_0>{});
+    case RowFormat::q5_1: return fn(std::integral_constant<RowFormat, RowFormat::q5_1>{});
+    case RowFormat::iq4_nl: return fn(std::integral_constant<RowFormat, RowFormat::iq4_nl>{});
   }
 }
 
