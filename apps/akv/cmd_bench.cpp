@@ -90,7 +90,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
   att->add_option("--variants", ab.variants, "Caches: f32, f16, q<b> (K and V at b bits), k<b>v<b> (KIVI at --group and "
                   "--residual), nuq<b> (KVQuant's codes, codebooks fitted on the bench's own rows, read through their levels "
                   "by the decode loops); b in 2,3,4,8; ggml-<type> (llama.cpp's cache types q8_0, q4_0, q4_1, q5_0, "
-                  "q5_1, iq4_nl: every K and V row as ggml blocks, attention over a dequantized tile at a time); "
+                  "q5_1, iq4_nl: every K and V row as ggml blocks, read block by block by the attention loops); "
                   "or a method spec as evaluate --methods takes it (full, a quantizer or preset with its flags, "
                   "ggml:k=T:v=T; e.g. kivi:bits-key=4:bits-value=2:group=64, turboquant_3bit_nc), stored as that "
                   "method stores it")
