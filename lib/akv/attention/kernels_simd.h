@@ -805,21 +805,28 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
   for (int r = 0; r < RB; ++r) prefetch_row(row[r], rows.stride);
-  [[maybe_unused]] BlockConst scale[kGgml<F> ? RB : 1];  // ggml blocks: each row's block constants, once per block
-  for (auto& v : scale) v = BlockConst{_mm256_setzero_ps(), _mm256_setzero_ps()};
+  // ggml blocks: each pair's block constants side by side, once per block.
+  [[maybe_unused]] __m512 scale[kGgml<F> ? P : 1], mins[kGgmlMin<F> ? P : 1];
+  for (auto& v : scale) v = _mm512_setzero_ps();
+  for (auto& v : mins) v = _mm512_setzero_ps();
   for (std::size_t k = 0; k < rows.chunks; ++k) {
     __m512 wk[NQ];
     for (int h = 0; h < NQ; ++h) wk[h] = _mm512_broadcast_f32x8(_mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k));
     if constexpr (kGgml<F>) {
       if (k % 4 == 0) {
-        for (int r = 0; r < RB; ++r) scale[r] = ggml_block<F>(row[r], k);
+        for (int p = 0; p < P; ++p) {
+          const BlockConst a = ggml_block<F>(row[2 * p], k), b = ggml_block<F>(row[2 * p + 1], k);
+          scale[p] = _mm512_insertf32x8(_mm512_castps256_ps512(a.d), b.d, 1);
+          if constexpr (kGgmlMin<F>) mins[p] = _mm512_insertf32x8(_mm512_castps256_ps512(a.m), b.m, 1);
+        }
       }
     }
     for (int p = 0; p < P; ++p) {
       __m512 x;
-      if constexpr (kGgml<F>) {
-        x = _mm512_insertf32x8(_mm512_castps256_ps512(ggml_values<F>(row[2 * p], k, scale[2 * p])),
-                               ggml_values<F>(row[2 * p + 1], k, scale[2 * p + 1]), 1);
+      if constexpr (kGgml<F>) {  // ggml_values for both rows
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(ggml_codes<F>(row[2 * p], k)), ggml_codes<F>(row[2 * p + 1], k), 1);
+        x = _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale[p]);
+        if constexpr (kGgmlMin<F>) x = _mm512_add_ps(x, mins[p]);
       } else {
         x = load8x2<F>(row[2 * p], row[2 * p + 1], k, rows.levels);
       }
