@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 #include "akv/core/errors.h"
 #include "akv/tensor/fp8.h"
@@ -63,36 +65,29 @@ int format_bits(RowFormat f) {
   }
 }
 
+// The ggml types the loops read, with their row formats.
+constexpr std::pair<std::uint32_t, RowFormat> kGgmlFormats[] = {
+    {8, RowFormat::q8_0}, {2, RowFormat::q4_0}, {3, RowFormat::q4_1},
+    {6, RowFormat::q5_0}, {7, RowFormat::q5_1}, {20, RowFormat::iq4_nl}};
+
+std::optional<RowFormat> ggml_row_format(std::uint32_t id) {
+  for (const auto& [type, f] : kGgmlFormats) {
+    if (type == id) return f;
+  }
+  return std::nullopt;
+}
+
+std::uint32_t ggml_row_type(RowFormat f) {
+  for (const auto& [type, g] : kGgmlFormats) {
+    if (g == f) return type;
+  }
+  throw std::logic_error("ggml_row_type: not a ggml row format");
+}
+
 namespace {
 
 bool is_level_format(RowFormat f) {
   return f == RowFormat::level2 || f == RowFormat::level3 || f == RowFormat::level4;
-}
-
-// A ggml block's f16 scale d (its first two bytes).
-float block_scale(const std::uint8_t* b) {
-  std::uint16_t h;
-  std::memcpy(&h, b, 2);
-  return f16_to_f32_ref(h);
-}
-
-// Value c of a row of 32-value nibble blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; ggml_blocks.h):
-// ggml_dequantize's product (exact in f32), plus the min.
-float small_block_value(RowFormat f, const std::uint8_t* row, std::size_t c) {
-  const bool min = f == RowFormat::q4_1 || f == RowFormat::q5_1, five = f == RowFormat::q5_0 || f == RowFormat::q5_1;
-  const std::size_t bytes = f == RowFormat::q4_1 ? 20 : f == RowFormat::q5_0 ? 22 : f == RowFormat::q5_1 ? 24 : 18;
-  const std::uint8_t* b = row + c / 32 * bytes;
-  const std::size_t j = c % 32, at = 2 + (min ? 2 : 0) + (five ? 4 : 0);
-  int q = j < 16 ? b[at + j] & 0x0F : b[at + j - 16] >> 4;
-  if (f == RowFormat::iq4_nl) return static_cast<float>(kIq4nlValues[q]) * block_scale(b);
-  if (five) {
-    std::uint32_t qh;
-    std::memcpy(&qh, b + at - 4, 4);
-    q |= static_cast<int>((qh >> j) & 1u) << 4;
-  }
-  const int offset = f == RowFormat::q4_0 ? 8 : f == RowFormat::q5_0 ? 16 : 0;
-  const float v = static_cast<float>(q - offset) * block_scale(b);
-  return min ? v + block_scale(b + 2) : v;
 }
 
 // Value c (< 8 * chunks) of a row, scalar (fallback loops and tails); levels: the level formats'
@@ -111,15 +106,17 @@ float value_at(RowFormat f, const std::uint8_t* row, std::size_t c, const float*
     }
     case RowFormat::e4m3: return fp8_decode(row[c], Fp8Format::e4m3);
     case RowFormat::e5m2: return fp8_decode(row[c], Fp8Format::e5m2);
-    case RowFormat::q8_0: {
-      const std::uint8_t* b = row + c / 32 * 34;
-      return static_cast<float>(static_cast<std::int8_t>(b[2 + c % 32])) * block_scale(b);
-    }
+    case RowFormat::q8_0:
     case RowFormat::q4_0:
     case RowFormat::q4_1:
     case RowFormat::q5_0:
     case RowFormat::q5_1:
-    case RowFormat::iq4_nl: return small_block_value(f, row, c);
+    case RowFormat::iq4_nl: {  // the block's values as the tensor module decodes them
+      const GgmlTypeInfo& t = *ggml_type_info(ggml_row_type(f));
+      float block[32];
+      ggml_dequantize(t, row + c / 32 * t.bytes, 32, block);
+      return block[c % 32];
+    }
     default: {
       const int b = format_bits(f);
       const std::size_t bit = c * static_cast<std::size_t>(b);

@@ -735,21 +735,13 @@ class PartitionRunner {
 
   // Rows [t0, t1) of ggml's 32-value blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) as the vector
   // loops read them (the values ggml_dequantize gives, without the f32 tile), or nullopt for
-  // other types.
+  // other types and for the plain loops (generic: the dequantized tile, as the reference).
   std::optional<Rows> ggml_rows(const GgmlRowsView& g, std::size_t t0, std::size_t t1) const {
-    if (!g.type || d_ % 32 != 0) return std::nullopt;
-    RowFormat f;
-    switch (g.type->id) {
-      case 8: f = RowFormat::q8_0; break;
-      case 2: f = RowFormat::q4_0; break;
-      case 3: f = RowFormat::q4_1; break;
-      case 6: f = RowFormat::q5_0; break;
-      case 7: f = RowFormat::q5_1; break;
-      case 20: f = RowFormat::iq4_nl; break;
-      default: return std::nullopt;
-    }
+    if (!g.type || d_ % 32 != 0 || active_isa() == Isa::generic) return std::nullopt;
+    const auto f = attn::ggml_row_format(g.type->id);
+    if (!f) return std::nullopt;
     const std::size_t rb = d_ / 32 * g.type->bytes;
-    return Rows{f, g.blocks + t0 * rb, rb, t1 - t0, d_ / 8};
+    return Rows{*f, g.blocks + t0 * rb, rb, t1 - t0, d_ / 8};
   }
 
   // Rows [t0, t1) of ggml blocks or nuq codes dequantized into buf_ (ggml_dequantize,
