@@ -651,71 +651,58 @@ inline __m256 add_lane_pairs(__m256 lo, __m256 hi) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(lo, hi)), 0xD8));
 }
 
+// score_block_paired's order for 4-bit level rows (a multiple of 4 chunks) a quad of chunks at a
+// time (load_quad_levels, the byte planes t) against weights in quad-lane order
+// (quad_order_weights), both halves' accumulators live, put back in channel order before they are
+// added: each row's lanes into sums[r] (and its squares' into sqs[r] with Sq), which the caller
+// adds up (hsum or hsum8: the same order).
+template <int RB, bool Sq>
+[[gnu::always_inline]] inline void quad_row_sums(const Rows& rows, std::size_t r0, const float* w, const LevelPlanes& t,
+                                                 __m256* sums, [[maybe_unused]] __m256* sqs) {
+  const std::uint8_t* row[RB];
+  block_rows(rows, r0, row);
+  __m256 a[2][RB];
+  [[maybe_unused]] __m256 a2[2][Sq ? RB : 1];
+  for (auto& h : a) {
+    for (auto& v : h) v = _mm256_setzero_ps();
+  }
+  if constexpr (Sq) {
+    for (auto& h : a2) {
+      for (auto& v : h) v = _mm256_setzero_ps();
+    }
+  }
+  for (std::size_t u = 0; u < rows.chunks / 4; ++u) {
+    for (int r = 0; r < RB; ++r) {
+      __m256 x[4];
+      load_quad_levels(row[r], u, t, x);
+      for (int j = 0; j < 4; ++j) {
+        a[j % 2][r] = _mm256_fmadd_ps(_mm256_load_ps(w + 32 * u + 8 * static_cast<std::size_t>(j)), x[j], a[j % 2][r]);
+        if constexpr (Sq) a2[j % 2][r] = _mm256_fmadd_ps(x[j], x[j], a2[j % 2][r]);
+      }
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    sums[r] = _mm256_add_ps(_mm256_permutevar8x32_ps(a[0][r], quad_scatter()), _mm256_permutevar8x32_ps(a[1][r], quad_scatter()));
+    if constexpr (Sq) {
+      sqs[r] = _mm256_add_ps(_mm256_permutevar8x32_ps(a2[0][r], quad_scatter()), _mm256_permutevar8x32_ps(a2[1][r], quad_scatter()));
+    }
+  }
+}
+
 // The 256-bit loops' order for rows that the AVX-512 loops read 16 values at a time (2- and
 // 4-bit codes, one query head, an even number of chunks): even and odd chunks in two
 // accumulators, added lane by lane at the end, so that both instruction sets give the same bits.
 // Halves (4 bits): score_block_wide's own lane order instead, half-chunks (load_half4) against
 // the weights in wide-lane order (w from wide_order_weights), each lane pair added at the end.
-// Quads (4-bit levels, a multiple of 4 chunks): a quad of chunks at a time (load_quad_levels,
-// the byte planes t) against weights in quad-lane order (quad_order_weights), both halves'
-// accumulators live, put back in channel order before they are added.
 // Sq (levels): also each row's sum of squares into sq[r0 + r], in the same order
-// (score_block_wide's). Quads with `sums` (and `sqs` with Sq): each row's lanes there instead,
-// for the caller to add up eight rows at a time (hsum8, the order of hsum).
-template <RowFormat F, int RB, bool Halves = false, bool Quads = false, bool Sq = false>
+// (score_block_wide's). 4-bit levels in quads: quad_row_sums.
+template <RowFormat F, int RB, bool Halves = false, bool Sq = false>
 [[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, const float* bias,
-                                                      float* s, [[maybe_unused]] const LevelPlanes* t = nullptr,
-                                                      [[maybe_unused]] float* sq = nullptr,
-                                                      [[maybe_unused]] __m256* sums = nullptr,
-                                                      [[maybe_unused]] __m256* sqs = nullptr) {
+                                                      float* s, [[maybe_unused]] float* sq = nullptr) {
   static_assert(!Halves || F == RowFormat::code4);
-  static_assert(!Quads || F == RowFormat::level4);
   static_assert(!Sq || kLevels<F>);
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
-  if constexpr (Quads) {
-    __m256 a[2][RB];
-    [[maybe_unused]] __m256 a2[2][Sq ? RB : 1];
-    for (auto& h : a) {
-      for (auto& v : h) v = _mm256_setzero_ps();
-    }
-    if constexpr (Sq) {
-      for (auto& h : a2) {
-        for (auto& v : h) v = _mm256_setzero_ps();
-      }
-    }
-    for (std::size_t u = 0; u < rows.chunks / 4; ++u) {
-      for (int r = 0; r < RB; ++r) {
-        __m256 x[4];
-        load_quad_levels(row[r], u, *t, x);
-        for (int j = 0; j < 4; ++j) {
-          a[j % 2][r] = _mm256_fmadd_ps(_mm256_load_ps(w + 32 * u + 8 * static_cast<std::size_t>(j)), x[j], a[j % 2][r]);
-          if constexpr (Sq) a2[j % 2][r] = _mm256_fmadd_ps(x[j], x[j], a2[j % 2][r]);
-        }
-      }
-    }
-    __m256 sum[RB];
-    for (int r = 0; r < RB; ++r) {
-      sum[r] = _mm256_add_ps(_mm256_permutevar8x32_ps(a[0][r], quad_scatter()), _mm256_permutevar8x32_ps(a[1][r], quad_scatter()));
-    }
-    if (sums) {
-      for (int r = 0; r < RB; ++r) sums[r] = sum[r];
-      if constexpr (Sq) {
-        for (int r = 0; r < RB; ++r) {
-          sqs[r] = _mm256_add_ps(_mm256_permutevar8x32_ps(a2[0][r], quad_scatter()), _mm256_permutevar8x32_ps(a2[1][r], quad_scatter()));
-        }
-      }
-      return;
-    }
-    store_scores<1, RB>(sum, r0, bias, s, 0);
-    if constexpr (Sq) {
-      for (int r = 0; r < RB; ++r) {
-        sq[r0 + static_cast<std::size_t>(r)] = hsum(_mm256_add_ps(_mm256_permutevar8x32_ps(a2[0][r], quad_scatter()),
-                                                                  _mm256_permutevar8x32_ps(a2[1][r], quad_scatter())));
-      }
-    }
-    return;
-  }
   const __m256i mask = half4_mask();
   __m256 acc[2][RB];  // even chunks, then odd chunks: RB accumulators live at a time
   [[maybe_unused]] __m256 acc2[2][Sq ? RB : 1];
@@ -915,16 +902,24 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
           quad_order_weights<1>(w, ws, rows.chunks, wq);
           const LevelPlanes t = level_planes(rows.levels);
           constexpr int RQ = 2;  // both halves' accumulators live: 2 rows measured faster than 4 or 8
-          for (; r + 8 <= rows.n; r += 8) {  // eight rows' sums added up together
+          const float b = bias ? bias[0] : 0.0f;
+          while (r < rows.n) {  // eight rows' sums added up together (fewer at the end)
+            const std::size_t m = std::min<std::size_t>(8, rows.n - r);
             __m256 sums[8], sqs[8];
-            for (int j = 0; j < 8; j += RQ) {
-              score_block_paired<F, RQ, false, true, Sq>(rows, r + static_cast<std::size_t>(j), wq, bias, s, &t, sq, sums + j, sqs + j);
+            std::size_t j = 0;
+            for (; j + RQ <= m; j += RQ) quad_row_sums<RQ, Sq>(rows, r + j, wq, t, sums + j, sqs + j);
+            for (; j < m; ++j) quad_row_sums<1, Sq>(rows, r + j, wq, t, sums + j, sqs + j);
+            if (m == 8) {
+              store_scores<1, 8>(sums, r, bias, s, 0);
+              if constexpr (Sq) _mm256_storeu_ps(sq + r, hsum8(sqs));
+            } else {
+              for (std::size_t i = 0; i < m; ++i) {
+                s[r + i] = hsum(sums[i]) + b;
+                if constexpr (Sq) sq[r + i] = hsum(sqs[i]);
+              }
             }
-            store_scores<1, 8>(sums, r, bias, s, 0);
-            if constexpr (Sq) _mm256_storeu_ps(sq + r, hsum8(sqs));
+            r += m;
           }
-          for (; r + RQ <= rows.n; r += RQ) score_block_paired<F, RQ, false, true, Sq>(rows, r, wq, bias, s, &t, sq);
-          for (; r < rows.n; ++r) score_block_paired<F, 1, false, true, Sq>(rows, r, wq, bias, s, &t, sq);
           return;
         }
       }
@@ -937,8 +932,8 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
           return;
         }
       }
-      for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, false, false, Sq>(rows, r, w, bias, s, nullptr, sq);
-      for (; r < rows.n; ++r) score_block_paired<F, 1, false, false, Sq>(rows, r, w, bias, s, nullptr, sq);
+      for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, false, Sq>(rows, r, w, bias, s, sq);
+      for (; r < rows.n; ++r) score_block_paired<F, 1, false, Sq>(rows, r, w, bias, s, sq);
 #endif
       return;
     }
