@@ -558,17 +558,20 @@ template <RowFormat F>
   return _mm512_permutexvar_ps(_mm512_srlv_epi32(wide_word<F>(row, k), shifts), table);
 }
 
-// RB rows of one head's dot products over wide chunks; one 512-bit accumulator each, unscaled,
-// put in channel order, and its halves (even and odd chunks) added: the order of
-// score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled). 1-bit codes
-// (QJL signs) as lane masks, w added where a bit is set: the 256-bit loops' fma(w, 2^j, acc) on
-// scaled lanes (fma(w, 0, acc) = acc where clear), unscaled, are these sums bit for bit. Sq
-// (levels): also each row's sum of squares into sq[r0 + r], its lanes in the same order.
-template <RowFormat F, int RB, bool Sq = false>
-[[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, const float* bias,
-                                                    float* s, [[maybe_unused]] float* sq = nullptr) {
+// RB rows of NQ heads' dot products over wide chunks; one 512-bit accumulator each (acc[r * NQ +
+// h]), unscaled, put in channel order, and its halves (even and odd chunks) added: the order of
+// score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled), one head. 1-bit
+// codes (QJL signs, 1-bit levels), any number of heads, as lane masks, each head's w added where
+// a bit is set: the 256-bit loops' fma(w, 2^j, acc) on scaled lanes (fma(w, 0, acc) = acc where
+// clear), unscaled, are these sums bit for bit. Sq (levels): also each row's sum of squares into
+// sq[r0 + r], its lanes in the same order.
+template <RowFormat F, int RB, bool Sq = false, int NQ = 1>
+[[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
+                                                    const float* bias, float* s, std::size_t ss,
+                                                    [[maybe_unused]] float* sq = nullptr) {
   static_assert(!Sq || kLevels<F>);
-  __m512 acc[RB];
+  static_assert(NQ == 1 || F == RowFormat::code1);
+  __m512 acc[RB * NQ];
   for (auto& a : acc) a = _mm512_setzero_ps();
   [[maybe_unused]] __m512 acc2[Sq ? RB : 1];
   if constexpr (Sq) {
@@ -579,29 +582,32 @@ template <RowFormat F, int RB, bool Sq = false>
   const __m512i mask = kLevels<F> ? wide_shifts<F>() : wide_mask<F>(), gather = wide_gather<F>();
   const __m512 table = kLevels<F> ? _mm512_loadu_ps(rows.levels) : _mm512_setzero_ps();
   for (std::size_t k = 0; k < rows.chunks / 2; ++k) {
-    __m512 wk = _mm512_loadu_ps(w + 16 * k);
-    if constexpr (code_bits<F>() == 4) wk = _mm512_permutexvar_ps(gather, wk);
+    __m512 wk[NQ];
+    for (int h = 0; h < NQ; ++h) {
+      wk[h] = _mm512_loadu_ps(w + static_cast<std::size_t>(h) * ws + 16 * k);
+      if constexpr (code_bits<F>() == 4) wk[h] = _mm512_permutexvar_ps(gather, wk[h]);
+    }
     for (int r = 0; r < RB; ++r) {
       if constexpr (F == RowFormat::code1) {  // the bits as a lane mask: w added where set
         std::uint16_t bits;
         std::memcpy(&bits, row[r] + 2 * k, 2);
-        acc[r] = _mm512_mask_add_ps(acc[r], bits, acc[r], wk);
+        for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm512_mask_add_ps(acc[r * NQ + h], bits, acc[r * NQ + h], wk[h]);
         continue;
       }
       const __m512 x = kLevels<F> ? load16_levels<F>(row[r], k, mask, table) : load16<F>(row[r], k, mask);
-      acc[r] = _mm512_fmadd_ps(wk, x, acc[r]);
+      acc[r] = _mm512_fmadd_ps(wk[0], x, acc[r]);
       if constexpr (Sq) acc2[r] = _mm512_fmadd_ps(x, x, acc2[r]);
     }
   }
   const __m512 unscale = wide_unscale<F>();
   const __m512i scatter = wide_scatter<F>();
-  __m256 half[RB];
-  for (int r = 0; r < RB; ++r) {
-    __m512 a = kLevels<F> || F == RowFormat::code1 ? acc[r] : _mm512_mul_ps(acc[r], unscale);  // unscaled sums
+  __m256 half[RB * NQ];
+  for (int i = 0; i < RB * NQ; ++i) {
+    __m512 a = kLevels<F> || F == RowFormat::code1 ? acc[i] : _mm512_mul_ps(acc[i], unscale);  // unscaled sums
     if constexpr (code_bits<F>() == 4) a = _mm512_permutexvar_ps(scatter, a);  // channel order
-    half[r] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    half[i] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   }
-  store_scores<1, RB>(half, r0, bias, s, 0);
+  store_scores<NQ, RB>(half, r0, bias, s, ss);
   if constexpr (Sq) {
     for (int r = 0; r < RB; ++r) {
       __m512 a = acc2[r];
@@ -690,46 +696,55 @@ template <int RB, bool Sq>
 }
 
 // The 256-bit loops' order for rows that the AVX-512 loops read 16 values at a time (2- and
-// 4-bit codes, one query head, an even number of chunks): even and odd chunks in two
-// accumulators, added lane by lane at the end, so that both instruction sets give the same bits.
-// Halves (4 bits): score_block_wide's own lane order instead, half-chunks (load_half4) against
-// the weights in wide-lane order (w from wide_order_weights), each lane pair added at the end.
-// Sq (levels): also each row's sum of squares into sq[r0 + r], in the same order
-// (score_block_wide's). 4-bit levels in quads: quad_row_sums.
-template <RowFormat F, int RB, bool Halves = false, bool Sq = false>
-[[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, const float* bias,
-                                                      float* s, [[maybe_unused]] float* sq = nullptr) {
+// 4-bit codes and levels for one query head, 1-bit codes for NQ heads, an even number of chunks):
+// even and odd chunks in two accumulators (acc[half][r * NQ + h]), added lane by lane at the end,
+// so that both instruction sets give the same bits. Halves (4 bits): score_block_wide's own lane
+// order instead, half-chunks (load_half4) against the weights in wide-lane order (w from
+// wide_order_weights), each lane pair added at the end. Sq (levels): also each row's sum of
+// squares into sq[r0 + r], in the same order (score_block_wide's). 4-bit levels in quads:
+// quad_row_sums.
+template <RowFormat F, int RB, bool Halves = false, bool Sq = false, int NQ = 1>
+[[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
+                                                      const float* bias, float* s, std::size_t ss,
+                                                      [[maybe_unused]] float* sq = nullptr) {
   static_assert(!Halves || F == RowFormat::code4);
   static_assert(!Sq || kLevels<F>);
+  static_assert(NQ == 1 || F == RowFormat::code1);
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
   const __m256i mask = half4_mask();
-  __m256 acc[2][RB];  // even chunks, then odd chunks: RB accumulators live at a time
+  __m256 acc[2][RB * NQ];  // even chunks, then odd chunks: RB x NQ accumulators live at a time
   [[maybe_unused]] __m256 acc2[2][Sq ? RB : 1];
   for (int half = 0; half < 2; ++half) {
-    __m256 a[RB];
+    __m256 a[RB * NQ];
     [[maybe_unused]] __m256 a2[Sq ? RB : 1];
     for (auto& v : a) v = _mm256_setzero_ps();
     if constexpr (Sq) {
       for (auto& v : a2) v = _mm256_setzero_ps();
     }
     for (std::size_t k = static_cast<std::size_t>(half); k < rows.chunks; k += 2) {
-      __m256 wk = _mm256_loadu_ps(w + 8 * k);
-      __asm__("" : "+v"(wk));  // in a register, not folded into every FMA (see score_block)
+      __m256 wk[NQ];
+      for (int h = 0; h < NQ; ++h) {
+        wk[h] = _mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k);
+        __asm__("" : "+v"(wk[h]));  // in a register, not folded into every FMA (see score_block)
+      }
       for (int r = 0; r < RB; ++r) {
         const __m256 x = Halves ? load_half4(row[r], k, mask) : load8<F>(row[r], k, rows.levels);
-        a[r] = _mm256_fmadd_ps(wk, x, a[r]);
+        for (int h = 0; h < NQ; ++h) a[r * NQ + h] = _mm256_fmadd_ps(wk[h], x, a[r * NQ + h]);
         if constexpr (Sq) a2[r] = _mm256_fmadd_ps(x, x, a2[r]);
       }
     }
-    for (int r = 0; r < RB; ++r) acc[half][r] = Halves ? _mm256_mul_ps(a[r], half4_unscale()) : lane_unscale<F>(a[r]);
+    for (int i = 0; i < RB * NQ; ++i) acc[half][i] = Halves ? _mm256_mul_ps(a[i], half4_unscale()) : a[i];
     if constexpr (Sq) {
       for (int r = 0; r < RB; ++r) acc2[half][r] = a2[r];
     }
   }
-  __m256 sum[RB];
-  for (int r = 0; r < RB; ++r) sum[r] = Halves ? add_lane_pairs(acc[0][r], acc[1][r]) : _mm256_add_ps(acc[0][r], acc[1][r]);
-  store_scores<1, RB>(sum, r0, bias, s, 0);
+  __m256 sum[RB * NQ];
+  // Scaled lanes: both halves carry the same powers of two, so unscaling their sum is exact.
+  for (int i = 0; i < RB * NQ; ++i) {
+    sum[i] = Halves ? add_lane_pairs(acc[0][i], acc[1][i]) : lane_unscale<F>(_mm256_add_ps(acc[0][i], acc[1][i]));
+  }
+  store_scores<NQ, RB>(sum, r0, bias, s, ss);
   if constexpr (Sq) {
     for (int r = 0; r < RB; ++r) sq[r0 + static_cast<std::size_t>(r)] = hsum(_mm256_add_ps(acc2[0][r], acc2[1][r]));
   }
@@ -887,15 +902,18 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   // 256-bit loops of the same order took 0.81-0.83 against 0.79-0.80 (akv -t 1 bench attention
   // --head-dims 128 --gqa 1 --contexts 4096 --variants nuq2, Intel Xeon, 2026-12-05).
   // 4-bit levels with their sums of squares (TurboQuant's norm correction) too: those sums in the
-  // same order, half the rows at a time (their accumulators double).
-  if constexpr ((kWide<F> || F == RowFormat::level4) && NQ == 1 && (!Sq || F == RowFormat::level4)) {
+  // same order, half the rows at a time (their accumulators double). 1-bit codes (QJL signs,
+  // 1-bit levels) for any number of heads: AVX-512 adds each head's weights under the row's bits
+  // as a lane mask, 16 values a mask, where the 256-bit loops convert and multiply 8 a time.
+  if constexpr ((kWide<F> || F == RowFormat::level4) && (NQ == 1 || F == RowFormat::code1) &&
+                (!Sq || F == RowFormat::level4)) {
     if (rows.chunks % 2 == 0) {
 #ifdef __AVX512F__
       constexpr int RW = Sq ? RB / 2 : RB;
-      for (; r + RW <= rows.n; r += RW) score_block_wide<F, RW, Sq>(rows, r, w, bias, s, sq);
-      for (; r < rows.n; ++r) score_block_wide<F, 1, Sq>(rows, r, w, bias, s, sq);
+      for (; r + RW <= rows.n; r += RW) score_block_wide<F, RW, Sq, NQ>(rows, r, w, ws, bias, s, ss, sq);
+      for (; r < rows.n; ++r) score_block_wide<F, 1, Sq, NQ>(rows, r, w, ws, bias, s, ss, sq);
 #else
-      constexpr int RP = Sq ? kAccs / 2 : kAccs;
+      constexpr int RP = Sq ? RB / 2 : RB;
       if constexpr (F == RowFormat::level4) {
         if (rows.chunks % 4 == 0 && rows.chunks <= kQuadMaxChunks) {
           alignas(32) float wq[8 * kQuadMaxChunks];
@@ -927,13 +945,13 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
         if (rows.chunks <= kHalvesMaxChunks) {
           alignas(32) float wp[8 * kHalvesMaxChunks];
           wide_order_weights(w, rows.chunks, wp);
-          for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, true>(rows, r, wp, bias, s);
-          for (; r < rows.n; ++r) score_block_paired<F, 1, true>(rows, r, wp, bias, s);
+          for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, true>(rows, r, wp, 0, bias, s, 0);
+          for (; r < rows.n; ++r) score_block_paired<F, 1, true>(rows, r, wp, 0, bias, s, 0);
           return;
         }
       }
-      for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, false, Sq>(rows, r, w, bias, s, sq);
-      for (; r < rows.n; ++r) score_block_paired<F, 1, false, Sq>(rows, r, w, bias, s, sq);
+      for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, false, Sq, NQ>(rows, r, w, ws, bias, s, ss, sq);
+      for (; r < rows.n; ++r) score_block_paired<F, 1, false, Sq, NQ>(rows, r, w, ws, bias, s, ss, sq);
 #endif
       return;
     }
