@@ -89,27 +89,45 @@ constexpr int ggml_code_offset() {
   return F == RowFormat::q4_0 ? 8 : F == RowFormat::q5_0 ? 16 : 0;
 }
 
-// A block's f16 scale d and min m (0 without) in every lane.
+// A block's f16 scale d and min m (0 without) in every lane; Q5_0 / Q5_1: its 32 fifth bits as
+// bytes, byte i 16 where bit i of the block's word is set (0 elsewhere, as for other types).
 struct BlockConst {
   __m256 d, m;
+  __m256i five;
 };
+
+// The fifth bits of a block (kGgmlFive) as BlockConst::five: the word's byte p copied to bytes
+// 8p .. 8p + 7 (one in-lane shuffle of the word in every dword), each byte's bit p % 8 tested.
+template <RowFormat F>
+[[gnu::always_inline]] inline __m256i ggml_five(const std::uint8_t* b) {
+  std::uint32_t qh;
+  std::memcpy(&qh, b + ggml_codes_at<F>() - 4, 4);
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
+                                          3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(16));
+}
 
 template <RowFormat F>
 [[gnu::always_inline]] inline BlockConst ggml_block(const std::uint8_t* row, std::size_t k) {
   const std::uint8_t* b = row + k / 4 * ggml_block_bytes<F>();
   std::uint16_t h;
   std::memcpy(&h, b, 2);
-  BlockConst c{_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h))), _mm256_setzero_ps()};
+  BlockConst c{_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h))), _mm256_setzero_ps(), _mm256_setzero_si256()};
   if constexpr (kGgmlMin<F>) {
     std::memcpy(&h, b + 2, 2);
     c.m = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
   }
+  if constexpr (kGgmlFive<F>) c.five = ggml_five<F>(b);
   return c;
 }
 
-// Chunk k's 8 codes as 32-bit integers, the offset subtracted (IQ4_NL: the levels they pick).
+// Chunk k's 8 codes as 32-bit integers, the offset subtracted (IQ4_NL: the levels they pick);
+// five: the block's BlockConst::five (Q5_0, Q5_1).
 template <RowFormat F>
-[[gnu::always_inline]] inline __m256i ggml_codes(const std::uint8_t* row, std::size_t k) {
+[[gnu::always_inline]] inline __m256i ggml_codes(const std::uint8_t* row, std::size_t k,
+                                                 [[maybe_unused]] __m256i five = _mm256_setzero_si256()) {
   const std::uint8_t* b = row + k / 4 * ggml_block_bytes<F>();
   const std::size_t p = k % 4;  // values 8p .. 8p + 7 of the block
   if constexpr (F == RowFormat::q8_0) {
@@ -121,15 +139,11 @@ template <RowFormat F>
     if constexpr (F == RowFormat::iq4_nl) {
       return _mm256_cvtepi8_epi32(_mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), q));
     } else {
-      __m256i v = _mm256_cvtepu8_epi32(q);
-      if constexpr (kGgmlFive<F>) {  // bit 8p + lane of the word as the 5th bit
-        std::uint32_t qh;
-        std::memcpy(&qh, b + ggml_codes_at<F>() - 4, 4);
-        const __m256i bit = _mm256_and_si256(
-            _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> (8 * p))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-            _mm256_set1_epi32(1));
-        v = _mm256_or_si256(v, _mm256_slli_epi32(bit, 4));
+      if constexpr (kGgmlFive<F>) {  // bytes 8p .. 8p + 7 of five: the 5th bits times 16
+        const __m128i f = p >= 2 ? _mm256_extracti128_si256(five, 1) : _mm256_castsi256_si128(five);
+        q = _mm_or_si128(q, p % 2 ? _mm_unpackhi_epi64(f, f) : f);
       }
+      __m256i v = _mm256_cvtepu8_epi32(q);
       if constexpr (ggml_code_offset<F>() != 0) v = _mm256_sub_epi32(v, _mm256_set1_epi32(ggml_code_offset<F>()));
       return v;
     }
@@ -141,7 +155,7 @@ template <RowFormat F>
 // multiply-add changes no bit).
 template <RowFormat F>
 [[gnu::always_inline]] inline __m256 ggml_values(const std::uint8_t* row, std::size_t k, const BlockConst& c) {
-  const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(ggml_codes<F>(row, k)), c.d);
+  const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(ggml_codes<F>(row, k, c.five)), c.d);
   if constexpr (kGgmlMin<F>) return _mm256_add_ps(v, c.m);
   return v;
 }
@@ -411,7 +425,7 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
   {
     // ggml blocks: each row's block scale converted once per block, not per chunk.
     [[maybe_unused]] BlockConst scale[kGgml<F> ? RB : 1];
-    for (auto& v : scale) v = BlockConst{_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (auto& v : scale) v = BlockConst{_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_si256()};
     for (std::size_t k = 0; k < rows.chunks; ++k) {
       // Weights once per chunk in registers: as memory operands of every FMA they were loaded RB
       // times, and loads, not FMAs, bounded the loop.
@@ -821,8 +835,10 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
   for (int r = 0; r < RB; ++r) prefetch_row(row[r], rows.stride);
   // ggml blocks: each pair's block constants side by side, once per block.
   [[maybe_unused]] __m512 scale[kGgml<F> ? P : 1], mins[kGgmlMin<F> ? P : 1];
+  [[maybe_unused]] __m256i five[kGgmlFive<F> ? RB : 1];
   for (auto& v : scale) v = _mm512_setzero_ps();
   for (auto& v : mins) v = _mm512_setzero_ps();
+  for (auto& v : five) v = _mm256_setzero_si256();
   for (std::size_t k = 0; k < rows.chunks; ++k) {
     __m512 wk[NQ];
     for (int h = 0; h < NQ; ++h) wk[h] = _mm512_broadcast_f32x8(_mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k));
@@ -832,13 +848,19 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
           const BlockConst a = ggml_block<F>(row[2 * p], k), b = ggml_block<F>(row[2 * p + 1], k);
           scale[p] = _mm512_insertf32x8(_mm512_castps256_ps512(a.d), b.d, 1);
           if constexpr (kGgmlMin<F>) mins[p] = _mm512_insertf32x8(_mm512_castps256_ps512(a.m), b.m, 1);
+          if constexpr (kGgmlFive<F>) {
+            five[2 * p] = a.five;
+            five[2 * p + 1] = b.five;
+          }
         }
       }
     }
     for (int p = 0; p < P; ++p) {
       __m512 x;
       if constexpr (kGgml<F>) {  // ggml_values for both rows
-        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(ggml_codes<F>(row[2 * p], k)), ggml_codes<F>(row[2 * p + 1], k), 1);
+        const __m256i qa = ggml_codes<F>(row[2 * p], k, five[kGgmlFive<F> ? 2 * p : 0]);
+        const __m256i qb = ggml_codes<F>(row[2 * p + 1], k, five[kGgmlFive<F> ? 2 * p + 1 : 0]);
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1);
         x = _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale[p]);
         if constexpr (kGgmlMin<F>) x = _mm512_add_ps(x, mins[p]);
       } else {
@@ -1076,7 +1098,7 @@ template <RowFormat F, int NQ, int CB, int GW, bool Halves, bool Quads>
 #ifndef __AVX512F__
     [[maybe_unused]] __m256 xq[4];
 #endif
-    [[maybe_unused]] BlockConst scale{_mm256_setzero_ps(), _mm256_setzero_ps()};  // ggml blocks: once per block
+    [[maybe_unused]] BlockConst scale{_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_si256()};  // ggml blocks: once per block
 #pragma GCC unroll 8
     for (int j = 0; j < CB; ++j) {
       if (starts_group<GW>(j, g)) {
@@ -1229,16 +1251,13 @@ template <RowFormat F>
       if constexpr (F == RowFormat::iq4_nl) {
         q = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), nib));
       } else {
-        q = _mm512_cvtepu8_epi32(nib);
-        if constexpr (kGgmlFive<F>) {
-          std::uint32_t qh;
-          std::memcpy(&qh, b + ggml_codes_at<F>() - 4, 4);
-          const __m512i bit = _mm512_and_si512(
-              _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(qh >> (16 * p))),
-                                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
-              _mm512_set1_epi32(1));
-          q = _mm512_or_si512(q, _mm512_slli_epi32(bit, 4));
+        __m128i code = nib;
+        if constexpr (kGgmlFive<F>) {  // the half's 16 fifth bits as a byte mask of 16s
+          std::uint16_t qh;
+          std::memcpy(&qh, b + ggml_codes_at<F>() - 4 + 2 * p, 2);
+          code = _mm_or_si128(code, _mm_maskz_mov_epi8(qh, _mm_set1_epi8(16)));
         }
+        q = _mm512_cvtepu8_epi32(code);
         if constexpr (ggml_code_offset<F>() != 0) q = _mm512_sub_epi32(q, _mm512_set1_epi32(ggml_code_offset<F>()));
       }
     }
