@@ -168,8 +168,10 @@ void decode_key(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, 
 }
 
 // key_qjl: the levels and norm as encode_key (no norm correction), then the residual's signs
-// under S and its norm.
-void encode_key_qjl(const TqType& t, const TqCodebook& cb, const float* S, const float* x, std::uint8_t* dst) {
+// under S and its norm. St: S transposed (St[i d + j] = S[j d + i]): (S r)_j = sum_i S_ji r_i,
+// each over i in order, as St's rows times r_i, so that the loop over j vectorizes (the same
+// operations per j as a row of S times r: the same bits).
+void encode_key_qjl(const TqType& t, const TqCodebook& cb, const float* St, const float* x, std::uint8_t* dst) {
   const std::size_t d = t.head_dim;
   encode_key(t, cb, x, dst);
   float r[512];
@@ -179,13 +181,17 @@ void encode_key_qjl(const TqType& t, const TqCodebook& cb, const float* S, const
     r[i] = x[i] - r[i];
     sq += r[i] * r[i];
   }
+  float p[512];
+  std::fill_n(p, d, 0.0f);
+  for (std::size_t i = 0; i < d; ++i) {
+    const float ri = r[i];
+    const float* col = St + i * d;
+    for (std::size_t j = 0; j < d; ++j) p[j] += col[j] * ri;
+  }
   std::uint8_t* signs = dst + sign_offset(t);
   std::memset(signs, 0, d / 8);
   for (std::size_t j = 0; j < d; ++j) {
-    const float* s = S + j * d;
-    float p = 0.0f;
-    for (std::size_t i = 0; i < d; ++i) p += s[i] * r[i];
-    if (p >= 0.0f) signs[j / 8] = static_cast<std::uint8_t>(signs[j / 8] | (1u << (j % 8)));
+    if (p[j] >= 0.0f) signs[j / 8] = static_cast<std::uint8_t>(signs[j / 8] | (1u << (j % 8)));
   }
   put_f16(dst + gamma_offset(t), std::sqrt(sq));
 }
@@ -391,11 +397,24 @@ const QjlMatrix& qjl_matrix(std::size_t head_dim) {
 
 const std::vector<float>& tq_qjl_matrix(std::size_t head_dim) { return qjl_matrix(head_dim).s; }
 
-void tq_qjl_encode_rows(const TqType& t, const float* S, const float* x, std::size_t n, std::uint8_t* dst) {
-  if (t.kind != TqKind::key_qjl) throw std::invalid_argument("tq_qjl_encode_rows: not a key_qjl type");
+namespace {
+
+void qjl_encode_rows(const TqType& t, const float* St, const float* x, std::size_t n, std::uint8_t* dst) {
   const std::size_t rb = tq_row_bytes(t);
   const TqCodebook& cb = tq_codebook(t.head_dim, tq_code_bits(t));
-  for (std::size_t r = 0; r < n; ++r) encode_key_qjl(t, cb, S, x + r * t.head_dim, dst + r * rb);
+  for (std::size_t r = 0; r < n; ++r) encode_key_qjl(t, cb, St, x + r * t.head_dim, dst + r * rb);
+}
+
+}  // namespace
+
+void tq_qjl_encode_rows(const TqType& t, const float* S, const float* x, std::size_t n, std::uint8_t* dst) {
+  if (t.kind != TqKind::key_qjl) throw std::invalid_argument("tq_qjl_encode_rows: not a key_qjl type");
+  const std::size_t d = t.head_dim;
+  std::vector<float> St(d * d);
+  for (std::size_t j = 0; j < d; ++j) {
+    for (std::size_t i = 0; i < d; ++i) St[i * d + j] = S[j * d + i];
+  }
+  qjl_encode_rows(t, St.data(), x, n, dst);
 }
 
 void tq_qjl_decode_rows(const TqType& t, const float* S, const std::uint8_t* src, std::size_t n, float* dst) {
@@ -502,7 +521,7 @@ void tq_qjl_add_scores(const TqType& t, const TqQjlQuery* q, std::size_t nq, con
 }
 
 void tq_encode_rows(const TqType& t, const float* x, std::size_t n, std::uint8_t* dst) {
-  if (t.kind == TqKind::key_qjl) return tq_qjl_encode_rows(t, tq_qjl_matrix(t.head_dim).data(), x, n, dst);
+  if (t.kind == TqKind::key_qjl) return qjl_encode_rows(t, qjl_matrix(t.head_dim).t.data(), x, n, dst);
   const std::size_t rb = tq_row_bytes(t);
   if (t.kind == TqKind::value) {
     for (std::size_t r = 0; r < n; ++r) encode_value(t, x + r * t.head_dim, dst + r * rb);
