@@ -994,9 +994,12 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
 #ifdef __AVX512F__
   // 2 or 4 heads: two rows per 512-bit register. 8 heads keep the 256-bit loops: with 2 row
   // pairs x 8 heads of accumulators, head_dim 64 ran 2-13% slower (128: 4-7% faster). One head
-  // over level codes too (TurboQuant's norm correction sums a row's squared levels so).
+  // over level codes too (TurboQuant's norm correction sums a row's squared levels so), 16 rows
+  // a block: with 32 (16 accumulators) the row pointers left the registers, 2-5% slower
+  // (`bench attention --gqa 1 --isa avx512 --variants nuq3,turboquant_3bit_nc,...`, Intel Xeon,
+  // 2026-12-05).
   if constexpr (NQ == 2 || NQ == 4 || (NQ == 1 && kLevels<F>)) {
-    constexpr int RR = 2 * (kAccs / NQ);
+    constexpr int RR = NQ == 1 ? kAccs : 2 * (kAccs / NQ);
     for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR, Sq>(rows, r, w, ws, bias, s, ss, sq);
     for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2, Sq>(rows, r, w, ws, bias, s, ss, sq);
   }
