@@ -472,7 +472,7 @@ constexpr int wide_lane(int j) {
 
 template <RowFormat F>
 constexpr int wide_shift(int j) {
-  return code_bits<F>() != 4 ? code_bits<F>() * j : 4 * (j / 2);
+  return code_bits<F>() == 4 ? 4 * (j / 2) : code_bits<F>() == 3 ? 3 * (j % 8) : code_bits<F>() * j;
 }
 
 template <RowFormat F>
@@ -535,10 +535,16 @@ inline __m512i wide_scatter() {
 }
 
 // The word of wide chunk k of a row in every lane (1 bit: 16-bit; 2 bits: 32-bit; 4 bits:
-// 64-bit, lanes alternating its halves).
+// 64-bit, lanes alternating its halves; 3 bits: the 32-bit words of its two chunks, load8's, in
+// lanes 0-7 and 8-15).
 template <RowFormat F>
 [[gnu::always_inline]] inline __m512i wide_word(const std::uint8_t* row, std::size_t k) {
-  if constexpr (code_bits<F>() == 1) {
+  if constexpr (code_bits<F>() == 3) {
+    std::uint32_t lo, hi;
+    std::memcpy(&lo, row + 6 * k, 4);
+    std::memcpy(&hi, row + 6 * k + 3, 4);
+    return _mm512_mask_set1_epi32(_mm512_set1_epi32(static_cast<int>(lo)), 0xFF00, static_cast<int>(hi));
+  } else if constexpr (code_bits<F>() == 1) {
     std::uint16_t w;
     std::memcpy(&w, row + 2 * k, 2);
     return _mm512_set1_epi32(w);
@@ -1331,9 +1337,9 @@ void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const fl
   }
 #endif
 #ifdef __AVX512F__
-  // Level formats of 2 and 4 bits too (one word a wide chunk; the same sums per channel as the
-  // 8-wide loops: values are not scaled).
-  if constexpr (kWide<F> || F == RowFormat::level2 || F == RowFormat::level4) {
+  // Level formats too (2 and 4 bits: one word a wide chunk; 3 bits: its two chunks' words; the
+  // same sums per channel as the 8-wide loops: values are not scaled).
+  if constexpr (kWide<F> || kLevels<F>) {
     if (rows.chunks % 2 == 0 && cpg % 2 == 0) {
       const std::size_t kw = rows.chunks / 2;
       // 4 or 8 heads: 16 accumulators of AVX-512's 32 registers, two passes over the rows at
