@@ -126,7 +126,8 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // any heads take the one-head order (AVX-512: 16 values a lane mask; 2 heads over 15 chunks:
   // the 8-at-a-time loops); 37 rows leave a
   // partial block of rows. Level formats (nuq's codes read as levels[code]) take the 8-at-a-time
-  // loops with a lookup per value, except 4-bit levels with AVX2 and a multiple of 4 chunks up to
+  // loops with a lookup per value (AVX-512's values 16 at a time where chunks and chunks per
+  // group are even, 3 bits from two words), except 4-bit levels with AVX2 and a multiple of 4 chunks up to
   // 32: keys of any heads (8, 8, 2 too) and values of one or two heads a quad of chunks at a time
   // (load_quad_levels; 12 and 6: a group boundary inside a quad), and keys of one head over
   // 4-bit levels, which AVX-512 reads 16 at a time as 4-bit codes (AVX2 in their order: even and
