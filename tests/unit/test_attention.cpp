@@ -122,9 +122,8 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // group (4, 16, 16 and 3, 8, 8; 8, 6, 6) take AVX-512's 16-channel value loops; 4-bit rows with
   // AVX2 read AVX-512's lane order in half-chunks (1, 12, 6: a tail of 2 + 2 half-chunks after a
   // block of 8, and blocks across group boundaries); keys of 2 and 4 heads take AVX-512's two
-  // rows per register (4 heads: blocks of 8 rows, then a pair, then one row); 1-bit codes of
-  // any heads take the one-head order (AVX-512: 16 values a lane mask; 2 heads over 15 chunks:
-  // the 8-at-a-time loops); 37 rows leave a
+  // rows per register (4 heads: blocks of 8 rows, then a pair, then one row; 1-bit codes as
+  // lane masks there, and 8 at a time for 8 heads; 2 heads over 15 chunks too); 37 rows leave a
   // partial block of rows. Level formats (nuq's codes read as levels[code]) take the 8-at-a-time
   // loops with a lookup per value (AVX-512's values 16 at a time where chunks and chunks per
   // group are even, 3 bits from two words), except 4-bit levels with AVX2 and a multiple of 4 chunks up to
@@ -202,12 +201,12 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
         ai.assign(nq * chunks * 8, 0.5f);
         qi.assign(n, 0.0f);
         attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), si.data(), n);
-        // The rows' sums of squares beside the scores: the scores unchanged (one head over 2- or
-        // 4-bit codes, 1-bit codes of any heads: the 8-wide loops instead of the 16-wide, the same
-        // sums in another order; 4-bit levels keep the 16-wide loops' order, sums of squares and all).
+        // The rows' sums of squares beside the scores: the scores unchanged (one head over 1-, 2-
+        // or 4-bit codes: the 8-wide loops instead of the 16-wide, the same sums in another
+        // order; 4-bit levels keep the 16-wide loops' order, sums of squares and all).
         std::vector<float> s2(nq * n);
         attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), s2.data(), n, qi.data());
-        if (f == RowFormat::code1 || (nq == 1 && (f == RowFormat::code2 || f == RowFormat::code4))) {
+        if (nq == 1 && (f == RowFormat::code1 || f == RowFormat::code2 || f == RowFormat::code4)) {
           CHECK(rel_err(s2, si) <= 1e-6);
         } else {
           CHECK(s2 == si);

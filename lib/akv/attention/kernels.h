@@ -57,8 +57,8 @@ void level_table(const float* values, int bits, float* table);
 // For h < nq, r < rows.n: s[h * s_stride + r] = bias[h] + sum_c w[h * w_stride + c] * row_r[c]
 // (f32 products and sums; bias may be null = 0). sq (may be null, nq >= 1): also
 // sq[r] = sum_c row_r[c]^2, in the same pass (TurboQuant's norm correction); the scores are
-// then those without sq, bit for bit, except for one head over 2- or 4-bit codes and any heads
-// over 1-bit codes (the 8-wide loops instead of AVX-512's 16-wide: the same sums in another order).
+// then those without sq, bit for bit, except for one head over 1-, 2- or 4-bit codes (the 8-wide
+// loops instead of AVX-512's 16-wide: the same sums in another order).
 void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t w_stride,
                 const float* bias, float* s, std::size_t s_stride, float* sq = nullptr);
 

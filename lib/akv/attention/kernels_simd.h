@@ -35,6 +35,18 @@ constexpr bool kScaledLanes = F == RowFormat::code1 || F == RowFormat::code2 || 
 template <RowFormat F>
 constexpr bool kLevels = F == RowFormat::level2 || F == RowFormat::level3 || F == RowFormat::level4;
 
+// 1-bit codes (QJL signs, 1-bit levels) without sums of squares, with AVX-512 VL: a row's 8 (or
+// a row pair's 16) bits of a chunk are the lane mask of one add of each head's weights, where
+// other codes are converted and multiplied. fma(w, 2^j, acc) on scaled lanes, unscaled, is that
+// sum bit for bit (fma(w, 0, acc) = acc where clear), so the sums are the same and not unscaled.
+template <RowFormat F, bool Sq>
+constexpr bool kMaskAdds =
+#ifdef __AVX512VL__
+    F == RowFormat::code1 && !Sq;
+#else
+    false;
+#endif
+
 template <RowFormat F>
 constexpr int code_bits() {
   return F == RowFormat::code1                               ? 1
@@ -440,6 +452,13 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
         }
       }
       for (int r = 0; r < RB; ++r) {
+#ifdef __AVX512VL__
+        if constexpr (kMaskAdds<F, Sq>) {
+          const __mmask8 bits = row[r][k];
+          for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm256_mask_add_ps(acc[r * NQ + h], bits, acc[r * NQ + h], wk[h]);
+          continue;
+        }
+#endif
         __m256 x;
         if constexpr (kGgml<F>) {
           x = ggml_values<F>(row[r], k, scale[r]);
@@ -451,7 +470,9 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
       }
     }
   }
-  for (auto& a : acc) a = lane_unscale<F>(a);
+  if constexpr (!kMaskAdds<F, Sq>) {
+    for (auto& a : acc) a = lane_unscale<F>(a);
+  }
   store_scores<NQ, RB>(acc, r0, bias, s, ss);
   if constexpr (Sq) {  // squares of scaled lanes: unscaled twice
     for (int r = 0; r < RB; ++r) sq[r0 + static_cast<std::size_t>(r)] = hsum(lane_unscale<F>(lane_unscale<F>(acc2[r])));
@@ -578,20 +599,17 @@ template <RowFormat F>
   return _mm512_permutexvar_ps(_mm512_srlv_epi32(wide_word<F>(row, k), shifts), table);
 }
 
-// RB rows of NQ heads' dot products over wide chunks; one 512-bit accumulator each (acc[r * NQ +
-// h]), unscaled, put in channel order, and its halves (even and odd chunks) added: the order of
-// score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled), one head. 1-bit
-// codes (QJL signs, 1-bit levels), any number of heads, as lane masks, each head's w added where
-// a bit is set: the 256-bit loops' fma(w, 2^j, acc) on scaled lanes (fma(w, 0, acc) = acc where
-// clear), unscaled, are these sums bit for bit. Sq (levels): also each row's sum of squares into
-// sq[r0 + r], its lanes in the same order.
-template <RowFormat F, int RB, bool Sq = false, int NQ = 1>
-[[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
-                                                    const float* bias, float* s, std::size_t ss,
-                                                    [[maybe_unused]] float* sq = nullptr) {
+// RB rows of one head's dot products over wide chunks; one 512-bit accumulator each, unscaled,
+// put in channel order, and its halves (even and odd chunks) added: the order of
+// score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled). 1-bit codes
+// (QJL signs) as lane masks, w added where a bit is set: the 256-bit loops' fma(w, 2^j, acc) on
+// scaled lanes (fma(w, 0, acc) = acc where clear), unscaled, are these sums bit for bit. Sq
+// (levels): also each row's sum of squares into sq[r0 + r], its lanes in the same order.
+template <RowFormat F, int RB, bool Sq = false>
+[[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, const float* bias,
+                                                    float* s, [[maybe_unused]] float* sq = nullptr) {
   static_assert(!Sq || kLevels<F>);
-  static_assert(NQ == 1 || F == RowFormat::code1);
-  __m512 acc[RB * NQ];
+  __m512 acc[RB];
   for (auto& a : acc) a = _mm512_setzero_ps();
   [[maybe_unused]] __m512 acc2[Sq ? RB : 1];
   if constexpr (Sq) {
@@ -602,32 +620,29 @@ template <RowFormat F, int RB, bool Sq = false, int NQ = 1>
   const __m512i mask = kLevels<F> ? wide_shifts<F>() : wide_mask<F>(), gather = wide_gather<F>();
   const __m512 table = kLevels<F> ? _mm512_loadu_ps(rows.levels) : _mm512_setzero_ps();
   for (std::size_t k = 0; k < rows.chunks / 2; ++k) {
-    __m512 wk[NQ];
-    for (int h = 0; h < NQ; ++h) {
-      wk[h] = _mm512_loadu_ps(w + static_cast<std::size_t>(h) * ws + 16 * k);
-      if constexpr (code_bits<F>() == 4) wk[h] = _mm512_permutexvar_ps(gather, wk[h]);
-    }
+    __m512 wk = _mm512_loadu_ps(w + 16 * k);
+    if constexpr (code_bits<F>() == 4) wk = _mm512_permutexvar_ps(gather, wk);
     for (int r = 0; r < RB; ++r) {
       if constexpr (F == RowFormat::code1) {  // the bits as a lane mask: w added where set
         std::uint16_t bits;
         std::memcpy(&bits, row[r] + 2 * k, 2);
-        for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm512_mask_add_ps(acc[r * NQ + h], bits, acc[r * NQ + h], wk[h]);
+        acc[r] = _mm512_mask_add_ps(acc[r], bits, acc[r], wk);
         continue;
       }
       const __m512 x = kLevels<F> ? load16_levels<F>(row[r], k, mask, table) : load16<F>(row[r], k, mask);
-      acc[r] = _mm512_fmadd_ps(wk[0], x, acc[r]);
+      acc[r] = _mm512_fmadd_ps(wk, x, acc[r]);
       if constexpr (Sq) acc2[r] = _mm512_fmadd_ps(x, x, acc2[r]);
     }
   }
   const __m512 unscale = wide_unscale<F>();
   const __m512i scatter = wide_scatter<F>();
-  __m256 half[RB * NQ];
-  for (int i = 0; i < RB * NQ; ++i) {
-    __m512 a = kLevels<F> || F == RowFormat::code1 ? acc[i] : _mm512_mul_ps(acc[i], unscale);  // unscaled sums
+  __m256 half[RB];
+  for (int r = 0; r < RB; ++r) {
+    __m512 a = kLevels<F> || F == RowFormat::code1 ? acc[r] : _mm512_mul_ps(acc[r], unscale);  // unscaled sums
     if constexpr (code_bits<F>() == 4) a = _mm512_permutexvar_ps(scatter, a);  // channel order
-    half[i] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    half[r] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   }
-  store_scores<NQ, RB>(half, r0, bias, s, ss);
+  store_scores<1, RB>(half, r0, bias, s, 0);
   if constexpr (Sq) {
     for (int r = 0; r < RB; ++r) {
       __m512 a = acc2[r];
@@ -716,55 +731,46 @@ template <int RB, bool Sq>
 }
 
 // The 256-bit loops' order for rows that the AVX-512 loops read 16 values at a time (2- and
-// 4-bit codes and levels for one query head, 1-bit codes for NQ heads, an even number of chunks):
-// even and odd chunks in two accumulators (acc[half][r * NQ + h]), added lane by lane at the end,
-// so that both instruction sets give the same bits. Halves (4 bits): score_block_wide's own lane
-// order instead, half-chunks (load_half4) against the weights in wide-lane order (w from
-// wide_order_weights), each lane pair added at the end. Sq (levels): also each row's sum of
-// squares into sq[r0 + r], in the same order (score_block_wide's). 4-bit levels in quads:
-// quad_row_sums.
-template <RowFormat F, int RB, bool Halves = false, bool Sq = false, int NQ = 1>
-[[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, std::size_t ws,
-                                                      const float* bias, float* s, std::size_t ss,
-                                                      [[maybe_unused]] float* sq = nullptr) {
+// 4-bit codes, one query head, an even number of chunks): even and odd chunks in two
+// accumulators, added lane by lane at the end, so that both instruction sets give the same bits.
+// Halves (4 bits): score_block_wide's own lane order instead, half-chunks (load_half4) against
+// the weights in wide-lane order (w from wide_order_weights), each lane pair added at the end.
+// Sq (levels): also each row's sum of squares into sq[r0 + r], in the same order
+// (score_block_wide's). 4-bit levels in quads: quad_row_sums.
+template <RowFormat F, int RB, bool Halves = false, bool Sq = false>
+[[gnu::always_inline]] inline void score_block_paired(const Rows& rows, std::size_t r0, const float* w, const float* bias,
+                                                      float* s, [[maybe_unused]] float* sq = nullptr) {
   static_assert(!Halves || F == RowFormat::code4);
   static_assert(!Sq || kLevels<F>);
-  static_assert(NQ == 1 || F == RowFormat::code1);
   const std::uint8_t* row[RB];
   block_rows(rows, r0, row);
   const __m256i mask = half4_mask();
-  __m256 acc[2][RB * NQ];  // even chunks, then odd chunks: RB x NQ accumulators live at a time
+  __m256 acc[2][RB];  // even chunks, then odd chunks: RB accumulators live at a time
   [[maybe_unused]] __m256 acc2[2][Sq ? RB : 1];
   for (int half = 0; half < 2; ++half) {
-    __m256 a[RB * NQ];
+    __m256 a[RB];
     [[maybe_unused]] __m256 a2[Sq ? RB : 1];
     for (auto& v : a) v = _mm256_setzero_ps();
     if constexpr (Sq) {
       for (auto& v : a2) v = _mm256_setzero_ps();
     }
     for (std::size_t k = static_cast<std::size_t>(half); k < rows.chunks; k += 2) {
-      __m256 wk[NQ];
-      for (int h = 0; h < NQ; ++h) {
-        wk[h] = _mm256_loadu_ps(w + static_cast<std::size_t>(h) * ws + 8 * k);
-        __asm__("" : "+v"(wk[h]));  // in a register, not folded into every FMA (see score_block)
-      }
+      __m256 wk = _mm256_loadu_ps(w + 8 * k);
+      __asm__("" : "+v"(wk));  // in a register, not folded into every FMA (see score_block)
       for (int r = 0; r < RB; ++r) {
         const __m256 x = Halves ? load_half4(row[r], k, mask) : load8<F>(row[r], k, rows.levels);
-        for (int h = 0; h < NQ; ++h) a[r * NQ + h] = _mm256_fmadd_ps(wk[h], x, a[r * NQ + h]);
+        a[r] = _mm256_fmadd_ps(wk, x, a[r]);
         if constexpr (Sq) a2[r] = _mm256_fmadd_ps(x, x, a2[r]);
       }
     }
-    for (int i = 0; i < RB * NQ; ++i) acc[half][i] = Halves ? _mm256_mul_ps(a[i], half4_unscale()) : a[i];
+    for (int r = 0; r < RB; ++r) acc[half][r] = Halves ? _mm256_mul_ps(a[r], half4_unscale()) : lane_unscale<F>(a[r]);
     if constexpr (Sq) {
       for (int r = 0; r < RB; ++r) acc2[half][r] = a2[r];
     }
   }
-  __m256 sum[RB * NQ];
-  // Scaled lanes: both halves carry the same powers of two, so unscaling their sum is exact.
-  for (int i = 0; i < RB * NQ; ++i) {
-    sum[i] = Halves ? add_lane_pairs(acc[0][i], acc[1][i]) : lane_unscale<F>(_mm256_add_ps(acc[0][i], acc[1][i]));
-  }
-  store_scores<NQ, RB>(sum, r0, bias, s, ss);
+  __m256 sum[RB];
+  for (int r = 0; r < RB; ++r) sum[r] = Halves ? add_lane_pairs(acc[0][r], acc[1][r]) : _mm256_add_ps(acc[0][r], acc[1][r]);
+  store_scores<1, RB>(sum, r0, bias, s, 0);
   if constexpr (Sq) {
     for (int r = 0; r < RB; ++r) sq[r0 + static_cast<std::size_t>(r)] = hsum(_mm256_add_ps(acc2[0][r], acc2[1][r]));
   }
@@ -862,6 +868,11 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
       }
     }
     for (int p = 0; p < P; ++p) {
+      if constexpr (kMaskAdds<F, Sq>) {  // both rows' bits of the chunk as one lane mask
+        const auto bits = static_cast<__mmask16>(row[2 * p][k] | (row[2 * p + 1][k] << 8));
+        for (int h = 0; h < NQ; ++h) acc[p * NQ + h] = _mm512_mask_add_ps(acc[p * NQ + h], bits, acc[p * NQ + h], wk[h]);
+        continue;
+      }
       __m512 x;
       if constexpr (kGgml<F>) {  // ggml_values for both rows
         const __m256i qa = ggml_codes<F>(row[2 * p], k, five[kGgmlFive<F> ? 2 * p : 0]);
@@ -879,8 +890,12 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
   __m256 out[RB * NQ];  // score_block's order: row r, head h at r * NQ + h
   for (int p = 0; p < P; ++p) {
     for (int h = 0; h < NQ; ++h) {
-      out[(2 * p) * NQ + h] = lane_unscale<F>(_mm512_castps512_ps256(acc[p * NQ + h]));
-      out[(2 * p + 1) * NQ + h] = lane_unscale<F>(_mm512_extractf32x8_ps(acc[p * NQ + h], 1));
+      out[(2 * p) * NQ + h] = _mm512_castps512_ps256(acc[p * NQ + h]);
+      out[(2 * p + 1) * NQ + h] = _mm512_extractf32x8_ps(acc[p * NQ + h], 1);
+      if constexpr (!kMaskAdds<F, Sq>) {
+        out[(2 * p) * NQ + h] = lane_unscale<F>(out[(2 * p) * NQ + h]);
+        out[(2 * p + 1) * NQ + h] = lane_unscale<F>(out[(2 * p + 1) * NQ + h]);
+      }
     }
   }
   store_scores<NQ, RB>(out, r0, bias, s, ss);
@@ -930,18 +945,15 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   // 256-bit loops of the same order took 0.81-0.83 against 0.79-0.80 (akv -t 1 bench attention
   // --head-dims 128 --gqa 1 --contexts 4096 --variants nuq2, Intel Xeon, 2026-12-05).
   // 4-bit levels with their sums of squares (TurboQuant's norm correction) too: those sums in the
-  // same order, half the rows at a time (their accumulators double). 1-bit codes (QJL signs,
-  // 1-bit levels) for any number of heads: AVX-512 adds each head's weights under the row's bits
-  // as a lane mask, 16 values a mask, where the 256-bit loops convert and multiply 8 a time.
-  if constexpr ((kWide<F> || F == RowFormat::level4) && (NQ == 1 || F == RowFormat::code1) &&
-                (!Sq || F == RowFormat::level4)) {
+  // same order, half the rows at a time (their accumulators double).
+  if constexpr ((kWide<F> || F == RowFormat::level4) && NQ == 1 && (!Sq || F == RowFormat::level4)) {
     if (rows.chunks % 2 == 0) {
 #ifdef __AVX512F__
       constexpr int RW = Sq ? RB / 2 : RB;
-      for (; r + RW <= rows.n; r += RW) score_block_wide<F, RW, Sq, NQ>(rows, r, w, ws, bias, s, ss, sq);
-      for (; r < rows.n; ++r) score_block_wide<F, 1, Sq, NQ>(rows, r, w, ws, bias, s, ss, sq);
+      for (; r + RW <= rows.n; r += RW) score_block_wide<F, RW, Sq>(rows, r, w, bias, s, sq);
+      for (; r < rows.n; ++r) score_block_wide<F, 1, Sq>(rows, r, w, bias, s, sq);
 #else
-      constexpr int RP = Sq ? RB / 2 : RB;
+      constexpr int RP = Sq ? kAccs / 2 : kAccs;
       if constexpr (F == RowFormat::level4) {
         if (rows.chunks % 4 == 0 && rows.chunks <= kQuadMaxChunks) {
           alignas(32) float wq[8 * kQuadMaxChunks];
@@ -973,13 +985,13 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
         if (rows.chunks <= kHalvesMaxChunks) {
           alignas(32) float wp[8 * kHalvesMaxChunks];
           wide_order_weights(w, rows.chunks, wp);
-          for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, true>(rows, r, wp, 0, bias, s, 0);
-          for (; r < rows.n; ++r) score_block_paired<F, 1, true>(rows, r, wp, 0, bias, s, 0);
+          for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, true>(rows, r, wp, bias, s);
+          for (; r < rows.n; ++r) score_block_paired<F, 1, true>(rows, r, wp, bias, s);
           return;
         }
       }
-      for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, false, Sq, NQ>(rows, r, w, ws, bias, s, ss, sq);
-      for (; r < rows.n; ++r) score_block_paired<F, 1, false, Sq, NQ>(rows, r, w, ws, bias, s, ss, sq);
+      for (; r + RP <= rows.n; r += RP) score_block_paired<F, RP, false, Sq>(rows, r, w, bias, s, sq);
+      for (; r < rows.n; ++r) score_block_paired<F, 1, false, Sq>(rows, r, w, bias, s, sq);
 #endif
       return;
     }
@@ -999,12 +1011,15 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
 #endif
 #ifdef __AVX512F__
   // 2 or 4 heads: two rows per 512-bit register. 8 heads keep the 256-bit loops: with 2 row
-  // pairs x 8 heads of accumulators, head_dim 64 ran 2-13% slower (128: 4-7% faster). One head
+  // pairs x 8 heads of accumulators, head_dim 64 ran 2-13% slower (128: 4-7% faster); but 1-bit
+  // codes read as lane masks (nothing converted) take them (QJL with 2-bit keys at GQA 8:
+  // 3.66-3.77 ms converting codes in the 256-bit loops, 3.06-3.12 as row-pair masks; 2026-12-05,
+  // Intel Xeon). One head
   // over level codes too (TurboQuant's norm correction sums a row's squared levels so), 16 rows
   // a block: with 32 (16 accumulators) the row pointers left the registers, 2-5% slower
   // (`bench attention --gqa 1 --isa avx512 --variants nuq3,turboquant_3bit_nc,...`, Intel Xeon,
   // 2026-12-05).
-  if constexpr (NQ == 2 || NQ == 4 || (NQ == 1 && kLevels<F>)) {
+  if constexpr (NQ == 2 || NQ == 4 || (NQ == 1 && kLevels<F>) || (NQ == 8 && kMaskAdds<F, Sq>)) {
     constexpr int RR = NQ == 1 ? kAccs : 2 * (kAccs / NQ);
     for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR, Sq>(rows, r, w, ws, bias, s, ss, sq);
     for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2, Sq>(rows, r, w, ws, bias, s, ss, sq);
