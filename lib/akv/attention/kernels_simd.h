@@ -136,10 +136,10 @@ template <RowFormat F>
 }
 
 // Chunk k's 8 codes as 32-bit integers, the offset subtracted (IQ4_NL: the levels they pick);
-// five: the block's BlockConst::five (Q5_0, Q5_1).
+// five: the block's BlockConst::five (read for Q5_0 and Q5_1 only; no default, so that no caller
+// drops their fifth bits).
 template <RowFormat F>
-[[gnu::always_inline]] inline __m256i ggml_codes(const std::uint8_t* row, std::size_t k,
-                                                 [[maybe_unused]] __m256i five = _mm256_setzero_si256()) {
+[[gnu::always_inline]] inline __m256i ggml_codes(const std::uint8_t* row, std::size_t k, [[maybe_unused]] __m256i five) {
   const std::uint8_t* b = row + k / 4 * ggml_block_bytes<F>();
   const std::size_t p = k % 4;  // values 8p .. 8p + 7 of the block
   if constexpr (F == RowFormat::q8_0) {
@@ -1010,15 +1010,14 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   }
 #endif
 #ifdef __AVX512F__
-  // 2 or 4 heads: two rows per 512-bit register. 8 heads keep the 256-bit loops: with 2 row
-  // pairs x 8 heads of accumulators, head_dim 64 ran 2-13% slower (128: 4-7% faster); but 1-bit
-  // codes read as lane masks (nothing converted) take them (QJL with 2-bit keys at GQA 8:
-  // 3.66-3.77 ms converting codes in the 256-bit loops, 3.06-3.12 as row-pair masks; 2026-12-05,
-  // Intel Xeon). One head
-  // over level codes too (TurboQuant's norm correction sums a row's squared levels so), 16 rows
-  // a block: with 32 (16 accumulators) the row pointers left the registers, 2-5% slower
-  // (`bench attention --gqa 1 --isa avx512 --variants nuq3,turboquant_3bit_nc,...`, Intel Xeon,
-  // 2026-12-05).
+  // 2 or 4 heads: two rows per 512-bit register. 8 heads keep the 256-bit loops (with 2 row
+  // pairs x 8 heads of accumulators, head_dim 64 ran 2-13% slower, 128 4-7% faster), except 1-bit
+  // codes read as lane masks, which hold no code register (tq2j at GQA 8, head_dim 128: 3.66-3.77
+  // ms in the 256-bit loops at 74db93b, 3.06-3.12 as row-pair masks at dd75774; 2026-12-05, Intel
+  // Xeon, AVX-512, `akv -t 1 bench attention --gqa 8 --isa avx512`). One head over level codes
+  // too (TurboQuant's norm correction sums a row's squared levels so), 16 rows a block: with 32
+  // (16 accumulators) the row pointers left the registers, 2-5% slower (b069e08 vs 6d740d9, same
+  // day and CPU, `--gqa 1 --variants nuq3,turboquant_3bit_nc,...`).
   if constexpr (NQ == 2 || NQ == 4 || (NQ == 1 && kLevels<F>) || (NQ == 8 && kMaskAdds<F, Sq>)) {
     constexpr int RR = NQ == 1 ? kAccs : 2 * (kAccs / NQ);
     for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR, Sq>(rows, r, w, ws, bias, s, ss, sq);
