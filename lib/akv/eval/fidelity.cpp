@@ -236,11 +236,8 @@ FidelityReport evaluate_cache(const std::string& dump_path, const std::string& c
     r.needles = *dump.needles();
     r.needle_kept.assign(r.needles.size(), 0);
   }
-  std::unique_ptr<RopeTable> table;
-  if (cache.header().params.pre_rope) {
-    table = std::make_unique<RopeTable>(m.head_dim, m.rope_theta, 0, m.n_tokens);
-  }
-  const RopeContext rope{m.rope_layout, table.get()};
+  const CacheRope cr = cache_rope(cache, m);
+  const RopeContext& rope = cr.context;
   const auto [lo, hi] = shard.range(m.n_layers);
   Tensor3 key, value, query;  // each layer in the previous one's storage
   for (std::size_t l = lo; l < hi; ++l) {

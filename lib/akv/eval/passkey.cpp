@@ -116,8 +116,7 @@ PasskeyReport evaluate_passkey(const Model& model, const std::vector<std::vector
   PasskeyReport r;
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
-    r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8) +
-                             (o.prefill_mode != PrefillMode::exact ? "; prompt " + prefill_mode_name(o.prefill_mode) : ""));
+    r.descriptions.push_back(method_description(m, o.attention, o.prefill_mode));
   }
   r.lengths = o.lengths;
   r.depths = o.depths;

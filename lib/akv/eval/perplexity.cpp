@@ -62,6 +62,11 @@ std::string method_description(const PplMethod& m, bool int8) {
   return m.params ? describe(*m.params) + (int8 ? "; int8 attention" : "") : "f32 K/V (reference)";
 }
 
+std::string method_description(const PplMethod& m, AttentionMode attention, PrefillMode prefill) {
+  return method_description(m, attention == AttentionMode::int8) +
+         (prefill != PrefillMode::exact ? "; prompt " + prefill_mode_name(prefill) : "");
+}
+
 PplReport evaluate_perplexity(const Model& model,
                               const std::vector<std::vector<std::int32_t>>& all,
                               const PplOptions& o, const ProgressFn& progress) {

@@ -30,6 +30,9 @@ std::vector<PplMethod> full_first(const std::vector<PplMethod>& given);
 // A method's description in reports: describe(params), with "; int8 attention" when `int8`, or
 // the reference's "f32 K/V (reference)".
 std::string method_description(const PplMethod& m, bool int8);
+// The same in a run of prompts (passkey, RULER): int8 from `attention`, and "; prompt MODE" when
+// the prompt is not computed exactly.
+std::string method_description(const PplMethod& m, AttentionMode attention, PrefillMode prefill);
 
 struct PplOptions {
   std::vector<PplMethod> methods;  // "full" first is added by evaluate_perplexity if missing

@@ -207,8 +207,7 @@ RulerReport evaluate_ruler(const Model& model, const Tokenizer& tok, const std::
   const AttentionMode attention = protocol_attention(o.prefill_mode, o.attention);
   for (const auto& m : methods) {
     r.specs.push_back(m.spec);
-    r.descriptions.push_back(method_description(m, o.attention == AttentionMode::int8) +
-                             (o.prefill_mode != PrefillMode::exact ? "; prompt " + prefill_mode_name(o.prefill_mode) : ""));
+    r.descriptions.push_back(method_description(m, o.attention, o.prefill_mode));
   }
   for (const PplMethod& m : methods) {
     const auto sweep = std::find_if(o.ratio_specs.begin(), o.ratio_specs.end(), [&](const RatioSpec& x) { return x.spec == m.spec; });

@@ -16,6 +16,17 @@
 #include "akv/io/json_file.h"
 
 namespace akv {
+
+void shape_json(const DumpMeta& m, nlohmann::json& j) {
+  j["model"] = m.model;
+  j["n_layers"] = m.n_layers;
+  j["n_heads"] = m.n_heads;
+  j["n_kv_heads"] = m.n_kv_heads;
+  j["head_dim"] = m.head_dim;
+  j["n_tokens"] = m.n_tokens;
+  j["n_query"] = m.n_query;
+}
+
 namespace {
 
 nlohmann::json dataset_json(const DumpDatasetInfo& d, std::size_t d0, std::size_t d1,
@@ -72,18 +83,12 @@ nlohmann::json inspect_dump(const std::string& path, bool stats) {
   j["format"] = kDumpFormat;
   j["version"] = kDumpVersion;
   j["bytes_on_disk"] = r.file_bytes();
-  j["model"] = m.model;
-  j["n_layers"] = m.n_layers;
-  j["n_heads"] = m.n_heads;
-  j["n_kv_heads"] = m.n_kv_heads;
+  shape_json(m, j);
   j["group_size"] = m.group_size();
-  j["head_dim"] = m.head_dim;
   j["rope_theta"] = m.rope_theta;
   j["rope_layout"] = rope_layout_name(m.rope_layout);
   if (!m.rope_variant.empty()) j["rope_variant"] = m.rope_variant;
   if (m.windowed()) j["layer_window"] = m.layer_window;  // 0: a global layer
-  j["n_tokens"] = m.n_tokens;
-  j["n_query"] = m.n_query;
   // Size of the K/V cache stored as f16: the reference point for compression ratios.
   j["kv_bytes_f16"] = 2ull * 2ull * m.n_layers * m.n_kv_heads * m.n_tokens * m.head_dim;
   bool any_kinds = false;

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "akv/io/dump.h"
+
 namespace akv {
 
 // The root `format` attribute of an HDF5 file ("akv-dump", "akv-cache"); InvalidInput if absent.
@@ -16,6 +18,10 @@ bool is_hdf5(const std::string& path);
 // min, max, mean, std, absmax of each dataset, and for keys the outlier-channel ratio
 // (largest channel absmax / median channel absmax, worst head).
 nlohmann::json inspect_file(const std::string& path, bool stats = false);
+
+// The shape fields that akv info gives dumps and caches alike (model, n_layers, n_heads,
+// n_kv_heads, head_dim, n_tokens, n_query), set in j.
+void shape_json(const DumpMeta& m, nlohmann::json& j);
 
 // Human-readable rendering of inspect_file()'s result: summary lines and a per-layer table.
 std::string render_info(const nlohmann::json& info);

@@ -30,10 +30,7 @@ void attend_layer(KvPolicy& cache, std::size_t layer, const float* q, std::size_
     decode_attention_ref(a);
     return;
   }
-  DecodeAttentionOptions o;
-  o.threads = threads;
-  o.mode = mode;
-  decode_attention(a, o);
+  decode_attention(a, {.threads = threads, .mode = mode});
   for (std::size_t h = 0; h < probs.size(); ++h) cache.observe(layer, h / g, probs[h].data());
 }
 
@@ -69,10 +66,7 @@ void attend_layer_block(const KvPolicy& cache, std::size_t layer, const float* q
   a.visible = visible.data();
   if (window) a.first = first.data();
   a.softcap = softcap;
-  DecodeAttentionOptions o;
-  o.threads = threads;
-  o.mode = mode;
-  decode_attention(a, o);
+  decode_attention(a, {.threads = threads, .mode = mode});
   for (std::size_t kv = 0; kv < n_kv_heads; ++kv) {
     for (std::size_t j = 0; j < n_tokens; ++j) {
       for (std::size_t i = 0; i < g; ++i) {

@@ -167,6 +167,13 @@ std::string cache_head_path(std::size_t layer, std::size_t head) {
   return "/layers/" + std::to_string(layer) + "/heads/" + std::to_string(head);
 }
 
+CacheRope cache_rope(const CacheReader& cache, const DumpMeta& m) {
+  CacheRope r;
+  if (cache.header().params.pre_rope) r.table = std::make_unique<RopeTable>(m.head_dim, m.rope_theta, 0, m.n_tokens);
+  r.context = RopeContext{m.rope_layout, r.table.get()};
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------------
 struct CacheWriter::Impl {
   CacheHeader header;

@@ -133,4 +133,13 @@ class CacheReader {
 // Path of a head's group, e.g. "/layers/3/heads/1".
 std::string cache_head_path(std::size_t layer, std::size_t head);
 
+// What reconstruct_head needs for a cache's keys: when they were quantized before RoPE, a RoPE
+// table of the dump's positions [0, m.n_tokens) (m: the dump the cache was made from), none
+// otherwise. Movable: context points into the table, which a move keeps.
+struct CacheRope {
+  std::unique_ptr<RopeTable> table;
+  RopeContext context;
+};
+CacheRope cache_rope(const CacheReader& cache, const DumpMeta& m);
+
 }  // namespace akv

@@ -278,11 +278,8 @@ void decompress_cache(const std::string& cache_path, const std::string& out_path
   wo.dtype = dtype;
   wo.head_kinds = !dump.layer(0).head_kinds.empty();
   DumpWriter writer(out_path, m, wo);
-  std::unique_ptr<RopeTable> table;
-  if (cache.header().params.pre_rope) {
-    table = std::make_unique<RopeTable>(m.head_dim, m.rope_theta, 0, m.n_tokens);
-  }
-  const RopeContext rope{m.rope_layout, table.get()};
+  const CacheRope cr = cache_rope(cache, m);
+  const RopeContext& rope = cr.context;
   for (std::size_t l = 0; l < m.n_layers; ++l) {
     Tensor3 key(m.n_kv_heads, m.n_tokens, m.head_dim), value = key;
     std::vector<HeadCache> heads(m.n_kv_heads);  // HDF5 reads stay on this thread

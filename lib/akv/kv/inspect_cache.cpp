@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "akv/io/inspect.h"
 #include "akv/kv/compress.h"
 
 namespace akv {
@@ -16,13 +17,7 @@ nlohmann::json inspect_cache(const std::string& path) {
   j["format"] = kCacheFormat;
   j["version"] = cache.version();
   j["bytes_on_disk"] = cache.file_bytes();
-  j["model"] = m.model;
-  j["n_layers"] = m.n_layers;
-  j["n_heads"] = m.n_heads;
-  j["n_kv_heads"] = m.n_kv_heads;
-  j["head_dim"] = m.head_dim;
-  j["n_tokens"] = m.n_tokens;
-  j["n_query"] = m.n_query;
+  shape_json(m, j);
   return j;
 }
 

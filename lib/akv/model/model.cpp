@@ -56,6 +56,16 @@ void add_bias(RowMatrix& m, const std::vector<float>& b) {
   }
 }
 
+// The projections' rows finished: biases added (Qwen2), then each query and key head normalized
+// (Qwen3, Gemma 3), before RoPE.
+void finish_qkv(const LayerWeights& lw, float eps, std::size_t head_dim, RowMatrix& q, RowMatrix& k, RowMatrix& v) {
+  add_bias(q, lw.bq);
+  add_bias(k, lw.bk);
+  add_bias(v, lw.bv);
+  head_norm(q, lw.q_norm, eps, head_dim);
+  head_norm(k, lw.k_norm, eps, head_dim);
+}
+
 // [n, heads*hd] row-major -> [heads, n, hd].
 Tensor3 split_heads(const RowMatrix& m, std::size_t heads, std::size_t hd) {
   const auto n = static_cast<std::size_t>(m.rows());
@@ -229,11 +239,7 @@ PrefillResult Model::prefill(const std::vector<std::int32_t>& tokens, bool all_l
         norms[r0 + i] = std::sqrt(ss);
       }
       RowMatrix q = mul(lw.wq, xb), k = mul(lw.wk, xb), v = mul(lw.wv, xb);
-      add_bias(q, lw.bq);
-      add_bias(k, lw.bk);
-      add_bias(v, lw.bv);
-      head_norm(q, lw.q_norm, c.norm_eps, hd);
-      head_norm(k, lw.k_norm, c.norm_eps, hd);
+      finish_qkv(lw, c.norm_eps, hd, q, k, v);
       Tensor3 qh = split_heads(q, c.n_heads, hd);
       for (std::size_t i = 0; i < rows; ++i) {
         for (std::size_t h = 0; h < c.n_kv_heads; ++h) {
@@ -371,11 +377,7 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
     product(lw.wq, xb, q);
     product(lw.wk, xb, k);
     product(lw.wv, xb, v);
-    add_bias(q, lw.bq);
-    add_bias(k, lw.bk);
-    add_bias(v, lw.bv);
-    head_norm(q, lw.q_norm, c.norm_eps, hd);
-    head_norm(k, lw.k_norm, c.norm_eps, hd);
+    finish_qkv(lw, c.norm_eps, hd, q, k, v);
     k_pre = k;
     parallel_for(n_lanes, threads, [&](std::size_t i) {  // lanes write disjoint rows
       const Lane& lane = lanes[i];
