@@ -5,6 +5,7 @@
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/eval/calibrate.h"
+#include "akv/eval/calibrate_shard.h"
 #include "akv/io/json_file.h"
 #include "commands.h"
 

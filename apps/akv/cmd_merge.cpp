@@ -6,7 +6,7 @@
 
 #include "akv/bench/bench_shard.h"
 #include "akv/bench/decode_bench.h"
-#include "akv/eval/calibrate.h"
+#include "akv/eval/calibrate_shard.h"
 #include "akv/eval/fidelity.h"
 #include "akv/eval/passkey_shard.h"
 #include "akv/eval/ruler_shard.h"

@@ -1,5 +1,6 @@
 #include "akv/alloc/knapsack.h"
 #include "akv/eval/calibrate.h"
+#include "akv/eval/calibrate_steps.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +17,6 @@
 #include "akv/alloc/eviction.h"
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
-#include "akv/core/isa.h"
 #include "akv/core/parallel.h"
 #include "akv/eval/attention.h"
 #include "akv/io/file_hash.h"
@@ -32,29 +32,8 @@
 #include "akv/score/kvzap.h"
 #include "akv/score/qfilter.h"
 
-namespace akv {
+namespace akv::calib {
 namespace {
-
-struct HeadMeasure {
-  std::vector<double> key_err, value_err;  // [candidates]
-  double norm_variance = 0, entropy = 0, outlier_ratio = 0;
-  // max |x| of the head's keys and values as a cache stores them (rotated with --rotate): the
-  // fp8 scales' source (max over dumps).
-  double key_amax = 0, value_amax = 0;
-  std::vector<double> norms;  // ||k_t|| in token order (for the streaming proxy)
-  std::vector<double> qfilter;  // [head_dim]: the Q-Filter of every dump's queries (score/qfilter.h)
-  std::optional<double> duo_error;  // a DuoAttention streaming head's attention error (unset: not measured)
-  std::vector<double> type_key_err, type_value_err;  // [key types], [value types] (--types)
-  std::vector<double> kvzap_weight;  // [input dim]: its KVzap surrogate (empty: not fitted)
-  double kvzap_bias = 0, kvzap_r2 = 0;
-};
-
-// The --types lists: which types keys and values may take (names), and their layouts.
-struct TypeLists {
-  std::vector<std::string> key, value;  // as given ("q4_0", "q4_0+hadamard")
-  std::vector<const GgmlTypeInfo*> key_info, value_info;
-  std::vector<RotationKind> key_rotate, value_rotate;  // each type's rotation (its own or --rotate)
-};
 
 // Bits per element a type stores (its blocks; fp8's one f32 scale per tensor not counted).
 double type_bits(const GgmlTypeInfo& t) { return 8.0 * static_cast<double>(t.bytes) / static_cast<double>(t.block); }
@@ -205,41 +184,6 @@ std::vector<double> ranks(const std::vector<double>& x) {
 }
 
 }  // namespace
-
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  const auto ra = ranks(a), rb = ranks(b);
-  const double n = static_cast<double>(a.size());
-  if (n < 2) return 0.0;
-  const double ma = std::accumulate(ra.begin(), ra.end(), 0.0) / n, mb = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
-  double sab = 0, saa = 0, sbb = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    sab += (ra[i] - ma) * (rb[i] - mb);
-    saa += (ra[i] - ma) * (ra[i] - ma);
-    sbb += (rb[i] - mb) * (rb[i] - mb);
-  }
-  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0.0;
-}
-
-namespace {
-
-// Checked options (candidates sorted and unique) and the dumps' shapes.
-struct Setup {
-  CalibrateOptions opt;
-  std::vector<DumpMeta> metas;
-  bool duo = false;  // every dump longer than duo_sinks + duo_window: DuoAttention head scores measured
-  bool nuq = false;  // nuq bits asked for and every dump has key_pre_rope: codebooks fitted
-  bool fisher = false;  // every dump has key_fisher and value_fisher: the nuq fit's weights
-  bool kvzap = false;   // every dump has attn_input and kvzip_plus: KVzap's surrogate fitted
-  std::size_t kvzap_rows = 0;  // the rows of its fit (each dump's tokens after kvzap_sinks)
-  TypeLists types;      // --types, split into key and value candidates
-};
-
-// KVQuant's codebooks of one layer: [bits index], keys per channel, values per token and KV head;
-// or why they could not be fitted (every value an outlier: data too sparse or constant).
-struct LayerNuq {
-  std::vector<NuqCalibration> key, value;
-  std::string failed;
-};
 
 Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   if (dumps.empty()) throw UsageError("calibrate needs at least one dump", {"", "DUMP"});
@@ -543,11 +487,15 @@ std::vector<LayerNuq> fit_layer_nuq(const std::vector<std::string>& dumps, const
   return out;
 }
 
+namespace {
+
 std::size_t query_rows(const Setup& st) {
   std::size_t rows = 0;
   for (const DumpMeta& m : st.metas) rows += m.n_query;
   return rows;
 }
+
+}  // namespace
 
 // The allocation over every head and calib.json.
 nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
@@ -772,227 +720,27 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
   return calibration_to_json(f);
 }
 
-constexpr const char* kCalibrationPart = "akv-calibration-part";
+}  // namespace akv::calib
 
-nlohmann::json options_json(const CalibrateOptions& o, bool kvzap) {
-  nlohmann::json j = {{"candidates", o.candidates}, {"group", o.group}, {"residual", o.residual},
-                      {"quant_rule", quant_rule_name(o.rule)}, {"target_bits", o.target_bits},
-                      {"aggregate", o.aggregate}, {"allocator", o.allocator}, {"lo_bit", o.lo}, {"mid_bit", o.mid},
-                      {"hi_bit", o.hi}, {"update_interval", o.update_interval}, {"duo_sinks", o.duo_sinks},
-                      {"duo_window", o.duo_window}, {"nuq_bits", o.nuq_bits}, {"nuq_sparsity", o.nuq_sparsity},
-                      {"nuq_sink", o.nuq_sink}};
-  if (kvzap) {  // absent: no surrogate fitted
-    j["kvzap_alpha"] = o.kvzap_alpha;
-    j["kvzap_sinks"] = o.kvzap_sinks;
-  }
-  if (o.rotate != RotationKind::none) j["rotate"] = rotation_name(o.rotate);  // absent: none
-  if (!o.types.empty()) {  // absent: none
-    j["types"] = o.types;
-    j["types_target_bits"] = o.types_target_bits;
-  }
-  return j;
-}
+namespace akv {
 
-}  // namespace
-
-nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const CalibrateOptions& o, const Shard& shard,
-                              const ProgressFn& progress) {
-  const Setup st = setup(dumps, o);
-  const auto [lo, hi] = shard.range(st.metas[0].n_layers);
-  auto agg = measure_layers(dumps, st, lo, hi, progress);
-  fit_layer_qfilters(dumps, st, lo, hi, agg);
-  fit_layer_kvzap(dumps, st, lo, hi, agg);
-  const std::vector<LayerNuq> nuq = fit_layer_nuq(dumps, st, lo, hi);
-  // Token norms only feed the streaming proxy (adakv-proxy with an update interval).
-  const bool norms = st.opt.allocator == "adakv-proxy" && st.opt.update_interval > 0;
-  nlohmann::json layers = nlohmann::json::array();
-  for (const auto& layer : agg) {
-    nlohmann::json heads = nlohmann::json::array();
-    for (const HeadMeasure& a : layer) {
-      heads.push_back({{"key_err", a.key_err}, {"value_err", a.value_err}, {"norm_variance", a.norm_variance},
-                       {"entropy", a.entropy}, {"outlier_ratio", a.outlier_ratio},
-                       {"key_amax", a.key_amax}, {"value_amax", a.value_amax}, {"qfilter", a.qfilter},
-                       {"duo_error", a.duo_error ? nlohmann::json(*a.duo_error) : nlohmann::json(nullptr)},
-                       {"norms", norms ? nlohmann::json(a.norms) : nlohmann::json::array()}});
-      if (!st.types.key.empty()) {
-        heads.back()["type_key_err"] = a.type_key_err;
-        heads.back()["type_value_err"] = a.type_value_err;
-      }
-      if (st.kvzap) heads.back()["kvzap"] = {{"weight", a.kvzap_weight}, {"bias", a.kvzap_bias}, {"r2", a.kvzap_r2}};
-    }
-    layers.push_back(heads);
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  const auto ra = calib::ranks(a), rb = calib::ranks(b);
+  const double n = static_cast<double>(a.size());
+  if (n < 2) return 0.0;
+  const double ma = std::accumulate(ra.begin(), ra.end(), 0.0) / n, mb = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    sab += (ra[i] - ma) * (rb[i] - mb);
+    saa += (ra[i] - ma) * (ra[i] - ma);
+    sbb += (rb[i] - mb) * (rb[i] - mb);
   }
-  nlohmann::json nuq_layers = nlohmann::json::array();
-  for (const LayerNuq& ln : nuq) {
-    if (!ln.failed.empty()) {
-      nuq_layers.push_back({{"failed", ln.failed}});
-      continue;
-    }
-    nlohmann::json kl = nlohmann::json::array(), vl = nlohmann::json::array();
-    for (std::size_t b = 0; b < ln.key.size(); ++b) {
-      kl.push_back(ln.key[b].levels);
-      vl.push_back(ln.value[b].levels);
-    }
-    nuq_layers.push_back({{"key_upper", ln.key.front().upper}, {"key_lower", ln.key.front().lower},
-                          {"key_levels", kl}, {"value_levels", vl}});
-  }
-  nlohmann::json ds = nlohmann::json::array();
-  for (const auto& d : dumps) ds.push_back({{"path", d}, {"hash", file_hash(d)}});
-  return {{"format", kCalibrationPart}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
-          {"first_layer", lo}, {"n_layers", st.metas[0].n_layers}, {"dumps", ds}, {"options", options_json(st.opt, st.kvzap)},
-          {"kernels", kernel_arithmetic()}, {"layers", layers}, {"nuq", nuq_layers}};
-}
-
-nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
-  const std::vector<std::size_t> order = shard_order(parts, kCalibrationPart, {"dumps", "options", "n_layers", "kernels"});
-  const auto& [file0, first] = parts[0];
-  std::vector<std::vector<HeadMeasure>> agg;
-  std::vector<LayerNuq> nuq;
-  std::vector<std::string> dumps;
-  CalibrateOptions o;
-  try {
-    for (std::size_t i : order) {
-      const auto& [file, j] = parts[i];
-      check_follows(file, j, "first_layer", "layers", agg.size());
-      for (const nlohmann::json& e : j.at("nuq")) {
-        LayerNuq ln;
-        if (e.contains("failed")) {
-          ln.failed = e.at("failed").get<std::string>();
-          nuq.push_back(std::move(ln));
-          continue;
-        }
-        const std::vector<double> up = e.at("key_upper").get<std::vector<double>>(),
-                                  lo = e.at("key_lower").get<std::vector<double>>();
-        const nlohmann::json& kl = e.at("key_levels");
-        const nlohmann::json& vl = e.at("value_levels");
-        for (std::size_t b = 0; b < kl.size(); ++b) {
-          NuqCalibration k, v;
-          k.per_channel = true;
-          k.upper = up;
-          k.lower = lo;
-          kl[b].get_to(k.levels);
-          vl.at(b).get_to(v.levels);
-          ln.key.push_back(std::move(k));
-          ln.value.push_back(std::move(v));
-        }
-        nuq.push_back(std::move(ln));
-      }
-      for (const nlohmann::json& layer : j.at("layers")) {
-        std::vector<HeadMeasure> heads;
-        for (const nlohmann::json& h : layer) {
-          HeadMeasure a;
-          h.at("key_err").get_to(a.key_err);
-          h.at("value_err").get_to(a.value_err);
-          a.norm_variance = h.at("norm_variance").get<double>();
-          a.entropy = h.at("entropy").get<double>();
-          a.outlier_ratio = h.at("outlier_ratio").get<double>();
-          a.key_amax = h.at("key_amax").get<double>();
-          a.value_amax = h.at("value_amax").get<double>();
-          h.at("qfilter").get_to(a.qfilter);
-          if (!h.at("duo_error").is_null()) a.duo_error = h.at("duo_error").get<double>();
-          h.at("norms").get_to(a.norms);
-          if (h.contains("type_key_err")) {
-            h.at("type_key_err").get_to(a.type_key_err);
-            h.at("type_value_err").get_to(a.type_value_err);
-          }
-          if (h.contains("kvzap")) {
-            h.at("kvzap").at("weight").get_to(a.kvzap_weight);
-            a.kvzap_bias = h.at("kvzap").at("bias").get<double>();
-            a.kvzap_r2 = h.at("kvzap").at("r2").get<double>();
-          }
-          heads.push_back(std::move(a));
-        }
-        agg.push_back(std::move(heads));
-      }
-    }
-    for (const nlohmann::json& d : first.at("dumps")) dumps.push_back(d.at("path").get<std::string>());
-    const nlohmann::json& op = first.at("options");
-    o.candidates.clear();
-    for (const std::int32_t b : json_i32s(op.at("candidates"))) o.candidates.push_back(b);
-    o.group = json_uint(op.at("group"));
-    o.residual = json_uint(op.at("residual"));
-    o.rule = parse_quant_rule(op.at("quant_rule").get<std::string>());
-    if (op.contains("rotate")) o.rotate = parse_rotation(op.at("rotate").get<std::string>(), file0, "options.rotate");
-    o.target_bits = op.at("target_bits").get<double>();
-    o.aggregate = op.at("aggregate").get<std::string>();
-    o.allocator = op.at("allocator").get<std::string>();
-    o.lo = json_i32(op.at("lo_bit"));
-    o.mid = json_i32(op.at("mid_bit"));
-    o.hi = json_i32(op.at("hi_bit"));
-    o.update_interval = json_uint(op.at("update_interval"));
-    o.duo_sinks = json_uint(op.at("duo_sinks"));
-    o.duo_window = json_uint(op.at("duo_window"));
-    o.nuq_bits.clear();
-    for (const std::int32_t b : json_i32s(op.at("nuq_bits"))) o.nuq_bits.push_back(b);
-    o.nuq_sparsity = op.at("nuq_sparsity").get<double>();
-    o.nuq_sink = json_uint(op.at("nuq_sink"));
-    if (op.contains("kvzap_alpha")) {
-      o.kvzap_alpha = op.at("kvzap_alpha").get<double>();
-      o.kvzap_sinks = json_uint(op.at("kvzap_sinks"));
-    }
-    if (op.contains("types")) {
-      op.at("types").get_to(o.types);
-      o.types_target_bits = op.at("types_target_bits").get<double>();
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("partial calibration field missing or of the wrong type: ") + e.what(), {file0});
-  }
-  const Setup st = setup(dumps, o);
-  for (std::size_t i = 0; i < dumps.size(); ++i) {
-    const std::string hash = file_hash(dumps[i]);
-    if (hash != first["dumps"][i]["hash"].get<std::string>()) {
-      throw InvalidInput("dump changed since the shards read it", {dumps[i], "hash", hash});
-    }
-  }
-  if (agg.size() != st.metas[0].n_layers) {
-    throw InvalidInput("parts hold " + std::to_string(agg.size()) + " layers, the dumps " + std::to_string(st.metas[0].n_layers),
-                       {file0, "n_layers", std::to_string(st.metas[0].n_layers)});
-  }
-  const std::size_t C = st.metas[0].n_kv_heads * st.metas[0].head_dim;
-  if (nuq.size() != (st.nuq ? agg.size() : 0)) {
-    throw InvalidInput(st.nuq ? "parts without every layer's nuq codebooks" : "nuq codebooks the dumps cannot give",
-                       {file0, "nuq", std::to_string(nuq.size())});
-  }
-  for (LayerNuq& ln : nuq) {
-    if (!ln.failed.empty()) continue;
-    if (ln.key.size() != st.opt.nuq_bits.size() || ln.key.front().upper.size() != C || ln.key.front().lower.size() != C) {
-      throw InvalidInput("a layer's nuq codebooks do not match the options and shape", {file0, "nuq"});
-    }
-    for (std::size_t b = 0; b < ln.key.size(); ++b) {
-      ln.key[b].bits = ln.value[b].bits = st.opt.nuq_bits[b];
-      if (ln.key[b].levels.size() != (std::size_t{1} << ln.key[b].bits) ||
-          ln.value[b].levels.size() != (std::size_t{1} << ln.value[b].bits)) {
-        throw InvalidInput("nuq levels must be 2^bits values", {file0, "nuq.key_levels", std::to_string(ln.key[b].levels.size())});
-      }
-    }
-  }
-  for (const auto& layer : agg) {
-    if (layer.size() != st.metas[0].n_kv_heads) throw InvalidInput("a layer without every KV head", {file0, "layers", std::to_string(layer.size())});
-    for (const HeadMeasure& a : layer) {
-      if (a.type_key_err.size() != st.types.key.size() || a.type_value_err.size() != st.types.value.size()) {
-        throw InvalidInput("a head without every type's error", {file0, "type_key_err", std::to_string(a.type_key_err.size())});
-      }
-      if (a.key_err.size() != st.opt.candidates.size() || a.value_err.size() != st.opt.candidates.size()) {
-        throw InvalidInput("a head without every candidate's error", {file0, "key_err", std::to_string(a.key_err.size())});
-      }
-      if (a.duo_error.has_value() != st.duo) {
-        throw InvalidInput(st.duo ? "a head without its DuoAttention score" : "a DuoAttention score the dumps are too short for",
-                           {file0, "duo_error"});
-      }
-      if (a.kvzap_weight.empty() == st.kvzap) {
-        throw InvalidInput(st.kvzap ? "a head without its KVzap surrogate" : "a KVzap surrogate the dumps cannot give",
-                           {file0, "kvzap"});
-      }
-      if (a.qfilter.size() != st.metas[0].head_dim) {
-        throw InvalidInput("a head's Q-Filter is not head_dim long", {file0, "qfilter", std::to_string(a.qfilter.size())});
-      }
-    }
-  }
-  return assemble(dumps, st, agg, nuq);
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0.0;
 }
 
 nlohmann::json calibrate(const std::vector<std::string>& dumps, const CalibrateOptions& o,
                          const ProgressFn& progress) {
+  using namespace calib;
   const Setup st = setup(dumps, o);
   auto agg = measure_layers(dumps, st, 0, st.metas[0].n_layers, progress);
   fit_layer_qfilters(dumps, st, 0, st.metas[0].n_layers, agg);
