@@ -49,6 +49,22 @@ void check_follows(const std::string& file, const nlohmann::json& j, const char*
   check_follows(file, field, items, json_uint(j.at(field)), next);
 }
 
+void check_parts_hold(const std::string& file, const char* field, const char* items, std::size_t held,
+                      std::size_t total) {
+  if (held != total) {
+    throw InvalidInput("parts hold " + std::to_string(held) + " " + items + ", the run " + std::to_string(total),
+                       {file, field, std::to_string(total)});
+  }
+}
+
+std::vector<double> read_depths(const std::string& file, const nlohmann::json& j) {
+  std::vector<double> depths = j.at("depths").get<std::vector<double>>();
+  for (double d : depths) {
+    if (!(d >= 0.0 && d <= 1.0)) throw InvalidInput("a depth outside [0, 1]", {file, "depths", format_number(d)});
+  }
+  return depths;
+}
+
 namespace {
 
 template <typename T, typename Read>

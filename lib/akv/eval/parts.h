@@ -29,6 +29,14 @@ void read_method_lists(const std::string& file, const nlohmann::json& j, std::ve
 void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
                    std::size_t next);
 
+// The parts' items (sequences, prompts, samples) against the run's total (the first part's
+// j[field]): InvalidInput "parts hold N items, the run M" naming the file and field otherwise.
+void check_parts_hold(const std::string& file, const char* field, const char* items, std::size_t held,
+                      std::size_t total);
+
+// A part's "depths": numbers in [0, 1]; InvalidInput naming the file and the value otherwise.
+std::vector<double> read_depths(const std::string& file, const nlohmann::json& j);
+
 // Appends part `file`'s per-item rows at j[key] (one value per method; items = prompts, samples)
 // to `rows`, which must then hold `items` rows (the items read so far); the integer form takes
 // non-negative integers only. InvalidInput naming the file and field otherwise.

@@ -46,10 +46,7 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
       if (!l.is_number_unsigned()) throw InvalidInput("a length that is not a non-negative integer", {file0, "lengths", excerpt(l.dump(), 40)});
     }
     r.lengths = json_uints(first.at("lengths"));
-    r.depths = first.at("depths").get<std::vector<double>>();
-    for (double d : r.depths) {
-      if (!(d >= 0 && d <= 1)) throw InvalidInput("a depth outside [0, 1]", {file0, "depths", format_number(d)});
-    }
+    r.depths = read_depths(file0, first);
     r.trials = json_uint(first.at("trials"));
     r.query_agnostic = first.at("query_agnostic").get<bool>();
     r.total_prompts = json_uint(first.at("total_prompts"));
@@ -79,10 +76,7 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
   }
-  if (r.outcomes.size() != r.total_prompts) {
-    throw InvalidInput("parts hold " + std::to_string(r.outcomes.size()) + " prompts, the run " + std::to_string(r.total_prompts),
-                       {file0, "total_prompts", std::to_string(r.total_prompts)});
-  }
+  check_parts_hold(file0, "total_prompts", "prompts", r.outcomes.size(), r.total_prompts);
   r.tally();
   return r;
 }

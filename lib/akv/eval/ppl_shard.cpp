@@ -129,10 +129,8 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
   }
-  if (r.sequences.size() != total || r.prompt_tokens.size() != total) {
-    throw InvalidInput("parts hold " + std::to_string(r.sequences.size()) + " sequences, the run " + std::to_string(total),
-                       {file0, "total_sequences", std::to_string(total)});
-  }
+  check_parts_hold(file0, "total_sequences", "sequences", r.sequences.size(), total);
+  check_parts_hold(file0, "total_sequences", "sequences", r.prompt_tokens.size(), total);
   return r;
 }
 

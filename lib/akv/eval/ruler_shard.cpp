@@ -46,10 +46,7 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
     r.tasks = first.at("tasks").get<std::vector<std::string>>();
     for (const std::string& t : r.tasks) ruler_task(t);
     r.lengths = json_uints(first.at("lengths"));
-    r.depths = first.at("depths").get<std::vector<double>>();
-    for (double d : r.depths) {
-      if (!(d >= 0.0 && d <= 1.0)) throw InvalidInput("a depth outside [0, 1]", {file0, "depths", format_number(d)});
-    }
+    r.depths = read_depths(file0, first);
     r.samples = json_uint(first.at("samples"));
     r.prefix = first.at("answer_prefix").get<std::string>();
     parse_answer_prefix(r.prefix);
@@ -83,10 +80,7 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
   }
-  if (r.score.size() != r.total_samples) {
-    throw InvalidInput("parts hold " + std::to_string(r.score.size()) + " samples, the run " + std::to_string(r.total_samples),
-                       {file0, "total_samples", std::to_string(r.total_samples)});
-  }
+  check_parts_hold(file0, "total_samples", "samples", r.score.size(), r.total_samples);
   return r;
 }
 
