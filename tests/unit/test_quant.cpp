@@ -510,6 +510,25 @@ TEST_CASE("turboquant qjl: row layout, names, and the read-back by brute force",
   CHECK(tq_first_nonfinite(t, two.data(), 16) == 16);
 }
 
+TEST_CASE("turboquant qjl: the vector projection encodes the plain loop's signs, bit for bit", "[quant][turboquant][qjl]") {
+  // S r as 8 (head_dim 8, 16, 32) or 64 outputs in registers (AVX2) against the plain loop (generic):
+  // the same products and sums, so the same sign bits and bytes.
+  for (const int bits : {2, 4}) {
+    for (const std::size_t d : {8, 16, 32, 64, 128, 256}) {
+      const TqType t{TqKind::key_qjl, bits, d};
+      const std::size_t n = 7;
+      const std::vector<float> x = random_block(n * d, 130 + static_cast<std::uint64_t>(bits) + d, true, d);
+      std::vector<std::uint8_t> plain(n * tq_row_bytes(t)), vec(plain.size());
+      set_isa(Isa::generic);
+      tq_encode_rows(t, x.data(), n, plain.data());
+      set_isa(best_isa());
+      tq_encode_rows(t, x.data(), n, vec.data());
+      INFO("bits " << bits << " head_dim " << d << " isa " << isa_name(best_isa()));
+      CHECK(plain == vec);
+    }
+  }
+}
+
 TEST_CASE("turboquant qjl: levels read back by the vector loops equal the plain loop's; sign tables give q . row",
           "[quant][turboquant][qjl]") {
   for (const int bits : {2, 3, 4}) {

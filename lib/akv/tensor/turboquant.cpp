@@ -167,6 +167,46 @@ void decode_key(const TqType& t, const TqCodebook& cb, const std::uint8_t* src, 
   for (std::size_t i = 0; i < t.head_dim; ++i) y[i] = norm * y[i];
 }
 
+#if defined(__AVX2__)
+// NA x 8 outputs of the projection from j0, held in registers over the whole sum (the plain
+// loop reads and writes p at every i): the same products and additions in the same order.
+template <int NA>
+void qjl_project_block(const float* St, const float* r, std::size_t d, std::size_t j0, float* p) {
+  __m256 acc[NA];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < d; ++i) {
+    const __m256 ri = _mm256_set1_ps(r[i]);
+    const float* col = St + i * d + j0;
+    for (int k = 0; k < NA; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(_mm256_loadu_ps(col + 8 * k), ri));
+  }
+  for (int k = 0; k < NA; ++k) _mm256_storeu_ps(p + j0 + 8 * k, acc[k]);
+}
+#endif
+
+// p = S r for St = S transposed: p_j = sum_i St[i d + j] r_i, each sum over i in order from 0
+// (products rounded, then added: this file does not contract), eight outputs a register and 64
+// at a time with AVX2 (head_dim a power of two from 8; generic: the plain loop).
+void qjl_project(const float* St, const float* r, std::size_t d, float* p) {
+#if defined(__AVX2__)
+  if (active_isa() != Isa::generic) {
+    switch (d) {
+      case 8: return qjl_project_block<1>(St, r, d, 0, p);
+      case 16: return qjl_project_block<2>(St, r, d, 0, p);
+      case 32: return qjl_project_block<4>(St, r, d, 0, p);
+      default:
+        for (std::size_t j0 = 0; j0 < d; j0 += 64) qjl_project_block<8>(St, r, d, j0, p);
+        return;
+    }
+  }
+#endif
+  std::fill_n(p, d, 0.0f);
+  for (std::size_t i = 0; i < d; ++i) {
+    const float ri = r[i];
+    const float* col = St + i * d;
+    for (std::size_t j = 0; j < d; ++j) p[j] += col[j] * ri;
+  }
+}
+
 // key_qjl: the levels and norm as encode_key (no norm correction), then the residual's signs
 // under S and its norm. St: S transposed (St[i d + j] = S[j d + i]): (S r)_j = sum_i S_ji r_i,
 // each over i in order, as St's rows times r_i, so that the loop over j vectorizes (the same
@@ -182,15 +222,19 @@ void encode_key_qjl(const TqType& t, const TqCodebook& cb, const float* St, cons
     sq += r[i] * r[i];
   }
   float p[512];
-  std::fill_n(p, d, 0.0f);
-  for (std::size_t i = 0; i < d; ++i) {
-    const float ri = r[i];
-    const float* col = St + i * d;
-    for (std::size_t j = 0; j < d; ++j) p[j] += col[j] * ri;
-  }
+  qjl_project(St, r, d, p);
   std::uint8_t* signs = dst + sign_offset(t);
-  std::memset(signs, 0, d / 8);
-  for (std::size_t j = 0; j < d; ++j) {
+  std::size_t j = 0;
+#if defined(__AVX2__)
+  if (active_isa() != Isa::generic) {  // eight p_j >= 0 (ordered: not NaN) as one byte
+    for (; j + 8 <= d; j += 8) {
+      const __m256 ge = _mm256_cmp_ps(_mm256_loadu_ps(p + j), _mm256_setzero_ps(), _CMP_GE_OQ);
+      signs[j / 8] = static_cast<std::uint8_t>(_mm256_movemask_ps(ge));
+    }
+  }
+#endif
+  std::memset(signs + j / 8, 0, (d - j) / 8);
+  for (; j < d; ++j) {
     if (p[j] >= 0.0f) signs[j / 8] = static_cast<std::uint8_t>(signs[j / 8] | (1u << (j % 8)));
   }
   put_f16(dst + gamma_offset(t), std::sqrt(sq));
