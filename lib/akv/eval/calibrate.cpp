@@ -497,16 +497,24 @@ std::size_t query_rows(const Setup& st) {
 
 }  // namespace
 
-// The allocation over every head and calib.json.
-nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
-                        const std::vector<std::vector<HeadMeasure>>& agg, const std::vector<LayerNuq>& nuq) {
+namespace {
+
+// Bits per head (key and value, [layer * H + head]): the knapsack over the measured errors, or
+// the AdaKV-proxy rule on the head proxies (with an update interval: its assignments as the
+// prompt grows, in history).
+struct BitAssignment {
+  std::vector<int> key, value;
+  nlohmann::json history = nlohmann::json::array();
+};
+
+BitAssignment assign_bits(const Setup& st, const std::vector<std::vector<HeadMeasure>>& agg) {
   const CalibrateOptions& opt = st.opt;
   const std::vector<int>& cand = opt.candidates;
   const DumpMeta& m0 = st.metas[0];
-  const std::size_t L = m0.n_layers, H = m0.n_kv_heads, C = cand.size();
-  // Assignment.
-  std::vector<int> bk(L * H), bv(L * H);
-  nlohmann::json history = nlohmann::json::array();
+  const std::size_t L = m0.n_layers, H = m0.n_kv_heads;
+  BitAssignment a;
+  a.key.resize(L * H);
+  a.value.resize(L * H);
   if (opt.allocator == "measured") {
     std::vector<std::vector<double>> err;
     for (std::size_t i = 0; i < L * H; ++i) err.push_back(agg[i / H][i % H].key_err);
@@ -514,95 +522,154 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
     const long long budget = static_cast<long long>(std::floor(opt.target_bits * static_cast<double>(2 * L * H) + 1e-9));
     const auto pick = knapsack_min_error(err, cand, budget);
     for (std::size_t i = 0; i < L * H; ++i) {
-      bk[i] = cand[pick[i]];
-      bv[i] = cand[pick[L * H + i]];
+      a.key[i] = cand[pick[i]];
+      a.value[i] = cand[pick[L * H + i]];
     }
-  } else {
-    auto importance = [&](std::size_t upto) {
-      std::vector<double> imp(L * H);
-      for (std::size_t i = 0; i < L * H; ++i) {
-        const HeadMeasure& a = agg[i / H][i % H];
-        if (opt.allocator == "entropy") {
-          imp[i] = a.entropy;
-        } else {
-          RunningMoments mom;  // first dump's norms, as a stream
-          for (std::size_t t = 0; t < std::min(upto, a.norms.size()); ++t) mom.add(a.norms[t]);
-          imp[i] = upto >= a.norms.size() ? a.norm_variance : mom.variance();
-        }
-      }
-      return imp;
-    };
-    std::vector<int> bits;
-    if (opt.allocator == "adakv-proxy" && opt.update_interval > 0) {
-      for (std::size_t t = opt.update_interval; t <= m0.n_tokens; t += opt.update_interval) {
-        bits = adakv_proxy_bits(importance(t), opt.target_bits, opt.lo, opt.mid, opt.hi);
-        history.push_back({{"tokens", t}, {"bits", bits}});
-      }
-    }
-    if (bits.empty()) bits = adakv_proxy_bits(importance(m0.n_tokens), opt.target_bits, opt.lo, opt.mid, opt.hi);
-    bk = bits;
-    bv = bits;
+    return a;
   }
+  auto importance = [&](std::size_t upto) {
+    std::vector<double> imp(L * H);
+    for (std::size_t i = 0; i < L * H; ++i) {
+      const HeadMeasure& h = agg[i / H][i % H];
+      if (opt.allocator == "entropy") {
+        imp[i] = h.entropy;
+      } else {
+        RunningMoments mom;  // first dump's norms, as a stream
+        for (std::size_t t = 0; t < std::min(upto, h.norms.size()); ++t) mom.add(h.norms[t]);
+        imp[i] = upto >= h.norms.size() ? h.norm_variance : mom.variance();
+      }
+    }
+    return imp;
+  };
+  std::vector<int> bits;
+  if (opt.allocator == "adakv-proxy" && opt.update_interval > 0) {
+    for (std::size_t t = opt.update_interval; t <= m0.n_tokens; t += opt.update_interval) {
+      bits = adakv_proxy_bits(importance(t), opt.target_bits, opt.lo, opt.mid, opt.hi);
+      a.history.push_back({{"tokens", t}, {"bits", bits}});
+    }
+  }
+  if (bits.empty()) bits = adakv_proxy_bits(importance(m0.n_tokens), opt.target_bits, opt.lo, opt.mid, opt.hi);
+  a.key = bits;
+  a.value = bits;
+  return a;
+}
+
+// --types: each head's key type and value type, the least summed measured error within the
+// stored bits per element (multiple-choice knapsack, alloc/knapsack.h, on the bits above each
+// item's cheapest type: the all-cheapest choice always fits). pick: [L H key types, L H value
+// types] as indices into the lists (empty without --types).
+struct TypeAssignment {
+  double target = 0;
+  std::vector<double> key_bits, value_bits;  // per listed type
+  std::vector<std::size_t> pick;
+};
+
+TypeAssignment assign_types(const Setup& st, const std::vector<std::vector<HeadMeasure>>& agg) {
+  const CalibrateOptions& opt = st.opt;
+  const TypeLists& tl = st.types;
+  const std::size_t L = st.metas[0].n_layers, H = st.metas[0].n_kv_heads;
+  TypeAssignment ta;
+  ta.target = opt.types_target_bits > 0 ? opt.types_target_bits : opt.target_bits;
+  const double types_target = ta.target;
+  std::vector<std::size_t>& tpick = ta.pick;
+  std::vector<double>& key_bits = ta.key_bits;
+  std::vector<double>& value_bits = ta.value_bits;
+  for (const GgmlTypeInfo* t : tl.key_info) key_bits.push_back(type_bits(*t));
+  for (const GgmlTypeInfo* t : tl.value_info) value_bits.push_back(type_bits(*t));
+  if (tl.key.empty()) return ta;
+  const double least = (*std::min_element(key_bits.begin(), key_bits.end()) +
+                        *std::min_element(value_bits.begin(), value_bits.end())) / 2.0;
+  if (types_target < least) {
+    throw InvalidInput("types target below the cheapest key and value types' mean (" + format_number(least) + " bits)",
+                       {"", "--types-target-bits", format_number(types_target)});
+  }
+  auto above_least = [](std::vector<double> b) {
+    const double m = *std::min_element(b.begin(), b.end());
+    for (double& x : b) x -= m;
+    return b;
+  };
+  const std::vector<double> kx = above_least(key_bits), vx = above_least(value_bits);
+  std::vector<std::vector<double>> err, cost;
+  for (std::size_t i = 0; i < L * H; ++i) {
+    err.push_back(agg[i / H][i % H].type_key_err);
+    cost.push_back(kx);
+  }
+  for (std::size_t i = 0; i < L * H; ++i) {
+    err.push_back(agg[i / H][i % H].type_value_err);
+    cost.push_back(vx);
+  }
+  const double spare = (types_target - least) * static_cast<double>(2 * L * H);
+  // Every type's bits are whole 1/64ths (8 bytes / block, blocks of at most 512 values): in
+  // those units the costs are exact integers, and the knapsack exact, while the budget is at
+  // most 20000 of them; above that, costs round up to 1/20000 of the spare bits.
+  const auto units = static_cast<long long>(std::floor(spare * 64.0 + 1e-9));
+  if (spare > 0 && units <= 20000) {
+    std::vector<std::vector<long long>> icost;
+    for (const auto& c : cost) {
+      std::vector<long long>& ic = icost.emplace_back();
+      for (double b : c) ic.push_back(std::llround(b * 64.0));
+    }
+    tpick = *knapsack(err, icost, units);  // the all-cheapest choice (cost 0) always fits
+  } else if (spare > 0) {
+    tpick = knapsack_real(err, cost, spare);
+  } else {  // exactly the cheapest: each item its cheapest type of least error (the first of equal error)
+    for (std::size_t i = 0; i < cost.size(); ++i) {
+      const double least_cost = *std::min_element(cost[i].begin(), cost[i].end());
+      std::size_t best = cost[i].size();
+      for (std::size_t t = 0; t < cost[i].size(); ++t) {
+        if (cost[i][t] == least_cost && (best == cost[i].size() || err[i][t] < err[i][best])) best = t;
+      }
+      tpick.push_back(best);
+    }
+  }
+  return ta;
+}
+
+// The options as calib.json records them (params).
+nlohmann::json params_json(const Setup& st, double types_target) {
+  const CalibrateOptions& opt = st.opt;
+  nlohmann::json p = {{"candidates", opt.candidates}, {"group", opt.group}, {"residual", opt.residual},
+              {"quant_rule", quant_rule_name(opt.rule)}, {"target_bits", opt.target_bits}, {"aggregate", opt.aggregate}, {"allocator", opt.allocator},
+              {"lo_bit", opt.lo}, {"mid_bit", opt.mid}, {"hi_bit", opt.hi}, {"update_interval", opt.update_interval},
+              {"duo_sinks", opt.duo_sinks}, {"duo_window", opt.duo_window}, {"nuq_bits", opt.nuq_bits},
+              {"nuq_sparsity", opt.nuq_sparsity}, {"nuq_sink", opt.nuq_sink},
+              {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
+                        "with the kivi layout, everything else exact"}};
+  if (opt.rotate != RotationKind::none) p["rotate"] = rotation_name(opt.rotate);  // absent: none
+  if (st.kvzap) {  // absent: no surrogate fitted
+    p["kvzap_alpha"] = opt.kvzap_alpha;
+    p["kvzap_sinks"] = opt.kvzap_sinks;
+  }
+  if (!st.types.key.empty()) {
+    p["types"] = opt.types;
+    p["types_target_bits"] = types_target;
+  }
+  return p;
+}
+
+}  // namespace
+
+// The allocation over every head and calib.json.
+nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
+                        const std::vector<std::vector<HeadMeasure>>& agg, const std::vector<LayerNuq>& nuq) {
+  const CalibrateOptions& opt = st.opt;
+  const std::vector<int>& cand = opt.candidates;
+  const DumpMeta& m0 = st.metas[0];
+  const std::size_t L = m0.n_layers, H = m0.n_kv_heads, C = cand.size();
+  const BitAssignment ba = assign_bits(st, agg);
+  const std::vector<int>& bk = ba.key;
+  const std::vector<int>& bv = ba.value;
+  const nlohmann::json& history = ba.history;
   auto index_of = [&](int b) {
     const auto it = std::find(cand.begin(), cand.end(), b);
     return it == cand.end() ? std::size_t{0} : static_cast<std::size_t>(it - cand.begin());
   };
-  // --types: each head's key type and value type, the least summed measured error within the
-  // stored bits per element (multiple-choice knapsack, alloc/knapsack.h, on the bits above each
-  // item's cheapest type: the all-cheapest choice always fits).
   const TypeLists& tl = st.types;
-  const double types_target = opt.types_target_bits > 0 ? opt.types_target_bits : opt.target_bits;
-  std::vector<std::size_t> tpick;
-  std::vector<double> key_bits, value_bits;
-  for (const GgmlTypeInfo* t : tl.key_info) key_bits.push_back(type_bits(*t));
-  for (const GgmlTypeInfo* t : tl.value_info) value_bits.push_back(type_bits(*t));
-  if (!tl.key.empty()) {
-    const double least = (*std::min_element(key_bits.begin(), key_bits.end()) +
-                          *std::min_element(value_bits.begin(), value_bits.end())) / 2.0;
-    if (types_target < least) {
-      throw InvalidInput("types target below the cheapest key and value types' mean (" + format_number(least) + " bits)",
-                         {"", "--types-target-bits", format_number(types_target)});
-    }
-    auto above_least = [](std::vector<double> b) {
-      const double m = *std::min_element(b.begin(), b.end());
-      for (double& x : b) x -= m;
-      return b;
-    };
-    const std::vector<double> kx = above_least(key_bits), vx = above_least(value_bits);
-    std::vector<std::vector<double>> err, cost;
-    for (std::size_t i = 0; i < L * H; ++i) {
-      err.push_back(agg[i / H][i % H].type_key_err);
-      cost.push_back(kx);
-    }
-    for (std::size_t i = 0; i < L * H; ++i) {
-      err.push_back(agg[i / H][i % H].type_value_err);
-      cost.push_back(vx);
-    }
-    const double spare = (types_target - least) * static_cast<double>(2 * L * H);
-    // Every type's bits are whole 1/64ths (8 bytes / block, blocks of at most 512 values): in
-    // those units the costs are exact integers, and the knapsack exact, while the budget is at
-    // most 20000 of them; above that, costs round up to 1/20000 of the spare bits.
-    const auto units = static_cast<long long>(std::floor(spare * 64.0 + 1e-9));
-    if (spare > 0 && units <= 20000) {
-      std::vector<std::vector<long long>> icost;
-      for (const auto& c : cost) {
-        std::vector<long long>& ic = icost.emplace_back();
-        for (double b : c) ic.push_back(std::llround(b * 64.0));
-      }
-      tpick = *knapsack(err, icost, units);  // the all-cheapest choice (cost 0) always fits
-    } else if (spare > 0) {
-      tpick = knapsack_real(err, cost, spare);
-    } else {  // exactly the cheapest: each item its cheapest type of least error (the first of equal error)
-      for (std::size_t i = 0; i < cost.size(); ++i) {
-        const double least_cost = *std::min_element(cost[i].begin(), cost[i].end());
-        std::size_t best = cost[i].size();
-        for (std::size_t t = 0; t < cost[i].size(); ++t) {
-          if (cost[i][t] == least_cost && (best == cost[i].size() || err[i][t] < err[i][best])) best = t;
-        }
-        tpick.push_back(best);
-      }
-    }
-  }
+  const TypeAssignment ta = assign_types(st, agg);
+  const std::vector<std::size_t>& tpick = ta.pick;
+  const std::vector<double>& key_bits = ta.key_bits;
+  const std::vector<double>& value_bits = ta.value_bits;
+  const double types_target = ta.target;
   double types_error = 0, types_bits = 0;
   CalibrationFile f;
   f.shape = m0;
@@ -661,22 +728,7 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
   auto corr = [&](const std::vector<double>& p) {
     return nlohmann::json{{"key", spearman(p, ke)}, {"value", spearman(p, ve)}};
   };
-  f.params = {{"candidates", cand}, {"group", opt.group}, {"residual", opt.residual},
-              {"quant_rule", quant_rule_name(opt.rule)}, {"target_bits", opt.target_bits}, {"aggregate", opt.aggregate}, {"allocator", opt.allocator},
-              {"lo_bit", opt.lo}, {"mid_bit", opt.mid}, {"hi_bit", opt.hi}, {"update_interval", opt.update_interval},
-              {"duo_sinks", opt.duo_sinks}, {"duo_window", opt.duo_window}, {"nuq_bits", opt.nuq_bits},
-              {"nuq_sparsity", opt.nuq_sparsity}, {"nuq_sink", opt.nuq_sink},
-              {"error", "attention-output relative error of the head's query group, keys (or values) quantized "
-                        "with the kivi layout, everything else exact"}};
-  if (opt.rotate != RotationKind::none) f.params["rotate"] = rotation_name(opt.rotate);  // absent: none
-  if (st.kvzap) {  // absent: no surrogate fitted
-    f.params["kvzap_alpha"] = opt.kvzap_alpha;
-    f.params["kvzap_sinks"] = opt.kvzap_sinks;
-  }
-  if (!tl.key.empty()) {
-    f.params["types"] = opt.types;
-    f.params["types_target_bits"] = types_target;
-  }
+  f.params = params_json(st, types_target);
   f.summary = {{"achieved_bits", bits_sum / static_cast<double>(2 * L * H)},
                {"predicted_error", predicted},
                {"uniform_predicted_error", uni},
