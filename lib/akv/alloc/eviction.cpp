@@ -150,6 +150,14 @@ nlohmann::json EvictionPlan::summary_json() const {
           {"retained_mass_mean", retained_mean()}};
 }
 
+LayerSource dump_layer_source(const DumpReader& dump) {
+  return [&dump](std::size_t l, Tensor3& query, Tensor3& key, Tensor3* value) {
+    dump.read_into(key, l, DumpField::key);
+    dump.read_into(query, l, DumpField::query);
+    if (value) dump.read_into(*value, l, DumpField::value);
+  };
+}
+
 OutProjSource dump_out_proj(const DumpReader& dump) {
   if (!dump.has_out_proj()) {
     throw InvalidInput("CriticalKV weighs values by the attention output projection; this dump has none (write it "
@@ -184,11 +192,7 @@ EvictionPlan plan_eviction(const DumpReader& dump, const EvictionParams& p, int 
   const std::optional<TokenScores> given = dump_given_scores(dump, p);
   return plan_eviction(
       dump.meta(),
-      [&](std::size_t l, Tensor3& query, Tensor3& key, Tensor3* value) {
-        dump.read_into(key, l, DumpField::key);
-        dump.read_into(query, l, DumpField::query);
-        if (value) dump.read_into(*value, l, DumpField::value);
-      },
+      dump_layer_source(dump),
       p, threads, progress, given ? &*given : nullptr, out_proj ? dump_out_proj(dump) : OutProjSource{});
 }
 

@@ -123,6 +123,8 @@ std::optional<TokenScores> dump_given_scores(const DumpReader& dump, const Evict
 // value (the keys' shape) when it is not nullptr: only for scores that read values
 // (score_reads_values).
 using LayerSource = std::function<void(std::size_t layer, Tensor3& query, Tensor3& key, Tensor3* value)>;
+// The dump's layers as such a source (DumpReader::read_into; the reader must outlive it).
+LayerSource dump_layer_source(const DumpReader& dump);
 // `given`: the scores of a score the model computes (kvzip, [layer][kv head][token]); without
 // them such a score is refused (UsageError: a dump cannot run the model). `out_proj`: each layer's
 // W_o for CriticalKV (p.critical; UsageError without it); the source then also fills values.

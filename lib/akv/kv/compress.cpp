@@ -168,11 +168,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
   const std::optional<TokenScores> given = params.eviction() ? dump_given_scores(dump, *params.eviction()) : std::nullopt;
   const PromptPlan plan = plan_prompt(
       m,
-      [&](std::size_t l, Tensor3& q, Tensor3& k, Tensor3* v) {
-        dump.read_into(q, l, DumpField::query);
-        dump.read_into(k, l, DumpField::key);
-        if (v) dump.read_into(*v, l, DumpField::value);
-      },
+      dump_layer_source(dump),
       params, threads,
       [&](std::size_t done, std::size_t total) {
         if (progress) progress(done, phases * total);
