@@ -208,9 +208,8 @@ void qjl_project(const float* St, const float* r, std::size_t d, float* p) {
 }
 
 // key_qjl: the levels and norm as encode_key (no norm correction), then the residual's signs
-// under S and its norm. St: S transposed (St[i d + j] = S[j d + i]): (S r)_j = sum_i S_ji r_i,
-// each over i in order, as St's rows times r_i, so that the loop over j vectorizes (the same
-// operations per j as a row of S times r: the same bits).
+// under S (qjl_project with St = S transposed: the same operations per output as a row of S times
+// r, so the same bits) and its norm.
 void encode_key_qjl(const TqType& t, const TqCodebook& cb, const float* St, const float* x, std::uint8_t* dst) {
   const std::size_t d = t.head_dim;
   encode_key(t, cb, x, dst);
