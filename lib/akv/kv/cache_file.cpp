@@ -394,30 +394,7 @@ HeadCache CacheReader::read_head_group(const std::string& path, std::size_t laye
       throw CorruptData("segments only in version-2 head groups (1..16 of them, covering every token)",
                         {f, path + ".n_segments", std::to_string(n_seg)});
     }
-    std::uint64_t total = 0;  // kept tokens of all segments: each read from stored data
-    for (std::size_t s = 0; s < n_seg; ++s) {
-      const std::string sp = path + "/segments/" + std::to_string(s);
-      if (!h5::link_exists(file_.get(), sp)) throw CorruptData("missing segment", {f, sp});
-      h.segments.push_back(read_head_group(sp, layer, head, false));
-      total += h.segments.back().n_kept();
-    }
-    if (total != h.n_tokens) {
-      throw CorruptData("segments must hold n_tokens " + std::to_string(h.n_tokens) + " positions",
-                        {f, path + "/segments", std::to_string(total)});
-    }
-    std::vector<bool> seen(h.n_tokens, false);
-    for (std::size_t s = 0; s < n_seg; ++s) {
-      const std::string sp = path + "/segments/" + std::to_string(s);
-      const HeadCache& seg = h.segments[s];
-      for (std::size_t i = 0; i < seg.n_kept(); ++i) {
-        const std::size_t p = seg.position(i);
-        if (seen[p]) throw CorruptData("a position sits in two segments", {f, sp + "/kept", std::to_string(p)});
-        seen[p] = true;
-      }
-    }
-    if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
-      throw CorruptData("segments do not cover every token", {f, path + "/segments"});
-    }
+    read_segments(path, layer, head, n_seg, h);
     return h;
   }
   if (n_kept > h.n_tokens) {
@@ -425,127 +402,166 @@ HeadCache CacheReader::read_head_group(const std::string& path, std::size_t laye
                       {f, path + ".n_kept", std::to_string(n_kept)});
   }
   if (h5::link_exists(g.get(), "kept")) {
-    h.kept = h5::read_vector<std::int32_t>(file_.get(), path + "/kept", H5T_NATIVE_INT32, {n_kept}, f);
-    for (std::size_t i = 0; i < n_kept; ++i) {
-      const std::int32_t v = h.kept[i];
-      if (v < 0 || static_cast<std::size_t>(v) >= h.n_tokens || (i > 0 && v <= h.kept[i - 1])) {
-        throw CorruptData("kept positions must be ascending and inside [0, n_tokens)",
-                          {f, path + "/kept[" + std::to_string(i) + "]", std::to_string(v)});
-      }
-    }
+    read_kept(path + "/kept", n_kept, h);
   } else if (n_kept != h.n_tokens) {
     throw CorruptData("n_kept differs from n_tokens but no kept dataset",
                       {f, path + ".n_kept", std::to_string(n_kept)});
   }
-  const std::size_t d = h.head_dim;
-  PackedTensor* parts[] = {&h.key, &h.value};
-  for (int i = 0; i < 2; ++i) {
-    const std::string pp = path + "/" + kParts[i];
-    h5::Group pg(H5Gopen2(file_.get(), pp.c_str(), H5P_DEFAULT));
-    if (!pg.valid()) throw CorruptData("missing group", {f, pp});
-    PackedTensor& p = *parts[i];
-    p = PackedTensor(d, DenseType::f16);
-    const std::size_t n_quant = count_attr(pg.get(), "n_quant", f, pp);
-    const std::size_t n_residual = count_attr(pg.get(), "n_residual", f, pp);
-    const std::size_t n_out = count_attr(pg.get(), "n_outlier", f, pp);
-    p.set_pre_rope(count_attr(pg.get(), "pre_rope", f, pp) != 0);
-    p.set_rotation(read_rotation(pg.get(), f, pp, d));
-    if (p.rotation().active() && version_ < kCacheVersionRotation) {
-      throw CorruptData("rotated rows only in version-4 and -5 caches", {f, pp + ".rotate", rotation_name(p.rotation().kind)});
-    }
-    if (n_quant > n_kept || n_residual > n_kept || n_quant + n_residual != n_kept) {
-      throw CorruptData("n_quant + n_residual must equal n_kept " + std::to_string(n_kept),
-                        {f, pp + ".n_quant", std::to_string(n_quant)});
-    }
-    if (n_out >= d || (n_out > 0 && n_quant == 0)) {
-      throw CorruptData("bad outlier channel count", {f, pp + ".n_outlier", std::to_string(n_out)});
-    }
-    if (const GgmlCacheParams* g = header_.params.ggml()) {
-      // Boundary layers store f16 (GgmlCacheParams::boundary); per-head types their head's.
-      const std::size_t L = meta().n_layers, H = meta().n_kv_heads;
-      if (!g->types.empty() && g->head_types.size() != L * H) {
-        throw CorruptData("per-head types for another shape", {f, "params.ggml.head_types", std::to_string(g->head_types.size())});
-      }
-      read_ggml_part(pp, i == 0 ? g->key_type(layer, head, L, H) : g->value_type(layer, head, L, H), n_quant,
-                     n_residual == 0 && n_out == 0, p);
-      continue;
-    }
-    const auto& types = header_.params.head_tensor_types;
-    if (!types.empty()) {  // a joint plan's head: a tensor of bits 0 holds its cache type's blocks
-      const std::size_t i_head = layer * meta().n_kv_heads + head;
-      if (types.size() != meta().n_layers * meta().n_kv_heads) {
-        throw CorruptData("per-head cache types for another shape", {f, "params.head_tensor_types", std::to_string(types.size())});
-      }
-      const std::string& type = i == 0 ? types[i_head].first : types[i_head].second;
-      if (!type.empty()) {
-        read_ggml_part(pp, type, n_quant, n_residual == 0 && n_out == 0, p);
-        continue;
-      }
-    }
-    if (h5::attr_exists(pg.get(), "ggml_type")) {
-      throw CorruptData("ggml blocks in a tensor that has no cache type", {f, pp + ".ggml_type"});
-    }
-    if (header_.params.method == Quantizer::nuq) {
-      if (n_quant != n_kept || n_out != 0 || p.pre_rope() != (i == 0 && n_kept > 0)) {
-        throw CorruptData("nuq parts code every row (keys before RoPE), with no residual or outlier channels",
-                          {f, pp + ".n_quant", std::to_string(n_quant)});
-      }
-      read_nuq_part(pp, i == 0, n_quant, h.kept, p);
-      continue;
-    }
-    h5::Type f16 = h5::make_f16_type();
-    if (n_quant > 0) {
-      QuantizedBlock b;
-      b.bits = static_cast<int>(count_attr(pg.get(), "bits", f, pp));
-      if (!is_supported_bits(b.bits)) {
-        throw CorruptData("unsupported bit width", {f, pp + ".bits", std::to_string(b.bits)});
-      }
-      const std::string axis = h5::read_attr_string(pg.get(), "axis", f, pp + ".axis");
-      if (axis != "channel" && axis != "token") throw CorruptData("unknown axis", {f, pp + ".axis", axis});
-      b.axis = parse_quant_axis(axis);
-      b.group = count_attr(pg.get(), "group", f, pp);
-      if (b.group == 0) throw CorruptData("group size must be >= 1", {f, pp + ".group", "0"});
-      b.rows = n_quant;
-      b.cols = d - n_out;
-      // n_quant <= n_kept <= n_tokens and cols < head_dim: the products cannot wrap, and every
-      // vector below is allocated only after its dataset's shape and stored bytes check out.
-      const std::size_t codes = packed_size(b.rows * b.cols, b.bits);
-      b.codes = h5::read_vector<std::uint8_t>(file_.get(), pp + "/codes", H5T_NATIVE_UINT8, {codes}, f);
-      b.scale = h5::read_vector<std::uint16_t>(file_.get(), pp + "/scale", f16.get(), {b.n_groups()}, f);
-      b.zero = h5::read_vector<std::uint16_t>(file_.get(), pp + "/zero", f16.get(), {b.n_groups()}, f);
-      for (std::size_t k = 0; k < b.scale.size(); ++k) {
-        const float s = f16_to_f32_ref(b.scale[k]), z = f16_to_f32_ref(b.zero[k]);
-        if (!std::isfinite(s) || s < 0.0f) {
-          throw CorruptData("scale not finite or negative",
-                            {f, pp + "/scale[" + std::to_string(k) + "]", format_number(s)});
-        }
-        if (!std::isfinite(z)) {
-          throw CorruptData("zero not finite", {f, pp + "/zero[" + std::to_string(k) + "]", format_number(z)});
-        }
-      }
-      std::vector<std::uint16_t> channels, values;
-      if (n_out > 0) {
-        channels = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_channels", H5T_NATIVE_UINT16, {n_out}, f);
-        for (std::size_t k = 0; k < n_out; ++k) {
-          const std::uint16_t c = channels[k];
-          if (c >= d || (k > 0 && c <= channels[k - 1])) {
-            throw CorruptData("outlier channels must be ascending and < head_dim",
-                              {f, pp + "/outlier_channels[" + std::to_string(k) + "]", std::to_string(c)});
-          }
-        }
-        values = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_values", f16.get(), {n_quant, n_out}, f);
-        check_finite_f16(values, f, pp + "/outlier_values");
-      }
-      p.append_packed(b, channels, values.data());
-    }
-    if (n_residual > 0) {
-      const std::vector<std::uint16_t> residual =
-          h5::read_vector<std::uint16_t>(file_.get(), pp + "/residual", f16.get(), {n_residual, d}, f);
-      check_finite_f16(residual, f, pp + "/residual");
-      p.insert_dense_f16(0, residual.data(), n_residual);
+  read_part(path + "/" + kParts[0], true, layer, head, n_kept, h.kept, h.key);
+  read_part(path + "/" + kParts[1], false, layer, head, n_kept, h.kept, h.value);
+  return h;
+}
+
+void CacheReader::read_segments(const std::string& path, std::size_t layer, std::size_t head, std::size_t n_seg,
+                                HeadCache& h) const {
+  const std::string& f = path_;
+  std::uint64_t total = 0;  // kept tokens of all segments: each read from stored data
+  for (std::size_t s = 0; s < n_seg; ++s) {
+    const std::string sp = path + "/segments/" + std::to_string(s);
+    if (!h5::link_exists(file_.get(), sp)) throw CorruptData("missing segment", {f, sp});
+    h.segments.push_back(read_head_group(sp, layer, head, false));
+    total += h.segments.back().n_kept();
+  }
+  if (total != h.n_tokens) {
+    throw CorruptData("segments must hold n_tokens " + std::to_string(h.n_tokens) + " positions",
+                      {f, path + "/segments", std::to_string(total)});
+  }
+  std::vector<bool> seen(h.n_tokens, false);
+  for (std::size_t s = 0; s < n_seg; ++s) {
+    const std::string sp = path + "/segments/" + std::to_string(s);
+    const HeadCache& seg = h.segments[s];
+    for (std::size_t i = 0; i < seg.n_kept(); ++i) {
+      const std::size_t p = seg.position(i);
+      if (seen[p]) throw CorruptData("a position sits in two segments", {f, sp + "/kept", std::to_string(p)});
+      seen[p] = true;
     }
   }
-  return h;
+  if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
+    throw CorruptData("segments do not cover every token", {f, path + "/segments"});
+  }
+}
+
+void CacheReader::read_kept(const std::string& dataset, std::size_t n_kept, HeadCache& h) const {
+  h.kept = h5::read_vector<std::int32_t>(file_.get(), dataset, H5T_NATIVE_INT32, {n_kept}, path_);
+  for (std::size_t i = 0; i < n_kept; ++i) {
+    const std::int32_t v = h.kept[i];
+    if (v < 0 || static_cast<std::size_t>(v) >= h.n_tokens || (i > 0 && v <= h.kept[i - 1])) {
+      throw CorruptData("kept positions must be ascending and inside [0, n_tokens)",
+                        {path_, dataset + "[" + std::to_string(i) + "]", std::to_string(v)});
+    }
+  }
+}
+
+void CacheReader::read_part(const std::string& pp, bool key, std::size_t layer, std::size_t head, std::size_t n_kept,
+                            const std::vector<std::int32_t>& kept, PackedTensor& p) const {
+  const std::string& f = path_;
+  const std::size_t d = meta().head_dim;
+  h5::Group pg(H5Gopen2(file_.get(), pp.c_str(), H5P_DEFAULT));
+  if (!pg.valid()) throw CorruptData("missing group", {f, pp});
+  p = PackedTensor(d, DenseType::f16);
+  const std::size_t n_quant = count_attr(pg.get(), "n_quant", f, pp);
+  const std::size_t n_residual = count_attr(pg.get(), "n_residual", f, pp);
+  const std::size_t n_out = count_attr(pg.get(), "n_outlier", f, pp);
+  p.set_pre_rope(count_attr(pg.get(), "pre_rope", f, pp) != 0);
+  p.set_rotation(read_rotation(pg.get(), f, pp, d));
+  if (p.rotation().active() && version_ < kCacheVersionRotation) {
+    throw CorruptData("rotated rows only in version-4 and -5 caches", {f, pp + ".rotate", rotation_name(p.rotation().kind)});
+  }
+  if (n_quant > n_kept || n_residual > n_kept || n_quant + n_residual != n_kept) {
+    throw CorruptData("n_quant + n_residual must equal n_kept " + std::to_string(n_kept),
+                      {f, pp + ".n_quant", std::to_string(n_quant)});
+  }
+  if (n_out >= d || (n_out > 0 && n_quant == 0)) {
+    throw CorruptData("bad outlier channel count", {f, pp + ".n_outlier", std::to_string(n_out)});
+  }
+  const std::size_t L = meta().n_layers, H = meta().n_kv_heads;
+  if (const GgmlCacheParams* g = header_.params.ggml()) {
+    // Boundary layers store f16 (GgmlCacheParams::boundary); per-head types their head's.
+    if (!g->types.empty() && g->head_types.size() != L * H) {
+      throw CorruptData("per-head types for another shape", {f, "params.ggml.head_types", std::to_string(g->head_types.size())});
+    }
+    read_ggml_part(pp, key ? g->key_type(layer, head, L, H) : g->value_type(layer, head, L, H), n_quant,
+                   n_residual == 0 && n_out == 0, p);
+    return;
+  }
+  const auto& types = header_.params.head_tensor_types;
+  if (!types.empty()) {  // a joint plan's head: a tensor of bits 0 holds its cache type's blocks
+    if (types.size() != L * H) {
+      throw CorruptData("per-head cache types for another shape", {f, "params.head_tensor_types", std::to_string(types.size())});
+    }
+    const std::string& type = key ? types[layer * H + head].first : types[layer * H + head].second;
+    if (!type.empty()) {
+      read_ggml_part(pp, type, n_quant, n_residual == 0 && n_out == 0, p);
+      return;
+    }
+  }
+  if (h5::attr_exists(pg.get(), "ggml_type")) {
+    throw CorruptData("ggml blocks in a tensor that has no cache type", {f, pp + ".ggml_type"});
+  }
+  if (header_.params.method == Quantizer::nuq) {
+    if (n_quant != n_kept || n_out != 0 || p.pre_rope() != (key && n_kept > 0)) {
+      throw CorruptData("nuq parts code every row (keys before RoPE), with no residual or outlier channels",
+                        {f, pp + ".n_quant", std::to_string(n_quant)});
+    }
+    read_nuq_part(pp, key, n_quant, kept, p);
+    return;
+  }
+  if (n_quant > 0) read_affine_rows(pp, pg.get(), n_quant, n_out, p);
+  if (n_residual > 0) {
+    const std::vector<std::uint16_t> residual =
+        h5::read_vector<std::uint16_t>(file_.get(), pp + "/residual", h5::make_f16_type().get(), {n_residual, d}, f);
+    check_finite_f16(residual, f, pp + "/residual");
+    p.insert_dense_f16(0, residual.data(), n_residual);
+  }
+}
+
+void CacheReader::read_affine_rows(const std::string& pp, hid_t pg, std::size_t n_quant, std::size_t n_out,
+                                   PackedTensor& p) const {
+  const std::string& f = path_;
+  const std::size_t d = meta().head_dim;
+  h5::Type f16 = h5::make_f16_type();
+  QuantizedBlock b;
+  b.bits = static_cast<int>(count_attr(pg, "bits", f, pp));
+  if (!is_supported_bits(b.bits)) {
+    throw CorruptData("unsupported bit width", {f, pp + ".bits", std::to_string(b.bits)});
+  }
+  const std::string axis = h5::read_attr_string(pg, "axis", f, pp + ".axis");
+  if (axis != "channel" && axis != "token") throw CorruptData("unknown axis", {f, pp + ".axis", axis});
+  b.axis = parse_quant_axis(axis);
+  b.group = count_attr(pg, "group", f, pp);
+  if (b.group == 0) throw CorruptData("group size must be >= 1", {f, pp + ".group", "0"});
+  b.rows = n_quant;
+  b.cols = d - n_out;
+  // n_quant <= n_kept <= n_tokens and cols < head_dim: the products cannot wrap, and every
+  // vector below is allocated only after its dataset's shape and stored bytes check out.
+  const std::size_t codes = packed_size(b.rows * b.cols, b.bits);
+  b.codes = h5::read_vector<std::uint8_t>(file_.get(), pp + "/codes", H5T_NATIVE_UINT8, {codes}, f);
+  b.scale = h5::read_vector<std::uint16_t>(file_.get(), pp + "/scale", f16.get(), {b.n_groups()}, f);
+  b.zero = h5::read_vector<std::uint16_t>(file_.get(), pp + "/zero", f16.get(), {b.n_groups()}, f);
+  for (std::size_t k = 0; k < b.scale.size(); ++k) {
+    const float s = f16_to_f32_ref(b.scale[k]), z = f16_to_f32_ref(b.zero[k]);
+    if (!std::isfinite(s) || s < 0.0f) {
+      throw CorruptData("scale not finite or negative",
+                        {f, pp + "/scale[" + std::to_string(k) + "]", format_number(s)});
+    }
+    if (!std::isfinite(z)) {
+      throw CorruptData("zero not finite", {f, pp + "/zero[" + std::to_string(k) + "]", format_number(z)});
+    }
+  }
+  std::vector<std::uint16_t> channels, values;
+  if (n_out > 0) {
+    channels = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_channels", H5T_NATIVE_UINT16, {n_out}, f);
+    for (std::size_t k = 0; k < n_out; ++k) {
+      const std::uint16_t c = channels[k];
+      if (c >= d || (k > 0 && c <= channels[k - 1])) {
+        throw CorruptData("outlier channels must be ascending and < head_dim",
+                          {f, pp + "/outlier_channels[" + std::to_string(k) + "]", std::to_string(c)});
+      }
+    }
+    values = h5::read_vector<std::uint16_t>(file_.get(), pp + "/outlier_values", f16.get(), {n_quant, n_out}, f);
+    check_finite_f16(values, f, pp + "/outlier_values");
+  }
+  p.append_packed(b, channels, values.data());
 }
 
 void CacheReader::read_ggml_part(const std::string& pp, const std::string& type_name, std::size_t n_rows,

@@ -112,13 +112,28 @@ class CacheReader {
   std::int64_t version() const { return version_; }
 
  private:
-  // The head group at path of `layer` (its ggml types: boundary layers store f16).
+  // The head group at path of `layer` (its ggml types: boundary layers store f16); `top`: not a
+  // segment (only a top-level group may hold segments).
   HeadCache read_head_group(const std::string& path, std::size_t layer, std::size_t head, bool top) const;
-  // A ggml key or value group of n_rows rows; rows_only: it declares no residual or outliers.
+  // The n_seg segments of a tiered head group into h.segments, checked to hold each of its
+  // n_tokens positions once.
+  void read_segments(const std::string& path, std::size_t layer, std::size_t head, std::size_t n_seg,
+                     HeadCache& h) const;
+  // The kept positions (n_kept, ascending, inside [0, h.n_tokens)) into h.kept.
+  void read_kept(const std::string& dataset, std::size_t n_kept, HeadCache& h) const;
+  // The key (`key`) or value group at part_path of a head holding n_kept rows (at `kept`), in
+  // whichever layout the method stores: ggml blocks, nuq codes, or affine codes plus f16 residual.
+  void read_part(const std::string& part_path, bool key, std::size_t layer, std::size_t head, std::size_t n_kept,
+                 const std::vector<std::int32_t>& kept, PackedTensor& p) const;
+  // n_quant rows of affine codes (bits, axis, group, scale, zero) with n_out f16 outlier channels
+  // (of group `group`, the HDF5 group part_path).
+  void read_affine_rows(const std::string& part_path, hid_t group, std::size_t n_quant, std::size_t n_out,
+                        PackedTensor& p) const;
   // A nuq key (key) or value part of n_rows rows at the `kept` positions (empty: 0..n_rows-1),
   // version 6.
   void read_nuq_part(const std::string& part_path, bool key, std::size_t n_rows, const std::vector<std::int32_t>& kept,
                      PackedTensor& p) const;
+  // A ggml key or value group of n_rows rows; rows_only: it declares no residual or outliers.
   void read_ggml_part(const std::string& part_path, const std::string& type_name, std::size_t n_rows,
                       bool rows_only, PackedTensor& p) const;
   CacheBytes stored_group_bytes(const std::string& path) const;
