@@ -282,10 +282,12 @@ std::vector<BenchColumn> attention_columns() {
           {"err_vs_f32", "err"},      {"err_vs_exact", "vs exact"}};
 }
 
-BenchReport bench_attention(const AttentionBenchOptions& o) {
-  check_args(o);
-  const int threads = resolve_threads(o.threads);
-  std::vector<Variant> variants;  // each variant once per instruction set
+namespace {
+
+// Every --variants entry once per --isa and --attention path (int8 only where its loops read the
+// codes), each checked against every --head-dims.
+std::vector<Variant> bench_variants(const AttentionBenchOptions& o) {
+  std::vector<Variant> variants;
   std::vector<Isa> isas;
   for (const auto& s : o.isas) isas.push_back(parse_isa(s));
   std::vector<AttentionMode> modes;
@@ -311,15 +313,13 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
       }
     }
   }
-  BenchReport rep("attention", bench_env(threads));
-  rep.set_params({{"contexts", o.contexts}, {"head_dims", o.head_dims}, {"gqa", o.gqa}, {"kv_heads", o.kv_heads},
-                  {"residual", o.residual}, {"group", o.group}, {"variants", o.variants}, {"isas", o.isas}, {"attention", o.attention},
-                  {"tile", o.tile}, {"partition", o.partition}, {"warmup", o.warmup}, {"repeat", o.repeat},
-                  {"min_sample_s", o.min_sample_s}, {"seed", o.seed}, {"stream_bytes", o.stream_bytes}});
+  return variants;
+}
 
-  // Kernel check on a small case: fast path vs reference for every variant and shape (int8:
-  // within 5%, the integer path's rounding on random rows; nuq codes within 1e-3: the level loops
-  // read each value in f32 where the reference rounds it to f16; see docs/attention.md).
+// Kernel check on a small case: fast path vs reference for every variant and shape (int8:
+// within 5%, the integer path's rounding on random rows; nuq codes within 1e-3: the level loops
+// read each value in f32 where the reference rounds it to f16; see docs/attention.md).
+void check_attention_kernels(const AttentionBenchOptions& o, const std::vector<Variant>& variants, int threads) {
   for (std::size_t d : o.head_dims) {
     const std::size_t n = std::min<std::size_t>(517, *std::max_element(o.contexts.begin(), o.contexts.end()));
     const Source s = make_source(2, n, d, o.seed + 1, threads);
@@ -342,7 +342,14 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
       }
     }
   }
+}
 
+// The run's stream-read bandwidth (GB/s) and f32 FMA peak (G multiply-adds/s), noted in rep.
+struct Peaks {
+  double stream_gbs = 0, fma_gmacs = 0;
+};
+
+Peaks measure_peaks(BenchReport& rep, const AttentionBenchOptions& o, int threads) {
   const Samples stream = stream_read(o.stream_bytes, threads, 1, std::max(3, o.repeat));
   const double stream_gbs = stream.mean();
   rep.note(fmt::format("stream read ({} MB f32 sum, {} threads): {:.1f} GB/s mean, {:.1f} max", o.stream_bytes >> 20,
@@ -359,6 +366,138 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
                        threads, fma_g));
   rep.set_extra("fma_peak_gmacs", fma_g);
   rep.set_extra("fma_peak_samples_gmacs", fma.seconds);
+  return {stream_gbs, fma_g};
+}
+
+// One (head_dim d, context n, GQA g) case of the timed runs: every variant's cache timed
+// (calls per sample so that a sample lasts min_sample_s; variants interleaved), then its row.
+class AttentionCase {
+ public:
+  AttentionCase(const AttentionBenchOptions& o, const std::vector<Variant>& variants,
+                const std::vector<std::unique_ptr<Cache>>& caches, std::size_t d, std::size_t n, std::size_t g,
+                int threads)
+      : o_(o), variants_(variants), caches_(caches), d_(d), n_(n), g_(g), n_heads_(o.kv_heads * g),
+        threads_(threads), q_(queries(n_heads_, d, o.seed)) {}
+
+  void run(BenchReport& rep, const Peaks& peaks) {
+    std::vector<float> out(q_.size());
+    auto call = [&](std::size_t i) { call_into(i, variants_[i].mode, out); };
+    std::vector<int> inner(caches_.size(), 1);
+    std::vector<Samples> samples(caches_.size());
+    for (std::size_t i = 0; i < caches_.size(); ++i) {
+      for (int w = 0; w < o_.warmup; ++w) call(i);
+      const double t = time_once([&] { call(i); });
+      inner[i] = static_cast<int>(std::clamp(std::ceil(o_.min_sample_s / std::max(t, 1e-9)), 1.0, 10000.0));
+    }
+    for (int r = 0; r < o_.repeat; ++r) {
+      for (std::size_t i = 0; i < caches_.size(); ++i) {
+        const double t = time_once([&] {
+          for (int k = 0; k < inner[i]; ++k) call(i);
+        });
+        samples[i].seconds.push_back(t / inner[i]);
+      }
+    }
+    std::map<Isa, double> f16_min;  // the baseline of each instruction set
+    for (std::size_t i = 0; i < caches_.size(); ++i) {
+      if (variants_[i].name == "f16") f16_min[variants_[i].isa] = samples[i].min();
+    }
+    // Outputs for the error columns: each variant once, int8 rows also through the exact path.
+    outs_.assign(caches_.size(), std::vector<float>(q_.size()));
+    for (std::size_t i = 0; i < caches_.size(); ++i) {
+      call_into(i, variants_[i].mode, outs_[i]);
+      if (variants_[i].name == "f32") f32_row_[variants_[i].isa] = i;
+    }
+    for (std::size_t i = 0; i < caches_.size(); ++i) {
+      const auto base = f16_min.find(variants_[i].isa);
+      rep.add(row(i, samples[i], inner[i], peaks, base != f16_min.end() ? std::optional(base->second) : std::nullopt),
+              samples[i]);
+    }
+  }
+
+ private:
+  void call_into(std::size_t i, AttentionMode m, std::vector<float>& dst) const {
+    const IsaScope scope(variants_[i].isa);
+    decode_attention({q_.data(), n_heads_, d_, caches_[i]->views.data(), o_.kv_heads,
+                      1.0f / std::sqrt(static_cast<float>(d_)), dst.data(), nullptr},
+                     {threads_, o_.tile, o_.partition, m});
+  }
+
+  // Variant i's row; f16_min: the f16 cache's best time on its instruction set, when timed.
+  nlohmann::ordered_json row(std::size_t i, const Samples& samples, int inner, const Peaks& peaks,
+                             std::optional<double> f16_min) const {
+    const Variant& v = variants_[i];
+    const double tmin = samples.min();
+    const double gbs = static_cast<double>(caches_[i]->bytes) / 1e9 / tmin;
+    nlohmann::ordered_json row = {{"head_dim", d_},
+                                  {"context", n_},
+                                  {"gqa", g_},
+                                  {"kv_heads", o_.kv_heads},
+                                  {"variant", v.name},
+                                  {"isa", isa_name(v.isa)},
+                                  {"attention", attention_mode_name(v.mode)},
+                                  {"bits_key", v.bits_key},
+                                  {"bits_value", v.bits_value},
+                                  {"residual", v.dense ? 0 : o_.residual},
+                                  {"group", o_.group},
+                                  {"tile", o_.tile},
+                                  {"partition", o_.partition},
+                                  {"calls_per_sample", inner},
+                                  {"cache_bytes", caches_[i]->bytes},
+                                  {"cache_mb", static_cast<double>(caches_[i]->bytes) / 1e6},
+                                  {"ms_mean", samples.mean() * 1e3},
+                                  {"ms_stdev", samples.stdev() * 1e3},
+                                  {"ms_min", tmin * 1e3},
+                                  {"gbs", gbs},
+                                  {"stream_read_gbs", peaks.stream_gbs},
+                                  {"of_stream", gbs / peaks.stream_gbs}};
+    // Keys and values: one multiply-add per element and query head.
+    const double macs = 2.0 * static_cast<double>(n_heads_ * n_ * d_);
+    row["fma_bound_ms"] = macs / (peaks.fma_gmacs * 1e9) * 1e3;
+    row["of_fma"] = macs / (peaks.fma_gmacs * 1e9) / tmin;
+    row["speedup_vs_f16"] = f16_min ? nlohmann::ordered_json(*f16_min / tmin) : nlohmann::ordered_json();
+    const auto f32 = f32_row_.find(v.isa);
+    row["err_vs_f32"] = f32 != f32_row_.end() ? nlohmann::ordered_json(relative_error(outs_[i], outs_[f32->second]))
+                                              : nlohmann::ordered_json();
+    row["err_vs_exact"] = v.mode == AttentionMode::int8 ? relative_error(outs_[i], exact_output(i)) : 0.0;
+    return row;
+  }
+
+  // The exact output of variant i's cache and instruction set: its exact row's when that was
+  // timed, else one exact call.
+  std::vector<float> exact_output(std::size_t i) const {
+    const Variant& v = variants_[i];
+    for (std::size_t j = 0; j < caches_.size(); ++j) {
+      const Variant& e = variants_[j];
+      if (e.mode == AttentionMode::exact && e.name == v.name && e.isa == v.isa) return outs_[j];
+    }
+    std::vector<float> exact(q_.size());
+    call_into(i, AttentionMode::exact, exact);
+    return exact;
+  }
+
+  const AttentionBenchOptions& o_;
+  const std::vector<Variant>& variants_;
+  const std::vector<std::unique_ptr<Cache>>& caches_;
+  std::size_t d_, n_, g_, n_heads_;
+  int threads_;
+  std::vector<float> q_;
+  std::vector<std::vector<float>> outs_;
+  std::map<Isa, std::size_t> f32_row_;
+};
+
+}  // namespace
+
+BenchReport bench_attention(const AttentionBenchOptions& o) {
+  check_args(o);
+  const int threads = resolve_threads(o.threads);
+  const std::vector<Variant> variants = bench_variants(o);
+  BenchReport rep("attention", bench_env(threads));
+  rep.set_params({{"contexts", o.contexts}, {"head_dims", o.head_dims}, {"gqa", o.gqa}, {"kv_heads", o.kv_heads},
+                  {"residual", o.residual}, {"group", o.group}, {"variants", o.variants}, {"isas", o.isas}, {"attention", o.attention},
+                  {"tile", o.tile}, {"partition", o.partition}, {"warmup", o.warmup}, {"repeat", o.repeat},
+                  {"min_sample_s", o.min_sample_s}, {"seed", o.seed}, {"stream_bytes", o.stream_bytes}});
+  check_attention_kernels(o, variants, threads);
+  const Peaks peaks = measure_peaks(rep, o, threads);
 
   std::vector<std::size_t> contexts = o.contexts;
   std::sort(contexts.begin(), contexts.end());
@@ -375,97 +514,7 @@ BenchReport bench_attention(const AttentionBenchOptions& o) {
       const std::size_t n = contexts[ci];
       std::vector<std::unique_ptr<Cache>> caches;
       for (const Variant& v : variants) caches.push_back(build(s, n, v, o, threads));
-      for (std::size_t g : o.gqa) {
-        const std::size_t n_heads = o.kv_heads * g;
-        const std::vector<float> q = queries(n_heads, d, o.seed);
-        std::vector<float> out(q.size());
-        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-        auto call_into = [&](std::size_t i, AttentionMode m, std::vector<float>& dst) {
-          const IsaScope scope(variants[i].isa);
-          decode_attention({q.data(), n_heads, d, caches[i]->views.data(), o.kv_heads, scale, dst.data(), nullptr},
-                           {threads, o.tile, o.partition, m});
-        };
-        auto call = [&](std::size_t i) { call_into(i, variants[i].mode, out); };
-        // Calls per sample so that a sample lasts min_sample_s; variants interleaved.
-        std::vector<int> inner(caches.size(), 1);
-        std::vector<Samples> samples(caches.size());
-        for (std::size_t i = 0; i < caches.size(); ++i) {
-          for (int w = 0; w < o.warmup; ++w) call(i);
-          const double t = time_once([&] { call(i); });
-          inner[i] = static_cast<int>(std::clamp(std::ceil(o.min_sample_s / std::max(t, 1e-9)), 1.0, 10000.0));
-        }
-        for (int r = 0; r < o.repeat; ++r) {
-          for (std::size_t i = 0; i < caches.size(); ++i) {
-            const double t = time_once([&] {
-              for (int k = 0; k < inner[i]; ++k) call(i);
-            });
-            samples[i].seconds.push_back(t / inner[i]);
-          }
-        }
-        std::map<Isa, double> f16_min;  // the baseline of each instruction set
-        for (std::size_t i = 0; i < caches.size(); ++i) {
-          if (variants[i].name == "f16") f16_min[variants[i].isa] = samples[i].min();
-        }
-        // Outputs for the error columns: each variant once, int8 rows also through the exact path.
-        std::vector<std::vector<float>> outs(caches.size(), std::vector<float>(q.size()));
-        std::map<Isa, std::size_t> f32_row;
-        for (std::size_t i = 0; i < caches.size(); ++i) {
-          call_into(i, variants[i].mode, outs[i]);
-          if (variants[i].name == "f32") f32_row[variants[i].isa] = i;
-        }
-        for (std::size_t i = 0; i < caches.size(); ++i) {
-          const Variant& v = variants[i];
-          const double tmin = samples[i].min();
-          const double gbs = static_cast<double>(caches[i]->bytes) / 1e9 / tmin;
-          nlohmann::ordered_json row = {{"head_dim", d},
-                                        {"context", n},
-                                        {"gqa", g},
-                                        {"kv_heads", o.kv_heads},
-                                        {"variant", v.name},
-                                        {"isa", isa_name(v.isa)},
-                                        {"attention", attention_mode_name(v.mode)},
-                                        {"bits_key", v.bits_key},
-                                        {"bits_value", v.bits_value},
-                                        {"residual", v.dense ? 0 : o.residual},
-                                        {"group", o.group},
-                                        {"tile", o.tile},
-                                        {"partition", o.partition},
-                                        {"calls_per_sample", inner[i]},
-                                        {"cache_bytes", caches[i]->bytes},
-                                        {"cache_mb", static_cast<double>(caches[i]->bytes) / 1e6},
-                                        {"ms_mean", samples[i].mean() * 1e3},
-                                        {"ms_stdev", samples[i].stdev() * 1e3},
-                                        {"ms_min", tmin * 1e3},
-                                        {"gbs", gbs},
-                                        {"stream_read_gbs", stream_gbs},
-                                        {"of_stream", gbs / stream_gbs}};
-          // Keys and values: one multiply-add per element and query head.
-          const double macs = 2.0 * static_cast<double>(n_heads * n * d);
-          row["fma_bound_ms"] = macs / (fma_g * 1e9) * 1e3;
-          row["of_fma"] = macs / (fma_g * 1e9) / tmin;
-          const auto base = f16_min.find(v.isa);
-          row["speedup_vs_f16"] = base != f16_min.end() ? nlohmann::ordered_json(base->second / tmin) : nlohmann::ordered_json();
-          const auto f32 = f32_row.find(v.isa);
-          row["err_vs_f32"] = f32 != f32_row.end() ? nlohmann::ordered_json(relative_error(outs[i], outs[f32->second]))
-                                                   : nlohmann::ordered_json();
-          if (v.mode == AttentionMode::int8) {
-            // The exact row of the same cache and instruction set when it was timed, else one exact call.
-            std::vector<float> exact;
-            for (std::size_t j = 0; j < caches.size() && exact.empty(); ++j) {
-              const Variant& e = variants[j];
-              if (e.mode == AttentionMode::exact && e.name == v.name && e.isa == v.isa) exact = outs[j];
-            }
-            if (exact.empty()) {
-              exact.resize(q.size());
-              call_into(i, AttentionMode::exact, exact);
-            }
-            row["err_vs_exact"] = relative_error(outs[i], exact);
-          } else {
-            row["err_vs_exact"] = 0.0;
-          }
-          rep.add(std::move(row), samples[i]);
-        }
-      }
+      for (std::size_t g : o.gqa) AttentionCase(o, variants, caches, d, n, g, threads).run(rep, peaks);
     }
   }
   fit_attention_scaling(rep);
