@@ -38,10 +38,7 @@ MatF attend(const float* q, std::size_t nq, const float* k, const float* v, cons
   return out;
 }
 
-}  // namespace
-
-std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source, const JointOptions& o,
-                                    const ProgressFn& progress) {
+void check_joint_options(const JointOptions& o) {
   if (!(o.bytes_fraction > 0 && o.bytes_fraction <= 1)) {
     throw InvalidInput("byte budget must be a fraction in (0, 1] of the f16 size", {"", "--bytes", format_number(o.bytes_fraction)});
   }
@@ -54,23 +51,29 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
   if (o.group == 0 || o.residual % o.group != 0) {
     throw InvalidInput("residual must be a multiple of the group size", {"", "--residual", std::to_string(o.residual)});
   }
-  ScoreOptions so;
-  so.window = o.window;
-  validate_score_options(so, m);
-  const std::size_t L = m.n_layers, H = m.n_kv_heads, T = m.n_tokens, d = m.head_dim, W = o.window;
-  const double f16_total = 4.0 * static_cast<double>(L * H * T * d);
-  const double budget = o.bytes_fraction * f16_total;
+}
+
+// A tensor's storage: kivi codes of `bits`, or the cache type `type` (bits 0; own_rotation: it
+// names its rotation); f16 is bits 16.
+struct JointStorage {
+  int bits;
+  std::string type;
+  bool own_rotation = false;
+};
+
+// A candidate's storage of keys and values, and its rotation.
+struct JointCandidate {
+  JointStorage k, v;
+  RotationKind rotate;
+};
+
+// Every {key storage, value storage} pair at the rotation (and unrotated too with
+// rotate_choice; a pair of types with their own rotations once), then f16.
+std::vector<JointCandidate> joint_candidates(const JointOptions& o, std::size_t d) {
   if (o.rotate_choice && o.rotate == RotationKind::none) {
     throw UsageError("a choice of rotation needs a rotation to choose: --rotate hadamard or random", {"", "--rotate", "none"});
   }
-  // A tensor's storage: kivi codes of `bits`, or the cache type `type` (bits 0; own_rotation:
-  // it names its rotation); f16 is bits 16.
-  struct Storage {
-    int bits;
-    std::string type;
-    bool own_rotation = false;
-  };
-  std::vector<Storage> storage;
+  std::vector<JointStorage> storage;
   for (int b : o.bits) storage.push_back({b, ""});
   for (const std::string& t : o.types) {
     const HeadType ht = parse_head_type(t, "", "--cache-types");
@@ -78,99 +81,122 @@ std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source
     check_ggml_head_dim(ggml_cache_type(ht.name, d, "", field), d, "", field);
     storage.push_back({0, t, ht.rotate.has_value()});
   }
-  // Candidates {key storage, value storage, rotation}: every pair at the rotation (and unrotated
-  // too with rotate_choice; a pair of types with their own rotations once), then f16.
-  struct Candidate {
-    Storage k, v;
-    RotationKind rotate;
-  };
-  std::vector<Candidate> pairs;
+  std::vector<JointCandidate> pairs;
   for (const RotationKind r : o.rotate_choice ? std::vector<RotationKind>{RotationKind::none, o.rotate}
                                               : std::vector<RotationKind>{o.rotate}) {
-    for (const Storage& sk : storage) {
-      for (const Storage& sv : storage) {
+    for (const JointStorage& sk : storage) {
+      for (const JointStorage& sv : storage) {
         const bool fixed = sk.own_rotation && sv.own_rotation;
         if (!(fixed && r != o.rotate)) pairs.push_back({sk, sv, fixed ? o.rotate : r});
       }
     }
   }
   if (o.f16_option) pairs.push_back({{16, ""}, {16, ""}, RotationKind::none});
+  return pairs;
+}
+
+QuantParams candidate_params(const JointCandidate& c, const JointOptions& o) {
+  QuantParams p;
+  if (c.k.bits == 16) {
+    p.method = Quantizer::none;
+    p.residual = 0;
+    return p;
+  }
+  p.method = Quantizer::kivi;
+  p.key = {c.k.bits, QuantAxis::channel, o.group, c.k.type};
+  p.value = {c.v.bits, QuantAxis::token, o.group, c.v.type};
+  p.residual = o.residual;
+  p.rule = o.rule;
+  p.rotate = c.rotate;
+  p.rotate_seed = c.rotate == RotationKind::none ? 0 : o.rotate_seed;
+  return p;
+}
+
+// KV head h's choices of a layer (query, key, value as JointSource reads them): for each keep
+// fraction, the top-scored rows plus the last `window`, stored as each candidate, with its bytes
+// and its query heads' attention-output error against the full cache's.
+std::vector<JointChoice> head_choices(const KvWindow& m, const Tensor3& query, const Tensor3& key, const Tensor3& value,
+                                      std::size_t h, const ScoreOptions& so, const JointOptions& o,
+                                      const std::vector<JointCandidate>& pairs) {
+  const std::size_t T = m.n_tokens, d = m.head_dim, W = o.window;
+  const HeadScores sc = score_head(query, key, h, m, so);
+  std::vector<std::size_t> order;
+  for (std::size_t t = 0; t + W < T; ++t) order.push_back(t);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sc.score[a] > sc.score[b]; });
+  std::vector<std::size_t> all(T);
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  std::vector<MatF> full;
+  double norm2 = 0;
+  for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
+    full.push_back(attend(query.row(qh, 0), m.n_query, key.row(h, 0), value.row(h, 0), all.data(), T, d, m.first_query_pos()));
+    norm2 += full.back().cast<double>().squaredNorm();
+  }
+  std::vector<JointChoice> choices;
+  for (double f : o.keep) {
+    const std::size_t n = std::min(T, std::max(W, static_cast<std::size_t>(std::llround(f * static_cast<double>(T)))));
+    std::vector<std::size_t> kept(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n - std::min(n, W)));
+    for (std::size_t t = T - std::min(T, W); t < T; ++t) kept.push_back(t);
+    std::sort(kept.begin(), kept.end());
+    std::vector<float> k(n * d), v(n * d);
+    std::vector<std::int32_t> kept32;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::copy_n(key.row(h, kept[i]), d, k.data() + i * d);
+      std::copy_n(value.row(h, kept[i]), d, v.data() + i * d);
+      kept32.push_back(static_cast<std::int32_t>(kept[i]));
+    }
+    HeadInput in;
+    in.key = k.data();
+    in.value = v.data();
+    in.n = n;
+    in.n_tokens = T;
+    in.head_dim = d;
+    if (n < T) in.kept = kept32;
+    double mass = 0;
+    for (std::size_t t : kept) mass += sc.mass[t];
+    for (const JointCandidate& cand : pairs) {
+      const HeadCache hc = compress_head(in, candidate_params(cand, o));
+      std::vector<float> rk(n * d), rv(n * d);
+      reconstruct_head(hc, {}, rk.data(), rv.data());
+      double err2 = 0;
+      for (std::size_t g = 0; g < full.size(); ++g) {
+        const MatF out = attend(query.row(h * m.group_size() + g, 0), m.n_query, rk.data(), rv.data(), kept.data(), n, d,
+                                m.first_query_pos());
+        err2 += (out - full[g]).cast<double>().squaredNorm();
+      }
+      JointChoice& c = choices.emplace_back();
+      c.kept = kept32;
+      c.key_bits = cand.k.bits;
+      c.value_bits = cand.v.bits;
+      c.key_type = cand.k.type;
+      c.value_type = cand.v.type;
+      c.rotate = cand.rotate;
+      c.bytes = hc.bytes().total();
+      c.error = norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0;
+      c.err2 = err2;
+      c.norm2 = norm2;
+      c.retained_mass = mass;
+    }
+  }
+  return choices;
+}
+
+}  // namespace
+
+std::vector<JointChoice> plan_joint(const KvWindow& m, const JointSource& source, const JointOptions& o,
+                                    const ProgressFn& progress) {
+  check_joint_options(o);
+  ScoreOptions so;
+  so.window = o.window;
+  validate_score_options(so, m);
+  const std::size_t L = m.n_layers, H = m.n_kv_heads;
+  const double f16_total = 4.0 * static_cast<double>(L * H * m.n_tokens * m.head_dim);
+  const double budget = o.bytes_fraction * f16_total;
+  const std::vector<JointCandidate> pairs = joint_candidates(o, m.head_dim);
   std::vector<std::vector<JointChoice>> cand(L * H);
   Tensor3 query, key, value;  // each layer in the previous one's storage
   for (std::size_t l = 0; l < L; ++l) {
     source(l, query, key, value);
-    parallel_for(H, o.threads, [&](std::size_t h) {
-      const HeadScores sc = score_head(query, key, h, m, so);
-      std::vector<std::size_t> order;
-      for (std::size_t t = 0; t + W < T; ++t) order.push_back(t);
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sc.score[a] > sc.score[b]; });
-      std::vector<std::size_t> all(T);
-      std::iota(all.begin(), all.end(), std::size_t{0});
-      std::vector<MatF> full;
-      double norm2 = 0;
-      for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
-        full.push_back(attend(query.row(qh, 0), m.n_query, key.row(h, 0), value.row(h, 0), all.data(), T, d, m.first_query_pos()));
-        norm2 += full.back().cast<double>().squaredNorm();
-      }
-      for (double f : o.keep) {
-        const std::size_t n = std::min(T, std::max(W, static_cast<std::size_t>(std::llround(f * static_cast<double>(T)))));
-        std::vector<std::size_t> kept(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n - std::min(n, W)));
-        for (std::size_t t = T - std::min(T, W); t < T; ++t) kept.push_back(t);
-        std::sort(kept.begin(), kept.end());
-        std::vector<float> k(n * d), v(n * d);
-        std::vector<std::int32_t> kept32;
-        for (std::size_t i = 0; i < n; ++i) {
-          std::copy_n(key.row(h, kept[i]), d, k.data() + i * d);
-          std::copy_n(value.row(h, kept[i]), d, v.data() + i * d);
-          kept32.push_back(static_cast<std::int32_t>(kept[i]));
-        }
-        HeadInput in;
-        in.key = k.data();
-        in.value = v.data();
-        in.n = n;
-        in.n_tokens = T;
-        in.head_dim = d;
-        if (n < T) in.kept = kept32;
-        for (const auto& [sk, sv, rotate] : pairs) {
-          QuantParams p;
-          if (sk.bits == 16) {
-            p.method = Quantizer::none;
-            p.residual = 0;
-          } else {
-            p.method = Quantizer::kivi;
-            p.key = {sk.bits, QuantAxis::channel, o.group, sk.type};
-            p.value = {sv.bits, QuantAxis::token, o.group, sv.type};
-            p.residual = o.residual;
-            p.rule = o.rule;
-            p.rotate = rotate;
-            p.rotate_seed = rotate == RotationKind::none ? 0 : o.rotate_seed;
-          }
-          const HeadCache hc = compress_head(in, p);
-          std::vector<float> rk(n * d), rv(n * d);
-          reconstruct_head(hc, {}, rk.data(), rv.data());
-          double err2 = 0;
-          for (std::size_t g = 0; g < full.size(); ++g) {
-            const MatF out = attend(query.row(h * m.group_size() + g, 0), m.n_query, rk.data(), rv.data(), kept.data(), n, d,
-                                    m.first_query_pos());
-            err2 += (out - full[g]).cast<double>().squaredNorm();
-          }
-          double mass = 0;
-          for (std::size_t t : kept) mass += sc.mass[t];
-          JointChoice& c = cand[l * H + h].emplace_back();
-          c.kept = kept32;
-          c.key_bits = sk.bits;
-          c.value_bits = sv.bits;
-          c.key_type = sk.type;
-          c.value_type = sv.type;
-          c.rotate = rotate;
-          c.bytes = hc.bytes().total();
-          c.error = norm2 > 0 ? std::sqrt(err2 / norm2) : 0.0;
-          c.err2 = err2;
-          c.norm2 = norm2;
-          c.retained_mass = mass;
-        }
-      }
-    });
+    parallel_for(H, o.threads, [&](std::size_t h) { cand[l * H + h] = head_choices(m, query, key, value, h, so, o, pairs); });
     if (progress) progress(l + 1, L);
   }
   std::vector<std::vector<double>> err(L * H), cost(L * H);
