@@ -308,11 +308,9 @@ std::vector<float> Model::decode(std::int32_t token, std::size_t pos, KvPolicy& 
   return std::vector<float>(logits.data(), logits.data() + logits.size());
 }
 
-void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logits, int threads,
-                         AttentionMode attention) const {
+std::vector<std::size_t> Model::lane_rows(const Lane* lanes, std::size_t n_lanes) const {
   const ModelConfig& c = config_;
-  const std::size_t hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
-  std::vector<std::size_t> row0(n_lanes + 1, 0);  // lane i's rows: [row0[i], row0[i + 1])
+  std::vector<std::size_t> row0(n_lanes + 1, 0);
   for (std::size_t i = 0; i < n_lanes; ++i) {
     const Lane& lane = lanes[i];
     if (c.windowed_run(lane.pos + lane.n) && !lane.cache->holds_windows()) {
@@ -329,6 +327,52 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
     if (lane.bytes_after) std::fill_n(lane.bytes_after, lane.n, 0);
     row0[i + 1] = row0[i] + lane.n;
   }
+  return row0;
+}
+
+void Model::embed_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& x, std::vector<RopeTable>& ropes,
+                        std::vector<RopeTable>& ropes_local) const {
+  const ModelConfig& c = config_;
+  ropes.clear();
+  ropes_local.clear();
+  Eigen::Index row = 0;
+  for (std::size_t i = 0; i < n_lanes; ++i) {
+    for (std::size_t j = 0; j < lanes[i].n; ++j, ++row) {
+      const std::size_t p = lanes[i].pos + j;
+      w_.embedding.row(static_cast<std::size_t>(lanes[i].tokens[j]), x.row(row).data());
+      ropes.emplace_back(c.head_dim, layer_inv_freq(c, false, p + 1), p, 1, static_cast<float>(c.rope_scaling.attention_factor));
+      if (c.rope_theta_local > 0) ropes_local.emplace_back(c.head_dim, layer_inv_freq(c, true, p + 1), p, 1, 1.0f);
+    }
+  }
+  if (c.embed_scale != 1.0f) x *= c.embed_scale;
+}
+
+void Model::check_lane_logits(const RowMatrix& logits, const Lane* lanes, std::size_t n_lanes, int threads) const {
+  const std::size_t vocab = config_.vocab_size, batch = static_cast<std::size_t>(logits.rows());
+  // Every row checked on the threads; the first bad row (in row order) is the one reported.
+  std::vector<char> finite(batch);
+  constexpr std::size_t kRows = 16;
+  parallel_for((batch + kRows - 1) / kRows, threads, [&](std::size_t i) {
+    for (std::size_t r = i * kRows; r < std::min(batch, (i + 1) * kRows); ++r) {
+      const float* row = logits.row(static_cast<Eigen::Index>(r)).data();
+      finite[r] = std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); });
+    }
+  });
+  std::size_t r = 0;
+  for (std::size_t i = 0; i < n_lanes; ++i) {
+    for (std::size_t j = 0; j < lanes[i].n; ++j, ++r) {
+      if (finite[r]) continue;
+      check_finite(logits.row(static_cast<Eigen::Index>(r)).data(), vocab,
+                   "logits at position " + std::to_string(lanes[i].pos + j));
+    }
+  }
+}
+
+void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logits, int threads,
+                         AttentionMode attention) const {
+  const ModelConfig& c = config_;
+  const std::size_t hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
+  const std::vector<std::size_t> row0 = lane_rows(lanes, n_lanes);  // lane i's rows: [row0[i], row0[i + 1])
   const std::size_t batch = row0[n_lanes];
   const auto rows = static_cast<Eigen::Index>(batch);
   // The step's activations, kept per calling thread from one call to the next (every entry is
@@ -341,18 +385,8 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   for (RowMatrix* m : {&q, &att}) size(*m, nq);
   for (RowMatrix* m : {&k, &k_pre, &v}) size(*m, nkv);
   for (RowMatrix* m : {&h1, &h3}) size(*m, c.hidden_dim);
-  // One table per row (dynamic scaling sees the row's own length), and per row of a model whose
-  // local layers have their own base, one for those.
   std::vector<RopeTable> ropes, ropes_local;
-  for (std::size_t i = 0; i < n_lanes; ++i) {
-    for (std::size_t j = 0; j < lanes[i].n; ++j) {
-      const std::size_t p = lanes[i].pos + j;
-      w_.embedding.row(static_cast<std::size_t>(lanes[i].tokens[j]), x.row(static_cast<Eigen::Index>(row0[i] + j)).data());
-      ropes.emplace_back(hd, layer_inv_freq(c, false, p + 1), p, 1, static_cast<float>(c.rope_scaling.attention_factor));
-      if (c.rope_theta_local > 0) ropes_local.emplace_back(hd, layer_inv_freq(c, true, p + 1), p, 1, 1.0f);
-    }
-  }
-  if (c.embed_scale != 1.0f) x *= c.embed_scale;
+  embed_lanes(lanes, n_lanes, x, ropes, ropes_local);
   const float qf = query_factor(c);
   // A lone lane gives its attention the threads (decode attention is bit-identical for any count).
   const int attention_threads = n_lanes == 1 ? threads : 1;
@@ -434,19 +468,7 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   size(logits, c.vocab_size);
   product(classifier(), xb, logits);
   if (c.final_softcap != 0.0f) each_row([&](Eigen::Index r) { softcap(logits.row(r).data(), c.vocab_size, c.final_softcap); });
-  // Every row checked on the threads; the first bad row (in row order) is the one reported.
-  std::vector<char> finite(batch);
-  each_row([&](Eigen::Index r) {
-    const float* row = logits.row(r).data();
-    finite[static_cast<std::size_t>(r)] = std::all_of(row, row + c.vocab_size, [](float v) { return std::isfinite(v); });
-  });
-  for (std::size_t i = 0; i < n_lanes; ++i) {
-    for (std::size_t j = 0; j < lanes[i].n; ++j) {
-      if (finite[row0[i] + j]) continue;
-      check_finite(logits.row(static_cast<Eigen::Index>(row0[i] + j)).data(), c.vocab_size,
-                   "logits at position " + std::to_string(lanes[i].pos + j));
-    }
-  }
+  check_lane_logits(logits, lanes, n_lanes, threads);
 }
 
 }  // namespace akv

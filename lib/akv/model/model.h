@@ -154,6 +154,14 @@ class Model {
 
  private:
   void check_token(std::int32_t t) const;
+  // decode_lanes' steps: the lanes checked (caches, tokens, positions; bytes_after zeroed) and
+  // each lane's first row (lane i's rows [row0[i], row0[i + 1])); the rows' embeddings into x and
+  // their RoPE tables, one per row (dynamic scaling sees the row's own length; a model whose
+  // local layers have their own base: one for those too); the logits checked finite.
+  std::vector<std::size_t> lane_rows(const Lane* lanes, std::size_t n_lanes) const;
+  void embed_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& x, std::vector<RopeTable>& ropes,
+                   std::vector<RopeTable>& ropes_local) const;
+  void check_lane_logits(const RowMatrix& logits, const Lane* lanes, std::size_t n_lanes, int threads) const;
   // InvalidInput naming the model and `where` when x [n] holds NaN or Inf.
   void check_finite(const float* x, std::size_t n, const std::string& where) const;
   const Weight& classifier() const;
