@@ -508,49 +508,10 @@ void gemma_config(const GgufFile& f, const Meta& m, const std::string& arch, Mod
   if (gemma2) c.attn_softcap = static_cast<float>(m.real("attn_logit_softcapping", 50.0));
 }
 
-}  // namespace
-
-Model load_gguf(const std::string& path, WeightMode mode) {
-  const GgufFile f(path);
-  std::shared_ptr<MappedFile> mapped;  // one map of the file for every encoded weight
-  const Meta global(f, "");
-  const std::string arch = global.text("general.architecture", "");
-  const auto& runs = supported_gguf_architectures();
-  if (std::find(runs.begin(), runs.end(), arch) == runs.end()) {
-    throw InvalidInput(unsupported_architecture("architecture", arch, runs), {path, "general.architecture", arch.empty() ? "missing" : arch});
-  }
-  const Meta m(f, arch);
-  ModelConfig c;
-  c.name = global.text("general.name", fs::path(path).stem().string());
-  c.dim = m.count("embedding_length");
-  c.n_layers = m.count("block_count");
-  c.hidden_dim = m.count("feed_forward_length");
-  c.n_heads = m.count("attention.head_count");
-  c.n_kv_heads = m.count("attention.head_count_kv", c.n_heads);
-  c.seq_len = m.count("context_length");
-  if (c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) {
-    throw InvalidInput("attention.head_count must be a multiple of head_count_kv (" + std::to_string(c.n_heads) + ")",
-                       {path, arch + ".attention.head_count_kv", std::to_string(c.n_kv_heads)});
-  }
-  c.head_dim = m.count("attention.key_length", c.dim / c.n_heads);
-  if (m.count("attention.value_length", c.head_dim) != c.head_dim) {
-    throw InvalidInput("value_length must equal key_length (" + std::to_string(c.head_dim) + ")",
-                       {path, arch + ".attention.value_length", std::to_string(m.count("attention.value_length"))});
-  }
-  if (c.head_dim == 0 || c.head_dim % 2 != 0) {
-    throw InvalidInput("head dimension must be even and positive", {path, arch + ".attention.key_length", std::to_string(c.head_dim)});
-  }
-  c.rotary_dim = m.count("rope.dimension_count", c.head_dim);
-  if (c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0) {
-    throw InvalidInput("rope.dimension_count must be even and at most the head dimension " + std::to_string(c.head_dim),
-                       {path, arch + ".rope.dimension_count", std::to_string(c.rotary_dim)});
-  }
-  if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
-  c.rope_theta = m.real("rope.freq_base", 10000.0);
-  c.norm_eps = static_cast<float>(m.real("attention.layer_norm_rms_epsilon", 1e-5));
-  // llama.cpp: LLM_ARCH_LLAMA ropes as "normal" (pairs 2i, 2i+1; its converter permutes q/k to
-  // match), qwen2 as NeoX (pairs i, i + d/2).
-  c.rope_layout = arch == "llama" ? RopeLayout::interleaved : RopeLayout::rotate_half;  // qwen3: NeoX too
+// RoPE scaling (none, linear, yarn; rope_freqs.weight factors; Phi-3's longrope tensors) into
+// c.rope_scaling.
+void gguf_rope_scaling(const GgufFile& f, const Meta& m, const std::string& path, const std::string& arch,
+                       ModelConfig& c) {
   const std::string scaling = m.text(arch + ".rope.scaling.type", "none");
   if (scaling == "linear") {
     c.rope_scaling.kind = RopeScaling::Kind::linear;
@@ -597,55 +558,110 @@ Model load_gguf(const std::string& path, WeightMode mode) {
     s.factor = static_cast<double>(c.seq_len) / static_cast<double>(s.original_max_positions);
     s.attention_factor = m.real("rope.scaling.attn_factor", 1.0);
   }
+}
+
+// The model's shape, attention and RoPE from the metadata of architecture `arch` (m: its keys).
+ModelConfig gguf_config(const GgufFile& f, const Meta& global, const Meta& m, const std::string& path,
+                        const std::string& arch) {
+  ModelConfig c;
+  c.name = global.text("general.name", fs::path(path).stem().string());
+  c.dim = m.count("embedding_length");
+  c.n_layers = m.count("block_count");
+  c.hidden_dim = m.count("feed_forward_length");
+  c.n_heads = m.count("attention.head_count");
+  c.n_kv_heads = m.count("attention.head_count_kv", c.n_heads);
+  c.seq_len = m.count("context_length");
+  if (c.n_kv_heads > c.n_heads || c.n_heads % c.n_kv_heads != 0) {
+    throw InvalidInput("attention.head_count must be a multiple of head_count_kv (" + std::to_string(c.n_heads) + ")",
+                       {path, arch + ".attention.head_count_kv", std::to_string(c.n_kv_heads)});
+  }
+  c.head_dim = m.count("attention.key_length", c.dim / c.n_heads);
+  if (m.count("attention.value_length", c.head_dim) != c.head_dim) {
+    throw InvalidInput("value_length must equal key_length (" + std::to_string(c.head_dim) + ")",
+                       {path, arch + ".attention.value_length", std::to_string(m.count("attention.value_length"))});
+  }
+  if (c.head_dim == 0 || c.head_dim % 2 != 0) {
+    throw InvalidInput("head dimension must be even and positive", {path, arch + ".attention.key_length", std::to_string(c.head_dim)});
+  }
+  c.rotary_dim = m.count("rope.dimension_count", c.head_dim);
+  if (c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0) {
+    throw InvalidInput("rope.dimension_count must be even and at most the head dimension " + std::to_string(c.head_dim),
+                       {path, arch + ".rope.dimension_count", std::to_string(c.rotary_dim)});
+  }
+  if (c.rotary_dim == c.head_dim) c.rotary_dim = 0;
+  c.rope_theta = m.real("rope.freq_base", 10000.0);
+  c.norm_eps = static_cast<float>(m.real("attention.layer_norm_rms_epsilon", 1e-5));
+  // llama.cpp: LLM_ARCH_LLAMA ropes as "normal" (pairs 2i, 2i+1; its converter permutes q/k to
+  // match), qwen2 as NeoX (pairs i, i + d/2).
+  c.rope_layout = arch == "llama" ? RopeLayout::interleaved : RopeLayout::rotate_half;  // qwen3: NeoX too
+  gguf_rope_scaling(f, m, path, arch, c);
   const GgufTensor* embd = f.find("token_embd.weight");
   if (!embd || embd->dims.size() != 2) throw InvalidInput("missing tensor (or not a matrix)", {path, "token_embd.weight"});
   c.vocab_size = embd->dims[1];
   c.qkv_bias = arch == "qwen2" || f.find("blk.0.attn_q.bias") != nullptr;
-  const bool gemma = arch == "gemma3" || arch == "gemma2";
-  if (gemma) gemma_config(f, m, arch, c);
+  if (arch == "gemma3" || arch == "gemma2") gemma_config(f, m, arch, c);
+  return c;
+}
 
+// Layer l's weights (llama.cpp's tensor names; Phi-3's fused attn_qkv and ffn_up).
+LayerWeights gguf_layer(const GgufFile& f, const ModelConfig& c, const std::string& arch, std::size_t l, WeightMode mode,
+                        std::shared_ptr<MappedFile>& mapped) {
   const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  const std::string p = "blk." + std::to_string(l) + ".";
+  LayerWeights lw;
+  lw.attn_norm = f.read(p + "attn_norm.weight", {c.dim});
+  if (arch == "phi3") {  // attn_qkv: the q rows, then k, then v
+    const std::size_t all = q_dim + 2 * kv_dim;
+    lw.wq = matrix(f, p + "attn_qkv.weight", q_dim, c.dim, mode, mapped, 0, all);
+    lw.wk = matrix(f, p + "attn_qkv.weight", kv_dim, c.dim, mode, mapped, q_dim, all);
+    lw.wv = matrix(f, p + "attn_qkv.weight", kv_dim, c.dim, mode, mapped, q_dim + kv_dim, all);
+  } else {
+    lw.wq = matrix(f, p + "attn_q.weight", q_dim, c.dim, mode, mapped);
+    lw.wk = matrix(f, p + "attn_k.weight", kv_dim, c.dim, mode, mapped);
+    lw.wv = matrix(f, p + "attn_v.weight", kv_dim, c.dim, mode, mapped);
+  }
+  lw.wo = matrix(f, p + "attn_output.weight", c.dim, q_dim, mode, mapped);
+  if (c.qkv_bias) {
+    lw.bq = f.read(p + "attn_q.bias", {q_dim});
+    lw.bk = f.read(p + "attn_k.bias", {kv_dim});
+    lw.bv = f.read(p + "attn_v.bias", {kv_dim});
+  }
+  if (arch == "qwen3" || arch == "gemma3") {  // RMSNorm of each query and key head before RoPE
+    lw.q_norm = f.read(p + "attn_q_norm.weight", {c.head_dim});
+    lw.k_norm = f.read(p + "attn_k_norm.weight", {c.head_dim});
+  }
+  lw.ffn_norm = f.read(p + "ffn_norm.weight", {c.dim});
+  if (arch == "gemma3" || arch == "gemma2") {  // the attention's and the MLP's outputs normalized before the residual
+    lw.post_attn_norm = f.read(p + "post_attention_norm.weight", {c.dim});
+    lw.post_ffn_norm = f.read(p + "post_ffw_norm.weight", {c.dim});
+  }
+  if (arch == "phi3") {  // ffn_up holds gate then up (llama.cpp's fused SwiGLU input)
+    lw.w1 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped, 0, 2 * c.hidden_dim);
+    lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped, c.hidden_dim, 2 * c.hidden_dim);
+  } else {
+    lw.w1 = matrix(f, p + "ffn_gate.weight", c.hidden_dim, c.dim, mode, mapped);
+    lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped);
+  }
+  lw.w2 = matrix(f, p + "ffn_down.weight", c.dim, c.hidden_dim, mode, mapped);
+  return lw;
+}
+
+}  // namespace
+
+Model load_gguf(const std::string& path, WeightMode mode) {
+  const GgufFile f(path);
+  std::shared_ptr<MappedFile> mapped;  // one map of the file for every encoded weight
+  const Meta global(f, "");
+  const std::string arch = global.text("general.architecture", "");
+  const auto& runs = supported_gguf_architectures();
+  if (std::find(runs.begin(), runs.end(), arch) == runs.end()) {
+    throw InvalidInput(unsupported_architecture("architecture", arch, runs), {path, "general.architecture", arch.empty() ? "missing" : arch});
+  }
+  const Meta m(f, arch);
+  ModelConfig c = gguf_config(f, global, m, path, arch);
   ModelWeights w;
   w.embedding = matrix(f, "token_embd.weight", c.vocab_size, c.dim, mode, mapped);
-  for (std::size_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    LayerWeights lw;
-    lw.attn_norm = f.read(p + "attn_norm.weight", {c.dim});
-    if (arch == "phi3") {  // attn_qkv: the q rows, then k, then v
-      const std::size_t all = q_dim + 2 * kv_dim;
-      lw.wq = matrix(f, p + "attn_qkv.weight", q_dim, c.dim, mode, mapped, 0, all);
-      lw.wk = matrix(f, p + "attn_qkv.weight", kv_dim, c.dim, mode, mapped, q_dim, all);
-      lw.wv = matrix(f, p + "attn_qkv.weight", kv_dim, c.dim, mode, mapped, q_dim + kv_dim, all);
-    } else {
-      lw.wq = matrix(f, p + "attn_q.weight", q_dim, c.dim, mode, mapped);
-      lw.wk = matrix(f, p + "attn_k.weight", kv_dim, c.dim, mode, mapped);
-      lw.wv = matrix(f, p + "attn_v.weight", kv_dim, c.dim, mode, mapped);
-    }
-    lw.wo = matrix(f, p + "attn_output.weight", c.dim, q_dim, mode, mapped);
-    if (c.qkv_bias) {
-      lw.bq = f.read(p + "attn_q.bias", {q_dim});
-      lw.bk = f.read(p + "attn_k.bias", {kv_dim});
-      lw.bv = f.read(p + "attn_v.bias", {kv_dim});
-    }
-    if (arch == "qwen3" || arch == "gemma3") {  // RMSNorm of each query and key head before RoPE
-      lw.q_norm = f.read(p + "attn_q_norm.weight", {c.head_dim});
-      lw.k_norm = f.read(p + "attn_k_norm.weight", {c.head_dim});
-    }
-    lw.ffn_norm = f.read(p + "ffn_norm.weight", {c.dim});
-    if (gemma) {  // the attention's and the MLP's outputs normalized before the residual
-      lw.post_attn_norm = f.read(p + "post_attention_norm.weight", {c.dim});
-      lw.post_ffn_norm = f.read(p + "post_ffw_norm.weight", {c.dim});
-    }
-    if (arch == "phi3") {  // ffn_up holds gate then up (llama.cpp's fused SwiGLU input)
-      lw.w1 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped, 0, 2 * c.hidden_dim);
-      lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped, c.hidden_dim, 2 * c.hidden_dim);
-    } else {
-      lw.w1 = matrix(f, p + "ffn_gate.weight", c.hidden_dim, c.dim, mode, mapped);
-      lw.w3 = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim, mode, mapped);
-    }
-    lw.w2 = matrix(f, p + "ffn_down.weight", c.dim, c.hidden_dim, mode, mapped);
-    w.layers.push_back(std::move(lw));
-  }
+  for (std::size_t l = 0; l < c.n_layers; ++l) w.layers.push_back(gguf_layer(f, c, arch, l, mode, mapped));
   w.final_norm = f.read("output_norm.weight", {c.dim});
   if (f.find("output.weight")) w.classifier = matrix(f, "output.weight", c.vocab_size, c.dim, mode, mapped);
   return Model(std::move(c), std::move(w));
