@@ -461,6 +461,136 @@ bool split_at_space(const nlohmann::json& pre) {
          pre["pattern"].is_object() && pre["pattern"].value("String", std::string("?")) == " " && !pre.value("invert", false);
 }
 
+// Normalizer: none, NFC, SentencePiece's Prepend U+2581 + Replace " " (either order), or the
+// Replace alone (Gemma: no dummy prefix).
+void read_normalizer(const nlohmann::json& j, const std::string& path, BpeVocab::Options& o) {
+  const nlohmann::json& norm = j.contains("normalizer") ? j["normalizer"] : nlohmann::json();
+  if (norm.is_null()) return;
+  const std::string type = norm.value("type", std::string("?"));
+  auto spm_step = [&](const nlohmann::json& n) {
+    const std::string t = n.value("type", std::string());
+    return (t == "Prepend" && n.value("prepend", std::string()) == kSentencePieceSpace) ||
+           (t == "Replace" && n.contains("pattern") && n["pattern"].value("String", std::string()) == " " &&
+            n.value("content", std::string()) == kSentencePieceSpace);
+  };
+  if (type == "NFC") {
+    o.nfc = true;
+  } else if (type == "Replace" && spm_step(norm) && !o.byte_level) {
+    o.spaces = BpeVocab::Spaces::normalizer;
+    o.prepend = BpeVocab::Prepend::never;
+  } else if (type == "Sequence" && norm.at("normalizers").size() == 2 && spm_step(norm["normalizers"][0]) &&
+             spm_step(norm["normalizers"][1]) &&
+             norm["normalizers"][0]["type"] != norm["normalizers"][1]["type"] && !o.byte_level) {
+    o.spaces = BpeVocab::Spaces::normalizer;
+  } else {
+    throw InvalidInput("normalizer not implemented (akv reads none, NFC, or SentencePiece's [Prepend +] Replace)",
+                       {path, "normalizer.type", type});
+  }
+}
+
+// SentencePiece-style pre-tokenizer: none (the normalizer placed the U+2581), Metaspace, or after
+// the normalizer a Split at the string " " (Gemma's), which finds nothing in a text whose spaces
+// the normalizer replaced; and the model's unknown token.
+void read_spm_pretokenizer(const nlohmann::json& pre, const nlohmann::json& model, const std::string& path, BpeVocab::Options& o) {
+  if (pre.is_object() && pre.value("type", std::string()) == "Metaspace" && o.spaces == BpeVocab::Spaces::none) {
+    if (pre.value("replacement", std::string(kSentencePieceSpace)) != kSentencePieceSpace) {
+      throw InvalidInput("Metaspace replacement other than U+2581", {path, "pre_tokenizer.replacement", pre["replacement"].dump()});
+    }
+    o.spaces = BpeVocab::Spaces::metaspace;
+    const std::string scheme = pre.contains("prepend_scheme") ? pre["prepend_scheme"].get<std::string>()
+                               : pre.value("add_prefix_space", true) ? "always" : "never";
+    if (scheme == "always") o.prepend = BpeVocab::Prepend::always;
+    else if (scheme == "first") o.prepend = BpeVocab::Prepend::first;
+    else if (scheme == "never") o.prepend = BpeVocab::Prepend::never;
+    else throw InvalidInput("unknown Metaspace prepend_scheme", {path, "pre_tokenizer.prepend_scheme", scheme});
+    o.metaspace_split = pre.value("split", true);
+  } else if (o.spaces != BpeVocab::Spaces::normalizer || !(pre.is_null() || split_at_space(pre))) {
+    throw InvalidInput("SentencePiece-style BPE (byte_fallback) needs the [Prepend +] Replace normalizer (then no "
+                       "pre-tokenizer or a Split at \" \") or a Metaspace pre-tokenizer", {path, "pre_tokenizer", pre.is_object() ? pre.value("type", std::string("?")) : "null"});
+  }
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    const auto& v = model.at("vocab");
+    const std::string unk = model["unk_token"].get<std::string>();
+    if (v.contains(unk)) o.unk = token_id(v[unk], path, "model.vocab." + unk);
+  }
+}
+
+// Byte-level pre-tokenizer: [Split(regex, Isolated)...,] ByteLevel, their regexes into o.patterns.
+void read_byte_level_pretokenizer(const nlohmann::json& pre, const std::string& path, BpeVocab::Options& o) {
+  std::vector<nlohmann::json> steps;
+  if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
+    for (const auto& st : pre.at("pretokenizers")) steps.push_back(st);
+  } else {
+    steps.push_back(pre);
+  }
+  bool byte_level = false;
+  for (const auto& st : steps) {
+    const std::string type = st.is_object() ? st.value("type", std::string()) : "null";
+    if (type == "Split" && !byte_level) {
+      if (!st.at("pattern").contains("Regex") || st.value("behavior", std::string()) != "Isolated" || st.value("invert", false)) {
+        throw InvalidInput("Split pre-tokenizer other than an isolated regex", {path, "pre_tokenizer", st.dump().substr(0, 80)});
+      }
+      o.patterns.push_back(st["pattern"]["Regex"].get<std::string>());
+    } else if (type == "ByteLevel" && !byte_level) {
+      if (st.value("add_prefix_space", false)) {
+        throw InvalidInput("ByteLevel add_prefix_space not implemented", {path, "pre_tokenizer.add_prefix_space", "true"});
+      }
+      if (st.value("use_regex", true)) o.patterns.push_back(kGpt2Pattern);
+      byte_level = true;
+    } else {
+      throw InvalidInput("pre-tokenizer not implemented (akv reads Split regexes then ByteLevel, or Metaspace)",
+                         {path, "pre_tokenizer", type});
+    }
+  }
+  if (!byte_level) throw InvalidInput("not a byte-level BPE (no ByteLevel pre-tokenizer)", {path, "pre_tokenizer"});
+}
+
+// The vocabulary's pieces by id, and the merges (pairs, or "a b" strings).
+std::vector<std::string> read_pieces(const nlohmann::json& model, const std::string& path) {
+  std::vector<std::string> tokens;
+  for (const auto& [text, id] : model.at("vocab").items()) {
+    const std::int32_t i = token_id(id, path, "model.vocab." + text);
+    if (static_cast<std::size_t>(i) >= tokens.size()) tokens.resize(static_cast<std::size_t>(i) + 1);
+    tokens[static_cast<std::size_t>(i)] = text;
+  }
+  return tokens;
+}
+
+std::vector<std::pair<std::string, std::string>> read_merges(const nlohmann::json& model, const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const auto& m : model.at("merges")) {
+    if (m.is_array() && m.size() == 2) {
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      const std::string s = m.get<std::string>();
+      const std::size_t sp = s.find(' ');
+      if (sp == std::string::npos) throw InvalidInput("merge without two parts", {path, "model.merges", s});
+      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    }
+  }
+  return merges;
+}
+
+// BOS: the special token a TemplateProcessing post-processor puts first, when there is one.
+void read_bos(const nlohmann::json& j, const std::vector<std::pair<std::string, std::int32_t>>& added, BpeVocab::Options& o) {
+  const nlohmann::json& post = j.contains("post_processor") ? j["post_processor"] : nlohmann::json();
+  std::vector<nlohmann::json> posts;
+  if (post.is_object() && post.value("type", std::string()) == "Sequence") {
+    for (const auto& p : post.at("processors")) posts.push_back(p);
+  } else if (post.is_object()) {
+    posts.push_back(post);
+  }
+  for (const auto& p : posts) {
+    if (p.value("type", std::string()) != "TemplateProcessing" || p.at("single").empty()) continue;
+    const auto& first = p["single"][0];
+    if (!first.contains("SpecialToken")) continue;
+    const std::string name = first["SpecialToken"].at("id").get<std::string>();
+    for (const auto& [text, id] : added) {
+      if (text == name) o.bos = id;
+    }
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path) {
@@ -476,123 +606,20 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
     o.ignore_merges = model.value("ignore_merges", false);
     o.byte_level = !model.value("byte_fallback", false);
     o.byte_fallback = !o.byte_level;
-    // Normalizer: none, NFC, SentencePiece's Prepend U+2581 + Replace " " (either order), or the
-    // Replace alone (Gemma: no dummy prefix).
-    const nlohmann::json& norm = j.contains("normalizer") ? j["normalizer"] : nlohmann::json();
-    if (!norm.is_null()) {
-      const std::string type = norm.value("type", std::string("?"));
-      auto spm_step = [&](const nlohmann::json& n) {
-        const std::string t = n.value("type", std::string());
-        return (t == "Prepend" && n.value("prepend", std::string()) == kSentencePieceSpace) ||
-               (t == "Replace" && n.contains("pattern") && n["pattern"].value("String", std::string()) == " " &&
-                n.value("content", std::string()) == kSentencePieceSpace);
-      };
-      if (type == "NFC") {
-        o.nfc = true;
-      } else if (type == "Replace" && spm_step(norm) && !o.byte_level) {
-        o.spaces = Spaces::normalizer;
-        o.prepend = Prepend::never;
-      } else if (type == "Sequence" && norm.at("normalizers").size() == 2 && spm_step(norm["normalizers"][0]) &&
-                 spm_step(norm["normalizers"][1]) &&
-                 norm["normalizers"][0]["type"] != norm["normalizers"][1]["type"] && !o.byte_level) {
-        o.spaces = Spaces::normalizer;
-      } else {
-        throw InvalidInput("normalizer not implemented (akv reads none, NFC, or SentencePiece's [Prepend +] Replace)",
-                           {path, "normalizer.type", type});
-      }
-    }
-    // Pre-tokenizer: byte-level [Split(regex, Isolated)...,] ByteLevel; SentencePiece-style none
-    // (the normalizer placed the U+2581), Metaspace, or after the normalizer a Split at the string
-    // " " (Gemma's), which finds nothing in a text whose spaces the normalizer replaced.
+    read_normalizer(j, path, o);
     const nlohmann::json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
-    if (!o.byte_level) {
-      if (pre.is_object() && pre.value("type", std::string()) == "Metaspace" && o.spaces == Spaces::none) {
-        if (pre.value("replacement", std::string(kSentencePieceSpace)) != kSentencePieceSpace) {
-          throw InvalidInput("Metaspace replacement other than U+2581", {path, "pre_tokenizer.replacement", pre["replacement"].dump()});
-        }
-        o.spaces = Spaces::metaspace;
-        const std::string scheme = pre.contains("prepend_scheme") ? pre["prepend_scheme"].get<std::string>()
-                                   : pre.value("add_prefix_space", true) ? "always" : "never";
-        if (scheme == "always") o.prepend = Prepend::always;
-        else if (scheme == "first") o.prepend = Prepend::first;
-        else if (scheme == "never") o.prepend = Prepend::never;
-        else throw InvalidInput("unknown Metaspace prepend_scheme", {path, "pre_tokenizer.prepend_scheme", scheme});
-        o.metaspace_split = pre.value("split", true);
-      } else if (o.spaces != Spaces::normalizer || !(pre.is_null() || split_at_space(pre))) {
-        throw InvalidInput("SentencePiece-style BPE (byte_fallback) needs the [Prepend +] Replace normalizer (then no "
-                           "pre-tokenizer or a Split at \" \") or a Metaspace pre-tokenizer", {path, "pre_tokenizer", pre.is_object() ? pre.value("type", std::string("?")) : "null"});
-      }
-      if (model.contains("unk_token") && model["unk_token"].is_string()) {
-        const auto& v = model.at("vocab");
-        const std::string unk = model["unk_token"].get<std::string>();
-        if (v.contains(unk)) o.unk = token_id(v[unk], path, "model.vocab." + unk);
-      }
+    if (o.byte_level) {
+      read_byte_level_pretokenizer(pre, path, o);
     } else {
-      std::vector<nlohmann::json> steps;
-      if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
-        for (const auto& st : pre.at("pretokenizers")) steps.push_back(st);
-      } else {
-        steps.push_back(pre);
-      }
-      bool byte_level = false;
-      for (const auto& st : steps) {
-        const std::string type = st.is_object() ? st.value("type", std::string()) : "null";
-        if (type == "Split" && !byte_level) {
-          if (!st.at("pattern").contains("Regex") || st.value("behavior", std::string()) != "Isolated" || st.value("invert", false)) {
-            throw InvalidInput("Split pre-tokenizer other than an isolated regex", {path, "pre_tokenizer", st.dump().substr(0, 80)});
-          }
-          o.patterns.push_back(st["pattern"]["Regex"].get<std::string>());
-        } else if (type == "ByteLevel" && !byte_level) {
-          if (st.value("add_prefix_space", false)) {
-            throw InvalidInput("ByteLevel add_prefix_space not implemented", {path, "pre_tokenizer.add_prefix_space", "true"});
-          }
-          if (st.value("use_regex", true)) o.patterns.push_back(kGpt2Pattern);
-          byte_level = true;
-        } else {
-          throw InvalidInput("pre-tokenizer not implemented (akv reads Split regexes then ByteLevel, or Metaspace)",
-                             {path, "pre_tokenizer", type});
-        }
-      }
-      if (!byte_level) throw InvalidInput("not a byte-level BPE (no ByteLevel pre-tokenizer)", {path, "pre_tokenizer"});
+      read_spm_pretokenizer(pre, model, path, o);
     }
-    std::vector<std::string> tokens;
-    for (const auto& [text, id] : model.at("vocab").items()) {
-      const std::int32_t i = token_id(id, path, "model.vocab." + text);
-      if (static_cast<std::size_t>(i) >= tokens.size()) tokens.resize(static_cast<std::size_t>(i) + 1);
-      tokens[static_cast<std::size_t>(i)] = text;
-    }
-    std::vector<std::pair<std::string, std::string>> merges;
-    for (const auto& m : model.at("merges")) {
-      if (m.is_array() && m.size() == 2) {
-        merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-      } else {
-        const std::string s = m.get<std::string>();
-        const std::size_t sp = s.find(' ');
-        if (sp == std::string::npos) throw InvalidInput("merge without two parts", {path, "model.merges", s});
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      }
-    }
+    std::vector<std::string> tokens = read_pieces(model, path);
+    const std::vector<std::pair<std::string, std::string>> merges = read_merges(model, path);
     std::vector<std::pair<std::string, std::int32_t>> added;
     for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
       added.emplace_back(a.at("content").get<std::string>(), token_id(a.at("id"), path, "added_tokens.id"));
     }
-    // BOS: the special token a TemplateProcessing post-processor puts first, when there is one.
-    const nlohmann::json& post = j.contains("post_processor") ? j["post_processor"] : nlohmann::json();
-    std::vector<nlohmann::json> posts;
-    if (post.is_object() && post.value("type", std::string()) == "Sequence") {
-      for (const auto& p : post.at("processors")) posts.push_back(p);
-    } else if (post.is_object()) {
-      posts.push_back(post);
-    }
-    for (const auto& p : posts) {
-      if (p.value("type", std::string()) != "TemplateProcessing" || p.at("single").empty()) continue;
-      const auto& first = p["single"][0];
-      if (!first.contains("SpecialToken")) continue;
-      const std::string name = first["SpecialToken"].at("id").get<std::string>();
-      for (const auto& [text, id] : added) {
-        if (text == name) o.bos = id;
-      }
-    }
+    read_bos(j, added, o);
     return std::make_unique<BpeVocab>(std::move(tokens), merges, std::move(added), std::move(o), path);
   } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(std::string("tokenizer.json field missing or of the wrong type: ") + e.what(), {path});
