@@ -156,6 +156,80 @@ void DumpReader::read_meta() {
   read_shape_attrs(root, f, meta_);
 }
 
+std::size_t DumpReader::check_tensor(std::size_t l, DumpField field, DumpDatasetInfo& out, std::size_t d0,
+                                     const char* d0_name, const char* d0_meta, std::size_t d1, const char* d1_name) const {
+  const std::string& f = path_;
+  const std::string path = dump_dataset_path(l, field);
+  h5::Dataset d = h5::open_dataset(file_.get(), path, f);
+  auto shape = h5::dataset_shape(d.get());
+  const std::string where_shape = path + ".shape";
+  const std::string what = "layer " + std::to_string(l) + " " + dump_field_name(field);
+  if (shape.size() != 3) {
+    throw InvalidInput(what + " must have rank 3, found rank " + std::to_string(shape.size()),
+                       {f, where_shape, h5::shape_string(shape)});
+  }
+  if (shape[0] != d0) {
+    throw InvalidInput(what + " has " + std::to_string(shape[0]) + " " + d0_name + ", meta says " +
+                           std::to_string(d0) + " (" + d0_meta + ")",
+                       {f, where_shape, h5::shape_string(shape)});
+  }
+  if (d1 != 0 && shape[1] != d1) {
+    throw InvalidInput(what + " has " + std::to_string(shape[1]) + " " + d1_name +
+                           ", expected " + std::to_string(d1),
+                       {f, where_shape, h5::shape_string(shape)});
+  }
+  if (shape[2] != meta_.head_dim) {
+    throw InvalidInput(what + " has head_dim " + std::to_string(shape[2]) + ", meta says " +
+                           std::to_string(meta_.head_dim),
+                       {f, where_shape, h5::shape_string(shape)});
+  }
+  h5::Type t(H5Dget_type(d.get()));
+  auto dtype = h5::classify_float(t.get());
+  if (!dtype) {
+    throw InvalidInput(what + " has an unsupported dtype (akv reads f16, bf16, f32, f64)",
+                       {f, path + ".dtype", "class " + std::to_string(H5Tget_class(t.get())) +
+                                                ", " + std::to_string(H5Tget_size(t.get())) +
+                                                " bytes"});
+  }
+  h5::check_stored(d.get(), f, path);
+  out.present = true;
+  out.dtype = *dtype;
+  out.storage_bytes = h5::storage_bytes(d.get());
+  return shape[1];
+}
+
+void DumpReader::check_matrix(std::size_t l, DumpMatrix which, DumpLayerInfo& info, std::size_t rows, std::size_t cols,
+                              const std::string& expect) const {
+  const std::string& f = path_;
+  const std::string path = dump_matrix_path(l, which);
+  DumpDatasetInfo& out = info.matrix(which);
+  if (h5::link_exists(file_.get(), path)) {
+    h5::Dataset d = h5::open_dataset(file_.get(), path, f);
+    const auto shape = h5::dataset_shape(d.get());
+    const std::size_t r0 = l > 0 ? layers_[0].matrix_rows[static_cast<std::size_t>(which)] : 0;
+    const std::size_t c0 = l > 0 ? layers_[0].matrix_cols[static_cast<std::size_t>(which)] : 0;
+    if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0 || (rows && shape[0] != rows) || (cols && shape[1] != cols) ||
+        (r0 && shape[0] != r0) || (c0 && shape[1] != c0)) {
+      throw InvalidInput(dump_matrix_name(which) + " must be " + expect + (l > 0 ? ", as in layer 0" : ""),
+                         {f, path + ".shape", h5::shape_string(shape)});
+    }
+    h5::Type t(H5Dget_type(d.get()));
+    const auto dtype = h5::classify_float(t.get());
+    if (!dtype) {
+      throw InvalidInput(dump_matrix_name(which) + " has an unsupported dtype (akv reads f16, bf16, f32, f64)",
+                         {f, path + ".dtype", std::to_string(H5Tget_size(t.get())) + " bytes"});
+    }
+    h5::check_stored(d.get(), f, path);
+    out = {true, *dtype, h5::storage_bytes(d.get())};
+    info.matrix_rows[static_cast<std::size_t>(which)] = shape[0];
+    info.matrix_cols[static_cast<std::size_t>(which)] = shape[1];
+  }
+  if (l > 0 && out.present != layers_[0].matrix(which).present) {
+    throw InvalidInput(dump_matrix_name(which) + " must be in every layer or in none",
+                       {f, path, out.present ? "present" : "missing"});
+  }
+}
+
 void DumpReader::read_layer_info(std::size_t l) {
   const std::string& f = path_;
   const std::string group = "/layers/" + std::to_string(l);
@@ -172,54 +246,10 @@ void DumpReader::read_layer_info(std::size_t l) {
       meta_.layer_window[l] = static_cast<std::size_t>(w);
     }
   }
-
-  auto check = [&](DumpField field, DumpDatasetInfo& out, std::size_t d0, const char* d0_name,
-                   const char* d0_meta, std::size_t d1, const char* d1_name) {
-    const std::string path = dump_dataset_path(l, field);
-    h5::Dataset d = h5::open_dataset(file_.get(), path, f);
-    auto shape = h5::dataset_shape(d.get());
-    const std::string where_shape = path + ".shape";
-    const std::string what = "layer " + std::to_string(l) + " " + dump_field_name(field);
-    if (shape.size() != 3) {
-      throw InvalidInput(what + " must have rank 3, found rank " + std::to_string(shape.size()),
-                         {f, where_shape, h5::shape_string(shape)});
-    }
-    if (shape[0] != d0) {
-      throw InvalidInput(what + " has " + std::to_string(shape[0]) + " " + d0_name + ", meta says " +
-                             std::to_string(d0) + " (" + d0_meta + ")",
-                         {f, where_shape, h5::shape_string(shape)});
-    }
-    if (d1 != 0 && shape[1] != d1) {
-      throw InvalidInput(what + " has " + std::to_string(shape[1]) + " " + d1_name +
-                             ", expected " + std::to_string(d1),
-                         {f, where_shape, h5::shape_string(shape)});
-    }
-    if (shape[2] != meta_.head_dim) {
-      throw InvalidInput(what + " has head_dim " + std::to_string(shape[2]) + ", meta says " +
-                             std::to_string(meta_.head_dim),
-                         {f, where_shape, h5::shape_string(shape)});
-    }
-    h5::Type t(H5Dget_type(d.get()));
-    auto dtype = h5::classify_float(t.get());
-    if (!dtype) {
-      throw InvalidInput(what + " has an unsupported dtype (akv reads f16, bf16, f32, f64)",
-                         {f, path + ".dtype", "class " + std::to_string(H5Tget_class(t.get())) +
-                                                  ", " + std::to_string(H5Tget_size(t.get())) +
-                                                  " bytes"});
-    }
-    h5::check_stored(d.get(), f, path);
-    out.present = true;
-    out.dtype = *dtype;
-    out.storage_bytes = h5::storage_bytes(d.get());
-    return shape[1];
-  };
-
-  check(DumpField::key, info.key, meta_.n_kv_heads, "kv heads", "n_kv_heads", meta_.n_tokens,
-        "tokens");
-  check(DumpField::value, info.value, meta_.n_kv_heads, "kv heads", "n_kv_heads",
-        meta_.n_tokens, "tokens");
-  std::size_t n_query = check(DumpField::query, info.query, meta_.n_heads, "heads", "n_heads",
-                              l == 0 ? 0 : meta_.n_query, "query positions (as layer 0)");
+  check_tensor(l, DumpField::key, info.key, meta_.n_kv_heads, "kv heads", "n_kv_heads", meta_.n_tokens, "tokens");
+  check_tensor(l, DumpField::value, info.value, meta_.n_kv_heads, "kv heads", "n_kv_heads", meta_.n_tokens, "tokens");
+  std::size_t n_query = check_tensor(l, DumpField::query, info.query, meta_.n_heads, "heads", "n_heads",
+                                     l == 0 ? 0 : meta_.n_query, "query positions (as layer 0)");
   if (l == 0) {
     if (n_query == 0 || n_query > meta_.n_tokens) {
       throw InvalidInput("query positions must be between 1 and n_tokens (" +
@@ -233,45 +263,14 @@ void DumpReader::read_layer_info(std::size_t l) {
                                        std::pair{DumpField::key_fisher, &info.key_fisher},
                                        std::pair{DumpField::value_fisher, &info.value_fisher}}) {
     if (h5::link_exists(file_.get(), dump_dataset_path(l, field))) {
-      check(field, *info_of, meta_.n_kv_heads, "kv heads", "n_kv_heads", meta_.n_tokens, "tokens");
+      check_tensor(l, field, *info_of, meta_.n_kv_heads, "kv heads", "n_kv_heads", meta_.n_tokens, "tokens");
     }
   }
-  // The optional 2-D datasets: in every layer or none, float, `rows` x `cols` (0: any, the same
-  // in every layer).
-  auto matrix = [&](DumpMatrix which, std::size_t rows, std::size_t cols, const std::string& expect) {
-    const std::string path = dump_matrix_path(l, which);
-    DumpDatasetInfo& out = info.matrix(which);
-    if (h5::link_exists(file_.get(), path)) {
-      h5::Dataset d = h5::open_dataset(file_.get(), path, f);
-      const auto shape = h5::dataset_shape(d.get());
-      const std::size_t r0 = l > 0 ? layers_[0].matrix_rows[static_cast<std::size_t>(which)] : 0;
-      const std::size_t c0 = l > 0 ? layers_[0].matrix_cols[static_cast<std::size_t>(which)] : 0;
-      if (shape.size() != 2 || shape[0] == 0 || shape[1] == 0 || (rows && shape[0] != rows) || (cols && shape[1] != cols) ||
-          (r0 && shape[0] != r0) || (c0 && shape[1] != c0)) {
-        throw InvalidInput(dump_matrix_name(which) + " must be " + expect + (l > 0 ? ", as in layer 0" : ""),
-                           {f, path + ".shape", h5::shape_string(shape)});
-      }
-      h5::Type t(H5Dget_type(d.get()));
-      const auto dtype = h5::classify_float(t.get());
-      if (!dtype) {
-        throw InvalidInput(dump_matrix_name(which) + " has an unsupported dtype (akv reads f16, bf16, f32, f64)",
-                           {f, path + ".dtype", std::to_string(H5Tget_size(t.get())) + " bytes"});
-      }
-      h5::check_stored(d.get(), f, path);
-      out = {true, *dtype, h5::storage_bytes(d.get())};
-      info.matrix_rows[static_cast<std::size_t>(which)] = shape[0];
-      info.matrix_cols[static_cast<std::size_t>(which)] = shape[1];
-    }
-    if (l > 0 && out.present != layers_[0].matrix(which).present) {
-      throw InvalidInput(dump_matrix_name(which) + " must be in every layer or in none",
-                         {f, path, out.present ? "present" : "missing"});
-    }
-  };
   const std::string n_tokens = std::to_string(meta_.n_tokens), nh = std::to_string(meta_.n_heads * meta_.head_dim);
-  matrix(DumpMatrix::out_proj, 0, meta_.n_heads * meta_.head_dim, "[hidden, n_heads * head_dim = " + nh + "]");
-  matrix(DumpMatrix::attn_input, meta_.n_tokens, 0, "[n_tokens = " + n_tokens + ", hidden]");
-  matrix(DumpMatrix::kvzip_plus, meta_.n_kv_heads, meta_.n_tokens,
-         "[n_kv_heads = " + std::to_string(meta_.n_kv_heads) + ", n_tokens = " + n_tokens + "]");
+  check_matrix(l, DumpMatrix::out_proj, info, 0, meta_.n_heads * meta_.head_dim, "[hidden, n_heads * head_dim = " + nh + "]");
+  check_matrix(l, DumpMatrix::attn_input, info, meta_.n_tokens, 0, "[n_tokens = " + n_tokens + ", hidden]");
+  check_matrix(l, DumpMatrix::kvzip_plus, info, meta_.n_kv_heads, meta_.n_tokens,
+               "[n_kv_heads = " + std::to_string(meta_.n_kv_heads) + ", n_tokens = " + n_tokens + "]");
   info.hidden = info.matrix_rows[static_cast<std::size_t>(DumpMatrix::out_proj)];
   const std::string kinds_path = group + "/head_kind";
   if (h5::link_exists(file_.get(), kinds_path)) {

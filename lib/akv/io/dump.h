@@ -127,6 +127,14 @@ class DumpReader {
   mutable std::vector<std::uint16_t> raw_;  // one head of an f16/bf16 dataset as stored, reused by every read
   void read_meta();
   void read_layer_info(std::size_t l);
+  // Layer l's 3-D dataset `field` checked (rank 3, d0 along axis 0, d1 along axis 1 unless 0,
+  // head_dim along axis 2, a float type, stored bytes) and described in `out`; its axis 1.
+  std::size_t check_tensor(std::size_t l, DumpField field, DumpDatasetInfo& out, std::size_t d0, const char* d0_name,
+                           const char* d0_meta, std::size_t d1, const char* d1_name) const;
+  // Layer l's optional 2-D dataset `which`: in every layer or none, float, rows x cols (0: any,
+  // the same in every layer; `expect` says the shape in errors), described in info.
+  void check_matrix(std::size_t l, DumpMatrix which, DumpLayerInfo& info, std::size_t rows, std::size_t cols,
+                    const std::string& expect) const;
   void read_optional_vectors();
 
   std::string path_;
