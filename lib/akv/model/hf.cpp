@@ -209,10 +209,18 @@ void gemma_layers(const HfConfig& j, ModelConfig& c) {
   c.attn_softcap = static_cast<float>(j.attn_logit_softcapping.value_or(gemma2 ? 50.0 : 0.0));
 }
 
-}  // namespace
+// An RMSNorm weight [n]; Gemma's RMSNorm multiplies by (1 + w): the stored w plus 1 in f32, as
+// transformers computes it.
+std::vector<float> hf_norm(const Tensors& t, const std::string& name, std::size_t n, bool gemma) {
+  std::vector<float> v = t.read(name, {n});
+  if (gemma) {
+    for (float& x : v) x = 1.0f + x;
+  }
+  return v;
+}
 
-Model load_hf(const std::string& dir, WeightMode mode) {
-  const HfConfig j = read_hf_config(dir, supported_hf_model_types());
+// The model's shape, attention and RoPE from config.json (j), checked.
+ModelConfig hf_model_config(const HfConfig& j, const std::string& dir) {
   const std::string& cfg_path = j.file;
   const std::string& type = j.model_type;
   const bool gemma = type == "gemma3_text" || type == "gemma2";
@@ -257,6 +265,65 @@ Model load_hf(const std::string& dir, WeightMode mode) {
   c.layer_window = hf_layer_windows(j);
   if (gemma) gemma_layers(j, c);
   if (c.head_dim % 2 != 0) throw InvalidInput("head_dim must be even", {cfg_path, "head_dim", std::to_string(c.head_dim)});
+  return c;
+}
+
+// Layer l's weights under the prefix m ("model." or a multimodal Gemma 3's); Phi-3's fused
+// qkv_proj and gate_up_proj; Gemma's sandwich norms, each RMSNorm weight read as 1 + w.
+LayerWeights hf_layer(const Tensors& t, const ModelConfig& c, const std::string& type, const std::string& m, std::size_t l,
+                      WeightMode mode) {
+  const bool gemma = type == "gemma3_text" || type == "gemma2";
+  const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  const std::string p = m + "layers." + std::to_string(l) + ".";
+  auto norm = [&](const std::string& name, std::size_t n) { return hf_norm(t, name, n, gemma); };
+  LayerWeights lw;
+  lw.attn_norm = norm(p + "input_layernorm.weight", c.dim);
+  if (type == "phi3") {  // one qkv_proj: the q rows, then k, then v
+    const std::string qkv = p + "self_attn.qkv_proj.weight";
+    const std::size_t all = q_dim + 2 * kv_dim;
+    lw.wq = t.matrix(qkv, q_dim, c.dim, mode, 0, all);
+    lw.wk = t.matrix(qkv, kv_dim, c.dim, mode, q_dim, all);
+    lw.wv = t.matrix(qkv, kv_dim, c.dim, mode, q_dim + kv_dim, all);
+  } else {
+    lw.wq = t.matrix(p + "self_attn.q_proj.weight", q_dim, c.dim, mode);
+    lw.wk = t.matrix(p + "self_attn.k_proj.weight", kv_dim, c.dim, mode);
+    lw.wv = t.matrix(p + "self_attn.v_proj.weight", kv_dim, c.dim, mode);
+  }
+  lw.wo = t.matrix(p + "self_attn.o_proj.weight", c.dim, q_dim, mode);
+  if (c.qkv_bias) {
+    lw.bq = t.read(p + "self_attn.q_proj.bias", {q_dim});
+    lw.bk = t.read(p + "self_attn.k_proj.bias", {kv_dim});
+    lw.bv = t.read(p + "self_attn.v_proj.bias", {kv_dim});
+  }
+  if (type == "qwen3" || type == "gemma3_text") {  // RMSNorm of each query and key head before RoPE
+    lw.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
+    lw.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
+  }
+  if (gemma) {  // sandwich norms: post_attention_layernorm normalizes the attention's output
+    lw.post_attn_norm = norm(p + "post_attention_layernorm.weight", c.dim);
+    lw.ffn_norm = norm(p + "pre_feedforward_layernorm.weight", c.dim);
+    lw.post_ffn_norm = norm(p + "post_feedforward_layernorm.weight", c.dim);
+  } else {
+    lw.ffn_norm = t.read(p + "post_attention_layernorm.weight", {c.dim});
+  }
+  if (type == "phi3") {  // one gate_up_proj: the gate rows, then up (transformers' chunk(2))
+    const std::string gu = p + "mlp.gate_up_proj.weight";
+    lw.w1 = t.matrix(gu, c.hidden_dim, c.dim, mode, 0, 2 * c.hidden_dim);
+    lw.w3 = t.matrix(gu, c.hidden_dim, c.dim, mode, c.hidden_dim, 2 * c.hidden_dim);
+  } else {
+    lw.w1 = t.matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim, mode);
+    lw.w3 = t.matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim, mode);
+  }
+  lw.w2 = t.matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim, mode);
+  return lw;
+}
+
+}  // namespace
+
+Model load_hf(const std::string& dir, WeightMode mode) {
+  const HfConfig j = read_hf_config(dir, supported_hf_model_types());
+  ModelConfig c = hf_model_config(j, dir);
+  const bool gemma = j.model_type == "gemma3_text" || j.model_type == "gemma2";
   const Tensors t(dir);
   // The language model's tensor names: model.X, or a multimodal Gemma 3's (the layout of its
   // transformers version).
@@ -267,61 +334,10 @@ Model load_hf(const std::string& dir, WeightMode mode) {
   const std::string head = j.multimodal && t.has("language_model.lm_head.weight") ? "language_model.lm_head.weight"
                                                                                  : "lm_head.weight";
   const bool tied = j.tie_word_embeddings || !t.has(head);
-  const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-  // Gemma's RMSNorm multiplies by (1 + w): the stored w plus 1 in f32, as transformers computes it.
-  auto norm = [&](const std::string& name, std::size_t n) {
-    std::vector<float> v = t.read(name, {n});
-    if (gemma) {
-      for (float& x : v) x = 1.0f + x;
-    }
-    return v;
-  };
   ModelWeights w;
   w.embedding = t.matrix(m + "embed_tokens.weight", c.vocab_size, c.dim, mode);
-  for (std::size_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = m + "layers." + std::to_string(l) + ".";
-    LayerWeights lw;
-    lw.attn_norm = norm(p + "input_layernorm.weight", c.dim);
-    if (type == "phi3") {  // one qkv_proj: the q rows, then k, then v
-      const std::string qkv = p + "self_attn.qkv_proj.weight";
-      const std::size_t all = q_dim + 2 * kv_dim;
-      lw.wq = t.matrix(qkv, q_dim, c.dim, mode, 0, all);
-      lw.wk = t.matrix(qkv, kv_dim, c.dim, mode, q_dim, all);
-      lw.wv = t.matrix(qkv, kv_dim, c.dim, mode, q_dim + kv_dim, all);
-    } else {
-      lw.wq = t.matrix(p + "self_attn.q_proj.weight", q_dim, c.dim, mode);
-      lw.wk = t.matrix(p + "self_attn.k_proj.weight", kv_dim, c.dim, mode);
-      lw.wv = t.matrix(p + "self_attn.v_proj.weight", kv_dim, c.dim, mode);
-    }
-    lw.wo = t.matrix(p + "self_attn.o_proj.weight", c.dim, q_dim, mode);
-    if (c.qkv_bias) {
-      lw.bq = t.read(p + "self_attn.q_proj.bias", {q_dim});
-      lw.bk = t.read(p + "self_attn.k_proj.bias", {kv_dim});
-      lw.bv = t.read(p + "self_attn.v_proj.bias", {kv_dim});
-    }
-    if (type == "qwen3" || type == "gemma3_text") {  // RMSNorm of each query and key head before RoPE
-      lw.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
-      lw.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
-    }
-    if (gemma) {  // sandwich norms: post_attention_layernorm normalizes the attention's output
-      lw.post_attn_norm = norm(p + "post_attention_layernorm.weight", c.dim);
-      lw.ffn_norm = norm(p + "pre_feedforward_layernorm.weight", c.dim);
-      lw.post_ffn_norm = norm(p + "post_feedforward_layernorm.weight", c.dim);
-    } else {
-      lw.ffn_norm = t.read(p + "post_attention_layernorm.weight", {c.dim});
-    }
-    if (type == "phi3") {  // one gate_up_proj: the gate rows, then up (transformers' chunk(2))
-      const std::string gu = p + "mlp.gate_up_proj.weight";
-      lw.w1 = t.matrix(gu, c.hidden_dim, c.dim, mode, 0, 2 * c.hidden_dim);
-      lw.w3 = t.matrix(gu, c.hidden_dim, c.dim, mode, c.hidden_dim, 2 * c.hidden_dim);
-    } else {
-      lw.w1 = t.matrix(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim, mode);
-      lw.w3 = t.matrix(p + "mlp.up_proj.weight", c.hidden_dim, c.dim, mode);
-    }
-    lw.w2 = t.matrix(p + "mlp.down_proj.weight", c.dim, c.hidden_dim, mode);
-    w.layers.push_back(std::move(lw));
-  }
-  w.final_norm = norm(m + "norm.weight", c.dim);
+  for (std::size_t l = 0; l < c.n_layers; ++l) w.layers.push_back(hf_layer(t, c, j.model_type, m, l, mode));
+  w.final_norm = hf_norm(t, m + "norm.weight", c.dim, gemma);
   if (!tied) w.classifier = t.matrix(head, c.vocab_size, c.dim, mode);
   return Model(std::move(c), std::move(w));
 }
