@@ -367,6 +367,98 @@ CompressParams resolve_tiered(const CompressRequest& r) {
   return p;
 }
 
+// Methods ggml and fp8: llama.cpp's cache types (k=, v=, types=), fp8's scale rule and calibration.
+CompressParams resolve_cache_types(const CompressRequest& r) {
+  if (r.ggml.boundary) {
+    throw UsageError("boundary is turboquant's (vLLM's boundary protection)", {"", "boundary", std::to_string(*r.ggml.boundary)});
+  }
+  if (r.ggml.qjl) throw UsageError("qjl is turboquant's (ggml's key types tq2j-tq4j store it)", {"", "qjl", *r.ggml.qjl});
+  CompressRequest rest = r;
+  rest.ggml = {};
+  rest.method = "none";
+  rest.rotate.reset();
+  rest.rotate_seed.reset();
+  if (rest.tiered.any() || rest.eviction.any() || rest.quant || rest.bits || rest.bits_key || rest.bits_value ||
+      rest.key_axis || rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction ||
+      rest.pre_rope || (rest.calibration && r.method != "fp8")) {
+    throw UsageError(r.method + " takes only k, v (cache types), scale, rotate and rotate-seed (fp8: and calibration)",
+                     {"", "--method", r.method});
+  }
+  CompressParams p;
+  p.method = Quantizer::none;
+  p.residual = 0;
+  apply_rotation(p, r);
+  GgmlCacheParams g;
+  if (r.ggml.types) {
+    if (r.method != "ggml") throw UsageError("types is method ggml's (per-head cache types)", {"", "--method", r.method});
+    if (r.ggml.k || r.ggml.v) {
+      throw UsageError("types gives every head its k and v types: drop k= and v=", {"", "types", *r.ggml.types});
+    }
+    g.types = *r.ggml.types;  // read against the model's shape by read_calibration_inputs
+    g.key.clear();
+    g.value.clear();
+  }
+  if (r.method == "fp8") g.key = g.value = "fp8_e4m3";
+  if (r.ggml.k) g.key = ggml_cache_type_alias(*r.ggml.k);
+  if (r.ggml.v) g.value = ggml_cache_type_alias(*r.ggml.v);
+  if (r.method == "fp8" && !(g.key.rfind("fp8_", 0) == 0 && g.value.rfind("fp8_", 0) == 0)) {
+    throw UsageError("fp8 takes k= and v= e4m3 or e5m2 (other cache types: method ggml)", {"", "k", g.key + "/" + g.value});
+  }
+  if (r.ggml.scale) {
+    if (!g.fp8() && g.types.empty()) {
+      throw UsageError("scale is the fp8 types' scale rule (k= or v= e4m3, e5m2)", {"", "scale", *r.ggml.scale});
+    }
+    g.scale = *r.ggml.scale;
+  }
+  if (r.calibration) {  // method fp8 only (above)
+    if (g.scale == "one") throw UsageError("a calibration gives fp8 scales per head or tensor, not scale=one", {"", "calibration", *r.calibration});
+    g.calibration = *r.calibration;
+  }
+  p.mode = g;
+  return p;
+}
+
+// An eviction (or joint) method over the quantizer of --quant.
+CompressParams resolve_evicting(const CompressRequest& r) {
+  const std::string quant = r.quant.value_or("none");
+  if (is_eviction_method(quant)) {
+    throw UsageError("--quant takes a quantization method or preset", {"", "--quant", quant});
+  }
+  if (const MethodInfo* q = find_method(quant); q && q->kind == MethodKind::ggml) {
+    throw UsageError("--quant takes a quantizer or preset (" + method_list({MethodKind::quantizer, MethodKind::preset}) +
+                         "): ggml, fp8 and turboquant caches store every row and do not combine with eviction",
+                     {"", "--quant", quant});
+  }
+  CompressRequest q = r;
+  q.method = quant;
+  CompressParams p = resolve_quant(q);
+  p.mode = resolve_eviction(r.method, r.eviction);
+  if (p.method == Quantizer::nuq && p.eviction()->alloc == AllocMethod::joint) {
+    throw UsageError("joint allocates kivi bits per head: --quant kivi", {"", "--quant", quant});
+  }
+  if (r.eviction.rotate_choice) {
+    if (p.eviction()->alloc != AllocMethod::joint) {
+      throw UsageError("rotate-choice is joint's", {"", "--rotate-choice", *r.eviction.rotate_choice});
+    }
+    if (*r.eviction.rotate_choice == "on" && p.rotate == RotationKind::none) {
+      throw UsageError("rotate-choice=on chooses between none and rotate=: add rotate=hadamard or random",
+                       {"", "--rotate-choice", "on"});
+    }
+    std::get<EvictionParams>(p.mode).rotate_choice = *r.eviction.rotate_choice == "on";
+  }
+  if (r.eviction.cache_types) {
+    if (p.eviction()->alloc != AllocMethod::joint) {
+      throw UsageError("cache-types is joint's", {"", "--cache-types", *r.eviction.cache_types});
+    }
+    std::get<EvictionParams>(p.mode).cache_types = parse_cache_types(*r.eviction.cache_types, '/', "--cache-types");
+  }
+  if (p.eviction()->every > 0 && (p.quantized() || p.rotate != RotationKind::none)) {
+    throw UsageError("decode-time compression cuts f16 rows: it takes no quant= or rotate=", {"", "--quant", quant});
+  }
+  if (p.eviction()->decoding) check_threshold_decoding(*p.eviction(), p.quantized() || p.rotate != RotationKind::none);
+  return p;
+}
+
 }  // namespace
 
 std::optional<CompressParams> resolve_method_spec(const std::string& spec) {
@@ -380,55 +472,7 @@ CompressParams resolve_params(const CompressRequest& r) {
   if (const MethodInfo* m = find_method(r.method); m && m->kind == MethodKind::ggml && r.method.rfind("turboquant", 0) == 0) {
     return resolve_turboquant(r);
   }
-  if (r.method == "ggml" || r.method == "fp8") {
-    if (r.ggml.boundary) {
-      throw UsageError("boundary is turboquant's (vLLM's boundary protection)", {"", "boundary", std::to_string(*r.ggml.boundary)});
-    }
-    if (r.ggml.qjl) throw UsageError("qjl is turboquant's (ggml's key types tq2j-tq4j store it)", {"", "qjl", *r.ggml.qjl});
-    CompressRequest rest = r;
-    rest.ggml = {};
-    rest.method = "none";
-    rest.rotate.reset();
-    rest.rotate_seed.reset();
-    if (rest.tiered.any() || rest.eviction.any() || rest.quant || rest.bits || rest.bits_key || rest.bits_value ||
-        rest.key_axis || rest.value_axis || rest.quant_rule || rest.group || rest.residual || rest.outlier_fraction ||
-        rest.pre_rope || (rest.calibration && r.method != "fp8")) {
-      throw UsageError(r.method + " takes only k, v (cache types), scale, rotate and rotate-seed (fp8: and calibration)",
-                       {"", "--method", r.method});
-    }
-    CompressParams p;
-    p.method = Quantizer::none;
-    p.residual = 0;
-    apply_rotation(p, r);
-    GgmlCacheParams g;
-    if (r.ggml.types) {
-      if (r.method != "ggml") throw UsageError("types is method ggml's (per-head cache types)", {"", "--method", r.method});
-      if (r.ggml.k || r.ggml.v) {
-        throw UsageError("types gives every head its k and v types: drop k= and v=", {"", "types", *r.ggml.types});
-      }
-      g.types = *r.ggml.types;  // read against the model's shape by read_calibration_inputs
-      g.key.clear();
-      g.value.clear();
-    }
-    if (r.method == "fp8") g.key = g.value = "fp8_e4m3";
-    if (r.ggml.k) g.key = ggml_cache_type_alias(*r.ggml.k);
-    if (r.ggml.v) g.value = ggml_cache_type_alias(*r.ggml.v);
-    if (r.method == "fp8" && !(g.key.rfind("fp8_", 0) == 0 && g.value.rfind("fp8_", 0) == 0)) {
-      throw UsageError("fp8 takes k= and v= e4m3 or e5m2 (other cache types: method ggml)", {"", "k", g.key + "/" + g.value});
-    }
-    if (r.ggml.scale) {
-      if (!g.fp8() && g.types.empty()) {
-        throw UsageError("scale is the fp8 types' scale rule (k= or v= e4m3, e5m2)", {"", "scale", *r.ggml.scale});
-      }
-      g.scale = *r.ggml.scale;
-    }
-    if (r.calibration) {  // method fp8 only (above)
-      if (g.scale == "one") throw UsageError("a calibration gives fp8 scales per head or tensor, not scale=one", {"", "calibration", *r.calibration});
-      g.calibration = *r.calibration;
-    }
-    p.mode = g;
-    return p;
-  }
+  if (r.method == "ggml" || r.method == "fp8") return resolve_cache_types(r);
   if (r.ggml.any()) {
     throw UsageError("k, v, types, scale, boundary and qjl (--k, --v, --types, --scale, --boundary, --qjl, k=, v=, ...: cache types) need method ggml, fp8 "
                      "or turboquant", {"", "--method", r.method});
@@ -438,45 +482,7 @@ CompressParams resolve_params(const CompressRequest& r) {
     throw UsageError("tiered flags (hot, warm, cold-bits...) need a tiered method (" +
                          method_list({MethodKind::tiered}) + ")", {"", "--method", r.method});
   }
-  if (is_eviction_method(r.method)) {
-    const std::string quant = r.quant.value_or("none");
-    if (is_eviction_method(quant)) {
-      throw UsageError("--quant takes a quantization method or preset", {"", "--quant", quant});
-    }
-    if (const MethodInfo* q = find_method(quant); q && q->kind == MethodKind::ggml) {
-      throw UsageError("--quant takes a quantizer or preset (" + method_list({MethodKind::quantizer, MethodKind::preset}) +
-                           "): ggml, fp8 and turboquant caches store every row and do not combine with eviction",
-                       {"", "--quant", quant});
-    }
-    CompressRequest q = r;
-    q.method = quant;
-    CompressParams p = resolve_quant(q);
-    p.mode = resolve_eviction(r.method, r.eviction);
-    if (p.method == Quantizer::nuq && p.eviction()->alloc == AllocMethod::joint) {
-      throw UsageError("joint allocates kivi bits per head: --quant kivi", {"", "--quant", quant});
-    }
-    if (r.eviction.rotate_choice) {
-      if (p.eviction()->alloc != AllocMethod::joint) {
-        throw UsageError("rotate-choice is joint's", {"", "--rotate-choice", *r.eviction.rotate_choice});
-      }
-      if (*r.eviction.rotate_choice == "on" && p.rotate == RotationKind::none) {
-        throw UsageError("rotate-choice=on chooses between none and rotate=: add rotate=hadamard or random",
-                         {"", "--rotate-choice", "on"});
-      }
-      std::get<EvictionParams>(p.mode).rotate_choice = *r.eviction.rotate_choice == "on";
-    }
-    if (r.eviction.cache_types) {
-      if (p.eviction()->alloc != AllocMethod::joint) {
-        throw UsageError("cache-types is joint's", {"", "--cache-types", *r.eviction.cache_types});
-      }
-      std::get<EvictionParams>(p.mode).cache_types = parse_cache_types(*r.eviction.cache_types, '/', "--cache-types");
-    }
-    if (p.eviction()->every > 0 && (p.quantized() || p.rotate != RotationKind::none)) {
-      throw UsageError("decode-time compression cuts f16 rows: it takes no quant= or rotate=", {"", "--quant", quant});
-    }
-    if (p.eviction()->decoding) check_threshold_decoding(*p.eviction(), p.quantized() || p.rotate != RotationKind::none);
-    return p;
-  }
+  if (is_eviction_method(r.method)) return resolve_evicting(r);
   if (r.quant || r.eviction.any()) {
     throw UsageError("eviction flags (--budget, --quant, --window...) need an eviction method (" +
                          method_list({MethodKind::eviction, MethodKind::joint}) + ")",
