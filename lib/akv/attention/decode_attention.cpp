@@ -116,48 +116,83 @@ AttentionMode parse_attention_mode(const std::string& s, const char* flag) {
   throw InvalidInput("unknown attention path (exact, int8)", {"", flag, s});
 }
 
+namespace {
+
+// Rotated keys: the query rotated the same way (q.k = (Rq).(Rk)); rotated values: the output
+// rotated back. decode_attention reads the views as stored.
+void decode_attention_rotated(const DecodeAttentionArgs& a, const DecodeAttentionOptions& o) {
+  const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+  std::vector<float> query(a.query, a.query + a.n_heads * d);
+  std::vector<HeadView> heads(a.heads, a.heads + a.n_kv_heads * a.segments);
+  std::vector<Rotation> value_rotation(a.n_kv_heads);
+  for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
+    rotate_rows(head_rotation(a, kv, true), query.data() + kv * nq * d, nq, d);
+    value_rotation[kv] = head_rotation(a, kv, false);
+  }
+  for (HeadView& h : heads) h.key.rotation = h.value.rotation = {};
+  DecodeAttentionArgs stored = a;
+  stored.query = query.data();
+  stored.heads = heads.data();
+  decode_attention(stored, o);
+  for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
+    unrotate_rows(value_rotation[kv], a.out + kv * nq * d, nq, d);
+  }
+}
+
+// AttentionMode::llama: the query heads of KV heads with ggml block keys rounded to Q8_0 (after
+// any rotation), then the exact path.
+void decode_attention_llama(const DecodeAttentionArgs& a, const DecodeAttentionOptions& o) {
+  const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+  std::vector<float> query(a.query, a.query + a.n_heads * d);
+  for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
+    bool blocked = false;
+    for (std::size_t s = 0; s < a.segments; ++s) {
+      const GgmlTypeInfo* t = a.heads[kv * a.segments + s].key.ggml.type;
+      blocked = blocked || (t && !fp8_format_of(*t) && !tq_type_of(*t));  // not llama.cpp types
+    }
+    if (blocked) round_q8_0_cpu(query.data() + kv * nq * d, nq * d);
+  }
+  DecodeAttentionArgs rounded = a;
+  rounded.query = query.data();
+  DecodeAttentionOptions exact = o;
+  exact.mode = AttentionMode::exact;
+  decode_attention(rounded, exact);
+}
+
+// KV head kv's outputs (and, when asked, probabilities over its rows [n]) from its partitions'
+// partial softmax states parts[0, count), rescaled to their common maximum.
+void merge_partitions(const DecodeAttentionArgs& a, std::size_t kv, const attn::Partial* parts, std::size_t count,
+                      std::size_t n) {
+  const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
+  for (std::size_t h = 0; h < nq; ++h) {
+    float* out = a.out + (kv * nq + h) * d;
+    std::fill(out, out + d, 0.0f);
+    if (n == 0) continue;
+    float m = -std::numeric_limits<float>::infinity();
+    for (std::size_t i = 0; i < count; ++i) m = std::max(m, parts[i].m[h]);
+    float l = 0.0f;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (std::isinf(parts[i].m[h])) continue;  // rows the head does not see (visible)
+      const float w = std::exp(parts[i].m[h] - m);
+      l += parts[i].l[h] * w;
+      for (std::size_t c = 0; c < d; ++c) out[c] += parts[i].acc[h * d + c] * w;
+    }
+    const float inv = 1.0f / l;
+    for (std::size_t c = 0; c < d; ++c) out[c] *= inv;
+    float* pr = a.probs ? a.probs[kv * nq + h] : nullptr;
+    if (pr) {
+      attn::exp_shifted(pr, m, n, pr);
+      for (std::size_t t = 0; t < n; ++t) pr[t] *= inv;
+    }
+  }
+}
+
+}  // namespace
+
 void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions& o) {
   check_args(a);
-  if (any_rotation(a)) {
-    // Rotated keys: the query rotated the same way (q.k = (Rq).(Rk)); rotated values: the
-    // output rotated back. The loops below read the views as stored.
-    const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
-    std::vector<float> query(a.query, a.query + a.n_heads * d);
-    std::vector<HeadView> heads(a.heads, a.heads + a.n_kv_heads * a.segments);
-    std::vector<Rotation> value_rotation(a.n_kv_heads);
-    for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
-      rotate_rows(head_rotation(a, kv, true), query.data() + kv * nq * d, nq, d);
-      value_rotation[kv] = head_rotation(a, kv, false);
-    }
-    for (HeadView& h : heads) h.key.rotation = h.value.rotation = {};
-    DecodeAttentionArgs stored = a;
-    stored.query = query.data();
-    stored.heads = heads.data();
-    decode_attention(stored, o);
-    for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
-      unrotate_rows(value_rotation[kv], a.out + kv * nq * d, nq, d);
-    }
-    return;
-  }
-  if (o.mode == AttentionMode::llama) {
-    // The query heads of KV heads with ggml block keys rounded to Q8_0 (after any rotation).
-    const std::size_t nq = a.n_heads / a.n_kv_heads, d = a.head_dim;
-    std::vector<float> query(a.query, a.query + a.n_heads * d);
-    for (std::size_t kv = 0; kv < a.n_kv_heads; ++kv) {
-      bool blocked = false;
-      for (std::size_t s = 0; s < a.segments; ++s) {
-        const GgmlTypeInfo* t = a.heads[kv * a.segments + s].key.ggml.type;
-        blocked = blocked || (t && !fp8_format_of(*t) && !tq_type_of(*t));  // not llama.cpp types
-      }
-      if (blocked) round_q8_0_cpu(query.data() + kv * nq * d, nq * d);
-    }
-    DecodeAttentionArgs rounded = a;
-    rounded.query = query.data();
-    DecodeAttentionOptions exact = o;
-    exact.mode = AttentionMode::exact;
-    decode_attention(rounded, exact);
-    return;
-  }
+  if (any_rotation(a)) return decode_attention_rotated(a, o);
+  if (o.mode == AttentionMode::llama) return decode_attention_llama(a, o);
   if (o.tile == 0 || o.partition == 0 || o.partition % o.tile != 0) {
     throw InvalidInput("partition must be a positive multiple of tile",
                        {"", "partition/tile", std::to_string(o.partition) + "/" + std::to_string(o.tile)});
@@ -197,28 +232,7 @@ void decode_attention(const DecodeAttentionArgs& a, const DecodeAttentionOptions
   // The merge is a few vector adds per head unless probabilities are asked for (a pass over
   // every row): threads only then.
   parallel_for(a.n_kv_heads, a.probs ? o.threads : 1, [&](std::size_t kv) {
-    const std::size_t n = rows[kv];
-    for (std::size_t h = 0; h < nq; ++h) {
-      float* out = a.out + (kv * nq + h) * d;
-      std::fill(out, out + d, 0.0f);
-      if (n == 0) continue;
-      float m = -std::numeric_limits<float>::infinity();
-      for (std::size_t i = first[kv]; i < first[kv + 1]; ++i) m = std::max(m, parts[i].m[h]);
-      float l = 0.0f;
-      for (std::size_t i = first[kv]; i < first[kv + 1]; ++i) {
-        if (std::isinf(parts[i].m[h])) continue;  // rows the head does not see (visible)
-        const float w = std::exp(parts[i].m[h] - m);
-        l += parts[i].l[h] * w;
-        for (std::size_t c = 0; c < d; ++c) out[c] += parts[i].acc[h * d + c] * w;
-      }
-      const float inv = 1.0f / l;
-      for (std::size_t c = 0; c < d; ++c) out[c] *= inv;
-      float* pr = a.probs ? a.probs[kv * nq + h] : nullptr;
-      if (pr) {
-        attn::exp_shifted(pr, m, n, pr);
-        for (std::size_t t = 0; t < n; ++t) pr[t] *= inv;
-      }
-    }
+    merge_partitions(a, kv, parts.data() + first[kv], first[kv + 1] - first[kv], rows[kv]);
   });
 }
 
