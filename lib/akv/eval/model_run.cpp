@@ -43,13 +43,34 @@ std::string with_context(nlohmann::json j, const nlohmann::json& context) {
   return json_text(j);
 }
 
+// The decode settings of --model runs (threads, batch, attention path, prompt protocol), as
+// passkey and RULER options take them.
+template <class TaskOptions>
+TaskOptions with_decode_settings(TaskOptions t, const PplOptions& p) {
+  t.threads = p.threads;
+  t.batch = p.batch;
+  t.attention = p.attention;
+  t.prefill_mode = p.prefill_mode;
+  return t;
+}
+
+// A passkey or RULER part's provenance: the model, the task's own `params` with the methods,
+// weights, attention path, kernels and a batch prompt protocol; the caller adds its text inputs.
+PplRun task_part_run(const ModelRunOptions& o, nlohmann::json params, PrefillMode prefill_mode) {
+  PplRun run;
+  run.inputs["model"] = {{"path", o.model}, {"hash", path_hash(o.model)}};
+  params["methods"] = o.methods;
+  params["weights"] = o.weights;
+  params["attention"] = o.attention;
+  params["kernels"] = kernel_arithmetic();
+  if (prefill_mode != PrefillMode::exact) params["prefill_mode"] = prefill_mode_name(prefill_mode);
+  run.params = std::move(params);
+  return run;
+}
+
 std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
                         const ProgressFn& progress) {
-  PasskeyOptions pk = o.passkey_options;
-  pk.threads = o.ppl.threads;
-  pk.batch = o.ppl.batch;
-  pk.attention = o.ppl.attention;
-  pk.prefill_mode = o.ppl.prefill_mode;
+  PasskeyOptions pk = with_decode_settings(o.passkey_options, o.ppl);
   std::vector<std::vector<std::int32_t>> filler;
   const std::string& filler_file = o.filler.empty() ? o.tokens : o.filler;
   if (!tok) {
@@ -62,16 +83,12 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
   const nlohmann::json context = check_context(o, m, longest);
   const PasskeyReport r = evaluate_passkey(m, filler, o.ppl.methods, pk, progress, tok);
   if (!o.shard) return format == ReportFormat::json ? with_context(r.to_json(), context) : r.to_table();
-  PplRun run;
-  run.inputs["model"] = {{"path", o.model}, {"hash", path_hash(o.model)}};
+  PplRun run = task_part_run(o, {{"key_tokens", pk.key_tokens}, {"seed", pk.seed}}, pk.prefill_mode);
   if (tok) {
     run.inputs["tokenizer"] = tok->path();
   } else {
     run.inputs["filler"] = file_input(filler_file);
   }
-  run.params = {{"methods", o.methods}, {"key_tokens", pk.key_tokens}, {"seed", pk.seed},
-                {"weights", o.weights},  {"attention", o.attention},  {"kernels", kernel_arithmetic()}};
-  if (pk.prefill_mode != PrefillMode::exact) run.params["prefill_mode"] = prefill_mode_name(pk.prefill_mode);
   if (pk.query_agnostic) run.params["query_agnostic"] = true;
   nlohmann::json part = passkey_part_json(r, pk.shard, run);
   part["context"] = context;  // `akv merge` puts it in the merged report
@@ -81,11 +98,7 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
 std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
                       const ProgressFn& progress) {
   if (!tok) throw UsageError("--task ruler needs a tokenizer (--tokenizer FILE or bytes, or one in the model)", {"", "--tokenizer"});
-  RulerOptions ro = o.ruler_options;
-  ro.threads = o.ppl.threads;
-  ro.batch = o.ppl.batch;
-  ro.attention = o.ppl.attention;
-  ro.prefill_mode = o.ppl.prefill_mode;
+  RulerOptions ro = with_decode_settings(o.ruler_options, o.ppl);
   std::size_t longest = 0;
   std::vector<std::string> names = ro.tasks;
   if (names.empty()) {
@@ -100,12 +113,8 @@ std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer*
   if (o.shard) ro.shard = *o.shard;
   const RulerReport r = evaluate_ruler(m, *tok, o.ppl.methods, ro, progress);
   if (o.shard) {
-    PplRun run;
-    run.inputs["model"] = {{"path", o.model}, {"hash", path_hash(o.model)}};
+    PplRun run = task_part_run(o, {{"seed", ro.seed}, {"answer_tokens", ro.answer_tokens}}, ro.prefill_mode);
     run.inputs["tokenizer"] = tok->path();
-    run.params = {{"methods", o.methods},         {"seed", ro.seed},      {"answer_tokens", ro.answer_tokens},
-                  {"weights", o.weights},         {"attention", o.attention}, {"kernels", kernel_arithmetic()}};
-    if (ro.prefill_mode != PrefillMode::exact) run.params["prefill_mode"] = prefill_mode_name(ro.prefill_mode);
     nlohmann::json out = ruler_part_json(r, *o.shard, run);
     out["context"] = context;  // `akv merge` puts it in the merged report
     return json_text(out);
