@@ -21,10 +21,8 @@ namespace {
 const char* const kInfoMethods[] = {"f32",  "none",         "kivi-4", "kivi-2", "ggml:k=q8_0:v=q8_0", "ggml:k=q4_0:v=q4_0",
                                     "fp8", "turboquant_4bit_nc", "turboquant_k3v4_nc"};
 
-}  // namespace
-
-nlohmann::json model_info(const std::string& path) {
-  nlohmann::json j = {{"format", "akv-model-info"}, {"file", path}};
+// The file's format and architecture into j; whether akv runs that architecture.
+bool model_architecture(const std::string& path, nlohmann::json& j) {
   std::string arch;
   bool runs = false;
   if (std::filesystem::is_directory(path)) {
@@ -50,8 +48,58 @@ nlohmann::json model_info(const std::string& path) {
   if (!runs) {
     const std::string f = missing_feature(arch);
     j["missing"] = f.empty() ? "this architecture (not a Llama-family model akv knows)" : f;
-    return j;
   }
+  return runs;
+}
+
+// Which layers attend globally and which through a sliding window, in words.
+std::string attention_layout(const ModelConfig& c) {
+  std::string globals_list;
+  std::size_t n_local = 0, widest = 0;
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    widest = std::max(widest, c.window_of(l));
+    if (c.window_of(l)) ++n_local;
+    else globals_list += (globals_list.empty() ? "" : ", ") + std::to_string(l);
+  }
+  if (n_local == c.n_layers) {
+    return fmt::format("sliding window of {} tokens in every layer (within it the methods compress every layer; "
+                       "past it only none and f32 run, holding the window's rows)", widest);
+  }
+  if (n_local) {
+    const bool one = c.n_layers - n_local == 1;
+    return fmt::format("global in layer{} {}; sliding window of {} tokens in the other {} (methods compress the "
+                       "global layers; each local layer keeps its window's rows in f16)",
+                       one ? "" : "s", globals_list.empty() ? std::string("none") : globals_list, widest, n_local);
+  }
+  return "global (causal over every position) in every layer";
+}
+
+// KV bytes per token of each of kInfoMethods at a context of n (as akv plan counts them).
+nlohmann::json kv_bytes_rows(const ModelConfig& c, std::size_t n) {
+  PlanShape shape;
+  static_cast<KvShape&>(shape) = static_cast<const KvShape&>(c);
+  shape.name = c.name;
+  shape.layer_window = c.layer_window;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const char* spec : kInfoMethods) {
+    PlanMethod pm{spec, std::string(spec) == "f32" ? std::nullopt : resolve_method_spec(spec)};
+    try {
+      const PlanBytes b = plan_bytes(shape, pm, n);
+      rows.push_back({{"method", spec},
+                      {"description", pm.params ? describe(*pm.params) : std::string("f32 K/V")},
+                      {"bytes_per_token", b.device / static_cast<double>(n)}});
+    } catch (const InvalidInput& e) {
+      rows.push_back({{"method", spec}, {"unavailable", e.what()}});
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+nlohmann::json model_info(const std::string& path) {
+  nlohmann::json j = {{"format", "akv-model-info"}, {"file", path}};
+  if (!model_architecture(path, j)) return j;
   std::optional<Model> loaded;
   try {
     loaded.emplace(load_model(path));
@@ -72,49 +120,16 @@ nlohmann::json model_info(const std::string& path) {
   j["vocab"] = c.vocab_size;
   j["trained_context"] = c.seq_len;
   j["weight_bytes"] = m.weights().bytes();
-  std::string globals_list;
-  std::size_t n_local = 0, widest = 0;
-  for (std::size_t l = 0; l < c.n_layers; ++l) {
-    widest = std::max(widest, c.window_of(l));
-    if (c.window_of(l)) ++n_local;
-    else globals_list += (globals_list.empty() ? "" : ", ") + std::to_string(l);
-  }
-  if (n_local == c.n_layers) {
-    j["attention"] = fmt::format("sliding window of {} tokens in every layer (within it the methods compress every layer; "
-                                 "past it only none and f32 run, holding the window's rows)", widest);
-  } else if (n_local) {
-    const bool one = c.n_layers - n_local == 1;
-    j["attention"] = fmt::format("global in layer{} {}; sliding window of {} tokens in the other {} (methods compress the "
-                                 "global layers; each local layer keeps its window's rows in f16)",
-                                 one ? "" : "s", globals_list.empty() ? std::string("none") : globals_list, widest, n_local);
-  } else {
-    j["attention"] = "global (causal over every position) in every layer";
-  }
+  j["attention"] = attention_layout(c);
   j["rope"] = {{"theta", c.rope_theta},
                {"layout", rope_layout_name(c.rope_layout)},
                {"scaling", rope_scaling_name(c.rope_scaling.kind)},
                {"factor", c.rope_scaling.factor},
                {"rotary_dims", c.rotary_dim ? c.rotary_dim : c.head_dim}};
   if (c.rope_theta_local > 0) j["rope"]["local_theta"] = c.rope_theta_local;
-  PlanShape shape;
-  static_cast<KvShape&>(shape) = static_cast<const KvShape&>(c);
-  shape.name = c.name;
   const std::size_t n = std::min<std::size_t>(4096, c.seq_len);
   j["context"] = n;
-  nlohmann::json rows = nlohmann::json::array();
-  shape.layer_window = c.layer_window;
-  for (const char* spec : kInfoMethods) {
-    PlanMethod pm{spec, std::string(spec) == "f32" ? std::nullopt : resolve_method_spec(spec)};
-    try {
-      const PlanBytes b = plan_bytes(shape, pm, n);
-      rows.push_back({{"method", spec},
-                      {"description", pm.params ? describe(*pm.params) : std::string("f32 K/V")},
-                      {"bytes_per_token", b.device / static_cast<double>(n)}});
-    } catch (const InvalidInput& e) {
-      rows.push_back({{"method", spec}, {"unavailable", e.what()}});
-    }
-  }
-  j["kv_bytes"] = rows;
+  j["kv_bytes"] = kv_bytes_rows(c, n);
   return j;
 }
 
