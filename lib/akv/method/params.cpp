@@ -100,7 +100,9 @@ namespace {
 
 std::size_t count(long long v) { return static_cast<std::size_t>(v); }  // >= 0: check_request
 
-void apply_eviction_flags(EvictionParams& e, const std::string& method, const EvictionRequest& r) {
+// Exactly one budget: a fraction, a token count, a budgets file or a threshold (decoding=on
+// evicts by it while decoding).
+void apply_budget_flags(EvictionParams& e, const std::string& method, const EvictionRequest& r) {
   const int budgets = (r.budget ? 1 : 0) + (r.budget_tokens ? 1 : 0) + (r.budgets_file ? 1 : 0) + (r.threshold ? 1 : 0);
   if (budgets != 1) {
     throw UsageError("an eviction method needs exactly one of --budget, --budget-tokens, --budgets, --threshold",
@@ -117,6 +119,49 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
     e.alloc = AllocMethod::file;
     e.budgets_file = *r.budgets_file;
   }
+}
+
+// duo's head scores (heads=): its streaming heads' window and sinks unless given.
+void apply_duo_heads(EvictionParams& e, const EvictionRequest& r) {
+  if (e.alloc != AllocMethod::duo) {
+    throw UsageError("this flag gives duo's head scores, not " + alloc_method_name(e.alloc) + "'s",
+                     {"", "--heads", *r.duo_heads});
+  }
+  if (r.score) {
+    throw UsageError("heads= ranks duo's heads by the calibration file: a score would not change the split",
+                     {"", "--score", *r.score});
+  }
+  e.duo_heads = *r.duo_heads;
+  // Token scores do not move a duo split; knorm (keys only) fills the report's kept scores.
+  e.score.method = ScoreMethod::knorm;
+  // The streaming heads of the method duo unless given (`akv allocate --method duo` starts from
+  // the allocator's defaults).
+  const EvictionParams row = eviction_method("duo");
+  if (!r.window) e.score.window = row.score.window;
+  if (!r.sinks) e.sinks = row.sinks;
+}
+
+// threshold= keeps what passes in each head: no allocator, no scores that need the whole
+// sequence, no decode-time target.
+void check_threshold_flags(const EvictionParams& e, const std::string& method, const EvictionRequest& r) {
+  const ScoreMethod s = e.score.method;
+  if (s == ScoreMethod::h2o || s == ScoreMethod::streamingllm || e.alloc == AllocMethod::joint ||
+      e.alloc == AllocMethod::duo || e.critical) {
+    throw UsageError("threshold= keeps what passes in each head: not with h2o, streamingllm, joint, duo or critical=on",
+                     {"", "--threshold", method + " (" + score_method_name(s) + ")"});
+  }
+  if (gives_allocator_flag(r)) {
+    throw UsageError("threshold= replaces the allocator: drop its flags (" + allocator_flag_list() + ")",
+                     {"", "--threshold", format_number(*e.threshold)});
+  }
+  if (r.every || r.target) {
+    throw UsageError("threshold= evicts by score, every= to a target: to evict while decoding, add decoding=on",
+                     {"", r.every ? "--every" : "--target", std::to_string(r.every ? *r.every : *r.target)});
+  }
+}
+
+void apply_eviction_flags(EvictionParams& e, const std::string& method, const EvictionRequest& r) {
+  apply_budget_flags(e, method, r);
   if (r.score) {
     if (e.alloc == AllocMethod::joint && *r.score != "snapkv") {
       throw UsageError("joint scores tokens with snapkv", {"", "--score", *r.score});
@@ -132,24 +177,7 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
   if (r.window) e.score.window = count(*r.window);
   if (r.sinks) e.sinks = count(*r.sinks);
   apply_eviction_fields(e, r);
-  if (r.duo_heads) {
-    if (e.alloc != AllocMethod::duo) {
-      throw UsageError("this flag gives duo's head scores, not " + alloc_method_name(e.alloc) + "'s",
-                       {"", "--heads", *r.duo_heads});
-    }
-    if (r.score) {
-      throw UsageError("heads= ranks duo's heads by the calibration file: a score would not change the split",
-                       {"", "--score", *r.score});
-    }
-    e.duo_heads = *r.duo_heads;
-    // Token scores do not move a duo split; knorm (keys only) fills the report's kept scores.
-    e.score.method = ScoreMethod::knorm;
-    // The streaming heads of the method duo unless given (`akv allocate --method duo` starts from
-    // the allocator's defaults).
-    const EvictionParams row = eviction_method("duo");
-    if (!r.window) e.score.window = row.score.window;
-    if (!r.sinks) e.sinks = row.sinks;
-  }
+  if (r.duo_heads) apply_duo_heads(e, r);
   if (e.alloc != AllocMethod::file) check_score_file(e.score);  // a budgets file brings its own
   if (r.critical) e.critical = *r.critical == "on";
   if (r.first_stage) {
@@ -163,22 +191,7 @@ void apply_eviction_flags(EvictionParams& e, const std::string& method, const Ev
                        {"", "--critical", e.alloc == AllocMethod::joint ? "on (joint)" : "on (" + score_method_name(s) + ")"});
     }
   }
-  if (e.threshold) {
-    const ScoreMethod s = e.score.method;
-    if (s == ScoreMethod::h2o || s == ScoreMethod::streamingllm || e.alloc == AllocMethod::joint ||
-        e.alloc == AllocMethod::duo || e.critical) {
-      throw UsageError("threshold= keeps what passes in each head: not with h2o, streamingllm, joint, duo or critical=on",
-                       {"", "--threshold", method + " (" + score_method_name(s) + ")"});
-    }
-    if (gives_allocator_flag(r)) {
-      throw UsageError("threshold= replaces the allocator: drop its flags (" + allocator_flag_list() + ")",
-                       {"", "--threshold", format_number(*e.threshold)});
-    }
-    if (r.every || r.target) {
-      throw UsageError("threshold= evicts by score, every= to a target: to evict while decoding, add decoding=on",
-                       {"", r.every ? "--every" : "--target", std::to_string(r.every ? *r.every : *r.target)});
-    }
-  }
+  if (e.threshold) check_threshold_flags(e, method, r);
   if (r.every.has_value() != r.target.has_value()) {
     throw UsageError("decode-time compression takes both every= and target=",
                      {"", r.every ? "--target" : "--every", "missing"});
