@@ -79,25 +79,70 @@ nlohmann::json budgets_json(const EvictionPlan& plan, const DumpReader& dump,
   return budgets_to_json(f);
 }
 
+namespace {
+
+// The file's dump shape against m's (layers, KV heads, tokens).
+void check_budgets_shape(const nlohmann::json& d, const std::string& path, const KvWindow& m) {
+  const std::pair<const char*, std::size_t> shape[] = {
+      {"n_layers", m.file_layers()}, {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}};
+  for (const auto& [name, want] : shape) {
+    const std::size_t got = file_count(d, name, path, std::string("dump.") + name);
+    if (got != want) {
+      throw InvalidInput("budgets were made for a dump of another shape (this dump has " +
+                             std::to_string(want) + ")",
+                         {path, std::string("dump.") + name, std::to_string(got)});
+    }
+  }
+}
+
+// One head's entry (`at` names it): its tokens within [forced, n_tokens] into `tokens`, and a
+// joint plan's bits, cache types and rotation into r.
+void read_budget_head(const nlohmann::json& head, const std::string& path, const std::string& at, std::size_t forced,
+                      std::size_t n_tokens, std::vector<std::size_t>& tokens, BudgetsRead& r) {
+  const std::size_t t = file_count(head, "tokens", path, at + ".tokens");
+  if (t < forced || t > n_tokens) {
+    throw InvalidInput("head budget outside [forced tokens " + std::to_string(forced) + ", n_tokens]",
+                       {path, at + ".tokens", std::to_string(t)});
+  }
+  tokens.push_back(t);
+  if (head.contains("key_bits")) {
+    const auto kb = static_cast<int>(file_count(head, "key_bits", path, at + ".key_bits"));
+    const auto vb = static_cast<int>(file_count(head, "value_bits", path, at + ".value_bits"));
+    for (int x : {kb, vb}) {
+      if (x != 16 && x != 2 && x != 3 && x != 4 && x != 8 && x != 0) {
+        throw InvalidInput("unsupported bits in budgets file", {path, at, std::to_string(x)});
+      }
+    }
+    r.bits.emplace_back(kb, vb);
+    // A tensor of bits 0 is stored as its cache type (joint with cache types): its name.
+    auto type_of = [&](int bits, const std::string& key) -> std::string {
+      const bool named = head.contains(key);
+      if ((bits == 0) != named) {
+        throw InvalidInput("a tensor has bits 0 exactly when it has a " + key, {path, at + "." + key, named ? "given" : "missing"});
+      }
+      if (!named) return "";
+      if (!head.at(key).is_string()) throw CorruptData(key + " is a cache type name", {path, at + "." + key});
+      const std::string type = head.at(key).get<std::string>();
+      parse_head_type(type, path, at + "." + key);
+      return type;
+    };
+    r.types.emplace_back(type_of(kb, "key_type"), type_of(vb, "value_type"));
+  }
+  if (head.contains("rotate")) {
+    if (!head.at("rotate").is_string()) throw CorruptData("rotate is a rotation name", {path, at + ".rotate"});
+    r.rotate.push_back(parse_rotation(head.at("rotate").get<std::string>(), path, at + ".rotate"));
+  }
+}
+
+}  // namespace
+
 BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
   const nlohmann::json j = read_json_file(path, "budgets", kBudgetsFormat, kBudgetsVersion);
   BudgetsRead r;
-  EvictionParams& params = r.params;
-  std::vector<std::vector<std::size_t>>& b = r.tokens;
   try {
-    const auto& d = j.at("dump");
-    const std::pair<const char*, std::size_t> shape[] = {
-        {"n_layers", m.file_layers()}, {"n_kv_heads", m.n_kv_heads}, {"n_tokens", m.n_tokens}};
-    for (const auto& [name, want] : shape) {
-      const std::size_t got = file_count(d, name, path, std::string("dump.") + name);
-      if (got != want) {
-        throw InvalidInput("budgets were made for a dump of another shape (this dump has " +
-                               std::to_string(want) + ")",
-                           {path, std::string("dump.") + name, std::to_string(got)});
-      }
-    }
-    params = EvictionParams::from_json(j.at("summary").at("params"), path);
-    const std::size_t forced = forced_tokens(m.n_tokens, params.sinks, params.score.window);
+    check_budgets_shape(j.at("dump"), path, m);
+    r.params = EvictionParams::from_json(j.at("summary").at("params"), path);
+    const std::size_t forced = forced_tokens(m.n_tokens, r.params.sinks, r.params.score.window);
     const auto& layers = j.at("layers");
     if (layers.size() != m.file_layers()) {
       throw InvalidInput("wrong number of layers", {path, "layers", std::to_string(layers.size())});
@@ -109,44 +154,10 @@ BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
         throw InvalidInput("wrong number of heads",
                            {path, "layers[" + std::to_string(l) + "].heads", std::to_string(heads.size())});
       }
-      b.emplace_back();
+      std::vector<std::size_t>& tokens = r.tokens.emplace_back();
       for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
         const std::string at = "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "]";
-        const std::size_t t = file_count(heads[h], "tokens", path, at + ".tokens");
-        if (t < forced || t > m.n_tokens) {
-          throw InvalidInput("head budget outside [forced tokens " + std::to_string(forced) +
-                                 ", n_tokens]",
-                             {path, "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "].tokens",
-                              std::to_string(t)});
-        }
-        b.back().push_back(t);
-        if (heads[h].contains("key_bits")) {
-          const auto kb = static_cast<int>(file_count(heads[h], "key_bits", path, at + ".key_bits"));
-          const auto vb = static_cast<int>(file_count(heads[h], "value_bits", path, at + ".value_bits"));
-          for (int x : {kb, vb}) {
-            if (x != 16 && x != 2 && x != 3 && x != 4 && x != 8 && x != 0) {
-              throw InvalidInput("unsupported bits in budgets file", {path, at, std::to_string(x)});
-            }
-          }
-          r.bits.emplace_back(kb, vb);
-          // A tensor of bits 0 is stored as its cache type (joint with cache types): its name.
-          auto type_of = [&](int bits, const std::string& key) -> std::string {
-            const bool named = heads[h].contains(key);
-            if ((bits == 0) != named) {
-              throw InvalidInput("a tensor has bits 0 exactly when it has a " + key, {path, at + "." + key, named ? "given" : "missing"});
-            }
-            if (!named) return "";
-            if (!heads[h].at(key).is_string()) throw CorruptData(key + " is a cache type name", {path, at + "." + key});
-            const std::string t = heads[h].at(key).get<std::string>();
-            parse_head_type(t, path, at + "." + key);
-            return t;
-          };
-          r.types.emplace_back(type_of(kb, "key_type"), type_of(vb, "value_type"));
-        }
-        if (heads[h].contains("rotate")) {
-          if (!heads[h].at("rotate").is_string()) throw CorruptData("rotate is a rotation name", {path, at + ".rotate"});
-          r.rotate.push_back(parse_rotation(heads[h].at("rotate").get<std::string>(), path, at + ".rotate"));
-        }
+        read_budget_head(heads[h], path, at, forced, m.n_tokens, tokens, r);
       }
     }
     if (std::all_of(r.types.begin(), r.types.end(), [](const auto& t) { return t.first.empty() && t.second.empty(); })) {
