@@ -183,9 +183,8 @@ std::vector<double> ranks(const std::vector<double>& x) {
   return r;
 }
 
-}  // namespace
-
-Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
+// The options' checks that need no dump; the candidate bits, sorted, each once.
+std::vector<int> checked_candidates(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   if (dumps.empty()) throw UsageError("calibrate needs at least one dump", {"", "DUMP"});
   if (o.candidates.empty()) throw InvalidInput("empty candidate set", {"", "--bits", ""});
   for (int b : o.candidates) check_bits(b, "--bits");
@@ -209,17 +208,12 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   if (o.allocator != "measured" && o.allocator != "adakv-proxy" && o.allocator != "entropy") {
     throw InvalidInput("allocator must be measured, adakv-proxy or entropy", {"", "--allocator", o.allocator});
   }
-  Setup st;
-  st.opt = o;
-  st.opt.candidates = cand;
-  std::sort(st.opt.nuq_bits.begin(), st.opt.nuq_bits.end());
-  st.opt.nuq_bits.erase(std::unique(st.opt.nuq_bits.begin(), st.opt.nuq_bits.end()), st.opt.nuq_bits.end());
-  st.nuq = !st.opt.nuq_bits.empty();
-  st.fisher = true;
-  st.kvzap = true;
-  if (!(o.kvzap_alpha > 0 && std::isfinite(o.kvzap_alpha))) {
-    throw InvalidInput("the KVzap ridge penalty must be > 0", {"", "--kvzap-alpha", format_number(o.kvzap_alpha)});
-  }
+  return cand;
+}
+
+// Each dump's shape into st.metas (one model's), and what every dump holds: pre-RoPE keys (nuq),
+// Fisher information, attention inputs with KVzip+ scores (kvzap, one input width).
+void read_dump_shapes(const std::vector<std::string>& dumps, const CalibrateOptions& o, Setup& st) {
   std::size_t input_dim = 0;
   for (const auto& path : dumps) {
     DumpReader r(path);
@@ -240,9 +234,12 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
     }
     st.metas.push_back(m);
   }
-  st.kvzap = st.kvzap && st.kvzap_rows > 0;
-  st.duo = std::all_of(st.metas.begin(), st.metas.end(),
-                       [&](const DumpMeta& m) { return m.n_tokens > o.duo_sinks + o.duo_window; });
+}
+
+// --types as key and value type lists at head_dim d (TurboQuant's tq* types store keys only,
+// tqv* values only), each once.
+TypeLists cache_type_lists(const CalibrateOptions& o, std::size_t d) {
+  TypeLists types;
   std::vector<std::string> names = o.types;
   std::sort(names.begin(), names.end());
   if (std::adjacent_find(names.begin(), names.end()) != names.end()) {
@@ -250,24 +247,46 @@ Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
   }
   for (const std::string& name : o.types) {
     const HeadType ht = parse_head_type(name, "", "--types");
-    const GgmlTypeInfo& t = ggml_cache_type(ht.name, st.metas[0].head_dim, "", "--types");
-    check_ggml_head_dim(t, st.metas[0].head_dim, "", "--types " + name + ": head_dim");
+    const GgmlTypeInfo& t = ggml_cache_type(ht.name, d, "", "--types");
+    check_ggml_head_dim(t, d, "", "--types " + name + ": head_dim");
     const std::optional<TqType> tq = tq_type_of(t);
     if (!tq || tq->kind != TqKind::value) {
-      st.types.key.push_back(name);
-      st.types.key_info.push_back(&t);
-      st.types.key_rotate.push_back(ht.rotate.value_or(o.rotate));
+      types.key.push_back(name);
+      types.key_info.push_back(&t);
+      types.key_rotate.push_back(ht.rotate.value_or(o.rotate));
     }
     if (!tq || tq->kind == TqKind::value) {
-      st.types.value.push_back(name);
-      st.types.value_info.push_back(&t);
-      st.types.value_rotate.push_back(ht.rotate.value_or(o.rotate));
+      types.value.push_back(name);
+      types.value_info.push_back(&t);
+      types.value_rotate.push_back(ht.rotate.value_or(o.rotate));
     }
   }
-  if (!o.types.empty() && (st.types.key.empty() || st.types.value.empty())) {
+  if (!o.types.empty() && (types.key.empty() || types.value.empty())) {
     throw InvalidInput("--types needs a type for keys and one for values (tqv* store values only, tq* keys only)",
                        {"", "--types", o.types.front()});
   }
+  return types;
+}
+
+}  // namespace
+
+Setup setup(const std::vector<std::string>& dumps, const CalibrateOptions& o) {
+  Setup st;
+  st.opt = o;
+  st.opt.candidates = checked_candidates(dumps, o);
+  std::sort(st.opt.nuq_bits.begin(), st.opt.nuq_bits.end());
+  st.opt.nuq_bits.erase(std::unique(st.opt.nuq_bits.begin(), st.opt.nuq_bits.end()), st.opt.nuq_bits.end());
+  st.nuq = !st.opt.nuq_bits.empty();
+  st.fisher = true;
+  st.kvzap = true;
+  if (!(o.kvzap_alpha > 0 && std::isfinite(o.kvzap_alpha))) {
+    throw InvalidInput("the KVzap ridge penalty must be > 0", {"", "--kvzap-alpha", format_number(o.kvzap_alpha)});
+  }
+  read_dump_shapes(dumps, o, st);
+  st.kvzap = st.kvzap && st.kvzap_rows > 0;
+  st.duo = std::all_of(st.metas.begin(), st.metas.end(),
+                       [&](const DumpMeta& m) { return m.n_tokens > o.duo_sinks + o.duo_window; });
+  st.types = cache_type_lists(o, st.metas[0].head_dim);
   if (!(o.types_target_bits >= 0 && std::isfinite(o.types_target_bits))) {
     throw InvalidInput("types target bits must be >= 0", {"", "--types-target-bits", format_number(o.types_target_bits)});
   }
