@@ -508,6 +508,9 @@ void gemma_config(const GgufFile& f, const Meta& m, const std::string& arch, Mod
   if (gemma2) c.attn_softcap = static_cast<float>(m.real("attn_logit_softcapping", 50.0));
 }
 
+// Gemma 2 and Gemma 3: their own config keys (gemma_config) and post-norms.
+bool gemma_arch(const std::string& arch) { return arch == "gemma3" || arch == "gemma2"; }
+
 // RoPE scaling (none, linear, yarn; rope_freqs.weight factors; Phi-3's longrope tensors) into
 // c.rope_scaling.
 void gguf_rope_scaling(const GgufFile& f, const Meta& m, const std::string& path, const std::string& arch,
@@ -599,7 +602,7 @@ ModelConfig gguf_config(const GgufFile& f, const Meta& global, const Meta& m, co
   if (!embd || embd->dims.size() != 2) throw InvalidInput("missing tensor (or not a matrix)", {path, "token_embd.weight"});
   c.vocab_size = embd->dims[1];
   c.qkv_bias = arch == "qwen2" || f.find("blk.0.attn_q.bias") != nullptr;
-  if (arch == "gemma3" || arch == "gemma2") gemma_config(f, m, arch, c);
+  if (gemma_arch(arch)) gemma_config(f, m, arch, c);
   return c;
 }
 
@@ -631,7 +634,7 @@ LayerWeights gguf_layer(const GgufFile& f, const ModelConfig& c, const std::stri
     lw.k_norm = f.read(p + "attn_k_norm.weight", {c.head_dim});
   }
   lw.ffn_norm = f.read(p + "ffn_norm.weight", {c.dim});
-  if (arch == "gemma3" || arch == "gemma2") {  // the attention's and the MLP's outputs normalized before the residual
+  if (gemma_arch(arch)) {  // the attention's and the MLP's outputs normalized before the residual
     lw.post_attn_norm = f.read(p + "post_attention_norm.weight", {c.dim});
     lw.post_ffn_norm = f.read(p + "post_ffw_norm.weight", {c.dim});
   }

@@ -209,6 +209,9 @@ void gemma_layers(const HfConfig& j, ModelConfig& c) {
   c.attn_softcap = static_cast<float>(j.attn_logit_softcapping.value_or(gemma2 ? 50.0 : 0.0));
 }
 
+// Gemma 2 and Gemma 3 (text): sandwich norms, RMSNorm weights as 1 + w, GELU MLPs.
+bool gemma_type(const std::string& model_type) { return model_type == "gemma3_text" || model_type == "gemma2"; }
+
 // An RMSNorm weight [n]; Gemma's RMSNorm multiplies by (1 + w): the stored w plus 1 in f32, as
 // transformers computes it.
 std::vector<float> hf_norm(const Tensors& t, const std::string& name, std::size_t n, bool gemma) {
@@ -223,7 +226,7 @@ std::vector<float> hf_norm(const Tensors& t, const std::string& name, std::size_
 ModelConfig hf_model_config(const HfConfig& j, const std::string& dir) {
   const std::string& cfg_path = j.file;
   const std::string& type = j.model_type;
-  const bool gemma = type == "gemma3_text" || type == "gemma2";
+  const bool gemma = gemma_type(type);
   if (gemma) {
     if (!j.hidden_activation.empty() && j.hidden_activation != "gelu_pytorch_tanh") {
       throw InvalidInput("Gemma's MLP is implemented with gelu_pytorch_tanh", {cfg_path, "hidden_activation", j.hidden_activation});
@@ -272,7 +275,7 @@ ModelConfig hf_model_config(const HfConfig& j, const std::string& dir) {
 // qkv_proj and gate_up_proj; Gemma's sandwich norms, each RMSNorm weight read as 1 + w.
 LayerWeights hf_layer(const Tensors& t, const ModelConfig& c, const std::string& type, const std::string& m, std::size_t l,
                       WeightMode mode) {
-  const bool gemma = type == "gemma3_text" || type == "gemma2";
+  const bool gemma = gemma_type(type);
   const std::size_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   const std::string p = m + "layers." + std::to_string(l) + ".";
   auto norm = [&](const std::string& name, std::size_t n) { return hf_norm(t, name, n, gemma); };
@@ -323,7 +326,7 @@ LayerWeights hf_layer(const Tensors& t, const ModelConfig& c, const std::string&
 Model load_hf(const std::string& dir, WeightMode mode) {
   const HfConfig j = read_hf_config(dir, supported_hf_model_types());
   ModelConfig c = hf_model_config(j, dir);
-  const bool gemma = j.model_type == "gemma3_text" || j.model_type == "gemma2";
+  const bool gemma = gemma_type(j.model_type);
   const Tensors t(dir);
   // The language model's tensor names: model.X, or a multimodal Gemma 3's (the layout of its
   // transformers version).

@@ -17,6 +17,16 @@ static_assert(kPrefillBlock % kFlashQueries == 0, "prefill blocks must hold whol
 
 using Vec = Eigen::VectorXf;
 
+// fn(r) for rows r of [0, rows) on the threads, 16 rows per item (each row computed alone: any
+// thread count gives the same bits).
+template <class Fn>
+void each_row(std::size_t rows, int threads, Fn&& fn) {
+  constexpr std::size_t kRows = 16;
+  parallel_for((rows + kRows - 1) / kRows, threads, [&](std::size_t i) {
+    for (std::size_t r = i * kRows; r < std::min(rows, (i + 1) * kRows); ++r) fn(static_cast<Eigen::Index>(r));
+  });
+}
+
 // llama2.c rmsnorm: out = w * x / sqrt(mean(x^2) + eps), in f32.
 void rmsnorm(const float* x, const std::vector<float>& w, float eps, std::size_t n, float* out) {
   float ss = 0.0f;
@@ -351,12 +361,9 @@ void Model::check_lane_logits(const RowMatrix& logits, const Lane* lanes, std::s
   const std::size_t vocab = config_.vocab_size, batch = static_cast<std::size_t>(logits.rows());
   // Every row checked on the threads; the first bad row (in row order) is the one reported.
   std::vector<char> finite(batch);
-  constexpr std::size_t kRows = 16;
-  parallel_for((batch + kRows - 1) / kRows, threads, [&](std::size_t i) {
-    for (std::size_t r = i * kRows; r < std::min(batch, (i + 1) * kRows); ++r) {
-      const float* row = logits.row(static_cast<Eigen::Index>(r)).data();
-      finite[r] = std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); });
-    }
+  each_row(batch, threads, [&](Eigen::Index r) {
+    const float* row = logits.row(r).data();
+    finite[static_cast<std::size_t>(r)] = std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); });
   });
   std::size_t r = 0;
   for (std::size_t i = 0; i < n_lanes; ++i) {
@@ -390,16 +397,8 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   const float qf = query_factor(c);
   // A lone lane gives its attention the threads (decode attention is bit-identical for any count).
   const int attention_threads = n_lanes == 1 ? threads : 1;
-  // Row-wise work on the threads, 16 rows per item (each row computed alone: any thread count
-  // gives the same bits).
-  auto each_row = [&](auto&& fn) {
-    constexpr std::size_t kRows = 16;
-    parallel_for((batch + kRows - 1) / kRows, threads, [&](std::size_t i) {
-      for (std::size_t r = i * kRows; r < std::min(batch, (i + 1) * kRows); ++r) fn(static_cast<Eigen::Index>(r));
-    });
-  };
   auto norm_rows = [&](const RowMatrix& in, const std::vector<float>& w, RowMatrix& o) {
-    each_row([&](Eigen::Index b) { rmsnorm(in.row(b).data(), w, c.norm_eps, c.dim, o.row(b).data()); });
+    each_row(batch, threads, [&](Eigen::Index b) { rmsnorm(in.row(b).data(), w, c.norm_eps, c.dim, o.row(b).data()); });
   };
   auto product = [&](const Weight& w, const RowMatrix& in, RowMatrix& o) {
     w.times_rows(in.data(), batch, static_cast<std::size_t>(in.cols()), o.data(), static_cast<std::size_t>(o.cols()), threads);
@@ -451,15 +450,15 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
       rmsnorm(out.row(r).data(), post, c.norm_eps, c.dim, xb.row(r).data());
       x.row(r) += xb.row(r);
     };
-    each_row([&](Eigen::Index r) {
+    each_row(batch, threads, [&](Eigen::Index r) {
       add_branch(lw.post_attn_norm, r);
       rmsnorm(x.row(r).data(), lw.ffn_norm, c.norm_eps, c.dim, xb.row(r).data());
     });
     product(lw.w1, xb, h1);
     product(lw.w3, xb, h3);
-    each_row([&](Eigen::Index r) { gate_rows(h1, h3, c.activation, r); });
+    each_row(batch, threads, [&](Eigen::Index r) { gate_rows(h1, h3, c.activation, r); });
     product(lw.w2, h1, out);
-    each_row([&](Eigen::Index r) { add_branch(lw.post_ffn_norm, r); });
+    each_row(batch, threads, [&](Eigen::Index r) { add_branch(lw.post_ffn_norm, r); });
   }
   parallel_for(n_lanes, threads, [&](std::size_t i) {
     for (std::size_t j = 0; j < lanes[i].n; ++j) lanes[i].cache->end_step();
@@ -467,7 +466,7 @@ void Model::decode_lanes(const Lane* lanes, std::size_t n_lanes, RowMatrix& logi
   norm_rows(x, w_.final_norm, xb);
   size(logits, c.vocab_size);
   product(classifier(), xb, logits);
-  if (c.final_softcap != 0.0f) each_row([&](Eigen::Index r) { softcap(logits.row(r).data(), c.vocab_size, c.final_softcap); });
+  if (c.final_softcap != 0.0f) each_row(batch, threads, [&](Eigen::Index r) { softcap(logits.row(r).data(), c.vocab_size, c.final_softcap); });
   check_lane_logits(logits, lanes, n_lanes, threads);
 }
 
