@@ -88,7 +88,10 @@ for l in range(2):
 print("scales ok")
 PY
 # DuoAttention head scores: each head's attention-output error when it keeps only its first 128
-# and last 256 tokens, mean over the dumps, by brute force in numpy (f64 softmax).
+# and last 256 tokens, mean over the dumps, by brute force in numpy (f64 softmax). Tolerance: 1e-6
+# relative plus 1e-7 absolute - akv's attention outputs are f32, whose rounding moves the error
+# by ~1e-8 of the output norm whatever its size (a head that keeps nearly all its attention mass,
+# error 0.0086, differed by 1.1e-6 relative on an AMD EPYC host, 2026-12-06).
 expect "calib.json: each head's duo_error (numpy brute force)" 0 "duo ok" "$PY" - "$TMP/calib.json" "$d" "$TMP/d2.h5" <<'PY'
 import json, sys
 import h5py
@@ -116,7 +119,7 @@ for l in range(2):
                     n += (outs[0] ** 2).sum()
             errs.append(np.sqrt(e / n))
         got, want = c["layers"][l]["heads"][h]["duo_error"], np.mean(errs)
-        assert abs(got - want) <= 1e-6 * want, (l, h, got, want)
+        assert abs(got - want) <= 1e-6 * want + 1e-7, (l, h, got, want)
 print("duo ok")
 PY
 expect "compress -m duo --heads: the calibrated split" 0 "duo/knorm 0.8 \\+ none" \
