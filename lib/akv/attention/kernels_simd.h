@@ -1014,11 +1014,14 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   // pairs x 8 heads of accumulators, head_dim 64 ran 2-13% slower, 128 4-7% faster), except 1-bit
   // codes read as lane masks, which hold no code register (tq2j at GQA 8, head_dim 128: 3.66-3.77
   // ms in the 256-bit loops at 74db93b, 3.06-3.12 as row-pair masks at dd75774; 2026-12-05, Intel
-  // Xeon, AVX-512, `akv -t 1 bench attention --gqa 8 --isa avx512`). One head over level codes
-  // too (TurboQuant's norm correction sums a row's squared levels so), 16 rows a block: with 32
-  // (16 accumulators) the row pointers left the registers, 2-5% slower (b069e08 vs 6d740d9, same
-  // day and CPU, `--gqa 1 --variants nuq3,turboquant_3bit_nc,...`).
-  if constexpr (NQ == 2 || NQ == 4 || (NQ == 1 && kLevels<F>) || (NQ == 8 && kMaskAdds<F, Sq>)) {
+  // Xeon, AVX-512, `akv -t 1 bench attention --gqa 8 --isa avx512`). One head over 4-bit levels
+  // whose wide chunks do not pair (an odd chunk count) too, 16 rows a block. One head over 2- and
+  // 3-bit levels takes the 256-bit loops, 16 rows a block (the row pairs measured slower: GQA 1,
+  // head_dim 128, min ms with the 3-bit values below nuq2 0.65-0.67 -> 0.57-0.60, nuq3 0.73-0.75
+  // -> 0.61-0.70 by the variants run before it, turboquant_3bit_nc 0.62 -> 0.55-0.56; 2026-12-06,
+  // AMD EPYC Zen 4, AVX-512, `akv -t 1 bench attention --gqa 1 --isa avx512`; on Intel Xeon the
+  // AVX2 build's 256-bit loops were already as fast as these row pairs or faster, docs/compress.md).
+  if constexpr (NQ == 2 || NQ == 4 || (NQ == 1 && F == RowFormat::level4) || (NQ == 8 && kMaskAdds<F, Sq>)) {
     constexpr int RR = NQ == 1 ? kAccs : 2 * (kAccs / NQ);
     for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR, Sq>(rows, r, w, ws, bias, s, ss, sq);
     for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2, Sq>(rows, r, w, ws, bias, s, ss, sq);
@@ -1352,8 +1355,11 @@ void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const fl
 #endif
 #ifdef __AVX512F__
   // Level formats too (2 and 4 bits: one word a wide chunk; 3 bits: its two chunks' words; the
-  // same sums per channel as the 8-wide loops: values are not scaled).
-  if constexpr (kWide<F> || kLevels<F>) {
+  // same sums per channel as the 8-wide loops: values are not scaled), except 3-bit levels for one
+  // or two heads, whose 8-wide loops measured faster (nuq3, head_dim 128, min ms: GQA 1 0.65-0.67
+  // -> 0.61, GQA 2 0.92-0.94 -> 0.90-0.91; GQA 4 slower, 1.29-1.31 -> 1.37; 2026-12-06, AMD EPYC
+  // Zen 4, AVX-512, one core).
+  if constexpr (kWide<F> || (kLevels<F> && (F != RowFormat::level3 || NQ >= 4))) {
     if (rows.chunks % 2 == 0 && cpg % 2 == 0) {
       const std::size_t kw = rows.chunks / 2;
       // 4 or 8 heads: 16 accumulators of AVX-512's 32 registers, two passes over the rows at
