@@ -1021,7 +1021,11 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   // -> 0.61-0.70 by the variants run before it, turboquant_3bit_nc 0.62 -> 0.55-0.56; 2026-12-06,
   // AMD EPYC Zen 4, AVX-512, `akv -t 1 bench attention --gqa 1 --isa avx512`; on Intel Xeon the
   // AVX2 build's 256-bit loops were already as fast as these row pairs or faster, docs/compress.md).
-  if constexpr (NQ == 2 || NQ == 4 || (NQ == 1 && F == RowFormat::level4) || (NQ == 8 && kMaskAdds<F, Sq>)) {
+  // Two heads over 3-bit rows so too (their row pairs, never measured for 3 bits before, took
+  // longer: GQA 2 q3 0.66-0.67 -> 0.59 ms at head_dim 128, 0.43-0.44 -> 0.39 at 64, nuq3 0.90-0.91
+  // -> 0.85, turboquant_3bit_nc 0.78-0.79 -> 0.745; GQA 4 within 1%, kept; same CPU, day and
+  // command, `--gqa 2,4`).
+  if constexpr ((NQ == 2 && code_bits<F>() != 3) || NQ == 4 || (NQ == 1 && F == RowFormat::level4) || (NQ == 8 && kMaskAdds<F, Sq>)) {
     constexpr int RR = NQ == 1 ? kAccs : 2 * (kAccs / NQ);
     for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR, Sq>(rows, r, w, ws, bias, s, ss, sq);
     for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2, Sq>(rows, r, w, ws, bias, s, ss, sq);
