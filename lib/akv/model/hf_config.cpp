@@ -74,8 +74,103 @@ std::vector<float> factor_list(const json& r, const char* key, std::size_t n, co
   return out;
 }
 
+// rope_scaling.<key> as a number >= lo (> lo when lo_open).
+double rope_number(const json& r, const std::string& file, const char* key, double lo, bool lo_open) {
+  const std::string field = std::string("rope_scaling.") + key;
+  if (!r.contains(key) || !r[key].is_number()) {
+    throw InvalidInput("rope_scaling needs a number", {file, field, r.contains(key) ? r[key].dump() : "missing"});
+  }
+  const double v = r[key].get<double>();
+  if (!std::isfinite(v) || v < lo || (lo_open && v == lo)) {
+    throw InvalidInput(std::string("rope_scaling value must be ") + (lo_open ? "> " : ">= ") + format_number(lo),
+                       {file, field, r[key].dump()});
+  }
+  return v;
+}
+
+// Whether rope_scaling has `key` and it is not null.
+bool rope_has(const json& r, const char* key) { return r.contains(key) && !r[key].is_null(); }
+
+// The type named by "rope_type" (or the older "type") is linear, dynamic or llama3: s's fields.
+void simple_rope_scaling(const json& r, const HfConfig& c, const std::string& type, RopeScaling& s) {
+  const std::string& file = c.file;
+  if (type == "linear") {
+    s.kind = RopeScaling::Kind::linear;
+    s.factor = rope_number(r, file, "factor", 0.0, true);
+  } else if (type == "dynamic") {
+    s.kind = RopeScaling::Kind::dynamic;
+    s.factor = rope_number(r, file, "factor", 1.0, false);
+    if (!c.max_position_embeddings) {
+      throw InvalidInput("dynamic rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
+    }
+    s.original_max_positions = *c.max_position_embeddings;
+  } else {
+    s.kind = RopeScaling::Kind::llama3;
+    s.factor = rope_number(r, file, "factor", 0.0, true);
+    s.low_freq_factor = rope_number(r, file, "low_freq_factor", 0.0, true);
+    s.high_freq_factor = rope_number(r, file, "high_freq_factor", 0.0, true);
+    if (!(s.high_freq_factor > s.low_freq_factor)) {
+      throw InvalidInput("llama3 rope_scaling needs high_freq_factor > low_freq_factor",
+                         {file, "rope_scaling.high_freq_factor", r["high_freq_factor"].dump()});
+    }
+    s.original_max_positions = positive(r, "original_max_position_embeddings", file + ": rope_scaling");
+  }
+}
+
+// transformers 4.45: the correction range is computed over max_position_embeddings; later
+// versions use original_max_position_embeddings and rescale the factor, and DeepSeek's
+// mscale / mscale_all_dim change the attention factor. Configs where those differ are refused.
+void yarn_scaling(const json& r, const HfConfig& c, RopeScaling& s) {
+  const std::string& file = c.file;
+  s.kind = RopeScaling::Kind::yarn;
+  s.factor = rope_number(r, file, "factor", 1.0, false);
+  if (!c.max_position_embeddings) {
+    throw InvalidInput("yarn rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
+  }
+  s.original_max_positions = *c.max_position_embeddings;
+  if (rope_has(r, "original_max_position_embeddings") &&
+      positive(r, "original_max_position_embeddings", file + ": rope_scaling") != *c.max_position_embeddings) {
+    throw InvalidInput("yarn with original_max_position_embeddings other than max_position_embeddings is not "
+                       "implemented (transformers versions disagree on it; akv follows 4.45)",
+                       {file, "rope_scaling.original_max_position_embeddings", r["original_max_position_embeddings"].dump()});
+  }
+  for (const char* key : {"mscale", "mscale_all_dim"}) {
+    if (rope_has(r, key)) {
+      throw InvalidInput("yarn mscale (DeepSeek) is not implemented", {file, std::string("rope_scaling.") + key, r[key].dump()});
+    }
+  }
+  s.attention_factor = rope_has(r, "attention_factor") ? rope_number(r, file, "attention_factor", 0.0, true)
+                                                       : 0.1 * std::log(s.factor) + 1.0;
+  if (rope_has(r, "beta_fast")) s.beta_fast = rope_number(r, file, "beta_fast", 0.0, true);
+  if (rope_has(r, "beta_slow")) s.beta_slow = rope_number(r, file, "beta_slow", 0.0, true);
+}
+
+// Phi-3's LongRoPE as transformers' Phi3 rotary embedding computes it (4.45): with a top-level
+// original_max_position_embeddings the factor is max_position_embeddings / it, otherwise
+// rope_scaling.factor over max_position_embeddings; attention factor
+// sqrt(1 + ln(factor) / ln(original)) unless given (1 when factor <= 1).
+void longrope_scaling(const json& r, const HfConfig& c, RopeScaling& s) {
+  const std::string& file = c.file;
+  s.kind = RopeScaling::Kind::longrope;
+  if (!c.max_position_embeddings) {
+    throw InvalidInput("longrope rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
+  }
+  if (c.original_max_position_embeddings) {
+    s.original_max_positions = *c.original_max_position_embeddings;
+    s.factor = static_cast<double>(*c.max_position_embeddings) / static_cast<double>(s.original_max_positions);
+  } else {
+    s.original_max_positions = *c.max_position_embeddings;
+    s.factor = rope_number(r, file, "factor", 1.0, false);
+  }
+  s.attention_factor = rope_has(r, "attention_factor") ? rope_number(r, file, "attention_factor", 0.0, true)
+                       : s.factor <= 1.0               ? 1.0
+                                                       : std::sqrt(1.0 + std::log(s.factor) /
+                                                                             std::log(static_cast<double>(s.original_max_positions)));
+  s.short_factors = factor_list(r, "short_factor", c.rotary_dim / 2, file);
+  s.long_factors = factor_list(r, "long_factor", c.rotary_dim / 2, file);
+}
+
 RopeScaling parse_rope_scaling(const json& r, const HfConfig& c) {
-  const std::optional<std::size_t>& max_positions = c.max_position_embeddings;
   const std::string& file = c.file;
   RopeScaling s;
   if (r.is_null()) return s;
@@ -86,87 +181,12 @@ RopeScaling parse_rope_scaling(const json& r, const HfConfig& c) {
   }
   const std::string type = r[type_key].get<std::string>();
   if (type == "default") return s;
-  auto number = [&](const char* key, double lo, bool lo_open) {
-    const std::string field = std::string("rope_scaling.") + key;
-    if (!r.contains(key) || !r[key].is_number()) {
-      throw InvalidInput("rope_scaling needs a number", {file, field, r.contains(key) ? r[key].dump() : "missing"});
-    }
-    const double v = r[key].get<double>();
-    if (!std::isfinite(v) || v < lo || (lo_open && v == lo)) {
-      throw InvalidInput(std::string("rope_scaling value must be ") + (lo_open ? "> " : ">= ") + format_number(lo),
-                         {file, field, r[key].dump()});
-    }
-    return v;
-  };
-  if (type == "linear") {
-    s.kind = RopeScaling::Kind::linear;
-    s.factor = number("factor", 0.0, true);
-  } else if (type == "dynamic") {
-    s.kind = RopeScaling::Kind::dynamic;
-    s.factor = number("factor", 1.0, false);
-    if (!max_positions) {
-      throw InvalidInput("dynamic rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
-    }
-    s.original_max_positions = *max_positions;
-  } else if (type == "llama3") {
-    s.kind = RopeScaling::Kind::llama3;
-    s.factor = number("factor", 0.0, true);
-    s.low_freq_factor = number("low_freq_factor", 0.0, true);
-    s.high_freq_factor = number("high_freq_factor", 0.0, true);
-    if (!(s.high_freq_factor > s.low_freq_factor)) {
-      throw InvalidInput("llama3 rope_scaling needs high_freq_factor > low_freq_factor",
-                         {file, "rope_scaling.high_freq_factor", r["high_freq_factor"].dump()});
-    }
-    s.original_max_positions = positive(r, "original_max_position_embeddings", file + ": rope_scaling");
+  if (type == "linear" || type == "dynamic" || type == "llama3") {
+    simple_rope_scaling(r, c, type, s);
   } else if (type == "yarn") {
-    // transformers 4.45: the correction range is computed over max_position_embeddings; later
-    // versions use original_max_position_embeddings and rescale the factor, and DeepSeek's
-    // mscale / mscale_all_dim change the attention factor. Configs where those differ are refused.
-    s.kind = RopeScaling::Kind::yarn;
-    s.factor = number("factor", 1.0, false);
-    if (!max_positions) {
-      throw InvalidInput("yarn rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
-    }
-    s.original_max_positions = *max_positions;
-    if (r.contains("original_max_position_embeddings") && !r["original_max_position_embeddings"].is_null() &&
-        positive(r, "original_max_position_embeddings", file + ": rope_scaling") != *max_positions) {
-      throw InvalidInput("yarn with original_max_position_embeddings other than max_position_embeddings is not "
-                         "implemented (transformers versions disagree on it; akv follows 4.45)",
-                         {file, "rope_scaling.original_max_position_embeddings", r["original_max_position_embeddings"].dump()});
-    }
-    for (const char* key : {"mscale", "mscale_all_dim"}) {
-      if (r.contains(key) && !r[key].is_null()) {
-        throw InvalidInput("yarn mscale (DeepSeek) is not implemented", {file, std::string("rope_scaling.") + key, r[key].dump()});
-      }
-    }
-    s.attention_factor = r.contains("attention_factor") && !r["attention_factor"].is_null()
-                             ? number("attention_factor", 0.0, true)
-                             : 0.1 * std::log(s.factor) + 1.0;
-    if (r.contains("beta_fast") && !r["beta_fast"].is_null()) s.beta_fast = number("beta_fast", 0.0, true);
-    if (r.contains("beta_slow") && !r["beta_slow"].is_null()) s.beta_slow = number("beta_slow", 0.0, true);
+    yarn_scaling(r, c, s);
   } else if (type == "longrope" || type == "su") {
-    // Phi-3's LongRoPE as transformers' Phi3 rotary embedding computes it (4.45): with a top-level
-    // original_max_position_embeddings the factor is max_position_embeddings / it, otherwise
-    // rope_scaling.factor over max_position_embeddings; attention factor
-    // sqrt(1 + ln(factor) / ln(original)) unless given (1 when factor <= 1).
-    s.kind = RopeScaling::Kind::longrope;
-    if (!max_positions) {
-      throw InvalidInput("longrope rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
-    }
-    if (c.original_max_position_embeddings) {
-      s.original_max_positions = *c.original_max_position_embeddings;
-      s.factor = static_cast<double>(*max_positions) / static_cast<double>(s.original_max_positions);
-    } else {
-      s.original_max_positions = *max_positions;
-      s.factor = number("factor", 1.0, false);
-    }
-    s.attention_factor = r.contains("attention_factor") && !r["attention_factor"].is_null()
-                             ? number("attention_factor", 0.0, true)
-                         : s.factor <= 1.0 ? 1.0
-                                           : std::sqrt(1.0 + std::log(s.factor) /
-                                                                 std::log(static_cast<double>(s.original_max_positions)));
-    s.short_factors = factor_list(r, "short_factor", c.rotary_dim / 2, file);
-    s.long_factors = factor_list(r, "long_factor", c.rotary_dim / 2, file);
+    longrope_scaling(r, c, s);
   } else {
     throw InvalidInput("rope_scaling type not implemented (akv implements default, linear, dynamic, llama3, yarn, longrope)",
                        {file, std::string("rope_scaling.") + type_key, type});
