@@ -716,79 +716,93 @@ void read_head_tensor_types(const nlohmann::json& j, const std::string& file, Co
   }
 }
 
+// params.method (and what each method records beside it: nuq's calibration, tiered's and ggml's
+// own fields) into p.method / p.codebook_file / p.mode.
+void read_method(const nlohmann::json& j, const std::string& file, CompressParams& p) {
+  const std::string m = j.at("method").get<std::string>();
+  if (m == "none") {
+    p.method = Quantizer::none;
+  } else if (m == "uniform") {
+    p.method = Quantizer::uniform;
+  } else if (m == "kivi") {
+    p.method = Quantizer::kivi;
+  } else if (m == "nuq") {
+    p.method = Quantizer::nuq;
+    p.codebook_file = j.at("calibration").get<std::string>();
+  } else if (m == "tiered") {
+    p.method = Quantizer::kivi;
+    p.mode = TieredParams::from_json(j.at("tiered"), file);
+  } else if (m == "ggml") {
+    p.method = Quantizer::none;
+    p.mode = GgmlCacheParams::from_json(j.at("ggml"), file);
+  } else {
+    throw InvalidInput("unknown method", {file, "params.method", m});
+  }
+}
+
+// A quantized method's key / value settings, outlier fraction, pre-RoPE flag and rule.
+void read_quantizer(const nlohmann::json& j, const std::string& file, CompressParams& p) {
+  auto tensor = [&](const nlohmann::json& t, const std::string& at) {
+    return TensorQuant{static_cast<int>(file_integer(t, "bits", "bits", file, at + ".bits")),
+                       parse_quant_axis(t.at("axis").get<std::string>()),
+                       static_cast<std::size_t>(file_integer(t, "group", "group", file, at + ".group"))};
+  };
+  p.key = tensor(j.at("key"), "params.key");
+  p.value = tensor(j.at("value"), "params.value");
+  p.outlier_fraction = file_real(j, "outlier_fraction", "outlier-fraction", file, "params.outlier_fraction");
+  p.pre_rope = j.at("pre_rope").get<bool>();
+  // Files written before the kivi rule existed were quantized with the bounded rule.
+  p.rule = j.contains("quant_rule") ? parse_quant_rule(j.at("quant_rule").get<std::string>()) : QuantRule::bounded;
+}
+
+// params.head_bits (per-head [key bits, value bits]) and the calibration file they came from.
+void read_head_bits(const nlohmann::json& j, const std::string& file, CompressParams& p) {
+  const nlohmann::json& hb = j["head_bits"];
+  if (!hb.is_array()) throw CorruptData("head_bits is not a list", {file, "params.head_bits"});
+  for (std::size_t i = 0; i < hb.size(); ++i) {
+    const nlohmann::json& e = hb[i];
+    const auto bits_ok = [](const nlohmann::json& b) {
+      return b.is_number_integer() && (b.get<long long>() == 16 || b.get<long long>() == 2 || b.get<long long>() == 3 ||
+                                       b.get<long long>() == 4 || b.get<long long>() == 8 || b.get<long long>() == 0);
+    };
+    if (!(e.is_array() && e.size() == 2 && bits_ok(e[0]) && bits_ok(e[1]))) {
+      throw CorruptData("head_bits entries are [key bits, value bits], each 2, 3, 4, 8 or 16 (0: a cache type)",
+                        {file, "params.head_bits[" + std::to_string(i) + "]", e.dump().substr(0, 40)});
+    }
+    p.head_bits.emplace_back(e[0].get<int>(), e[1].get<int>());
+  }
+  p.calibration_file = j.value("calibration", "");
+}
+
+// params.head_rotate: one rotation name per head, as many as head_bits when both are given.
+void read_head_rotate(const nlohmann::json& j, const std::string& file, CompressParams& p) {
+  const nlohmann::json& hr = j["head_rotate"];
+  if (!hr.is_array()) throw CorruptData("head_rotate is not a list", {file, "params.head_rotate"});
+  for (std::size_t i = 0; i < hr.size(); ++i) {
+    const std::string at = "params.head_rotate[" + std::to_string(i) + "]";
+    if (!hr[i].is_string()) throw CorruptData("head_rotate entries are rotation names", {file, at, hr[i].dump().substr(0, 40)});
+    p.head_rotate.push_back(parse_rotation(hr[i].get<std::string>(), file, at));
+  }
+  if (!p.head_bits.empty() && p.head_rotate.size() != p.head_bits.size()) {
+    throw CorruptData("head_rotate and head_bits of different lengths", {file, "params.head_rotate", std::to_string(hr.size())});
+  }
+}
+
 }  // namespace
 
 CompressParams CompressParams::from_json(const nlohmann::json& j, const std::string& file) {
   CompressParams p;
   try {
-    const std::string m = j.at("method").get<std::string>();
-    if (m == "none") {
-      p.method = Quantizer::none;
-    } else if (m == "uniform") {
-      p.method = Quantizer::uniform;
-    } else if (m == "kivi") {
-      p.method = Quantizer::kivi;
-    } else if (m == "nuq") {
-      p.method = Quantizer::nuq;
-      p.codebook_file = j.at("calibration").get<std::string>();
-    } else if (m == "tiered") {
-      p.method = Quantizer::kivi;
-      p.mode = TieredParams::from_json(j.at("tiered"), file);
-    } else if (m == "ggml") {
-      p.method = Quantizer::none;
-      p.mode = GgmlCacheParams::from_json(j.at("ggml"), file);
-    } else {
-      throw InvalidInput("unknown method", {file, "params.method", m});
-    }
+    read_method(j, file, p);
     p.preset = j.value("preset", "");
     p.residual = static_cast<std::size_t>(file_integer(j, "residual", "residual", file, "params.residual"));
     if (j.contains("rotate")) {
       p.rotate = parse_rotation(j.at("rotate").get<std::string>(), file, "params.rotate");
       p.rotate_seed = static_cast<std::uint64_t>(file_integer(j, "rotate_seed", "rotate-seed", file, "params.rotate_seed"));
     }
-    if (p.quantized()) {
-      auto tensor = [&](const nlohmann::json& t, const std::string& at) {
-        return TensorQuant{static_cast<int>(file_integer(t, "bits", "bits", file, at + ".bits")),
-                           parse_quant_axis(t.at("axis").get<std::string>()),
-                           static_cast<std::size_t>(file_integer(t, "group", "group", file, at + ".group"))};
-      };
-      p.key = tensor(j.at("key"), "params.key");
-      p.value = tensor(j.at("value"), "params.value");
-      p.outlier_fraction = file_real(j, "outlier_fraction", "outlier-fraction", file, "params.outlier_fraction");
-      p.pre_rope = j.at("pre_rope").get<bool>();
-      // Files written before the kivi rule existed were quantized with the bounded rule.
-      p.rule = j.contains("quant_rule") ? parse_quant_rule(j.at("quant_rule").get<std::string>())
-                                        : QuantRule::bounded;
-    }
-    if (j.contains("head_bits")) {
-      const nlohmann::json& hb = j["head_bits"];
-      if (!hb.is_array()) throw CorruptData("head_bits is not a list", {file, "params.head_bits"});
-      for (std::size_t i = 0; i < hb.size(); ++i) {
-        const nlohmann::json& e = hb[i];
-        const auto bits_ok = [](const nlohmann::json& b) {
-          return b.is_number_integer() && (b.get<long long>() == 16 || b.get<long long>() == 2 || b.get<long long>() == 3 ||
-                                           b.get<long long>() == 4 || b.get<long long>() == 8 || b.get<long long>() == 0);
-        };
-        if (!(e.is_array() && e.size() == 2 && bits_ok(e[0]) && bits_ok(e[1]))) {
-          throw CorruptData("head_bits entries are [key bits, value bits], each 2, 3, 4, 8 or 16 (0: a cache type)",
-                            {file, "params.head_bits[" + std::to_string(i) + "]", e.dump().substr(0, 40)});
-        }
-        p.head_bits.emplace_back(e[0].get<int>(), e[1].get<int>());
-      }
-      p.calibration_file = j.value("calibration", "");
-    }
-    if (j.contains("head_rotate")) {
-      const nlohmann::json& hr = j["head_rotate"];
-      if (!hr.is_array()) throw CorruptData("head_rotate is not a list", {file, "params.head_rotate"});
-      for (std::size_t i = 0; i < hr.size(); ++i) {
-        const std::string at = "params.head_rotate[" + std::to_string(i) + "]";
-        if (!hr[i].is_string()) throw CorruptData("head_rotate entries are rotation names", {file, at, hr[i].dump().substr(0, 40)});
-        p.head_rotate.push_back(parse_rotation(hr[i].get<std::string>(), file, at));
-      }
-      if (!p.head_bits.empty() && p.head_rotate.size() != p.head_bits.size()) {
-        throw CorruptData("head_rotate and head_bits of different lengths", {file, "params.head_rotate", std::to_string(hr.size())});
-      }
-    }
+    if (p.quantized()) read_quantizer(j, file, p);
+    if (j.contains("head_bits")) read_head_bits(j, file, p);
+    if (j.contains("head_rotate")) read_head_rotate(j, file, p);
     read_head_tensor_types(j, file, p);
     if (j.contains("eviction") && !j["eviction"].is_null()) {
       if (p.tiered()) throw CorruptData("a tiered cache records no eviction", {file, "params.eviction"});
