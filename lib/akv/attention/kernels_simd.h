@@ -1031,7 +1031,13 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
     for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2, Sq>(rows, r, w, ws, bias, s, ss, sq);
   }
 #endif
-  for (; r + RB <= rows.n; r += RB) score_block<F, NQ, RB, Sq>(rows, r, w, ws, bias, s, ss, sq);
+  // One head with sums of squares (TurboQuant NC's 2- and 3-bit level keys): half the rows a
+  // block, as their accumulators double (AVX2: 8 rows took all 16 registers; GQA 1, head_dim 128,
+  // min ms turboquant_3bit_nc 0.60-0.61 -> 0.58, turboquant:bits-key=2:bits-value=2 0.60-0.61 ->
+  // 0.58, head_dim 64 within 1%; AVX-512 unchanged; 2026-12-06, AMD EPYC Zen 4, `akv -t 1 bench
+  // attention --gqa 1 --head-dims 64,128 --isa avx512,avx2`).
+  constexpr int RS = Sq && NQ == 1 ? RB / 2 : RB;
+  for (; r + RS <= rows.n; r += RS) score_block<F, NQ, RS, Sq>(rows, r, w, ws, bias, s, ss, sq);
   for (; r < rows.n; ++r) score_block<F, NQ, 1, Sq>(rows, r, w, ws, bias, s, ss, sq);
 }
 
