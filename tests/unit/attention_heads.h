@@ -9,6 +9,7 @@
 
 #include "akv/attention/kernels.h"
 #include "akv/attention/kv_view.h"
+#include "akv/core/isa.h"
 #include "akv/core/rng.h"
 #include "akv/kv/stored_tensor.h"
 #include "akv/quant/pack.h"
@@ -103,6 +104,20 @@ void for_each_isa(Fn&& fn) {
     fn(isa);
   }
   set_isa(best_isa());
+}
+
+// Runs fn() with AVX-512 and the other choice of core/isa.h's avx512_halves (which loops read
+// two query heads' keys), then restores both settings; false (fn not run) without AVX-512.
+template <class Fn>
+bool with_other_avx512_halves(Fn&& fn) {
+  if (best_isa() != Isa::avx512) return false;
+  const bool halves = avx512_halves();
+  set_avx512_halves(!halves);
+  set_isa(Isa::avx512);
+  fn();
+  set_avx512_halves(halves);
+  set_isa(best_isa());
+  return true;
 }
 
 }  // namespace akv::test

@@ -15,6 +15,7 @@
 
 #include "akv/attention/kernels.h"
 #include "akv/attention/prefetch.h"
+#include "akv/core/isa.h"
 #include "akv/tensor/ggml_blocks.h"
 
 namespace akv::attn::AKV_SIMD_NS {
@@ -1024,11 +1025,17 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   // Two heads over 3-bit rows so too (their row pairs, never measured for 3 bits before, took
   // longer: GQA 2 q3 0.66-0.67 -> 0.59 ms at head_dim 128, 0.43-0.44 -> 0.39 at 64, nuq3 0.90-0.91
   // -> 0.85, turboquant_3bit_nc 0.78-0.79 -> 0.745; GQA 4 within 1%, kept; same CPU, day and
-  // command, `--gqa 2,4`).
+  // command, `--gqa 2,4`). On AVX-512 of 256-bit units (core/isa.h avx512_halves: Zen 4) two heads
+  // over any rows so (GQA 2, head_dim 128, min ms: q2 0.67-0.69 -> 0.60, q4 0.72-0.73 -> 0.63,
+  // nuq2 0.90 -> 0.84, turboquant_4bit_nc 0.78-0.79 -> 0.74-0.75; f16 at head_dim 64 0.42 ->
+  // 0.37-0.39; same CPU and day, `--gqa 2 --head-dims 64,128`), where Zen 5's 512-bit units
+  // measured the row pairs 1.00-1.11x faster (2506fce); 4 heads keep them (within 5% either way).
   if constexpr ((NQ == 2 && code_bits<F>() != 3) || NQ == 4 || (NQ == 1 && F == RowFormat::level4) || (NQ == 8 && kMaskAdds<F, Sq>)) {
-    constexpr int RR = NQ == 1 ? kAccs : 2 * (kAccs / NQ);
-    for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR, Sq>(rows, r, w, ws, bias, s, ss, sq);
-    for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2, Sq>(rows, r, w, ws, bias, s, ss, sq);
+    if (NQ != 2 || !avx512_halves()) {
+      constexpr int RR = NQ == 1 ? kAccs : 2 * (kAccs / NQ);
+      for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR, Sq>(rows, r, w, ws, bias, s, ss, sq);
+      for (; r + 2 <= rows.n; r += 2) score_block_rowpairs<F, NQ, 2, Sq>(rows, r, w, ws, bias, s, ss, sq);
+    }
   }
 #endif
   // One head with sums of squares (TurboQuant NC's 2- and 3-bit level keys): half the rows a

@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 namespace akv {
 namespace {
@@ -19,6 +24,29 @@ Isa detect_isa() {
 #else
   return Isa::generic;
 #endif
+}
+
+// AMD family 0x19 (Zen 3 and Zen 4; only Zen 4 has AVX-512) with AVX-512.
+bool detect_avx512_halves() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (best_isa() != Isa::avx512) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const unsigned base = (a >> 8) & 0xF, family = base == 0xF ? base + ((a >> 20) & 0xFF) : base;
+  return family == 0x19;
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool>& halves_setting() {
+  static std::atomic<bool> halves{detect_avx512_halves()};
+  return halves;
 }
 
 std::atomic<Isa>& isa_setting() {
@@ -44,6 +72,10 @@ const char* isa_name(Isa isa) {
     default: return "generic";
   }
 }
+
+bool avx512_halves() { return halves_setting().load(std::memory_order_relaxed); }
+
+void set_avx512_halves(bool on) { halves_setting().store(on); }
 
 const char* kernel_arithmetic() { return active_isa() == Isa::generic ? "generic" : "vector"; }
 

@@ -17,5 +17,12 @@ const char* isa_name(Isa isa);  // "generic", "avx2", "avx512"
 // plain loops of --max-isa generic sum in another order) or "vector" (AVX2 and AVX-512 give the
 // same bits), so parts of the two do not merge into one report.
 const char* kernel_arithmetic();
+// Whether the CPU runs AVX-512 on 256-bit units (AMD Zen 4, i.e. AMD family 0x19 with AVX-512:
+// each 512-bit operation takes two passes). There the attention loops that hold two rows per
+// 512-bit register for two query heads run slower than the 256-bit loops, and faster on CPUs
+// with 512-bit units (docs/attention.md); the two give the same bits. Detected once;
+// set_avx512_halves overrides it process-wide (tests run both loops).
+bool avx512_halves();
+void set_avx512_halves(bool on);
 
 }  // namespace akv
