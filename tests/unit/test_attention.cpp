@@ -126,7 +126,8 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // group (4, 16, 16 and 3, 8, 8; 8, 6, 6) take AVX-512's 16-channel value loops; 4-bit rows with
   // AVX2 read AVX-512's lane order in half-chunks (1, 12, 6: a tail of 2 + 2 half-chunks after a
   // block of 8, and blocks across group boundaries); keys of 2 and 4 heads take AVX-512's two
-  // rows per register (2 heads: not with core/isa.h's avx512_halves, both settings run; 4 heads:
+  // rows per register (2 heads: not with core/isa.h's avx512_halves, nor one head's 16-wide code
+  // values; both settings run; 4 heads:
   // blocks of 8 rows, then a pair, then one row; 1-bit codes as
   // lane masks there, and 8 at a time for 8 heads; 2 heads over 15 chunks too); 37 rows leave a
   // partial block of rows. Level formats (nuq's codes read as levels[code]) take the 8-at-a-time
@@ -237,12 +238,15 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
         CHECK(acc[2] == acc[1]);
         CHECK(sq[2] == sq[1]);
       }
-      with_other_avx512_halves([&] {  // two heads' keys in the other loops: the same bits
+      with_other_avx512_halves([&] {  // two heads' keys, one head's values in the other loops: the same bits
         std::vector<float> s3(nq * n), s4(nq * n), q3(n, 0.0f);
         attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), s3.data(), n);
         attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), s4.data(), n, q3.data());
+        std::vector<float> a3(nq * chunks * 8, 0.5f);
+        attn::accumulate_rows(rows, nq, coef.data(), ng, cpg, a3.data(), chunks * 8);
         CHECK(s3 == s[1]);
         CHECK(q3 == sq[1]);
+        CHECK(a3 == acc[1]);
       });
     }
   }

@@ -1375,9 +1375,12 @@ void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const fl
   // same sums per channel as the 8-wide loops: values are not scaled), except 3-bit levels for one
   // or two heads, whose 8-wide loops measured faster (nuq3, head_dim 128, min ms: GQA 1 0.65-0.67
   // -> 0.61, GQA 2 0.92-0.94 -> 0.90-0.91; GQA 4 slower, 1.29-1.31 -> 1.37; 2026-12-06, AMD EPYC
-  // Zen 4, AVX-512, one core).
+  // Zen 4, AVX-512, one core). On AVX-512 of 256-bit units (core/isa.h avx512_halves: Zen 4) one
+  // head's code values take the 8-wide loops (GQA 1, min ms at head_dim 64: q2 0.311-0.312 ->
+  // 0.277-0.284, q4 0.328-0.330 -> 0.295-0.301; at 128 within 2%; GQA 2 equal, kept; same CPU and
+  // day, `akv -t 1 bench attention --gqa 1,2 --head-dims 64,128 --isa avx512`).
   if constexpr (kWide<F> || (kLevels<F> && (F != RowFormat::level3 || NQ >= 4))) {
-    if (rows.chunks % 2 == 0 && cpg % 2 == 0) {
+    if (rows.chunks % 2 == 0 && cpg % 2 == 0 && (NQ > 1 || !kWide<F> || !avx512_halves())) {
       const std::size_t kw = rows.chunks / 2;
       // 4 or 8 heads: 16 accumulators of AVX-512's 32 registers, two passes over the rows at
       // head_dim 128 where 8 accumulators took four (2026-12-01, commit 5ace68b, AMD EPYC Zen 5,
