@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -29,14 +28,9 @@ Isa detect_isa() {
 // AMD family 0x19 (Zen 3 and Zen 4; only Zen 4 has AVX-512) with AVX-512.
 bool detect_avx512_halves() {
 #if defined(__x86_64__) || defined(__i386__)
-  if (best_isa() != Isa::avx512) return false;
+  if (best_isa() != Isa::avx512 || !__builtin_cpu_is("amd")) return false;  // best_isa ran __builtin_cpu_init
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  char vendor[13] = {};
-  std::memcpy(vendor, &b, 4);
-  std::memcpy(vendor + 4, &d, 4);
-  std::memcpy(vendor + 8, &c, 4);
-  if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
   const unsigned base = (a >> 8) & 0xF, family = base == 0xF ? base + ((a >> 20) & 0xFF) : base;
   return family == 0x19;
 #else

@@ -15,6 +15,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// Whether j has `key` and it is not null (transformers reads null as None: the default).
+bool given(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
 std::size_t positive(const json& j, const char* key, const std::string& file) {
   if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<long long>() <= 0) {
     throw InvalidInput("config needs a positive integer", {file, key, j.contains(key) ? j[key].dump() : "missing"});
@@ -23,13 +26,13 @@ std::size_t positive(const json& j, const char* key, const std::string& file) {
 }
 
 std::optional<std::size_t> optional_positive(const json& j, const char* key, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!given(j, key)) return std::nullopt;
   return positive(j, key, file);
 }
 
 template <class T>
 T typed(const json& j, const char* key, T fallback, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!given(j, key)) return fallback;
   const json& v = j[key];
   const bool ok = std::is_same_v<T, bool> ? v.is_boolean()
                   : std::is_same_v<T, std::string> ? v.is_string()
@@ -39,7 +42,7 @@ T typed(const json& j, const char* key, T fallback, const std::string& file) {
 }
 
 std::optional<double> optional_positive_real(const json& j, const char* key, const std::string& file) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!given(j, key)) return std::nullopt;
   const double v = typed<double>(j, key, 0.0, file);
   if (!(v > 0 && std::isfinite(v))) throw InvalidInput("config field must be a positive number", {file, key, j[key].dump()});
   return v;
@@ -88,9 +91,6 @@ double rope_number(const json& r, const std::string& file, const char* key, doub
   return v;
 }
 
-// Whether rope_scaling has `key` and it is not null.
-bool rope_has(const json& r, const char* key) { return r.contains(key) && !r[key].is_null(); }
-
 // The type named by "rope_type" (or the older "type") is linear, dynamic or llama3: s's fields.
 void simple_rope_scaling(const json& r, const HfConfig& c, const std::string& type, RopeScaling& s) {
   const std::string& file = c.file;
@@ -128,21 +128,21 @@ void yarn_scaling(const json& r, const HfConfig& c, RopeScaling& s) {
     throw InvalidInput("yarn rope_scaling needs max_position_embeddings", {file, "max_position_embeddings", "missing"});
   }
   s.original_max_positions = *c.max_position_embeddings;
-  if (rope_has(r, "original_max_position_embeddings") &&
+  if (given(r, "original_max_position_embeddings") &&
       positive(r, "original_max_position_embeddings", file + ": rope_scaling") != *c.max_position_embeddings) {
     throw InvalidInput("yarn with original_max_position_embeddings other than max_position_embeddings is not "
                        "implemented (transformers versions disagree on it; akv follows 4.45)",
                        {file, "rope_scaling.original_max_position_embeddings", r["original_max_position_embeddings"].dump()});
   }
   for (const char* key : {"mscale", "mscale_all_dim"}) {
-    if (rope_has(r, key)) {
+    if (given(r, key)) {
       throw InvalidInput("yarn mscale (DeepSeek) is not implemented", {file, std::string("rope_scaling.") + key, r[key].dump()});
     }
   }
-  s.attention_factor = rope_has(r, "attention_factor") ? rope_number(r, file, "attention_factor", 0.0, true)
+  s.attention_factor = given(r, "attention_factor") ? rope_number(r, file, "attention_factor", 0.0, true)
                                                        : 0.1 * std::log(s.factor) + 1.0;
-  if (rope_has(r, "beta_fast")) s.beta_fast = rope_number(r, file, "beta_fast", 0.0, true);
-  if (rope_has(r, "beta_slow")) s.beta_slow = rope_number(r, file, "beta_slow", 0.0, true);
+  if (given(r, "beta_fast")) s.beta_fast = rope_number(r, file, "beta_fast", 0.0, true);
+  if (given(r, "beta_slow")) s.beta_slow = rope_number(r, file, "beta_slow", 0.0, true);
 }
 
 // Phi-3's LongRoPE as transformers' Phi3 rotary embedding computes it (4.45): with a top-level
@@ -162,7 +162,7 @@ void longrope_scaling(const json& r, const HfConfig& c, RopeScaling& s) {
     s.original_max_positions = *c.max_position_embeddings;
     s.factor = rope_number(r, file, "factor", 1.0, false);
   }
-  s.attention_factor = rope_has(r, "attention_factor") ? rope_number(r, file, "attention_factor", 0.0, true)
+  s.attention_factor = given(r, "attention_factor") ? rope_number(r, file, "attention_factor", 0.0, true)
                        : s.factor <= 1.0               ? 1.0
                                                        : std::sqrt(1.0 + std::log(s.factor) /
                                                                              std::log(static_cast<double>(s.original_max_positions)));
@@ -302,7 +302,7 @@ void read_fields(const json& j, const std::string& file, HfConfig& c) {
   c.torch_dtype = typed<std::string>(j, "torch_dtype", "", file);
   c.akv_tokenizer = typed<std::string>(j, "akv_tokenizer", "", file);
   if (j.contains("rope_scaling")) c.rope_scaling = j["rope_scaling"];
-  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+  if (given(j, "layer_types")) {
     const json& t = j["layer_types"];
     if (!t.is_array() || t.size() != c.num_hidden_layers) {
       throw InvalidInput("layer_types must list num_hidden_layers attention kinds", {file, "layer_types", t.dump()});
@@ -323,7 +323,7 @@ void read_fields(const json& j, const std::string& file, HfConfig& c) {
   c.attn_logit_softcapping = optional_cap(j, "attn_logit_softcapping", file);
   c.hidden_activation = typed<std::string>(j, "hidden_activation", "", file);
   c.rotary_dim = c.head_dim;
-  if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {
+  if (given(j, "partial_rotary_factor")) {
     const double f = typed<double>(j, "partial_rotary_factor", 1.0, file);
     const auto rot = static_cast<std::size_t>(static_cast<double>(c.head_dim) * f);  // Python int()
     if (!(f > 0.0 && f <= 1.0) || rot < 2 || rot % 2 != 0) {
