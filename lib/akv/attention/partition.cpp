@@ -642,19 +642,35 @@ class PartitionRunner {
     for (std::size_t r = t0; r < t1; ++r) __builtin_prefetch(g.blocks + r * rb + at, 0, 3);
   }
 
-  // The QJL term of key_qjl rows [t0, t1) (at src) added to the scores: their sign bits read as
-  // 0/1 codes (RowFormat::code1) against each query head's S q, s += coef_r x (2 (sq . bits) -
-  // sum sq). The code loads read 3 bytes past a chunk's byte, i.e. one past a row: the tensor's
-  // last row from a padded copy.
+  // The QJL term of key_qjl rows [t0, t1) (at src) added to the scores: s += coef_r x (2 (sq .
+  // bits) - sum sq), sq . bits each query head's S q summed over the row's set sign bits, by the
+  // heads' byte tables (sign_tables.h) or as 0/1 codes (qjl_code_sums).
   void qjl_scores(std::size_t t0, std::size_t t1, const std::uint8_t* src) {
     const TqType& t = *hp_.qjl;
     const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_qjl_sign_offset(t);
+    qjl_s_.resize(nq_ * n);
+    if (hp_.qjl_signs) {
+      hp_.qjl_signs->sums(src + at, rb, n, qjl_s_.data(), n);
+    } else {
+      qjl_code_sums(t1, src, rb, at, n);
+    }
+    for (std::size_t h = 0; h < nq_; ++h) {  // qjl_coef_: the tile's factors, from tq_fields
+      float* s = s_.data() + h * tile_;
+      const float* b = qjl_s_.data() + h * n;
+      const float sum = hp_.qjl_query[h].sq_sum;
+      for (std::size_t i = 0; i < n; ++i) s[i] += qjl_coef_[i] * (2.0f * b[i] - sum);
+    }
+  }
+
+  // qjl_s_ [nq, n]: each head's S q against the sign bits (at src + at) of rows [t1 - n, t1)
+  // read as 0/1 codes (RowFormat::code1). The code loads read 3 bytes past a chunk's byte, i.e.
+  // one past a row: the tensor's last row from a padded copy.
+  void qjl_code_sums(std::size_t t1, const std::uint8_t* src, std::size_t rb, std::size_t at, std::size_t n) {
     const std::size_t in_place = t1 == hp_.view->key.ggml.rows ? n - 1 : n;
     if (qjl_w_.empty()) {
       qjl_w_.resize(nq_ * d_);
       for (std::size_t h = 0; h < nq_; ++h) std::copy_n(hp_.qjl_query[h].sq.data(), d_, qjl_w_.data() + h * d_);
     }
-    qjl_s_.resize(nq_ * n);
     if (in_place > 0) {
       attn::score_rows(Rows{RowFormat::code1, src + at, rb, in_place, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr,
                        qjl_s_.data(), n);
@@ -664,12 +680,6 @@ class PartitionRunner {
       std::copy_n(src + in_place * rb, rb, pad_.data());
       attn::score_rows(Rows{RowFormat::code1, pad_.data() + at, rb, 1, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr,
                        qjl_s_.data() + in_place, n);
-    }
-    for (std::size_t h = 0; h < nq_; ++h) {  // qjl_coef_: the tile's factors, from tq_fields
-      float* s = s_.data() + h * tile_;
-      const float* b = qjl_s_.data() + h * n;
-      const float sum = hp_.qjl_query[h].sq_sum;
-      for (std::size_t i = 0; i < n; ++i) s[i] += qjl_coef_[i] * (2.0f * b[i] - sum);
     }
   }
 

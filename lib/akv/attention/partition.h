@@ -11,6 +11,7 @@
 
 #include "akv/attention/decode_attention.h"
 #include "akv/attention/kernels.h"
+#include "akv/attention/sign_tables.h"
 #include "akv/tensor/turboquant.h"
 
 namespace akv::attn {
@@ -70,6 +71,9 @@ struct HeadPrep {
   std::vector<float> fp8_w;  // fp8 keys: q x scale
   std::optional<TqType> qjl;          // keys are TurboQuant rows with QJL signs
   std::vector<TqQjlQuery> qjl_query;  // then: per query head, its projection S q (no sign tables)
+  // and from 2 query heads on, where the vector loops run: the byte tables of every head's S q
+  // (the QJL term's sign sums; one head reads the signs as lane masks)
+  std::optional<SignTables> qjl_signs;
 };
 
 // A partition's online softmax per query head: running maximum, sum of weights, unnormalised
