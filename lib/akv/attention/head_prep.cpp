@@ -80,6 +80,7 @@ TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key, const std::vec
     tp.w1.resize(q.size());
     for (std::size_t i = 0; i < q.size(); ++i) tp.w1[i] = q[i] * step;
     for (const float s : qsum) tp.bias1.push_back(c0 * s);
+    if (qsum.size() >= 2 && active_isa() != Isa::generic) tp.w1_tables.emplace(tp.w1.data(), d, qsum.size(), d);
   } else if (t->kind == TqKind::value) {
     tp.format = attn::code_format(b);
   } else {

@@ -622,7 +622,12 @@ class PartitionRunner {
     const Rows rows = tq_rows(hp_.view->key.ggml, tp, t0, t1);
     const bool nc = tp.type->kind == TqKind::key_nc;
     if (nc) tq_sq_.resize(rows.n);
-    if (tp.format == RowFormat::code1) {
+    if (tp.w1_tables) {  // s = sum + bias, score_rows' bias + sum
+      tp.w1_tables->sums(rows.base, rows.stride, rows.n, s_.data(), tile_);
+      for (std::size_t h = 0; h < nq_; ++h) {
+        for (std::size_t i = 0; i < rows.n; ++i) s_[h * tile_ + i] += tp.bias1[h];
+      }
+    } else if (tp.format == RowFormat::code1) {
       attn::score_rows(rows, nq_, tp.w1.data(), d_, tp.bias1.data(), s_.data(), tile_);
     } else {
       attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_, nc ? tq_sq_.data() : nullptr);

@@ -34,13 +34,15 @@ struct NuqPrep {
 // minimum (tq_fields).
 // key_qjl keys: their levels so, the QJL term added to the scores (qjl_scores); 1-bit levels
 // (tq2j) as 0/1 codes (RowFormat::code1): level = c0 + (c1 - c0) bit, so a row's sum is
-// sum q x (c1 - c0) bit + c0 sum q (w1, bias1). Not for a key_qjl value tensor: decoded.
+// sum q x (c1 - c0) bit + c0 sum q (w1, bias1), from 2 query heads on by w1's byte tables (as
+// the QJL term's signs, HeadPrep). Not for a key_qjl value tensor: decoded.
 struct TqPrep {
   std::optional<TqType> type;  // set when the rows go through the vector loops
   RowFormat format = RowFormat::f32;
   float levels[16] = {};  // attn::level_table of the codes' values
   std::vector<float> ones;  // key_nc values: the weights of a pass that only sums squares
   std::vector<float> w1, bias1;  // 1-bit levels: per query head q x (c1 - c0), c0 x sum q
+  std::optional<SignTables> w1_tables;
 };
 
 // fp8 rows (one byte per value) read by the vector loops (kernels.h e4m3 / e5m2 formats): the
