@@ -28,7 +28,7 @@ void tail_rows(const float* table, std::size_t lanes, std::size_t chunks, const 
 }
 
 // L = 2 or 4 heads a group (an SSE register, the lanes above L zero): eight rows at a time
-// (eight chains of adds in flight), each four transposed into each head's four sums.
+// (eight chains of adds in flight), transposed four rows at a time into each head's sums.
 template <std::size_t L>
 std::size_t rows4(const float* table, std::size_t chunks, const std::uint8_t* bits, std::size_t stride, std::size_t n,
                   std::size_t used, float* out, std::size_t os) {
@@ -36,7 +36,7 @@ std::size_t rows4(const float* table, std::size_t chunks, const std::uint8_t* bi
 #ifdef __SSE2__
   const auto load = [](const float* p) {
     if constexpr (L == 4) return _mm_loadu_ps(p);
-    if constexpr (L == 2) return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+    if constexpr (L == 2) return _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   };
   for (; i + 8 <= n; i += 8) {
     const std::uint8_t* r[8];
