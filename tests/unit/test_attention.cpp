@@ -257,7 +257,8 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
 TEST_CASE("value coefficients and key weights: the vector loops give the plain loops' bits", "[attention]") {
   // Plain loops: coef = p * scale, zero sums as four partial fused sums over i % 4 (value
   // coefficients), bias as 32 over c % 32 (key weights). 4 groups take the two-rows-per-vector
-  // loop, 1 and 2 the narrow one (17 heads: more than one batch of 16), 5 the others; row counts
+  // loop, 1 and 2 the narrow one (17 heads: more than one batch of 16; 1 group of 1 head its
+  // consecutive coefficients), 5 the others; row counts
   // leave every remainder of 4; 136 channels a partial round of the key weights' four
   // accumulators.
   for (std::size_t ng : {1, 2, 4, 5}) {
