@@ -589,15 +589,18 @@ class PartitionRunner {
     tq_half_.resize(2 * n);
     // Through a local pointer: stores through tq_half_'s own would reload its data each row.
     std::uint16_t* __restrict half = tq_half_.data();
-    unsigned bad = 0;
-    for (std::size_t r = 0; r < n; ++r) {
-      std::memcpy(&half[r], src + r * rb + at, 2);
-      bad |= static_cast<unsigned>(f16_nonfinite(half[r]));
+    if (value) {  // scale and minimum side by side: one read per row
+      for (std::size_t r = 0; r < n; ++r) {
+        std::uint32_t both;
+        std::memcpy(&both, src + r * rb + at, 4);
+        half[r] = static_cast<std::uint16_t>(both);
+        half[n + r] = static_cast<std::uint16_t>(both >> 16);
+      }
+    } else {
+      for (std::size_t r = 0; r < n; ++r) std::memcpy(&half[r], src + r * rb + at, 2);
     }
-    for (std::size_t r = 0; value && r < n; ++r) {
-      std::memcpy(&half[n + r], src + r * rb + at + 2, 2);
-      bad |= static_cast<unsigned>(f16_nonfinite(half[n + r]));
-    }
+    unsigned bad = 0;  // checked apart: a loop over the gathered halves that vectorizes
+    for (std::size_t i = 0; i < (value ? 2 * n : n); ++i) bad |= static_cast<unsigned>(f16_nonfinite(half[i]));
     if (t.kind == TqKind::key_qjl) {  // the QJL factors (qjl_scores reads them): gamma non-finite iff they are
       qjl_coef_.resize(n);
       tq_qjl_coefficients(t, src, n, qjl_coef_.data());
