@@ -576,16 +576,17 @@ class PartitionRunner {
     return Rows{tp.format, g.blocks + t0 * rb, rb, t1 - t0, d_ / 8, tp.levels};
   }
 
-  // The f16 fields of those rows in tq_half_ ([n] norms or scales, then [n] minimums), widened in
-  // tq_range_ (key_nc: the norms still without their correction, nc_ranges), key_qjl rows' QJL
-  // factors in qjl_coef_; false when a row's f16 fields are not finite (the tile is then decoded:
-  // tq_decode_rows's values, whatever they are). Keys gather them after the score loops have read
-  // the rows (then in the nearest cache: gathered first, each row's first touch was theirs).
+  // The f16 fields of those rows in tq_half_ ([n] norms or scales, then [n] minimums or key_qjl
+  // gammas), widened in tq_range_ (key_nc: the norms still without their correction, nc_ranges),
+  // key_qjl rows' QJL factors in qjl_coef_; false when a row's f16 fields are not finite (the
+  // tile is then decoded: tq_decode_rows's values, whatever they are). Keys gather them after the
+  // score loops have read the rows (then in the nearest cache: gathered first, each row's first
+  // touch was theirs).
   bool tq_fields(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1) {
     const TqType& t = *tp.type;
     const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_code_bytes(t);
     const std::uint8_t* src = g.blocks + t0 * rb;
-    const bool value = t.kind == TqKind::value;
+    const bool value = t.kind == TqKind::value, qjl = t.kind == TqKind::key_qjl;
     tq_half_.resize(2 * n);
     // Through a local pointer: stores through tq_half_'s own would reload its data each row.
     std::uint16_t* __restrict half = tq_half_.data();
@@ -596,23 +597,26 @@ class PartitionRunner {
         half[r] = static_cast<std::uint16_t>(both);
         half[n + r] = static_cast<std::uint16_t>(both >> 16);
       }
+    } else if (qjl) {  // the norm and the QJL term's gamma (qjl_scores' factors) in one pass
+      const std::size_t ga = tq_qjl_gamma_offset(t);
+      for (std::size_t r = 0; r < n; ++r) {
+        std::memcpy(&half[r], src + r * rb + at, 2);
+        std::memcpy(&half[n + r], src + r * rb + ga, 2);
+      }
     } else {
       for (std::size_t r = 0; r < n; ++r) std::memcpy(&half[r], src + r * rb + at, 2);
     }
     unsigned bad = 0;  // checked apart: a loop over the gathered halves that vectorizes
-    for (std::size_t i = 0; i < (value ? 2 * n : n); ++i) bad |= static_cast<unsigned>(f16_nonfinite(half[i]));
-    if (t.kind == TqKind::key_qjl) {  // the QJL factors (qjl_scores reads them): gamma non-finite iff they are
-      qjl_coef_.resize(n);
-      tq_qjl_coefficients(t, src, n, qjl_coef_.data());
-      for (std::size_t r = 0; r < n; ++r) {
-        std::uint32_t u;
-        std::memcpy(&u, &qjl_coef_[r], 4);
-        bad |= static_cast<unsigned>((u & 0x7F800000u) == 0x7F800000u);
-      }
-    }
+    for (std::size_t i = 0; i < (value || qjl ? 2 * n : n); ++i) bad |= static_cast<unsigned>(f16_nonfinite(half[i]));
     if (bad != 0) return false;
     tq_range_.resize(value ? 2 * n : n);
     f16_to_f32(tq_half_.data(), tq_range_.data(), tq_range_.size());
+    if (qjl) {  // tq_qjl_coefficients' values
+      qjl_coef_.resize(n);
+      f16_to_f32(tq_half_.data() + n, qjl_coef_.data(), n);
+      const float f = tq_qjl_factor(t);
+      for (float& c : qjl_coef_) c *= f;
+    }
     return true;
   }
 
