@@ -1042,8 +1042,15 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   // block, as their accumulators double (AVX2: 8 rows took all 16 registers; GQA 1, head_dim 128,
   // min ms turboquant_3bit_nc 0.60-0.61 -> 0.58, turboquant:bits-key=2:bits-value=2 0.60-0.61 ->
   // 0.58, head_dim 64 within 1%; AVX-512 unchanged; 2026-12-06, AMD EPYC Zen 4, `akv -t 1 bench
-  // attention --gqa 1 --head-dims 64,128 --isa avx512,avx2`).
+  // attention --gqa 1 --head-dims 64,128 --isa avx512,avx2`). On AVX2 two heads so too (4 rows x
+  // 2 heads and 4 rows' squares with the table left no register: GQA 2, head_dim 128,
+  // turboquant_3bit_nc 0.90 -> 0.81 ms, turboquant:bits-key=2:bits-value=2 0.89 -> 0.81; same
+  // host and command with --gqa 2; AVX-512 5% slower so, kept).
+#ifdef __AVX512F__
   constexpr int RS = Sq && NQ == 1 ? RB / 2 : RB;
+#else
+  constexpr int RS = Sq && NQ <= 2 ? RB / 2 : RB;
+#endif
   for (; r + RS <= rows.n; r += RS) score_block<F, NQ, RS, Sq>(rows, r, w, ws, bias, s, ss, sq);
   for (; r < rows.n; ++r) score_block<F, NQ, 1, Sq>(rows, r, w, ws, bias, s, ss, sq);
 }
