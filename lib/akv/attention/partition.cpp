@@ -543,6 +543,23 @@ class PartitionRunner {
       }
       _mm_storeu_ps(z + h0, _mm_add_ps(_mm_add_ps(zs[0], zs[1]), _mm_add_ps(zs[2], zs[3])));
     }
+    if (nq_ == 1) {  // consecutive: four rows a vector, lane j the sum of rows i % 4 == j (z0..z3 below)
+      __m128 zs = _mm_setzero_ps();
+      std::size_t i = 0;
+      for (; i + 4 <= rows.n; i += 4) {
+        const __m128 p = _mm_loadu_ps(pt + i);
+        _mm_storeu_ps(coef + i, _mm_mul_ps(p, _mm_loadu_ps(range + i)));
+        if (offset) zs = _mm_fmadd_ps(p, _mm_loadu_ps(offset + i), zs);
+      }
+      alignas(16) float zl[4];
+      _mm_store_ps(zl, zs);
+      for (; i < rows.n; ++i) {
+        coef[i] = pt[i] * range[i];
+        if (offset) zl[i % 4] = std::fma(pt[i], offset[i], zl[i % 4]);
+      }
+      z[0] = (zl[0] + zl[1]) + (zl[2] + zl[3]);
+      h0 = 1;
+    }
 #endif
     for (; h0 < nq_; ++h0) {
       for (std::size_t i = 0; i < rows.n; ++i) coef[i * nq_ + h0] = pt[i * nq_ + h0] * range[i];
