@@ -1024,6 +1024,27 @@ TEST_CASE("decode attention over TurboQuant QJL keys (S q against the sign bits)
         INFO("bits " << bits << " head_dim " << d << " gqa " << nq);
         CHECK(rel_err(a, ref) <= 1e-5);
       }
+      // A row whose norm is f16 infinity: its tile is decoded (the levels times the norm, the QJL
+      // term from per-head sign tables: qjl_keys), as attention over the rows read back
+      // (tq_decode_rows, dense f32) reads it: the row's score is NaN and gets weight 0 in both.
+      std::vector<std::uint8_t> bad_bytes = kb[0];
+      const std::uint16_t inf = 0x7C00;
+      std::memcpy(bad_bytes.data() + 100 * tq_row_bytes(kt) + tq_code_bytes(kt), &inf, 2);
+      std::vector<HeadView> bad = heads, bad_dense = heads;
+      bad[0].key.ggml.blocks = bad_bytes.data();
+      std::vector<float> bad_rows(n * d);
+      tq_decode_rows(kt, bad_bytes.data(), n, bad_rows.data());
+      bad_dense[0].key = TensorView{};
+      bad_dense[0].key.dense = {DenseType::f32, bad_rows.data(), n};
+      for (std::size_t nq : {1, 4}) {
+        const std::vector<float> q = normal(n_kv * nq * d, 8);
+        std::vector<float> x(q.size()), y(q.size());
+        decode_attention({q.data(), n_kv * nq, d, bad.data(), n_kv, 0.125f, x.data(), nullptr}, {2, 64, 128});
+        decode_attention({q.data(), n_kv * nq, d, bad_dense.data(), n_kv, 0.125f, y.data(), nullptr}, {2, 64, 128});
+        INFO("non-finite norm, bits " << bits << " head_dim " << d << " gqa " << nq);
+        for (std::size_t i = 0; i < x.size(); ++i) CHECK(std::isnan(x[i]) == std::isnan(y[i]));
+        CHECK(rel_err(x, y) <= 1e-5);
+      }
     }
   }
 }
