@@ -7,8 +7,9 @@
 // vector loops (kernels.h, RowFormat::code1) spend an add per head and 8 or 16 values. Measured
 // (AMD EPYC Zen 4, one core, 4096 tokens, head_dim 128, 2026-12-06): QJL 4-bit keys at GQA 4
 // 1.57 -> 1.43 ms per step (AVX-512), 1.67 -> 1.47 (AVX2); at GQA 8 2.98 -> ~2.6 and 4.7 ->
-// ~3.6; at GQA 2 a few percent; at GQA 1 the lane masks (16 values an add on AVX-512) stay
-// faster, and the callers keep them there.
+// ~3.6; at GQA 2 AVX2 6-11% faster, AVX-512 3-4% slower at head_dim 128 (faster at 64); at
+// GQA 1 the lane masks (16 values an add on AVX-512) stay faster, and the callers keep them
+// there (docs/compress.md).
 //
 // Order of the sums, per head h and row r, in f32: table k's entry for byte b is the sum of
 // w[h][8k + j] over b's set bits j from the lowest up (0 for b = 0), and the row's sum is
