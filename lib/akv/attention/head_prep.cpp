@@ -114,11 +114,9 @@ HeadPrep prepare_head(const DecodeAttentionArgs& a, std::size_t kv, std::size_t 
     if (const auto t = tq_type_of(*kt); t && t->kind == TqKind::key_qjl && hp.view->key.ggml.rows > 0) {
       hp.qjl = t;
       for (std::size_t h = 0; h < nq; ++h) hp.qjl_query.push_back(tq_qjl_query(*t, hp.q.data() + h * d, false));
-      if (nq >= 2 && active_isa() != Isa::generic) {
-        std::vector<float> sq(nq * d);
-        for (std::size_t h = 0; h < nq; ++h) std::copy_n(hp.qjl_query[h].sq.data(), d, sq.data() + h * d);
-        hp.qjl_signs.emplace(sq.data(), d, nq, d);
-      }
+      hp.qjl_sq.resize(nq * d);
+      for (std::size_t h = 0; h < nq; ++h) std::copy_n(hp.qjl_query[h].sq.data(), d, hp.qjl_sq.data() + h * d);
+      if (nq >= 2 && active_isa() != Isa::generic) hp.qjl_signs.emplace(hp.qjl_sq.data(), d, nq, d);
     }
   }
   if (const NuqView& k = hp.view->key.nuq; k.table && k.rows > k.sink_rows) {

@@ -628,11 +628,9 @@ class PartitionRunner {
     if (bad != 0) return false;
     tq_range_.resize(value ? 2 * n : n);
     f16_to_f32(tq_half_.data(), tq_range_.data(), tq_range_.size());
-    if (qjl) {  // tq_qjl_coefficients' values
+    if (qjl) {
       qjl_coef_.resize(n);
-      f16_to_f32(tq_half_.data() + n, qjl_coef_.data(), n);
-      const float f = tq_qjl_factor(t);
-      for (float& c : qjl_coef_) c *= f;
+      tq_qjl_factors(t, tq_half_.data() + n, n, qjl_coef_.data());
     }
     return true;
   }
@@ -696,18 +694,14 @@ class PartitionRunner {
   // one past a row: the tensor's last row from a padded copy.
   void qjl_code_sums(std::size_t t1, const std::uint8_t* src, std::size_t rb, std::size_t at, std::size_t n) {
     const std::size_t in_place = t1 == hp_.view->key.ggml.rows ? n - 1 : n;
-    if (qjl_w_.empty()) {
-      qjl_w_.resize(nq_ * d_);
-      for (std::size_t h = 0; h < nq_; ++h) std::copy_n(hp_.qjl_query[h].sq.data(), d_, qjl_w_.data() + h * d_);
-    }
     if (in_place > 0) {
-      attn::score_rows(Rows{RowFormat::code1, src + at, rb, in_place, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr,
+      attn::score_rows(Rows{RowFormat::code1, src + at, rb, in_place, d_ / 8}, nq_, hp_.qjl_sq.data(), d_, nullptr,
                        qjl_s_.data(), n);
     }
     if (in_place < n) {
       pad_.assign(rb + 8, 0);
       std::copy_n(src + in_place * rb, rb, pad_.data());
-      attn::score_rows(Rows{RowFormat::code1, pad_.data() + at, rb, 1, d_ / 8}, nq_, qjl_w_.data(), d_, nullptr,
+      attn::score_rows(Rows{RowFormat::code1, pad_.data() + at, rb, 1, d_ / 8}, nq_, hp_.qjl_sq.data(), d_, nullptr,
                        qjl_s_.data() + in_place, n);
     }
   }
@@ -925,7 +919,7 @@ class PartitionRunner {
   std::vector<float> pt_;     // a tile's probabilities row-major, [rows, nq] (nuq, TurboQuant key rows)
   std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_fields)
   std::vector<TqQjlQuery> qjl_tables_;  // key_qjl rows decoded (qjl_keys): each query head's sign tables
-  std::vector<float> qjl_w_, qjl_s_, qjl_coef_;  // key_qjl: S q [nq, d]; a tile's sign sums [nq, rows], factors [rows]
+  std::vector<float> qjl_s_, qjl_coef_;  // key_qjl: a tile's sign sums [nq, rows], factors [rows]
   std::vector<std::uint16_t> tq_half_;
   std::vector<float> ch_f_;  // per-channel values (channel_values): a token group's scales, zeros [cols]
   std::vector<float> tok_s_, tok_f_, tok_qs_;  // per-token keys (token_keys): a group's dots [nq, rows]; scales and zeros; q's group sums [nq, groups]

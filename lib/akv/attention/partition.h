@@ -73,6 +73,7 @@ struct HeadPrep {
   std::vector<float> fp8_w;  // fp8 keys: q x scale
   std::optional<TqType> qjl;          // keys are TurboQuant rows with QJL signs
   std::vector<TqQjlQuery> qjl_query;  // then: per query head, its projection S q (no sign tables)
+  std::vector<float> qjl_sq;          // and the heads' S q side by side [nq, d] (the sign sums' weights)
   // and from 2 query heads on, where the vector loops run: the byte tables of every head's S q
   // (the QJL term's sign sums; one head reads the signs as lane masks)
   std::optional<SignTables> qjl_signs;

@@ -515,19 +515,19 @@ void tq_qjl_decode_levels(const TqType& t, const std::uint8_t* src, std::size_t 
 
 std::size_t tq_qjl_sign_offset(const TqType& t) { return sign_offset(t); }
 std::size_t tq_qjl_gamma_offset(const TqType& t) { return gamma_offset(t); }
-float tq_qjl_factor(const TqType& t) {
-  return static_cast<float>(std::sqrt(3.141592653589793 / 2.0) / static_cast<double>(t.head_dim));
+void tq_qjl_factors(const TqType& t, const std::uint16_t* gamma, std::size_t n, float* coef) {
+  const float scale = static_cast<float>(std::sqrt(3.141592653589793 / 2.0) / static_cast<double>(t.head_dim));
+  f16_to_f32(gamma, coef, n);
+  for (std::size_t r = 0; r < n; ++r) coef[r] *= scale;
 }
 
 void tq_qjl_coefficients(const TqType& t, const std::uint8_t* src, std::size_t n, float* coef) {
   const std::size_t rb = tq_row_bytes(t);
-  const float scale = tq_qjl_factor(t);
   std::uint16_t gamma[64];
   for (std::size_t r0 = 0; r0 < n; r0 += 64) {
     const std::size_t m = std::min<std::size_t>(64, n - r0);
     for (std::size_t r = 0; r < m; ++r) std::memcpy(&gamma[r], src + (r0 + r) * rb + gamma_offset(t), 2);
-    f16_to_f32(gamma, coef + r0, m);
-    for (std::size_t r = 0; r < m; ++r) coef[r0 + r] *= scale;
+    tq_qjl_factors(t, gamma, m, coef + r0);
   }
 }
 

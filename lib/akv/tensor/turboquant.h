@@ -113,11 +113,11 @@ void tq_qjl_add_scores(const TqType& t, const TqQjlQuery* q, std::size_t nq, con
                        float* s, std::size_t stride);
 // key_qjl rows: the bytes before a row's sign bits (bit i of byte i / 8: whether S r_i >= 0)
 // and before its f16 gamma (|r|); for n rows at src their QJL term's factor sqrt(pi / 2) /
-// head_dim * f16(gamma_r) into coef, i.e. f32(gamma_r) times tq_qjl_factor(t).
+// head_dim * f16(gamma_r) into coef (tq_qjl_factors: the same from n gathered gammas).
 std::size_t tq_qjl_sign_offset(const TqType& t);
 std::size_t tq_qjl_gamma_offset(const TqType& t);
-float tq_qjl_factor(const TqType& t);
 void tq_qjl_coefficients(const TqType& t, const std::uint8_t* src, std::size_t n, float* coef);
+void tq_qjl_factors(const TqType& t, const std::uint16_t* gamma, std::size_t n, float* coef);
 // The first element of n (a multiple of head_dim) whose row has a non-finite f16 field, or n.
 std::size_t tq_first_nonfinite(const TqType& t, const std::uint8_t* src, std::size_t n);
 
