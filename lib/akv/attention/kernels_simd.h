@@ -1045,7 +1045,7 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   // attention --gqa 1 --head-dims 64,128 --isa avx512,avx2`). On AVX2 two heads so too (4 rows x
   // 2 heads and 4 rows' squares with the table left no register: GQA 2, head_dim 128,
   // turboquant_3bit_nc 0.90 -> 0.81 ms, turboquant:bits-key=2:bits-value=2 0.89 -> 0.81; same
-  // host and command with --gqa 2; AVX-512 5% slower so, kept).
+  // host, day and command with --gqa 2, 6ab7045; AVX-512 5% slower so, kept).
 #ifdef __AVX512F__
   constexpr int RS = Sq && NQ == 1 ? RB / 2 : RB;
 #else

@@ -5,7 +5,8 @@
 // or 8 lanes an entry), and a row's sum adds its chunks' entries in chunk order. A chunk of a row
 // costs one table load and one vector add for up to eight heads, where the lane-mask adds of the
 // vector loops (kernels.h, RowFormat::code1) spend an add per head and 8 or 16 values. Measured
-// (AMD EPYC Zen 4, one core, 4096 tokens, head_dim 128, 2026-12-06): QJL 4-bit keys at GQA 4
+// (AMD EPYC Zen 4, one core, 4096 tokens, head_dim 128, 2026-12-06, 7d15c4e against 74385c8,
+// `akv -t 1 bench attention --isa avx512,avx2`): QJL 4-bit keys at GQA 4
 // 1.57 -> 1.43 ms per step (AVX-512), 1.67 -> 1.47 (AVX2); at GQA 8 2.98 -> ~2.6 and 4.7 ->
 // ~3.6; at GQA 2 AVX2 6-11% faster, AVX-512 3-4% slower at head_dim 128 (faster at 64); at
 // GQA 1 the lane masks (16 values an add on AVX-512) stay faster, and the callers keep them
