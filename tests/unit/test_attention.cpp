@@ -936,42 +936,50 @@ TEST_CASE("PackedTensor: rows dropped from the front one at a time leave the oth
 
 TEST_CASE("sign tables: each head's weights over a row's set bits, bit for bit the plain sums in their order",
           "[attention][qjl]") {
-  // The plain loops: per chunk the weights of its set bits from the lowest up, the chunks' sums
-  // added in order (sign_tables.h); equal bit for bit at any head count (2, 4 and 8 lanes, padded
-  // groups, rows past the last block of eight), and within 1e-5 of double sums (an independent
-  // check of the order's rounding: at most ~d additions of unit-size weights).
+  // The plain loops: per chunk (8 bits; one or two heads: per nibble, 4 bits) the weights of its
+  // set bits from the lowest up, the chunks' sums added in order (sign_tables.h, kernels.h
+  // nibble_sums); equal bit for bit at any head count (nibble tables, 4 and 8 lanes, padded
+  // groups, rows past the last block, head_dim not a multiple of 32) on every instruction set,
+  // and within 1e-5 of double sums (an independent check of the order's rounding: at most ~d
+  // additions of unit-size weights).
   Rng rng(5);
-  for (const std::size_t d : {8, 64, 128, 136}) {
+  for (const std::size_t d : {8, 24, 64, 128, 136}) {
     const std::size_t chunks = d / 8, stride = chunks + 3, n = 37;
     std::vector<std::uint8_t> bits((n - 1) * stride + chunks);  // ends with the last row's bits (ASan)
     for (auto& b : bits) b = static_cast<std::uint8_t>(rng.next() >> 56);
     for (const std::size_t nq : {1, 2, 3, 4, 5, 8, 9, 12}) {
-      const std::size_t ws = d + 5;
+      const std::size_t ws = d + 5, part = nq <= 2 ? 4 : 8;
       const std::vector<float> w = normal(nq * ws, 40 + nq);
-      const attn::SignTables t(w.data(), ws, nq, d);
-      CHECK(t.lanes() == (nq > 4 ? 8u : nq > 2 ? 4u : 2u));
-      std::vector<float> out(nq * (n + 1), -1.0f);
-      t.sums(bits.data(), stride, n, out.data(), n + 1);
-      for (std::size_t h = 0; h < nq; ++h) {
-        for (std::size_t i = 0; i < n; ++i) {
-          float s = 0.0f;
-          double exact = 0.0;
-          for (std::size_t k = 0; k < chunks; ++k) {
-            float e = 0.0f;
-            for (std::size_t j = 0; j < 8; ++j) {
-              if ((bits[i * stride + k] >> j) & 1u) {
-                e += w[h * ws + 8 * k + j];
-                exact += w[h * ws + 8 * k + j];
+      for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+        if (isa > best_isa()) continue;
+        set_isa(isa);
+        const attn::SignTables t(w.data(), ws, nq, d);
+        CHECK(t.lanes() == (nq > 4 ? 8u : nq > 2 ? 4u : 1u));
+        std::vector<float> out(nq * (n + 1), -1.0f);
+        t.sums(bits.data(), stride, n, out.data(), n + 1);
+        for (std::size_t h = 0; h < nq; ++h) {
+          for (std::size_t i = 0; i < n; ++i) {
+            float s = 0.0f;
+            double exact = 0.0;
+            for (std::size_t k = 0; k < d / part; ++k) {
+              float e = 0.0f;
+              for (std::size_t j = 0; j < part; ++j) {
+                const std::size_t c = part * k + j;
+                if ((bits[i * stride + c / 8] >> (c % 8)) & 1u) {
+                  e += w[h * ws + c];
+                  exact += w[h * ws + c];
+                }
               }
+              s = k == 0 ? e : s + e;
             }
-            s = k == 0 ? e : s + e;
+            INFO("head_dim " << d << " heads " << nq << " head " << h << " row " << i << " isa " << isa_name(isa));
+            CHECK(out[h * (n + 1) + i] == s);
+            CHECK(std::fabs(out[h * (n + 1) + i] - exact) <= 1e-5 * static_cast<double>(d));
           }
-          INFO("head_dim " << d << " heads " << nq << " head " << h << " row " << i);
-          CHECK(out[h * (n + 1) + i] == s);
-          CHECK(std::fabs(out[h * (n + 1) + i] - exact) <= 1e-5 * static_cast<double>(d));
+          CHECK(out[h * (n + 1) + n] == -1.0f);  // nothing written past a head's n sums
         }
-        CHECK(out[h * (n + 1) + n] == -1.0f);  // nothing written past a head's n sums
       }
+      set_isa(best_isa());
     }
   }
   CHECK_THROWS_AS(attn::SignTables(nullptr, 12, 1, 12), std::invalid_argument);

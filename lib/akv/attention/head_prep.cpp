@@ -80,7 +80,7 @@ TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key, const std::vec
     tp.w1.resize(q.size());
     for (std::size_t i = 0; i < q.size(); ++i) tp.w1[i] = q[i] * step;
     for (const float s : qsum) tp.bias1.push_back(c0 * s);
-    if (qsum.size() >= 2 && active_isa() != Isa::generic) tp.w1_tables.emplace(tp.w1.data(), d, qsum.size(), d);
+    if (active_isa() != Isa::generic) tp.w1_tables.emplace(tp.w1.data(), d, qsum.size(), d);
   } else if (t->kind == TqKind::value) {
     tp.format = attn::code_format(b);
   } else {
@@ -116,7 +116,7 @@ HeadPrep prepare_head(const DecodeAttentionArgs& a, std::size_t kv, std::size_t 
       for (std::size_t h = 0; h < nq; ++h) hp.qjl_query.push_back(tq_qjl_query(*t, hp.q.data() + h * d, false));
       hp.qjl_sq.resize(nq * d);
       for (std::size_t h = 0; h < nq; ++h) std::copy_n(hp.qjl_query[h].sq.data(), d, hp.qjl_sq.data() + h * d);
-      if (nq >= 2 && active_isa() != Isa::generic) hp.qjl_signs.emplace(hp.qjl_sq.data(), d, nq, d);
+      if (active_isa() != Isa::generic) hp.qjl_signs.emplace(hp.qjl_sq.data(), d, nq, d);
     }
   }
   if (const NuqView& k = hp.view->key.nuq; k.table && k.rows > k.sink_rows) {

@@ -8,6 +8,7 @@
 // could be shared with code that runs on CPUs without AVX-512.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -1468,7 +1469,87 @@ void with_format(RowFormat f, Fn&& fn) {
   }
 }
 
+// kernels.h nibble_sums: rows in lanes, B at a time (AVX-512 one 512-bit chain per head, AVX2
+// two 256-bit chains of 8); each row's 4-byte groups read into its lane through the stack (the
+// last group of a row of d % 32 != 0 bits only its bytes), each nibble looked up by a permute of
+// each head's 16-entry table (AVX2: two 8-entry permutes and a blend on the nibble's top bit).
+template <int NQ>
+void nibble_heads(const float* table, std::size_t d, const std::uint8_t* bits, std::size_t stride, std::size_t n,
+                  float* out, std::size_t os) {
+  constexpr std::size_t B = 16;
+  const std::size_t bytes = d / 8, ts = 4 * d;  // a head's table: d / 4 nibbles x 16 entries
+  for (std::size_t i = 0; i < n; i += B) {
+    const std::size_t m = std::min(B, n - i);
+    const std::uint8_t* b = bits + i * stride;
+#ifdef __AVX512F__
+    __m512 acc[NQ];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+#else
+    __m256 acc[NQ][2];
+    for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+#endif
+    for (std::size_t g = 0; 4 * g < bytes; ++g) {
+      const std::size_t nb = std::min<std::size_t>(4, bytes - 4 * g);
+      alignas(64) std::uint32_t v[B];
+      if (nb == 4 && m == B) {
+        for (std::size_t r = 0; r < B; ++r) std::memcpy(&v[r], b + r * stride + 4 * g, 4);
+      } else {
+        std::fill_n(v, B, 0u);
+        for (std::size_t r = 0; r < m; ++r) std::memcpy(&v[r], b + r * stride + 4 * g, nb);
+      }
+      const float* t = table + 128 * g;
+#ifdef __AVX512F__
+      const __m512i x = _mm512_load_si512(v);
+#pragma GCC unroll 8
+      for (std::size_t k = 0; k < 2 * nb; ++k) {
+        const __m512i nib = _mm512_srli_epi32(x, static_cast<unsigned>(4 * k));
+        for (int h = 0; h < NQ; ++h) {
+          acc[h] = _mm512_add_ps(acc[h], _mm512_permutexvar_ps(nib, _mm512_loadu_ps(t + h * ts + 16 * k)));
+        }
+      }
+#else
+      const __m256i x[2] = {_mm256_load_si256(reinterpret_cast<const __m256i*>(v)),
+                            _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 8))};
+#pragma GCC unroll 8
+      for (std::size_t k = 0; k < 2 * nb; ++k) {
+        __m256i nib[2];
+        __m256 top[2];
+        for (int j = 0; j < 2; ++j) {
+          nib[j] = _mm256_srli_epi32(x[j], static_cast<int>(4 * k));
+          top[j] = _mm256_castsi256_ps(_mm256_slli_epi32(x[j], static_cast<int>(28 - 4 * k)));
+        }
+        for (int h = 0; h < NQ; ++h) {
+          const __m256 lo = _mm256_loadu_ps(t + h * ts + 16 * k), hi = _mm256_loadu_ps(t + h * ts + 16 * k + 8);
+          for (int j = 0; j < 2; ++j) {
+            const __m256 e_lo = _mm256_permutevar8x32_ps(lo, nib[j]), e_hi = _mm256_permutevar8x32_ps(hi, nib[j]);
+            acc[h][j] = _mm256_add_ps(acc[h][j], _mm256_blendv_ps(e_lo, e_hi, top[j]));
+          }
+        }
+      }
+#endif
+    }
+    for (int h = 0; h < NQ; ++h) {
+      alignas(64) float o[B];
+      float* dst = m == B ? out + h * os + i : o;
+#ifdef __AVX512F__
+      _mm512_storeu_ps(dst, acc[h]);
+#else
+      _mm256_storeu_ps(dst, acc[h][0]);
+      _mm256_storeu_ps(dst + 8, acc[h][1]);
+#endif
+      if (m < B) std::copy_n(o, m, out + h * os + i);
+    }
+  }
+}
+
 }  // namespace
+
+void nibble_sums_simd(const float* table, std::size_t nq, std::size_t d, const std::uint8_t* bits, std::size_t stride,
+                      std::size_t n, float* out, std::size_t os) {
+  std::size_t h = 0;
+  for (; h + 2 <= nq; h += 2) nibble_heads<2>(table + h * 4 * d, d, bits, stride, n, out + h * os, os);
+  if (h < nq) nibble_heads<1>(table + h * 4 * d, d, bits, stride, n, out + h * os, os);
+}
 
 void score_rows_simd(const Rows& rows, std::size_t nq, const float* w, std::size_t ws, const float* bias,
                      float* s, std::size_t ss, float* sq) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "akv/attention/kernels.h"
+
 #if defined(__SSE__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -11,6 +13,7 @@ namespace akv::attn {
 namespace {
 
 constexpr std::size_t kEntries = 256;
+constexpr std::size_t kNibbleHeads = 2;  // up to this many heads: nibble tables
 
 // Rows [i, n) one at a time, each lane in its own add chain (the loops below do the same adds).
 void tail_rows(const float* table, std::size_t lanes, std::size_t chunks, const std::uint8_t* bits, std::size_t stride,
@@ -27,27 +30,22 @@ void tail_rows(const float* table, std::size_t lanes, std::size_t chunks, const 
   }
 }
 
-// L = 2 or 4 heads a group (an SSE register, the lanes above L zero): eight rows at a time
-// (eight chains of adds in flight), transposed four rows at a time into each head's sums.
-template <std::size_t L>
+// Four heads a group (an SSE register, the lanes above the group's heads zero): eight rows at a
+// time (eight chains of adds in flight), transposed four rows at a time into each head's sums.
 std::size_t rows4(const float* table, std::size_t chunks, const std::uint8_t* bits, std::size_t stride, std::size_t n,
                   std::size_t used, float* out, std::size_t os) {
   std::size_t i = 0;
 #ifdef __SSE2__
-  const auto load = [](const float* p) {
-    if constexpr (L == 4) return _mm_loadu_ps(p);
-    if constexpr (L == 2) return _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  };
   for (; i + 8 <= n; i += 8) {
     const std::uint8_t* r[8];
     __m128 a[8];
     for (std::size_t j = 0; j < 8; ++j) {
       r[j] = bits + (i + j) * stride;
-      a[j] = load(table + L * r[j][0]);
+      a[j] = _mm_loadu_ps(table + 4 * r[j][0]);
     }
     for (std::size_t k = 1; k < chunks; ++k) {
-      const float* t = table + L * kEntries * k;
-      for (std::size_t j = 0; j < 8; ++j) a[j] = _mm_add_ps(a[j], load(t + L * r[j][k]));
+      const float* t = table + 4 * kEntries * k;
+      for (std::size_t j = 0; j < 8; ++j) a[j] = _mm_add_ps(a[j], _mm_loadu_ps(t + 4 * r[j][k]));
     }
     _MM_TRANSPOSE4_PS(a[0], a[1], a[2], a[3]);
     _MM_TRANSPOSE4_PS(a[4], a[5], a[6], a[7]);
@@ -112,8 +110,22 @@ void build_table(const float (&bit)[8][8], float* t) {
 }  // namespace
 
 SignTables::SignTables(const float* w, std::size_t ws, std::size_t nq, std::size_t d)
-    : nq_(nq), chunks_(d / 8), lanes_(nq > 4 ? 8 : nq > 2 ? 4 : 2) {
+    : nq_(nq), chunks_(d / 8), lanes_(nq > 4 ? 8 : nq > kNibbleHeads ? 4 : 1) {
   if (nq == 0 || d == 0 || d % 8 != 0) throw std::invalid_argument("SignTables: nq >= 1 and d a multiple of 8");
+  if (lanes_ == 1) {  // nibble tables (kernels.h nibble_sums): entry 2^j + m (m < 2^j) is entry m plus bit j's weight
+    table_.reset(new float[nq * 16 * (d / 4)]);
+    for (std::size_t h = 0; h < nq; ++h) {
+      for (std::size_t k = 0; k < d / 4; ++k) {
+        float* t = table_.get() + 16 * (h * (d / 4) + k);
+        t[0] = 0.0f;
+        for (std::size_t j = 0; j < 4; ++j) {
+          const std::size_t half = std::size_t{1} << j;
+          for (std::size_t m = 0; m < half; ++m) t[half + m] = t[m] + w[h * ws + 4 * k + j];
+        }
+      }
+    }
+    return;
+  }
   const std::size_t groups = (nq + lanes_ - 1) / lanes_, block = kEntries * lanes_;
   table_.reset(new float[groups * chunks_ * block]);
   for (std::size_t g = 0; g < groups; ++g) {
@@ -123,26 +135,23 @@ SignTables::SignTables(const float* w, std::size_t ws, std::size_t nq, std::size
         for (std::size_t j = 0; j < 8; ++j) bit[j][h] = w[(g * lanes_ + h) * ws + 8 * k + j];
       }
       float* t = table_.get() + (g * chunks_ + k) * block;
-      switch (lanes_) {
-        case 8: build_table<8>(bit, t); break;
-        case 4: build_table<4>(bit, t); break;
-        default: build_table<2>(bit, t);
+      if (lanes_ == 8) {
+        build_table<8>(bit, t);
+      } else {
+        build_table<4>(bit, t);
       }
     }
   }
 }
 
 void SignTables::sums(const std::uint8_t* bits, std::size_t stride, std::size_t n, float* out, std::size_t os) const {
+  if (lanes_ == 1) return nibble_sums(table_.get(), nq_, 8 * chunks_, bits, stride, n, out, os);
   for (std::size_t g = 0; g * lanes_ < nq_; ++g) {
     const float* table = table_.get() + g * chunks_ * kEntries * lanes_;
     const std::size_t used = std::min(lanes_, nq_ - g * lanes_);
     float* o = out + g * lanes_ * os;
-    std::size_t i = 0;
-    switch (lanes_) {
-      case 8: i = rows8(table, chunks_, bits, stride, n, used, o, os); break;
-      case 4: i = rows4<4>(table, chunks_, bits, stride, n, used, o, os); break;
-      default: i = rows4<2>(table, chunks_, bits, stride, n, used, o, os);
-    }
+    const std::size_t i = lanes_ == 8 ? rows8(table, chunks_, bits, stride, n, used, o, os)
+                                      : rows4(table, chunks_, bits, stride, n, used, o, os);
     tail_rows(table, lanes_, chunks_, bits, stride, i, n, used, o, os);
   }
 }

@@ -1,21 +1,30 @@
 #pragma once
-// Sums of several query heads' weights over rows of 1-bit codes (TurboQuant QJL's sign bits;
-// internal to the attention module) by byte tables: for each 8-bit chunk k of a row, table k
-// holds for every byte value b the sum of the weights of b's set bits, one lane per head (2, 4
-// or 8 lanes an entry), and a row's sum adds its chunks' entries in chunk order. A chunk of a row
-// costs one table load and one vector add for up to eight heads, where the lane-mask adds of the
-// vector loops (kernels.h, RowFormat::code1) spend an add per head and 8 or 16 values. Measured
-// (AMD EPYC Zen 4, one core, 4096 tokens, head_dim 128, 2026-12-06, 7d15c4e against 74385c8,
-// `akv -t 1 bench attention --isa avx512,avx2`): QJL 4-bit keys at GQA 4
-// 1.57 -> 1.43 ms per step (AVX-512), 1.67 -> 1.47 (AVX2); at GQA 8 2.98 -> ~2.6 and 4.7 ->
-// ~3.6; at GQA 2 AVX2 6-11% faster, AVX-512 3-4% slower at head_dim 128 (faster at 64); at
-// GQA 1 the lane masks (16 values an add on AVX-512) stay faster, and the callers keep them
-// there (docs/compress.md).
+// Sums of query heads' weights over rows of 1-bit codes (TurboQuant QJL's sign bits, tq2j's
+// level bits; internal to the attention module) by tables of the weights' partial sums.
 //
-// Order of the sums, per head h and row r, in f32: table k's entry for byte b is the sum of
-// w[h][8k + j] over b's set bits j from the lowest up (0 for b = 0), and the row's sum is
-// ((T_0[byte 0] + T_1[byte 1]) + T_2[byte 2]) + ... Lanes do not mix, so a head's sums are the
-// same bits whatever the number of heads, the lane width or the instruction set.
+// One or two heads: nibble tables (kernels.h nibble_sums): per 4 channels a 16-entry table per
+// head, the rows in vector lanes (16 a register on AVX-512, 8 on AVX2), one permute and one add
+// per nibble and head for 16 (8) rows. Since 2026-12-06 (the commit after 3996028; before, one
+// head added its weights under the bits as lane masks, 16 values an add on AVX-512, and two heads
+// used the byte tables below). Measured (AMD EPYC Zen 4, one core, 4096 tokens, head_dim 128,
+// `akv -t 1 bench attention --isa avx512,avx2`, min of three alternating runs against 3996028):
+// QJL 4-bit keys at GQA 1 0.68 -> 0.58 ms per step (AVX-512; 1.51x -> 1.28x q4), 0.72 -> 0.63
+// (AVX2; 1.37x -> 1.20x); tq2j 0.64 -> 0.49 and 0.71 -> 0.56; at GQA 2 AVX-512 QJL 0.91 -> 0.83,
+// tq2j 0.86 -> 0.73, AVX2 0-4% slower (two permutes and a blend a lookup; the tables cannot
+// depend on the instruction set: AVX2 and AVX-512 give the same bits).
+//
+// Three or more heads: byte tables: for each 8-bit chunk k of a row, table k holds for every
+// byte value b the sum of the weights of b's set bits, one lane per head (4 or 8 lanes an entry),
+// and a row's sum adds its chunks' entries in chunk order: one table load and one vector add per
+// byte for up to eight heads, where the lane-mask adds of the vector loops (kernels.h,
+// RowFormat::code1) spend an add per head and 8 or 16 values. Measured (same host and command,
+// 7d15c4e against 74385c8): QJL 4-bit keys at GQA 4 1.57 -> 1.43 ms per step (AVX-512), 1.67 ->
+// 1.47 (AVX2); at GQA 8 2.98 -> ~2.6 and 4.7 -> ~3.6 (docs/compress.md).
+//
+// Order of the sums, per head h and row r, in f32: a table's entry for a nibble (byte) m is the
+// sum of w[h][4k + j] (w[h][8k + j]) over m's set bits j from the lowest up (0 for m = 0), and the
+// row's sum is ((T_0[m_0] + T_1[m_1]) + T_2[m_2]) + ... over its nibbles (bytes) in order. Lanes
+// do not mix, so a head's sums are the same bits whatever the lane width or the instruction set.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,11 +41,12 @@ class SignTables {
   // read past them).
   void sums(const std::uint8_t* bits, std::size_t stride, std::size_t n, float* out, std::size_t os) const;
 
-  std::size_t lanes() const { return lanes_; }  // heads per entry: 2 (1-2 heads), 4 (3-4), else 8
+  std::size_t lanes() const { return lanes_; }  // heads per entry: 1 (1-2 heads: nibble tables), 4 (3-4), else 8
 
  private:
   std::size_t nq_, chunks_, lanes_;
-  std::unique_ptr<float[]> table_;  // [group of lanes_ heads][chunk][256][lanes_], unused lanes 0
+  // nibble tables [head][d / 4][16]; byte tables [group of lanes_ heads][chunk][256][lanes_], unused lanes 0
+  std::unique_ptr<float[]> table_;
 };
 
 }  // namespace akv::attn
