@@ -4,7 +4,7 @@
 //
 // One or two heads: nibble tables (kernels.h nibble_sums): per 4 channels a 16-entry table per
 // head, the rows in vector lanes (16 a register on AVX-512, 8 on AVX2), one permute and one add
-// per nibble and head for 16 (8) rows. Since 2026-12-06 (the commit after 3996028; before, one
+// per nibble and head for 16 (8) rows. Since 9e91a4c (2026-12-06; before, one
 // head added its weights under the bits as lane masks, 16 values an add on AVX-512, and two heads
 // used the byte tables below). Measured (AMD EPYC Zen 4, one core, 4096 tokens, head_dim 128,
 // `akv -t 1 bench attention --isa avx512,avx2`, min of three alternating runs against 3996028):
