@@ -130,8 +130,7 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
   // block of 8, and blocks across group boundaries); keys of 2 and 4 heads take AVX-512's two
   // rows per register (2 heads: not with core/isa.h's avx512_halves, nor one head's 16-wide code
   // values; both settings run; 4 heads:
-  // blocks of 8 rows, then a pair, then one row; 1-bit codes as
-  // lane masks there, and 8 at a time for 8 heads; 2 heads over 15 chunks too); 37 rows leave a
+  // blocks of 8 rows, then a pair, then one row; 2 heads over 15 chunks too); 37 rows leave a
   // partial block of rows. Level formats (nuq's codes read as levels[code]) take the 8-at-a-time
   // loops with a lookup per value (AVX-512's values 16 at a time where chunks and chunks per
   // group are even, 3 bits from two words), except 4-bit levels with AVX2 and a multiple of 4 chunks up to
@@ -179,14 +178,14 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
         }
       }
     }
-    for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code1, RowFormat::code2, RowFormat::code3,
+    for (RowFormat f : {RowFormat::f32, RowFormat::f16, RowFormat::code2, RowFormat::code3,
                         RowFormat::code4, RowFormat::code8, RowFormat::level2, RowFormat::level3, RowFormat::level4,
                         RowFormat::e4m3, RowFormat::e5m2, RowFormat::q8_0, RowFormat::q4_0, RowFormat::q4_1,
                         RowFormat::q5_0, RowFormat::q5_1, RowFormat::iq4_nl}) {
       const GgmlRows* g = nullptr;
       for (const auto& x : ggml) g = x.f == f ? &x : g;
       if (g && chunks % 4 != 0) continue;
-      const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16 : f == RowFormat::code1 ? 1
+      const std::size_t bits = f == RowFormat::f32 ? 32 : f == RowFormat::f16 ? 16
                                : f == RowFormat::code2 || f == RowFormat::level2 ? 2
                                : f == RowFormat::code3 || f == RowFormat::level3 ? 3
                                : f == RowFormat::code4 || f == RowFormat::level4 ? 4 : 8;
@@ -209,12 +208,12 @@ TEST_CASE("vector score/accumulate loops: AVX2 == AVX-512 bitwise, both within 1
         ai.assign(nq * chunks * 8, 0.5f);
         qi.assign(n, 0.0f);
         attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), si.data(), n);
-        // The rows' sums of squares beside the scores: the scores unchanged (one head over 1-, 2-
-        // or 4-bit codes: the 8-wide loops instead of the 16-wide, the same sums in another
-        // order; 4-bit levels keep the 16-wide loops' order, sums of squares and all).
+        // The rows' sums of squares beside the scores: the scores unchanged (one head over 2- or
+        // 4-bit codes: the 8-wide loops instead of the 16-wide, the same sums in another order;
+        // 4-bit levels keep the 16-wide loops' order, sums of squares and all).
         std::vector<float> s2(nq * n);
         attn::score_rows(rows, nq, w.data(), chunks * 8, bias.data(), s2.data(), n, qi.data());
-        if (nq == 1 && (f == RowFormat::code1 || f == RowFormat::code2 || f == RowFormat::code4)) {
+        if (nq == 1 && (f == RowFormat::code2 || f == RowFormat::code4)) {
           CHECK(rel_err(s2, si) <= 1e-6);
         } else {
           CHECK(s2 == si);
@@ -1009,7 +1008,7 @@ TEST_CASE("decode attention over TurboQuant QJL keys (S q against the sign bits)
         heads[h].key.ggml = {&kinfo, kb[h].data(), n};
         heads[h].value.dense = {DenseType::f32, vf[h].data(), n};
       }
-      for (std::size_t nq : {1, 2, 3, 4, 8}) {  // the sign bits as lane masks (1), by byte tables (2 on)
+      for (std::size_t nq : {1, 2, 3, 4, 8}) {  // the sign bits by nibble tables (1, 2), by byte tables (3 on)
         const std::vector<float> q = normal(n_kv * nq * d, 7);
         std::vector<float> a(q.size()), vec(q.size()), generic(q.size()), ref(q.size());
         bool have_vec = false;

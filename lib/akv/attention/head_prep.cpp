@@ -76,11 +76,10 @@ TqPrep prepare_tq(const GgmlRowsView& g, std::size_t d, bool key, const std::vec
   if (b == 1) {  // key_qjl's 1-bit levels
     const TqCodebook& cb = tq_codebook(d, 1);
     const float c0 = cb.centroids[0], step = cb.centroids[1] - c0;
-    tp.format = RowFormat::code1;
-    tp.w1.resize(q.size());
-    for (std::size_t i = 0; i < q.size(); ++i) tp.w1[i] = q[i] * step;
+    std::vector<float> w1(q.size());
+    for (std::size_t i = 0; i < q.size(); ++i) w1[i] = q[i] * step;
     for (const float s : qsum) tp.bias1.push_back(c0 * s);
-    if (active_isa() != Isa::generic) tp.w1_tables.emplace(tp.w1.data(), d, qsum.size(), d);
+    tp.w1_tables.emplace(w1.data(), d, qsum.size(), d);
   } else if (t->kind == TqKind::value) {
     tp.format = attn::code_format(b);
   } else {
@@ -114,9 +113,9 @@ HeadPrep prepare_head(const DecodeAttentionArgs& a, std::size_t kv, std::size_t 
     if (const auto t = tq_type_of(*kt); t && t->kind == TqKind::key_qjl && hp.view->key.ggml.rows > 0) {
       hp.qjl = t;
       for (std::size_t h = 0; h < nq; ++h) hp.qjl_query.push_back(tq_qjl_query(*t, hp.q.data() + h * d, false));
-      hp.qjl_sq.resize(nq * d);
-      for (std::size_t h = 0; h < nq; ++h) std::copy_n(hp.qjl_query[h].sq.data(), d, hp.qjl_sq.data() + h * d);
-      if (active_isa() != Isa::generic) hp.qjl_signs.emplace(hp.qjl_sq.data(), d, nq, d);
+      std::vector<float> sq(nq * d);  // the heads' S q side by side
+      for (std::size_t h = 0; h < nq; ++h) std::copy_n(hp.qjl_query[h].sq.data(), d, sq.data() + h * d);
+      hp.qjl_signs.emplace(sq.data(), d, nq, d);
     }
   }
   if (const NuqView& k = hp.view->key.nuq; k.table && k.rows > k.sink_rows) {

@@ -59,7 +59,6 @@ void level_table(const float* values, int bits, float* table) {
 
 int format_bits(RowFormat f) {
   switch (f) {
-    case RowFormat::code1: return 1;
     case RowFormat::code2: case RowFormat::level2: return 2;
     case RowFormat::code3: case RowFormat::level3: return 3;
     case RowFormat::code4: case RowFormat::level4: return 4;

@@ -17,13 +17,12 @@ namespace akv::attn {
 // as f16 bits (e5m2: the byte is f16's high byte; e4m3: sign, then exponent and mantissa shifted
 // into f16's, which reads the value times 2^-8; the sums are multiplied by 2^8 once) - except
 // e4m3's NaN codes (S.1111.111), which read as 480: callers route rows holding them elsewhere.
-// code1: one bit per value, read as 0 or 1 (TurboQuant's QJL sign bits).
 // q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: ggml's 32-value blocks (tensor/ggml_blocks.h has the
 // layouts: an f16 scale d first, Q4_1/Q5_1 an f16 min m, Q5_x a word of 5th bits, then the
 // codes), read as ggml_dequantize computes them (d x q, d x (q - offset), d x q + m, d x
 // kvalues[q]), so the loops' sums are those over the dequantized rows, bit for bit.
 enum class RowFormat {
-  f32, f16, code2, code3, code4, code8, level2, level3, level4, e4m3, e5m2, code1, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl
+  f32, f16, code2, code3, code4, code8, level2, level3, level4, e4m3, e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl
 };
 
 // The vector loops run core/isa.h's active_isa(): avx2 (x86-64-v3, the build's baseline) or
@@ -37,7 +36,7 @@ RowFormat level_format(int bits);  // 2, 3, 4
 // Q5_1, 20 IQ4_NL), nullopt for the types the loops do not read; and back.
 std::optional<RowFormat> ggml_row_format(std::uint32_t id);
 std::uint32_t ggml_row_type(RowFormat f);
-int format_bits(RowFormat f);  // bits per value: code1..code8, level2..level4 (others: 8)
+int format_bits(RowFormat f);  // bits per value: code2..code8, level2..level4 (others: 8)
 
 // n rows of `chunks` * 8 values each; row r starts at base + r * stride bytes (code rows:
 // stride = chunks * bits bytes; the stream must be readable 8 bytes past its end; ggml blocks:
@@ -57,7 +56,7 @@ void level_table(const float* values, int bits, float* table);
 // For h < nq, r < rows.n: s[h * s_stride + r] = bias[h] + sum_c w[h * w_stride + c] * row_r[c]
 // (f32 products and sums; bias may be null = 0). sq (may be null, nq >= 1): also
 // sq[r] = sum_c row_r[c]^2, in the same pass (TurboQuant's norm correction); the scores are
-// then those without sq, bit for bit, except for one head over 1-, 2- or 4-bit codes (the 8-wide
+// then those without sq, bit for bit, except for one head over 2- or 4-bit codes (the 8-wide
 // loops instead of AVX-512's 16-wide: the same sums in another order).
 void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t w_stride,
                 const float* bias, float* s, std::size_t s_stride, float* sq = nullptr);

@@ -28,7 +28,7 @@ namespace {
 // away from overflow and the denormal range, 2^-126), and lane_unscale() restores them bit for
 // bit. 4 bits need an unsigned conversion (AVX-512).
 template <RowFormat F>
-constexpr bool kScaledLanes = F == RowFormat::code1 || F == RowFormat::code2 || F == RowFormat::code3
+constexpr bool kScaledLanes = F == RowFormat::code2 || F == RowFormat::code3
 #ifdef __AVX512VL__
                               || F == RowFormat::code4
 #endif
@@ -37,22 +37,9 @@ constexpr bool kScaledLanes = F == RowFormat::code1 || F == RowFormat::code2 || 
 template <RowFormat F>
 constexpr bool kLevels = F == RowFormat::level2 || F == RowFormat::level3 || F == RowFormat::level4;
 
-// 1-bit codes (QJL signs, 1-bit levels) without sums of squares, with AVX-512 VL: a row's 8 (or
-// a row pair's 16) bits of a chunk are the lane mask of one add of each head's weights, where
-// other codes are converted and multiplied. fma(w, 2^j, acc) on scaled lanes, unscaled, is that
-// sum bit for bit (fma(w, 0, acc) = acc where clear), so the sums are the same and not unscaled.
-template <RowFormat F, bool Sq>
-constexpr bool kMaskAdds =
-#ifdef __AVX512VL__
-    F == RowFormat::code1 && !Sq;
-#else
-    false;
-#endif
-
 template <RowFormat F>
 constexpr int code_bits() {
-  return F == RowFormat::code1                               ? 1
-         : F == RowFormat::code2 || F == RowFormat::level2 ? 2
+  return F == RowFormat::code2 || F == RowFormat::level2   ? 2
          : F == RowFormat::code3 || F == RowFormat::level3 ? 3
          : F == RowFormat::code4 || F == RowFormat::level4 ? 4
                                                            : 8;
@@ -283,11 +270,11 @@ template <int RB>
   for (int r = 0; r < RB; ++r) row[r] = rows.base + (r0 + static_cast<std::size_t>(r)) * rows.stride;
 }
 
-// 1-, 2- and 4-bit rows with an even number of chunks, one query head: AVX-512 reads them 16
+// 2- and 4-bit rows with an even number of chunks, one query head: AVX-512 reads them 16
 // values at a time (score_block_wide) and the 256-bit loops sum them in the same order
 // (score_block_paired).
 template <RowFormat F>
-constexpr bool kWide = F == RowFormat::code1 || F == RowFormat::code2 || F == RowFormat::code4;
+constexpr bool kWide = F == RowFormat::code2 || F == RowFormat::code4;
 
 // Scores of rows r0 .. r0+RB for NQ heads: s[h * ss + r0 + r] = hsum(acc[r * NQ + h]) + bias[h]
 // (bias may be null), 8 sums at a time where the count allows (same order as hsum).
@@ -454,13 +441,6 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
         }
       }
       for (int r = 0; r < RB; ++r) {
-#ifdef __AVX512VL__
-        if constexpr (kMaskAdds<F, Sq>) {
-          const __mmask8 bits = row[r][k];
-          for (int h = 0; h < NQ; ++h) acc[r * NQ + h] = _mm256_mask_add_ps(acc[r * NQ + h], bits, acc[r * NQ + h], wk[h]);
-          continue;
-        }
-#endif
         __m256 x;
         if constexpr (kGgml<F>) {
           x = ggml_values<F>(row[r], k, scale[r]);
@@ -472,9 +452,7 @@ template <RowFormat F, int NQ, int RB, bool Sq = false, bool Quads = false>
       }
     }
   }
-  if constexpr (!kMaskAdds<F, Sq>) {
-    for (auto& a : acc) a = lane_unscale<F>(a);
-  }
+  for (auto& a : acc) a = lane_unscale<F>(a);
   store_scores<NQ, RB>(acc, r0, bias, s, ss);
   if constexpr (Sq) {  // squares of scaled lanes: unscaled twice
     for (int r = 0; r < RB; ++r) sq[r0 + static_cast<std::size_t>(r)] = hsum(lane_unscale<F>(lane_unscale<F>(acc2[r])));
@@ -557,7 +535,7 @@ inline __m512i wide_scatter() {
   return lane_index<wide_slot<F>>();
 }
 
-// The word of wide chunk k of a row in every lane (1 bit: 16-bit; 2 bits: 32-bit; 4 bits:
+// The word of wide chunk k of a row in every lane (2 bits: 32-bit; 4 bits:
 // 64-bit, lanes alternating its halves; 3 bits: the 32-bit words of its two chunks, load8's, in
 // lanes 0-7 and 8-15).
 template <RowFormat F>
@@ -567,10 +545,6 @@ template <RowFormat F>
     std::memcpy(&lo, row + 6 * k, 4);
     std::memcpy(&hi, row + 6 * k + 3, 4);
     return _mm512_mask_set1_epi32(_mm512_set1_epi32(static_cast<int>(lo)), 0xFF00, static_cast<int>(hi));
-  } else if constexpr (code_bits<F>() == 1) {
-    std::uint16_t w;
-    std::memcpy(&w, row + 2 * k, 2);
-    return _mm512_set1_epi32(w);
   } else if constexpr (code_bits<F>() == 2) {
     std::uint32_t w;
     std::memcpy(&w, row + 4 * k, 4);
@@ -603,10 +577,8 @@ template <RowFormat F>
 
 // RB rows of one head's dot products over wide chunks; one 512-bit accumulator each, unscaled,
 // put in channel order, and its halves (even and odd chunks) added: the order of
-// score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled). 1-bit codes
-// (QJL signs) as lane masks, w added where a bit is set: the 256-bit loops' fma(w, 2^j, acc) on
-// scaled lanes (fma(w, 0, acc) = acc where clear), unscaled, are these sums bit for bit. Sq
-// (levels): also each row's sum of squares into sq[r0 + r], its lanes in the same order.
+// score_block_paired. 2- and 4-bit codes, or levels (load16_levels: not scaled). Sq (levels):
+// also each row's sum of squares into sq[r0 + r], its lanes in the same order.
 template <RowFormat F, int RB, bool Sq = false>
 [[gnu::always_inline]] inline void score_block_wide(const Rows& rows, std::size_t r0, const float* w, const float* bias,
                                                     float* s, [[maybe_unused]] float* sq = nullptr) {
@@ -625,12 +597,6 @@ template <RowFormat F, int RB, bool Sq = false>
     __m512 wk = _mm512_loadu_ps(w + 16 * k);
     if constexpr (code_bits<F>() == 4) wk = _mm512_permutexvar_ps(gather, wk);
     for (int r = 0; r < RB; ++r) {
-      if constexpr (F == RowFormat::code1) {  // the bits as a lane mask: w added where set
-        std::uint16_t bits;
-        std::memcpy(&bits, row[r] + 2 * k, 2);
-        acc[r] = _mm512_mask_add_ps(acc[r], bits, acc[r], wk);
-        continue;
-      }
       const __m512 x = kLevels<F> ? load16_levels<F>(row[r], k, mask, table) : load16<F>(row[r], k, mask);
       acc[r] = _mm512_fmadd_ps(wk, x, acc[r]);
       if constexpr (Sq) acc2[r] = _mm512_fmadd_ps(x, x, acc2[r]);
@@ -640,7 +606,7 @@ template <RowFormat F, int RB, bool Sq = false>
   const __m512i scatter = wide_scatter<F>();
   __m256 half[RB];
   for (int r = 0; r < RB; ++r) {
-    __m512 a = kLevels<F> || F == RowFormat::code1 ? acc[r] : _mm512_mul_ps(acc[r], unscale);  // unscaled sums
+    __m512 a = kLevels<F> ? acc[r] : _mm512_mul_ps(acc[r], unscale);  // unscaled sums
     if constexpr (code_bits<F>() == 4) a = _mm512_permutexvar_ps(scatter, a);  // channel order
     half[r] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   }
@@ -870,11 +836,6 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
       }
     }
     for (int p = 0; p < P; ++p) {
-      if constexpr (kMaskAdds<F, Sq>) {  // both rows' bits of the chunk as one lane mask
-        const auto bits = static_cast<__mmask16>(row[2 * p][k] | (row[2 * p + 1][k] << 8));
-        for (int h = 0; h < NQ; ++h) acc[p * NQ + h] = _mm512_mask_add_ps(acc[p * NQ + h], bits, acc[p * NQ + h], wk[h]);
-        continue;
-      }
       __m512 x;
       if constexpr (kGgml<F>) {  // ggml_values for both rows
         const __m256i qa = ggml_codes<F>(row[2 * p], k, five[kGgmlFive<F> ? 2 * p : 0]);
@@ -894,10 +855,8 @@ template <RowFormat F, int NQ, int RB, bool Sq = false>
     for (int h = 0; h < NQ; ++h) {
       out[(2 * p) * NQ + h] = _mm512_castps512_ps256(acc[p * NQ + h]);
       out[(2 * p + 1) * NQ + h] = _mm512_extractf32x8_ps(acc[p * NQ + h], 1);
-      if constexpr (!kMaskAdds<F, Sq>) {
-        out[(2 * p) * NQ + h] = lane_unscale<F>(out[(2 * p) * NQ + h]);
-        out[(2 * p + 1) * NQ + h] = lane_unscale<F>(out[(2 * p + 1) * NQ + h]);
-      }
+      out[(2 * p) * NQ + h] = lane_unscale<F>(out[(2 * p) * NQ + h]);
+      out[(2 * p + 1) * NQ + h] = lane_unscale<F>(out[(2 * p + 1) * NQ + h]);
     }
   }
   store_scores<NQ, RB>(out, r0, bias, s, ss);
@@ -1012,26 +971,23 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
   }
 #endif
 #ifdef __AVX512F__
-  // 2 or 4 heads: two rows per 512-bit register. 8 heads keep the 256-bit loops (with 2 row
-  // pairs x 8 heads of accumulators, head_dim 64 ran 2-13% slower, 128 4-7% faster), except 1-bit
-  // codes read as lane masks, which hold no code register (tq2j at GQA 8, head_dim 128: 3.66-3.77
-  // ms in the 256-bit loops at 74db93b, 3.06-3.12 as row-pair masks at dd75774; 2026-12-05, Intel
-  // Xeon, AVX-512, `akv -t 1 bench attention --gqa 8 --isa avx512`). One head over 4-bit levels
+  // 2 or 4 heads: two rows per 512-bit register. 8 heads keep the 256-bit loops (with 2 row pairs x 8
+  // heads of accumulators, head_dim 64 ran 2-13% slower, 128 4-7% faster). One head over 4-bit levels
   // whose wide chunks do not pair (an odd chunk count) too, 16 rows a block. One head over 2- and
   // 3-bit levels takes the 256-bit loops, 16 rows a block (the row pairs measured slower: GQA 1,
-  // head_dim 128, min ms with the 3-bit values below nuq2 0.65-0.67 -> 0.57-0.60, nuq3 0.73-0.75
-  // -> 0.61-0.70 by the variants run before it, turboquant_3bit_nc 0.62 -> 0.55-0.56; 2026-12-06,
-  // AMD EPYC Zen 4, AVX-512, `akv -t 1 bench attention --gqa 1 --isa avx512`; on Intel Xeon the
-  // AVX2 build's 256-bit loops were already as fast as these row pairs or faster, docs/compress.md).
-  // Two heads over 3-bit rows so too (their row pairs, never measured for 3 bits before, took
-  // longer: GQA 2 q3 0.66-0.67 -> 0.59 ms at head_dim 128, 0.43-0.44 -> 0.39 at 64, nuq3 0.90-0.91
-  // -> 0.85, turboquant_3bit_nc 0.78-0.79 -> 0.745; GQA 4 within 1%, kept; same CPU, day and
-  // command, `--gqa 2,4`). On AVX-512 of 256-bit units (core/isa.h avx512_halves: Zen 4) two heads
-  // over any rows so (GQA 2, head_dim 128, min ms: q2 0.67-0.69 -> 0.60, q4 0.72-0.73 -> 0.63,
-  // nuq2 0.90 -> 0.84, turboquant_4bit_nc 0.78-0.79 -> 0.74-0.75; f16 at head_dim 64 0.42 ->
-  // 0.37-0.39; same CPU and day, `--gqa 2 --head-dims 64,128`), where Zen 5's 512-bit units
-  // measured the row pairs 1.00-1.11x faster (2506fce); 4 heads keep them (within 5% either way).
-  if constexpr ((NQ == 2 && code_bits<F>() != 3) || NQ == 4 || (NQ == 1 && F == RowFormat::level4) || (NQ == 8 && kMaskAdds<F, Sq>)) {
+  // head_dim 128, min ms with the 3-bit values below nuq2 0.65-0.67 -> 0.57-0.60, nuq3 0.73-0.75 ->
+  // 0.61-0.70 by the variants run before it, turboquant_3bit_nc 0.62 -> 0.55-0.56; 2026-12-06, AMD
+  // EPYC Zen 4, AVX-512, `akv -t 1 bench attention --gqa 1 --isa avx512`; on Intel Xeon the AVX2
+  // build's 256-bit loops were already as fast as these row pairs or faster, docs/compress.md). Two
+  // heads over 3-bit rows so too (their row pairs, never measured for 3 bits before, took longer: GQA
+  // 2 q3 0.66-0.67 -> 0.59 ms at head_dim 128, 0.43-0.44 -> 0.39 at 64, nuq3 0.90-0.91 -> 0.85,
+  // turboquant_3bit_nc 0.78-0.79 -> 0.745; GQA 4 within 1%, kept; same CPU, day and command, `--gqa
+  // 2,4`). On AVX-512 of 256-bit units (core/isa.h avx512_halves: Zen 4) two heads over any rows so
+  // (GQA 2, head_dim 128, min ms: q2 0.67-0.69 -> 0.60, q4 0.72-0.73 -> 0.63, nuq2 0.90 -> 0.84,
+  // turboquant_4bit_nc 0.78-0.79 -> 0.74-0.75; f16 at head_dim 64 0.42 -> 0.37-0.39; same CPU and
+  // day, `--gqa 2 --head-dims 64,128`), where Zen 5's 512-bit units measured the row pairs 1.00-1.11x
+  // faster (2506fce); 4 heads keep them (within 5% either way).
+  if constexpr ((NQ == 2 && code_bits<F>() != 3) || NQ == 4 || (NQ == 1 && F == RowFormat::level4)) {
     if (NQ != 2 || !avx512_halves()) {
       constexpr int RR = NQ == 1 ? kAccs : 2 * (kAccs / NQ);
       for (; r + RR <= rows.n; r += RR) score_block_rowpairs<F, NQ, RR, Sq>(rows, r, w, ws, bias, s, ss, sq);
@@ -1459,7 +1415,6 @@ void with_format(RowFormat f, Fn&& fn) {
     case RowFormat::level4: return fn(std::integral_constant<RowFormat, RowFormat::level4>{});
     case RowFormat::e4m3: return fn(std::integral_constant<RowFormat, RowFormat::e4m3>{});
     case RowFormat::e5m2: return fn(std::integral_constant<RowFormat, RowFormat::e5m2>{});
-    case RowFormat::code1: return fn(std::integral_constant<RowFormat, RowFormat::code1>{});
     case RowFormat::q8_0: return fn(std::integral_constant<RowFormat, RowFormat::q8_0>{});
     case RowFormat::q4_0: return fn(std::integral_constant<RowFormat, RowFormat::q4_0>{});
     case RowFormat::q4_1: return fn(std::integral_constant<RowFormat, RowFormat::q4_1>{});

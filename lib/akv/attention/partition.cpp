@@ -644,13 +644,11 @@ class PartitionRunner {
     const Rows rows = tq_rows(hp_.view->key.ggml, tp, t0, t1);
     const bool nc = tp.type->kind == TqKind::key_nc;
     if (nc) tq_sq_.resize(rows.n);
-    if (tp.w1_tables) {  // s = sum + bias, score_rows' bias + sum
+    if (tp.w1_tables) {  // 1-bit levels: s = (sum over the set bits of q x (c1 - c0)) + c0 x sum q
       tp.w1_tables->sums(rows.base, rows.stride, rows.n, s_.data(), tile_);
       for (std::size_t h = 0; h < nq_; ++h) {
         for (std::size_t i = 0; i < rows.n; ++i) s_[h * tile_ + i] += tp.bias1[h];
       }
-    } else if (tp.format == RowFormat::code1) {
-      attn::score_rows(rows, nq_, tp.w1.data(), d_, tp.bias1.data(), s_.data(), tile_);
     } else {
       attn::score_rows(rows, nq_, hp_.q.data(), d_, nullptr, s_.data(), tile_, nc ? tq_sq_.data() : nullptr);
     }
@@ -670,39 +668,18 @@ class PartitionRunner {
   }
 
   // The QJL term of key_qjl rows [t0, t1) (at src) added to the scores: s += coef_r x (2 (sq .
-  // bits) - sum sq), sq . bits each query head's S q summed over the row's set sign bits, by the
-  // heads' byte tables (sign_tables.h) or as 0/1 codes (qjl_code_sums).
+  // bits) - sum sq), sq . bits each query head's S q summed over the row's set sign bits by the
+  // heads' sign tables (sign_tables.h).
   void qjl_scores(std::size_t t0, std::size_t t1, const std::uint8_t* src) {
     const TqType& t = *hp_.qjl;
     const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_qjl_sign_offset(t);
     qjl_s_.resize(nq_ * n);
-    if (hp_.qjl_signs) {
-      hp_.qjl_signs->sums(src + at, rb, n, qjl_s_.data(), n);
-    } else {
-      qjl_code_sums(t1, src, rb, at, n);
-    }
+    hp_.qjl_signs->sums(src + at, rb, n, qjl_s_.data(), n);
     for (std::size_t h = 0; h < nq_; ++h) {  // qjl_coef_: the tile's factors, from tq_fields
       float* s = s_.data() + h * tile_;
       const float* b = qjl_s_.data() + h * n;
       const float sum = hp_.qjl_query[h].sq_sum;
       for (std::size_t i = 0; i < n; ++i) s[i] += qjl_coef_[i] * (2.0f * b[i] - sum);
-    }
-  }
-
-  // qjl_s_ [nq, n]: each head's S q against the sign bits (at src + at) of rows [t1 - n, t1)
-  // read as 0/1 codes (RowFormat::code1). The code loads read 3 bytes past a chunk's byte, i.e.
-  // one past a row: the tensor's last row from a padded copy.
-  void qjl_code_sums(std::size_t t1, const std::uint8_t* src, std::size_t rb, std::size_t at, std::size_t n) {
-    const std::size_t in_place = t1 == hp_.view->key.ggml.rows ? n - 1 : n;
-    if (in_place > 0) {
-      attn::score_rows(Rows{RowFormat::code1, src + at, rb, in_place, d_ / 8}, nq_, hp_.qjl_sq.data(), d_, nullptr,
-                       qjl_s_.data(), n);
-    }
-    if (in_place < n) {
-      pad_.assign(rb + 8, 0);
-      std::copy_n(src + in_place * rb, rb, pad_.data());
-      attn::score_rows(Rows{RowFormat::code1, pad_.data() + at, rb, 1, d_ / 8}, nq_, hp_.qjl_sq.data(), d_, nullptr,
-                       qjl_s_.data() + in_place, n);
     }
   }
 

@@ -33,16 +33,16 @@ struct NuqPrep {
 // score loops in the same pass, score_rows' sq), offset 0, and value rows the f16 scale and
 // minimum (tq_fields).
 // key_qjl keys: their levels so, the QJL term added to the scores (qjl_scores); 1-bit levels
-// (tq2j) as 0/1 codes (RowFormat::code1): level = c0 + (c1 - c0) bit, so a row's sum is
-// sum q x (c1 - c0) bit + c0 sum q (w1, bias1), from 2 query heads on by w1's byte tables (as
-// the QJL term's signs, HeadPrep). Not for a key_qjl value tensor: decoded.
+// (tq2j): level = c0 + (c1 - c0) bit, so a row's sum is sum q x (c1 - c0) bit + c0 sum q, the
+// first by sign tables of q x (c1 - c0) (as the QJL term's signs, HeadPrep), the second bias1.
+// Not for a key_qjl value tensor: decoded.
 struct TqPrep {
   std::optional<TqType> type;  // set when the rows go through the vector loops
-  RowFormat format = RowFormat::f32;
+  RowFormat format = RowFormat::f32;  // the codes' (1-bit levels: none, w1_tables reads them)
   float levels[16] = {};  // attn::level_table of the codes' values
   std::vector<float> ones;  // key_nc values: the weights of a pass that only sums squares
-  std::vector<float> w1, bias1;  // 1-bit levels: per query head q x (c1 - c0), c0 x sum q
-  std::optional<SignTables> w1_tables;
+  std::vector<float> bias1;  // 1-bit levels: per query head c0 x sum q
+  std::optional<SignTables> w1_tables;  // and the sign tables of every head's q x (c1 - c0)
 };
 
 // fp8 rows (one byte per value) read by the vector loops (kernels.h e4m3 / e5m2 formats): the
@@ -73,10 +73,7 @@ struct HeadPrep {
   std::vector<float> fp8_w;  // fp8 keys: q x scale
   std::optional<TqType> qjl;          // keys are TurboQuant rows with QJL signs
   std::vector<TqQjlQuery> qjl_query;  // then: per query head, its projection S q (no sign tables)
-  std::vector<float> qjl_sq;          // and the heads' S q side by side [nq, d] (the sign sums' weights)
-  // and from 2 query heads on, where the vector loops run: the byte tables of every head's S q
-  // (the QJL term's sign sums; one head reads the signs as lane masks)
-  std::optional<SignTables> qjl_signs;
+  std::optional<SignTables> qjl_signs;  // and the sign tables of every head's S q (the QJL term's sign sums)
 };
 
 // A partition's online softmax per query head: running maximum, sum of weights, unnormalised

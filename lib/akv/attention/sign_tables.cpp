@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "akv/attention/kernels.h"
+#include "akv/core/isa.h"
 
 #if defined(__SSE__) || defined(__AVX__)
 #include <immintrin.h>
@@ -150,8 +151,10 @@ void SignTables::sums(const std::uint8_t* bits, std::size_t stride, std::size_t 
     const float* table = table_.get() + g * chunks_ * kEntries * lanes_;
     const std::size_t used = std::min(lanes_, nq_ - g * lanes_);
     float* o = out + g * lanes_ * os;
-    const std::size_t i = lanes_ == 8 ? rows8(table, chunks_, bits, stride, n, used, o, os)
-                                      : rows4(table, chunks_, bits, stride, n, used, o, os);
+    std::size_t i = 0;  // the generic instruction set: the plain loops (the same adds)
+    if (active_isa() != Isa::generic) {
+      i = lanes_ == 8 ? rows8(table, chunks_, bits, stride, n, used, o, os) : rows4(table, chunks_, bits, stride, n, used, o, os);
+    }
     tail_rows(table, lanes_, chunks_, bits, stride, i, n, used, o, os);
   }
 }

@@ -16,8 +16,8 @@
 // Three or more heads: byte tables: for each 8-bit chunk k of a row, table k holds for every
 // byte value b the sum of the weights of b's set bits, one lane per head (4 or 8 lanes an entry),
 // and a row's sum adds its chunks' entries in chunk order: one table load and one vector add per
-// byte for up to eight heads, where the lane-mask adds of the vector loops (kernels.h,
-// RowFormat::code1) spend an add per head and 8 or 16 values. Measured (same host and command,
+// byte for up to eight heads, where the vector loops' lane-mask adds (1-bit codes, a row format
+// of kernels.h until 9e91a4c) spent an add per head and 8 or 16 values. Measured (same host and command,
 // 7d15c4e against 74385c8): QJL 4-bit keys at GQA 4 1.57 -> 1.43 ms per step (AVX-512), 1.67 ->
 // 1.47 (AVX2); at GQA 8 2.98 -> ~2.6 and 4.7 -> ~3.6 (docs/compress.md).
 //
