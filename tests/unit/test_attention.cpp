@@ -982,6 +982,7 @@ TEST_CASE("sign tables: each head's weights over a row's set bits, bit for bit t
     }
   }
   CHECK_THROWS_AS(attn::SignTables(nullptr, 12, 1, 12), std::invalid_argument);
+  CHECK_THROWS_AS(attn::nibble_sums(nullptr, 1, 3, nullptr, 2, 0, nullptr, 0), std::invalid_argument);
 }
 
 TEST_CASE("decode attention over TurboQuant QJL keys (S q against the sign bits) agrees with their read-back rows "

@@ -28,8 +28,8 @@ void score_rows_simd(const Rows& rows, std::size_t nq, const float* w, std::size
                      float* s, std::size_t ss, float* sq);
 void accumulate_rows_simd(const Rows& rows, std::size_t nq, const float* coef, std::size_t ng,
                           std::size_t cpg, float* acc, std::size_t as);
-void nibble_sums_simd(const float* table, std::size_t nq, std::size_t d, const std::uint8_t* bits, std::size_t stride,
-                      std::size_t n, float* out, std::size_t os);
+void nibble_sums_simd(const float* table, std::size_t nq, std::size_t nibbles, const std::uint8_t* bits,
+                      std::size_t stride, std::size_t n, float* out, std::size_t os);
 }  // namespace avx512
 #endif
 
@@ -458,20 +458,21 @@ void key_weights(const float* q, std::size_t nq, std::size_t cols, const std::ui
   }
 }
 
-void nibble_sums(const float* table, std::size_t nq, std::size_t d, const std::uint8_t* bits, std::size_t stride,
-                 std::size_t n, float* out, std::size_t os) {
+void nibble_sums(const float* table, std::size_t nq, std::size_t nibbles, const std::uint8_t* bits,
+                 std::size_t stride, std::size_t n, float* out, std::size_t os) {
+  if (nibbles == 0 || nibbles % 2 != 0) throw std::invalid_argument("nibble_sums: an even number of nibbles");
 #ifdef AKV_ATTN_AVX512_TU
-  if (active_isa() == Isa::avx512) return avx512::nibble_sums_simd(table, nq, d, bits, stride, n, out, os);
+  if (active_isa() == Isa::avx512) return avx512::nibble_sums_simd(table, nq, nibbles, bits, stride, n, out, os);
 #endif
 #ifdef AKV_ATTN_AVX2
-  if (active_isa() == Isa::avx2) return avx2::nibble_sums_simd(table, nq, d, bits, stride, n, out, os);
+  if (active_isa() == Isa::avx2) return avx2::nibble_sums_simd(table, nq, nibbles, bits, stride, n, out, os);
 #endif
   for (std::size_t h = 0; h < nq; ++h) {
-    const float* t = table + h * 4 * d;
+    const float* t = table + h * 16 * nibbles;
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint8_t* row = bits + i * stride;
       float s = 0.0f;
-      for (std::size_t j = 0; j < d / 4; ++j) s += t[16 * j + ((row[j / 2] >> (4 * (j % 2))) & 15u)];
+      for (std::size_t j = 0; j < nibbles; ++j) s += t[16 * j + ((row[j / 2] >> (4 * (j % 2))) & 15u)];
       out[h * os + i] = s;
     }
   }

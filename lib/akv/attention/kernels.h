@@ -61,16 +61,17 @@ void level_table(const float* values, int bits, float* table);
 void score_rows(const Rows& rows, std::size_t nq, const float* w, std::size_t w_stride,
                 const float* bias, float* s, std::size_t s_stride, float* sq = nullptr);
 
-// Query heads' weights summed over rows of 1-bit codes (bit j % 8 of byte j / 8 stands for
-// weight j: TurboQuant QJL's sign bits, tq2j's level bits) by nibble tables: head h's table at
-// table + 4 d h, its entry 16 j + m (j < d / 4, m < 16) the sum of the head's w[4 j + b] over m's
-// set bits b from the lowest up (0 for m = 0; SignTables builds them), and out[h * os + i] =
-// ((0 + t[m_0]) + t[16 + m_1]) + ... over row i's d / 4 nibbles m_j in order (nibble j: bits
-// 4 (j % 2) to 4 (j % 2) + 3 of byte j / 2). d a multiple of 8; row i's d / 8 bytes at bits + i *
-// stride, nothing read past them. Rows lie in vector lanes (16 a time on AVX-512, 2 x 8 on AVX2;
-// a 16-entry lookup per nibble and head, two heads a pass), so every instruction set gives the
+// Sums over rows of nibbles (4-bit groups of codes) by tables: head h's table at table + 16
+// nibbles h, entry 16 j + m its value for nibble j holding m, and out[h * os + i] = ((0 +
+// t[m_0]) + t[16 + m_1]) + ... over row i's nibbles m_j in order (nibble j: bits 4 (j % 2) to
+// 4 (j % 2) + 3 of byte j / 2). What an entry holds is the caller's (SignTables: the sum of a
+// head's weights over a nibble's set bits, for QJL's signs and tq2j's levels; 2-bit levels, two
+// codes a nibble, measured no faster than their loops on Zen 4 with AVX-512 and 13% slower with
+// AVX2: nuq2, GQA 1, 2026-12-06). nibbles even (> 0); row i's nibbles / 2 bytes at bits + i * stride,
+// nothing read past them. Rows lie in vector lanes (16 a time on AVX-512, 2 x 8 on AVX2; a
+// 16-entry lookup per nibble and head, two heads a pass), so every instruction set gives the
 // same bits.
-void nibble_sums(const float* table, std::size_t nq, std::size_t d, const std::uint8_t* bits, std::size_t stride,
+void nibble_sums(const float* table, std::size_t nq, std::size_t nibbles, const std::uint8_t* bits, std::size_t stride,
                  std::size_t n, float* out, std::size_t os);
 
 // For h < nq, c < chunks * 8: acc[h * a_stride + c] += sum_r coef[(r * nq + h) * n_groups + g(c)]

@@ -1425,14 +1425,14 @@ void with_format(RowFormat f, Fn&& fn) {
 }
 
 // kernels.h nibble_sums: rows in lanes, B at a time (AVX-512 one 512-bit chain per head, AVX2
-// two 256-bit chains of 8); each row's 4-byte groups read into its lane through the stack (the
-// last group of a row of d % 32 != 0 bits only its bytes), each nibble looked up by a permute of
-// each head's 16-entry table (AVX2: two 8-entry permutes and a blend on the nibble's top bit).
+// two 256-bit chains of 8); each row's 4-byte groups read into its lane through the stack (a
+// row's last group only its bytes), each nibble looked up by a permute of each head's 16-entry
+// table (AVX2: two 8-entry permutes and a blend on the nibble's top bit).
 template <int NQ>
-void nibble_heads(const float* table, std::size_t d, const std::uint8_t* bits, std::size_t stride, std::size_t n,
-                  float* out, std::size_t os) {
+void nibble_heads(const float* table, std::size_t nibbles, const std::uint8_t* bits, std::size_t stride,
+                  std::size_t n, float* out, std::size_t os) {
   constexpr std::size_t B = 16;
-  const std::size_t bytes = d / 8, ts = 4 * d;  // a head's table: d / 4 nibbles x 16 entries
+  const std::size_t bytes = nibbles / 2, ts = 16 * nibbles;  // a head's table: nibbles x 16 entries
   for (std::size_t i = 0; i < n; i += B) {
     const std::size_t m = std::min(B, n - i);
     const std::uint8_t* b = bits + i * stride;
@@ -1499,11 +1499,12 @@ void nibble_heads(const float* table, std::size_t d, const std::uint8_t* bits, s
 
 }  // namespace
 
-void nibble_sums_simd(const float* table, std::size_t nq, std::size_t d, const std::uint8_t* bits, std::size_t stride,
-                      std::size_t n, float* out, std::size_t os) {
+void nibble_sums_simd(const float* table, std::size_t nq, std::size_t nibbles, const std::uint8_t* bits,
+                      std::size_t stride, std::size_t n, float* out, std::size_t os) {
+  const std::size_t ts = 16 * nibbles;
   std::size_t h = 0;
-  for (; h + 2 <= nq; h += 2) nibble_heads<2>(table + h * 4 * d, d, bits, stride, n, out + h * os, os);
-  if (h < nq) nibble_heads<1>(table + h * 4 * d, d, bits, stride, n, out + h * os, os);
+  for (; h + 2 <= nq; h += 2) nibble_heads<2>(table + h * ts, nibbles, bits, stride, n, out + h * os, os);
+  if (h < nq) nibble_heads<1>(table + h * ts, nibbles, bits, stride, n, out + h * os, os);
 }
 
 void score_rows_simd(const Rows& rows, std::size_t nq, const float* w, std::size_t ws, const float* bias,

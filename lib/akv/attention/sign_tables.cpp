@@ -146,7 +146,7 @@ SignTables::SignTables(const float* w, std::size_t ws, std::size_t nq, std::size
 }
 
 void SignTables::sums(const std::uint8_t* bits, std::size_t stride, std::size_t n, float* out, std::size_t os) const {
-  if (lanes_ == 1) return nibble_sums(table_.get(), nq_, 8 * chunks_, bits, stride, n, out, os);
+  if (lanes_ == 1) return nibble_sums(table_.get(), nq_, 2 * chunks_, bits, stride, n, out, os);
   for (std::size_t g = 0; g * lanes_ < nq_; ++g) {
     const float* table = table_.get() + g * chunks_ * kEntries * lanes_;
     const std::size_t used = std::min(lanes_, nq_ - g * lanes_);
