@@ -1424,10 +1424,99 @@ void with_format(RowFormat f, Fn&& fn) {
   }
 }
 
-// kernels.h nibble_sums: rows in lanes, B at a time (AVX-512 one 512-bit chain per head, AVX2
-// two 256-bit chains of 8); each row's 4-byte groups read into its lane through the stack (a
-// row's last group only its bytes), each nibble looked up by a permute of each head's 16-entry
-// table (AVX2: two 8-entry permutes and a blend on the nibble's top bit).
+// kernels.h nibble_sums: rows in lanes, 16 at a time (AVX-512 one 512-bit chain per head, AVX2
+// two 256-bit chains of 8). Each nibble is looked up by a permute of each head's 16-entry table
+// (AVX2: two 8-entry permutes and a blend on the nibble's top bit).
+#ifdef __AVX512F__
+using NibbleLanes = __m512i;  // 16 rows' 4-byte groups, row r in lane r
+using NibbleAcc = __m512;
+#else
+struct NibbleLanes {
+  __m256i x[2];  // rows 0-7, 8-15
+};
+struct NibbleAcc {
+  __m256 a[2];
+};
+#endif
+
+// acc[h] += head h's entries of the `count` nibbles of each lane's 4-byte group (tables t + h ts).
+template <int NQ>
+[[gnu::always_inline]] inline void nibble_group(const NibbleLanes& x, std::size_t count, const float* t, std::size_t ts,
+                                                NibbleAcc (&acc)[NQ]) {
+#pragma GCC unroll 8
+  for (std::size_t k = 0; k < count; ++k) {
+#ifdef __AVX512F__
+    const __m512i nib = _mm512_srli_epi32(x, static_cast<unsigned>(4 * k));
+    for (int h = 0; h < NQ; ++h) {
+      acc[h] = _mm512_add_ps(acc[h], _mm512_permutexvar_ps(nib, _mm512_loadu_ps(t + h * ts + 16 * k)));
+    }
+#else
+    __m256i nib[2];
+    __m256 top[2];
+    for (int j = 0; j < 2; ++j) {
+      nib[j] = _mm256_srli_epi32(x.x[j], static_cast<int>(4 * k));
+      top[j] = _mm256_castsi256_ps(_mm256_slli_epi32(x.x[j], static_cast<int>(28 - 4 * k)));
+    }
+    for (int h = 0; h < NQ; ++h) {
+      const __m256 lo = _mm256_loadu_ps(t + h * ts + 16 * k), hi = _mm256_loadu_ps(t + h * ts + 16 * k + 8);
+      for (int j = 0; j < 2; ++j) {
+        const __m256 e_lo = _mm256_permutevar8x32_ps(lo, nib[j]), e_hi = _mm256_permutevar8x32_ps(hi, nib[j]);
+        acc[h].a[j] = _mm256_add_ps(acc[h].a[j], _mm256_blendv_ps(e_lo, e_hi, top[j]));
+      }
+    }
+#endif
+  }
+}
+
+// Four consecutive 4-byte groups (16 bytes at b + r stride) of 16 rows, x[p] the p-th: each row
+// read by one 16-byte load, four rows a register (row k + 4 L in 128-bit lane L of register k;
+// AVX2: rows k and k + 4 of each eight), then a 4 x 4 transpose of 32-bit words in each lane.
+[[gnu::always_inline]] inline void nibble_transpose(const std::uint8_t* b, std::size_t stride, NibbleLanes (&x)[4]) {
+  const auto row = [&](std::size_t r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + r * stride)); };
+#ifdef __AVX512F__
+  __m512i z[4];
+  for (std::size_t k = 0; k < 4; ++k) {
+    z[k] = _mm512_inserti32x4(_mm512_castsi128_si512(row(k)), row(4 + k), 1);
+    z[k] = _mm512_inserti32x4(_mm512_inserti32x4(z[k], row(8 + k), 2), row(12 + k), 3);
+  }
+  const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  x[0] = _mm512_unpacklo_epi64(a0, a2);
+  x[1] = _mm512_unpackhi_epi64(a0, a2);
+  x[2] = _mm512_unpacklo_epi64(a1, a3);
+  x[3] = _mm512_unpackhi_epi64(a1, a3);
+#else
+  for (std::size_t half = 0; half < 2; ++half) {
+    __m256i z[4];
+    for (std::size_t k = 0; k < 4; ++k) z[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(row(8 * half + k)), row(8 * half + 4 + k), 1);
+    const __m256i a0 = _mm256_unpacklo_epi32(z[0], z[1]), a1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const __m256i a2 = _mm256_unpacklo_epi32(z[2], z[3]), a3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    x[0].x[half] = _mm256_unpacklo_epi64(a0, a2);
+    x[1].x[half] = _mm256_unpackhi_epi64(a0, a2);
+    x[2].x[half] = _mm256_unpacklo_epi64(a1, a3);
+    x[3].x[half] = _mm256_unpackhi_epi64(a1, a3);
+  }
+#endif
+}
+
+// One 4-byte group (nb <= 4 bytes at b + r stride + 4 g) of rows r < m, zero past them, through
+// the stack.
+[[gnu::always_inline]] inline NibbleLanes nibble_stack(const std::uint8_t* b, std::size_t stride, std::size_t g,
+                                                       std::size_t nb, std::size_t m) {
+  alignas(64) std::uint32_t v[16];
+  if (nb == 4 && m == 16) {
+    for (std::size_t r = 0; r < 16; ++r) std::memcpy(&v[r], b + r * stride + 4 * g, 4);
+  } else {
+    std::fill_n(v, 16, 0u);
+    for (std::size_t r = 0; r < m; ++r) std::memcpy(&v[r], b + r * stride + 4 * g, nb);
+  }
+#ifdef __AVX512F__
+  return _mm512_load_si512(v);
+#else
+  return {{_mm256_load_si256(reinterpret_cast<const __m256i*>(v)), _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 8))}};
+#endif
+}
+
 template <int NQ>
 void nibble_heads(const float* table, std::size_t nibbles, const std::uint8_t* bits, std::size_t stride,
                   std::size_t n, float* out, std::size_t os) {
@@ -1436,52 +1525,23 @@ void nibble_heads(const float* table, std::size_t nibbles, const std::uint8_t* b
   for (std::size_t i = 0; i < n; i += B) {
     const std::size_t m = std::min(B, n - i);
     const std::uint8_t* b = bits + i * stride;
+    NibbleAcc acc[NQ];
 #ifdef __AVX512F__
-    __m512 acc[NQ];
     for (auto& a : acc) a = _mm512_setzero_ps();
 #else
-    __m256 acc[NQ][2];
-    for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+    for (auto& a : acc) a.a[0] = a.a[1] = _mm256_setzero_ps();
 #endif
-    for (std::size_t g = 0; 4 * g < bytes; ++g) {
+    std::size_t g = 0;  // 4-byte groups done
+    if (m == B) {
+      for (; 4 * g + 16 <= bytes; g += 4) {
+        NibbleLanes x[4];
+        nibble_transpose(b + 4 * g, stride, x);
+        for (std::size_t p = 0; p < 4; ++p) nibble_group<NQ>(x[p], 8, table + 128 * (g + p), ts, acc);
+      }
+    }
+    for (; 4 * g < bytes; ++g) {
       const std::size_t nb = std::min<std::size_t>(4, bytes - 4 * g);
-      alignas(64) std::uint32_t v[B];
-      if (nb == 4 && m == B) {
-        for (std::size_t r = 0; r < B; ++r) std::memcpy(&v[r], b + r * stride + 4 * g, 4);
-      } else {
-        std::fill_n(v, B, 0u);
-        for (std::size_t r = 0; r < m; ++r) std::memcpy(&v[r], b + r * stride + 4 * g, nb);
-      }
-      const float* t = table + 128 * g;
-#ifdef __AVX512F__
-      const __m512i x = _mm512_load_si512(v);
-#pragma GCC unroll 8
-      for (std::size_t k = 0; k < 2 * nb; ++k) {
-        const __m512i nib = _mm512_srli_epi32(x, static_cast<unsigned>(4 * k));
-        for (int h = 0; h < NQ; ++h) {
-          acc[h] = _mm512_add_ps(acc[h], _mm512_permutexvar_ps(nib, _mm512_loadu_ps(t + h * ts + 16 * k)));
-        }
-      }
-#else
-      const __m256i x[2] = {_mm256_load_si256(reinterpret_cast<const __m256i*>(v)),
-                            _mm256_load_si256(reinterpret_cast<const __m256i*>(v + 8))};
-#pragma GCC unroll 8
-      for (std::size_t k = 0; k < 2 * nb; ++k) {
-        __m256i nib[2];
-        __m256 top[2];
-        for (int j = 0; j < 2; ++j) {
-          nib[j] = _mm256_srli_epi32(x[j], static_cast<int>(4 * k));
-          top[j] = _mm256_castsi256_ps(_mm256_slli_epi32(x[j], static_cast<int>(28 - 4 * k)));
-        }
-        for (int h = 0; h < NQ; ++h) {
-          const __m256 lo = _mm256_loadu_ps(t + h * ts + 16 * k), hi = _mm256_loadu_ps(t + h * ts + 16 * k + 8);
-          for (int j = 0; j < 2; ++j) {
-            const __m256 e_lo = _mm256_permutevar8x32_ps(lo, nib[j]), e_hi = _mm256_permutevar8x32_ps(hi, nib[j]);
-            acc[h][j] = _mm256_add_ps(acc[h][j], _mm256_blendv_ps(e_lo, e_hi, top[j]));
-          }
-        }
-      }
-#endif
+      nibble_group<NQ>(nibble_stack(b, stride, g, nb, m), 2 * nb, table + 128 * g, ts, acc);
     }
     for (int h = 0; h < NQ; ++h) {
       alignas(64) float o[B];
@@ -1489,8 +1549,8 @@ void nibble_heads(const float* table, std::size_t nibbles, const std::uint8_t* b
 #ifdef __AVX512F__
       _mm512_storeu_ps(dst, acc[h]);
 #else
-      _mm256_storeu_ps(dst, acc[h][0]);
-      _mm256_storeu_ps(dst + 8, acc[h][1]);
+      _mm256_storeu_ps(dst, acc[h].a[0]);
+      _mm256_storeu_ps(dst + 8, acc[h].a[1]);
 #endif
       if (m < B) std::copy_n(o, m, out + h * os + i);
     }
