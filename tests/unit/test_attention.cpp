@@ -987,8 +987,9 @@ TEST_CASE("sign tables: each head's weights over a row's set bits, bit for bit t
 
 TEST_CASE("decode attention over TurboQuant QJL keys (S q against the sign bits) agrees with their read-back rows "
           "within 1e-5", "[attention][ggml][qjl]") {
-  // The fast path scores q . x_mse plus each row's QJL term from S q against the row's sign bits
-  // read as 1-bit codes (the tensor's last row from a padded copy: ASan checks it); the
+  // The fast path scores q . x_mse plus each row's QJL term from S q summed over the row's sign
+  // bits by sign tables (nibble tables for one or two heads, 16-byte runs transposed at head_dim
+  // 128; byte tables from three; the tensor's last row read to its end, no further: ASan); the
   // reference reads the rows back (x_mse + sqrt(pi/2)/d gamma S^T signs). The same products in
   // another order: within 1e-5; avx2 and avx512 give the same bits, generic (the plain loops,
   // another order of the sums) within 2e-6: the levels' dot product times the row's norm, scores
