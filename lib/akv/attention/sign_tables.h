@@ -4,21 +4,20 @@
 //
 // One or two heads: nibble tables (kernels.h nibble_sums): per 4 channels a 16-entry table per
 // head, the rows in vector lanes (16 a register on AVX-512, 8 on AVX2), one permute and one add
-// per nibble and head for 16 (8) rows. Since 9e91a4c (2026-12-06; before, one
-// head added its weights under the bits as lane masks, 16 values an add on AVX-512, and two heads
+// per nibble and head for 16 (8) rows. Since 9e91a4c and 9bec8dc (2026-12-06; before, one head
+// added its weights under the bits as lane masks, 16 values an add on AVX-512, and two heads
 // used the byte tables below). Measured (AMD EPYC Zen 4, one core, 4096 tokens, head_dim 128,
-// `akv -t 1 bench attention --isa avx512,avx2`, min of three alternating runs against 3996028):
-// QJL 4-bit keys at GQA 1 0.68 -> 0.58 ms per step (AVX-512; 1.51x -> 1.28x q4), 0.72 -> 0.63
-// (AVX2; 1.37x -> 1.20x); tq2j 0.64 -> 0.49 and 0.71 -> 0.56; at GQA 2 AVX-512 QJL 0.91 -> 0.83,
-// tq2j 0.86 -> 0.73, AVX2 0-4% slower (two permutes and a blend a lookup; the tables cannot
-// depend on the instruction set: AVX2 and AVX-512 give the same bits).
+// `akv -t 1 bench attention --isa avx512,avx2`, min of three alternating runs, 3996028 against
+// a0b81de): QJL 4-bit keys at GQA 1 0.67 -> 0.57 ms per step (AVX-512; 1.48x -> 1.24-1.30x q4),
+// 0.71 -> 0.60 (AVX2; 1.44x -> 1.15x); tq2j 0.63 -> 0.45 and 0.70 -> 0.50; at GQA 2 QJL 0.91 ->
+// 0.80 (AVX-512) and 0.95 -> 0.92 (AVX2), tq2j 0.83 -> 0.67 and 0.86 -> 0.80 (docs/compress.md).
 //
 // Three or more heads: byte tables: for each 8-bit chunk k of a row, table k holds for every
 // byte value b the sum of the weights of b's set bits, one lane per head (4 or 8 lanes an entry),
 // and a row's sum adds its chunks' entries in chunk order: one table load and one vector add per
 // byte for up to eight heads, where the vector loops' lane-mask adds (1-bit codes, a row format
-// of kernels.h until 9e91a4c) spent an add per head and 8 or 16 values. Measured (same host and command,
-// 7d15c4e against 74385c8): QJL 4-bit keys at GQA 4 1.57 -> 1.43 ms per step (AVX-512), 1.67 ->
+// of kernels.h until c01bb2f) spent an add per head and 8 or 16 values. Measured (same host and
+// command, 7d15c4e against 74385c8): QJL 4-bit keys at GQA 4 1.57 -> 1.43 ms per step (AVX-512), 1.67 ->
 // 1.47 (AVX2); at GQA 8 2.98 -> ~2.6 and 4.7 -> ~3.6 (docs/compress.md).
 //
 // Order of the sums, per head h and row r, in f32: a table's entry for a nibble (byte) m is the
