@@ -942,7 +942,7 @@ TEST_CASE("sign tables: each head's weights over a row's set bits, bit for bit t
   // and within 1e-5 of double sums (an independent check of the order's rounding: at most ~d
   // additions of unit-size weights).
   Rng rng(5);
-  for (const std::size_t d : {8, 24, 64, 128, 136}) {
+  for (const std::size_t d : {8, 24, 64, 72, 128, 136, 200}) {
     const std::size_t chunks = d / 8, stride = chunks + 3, n = 37;
     std::vector<std::uint8_t> bits((n - 1) * stride + chunks);  // ends with the last row's bits (ASan)
     for (auto& b : bits) b = static_cast<std::uint8_t>(rng.next() >> 56);
