@@ -59,15 +59,15 @@ void check_against_ref(const Layout& l, std::size_t n_kv, std::size_t nq, Decode
 }
 
 // Decode attention over coded views (codes read by the vector loops) and over dense f32 views of
-// the same rows as the codes decode, for GQA 1, 4, 3 and 8 with every instruction set: outputs within
-// tol of each other and, when `differ`, not equal (the coded loops ran, not a decoded tile);
-// AVX2 == AVX-512 bitwise. Returns the best instruction set's outputs per GQA (1, 4, 3, 8).
+// the same rows as the codes decode, for GQA 1, 4, 3, 8 and 2 with every instruction set: outputs
+// within tol of each other and, when `differ`, not equal (the coded loops ran, not a decoded tile);
+// AVX2 == AVX-512 bitwise. Returns the best instruction set's outputs per GQA (1, 4, 3, 8, 2).
 std::vector<std::vector<float>> check_coded_vs_dense(const std::vector<HeadView>& coded, const std::vector<HeadView>& dense,
                                                      std::size_t d, std::uint64_t seed, double tol, bool differ,
                                                      const std::string& what) {
   const std::size_t n_kv = coded.size();
   std::vector<std::vector<float>> best;
-  for (std::size_t nq : {1, 4, 3, 8}) {  // best: [0] GQA 1, [1] GQA 4
+  for (std::size_t nq : {1, 4, 3, 8, 2}) {  // best: [0] GQA 1, [1] GQA 4
     const std::vector<float> q = normal(n_kv * nq * d, seed);
     std::vector<std::vector<float>> a(3);
     std::vector<float> b(q.size());

@@ -412,7 +412,7 @@ class PartitionRunner {
     const float l0 = np.levels[0];
     for (std::size_t e = 0; e < m; ++e) {
       const std::size_t q = row[e] + t0 - v.sink_rows;
-      f(row[e], channel[e], f16_value(value[e]) - (l0 * v.range[q] + v.offset[q]));
+      f(row[e], channel[e], f16_value(value[e]) - std::fma(l0, v.range[q], v.offset[q]));
     }
   }
 
@@ -483,7 +483,10 @@ class PartitionRunner {
 
   // acc_t_[channel, h] += pt_[row, h] x delta over the tile's value outliers (NQ: nq_ when known
   // at compile time, 0 otherwise). acc_t_ [d, nq] is channel-major (a vector of nq per outlier);
-  // run() keeps it scaled with acc and adds it to acc at the partition's end.
+  // run() keeps it scaled with acc and adds it to acc at the partition's end. Per-row values (the
+  // usual case: the same number of outliers in every row, a row's two extremes at head_dim 128)
+  // row by row, the row's code-0 value and probabilities read once; per-channel ones through
+  // nuq_outliers.
   template <std::size_t NQ>
   void value_outliers(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1) {
     const auto [e0, e1] = outlier_span(v, t0, t1);
@@ -492,20 +495,44 @@ class PartitionRunner {
     if (acc_t_.empty()) acc_t_.assign(d_ * w, 0.0f);
     float* __restrict at = acc_t_.data();
     const float* __restrict pt = pt_.data();
-    nuq_outliers(v, np, t0, t1, [&](std::uint32_t row, std::uint16_t channel, float dk) {
-      float* a = at + channel * w;
-      const float* pr = pt + row * w;
-#ifdef __FMA__
-      if constexpr (NQ == 4) {  // one fused multiply-add of four heads (the loop below stays scalar)
-        _mm_storeu_ps(a, _mm_fmadd_ps(_mm_loadu_ps(pr), _mm_set1_ps(dk), _mm_loadu_ps(a)));
-        return;
-      } else if constexpr (NQ == 8) {
-        _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_loadu_ps(pr), _mm256_set1_ps(dk), _mm256_loadu_ps(a)));
-        return;
+    if (v.table->per_channel) {
+      nuq_outliers(v, np, t0, t1, [&](std::uint32_t row, std::uint16_t channel, float dk) {
+        add_scaled<NQ>(at + channel * w, pt + row * w, dk, w);
+      });
+      return;
+    }
+    const std::size_t r0 = std::max(t0, v.sink_rows), q0 = r0 - v.sink_rows, q1 = t1 - v.sink_rows;
+    const float l0 = np.levels[0];
+    const std::uint16_t* channel = v.outlier_channel;
+    const std::uint16_t* value = v.outlier_value;
+    const float* pr = pt + (r0 - t0) * w;
+    std::uint32_t e = e0;
+    for (std::size_t q = q0; q < q1; ++q, pr += w) {
+      const float base = std::fma(l0, v.range[q], v.offset[q]);
+      for (const std::uint32_t end = v.outlier_end[q]; e < end; ++e) {
+        add_scaled<NQ>(at + channel[e] * w, pr, f16_value(value[e]) - base, w);
       }
+    }
+  }
+
+  // a[h] = fma(p[h], x, a[h]) for h < w (NQ: w when known at compile time, 0 otherwise).
+  template <std::size_t NQ>
+  static void add_scaled(float* __restrict a, const float* __restrict p, float x, std::size_t w) {
+#ifdef __FMA__
+    if constexpr (NQ == 2) {  // 64-bit loads and store
+      const __m128 pv = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+      const __m128 av = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(a)));
+      _mm_store_sd(reinterpret_cast<double*>(a), _mm_castps_pd(_mm_fmadd_ps(pv, _mm_set1_ps(x), av)));
+      return;
+    } else if constexpr (NQ == 4) {
+      _mm_storeu_ps(a, _mm_fmadd_ps(_mm_loadu_ps(p), _mm_set1_ps(x), _mm_loadu_ps(a)));
+      return;
+    } else if constexpr (NQ == 8) {
+      _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_loadu_ps(p), _mm256_set1_ps(x), _mm256_loadu_ps(a)));
+      return;
+    }
 #endif
-      for (std::size_t h = 0; h < w; ++h) a[h] = std::fma(pr[h], dk, a[h]);
-    });
+    for (std::size_t h = 0; h < w; ++h) a[h] = std::fma(p[h], x, a[h]);
   }
 
   // Scores s[h * tile_ + i] (i < n) of rows stored as range_i x codes + offset_i from the
