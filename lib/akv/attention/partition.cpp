@@ -380,39 +380,39 @@ class PartitionRunner {
   }
 
   // Each outlier of the coded rows among [t0, t1) in storage order: f(row, channel, delta), row
-  // its offset from t0, delta its value minus the code-0 value the level loops read there. The
-  // outliers' rows first, in out_row_: row by row, the row's offset written over the eight
-  // entries from its first outlier (one vector store; a later row overwrites what is not its
-  // predecessor's), the entries past the eighth one by one.
+  // its offset from t0, delta its value minus the code-0 value the level loops read there. Each
+  // row's offset is first marked at its first outlier in out_row_ (a row without outliers is
+  // overwritten by the next one that starts there), and an outlier's row is the largest mark up
+  // to it: one store a row, no branch a row or outlier.
   template <class F>
   void nuq_outliers(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1, F&& f) {
     const auto [e0, e1] = outlier_span(v, t0, t1);
     if (e0 == e1) return;
     const std::size_t r0 = std::max(t0, v.sink_rows), q0 = r0 - v.sink_rows, q1 = t1 - v.sink_rows, m = e1 - e0;
-    out_row_.resize(m + 8);
-    std::uint32_t* __restrict row = out_row_.data();
-    std::uint32_t start = e0;
-    for (std::size_t q = q0; q < q1; ++q) {
-      const std::uint32_t end = v.outlier_end[q], r = static_cast<std::uint32_t>(q + v.sink_rows - t0);
-      std::uint32_t e = start;
-#ifdef __AVX2__
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + (start - e0)), _mm256_set1_epi32(static_cast<int>(r)));
-      e += 8;
-#endif
-      for (; e < end; ++e) row[e - e0] = r;
-      start = end;
+    out_row_.assign(m + 1, 0);
+    std::uint32_t* __restrict mark = out_row_.data();
+    const std::uint32_t* __restrict ends = v.outlier_end;
+    std::uint32_t start = e0, r = static_cast<std::uint32_t>(r0 - t0);
+    for (std::size_t q = q0; q < q1; ++q, ++r) {
+      mark[start - e0] = r;
+      start = ends[q];
     }
     const std::uint16_t* channel = v.outlier_channel + e0;
     const std::uint16_t* value = v.outlier_value + e0;
+    std::uint32_t row = 0;
     if (v.table->per_channel) {
       const float* zero = np.zero.data();
-      for (std::size_t e = 0; e < m; ++e) f(row[e], channel[e], f16_value(value[e]) - zero[channel[e]]);
+      for (std::size_t e = 0; e < m; ++e) {
+        row = std::max(row, mark[e]);
+        f(row, channel[e], f16_value(value[e]) - zero[channel[e]]);
+      }
       return;
     }
     const float l0 = np.levels[0];
     for (std::size_t e = 0; e < m; ++e) {
-      const std::size_t q = row[e] + t0 - v.sink_rows;
-      f(row[e], channel[e], f16_value(value[e]) - std::fma(l0, v.range[q], v.offset[q]));
+      row = std::max(row, mark[e]);
+      const std::size_t q = row + t0 - v.sink_rows;
+      f(row, channel[e], f16_value(value[e]) - std::fma(l0, v.range[q], v.offset[q]));
     }
   }
 
@@ -918,7 +918,7 @@ class PartitionRunner {
   float softcap_;
   std::vector<float> s_, p_;  // [nq, tile] scores, probabilities (unnormalised)
   std::vector<float> w_, bias_, coef_, zsum_, buf_, tmp_;
-  std::vector<std::uint32_t> out_row_;  // a nuq tile's outliers' rows (nuq_outliers)
+  std::vector<std::uint32_t> out_row_;  // a nuq tile's row marks (nuq_outliers)
   std::vector<float> acc_t_;  // nuq value outliers' sums of the partition, [d, nq] (empty: none)
   std::vector<float> pt_;     // a tile's probabilities row-major, [rows, nq] (nuq, TurboQuant key rows)
   std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_fields)
