@@ -140,16 +140,21 @@ void each_head(const nlohmann::json& j, const std::string& path, const KvShape& 
   }
 }
 
+// The rotation the calibration was measured with (params.rotate, "none" when absent).
+std::string calibration_rotate(const nlohmann::json& j, const std::string& path) {
+  try {
+    return j.at("params").value("rotate", "none");
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
+  }
+}
+
 }  // namespace
 
 CalibrationTypes read_calibration_types(const std::string& path, const KvShape& shape) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   CalibrationTypes out;
-  try {
-    out.rotate = j.at("params").value("rotate", "none");
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
+  out.rotate = calibration_rotate(j, path);
   each_head(j, path, shape, [&](const nlohmann::json& head, const std::string& hat) {
     if (!head.contains("ggml_types")) {
       throw CorruptData("no per-head cache types: calibrate with --types", {path, hat + ".ggml_types"});
@@ -168,11 +173,7 @@ CalibrationTypes read_calibration_types(const std::string& path, const KvShape& 
 CalibrationAmax read_calibration_amax(const std::string& path, const KvShape& shape) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   CalibrationAmax out;
-  try {
-    out.rotate = j.at("params").value("rotate", "none");
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
+  out.rotate = calibration_rotate(j, path);
   each_head(j, path, shape, [&](const nlohmann::json& head, const std::string& hat) {
     double a[2];
     for (int i = 0; i < 2; ++i) {
