@@ -450,18 +450,26 @@ class PartitionRunner {
     });
   }
 
-  // nuq values from the tile's probabilities row-major, pt_ [rows, nq]: they are the coefficients
+  // The tile's first n probabilities row-major, [n, nq]: p_ itself for one head, else
+  // transposed into pt_.
+  const float* probs_by_row(std::size_t n) {
+    if (nq_ == 1) return p_.data();
+    pt_.resize(n * nq_);
+    transpose_heads(p_.data(), tile_, n, nq_, pt_.data());
+    return pt_.data();
+  }
+
+  // nuq values from the tile's probabilities row-major (probs_by_row): they are the coefficients
   // of the sink rows, scaled those of the coded rows, and each outlier's vector of nq.
   void nuq_values(std::size_t t0, std::size_t t1, float* acc) {
     const NuqView& v = hp_.view->value.nuq;
     const NuqPrep& np = hp_.nuq_value;
     const bool per_channel = v.table->per_channel;
-    pt_.resize((t1 - t0) * nq_);
-    transpose_heads(p_.data(), tile_, t1 - t0, nq_, pt_.data());
+    const float* p = probs_by_row(t1 - t0);
     nuq_rows(
         v, np, t0, t1,
         [&](const Rows& rows, std::size_t first) {
-          const float* pt = pt_.data() + first * nq_;
+          const float* pt = p + first * nq_;
           if (per_channel) {  // acc += range x (p . levels) + offset x sum p, per channel
             tmp_.assign(nq_ * d_, 0.0f);
             attn::accumulate_rows(rows, nq_, pt, 1, d_ / 8, tmp_.data(), d_);
@@ -476,25 +484,24 @@ class PartitionRunner {
           scaled_accumulate(rows, pt, v.range + q, v.offset + q, acc);
         },
         [&](const Rows& rows, std::size_t first) {
-          attn::accumulate_rows(rows, nq_, pt_.data() + first * nq_, 1, d_ / 8, acc, d_);
+          attn::accumulate_rows(rows, nq_, p + first * nq_, 1, d_ / 8, acc, d_);
         });
-    with_heads([&](auto nq) { value_outliers<decltype(nq)::value>(v, np, t0, t1); });
+    with_heads([&](auto nq) { value_outliers<decltype(nq)::value>(v, np, t0, t1, p); });
   }
 
-  // acc_t_[channel, h] += pt_[row, h] x delta over the tile's value outliers (NQ: nq_ when known
+  // acc_t_[channel, h] += pt[row, h] x delta over the tile's value outliers (NQ: nq_ when known
   // at compile time, 0 otherwise). acc_t_ [d, nq] is channel-major (a vector of nq per outlier);
   // run() keeps it scaled with acc and adds it to acc at the partition's end. Per-row values (the
   // usual case: the same number of outliers in every row, a row's two extremes at head_dim 128)
   // row by row, the row's code-0 value and probabilities read once; per-channel ones through
   // nuq_outliers.
   template <std::size_t NQ>
-  void value_outliers(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1) {
+  void value_outliers(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1, const float* __restrict pt) {
     const auto [e0, e1] = outlier_span(v, t0, t1);
     if (e0 == e1) return;
     const std::size_t w = NQ ? NQ : nq_;
     if (acc_t_.empty()) acc_t_.assign(d_ * w, 0.0f);
     float* __restrict at = acc_t_.data();
-    const float* __restrict pt = pt_.data();
     if (v.table->per_channel) {
       nuq_outliers(v, np, t0, t1, [&](std::uint32_t row, std::uint16_t channel, float dk) {
         add_scaled<NQ>(at + channel * w, pt + row * w, dk, w);
@@ -724,9 +731,7 @@ class PartitionRunner {
         attn::score_rows(rows, 1, tp.ones.data(), d_, nullptr, buf_.data(), n, tq_sq_.data());
         nc_ranges(n);
       }
-      pt_.resize(n * nq_);
-      transpose_heads(p_.data(), tile_, n, nq_, pt_.data());
-      scaled_accumulate(rows, pt_.data(), tq_range_.data(), nullptr, acc);
+      scaled_accumulate(rows, probs_by_row(n), tq_range_.data(), nullptr, acc);
       return true;
     }
     coef_.resize(n * nq_);
@@ -920,7 +925,7 @@ class PartitionRunner {
   std::vector<float> w_, bias_, coef_, zsum_, buf_, tmp_;
   std::vector<std::uint32_t> out_row_;  // a nuq tile's row marks (nuq_outliers)
   std::vector<float> acc_t_;  // nuq value outliers' sums of the partition, [d, nq] (empty: none)
-  std::vector<float> pt_;     // a tile's probabilities row-major, [rows, nq] (nuq, TurboQuant key rows)
+  std::vector<float> pt_;     // a tile's probabilities row-major, [rows, nq] (probs_by_row)
   std::vector<float> tq_range_, tq_sq_;  // a TurboQuant tile's rows (tq_fields)
   std::vector<TqQjlQuery> qjl_tables_;  // key_qjl rows decoded (qjl_keys): each query head's sign tables
   std::vector<float> qjl_s_, qjl_coef_;  // key_qjl: a tile's sign sums [nq, rows], factors [rows]
