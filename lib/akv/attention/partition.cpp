@@ -526,10 +526,10 @@ class PartitionRunner {
   template <std::size_t NQ>
   static void add_scaled(float* __restrict a, const float* __restrict p, float x, std::size_t w) {
 #ifdef __FMA__
-    if constexpr (NQ == 2) {  // 64-bit loads and store
-      const __m128 pv = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
-      const __m128 av = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(a)));
-      _mm_store_sd(reinterpret_cast<double*>(a), _mm_castps_pd(_mm_fmadd_ps(pv, _mm_set1_ps(x), av)));
+    if constexpr (NQ == 2) {  // 64-bit loads and store (movq: no access as another type)
+      const __m128 pv = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+      const __m128 av = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(a), _mm_castps_si128(_mm_fmadd_ps(pv, _mm_set1_ps(x), av)));
       return;
     } else if constexpr (NQ == 4) {
       _mm_storeu_ps(a, _mm_fmadd_ps(_mm_loadu_ps(p), _mm_set1_ps(x), _mm_loadu_ps(a)));
