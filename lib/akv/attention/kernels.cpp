@@ -221,7 +221,7 @@ void value_coefficients4(const float* p, std::size_t ps, const std::uint16_t* sc
         const __m256 ze = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + r * 4)));
         for (int h = 0; h < HN; ++h) {
           const std::size_t hh = h0 + static_cast<std::size_t>(h);
-          const __m256 pr = _mm256_permutevar8x32_ps(_mm256_castpd_ps(_mm256_castpd128_pd256(_mm_load_sd(reinterpret_cast<const double*>(p + hh * ps + r)))), pair);
+          const __m256 pr = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + hh * ps + r)))), pair);
           const __m256 c = _mm256_mul_ps(pr, sc);
           _mm_storeu_ps(coef + (r * nq + hh) * 4, _mm256_castps256_ps128(c));
           _mm_storeu_ps(coef + ((r + 1) * nq + hh) * 4, _mm256_extractf128_ps(c, 1));
