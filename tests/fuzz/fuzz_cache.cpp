@@ -1,5 +1,6 @@
 // akv caches (HDF5): one of the committed fixture caches (quantized v1, evicted v1, tiered v2,
-// ggml blocks v3, rotated v4, TurboQuant rows v4, fp8 v5),
+// ggml blocks v3 and per-head types v3, rotated v4, TurboQuant rows v4 with and without QJL, fp8
+// v5, nuq v6),
 // edited by h5_mutator, opened, described (akv info) and every head read and rebuilt the way
 // decompress and evaluate --cache do.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -16,10 +17,16 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider fdp(data, size);
-  static const char* kTemplates[] = {"cache-v1-kivi.h5", "cache-v1-evict.h5", "cache-v2-tiered.h5",
-                                     "cache-v3-ggml.h5", "cache-v4-rotate.h5", "cache-v4-turboquant.h5",
-                                     "cache-v5-fp8.h5"};
-  const std::string tmpl = akv::fuzz::fixtures_dir() + "/" + fdp.PickValueInArray(kTemplates);
+  // The template from one byte b: b % 7 among the first seven for b < 196 (as when they were the
+  // only ones, so the kept regression inputs still edit the cache they were found on), the rest
+  // of b's range among the later four.
+  static const char* kFirst[] = {"cache-v1-kivi.h5", "cache-v1-evict.h5",      "cache-v2-tiered.h5",
+                                 "cache-v3-ggml.h5", "cache-v4-rotate.h5",     "cache-v4-turboquant.h5",
+                                 "cache-v5-fp8.h5"};
+  static const char* kLater[] = {"cache-v3-types.h5", "cache-v3-joint-types.h5", "cache-v4-turboquant-qjl.h5",
+                                 "cache-v6-nuq.h5"};
+  const std::uint8_t b = fdp.ConsumeIntegral<std::uint8_t>();
+  const std::string tmpl = akv::fuzz::fixtures_dir() + "/" + (b < 196 ? kFirst[b % 7] : kLater[(b - 196) % 4]);
   const std::string path = akv::fuzz::work_dir() + "/cache.h5";
   akv::fuzz::mutate_h5_copy(tmpl, path, fdp);
   akv::fuzz::expect_akv_errors([&] {

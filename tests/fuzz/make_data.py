@@ -173,6 +173,8 @@ def main():
     seeds["gguf"] += [gguf_vocab("llama"), gguf_vocab("gpt2")]
     seeds["dump"] = [bytes(range(64)), b"\xff" * 64]
     seeds["cache"] = [bytes(range(64)), b"\x01\x02" * 32, b"\x02" * 64]
+    # fuzz_cache.cpp picks the template by the last byte: 196-199 are the four later fixtures.
+    seeds["cache"] += [bytes(range(63)) + bytes([196 + i]) for i in range(4)]
     for name, items in seeds.items():
         d = corpus / name
         d.mkdir(parents=True)
