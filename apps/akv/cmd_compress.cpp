@@ -60,7 +60,10 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
     if (m.kind != MethodKind::reference) methods_help += (methods_help.empty() ? "" : "; ") + std::string(m.name) + ": " + m.help;
   }
   auto* method = sub->add_option("-m,--method", opt->req.method,
-                                 "Method (default kivi; with --budgets alone, the budgets file's method). " +
+                                 "Method (default kivi; with --budgets alone, the budgets file's method), or a method "
+                                 "spec as evaluate --methods takes it (name:flag=value..., e.g. "
+                                 "ggml:k=q4_0:v=q4_0:rotate=hadamard): its flags join the command line's, and a flag "
+                                 "given both ways is an error. " +
                                      methods_help + ". Tiered caches are simulated over the dump's tokens, "
                                      "its window queries driving the importance scores");
   add_method_flags(sub, opt->req, {ParamScope::quant, ParamScope::eviction, ParamScope::tiered, ParamScope::ggml});
@@ -72,6 +75,7 @@ void register_compress(CLI::App& app, const GlobalOptions& global) {
   sub->callback([opt, &global, method] {
     CompressRequest req = opt->req;
     if (method->count() == 0 && req.eviction.budgets_file) req.method = budgets_method(*req.eviction.budgets_file);
+    join_method_spec(req);
     const CompressParams params = resolve_params(req);
     std::vector<std::string> inputs = params.input_files();  // every file the method reads
     inputs.push_back(opt->dump);

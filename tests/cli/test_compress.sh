@@ -14,6 +14,15 @@ expect "compress --pre-rope --outlier-fraction" 0 "outliers [1-9]" \
   "$AKV" compress -q "$d" -o "$TMP/c_x.h5" -m k4v2 --pre-rope --outlier-fraction 0.05
 expect "compress --key-axis token --group 64 --residual 64" 0 "wrote" \
   "$AKV" compress -q "$d" -o "$TMP/c_y.h5" -m kivi --bits-key 3 --bits-value 8 --key-axis token --group 64 --residual 64
+# --method also takes a method spec: the same cache as the spec's flags given as flags.
+"$AKV" compress -q "$d" -o "$TMP/c_spec.h5" -m kivi:bits=3:rotate=random:rotate-seed=5 >/dev/null
+"$AKV" compress -q "$d" -o "$TMP/c_flags.h5" -m kivi --bits 3 --rotate random --rotate-seed 5 >/dev/null
+if cmp -s "$TMP/c_spec.h5" "$TMP/c_flags.h5"; then pass "compress --method SPEC equals its flags"; else
+  fail "compress --method SPEC equals its flags"; fi
+expect_error "compress: a flag both in the method spec and on the command line" 1 \
+  "given twice.*--bits = kivi:bits=3" "$AKV" compress -q "$d" -o "$TMP/never.h5" -m kivi:bits=3 --bits 4
+expect_error "compress: an unknown flag in the method spec" 1 "unknown method flag" \
+  "$AKV" compress -q "$d" -o "$TMP/never.h5" -m kivi:bogus=1
 
 # Byte accounting: info's per-component bytes equal the stored dataset sizes read by h5py.
 for m in none uniform kivi-2 k4v3 x y; do expect_cache_bytes "$TMP/c_$m.h5"; done

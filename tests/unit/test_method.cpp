@@ -95,6 +95,31 @@ TEST_CASE("registry: method specs parse through the parameter table", "[method]"
   }
 }
 
+TEST_CASE("registry: a spec as the method joins the request's flags", "[method]") {
+  CompressRequest r;
+  r.method = "adakv:budget=0.2:quant=k4v2:pre-rope";
+  r.eviction.window = 16;
+  join_method_spec(r);
+  CHECK(r.method == "adakv");
+  CHECK(r.eviction.budget == 0.2);
+  CHECK(r.quant == "k4v2");
+  CHECK(r.pre_rope);
+  CHECK(r.eviction.window == 16);
+  CompressRequest plain;
+  plain.method = "kivi-2";
+  plain.bits = 4;
+  join_method_spec(plain);
+  CHECK(plain.method == "kivi-2");
+  CHECK(plain.bits == 4);
+  for (const char* twice : {"kivi:bits=3", "kivi:pre-rope"}) {
+    CompressRequest t;
+    t.method = twice;
+    t.bits = 4;
+    t.pre_rope = true;
+    CHECK_THROWS_AS(join_method_spec(t), UsageError);
+  }
+}
+
 TEST_CASE("registry: requests built by a library caller get the same range checks", "[method]") {
   CompressRequest r;
   r.method = "kivi";

@@ -567,6 +567,24 @@ CompressRequest parse_method_spec(const std::string& spec) {
   return r;
 }
 
+void join_method_spec(CompressRequest& r) {
+  if (r.method.find(':') == std::string::npos) return;
+  const std::string spec = r.method;
+  CompressRequest s = parse_method_spec(spec);
+  r.method = s.method;
+  for (const ParamInfo& p : param_registry()) {
+    std::visit(
+        [&](auto field) {
+          const auto& from = field(s);
+          auto& to = field(r);
+          if (!from) return;
+          if (to) throw UsageError("flag given twice: in the method spec and as a flag", {"", std::string("--") + p.name, spec});
+          to = from;
+        },
+        p.field);
+  }
+}
+
 std::string method_spec_help() {
   std::string out = "name[:flag=value...]; the reference " + method_list({MethodKind::reference}) + "; quantizers " +
                     method_list({MethodKind::quantizer}) + "; presets " +

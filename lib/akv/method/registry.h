@@ -100,6 +100,11 @@ std::size_t file_count(const nlohmann::json& j, const char* key, const std::stri
 // Throws UsageError naming an unknown flag (and listing the known ones).
 CompressRequest parse_method_spec(const std::string& spec);
 
+// A request whose method may itself be a spec (`akv compress --method kivi:bits=3`): the spec's
+// flags join r's and its name replaces it; no change when r.method holds no ':'. A flag set both
+// by the spec and in r -> UsageError naming the flag and the spec.
+void join_method_spec(CompressRequest& r);
+
 // Help text of the spec syntax: the methods by kind and the flags by scope.
 std::string method_spec_help();
 
