@@ -75,6 +75,8 @@ TEST_CASE("registry: method specs parse through the parameter table", "[method]"
   // Malformed: usage errors (exit 1); out of range or not among the choices: invalid input (exit 2).
   CHECK_THROWS_AS(parse_method_spec("kivi:bogus=1"), UsageError);
   CHECK_THROWS_AS(parse_method_spec("kivi:bits="), UsageError);
+  CHECK_THROWS_AS(parse_method_spec("kivi:"), UsageError);
+  CHECK_THROWS_AS(parse_method_spec("kivi::bits=2"), UsageError);
   CHECK_THROWS_AS(parse_method_spec("kivi:bits=four"), UsageError);
   CHECK_THROWS_AS(parse_method_spec("kivi:pre-rope=1"), UsageError);
   CHECK_THROWS_AS(parse_method_spec("kivi:bits=5"), InvalidInput);

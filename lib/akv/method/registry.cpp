@@ -555,6 +555,7 @@ CompressRequest parse_method_spec(const std::string& spec) {
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::size_t eq = parts[i].find('=');
     const std::string key = parts[i].substr(0, eq), value = eq == std::string::npos ? "" : parts[i].substr(eq + 1);
+    if (key.empty()) throw UsageError("empty method flag (name:flag=value:...)", {"", spec, parts[i]});
     const ParamInfo* p = find_param(key);
     if (!p) {
       std::string known;
