@@ -59,7 +59,9 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
                   "joint: the candidates' rotation, none, hadamard or random (seed 0; docs/compress.md); with "
                   "--rotate-choice on each head also chooses it or none")
       ->check(CLI::IsMember({"none", "hadamard", "random"}));
-  sub->add_option("-o,--output", opt->output, "Write the budgets file (JSON) here");
+  sub->add_option("-o,--output", opt->output,
+                  "Write the budgets file (JSON) here (- = stdout: the JSON alone, without the table, for a pipe "
+                  "into `akv compress --budgets -`)");
   sub->add_flag("--json", opt->json, "Print the budgets JSON on stdout instead of the table");
   sub->callback([opt, &global] {
     check_output_distinct(opt->output, {opt->dump, opt->req.eviction.qfilters.value_or(""),
@@ -78,6 +80,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       ProgressBar bar("allocate", !global.quiet);
       const nlohmann::json j = allocate_joint(opt->dump, jo, bar.callback());
       if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
+      if (opt->output == "-") return;
       std::fputs((opt->json ? json_text(j) : render_joint(j)).c_str(), stdout);
       return;
     }
@@ -95,6 +98,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
     const EvictionPlan plan = plan_eviction(dump, p, global.threads, bar.callback());
     const nlohmann::json j = budgets_json(plan, dump, file_hash(opt->dump));
     if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
+    if (opt->output == "-") return;
     const std::string text = opt->json ? json_text(j) : render_budgets(j);
     std::fputs(text.c_str(), stdout);
   });

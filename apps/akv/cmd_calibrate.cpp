@@ -49,7 +49,9 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       "(per-head cache types). "
       "See docs/calibrate.md.");
   sub->add_option("dumps", opt->dumps, "Dumps (akv-dump) of the same model")->required();
-  sub->add_option("-o,--output", opt->output, "Write calib.json here");
+  sub->add_option("-o,--output", opt->output,
+                  "Write calib.json here (- = stdout: the JSON alone, without the table, for a pipe into "
+                  "`akv compress --calibration -`)");
   sub->add_option("--target-bits", c.target_bits, "Average bits per head (keys and values)")
       ->capture_default_str();
   sub->add_option("--bits", c.candidates, "Candidate bit widths (2, 3, 4, 8)")->delimiter(',')
@@ -125,6 +127,9 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       throw UsageError("--emit reads the per-head types of --types", {"", "--emit", opt->emit});
     }
     if (!opt->emit.empty() && !opt->shard.empty()) throw UsageError("--emit needs every layer: not with --shard", {"", "--emit", opt->emit});
+    if (!opt->emit.empty() && opt->output == "-") {
+      throw UsageError("--emit prints the engine settings on stdout: write calib.json to a file", {"", "-o", "-"});
+    }
     if (!opt->shard.empty()) {
       ProgressBar bar("calibrate", !global.quiet);
       o.threads = global.threads;
@@ -137,6 +142,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     const nlohmann::json j = calibrate(opt->dumps, o, bar.callback());
     const nlohmann::json emitted = opt->emit.empty() ? nlohmann::json() : engine_settings(j, opt->emit);
     if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
+    if (opt->output == "-") return;
     std::fputs((!opt->emit.empty() ? json_text(emitted) : opt->json ? json_text(j) : render_calibration(j)).c_str(), stdout);
   });
 }

@@ -41,6 +41,9 @@ expect_error "CriticalKV refused in chunked prefill" 1 "CriticalKV" \
   --methods critical-snapkv:budget=0.5:window=16
 
 "$AKV" calibrate -q "$TMP/s.h5" -o "$TMP/qcal.json" --bits 2,4 >/dev/null
+"$AKV" calibrate -q "$TMP/s.h5" -o - --bits 2,4 >"$TMP/qcal_stdout.json"
+if cmp -s "$TMP/qcal.json" "$TMP/qcal_stdout.json"; then pass "calibrate -o -: stdout holds the calibration JSON alone"; else
+  fail "calibrate -o -: stdout holds the calibration JSON alone"; fi
 expect "qfilter on a dump with the filters of akv calibrate" 0 "kept 0\.30.*uniform/qfilter 0.3" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/qf.h5" -m qfilter --qfilters "$TMP/qcal.json" --budget 0.3
 expect "evaluate --model: qfilter in the decode loop, exact and chunked prefill" 0 "qfilter:budget=0.5:qfilters=.* +[0-9]+" \
