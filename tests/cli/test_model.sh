@@ -30,6 +30,20 @@ sets = []
 a.visititems(lambda n, o: sets.append(np.array_equal(o[...], b[n][...])) if isinstance(o, h5py.Dataset) else None)
 print(len(sets) > 0 and all(sets))' "$TMP/crit.h5" "$TMP/crit_f.h5")
 expect_equal "CriticalAdaKV through allocate's budgets file: every dataset as when compressed directly" "$same" "True"
+# Pipes: "-o -" writes the JSON alone on stdout, "-" as an input reads stdin.
+"$AKV" allocate -q "$TMP/so.h5" --method adakv --capacity-rule kvpress --critical on --budget 0.3 --window 16 -o - \
+  | "$AKV" compress -q "$TMP/so.h5" -o "$TMP/crit_pipe.h5" --budgets - >/dev/null
+same=$("$PY" -c 'import h5py, numpy as np, sys
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+sets = []
+a.visititems(lambda n, o: sets.append(np.array_equal(o[...], b[n][...])) if isinstance(o, h5py.Dataset) else None)
+print(len(sets) > 0 and all(sets))' "$TMP/crit_f.h5" "$TMP/crit_pipe.h5")
+expect_equal "allocate -o - | compress --budgets -: every dataset as through the budgets file" "$same" "True"
+head -n 2 "$T" >"$TMP/two.txt"
+"$AKV" evaluate -q --model "$M" --tokens "$TMP/two.txt" --sequences 2 --prefill 200 --methods kivi-2 --json -o "$TMP/tok_file.json"
+"$AKV" evaluate -q --model "$M" --tokens - --sequences 2 --prefill 200 --methods kivi-2 --json -o "$TMP/tok_pipe.json" <"$TMP/two.txt"
+if cmp -s "$TMP/tok_file.json" "$TMP/tok_pipe.json"; then pass "evaluate --tokens - reads stdin as the file"; else
+  fail "evaluate --tokens - reads stdin as the file"; fi
 expect_error "CriticalKV on a dump without o_proj" 2 "/layers/0/o_proj = missing" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/crit_missing.h5" -m critical-snapkv --budget 0.3 --window 16
 [[ -e $TMP/crit_missing.h5 ]] && fail "no output after a refused CriticalKV" || pass "no output after a refused CriticalKV"

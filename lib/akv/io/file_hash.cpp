@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "akv/core/errors.h"
+#include "akv/io/stdin_input.h"
 
 namespace akv {
 
@@ -26,6 +27,7 @@ std::string hex_digest(XXH64_hash_t h) {
 }  // namespace
 
 std::string file_hash(const std::string& path) {
+  if (is_stdin_path(path)) return hex_digest(XXH3_64bits(stdin_bytes().data(), stdin_bytes().size()));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) throw IoError(std::string("cannot open file: ") + std::strerror(errno), {path});
   std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(),

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "akv/core/errors.h"
+#include "akv/io/stdin_input.h"
 
 namespace akv {
 
@@ -32,10 +33,17 @@ Json parse_limited(Input&& input, const std::string& file, const std::string& wh
   return j;
 }
 
+// A JSON file parsed whole; "-" is standard input (io/stdin_input.h).
+template <typename Json>
+Json parse_file(const std::string& path, const std::string& what) {
+  if (is_stdin_path(path)) return parse_limited<Json>(stdin_bytes(), path, what);
+  std::ifstream in = open_json(path, what);
+  return parse_limited<Json>(in, path, what);
+}
+
 template <typename Json>
 Json read_checked(const std::string& path, const std::string& what, const std::string& format, int version) {
-  std::ifstream in = open_json(path, what + " file");
-  Json j = parse_limited<Json>(in, path, what + " file");
+  Json j = parse_file<Json>(path, what + " file");
   if (!j.is_object()) throw CorruptData(what + " file is not a JSON object", {path});
   const Json f = j.value("format", Json()), v = j.value("version", Json());
   if (!f.is_string() || f.template get<std::string>() != format) {
@@ -87,8 +95,7 @@ std::ifstream open_json(const std::string& path, const std::string& what) {
 }
 
 std::string read_json_format(const std::string& path) {
-  std::ifstream in = open_json(path, "JSON file");
-  const nlohmann::json j = parse_limited<nlohmann::json>(in, path, "JSON file");
+  const nlohmann::json j = parse_file<nlohmann::json>(path, "JSON file");
   if (!j.is_object()) throw CorruptData("not a JSON object", {path});
   const nlohmann::json f = j.value("format", nlohmann::json());
   return f.is_string() ? f.template get<std::string>() : "";

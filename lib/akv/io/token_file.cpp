@@ -5,33 +5,17 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "akv/core/errors.h"
 #include "akv/io/hdf5.h"
+#include "akv/io/stdin_input.h"
 
 namespace akv {
 
-std::vector<std::vector<std::int32_t>> read_token_file(const std::string& path) {
-  {
-    std::ifstream probe(path, std::ios::binary);
-    if (!probe) throw IoError(std::string("cannot open token file: ") + std::strerror(errno), {path});
-    char magic[8] = {};
-    probe.read(magic, 8);
-    if (probe.gcount() == 8 && std::memcmp(magic, "\x89HDF\r\n\x1a\n", 8) == 0) {
-      h5::File f = h5::open_read(path);
-      const auto v = h5::read_int_vector(f.get(), "/tokens", path);
-      std::vector<std::int32_t> seq;
-      for (std::int64_t t : v) {
-        if (t < 0 || t > std::numeric_limits<std::int32_t>::max()) {
-          throw InvalidInput("token id out of range", {path, "/tokens", std::to_string(t)});
-        }
-        seq.push_back(static_cast<std::int32_t>(t));
-      }
-      if (seq.empty()) throw InvalidInput("no tokens", {path, "/tokens", "0"});
-      return {seq};
-    }
-  }
-  std::ifstream in(path);
+namespace {
+
+std::vector<std::vector<std::int32_t>> parse_token_lines(std::istream& in, const std::string& path) {
   std::vector<std::vector<std::int32_t>> out;
   std::string line;
   for (std::size_t ln = 1; std::getline(in, line); ++ln) {
@@ -56,11 +40,42 @@ std::vector<std::vector<std::int32_t>> read_token_file(const std::string& path) 
   return out;
 }
 
+}  // namespace
+
+std::vector<std::vector<std::int32_t>> read_token_file(const std::string& path) {
+  if (is_stdin_path(path)) {
+    std::istringstream in(stdin_bytes());
+    return parse_token_lines(in, path);
+  }
+  {
+    std::ifstream probe(path, std::ios::binary);
+    if (!probe) throw IoError(std::string("cannot open token file: ") + std::strerror(errno), {path});
+    char magic[8] = {};
+    probe.read(magic, 8);
+    if (probe.gcount() == 8 && std::memcmp(magic, "\x89HDF\r\n\x1a\n", 8) == 0) {
+      h5::File f = h5::open_read(path);
+      const auto v = h5::read_int_vector(f.get(), "/tokens", path);
+      std::vector<std::int32_t> seq;
+      for (std::int64_t t : v) {
+        if (t < 0 || t > std::numeric_limits<std::int32_t>::max()) {
+          throw InvalidInput("token id out of range", {path, "/tokens", std::to_string(t)});
+        }
+        seq.push_back(static_cast<std::int32_t>(t));
+      }
+      if (seq.empty()) throw InvalidInput("no tokens", {path, "/tokens", "0"});
+      return {seq};
+    }
+  }
+  std::ifstream in(path);
+  return parse_token_lines(in, path);
+}
+
 }  // namespace akv
 
 namespace akv {
 
 std::string read_text_file(const std::string& path) {
+  if (is_stdin_path(path)) return stdin_bytes();
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw IoError(std::string("cannot open text file: ") + std::strerror(errno), {path});
   const std::streamoff size = in.tellg();
