@@ -19,25 +19,25 @@ expect "evaluate a real dump" 0 "top32" "$AKV" evaluate -q --dump "$TMP/s.h5" --
 
 expect "dump --out-proj: the model's W_o in every layer" 0 "o_proj=yes" \
   bash -c "'$AKV' dump --model '$M' --tokens '$T' --line 3 -o '$TMP/so.h5' --window 32 --out-proj >/dev/null && '$AKV' info '$TMP/so.h5'"
+# same_datasets A B: True when every dataset of HDF5 file A equals B's of the same name.
+same_datasets() {
+  "$PY" -c 'import h5py, numpy as np, sys
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+sets = []
+a.visititems(lambda n, o: sets.append(np.array_equal(o[...], b[n][...])) if isinstance(o, h5py.Dataset) else None)
+print(len(sets) > 0 and all(sets))' "$1" "$2"
+}
 expect "CriticalAdaKV on a dump with o_proj" 0 "kept 0\.30.*adakv/snapkv 0.3 critical" \
   "$AKV" compress -q "$TMP/so.h5" -o "$TMP/crit.h5" -m critical-adakv --budget 0.3 --window 16
 expect "allocate with critical=on" 0 "adakv allocation \(snapkv scores, CriticalKV\)" "$AKV" allocate -q "$TMP/so.h5" --method adakv --capacity-rule kvpress \
   --critical on --budget 0.3 --window 16 -o "$TMP/crit_b.json"
 "$AKV" compress -q "$TMP/so.h5" -o "$TMP/crit_f.h5" --budgets "$TMP/crit_b.json" >/dev/null
-same=$("$PY" -c 'import h5py, numpy as np, sys
-a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
-sets = []
-a.visititems(lambda n, o: sets.append(np.array_equal(o[...], b[n][...])) if isinstance(o, h5py.Dataset) else None)
-print(len(sets) > 0 and all(sets))' "$TMP/crit.h5" "$TMP/crit_f.h5")
+same=$(same_datasets "$TMP/crit.h5" "$TMP/crit_f.h5")
 expect_equal "CriticalAdaKV through allocate's budgets file: every dataset as when compressed directly" "$same" "True"
 # Pipes: "-o -" writes the JSON alone on stdout, "-" as an input reads stdin.
 "$AKV" allocate -q "$TMP/so.h5" --method adakv --capacity-rule kvpress --critical on --budget 0.3 --window 16 -o - \
   | "$AKV" compress -q "$TMP/so.h5" -o "$TMP/crit_pipe.h5" --budgets - >/dev/null
-same=$("$PY" -c 'import h5py, numpy as np, sys
-a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
-sets = []
-a.visititems(lambda n, o: sets.append(np.array_equal(o[...], b[n][...])) if isinstance(o, h5py.Dataset) else None)
-print(len(sets) > 0 and all(sets))' "$TMP/crit_f.h5" "$TMP/crit_pipe.h5")
+same=$(same_datasets "$TMP/crit_f.h5" "$TMP/crit_pipe.h5")
 expect_equal "allocate -o - | compress --budgets -: every dataset as through the budgets file" "$same" "True"
 head -n 2 "$T" >"$TMP/two.txt"
 "$AKV" evaluate -q --model "$M" --tokens "$TMP/two.txt" --sequences 2 --prefill 200 --methods kivi-2 --json -o "$TMP/tok_file.json"
