@@ -8,6 +8,7 @@
 #include "akv/core/errors.h"
 #include "akv/eval/batch.h"
 #include "akv/eval/fidelity.h"
+#include "akv/eval/fidelity_methods.h"
 #include "akv/eval/model_run.h"
 #include "akv/io/json_file.h"
 #include "akv/method/registry.h"
@@ -46,9 +47,11 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
                   "With --model: token sequences (one per line, ids separated by spaces; or an "
                   "HDF5 file with /tokens)");
   sub->add_option("--methods", opt->mo.methods,
-                  "With --model: methods to compare, comma-separated, each " + method_spec_help() +
+                  "With --model or --dump (then without --cache: each method compressed from the dump into a "
+                  "scratch cache in $TMPDIR and evaluated, one row each): methods to compare, comma-separated, each " +
+                      method_spec_help() +
                       " E.g. kivi-2, kivi:bits-key=4:bits-value=2, adakv:budget=0.2:quant=k4v2, "
-                      "balanced:demotion=fifo (docs/model.md, docs/tiered.md). The f32 full cache is "
+                      "balanced:demotion=fifo (docs/model.md, docs/tiered.md). With --model the f32 full cache is "
                       "always evaluated first as the reference")
       ->delimiter(',');
   CLI::Option* text = add_text_flags(sub, opt->mo.text, opt->mo.ctx, opt->mo.tokenizer,
@@ -99,6 +102,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   sub->callback([opt, lengths, depths, sub, &global] {
     check_output_distinct(opt->output, {opt->dump, opt->cache});
     ProgressBar bar("evaluate", !global.quiet);
+    const ReportFormat format = opt->json ? ReportFormat::json : opt->csv ? ReportFormat::csv : ReportFormat::table;
     for (const auto& [task, flags] : task_flags()) {  // a task's flag elsewhere would be silently ignored
       for (const char* flag : flags) {
         if (opt->task != task && sub->get_option(flag)->count()) throw UsageError(std::string(flag) + " needs --task " + task, {"", flag});
@@ -131,12 +135,17 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       mo.ppl.batch = parse_batch(opt->batch);
       mo.ppl.token_block = parse_token_block(opt->token_block);
       mo.ppl.attention = parse_attention_mode(mo.attention);
-      const ReportFormat f = opt->json ? ReportFormat::json : opt->csv ? ReportFormat::csv : ReportFormat::table;
-      write_text_file(opt->output, evaluate_model(mo, f, bar.callback()));
+      write_text_file(opt->output, evaluate_model(mo, format, bar.callback()));
+      return;
+    }
+    if (!opt->dump.empty() && !opt->mo.methods.empty()) {
+      if (!opt->cache.empty() || !opt->shard.empty()) throw UsageError("--dump with --methods takes no --cache or --shard", {"", "--methods"});
+      const std::vector<MethodFidelity> r = evaluate_methods(opt->dump, opt->mo.methods, global.threads, bar.callback());
+      write_text_file(opt->output, render_method_fidelity(opt->dump, r, format));
       return;
     }
     if (opt->dump.empty() || opt->cache.empty()) {
-      throw UsageError("evaluate needs --dump and --cache (or --model and --tokens)", {"", "--dump"});
+      throw UsageError("evaluate needs --dump with --cache or --methods (or --model with --tokens or --text)", {"", "--dump"});
     }
     if (!opt->shard.empty()) {
       const Shard shard = parse_shard(opt->shard);

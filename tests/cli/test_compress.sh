@@ -42,6 +42,24 @@ if cmp -s "$TMP/f_full.json" "$TMP/f_merged.json" && grep -q needle_survival "$T
 else
   fail "evaluate --dump --shard: merged fidelity report equals the unsharded one"
 fi
+# evaluate --dump --methods: each method through a scratch cache in $TMPDIR, the same figures as
+# compress then evaluate --dump --cache, and no file left behind.
+mkdir -p "$TMP/scratch"
+TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --methods kivi-2,adakv:budget=0.3:quant=kivi-4:window=16 --json \
+  -o "$TMP/f_methods.json"
+"$AKV" evaluate -q --dump "$d" --cache "$TMP/c_kivi-2.h5" --json -o "$TMP/f_kivi2.json"
+same=$("$PY" -c 'import json, sys
+m = json.load(open(sys.argv[1]))["methods"]
+refs = [json.load(open(f)) for f in sys.argv[2:]]
+keys = ("overall", "layers", "memory")
+print([x["method"] for x in m] == ["kivi-2", "adakv:budget=0.3:quant=kivi-4:window=16"]
+      and all(x[k] == r[k] for x, r in zip(m, refs) for k in keys))' "$TMP/f_methods.json" "$TMP/f_kivi2.json" "$TMP/f_full.json")
+expect_equal "evaluate --dump --methods: each report as compress + evaluate --cache" "$same" "True"
+expect_empty_dir "evaluate --dump --methods leaves no scratch cache" "$TMP/scratch"
+expect_error "evaluate --dump --methods: the reference full has no cache" 1 "reference full.*--methods = full" \
+  "$AKV" evaluate -q --dump "$d" --methods kivi-2,full
+expect_error "evaluate --dump: --methods and --cache together" 1 "takes no --cache" \
+  "$AKV" evaluate -q --dump "$d" --methods kivi-2 --cache "$TMP/c_kivi-2.h5"
 expect_error "merge: a fidelity shard missing" 2 "shard missing .*shard = 2/3" \
   "$AKV" merge "$TMP/f_p1.json" "$TMP/f_p3.json" -o "$TMP/never.json"
 "$AKV" --max-isa generic evaluate -q --dump "$d" --cache "$TMP/c_ev.h5" --shard 2/3 -o "$TMP/f_generic2.json"

@@ -34,6 +34,13 @@ plot_ok "perplexity against bits (pareto)" "$o/ppl.png" "$IN/perplexity.json"
 plot_ok "KL against bits (pareto --metric kl)" "$o/kl.svg" "$IN/perplexity.json" --metric kl
 if grep -q "KL divergence" "$o/kl.svg"; then pass "the KL figure labels its axis"; else fail "the KL figure labels its axis"; fi
 plot_ok "attention error against bits, two caches (pareto)" "$o/fid.svg" "$IN/fidelity.json" "$IN/fidelity.json"
+plot_ok "attention error against bits, every method of evaluate --dump --methods (pareto)" "$o/fidm.svg" \
+  "$IN/fidelity-methods.json"
+if grep -q "adakv:budget=0.2" "$o/fidm.svg" && grep -q "ggml:k=q4_0" "$o/fidm.svg"; then
+  pass "the methods figure labels each method's point"
+else
+  fail "the methods figure labels each method's point"
+fi
 plot_ok "decode attention against context" "$o/att.png" "$IN/bench-attention.json"
 plot_ok "cache bytes per tier along the decode steps (tiers)" "$o/tiers.svg" "$IN/perplexity.json" --kind tiers
 if grep -q "cold (host)" "$o/tiers.svg" && grep -q "compact:warm=64:cold-bits=16" "$o/tiers.svg"; then
@@ -140,10 +147,10 @@ cp "$IN"/*.json "$FX/budgets.json" "$FX/calibration.json" "$TMP/sweep.json" "$TM
 printf '{"format": "akv-perplexity", "version": 1, "methods": 7}' >"$TMP/figs/zz-malformed.json"
 run "${PLOT[@]}" report "$TMP/figs" -o "$TMP/report.html"
 n=$(grep -o "<svg" "$TMP/report.html" | wc -l)
-if [[ $rc -eq 0 && $n -eq 13 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
+if [[ $rc -eq 0 && $n -eq 14 ]] && grep -q "Not plotted" "$TMP/report.html" && grep -q "synth.json" "$TMP/report.html" &&
    grep -q "zz-malformed.json: malformed" "$TMP/report.html" &&
-   grep -q "perplexity.json: tiers" "$TMP/report.html" && grep -q "sweep.json: budget" "$TMP/report.html" && grep -q "sweep.json: bits" "$TMP/report.html" && grep -q "niah.json: needle depth" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
-  pass "report: 13 inline figures (tiers, budget, bits, ruler and its depth heatmap included), akv-synth and a malformed result listed as not plotted, no network"
+   grep -q "perplexity.json: tiers" "$TMP/report.html" && grep -q "sweep.json: budget" "$TMP/report.html" && grep -q "sweep.json: bits" "$TMP/report.html" && grep -q "niah.json: needle depth" "$TMP/report.html" && grep -q "fidelity-methods.json" "$TMP/report.html" && ! grep -Eq "(src|href)=\"https?:" "$TMP/report.html"; then
+  pass "report: 14 inline figures (tiers, budget, bits, ruler and its depth heatmap, the methods of one dump included), akv-synth and a malformed result listed as not plotted, no network"
 else
   fail "report: exit $rc, $n figures; stderr: $(head -c 300 "$TMP/err")"
 fi

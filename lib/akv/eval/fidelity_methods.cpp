@@ -1,0 +1,88 @@
+#include "akv/eval/fidelity_methods.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "akv/core/atomic_file.h"
+#include "akv/core/errors.h"
+#include "akv/io/json_file.h"
+#include "akv/method/params.h"
+#include "akv/method/registry.h"
+
+namespace akv {
+
+std::vector<MethodFidelity> evaluate_methods(const std::string& dump_path, const std::vector<std::string>& specs,
+                                             int threads, const ProgressFn& progress) {
+  if (specs.empty()) throw UsageError("no method to evaluate", {"", "--methods"});
+  std::vector<CompressParams> params;
+  for (const std::string& spec : specs) {
+    std::optional<CompressParams> p = resolve_method_spec(spec);
+    if (!p) throw UsageError("the reference full has no cache: --dump compares each method with the dump itself", {"", "--methods", spec});
+    params.push_back(std::move(*p));
+  }
+  const std::string scratch_name = (std::filesystem::temp_directory_path() / "akv-evaluate-cache.h5").string();
+  std::vector<MethodFidelity> out;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const AtomicOutput scratch(scratch_name);  // never committed: its file goes when evaluated
+    compress_dump(dump_path, scratch.temp_path(), params[i], threads, progress);
+    FidelityReport r = evaluate_cache(dump_path, scratch.temp_path(), threads, true, progress);
+    r.cache_path.clear();
+    out.push_back({specs[i], std::move(r)});
+  }
+  return out;
+}
+
+namespace {
+
+std::string cell(double v) { return fmt::format("{:.3e}", v); }
+
+std::string render_table(const std::vector<MethodFidelity>& rows, bool csv) {
+  std::size_t w = 6;
+  for (const MethodFidelity& m : rows) w = std::max(w, m.spec.size());
+  std::string out = csv ? "method,bytes,bits_per_element,ratio,key_rel_mse,value_rel_mse,attn_rel_err,kl,"
+                          "recall_at_1,recall_at_8,recall_at_32,retained_mass,needle_survival\n"
+                        : fmt::format("{:<{}} {:>11} {:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>7} {:>8} {:>8}\n",
+                                      "method", w, "bytes", "bits/el", "ratio", "key_mse", "value_mse", "attn_err", "kl",
+                                      "top1", "top8", "top32", "retained", "needles");
+  for (const MethodFidelity& m : rows) {
+    const FidelityReport& r = m.report;
+    const FidelityMetrics x = metrics(r.total());
+    const bool evicts = x.evicted_mass > 1e-9;
+    if (csv) {
+      out += fmt::format("{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{:.9g},{}\n", m.spec,
+                         r.memory.total.total(), r.memory.bits_per_element(), r.memory.ratio(), x.key_rel_mse,
+                         x.value_rel_mse, x.attn_rel_err, x.kl, x.recall[0], x.recall[1], x.recall[2], x.retained_mass,
+                         r.needles.empty() ? std::string() : fmt::format("{:.9g}", r.needle_survival()));
+      continue;
+    }
+    out += fmt::format("{:<{}} {:>11} {:>8.3f} {:>6.2f} {:>10} {:>10} {:>10} {:>10} {:>7.4f} {:>7.4f} {:>7.4f} {:>8} {:>8}\n",
+                       m.spec, w, r.memory.total.total(), r.memory.bits_per_element(), r.memory.ratio(), cell(x.key_rel_mse),
+                       cell(x.value_rel_mse), cell(x.attn_rel_err), cell(x.kl), x.recall[0], x.recall[1], x.recall[2],
+                       evicts ? fmt::format("{:.4f}", x.retained_mass) : "-",
+                       evicts && !r.needles.empty() ? fmt::format("{:.4f}", r.needle_survival()) : "-");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_method_fidelity(const std::string& dump_path, const std::vector<MethodFidelity>& rows,
+                                   ReportFormat format) {
+  if (format != ReportFormat::json) return render_table(rows, format == ReportFormat::csv);
+  nlohmann::json methods = nlohmann::json::array();
+  for (const MethodFidelity& m : rows) {
+    nlohmann::json j = m.report.to_json();
+    j.erase("format");
+    j.erase("version");
+    j.erase("dump");
+    j.erase("cache");
+    j["method"] = m.spec;
+    methods.push_back(std::move(j));
+  }
+  return json_text(nlohmann::json{{"format", "akv-fidelity-methods"}, {"version", 1}, {"dump", dump_path}, {"methods", methods}});
+}
+
+}  // namespace akv

@@ -1,0 +1,33 @@
+#pragma once
+// `akv evaluate --dump D --methods A,B,...`: several methods' fidelity on one dump in one run.
+// Each method is compressed from the dump into a scratch cache (a temporary file in the system's
+// temporary directory, $TMPDIR, removed once evaluated and on a fatal signal) and evaluated
+// against the dump: the figures `akv compress` then `akv evaluate --dump --cache` give, without a
+// cache path.
+#include <string>
+#include <vector>
+
+#include "akv/core/progress.h"
+#include "akv/eval/fidelity.h"
+#include "akv/eval/model_run.h"
+
+namespace akv {
+
+struct MethodFidelity {
+  std::string spec;        // as given: name[:flag=value...]
+  FidelityReport report;   // cache_path empty
+};
+
+// Every spec is resolved before any work (UsageError / InvalidInput naming the spec; the
+// reference `full` has no cache and is refused); then each method in order, on `threads`.
+std::vector<MethodFidelity> evaluate_methods(const std::string& dump_path, const std::vector<std::string>& specs,
+                                             int threads, const ProgressFn& progress);
+
+// The reports: a table (one row per method: bytes, bits per element, ratio to f16, the overall
+// metrics, retained attention mass and needle survival when the method evicts), CSV (the same
+// columns) or JSON (format akv-fidelity-methods v1: the dump, then per method its spec and its
+// evaluate --json report).
+std::string render_method_fidelity(const std::string& dump_path, const std::vector<MethodFidelity>& rows,
+                                   ReportFormat format);
+
+}  // namespace akv
