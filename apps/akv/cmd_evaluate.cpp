@@ -110,11 +110,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     }
     if (!opt->mo.model.empty()) {
       ModelRunOptions& mo = opt->mo;
-      if (!opt->ratios.empty()) {
-        mo.ruler_options.ratio_specs = expand_ratios(mo.methods, opt->ratios);
-        mo.methods.clear();
-        for (const RatioSpec& r : mo.ruler_options.ratio_specs) mo.methods.push_back(r.spec);
-      }
+      if (!opt->ratios.empty()) apply_ratios(mo, opt->ratios);
       mo.ppl.methods = resolve_methods(mo.methods);
       std::vector<std::string> inputs = model_run_inputs(mo.model, mo.ppl.methods);
       inputs.insert(inputs.end(), {mo.tokens, mo.text, mo.filler, mo.tokenizer});
@@ -140,21 +136,20 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
     }
     if (!opt->dump.empty() && !opt->mo.methods.empty()) {
       if (!opt->cache.empty() || !opt->shard.empty()) throw UsageError("--dump with --methods takes no --cache or --shard", {"", "--methods"});
-      const std::vector<MethodFidelity> r = evaluate_methods(opt->dump, opt->mo.methods, global.threads, bar.callback());
-      write_text_file(opt->output, render_method_fidelity(opt->dump, r, format));
+      const std::vector<PplMethod> methods = resolve_dump_methods(opt->mo.methods);
+      check_output_distinct(opt->output, model_run_inputs("", methods));
+      write_text_file(opt->output, render_method_fidelity(opt->dump, evaluate_methods(opt->dump, methods, global.threads, bar.callback()), format));
       return;
     }
     if (opt->dump.empty() || opt->cache.empty()) {
       throw UsageError("evaluate needs --dump with --cache or --methods (or --model with --tokens or --text)", {"", "--dump"});
     }
-    if (!opt->shard.empty()) {
-      const Shard shard = parse_shard(opt->shard);
-      const FidelityReport r = evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback(), shard);
-      write_text_file(opt->output, json_text(fidelity_part_json(r, shard)));
-      return;
-    }
-    const FidelityReport r = evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback());
-    write_text_file(opt->output, opt->json ? json_text(r.to_json()) : opt->csv ? r.to_csv() : r.to_table(opt->per_head));
+    const Shard shard = opt->shard.empty() ? Shard{} : parse_shard(opt->shard);  // a part's JSON with a shard
+    const FidelityReport r = evaluate_cache(opt->dump, opt->cache, global.threads, !opt->no_verify, bar.callback(), shard);
+    write_text_file(opt->output, !opt->shard.empty() ? json_text(fidelity_part_json(r, shard))
+                                 : opt->json         ? json_text(r.to_json())
+                                 : opt->csv          ? r.to_csv()
+                                                     : r.to_table(opt->per_head));
   });
 }
 

@@ -60,6 +60,9 @@ expect_error "evaluate --dump --methods: the reference full has no cache" 1 "ref
   "$AKV" evaluate -q --dump "$d" --methods kivi-2,full
 expect_error "evaluate --dump: --methods and --cache together" 1 "takes no --cache" \
   "$AKV" evaluate -q --dump "$d" --methods kivi-2 --cache "$TMP/c_kivi-2.h5"
+"$AKV" allocate -q "$d" --method adakv --budget 0.3 --window 16 -o "$TMP/b_m.json" >/dev/null
+expect_error "evaluate --dump --methods: the output is a method's budgets file" 1 "output is an input" \
+  "$AKV" evaluate -q --dump "$d" --methods "adakv:budgets=$TMP/b_m.json" -o "$TMP/b_m.json"
 expect_error "merge: a fidelity shard missing" 2 "shard missing .*shard = 2/3" \
   "$AKV" merge "$TMP/f_p1.json" "$TMP/f_p3.json" -o "$TMP/never.json"
 "$AKV" --max-isa generic evaluate -q --dump "$d" --cache "$TMP/c_ev.h5" --shard 2/3 -o "$TMP/f_generic2.json"

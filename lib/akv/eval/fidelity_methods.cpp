@@ -10,27 +10,33 @@
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
 #include "akv/method/params.h"
-#include "akv/method/registry.h"
 
 namespace akv {
 
-std::vector<MethodFidelity> evaluate_methods(const std::string& dump_path, const std::vector<std::string>& specs,
-                                             int threads, const ProgressFn& progress) {
+std::vector<PplMethod> resolve_dump_methods(const std::vector<std::string>& specs) {
   if (specs.empty()) throw UsageError("no method to evaluate", {"", "--methods"});
-  std::vector<CompressParams> params;
+  std::vector<PplMethod> out;
   for (const std::string& spec : specs) {
     std::optional<CompressParams> p = resolve_method_spec(spec);
     if (!p) throw UsageError("the reference full has no cache: --dump compares each method with the dump itself", {"", "--methods", spec});
-    params.push_back(std::move(*p));
+    out.push_back({spec, std::move(p)});
+  }
+  return out;
+}
+
+std::vector<MethodFidelity> evaluate_methods(const std::string& dump_path, const std::vector<PplMethod>& methods,
+                                             int threads, const ProgressFn& progress) {
+  for (const PplMethod& m : methods) {
+    if (!m.params) throw UsageError("the reference full has no cache", {"", "--methods", m.spec});
   }
   const std::string scratch_name = (std::filesystem::temp_directory_path() / "akv-evaluate-cache.h5").string();
   std::vector<MethodFidelity> out;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
+  for (const PplMethod& m : methods) {
     const AtomicOutput scratch(scratch_name);  // never committed: its file goes when evaluated
-    compress_dump(dump_path, scratch.temp_path(), params[i], threads, progress);
+    compress_dump(dump_path, scratch.temp_path(), *m.params, threads, progress);
     FidelityReport r = evaluate_cache(dump_path, scratch.temp_path(), threads, true, progress);
     r.cache_path.clear();
-    out.push_back({specs[i], std::move(r)});
+    out.push_back({m.spec, std::move(r)});
   }
   return out;
 }

@@ -10,6 +10,7 @@
 #include "akv/core/progress.h"
 #include "akv/eval/fidelity.h"
 #include "akv/eval/model_run.h"
+#include "akv/eval/perplexity.h"
 
 namespace akv {
 
@@ -18,9 +19,12 @@ struct MethodFidelity {
   FidelityReport report;   // cache_path empty
 };
 
-// Every spec is resolved before any work (UsageError / InvalidInput naming the spec; the
-// reference `full` has no cache and is refused); then each method in order, on `threads`.
-std::vector<MethodFidelity> evaluate_methods(const std::string& dump_path, const std::vector<std::string>& specs,
+// Each spec resolved, before any work: UsageError / InvalidInput naming a bad one; the reference
+// `full` has no cache and is refused (UsageError naming it).
+std::vector<PplMethod> resolve_dump_methods(const std::vector<std::string>& specs);
+
+// Each method in order (every one with parameters: resolve_dump_methods), on `threads`.
+std::vector<MethodFidelity> evaluate_methods(const std::string& dump_path, const std::vector<PplMethod>& methods,
                                              int threads, const ProgressFn& progress);
 
 // The reports: a table (one row per method: bytes, bits per element, ratio to f16, the overall

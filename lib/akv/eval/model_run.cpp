@@ -213,6 +213,12 @@ std::vector<RatioSpec> expand_ratios(const std::vector<std::string>& specs, cons
   return out;
 }
 
+void apply_ratios(ModelRunOptions& o, const std::vector<double>& ratios) {
+  o.ruler_options.ratio_specs = expand_ratios(o.methods, ratios);
+  o.methods.clear();
+  for (const RatioSpec& r : o.ruler_options.ratio_specs) o.methods.push_back(r.spec);
+}
+
 std::vector<std::string> model_run_inputs(const std::string& model_path, const std::vector<PplMethod>& methods) {
   std::vector<std::string> files{model_path};
   std::error_code ec;

@@ -57,6 +57,8 @@ std::vector<PplMethod> resolve_methods(const std::vector<std::string>& specs);
 // fraction of the context's tokens removed), in ratio order; every other spec once, without a
 // ratio. InvalidInput naming --ratios for a ratio outside [0, 1).
 std::vector<RatioSpec> expand_ratios(const std::vector<std::string>& specs, const std::vector<double>& ratios);
+// `--ratios` applied: o.methods replaced by their expansion, kept in o.ruler_options.ratio_specs.
+void apply_ratios(ModelRunOptions& o, const std::vector<double>& ratios);
 
 // What a run of a model reads besides its own flags' files: the model path and, for a Hugging
 // Face directory, every file in it (config.json, weights, the tokenizer found there), and the
