@@ -72,7 +72,10 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
     m.kv_shape() = s.windowed() && !s.all_local() ? s.global_shape() : s.kv_shape();
     for (const auto& spec : opt->methods) {
       methods.push_back({spec, spec == "f32" ? std::nullopt : resolve_method_spec(spec)});
-      if (auto& p = methods.back().params) read_calibration_inputs(*p, m);  // per-head bits, nuq's sparsity and sinks
+      if (auto& p = methods.back().params) {
+        check_output_distinct(opt->output, p->input_files());
+        read_calibration_inputs(*p, m);  // per-head bits, nuq's sparsity and sinks
+      }
     }
     if (!opt->calibration.empty()) {
       CompressParams p = resolve_params(parse_method_spec("kivi"));

@@ -45,6 +45,9 @@ else
 fi
 expect "plan: nuq with the calibration's codebooks" 0 "nuq K3/V3 pre-RoPE" \
   "$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --context 256 --memory 1GB --methods "nuq:calibration=$cal"
+cp "$cal" "$TMP/cal_copy.json"
+expect_error "plan: the output is a method's calibration" 1 "output is an input" \
+  "$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --methods "nuq:calibration=$TMP/cal_copy.json" -o "$TMP/cal_copy.json"
 expect_error "plan: unknown tiered preset" 2 "unknown tiered preset" \
   "$AKV" plan --layers 2 --kv-heads 2 --head-dim 64 --methods tiered:preset=huge
 finish
