@@ -60,6 +60,8 @@ expect_error "evaluate --dump --methods: the reference full has no cache" 1 "ref
   "$AKV" evaluate -q --dump "$d" --methods kivi-2,full
 expect_error "evaluate --dump: --methods and --cache together" 1 "takes no --cache" \
   "$AKV" evaluate -q --dump "$d" --methods kivi-2 --cache "$TMP/c_kivi-2.h5"
+expect_error "evaluate --dump --methods: TMPDIR missing" 3 "no temporary directory.*TMPDIR = $TMP/none" \
+  env TMPDIR="$TMP/none" "$AKV" evaluate -q --dump "$d" --methods kivi-2
 "$AKV" allocate -q "$d" --method adakv --budget 0.3 --window 16 -o "$TMP/b_m.json" >/dev/null
 expect_error "evaluate --dump --methods: the output is a method's budgets file" 1 "output is an input" \
   "$AKV" evaluate -q --dump "$d" --methods "adakv:budgets=$TMP/b_m.json" -o "$TMP/b_m.json"

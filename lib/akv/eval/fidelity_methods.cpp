@@ -1,6 +1,7 @@
 #include "akv/eval/fidelity_methods.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -29,7 +30,13 @@ std::vector<MethodFidelity> evaluate_methods(const std::string& dump_path, const
   for (const PplMethod& m : methods) {
     if (!m.params) throw UsageError("the reference full has no cache", {"", "--methods", m.spec});
   }
-  const std::string scratch_name = (std::filesystem::temp_directory_path() / "akv-evaluate-cache.h5").string();
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  if (ec) {
+    const char* env = std::getenv("TMPDIR");
+    throw IoError("no temporary directory for the scratch caches: " + ec.message(), {"", "TMPDIR", env ? env : ""});
+  }
+  const std::string scratch_name = (dir / "akv-evaluate-cache.h5").string();
   std::vector<MethodFidelity> out;
   for (const PplMethod& m : methods) {
     const AtomicOutput scratch(scratch_name);  // never committed: its file goes when evaluated
