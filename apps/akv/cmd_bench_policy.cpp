@@ -1,5 +1,6 @@
 // akv bench policy: per-token decode cost of each cache method after a synthetic prompt.
 #include "akv/bench/policy_bench.h"
+#include "akv/eval/model_run.h"
 #include "bench_flags.h"
 
 namespace akv::cli {
@@ -30,6 +31,7 @@ void register_bench_policy(CLI::App* bench, const GlobalOptions& global) {
   pol->add_option("--seed", pb.seed, "Random seed")->capture_default_str();
   add_bench_common(pol, popt->common);
   pol->callback([popt, &global] {
+    check_output_distinct(popt->common.output, model_run_inputs("", resolve_methods(popt->bench.methods)));
     PolicyBenchOptions o = popt->bench;
     o.threads = global.threads;
     o.warmup = popt->common.warmup;

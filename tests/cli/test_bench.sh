@@ -87,6 +87,10 @@ expect "bench policy" 0 "kivi-2" \
   "$AKV" bench policy --contexts 200 --layers 1 --heads 4 --kv-heads 2 --head-dim 32 \
   --methods none,kivi-2,h2o:budget=0.5 --warmup 1 --repeat 3
 
+cp "$SRC/data/fixtures/calibration.json" "$TMP/bench_cal.json"
+expect_error "bench policy: the output is a method's calibration" 1 "output is an input" \
+  "$AKV" bench policy --contexts 200 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 \
+  --methods "kivi:calibration=$TMP/bench_cal.json" -o "$TMP/bench_cal.json"
 expect_error "unknown attention variant" 2 "unknown variant.*q5" \
   "$AKV" bench attention --contexts 300 --variants q5
 expect "bench attention --isa generic,avx2 (checked against the reference, one row each)" 0 " q4 +avx2 " \
