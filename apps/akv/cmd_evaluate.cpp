@@ -135,7 +135,9 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
       return;
     }
     if (!opt->dump.empty() && !opt->mo.methods.empty()) {
-      if (!opt->cache.empty() || !opt->shard.empty()) throw UsageError("--dump with --methods takes no --cache or --shard", {"", "--methods"});
+      if (!opt->cache.empty() || !opt->shard.empty() || opt->per_head || opt->no_verify) {
+        throw UsageError("--dump with --methods takes no --cache, --shard, --per-head or --no-verify-hash", {"", "--methods"});
+      }
       const std::vector<PplMethod> methods = resolve_dump_methods(opt->mo.methods);
       check_output_distinct(opt->output, model_run_inputs("", methods));
       write_text_file(opt->output, render_method_fidelity(opt->dump, evaluate_methods(opt->dump, methods, global.threads, bar.callback()), format));

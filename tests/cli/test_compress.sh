@@ -58,7 +58,7 @@ expect_equal "evaluate --dump --methods: each report as compress + evaluate --ca
 expect_empty_dir "evaluate --dump --methods leaves no scratch cache" "$TMP/scratch"
 expect_error "evaluate --dump --methods: the reference full has no cache" 1 "reference full.*--methods = full" \
   "$AKV" evaluate -q --dump "$d" --methods kivi-2,full
-expect_error "evaluate --dump: --methods and --cache together" 1 "takes no --cache" \
+expect_error "evaluate --dump: --methods and --cache together" 1 "takes no --cache, --shard, --per-head" \
   "$AKV" evaluate -q --dump "$d" --methods kivi-2 --cache "$TMP/c_kivi-2.h5"
 expect_error "evaluate --dump --methods: TMPDIR missing" 3 "no temporary directory.*TMPDIR = $TMP/none" \
   env TMPDIR="$TMP/none" "$AKV" evaluate -q --dump "$d" --methods kivi-2
