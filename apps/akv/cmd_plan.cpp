@@ -71,10 +71,11 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
     DumpMeta m;
     m.kv_shape() = s.windowed() && !s.all_local() ? s.global_shape() : s.kv_shape();
     for (const auto& spec : opt->methods) {
-      methods.push_back({spec, spec == "f32" ? std::nullopt : resolve_method_spec(spec)});
+      methods.push_back({spec, spec == "f32" ? std::nullopt : resolve_method_spec_for_bytes(spec)});
       if (auto& p = methods.back().params) {
         check_output_distinct(opt->output, p->input_files());
-        read_calibration_inputs(*p, m);  // per-head bits, nuq's sparsity and sinks
+        // per-head bits, nuq's sparsity and sinks (nuq without calibration=: KVQuant's defaults)
+        if (p->method != Quantizer::nuq || !p->codebook_file.empty()) read_calibration_inputs(*p, m);
       }
     }
     if (!opt->calibration.empty()) {

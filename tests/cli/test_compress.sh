@@ -21,6 +21,8 @@ if cmp -s "$TMP/c_spec.h5" "$TMP/c_flags.h5"; then pass "compress --method SPEC 
   fail "compress --method SPEC equals its flags"; fi
 expect_error "compress: a flag both in the method spec and on the command line" 1 \
   "given twice.*--bits = kivi:bits=3" "$AKV" compress -q "$d" -o "$TMP/never.h5" -m kivi:bits=3 --bits 4
+expect_error "compress: nuq without its codebooks" 1 "nuq needs calibration=calib.json" \
+  "$AKV" compress -q "$d" -o "$TMP/never.h5" -m nuq
 expect_error "compress: an unknown flag in the method spec" 1 "unknown method flag" \
   "$AKV" compress -q "$d" -o "$TMP/never.h5" -m kivi:bogus=1
 

@@ -45,6 +45,13 @@ else
 fi
 expect "plan: nuq with the calibration's codebooks" 0 "nuq K3/V3 pre-RoPE" \
   "$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --context 256 --memory 1GB --methods "nuq:calibration=$cal"
+# nuq without a calibration: KVQuant's defaults (sparsity 0.99, one f16 sink). By hand, head_dim
+# 64, 3 bits, 1000 tokens: keys 288 (levels + per-channel thresholds) + 128 (sink) + 999 x (24 codes
+# + 2 count + 4 x 0.64 outliers), values 32 + 128 + 999 x (24 + 2 + 8 range/offset + 2 x 4
+# outliers): 71065.44 bytes, 71.06544 a token.
+nuq_b=$("$AKV" plan --layers 1 --kv-heads 1 --head-dim 64 --context 1000 --methods nuq --json |
+  "$PY" -c 'import json, sys; print(round(json.load(sys.stdin)["methods"][0]["device_bytes_per_token"], 6))')
+expect_equal "plan: nuq without calibration= counts KVQuant's defaults" "$nuq_b" "71.06544"
 cp "$cal" "$TMP/cal_copy.json"
 expect_error "plan: the output is a method's calibration" 1 "output is an input" \
   "$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --methods "nuq:calibration=$TMP/cal_copy.json" -o "$TMP/cal_copy.json"

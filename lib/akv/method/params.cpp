@@ -480,6 +480,13 @@ std::optional<CompressParams> resolve_method_spec(const std::string& spec) {
   return resolve_params(parse_method_spec(spec));
 }
 
+std::optional<CompressParams> resolve_method_spec_for_bytes(const std::string& spec) {
+  CompressRequest r = parse_method_spec(spec);
+  if (r.method != "nuq" || r.calibration) return resolve_method_spec(spec);
+  r.calibration = "";  // resolve_nuq's codebook_file, left empty
+  return resolve_params(r);
+}
+
 CompressParams resolve_params(const CompressRequest& r) {
   check_request(r);
   if (const MethodInfo* m = find_method(r.method); m && m->kind == MethodKind::ggml && r.method.rfind("turboquant", 0) == 0) {
