@@ -35,7 +35,7 @@ void register_bench_decode(CLI::App* bench, const GlobalOptions& global) {
       "--repeats");
   dec->add_option("--model", dopt->model, kModelHelp)->required();
   add_weights_flag(dec, dopt->weights);
-  dec->add_option("--tokens", dopt->tokens, "Token sequences (one per line)")->required();
+  dec->add_option("--tokens", dopt->tokens, "Token sequences (one per line; - = standard input)")->required();
   dec->add_option("--methods", dopt->methods, "Methods (as in evaluate --methods)")
       ->delimiter(',')->capture_default_str();
   dec->add_option("--prefill", dopt->prefill, "Prompt tokens")->capture_default_str();

@@ -33,7 +33,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
       "positions, and the tokens; for allocate / compress / evaluate on real model tensors");
   sub->add_option("--model", opt->model, kModelHelp)->required();
   add_weights_flag(sub, opt->weights);
-  auto* tokens = sub->add_option("--tokens", opt->tokens, "Token sequences (one per line, or HDF5 /tokens)");
+  auto* tokens = sub->add_option("--tokens", opt->tokens, "Token sequences (one per line, or HDF5 /tokens; - = standard input)");
   CLI::Option* text = add_text_flags(sub, opt->text, opt->ctx, opt->tokenizer,
                                      "A text file cut into llama-perplexity's chunks of --ctx tokens (BOS first; "
                                      "evaluate --text); --line picks the chunk");

@@ -45,7 +45,7 @@ void register_evaluate(CLI::App& app, const GlobalOptions& global) {
   add_weights_flag(sub, opt->mo.weights);
   sub->add_option("--tokens", opt->mo.tokens,
                   "With --model: token sequences (one per line, ids separated by spaces; or an "
-                  "HDF5 file with /tokens)");
+                  "HDF5 file with /tokens; - = standard input)");
   sub->add_option("--methods", opt->mo.methods,
                   "With --model or --dump (then without --cache: each method compressed from the dump into a "
                   "scratch cache in $TMPDIR and evaluated, one row each): methods to compare, comma-separated, each " +

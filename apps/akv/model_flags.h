@@ -29,7 +29,7 @@ inline void add_weights_flag(CLI::App* sub, std::string& mode) {
 // --text (with `text_help`), --ctx and --tokenizer (evaluate --model, dump). Returns --text.
 inline CLI::Option* add_text_flags(CLI::App* sub, std::string& text, std::size_t& ctx, std::string& tokenizer,
                                    const std::string& text_help) {
-  CLI::Option* t = sub->add_option("--text", text, text_help);
+  CLI::Option* t = sub->add_option("--text", text, text_help + " (- = standard input)");
   sub->add_option("--ctx", ctx, "With --text: tokens per chunk")->capture_default_str()
       ->check(CLI::Range(4, 1 << 24));
   sub->add_option("--tokenizer", tokenizer,
@@ -55,7 +55,7 @@ inline void add_passkey_flags(CLI::App* sub, PasskeyOptions& pk, std::string& fi
       ->capture_default_str()->check(CLI::Range(1, 64));
   sub->add_option("--seed", pk.seed, "Passkey and ruler: random seed (markers, keys, needles, haystacks)")->capture_default_str();
   sub->add_option("--filler", filler,
-                  "Passkey: filler token sequences (one per line; default: --tokens); used in token mode, "
+                  "Passkey: filler token sequences (one per line; - = standard input; default: --tokens); used in token mode, "
                   "when the model has no tokenizer and --tokenizer names none");
   sub->add_flag("--query-agnostic", pk.query_agnostic,
                 "Passkey: the caches ingest the prompt up to its question (text mode: 'What is the pass key? ...'; "

@@ -229,7 +229,7 @@ const std::vector<ParamInfo>& param_registry() {
        "seed of rotate=random's signs (default 0)", 0, {}, false, false, {}, {}},
       {"calibration", S::quant, P::Text([](CompressRequest& r) -> auto& { return r.calibration; }),
        "a calibration file from `akv calibrate -o calib.json`: per-head key/value bits (kivi layout; replaces "
-       "bits), fp8's scales, or nuq's codebooks (bits picks them)", {}, {},
+       "bits), fp8's scales, or nuq's codebooks (bits picks them); - = standard input", {}, {},
        false, false, {}, {}},
       // Eviction.
       {"quant", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.quant; }),
@@ -243,7 +243,7 @@ const std::vector<ParamInfo>& param_registry() {
        "budget as tokens per KV head on average (window and sinks included)", 0, {}, false, false, {}, {}},
       {"budgets", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.budgets_file; }),
        "per-head budgets from `akv allocate -o` (its scoring settings are used; implies its method when "
-       "no method is named)", {}, {}, false, false, {}, {}},
+       "no method is named; - = standard input)", {}, {}, false, false, {}, {}},
       {"score", S::eviction, P::Text([](CompressRequest& r) -> auto& { return r.eviction.score; }),
        "token scores the allocator ranks (default the method's: snapkv for adakv, waterfill, pyramid, "
        "adakv-pyramid, adakv-global); not with joint", {}, {}, false, false, {}, score_words()},
