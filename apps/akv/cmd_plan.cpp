@@ -74,8 +74,7 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
       methods.push_back({spec, spec == "f32" ? std::nullopt : resolve_method_spec_for_bytes(spec)});
       if (auto& p = methods.back().params) {
         check_output_distinct(opt->output, p->input_files());
-        // per-head bits, nuq's sparsity and sinks (nuq without calibration=: KVQuant's defaults)
-        if (p->method != Quantizer::nuq || !p->codebook_file.empty()) read_calibration_inputs(*p, m);
+        read_calibration_inputs(*p, m);  // per-head bits, nuq's sparsity and sinks (without a file: KVQuant's defaults)
       }
     }
     if (!opt->calibration.empty()) {

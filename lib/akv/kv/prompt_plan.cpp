@@ -23,8 +23,7 @@ void read_calibration_inputs(CompressParams& p, const KvWindow& m) {
     }
     g->head_types = t.types;
   }
-  if (p.method == Quantizer::nuq && !p.codebooks) {
-    if (p.codebook_file.empty()) throw UsageError("nuq needs calibration=calib.json to code rows", {"", "calibration", ""});
+  if (p.method == Quantizer::nuq && !p.codebooks && !p.codebook_file.empty()) {
     p.codebooks = std::make_shared<const NuqCodebooks>(read_calibration_nuq(p.codebook_file, m, p.key.bits, p.value.bits));
   }
 }

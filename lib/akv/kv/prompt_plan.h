@@ -35,7 +35,8 @@ struct PromptPlan {
 };
 
 // What a method's calibration file gives it, read once for shape `m` (each part unless already
-// set): kivi's per-head bits (calibration=) and nuq's codebooks at its key and value bits.
+// set): kivi's per-head bits (calibration=) and nuq's codebooks at its key and value bits (none
+// without a file: resolve_method_spec_for_bytes, for byte counts; coding rows refuses that).
 void read_calibration_inputs(CompressParams& p, const KvWindow& m);
 
 // The plan of `params` for a sequence of shape `m`. Its calibration inputs are read

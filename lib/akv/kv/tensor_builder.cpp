@@ -23,6 +23,7 @@ TensorBuilder head_tensor_builder(std::size_t head_dim, const QuantParams& p, bo
     return TensorBuilder(head_dim, info, head_type_rotation(t, p.rotate, p.rotate_seed, info, head_dim, key));
   }
   if (p.method == Quantizer::nuq) {
+    if (!p.nuq_key || !p.nuq_value) throw UsageError("nuq needs calibration=calib.json to code rows", {"", "calibration", ""});
     return key ? TensorBuilder(head_dim, p.nuq_key, p.pre_rope, rope) : TensorBuilder(head_dim, p.nuq_value, false, rope);
   }
   if (!key) return TensorBuilder(head_dim, p.value, p, 0, false, rope, p.rotation(head_dim, false));
