@@ -60,7 +60,7 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
                   "--rotate-choice on each head also chooses it or none")
       ->check(CLI::IsMember({"none", "hadamard", "random"}));
   sub->add_option("-o,--output", opt->output,
-                  "Write the budgets file (JSON) here (- = stdout: the JSON alone, without the table, for a pipe "
+                  "Write the budgets file (JSON) here (- or /dev/stdout = stdout: the JSON alone, without the table, for a pipe "
                   "into `akv compress --budgets -`)");
   sub->add_flag("--json", opt->json, "Print the budgets JSON on stdout instead of the table");
   sub->callback([opt, &global] {
@@ -79,8 +79,9 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
       if (opt->req.eviction.window) jo.window = static_cast<std::size_t>(*opt->req.eviction.window);
       ProgressBar bar("allocate", !global.quiet);
       const nlohmann::json j = allocate_joint(opt->dump, jo, bar.callback());
+      const bool json_alone = names_stdout(opt->output);  // before the write replaces a redirected file
       if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
-      if (opt->output == "-") return;
+      if (json_alone) return;
       std::fputs((opt->json ? json_text(j) : render_joint(j)).c_str(), stdout);
       return;
     }
@@ -97,8 +98,9 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
     ProgressBar bar("allocate", !global.quiet);
     const EvictionPlan plan = plan_eviction(dump, p, global.threads, bar.callback());
     const nlohmann::json j = budgets_json(plan, dump, file_hash(opt->dump));
+    const bool json_alone = names_stdout(opt->output);  // before the write replaces a redirected file
     if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
-    if (opt->output == "-") return;
+    if (json_alone) return;
     const std::string text = opt->json ? json_text(j) : render_budgets(j);
     std::fputs(text.c_str(), stdout);
   });

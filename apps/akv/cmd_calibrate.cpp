@@ -50,7 +50,7 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       "See docs/calibrate.md.");
   sub->add_option("dumps", opt->dumps, "Dumps (akv-dump) of the same model")->required();
   sub->add_option("-o,--output", opt->output,
-                  "Write calib.json here (- = stdout: the JSON alone, without the table, for a pipe into "
+                  "Write calib.json here (- or /dev/stdout = stdout: the JSON alone, without the table, for a pipe into "
                   "`akv compress --calibration -`)");
   sub->add_option("--target-bits", c.target_bits, "Average bits per head (keys and values)")
       ->capture_default_str();
@@ -127,8 +127,8 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
       throw UsageError("--emit reads the per-head types of --types", {"", "--emit", opt->emit});
     }
     if (!opt->emit.empty() && !opt->shard.empty()) throw UsageError("--emit needs every layer: not with --shard", {"", "--emit", opt->emit});
-    if (!opt->emit.empty() && opt->output == "-") {
-      throw UsageError("--emit prints the engine settings on stdout: write calib.json to a file", {"", "-o", "-"});
+    if (!opt->emit.empty() && names_stdout(opt->output)) {
+      throw UsageError("--emit prints the engine settings on stdout: write calib.json to a file", {"", "-o", opt->output});
     }
     if (!opt->shard.empty()) {
       ProgressBar bar("calibrate", !global.quiet);
@@ -141,8 +141,9 @@ void register_calibrate(CLI::App& app, const GlobalOptions& global) {
     ProgressBar bar("calibrate", !global.quiet);
     const nlohmann::json j = calibrate(opt->dumps, o, bar.callback());
     const nlohmann::json emitted = opt->emit.empty() ? nlohmann::json() : engine_settings(j, opt->emit);
+    const bool json_alone = names_stdout(opt->output);  // before the write replaces a redirected file
     if (!opt->output.empty()) write_text_file(opt->output, json_text(j));
-    if (opt->output == "-") return;
+    if (json_alone) return;
     std::fputs((!opt->emit.empty() ? json_text(emitted) : opt->json ? json_text(j) : render_calibration(j)).c_str(), stdout);
   });
 }

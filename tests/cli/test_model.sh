@@ -39,6 +39,10 @@ expect_equal "CriticalAdaKV through allocate's budgets file: every dataset as wh
   | "$AKV" compress -q "$TMP/so.h5" -o "$TMP/crit_pipe.h5" --budgets - >/dev/null
 same=$(same_datasets "$TMP/crit_f.h5" "$TMP/crit_pipe.h5")
 expect_equal "allocate -o - | compress --budgets -: every dataset as through the budgets file" "$same" "True"
+"$AKV" allocate -q "$TMP/so.h5" --method adakv --capacity-rule kvpress --critical on --budget 0.3 --window 16 \
+  -o /dev/stdout | cat >"$TMP/crit_devout.json"
+if cmp -s "$TMP/crit_b.json" "$TMP/crit_devout.json"; then pass "allocate -o /dev/stdout (a pipe): the JSON alone"; else
+  fail "allocate -o /dev/stdout (a pipe): the JSON alone"; fi
 head -n 2 "$T" >"$TMP/two.txt"
 "$AKV" evaluate -q --model "$M" --tokens "$TMP/two.txt" --sequences 2 --prefill 200 --methods kivi-2 --json -o "$TMP/tok_file.json"
 "$AKV" evaluate -q --model "$M" --tokens - --sequences 2 --prefill 200 --methods kivi-2 --json -o "$TMP/tok_pipe.json" <"$TMP/two.txt"
@@ -58,6 +62,9 @@ expect_error "CriticalKV refused in chunked prefill" 1 "CriticalKV" \
 "$AKV" calibrate -q "$TMP/s.h5" -o - --bits 2,4 >"$TMP/qcal_stdout.json"
 if cmp -s "$TMP/qcal.json" "$TMP/qcal_stdout.json"; then pass "calibrate -o -: stdout holds the calibration JSON alone"; else
   fail "calibrate -o -: stdout holds the calibration JSON alone"; fi
+"$AKV" calibrate -q "$TMP/s.h5" -o /dev/stdout --bits 2,4 | cat >"$TMP/qcal_devout.json"
+if cmp -s "$TMP/qcal.json" "$TMP/qcal_devout.json"; then pass "calibrate -o /dev/stdout (a pipe): the JSON alone"; else
+  fail "calibrate -o /dev/stdout (a pipe): the JSON alone"; fi
 expect "qfilter on a dump with the filters of akv calibrate" 0 "kept 0\.30.*uniform/qfilter 0.3" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/qf.h5" -m qfilter --qfilters "$TMP/qcal.json" --budget 0.3
 expect "evaluate --model: qfilter in the decode loop, exact and chunked prefill" 0 "qfilter:budget=0.5:qfilters=.* +[0-9]+" \

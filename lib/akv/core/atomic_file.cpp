@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -147,6 +148,13 @@ void write_text_file(const std::string& path, const std::string& text) {
     if (!f) throw IoError("cannot write file", {path});
   }
   out.commit();
+}
+
+bool names_stdout(const std::string& path) {
+  if (path == "-") return true;
+  struct stat out {}, named {};
+  return !path.empty() && ::fstat(STDOUT_FILENO, &out) == 0 && ::stat(path.c_str(), &named) == 0 &&
+         out.st_dev == named.st_dev && out.st_ino == named.st_ino;
 }
 
 void check_output_distinct(const std::string& output, const std::vector<std::string>& inputs) {

@@ -40,6 +40,11 @@ class AtomicOutput {
 // a regular file (/dev/stdout, a FIFO) is written to directly.
 void write_text_file(const std::string& path, const std::string& text);
 
+// Whether `path` names standard output: "-", or a file that is standard output's (/dev/stdout,
+// /proc/self/fd/1, or the file stdout is redirected to). A command that prints a table after
+// writing its JSON to -o prints nothing more then, so the JSON stands alone.
+bool names_stdout(const std::string& path);
+
 // Throws UsageError naming the output when it is the same file as one of the inputs (by path or
 // through links), before anything is written. Empty paths and "-" are ignored.
 void check_output_distinct(const std::string& output, const std::vector<std::string>& inputs);
