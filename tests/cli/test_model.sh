@@ -258,6 +258,13 @@ expect_error "unknown weight mode" 2 "--weights: f8" "$AKV" dump --model "$G" --
 expect "info on a GGUF file" 0 "GGUF v3" "$AKV" info "$G"
 expect_output "info lists the tensor types" "F32 +11 tensors"
 expect "info --json on a GGUF file" 0 '"architecture": "llama"' "$AKV" info --json "$SRC/tests/fuzz/corpus/gguf/seed-1"
+"$AKV" info --json "$SRC/tests/fuzz/corpus/gguf/seed-1" >"$TMP/seed1-info.json"
+"$AKV" plan --layers 1 --heads 2 --kv-heads 1 --head-dim 4 --context 32 --methods nuq:bits=3 --json >"$TMP/seed1-plan.json"
+same=$("$PY" -c 'import json, sys
+i = {r["method"]: r for r in json.load(open(sys.argv[1]))["akv"]["kv_bytes"]}["nuq:bits=3"]["bytes_per_token"]
+p = json.load(open(sys.argv[2]))["methods"][0]["device_bytes_per_token"]
+print(i == p and p > 0)' "$TMP/seed1-info.json" "$TMP/seed1-plan.json")
+expect_equal "info on a model: nuq at KVQuant's defaults, the bytes akv plan counts" "$same" "True"
 head -c 300 "$G" >"$TMP/short.gguf"
 expect_error "truncated GGUF" 2 "short.gguf" "$AKV" dump --model "$TMP/short.gguf" --tokens "$TMP/tiny.txt" -o "$o/d.h5"
 mkdir -p "$TMP/hf"

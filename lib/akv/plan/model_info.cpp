@@ -17,9 +17,10 @@
 namespace akv {
 namespace {
 
-// The methods whose bytes `akv info` lists (those the model's head_dim allows).
+// The methods whose bytes `akv info` lists (those the model's head_dim allows); nuq at KVQuant's
+// defaults (sparsity 0.99, one f16 sink), as `akv plan` counts it without a calibration.
 const char* const kInfoMethods[] = {"f32",  "none",         "kivi-4", "kivi-2", "ggml:k=q8_0:v=q8_0", "ggml:k=q4_0:v=q4_0",
-                                    "fp8", "turboquant_4bit_nc", "turboquant_k3v4_nc"};
+                                    "fp8", "turboquant_4bit_nc", "turboquant_k3v4_nc", "nuq:bits=3"};
 
 // The file's format and architecture into j; whether akv runs that architecture.
 bool model_architecture(const std::string& path, nlohmann::json& j) {
@@ -82,7 +83,7 @@ nlohmann::json kv_bytes_rows(const ModelConfig& c, std::size_t n) {
   shape.layer_window = c.layer_window;
   nlohmann::json rows = nlohmann::json::array();
   for (const char* spec : kInfoMethods) {
-    PlanMethod pm{spec, std::string(spec) == "f32" ? std::nullopt : resolve_method_spec(spec)};
+    PlanMethod pm{spec, std::string(spec) == "f32" ? std::nullopt : resolve_method_spec_for_bytes(spec)};
     try {
       const PlanBytes b = plan_bytes(shape, pm, n);
       rows.push_back({{"method", spec},
