@@ -20,7 +20,8 @@ void register_bench_policy(CLI::App* bench, const GlobalOptions& global) {
       "Per-token decode cost of each cache policy after a synthetic prompt: the policy's work "
       "(append, quantization, scoring, eviction, migration) and the fused attention over what it "
       "stores, vs the first method in the same run; --warmup/--repeat count decode steps");
-  pol->add_option("--methods", pb.methods, "Methods (as in evaluate --methods; 'full' = f32)")
+  pol->add_option("--methods", pb.methods, "Methods (as in evaluate --methods; 'full' = f32; nuq without calibration= under codebooks fitted on a "
+                  "synthetic prompt)")
       ->delimiter(',')->capture_default_str();
   pol->add_option("--contexts", pb.contexts, "Prompt lengths")->delimiter(',')->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
@@ -31,7 +32,7 @@ void register_bench_policy(CLI::App* bench, const GlobalOptions& global) {
   pol->add_option("--seed", pb.seed, "Random seed")->capture_default_str();
   add_bench_common(pol, popt->common);
   pol->callback([popt, &global] {
-    check_output_distinct(popt->common.output, model_run_inputs("", resolve_methods(popt->bench.methods)));
+    check_output_distinct(popt->common.output, model_run_inputs("", policy_methods(popt->bench.methods)));
     PolicyBenchOptions o = popt->bench;
     o.threads = global.threads;
     o.warmup = popt->common.warmup;

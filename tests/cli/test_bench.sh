@@ -91,6 +91,11 @@ cp "$SRC/data/fixtures/calibration.json" "$TMP/bench_cal.json"
 expect_error "bench policy: the output is a method's calibration" 1 "output is an input" \
   "$AKV" bench policy --contexts 200 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 \
   --methods "kivi:calibration=$TMP/bench_cal.json" -o "$TMP/bench_cal.json"
+# nuq: codebooks fitted on a synthetic prompt without calibration=, the file's with it; each
+# checked against the reference attention before timing.
+expect "bench policy: nuq with fitted codebooks and with a calibration's" 0 "^ +200 +nuq:bits=3 +[0-9]" \
+  "$AKV" bench policy --contexts 200 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --warmup 1 --repeat 2 \
+  --methods "kivi:bits=3:residual=0,nuq:bits=3,nuq:calibration=$TMP/bench_cal.json:bits=4"
 expect_error "unknown attention variant" 2 "unknown variant.*q5" \
   "$AKV" bench attention --contexts 300 --variants q5
 expect "bench attention --isa generic,avx2 (checked against the reference, one row each)" 0 " q4 +avx2 " \

@@ -3,12 +3,16 @@
 // tiered cache): the policy's own work (append, quantizing groups as they leave the residual,
 // scoring, eviction, tier migration) and the fused attention over what it stores, after a
 // synthetic prompt of each context length; ratios against a baseline policy in the same run.
+// nuq without calibration= is timed under KVQuant's codebooks (sparsity 0.99, the first row in
+// f16) fitted on a 512-token synthetic prompt of the same shape, as `bench attention`'s nuq<b>
+// variants fit theirs.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "akv/bench/report.h"
+#include "akv/eval/perplexity.h"
 
 namespace akv {
 
@@ -25,6 +29,10 @@ struct PolicyBenchOptions {
   // contiguous range of them, every method of each (the baseline included). Unset: the whole run.
   std::optional<Shard> shard;
 };
+
+// The methods as bench_policy runs them ('full' = f32, params nullopt): nuq without calibration=
+// comes without codebooks, which bench_policy fits on a synthetic prompt of its shape.
+std::vector<PplMethod> policy_methods(const std::vector<std::string>& specs);
 
 // Rows per (context, method): policy_us / attention_us / total_us per decode step (all layers)
 // and total vs the first method's (the baseline). Samples: total seconds per step.
