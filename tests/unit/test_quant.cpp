@@ -749,6 +749,42 @@ TEST_CASE("nuq: numpy's linear percentile", "[quant][nuq]") {
   CHECK(percentile_sorted(one, 1, 99.5) == 5.0);
 }
 
+TEST_CASE("nuq: the nearest level, branch-free count against the binary search and by hand", "[quant][nuq]") {
+  const std::vector<float> four = {-1.0f, -0.25f, 0.25f, 1.0f};
+  const NuqNearest near4(four);
+  CHECK(near4(0.0f) == 1);     // a tie between -0.25 and 0.25: the lower
+  CHECK(near4(0.3f) == 2);
+  CHECK(near4(-5.0f) == 0);    // below every level
+  CHECK(near4(5.0f) == 3);     // above every level
+  CHECK(near4(1.0f) == 3);     // on the top level
+  CHECK(near4(std::numeric_limits<float>::infinity()) == 0);  // not finite: 0
+  CHECK(near4(std::nanf("")) == 0);
+  Rng r(11);
+  for (int bits : {1, 2, 3, 4, 8}) {
+    for (int trial = 0; trial < 8; ++trial) {
+      std::vector<float> levels(std::size_t{1} << bits);
+      for (auto& l : levels) l = static_cast<float>(r.normal());
+      if (trial % 2) levels[levels.size() / 2] = levels[0];             // repeated levels
+      if (trial % 4 == 3) levels.back() = levels[levels.size() - 2];  // repeated at the top
+      std::sort(levels.begin(), levels.end());
+      const NuqNearest near(levels);
+      std::vector<float> ys = {0.0f, -0.0f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(), std::nanf("")};
+      for (std::size_t k = 0; k < levels.size(); ++k) {
+        ys.push_back(levels[k]);
+        ys.push_back(std::nextafter(levels[k], 1e30f));
+        ys.push_back(std::nextafter(levels[k], -1e30f));
+        if (k + 1 < levels.size()) ys.push_back((levels[k] + levels[k + 1]) / 2.0f);  // ties
+      }
+      for (int i = 0; i < 2000; ++i) ys.push_back(static_cast<float>(r.normal() * 1.5));
+      for (const float y : ys) {
+        INFO("bits " << bits << ", y " << y);
+        REQUIRE(near(y) == nuq_nearest_ref(levels, y));
+      }
+    }
+  }
+}
+
 TEST_CASE("nuq: 1-D k-means, fast path against the plain rounds and against brute force", "[quant][nuq]") {
   Rng r(5);
   for (int trial = 0; trial < 20; ++trial) {

@@ -294,11 +294,7 @@ NuqView NuqRows::view(const NuqTable& t) const {
   return v;
 }
 
-namespace {
-
-// Index of the nearest level to y (levels ascending; smallest |y - level| in f32, ties to the
-// lower); a non-finite y (a zero range) takes the first.
-std::uint8_t nearest_index(const std::vector<float>& levels, float y) {
+std::uint8_t nuq_nearest_ref(const std::vector<float>& levels, float y) {
   if (!std::isfinite(y)) return 0;
   const auto it = std::upper_bound(levels.begin(), levels.end(), y);
   if (it == levels.begin()) return 0;
@@ -306,6 +302,26 @@ std::uint8_t nearest_index(const std::vector<float>& levels, float y) {
   if (it == levels.end()) return static_cast<std::uint8_t>(hi - 1);
   return static_cast<std::uint8_t>(std::fabs(y - levels[hi]) < std::fabs(y - levels[hi - 1]) ? hi : hi - 1);
 }
+
+NuqNearest::NuqNearest(const std::vector<float>& levels) : levels_(levels) {
+  if (levels.empty() || levels.size() > 256) throw std::logic_error("NuqNearest: 1 to 256 levels");
+  std::fill(std::begin(padded_), std::end(padded_), INFINITY);
+  std::copy_n(levels.begin(), std::min<std::size_t>(levels.size(), 16), padded_);
+}
+
+std::uint8_t NuqNearest::operator()(float y) const {
+  const int n = static_cast<int>(levels_.size());
+  if (n > 16) return nuq_nearest_ref(levels_, y);
+  if (!std::isfinite(y)) return 0;
+  int above = 0;  // levels <= y: upper_bound's index (the padding's +inf counts for no finite y)
+  for (int k = 0; k < 16; ++k) above += padded_[k] <= y ? 1 : 0;
+  if (above == 0) return 0;
+  if (above == n) return static_cast<std::uint8_t>(n - 1);
+  return static_cast<std::uint8_t>(std::fabs(y - padded_[above]) < std::fabs(y - padded_[above - 1]) ? above
+                                                                                                     : above - 1);
+}
+
+namespace {
 
 // Per-channel offset and range of a key table in f16 arithmetic (the array conversions agree
 // with the scalar ones bit for bit).
@@ -349,6 +365,7 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
   }
   std::vector<std::uint8_t> code(width);
   std::vector<char> mask(width);
+  const NuqNearest nearest(t.levels);
   for (std::size_t i = 0; i < n; ++i, ++out.rows) {
     const float* x = rows + i * width;
     const std::size_t position = pos ? static_cast<std::size_t>(pos[i]) : out.rows;
@@ -381,7 +398,7 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
     }
     for (std::size_t j = 0; j < width; ++j) {
       const float y = x[j] - offset[j];
-      code[j] = mask[j] ? 0 : nearest_index(t.levels, y / range[j]);
+      code[j] = mask[j] ? 0 : nearest(y / range[j]);
       if (mask[j]) {
         float r = y + offset[j];
         if (!std::isfinite(r)) r = 0.0f;  // torch.nan_to_num(nan=0, posinf=0, neginf=0)

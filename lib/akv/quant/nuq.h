@@ -138,6 +138,22 @@ void nuq_decode(const NuqView& v, std::size_t width, std::size_t r0, std::size_t
 void nuq_channel_params(const NuqTable& t, std::size_t width, std::vector<float>& offset, std::vector<float>& range);
 void nuq_decode_ref(const NuqView& v, std::size_t width, std::size_t r0, std::size_t r1, float* out);
 
+// The index of the level nearest y (levels ascending, at least one): the smallest |y - level| in
+// f32, ties to the lower; 0 for a y that is not finite (a zero range). The reference by binary
+// search; NuqNearest, what nuq_encode codes with, counts the levels <= y of up to 16 levels (2-4
+// bits) in one branch-free pass over them padded with +inf, and searches more (8 bits) as the
+// reference does (the same index for every y: tests/unit/test_quant.cpp).
+std::uint8_t nuq_nearest_ref(const std::vector<float>& levels, float y);
+class NuqNearest {
+ public:
+  explicit NuqNearest(const std::vector<float>& levels);
+  std::uint8_t operator()(float y) const;
+
+ private:
+  const std::vector<float>& levels_;
+  float padded_[16];
+};
+
 // QuantLinearSim.forward's quantization of rows [n, C] into out [n, C], rounded to f16 as it
 // returns them (nuq_encode then nuq_decode); returns the number of outliers (the sink rows'
 // values included).
