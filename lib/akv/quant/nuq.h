@@ -146,7 +146,7 @@ void nuq_decode_ref(const NuqView& v, std::size_t width, std::size_t r0, std::si
 std::uint8_t nuq_nearest_ref(const std::vector<float>& levels, float y);
 class NuqNearest {
  public:
-  explicit NuqNearest(const std::vector<float>& levels);
+  explicit NuqNearest(const std::vector<float>& levels);  // kept by reference: must outlive this
   std::uint8_t operator()(float y) const;
 
  private:
