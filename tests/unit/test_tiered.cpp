@@ -255,10 +255,15 @@ TEST_CASE("tiered with cold-bits 16 and no warm tier is lossless f16", "[tiered]
       }
     }
   }
-  for (std::size_t pos = P; pos < P + 20; ++pos) {  // the same attention up to summation order
+  // The same attention up to summation order, which can flip the f16 rounding of a decoded row
+  // (1e-3 of it) and so move later logits by ~1e-3 of their scale (up to 3e-3 at logits of 15 in
+  // an -O1 build): within 1e-3 of the step's largest logit, plus 1e-3.
+  for (std::size_t pos = P; pos < P + 20; ++pos) {
     const auto a = m.decode(seq[pos], pos, *tiered);
     const auto b = m.decode(seq[pos], pos, *f16);
-    for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::abs(a[i] - b[i]) <= 1e-3f * (1.0f + std::abs(b[i])));
+    float scale = 0.0f;
+    for (const float x : b) scale = std::max(scale, std::abs(x));
+    for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(std::abs(a[i] - b[i]) <= 1e-3f * (1.0f + scale));
   }
   CHECK(tiered->tier_bytes()->warm == 0);
   CHECK(tiered->bytes() == f16->bytes());  // the same f16 rows, hot or offloaded
