@@ -57,6 +57,24 @@ keys = ("overall", "layers", "memory")
 print([x["method"] for x in m] == ["kivi-2", "adakv:budget=0.3:quant=kivi-4:window=16"]
       and all(x[k] == r[k] for x, r in zip(m, refs) for k in keys))' "$TMP/f_methods.json" "$TMP/f_kivi2.json" "$TMP/f_full.json")
 expect_equal "evaluate --dump --methods: each report as compress + evaluate --cache" "$same" "True"
+# Its CSV and table carry the JSON's figures (CSV to 9 digits; the table "-" where nothing is evicted).
+TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --methods kivi-2,adakv:budget=0.3:quant=kivi-4:window=16 --csv \
+  -o "$TMP/f_methods.csv"
+TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --methods kivi-2,adakv:budget=0.3:quant=kivi-4:window=16 \
+  -o "$TMP/f_methods.txt"
+same=$("$PY" -c 'import csv, json, sys
+m = json.load(open(sys.argv[1]))["methods"]
+rows = list(csv.DictReader(open(sys.argv[2])))
+keys = ("key_rel_mse", "value_rel_mse", "attn_rel_err", "kl", "recall_at_1", "recall_at_8", "recall_at_32", "retained_mass")
+close = lambda a, b: abs(float(a) - b) <= 1e-8 * max(abs(b), 1e-30)
+ok = len(rows) == len(m) and all(r["method"] == x["method"] and int(r["bytes"]) == x["memory"]["bytes"]["total"]
+     and close(r["bits_per_element"], x["memory"]["bits_per_element"]) and all(close(r[k], x["overall"][k]) for k in keys)
+     for r, x in zip(rows, m))
+table = open(sys.argv[3]).read().splitlines()
+ok = ok and len(table) == 3 and table[1].split()[0] == "kivi-2" and table[1].split()[-2:] == ["-", "-"] \
+     and table[2].split()[-2] == "%.4f" % m[1]["overall"]["retained_mass"]
+print(ok)' "$TMP/f_methods.json" "$TMP/f_methods.csv" "$TMP/f_methods.txt")
+expect_equal "evaluate --dump --methods: CSV and table carry the JSON's figures" "$same" "True"
 expect_empty_dir "evaluate --dump --methods leaves no scratch cache" "$TMP/scratch"
 expect_error "evaluate --dump --methods: the reference full has no cache" 1 "reference full.*--methods = full" \
   "$AKV" evaluate -q --dump "$d" --methods kivi-2,full
