@@ -204,6 +204,32 @@ TEST_CASE("compress_head: pre-RoPE keys are rotated after dequantization", "[kv]
   CHECK_THROWS_AS(compress_head(in, p), InvalidInput);
 }
 
+TEST_CASE("PackedTensor: blocks whose codes end inside a byte continue bit by bit", "[kv][head]") {
+  // Per-token codes of 7 channels (one f16 outlier channel of 8) at 3 bits: 21 bits a row, so each
+  // row appended alone starts inside the previous row's last byte.
+  const std::size_t d = 8, cols = 7, rows = 5;
+  Rng rng(17);
+  std::vector<float> x(rows * cols);
+  for (float& v : x) v = static_cast<float>(rng.normal());
+  const std::vector<std::uint16_t> channels = {2};
+  std::vector<std::uint16_t> outliers(rows);
+  for (std::size_t r = 0; r < rows; ++r) outliers[r] = f32_to_f16_ref(static_cast<float>(r) + 0.5f);
+  const QuantizedBlock whole = quantize_block(x.data(), rows, cols, QuantAxis::token, 3, cols, QuantRule::kivi);
+  PackedTensor at_once(d, DenseType::f16), by_row(d, DenseType::f16);
+  at_once.append_packed(whole, channels, outliers.data());
+  for (std::size_t r = 0; r < rows; ++r) {
+    by_row.append_packed(quantize_block(x.data() + r * cols, 1, cols, QuantAxis::token, 3, cols, QuantRule::kivi),
+                         channels, outliers.data() + r);
+  }
+  const QuantizedBlock a = at_once.packed_block(), b = by_row.packed_block();
+  CHECK(a.codes == whole.codes);
+  CHECK(b.codes == whole.codes);
+  CHECK(b.scale == whole.scale);
+  CHECK(b.zero == whole.zero);
+  CHECK(by_row.outlier_values() == outliers);
+  CHECK(by_row.code_bytes() == (rows * cols * 3 + 7) / 8);
+}
+
 TEST_CASE("cache file: round trip, byte accounting, corrupt data", "[kv][file]") {
   test::TempDir dir;
   SynthOptions so = test::synth_shape(4, 2, 32, 300, 16, 1);
