@@ -57,6 +57,10 @@ expect "evaluate --model: CriticalKV reads the model's W_o" 0 "critical-adakv:bu
 expect_error "CriticalKV refused in chunked prefill" 1 "CriticalKV" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --prefill-mode chunked:64 \
   --methods critical-snapkv:budget=0.5:window=16
+expect_error "evaluate --model: a budgets file (it describes a dump) refused" 1 "budgets files describe a dump.*--budgets" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 64 --methods "adakv:budgets=$TMP/crit_b.json"
+expect_error "evaluate --model: rotation with pre-RoPE keys refused" 2 "rotation needs keys after RoPE.*--rotate = hadamard" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 64 --methods kivi:pre-rope:rotate=hadamard
 
 "$AKV" calibrate -q "$TMP/s.h5" -o "$TMP/qcal.json" --bits 2,4 >/dev/null
 "$AKV" calibrate -q "$TMP/s.h5" -o - --bits 2,4 >"$TMP/qcal_stdout.json"
