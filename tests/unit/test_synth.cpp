@@ -101,6 +101,43 @@ TEST_CASE("mixed profile puts every kind in every layer", "[synth][plan]") {
   CHECK(p.kinds[3][5] == HeadKind::gaussian);
 }
 
+TEST_CASE("single-kind profiles; gaussian heads are i.i.d. normal rows rotated by RoPE", "[synth][plan]") {
+  SynthOptions o = small_options();
+  for (auto [profile, kind] : {std::pair{SynthProfile::local, HeadKind::local},
+                               std::pair{SynthProfile::retrieval, HeadKind::retrieval},
+                               std::pair{SynthProfile::diffuse, HeadKind::diffuse}}) {
+    o.profile = profile;
+    for (const auto& kinds : make_synth_plan(o).kinds) CHECK(kinds == std::vector<HeadKind>(o.n_kv_heads, kind));
+  }
+  o.profile = SynthProfile::gaussian;
+  const SynthPlan plan = make_synth_plan(o);
+  const RopeTable rope(o.head_dim, o.rope_theta, 0, o.n_tokens);
+  const SynthHead h = synth_kv_head(o, plan, 1, 2, rope);
+  // Mean 0 and variance 1 within 5 standard errors (n = 2048 x 64 values).
+  for (const Tensor3* t : {&h.key_pre_rope, &h.value, &h.query}) {
+    double sum = 0.0, sq = 0.0;
+    const std::size_t n = t->size();
+    for (std::size_t i = 0; i < n; ++i) {
+      sum += t->data()[i];
+      sq += static_cast<double>(t->data()[i]) * t->data()[i];
+    }
+    const double mean = sum / static_cast<double>(n), var = sq / static_cast<double>(n) - mean * mean;
+    CHECK(std::abs(mean) < 5.0 / std::sqrt(static_cast<double>(n)));
+    CHECK(std::abs(var - 1.0) < 5.0 * std::sqrt(2.0 / static_cast<double>(n)));
+  }
+  // key = RoPE(key_pre_rope): position 0 unrotated, every row's norm kept.
+  for (std::size_t c = 0; c < o.head_dim; ++c) CHECK(h.key.at(0, 0, c) == h.key_pre_rope.at(0, 0, c));
+  for (std::size_t t = 0; t < o.n_tokens; t += 97) {
+    double a = 0.0, b = 0.0;
+    for (std::size_t c = 0; c < o.head_dim; ++c) {
+      a += static_cast<double>(h.key.at(0, t, c)) * h.key.at(0, t, c);
+      b += static_cast<double>(h.key_pre_rope.at(0, t, c)) * h.key_pre_rope.at(0, t, c);
+    }
+    CHECK(a == Approx(b).epsilon(1e-5));
+  }
+  CHECK(h.key.at(0, 100, 0) != h.key_pre_rope.at(0, 100, 0));
+}
+
 TEST_CASE("head kinds show in the attention of the stored queries and keys", "[synth][pattern]") {
   SynthOptions o = small_options();
   const SynthPlan plan = make_synth_plan(o);
