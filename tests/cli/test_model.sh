@@ -411,6 +411,13 @@ expect_error "Mistral past its sliding window: a method other than none is refus
 head -c 30 "$TMP/g3.txt" | awk '{print $1, $2, $3, $4, $5, $6, $7, $8}' >"$TMP/mw8.txt"
 expect "Mistral within its sliding window: kivi-2 runs" 0 "kivi-2" \
   "$AKV" evaluate -q --model "$TMP/mw" --tokens "$TMP/mw8.txt" --prefill 4 --methods kivi-2
+expect "info on Mistral: a sliding window in every layer" 0 "sliding window of 8 tokens in every layer" "$AKV" info "$TMP/mw"
+expect "plan on a Mistral config: every layer's window" 0 "every layer attends within a sliding window of 8 tokens" \
+  "$AKV" plan --config "$TMP/mw" --memory 1GiB --methods none,kivi-2
+rm -rf "$TMP/mw_noweights" && mkdir "$TMP/mw_noweights" && cp "$TMP/mw/config.json" "$TMP/mw_noweights/"
+expect "info on a model the loader refuses: runs false, the loader's message" 0 \
+  '"error": "no model.safetensors or model.safetensors.index.json' "$AKV" info --json "$TMP/mw_noweights"
+expect_output "info on a model the loader refuses: runs false" '"runs": false'
 expect "plan on a Gemma 3 config: the local layers' windows counted, the methods over the global layer" 0 \
   "2 of the 3 layers attend within a sliding window of 8 tokens" "$AKV" plan --config "$TMP/g3" --memory 1GiB --methods none,kivi-2
 # Chunked prefill over Gemma 3's windows (chunks of 6 over windows of 8): the full cache's NLL is the
