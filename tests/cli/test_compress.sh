@@ -50,6 +50,17 @@ mkdir -p "$TMP/scratch"
 TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --methods kivi-2,adakv:budget=0.3:quant=kivi-4:window=16 --json \
   -o "$TMP/f_methods.json"
 "$AKV" evaluate -q --dump "$d" --cache "$TMP/c_kivi-2.h5" --json -o "$TMP/f_kivi2.json"
+"$AKV" evaluate -q --dump "$d" --cache "$TMP/c_kivi-2.h5" --per-head -o "$TMP/f_kivi2_heads.txt"
+same=$("$PY" -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+rows = [l.split() for l in open(sys.argv[2]).read().splitlines()[2:]]
+want = []
+for layer in j["layers"]:
+    want += [[str(layer["layer"]), str(h), "%.3e" % x["kl"]] for h, x in enumerate(layer["heads"])]
+    want.append([str(layer["layer"]), "all", "%.3e" % layer["kl"]])
+want.append(["all", "all", "%.3e" % j["overall"]["kl"]])
+print([r[:2] + [r[5]] for r in rows] == want)' "$TMP/f_kivi2.json" "$TMP/f_kivi2_heads.txt")
+expect_equal "evaluate --per-head: a row per head and per layer, the JSON's figures" "$same" "True"
 same=$("$PY" -c 'import json, sys
 m = json.load(open(sys.argv[1]))["methods"]
 refs = [json.load(open(f)) for f in sys.argv[2:]]
