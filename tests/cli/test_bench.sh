@@ -96,6 +96,20 @@ expect_error "bench policy: the output is a method's calibration" 1 "output is a
 expect "bench policy: nuq with fitted codebooks and with a calibration's" 0 "^ +200 +nuq:bits=3 +[0-9]" \
   "$AKV" bench policy --contexts 200 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --warmup 1 --repeat 2 \
   --methods "kivi:bits=3:residual=0,nuq:bits=3,nuq:calibration=$TMP/bench_cal.json:bits=4"
+# The scaling fit over contexts >= 4096: each variant's exponent is the least-squares slope of
+# log(min time) on log(context) of its rows.
+"$AKV" bench attention --contexts 4096,8192,12288 --head-dims 32 --gqa 1 --kv-heads 1 --variants q4,f16 --repeat 2 \
+  --min-sample 0 --stream-mb 16 --json -o "$TMP/scaling.json" 2>/dev/null
+same=$("$PY" -c 'import json, math, sys
+j = json.load(open(sys.argv[1]))
+ok = len(j["scaling"]) == 2
+for s in j["scaling"]:
+    pts = [(math.log(r["context"]), math.log(r["min_s"])) for r in j["rows"] if r["variant"] + "@" + r["isa"] == s["variant"]]
+    m = len(pts); sx = sum(x for x, _ in pts); sy = sum(y for _, y in pts)
+    k = (m * sum(x * y for x, y in pts) - sx * sy) / (m * sum(x * x for x, _ in pts) - sx * sx)
+    ok = ok and m == 3 and s["contexts"] == 3 and abs(k - s["exponent"]) <= 1e-9 * max(1.0, abs(k))
+print(ok)' "$TMP/scaling.json")
+expect_equal "bench attention: the scaling exponents are the rows' log-log slopes" "$same" "True"
 expect_error "unknown attention variant" 2 "unknown variant.*q5" \
   "$AKV" bench attention --contexts 300 --variants q5
 expect "bench attention --isa generic,avx2 (checked against the reference, one row each)" 0 " q4 +avx2 " \
