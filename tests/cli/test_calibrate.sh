@@ -346,8 +346,11 @@ expect "compress with per-head rotations: a version-4 cache" 0 "akv-cache v4" ba
 expect_error "emit refuses a head's own rotation" 2 "engines rotate every quantized layer alike.*q4_0\+hadamard" \
   "$AKV" calibrate -q "$d" --types q4_0,q4_0+hadamard --types-target-bits 4.5 --emit llama.cpp -o "$o/c.json"
 # --emit: what vLLM and llama.cpp take of the assignment (layers at least half f16 stay unquantized).
-"$AKV" calibrate -q "$d" --types f16,fp8_e4m3 --types-target-bits 12 -o "$TMP/emit.json" --emit vllm >"$TMP/vllm.json"
-expect "emit vllm: flags, skip layers and scales agree with the assignment" 0 "emit ok" "$PY" -c "
+# Target 12 bits leaves every layer at least half f16 (all skipped, no scales); 10 quantizes both
+# layers (a scale for each).
+for tb in 12 10; do
+"$AKV" calibrate -q "$d" --types f16,fp8_e4m3 --types-target-bits $tb -o "$TMP/emit.json" --emit vllm >"$TMP/vllm.json"
+expect "emit vllm at $tb bits: flags, skip layers and scales agree with the assignment" 0 "emit ok" "$PY" -c "
 import json
 c = json.load(open('$TMP/emit.json')); e = json.load(open('$TMP/vllm.json'))
 skip = [str(l['layer']) for l in c['layers']
@@ -360,8 +363,10 @@ for l in c['layers']:
     scales[at + 'v_scale'] = max(h['value_amax'] for h in l['heads']) / 448
 flags = '--kv-cache-dtype fp8_e4m3' + (' --kv-cache-dtype-skip-layers ' + ' '.join(skip) if skip else '')
 ok = (e['kv_cache_dtype'] == 'fp8_e4m3' and e['kv_cache_dtype_skip_layers'] == skip and e['flags'] == flags and
-      set(e['scales']) == set(scales) and all(abs(e['scales'][k] - v) <= 1e-12 * v for k, v in scales.items()))
+      set(e['scales']) == set(scales) and all(abs(e['scales'][k] - v) <= 1e-12 * v for k, v in scales.items()) and
+      len(skip) == (2 if $tb == 12 else 0) and len(scales) == (0 if $tb == 12 else 4))
 print('emit ok' if ok else (e, skip))"
+done
 expect "emit llama.cpp" 0 '"flags": "-ctk (q8_0|q4_0) -ctv (q8_0|q4_0) -fa on"' \
   "$AKV" calibrate -q "$d" --types f16,q8_0,q4_0 --types-target-bits 6 --rotate hadamard --emit llama.cpp
 expect "emit vllm with TurboQuant types" 0 '"kv_cache_dtype": "turboquant_k3v4_nc"' \
