@@ -48,6 +48,20 @@ head -n 2 "$T" >"$TMP/two.txt"
 "$AKV" evaluate -q --model "$M" --tokens - --sequences 2 --prefill 200 --methods kivi-2 --json -o "$TMP/tok_pipe.json" <"$TMP/two.txt"
 if cmp -s "$TMP/tok_file.json" "$TMP/tok_pipe.json"; then pass "evaluate --tokens - reads stdin as the file"; else
   fail "evaluate --tokens - reads stdin as the file"; fi
+# A token file may be an HDF5 file with /tokens (one sequence); ids outside int32 are refused.
+head -n 1 "$T" >"$TMP/one.txt"
+"$PY" -c 'import h5py, sys
+ids = [int(t) for t in open(sys.argv[1]).read().split()]
+with h5py.File(sys.argv[2], "w") as f: f["tokens"] = ids
+with h5py.File(sys.argv[3], "w") as f: f["tokens"] = ids[:5] + [2**31]' "$TMP/one.txt" "$TMP/one.h5" "$TMP/big.h5"
+"$AKV" evaluate -q --model "$M" --tokens "$TMP/one.txt" --prefill 200 --methods kivi-2 --json -o "$TMP/tok_one.json"
+"$AKV" evaluate -q --model "$M" --tokens "$TMP/one.h5" --prefill 200 --methods kivi-2 --json -o "$TMP/tok_h5.json"
+same=$("$PY" -c 'import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print(a["methods"] == b["methods"])' "$TMP/tok_one.json" "$TMP/tok_h5.json")
+expect_equal "evaluate --tokens: an HDF5 file's /tokens as the text file's line" "$same" "True"
+expect_error "token file: an HDF5 id past int32 refused" 2 "token id out of range.*big.h5: /tokens = 2147483648" \
+  "$AKV" evaluate -q --model "$M" --tokens "$TMP/big.h5" --prefill 2 --methods kivi-2
 expect_error "CriticalKV on a dump without o_proj" 2 "/layers/0/o_proj = missing" \
   "$AKV" compress -q "$TMP/s.h5" -o "$TMP/crit_missing.h5" -m critical-snapkv --budget 0.3 --window 16
 [[ -e $TMP/crit_missing.h5 ]] && fail "no output after a refused CriticalKV" || pass "no output after a refused CriticalKV"
