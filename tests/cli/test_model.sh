@@ -425,6 +425,16 @@ expect_error "Mistral past its sliding window: a method other than none is refus
 head -c 30 "$TMP/g3.txt" | awk '{print $1, $2, $3, $4, $5, $6, $7, $8}' >"$TMP/mw8.txt"
 expect "Mistral within its sliding window: kivi-2 runs" 0 "kivi-2" \
   "$AKV" evaluate -q --model "$TMP/mw" --tokens "$TMP/mw8.txt" --prefill 4 --methods kivi-2
+# A sharded run of a Hugging Face directory records the hash of every file in it: a file added
+# between the shards makes them parts of different runs.
+rm -rf "$TMP/mwd" && cp -r "$TMP/mw" "$TMP/mwd"
+"$AKV" evaluate -q --model "$TMP/mwd" --tokens "$TMP/mw8.txt" --prefill 4 --methods kivi-2 --shard 1/2 -o "$TMP/mwd1.json"
+"$AKV" evaluate -q --model "$TMP/mwd" --tokens "$TMP/mw8.txt" --prefill 4 --methods kivi-2 --shard 2/2 -o "$TMP/mwd2.json"
+echo "notes" >"$TMP/mwd/README.md"
+"$AKV" evaluate -q --model "$TMP/mwd" --tokens "$TMP/mw8.txt" --prefill 4 --methods kivi-2 --shard 2/2 -o "$TMP/mwd2b.json"
+expect "merge: shards of a Hugging Face directory" 0 "kivi-2" "$AKV" merge "$TMP/mwd1.json" "$TMP/mwd2.json"
+expect_error "merge: a file added to the model directory between shards" 2 "part of another run: inputs" \
+  "$AKV" merge "$TMP/mwd1.json" "$TMP/mwd2b.json"
 expect "info on Mistral: a sliding window in every layer" 0 "sliding window of 8 tokens in every layer" "$AKV" info "$TMP/mw"
 expect "plan on a Mistral config: every layer's window" 0 "every layer attends within a sliding window of 8 tokens" \
   "$AKV" plan --config "$TMP/mw" --memory 1GiB --methods none,kivi-2
