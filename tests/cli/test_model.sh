@@ -71,6 +71,13 @@ expect "evaluate --model: CriticalKV reads the model's W_o" 0 "critical-adakv:bu
 expect_error "CriticalKV refused in chunked prefill" 1 "CriticalKV" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 256 --prefill-mode chunked:64 \
   --methods critical-snapkv:budget=0.5:window=16
+expect_error "evaluate --model without --tokens or --text" 1 "--model needs --tokens or --text" \
+  "$AKV" evaluate -q --model "$M" --methods kivi-2
+expect_error "passkey: a depth outside [0, 1]" 2 "depth must be in \[0, 1\].*--depths = 1.5" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --depths 1.5 --methods kivi-2
+head -n 1 "$T" | cut -d' ' -f1-20 >"$TMP/short_filler.txt"
+expect_error "passkey: a filler shorter than a prompt" 2 "filler has fewer tokens than a prompt needs.*--filler = 19" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --filler "$TMP/short_filler.txt" --task passkey --lengths 200 --methods kivi-2
 expect_error "evaluate --model: a budgets file (it describes a dump) refused" 1 "budgets files describe a dump.*--budgets" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --sequences 1 --prefill 64 --methods "adakv:budgets=$TMP/crit_b.json"
 expect_error "evaluate --model: rotation with pre-RoPE keys refused" 2 "rotation needs keys after RoPE.*--rotate = hadamard" \
