@@ -96,6 +96,8 @@ expect_error "bench policy: the output is a method's calibration" 1 "output is a
 expect "bench policy: nuq with fitted codebooks and with a calibration's" 0 "^ +200 +nuq:bits=3 +[0-9]" \
   "$AKV" bench policy --contexts 200 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --warmup 1 --repeat 2 \
   --methods "kivi:bits=3:residual=0,nuq:bits=3,nuq:calibration=$TMP/bench_cal.json:bits=4"
+expect_output "bench policy: a note names the methods whose codebooks were fitted" \
+  "^nuq:bits=3: KVQuant's codebooks .*fitted on a 512-token synthetic prompt"
 # The scaling fit over contexts >= 4096: each variant's exponent is the least-squares slope of
 # log(min time) on log(context) of its rows.
 "$AKV" bench attention --contexts 4096,8192,12288 --head-dims 32 --gqa 1 --kv-heads 1 --variants q4,f16 --repeat 2 \
