@@ -52,6 +52,15 @@ expect "plan: nuq with the calibration's codebooks" 0 "nuq K3/V3 pre-RoPE" \
 nuq_b=$("$AKV" plan --layers 1 --kv-heads 1 --head-dim 64 --context 1000 --methods nuq --json |
   "$PY" -c 'import json, sys; print(round(json.load(sys.stdin)["methods"][0]["device_bytes_per_token"], 6))')
 expect_equal "plan: nuq without calibration= counts KVQuant's defaults" "$nuq_b" "71.06544"
+# TurboQuant presets keep vLLM's boundary layers in f16 (the first and last 2): of 6 layers, 4
+# cost none's f16 rows and 2 the quantized rows of boundary=0.
+tq=$("$AKV" plan --layers 6 --kv-heads 1 --head-dim 128 --context 4096 --json \
+  --methods none,turboquant_4bit_nc,turboquant_4bit_nc:boundary=0 |
+  "$PY" -c 'import json, sys
+r = {m["method"]: m["device_bytes_per_token"] for m in json.load(sys.stdin)["methods"]}
+n, b, b0 = r["none"], r["turboquant_4bit_nc"], r["turboquant_4bit_nc:boundary=0"]
+print(n == 3072 and b0 < n and abs(b - (4 * n / 6 + 2 * b0 / 6)) <= 1e-9 * b)')
+expect_equal "plan: TurboQuant's boundary layers cost f16 rows" "$tq" "True"
 cp "$cal" "$TMP/cal_copy.json"
 expect_error "plan: the output is a method's calibration" 1 "output is an input" \
   "$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --methods "nuq:calibration=$TMP/cal_copy.json" -o "$TMP/cal_copy.json"
