@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "akv/core/errors.h"
+#include "akv/core/rng.h"
 #include "akv/io/token_file.h"
 #include "akv/model/architecture.h"
 #include "akv/model/hf.h"
@@ -74,11 +75,25 @@ std::vector<float> permute_rows(const Weight& weight, std::size_t heads, std::si
   return flat(out);
 }
 
-void convert(const Model& m, const std::string& dir, const std::string& dtype, bool sharded) {
+// The same row permutation of a bias vector (one value per row).
+std::vector<float> permute_bias(const std::vector<float>& b, std::size_t heads, std::size_t hd) {
+  std::vector<float> out(b.size());
+  const std::size_t half = hd / 2;
+  for (std::size_t h = 0; h < heads; ++h) {
+    for (std::size_t i = 0; i < half; ++i) {
+      for (std::size_t j = 0; j < 2; ++j) out[h * hd + j * half + i] = b[h * hd + 2 * i + j];
+    }
+  }
+  return out;
+}
+
+// m as a Hugging Face directory of `type` (llama, or qwen2 with m's q/k/v biases).
+void convert(const Model& m, const std::string& dir, const std::string& dtype, bool sharded,
+             const std::string& type = "llama") {
   std::filesystem::create_directories(dir);
   const ModelConfig& c = m.config();
   const ModelWeights& w = m.weights();
-  nlohmann::json cfg = {{"model_type", "llama"}, {"hidden_size", c.dim}, {"intermediate_size", c.hidden_dim},
+  nlohmann::json cfg = {{"model_type", type}, {"hidden_size", c.dim}, {"intermediate_size", c.hidden_dim},
                         {"num_hidden_layers", c.n_layers}, {"num_attention_heads", c.n_heads},
                         {"num_key_value_heads", c.n_kv_heads}, {"vocab_size", c.vocab_size},
                         {"max_position_embeddings", c.seq_len}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
@@ -94,6 +109,11 @@ void convert(const Model& m, const std::string& dir, const std::string& dtype, b
     e.push_back({p + "self_attn.k_proj.weight", {c.n_kv_heads * c.head_dim, c.dim}, permute_rows(lw.wk, c.n_kv_heads, c.head_dim)});
     e.push_back({p + "self_attn.v_proj.weight", {c.n_kv_heads * c.head_dim, c.dim}, flat(lw.wv)});
     e.push_back({p + "self_attn.o_proj.weight", {c.dim, c.dim}, flat(lw.wo)});
+    if (c.qkv_bias) {
+      e.push_back({p + "self_attn.q_proj.bias", {c.dim}, permute_bias(lw.bq, c.n_heads, c.head_dim)});
+      e.push_back({p + "self_attn.k_proj.bias", {c.n_kv_heads * c.head_dim}, permute_bias(lw.bk, c.n_kv_heads, c.head_dim)});
+      e.push_back({p + "self_attn.v_proj.bias", {c.n_kv_heads * c.head_dim}, lw.bv});
+    }
     e.push_back({p + "post_attention_layernorm.weight", {c.dim}, lw.ffn_norm});
     e.push_back({p + "mlp.gate_proj.weight", {c.hidden_dim, c.dim}, flat(lw.w1)});
     e.push_back({p + "mlp.down_proj.weight", {c.dim, c.hidden_dim}, flat(lw.w2)});
@@ -156,6 +176,38 @@ TEST_CASE("HF layout of stories260K (rotate-half, q/k permuted) gives llama2.c's
     INFO(dt << " max abs logit diff " << d);
     CHECK(d <= 1e-4);
   }
+}
+
+TEST_CASE("HF qwen2 (q/k/v biases) gives the logits of the same weights and biases in memory", "[model][hf]") {
+  if (!have_shared()) {
+    WARN("skipped: shared model not found");
+    return;
+  }
+  test::TempDir dir;
+  const Model stories = load_llama2c(shared_dir() + "/models/stories260K.bin");
+  ModelConfig c = stories.config();
+  c.qkv_bias = true;
+  ModelWeights w = stories.weights();
+  Rng rng(21);
+  auto bias = [&](std::size_t n) {
+    std::vector<float> b(n);
+    for (float& x : b) x = static_cast<float>(0.3 * rng.normal());
+    return b;
+  };
+  for (LayerWeights& l : w.layers) {
+    l.bq = bias(c.n_heads * c.head_dim);
+    l.bk = bias(c.n_kv_heads * c.head_dim);
+    l.bv = bias(c.n_kv_heads * c.head_dim);
+  }
+  const Model ref(c, w);
+  const auto lines = read_token_file(shared_dir() + "/data/stories260K-samples.txt");
+  const std::vector<std::int32_t> seq(lines[0].begin(), lines[0].begin() + 64);
+  const RowMatrix want = ref.prefill(seq, true).logits;
+  CHECK(max_diff(want, stories.prefill(seq, true).logits) > 1e-2);  // the biases matter
+  convert(ref, dir.file("qwen2"), "F32", false, "qwen2");
+  const Model hf = load_model(dir.file("qwen2"));
+  CHECK(hf.config().qkv_bias);
+  CHECK(max_diff(hf.prefill(seq, true).logits, want) <= 1e-4);
 }
 
 namespace {
