@@ -98,6 +98,16 @@ expect "bench policy: nuq with fitted codebooks and with a calibration's" 0 "^ +
   --methods "kivi:bits=3:residual=0,nuq:bits=3,nuq:calibration=$TMP/bench_cal.json:bits=4"
 expect_output "bench policy: a note names the methods whose codebooks were fitted" \
   "^nuq:bits=3: KVQuant's codebooks .*fitted on a 512-token synthetic prompt"
+# CSV quotes a field holding a quote (RFC 4180): a calibration file whose name has one.
+cp "$TMP/bench_cal.json" "$TMP/cal\"q.json"
+"$AKV" bench policy --contexts 200 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --warmup 0 --repeat 1 --csv \
+  --methods "none,kivi:calibration=$TMP/cal\"q.json" -o "$TMP/quoted.csv" 2>/dev/null
+same=$("$PY" -c 'import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+raw = "\"kivi:calibration=" + sys.argv[2].replace("\"", "\"\"") + "\","
+print([r["method"] for r in rows] == ["none", "kivi:calibration=" + sys.argv[2]] and raw in open(sys.argv[1]).read())' \
+  "$TMP/quoted.csv" "$TMP/cal\"q.json")
+expect_equal "bench --csv: a field with a quote is quoted" "$same" "True"
 # The scaling fit over contexts >= 4096: each variant's exponent is the least-squares slope of
 # log(min time) on log(context) of its rows.
 "$AKV" bench attention --contexts 4096,8192,12288 --head-dims 32 --gqa 1 --kv-heads 1 --variants q4,f16 --repeat 2 \
