@@ -157,7 +157,38 @@ struct Recorder final : KvPolicy {
   void append(std::size_t, const float*, const float*, const float*, std::size_t) override {}
   KvView view(std::size_t, std::size_t) const override { return {}; }
   std::uint64_t bytes() const override { return 0; }
+  // The decode-time observations it is handed: (layer, kv head or position).
+  std::vector<std::pair<std::size_t, std::size_t>> observed, queries, inputs;
+  bool wants_probs() const override { return true; }
+  void observe(std::size_t layer, std::size_t kv_head, const float*) override { observed.emplace_back(layer, kv_head); }
+  bool wants_queries() const override { return true; }
+  void take_query(std::size_t layer, std::size_t pos, const float*) override { queries.emplace_back(layer, pos); }
+  bool wants_inputs() const override { return true; }
+  void take_input(std::size_t layer, std::size_t pos, const float*, std::size_t) override { inputs.emplace_back(layer, pos); }
 };
+
+TEST_CASE("sliding-window layers: attention, queries and inputs of the global layers reach the method renumbered, "
+          "the local layers' do not", "[windowed]") {
+  KvShape shape;
+  shape.n_layers = 4, shape.n_heads = 4, shape.n_kv_heads = 2, shape.head_dim = 8;
+  shape.layer_window = {0, 4, 0, 6};
+  auto rec = std::make_unique<Recorder>();
+  const Recorder& r = *rec;
+  WindowedCache cache(std::move(rec), shape, DenseType::f32);
+  CHECK(cache.wants_probs());
+  CHECK(cache.wants_queries());
+  CHECK(cache.wants_inputs());
+  const std::vector<float> x(64, 0.5f);
+  for (std::size_t l = 0; l < 4; ++l) {
+    cache.observe(l, 1, x.data());
+    cache.take_query(l, 7, x.data());
+    cache.take_input(l, 7, x.data(), 16);
+  }
+  using P = std::vector<std::pair<std::size_t, std::size_t>>;
+  CHECK(r.observed == P{{0, 1}, {1, 1}});  // model layers 0 and 2
+  CHECK(r.queries == P{{0, 7}, {1, 7}});
+  CHECK(r.inputs == P{{0, 7}, {1, 7}});
+}
 
 TEST_CASE("sliding-window layers: the global layers' prompt tensors reach the method as they are, not copied",
           "[windowed]") {
