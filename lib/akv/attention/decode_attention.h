@@ -30,6 +30,10 @@
 
 namespace akv {
 
+// How far attention over nuq codes may be from the reference over their decoded rows (the f16
+// rounding above): the kernel checks of `bench attention` and `bench policy` allow this much.
+inline constexpr double kNuqAttentionTolerance = 1e-3;
+
 // exact: f32 products and sums (the default). int8: packed 2- and 4-bit keys (per channel) and
 // values (per token, groups of a multiple of 32 channels) in rows of a multiple of 32 channels
 // go through the integer loops of attention/int8.h: the query folded into each key group's

@@ -317,7 +317,7 @@ std::vector<Variant> bench_variants(const AttentionBenchOptions& o) {
 }
 
 // Kernel check on a small case: fast path vs reference for every variant and shape (int8:
-// within 5%, the integer path's rounding on random rows; nuq codes within 1e-3: the level loops
+// within 5%, the integer path's rounding on random rows; nuq codes within kNuqAttentionTolerance: the level loops
 // read each value in f32 where the reference rounds it to f16; see docs/attention.md).
 void check_attention_kernels(const AttentionBenchOptions& o, const std::vector<Variant>& variants, int threads) {
   for (std::size_t d : o.head_dims) {
@@ -337,7 +337,7 @@ void check_attention_kernels(const AttentionBenchOptions& o, const std::vector<V
         decode_attention_ref(a);
         const bool nuq = std::any_of(c->views.begin(), c->views.end(),
                                      [](const HeadView& h) { return h.key.nuq.table || h.value.nuq.table; });
-        check_close(fast, ref, v.mode == AttentionMode::int8 ? 5e-2 : nuq ? 1e-3 : 1e-5,
+        check_close(fast, ref, v.mode == AttentionMode::int8 ? 5e-2 : nuq ? kNuqAttentionTolerance : 1e-5,
                     fmt::format("attention {} d={} gqa={}", v.label(), d, g));
       }
     }

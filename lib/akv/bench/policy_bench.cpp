@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "akv/attention/decode_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
@@ -143,10 +144,8 @@ BenchReport bench_policy(const PolicyBenchOptions& o) {
       const Tensor3 q = normal3(1, o.heads, o.head_dim, o.seed + 5, 1);
       attend(*cache, o, 0, q.data(), ref.data(), threads, true);
       attend(*cache, o, 0, q.data(), fast.data(), threads);
-      // nuq within 1e-3, as in bench attention: the level loops read its values in f32 where the
-      // reference decodes them rounded to f16.
       const bool nuq = params[i] && params[i]->method == Quantizer::nuq;
-      check_close(fast, ref, nuq ? 1e-3 : 1e-5, "attention over " + o.methods[i]);
+      check_close(fast, ref, nuq ? kNuqAttentionTolerance : 1e-5, "attention over " + o.methods[i]);
     }
   }
 

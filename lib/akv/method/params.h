@@ -82,8 +82,9 @@ CompressParams resolve_params(const CompressRequest& r);
 // A method spec (method/registry.h) resolved; nullopt for the reference (kFullMethod, the
 // registry's row of kind reference).
 std::optional<CompressParams> resolve_method_spec(const std::string& spec);
-// The same for byte counts alone (akv plan): nuq may come without calibration= (codebook_file
-// empty: no codebooks to read, its bytes at KVQuant's defaults, sparsity 0.99 and one f16 sink).
+// The same where nuq may come without calibration= (codebook_file empty: no codebooks to read):
+// for byte counts (akv plan, akv info: KVQuant's defaults, sparsity 0.99 and one f16 sink) and
+// for callers that fit the codebooks themselves (bench policy).
 std::optional<CompressParams> resolve_method_spec_for_bytes(const std::string& spec);
 
 // Eviction parameters for `akv allocate`: allocator and score method by name, then flags.
