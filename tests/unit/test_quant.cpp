@@ -929,6 +929,69 @@ TEST_CASE("nuq: the stored form by hand (codes, sink rows, sparse outliers, byte
   CHECK(std::vector<float>(out, out + 4) == std::vector<float>{-10.0f, 1.5f, 2.5f, 20.0f});
 }
 
+namespace {
+
+// torch.quantile(row, q), linear, on a sorted f32 row as torch computes it (rank in f32, torch's
+// lerp from the nearer neighbour).
+float torch_quantile_sorted(const std::vector<float>& s, double q) {
+  const float rank = static_cast<float>(q) * static_cast<float>(s.size() - 1);
+  const auto below = static_cast<std::size_t>(rank);
+  const std::size_t above = std::min(s.size() - 1, static_cast<std::size_t>(std::ceil(rank)));
+  const float w = rank - static_cast<float>(below), a = s[below], b = s[above];
+  return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
+}
+
+}  // namespace
+
+TEST_CASE("nuq: a value row's thresholds and range equal those of the sorted row (widths, sparsities, ties, infinities)",
+          "[quant][nuq]") {
+  // KVQuant per row: outliers at or beyond torch.quantile(row, 1 - t) and (row, t), t = 1 - (1 -
+  // sparsity) / 2; the range of the row with its outliers replaced by the lower median. nuq_encode
+  // selects those order statistics (networks near the ends, selection elsewhere) instead of
+  // sorting: the same offset, range, outliers and codes as the sorted row's.
+  Rng r(29);
+  NuqTable t;
+  t.bits = 3;
+  t.levels = {-1.0f, -0.6f, -0.3f, -0.1f, 0.1f, 0.3f, 0.6f, 1.0f};
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const double sparsity : {0.99, 0.9, 0.5, 0.0}) {
+    t.sparsity = sparsity;
+    const double q = 1.0 - (1.0 - sparsity) / 2.0;
+    for (const std::size_t width : {4, 7, 8, 9, 32, 128}) {
+      for (int kind = 0; kind < 4; ++kind) {  // normal, ties of three values, a constant row, infinities
+        std::vector<float> x(width);
+        for (std::size_t j = 0; j < width; ++j) {
+          x[j] = kind == 1 ? static_cast<float>(r.below(3)) - 1.0f : kind == 2 ? 0.5f : static_cast<float>(r.normal());
+        }
+        if (kind == 3) {
+          x[width / 3] = inf;
+          x[width / 2] = -inf;
+        }
+        std::vector<float> s = x;
+        std::sort(s.begin(), s.end());
+        const float hi = torch_quantile_sorted(s, q), lo = torch_quantile_sorted(s, 1.0 - q), median = s[(width - 1) / 2];
+        float mx = -inf, mn = inf;
+        std::vector<std::uint16_t> outliers;
+        for (std::size_t j = 0; j < width; ++j) {
+          const bool out = x[j] <= lo || x[j] >= hi;
+          if (out) outliers.push_back(static_cast<std::uint16_t>(j));
+          mx = std::max(mx, out ? median : x[j]);
+          mn = std::min(mn, out ? median : x[j]);
+        }
+        NuqRows rows;
+        nuq_encode(t, x.data(), 1, width, rows);
+        INFO("sparsity " << sparsity << " width " << width << " kind " << kind);
+        REQUIRE(rows.offset.size() == 1);
+        // Bit for bit, or both NaN (an infinite quantile's lerp): what KVQuant's torch code gives.
+        const auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; };
+        CHECK(same(rows.offset[0], (mx + mn) / 2.0f));
+        CHECK(same(rows.range[0], (mx - mn) / 2.0f));
+        CHECK(rows.outlier_channel == outliers);
+      }
+    }
+  }
+}
+
 TEST_CASE("nuq: per-head tables and per-run value thresholds", "[quant][nuq]") {
   Rng rng(11);
   const std::size_t n = 40, H = 2, d = 8, C = H * d;

@@ -22,17 +22,89 @@
 namespace akv {
 namespace {
 
-// torch.quantile(row, q) (linear) as torch computes it for an f32 row: q as f32, rank q (n - 1)
-// in f32, then torch's lerp between the neighbours in f32. `sorted` ascending, n >= 1.
+// torch.quantile's rank of q in a row of n values: q as f32, times n - 1 in f32.
+float quantile_rank(std::size_t n, double q) { return static_cast<float>(q) * static_cast<float>(n - 1); }
+
+// The positions of the sorted values torch.quantile(row, q) reads: below and above its rank.
+std::pair<std::size_t, std::size_t> quantile_neighbours(std::size_t n, double q) {
+  const float rank = quantile_rank(n, q);
+  return {static_cast<std::size_t>(rank), std::min(n - 1, static_cast<std::size_t>(std::ceil(rank)))};
+}
+
+// torch.quantile(row, q) (linear) as torch computes it for an f32 row: its rank, then torch's
+// lerp between the neighbours in f32. `sorted`: the row's n >= 1 values, those at
+// quantile_neighbours(n, q) where a sort puts them.
 float torch_quantile(const float* sorted, std::size_t n, double q) {
-  const float qf = static_cast<float>(q);
-  const float rank = qf * static_cast<float>(n - 1);
-  const auto below = static_cast<std::size_t>(rank);
-  const auto above = std::min(n - 1, static_cast<std::size_t>(std::ceil(rank)));
+  const float rank = quantile_rank(n, q);
+  const auto [below, above] = quantile_neighbours(n, q);
   const float w = rank - static_cast<float>(below);
   const float a = sorted[below], b = sorted[above];
   return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
 }
+
+// Puts the values of [first, last) of ranks r[0..k) (ascending, distinct, counted from base) in
+// place as a sort would, the others between them in any order: each selection splits the rest.
+void select_ranks(float* first, float* last, const std::size_t* r, std::size_t k, std::size_t base) {
+  if (k == 0) return;
+  const std::size_t mid = k / 2;
+  float* at = first + (r[mid] - base);
+  std::nth_element(first, at, last);
+  select_ranks(first, at, r, mid, base);
+  select_ranks(at + 1, last, r + mid + 1, k - mid - 1, r[mid] + 1);
+}
+
+// torch.quantile(row, 1 - q) and torch.quantile(row, q) of rows of n values (q in [0.5, 1]): the
+// order statistics they read (quantile_neighbours) are within kEnds of the row's ends for a
+// per-row nuq table's sparsity at a head's width, and are then found by insertion networks of
+// min and max (no branch a value; a sort's values, in any order among equal ones), else by
+// selection.
+class RowQuantiles {
+ public:
+  static constexpr std::size_t kEnds = 4;
+
+  RowQuantiles(std::size_t n, double q) : n_(n), q_(q), sorted_(n) {
+    const auto [lo_below, lo_above] = quantile_neighbours(n, 1.0 - q);
+    const auto [hi_below, hi_above] = quantile_neighbours(n, q);
+    ranks_ = {lo_below, lo_above, hi_below, hi_above};
+    ranks_.erase(std::unique(ranks_.begin(), ranks_.end()), ranks_.end());
+    networks_ = n >= 2 * kEnds && lo_above < kEnds && hi_below >= n - kEnds;
+  }
+
+  // {lo, hi} of row x.
+  std::pair<float, float> operator()(const float* x) {
+    float* s = sorted_.data();
+    if (networks_) {
+      float bottom[kEnds], top[kEnds];  // ascending from the least; descending from the greatest
+      std::fill_n(bottom, kEnds, INFINITY);
+      std::fill_n(top, kEnds, -INFINITY);
+      for (std::size_t j = 0; j < n_; ++j) {
+        float b = x[j], t = x[j];
+        for (std::size_t e = 0; e < kEnds; ++e) {
+          const float lo = std::min(bottom[e], b), hi = std::max(top[e], t);
+          b = std::max(bottom[e], b);
+          t = std::min(top[e], t);
+          bottom[e] = lo;
+          top[e] = hi;
+        }
+      }
+      for (std::size_t e = 0; e < kEnds; ++e) {
+        s[e] = bottom[e];
+        s[n_ - 1 - e] = top[e];
+      }
+    } else {
+      std::copy_n(x, n_, s);
+      select_ranks(s, s + n_, ranks_.data(), ranks_.size(), 0);
+    }
+    return {torch_quantile(s, n_, 1.0 - q_), torch_quantile(s, n_, q_)};
+  }
+
+ private:
+  std::size_t n_;
+  double q_;
+  std::vector<float> sorted_;
+  std::vector<std::size_t> ranks_;
+  bool networks_ = false;
+};
 
 // Lloyd rounds shared by the fast path and the reference: `assign` fills, for levels c, the
 // cluster sums (weight, weighted value) and returns the assignment's signature (fast: the run
@@ -355,7 +427,8 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
   }
   const double q = 1.0 - ((1.0 - t.sparsity) / 2.0);
   const std::size_t row_bytes = packed_size(width, t.bits);
-  std::vector<float> offset(width), range(width), uf(width), lf(width), sorted(width);
+  std::vector<float> offset(width), range(width), uf(width), lf(width), ranked(width);
+  RowQuantiles quantiles(width, q);
   if (t.per_channel) {
     channel_params(t, width, offset, range);
     for (std::size_t j = 0; j < width; ++j) {
@@ -378,16 +451,26 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
       continue;
     }
     if (!t.per_channel) {
-      std::copy(x, x + width, sorted.begin());
-      std::sort(sorted.begin(), sorted.end());
-      const float hi = torch_quantile(sorted.data(), width, q), lo = torch_quantile(sorted.data(), width, 1.0 - q);
-      const float median = sorted[(width - 1) / 2];
+      // The outliers stand in as the row's median for its range: the median's value matters only
+      // when it is an outlier itself (else it is among the values kept), known by counting.
+      const auto [lo, hi] = quantiles(x);
       float mx = -INFINITY, mn = INFINITY;
+      std::size_t at_or_below = 0, at_or_above = 0;
       for (std::size_t j = 0; j < width; ++j) {
+        at_or_below += x[j] <= lo ? 1 : 0;
+        at_or_above += x[j] >= hi ? 1 : 0;
         mask[j] = x[j] <= lo || x[j] >= hi;
-        const float v = mask[j] ? median : x[j];
-        mx = std::max(mx, v);
-        mn = std::min(mn, v);
+        if (!mask[j]) {
+          mx = std::max(mx, x[j]);
+          mn = std::min(mn, x[j]);
+        }
+      }
+      const std::size_t m = (width - 1) / 2;
+      if (at_or_below > m || at_or_above >= width - m) {
+        std::copy(x, x + width, ranked.begin());
+        std::nth_element(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(m), ranked.end());
+        mx = std::max(mx, ranked[m]);
+        mn = std::min(mn, ranked[m]);
       }
       std::fill(offset.begin(), offset.end(), (mx + mn) / 2.0f);
       std::fill(range.begin(), range.end(), (mx - mn) / 2.0f);
