@@ -431,10 +431,8 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
   RowQuantiles quantiles(width, q);
   if (t.per_channel) {
     channel_params(t, width, offset, range);
-    for (std::size_t j = 0; j < width; ++j) {
-      uf[j] = f16_to_f32_ref(t.upper[j]);
-      lf[j] = f16_to_f32_ref(t.lower[j]);
-    }
+    f16_to_f32(t.upper.data(), uf.data(), width);
+    f16_to_f32(t.lower.data(), lf.data(), width);
   }
   std::vector<std::uint8_t> code(width);
   std::vector<char> mask(width);
