@@ -777,9 +777,12 @@ TEST_CASE("nuq: the nearest level, branch-free count against the binary search a
         if (k + 1 < levels.size()) ys.push_back((levels[k] + levels[k + 1]) / 2.0f);  // ties
       }
       for (int i = 0; i < 2000; ++i) ys.push_back(static_cast<float>(r.normal() * 1.5));
-      for (const float y : ys) {
-        INFO("bits " << bits << ", y " << y);
-        REQUIRE(near(y) == nuq_nearest_ref(levels, y));
+      std::vector<std::uint8_t> row(ys.size());  // the row form: chunks of vectors, then a tail
+      near.codes(ys.data(), ys.size(), row.data());
+      for (std::size_t i = 0; i < ys.size(); ++i) {
+        INFO("bits " << bits << ", y " << ys[i]);
+        REQUIRE(near(ys[i]) == nuq_nearest_ref(levels, ys[i]));
+        REQUIRE(row[i] == nuq_nearest_ref(levels, ys[i]));
       }
     }
   }

@@ -382,15 +382,36 @@ NuqNearest::NuqNearest(const std::vector<float>& levels) : levels_(levels) {
 }
 
 std::uint8_t NuqNearest::operator()(float y) const {
-  const int n = static_cast<int>(levels_.size());
-  if (n > 16) return nuq_nearest_ref(levels_, y);
-  if (!std::isfinite(y)) return 0;
-  int above = 0;  // levels <= y: upper_bound's index (the padding's +inf counts for no finite y)
-  for (int k = 0; k < 16; ++k) above += padded_[k] <= y ? 1 : 0;
-  if (above == 0) return 0;
-  if (above == n) return static_cast<std::uint8_t>(n - 1);
-  return static_cast<std::uint8_t>(std::fabs(y - padded_[above]) < std::fabs(y - padded_[above - 1]) ? above
-                                                                                                     : above - 1);
+  std::uint8_t c = 0;
+  codes(&y, 1, &c);
+  return c;
+}
+
+void NuqNearest::codes(const float* y, std::size_t n, std::uint8_t* out) const {
+  const int m = static_cast<int>(levels_.size());
+  if (m > 16) {
+    for (std::size_t j = 0; j < n; ++j) out[j] = nuq_nearest_ref(levels_, y[j]);
+    return;
+  }
+  constexpr std::size_t kChunk = 64;
+  std::int32_t above[kChunk];  // levels <= y: upper_bound's index (the padding's +inf counts for no finite y)
+  for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
+    const std::size_t c = std::min(kChunk, n - j0);
+    const float* yc = y + j0;
+    std::fill_n(above, c, 0);
+    for (int k = 0; k < 16; ++k) {  // a level against the chunk's values: vectors of values
+      const float l = padded_[k];
+      for (std::size_t j = 0; j < c; ++j) above[j] += l <= yc[j] ? 1 : 0;
+    }
+    for (std::size_t j = 0; j < c; ++j) {
+      // Between levels above - 1 and above the nearer (ties to the lower); below the first or
+      // above the last that level; 0 for a y that is not finite.
+      const int a = above[j], hi = a < m ? a : m - 1, lo = a > 0 ? a - 1 : 0;
+      const float v = yc[j];
+      const int nearest = std::fabs(v - padded_[hi]) < std::fabs(v - padded_[lo]) ? hi : lo;
+      out[j0 + j] = static_cast<std::uint8_t>(std::isfinite(v) ? nearest : 0);
+    }
+  }
 }
 
 namespace {
@@ -427,7 +448,7 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
   }
   const double q = 1.0 - ((1.0 - t.sparsity) / 2.0);
   const std::size_t row_bytes = packed_size(width, t.bits);
-  std::vector<float> offset(width), range(width), uf(width), lf(width), ranked(width);
+  std::vector<float> offset(width), range(width), uf(width), lf(width), ranked(width), scaled(width);
   RowQuantiles quantiles(width, q);
   if (t.per_channel) {
     channel_params(t, width, offset, range);
@@ -477,10 +498,12 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
     } else {
       for (std::size_t j = 0; j < width; ++j) mask[j] = x[j] < lf[j] || x[j] > uf[j];
     }
+    for (std::size_t j = 0; j < width; ++j) scaled[j] = (x[j] - offset[j]) / range[j];
+    nearest.codes(scaled.data(), width, code.data());
     for (std::size_t j = 0; j < width; ++j) {
-      const float y = x[j] - offset[j];
-      code[j] = mask[j] ? 0 : nearest(y / range[j]);
       if (mask[j]) {
+        code[j] = 0;
+        const float y = x[j] - offset[j];
         float r = y + offset[j];
         if (!std::isfinite(r)) r = 0.0f;  // torch.nan_to_num(nan=0, posinf=0, neginf=0)
         out.outlier_channel.push_back(static_cast<std::uint16_t>(j));

@@ -141,13 +141,15 @@ void nuq_decode_ref(const NuqView& v, std::size_t width, std::size_t r0, std::si
 // The index of the level nearest y (levels ascending, at least one): the smallest |y - level| in
 // f32, ties to the lower; 0 for a y that is not finite (a zero range). The reference by binary
 // search; NuqNearest, what nuq_encode codes with, counts the levels <= y of up to 16 levels (2-4
-// bits) in one branch-free pass over them padded with +inf, and searches more (8 bits) as the
-// reference does (the same index for every y: tests/unit/test_quant.cpp).
+// bits) in one branch-free pass over them padded with +inf (codes: a row at a time, each level
+// against vectors of its values), and searches more (8 bits) as the reference does (the same
+// index for every y: tests/unit/test_quant.cpp).
 std::uint8_t nuq_nearest_ref(const std::vector<float>& levels, float y);
 class NuqNearest {
  public:
   explicit NuqNearest(const std::vector<float>& levels);  // kept by reference: must outlive this
   std::uint8_t operator()(float y) const;
+  void codes(const float* y, std::size_t n, std::uint8_t* out) const;  // out[j] = (*this)(y[j])
 
  private:
   const std::vector<float>& levels_;
