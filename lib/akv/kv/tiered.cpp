@@ -178,15 +178,10 @@ class TieredHead {
       }
     }
     if (now < next_promotion_[0]) return;
-    const std::size_t best_warm = pick(Tier::warm, false);
-    if (best_warm == blocks_.size()) return;
-    if (count_[0] + t_.block <= t_.hot) {
-      move(best_warm, Tier::hot);
-      next_promotion_[0] = now + t_.block;
-      return;
-    }
-    const std::size_t weak_hot = pick(Tier::hot, true);
-    if (weak_hot != blocks_.size() && bscore_[best_warm] > up * bscore_[weak_hot]) {
+    // Hot never has room for a whole block beside a warm one: warm holds only blocks demoted
+    // while hot held more than its budget, and every block but the open (protected) one is whole.
+    const std::size_t best_warm = pick(Tier::warm, false), weak_hot = pick(Tier::hot, true);
+    if (best_warm != blocks_.size() && weak_hot != blocks_.size() && bscore_[best_warm] > up * bscore_[weak_hot]) {
       move(weak_hot, Tier::warm);
       move(best_warm, Tier::hot);
       next_promotion_[0] = now + t_.block;

@@ -21,10 +21,9 @@
 // lowest-scoring (importance) or oldest (fifo) demotable hot block moves to warm; likewise warm
 // to cold. Then (importance only) at most one promotion per tier boundary: a colder block whose
 // score exceeds the weakest block above it by more than `margin` (relative, default 0.25: near
-// ties would otherwise trade places every step) trades places with it; a warm block moves up
-// without a trade while the hot tier has room for a whole block. Each tier boundary promotes at
-// most once every `block` decode steps (per head). Promotion from warm or int
-// cold keeps the dequantized (lossy) values; with cold_bits 16 it restores the exact f16 rows.
+// ties would otherwise trade places every step) trades places with it. Each tier boundary
+// promotes at most once every `block` decode steps (per head). Promotion from warm or int cold
+// keeps the dequantized (lossy) values; with cold_bits 16 it restores the exact f16 rows.
 // Rows stay in chronological order inside each tier; attention reads warm, cold, hot as three
 // segments of the fused kernel.
 #include <memory>
