@@ -481,17 +481,30 @@ std::vector<LayerNuq> fit_layer_nuq(const std::vector<std::string>& dumps, const
     LayerNuq ln;
     ln.key.resize(B);
     ln.value.resize(B);
+    // The keys' and the values' thresholds and sorted values once, then each bit width's levels.
     std::vector<std::string> failed(2 * B);
-    parallel_for(2 * B, o.threads, [&](std::size_t i) {
-      const int bits = o.nuq_bits[i % B];
+    std::optional<NuqFit> fits[2];
+    const auto fail = [&](std::size_t i, const InvalidInput& e) {
+      failed[i] = "layer " + std::to_string(l) + (i < B ? " keys: " : " values: ") + e.what();
+    };
+    parallel_for(2, o.threads, [&](std::size_t i) {
       try {
-        if (i < B) {
-          ln.key[i] = calibrate_nuq(key.data(), rows, C, bits, true, o.nuq_sparsity, sinks, kwp);
+        if (i == 0) {
+          fits[0].emplace(key.data(), rows, C, true, o.nuq_sparsity, sinks, kwp);
         } else {
-          ln.value[i - B] = calibrate_nuq(value.data(), rows, C, bits, false, o.nuq_sparsity, sinks, vwp, d);
+          fits[1].emplace(value.data(), rows, C, false, o.nuq_sparsity, sinks, vwp, d);
         }
       } catch (const InvalidInput& e) {
-        failed[i] = "layer " + std::to_string(l) + (i < B ? " keys: " : " values: ") + e.what();
+        fail(i * B, e);
+      }
+    });
+    parallel_for(2 * B, o.threads, [&](std::size_t i) {
+      const std::optional<NuqFit>& fit = fits[i < B ? 0 : 1];
+      if (!fit) return;
+      try {
+        (i < B ? ln.key[i] : ln.value[i - B]) = fit->levels(o.nuq_bits[i % B]);
+      } catch (const InvalidInput& e) {
+        fail(i, e);
       }
     });
     for (const std::string& f : failed) {

@@ -135,24 +135,28 @@ std::size_t cluster_of(const std::vector<double>& c, double x) {
   return j;
 }
 
-struct Sorted {
-  std::vector<double> x, w;  // ascending x with their weights
-  double total = 0;
-};
+using Sorted = KMeansInput::Sorted;
 
 Sorted sort_weighted(const std::vector<double>& x, const std::vector<double>& w) {
   if (x.empty()) throw InvalidInput("k-means of no values", {"", "values", "0"});
   if (!w.empty() && w.size() != x.size()) throw std::logic_error("kmeans_1d: one weight per value");
+  Sorted s;
+  if (w.empty()) {  // equal values are interchangeable: the values alone
+    s.x = x;
+    std::sort(s.x.begin(), s.x.end());
+    s.w.assign(x.size(), 1.0);
+    for (std::size_t i = 0; i < x.size(); ++i) s.total += 1.0;
+    return s;
+  }
   // (value, index) pairs in lexicographic order: the values' stable order, sorted in one array.
   std::vector<std::pair<double, std::size_t>> order(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) order[i] = {x[i], i};
   std::sort(order.begin(), order.end());
-  Sorted s;
   s.x.reserve(x.size());
   s.w.reserve(x.size());
   for (const auto& [xi, i] : order) {
     s.x.push_back(xi);
-    s.w.push_back(w.empty() ? 1.0 : w[i]);
+    s.w.push_back(w[i]);
     s.total += s.w.back();
   }
   return s;
@@ -232,16 +236,27 @@ double percentile_sorted(const double* x, std::size_t n, double q) {
   return g >= 0.5 ? b - d * (1.0 - g) : a + d * g;
 }
 
+KMeansInput::KMeansInput(std::vector<double> x, std::vector<double> w)
+    : x_(std::move(x)), w_(std::move(w)), sorted_(sort_weighted(x_, w_)) {
+  const std::size_t n = sorted_.x.size();
+  pw_.assign(n + 1, 0.0);
+  pwx_.assign(n + 1, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    pw_[i + 1] = pw_[i] + sorted_.w[i];
+    pwx_[i + 1] = pwx_[i] + sorted_.w[i] * sorted_.x[i];
+  }
+}
+
 std::vector<double> kmeans_1d(const std::vector<double>& x, const std::vector<double>& w, std::size_t k,
                               std::size_t max_iter) {
-  const Sorted s = sort_weighted(x, w);
+  return KMeansInput(x, w).fit(k, max_iter);
+}
+
+std::vector<double> KMeansInput::fit(std::size_t k, std::size_t max_iter) const {
+  const Sorted& s = sorted_;
+  const std::vector<double>&pw = pw_, &pwx = pwx_;
   const std::size_t n = s.x.size();
-  std::vector<double> pw(n + 1, 0.0), pwx(n + 1, 0.0);  // prefix sums
-  for (std::size_t i = 0; i < n; ++i) {
-    pw[i + 1] = pw[i] + s.w[i];
-    pwx[i + 1] = pwx[i] + s.w[i] * s.x[i];
-  }
-  return best_of_seeds(s, k, x, w, [&](const std::vector<double>& seed) {
+  return best_of_seeds(s, k, x_, w_, [&](const std::vector<double>& seed) {
     return lloyd(seed, max_iter, [&](const std::vector<double>& c, std::vector<double>& sw, std::vector<double>& swx) {
     std::vector<std::size_t> end(c.size());
     std::size_t start = 0;
@@ -291,17 +306,41 @@ double kmeans_1d_cost(const std::vector<double>& x, const std::vector<double>& w
   return cost;
 }
 
+namespace {
+
+void check_nuq_bits(int bits) {
+  if (bits < 1 || bits > 8) throw InvalidInput("nuq bits must be in [1, 8]", {"", "bits", std::to_string(bits)});
+}
+
+}  // namespace
+
 NuqCalibration calibrate_nuq(const float* rows, std::size_t n, std::size_t C, int bits, bool per_channel,
                              double sparsity, std::size_t sink, const float* weights, std::size_t row_width) {
-  if (bits < 1 || bits > 8) throw InvalidInput("nuq bits must be in [1, 8]", {"", "bits", std::to_string(bits)});
+  check_nuq_bits(bits);
+  return NuqFit(rows, n, C, per_channel, sparsity, sink, weights, row_width).levels(bits);
+}
+
+NuqCalibration NuqFit::levels(int bits) const {
+  check_nuq_bits(bits);
+  NuqCalibration c;
+  c.bits = bits;
+  c.per_channel = per_channel_;
+  for (const double l : input_->fit(std::size_t{1} << bits)) c.levels.push_back(static_cast<float>(l));
+  if (per_channel_) {
+    c.upper = upper_;
+    c.lower = lower_;
+  }
+  return c;
+}
+
+NuqFit::NuqFit(const float* rows, std::size_t n, std::size_t C, bool per_channel, double sparsity, std::size_t sink,
+               const float* weights, std::size_t row_width)
+    : per_channel_(per_channel) {
   if (!(sparsity > 0.0 && sparsity <= 1.0)) {
     throw InvalidInput("nuq sparsity threshold must be in (0, 1]", {"", "sparsity", format_number(sparsity)});
   }
   const std::size_t w = per_channel || row_width == 0 ? C : row_width;
   if (C % w != 0) throw std::logic_error("calibrate_nuq: row_width must divide the row");
-  NuqCalibration c;
-  c.bits = bits;
-  c.per_channel = per_channel;
   const double t = 1.0 - ((1.0 - sparsity) / 2.0);  // KVQuant's expression
   const double q_hi = t * 100.0, q_lo = (1.0 - t) * 100.0;
   // Thresholds per channel (keys) or per run of w channels of a row (values).
@@ -323,12 +362,11 @@ NuqCalibration calibrate_nuq(const float* rows, std::size_t n, std::size_t C, in
     }
   }
   if (x.empty()) throw InvalidInput("no value left to fit nuq levels to (every value an outlier or a sink)", {"", "rows", std::to_string(n)});
-  for (const double l : kmeans_1d(x, wt, std::size_t{1} << bits)) c.levels.push_back(static_cast<float>(l));
+  input_.emplace(std::move(x), std::move(wt));
   if (per_channel) {
-    c.upper = std::move(up);
-    c.lower = std::move(lo);
+    upper_ = std::move(up);
+    lower_ = std::move(lo);
   }
-  return c;
 }
 
 NuqTable nuq_table(const NuqCalibration& c, double sparsity, std::size_t sink, std::size_t first, std::size_t width) {

@@ -12,6 +12,7 @@
 // data/golden/kvquant-nuq.json (scripts/dev/golden/kvquant_nuq.py; tests/unit/test_golden.cpp).
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace akv {
@@ -29,6 +30,22 @@ double percentile_sorted(const double* x, std::size_t n, double q);
 // The fast path sorts once and finds clusters as runs between midpoints with prefix sums.
 std::vector<double> kmeans_1d(const std::vector<double>& x, const std::vector<double>& w, std::size_t k,
                               std::size_t max_iter = 300);
+// kmeans_1d's sorted input, made once for fits at several k (kmeans_1d(x, w, k) ==
+// KMeansInput(x, w).fit(k)).
+class KMeansInput {
+ public:
+  struct Sorted {
+    std::vector<double> x, w;  // ascending x with their weights
+    double total = 0;
+  };
+  KMeansInput(std::vector<double> x, std::vector<double> w);
+  std::vector<double> fit(std::size_t k, std::size_t max_iter = 300) const;
+
+ private:
+  std::vector<double> x_, w_;  // as given (the cost of a fit sums in this order)
+  Sorted sorted_;
+  std::vector<double> pw_, pwx_;  // prefix sums of the sorted weights and weighted values
+};
 // The same by the plain O(n k) assignment each round (the reference of the tests).
 std::vector<double> kmeans_1d_ref(const std::vector<double>& x, const std::vector<double>& w, std::size_t k,
                                   std::size_t max_iter = 300);
@@ -55,6 +72,19 @@ struct NuqCalibration {
 NuqCalibration calibrate_nuq(const float* rows, std::size_t n, std::size_t C, int bits, bool per_channel,
                              double sparsity, std::size_t sink, const float* weights = nullptr,
                              std::size_t row_width = 0);
+// calibrate_nuq's thresholds and normalized values, made once for the levels of several bit widths
+// (calibrate_nuq(..., bits, ...) == NuqFit(...).levels(bits)).
+class NuqFit {
+ public:
+  NuqFit(const float* rows, std::size_t n, std::size_t C, bool per_channel, double sparsity, std::size_t sink,
+         const float* weights = nullptr, std::size_t row_width = 0);
+  NuqCalibration levels(int bits) const;
+
+ private:
+  bool per_channel_;
+  std::vector<double> upper_, lower_;
+  std::optional<KMeansInput> input_;
+};
 
 // The codebook of one stored tensor (method nuq, kv/stored_tensor.h): what decodes its rows.
 //   per_channel (keys): each channel's thresholds, f16 bits (a calibration's, rounded f64 -> f32
