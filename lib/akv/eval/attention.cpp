@@ -85,39 +85,58 @@ void check(const AttentionInput& o, const AttentionInput& c) {
   }
 }
 
+// One side's outputs and, when `logits` is given, each query's logits (as f64).
+AttentionOutputs attend(const AttentionInput& a, std::vector<std::vector<double>>* logits) {
+  std::vector<std::size_t> vis(a.nq);
+  AttentionOutputs r;
+  r.sees.resize(a.nq);
+  for (std::size_t i = 0; i < a.nq; ++i) {
+    vis[i] = visible(a, a.qpos[i]);
+    r.sees[i] = vis[i] > 0 ? 1 : 0;
+  }
+  const CausalBlock b{a.q, a.k, vis.data(), a.nq, a.nk, a.d};
+  r.out.assign(a.nq * a.d, 0.0f);
+  if (!logits) {
+    causal_attention(b, a.v, r.out.data());
+    return r;
+  }
+  logits->assign(a.nq, {});
+  causal_attention(b, a.v, r.out.data(), [&](std::size_t i, const float* s, const double*, std::size_t n) {
+    (*logits)[i].assign(s, s + n);
+  });
+  return r;
+}
+
 }  // namespace
+
+AttentionOutputs attention_outputs(const AttentionInput& a) { return attend(a, nullptr); }
+
+AttentionFidelity output_error(const AttentionOutputs& original, const AttentionOutputs& compressed, std::size_t d) {
+  std::vector<float> out = original.out, outc = compressed.out;
+  const std::size_t nq = original.sees.size();
+  for (std::size_t i = 0; i < nq; ++i) {
+    if (original.sees[i] && compressed.sees[i]) continue;
+    // No key on one side: the query counts for neither.
+    std::fill_n(out.begin() + static_cast<std::ptrdiff_t>(i * d), d, 0.0f);
+    std::fill_n(outc.begin() + static_cast<std::ptrdiff_t>(i * d), d, 0.0f);
+  }
+  const auto rows = static_cast<Eigen::Index>(nq), cols = static_cast<Eigen::Index>(d);
+  Eigen::Map<const MatF> om(out.data(), rows, cols), ocm(outc.data(), rows, cols);
+  AttentionFidelity f;
+  f.out_err2 = (om - ocm).cast<double>().squaredNorm();
+  f.out_norm2 = om.cast<double>().squaredNorm();
+  return f;
+}
 
 AttentionFidelity attention_fidelity(const AttentionInput& o, const AttentionInput& c) {
   check(o, c);
   const std::vector<std::size_t> idx = map_positions(o, c);
-  // Outputs [nq, d] and each query's logits (as f64) of one side.
-  auto attend = [](const AttentionInput& a, std::vector<float>& out, std::vector<std::vector<double>>& logits) {
-    std::vector<std::size_t> vis(a.nq);
-    for (std::size_t i = 0; i < a.nq; ++i) vis[i] = visible(a, a.qpos[i]);
-    const CausalBlock b{a.q, a.k, vis.data(), a.nq, a.nk, a.d};
-    out.assign(a.nq * a.d, 0.0f);
-    logits.assign(a.nq, {});
-    causal_attention(b, a.v, out.data(), [&](std::size_t i, const float* s, const double*, std::size_t n) {
-      logits[i].assign(s, s + n);
-    });
-  };
-  std::vector<float> out, outc;
   std::vector<std::vector<double>> s, sc;
-  attend(o, out, s);
-  attend(c, outc, sc);
-  AttentionFidelity f;
+  const AttentionOutputs out = attend(o, &s), outc = attend(c, &sc);
+  AttentionFidelity f = output_error(out, outc, o.d);
   for (std::size_t i = 0; i < o.nq; ++i) {
-    if (s[i].empty() || sc[i].empty()) {  // no key on one side: the query counts for neither
-      std::fill_n(out.begin() + static_cast<std::ptrdiff_t>(i * o.d), o.d, 0.0f);
-      std::fill_n(outc.begin() + static_cast<std::ptrdiff_t>(i * o.d), o.d, 0.0f);
-      continue;
-    }
-    compare_row(s[i].data(), s[i].size(), sc[i].data(), sc[i].size(), idx, f);
+    if (out.sees[i] && outc.sees[i]) compare_row(s[i].data(), s[i].size(), sc[i].data(), sc[i].size(), idx, f);
   }
-  const auto rows = static_cast<Eigen::Index>(o.nq), d = static_cast<Eigen::Index>(o.d);
-  Eigen::Map<const MatF> om(out.data(), rows, d), ocm(outc.data(), rows, d);
-  f.out_err2 = (om - ocm).cast<double>().squaredNorm();
-  f.out_norm2 = om.cast<double>().squaredNorm();
   return f;
 }
 

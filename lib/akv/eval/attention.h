@@ -40,4 +40,16 @@ AttentionFidelity attention_fidelity(const AttentionInput& original,
 AttentionFidelity attention_fidelity_ref(const AttentionInput& original,
                                          const AttentionInput& compressed);
 
+// One side's attention outputs [nq, d] (attention_fidelity's fast path) and which queries see a
+// key (one that sees none on either side counts for neither).
+struct AttentionOutputs {
+  std::vector<float> out;
+  std::vector<char> sees;
+};
+AttentionOutputs attention_outputs(const AttentionInput& a);
+// attention_fidelity's out_err2 and out_norm2 alone (the same values, the rest 0) from the two
+// sides' outputs: callers that compare many compressed sides with one original and read no
+// logit metric compute the original once.
+AttentionFidelity output_error(const AttentionOutputs& original, const AttentionOutputs& compressed, std::size_t d);
+
 }  // namespace akv

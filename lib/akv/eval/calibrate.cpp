@@ -59,28 +59,48 @@ double stored_amax(const float* rows, std::size_t n, std::size_t d, RotationKind
   return a;
 }
 
-// Attention-output relative error of KV head h's query group when its keys and values are
-// replaced by the rows `k2` / `v2` at positions `pos2` (every position when empty).
-double attn_error(const Tensor3& q, const float* k, const float* v, const float* k2, const float* v2,
-                  std::size_t h, const DumpMeta& m, const std::vector<std::size_t>& pos2 = {}) {
-  std::vector<std::size_t> kpos(m.n_tokens), qpos(m.n_query);
-  std::iota(kpos.begin(), kpos.end(), std::size_t{0});
-  std::iota(qpos.begin(), qpos.end(), m.first_query_pos());
-  const std::vector<std::size_t>& kpos2 = pos2.empty() ? kpos : pos2;
-  double e = 0, n = 0;
-  for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
-    const AttentionInput a{q.row(qh, 0), k, v, m.n_query, m.n_tokens, m.head_dim, qpos.data(), kpos.data()};
-    const AttentionInput b{q.row(qh, 0), k2, v2, m.n_query, kpos2.size(), m.head_dim, qpos.data(), kpos2.data()};
-    const AttentionFidelity f = attention_fidelity(a, b);
-    e += f.out_err2;
-    n += f.out_norm2;
+// KV head h's query group attending to its keys and values: what each candidate's attention
+// is compared with, computed once per head.
+class HeadAttention {
+ public:
+  HeadAttention(const Tensor3& q, const float* k, const float* v, std::size_t h, const DumpMeta& m)
+      : q_(q), h_(h), m_(m), kpos_(m.n_tokens), qpos_(m.n_query) {
+    std::iota(kpos_.begin(), kpos_.end(), std::size_t{0});
+    std::iota(qpos_.begin(), qpos_.end(), m.first_query_pos());
+    for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
+      original_.push_back(attention_outputs(input(qh, k, v, kpos_)));
+    }
   }
-  return n > 0 ? std::sqrt(e / n) : 0.0;
-}
+
+  // Attention-output relative error when the keys and values are replaced by the rows `k2` /
+  // `v2` at positions `pos2` (every position when empty).
+  double error(const float* k2, const float* v2, const std::vector<std::size_t>& pos2 = {}) const {
+    double e = 0, n = 0;
+    for (std::size_t i = 0; i < original_.size(); ++i) {
+      const AttentionFidelity f =
+          output_error(original_[i], attention_outputs(input(h_ * m_.group_size() + i, k2, v2, pos2.empty() ? kpos_ : pos2)),
+                       m_.head_dim);
+      e += f.out_err2;
+      n += f.out_norm2;
+    }
+    return n > 0 ? std::sqrt(e / n) : 0.0;
+  }
+
+ private:
+  AttentionInput input(std::size_t qh, const float* k, const float* v, const std::vector<std::size_t>& kpos) const {
+    return {q_.row(qh, 0), k, v, m_.n_query, kpos.size(), m_.head_dim, qpos_.data(), kpos.data()};
+  }
+
+  const Tensor3& q_;
+  std::size_t h_;
+  const DumpMeta& m_;
+  std::vector<std::size_t> kpos_, qpos_;
+  std::vector<AttentionOutputs> original_;  // per query head of the group
+};
 
 // The attention-output error of KV head h's query group as a DuoAttention streaming head: only
 // the first `sinks` and the last `window` of its T > sinks + window tokens kept.
-double streaming_error(const Tensor3& query, const float* k, const float* v, std::size_t h, const DumpMeta& m,
+double streaming_error(const HeadAttention& att, const float* k, const float* v, const DumpMeta& m,
                        std::size_t sinks, std::size_t window) {
   const std::size_t T = m.n_tokens, d = m.head_dim;
   std::vector<std::size_t> pos;
@@ -91,7 +111,7 @@ double streaming_error(const Tensor3& query, const float* k, const float* v, std
     ks.insert(ks.end(), k + t * d, k + (t + 1) * d);
     vs.insert(vs.end(), v + t * d, v + (t + 1) * d);
   }
-  return attn_error(query, k, v, ks.data(), vs.data(), h, m, pos);
+  return att.error(ks.data(), vs.data(), pos);
 }
 
 HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3& query, std::size_t h,
@@ -106,6 +126,7 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
   in.n = in.n_tokens = T;
   in.head_dim = d;
   std::vector<float> kq(T * d), vq(T * d);
+  const HeadAttention att(query, k, v, h, m);
   for (int b : o.candidates) {
     QuantParams p;
     p.method = Quantizer::kivi;
@@ -115,18 +136,18 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
     p.rule = o.rule;
     p.rotate = o.rotate;
     reconstruct_head(compress_head(in, p), {}, kq.data(), vq.data());
-    r.key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
-    r.value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
+    r.key_err.push_back(att.error(kq.data(), v));
+    r.value_err.push_back(att.error(k, vq.data()));
   }
   for (std::size_t i = 0; i < types.key_info.size(); ++i) {
     type_roundtrip(*types.key_info[i], types.key_rotate[i], true, k, T, d, kq.data());
-    r.type_key_err.push_back(attn_error(query, k, v, kq.data(), v, h, m));
+    r.type_key_err.push_back(att.error(kq.data(), v));
   }
   for (std::size_t i = 0; i < types.value_info.size(); ++i) {
     type_roundtrip(*types.value_info[i], types.value_rotate[i], false, v, T, d, vq.data());
-    r.type_value_err.push_back(attn_error(query, k, v, k, vq.data(), h, m));
+    r.type_value_err.push_back(att.error(k, vq.data()));
   }
-  if (duo) r.duo_error = streaming_error(query, k, v, h, m, o.duo_sinks, o.duo_window);
+  if (duo) r.duo_error = streaming_error(att, k, v, m, o.duo_sinks, o.duo_window);
   r.key_amax = stored_amax(k, T, d, o.rotate, true);
   r.value_amax = stored_amax(v, T, d, o.rotate, false);
   RunningMoments mom;
