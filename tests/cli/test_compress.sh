@@ -45,12 +45,14 @@ else
   fail "evaluate --dump --shard: merged fidelity report equals the unsharded one"
 fi
 # evaluate --dump --methods: each method through a scratch cache in $TMPDIR, the same figures as
-# compress then evaluate --dump --cache, and no file left behind.
+# compress then evaluate --dump --cache, and no file left behind; nine methods: two batches of
+# caches evaluated together (the last one alone).
 mkdir -p "$TMP/scratch"
-TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --methods kivi-2,adakv:budget=0.3:quant=kivi-4:window=16 --json \
-  -o "$TMP/f_methods.json"
+methods=kivi-2,kivi-4,k4v2,k4v3,uniform,uniform:bits=2,kivi-2:residual=0,kivi-4:residual=0,adakv:budget=0.3:quant=kivi-4:window=16
+TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --json -o "$TMP/f_methods.json" --methods "$methods"
 "$AKV" evaluate -q --dump "$d" --cache "$TMP/c_kivi-2.h5" --json -o "$TMP/f_kivi2.json"
 "$AKV" evaluate -q --dump "$d" --cache "$TMP/c_kivi-2.h5" --per-head -o "$TMP/f_kivi2_heads.txt"
+for m in kivi-4 k4v2 k4v3 uniform; do "$AKV" evaluate -q --dump "$d" --cache "$TMP/c_$m.h5" --json -o "$TMP/f_$m.json"; done
 same=$("$PY" -c 'import json, sys
 j = json.load(open(sys.argv[1]))
 rows = [l.split() for l in open(sys.argv[2]).read().splitlines()[2:]]
@@ -65,14 +67,14 @@ same=$("$PY" -c 'import json, sys
 m = json.load(open(sys.argv[1]))["methods"]
 refs = [json.load(open(f)) for f in sys.argv[2:]]
 keys = ("overall", "layers", "memory")
-print([x["method"] for x in m] == ["kivi-2", "adakv:budget=0.3:quant=kivi-4:window=16"]
-      and all(x[k] == r[k] for x, r in zip(m, refs) for k in keys))' "$TMP/f_methods.json" "$TMP/f_kivi2.json" "$TMP/f_full.json")
+at = [0, 1, 2, 3, 4, 8]
+print(len(m) == 9 and [m[i]["method"] for i in at] == ["kivi-2", "kivi-4", "k4v2", "k4v3", "uniform", "adakv:budget=0.3:quant=kivi-4:window=16"]
+      and all(m[i][k] == r[k] for i, r in zip(at, refs) for k in keys))' "$TMP/f_methods.json" "$TMP/f_kivi2.json" \
+  "$TMP/f_kivi-4.json" "$TMP/f_k4v2.json" "$TMP/f_k4v3.json" "$TMP/f_uniform.json" "$TMP/f_full.json")
 expect_equal "evaluate --dump --methods: each report as compress + evaluate --cache" "$same" "True"
 # Its CSV and table carry the JSON's figures (CSV to 9 digits; the table "-" where nothing is evicted).
-TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --methods kivi-2,adakv:budget=0.3:quant=kivi-4:window=16 --csv \
-  -o "$TMP/f_methods.csv"
-TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --methods kivi-2,adakv:budget=0.3:quant=kivi-4:window=16 \
-  -o "$TMP/f_methods.txt"
+TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --methods "$methods" --csv -o "$TMP/f_methods.csv"
+TMPDIR="$TMP/scratch" "$AKV" evaluate -q --dump "$d" --methods "$methods" -o "$TMP/f_methods.txt"
 same=$("$PY" -c 'import csv, json, sys
 m = json.load(open(sys.argv[1]))["methods"]
 rows = list(csv.DictReader(open(sys.argv[2])))
@@ -82,8 +84,8 @@ ok = len(rows) == len(m) and all(r["method"] == x["method"] and int(r["bytes"]) 
      and close(r["bits_per_element"], x["memory"]["bits_per_element"]) and all(close(r[k], x["overall"][k]) for k in keys)
      for r, x in zip(rows, m))
 table = open(sys.argv[3]).read().splitlines()
-ok = ok and len(table) == 3 and table[1].split()[0] == "kivi-2" and table[1].split()[-2:] == ["-", "-"] \
-     and table[2].split()[-2] == "%.4f" % m[1]["overall"]["retained_mass"]
+ok = ok and len(table) == 10 and table[1].split()[0] == "kivi-2" and table[1].split()[-2:] == ["-", "-"] \
+     and table[9].split()[-2] == "%.4f" % m[8]["overall"]["retained_mass"]
 print(ok)' "$TMP/f_methods.json" "$TMP/f_methods.csv" "$TMP/f_methods.txt")
 expect_equal "evaluate --dump --methods: CSV and table carry the JSON's figures" "$same" "True"
 expect_empty_dir "evaluate --dump --methods leaves no scratch cache" "$TMP/scratch"

@@ -44,11 +44,12 @@ std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k) {
   return order;
 }
 
-// Per-query metrics from logits and outputs of both sides.
-void compare_row(const double* s, std::size_t n, const double* sc, std::size_t nc,
+// Per-query metrics from the original's log-probabilities logp [n] and top kRecallK[2] keys a,
+// and the compressed side's logits sc [nc].
+void compare_row(const std::vector<double>& logp, const std::vector<std::size_t>& a, const double* sc, std::size_t nc,
                  const std::vector<std::size_t>& idx, AttentionFidelity& f) {
-  std::vector<double> logp(n), logq(nc);
-  log_softmax(s, n, logp.data());
+  const std::size_t n = logp.size();
+  std::vector<double> logq(nc);
   log_softmax(sc, nc, logq.data());
   double kept = 0;
   for (std::size_t j = 0; j < nc; ++j) kept += std::exp(logp[idx[j]]);
@@ -63,9 +64,7 @@ void compare_row(const double* s, std::size_t n, const double* sc, std::size_t n
   std::vector<double> mapped(n, -INFINITY);
   for (std::size_t j = 0; j < nc; ++j) mapped[idx[j]] = sc[j];
   // Top-k lists are prefixes of one sorted top-32 list (same order for every k).
-  const std::size_t kmax = kRecallK[2];
-  const auto a = top_k(s, n, kmax);
-  const auto b = top_k(mapped.data(), n, std::min(kmax, nc));
+  const auto b = top_k(mapped.data(), n, std::min(kRecallK[2], nc));
   for (int r = 0; r < 3; ++r) {
     const std::size_t k = std::min(kRecallK[r], n);
     std::vector<std::size_t> bk(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(std::min(k, b.size())));
@@ -128,16 +127,34 @@ AttentionFidelity output_error(const AttentionOutputs& original, const Attention
   return f;
 }
 
-AttentionFidelity attention_fidelity(const AttentionInput& o, const AttentionInput& c) {
+AttentionReference attention_reference(const AttentionInput& o) {
+  AttentionReference r;
+  std::vector<std::vector<double>> s;
+  r.outputs = attend(o, &s);
+  r.logp.resize(o.nq);
+  r.top.resize(o.nq);
+  for (std::size_t i = 0; i < o.nq; ++i) {
+    r.logp[i].resize(s[i].size());
+    log_softmax(s[i].data(), s[i].size(), r.logp[i].data());
+    r.top[i] = top_k(s[i].data(), s[i].size(), kRecallK[2]);
+  }
+  return r;
+}
+
+AttentionFidelity attention_fidelity(const AttentionReference& ref, const AttentionInput& o, const AttentionInput& c) {
   check(o, c);
   const std::vector<std::size_t> idx = map_positions(o, c);
-  std::vector<std::vector<double>> s, sc;
-  const AttentionOutputs out = attend(o, &s), outc = attend(c, &sc);
-  AttentionFidelity f = output_error(out, outc, o.d);
+  std::vector<std::vector<double>> sc;
+  const AttentionOutputs outc = attend(c, &sc);
+  AttentionFidelity f = output_error(ref.outputs, outc, o.d);
   for (std::size_t i = 0; i < o.nq; ++i) {
-    if (out.sees[i] && outc.sees[i]) compare_row(s[i].data(), s[i].size(), sc[i].data(), sc[i].size(), idx, f);
+    if (ref.outputs.sees[i] && outc.sees[i]) compare_row(ref.logp[i], ref.top[i], sc[i].data(), sc[i].size(), idx, f);
   }
   return f;
+}
+
+AttentionFidelity attention_fidelity(const AttentionInput& o, const AttentionInput& c) {
+  return attention_fidelity(attention_reference(o), o, c);
 }
 
 AttentionFidelity attention_fidelity_ref(const AttentionInput& o, const AttentionInput& c) {
@@ -166,7 +183,9 @@ AttentionFidelity attention_fidelity_ref(const AttentionInput& o, const Attentio
     const std::size_t n = visible(o, o.qpos[i]), nc = visible(c, c.qpos[i]);
     if (n == 0 || nc == 0) continue;
     const auto s = scores(o, i, n), sc = scores(c, i, nc);
-    compare_row(s.data(), n, sc.data(), nc, idx, f);
+    std::vector<double> logp(n);
+    log_softmax(s.data(), n, logp.data());
+    compare_row(logp, top_k(s.data(), n, kRecallK[2]), sc.data(), nc, idx, f);
     const auto out = output(o, s), outc = output(c, sc);
     for (std::size_t t = 0; t < o.d; ++t) {
       f.out_err2 += (out[t] - outc[t]) * (out[t] - outc[t]);

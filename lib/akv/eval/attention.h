@@ -52,4 +52,16 @@ AttentionOutputs attention_outputs(const AttentionInput& a);
 // logit metric compute the original once.
 AttentionFidelity output_error(const AttentionOutputs& original, const AttentionOutputs& compressed, std::size_t d);
 
+// The original side of attention_fidelity, computed once for several compressed sides: its
+// outputs and each query's log-probabilities and top kRecallK[2] keys.
+// attention_fidelity(o, c) == attention_fidelity(attention_reference(o), o, c).
+struct AttentionReference {
+  AttentionOutputs outputs;
+  std::vector<std::vector<double>> logp;
+  std::vector<std::vector<std::size_t>> top;
+};
+AttentionReference attention_reference(const AttentionInput& original);
+AttentionFidelity attention_fidelity(const AttentionReference& reference, const AttentionInput& original,
+                                     const AttentionInput& compressed);
+
 }  // namespace akv

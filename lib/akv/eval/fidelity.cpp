@@ -20,57 +20,67 @@ namespace {
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
-FidelitySums evaluate_head(const HeadCache& hc, const Tensor3& key, const Tensor3& value,
-                           const Tensor3& query, std::size_t h, const DumpMeta& m,
-                           const RopeContext& rope) {
-  const std::size_t d = m.head_dim, n = hc.n_kept(), T = m.n_tokens;
-  std::vector<float> k(n * d), v(n * d);
-  reconstruct_head(hc, rope, k.data(), v.data());
-  FidelitySums s;
-  s.heads = 1;
-  // K/V error over all tokens: kept tokens against their reconstruction, others against 0.
-  std::vector<bool> kept(T, hc.kept.empty());
-  for (std::size_t i = 0; i < n; ++i) kept[hc.position(i)] = true;
-  for (std::size_t t = 0; t < T; ++t) {
-    const float* kr = key.row(h, t);
-    const float* vr = value.row(h, t);
-    for (std::size_t c = 0; c < d; ++c) {
-      s.key_norm2 += static_cast<double>(kr[c]) * kr[c];
-      s.value_norm2 += static_cast<double>(vr[c]) * vr[c];
-      if (!kept[t]) {
-        s.key_err2 += static_cast<double>(kr[c]) * kr[c];
-        s.value_err2 += static_cast<double>(vr[c]) * vr[c];
+// The sums of KV head h for the head of each cache (hcs[c], read with ropes[c]): each query head's
+// original attention computed once (attention_reference) for every cache.
+std::vector<FidelitySums> evaluate_head(const std::vector<const HeadCache*>& hcs, const Tensor3& key,
+                                        const Tensor3& value, const Tensor3& query, std::size_t h, const DumpMeta& m,
+                                        const std::vector<const RopeContext*>& ropes) {
+  const std::size_t d = m.head_dim, T = m.n_tokens, g = m.group_size();
+  std::vector<std::size_t> all(T), qpos(m.n_query);
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  std::iota(qpos.begin(), qpos.end(), m.first_query_pos());
+  const auto original = [&](std::size_t qh) {
+    return AttentionInput{query.row(qh, 0), key.row(h, 0), value.row(h, 0), m.n_query, T, d, qpos.data(), all.data()};
+  };
+  std::vector<AttentionReference> refs;
+  for (std::size_t qh = h * g; qh < (h + 1) * g; ++qh) refs.push_back(attention_reference(original(qh)));
+  std::vector<FidelitySums> out(hcs.size());
+  for (std::size_t c = 0; c < hcs.size(); ++c) {
+    const HeadCache& hc = *hcs[c];
+    FidelitySums& s = out[c];
+    const std::size_t n = hc.n_kept();
+    std::vector<float> k(n * d), v(n * d);
+    reconstruct_head(hc, *ropes[c], k.data(), v.data());
+    s.heads = 1;
+    // K/V error over all tokens: kept tokens against their reconstruction, others against 0.
+    std::vector<bool> kept(T, hc.kept.empty());
+    for (std::size_t i = 0; i < n; ++i) kept[hc.position(i)] = true;
+    for (std::size_t t = 0; t < T; ++t) {
+      const float* kr = key.row(h, t);
+      const float* vr = value.row(h, t);
+      for (std::size_t j = 0; j < d; ++j) {
+        s.key_norm2 += static_cast<double>(kr[j]) * kr[j];
+        s.value_norm2 += static_cast<double>(vr[j]) * vr[j];
+        if (!kept[t]) {
+          s.key_err2 += static_cast<double>(kr[j]) * kr[j];
+          s.value_err2 += static_cast<double>(vr[j]) * vr[j];
+        }
       }
     }
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    const float* kr = key.row(h, hc.position(i));
-    const float* vr = value.row(h, hc.position(i));
-    for (std::size_t c = 0; c < d; ++c) {
-      const double ek = static_cast<double>(kr[c]) - k[i * d + c];
-      const double ev = static_cast<double>(vr[c]) - v[i * d + c];
-      s.key_err2 += ek * ek;
-      s.value_err2 += ev * ev;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float* kr = key.row(h, hc.position(i));
+      const float* vr = value.row(h, hc.position(i));
+      for (std::size_t j = 0; j < d; ++j) {
+        const double ek = static_cast<double>(kr[j]) - k[i * d + j];
+        const double ev = static_cast<double>(vr[j]) - v[i * d + j];
+        s.key_err2 += ek * ek;
+        s.value_err2 += ev * ev;
+      }
+    }
+    std::vector<std::size_t> pos(n);
+    for (std::size_t i = 0; i < n; ++i) pos[i] = hc.position(i);
+    for (std::size_t qh = h * g; qh < (h + 1) * g; ++qh) {
+      const AttentionInput ci{query.row(qh, 0), k.data(), v.data(), m.n_query, n, d, qpos.data(), pos.data()};
+      const AttentionFidelity f = attention_fidelity(refs[qh - h * g], original(qh), ci);
+      s.attn.out_err2 += f.out_err2;
+      s.attn.out_norm2 += f.out_norm2;
+      s.attn.kl += f.kl;
+      s.attn.evicted_mass += f.evicted_mass;
+      for (int r = 0; r < 3; ++r) s.attn.recall[r] += f.recall[r];
+      s.attn.queries += f.queries;
     }
   }
-  std::vector<std::size_t> all(T), pos(n), qpos(m.n_query);
-  std::iota(all.begin(), all.end(), std::size_t{0});
-  for (std::size_t i = 0; i < n; ++i) pos[i] = hc.position(i);
-  std::iota(qpos.begin(), qpos.end(), m.first_query_pos());
-  const std::size_t g = m.group_size();
-  for (std::size_t qh = h * g; qh < (h + 1) * g; ++qh) {
-    AttentionInput o{query.row(qh, 0), key.row(h, 0), value.row(h, 0), m.n_query, T, d,
-                     qpos.data(), all.data()};
-    AttentionInput c{query.row(qh, 0), k.data(), v.data(), m.n_query, n, d, qpos.data(), pos.data()};
-    const AttentionFidelity f = attention_fidelity(o, c);
-    s.attn.out_err2 += f.out_err2;
-    s.attn.out_norm2 += f.out_norm2;
-    s.attn.kl += f.kl;
-    s.attn.evicted_mass += f.evicted_mass;
-    for (int r = 0; r < 3; ++r) s.attn.recall[r] += f.recall[r];
-    s.attn.queries += f.queries;
-  }
-  return s;
+  return out;
 }
 
 std::string sci(double v) { return fmt::format("{:.3e}", v); }
@@ -216,49 +226,71 @@ std::string FidelityReport::to_table(bool per_head) const {
 
 FidelityReport evaluate_cache(const std::string& dump_path, const std::string& cache_path,
                               int threads, bool verify_hash, const ProgressFn& progress, const Shard& shard) {
+  return std::move(evaluate_caches(dump_path, {cache_path}, threads, verify_hash, progress, shard).front());
+}
+
+std::vector<FidelityReport> evaluate_caches(const std::string& dump_path, const std::vector<std::string>& cache_paths,
+                                            int threads, bool verify_hash, const ProgressFn& progress,
+                                            const Shard& shard) {
   DumpReader dump(dump_path);
-  CacheReader cache(cache_path);
   const DumpMeta& m = dump.meta();
   require_windows_hold_tokens(m, dump_path, "fidelity evaluation");
-  if (verify_hash) {
-    check_cache_matches_dump(cache, dump);
-  } else if (cache.meta().n_layers != m.n_layers || cache.meta().n_kv_heads != m.n_kv_heads ||
-             cache.meta().head_dim != m.head_dim || cache.meta().n_tokens != m.n_tokens) {
-    throw InvalidInput("cache was made from a dump of another shape",
-                       {cache_path, "source_path", cache.header().source_path});
+  std::vector<std::unique_ptr<CacheReader>> caches;
+  std::vector<CacheRope> ropes;
+  std::vector<FidelityReport> reports(cache_paths.size());
+  for (std::size_t c = 0; c < cache_paths.size(); ++c) {
+    const std::string& cache_path = cache_paths[c];
+    const CacheReader& cache = *caches.emplace_back(std::make_unique<CacheReader>(cache_path));
+    if (verify_hash) {
+      check_cache_matches_dump(cache, dump);
+    } else if (cache.meta().n_layers != m.n_layers || cache.meta().n_kv_heads != m.n_kv_heads ||
+               cache.meta().head_dim != m.head_dim || cache.meta().n_tokens != m.n_tokens) {
+      throw InvalidInput("cache was made from a dump of another shape",
+                         {cache_path, "source_path", cache.header().source_path});
+    }
+    FidelityReport& r = reports[c];
+    r.dump_path = dump_path;
+    r.cache_path = cache_path;
+    r.memory = cache_memory(cache);
+    r.heads.assign(m.n_layers, std::vector<FidelitySums>(m.n_kv_heads));
+    if (dump.needles()) {
+      r.needles = *dump.needles();
+      r.needle_kept.assign(r.needles.size(), 0);
+    }
+    ropes.push_back(cache_rope(cache, m));
   }
-  FidelityReport r;
-  r.dump_path = dump_path;
-  r.cache_path = cache_path;
-  r.memory = cache_memory(cache);
-  r.heads.assign(m.n_layers, std::vector<FidelitySums>(m.n_kv_heads));
-  if (dump.needles()) {
-    r.needles = *dump.needles();
-    r.needle_kept.assign(r.needles.size(), 0);
-  }
-  const CacheRope cr = cache_rope(cache, m);
-  const RopeContext& rope = cr.context;
+  std::vector<const RopeContext*> contexts;
+  for (const CacheRope& cr : ropes) contexts.push_back(&cr.context);
   const auto [lo, hi] = shard.range(m.n_layers);
   Tensor3 key, value, query;  // each layer in the previous one's storage
   for (std::size_t l = lo; l < hi; ++l) {
     dump.read_into(key, l, DumpField::key);
     dump.read_into(value, l, DumpField::value);
     dump.read_into(query, l, DumpField::query);
-    std::vector<HeadCache> heads(m.n_kv_heads);  // HDF5 reads stay on this thread
-    for (std::size_t h = 0; h < m.n_kv_heads; ++h) heads[h] = cache.read_head(l, h);
+    // heads[h][c]: HDF5 reads stay on this thread.
+    std::vector<std::vector<HeadCache>> heads(m.n_kv_heads, std::vector<HeadCache>(caches.size()));
+    for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
+      for (std::size_t c = 0; c < caches.size(); ++c) heads[h][c] = caches[c]->read_head(l, h);
+    }
     parallel_for(m.n_kv_heads, threads, [&](std::size_t h) {
-      r.heads[l][h] = evaluate_head(heads[h], key, value, query, h, m, rope);
+      std::vector<const HeadCache*> hcs;
+      for (const HeadCache& hc : heads[h]) hcs.push_back(&hc);
+      const std::vector<FidelitySums> sums = evaluate_head(hcs, key, value, query, h, m, contexts);
+      for (std::size_t c = 0; c < caches.size(); ++c) reports[c].heads[l][h] = sums[c];
     });
-    for (std::size_t i = 0; i < r.needles.size(); ++i) {
-      for (const HeadCache& hc : heads) {
-        const bool kept = hc.kept.empty() ||
-                          std::binary_search(hc.kept.begin(), hc.kept.end(), r.needles[i]);
-        r.needle_kept[i] += kept ? 1 : 0;
+    for (std::size_t c = 0; c < caches.size(); ++c) {
+      FidelityReport& r = reports[c];
+      for (std::size_t i = 0; i < r.needles.size(); ++i) {
+        for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
+          const HeadCache& hc = heads[h][c];
+          const bool kept = hc.kept.empty() || std::binary_search(hc.kept.begin(), hc.kept.end(), r.needles[i]);
+          r.needle_kept[i] += kept ? 1 : 0;
+        }
       }
     }
     if (progress) progress(l + 1 - lo, hi - lo);
   }
-  return r;
+  return reports;
 }
 
 namespace {

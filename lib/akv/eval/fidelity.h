@@ -54,6 +54,11 @@ struct FidelityReport {
 FidelityReport evaluate_cache(const std::string& dump_path, const std::string& cache_path,
                               int threads, bool verify_hash, const ProgressFn& progress,
                               const Shard& shard = Shard{});
+// The same for several caches of one dump in one pass over it: each query head's original
+// attention is computed once for all of them (one report per cache, each as evaluate_cache's).
+std::vector<FidelityReport> evaluate_caches(const std::string& dump_path, const std::vector<std::string>& cache_paths,
+                                            int threads, bool verify_hash, const ProgressFn& progress,
+                                            const Shard& shard = Shard{});
 
 // Sharded evaluate --dump --cache (docs/scale.md): the partial report of a shard (format
 // akv-fidelity-part v1: the dump's and cache's paths and hashes, its layers' raw sums, its needle

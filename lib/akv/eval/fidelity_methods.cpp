@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
@@ -36,14 +37,25 @@ std::vector<MethodFidelity> evaluate_methods(const std::string& dump_path, const
     const char* env = std::getenv("TMPDIR");
     throw IoError("no temporary directory for the scratch caches: " + ec.message(), {"", "TMPDIR", env ? env : ""});
   }
+  // Up to kBatch methods' caches first (scratch files, never committed: they go when evaluated;
+  // the bound keeps the files in flight few), then one pass over the dump for all of them.
+  constexpr std::size_t kBatch = 8;
   const std::string scratch_name = (dir / "akv-evaluate-cache.h5").string();
   std::vector<MethodFidelity> out;
-  for (const PplMethod& m : methods) {
-    const AtomicOutput scratch(scratch_name);  // never committed: its file goes when evaluated
-    compress_dump(dump_path, scratch.temp_path(), *m.params, threads, progress);
-    FidelityReport r = evaluate_cache(dump_path, scratch.temp_path(), threads, true, progress);
-    r.cache_path.clear();
-    out.push_back({m.spec, std::move(r)});
+  for (std::size_t first = 0; first < methods.size(); first += kBatch) {
+    const std::size_t end = std::min(methods.size(), first + kBatch);
+    std::vector<std::unique_ptr<AtomicOutput>> scratch;
+    std::vector<std::string> caches;
+    for (std::size_t i = first; i < end; ++i) {
+      scratch.push_back(std::make_unique<AtomicOutput>(scratch_name));
+      compress_dump(dump_path, scratch.back()->temp_path(), *methods[i].params, threads, progress);
+      caches.push_back(scratch.back()->temp_path());
+    }
+    std::vector<FidelityReport> reports = evaluate_caches(dump_path, caches, threads, true, progress);
+    for (std::size_t i = first; i < end; ++i) {
+      reports[i - first].cache_path.clear();
+      out.push_back({methods[i].spec, std::move(reports[i - first])});
+    }
   }
   return out;
 }

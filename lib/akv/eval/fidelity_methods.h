@@ -1,9 +1,9 @@
 #pragma once
 // `akv evaluate --dump D --methods A,B,...`: several methods' fidelity on one dump in one run.
 // Each method is compressed from the dump into a scratch cache (a temporary file in the system's
-// temporary directory, $TMPDIR, removed once evaluated and on a fatal signal) and evaluated
-// against the dump: the figures `akv compress` then `akv evaluate --dump --cache` give, without a
-// cache path.
+// temporary directory, $TMPDIR, removed once evaluated and on a fatal signal; up to eight at a
+// time) and evaluated against the dump with the others of its batch (evaluate_caches): the
+// figures `akv compress` then `akv evaluate --dump --cache` give, without a cache path.
 #include <string>
 #include <vector>
 
