@@ -788,6 +788,32 @@ TEST_CASE("nuq: the nearest level, branch-free count against the binary search a
   }
 }
 
+TEST_CASE("nuq: k-means cost equals the plain sum of each value's least squared distance, bit for bit", "[quant][nuq]") {
+  // kmeans_1d_cost takes the minima a block of values at a time, level by level: a minimum is the
+  // same in any order and the sum keeps the values' order, so the bits are the plain loop's.
+  Rng r(37);
+  for (const std::size_t n : {1, 255, 256, 257, 1000}) {
+    std::vector<double> x(n), w(n), levels(1 + r.below(16));
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = r.normal();
+      w[i] = r.uniform(0.1, 2.0);
+    }
+    for (double& l : levels) l = r.normal();
+    for (const bool weighted : {false, true}) {
+      double plain = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        double best = INFINITY;
+        for (const double c : levels) best = std::min(best, (x[i] - c) * (x[i] - c));
+        volatile double term = (weighted ? w[i] : 1.0) * best;  // not fused into the sum (nuq.cpp: -ffp-contract=off)
+        plain += term;
+      }
+      const double cost = kmeans_1d_cost(x, weighted ? w : std::vector<double>{}, levels);
+      INFO("n " << n << (weighted ? " weighted" : ""));
+      CHECK(std::memcmp(&cost, &plain, sizeof cost) == 0);
+    }
+  }
+}
+
 TEST_CASE("nuq: 1-D k-means, fast path against the plain rounds and against brute force", "[quant][nuq]") {
   Rng r(5);
   for (int trial = 0; trial < 20; ++trial) {

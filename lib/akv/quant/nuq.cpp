@@ -162,14 +162,17 @@ Sorted sort_weighted(const std::vector<double>& x, const std::vector<double>& w)
   return s;
 }
 
-// Seeds: the weighted quantiles (j + 1/2) / k (the first value whose cumulative weight reaches it).
-std::vector<double> seeds_of(const Sorted& s, std::size_t k) {
+// Seeds: the weighted quantiles (j + 1/2) / k (the first value whose cumulative weight reaches
+// it); by_count: every weight taken as 1.
+std::vector<double> seeds_of(const Sorted& s, std::size_t k, bool by_count) {
   std::vector<double> c;
+  const double total = by_count ? static_cast<double>(s.x.size()) : s.total;
+  const auto weight = [&](std::size_t i) { return by_count ? 1.0 : s.w[i]; };
   double cum = 0;
   std::size_t i = 0;
   for (std::size_t j = 0; j < k; ++j) {
-    const double target = (static_cast<double>(j) + 0.5) / static_cast<double>(k) * s.total;
-    while (i + 1 < s.x.size() && cum + s.w[i] < target) cum += s.w[i++];
+    const double target = (static_cast<double>(j) + 0.5) / static_cast<double>(k) * total;
+    for (; i + 1 < s.x.size() && cum + weight(i) < target; ++i) cum += weight(i);
     c.push_back(s.x[i]);
   }
   return c;
@@ -179,11 +182,7 @@ std::vector<double> seeds_of(const Sorted& s, std::size_t k) {
 // quantiles by count, and k levels evenly spaced over [min, max] (a weighted fit's quantile seeds
 // may crowd where the weight is and stop in a worse local optimum).
 std::vector<std::vector<double>> candidate_seeds(const Sorted& s, std::size_t k) {
-  std::vector<std::vector<double>> seeds = {seeds_of(s, k)};
-  Sorted by_count = s;
-  std::fill(by_count.w.begin(), by_count.w.end(), 1.0);
-  by_count.total = static_cast<double>(s.x.size());
-  seeds.push_back(seeds_of(by_count, k));
+  std::vector<std::vector<double>> seeds = {seeds_of(s, k, false), seeds_of(s, k, true)};
   std::vector<double> even(k);
   const double lo = s.x.front(), hi = s.x.back();
   for (std::size_t j = 0; j < k; ++j) {
@@ -297,11 +296,19 @@ std::vector<double> kmeans_1d_ref(const std::vector<double>& x, const std::vecto
 }
 
 double kmeans_1d_cost(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& levels) {
+  // Each value's least squared distance (a minimum: the same in any order) for a block of values
+  // at a time, level by level (vectors of values), then the sum in the values' order.
+  constexpr std::size_t kBlock = 256;
+  double best[kBlock];
   double cost = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    double best = INFINITY;
-    for (const double c : levels) best = std::min(best, (x[i] - c) * (x[i] - c));
-    cost += (w.empty() ? 1.0 : w[i]) * best;
+  for (std::size_t i0 = 0; i0 < x.size(); i0 += kBlock) {
+    const std::size_t m = std::min(kBlock, x.size() - i0);
+    const double* xb = x.data() + i0;
+    std::fill_n(best, m, INFINITY);
+    for (const double c : levels) {
+      for (std::size_t i = 0; i < m; ++i) best[i] = std::min(best[i], (xb[i] - c) * (xb[i] - c));
+    }
+    for (std::size_t i = 0; i < m; ++i) cost += (w.empty() ? 1.0 : w[i0 + i]) * best[i];
   }
   return cost;
 }
