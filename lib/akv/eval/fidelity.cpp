@@ -20,6 +20,37 @@ namespace {
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+// K/V error of head h over all tokens: kept tokens against their reconstruction k, v [n, d],
+// others against 0.
+void add_kv_errors(const HeadCache& hc, const Tensor3& key, const Tensor3& value, std::size_t h, std::size_t T,
+                   std::size_t d, const float* k, const float* v, FidelitySums& s) {
+  const std::size_t n = hc.n_kept();
+  std::vector<bool> kept(T, hc.kept.empty());
+  for (std::size_t i = 0; i < n; ++i) kept[hc.position(i)] = true;
+  for (std::size_t t = 0; t < T; ++t) {
+    const float* kr = key.row(h, t);
+    const float* vr = value.row(h, t);
+    for (std::size_t c = 0; c < d; ++c) {
+      s.key_norm2 += static_cast<double>(kr[c]) * kr[c];
+      s.value_norm2 += static_cast<double>(vr[c]) * vr[c];
+      if (!kept[t]) {
+        s.key_err2 += static_cast<double>(kr[c]) * kr[c];
+        s.value_err2 += static_cast<double>(vr[c]) * vr[c];
+      }
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const float* kr = key.row(h, hc.position(i));
+    const float* vr = value.row(h, hc.position(i));
+    for (std::size_t c = 0; c < d; ++c) {
+      const double ek = static_cast<double>(kr[c]) - k[i * d + c];
+      const double ev = static_cast<double>(vr[c]) - v[i * d + c];
+      s.key_err2 += ek * ek;
+      s.value_err2 += ev * ev;
+    }
+  }
+}
+
 // The sums of KV head h for the head of each cache (hcs[c], read with ropes[c]): each query head's
 // original attention computed once (attention_reference) for every cache.
 std::vector<FidelitySums> evaluate_head(const std::vector<const HeadCache*>& hcs, const Tensor3& key,
@@ -42,31 +73,7 @@ std::vector<FidelitySums> evaluate_head(const std::vector<const HeadCache*>& hcs
     std::vector<float> k(n * d), v(n * d);
     reconstruct_head(hc, *ropes[c], k.data(), v.data());
     s.heads = 1;
-    // K/V error over all tokens: kept tokens against their reconstruction, others against 0.
-    std::vector<bool> kept(T, hc.kept.empty());
-    for (std::size_t i = 0; i < n; ++i) kept[hc.position(i)] = true;
-    for (std::size_t t = 0; t < T; ++t) {
-      const float* kr = key.row(h, t);
-      const float* vr = value.row(h, t);
-      for (std::size_t j = 0; j < d; ++j) {
-        s.key_norm2 += static_cast<double>(kr[j]) * kr[j];
-        s.value_norm2 += static_cast<double>(vr[j]) * vr[j];
-        if (!kept[t]) {
-          s.key_err2 += static_cast<double>(kr[j]) * kr[j];
-          s.value_err2 += static_cast<double>(vr[j]) * vr[j];
-        }
-      }
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      const float* kr = key.row(h, hc.position(i));
-      const float* vr = value.row(h, hc.position(i));
-      for (std::size_t j = 0; j < d; ++j) {
-        const double ek = static_cast<double>(kr[j]) - k[i * d + j];
-        const double ev = static_cast<double>(vr[j]) - v[i * d + j];
-        s.key_err2 += ek * ek;
-        s.value_err2 += ev * ev;
-      }
-    }
+    add_kv_errors(hc, key, value, h, T, d, k.data(), v.data(), s);
     std::vector<std::size_t> pos(n);
     for (std::size_t i = 0; i < n; ++i) pos[i] = hc.position(i);
     for (std::size_t qh = h * g; qh < (h + 1) * g; ++qh) {
