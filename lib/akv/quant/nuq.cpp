@@ -485,6 +485,37 @@ void channel_params(const NuqTable& t, std::size_t width, std::vector<float>& of
 
 }  // namespace
 
+namespace {
+
+// A per-row table's row x [width]: its outliers (mask: at or beyond the quantiles) and {offset,
+// range} of the row with them replaced by its median. The median's value matters only when it is
+// an outlier itself (else it is among the values kept), known by counting; ranked: width floats
+// of scratch.
+std::pair<float, float> row_range(const float* x, std::size_t width, RowQuantiles& quantiles, char* mask, float* ranked) {
+  const auto [lo, hi] = quantiles(x);
+  float mx = -INFINITY, mn = INFINITY;
+  std::size_t at_or_below = 0, at_or_above = 0;
+  for (std::size_t j = 0; j < width; ++j) {
+    at_or_below += x[j] <= lo ? 1 : 0;
+    at_or_above += x[j] >= hi ? 1 : 0;
+    mask[j] = x[j] <= lo || x[j] >= hi;
+    if (!mask[j]) {
+      mx = std::max(mx, x[j]);
+      mn = std::min(mn, x[j]);
+    }
+  }
+  const std::size_t m = (width - 1) / 2;
+  if (at_or_below > m || at_or_above >= width - m) {
+    std::copy_n(x, width, ranked);
+    std::nth_element(ranked, ranked + m, ranked + width);
+    mx = std::max(mx, ranked[m]);
+    mn = std::min(mn, ranked[m]);
+  }
+  return {(mx + mn) / 2.0f, (mx - mn) / 2.0f};
+}
+
+}  // namespace
+
 void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t width, NuqRows& out,
                 const std::int32_t* pos) {
   if (width == 0 || width > 65536) throw std::logic_error("nuq_encode: width in [1, 65536]");
@@ -515,31 +546,11 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
       continue;
     }
     if (!t.per_channel) {
-      // The outliers stand in as the row's median for its range: the median's value matters only
-      // when it is an outlier itself (else it is among the values kept), known by counting.
-      const auto [lo, hi] = quantiles(x);
-      float mx = -INFINITY, mn = INFINITY;
-      std::size_t at_or_below = 0, at_or_above = 0;
-      for (std::size_t j = 0; j < width; ++j) {
-        at_or_below += x[j] <= lo ? 1 : 0;
-        at_or_above += x[j] >= hi ? 1 : 0;
-        mask[j] = x[j] <= lo || x[j] >= hi;
-        if (!mask[j]) {
-          mx = std::max(mx, x[j]);
-          mn = std::min(mn, x[j]);
-        }
-      }
-      const std::size_t m = (width - 1) / 2;
-      if (at_or_below > m || at_or_above >= width - m) {
-        std::copy(x, x + width, ranked.begin());
-        std::nth_element(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(m), ranked.end());
-        mx = std::max(mx, ranked[m]);
-        mn = std::min(mn, ranked[m]);
-      }
-      std::fill(offset.begin(), offset.end(), (mx + mn) / 2.0f);
-      std::fill(range.begin(), range.end(), (mx - mn) / 2.0f);
-      out.offset.push_back(offset[0]);
-      out.range.push_back(range[0]);
+      const auto [o, r] = row_range(x, width, quantiles, mask.data(), ranked.data());
+      std::fill(offset.begin(), offset.end(), o);
+      std::fill(range.begin(), range.end(), r);
+      out.offset.push_back(o);
+      out.range.push_back(r);
     } else {
       for (std::size_t j = 0; j < width; ++j) mask[j] = x[j] < lf[j] || x[j] > uf[j];
     }
