@@ -52,7 +52,9 @@ void add_kv_errors(const HeadCache& hc, const Tensor3& key, const Tensor3& value
 }
 
 // The sums of KV head h for the head of each cache (hcs[c], read with ropes[c]): each query head's
-// original attention computed once (attention_reference) for every cache.
+// original attention computed once (attention_reference) for every cache. One query head at a
+// time, each cache's head rebuilt for it: memory as for one cache (one reference, one rebuilt
+// head), the rebuilding repeated per query head of the group.
 std::vector<FidelitySums> evaluate_head(const std::vector<const HeadCache*>& hcs, const Tensor3& key,
                                         const Tensor3& value, const Tensor3& query, std::size_t h, const DumpMeta& m,
                                         const std::vector<const RopeContext*>& ropes) {
@@ -60,25 +62,27 @@ std::vector<FidelitySums> evaluate_head(const std::vector<const HeadCache*>& hcs
   std::vector<std::size_t> all(T), qpos(m.n_query);
   std::iota(all.begin(), all.end(), std::size_t{0});
   std::iota(qpos.begin(), qpos.end(), m.first_query_pos());
-  const auto original = [&](std::size_t qh) {
-    return AttentionInput{query.row(qh, 0), key.row(h, 0), value.row(h, 0), m.n_query, T, d, qpos.data(), all.data()};
-  };
-  std::vector<AttentionReference> refs;
-  for (std::size_t qh = h * g; qh < (h + 1) * g; ++qh) refs.push_back(attention_reference(original(qh)));
   std::vector<FidelitySums> out(hcs.size());
-  for (std::size_t c = 0; c < hcs.size(); ++c) {
-    const HeadCache& hc = *hcs[c];
-    FidelitySums& s = out[c];
-    const std::size_t n = hc.n_kept();
-    std::vector<float> k(n * d), v(n * d);
-    reconstruct_head(hc, *ropes[c], k.data(), v.data());
-    s.heads = 1;
-    add_kv_errors(hc, key, value, h, T, d, k.data(), v.data(), s);
-    std::vector<std::size_t> pos(n);
-    for (std::size_t i = 0; i < n; ++i) pos[i] = hc.position(i);
-    for (std::size_t qh = h * g; qh < (h + 1) * g; ++qh) {
+  std::vector<float> k, v;
+  std::vector<std::size_t> pos;
+  for (std::size_t qh = h * g; qh < (h + 1) * g; ++qh) {
+    const AttentionInput o{query.row(qh, 0), key.row(h, 0), value.row(h, 0), m.n_query, T, d, qpos.data(), all.data()};
+    const AttentionReference ref = attention_reference(o);
+    for (std::size_t c = 0; c < hcs.size(); ++c) {
+      const HeadCache& hc = *hcs[c];
+      FidelitySums& s = out[c];
+      const std::size_t n = hc.n_kept();
+      k.resize(n * d);
+      v.resize(n * d);
+      reconstruct_head(hc, *ropes[c], k.data(), v.data());
+      if (qh == h * g) {
+        s.heads = 1;
+        add_kv_errors(hc, key, value, h, T, d, k.data(), v.data(), s);
+      }
+      pos.resize(n);
+      for (std::size_t i = 0; i < n; ++i) pos[i] = hc.position(i);
       const AttentionInput ci{query.row(qh, 0), k.data(), v.data(), m.n_query, n, d, qpos.data(), pos.data()};
-      const AttentionFidelity f = attention_fidelity(refs[qh - h * g], original(qh), ci);
+      const AttentionFidelity f = attention_fidelity(ref, o, ci);
       s.attn.out_err2 += f.out_err2;
       s.attn.out_norm2 += f.out_norm2;
       s.attn.kl += f.kl;
