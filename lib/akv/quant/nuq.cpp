@@ -4,6 +4,7 @@
 #include <cstring>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -524,12 +525,19 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
   }
   const double q = 1.0 - ((1.0 - t.sparsity) / 2.0);
   const std::size_t row_bytes = packed_size(width, t.bits);
-  std::vector<float> offset(width), range(width), uf(width), lf(width), ranked(width), scaled(width);
-  RowQuantiles quantiles(width, q);
+  // Per-channel tables: the thresholds (uf, lf) and each channel's offset and range; per-row
+  // ones: the quantiles' scratch (a decode step codes one row a call: nothing the other needs).
+  std::vector<float> offset(width), range(width), uf, lf, ranked, scaled(width);
+  std::optional<RowQuantiles> quantiles;
   if (t.per_channel) {
     channel_params(t, width, offset, range);
+    uf.resize(width);
+    lf.resize(width);
     f16_to_f32(t.upper.data(), uf.data(), width);
     f16_to_f32(t.lower.data(), lf.data(), width);
+  } else {
+    quantiles.emplace(width, q);
+    ranked.resize(width);
   }
   std::vector<std::uint8_t> code(width);
   std::vector<char> mask(width);
@@ -546,7 +554,7 @@ void nuq_encode(const NuqTable& t, const float* rows, std::size_t n, std::size_t
       continue;
     }
     if (!t.per_channel) {
-      const auto [o, r] = row_range(x, width, quantiles, mask.data(), ranked.data());
+      const auto [o, r] = row_range(x, width, *quantiles, mask.data(), ranked.data());
       std::fill(offset.begin(), offset.end(), o);
       std::fill(range.begin(), range.end(), r);
       out.offset.push_back(o);
