@@ -1,7 +1,12 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -11,6 +16,8 @@
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
+#include "akv/core/rng.h"
+#include "akv/core/sort.h"
 #include "akv/core/version.h"
 #include "test_util.h"
 
@@ -162,6 +169,44 @@ TEST_CASE("parallel_for nests, runs from several threads at once, and reuses its
     });
   }
   CHECK(total == 500L * 6);
+}
+
+TEST_CASE("sort_values and stable_order agree with std::sort", "[core][sort]") {
+  // Against std::sort of the values and of the (value, index) pairs: wide doubles, f32-exact ones
+  // (passes skipped), many ties, both zeros, infinities, denormals, and the sizes 0 to 3.
+  Rng rng(7);
+  const auto check = [](const std::vector<double>& x) {
+    std::vector<double> mine = x, want = x;
+    sort_values(mine);
+    std::sort(want.begin(), want.end());
+    REQUIRE(mine.size() == want.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CHECK(mine[i] == want[i]);  // -0 == +0: which zero std::sort puts first is unspecified
+      if (i > 0 && mine[i] == 0.0 && mine[i - 1] == 0.0) CHECK_FALSE((std::signbit(mine[i]) && !std::signbit(mine[i - 1])));
+    }
+    std::vector<std::pair<double, std::size_t>> pairs(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) pairs[i] = {x[i], i};
+    std::sort(pairs.begin(), pairs.end());
+    const std::vector<std::uint32_t> order = stable_order(x);
+    REQUIRE(order.size() == x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) CHECK(order[i] == pairs[i].second);
+  };
+  for (std::size_t n : {0, 1, 2, 3}) {
+    std::vector<double> x(n);
+    for (double& v : x) v = rng.normal();
+    check(x);
+  }
+  std::vector<double> wide(5000), narrow(5000), ties(5000);
+  for (double& v : wide) v = rng.normal() * std::exp(20.0 * rng.normal());
+  for (double& v : narrow) v = static_cast<float>(rng.normal());
+  for (double& v : ties) v = std::round(4.0 * rng.normal()) / 4.0;
+  for (std::size_t i = 0; i < ties.size(); i += 7) ties[i] = i % 2 ? -0.0 : 0.0;
+  const double inf = std::numeric_limits<double>::infinity(), tiny = std::numeric_limits<double>::denorm_min();
+  ties.insert(ties.end(), {inf, -inf, tiny, -tiny, 5 * tiny, -0.0, 0.0, inf});
+  check(wide);
+  check(narrow);
+  check(ties);
+  check(std::vector<double>(100, 1.5));
 }
 
 TEST_CASE("version is recorded", "[core][version]") {
