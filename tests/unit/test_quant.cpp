@@ -827,6 +827,9 @@ TEST_CASE("nuq: 1-D k-means, fast path against the plain rounds and against brut
     REQUIRE(fast.size() == k);
     REQUIRE(std::is_sorted(fast.begin(), fast.end()));
     for (std::size_t j = 0; j < k; ++j) CHECK(fast[j] == Approx(ref[j]).margin(1e-9));
+    // One round from each seeding: the fast path's searched seeds are the plain walk's.
+    const std::vector<double> fast1 = kmeans_1d(x, w, k, 1), ref1 = kmeans_1d_ref(x, w, k, 1);
+    for (std::size_t j = 0; j < k; ++j) CHECK(fast1[j] == Approx(ref1[j]).margin(1e-9));
     // Lloyd's fixed point: every level is its cluster's weighted mean.
     for (std::size_t j = 0; j < k; ++j) {
       double sw = 0, swx = 0;
@@ -1016,6 +1019,31 @@ TEST_CASE("nuq: a value row's thresholds and range equal those of the sorted row
         CHECK(same(rows.offset[0], (mx + mn) / 2.0f));
         CHECK(same(rows.range[0], (mx - mn) / 2.0f));
         CHECK(rows.outlier_channel == outliers);
+      }
+    }
+  }
+}
+
+TEST_CASE("nuq: key thresholds are numpy's percentiles of each channel", "[quant][nuq]") {
+  // Against each channel sorted: the order statistics by insertion networks (few rows: ranks
+  // within four of the ends) and by selection (many), with ties.
+  Rng rng(12);
+  const std::size_t C = 3;
+  for (const std::size_t n : {5, 8, 12, 40, 300}) {
+    std::vector<float> x(n * C);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<float>(i % 3 == 2 ? std::round(2.0 * rng.normal()) : rng.normal());
+    }
+    for (const double sparsity : {0.5, 0.9, 0.99, 1.0}) {
+      CAPTURE(n, sparsity);
+      const NuqCalibration kc = calibrate_nuq(x.data(), n, C, 2, true, sparsity, 0);
+      const double t = 1.0 - ((1.0 - sparsity) / 2.0);
+      for (std::size_t j = 0; j < C; ++j) {
+        std::vector<double> col(n);
+        for (std::size_t i = 0; i < n; ++i) col[i] = x[i * C + j];
+        std::sort(col.begin(), col.end());
+        CHECK(kc.upper[j] == percentile_sorted(col.data(), n, t * 100.0));
+        CHECK(kc.lower[j] == percentile_sorted(col.data(), n, (1.0 - t) * 100.0));
       }
     }
   }

@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <cstring>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "akv/core/errors.h"
 #include "akv/core/isa.h"
+#include "akv/core/sort.h"
 #include "akv/quant/nuq_avx512.h"
 #include "akv/quant/pack.h"
 #include "akv/tensor/codes8.h"
@@ -45,43 +48,45 @@ float torch_quantile(const float* sorted, std::size_t n, double q) {
 
 // Puts the values of [first, last) of ranks r[0..k) (ascending, distinct, counted from base) in
 // place as a sort would, the others between them in any order: each selection splits the rest.
-void select_ranks(float* first, float* last, const std::size_t* r, std::size_t k, std::size_t base) {
+template <class T>
+void select_ranks(T* first, T* last, const std::size_t* r, std::size_t k, std::size_t base) {
   if (k == 0) return;
   const std::size_t mid = k / 2;
-  float* at = first + (r[mid] - base);
+  T* at = first + (r[mid] - base);
   std::nth_element(first, at, last);
   select_ranks(first, at, r, mid, base);
   select_ranks(at + 1, last, r + mid + 1, k - mid - 1, r[mid] + 1);
 }
 
-// torch.quantile(row, 1 - q) and torch.quantile(row, q) of rows of n values (q in [0.5, 1]): the
-// order statistics they read (quantile_neighbours) are within kEnds of the row's ends for a
-// per-row nuq table's sparsity at a head's width, and are then found by insertion networks of
-// min and max (no branch a value; a sort's values, in any order among equal ones), else by
-// selection.
-class RowQuantiles {
+// The order statistics of some ranks of rows of n values, where a sort puts them: when every rank
+// is within kEnds of the row's ends (a nuq table's thresholds at a head's width), by insertion
+// networks of min and max (no branch a value; a sort's values, in any order among equal ones),
+// else by selection.
+template <class T>
+class RankSelector {
  public:
   static constexpr std::size_t kEnds = 4;
 
-  RowQuantiles(std::size_t n, double q) : n_(n), q_(q), sorted_(n) {
-    const auto [lo_below, lo_above] = quantile_neighbours(n, 1.0 - q);
-    const auto [hi_below, hi_above] = quantile_neighbours(n, q);
-    ranks_ = {lo_below, lo_above, hi_below, hi_above};
+  RankSelector(std::size_t n, std::vector<std::size_t> ranks) : n_(n), sorted_(n), ranks_(std::move(ranks)) {
+    std::sort(ranks_.begin(), ranks_.end());
     ranks_.erase(std::unique(ranks_.begin(), ranks_.end()), ranks_.end());
-    networks_ = n >= 2 * kEnds && lo_above < kEnds && hi_below >= n - kEnds;
+    networks_ = n >= 2 * kEnds && std::all_of(ranks_.begin(), ranks_.end(), [&](std::size_t r) {
+                  return r < kEnds || r >= n - kEnds;
+                });
   }
 
-  // {lo, hi} of row x.
-  std::pair<float, float> operator()(const float* x) {
-    float* s = sorted_.data();
+  // Row x's values at the ranks, each at its rank of the returned array (the other entries
+  // unspecified).
+  const T* operator()(const T* x) {
+    T* s = sorted_.data();
     if (networks_) {
-      float bottom[kEnds], top[kEnds];  // ascending from the least; descending from the greatest
-      std::fill_n(bottom, kEnds, INFINITY);
-      std::fill_n(top, kEnds, -INFINITY);
+      T bottom[kEnds], top[kEnds];  // ascending from the least; descending from the greatest
+      std::fill_n(bottom, kEnds, std::numeric_limits<T>::infinity());
+      std::fill_n(top, kEnds, -std::numeric_limits<T>::infinity());
       for (std::size_t j = 0; j < n_; ++j) {
-        float b = x[j], t = x[j];
+        T b = x[j], t = x[j];
         for (std::size_t e = 0; e < kEnds; ++e) {
-          const float lo = std::min(bottom[e], b), hi = std::max(top[e], t);
+          const T lo = std::min(bottom[e], b), hi = std::max(top[e], t);
           b = std::max(bottom[e], b);
           t = std::min(top[e], t);
           bottom[e] = lo;
@@ -96,15 +101,66 @@ class RowQuantiles {
       std::copy_n(x, n_, s);
       select_ranks(s, s + n_, ranks_.data(), ranks_.size(), 0);
     }
-    return {torch_quantile(s, n_, 1.0 - q_), torch_quantile(s, n_, q_)};
+    return s;
   }
 
  private:
   std::size_t n_;
-  double q_;
-  std::vector<float> sorted_;
+  std::vector<T> sorted_;
   std::vector<std::size_t> ranks_;
   bool networks_ = false;
+};
+
+// torch.quantile(row, 1 - q) and torch.quantile(row, q) of rows of n values (q in [0.5, 1]).
+class RowQuantiles {
+ public:
+  RowQuantiles(std::size_t n, double q) : n_(n), q_(q), select_(n, ranks(n, q)) {}
+
+  // {lo, hi} of row x.
+  std::pair<float, float> operator()(const float* x) {
+    const float* s = select_(x);
+    return {torch_quantile(s, n_, 1.0 - q_), torch_quantile(s, n_, q_)};
+  }
+
+ private:
+  static std::vector<std::size_t> ranks(std::size_t n, double q) {
+    const auto [lo_below, lo_above] = quantile_neighbours(n, 1.0 - q);
+    const auto [hi_below, hi_above] = quantile_neighbours(n, q);
+    return {lo_below, lo_above, hi_below, hi_above};
+  }
+
+  std::size_t n_;
+  double q_;
+  RankSelector<float> select_;
+};
+
+// numpy.percentile(v, q_lo) and numpy.percentile(v, q_hi) of rows of n values.
+class RowPercentiles {
+ public:
+  RowPercentiles(std::size_t n, double q_lo, double q_hi) : n_(n), q_lo_(q_lo), q_hi_(q_hi), select_(n, ranks(n)) {}
+
+  // {lo, hi} of row x.
+  std::pair<double, double> operator()(const double* x) {
+    const double* s = select_(x);
+    return {percentile_sorted(s, n_, q_lo_), percentile_sorted(s, n_, q_hi_)};
+  }
+
+ private:
+  // The positions percentile_sorted reads: i and i + 1 of the sorted values (i alone at the top).
+  std::vector<std::size_t> ranks(std::size_t n) const {
+    std::vector<std::size_t> r;
+    for (const double q : {q_lo_, q_hi_}) {
+      const double f = std::floor(static_cast<double>(n - 1) * (q / 100.0));
+      const std::size_t i = f >= static_cast<double>(n - 1) ? n - 1 : f < 0 ? 0 : static_cast<std::size_t>(f);
+      r.push_back(i);
+      r.push_back(std::min(i + 1, n - 1));
+    }
+    return r;
+  }
+
+  std::size_t n_;
+  double q_lo_, q_hi_;
+  RankSelector<double> select_;
 };
 
 // Lloyd rounds shared by the fast path and the reference: `assign` fills, for levels c, the
@@ -144,30 +200,27 @@ Sorted sort_weighted(const std::vector<double>& x, const std::vector<double>& w)
   Sorted s;
   if (w.empty()) {  // equal values are interchangeable: the values alone
     s.x = x;
-    std::sort(s.x.begin(), s.x.end());
+    sort_values(s.x);
     s.w.assign(x.size(), 1.0);
-    for (std::size_t i = 0; i < x.size(); ++i) s.total += 1.0;
-    return s;
+  } else {  // the values' stable order (equal values by index), their weights alongside
+    s.x.reserve(x.size());
+    s.w.reserve(x.size());
+    for (const std::uint32_t i : stable_order(x)) {
+      s.x.push_back(x[i]);
+      s.w.push_back(w[i]);
+    }
   }
-  // (value, index) pairs in lexicographic order: the values' stable order, sorted in one array.
-  std::vector<std::pair<double, std::size_t>> order(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) order[i] = {x[i], i};
-  std::sort(order.begin(), order.end());
-  s.x.reserve(x.size());
-  s.w.reserve(x.size());
-  for (const auto& [xi, i] : order) {
-    s.x.push_back(xi);
-    s.w.push_back(w[i]);
-    s.total += s.w.back();
-  }
+  s.pw.assign(x.size() + 1, 0.0);
+  for (std::size_t i = 0; i < x.size(); ++i) s.pw[i + 1] = s.pw[i] + s.w[i];
   return s;
 }
 
-// Seeds: the weighted quantiles (j + 1/2) / k (the first value whose cumulative weight reaches
-// it); by_count: every weight taken as 1.
-std::vector<double> seeds_of(const Sorted& s, std::size_t k, bool by_count) {
+// Seeds: the weighted quantiles (j + 1/2) / k, each the first value (from the previous seed's
+// on) whose cumulative weight reaches it; by_count: every weight taken as 1. The plain walk (the
+// reference's); seeds_searched finds the same values by search.
+std::vector<double> seeds_walked(const Sorted& s, std::size_t k, bool by_count) {
   std::vector<double> c;
-  const double total = by_count ? static_cast<double>(s.x.size()) : s.total;
+  const double total = by_count ? static_cast<double>(s.x.size()) : s.pw.back();
   const auto weight = [&](std::size_t i) { return by_count ? 1.0 : s.w[i]; };
   double cum = 0;
   std::size_t i = 0;
@@ -179,10 +232,34 @@ std::vector<double> seeds_of(const Sorted& s, std::size_t k, bool by_count) {
   return c;
 }
 
+// The walk's cumulative weight through value i is pw[i + 1] (the same running sum), or i + 1 by
+// count: the first i with pw[i + 1] >= target by binary search, i = ceil(target) - 1 by count.
+std::vector<double> seeds_searched(const Sorted& s, std::size_t k, bool by_count) {
+  std::vector<double> c;
+  const std::size_t n = s.x.size();
+  const double total = by_count ? static_cast<double>(n) : s.pw[n];
+  std::size_t i = 0;
+  for (std::size_t j = 0; j < k; ++j) {
+    const double target = (static_cast<double>(j) + 0.5) / static_cast<double>(k) * total;
+    if (by_count) {
+      i = std::max(i, static_cast<std::size_t>(std::ceil(target)) - 1);
+    } else {
+      const auto pw = s.pw.begin();
+      i = static_cast<std::size_t>(std::lower_bound(pw + static_cast<std::ptrdiff_t>(i) + 1,
+                                                    pw + static_cast<std::ptrdiff_t>(n), target) - pw) - 1;
+    }
+    i = std::min(i, n - 1);
+    c.push_back(s.x[i]);
+  }
+  return c;
+}
+
 // The starting levels Lloyd's rounds run from: the weighted quantiles (j + 1/2) / k, the same
 // quantiles by count, and k levels evenly spaced over [min, max] (a weighted fit's quantile seeds
-// may crowd where the weight is and stop in a worse local optimum).
-std::vector<std::vector<double>> candidate_seeds(const Sorted& s, std::size_t k) {
+// may crowd where the weight is and stop in a worse local optimum). seeds_of: seeds_walked or
+// seeds_searched.
+using SeedsOf = std::vector<double> (*)(const Sorted&, std::size_t, bool);
+std::vector<std::vector<double>> candidate_seeds(const Sorted& s, std::size_t k, SeedsOf seeds_of) {
   std::vector<std::vector<double>> seeds = {seeds_of(s, k, false), seeds_of(s, k, true)};
   std::vector<double> even(k);
   const double lo = s.x.front(), hi = s.x.back();
@@ -195,11 +272,11 @@ std::vector<std::vector<double>> candidate_seeds(const Sorted& s, std::size_t k)
 
 // Lloyd's rounds from every candidate seeding; the levels of least cost (the first on ties).
 template <class Run>
-std::vector<double> best_of_seeds(const Sorted& s, std::size_t k, const std::vector<double>& x,
+std::vector<double> best_of_seeds(const Sorted& s, std::size_t k, SeedsOf seeds_of, const std::vector<double>& x,
                                   const std::vector<double>& w, Run run) {
   std::vector<double> best;
   double best_cost = INFINITY;
-  for (const std::vector<double>& seed : candidate_seeds(s, k)) {
+  for (const std::vector<double>& seed : candidate_seeds(s, k, seeds_of)) {
     std::vector<double> c = run(seed);
     const double cost = kmeans_1d_cost(x, w, c);
     if (cost < best_cost) {
@@ -208,19 +285,6 @@ std::vector<double> best_of_seeds(const Sorted& s, std::size_t k, const std::vec
     }
   }
   return best;
-}
-
-// percentile_sorted(v, q) without sorting v: the order statistics it reads (positions i and
-// i + 1 of the sorted values) put in place by selection; v is reordered.
-double percentile_selected(std::vector<double>& v, double q) {
-  const std::size_t n = v.size();
-  if (n == 0) throw std::logic_error("percentile_selected: no values");
-  const double f = std::floor(static_cast<double>(n - 1) * (q / 100.0));
-  const std::size_t i = f >= static_cast<double>(n - 1) ? n - 1 : f < 0 ? 0 : static_cast<std::size_t>(f);
-  const auto at = v.begin() + static_cast<std::ptrdiff_t>(i);
-  std::nth_element(v.begin(), at, v.end());
-  if (i + 1 < n) std::iter_swap(at + 1, std::min_element(at + 1, v.end()));
-  return percentile_sorted(v.data(), n, q);
 }
 
 }  // namespace
@@ -239,12 +303,8 @@ double percentile_sorted(const double* x, std::size_t n, double q) {
 KMeansInput::KMeansInput(std::vector<double> x, std::vector<double> w)
     : x_(std::move(x)), w_(std::move(w)), sorted_(sort_weighted(x_, w_)) {
   const std::size_t n = sorted_.x.size();
-  pw_.assign(n + 1, 0.0);
   pwx_.assign(n + 1, 0.0);
-  for (std::size_t i = 0; i < n; ++i) {
-    pw_[i + 1] = pw_[i] + sorted_.w[i];
-    pwx_[i + 1] = pwx_[i] + sorted_.w[i] * sorted_.x[i];
-  }
+  for (std::size_t i = 0; i < n; ++i) pwx_[i + 1] = pwx_[i] + sorted_.w[i] * sorted_.x[i];
 }
 
 std::vector<double> kmeans_1d(const std::vector<double>& x, const std::vector<double>& w, std::size_t k,
@@ -254,9 +314,9 @@ std::vector<double> kmeans_1d(const std::vector<double>& x, const std::vector<do
 
 std::vector<double> KMeansInput::fit(std::size_t k, std::size_t max_iter) const {
   const Sorted& s = sorted_;
-  const std::vector<double>&pw = pw_, &pwx = pwx_;
+  const std::vector<double>&pw = s.pw, &pwx = pwx_;
   const std::size_t n = s.x.size();
-  return best_of_seeds(s, k, x_, w_, [&](const std::vector<double>& seed) {
+  return best_of_seeds(s, k, seeds_searched, x_, w_, [&](const std::vector<double>& seed) {
     return lloyd(seed, max_iter, [&](const std::vector<double>& c, std::vector<double>& sw, std::vector<double>& swx) {
     std::vector<std::size_t> end(c.size());
     std::size_t start = 0;
@@ -278,7 +338,7 @@ std::vector<double> KMeansInput::fit(std::size_t k, std::size_t max_iter) const 
 std::vector<double> kmeans_1d_ref(const std::vector<double>& x, const std::vector<double>& w, std::size_t k,
                                   std::size_t max_iter) {
   const Sorted s = sort_weighted(x, w);
-  return best_of_seeds(s, k, x, w, [&](const std::vector<double>& seed) {
+  return best_of_seeds(s, k, seeds_walked, x, w, [&](const std::vector<double>& seed) {
     return lloyd(seed, max_iter, [&](const std::vector<double>& c, std::vector<double>& sw, std::vector<double>& swx) {
     std::vector<std::size_t> a(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -354,10 +414,10 @@ NuqFit::NuqFit(const float* rows, std::size_t n, std::size_t C, bool per_channel
   // Thresholds per channel (keys) or per run of w channels of a row (values).
   const std::size_t runs = C / w, groups = per_channel ? C : n * runs, len = per_channel ? n : w;
   std::vector<double> up(groups), lo(groups), v(len);
+  RowPercentiles percentiles(len, q_lo, q_hi);
   for (std::size_t g = 0; g < groups; ++g) {
     for (std::size_t i = 0; i < len; ++i) v[i] = per_channel ? rows[i * C + g] : rows[g * w + i];
-    up[g] = percentile_selected(v, q_hi);
-    lo[g] = percentile_selected(v, q_lo);
+    std::tie(lo[g], up[g]) = percentiles(v.data());
   }
   std::vector<double> x, wt;
   for (std::size_t i = sink; i < n; ++i) {

@@ -36,7 +36,7 @@ class KMeansInput {
  public:
   struct Sorted {
     std::vector<double> x, w;  // ascending x with their weights
-    double total = 0;
+    std::vector<double> pw;    // [n + 1] prefix sums of w (a running sum's)
   };
   KMeansInput(std::vector<double> x, std::vector<double> w);
   std::vector<double> fit(std::size_t k, std::size_t max_iter = 300) const;
@@ -44,7 +44,7 @@ class KMeansInput {
  private:
   std::vector<double> x_, w_;  // as given (the cost of a fit sums in this order)
   Sorted sorted_;
-  std::vector<double> pw_, pwx_;  // prefix sums of the sorted weights and weighted values
+  std::vector<double> pwx_;  // prefix sums of the sorted weighted values
 };
 // The same by the plain O(n k) assignment each round (the reference of the tests).
 std::vector<double> kmeans_1d_ref(const std::vector<double>& x, const std::vector<double>& w, std::size_t k,
