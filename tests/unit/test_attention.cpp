@@ -723,12 +723,15 @@ TEST_CASE("causal block attention: fast path within 1e-5 of the f64 reference, b
   std::vector<float> out(nq * d, -1.0f);
   std::size_t rows_seen = 0;
   std::ptrdiff_t last = -1;
-  causal_attention(b, v.data(), out.data(), [&](std::size_t i, const float*, const double* p, std::size_t n) {
+  causal_attention(b, v.data(), out.data(), [&](std::size_t i, const float* s, const double* p, double lse, std::size_t n) {
     CHECK(static_cast<std::ptrdiff_t>(i) > last);  // queries in order
     last = static_cast<std::ptrdiff_t>(i);
     double sum = 0;
     for (std::size_t j = 0; j < n; ++j) sum += p[j];
     CHECK(sum == Approx(1.0).epsilon(1e-12));
+    std::vector<double> logp(n);  // s - lse: log_softmax's, bit for bit
+    log_softmax(s, n, logp.data());
+    for (std::size_t j = 0; j < n; ++j) CHECK(static_cast<double>(s[j]) - lse == logp[j]);
     CHECK(n == visible[i]);
     ++rows_seen;
   });

@@ -113,6 +113,34 @@ TEST_CASE("attention fidelity: fast path matches the f64 reference", "[eval]") {
   }
 }
 
+TEST_CASE("attention fidelity: one reference serves several compressed sides", "[eval]") {
+  // The reference keeps what a side that keeps every key shares (the kept mass, the renormalized
+  // probabilities) once one such side has been compared: every later side, whole or evicted,
+  // gets what a fresh reference gives it, bit for bit.
+  const Case c = random_case(8, 200, 16, 0.05, 9);
+  std::vector<std::size_t> kept_pos;
+  std::vector<float> k, v;
+  for (std::size_t j = 0; j < c.nk; j += 3) {
+    kept_pos.push_back(j);
+    k.insert(k.end(), c.k2.begin() + static_cast<std::ptrdiff_t>(j * c.d), c.k2.begin() + static_cast<std::ptrdiff_t>((j + 1) * c.d));
+    v.insert(v.end(), c.v2.begin() + static_cast<std::ptrdiff_t>(j * c.d), c.v2.begin() + static_cast<std::ptrdiff_t>((j + 1) * c.d));
+  }
+  const AttentionInput o = orig(c), whole = comp(c);
+  const AttentionInput evicted{c.q.data(), k.data(), v.data(), c.nq, kept_pos.size(), c.d, c.qpos.data(), kept_pos.data()};
+  const auto same = [](const AttentionFidelity& a, const AttentionFidelity& b) {
+    CHECK(a.out_err2 == b.out_err2);
+    CHECK(a.kl == b.kl);
+    CHECK(a.evicted_mass == b.evicted_mass);
+    for (int r = 0; r < 3; ++r) CHECK(a.recall[r] == b.recall[r]);
+    CHECK(a.queries == b.queries);
+  };
+  AttentionReference ref = attention_reference(o);
+  for (const AttentionInput* side : {&whole, &evicted, &whole, &o}) same(attention_fidelity(ref, o, *side), attention_fidelity(o, *side));
+  const AttentionFidelity self = attention_fidelity(ref, o, o);
+  CHECK(self.kl == Approx(0.0).margin(1e-12));
+  CHECK(self.evicted_mass == Approx(0.0).margin(1e-12));
+}
+
 TEST_CASE("evaluate_cache on a synth dump: bits order the errors; 8 bits is near exact",
           "[eval]") {
   test::TempDir dir;

@@ -20,7 +20,7 @@ double row_max(const T* s, std::size_t n) {
 }
 
 template <class T>
-void softmax_t(const T* s, std::size_t n, double* p) {
+double softmax_t(const T* s, std::size_t n, double* p) {
   const double m = row_max(s, n);
   double sum = 0;
   for (std::size_t j = 0; j < n; ++j) {
@@ -28,6 +28,7 @@ void softmax_t(const T* s, std::size_t n, double* p) {
     sum += p[j];
   }
   for (std::size_t j = 0; j < n; ++j) p[j] /= sum;
+  return m + std::log(sum);
 }
 
 template <class T>
@@ -55,8 +56,8 @@ void for_each_block(const CausalBlock& b, Fn&& block) {
 
 }  // namespace
 
-void softmax(const float* s, std::size_t n, double* p) { softmax_t(s, n, p); }
-void softmax(const double* s, std::size_t n, double* p) { softmax_t(s, n, p); }
+double softmax(const float* s, std::size_t n, double* p) { return softmax_t(s, n, p); }
+double softmax(const double* s, std::size_t n, double* p) { return softmax_t(s, n, p); }
 void log_softmax(const float* s, std::size_t n, double* logp) { log_softmax_t(s, n, logp); }
 void log_softmax(const double* s, std::size_t n, double* logp) { log_softmax_t(s, n, logp); }
 
@@ -92,8 +93,8 @@ void causal_attention(const CausalBlock& b, const float* v, float* out, const Pr
       if (n == 0) continue;
       p.resize(n);
       const float* si = s.data() + (i - i0) * ncols;
-      softmax(si, n, p.data());
-      if (row) row(i, si, p.data(), n);
+      const double lse = softmax(si, n, p.data());
+      if (row) row(i, si, p.data(), lse, n);
       float* pr = prob.data() + (i - i0) * ncols;
       for (std::size_t j = 0; j < n; ++j) pr[j] = static_cast<float>(p[j]);
     }

@@ -40,8 +40,9 @@ void causal_logits_ref(const CausalBlock& b, const LogitRowRef& row);
 
 // Outputs out [nq, d] = P V with the probabilities rounded to f32 and an f32 GEMM per block;
 // v: [nk, d]. Rows with visible[i] == 0 are 0. `row`, when given, sees each query's logits and
-// probabilities (f64) as they are computed, queries in order.
-using ProbRow = std::function<void(std::size_t i, const float* s, const double* p, std::size_t n)>;
+// probabilities (f64) as they are computed, queries in order, and lse = max + log(sum_j exp(s[j] -
+// max)) of the same sum: s[j] - lse is log_softmax's logp[j], bit for bit.
+using ProbRow = std::function<void(std::size_t i, const float* s, const double* p, double lse, std::size_t n)>;
 void causal_attention(const CausalBlock& b, const float* v, float* out, const ProbRow& row = {});
 
 // The same outputs as a blocked online softmax (flash-attention style), for the model's prefill:
@@ -58,9 +59,10 @@ void causal_attention_flash(const CausalBlock& b, const float* v, float* out);
 // out [nq, d] = P V with f64 logits, probabilities and sums (the reference of both).
 void causal_attention_ref(const CausalBlock& b, const float* v, float* out);
 
-// p[j] = exp(s[j] - max) / sum over j < n (f64 sums), n >= 1.
-void softmax(const float* s, std::size_t n, double* p);
-void softmax(const double* s, std::size_t n, double* p);
+// p[j] = exp(s[j] - max) / sum over j < n (f64 sums), n >= 1; returns max + log(sum) (log_softmax's
+// lse).
+double softmax(const float* s, std::size_t n, double* p);
+double softmax(const double* s, std::size_t n, double* p);
 // logp[j] = s[j] - (max + log(sum_j exp(s[j] - max))) (f64), n >= 1.
 void log_softmax(const float* s, std::size_t n, double* logp);
 void log_softmax(const double* s, std::size_t n, double* logp);

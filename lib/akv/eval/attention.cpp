@@ -44,23 +44,29 @@ std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k) {
   return order;
 }
 
+// The kept mass sum_j exp(logp[idx[j]]) and the kept keys' renormalized probabilities
+// exp(logp[idx[j]] - log kept), j < nc (idx null: j itself, a side that keeps every key).
+AttentionReference::Kept kept_of(const std::vector<double>& logp, const std::size_t* idx, std::size_t nc) {
+  AttentionReference::Kept k;
+  for (std::size_t j = 0; j < nc; ++j) k.mass += std::exp(logp[idx ? idx[j] : j]);
+  const double log_kept = std::log(k.mass);
+  k.p.resize(nc);
+  for (std::size_t j = 0; j < nc; ++j) k.p[j] = std::exp(logp[idx ? idx[j] : j] - log_kept);
+  return k;
+}
+
 // Per-query metrics from the original's log-probabilities logp [n] and top kRecallK[2] keys a,
-// and the compressed side's logits sc [nc].
-void compare_row(const std::vector<double>& logp, const std::vector<std::size_t>& a, const double* sc, std::size_t nc,
-                 const std::vector<std::size_t>& idx, AttentionFidelity& f) {
+// the compressed side's logits sc [nc] and log-probabilities logq [nc], and kept =
+// kept_of(logp, idx, nc).
+void compare_row(const std::vector<double>& logp, const std::vector<std::size_t>& a, const double* sc,
+                 const double* logq, std::size_t nc, const std::vector<std::size_t>& idx,
+                 const AttentionReference::Kept& kept, AttentionFidelity& f) {
   const std::size_t n = logp.size();
-  std::vector<double> logq(nc);
-  log_softmax(sc, nc, logq.data());
-  double kept = 0;
-  for (std::size_t j = 0; j < nc; ++j) kept += std::exp(logp[idx[j]]);
-  const double log_kept = std::log(kept);
+  const double log_kept = std::log(kept.mass);
   double kl = 0;
-  for (std::size_t j = 0; j < nc; ++j) {
-    const double lp = logp[idx[j]] - log_kept;
-    kl += std::exp(lp) * (lp - logq[j]);
-  }
+  for (std::size_t j = 0; j < nc; ++j) kl = std::fma(kept.p[j], logp[idx[j]] - log_kept - logq[j], kl);
   f.kl += std::max(kl, 0.0);
-  f.evicted_mass += std::max(0.0, 1.0 - kept);
+  f.evicted_mass += std::max(0.0, 1.0 - kept.mass);
   std::vector<double> mapped(n, -INFINITY);
   for (std::size_t j = 0; j < nc; ++j) mapped[idx[j]] = sc[j];
   // Top-k lists are prefixes of one sorted top-32 list (same order for every k).
@@ -84,8 +90,14 @@ void check(const AttentionInput& o, const AttentionInput& c) {
   }
 }
 
-// One side's outputs and, when `logits` is given, each query's logits (as f64).
-AttentionOutputs attend(const AttentionInput& a, std::vector<std::vector<double>>* logits) {
+// Each query's logits (as f64) and their log-sum-exp.
+struct Logits {
+  std::vector<std::vector<double>> s;
+  std::vector<double> lse;
+};
+
+// One side's outputs and, when `logits` is given, each query's logits.
+AttentionOutputs attend(const AttentionInput& a, Logits* logits) {
   std::vector<std::size_t> vis(a.nq);
   AttentionOutputs r;
   r.sees.resize(a.nq);
@@ -99,9 +111,11 @@ AttentionOutputs attend(const AttentionInput& a, std::vector<std::vector<double>
     causal_attention(b, a.v, r.out.data());
     return r;
   }
-  logits->assign(a.nq, {});
-  causal_attention(b, a.v, r.out.data(), [&](std::size_t i, const float* s, const double*, std::size_t n) {
-    (*logits)[i].assign(s, s + n);
+  logits->s.assign(a.nq, {});
+  logits->lse.assign(a.nq, 0.0);
+  causal_attention(b, a.v, r.out.data(), [&](std::size_t i, const float* s, const double*, double lse, std::size_t n) {
+    logits->s[i].assign(s, s + n);
+    logits->lse[i] = lse;
   });
   return r;
 }
@@ -129,32 +143,46 @@ AttentionFidelity output_error(const AttentionOutputs& original, const Attention
 
 AttentionReference attention_reference(const AttentionInput& o) {
   AttentionReference r;
-  std::vector<std::vector<double>> s;
+  Logits s;
   r.outputs = attend(o, &s);
   r.logp.resize(o.nq);
   r.top.resize(o.nq);
+  r.whole.resize(o.nq);
   for (std::size_t i = 0; i < o.nq; ++i) {
-    r.logp[i].resize(s[i].size());
-    log_softmax(s[i].data(), s[i].size(), r.logp[i].data());
-    r.top[i] = top_k(s[i].data(), s[i].size(), kRecallK[2]);
+    r.logp[i].resize(s.s[i].size());
+    for (std::size_t j = 0; j < s.s[i].size(); ++j) r.logp[i][j] = s.s[i][j] - s.lse[i];
+    r.top[i] = top_k(s.s[i].data(), s.s[i].size(), kRecallK[2]);
   }
   return r;
 }
 
-AttentionFidelity attention_fidelity(const AttentionReference& ref, const AttentionInput& o, const AttentionInput& c) {
+AttentionFidelity attention_fidelity(AttentionReference& ref, const AttentionInput& o, const AttentionInput& c) {
   check(o, c);
   const std::vector<std::size_t> idx = map_positions(o, c);
-  std::vector<std::vector<double>> sc;
+  std::size_t same = 0;  // idx[j] == j for j < same
+  while (same < idx.size() && idx[same] == same) ++same;
+  Logits sc;
   const AttentionOutputs outc = attend(c, &sc);
   AttentionFidelity f = output_error(ref.outputs, outc, o.d);
+  std::vector<double> logq;
   for (std::size_t i = 0; i < o.nq; ++i) {
-    if (ref.outputs.sees[i] && outc.sees[i]) compare_row(ref.logp[i], ref.top[i], sc[i].data(), sc[i].size(), idx, f);
+    if (!ref.outputs.sees[i] || !outc.sees[i]) continue;
+    const std::size_t nc = sc.s[i].size();
+    logq.resize(nc);
+    for (std::size_t j = 0; j < nc; ++j) logq[j] = sc.s[i][j] - sc.lse[i];
+    if (nc == ref.logp[i].size() && nc <= same) {  // every key: the reference's, once
+      if (!ref.whole[i]) ref.whole[i] = kept_of(ref.logp[i], nullptr, nc);
+      compare_row(ref.logp[i], ref.top[i], sc.s[i].data(), logq.data(), nc, idx, *ref.whole[i], f);
+    } else {
+      compare_row(ref.logp[i], ref.top[i], sc.s[i].data(), logq.data(), nc, idx, kept_of(ref.logp[i], idx.data(), nc), f);
+    }
   }
   return f;
 }
 
 AttentionFidelity attention_fidelity(const AttentionInput& o, const AttentionInput& c) {
-  return attention_fidelity(attention_reference(o), o, c);
+  AttentionReference ref = attention_reference(o);
+  return attention_fidelity(ref, o, c);
 }
 
 AttentionFidelity attention_fidelity_ref(const AttentionInput& o, const AttentionInput& c) {
@@ -183,9 +211,10 @@ AttentionFidelity attention_fidelity_ref(const AttentionInput& o, const Attentio
     const std::size_t n = visible(o, o.qpos[i]), nc = visible(c, c.qpos[i]);
     if (n == 0 || nc == 0) continue;
     const auto s = scores(o, i, n), sc = scores(c, i, nc);
-    std::vector<double> logp(n);
+    std::vector<double> logp(n), logq(nc);
     log_softmax(s.data(), n, logp.data());
-    compare_row(logp, top_k(s.data(), n, kRecallK[2]), sc.data(), nc, idx, f);
+    log_softmax(sc.data(), nc, logq.data());
+    compare_row(logp, top_k(s.data(), n, kRecallK[2]), sc.data(), logq.data(), nc, idx, kept_of(logp, idx.data(), nc), f);
     const auto out = output(o, s), outc = output(c, sc);
     for (std::size_t t = 0; t < o.d; ++t) {
       f.out_err2 += (out[t] - outc[t]) * (out[t] - outc[t]);

@@ -6,6 +6,7 @@
 // Query i attends to the keys with kpos[j] <= qpos[i]: p = softmax(q K^T / sqrt(d)), o = p V.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace akv {
@@ -59,9 +60,18 @@ struct AttentionReference {
   AttentionOutputs outputs;
   std::vector<std::vector<double>> logp;
   std::vector<std::vector<std::size_t>> top;
+  // A compressed side's kept mass (the original's probability of the keys it keeps) and their
+  // renormalized original probabilities. whole: per query, filled by attention_fidelity the first
+  // time a compressed side keeps every key the query sees (a quantizer's): they then depend on
+  // the original alone.
+  struct Kept {
+    double mass = 0;
+    std::vector<double> p;
+  };
+  std::vector<std::optional<Kept>> whole;
 };
 AttentionReference attention_reference(const AttentionInput& original);
-AttentionFidelity attention_fidelity(const AttentionReference& reference, const AttentionInput& original,
+AttentionFidelity attention_fidelity(AttentionReference& reference, const AttentionInput& original,
                                      const AttentionInput& compressed);
 
 }  // namespace akv

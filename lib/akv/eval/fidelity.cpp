@@ -67,7 +67,7 @@ std::vector<FidelitySums> evaluate_head(const std::vector<const HeadCache*>& hcs
   std::vector<std::size_t> pos;
   for (std::size_t qh = h * g; qh < (h + 1) * g; ++qh) {
     const AttentionInput o{query.row(qh, 0), key.row(h, 0), value.row(h, 0), m.n_query, T, d, qpos.data(), all.data()};
-    const AttentionReference ref = attention_reference(o);
+    AttentionReference ref = attention_reference(o);
     for (std::size_t c = 0; c < hcs.size(); ++c) {
       const HeadCache& hc = *hcs[c];
       FidelitySums& s = out[c];
