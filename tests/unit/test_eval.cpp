@@ -2,6 +2,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <algorithm>
 #include <numeric>
 
 #include "akv/core/errors.h"
@@ -109,6 +110,22 @@ TEST_CASE("attention fidelity: fast path matches the f64 reference", "[eval]") {
     if (noise == 0.0) {
       CHECK(a.out_err2 == 0.0);
       for (int r = 0; r < 3; ++r) CHECK(a.recall[r] == 16.0);
+    }
+  }
+}
+
+TEST_CASE("top_k: the k largest by a stable sort, ties to the lower index", "[eval]") {
+  Rng r(4);
+  for (const std::size_t n : {0, 1, 5, 40, 300}) {
+    for (const std::size_t k : {0, 1, 8, 32, 500}) {
+      std::vector<double> s(n);
+      for (double& x : s) x = std::round(3.0 * r.normal()) / 2.0;  // many ties
+      std::vector<std::size_t> want(n);
+      std::iota(want.begin(), want.end(), std::size_t{0});
+      std::stable_sort(want.begin(), want.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
+      want.resize(std::min(k, n));
+      CAPTURE(n, k);
+      CHECK(top_k(s.data(), n, k) == want);
     }
   }
 }

@@ -33,17 +33,6 @@ std::size_t visible(const AttentionInput& a, std::size_t p) {
   return static_cast<std::size_t>(std::upper_bound(a.kpos, a.kpos + a.nk, p) - a.kpos);
 }
 
-// Indices of the k largest scores among s[0..n) (ties: lower index first).
-std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k) {
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  k = std::min(k, n);
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                    [&](std::size_t a, std::size_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
-  order.resize(k);
-  return order;
-}
-
 // The kept mass sum_j exp(logp[idx[j]]) and the kept keys' renormalized probabilities
 // exp(logp[idx[j]] - log kept), j < nc (idx null: j itself, a side that keeps every key).
 AttentionReference::Kept kept_of(const std::vector<double>& logp, const std::size_t* idx, std::size_t nc) {
@@ -67,10 +56,10 @@ void compare_row(const std::vector<double>& logp, const std::vector<std::size_t>
   for (std::size_t j = 0; j < nc; ++j) kl = std::fma(kept.p[j], logp[idx[j]] - log_kept - logq[j], kl);
   f.kl += std::max(kl, 0.0);
   f.evicted_mass += std::max(0.0, 1.0 - kept.mass);
-  std::vector<double> mapped(n, -INFINITY);
-  for (std::size_t j = 0; j < nc; ++j) mapped[idx[j]] = sc[j];
-  // Top-k lists are prefixes of one sorted top-32 list (same order for every k).
-  const auto b = top_k(mapped.data(), n, std::min(kRecallK[2], nc));
+  // Top-k lists are prefixes of one sorted top-32 list (same order for every k), in original
+  // indices (idx ascends, so ties among kept keys order as their original indices).
+  std::vector<std::size_t> b = top_k(sc, nc, kRecallK[2]);
+  for (std::size_t& j : b) j = idx[j];
   for (int r = 0; r < 3; ++r) {
     const std::size_t k = std::min(kRecallK[r], n);
     std::vector<std::size_t> bk(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(std::min(k, b.size())));
@@ -121,6 +110,29 @@ AttentionOutputs attend(const AttentionInput& a, Logits* logits) {
 }
 
 }  // namespace
+
+// A heap of the best k so far whose top is the worst of them; a later score that only ties it
+// loses.
+std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k) {
+  using Entry = std::pair<double, std::size_t>;
+  const auto better = [](const Entry& a, const Entry& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  k = std::min(k, n);
+  if (k == 0) return {};
+  std::vector<Entry> heap;
+  heap.reserve(k);
+  for (std::size_t j = 0; j < k; ++j) heap.emplace_back(s[j], j);
+  std::make_heap(heap.begin(), heap.end(), better);
+  for (std::size_t j = k; j < n; ++j) {
+    if (!(s[j] > heap.front().first)) continue;
+    std::pop_heap(heap.begin(), heap.end(), better);
+    heap.back() = {s[j], j};
+    std::push_heap(heap.begin(), heap.end(), better);
+  }
+  std::sort_heap(heap.begin(), heap.end(), better);
+  std::vector<std::size_t> order(k);
+  for (std::size_t i = 0; i < k; ++i) order[i] = heap[i].second;
+  return order;
+}
 
 AttentionOutputs attention_outputs(const AttentionInput& a) { return attend(a, nullptr); }
 

@@ -41,6 +41,10 @@ AttentionFidelity attention_fidelity(const AttentionInput& original,
 AttentionFidelity attention_fidelity_ref(const AttentionInput& original,
                                          const AttentionInput& compressed);
 
+// Indices of the k largest scores among s[0..n) (ties: lower index first), best first; min(k, n)
+// of them.
+std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k);
+
 // One side's attention outputs [nq, d] (attention_fidelity's fast path) and which queries see a
 // key (one that sees none on either side counts for neither).
 struct AttentionOutputs {
