@@ -276,8 +276,18 @@ std::vector<double> best_of_seeds(const Sorted& s, std::size_t k, SeedsOf seeds_
                                   const std::vector<double>& w, Run run) {
   std::vector<double> best;
   double best_cost = INFINITY;
+  // A seeding or levels met before cannot do better (the same rounds, the same cost, and a tie
+  // keeps the first): unweighted fits' two quantile seedings are one.
+  std::vector<std::vector<double>> seeds_met, levels_met;
+  const auto met = [](const std::vector<std::vector<double>>& v, const std::vector<double>& e) {
+    return std::find(v.begin(), v.end(), e) != v.end();
+  };
   for (const std::vector<double>& seed : candidate_seeds(s, k, seeds_of)) {
+    if (met(seeds_met, seed)) continue;
+    seeds_met.push_back(seed);
     std::vector<double> c = run(seed);
+    if (met(levels_met, c)) continue;
+    levels_met.push_back(c);
     const double cost = kmeans_1d_cost(x, w, c);
     if (cost < best_cost) {
       best_cost = cost;
