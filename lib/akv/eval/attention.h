@@ -59,7 +59,8 @@ AttentionFidelity output_error(const AttentionOutputs& original, const Attention
 
 // The original side of attention_fidelity, computed once for several compressed sides: its
 // outputs and each query's log-probabilities and top kRecallK[2] keys.
-// attention_fidelity(o, c) == attention_fidelity(attention_reference(o), o, c).
+// attention_fidelity(o, c) is attention_fidelity(ref, o, c) with ref = attention_reference(o)
+// (ref may then serve further compressed sides of o).
 struct AttentionReference {
   AttentionOutputs outputs;
   std::vector<std::vector<double>> logp;

@@ -554,10 +554,6 @@ void channel_params(const NuqTable& t, std::size_t width, std::vector<float>& of
   round_through_f16(range.data(), width);
 }
 
-}  // namespace
-
-namespace {
-
 // A per-row table's row x [width]: its outliers (mask: at or beyond the quantiles) and {offset,
 // range} of the row with them replaced by its median. The median's value matters only when it is
 // an outlier itself (else it is among the values kept), known by counting; ranked: width floats
