@@ -114,6 +114,37 @@ TEST_CASE("attention fidelity: fast path matches the f64 reference", "[eval]") {
   }
 }
 
+TEST_CASE("attention_outputs: each query's entropy against -sum p log p of f64 logits", "[eval]") {
+  // The brute force: f64 dot products, softmax, -sum p log p over the visible keys. The fast
+  // entropy takes the f32 logits of the outputs' softmax: relative 1e-5. Queries that see no
+  // key (position before the first key) get 0; a query that sees one key has entropy 0.
+  Case c = random_case(12, 200, 16, 0.0, 5);
+  for (std::size_t i = 0; i < c.nq; ++i) c.qpos[i] = 17 * i;
+  for (std::size_t& p : c.kpos) p += 1;
+  const AttentionOutputs r = attention_outputs(orig(c), true);
+  REQUIRE(r.entropy.size() == c.nq);
+  CHECK(attention_outputs(orig(c)).entropy.empty());
+  for (std::size_t i = 0; i < c.nq; ++i) {
+    const auto n = static_cast<std::size_t>(std::upper_bound(c.kpos.begin(), c.kpos.end(), c.qpos[i]) - c.kpos.begin());
+    std::vector<double> s(n), p(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      double dot = 0;
+      for (std::size_t t = 0; t < c.d; ++t) dot += static_cast<double>(c.q[i * c.d + t]) * c.k[j * c.d + t];
+      s[j] = dot / std::sqrt(static_cast<double>(c.d));
+    }
+    double m = -INFINITY, sum = 0, h = 0;
+    for (double x : s) m = std::max(m, x);
+    for (std::size_t j = 0; j < n; ++j) sum += (p[j] = std::exp(s[j] - m));
+    for (double& x : p) {
+      x /= sum;
+      if (x > 0) h -= x * std::log(x);
+    }
+    INFO("query " << i << " sees " << n);
+    CHECK(r.entropy[i] == Approx(h).epsilon(1e-5).margin(1e-12));
+    if (n <= 1) CHECK(r.entropy[i] == 0.0);
+  }
+}
+
 TEST_CASE("top_k: the k largest by a stable sort, ties to the lower index", "[eval]") {
   Rng r(4);
   for (const std::size_t n : {0, 1, 5, 40, 300}) {

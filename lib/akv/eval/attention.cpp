@@ -85,8 +85,9 @@ struct Logits {
   std::vector<double> lse;
 };
 
-// One side's outputs and, when `logits` is given, each query's logits.
-AttentionOutputs attend(const AttentionInput& a, Logits* logits) {
+// One side's outputs and, when `logits` is given, each query's logits; with `entropy`, each
+// query's attention entropy.
+AttentionOutputs attend(const AttentionInput& a, Logits* logits, bool entropy = false) {
   std::vector<std::size_t> vis(a.nq);
   AttentionOutputs r;
   r.sees.resize(a.nq);
@@ -96,15 +97,25 @@ AttentionOutputs attend(const AttentionInput& a, Logits* logits) {
   }
   const CausalBlock b{a.q, a.k, vis.data(), a.nq, a.nk, a.d};
   r.out.assign(a.nq * a.d, 0.0f);
-  if (!logits) {
+  if (!logits && !entropy) {
     causal_attention(b, a.v, r.out.data());
     return r;
   }
-  logits->s.assign(a.nq, {});
-  logits->lse.assign(a.nq, 0.0);
-  causal_attention(b, a.v, r.out.data(), [&](std::size_t i, const float* s, const double*, double lse, std::size_t n) {
-    logits->s[i].assign(s, s + n);
-    logits->lse[i] = lse;
+  if (logits) {
+    logits->s.assign(a.nq, {});
+    logits->lse.assign(a.nq, 0.0);
+  }
+  if (entropy) r.entropy.assign(a.nq, 0.0);
+  causal_attention(b, a.v, r.out.data(), [&](std::size_t i, const float* s, const double* p, double lse, std::size_t n) {
+    if (logits) {
+      logits->s[i].assign(s, s + n);
+      logits->lse[i] = lse;
+    }
+    if (entropy) {
+      double h = 0;  // -sum p log p with log p = s - lse: non-negative terms
+      for (std::size_t j = 0; j < n; ++j) h += p[j] * (lse - static_cast<double>(s[j]));
+      r.entropy[i] = h;
+    }
   });
   return r;
 }
@@ -134,7 +145,7 @@ std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k) {
   return order;
 }
 
-AttentionOutputs attention_outputs(const AttentionInput& a) { return attend(a, nullptr); }
+AttentionOutputs attention_outputs(const AttentionInput& a, bool entropy) { return attend(a, nullptr, entropy); }
 
 AttentionFidelity output_error(const AttentionOutputs& original, const AttentionOutputs& compressed, std::size_t d) {
   std::vector<float> out = original.out, outc = compressed.out;

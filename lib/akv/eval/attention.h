@@ -46,12 +46,15 @@ AttentionFidelity attention_fidelity_ref(const AttentionInput& original,
 std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k);
 
 // One side's attention outputs [nq, d] (attention_fidelity's fast path) and which queries see a
-// key (one that sees none on either side counts for neither).
+// key (one that sees none on either side counts for neither); with `entropy`, also each query's
+// attention entropy in nats, sum_j p_j (lse - s_j) over the softmax that weighs the outputs (0
+// for a query that sees no key).
 struct AttentionOutputs {
   std::vector<float> out;
   std::vector<char> sees;
+  std::vector<double> entropy;  // [nq] when asked, else empty
 };
-AttentionOutputs attention_outputs(const AttentionInput& a);
+AttentionOutputs attention_outputs(const AttentionInput& a, bool entropy = false);
 // attention_fidelity's out_err2 and out_norm2 alone (the same values, the rest 0) from the two
 // sides' outputs: callers that compare many compressed sides with one original and read no
 // logit metric compute the original once.

@@ -15,7 +15,6 @@
 #include "akv/alloc/bits.h"
 #include "akv/alloc/calibration_file.h"
 #include "akv/alloc/eviction.h"
-#include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/eval/attention.h"
@@ -68,8 +67,19 @@ class HeadAttention {
     std::iota(kpos_.begin(), kpos_.end(), std::size_t{0});
     std::iota(qpos_.begin(), qpos_.end(), m.first_query_pos());
     for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
-      original_.push_back(attention_outputs(input(qh, k, v, kpos_)));
+      original_.push_back(attention_outputs(input(qh, k, v, kpos_), true));
     }
+  }
+
+  // The attention entropy of the window queries, mean over the queries and the group's heads.
+  double entropy() const {
+    double sum = 0;
+    std::size_t n = 0;
+    for (const AttentionOutputs& o : original_) {
+      for (const double e : o.entropy) sum += e;
+      n += o.entropy.size();
+    }
+    return n ? sum / static_cast<double>(n) : 0.0;
   }
 
   // Attention-output relative error when the keys and values are replaced by the rows `k2` /
@@ -166,26 +176,7 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
   std::vector<double> sorted = absmax;
   std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(d / 2), sorted.end());
   r.outlier_ratio = sorted[d / 2] > 0 ? *std::max_element(absmax.begin(), absmax.end()) / sorted[d / 2] : 0.0;
-  // Attention entropy of the window queries, mean over queries and the group's heads (f64).
-  double ent = 0;
-  std::size_t cnt = 0;
-  std::vector<std::size_t> visible(m.n_query);
-  for (std::size_t i = 0; i < m.n_query; ++i) visible[i] = m.first_query_pos() + i + 1;
-  std::vector<double> p;
-  for (std::size_t qh = h * m.group_size(); qh < (h + 1) * m.group_size(); ++qh) {
-    const CausalBlock b{query.row(qh, 0), k, visible.data(), m.n_query, T, d};
-    causal_logits_ref(b, [&](std::size_t, const double* s, std::size_t n) {
-      p.resize(n);
-      softmax(s, n, p.data());
-      double e = 0;
-      for (double x : p) {
-        if (x > 0) e -= x * std::log(x);
-      }
-      ent += e;
-      ++cnt;
-    });
-  }
-  r.entropy = cnt ? ent / static_cast<double>(cnt) : 0.0;
+  r.entropy = att.entropy();
   return r;
 }
 
