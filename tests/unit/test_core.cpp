@@ -15,6 +15,7 @@
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
+#include "akv/core/exp.h"
 #include "akv/core/parallel.h"
 #include "akv/core/rng.h"
 #include "akv/core/sort.h"
@@ -207,6 +208,60 @@ TEST_CASE("sort_values and stable_order agree with std::sort", "[core][sort]") {
   check(narrow);
   check(ties);
   check(std::vector<double>(100, 1.5));
+}
+
+TEST_CASE("exp_f64 is within 1 ulp of std::exp, the same bits in the vector and the scalar loop", "[core][exp]") {
+  // Against glibc's exp (itself within about half an ulp of e^x): what softmaxes feed it (x <= 0),
+  // the whole finite range, the underflow through the denormals to 0, overflow, both zeros, the
+  // infinities and the edges of the range reduction (+-ln2 / 2).
+  Rng rng(11);
+  std::vector<double> x;
+  const auto add = [&](std::size_t n, double lo, double hi) {
+    for (std::size_t i = 0; i < n; ++i) x.push_back(rng.uniform(lo, hi));
+  };
+  add(20000, -40, 0);
+  add(20000, -745.2, 709.8);
+  add(5000, -746, -700);
+  add(5000, -1e-3, 1e-3);
+  const double inf = std::numeric_limits<double>::infinity(), ln2 = std::log(2.0);
+  x.insert(x.end(), {0.0, -0.0, std::numeric_limits<double>::denorm_min(), -inf, inf, -1e300, 1e300, 709.782712893384,
+                     709.7827128933841, -745.1332191019411, -745.1332191019412, -708.3964185322641, ln2 / 2, -ln2 / 2,
+                     std::nextafter(ln2 / 2, 1.0), -746.0, 710.0});
+  const auto ordered = [](double v) {
+    const auto b = std::bit_cast<std::int64_t>(v);
+    return b < 0 ? std::numeric_limits<std::int64_t>::min() - b : b;
+  };
+  std::vector<double> y(x.size());
+  exp_f64(x.data(), x.size(), y.data());
+  std::size_t worse = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(x[i]);
+    if (std::llabs(ordered(y[i]) - ordered(want)) > 1) {
+      ++worse;
+      UNSCOPED_INFO("x " << x[i] << ": " << y[i] << " against " << want);
+    }
+    if (std::bit_cast<std::uint64_t>(y[i]) != std::bit_cast<std::uint64_t>(exp_f64(x[i]))) ++worse;
+  }
+  CHECK(worse == 0);
+  CHECK(exp_f64(0.0) == 1.0);
+  CHECK(exp_f64(-inf) == 0.0);
+  CHECK(exp_f64(-746.0) == 0.0);
+  CHECK(exp_f64(inf) == inf);
+  CHECK(std::isnan(exp_f64(std::nan(""))));
+  // Every tail length and start, in place: the scalar function's bits.
+  for (std::size_t n = 0; n <= 11; ++n) {
+    for (std::size_t at = 0; at < 4; ++at) {
+      std::vector<double> z(x.begin() + 100, x.begin() + 100 + static_cast<std::ptrdiff_t>(at + n));
+      z.push_back(std::nan(""));
+      const std::vector<double> in = z;
+      exp_f64(z.data() + at, n, z.data() + at);
+      for (std::size_t i = 0; i < at + n; ++i) {
+        const double want = i < at ? in[i] : exp_f64(in[i]);
+        CHECK(std::bit_cast<std::uint64_t>(z[i]) == std::bit_cast<std::uint64_t>(want));
+      }
+      CHECK(std::isnan(z.back()));
+    }
+  }
 }
 
 TEST_CASE("version is recorded", "[core][version]") {

@@ -1,6 +1,7 @@
 #include "akv/attention/block_attention.h"
 
 #include "akv/attention/kernels.h"
+#include "akv/core/exp.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -22,11 +23,10 @@ double row_max(const T* s, std::size_t n) {
 template <class T>
 double softmax_t(const T* s, std::size_t n, double* p) {
   const double m = row_max(s, n);
+  for (std::size_t j = 0; j < n; ++j) p[j] = static_cast<double>(s[j]) - m;
+  exp_f64(p, n, p);
   double sum = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    p[j] = std::exp(static_cast<double>(s[j]) - m);
-    sum += p[j];
-  }
+  for (std::size_t j = 0; j < n; ++j) sum += p[j];
   for (std::size_t j = 0; j < n; ++j) p[j] /= sum;
   return m + std::log(sum);
 }
@@ -34,8 +34,10 @@ double softmax_t(const T* s, std::size_t n, double* p) {
 template <class T>
 void log_softmax_t(const T* s, std::size_t n, double* logp) {
   const double m = row_max(s, n);
+  for (std::size_t j = 0; j < n; ++j) logp[j] = static_cast<double>(s[j]) - m;
+  exp_f64(logp, n, logp);  // the exponentials first, in logp's storage
   double sum = 0;
-  for (std::size_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(s[j]) - m);
+  for (std::size_t j = 0; j < n; ++j) sum += logp[j];
   const double lse = m + std::log(sum);
   for (std::size_t j = 0; j < n; ++j) logp[j] = static_cast<double>(s[j]) - lse;
 }

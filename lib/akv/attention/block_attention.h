@@ -7,7 +7,8 @@
 // Query i of nq sees the first visible[i] keys (visible non-decreasing; 0 = none). Its logits are
 // s_ij = (q_i . k_j) / sqrt(d) for j < visible[i] (times 1.0f / sqrtf(d) in f32, or 1.0 / sqrt(d)
 // in f64), and its probabilities p_ij = exp(s_ij - max_j s)
-// / sum_j exp(s_ij - max_j s), exponentials and sums in f64.
+// / sum_j exp(s_ij - max_j s), exponentials and sums in f64 (exp_f64 of core/exp.h, within 1 ulp
+// of libm's exp and four lanes at a time).
 //   fast path: f32 logits from one GEMM (Eigen) per block of at most kAttentionBlock query rows
 //              against the keys its last row sees: memory O(block * nk), never [nq, nk] at once;
 //   reference: f64 dot products in channel order, the same softmax.
@@ -59,11 +60,11 @@ void causal_attention_flash(const CausalBlock& b, const float* v, float* out);
 // out [nq, d] = P V with f64 logits, probabilities and sums (the reference of both).
 void causal_attention_ref(const CausalBlock& b, const float* v, float* out);
 
-// p[j] = exp(s[j] - max) / sum over j < n (f64 sums), n >= 1; returns max + log(sum) (log_softmax's
-// lse).
+// p[j] = exp(s[j] - max) / sum over j < n (exp_f64, f64 sums in order), n >= 1; returns max +
+// log(sum) (log_softmax's lse).
 double softmax(const float* s, std::size_t n, double* p);
 double softmax(const double* s, std::size_t n, double* p);
-// logp[j] = s[j] - (max + log(sum_j exp(s[j] - max))) (f64), n >= 1.
+// logp[j] = s[j] - (max + log(sum_j exp(s[j] - max))) (f64, the same exp_f64 and sum), n >= 1.
 void log_softmax(const float* s, std::size_t n, double* logp);
 void log_softmax(const double* s, std::size_t n, double* logp);
 

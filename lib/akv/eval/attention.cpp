@@ -7,6 +7,7 @@
 
 #include "akv/attention/block_attention.h"
 #include "akv/core/errors.h"
+#include "akv/core/exp.h"
 
 namespace akv {
 namespace {
@@ -37,10 +38,13 @@ std::size_t visible(const AttentionInput& a, std::size_t p) {
 // exp(logp[idx[j]] - log kept), j < nc (idx null: j itself, a side that keeps every key).
 AttentionReference::Kept kept_of(const std::vector<double>& logp, const std::size_t* idx, std::size_t nc) {
   AttentionReference::Kept k;
-  for (std::size_t j = 0; j < nc; ++j) k.mass += std::exp(logp[idx ? idx[j] : j]);
-  const double log_kept = std::log(k.mass);
   k.p.resize(nc);
-  for (std::size_t j = 0; j < nc; ++j) k.p[j] = std::exp(logp[idx ? idx[j] : j] - log_kept);
+  for (std::size_t j = 0; j < nc; ++j) k.p[j] = logp[idx ? idx[j] : j];
+  exp_f64(k.p.data(), nc, k.p.data());  // the kept probabilities first, in k.p's storage
+  for (std::size_t j = 0; j < nc; ++j) k.mass += k.p[j];
+  const double log_kept = std::log(k.mass);
+  for (std::size_t j = 0; j < nc; ++j) k.p[j] = logp[idx ? idx[j] : j] - log_kept;
+  exp_f64(k.p.data(), nc, k.p.data());
   return k;
 }
 
