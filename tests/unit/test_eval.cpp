@@ -146,17 +146,23 @@ TEST_CASE("attention_outputs: each query's entropy against -sum p log p of f64 l
 }
 
 TEST_CASE("top_k: the k largest by a stable sort, ties to the lower index", "[eval]") {
+  // Many ties, distinct scores, and a rising ramp (every score enters the best, so they are
+  // compacted again and again), at sizes around the blocks of eight.
   Rng r(4);
-  for (const std::size_t n : {0, 1, 5, 40, 300}) {
+  for (const std::size_t n : {0, 1, 5, 40, 300, 3001}) {
     for (const std::size_t k : {0, 1, 8, 32, 500}) {
-      std::vector<double> s(n);
-      for (double& x : s) x = std::round(3.0 * r.normal()) / 2.0;  // many ties
-      std::vector<std::size_t> want(n);
-      std::iota(want.begin(), want.end(), std::size_t{0});
-      std::stable_sort(want.begin(), want.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
-      want.resize(std::min(k, n));
-      CAPTURE(n, k);
-      CHECK(top_k(s.data(), n, k) == want);
+      for (int pattern = 0; pattern < 3; ++pattern) {
+        std::vector<double> s(n);
+        for (std::size_t j = 0; j < n; ++j) {
+          s[j] = pattern == 0 ? std::round(3.0 * r.normal()) / 2.0 : pattern == 1 ? r.normal() : 0.25 * static_cast<double>(j / 3);
+        }
+        std::vector<std::size_t> want(n);
+        std::iota(want.begin(), want.end(), std::size_t{0});
+        std::stable_sort(want.begin(), want.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
+        want.resize(std::min(k, n));
+        CAPTURE(n, k, pattern);
+        CHECK(top_k(s.data(), n, k) == want);
+      }
     }
   }
 }

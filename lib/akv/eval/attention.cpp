@@ -126,26 +126,35 @@ AttentionOutputs attend(const AttentionInput& a, Logits* logits, bool entropy = 
 
 }  // namespace
 
-// A heap of the best k so far whose top is the worst of them; a later score that only ties it
-// loses.
+// The k-th largest score is at least the k-th largest of the maxima of blocks of eight (k blocks
+// hold a score that high), so the scores at or above that bar are the only candidates (about k
+// of them on attention logits); they are ordered by score, ties by index. Fewer than k whole
+// blocks: every score is a candidate.
 std::vector<std::size_t> top_k(const double* s, std::size_t n, std::size_t k) {
   using Entry = std::pair<double, std::size_t>;
-  const auto better = [](const Entry& a, const Entry& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   k = std::min(k, n);
   if (k == 0) return {};
-  std::vector<Entry> heap;
-  heap.reserve(k);
-  for (std::size_t j = 0; j < k; ++j) heap.emplace_back(s[j], j);
-  std::make_heap(heap.begin(), heap.end(), better);
-  for (std::size_t j = k; j < n; ++j) {
-    if (!(s[j] > heap.front().first)) continue;
-    std::pop_heap(heap.begin(), heap.end(), better);
-    heap.back() = {s[j], j};
-    std::push_heap(heap.begin(), heap.end(), better);
+  constexpr std::size_t kBlock = 8;
+  const std::size_t blocks = n / kBlock;
+  double bar = -INFINITY;
+  if (blocks >= k) {
+    std::vector<double> top(blocks);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      double m = s[b * kBlock];
+      for (std::size_t u = 1; u < kBlock; ++u) m = std::max(m, s[b * kBlock + u]);
+      top[b] = m;
+    }
+    std::nth_element(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(blocks - k), top.end());
+    bar = top[blocks - k];
   }
-  std::sort_heap(heap.begin(), heap.end(), better);
+  std::vector<Entry> best;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (s[j] >= bar) best.emplace_back(s[j], j);
+  }
+  const auto better = [](const Entry& a, const Entry& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(k), best.end(), better);
   std::vector<std::size_t> order(k);
-  for (std::size_t i = 0; i < k; ++i) order[i] = heap[i].second;
+  for (std::size_t i = 0; i < k; ++i) order[i] = best[i].second;
   return order;
 }
 
