@@ -13,11 +13,29 @@ namespace {
 
 using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+// The maximum by eight running maxima (exact in any order), so no compare waits on the last.
 template <class T>
 double row_max(const T* s, std::size_t n) {
-  double m = -INFINITY;
-  for (std::size_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(s[j]));
-  return m;
+  double m[8];
+  std::fill(m, m + 8, -INFINITY);
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (std::size_t u = 0; u < 8; ++u) m[u] = std::max(m[u], static_cast<double>(s[j + u]));
+  }
+  for (; j < n; ++j) m[0] = std::max(m[0], static_cast<double>(s[j]));
+  return std::max(std::max(std::max(m[0], m[1]), std::max(m[2], m[3])), std::max(std::max(m[4], m[5]), std::max(m[6], m[7])));
+}
+
+// x[0] + ... + x[n-1] as four running sums of every fourth term, (s0 + s1) + (s2 + s3): the
+// adds of one sum wait on each other, not every add on the one before.
+double sum4(const double* x, std::size_t n) {
+  double a[4] = {0.0, 0.0, 0.0, 0.0};
+  std::size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    for (std::size_t u = 0; u < 4; ++u) a[u] += x[j + u];
+  }
+  for (; j < n; ++j) a[j % 4] += x[j];
+  return (a[0] + a[1]) + (a[2] + a[3]);
 }
 
 template <class T>
@@ -25,8 +43,7 @@ double softmax_t(const T* s, std::size_t n, double* p) {
   const double m = row_max(s, n);
   for (std::size_t j = 0; j < n; ++j) p[j] = static_cast<double>(s[j]) - m;
   exp_f64(p, n, p);
-  double sum = 0;
-  for (std::size_t j = 0; j < n; ++j) sum += p[j];
+  const double sum = sum4(p, n);
   for (std::size_t j = 0; j < n; ++j) p[j] /= sum;
   return m + std::log(sum);
 }
@@ -36,9 +53,7 @@ void log_softmax_t(const T* s, std::size_t n, double* logp) {
   const double m = row_max(s, n);
   for (std::size_t j = 0; j < n; ++j) logp[j] = static_cast<double>(s[j]) - m;
   exp_f64(logp, n, logp);  // the exponentials first, in logp's storage
-  double sum = 0;
-  for (std::size_t j = 0; j < n; ++j) sum += logp[j];
-  const double lse = m + std::log(sum);
+  const double lse = m + std::log(sum4(logp, n));
   for (std::size_t j = 0; j < n; ++j) logp[j] = static_cast<double>(s[j]) - lse;
 }
 

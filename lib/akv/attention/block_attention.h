@@ -60,8 +60,8 @@ void causal_attention_flash(const CausalBlock& b, const float* v, float* out);
 // out [nq, d] = P V with f64 logits, probabilities and sums (the reference of both).
 void causal_attention_ref(const CausalBlock& b, const float* v, float* out);
 
-// p[j] = exp(s[j] - max) / sum over j < n (exp_f64, f64 sums in order), n >= 1; returns max +
-// log(sum) (log_softmax's lse).
+// p[j] = exp(s[j] - max) / sum over j < n (exp_f64; the f64 sum as four running sums of every
+// fourth term, added pairwise), n >= 1; returns max + log(sum) (log_softmax's lse).
 double softmax(const float* s, std::size_t n, double* p);
 double softmax(const double* s, std::size_t n, double* p);
 // logp[j] = s[j] - (max + log(sum_j exp(s[j] - max))) (f64, the same exp_f64 and sum), n >= 1.
