@@ -26,24 +26,12 @@ double row_max(const T* s, std::size_t n) {
   return std::max(std::max(std::max(m[0], m[1]), std::max(m[2], m[3])), std::max(std::max(m[4], m[5]), std::max(m[6], m[7])));
 }
 
-// x[0] + ... + x[n-1] as four running sums of every fourth term, (s0 + s1) + (s2 + s3): the
-// adds of one sum wait on each other, not every add on the one before.
-double sum4(const double* x, std::size_t n) {
-  double a[4] = {0.0, 0.0, 0.0, 0.0};
-  std::size_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    for (std::size_t u = 0; u < 4; ++u) a[u] += x[j + u];
-  }
-  for (; j < n; ++j) a[j % 4] += x[j];
-  return (a[0] + a[1]) + (a[2] + a[3]);
-}
-
 template <class T>
 double softmax_t(const T* s, std::size_t n, double* p) {
   const double m = row_max(s, n);
   for (std::size_t j = 0; j < n; ++j) p[j] = static_cast<double>(s[j]) - m;
   exp_f64(p, n, p);
-  const double sum = sum4(p, n);
+  const double sum = sum_f64(p, n);
   for (std::size_t j = 0; j < n; ++j) p[j] /= sum;
   return m + std::log(sum);
 }
@@ -53,7 +41,7 @@ void log_softmax_t(const T* s, std::size_t n, double* logp) {
   const double m = row_max(s, n);
   for (std::size_t j = 0; j < n; ++j) logp[j] = static_cast<double>(s[j]) - m;
   exp_f64(logp, n, logp);  // the exponentials first, in logp's storage
-  const double lse = m + std::log(sum4(logp, n));
+  const double lse = m + std::log(sum_f64(logp, n));
   for (std::size_t j = 0; j < n; ++j) logp[j] = static_cast<double>(s[j]) - lse;
 }
 
@@ -72,6 +60,16 @@ void for_each_block(const CausalBlock& b, Fn&& block) {
 }
 
 }  // namespace
+
+double sum_f64(const double* x, std::size_t n) {
+  double a[4] = {0.0, 0.0, 0.0, 0.0};
+  std::size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    for (std::size_t u = 0; u < 4; ++u) a[u] += x[j + u];
+  }
+  for (; j < n; ++j) a[j % 4] += x[j];
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
 
 double softmax(const float* s, std::size_t n, double* p) { return softmax_t(s, n, p); }
 double softmax(const double* s, std::size_t n, double* p) { return softmax_t(s, n, p); }

@@ -60,8 +60,11 @@ void causal_attention_flash(const CausalBlock& b, const float* v, float* out);
 // out [nq, d] = P V with f64 logits, probabilities and sums (the reference of both).
 void causal_attention_ref(const CausalBlock& b, const float* v, float* out);
 
-// p[j] = exp(s[j] - max) / sum over j < n (exp_f64; the f64 sum as four running sums of every
-// fourth term, added pairwise), n >= 1; returns max + log(sum) (log_softmax's lse).
+// x[0] + ... + x[n-1] as four running sums of every fourth term, (s0 + s1) + (s2 + s3): the adds
+// of one sum wait on each other, not every add on the one before.
+double sum_f64(const double* x, std::size_t n);
+// p[j] = exp(s[j] - max) / sum over j < n (exp_f64, sum_f64), n >= 1; returns max + log(sum)
+// (log_softmax's lse).
 double softmax(const float* s, std::size_t n, double* p);
 double softmax(const double* s, std::size_t n, double* p);
 // logp[j] = s[j] - (max + log(sum_j exp(s[j] - max))) (f64, the same exp_f64 and sum), n >= 1.

@@ -34,17 +34,15 @@ std::size_t visible(const AttentionInput& a, std::size_t p) {
   return static_cast<std::size_t>(std::upper_bound(a.kpos, a.kpos + a.nk, p) - a.kpos);
 }
 
-// The kept mass sum_j exp(logp[idx[j]]) and the kept keys' renormalized probabilities
-// exp(logp[idx[j]] - log kept), j < nc (idx null: j itself, a side that keeps every key).
+// The kept mass sum_j exp(logp[idx[j]]) (sum_f64) and the kept keys' renormalized probabilities
+// exp(logp[idx[j]]) / kept, j < nc (idx null: j itself, a side that keeps every key).
 AttentionReference::Kept kept_of(const std::vector<double>& logp, const std::size_t* idx, std::size_t nc) {
   AttentionReference::Kept k;
   k.p.resize(nc);
   for (std::size_t j = 0; j < nc; ++j) k.p[j] = logp[idx ? idx[j] : j];
-  exp_f64(k.p.data(), nc, k.p.data());  // the kept probabilities first, in k.p's storage
-  for (std::size_t j = 0; j < nc; ++j) k.mass += k.p[j];
-  const double log_kept = std::log(k.mass);
-  for (std::size_t j = 0; j < nc; ++j) k.p[j] = logp[idx ? idx[j] : j] - log_kept;
   exp_f64(k.p.data(), nc, k.p.data());
+  k.mass = sum_f64(k.p.data(), nc);
+  for (double& p : k.p) p /= k.mass;
   return k;
 }
 
@@ -56,8 +54,9 @@ void compare_row(const std::vector<double>& logp, const std::vector<std::size_t>
                  const AttentionReference::Kept& kept, AttentionFidelity& f) {
   const std::size_t n = logp.size();
   const double log_kept = std::log(kept.mass);
-  double kl = 0;
-  for (std::size_t j = 0; j < nc; ++j) kl = std::fma(kept.p[j], logp[idx[j]] - log_kept - logq[j], kl);
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};  // KL(kept || compressed): four running sums, as sum_f64's
+  for (std::size_t j = 0; j < nc; ++j) acc[j % 4] = std::fma(kept.p[j], logp[idx[j]] - log_kept - logq[j], acc[j % 4]);
+  const double kl = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   f.kl += std::max(kl, 0.0);
   f.evicted_mass += std::max(0.0, 1.0 - kept.mass);
   // Top-k lists are prefixes of one sorted top-32 list (same order for every k), in original
