@@ -174,7 +174,8 @@ TEST_CASE("parallel_for nests, runs from several threads at once, and reuses its
 
 TEST_CASE("sort_values and stable_order agree with std::sort", "[core][sort]") {
   // Against std::sort of the values and of the (value, index) pairs: wide doubles, f32-exact ones
-  // (passes skipped), many ties, both zeros, infinities, denormals, and the sizes 0 to 3.
+  // (32-bit keys), many ties, both zeros, infinities, denormals (of doubles and of floats), and
+  // the sizes 0 to 3.
   Rng rng(7);
   const auto check = [](const std::vector<double>& x) {
     std::vector<double> mine = x, want = x;
@@ -204,9 +205,15 @@ TEST_CASE("sort_values and stable_order agree with std::sort", "[core][sort]") {
   for (std::size_t i = 0; i < ties.size(); i += 7) ties[i] = i % 2 ? -0.0 : 0.0;
   const double inf = std::numeric_limits<double>::infinity(), tiny = std::numeric_limits<double>::denorm_min();
   ties.insert(ties.end(), {inf, -inf, tiny, -tiny, 5 * tiny, -0.0, 0.0, inf});
+  std::vector<double> narrow_ties(5000);  // f32-exact, so sorted by 32-bit keys: ties, zeros, infinities, denormals
+  for (double& v : narrow_ties) v = std::round(4.0 * rng.normal()) / 4.0;
+  for (std::size_t i = 0; i < narrow_ties.size(); i += 7) narrow_ties[i] = i % 2 ? -0.0 : 0.0;
+  const double ftiny = std::numeric_limits<float>::denorm_min();
+  narrow_ties.insert(narrow_ties.end(), {inf, -inf, ftiny, -ftiny, 5 * ftiny, -0.0, 0.0, inf, 3.0e38, -3.0e38});
   check(wide);
   check(narrow);
   check(ties);
+  check(narrow_ties);
   check(std::vector<double>(100, 1.5));
 }
 

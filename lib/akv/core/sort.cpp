@@ -1,8 +1,10 @@
 #include "akv/core/sort.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace akv {
@@ -10,29 +12,35 @@ namespace {
 
 constexpr int kDigitBits = 11;
 constexpr std::uint64_t kDigitMask = (1u << kDigitBits) - 1;
-constexpr int kPasses = (64 + kDigitBits - 1) / kDigitBits;
-constexpr std::uint64_t kSign = std::uint64_t{1} << 63;
 
-// Unsigned keys in the values' order: negatives' bits inverted, positives' sign bit set.
-// same_zero: -0 takes +0's key.
-std::uint64_t key_of(double v, bool same_zero) {
+// Unsigned keys in the values' order: negatives' bits inverted, positives' sign bit set (K:
+// uint64_t for doubles, uint32_t for floats). same_zero: -0 takes +0's key.
+template <class K, class F>
+K key_of(F v, bool same_zero) {
+  constexpr K kSign = K{1} << (8 * sizeof(K) - 1);
   if (std::isnan(v)) throw std::logic_error("sort: NaN");
-  if (same_zero && v == 0.0) v = 0.0;
-  const auto b = std::bit_cast<std::uint64_t>(v);
+  if (same_zero && v == 0) v = 0;
+  const auto b = std::bit_cast<K>(v);
   return (b & kSign) ? ~b : b | kSign;
 }
 
-double value_of(std::uint64_t k) { return std::bit_cast<double>((k & kSign) ? k & ~kSign : ~k); }
+template <class F, class K>
+F value_of(K k) {
+  constexpr K kSign = K{1} << (8 * sizeof(K) - 1);
+  return std::bit_cast<F>((k & kSign) ? static_cast<K>(k & ~kSign) : static_cast<K>(~k));
+}
 
 // Stable LSD radix sort of keys, payload (when not null) moved alongside.
-void radix_sort(std::vector<std::uint64_t>& keys, std::vector<std::uint32_t>* payload) {
+template <class K>
+void radix_sort(std::vector<K>& keys, std::vector<std::uint32_t>* payload) {
+  constexpr int kPasses = (8 * static_cast<int>(sizeof(K)) + kDigitBits - 1) / kDigitBits;
   const std::size_t n = keys.size();
   if (n < 2) return;
   std::vector<std::array<std::size_t, kDigitMask + 1>> count(kPasses);
-  for (const std::uint64_t k : keys) {
+  for (const K k : keys) {
     for (int p = 0; p < kPasses; ++p) ++count[p][(k >> (p * kDigitBits)) & kDigitMask];
   }
-  std::vector<std::uint64_t> keys_to(n);
+  std::vector<K> keys_to(n);
   std::vector<std::uint32_t> payload_to(payload ? n : 0);
   for (int p = 0; p < kPasses; ++p) {
     const int shift = p * kDigitBits;
@@ -54,13 +62,28 @@ void radix_sort(std::vector<std::uint64_t>& keys, std::vector<std::uint32_t>* pa
   }
 }
 
+// x sorted through keys of type K made from F-typed values.
+template <class K, class F>
+void sort_as(std::vector<double>& x) {
+  std::vector<K> keys(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) keys[i] = key_of<K>(static_cast<F>(x[i]), false);
+  radix_sort(keys, nullptr);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(value_of<F>(keys[i]));
+}
+
 }  // namespace
 
 void sort_values(std::vector<double>& x) {
-  std::vector<std::uint64_t> keys(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) keys[i] = key_of(x[i], false);
-  radix_sort(keys, nullptr);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = value_of(keys[i]);
+  // Values a float holds exactly (nuq's normalized rows) sort as floats: 32-bit keys in three
+  // passes of half the bytes. NaN is not one of them (it goes on to the double keys, which refuse it).
+  const bool narrow = std::all_of(x.begin(), x.end(), [](double v) {
+    return std::isinf(v) || (std::fabs(v) <= std::numeric_limits<float>::max() && static_cast<double>(static_cast<float>(v)) == v);
+  });
+  if (narrow) {
+    sort_as<std::uint32_t, float>(x);
+  } else {
+    sort_as<std::uint64_t, double>(x);
+  }
 }
 
 std::vector<std::uint32_t> stable_order(const std::vector<double>& x) {
@@ -68,7 +91,7 @@ std::vector<std::uint32_t> stable_order(const std::vector<double>& x) {
   std::vector<std::uint64_t> keys(x.size());
   std::vector<std::uint32_t> order(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
-    keys[i] = key_of(x[i], true);
+    keys[i] = key_of<std::uint64_t>(x[i], true);
     order[i] = static_cast<std::uint32_t>(i);
   }
   radix_sort(keys, &order);

@@ -1,8 +1,8 @@
 #pragma once
 // Ascending sorts of large arrays of doubles by their bits: an LSD radix sort (11-bit digits,
-// a pass skipped when every value has the same digit, so f32-exact values such as nuq's
-// normalized rows take four passes instead of six), for the k-means fits and quantiles of
-// calibrate. Values must not be NaN.
+// a pass skipped when every value has the same digit; values that are all f32-exact, such as
+// nuq's normalized rows, sort by 32-bit keys in three passes), for the k-means fits and
+// quantiles of calibrate. Values must not be NaN.
 #include <cstdint>
 #include <vector>
 
