@@ -62,6 +62,15 @@ void radix_sort(std::vector<K>& keys, std::vector<std::uint32_t>* payload) {
   }
 }
 
+// Whether every value is one a float holds exactly (nuq's normalized rows): such values sort by
+// 32-bit keys in three passes of half the bytes. NaN is not one of them (it goes on to the
+// double keys, which refuse it).
+bool f32_exact(const std::vector<double>& x) {
+  return std::all_of(x.begin(), x.end(), [](double v) {
+    return std::isinf(v) || (std::fabs(v) <= std::numeric_limits<float>::max() && static_cast<double>(static_cast<float>(v)) == v);
+  });
+}
+
 // x sorted through keys of type K made from F-typed values.
 template <class K, class F>
 void sort_as(std::vector<double>& x) {
@@ -71,15 +80,19 @@ void sort_as(std::vector<double>& x) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(value_of<F>(keys[i]));
 }
 
+// order (the identity) permuted into x's stable ascending order through keys of type K made
+// from F-typed values, -0 and +0 taking one key.
+template <class K, class F>
+void order_as(const std::vector<double>& x, std::vector<std::uint32_t>& order) {
+  std::vector<K> keys(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) keys[i] = key_of<K>(static_cast<F>(x[i]), true);
+  radix_sort(keys, &order);
+}
+
 }  // namespace
 
 void sort_values(std::vector<double>& x) {
-  // Values a float holds exactly (nuq's normalized rows) sort as floats: 32-bit keys in three
-  // passes of half the bytes. NaN is not one of them (it goes on to the double keys, which refuse it).
-  const bool narrow = std::all_of(x.begin(), x.end(), [](double v) {
-    return std::isinf(v) || (std::fabs(v) <= std::numeric_limits<float>::max() && static_cast<double>(static_cast<float>(v)) == v);
-  });
-  if (narrow) {
+  if (f32_exact(x)) {
     sort_as<std::uint32_t, float>(x);
   } else {
     sort_as<std::uint64_t, double>(x);
@@ -88,13 +101,13 @@ void sort_values(std::vector<double>& x) {
 
 std::vector<std::uint32_t> stable_order(const std::vector<double>& x) {
   if (x.size() >= (std::uint64_t{1} << 32)) throw std::logic_error("stable_order: 2^32 values or more");
-  std::vector<std::uint64_t> keys(x.size());
   std::vector<std::uint32_t> order(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    keys[i] = key_of<std::uint64_t>(x[i], true);
-    order[i] = static_cast<std::uint32_t>(i);
+  for (std::size_t i = 0; i < x.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  if (f32_exact(x)) {
+    order_as<std::uint32_t, float>(x, order);
+  } else {
+    order_as<std::uint64_t, double>(x, order);
   }
-  radix_sort(keys, &order);
   return order;
 }
 
