@@ -19,8 +19,8 @@ namespace akv {
 inline constexpr const char* kCalibrationFormat = "akv-calibration";
 inline constexpr int kCalibrationVersion = 1;
 
-// One KV head's measurements and assignment.
-struct CalibrationHead {
+// What `akv calibrate` measures of one KV head (eval/calibrate.h), as its file records it.
+struct HeadStats {
   std::vector<double> key_error, value_error;  // [candidate]: error with keys (values) quantized
   double norm_variance = 0, entropy = 0, outlier_ratio = 0;
   double key_amax = 0, value_amax = 0;         // max |x| of its keys / values as stored (fp8 scales)
@@ -29,12 +29,16 @@ struct CalibrationHead {
   // Its KVzap surrogate (score/kvzap.h): weight [dim] and bias; empty when not fitted.
   std::vector<double> kvzap_weight;
   double kvzap_bias = 0, kvzap_r2 = 0;  // and its R^2 on the fitted rows
-  int bits_key = 0, bits_value = 0;
-  std::optional<double> predicted_error;       // unset when a bit width is not a candidate
-  // --types: the error with keys (values) stored as each key (value) type, [type], and the
-  // assigned types (empty: not calibrated with --types).
+  // --types: the error with keys (values) stored as each key (value) type, [type] (empty: not
+  // calibrated with --types).
   std::vector<double> type_key_error, type_value_error;
-  std::string type_key, type_value;
+};
+
+// A head's measurements and the bits (and types) calibrate assigned it.
+struct CalibrationHead : HeadStats {
+  int bits_key = 0, bits_value = 0;
+  std::optional<double> predicted_error;  // unset when a bit width is not a candidate
+  std::string type_key, type_value;       // --types: the assigned types (empty: not calibrated with --types)
 };
 
 // KVQuant's codebooks of every layer (akv calibrate, eval/calibrate.h): [layer][bit width].

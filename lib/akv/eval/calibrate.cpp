@@ -146,16 +146,16 @@ HeadMeasure measure_head(const Tensor3& key, const Tensor3& value, const Tensor3
     p.rule = o.rule;
     p.rotate = o.rotate;
     reconstruct_head(compress_head(in, p), {}, kq.data(), vq.data());
-    r.key_err.push_back(att.error(kq.data(), v));
-    r.value_err.push_back(att.error(k, vq.data()));
+    r.key_error.push_back(att.error(kq.data(), v));
+    r.value_error.push_back(att.error(k, vq.data()));
   }
   for (std::size_t i = 0; i < types.key_info.size(); ++i) {
     type_roundtrip(*types.key_info[i], types.key_rotate[i], true, k, T, d, kq.data());
-    r.type_key_err.push_back(att.error(kq.data(), v));
+    r.type_key_error.push_back(att.error(kq.data(), v));
   }
   for (std::size_t i = 0; i < types.value_info.size(); ++i) {
     type_roundtrip(*types.value_info[i], types.value_rotate[i], false, v, T, d, vq.data());
-    r.type_value_err.push_back(att.error(k, vq.data()));
+    r.type_value_error.push_back(att.error(k, vq.data()));
   }
   if (duo) r.duo_error = streaming_error(att, k, v, m, o.duo_sinks, o.duo_window);
   r.key_amax = stored_amax(k, T, d, o.rotate, true);
@@ -330,19 +330,19 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
         }
         for (std::size_t c = 0; c < C; ++c) {
           if (opt.aggregate == "max") {
-            a.key_err[c] = std::max(a.key_err[c], hm[h].key_err[c]);
-            a.value_err[c] = std::max(a.value_err[c], hm[h].value_err[c]);
+            a.key_error[c] = std::max(a.key_error[c], hm[h].key_error[c]);
+            a.value_error[c] = std::max(a.value_error[c], hm[h].value_error[c]);
           } else {
-            a.key_err[c] += hm[h].key_err[c];
-            a.value_err[c] += hm[h].value_err[c];
+            a.key_error[c] += hm[h].key_error[c];
+            a.value_error[c] += hm[h].value_error[c];
           }
         }
         if (a.duo_error) {
           a.duo_error = opt.aggregate == "max" ? std::max(*a.duo_error, *hm[h].duo_error) : *a.duo_error + *hm[h].duo_error;
         }
         for (const bool k : {true, false}) {
-          std::vector<double>& to = k ? a.type_key_err : a.type_value_err;
-          const std::vector<double>& from = k ? hm[h].type_key_err : hm[h].type_value_err;
+          std::vector<double>& to = k ? a.type_key_error : a.type_value_error;
+          const std::vector<double>& from = k ? hm[h].type_key_error : hm[h].type_value_error;
           for (std::size_t t = 0; t < to.size(); ++t) to[t] = opt.aggregate == "max" ? std::max(to[t], from[t]) : to[t] + from[t];
         }
         a.key_amax = std::max(a.key_amax, hm[h].key_amax);
@@ -358,10 +358,10 @@ std::vector<std::vector<HeadMeasure>> measure_layers(const std::vector<std::stri
   for (auto& l : agg) {
     for (auto& a : l) {
       if (opt.aggregate == "mean") {
-        for (double& e : a.key_err) e /= nd;
-        for (double& e : a.value_err) e /= nd;
-        for (double& e : a.type_key_err) e /= nd;
-        for (double& e : a.type_value_err) e /= nd;
+        for (double& e : a.key_error) e /= nd;
+        for (double& e : a.value_error) e /= nd;
+        for (double& e : a.type_key_error) e /= nd;
+        for (double& e : a.type_value_error) e /= nd;
         if (a.duo_error) *a.duo_error /= nd;
       }
       a.norm_variance /= nd;
@@ -561,8 +561,8 @@ BitAssignment assign_bits(const Setup& st, const std::vector<std::vector<HeadMea
   a.value.resize(L * H);
   if (opt.allocator == "measured") {
     std::vector<std::vector<double>> err;
-    for (std::size_t i = 0; i < L * H; ++i) err.push_back(agg[i / H][i % H].key_err);
-    for (std::size_t i = 0; i < L * H; ++i) err.push_back(agg[i / H][i % H].value_err);
+    for (std::size_t i = 0; i < L * H; ++i) err.push_back(agg[i / H][i % H].key_error);
+    for (std::size_t i = 0; i < L * H; ++i) err.push_back(agg[i / H][i % H].value_error);
     const long long budget = static_cast<long long>(std::floor(opt.target_bits * static_cast<double>(2 * L * H) + 1e-9));
     const auto pick = knapsack_min_error(err, cand, budget);
     for (std::size_t i = 0; i < L * H; ++i) {
@@ -635,11 +635,11 @@ TypeAssignment assign_types(const Setup& st, const std::vector<std::vector<HeadM
   const std::vector<double> kx = above_least(key_bits), vx = above_least(value_bits);
   std::vector<std::vector<double>> err, cost;
   for (std::size_t i = 0; i < L * H; ++i) {
-    err.push_back(agg[i / H][i % H].type_key_err);
+    err.push_back(agg[i / H][i % H].type_key_error);
     cost.push_back(kx);
   }
   for (std::size_t i = 0; i < L * H; ++i) {
-    err.push_back(agg[i / H][i % H].type_value_err);
+    err.push_back(agg[i / H][i % H].type_value_error);
     cost.push_back(vx);
   }
   const double spare = (types_target - least) * static_cast<double>(2 * L * H);
@@ -730,30 +730,17 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
       const std::size_t i = l * H + h;
       const bool in_set = std::find(cand.begin(), cand.end(), bk[i]) != cand.end() &&
                           std::find(cand.begin(), cand.end(), bv[i]) != cand.end();
-      const double pe = in_set ? a.key_err[index_of(bk[i])] + a.value_err[index_of(bv[i])] : NAN;
-      for (std::size_t c = 0; c < C; ++c) uniform[c] += a.key_err[c] + a.value_err[c];
+      const double pe = in_set ? a.key_error[index_of(bk[i])] + a.value_error[index_of(bv[i])] : NAN;
+      for (std::size_t c = 0; c < C; ++c) uniform[c] += a.key_error[c] + a.value_error[c];
       CalibrationHead ch;
-      ch.key_error = a.key_err;
-      ch.value_error = a.value_err;
-      ch.norm_variance = a.norm_variance;
-      ch.entropy = a.entropy;
-      ch.outlier_ratio = a.outlier_ratio;
-      ch.key_amax = a.key_amax;
-      ch.value_amax = a.value_amax;
-      ch.qfilter = a.qfilter;
-      ch.duo_error = a.duo_error;
-      ch.kvzap_weight = a.kvzap_weight;
-      ch.kvzap_bias = a.kvzap_bias;
-      ch.kvzap_r2 = a.kvzap_r2;
+      static_cast<HeadStats&>(ch) = a;
       ch.bits_key = bk[i];
       ch.bits_value = bv[i];
       if (std::isfinite(pe)) ch.predicted_error = pe;
       if (!tpick.empty()) {
-        ch.type_key_error = a.type_key_err;
-        ch.type_value_error = a.type_value_err;
         ch.type_key = tl.key[tpick[i]];
         ch.type_value = tl.value[tpick[L * H + i]];
-        types_error += a.type_key_err[tpick[i]] + a.type_value_err[tpick[L * H + i]];
+        types_error += a.type_key_error[tpick[i]] + a.type_value_error[tpick[L * H + i]];
         types_bits += key_bits[tpick[i]] + value_bits[tpick[L * H + i]];
       }
       layer.push_back(ch);
@@ -762,8 +749,8 @@ nlohmann::json assemble(const std::vector<std::string>& dumps, const Setup& st,
       nv.push_back(a.norm_variance);
       en.push_back(a.entropy);
       orat.push_back(a.outlier_ratio);
-      ke.push_back(a.key_err[0]);
-      ve.push_back(a.value_err[0]);
+      ke.push_back(a.key_error[0]);
+      ve.push_back(a.value_error[0]);
     }
   }
   for (const auto& d : dumps) f.dumps.emplace_back(d, file_hash(d));

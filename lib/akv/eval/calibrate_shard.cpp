@@ -70,14 +70,14 @@ CalibrateOptions options_from_json(const nlohmann::json& op, const std::string& 
 // fitted.
 nlohmann::json head_json(const calib::HeadMeasure& a, const calib::Setup& st) {
   const bool norms = st.opt.allocator == "adakv-proxy" && st.opt.update_interval > 0;
-  nlohmann::json h = {{"key_err", a.key_err}, {"value_err", a.value_err}, {"norm_variance", a.norm_variance},
+  nlohmann::json h = {{"key_err", a.key_error}, {"value_err", a.value_error}, {"norm_variance", a.norm_variance},
                       {"entropy", a.entropy}, {"outlier_ratio", a.outlier_ratio},
                       {"key_amax", a.key_amax}, {"value_amax", a.value_amax}, {"qfilter", a.qfilter},
                       {"duo_error", a.duo_error ? nlohmann::json(*a.duo_error) : nlohmann::json(nullptr)},
                       {"norms", norms ? nlohmann::json(a.norms) : nlohmann::json::array()}};
   if (!st.types.key.empty()) {
-    h["type_key_err"] = a.type_key_err;
-    h["type_value_err"] = a.type_value_err;
+    h["type_key_err"] = a.type_key_error;
+    h["type_value_err"] = a.type_value_error;
   }
   if (st.kvzap) h["kvzap"] = {{"weight", a.kvzap_weight}, {"bias", a.kvzap_bias}, {"r2", a.kvzap_r2}};
   return h;
@@ -85,8 +85,8 @@ nlohmann::json head_json(const calib::HeadMeasure& a, const calib::Setup& st) {
 
 calib::HeadMeasure head_from_json(const nlohmann::json& h) {
   calib::HeadMeasure a;
-  h.at("key_err").get_to(a.key_err);
-  h.at("value_err").get_to(a.value_err);
+  h.at("key_err").get_to(a.key_error);
+  h.at("value_err").get_to(a.value_error);
   a.norm_variance = h.at("norm_variance").get<double>();
   a.entropy = h.at("entropy").get<double>();
   a.outlier_ratio = h.at("outlier_ratio").get<double>();
@@ -96,8 +96,8 @@ calib::HeadMeasure head_from_json(const nlohmann::json& h) {
   if (!h.at("duo_error").is_null()) a.duo_error = h.at("duo_error").get<double>();
   h.at("norms").get_to(a.norms);
   if (h.contains("type_key_err")) {
-    h.at("type_key_err").get_to(a.type_key_err);
-    h.at("type_value_err").get_to(a.type_value_err);
+    h.at("type_key_err").get_to(a.type_key_error);
+    h.at("type_value_err").get_to(a.type_value_error);
   }
   if (h.contains("kvzap")) {
     h.at("kvzap").at("weight").get_to(a.kvzap_weight);
@@ -225,11 +225,11 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
   for (const auto& layer : agg) {
     if (layer.size() != st.metas[0].n_kv_heads) throw InvalidInput("a layer without every KV head", {file0, "layers", std::to_string(layer.size())});
     for (const HeadMeasure& a : layer) {
-      if (a.type_key_err.size() != st.types.key.size() || a.type_value_err.size() != st.types.value.size()) {
-        throw InvalidInput("a head without every type's error", {file0, "type_key_err", std::to_string(a.type_key_err.size())});
+      if (a.type_key_error.size() != st.types.key.size() || a.type_value_error.size() != st.types.value.size()) {
+        throw InvalidInput("a head without every type's error", {file0, "type_key_err", std::to_string(a.type_key_error.size())});
       }
-      if (a.key_err.size() != st.opt.candidates.size() || a.value_err.size() != st.opt.candidates.size()) {
-        throw InvalidInput("a head without every candidate's error", {file0, "key_err", std::to_string(a.key_err.size())});
+      if (a.key_error.size() != st.opt.candidates.size() || a.value_error.size() != st.opt.candidates.size()) {
+        throw InvalidInput("a head without every candidate's error", {file0, "key_err", std::to_string(a.key_error.size())});
       }
       if (a.duo_error.has_value() != st.duo) {
         throw InvalidInput(st.duo ? "a head without its DuoAttention score" : "a DuoAttention score the dumps are too short for",

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/alloc/calibration_file.h"
 #include "akv/core/progress.h"
 #include "akv/eval/calibrate.h"
 #include "akv/io/dump.h"
@@ -18,18 +19,10 @@
 
 namespace akv::calib {
 
-struct HeadMeasure {
-  std::vector<double> key_err, value_err;  // [candidates]
-  double norm_variance = 0, entropy = 0, outlier_ratio = 0;
-  // max |x| of the head's keys and values as a cache stores them (rotated with --rotate): the
-  // fp8 scales' source (max over dumps).
-  double key_amax = 0, value_amax = 0;
+// A head's measurements while calibrating (over dumps: amax the maximum, errors the mean or
+// maximum), and its key norms.
+struct HeadMeasure : HeadStats {
   std::vector<double> norms;  // ||k_t|| in token order (for the streaming proxy)
-  std::vector<double> qfilter;  // [head_dim]: the Q-Filter of every dump's queries (score/qfilter.h)
-  std::optional<double> duo_error;  // a DuoAttention streaming head's attention error (unset: not measured)
-  std::vector<double> type_key_err, type_value_err;  // [key types], [value types] (--types)
-  std::vector<double> kvzap_weight;  // [input dim]: its KVzap surrogate (empty: not fitted)
-  double kvzap_bias = 0, kvzap_r2 = 0;
 };
 
 // The --types lists: which types keys and values may take (names), and their layouts.
