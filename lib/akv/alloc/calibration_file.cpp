@@ -71,20 +71,29 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
   return j;
 }
 
+namespace {
+
+// The file's shape.n_layers, n_kv_heads and head_dim against the input's (InvalidInput naming the
+// field otherwise).
+void check_shape(const nlohmann::json& j, const std::string& path, const KvShape& shape) {
+  const std::pair<const char*, std::size_t> want[] = {
+      {"n_layers", shape.file_layers()}, {"n_kv_heads", shape.n_kv_heads}, {"head_dim", shape.head_dim}};
+  for (const auto& [name, v] : want) {
+    const std::size_t got = file_count(j.at("shape"), name, path, std::string("shape.") + name);
+    if (got != v) {
+      throw InvalidInput("calibration made for another model shape (this input has " + std::to_string(v) + ")",
+                         {path, std::string("shape.") + name, std::to_string(got)});
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<std::pair<int, int>> read_calibration(const std::string& path, const KvWindow& m) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   std::vector<std::pair<int, int>> bits;
   try {
-    const auto& s = j.at("shape");
-    const std::pair<const char*, std::size_t> want[] = {{"n_layers", m.file_layers()}, {"n_kv_heads", m.n_kv_heads},
-                                                        {"head_dim", m.head_dim}};
-    for (const auto& [name, v] : want) {
-      const std::size_t got = file_count(s, name, path, std::string("shape.") + name);
-      if (got != v) {
-        throw InvalidInput("calibration made for another model shape (this input has " + std::to_string(v) + ")",
-                           {path, std::string("shape.") + name, std::to_string(got)});
-      }
-    }
+    check_shape(j, path, m);
     const auto& layers = j.at("layers");
     if (!layers.is_array() || layers.size() != m.file_layers()) {
       throw CorruptData("calibration has the wrong number of layers", {path, "layers", std::to_string(layers.size())});
@@ -273,9 +282,6 @@ DuoHeadScores read_calibration_duo(const std::string& path, const KvShape& shape
   return out;
 }
 
-}  // namespace akv
-
-namespace akv {
 namespace {
 
 // 2^bits ascending finite levels at `at` (f32 values, as calibrate writes them).
@@ -310,16 +316,7 @@ NuqCodebooks read_calibration_nuq(const std::string& path, const KvShape& shape,
   NuqCodebooks out;
   try {
     const nlohmann::json& q = j.at("nuq");
-    const auto& s = j.at("shape");
-    const std::pair<const char*, std::size_t> want[] = {
-        {"n_layers", shape.file_layers()}, {"n_kv_heads", shape.n_kv_heads}, {"head_dim", shape.head_dim}};
-    for (const auto& [name, v] : want) {
-      const std::size_t got = file_count(s, name, path, std::string("shape.") + name);
-      if (got != v) {
-        throw InvalidInput("calibration made for another model shape (this input has " + std::to_string(v) + ")",
-                           {path, std::string("shape.") + name, std::to_string(got)});
-      }
-    }
+    check_shape(j, path, shape);
     out.sparsity = q.at("sparsity").get<double>();
     if (!(out.sparsity > 0.0 && out.sparsity <= 1.0)) {
       throw CorruptData("nuq sparsity must be in (0, 1]", {path, "nuq.sparsity", format_number(out.sparsity)});
