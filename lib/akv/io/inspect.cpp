@@ -18,13 +18,8 @@
 namespace akv {
 
 void shape_json(const DumpMeta& m, nlohmann::json& j) {
-  j["model"] = m.model;
-  j["n_layers"] = m.n_layers;
-  j["n_heads"] = m.n_heads;
-  j["n_kv_heads"] = m.n_kv_heads;
-  j["head_dim"] = m.head_dim;
-  j["n_tokens"] = m.n_tokens;
-  j["n_query"] = m.n_query;
+  j.update({{"model", m.model}, {"n_layers", m.n_layers}, {"n_heads", m.n_heads}, {"n_kv_heads", m.n_kv_heads},
+            {"head_dim", m.head_dim}, {"n_tokens", m.n_tokens}, {"n_query", m.n_query}});
 }
 
 namespace {
@@ -77,16 +72,10 @@ nlohmann::json dataset_stats(const DumpReader& r, std::size_t layer, DumpField f
 nlohmann::json inspect_dump(const std::string& path, bool stats) {
   DumpReader r(path);
   const DumpMeta& m = r.meta();
-  nlohmann::json j;
-  j["file"] = path;
-  j["kind"] = "dump";
-  j["format"] = kDumpFormat;
-  j["version"] = kDumpVersion;
-  j["bytes_on_disk"] = r.file_bytes();
+  nlohmann::json j = {{"file", path}, {"kind", "dump"}, {"format", kDumpFormat}, {"version", kDumpVersion},
+                      {"bytes_on_disk", r.file_bytes()}, {"group_size", m.group_size()}, {"rope_theta", m.rope_theta},
+                      {"rope_layout", rope_layout_name(m.rope_layout)}};
   shape_json(m, j);
-  j["group_size"] = m.group_size();
-  j["rope_theta"] = m.rope_theta;
-  j["rope_layout"] = rope_layout_name(m.rope_layout);
   if (!m.rope_variant.empty()) j["rope_variant"] = m.rope_variant;
   if (m.windowed()) j["layer_window"] = m.layer_window;  // 0: a global layer
   // Size of the K/V cache stored as f16: the reference point for compression ratios.

@@ -111,17 +111,9 @@ nlohmann::json model_info(const std::string& path) {
   }
   const Model& m = *loaded;
   const ModelConfig& c = m.config();
-  j["name"] = c.name;
-  j["layers"] = c.n_layers;
-  j["heads"] = c.n_heads;
-  j["kv_heads"] = c.n_kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["dim"] = c.dim;
-  j["hidden_dim"] = c.hidden_dim;
-  j["vocab"] = c.vocab_size;
-  j["trained_context"] = c.seq_len;
-  j["weight_bytes"] = m.weights().bytes();
-  j["attention"] = attention_layout(c);
+  j.update({{"name", c.name}, {"layers", c.n_layers}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
+            {"head_dim", c.head_dim}, {"dim", c.dim}, {"hidden_dim", c.hidden_dim}, {"vocab", c.vocab_size},
+            {"trained_context", c.seq_len}, {"weight_bytes", m.weights().bytes()}, {"attention", attention_layout(c)}});
   j["rope"] = {{"theta", c.rope_theta},
                {"layout", rope_layout_name(c.rope_layout)},
                {"scaling", rope_scaling_name(c.rope_scaling.kind)},
