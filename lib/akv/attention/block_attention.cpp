@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 namespace akv {
@@ -45,16 +46,26 @@ void log_softmax_t(const T* s, std::size_t n, double* logp) {
   for (std::size_t j = 0; j < n; ++j) logp[j] = static_cast<double>(s[j]) - lse;
 }
 
-// Calls block(i0, i1, s) for blocks of query rows with s = logits [i1 - i0, visible[i1 - 1]].
+using BlockMat = Eigen::Map<MatF>;
+
+// The most rows x columns of one block's matrices: storage allocated once for every block.
+std::unique_ptr<float[]> block_storage(const CausalBlock& b) {
+  return std::unique_ptr<float[]>(new float[b.nq == 0 ? 0 : std::min(b.nq, kAttentionBlock) * b.visible[b.nq - 1]]);
+}
+
+// Calls block(i0, i1, s) for blocks of query rows with s = logits [i1 - i0, visible[i1 - 1]]
+// (Eigen folds the scale into its GEMM: these bits, not those of the product scaled after).
 template <class Fn>
 void for_each_block(const CausalBlock& b, Fn&& block) {
   const auto d = static_cast<Eigen::Index>(b.d);
   Eigen::Map<const MatF> k(b.k, static_cast<Eigen::Index>(b.nk), d);
   const float scale = 1.0f / std::sqrt(static_cast<float>(b.d));
+  const std::unique_ptr<float[]> storage = block_storage(b);
   for (std::size_t i0 = 0; i0 < b.nq; i0 += kAttentionBlock) {
     const std::size_t i1 = std::min(b.nq, i0 + kAttentionBlock), ncols = b.visible[i1 - 1];
     Eigen::Map<const MatF> q(b.q + i0 * b.d, static_cast<Eigen::Index>(i1 - i0), d);
-    const MatF s = (q * k.topRows(static_cast<Eigen::Index>(ncols)).transpose()) * scale;
+    BlockMat s(storage.get(), static_cast<Eigen::Index>(i1 - i0), static_cast<Eigen::Index>(ncols));
+    s.noalias() = (q * k.topRows(static_cast<Eigen::Index>(ncols)).transpose()) * scale;
     block(i0, i1, s);
   }
 }
@@ -77,7 +88,7 @@ void log_softmax(const float* s, std::size_t n, double* logp) { log_softmax_t(s,
 void log_softmax(const double* s, std::size_t n, double* logp) { log_softmax_t(s, n, logp); }
 
 void causal_logits(const CausalBlock& b, const LogitRow& row) {
-  for_each_block(b, [&](std::size_t i0, std::size_t i1, const MatF& s) {
+  for_each_block(b, [&](std::size_t i0, std::size_t i1, const BlockMat& s) {
     for (std::size_t i = i0; i < i1; ++i) row(i, s.data() + (i - i0) * static_cast<std::size_t>(s.cols()), b.visible[i]);
   });
 }
@@ -100,17 +111,19 @@ void causal_attention(const CausalBlock& b, const float* v, float* out, const Pr
   const auto d = static_cast<Eigen::Index>(b.d);
   Eigen::Map<const MatF> vm(v, static_cast<Eigen::Index>(b.nk), d);
   std::vector<double> p;
-  for_each_block(b, [&](std::size_t i0, std::size_t i1, const MatF& s) {
+  const std::unique_ptr<float[]> storage = block_storage(b);
+  for_each_block(b, [&](std::size_t i0, std::size_t i1, const BlockMat& s) {
     const std::size_t ncols = static_cast<std::size_t>(s.cols());
-    MatF prob = MatF::Zero(s.rows(), s.cols());
+    BlockMat prob(storage.get(), s.rows(), s.cols());  // each row's probabilities, zero past them
     for (std::size_t i = i0; i < i1; ++i) {
       const std::size_t n = b.visible[i];
+      float* pr = prob.data() + (i - i0) * ncols;
+      std::fill(pr + n, pr + ncols, 0.0f);
       if (n == 0) continue;
       p.resize(n);
       const float* si = s.data() + (i - i0) * ncols;
       const double lse = softmax(si, n, p.data());
       if (row) row(i, si, p.data(), lse, n);
-      float* pr = prob.data() + (i - i0) * ncols;
       for (std::size_t j = 0; j < n; ++j) pr[j] = static_cast<float>(p[j]);
     }
     Eigen::Map<MatF> o(out + i0 * b.d, static_cast<Eigen::Index>(i1 - i0), d);
