@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "akv/core/atomic_file.h"
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/core/exp.h"
 #include "akv/core/parallel.h"
@@ -267,6 +268,35 @@ TEST_CASE("exp_f64 is within 1 ulp of std::exp, the same bits in the vector and 
         CHECK(std::bit_cast<std::uint64_t>(z[i]) == std::bit_cast<std::uint64_t>(want));
       }
       CHECK(std::isnan(z.back()));
+    }
+  }
+}
+
+TEST_CASE("first_nonfinite finds the first NaN or infinity as a plain scan does", "[core][checked]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float special[] = {inf, -inf, nan, -nan, std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0xffc00001u)};
+  const float finite[] = {0.0f, -0.0f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::denorm_min(), 1.5f};
+  const auto plain = [](const std::vector<float>& x) {
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (!std::isfinite(x[i])) return i;
+    }
+    return x.size();
+  };
+  for (const std::size_t n : {0, 1, 255, 256, 257, 1000}) {
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = finite[i % 6];
+    CHECK(first_nonfinite(x.data(), n) == n);
+    for (const std::size_t at : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{256}, n - 1}) {
+      if (at >= n) continue;
+      for (const float v : special) {
+        std::vector<float> y = x;
+        y[at] = v;
+        if (at + 300 < n) y[at + 300] = inf;  // a later one does not count
+        INFO("n " << n << " at " << at << " value bits " << std::bit_cast<std::uint32_t>(v));
+        CHECK(first_nonfinite(y.data(), n) == at);
+        CHECK(first_nonfinite(y.data(), n) == plain(y));
+      }
     }
   }
 }

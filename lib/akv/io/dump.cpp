@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "akv/core/atomic_file.h"
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/tensor/half.h"
 
@@ -358,12 +359,10 @@ RowMatrix DumpReader::read_matrix(std::size_t layer, DumpMatrix which) const {
   }
   if (rc < 0) throw CorruptData("cannot read dataset (truncated or damaged)", {path_, path});
   const float* p = out.data();
-  for (std::size_t i = 0; i < rows * cols; ++i) {
-    if (!std::isfinite(p[i])) {
-      throw InvalidInput("non-finite value in layer " + std::to_string(layer) + " " + dump_matrix_name(which),
-                         {path_, path + "[" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + "]",
-                          format_number(p[i])});
-    }
+  if (const std::size_t i = first_nonfinite(p, rows * cols); i < rows * cols) {
+    throw InvalidInput("non-finite value in layer " + std::to_string(layer) + " " + dump_matrix_name(which),
+                       {path_, path + "[" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + "]",
+                        format_number(p[i])});
   }
   return out;
 }
@@ -424,19 +423,17 @@ void DumpReader::read_into(Tensor3& out, std::size_t layer, DumpField f, std::si
   if (rc < 0) throw CorruptData("cannot read dataset (truncated or damaged)", {path_, path});
 
   const float* p = out.data();
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (!std::isfinite(p[i])) {
-      std::size_t h = i / (rows * d), r = (i / d) % rows, c = i % d;
-      std::string row_name = f == DumpField::query
-                                 ? "query " + std::to_string(r) + " (position " +
-                                       std::to_string(meta_.first_query_pos() + r) + ")"
-                                 : "token " + std::to_string(r);
-      throw InvalidInput("non-finite value in layer " + std::to_string(layer) + " head " +
-                             std::to_string(head_begin + h) + " " + row_name,
-                         {path_, path + "[" + std::to_string(head_begin + h) + ", " +
-                                     std::to_string(r) + ", " + std::to_string(c) + "]",
-                          format_number(p[i])});
-    }
+  if (const std::size_t i = first_nonfinite(p, out.size()); i < out.size()) {
+    std::size_t h = i / (rows * d), r = (i / d) % rows, c = i % d;
+    std::string row_name = f == DumpField::query
+                               ? "query " + std::to_string(r) + " (position " +
+                                     std::to_string(meta_.first_query_pos() + r) + ")"
+                               : "token " + std::to_string(r);
+    throw InvalidInput("non-finite value in layer " + std::to_string(layer) + " head " +
+                           std::to_string(head_begin + h) + " " + row_name,
+                       {path_, path + "[" + std::to_string(head_begin + h) + ", " +
+                                   std::to_string(r) + ", " + std::to_string(c) + "]",
+                        format_number(p[i])});
   }
 }
 

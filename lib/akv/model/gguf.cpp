@@ -391,10 +391,8 @@ std::vector<float> GgufFile::read(const std::string& name, const std::vector<std
   for (std::uint64_t d : dims) numel *= d;
   std::vector<float> out(numel);
   ggml_dequantize(*info, raw.data(), out.size(), out.data());
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (!std::isfinite(out[i])) {
-      throw CorruptData("non-finite weight", {path_, name + "[" + std::to_string(i) + "]", format_number(out[i])});
-    }
+  if (const std::size_t i = first_nonfinite(out.data(), out.size()); i < out.size()) {
+    throw CorruptData("non-finite weight", {path_, name + "[" + std::to_string(i) + "]", format_number(out[i])});
   }
   return out;
 }

@@ -146,8 +146,8 @@ class Tensors {
       if (t.dtype == "F16") f16_to_f32(h.data(), out.data(), n);
       else bf16_to_f32(h.data(), out.data(), n);
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!std::isfinite(out[i])) throw CorruptData("non-finite weight", {t.file, name, format_number(out[i])});
+    if (const std::size_t i = first_nonfinite(out.data(), n); i < n) {
+      throw CorruptData("non-finite weight", {t.file, name, format_number(out[i])});
     }
     return out;
   }

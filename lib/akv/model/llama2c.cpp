@@ -110,8 +110,8 @@ Model load_llama2c(const std::string& path) {
   w.final_norm = r.vector(d);
   r.skip(c.seq_len * c.head_dim);  // freq_cis_real, freq_cis_imag (unused)
   if (!tied) w.classifier = r.matrix(c.vocab_size, d);
-  for (float v : data) {
-    if (!std::isfinite(v)) throw CorruptData("non-finite weight", {path, "weights", std::to_string(v)});
+  if (const std::size_t i = first_nonfinite(data.data(), data.size()); i < data.size()) {
+    throw CorruptData("non-finite weight", {path, "weights", std::to_string(data[i])});
   }
   return Model(std::move(c), std::move(w));
 }

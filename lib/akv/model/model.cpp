@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "akv/attention/block_attention.h"
+#include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/core/parallel.h"
 #include "akv/kv/attend.h"
@@ -181,10 +182,8 @@ void Model::check_tokens(const std::vector<std::vector<std::int32_t>>& sequences
 }
 
 void Model::check_finite(const float* x, std::size_t n, const std::string& where) const {
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) {
-      throw InvalidInput("non-finite activation (the weights overflow f32)", {config_.name, where, format_number(x[i])});
-    }
+  if (const std::size_t i = first_nonfinite(x, n); i < n) {
+    throw InvalidInput("non-finite activation (the weights overflow f32)", {config_.name, where, format_number(x[i])});
   }
 }
 
@@ -363,7 +362,7 @@ void Model::check_lane_logits(const RowMatrix& logits, const Lane* lanes, std::s
   std::vector<char> finite(batch);
   each_row(batch, threads, [&](Eigen::Index r) {
     const float* row = logits.row(r).data();
-    finite[static_cast<std::size_t>(r)] = std::all_of(row, row + vocab, [](float v) { return std::isfinite(v); });
+    finite[static_cast<std::size_t>(r)] = first_nonfinite(row, vocab) == vocab;
   });
   std::size_t r = 0;
   for (std::size_t i = 0; i < n_lanes; ++i) {
