@@ -1,6 +1,8 @@
 // akv dump --model M --tokens FILE [--line K] -o DUMP [--window W]: a dump from a model run (or of
 // --text, or of a text passkey prompt: --passkey).
 #include <cstdio>
+#include <memory>
+#include <string>
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
@@ -9,6 +11,7 @@
 #include "akv/io/token_file.h"
 #include "akv/model/dump_model.h"
 #include "akv/model/load.h"
+#include "akv/model/tokenizer.h"
 #include "commands.h"
 #include "model_flags.h"
 
@@ -73,14 +76,19 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
       throw UsageError("dump needs one of --tokens, --text, --passkey", {"", "--tokens"});
     }
     const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
+    const auto tokenizer = [&](const char* flag, const std::string& use) {
+      std::unique_ptr<Tokenizer> tok = find_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer);
+      if (!tok) throw UsageError(std::string(flag) + " needs a tokenizer for " + use + " (--tokenizer FILE or bytes, or one in the model)", {"", flag});
+      return tok;
+    };
     const std::string source = opt->passkey ? "--passkey" : opt->text.empty() ? opt->tokens : opt->text;
     std::vector<std::vector<std::int32_t>> seqs;
     if (opt->passkey) {
       PasskeyOptions po;
       po.seed = opt->seed;
       po.length_flag = "--passkey";
-      seqs.push_back(make_text_passkey_prompt(*find_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer),
-                                              opt->passkey, opt->depth, opt->trial, po).tokens);
+      seqs.push_back(make_text_passkey_prompt(*tokenizer("--passkey", "the prompt's text"), opt->passkey, opt->depth,
+                                              opt->trial, po).tokens);
     } else if (opt->text.empty()) {
       seqs = read_token_file(opt->tokens);
     } else {
@@ -99,8 +107,7 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
     o.attn_input = opt->kvzap;
     TokenScores plus;
     if (opt->kvzap) {
-      const auto tok = find_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer);
-      plus = kvzip_scores(m, seqs[opt->line - 1], kvzip_prompts(*tok), default_sinks(ScoreMethod::kvzip), global.threads,
+      plus = kvzip_scores(m, seqs[opt->line - 1], kvzip_prompts(*tokenizer("--kvzap", "KVzip's repeat prompt")), default_sinks(ScoreMethod::kvzip), global.threads,
                           kKvzipChunk, true);
       o.kvzip_plus = &plus;
     }

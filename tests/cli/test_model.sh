@@ -108,6 +108,11 @@ expect_error "qfilter with a calibration file without filters" 2 "layers\[2\].he
 for i in 1 2; do
   "$AKV" dump --model "$M" --text "$T" --tokenizer bytes --ctx 160 --line $i --kvzap -o "$TMP/z$i.h5" >/dev/null
 done
+expect_error "dump --kvzap without a tokenizer (a llama2.c model has none; it crashed)" 1 "--kvzap needs a tokenizer for KVzip's repeat prompt" \
+  "$AKV" dump --model "$M" --tokens "$T" --kvzap -o "$TMP/z_none.h5"
+expect_error "dump --passkey without a tokenizer (it crashed)" 1 "--passkey needs a tokenizer for the prompt's text" \
+  "$AKV" dump --model "$M" --passkey 200 -o "$TMP/z_none.h5"
+[[ -e $TMP/z_none.h5 ]] && fail "no dump after a refused dump" || pass "no dump after a refused dump"
 expect "dump --kvzap: attention inputs and KVzip+ scores in every layer" 0 "attn_input=yes.*kvzip_plus=yes" "$AKV" info "$TMP/z1.h5"
 expect "calibrate fits KVzap's surrogate on dumps with attention inputs" 0 "KVzap surrogate \(method kvzap\): ridge alpha 1 on 312 rows of 64 inputs" \
   "$AKV" calibrate "$TMP/z1.h5" "$TMP/z2.h5" -o "$TMP/zcal.json" --bits 2,4 --no-nuq
