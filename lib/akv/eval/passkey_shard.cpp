@@ -6,11 +6,8 @@
 #include "akv/io/json_file.h"
 
 namespace akv {
-namespace {
 
 constexpr const char* kPasskeyPart = "akv-passkey-part";
-
-}  // namespace
 
 nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const PplRun& run) {
   nlohmann::json outcomes = nlohmann::json::array();

@@ -6,11 +6,8 @@
 #include "akv/io/json_file.h"
 
 namespace akv {
-namespace {
 
 constexpr const char* kRulerPart = "akv-ruler-part";
-
-}  // namespace
 
 nlohmann::json ruler_part_json(const RulerReport& r, const Shard& s, const PplRun& run) {
   nlohmann::json ratios = nlohmann::json::array();
