@@ -126,6 +126,7 @@ cases = {
     "t-shards.json": lambda j: j.update(shards=2**63),
     "t-nofull.json": lambda j: j.update(specs=j["specs"][1:] + ["x"]),
     "t-float.json": lambda j: j.update(prompt_tokens=[1.5e129] * len(j["prompt_tokens"])),
+    "t-tiers.json": lambda j: j["memory_traces"][3].update(hot=j["memory_traces"][3]["hot"][1:]),
 }
 for name, f in cases.items():
     j = json.loads(json.dumps(p)); f(j); w(name, j)
@@ -146,6 +147,7 @@ expect_error "merge: a negative count" 2 "not a non-negative integer .*bytes = -
 expect_error "merge: total_sequences as a string" 2 "total_sequences" "$AKV" merge "$TMP/t-total.json" -o "$o/m.json"
 expect_error "merge: 2^63 shards claimed" 2 "shard missing .*shard = 2/9223372036854775808" "$AKV" merge "$TMP/t-shards.json" -o "$o/m.json"
 expect_error "merge: a count written as a float past 2^64 (a cast of it was undefined)" 2 "non-negative integer is required" "$AKV" merge "$TMP/t-float.json" -o "$o/m.json"
+expect_error "merge: a tiered trace's columns of different lengths" 2 "tier columns of different lengths .*warm = " "$AKV" merge "$TMP/t-tiers.json" -o "$o/m.json"
 expect_error "merge: methods without the full cache first" 2 "start with the full cache" "$AKV" merge "$TMP/t-nofull.json" -o "$o/m.json"
 expect_error "merge: an unknown passkey mode" 2 "unknown passkey mode .*mode = audio" "$AKV" merge "$TMP/t-kmode.json" -o "$o/m.json"
 expect_error "merge: a passkey grid past 2^64 prompts" 2 "trials" "$AKV" merge "$TMP/t-kgrid.json" -o "$o/m.json"

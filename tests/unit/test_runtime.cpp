@@ -662,13 +662,13 @@ TEST_CASE("memory trace: bytes along sequence 0, tiers adding up", "[runtime]") 
   for (std::size_t i = 0; i < r.traces[0].tokens.size(); ++i) {
     CHECK(r.traces[0].bytes[i] == r.traces[0].tokens[i] * f32_per_token);  // the f32 reference
   }
-  CHECK(r.traces[1].hot.empty());  // not tiered
+  CHECK(r.traces[1].tiers.empty());  // not tiered
   const MemoryTrace& tiered = r.traces[2];
-  REQUIRE(tiered.hot.size() == tiered.tokens.size());
+  REQUIRE(tiered.tiers.size() == tiered.tokens.size());
   for (std::size_t i = 0; i < tiered.tokens.size(); ++i) {
-    CHECK(tiered.hot[i] + tiered.warm[i] + tiered.cold[i] == tiered.bytes[i]);
-    CHECK(tiered.hot_tokens[i] + tiered.warm_tokens[i] + tiered.cold_tokens[i] ==
-          tiered.tokens[i] * c.n_layers * c.n_kv_heads);
+    const TierBytes& b = tiered.tiers[i];
+    CHECK(b.hot + b.warm + b.cold == tiered.bytes[i]);
+    CHECK(b.hot_tokens + b.warm_tokens + b.cold_tokens == tiered.tokens[i] * c.n_layers * c.n_kv_heads);
   }
   CHECK(tiered.bytes.back() == r.sequences[0][2].bytes);
 }

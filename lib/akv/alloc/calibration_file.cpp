@@ -22,11 +22,9 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
         ke[std::to_string(f.candidates[c])] = a.key_error[c];
         ve[std::to_string(f.candidates[c])] = a.value_error[c];
       }
-      heads.push_back({{"head", h}, {"key_error", ke}, {"value_error", ve},
-                       {"norm_variance", a.norm_variance}, {"entropy", a.entropy},
-                       {"outlier_ratio", a.outlier_ratio}, {"key_amax", a.key_amax}, {"value_amax", a.value_amax},
-                       {"qfilter", a.qfilter}, {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
+      heads.push_back({{"head", h}, {"key_error", ke}, {"value_error", ve}, {"bits_key", a.bits_key}, {"bits_value", a.bits_value},
                        {"predicted_error", a.predicted_error ? nlohmann::json(*a.predicted_error) : nlohmann::json(nullptr)}});
+      HeadStats::measures([&](const char* name, auto m) { heads.back()[name] = a.*m; });
       if (a.duo_error) heads.back()["duo_error"] = *a.duo_error;
       if (!a.kvzap_weight.empty()) heads.back()["kvzap"] = {{"weight", a.kvzap_weight}, {"bias", a.kvzap_bias}, {"r2", a.kvzap_r2}};
       if (!a.type_key.empty()) {

@@ -32,6 +32,14 @@ struct HeadStats {
   // --types: the error with keys (values) stored as each key (value) type, [type] (empty: not
   // calibrated with --types).
   std::vector<double> type_key_error, type_value_error;
+  // f(name, member) for the measures the calibration file and the shard parts record under the
+  // same names.
+  template <typename F>
+  static void measures(F&& f) {
+    f("norm_variance", &HeadStats::norm_variance), f("entropy", &HeadStats::entropy);
+    f("outlier_ratio", &HeadStats::outlier_ratio), f("key_amax", &HeadStats::key_amax);
+    f("value_amax", &HeadStats::value_amax), f("qfilter", &HeadStats::qfilter);
+  }
 };
 
 // A head's measurements and the bits (and types) calibrate assigned it.

@@ -1,6 +1,7 @@
 #include "akv/eval/calibrate_shard.h"
 
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "akv/core/errors.h"
@@ -14,54 +15,44 @@ namespace {
 
 constexpr const char* kCalibrationPart = "akv-calibration-part";
 
+// f(name, member) for the options a part records by value: all of them but the rule and the
+// rotation (by name), then KVzap's (when its surrogate is fitted) and the types' (with --types).
+template <typename F>
+void plain_options(F&& f) {
+  using O = CalibrateOptions;
+  f("candidates", &O::candidates), f("group", &O::group), f("residual", &O::residual), f("target_bits", &O::target_bits);
+  f("aggregate", &O::aggregate), f("allocator", &O::allocator), f("lo_bit", &O::lo), f("mid_bit", &O::mid);
+  f("hi_bit", &O::hi), f("update_interval", &O::update_interval), f("duo_sinks", &O::duo_sinks);
+  f("duo_window", &O::duo_window), f("nuq_bits", &O::nuq_bits), f("nuq_sparsity", &O::nuq_sparsity);
+  f("nuq_sink", &O::nuq_sink);
+}
+template <typename F>
+void kvzap_options(F&& f) {
+  f("kvzap_alpha", &CalibrateOptions::kvzap_alpha), f("kvzap_sinks", &CalibrateOptions::kvzap_sinks);
+}
+template <typename F>
+void types_options(F&& f) {
+  f("types", &CalibrateOptions::types), f("types_target_bits", &CalibrateOptions::types_target_bits);
+}
+
 nlohmann::json options_json(const CalibrateOptions& o, bool kvzap) {
-  nlohmann::json j = {{"candidates", o.candidates}, {"group", o.group}, {"residual", o.residual},
-                      {"quant_rule", quant_rule_name(o.rule)}, {"target_bits", o.target_bits},
-                      {"aggregate", o.aggregate}, {"allocator", o.allocator}, {"lo_bit", o.lo}, {"mid_bit", o.mid},
-                      {"hi_bit", o.hi}, {"update_interval", o.update_interval}, {"duo_sinks", o.duo_sinks},
-                      {"duo_window", o.duo_window}, {"nuq_bits", o.nuq_bits}, {"nuq_sparsity", o.nuq_sparsity},
-                      {"nuq_sink", o.nuq_sink}};
-  if (kvzap) {  // absent: no surrogate fitted
-    j["kvzap_alpha"] = o.kvzap_alpha;
-    j["kvzap_sinks"] = o.kvzap_sinks;
-  }
+  nlohmann::json j = {{"quant_rule", quant_rule_name(o.rule)}};
+  const auto put = [&](const char* name, auto m) { j[name] = o.*m; };
+  plain_options(put);
+  if (kvzap) kvzap_options(put);  // absent: no surrogate fitted
   if (o.rotate != RotationKind::none) j["rotate"] = rotation_name(o.rotate);  // absent: none
-  if (!o.types.empty()) {  // absent: none
-    j["types"] = o.types;
-    j["types_target_bits"] = o.types_target_bits;
-  }
+  if (!o.types.empty()) types_options(put);  // absent: none
   return j;
 }
 
 CalibrateOptions options_from_json(const nlohmann::json& op, const std::string& file) {
   CalibrateOptions o;
-  o.candidates.clear();
-  for (const std::int32_t b : json_i32s(op.at("candidates"))) o.candidates.push_back(b);
-  o.group = json_uint(op.at("group"));
-  o.residual = json_uint(op.at("residual"));
+  const auto get = [&](const char* name, auto m) { o.*m = json_as<std::decay_t<decltype(o.*m)>>(op.at(name)); };
+  plain_options(get);
   o.rule = parse_quant_rule(op.at("quant_rule").get<std::string>());
   if (op.contains("rotate")) o.rotate = parse_rotation(op.at("rotate").get<std::string>(), file, "options.rotate");
-  o.target_bits = op.at("target_bits").get<double>();
-  o.aggregate = op.at("aggregate").get<std::string>();
-  o.allocator = op.at("allocator").get<std::string>();
-  o.lo = json_i32(op.at("lo_bit"));
-  o.mid = json_i32(op.at("mid_bit"));
-  o.hi = json_i32(op.at("hi_bit"));
-  o.update_interval = json_uint(op.at("update_interval"));
-  o.duo_sinks = json_uint(op.at("duo_sinks"));
-  o.duo_window = json_uint(op.at("duo_window"));
-  o.nuq_bits.clear();
-  for (const std::int32_t b : json_i32s(op.at("nuq_bits"))) o.nuq_bits.push_back(b);
-  o.nuq_sparsity = op.at("nuq_sparsity").get<double>();
-  o.nuq_sink = json_uint(op.at("nuq_sink"));
-  if (op.contains("kvzap_alpha")) {
-    o.kvzap_alpha = op.at("kvzap_alpha").get<double>();
-    o.kvzap_sinks = json_uint(op.at("kvzap_sinks"));
-  }
-  if (op.contains("types")) {
-    op.at("types").get_to(o.types);
-    o.types_target_bits = op.at("types_target_bits").get<double>();
-  }
+  if (op.contains("kvzap_alpha")) kvzap_options(get);
+  if (op.contains("types")) types_options(get);
   return o;
 }
 
@@ -70,11 +61,10 @@ CalibrateOptions options_from_json(const nlohmann::json& op, const std::string& 
 // fitted.
 nlohmann::json head_json(const calib::HeadMeasure& a, const calib::Setup& st) {
   const bool norms = st.opt.allocator == "adakv-proxy" && st.opt.update_interval > 0;
-  nlohmann::json h = {{"key_err", a.key_error}, {"value_err", a.value_error}, {"norm_variance", a.norm_variance},
-                      {"entropy", a.entropy}, {"outlier_ratio", a.outlier_ratio},
-                      {"key_amax", a.key_amax}, {"value_amax", a.value_amax}, {"qfilter", a.qfilter},
+  nlohmann::json h = {{"key_err", a.key_error}, {"value_err", a.value_error},
                       {"duo_error", a.duo_error ? nlohmann::json(*a.duo_error) : nlohmann::json(nullptr)},
                       {"norms", norms ? nlohmann::json(a.norms) : nlohmann::json::array()}};
+  HeadStats::measures([&](const char* name, auto m) { h[name] = a.*m; });
   if (!st.types.key.empty()) {
     h["type_key_err"] = a.type_key_error;
     h["type_value_err"] = a.type_value_error;
@@ -87,12 +77,7 @@ calib::HeadMeasure head_from_json(const nlohmann::json& h) {
   calib::HeadMeasure a;
   h.at("key_err").get_to(a.key_error);
   h.at("value_err").get_to(a.value_error);
-  a.norm_variance = h.at("norm_variance").get<double>();
-  a.entropy = h.at("entropy").get<double>();
-  a.outlier_ratio = h.at("outlier_ratio").get<double>();
-  a.key_amax = h.at("key_amax").get<double>();
-  a.value_amax = h.at("value_amax").get<double>();
-  h.at("qfilter").get_to(a.qfilter);
+  HeadStats::measures([&](const char* name, auto m) { h.at(name).get_to(a.*m); });
   if (!h.at("duo_error").is_null()) a.duo_error = h.at("duo_error").get<double>();
   h.at("norms").get_to(a.norms);
   if (h.contains("type_key_err")) {

@@ -20,27 +20,13 @@ namespace {
 void record(MemoryTrace& t, const KvPolicy& cache, std::size_t tokens) {
   t.tokens.push_back(tokens);
   t.bytes.push_back(cache.bytes());
-  if (const auto tb = cache.tier_bytes()) {
-    t.hot.push_back(tb->hot);
-    t.warm.push_back(tb->warm);
-    t.cold.push_back(tb->cold);
-    t.hot_tokens.push_back(tb->hot_tokens);
-    t.warm_tokens.push_back(tb->warm_tokens);
-    t.cold_tokens.push_back(tb->cold_tokens);
-  }
+  if (const auto tb = cache.tier_bytes()) t.tiers.push_back(*tb);
 }
 
 }  // namespace
 
 PplSums& PplSums::operator+=(const PplSums& o) {
-  nll += o.nll;
-  kl += o.kl;
-  top1 += o.top1;
-  tokens += o.tokens;
-  bytes += o.bytes;
-  peak_bytes += o.peak_bytes;
-  host_bytes += o.host_bytes;
-  f16_bytes += o.f16_bytes;
+  fields([&](const char*, auto m) { this->*m += o.*m; });
   return *this;
 }
 
@@ -223,14 +209,7 @@ std::vector<std::vector<std::int32_t>> perplexity_chunks(std::vector<std::int32_
 
 nlohmann::json MemoryTrace::to_json() const {
   nlohmann::json j = {{"sequence", 0}, {"tokens", tokens}, {"bytes", bytes}};
-  if (!hot.empty()) {
-    j["hot_bytes"] = hot;
-    j["warm_bytes"] = warm;
-    j["cold_bytes"] = cold;
-    j["hot_tokens"] = hot_tokens;
-    j["warm_tokens"] = warm_tokens;
-    j["cold_tokens"] = cold_tokens;
-  }
+  if (!tiers.empty()) tier_columns([&](const char*, const char* name, auto m) { j[name] = column(m); });
   return j;
 }
 

@@ -15,6 +15,7 @@
 #include "akv/core/progress.h"
 #include "akv/eval/batch.h"
 #include "akv/eval/lanes.h"
+#include "akv/kv/policy.h"
 #include "akv/method/params.h"
 #include "akv/model/model.h"
 
@@ -67,6 +68,13 @@ struct PplSums {
   std::uint64_t peak_bytes = 0;
   PplSums& operator+=(const PplSums& o);
   double ppl() const;
+  // f(name, member) for every field, by its name in partial reports (+=, the part format).
+  template <typename F>
+  static void fields(F&& f) {
+    f("nll", &PplSums::nll), f("kl", &PplSums::kl), f("top1", &PplSums::top1), f("tokens", &PplSums::tokens);
+    f("bytes", &PplSums::bytes), f("host_bytes", &PplSums::host_bytes), f("f16_bytes", &PplSums::f16_bytes);
+    f("peak_bytes", &PplSums::peak_bytes);
+  }
 };
 
 // Cache bytes of one method along the first sequence (the prompt, then every decode step; at
@@ -76,9 +84,21 @@ struct MemoryTrace {
   static constexpr std::size_t kMaxTracePoints = 128;
   std::vector<std::size_t> tokens;        // tokens the cache has seen (prompt + decoded)
   std::vector<std::uint64_t> bytes;       // all bytes stored
-  std::vector<std::uint64_t> hot, warm, cold;  // bytes per tier (tiered caches)
-  std::vector<std::size_t> hot_tokens, warm_tokens, cold_tokens;
+  std::vector<TierBytes> tiers;           // bytes and tokens per tier (tiered caches)
   nlohmann::json to_json() const;
+  // f(name in partial reports, name in the report, member) for every tier column.
+  template <typename F>
+  static void tier_columns(F&& f) {
+    f("hot", "hot_bytes", &TierBytes::hot), f("warm", "warm_bytes", &TierBytes::warm);
+    f("cold", "cold_bytes", &TierBytes::cold), f("hot_tokens", "hot_tokens", &TierBytes::hot_tokens);
+    f("warm_tokens", "warm_tokens", &TierBytes::warm_tokens), f("cold_tokens", "cold_tokens", &TierBytes::cold_tokens);
+  }
+  template <typename T>
+  std::vector<T> column(T TierBytes::*member) const {
+    std::vector<T> c;
+    for (const TierBytes& t : tiers) c.push_back(t.*member);
+    return c;
+  }
 };
 
 struct PplReport {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <type_traits>
 
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
@@ -14,8 +15,9 @@ namespace {
 constexpr const char* kPerplexityPart = "akv-perplexity-part";
 
 nlohmann::json sums_json(const PplSums& s) {
-  return {{"nll", s.nll}, {"kl", s.kl}, {"top1", s.top1}, {"tokens", s.tokens},
-          {"bytes", s.bytes}, {"host_bytes", s.host_bytes}, {"f16_bytes", s.f16_bytes}, {"peak_bytes", s.peak_bytes}};
+  nlohmann::json j;
+  PplSums::fields([&](const char* name, auto m) { j[name] = s.*m; });
+  return j;
 }
 
 // j[key] as a count: a non-negative integer, InvalidInput naming the file and field otherwise
@@ -28,14 +30,10 @@ std::uint64_t count(const nlohmann::json& j, const char* key, const std::string&
 
 PplSums sums_from(const nlohmann::json& j, const std::string& file) {
   PplSums s;
-  s.nll = j.at("nll").get<double>();
-  s.kl = j.at("kl").get<double>();
-  s.top1 = count(j, "top1", file);
-  s.tokens = count(j, "tokens", file);
-  s.bytes = count(j, "bytes", file);
-  s.host_bytes = count(j, "host_bytes", file);
-  s.f16_bytes = count(j, "f16_bytes", file);
-  s.peak_bytes = count(j, "peak_bytes", file);
+  PplSums::fields([&](const char* name, auto m) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(s.*m)>, double>) s.*m = j.at(name).get<double>();
+    else s.*m = count(j, name, file);
+  });
   // A sequence's sums as evaluate writes them: at least one prediction, top-1 hits among them,
   // a finite non-negative NLL, a finite KL (tiny negative values come from rounding).
   if (s.tokens == 0) throw InvalidInput("a sequence with no predicted token", {file, "tokens", "0"});
@@ -46,20 +44,21 @@ PplSums sums_from(const nlohmann::json& j, const std::string& file) {
 }
 
 nlohmann::json trace_json(const MemoryTrace& t) {
-  return {{"tokens", t.tokens}, {"bytes", t.bytes}, {"hot", t.hot}, {"warm", t.warm}, {"cold", t.cold},
-          {"hot_tokens", t.hot_tokens}, {"warm_tokens", t.warm_tokens}, {"cold_tokens", t.cold_tokens}};
+  nlohmann::json j = {{"tokens", t.tokens}, {"bytes", t.bytes}};
+  MemoryTrace::tier_columns([&](const char* name, const char*, auto m) { j[name] = t.column(m); });
+  return j;
 }
 
-MemoryTrace trace_from(const nlohmann::json& j) {
+MemoryTrace trace_from(const nlohmann::json& j, const std::string& file) {
   MemoryTrace t;
   t.tokens = json_uints(j.at("tokens"));
   t.bytes = json_uints(j.at("bytes"));
-  t.hot = json_uints(j.at("hot"));
-  t.warm = json_uints(j.at("warm"));
-  t.cold = json_uints(j.at("cold"));
-  t.hot_tokens = json_uints(j.at("hot_tokens"));
-  t.warm_tokens = json_uints(j.at("warm_tokens"));
-  t.cold_tokens = json_uints(j.at("cold_tokens"));
+  t.tiers.resize(j.at("hot").size());  // each column as long as the first
+  MemoryTrace::tier_columns([&](const char* name, const char*, auto m) {
+    const std::vector<std::uint64_t> c = json_uints(j.at(name));
+    if (c.size() != t.tiers.size()) throw InvalidInput("tier columns of different lengths", {file, name, std::to_string(c.size())});
+    for (std::size_t i = 0; i < c.size(); ++i) t.tiers[i].*m = c[i];
+  });
   return t;
 }
 
@@ -119,7 +118,7 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
       const auto prompts = json_uints(j.at("prompt_tokens"));
       r.prompt_tokens.insert(r.prompt_tokens.end(), prompts.begin(), prompts.end());
       if (r.traces.empty()) {
-        for (const nlohmann::json& t : j.at("memory_traces")) r.traces.push_back(trace_from(t));
+        for (const nlohmann::json& t : j.at("memory_traces")) r.traces.push_back(trace_from(t, file));
         if (!r.traces.empty() && r.traces.size() != r.specs.size()) {
           throw InvalidInput("one memory trace per method (" + std::to_string(r.specs.size()) + ")",
                              {file, "memory_traces", std::to_string(r.traces.size()) + " entries"});

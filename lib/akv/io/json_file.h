@@ -7,6 +7,7 @@
 #include <climits>
 #include <istream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -59,6 +60,15 @@ std::vector<std::int32_t> json_i32s(const Json& v) {
   std::vector<std::int32_t> out;
   for (const auto& x : v) out.push_back(json_i32(x));
   return out;
+}
+// v as T: std::size_t, int and std::vector<int> through the checked readers above, anything else
+// by nlohmann's get (field tables read every member this way).
+template <typename T, typename Json>
+T json_as(const Json& v) {
+  if constexpr (std::is_same_v<T, std::size_t>) return json_uint(v);
+  else if constexpr (std::is_same_v<T, int>) return json_i32(v);
+  else if constexpr (std::is_same_v<T, std::vector<int>>) return json_i32s(v);
+  else return v.template get<T>();
 }
 // An integer field of an object, `fallback` when absent.
 template <typename Json>

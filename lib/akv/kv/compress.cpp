@@ -21,9 +21,9 @@ double MemoryReport::ratio() const {
 }
 
 nlohmann::json bytes_json(const CacheBytes& b) {
-  return {{"codes", b.codes},       {"scales", b.scales},     {"zeros", b.zeros},
-          {"residual", b.residual}, {"outliers", b.outliers}, {"indices", b.indices},
-          {"total", b.total()}};
+  nlohmann::json j = {{"total", b.total()}};
+  CacheBytes::components([&](const char* name, auto m) { j[name] = b.*m; });
+  return j;
 }
 
 nlohmann::json MemoryReport::to_json() const {

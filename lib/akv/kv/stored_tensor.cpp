@@ -11,12 +11,7 @@
 namespace akv {
 
 CacheBytes& CacheBytes::operator+=(const CacheBytes& o) {
-  codes += o.codes;
-  scales += o.scales;
-  zeros += o.zeros;
-  residual += o.residual;
-  outliers += o.outliers;
-  indices += o.indices;
+  components([&](const char*, auto m) { this->*m += o.*m; });
   return *this;
 }
 

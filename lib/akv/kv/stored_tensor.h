@@ -21,6 +21,12 @@ struct CacheBytes {
   std::uint64_t codes = 0, scales = 0, zeros = 0, residual = 0, outliers = 0, indices = 0;
   std::uint64_t total() const { return codes + scales + zeros + residual + outliers + indices; }
   CacheBytes& operator+=(const CacheBytes& o);
+  // f(name, member) for every component, by its name in reports.
+  template <typename F>
+  static void components(F&& f) {
+    f("codes", &CacheBytes::codes), f("scales", &CacheBytes::scales), f("zeros", &CacheBytes::zeros);
+    f("residual", &CacheBytes::residual), f("outliers", &CacheBytes::outliers), f("indices", &CacheBytes::indices);
+  }
 };
 
 // Growable storage of one tensor (keys or values) of one head: packed rows, then dense rows.
