@@ -16,6 +16,10 @@ edit "$FIX/budgets.json" "$TMP/b2.json" 'j["summary"]["params"]["alpha"] = -1'
 expect_error "budgets: negative alpha" 2 "params.eviction.alpha = -1" compress_with "$TMP/b2.json"
 edit "$FIX/budgets.json" "$TMP/b3.json" 'j["layers"][0]["heads"][1]["tokens"] = 60.5'
 expect_error "budgets: fractional tokens" 2 "layers\[0\].heads\[1\].tokens = 60.5" compress_with "$TMP/b3.json"
+edit "$FIX/budgets.json" "$TMP/b7.json" 'j["layers"].pop()'
+expect_error "budgets: a layer missing from the heads' list" 2 "budgets made for another number of layers .*layers = " compress_with "$TMP/b7.json"
+edit "$FIX/budgets.json" "$TMP/b8.json" 'j["layers"][1]["heads"].pop()'
+expect_error "budgets: a head missing from a layer" 2 "budgets made for another number of KV heads .*layers\[1\].heads = " compress_with "$TMP/b8.json"
 edit "$FIX/budgets.json" "$TMP/b4.json" 'j["summary"]["params"]["window"] = 1e19'
 expect_error "budgets: a window past any count" 2 "params.eviction.window" compress_with "$TMP/b4.json"
 edit "$FIX/budgets.json" "$TMP/b5.json" 'j["summary"]["params"]["sinks"] = "four"'
@@ -29,6 +33,8 @@ edit "$FIX/calibration.json" "$TMP/c1.json" 'j["version"] = "1"'
 expect_error "calibration: version of another type" 2 "version" ccomp "$TMP/c1.json"
 edit "$FIX/calibration.json" "$TMP/c2.json" 'j["layers"][0]["heads"].append(j["layers"][1]["heads"].pop())'
 expect_error "calibration: heads spread unevenly over layers" 2 "layers\[0\].heads = 3" ccomp "$TMP/c2.json"
+edit "$FIX/calibration.json" "$TMP/c4.json" 'j["layers"].pop()'
+expect_error "calibration: a layer missing from the heads' list" 2 "calibration made for another number of layers .*layers = " ccomp "$TMP/c4.json"
 edit "$FIX/calibration.json" "$TMP/c3.json" 'j["layers"][0]["heads"][0]["bits_key"] = 2.7'
 expect_error "calibration: fractional bits" 2 "bits_key = 2.7" ccomp "$TMP/c3.json"
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "akv/alloc/file_heads.h"
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
 #include "akv/method/ggml_params.h"
@@ -143,23 +144,11 @@ BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
     check_budgets_shape(j.at("dump"), path, m);
     r.params = EvictionParams::from_json(j.at("summary").at("params"), path);
     const std::size_t forced = forced_tokens(m.n_tokens, r.params.sinks, r.params.score.window);
-    const auto& layers = j.at("layers");
-    if (layers.size() != m.file_layers()) {
-      throw InvalidInput("wrong number of layers", {path, "layers", std::to_string(layers.size())});
-    }
-    for (std::size_t i = 0; i < m.n_layers; ++i) {
-      const std::size_t l = m.file_layer(i);
-      const auto& heads = layers[l].at("heads");
-      if (heads.size() != m.n_kv_heads) {
-        throw InvalidInput("wrong number of heads",
-                           {path, "layers[" + std::to_string(l) + "].heads", std::to_string(heads.size())});
-      }
-      std::vector<std::size_t>& tokens = r.tokens.emplace_back();
-      for (std::size_t h = 0; h < m.n_kv_heads; ++h) {
-        const std::string at = "layers[" + std::to_string(l) + "].heads[" + std::to_string(h) + "]";
-        read_budget_head(heads[h], path, at, forced, m.n_tokens, tokens, r);
-      }
-    }
+    std::size_t index = 0;
+    each_file_head(j, path, "budgets", m, [&](const nlohmann::json& head, const std::string& at) {
+      if (index++ % m.n_kv_heads == 0) r.tokens.emplace_back();
+      read_budget_head(head, path, at, forced, m.n_tokens, r.tokens.back(), r);
+    });
     if (std::all_of(r.types.begin(), r.types.end(), [](const auto& t) { return t.first.empty() && t.second.empty(); })) {
       r.types.clear();
     }

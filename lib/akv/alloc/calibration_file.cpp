@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "akv/alloc/file_heads.h"
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
 #include "akv/method/ggml_params.h"
@@ -85,63 +86,11 @@ void check_shape(const nlohmann::json& j, const std::string& path, const KvShape
   }
 }
 
-}  // namespace
-
-std::vector<std::pair<int, int>> read_calibration(const std::string& path, const KvWindow& m) {
-  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
-  std::vector<std::pair<int, int>> bits;
-  try {
-    check_shape(j, path, m);
-    const auto& layers = j.at("layers");
-    if (!layers.is_array() || layers.size() != m.file_layers()) {
-      throw CorruptData("calibration has the wrong number of layers", {path, "layers", std::to_string(layers.size())});
-    }
-    for (std::size_t i = 0; i < m.n_layers; ++i) {
-      const std::size_t l = m.file_layer(i);
-      const auto& heads = layers[l].at("heads");
-      const std::string at = "layers[" + std::to_string(l) + "].heads";
-      if (!heads.is_array() || heads.size() != m.n_kv_heads) {
-        throw CorruptData("calibration layer has the wrong number of heads", {path, at, std::to_string(heads.size())});
-      }
-      for (std::size_t h = 0; h < heads.size(); ++h) {
-        const std::string hat = at + "[" + std::to_string(h) + "]";
-        const auto k = static_cast<int>(file_count(heads[h], "bits_key", path, hat + ".bits_key"));
-        const auto v = static_cast<int>(file_count(heads[h], "bits_value", path, hat + ".bits_value"));
-        check_bits(k, (hat + ".bits_key").c_str());
-        check_bits(v, (hat + ".bits_value").c_str());
-        bits.emplace_back(k, v);
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
-  return bits;
-}
-
-namespace {
-
-// Calls fn(head, "layers[l].heads[h]") for every head of the shape's layers (file layers
-// KvShape::file_layer) in the calibration file `path` (parsed as j), in layer-major order, after
-// checking that it holds the model's layers of n_kv_heads heads (InvalidInput naming the field
-// otherwise); JSON type errors become CorruptData naming the file.
+// each_file_head over a calibration file; JSON type errors become CorruptData naming the file.
 template <class Fn>
 void each_head(const nlohmann::json& j, const std::string& path, const KvShape& shape, Fn fn) {
   try {
-    const auto& layers = j.at("layers");
-    if (!layers.is_array() || layers.size() != shape.file_layers()) {
-      throw InvalidInput("calibration made for another number of layers (this input has " +
-                             std::to_string(shape.file_layers()) + ")",
-                         {path, "layers", std::to_string(layers.size())});
-    }
-    for (std::size_t i = 0; i < shape.n_layers; ++i) {
-      const std::size_t l = shape.file_layer(i);
-      const auto& heads = layers[l].at("heads");
-      const std::string at = "layers[" + std::to_string(l) + "].heads";
-      if (!heads.is_array() || heads.size() != shape.n_kv_heads) {
-        throw InvalidInput("calibration made for another number of KV heads", {path, at, std::to_string(heads.size())});
-      }
-      for (std::size_t h = 0; h < shape.n_kv_heads; ++h) fn(heads[h], at + "[" + std::to_string(h) + "]");
-    }
+    each_file_head(j, path, "calibration", shape, fn);
   } catch (const nlohmann::json::exception& e) {
     throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
   }
@@ -157,6 +106,24 @@ std::string calibration_rotate(const nlohmann::json& j, const std::string& path)
 }
 
 }  // namespace
+
+std::vector<std::pair<int, int>> read_calibration(const std::string& path, const KvWindow& m) {
+  const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
+  try {
+    check_shape(j, path, m);
+  } catch (const nlohmann::json::exception& e) {
+    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
+  }
+  std::vector<std::pair<int, int>> bits;
+  each_head(j, path, m, [&](const nlohmann::json& head, const std::string& hat) {
+    const auto k = static_cast<int>(file_count(head, "bits_key", path, hat + ".bits_key"));
+    const auto v = static_cast<int>(file_count(head, "bits_value", path, hat + ".bits_value"));
+    check_bits(k, (hat + ".bits_key").c_str());
+    check_bits(v, (hat + ".bits_value").c_str());
+    bits.emplace_back(k, v);
+  });
+  return bits;
+}
 
 CalibrationTypes read_calibration_types(const std::string& path, const KvShape& shape) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
