@@ -10,6 +10,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/rng.h"
+#include "akv/io/file_hash.h"
 #include "akv/kv/compress.h"
 #include "akv/kv/tensor_builder.h"
 #include "akv/method/registry.h"
@@ -312,6 +313,15 @@ TEST_CASE("compress_dump: same bytes for any thread count; refuses another dump"
   CacheReader c(dir.file("c1.h5"));
   CHECK_NOTHROW(check_cache_matches_dump(c, DumpReader(dir.file("a.h5"))));
   CHECK_THROWS_AS(check_cache_matches_dump(c, DumpReader(dir.file("b.h5"))), InvalidInput);
+  // A hash the caller already has (evaluate --dump hashes once) is the one recorded and checked.
+  compress_dump(dir.file("a.h5"), dir.file("c2.h5"), p, 1, {}, Shard{}, file_hash(dir.file("a.h5")));
+  CHECK(bytes(dir.file("c1.h5")) == bytes(dir.file("c2.h5")));
+  const std::string other = file_hash(dir.file("b.h5"));
+  compress_dump(dir.file("a.h5"), dir.file("cb.h5"), p, 1, {}, Shard{}, other);
+  CacheReader cb(dir.file("cb.h5"));
+  CHECK(cb.header().source_hash == other);
+  CHECK_THROWS_AS(check_cache_matches_dump(cb, DumpReader(dir.file("a.h5"))), InvalidInput);
+  CHECK_NOTHROW(check_cache_matches_dump(cb, DumpReader(dir.file("a.h5")), other));
   // Decompress -> dense dump whose K/V equal the reconstruction.
   decompress_cache(dir.file("c1.h5"), dir.file("r.h5"), "", DType::f32, 2, {});
   DumpReader a(dir.file("a.h5")), rd(dir.file("r.h5"));

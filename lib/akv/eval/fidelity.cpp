@@ -249,11 +249,12 @@ std::vector<FidelityReport> evaluate_caches(const std::string& dump_path, const 
   std::vector<std::unique_ptr<CacheReader>> caches;
   std::vector<CacheRope> ropes;
   std::vector<FidelityReport> reports(cache_paths.size());
+  const std::string dump_hash = verify_hash && !cache_paths.empty() ? file_hash(dump_path) : "";
   for (std::size_t c = 0; c < cache_paths.size(); ++c) {
     const std::string& cache_path = cache_paths[c];
     const CacheReader& cache = *caches.emplace_back(std::make_unique<CacheReader>(cache_path));
     if (verify_hash) {
-      check_cache_matches_dump(cache, dump);
+      check_cache_matches_dump(cache, dump, dump_hash);
     } else if (cache.meta().n_layers != m.n_layers || cache.meta().n_kv_heads != m.n_kv_heads ||
                cache.meta().head_dim != m.head_dim || cache.meta().n_tokens != m.n_tokens) {
       throw InvalidInput("cache was made from a dump of another shape",

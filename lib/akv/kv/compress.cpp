@@ -50,13 +50,14 @@ nlohmann::json MemoryReport::to_json() const {
 namespace {
 
 // The header (source identity, shape, parameters) and zero byte counts of a cache of `dump`.
-MemoryReport empty_report(const std::string& dump_path, const DumpReader& dump, const CompressParams& params) {
+MemoryReport empty_report(const std::string& dump_path, const DumpReader& dump, const CompressParams& params,
+                          const std::string& source_hash) {
   const DumpMeta& m = dump.meta();
   MemoryReport report;
   report.header.meta = m;
   report.header.params = params;
   report.header.source_path = dump_path;
-  report.header.source_hash = file_hash(dump_path);
+  report.header.source_hash = source_hash.empty() ? file_hash(dump_path) : source_hash;
   report.header.source_bytes = dump.file_bytes();
   report.elements = 2ull * m.n_layers * m.n_kv_heads * m.n_tokens * m.head_dim;
   report.layers.resize(m.n_layers);
@@ -78,13 +79,13 @@ void write_layer(CacheWriter& writer, MemoryReport& report, std::size_t l, const
 // with w_recency (each step then costs O(tokens)).
 MemoryReport compress_tiered(const std::string& dump_path, const std::string& out_path,
                              const CompressParams& params, int threads, const ProgressFn& progress,
-                             const Shard& shard) {
+                             const Shard& shard, const std::string& source_hash) {
   DumpReader dump(dump_path);
   const DumpMeta& m = dump.meta();
   require_windows_hold_tokens(m, dump_path, "compression");
   const TieredParams& t = *params.tiered();
   validate_tiered(t, m.head_dim);
-  MemoryReport report = empty_report(dump_path, dump, params);
+  MemoryReport report = empty_report(dump_path, dump, params, source_hash);
   const auto [lo, hi] = shard.range(m.n_layers);
   CacheWriter writer(out_path, report.header, CachePart{shard.k, shard.n, lo, hi});
   const std::size_t d = m.head_dim, g = m.group_size(), first_q = m.first_query_pos();
@@ -127,8 +128,8 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
 
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress,
-                           const Shard& shard) {
-  if (params.tiered()) return compress_tiered(dump_path, out_path, params, threads, progress, shard);
+                           const Shard& shard, const std::string& source_hash) {
+  if (params.tiered()) return compress_tiered(dump_path, out_path, params, threads, progress, shard, source_hash);
   if (params.eviction() && params.eviction()->every > 0) {
     throw UsageError("decode-time compression (every=, target=) runs in the model's decode loop: akv evaluate --model",
                      {"", "--every", std::to_string(params.eviction()->every)});
@@ -159,7 +160,7 @@ MemoryReport compress_dump(const std::string& dump_path, const std::string& out_
                          {"", "--outlier-fraction", format_number(params.outlier_fraction)});
     }
   }
-  MemoryReport report = empty_report(dump_path, dump, params);
+  MemoryReport report = empty_report(dump_path, dump, params, source_hash);
   // Eviction first (a scoring pass over keys and queries), then one pass over K/V through the
   // method's own cache.
   const std::size_t phases = params.eviction() ? 2 : 1;
@@ -245,7 +246,7 @@ MemoryReport cache_memory(const CacheReader& cache) {
   return report;
 }
 
-void check_cache_matches_dump(const CacheReader& cache, const DumpReader& dump) {
+void check_cache_matches_dump(const CacheReader& cache, const DumpReader& dump, const std::string& dump_hash) {
   const DumpMeta& a = cache.meta();
   const DumpMeta& b = dump.meta();
   if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads || a.n_heads != b.n_heads ||
@@ -254,7 +255,7 @@ void check_cache_matches_dump(const CacheReader& cache, const DumpReader& dump) 
                        {cache.path(), "source_path", cache.header().source_path + " (given " +
                                                          dump.path() + ")"});
   }
-  const std::string hash = file_hash(dump.path());
+  const std::string hash = dump_hash.empty() ? file_hash(dump.path()) : dump_hash;
   if (hash != cache.header().source_hash) {
     throw InvalidInput("cache was made from another dump (content hash " +
                            cache.header().source_hash + ", " + dump.path() + " has " + hash + ")",

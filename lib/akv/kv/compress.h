@@ -32,10 +32,11 @@ nlohmann::json bytes_json(const CacheBytes& b);
 // over heads. Output is bitwise identical for any thread count. With a shard of N > 1 only its
 // layers [(K-1) L / N, K L / N) are compressed into a partial cache (eviction plans are made over
 // all layers, as unsharded; tiered heads are independent); the report's layers outside the shard
-// are empty.
+// are empty. `source_hash`: the dump's file_hash when the caller has it (evaluate --dump hashes
+// its dump once for all its methods); empty: computed here.
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress,
-                           const Shard& shard = Shard{});
+                           const Shard& shard = Shard{}, const std::string& source_hash = "");
 
 // Writes the cache of partial caches 1..N of one run (any order) to `out_path`: the unsharded
 // run's file, byte for byte. InvalidInput naming the file and field: a shard missing or twice,
@@ -53,7 +54,8 @@ void decompress_cache(const std::string& cache_path, const std::string& out_path
                       const ProgressFn& progress);
 
 // Checks that `dump` is the dump `cache` was made from (shape and content hash); throws
-// InvalidInput naming both files otherwise.
-void check_cache_matches_dump(const CacheReader& cache, const DumpReader& dump);
+// InvalidInput naming both files otherwise. `dump_hash`: the dump's file_hash when the caller has
+// it (one for several caches); empty: computed here.
+void check_cache_matches_dump(const CacheReader& cache, const DumpReader& dump, const std::string& dump_hash = "");
 
 }  // namespace akv
