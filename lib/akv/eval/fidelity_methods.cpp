@@ -10,7 +10,6 @@
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
-#include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
 #include "akv/method/params.h"
 
@@ -43,14 +42,16 @@ std::vector<MethodFidelity> evaluate_methods(const std::string& dump_path, const
   constexpr std::size_t kBatch = 8;
   const std::string scratch_name = (dir / "akv-evaluate-cache.h5").string();
   std::vector<MethodFidelity> out;
-  const std::string dump_hash = file_hash(dump_path);  // once for every method's cache
+  std::string dump_hash;  // the first cache's record of the dump's hash, given to the others
   for (std::size_t first = 0; first < methods.size(); first += kBatch) {
     const std::size_t end = std::min(methods.size(), first + kBatch);
     std::vector<std::unique_ptr<AtomicOutput>> scratch;
     std::vector<std::string> caches;
     for (std::size_t i = first; i < end; ++i) {
       scratch.push_back(std::make_unique<AtomicOutput>(scratch_name));
-      compress_dump(dump_path, scratch.back()->temp_path(), *methods[i].params, threads, progress, Shard{}, dump_hash);
+      const MemoryReport m =
+          compress_dump(dump_path, scratch.back()->temp_path(), *methods[i].params, threads, progress, Shard{}, dump_hash);
+      dump_hash = m.header.source_hash;
       caches.push_back(scratch.back()->temp_path());
     }
     std::vector<FidelityReport> reports = evaluate_caches(dump_path, caches, threads, true, progress);

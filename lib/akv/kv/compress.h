@@ -32,8 +32,8 @@ nlohmann::json bytes_json(const CacheBytes& b);
 // over heads. Output is bitwise identical for any thread count. With a shard of N > 1 only its
 // layers [(K-1) L / N, K L / N) are compressed into a partial cache (eviction plans are made over
 // all layers, as unsharded; tiered heads are independent); the report's layers outside the shard
-// are empty. `source_hash`: the dump's file_hash when the caller has it (evaluate --dump hashes
-// its dump once for all its methods); empty: computed here.
+// are empty. `source_hash`: the dump's file_hash when the caller has it (evaluate --dump gives
+// its first cache's to the others); empty: computed here.
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress,
                            const Shard& shard = Shard{}, const std::string& source_hash = "");
