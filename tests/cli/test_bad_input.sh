@@ -10,6 +10,7 @@ while IFS='|' read -r file pattern; do
   expect_error "info $file" 2 "$pattern" "$AKV" info --stats "$TMP/d/$file"
 done <"$TMP/d/bad_cases.txt"
 expect_error "missing file is an I/O error" 3 "file not found .*nope.h5" "$AKV" info "$TMP/d/nope.h5"
+expect_error "evaluate --dump --methods: a missing dump" 3 "file not found .*nope.h5" "$AKV" evaluate -q --dump "$TMP/d/nope.h5" --methods kivi-2
 expect_error "directory is an I/O error" 3 "is a directory" "$AKV" info "$TMP/d"
 # A file name that is not UTF-8 (a Latin-1 system's "é"): JSON output replaces the byte with
 # U+FFFD instead of ending in the JSON library's error ("internal error", exit 3).
