@@ -1,8 +1,6 @@
 // akv dump --model M --tokens FILE [--line K] -o DUMP [--window W]: a dump from a model run (or of
 // --text, or of a text passkey prompt: --passkey).
 #include <cstdio>
-#include <memory>
-#include <string>
 
 #include "akv/core/atomic_file.h"
 #include "akv/core/errors.h"
@@ -76,10 +74,8 @@ void register_dump(CLI::App& app, const GlobalOptions& global) {
       throw UsageError("dump needs one of --tokens, --text, --passkey", {"", "--tokens"});
     }
     const Model m = load_model(opt->model, parse_weight_mode(opt->weights));
-    const auto tokenizer = [&](const char* flag, const std::string& use) {
-      std::unique_ptr<Tokenizer> tok = find_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer);
-      if (!tok) throw UsageError(std::string(flag) + " needs a tokenizer for " + use + " (--tokenizer FILE or bytes, or one in the model)", {"", flag});
-      return tok;
+    const auto tokenizer = [&](const char* flag, const char* use) {
+      return require_tokenizer(opt->tokenizer, opt->model, m.config().tokenizer, flag, use);
     };
     const std::string source = opt->passkey ? "--passkey" : opt->text.empty() ? opt->tokens : opt->text;
     std::vector<std::vector<std::int32_t>> seqs;

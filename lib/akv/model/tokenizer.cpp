@@ -205,4 +205,15 @@ std::unique_ptr<Tokenizer> find_tokenizer(const std::string& flag, const std::st
   return nullptr;
 }
 
+std::unique_ptr<Tokenizer> require_tokenizer(const std::string& flag, const std::string& model_path,
+                                             const std::string& config_tokenizer, const std::string& needed_by,
+                                             const std::string& use) {
+  std::unique_ptr<Tokenizer> tok = find_tokenizer(flag, model_path, config_tokenizer);
+  if (!tok) {
+    throw UsageError(needed_by + " needs a tokenizer for " + use + " (--tokenizer FILE or bytes, or one in the model)",
+                     {"", needed_by});
+  }
+  return tok;
+}
+
 }  // namespace akv

@@ -59,5 +59,10 @@ class Tokenizer {
 // embedded in a GGUF file. Null when there is none.
 std::unique_ptr<Tokenizer> find_tokenizer(const std::string& flag, const std::string& model_path,
                                           const std::string& config_tokenizer);
+// find_tokenizer's, never null: UsageError "<needed_by> needs a tokenizer for <use> (--tokenizer
+// FILE or bytes, or one in the model)" naming the flag `needed_by` when there is none.
+std::unique_ptr<Tokenizer> require_tokenizer(const std::string& flag, const std::string& model_path,
+                                             const std::string& config_tokenizer, const std::string& needed_by,
+                                             const std::string& use);
 
 }  // namespace akv
