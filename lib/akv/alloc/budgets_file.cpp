@@ -140,7 +140,7 @@ void read_budget_head(const nlohmann::json& head, const std::string& path, const
 BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
   const nlohmann::json j = read_json_file(path, "budgets", kBudgetsFormat, kBudgetsVersion);
   BudgetsRead r;
-  try {
+  json_errors_as<CorruptData>("bad budgets file", {path}, [&] {
     check_budgets_shape(j.at("dump"), path, m);
     r.params = EvictionParams::from_json(j.at("summary").at("params"), path);
     const std::size_t forced = forced_tokens(m.n_tokens, r.params.sinks, r.params.score.window);
@@ -162,20 +162,14 @@ BudgetsRead read_budgets(const std::string& path, const KvWindow& m) {
       if (jj.contains("residual")) r.residual = file_count(jj, "residual", path, "joint.residual");
       if (jj.contains("rotate_seed")) r.rotate_seed = file_count(jj, "rotate_seed", path, "joint.rotate_seed");
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
-  }
+  });
   return r;
 }
 
 std::string budgets_method(const std::string& path) {
   const nlohmann::json j = read_json_file(path, "budgets", kBudgetsFormat, kBudgetsVersion);
-  EvictionParams p;
-  try {
-    p = EvictionParams::from_json(j.at("summary").at("params"), path);
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad budgets file: ") + e.what(), {path});
-  }
+  const EvictionParams p = json_errors_as<CorruptData>(
+      "bad budgets file", {path}, [&] { return EvictionParams::from_json(j.at("summary").at("params"), path); });
   return eviction_method_name(p.score.method, p.alloc, p.critical);
 }
 

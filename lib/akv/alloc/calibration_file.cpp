@@ -89,31 +89,20 @@ void check_shape(const nlohmann::json& j, const std::string& path, const KvShape
 // each_file_head over a calibration file; JSON type errors become CorruptData naming the file.
 template <class Fn>
 void each_head(const nlohmann::json& j, const std::string& path, const KvShape& shape, Fn fn) {
-  try {
-    each_file_head(j, path, "calibration", shape, fn);
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
+  json_errors_as<CorruptData>("bad calibration file", {path}, [&] { each_file_head(j, path, "calibration", shape, fn); });
 }
 
 // The rotation the calibration was measured with (params.rotate, "none" when absent).
 std::string calibration_rotate(const nlohmann::json& j, const std::string& path) {
-  try {
-    return j.at("params").value("rotate", "none");
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
+  return json_errors_as<CorruptData>("bad calibration file", {path},
+                                     [&] { return j.at("params").value("rotate", std::string("none")); });
 }
 
 }  // namespace
 
 std::vector<std::pair<int, int>> read_calibration(const std::string& path, const KvWindow& m) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
-  try {
-    check_shape(j, path, m);
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
+  json_errors_as<CorruptData>("bad calibration file", {path}, [&] { check_shape(j, path, m); });
   std::vector<std::pair<int, int>> bits;
   each_head(j, path, m, [&](const nlohmann::json& head, const std::string& hat) {
     const auto k = static_cast<int>(file_count(head, "bits_key", path, hat + ".bits_key"));
@@ -222,7 +211,7 @@ KvzapModel read_calibration_kvzap(const std::string& path, const KvShape& shape,
 DuoHeadScores read_calibration_duo(const std::string& path, const KvShape& shape) {
   const nlohmann::json j = read_json_file(path, "calibration", kCalibrationFormat, kCalibrationVersion);
   DuoHeadScores out;
-  try {
+  json_errors_as<CorruptData>("bad calibration file", {path}, [&] {
     const auto& s = j.at("summary");
     if (!s.contains("duo")) {
       throw CorruptData("no DuoAttention head scores (calibrate with dumps longer than duo sinks + window, with this akv)",
@@ -230,9 +219,7 @@ DuoHeadScores read_calibration_duo(const std::string& path, const KvShape& shape
     }
     out.sinks = file_count(s.at("duo"), "sinks", path, "summary.duo.sinks");
     out.window = file_count(s.at("duo"), "window", path, "summary.duo.window");
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path});
-  }
+  });
   out.error.resize(shape.n_layers);
   std::size_t index = 0;
   each_head(j, path, shape, [&](const nlohmann::json& head, const std::string& hat) {
@@ -279,7 +266,7 @@ NuqCodebooks read_calibration_nuq(const std::string& path, const KvShape& shape,
                        {path, "nuq"});
   }
   NuqCodebooks out;
-  try {
+  json_errors_as<CorruptData>("bad calibration file", {path, "nuq"}, [&] {
     const nlohmann::json& q = j.at("nuq");
     check_shape(j, path, shape);
     out.sparsity = q.at("sparsity").get<double>();
@@ -325,9 +312,7 @@ NuqCodebooks read_calibration_nuq(const std::string& path, const KvShape& shape,
       out.key.push_back(std::move(k));
       out.value.push_back(std::move(v));
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw CorruptData(std::string("bad calibration file: ") + e.what(), {path, "nuq"});
-  }
+  });
   return out;
 }
 

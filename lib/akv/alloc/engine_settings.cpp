@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 #include "akv/tensor/fp8.h"
 
 namespace akv {
@@ -162,12 +163,10 @@ nlohmann::json llama_cpp(const nlohmann::json& c, const std::vector<Layer>& laye
 
 nlohmann::json engine_settings(const nlohmann::json& calibration, const std::string& engine) {
   if (engine != "vllm" && engine != "llama.cpp") throw InvalidInput("engines: vllm, llama.cpp", {"", "--emit", engine});
-  try {
+  return json_errors_as<InvalidInput>("calibration without what --emit needs", {"", "--emit", engine}, [&] {
     const std::vector<Layer> layers = read_layers(calibration);
     return engine == "vllm" ? vllm(calibration, layers) : llama_cpp(calibration, layers);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("calibration without what --emit needs: ") + e.what(), {"", "--emit", engine});
-  }
+  });
 }
 
 }  // namespace akv

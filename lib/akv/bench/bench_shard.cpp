@@ -20,8 +20,9 @@ BenchReport merge_bench_parts(const std::vector<std::pair<std::string, nlohmann:
   std::vector<std::pair<std::string, nlohmann::json>> plain;
   for (const auto& [file, j] : parts) plain.emplace_back(file, nlohmann::json::parse(j.dump()));
   const std::vector<std::size_t> order = shard_order(plain, "akv-bench-part", {"suite", "params", "cases"});
-  const auto& [file0, first] = parts[order[0]];
-  try {
+  const std::string& file0 = parts[order[0]].first;  // not bound: clang before 16 cannot capture bindings
+  const auto& first = parts[order[0]].second;
+  return json_errors_as<InvalidInput>("partial bench report field missing or of the wrong type", {file0}, [&] {
     const std::string suite = first.at("suite").get<std::string>();
     bench_columns(suite);  // a suite merge knows
     BenchEnv env{first.at("commit").get<std::string>(), first.at("cpu").get<std::string>(),
@@ -55,9 +56,7 @@ BenchReport merge_bench_parts(const std::vector<std::pair<std::string, nlohmann:
     rep.set_extra("shards", shards);
     if (suite == "attention") fit_attention_scaling(rep);
     return rep;
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("partial bench report field missing or of the wrong type: ") + e.what(), {file0});
-  }
+  });
 }
 
 }  // namespace akv

@@ -179,9 +179,10 @@ std::string DecodeBenchResult::to_table() const {
 DecodeBenchResult merge_decode_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
   const std::vector<std::size_t> order =
       shard_order(parts, "akv-bench-decode-part", {"inputs", "params", "prompt", "decoded_tokens", "sequences", "repeats"});
-  const auto& [file0, first] = parts[order[0]];
+  const std::string& file0 = parts[order[0]].first;  // not bound: clang before 16 cannot capture bindings
+  const auto& first = parts[order[0]].second;
   DecodeBenchResult res;
-  try {
+  json_errors_as<InvalidInput>("partial decode bench field missing or of the wrong type", {file0}, [&] {
     res.prompt = json_uint(first.at("prompt"));
     res.decoded = json_uint(first.at("decoded_tokens"));
     res.sequences = json_uint(first.at("sequences"));
@@ -207,9 +208,7 @@ DecodeBenchResult merge_decode_parts(const std::vector<std::pair<std::string, nl
         res.rows.push_back(std::move(r));
       }
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("partial decode bench field missing or of the wrong type: ") + e.what(), {file0});
-  }
+  });
   return res;
 }
 

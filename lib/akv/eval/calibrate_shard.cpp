@@ -157,12 +157,13 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
 nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
   const std::vector<std::size_t> order = shard_order(parts, kCalibrationPart, {"dumps", "options", "n_layers", "kernels"});
   using namespace calib;
-  const auto& [file0, first] = parts[0];
+  const std::string& file0 = parts[0].first;  // not bound: clang before 16 cannot capture bindings
+  const auto& first = parts[0].second;
   std::vector<std::vector<HeadMeasure>> agg;
   std::vector<LayerNuq> nuq;
   std::vector<std::string> dumps;
   CalibrateOptions o;
-  try {
+  json_errors_as<InvalidInput>("partial calibration field missing or of the wrong type", {file0}, [&] {
     for (std::size_t i : order) {
       const auto& [file, j] = parts[i];
       check_follows(file, j, "first_layer", "layers", agg.size());
@@ -175,9 +176,7 @@ nlohmann::json merge_calibration_parts(const std::vector<std::pair<std::string, 
     }
     for (const nlohmann::json& d : first.at("dumps")) dumps.push_back(d.at("path").get<std::string>());
     o = options_from_json(first.at("options"), file0);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("partial calibration field missing or of the wrong type: ") + e.what(), {file0});
-  }
+  });
   const Setup st = setup(dumps, o);
   for (std::size_t i = 0; i < dumps.size(); ++i) {
     const std::string hash = file_hash(dumps[i]);

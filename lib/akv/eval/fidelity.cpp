@@ -353,9 +353,10 @@ nlohmann::json fidelity_part_json(const FidelityReport& r, const Shard& shard) {
 
 FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
   const std::vector<std::size_t> order = shard_order(parts, kFidelityPart, {"dump", "cache", "n_layers", "needles", "kernels"});
-  const auto& [file0, first] = parts[0];
+  const std::string& file0 = parts[0].first;  // not bound: clang before 16 cannot capture bindings
+  const auto& first = parts[0].second;
   FidelityReport r;
-  try {
+  json_errors_as<InvalidInput>("partial report field missing or of the wrong type", {file0}, [&] {
     r.dump_path = first.at("dump").at("path").get<std::string>();
     r.cache_path = first.at("cache").at("path").get<std::string>();
     r.needles = json_i32s(first.at("needles"));
@@ -382,9 +383,7 @@ FidelityReport merge_fidelity_parts(const std::vector<std::pair<std::string, nlo
     if (file_hash(r.cache_path) != first.at("cache").at("hash").get<std::string>()) {
       throw InvalidInput("cache changed since the shards read it", {r.cache_path, "hash", file_hash(r.cache_path)});
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
-  }
+  });
   const CacheReader cache(r.cache_path);
   const std::string shape = "(" + std::to_string(cache.meta().n_layers) + " layers of " +
                             std::to_string(cache.meta().n_kv_heads) + " KV heads)";

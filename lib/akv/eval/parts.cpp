@@ -9,9 +9,10 @@ namespace akv {
 std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nlohmann::json>>& parts,
                                      const std::string& format, std::initializer_list<const char*> same) {
   if (parts.empty()) throw UsageError("merge needs partial outputs", {"", "PARTS"});
-  const auto& [file0, first] = parts[0];
+  const std::string& file0 = parts[0].first;  // not bound: clang before 16 cannot capture bindings
+  const auto& first = parts[0].second;
   ShardSet set;
-  try {
+  json_errors_as<InvalidInput>("partial output field missing or of the wrong type", {file0}, [&] {
     for (const auto& [file, j] : parts) {
       if (!j.is_object() || j.value("format", std::string()) != format) {
         throw InvalidInput("not a partial output of this kind (expected format " + format + ")",
@@ -25,9 +26,7 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
       }
       set.add(file, json_uint(j.at("shard")), json_uint(j.at("shards")));
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("partial output field missing or of the wrong type: ") + e.what(), {file0});
-  }
+  });
   return set.order();
 }
 

@@ -30,9 +30,10 @@ nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const P
 PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
   const std::vector<std::size_t> order =
       shard_order(parts, kPasskeyPart, {"inputs", "params", "specs", "lengths", "depths", "trials", "total_prompts"});
-  const auto& [file0, first] = parts[0];
+  const std::string& file0 = parts[0].first;  // not bound: clang before 16 cannot capture bindings
+  const auto& first = parts[0].second;
   PasskeyReport r;
-  try {
+  json_errors_as<InvalidInput>("partial report field missing or of the wrong type", {file0}, [&] {
     r.mode = first.at("mode").get<std::string>();
     if (r.mode != "token" && r.mode != "text") throw InvalidInput("unknown passkey mode (token, text)", {file0, "mode", excerpt(r.mode, 40)});
     read_method_lists(file0, first, r.specs, r.descriptions);
@@ -70,9 +71,7 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
       read_method_rows(file, j, "bits", r.specs.size(), r.outcomes.size(), r.bits);
       read_method_rows(file, j, "peak_kv_bytes", r.specs.size(), r.outcomes.size(), r.peak_kv_bytes);
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
-  }
+  });
   check_parts_hold(file0, "total_prompts", "prompts", r.outcomes.size(), r.total_prompts);
   r.tally();
   return r;

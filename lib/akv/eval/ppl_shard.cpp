@@ -87,10 +87,11 @@ nlohmann::json ppl_part_json(const PplReport& r, const Shard& s, std::size_t fir
 
 PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::json>>& parts) {
   const std::vector<std::size_t> order = shard_order(parts, kPerplexityPart, {"inputs", "params", "specs", "attention", "total_sequences"});
-  const auto& [file0, first] = parts[0];
+  const std::string& file0 = parts[0].first;  // not bound: clang before 16 cannot capture bindings
+  const auto& first = parts[0].second;
   PplReport r;
   std::size_t total = 0;
-  try {
+  json_errors_as<InvalidInput>("partial report field missing or of the wrong type", {file0}, [&] {
     total = count(first, "total_sequences", file0);
     read_method_lists(file0, first, r.specs, r.descriptions);
     const std::string attention = first.at("attention").get<std::string>();
@@ -125,9 +126,7 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
         }
       }
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
-  }
+  });
   check_parts_hold(file0, "total_sequences", "sequences", r.sequences.size(), total);
   check_parts_hold(file0, "total_sequences", "sequences", r.prompt_tokens.size(), total);
   return r;

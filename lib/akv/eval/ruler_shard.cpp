@@ -29,9 +29,10 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
       shard_order(parts, kRulerPart,
                   {"inputs", "params", "specs", "bases", "ratios", "tasks", "lengths", "depths", "samples",
                    "answer_prefix", "query_aware", "total_samples"});
-  const auto& [file0, first] = parts[0];
+  const std::string& file0 = parts[0].first;  // not bound: clang before 16 cannot capture bindings
+  const auto& first = parts[0].second;
   RulerReport r;
-  try {
+  json_errors_as<InvalidInput>("partial report field missing or of the wrong type", {file0}, [&] {
     read_method_lists(file0, first, r.specs, r.descriptions);
     r.bases = first.at("bases").get<std::vector<std::string>>();
     for (const nlohmann::json& x : first.at("ratios")) {
@@ -74,9 +75,7 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
       read_method_rows(file, j, "peak_kv_bytes", r.specs.size(), r.score.size(), r.peak_kv_bytes);
       r.prompt_tokens.insert(r.prompt_tokens.end(), tokens.begin(), tokens.end());
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("partial report field missing or of the wrong type: ") + e.what(), {file0});
-  }
+  });
   check_parts_hold(file0, "total_samples", "samples", r.score.size(), r.total_samples);
   return r;
 }

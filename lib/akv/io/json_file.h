@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "akv/core/errors.h"
+
 namespace akv {
 
 // The deepest nesting of arrays and objects any JSON input may have. Deeper values would be
@@ -82,6 +84,18 @@ std::uint64_t json_uint_or(const Json& j, const char* key, std::uint64_t fallbac
 template <typename Json>
 std::string json_text(const Json& j) {
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+// fn()'s result; a field that fn() finds missing or of the wrong type (nlohmann's exceptions)
+// becomes E("<what>: <the JSON library's message>", where), so that every JSON reader names its
+// file the same way.
+template <typename E, typename Fn>
+auto json_errors_as(const std::string& what, const Where& where, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const nlohmann::json::exception& e) {
+    throw E(what + ": " + e.what(), where);
+  }
 }
 
 // Opens a JSON file for reading: IoError naming `path` when it is a directory ("<what> is a

@@ -597,7 +597,7 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
   std::ifstream in = open_json(path, "tokenizer file");
   const nlohmann::json j = parse_json(in, path, "tokenizer file");
   if (!j.is_object()) throw CorruptData("tokenizer file is not a JSON object", {path});
-  try {
+  return json_errors_as<InvalidInput>("tokenizer.json field missing or of the wrong type", {path}, [&] {
     const nlohmann::json& model = j.at("model");
     if (model.value("type", std::string()) != "BPE") {
       throw InvalidInput("tokenizer model not implemented (akv reads BPE)", {path, "model.type", model.value("type", std::string("missing"))});
@@ -621,9 +621,7 @@ std::unique_ptr<BpeVocab> BpeVocab::from_tokenizer_json(const std::string& path)
     }
     read_bos(j, added, o);
     return std::make_unique<BpeVocab>(std::move(tokens), merges, std::move(added), std::move(o), path);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("tokenizer.json field missing or of the wrong type: ") + e.what(), {path});
-  }
+  });
 }
 
 }  // namespace akv

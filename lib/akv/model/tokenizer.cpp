@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "akv/core/errors.h"
+#include "akv/io/json_file.h"
 #include "akv/model/bpe_vocab.h"
 #include "akv/model/gguf.h"
 #include "akv/model/spm_vocab.h"
@@ -59,7 +60,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
                        "byte-level BPE)", {path, "tokenizer.ggml.model", kind});
   }
   if (kind == "gpt2") return gguf_bpe(f);
-  try {
+  return json_errors_as<InvalidInput>("tokenizer metadata of the wrong type", {path, "tokenizer.ggml"}, [&] {
     std::optional<std::vector<std::string>> tokens = f.strings("tokenizer.ggml.tokens");
     if (!tokens) throw InvalidInput("tokenizer has no tokens", {path, "tokenizer.ggml.tokens", "missing"});
     std::optional<std::vector<float>> scores = f.floats("tokenizer.ggml.scores");
@@ -74,15 +75,13 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
         bos ? gguf_token_id(*bos, path, "tokenizer.ggml.bos_token_id") : 1,
         unk ? gguf_token_id(*unk, path, "tokenizer.ggml.unknown_token_id") : 0, prefix ? prefix->get<bool>() : true, path);
     return t;
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("tokenizer metadata of the wrong type: ") + e.what(), {path, "tokenizer.ggml"});
-  }
+  });
 }
 
 Tokenizer Tokenizer::gguf_bpe(const GgufFile& f) {
   const std::string& path = f.path();
   const nlohmann::json& m = f.metadata();  // scalars; arrays through the typed readers
-  try {
+  return json_errors_as<InvalidInput>("tokenizer metadata of the wrong type", {path, "tokenizer.ggml"}, [&] {
     const std::string pre = m.contains("tokenizer.ggml.pre") ? m["tokenizer.ggml.pre"].get<std::string>() : "default";
     BpeVocab::Options o;
     o.patterns = BpeVocab::gguf_pre_patterns(pre);
@@ -122,9 +121,7 @@ Tokenizer Tokenizer::gguf_bpe(const GgufFile& f) {
     t.path_ = path;
     t.bpe_ = std::make_shared<BpeVocab>(std::move(tokens), merges, std::move(added), std::move(o), path);
     return t;
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidInput(std::string("tokenizer metadata of the wrong type: ") + e.what(), {path, "tokenizer.ggml"});
-  }
+  });
 }
 
 std::vector<Tokenizer::Piece> Tokenizer::pieces() const {
