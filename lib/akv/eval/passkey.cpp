@@ -241,31 +241,21 @@ nlohmann::json PasskeyReport::to_json() const {
                       {"question", query_agnostic ? "decoded after compression" : "compressed with the context"}};
   nlohmann::json ms = nlohmann::json::array();
   for (std::size_t m = 0; m < specs.size(); ++m) {
-    nlohmann::json grid = nlohmann::json::array();
     std::size_t total = 0;
-    for (std::size_t d = 0; d < depths.size(); ++d) {
-      nlohmann::json row = nlohmann::json::array();
-      for (std::size_t l = 0; l < lengths.size(); ++l) {
-        row.push_back(static_cast<double>(successes[m][d][l]) / static_cast<double>(trials));
-        total += successes[m][d][l];
-      }
-      grid.push_back(row);
-    }
+    double all = 0.0;
+    const nlohmann::json grid = json_grid(depths.size(), lengths.size(), [&](std::size_t d, std::size_t l) {
+      total += successes[m][d][l];
+      return static_cast<double>(successes[m][d][l]) / static_cast<double>(trials);
+    });
+    const nlohmann::json lp = json_grid(depths.size(), lengths.size(), [&](std::size_t d, std::size_t l) {
+      all += logprob_sums[m][d][l];
+      return logprob_sums[m][d][l] / static_cast<double>(trials);
+    });
     const double cells = static_cast<double>(trials * depths.size() * lengths.size());
     nlohmann::json entry = {{"method", specs[m]},          {"description", descriptions[m]},
                             {"accuracy", grid},             {"mean_accuracy", static_cast<double>(total) / cells},
                             {"mean_kv_bytes", mean_of_method(kv_bytes, m)}, {"bits_per_element", mean_of_method(bits, m)},
                             {"mean_peak_kv_bytes", mean_of_method(peak_kv_bytes, m)}};
-    nlohmann::json lp = nlohmann::json::array();
-    double all = 0.0;
-    for (std::size_t d = 0; d < depths.size(); ++d) {
-      nlohmann::json row = nlohmann::json::array();
-      for (std::size_t l = 0; l < lengths.size(); ++l) {
-        row.push_back(logprob_sums[m][d][l] / static_cast<double>(trials));
-        all += logprob_sums[m][d][l];
-      }
-      lp.push_back(row);
-    }
     entry["key_logprob"] = lp;
     entry["mean_key_logprob"] = all / cells;
     ms.push_back(entry);
@@ -282,21 +272,17 @@ std::string PasskeyReport::to_table() const {
                        mean_of_method(bits, m), mean_of_method(peak_kv_bytes, m) / 1048576.0, "depth");
     for (std::size_t l : lengths) out += fmt::format(" {:>6}", l);
     out += "\n";
-    for (std::size_t d = 0; d < depths.size(); ++d) {
-      out += fmt::format("{:>7.2f}", depths[d]);
-      for (std::size_t l = 0; l < lengths.size(); ++l) {
-        out += fmt::format(" {:>6.2f}", static_cast<double>(successes[m][d][l]) / static_cast<double>(trials));
+    const auto grid = [&](auto cell) {  // a row a depth
+      for (std::size_t d = 0; d < depths.size(); ++d) {
+        out += fmt::format("{:>7.2f}", depths[d]);
+        for (std::size_t l = 0; l < lengths.size(); ++l) out += cell(d, l);
+        out += "\n";
       }
-      out += "\n";
-    }
+    };
+    const double n = static_cast<double>(trials);
+    grid([&](std::size_t d, std::size_t l) { return fmt::format(" {:>6.2f}", static_cast<double>(successes[m][d][l]) / n); });
     out += "key log-probability (nats per key token, teacher-forced)\n";
-    for (std::size_t d = 0; d < depths.size(); ++d) {
-      out += fmt::format("{:>7.2f}", depths[d]);
-      for (std::size_t l = 0; l < lengths.size(); ++l) {
-        out += fmt::format(" {:>6.3g}", logprob_sums[m][d][l] / static_cast<double>(trials));
-      }
-      out += "\n";
-    }
+    grid([&](std::size_t d, std::size_t l) { return fmt::format(" {:>6.3g}", logprob_sums[m][d][l] / n); });
   }
   return out;
 }

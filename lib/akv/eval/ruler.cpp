@@ -52,52 +52,30 @@ nlohmann::json RulerReport::to_json() const {
                       {"lengths", lengths},    {"samples", samples},   {"answer_prefix", prefix},
                       {"question", query_aware ? "compressed with the context" : "decoded after compression"},
                       {"metric", "string_match_all, percent"}};
-  nlohmann::json tokens = nlohmann::json::array();  // mean prompt tokens of each (task, length)
-  for (std::size_t t = 0; t < tasks.size(); ++t) {
-    nlohmann::json row = nlohmann::json::array();
-    for (std::size_t l = 0; l < lengths.size(); ++l) {
-      const std::size_t n = cell_samples();
-      std::size_t s = 0;
-      for (std::size_t i = 0; i < n; ++i) s += prompt_tokens[(t * lengths.size() + l) * n + i];
-      row.push_back(n ? static_cast<double>(s) / static_cast<double>(n) : 0.0);
-    }
-    tokens.push_back(row);
-  }
-  j["prompt_tokens"] = tokens;
+  j["prompt_tokens"] = json_grid(tasks.size(), lengths.size(), [&](std::size_t t, std::size_t l) {  // mean of each cell
+    const std::size_t n = cell_samples();
+    std::size_t s = 0;
+    for (std::size_t i = 0; i < n; ++i) s += prompt_tokens[(t * lengths.size() + l) * n + i];
+    return n ? static_cast<double>(s) / static_cast<double>(n) : 0.0;
+  });
   if (!depths.empty()) j["depths"] = depths;
   nlohmann::json ms = nlohmann::json::array();
   for (std::size_t m = 0; m < specs.size(); ++m) {
-    nlohmann::json grid = nlohmann::json::array(), bytes = nlohmann::json::array();
-    for (std::size_t t = 0; t < tasks.size(); ++t) {
-      nlohmann::json row = nlohmann::json::array(), row_bytes = nlohmann::json::array();
-      for (std::size_t l = 0; l < lengths.size(); ++l) {
-        row.push_back(cell(m, t, l));
-        row_bytes.push_back(cell_bytes(m, t, l));
-      }
-      grid.push_back(row);
-      bytes.push_back(row_bytes);
-    }
+    const std::size_t T = tasks.size(), L = lengths.size();
     ms.push_back({{"method", specs[m]},
                   {"base", bases[m]},
                   {"ratio", ratios[m] ? nlohmann::json(*ratios[m]) : nlohmann::json()},
                   {"description", descriptions[m]},
-                  {"score", grid},
+                  {"score", json_grid(T, L, [&](std::size_t t, std::size_t l) { return cell(m, t, l); })},
                   {"average", average(m)},
-                  {"kv_bytes", bytes},
+                  {"kv_bytes", json_grid(T, L, [&](std::size_t t, std::size_t l) { return cell_bytes(m, t, l); })},
                   {"mean_kv_bytes", mean_bytes(m)},
                   {"mean_peak_kv_bytes", mean_peak_bytes(m)}});
     if (!depths.empty()) {  // the needle-in-a-haystack heatmap of each task: [task][depth][length]
-      nlohmann::json heat = nlohmann::json::array();
-      for (std::size_t t = 0; t < tasks.size(); ++t) {
-        nlohmann::json rows = nlohmann::json::array();
-        for (std::size_t d = 0; d < depths.size(); ++d) {
-          nlohmann::json row = nlohmann::json::array();
-          for (std::size_t l = 0; l < lengths.size(); ++l) row.push_back(depth_cell(m, t, d, l));
-          rows.push_back(row);
-        }
-        heat.push_back(rows);
+      nlohmann::json& heat = ms.back()["depth_score"] = nlohmann::json::array();
+      for (std::size_t t = 0; t < T; ++t) {
+        heat.push_back(json_grid(depths.size(), L, [&](std::size_t d, std::size_t l) { return depth_cell(m, t, d, l); }));
       }
-      ms.back()["depth_score"] = heat;
     }
   }
   j["methods"] = ms;
