@@ -39,8 +39,8 @@ nlohmann::json calibration_to_json(const CalibrationFile& f) {
     }
     layers.push_back({{"layer", l}, {"heads", heads}});
   }
-  nlohmann::json src = nlohmann::json::array();
-  for (const auto& [path, hash] : f.dumps) src.push_back({{"path", path}, {"hash", hash}});
+  const nlohmann::json src =
+      json_map(f.dumps, [](const auto& d) { return nlohmann::json{{"path", d.first}, {"hash", d.second}}; });
   const KvWindow& m = f.shape;
   nlohmann::json j;
   j["format"] = kCalibrationFormat;

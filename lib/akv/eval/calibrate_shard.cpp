@@ -139,16 +139,12 @@ nlohmann::json calibrate_part(const std::vector<std::string>& dumps, const Calib
   fit_layer_qfilters(dumps, st, lo, hi, agg);
   fit_layer_kvzap(dumps, st, lo, hi, agg);
   const std::vector<LayerNuq> nuq = fit_layer_nuq(dumps, st, lo, hi);
-  nlohmann::json layers = nlohmann::json::array();
-  for (const auto& layer : agg) {
-    nlohmann::json heads = nlohmann::json::array();
-    for (const HeadMeasure& a : layer) heads.push_back(head_json(a, st));
-    layers.push_back(heads);
-  }
-  nlohmann::json nuq_layers = nlohmann::json::array();
-  for (const LayerNuq& ln : nuq) nuq_layers.push_back(nuq_json(ln));
-  nlohmann::json ds = nlohmann::json::array();
-  for (const auto& d : dumps) ds.push_back({{"path", d}, {"hash", file_hash(d)}});
+  const nlohmann::json layers = json_map(agg, [&](const auto& layer) {
+    return json_map(layer, [&](const HeadMeasure& a) { return head_json(a, st); });
+  });
+  const nlohmann::json nuq_layers = json_map(nuq, [](const LayerNuq& ln) { return nuq_json(ln); });
+  const nlohmann::json ds =
+      json_map(dumps, [](const std::string& d) { return nlohmann::json{{"path", d}, {"hash", file_hash(d)}}; });
   return {{"format", kCalibrationPart}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
           {"first_layer", lo}, {"n_layers", st.metas[0].n_layers}, {"dumps", ds}, {"options", options_json(st.opt, st.kvzap)},
           {"kernels", kernel_arithmetic()}, {"layers", layers}, {"nuq", nuq_layers}};

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <span>
 
 #include "akv/core/errors.h"
 #include "akv/core/isa.h"
@@ -338,12 +339,9 @@ FidelitySums sums_from(const nlohmann::json& j) {
 
 nlohmann::json fidelity_part_json(const FidelityReport& r, const Shard& shard) {
   const auto [lo, hi] = shard.range(r.heads.size());
-  nlohmann::json layers = nlohmann::json::array();
-  for (std::size_t l = lo; l < hi; ++l) {
-    nlohmann::json row = nlohmann::json::array();
-    for (const FidelitySums& s : r.heads[l]) row.push_back(sums_json(s));
-    layers.push_back(row);
-  }
+  const nlohmann::json layers = json_map(std::span(r.heads).subspan(lo, hi - lo), [](const auto& heads) {
+    return json_map(heads, [](const FidelitySums& s) { return sums_json(s); });
+  });
   return {{"format", kFidelityPart}, {"version", 1}, {"shard", shard.k}, {"shards", shard.n},
           {"first_layer", lo}, {"n_layers", r.heads.size()},
           {"dump", {{"path", r.dump_path}, {"hash", file_hash(r.dump_path)}}},

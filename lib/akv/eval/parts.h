@@ -53,16 +53,4 @@ double mean_of_method(const std::vector<std::vector<T>>& rows, std::size_t m) {
   return rows.empty() ? 0.0 : s / static_cast<double>(rows.size());
 }
 
-// A report's table as nested JSON arrays: [[cell(0, 0), cell(0, 1), ...], ...], rows x cols.
-template <typename Cell>
-nlohmann::json json_grid(std::size_t rows, std::size_t cols, Cell&& cell) {
-  nlohmann::json grid = nlohmann::json::array();
-  for (std::size_t r = 0; r < rows; ++r) {
-    nlohmann::json row = nlohmann::json::array();
-    for (std::size_t c = 0; c < cols; ++c) row.push_back(cell(r, c));
-    grid.push_back(std::move(row));
-  }
-  return grid;
-}
-
 }  // namespace akv

@@ -10,6 +10,7 @@
 #include "akv/eval/parts.h"
 #include "akv/core/rng.h"
 #include "akv/eval/lanes.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 

@@ -10,12 +10,8 @@ namespace akv {
 constexpr const char* kPasskeyPart = "akv-passkey-part";
 
 nlohmann::json passkey_part_json(const PasskeyReport& r, const Shard& s, const PplRun& run) {
-  nlohmann::json outcomes = nlohmann::json::array();
-  for (const auto& row : r.outcomes) {
-    nlohmann::json line = nlohmann::json::array();
-    for (char ok : row) line.push_back(static_cast<int>(ok));
-    outcomes.push_back(line);
-  }
+  const nlohmann::json outcomes =
+      json_map(r.outcomes, [](const auto& row) { return json_map(row, [](char ok) { return static_cast<int>(ok); }); });
   nlohmann::json j = {{"format", kPasskeyPart}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
                       {"first_prompt", r.first_prompt}, {"total_prompts", r.total_prompts}, {"inputs", run.inputs},
                       {"params", run.params}, {"mode", r.mode}, {"specs", r.specs}, {"descriptions", r.descriptions},

@@ -66,15 +66,12 @@ MemoryTrace trace_from(const nlohmann::json& j, const std::string& file) {
 
 
 nlohmann::json ppl_part_json(const PplReport& r, const Shard& s, std::size_t first, std::size_t total, const PplRun& run) {
-  nlohmann::json seqs = nlohmann::json::array();
-  for (const auto& seq : r.sequences) {
-    nlohmann::json row = nlohmann::json::array();
-    for (const PplSums& m : seq) row.push_back(sums_json(m));
-    seqs.push_back(row);
-  }
+  const nlohmann::json seqs = json_map(r.sequences, [](const auto& seq) {
+    return json_map(seq, [](const PplSums& m) { return sums_json(m); });
+  });
   nlohmann::json traces = nlohmann::json::array();
   if (first == 0 && !r.sequences.empty()) {  // the run's sequence 0 (a shard may hold none)
-    for (const MemoryTrace& t : r.traces) traces.push_back(trace_json(t));
+    traces = json_map(r.traces, [](const MemoryTrace& t) { return trace_json(t); });
   }
   nlohmann::json part = {{"format", kPerplexityPart}, {"version", 1}, {"shard", s.k}, {"shards", s.n},
                          {"first_sequence", first}, {"total_sequences", total}, {"inputs", run.inputs},

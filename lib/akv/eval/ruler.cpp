@@ -8,6 +8,7 @@
 #include "akv/core/errors.h"
 #include "akv/eval/lanes.h"
 #include "akv/eval/parts.h"
+#include "akv/io/json_file.h"
 
 namespace akv {
 

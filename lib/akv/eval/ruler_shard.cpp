@@ -10,8 +10,7 @@ namespace akv {
 constexpr const char* kRulerPart = "akv-ruler-part";
 
 nlohmann::json ruler_part_json(const RulerReport& r, const Shard& s, const PplRun& run) {
-  nlohmann::json ratios = nlohmann::json::array();
-  for (const auto& x : r.ratios) ratios.push_back(x ? nlohmann::json(*x) : nlohmann::json());
+  const nlohmann::json ratios = json_map(r.ratios, [](const auto& x) { return x ? nlohmann::json(*x) : nlohmann::json(); });
   return {{"format", kRulerPart},       {"version", 1},
           {"shard", s.k},                {"shards", s.n},
           {"first_sample", r.first_sample}, {"total_samples", r.total_samples},

@@ -78,6 +78,25 @@ std::uint64_t json_uint_or(const Json& j, const char* key, std::uint64_t fallbac
   return j.contains(key) ? json_uint(j.at(key)) : fallback;
 }
 
+// [fn(x) for each x of items] and a table [[cell(0, 0), cell(0, 1), ...], ...] of rows x cols,
+// as JSON arrays (reports and parts write their lists and grids so).
+template <typename Items, typename Fn>
+nlohmann::json json_map(const Items& items, Fn&& fn) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& x : items) out.push_back(fn(x));
+  return out;
+}
+template <typename Cell>
+nlohmann::json json_grid(std::size_t rows, std::size_t cols, Cell&& cell) {
+  nlohmann::json grid = nlohmann::json::array();
+  for (std::size_t r = 0; r < rows; ++r) {
+    nlohmann::json row = nlohmann::json::array();
+    for (std::size_t c = 0; c < cols; ++c) row.push_back(cell(r, c));
+    grid.push_back(std::move(row));
+  }
+  return grid;
+}
+
 // A JSON document as akv writes it (two-space indent, a final newline). Bytes that are not UTF-8
 // in its strings (a file name or a GGUF string from a Latin-1 system) become U+FFFD instead of
 // ending the run: JSON text is UTF-8.
