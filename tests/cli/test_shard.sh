@@ -127,6 +127,8 @@ cases = {
     "t-nofull.json": lambda j: j.update(specs=j["specs"][1:] + ["x"]),
     "t-float.json": lambda j: j.update(prompt_tokens=[1.5e129] * len(j["prompt_tokens"])),
     "t-tiers.json": lambda j: j["memory_traces"][3].update(hot=j["memory_traces"][3]["hot"][1:]),
+    "t-noprompts.json": lambda j: j.pop("prompt_tokens"),
+    "t-noshard.json": lambda j: j.pop("shard"),
 }
 for name, f in cases.items():
     j = json.loads(json.dumps(p)); f(j); w(name, j)
@@ -135,7 +137,8 @@ k.update(lengths=[32], depths=[0, 0.5], total_prompts=len(k["outcomes"]))
 w("t-kok.json", k)
 for name, f in {"t-kmode.json": lambda j: j.update(mode="audio"),
                 "t-kgrid.json": lambda j: j.update(trials=2**62, lengths=[32] * 8),
-                "t-kdesc.json": lambda j: j.update(descriptions=[])}.items():
+                "t-kdesc.json": lambda j: j.update(descriptions=[]),
+                "t-kagnostic.json": lambda j: j.update(query_agnostic="yes")}.items():
     j = json.loads(json.dumps(k)); f(j); w(name, j)
 PY
 expect "merge: a one-part run of tampered shape's base" 0 "" "$AKV" merge "$TMP/t-ok.json" -o "$TMP/t-ok.txt"
@@ -152,6 +155,12 @@ expect_error "merge: methods without the full cache first" 2 "start with the ful
 expect_error "merge: an unknown passkey mode" 2 "unknown passkey mode .*mode = audio" "$AKV" merge "$TMP/t-kmode.json" -o "$o/m.json"
 expect_error "merge: a passkey grid past 2^64 prompts" 2 "trials" "$AKV" merge "$TMP/t-kgrid.json" -o "$o/m.json"
 expect_error "merge: passkey descriptions missing" 2 "one description per method" "$AKV" merge "$TMP/t-kdesc.json" -o "$o/m.json"
+expect_error "merge: a part without its prompt lengths" 2 "partial report field missing or of the wrong type: .*'prompt_tokens' not found \\(.*t-noprompts.json\\)" \
+  "$AKV" merge "$TMP/t-noprompts.json" -o "$o/m.json"
+expect_error "merge: a part without its shard number" 2 "partial output field missing or of the wrong type: .*'shard' not found \\(.*t-noshard.json\\)" \
+  "$AKV" merge "$TMP/t-noshard.json" -o "$o/m.json"
+expect_error "merge: a passkey flag of another type" 2 "partial report field missing or of the wrong type: .*boolean.* \\(.*t-kagnostic.json\\)" \
+  "$AKV" merge "$TMP/t-kagnostic.json" -o "$o/m.json"
 expect_error "passkey lengths near 2^64 (wrapped the context check)" 2 "longer than .*--lengths = 18446744073709551615" \
   "$AKV" evaluate -q --model "$M" --tokens "$T" --task passkey --lengths 18446744073709551615 --depths 0 --trials 1 --methods kivi-2 -o "$o/x.json"
 expect_empty_dir "no output after errors" "$o"

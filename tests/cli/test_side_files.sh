@@ -37,6 +37,10 @@ edit "$FIX/calibration.json" "$TMP/c4.json" 'j["layers"].pop()'
 expect_error "calibration: a layer missing from the heads' list" 2 "calibration made for another number of layers .*layers = " ccomp "$TMP/c4.json"
 edit "$FIX/calibration.json" "$TMP/c3.json" 'j["layers"][0]["heads"][0]["bits_key"] = 2.7'
 expect_error "calibration: fractional bits" 2 "bits_key = 2.7" ccomp "$TMP/c3.json"
+edit "$FIX/calibration.json" "$TMP/c5.json" 'del j["shape"]'
+expect_error "calibration: no shape" 2 "bad calibration file: .*'shape' not found \\(.*c5.json\\)" ccomp "$TMP/c5.json"
+edit "$FIX/budgets.json" "$TMP/b9.json" 'del j["summary"]'
+expect_error "budgets: no summary" 2 "bad budgets file: .*'summary' not found \\(.*b9.json\\)" compress_with "$TMP/b9.json"
 
 mkdir -p "$TMP/cfg"
 echo '{"num_hidden_layers": "2", "num_attention_heads": 4, "hidden_size": 64}' >"$TMP/cfg/config.json"

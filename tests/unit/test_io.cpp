@@ -332,6 +332,31 @@ TEST_CASE("parse_json: nesting past kMaxJsonDepth is refused at the parser, nami
   CHECK_THROWS_WITH(read_json_file(dir.path().string(), "budgets", "akv-budgets", 1), Catch::Contains("budgets file is a directory"));
 }
 
+TEST_CASE("json_errors_as: a missing or mistyped field as the file's error; json_map, json_grid", "[io][json][bad]") {
+  const nlohmann::json j = {{"n", 3}, {"s", "x"}};
+  CHECK(json_errors_as<CorruptData>("bad file", {"f.json"}, [&] { return j.at("n").get<int>(); }) == 3);
+  try {
+    json_errors_as<CorruptData>("bad file", {"f.json", "n"}, [&] { return j.at("missing").get<int>(); });
+    FAIL("a missing field passed");
+  } catch (const CorruptData& e) {
+    CHECK(e.message() == "bad file: [json.exception.out_of_range.403] key 'missing' not found");
+    CHECK(e.where().file == "f.json");
+    CHECK(e.where().field == "n");
+  }
+  CHECK_THROWS_WITH(json_errors_as<InvalidInput>("bad part", {"p.json"}, [&] { return j.at("s").get<int>(); }),
+                    Catch::StartsWith("bad part: [json.exception.type_error.302]") && Catch::Contains("(p.json)"));
+  CHECK_THROWS_AS(json_errors_as<InvalidInput>("bad part", {"p.json"}, [&] { return j.at("s").get<int>(); }), InvalidInput);
+  // Errors of the reader's own pass through as they are.
+  CHECK_THROWS_AS(json_errors_as<CorruptData>("bad file", {"f.json"}, [] { throw IoError("disk"); }), IoError);
+
+  CHECK(json_map(std::vector<int>{1, 2, 5}, [](int x) { return 2 * x; }) == nlohmann::json::parse("[2, 4, 10]"));
+  CHECK(json_map(std::vector<int>{}, [](int x) { return x; }) == nlohmann::json::array());
+  CHECK(json_grid(2, 3, [](std::size_t r, std::size_t c) { return 10 * r + c; }) ==
+        nlohmann::json::parse("[[0, 1, 2], [10, 11, 12]]"));
+  CHECK(json_grid(2, 0, [](std::size_t, std::size_t) { return 0; }) == nlohmann::json::parse("[[], []]"));
+  CHECK(json_grid(0, 3, [](std::size_t, std::size_t) { return 0; }) == nlohmann::json::array());
+}
+
 TEST_CASE("h5::create names the output, not its temporary file", "[io][bad]") {
   test::TempDir dir;
   CHECK_THROWS_WITH(h5::create(dir.file("gone/.out.h5.akv-tmp-1"), dir.file("out.h5")),
