@@ -4,9 +4,7 @@
 // merges are left out: they open the dump and cache files a part names.
 #include "akv/bench/bench_shard.h"
 #include "akv/bench/decode_bench.h"
-#include "akv/eval/passkey_shard.h"
-#include "akv/eval/ppl_shard.h"
-#include "akv/eval/ruler_shard.h"
+#include "akv/eval/model_parts.h"
 #include "akv/io/json_file.h"
 #include "fuzz_common.h"
 

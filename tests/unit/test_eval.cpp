@@ -11,7 +11,7 @@
 #include "akv/alloc/eviction.h"
 #include "akv/eval/calibrate.h"
 #include "akv/eval/fidelity.h"
-#include "akv/eval/passkey_shard.h"
+#include "akv/eval/model_parts.h"
 #include "akv/eval/token_metrics.h"
 #include "akv/io/hdf5.h"
 #include "akv/kv/cache_file.h"

@@ -6,9 +6,9 @@
 
 #include "akv/core/errors.h"
 #include "akv/eval/lanes.h"
+#include "akv/eval/model_parts.h"
 #include "akv/eval/model_run.h"
 #include "akv/eval/ruler.h"
-#include "akv/eval/ruler_shard.h"
 #include "akv/method/params.h"
 #include "akv/model/llama2c.h"
 #include "test_util.h"

@@ -7,9 +7,7 @@
 
 #include "akv/core/errors.h"
 #include "akv/core/isa.h"
-#include "akv/eval/passkey_shard.h"
-#include "akv/eval/ppl_shard.h"
-#include "akv/eval/ruler_shard.h"
+#include "akv/eval/model_parts.h"
 #include "akv/io/file_hash.h"
 #include "akv/io/json_file.h"
 #include "akv/io/token_file.h"
