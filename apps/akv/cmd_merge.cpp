@@ -90,9 +90,7 @@ void register_merge(CLI::App& app, const GlobalOptions&) {
       return;
     }
     if (format == "akv-bench-decode-part") {
-      std::vector<std::pair<std::string, nlohmann::json>> decode;
-      for (const std::string& p : opt->parts) decode.emplace_back(p, read_json_file(p, "partial output", format, 1));
-      const DecodeBenchResult r = merge_decode_parts(decode);
+      const DecodeBenchResult r = merge_decode_parts(parts);
       write_text_file(opt->output, opt->json ? json_text(r.to_json()) : r.to_table());
       return;
     }
