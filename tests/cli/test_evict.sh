@@ -65,7 +65,9 @@ expect_error "budget fraction > 1" 2 "--budget = 1.5" "$AKV" compress -q "$d" -o
 expect_error "window > n_query" 2 "--window = 32" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --budget 0.2
 expect_error "unknown allocation method" 2 "--method = magic" "$AKV" allocate -q "$d" --method magic --budget 0.2 --window 16 -o "$o/b.json"
 expect_error "unknown score" 2 "--score = lru" "$AKV" allocate -q "$d" --score lru --budget 0.2 --window 16 -o "$o/b.json"
-expect_error "no budget" 1 "--budget" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --window 16
+expect_error "no budget" 1 "exactly one of --budget, .*\\(--method = adakv\\)" "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --window 16
+expect_error "two budgets" 1 "exactly one of --budget, .*\\(given = --budget and --budget-tokens\\)" \
+  "$AKV" compress -q "$d" -o "$o/c.h5" -m adakv --window 16 --budget 0.2 --budget-tokens 40
 expect_error "budget without eviction method" 1 "eviction method" "$AKV" compress -q "$d" -o "$o/c.h5" -m kivi --budget 0.2
 "$AKV" synth -q -o "$TMP/other.h5" --layers 3 --heads 8 --kv-heads 4 --head-dim 64 --tokens 800 --window 16 >/dev/null
 expect_error "budgets for another dump shape" 2 "dump.n_layers = 2" \

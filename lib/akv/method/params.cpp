@@ -104,9 +104,14 @@ std::size_t count(long long v) { return static_cast<std::size_t>(v); }  // >= 0:
 // evicts by it while decoding).
 void apply_budget_flags(EvictionParams& e, const std::string& method, const EvictionRequest& r) {
   const int budgets = (r.budget ? 1 : 0) + (r.budget_tokens ? 1 : 0) + (r.budgets_file ? 1 : 0) + (r.threshold ? 1 : 0);
-  if (budgets != 1) {
+  if (budgets != 1) {  // none: name the method; several: name them
+    std::string given;
+    for (const auto& [flag, set] : {std::pair{"--budget", r.budget.has_value()}, {"--budget-tokens", r.budget_tokens.has_value()},
+                                    {"--budgets", r.budgets_file.has_value()}, {"--threshold", r.threshold.has_value()}}) {
+      if (set) given += (given.empty() ? "" : " and ") + std::string(flag);
+    }
     throw UsageError("an eviction method needs exactly one of --budget, --budget-tokens, --budgets, --threshold",
-                     {"", r.threshold ? "--threshold" : "--budget", method});
+                     budgets == 0 ? Where{"", "--method", method} : Where{"", "given", given});
   }
   if (r.threshold) e.threshold = *r.threshold;
   if (r.decoding) {
