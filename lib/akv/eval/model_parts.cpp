@@ -9,6 +9,7 @@
 #include "akv/core/checked.h"
 #include "akv/core/errors.h"
 #include "akv/io/json_file.h"
+#include "akv/method/params.h"
 
 namespace akv {
 namespace {
@@ -16,6 +17,61 @@ namespace {
 constexpr const char* kPerplexityPart = "akv-perplexity-part";
 constexpr const char* kPasskeyPart = "akv-passkey-part";
 constexpr const char* kRulerPart = "akv-ruler-part";
+
+// A part's "specs" and "descriptions": the full cache first, one description per method;
+// InvalidInput naming the file and field otherwise (reports index one list by the other).
+void read_method_lists(const std::string& file, const nlohmann::json& j, std::vector<std::string>& specs,
+                       std::vector<std::string>& descriptions) {
+  specs = j.at("specs").get<std::vector<std::string>>();
+  descriptions = j.at("descriptions").get<std::vector<std::string>>();
+  if (specs.empty() || specs[0] != kFullMethod) {
+    throw InvalidInput("the methods must start with the full cache", {file, "specs", excerpt(j.at("specs").dump(), 60)});
+  }
+  if (descriptions.size() != specs.size()) {
+    throw InvalidInput("one description per method (" + std::to_string(specs.size()) + ")",
+                       {file, "descriptions", std::to_string(descriptions.size()) + " entries"});
+  }
+}
+
+// The parts' items (sequences, prompts, samples) against the run's total (the first part's
+// j[field]): InvalidInput "parts hold N items, the run M" naming the file and field otherwise.
+void check_parts_hold(const std::string& file, const char* field, const char* items, std::size_t held,
+                      std::size_t total) {
+  if (held != total) {
+    throw InvalidInput("parts hold " + std::to_string(held) + " " + items + ", the run " + std::to_string(total),
+                       {file, field, std::to_string(total)});
+  }
+}
+
+// A part's "depths": numbers in [0, 1]; InvalidInput naming the file and the value otherwise.
+std::vector<double> read_depths(const std::string& file, const nlohmann::json& j) {
+  std::vector<double> depths = j.at("depths").get<std::vector<double>>();
+  for (double d : depths) {
+    if (!(d >= 0.0 && d <= 1.0)) throw InvalidInput("a depth outside [0, 1]", {file, "depths", format_number(d)});
+  }
+  return depths;
+}
+
+// Appends part `file`'s per-item rows at j[key] (one value per method; items = prompts, samples)
+// to `rows`, which must then hold `items` rows (the items read so far); integer rows take
+// non-negative integers only. InvalidInput naming the file and field otherwise.
+template <typename T>
+void read_method_rows(const std::string& file, const nlohmann::json& j, const char* key, std::size_t methods,
+                      std::size_t items, std::vector<std::vector<T>>& rows) {
+  const nlohmann::json& all = j.at(key);
+  if (!all.is_array()) throw InvalidInput("not an array of rows", {file, key, excerpt(all.dump(), 40)});
+  for (const nlohmann::json& line : all) {
+    std::vector<T> row;
+    if constexpr (std::is_same_v<T, double>) row = line.get<std::vector<double>>();
+    else row = json_uints(line);
+    if (row.size() != methods) throw InvalidInput("a row without every method", {file, key, excerpt(line.dump(), 40)});
+    rows.push_back(std::move(row));
+  }
+  if (rows.size() != items) {
+    throw InvalidInput("rows and items of different counts (" + std::to_string(items) + " items)",
+                       {file, key, std::to_string(rows.size())});
+  }
+}
 
 nlohmann::json sums_json(const PplSums& s) {
   nlohmann::json j;
