@@ -113,6 +113,8 @@ expect_error "dump --kvzap without a tokenizer (a llama2.c model has none; it cr
 expect_error "dump --passkey without a tokenizer (it crashed)" 1 "--passkey needs a tokenizer for the prompt's text" \
   "$AKV" dump --model "$M" --passkey 200 -o "$TMP/z_none.h5"
 [[ -e $TMP/z_none.h5 ]] && fail "no dump after a refused dump" || pass "no dump after a refused dump"
+expect_error "evaluate --task ruler without a tokenizer" 1 "--task ruler needs a tokenizer for RULER's text prompts .*\\(--task ruler\\)" \
+  "$AKV" evaluate -q --model "$M" --tokens "$T" --task ruler --tasks vt --lengths 64 --samples 1 --methods kivi-2 -o "$TMP/r_none.json"
 expect "dump --kvzap: attention inputs and KVzip+ scores in every layer" 0 "attn_input=yes.*kvzip_plus=yes" "$AKV" info "$TMP/z1.h5"
 expect "calibrate fits KVzap's surrogate on dumps with attention inputs" 0 "KVzap surrogate \(method kvzap\): ridge alpha 1 on 312 rows of 64 inputs" \
   "$AKV" calibrate "$TMP/z1.h5" "$TMP/z2.h5" -o "$TMP/zcal.json" --bits 2,4 --no-nuq

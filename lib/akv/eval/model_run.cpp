@@ -93,9 +93,8 @@ std::string passkey_run(const ModelRunOptions& o, const Model& m, const Tokenize
   return json_text(part);
 }
 
-std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer* tok, ReportFormat format,
+std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer& tok, ReportFormat format,
                       const ProgressFn& progress) {
-  if (!tok) throw UsageError("--task ruler needs a tokenizer (--tokenizer FILE or bytes, or one in the model)", {"", "--tokenizer"});
   RulerOptions ro = with_decode_settings(o.ruler_options, o.ppl);
   std::size_t longest = 0;
   std::vector<std::string> names = ro.tasks;
@@ -109,10 +108,10 @@ std::string ruler_run(const ModelRunOptions& o, const Model& m, const Tokenizer*
   }
   const nlohmann::json context = check_context(o, m, longest);
   if (o.shard) ro.shard = *o.shard;
-  const RulerReport r = evaluate_ruler(m, *tok, o.ppl.methods, ro, progress);
+  const RulerReport r = evaluate_ruler(m, tok, o.ppl.methods, ro, progress);
   if (o.shard) {
     PplRun run = task_part_run(o, {{"seed", ro.seed}, {"answer_tokens", ro.answer_tokens}}, ro.prefill_mode);
-    run.inputs["tokenizer"] = tok->path();
+    run.inputs["tokenizer"] = tok.path();
     nlohmann::json out = ruler_part_json(r, *o.shard, run);
     out["context"] = context;  // `akv merge` puts it in the merged report
     return json_text(out);
@@ -179,9 +178,12 @@ std::string evaluate_model(const ModelRunOptions& o, ReportFormat format, const 
   }
   Model m = load_model(o.model, parse_weight_mode(o.weights));
   m.set_position_limit(o.max_context ? o.max_context : std::numeric_limits<std::size_t>::max());
+  if (o.ruler) {
+    return ruler_run(o, m, *require_tokenizer(o.tokenizer, o.model, m.config().tokenizer, "--task ruler", "RULER's text prompts"),
+                     format, progress);
+  }
   const std::unique_ptr<Tokenizer> tok =
-      o.passkey || o.ruler || !o.text.empty() ? find_tokenizer(o.tokenizer, o.model, m.config().tokenizer) : nullptr;
-  if (o.ruler) return ruler_run(o, m, tok.get(), format, progress);
+      o.passkey || !o.text.empty() ? find_tokenizer(o.tokenizer, o.model, m.config().tokenizer) : nullptr;
   return o.passkey ? passkey_run(o, m, tok.get(), format, progress) : ppl_run(o, m, tok.get(), format, progress);
 }
 
