@@ -206,8 +206,8 @@ QuantizedBlock quantize_block(const float* x, std::size_t rows, std::size_t cols
       kernels::minmax_columns(x + t0 * cols, n, cols, lo.data(), hi.data());
       params(lo.data(), hi.data(), cols, zero.data(), sc.data(), g);
       for (std::size_t t = t0; t < t0 + n; ++t) {
-        const auto encode_row = kivi ? kernels::encode_kivi_per_element : kernels::encode_per_element;
-        encode_row(x + t * cols, zero.data(), sc.data(), cols, max_code, codes.data() + t * cols);
+        kernels::encode_per_element(kivi, x + t * cols, zero.data(), sc.data(), cols, max_code,
+                                    codes.data() + t * cols);
       }
     }
   } else {
@@ -225,13 +225,12 @@ QuantizedBlock quantize_block(const float* x, std::size_t rows, std::size_t cols
         }
       }
       params(lo.data(), hi.data(), n * per_row, zero.data(), sc.data(), t0 * per_row);
-      const auto encode_group = kivi ? kernels::encode_kivi_broadcast : kernels::encode_broadcast;
       for (std::size_t t = 0; t < n; ++t) {
         const std::size_t off = (t0 + t) * cols;
         for (std::size_t j = 0; j < per_row; ++j) {
           const std::size_t c0 = j * group;
-          encode_group(x + off + c0, zero[t * per_row + j], sc[t * per_row + j],
-                       std::min(group, cols - c0), max_code, codes.data() + off + c0);
+          kernels::encode_broadcast(kivi, x + off + c0, zero[t * per_row + j], sc[t * per_row + j],
+                                    std::min(group, cols - c0), max_code, codes.data() + off + c0);
         }
       }
     }

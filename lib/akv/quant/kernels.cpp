@@ -229,24 +229,14 @@ void encode_range(const float* x, float zero, float s, std::size_t n, float max_
 
 }  // namespace
 
-void encode_per_element(const float* x, const float* zero, const float* inv, std::size_t n,
+void encode_per_element(bool kivi, const float* x, const float* zero, const float* s, std::size_t n,
                         float max_code, std::uint8_t* codes) {
-  encode_rows<BoundedEncoder>(x, zero, inv, n, max_code, codes);
+  (kivi ? encode_rows<KiviEncoder> : encode_rows<BoundedEncoder>)(x, zero, s, n, max_code, codes);
 }
 
-void encode_broadcast(const float* x, float zero, float inv, std::size_t n, float max_code,
+void encode_broadcast(bool kivi, const float* x, float zero, float s, std::size_t n, float max_code,
                       std::uint8_t* codes) {
-  encode_range<BoundedEncoder>(x, zero, inv, n, max_code, codes);
-}
-
-void encode_kivi_per_element(const float* x, const float* zero, const float* scale, std::size_t n,
-                             float max_code, std::uint8_t* codes) {
-  encode_rows<KiviEncoder>(x, zero, scale, n, max_code, codes);
-}
-
-void encode_kivi_broadcast(const float* x, float zero, float scale, std::size_t n, float max_code,
-                           std::uint8_t* codes) {
-  encode_range<KiviEncoder>(x, zero, scale, n, max_code, codes);
+  (kivi ? encode_range<KiviEncoder> : encode_range<BoundedEncoder>)(x, zero, s, n, max_code, codes);
 }
 
 void decode_per_element(const std::uint8_t* codes, const float* scale, const float* zero,

@@ -26,19 +26,15 @@ void group_params_many(const float* lo, const float* hi, std::size_t n, int bits
 void group_params_kivi_many(const float* lo, const float* hi, std::size_t n, int bits, float* zero,
                             float* scale, std::uint16_t* scale_bits, std::uint16_t* zero_bits);
 
-// codes[i] = clamp(round_half_even((x[i] - zero[i]) * inv[i]), 0, max_code).
-void encode_per_element(const float* x, const float* zero, const float* inv, std::size_t n,
+// codes[i] of x[i] against zero[i] and s[i] by the bounded rule (s = 1 / scale):
+// clamp(round_half_even((x[i] - zero[i]) * s[i]), 0, max_code); with `kivi`, the kivi rule's codes
+// of f16 inputs (s = scale): round_half_even(clamp(f16(f16(x[i] - zero[i]) / s[i]), 0, max_code)),
+// 0 where that is NaN (scale 0).
+void encode_per_element(bool kivi, const float* x, const float* zero, const float* s, std::size_t n,
                         float max_code, std::uint8_t* codes);
-// Same with one zero / inverse for the whole range.
-void encode_broadcast(const float* x, float zero, float inv, std::size_t n, float max_code,
+// Same with one zero and s for the whole range.
+void encode_broadcast(bool kivi, const float* x, float zero, float s, std::size_t n, float max_code,
                       std::uint8_t* codes);
-
-// The kivi rule's codes of f16 inputs: round_half_even(clamp(f16(f16(x[i] - zero[i]) / scale[i]),
-// 0, max_code)), 0 where that is NaN (scale 0); per element / one zero and scale for the range.
-void encode_kivi_per_element(const float* x, const float* zero, const float* scale, std::size_t n,
-                             float max_code, std::uint8_t* codes);
-void encode_kivi_broadcast(const float* x, float zero, float scale, std::size_t n, float max_code,
-                           std::uint8_t* codes);
 // The same rule for one value (the scalar reference and the vector loops' tails).
 inline std::uint8_t encode_kivi_one(float x, float zero, float scale, float max_code) {
   const float q = f16_nearest(f16_nearest(x - zero) / scale);
