@@ -78,14 +78,15 @@ std::optional<RowFormat> ggml_row_format(std::uint32_t id) {
   return std::nullopt;
 }
 
+namespace {
+
+// ggml_row_format's inverse.
 std::uint32_t ggml_row_type(RowFormat f) {
   for (const auto& [type, g] : kGgmlFormats) {
     if (g == f) return type;
   }
   throw std::logic_error("ggml_row_type: not a ggml row format");
 }
-
-namespace {
 
 bool is_level_format(RowFormat f) {
   return f == RowFormat::level2 || f == RowFormat::level3 || f == RowFormat::level4;

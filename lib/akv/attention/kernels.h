@@ -33,9 +33,8 @@ enum class RowFormat {
 RowFormat code_format(int bits);  // 2, 3, 4, 8
 RowFormat level_format(int bits);  // 2, 3, 4
 // The row format of ggml type `id` (tensor/ggml_blocks.h: 8 Q8_0, 2 Q4_0, 3 Q4_1, 6 Q5_0, 7
-// Q5_1, 20 IQ4_NL), nullopt for the types the loops do not read; and back.
+// Q5_1, 20 IQ4_NL), nullopt for the types the loops do not read.
 std::optional<RowFormat> ggml_row_format(std::uint32_t id);
-std::uint32_t ggml_row_type(RowFormat f);
 int format_bits(RowFormat f);  // bits per value: code2..code8, level2..level4 (others: 8)
 
 // n rows of `chunks` * 8 values each; row r starts at base + r * stride bytes (code rows:

@@ -16,14 +16,7 @@ unsigned code_at(const std::uint8_t* stream, std::size_t i, int bits) {
   return (w >> (bit % 8)) & ((1u << bits) - 1u);
 }
 
-}  // namespace
-
-void dequantize_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
-                     float* out) {
-  dequantize_stored_rows(t, head_dim, r0, r1, out);
-  unrotate_rows(t.rotation, out, r1 - r0, head_dim);
-}
-
+// dequantize_rows's rows as stored (rotated ones not rotated back).
 void dequantize_stored_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
                             float* out) {
   if (const GgmlTypeInfo* type = t.ggml.type) {
@@ -62,6 +55,14 @@ void dequantize_stored_rows(const TensorView& t, std::size_t head_dim, std::size
       }
     }
   }
+}
+
+}  // namespace
+
+void dequantize_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
+                     float* out) {
+  dequantize_stored_rows(t, head_dim, r0, r1, out);
+  unrotate_rows(t.rotation, out, r1 - r0, head_dim);
 }
 
 }  // namespace akv

@@ -80,8 +80,5 @@ constexpr std::size_t kCodePadding = 8;
 // view is rotated.
 void dequantize_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
                      float* out);
-// The same rows as stored (rotated ones not rotated back).
-void dequantize_stored_rows(const TensorView& t, std::size_t head_dim, std::size_t r0, std::size_t r1,
-                            float* out);
 
 }  // namespace akv

@@ -97,6 +97,14 @@ std::vector<FidelitySums> evaluate_head(const std::vector<const HeadCache*>& hcs
 
 std::string sci(double v) { return fmt::format("{:.3e}", v); }
 
+nlohmann::json metrics_json(const FidelityMetrics& m) {
+  return {{"key_rel_mse", m.key_rel_mse},     {"value_rel_mse", m.value_rel_mse},
+          {"attn_rel_err", m.attn_rel_err},   {"kl", m.kl},
+          {"evicted_mass", m.evicted_mass},   {"retained_mass", m.retained_mass},
+          {"recall_at_1", m.recall[0]},
+          {"recall_at_8", m.recall[1]},       {"recall_at_32", m.recall[2]}};
+}
+
 }  // namespace
 
 FidelitySums& FidelitySums::operator+=(const FidelitySums& o) {
@@ -125,14 +133,6 @@ FidelityMetrics metrics(const FidelitySums& s) {
   m.retained_mass = 1.0 - m.evicted_mass;
   for (int r = 0; r < 3; ++r) m.recall[r] = ratio(s.attn.recall[r], q);
   return m;
-}
-
-nlohmann::json metrics_json(const FidelityMetrics& m) {
-  return {{"key_rel_mse", m.key_rel_mse},     {"value_rel_mse", m.value_rel_mse},
-          {"attn_rel_err", m.attn_rel_err},   {"kl", m.kl},
-          {"evicted_mass", m.evicted_mass},   {"retained_mass", m.retained_mass},
-          {"recall_at_1", m.recall[0]},
-          {"recall_at_8", m.recall[1]},       {"recall_at_32", m.recall[2]}};
 }
 
 double FidelityReport::needle_survival() const {

@@ -31,7 +31,6 @@ struct FidelityMetrics {
   double recall[3] = {0, 0, 0};  // mean top-k recall, k = 1, 8, 32
 };
 FidelityMetrics metrics(const FidelitySums& s);
-nlohmann::json metrics_json(const FidelityMetrics& m);
 
 struct FidelityReport {
   std::string dump_path, cache_path;

@@ -23,6 +23,16 @@ std::size_t positive_attr(hid_t root, const std::string& name, const std::string
   return static_cast<std::size_t>(v);
 }
 
+// The dataset's name in a layer's group: "o_proj", "attn_input", "kvzip_plus".
+std::string dump_matrix_name(DumpMatrix m) {
+  switch (m) {
+    case DumpMatrix::out_proj: return "o_proj";
+    case DumpMatrix::attn_input: return "attn_input";
+    case DumpMatrix::kvzip_plus: return "kvzip_plus";
+  }
+  return "?";
+}
+
 }  // namespace
 
 void read_shape_attrs(hid_t root, const std::string& f, DumpMeta& m) {
@@ -96,15 +106,6 @@ std::string dump_field_name(DumpField f) {
 
 std::string dump_dataset_path(std::size_t layer, DumpField f) {
   return "/layers/" + std::to_string(layer) + "/" + dump_field_name(f);
-}
-
-std::string dump_matrix_name(DumpMatrix m) {
-  switch (m) {
-    case DumpMatrix::out_proj: return "o_proj";
-    case DumpMatrix::attn_input: return "attn_input";
-    case DumpMatrix::kvzip_plus: return "kvzip_plus";
-  }
-  return "?";
 }
 
 std::string dump_matrix_path(std::size_t layer, DumpMatrix m) {

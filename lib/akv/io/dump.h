@@ -74,7 +74,6 @@ struct DumpDatasetInfo {
 
 // The optional 2-D datasets of a layer: o_proj, attn_input, kvzip_plus.
 enum class DumpMatrix { out_proj, attn_input, kvzip_plus };
-std::string dump_matrix_name(DumpMatrix m);  // "o_proj", "attn_input", "kvzip_plus"
 std::string dump_matrix_path(std::size_t layer, DumpMatrix m);
 
 struct DumpLayerInfo {

@@ -20,34 +20,14 @@ double MemoryReport::ratio() const {
   return total.total() ? static_cast<double>(f16_bytes()) / static_cast<double>(total.total()) : 0.0;
 }
 
+namespace {
+
+// A cache's bytes per component and their total.
 nlohmann::json bytes_json(const CacheBytes& b) {
   nlohmann::json j = {{"total", b.total()}};
   CacheBytes::components([&](const char* name, auto m) { j[name] = b.*m; });
   return j;
 }
-
-nlohmann::json MemoryReport::to_json() const {
-  nlohmann::json j;
-  j["params"] = header.params.to_json();
-  j["source"] = {{"path", header.source_path}, {"hash", header.source_hash},
-                 {"bytes", header.source_bytes}};
-  j["bytes"] = bytes_json(total);
-  j["f16_bytes"] = f16_bytes();
-  j["elements"] = elements;
-  j["bits_per_element"] = bits_per_element();
-  j["compression_ratio"] = ratio();
-  j["eviction"] = eviction;
-  nlohmann::json layers = nlohmann::json::array();
-  for (std::size_t l = 0; l < this->layers.size(); ++l) {
-    nlohmann::json row = bytes_json(this->layers[l]);
-    row["layer"] = l;
-    layers.push_back(row);
-  }
-  j["layers"] = layers;
-  return j;
-}
-
-namespace {
 
 // The header (source identity, shape, parameters) and zero byte counts of a cache of `dump`.
 MemoryReport empty_report(const std::string& dump_path, const DumpReader& dump, const CompressParams& params,
@@ -125,6 +105,27 @@ MemoryReport compress_tiered(const std::string& dump_path, const std::string& ou
 }
 
 }  // namespace
+
+nlohmann::json MemoryReport::to_json() const {
+  nlohmann::json j;
+  j["params"] = header.params.to_json();
+  j["source"] = {{"path", header.source_path}, {"hash", header.source_hash},
+                 {"bytes", header.source_bytes}};
+  j["bytes"] = bytes_json(total);
+  j["f16_bytes"] = f16_bytes();
+  j["elements"] = elements;
+  j["bits_per_element"] = bits_per_element();
+  j["compression_ratio"] = ratio();
+  j["eviction"] = eviction;
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t l = 0; l < this->layers.size(); ++l) {
+    nlohmann::json row = bytes_json(this->layers[l]);
+    row["layer"] = l;
+    layers.push_back(row);
+  }
+  j["layers"] = layers;
+  return j;
+}
 
 MemoryReport compress_dump(const std::string& dump_path, const std::string& out_path,
                            const CompressParams& params, int threads, const ProgressFn& progress,

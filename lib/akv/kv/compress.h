@@ -26,7 +26,6 @@ struct MemoryReport {
   double ratio() const;             // f16_bytes / total
   nlohmann::json to_json() const;
 };
-nlohmann::json bytes_json(const CacheBytes& b);
 
 // Compresses every layer and head of `dump_path` into a cache at `out_path` (atomic), threads
 // over heads. Output is bitwise identical for any thread count. With a shard of N > 1 only its

@@ -114,6 +114,16 @@ const std::vector<EvictionField>& eviction_fields() {
 
 namespace {
 
+// parse_capacity_rule's inverse.
+std::string capacity_rule_name(CapacityRule r) {
+  switch (r) {
+    case CapacityRule::exact_total: return "exact-total";
+    case CapacityRule::kvpress: return "kvpress";
+    case CapacityRule::official: break;
+  }
+  return "official";
+}
+
 // A value from its text (a switch: on | off; a word: its name; a number; a path).
 template <class T>
 T parse_value(const std::string& s) {
@@ -256,15 +266,6 @@ void check_threshold_decoding(const EvictionParams& e, bool quantized) {
     throw UsageError("decoding=on evicts by threshold while decoding already; every= is for budgets",
                      {"", "--every", std::to_string(e.every)});
   }
-}
-
-std::string capacity_rule_name(CapacityRule r) {
-  switch (r) {
-    case CapacityRule::exact_total: return "exact-total";
-    case CapacityRule::kvpress: return "kvpress";
-    case CapacityRule::official: break;
-  }
-  return "official";
 }
 
 CapacityRule parse_capacity_rule(const std::string& s) {

@@ -33,7 +33,6 @@ std::string alloc_method_list(const char* separator);
 //                the rest of the layer's budget to the best other scores of all heads (exact
 //                totals; alloc/alloc.h); PyramidKV: as official
 enum class CapacityRule { official, exact_total, kvpress };
-std::string capacity_rule_name(CapacityRule r);
 CapacityRule parse_capacity_rule(const std::string& s);  // InvalidInput naming the value
 
 struct EvictionParams {

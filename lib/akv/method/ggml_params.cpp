@@ -46,8 +46,7 @@ std::optional<TqType> tq_cache_type(const std::string& name) {
   return TqType{value ? TqKind::value : nc ? TqKind::key_nc : qjl ? TqKind::key_qjl : TqKind::key, std::stoi(digits), 0};
 }
 
-}  // namespace
-
+// InvalidInput naming `file` and `field` unless name is a cache type of ggml_cache_type_names.
 void check_ggml_cache_type_name(const std::string& name, const std::string& file, const std::string& field) {
   const auto& names = ggml_cache_type_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
@@ -56,6 +55,8 @@ void check_ggml_cache_type_name(const std::string& name, const std::string& file
                        {file, field, name});
   }
 }
+
+}  // namespace
 
 HeadType parse_head_type(const std::string& text, const std::string& file, const std::string& field) {
   const std::size_t plus = text.find('+');

@@ -99,9 +99,6 @@ std::string ggml_cache_type_alias(const std::string& word);
 // The fp8 scale rules: head, tensor, one.
 const std::vector<std::string>& fp8_scale_names();
 
-// InvalidInput naming `file` and `field` unless name is one of those.
-void check_ggml_cache_type_name(const std::string& name, const std::string& file, const std::string& field);
-
 // A per-head type of an `akv calibrate --types` assignment: a cache type name alone, rotated as
 // the cache's rotate= says, or followed by "+hadamard" or "+random" (seed 0): that tensor
 // rotated so whatever rotate= says, so that heads may differ (docs/calibrate.md).

@@ -134,6 +134,13 @@ constexpr ScoreMethod kScores[] = {ScoreMethod::snapkv, ScoreMethod::h2o,     Sc
                                    ScoreMethod::lagkv,  ScoreMethod::expected_attention, ScoreMethod::kvzip, ScoreMethod::kvzap,
                                    ScoreMethod::qfilter};
 
+// Scorers that read no window queries (knorm, keydiff, lagkv, expected-attention, kvzip, kvzap, qfilter): their
+// window (the forced last tokens) may be 0.
+bool score_is_query_free(ScoreMethod m) {
+  return m == ScoreMethod::knorm || m == ScoreMethod::keydiff || m == ScoreMethod::lagkv ||
+         m == ScoreMethod::expected_attention || score_is_given(m) || m == ScoreMethod::qfilter;
+}
+
 }  // namespace
 
 std::string score_method_name(ScoreMethod m) {
@@ -166,11 +173,6 @@ ScoreMethod parse_score_method(const std::string& s) {
     if (score_method_name(m) == s) return m;
   }
   throw InvalidInput("unknown score method (expected " + score_method_list(", ") + ")", {"", "--score", s});
-}
-
-bool score_is_query_free(ScoreMethod m) {
-  return m == ScoreMethod::knorm || m == ScoreMethod::keydiff || m == ScoreMethod::lagkv ||
-         m == ScoreMethod::expected_attention || score_is_given(m) || m == ScoreMethod::qfilter;
 }
 
 bool score_is_given(ScoreMethod m) { return m == ScoreMethod::kvzip || m == ScoreMethod::kvzap; }

@@ -55,9 +55,6 @@ std::string pool_name(PoolKind p);
 std::string gqa_reduce_name(GqaReduce r);
 ScoreMethod parse_score_method(const std::string& s);  // InvalidInput naming the value
 std::string score_method_list(const char* separator);  // every score name
-// Scorers that read no window queries (knorm, keydiff, lagkv, expected-attention, kvzip, kvzap, qfilter): their
-// window (the forced last tokens) may be 0.
-bool score_is_query_free(ScoreMethod m);
 // Scores the planner cannot compute from keys, values and queries, handed to it (kvzip: the
 // model's reconstruction pass; kvzap: the attention inputs through the fitted surrogate).
 bool score_is_given(ScoreMethod m);

@@ -97,8 +97,7 @@ void synth_gaussian_head(const SynthOptions& o, std::size_t first_q, const RopeT
   }
 }
 
-}  // namespace
-
+// parse_synth_profile's inverse.
 std::string synth_profile_name(SynthProfile p) {
   switch (p) {
     case SynthProfile::mixed: return "mixed";
@@ -109,6 +108,8 @@ std::string synth_profile_name(SynthProfile p) {
   }
   return "?";
 }
+
+}  // namespace
 
 SynthProfile parse_synth_profile(const std::string& s) {
   for (auto p : {SynthProfile::mixed, SynthProfile::local, SynthProfile::retrieval,

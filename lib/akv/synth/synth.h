@@ -24,7 +24,6 @@ namespace akv {
 enum class SynthProfile { mixed, local, retrieval, diffuse, gaussian };
 enum class HeadKind { local, retrieval, diffuse, gaussian };
 
-std::string synth_profile_name(SynthProfile p);
 SynthProfile parse_synth_profile(const std::string& s);  // throws InvalidInput naming the value
 std::string head_kind_name(HeadKind k);
 

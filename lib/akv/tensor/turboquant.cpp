@@ -334,33 +334,7 @@ double trapz(F f, double a, double b, int n = 200) {
   return r * h;
 }
 
-}  // namespace
-
-std::size_t tq_row_bytes(const TqType& t) {
-  if (t.kind == TqKind::key_qjl) return gamma_offset(t) + 2;
-  return tq_code_bytes(t) + (t.kind == TqKind::value ? 4 : 2);
-}
-
-const GgmlTypeInfo* tq_type_info(const TqType& t) {
-  if (!supported(t)) return nullptr;
-  const std::uint32_t id = id_of(t);
-  for (const GgmlTypeInfo& g : table().types) {
-    if (g.id == id) return &g;
-  }
-  return nullptr;
-}
-
-std::optional<TqType> tq_type_of(const GgmlTypeInfo& type) {
-  if ((type.id & 0xFFFF0000u) != kTqIdBase) return std::nullopt;
-  TqType t;
-  t.kind = static_cast<TqKind>((type.id >> 8) & 0xFF);
-  t.bits = static_cast<int>((type.id >> 4) & 0xF);
-  t.head_dim = std::size_t{1} << (type.id & 0xF);
-  return t;
-}
-
-const std::vector<GgmlTypeInfo>& tq_type_table() { return table().types; }
-
+// vLLM's Lloyd-Max solver in double (tq_codebook's levels before their rounding to f32).
 std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits) {
   const int n = 1 << bits;
   const double sigma2 = 1.0 / static_cast<double>(head_dim);
@@ -388,6 +362,33 @@ std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits) {
   }
   return c;
 }
+
+}  // namespace
+
+std::size_t tq_row_bytes(const TqType& t) {
+  if (t.kind == TqKind::key_qjl) return gamma_offset(t) + 2;
+  return tq_code_bytes(t) + (t.kind == TqKind::value ? 4 : 2);
+}
+
+const GgmlTypeInfo* tq_type_info(const TqType& t) {
+  if (!supported(t)) return nullptr;
+  const std::uint32_t id = id_of(t);
+  for (const GgmlTypeInfo& g : table().types) {
+    if (g.id == id) return &g;
+  }
+  return nullptr;
+}
+
+std::optional<TqType> tq_type_of(const GgmlTypeInfo& type) {
+  if ((type.id & 0xFFFF0000u) != kTqIdBase) return std::nullopt;
+  TqType t;
+  t.kind = static_cast<TqKind>((type.id >> 8) & 0xFF);
+  t.bits = static_cast<int>((type.id >> 4) & 0xF);
+  t.head_dim = std::size_t{1} << (type.id & 0xF);
+  return t;
+}
+
+const std::vector<GgmlTypeInfo>& tq_type_table() { return table().types; }
 
 const TqCodebook& tq_codebook(std::size_t head_dim, int bits) {
   // One slot per supported (head_dim, bits), each computed once: the attention path asks per

@@ -74,8 +74,6 @@ struct TqCodebook {
 // The codebook for rows of head_dim values (computed once per (head_dim, bits), then shared;
 // bits 1 to 4; std::invalid_argument outside the supported head_dims and bits).
 const TqCodebook& tq_codebook(std::size_t head_dim, int bits);
-// The solver in double (the levels before their rounding to f32).
-std::vector<double> tq_lloyd_max(std::size_t head_dim, int bits);
 
 // n rows [n, head_dim] to n stored rows of t; and back (active_isa()'s loops: AVX2 unpacks and
 // looks up eight elements at a time; every variant gives the same bits).
