@@ -42,7 +42,8 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
   add_method_flags(sub, opt->req, {ParamScope::eviction}, {"quant", "budgets", "score"});
   sub->add_option_function<double>(
       "--bytes", [opt](double v) { opt->joint.bytes_fraction = v; opt->bytes_given = true; },
-      "joint: byte budget as a fraction of the f16 size of K and V (all stored bytes counted)");
+      "joint: the byte budget as a fraction of the f16 size of K and V (all stored bytes counted); with joint "
+      "--budget F means the same, as in compress -m joint");
   sub->add_option("--bits", opt->joint.bits, "joint: candidate key/value bit widths")->delimiter(',')
       ->capture_default_str();
   sub->add_option("--keep", opt->joint.keep, "joint: candidate fractions of tokens kept per head")
@@ -68,8 +69,17 @@ void register_allocate(CLI::App& app, const GlobalOptions& global) {
                                         opt->req.eviction.surrogate.value_or(""),
                                         opt->req.eviction.duo_heads.value_or("")});
     if (opt->method == "joint") {
-      if (!opt->bytes_given) throw UsageError("joint needs --bytes", {"", "--bytes"});
+      const std::optional<double>& budget = opt->req.eviction.budget;
+      if (opt->bytes_given == budget.has_value()) {
+        throw UsageError("joint takes its byte budget as --budget F (a fraction of the f16 size of K and V, all "
+                         "stored bytes counted) or --bytes F, one of them",
+                         opt->bytes_given ? Where{"", "given", "--budget and --bytes"} : Where{"", "--budget"});
+      }
+      if (const auto& tokens = opt->req.eviction.budget_tokens) {
+        throw UsageError("joint takes a byte budget, not a token count", {"", "--budget-tokens", std::to_string(*tokens)});
+      }
       JointOptions jo = opt->joint;
+      if (budget) jo.bytes_fraction = *budget;
       jo.f16_option = !opt->no_f16;
       jo.rule = parse_quant_rule(opt->rule);
       jo.threads = global.threads;

@@ -23,7 +23,12 @@ expect "evaluate a calibrated cache" 0 "calibrated" "$AKV" evaluate -q --dump "$
 expect_cache_bytes "$TMP/c.h5"
 
 expect "allocate --method joint" 0 "joint allocation: budget" \
-  "$AKV" allocate -q "$d" --method joint --bytes 0.15 --window 16 -o "$TMP/joint.json"
+  "$AKV" allocate -q "$d" --method joint --budget 0.15 --window 16 -o "$TMP/joint.json"
+if cmp -s "$TMP/joint.json" <("$AKV" allocate -q "$d" --method joint --bytes 0.15 --window 16 -o -); then
+  pass "allocate joint: --bytes F is --budget F"
+else
+  fail "allocate joint: --bytes F differs from --budget F"
+fi
 expect "compress with joint budgets: its per-head bits are joint's" 0 "kept.*\+ kivi joint per-head bits" \
   "$AKV" compress -q "$d" -o "$TMP/j.h5" -m snapkv --budgets "$TMP/joint.json" --quant kivi
 expect "compress -m joint in one step" 0 "joint/snapkv 0.15 \+ kivi joint per-head bits" \
@@ -177,7 +182,12 @@ expect_error "dumps of different shapes" 2 "different model shapes" "$AKV" calib
 expect_error "calibration with --bits" 1 "--bits" "$AKV" compress -q "$d" -o "$o/c.h5" --calibration "$TMP/calib.json" --bits 4
 expect_error "joint budget too small" 2 "cheapest choice of every head needs [0-9]+ bytes" \
   "$AKV" allocate -q "$d" --method joint --bytes 0.001 --window 16 -o "$o/j.json"
-expect_error "joint without --bytes" 1 "--bytes" "$AKV" allocate -q "$d" --method joint -o "$o/j.json"
+expect_error "joint without a byte budget" 1 "joint takes its byte budget as --budget F .* or --bytes F, one of them \(--budget\)$" \
+  "$AKV" allocate -q "$d" --method joint -o "$o/j.json"
+expect_error "joint with --budget and --bytes" 1 "one of them \(given = --budget and --bytes\)$" \
+  "$AKV" allocate -q "$d" --method joint --budget 0.2 --bytes 0.2 -o "$o/j.json"
+expect_error "joint with a token budget" 1 "joint takes a byte budget, not a token count \(--budget-tokens = 64\)" \
+  "$AKV" allocate -q "$d" --method joint --budget 0.2 --budget-tokens 64 -o "$o/j.json"
 expect_error "--bytes with another allocator" 1 "--bytes" "$AKV" allocate -q "$d" --method adakv --budget 0.2 --bytes 0.1 --window 16 -o "$o/j.json"
 expect_error "joint budgets need --quant kivi" 1 "--quant" \
   "$AKV" compress -q "$d" -o "$o/c.h5" -m snapkv --budgets "$TMP/joint.json"
