@@ -30,7 +30,9 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
       "KV-cache bytes per token of each method for a model shape, and the longest context "
       "(batch 1) and largest batch (at --context) that fit --memory after the weights. See "
       "docs/plan.md");
-  auto* cfg = sub->add_option("--config", opt->config, "Hugging Face config.json (or its directory)");
+  auto* cfg = sub->add_option("--config", opt->config,
+                              "Hugging Face config.json (or its directory), or a model file: GGUF or llama2.c .bin "
+                              "(its weights counted as stored)");
   auto* layers = sub->add_option("--layers", opt->layers, "Layers (without --config)")->check(CLI::Range(1, 100000));
   sub->add_option("--heads", opt->heads, "Query heads (without --config; default = --kv-heads)")->check(CLI::Range(1, 100000));
   auto* kv = sub->add_option("--kv-heads", opt->kv_heads, "KV heads (without --config)")->check(CLI::Range(1, 100000));
@@ -41,7 +43,7 @@ void register_plan(CLI::App& app, const GlobalOptions&) {
   sub->add_option("--memory", opt->memory, "Accelerator memory: 16GiB, 80GB, 512MiB, bytes")->capture_default_str();
   sub->add_option("--host-memory", opt->host_memory, "Host memory for the cold tier (default: unlimited)");
   sub->add_option("--weights", opt->weights, "Weight bytes (default: from --config, else 0)");
-  sub->add_option("--weight-bytes-per-param", opt->weight_dtype_bytes, "Bytes per parameter (default: torch_dtype of --config; 2)")
+  sub->add_option("--weight-bytes-per-param", opt->weight_dtype_bytes, "Bytes per parameter (default: torch_dtype of a config.json; 2)")
       ->check(CLI::IsMember({1, 2, 4}));
   sub->add_option("--context", opt->context, "Context length for bytes per token and the batch column")
       ->capture_default_str()->check(CLI::Range(1ull, 1ull << 40));

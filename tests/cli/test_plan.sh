@@ -66,4 +66,30 @@ expect_error "plan: the output is a method's calibration" 1 "output is an input"
   "$AKV" plan --layers 2 --kv-heads 2 --head-dim 32 --methods "nuq:calibration=$TMP/cal_copy.json" -o "$TMP/cal_copy.json"
 expect_error "plan: unknown tiered preset" 2 "unknown tiered preset" \
   "$AKV" plan --layers 2 --kv-heads 2 --head-dim 64 --methods tiered:preset=huge
+# A model file instead of a config: a GGUF plans the shape of its Hugging Face directory (the same
+# KV bytes), its weights as `akv info` counts them: f32 as stored, where the config's count is 2
+# bytes a parameter of the Llama architecture (without Qwen3's q/k norms: 2 layers x 2 x 32).
+"$PY" "$SRC/tests/cli/tiny_hf.py" "$TMP/q3" --dim 64 --hidden 96 --vocab 64 --heads 4 --kv-heads 2 --layers 2 --seed 3 \
+  --qwen3 --head-dim 32 --gguf "$TMP/q3.gguf"
+"$AKV" info --json "$TMP/q3.gguf" >"$TMP/q3-info.json"
+same=$(for m in "$TMP/q3" "$TMP/q3.gguf"; do
+  "$AKV" plan --config "$m" --json --methods none,kivi-2,nuq,snapkv:budget=0.3 || echo failed; done |
+  "$PY" -c 'import json, sys
+a, b = (json.loads(t) for t in sys.stdin.read().replace("}\n{", "}\x00{").split("\x00"))
+rows = lambda j: [(m["method"], m["device_bytes_per_token"]) for m in j["methods"]]
+w = json.load(open(sys.argv[1]))["akv"]["weight_bytes"]
+print(rows(a) == rows(b) and (a["layers"], a["kv_heads"], a["head_dim"]) == (b["layers"], b["kv_heads"], b["head_dim"]) == (2, 2, 32)
+      and b["weight_bytes"] == w == 4 * (a["weight_bytes"] // 2 + 128))' "$TMP/q3-info.json")
+expect_equal "plan --config a GGUF: its directory's KV bytes, its stored weights" "$same" "True"
+# stories260K (llama2.c, f32, shared classifier): 512 x 64 embeddings, 5 layers of 2 norms of 64,
+# wq and wo 64 x 64, wk and wv 32 x 64, w1 w2 w3 172 x 64, a final norm: 260032 parameters, 4 bytes each.
+M="${AKV_SHARED_DIR:-$SRC/../shared}/models/stories260K.bin"
+if [[ -f $M ]]; then
+  expect "plan --config a llama2.c checkpoint" 0 '"weight_bytes": 1040128' "$AKV" plan --config "$M" --json --methods none
+  expect_output "plan of a llama2.c checkpoint: its shape" '"kv_heads": 4'
+  head -c 1000 "$M" >"$TMP/short.bin"
+  expect_error "plan: a truncated checkpoint" 2 "short.bin" "$AKV" plan --config "$TMP/short.bin"
+fi
+expect_error "plan: bytes per parameter of a model file" 1 "is for a config.json .*--weight-bytes-per-param = 2" \
+  "$AKV" plan --config "$TMP/q3.gguf" --weight-bytes-per-param 2
 finish

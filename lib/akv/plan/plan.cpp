@@ -13,7 +13,9 @@
 #include "akv/core/errors.h"
 #include "akv/kv/stored_head.h"
 #include "akv/quant/pack.h"
+#include "akv/model/gguf.h"
 #include "akv/model/hf_config.h"
+#include "akv/model/load.h"
 
 namespace akv {
 namespace {
@@ -77,6 +79,18 @@ PlanBytes tiered_bytes(const TieredParams& t, std::size_t d, std::size_t n) {
 }  // namespace
 
 PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes) {
+  if (is_gguf(path) || fs::path(path).extension() == ".bin") {
+    if (weight_dtype_bytes > 0) {
+      throw UsageError("a model file's weights are counted as it stores them: --weight-bytes-per-param is for a config.json",
+                       {path, "--weight-bytes-per-param", std::to_string(weight_dtype_bytes)});
+    }
+    const Model m = load_model(path);
+    PlanShape s;
+    static_cast<KvShape&>(s) = m.config();
+    s.name = m.config().name;
+    s.weight_bytes = m.weights().bytes();
+    return s;
+  }
   const HfConfig c = read_hf_config(path);
   PlanShape s;
   s.name = c.name.empty() ? fs::path(c.file).parent_path().filename().string() : c.name;

@@ -28,7 +28,9 @@ struct PlanShape : KvShape {
 // intermediate_size, vocab_size, tie_word_embeddings and torch_dtype from a Hugging Face
 // config.json (or the directory holding it), and the layers' sliding windows (hf_layer_windows);
 // weights = Llama-architecture parameter count x the dtype's bytes (`weight_dtype_bytes` > 0
-// overrides torch_dtype).
+// overrides torch_dtype). A GGUF file (by its magic) or a llama2.c checkpoint (.bin) instead: the
+// shape of the model load_model makes of it, and its weights' bytes as loaded (encoded GGUF
+// tensors as stored, as `akv info` reports them); `weight_dtype_bytes` > 0 is then a UsageError.
 PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes = 0);
 
 // "16GiB", "16GB", "512MiB", "1.5e10", "16000000000" -> bytes. Throws InvalidInput naming flag.
