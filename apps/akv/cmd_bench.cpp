@@ -88,7 +88,7 @@ void register_bench(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::Range(1, 64));
   att->add_option("--kv-heads", ab.kv_heads, "KV heads")->capture_default_str()->check(CLI::Range(1, 256));
   att->add_option("--variants", ab.variants, "Caches: f32, f16, q<b> (K and V at b bits), k<b>v<b> (KIVI at --group and "
-                  "--residual), nuq<b> (KVQuant's codes, codebooks fitted on the bench's own rows, read through their levels "
+                  "--residual), nuq<b> (KVQuant's codes, codebooks fitted on each context's own rows, so at least 3 of them, read through their levels "
                   "by the decode loops); b in 2,3,4,8; ggml-<type> (llama.cpp's cache types q8_0, q4_0, q4_1, q5_0, "
                   "q5_1, iq4_nl: every K and V row as ggml blocks, read block by block by the attention loops); "
                   "or a method spec as evaluate --methods takes it (full, a quantizer or preset with its flags, "

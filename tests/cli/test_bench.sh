@@ -48,6 +48,9 @@ print("specs ok")
 PY
 expect_error "bench attention: an eviction spec is refused" 2 "eviction.*akv bench policy.*--variants = snapkv:budget=0.5" \
   "$AKV" bench attention --contexts 64 --head-dims 64 --variants snapkv:budget=0.5
+expect_error "bench attention: nuq on a context too short to fit its codebooks" 1 \
+  "nuq4 fits its codebooks on the bench's rows of each context: no value left .*\\(--contexts = 2\\)" \
+  "$AKV" bench attention --contexts 2 --head-dims 64 --variants nuq4 --repeat 1 --stream-mb 1
 expect_error "bench attention: a ggml variant needs head_dim in whole blocks" 2 "--head-dims \\(ggml-q4_0\\) = 48" \
   "$AKV" bench attention --contexts 64 --head-dims 48 --variants ggml-q4_0
 expect "bench attention --json -o" 0 '"stream_read_gbs"' \

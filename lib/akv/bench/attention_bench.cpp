@@ -181,10 +181,17 @@ std::unique_ptr<Cache> build(const Source& s, std::size_t n, const Variant& v,
       c->key.emplace_back(s.d, v.type);
       c->value.emplace_back(s.d, v.type);
     } else if (v.nuq) {
-      // KVQuant's defaults: sparsity threshold 0.99, the first token in f16; keys per channel.
+      // KVQuant's defaults: sparsity threshold 0.99, the first token in f16; keys per channel. A
+      // context too short to fit them on (the sink, and two rows for a key channel's range) is a
+      // usage error naming it.
       const auto fit = [&](const float* rows, bool key, int bits) {
-        return std::make_shared<const NuqTable>(
-            nuq_table(calibrate_nuq(rows, n, s.d, bits, key, 0.99, 1), 0.99, 1, 0, key ? s.d : 0));
+        try {
+          return std::make_shared<const NuqTable>(
+              nuq_table(calibrate_nuq(rows, n, s.d, bits, key, 0.99, 1), 0.99, 1, 0, key ? s.d : 0));
+        } catch (const InvalidInput& e) {
+          throw UsageError(v.name + " fits its codebooks on the bench's rows of each context: " + e.message(),
+                           {"", "--contexts", std::to_string(n)});
+        }
       };
       c->key.emplace_back(s.d, fit(s.k(h), true, v.bits_key), false, nullptr);
       c->value.emplace_back(s.d, fit(s.v(h), false, v.bits_value), false, nullptr);
