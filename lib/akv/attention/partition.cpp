@@ -493,8 +493,9 @@ class PartitionRunner {
   // at compile time, 0 otherwise). acc_t_ [d, nq] is channel-major (a vector of nq per outlier);
   // run() keeps it scaled with acc and adds it to acc at the partition's end. Per-row values (the
   // usual case: the same number of outliers in every row, a row's two extremes at head_dim 128)
-  // row by row, the row's code-0 value and probabilities read once; per-channel ones through
-  // nuq_outliers.
+  // row by row, the row's code-0 value and probabilities read once, a row of two outliers with
+  // both values widened and their deltas taken by one vector (the same operations); per-channel
+  // ones through nuq_outliers.
   template <std::size_t NQ>
   void value_outliers(const NuqView& v, const NuqPrep& np, std::size_t t0, std::size_t t1, const float* __restrict pt) {
     const auto [e0, e1] = outlier_span(v, t0, t1);
@@ -516,9 +517,19 @@ class PartitionRunner {
     std::uint32_t e = e0;
     for (std::size_t q = q0; q < q1; ++q, pr += w) {
       const float base = std::fma(l0, v.range[q], v.offset[q]);
-      for (const std::uint32_t end = v.outlier_end[q]; e < end; ++e) {
-        add_scaled<NQ>(at + channel[e] * w, pr, f16_value(value[e]) - base, w);
+      const std::uint32_t end = v.outlier_end[q];
+#ifdef __F16C__
+      if (end - e == 2) {
+        std::uint32_t two;
+        std::memcpy(&two, value + e, 4);
+        const __m128 d = _mm_sub_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(two))), _mm_set1_ps(base));
+        add_scaled<NQ>(at + channel[e] * w, pr, _mm_cvtss_f32(d), w);
+        add_scaled<NQ>(at + channel[e + 1] * w, pr, _mm_cvtss_f32(_mm_movehdup_ps(d)), w);
+        e = end;
+        continue;
       }
+#endif
+      for (; e < end; ++e) add_scaled<NQ>(at + channel[e] * w, pr, f16_value(value[e]) - base, w);
     }
   }
 
