@@ -223,6 +223,15 @@ mkdir -p "$o"
 head -c 1000 "$M" >"$TMP/short.bin"
 expect_error "truncated checkpoint" 2 "file size does not match the llama2.c header" \
   "$AKV" dump --model "$TMP/short.bin" --tokens "$T" -o "$o/d.h5"
+# A NaN in the second layer's wk (after the 512 x 64 embeddings, 5 x 64 norms, 5 wq of 64 x 64 and
+# the first wk of 32 x 64): the error names the tensor as llama2.c does.
+"$PY" -c 'import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+o = 28 + 4 * (512 * 64 + 5 * 64 + 5 * 64 * 64 + 32 * 64)
+b[o:o + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(b)' "$M" "$TMP/nan.bin"
+expect_error "a non-finite weight" 2 "non-finite weight .*nan.bin.*wk = nan" \
+  "$AKV" dump --model "$TMP/nan.bin" --tokens "$T" -o "$o/d.h5"
 # --text: llama-perplexity's chunks (BOS + 1000 bytes = 1001 tokens -> 10 chunks of 100, each
 # scoring its second half: 49 tokens).
 head -c 1000 /dev/zero | tr '\0' 'a' >"$TMP/a.txt"

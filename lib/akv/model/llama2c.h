@@ -6,14 +6,25 @@
 // norms [L, dim], w1 [L, hidden, dim], w2 [L, dim, hidden], w3 [L, hidden, dim], final norm
 // [dim], two unused RoPE tables [seq_len, head_dim / 2] each, and the classifier when untied.
 // RoPE on interleaved pairs, theta 10000, RMSNorm eps 1e-5.
+#include <cstdint>
 #include <string>
 
 #include "akv/model/model.h"
 
 namespace akv {
 
-// Throws IoError (cannot read), CorruptData (size does not match the header), InvalidInput
-// (impossible header values), each naming the file and the field.
+// Throws IoError (cannot read), CorruptData (size does not match the header, a non-finite
+// weight: the tensor named by llama2.c's name), InvalidInput (impossible header values), each
+// naming the file and the field. Each tensor is read from the file into its place.
 Model load_llama2c(const std::string& path);
+
+// What the header alone gives (checked as load_llama2c checks it, the file's size included; no
+// weight is read): the model's shape and its weights' bytes as load_llama2c holds them (f32,
+// without the two unused RoPE tables). akv plan --config X.bin.
+struct Llama2cShape {
+  ModelConfig config;
+  std::uint64_t weight_bytes = 0;
+};
+Llama2cShape read_llama2c_shape(const std::string& path);
 
 }  // namespace akv

@@ -15,6 +15,7 @@
 #include "akv/quant/pack.h"
 #include "akv/model/gguf.h"
 #include "akv/model/hf_config.h"
+#include "akv/model/llama2c.h"
 #include "akv/model/load.h"
 
 namespace akv {
@@ -84,11 +85,18 @@ PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes) {
       throw UsageError("a model file's weights are counted as it stores them: --weight-bytes-per-param is for a config.json",
                        {path, "--weight-bytes-per-param", std::to_string(weight_dtype_bytes)});
     }
-    const Model m = load_model(path);
     PlanShape s;
-    static_cast<KvShape&>(s) = m.config();
-    s.name = m.config().name;
-    s.weight_bytes = m.weights().bytes();
+    if (is_gguf(path)) {
+      const Model m = load_model(path);
+      static_cast<KvShape&>(s) = m.config();
+      s.name = m.config().name;
+      s.weight_bytes = m.weights().bytes();
+      return s;
+    }
+    const Llama2cShape l = read_llama2c_shape(path);  // the header alone
+    static_cast<KvShape&>(s) = l.config;
+    s.name = l.config.name;
+    s.weight_bytes = l.weight_bytes;
     return s;
   }
   const HfConfig c = read_hf_config(path);
