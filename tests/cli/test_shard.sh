@@ -52,6 +52,18 @@ expect "a ruler part names its format" 0 '"format": "akv-ruler-part"' cat "$TMP/
 if cmp -s "$TMP/rfull.json" "$TMP/rmerged.json"; then pass "ruler: merged report equals the unsharded one"
 else fail "ruler: merged report differs from the unsharded one"; fi
 expect_error "merge: a ruler shard missing" 2 "shard missing" "$AKV" merge "$TMP/r1.json" "$TMP/r3.json" -o "$o/m.json"
+# Counts that are not non-negative integers, the same in every part (so no part differs from the
+# first): the error names the file, the field and the value.
+"$PY" - "$TMP" <<'PY'
+import json, sys
+t = sys.argv[1]
+for k in (1, 2, 3):
+    j = json.load(open(f"{t}/r{k}.json"))
+    json.dump(dict(j, samples=-1), open(f"{t}/rs{k}.json", "w"))
+    json.dump(dict(j, shards=1.5), open(f"{t}/rn{k}.json", "w"))
+PY
+expect_error "merge: ruler samples of -1" 2 "rs1.json: samples = -1" "$AKV" merge "$TMP"/rs{1,2,3}.json -o "$o/m.json"
+expect_error "merge: a shard count of 1.5" 2 "rn1.json: shards = 1.5" "$AKV" merge "$TMP"/rn{1,2,3}.json -o "$o/m.json"
 # bench decode: methods per shard, each shard with its own full baseline.
 dec=(--model "$M" --tokens "$T" --prefill 64 --sequences 2 --repeats 1 --methods kivi-4,kivi-2,compact)
 "$AKV" bench decode "${dec[@]}" --json -o "$TMP/dfull.json"

@@ -79,19 +79,11 @@ nlohmann::json sums_json(const PplSums& s) {
   return j;
 }
 
-// j[key] as a count: a non-negative integer, InvalidInput naming the file and field otherwise
-// (nlohmann would turn -1 into 2^64 - 1).
-std::uint64_t count(const nlohmann::json& j, const char* key, const std::string& file) {
-  const nlohmann::json& v = j.at(key);
-  if (!v.is_number_unsigned()) throw InvalidInput("a count that is not a non-negative integer", {file, key, excerpt(v.dump(), 40)});
-  return json_uint(v);
-}
-
 PplSums sums_from(const nlohmann::json& j, const std::string& file) {
   PplSums s;
   PplSums::fields([&](const char* name, auto m) {
     if constexpr (std::is_same_v<std::decay_t<decltype(s.*m)>, double>) s.*m = j.at(name).get<double>();
-    else s.*m = count(j, name, file);
+    else s.*m = part_count(j, name, file);
   });
   // A sequence's sums as evaluate writes them: at least one prediction, top-1 hits among them,
   // a finite non-negative NLL, a finite KL (tiny negative values come from rounding).
@@ -147,7 +139,7 @@ PplReport merge_ppl_parts(const std::vector<std::pair<std::string, nlohmann::jso
   PplReport r;
   std::size_t total = 0;
   json_errors_as<InvalidInput>("partial report field missing or of the wrong type", {file0}, [&] {
-    total = count(first, "total_sequences", file0);
+    total = part_count(first, "total_sequences", file0);
     read_method_lists(file0, first, r.specs, r.descriptions);
     const std::string attention = first.at("attention").get<std::string>();
     if (attention != "exact" && attention != "int8") {
@@ -216,9 +208,9 @@ PasskeyReport merge_passkey_parts(const std::vector<std::pair<std::string, nlohm
     }
     r.lengths = json_uints(first.at("lengths"));
     r.depths = read_depths(file0, first);
-    r.trials = count(first, "trials", file0);
+    r.trials = part_count(first, "trials", file0);
     r.query_agnostic = first.at("query_agnostic").get<bool>();
-    r.total_prompts = count(first, "total_prompts", file0);
+    r.total_prompts = part_count(first, "total_prompts", file0);
     const std::size_t grid = checked_product({r.trials, r.lengths.size(), r.depths.size()}, {file0, "trials"});
     if (r.total_prompts != grid) {
       throw InvalidInput("total prompts differ from trials x lengths x depths (" + std::to_string(grid) + ")",
@@ -283,11 +275,11 @@ RulerReport merge_ruler_parts(const std::vector<std::pair<std::string, nlohmann:
     for (const std::string& t : r.tasks) ruler_task(t);
     r.lengths = json_uints(first.at("lengths"));
     r.depths = read_depths(file0, first);
-    r.samples = json_uint(first.at("samples"));
+    r.samples = part_count(first, "samples", file0);
     r.prefix = first.at("answer_prefix").get<std::string>();
     parse_answer_prefix(r.prefix);
     r.query_aware = first.at("query_aware").get<bool>();
-    r.total_samples = json_uint(first.at("total_samples"));
+    r.total_samples = part_count(first, "total_samples", file0);
     const std::size_t grid =
         checked_product({r.tasks.size(), r.lengths.size(), std::max<std::size_t>(r.depths.size(), 1), r.samples}, {file0, "samples"});
     if (r.total_samples != grid) {

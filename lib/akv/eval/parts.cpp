@@ -23,15 +23,21 @@ std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nl
                              {file, key, j.at(key).dump()});
         }
       }
-      set.add(file, json_uint(j.at("shard")), json_uint(j.at("shards")));
+      set.add(file, part_count(j, "shard", file), part_count(j, "shards", file));
     }
   });
   return set.order();
 }
 
+std::uint64_t part_count(const nlohmann::json& j, const char* key, const std::string& file) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_unsigned()) throw InvalidInput("a count that is not a non-negative integer", {file, key, excerpt(v.dump(), 40)});
+  return json_uint(v);
+}
+
 void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
                    std::size_t next) {
-  check_follows(file, field, items, json_uint(j.at(field)), next);
+  check_follows(file, field, items, part_count(j, field, file), next);
 }
 
 }  // namespace akv

@@ -1,6 +1,7 @@
 #pragma once
 // The partial JSON outputs of sharded runs (docs/scale.md; Shard and ShardSet: core/shard.h).
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -18,6 +19,10 @@ namespace akv {
 // naming the file and field.
 std::vector<std::size_t> shard_order(const std::vector<std::pair<std::string, nlohmann::json>>& parts,
                                      const std::string& format, std::initializer_list<const char*> same);
+
+// j[key] as a count: a non-negative integer, InvalidInput naming the file, the field and the
+// value otherwise (nlohmann would turn -1 into 2^64 - 1).
+std::uint64_t part_count(const nlohmann::json& j, const char* key, const std::string& file);
 
 // core/shard.h's check_follows for part j (from `file`): j[field] (e.g. "first_layer") == `next`.
 void check_follows(const std::string& file, const nlohmann::json& j, const char* field, const char* items,
