@@ -322,7 +322,7 @@ struct LevelPlanes {
 // but its byte shuffle is a 16-entry table lookup: each of the table's four byte planes is looked
 // up with one shuffle of the 32 codes (low nibbles in the low 128-bit lane, high nibbles in the
 // high one), and two rounds of unpacks put the bytes back together into floats, bit for bit the
-// table's: 12 shuffles and 4 other operations per 32 values where load8 spends 28. Chunk j's 8
+// table's: 12 shuffles and 2 other operations per 32 values where load8 spends 28. Chunk j's 8
 // values come in quad_lane order: lane l holds value 8j + quad_lane(l), the even values first.
 // Measured with `akv -t 1 bench attention --isa avx2` against the two permutes (docs/compress.md,
 // nuq section: commit 0dd05f3, Intel Xeon, 2026-12-05): nuq4 / q4 at GQA 4 1.48-1.50x ->
@@ -355,9 +355,10 @@ inline LevelPlanes level_planes(const float* levels) {
 [[gnu::always_inline]] inline void load_quad_levels(const std::uint8_t* row, std::size_t u, const LevelPlanes& t,
                                                     __m256 (&x)[4]) {
   const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * u)));
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  const __m256i idx =
-      _mm256_blend_epi32(_mm256_and_si256(bytes, nibble), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble), 0xF0);
+  // Low nibbles in the low lane, high nibbles in the high one: one per-lane shift (0 or 4 bits)
+  // and one mask.
+  const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(bytes, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                                       _mm256_set1_epi8(0x0F));
   const __m256i p0 = _mm256_shuffle_epi8(t.plane[0], idx), p1 = _mm256_shuffle_epi8(t.plane[1], idx);
   const __m256i p2 = _mm256_shuffle_epi8(t.plane[2], idx), p3 = _mm256_shuffle_epi8(t.plane[3], idx);
   const __m256i lo01 = _mm256_unpacklo_epi8(p0, p1), hi01 = _mm256_unpackhi_epi8(p0, p1);  // bytes 0-1 of values 0-15, 16-31
