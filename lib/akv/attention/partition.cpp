@@ -515,7 +515,19 @@ class PartitionRunner {
     const std::uint16_t* value = v.outlier_value;
     const float* pr = pt + (r0 - t0) * w;
     std::uint32_t e = e0;
-    for (std::size_t q = q0; q < q1; ++q, pr += w) {
+    std::size_t q = q0;
+#ifdef __AVX2__
+    if constexpr (NQ == 1 || NQ == 2) {  // eight rows of two outliers each at a time
+      const __m256i steps = _mm256_setr_epi32(2, 4, 6, 8, 10, 12, 14, 16);
+      for (; q + 8 <= q1; q += 8, pr += 8 * NQ, e += 16) {
+        const __m256i ends = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v.outlier_end + q));
+        const __m256i want = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(e)), steps);
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(ends, want)) != -1) break;
+        pair_rows8<NQ>(at, pr, channel + e, value + e, v.range + q, v.offset + q, l0);
+      }
+    }
+#endif
+    for (; q < q1; ++q, pr += w) {
       const float base = std::fma(l0, v.range[q], v.offset[q]);
       const std::uint32_t end = v.outlier_end[q];
 #ifdef __F16C__
@@ -532,6 +544,23 @@ class PartitionRunner {
       for (; e < end; ++e) add_scaled<NQ>(at + channel[e] * w, pr, f16_value(value[e]) - base, w);
     }
   }
+
+#ifdef __AVX2__
+  // value_outliers' eight rows of two outliers each: their 16 deltas (values widened, each row's
+  // code-0 value fma(l0, range, offset) subtracted) by vectors, then added outlier by outlier in
+  // storage order, as the row loop adds them.
+  template <std::size_t NQ>
+  static void pair_rows8(float* __restrict at, const float* __restrict pr, const std::uint16_t* __restrict channel,
+                         const std::uint16_t* value, const float* range, const float* offset, float l0) {
+    const __m256 base = _mm256_fmadd_ps(_mm256_set1_ps(l0), _mm256_loadu_ps(range), _mm256_loadu_ps(offset));
+    alignas(32) float d[16];
+    _mm256_store_ps(d, _mm256_sub_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(value))),
+                                     _mm256_permutevar8x32_ps(base, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))));
+    _mm256_store_ps(d + 8, _mm256_sub_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(value + 8))),
+                                         _mm256_permutevar8x32_ps(base, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))));
+    for (std::size_t i = 0; i < 16; ++i) add_scaled<NQ>(at + channel[i] * NQ, pr + (i / 2) * NQ, d[i], NQ);
+  }
+#endif
 
   // a[h] = fma(p[h], x, a[h]) for h < w (NQ: w when known at compile time, 0 otherwise).
   template <std::size_t NQ>
