@@ -1366,11 +1366,12 @@ void accumulate_heads(const Rows& rows, std::size_t nq, std::size_t h0, const fl
       return;
     }
   }
-  // 4-bit level rows a quad of chunks at a time, where the accumulators of four chunks fit (one
-  // or two heads).
+  // 4-bit level rows a quad of chunks per pass over the rows (one or two heads): with two quads,
+  // one head's eight accumulators beside the quad's decode spilled two of them (a store-to-load
+  // chain a row; `akv -t 1 bench attention --isa avx2 --gqa 1 --variants q4,nuq4`, AMD EPYC Zen 4,
+  // 2026-12-07, min ms: head_dim 64 0.471-0.475 -> 0.456-0.462, 128 0.762-0.767 -> 0.742-0.759).
   if constexpr (F == RowFormat::level4 && CB % 4 == 0) {
     if (rows.chunks % 4 == 0) {
-      for (; k + CB <= rows.chunks; k += CB) accumulate_block<F, NQ, CB, false, true>(rows, k, nq, h0, coef, ng, cpg, acc, as);
       for (; k < rows.chunks; k += 4) accumulate_block<F, NQ, 4, false, true>(rows, k, nq, h0, coef, ng, cpg, acc, as);
       return;
     }
