@@ -314,6 +314,11 @@ expect_error "HF directory without safetensors" 3 "no model.safetensors" "$AKV" 
 echo '{"model_type": "gpt_neox"}' >"$TMP/hf/config.json"
 expect_error "unsupported HF model type" 2 "model_type = gpt_neox" "$AKV" dump --model "$TMP/hf" --tokens "$T" -o "$o/d.h5"
 # akv info on models: what akv does with it, or the feature it lacks.
+expect "info on a llama2.c checkpoint: its header's shape" 0 "5 layers, 8 query / 4 KV heads, head_dim 8, dim 64, hidden 172, vocab 512" \
+  "$AKV" info "$M"
+expect_output "info on a llama2.c checkpoint: akv runs it" "akv runs it +yes"
+expect "info on a truncated llama2.c checkpoint: the loader's refusal" 0 "no: file size does not match the llama2.c header" \
+  "$AKV" info "$TMP/short.bin"
 expect "info on a GGUF model: akv runs it, KV bytes per token" 0 "akv runs it +yes" "$AKV" info "$G"
 expect_output "info lists the KV bytes per token of kivi-2" "kivi-2 +[0-9.]+ +kivi-2 K2/V2"
 mkdir -p "$TMP/g1"

@@ -115,6 +115,11 @@ class Reader {
 
 }  // namespace
 
+bool is_llama2c_path(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::path(path).extension() == ".bin" && std::filesystem::is_regular_file(path, ec);
+}
+
 Llama2cShape read_llama2c_shape(const std::string& path) {
   std::ifstream in = open_checkpoint(path);
   const Header h = read_header(in, path);

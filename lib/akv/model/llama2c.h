@@ -27,4 +27,8 @@ struct Llama2cShape {
 };
 Llama2cShape read_llama2c_shape(const std::string& path);
 
+// Whether akv plan and akv info take `path` for a llama2.c checkpoint: a regular file named
+// *.bin (the format has no magic; load_model takes any file that is not GGUF as one).
+bool is_llama2c_path(const std::string& path);
+
 }  // namespace akv

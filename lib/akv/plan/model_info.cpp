@@ -12,6 +12,7 @@
 #include "akv/model/gguf.h"
 #include "akv/model/load.h"
 #include "akv/model/hf_config.h"
+#include "akv/model/llama2c.h"
 #include "akv/plan/plan.h"
 
 namespace akv {
@@ -41,8 +42,14 @@ bool model_architecture(const std::string& path, nlohmann::json& j) {
     j["model_format"] = "gguf";
     const auto& ok = supported_gguf_architectures();
     runs = std::find(ok.begin(), ok.end(), arch) != ok.end();
+  } else if (is_llama2c_path(path)) {
+    arch = "llama";  // llama2.c's one architecture; the header is checked when the model loads
+    j["model_format"] = "llama2.c";
+    runs = true;
   } else {
-    throw InvalidInput("not a model: akv info reads a directory with a config.json or a GGUF file (and akv files)", {path});
+    throw InvalidInput(
+        "not a model: akv info reads a directory with a config.json, a GGUF file or a llama2.c .bin (and akv files)",
+        {path});
   }
   j["architecture"] = arch;
   j["runs"] = runs;

@@ -80,7 +80,7 @@ PlanBytes tiered_bytes(const TieredParams& t, std::size_t d, std::size_t n) {
 }  // namespace
 
 PlanShape read_plan_config(const std::string& path, int weight_dtype_bytes) {
-  if (is_gguf(path) || fs::path(path).extension() == ".bin") {
+  if (is_gguf(path) || is_llama2c_path(path)) {
     if (weight_dtype_bytes > 0) {
       throw UsageError("a model file's weights are counted as it stores them: --weight-bytes-per-param is for a config.json",
                        {path, "--weight-bytes-per-param", std::to_string(weight_dtype_bytes)});
