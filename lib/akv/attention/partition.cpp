@@ -634,6 +634,34 @@ class PartitionRunner {
       z[0] = (zl[0] + zl[1]) + (zl[2] + zl[3]);
       h0 = 1;
     }
+    if (nq_ == 2) {  // two rows' two heads a vector; the sums of the loop below, chains in lanes
+      __m128 za = _mm_setzero_ps(), zb = _mm_setzero_ps();  // lanes (h0, h1) of rows i % 4 = 0, 1 / 2, 3
+      std::size_t i = 0;
+      const auto pairs = [](const float* x) {  // (x0, x0, x1, x1)
+        const __m128 v = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x)));
+        return _mm_unpacklo_ps(v, v);
+      };
+      for (; i + 4 <= rows.n; i += 4) {
+        const __m128 p01 = _mm_loadu_ps(pt + 2 * i), p23 = _mm_loadu_ps(pt + 2 * i + 4);
+        _mm_storeu_ps(coef + 2 * i, _mm_mul_ps(p01, pairs(range + i)));
+        _mm_storeu_ps(coef + 2 * i + 4, _mm_mul_ps(p23, pairs(range + i + 2)));
+        if (offset) {
+          za = _mm_fmadd_ps(p01, pairs(offset + i), za);
+          zb = _mm_fmadd_ps(p23, pairs(offset + i + 2), zb);
+        }
+      }
+      alignas(16) float zl[2][4];  // zl[k / 2][2 (k % 2) + h]: chain k of head h
+      _mm_store_ps(zl[0], za);
+      _mm_store_ps(zl[1], zb);
+      for (std::size_t k = 0; i < rows.n; ++i, ++k) {
+        for (std::size_t h = 0; h < 2; ++h) {
+          coef[2 * i + h] = pt[2 * i + h] * range[i];
+          if (offset) zl[k / 2][2 * (k % 2) + h] = std::fma(pt[2 * i + h], offset[i], zl[k / 2][2 * (k % 2) + h]);
+        }
+      }
+      for (std::size_t h = 0; h < 2; ++h) z[h] = (zl[0][h] + zl[0][2 + h]) + (zl[1][h] + zl[1][2 + h]);
+      h0 = 2;
+    }
 #endif
     for (; h0 < nq_; ++h0) {
       for (std::size_t i = 0; i < rows.n; ++i) coef[i * nq_ + h0] = pt[i * nq_ + h0] * range[i];
