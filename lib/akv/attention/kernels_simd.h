@@ -965,7 +965,13 @@ void score_heads(const Rows& rows, const float* w, std::size_t ws, const float* 
       quad_order_weights<NQ>(w, ws, rows.chunks, wq);
       const LevelPlanes t = level_planes(rows.levels);
       const std::size_t wqs = 8 * rows.chunks;
-      for (; r + RB <= rows.n; r += RB) score_block<F, NQ, RB, Sq, true>(rows, r, wq, wqs, bias, s, ss, sq, &t);
+      // Two heads: 3 rows a block. With 4 rows (8 accumulators, 4 more for the sums of squares, the
+      // four byte planes and a quad of values) GCC spilled; 2 rows left the loads of the weights
+      // uncovered (GQA 2, head_dim 128, min ms: turboquant_4bit_nc 0.925 -> 0.879-0.883 (2 rows
+      // 0.894-0.899), nuq4 1.016-1.020 -> 0.978-0.983; 2026-12-07, AMD EPYC Zen 4, `akv -t 1 bench
+      // attention --gqa 2 --isa avx2`; GQA 4's 2 rows were best of 1, 2 and 3).
+      constexpr int RQ = NQ == 2 ? 3 : RB;
+      for (; r + RQ <= rows.n; r += RQ) score_block<F, NQ, RQ, Sq, true>(rows, r, wq, wqs, bias, s, ss, sq, &t);
       for (; r < rows.n; ++r) score_block<F, NQ, 1, Sq, true>(rows, r, wq, wqs, bias, s, ss, sq, &t);
       return;
     }
