@@ -759,15 +759,9 @@ class PartitionRunner {
     const bool value = tp.type->kind == TqKind::value;
     scale_scores(s_.data(), rows.n, tq_range_.data(), value ? tq_range_.data() + rows.n : nullptr);
     if (hp_.qjl) qjl_scores(t0, t1, rows.base);
-    if (hp_.tq_value.type) prefetch_fields(hp_.view->value.ggml, *hp_.tq_value.type, t0, t1);
     return true;
   }
 
-  // Asks for the cache lines of rows [t0, t1)'s f16 fields (tq_fields' next reads).
-  static void prefetch_fields(const GgmlRowsView& g, const TqType& t, std::size_t t0, std::size_t t1) {
-    const std::size_t rb = tq_row_bytes(t), at = tq_code_bytes(t);
-    for (std::size_t r = t0; r < t1; ++r) __builtin_prefetch(g.blocks + r * rb + at, 0, 3);
-  }
 
   // The QJL term of key_qjl rows [t0, t1) (at src) added to the scores: s += coef_r x (2 (sq .
   // bits) - sum sq), sq . bits each query head's S q summed over the row's set sign bits by the
