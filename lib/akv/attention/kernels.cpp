@@ -276,6 +276,36 @@ inline void value_coefficients_row(const float* p, const std::uint16_t* scale, c
   zsum[0] = (zl[0] + zl[1]) + (zl[2] + zl[3]);
 }
 
+// value_coefficients_row for two query heads (GQA 2): the coefficients of 4 rows x 2 heads are 8
+// consecutive floats, one vector and one store (value_coefficients_narrow stored each alone); lane
+// 2r + h carries head h's zero sum of rows i % 4 == r, the plain loop's bits.
+inline void value_coefficients_row2(const float* p, std::size_t ps, const std::uint16_t* scale,
+                                    const std::uint16_t* zero, std::size_t n, float* coef, float* zsum) {
+  __m256 z = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    long long s4, z4;  // 4 halves each, then each twice (one per head)
+    std::memcpy(&s4, scale + i, 8);
+    std::memcpy(&z4, zero + i, 8);
+    const __m128i s2 = _mm_cvtsi64_si128(s4), z2 = _mm_cvtsi64_si128(z4);
+    const __m256 sc = _mm256_cvtph_ps(_mm_unpacklo_epi16(s2, s2)), ze = _mm256_cvtph_ps(_mm_unpacklo_epi16(z2, z2));
+    const __m128 a = _mm_loadu_ps(p + i), b = _mm_loadu_ps(p + ps + i);
+    const __m256 pr = _mm256_set_m128(_mm_unpackhi_ps(a, b), _mm_unpacklo_ps(a, b));  // p0[i] p1[i] p0[i+1] ...
+    _mm256_storeu_ps(coef + 2 * i, _mm256_mul_ps(pr, sc));
+    z = _mm256_fmadd_ps(pr, ze, z);
+  }
+  alignas(32) float zl[8];
+  _mm256_store_ps(zl, z);
+  for (; i < n; ++i) {
+    for (std::size_t h = 0; h < 2; ++h) {
+      const float pi = p[h * ps + i];
+      coef[2 * i + h] = pi * f16_value(scale[i]);
+      zl[2 * (i % 4) + h] = std::fma(pi, f16_value(zero[i]), zl[2 * (i % 4) + h]);
+    }
+  }
+  for (std::size_t h = 0; h < 2; ++h) zsum[h] = (zl[h] + zl[2 + h]) + (zl[4 + h] + zl[6 + h]);
+}
+
 // value_coefficients for one or two groups per row (head_dim 64 with G = 32 or 64, head_dim 128
 // with G = 128): the f16 scales and zeros of 4 rows convert once for every head; lane i % 4 (of
 // each group) carries the zero sum of rows i % 4 as the plain loop does, so the bits are the
@@ -285,6 +315,7 @@ template <int NG>
 void value_coefficients_narrow(const float* p, std::size_t ps, const std::uint16_t* scale, const std::uint16_t* zero,
                                std::size_t n, std::size_t nq, float* coef, float* zsum) {
   if (NG == 1 && nq == 1) return value_coefficients_row(p, scale, zero, n, coef, zsum);
+  if (NG == 1 && nq == 2) return value_coefficients_row2(p, ps, scale, zero, n, coef, zsum);
   constexpr std::size_t kHeads = 16;
   float zl[kHeads][4 * NG];  // zero sums per head: lane (i % 4) * NG + g
   for (std::size_t h0 = 0; h0 < nq; h0 += kHeads) {
