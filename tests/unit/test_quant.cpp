@@ -549,6 +549,18 @@ TEST_CASE("turboquant qjl: levels read back by the vector loops equal the plain 
       tq_decode_rows(t, stored.data(), n, back.data());
       const std::vector<float> q = random_block(2 * d, 7);
       const TqQjlQuery qs[2] = {tq_qjl_query(t, q.data()), tq_qjl_query(t, q.data() + d)};
+      // S q: each sum over i in order, a product then an add (the plain loop's bits at any width).
+      const std::vector<float>& S = tq_qjl_matrix(d);
+      for (std::size_t h = 0; h < 2; ++h) {
+        for (std::size_t j = 0; j < d; ++j) {
+          float a = 0.0f;
+          for (std::size_t i = 0; i < d; ++i) {
+            volatile float term = S[j * d + i] * q[h * d + i];  // not fused into the sum (turboquant.cpp: -ffp-contract=off)
+            a += term;
+          }
+          CHECK(qs[h].sq[j] == a);
+        }
+      }
       std::vector<float> s(2 * n, 0.0f);
       for (std::size_t h = 0; h < 2; ++h) {
         for (std::size_t r = 0; r < n; ++r) {

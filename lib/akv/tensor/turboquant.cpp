@@ -471,13 +471,31 @@ void tq_qjl_decode_rows(const TqType& t, const float* S, const std::uint8_t* src
 TqQjlQuery tq_qjl_query(const TqType& t, const float* q, bool tables) {
   const std::size_t d = t.head_dim;
   // sq_j = sum_i S_ji q_i, each over i in order; as S^T's rows times q_i, so that the loop over
-  // j vectorizes (the same operations per j: the same bits).
+  // j vectorizes (the same operations per j: the same bits). With AVX2 64 of the sums at a time
+  // stay in registers over i (through memory each i's adds waited on the last i's stores: 2.6% of
+  // a QJL4 decode step at GQA 4, AMD EPYC Zen 4).
   const std::vector<float>& St = qjl_matrix(d).t;
   std::vector<float> sq(d, 0.0f);
-  for (std::size_t i = 0; i < d; ++i) {
-    const float qi = q[i];
-    const float* col = St.data() + i * d;
-    for (std::size_t j = 0; j < d; ++j) sq[j] += col[j] * qi;
+#if defined(__AVX2__)
+  if (d % 64 == 0) {
+    for (std::size_t j0 = 0; j0 < d; j0 += 64) {
+      __m256 acc[8];
+      for (auto& a : acc) a = _mm256_setzero_ps();
+      for (std::size_t i = 0; i < d; ++i) {
+        const __m256 qi = _mm256_set1_ps(q[i]);
+        const float* col = St.data() + i * d + j0;
+        for (int k = 0; k < 8; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(_mm256_loadu_ps(col + 8 * k), qi));
+      }
+      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(sq.data() + j0 + 8 * k, acc[k]);
+    }
+  } else
+#endif
+  {
+    for (std::size_t i = 0; i < d; ++i) {
+      const float qi = q[i];
+      const float* col = St.data() + i * d;
+      for (std::size_t j = 0; j < d; ++j) sq[j] += col[j] * qi;
+    }
   }
   TqQjlQuery out;
   for (const float x : sq) out.sq_sum += x;
