@@ -259,9 +259,9 @@ TEST_CASE("value coefficients and key weights: the vector loops give the plain l
   // loop, 1 and 2 the narrow one (17 heads: more than one batch of 16; 1 group of 1 head its
   // consecutive coefficients), 5 the others; row counts
   // leave every remainder of 4; 136 channels a partial round of the key weights' four
-  // accumulators.
+  // accumulators. One group of 2 or 4 heads: rows x heads a vector.
   for (std::size_t ng : {1, 2, 4, 5}) {
-    for (std::size_t nq : {1, 2, 3, 17}) {
+    for (std::size_t nq : {1, 2, 3, 4, 17}) {
       for (std::size_t n : {1, 3, 4, 7, 16, 61}) {
         const std::size_t ps = n + 3;
         const std::vector<float> p = normal(nq * ps, 11, 0.5, 0.3);

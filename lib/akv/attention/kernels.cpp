@@ -306,6 +306,43 @@ inline void value_coefficients_row2(const float* p, std::size_t ps, const std::u
   for (std::size_t h = 0; h < 2; ++h) zsum[h] = (zl[h] + zl[2 + h]) + (zl[4 + h] + zl[6 + h]);
 }
 
+// value_coefficients_row for four query heads (GQA 4): 2 rows x 4 heads of coefficients are 8
+// consecutive floats (the heads' probabilities of 4 rows transposed, then two vectors and two
+// stores); lane 4 (r % 2) + h of z[r / 2] carries head h's zero sum of rows i % 4 == r, the plain
+// loop's bits.
+inline void value_coefficients_row4(const float* p, std::size_t ps, const std::uint16_t* scale,
+                                    const std::uint16_t* zero, std::size_t n, float* coef, float* zsum) {
+  __m256 z[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const __m256i first = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), second = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    long long s4, z4;  // 4 halves each
+    std::memcpy(&s4, scale + i, 8);
+    std::memcpy(&z4, zero + i, 8);
+    const __m256 sc = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128(s4)));
+    const __m256 ze = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128(z4)));
+    __m128 r0 = _mm_loadu_ps(p + i), r1 = _mm_loadu_ps(p + ps + i);
+    __m128 r2 = _mm_loadu_ps(p + 2 * ps + i), r3 = _mm_loadu_ps(p + 3 * ps + i);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);  // r_k: row i + k's four heads
+    const __m256 p01 = _mm256_set_m128(r1, r0), p23 = _mm256_set_m128(r3, r2);
+    _mm256_storeu_ps(coef + 4 * i, _mm256_mul_ps(p01, _mm256_permutevar8x32_ps(sc, first)));
+    _mm256_storeu_ps(coef + 4 * i + 8, _mm256_mul_ps(p23, _mm256_permutevar8x32_ps(sc, second)));
+    z[0] = _mm256_fmadd_ps(p01, _mm256_permutevar8x32_ps(ze, first), z[0]);
+    z[1] = _mm256_fmadd_ps(p23, _mm256_permutevar8x32_ps(ze, second), z[1]);
+  }
+  alignas(32) float zl[16];
+  _mm256_store_ps(zl, z[0]);
+  _mm256_store_ps(zl + 8, z[1]);
+  for (; i < n; ++i) {
+    for (std::size_t h = 0; h < 4; ++h) {
+      const float pi = p[h * ps + i];
+      coef[4 * i + h] = pi * f16_value(scale[i]);
+      zl[4 * (i % 4) + h] = std::fma(pi, f16_value(zero[i]), zl[4 * (i % 4) + h]);
+    }
+  }
+  for (std::size_t h = 0; h < 4; ++h) zsum[h] = (zl[h] + zl[4 + h]) + (zl[8 + h] + zl[12 + h]);
+}
+
 // value_coefficients for one or two groups per row (head_dim 64 with G = 32 or 64, head_dim 128
 // with G = 128): the f16 scales and zeros of 4 rows convert once for every head; lane i % 4 (of
 // each group) carries the zero sum of rows i % 4 as the plain loop does, so the bits are the
@@ -316,6 +353,7 @@ void value_coefficients_narrow(const float* p, std::size_t ps, const std::uint16
                                std::size_t n, std::size_t nq, float* coef, float* zsum) {
   if (NG == 1 && nq == 1) return value_coefficients_row(p, scale, zero, n, coef, zsum);
   if (NG == 1 && nq == 2) return value_coefficients_row2(p, ps, scale, zero, n, coef, zsum);
+  if (NG == 1 && nq == 4) return value_coefficients_row4(p, ps, scale, zero, n, coef, zsum);
   constexpr std::size_t kHeads = 16;
   float zl[kHeads][4 * NG];  // zero sums per head: lane (i % 4) * NG + g
   for (std::size_t h0 = 0; h0 < nq; h0 += kHeads) {
