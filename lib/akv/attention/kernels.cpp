@@ -276,6 +276,21 @@ inline void value_coefficients_row(const float* p, const std::uint16_t* scale, c
   zsum[0] = (zl[0] + zl[1]) + (zl[2] + zl[3]);
 }
 
+// The rows from i on of value_coefficients_row2 / row4 (H heads) by the plain loop's operations on
+// the lanes zl[H (i % 4) + h], then each head's zero sum.
+template <std::size_t H>
+void finish_heads(const float* p, std::size_t ps, const std::uint16_t* scale, const std::uint16_t* zero,
+                  std::size_t i, std::size_t n, float* coef, float* zl, float* zsum) {
+  for (; i < n; ++i) {
+    for (std::size_t h = 0; h < H; ++h) {
+      const float pi = p[h * ps + i];
+      coef[H * i + h] = pi * f16_value(scale[i]);
+      zl[H * (i % 4) + h] = std::fma(pi, f16_value(zero[i]), zl[H * (i % 4) + h]);
+    }
+  }
+  for (std::size_t h = 0; h < H; ++h) zsum[h] = (zl[h] + zl[H + h]) + (zl[2 * H + h] + zl[3 * H + h]);
+}
+
 // value_coefficients_row for two query heads (GQA 2): the coefficients of 4 rows x 2 heads are 8
 // consecutive floats, one vector and one store (value_coefficients_narrow stored each alone); lane
 // 2r + h carries head h's zero sum of rows i % 4 == r, the plain loop's bits.
@@ -296,14 +311,7 @@ inline void value_coefficients_row2(const float* p, std::size_t ps, const std::u
   }
   alignas(32) float zl[8];
   _mm256_store_ps(zl, z);
-  for (; i < n; ++i) {
-    for (std::size_t h = 0; h < 2; ++h) {
-      const float pi = p[h * ps + i];
-      coef[2 * i + h] = pi * f16_value(scale[i]);
-      zl[2 * (i % 4) + h] = std::fma(pi, f16_value(zero[i]), zl[2 * (i % 4) + h]);
-    }
-  }
-  for (std::size_t h = 0; h < 2; ++h) zsum[h] = (zl[h] + zl[2 + h]) + (zl[4 + h] + zl[6 + h]);
+  finish_heads<2>(p, ps, scale, zero, i, n, coef, zl, zsum);
 }
 
 // value_coefficients_row for four query heads (GQA 4): 2 rows x 4 heads of coefficients are 8
@@ -333,14 +341,7 @@ inline void value_coefficients_row4(const float* p, std::size_t ps, const std::u
   alignas(32) float zl[16];
   _mm256_store_ps(zl, z[0]);
   _mm256_store_ps(zl + 8, z[1]);
-  for (; i < n; ++i) {
-    for (std::size_t h = 0; h < 4; ++h) {
-      const float pi = p[h * ps + i];
-      coef[4 * i + h] = pi * f16_value(scale[i]);
-      zl[4 * (i % 4) + h] = std::fma(pi, f16_value(zero[i]), zl[4 * (i % 4) + h]);
-    }
-  }
-  for (std::size_t h = 0; h < 4; ++h) zsum[h] = (zl[h] + zl[4 + h]) + (zl[8 + h] + zl[12 + h]);
+  finish_heads<4>(p, ps, scale, zero, i, n, coef, zl, zsum);
 }
 
 // value_coefficients for one or two groups per row (head_dim 64 with G = 32 or 64, head_dim 128
