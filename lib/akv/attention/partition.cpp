@@ -696,12 +696,12 @@ class PartitionRunner {
   }
 
   // The f16 fields of those rows in tq_half_ ([n] norms or scales, then [n] minimums or key_qjl
-  // gammas), widened in tq_range_ (key_nc: the norms still without their correction, nc_ranges),
-  // key_qjl rows' QJL factors in qjl_coef_; false when a row's f16 fields are not finite (the
-  // tile is then decoded: tq_decode_rows's values, whatever they are). Keys gather them after the
-  // score loops have read the rows (then in the nearest cache: gathered first, each row's first
-  // touch was theirs).
-  bool tq_fields(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1) {
+  // gammas), widened in tq_range_ when `ranges` (key_nc: the norms still without their correction,
+  // nc_ranges; value rows read as values take the halves, value_coefficients), key_qjl rows' QJL
+  // factors in qjl_coef_; false when a row's f16 fields are not finite (the tile is then decoded:
+  // tq_decode_rows's values, whatever they are). Keys gather them after the score loops have read
+  // the rows (then in the nearest cache: gathered first, each row's first touch was theirs).
+  bool tq_fields(const GgmlRowsView& g, const TqPrep& tp, std::size_t t0, std::size_t t1, bool ranges = true) {
     const TqType& t = *tp.type;
     const std::size_t rb = tq_row_bytes(t), n = t1 - t0, at = tq_code_bytes(t);
     const std::uint8_t* src = g.blocks + t0 * rb;
@@ -728,6 +728,7 @@ class PartitionRunner {
     unsigned bad = 0;  // checked apart: a loop over the gathered halves that vectorizes
     for (std::size_t i = 0; i < (value || qjl ? 2 * n : n); ++i) bad |= static_cast<unsigned>(f16_nonfinite(half[i]));
     if (bad != 0) return false;
+    if (!ranges) return true;
     tq_range_.resize(value ? 2 * n : n);
     f16_to_f32(tq_half_.data(), tq_range_.data(), tq_range_.size());
     if (qjl) {
@@ -783,7 +784,7 @@ class PartitionRunner {
   // p x scale, zsum = sum of p x minimum), key rows as coef = p x range.
   bool tq_values(std::size_t t0, std::size_t t1, float* acc) {
     const TqPrep& tp = hp_.tq_value;
-    if (!tq_fields(hp_.view->value.ggml, tp, t0, t1)) return false;
+    if (!tq_fields(hp_.view->value.ggml, tp, t0, t1, tp.type->kind != TqKind::value)) return false;
     const Rows rows = tq_rows(hp_.view->value.ggml, tp, t0, t1);
     const std::size_t n = rows.n;
     if (tp.type->kind != TqKind::value) {
