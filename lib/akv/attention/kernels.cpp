@@ -250,6 +250,21 @@ void value_coefficients4(const float* p, std::size_t ps, const std::uint16_t* sc
   }
 }
 
+// The rows from i on of value_coefficients_row, row2 and row4 (H heads) by the plain loop's
+// operations on the lanes zl[H (i % 4) + h], then each head's zero sum.
+template <std::size_t H>
+void finish_heads(const float* p, std::size_t ps, const std::uint16_t* scale, const std::uint16_t* zero,
+                  std::size_t i, std::size_t n, float* coef, float* zl, float* zsum) {
+  for (; i < n; ++i) {
+    for (std::size_t h = 0; h < H; ++h) {
+      const float pi = p[h * ps + i];
+      coef[H * i + h] = pi * f16_value(scale[i]);
+      zl[H * (i % 4) + h] = std::fma(pi, f16_value(zero[i]), zl[H * (i % 4) + h]);
+    }
+  }
+  for (std::size_t h = 0; h < H; ++h) zsum[h] = (zl[h] + zl[H + h]) + (zl[2 * H + h] + zl[3 * H + h]);
+}
+
 // value_coefficients for one query head and one group per row (TurboQuant's value rows, KIVI
 // with G = head_dim): the coefficients are then consecutive, four rows a vector and one store,
 // where the heads' layout took a store per row (7% of a QJL 4-bit step at GQA 1, head_dim 128;
@@ -269,26 +284,7 @@ inline void value_coefficients_row(const float* p, const std::uint16_t* scale, c
   }
   alignas(16) float zl[4];
   _mm_store_ps(zl, z);
-  for (; i < n; ++i) {
-    coef[i] = p[i] * f16_value(scale[i]);
-    zl[i % 4] = std::fma(p[i], f16_value(zero[i]), zl[i % 4]);
-  }
-  zsum[0] = (zl[0] + zl[1]) + (zl[2] + zl[3]);
-}
-
-// The rows from i on of value_coefficients_row2 / row4 (H heads) by the plain loop's operations on
-// the lanes zl[H (i % 4) + h], then each head's zero sum.
-template <std::size_t H>
-void finish_heads(const float* p, std::size_t ps, const std::uint16_t* scale, const std::uint16_t* zero,
-                  std::size_t i, std::size_t n, float* coef, float* zl, float* zsum) {
-  for (; i < n; ++i) {
-    for (std::size_t h = 0; h < H; ++h) {
-      const float pi = p[h * ps + i];
-      coef[H * i + h] = pi * f16_value(scale[i]);
-      zl[H * (i % 4) + h] = std::fma(pi, f16_value(zero[i]), zl[H * (i % 4) + h]);
-    }
-  }
-  for (std::size_t h = 0; h < H; ++h) zsum[h] = (zl[h] + zl[H + h]) + (zl[2 * H + h] + zl[3 * H + h]);
+  finish_heads<1>(p, 0, scale, zero, i, n, coef, zl, zsum);
 }
 
 // value_coefficients_row for two query heads (GQA 2): the coefficients of 4 rows x 2 heads are 8

@@ -763,7 +763,6 @@ class PartitionRunner {
     return true;
   }
 
-
   // The QJL term of key_qjl rows [t0, t1) (at src) added to the scores: s += coef_r x (2 (sq .
   // bits) - sum sq), sq . bits each query head's S q summed over the row's set sign bits by the
   // heads' sign tables (sign_tables.h).
